@@ -1,0 +1,41 @@
+# embedscope: `make demo` and `make test` work on a fresh machine (they set up .venv first).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO := demo-output
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.PHONY: setup demo test test-slow test-all bench clean
+
+setup: $(STAMP)
+
+# Re-installs only when pyproject.toml changed (or the venv is missing).
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e ".[test]"
+	@touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow tests
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m "slow or not slow" -n 2 --dist loadfile tests
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+demo: $(STAMP)
+	@mkdir -p $(DEMO)
+	$(VENV)/bin/embedscope train --dataset digits --arch digits_cnn --loss multisimilarity --epochs 15 --seed 0 -o $(DEMO)/digits_ms.pt --force
+	$(VENV)/bin/embedscope embed $(DEMO)/digits_ms.pt --dataset digits --split all -o $(DEMO)/digits.h5 --force
+	$(VENV)/bin/embedscope info $(DEMO)/digits.h5
+
+clean:
+	rm -rf $(DEMO) .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from embedscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,40 @@
+"""embedscope embed CKPT --dataset NAME -o OUT.h5"""
+
+from __future__ import annotations
+
+from embedscope.cli.common import add_device, add_force, positive_int
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser("embed", parents=parents, help="embed a data set with a checkpoint into an HDF5 file",
+                       description="Embed a data set's images with a checkpoint (evaluation transforms, batched, "
+                       "GPU when present) and write embeddings, labels, paths, split and provenance to HDF5.")
+    p.add_argument("checkpoint", help="checkpoint file (embedscope format, or a bare state dict with --arch)")
+    p.add_argument("--dataset", required=True, help="digits, cub200, cars196, sop or imagefolder")
+    p.add_argument("--root", help="data set folder (official layout); not needed for digits")
+    p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
+    p.add_argument("--train-classes", type=positive_int,
+                   help="imagefolder/digits: the first N classes (sorted) form the training split")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
+    p.add_argument("--arch", help="architecture of a bare state dict (resnet50, resnet18, googlenet, digits_cnn)")
+    p.add_argument("--batch-size", type=positive_int, default=128)
+    p.add_argument("--num-workers", type=int, default=0, help="data loader worker processes (default: 0)")
+    p.add_argument("--unsafe-pickle", action="store_true",
+                   help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_device(p)
+    add_force(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope.embed import embed_to_file
+
+    out = embed_to_file(
+        args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, arch=args.arch,
+        train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,
+        device=args.device, unsafe_pickle=args.unsafe_pickle, force=args.force, progress=not args.no_progress,
+    )
+    print(f"wrote {out}")
+    return 0

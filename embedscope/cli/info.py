@@ -1,0 +1,38 @@
+"""embedscope info FILE.h5"""
+
+from __future__ import annotations
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser("info", parents=parents, help="summarise an embedding file",
+                       description="Print N, D, classes, splits, properties and provenance of an HDF5 file.")
+    p.add_argument("file", help="embedding file (.h5)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope import store
+    from embedscope.tables import format_table
+
+    es = store.load(args.file)
+    s = es.summary()
+    rows = [
+        {"field": "file", "value": args.file},
+        {"field": "N x D", "value": f"{s['N']} x {s['D']}"},
+        {"field": "classes", "value": str(s["classes"])},
+        {"field": "train", "value": f"{s['train_N']} images, {s['train_classes']} classes"},
+        {"field": "test", "value": f"{s['test_N']} images, {s['test_classes']} classes"},
+        {"field": "mean embedding norm", "value": f"{s['mean_norm']:.4f}"},
+        {"field": "properties", "value": ", ".join(s["properties"]) or "-"},
+    ]
+    for k in ("dataset", "root", "transform", "checkpoint", "checkpoint_sha256", "embedscope_version",
+              "created", "format_version"):
+        if k in es.attrs and es.attrs[k] != "":
+            rows.append({"field": k, "value": str(es.attrs[k])})
+    cfg = es.attrs.get("checkpoint_config")
+    if isinstance(cfg, dict):
+        rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
+            "arch", "embed_dim", "normalize", "loss", "dataset"))})
+    print(format_table(rows, ["field", "value"]))
+    return 0

@@ -1,0 +1,161 @@
+"""The common form of every data set: image paths (or in-memory images), labels, class names, split.
+
+Labels are global class indices ``0 .. C-1`` over *all* classes of the data set (train and test);
+``class_names[label]`` names the class. The zero-shot protocol of DML puts disjoint classes in the
+train and test splits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class ImageDataset:
+    """A labelled image collection with its train/test split.
+
+    ``paths`` are relative to ``root`` (for in-memory data sets such as the digits they are item
+    ids). ``images``, when given, holds the pixel arrays in memory (``N x H x W`` or ``N x H x W x 3``)
+    and ``load_image`` reads from it instead of the disk.
+    """
+
+    name: str
+    root: str | None
+    paths: np.ndarray
+    labels: np.ndarray
+    class_names: np.ndarray
+    split: np.ndarray
+    kind: str = "image"  # "image" (RGB photos: ImageNet transforms) or "digits"
+    images: np.ndarray | None = None
+    properties: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.paths = np.asarray(self.paths, dtype=object).astype(str)
+        self.labels = np.asarray(self.labels, dtype=np.int64)
+        self.class_names = np.asarray(self.class_names, dtype=object).astype(str)
+        self.split = np.asarray(self.split, dtype=object).astype(str)
+        n = len(self.paths)
+        if not (len(self.labels) == len(self.split) == n):
+            raise EmbedscopeError(f"{self.name}: paths, labels and split differ in length")
+        if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
+            raise EmbedscopeError(f"{self.name}: labels do not index class_names")
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def num_classes(self) -> int:
+        return len(np.unique(self.labels))
+
+    def subset(self, split: str | None) -> "ImageDataset":
+        """The rows of one split ("train", "test"; None or "all" for every row)."""
+        if split in (None, "all"):
+            return self
+        if split not in ("train", "test"):
+            raise EmbedscopeError(f"unknown split '{split}' (choose train, test or all)")
+        idx = np.flatnonzero(self.split == split)
+        return self.take(idx)
+
+    def take(self, idx: np.ndarray) -> "ImageDataset":
+        idx = np.asarray(idx)
+        return ImageDataset(
+            name=self.name,
+            root=self.root,
+            paths=self.paths[idx],
+            labels=self.labels[idx],
+            class_names=self.class_names,
+            split=self.split[idx],
+            kind=self.kind,
+            images=None if self.images is None else self.images[idx],
+            properties={k: v[idx] for k, v in self.properties.items()},
+            info=dict(self.info),
+        )
+
+    def load_image(self, i: int):
+        """The i-th image as a PIL image (RGB for photos, mode 'F' float for the digits)."""
+        from PIL import Image
+
+        if self.images is not None:
+            arr = self.images[i]
+            if arr.ndim == 2:
+                return Image.fromarray(np.asarray(arr, dtype=np.float32), mode="F")
+            return Image.fromarray(np.asarray(arr, dtype=np.uint8))
+        path = Path(self.root or ".") / self.paths[i]
+        try:
+            with Image.open(path) as im:
+                return im.convert("RGB")
+        except (OSError, ValueError) as e:
+            raise EmbedscopeError(f"cannot read image {path}: {e}") from None
+
+
+def image_transform(kind: str, train: bool, *, image_size: int = 224, resize: int | None = None) -> Callable:
+    """The papers' transforms.
+
+    Photos (Roth §4.1): train = RandomResizedCrop(image_size) + horizontal flip; eval = Resize(256)
+    + CenterCrop(224) (``resize`` defaults to ``round(image_size * 256 / 224)``); ImageNet mean/std.
+    Digits: pixel values / 16 as a 1 x 8 x 8 tensor; training adds a small random affine jitter.
+    """
+    import torch
+    from torchvision import transforms as T
+
+    if kind == "digits":
+        def to_tensor(img) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(img, dtype=np.float32)[None] / 16.0)
+
+        if not train:
+            return to_tensor
+        jitter = T.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))
+        return T.Compose([to_tensor, jitter])
+    resize = resize or int(round(image_size * 256 / 224))
+    norm = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+    if train:
+        return T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), norm])
+    return T.Compose([T.Resize(resize), T.CenterCrop(image_size), T.ToTensor(), norm])
+
+
+def describe_transform(kind: str, train: bool, *, image_size: int = 224, resize: int | None = None) -> str:
+    """A text description of :func:`image_transform`, stored in the HDF5 provenance."""
+    if kind == "digits":
+        return "digits: x/16 as 1x8x8" + (" + RandomAffine(10deg, 0.1, 0.9-1.1)" if train else "")
+    resize = resize or int(round(image_size * 256 / 224))
+    if train:
+        return f"RandomResizedCrop({image_size}) + RandomHorizontalFlip + ImageNet normalise"
+    return f"Resize({resize}) + CenterCrop({image_size}) + ImageNet normalise"
+
+
+class TorchImages:
+    """A ``torch.utils.data.Dataset`` view: item i -> (image tensor, label, i)."""
+
+    def __init__(self, ds: ImageDataset, transform: Callable) -> None:
+        self.ds = ds
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int):
+        return self.transform(self.ds.load_image(i)), int(self.ds.labels[i]), i
+
+
+def require_files(root: str | os.PathLike, names: list[str], dataset: str) -> Path:
+    """Check that ``root`` holds each of ``names``; a one-line error names the first missing one."""
+    if root is None:
+        raise EmbedscopeError(f"{dataset} needs --root DIR (the folder of the official download)")
+    root = Path(root)
+    if not root.is_dir():
+        raise EmbedscopeError(f"{dataset}: root folder {root} does not exist")
+    for n in names:
+        if not (root / n).exists():
+            raise EmbedscopeError(f"{dataset}: {root / n} is missing (not the official {dataset} layout)")
+    return root

@@ -1,0 +1,105 @@
+"""Embedding a data set with a model: the step that produces the HDF5 store."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedscope.data import ImageDataset, TorchImages, describe_transform, get_dataset, image_transform
+from embedscope.errors import EmbedscopeError
+
+
+def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 128, num_workers: int = 0,
+                 device: str = "auto", amp: bool | None = None, progress: bool = True,
+                 desc: str = "embed") -> np.ndarray:
+    """Embed every image of ``ds`` with ``model`` in evaluation mode -> float32 [N, D].
+
+    ``transform`` defaults to the evaluation transform of the data set's kind. On CUDA, mixed
+    precision (bfloat16 autocast) is on unless ``amp=False``; the output is always float32.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from embedscope.device import resolve_device
+
+    dev = resolve_device(device)
+    if transform is None:
+        size = 8 if ds.kind == "digits" else 224
+        transform = image_transform(ds.kind, train=False, image_size=size)
+    use_amp = (dev.type == "cuda") if amp is None else (amp and dev.type == "cuda")
+    loader = torch.utils.data.DataLoader(
+        TorchImages(ds, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+        pin_memory=dev.type == "cuda",
+    )
+    was_training = model.training
+    model.eval().to(dev)
+    if dev.type == "cuda":
+        model.to(memory_format=torch.channels_last)
+    out = np.empty((len(ds), model.embed_dim), dtype=np.float32)
+    amp_ctx = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
+    try:
+        with torch.inference_mode(), amp_ctx:
+            for x, _, idx in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+                x = x.to(dev, non_blocking=True)
+                if dev.type == "cuda" and x.ndim == 4:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                z = model(x).float()
+                out[idx.numpy()] = z.cpu().numpy()
+    finally:
+        model.train(was_training)
+    if not np.all(np.isfinite(out)):
+        raise EmbedscopeError("the model produced NaN or inf embeddings")
+    return out
+
+
+def embed_to_file(checkpoint: str | os.PathLike, dataset: str, out: str | os.PathLike, *, root=None,
+                  split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
+                  num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
+                  progress: bool = True) -> Path:
+    """Load a checkpoint, embed a data set's split and write the HDF5 store atomically."""
+    from embedscope import store
+    from embedscope.fileio import check_writable
+    from embedscope.models import load_checkpoint
+
+    check_writable(out, force=force)  # fail before the long work
+    model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle)
+    ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
+    if len(ds) == 0:
+        raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
+    if (ds.kind == "digits") != (config["arch"] == "digits_cnn"):
+        raise EmbedscopeError(
+            f"a {config['arch']} checkpoint cannot embed the {dataset} images "
+            f"({'8x8 digits need the digits_cnn' if ds.kind == 'digits' else 'photos need an image backbone'})"
+        )
+    size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
+    transform = image_transform(ds.kind, train=False, image_size=size)
+    X = embed_images(model, ds, transform=transform, batch_size=batch_size, num_workers=num_workers,
+                     device=device, progress=progress, desc=f"embed {dataset}/{split}")
+    es = store.EmbeddingSet(
+        embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split, class_names=ds.class_names,
+        properties=ds.properties,
+        attrs={
+            "dataset": ds.name,
+            "root": str(Path(root).resolve()) if root else "",
+            "split_selected": split,
+            "transform": describe_transform(ds.kind, train=False, image_size=size),
+            "checkpoint": str(Path(checkpoint).resolve()),
+            "checkpoint_sha256": info["sha256"],
+            "checkpoint_config": json.dumps(config, sort_keys=True, default=str),
+        },
+    )
+    return store.save(out, es, force=force)
+
+
+def dataset_summary(ds: ImageDataset) -> dict[str, Any]:
+    out = {"name": ds.name, "N": len(ds), "classes": ds.num_classes}
+    for s in ("train", "test"):
+        m = ds.split == s
+        out[f"{s}_N"] = int(m.sum())
+        out[f"{s}_classes"] = int(len(np.unique(ds.labels[m])))
+    return out

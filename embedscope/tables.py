@@ -1,0 +1,103 @@
+"""Result tables: aligned text for the terminal, and the same rows as CSV or JSON files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+from embedscope.fileio import write_text
+
+
+def _fmt(v: Any, digits: int) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 10 ** (-digits)):
+            return f"{v:.{digits}g}"
+        return f"{v:.{digits}f}"
+    try:
+        import numpy as np
+
+        if isinstance(v, np.integer):
+            return str(int(v))
+        if isinstance(v, np.floating):
+            return _fmt(float(v), digits)
+    except ImportError:  # pragma: no cover
+        pass
+    return str(v)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
+                 *, digits: int = 4, title: str | None = None) -> str:
+    """Rows of dicts as an aligned text table (numbers right-aligned)."""
+    if not rows:
+        return (title + "\n" if title else "") + "(no rows)"
+    columns = list(columns or rows[0].keys())
+    cells = [[_fmt(r.get(c, ""), digits) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    numeric = [all(_is_num(r.get(c)) for r in rows) for c in columns]
+
+    def line(vals: Iterable[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+
+    out = [title] if title else []
+    out += [line(columns), line("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def _is_num(v: Any) -> bool:
+    try:
+        import numpy as np
+
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    except ImportError:  # pragma: no cover
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def key_value_rows(d: Mapping[str, Any], key: str = "measure", value: str = "value") -> list[dict[str, Any]]:
+    return [{key: k, value: v} for k, v in d.items()]
+
+
+def _jsonable(v: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        if isinstance(v, np.generic):
+            return v.item()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, force: bool = False) -> None:
+    """Atomically write ``obj`` as indented JSON (numpy values converted, NaN -> null)."""
+    write_text(path, json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n", force=force)
+
+
+def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
+              columns: Sequence[str] | None = None, *, force: bool = False) -> None:
+    """Atomically write rows of dicts as CSV."""
+    columns = list(columns or (rows[0].keys() if rows else []))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: _jsonable(r.get(c, "")) for c in columns})
+    write_text(path, buf.getvalue(), force=force)

@@ -1,0 +1,1 @@
+"""Figures. Computations are plain functions on arrays; plotting lives beside them."""

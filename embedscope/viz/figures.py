@@ -1,0 +1,49 @@
+"""Saving figures: PNG and PDF side by side, atomically, at paper-readable sizes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from embedscope.errors import EmbedscopeError
+from embedscope.fileio import atomic_output, check_writable
+
+PAPER_RC = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "figure.dpi": 100,
+    "savefig.dpi": 200,
+    "savefig.bbox": "tight",
+}
+
+
+def use_agg() -> None:
+    """Headless rendering (no display on servers and CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+
+
+def figure_paths(out: str | os.PathLike) -> tuple[Path, Path]:
+    """``out`` may end in .png, .pdf or nothing: return the (png, pdf) pair."""
+    out = Path(out)
+    if out.suffix.lower() in (".png", ".pdf"):
+        out = out.with_suffix("")
+    elif out.suffix:
+        raise EmbedscopeError(f"figure name {out} must end in .png or .pdf (both are written)")
+    return out.with_suffix(".png"), out.with_suffix(".pdf")
+
+
+def save_figure(fig, out: str | os.PathLike, *, force: bool = False) -> tuple[Path, Path]:
+    """Write ``fig`` as PNG and PDF next to each other (atomically; refuses overwrite without force)."""
+    png, pdf = figure_paths(out)
+    for p in (png, pdf):
+        check_writable(p, force=force)
+    for p, fmt in ((png, "png"), (pdf, "pdf")):
+        with atomic_output(p, force=force) as tmp:
+            fig.savefig(tmp, format=fmt)
+    return png, pdf
