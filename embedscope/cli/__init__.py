@@ -37,7 +37,9 @@ class _Parser(argparse.ArgumentParser):
 
 def common_parent() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--debug", action="store_true", help="show the full traceback on errors")
+    # SUPPRESS: a sub-command's default must not override `embedscope --debug CMD`
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback on errors")
     return p
 
 

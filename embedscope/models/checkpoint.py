@@ -58,9 +58,8 @@ def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> 
                 f"{path}: refusing to unpickle: the file needs more than tensors to load ({first[:120]}); "
                 "pass --unsafe-pickle only if you trust its source"
             ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as e:
-        if not unsafe_pickle or "weights_only" not in str(e):
-            raise EmbedscopeError(f"{path}: not a readable PyTorch checkpoint ({e.__class__.__name__})") from None
+    except Exception as e:  # noqa: BLE001 - any other failure means the bytes are not a checkpoint
+        raise EmbedscopeError(f"{path}: not a readable PyTorch checkpoint ({e.__class__.__name__})") from None
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001
@@ -102,7 +101,11 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     arch_name = config.pop("arch")
     config = default_config(arch_name, **config)
     model = build_model(config)
-    missing, unexpected = model.load_state_dict(sd, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        first = str(e).strip().splitlines()[-1].strip()[:160]
+        raise EmbedscopeError(f"{path}: weights do not fit a {config['arch']} model ({first})") from None
     if missing or unexpected:
         what = []
         if missing:
@@ -128,7 +131,11 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     if any(k.startswith("backbone.") for k in sd):
         sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
     sd = {k: v for k, v in sd.items() if not k.startswith(("fc.", "aux1.", "aux2."))}
-    missing, unexpected = model.backbone.load_state_dict(sd, strict=False)
+    try:
+        missing, unexpected = model.backbone.load_state_dict(sd, strict=False)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[-1].strip()[:160]
+        raise EmbedscopeError(f"{path}: weights do not fit the {model.arch} backbone ({first})") from None
     if missing or unexpected:
         raise EmbedscopeError(
             f"{path}: weights do not fit the {model.arch} backbone "

@@ -1,0 +1,132 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from embedscope import store
+from embedscope.cli import main
+from embedscope.models import build_model, default_config, save_checkpoint
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = default_config("digits_cnn", embed_dim=16)
+    p = tmp_path_factory.mktemp("ck") / "digits.pt"
+    save_checkpoint(p, build_model(cfg), cfg)
+    return p
+
+
+def test_embed_info_round_trip(ckpt, tmp_path, capsys):
+    out = tmp_path / "d.h5"
+    assert main(["embed", str(ckpt), "--dataset", "digits", "-o", str(out), "--no-progress"]) == 0
+    es = store.load(out)
+    assert es.embeddings.shape == (1797, 16)
+    assert (es.split == "train").sum() == 901 and set(es.labels[es.split == "train"]) == {0, 1, 2, 3, 4}
+    assert set(es.labels[es.split == "test"]) == {5, 6, 7, 8, 9}
+    np.testing.assert_allclose(np.linalg.norm(es.embeddings, axis=1), 1, atol=1e-5)
+    assert es.attrs["dataset"] == "digits" and len(es.attrs["checkpoint_sha256"]) == 64
+    assert es.attrs["checkpoint_config"]["arch"] == "digits_cnn"
+    # the same images embed the same way when embedded alone
+    out2 = tmp_path / "t.h5"
+    assert main(["embed", str(ckpt), "--dataset", "digits", "--split", "test", "-o", str(out2), "--no-progress"]) == 0
+    te = store.load(out2)
+    np.testing.assert_allclose(te.embeddings, es.embeddings[es.split == "test"], atol=1e-6)
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "1797 x 16" in text and "901 images, 5 classes" in text and "digits_cnn" in text
+
+
+def test_refused_overwrite(ckpt, tmp_path, capsys):
+    out = tmp_path / "d.h5"
+    out.write_bytes(b"precious")
+    assert main(["embed", str(ckpt), "--dataset", "digits", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--force" in err and len(err.strip().splitlines()) == 1
+    assert out.read_bytes() == b"precious"
+    assert main(["embed", str(ckpt), "--dataset", "digits", "-o", str(out), "--force", "--no-progress"]) == 0
+    assert store.load(out).n == 1797
+
+
+def test_errors_are_one_line(ckpt, tmp_path):
+    def run(*args):
+        return subprocess.run([PY, "-m", "embedscope", *args], capture_output=True, text=True, cwd=tmp_path)
+
+    r = run("info", "nope.h5")
+    assert r.returncode == 1 and r.stderr.strip() == "embedscope info: error: nope.h5: no such file"
+    r = run("embed", str(ckpt))
+    assert r.returncode == 2 and "required" in r.stderr and "Traceback" not in r.stderr
+    r = run("embed", str(ckpt), "--dataset", "nosuch", "-o", "x.h5")
+    assert r.returncode == 1 and "unknown data set" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run("--debug", "info", "nope.h5")
+    assert r.returncode != 0 and "Traceback" in r.stderr
+    r = run("info", "nope.h5", "--debug")
+    assert "Traceback" in r.stderr
+    r = run("--help")
+    assert r.returncode == 0 and "embed" in r.stdout and "info" in r.stdout
+
+
+SLOW_EMBED = textwrap.dedent(
+    """
+    import sys, time, torch
+    from embedscope.models import backbones
+    orig = backbones.DigitsCNN.forward
+    def slow(self, x):
+        print("batch", flush=True)
+        time.sleep(0.3)
+        return orig(self, x)
+    backbones.DigitsCNN.forward = slow
+    from embedscope.cli import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_embed_leaves_no_output(ckpt, tmp_path, sig):
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_EMBED)
+    out = tmp_path / "out.h5"
+    p = subprocess.Popen([PY, str(script), "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
+                          "--batch-size", "16", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "batch"  # embedding is under way
+    time.sleep(0.5)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    assert not out.exists()
+    if sig == signal.SIGINT:
+        assert "interrupted" in err and "Traceback" not in err
+        assert sorted(q.name for q in tmp_path.iterdir()) == ["slow.py"]  # no temporary file either
+
+
+def test_atomic_output_on_error(tmp_path):
+    from embedscope.fileio import atomic_output
+
+    target = tmp_path / "r.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_output(target, force=True) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("boom")
+    assert target.read_text() == "old"
+    assert [q.name for q in tmp_path.iterdir()] == ["r.txt"]
+
+
+def test_checkpoint_dataset_mismatch(tmp_path, capsys):
+    cfg = default_config("resnet18", embed_dim=8)
+    p = tmp_path / "r18.pt"
+    save_checkpoint(p, build_model(cfg), cfg)
+    assert main(["embed", str(p), "--dataset", "digits", "-o", str(tmp_path / "x.h5")]) == 1
+    assert "digits_cnn" in capsys.readouterr().err
