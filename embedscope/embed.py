@@ -79,7 +79,7 @@ def embed_to_file(checkpoint: str | os.PathLike, dataset: str, out: str | os.Pat
     size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
     transform = image_transform(ds.kind, train=False, image_size=size)
     X = embed_images(model, ds, transform=transform, batch_size=batch_size, num_workers=num_workers,
-                     device=device, progress=progress, desc=f"embed {dataset}/{split}")
+                     device=device, progress=progress, desc=f"embed {ds.name}/{split}")
     es = store.EmbeddingSet(
         embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split, class_names=ds.class_names,
         properties=ds.properties,

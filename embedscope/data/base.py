@@ -159,3 +159,37 @@ def require_files(root: str | os.PathLike, names: list[str], dataset: str) -> Pa
         if not (root / n).exists():
             raise EmbedscopeError(f"{dataset}: {root / n} is missing (not the official {dataset} layout)")
     return root
+
+
+def class_split(labels: np.ndarray, n_classes: int, train_classes: int | None, dataset: str) -> np.ndarray:
+    """The zero-shot split by class: labels ``< n`` are "train", the rest "test".
+
+    ``n`` is ``train_classes`` when given, else the first half of the classes rounded up
+    (``ceil(C / 2)``: 100 of CUB's 200, 98 of CARS' 196). Both splits must be non-empty.
+    """
+    if n_classes < 2:
+        raise EmbedscopeError(
+            f"{dataset}: {n_classes} class(es) found; the zero-shot train/test split needs at least 2"
+        )
+    n = (n_classes + 1) // 2 if train_classes is None else int(train_classes)
+    if not 1 <= n < n_classes:
+        raise EmbedscopeError(
+            f"{dataset}: --train-classes {n} must be between 1 and {n_classes - 1} "
+            f"(the data set has {n_classes} classes and the test split needs at least one)"
+        )
+    return np.where(np.asarray(labels) < n, "train", "test")
+
+
+def check_images_exist(root: Path, paths, dataset: str) -> None:
+    """Raise one line naming the first listed image that is not a file under ``root``."""
+    missing = 0
+    first = None
+    for p in paths:
+        if not os.path.isfile(root / p):
+            missing += 1
+            if first is None:
+                first = root / p
+    if missing:
+        raise EmbedscopeError(
+            f"{dataset}: image {first} is missing ({missing} of {len(paths)} listed images are absent)"
+        )

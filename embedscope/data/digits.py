@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset
+from embedscope.data.base import ImageDataset, class_split
 
 
 def load_digits_dataset(root=None, train_classes: int | None = None) -> ImageDataset:
@@ -17,8 +17,7 @@ def load_digits_dataset(root=None, train_classes: int | None = None) -> ImageDat
     d = load_digits()
     images = d.images.astype(np.float32)
     labels = d.target.astype(np.int64)
-    n_train = 5 if train_classes is None else int(train_classes)
-    split = np.where(labels < n_train, "train", "test")
+    split = class_split(labels, 10, 5 if train_classes is None else train_classes, "digits")
     return ImageDataset(
         name="digits",
         root=None,
