@@ -1,0 +1,367 @@
+"""Class distances π (METHODS.md §3), alignment/uniformity (§4) and the one-call geometry report.
+
+Everything here is computed from per-class sums, never from an N×N (or C×C) distance matrix:
+for unit rows u_i, Σ_{i≠j∈c} (1 − u_i·u_j) = n_c² − ‖Σ_{i∈c} u_i‖², so one pass over row blocks
+(float64 per block) gives π_intra, π_inter and the alignment exactly. Only the uniformity needs
+pairs: all of them (blocked) for small N, a fixed-seed sample of ``max_pairs`` otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+from embedscope.metrics.spectral import (
+    GRAM_RCOND,
+    RANKME_EPS,
+    _alpha_fit,
+    _as_labels,
+    _as_matrix,
+    _kl_decay,
+    _rankme,
+    _sv_from_gram,
+    _svd_values,
+    _symmetrize_upper,
+    block_rows_for,
+    covariance_eigenvalues,
+)
+
+__all__ = ["class_distances", "alignment_uniformity", "geometry_report"]
+
+METRICS = ("cosine", "sqeuclidean")
+DEFAULT_MAX_PAIRS = 200_000
+
+
+# ----------------------------------------------------------------------------- one pass over X
+def _encode(y, n: int):
+    y = _as_labels(y, n)
+    classes, inv, counts = np.unique(y, return_inverse=True, return_counts=True)
+    return classes, inv.reshape(-1), counts
+
+
+def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bool,
+                need_unit: bool = True, block_rows: int | None = None) -> dict:
+    """Per-class sums of raw rows, unit rows and squared norms (and XᵀX, column sums) in float64."""
+    import scipy.sparse as sp
+    from scipy.linalg.blas import dsyrk
+
+    n, d = X.shape
+    block_rows = block_rows or block_rows_for(d)
+    raw = np.zeros((n_classes, d))
+    unit = np.zeros((n_classes, d))
+    sq = np.zeros(n_classes)
+    row_norms = np.empty(n)
+    G = np.zeros((d, d), order="F") if with_gram else None
+    colsum = np.zeros(d)
+    for s in range(0, n, block_rows):
+        b = np.asarray(X[s:s + block_rows], dtype=np.float64)
+        ib = inv[s:s + block_rows]
+        m = b.shape[0]
+        onehot = sp.csr_matrix((np.ones(m), (ib, np.arange(m))), shape=(n_classes, m))
+        if with_gram:
+            G = dsyrk(1.0, b, beta=1.0, c=G, trans=1, lower=0, overwrite_c=1)
+            colsum += b.sum(axis=0)
+        sqn = np.einsum("ij,ij->i", b, b)
+        if not np.all(np.isfinite(sqn)):  # NaN or inf anywhere in the row (squares cannot overflow float64)
+            i = s + int(np.flatnonzero(~np.isfinite(sqn))[0])
+            raise EmbedscopeError(f"row {i} of X contains NaN or inf")
+        sq += np.bincount(ib, weights=sqn, minlength=n_classes)
+        row_norms[s:s + m] = np.sqrt(sqn)
+        raw += onehot @ b
+        if need_unit:
+            if np.any(sqn == 0):
+                i = s + int(np.flatnonzero(sqn == 0)[0])
+                raise EmbedscopeError(f"row {i} of X is all zeros: its cosine distance is undefined")
+            unit += onehot @ (b / row_norms[s:s + m, None])  # out of place: b may be a view of X
+    out = {"raw": raw, "unit": unit, "sq": sq, "colsum": colsum, "norms": row_norms}
+    if with_gram:
+        out["G"] = _symmetrize_upper(G)
+    return out
+
+
+def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str) -> dict:
+    n = counts.astype(np.float64)
+    C = counts.size
+    pairs = n * n - n
+    multi = counts >= 2
+    if C < 2:
+        raise EmbedscopeError(f"class distances need at least two classes, got {C}")
+    if not multi.any():
+        raise EmbedscopeError("π_intra is undefined: every class has a single sample")
+    intra = np.full(C, np.nan)
+    if metric == "cosine":
+        S2 = np.einsum("ij,ij->i", sums["unit"], sums["unit"])
+        intra[multi] = (n[multi] ** 2 - S2[multi]) / pairs[multi]
+        norms = np.linalg.norm(sums["raw"], axis=1)
+        if np.any(norms == 0):
+            c = int(np.flatnonzero(norms == 0)[0])
+            raise EmbedscopeError(f"the mean of class index {c} is the zero vector: its cosine distance is undefined")
+        mu = sums["raw"] / norms[:, None]
+        M = mu.sum(axis=0)
+        inter = (C * C - float(M @ M)) / (C * C - C)
+    else:  # sqeuclidean
+        S2 = np.einsum("ij,ij->i", sums["raw"], sums["raw"])
+        intra[multi] = (2 * n[multi] * sums["sq"][multi] - 2 * S2[multi]) / pairs[multi]
+        mu = sums["raw"] / n[:, None]
+        M = mu.sum(axis=0)
+        inter = (2 * C * float(np.einsum("ij,ij->", mu, mu)) - 2 * float(M @ M)) / (C * C - C)
+    intra = np.where(np.isnan(intra), np.nan, np.clip(intra, 0.0, None))
+    inter = max(inter, 0.0)
+    pi_intra = float(np.mean(intra[multi]))
+    if inter > 0:
+        ratio = pi_intra / inter
+    else:
+        ratio = float("inf") if pi_intra > 0 else float("nan")
+    return {
+        "pi_intra": pi_intra,
+        "pi_inter": float(inter),
+        "pi_ratio": float(ratio),
+        "intra_per_class": intra,
+        "n_singleton": int(np.count_nonzero(~multi)),
+        "n_classes": int(C),
+    }
+
+
+def class_distances(X, y, *, metric: str = "cosine") -> dict:
+    """Class distances π_intra, π_inter and π_ratio of Roth et al. (METHODS.md §3).
+
+    With d the distance (``metric="cosine"``: d = 1 − cos; rows need not be normalised)::
+
+        π_intra = mean over classes c with n_c ≥ 2 of  Σ_{i≠j∈Φ_c} d(φ_i, φ_j) / (n_c² − n_c)
+        π_inter = Σ_{k≠l} d(μ_k, μ_l) / (C² − C),    μ_c = normalise(mean of Φ_c)
+        π_ratio = π_intra / π_inter                  ("embedding space density")
+
+    Source: Roth et al., "Revisiting Training Strategies and Generalization Performance in Deep
+    Metric Learning", ICML 2020, §5 and reference code ``metrics/dists.py``. Computed exactly from
+    per-class sums of the unit rows (Σ_{i≠j} (1 − u_i·u_j) = n_c² − ‖Σ u_i‖²; likewise for the class
+    means), in float64 and O(N·D) time: no N×N matrix. Singleton classes have no intra pairs: they
+    are left out of π_intra and counted in ``n_singleton`` (the reference code fills them with the
+    largest class value instead); they still count in π_inter. ``metric="sqeuclidean"`` uses
+    ‖a − b‖² on the raw rows and the raw (unnormalised) class means.
+
+    Parameters
+    ----------
+    X : array [N, D]
+    y : array [N] of labels
+    metric : {"cosine", "sqeuclidean"}
+
+    Returns
+    -------
+    dict with ``pi_intra``, ``pi_inter``, ``pi_ratio`` (floats; π_ratio is inf when π_inter = 0),
+    ``intra_per_class`` (array [C] in the order of ``classes``, NaN for singletons),
+    ``classes`` (the sorted labels), ``counts``, ``n_singleton``, ``n_classes``.
+    """
+    if metric not in METRICS:
+        raise EmbedscopeError(f"metric must be one of {', '.join(METRICS)}, got '{metric}'")
+    X = _as_matrix(X, check_finite=False)  # _accumulate checks every row
+    classes, inv, counts = _encode(y, X.shape[0])
+    sums = _accumulate(X, inv, classes.size, with_gram=False, need_unit=metric == "cosine")
+    out = _pi_from_sums(sums, counts, metric)
+    out["classes"] = classes
+    out["counts"] = counts
+    return out
+
+
+# ----------------------------------------------------------------------------- Wang & Isola
+def _alignment_from_sums(unit: np.ndarray, counts: np.ndarray) -> float:
+    n = counts.astype(np.float64)
+    pairs = float(np.sum(n * n - n))
+    if pairs == 0:
+        raise EmbedscopeError("alignment is undefined: no class has two or more samples")
+    S2 = np.einsum("ij,ij->i", unit, unit)
+    return float(max(np.sum(2 * n * n - 2 * S2) / pairs, 0.0))
+
+
+def _logmeanexp_update(state, a: np.ndarray):
+    """Running log-sum-exp (max, sum of exp(a - max), count)."""
+    if a.size == 0:
+        return state
+    m_new = float(a.max())
+    mx, tot, cnt = state
+    if m_new > mx:
+        tot = tot * np.exp(mx - m_new) if cnt else 0.0
+        mx = m_new
+    return mx, tot + float(np.exp(a - mx).sum()), cnt + a.size
+
+
+def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed: int,
+                block_rows: int = 1024) -> tuple[float, int, bool]:
+    n = X.shape[0]
+    all_pairs = n * (n - 1) // 2
+    state = (-np.inf, 0.0, 0)
+    if all_pairs <= max_pairs:
+        U = np.asarray(X, dtype=np.float64) / norms[:, None]
+        for s in range(0, n, block_rows):
+            blk = U[s:s + block_rows]
+            g = blk @ U[s:].T  # rows s.., columns s..: keep j > i
+            iu = np.triu_indices(blk.shape[0], k=1, m=g.shape[1])
+            d2 = np.clip(2.0 - 2.0 * g[iu], 0.0, None)
+            state = _logmeanexp_update(state, -t * d2)
+        exact, npairs = True, all_pairs
+    else:
+        rng = np.random.default_rng(seed)
+        i = rng.integers(0, n, size=max_pairs)
+        j = rng.integers(0, n - 1, size=max_pairs)
+        j += j >= i  # uniform over j ≠ i
+        chunk = 32768
+        for s in range(0, max_pairs, chunk):
+            # dot products in X's own precision (float32: ~1e-7, far below the sampling error)
+            dots = np.einsum("ij,ij->i", X[i[s:s + chunk]], X[j[s:s + chunk]]).astype(np.float64)
+            cos = dots / (norms[i[s:s + chunk]] * norms[j[s:s + chunk]])
+            d2 = np.clip(2.0 - 2.0 * cos, 0.0, None)
+            state = _logmeanexp_update(state, -t * d2)
+        exact, npairs = False, max_pairs
+    mx, tot, cnt = state
+    return float(mx + np.log(tot / cnt)), npairs, exact
+
+
+def _check_au_args(t, max_pairs):
+    if not (isinstance(t, (int, float, np.number)) and t > 0):
+        raise EmbedscopeError(f"t must be a positive number, got {t!r}")
+    if not isinstance(max_pairs, (int, np.integer)) or isinstance(max_pairs, bool) or max_pairs < 1:
+        raise EmbedscopeError(f"max_pairs must be a positive integer, got {max_pairs!r}")
+
+
+def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> dict:
+    """Alignment and uniformity of Wang & Isola (ICML 2020) on L2-normalised rows (METHODS.md §4).
+
+    With u_i = x_i / ‖x_i‖::
+
+        alignment  = E_{same-class pairs i≠j} ‖u_i − u_j‖²      (exponent 2)
+        uniformity = log E_{pairs i≠j} exp(−t ‖u_i − u_j‖²)     (t = 2)
+
+    Source: Wang, Isola, "Understanding Contrastive Representation Learning through Alignment and
+    Uniformity on the Hypersphere", ICML 2020; here the positive pairs are all same-class pairs
+    (pooled over classes, so larger classes weigh more, as a uniformly drawn positive pair would).
+    The alignment is exact from class sums (Σ_{i≠j∈c}‖u_i − u_j‖² = 2n_c² − 2‖Σ u_i‖²). The
+    uniformity is exact over all N(N−1)/2 pairs when that is ≤ ``max_pairs`` (blocked, no N×N
+    matrix), otherwise estimated from ``max_pairs`` independent uniformly drawn pairs i ≠ j
+    (``numpy.random.default_rng(seed)``; reproducible). Lower is better for both.
+
+    Parameters
+    ----------
+    X : array [N, D]
+    y : array [N] of labels
+    t : float
+        Temperature of the Gaussian potential (default 2).
+    max_pairs : int
+        Pair budget of the uniformity (default 200,000).
+    seed : int
+        Seed of the pair sample.
+
+    Returns
+    -------
+    dict with ``alignment``, ``uniformity``, ``uniformity_pairs`` (pairs used) and
+    ``uniformity_exact`` (bool).
+    """
+    _check_au_args(t, max_pairs)
+    X = _as_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
+    classes, inv, counts = _encode(y, X.shape[0])
+    sums = _accumulate(X, inv, classes.size, with_gram=False)
+    unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed)
+    return {
+        "alignment": _alignment_from_sums(sums["unit"], counts),
+        "uniformity": unif,
+        "uniformity_pairs": npairs,
+        "uniformity_exact": exact,
+    }
+    if keep_spectrum:
+        out["singular_values"] = s
+        out["covariance_eigenvalues"] = lam
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+REPORT_KEYS = (
+    "n", "dim", "n_classes", "n_singleton", "rho", "rho_all", "pi_intra", "pi_inter", "pi_ratio",
+    "effective_rank", "alpha", "alignment", "uniformity",
+)
+
+
+def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = None,
+                    metric: str = "cosine", t: float = 2, max_pairs: int = DEFAULT_MAX_PAIRS,
+                    seed: int = 0, k_min: int = 1, k_max: int | None = None,
+                    keep_spectrum: bool = False) -> dict:
+    """Every scalar geometry measure of X in one pass (METHODS.md §2, §3, §4).
+
+    One blocked float64 pass accumulates XᵀX, the column sums and the per-class sums; from them:
+
+    - ``rho``: spectral decay ρ with ``exclude_top`` (default 1: Roth's footnote / ``rho_spectrum@2``),
+      ``rho_all``: ρ with nothing excluded (``rho_spectrum@1``) — :func:`~embedscope.metrics.spectral.spectral_decay`;
+    - ``pi_intra``, ``pi_inter``, ``pi_ratio``, ``n_singleton`` — :func:`class_distances` (Roth §5);
+    - ``effective_rank`` — RankMe (Garrido et al. 2023), ε = 1e-7;
+    - ``alpha`` — α-ReQ (Agrawal et al. 2022), index range ``k_min`` … ``k_max``;
+    - ``alignment``, ``uniformity`` — Wang & Isola (2020), t, ``max_pairs``, ``seed``.
+
+    Each value equals the one of the stand-alone function with the same parameters (when the Gram
+    matrix is too ill-conditioned for exact singular values the SVD route is taken, as there).
+
+    Parameters
+    ----------
+    X : array [N, D]
+        Embeddings as the network outputs them (Roth: the training set).
+    y : array [N]
+        Class labels.
+    exclude_top, n_components : see :func:`~embedscope.metrics.spectral.spectral_decay`.
+    metric : see :func:`class_distances`.
+    t, max_pairs, seed : see :func:`alignment_uniformity`.
+    k_min, k_max : see :func:`~embedscope.metrics.spectral.alpha_req`.
+    keep_spectrum : bool
+        Also return the singular values (key ``singular_values``) and the covariance
+        eigenvalues (``covariance_eigenvalues``), so a caller need not recompute them.
+
+    Returns
+    -------
+    dict with the keys of ``REPORT_KEYS`` plus ``uniformity_pairs`` and ``uniformity_exact``.
+    """
+    if metric not in ("cosine", "sqeuclidean"):
+        raise EmbedscopeError(f"metric must be one of cosine, sqeuclidean, got '{metric}'")
+    _check_au_args(t, max_pairs)
+    X = _as_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
+    n, d = X.shape
+    classes, inv, counts = _encode(y, n)
+    use_gram = n >= d
+    sums = _accumulate(X, inv, classes.size, with_gram=use_gram)
+
+    # uncentred singular values (ρ, RankMe)
+    s = None
+    if use_gram:
+        s_g, ok = _sv_from_gram(sums["G"])
+        s = s_g if ok else None
+    if s is None:
+        s = _svd_values(X)
+    # covariance eigenvalues (α-ReQ)
+    lam = None
+    if use_gram:
+        mean = sums["colsum"] / n
+        cov = (sums["G"] - n * np.outer(mean, mean)) / (n - 1)
+        ev = np.linalg.eigvalsh(cov)[::-1][: min(n - 1, d)]
+        scale = max(ev[0], n / (n - 1) * float(mean @ mean))
+        if ev[0] > 0 and ev[-1] >= GRAM_RCOND * scale:
+            lam = ev
+    if lam is None:
+        lam = covariance_eigenvalues(X)
+
+    pis = _pi_from_sums(sums, counts, metric)
+    unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed)
+    out = {
+        "n": int(n),
+        "dim": int(d),
+        "n_classes": pis["n_classes"],
+        "n_singleton": pis["n_singleton"],
+        "rho": _kl_decay(s, exclude_top, "uniform||s", n_components),
+        "rho_all": _kl_decay(s, 0, "uniform||s", n_components),
+        "pi_intra": pis["pi_intra"],
+        "pi_inter": pis["pi_inter"],
+        "pi_ratio": pis["pi_ratio"],
+        "effective_rank": _rankme(s, RANKME_EPS),
+        "alpha": _alpha_fit(lam, k_min, k_max, 1e-12),
+        "alignment": _alignment_from_sums(sums["unit"], counts),
+        "uniformity": unif,
+        "uniformity_pairs": npairs,
+        "uniformity_exact": exact,
+    }
+    if keep_spectrum:
+        out["singular_values"] = s
+        out["covariance_eigenvalues"] = lam
+    return out

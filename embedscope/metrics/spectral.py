@@ -1,0 +1,359 @@
+"""Singular-value spectra of embeddings: spectral decay ρ, class-conditioned spectra, RankMe, α-ReQ.
+
+Definitions: METHODS.md §2 (ρ and spectra, Roth et al. ICML 2020 §5 and App. E) and §4 (RankMe,
+Garrido et al. ICML 2023; α-ReQ, Agrawal et al. NeurIPS 2022).
+
+Exactness: for N ≥ D the singular values come from the D×D Gram matrix XᵀX accumulated in
+float64 over row blocks (``dsyrk``, half the flops of a GEMM), s_k = sqrt(λ_k). The relative error
+of s_k from the Gram route is about eps·(s_1/s_k)²; when the Gram matrix is so ill-conditioned
+that this would exceed ~1e-9 (λ_min/λ_max < :data:`GRAM_RCOND`), the values are recomputed with
+LAPACK's SVD of X in float64. For N < D a thin SVD of X is used directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+__all__ = [
+    "singular_values",
+    "spectral_decay",
+    "class_conditioned_spectra",
+    "effective_rank",
+    "alpha_req",
+]
+
+#: Below this eigenvalue ratio λ_min/λ_max of XᵀX the Gram route would lose more than ~1e-9
+#: relative accuracy on the smallest singular value, so an SVD of X is used instead.
+GRAM_RCOND = 1e-7
+#: Elements per row block when accumulating XᵀX (one float64 block copy of ~32 MB at a time;
+#: large blocks keep the BLAS call overhead low).
+BLOCK_ELEMENTS = 1 << 22
+
+
+def block_rows_for(d: int) -> int:
+    """Rows per block for D columns: at least 256, about BLOCK_ELEMENTS elements."""
+    return max(256, BLOCK_ELEMENTS // max(int(d), 1))
+RANKME_EPS = 1e-7
+DIRECTIONS = ("uniform||s", "s||uniform")
+
+
+# ----------------------------------------------------------------------------- input checks
+def _as_matrix(X, name: str = "X", *, min_rows: int = 1, check_finite: bool = True) -> np.ndarray:
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise EmbedscopeError(f"{name} must be a 2-D array (N x D), got shape {X.shape}")
+    if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
+        raise EmbedscopeError(f"{name} must be numeric, got dtype {X.dtype}")
+    if X.shape[0] < min_rows or X.shape[1] < 1:
+        raise EmbedscopeError(f"{name} needs at least {min_rows} row(s) and 1 column, got shape {X.shape}")
+    if not np.issubdtype(X.dtype, np.floating):
+        X = X.astype(np.float64)
+    if check_finite and not np.all(np.isfinite(X)):
+        raise EmbedscopeError(f"{name} contains NaN or inf")
+    return X
+
+
+def _as_labels(y, n: int) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim != 1 or y.shape[0] != n:
+        raise EmbedscopeError(f"labels must be a 1-D array of length {n} (one per row), got shape {y.shape}")
+    return y
+
+
+# ----------------------------------------------------------------------------- Gram accumulation
+def gram(X: np.ndarray, *, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """XᵀX (D×D, float64, full symmetric) and the column sums, accumulated over row blocks (METHODS.md §2).
+
+    Each block of rows is converted to float64 and added with BLAS ``dsyrk`` (upper triangle).
+    """
+    from scipy.linalg.blas import dsyrk
+
+    X = np.asarray(X)
+    n, d = X.shape
+    block_rows = block_rows or block_rows_for(d)
+    G = np.zeros((d, d), dtype=np.float64, order="F")
+    colsum = np.zeros(d, dtype=np.float64)
+    for s in range(0, n, block_rows):
+        b = np.asarray(X[s:s + block_rows], dtype=np.float64)
+        G = dsyrk(1.0, b, beta=1.0, c=G, trans=1, lower=0, overwrite_c=1)
+        colsum += b.sum(axis=0)
+    return _symmetrize_upper(G), colsum
+
+
+def _symmetrize_upper(G: np.ndarray) -> np.ndarray:
+    """dsyrk fills the upper triangle only: mirror it."""
+    G = np.triu(G)
+    return G + np.triu(G, 1).T
+
+
+def _sv_from_gram(G: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Descending singular values sqrt(λ) of a Gram matrix, and whether that route is accurate."""
+    lam = np.linalg.eigvalsh(G)[::-1]
+    top = lam[0] if lam.size else 0.0
+    ok = bool(top > 0 and lam[-1] >= GRAM_RCOND * top)
+    return np.sqrt(np.clip(lam, 0.0, None)), ok
+
+
+def _svd_values(X: np.ndarray) -> np.ndarray:
+    return np.linalg.svd(np.asarray(X, dtype=np.float64), compute_uv=False)
+
+
+def singular_values(X, *, method: str = "auto") -> np.ndarray:
+    """Singular values of X, descending (METHODS.md §2).
+
+    s_1 ≥ … ≥ s_K, K = min(N, D), of the *uncentred* matrix X (raw, not squared), as used for the
+    spectral decay ρ of Roth et al. (ICML 2020, §5). For N ≥ D they are s_k = sqrt(λ_k(XᵀX)) with
+    the Gram matrix accumulated in float64 over row blocks; when XᵀX is too ill-conditioned for
+    that to be accurate (λ_min/λ_max < ``GRAM_RCOND``) or N < D, an SVD of X in float64 is used.
+
+    Parameters
+    ----------
+    X : array [N, D]
+        Embeddings (any float dtype; computation in float64).
+    method : {"auto", "gram", "svd"}
+        "auto" (default) as above; "gram" forces the Gram route (negative rounding eigenvalues
+        clipped to 0); "svd" forces LAPACK's SVD of X.
+
+    Returns
+    -------
+    ndarray [K], float64, descending.
+    """
+    X = _as_matrix(X)
+    n, d = X.shape
+    if method not in ("auto", "gram", "svd"):
+        raise EmbedscopeError(f"method must be 'auto', 'gram' or 'svd', got '{method}'")
+    if method == "svd" or (method == "auto" and n < d):
+        return _svd_values(X)
+    G, _ = gram(X)
+    s, ok = _sv_from_gram(G)
+    if method == "auto" and not ok:
+        return _svd_values(X)
+    return s[: min(n, d)]
+
+
+# ----------------------------------------------------------------------------- ρ
+def _kl_decay(s: np.ndarray, exclude_top: int, direction: str, n_components: int | None) -> float:
+    if not isinstance(exclude_top, (int, np.integer)) or isinstance(exclude_top, bool) or exclude_top < 0:
+        raise EmbedscopeError(f"exclude_top must be a non-negative integer, got {exclude_top!r}")
+    if direction not in DIRECTIONS:
+        raise EmbedscopeError(f"direction must be one of {', '.join(DIRECTIONS)}, got '{direction}'")
+    if n_components is not None:
+        if not isinstance(n_components, (int, np.integer)) or isinstance(n_components, bool) or not (
+                1 <= n_components <= s.size):
+            raise EmbedscopeError(f"n_components must be an integer in [1, {s.size}], got {n_components!r}")
+        s = s[:n_components]
+    s = np.asarray(s[exclude_top:], dtype=np.float64)
+    if s.size == 0:
+        raise EmbedscopeError(
+            f"no singular values left after dropping the top {exclude_top} (only {exclude_top} available)")
+    total = s.sum()
+    if not total > 0:
+        raise EmbedscopeError("all singular values considered are zero: ρ is undefined (X is zero there)")
+    k = s.size
+    p = s / total
+    u = 1.0 / k
+    with np.errstate(divide="ignore"):
+        if direction == "uniform||s":
+            # Σ_k u ln(u / p_k); a zero p_k gives +inf (the divergence is infinite, no ε)
+            return float(np.sum(u * (np.log(u) - np.log(p))))
+        nz = p > 0  # 0·ln 0 = 0
+        return float(np.sum(p[nz] * (np.log(p[nz]) - np.log(u))))
+
+
+def spectral_decay(X, *, exclude_top: int = 1, direction: str = "uniform||s",
+                   n_components: int | None = None) -> float:
+    """Spectral decay ρ(Φ) = KL(U ‖ P) of the normalised singular-value spectrum (METHODS.md §2).
+
+    With s the singular values of X (uncentred, descending, :func:`singular_values`), optionally
+    truncated to the first ``n_components``, s' = s[exclude_top:], K' = len(s'), p = s'/Σs'::
+
+        ρ = Σ_k (1/K') ln((1/K') / p_k)          (direction="uniform||s", natural log, no ε)
+        ρ = Σ_k p_k ln(p_k / (1/K'))             (direction="s||uniform", the reversed KL)
+
+    Source: Roth, Milbich, Sinha, Gupta, Ommer, Cohen, "Revisiting Training Strategies and
+    Generalization Performance in Deep Metric Learning", ICML 2020, §5 (footnote 3) and the
+    reference code ``metrics/rho_spectrum.py``. Which setting matches which source:
+
+    - ``exclude_top=1`` (default): the paper's footnote (drop the largest singular value) and the
+      code's ``rho_spectrum@2``, which draws Fig. 5.
+    - ``exclude_top=0``: the code's ``rho_spectrum@1`` named in its README.
+    - ``direction="s||uniform"``: the code's negative modes (``rho_spectrum@-m``, KL(P ‖ U)).
+    - ``n_components=D-1``: the code's CPU path, ``TruncatedSVD(D-1, n_iter=7, random_state=42)``,
+      which never sees the smallest singular value (the values here are exact, not randomised).
+
+    Lower ρ = more directions of significant variance. ρ is invariant to scaling X. A zero
+    singular value among those kept gives ρ = inf for the default direction.
+    Test vector: X = diag(10, 4, 3, 2, 1) → 0.121777 (default), 0.290167 (exclude_top=0),
+    0.276364 (s||uniform, exclude_top=0).
+
+    Parameters
+    ----------
+    X : array [N, D]
+        Embeddings, as the network outputs them (not centred). Roth use the *training* set.
+    exclude_top : int
+        Number of leading singular values dropped (default 1).
+    direction : {"uniform||s", "s||uniform"}
+    n_components : int or None
+        Keep only the first ``n_components`` singular values before dropping (parity with
+        the code's TruncatedSVD: ``D - 1``).
+
+    Returns
+    -------
+    float
+    """
+    return _kl_decay(singular_values(X), exclude_top, direction, n_components)
+
+
+# ----------------------------------------------------------------------------- class-conditioned
+def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = False,
+                              k: int = 35) -> tuple[np.ndarray, np.ndarray]:
+    """Per-class singular-value spectra and their mean (METHODS.md §2; Roth App. E, Fig. 11).
+
+    For every class c with n_c ≥ 2 (in the order of ``np.unique(y)``; singleton classes are left
+    out): the singular values of Φ_c (rows of class c; mean-centred first if ``center``), divided
+    by their sum if ``normalize`` (s/Σs), then the first K = min(k, D) values, zero-padded when
+    the class has fewer than K (a rank-r matrix has zero singular values beyond r). The mean is
+    taken over classes. After Roth et al. (ICML 2020, App. E) and Verma et al. (Manifold Mixup,
+    ICML 2019); the paper states neither normalisation nor centring, hence the parameters.
+
+    Parameters
+    ----------
+    X : array [N, D]
+    y : array [N] of labels
+    normalize : bool
+        Divide each class spectrum by its sum (default True).
+    center : bool
+        Subtract each class mean first (default False, as the rest of §2).
+    k : int
+        Number of leading values kept (default 35, as Fig. 11).
+
+    Returns
+    -------
+    per_class : ndarray [C', K]
+        One row per class with at least two samples.
+    mean : ndarray [K]
+        Mean over those rows.
+    """
+    X = _as_matrix(X)
+    y = _as_labels(y, X.shape[0])
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+        raise EmbedscopeError(f"k must be a positive integer, got {k!r}")
+    K = min(int(k), X.shape[1])
+    classes, inv, counts = np.unique(y, return_inverse=True, return_counts=True)
+    keep = np.flatnonzero(counts >= 2)
+    if keep.size == 0:
+        raise EmbedscopeError("class-conditioned spectra need at least one class with two or more samples")
+    order = np.argsort(inv, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    rows = []
+    for c in keep:
+        Xc = X[order[starts[c]:starts[c + 1]]]
+        if center:
+            Xc = Xc.astype(np.float64) - Xc.mean(axis=0, dtype=np.float64)
+        s = singular_values(Xc)
+        if normalize:
+            tot = s.sum()
+            s = s / tot if tot > 0 else s
+        row = np.zeros(K)
+        m = min(K, s.size)
+        row[:m] = s[:m]
+        rows.append(row)
+    per_class = np.vstack(rows)
+    return per_class, per_class.mean(axis=0)
+
+
+# ----------------------------------------------------------------------------- §4
+def _rankme(s: np.ndarray, eps: float) -> float:
+    total = s.sum()
+    if not total > 0:
+        raise EmbedscopeError("effective rank is undefined for an all-zero X")
+    p = s / total + eps
+    return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def effective_rank(X, *, eps: float = RANKME_EPS) -> float:
+    """Effective rank RankMe(X) = exp(−Σ_k p_k ln p_k), p_k = s_k / Σ s + ε (METHODS.md §4).
+
+    Garrido, Balestriero, Najman, LeCun, "RankMe: Assessing the downstream performance of
+    pretrained self-supervised representations by their rank", ICML 2023 (ε = 1e-7). s are the
+    singular values of the uncentred X (:func:`singular_values`). Range about [1, min(N, D)]:
+    isotropic data gives ≈ D, points on a line ≈ 1.
+
+    Parameters
+    ----------
+    X : array [N, D]
+    eps : float
+        The ε added to every p_k (default 1e-7 as in the paper).
+
+    Returns
+    -------
+    float
+    """
+    return _rankme(singular_values(X), eps)
+
+
+def _alpha_fit(lam: np.ndarray, k_min: int, k_max: int | None, rtol: float) -> float:
+    if not isinstance(k_min, (int, np.integer)) or k_min < 1:
+        raise EmbedscopeError(f"k_min must be an integer ≥ 1, got {k_min!r}")
+    hi = lam.size if k_max is None else int(k_max)
+    if hi > lam.size:
+        raise EmbedscopeError(f"k_max={k_max} exceeds the number of eigenvalues ({lam.size})")
+    idx = np.arange(k_min, hi + 1)
+    vals = lam[k_min - 1:hi]
+    top = lam[0] if lam.size else 0.0
+    ok = vals > rtol * top
+    if k_max is None:
+        idx, vals = idx[ok], vals[ok]
+    elif not ok.all():
+        raise EmbedscopeError(
+            f"eigenvalue(s) {np.flatnonzero(~ok)[:3] + k_min} are (numerically) zero: lower k_max")
+    if idx.size < 2:
+        raise EmbedscopeError("α-ReQ needs at least two positive eigenvalues in the fitted index range")
+    slope = np.polyfit(np.log(idx.astype(np.float64)), np.log(vals), 1)[0]
+    return float(-slope)
+
+
+def covariance_eigenvalues(X, *, center: bool = True) -> np.ndarray:
+    """Eigenvalues of the covariance (1/(N−1)) X̃ᵀX̃ (X̃ = X − mean if ``center``), descending (METHODS.md §4).
+
+    Exactly the squared singular values of X̃ over N − 1; K = min(N − 1, D) when centred.
+    """
+    X = _as_matrix(X, min_rows=2)
+    n, d = X.shape
+    if center:
+        Xc = X.astype(np.float64) - X.mean(axis=0, dtype=np.float64)
+        s = singular_values(Xc)[: min(n - 1, d)]
+    else:
+        s = singular_values(X)
+    return s ** 2 / (n - 1)
+
+
+def alpha_req(X, *, k_min: int = 1, k_max: int | None = None, center: bool = True,
+              rtol: float = 1e-12) -> float:
+    """α-ReQ: exponent α of a power law λ_k ∝ k^(−α) fitted to the covariance eigenspectrum (METHODS.md §4).
+
+    Agrawal, Mondal, Ghosh, Richards, "α-ReQ: Assessing Representation Quality in Self-Supervised
+    Learning by measuring eigenspectrum decay", NeurIPS 2022. λ_1 ≥ λ_2 ≥ … are the eigenvalues of
+    the covariance of X (:func:`covariance_eigenvalues`); α = −slope of the ordinary
+    least-squares line through (ln k, ln λ_k) for k = k_min … k_max (1-based, inclusive).
+    Larger α = faster decay (fewer effective directions).
+
+    Parameters
+    ----------
+    X : array [N, D]
+    k_min, k_max : int
+        Fitted index range; default 1 … K (K = min(N − 1, D) centred). With the default k_max,
+        eigenvalues ≤ rtol·λ_1 (numerically zero: rank-deficient data) are left out of the fit;
+        an explicit k_max that reaches such a value is an error.
+    center : bool
+        Mean-centre X first (covariance, default True).
+    rtol : float
+        Relative threshold for "numerically zero" eigenvalues (default 1e-12).
+
+    Returns
+    -------
+    float
+    """
+    return _alpha_fit(covariance_eigenvalues(X, center=center), k_min, k_max, rtol)

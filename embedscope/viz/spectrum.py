@@ -1,0 +1,109 @@
+"""Normalised singular-value spectra on a log scale (Roth et al. ICML 2020, Fig. 7 and Fig. 11).
+
+One curve per embedding file (e.g. a model trained with and one without ρ-regularisation); with
+class-conditioned spectra a second panel shows their mean ± one standard deviation over classes.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["normalized_spectrum", "plot_spectra"]
+
+
+def normalized_spectrum(s) -> np.ndarray:
+    """s / Σ s, the normalised spectrum plotted by Roth et al. Fig. 7 (METHODS.md §2)."""
+    s = np.asarray(s, dtype=np.float64)
+    tot = s.sum()
+    return s / tot if tot > 0 else s
+
+
+def _positive(v) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float64).copy()
+    v[~(v > 0)] = np.nan  # a log axis cannot show zeros
+    return v
+
+
+def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: bool = False,
+                 title: str | None = None):
+    """Figure of normalised singular-value spectra, one line per entry, log y axis (METHODS.md §2).
+
+    Layout of Roth et al. (ICML 2020) Fig. 7 (models with vs without ρ-regularisation) and, with
+    ``by_class``, Fig. 11 (class-conditioned spectra, App. E).
+
+    Parameters
+    ----------
+    entries : sequence of mappings
+        Each with ``label`` (legend text), ``spectrum`` (singular values, any scale: they are
+        divided by their sum), optional ``rho`` (shown in the legend) and, for ``by_class``,
+        ``class_mean`` and ``class_std`` (class-conditioned normalised spectra, Roth App. E).
+    exclude_top : int
+        How many leading values ρ leaves out; marked with a shaded band.
+    by_class : bool
+        Add a right-hand panel with the class-conditioned spectra (mean ± s.d. over classes).
+    title : str, optional
+        Figure title (suptitle).
+
+    Returns
+    -------
+    matplotlib Figure
+    """
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.figures import PAPER_RC
+
+    with plt.rc_context(PAPER_RC):
+        ncols = 2 if by_class else 1
+        fig, axes = plt.subplots(1, ncols, figsize=(3.5 * ncols, 2.7), squeeze=False,
+                                 layout="constrained")
+        axes = axes[0]
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        styles = ["-", "--", "-.", ":"]
+
+        ax = axes[0]
+        kmax = 1
+        for i, e in enumerate(entries):
+            p = normalized_spectrum(e["spectrum"])
+            k = np.arange(1, p.size + 1)
+            kmax = max(kmax, p.size)
+            label = str(e["label"])
+            if e.get("rho") is not None and np.isfinite(e["rho"]):
+                label += f" (ρ = {e['rho']:.3f})"
+            ax.plot(k, _positive(p), color=colors[i % len(colors)], ls=styles[(i // len(colors)) % 4],
+                    lw=1.4, label=label)
+        if exclude_top > 0:
+            ax.axvspan(0.5, exclude_top + 0.5, color="0.8", zorder=0, lw=0,
+                       label=f"left out of ρ (top {exclude_top})")
+        ax.set_yscale("log")
+        ax.set_xlim(0.5, kmax + 0.5)
+        ax.set_xlabel("singular value index k")
+        ax.set_ylabel("normalised singular value  s$_k$ / Σ s")
+        ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
+        ax.grid(True, which="major", alpha=0.3, lw=0.5)
+        ax.legend(loc="upper right", frameon=False)
+
+        if by_class:
+            ax = axes[1]
+            for i, e in enumerate(entries):
+                if e.get("class_mean") is None:
+                    continue
+                m = np.asarray(e["class_mean"], dtype=np.float64)
+                sd = np.asarray(e.get("class_std", np.zeros_like(m)), dtype=np.float64)
+                k = np.arange(1, m.size + 1)
+                c = colors[i % len(colors)]
+                ax.plot(k, _positive(m), color=c, ls=styles[(i // len(colors)) % 4], lw=1.4,
+                        label=str(e["label"]))
+                lo = _positive(m - sd)
+                lo = np.where(np.isnan(lo), np.nanmin(_positive(m)) / 10 if np.any(m > 0) else np.nan, lo)
+                ax.fill_between(k, lo, _positive(m + sd), color=c, alpha=0.2, lw=0)
+            ax.set_yscale("log")
+            ax.set_xlabel("singular value index k")
+            ax.set_ylabel("normalised singular value  s$_k$ / Σ s")
+            ax.set_title("Per class (mean ± s.d. over classes)")
+            ax.grid(True, which="major", alpha=0.3, lw=0.5)
+            ax.legend(loc="upper right", frameon=False)
+        if title and by_class:
+            fig.suptitle(title)
+    return fig
