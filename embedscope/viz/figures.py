@@ -45,5 +45,5 @@ def save_figure(fig, out: str | os.PathLike, *, force: bool = False) -> tuple[Pa
         check_writable(p, force=force)
     for p, fmt in ((png, "png"), (pdf, "pdf")):
         with atomic_output(p, force=force) as tmp:
-            fig.savefig(tmp, format=fmt)
+            fig.savefig(tmp, format=fmt, dpi=PAPER_RC["savefig.dpi"], bbox_inches="tight")
     return png, pdf
