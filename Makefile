@@ -32,10 +32,7 @@ bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 demo: $(STAMP)
-	@mkdir -p $(DEMO)
-	$(VENV)/bin/embedscope train --dataset digits --arch digits_cnn --loss multisimilarity --epochs 15 --seed 0 -o $(DEMO)/digits_ms.pt --force
-	$(VENV)/bin/embedscope embed $(DEMO)/digits_ms.pt --dataset digits --split all -o $(DEMO)/digits.h5 --force
-	$(VENV)/bin/embedscope info $(DEMO)/digits.h5
+	DEMO=$(DEMO) ES=$(VENV)/bin/embedscope bash scripts/demo.sh
 
 clean:
 	rm -rf $(DEMO) .pytest_cache
