@@ -1,0 +1,108 @@
+"""knn_search: exact float64 ranking with lower-index tie-break, against a brute-force sort."""
+
+import numpy as np
+import pytest
+
+from embedscope.errors import EmbedscopeError
+from embedscope.metrics import knn_search
+
+
+def brute_knn(Q, R, k, metric, exclude_self):
+    Q = np.asarray(Q, float)
+    R = Q if R is None else np.asarray(R, float)
+    if metric == "cosine":
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+        R = R / np.linalg.norm(R, axis=1, keepdims=True)
+        key = -(Q[:, None, :] * R[None, :, :]).sum(-1)
+    else:
+        key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
+    vals, idx = [], []
+    for i in range(len(Q)):
+        cand = np.array([j for j in range(len(R)) if not (exclude_self and j == i)])
+        o = cand[np.lexsort((cand, key[i, cand]))][:k]
+        idx.append(o)
+        vals.append(-key[i, o] if metric == "cosine" else np.sqrt(key[i, o]))
+    return np.array(vals), np.array(idx)
+
+
+def _with_ties(seed, n=200, d=5):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    X[7] = X[3]
+    X[50:60] = X[2]  # eleven identical rows
+    return X
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("block", [None, 32])  # 32 < N: several query blocks
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_same_set_exclude_self(metric, block, k):
+    X = _with_ties(0)
+    v, i = knn_search(X, None, k, metric=metric, exclude_self=True, block=block, device="cpu")
+    bv, bi = brute_knn(X, None, k, metric, True)
+    np.testing.assert_array_equal(i, bi)
+    np.testing.assert_allclose(v, bv, rtol=0, atol=1e-12)
+    # identical rows: the lower index comes first
+    assert list(i[2][:10]) == list(range(50, 50 + min(k, 10)))
+    assert (i != np.arange(len(X))[:, None]).all()
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_separate_references_and_deep_lists(metric):
+    rng = np.random.default_rng(1)
+    Q = rng.standard_normal((60, 4))
+    R = rng.standard_normal((400, 4))
+    R[100:300] = R[5]  # 201 identical references: deeper than the candidate slack
+    Q[0] = R[5]
+    for k in (3, 150, 250):  # 150, 250: faiss candidates on the CPU
+        v, i = knn_search(Q, R, k, metric=metric)
+        bv, bi = brute_knn(Q, R, k, metric, False)
+        np.testing.assert_array_equal(i, bi)
+        np.testing.assert_allclose(v, bv, rtol=0, atol=1e-12)
+
+
+def test_without_exclude_self_the_query_finds_itself():
+    X = np.random.default_rng(2).standard_normal((30, 3))
+    v, i = knn_search(X, None, 1, metric="euclidean")
+    assert (i[:, 0] == np.arange(30)).all()
+    assert np.allclose(v[:, 0], 0.0)
+
+
+def test_float32_input_and_near_ties_are_exact():
+    # values that differ below float32 resolution: the float64 certification must order them
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal(8)
+    R = base + 1e-12 * np.arange(40)[:, None] * rng.standard_normal((40, 8))
+    Q = base[None, :] + 0.5
+    v, i = knn_search(Q, R, 10, metric="euclidean")
+    bv, bi = brute_knn(Q, R, 10, "euclidean", False)
+    np.testing.assert_array_equal(i, bi)
+
+
+@pytest.mark.parametrize("args,kw,msg", [
+    ((np.ones((3, 2)), np.ones((3, 3)), 1), {}, "dimension"),
+    ((np.ones((3, 2)), None, 3), {"exclude_self": True}, "exceeds"),
+    ((np.ones((3, 2)), None, 0), {}, "positive integer"),
+    ((np.ones((3, 2)), None, 1), {"metric": "dot"}, "unknown metric"),
+    ((np.ones((3, 2)), np.ones((4, 2)), 1), {"exclude_self": True}, "as many references"),
+    ((np.full((3, 2), np.inf), None, 1), {}, "NaN or inf"),
+    ((np.ones(3), None, 1), {}, "2-D"),
+])
+def test_validation(args, kw, msg):
+    with pytest.raises(EmbedscopeError, match=msg):
+        knn_search(*args, **kw)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_torch_block_path_gives_the_same_neighbours(metric, monkeypatch):
+    # the CUDA path (torch GEMM blocks + torch.topk) run on the CPU: same exact result as faiss's
+    from embedscope.metrics import knn
+
+    X = _with_ties(4, n=150)
+    a = knn_search(X, None, 12, metric=metric, exclude_self=True)
+    monkeypatch.setattr(knn, "FAISS_MIN_L", 10**9)
+    b = knn_search(X, None, 12, metric=metric, exclude_self=True, block=40)
+    bv, bi = brute_knn(X, None, 12, metric, True)
+    np.testing.assert_array_equal(a[1], bi)
+    np.testing.assert_array_equal(b[1], bi)
+    np.testing.assert_allclose(b[0], bv, rtol=0, atol=1e-12)

@@ -1,0 +1,236 @@
+"""retrieval_metrics against a brute-force reference written from METHODS.md §1, against
+pytorch-metric-learning's AccuracyCalculator, and on the worked examples of §1."""
+
+import numpy as np
+import pytest
+
+from embedscope.errors import EmbedscopeError
+from embedscope.metrics import retrieval_metrics
+
+KEYS = ["R@1", "R@2", "R@4", "R@8", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000"]
+
+
+def brute(X, y, Xr=None, yr=None, metric="cosine", ks=(1, 2, 4, 8)):
+    """Full float64 key matrix, each query's list sorted by (distance, index): the formulas of §1."""
+    same = Xr is None
+    Q = np.asarray(X, dtype=np.float64)
+    R = Q if same else np.asarray(Xr, dtype=np.float64)
+    yr = np.asarray(y) if same else np.asarray(yr)
+    if metric == "cosine":
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+        R = R / np.linalg.norm(R, axis=1, keepdims=True)
+        key = -(Q[:, None, :] * R[None, :, :]).sum(-1)  # smaller = nearer
+    else:
+        key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
+    acc = {k: [] for k in [f"R@{k}" for k in ks] + KEYS[4:]}
+    n_lone = 0
+    for i in range(len(Q)):
+        cand = np.array([j for j in range(len(R)) if not (same and j == i)])
+        order = cand[np.lexsort((cand, key[i, cand]))]
+        rel = (yr[order] == y[i]).astype(float)
+        Ri = int(rel.sum())
+        if Ri == 0:
+            n_lone += 1
+            continue
+        Ci = Ri + 1
+        P = np.cumsum(rel) / np.arange(1, len(rel) + 1)
+        for k in ks:
+            acc[f"R@{k}"].append(float(rel[:k].any()))
+        acc["P@1"].append(rel[0])
+        acc["R-Precision"].append(rel[:Ri].sum() / Ri)
+        acc["MAP@R"].append((P[:Ri] * rel[:Ri]).sum() / Ri)
+        acc["mAP@C"].append((P[:Ci] * rel[:Ci]).sum() / Ci)
+        d = min(1000, len(cand))
+        acc["mAP@1000"].append((P[:d] * rel[:d]).sum() / Ci)
+    return {k: float(np.mean(v)) for k, v in acc.items()}, n_lone
+
+
+def _data(seed, n=240, d=6, n_cls=70, dup=True):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = rng.integers(0, n_cls, n)
+    if dup:  # exact ties: duplicated rows (same and other classes), and a repeated value block
+        X[10] = X[3]
+        X[11] = X[3]
+        X[20:26] = X[30]
+        y[20] = y[30]
+        X[40] = X[41] + 0.0  # and an exact tie between different classes
+        y[40] = y[41] + 1
+    y[-1] = 10_000  # a singleton class: a lone query
+    return X, y
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_same_set_matches_brute_force(metric, seed):
+    X, y = _data(seed)
+    ref, n_lone = brute(X, y, metric=metric)
+    got = retrieval_metrics(X, y, metric=metric, include=KEYS)
+    assert n_lone >= 1 and got["n_lone"] == n_lone
+    assert got["n_queries"] == len(X) and got["n_evaluated"] == len(X) - n_lone
+    for k in KEYS:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_separate_sets_match_brute_force(metric):
+    X, y = _data(3, n=150)
+    Xr, yr = _data(4, n=260)
+    Xr[5] = X[7]  # a reference equal to a query: nothing is excluded in this protocol
+    Xr[6] = X[7]
+    ref, n_lone = brute(X, y, Xr, yr, metric=metric)
+    got = retrieval_metrics(X, y, X_ref=Xr, y_ref=yr, metric=metric, include=KEYS)
+    assert got["n_lone"] == n_lone
+    for k in KEYS:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+
+
+@pytest.mark.parametrize("block", [16, 50])
+def test_block_size_and_symmetric_path_do_not_change_values(block):
+    X, y = _data(5, n=300, n_cls=40)
+    ref, _ = brute(X, y, ks=(1, 3, 16))
+    keys = ["R@1", "R@3", "R@16", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000"]
+    got = retrieval_metrics(X, y, ks=(1, 3, 16), block=block, include=keys, device="cpu")
+    for k in keys:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+
+
+def test_deep_faiss_candidates_and_many_ties():
+    # N > 1000 + slack so mAP@1000 uses faiss candidate lists; a block of 300 identical rows
+    # forces the full-row fallback.
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((1200, 4))
+    y = rng.integers(0, 200, 1200)
+    X[100:400] = X[99]
+    y[100:250] = y[99]
+    ref, _ = brute(X, y)
+    got = retrieval_metrics(X, y, include=KEYS)
+    for k in KEYS:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+    assert got["depth"] == 1000
+
+
+def test_agrees_with_pytorch_metric_learning():
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((500, 16)).astype(np.float32)
+    y = rng.integers(0, 60, 500)
+    X += 1.5 * rng.standard_normal((60, 16)).astype(np.float32)[y]
+    y[0] = 999  # lone: PML leaves it out too
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    ac = AccuracyCalculator(include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+                            avg_of_avgs=False, k="max_bin_count", device=__import__("torch").device("cpu"))
+    pml = ac.get_accuracy(Xn, y)
+    got = retrieval_metrics(X, y, include=["P@1", "R-Precision", "MAP@R"])
+    assert got["P@1"] == pytest.approx(pml["precision_at_1"], abs=1e-6)
+    assert got["R-Precision"] == pytest.approx(pml["r_precision"], abs=1e-6)
+    assert got["MAP@R"] == pytest.approx(pml["mean_average_precision_at_r"], abs=1e-6)
+    assert got["n_lone"] == 1
+    # separate query / reference sets
+    pml2 = ac.get_accuracy(Xn[:200], y[:200], Xn[200:], y[200:])
+    got2 = retrieval_metrics(X[:200], y[:200], X_ref=X[200:], y_ref=y[200:], include=["P@1", "MAP@R"])
+    assert got2["P@1"] == pytest.approx(pml2["precision_at_1"], abs=1e-6)
+    assert got2["MAP@R"] == pytest.approx(pml2["mean_average_precision_at_r"], abs=1e-6)
+
+
+def _one_query_list(relevance, extra_relevant):
+    """A 1-D Euclidean set-up: one query at 0, references at 1, 2, ... with the given relevance,
+    then ``extra_relevant`` relevant references further away, then a second query of class 1."""
+    rel = list(relevance) + [1] * extra_relevant
+    Xr = np.arange(1, len(rel) + 1, dtype=float)[:, None]
+    yr = np.where(np.array(rel) == 1, 0, 1)
+    X = np.array([[0.0], [1000.0]])
+    return X, np.array([0, 1]), Xr, yr
+
+
+@pytest.mark.parametrize("relevance,extra,rp,mapr", [
+    ([1, 0, 1, 1, 0, 0, 0, 0, 0, 0], 7, 0.30, (1 + 2 / 3 + 3 / 4) / 10),
+    ([1, 1, 1, 0, 0], 2, 0.6, 0.6),
+    ([0, 0, 1, 1, 1], 2, 0.6, (1 / 3 + 2 / 4 + 3 / 5) / 5),
+])
+def test_worked_examples_of_methods(relevance, extra, rp, mapr):
+    X, y, Xr, yr = _one_query_list(relevance, extra)
+    got = retrieval_metrics(X, y, X_ref=Xr, y_ref=yr, metric="euclidean", per_query=True,
+                            include=["P@1", "R-Precision", "MAP@R"])
+    pq = got["per_query"]
+    assert pq["R@1"][0] == relevance[0]
+    assert pq["R-Precision"][0] == pytest.approx(rp, abs=1e-12)
+    assert pq["MAP@R"][0] == pytest.approx(mapr, abs=1e-12)
+
+
+def test_worked_example_rounded_values():
+    X, y, Xr, yr = _one_query_list([1, 0, 1, 1, 0, 0, 0, 0, 0, 0], 7)
+    pq = retrieval_metrics(X, y, X_ref=Xr, y_ref=yr, metric="euclidean", per_query=True)["per_query"]
+    assert round(float(pq["MAP@R"][0]), 4) == 0.2417
+    X, y, Xr, yr = _one_query_list([0, 0, 1, 1, 1], 2)
+    pq = retrieval_metrics(X, y, X_ref=Xr, y_ref=yr, metric="euclidean", per_query=True)["per_query"]
+    assert round(float(pq["MAP@R"][0]), 4) == 0.2867
+
+
+def test_map_at_c_maximum_is_c_minus_1_over_c():
+    # perfectly separated classes of 4: every query retrieves its 3 mates first -> mAP@C = 3/4
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((10, 8)) * 10
+    y = np.repeat(np.arange(10), 4)
+    X = centers[y] + 0.01 * rng.standard_normal((40, 8))
+    got = retrieval_metrics(X, y, include=["R@1", "MAP@R", "mAP@C", "mAP@1000", "R-Precision"])
+    assert got["R@1"] == 1.0 and got["MAP@R"] == 1.0 and got["R-Precision"] == 1.0
+    assert got["mAP@C"] == pytest.approx(0.75, abs=1e-12)
+    assert got["mAP@1000"] == pytest.approx(0.75, abs=1e-12)
+
+
+def test_keys_order_include_and_per_query_arrays():
+    X, y = _data(2, n=120, n_cls=30)
+    got = retrieval_metrics(X, y, per_query=True)
+    assert list(got)[:11] == ["R@1", "R@2", "R@4", "R@8", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000",
+                              "NMI", "F1"]
+    for k in list(got)[:11]:
+        assert 0.0 <= got[k] <= 1.0
+    pq = got["per_query"]
+    lone = np.isnan(pq["MAP@R"])
+    assert lone.sum() == got["n_lone"]
+    assert np.nanmean(pq["MAP@R"]) == pytest.approx(got["MAP@R"], abs=1e-12)
+    assert np.nanmean(pq["R@1"]) == pytest.approx(got["R@1"], abs=1e-12)
+    sub = retrieval_metrics(X, y, ks=(3,), include=["R@3", "MAP@R"])
+    assert [k for k in sub if not k.startswith("n_") and k != "depth"] == ["R@3", "MAP@R"]
+
+
+def test_string_labels_and_cosine_equals_euclidean_on_unit_rows():
+    X, y = _data(8, n=100, n_cls=20, dup=False)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    a = retrieval_metrics(X, y, include=KEYS)
+    b = retrieval_metrics(X, np.array([f"c{v}" for v in y]), metric="euclidean", include=KEYS)
+    for k in KEYS:
+        assert a[k] == pytest.approx(b[k], abs=1e-12)
+
+
+@pytest.mark.parametrize("kwargs,msg", [
+    (dict(X=np.zeros((5, 2, 2)), y=np.zeros(5)), "2-D"),
+    (dict(X=np.ones((5, 2)), y=np.zeros(4)), "5 entries"),
+    (dict(X=np.array([[1.0, np.nan], [1, 2], [3, 4]]), y=[0, 1, 1]), "NaN"),
+    (dict(X=np.ones((4, 2)), y=[0, 0, 0, 0]), "at least 2 classes"),
+    (dict(X=np.ones((4, 2)), y=[0, 0, 1, 1], metric="manhattan"), "unknown metric"),
+    (dict(X=np.ones((4, 2)), y=[0, 0, 1, 1], ks=(0,)), "positive integer"),
+    (dict(X=np.ones((4, 2)), y=[0, 0, 1, 1], include=["R@3"]), "unknown metric"),
+    (dict(X=np.ones((4, 2)), y=[0, 0, 1, 1], X_ref=np.ones((3, 2))), "both X_ref and y_ref"),
+    (dict(X=np.ones((4, 2)), y=[0, 0, 1, 1], X_ref=np.ones((3, 3)), y_ref=[0, 1, 1]), "dimension"),
+    (dict(X=np.ones((4, 2)), y=[0, 1, 2, 3], include=["MAP@R"]), "no query"),
+    (dict(X=np.array([[0.0, 0], [1, 2], [3, 4]]), y=[0, 1, 1]), "all zeros"),
+    (dict(X=np.ones((4, 2)), y=[0.5, 0, 1, 1]), "integer class labels"),
+])
+def test_input_validation(kwargs, msg):
+    with pytest.raises(EmbedscopeError, match=msg):
+        retrieval_metrics(**kwargs)
+
+
+def test_torch_block_path_matches_brute_force(monkeypatch):
+    from embedscope.metrics import knn
+
+    monkeypatch.setattr(knn, "FAISS_MIN_L", 10**9)
+    X, y = _data(9, n=200)
+    for metric in ("cosine", "euclidean"):
+        ref, _ = brute(X, y, metric=metric)
+        got = retrieval_metrics(X, y, metric=metric, include=KEYS, block=64)
+        for k in KEYS:
+            assert got[k] == pytest.approx(ref[k], abs=1e-9), k
