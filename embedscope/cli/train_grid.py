@@ -1,0 +1,42 @@
+"""embedscope train-grid --dataset digits --losses margin triplet ... --p-switch 0 0.2 --seeds 0 1 2 -o runs/"""
+
+from __future__ import annotations
+
+from embedscope.cli.train import LOSS_CHOICES, add_training_options
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser(
+        "train-grid", parents=parents, help="train one model per (loss, p_switch, seed) for a study",
+        description="Train one model per combination of --losses, --p-switch and --seeds into -o DIR "
+        "(DIR/<dataset>_<loss>_p<p>_s<seed>.pt), skipping finished ones and resuming interrupted ones; "
+        "writes DIR/grid.csv with the best test R@1 and the training rho at that epoch.")
+    add_training_options(p, grid=True)
+    p.add_argument("--losses", nargs="+", required=True, choices=LOSS_CHOICES, metavar="LOSS",
+                   help=f"losses ({', '.join(LOSS_CHOICES)})")
+    p.add_argument("--p-switch", nargs="+", type=float, default=[0.0], metavar="P",
+                   help="rho-regularisation probabilities (default: 0); p > 0 only for tuple losses")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.add_argument("--force", action="store_true", help="retrain finished combinations too")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope.cli.train import OPTION_DESTS, parse_loss_params
+    from embedscope.tables import format_table
+    from embedscope.train.grid import train_grid
+
+    opts = {d: getattr(args, d) for d in OPTION_DESTS if getattr(args, d, None) is not None}
+    dataset = opts.pop("dataset", None) or "digits"
+    lp = parse_loss_params(args.loss_param)
+    if lp:
+        opts["loss_params"] = lp
+    rows = train_grid(dataset, args.losses, args.p_switch, args.seeds, args.output, options=opts,
+                      force=args.force, progress=not args.no_progress)
+    print(format_table(rows, ["name", "status", "epochs", "best_epoch", "best_R@1", "rho_at_best", "final_R@1",
+                              "final_rho"], title=f"train-grid ({len(rows)} combinations)"))
+    print(f"wrote {args.output}/grid.csv")
+    return 0
