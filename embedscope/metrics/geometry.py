@@ -265,10 +265,6 @@ def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAI
         "uniformity_pairs": npairs,
         "uniformity_exact": exact,
     }
-    if keep_spectrum:
-        out["singular_values"] = s
-        out["covariance_eigenvalues"] = lam
-    return out
 
 
 # ----------------------------------------------------------------------------- report
