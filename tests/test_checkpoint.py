@@ -1,4 +1,3 @@
-import pickle
 
 import pytest
 import torch

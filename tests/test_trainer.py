@@ -82,7 +82,7 @@ def test_classification_and_proxy_losses_raise_test_r1(tmp_path, loss):
 
 def test_resumed_run_equals_uninterrupted(tmp_path):
     opts = {**QUICK, "loss": "margin", "p_switch": 0.3, "sampler": "gc", "epochs": 2, "batch_size": 40}
-    full = train(opts, tmp_path / "full.pt", progress=False, echo=lambda s: None)
+    train(opts, tmp_path / "full.pt", progress=False, echo=lambda s: None)
 
     class Stop(Exception):
         pass

@@ -92,8 +92,6 @@ def train_toy(variant: str, seed: int = 1, *, p_switch: float = 0.001, iteration
     """
     import torch
 
-    from embedscope.metrics import spectral_decay
-
     if variant not in VARIANTS:
         raise EmbedscopeError(f"unknown toy variant '{variant}' (choose {', '.join(VARIANTS)})")
     threads = torch.get_num_threads()
