@@ -1,6 +1,6 @@
 """Benchmark: every geometry measure (ρ, π, RankMe, α-ReQ, alignment, uniformity) on N × D float32.
 
-embedscope.metrics.geometry_report (one blocked float64 pass: D×D Gram via dsyrk, per-class sums)
+embedscope.metrics.geometry_report (one blocked float64 pass: D×D Gram via b.T @ b (BLAS syrk), per-class sums)
 against a naive scipy/sklearn implementation of the same definitions, as the reference code does
 it (TruncatedSVD(D-1, n_iter=7, random_state=42) for the spectrum, cdist per class for π_intra and
 the alignment, cdist of the class means for π_inter, PCA for the covariance eigenvalues, the same

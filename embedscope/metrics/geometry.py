@@ -21,7 +21,6 @@ from embedscope.metrics.spectral import (
     _rankme,
     _sv_from_gram,
     _svd_values,
-    _symmetrize_upper,
     block_rows_for,
     covariance_eigenvalues,
 )
@@ -43,7 +42,6 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
                 need_unit: bool = True, block_rows: int | None = None) -> dict:
     """Per-class sums of raw rows, unit rows and squared norms (and XᵀX, column sums) in float64."""
     import scipy.sparse as sp
-    from scipy.linalg.blas import dsyrk
 
     n, d = X.shape
     block_rows = block_rows or block_rows_for(d)
@@ -51,7 +49,7 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
     unit = np.zeros((n_classes, d))
     sq = np.zeros(n_classes)
     row_norms = np.empty(n)
-    G = np.zeros((d, d), order="F") if with_gram else None
+    G = np.zeros((d, d)) if with_gram else None
     colsum = np.zeros(d)
     for s in range(0, n, block_rows):
         b = np.asarray(X[s:s + block_rows], dtype=np.float64)
@@ -59,7 +57,7 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
         m = b.shape[0]
         onehot = sp.csr_matrix((np.ones(m), (ib, np.arange(m))), shape=(n_classes, m))
         if with_gram:
-            G = dsyrk(1.0, b, beta=1.0, c=G, trans=1, lower=0, overwrite_c=1)
+            G += b.T @ b  # numpy calls BLAS syrk for this pattern
             colsum += b.sum(axis=0)
         sqn = np.einsum("ij,ij->i", b, b)
         if not np.all(np.isfinite(sqn)):  # NaN or inf anywhere in the row (squares cannot overflow float64)
@@ -75,7 +73,7 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
             unit += onehot @ (b / row_norms[s:s + m, None])  # out of place: b may be a view of X
     out = {"raw": raw, "unit": unit, "sq": sq, "colsum": colsum, "norms": row_norms}
     if with_gram:
-        out["G"] = _symmetrize_upper(G)
+        out["G"] = G
     return out
 
 
