@@ -197,8 +197,8 @@ def toy_figure(results: list[dict[str, Any]], seed: int):
             ax.bar(np.arange(1, len(s) + 1) + (j - 1) * width, s / s.sum(), width,
                    label=f"{v} (ρ={by_v[v]['rho']:.3f})", color=("0.4", "tab:blue", "tab:red")[j])
         ax.set(title="Spectra of training embeddings", xlabel="singular value index k",
-               ylabel="$s_k / \\sum s$", xticks=[1, 2], ylim=(0, 1))
-        ax.legend(fontsize=7, loc="center right")
+               ylabel="$s_k / \\sum s$", xticks=[1, 2], ylim=(0, 1.45), yticks=[0, 0.25, 0.5, 0.75, 1.0])
+        ax.legend(fontsize=7, loc="upper center", ncol=1, frameon=False)  # above the bars (they reach <= 1)
         titles = {"baseline": "baseline", "paper": "paper: p=0.001, attraction kept",
                   "code": "code: p=0.001, no attraction"}
         for j, v in enumerate(VARIANTS):
