@@ -64,6 +64,7 @@ def test_errors_are_one_line(ckpt, tmp_path):
     assert r.returncode == 1 and r.stderr.strip() == "embedscope info: error: nope.h5: no such file"
     r = run("embed", str(ckpt))
     assert r.returncode == 2 and "required" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "--help" in r.stderr
     r = run("embed", str(ckpt), "--dataset", "nosuch", "-o", "x.h5")
     assert r.returncode == 1 and "unknown data set" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run("--debug", "info", "nope.h5")

@@ -32,7 +32,7 @@ COMMANDS = [
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
-        self.exit(2, f"{self.prog}: error: {message}\n(see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def common_parent() -> argparse.ArgumentParser:
