@@ -80,10 +80,11 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 0, niter: int = 20, metric:
     """faiss k-means cluster of every row (rows L2-normalised first for ``metric="cosine"``)."""
     import faiss
 
-    from embedscope.metrics.knn import as_matrix, check_metric, prepare
+    from embedscope.metrics.knn import check_metric, prepare
+    from embedscope.validation import check_matrix
 
     check_metric(metric)
-    X64 = prepare(as_matrix(X, "X"), metric, "X")
+    X64 = prepare(check_matrix(X, "X", dtype=np.float64), metric, "X")
     n, d = X64.shape
     if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
         raise EmbedscopeError(f"n_clusters must be a positive integer, got {n_clusters!r}")
@@ -120,9 +121,9 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 0, niter: 
         ``"NMI"``, ``"F1"``, ``"F1_precision"``, ``"F1_recall"``, ``"n_clusters"``, ``"niter"``,
         ``"seed"`` (and ``"labels"``, the cluster of each row, when ``return_labels``).
     """
-    from embedscope.metrics.knn import as_matrix
+    from embedscope.validation import check_matrix
 
-    X64 = as_matrix(X, "X")
+    X64 = check_matrix(X, "X", dtype=np.float64)
     yy = np.asarray(y)
     if yy.ndim != 1 or yy.shape[0] != X64.shape[0]:
         raise EmbedscopeError(f"y must be 1-D with {X64.shape[0]} entries (one per row), got shape {yy.shape}")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.validation import check_matrix
 from embedscope.metrics.spectral import (
     GRAM_RCOND,
     RANKME_EPS,
     _alpha_fit,
     _as_labels,
-    _as_matrix,
     _kl_decay,
     _rankme,
     _sv_from_gram,
@@ -151,7 +151,7 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
     """
     if metric not in METRICS:
         raise EmbedscopeError(f"metric must be one of {', '.join(METRICS)}, got '{metric}'")
-    X = _as_matrix(X, check_finite=False)  # _accumulate checks every row
+    X = check_matrix(X, check_finite=False)  # _accumulate checks every row
     classes, inv, counts = _encode(y, X.shape[0])
     sums = _accumulate(X, inv, classes.size, with_gram=False, need_unit=metric == "cosine")
     out = _pi_from_sums(sums, counts, metric)
@@ -253,7 +253,7 @@ def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAI
     ``uniformity_exact`` (bool).
     """
     _check_au_args(t, max_pairs)
-    X = _as_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
+    X = check_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
     classes, inv, counts = _encode(y, X.shape[0])
     sums = _accumulate(X, inv, classes.size, with_gram=False)
     unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed)
@@ -311,7 +311,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     if metric not in ("cosine", "sqeuclidean"):
         raise EmbedscopeError(f"metric must be one of cosine, sqeuclidean, got '{metric}'")
     _check_au_args(t, max_pairs)
-    X = _as_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
+    X = check_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
     n, d = X.shape
     classes, inv, counts = _encode(y, n)
     use_gram = n >= d

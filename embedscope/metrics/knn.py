@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.validation import check_matrix
 
 __all__ = ["knn_search"]
 
@@ -41,25 +42,6 @@ _MAX_BLOCK_ELEMS = 1 << 26  # float32 block of at most 256 MiB
 
 
 # ----------------------------------------------------------------------------- input checks
-def as_matrix(X, name: str = "X") -> np.ndarray:
-    """Validate a finite 2-D floating array and return it as C-contiguous float64."""
-    try:
-        A = np.asarray(X)
-    except Exception as e:  # pragma: no cover - exotic inputs
-        raise EmbedscopeError(f"{name} could not be read as an array ({e.__class__.__name__})") from None
-    if A.ndim != 2:
-        raise EmbedscopeError(f"{name} must be 2-D (N x D), got shape {A.shape}")
-    if A.shape[0] == 0 or A.shape[1] == 0:
-        raise EmbedscopeError(f"{name} is empty (shape {A.shape})")
-    if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
-        raise EmbedscopeError(f"{name} must hold numbers, got dtype {A.dtype}")
-    A = np.ascontiguousarray(A, dtype=np.float64)
-    if not np.all(np.isfinite(A)):
-        bad = int(np.count_nonzero(~np.all(np.isfinite(A), axis=1)))
-        raise EmbedscopeError(f"{name}: {bad} rows contain NaN or inf")
-    return A
-
-
 def check_metric(metric: str) -> str:
     if metric not in METRICS:
         raise EmbedscopeError(f"unknown metric '{metric}' (choose cosine or euclidean)")
@@ -313,8 +295,8 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     """
     check_metric(metric)
     same = R is None or R is Q
-    Q64 = prepare(as_matrix(Q, "Q"), metric, "Q")
-    R64 = Q64 if same else prepare(as_matrix(R, "R"), metric, "R")
+    Q64 = prepare(check_matrix(Q, "Q", dtype=np.float64), metric, "Q")
+    R64 = Q64 if same else prepare(check_matrix(R, "R", dtype=np.float64), metric, "R")
     if R64.shape[1] != Q64.shape[1]:
         raise EmbedscopeError(f"Q and R differ in dimension: {Q64.shape[1]} vs {R64.shape[1]}")
     if exclude_self and R64.shape[0] != Q64.shape[0]:

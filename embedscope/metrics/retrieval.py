@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.validation import check_matrix
 from embedscope.metrics.knn import (
     KeySpace,
-    as_matrix,
     candidate_blocks,
     check_metric,
     pair_keys64,
@@ -207,7 +207,7 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     """
     check_metric(metric)
     ks_ = _check_ks(ks)
-    X64 = as_matrix(X, "X")
+    X64 = check_matrix(X, "X", dtype=np.float64)
     ylab = _labels(y, X64.shape[0], "y")
     if (X_ref is None) != (y_ref is None):
         raise EmbedscopeError("give both X_ref and y_ref for a separate reference set, or neither")
@@ -215,7 +215,7 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     if same:
         R64raw, yref = X64, ylab
     else:
-        R64raw = as_matrix(X_ref, "X_ref")
+        R64raw = check_matrix(X_ref, "X_ref", dtype=np.float64)
         if R64raw.shape[1] != X64.shape[1]:
             raise EmbedscopeError(f"X and X_ref differ in dimension: {X64.shape[1]} vs {R64raw.shape[1]}")
         yref = _labels(y_ref, R64raw.shape[0], "y_ref")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.validation import check_matrix
 
 __all__ = [
     "singular_values",
@@ -40,21 +41,6 @@ DIRECTIONS = ("uniform||s", "s||uniform")
 
 
 # ----------------------------------------------------------------------------- input checks
-def _as_matrix(X, name: str = "X", *, min_rows: int = 1, check_finite: bool = True) -> np.ndarray:
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise EmbedscopeError(f"{name} must be a 2-D array (N x D), got shape {X.shape}")
-    if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
-        raise EmbedscopeError(f"{name} must be numeric, got dtype {X.dtype}")
-    if X.shape[0] < min_rows or X.shape[1] < 1:
-        raise EmbedscopeError(f"{name} needs at least {min_rows} row(s) and 1 column, got shape {X.shape}")
-    if not np.issubdtype(X.dtype, np.floating):
-        X = X.astype(np.float64)
-    if check_finite and not np.all(np.isfinite(X)):
-        raise EmbedscopeError(f"{name} contains NaN or inf")
-    return X
-
-
 def _as_labels(y, n: int) -> np.ndarray:
     y = np.asarray(y)
     if y.ndim != 1 or y.shape[0] != n:
@@ -114,7 +100,7 @@ def singular_values(X, *, method: str = "auto") -> np.ndarray:
     -------
     ndarray [K], float64, descending.
     """
-    X = _as_matrix(X)
+    X = check_matrix(X)
     n, d = X.shape
     if method not in ("auto", "gram", "svd"):
         raise EmbedscopeError(f"method must be 'auto', 'gram' or 'svd', got '{method}'")
@@ -230,7 +216,7 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
     mean : ndarray [K]
         Mean over those rows.
     """
-    X = _as_matrix(X)
+    X = check_matrix(X)
     y = _as_labels(y, X.shape[0])
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise EmbedscopeError(f"k must be a positive integer, got {k!r}")
@@ -314,7 +300,7 @@ def covariance_eigenvalues(X, *, center: bool = True) -> np.ndarray:
 
     Exactly the squared singular values of X̃ over N − 1; K = min(N − 1, D) when centred.
     """
-    X = _as_matrix(X, min_rows=2)
+    X = check_matrix(X, min_rows=2)
     n, d = X.shape
     if center:
         Xc = X.astype(np.float64) - X.mean(axis=0, dtype=np.float64)

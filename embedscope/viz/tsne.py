@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.validation import check_matrix
 
 #: openTSNE's defaults (openTSNE 1.0): recorded with every map.
 TSNE_DEFAULTS = {
@@ -38,18 +39,6 @@ TEST_COLOR = "#1f77b4"  # blue
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _as_matrix(X: Any, name: str) -> np.ndarray:
-    X = np.asarray(X)
-    if X.ndim != 2:
-        raise EmbedscopeError(f"{name} must be a 2-D array (N x D), got shape {X.shape}")
-    if not np.issubdtype(X.dtype, np.number):
-        raise EmbedscopeError(f"{name} must be numeric, got {X.dtype}")
-    X = X.astype(np.float64, copy=False)
-    if X.size and not np.all(np.isfinite(X)):
-        raise EmbedscopeError(f"{name} contains NaN or inf")
-    return X
-
-
 def effective_perplexity(perplexity: float, n: int) -> float:
     """The perplexity actually used: ``min(perplexity, (n - 1) / 3)`` (openTSNE needs 3·perplexity
     neighbours per point)."""
@@ -192,8 +181,8 @@ def joint_tsne(
         Map coordinates, in the input row order.
     info : dict, only with ``return_info``
     """
-    A = _as_matrix(X_train, "X_train")
-    B = _as_matrix(X_test, "X_test")
+    A = check_matrix(X_train, "X_train", dtype=np.float64)
+    B = check_matrix(X_test, "X_test", dtype=np.float64)
     if A.shape[0] == 0 or B.shape[0] == 0:
         raise EmbedscopeError("joint t-SNE needs at least one training and one test point")
     if A.shape[1] != B.shape[1]:
@@ -216,7 +205,7 @@ def single_tsne(X: Any, *, perplexity: float = 30, seed: int = 0, n_iter: int = 
 
     Returns ``Y`` (N x 2), and ``info`` with ``return_info``.
     """
-    X = _as_matrix(X, "X")
+    X = check_matrix(X, "X", dtype=np.float64)
     Y, info = _run_opentsne(X, perplexity=perplexity, seed=seed, n_iter=n_iter,
                             early_exaggeration_iter=early_exaggeration_iter, n_jobs=n_jobs, progress=progress,
                             desc="t-SNE", **tsne_kwargs)
@@ -401,8 +390,8 @@ def yoked_tsne(
     from openTSNE.affinity import PerplexityBasedNN
     from openTSNE.initialization import pca as pca_init
 
-    A = _as_matrix(X_a, "X_a")
-    B = _as_matrix(X_b, "X_b")
+    A = check_matrix(X_a, "X_a", dtype=np.float64)
+    B = check_matrix(X_b, "X_b", dtype=np.float64)
     if A.shape[0] != B.shape[0]:
         raise EmbedscopeError(f"yoked t-SNE needs the same points in both sets: {A.shape[0]} vs {B.shape[0]} rows")
     n = A.shape[0]
