@@ -144,6 +144,31 @@ class EmbeddingSet:
         return out
 
 
+def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: str = "b"
+                  ) -> tuple[EmbeddingSet, EmbeddingSet]:
+    """Reorder ``b`` to ``a``'s rows by image path (the same images under two models, epochs or layers).
+
+    One-line :class:`EmbedscopeError` when a file repeats a path, the image sets differ, or the two
+    files give an image different classes.
+    """
+    for es, nm in ((a, name_a), (b, name_b)):
+        if len(np.unique(es.paths)) != es.n:
+            raise EmbedscopeError(f"{nm}: duplicate paths, cannot match rows by path")
+    only_a = np.setdiff1d(a.paths, b.paths)
+    only_b = np.setdiff1d(b.paths, a.paths)
+    if len(only_a) or len(only_b):
+        ex = only_a[0] if len(only_a) else only_b[0]
+        raise EmbedscopeError(
+            f"{name_a} and {name_b} hold different images ({len(only_a)} only in {name_a}, "
+            f"{len(only_b)} only in {name_b}, e.g. {ex}); comparing them needs the same images in both")
+    pos = {p: i for i, p in enumerate(b.paths)}
+    b = b.select(np.array([pos[p] for p in a.paths], dtype=np.int64))
+    if not np.array_equal(a.class_names[a.labels], b.class_names[b.labels]):
+        bad = int(np.count_nonzero(a.class_names[a.labels] != b.class_names[b.labels]))
+        raise EmbedscopeError(f"{name_a} and {name_b} give {bad} images different classes")
+    return a, b
+
+
 def _as_attr(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool, np.integer, np.floating)):
         return value

@@ -102,3 +102,21 @@ def test_constructor_validation():
         store.EmbeddingSet(np.zeros(3), [0, 0, 0], ["a"] * 3, ["train"] * 3, ["x"])
     with pytest.raises(EmbedscopeError, match="split"):
         store.EmbeddingSet(np.zeros((2, 2)), [0, 0], ["a", "b"], ["train", "val"], ["x"])
+
+
+def test_match_by_path():
+    a = make_set(props=False)
+    perm = np.random.default_rng(3).permutation(a.n)
+    b = a.select(perm)
+    b.embeddings = b.embeddings * 2
+    a2, b2 = store.match_by_path(a, b, "A", "B")
+    assert list(b2.paths) == list(a.paths)
+    np.testing.assert_array_equal(b2.embeddings, a.embeddings * 2)
+    with pytest.raises(EmbedscopeError, match="1 only in A"):
+        store.match_by_path(a, b.select(np.arange(b.n - 1)), "A", "B")
+    with pytest.raises(EmbedscopeError, match="duplicate paths"):
+        store.match_by_path(a, b.select(np.r_[0, np.arange(b.n - 1)]), "A", "B")
+    c = a.select(np.arange(a.n))
+    c.labels = (c.labels + 1) % 4
+    with pytest.raises(EmbedscopeError, match="different classes"):
+        store.match_by_path(a, c, "A", "C")

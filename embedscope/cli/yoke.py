@@ -32,30 +32,6 @@ def add_parser(sub, parents):
     return p
 
 
-def match_by_path(a, b, name_a: str, name_b: str):
-    """Reorder ``b`` to ``a``'s rows by path; one-line error when the image sets differ."""
-    import numpy as np
-
-    from embedscope.errors import EmbedscopeError
-
-    for es, nm in ((a, name_a), (b, name_b)):
-        if len(np.unique(es.paths)) != es.n:
-            raise EmbedscopeError(f"{nm}: duplicate paths, cannot match rows by path")
-    only_a = np.setdiff1d(a.paths, b.paths)
-    only_b = np.setdiff1d(b.paths, a.paths)
-    if len(only_a) or len(only_b):
-        ex = only_a[0] if len(only_a) else only_b[0]
-        raise EmbedscopeError(
-            f"{name_a} and {name_b} hold different images ({len(only_a)} only in {name_a}, "
-            f"{len(only_b)} only in {name_b}, e.g. {ex}); yoked t-SNE needs the same images in both")
-    pos = {p: i for i, p in enumerate(b.paths)}
-    b = b.select(np.array([pos[p] for p in a.paths], dtype=np.int64))
-    if not np.array_equal(a.class_names[a.labels], b.class_names[b.labels]):
-        bad = int(np.count_nonzero(a.class_names[a.labels] != b.class_names[b.labels]))
-        raise EmbedscopeError(f"{name_a} and {name_b} give {bad} images different classes")
-    return a, b
-
-
 def run(args) -> int:
     import math
     from pathlib import Path
@@ -78,7 +54,7 @@ def run(args) -> int:
     png, pdf, csv, js = output_paths(args.output, args.force)
     a = store.load(args.file_a).subset(args.split)
     b = store.load(args.file_b).subset(args.split)
-    a, b = match_by_path(a, b, args.file_a, args.file_b)
+    a, b = store.match_by_path(a, b, args.file_a, args.file_b)
     idx = subsample(a, args.max_points, args.seed, by_split=True)
     if idx is not a:
         keep = np.isin(a.paths, idx.paths)
