@@ -42,14 +42,13 @@ def output_paths(out, force: bool):
 
 
 def save_paper_figure(fig, png, *, force: bool):
-    """save_figure under PAPER_RC (200 dpi PNG, tight bounding box), then close the figure."""
+    """save_figure (PNG at 200 dpi and PDF, tight bounding box), then close the figure."""
     import matplotlib.pyplot as plt
 
-    from embedscope.viz.figures import PAPER_RC, save_figure
+    from embedscope.viz.figures import save_figure
 
     try:
-        with plt.rc_context(PAPER_RC):
-            return save_figure(fig, png, force=force)
+        return save_figure(fig, png, force=force)
     finally:
         plt.close(fig)
 
