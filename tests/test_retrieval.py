@@ -234,3 +234,92 @@ def test_torch_block_path_matches_brute_force(monkeypatch):
         got = retrieval_metrics(X, y, metric=metric, include=KEYS, block=64)
         for k in KEYS:
             assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """Force the counting pass of mAP@1000 (normally only for N >= 16 x depth on the CPU), with
+    tiny tiles so that every query block spans many reference tiles."""
+    from embedscope.metrics import rankcount, retrieval
+
+    monkeypatch.setattr(retrieval, "COUNT_MIN_DEPTH", 1)
+    monkeypatch.setattr(retrieval, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(rankcount, "REF_TILE", 37)
+    calls = []
+    orig = rankcount.relevant_ranks_by_count
+
+    def spy(*a, **k):
+        rank, unresolved = orig(*a, **k)
+        calls.append((int(unresolved.sum()), int(np.isinf(rank).sum())))
+        return rank, unresolved
+
+    monkeypatch.setattr(rankcount, "relevant_ranks_by_count", spy)
+    return calls
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_counting_pass_matches_brute_force(counting, metric):
+    X, y = _data(0, n=400, n_cls=60)
+    ref, _ = brute(X, y, metric=metric)
+    got = retrieval_metrics(X, y, metric=metric, include=KEYS, block=50, device="cpu")
+    for k in KEYS:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+    # shallow depth: most pairs are certified beyond it by the survivor count
+    keys = ["R@1", "R@3", "R@16", "P@1", "R-Precision", "MAP@R", "mAP@C"]
+    X, y = _data(1, n=600, n_cls=30)
+    ref, _ = brute(X, y, metric=metric, ks=(1, 3, 16))
+    got = retrieval_metrics(X, y, metric=metric, ks=(1, 3, 16), include=keys, block=64, device="cpu")
+    for k in keys:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+    assert counting[-1][0] == 0 and counting[-1][1] > 0
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_counting_pass_separate_sets_and_ties(counting, metric):
+    X, y = _data(3, n=150)
+    Xr, yr = _data(4, n=260)
+    Xr[5] = X[7]
+    Xr[6] = X[7]
+    ref, _ = brute(X, y, Xr, yr, metric=metric)
+    got = retrieval_metrics(X, y, X_ref=Xr, y_ref=yr, metric=metric, include=KEYS, block=33, device="cpu")
+    for k in KEYS:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+    rng = np.random.default_rng(7)  # 300 identical rows: windows full of exact ties
+    X = rng.standard_normal((1200, 4))
+    y = rng.integers(0, 200, 1200)
+    X[100:400] = X[99]
+    y[100:250] = y[99]
+    ref, _ = brute(X, y, metric=metric)
+    got = retrieval_metrics(X, y, include=KEYS, block=100, metric=metric, device="cpu")
+    for k in KEYS:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+
+
+def test_counting_pass_falls_back_when_the_floor_is_too_high(counting, monkeypatch):
+    from embedscope.metrics import rankcount
+
+    monkeypatch.setattr(rankcount, "SAMPLE_SIGMAS", -3.0)  # floors above the depth-th key
+    keys = ["R@1", "R@3", "R@16", "P@1", "R-Precision", "MAP@R", "mAP@C"]
+    X, y = _data(0, n=600, n_cls=30)
+    ref, _ = brute(X, y, ks=(1, 3, 16))
+    got = retrieval_metrics(X, y, ks=(1, 3, 16), include=keys, block=64, device="cpu")
+    for k in keys:
+        assert got[k] == pytest.approx(ref[k], abs=1e-9), k
+    assert counting[-1][0] > 100  # many pairs went to the full-row fallback
+
+
+def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatch):
+    from embedscope.metrics import rankcount, retrieval
+
+    rng = np.random.default_rng(5)  # N = 17,000 >= 16 x 1000: the counting pass is the default
+    y = rng.integers(0, 3000, 17000)
+    X = rng.standard_normal((3000, 24))[y] + 1.3 * rng.standard_normal((17000, 24))
+    used = []
+    orig = rankcount.relevant_ranks_by_count
+    monkeypatch.setattr(rankcount, "relevant_ranks_by_count", lambda *a, **k: used.append(1) or orig(*a, **k))
+    a = retrieval_metrics(X, y, include=["MAP@R", "mAP@1000"], device="cpu")
+    assert used
+    monkeypatch.setattr(retrieval, "COUNT_MIN_DEPTH", 10**9)
+    b = retrieval_metrics(X, y, include=["MAP@R", "mAP@1000"], device="cpu")
+    assert len(used) == 1
+    assert a["mAP@1000"] == b["mAP@1000"] and a["MAP@R"] == b["MAP@R"]

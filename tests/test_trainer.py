@@ -75,7 +75,7 @@ def test_ranking_loss_raises_test_r1(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loss", ["softmax", "proxynca", "multisimilarity", "arcface"])
+@pytest.mark.parametrize("loss", ["softmax", "proxynca", "softtriple", "multisimilarity", "arcface"])
 def test_classification_and_proxy_losses_raise_test_r1(tmp_path, loss):
     learns(tmp_path, loss, epochs=5)
 

@@ -294,11 +294,34 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     return result
 
 
+COUNT_MIN_DEPTH = 256  # CPU searches at least this deep count instead of keeping top-depth lists
+COUNT_MIN_RATIO = 16  # ... when the references outnumber the depth this many times
+
+
+def _use_counting(device, depth: int, n_avail: int) -> bool:
+    from embedscope.device import resolve_device
+
+    dev = resolve_device(device) if not hasattr(device, "type") else device
+    return dev.type == "cpu" and depth >= COUNT_MIN_DEPTH and n_avail >= COUNT_MIN_RATIO * depth
+
+
 def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, q_cls, device, block,
                     progress):
-    """Per relevant pair (query, reference): exact rank (inf when beyond ``depth``)."""
+    """Per relevant pair (query, reference): exact rank (inf when beyond ``depth``).
+
+    Deep searches on the CPU (mAP@1000) count the references above each relevant pair in one
+    tiled GEMM pass (:mod:`embedscope.metrics.rankcount`); otherwise top-(depth + 16) float32
+    candidate lists are certified in float64."""
     ks = KeySpace(X64, R64, metric, same)
     n_avail = R64.shape[0] - (1 if same else 0)
+    if _use_counting(device, depth, n_avail):
+        from embedscope.metrics.rankcount import relevant_ranks_by_count
+
+        qi, rj = _relevant_pairs(ylab, 0, X64.shape[0], ref_order, cls_bounds, q_cls, same)
+        k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, metric)
+        rank, unresolved = relevant_ranks_by_count(ks, qi, rj, k64, depth, progress=progress, block=block)
+        _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
+        return qi, rank
     L = min(depth + SLACK, n_avail)
     all_q, all_r, all_rank = [], [], []
     for s, e, vals, cand in candidate_blocks(ks, L, device=device, block=block, progress=progress,
@@ -319,19 +342,23 @@ def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, 
                               ks.delta[s + c0:s + c1], complete[c0:c1], depth, np.arange(s + c0, s + c1), ks)
             rank[p0:p1], unresolved[p0:p1] = rk, un
             c0 = c1
-        # fall back to the full row for the rare queries with uncertified pairs
-        for q in np.unique(qi[unresolved]):
-            row = ks.row_keys32(int(q))
-            o = np.argsort(-row, kind="stable")
-            sel = np.flatnonzero(qi == q)
-            rk, _ = _resolve(row[o][None, :], o[None, :], np.zeros(sel.size, dtype=np.int64), rj[sel],
-                             k64[sel], ks.delta[q:q + 1], np.ones(1, dtype=bool), depth,
-                             np.array([q]), ks)
-            rank[sel] = rk
+        _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
         all_q.append(qi)
         all_r.append(rj)
         all_rank.append(rank)
     return np.concatenate(all_q), np.concatenate(all_rank)
+
+
+def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):
+    """Rank the rare uncertified pairs from their query's full row (in place)."""
+    for q in np.unique(qi[unresolved]):
+        row = ks.row_keys32(int(q))
+        o = np.argsort(-row, kind="stable")
+        sel = np.flatnonzero(qi == q)
+        rk, _ = _resolve(row[o][None, :], o[None, :], np.zeros(sel.size, dtype=np.int64), rj[sel],
+                         k64[sel], ks.delta[q:q + 1], np.ones(1, dtype=bool), depth,
+                         np.array([q]), ks)
+        rank[sel] = rk
 
 
 def _metrics_from_ranks(ranks, R_i, lone, ks_, want, n_avail, per_query):
