@@ -21,6 +21,11 @@ This module obtains the same ranks by **counting** instead:
    probability of about 1e-9 per query) it is reported unresolved and the caller ranks it from the
    query's full row.
 
+In a same-set cosine search the key matrix is symmetric, so each pair of query blocks is multiplied
+once and the tile is counted for both blocks (the second time with the thresholds broadcast along
+its columns, reading it in place). Tiles are shared among worker threads, each with one BLAS
+thread, so the counting of one tile overlaps the GEMM of another.
+
 ``δ_i`` is twice the rigorous float32 error bound of :class:`embedscope.metrics.knn.KeySpace`, so
 that it also covers the Euclidean key computed as one augmented GEMM
 (``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and its survivors per thread, never N × N.
@@ -72,10 +77,49 @@ def floor_keys(ks: KeySpace, depth: int, seed: int = 0) -> np.ndarray:
     return out
 
 
+class _Block:
+    """The pairs of one query block and their band coordinates (see the module docstring)."""
+
+    def __init__(self, st: "_Pass", s: int, e: int):
+        self.s, self.e = s, e
+        b = e - s
+        self.p0, self.p1 = int(st.bounds[s]), int(st.bounds[e])
+        self.pr = st.qi[self.p0:self.p1] - s
+        self.pk = st.k64[self.p0:self.p1]
+        self.pref = st.rj[self.p0:self.p1]
+        self.dl = st.delta[s:e]
+        W, base = st.W, st.base
+        # a survivor's band coordinate g = row·W + (key − base) has an absolute rounding error of a
+        # few ulp of (b + 1)·W; η (added to ±δ) absorbs twice that
+        eta = 8.0 * np.spacing((b + 1) * W)
+        self.hi_g = self.pr * W + ((self.pk + self.dl[self.pr] + eta) - base)
+        self.lo_g = self.pr * W + ((self.pk - self.dl[self.pr] - eta) - base)
+        self.end_g = (np.arange(b) + 1) * W  # every g of row r lies in (rW, (r+1)W)
+        self.thr = st.thr[s:e, None]
+        self.tau2 = st.tau[s:e] + 2.0 * self.dl
+        self.qoff = st.qoff[s:e]
+
+
+class _Acc:
+    """One thread's counts for one query block."""
+
+    def __init__(self, blk: _Block):
+        self.sure = np.zeros(blk.p1 - blk.p0, dtype=np.int64)
+        self.n_high = np.zeros(blk.e - blk.s, dtype=np.int64)
+        self.win_p: list = []
+        self.win_r: list = []
+
+    def merge(self, other: "_Acc"):
+        self.sure += other.sure
+        self.n_high += other.n_high
+        self.win_p += other.win_p
+        self.win_r += other.win_r
+
+
 class _Pass:
     """The state shared by the tiles of one counting pass."""
 
-    def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor):
+    def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor, block: int):
         self.ks, self.qi, self.rj, self.k64, self.depth = ks, qi, rj, k64, depth
         nq = ks.Q32.shape[0]
         self.delta = 2.0 * ks.delta
@@ -95,129 +139,159 @@ class _Pass:
             rmax = float(np.sqrt(ks.rn2_32.max()))
             bound = (qmax + rmax) ** 2 + 1.0
             self.base, self.W = -bound - 1.0, bound + 2.0 + 1.0
+        # a same-set cosine pass multiplies each pair of blocks once and reads the tile both ways
+        self.symmetric = ks.same and ks.metric == "cosine"
         self.RaT = np.ascontiguousarray(Ra.T)
         thr = (self.tau + self.qoff).astype(np.float32)
         self.thr = np.nextafter(thr, np.float32(-np.inf))  # float32 filter at or below τ_i (+‖q‖²)
         self.bounds = np.searchsorted(qi, np.arange(nq + 1))
+        self.blocks = [_Block(self, s, min(nq, s + block)) for s in range(0, nq, block)]
 
-    def block(self, s: int, e: int, tile: int):
-        """Ranks (before the depth cut) of the pairs of queries s..e-1, and per-pair flags."""
-        ks, qi, rj, k64 = self.ks, self.qi, self.rj, self.k64
-        p0, p1 = self.bounds[s], self.bounds[e]
-        b = e - s
+    def tasks(self, tile: int):
+        """(query block index, reference start, reference stop, also read transposed)."""
         nr = self.RaT.shape[1]
-        pr = qi[p0:p1] - s
-        pk = k64[p0:p1]
-        pref = rj[p0:p1]
-        dl = self.delta[s:e]
+        if self.symmetric:
+            return [(a, blk.s, blk.e, b != a) for a in range(len(self.blocks))
+                    for b, blk in enumerate(self.blocks) if b >= a]
+        return [(a, r0, min(nr, r0 + tile), False) for a in range(len(self.blocks)) for r0 in range(0, nr, tile)]
+
+    def run_task(self, task, accs: dict, buf: np.ndarray, mbuf: np.ndarray):
+        a, r0, r1, transposed = task
+        blk = self.blocks[a]
+        b, w = blk.e - blk.s, r1 - r0
+        T = buf[:b * w].reshape(b, w)
+        np.matmul(self.Qa[blk.s:blk.e], self.RaT[:, r0:r1], out=T)
+        if self.ks.same:
+            lo, hi = max(blk.s, r0), min(blk.e, r1)
+            if lo < hi:
+                d = np.arange(lo, hi)
+                T[d - blk.s, d - r0] = -np.inf
+        self._count(accs, a, T, r0, mbuf, False)
+        if transposed:  # the same tile seen from the reference block's queries
+            c = next(i for i, x in enumerate(self.blocks) if x.s == r0)
+            self._count(accs, c, T, blk.s, mbuf, True)
+
+    def _count(self, accs: dict, a: int, T: np.ndarray, r0: int, mbuf: np.ndarray, transposed: bool):
+        """Count, for block ``a``'s pairs, the survivors of tile ``T`` surely before each pair, and
+        collect the survivors within ±δ of a pair's key. ``T``'s rows are the block's queries and
+        its columns references r0, r0 + 1, …; or, ``transposed``, the other way round (read in
+        place: a strided transposed view costs more than the GEMM it would save)."""
+        blk = self.blocks[a]
+        acc = accs.get(a)
+        if acc is None:
+            acc = accs[a] = _Acc(blk)
+        h, w = T.shape
+        b = blk.e - blk.s
         W, base = self.W, self.base
-        # a survivor's band coordinate g = row·W + (key − base) has an absolute rounding error of a
-        # few ulp of (b + 1)·W; η (added to ±δ) absorbs twice that
-        eta = 8.0 * np.spacing((b + 1) * W)
-        hi_g = pr * W + ((pk + dl[pr] + eta) - base)
-        lo_g = pr * W + ((pk - dl[pr] - eta) - base)
-        end_g = (np.arange(b) + 1) * W  # every g of row r lies in (rW, (r+1)W)
-        sure = np.zeros(p1 - p0, dtype=np.int64)
-        n_high = np.zeros(b, dtype=np.int64)
-        win_p, win_r = [], []
-        Qb = self.Qa[s:e]
-        thr = self.thr[s:e, None]
-        tau2 = self.tau[s:e] + 2.0 * dl
-        qoff = self.qoff[s:e]
-        buf = np.empty(b * tile, dtype=np.float32)
-        mbuf = np.empty(b * tile, dtype=bool)
-        for r0 in range(0, nr, tile):
-            r1 = min(nr, r0 + tile)
-            w = r1 - r0
-            T = buf[:b * w].reshape(b, w)
-            np.matmul(Qb, self.RaT[:, r0:r1], out=T)
-            if ks.same:
-                lo, hi = max(s, r0), min(e, r1)
-                if lo < hi:
-                    d = np.arange(lo, hi)
-                    T[d - s, d - r0] = -np.inf
-            M = mbuf[:b * w].reshape(b, w)
-            np.greater(T, thr, out=M)
-            f = np.flatnonzero(M)
-            if f.size == 0:
-                continue
-            rows = f // w
-            v = T.ravel()[f].astype(np.float64) - qoff[rows]
-            n_high += np.bincount(rows[v > tau2[rows]], minlength=b)
-            g = rows * W + (v - base)
-            g.sort()
-            c_hi = np.searchsorted(g, hi_g, side="right")
-            c_lo = np.searchsorted(g, lo_g, side="left")
-            c_end = np.searchsorted(g, end_g, side="right")
-            sure += c_end[pr] - c_hi
-            win = c_hi - c_lo
-            # the pair's own reference is within its window whenever it survived
-            own = (pref >= r0) & (pref < r1)
-            if own.any():
-                io = np.flatnonzero(own)
-                win[io] -= M[pr[io], pref[io] - r0]
-            for p in np.flatnonzero(win > 0):
-                r = pr[p]
-                cols = np.flatnonzero(M[r])
-                gv = r * W + ((T[r, cols].astype(np.float64) - qoff[r]) - base)
-                sel = cols[(gv >= lo_g[p]) & (gv <= hi_g[p])] + r0
-                sel = sel[sel != pref[p]]
-                win_p.append(np.full(sel.size, p))
-                win_r.append(sel)
-        amb = np.zeros(p1 - p0, dtype=np.int64)
-        if win_p:
-            wp = np.concatenate(win_p)
-            wr = np.concatenate(win_r)
-            kr = pair_keys64(ks.Q64, ks.R64, qi[p0:p1][wp], wr, ks.metric)
-            before = (kr > pk[wp]) | ((kr == pk[wp]) & (wr < pref[wp]))
-            amb = np.bincount(wp[before], minlength=p1 - p0)
-        rank = (1 + sure + amb).astype(np.float64)
-        certified = pk - dl[pr] > self.tau[s:e][pr]
-        beyond = ~certified & (n_high[pr] >= self.depth)
+        M = mbuf[:h * w].reshape(h, w)
+        np.greater(T, blk.thr.T if transposed else blk.thr, out=M)
+        f = np.flatnonzero(M)
+        if f.size == 0:
+            return
+        rows = f % w if transposed else f // w
+        v = T.ravel()[f].astype(np.float64) - blk.qoff[rows]
+        acc.n_high += np.bincount(rows[v > blk.tau2[rows]], minlength=b)
+        g = rows * W + (v - base)
+        g.sort()
+        c_hi = np.searchsorted(g, blk.hi_g, side="right")
+        c_lo = np.searchsorted(g, blk.lo_g, side="left")
+        c_end = np.searchsorted(g, blk.end_g, side="right")
+        pr, pref = blk.pr, blk.pref
+        acc.sure += c_end[pr] - c_hi
+        win = c_hi - c_lo
+        # the pair's own reference is within its window whenever it survived
+        n_ref = h if transposed else w
+        own = (pref >= r0) & (pref < r0 + n_ref)
+        if own.any():
+            io = np.flatnonzero(own)
+            win[io] -= M[pref[io] - r0, pr[io]] if transposed else M[pr[io], pref[io] - r0]
+        for p in np.flatnonzero(win > 0):
+            r = pr[p]
+            m_r, t_r = (M[:, r], T[:, r]) if transposed else (M[r], T[r])
+            cols = np.flatnonzero(m_r)
+            gv = r * W + ((t_r[cols].astype(np.float64) - blk.qoff[r]) - base)
+            sel = cols[(gv >= blk.lo_g[p]) & (gv <= blk.hi_g[p])] + r0
+            sel = sel[sel != pref[p]]
+            acc.win_p.append(np.full(sel.size, p))
+            acc.win_r.append(sel)
+
+    def finish(self, a: int, acc: _Acc):
+        """Ranks (``inf`` beyond the depth) and the unresolved flags of block ``a``'s pairs."""
+        ks, blk = self.ks, self.blocks[a]
+        n = blk.p1 - blk.p0
+        amb = np.zeros(n, dtype=np.int64)
+        if acc.win_p:
+            wp = np.concatenate(acc.win_p)
+            wr = np.concatenate(acc.win_r)
+            kr = pair_keys64(ks.Q64, ks.R64, self.qi[blk.p0:blk.p1][wp], wr, ks.metric)
+            before = (kr > blk.pk[wp]) | ((kr == blk.pk[wp]) & (wr < blk.pref[wp]))
+            amb = np.bincount(wp[before], minlength=n)
+        rank = (1 + acc.sure + amb).astype(np.float64)
+        certified = blk.pk - blk.dl[blk.pr] > self.tau[blk.s:blk.e][blk.pr]
+        beyond = ~certified & (acc.n_high[blk.pr] >= self.depth)
         rank[beyond] = np.inf
         rank[rank > self.depth] = np.inf
-        return p0, p1, rank, ~certified & ~beyond
+        return rank, ~certified & ~beyond
 
 
 def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: np.ndarray, depth: int, *,
                             seed: int = 0, progress: bool = False, block: int | None = None,
-                            tile: int = REF_TILE, threads: int | None = None):
+                            tile: int | None = None, threads: int | None = None,
+                            floor_depth: int | None = None):
     """Exact rank (``inf`` beyond ``depth``) of every relevant pair ``(qi[p], rj[p])``.
 
     ``qi`` must be sorted; ``k64`` holds the pairs' float64 keys (:func:`pair_keys64`). Returns
     ``(rank, unresolved)``: the few unresolved pairs (floor estimate too high) must be ranked from
-    their query's full row by the caller. The float32 GEMM of each tile runs with one BLAS thread
-    per worker and ``threads`` workers (default: the CPU count, at most 2 per core's worth of
-    tiles), so the counting of one tile overlaps the GEMM of another.
+    their query's full row by the caller. ``floor_depth`` (≥ ``depth``; default ``depth``) is the
+    depth at which the floor keys are estimated: a deeper floor keeps more survivors but needs a
+    smaller sample for a shallow ``depth`` (the top-K keys). Tiles are shared among ``threads`` workers (default: the
+    CPU count), each running its GEMMs with one BLAS thread, so that the counting of one tile
+    overlaps the GEMM of another.
     """
+    import threading
+
     nq = ks.Q32.shape[0]
     block = int(block or QUERY_BLOCK)
-    st = _Pass(ks, qi, rj, k64, int(depth), floor_keys(ks, int(depth), seed))
-    rank = np.empty(qi.size, dtype=np.float64)
-    unresolved = np.zeros(qi.size, dtype=bool)
-    starts = list(range(0, nq, block))
-    n_threads = int(threads or min(len(starts), os.cpu_count() or 1))
-    bar = _bar(progress, nq, "retrieval")
+    tile = int(tile or REF_TILE)
+    floor = floor_keys(ks, int(max(depth, floor_depth or depth)), seed)
+    st = _Pass(ks, qi, rj, k64, int(depth), floor, block)
+    tasks = st.tasks(tile)
+    width = max(block, tile)
+    local = threading.local()
+    per_thread: list[dict] = []
+    lock = threading.Lock()
+    bar = _bar(progress, len(tasks), "retrieval (tiles)")
 
-    def run(s):
-        return s, st.block(s, min(nq, s + block), tile)
+    def run(task):
+        if not hasattr(local, "accs"):
+            local.accs = {}
+            local.buf = np.empty(block * width, dtype=np.float32)
+            local.mbuf = np.empty(block * width, dtype=bool)
+            with lock:
+                per_thread.append(local.accs)
+        st.run_task(task, local.accs, local.buf, local.mbuf)
 
+    n_threads = int(threads or min(len(tasks), os.cpu_count() or 1))
     if n_threads <= 1:
-        results = map(run, starts)
-        ctx = None
+        for t in tasks:
+            run(t)
+            bar.update(1)
     else:
         from threadpoolctl import threadpool_limits
 
-        ctx = threadpool_limits(limits=1, user_api="blas")
-        pool = ThreadPoolExecutor(n_threads)
-        results = pool.map(run, starts)
-    try:
-        for s, (p0, p1, rk, un) in results:
-            rank[p0:p1], unresolved[p0:p1] = rk, un
-            bar.update(min(nq, s + block) - s)
-    finally:
-        if ctx is not None:
-            pool.shutdown()
-            ctx.restore_original_limits()
-        bar.close()
+        with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(n_threads) as pool:
+            for _ in pool.map(run, tasks):
+                bar.update(1)
+    bar.close()
+    rank = np.empty(qi.size, dtype=np.float64)
+    unresolved = np.zeros(qi.size, dtype=bool)
+    for a, blk in enumerate(st.blocks):
+        accs = [d[a] for d in per_thread if a in d]
+        if not accs:
+            acc = _Acc(blk)
+        else:
+            acc = accs[0]
+            for other in accs[1:]:
+                acc.merge(other)
+        rank[blk.p0:blk.p1], unresolved[blk.p0:blk.p1] = st.finish(a, acc)
     return rank, unresolved

@@ -7,13 +7,19 @@ r_(1) < r_(2) < …, the m-th relevant item sits at rank r_(m) and P_i(r_(m)) = 
 pass computes, per query, the exact rank of each relevant reference if it lies within
 ``depth = max(max k, max C_i, 1000 when mAP@1000 is asked)``, and nothing else:
 
-1. float32 GEMM blocks with top-(depth + 16) float32 candidates per query
-   (:func:`embedscope.metrics.knn.candidate_blocks`: faiss flat search on the CPU, torch GEMM
-   blocks + ``torch.topk`` on CUDA);
-2. each relevant pair's float64 key; its rank = 1 + (candidates whose float32 key exceeds it by
-   more than the float32 error bound) + (candidates within the bound that are exactly before it in
-   float64, lower index first on ties). A pair whose rank cannot be certified from the candidates
-   (dense near-ties at the list's end) is resolved from its query's full row.
+- **CPU, at least 16,000 references** (SOP scale): one tiled float32 GEMM pass that *counts*,
+  for each relevant pair, the references scoring above it, keeping per query only the
+  references above a floor key estimated from a sample (about 2,000), never a top-depth list;
+  a same-set cosine search multiplies each pair of query blocks once and reads the tile both
+  ways (:mod:`embedscope.metrics.rankcount`).
+- **Otherwise** (small sets, CUDA): float32 GEMM blocks with top-(depth + 16) float32 candidates
+  per query (:func:`embedscope.metrics.knn.candidate_blocks`: faiss flat search on the CPU, torch
+  GEMM blocks + ``torch.topk`` on CUDA); each relevant pair's float64 key; its rank = 1 +
+  (candidates whose float32 key exceeds it by more than the float32 error bound) + (candidates
+  within the bound that are exactly before it in float64, lower index first on ties).
+
+Either way a pair whose rank cannot be certified from the float32 values (dense near-ties, or a
+floor estimate that came out too high) is resolved from its query's full row.
 
 The result equals the ranking of a float64 distance matrix with ties broken by the lower
 reference index (METHODS.md §1, "Ties").
@@ -294,24 +300,24 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     return result
 
 
-COUNT_MIN_DEPTH = 256  # CPU searches at least this deep count instead of keeping top-depth lists
-COUNT_MIN_RATIO = 16  # ... when the references outnumber the depth this many times
+COUNT_MIN_DEPTH = 1000  # the counting pass's floor keys are estimated at least this deep
+COUNT_MIN_RATIO = 16  # CPU searches count when the references outnumber that depth this many times
 
 
 def _use_counting(device, depth: int, n_avail: int) -> bool:
     from embedscope.device import resolve_device
 
     dev = resolve_device(device) if not hasattr(device, "type") else device
-    return dev.type == "cpu" and depth >= COUNT_MIN_DEPTH and n_avail >= COUNT_MIN_RATIO * depth
+    return dev.type == "cpu" and n_avail >= COUNT_MIN_RATIO * max(depth, COUNT_MIN_DEPTH)
 
 
 def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, q_cls, device, block,
                     progress):
     """Per relevant pair (query, reference): exact rank (inf when beyond ``depth``).
 
-    Deep searches on the CPU (mAP@1000) count the references above each relevant pair in one
-    tiled GEMM pass (:mod:`embedscope.metrics.rankcount`); otherwise top-(depth + 16) float32
-    candidate lists are certified in float64."""
+    Large searches on the CPU count the references above each relevant pair in one tiled GEMM
+    pass (:mod:`embedscope.metrics.rankcount`); small ones and CUDA keep top-(depth + 16) float32
+    candidate lists and certify them in float64."""
     ks = KeySpace(X64, R64, metric, same)
     n_avail = R64.shape[0] - (1 if same else 0)
     if _use_counting(device, depth, n_avail):
@@ -319,7 +325,8 @@ def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, 
 
         qi, rj = _relevant_pairs(ylab, 0, X64.shape[0], ref_order, cls_bounds, q_cls, same)
         k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, metric)
-        rank, unresolved = relevant_ranks_by_count(ks, qi, rj, k64, depth, progress=progress, block=block)
+        rank, unresolved = relevant_ranks_by_count(ks, qi, rj, k64, depth, progress=progress, block=block,
+                                                    floor_depth=max(depth, COUNT_MIN_DEPTH))
         _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
         return qi, rank
     L = min(depth + SLACK, n_avail)
