@@ -244,6 +244,7 @@ def counting(monkeypatch):
 
     monkeypatch.setattr(retrieval, "COUNT_MIN_DEPTH", 1)
     monkeypatch.setattr(retrieval, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(retrieval, "COUNT_MIN_DIM", 0)
     monkeypatch.setattr(rankcount, "REF_TILE", 37)
     monkeypatch.setattr(rankcount, "QUERY_BLOCK", 41)
     calls = []

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.knn import KeySpace, _bar, pair_keys64
+from embedscope.metrics.knn import U32, KeySpace, _bar, pair_keys64
 
 __all__ = ["relevant_ranks_by_count", "floor_keys"]
 
@@ -122,7 +122,12 @@ class _Pass:
     def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor, block: int):
         self.ks, self.qi, self.rj, self.k64, self.depth = ks, qi, rj, k64, depth
         nq = ks.Q32.shape[0]
-        self.delta = 2.0 * ks.delta
+        if ks.metric == "cosine":
+            # |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + 2u‖q‖‖r‖ ≤ (D + 16) u ‖q‖ ‖r‖max (Cauchy–Schwarz)
+            rmax = float(np.sqrt(np.einsum("ij,ij->i", ks.R64, ks.R64).max()))
+            self.delta = (ks.Q64.shape[1] + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * rmax + 1e-300
+        else:  # the augmented Euclidean GEMM: twice KeySpace's bound covers its extra terms
+            self.delta = 2.0 * ks.delta
         low = np.full(nq, np.inf)
         np.minimum.at(low, qi, k64 - 2.0 * self.delta[qi])
         self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
@@ -191,11 +196,11 @@ class _Pass:
         rows = f % w if transposed else f // w
         v = T.ravel()[f].astype(np.float64) - blk.qoff[rows]
         acc.n_high += np.bincount(rows[v > blk.tau2[rows]], minlength=b)
-        g = rows * W + (v - base)
-        g.sort()
-        c_hi = np.searchsorted(g, blk.hi_g, side="right")
-        c_lo = np.searchsorted(g, blk.lo_g, side="left")
-        c_end = np.searchsorted(g, blk.end_g, side="right")
+        gs = rows * W + (v - base)  # same float64 operations as the window test below
+        gs.sort()
+        c_hi = np.searchsorted(gs, blk.hi_g, side="right")
+        c_lo = np.searchsorted(gs, blk.lo_g, side="left")
+        c_end = np.searchsorted(gs, blk.end_g, side="right")
         pr, pref = blk.pr, blk.pref
         acc.sure += c_end[pr] - c_hi
         win = c_hi - c_lo
@@ -205,15 +210,16 @@ class _Pass:
         if own.any():
             io = np.flatnonzero(own)
             win[io] -= M[pref[io] - r0, pr[io]] if transposed else M[pr[io], pref[io] - r0]
-        for p in np.flatnonzero(win > 0):
-            r = pr[p]
-            m_r, t_r = (M[:, r], T[:, r]) if transposed else (M[r], T[r])
-            cols = np.flatnonzero(m_r)
-            gv = r * W + ((t_r[cols].astype(np.float64) - blk.qoff[r]) - base)
-            sel = cols[(gv >= blk.lo_g[p]) & (gv <= blk.hi_g[p])] + r0
-            sel = sel[sel != pref[p]]
-            acc.win_p.append(np.full(sel.size, p))
-            acc.win_r.append(sel)
+        wp = np.flatnonzero(win > 0)
+        if wp.size:  # survivors within ±δ of a pair's key: compared in float64 at the block's end
+            rw = pr[wp]
+            Tw, Mw = (T[:, rw].T, M[:, rw].T) if transposed else (T[rw], M[rw])
+            gv = rw[:, None] * W + ((Tw.astype(np.float64) - blk.qoff[rw][:, None]) - base)
+            pi, ci = np.nonzero(Mw & (gv >= blk.lo_g[wp][:, None]) & (gv <= blk.hi_g[wp][:, None]))
+            ids = ci + r0
+            keep = ids != pref[wp[pi]]
+            acc.win_p.append(wp[pi][keep])
+            acc.win_r.append(ids[keep])
 
     def finish(self, a: int, acc: _Acc):
         """Ranks (``inf`` beyond the depth) and the unresolved flags of block ``a``'s pairs."""

@@ -7,7 +7,7 @@ r_(1) < r_(2) < …, the m-th relevant item sits at rank r_(m) and P_i(r_(m)) = 
 pass computes, per query, the exact rank of each relevant reference if it lies within
 ``depth = max(max k, max C_i, 1000 when mAP@1000 is asked)``, and nothing else:
 
-- **CPU, at least 16,000 references** (SOP scale): one tiled float32 GEMM pass that *counts*,
+- **CPU, at least 16,000 references** (SOP scale), when mAP@1000 is asked or D ≥ 256: one tiled float32 GEMM pass that *counts*,
   for each relevant pair, the references scoring above it, keeping per query only the
   references above a floor key estimated from a sample (about 2,000), never a top-depth list;
   a same-set cosine search multiplies each pair of query blocks once and reads the tile both
@@ -302,13 +302,17 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
 
 COUNT_MIN_DEPTH = 1000  # the counting pass's floor keys are estimated at least this deep
 COUNT_MIN_RATIO = 16  # CPU searches count when the references outnumber that depth this many times
+COUNT_MIN_DIM = 256  # ... and, for shallow searches (no mAP@1000), when the GEMM dominates
 
 
-def _use_counting(device, depth: int, n_avail: int) -> bool:
+def _use_counting(device, depth: int, n_avail: int, dim: int) -> bool:
+    """Counting pays for deep searches (mAP@1000: no top-1000 lists) and, for the top-K keys, at
+    large D (the symmetric pass halves the GEMM); measured in docs/PERFORMANCE.md."""
     from embedscope.device import resolve_device
 
     dev = resolve_device(device) if not hasattr(device, "type") else device
-    return dev.type == "cpu" and n_avail >= COUNT_MIN_RATIO * max(depth, COUNT_MIN_DEPTH)
+    return (dev.type == "cpu" and n_avail >= COUNT_MIN_RATIO * max(depth, COUNT_MIN_DEPTH)
+            and (depth >= COUNT_MIN_DEPTH or dim >= COUNT_MIN_DIM))
 
 
 def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, q_cls, device, block,
@@ -320,7 +324,7 @@ def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, 
     candidate lists and certify them in float64."""
     ks = KeySpace(X64, R64, metric, same)
     n_avail = R64.shape[0] - (1 if same else 0)
-    if _use_counting(device, depth, n_avail):
+    if _use_counting(device, depth, n_avail, X64.shape[1]):
         from embedscope.metrics.rankcount import relevant_ranks_by_count
 
         qi, rj = _relevant_pairs(ylab, 0, X64.shape[0], ref_order, cls_bounds, q_cls, same)
