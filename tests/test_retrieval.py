@@ -242,9 +242,9 @@ def counting(monkeypatch):
     tiny tiles so that every query block spans many reference tiles."""
     from embedscope.metrics import rankcount, retrieval
 
-    monkeypatch.setattr(retrieval, "COUNT_MIN_DEPTH", 1)
+    monkeypatch.setattr(retrieval, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(retrieval, "COUNT_MIN_RATIO", 0)
-    monkeypatch.setattr(retrieval, "COUNT_MIN_DIM", 0)
+    monkeypatch.setattr(retrieval, "SHALLOW_FLOOR", (1, 32.0))  # floor keys at the depth itself
     monkeypatch.setattr(rankcount, "REF_TILE", 37)
     monkeypatch.setattr(rankcount, "QUERY_BLOCK", 41)
     calls = []
@@ -320,8 +320,11 @@ def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatc
     orig = rankcount.relevant_ranks_by_count
     monkeypatch.setattr(rankcount, "relevant_ranks_by_count", lambda *a, **k: used.append(1) or orig(*a, **k))
     a = retrieval_metrics(X, y, include=["MAP@R", "mAP@1000"], device="cpu")
-    assert used
-    monkeypatch.setattr(retrieval, "COUNT_MIN_DEPTH", 10**9)
+    a2 = retrieval_metrics(X, y, include=["R@1", "MAP@R"], device="cpu")  # shallow: floor at 256
+    assert len(used) == 2
+    monkeypatch.setattr(retrieval, "COUNT_MIN_REFS", 10**9)
     b = retrieval_metrics(X, y, include=["MAP@R", "mAP@1000"], device="cpu")
-    assert len(used) == 1
+    b2 = retrieval_metrics(X, y, include=["R@1", "MAP@R"], device="cpu")
+    assert len(used) == 2
     assert a["mAP@1000"] == b["mAP@1000"] and a["MAP@R"] == b["MAP@R"]
+    assert a2 == b2

@@ -49,18 +49,19 @@ SAMPLE_TOP = 32.0  # expected sampled references among a query's top `depth`
 SAMPLE_SIGMAS = 6.0
 
 
-def floor_keys(ks: KeySpace, depth: int, seed: int = 0) -> np.ndarray:
+def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMPLE_TOP) -> np.ndarray:
     """Per query, a key that lies below its ``depth``-th largest key with overwhelming probability.
 
-    From a random sample of a fraction f = 32 / depth of the references: the number of sampled
-    references among a query's true top ``depth`` is hypergeometric with mean μ = depth·f, so the
+    From a random sample of a fraction f = sample_top / depth (32 / depth by default) of the
+    references: the number of sampled references among a query's true top ``depth`` is
+    hypergeometric with mean μ = depth·f, so the
     ⌈μ + 6√μ⌉-th largest sampled key (one more in a same-set search, where the query itself may
     be sampled) falls below the depth-th largest key except with a probability of about 1e-9.
     Exactness does not depend on it (see the module docstring)."""
     import faiss
 
     nr = ks.R32.shape[0]
-    ns = int(min(nr, math.ceil(nr * min(1.0, SAMPLE_TOP / depth))))
+    ns = int(min(nr, math.ceil(nr * min(1.0, sample_top / depth))))
     mu = depth * ns / nr
     j = int(min(ns, math.ceil(mu + SAMPLE_SIGMAS * math.sqrt(mu)) + (1 if ks.same else 0)))
     rng = np.random.default_rng(seed)
@@ -243,14 +244,15 @@ class _Pass:
 def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: np.ndarray, depth: int, *,
                             seed: int = 0, progress: bool = False, block: int | None = None,
                             tile: int | None = None, threads: int | None = None,
-                            floor_depth: int | None = None):
+                            floor_depth: int | None = None, sample_top: float = SAMPLE_TOP):
     """Exact rank (``inf`` beyond ``depth``) of every relevant pair ``(qi[p], rj[p])``.
 
     ``qi`` must be sorted; ``k64`` holds the pairs' float64 keys (:func:`pair_keys64`). Returns
     ``(rank, unresolved)``: the few unresolved pairs (floor estimate too high) must be ranked from
     their query's full row by the caller. ``floor_depth`` (≥ ``depth``; default ``depth``) is the
     depth at which the floor keys are estimated: a deeper floor keeps more survivors but needs a
-    smaller sample for a shallow ``depth`` (the top-K keys). Tiles are shared among ``threads`` workers (default: the
+    smaller sample for a shallow ``depth`` (the top-K keys); ``sample_top`` sets the sample's size
+    (see :func:`floor_keys`). Tiles are shared among ``threads`` workers (default: the
     CPU count), each running its GEMMs with one BLAS thread, so that the counting of one tile
     overlaps the GEMM of another.
     """
@@ -259,7 +261,7 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
     nq = ks.Q32.shape[0]
     block = int(block or QUERY_BLOCK)
     tile = int(tile or REF_TILE)
-    floor = floor_keys(ks, int(max(depth, floor_depth or depth)), seed)
+    floor = floor_keys(ks, int(max(depth, floor_depth or depth)), seed, sample_top)
     st = _Pass(ks, qi, rj, k64, int(depth), floor, block)
     tasks = st.tasks(tile)
     width = max(block, tile)

@@ -7,7 +7,7 @@ r_(1) < r_(2) < …, the m-th relevant item sits at rank r_(m) and P_i(r_(m)) = 
 pass computes, per query, the exact rank of each relevant reference if it lies within
 ``depth = max(max k, max C_i, 1000 when mAP@1000 is asked)``, and nothing else:
 
-- **CPU, at least 16,000 references** (SOP scale), when mAP@1000 is asked or D ≥ 256: one tiled float32 GEMM pass that *counts*,
+- **CPU, at least 16,000 references** (SOP scale): one tiled float32 GEMM pass that *counts*,
   for each relevant pair, the references scoring above it, keeping per query only the
   references above a floor key estimated from a sample (about 2,000), never a top-depth list;
   a same-set cosine search multiplies each pair of query blocks once and reads the tile both
@@ -300,19 +300,22 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     return result
 
 
-COUNT_MIN_DEPTH = 1000  # the counting pass's floor keys are estimated at least this deep
-COUNT_MIN_RATIO = 16  # CPU searches count when the references outnumber that depth this many times
-COUNT_MIN_DIM = 256  # ... and, for shallow searches (no mAP@1000), when the GEMM dominates
+COUNT_MIN_REFS = 16_000  # CPU searches count (rankcount.py) from this many references on
+COUNT_MIN_RATIO = 16  # ... when they also outnumber the floor depth this many times
+SHALLOW_FLOOR = (256, 16.0)  # top-K keys only: floor keys at depth 256 from a 16/256 sample
+DEEP_SAMPLE_TOP = 32.0  # mAP@1000: floor keys at the depth itself from a 32/depth sample
 
 
-def _use_counting(device, depth: int, n_avail: int, dim: int) -> bool:
-    """Counting pays for deep searches (mAP@1000: no top-1000 lists) and, for the top-K keys, at
-    large D (the symmetric pass halves the GEMM); measured in docs/PERFORMANCE.md."""
+def _counting_plan(device, depth: int, n_avail: int):
+    """(floor depth, sample_top) of the counting pass, or None for the candidate-list path (small
+    reference sets, CUDA). Measured in docs/PERFORMANCE.md."""
     from embedscope.device import resolve_device
 
     dev = resolve_device(device) if not hasattr(device, "type") else device
-    return (dev.type == "cpu" and n_avail >= COUNT_MIN_RATIO * max(depth, COUNT_MIN_DEPTH)
-            and (depth >= COUNT_MIN_DEPTH or dim >= COUNT_MIN_DIM))
+    floor_depth, sample_top = (depth, DEEP_SAMPLE_TOP) if depth >= 1000 else (max(depth, SHALLOW_FLOOR[0]), SHALLOW_FLOOR[1])
+    if dev.type != "cpu" or n_avail < COUNT_MIN_REFS or n_avail < COUNT_MIN_RATIO * floor_depth:
+        return None
+    return floor_depth, sample_top
 
 
 def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, q_cls, device, block,
@@ -324,13 +327,14 @@ def _relevant_ranks(X64, R64, ylab, metric, same, depth, ref_order, cls_bounds, 
     candidate lists and certify them in float64."""
     ks = KeySpace(X64, R64, metric, same)
     n_avail = R64.shape[0] - (1 if same else 0)
-    if _use_counting(device, depth, n_avail, X64.shape[1]):
+    plan = _counting_plan(device, depth, n_avail)
+    if plan is not None:
         from embedscope.metrics.rankcount import relevant_ranks_by_count
 
         qi, rj = _relevant_pairs(ylab, 0, X64.shape[0], ref_order, cls_bounds, q_cls, same)
         k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, metric)
         rank, unresolved = relevant_ranks_by_count(ks, qi, rj, k64, depth, progress=progress, block=block,
-                                                    floor_depth=max(depth, COUNT_MIN_DEPTH))
+                                                    floor_depth=plan[0], sample_top=plan[1])
         _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
         return qi, rank
     L = min(depth + SLACK, n_avail)
