@@ -192,11 +192,11 @@ def _keys_to64(ks: KeySpace, v32: np.ndarray, s: int, e: int) -> np.ndarray:
     return v
 
 
-def _bar(progress: bool, total: int, desc: str):
+def _bar(progress: bool, total: int, desc: str, unit: str = "q"):
     if progress:
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, unit="q" if "pairs" not in desc else "blk", leave=False)
+        return tqdm(total=total, desc=desc, unit=unit, leave=False)
 
     class _Null:
         def update(self, n):

@@ -268,7 +268,7 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
     local = threading.local()
     per_thread: list[dict] = []
     lock = threading.Lock()
-    bar = _bar(progress, len(tasks), "retrieval (tiles)")
+    bar = _bar(progress, len(tasks), "retrieval", unit="tile")
 
     def run(task):
         if not hasattr(local, "accs"):
