@@ -9,6 +9,13 @@ def add_force(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace output files that already exist")
 
 
+def add_figure_output(p: argparse.ArgumentParser) -> None:
+    """``-o OUT.png`` (PNG and PDF written), ``--no-progress`` and ``--force`` of the figure commands."""
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_force(p)
+
+
 def add_split(p: argparse.ArgumentParser, default: str = "test") -> None:
     p.add_argument("--split", default=default, choices=["train", "test", "all"],
                    help=f"which rows of the file to analyse (default: {default})")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force
+from embedscope.cli.common import add_figure_output
 
 
 def add_parser(sub, parents):
@@ -16,9 +16,7 @@ def add_parser(sub, parents):
                    help="panels to draw: train, test or all = both present (default: all)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "dot", "euclidean"],
                    help="similarity (default: cosine; euclidean uses minus the distance)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_force(p)
+    add_figure_output(p)
     p.set_defaults(func=run)
     return p
 

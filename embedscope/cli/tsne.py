@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, positive_int
+from embedscope.cli.common import add_figure_output, positive_int
 
 
 def add_parser(sub, parents):
@@ -22,9 +22,7 @@ def add_parser(sub, parents):
     p.add_argument("--n-iter", type=positive_int, default=500,
                    help="iterations after early exaggeration (default: 500, openTSNE's)")
     p.add_argument("--n-jobs", type=int, default=1, help="threads for openTSNE (default: 1)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_force(p)
+    add_figure_output(p)
     p.set_defaults(func=run)
     return p
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, add_split, positive_int
+from embedscope.cli.common import add_figure_output, add_split, positive_int
 
 
 def add_parser(sub, parents):
@@ -25,9 +25,7 @@ def add_parser(sub, parents):
     p.add_argument("--inset-class", metavar="CLASS",
                    help="add a zoom on this class (a class name or label number) below each map")
     p.add_argument("--names", nargs=2, metavar=("NAME_A", "NAME_B"), help="panel titles (default: file names)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_force(p)
+    add_figure_output(p)
     p.set_defaults(func=run)
     return p
 

@@ -95,7 +95,7 @@ class KeySpace:
         self.R32 = self.Q32 if same else np.ascontiguousarray(R64, dtype=np.float32)
         qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
         rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
-        rmax = float(rn.max())
+        self.rmax = rmax = float(rn.max())  # largest reference norm (float64)
         d = Q64.shape[1]
         self.delta = (d + 16) * U32 * 1.05 * (rmax * rmax + 2.0 * qn * rmax + qn * qn) + 1e-300
         self.qsq = qn * qn  # float64 ‖q‖², added to float32 Euclidean keys

@@ -26,8 +26,9 @@ once and the tile is counted for both blocks (the second time with the threshold
 its columns, reading it in place). Tiles are shared among worker threads, each with one BLAS
 thread, so the counting of one tile overlaps the GEMM of another.
 
-``δ_i`` is twice the rigorous float32 error bound of :class:`embedscope.metrics.knn.KeySpace`, so
-that it also covers the Euclidean key computed as one augmented GEMM
+``δ_i`` is a rigorous float32 error bound of the tile's key: for cosine ``(D + 16) u ‖q_i‖ ‖r‖max``
+(the inner product's forward error, u = 2⁻²⁴); for Euclidean twice the bound of
+:class:`embedscope.metrics.knn.KeySpace`, so that it covers the key computed as one augmented GEMM
 (``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and its survivors per thread, never N × N.
 """
 
@@ -123,28 +124,24 @@ class _Pass:
     def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor, block: int):
         self.ks, self.qi, self.rj, self.k64, self.depth = ks, qi, rj, k64, depth
         nq = ks.Q32.shape[0]
+        qmax = float(np.sqrt(ks.qsq.max()))
         if ks.metric == "cosine":
             # |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + 2u‖q‖‖r‖ ≤ (D + 16) u ‖q‖ ‖r‖max (Cauchy–Schwarz)
-            rmax = float(np.sqrt(np.einsum("ij,ij->i", ks.R64, ks.R64).max()))
-            self.delta = (ks.Q64.shape[1] + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * rmax + 1e-300
-        else:  # the augmented Euclidean GEMM: twice KeySpace's bound covers its extra terms
-            self.delta = 2.0 * ks.delta
-        low = np.full(nq, np.inf)
-        np.minimum.at(low, qi, k64 - 2.0 * self.delta[qi])
-        self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
-        if ks.metric == "cosine":
+            self.delta = (ks.Q64.shape[1] + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * ks.rmax + 1e-300
             self.Qa, Ra = ks.Q32, ks.R32
             self.qoff = np.zeros(nq)
-            bound = float(np.sqrt(ks.qsq.max()) * np.sqrt(np.einsum("ij,ij->i", ks.R32, ks.R32).max())) + 1.0
+            bound = qmax * ks.rmax + 1.0  # |key| < bound
             self.base, self.W = -bound - 1.0, 2.0 * bound + 2.0
-        else:
+        else:  # the augmented Euclidean GEMM: twice KeySpace's bound covers its extra terms
+            self.delta = 2.0 * ks.delta
             self.Qa = np.hstack([2.0 * ks.Q32, -np.ones((nq, 1), np.float32)])
             Ra = np.hstack([ks.R32, ks.rn2_32[:, None]])
             self.qoff = ks.qsq
-            qmax = float(np.sqrt(ks.qsq.max()))
-            rmax = float(np.sqrt(ks.rn2_32.max()))
-            bound = (qmax + rmax) ** 2 + 1.0
+            bound = (qmax + ks.rmax) ** 2 + 1.0  # -bound < key < 1
             self.base, self.W = -bound - 1.0, bound + 2.0 + 1.0
+        low = np.full(nq, np.inf)
+        np.minimum.at(low, qi, k64 - 2.0 * self.delta[qi])
+        self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
         # a same-set cosine pass multiplies each pair of blocks once and reads the tile both ways
         self.symmetric = ks.same and ks.metric == "cosine"
         self.RaT = np.ascontiguousarray(Ra.T)
@@ -154,15 +151,16 @@ class _Pass:
         self.blocks = [_Block(self, s, min(nq, s + block)) for s in range(0, nq, block)]
 
     def tasks(self, tile: int):
-        """(query block index, reference start, reference stop, also read transposed)."""
+        """(query block index, reference start, reference stop, index of the query block that the
+        references form, whose rows the tile is also counted for; None if none)."""
         nr = self.RaT.shape[1]
         if self.symmetric:
-            return [(a, blk.s, blk.e, b != a) for a in range(len(self.blocks))
+            return [(a, blk.s, blk.e, b if b != a else None) for a in range(len(self.blocks))
                     for b, blk in enumerate(self.blocks) if b >= a]
-        return [(a, r0, min(nr, r0 + tile), False) for a in range(len(self.blocks)) for r0 in range(0, nr, tile)]
+        return [(a, r0, min(nr, r0 + tile), None) for a in range(len(self.blocks)) for r0 in range(0, nr, tile)]
 
     def run_task(self, task, accs: dict, buf: np.ndarray, mbuf: np.ndarray):
-        a, r0, r1, transposed = task
+        a, r0, r1, c = task
         blk = self.blocks[a]
         b, w = blk.e - blk.s, r1 - r0
         T = buf[:b * w].reshape(b, w)
@@ -173,8 +171,7 @@ class _Pass:
                 d = np.arange(lo, hi)
                 T[d - blk.s, d - r0] = -np.inf
         self._count(accs, a, T, r0, mbuf, False)
-        if transposed:  # the same tile seen from the reference block's queries
-            c = next(i for i, x in enumerate(self.blocks) if x.s == r0)
+        if c is not None:  # the same tile seen from the reference block's queries
             self._count(accs, c, T, blk.s, mbuf, True)
 
     def _count(self, accs: dict, a: int, T: np.ndarray, r0: int, mbuf: np.ndarray, transposed: bool):
@@ -258,7 +255,6 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
     """
     import threading
 
-    nq = ks.Q32.shape[0]
     block = int(block or QUERY_BLOCK)
     tile = int(tile or REF_TILE)
     floor = floor_keys(ks, int(max(depth, floor_depth or depth)), seed, sample_top)
