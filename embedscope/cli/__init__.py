@@ -19,14 +19,23 @@ COMMANDS = [
     "train",
     "train_grid",
     "toy",
+    "import_cmd",
     "embed",
+    "add_properties",
+    "make_shapes",
     "info",
     "evaluate",
+    "neighbours",
     "geometry",
     "spectrum",
+    "properties",
+    "saliency",
+    "saliency_agreement",
     "tsne",
     "yoke",
     "scatter",
+    "study",
+    "report",
 ]
 
 
