@@ -1,21 +1,53 @@
-"""Input checks shared by every measure: one-line :class:`EmbedscopeError` messages."""
+"""Input checks shared by every measure and analysis: one vocabulary, one-line error messages.
+
+* :func:`check_matrix` -- a 2-D numeric array (numpy, or a torch tensor on any device, any float
+  dtype, with ``requires_grad``), finite;
+* :func:`check_labels` -- one label per row (integers, integral floats or strings, encoded);
+* :func:`check_int` / :func:`check_number` -- a scalar parameter in range;
+* :func:`check_choice` -- one of a fixed set of names.
+
+Every failure is an :class:`~embedscope.errors.EmbedscopeError` (exit code 1 from the command
+line) whose text names the parameter, so a user sees in one line what to change.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Any, Iterable
 
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
 
 
+def as_numpy(X: Any) -> Any:
+    """A torch tensor (any device or dtype, with or without ``requires_grad``) as a numpy array.
+
+    bfloat16/float16 tensors become float32 (numpy has no bfloat16); anything else is returned
+    unchanged, so numpy inputs are never copied here.
+    """
+    mod = type(X).__module__
+    if mod.startswith("torch"):
+        import torch
+
+        if isinstance(X, torch.Tensor):
+            t = X.detach()
+            if t.dtype in (torch.bfloat16, torch.float16):
+                t = t.float()
+            return t.cpu().numpy()
+    return X
+
+
 def check_matrix(X, name: str = "X", *, min_rows: int = 1, dtype=None, check_finite: bool = True) -> np.ndarray:
-    """Validate a 2-D numeric array (N x D) and return it.
+    """Validate a 2-D numeric array (N x D) and return it as numpy.
 
     ``dtype`` given: the result is a C-contiguous array of that type. ``dtype=None``: floating
     arrays keep their type (no copy), integer arrays become float64. With ``check_finite`` a NaN or
-    inf anywhere is an error that counts the bad rows.
+    inf anywhere is an error that counts the bad rows. Torch tensors are accepted (see
+    :func:`as_numpy`).
     """
     try:
-        A = np.asarray(X)
+        A = np.asarray(as_numpy(X))
     except Exception as e:  # noqa: BLE001 - ragged lists, exotic objects
         raise EmbedscopeError(f"{name} could not be read as an array ({e.__class__.__name__})") from None
     if A.ndim != 2:
@@ -32,3 +64,99 @@ def check_matrix(X, name: str = "X", *, min_rows: int = 1, dtype=None, check_fin
         bad = int(np.count_nonzero(~np.all(np.isfinite(A), axis=1)))
         raise EmbedscopeError(f"{name}: {bad} row(s) contain NaN or inf")
     return A
+
+
+def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool = False,
+                 min_classes: int = 1) -> np.ndarray:
+    """One label per row -> int64 array.
+
+    Integers pass as they are; floats must be finite and integral; strings (or other sortable
+    hashables) are encoded as their index in the sorted unique values. ``encode=True`` always
+    returns codes 0..C-1 (sorted unique order). ``n`` given: the length must be ``n``.
+    ``min_classes``: at least that many distinct labels.
+
+    >>> check_labels([3, 3, 7]).tolist()
+    [3, 3, 7]
+    >>> check_labels(["b", "a", "b"]).tolist()
+    [1, 0, 1]
+    """
+    a = np.asarray(as_numpy(y))
+    if a.ndim != 1 or (n is not None and a.shape[0] != n):
+        want = f"1-D with {n} entries (one per row)" if n is not None else "1-D"
+        raise EmbedscopeError(f"{name} must be {want}, got shape {a.shape}")
+    if np.issubdtype(a.dtype, np.bool_):
+        a = a.astype(np.int64)
+    if np.issubdtype(a.dtype, np.integer):
+        out = a.astype(np.int64, copy=False)
+    elif np.issubdtype(a.dtype, np.floating):
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values)")
+        out = a.astype(np.int64)
+    else:
+        try:
+            out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        except TypeError:
+            raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
+        encode = False  # already codes
+    if encode:
+        out = np.unique(out, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    if min_classes > 1 and len(np.unique(out)) < min_classes:
+        raise EmbedscopeError(f"{name} must hold at least {min_classes} different classes, "
+                              f"got {len(np.unique(out))}")
+    return out
+
+
+def check_int(value: Any, name: str, *, min: int | None = 1, max: int | None = None,
+              allow_none: bool = False) -> int | None:
+    """An integer parameter in [min, max] (``bool`` is not an integer here).
+
+    >>> check_int(3, "k")
+    3
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
+            value = int(value)
+        else:
+            raise EmbedscopeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if min is not None and value < min:
+        what = "a positive integer" if min == 1 else f"an integer >= {min}"
+        raise EmbedscopeError(f"{name} must be {what}, got {value}")
+    if max is not None and value > max:
+        raise EmbedscopeError(f"{name} must be at most {max}, got {value}")
+    return value
+
+
+def check_number(value: Any, name: str, *, min: float | None = None, max: float | None = None,
+                 min_inclusive: bool = True, allow_none: bool = False) -> float | None:
+    """A finite real parameter in range (``min_inclusive=False``: strictly above ``min``)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        raise EmbedscopeError(f"{name} must be a number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise EmbedscopeError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise EmbedscopeError(f"{name} must be a finite number, got {value!r}")
+    if min is not None and (v < min or (v == min and not min_inclusive)):
+        rel = ">=" if min_inclusive else ">"
+        raise EmbedscopeError(f"{name} must be {rel} {min:g}, got {v:g}")
+    if max is not None and v > max:
+        raise EmbedscopeError(f"{name} must be <= {max:g}, got {v:g}")
+    return v
+
+
+def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
+    """One of ``choices`` (exact match).
+
+    >>> check_choice("cosine", "metric", ("cosine", "euclidean"))
+    'cosine'
+    """
+    choices = tuple(choices)
+    if value not in choices:
+        raise EmbedscopeError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return value

@@ -54,7 +54,7 @@ def test_subset_and_summary():
     assert len(tr.properties["hue"]) == len(tr)
     assert es.subset("all") is es
     with pytest.raises(EmbedscopeError, match="unknown split"):
-        es.subset("val")
+        es.subset("validation")
     s = es.summary()
     assert s["N"] == 20 and s["D"] == 4 and s["train_N"] + s["test_N"] == 20
 
@@ -101,7 +101,7 @@ def test_constructor_validation():
     with pytest.raises(EmbedscopeError, match="2-D"):
         store.EmbeddingSet(np.zeros(3), [0, 0, 0], ["a"] * 3, ["train"] * 3, ["x"])
     with pytest.raises(EmbedscopeError, match="split"):
-        store.EmbeddingSet(np.zeros((2, 2)), [0, 0], ["a", "b"], ["train", "val"], ["x"])
+        store.EmbeddingSet(np.zeros((2, 2)), [0, 0], ["a", "b"], ["train", "validation"], ["x"])
 
 
 def test_match_by_path():
@@ -120,3 +120,83 @@ def test_match_by_path():
     c.labels = (c.labels + 1) % 4
     with pytest.raises(EmbedscopeError, match="different classes"):
         store.match_by_path(a, c, "A", "C")
+
+
+# ---------------------------------------------------------------- from_arrays, sample, tensors, bad files
+def test_from_arrays_minimal_and_strings():
+    X = np.random.default_rng(0).normal(size=(6, 3))
+    es = store.EmbeddingSet.from_arrays(X, ["b", "a", "b", "c", "a", "c"])
+    assert es.class_names.tolist() == ["a", "b", "c"]
+    assert es.labels.tolist() == [1, 0, 1, 2, 0, 2]
+    assert set(es.split) == {"test"} and "split_source" in es.attrs
+    assert es.paths.tolist() == [str(i) for i in range(6)]
+    es2 = store.EmbeddingSet.from_arrays(X, [5, 7, 5, 9, 7, 9], split=["train"] * 3 + ["query"] * 3)
+    assert es2.class_names.tolist() == ["5", "7", "9"] and es2.splits == ["train", "query"]
+    assert es2.subset("query").n == 3
+    with pytest.raises(EmbedscopeError, match="6 entries"):
+        store.EmbeddingSet.from_arrays(X, [0, 1])
+    with pytest.raises(EmbedscopeError, match="unknown split"):
+        store.EmbeddingSet.from_arrays(X, [0] * 6, split="holdout")
+
+
+def test_from_arrays_accepts_torch_tensors_with_grad():
+    import torch
+
+    X = torch.randn(5, 4, requires_grad=True)
+    es = store.EmbeddingSet.from_arrays(X * 2, torch.tensor([0, 1, 0, 1, 1]))
+    assert isinstance(es.embeddings, np.ndarray)
+    np.testing.assert_allclose(es.embeddings, (X * 2).detach().numpy())
+    es_bf = store.EmbeddingSet.from_arrays(X.detach().to(torch.bfloat16), [0, 1, 0, 1, 1])
+    assert es_bf.embeddings.dtype == np.float32
+
+
+def test_sample_stratified_and_seeded():
+    es = make_set()
+    s1, s2 = es.sample(10, seed=3), es.sample(10, seed=3)
+    assert s1.n == 10 and np.array_equal(s1.paths, s2.paths)
+    assert set(s1.labels) == set(es.labels)  # every class kept while n allows
+    assert es.sample(None) is es and es.sample(10_000) is es
+    u = es.sample(7, seed=1, stratify=False)
+    assert u.n == 7 and len(set(u.paths)) == 7
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (lambda f: (f.__delitem__("labels"), f.create_group("labels")), "group, expected a dataset"),
+    (lambda f: f.attrs.__setitem__("format_version", "one"), "format_version must be an integer"),
+    (lambda f: (f.__delitem__("paths"), f.create_dataset("paths", data=np.array([b"\xff\xfe"] * 20))),
+     "invalid UTF-8"),
+])
+def test_malformed_files_one_line(tmp_path, edit, msg):
+    import h5py
+
+    p = store.save(tmp_path / "e.h5", make_set())
+    with h5py.File(p, "a") as f:
+        edit(f)
+    with pytest.raises(EmbedscopeError, match=msg):
+        store.load(p)
+
+
+def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    import embedscope.store.embeddings as emb
+
+    real_open = open
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.fh.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(emb, "open", lambda p, m="r", *a, **k: Full(real_open(p, m, *a, **k)), raising=False)
+    with pytest.raises(EmbedscopeError, match="no space left on device"):
+        store.save(tmp_path / "e.h5", make_set())
+    assert list(tmp_path.iterdir()) == []

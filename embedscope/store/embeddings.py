@@ -5,7 +5,7 @@ Layout (``format_version`` 1)::
     /embeddings      float32 [N, D]
     /labels          int64   [N]      index into class_names
     /paths           utf-8   [N]      image path (relative to the data root) or item id
-    /split           utf-8   [N]      "train" | "test"
+    /split           utf-8   [N]      "train" | "test" | "val" | "query" | "gallery"
     /class_names     utf-8   [C]
     /properties/<k>  [N]              optional per-image properties (numbers or utf-8)
     attrs: format_version, embedscope_version, created, dataset, root, transform,
@@ -15,19 +15,22 @@ Layout (``format_version`` 1)::
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output
+from embedscope.names import SPLITS
+from embedscope.validation import as_numpy
 
 FORMAT_VERSION = 1
-SPLITS = ("train", "test")
+REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
 
 
 @dataclass
@@ -41,15 +44,75 @@ class EmbeddingSet:
     class_names: np.ndarray
     properties: dict[str, np.ndarray] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: Named in error messages (the file a set was read from).
+    source: InitVar[str] = "embedding set"
 
-    def __post_init__(self) -> None:
-        self.embeddings = np.asarray(self.embeddings)
-        self.labels = np.asarray(self.labels)
+    def __post_init__(self, source: str = "embedding set") -> None:
+        self.embeddings = np.asarray(as_numpy(self.embeddings))
+        self.labels = np.asarray(as_numpy(self.labels))
         self.paths = np.asarray(self.paths, dtype=object).astype(str)
         self.split = np.asarray(self.split, dtype=object).astype(str)
         self.class_names = np.asarray(self.class_names, dtype=object).astype(str)
-        self.properties = {k: np.asarray(v) for k, v in self.properties.items()}
-        self.validate()
+        self.properties = {str(k): np.asarray(as_numpy(v)) for k, v in (self.properties or {}).items()}
+        self.attrs = dict(self.attrs or {})
+        self.validate(source=source if isinstance(source, str) else "embedding set")
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_arrays(cls, X, y, *, split=None, paths: Sequence[str] | None = None,
+                    class_names: Sequence[str] | None = None, properties: Mapping[str, Any] | None = None,
+                    attrs: Mapping[str, Any] | None = None) -> "EmbeddingSet":
+        """Embeddings made elsewhere: only ``X`` (N x D; numpy or torch) and ``y`` (N labels) are needed.
+
+        * ``y``: integers or strings. Without ``class_names`` the classes are the sorted distinct
+          labels, named by their value (so label 7 keeps the name "7"); with ``class_names``,
+          integer labels index into it.
+        * ``split``: one value per row (``train``, ``test``, ``val``, ``query``, ``gallery``), a
+          single value for every row, or ``None``: every row is ``"test"`` (what ``evaluate``
+          reads by default) and ``attrs["split_source"]`` says so.
+        * ``paths``: one item id per row (default ``"0"``, ``"1"``, ...).
+
+        >>> es = EmbeddingSet.from_arrays([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]], ["cat", "dog", "cat"])
+        >>> es.labels.tolist(), es.class_names.tolist(), es.split.tolist()
+        ([0, 1, 0], ['cat', 'dog'], ['test', 'test', 'test'])
+        """
+        from embedscope.validation import check_labels, check_matrix
+
+        X = check_matrix(X, "embeddings", check_finite=False)
+        n = X.shape[0]
+        y_arr = np.asarray(as_numpy(y))
+        if y_arr.ndim != 1 or y_arr.shape[0] != n:
+            raise EmbedscopeError(f"labels must be 1-D with {n} entries (one per embedding row), "
+                                  f"got shape {y_arr.shape}")
+        if class_names is None:
+            if y_arr.dtype.kind in "OUS":
+                y_arr = y_arr.astype(str)
+            else:
+                y_arr = check_labels(y_arr, n)
+            try:
+                values, codes = np.unique(y_arr, return_inverse=True)
+            except TypeError:
+                raise EmbedscopeError("labels must hold class labels (integers or strings)") from None
+            labels, names = codes.reshape(-1).astype(np.int64), [str(v) for v in values]
+        else:
+            labels, names = check_labels(y_arr, n), [str(c) for c in class_names]
+        attrs = dict(attrs or {})
+        if split is None:
+            split_arr = np.full(n, "test", dtype=object)
+            attrs.setdefault("split_source", "none given: every row is 'test'")
+        elif isinstance(split, str):
+            split_arr = np.full(n, split, dtype=object)
+        else:
+            split_arr = np.asarray(as_numpy(split), dtype=object)
+        if paths is None:
+            paths = np.array([str(i) for i in range(n)], dtype=object)
+        return cls(embeddings=X, labels=labels, paths=np.asarray(paths, dtype=object), split=split_arr,
+                   class_names=np.asarray(names, dtype=object), properties=dict(properties or {}), attrs=attrs)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "EmbeddingSet":
+        """Read an embedding file (same as :func:`embedscope.store.load`)."""
+        return load(path)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -98,9 +161,10 @@ class EmbeddingSet:
                 f"{source}: labels must lie in [0, {len(self.class_names)}) to index class_names, "
                 f"got [{self.labels.min()}, {self.labels.max()}]"
             )
-        bad_split = set(np.unique(self.split)) - set(SPLITS)
+        bad_split = set(np.unique(self.split).tolist()) - set(SPLITS)
         if bad_split:
-            raise EmbedscopeError(f"{source}: unknown split values {sorted(bad_split)} (allowed: train, test)")
+            shown = ", ".join(repr(str(s)) for s in sorted(bad_split)[:5])
+            raise EmbedscopeError(f"{source}: unknown split value(s) {shown} (allowed: {', '.join(SPLITS)})")
         for k, v in self.properties.items():
             if v.shape[:1] != (n,):
                 raise EmbedscopeError(f"{source}: property '{k}' has shape {v.shape}, expected ({n},)")
@@ -120,21 +184,50 @@ class EmbeddingSet:
         )
 
     def subset(self, split: str | None) -> "EmbeddingSet":
-        """Rows of one split ("train" or "test"); ``None`` or "all" returns every row."""
+        """Rows of one split (``train``, ``test``, ``val``, ``query``, ``gallery``); ``None`` or "all": every row."""
         if split in (None, "all"):
             return self
         if split not in SPLITS:
-            raise EmbedscopeError(f"unknown split '{split}' (choose train, test or all)")
+            raise EmbedscopeError(f"unknown split {split!r} (choose {', '.join(SPLITS)} or all)")
         mask = self.split == split
         if not mask.any():
             present = ", ".join(sorted(set(self.split))) or "none"
             raise EmbedscopeError(f"the file has no '{split}' rows (splits present: {present})")
         return self.select(mask)
 
+    @property
+    def splits(self) -> list[str]:
+        """The split values present, in the order of :data:`embedscope.names.SPLITS`."""
+        present = set(np.unique(self.split).tolist())
+        return [s for s in SPLITS if s in present]
+
+    def sample(self, n: int | None, *, seed: int = 0, stratify: bool = True) -> "EmbeddingSet":
+        """At most ``n`` rows drawn without replacement (row order kept); ``None`` or ``n >= N``: all rows.
+
+        ``stratify``: each class keeps its share of the rows (largest-remainder rounding, at least
+        one row per class while ``n`` allows), as the t-SNE figures sub-sample; otherwise a uniform
+        draw. Seeded with ``numpy.random.default_rng(seed)``: the same call gives the same rows.
+        """
+        if n is None or n >= self.n:
+            return self
+        from embedscope.validation import check_int
+
+        n = check_int(n, "the number of rows to keep")
+        if stratify:
+            try:
+                from embedscope.tsne import stratified_subsample
+            except ImportError:  # TODO(lead): remove once the tsne package has landed
+                from embedscope.viz.tsne import stratified_subsample
+
+            idx = stratified_subsample(self.labels, n, seed=seed)
+        else:
+            idx = np.sort(np.random.default_rng(seed).choice(self.n, size=n, replace=False))
+        return self.select(idx)
+
     def summary(self) -> dict[str, Any]:
         """Counts for ``embedscope info``."""
         out: dict[str, Any] = {"N": self.n, "D": self.dim, "classes": int(len(self.classes))}
-        for s in SPLITS:
+        for s in self.splits or ["train", "test"]:
             m = self.split == s
             out[f"{s}_N"] = int(m.sum())
             out[f"{s}_classes"] = int(len(np.unique(self.labels[m])))
@@ -208,7 +301,10 @@ def save(
     all_attrs.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     str_dt = h5py.string_dtype("utf-8")
     with atomic_output(path, force=force) as tmp:
-        with h5py.File(tmp, "w") as f:
+        # The file is built in memory and written with ordinary file I/O: a full disk is then a
+        # clean OSError here (HDF5's own writer can crash the process on ENOSPC).
+        image = io.BytesIO()
+        with h5py.File(image, "w") as f:
             f.create_dataset("embeddings", data=es.embeddings.astype(np.float32), chunks=True)
             f.create_dataset("labels", data=es.labels.astype(np.int64))
             f.create_dataset("paths", data=es.paths.astype(object), dtype=str_dt)
@@ -222,7 +318,22 @@ def save(
                     g.create_dataset(k, data=v)
             for k, v in all_attrs.items():
                 f.attrs[k] = _as_attr(v)
+        _write_bytes(tmp, image.getbuffer(), path)
     return Path(path)
+
+
+def _write_bytes(tmp: Path, data, user_path) -> None:
+    import errno
+
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise EmbedscopeError(f"{user_path}: no space left on device") from None
+        raise EmbedscopeError(f"{user_path}: could not be written ({e.strerror or e.__class__.__name__})") from None
 
 
 def load(path: str | os.PathLike) -> EmbeddingSet:
@@ -232,48 +343,66 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
+    if path.is_dir():
+        raise EmbedscopeError(f"{path} is a directory, expected an embedding file (.h5)")
     try:
         f = h5py.File(path, "r")
     except OSError as e:
         raise EmbedscopeError(f"{path}: not a readable HDF5 file ({e.__class__.__name__})") from None
     with f:
-        missing = [k for k in ("embeddings", "labels", "paths", "split", "class_names") if k not in f]
+        missing = [k for k in REQUIRED if k not in f]
         if missing:
             raise EmbedscopeError(f"{path}: not an embedscope file, missing dataset(s) {', '.join(missing)}")
+        for k in REQUIRED:
+            if not isinstance(f[k], h5py.Dataset):
+                raise EmbedscopeError(f"{path}: '{k}' is an HDF5 group, expected a dataset")
         version = f.attrs.get("format_version")
-        if version is not None and int(version) > FORMAT_VERSION:
-            raise EmbedscopeError(
-                f"{path}: format_version {int(version)} is newer than this embedscope reads ({FORMAT_VERSION})"
-            )
+        if version is not None:
+            try:
+                version = int(np.asarray(version).item())
+            except (TypeError, ValueError):
+                raise EmbedscopeError(f"{path}: format_version must be an integer, got "
+                                      f"{_from_attr(version)!r}") from None
+            if version > FORMAT_VERSION:
+                raise EmbedscopeError(
+                    f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
 
-        def strings(name: str) -> np.ndarray:
-            return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in f[name][()]], dtype=object)
+        def strings(values, name: str) -> np.ndarray:
+            try:
+                return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in values],
+                                dtype=object)
+            except UnicodeDecodeError:
+                raise EmbedscopeError(f"{path}: '{name}' holds invalid UTF-8 text") from None
+
+        def numbers(name: str, kind: str) -> np.ndarray:
+            v = f[name][()]
+            if not isinstance(v, np.ndarray) or v.dtype.kind not in kind:
+                raise EmbedscopeError(f"{path}: '{name}' must be a numeric array, got "
+                                      f"{getattr(v, 'dtype', type(v).__name__)}")
+            return v
 
         props = {}
         if "properties" in f:
+            if not isinstance(f["properties"], h5py.Group):
+                raise EmbedscopeError(f"{path}: 'properties' must be an HDF5 group")
             for k, ds in f["properties"].items():
+                if not isinstance(ds, h5py.Dataset):
+                    raise EmbedscopeError(f"{path}: property '{k}' is an HDF5 group, expected a dataset")
                 v = ds[()]
-                if v.dtype.kind in "OS":
-                    v = np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in v], dtype=object)
+                if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
+                    v = strings(v, f"properties/{k}")
                 props[k] = v
-        es_kwargs = dict(
-            embeddings=f["embeddings"][()],
-            labels=f["labels"][()],
-            paths=strings("paths"),
-            split=strings("split"),
-            class_names=strings("class_names"),
+        kwargs = dict(
+            embeddings=numbers("embeddings", "fiu"),
+            labels=numbers("labels", "fiu"),
+            paths=strings(f["paths"][()], "paths"),
+            split=strings(f["split"][()], "split"),
+            class_names=strings(f["class_names"][()], "class_names"),
             properties=props,
             attrs={k: _from_attr(v) for k, v in f.attrs.items()},
         )
-    try:
-        es = EmbeddingSet.__new__(EmbeddingSet)
-        for k, v in es_kwargs.items():
-            setattr(es, k, v)
-        es.paths = np.asarray(es.paths).astype(str)
-        es.split = np.asarray(es.split).astype(str)
-        es.class_names = np.asarray(es.class_names).astype(str)
-        es.validate(source=str(path))
-    except EmbedscopeError:
-        raise
+    if kwargs["embeddings"].dtype.kind != "f":
+        kwargs["embeddings"] = kwargs["embeddings"].astype(np.float32)
+    es = EmbeddingSet(**kwargs, source=str(path))
     es.attrs.setdefault("source_file", str(path))
     return es

@@ -1,0 +1,28 @@
+"""Names shared by the library and the command line (torch-free, so ``--help`` stays fast).
+
+Choice lists of the commands come from here (or from the module that owns the concept when
+that module is torch-free), never from copies.
+"""
+
+from __future__ import annotations
+
+#: Values of the ``split`` field of an embedding file. train/test: the zero-shot split of the
+#: papers; val: a validation split; query/gallery: In-Shop-style retrieval protocols.
+SPLITS: tuple[str, ...] = ("train", "test", "val", "query", "gallery")
+#: A ``--split`` option also takes "all" (every row).
+SPLIT_CHOICES: tuple[str, ...] = SPLITS + ("all",)
+
+#: Ranking distances of the retrieval metrics (numpy side; METHODS.md §1).
+RETRIEVAL_METRICS: tuple[str, ...] = ("cosine", "euclidean")
+#: Similarities of the same-vs-different scatter (METHODS.md §10).
+SIMILARITY_METRICS: tuple[str, ...] = ("cosine", "dot", "euclidean")
+#: Distances of the class-distance measures π (METHODS.md §3).
+GEOMETRY_METRICS: tuple[str, ...] = ("cosine", "sqeuclidean")
+#: Loss-specific distances of the torch side (``embedscope.models.distances``; METHODS.md §8).
+DISTANCES: tuple[str, ...] = ("euclidean", "sqeuclidean", "cosine", "dot", "snr")
+
+#: Training objectives, miners, samplers and architectures (``embedscope.train``, ``embedscope.models``).
+LOSSES: tuple[str, ...] = ("margin", "triplet", "contrastive", "multisimilarity", "proxynca", "npair", "lifted",
+                           "arcface", "softmax", "softtriple", "snr")
+MINERS: tuple[str, ...] = ("distance", "semihard", "random", "softhard")
+SAMPLERS: tuple[str, ...] = ("spc-2", "spc-4", "spc-8", "spc-r", "random", "gc", "ddm", "frd")
