@@ -32,7 +32,7 @@ def test_evaluate_table_json_csv_and_refused_overwrite(emb_file, tmp_path, capsy
     out = capsys.readouterr().out
     assert "MAP@R" in out and "lone" in out
     doc = json.loads(js.read_text())
-    m = doc["metrics"]
+    m = doc["values"]
     assert list(m) == ["R@1", "R@2", "R@4", "R@8", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "NMI", "F1"]
     te = split == "test"
     ref = retrieval_metrics(X[te], y[te])
@@ -54,7 +54,7 @@ def test_evaluate_table_json_csv_and_refused_overwrite(emb_file, tmp_path, capsy
     assert js.read_text() == before
     assert main(["evaluate", str(path), "--json", str(js), "--force", "--no-progress",
                  "--include", "R@1"]) == 0
-    assert list(json.loads(js.read_text())["metrics"]) == ["R@1"]
+    assert list(json.loads(js.read_text())["values"]) == ["R@1"]
 
 
 def test_evaluate_separate_splits_and_options(emb_file, tmp_path, capsys):
@@ -63,7 +63,7 @@ def test_evaluate_separate_splits_and_options(emb_file, tmp_path, capsys):
     rc = main(["evaluate", str(path), "--query-split", "test", "--reference-split", "train", "--metric",
                "euclidean", "--k", "1", "3", "--include", "R@k", "MAP@R", "--json", str(js), "--no-progress"])
     assert rc == 0
-    m = json.loads(js.read_text())["metrics"]
+    m = json.loads(js.read_text())["values"]
     te, tr = split == "test", split == "train"
     ref = retrieval_metrics(X[te], y[te], X_ref=X[tr], y_ref=y[tr], metric="euclidean", ks=(1, 3),
                             include=["R@1", "R@3", "MAP@R"])

@@ -39,9 +39,9 @@ def test_geometry_table_json_csv(files, tmp_path, capsys):
     tr = es.subset("train")
     ref = geometry_report(tr.embeddings, tr.labels)
     got = json.loads(j.read_text())
-    assert got["split"] == "train"
+    assert got["provenance"]["split"] == "train"
     for k in ("rho", "pi_intra", "pi_inter", "pi_ratio", "effective_rank", "alpha", "alignment", "uniformity"):
-        assert got["measures"][k] == pytest.approx(ref[k], rel=1e-12)
+        assert got["values"][k] == pytest.approx(ref[k], rel=1e-12)
     rows = {r["measure"]: r["value"] for r in csv.DictReader(c.open())}
     assert float(rows["rho"]) == pytest.approx(ref["rho"], rel=1e-12)
     assert int(rows["n"]) == tr.n
@@ -52,7 +52,7 @@ def test_geometry_split_and_exclude_top(files, tmp_path):
     j = tmp_path / "g.json"
     assert main(["geometry", str(a), "--split", "test", "--exclude-top", "0", "--json", str(j)]) == 0
     te = es.subset("test")
-    got = json.loads(j.read_text())["measures"]
+    got = json.loads(j.read_text())["values"]
     assert got["n"] == te.n
     assert got["rho"] == pytest.approx(geometry_report(te.embeddings, te.labels, exclude_top=0)["rho"], rel=1e-12)
     assert got["rho"] == pytest.approx(got["rho_all"], rel=1e-12)
@@ -66,7 +66,7 @@ def test_geometry_refuses_overwrite(files, tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
     assert j.read_text() == "keep"
     assert main(["geometry", str(a), "--json", str(j), "--force"]) == 0
-    assert json.loads(j.read_text())["file"] == str(a)
+    assert json.loads(j.read_text())["provenance"]["file"] == str(a)
 
 
 def test_geometry_errors_are_one_line(tmp_path, capsys):
@@ -82,26 +82,30 @@ def test_spectrum_two_files_figure_csv_json(files, tmp_path, capsys):
     es_a, es_b, a, b = files
     out, j, c = tmp_path / "fig" / "spectrum.png", tmp_path / "s.json", tmp_path / "s.csv"
     rc = main(["spectrum", str(a), str(b), "--by-class", "--k", "10", "-o", str(out), "--json", str(j),
-               "--csv", str(c), "--label", "Margin", "--label", "R-Margin"])
+               "--table-csv", str(c), "--names", "Margin", "R-Margin"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "Margin" in text and "R-Margin" in text and "rho" in text
     png, pdf = out, out.with_suffix(".pdf")
     assert png.stat().st_size > 1000 and pdf.stat().st_size > 1000
     assert png.read_bytes()[:4] == b"\x89PNG" and pdf.read_bytes()[:4] == b"%PDF"
-    got = json.loads(j.read_text())
-    assert [f["label"] for f in got["files"]] == ["Margin", "R-Margin"]
+    got = json.loads(j.read_text())["models"]
+    assert [f["model"] for f in got] == ["Margin", "R-Margin"]
+
+    def series(entry, kind):
+        return [r["value"] for r in entry["table"] if r["kind"] == kind]
+
     tr = es_a.subset("train")
-    np.testing.assert_allclose(got["files"][0]["spectrum"], singular_values(tr.embeddings), rtol=1e-9)
+    np.testing.assert_allclose(series(got[0], "singular_value"), singular_values(tr.embeddings), rtol=1e-9)
     per, mean = class_conditioned_spectra(tr.embeddings, tr.labels, k=10)
-    np.testing.assert_allclose(got["files"][0]["class_mean"], mean, rtol=1e-9)
-    np.testing.assert_allclose(got["files"][0]["class_std"], per.std(axis=0), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(series(got[0], "class_mean"), mean, rtol=1e-9)
+    np.testing.assert_allclose(series(got[0], "class_std"), per.std(axis=0), rtol=1e-9, atol=1e-15)
     # the flatter spectrum has the lower rho
-    assert got["files"][1]["measures"]["rho"] < got["files"][0]["measures"]["rho"]
+    assert got[1]["values"]["rho"] < got[0]["values"]["rho"]
     rows = list(csv.DictReader(c.open()))
-    kinds = {(r["label"], r["kind"]) for r in rows}
+    kinds = {(r["model"], r["kind"]) for r in rows}
     assert ("Margin", "normalised") in kinds and ("R-Margin", "class_mean") in kinds
-    norm = [float(r["value"]) for r in rows if r["label"] == "Margin" and r["kind"] == "normalised"]
+    norm = [float(r["value"]) for r in rows if r["model"] == "Margin" and r["kind"] == "normalised"]
     assert sum(norm) == pytest.approx(1.0, rel=1e-9)
 
 
@@ -114,5 +118,5 @@ def test_spectrum_refuses_overwrite_and_label_count(files, tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
     assert out.read_bytes() == before
     assert main(["spectrum", str(a), "-o", str(out), "--force", "--exclude-top", "0"]) == 0
-    assert main(["spectrum", str(a), "--label", "x", "--label", "y"]) == 2
+    assert main(["spectrum", str(a), "--names", "x", "y"]) == 2
     assert main(["spectrum", str(a), "-o", str(tmp_path / "fig.svg")]) == 1

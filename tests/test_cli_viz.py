@@ -52,7 +52,7 @@ def test_tsne_joint(files, tmp_path, capsys):
     es = store.load(files / "a.h5")
     assert [r["path"] for r in rows if r["split"] == "train"] == list(es.paths[es.split == "train"])
     assert {r["split"] for r in rows} == {"train", "test"} and len(rows) == es.n
-    info = json.loads(out.with_suffix(".json").read_text())
+    info = json.loads(out.with_suffix(".json").read_text())["provenance"]
     assert info["perplexity"] == 8 and info["initialization"] == "pca" and info["joint"] is True
     assert "kl_divergence" in capsys.readouterr().out
     # refused overwrite, then --force
@@ -84,7 +84,7 @@ def test_yoke_matches_rows_by_path(files, tmp_path, capsys):
     a = store.load(files / "a.h5").subset("test")
     assert [r["path"] for r in rows] == list(a.paths)
     assert [r["class"] for r in rows] == list(a.class_names[a.labels])
-    info = json.loads(out.with_suffix(".json").read_text())
+    info = json.loads(out.with_suffix(".json").read_text())["provenance"]
     assert info["alpha"] == pytest.approx(0.01 / a.n) and info["n"] == a.n
     assert main(["yoke", str(files / "a.h5"), str(files / "b.h5"), "-o", str(out), "--no-progress"]) == 1
 
@@ -113,7 +113,7 @@ def test_scatter(files, tmp_path, capsys):
         assert [r["path"] for r in got] == list(part.paths)
         np.testing.assert_allclose([float(r["s_same"]) for r in got], s_same, rtol=1e-6)
         np.testing.assert_allclose([float(r["s_diff"]) for r in got], s_diff, rtol=1e-6)
-    summary = json.loads(out.with_suffix(".json").read_text())
+    summary = json.loads(out.with_suffix(".json").read_text())["provenance"]
     assert [s["split"] for s in summary["splits"]] == ["train", "test"]
     assert "below_diagonal_R@1" in capsys.readouterr().out
     assert main(["scatter", str(files / "a.h5"), "-o", str(out)]) == 1

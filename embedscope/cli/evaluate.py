@@ -1,54 +1,64 @@
-"""embedscope evaluate EMB.h5: retrieval and clustering metrics (METHODS.md §1)."""
+"""embedscope evaluate EMB.h5 [MORE.h5 ...]: retrieval and clustering metrics (docs/methods.md §1)."""
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_device, add_force, add_outputs, positive_int
+from embedscope.cli.common import add_device, add_force, positive_int
+from embedscope.cli.output import add_result_outputs
+from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 
-KEY_CHOICES = ("R@k", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "NMI", "F1")
+KEY_CHOICES = ("R@k", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim", "NMI", "F1")
 
 
 def add_parser(sub, parents):
     p = sub.add_parser(
         "evaluate", parents=parents, help="retrieval and clustering metrics (R@k, MAP@R, NMI, ...)",
-        description="R@k, P@1, R-Precision, MAP@R, mAP@C, mAP@1000 (exact, one blocked kNN pass) and "
-        "k-means NMI / F1 of one split (each query excluded from its own neighbours), or of query "
-        "rows against a separate reference split. Definitions: METHODS.md §1.")
-    p.add_argument("file", help="embedding file (.h5)")
-    p.add_argument("--split", default="test", choices=["train", "test", "all"],
+        description="R@k, P@1, R-Precision, MAP@R, mAP@C, mAP@1000, mAP@lim (exact ranks) and k-means NMI / "
+        "F1 of one split (each query excluded from its own neighbours), or of query rows against a "
+        "separate reference split (e.g. --query-split query --reference-split gallery). Several files: "
+        "one table, models side by side, the same protocol. Definitions: docs/methods.md §1.")
+    p.add_argument("files", nargs="+", metavar="EMB.h5", help="embedding file(s) (.h5)")
+    p.add_argument("--names", nargs="+", metavar="NAME", help="display name of each file (default: file names)")
+    p.add_argument("--split", default="test", choices=SPLIT_CHOICES,
                    help="rows that are both queries and references (default: test)")
-    p.add_argument("--query-split", choices=["train", "test", "all"],
+    p.add_argument("--query-split", choices=SPLIT_CHOICES,
                    help="query rows (default: --split); with --reference-split: separate sets")
-    p.add_argument("--reference-split", choices=["train", "test", "all"],
+    p.add_argument("--reference-split", choices=SPLIT_CHOICES,
                    help="reference rows searched by the queries (nothing excluded when it differs from the query split)")
-    p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"],
+    p.add_argument("--metric", default="cosine", choices=RETRIEVAL_METRICS,
                    help="ranking distance (default: cosine, rows L2-normalised)")
     p.add_argument("--k", nargs="+", type=positive_int, default=[1, 2, 4, 8], metavar="K",
                    help="the k of R@k (default: 1 2 4 8)")
     p.add_argument("--include", nargs="+", metavar="KEY",
-                   help="compute only these (R@k for every --k, P@1, R-Precision, MAP@R, mAP@C, mAP@1000, "
-                   "NMI, F1; default: all)")
-    p.add_argument("--seed", type=int, default=0, help="k-means seed (default: 0)")
+                   help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; default: all)")
+    p.add_argument("--lone-queries", default="exclude", choices=("exclude", "zero"),
+                   help="queries without a relevant reference: left out (default, as pytorch-metric-learning) "
+                   "or counted as 0 (Roth et al.'s code)")
+    p.add_argument("--seed", type=int, default=1234,
+                   help="k-means seed (default: 1234, faiss's default, as Roth's code and PML)")
     p.add_argument("--niter", type=positive_int, default=20, help="k-means iterations (default: 20)")
+    p.add_argument("--per-class", metavar="OUT.csv",
+                   help="write R@1, R-Precision and MAP@R per class to this CSV and show the worst classes")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_device(p)
-    add_outputs(p)
+    add_result_outputs(p)
     add_force(p)
     p.set_defaults(func=run)
     return p
 
 
-def _include(args) -> list[str] | None:
+def include_keys(include, ks) -> list[str] | None:
+    """--include names -> metric keys (``R@k`` expands to every --k)."""
     from embedscope.errors import UsageError
 
-    if not args.include:
+    if not include:
         return None
     out: list[str] = []
-    for key in args.include:
+    for key in include:
         if key == "R@k":
-            out += [f"R@{k}" for k in args.k]
+            out += [f"R@{k}" for k in ks]
         elif key.startswith("R@") and key[2:].isdigit():
-            if int(key[2:]) not in args.k:
-                raise UsageError(f"--include {key}: {key[2:]} is not among --k {' '.join(map(str, args.k))}")
+            if int(key[2:]) not in ks:
+                raise UsageError(f"--include {key}: {key[2:]} is not among --k {' '.join(map(str, ks))}")
             out.append(key)
         elif key in KEY_CHOICES:
             out.append(key)
@@ -58,76 +68,31 @@ def _include(args) -> list[str] | None:
 
 
 def run(args) -> int:
-    import time
+    from embedscope.analyses import evaluate_many, worst_classes
+    from embedscope.cli.output import check_result_outputs, print_wrote, write_result
+    from embedscope.tables import format_table
 
-    import numpy as np
-
-    from embedscope import store
-    from embedscope.errors import EmbedscopeError
-    from embedscope.fileio import check_writable, sha256_file
-    from embedscope.metrics import retrieval_metrics
-    from embedscope.tables import format_table, write_csv, write_json
-
-    include = _include(args)
-    for out in (args.json, args.csv):
-        if out:
-            check_writable(out, force=args.force)  # refuse before the work, not after
-    if args.json and args.csv and args.json == args.csv:
-        raise EmbedscopeError("--json and --csv name the same file")
-
-    es = store.load(args.file)
-    q_split = args.query_split or args.split
-    r_split = args.reference_split or q_split
-    separate = r_split != q_split
-    if separate and "all" in (q_split, r_split):
-        raise EmbedscopeError("'all' overlaps the other split: use train and test as separate query/reference sets")
-    q = es.subset(q_split)
-    kw = {}
-    if separate:
-        r = es.subset(r_split)
-        kw = {"X_ref": r.embeddings, "y_ref": r.labels}
-    t0 = time.perf_counter()
-    res = retrieval_metrics(q.embeddings, q.labels, ks=tuple(args.k), metric=args.metric, include=include,
-                            device=args.device, seed=args.seed, niter=args.niter, progress=not args.no_progress,
-                            **kw)
-    seconds = time.perf_counter() - t0
-    counts = {k: res.pop(k) for k in ("n_queries", "n_lone", "n_evaluated", "depth")}
-    metrics = {k: float(v) for k, v in res.items()}
-
-    prov = {
-        "file": str(args.file),
-        "sha256": sha256_file(args.file),
-        "query_split": q_split,
-        "reference_split": r_split,
-        "protocol": "separate query and reference sets" if separate else "same set, query excluded",
-        "metric": args.metric,
-        "N_queries": int(q.n),
-        "N_references": int(kw["X_ref"].shape[0]) if separate else int(q.n),
-        "D": int(q.dim),
-        "classes": int(len(np.unique(q.labels))),
-        "n_lone": int(counts["n_lone"]),
-        "n_evaluated": int(counts["n_evaluated"]),
-        "depth": int(counts["depth"]),
-        "kmeans": {"seed": args.seed, "niter": args.niter} if ("NMI" in metrics or "F1" in metrics) else None,
-        "seconds": round(seconds, 3),
-    }
-    for k in ("dataset", "checkpoint", "checkpoint_sha256"):
-        if es.attrs.get(k) not in (None, ""):
-            prov[k] = es.attrs[k]
-
-    rows = [{"measure": k, "value": v} for k, v in metrics.items()]
-    title = (f"{args.file}: {q_split} queries ({q.n}, {prov['classes']} classes) vs "
-             f"{r_split + ' references' if separate else 'themselves'}, {args.metric}; "
-             f"{prov['n_lone']} lone queries left out")
-    print(format_table(rows, ["measure", "value"], title=title))
-    if args.json:
-        write_json(args.json, {"provenance": prov, "metrics": metrics}, force=args.force)
-        print(f"wrote {args.json}")
-    if args.csv:
-        flat = {k: (v if not isinstance(v, dict) else (";".join(f"{a}={b}" for a, b in v.items())))
-                for k, v in prov.items()}
-        csv_rows = [{**flat, "measure": k, "value": v} for k, v in metrics.items()]
-        write_csv(args.csv, csv_rows, ["measure", "value"] + list(flat), force=args.force)
-        print(f"wrote {args.csv}")
+    include = include_keys(args.include, args.k)
+    args._inputs = args.files
+    check_result_outputs(args, extra=[args.per_class] if args.per_class else [])
+    results = evaluate_many(args.files, names=args.names, split=args.split, query_split=args.query_split,
+                            reference_split=args.reference_split, metric=args.metric, ks=tuple(args.k),
+                            include=include, lone_queries=args.lone_queries, seed=args.seed, niter=args.niter,
+                            per_class=bool(args.per_class), device=args.device, progress=not args.no_progress)
+    if len(results) == 1:
+        print(results[0].format())
+    else:
+        first = results[0].provenance
+        print(results.format(title=f"{first['query_split']} queries vs "
+                             f"{first['reference_split'] if first['query_split'] != first['reference_split'] else 'themselves'}"
+                             f", {args.metric}; lone queries: {args.lone_queries}"))
+    written = write_result(results if len(results) > 1 else results[0], args)
+    if args.per_class:
+        for r in results:
+            worst = worst_classes(r, "MAP@R", n=5)
+            print(format_table(worst, ["class", "n", "R@1", "R-Precision", "MAP@R"],
+                               title=f"{r.model}: the 5 classes with the lowest MAP@R"))
+        results.to_csv(args.per_class, table=True, force=args.force)
+        written.append(args.per_class)
+    print_wrote(written)
     return 0
-

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, add_outputs, positive_int
-from embedscope.cli.geometry import COUNTS, MEASURES, add_measure_options
+from embedscope.cli.common import add_force, positive_int
+from embedscope.cli.output import add_measure_options, add_result_outputs
 
 
 def add_parser(sub, parents):
@@ -20,117 +20,49 @@ def add_parser(sub, parents):
     p.add_argument("--k", type=positive_int, default=35,
                    help="values per class-conditioned spectrum (default 35, as Roth Fig. 11)")
     p.add_argument("--center", action="store_true", help="mean-centre each class before its SVD")
-    p.add_argument("--label", action="append", metavar="NAME",
-                   help="legend name of each file, in order (repeat; default: the file names)")
+    p.add_argument("--names", nargs="+", metavar="NAME",
+                   help="legend name of each file, in order (default: the file names)")
     p.add_argument("-o", "--output", metavar="OUT.png",
                    help="figure file: OUT.png and OUT.pdf are written (default: no figure)")
     p.add_argument("--title", help="figure title")
-    add_outputs(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_result_outputs(p, table_help="write the spectra (model, kind, k, value) to this CSV")
     add_force(p)
     p.set_defaults(func=run)
     return p
 
 
-def _labels(files, given):
-    from pathlib import Path
-
-    from embedscope.errors import UsageError
-
-    if given:
-        if len(given) != len(files):
-            raise UsageError(f"--label given {len(given)} time(s) for {len(files)} file(s): give one per file")
-        return list(given)
-    stems = [Path(f).stem for f in files]
-    return stems if len(set(stems)) == len(stems) else [str(f) for f in files]
-
-
 def run(args) -> int:
-    import numpy as np
+    from embedscope.analyses import spectrum
+    from embedscope.cli.output import check_result_outputs, measure_kwargs, print_wrote, save_and_close, write_result
+    from embedscope.progress import progress_bar
 
-    from embedscope import store
-    from embedscope.fileio import check_writable
-    from embedscope.metrics import class_conditioned_spectra
-    from embedscope.tables import format_table, write_csv, write_json
-
-    labels = _labels(args.files, args.label)
+    args._inputs = args.files
+    figs = []
     if args.output:
         from embedscope.viz.figures import figure_paths
 
-        for p in figure_paths(args.output):
-            check_writable(p, force=args.force)
-    for out in (args.json, args.csv):
-        if out:
-            check_writable(out, force=args.force)
-
-    entries = []
-    progress = None
-    if len(args.files) > 1:
-        from tqdm import tqdm
-
-        progress = tqdm(total=len(args.files), desc="spectra", unit="file", leave=False)
-    for f, label in zip(args.files, labels):
-        es = store.load(f).subset(args.split)
-        rep = report_for_with_spectrum(es, args)
-        entry = {"file": f, "label": label, "measures": {k: v for k, v in rep.items()
-                                                         if k not in ("singular_values", "covariance_eigenvalues")},
-                 "spectrum": rep["singular_values"], "rho": rep["rho"]}
-        if args.by_class:
-            per_class, mean = class_conditioned_spectra(es.embeddings, es.labels, normalize=True,
-                                                        center=args.center, k=args.k)
-            entry.update(class_mean=mean, class_std=per_class.std(axis=0), n_classes_used=int(per_class.shape[0]))
-        entries.append(entry)
-        if progress is not None:
-            progress.update(1)
-    if progress is not None:
-        progress.close()
-
-    rows = []
-    for k in list(COUNTS) + list(MEASURES):
-        row = {"measure": k}
-        for e in entries:
-            row[e["label"]] = e["measures"][k]
-        rows.append(row)
-    print(format_table(rows, ["measure"] + [e["label"] for e in entries], digits=5, title=f"[{args.split}] "
-                       f"rho leaves out the top {args.exclude_top} singular value(s)"))
-
+        figs = list(figure_paths(args.output))
+    check_result_outputs(args, extra=figs)
+    bar = progress_bar(total=len(args.files), desc="spectra", unit="file",
+                       enabled=not args.no_progress and len(args.files) > 1)
+    try:
+        results = spectrum(args.files, names=args.names, by_class=args.by_class, k=args.k, center=args.center,
+                           progress=lambda i, n: bar.update(1), **measure_kwargs(args))
+    finally:
+        bar.close()
+    print(results.format(digits=5, title=f"[{args.split}] rho leaves out the top {args.exclude_top} "
+                         "singular value(s)"))
+    written = []
     if args.output:
-        from embedscope.viz.figures import save_figure, use_agg
         from embedscope.viz.spectrum import plot_spectra
+        from embedscope.viz.figures import use_agg
 
         use_agg()
-        import matplotlib.pyplot as plt
-
+        entries = [{"label": r.model, "spectrum": r.arrays["singular_values"], "rho": r["rho"],
+                    **{k: r.arrays[k] for k in ("class_mean", "class_std") if k in r.arrays}} for r in results]
         fig = plot_spectra(entries, exclude_top=args.exclude_top, by_class=args.by_class,
                            title=args.title or f"Singular-value spectra ({args.split} split)")
-        try:
-            png, pdf = save_figure(fig, args.output, force=args.force)
-        finally:
-            plt.close(fig)
-        print(f"wrote {png} and {pdf}")
-    if args.json:
-        write_json(args.json, {
-            "split": args.split, "exclude_top": args.exclude_top, "n_components": args.n_components,
-            "by_class": args.by_class, "k": args.k, "center": args.center,
-            "files": [{key: e.get(key) for key in ("file", "label", "measures", "spectrum", "class_mean",
-                                                    "class_std", "n_classes_used") if key in e}
-                      for e in entries]}, force=args.force)
-    if args.csv:
-        csv_rows = []
-        for e in entries:
-            p = np.asarray(e["spectrum"]) / np.sum(e["spectrum"])
-            for kind, vals in (("singular_value", e["spectrum"]), ("normalised", p),
-                               ("class_mean", e.get("class_mean")), ("class_std", e.get("class_std"))):
-                if vals is None:
-                    continue
-                csv_rows += [{"file": e["file"], "label": e["label"], "kind": kind, "k": i + 1, "value": float(v)}
-                             for i, v in enumerate(vals)]
-        write_csv(args.csv, csv_rows, ["file", "label", "kind", "k", "value"], force=args.force)
+        written += [str(p) for p in save_and_close(fig, args.output, force=args.force)]
+    print_wrote(written + write_result(results, args))
     return 0
-
-
-def report_for_with_spectrum(es, args) -> dict:
-    from embedscope.metrics import geometry_report
-
-    return geometry_report(es.embeddings, es.labels, exclude_top=args.exclude_top,
-                           n_components=args.n_components, max_pairs=args.max_pairs, seed=args.seed,
-                           keep_spectrum=True)

@@ -1,0 +1,45 @@
+"""One question of an embedding file, one call: each function returns a :class:`Result`.
+
+>>> from embedscope.analyses import evaluate          # doctest: +SKIP
+>>> r = evaluate("digits.h5", split="test")           # doctest: +SKIP
+>>> r["R@1"], r.to_frame()                             # doctest: +SKIP
+
+Imports are lazy, so ``embedscope --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Result": "embedscope.analyses.result",
+    "ResultSet": "embedscope.analyses.result",
+    "combine": "embedscope.analyses.result",
+    # retrieval (METHODS.md §1)
+    "evaluate": "embedscope.analyses.retrieval",
+    "evaluate_many": "embedscope.analyses.retrieval",
+    "worst_classes": "embedscope.analyses.retrieval",
+    # geometry (§2-§4)
+    "geometry": "embedscope.analyses.structure",
+    "spectrum": "embedscope.analyses.structure",
+    # pictures (§10)
+    "tsne": "embedscope.analyses.maps",
+    "yoke": "embedscope.analyses.maps",
+    "scatter": "embedscope.analyses.neighbours",
+    # the measure registry
+    "MEASURES": "embedscope.analyses.registry",
+    "Measure": "embedscope.analyses.registry",
+    "compute_measures": "embedscope.analyses.registry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'embedscope.analyses' has no attribute '{name}'")
+
+
+def __dir__():
+    return __all__

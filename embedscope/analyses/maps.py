@@ -1,0 +1,126 @@
+"""``tsne`` and ``yoke``: maps of how embeddings generalise (Xuan, Stylianou & Pless; METHODS.md §10).
+
+The computations live in :mod:`embedscope.tsne`; these functions choose the rows, run them and
+return a :class:`Result` whose ``table`` holds one row per mapped point (path, split, class,
+coordinates) and whose ``arrays`` feed :mod:`embedscope.viz`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.analyses._sources import as_set
+from embedscope.analyses.result import Result, model_name, provenance_of, unique_names
+from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.names import SPLIT_CHOICES
+from embedscope.validation import check_choice, check_number
+
+SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
+              "n_iter", "kl_divergence")
+SHOWN_YOKE = ("alpha", "alpha_times_n", "perplexity", "seed", "negative_gradient_method", "kl_a", "kl_b",
+              "mean_displacement", "n")
+
+
+def _by_split_key(es) -> np.ndarray:
+    return np.char.add(np.char.add(es.split.astype(str), ":"), es.labels.astype(str))
+
+
+def _sample(es, max_points, seed, *, by_split: bool):
+    if max_points is None or max_points >= es.n:
+        return es
+    if by_split:  # stratified by split and class together
+        from embedscope.tsne import stratified_subsample
+
+        return es.select(stratified_subsample(_by_split_key(es), max_points, seed=seed))
+    return es.sample(max_points, seed=seed)
+
+
+def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_points: int | None = None,
+         perplexity: float = 30.0, seed: int = 0, n_iter: int = 500, n_jobs: int = 1, progress: bool = False,
+         name: str | None = None) -> Result:
+    """A t-SNE map of one split coloured by class, or with ``joint`` one map of the train and test
+    splits together (Xuan §2; openTSNE's defaults, METHODS.md §10).
+
+    ``result.table``: one row per point (path, split, label, class, x, y); ``result.arrays``:
+    ``Y`` and ``labels`` (single) or ``Y_train``, ``Y_test``, ``labels_train``, ``labels_test``
+    (joint), and ``class_names``; ``result.provenance``: the t-SNE settings.
+    """
+    from embedscope.tsne import joint_tsne, single_tsne
+
+    if joint and split is not None:
+        raise UsageError("a joint map uses both splits; leave out split")
+    check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    if split is not None:
+        check_choice(split, "split", SPLIT_CHOICES)
+    es = as_set(source)
+    common = dict(perplexity=perplexity, seed=seed, n_iter=n_iter, n_jobs=n_jobs, progress=progress,
+                  return_info=True)
+    names = es.class_names
+    if joint:
+        for s in ("train", "test"):
+            if not (es.split == s).any():
+                raise EmbedscopeError(f"a joint map needs train and test rows; the file has no {s} rows")
+        es = _sample(es.select(np.isin(es.split, ["train", "test"])), max_points, seed, by_split=True)
+        tr, te = es.subset("train"), es.subset("test")
+        Y_tr, Y_te, info = joint_tsne(tr.embeddings, te.embeddings, **common)
+        parts = [(tr, Y_tr), (te, Y_te)]
+        arrays = {"Y_train": Y_tr, "Y_test": Y_te, "labels_train": tr.labels, "labels_test": te.labels}
+    else:
+        split = split or "test"
+        es = _sample(es.subset(split), max_points, seed, by_split=False)
+        if es.n < 6:
+            raise EmbedscopeError(f"t-SNE needs at least 6 points, the selection has {es.n}")
+        Y, info = single_tsne(es.embeddings, **common)
+        parts = [(es, Y)]
+        arrays = {"Y": Y, "labels": es.labels}
+    arrays["class_names"] = names
+    rows = [{"path": p.paths[i], "split": p.split[i], "label": int(p.labels[i]), "class": names[p.labels[i]],
+             "x": float(Y[i, 0]), "y": float(Y[i, 1])} for p, Y in parts for i in range(p.n)]
+    info.update(max_points=max_points, joint=bool(joint), split=None if joint else split)
+    values = {k: info[k] for k in ("kl_divergence",) if k in info}
+    values["points"] = len(rows)
+    model = model_name(es, name)
+    prov = provenance_of(es, extra={**info, "title": f"{model}: t-SNE settings"})
+    return Result("tsne", values, prov, table=rows, arrays=arrays, model=model)
+
+
+def yoke(source_a: Any, source_b: Any, *, split: str = "test", alpha: float | None = None,
+         max_points: int | None = None, perplexity: float = 30.0, seed: int = 0, n_iter: int = 500,
+         n_jobs: int = 1, names: Sequence[str] | None = None, progress: bool = False) -> Result:
+    """Yoked t-SNE of the same images under two embeddings (Xuan §2.3, METHODS.md §10).
+
+    Rows are matched by path; ``alpha`` defaults to 0.01 / N (0: two independent maps).
+    ``result.table``: per image both maps' coordinates and the displacement between them;
+    ``result.values``: both KL divergences and the mean displacement.
+    """
+    from embedscope.store import match_by_path
+    from embedscope.tsne import yoked_tsne
+
+    if alpha is not None:
+        check_number(alpha, "alpha", min=0)
+    check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    check_choice(split, "split", SPLIT_CHOICES)
+    labels = unique_names([source_a, source_b], names)
+    a = as_set(source_a).subset(split)
+    b = as_set(source_b).subset(split)
+    a, b = match_by_path(a, b, labels[0], labels[1])
+    if max_points is not None and max_points < a.n:
+        keep = np.isin(a.paths, _sample(a, max_points, seed, by_split=True).paths)
+        a, b = a.select(keep), b.select(keep)
+    if a.n < 6:
+        raise EmbedscopeError(f"yoked t-SNE needs at least 6 images, the selection has {a.n}")
+    Y_a, Y_b, info = yoked_tsne(a.embeddings, b.embeddings, alpha=alpha, perplexity=perplexity, seed=seed,
+                                n_iter=n_iter, n_jobs=n_jobs, progress=progress, return_info=True)
+    d = np.linalg.norm(Y_a - Y_b, axis=1)
+    rows = [{"path": a.paths[i], "split": a.split[i], "label": int(a.labels[i]), "class": a.class_names[a.labels[i]],
+             "x_a": float(Y_a[i, 0]), "y_a": float(Y_a[i, 1]), "x_b": float(Y_b[i, 0]), "y_b": float(Y_b[i, 1]),
+             "displacement": float(d[i])} for i in range(a.n)]
+    info.update(split=split, max_points=max_points, names=list(labels))
+    values = {k: info[k] for k in ("kl_a", "kl_b", "mean_displacement") if k in info}
+    values["n"] = int(a.n)
+    prov = {"a": provenance_of(a), "b": provenance_of(b), **info,
+            "title": f"yoked t-SNE of {labels[0]} and {labels[1]} [{split}]"}
+    arrays = {"Y_a": Y_a, "Y_b": Y_b, "labels": a.labels, "class_names": a.class_names, "names": list(labels)}
+    return Result("yoke", values, prov, table=rows, arrays=arrays, model=f"{labels[0]} ~ {labels[1]}")

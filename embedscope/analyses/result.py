@@ -1,0 +1,281 @@
+"""The answer to one question of an embedding file: :class:`Result`.
+
+Every analysis returns one ``Result``: the headline ``values`` (measure name -> number), an
+optional per-row ``table`` (per class, per query, per point ...), ``provenance`` (input files and
+their sha256, settings, counts such as lone queries) and ``arrays`` that a figure draws from. One
+layout for every result file:
+
+* ``to_frame()`` -- a tidy pandas DataFrame, one row per (model, measure): columns ``measure``,
+  ``value`` (float), ``model``;
+* ``to_csv(path)`` / ``to_parquet(path)`` -- that frame; ``table=True`` writes the per-row table
+  instead;
+* ``to_json(path)`` -- ``{"analysis", "model", "values", "provenance", "table"}``;
+* ``format()`` / ``print(result)`` -- an aligned terminal table.
+
+Several results of the same analysis (models side by side) combine with :func:`combine` into a
+:class:`ResultSet` with the same methods (its frame gains one row per model and measure, its
+terminal table one column per model).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+VALUE_COLUMNS = ["measure", "value", "model"]
+
+
+def _scalar(v: Any) -> float | int:
+    """Numbers only: counts stay ``int`` (shown and written without a decimal point), the rest ``float``."""
+    if isinstance(v, (bool, np.bool_)):
+        return int(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise EmbedscopeError(f"result values must be numbers, got {v!r}") from None
+
+
+@dataclass
+class Result:
+    """One analysis of one embedding file (or one pair of files)."""
+
+    analysis: str
+    values: dict[str, float | int]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    table: list[dict[str, Any]] | None = None
+    arrays: dict[str, Any] = field(default_factory=dict, repr=False)
+    model: str = ""
+    meanings: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.values = {str(k): _scalar(v) for k, v in self.values.items()}
+
+    # ---------------------------------------------------------------- access
+    def __getitem__(self, key: str) -> float:
+        return self.values[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.values
+
+    def keys(self):
+        return self.values.keys()
+
+    # ---------------------------------------------------------------- tables
+    def to_frame(self, *, table: bool = False):
+        """Tidy pandas DataFrame of the values (``model, measure, value``), or the per-row table."""
+        import pandas as pd
+
+        if table:
+            return pd.DataFrame(self.table or [])
+        return pd.DataFrame([{"measure": k, "value": v, "model": self.model} for k, v in self.values.items()],
+                            columns=VALUE_COLUMNS).astype({"value": float})
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"analysis": self.analysis, "model": self.model, "values": dict(self.values),
+                               "provenance": self.provenance}
+        if self.table is not None:
+            out["table"] = self.table
+        return out
+
+    def to_json(self, path: str | os.PathLike | None = None, *, force: bool = False) -> dict[str, Any]:
+        """The result as a JSON-able dict; written atomically to ``path`` when given."""
+        d = self.to_dict()
+        if path is not None:
+            from embedscope.tables import write_json
+
+            write_json(path, d, force=force)
+        return d
+
+    def to_csv(self, path: str | os.PathLike, *, table: bool = False, force: bool = False) -> Path:
+        """Write :meth:`to_frame` (or the per-row table) as CSV, atomically (counts without ".0")."""
+        return _write_frame(_csv_ready(self.to_frame(table=table), [self]), path, "csv", force)
+
+    def to_parquet(self, path: str | os.PathLike, *, table: bool = False, force: bool = False) -> Path:
+        return _write_frame(self.to_frame(table=table), path, "parquet", force)
+
+    def format(self, *, digits: int = 4, title: str | None = None) -> str:
+        from embedscope.tables import format_table
+
+        with_meaning = bool(self.meanings)
+        rows = []
+        for k, v in self.values.items():
+            row = {"measure": k, "value": v}
+            if with_meaning:
+                row["meaning"] = self.meanings.get(k, "")
+            rows.append(row)
+        cols = ["measure", "value"] + (["meaning"] if with_meaning else [])
+        return format_table(rows, cols, digits=digits, title=title if title is not None else self.title())
+
+    def title(self) -> str:
+        return self.provenance.get("title", f"{self.analysis}: {self.model}" if self.model else self.analysis)
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+@dataclass
+class ResultSet:
+    """Results of one analysis for several models, side by side."""
+
+    results: list[Result]
+
+    @property
+    def analysis(self) -> str:
+        return self.results[0].analysis if self.results else ""
+
+    @property
+    def models(self) -> list[str]:
+        return [r.model for r in self.results]
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, i):
+        if isinstance(i, str):
+            for r in self.results:
+                if r.model == i:
+                    return r
+            raise KeyError(i)
+        return self.results[i]
+
+    def to_frame(self, *, table: bool = False):
+        import pandas as pd
+
+        frames = []
+        for r in self.results:
+            f = r.to_frame(table=table)
+            if table and "model" not in f.columns:
+                f.insert(0, "model", r.model)
+            frames.append(f)
+        if not frames:
+            return pd.DataFrame(columns=VALUE_COLUMNS)
+        return pd.concat(frames, ignore_index=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"analysis": self.analysis, "models": [r.to_dict() for r in self.results]}
+
+    def to_json(self, path=None, *, force: bool = False) -> dict[str, Any]:
+        d = self.to_dict()
+        if path is not None:
+            from embedscope.tables import write_json
+
+            write_json(path, d, force=force)
+        return d
+
+    def to_csv(self, path, *, table: bool = False, force: bool = False) -> Path:
+        return _write_frame(_csv_ready(self.to_frame(table=table), self.results), path, "csv", force)
+
+    def to_parquet(self, path, *, table: bool = False, force: bool = False) -> Path:
+        return _write_frame(self.to_frame(table=table), path, "parquet", force)
+
+    def format(self, *, digits: int = 4, title: str | None = None) -> str:
+        from embedscope.tables import format_table
+
+        if len(self.results) == 1:
+            return self.results[0].format(digits=digits, title=title)
+        keys: list[str] = []
+        for r in self.results:
+            keys += [k for k in r.values if k not in keys]
+        rows = [{"measure": k, **{r.model: r.values.get(k, math.nan) for r in self.results}} for k in keys]
+        return format_table(rows, ["measure"] + self.models, digits=digits, title=title)
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def combine(results: Iterable[Result]) -> ResultSet:
+    """Results of one analysis (distinct model names) -> :class:`ResultSet`."""
+    results = list(results)
+    names = [r.model for r in results]
+    if len(set(names)) != len(names):
+        raise EmbedscopeError(f"model names must differ to compare results side by side, got {names}")
+    if len({r.analysis for r in results}) > 1:
+        raise EmbedscopeError("results of different analyses cannot be combined")
+    return ResultSet(results)
+
+
+def _csv_ready(frame, results):
+    """The value column with the integer counts as integers (``n`` written ``120``, not ``120.0``)."""
+    if "measure" not in frame.columns or "value" not in frame.columns:
+        return frame
+    ints = {(r.model, k) for r in results for k, v in r.values.items() if isinstance(v, int)}
+    if not ints:
+        return frame
+    import pandas as pd
+
+    frame = frame.copy()
+    frame["value"] = pd.Series([int(v) if (m, k) in ints else v
+                                for m, k, v in zip(frame["model"], frame["measure"], frame["value"])],
+                               index=frame.index, dtype=object)
+    return frame
+
+
+def _write_frame(frame, path, fmt: str, force: bool) -> Path:
+    from embedscope.fileio import atomic_output
+
+    with atomic_output(path, force=force) as tmp:
+        if fmt == "csv":
+            frame.to_csv(tmp, index=False)
+        else:
+            frame.to_parquet(tmp, index=False)
+    return Path(path)
+
+
+def provenance_of(es, *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Where a set came from: file and sha256 when read from a file, plus the file's model attributes."""
+    out: dict[str, Any] = {}
+    src = es.attrs.get("source_file")
+    if src:
+        out["file"] = str(src)
+        out["sha256"] = es.attrs.get("_sha256") or _sha(src)
+    for k in ("dataset", "checkpoint", "checkpoint_sha256", "imported_from"):
+        if es.attrs.get(k) not in (None, ""):
+            out[k] = es.attrs[k]
+    out.update(extra or {})
+    return out
+
+
+def _sha(path) -> str | None:
+    from embedscope.fileio import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def model_name(es, given: str | None = None) -> str:
+    """Display name of a set: ``given``, else the file's stem, else "embeddings"."""
+    if given:
+        return str(given)
+    src = es.attrs.get("source_file")
+    return Path(src).stem if src else "embeddings"
+
+
+def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[str]:
+    """One display name per source: ``given`` (checked), else file stems (full paths if stems clash)."""
+    from embedscope.errors import UsageError
+
+    if given:
+        given = list(given)
+        if len(given) != len(sources):
+            raise UsageError(f"--names gives {len(given)} name(s) for {len(sources)} file(s): give one per file")
+        if len(set(given)) != len(given):
+            raise UsageError("--names must differ")
+        return given
+    stems = [Path(str(s)).stem if isinstance(s, (str, os.PathLike)) else f"set{i}" for i, s in enumerate(sources)]
+    if len(set(stems)) == len(stems):
+        return stems
+    return [str(s) for s in sources]

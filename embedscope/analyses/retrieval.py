@@ -1,0 +1,125 @@
+"""``evaluate``: retrieval and clustering metrics of an embedding file (METHODS.md §1)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.analyses._sources import as_set
+from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
+from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
+from embedscope.validation import check_choice
+
+#: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (METHODS.md §1).
+KMEANS_SEED = 1234
+LONE_QUERIES = ("exclude", "zero")
+COUNT_KEYS = ("n_queries", "n_lone", "n_evaluated", "depth")
+
+
+def evaluate(source: Any, *, split: str = "test", query_split: str | None = None,
+             reference_split: str | None = None, metric: str = "cosine", ks: Sequence[int] = (1, 2, 4, 8),
+             include: Sequence[str] | None = None, lone_queries: str = "exclude", seed: int = KMEANS_SEED,
+             niter: int = 20, per_class: bool = False, device: str = "auto", progress: bool = False,
+             name: str | None = None) -> Result:
+    """Retrieval and clustering metrics of one split of an embedding file (METHODS.md §1).
+
+    The rows of ``split`` are queries and references at once (each query excluded from its own
+    neighbours), or ``query_split`` rows search the ``reference_split`` rows (nothing excluded;
+    e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks``, P@1,
+    R-Precision, MAP@R, mAP@C, mAP@1000, mAP@lim, NMI, F1 (``include`` restricts them). Higher is
+    better for every one.
+
+    ``lone_queries``: ``"exclude"`` (queries without any relevant reference are left out, as
+    pytorch-metric-learning) or ``"zero"`` (Roth's code: averaged over all queries, a lone query
+    scoring 0). ``per_class``: ``result.table`` holds R@1, R-Precision and MAP@R per class.
+
+    >>> from embedscope.store import EmbeddingSet
+    >>> es = EmbeddingSet.from_arrays([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], [0, 0, 1, 1])
+    >>> evaluate(es, ks=(1,), include=["R@1", "MAP@R"])["R@1"]
+    1.0
+    """
+    from embedscope.metrics import retrieval_metrics
+
+    check_choice(metric, "metric", RETRIEVAL_METRICS)
+    check_choice(lone_queries, "lone_queries", LONE_QUERIES)
+    for nm, s in (("split", split), ("query_split", query_split), ("reference_split", reference_split)):
+        if s is not None:
+            check_choice(s, nm, SPLIT_CHOICES)
+    es = as_set(source)
+    q_split = query_split or split
+    r_split = reference_split or q_split
+    separate = r_split != q_split
+    if separate and "all" in (q_split, r_split):
+        raise UsageError("'all' overlaps the other split: give two different splits as query and reference sets")
+    q = es.subset(q_split)
+    kw: dict[str, Any] = {}
+    if separate:
+        r = es.subset(r_split)
+        kw = {"X_ref": r.embeddings, "y_ref": r.labels}
+    if lone_queries != "exclude":
+        kw["lone_queries"] = lone_queries
+    t0 = time.perf_counter()
+    res = retrieval_metrics(q.embeddings, q.labels, ks=tuple(ks), metric=metric, include=include, device=device,
+                            seed=seed, niter=niter, progress=progress, per_query=per_class, **kw)
+    seconds = time.perf_counter() - t0
+    per_query = res.pop("per_query", None)
+    counts = {k: int(res.pop(k)) for k in COUNT_KEYS if k in res}
+    extra_info = {k: res.pop(k) for k in list(res) if not isinstance(res[k], (int, float, np.number))}
+    values = {k: float(v) for k, v in res.items()}
+    n_cls = int(len(np.unique(q.labels)))
+    prov = provenance_of(es, extra={
+        "query_split": q_split,
+        "reference_split": r_split,
+        "protocol": "separate query and reference sets" if separate else "same set, query excluded",
+        "metric": metric,
+        "lone_queries": lone_queries,
+        "N_queries": int(q.n),
+        "N_references": int(kw["X_ref"].shape[0]) if separate else int(q.n),
+        "D": int(q.dim),
+        "classes": n_cls,
+        **counts,
+        "kmeans": {"seed": seed, "niter": niter} if ("NMI" in values or "F1" in values) else None,
+        "seconds": round(seconds, 3),
+        **extra_info,
+    })
+    model = model_name(es, name)
+    lone_txt = ("lone queries left out" if lone_queries == "exclude" else "lone queries count as 0")
+    prov["title"] = (f"{model}: {q_split} queries ({q.n}, {n_cls} classes) vs "
+                     f"{r_split + ' references' if separate else 'themselves'}, {metric}; "
+                     f"{counts.get('n_lone', 0)} {lone_txt}")
+    table = None
+    if per_class and per_query is not None:
+        table = _per_class_rows(q, per_query)
+    return Result("evaluate", values, prov, table=table, model=model)
+
+
+def _per_class_rows(q, per_query: dict) -> list[dict[str, Any]]:
+    rows = []
+    for c in np.unique(q.labels):
+        m = q.labels == c
+        row: dict[str, Any] = {"class": str(q.class_names[c]), "label": int(c), "n": int(m.sum())}
+        for key, vals in per_query.items():
+            v = np.asarray(vals, dtype=np.float64)[m]
+            v = v[np.isfinite(v)]
+            row[key] = float(v.mean()) if v.size else float("nan")
+        rows.append(row)
+    return rows
+
+
+def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None, **kwargs) -> ResultSet:
+    """:func:`evaluate` of several files with the same protocol: models side by side."""
+    if not sources:
+        raise UsageError("give at least one embedding file")
+    labels = unique_names(sources, names)
+    return combine(evaluate(s, name=n, **kwargs) for s, n in zip(sources, labels))
+
+
+def worst_classes(result: Result, key: str = "MAP@R", n: int = 10) -> list[dict[str, Any]]:
+    """The ``n`` classes with the lowest ``key`` in a per-class result."""
+    if not result.table:
+        raise EmbedscopeError("the result has no per-class table (evaluate with per_class=True)")
+    rows = [r for r in result.table if np.isfinite(r.get(key, np.nan))]
+    return sorted(rows, key=lambda r: (r[key], r["class"]))[:n]

@@ -1,0 +1,114 @@
+"""``geometry`` and ``spectrum``: the shape of the embedding space (METHODS.md §2, §3, §4)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.analyses._sources import as_set
+from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
+from embedscope.names import SPLIT_CHOICES
+from embedscope.validation import check_choice, check_int
+
+#: measure -> one-line meaning (definitions: docs/methods.md; METHODS.md §2-§4)
+MEANINGS = {
+    "n": "rows",
+    "dim": "embedding dimension D",
+    "n_classes": "classes",
+    "n_singleton": "classes with one row (left out of pi_intra)",
+    "rho": "spectral decay KL(U||s), top values left out (Roth §5); lower = more directions",
+    "rho_all": "spectral decay with nothing left out (rho_spectrum@1)",
+    "pi_intra": "mean cosine distance within classes (Roth §5)",
+    "pi_inter": "mean cosine distance between class means",
+    "pi_ratio": "pi_intra / pi_inter, embedding density (Roth: higher ~ better R@1)",
+    "effective_rank": "RankMe, exp(entropy of s/sum s) (Garrido et al. 2023)",
+    "alpha": "alpha-ReQ, power-law decay of covariance eigenvalues (Agrawal et al. 2022)",
+    "alignment": "E ||u - u'||^2 over same-class pairs (Wang & Isola 2020)",
+    "uniformity": "log E exp(-t ||u - u'||^2) over all pairs (Wang & Isola 2020)",
+}
+VALUE_KEYS = tuple(MEANINGS)
+
+
+def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_components: int | None = None,
+             max_pairs: int = 200_000, seed: int = 0, keep_spectrum: bool = False,
+             name: str | None = None) -> Result:
+    """Every geometry measure of one split: ρ, π_intra / π_inter / π_ratio, RankMe, α-ReQ, alignment,
+    uniformity (METHODS.md §2–§4; :func:`embedscope.metrics.geometry_report`).
+
+    Roth et al. take these on the *training* split (the default). ``keep_spectrum``: the singular
+    values land in ``result.arrays["singular_values"]``.
+
+    >>> import numpy as np
+    >>> from embedscope.store import EmbeddingSet
+    >>> X = np.diag([10.0, 4, 3, 2, 1])
+    >>> r = geometry(EmbeddingSet.from_arrays(X, [0, 0, 1, 1, 2], split="train"))
+    >>> round(r["rho"], 6)
+    0.121777
+    """
+    from embedscope.metrics import geometry_report
+
+    check_choice(split, "split", SPLIT_CHOICES)
+    check_int(exclude_top, "exclude_top", min=0)
+    es = as_set(source)
+    part = es.subset(split)
+    rep = geometry_report(part.embeddings, part.labels, exclude_top=exclude_top, n_components=n_components,
+                          max_pairs=max_pairs, seed=seed, keep_spectrum=keep_spectrum)
+    values = {k: rep[k] for k in VALUE_KEYS}
+    model = model_name(es, name)
+    prov = provenance_of(es, extra={
+        "split": split, "exclude_top": exclude_top, "n_components": n_components, "seed": seed,
+        "max_pairs": max_pairs, "uniformity_pairs": int(rep["uniformity_pairs"]),
+        "uniformity_exact": bool(rep["uniformity_exact"]),
+        "title": f"{model} [{split}]",
+        "note": (f"uniformity from {'all' if rep['uniformity_exact'] else 'a sample of'} "
+                 f"{rep['uniformity_pairs']} pairs; rho leaves out the top {exclude_top}"),
+    })
+    arrays = {}
+    if keep_spectrum:
+        arrays = {"singular_values": rep["singular_values"], "covariance_eigenvalues": rep["covariance_eigenvalues"]}
+    return Result("geometry", values, prov, arrays=arrays, model=model, meanings=dict(MEANINGS))
+
+
+def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, split: str = "train",
+             by_class: bool = False, k: int = 35, center: bool = False, exclude_top: int = 1,
+             n_components: int | None = None, max_pairs: int = 200_000, seed: int = 0,
+             progress=None) -> ResultSet:
+    """Singular-value spectra (and with ``by_class`` the class-conditioned spectra, Roth App. E) of
+    one or more files, with their geometry measures (METHODS.md §2).
+
+    Each result's ``table`` holds rows ``{kind, k, value}`` with kind ``singular_value``,
+    ``normalised`` (s / Σs), and with ``by_class`` ``class_mean`` / ``class_std`` (over classes of
+    the normalised per-class spectra, first ``k`` values); ``arrays`` the same as numpy arrays for
+    :func:`embedscope.viz.plot_spectra`. ``progress``: a callable ``progress(i, n)`` after each file.
+    """
+    from embedscope.metrics import class_conditioned_spectra
+
+    if not sources:
+        from embedscope.errors import UsageError
+
+        raise UsageError("give at least one embedding file")
+    labels = unique_names(sources, names)
+    k = check_int(k, "k")
+    results = []
+    for i, (src, label) in enumerate(zip(sources, labels)):
+        es = as_set(src)
+        r = geometry(es, split=split, exclude_top=exclude_top, n_components=n_components, max_pairs=max_pairs,
+                     seed=seed, keep_spectrum=True, name=label)
+        s = np.asarray(r.arrays["singular_values"], dtype=np.float64)
+        r.arrays["normalised"] = s / s.sum()
+        if by_class:
+            part = es.subset(split)
+            per_class, mean = class_conditioned_spectra(part.embeddings, part.labels, normalize=True,
+                                                        center=center, k=k)
+            r.arrays.update(class_mean=mean, class_std=per_class.std(axis=0))
+            r.provenance["n_classes_used"] = int(per_class.shape[0])
+        r.provenance.update(by_class=by_class, k=k, center=center)
+        r.table = [{"kind": kind, "k": j + 1, "value": float(v)}
+                   for kind in ("singular_value", "normalised", "class_mean", "class_std")
+                   for j, v in enumerate(r.arrays.get(kind if kind != "singular_value" else "singular_values", []))]
+        r.analysis = "spectrum"
+        results.append(r)
+        if progress is not None:
+            progress(i + 1, len(sources))
+    return combine(results)

@@ -1,0 +1,120 @@
+"""Writing a :class:`~embedscope.analyses.Result`: the same options and layout for every command.
+
+``--json`` / ``--csv`` / ``--parquet`` name the files; all are checked before the work starts
+(an existing file without ``--force`` is refused then, not after minutes of computing).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from embedscope.cli.common import add_split, positive_int
+
+
+def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = None) -> None:
+    p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
+    p.add_argument("--csv", metavar="OUT.csv", help="also write the results as CSV (columns model, measure, value)")
+    p.add_argument("--parquet", metavar="OUT.parquet", help="also write the results as Parquet (as the CSV)")
+    if table_help:
+        p.add_argument("--table-csv", metavar="ROWS.csv", help=table_help)
+
+
+def result_paths(args) -> list[Path]:
+    return [Path(x) for x in (getattr(args, "json", None), getattr(args, "csv", None),
+                              getattr(args, "parquet", None), getattr(args, "table_csv", None)) if x]
+
+
+def check_result_outputs(args, extra=()) -> None:
+    """Refuse (one line, before any work) outputs that exist without --force or that name one file twice."""
+    from embedscope.errors import UsageError
+    from embedscope.fileio import check_writable
+
+    paths = result_paths(args) + [Path(x) for x in extra]
+    resolved = [p.resolve() for p in paths]
+    if len(set(resolved)) != len(resolved):
+        raise UsageError("two outputs name the same file: give each output its own name")
+    inputs = [Path(x).resolve() for x in getattr(args, "_inputs", [])]
+    for p in paths:
+        if p.resolve() in inputs:
+            raise UsageError(f"{p} is an input file: choose another output name")
+        check_writable(p, force=args.force)
+
+
+def write_result(result, args) -> list[str]:
+    """Write the outputs named by the options; return the paths written."""
+    written = []
+    if getattr(args, "json", None):
+        result.to_json(args.json, force=args.force)
+        written.append(args.json)
+    if getattr(args, "csv", None):
+        result.to_csv(args.csv, force=args.force)
+        written.append(args.csv)
+    if getattr(args, "parquet", None):
+        result.to_parquet(args.parquet, force=args.force)
+        written.append(args.parquet)
+    if getattr(args, "table_csv", None):
+        result.to_csv(args.table_csv, table=True, force=args.force)
+        written.append(args.table_csv)
+    return written
+
+
+def figure_outputs(out, force: bool):
+    """(png, pdf, csv, json) beside each other; all refused up front if they exist without --force."""
+    from embedscope.fileio import check_writable
+    from embedscope.viz.figures import figure_paths
+
+    png, pdf = figure_paths(out)
+    csv, js = png.with_suffix(".csv"), png.with_suffix(".json")
+    for p in (png, pdf, csv, js):
+        check_writable(p, force=force)
+    return png, pdf, csv, js
+
+
+def save_and_close(fig, png, *, force: bool):
+    """save_figure (PNG and PDF), then close the figure."""
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.figures import save_figure
+
+    try:
+        return save_figure(fig, png, force=force)
+    finally:
+        plt.close(fig)
+
+
+def print_wrote(paths) -> None:
+    paths = [str(p) for p in paths]
+    if paths:
+        print("wrote " + ", ".join(paths))
+
+
+# ------------------------------------------------------------------ options of geometry and spectrum
+def non_negative_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got '{s}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
+    return v
+
+
+def add_measure_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by `geometry` and `spectrum`."""
+    add_split(p, default="train")
+    p.add_argument("--exclude-top", type=non_negative_int, default=1, metavar="M",
+                   help="leading singular values left out of rho (default 1: Roth's footnote and "
+                   "rho_spectrum@2; 0: rho_spectrum@1)")
+    p.add_argument("--n-components", type=positive_int, metavar="K",
+                   help="keep only the first K singular values (D-1 = the reference code's TruncatedSVD)")
+    p.add_argument("--max-pairs", type=positive_int, default=200_000,
+                   help="pairs for the uniformity: exact when N(N-1)/2 is at most this, else a sample (default 200000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the uniformity pair sample (default 0)")
+
+
+def measure_kwargs(args) -> dict:
+    return dict(split=args.split, exclude_top=args.exclude_top, n_components=args.n_components,
+                max_pairs=args.max_pairs, seed=args.seed)
+
+
