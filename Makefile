@@ -8,7 +8,7 @@ DEMO := demo-output
 export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup demo test test-slow test-all bench clean
+.PHONY: setup demo test test-slow test-all lint bench notebooks clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,9 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow" -n 2 --dist loadfile tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check embedscope tests benchmarks scripts
 
 bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.validation import check_matrix
+from embedscope.validation import check_int, check_labels, check_matrix
 
 __all__ = [
     "singular_values",
@@ -38,14 +38,6 @@ def block_rows_for(d: int) -> int:
     return max(256, BLOCK_ELEMENTS // max(int(d), 1))
 RANKME_EPS = 1e-7
 DIRECTIONS = ("uniform||s", "s||uniform")
-
-
-# ----------------------------------------------------------------------------- input checks
-def _as_labels(y, n: int) -> np.ndarray:
-    y = np.asarray(y)
-    if y.ndim != 1 or y.shape[0] != n:
-        raise EmbedscopeError(f"labels must be a 1-D array of length {n} (one per row), got shape {y.shape}")
-    return y
 
 
 # ----------------------------------------------------------------------------- Gram accumulation
@@ -182,6 +174,21 @@ def spectral_decay(X, *, exclude_top: int = 1, direction: str = "uniform||s",
     Returns
     -------
     float
+        Lower ρ = more directions of significant variance (Roth et al.: lower on the training
+        set goes with better generalisation).
+
+    Examples
+    --------
+    The test vector of METHODS.md §2, X = diag(10, 4, 3, 2, 1):
+
+    >>> import numpy as np
+    >>> X = np.diag([10.0, 4.0, 3.0, 2.0, 1.0])
+    >>> round(spectral_decay(X), 6)                      # top value left out (Roth fn. 3)
+    0.121777
+    >>> round(spectral_decay(X, exclude_top=0), 6)       # rho_spectrum@1
+    0.290167
+    >>> round(spectral_decay(X, exclude_top=0, direction="s||uniform"), 6)
+    0.276364
     """
     return _kl_decay(singular_values(X), exclude_top, direction, n_components)
 
@@ -217,10 +224,8 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
         Mean over those rows.
     """
     X = check_matrix(X)
-    y = _as_labels(y, X.shape[0])
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-        raise EmbedscopeError(f"k must be a positive integer, got {k!r}")
-    K = min(int(k), X.shape[1])
+    y = check_labels(y, X.shape[0])
+    K = min(check_int(k, "k"), X.shape[1])
     classes, inv, counts = np.unique(y, return_inverse=True, return_counts=True)
     keep = np.flatnonzero(counts >= 2)
     if keep.size == 0:
