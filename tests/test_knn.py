@@ -96,7 +96,7 @@ def test_validation(args, kw, msg):
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_torch_block_path_gives_the_same_neighbours(metric, monkeypatch):
     # the CUDA path (torch GEMM blocks + torch.topk) run on the CPU: same exact result as faiss's
-    from embedscope.metrics import knn
+    from embedscope.metrics.search import knn
 
     X = _with_ties(4, n=150)
     a = knn_search(X, None, 12, metric=metric, exclude_self=True)

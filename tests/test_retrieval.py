@@ -193,7 +193,7 @@ def test_keys_order_include_and_per_query_arrays():
     assert np.nanmean(pq["MAP@R"]) == pytest.approx(got["MAP@R"], abs=1e-12)
     assert np.nanmean(pq["R@1"]) == pytest.approx(got["R@1"], abs=1e-12)
     sub = retrieval_metrics(X, y, ks=(3,), include=["R@3", "MAP@R"])
-    assert [k for k in sub if not k.startswith("n_") and k != "depth"] == ["R@3", "MAP@R"]
+    assert [k for k in sub if not k.startswith("n_") and k not in ("depth", "lone_queries")] == ["R@3", "MAP@R"]
 
 
 def test_string_labels_and_cosine_equals_euclidean_on_unit_rows():
@@ -225,7 +225,7 @@ def test_input_validation(kwargs, msg):
 
 
 def test_torch_block_path_matches_brute_force(monkeypatch):
-    from embedscope.metrics import knn
+    from embedscope.metrics.search import knn
 
     monkeypatch.setattr(knn, "FAISS_MIN_L", 10**9)
     X, y = _data(9, n=200)
@@ -240,7 +240,8 @@ def test_torch_block_path_matches_brute_force(monkeypatch):
 def counting(monkeypatch):
     """Force the counting pass of mAP@1000 (normally only for N >= 16 x depth on the CPU), with
     tiny tiles so that every query block spans many reference tiles."""
-    from embedscope.metrics import rankcount, retrieval
+    from embedscope.metrics.search import counting as rankcount
+    from embedscope.metrics.search import ranks as retrieval
 
     monkeypatch.setattr(retrieval, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(retrieval, "COUNT_MIN_RATIO", 0)
@@ -298,7 +299,7 @@ def test_counting_pass_separate_sets_and_ties(counting, metric):
 
 
 def test_counting_pass_falls_back_when_the_floor_is_too_high(counting, monkeypatch):
-    from embedscope.metrics import rankcount
+    from embedscope.metrics.search import counting as rankcount
 
     monkeypatch.setattr(rankcount, "SAMPLE_SIGMAS", -3.0)  # floors above the depth-th key
     keys = ["R@1", "R@3", "R@16", "P@1", "R-Precision", "MAP@R", "mAP@C"]
@@ -311,7 +312,8 @@ def test_counting_pass_falls_back_when_the_floor_is_too_high(counting, monkeypat
 
 
 def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatch):
-    from embedscope.metrics import rankcount, retrieval
+    from embedscope.metrics.search import counting as rankcount
+    from embedscope.metrics.search import ranks as retrieval
 
     rng = np.random.default_rng(5)  # N = 17,000 >= 16 x 1000: the counting pass is the default
     y = rng.integers(0, 3000, 17000)
@@ -328,3 +330,92 @@ def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatc
     assert len(used) == 2
     assert a["mAP@1000"] == b["mAP@1000"] and a["MAP@R"] == b["MAP@R"]
     assert a2 == b2
+
+
+def brute_lists(X, y, Xr=None, yr=None, metric="cosine"):
+    """Each query's relevance list (float64 keys, ties to the lower index), from the full matrix."""
+    same = Xr is None
+    Q = np.asarray(X, dtype=np.float64)
+    R = Q if same else np.asarray(Xr, dtype=np.float64)
+    yr = np.asarray(y) if same else np.asarray(yr)
+    if metric == "cosine":
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+        R = R / np.linalg.norm(R, axis=1, keepdims=True)
+        key = -(Q @ R.T)
+    else:
+        key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
+    out = []
+    for i in range(len(Q)):
+        cand = np.array([j for j in range(len(R)) if not (same and j == i)])
+        order = cand[np.lexsort((cand, key[i, cand]))]
+        out.append((yr[order] == y[i]).astype(float))
+    return out
+
+
+def _roth_ap(rel, depth):
+    """Roth's mAP_1000 / mAP_lim per query: AP over the top min(depth, list length), divided by the
+    class size C_i = R_i + 1 (missing slots of a short list are misses)."""
+    d = min(depth, len(rel))
+    P = np.cumsum(rel) / np.arange(1, len(rel) + 1)
+    return (P[:d] * rel[:d]).sum() / (rel.sum() + 1)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_map_at_lim_matches_brute_force(metric):
+    # N - 1 = 1,199 > 1,023: the depth cut matters; the tie block makes the ranks dense
+    rng = np.random.default_rng(21)
+    X = rng.standard_normal((1200, 3))
+    y = rng.integers(0, 4, 1200)
+    X[50:80] = X[49]
+    y[-1] = 99  # lone
+    lists = brute_lists(X, y, metric=metric)
+    ev = [r for r in lists if r.sum() > 0]
+    got = retrieval_metrics(X, y, metric=metric, include=["mAP@1000", "mAP@lim"])
+    assert got["depth"] == 1023
+    assert got["mAP@lim"] == pytest.approx(np.mean([_roth_ap(r, 1023) for r in ev]), abs=1e-12)
+    assert got["mAP@1000"] == pytest.approx(np.mean([_roth_ap(r, 1000) for r in ev]), abs=1e-12)
+    assert got["mAP@lim"] != got["mAP@1000"]
+    # a short list (N - 1 < 1,000): both cut at N - 1, so they agree
+    X, y = _data(6, n=200)
+    s = retrieval_metrics(X, y, metric=metric, include=["mAP@1000", "mAP@lim"])
+    lists = [r for r in brute_lists(X, y, metric=metric) if r.sum() > 0]
+    assert s["mAP@lim"] == pytest.approx(np.mean([_roth_ap(r, 1023) for r in lists]), abs=1e-12)
+    assert s["mAP@lim"] == s["mAP@1000"]
+    # not in the default set (the default keys predate it)
+    assert "mAP@lim" not in retrieval_metrics(X, y, include=None)
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_lone_queries_zero_averages_over_all_queries(same):
+    X, y = _data(12, n=180, n_cls=90)  # many classes of 1-3: several lone queries
+    if same:
+        lists, kw = brute_lists(X, y), {}
+    else:
+        Xr, yr = _data(13, n=150, n_cls=90)
+        lists, kw = brute_lists(X, y, Xr, yr), dict(X_ref=Xr, y_ref=yr)
+    keys = ["R@1", "R@4", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim"]
+    ex = retrieval_metrics(X, y, ks=(1, 4), include=keys, **kw)
+    zero = retrieval_metrics(X, y, ks=(1, 4), include=keys, lone_queries="zero", **kw)
+    n = len(X)
+    n_lone = sum(r.sum() == 0 for r in lists)
+    assert n_lone >= 5 and zero["n_lone"] == ex["n_lone"] == n_lone
+    assert zero["lone_queries"] == "zero" and ex["lone_queries"] == "exclude"
+    assert zero["n_evaluated"] == n and ex["n_evaluated"] == n - n_lone
+
+    def per_query(rel):  # every measure of METHODS.md §1 from the list; 0 for a lone query
+        R = rel.sum()
+        if R == 0:
+            return dict.fromkeys(keys, 0.0)
+        Ri, Ci = int(R), int(R) + 1
+        P = np.cumsum(rel) / np.arange(1, len(rel) + 1)
+        return {"R@1": rel[:1].max(), "R@4": rel[:4].max(), "P@1": rel[0], "R-Precision": rel[:Ri].sum() / Ri,
+                "MAP@R": (P[:Ri] * rel[:Ri]).sum() / Ri, "mAP@C": (P[:Ci] * rel[:Ci]).sum() / Ci,
+                "mAP@1000": _roth_ap(rel, 1000), "mAP@lim": _roth_ap(rel, 1023)}
+
+    pq = [per_query(r) for r in lists]
+    for k in keys:
+        assert zero[k] == pytest.approx(sum(p[k] for p in pq) / n, abs=1e-12), k
+        assert ex[k] == pytest.approx(sum(p[k] for p in pq) / (n - n_lone), abs=1e-12), k
+        assert zero[k] == pytest.approx(ex[k] * (n - n_lone) / n, abs=1e-12), k
+    with pytest.raises(EmbedscopeError, match="lone_queries"):
+        retrieval_metrics(X, y, lone_queries="drop")

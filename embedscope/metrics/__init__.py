@@ -10,7 +10,8 @@ import importlib
 _EXPORTS = {
     # retrieval and clustering (METHODS.md §1)
     "retrieval_metrics": "embedscope.metrics.retrieval",
-    "knn_search": "embedscope.metrics.knn",
+    "knn_search": "embedscope.metrics.search",
+    "relevant_ranks": "embedscope.metrics.search",
     "kmeans_nmi_f1": "embedscope.metrics.clustering",
     # spectra (§2, §4)
     "singular_values": "embedscope.metrics.spectral",

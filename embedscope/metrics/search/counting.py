@@ -28,7 +28,7 @@ thread, so the counting of one tile overlaps the GEMM of another.
 
 ``δ_i`` is a rigorous float32 error bound of the tile's key: for cosine ``(D + 16) u ‖q_i‖ ‖r‖max``
 (the inner product's forward error, u = 2⁻²⁴); for Euclidean twice the bound of
-:class:`embedscope.metrics.knn.KeySpace`, so that it covers the key computed as one augmented GEMM
+:class:`embedscope.metrics.search.knn.KeySpace`, so that it covers the key computed as one augmented GEMM
 (``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and its survivors per thread, never N × N.
 """
 
@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.knn import U32, KeySpace, _bar, pair_keys64
+from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
 
 __all__ = ["relevant_ranks_by_count", "floor_keys"]
 

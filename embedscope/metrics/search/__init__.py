@@ -1,0 +1,21 @@
+"""The exact-rank engine shared by the retrieval measures (METHODS.md §1, "Distances", "Ties").
+
+- :func:`relevant_ranks` (:mod:`.ranks`): exact ranks of every query's relevant references, the
+  one intermediate every retrieval measure reads (:class:`RelevantRanks`);
+- :func:`knn_search` (:mod:`.knn`): exact k nearest references; :class:`KeySpace`, the float32
+  copies and float64 error bounds behind every certified search;
+- :func:`relevant_ranks_by_count` (:mod:`.counting`): the thresholded counting pass used at SOP
+  scale on the CPU.
+
+Every result equals the ranking of a float64 distance matrix, ties broken by the lower reference
+index, although the bulk GEMMs run in float32; memory stays bounded (no N × N matrix).
+"""
+
+from __future__ import annotations
+
+from embedscope.metrics.search.counting import relevant_ranks_by_count
+from embedscope.metrics.search.knn import KeySpace, check_metric, knn_search, pair_keys64, prepare
+from embedscope.metrics.search.ranks import RelevantRanks, relevant_ranks
+
+__all__ = ["relevant_ranks", "RelevantRanks", "knn_search", "KeySpace", "pair_keys64", "prepare",
+           "check_metric", "relevant_ranks_by_count"]

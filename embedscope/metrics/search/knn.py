@@ -1,0 +1,318 @@
+"""Exact k-nearest-neighbour search in bounded memory (METHODS.md §1, "Distances" and "Ties").
+
+How exactness is obtained cheaply
+---------------------------------
+The expensive part, the query x reference similarity matrix, is computed in **float32**, keeping
+only each query's top ``L = k + slack`` candidates: on the CPU by faiss's flat search (blocked
+sgemm with a heap top-k on cache-sized tiles; measured at about the cost of the bare GEMM), on
+CUDA by one torch GEMM per block of queries and ``torch.topk``. Memory is one block of
+``block x N_ref`` floats at a time, never ``N x N``. (A same-set search could multiply only the
+upper triangle of block pairs, but the column-wise top-k then needs a transposed copy of each
+block, which on the CPU costs as much as the GEMM it saves: measured, not used.)
+
+The candidates are then **certified** in float64. The float32 value of a ranking key differs from
+its float64 value by at most ``delta_i`` (a rigorous forward-error bound of a length-D dot product,
+``(D + 16) u (‖r‖max² + 2 ‖q_i‖ ‖r‖max + ‖q_i‖²)``, u = 2⁻²⁴, whatever the summation order); the
+candidates' keys are recomputed pair by pair in float64 and sorted by (key desc, reference index
+asc). If the smallest float32 candidate key plus ``delta_i`` is below the k-th exact key, no
+reference outside the candidates can enter the top k and the result is exact; otherwise (many
+near-ties, e.g. duplicated rows) that query's full row is recomputed and ranked exactly. The
+result is the exact float64 ranking with ties broken by the lower reference index, identical on
+CPU and CUDA.
+
+Ranking keys: cosine ranks by the inner product of L2-normalised rows (larger first); Euclidean by
+the squared distance (smaller first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+from embedscope.validation import check_matrix
+
+__all__ = ["knn_search"]
+
+METRICS = ("cosine", "euclidean")
+FAISS_MIN_L = 0  # CPU candidate lists longer than this come from faiss (0: always)
+SLACK = 16  # extra float32 candidates per query kept for the float64 certification
+U32 = 2.0 ** -24
+PAIR_CHUNK = 1 << 16  # pairs per float64 gather chunk
+_MAX_BLOCK_ELEMS = 1 << 26  # float32 block of at most 256 MiB
+
+
+# ----------------------------------------------------------------------------- input checks
+def check_metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise EmbedscopeError(f"unknown metric '{metric}' (choose cosine or euclidean)")
+    return metric
+
+
+def prepare(A64: np.ndarray, metric: str, name: str = "X") -> np.ndarray:
+    """Rows L2-normalised (float64) for cosine; unchanged for Euclidean."""
+    if metric == "cosine":
+        nrm = np.sqrt(np.einsum("ij,ij->i", A64, A64))
+        if np.any(nrm == 0):
+            i = int(np.flatnonzero(nrm == 0)[0])
+            raise EmbedscopeError(f"row {i} of {name} is all zeros: its cosine similarity is undefined")
+        A64 = A64 / nrm[:, None]
+    return A64
+
+
+def default_block(n_ref: int, device_type: str = "cpu") -> int:
+    """Queries per block so that one float32 block stays under 256 MiB (CPU) / 1 GiB (CUDA)."""
+    cap = _MAX_BLOCK_ELEMS * (4 if device_type == "cuda" else 1)
+    return int(max(16, min(4096 if device_type == "cuda" else 2048, cap // max(n_ref, 1))))
+
+
+# ----------------------------------------------------------------------------- float64 pair keys
+def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -> np.ndarray:
+    """Exact ranking keys (larger = nearer) of pairs (qi[p], rj[p]) in float64, pair by pair.
+
+    Cosine: the inner product of the (normalised) rows; Euclidean: minus the squared distance.
+    Each pair is reduced on its own, so identical reference rows give bitwise-identical keys.
+    """
+    out = np.empty(len(qi), dtype=np.float64)
+    for s in range(0, len(qi), PAIR_CHUNK):
+        a = Q64[qi[s:s + PAIR_CHUNK]]
+        b = R64[rj[s:s + PAIR_CHUNK]]
+        if metric == "cosine":
+            out[s:s + PAIR_CHUNK] = np.einsum("ij,ij->i", a, b)
+        else:
+            d = a - b
+            out[s:s + PAIR_CHUNK] = -np.einsum("ij,ij->i", d, d)
+    return out
+
+
+class KeySpace:
+    """Float32 copies of queries and references, and the per-query float32 error bound ``delta``."""
+
+    def __init__(self, Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool):
+        self.metric = metric
+        self.same = same
+        self.Q64, self.R64 = Q64, R64
+        self.Q32 = np.ascontiguousarray(Q64, dtype=np.float32)
+        self.R32 = self.Q32 if same else np.ascontiguousarray(R64, dtype=np.float32)
+        qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
+        rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
+        self.rmax = rmax = float(rn.max())  # largest reference norm (float64)
+        d = Q64.shape[1]
+        self.delta = (d + 16) * U32 * 1.05 * (rmax * rmax + 2.0 * qn * rmax + qn * qn) + 1e-300
+        self.qsq = qn * qn  # float64 ‖q‖², added to float32 Euclidean keys
+        self.rn2_32 = np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float32) if metric == "euclidean" else None
+
+    def row_keys32(self, qi: int) -> np.ndarray:
+        """One query's float32 keys against every reference (float64 array; self excluded -> -inf)."""
+        s = self.R32 @ self.Q32[qi]
+        if self.metric == "euclidean":
+            s = (np.float32(2) * s - self.rn2_32).astype(np.float64) - self.qsq[qi]
+        else:
+            s = s.astype(np.float64)
+        if self.same:
+            s[qi] = -np.inf
+        return s
+
+
+# ----------------------------------------------------------------------------- float32 candidates
+def _torch_setup(ks: KeySpace, device):
+    import torch
+
+    Qt = torch.from_numpy(ks.Q32).to(device)
+    Rt = Qt if ks.same else torch.from_numpy(ks.R32).to(device)
+    rn2 = torch.from_numpy(ks.rn2_32).to(device) if ks.metric == "euclidean" else None
+    return torch, Qt, Rt, rn2
+
+
+def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, progress: bool = False,
+                     desc: str = "kNN"):
+    """Yield ``(start, stop, keys32, idx)`` per query block: each query's top ``L`` float32 keys
+    (float64 array, descending; Euclidean keys are minus squared distances) and their reference
+    indices. The query itself is never among its candidates in a same-set search."""
+    from embedscope.device import resolve_device
+
+    dev = resolve_device(device) if not hasattr(device, "type") else device
+    nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
+    n_avail = nr - 1 if ks.same else nr
+    L = int(min(L, n_avail))
+    if block is None:
+        block = default_block(nr, dev.type)
+    if dev.type == "cpu" and L > FAISS_MIN_L:
+        yield from _faiss_blocks(ks, L, progress, desc)
+        return
+    torch, Qt, Rt, rn2 = _torch_setup(ks, dev)
+    bar = _bar(progress, nq, desc)
+    with torch.no_grad():
+        for s in range(0, nq, block):
+            e = min(nq, s + block)
+            S = Qt[s:e] @ Rt.T
+            if rn2 is not None:
+                S.mul_(2).sub_(rn2)
+            if ks.same:
+                ar = torch.arange(e - s, device=S.device)
+                S[ar, ar + s] = -float("inf")
+            v, i = torch.topk(S, L, dim=1, largest=True, sorted=True)
+            yield s, e, _keys_to64(ks, v.cpu().numpy(), s, e), i.cpu().numpy().astype(np.int64)
+            bar.update(e - s)
+    bar.close()
+
+
+def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 4096):
+    """Deep candidate lists on the CPU: faiss flat search (its heap top-k beats torch.topk for
+    large L). The certification does not depend on how the float32 keys were computed."""
+    import faiss
+
+    d = ks.Q32.shape[1]
+    index = faiss.IndexFlatIP(d) if ks.metric == "cosine" else faiss.IndexFlatL2(d)
+    index.add(ks.R32)
+    nq = ks.Q32.shape[0]
+    extra = 1 if ks.same else 0
+    bar = _bar(progress, nq, desc)
+    for s in range(0, nq, block):
+        e = min(nq, s + block)
+        v, i = index.search(ks.Q32[s:e], L + extra)
+        v = v.astype(np.float64)
+        if ks.metric == "euclidean":
+            v = -v
+        if ks.same:
+            own = i == np.arange(s, e)[:, None]
+            drop = np.where(own.any(1), own.argmax(1), L)  # the query itself, else the last column
+            keep = np.ones_like(own)
+            keep[np.arange(e - s), drop] = False
+            v = v[keep].reshape(e - s, L)
+            i = i[keep].reshape(e - s, L)
+        yield s, e, v, i.astype(np.int64)
+        bar.update(e - s)
+    bar.close()
+
+
+def _keys_to64(ks: KeySpace, v32: np.ndarray, s: int, e: int) -> np.ndarray:
+    v = v32.astype(np.float64)
+    if ks.metric == "euclidean":
+        v -= ks.qsq[s:e, None]
+    return v
+
+
+def _bar(progress: bool, total: int, desc: str, unit: str = "q"):
+    if progress:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, leave=False)
+
+    class _Null:
+        def update(self, n):
+            pass
+
+        def close(self):
+            pass
+
+    return _Null()
+
+
+# ----------------------------------------------------------------------------- exact top-k
+def _exact_topk_row(ks: KeySpace, qi: int, k: int):
+    """Exact top k of one query from its full float32 row: candidates within delta of the k-th."""
+    row = ks.row_keys32(qi)
+    n_avail = row.size - (1 if ks.same else 0)
+    kk = min(k, n_avail)
+    kth32 = np.partition(row, row.size - kk)[row.size - kk]
+    cand = np.flatnonzero(row >= kth32 - 2 * ks.delta[qi])
+    if ks.same:
+        cand = cand[cand != qi]
+    key = pair_keys64(ks.Q64, ks.R64, np.full(cand.size, qi), cand, ks.metric)
+    order = np.lexsort((cand, -key))[:kk]
+    return key[order], cand[order]
+
+
+def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=False):
+    """Exact (float64 order, lower index first on ties) top-k keys and indices of every query."""
+    nq = ks.Q64.shape[0]
+    keys = np.empty((nq, k), dtype=np.float64)
+    idx = np.empty((nq, k), dtype=np.int64)
+    for s, e, v32, cand in candidate_blocks(ks, k + SLACK, device=device, block=block, progress=progress):
+        b, L = cand.shape
+        qi = np.repeat(np.arange(s, e), L)
+        k64 = pair_keys64(ks.Q64, ks.R64, qi, cand.ravel(), ks.metric).reshape(b, L)
+        # sort each row by (key desc, index asc)
+        order = _rowwise_lexsort(k64, cand)
+        k64s = np.take_along_axis(k64, order, 1)[:, :k]
+        cs = np.take_along_axis(cand, order, 1)[:, :k]
+        n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
+        if L < n_avail:
+            ok = v32[:, -1] + ks.delta[s:e] < k64s[:, -1]
+        else:
+            ok = np.ones(b, dtype=bool)
+        for r in np.flatnonzero(~ok):
+            k64s[r], cs[r] = _exact_topk_row(ks, s + r, k)
+        keys[s:e], idx[s:e] = k64s, cs
+    return keys, idx
+
+
+def _rowwise_lexsort(key: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Per-row order by key descending, then index ascending."""
+    o1 = np.argsort(idx, axis=1, kind="stable")
+    k1 = np.take_along_axis(key, o1, 1)
+    o2 = np.argsort(-k1, axis=1, kind="stable")
+    return np.take_along_axis(o1, o2, 1)
+
+
+def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: bool = False,
+               device="auto", block: int | None = None, progress: bool = False):
+    """Exact k nearest references of every query, in bounded memory (METHODS.md §1).
+
+    Parameters
+    ----------
+    Q : array (Nq, D)
+        Queries.
+    R : array (Nr, D) or None
+        References; ``None`` means ``R = Q``.
+    k : int
+        Neighbours per query (at most the number of references available).
+    metric : {"cosine", "euclidean"}
+        Cosine ranks by the inner product of L2-normalised rows (rows are normalised here);
+        Euclidean by the distance.
+    exclude_self : bool
+        Query i never retrieves reference i (requires ``len(Q) == len(R)``; the papers' protocol
+        with ``R = Q``, Roth et al. ICML 2020 and Musgrave et al. ECCV 2020).
+    device : "auto" | "cpu" | "cuda"
+        Where the float32 GEMM blocks and ``torch.topk`` run (CUDA when present for "auto").
+    block : int, optional
+        Queries per block (default: a block of at most 256 MiB on the CPU).
+    progress : bool
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    values : float64 array (Nq, k)
+        Cosine similarities (descending) or Euclidean distances (ascending).
+    indices : int64 array (Nq, k)
+        Reference indices.
+
+    Notes
+    -----
+    Exact: the result is the ranking of the float64 keys, ties broken by the lower reference
+    index, although the bulk GEMM runs in float32 (see the module docstring for the
+    certification). Memory is one ``block x Nr`` float32 block plus ``Nq x (k + 16)`` candidates.
+    """
+    check_metric(metric)
+    same = R is None or R is Q
+    Q64 = prepare(check_matrix(Q, "Q", dtype=np.float64), metric, "Q")
+    R64 = Q64 if same else prepare(check_matrix(R, "R", dtype=np.float64), metric, "R")
+    if R64.shape[1] != Q64.shape[1]:
+        raise EmbedscopeError(f"Q and R differ in dimension: {Q64.shape[1]} vs {R64.shape[1]}")
+    if exclude_self and R64.shape[0] != Q64.shape[0]:
+        raise EmbedscopeError("exclude_self needs as many references as queries (query i is reference i)")
+    if not same and exclude_self and np.array_equal(Q64, R64):
+        R64, same = Q64, True
+    if not same and exclude_self:
+        raise EmbedscopeError("exclude_self with a separate reference array is not supported; pass R=None")
+    same = same and exclude_self
+    n_avail = R64.shape[0] - (1 if same else 0)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise EmbedscopeError(f"k must be a positive integer, got {k!r}")
+    if k > n_avail:
+        raise EmbedscopeError(f"k = {k} exceeds the {n_avail} references available")
+    ks = KeySpace(Q64, R64, metric, same)
+    keys, idx = topk_exact(ks, int(k), device=device, block=block, progress=progress)
+    if metric == "euclidean":
+        return np.sqrt(np.maximum(-keys, 0.0)), idx
+    return keys, idx

@@ -1,0 +1,507 @@
+"""Exact ranks of each query's relevant references (METHODS.md §1): the one intermediate that
+every retrieval measure reads.
+
+Every retrieval metric of §1 depends on a query's ranked list only through the **ranks of its
+relevant references** (those sharing its label) within a depth: with the relevant ranks sorted,
+r_(1) < r_(2) < …, the m-th relevant item sits at rank r_(m) and P_i(r_(m)) = m / r_(m). So the
+search computes, per query, the exact rank of each relevant reference if it lies within the depth,
+and nothing else:
+
+- **CPU, at least 16,000 references** (SOP scale): one tiled float32 GEMM pass that *counts*,
+  for each relevant pair, the references scoring above it, keeping per query only the
+  references above a floor key estimated from a sample, never a top-depth list; a same-set cosine
+  search multiplies each pair of query blocks once and reads the tile both ways
+  (:mod:`embedscope.metrics.search.counting`).
+- **Otherwise** (small sets, CUDA): float32 GEMM blocks with top-(depth + 16) float32 candidates
+  per query (:func:`embedscope.metrics.search.knn.candidate_blocks`: faiss flat search on the CPU,
+  torch GEMM blocks + ``torch.topk`` on CUDA); each relevant pair's float64 key; its rank = 1 +
+  (candidates whose float32 key exceeds it by more than the float32 error bound) + (candidates
+  within the bound that are exactly before it in float64, lower index first on ties).
+
+Either way a pair whose rank cannot be certified from the float32 values (dense near-ties, or a
+floor estimate that came out too high) is resolved from its query's full row.
+
+The result equals the ranking of a float64 distance matrix with ties broken by the lower
+reference index (METHODS.md §1, "Ties"). Memory: the relevant pairs (16 bytes each) plus one
+GEMM block; never N × N. When relevant sets are huge (labels that are property values, R in the
+tens of thousands), ``output="hits"`` returns only each query's number of relevant references in
+its exact top R_i, without storing any pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+from embedscope.metrics.search.knn import (
+    SLACK,
+    KeySpace,
+    candidate_blocks,
+    check_metric,
+    pair_keys64,
+    prepare,
+)
+from embedscope.validation import check_matrix
+
+__all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
+
+_PAIRS_PER_CHUNK = 1 << 20
+COUNT_MIN_REFS = 16_000  # CPU searches count (counting.py) from this many references on
+COUNT_MIN_RATIO = 16  # ... when they also outnumber the floor depth this many times
+SHALLOW_FLOOR = (256, 16.0)  # top-K keys only: floor keys at depth 256 from a 16/256 sample
+DEEP_SAMPLE_TOP = 32.0  # mAP@1000: floor keys at the depth itself from a 32/depth sample
+
+
+# ----------------------------------------------------------------------------- the result
+@dataclass
+class RelevantRanks:
+    """Exact ranks of every query's relevant references (the output of :func:`relevant_ranks`).
+
+    Attributes
+    ----------
+    R : int64 array (Nq,)
+        R_i, the number of references sharing query i's label (the query itself excluded in a
+        same-set search).
+    lone : bool array (Nq,)
+        ``R == 0``: queries with nothing to retrieve.
+    depth : int
+        Ranks are exact up to this depth; a relevant reference ranked deeper has rank ``inf``.
+    n_avail : int
+        References available to each query (N − 1 in a same-set search, else N_ref).
+    offsets : int64 array (Nq + 1,) or None
+        Query i's relevant pairs are ``ranks[offsets[i]:offsets[i + 1]]`` (``offsets[i+1] −
+        offsets[i] == R[i]``).
+    ranks : float64 array (ΣR_i,) or None
+        1-based ranks in the query's list (float so that ``inf`` marks "beyond ``depth``"), in
+        increasing order within each query: the m-th entry of a query is its m-th relevant
+        reference, r_(m). Ranks are distinct within a query (ties among equal distances are
+        already broken by the lower reference index); entries beyond the depth come last, in
+        reference-index order.
+    refs : int64 array (ΣR_i,) or None
+        The reference index of each entry of ``ranks``.
+    hits_at_R : int64 array (Nq,) or None
+        Only with ``output="hits"`` (then ``offsets``/``ranks``/``refs`` are None): the number of
+        relevant references among query i's exact top R_i.
+    """
+
+    R: np.ndarray
+    lone: np.ndarray
+    depth: int
+    n_avail: int
+    offsets: np.ndarray | None = None
+    ranks: np.ndarray | None = None
+    refs: np.ndarray | None = None
+    hits_at_R: np.ndarray | None = None
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.R.size)
+
+    def _need_pairs(self):
+        if self.ranks is None:
+            raise EmbedscopeError("these relevant ranks were computed with output='hits': only hits_at_R is known")
+
+    @property
+    def query_of_pair(self) -> np.ndarray:
+        """Query index of each entry of ``ranks`` (int64, ΣR_i)."""
+        self._need_pairs()
+        return np.repeat(np.arange(self.n_queries), np.diff(self.offsets))
+
+    @property
+    def position(self) -> np.ndarray:
+        """m, the 1-based position of each entry among its query's relevant references."""
+        self._need_pairs()
+        return (np.arange(self.ranks.size) - np.repeat(self.offsets[:-1], np.diff(self.offsets)) + 1).astype(np.float64)
+
+    def _limit(self, limit) -> np.ndarray:
+        lim = np.asarray(limit, dtype=np.float64)
+        if lim.ndim == 0:
+            lim = np.full(self.n_queries, float(lim))
+        if np.any(lim > self.depth) and self.depth < self.n_avail:
+            raise EmbedscopeError(f"a cut-off beyond the depth searched ({self.depth}) was asked for")
+        return lim
+
+    def first_rank(self) -> np.ndarray:
+        """Rank of each query's first relevant reference (``inf`` if none within the depth)."""
+        self._need_pairs()
+        out = np.full(self.n_queries, np.inf)
+        has = self.R > 0
+        out[has] = self.ranks[self.offsets[:-1][has]]
+        return out
+
+    def hits(self, limit) -> np.ndarray:
+        """Per query, the number of relevant references ranked ≤ ``limit`` (scalar or per query)."""
+        if self.ranks is None and limit is not None and np.array_equal(np.broadcast_to(limit, self.R.shape), self.R):
+            return self.hits_at_R.astype(np.float64)
+        self._need_pairs()
+        lim = self._limit(limit)
+        qi = self.query_of_pair
+        return np.bincount(qi, weights=(self.ranks <= lim[qi]).astype(np.float64), minlength=self.n_queries)
+
+    def precision_sum(self, limit) -> np.ndarray:
+        """Per query, Σ_{k ≤ limit} P_i(k)·rel_i(k) = Σ_{m: r_(m) ≤ limit} m / r_(m)."""
+        self._need_pairs()
+        lim = self._limit(limit)
+        qi = self.query_of_pair
+        fin = np.isfinite(self.ranks)
+        prec = np.where(fin, self.position / np.where(fin, self.ranks, 1.0), 0.0)
+        return np.bincount(qi, weights=np.where(self.ranks <= lim[qi], prec, 0.0), minlength=self.n_queries)
+
+
+# ----------------------------------------------------------------------------- inputs
+@dataclass
+class Sets:
+    """Validated queries and references (float64, not yet normalised) and their integer labels."""
+
+    Q64: np.ndarray
+    R64: np.ndarray
+    y: np.ndarray
+    y_ref: np.ndarray
+    same: bool
+
+    @property
+    def n_avail(self) -> int:
+        return self.R64.shape[0] - (1 if self.same else 0)
+
+
+def _labels(y, n: int, name: str) -> np.ndarray:
+    a = np.asarray(y)
+    if a.ndim != 1 or a.shape[0] != n:
+        raise EmbedscopeError(f"{name} must be 1-D with {n} entries (one per row), got shape {a.shape}")
+    if np.issubdtype(a.dtype, np.integer):
+        return a.astype(np.int64)
+    if np.issubdtype(a.dtype, np.floating):
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise EmbedscopeError(f"{name} must be integer class labels")
+        return a.astype(np.int64)
+    # strings or other hashables: encode
+    try:
+        return np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    except TypeError:
+        raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
+
+
+def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
+    """Validate queries ``X`` with labels ``y`` and the optional separate references."""
+    X64 = check_matrix(X, "X", dtype=np.float64)
+    ylab = _labels(y, X64.shape[0], "y")
+    if (X_ref is None) != (y_ref is None):
+        raise EmbedscopeError("give both X_ref and y_ref for a separate reference set, or neither")
+    if X_ref is None:
+        return Sets(X64, X64, ylab, ylab, True)
+    R64 = check_matrix(X_ref, "X_ref", dtype=np.float64)
+    if R64.shape[1] != X64.shape[1]:
+        raise EmbedscopeError(f"X and X_ref differ in dimension: {X64.shape[1]} vs {R64.shape[1]}")
+    yref = _labels(y_ref, R64.shape[0], "y_ref")
+    if not (np.issubdtype(np.asarray(y).dtype, np.number) and np.issubdtype(np.asarray(y_ref).dtype, np.number)):
+        # string labels: encode jointly so equal names match
+        both = np.concatenate([np.asarray(y).astype(str), np.asarray(y_ref).astype(str)])
+        enc = np.unique(both, return_inverse=True)[1].reshape(-1)
+        ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
+    return Sets(X64, R64, ylab, yref, False)
+
+
+class _Layout:
+    """References grouped by class: ``ref_order`` sorts them by label; class c occupies
+    ``ref_order[starts[c]:ends[c]]``; ``q_cls`` is each query's class (−1 if absent)."""
+
+    def __init__(self, y: np.ndarray, y_ref: np.ndarray, same: bool):
+        self.ref_order = np.argsort(y_ref, kind="stable")
+        ycls, cstart, ccount = np.unique(y_ref[self.ref_order], return_index=True, return_counts=True)
+        pos = np.minimum(np.searchsorted(ycls, y), len(ycls) - 1)
+        self.q_cls = np.where(ycls[pos] == y, pos, -1)
+        self.bounds = (cstart, cstart + ccount)
+        self.R = np.where(self.q_cls >= 0, ccount[np.maximum(self.q_cls, 0)], 0) - (1 if same else 0)
+        self.R = np.maximum(self.R, 0).astype(np.int64)
+
+
+def relevant_counts(sets: Sets) -> np.ndarray:
+    """R_i per query (cheap: from the label counts)."""
+    return _Layout(sets.y, sets.y_ref, sets.same).R
+
+
+# ----------------------------------------------------------------------------- public entry point
+def relevant_ranks(X, y, *, X_ref=None, y_ref=None, metric: str = "cosine", depth=None, device="auto",
+                   progress: bool = False, block: int | None = None, output: str = "ranks") -> RelevantRanks:
+    """Exact ranks of every query's relevant references (same label), METHODS.md §1.
+
+    Query i's ranked list orders the references by cosine similarity (rows L2-normalised, larger
+    first) or Euclidean distance (smaller first), computed exactly (float64-certified), with ties
+    broken by the lower reference index; in a same-set search (``X_ref`` None) the query itself
+    is excluded. Reference j is relevant to query i when ``y_ref[j] == y[i]``; R_i counts them.
+
+    Parameters
+    ----------
+    X : array (Nq, D)
+        Queries (and references when ``X_ref`` is None).
+    y : array (Nq,)
+        Labels (integers or strings; property values work as labels too).
+    X_ref, y_ref : arrays, optional
+        A separate reference set (nothing excluded); give both or neither.
+    metric : {"cosine", "euclidean"}
+    depth : int, "R", "all" or None
+        Ranks are exact up to this depth (deeper relevant references get rank ``inf``).
+        ``None`` or ``"R"``: max_i R_i (enough for R-Precision and MAP@R); ``"all"``: every
+        rank (N_ref; the cost of a full sort). Larger depths cost more.
+    device : "auto" | "cpu" | "cuda"
+    progress : bool
+        Show a progress bar.
+    block : int, optional
+        Queries per GEMM block.
+    output : {"ranks", "hits"}
+        ``"ranks"``: the ranks of all ΣR_i relevant pairs (16 bytes per pair). ``"hits"``: only
+        ``hits_at_R``, each query's number of relevant references within its exact top R_i
+        (what R-Precision reads), by one blocked pass that selects each query's R_i-th key and
+        certifies the few references near it in float64; memory one GEMM block, whatever R_i.
+
+    Returns
+    -------
+    RelevantRanks
+        See :class:`RelevantRanks`; e.g. R-Precision per query is ``rr.hits(rr.R) / rr.R``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [1.0], [3.0], [4.0]]); y = np.array([0, 1, 0, 1])
+    >>> rr = relevant_ranks(X, y, metric="euclidean", depth="all")
+    >>> rr.R.tolist(), rr.ranks.tolist(), rr.refs.tolist()
+    ([1, 1, 1, 1], [2.0, 3.0, 3.0, 2.0], [2, 3, 0, 1])
+    >>> relevant_ranks(X, y, metric="euclidean", output="hits").hits_at_R.tolist()
+    [0, 0, 0, 0]
+    """
+    check_metric(metric)
+    if output not in ("ranks", "hits"):
+        raise EmbedscopeError(f"output must be 'ranks' or 'hits', got {output!r}")
+    sets = check_sets(X, y, X_ref, y_ref)
+    if sets.n_avail < 1:
+        raise EmbedscopeError("need at least 2 rows to retrieve anything")
+    R = relevant_counts(sets)
+    if depth is None or depth == "R":
+        d = int(max(R.max(), 1))
+    elif depth == "all":
+        d = sets.n_avail
+    elif isinstance(depth, (int, np.integer)) and not isinstance(depth, bool) and depth >= 1:
+        d = int(depth)
+    else:
+        raise EmbedscopeError(f"depth must be a positive integer, 'R', 'all' or None, got {depth!r}")
+    return compute_relevant_ranks(sets, metric, min(d, sets.n_avail), device=device, block=block,
+                                  progress=progress, output=output)
+
+
+def compute_relevant_ranks(sets: Sets, metric: str, depth: int, *, device="auto", block=None,
+                           progress=False, output: str = "ranks") -> RelevantRanks:
+    """:func:`relevant_ranks` on validated inputs (``depth`` an int ≤ the references available)."""
+    lay = _Layout(sets.y, sets.y_ref, sets.same)
+    Q64 = prepare(sets.Q64, metric, "X")
+    R64 = Q64 if sets.same else prepare(sets.R64, metric, "X_ref")
+    ks = KeySpace(Q64, R64, metric, sets.same)
+    n_avail = sets.n_avail
+    R = lay.R
+    if output == "hits":
+        hits = _hits_at_R(ks, sets.y, sets.y_ref, R, block=block, progress=progress)
+        return RelevantRanks(R=R, lone=R == 0, depth=int(R.max(initial=0)), n_avail=n_avail, hits_at_R=hits)
+    qi, rj, rank = _pair_ranks(ks, lay, sets.y, depth, device, block, progress)
+    order = np.lexsort((rj, rank, qi))
+    offsets = np.zeros(R.size + 1, dtype=np.int64)
+    np.cumsum(R, out=offsets[1:])
+    return RelevantRanks(R=R, lone=R == 0, depth=int(depth), n_avail=n_avail, offsets=offsets,
+                         ranks=rank[order], refs=rj[order])
+
+
+# ----------------------------------------------------------------------------- ranks of the pairs
+def _resolve(vals: np.ndarray, cand: np.ndarray, row: np.ndarray, ref: np.ndarray, k64: np.ndarray,
+             delta: np.ndarray, complete: np.ndarray, depth: int, qglob: np.ndarray, ks: KeySpace):
+    """Exact ranks (float; inf beyond ``depth``) of pairs (query row[p], reference ref[p]).
+
+    ``vals``/``cand``: per block row, float32 keys (descending) and indices of the candidates.
+    Returns (rank, unresolved mask).
+    """
+    import torch
+
+    P = row.size
+    rank = np.full(P, np.inf)
+    if P == 0:
+        return rank, np.zeros(0, dtype=bool)
+    # per-row searchsorted (ascending = minus the descending keys), padded to a matrix
+    order = np.argsort(row, kind="stable")
+    row_s = row[order]
+    first = np.searchsorted(row_s, np.arange(vals.shape[0]))
+    slot = np.arange(P) - first[row_s]
+    m = int(slot.max()) + 1
+    hi_t = np.full((vals.shape[0], m), np.inf)
+    lo_t = np.full((vals.shape[0], m), np.inf)
+    d = delta[row_s]
+    hi_t[row_s, slot] = -(k64[order] + d)  # key32 > k64 + d  <=>  -key32 < -(k64 + d)
+    lo_t[row_s, slot] = -(k64[order] - d)  # key32 >= k64 - d <=>  -key32 <= -(k64 - d)
+    asc = torch.from_numpy(np.ascontiguousarray(-vals))
+    n_sure = torch.searchsorted(asc, torch.from_numpy(hi_t), right=False).numpy()[row_s, slot]
+    n_win = torch.searchsorted(asc, torch.from_numpy(lo_t), right=True).numpy()[row_s, slot]
+    lo = np.empty(P, dtype=np.int64)
+    hi = np.empty(P, dtype=np.int64)
+    lo[order], hi[order] = n_sure, n_win
+    # the ambiguous window [lo, hi): exact float64 comparison, lower index first on ties
+    cnt = hi - lo
+    amb_before = np.zeros(P, dtype=np.int64)
+    tot = int(cnt.sum())
+    if tot:
+        rep = np.repeat(np.arange(P), cnt)
+        pos = lo[rep] + (np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        r = cand[row[rep], pos]
+        other = r != ref[rep]
+        rep, r = rep[other], r[other]
+        kr = pair_keys64(ks.Q64, ks.R64, qglob[row[rep]], r, ks.metric)
+        before = (kr > k64[rep]) | ((kr == k64[rep]) & (r < ref[rep]))
+        amb_before = np.bincount(rep[before], minlength=P)
+    exact = complete[row] | (vals[row, -1] + delta[row] < k64)
+    rank[exact] = 1 + lo[exact] + amb_before[exact]
+    beyond = ~exact & (lo >= depth)
+    unresolved = ~exact & ~beyond
+    rank[rank > depth] = np.inf
+    return rank, unresolved
+
+
+def _relevant_pairs(lay: _Layout, s: int, e: int, same: bool):
+    """(query, reference) pairs of equal label for queries s..e-1 (the query itself excluded),
+    grouped by query."""
+    qc = lay.q_cls[s:e]
+    starts, ends = lay.bounds
+    cnt = np.where(qc >= 0, ends[np.maximum(qc, 0)] - starts[np.maximum(qc, 0)], 0)
+    tot = int(cnt.sum())
+    qi = np.repeat(np.arange(s, e), cnt)
+    off = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    rj = lay.ref_order[starts[np.repeat(np.maximum(qc, 0), cnt)] + off]
+    if same:
+        keep = rj != qi
+        qi, rj = qi[keep], rj[keep]
+    return qi, rj
+
+
+def _counting_plan(device, depth: int, n_avail: int):
+    """(floor depth, sample_top) of the counting pass, or None for the candidate-list path (small
+    reference sets, CUDA). Measured in docs/PERFORMANCE.md."""
+    from embedscope.device import resolve_device
+
+    dev = resolve_device(device) if not hasattr(device, "type") else device
+    if depth >= 1000:
+        floor_depth, sample_top = depth, DEEP_SAMPLE_TOP
+    else:
+        floor_depth, sample_top = max(depth, SHALLOW_FLOOR[0]), SHALLOW_FLOOR[1]
+    if dev.type != "cpu" or n_avail < COUNT_MIN_REFS or n_avail < COUNT_MIN_RATIO * floor_depth:
+        return None
+    return floor_depth, sample_top
+
+
+def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
+    """Per relevant pair (query, reference): exact rank (inf when beyond ``depth``); returns
+    ``(qi, rj, rank)`` grouped by query.
+
+    Large searches on the CPU count the references above each relevant pair in one tiled GEMM
+    pass (:mod:`embedscope.metrics.search.counting`); small ones and CUDA keep top-(depth + 16)
+    float32 candidate lists and certify them in float64."""
+    from embedscope.metrics.search import counting
+
+    nq = ks.Q64.shape[0]
+    n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
+    plan = _counting_plan(device, depth, n_avail)
+    if plan is not None:
+        qi, rj = _relevant_pairs(lay, 0, nq, ks.same)
+        k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
+        rank, unresolved = counting.relevant_ranks_by_count(ks, qi, rj, k64, depth, progress=progress, block=block,
+                                                            floor_depth=plan[0], sample_top=plan[1])
+        _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
+        return qi, rj, rank
+    L = min(depth + SLACK, n_avail)
+    all_q, all_r, all_rank = [], [], []
+    for s, e, vals, cand in candidate_blocks(ks, L, device=device, block=block, progress=progress,
+                                             desc="retrieval"):
+        complete = np.full(e - s, vals.shape[1] >= n_avail)
+        qi, rj = _relevant_pairs(lay, s, e, ks.same)
+        k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
+        rank = np.empty(qi.size)
+        unresolved = np.zeros(qi.size, dtype=bool)
+        # chunk by pairs, on query boundaries (pairs are grouped by query)
+        bounds = np.searchsorted(qi, np.arange(s, e + 1))
+        c0 = 0
+        while c0 < e - s:
+            c1 = int(np.searchsorted(bounds, bounds[c0] + _PAIRS_PER_CHUNK, side="right")) - 1
+            c1 = max(c1, c0 + 1)
+            p0, p1 = bounds[c0], bounds[c1]
+            rk, un = _resolve(vals[c0:c1], cand[c0:c1], qi[p0:p1] - s - c0, rj[p0:p1], k64[p0:p1],
+                              ks.delta[s + c0:s + c1], complete[c0:c1], depth, np.arange(s + c0, s + c1), ks)
+            rank[p0:p1], unresolved[p0:p1] = rk, un
+            c0 = c1
+        _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
+        all_q.append(qi)
+        all_r.append(rj)
+        all_rank.append(rank)
+    return np.concatenate(all_q), np.concatenate(all_r), np.concatenate(all_rank)
+
+
+def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):
+    """Rank the rare uncertified pairs from their query's full row (in place)."""
+    for q in np.unique(qi[unresolved]):
+        row = ks.row_keys32(int(q))
+        o = np.argsort(-row, kind="stable")
+        sel = np.flatnonzero(qi == q)
+        rk, _ = _resolve(row[o][None, :], o[None, :], np.zeros(sel.size, dtype=np.int64), rj[sel],
+                         k64[sel], ks.delta[q:q + 1], np.ones(1, dtype=bool), depth,
+                         np.array([q]), ks)
+        rank[sel] = rk
+
+
+# ----------------------------------------------------------------------------- hits within top R_i
+def _hits_at_R(ks: KeySpace, y, y_ref, R, *, block=None, progress=False) -> np.ndarray:
+    """Per query, the number of relevant references within its exact top R_i, without pairs.
+
+    Per query block, one float32 GEMM; per row, v = the R_i-th largest float32 key. With δ_i the
+    float32 error bound (:class:`KeySpace`), a reference whose float32 key exceeds v + 2δ_i is
+    surely in the exact top R_i (fewer than R_i float32 keys exceed v, and every reference before
+    it in exact order has a float32 key > v), one below v − 2δ_i surely not; the few within ±2δ_i
+    of v are ranked by their float64 keys, lower index first on ties, to fill the remaining
+    places. Rows are grouped by R_i so that one ``np.partition`` serves many rows.
+    """
+    from embedscope.metrics.search.knn import _bar, default_block
+
+    nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
+    hits = np.zeros(nq, dtype=np.int64)
+    blk = int(block or default_block(nr))
+    R32T = np.ascontiguousarray(ks.R32.T)
+    bar = _bar(progress, nq, "hits@R")
+    for s in range(0, nq, blk):
+        e = min(nq, s + blk)
+        S = (ks.Q32[s:e] @ R32T)
+        if ks.metric == "euclidean":
+            S = (np.float32(2) * S - ks.rn2_32).astype(np.float64) - ks.qsq[s:e, None]
+        else:
+            S = S.astype(np.float64)
+        if ks.same:
+            S[np.arange(e - s), np.arange(s, e)] = -np.inf
+        Rb = R[s:e]
+        for r in np.unique(Rb):
+            if r == 0:
+                continue
+            rows = np.flatnonzero(Rb == r)
+            Sr = S[rows]
+            v = np.partition(Sr, nr - r, axis=1)[:, nr - r]
+            for t, i in enumerate(rows):
+                q = s + i
+                d2 = 2.0 * ks.delta[q]
+                row = Sr[t]
+                rel = y_ref == y[q]
+                if ks.same:
+                    rel[q] = False
+                sure = row > v[t] + d2
+                n_sure = int(sure.sum())
+                h = int(np.count_nonzero(sure & rel))
+                win = np.flatnonzero((row >= v[t] - d2) & ~sure)
+                need = int(r) - n_sure
+                if need > 0 and win.size:
+                    k64 = pair_keys64(ks.Q64, ks.R64, np.full(win.size, q), win, ks.metric)
+                    top = win[np.lexsort((win, -k64))[:need]]
+                    h += int(np.count_nonzero(rel[top]))
+                hits[q] = h
+        bar.update(e - s)
+    bar.close()
+    return hits
