@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from embedscope.errors import EmbedscopeError
-from embedscope.viz.scatter import nearest_same_different, plot_same_different, share_below_diagonal
+from embedscope.metrics.neighbours import nearest_same_different, share_below_diagonal
+from embedscope.viz.scatter import plot_same_different
 
 
 def _brute(X, y, metric):

@@ -8,16 +8,14 @@ from openTSNE.initialization import pca as pca_init
 from scipy.spatial.distance import squareform
 
 from embedscope.errors import EmbedscopeError
-from embedscope.viz.tsne import (
+from embedscope.tsne import (
     joint_tsne,
-    plot_joint_tsne,
-    plot_tsne,
-    plot_yoked_tsne,
     stratified_subsample,
     yoked_tsne,
     yoked_tsne_exact_objective_and_grad,
     yoked_tsne_objective_and_grad,
 )
+from embedscope.viz.tsne import plot_joint_tsne, plot_tsne, plot_yoked_tsne
 
 
 def _clusters(n_per=20, n_classes=3, dim=6, seed=0, spread=4.0):

@@ -7,18 +7,7 @@ from pathlib import Path
 
 from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, check_writable
-
-PAPER_RC = {
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "xtick.labelsize": 8,
-    "ytick.labelsize": 8,
-    "legend.fontsize": 8,
-    "figure.dpi": 100,
-    "savefig.dpi": 200,
-    "savefig.bbox": "tight",
-}
+from embedscope.viz.style import PAPER_RC  # noqa: F401 - re-exported (its home is viz/style.py)
 
 
 def use_agg() -> None:

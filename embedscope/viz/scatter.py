@@ -1,8 +1,8 @@
-"""Same-vs-different similarity scatter (METHODS.md §10; Xuan, Stylianou, Pless §2.4).
+"""Same-vs-different similarity scatter (METHODS.md §10; Xuan, Stylianou, Pless §2.4): drawing only.
 
-:func:`nearest_same_different` computes, for every point, the similarity to its most similar
-same-class point and to its most similar different-class point in bounded memory;
-:func:`plot_same_different` draws the scatter (train and test panels side by side).
+The similarities come from :func:`embedscope.metrics.nearest_same_different` and the share below
+the diagonal from :func:`embedscope.metrics.share_below_diagonal`; :func:`plot_same_different`
+draws one panel per split, each zoomed to its points with the diagonal kept in view.
 """
 
 from __future__ import annotations
@@ -12,140 +12,59 @@ from typing import Any, Mapping
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.viz.style import ABOVE_COLOR, BELOW_COLOR, PAPER_RC
 
-METRICS = ("cosine", "dot", "euclidean")
-BELOW_COLOR = "#17becf"  # cyan: nearer its own class (a 1-NN query would be right)
-ABOVE_COLOR = "#ff7f0e"  # orange: nearer another class
+#: the largest ratio between the x and y spans of a panel's window (a thin cloud of points gets a
+#: wider window in its short direction rather than a needle-thin one)
+MAX_SPAN_RATIO = 4.0
+#: the diagonal y = x crosses each window over at least this share of the window's longer span
+MIN_DIAGONAL_SHARE = 0.15
 
-#: bytes of the query-block x references similarity matrix (float32: 2^26 entries)
-_BLOCK_BYTES = 256 * 2**20
+
+def _grow(lo: float, hi: float, to: float, toward: float) -> tuple[float, float]:
+    """Widen [lo, hi] to length ``to``, on the side of ``toward``."""
+    if hi - lo >= to:
+        return lo, hi
+    return (hi - to, hi) if toward < (lo + hi) / 2 else (lo, lo + to)
 
 
-def nearest_same_different(
-    X: Any,
-    y: Any,
-    *,
-    metric: str = "cosine",
-    block_size: int | None = None,
-    progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Similarity of every point to its nearest same-class and nearest different-class point.
+def zoom_window(a: np.ndarray, b: np.ndarray, *, pad: float = 0.05, max_ratio: float = MAX_SPAN_RATIO,
+                min_diagonal: float = MIN_DIAGONAL_SHARE) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((x0, x1), (y0, y1)): a window fitted to the points (x = ``a``, y = ``b``) that keeps a
+    stretch of the diagonal y = x in view.
 
-    METHODS.md §10 (Xuan, Stylianou, Pless, *Visualizing How Embeddings Generalize*, §2.4)::
-
-        s_same_i = max_{j ≠ i, y_j = y_i} s(x_i, x_j)      s_diff_i = max_{j: y_j ≠ y_i} s(x_i, x_j)
-
-    with s the cosine similarity (``metric="cosine"``: rows L2-normalised; an all-zero row has
-    similarity 0 to everything), the inner product (``"dot"``) or the negated Euclidean distance
-    (``"euclidean"``: s = −‖x_i − x_j‖, so that larger is more similar). The point itself is always
-    excluded. s_diff_i < s_same_i means a 1-NN query of x_i is correct (the point lies below the
-    diagonal of the scatter), so the share of such points is the R@1 of the set (when there are no
-    exact ties; a tie counts as a miss here).
-
-    Memory is bounded: queries are processed in blocks of ``block_size`` rows against all N
-    references (one GEMM per block, about 256 MB), references sorted by class so that per-class
-    maxima are one ``np.maximum.reduceat`` over contiguous columns; no N × N matrix is formed.
-    float64 input is computed in float64 (exact), anything else in float32.
-
-    Parameters
-    ----------
-    X : array (N, D)
-    y : array (N,) of integer (or any hashable, sortable) labels
-    metric : {"cosine", "dot", "euclidean"}
-    block_size : int, optional
-        Query rows per block (default: 2^26 / N, at least 1).
-    progress : bool
-        tqdm bar over the blocks.
-
-    Returns
-    -------
-    s_same, s_diff : array (N,) float64
-        ``s_same`` is NaN for a point with no other point of its class (a class of one);
-        ``s_diff`` is NaN when every point has the same class.
+    The x and y ranges are those of the points, each widened (towards the other) until the spans
+    differ by at most ``max_ratio`` and the two ranges overlap by ``min_diagonal`` of the longer
+    span (so the diagonal crosses the window), then padded by ``pad`` on every side.
     """
-    X = np.asarray(X)
-    y = np.asarray(y)
-    if X.ndim != 2:
-        raise EmbedscopeError(f"X must be a 2-D array (N x D), got shape {X.shape}")
-    if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise EmbedscopeError(f"y has shape {y.shape}, expected ({X.shape[0]},) to match X")
-    if metric not in METRICS:
-        raise EmbedscopeError(f"unknown metric '{metric}' (choose {', '.join(METRICS)})")
-    if not np.issubdtype(X.dtype, np.number):
-        raise EmbedscopeError(f"X must be numeric, got {X.dtype}")
-    n = X.shape[0]
-    s_same = np.full(n, np.nan)
-    s_diff = np.full(n, np.nan)
-    if n == 0:
-        return s_same, s_diff
-    dtype = np.float64 if X.dtype == np.float64 else np.float32
-    X = X.astype(dtype, copy=False)
-    if not np.all(np.isfinite(X)):
-        raise EmbedscopeError("X contains NaN or inf")
-
-    order = np.argsort(y, kind="stable")
-    Xs = np.ascontiguousarray(X[order])
-    _, cls = np.unique(y[order], return_inverse=True)  # class index per sorted row, 0..C-1
-    starts = np.flatnonzero(np.r_[True, cls[1:] != cls[:-1]])
-    n_classes = len(starts)
-
-    if metric == "cosine":
-        norms = np.linalg.norm(Xs, axis=1, keepdims=True)
-        Xs = Xs / np.where(norms > 0, norms, 1).astype(dtype)
-    sq = np.einsum("ij,ij->i", Xs, Xs) if metric == "euclidean" else None
-
-    if block_size is None:
-        block_size = max(1, _BLOCK_BYTES // (np.dtype(dtype).itemsize * n))
-    block_size = int(block_size)
-    if block_size < 1:
-        raise EmbedscopeError(f"block_size must be positive, got {block_size}")
-
-    out_same = np.empty(n, dtype=np.float64)
-    out_diff = np.empty(n, dtype=np.float64)
-    blocks = range(0, n, block_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        blocks = tqdm(blocks, desc="nearest same/different", unit="block", leave=False, dynamic_ncols=True)
-    XsT = Xs.T
-    for q0 in blocks:
-        q1 = min(q0 + block_size, n)
-        rows = np.arange(q1 - q0)
-        S = Xs[q0:q1] @ XsT  # (B, N) similarities (euclidean: 2 x_i.x_j - |x_j|^2, same argmax)
-        if metric == "euclidean":
-            S *= 2
-            S -= sq[None, :]
-        S[rows, q0 + rows] = -np.inf  # the query itself
-        M = np.maximum.reduceat(S, starts, axis=1)  # (B, C): best similarity per class
-        own = cls[q0:q1]
-        out_same[q0:q1] = M[rows, own]
-        if n_classes > 1:
-            M[rows, own] = -np.inf
-            out_diff[q0:q1] = M.max(axis=1)
-        else:
-            out_diff[q0:q1] = -np.inf
-    if metric == "euclidean":
-        # back from 2 x_i.x_j - |x_j|^2 to -|x_i - x_j| (clamped at 0 for rounding)
-        sq64 = sq.astype(np.float64)
-        for a in (out_same, out_diff):
-            finite = np.isfinite(a)
-            a[finite] = -np.sqrt(np.maximum(sq64[finite] - a[finite], 0.0))
-    out_same[~np.isfinite(out_same)] = np.nan
-    out_diff[~np.isfinite(out_diff)] = np.nan
-    s_same[order] = out_same
-    s_diff[order] = out_diff
-    return s_same, s_diff
-
-
-def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
-    """Share of points with s_diff < s_same (below the diagonal; = R@1, METHODS.md §10) among those
-    with both values defined, and the number left out (NaN: lone points)."""
-    s_same = np.asarray(s_same, dtype=np.float64)
-    s_diff = np.asarray(s_diff, dtype=np.float64)
-    ok = np.isfinite(s_same) & np.isfinite(s_diff)
-    n_ok = int(ok.sum())
-    share = float(np.mean(s_diff[ok] < s_same[ok])) if n_ok else float("nan")
-    return share, int(len(s_same) - n_ok)
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.size == 0:
+        return (0.0, 1.0), (0.0, 1.0)
+    x0, x1, y0, y1 = float(a.min()), float(a.max()), float(b.min()), float(b.max())
+    tiny = 1e-9 * max(1.0, abs(x0), abs(x1), abs(y0), abs(y1))
+    x0, x1 = _grow(x0, x1, tiny, y0)
+    y0, y1 = _grow(y0, y1, tiny, x0)
+    # 1. not too elongated
+    longest = max(x1 - x0, y1 - y0)
+    x0, x1 = _grow(x0, x1, longest / max_ratio, (y0 + y1) / 2)
+    y0, y1 = _grow(y0, y1, longest / max_ratio, (x0 + x1) / 2)
+    # 2. the diagonal crosses the window: the ranges overlap by >= need
+    need = min_diagonal * max(x1 - x0, y1 - y0)
+    overlap = min(x1, y1) - max(x0, y0)
+    if overlap < need:
+        lack = need - overlap
+        if (x0 + x1) > (y0 + y1):  # points below the diagonal: lower x0 or raise y1
+            cand = [("x0", x0 - lack), ("y1", y1 + lack)]
+        else:  # points above: lower y0 or raise x1
+            cand = [("y0", y0 - lack), ("x1", x1 + lack)]
+        # widen the range that grows least relative to its own span
+        spans = {"x0": x1 - x0, "x1": x1 - x0, "y0": y1 - y0, "y1": y1 - y0}
+        which, value = min(cand, key=lambda c: lack / spans[c[0]])
+        x0, x1, y0, y1 = (value if which == "x0" else x0, value if which == "x1" else x1,
+                          value if which == "y0" else y0, value if which == "y1" else y1)
+    px, py = pad * (x1 - x0), pad * (y1 - y0)
+    return (x0 - px, x1 + px), (y0 - py, y1 + py)
 
 
 def _axis_label(metric: str, which: str) -> str:
@@ -159,19 +78,19 @@ def plot_same_different(
     *,
     metric: str = "cosine",
     title: str | None = None,
+    same_window: bool = False,
 ):
     """Same-vs-different scatter (METHODS.md §10, Xuan §2.4), one panel per entry of ``panels``
     (e.g. ``{"train": (s_same, s_diff), "test": (...)}``), side by side.
 
     x = similarity to the nearest same-class point, y = to the nearest different-class point; the
     diagonal y = x; points below it (nearer their own class: 1-NN correct) cyan, above it orange;
-    each title gives the share below the diagonal (= R@1). All panels share the axis range.
-    Returns the figure.
+    each title gives the share below the diagonal (= R@1). Each panel is zoomed to its own points
+    (:func:`zoom_window`: the diagonal stays in view); ``same_window=True`` gives all panels one
+    window fitted to all their points. Returns the figure.
     """
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-
-    from embedscope.viz.figures import PAPER_RC
 
     if not panels:
         raise EmbedscopeError("nothing to plot: no panels")
@@ -181,35 +100,31 @@ def plot_same_different(
         b = np.asarray(b, dtype=np.float64)
         ok = np.isfinite(a) & np.isfinite(b)
         data[name] = (a[ok], b[ok], int((~ok).sum()))
-    vals = np.concatenate([np.r_[a, b] for a, b, _ in data.values()])
-    if vals.size:
-        lo, hi = float(vals.min()), float(vals.max())
-    else:
-        lo, hi = 0.0, 1.0
-    pad = 0.03 * max(hi - lo, 1e-6)
-    lo, hi = lo - pad, hi + pad
+    if same_window:
+        shared = zoom_window(np.concatenate([v[0] for v in data.values()]),
+                             np.concatenate([v[1] for v in data.values()]))
     k = len(data)
     with plt.rc_context(PAPER_RC):
-        fig, axes = plt.subplots(1, k, figsize=(3.3 * k, 3.55), squeeze=False)
+        fig, axes = plt.subplots(1, k, figsize=(3.3 * k, 3.7), squeeze=False)
         axes = axes[0]
         for ax, (name, (a, b, left_out)) in zip(axes, data.items()):
+            (x0, x1), (y0, y1) = shared if same_window else zoom_window(a, b)
             below = b < a
             size = float(np.clip(3000.0 / max(len(a), 1), 1.5, 12.0))
             order = np.random.default_rng(0).permutation(len(a))
             col = np.where(below[order], BELOW_COLOR, ABOVE_COLOR)
             ax.scatter(a[order], b[order], c=col, s=size, linewidths=0, alpha=0.7, rasterized=True)
+            lo, hi = min(x0, y0), max(x1, y1)
             ax.plot([lo, hi], [lo, hi], color="0.15", linewidth=0.9, zorder=3)
-            ax.set_xlim(lo, hi)
-            ax.set_ylim(lo, hi)
-            ax.set_aspect("equal")
+            ax.set_xlim(x0, x1)
+            ax.set_ylim(y0, y1)
+            ax.set_box_aspect(1)
             share = float(below.mean()) if len(a) else float("nan")
             extra = f", {left_out} lone left out" if left_out else ""
             ttl = f"{name} (N = {len(a)}{extra})\n{share:.1%} below diagonal (R@1)" if len(a) else f"{name}: no points"
             ax.set_title(ttl)
             ax.set_xlabel(_axis_label(metric, "same-class"))
             ax.set_ylabel(_axis_label(metric, "other-class"))
-        for ax in axes[1:]:
-            ax.set_ylabel("")
         handles = [
             Line2D([], [], marker="o", linestyle="", color=BELOW_COLOR, label="nearer own class (1-NN correct)"),
             Line2D([], [], marker="o", linestyle="", color=ABOVE_COLOR, label="nearer another class"),
@@ -218,8 +133,25 @@ def plot_same_different(
         fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
         if title:
             fig.suptitle(title)
-        fig.tight_layout(rect=(0, 0.42 / fig.get_figheight(), 1, 1), pad=0.4)
+        fig.tight_layout(rect=(0, 0.42 / fig.get_figheight(), 1, 1), pad=0.4, w_pad=1.0)
     return fig
 
 
-__all__ = ["nearest_same_different", "share_below_diagonal", "plot_same_different", "METRICS"]
+# ------------------------------------------------------------------------- moved computations
+#: measures that lived here before computing and drawing were separated (now embedscope.metrics)
+_MOVED = {
+    "nearest_same_different": "embedscope.metrics.neighbours",
+    "share_below_diagonal": "embedscope.metrics.neighbours",
+    "METRICS": "embedscope.metrics.neighbours",
+}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module 'embedscope.viz.scatter' has no attribute '{name}'")
+
+
+__all__ = ["plot_same_different", "zoom_window"]

@@ -2,6 +2,8 @@
 
 One curve per embedding file (e.g. a model trained with and one without ρ-regularisation); with
 class-conditioned spectra a second panel shows their mean ± one standard deviation over classes.
+Drawing only: the spectra come from :mod:`embedscope.metrics.spectral`. The values ρ leaves out are
+marked by a band, a dashed boundary and ringed points, visible even at D = 512.
 """
 
 from __future__ import annotations
@@ -26,6 +28,27 @@ def _positive(v) -> np.ndarray:
     return v
 
 
+#: colour of the band marking the values ρ leaves out
+LEFT_OUT_COLOR = "#fdd49e"
+
+
+def _mark_left_out(ax, entries, exclude_top: int, colors) -> tuple:
+    """Mark the top ``exclude_top`` values that ρ leaves out: a shaded band, a dashed boundary at
+    k = exclude_top + ½, and each curve's left-out values ringed (a band one index wide is a sliver
+    of a 128- or 512-wide axis)."""
+    band = ax.axvspan(0.5, exclude_top + 0.5, color=LEFT_OUT_COLOR, zorder=0, lw=0)
+    ax.axvline(exclude_top + 0.5, color="0.3", ls="--", lw=0.8, zorder=1)
+    for i, e in enumerate(entries):
+        p = normalized_spectrum(e["spectrum"])[:exclude_top]
+        k = np.arange(1, p.size + 1)
+        ax.plot(k, _positive(p), ls="", marker="o", ms=6, mfc="none", mec=colors[i % len(colors)], mew=1.2,
+                zorder=4, clip_on=False)
+    from matplotlib.lines import Line2D
+
+    ring = Line2D([], [], ls="", marker="o", ms=6, mfc="none", mec="0.3", mew=1.2)
+    return (band, ring), f"left out of ρ (top {exclude_top})"
+
+
 def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: bool = False,
                  title: str | None = None):
     """Figure of normalised singular-value spectra, one line per entry, log y axis (METHODS.md §2).
@@ -40,7 +63,8 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         divided by their sum), optional ``rho`` (shown in the legend) and, for ``by_class``,
         ``class_mean`` and ``class_std`` (class-conditioned normalised spectra, Roth App. E).
     exclude_top : int
-        How many leading values ρ leaves out; marked with a shaded band.
+        How many leading values ρ leaves out; marked with a shaded band, a dashed boundary and
+        ringed points.
     by_class : bool
         Add a right-hand panel with the class-conditioned spectra (mean ± s.d. over classes).
     title : str, optional
@@ -52,15 +76,15 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
     """
     import matplotlib.pyplot as plt
 
-    from embedscope.viz.figures import PAPER_RC
+    from embedscope.viz.style import LINE_STYLES, PAPER_RC, series_colors
 
     with plt.rc_context(PAPER_RC):
         ncols = 2 if by_class else 1
         fig, axes = plt.subplots(1, ncols, figsize=(3.5 * ncols, 2.7), squeeze=False,
                                  layout="constrained")
         axes = axes[0]
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        styles = ["-", "--", "-.", ":"]
+        colors = series_colors(max(len(entries), 1))
+        styles = LINE_STYLES
 
         ax = axes[0]
         kmax = 1
@@ -71,18 +95,20 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             label = str(e["label"])
             if e.get("rho") is not None and np.isfinite(e["rho"]):
                 label += f" (ρ = {e['rho']:.3f})"
-            ax.plot(k, _positive(p), color=colors[i % len(colors)], ls=styles[(i // len(colors)) % 4],
+            ax.plot(k, _positive(p), color=colors[i % len(colors)], ls=styles[(i // 10) % 4],
                     lw=1.4, label=label)
+        handles, texts = ax.get_legend_handles_labels()
         if exclude_top > 0:
-            ax.axvspan(0.5, exclude_top + 0.5, color="0.8", zorder=0, lw=0,
-                       label=f"left out of ρ (top {exclude_top})")
+            h, t = _mark_left_out(ax, entries, exclude_top, colors)
+            handles.append(h)
+            texts.append(t)
         ax.set_yscale("log")
         ax.set_xlim(0.5, kmax + 0.5)
         ax.set_xlabel("singular value index k")
         ax.set_ylabel("normalised singular value  s$_k$ / Σ s")
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
         ax.grid(True, which="major", alpha=0.3, lw=0.5)
-        ax.legend(loc="upper right", frameon=False)
+        ax.legend(handles, texts, loc="upper right", frameon=False)
 
         if by_class:
             ax = axes[1]
@@ -93,7 +119,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 sd = np.asarray(e.get("class_std", np.zeros_like(m)), dtype=np.float64)
                 k = np.arange(1, m.size + 1)
                 c = colors[i % len(colors)]
-                ax.plot(k, _positive(m), color=c, ls=styles[(i // len(colors)) % 4], lw=1.4,
+                ax.plot(k, _positive(m), color=c, ls=styles[(i // 10) % 4], lw=1.4,
                         label=str(e["label"]))
                 lo = _positive(m - sd)
                 lo = np.where(np.isnan(lo), np.nanmin(_positive(m)) / 10 if np.any(m > 0) else np.nan, lo)

@@ -1,0 +1,197 @@
+"""Nearest same-class and nearest other-class similarity of every point (METHODS.md §10).
+
+:func:`nearest_same_different` gives, for every point, the similarity to its most similar
+same-class point and to its most similar different-class point (Xuan, Stylianou, Pless §2.4), in
+bounded memory; :func:`share_below_diagonal` the share of points nearer their own class (= R@1).
+The figure is :func:`embedscope.viz.plot_same_different`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+METRICS = ("cosine", "dot", "euclidean")
+
+#: bytes of the query-block x references similarity matrix (float32: 2^26 entries)
+_BLOCK_BYTES = 256 * 2**20
+
+#: inputs whose largest |value| lies outside [2^-_SCALE_LIMIT, 2^_SCALE_LIMIT] are computed on
+#: rows multiplied by a power of two (exact), so squares and inner products cannot overflow (or
+#: underflow) in float32; the similarities are scaled back in float64.
+_SCALE_LIMIT = 40
+
+
+def nearest_same_different(
+    X: Any,
+    y: Any,
+    *,
+    metric: str = "cosine",
+    block_size: int | None = None,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Similarity of every point to its nearest same-class and nearest different-class point.
+
+    METHODS.md §10 (Xuan, Stylianou, Pless, *Visualizing How Embeddings Generalize*, §2.4)::
+
+        s_same_i = max_{j ≠ i, y_j = y_i} s(x_i, x_j)      s_diff_i = max_{j: y_j ≠ y_i} s(x_i, x_j)
+
+    with s the cosine similarity (``metric="cosine"``: rows L2-normalised; an all-zero row has
+    similarity 0 to everything), the inner product (``"dot"``) or the negated Euclidean distance
+    (``"euclidean"``: s = −‖x_i − x_j‖, so that larger is more similar). The point itself is always
+    excluded. s_diff_i < s_same_i means a 1-NN query of x_i is correct (the point lies below the
+    diagonal of the scatter), so the share of such points is the R@1 of the set (when there are no
+    exact ties; a tie counts as a miss here). Higher s_same and lower s_diff are better.
+
+    Memory is bounded: queries are processed in blocks of ``block_size`` rows against all N
+    references (one GEMM per block, about 256 MB), references sorted by class so that per-class
+    maxima are one ``np.maximum.reduceat`` over contiguous columns; no N × N matrix is formed.
+    float64 input is computed in float64 (exact), anything else in float32. Rows at extreme scales
+    (largest |value| beyond 2^±40, e.g. 1e30 in float32, whose squares overflow) are multiplied by
+    a power of two first (exact; per row for cosine, which ignores row scale) and the
+    similarities scaled back in float64; similarities beyond the float64 range are refused.
+
+    Parameters
+    ----------
+    X : array (N, D)
+    y : array (N,) of integer (or any hashable, sortable) labels
+    metric : {"cosine", "dot", "euclidean"}
+    block_size : int, optional
+        Query rows per block (default: 2^26 / N, at least 1).
+    progress : bool
+        tqdm bar over the blocks.
+
+    Returns
+    -------
+    s_same, s_diff : array (N,) float64
+        ``s_same`` is NaN for a point with no other point of its class (a class of one);
+        ``s_diff`` is NaN when every point has the same class. No other value is NaN.
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> s_same, s_diff = nearest_same_different(X, [0, 0, 1, 1], metric="dot")
+    >>> s_same.round(6).tolist(), s_diff.round(6).tolist()
+    ([0.9, 0.9, 0.9, 0.9], [0.1, 0.18, 0.1, 0.18])
+    """
+    X = np.asarray(X)
+    y = np.asarray(y)
+    if X.ndim != 2:
+        raise EmbedscopeError(f"X must be a 2-D array (N x D), got shape {X.shape}")
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise EmbedscopeError(f"y has shape {y.shape}, expected ({X.shape[0]},) to match X")
+    if metric not in METRICS:
+        raise EmbedscopeError(f"unknown metric '{metric}' (choose {', '.join(METRICS)})")
+    if not np.issubdtype(X.dtype, np.number):
+        raise EmbedscopeError(f"X must be numeric, got {X.dtype}")
+    n = X.shape[0]
+    s_same = np.full(n, np.nan)
+    s_diff = np.full(n, np.nan)
+    if n == 0:
+        return s_same, s_diff
+    dtype = np.float64 if X.dtype == np.float64 else np.float32
+    X = X.astype(dtype, copy=False)
+    if not np.all(np.isfinite(X)):
+        raise EmbedscopeError("X contains NaN or inf")
+
+    # extreme scales: an exact power-of-two rescaling (similarities are scaled back at the end)
+    shift = 0
+    top = float(np.max(np.abs(X))) if X.size else 0.0
+    if top > 0 and not (2.0 ** -_SCALE_LIMIT <= top <= 2.0 ** _SCALE_LIMIT):
+        if metric == "cosine":  # cosine ignores each row's scale: bring every row's largest |value| near 1
+            row_top = np.max(np.abs(X), axis=1)
+            e = np.frexp(np.where(row_top > 0, row_top, 1.0))[1]
+            X = np.ldexp(X, -e[:, None]).astype(dtype, copy=False)
+        else:
+            shift = int(np.frexp(top)[1])
+            X = np.ldexp(X, -shift).astype(dtype, copy=False)
+
+    # classes numbered by first appearance: the computation (and so every rounding) depends only on
+    # the partition of the rows, not on how the labels are spelled (integers, names)
+    _, first, inverse = np.unique(y, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    code = rank[inverse.reshape(-1)]
+    order = np.argsort(code, kind="stable")
+    Xs = np.ascontiguousarray(X[order])
+    cls = code[order]  # class index per sorted row, 0..C-1
+    starts = np.flatnonzero(np.r_[True, cls[1:] != cls[:-1]])
+    n_classes = len(starts)
+
+    if metric == "cosine":
+        norms = np.linalg.norm(Xs, axis=1, keepdims=True)
+        Xs = Xs / np.where(norms > 0, norms, 1).astype(dtype)
+    sq = np.einsum("ij,ij->i", Xs, Xs) if metric == "euclidean" else None
+
+    if block_size is None:
+        block_size = max(1, _BLOCK_BYTES // (np.dtype(dtype).itemsize * n))
+    block_size = int(block_size)
+    if block_size < 1:
+        raise EmbedscopeError(f"block_size must be positive, got {block_size}")
+
+    out_same = np.empty(n, dtype=np.float64)
+    out_diff = np.empty(n, dtype=np.float64)
+    blocks = range(0, n, block_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        blocks = tqdm(blocks, desc="nearest same/different", unit="block", leave=False, dynamic_ncols=True)
+    XsT = Xs.T
+    for q0 in blocks:
+        q1 = min(q0 + block_size, n)
+        rows = np.arange(q1 - q0)
+        S = Xs[q0:q1] @ XsT  # (B, N) similarities (euclidean: 2 x_i.x_j - |x_j|^2, same argmax)
+        if metric == "euclidean":
+            S *= 2
+            S -= sq[None, :]
+        S[rows, q0 + rows] = -np.inf  # the query itself
+        M = np.maximum.reduceat(S, starts, axis=1)  # (B, C): best similarity per class
+        own = cls[q0:q1]
+        out_same[q0:q1] = M[rows, own]
+        if n_classes > 1:
+            M[rows, own] = -np.inf
+            out_diff[q0:q1] = M.max(axis=1)
+        else:
+            out_diff[q0:q1] = -np.inf
+    if metric == "euclidean":
+        # back from 2 x_i.x_j - |x_j|^2 to -|x_i - x_j| (clamped at 0 for rounding)
+        sq64 = sq.astype(np.float64)
+        for a in (out_same, out_diff):
+            finite = np.isfinite(a)
+            a[finite] = -np.sqrt(np.maximum(sq64[finite] - a[finite], 0.0))
+    if shift:
+        # undo the rescaling in float64: distances scale by 2^shift, inner products by 4^shift
+        power = shift if metric == "euclidean" else 2 * shift
+        with np.errstate(over="ignore"):
+            for a in (out_same, out_diff):
+                finite = np.isfinite(a)
+                a[finite] = np.ldexp(a[finite], power)
+                if not np.all(np.isfinite(a[finite])):
+                    raise EmbedscopeError(f"{metric} similarities of these embeddings exceed the float64 range "
+                                          f"(largest |value| {top:.3g}): rescale the embeddings")
+    out_same[~np.isfinite(out_same)] = np.nan
+    out_diff[~np.isfinite(out_diff)] = np.nan
+    s_same[order] = out_same
+    s_diff[order] = out_diff
+    return s_same, s_diff
+
+
+def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
+    """Share of points with s_diff < s_same (below the diagonal; = R@1, METHODS.md §10) among those
+    with both values defined, and the number left out (NaN: lone points). Higher is better.
+
+    >>> share_below_diagonal([0.9, 0.8, np.nan], [0.5, 0.85, 0.1])
+    (0.5, 1)
+    """
+    s_same = np.asarray(s_same, dtype=np.float64)
+    s_diff = np.asarray(s_diff, dtype=np.float64)
+    ok = np.isfinite(s_same) & np.isfinite(s_diff)
+    n_ok = int(ok.sum())
+    share = float(np.mean(s_diff[ok] < s_same[ok])) if n_ok else float("nan")
+    return share, int(len(s_same) - n_ok)
+
+
+__all__ = ["nearest_same_different", "share_below_diagonal", "METRICS"]

@@ -1,0 +1,51 @@
+"""t-SNE computations (METHODS.md §10): openTSNE runs, the yoked objective and its optimiser.
+
+Plain functions on arrays, nothing drawn here (the figures are in :mod:`embedscope.viz.tsne`):
+
+* :mod:`embedscope.tsne.joint` -- :func:`single_tsne`, :func:`joint_tsne` (openTSNE runs),
+  :func:`effective_perplexity`, :data:`TSNE_DEFAULTS`, :func:`prepare_tsne_input`;
+* :mod:`embedscope.tsne.yoked` -- :func:`yoked_tsne`, the objective and its gradient
+  (:func:`yoked_tsne_exact_objective_and_grad`, :func:`yoked_tsne_objective_and_grad`,
+  :class:`YokedObjective`), :func:`default_alpha`;
+* :mod:`embedscope.tsne.optimizer` -- :func:`gradient_descent` (takes the objective as a
+  parameter) and its :class:`GradientDescentState`;
+* :mod:`embedscope.tsne.sampling` -- :func:`stratified_subsample`.
+
+Imports are lazy: ``from embedscope.tsne import stratified_subsample`` does not load openTSNE.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    # openTSNE runs
+    "joint_tsne": "embedscope.tsne.joint",
+    "single_tsne": "embedscope.tsne.joint",
+    "effective_perplexity": "embedscope.tsne.joint",
+    "prepare_tsne_input": "embedscope.tsne.joint",
+    "TSNE_DEFAULTS": "embedscope.tsne.joint",
+    # yoked t-SNE: objective, gradients, run
+    "yoked_tsne": "embedscope.tsne.yoked",
+    "yoked_tsne_exact_objective_and_grad": "embedscope.tsne.yoked",
+    "yoked_tsne_objective_and_grad": "embedscope.tsne.yoked",
+    "YokedObjective": "embedscope.tsne.yoked",
+    "default_alpha": "embedscope.tsne.yoked",
+    # the optimiser, apart from any objective
+    "gradient_descent": "embedscope.tsne.optimizer",
+    "GradientDescentState": "embedscope.tsne.optimizer",
+    # sub-sampling
+    "stratified_subsample": "embedscope.tsne.sampling",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'embedscope.tsne' has no attribute '{name}'")
+
+
+def __dir__():
+    return __all__

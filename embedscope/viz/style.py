@@ -1,0 +1,206 @@
+"""One figure style for every embedscope figure: paper settings, colours, legends, layout.
+
+* :data:`PAPER_RC` -- matplotlib settings for paper-readable figures (9 pt text);
+* :class:`ClassPalette` / :func:`class_colors` -- the one class → colour map, keyed by class
+  *name* and built from the full class list of a file (not from the classes present in a subset),
+  so a class keeps its colour from figure to figure (joint and yoked t-SNE, saliency grids,
+  neighbours, ...). Pass one palette to several figures to tie them together explicitly;
+* fixed colours for splits (:data:`TRAIN_COLOR`, :data:`TEST_COLOR`) and for the two sides of the
+  same-vs-different diagonal (:data:`BELOW_COLOR`, :data:`ABOVE_COLOR`); :func:`series_colors`
+  for one curve per model or file;
+* :func:`marker_size`, :func:`class_legend`, :func:`legend_height`, :func:`settings_text`,
+  :func:`finish_layout` -- shared drawing helpers.
+
+Nothing here computes a measure.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+PAPER_RC = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "figure.dpi": 100,
+    "savefig.dpi": 200,
+    "savefig.bbox": "tight",
+}
+
+TRAIN_COLOR = "#d62728"  # red
+TEST_COLOR = "#1f77b4"  # blue
+SPLIT_COLORS = {"train": TRAIN_COLOR, "test": TEST_COLOR, "val": "#2ca02c", "query": "#9467bd",
+                "gallery": "#8c564b"}
+BELOW_COLOR = "#17becf"  # cyan: nearer its own class (a 1-NN query would be right)
+ABOVE_COLOR = "#ff7f0e"  # orange: nearer another class
+LINE_STYLES = ("-", "--", "-.", ":")
+
+RGBA = tuple
+
+
+def palette_colors(n: int) -> list:
+    """``n`` distinguishable RGBA colours: tab10 up to 10, tab20 up to 20, then a hue circle
+    (golden-ratio hue steps with alternating saturation and value, so neighbours differ)."""
+    import matplotlib
+    from matplotlib import colors as mcolors
+
+    if n <= 10:
+        return [tuple(matplotlib.colormaps["tab10"](i)) for i in range(n)]
+    if n <= 20:
+        return [tuple(matplotlib.colormaps["tab20"](i)) for i in range(n)]
+    out = []
+    for i in range(n):
+        h = (i * 0.618033988749895) % 1.0
+        s = 0.75 if i % 2 else 0.95
+        v = 0.85 if i % 3 else 0.65
+        out.append(tuple(mcolors.to_rgba(mcolors.hsv_to_rgb((h, s, v)))))
+    return out
+
+
+def series_colors(n: int) -> list:
+    """Colours for ``n`` curves (one per model or file): matplotlib's default cycle (tab10), repeated."""
+    import matplotlib
+
+    return [tuple(matplotlib.colormaps["tab10"](i % 10)) for i in range(n)]
+
+
+class ClassPalette(Mapping):
+    """The class → colour map of every figure, keyed by class name.
+
+    Built from the *full*, ordered class list (e.g. ``EmbeddingSet.class_names``): the i-th class
+    gets the i-th of :func:`palette_colors` ``(len(class_names))``, whatever subset a figure
+    shows. ``palette["cat"]`` is an RGBA tuple.
+
+    >>> p = ClassPalette(["cat", "dog", "owl"])
+    >>> p["dog"] == ClassPalette(["cat", "dog", "owl"])["dog"] and p["dog"] != p["cat"]
+    True
+    """
+
+    def __init__(self, class_names: Iterable[Any]):
+        names = [str(c) for c in class_names]
+        if len(set(names)) != len(names):
+            dup = sorted({c for c in names if names.count(c) > 1})[:3]
+            raise EmbedscopeError(f"class names must be unique for a colour map, repeated: {', '.join(dup)}")
+        self.names: tuple[str, ...] = tuple(names)
+        self._colors = dict(zip(names, palette_colors(len(names))))
+
+    @classmethod
+    def from_labels(cls, labels: Any, class_names: Sequence[Any] | None = None) -> "ClassPalette":
+        """The palette of a file's classes: ``class_names`` when given (label i is
+        ``class_names[i]``); else non-negative integer labels name themselves ``"0"``..``"max"``
+        (so label 7 keeps its colour in any subset); else the sorted distinct labels."""
+        if class_names is not None:
+            return cls(class_names)
+        labels = np.asarray(labels)
+        if labels.size and np.issubdtype(labels.dtype, np.integer) and labels.min() >= 0:
+            return cls(range(int(labels.max()) + 1))
+        return cls(sorted({str(v) for v in labels.tolist()}))
+
+    def __getitem__(self, name: Any) -> RGBA:
+        try:
+            return self._colors[str(name)]
+        except KeyError:
+            raise EmbedscopeError(f"class {name!r} is not in the colour map") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"ClassPalette({len(self)} classes)"
+
+    def colors(self, names: Iterable[Any]) -> np.ndarray:
+        """RGBA rows (n, 4) for a sequence of class names."""
+        cols = [self[n] for n in names]
+        return np.array(cols, dtype=float).reshape(-1, 4)
+
+    def handles(self, names: Iterable[Any], *, markersize: float = 5) -> list:
+        """Legend handles (a dot per class) for ``names``, in the palette's order."""
+        from matplotlib.lines import Line2D
+
+        wanted = {str(n) for n in names}
+        return [Line2D([], [], marker="o", linestyle="", markersize=markersize, color=self[n], label=n)
+                for n in self.names if n in wanted]
+
+
+def class_colors(class_names: Iterable[Any]) -> dict:
+    """``{class name: RGBA}`` for the full class list (see :class:`ClassPalette`)."""
+    return dict(ClassPalette(class_names).items())
+
+
+def label_names(labels: Any, class_names: Sequence[Any] | None = None) -> np.ndarray:
+    """The class name of every label: ``class_names[label]`` when given, else ``str(label)``."""
+    labels = np.asarray(labels)
+    if class_names is None:
+        return np.array([str(v) for v in labels.tolist()], dtype=object)
+    try:
+        return np.array([str(class_names[int(v)]) for v in labels.tolist()], dtype=object)
+    except (IndexError, ValueError, TypeError):
+        raise EmbedscopeError(f"labels must index the {len(class_names)} class names") from None
+
+
+def marker_size(n: int, *, lo: float = 1.0, hi: float = 14.0, area: float = 4000.0) -> float:
+    """Scatter marker area for ``n`` points: ``area / n`` clipped to [lo, hi] (points²)."""
+    return float(np.clip(area / max(n, 1), lo, hi))
+
+
+def class_legend(fig, names: Iterable[Any], palette: ClassPalette, *, max_entries: int = 20,
+                 title: str = "class", ncol: int | None = None) -> None:
+    """A class legend centred below the panels (nothing when more than ``max_entries`` classes);
+    :func:`finish_layout` places it."""
+    handles = palette.handles(names)
+    if not handles or len(handles) > max_entries:
+        return
+    ncol = ncol or min(len(handles), 10)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, title=title,
+               bbox_to_anchor=(0.5, 0.0), handletextpad=0.2, columnspacing=0.8, title_fontsize=8)
+
+
+def legend_height(n_classes: int, max_entries: int = 20) -> float:
+    """Inches below the panels for :func:`class_legend` (10 entries per row, plus its title)."""
+    if n_classes > max_entries or n_classes == 0:
+        return 0.0
+    return 0.4 + 0.2 * math.ceil(n_classes / 10)
+
+
+def settings_text(info: Mapping | None, keys: Sequence[str]) -> str:
+    """``"k=v, ..."`` of the settings in ``info`` (floats to 4 significant digits)."""
+    if not info:
+        return ""
+    parts = []
+    for k in keys:
+        if k in info:
+            v = info[k]
+            parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+    return ", ".join(parts)
+
+
+def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | None = None) -> None:
+    """Lay out inside the canvas (never relying on ``bbox_inches="tight"``): from the bottom up,
+    the settings ``note``, the figure legends (``legend_h`` inches), the panels, the ``title``."""
+    h = fig.get_figheight()
+    note_h = 0.17 if note else 0.0
+    if note:
+        fig.text(0.995, 0.005, note, ha="right", va="bottom", fontsize=6, color="0.4")
+    for leg in fig.legends:
+        leg.set_bbox_to_anchor((0.5, note_h / h), transform=fig.transFigure)
+    top = 1.0
+    if title:
+        fig.suptitle(title, y=0.995, va="top")
+        top = 1 - 0.3 / h
+    fig.tight_layout(rect=(0, (legend_h + note_h) / h, 1, top), pad=0.4, w_pad=0.8)
+
+
+__all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR", "ABOVE_COLOR", "LINE_STYLES",
+           "palette_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
+           "class_legend", "legend_height", "settings_text", "finish_layout"]
