@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -23,10 +22,12 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     precision (bfloat16 autocast) is on unless ``amp=False``; the output is always float32.
     """
     import torch
-    from tqdm.auto import tqdm
 
     from embedscope.device import resolve_device
+    from embedscope.progress import progress_bar
 
+    if int(num_workers) < 0:
+        raise EmbedscopeError(f"the number of data loader workers must be >= 0, got {num_workers}")
     dev = resolve_device(device)
     if transform is None:
         size = 8 if ds.kind == "digits" else 224
@@ -44,7 +45,8 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     amp_ctx = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
     try:
         with torch.inference_mode(), amp_ctx:
-            for x, _, idx in tqdm(loader, desc=desc, unit="batch", disable=not progress, leave=False):
+            # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
+            for x, _, idx in progress_bar(loader, desc=desc, unit="batch", enabled=progress):
                 x = x.to(dev, non_blocking=True)
                 if dev.type == "cuda" and x.ndim == 4:
                     x = x.contiguous(memory_format=torch.channels_last)
@@ -94,12 +96,3 @@ def embed_to_file(checkpoint: str | os.PathLike, dataset: str, out: str | os.Pat
         },
     )
     return store.save(out, es, force=force)
-
-
-def dataset_summary(ds: ImageDataset) -> dict[str, Any]:
-    out = {"name": ds.name, "N": len(ds), "classes": ds.num_classes}
-    for s in ("train", "test"):
-        m = ds.split == s
-        out[f"{s}_N"] = int(m.sum())
-        out[f"{s}_classes"] = int(len(np.unique(ds.labels[m])))
-    return out

@@ -1,13 +1,47 @@
 """Errors that reach the user as one line (exit code 1, or 2 for usage errors)."""
 
+from __future__ import annotations
+
+import re
+
+# torch's DataLoader re-raises a worker's exception as ``exc_type(msg)`` with
+# msg = "Caught X in DataLoader worker process N.\nOriginal Traceback (most recent call last): ...".
+_WORKER = re.compile(r"^Caught \w+ in DataLoader worker process \d+\.\nOriginal Traceback", re.S)
+
+
+def _worker_message(message: str) -> str:
+    """The original one-line message of an error re-raised from a DataLoader worker."""
+    last = message.rstrip().splitlines()[-1]
+    # the traceback's last line is "module.ClassName: message"
+    m = re.match(r"^[\w.]+: (.*)$", last)
+    return m.group(1) if m else last
+
 
 class EmbedscopeError(Exception):
-    """A problem with the user's input or environment: printed as one line, exit code 1."""
+    """A problem with the user's input or environment: printed as one line, exit code 1.
+
+    Raised in a DataLoader worker process, it reaches the main process with the same one-line
+    message (torch's worker traceback is dropped).
+    """
 
     exit_code = 1
+
+    def __init__(self, *args) -> None:
+        if len(args) == 1 and isinstance(args[0], str) and _WORKER.match(args[0]):
+            args = (_worker_message(args[0]),)
+        super().__init__(*args)
 
 
 class UsageError(EmbedscopeError):
     """A wrong combination of command-line options: printed as one line, exit code 2."""
 
     exit_code = 2
+
+
+class Terminated(BaseException):
+    """SIGTERM / SIGHUP turned into an exception by the command line, so that ``finally`` blocks
+    (temporary files, half-written outputs) run before the process ends."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -1,51 +1,266 @@
-"""Safe file output: never overwrite without ``force``, write to a temporary file and rename.
+"""Safe file output: never overwrite without ``force``, write to a temporary file, then publish it.
 
-Every command that writes a result goes through :func:`atomic_output`, so an interrupted run
-leaves no half-written file under the final name and an existing result is never silently lost.
+Every command that writes a result goes through :func:`atomic_output`, so
+
+* an interrupted run leaves no half-written file under the final name, and its temporary file is
+  removed (exceptions, Ctrl-C, and SIGTERM, which the command line turns into an exception); a
+  temporary file left by a killed process (SIGKILL, power loss) is swept by the next run that
+  writes the same output;
+* an existing result is never silently lost: without ``force`` the file is published with
+  link-no-replace semantics, so of two concurrent writers of the same new output exactly one
+  succeeds and the other gets "already exists";
+* new outputs get the usual permissions (``0666`` minus the umask, as any editor would create
+  them) and ``force`` keeps an existing file's mode;
+* a full disk, a read-only or immutable folder and a folder given as the output are one line
+  naming the user's path, and :func:`check_writable` finds the last two *before* the work.
+
+Temporary files are named ``.NAME.<host>.<pid>.<random>.tmp`` in the output's folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
-import tempfile
+import secrets
+import socket
+import time
 from pathlib import Path
 from typing import Iterator
 
 from embedscope.errors import EmbedscopeError
 
+_START = time.time()
+_HOST = hashlib.sha1(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:6]
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _is_folder_name(path: str | os.PathLike) -> bool:
+    s = os.fspath(path)
+    return isinstance(s, str) and (s.endswith(os.sep) or s.endswith("/") or Path(s).name in ("", ".", ".."))
+
+
+def _existing_ancestor(folder: Path) -> Path:
+    """The nearest folder of ``folder``'s ancestry (itself included) that exists."""
+    p = folder
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _probe(folder: Path, user_path) -> None:
+    """Create and remove a file in ``folder``: the only test that sees read-only mounts, ACLs,
+    immutable folders and root's privileges alike."""
+    name = folder / f".embedscope-probe.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        raise _os_error(e, user_path, folder) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+
+
+def _os_error(e: OSError, user_path, folder: Path | None = None) -> EmbedscopeError:
+    """One line naming the user's output for an OSError met while writing it."""
+    if e.errno in _DISK_FULL:
+        return EmbedscopeError(f"{user_path}: no space left on device")
+    if e.errno in _NOT_WRITABLE:
+        where = f"folder {folder}" if folder is not None else "its folder"
+        return EmbedscopeError(f"{user_path}: cannot write there ({where} is not writable: {e.strerror})")
+    if e.errno == errno.ENOTDIR:
+        return EmbedscopeError(f"{user_path}: a part of the path is a file, not a folder")
+    return EmbedscopeError(f"{user_path}: cannot be written ({e.strerror or e.__class__.__name__})")
+
 
 def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
-    """Refuse an existing ``path`` unless ``force``; make sure its folder exists."""
+    """Check, before the work, that ``path`` can be written; return it as a :class:`Path`.
+
+    Refuses a folder given as the output (``dir`` or ``dir/``), an existing file unless
+    ``force``, and an output whose folder (or, for a folder that does not exist yet, the nearest
+    existing ancestor, where it will be created) is not writable. Creates nothing: missing folders
+    are made by :func:`atomic_output` when the output is written. Also removes stale temporary
+    files of this output left by killed processes.
+    """
+    user = path
+    if _is_folder_name(path):
+        raise EmbedscopeError(f"{user}: is a folder name, expected a file name")
     path = Path(path)
-    if path.exists() and not force:
-        raise EmbedscopeError(f"{path} already exists (use --force to replace it)")
     if path.is_dir():
-        raise EmbedscopeError(f"{path} is a directory, expected a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
+        raise EmbedscopeError(f"{user} is a directory, expected a file name")
+    if path.exists() and not force:
+        raise EmbedscopeError(f"{user} already exists (use --force to replace it)")
+    anc = _existing_ancestor(path.parent)
+    if not anc.is_dir():
+        raise EmbedscopeError(f"{user}: {anc} is a file, not a folder")
+    _probe(anc, user)
+    if anc == path.parent:
+        sweep_stale_temporaries(path)
     return path
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def sweep_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove temporary files of ``path`` (``.NAME.<host>.<pid>.<random>.tmp``) whose process,
+    on this host, is no longer alive and which are older than this process. Returns them."""
+    path = Path(path)
+    removed = []
+    prefix = f".{path.name}."
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    for e in entries:
+        if not (e.name.startswith(prefix) and e.name.endswith(".tmp")):
+            continue
+        parts = e.name[len(prefix):-len(".tmp")].split(".")
+        if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
+            continue
+        try:
+            if not e.is_file(follow_symlinks=False) or e.stat(follow_symlinks=False).st_mtime >= _START:
+                continue
+            if _pid_alive(int(parts[1])):
+                continue
+            os.unlink(e.path)
+            removed.append(Path(e.path))
+        except OSError:
+            continue
+    return removed
+
+
+def _disk_full(exc: BaseException, folder: Path) -> bool:
+    """Whether a failed write failed because the disk (or quota) is full.
+
+    OSError carries ENOSPC; other writers (torch's zip writer: "[enforce fail at
+    inline_container.cc]", h5py) lose the errno, so a filesystem with no free block left counts too.
+    """
+    e: BaseException | None = exc
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in _DISK_FULL:
+            return True
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail == 0
+
+
+def make_folders(folder: Path, user_path) -> list[Path]:
+    """Create the missing folders of ``folder`` (one line naming ``user_path`` on failure); return
+    those created, outermost first, for :func:`remove_empty_folders`."""
+    missing = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    created = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as e:
+            remove_empty_folders(created)
+            raise _os_error(e, user_path, d.parent) from None
+        created.append(d)
+    return created
+
+
+def remove_empty_folders(created: list[Path]) -> None:
+    """Remove the folders of ``created`` (innermost first) that are empty."""
+    for d in reversed(created):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only when empty
+
+
+def _publish(tmp: Path, path: Path, force: bool, user_path) -> None:
+    """Move ``tmp`` to ``path``: replace with ``force``, else link-no-replace (fails if it exists)."""
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise EmbedscopeError(f"{user_path} already exists (use --force to replace it)") from None
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+            raise
+        # a file system without hard links: check, then rename (a small race remains)
+        if os.path.lexists(path):
+            raise EmbedscopeError(f"{user_path} already exists (use --force to replace it)") from None
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
-    """Yield a temporary path in the same folder as ``path``; rename it to ``path`` on success.
+    """Yield a temporary path in the same folder as ``path``; publish it as ``path`` on success.
 
-    On any exception (including KeyboardInterrupt) the temporary file is removed and ``path``
-    is left untouched.
+    On any exception (including KeyboardInterrupt and the command line's SIGTERM exception) the
+    temporary file and the folders this call created are removed and ``path`` is left untouched.
+    Without ``force`` an output that appeared meanwhile is not replaced (one writer wins). A full
+    disk or an unwritable folder becomes one :class:`EmbedscopeError` line naming ``path``.
     """
+    user = path
     path = check_writable(path, force=force)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    created = make_folders(path.parent, user)
+    tmp = _temp_name(path)
+    ok = False
     try:
-        yield tmp_path
-        if path.exists() and not force:  # appeared while we were working
-            raise EmbedscopeError(f"{path} already exists (use --force to replace it)")
-        os.replace(tmp_path, path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+        except OSError as e:
+            raise _os_error(e, user, path.parent) from None
+        os.close(fd)
+        mode = os.stat(tmp).st_mode & 0o7777
+        try:
+            yield tmp
+            if force and path.exists():
+                mode = path.stat().st_mode & 0o7777  # --force keeps the replaced file's mode
+            os.chmod(tmp, mode)  # the writer may have re-created the file
+            _publish(tmp, path, force, user)
+        except EmbedscopeError:
+            raise
+        except OSError as e:
+            if _disk_full(e, path.parent):
+                raise EmbedscopeError(f"{user}: no space left on device") from None
+            if e.errno in _NOT_WRITABLE:
+                raise _os_error(e, user, path.parent) from None
+            raise
+        except Exception as e:
+            if _disk_full(e, path.parent):
+                raise EmbedscopeError(f"{user}: no space left on device") from None
+            raise
+        ok = True
     finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+        with contextlib.suppress(OSError):
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+        if not ok:
+            remove_empty_folders(created)
 
 
 def write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> Path:

@@ -39,6 +39,20 @@ def test_resolve_config_defaults_and_validation():
         resolve_config({"dataset": "digits", "nonsense": 1})
 
 
+def map_at_r_reference(X, y):
+    """MAP@R (METHODS.md §1, Musgrave et al.), brute force: per query, R = its same-class others;
+    (1/R) * sum over the first R neighbours of precision@i at each relevant i; mean over queries."""
+    d = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    np.fill_diagonal(d, np.inf)
+    out = []
+    for i in range(len(y)):
+        R = int((y == y[i]).sum()) - 1
+        order = np.argsort(d[i], kind="stable")[:R]
+        rel = (y[order] == y[i]).astype(float)
+        out.append((np.cumsum(rel) / np.arange(1, R + 1) * rel).sum() / R)
+    return float(np.mean(out))
+
+
 def untrained_r1():
     from embedscope.data import get_dataset
     from embedscope.embed import embed_images
@@ -120,10 +134,21 @@ def test_checkpoint_files_log_and_config(tmp_path):
     p = run_paths(out)
     assert p["last"].exists() and p["best"].exists() and p["log"] == tmp_path / "m.csv"
     rows = list(csv.DictReader(open(p["log"])))
-    assert list(rows[0]) == ["epoch", "loss", "R@1", "rho", "seconds"]
+    assert list(rows[0])[:6] == ["epoch", "loss", "R@1", "MAP@R", "rho", "seconds"]
     assert [r["epoch"] for r in rows] == ["0", "1", "2"] and rows[0]["loss"] == ""
-    # the logged R@1 equals an independent computation on the final model
+    # the run's configuration on every row (issue 16: the CSV log gains the config columns)
+    assert all(r["loss_name"] == "multisimilarity" and r["seed"] == "3" and r["embed_dim"] == "8"
+               and r["distance"] == "cosine" and r["sampler"] == "spc-8" for r in rows)
+    assert cfg["distance"] == "cosine"  # METHODS.md §8: multisimilarity ranks by cosine
+    # the logged R@1 and MAP@R equal an independent computation on the final model
     assert float(rows[-1]["R@1"]) == pytest.approx(trained_r1(out), abs=1e-9)
+    from embedscope.data import get_dataset
+    from embedscope.embed import embed_images
+    from embedscope.models import load_checkpoint as _load
+
+    te = get_dataset("digits").subset("test")
+    X = embed_images(_load(out)[0], te, progress=False)
+    assert float(rows[-1]["MAP@R"]) == pytest.approx(map_at_r_reference(X, te.labels), abs=1e-6)
     from embedscope.models import load_checkpoint
 
     load_checkpoint(out)  # the foundation loads it

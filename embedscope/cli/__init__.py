@@ -8,11 +8,15 @@ their heavy dependencies inside ``run`` so that ``embedscope --help`` stays fast
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
+import threading
 
 from embedscope import __version__
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, Terminated
 
 # Order = order in `embedscope --help`. A module missing from an installation is skipped.
 COMMANDS = [
@@ -41,7 +45,9 @@ COMMANDS = [
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        from embedscope.text import safe
+
+        self.exit(2, f"{self.prog}: error: {safe(message)} (see '{self.prog} --help')\n")
 
 
 def common_parent() -> argparse.ArgumentParser:
@@ -61,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"embedscope {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.command_parsers = sub.choices  # for errors that belong to a sub-command
     parents = [common_parent()]
     for name in COMMANDS:
         try:
@@ -73,33 +80,86 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _signals_as_exceptions():
+    """SIGTERM and SIGHUP raise :class:`Terminated`, so ``finally`` blocks remove temporary files."""
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    old[sig] = signal.signal(sig, _raise_terminated)
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, h)
+
+
+def _stdout_gone() -> None:
+    """The reader of our stdout went away (``| head``): silence the rest of the output."""
+    with contextlib.suppress(Exception):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _error(command: str, message: str) -> None:
+    from embedscope import progress
+    from embedscope.text import safe
+
+    progress.clear()  # not glued to an unfinished progress bar
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    print(f"embedscope {command}: {safe(message)}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit code (0 ok, 1 error, 2 usage error, 130 Ctrl-C,
+    143 SIGTERM, 141 when the reader of stdout went away)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
     if not getattr(args, "func", None):
+        if extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
         parser.print_help(sys.stderr)
         return 2
+    if extras:  # point to the sub-command's help, not embedscope's
+        parser.command_parsers[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+    debug = getattr(args, "debug", False)
     try:
-        rc = args.func(args)
+        with _signals_as_exceptions():
+            rc = args.func(args)
+            sys.stdout.flush()
         return int(rc or 0)
+    except BrokenPipeError:
+        _stdout_gone()
+        return 141
     except EmbedscopeError as e:
-        if args.debug:
+        if debug:
             raise
-        print(f"embedscope {args.command}: error: {e}", file=sys.stderr)
+        _error(args.command, f"error: {e}")
         return e.exit_code
     except KeyboardInterrupt:
-        if args.debug:
+        if debug:
             raise
-        print(f"embedscope {args.command}: interrupted", file=sys.stderr)
+        _error(args.command, "interrupted")
         return 130
+    except Terminated as e:
+        if debug:
+            raise
+        _error(args.command, "terminated")
+        return 128 + e.signum
     except Exception as e:  # an unexpected failure: still one line unless --debug
-        if args.debug:
+        if debug:
             raise
         msg = str(e).splitlines()[0] if str(e) else ""
-        print(
-            f"embedscope {args.command}: error: {e.__class__.__name__}: {msg} (run with --debug for the traceback)",
-            file=sys.stderr,
-        )
+        _error(args.command, f"error: {e.__class__.__name__}: {msg} (run with --debug for the traceback)")
         return 1
 
 

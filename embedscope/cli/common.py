@@ -38,3 +38,63 @@ def positive_int(s: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
     return v
+
+
+def nonnegative_int(s: str) -> int:
+    """argparse type: an integer >= 0 (``--num-workers``, ``--eval-every``)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{s}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def finite_float(s: str) -> float:
+    """argparse type: a finite number (no nan, no inf)."""
+    import math
+
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{s}'") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got '{s}'")
+    return v
+
+
+def positive_float(s: str) -> float:
+    """argparse type: a finite number > 0 (``--lr``)."""
+    v = finite_float(s)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {s}")
+    return v
+
+
+def nonnegative_float(s: str) -> float:
+    """argparse type: a finite number >= 0 (``--weight-decay``)."""
+    v = finite_float(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s}")
+    return v
+
+
+def probability(s: str) -> float:
+    """argparse type: a number in [0, 1] (``--p-switch``)."""
+    v = finite_float(s)
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {s}")
+    return v
+
+
+def add_no_progress(p: argparse.ArgumentParser) -> None:
+    """``--no-progress``: hide progress bars (without a terminal they print one line per phase)."""
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bars (without a terminal: one line per phase)")
+
+
+def add_num_workers(p: argparse.ArgumentParser, default: int | None = 0) -> None:
+    """``--num-workers N`` (N >= 0) of the commands that load images."""
+    p.add_argument("--num-workers", type=nonnegative_int, default=default,
+                   help="data loader worker processes (default 0)")

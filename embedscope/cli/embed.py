@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_device, add_force, positive_int
+from embedscope.cli.common import add_device, add_force, add_no_progress, add_num_workers, positive_int
 
 
 def add_parser(sub, parents):
@@ -18,10 +18,10 @@ def add_parser(sub, parents):
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
     p.add_argument("--arch", help="architecture of a bare state dict (resnet50, resnet18, googlenet, digits_cnn)")
     p.add_argument("--batch-size", type=positive_int, default=128)
-    p.add_argument("--num-workers", type=int, default=0, help="data loader worker processes (default: 0)")
+    add_num_workers(p)
     p.add_argument("--unsafe-pickle", action="store_true",
                    help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_no_progress(p)
     add_device(p)
     add_force(p)
     p.set_defaults(func=run)
@@ -30,11 +30,12 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     from embedscope.embed import embed_to_file
+    from embedscope.text import safe
 
     out = embed_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, arch=args.arch,
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,
         device=args.device, unsafe_pickle=args.unsafe_pickle, force=args.force, progress=not args.no_progress,
     )
-    print(f"wrote {out}")
+    print(f"wrote {safe(out)}")
     return 0

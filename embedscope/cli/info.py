@@ -14,6 +14,7 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope import store
     from embedscope.tables import format_table
+    from embedscope.text import safe
 
     es = store.load(args.file)
     s = es.summary()
@@ -24,7 +25,7 @@ def run(args) -> int:
         {"field": "train", "value": f"{s['train_N']} images, {s['train_classes']} classes"},
         {"field": "test", "value": f"{s['test_N']} images, {s['test_classes']} classes"},
         {"field": "mean embedding norm", "value": f"{s['mean_norm']:.4f}"},
-        {"field": "properties", "value": ", ".join(s["properties"]) or "-"},
+        {"field": "properties", "value": ", ".join(map(str, s["properties"])) or "-"},
     ]
     for k in ("dataset", "root", "transform", "checkpoint", "checkpoint_sha256", "embedscope_version",
               "created", "format_version"):
@@ -34,5 +35,7 @@ def run(args) -> int:
     if isinstance(cfg, dict):
         rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
             "arch", "embed_dim", "normalize", "loss", "dataset"))})
+    # strings from the file are shown with control characters escaped (no terminal escapes)
+    rows = [{"field": safe(r["field"]), "value": safe(r["value"])} for r in rows]
     print(format_table(rows, ["field", "value"]))
     return 0

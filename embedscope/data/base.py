@@ -8,6 +8,7 @@ train and test splits.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.text import safe
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -93,10 +95,19 @@ class ImageDataset:
             return Image.fromarray(np.asarray(arr, dtype=np.uint8))
         path = Path(self.root or ".") / self.paths[i]
         try:
-            with Image.open(path) as im:
-                return im.convert("RGB")
+            with warnings.catch_warnings():
+                # between PIL's limit and twice it PIL only warns: the image is read
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(path) as im:
+                    return im.convert("RGB")
+        except Image.DecompressionBombError as e:
+            raise EmbedscopeError(f"cannot read image {safe(path)}: too many pixels, a possible decompression "
+                                  f"bomb ({safe(e)})") from None
         except (OSError, ValueError) as e:
-            raise EmbedscopeError(f"cannot read image {path}: {e}") from None
+            raise EmbedscopeError(f"cannot read image {safe(path)}: {safe(e)}") from None
+        except Exception as e:  # PIL's plugins raise SyntaxError, struct.error, IndexError on broken files
+            raise EmbedscopeError(f"cannot read image {safe(path)}: a corrupt or unsupported image "
+                                  f"({e.__class__.__name__}: {safe(e)})") from None
 
 
 def image_transform(kind: str, train: bool, *, image_size: int = 224, resize: int | None = None) -> Callable:

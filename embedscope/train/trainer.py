@@ -2,24 +2,30 @@
 
 Files of a run with output ``-o runs/x.pt`` (documented in ``docs/training.md``):
 
-* ``runs/x.pt`` -- the final checkpoint (the model after the last epoch), foundation format;
+* ``runs/x.pt`` -- the final checkpoint (the model after the last epoch; with ``epochs = 0`` the
+  untrained network), foundation format;
 * ``runs/x.pt.train/last.pt`` -- the checkpoint of the latest finished epoch, written atomically
   after every epoch; ``--resume`` continues from it;
 * ``runs/x.pt.train/best.pt`` -- the checkpoint at the epoch of best test R@1 (Roth report the best
   test epoch per metric);
-* ``runs/x.pt.train/epoch-NNN.pt`` -- every epoch, only with ``keep_epochs``;
-* ``runs/x.csv`` -- the CSV log (epoch, loss, R@1, rho, seconds); epoch 0 = the untrained model.
+* ``runs/x.pt.train/epoch-NNN.pt`` -- every epoch, epoch 000 (the untrained network) included,
+  only with ``keep_epochs``;
+* ``runs/x.csv`` -- the CSV log: epoch, loss, R@1, MAP@R, rho, seconds, then the run's
+  configuration (one value per run, repeated on each row); epoch 0 = the untrained model.
 
-Every checkpoint holds the full resolved configuration (``config``) and in ``extra``: ``epoch``,
-``finished``, ``history`` (the log rows), ``metrics`` (latest and best), the optimiser state, the
-loss's parameters, the sampler's and miner's random states (and memory bank) and the torch RNG
-state, so that a resumed run equals an uninterrupted one on the CPU with the same seed.
+Every checkpoint holds the full resolved configuration (``config``, with the ``distance`` of the
+loss, METHODS.md §8) and in ``extra``: ``epoch``, ``finished``, ``history`` (the log rows),
+``metrics`` (latest and best), the optimiser state, the loss's parameters, the sampler's and
+miner's random states (and memory bank) and the torch RNG state, so that a resumed run equals an
+uninterrupted one on the CPU with the same seed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import numbers
 import os
 import time
 from pathlib import Path
@@ -60,7 +66,32 @@ OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("none", "cosine", "step")
 # options a resumed run may change; everything else comes from the checkpoint
 RESUME_OVERRIDABLE = ("epochs", "eval_every", "device", "num_workers")
-LOG_COLUMNS = ["epoch", "loss", "R@1", "rho", "seconds"]
+LOG_COLUMNS = ["epoch", "loss", "R@1", "MAP@R", "rho", "seconds"]
+# the run's configuration, repeated on every row of the CSV log (config key -> column)
+LOG_CONFIG_COLUMNS = {"dataset": "dataset", "arch": "arch", "embed_dim": "embed_dim", "normalize": "normalize",
+                      "distance": "distance", "loss": "loss_name", "loss_params": "loss_params", "miner": "miner",
+                      "p_switch": "p_switch", "sampler": "sampler", "batch_size": "batch_size", "epochs": "epochs",
+                      "lr": "lr", "weight_decay": "weight_decay", "optimizer": "optimizer",
+                      "lr_schedule": "lr_schedule", "seed": "seed", "train_classes": "train_classes",
+                      "weights": "weights", "notes": "notes"}
+# the working files of a run folder that --force removes (nothing else is touched)
+_RUN_FILE_PATTERNS = ("last.pt", "best.pt", "epoch-*.pt", ".*.tmp")
+
+# METHODS.md §8, used when embedscope.models.distances is not available
+_LOSS_DISTANCE = {"contrastive": "euclidean", "triplet": "euclidean", "margin": "euclidean", "lifted": "euclidean",
+                  "proxynca": "sqeuclidean", "multisimilarity": "cosine", "arcface": "cosine",
+                  "softtriple": "cosine", "softmax": "cosine", "npair": "dot", "snr": "snr"}
+
+
+def loss_distance(loss: str) -> str:
+    """The distance of a loss (METHODS.md §8): euclidean for contrastive/triplet/margin,
+    sqeuclidean for ProxyNCA, cosine for multisimilarity/ArcFace/SoftTriple/normalised softmax,
+    snr for SNR (via :func:`embedscope.models.distances.distance_for_loss`)."""
+    try:
+        from embedscope.models.distances import distance_for_loss
+    except ImportError:  # pragma: no cover - an installation without the distance registry
+        return _LOSS_DISTANCE.get(loss, "euclidean")
+    return distance_for_loss(loss)
 
 
 def dataset_defaults(dataset: str) -> dict[str, Any]:
@@ -73,27 +104,77 @@ def dataset_defaults(dataset: str) -> dict[str, Any]:
     return {"arch": "resnet50", "batch_size": 112, "sampler": "spc-2", "lr": 1e-5, "epochs": epochs}
 
 
+def _flag(k: str) -> str:
+    return "--" + k.replace("_", "-")
+
+
+def _show(v: Any) -> str:
+    from embedscope.text import safe
+
+    return safe(repr(v) if isinstance(v, str) else v)
+
+
+def _as_int(k: str, v: Any, minimum: int | None = None) -> int:
+    """An integer option (from the command line or YAML), or a one-line usage error."""
+    if isinstance(v, bool) or not (isinstance(v, numbers.Integral) or (isinstance(v, float) and v.is_integer())
+                                   or (isinstance(v, str) and v.strip().lstrip("+-").isdigit())):
+        raise UsageError(f"{_flag(k)} must be an integer, got {_show(v)}")
+    out = int(v)
+    if minimum is not None and out < minimum:
+        what = "positive" if minimum == 1 else f">= {minimum}"
+        raise UsageError(f"{_flag(k)} must be {what}, got {out}")
+    return out
+
+
+def _as_float(k: str, v: Any) -> float:
+    """A finite number option (YAML gives ``1e-3`` as a string), or a one-line usage error."""
+    if isinstance(v, bool) or not isinstance(v, (numbers.Real, str)):
+        raise UsageError(f"{_flag(k)} must be a number, got {_show(v)}")
+    try:
+        out = float(v)
+    except ValueError:
+        raise UsageError(f"{_flag(k)} must be a number, got {_show(v)}") from None
+    if not math.isfinite(out):
+        raise UsageError(f"{_flag(k)} must be a finite number, got {_show(v)}")
+    return out
+
+
+def _as_str(k: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise UsageError(f"{_flag(k)} must be a name, got {_show(v)}")
+    return v
+
+
 def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     """The full configuration of a run from user options (unknown keys are refused).
 
-    Fills data-set defaults (:func:`dataset_defaults`), the loss's family, normalisation and
-    default miner (:mod:`embedscope.train.losses`), and the model config of the foundation
-    (:func:`embedscope.models.default_config`). The result is what every checkpoint stores.
+    Fills data-set defaults (:func:`dataset_defaults`), the loss's family, normalisation, distance
+    (METHODS.md §8) and default miner (:mod:`embedscope.train.losses`), and the model config of the
+    foundation (:func:`embedscope.models.default_config`). The result is what every checkpoint
+    stores. Every value is checked for its type and range: a wrong one is a one-line
+    :class:`UsageError` naming the option.
     """
     from embedscope.models import ARCHS, default_config
-    from embedscope.train.losses import loss_spec
+    from embedscope.train.losses import LOSSES, loss_spec
     from embedscope.train.miners import MINER_NAMES
     from embedscope.train.samplers import SAMPLER_NAMES
 
     unknown = set(options) - set(OPTION_DEFAULTS)
     if unknown:
-        raise UsageError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+        raise UsageError(f"unknown training option(s): {', '.join(sorted(map(str, unknown)))}")
     opt = dict(OPTION_DEFAULTS)
     opt.update({k: v for k, v in options.items() if v is not None})
-    opt["dataset"] = str(opt["dataset"]).lower()
+    opt["dataset"] = _as_str("dataset", opt["dataset"]).lower()
     for k, v in dataset_defaults(opt["dataset"]).items():
         if opt.get(k) is None:
             opt[k] = v
+    for k in ("loss", "arch", "sampler", "optimizer", "lr_schedule", "device"):
+        _as_str(k, opt[k])
+    for k in ("root", "weights", "miner"):
+        if opt[k] is not None:
+            _as_str(k, opt[k])
+    if opt["loss"] not in LOSSES:
+        raise UsageError(f"unknown --loss '{_show(opt['loss'])[1:-1]}' (choose {', '.join(LOSSES)})")
     spec = loss_spec(opt["loss"])
     if opt["arch"] not in ARCHS:
         raise UsageError(f"unknown --arch '{opt['arch']}' (choose {', '.join(ARCHS)})")
@@ -105,38 +186,59 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
         raise UsageError(f"unknown optimizer '{opt['optimizer']}' (choose {', '.join(OPTIMIZERS)})")
     if opt["lr_schedule"] not in SCHEDULES:
         raise UsageError(f"unknown --lr-schedule '{opt['lr_schedule']}' (choose {', '.join(SCHEDULES)})")
-    p = float(opt["p_switch"])
+    p = _as_float("p_switch", opt["p_switch"])
     if not 0.0 <= p <= 1.0:
         raise UsageError(f"--p-switch must lie in [0, 1], got {p}")
     opt["p_switch"] = p
-    for k in ("batch_size", "epochs", "embed_dim", "bigb"):
-        opt[k] = int(opt[k])
-        if opt[k] <= 0:
-            raise UsageError(f"--{k.replace('_', '-')} must be positive, got {opt[k]}")
-    opt["eval_every"] = int(opt["eval_every"])
-    opt["num_workers"] = int(opt["num_workers"])
-    opt["seed"] = int(opt["seed"])
-    opt["lr"] = float(opt["lr"])
-    opt["weight_decay"] = float(opt["weight_decay"])
+    for k in ("batch_size", "embed_dim", "bigb"):
+        opt[k] = _as_int(k, opt[k], 1)
+    opt["epochs"] = _as_int("epochs", opt["epochs"], 0)  # 0: the untrained network is the checkpoint
+    opt["eval_every"] = _as_int("eval_every", opt["eval_every"], 0)
+    opt["num_workers"] = _as_int("num_workers", opt["num_workers"], 0)
+    opt["seed"] = _as_int("seed", opt["seed"])
+    if opt["train_classes"] is not None:
+        opt["train_classes"] = _as_int("train_classes", opt["train_classes"], 1)
+    opt["lr"] = _as_float("lr", opt["lr"])
+    opt["weight_decay"] = _as_float("weight_decay", opt["weight_decay"])
     if opt["lr"] <= 0:
         raise UsageError(f"--lr must be positive, got {opt['lr']}")
+    if opt["weight_decay"] < 0:
+        raise UsageError(f"--weight-decay must be >= 0, got {opt['weight_decay']}")
     if not spec.tuple_loss and (opt["miner"] is not None or p > 0):
         raise UsageError(f"the {opt['loss']} loss takes no mined tuples: --miner and --p-switch apply to "
                          "margin, triplet, contrastive, multisimilarity, lifted and snr")
     if opt["miner"] is None:  # the loss's default; the reference code's ρ-regularisation is on distance mining
         opt["miner"] = spec.default_miner or ("distance" if p > 0 else None)
+    if not isinstance(opt["loss_params"] or {}, dict):
+        raise UsageError(f"loss_params must be a mapping of name: value, got {_show(opt['loss_params'])}")
     opt["loss_params"] = dict(opt["loss_params"] or {})
     opt["loss_family"] = spec.family
     model_over = {"embed_dim": opt["embed_dim"], "normalize": spec.normalize, "dataset": opt["dataset"]}
     if opt["frozen_bn"] is not None:
+        if not isinstance(opt["frozen_bn"], (bool, np.bool_)):
+            raise UsageError(f"frozen_bn must be true or false, got {_show(opt['frozen_bn'])}")
         model_over["frozen_bn"] = bool(opt["frozen_bn"])
     if opt["image_size"] is not None:
-        model_over["image_size"] = int(opt["image_size"])
+        model_over["image_size"] = _as_int("image_size", opt["image_size"], 1)
     model_cfg = default_config(opt["arch"], **model_over)
     cfg = {**opt, **model_cfg}
     cfg["arch"] = opt["arch"]
     cfg["normalize"] = spec.normalize
+    cfg["distance"] = loss_distance(opt["loss"])
     return cfg
+
+
+def config_notes(cfg: dict[str, Any]) -> list[str]:
+    """What the configuration does that the user may not expect (printed and logged)."""
+    from embedscope.train.losses import loss_spec
+
+    notes = []
+    spec = loss_spec(cfg["loss"])
+    if cfg.get("p_switch", 0) > 0 and spec.default_miner is None and cfg.get("miner") == "distance":
+        notes.append(f"--p-switch {cfg['p_switch']:g}: the {cfg['loss']} loss's own pair mining is replaced by "
+                     "distance-weighted tuple mining (--miner distance), which the rho-switch acts on "
+                     "(as Roth et al.'s reference code)")
+    return notes
 
 
 def lr_factor(schedule: str, epoch: int, epochs: int) -> float:
@@ -157,15 +259,44 @@ def run_paths(out: str | os.PathLike, log: str | os.PathLike | None = None) -> d
             "log": Path(log) if log else out.with_suffix(".csv")}
 
 
-def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
+def _check_paths(paths: dict[str, Path], log_given: bool) -> None:
+    """The log must not be one of the run's checkpoints (it would be overwritten, or overwrite them)."""
+    from embedscope.fileio import _is_folder_name
+
+    if _is_folder_name(paths["out"]) or paths["out"].is_dir():
+        raise UsageError(f"-o {paths['out']}: is a folder, expected a checkpoint file name (CKPT.pt)")
+    log = paths["log"].resolve()
+    for k in ("out", "last", "best"):
+        if log == paths[k].resolve():
+            if k == "out" and not log_given:
+                raise UsageError(f"-o {paths['out']}: the default log (-o with suffix .csv) is the checkpoint "
+                                 "itself; name the checkpoint CKPT.pt or give --log LOG.csv")
+            raise UsageError(f"--log {paths['log']} is the same file as the {'checkpoint -o' if k == 'out' else k}; "
+                             "give the log another name")
+    if paths["dir"].resolve() in log.parents:
+        raise UsageError(f"--log {paths['log']} lies in the run folder {paths['dir']}; give it another place")
+
+
+def _log_rows(history: list[dict[str, Any]], cfg: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
+    conf = {}
+    for k, col in LOG_CONFIG_COLUMNS.items():
+        v = "; ".join(notes) if k == "notes" else cfg.get(k)
+        if k == "loss_params":
+            v = json.dumps(v or {}, sort_keys=True)
+        conf[col] = "" if v is None else v
+    return [{**{c: ("" if r.get(c) is None else r.get(c)) for c in LOG_COLUMNS}, **conf} for r in history]
+
+
+def _write_log(path: Path, history: list[dict[str, Any]], cfg: dict[str, Any] | None = None,
+               notes: list[str] | None = None) -> None:
     from embedscope.tables import write_csv
 
-    rows = [{c: ("" if r.get(c) is None else r.get(c)) for c in LOG_COLUMNS} for r in history]
-    write_csv(path, rows, LOG_COLUMNS, force=True)
+    rows = _log_rows(history, cfg or {}, notes or [])
+    write_csv(path, rows, LOG_COLUMNS + list(LOG_CONFIG_COLUMNS.values()), force=True)
 
 
 def _evaluate(model, train_ds, test_ds, device, batch_size: int) -> dict[str, float]:
-    """Test R@1 (METHODS.md §1) and ρ of the training embeddings (METHODS.md §2, exclude_top=1)."""
+    """Test R@1 and MAP@R (METHODS.md §1) and ρ of the training embeddings (METHODS.md §2, exclude_top=1)."""
     import torch
 
     from embedscope.embed import embed_images
@@ -175,109 +306,165 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int) -> dict[str, fl
     with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training's random stream
         Xte = embed_images(model, test_ds, batch_size=batch_size, device=str(device), progress=False)
         Xtr = embed_images(model, train_ds, batch_size=batch_size, device=str(device), progress=False)
-    r1 = float(retrieval_metrics(Xte, test_ds.labels, include=["R@1"])["R@1"])
+    m = retrieval_metrics(Xte, test_ds.labels, include=["R@1", "MAP@R"])
     rho = float(spectral_decay(Xtr))
-    return {"R@1": r1, "rho": rho}
+    return {"R@1": float(m["R@1"]), "MAP@R": float(m["MAP@R"]), "rho": rho}
 
 
-def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = False, force: bool = False,
-          log: str | os.PathLike | None = None, progress: bool = True, keep_epochs: bool = False,
-          callback: Callable[[int, dict[str, Any]], None] | None = None,
-          echo: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Train one model (METHODS.md §5) and write its checkpoints; returns a summary dict.
+class _TensorBoard:
+    """Scalars per epoch to TensorBoard (optional dependency: ``pip install embedscope[tensorboard]``)."""
 
-    Parameters
-    ----------
-    config : dict
-        Options (keys of ``OPTION_DEFAULTS``), resolved with :func:`resolve_config`. Ignored on
-        ``resume`` except ``epochs``, ``eval_every``, ``device``, ``num_workers``.
-    out : path
-        The final checkpoint. The run's working files go to ``<out>.train/`` (:func:`run_paths`).
-    resume : bool
-        Continue from ``<out>.train/last.pt``.
-    force : bool
-        Start again even when ``out`` or an unfinished run exists.
-    log : path, optional
-        CSV log (default ``out`` with suffix ``.csv``).
-    keep_epochs : bool
-        Also keep ``epoch-NNN.pt`` for every epoch.
-    callback : callable(epoch, row), optional
-        Called after each epoch's checkpoint is written (a test can stop a run here).
+    def __init__(self, folder: str | os.PathLike | None) -> None:
+        self.folder = folder
+        self.writer = None
+        if folder is None:
+            return
+        if Path(folder).exists() and not Path(folder).is_dir():
+            raise UsageError(f"--tensorboard {folder}: is a file, expected a folder for the event files")
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError:
+            raise EmbedscopeError("--tensorboard needs the tensorboard package: "
+                                  "pip install 'embedscope[tensorboard]'") from None
 
-    Returns
-    -------
-    dict with ``history`` (log rows), ``best`` (row of best test R@1), ``config``, ``paths``.
+    def open(self, cfg: dict[str, Any], notes: list[str]) -> None:
+        if self.folder is None:
+            return
+        from torch.utils.tensorboard import SummaryWriter
 
-    Notes
-    -----
-    The protocol (Roth §4.1): Adam (or AdamW) with weight decay, no LR schedule by default;
-    SPC-2 batches; each sample of a batch is embedded in training mode, a tuple miner (if any)
-    picks triplets on the detached embeddings, the PML loss is minimised. On CUDA: bfloat16
-    autocast, channels_last; the loss runs in float32. On the CPU with a fixed seed the run is
-    deterministic. ``R@1`` is measured on the test split, ``rho`` (ρ, METHODS.md §2) on the embedded
-    training split, every ``eval_every`` epochs (0 = never; epoch 0 = before training).
+        self.writer = SummaryWriter(log_dir=str(self.folder))
+        self.writer.add_text("config", json.dumps(cfg, sort_keys=True, default=str))
+        for n in notes:
+            self.writer.add_text("notes", n)
+
+    def row(self, row: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        e = int(row["epoch"])
+        for key, tag in (("loss", "train/loss"), ("R@1", "test/R@1"), ("MAP@R", "test/MAP@R"),
+                         ("rho", "train/rho")):
+            if row.get(key) is not None:
+                self.writer.add_scalar(tag, float(row[key]), e)
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def _normalised(v: Any) -> Any:
+    if isinstance(v, str):
+        return v.lower()
+    if isinstance(v, numbers.Real) and not isinstance(v, bool):
+        return float(v)
+    if isinstance(v, dict):
+        return {str(k): _normalised(x) for k, x in v.items()}
+    return v
+
+
+def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[[str], None],
+                   out: Path) -> dict[str, Any]:
+    """The saved configuration with the resume-safe options of ``config`` applied.
+
+    Any other option that differs from the saved run is refused (a resumed run must be the run it
+    continues); options equal to the saved ones are fine.
     """
-    import torch
-    from tqdm.auto import tqdm
+    saved = dict(state["config"])
+    changed = []
+    for k, v in config.items():
+        if v is None or k in RESUME_OVERRIDABLE or k not in OPTION_DEFAULTS:
+            continue
+        if k == "loss_params" and not v:
+            continue
+        if _normalised(v) != _normalised(saved.get(k)):
+            changed.append(f"{_flag(k)} {_show(v)} (the run has {_show(saved.get(k))})")
+    if changed:
+        raise UsageError(f"--resume continues {out} with its saved options, but {'; '.join(changed)} differ: "
+                         "drop them, or start again with --force (only --epochs, --eval-every, --device and "
+                         "--num-workers may change)")
+    cfg = dict(saved)
+    kept = []
+    for k in RESUME_OVERRIDABLE:
+        if config.get(k) is not None:
+            new = _as_int(k, config[k], 0) if k != "device" else _as_str(k, config[k])
+            if new != cfg.get(k):
+                kept.append(f"{_flag(k)} {new} (was {cfg.get(k)})")
+            cfg[k] = new
+    cfg["epochs"] = int(cfg["epochs"])
+    if kept:
+        say(f"resume: the saved options are kept, except {', '.join(kept)}")
+    return cfg
 
-    from embedscope.data import TorchImages, get_dataset, image_transform
-    from embedscope.device import resolve_device
+
+def _prepare(config: dict[str, Any], paths: dict[str, Path], *, resume: bool, force: bool, log_given: bool,
+             say: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Check the request before any work: the configuration (resolved, or the saved one on
+    resume), the paths and the folders' writability. Returns (config, saved state or None)."""
     from embedscope.fileio import check_writable
-    from embedscope.models import build_model, load_backbone_weights, read_checkpoint, save_checkpoint
-    from embedscope.train.losses import build_loss
-    from embedscope.train.miners import build_miner
-    from embedscope.train.samplers import build_sampler
+    from embedscope.models import read_checkpoint
 
-    say = echo or (lambda s: tqdm.write(s))
-    paths = run_paths(out, log)
-    state = None
+    _check_paths(paths, log_given)
     if resume:
         if not paths["last"].exists():
             raise EmbedscopeError(f"nothing to resume: {paths['last']} does not exist")
         state = read_checkpoint(paths["last"])
-        cfg = dict(state["config"])
-        for k in RESUME_OVERRIDABLE:
-            if config.get(k) is not None:
-                cfg[k] = config[k]
-        cfg["epochs"] = int(cfg["epochs"])  # the final checkpoint is this run's own product: replaced at the end
-    else:
-        cfg = resolve_config(config)
-        check_writable(paths["out"], force=force)
-        if paths["last"].exists() and not force:
-            raise EmbedscopeError(f"an unfinished run exists ({paths['last']}): use --resume to continue "
-                                  "it or --force to start again")
-        if paths["log"].exists() and not force:
-            raise EmbedscopeError(f"{paths['log']} already exists (use --force to replace it)")
-    start_epoch = int(state["extra"]["epoch"]) if state else 0
-    if state and start_epoch >= cfg["epochs"]:
-        if not paths["out"].exists() or force:
-            save_checkpoint(paths["out"], _model_from(state, build_model), cfg, extra=state["extra"], force=True)
-        say(f"{paths['out']}: already trained for {start_epoch} epochs (nothing to do)")
-        return {"history": state["extra"].get("history", []), "best": state["extra"].get("metrics", {}).get("best"),
-                "config": cfg, "paths": paths, "resumed_from": start_epoch}
+        return _resume_config(state, config, say, paths["out"]), state
+    cfg = resolve_config(config)
+    check_writable(paths["out"], force=force)
+    if paths["last"].exists() and not force:
+        raise EmbedscopeError(f"an unfinished run exists ({paths['last']}): use --resume to continue "
+                              "it or --force to start again")
+    check_writable(paths["log"], force=force)
+    return cfg, None
 
-    # ---- data
-    dev = resolve_device(cfg["device"])
-    torch.manual_seed(cfg["seed"])
+
+def _clear_run(paths: dict[str, Path]) -> None:
+    """``--force``: the earlier run's files (final checkpoint, log, the run folder's checkpoints)
+    are removed, so that nothing stale stays beside the new run."""
+    for k in ("out", "log"):
+        with contextlib.suppress(FileNotFoundError):
+            if paths[k].is_file() or paths[k].is_symlink():
+                paths[k].unlink()
+    d = paths["dir"]
+    if d.is_dir():
+        for pattern in _RUN_FILE_PATTERNS:
+            for f in d.glob(pattern):
+                if f.is_file() or f.is_symlink():
+                    f.unlink()
+        with contextlib.suppress(OSError):
+            d.rmdir()  # gone when it held only the run's files
+
+
+def _load_data(cfg: dict[str, Any]):
+    """(dataset, train split, test split, training labels 0..C-1, the training classes)."""
+    from embedscope.data import get_dataset
+
     ds = get_dataset(cfg["dataset"], cfg["root"], train_classes=cfg["train_classes"])
     train_ds, test_ds = ds.subset("train"), ds.subset("test")
     if len(train_ds) == 0 or len(test_ds) == 0:
         raise EmbedscopeError(f"{cfg['dataset']}: the training or test split is empty")
     if (ds.kind == "digits") != (cfg["arch"] == "digits_cnn"):
-        raise EmbedscopeError(f"--arch {cfg['arch']} does not fit the {cfg['dataset']} images "
-                              f"({'use --arch digits_cnn' if ds.kind == 'digits' else 'photos need an image backbone'})")
+        hint = "use --arch digits_cnn" if ds.kind == "digits" else "photos need an image backbone"
+        raise EmbedscopeError(f"--arch {cfg['arch']} does not fit the {cfg['dataset']} images ({hint})")
     classes = np.unique(train_ds.labels)
     ytrain = np.searchsorted(classes, train_ds.labels)  # training labels 0 .. C-1
-    cfg["num_train_classes"] = int(len(classes))
-    ytrain_t = torch.as_tensor(ytrain, dtype=torch.long)
+    return ds, train_ds, test_ds, ytrain, classes
 
-    # ---- model, loss, optimiser
+
+def _build(cfg: dict[str, Any], state, n_classes: int, dev, unsafe_pickle: bool):
+    """Model, loss and optimiser (restored from ``state`` on resume); returns them and the base lrs."""
+    import torch
+
+    from embedscope.models import build_model, load_backbone_weights
+    from embedscope.train.losses import build_loss
+
     model = build_model(cfg)
     if state is not None:
         model.load_state_dict(state["state_dict"])
     elif cfg.get("weights"):
-        load_backbone_weights(model, cfg["weights"])
-    loss_fn = build_loss(cfg["loss"], len(classes), cfg["embed_dim"], **cfg["loss_params"])
+        load_backbone_weights(model, cfg["weights"], unsafe_pickle=unsafe_pickle)
+    loss_fn = build_loss(cfg["loss"], n_classes, cfg["embed_dim"], **cfg["loss_params"])
     if state is not None:
         loss_fn.load_state_dict(state["extra"]["loss_state"])
     model.to(dev)
@@ -292,7 +479,207 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     base_lrs = [g["lr"] for g in opt.param_groups]
     if state is not None:
         opt.load_state_dict(state["extra"]["optimizer"])
+    return model, loss_fn, opt, base_lrs
 
+
+def _restore(state, dev, sampler, miner) -> None:
+    """The random streams and the sampler's and miner's states of a resumed run."""
+    import torch
+
+    ex = state["extra"]
+    torch.set_rng_state(ex["torch_rng"])
+    if dev.type == "cuda" and ex.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(ex["cuda_rng"], dev)
+    sampler.set_state(ex["sampler_state"])
+    if miner is not None and ex.get("miner_state"):
+        miner.set_state(ex["miner_state"])
+
+
+class _Stats:
+    """Counts of the ρ-switch over the run (eligible anchors, switched ones)."""
+
+    def __init__(self) -> None:
+        self.eligible = 0
+        self.done = 0
+
+    @property
+    def rate(self) -> float | None:
+        return (self.done / self.eligible) if self.eligible else None
+
+
+def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler, ytrain_t, dev, stats,
+                 progress: bool) -> tuple[float, float]:
+    """One epoch of minimisation (METHODS.md §5); returns (mean batch loss, seconds)."""
+    import torch
+
+    from embedscope.progress import progress_bar
+
+    f = lr_factor(cfg["lr_schedule"], epoch - 1, cfg["epochs"])
+    for g, b in zip(opt.param_groups, base_lrs):
+        g["lr"] = b * f
+    model.train()
+    loss_fn.train()
+    amp_ctx = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if dev.type == "cuda" else contextlib.nullcontext
+    t0 = time.perf_counter()
+    total, nb = 0.0, 0
+    # a redrawing bar on a terminal; without one, the epoch's own line (printed by the caller) only
+    bar = progress_bar(loader, desc=f"epoch {epoch}/{cfg['epochs']}", unit="batch", enabled=progress, lines=False)
+    for x, _, idx in bar:
+        x = x.to(dev, non_blocking=True)
+        if dev.type == "cuda" and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        yb = ytrain_t[idx].to(dev)
+        with amp_ctx():
+            z = model(x)
+        z = z.float()
+        tuples = miner(z, yb) if miner is not None else None
+        loss = loss_fn(z, yb, tuples)
+        if not torch.isfinite(loss):
+            raise EmbedscopeError(f"the loss became {loss.item()} at epoch {epoch}, batch {nb + 1} "
+                                  "(try a lower --lr)")
+        opt.zero_grad(set_to_none=True)
+        if loss.requires_grad:
+            loss.backward()
+            opt.step()
+        if sampler.needs_bank:
+            sampler.update(idx, z.detach())
+        if hasattr(miner, "last_stats"):
+            stats.eligible += miner.last_stats[0]
+            stats.done += miner.last_stats[1]
+        total += float(loss.detach())
+        nb += 1
+        if progress:
+            bar.set_postfix(loss=f"{total / nb:.4f}")
+    return total / max(nb, 1), time.perf_counter() - t0
+
+
+def _extra(epoch: int, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev) -> dict[str, Any]:
+    """What a checkpoint carries besides the weights (see the module docstring)."""
+    import torch
+
+    return {
+        "epoch": epoch,
+        "finished": epoch == cfg["epochs"],
+        "history": history,
+        "metrics": {"last": row, "best": _best(history), "switch_rate": stats.rate},
+        "optimizer": opt.state_dict(),
+        "loss_state": {k: v.detach().cpu() for k, v in loss_fn.state_dict().items()},
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
+        "sampler_state": sampler.get_state(),
+        "miner_state": miner.get_state() if miner is not None else None,
+    }
+
+
+def _epoch_message(row: dict[str, Any], epochs: int) -> str:
+    if int(row["epoch"]) == 0:
+        msg = f"epoch 0/{epochs}  (untrained)"
+    else:
+        msg = f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  {row['seconds']:.1f}s"
+    if row.get("R@1") is not None:
+        msg += f"  R@1 {row['R@1']:.4f}  MAP@R {row['MAP@R']:.4f}  rho {row['rho']:.4f}"
+    return msg
+
+
+def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = False, force: bool = False,
+          log: str | os.PathLike | None = None, progress: bool = True, keep_epochs: bool = False,
+          callback: Callable[[int, dict[str, Any]], None] | None = None,
+          echo: Callable[[str], None] | None = None, tensorboard: str | os.PathLike | None = None,
+          unsafe_pickle: bool = False) -> dict[str, Any]:
+    """Train one model (METHODS.md §5) and write its checkpoints; returns a summary dict.
+
+    Parameters
+    ----------
+    config : dict
+        Options (keys of ``OPTION_DEFAULTS``), resolved with :func:`resolve_config`. On ``resume``
+        only ``epochs``, ``eval_every``, ``device`` and ``num_workers`` may differ from the saved
+        run; any other option that differs is refused (:class:`UsageError` naming it).
+    out : path
+        The final checkpoint. The run's working files go to ``<out>.train/`` (:func:`run_paths`).
+    resume : bool
+        Continue from ``<out>.train/last.pt``.
+    force : bool
+        Start again even when ``out`` or an unfinished run exists: the earlier run's final
+        checkpoint, log and working files (``last.pt``, ``best.pt``, ``epoch-*.pt``) are removed.
+    log : path, optional
+        CSV log (default ``out`` with suffix ``.csv``; must differ from the checkpoints).
+    keep_epochs : bool
+        Also keep ``epoch-NNN.pt`` for every epoch, ``epoch-000.pt`` (untrained) included.
+    callback : callable(epoch, row), optional
+        Called after each epoch's checkpoint is written (a test can stop a run here).
+    echo : callable(str), optional
+        Where the one line per epoch goes (default ``print``).
+    tensorboard : path, optional
+        Also log loss, R@1, MAP@R and ρ per epoch to TensorBoard event files in this folder
+        (needs ``pip install embedscope[tensorboard]``).
+    unsafe_pickle : bool
+        Allow ``weights`` files that need arbitrary code to unpickle (trusted files only).
+
+    Returns
+    -------
+    dict with ``history`` (log rows), ``best`` (row of best test R@1), ``config``, ``paths``,
+    ``notes`` and ``resumed_from``.
+
+    Notes
+    -----
+    The protocol (Roth §4.1): Adam (or AdamW) with weight decay, no LR schedule by default;
+    SPC-2 batches; each sample of a batch is embedded in training mode, a tuple miner (if any)
+    picks triplets on the detached embeddings, the PML loss is minimised. On CUDA: bfloat16
+    autocast, channels_last; the loss runs in float32. On the CPU with a fixed seed the run is
+    deterministic. ``R@1`` and ``MAP@R`` are measured on the test split, ``rho`` (ρ, METHODS.md §2)
+    on the embedded training split, every ``eval_every`` epochs (0 = never) and at epoch 0 (before
+    training). ``epochs = 0`` writes the untrained network as the final checkpoint.
+    """
+    say = echo or (lambda s: print(s, flush=True))
+    paths = run_paths(out, log)
+    cfg, state = _prepare(config, paths, resume=resume, force=force, log_given=log is not None, say=say)
+    tb = _TensorBoard(tensorboard)
+    start_epoch = int(state["extra"]["epoch"]) if state else 0
+    notes = config_notes(cfg)
+    if state and start_epoch >= cfg["epochs"]:
+        return _finished_already(state, cfg, paths, force, say, start_epoch, notes)
+    from embedscope.fileio import make_folders, remove_empty_folders
+
+    created = make_folders(paths["dir"], paths["out"]) if state is None else []
+    try:
+        return _run(cfg, state, paths, start_epoch, notes, tb, say=say, force=force, progress=progress,
+                    keep_epochs=keep_epochs, callback=callback, unsafe_pickle=unsafe_pickle)
+    except BaseException:
+        remove_empty_folders(created)  # a run that wrote nothing leaves no empty folder
+        raise
+    finally:
+        tb.close()
+
+
+def _finished_already(state, cfg, paths, force, say, start_epoch, notes) -> dict[str, Any]:
+    from embedscope.models import build_model, save_checkpoint
+
+    if not paths["out"].exists() or force:
+        model = build_model(state["config"])
+        model.load_state_dict(state["state_dict"])
+        save_checkpoint(paths["out"], model, cfg, extra=state["extra"], force=True)
+    say(f"{paths['out']}: already trained for {start_epoch} epochs (nothing to do)")
+    return {"history": state["extra"].get("history", []), "best": state["extra"].get("metrics", {}).get("best"),
+            "config": cfg, "paths": paths, "notes": notes, "resumed_from": start_epoch}
+
+
+def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, keep_epochs, callback,
+         unsafe_pickle) -> dict[str, Any]:
+    """The run itself, after :func:`_prepare` accepted the request."""
+    import torch
+
+    from embedscope.data import TorchImages, image_transform
+    from embedscope.device import resolve_device
+    from embedscope.models import save_checkpoint
+    from embedscope.train.miners import build_miner
+    from embedscope.train.samplers import build_sampler
+
+    dev = resolve_device(cfg["device"])
+    torch.manual_seed(cfg["seed"])
+    ds, train_ds, test_ds, ytrain, classes = _load_data(cfg)
+    cfg["num_train_classes"] = int(len(classes))
+    ytrain_t = torch.as_tensor(ytrain, dtype=torch.long)
+    model, loss_fn, opt, base_lrs = _build(cfg, state, len(classes), dev, unsafe_pickle)
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     transform = image_transform(ds.kind, train=True, image_size=int(cfg["image_size"]))
@@ -301,111 +688,68 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
                                          persistent_workers=False)
     eval_bs = 256 if ds.kind == "digits" else 128
     history: list[dict[str, Any]] = list(state["extra"].get("history", [])) if state else []
+    stats = _Stats()
+    for n in notes:
+        say(f"note: {n}")
+    tb.open(cfg, notes)
     if state is not None:
-        ex = state["extra"]
-        torch.set_rng_state(ex["torch_rng"])
-        if dev.type == "cuda" and ex.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(ex["cuda_rng"], dev)
-        sampler.set_state(ex["sampler_state"])
-        if miner is not None and ex.get("miner_state"):
-            miner.set_state(ex["miner_state"])
+        _restore(state, dev, sampler, miner)
         # drop log rows past the checkpoint (a run killed after logging, before saving)
         history = [r for r in history if int(r["epoch"]) <= start_epoch]
         say(f"resuming {paths['out']} from epoch {start_epoch} of {cfg['epochs']}")
     else:
-        paths["dir"].mkdir(parents=True, exist_ok=True)
+        if force:  # replace the earlier run whole: nothing stale stays beside the new one
+            _clear_run(paths)
+            paths["dir"].mkdir(parents=True, exist_ok=True)
+        row0: dict[str, Any] = {"epoch": 0, "loss": None, "R@1": None, "MAP@R": None, "rho": None, "seconds": 0.0}
         if cfg["eval_every"] > 0:
-            m0 = _evaluate(model, train_ds, test_ds, dev, eval_bs)
-            history.append({"epoch": 0, "loss": None, "R@1": m0["R@1"], "rho": m0["rho"], "seconds": 0.0})
-            say(f"epoch 0/{cfg['epochs']}  (untrained)  R@1 {m0['R@1']:.4f}  rho {m0['rho']:.4f}")
+            row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs))
+        history.append(row0)
+        say(_epoch_message(row0, cfg["epochs"]))
+        tb.row(row0)
+        extra0 = _extra(0, cfg, history, row0, stats, opt, loss_fn, sampler, miner, dev)
+        if keep_epochs:
+            save_checkpoint(paths["dir"] / "epoch-000.pt", model, cfg, extra=extra0, force=True)
+        if cfg["epochs"] == 0:  # the untrained network is the run's product
+            save_checkpoint(paths["last"], model, cfg, extra=extra0, force=True)
+            _write_log(paths["log"], history, cfg, notes)
+            save_checkpoint(paths["out"], model, cfg, extra=extra0, force=True)
+            if callback is not None:
+                callback(0, row0)
+            return {"history": history, "best": None, "config": cfg, "paths": paths, "notes": notes,
+                    "resumed_from": None}
     if sampler.needs_bank and state is None:
         with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
             from embedscope.embed import embed_images
 
             sampler.init_bank(embed_images(model, train_ds, batch_size=eval_bs, device=str(dev), progress=False))
 
-    use_amp = dev.type == "cuda"
-    amp_ctx = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_amp else contextlib.nullcontext
-    switch_eligible = switch_done = 0
     for epoch in range(start_epoch + 1, cfg["epochs"] + 1):
-        f = lr_factor(cfg["lr_schedule"], epoch - 1, cfg["epochs"])
-        for g, b in zip(opt.param_groups, base_lrs):
-            g["lr"] = b * f
-        model.train()
-        loss_fn.train()
-        t0 = time.perf_counter()
-        total, nb = 0.0, 0
-        bar = tqdm(loader, desc=f"epoch {epoch}/{cfg['epochs']}", unit="batch", leave=False, disable=not progress)
-        for x, _, idx in bar:
-            x = x.to(dev, non_blocking=True)
-            if dev.type == "cuda" and x.ndim == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            yb = ytrain_t[idx].to(dev)
-            with amp_ctx():
-                z = model(x)
-            z = z.float()
-            tuples = miner(z, yb) if miner is not None else None
-            loss = loss_fn(z, yb, tuples)
-            if not torch.isfinite(loss):
-                raise EmbedscopeError(f"the loss became {loss.item()} at epoch {epoch}, batch {nb + 1} "
-                                      "(try a lower --lr)")
-            opt.zero_grad(set_to_none=True)
-            if loss.requires_grad:
-                loss.backward()
-                opt.step()
-            if sampler.needs_bank:
-                sampler.update(idx, z.detach())
-            if hasattr(miner, "last_stats"):
-                switch_eligible += miner.last_stats[0]
-                switch_done += miner.last_stats[1]
-            total += float(loss.detach())
-            nb += 1
-            if progress:
-                bar.set_postfix(loss=f"{total / nb:.4f}")
-        seconds = time.perf_counter() - t0
-        row: dict[str, Any] = {"epoch": epoch, "loss": total / max(nb, 1), "R@1": None, "rho": None,
+        loss, seconds = _train_epoch(epoch, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler, ytrain_t,
+                                     dev, stats, progress)
+        row: dict[str, Any] = {"epoch": epoch, "loss": loss, "R@1": None, "MAP@R": None, "rho": None,
                                "seconds": seconds}
         if cfg["eval_every"] > 0 and (epoch % cfg["eval_every"] == 0 or epoch == cfg["epochs"]):
             row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs))
         history.append(row)
-        msg = f"epoch {epoch}/{cfg['epochs']}  loss {row['loss']:.4f}  {seconds:.1f}s"
-        if row["R@1"] is not None:
-            msg += f"  R@1 {row['R@1']:.4f}  rho {row['rho']:.4f}"
-        say(msg)
-        best = _best(history)
-        extra = {
-            "epoch": epoch,
-            "finished": epoch == cfg["epochs"],
-            "history": history,
-            "metrics": {"last": row, "best": best,
-                        "switch_rate": (switch_done / switch_eligible) if switch_eligible else None},
-            "optimizer": opt.state_dict(),
-            "loss_state": {k: v.detach().cpu() for k, v in loss_fn.state_dict().items()},
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
-            "sampler_state": sampler.get_state(),
-            "miner_state": miner.get_state() if miner is not None else None,
-        }
+        say(_epoch_message(row, cfg["epochs"]))
+        tb.row(row)
+        extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev)
+        best = extra["metrics"]["best"]
         save_checkpoint(paths["last"], model, cfg, extra=extra, force=True)
         if best is not None and best["epoch"] == epoch:
             save_checkpoint(paths["best"], model, cfg, extra=extra, force=True)
         if keep_epochs:
             save_checkpoint(paths["dir"] / f"epoch-{epoch:03d}.pt", model, cfg, extra=extra, force=True)
-        _write_log(paths["log"], history)
+        _write_log(paths["log"], history, cfg, notes)
         if epoch == cfg["epochs"]:
             save_checkpoint(paths["out"], model, cfg, extra=extra, force=True)
         if callback is not None:
             callback(epoch, row)
-    return {"history": history, "best": _best(history), "config": cfg, "paths": paths,
+    return {"history": history, "best": _best(history), "config": cfg, "paths": paths, "notes": notes,
             "resumed_from": start_epoch if state else None}
 
 
 def _best(history: list[dict[str, Any]]) -> dict[str, Any] | None:
     rows = [r for r in history if r.get("R@1") is not None and int(r["epoch"]) > 0]
     return max(rows, key=lambda r: (r["R@1"], -int(r["epoch"]))) if rows else None
-
-
-def _model_from(state, build_model):
-    model = build_model(state["config"])
-    model.load_state_dict(state["state_dict"])
-    return model

@@ -1,0 +1,136 @@
+"""Progress display that suits its destination.
+
+On a terminal, :func:`progress_bar` is a tqdm bar that redraws in place (and disappears when done).
+When stderr is not a terminal (a log file, a pipe, a batch job) a redrawing bar would write every
+redraw into the log, so it prints at most one line when the phase ends (``desc: 15/15 batch in
+2.3 s``) instead, or nothing with ``lines=False`` (for phases whose caller prints its own line,
+as the trainer does per epoch). ``enabled=False`` (``--no-progress``) shows nothing at all.
+
+:func:`clear` closes every open bar, so that an error message starts on a line of its own.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterable
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class LineProgress:
+    """The non-terminal stand-in of a tqdm bar: same small API, one line at the end (or none)."""
+
+    def __init__(self, iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
+                 unit: str = "it", lines: bool = True, stream=None) -> None:
+        self.iterable = iterable
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self.total = total
+        self.desc = desc
+        self.unit = unit
+        self.lines = lines
+        self.stream = stream
+        self.n = 0
+        self.postfix = ""
+        self.t0 = time.perf_counter()
+        self.closed = False
+
+    def __iter__(self):
+        try:
+            for item in self.iterable:
+                yield item
+                self.n += 1
+        except BaseException:
+            self.closed = True  # interrupted: no "done" line
+            raise
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        self.closed = True
+        return False
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix(self, **kw: Any) -> None:
+        self.postfix = ", ".join(f"{k}={v}" for k, v in kw.items())
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if not self.lines:
+            return
+        of = f"/{self.total}" if self.total is not None else ""
+        line = f"{self.desc}: {self.n}{of} {self.unit} in {time.perf_counter() - self.t0:.1f} s"
+        if self.postfix:
+            line += f" ({self.postfix})"
+        print(line, file=self.stream or sys.stderr, flush=True)
+
+    @staticmethod
+    def write(s: str, file=None) -> None:
+        print(s, file=file or sys.stdout, flush=True)
+
+
+class _Off(LineProgress):
+    def __init__(self, iterable=None, **kw) -> None:
+        super().__init__(iterable, lines=False, **kw)
+
+
+def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
+                 unit: str = "it", enabled: bool = True, lines: bool = True, stream=None):
+    """A tqdm bar on a terminal, one line per phase otherwise, nothing when not ``enabled``.
+
+    Parameters
+    ----------
+    iterable : iterable, optional
+        What to iterate (or use ``update(n)`` with ``total``).
+    total : int, optional
+        Number of steps (default ``len(iterable)``).
+    desc, unit : str
+        Label and unit of the bar (``"embed digits/all"``, ``"batch"``).
+    enabled : bool
+        False (``--no-progress``): no output at all.
+    lines : bool
+        When the stream is not a terminal: print one line when the phase ends (True) or nothing.
+    stream : file, optional
+        Where the bar goes (default ``sys.stderr``).
+
+    Returns
+    -------
+    An object with tqdm's iteration, ``update``, ``set_postfix``, ``close`` and context-manager API.
+    """
+    stream = stream or sys.stderr
+    if not enabled:
+        return _Off(iterable, total=total, desc=desc, unit=unit, stream=stream)
+    if not _is_tty(stream):
+        return LineProgress(iterable, total=total, desc=desc, unit=unit, lines=lines, stream=stream)
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=stream, dynamic_ncols=True)
+
+
+def clear() -> None:
+    """Close every open tqdm bar (before an error message, so it is not glued to a bar)."""
+    mod = sys.modules.get("tqdm.std")
+    if mod is None:
+        return
+    for bar in list(getattr(mod.tqdm, "_instances", [])):
+        try:
+            bar.close()
+        except Exception:  # pragma: no cover - a half-built bar
+            pass
