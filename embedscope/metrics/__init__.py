@@ -23,6 +23,15 @@ _EXPORTS = {
     "class_distances": "embedscope.metrics.geometry",
     "alignment_uniformity": "embedscope.metrics.geometry",
     "geometry_report": "embedscope.metrics.geometry",
+    # nearest same-class / other-class similarity, share below the diagonal (§10)
+    "nearest_same_different": "embedscope.metrics.neighbours",
+    "share_below_diagonal": "embedscope.metrics.neighbours",
+    # saliency-map agreement (§8)
+    "map_agreement": "embedscope.metrics.agreement",
+    "agreement_matrix": "embedscope.metrics.agreement",
+    "pearson_per_image": "embedscope.metrics.agreement",
+    "jsd_per_image": "embedscope.metrics.agreement",
+    "fisher_z_mean": "embedscope.metrics.agreement",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,88 @@
+"""embedscope saliency CKPT --dataset NAME -o maps.h5: SmoothGrad maps of a model (METHODS.md §8)."""
+
+from __future__ import annotations
+
+from embedscope.cli.common import add_device, add_force, positive_int
+from embedscope.names import DISTANCES
+
+
+def _nonneg_float(s: str) -> float:
+    import argparse
+
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{s}'") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s}")
+    return v
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser(
+        "saliency", parents=parents, help="SmoothGrad saliency maps of a model's embeddings (Kobs et al.)",
+        description="Saliency maps of an embedding model (Kobs et al. 2021, METHODS.md §8): SmoothGrad of the "
+        "loss-specific distance between an image's embedding and a black image's, with respect to the input; "
+        "l noisy copies, sigma = noise x (max - min) of the image. The same images for every model (chosen by "
+        "--seed, or --paths-file), so that maps files of several models match by path "
+        "(embedscope saliency-agreement). --pairs: for each image, the saliency of its distance to its nearest "
+        "other image (why are these two near each other?).")
+    p.add_argument("checkpoint", help="checkpoint file (embedscope format, or a bare state dict with --arch)")
+    p.add_argument("--dataset", required=True, help="digits, cub200, cars196, sop or imagefolder")
+    p.add_argument("--root", help="data set folder (official layout); not needed for digits")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"],
+                   help="images to explain (default: test)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--n-images", type=positive_int, help="number of images, chosen by --seed (default: 100)")
+    g.add_argument("--paths-file", metavar="F", help="explain exactly these images (one path per line)")
+    p.add_argument("--order", default="paper", choices=["paper", "code"],
+                   help="post-processing: paper (abs after averaging the copies) or code (the reference code: "
+                   "abs of each copy's channel mean) (default: paper)")
+    p.add_argument("--pairs", action="store_true",
+                   help="maps of each image's distance to its nearest other image of the split, for both images")
+    p.add_argument("--distance", choices=DISTANCES,
+                   help="d_l to differentiate (default: the checkpoint's: its config, else its loss, else euclidean)")
+    p.add_argument("--n-samples", type=positive_int, default=50, help="noisy copies l per image (default: 50)")
+    p.add_argument("--noise", type=_nonneg_float, default=0.15,
+                   help="sigma as a fraction of the image's value range (default: 0.15)")
+    p.add_argument("-o", "--output", required=True, metavar="MAPS.h5", help="output maps file")
+    p.add_argument("--figure", metavar="FIG.png", help="also draw the maps over the images (PNG and PDF)")
+    p.add_argument("--name", help="model name in tables and figures (default: the checkpoint's file name)")
+    p.add_argument("--arch", help="architecture of a bare state dict (resnet50, resnet18, googlenet, digits_cnn)")
+    p.add_argument("--train-classes", type=positive_int,
+                   help="imagefolder/digits: the first N classes (sorted) form the training split")
+    p.add_argument("--batch-size", type=positive_int,
+                   help="noisy copies per forward/backward pass (default: by input size and device)")
+    p.add_argument("--seed", type=int, default=0, help="image choice and noise (default: 0)")
+    p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
+                   help="CUDA autocast for the gradient passes (default: none = float32)")
+    p.add_argument("--unsafe-pickle", action="store_true",
+                   help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_device(p)
+    add_force(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope.saliency.run import saliency_to_file
+
+    s = saliency_to_file(
+        args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, n_images=args.n_images,
+        paths_file=args.paths_file, order=args.order, pairs=args.pairs, distance=args.distance,
+        n_samples=args.n_samples, noise=args.noise, batch_size=args.batch_size, seed=args.seed, device=args.device,
+        amp=None if args.amp == "none" else args.amp, arch=args.arch, train_classes=args.train_classes,
+        unsafe_pickle=args.unsafe_pickle, name=args.name, figure=args.figure, force=args.force,
+        progress=not args.no_progress,
+    )
+    what = "pairs (query + nearest retrieval)" if s["pairs"] else "images"
+    print(f"{s['n_images']} {what}: SmoothGrad of the {s['distance']} distance ({s['distance_source']}), "
+          f"{args.n_samples} copies, noise {args.noise}, {s['order']} order, family {s['family']}; "
+          f"{s['seconds']:.1f} s")
+    if s["pairs"]:
+        print(f"nearest retrieval of the same class for {100 * s['pair_same_class']:.1f}% of the queries")
+    print(f"wrote {s['output']}")
+    for f in s["figure"] or []:
+        print(f"wrote {f}")
+    return 0

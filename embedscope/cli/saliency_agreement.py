@@ -1,0 +1,56 @@
+"""embedscope saliency-agreement maps1.h5 maps2.h5 ...: do the models look at the same pixels? (METHODS.md §8)"""
+
+from __future__ import annotations
+
+from embedscope.cli.common import add_force, positive_int
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser(
+        "saliency-agreement", parents=parents,
+        help="agreement of several models' saliency maps (Pearson r, JSD; Kobs et al.)",
+        description="Compare the saliency maps of several models on the same images (files of "
+        "'embedscope saliency', matched by path): per image Pearson r and Jensen-Shannon divergence; over the "
+        "images the Fisher-z mean and spread of r and the mean +- std of JSD; model x model matrices with block "
+        "means by loss family (ranking, classification, untrained). METHODS.md §8.")
+    p.add_argument("files", nargs="+", metavar="MAPS.h5", help="maps files, one per model (at least two)")
+    p.add_argument("-o", "--output", metavar="OUT.png", help="heat-maps of both matrices (PNG and PDF)")
+    p.add_argument("--grid", metavar="GRID.png", help="image x model grid of the maps over the images")
+    p.add_argument("--grid-images", type=positive_int, default=6, help="images in --grid (default: 6)")
+    p.add_argument("--names", nargs="+", metavar="NAME", help="model names, one per file (default: from the files)")
+    p.add_argument("--families", nargs="+", metavar="FAMILY",
+                   help="loss family per file (default: from each checkpoint's config: ranking, classification, "
+                   "untrained)")
+    p.add_argument("--jsd-unit", default="bits", choices=["bits", "nats"],
+                   help="JSD in bits (the paper, <= 1) or nats (the reference code, <= ln 2) (default: bits)")
+    p.add_argument("--json", metavar="OUT.json", help="matrices, block means and per-image values as JSON")
+    p.add_argument("--csv", metavar="OUT.csv", help="one row per model pair as CSV")
+    p.add_argument("--per-image-csv", metavar="OUT.csv", help="one row per model pair and image as CSV")
+    add_force(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope.saliency.run import agreement_of_files
+    from embedscope.tables import format_table
+
+    res = agreement_of_files(
+        args.files, args.output, grid=args.grid, names=args.names, families=args.families,
+        jsd_base=args.jsd_unit, json_out=args.json, csv_out=args.csv, per_image_csv=args.per_image_csv,
+        grid_images=args.grid_images, force=args.force,
+    )
+    for note in res["notes"]:
+        print(f"note: {note}")
+    unit = res["pair_rows"][0]["jsd_base"] if res["pair_rows"] else args.jsd_unit
+    rows = [{"model a": r["model_a"], "model b": r["model_b"], "families": f"{r['family_a']}-{r['family_b']}",
+             "r (Fisher-z mean)": r["r_mean"], "r spread": r["r_spread"], "undefined r": r["n_undefined_r"],
+             f"JSD ({unit})": r["jsd_mean"], "JSD std": r["jsd_std"]} for r in res["pair_rows"]]
+    print(format_table(rows, digits=4, title=f"saliency agreement on {res['n_images']} images (METHODS.md §8)"))
+    brows = [{"families": f"{b['family_a']}-{b['family_b']}", "model pairs": b["n_pairs"], "mean r": b["r_mean"],
+              f"mean JSD ({unit})": b["jsd_mean"]} for b in res["blocks"]]
+    print()
+    print(format_table(brows, digits=4, title="block means by loss family (arithmetic over model pairs)"))
+    for f in res["written"]:
+        print(f"wrote {f}")
+    return 0

@@ -1,0 +1,237 @@
+"""Agreement of two models' saliency maps on the same images (Kobs et al. §3; METHODS.md §8).
+
+Pure functions on arrays of **post-processed** maps [N, H, W] (values >= 0, e.g. in [0, 1]):
+
+* per image: Pearson r of the two flattened maps (higher = more agreement; NaN when a map is
+  constant) and the Jensen–Shannon divergence of the two maps each divided by its sum (lower =
+  more agreement; NaN when a map sums to 0);
+* over images: r aggregated in Fisher-z space, mean = tanh(mean_i artanh r_i) and spread =
+  tanh(std_i artanh r_i) with the population std (ddof 0), as the reference code; JSD as the
+  arithmetic mean ± population std (ours: the reference code never aggregates JSD);
+* model × model matrices and block means by loss family (ours).
+
+r = ±1 (identical or exactly anti-proportional maps) would give z = ±inf and turn the Fisher-z
+mean into ±1 or NaN (inf − inf). We clip r to ±(1 − 1e-7) before artanh (|z| <= 8.39) and report
+how many images were clipped (``n_clipped``). Undefined r (a constant map) are left out of the
+aggregate and counted (``n_undefined``), never dropped silently.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+#: r is clipped to ±R_CLIP before the Fisher transform (z = artanh r stays finite, |z| <= 8.39).
+R_CLIP = 1.0 - 1e-7
+#: The loss families of Kobs et al.'s tables, in display order (METHODS.md §8), then the rest.
+FAMILY_ORDER = ("ranking", "classification", "untrained", "other")
+_CHUNK_ELEMENTS = 1 << 24  # float64 work arrays of at most ~128 MiB
+
+
+def _check_pair(a, b) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise EmbedscopeError(f"maps must be N x H x W (or N x P) arrays, got shapes {a.shape} and {b.shape}")
+    if a.shape[0] != b.shape[0]:
+        raise EmbedscopeError(f"mismatched number of maps: {a.shape[0]} vs {b.shape[0]}")
+    if a.shape[1:] != b.shape[1:]:
+        raise EmbedscopeError(f"maps of different sizes: {a.shape[1:]} vs {b.shape[1:]}")
+    return a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
+
+
+def _chunks(n: int, p: int):
+    step = max(1, _CHUNK_ELEMENTS // max(p, 1))
+    for s in range(0, n, step):
+        yield slice(s, min(n, s + step))
+
+
+def pearson_per_image(maps_a, maps_b) -> np.ndarray:
+    """Pearson r of each pair of flattened maps (METHODS.md §8) -> float64 [N]; NaN for a constant map.
+
+    r = Σ (a − ā)(b − b̄) / sqrt(Σ (a − ā)² Σ (b − b̄)²), computed in float64. Higher = more agreement.
+    """
+    a, b = _check_pair(maps_a, maps_b)
+    out = np.empty(a.shape[0], dtype=np.float64)
+    for s in _chunks(a.shape[0], a.shape[1]):
+        x = a[s].astype(np.float64)
+        y = b[s].astype(np.float64)
+        x -= x.mean(axis=1, keepdims=True)
+        y -= y.mean(axis=1, keepdims=True)
+        num = np.einsum("ij,ij->i", x, y)
+        den = np.sqrt(np.einsum("ij,ij->i", x, x) * np.einsum("ij,ij->i", y, y))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        out[s] = np.clip(r, -1.0, 1.0)
+    return out
+
+
+def _log_base(base) -> float:
+    if base in ("bits", 2):
+        return math.log(2.0)
+    if base in ("nats", "e") or (isinstance(base, float) and base == math.e):
+        return 1.0
+    try:
+        b = float(base)
+    except (TypeError, ValueError):
+        raise EmbedscopeError(f"unknown JSD base '{base}' (use 2 / 'bits' or 'e' / 'nats')") from None
+    if not (b > 0 and b != 1 and math.isfinite(b)):
+        raise EmbedscopeError(f"the JSD log base must be positive and not 1, got {base}")
+    return math.log(b)
+
+
+def jsd_per_image(maps_a, maps_b, *, base=2) -> np.ndarray:
+    """Jensen–Shannon divergence of each pair of maps (METHODS.md §8) -> float64 [N].
+
+    P = a / Σa, Q = b / Σb, M = (P + Q)/2, JSD = ½ KL(P‖M) + ½ KL(Q‖M) with 0·log 0 = 0. ``base=2``
+    (bits, the paper; ≤ 1) or ``"e"`` (nats, the reference code's ``jensenshannon(...)**2``; ≤ ln 2).
+    NaN when a map sums to 0. Maps must be non-negative. Lower = more agreement.
+    """
+    a, b = _check_pair(maps_a, maps_b)
+    lb = _log_base(base)
+    out = np.empty(a.shape[0], dtype=np.float64)
+    for s in _chunks(a.shape[0], a.shape[1]):
+        p = a[s].astype(np.float64)
+        q = b[s].astype(np.float64)
+        if (p < 0).any() or (q < 0).any():
+            raise EmbedscopeError("JSD needs non-negative maps (post-processed saliency maps)")
+        sp = p.sum(axis=1, keepdims=True)
+        sq = q.sum(axis=1, keepdims=True)
+        ok = (sp[:, 0] > 0) & (sq[:, 0] > 0)
+        p = p / np.where(sp > 0, sp, 1.0)
+        q = q / np.where(sq > 0, sq, 1.0)
+        m = 0.5 * (p + q)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0) / np.where(m > 0, m, 1.0)), 0.0).sum(axis=1)
+            kq = np.where(q > 0, q * np.log(np.where(q > 0, q, 1.0) / np.where(m > 0, m, 1.0)), 0.0).sum(axis=1)
+        j = np.maximum(0.5 * (kp + kq), 0.0) / lb
+        out[s] = np.where(ok, j, np.nan)
+    return out
+
+
+def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
+    """Fisher-z aggregate of correlations (METHODS.md §8).
+
+    mean = tanh(mean_i artanh r_i), spread = tanh(std_i artanh r_i) (population std, ddof 0), over
+    the defined r (NaN = a constant map: counted in ``n_undefined``, left out). r is clipped to
+    ±``clip`` first so that r = ±1 gives a finite z (counted in ``n_clipped``). NaN mean and spread
+    when no r is defined.
+    """
+    r = np.asarray(r, dtype=np.float64).ravel()
+    ok = ~np.isnan(r)
+    rv = r[ok]
+    n_clipped = int(np.count_nonzero(np.abs(rv) > clip))
+    if rv.size == 0:
+        return {"mean": float("nan"), "spread": float("nan"), "n": 0, "n_undefined": int(r.size), "n_clipped": 0}
+    z = np.arctanh(np.clip(rv, -clip, clip))
+    return {"mean": float(np.tanh(z.mean())), "spread": float(np.tanh(z.std(ddof=0))), "n": int(rv.size),
+            "n_undefined": int(r.size - rv.size), "n_clipped": n_clipped}
+
+
+def map_agreement(maps_a, maps_b, *, jsd_base=2) -> dict[str, Any]:
+    """Agreement of two models' post-processed maps of the same N images (METHODS.md §8).
+
+    Returns
+    -------
+    dict with per-image ``pearson`` [N] and ``jsd`` [N]; ``r_mean`` / ``r_spread`` (Fisher-z mean
+    and spread, higher mean = more agreement), ``n_images``, ``n_valid_r``, ``n_undefined_r``
+    (images with a constant map), ``n_clipped_r`` (|r| clipped at 1 − 1e-7); ``jsd_mean`` ±
+    ``jsd_std`` (arithmetic, ddof 0, over images whose maps both have a positive sum; lower = more
+    agreement), ``n_undefined_jsd``, ``jsd_base``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = np.random.default_rng(0).random((4, 8, 8))
+    >>> round(map_agreement(a, a)["r_mean"], 6), map_agreement(a, a)["jsd_mean"]
+    (1.0, 0.0)
+    """
+    r = pearson_per_image(maps_a, maps_b)
+    j = jsd_per_image(maps_a, maps_b, base=jsd_base)
+    fz = fisher_z_mean(r)
+    jv = j[~np.isnan(j)]
+    return {
+        "pearson": r,
+        "jsd": j,
+        "n_images": int(r.size),
+        "r_mean": fz["mean"],
+        "r_spread": fz["spread"],
+        "n_valid_r": fz["n"],
+        "n_undefined_r": fz["n_undefined"],
+        "n_clipped_r": fz["n_clipped"],
+        "jsd_mean": float(jv.mean()) if jv.size else float("nan"),
+        "jsd_std": float(jv.std(ddof=0)) if jv.size else float("nan"),
+        "n_undefined_jsd": int(j.size - jv.size),
+        "jsd_base": "bits" if _log_base(jsd_base) == math.log(2.0) else ("nats" if _log_base(jsd_base) == 1.0
+                                                                          else str(jsd_base)),
+    }
+
+
+def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None = None,
+                     families: Sequence[str] | None = None, jsd_base=2) -> dict[str, Any]:
+    """Model × model agreement of saliency maps on the same images (METHODS.md §8; ours beyond Kobs).
+
+    Parameters
+    ----------
+    maps : sequence of M arrays [N, H, W]
+        Each model's post-processed maps of the same N images in the same order (match files by
+        path first: :func:`embedscope.saliency.maps_file.match_maps`).
+    names : M names (default ``model0..``); families : M loss families
+        (``ranking`` / ``classification`` / ``untrained`` / anything else; default all ``other``).
+
+    Returns
+    -------
+    dict with ``names``, ``families``, matrices [M, M] ``r_mean``, ``r_spread``, ``jsd_mean``,
+    ``jsd_std``, ``n_undefined_r`` (diagonal: r = 1, JSD = 0 by definition, not computed), ``pairs``
+    (``(i, j) -> map_agreement`` for i < j) and ``blocks``: per pair of families the arithmetic mean
+    over the model pairs (cells i ≠ j, each unordered pair once) of the cells' Fisher-z mean r and
+    mean JSD, as Kobs' block means (METHODS.md §8).
+    """
+    M = len(maps)
+    if M < 2:
+        raise EmbedscopeError(f"agreement needs at least two models' maps, got {M}")
+    names = list(names) if names is not None else [f"model{i}" for i in range(M)]
+    families = list(families) if families is not None else ["other"] * M
+    if len(names) != M or len(families) != M:
+        raise EmbedscopeError(f"{M} maps but {len(names)} names and {len(families)} families")
+    shape0 = np.asarray(maps[0]).shape
+    for nm, m in zip(names, maps):
+        if np.asarray(m).shape[0] != shape0[0]:
+            raise EmbedscopeError(
+                f"mismatched number of maps: {names[0]} has {shape0[0]}, {nm} has {np.asarray(m).shape[0]}")
+    keys = ("r_mean", "r_spread", "jsd_mean", "jsd_std")
+    mats = {k: np.full((M, M), np.nan) for k in keys}
+    n_undef = np.zeros((M, M), dtype=np.int64)
+    pairs: dict[tuple[int, int], dict[str, Any]] = {}
+    for i in range(M):
+        mats["r_mean"][i, i], mats["r_spread"][i, i] = 1.0, 0.0
+        mats["jsd_mean"][i, i], mats["jsd_std"][i, i] = 0.0, 0.0
+        for j in range(i + 1, M):
+            res = map_agreement(maps[i], maps[j], jsd_base=jsd_base)
+            pairs[(i, j)] = res
+            for k in keys:
+                mats[k][i, j] = mats[k][j, i] = res[k]
+            n_undef[i, j] = n_undef[j, i] = res["n_undefined_r"]
+    fams = sorted(set(families), key=lambda f: (FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER), f))
+    blocks = []
+    for a_i, fa in enumerate(fams):
+        for fb in fams[a_i:]:
+            cells = [(i, j) for (i, j) in pairs if {families[i], families[j]} == {fa, fb}
+                     and (fa != fb or families[i] == fa)]
+            if not cells:
+                continue
+            r = np.array([mats["r_mean"][c] for c in cells])
+            js = np.array([mats["jsd_mean"][c] for c in cells])
+            blocks.append({"family_a": fa, "family_b": fb, "n_pairs": len(cells),
+                           "r_mean": float(np.nanmean(r)) if np.any(~np.isnan(r)) else float("nan"),
+                           "jsd_mean": float(np.nanmean(js)) if np.any(~np.isnan(js)) else float("nan")})
+    return {"names": names, "families": families, **mats, "n_undefined_r": n_undef, "pairs": pairs,
+            "blocks": blocks, "n_images": int(shape0[0])}
+
+
+__all__ = ["R_CLIP", "FAMILY_ORDER", "pearson_per_image", "jsd_per_image", "fisher_z_mean", "map_agreement",
+           "agreement_matrix"]

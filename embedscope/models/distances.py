@@ -1,0 +1,158 @@
+"""Loss-specific distances on the torch side (METHODS.md §8; Kobs et al. Table 1 and reference code).
+
+Every distance takes two batches of embeddings ``a`` [B, D] and ``b`` [B, D] (or [1, D], broadcast)
+and returns one value per row [B]. Both sides are **L2-normalised first** (``F.normalize``, eps
+1e-12), as the pytorch-metric-learning distance objects of the reference code do by default; the
+functions are differentiable, so saliency maps (:mod:`embedscope.saliency`) take their gradient.
+
+========== ============================================== ==================================
+name       value                                          used for (METHODS.md §8)
+========== ============================================== ==================================
+euclidean  ‖â − b̂‖₂                                       untrained, contrastive, triplet,
+                                                          margin (and lifted)
+sqeuclidean ‖â − b̂‖₂²                                     ProxyNCA, FastAP
+cosine     â · b̂  (a similarity)                           NT-Xent, CosFace, ArcFace, MS,
+                                                          SoftTriple, normalised softmax
+dot        â · b̂  (on normalised rows = cosine)           N-pair (trained on raw dot products)
+snr        var(b̂ − â) / var(â)  (a = the query/anchor)    SNR
+========== ============================================== ==================================
+
+Smaller is closer for euclidean, sqeuclidean and snr; larger is closer for cosine and dot. The
+saliency maps take absolute values of the gradient, so the sign does not matter there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from embedscope.errors import EmbedscopeError
+from embedscope.names import DISTANCES
+
+#: Loss name -> distance name (METHODS.md §8). Keys are this project's loss names
+#: (``embedscope.train.losses``) and Kobs et al.'s names of the losses we do not train.
+LOSS_DISTANCES: dict[str, str] = {
+    # Euclidean
+    "untrained": "euclidean",
+    "contrastive": "euclidean",
+    "triplet": "euclidean",
+    "margin": "euclidean",
+    "lifted": "euclidean",
+    # squared Euclidean
+    "proxynca": "sqeuclidean",
+    "fastap": "sqeuclidean",
+    # cosine similarity
+    "ntxent": "cosine",
+    "cosface": "cosine",
+    "arcface": "cosine",
+    "multisimilarity": "cosine",
+    "softtriple": "cosine",
+    "softmax": "cosine",
+    "normalizedsoftmax": "cosine",
+    # raw dot product in training; on normalised rows it equals the cosine
+    "npair": "dot",
+    # signal-to-noise ratio
+    "snr": "snr",
+}
+
+#: Which direction means "closer" for each distance (METHODS.md §8).
+CLOSER_IS: dict[str, str] = {"euclidean": "smaller", "sqeuclidean": "smaller", "snr": "smaller",
+                             "cosine": "larger", "dot": "larger"}
+
+
+def _normalize(x):
+    import torch
+    import torch.nn.functional as F
+
+    if x.dtype in (torch.float16, torch.bfloat16):  # autocast outputs: distances in float32
+        x = x.float()
+    return F.normalize(x, p=2, dim=-1, eps=1e-12)
+
+
+def euclidean(a, b):
+    """‖â − b̂‖₂ per row on L2-normalised rows (METHODS.md §8). Smaller = closer."""
+    import torch
+
+    return torch.linalg.vector_norm(_normalize(a) - _normalize(b), dim=-1)
+
+
+def sqeuclidean(a, b):
+    """‖â − b̂‖₂² per row on L2-normalised rows (METHODS.md §8). Smaller = closer."""
+    d = _normalize(a) - _normalize(b)
+    return (d * d).sum(dim=-1)
+
+
+def cosine(a, b):
+    """Cosine similarity â · b̂ per row (METHODS.md §8). Larger = closer."""
+    return (_normalize(a) * _normalize(b)).sum(dim=-1)
+
+
+def dot(a, b):
+    """Dot product of the L2-normalised rows (equals :func:`cosine`; METHODS.md §8). Larger = closer."""
+    return (_normalize(a) * _normalize(b)).sum(dim=-1)
+
+
+def snr(a, b):
+    """SNR distance var(b̂ − â) / var(â) per row, ``a`` the query (METHODS.md §8). Smaller = closer.
+
+    As pytorch-metric-learning's ``SNRDistance`` (query = first argument, variances over the D
+    coordinates; the ddof cancels in the ratio).
+    """
+    import torch
+
+    a_n, b_n = _normalize(a), _normalize(b)
+    return torch.var(b_n - a_n, dim=-1) / torch.var(a_n, dim=-1)
+
+
+_FUNCS: dict[str, Callable] = {"euclidean": euclidean, "sqeuclidean": sqeuclidean, "cosine": cosine,
+                               "dot": dot, "snr": snr}
+assert tuple(_FUNCS) == DISTANCES
+
+
+def check_distance(name: str) -> str:
+    """Return ``name`` if it is a known distance, else raise a one-line :class:`EmbedscopeError`."""
+    if not isinstance(name, str) or name not in _FUNCS:
+        raise EmbedscopeError(f"unknown distance '{name}' (choose {', '.join(DISTANCES)})")
+    return name
+
+
+def get_distance(name: str) -> Callable:
+    """The distance function of a name (``euclidean, sqeuclidean, cosine, dot, snr``)."""
+    return _FUNCS[check_distance(name)]
+
+
+def _loss_key(loss: str) -> str:
+    return "".join(ch for ch in str(loss).lower() if ch.isalnum())
+
+
+def distance_for_loss(loss: str | None) -> str:
+    """The distance a loss uses (METHODS.md §8); ``None`` (no loss: an untrained model) -> euclidean.
+
+    Names are matched case- and punctuation-insensitively (``NT-Xent`` = ``ntxent``,
+    ``multi_similarity`` = ``multisimilarity``). An unknown loss raises a one-line error.
+    """
+    if loss is None or loss == "":
+        return "euclidean"
+    key = _loss_key(loss)
+    aliases = {"ms": "multisimilarity", "normsoftmax": "normalizedsoftmax", "normalisedsoftmax": "normalizedsoftmax"}
+    key = aliases.get(key, key)
+    if key not in LOSS_DISTANCES:
+        raise EmbedscopeError(
+            f"no known distance for the loss '{loss}' (known losses: {', '.join(sorted(LOSS_DISTANCES))}); "
+            "name one explicitly (--distance)")
+    return LOSS_DISTANCES[key]
+
+
+def distance_for_config(config: Mapping[str, Any] | None) -> str:
+    """The distance of a checkpoint (METHODS.md §8): its config's explicit ``distance`` field if
+    present, else the distance of its ``loss``, else Euclidean (a foreign or untrained checkpoint).
+
+    An unknown distance name or loss name raises a one-line :class:`EmbedscopeError`.
+    """
+    config = dict(config or {})
+    if config.get("distance") not in (None, ""):
+        return check_distance(config["distance"])
+    return distance_for_loss(config.get("loss"))
+
+
+__all__ = ["DISTANCES", "LOSS_DISTANCES", "CLOSER_IS", "euclidean", "sqeuclidean", "cosine", "dot", "snr",
+           "check_distance", "get_distance", "distance_for_loss", "distance_for_config"]

@@ -1,0 +1,36 @@
+"""Saliency maps of embedding models and their agreement between models (Kobs et al. §3; METHODS.md §8).
+
+:func:`saliency_maps` (SmoothGrad of the loss-specific distance to a black image),
+:func:`pair_saliency_maps` (why are two images near each other?), the maps file
+(:mod:`embedscope.saliency.maps_file`) and the orchestration behind ``embedscope saliency`` and
+``embedscope saliency-agreement`` (:mod:`embedscope.saliency.run`). Imports are lazy.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "saliency_maps": "embedscope.saliency.smoothgrad",
+    "pair_saliency_maps": "embedscope.saliency.smoothgrad",
+    "nearest_retrievals": "embedscope.saliency.smoothgrad",
+    "black_image": "embedscope.saliency.smoothgrad",
+    "ORDERS": "embedscope.saliency.smoothgrad",
+    "SaliencyMaps": "embedscope.saliency.maps_file",
+    "save_maps": "embedscope.saliency.maps_file",
+    "load_maps": "embedscope.saliency.maps_file",
+    "saliency_to_file": "embedscope.saliency.run",
+    "agreement_of_files": "embedscope.saliency.run",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'embedscope.saliency' has no attribute '{name}'")
+
+
+def __dir__():
+    return __all__

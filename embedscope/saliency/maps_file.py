@@ -1,0 +1,294 @@
+"""The saliency-maps file: one HDF5 file per model (METHODS.md §8 maps; target home ``store/saliency.py``).
+
+Layout (``format = "embedscope-saliency"``, ``format_version`` 1)::
+
+    /maps             float16 [N, H, W]   post-processed maps in [0, 1]
+    /paths            utf-8   [N]         image path (relative to the data root) or item id; unique
+    /labels           int64   [N]         index into class_names
+    /class_names      utf-8   [C]
+    /images           uint8   [N, H, W] or [N, H, W, 3]   the model's input shown as a picture
+                                          (de-normalised; optional, used by the figures)
+    pairs only (kind = "pairs", ``embedscope saliency --pairs``):
+    /retrieval/maps, /retrieval/paths, /retrieval/labels, /retrieval/images, /retrieval/distance
+    attrs: format, format_version, kind ("maps" | "pairs"), name, family, checkpoint,
+           checkpoint_sha256, checkpoint_config (JSON), distance, n_samples, noise, order, seed,
+           input_size, transform, dataset, split, root, embedscope_version, created, ...
+
+Files of several models on the same images are matched by path (:func:`match_maps`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+from embedscope.fileio import atomic_output
+
+FORMAT = "embedscope-saliency"
+FORMAT_VERSION = 1
+KINDS = ("maps", "pairs")
+
+
+@dataclass
+class SaliencyMaps:
+    """Saliency maps of one model on N images, with the images' paths, labels and provenance."""
+
+    maps: np.ndarray
+    paths: np.ndarray
+    labels: np.ndarray
+    class_names: np.ndarray
+    images: np.ndarray | None = None
+    retrieval: dict[str, np.ndarray] | None = None  # pairs: maps, paths, labels, images, distance
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.maps = np.asarray(self.maps)
+        self.paths = np.asarray(self.paths, dtype=object).astype(str)
+        self.labels = np.asarray(self.labels)
+        self.class_names = np.asarray(self.class_names, dtype=object).astype(str)
+        if self.images is not None:
+            self.images = np.asarray(self.images)
+        if self.retrieval is not None:
+            r = dict(self.retrieval)
+            r["maps"] = np.asarray(r["maps"])
+            r["paths"] = np.asarray(r["paths"], dtype=object).astype(str)
+            r["labels"] = np.asarray(r["labels"])
+            r["distance"] = np.asarray(r.get("distance", np.full(len(r["paths"]), np.nan)), dtype=np.float32)
+            if r.get("images") is not None:
+                r["images"] = np.asarray(r["images"])
+            self.retrieval = r
+        self.validate()
+
+    @property
+    def n(self) -> int:
+        return int(self.maps.shape[0])
+
+    @property
+    def kind(self) -> str:
+        return "pairs" if self.retrieval is not None else "maps"
+
+    @property
+    def name(self) -> str:
+        return str(self.attrs.get("name") or Path(str(self.attrs.get("source_file", "maps"))).stem)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def validate(self, source: str = "saliency maps") -> None:
+        """One-line :class:`EmbedscopeError` when fields disagree or values are bad."""
+        M = self.maps
+        if M.ndim != 3:
+            raise EmbedscopeError(f"{source}: maps must be 3-D (N x H x W), got shape {M.shape}")
+        if not np.issubdtype(M.dtype, np.floating):
+            raise EmbedscopeError(f"{source}: maps must be floating point, got {M.dtype}")
+        n = M.shape[0]
+        if self.paths.ndim != 1 or self.paths.shape[0] != n:
+            raise EmbedscopeError(f"{source}: {self.paths.shape[0]} paths for {n} maps")
+        if self.labels.ndim != 1 or self.labels.shape[0] != n:
+            raise EmbedscopeError(f"{source}: {self.labels.shape[0]} labels for {n} maps")
+        if not np.issubdtype(self.labels.dtype, np.integer):
+            raise EmbedscopeError(f"{source}: labels must be integers, got {self.labels.dtype}")
+        self.labels = self.labels.astype(np.int64, copy=False)
+        if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
+            raise EmbedscopeError(f"{source}: labels must lie in [0, {len(self.class_names)}) to index class_names")
+        if len(np.unique(self.paths)) != n:
+            raise EmbedscopeError(f"{source}: duplicate paths (maps are matched between models by path)")
+        if n and not np.all(np.isfinite(M)):
+            raise EmbedscopeError(f"{source}: maps contain NaN or inf")
+        if n and (float(M.min()) < -1e-3 or float(M.max()) > 1 + 1e-3):
+            raise EmbedscopeError(
+                f"{source}: maps must lie in [0, 1], got [{float(M.min()):.3g}, {float(M.max()):.3g}]")
+        _check_images(self.images, M.shape, source)
+        if self.retrieval is not None:
+            r = self.retrieval
+            if r["maps"].shape != M.shape:
+                raise EmbedscopeError(f"{source}: retrieval maps have shape {r['maps'].shape}, query maps {M.shape}")
+            for k in ("paths", "labels", "distance"):
+                if r[k].shape != (n,):
+                    raise EmbedscopeError(f"{source}: retrieval {k} has shape {r[k].shape}, expected ({n},)")
+            if n and not np.all(np.isfinite(r["maps"])):
+                raise EmbedscopeError(f"{source}: retrieval maps contain NaN or inf")
+            _check_images(r.get("images"), M.shape, source + " (retrieval)")
+
+    def select(self, idx) -> "SaliencyMaps":
+        idx = np.asarray(idx)
+        ret = None
+        if self.retrieval is not None:
+            ret = {k: (None if v is None else v[idx]) for k, v in self.retrieval.items()}
+        return SaliencyMaps(maps=self.maps[idx], paths=self.paths[idx], labels=self.labels[idx],
+                            class_names=self.class_names, images=None if self.images is None else self.images[idx],
+                            retrieval=ret, attrs=dict(self.attrs))
+
+
+def _check_images(images, maps_shape, source: str) -> None:
+    if images is None:
+        return
+    n, h, w = maps_shape
+    if images.dtype != np.uint8 or images.shape[:3] != (n, h, w) or images.ndim not in (3, 4) or (
+            images.ndim == 4 and images.shape[3] != 3):
+        raise EmbedscopeError(f"{source}: images must be uint8 N x H x W (x 3) matching the maps {maps_shape}, "
+                              f"got {images.dtype} {images.shape}")
+
+
+def _as_attr(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool, np.integer, np.floating)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _from_attr(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False) -> Path:
+    """Write ``sm`` atomically (maps as float16); refuses an existing file unless ``force``."""
+    import h5py
+
+    from embedscope import __version__
+
+    sm.validate()
+    attrs = dict(sm.attrs)
+    attrs.pop("source_file", None)
+    attrs.update(format=FORMAT, format_version=FORMAT_VERSION, kind=sm.kind)
+    attrs.setdefault("embedscope_version", __version__)
+    attrs.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    str_dt = h5py.string_dtype("utf-8")
+
+    def write(g, maps, paths, labels, images):
+        g.create_dataset("maps", data=np.asarray(maps, dtype=np.float16), chunks=True if len(maps) else None)
+        g.create_dataset("paths", data=paths.astype(object), dtype=str_dt)
+        g.create_dataset("labels", data=labels.astype(np.int64))
+        if images is not None:
+            g.create_dataset("images", data=images, chunks=True if len(images) else None)
+
+    with atomic_output(path, force=force) as tmp:
+        with h5py.File(tmp, "w") as f:
+            write(f, sm.maps, sm.paths, sm.labels, sm.images)
+            f.create_dataset("class_names", data=sm.class_names.astype(object), dtype=str_dt)
+            if sm.retrieval is not None:
+                r = sm.retrieval
+                g = f.create_group("retrieval")
+                write(g, r["maps"], r["paths"], r["labels"], r.get("images"))
+                g.create_dataset("distance", data=r["distance"].astype(np.float32))
+            for k, v in attrs.items():
+                if v is not None:
+                    f.attrs[k] = _as_attr(v)
+    return Path(path)
+
+
+def load_maps(path: str | os.PathLike) -> SaliencyMaps:
+    """Read and validate a maps file; any problem is one :class:`EmbedscopeError` line."""
+    import h5py
+
+    path = Path(path)
+    if not path.exists():
+        raise EmbedscopeError(f"{path}: no such file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise EmbedscopeError(f"{path}: not a readable HDF5 file ({e.__class__.__name__})") from None
+    with f:
+        if _from_attr(f.attrs.get("format", "")) != FORMAT:
+            hint = " (an embedding file? saliency maps come from 'embedscope saliency')" if "embeddings" in f else ""
+            raise EmbedscopeError(f"{path}: not an embedscope saliency-maps file{hint}")
+        version = f.attrs.get("format_version")
+        if version is not None and int(version) > FORMAT_VERSION:
+            raise EmbedscopeError(f"{path}: format_version {int(version)} is newer than this embedscope reads "
+                                  f"({FORMAT_VERSION})")
+        missing = [k for k in ("maps", "paths", "labels", "class_names") if k not in f]
+        if missing:
+            raise EmbedscopeError(f"{path}: damaged saliency-maps file, missing {', '.join(missing)}")
+
+        def strings(ds) -> np.ndarray:
+            return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in ds[()]], dtype=object)
+
+        def part(g):
+            return dict(maps=g["maps"][()].astype(np.float32), paths=strings(g["paths"]), labels=g["labels"][()],
+                        images=g["images"][()] if "images" in g else None)
+
+        main = part(f)
+        retrieval = None
+        if "retrieval" in f:
+            g = f["retrieval"]
+            retrieval = part(g)
+            retrieval["distance"] = g["distance"][()] if "distance" in g else np.full(len(retrieval["paths"]), np.nan)
+        class_names = strings(f["class_names"])
+        attrs = {k: _from_attr(v) for k, v in f.attrs.items()}
+    attrs["source_file"] = str(path)
+    try:
+        return SaliencyMaps(class_names=class_names, retrieval=retrieval, attrs=attrs, **main)
+    except EmbedscopeError as e:
+        raise EmbedscopeError(f"{path}: {e}") from None
+
+
+def match_maps(items: list[SaliencyMaps], names: list[str] | None = None) -> tuple[list[SaliencyMaps], dict[str, Any]]:
+    """Restrict every file to the images they all hold, in the first file's order (matched by path).
+
+    Returns (matched files, info with ``n_common`` and per-file ``n_dropped``). One-line errors: no
+    common image; maps of different sizes; an image given different classes.
+    """
+    names = names or [sm.name for sm in items]
+    if not items:
+        raise EmbedscopeError("no maps files given")
+    shapes = {sm.maps.shape[1:] for sm in items}
+    if len(shapes) > 1:
+        desc = ", ".join(f"{nm}: {sm.maps.shape[1]}x{sm.maps.shape[2]}" for nm, sm in zip(names, items))
+        raise EmbedscopeError(
+            f"the maps files have maps of different sizes ({desc}); compare maps of the same input size")
+    common = set(items[0].paths)
+    for sm in items[1:]:
+        common &= set(sm.paths)
+    if not common:
+        raise EmbedscopeError(
+            f"the maps files share no image ({', '.join(f'{nm}: {sm.n}' for nm, sm in zip(names, items))} images); "
+            "compute every model's maps on the same images (same --seed and --n-images, or one --paths-file)")
+    order = [p for p in items[0].paths if p in common]
+    out = []
+    ref_classes = None
+    for nm, sm in zip(names, items):
+        pos = {p: i for i, p in enumerate(sm.paths)}
+        sub = sm.select(np.array([pos[p] for p in order], dtype=np.int64))
+        cls = sub.class_names[sub.labels]
+        if ref_classes is None:
+            ref_classes = cls
+        elif not np.array_equal(cls, ref_classes):
+            bad = int(np.count_nonzero(cls != ref_classes))
+            raise EmbedscopeError(f"{names[0]} and {nm} give {bad} of the common images different classes")
+        out.append(sub)
+    info = {"n_common": len(order), "n_dropped": {nm: sm.n - len(order) for nm, sm in zip(names, items)}}
+    return out, info
+
+
+def display_images(x, kind: str) -> np.ndarray:
+    """Preprocessed inputs [N, C, H, W] as pictures: uint8 [N, H, W] (one channel) or [N, H, W, 3].
+
+    Digits (x/16): ×255. Photos: ImageNet normalisation undone, clipped to [0, 1], ×255.
+    """
+    from embedscope.data.base import IMAGENET_MEAN, IMAGENET_STD
+
+    x = np.asarray(x, dtype=np.float32)
+    if kind == "image" and x.shape[1] == 3:
+        x = x * np.asarray(IMAGENET_STD, np.float32)[None, :, None, None] + np.asarray(
+            IMAGENET_MEAN, np.float32)[None, :, None, None]
+    x = np.clip(x, 0.0, 1.0)
+    pic = np.round(x * 255).astype(np.uint8)
+    return pic[:, 0] if pic.shape[1] == 1 else np.moveaxis(pic, 1, -1)
+
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "SaliencyMaps", "save_maps", "load_maps", "match_maps", "display_images"]

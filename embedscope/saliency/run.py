@@ -1,0 +1,332 @@
+"""The work behind ``embedscope saliency`` and ``embedscope saliency-agreement`` (METHODS.md §8).
+
+:func:`saliency_to_file`: checkpoint + data set -> one maps file (the same image subset for every
+model: a deterministic choice by seed, or an explicit paths file). :func:`agreement_of_files`:
+several maps files -> matrices, block means, figures, tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError, UsageError
+
+DEFAULT_N_IMAGES = 100
+#: Kobs et al.'s grouping of the losses they trained but this project does not (METHODS.md §8).
+_KOBS_ONLY_FAMILIES = {"fastap": "ranking", "ntxent": "ranking", "cosface": "classification",
+                       "normalizedsoftmax": "classification"}
+
+
+def family_for_config(config: dict[str, Any] | None) -> str:
+    """Kobs' loss family of a checkpoint: ``ranking`` / ``classification`` (proxy losses count as
+    classification, METHODS.md §8) from its config's ``loss``; ``untrained`` when the config names
+    no loss (an untrained or foreign, not DML-trained, network); ``other`` for an unknown loss."""
+    loss = (config or {}).get("loss")
+    if loss in (None, "", "untrained", "none"):
+        return "untrained"
+    from embedscope.train.losses import LOSSES, kobs_group
+
+    key = "".join(ch for ch in str(loss).lower() if ch.isalnum())
+    if key in LOSSES:
+        return kobs_group(key)
+    return _KOBS_ONLY_FAMILIES.get(key, "other")
+
+
+def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int = 0) -> np.ndarray:
+    """Row indices of ``ds`` to explain: the paths of ``paths_file`` (one per line; ``#`` comments), or
+    ``n_images`` rows chosen by ``seed`` (sorted; the same for every model on the same data and split)."""
+    if paths_file is not None and n_images is not None:
+        raise UsageError("give either --n-images or --paths-file, not both")
+    if paths_file is not None:
+        p = Path(paths_file)
+        if not p.is_file():
+            raise EmbedscopeError(f"{p}: no such paths file")
+        wanted = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines()]
+        wanted = [w for w in wanted if w and not w.startswith("#")]
+        if not wanted:
+            raise EmbedscopeError(f"{p}: lists no image path")
+        pos = {s: i for i, s in enumerate(ds.paths)}
+        missing = [w for w in wanted if w not in pos]
+        if missing:
+            raise EmbedscopeError(f"{p}: {len(missing)} of {len(wanted)} listed paths are not in the "
+                                  f"{ds.name} split (e.g. {missing[0]})")
+        if len(set(wanted)) != len(wanted):
+            raise EmbedscopeError(f"{p}: lists a path twice")
+        return np.array([pos[w] for w in wanted], dtype=np.int64)
+    n = DEFAULT_N_IMAGES if n_images is None else int(n_images)
+    if n < 1:
+        raise UsageError(f"--n-images must be positive, got {n}")
+    n = min(n, len(ds))
+    rng = np.random.default_rng(int(seed))
+    return np.sort(rng.choice(len(ds), size=n, replace=False)).astype(np.int64)
+
+
+class _LazyImages:
+    """ds rows ``idx`` through ``transform``, loaded when asked for (a sequence of C x H x W tensors)."""
+
+    def __init__(self, ds, idx, transform) -> None:
+        self.ds, self.idx, self.t = ds, np.asarray(idx), transform
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def __getitem__(self, j: int):
+        return self.t(self.ds.load_image(int(self.idx[j])))
+
+
+def _display(images: _LazyImages, kind: str) -> np.ndarray:
+    import torch
+
+    from embedscope.saliency.maps_file import display_images
+
+    out = []
+    for s in range(0, len(images), 64):
+        x = torch.stack([images[j] for j in range(s, min(len(images), s + 64))]).numpy()
+        out.append(display_images(x, kind))
+    return np.concatenate(out)
+
+
+def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "test",
+                     n_images: int | None = None, paths_file=None, order: str = "paper", pairs: bool = False,
+                     distance: str | None = None, n_samples: int = 50, noise: float = 0.15,
+                     batch_size: int | None = None, seed: int = 0, device: str = "auto", amp=None,
+                     arch: str | None = None, train_classes=None, unsafe_pickle: bool = False,
+                     name: str | None = None, figure=None, force: bool = False, progress: bool = True,
+                     ) -> dict[str, Any]:
+    """Saliency maps of one checkpoint on a data set's images -> a maps file (METHODS.md §8).
+
+    The distance is ``distance`` when given, else the checkpoint's (its config's ``distance``
+    field, else its loss's, else Euclidean: :func:`embedscope.models.distances.distance_for_config`).
+    ``pairs``: for each chosen query its nearest other image of the split under that distance, and
+    the saliency of their distance with respect to each (:func:`pair_saliency_maps`). ``figure``:
+    also draw the maps over the images (or the pairs side by side). Returns a summary dict.
+    """
+    from embedscope.data import describe_transform, get_dataset, image_transform
+    from embedscope.fileio import check_writable
+    from embedscope.models import load_checkpoint
+    from embedscope.models.distances import check_distance, distance_for_config
+    from embedscope.saliency.maps_file import SaliencyMaps, save_maps
+    from embedscope.saliency.smoothgrad import ORDERS, black_image, pair_saliency_maps, saliency_maps
+
+    if order not in ORDERS:
+        raise UsageError(f"unknown --order '{order}' (choose {', '.join(ORDERS)})")
+    check_writable(out, force=force)
+    if figure is not None:
+        from embedscope.viz.figures import figure_paths
+
+        for p in figure_paths(figure):
+            check_writable(p, force=force)
+    t0 = time.perf_counter()
+    model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle)
+    if distance is not None:
+        dist, dist_source = check_distance(distance), "--distance"
+    else:
+        dist = distance_for_config(config)
+        dist_source = "config" if config.get("distance") else ("loss" if config.get("loss") else "default (no loss)")
+    ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
+    if len(ds) == 0:
+        raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
+    if (ds.kind == "digits") != (config["arch"] == "digits_cnn"):
+        raise EmbedscopeError(
+            f"a {config['arch']} checkpoint cannot explain the {dataset} images "
+            f"({'8x8 digits need the digits_cnn' if ds.kind == 'digits' else 'photos need an image backbone'})")
+    size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
+    if ds.kind == "digits" and size != 8:
+        raise EmbedscopeError(f"the checkpoint expects {size}x{size} inputs, the digits are 8x8")
+    transform = image_transform(ds.kind, train=False, image_size=size)
+    idx = select_images(ds, n_images=n_images, paths_file=paths_file, seed=seed)
+    images = _LazyImages(ds, idx, transform)
+    common = dict(distance=dist, n_samples=n_samples, noise=noise, order=order, batch_size=batch_size, seed=seed,
+                  device=device, amp=amp, progress=progress, input_size=size)
+    retrieval = None
+    if pairs:
+        from embedscope.embed import embed_images
+        from embedscope.saliency.smoothgrad import nearest_retrievals
+
+        Z = embed_images(model, ds, transform=transform, device=device, progress=progress,
+                         desc=f"embed {ds.name}/{split}")
+        ridx, _ = nearest_retrievals(Z[idx], Z, dist, exclude=idx)
+        res = pair_saliency_maps(model, images, _LazyImages(ds, ridx, transform), **common)
+        maps = res["query"]
+        retrieval = {"maps": res["retrieval"], "paths": ds.paths[ridx], "labels": ds.labels[ridx],
+                     "distance": res["distance"], "images": _display(_LazyImages(ds, ridx, transform), ds.kind)}
+    else:
+        maps = saliency_maps(model, images, baseline=black_image(ds.kind, size), **common)
+    seconds = time.perf_counter() - t0
+    family = family_for_config(config)
+    attrs = {
+        "name": name or Path(checkpoint).stem,
+        "family": family,
+        "loss": config.get("loss") or "",
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "checkpoint_sha256": info["sha256"],
+        "checkpoint_config": json.dumps(config, sort_keys=True, default=str),
+        "distance": dist,
+        "distance_source": dist_source,
+        "differentiated": ("d(f(query + noise), f(retrieval)) and d(f(query), f(retrieval + noise))" if pairs
+                           else "d(f(image + noise), f(black image))"),
+        "n_samples": int(n_samples),
+        "noise": float(noise),
+        "order": order,
+        "seed": int(seed),
+        "input_size": size,
+        "transform": describe_transform(ds.kind, train=False, image_size=size),
+        "dataset": ds.name,
+        "split": split,
+        "root": str(Path(root).resolve()) if root else "",
+        "selection": (f"paths file {paths_file}" if paths_file is not None
+                      else f"{len(idx)} images chosen by seed {seed}"),
+        "amp": str(amp or "none"),
+        "seconds": round(seconds, 3),
+    }
+    sm = SaliencyMaps(maps=maps, paths=ds.paths[idx], labels=ds.labels[idx], class_names=ds.class_names,
+                      images=_display(images, ds.kind), retrieval=retrieval, attrs=attrs)
+    save_maps(out, sm, force=force)
+    fig_paths = None
+    if figure is not None:
+        from embedscope.viz.figures import save_figure, use_agg
+
+        use_agg()
+        import matplotlib.pyplot as plt
+
+        from embedscope.viz.saliency import overlay_grid, pairs_figure
+
+        fig = pairs_figure(sm) if pairs else overlay_grid([sm], names=[attrs["name"]])
+        try:
+            fig_paths = save_figure(fig, figure, force=force)
+        finally:
+            plt.close(fig)
+    return {"output": str(out), "n_images": int(len(idx)), "distance": dist, "distance_source": dist_source,
+            "family": family, "order": order, "pairs": bool(pairs), "seconds": seconds,
+            "figure": [str(p) for p in fig_paths] if fig_paths else None,
+            "mean_pair_distance": float(np.mean(retrieval["distance"])) if retrieval else None,
+            "pair_same_class": float(np.mean(ds.labels[idx] == retrieval["labels"])) if retrieval else None}
+
+
+def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[str] | None = None,
+                       families: Sequence[str] | None = None, jsd_base=2, json_out=None, csv_out=None,
+                       per_image_csv=None, grid_images: int = 6, force: bool = False) -> dict[str, Any]:
+    """Agreement of several models' maps files (METHODS.md §8) -> matrices, block means, figures.
+
+    Files are matched by path (the images they all hold, in the first file's order; a note counts
+    the images left out). Models are shown grouped by family (ranking, classification, untrained,
+    others; the given order within a family). ``families`` overrides the families recorded in the
+    files (taken from each checkpoint's config). Writes: ``out`` (heat-maps of both matrices,
+    PNG + PDF), ``grid`` (image × model overlays), ``json_out`` (everything), ``csv_out`` (one row
+    per model pair), ``per_image_csv`` (one row per model pair and image).
+    """
+    from embedscope.fileio import check_writable
+    from embedscope.metrics.agreement import FAMILY_ORDER, agreement_matrix
+    from embedscope.saliency.maps_file import load_maps, match_maps
+    from embedscope.tables import write_csv, write_json
+
+    files = [str(f) for f in files]
+    if len(files) < 2:
+        raise UsageError("saliency agreement needs at least two maps files")
+    if len(set(map(os.path.abspath, files))) != len(files):
+        raise UsageError("a maps file is given twice")
+    outs = []
+    if out is not None or grid is not None:
+        from embedscope.viz.figures import figure_paths
+
+        for f in (out, grid):
+            if f is not None:
+                outs += list(figure_paths(f))
+    outs += [Path(p) for p in (json_out, csv_out, per_image_csv) if p]
+    if len({p.resolve() for p in outs}) != len(outs):
+        raise UsageError("two outputs name the same file")
+    for p in outs:
+        check_writable(p, force=force)
+    items = [load_maps(f) for f in files]
+    for f, sm in zip(files, items):
+        if sm.kind == "pairs":
+            raise EmbedscopeError(f"{f} holds pair maps (--pairs); agreement compares maps of single images")
+    if names is not None and len(names) != len(files):
+        raise UsageError(f"{len(files)} files but {len(names)} --names")
+    if families is not None and len(families) != len(files):
+        raise UsageError(f"{len(files)} files but {len(families)} --families")
+    names = list(names) if names is not None else [sm.name for sm in items]
+    if len(set(names)) != len(names):
+        names = [f"{nm} ({Path(f).name})" for nm, f in zip(names, files)]
+    fams = list(families) if families is not None else [str(sm.attrs.get("family") or "other") for sm in items]
+    orders = {str(sm.attrs.get("order", "")) for sm in items}
+    notes = []
+    if len(orders) > 1:
+        notes.append(f"the files use different post-processing orders ({', '.join(sorted(orders))})")
+    seeds = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}
+    if len(seeds) > 1:
+        notes.append("the files use different SmoothGrad settings (n_samples/noise)")
+    matched, info = match_maps(items, names)
+    dropped = {k: v for k, v in info["n_dropped"].items() if v}
+    if dropped:
+        notes.append(f"{info['n_common']} images in common; left out: "
+                     + ", ".join(f"{v} of {k}" for k, v in dropped.items()))
+    # group by family (stable)
+    rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    perm = sorted(range(len(files)), key=lambda i: (rank.get(fams[i], len(FAMILY_ORDER)), fams[i], i))
+    names = [names[i] for i in perm]
+    fams = [fams[i] for i in perm]
+    files = [files[i] for i in perm]
+    matched = [matched[i] for i in perm]
+    res = agreement_matrix([sm.maps for sm in matched], names=names, families=fams, jsd_base=jsd_base)
+    res["files"] = files
+    res["notes"] = notes
+    res["paths"] = matched[0].paths
+    pair_rows = []
+    for (i, j), pr in res["pairs"].items():
+        pair_rows.append({"model_a": names[i], "model_b": names[j], "family_a": fams[i], "family_b": fams[j],
+                          "n_images": pr["n_images"], "r_mean": pr["r_mean"], "r_spread": pr["r_spread"],
+                          "n_undefined_r": pr["n_undefined_r"], "n_clipped_r": pr["n_clipped_r"],
+                          "jsd_mean": pr["jsd_mean"], "jsd_std": pr["jsd_std"], "jsd_base": pr["jsd_base"]})
+    res["pair_rows"] = pair_rows
+    written = []
+    if out is not None or grid is not None:
+        from embedscope.viz.figures import save_figure, use_agg
+
+        use_agg()
+        import matplotlib.pyplot as plt
+
+        from embedscope.viz.saliency import agreement_heatmaps, overlay_grid
+
+        for target, make in ((out, lambda: agreement_heatmaps(res)),
+                             (grid, lambda: overlay_grid(matched, names=names, families=fams, n_images=grid_images))):
+            if target is None:
+                continue
+            fig = make()
+            try:
+                written += [str(p) for p in save_figure(fig, target, force=force)]
+            finally:
+                plt.close(fig)
+    if json_out:
+        per_image = {f"{names[i]} vs {names[j]}": {"pearson": pr["pearson"], "jsd": pr["jsd"]}
+                     for (i, j), pr in res["pairs"].items()}
+        write_json(json_out, {
+            "method": "Kobs et al. 2021 saliency agreement (METHODS.md §8): Pearson r per image aggregated in "
+                      "Fisher-z space (mean, population-std spread; |r| clipped at 1 - 1e-7), JSD mean +- std",
+            "files": files, "names": names, "families": fams, "n_images": res["n_images"], "notes": notes,
+            "matrices": {k: res[k] for k in ("r_mean", "r_spread", "jsd_mean", "jsd_std", "n_undefined_r")},
+            "blocks": res["blocks"], "pairs": pair_rows, "paths": list(res["paths"]), "per_image": per_image,
+        }, force=force)
+        written.append(str(json_out))
+    if csv_out:
+        write_csv(csv_out, pair_rows, force=force)
+        written.append(str(csv_out))
+    if per_image_csv:
+        rows = []
+        for (i, j), pr in res["pairs"].items():
+            for k, p in enumerate(res["paths"]):
+                rows.append({"model_a": names[i], "model_b": names[j], "path": p, "pearson": pr["pearson"][k],
+                             "jsd": pr["jsd"][k]})
+        write_csv(per_image_csv, rows, ["model_a", "model_b", "path", "pearson", "jsd"], force=force)
+        written.append(str(per_image_csv))
+    res["written"] = written
+    return res
+
+
+__all__ = ["family_for_config", "select_images", "saliency_to_file", "agreement_of_files", "DEFAULT_N_IMAGES"]

@@ -1,0 +1,469 @@
+"""SmoothGrad saliency maps of embedding models (Kobs et al. §3; METHODS.md §8).
+
+What is differentiated: the loss-specific distance d_ℓ(f(I), f(I_black)) between the embedding of
+the (noisy) preprocessed image and the embedding of a black image (computed once, without noise,
+detached), with respect to the preprocessed input, model in eval mode. d_ℓ comes from
+:mod:`embedscope.models.distances` and is always computed on L2-normalised embeddings.
+
+SmoothGrad (METHODS.md §8, Eq. 2): l noisy copies I + N(0, σ²) (the clean image is not one of
+them), σ = ``noise`` × (max − min) of that image's preprocessed tensor. Post-processing:
+
+* ``order="paper"`` (default): mean of the signed gradients over the copies → abs → mean over
+  colour channels → scale;
+* ``order="code"`` (the reference code): per copy the signed channel mean → abs → mean over copies
+  → scale.
+
+Scaling, both orders: g ← clip((g − min g) / (p99 − min g), 0, 1) with numpy's linear-interpolation
+99th percentile (the paper's "clip at the 99th percentile, scale to [0, 1]", written as the
+reference code does it). A map whose p99 equals its minimum is 1 where g > min and 0 elsewhere (all
+zeros for a constant gradient) instead of the reference's 0/0.
+
+Why not captum's ``NoiseTunnel`` directly: it takes one σ per input *tensor* (not per image), draws
+its noise from torch's global generator, and returns only the mean over the copies. Per-image σ
+therefore needs one call per image (no batching of several images' copies), and the code order
+needs the per-copy signed channel means it does not return. So this module draws the noise itself
+(one seeded generator per image), batches the copies of several images per forward/backward pass,
+and takes the per-copy gradients from captum's :class:`captum.attr.Saliency` (``abs=False``). The
+noise of image i is ``randn((l, C, H, W), generator=Generator().manual_seed(s_i)) * σ_i`` with
+``s_i = image_seed(seed, i)``, which is exactly the noise ``NoiseTunnel`` draws after
+``torch.manual_seed(s_i)`` on the CPU: the paper order equals ``NoiseTunnel(Saliency(f),
+nt_type="smoothgrad", nt_samples=l, stdevs=σ_i)`` with ``abs=False`` per image, then abs → channel
+mean → scaling (checked in the tests). On CUDA the noise is drawn on the GPU (same seeds, another
+generator: CPU and GPU maps differ in their noise, each is reproducible).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+ORDERS = ("paper", "code")
+AMP_CHOICES = ("none", "bf16", "fp16")
+# elements of input (copies x C x H x W) per forward/backward batch when batch_size is not given
+_AUTO_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 25}
+_AUTO_MAX_COPIES = 4096
+_FP16_SCALE = 1024.0  # fp16 autocast: the distance is scaled before backward against underflow
+
+
+def image_seed(seed: int, index: int, stream: int = 0) -> int:
+    """The seed of image ``index``'s noise: a function of (seed, index, stream) only, so that a map
+    does not depend on the batch size or on which other images are in the call."""
+    return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(index), int(stream)]).generate_state(1)[0])
+
+
+def noise_sigma(image, noise: float) -> float:
+    """σ = ``noise`` × (max − min) of the preprocessed image tensor (METHODS.md §8)."""
+    return float(noise) * float(image.max() - image.min())
+
+
+def smoothgrad_noise(image, n_samples: int, noise: float, seed: int, index: int, *, stream: int = 0,
+                     device=None):
+    """The l noise tensors added to image ``index`` -> (noise [l, C, H, W] float32, σ).
+
+    ``randn`` of a generator seeded with :func:`image_seed` times σ (:func:`noise_sigma`).
+    """
+    import torch
+
+    device = torch.device(device) if device is not None else image.device
+    sigma = noise_sigma(image, noise)
+    g = torch.Generator(device=device).manual_seed(image_seed(seed, index, stream))
+    eps = torch.randn((int(n_samples),) + tuple(image.shape), generator=g, device=device, dtype=torch.float32)
+    return eps * sigma, sigma
+
+
+def scale_map(g: np.ndarray, percentile: float = 99.0) -> np.ndarray:
+    """clip((g − min g) / (p99 − min g), 0, 1) (METHODS.md §8; numpy's linear percentile).
+
+    When p99 equals the minimum, 1 where g > min and 0 elsewhere.
+    """
+    g = np.asarray(g, dtype=np.float64)
+    lo = float(g.min())
+    hi = float(np.percentile(g, percentile))
+    if hi > lo:
+        return np.clip((g - lo) / (hi - lo), 0.0, 1.0)
+    return (g > lo).astype(np.float64)
+
+
+def postprocess(acc: np.ndarray, order: str) -> np.ndarray:
+    """From the accumulated gradients of one image to its map in [0, 1] (METHODS.md §8).
+
+    ``order="paper"``: ``acc`` is the mean signed gradient [C, H, W] → abs → channel mean → scale.
+    ``order="code"``: ``acc`` is the mean over copies of |signed channel mean| [H, W] → scale.
+    """
+    acc = np.asarray(acc, dtype=np.float64)
+    if order == "paper":
+        g = np.abs(acc).mean(axis=0)
+    elif order == "code":
+        g = acc
+    else:
+        raise EmbedscopeError(f"unknown order '{order}' (choose {', '.join(ORDERS)})")
+    return scale_map(g)
+
+
+def black_image(kind: str, image_size: int):
+    """The black image in the model's input space (METHODS.md §8: a black image through the same
+    evaluation preprocessing; a constant −mean/std per channel for photos, zeros for the digits)."""
+    from PIL import Image
+
+    from embedscope.data import image_transform
+
+    t = image_transform(kind, train=False, image_size=int(image_size))
+    if kind == "digits":
+        return t(Image.fromarray(np.zeros((image_size, image_size), dtype=np.float32), mode="F"))
+    side = int(round(image_size * 256 / 224)) + 1
+    return t(Image.new("RGB", (side, side)))
+
+
+class _Images:
+    """Uniform access to a tensor / array [N, C, H, W] or a sequence of [C, H, W] tensors."""
+
+    def __init__(self, images) -> None:
+        import torch
+
+        self.src = images
+        if isinstance(images, np.ndarray):
+            self.src = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
+        if isinstance(self.src, torch.Tensor):
+            if self.src.ndim != 4:
+                raise EmbedscopeError(
+                    f"images must be a 4-D tensor N x C x H x W, got shape {tuple(self.src.shape)}")
+        elif not hasattr(images, "__len__") or not hasattr(images, "__getitem__"):
+            raise EmbedscopeError("images must be a tensor N x C x H x W or a sequence of C x H x W tensors")
+        self.n = len(self.src)
+        self.shape = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        import torch
+
+        x = self.src[i]
+        if not isinstance(x, torch.Tensor):
+            x = torch.as_tensor(np.asarray(x, dtype=np.float32))
+        x = x.detach().float()
+        if x.ndim != 3:
+            raise EmbedscopeError(f"image {i}: expected C x H x W, got shape {tuple(x.shape)}")
+        if self.shape is None:
+            self.shape = tuple(x.shape)
+        elif tuple(x.shape) != self.shape:
+            raise EmbedscopeError(f"image {i} has shape {tuple(x.shape)}, the first had {self.shape}")
+        if not torch.isfinite(x).all():
+            raise EmbedscopeError(f"image {i} contains NaN or inf")
+        return x
+
+
+def _resolve_amp(amp, dev):
+    import torch
+
+    if amp in (None, False, "none"):
+        return None
+    if dev.type != "cuda":
+        return None  # autocast is a CUDA option; the CPU path stays float32
+    if amp in (True, "bf16", "bfloat16"):
+        return torch.bfloat16
+    if amp in ("fp16", "float16"):
+        return torch.float16
+    raise EmbedscopeError(f"unknown amp '{amp}' (choose {', '.join(AMP_CHOICES)})")
+
+
+def auto_batch_size(image_shape: Sequence[int], n_samples: int, device_type: str) -> int:
+    """Copies per forward/backward pass: a budget of input elements (8 Mi on the CPU: 55 copies of a
+    3 x 224 x 224 image; 32 Mi on CUDA: 222), between 1 and 4096 (``n_samples`` is unused: the
+    packing puts several images' copies in one pass whenever the budget holds them)."""
+    per = int(np.prod(image_shape))
+    budget = _AUTO_ELEMENTS.get(device_type, _AUTO_ELEMENTS["cpu"])
+    return int(max(1, min(_AUTO_MAX_COPIES, budget // per)))
+
+
+def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples: int, noise: float,
+                order: str, batch_size: int | None, seed: int, stream: int, device: str, amp,
+                progress: bool, input_size, desc: str) -> np.ndarray:
+    """The SmoothGrad engine: maps of d(f(x_i + ε), r_i) (or d(r_i, f(x_i + ε)) when ``swap``)."""
+    import torch
+    from captum.attr import Saliency
+    from tqdm.auto import tqdm
+
+    from embedscope.device import resolve_device
+
+    if order not in ORDERS:
+        raise EmbedscopeError(f"unknown order '{order}' (choose {', '.join(ORDERS)})")
+    n_samples = int(n_samples)
+    if n_samples < 1:
+        raise EmbedscopeError(f"n_samples must be at least 1, got {n_samples}")
+    if not (np.isfinite(noise) and noise >= 0):
+        raise EmbedscopeError(f"noise must be a finite number >= 0, got {noise}")
+    dev = resolve_device(device)
+    amp_dtype = _resolve_amp(amp, dev)
+    imgs = images if isinstance(images, _Images) else _Images(images)
+    n = len(imgs)
+    if n == 0:
+        return np.zeros((0, 0, 0), dtype=np.float32)
+    first = imgs[0]
+    C, H, W = first.shape
+    if input_size is not None:
+        want = (int(input_size), int(input_size)) if np.isscalar(input_size) else tuple(int(s) for s in input_size)
+        if (H, W) != want:
+            raise EmbedscopeError(f"images are {H}x{W} but the model expects {want[0]}x{want[1]} inputs")
+    if batch_size is None:
+        batch_size = auto_batch_size((C, H, W), n_samples, dev.type)
+    batch_size = int(batch_size)
+    if batch_size < 1:
+        raise EmbedscopeError(f"batch_size must be positive, got {batch_size}")
+    refs = refs.detach().float().to(dev)
+    if refs.shape[0] not in (1, n):
+        raise EmbedscopeError(f"{refs.shape[0]} reference embeddings for {n} images")
+
+    scale = _FP16_SCALE if amp_dtype == torch.float16 else 1.0
+
+    def forward(x, ref):
+        ctx = torch.autocast("cuda", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
+        with ctx:
+            z = model(x)
+        z = z.float()
+        d = dist_fn(ref, z) if swap else dist_fn(z, ref)
+        return d * scale if scale != 1.0 else d
+
+    saliency = Saliency(forward)
+    out = np.empty((n, H, W), dtype=np.float32)
+    acc_shape = (C, H, W) if order == "paper" else (H, W)
+    was_training = model.training
+    model.eval().to(dev)
+    channels_last = dev.type == "cuda" and C > 1
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+
+    # the stream of (image index, first copy, number of copies) pieces, packed into batches
+    def pieces():
+        for i in range(n):
+            for c0 in range(0, n_samples, batch_size):
+                yield i, c0, min(batch_size, n_samples - c0)
+
+    acc = {}
+    noise_cache = {}
+    bar = tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False)
+    try:
+        batch: list[tuple[int, int, int]] = []
+        filled = 0
+
+        def run(batch):
+            xs, rs = [], []
+            for i, c0, k in batch:
+                if i not in noise_cache:
+                    x = (first if i == 0 else imgs[i]).to(dev)
+                    eps, _ = smoothgrad_noise(x, n_samples, noise, seed, i, stream=stream, device=dev)
+                    noise_cache[i] = (x, eps)
+                    acc[i] = torch.zeros(acc_shape, dtype=torch.float32, device=dev)
+                x, eps = noise_cache[i]
+                xs.append(x.unsqueeze(0) + eps[c0:c0 + k])
+                r = refs[0 if refs.shape[0] == 1 else i]
+                rs.append(r.unsqueeze(0).expand(k, -1))
+            xb = torch.cat(xs)
+            if channels_last:
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            rb = torch.cat(rs)
+            xb.requires_grad_()  # (captum would set it, with a warning)
+            try:
+                grads = saliency.attribute(xb, abs=False, additional_forward_args=(rb,))
+            except RuntimeError as e:
+                raise _shape_error(e, (C, H, W)) from None
+            grads = grads.float()
+            if scale != 1.0:
+                grads = grads / scale
+            pos = 0
+            for i, c0, k in batch:
+                g = grads[pos:pos + k]
+                pos += k
+                if order == "paper":
+                    acc[i] += g.sum(dim=0)
+                else:
+                    acc[i] += g.mean(dim=1).abs().sum(dim=0)
+                if c0 + k == n_samples:  # the image's last copies: finish its map
+                    a = (acc.pop(i) / n_samples).cpu().numpy()
+                    noise_cache.pop(i)
+                    if not np.all(np.isfinite(a)):
+                        raise EmbedscopeError(f"image {i}: the gradient contains NaN or inf")
+                    out[i] = postprocess(a, order)
+                    bar.update(1)
+
+        for piece in pieces():
+            if filled + piece[2] > batch_size and batch:
+                run(batch)
+                batch, filled = [], 0
+            batch.append(piece)
+            filled += piece[2]
+        if batch:
+            run(batch)
+    finally:
+        bar.close()
+        model.train(was_training)
+        if channels_last:
+            model.to(memory_format=torch.contiguous_format)
+    return out
+
+
+def _shape_error(e: Exception, shape) -> EmbedscopeError:
+    msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else e.__class__.__name__
+    return EmbedscopeError(f"the model cannot take inputs of shape {'x'.join(map(str, shape))} ({msg})")
+
+
+def _dist_fn(distance) -> tuple[Callable, str]:
+    from embedscope.models.distances import get_distance
+
+    if distance is None:
+        return get_distance("euclidean"), "euclidean"
+    if callable(distance):
+        return distance, getattr(distance, "__name__", "custom")
+    return get_distance(distance), str(distance)
+
+
+def embed_clean(model, images, *, device: str = "auto", batch_size: int = 256, amp=None):
+    """Embeddings of the clean images (eval mode, no gradient) -> float32 tensor [N, D] on the CPU."""
+    import torch
+
+    from embedscope.device import resolve_device
+
+    dev = resolve_device(device)
+    amp_dtype = _resolve_amp(amp, dev)
+    imgs = images if isinstance(images, _Images) else _Images(images)
+    was_training = model.training
+    model.eval().to(dev)
+    out = []
+    try:
+        with torch.no_grad():
+            for s in range(0, len(imgs), batch_size):
+                x = torch.stack([imgs[i] for i in range(s, min(len(imgs), s + batch_size))]).to(dev)
+                ctx = torch.autocast("cuda", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
+                with ctx:
+                    try:
+                        out.append(model(x).float().cpu())
+                    except RuntimeError as e:
+                        raise _shape_error(e, tuple(x.shape[1:])) from None
+    finally:
+        model.train(was_training)
+    return torch.cat(out) if out else torch.zeros((0, 0))
+
+
+def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: float = 0.15,
+                  order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
+                  amp: Any = None, progress: bool = False, baseline=None, input_size=None) -> np.ndarray:
+    """SmoothGrad saliency maps of an embedding model (Kobs et al. Eq. 1–2; METHODS.md §8).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Maps a batch [B, C, H, W] to embeddings [B, D]; used in eval mode (restored afterwards).
+    images : tensor or array [N, C, H, W], or a sequence of [C, H, W] tensors
+        Preprocessed inputs (the model's input space). A sequence is read lazily, image by image.
+    distance : str or callable, optional
+        d_ℓ: a name of :mod:`embedscope.models.distances` (``euclidean`` default, ``sqeuclidean``,
+        ``cosine``, ``dot``, ``snr``) or a function (a [B, D], b [B, D]) -> [B]. Use
+        :func:`embedscope.models.distances.distance_for_config` for a checkpoint's own distance.
+    n_samples : int
+        l, the number of noisy copies (50 as the reference code); the clean image is not one.
+    noise : float
+        σ = noise × (max − min) of each image's tensor (0.15 as the reference code).
+    order : "paper" or "code"
+        Post-processing order (module docstring).
+    batch_size : int, optional
+        Noisy copies per forward/backward pass; several images' copies share a pass. Default: an
+        input-element budget (:func:`auto_batch_size`). The maps do not depend on it beyond float
+        rounding.
+    seed : int
+        Image i's noise depends only on (seed, i): the same call gives the same maps.
+    device : "auto", "cpu" or "cuda"
+    amp : None, "bf16" or "fp16"
+        Autocast on CUDA for the forward/backward passes (ignored on the CPU). Default: float32.
+    baseline : tensor [C, H, W], optional
+        The black image in the model's input space; default zeros. For ImageNet-normalised
+        photos pass :func:`black_image` (−mean/std per channel).
+    input_size : int or (H, W), optional
+        The input size the model expects; other sizes raise a one-line error.
+
+    Returns
+    -------
+    ndarray float32 [N, H, W], each map in [0, 1] (1 = most salient).
+    """
+    import torch
+
+    dist_fn, _ = _dist_fn(distance)
+    imgs = images if isinstance(images, _Images) else _Images(images)
+    if len(imgs) == 0:
+        return np.zeros((0, 0, 0), dtype=np.float32)
+    shape = imgs[0].shape
+    if baseline is None:
+        base = torch.zeros((1,) + tuple(shape))
+    else:
+        base = torch.as_tensor(baseline, dtype=torch.float32)
+        base = base.unsqueeze(0) if base.ndim == 3 else base
+        if tuple(base.shape[1:]) != tuple(shape):
+            raise EmbedscopeError(f"the baseline has shape {tuple(base.shape[1:])}, the images {tuple(shape)}")
+    ref = embed_clean(model, base, device=device, amp=amp)
+    return _smoothgrad(model, imgs, ref, dist_fn, swap=False, n_samples=n_samples, noise=noise, order=order,
+                       batch_size=batch_size, seed=seed, stream=0, device=device, amp=amp, progress=progress,
+                       input_size=input_size, desc="saliency")
+
+
+def pair_saliency_maps(model, queries, retrievals, *, distance=None, n_samples: int = 50, noise: float = 0.15,
+                       order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
+                       amp: Any = None, progress: bool = False, input_size=None) -> dict[str, np.ndarray]:
+    """Saliency of the similarity of two images (beyond Kobs; METHODS.md §8 machinery).
+
+    For each pair (q_i, r_i): the SmoothGrad map of d(f(q_i + ε), f(r_i)) with respect to the query
+    (the retrieval's embedding clean and detached), and of d(f(q_i), f(r_i + ε)) with respect to
+    the retrieval; same noise, orders and scaling as :func:`saliency_maps` (the retrieval maps use
+    their own noise stream). Returns ``{"query": [N, H, W], "retrieval": [N, H, W], "distance": [N]}``
+    (the distance of the clean pair).
+    """
+    dist_fn, _ = _dist_fn(distance)
+    q = queries if isinstance(queries, _Images) else _Images(queries)
+    r = retrievals if isinstance(retrievals, _Images) else _Images(retrievals)
+    if len(q) != len(r):
+        raise EmbedscopeError(f"{len(q)} queries but {len(r)} retrievals: pairs need one of each")
+    zq = embed_clean(model, q, device=device, amp=amp)
+    zr = embed_clean(model, r, device=device, amp=amp)
+    common = dict(n_samples=n_samples, noise=noise, order=order, batch_size=batch_size, seed=seed,
+                  device=device, amp=amp, progress=progress, input_size=input_size)
+    mq = _smoothgrad(model, q, zr, dist_fn, swap=False, stream=1, desc="saliency (queries)", **common)
+    mr = _smoothgrad(model, r, zq, dist_fn, swap=True, stream=2, desc="saliency (retrievals)", **common)
+    d = dist_fn(zq, zr).detach().cpu().numpy().astype(np.float32) if len(q) else np.zeros(0, np.float32)
+    return {"query": mq, "retrieval": mr, "distance": d}
+
+
+def nearest_retrievals(queries_z, refs_z, distance, *, exclude=None, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """For each query embedding its nearest reference under ``distance`` (METHODS.md §8's d_ℓ).
+
+    ``exclude[i]``: a reference index never returned for query i (the query itself), or -1.
+    Returns (index [Q], distance value [Q]). Memory: one [block, D] x [N, D] pass at a time for
+    cosine / dot / Euclidean; SNR goes query by query (its pair form has no GEMM shortcut here).
+    """
+    import torch
+
+    from embedscope.models.distances import CLOSER_IS, get_distance
+
+    dist_fn = get_distance(distance)
+    larger = CLOSER_IS[distance] == "larger"
+    Q = queries_z.shape[0]
+    idx = np.empty(Q, dtype=np.int64)
+    val = np.empty(Q, dtype=np.float32)
+    if refs_z.shape[0] < 1 + (exclude is not None):
+        raise EmbedscopeError("no other image to retrieve: the split needs at least two images")
+    R = torch.as_tensor(refs_z, dtype=torch.float32)
+    for i in range(Q):
+        qi = torch.as_tensor(queries_z[i:i + 1], dtype=torch.float32)
+        d = dist_fn(qi.expand(R.shape[0], -1), R)
+        if exclude is not None and exclude[i] >= 0:
+            d[int(exclude[i])] = -torch.inf if larger else torch.inf
+        j = int(torch.argmax(d) if larger else torch.argmin(d))
+        idx[i] = j
+        val[i] = float(d[j])
+    return idx, val
+
+
+__all__ = ["ORDERS", "AMP_CHOICES", "saliency_maps", "pair_saliency_maps", "nearest_retrievals", "postprocess",
+           "scale_map", "smoothgrad_noise", "image_seed", "noise_sigma", "black_image", "embed_clean",
+           "auto_batch_size"]

@@ -1,0 +1,235 @@
+"""Figures of saliency maps and their agreement (Kobs et al. Fig. 2 and Tables 2–4; METHODS.md §8).
+
+Drawing only: the numbers come from :mod:`embedscope.metrics.agreement` and the maps files.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+MAP_CMAP = "turbo"
+DISTANCE_WORDS = {"euclidean": "Euclidean distance", "sqeuclidean": "squared Euclidean distance",
+                  "cosine": "cosine similarity", "dot": "dot product", "snr": "SNR distance"}
+FAMILY_COLOURS = {"ranking": "#1f77b4", "classification": "#d62728", "untrained": "#7f7f7f", "other": "#2ca02c"}
+
+
+def _short(s: str, n: int = 28) -> str:
+    s = str(s)
+    return s if len(s) <= n else "…" + s[-(n - 1):]
+
+
+def _blocks(families: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Contiguous runs of equal family -> (start, stop, family)."""
+    out = []
+    s = 0
+    for i in range(1, len(families) + 1):
+        if i == len(families) or families[i] != families[s]:
+            out.append((s, i, families[s]))
+            s = i
+    return out
+
+
+def agreement_heatmaps(res: dict[str, Any]):
+    """Two heat-maps side by side: Fisher-z mean Pearson r (± spread) and mean JSD, model × model,
+    values in the cells, family blocks outlined; block means in the caption."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from embedscope.viz.figures import PAPER_RC
+
+    names, fams = list(res["names"]), list(res["families"])
+    M = len(names)
+    cell = 0.62 if M <= 8 else 0.45
+    side = max(2.6, cell * M + 1.2)
+    unit = res["pairs"][next(iter(res["pairs"]))]["jsd_base"] if res["pairs"] else "bits"
+    with plt.rc_context(PAPER_RC):
+        fig, axes = plt.subplots(1, 2, figsize=(2 * side + 2.2, side + 1.0))
+        panels = [("r_mean", "r_spread", f"Pearson r (Fisher-z mean ± spread, {res['n_images']} images)",
+                   "viridis", "higher = more agreement"),
+                  ("jsd_mean", "jsd_std", f"JSD ({unit}, mean ± std)", "viridis_r", "lower = more agreement")]
+        fs = 8 if M <= 6 else (6.5 if M <= 10 else 5)
+        for ax, (key, spread_key, title, cmap, direction) in zip(axes, panels):
+            A = np.array(res[key], dtype=float)
+            S = np.array(res[spread_key], dtype=float)
+            off = A[~np.eye(M, dtype=bool)]
+            off = off[np.isfinite(off)]
+            if key == "r_mean":
+                vmin, vmax = (min(0.0, float(off.min())) if off.size else 0.0), 1.0
+            else:
+                vmin, vmax = 0.0, (max(float(off.max()) * 1.05, 1e-6) if off.size else 1.0)
+            shown = A.copy()
+            np.fill_diagonal(shown, np.nan)
+            cm = plt.get_cmap(cmap).with_extremes(bad="#e6e6e6")
+            im = ax.imshow(shown, cmap=cm, vmin=vmin, vmax=vmax)
+            cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+            cb.set_label(direction)
+            for i in range(M):
+                for j in range(M):
+                    if i == j:
+                        ax.text(j, i, "—", ha="center", va="center", fontsize=fs, color="#555555")
+                        continue
+                    v, s = A[i, j], S[i, j]
+                    if not np.isfinite(v):
+                        txt = "n/a"
+                    elif key == "r_mean":
+                        txt = f"{v:.2f}\n±{s:.2f}"
+                    else:
+                        txt = f"{v:.3f}\n±{s:.3f}" if M <= 8 else f"{v:.3f}"
+                    frac = (v - vmin) / (vmax - vmin) if np.isfinite(v) and vmax > vmin else 0.5
+                    dark = frac < 0.55 if cmap == "viridis" else frac > 0.45
+                    ax.text(j, i, txt, ha="center", va="center", fontsize=fs, color="white" if dark else "black")
+            for s0, s1, _f in _blocks(fams):
+                for t0, t1, _g in _blocks(fams):
+                    ax.add_patch(Rectangle((t0 - 0.5, s0 - 0.5), t1 - t0, s1 - s0, fill=False, lw=1.8,
+                                           ec="black"))
+            ax.set_xticks(range(M))
+            ax.set_yticks(range(M))
+            ax.set_xticklabels([_short(n, 18) for n in names], rotation=40, ha="right")
+            ax.set_yticklabels([_short(n, 18) for n in names])
+            for lab, f in zip(ax.get_xticklabels(), fams):
+                lab.set_color(FAMILY_COLOURS.get(f, "black"))
+            for lab, f in zip(ax.get_yticklabels(), fams):
+                lab.set_color(FAMILY_COLOURS.get(f, "black"))
+            ax.set_xlabel("model (colour = loss family)")
+            ax.set_ylabel("model")
+            ax.set_title(title)
+        lines = []
+        for b in res.get("blocks", []):
+            lines.append(f"{b['family_a']}–{b['family_b']}: r {b['r_mean']:.3f}, JSD {b['jsd_mean']:.4f} "
+                         f"({b['n_pairs']} pair{'s' if b['n_pairs'] != 1 else ''})")
+        legend = "   ".join(f"{f}" for f in dict.fromkeys(fams))
+        caption = "families: " + legend + "     block means (arithmetic over model pairs): " + "; ".join(lines)
+        fig.text(0.5, 0.005, _wrap(caption, 150), ha="center", va="bottom", fontsize=7.5)
+        fig.tight_layout(rect=(0, 0.07 + 0.02 * max(0, len(lines) - 3), 1, 1))
+    return fig
+
+
+def _wrap(s: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(s, width))
+
+
+def _picture(ax, img) -> None:
+    if img is None:
+        return
+    if img.ndim == 2:
+        ax.imshow(img, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+    else:
+        ax.imshow(img, interpolation="nearest")
+
+
+def _overlay(ax, img, m, alpha: float = 0.8):
+    """The image in grey with the map on top, each pixel's opacity ``alpha`` × its saliency (so
+    unsalient pixels show the image). Returns a mappable for the colour bar (opaque colours)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    cmap = plt.get_cmap(MAP_CMAP)
+    if img is None:
+        ax.imshow(m, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
+    else:
+        grey = img if img.ndim == 2 else img.astype(np.float32).mean(axis=2)
+        ax.imshow(grey, cmap="gray", vmin=0, vmax=255 * 1.6, interpolation="nearest")  # dimmed
+        rgba = cmap(np.clip(m, 0, 1))
+        rgba[..., 3] = alpha * np.clip(m, 0, 1)
+        ax.imshow(rgba, interpolation="nearest")
+    return ScalarMappable(norm=Normalize(0, 1), cmap=cmap)
+
+
+def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequence[str] | None = None,
+                 n_images: int = 6, alpha: float = 0.8):
+    """Image × model grid (Kobs et al. Fig. 2): each row an image, then each model's map over it.
+
+    ``items``: :class:`~embedscope.saliency.maps_file.SaliencyMaps` of the same images in the same
+    order (matched by path). The first ``n_images`` images are drawn.
+    """
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.figures import PAPER_RC
+
+    items = list(items)
+    names = list(names) if names is not None else [sm.name for sm in items]
+    families = list(families) if families is not None else [str(sm.attrs.get("family", "")) for sm in items]
+    first = items[0]
+    n = min(int(n_images), first.n)
+    has_img = first.images is not None
+    cols = len(items) + (1 if has_img else 0)
+    size = 1.55
+    with plt.rc_context(PAPER_RC):
+        fig, axes = plt.subplots(n, cols, figsize=(size * cols + 0.9, size * n + 0.7), squeeze=False)
+        im = None
+        for r in range(n):
+            img = first.images[r] if has_img else None
+            c0 = 0
+            if has_img:
+                _picture(axes[r, 0], img)
+                c0 = 1
+            for k, sm in enumerate(items):
+                im = _overlay(axes[r, c0 + k], img, sm.maps[r].astype(np.float32), alpha)
+            label = f"{first.class_names[first.labels[r]]}\n{_short(first.paths[r], 16)}"
+            axes[r, 0].set_ylabel(label, fontsize=7)
+        if has_img:
+            axes[0, 0].set_title("image", fontsize=8)
+        for k, nm in enumerate(names):
+            fam = f"\n({families[k]})" if families and families[k] else ""
+            axes[0, k + (1 if has_img else 0)].set_title(_short(nm, 20) + fam, fontsize=8,
+                                                        color=FAMILY_COLOURS.get(families[k], "black")
+                                                        if families else "black")
+        for ax in axes.ravel():
+            ax.set_xticks([])
+            ax.set_yticks([])
+        fig.tight_layout(rect=(0, 0, 0.9, 1))
+        cax = fig.add_axes((0.92, 0.15, 0.02, 0.7))
+        cb = fig.colorbar(im, cax=cax)
+        cb.set_label("saliency (0 = none, 1 = ≥ 99th percentile)")
+    return fig
+
+
+def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
+    """Query and its nearest retrieval side by side, each with the saliency of their distance
+    (``embedscope saliency --pairs``): columns query, query map, retrieval, retrieval map."""
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.figures import PAPER_RC
+
+    r = sm.retrieval
+    n = min(int(n_pairs), sm.n)
+    size = 1.6
+    dist = str(sm.attrs.get("distance", "distance"))
+    with plt.rc_context(PAPER_RC):
+        fig, axes = plt.subplots(n, 4, figsize=(size * 4 + 1.6, size * n + 0.8), squeeze=False)
+        im = None
+        for k in range(n):
+            qi = sm.images[k] if sm.images is not None else None
+            ri = r["images"][k] if r.get("images") is not None else None
+            _picture(axes[k, 0], qi)
+            im = _overlay(axes[k, 1], qi, sm.maps[k].astype(np.float32), alpha)
+            _picture(axes[k, 2], ri)
+            _overlay(axes[k, 3], ri, r["maps"][k].astype(np.float32), alpha)
+            cq = sm.class_names[sm.labels[k]]
+            cr = sm.class_names[r["labels"][k]]
+            same = cq == cr
+            axes[k, 0].set_ylabel(f"{cq}\n{_short(sm.paths[k], 16)}", fontsize=7)
+            axes[k, 2].set_ylabel(f"{cr}\n{_short(r['paths'][k], 16)}", fontsize=7,
+                                  color="#1a7f1a" if same else "#c0392b")
+            axes[k, 3].set_title(f"{dist} {float(r['distance'][k]):.3f}" + ("" if same else " (other class)"),
+                                 fontsize=7, color="#1a7f1a" if same else "#c0392b")
+        for j, t in enumerate(("query", "saliency (query)", "nearest retrieval", "saliency (retrieval)")):
+            axes[0, j].set_title(t + ("\n" + axes[0, j].get_title() if axes[0, j].get_title() else ""), fontsize=8)
+        for ax in axes.ravel():
+            ax.set_xticks([])
+            ax.set_yticks([])
+        what = DISTANCE_WORDS.get(dist, dist)
+        fig.suptitle(f"{sm.name}: why are these images near each other? (saliency of their {what})", fontsize=9)
+        fig.tight_layout(rect=(0, 0, 0.88, 0.97))
+        cax = fig.add_axes((0.9, 0.15, 0.02, 0.7))
+        cb = fig.colorbar(im, cax=cax)
+        cb.set_label("saliency (0 = none, 1 = ≥ 99th percentile)")
+    return fig
+
+
+__all__ = ["agreement_heatmaps", "overlay_grid", "pairs_figure"]
