@@ -124,3 +124,62 @@ def test_embed_broken_layout_is_one_line_error(tmp_path, checkpoint, capsys):
     rc = main(["embed", str(ckpt), "--dataset", "cars196", "-o", str(out), "--device", "cpu"])
     err = capsys.readouterr().err.strip()
     assert rc == 1 and "needs --root" in err and len(err.splitlines()) == 1
+
+
+def _folder_with(root: Path, bad_name: str, bad_bytes: bytes | None = None, bad_image=None) -> Path:
+    for i, cls in enumerate(["a", "b"]):
+        for k in range(3):
+            write_jpeg(root / cls / f"{k}.jpg", 10 * i + k)
+    bad = root / "b" / bad_name
+    if bad_bytes is not None:
+        bad.write_bytes(bad_bytes)
+    else:
+        bad_image.save(bad)
+    return bad
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_corrupt_image_is_one_line_naming_it_with_and_without_workers(tmp_path, checkpoint, capsys, workers):
+    """Issue 17: with --num-workers 1 the worker's traceback reached the user."""
+    ckpt, _ = checkpoint
+    root = tmp_path / "folder"
+    bad = _folder_with(root, "9.jpg", bad_bytes=b"\xff\xd8\xff\xe0 not really a jpeg")
+    out = tmp_path / "x.h5"
+    rc = main(["embed", str(ckpt), "--dataset", "imagefolder", "--root", str(root), "-o", str(out), "--device",
+               "cpu", "--no-progress", "--num-workers", workers])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and not out.exists()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("embedscope embed: error: cannot read image") and str(bad) in err
+    assert "Traceback" not in err and "DataLoader worker" not in err
+
+
+def test_decompression_bomb_names_the_file(tmp_path, checkpoint, capsys, monkeypatch):
+    from PIL import Image as PILImage
+
+    ckpt, _ = checkpoint
+    root = tmp_path / "folder"
+    bad = _folder_with(root, "huge.png", bad_image=PILImage.new("RGB", (64, 64)))
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 2000)  # 64 x 64 > 2 x 2000: a "bomb"; 32 x 32 is not
+    out = tmp_path / "x.h5"
+    rc = main(["embed", str(ckpt), "--dataset", "imagefolder", "--root", str(root), "-o", str(out), "--device",
+               "cpu", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and not out.exists() and len(err.splitlines()) == 1
+    assert str(bad) in err and "decompression bomb" in err
+
+
+def test_negative_workers_and_file_as_root_are_refused(tmp_path, checkpoint, capsys):
+    ckpt, _ = checkpoint
+    f = tmp_path / "notafolder"
+    f.write_text("x")
+    out = tmp_path / "x.h5"
+    with pytest.raises(SystemExit) as e:
+        main(["embed", str(ckpt), "--dataset", "imagefolder", "--root", str(f), "-o", str(out), "--num-workers",
+              "-1"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and ">= 0" in err and "embed --help" in err
+    rc = main(["embed", str(ckpt), "--dataset", "imagefolder", "--root", str(f), "-o", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and "is a file" in err and "does not exist" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notafolder"]

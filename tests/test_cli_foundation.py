@@ -129,3 +129,74 @@ def test_checkpoint_dataset_mismatch(tmp_path, capsys):
     save_checkpoint(p, build_model(cfg), cfg)
     assert main(["embed", str(p), "--dataset", "digits", "-o", str(tmp_path / "x.h5")]) == 1
     assert "digits_cnn" in capsys.readouterr().err
+
+
+def test_broken_pipe_exits_quietly(ckpt, tmp_path):
+    """`embedscope info f.h5 | head -1` (issue 17): no BrokenPipeError message."""
+    out = tmp_path / "d.h5"
+    assert main(["embed", str(ckpt), "--dataset", "digits", "--split", "test", "-o", str(out), "--no-progress"]) == 0
+    p = subprocess.Popen([PY, "-m", "embedscope", "info", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader went away before the first line
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert p.returncode in (0, 141) and err == ""
+
+
+def test_unknown_flag_points_to_the_sub_command_help(tmp_path):
+    r = subprocess.run([PY, "-m", "embedscope", "info", "x.h5", "--frobnicate"], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "--frobnicate" in r.stderr and "'embedscope info --help'" in r.stderr
+
+
+def test_strings_from_files_are_escaped(ckpt, tmp_path, capsys):
+    """A file's data set name with a terminal escape must not reach the terminal raw."""
+    import h5py
+
+    out = tmp_path / "d.h5"
+    assert main(["embed", str(ckpt), "--dataset", "digits", "--split", "test", "-o", str(out), "--no-progress"]) == 0
+    with h5py.File(out, "a") as f:
+        f.attrs["dataset"] = "evil\x1b[2J\x1b[1;1Hforged\nline"
+    capsys.readouterr()
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "\x1b" not in text and "evil\\x1b[2J\\x1b[1;1Hforged\\nline" in text
+
+
+def test_safe_text():
+    from embedscope.text import safe
+
+    assert safe("plain é ü 日本") == "plain é ü 日本"
+    assert safe("a\x1b[31mb") == "a\\x1b[31mb"
+    assert safe("x\ny\tz\r") == "x\\ny\\tz\\r"
+    assert safe("\u202eevil") == "\\u202eevil"  # a bidirectional override
+    assert safe(b"caf\xe9".decode("utf-8", "surrogateescape")) == "caf\\xe9"  # an undecodable byte of a path
+    assert safe("\x9b") == "\\x9b"  # C1 control
+
+
+def test_progress_is_one_line_per_phase_without_a_terminal(capsys):
+    import io
+
+    from embedscope.progress import progress_bar
+
+    buf = io.StringIO()
+    for _ in progress_bar(range(50), desc="embed digits/test", unit="batch", stream=buf):
+        pass
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("embed digits/test: 50/50 batch in ")
+    buf = io.StringIO()
+    for _ in progress_bar(range(50), desc="x", stream=buf, lines=False):
+        pass
+    for _ in progress_bar(range(50), desc="x", stream=buf, enabled=False):
+        pass
+    assert buf.getvalue() == ""
+
+
+def test_embed_log_has_no_redraws(ckpt, tmp_path):
+    """stderr to a file: one line for the embedding phase, no carriage-return redraws."""
+    out = tmp_path / "d.h5"
+    r = subprocess.run([PY, "-m", "embedscope", "embed", str(ckpt), "--dataset", "digits", "--batch-size", "64",
+                        "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("embed digits/all: 29/29 batch in ")

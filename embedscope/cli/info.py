@@ -22,8 +22,9 @@ def run(args) -> int:
         {"field": "file", "value": args.file},
         {"field": "N x D", "value": f"{s['N']} x {s['D']}"},
         {"field": "classes", "value": str(s["classes"])},
-        {"field": "train", "value": f"{s['train_N']} images, {s['train_classes']} classes"},
-        {"field": "test", "value": f"{s['test_N']} images, {s['test_classes']} classes"},
+        # one row per split the file holds (train, test, val, query, gallery)
+        *({"field": k[:-2], "value": f"{s[k]} images, {s[k[:-2] + '_classes']} classes"}
+          for k in s if k.endswith("_N") and k != "N"),
         {"field": "mean embedding norm", "value": f"{s['mean_norm']:.4f}"},
         {"field": "properties", "value": ", ".join(map(str, s["properties"])) or "-"},
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import positive_int
+from embedscope.cli.common import add_no_progress, positive_int, probability
 
 
 def add_parser(sub, parents):
@@ -15,8 +15,9 @@ def add_parser(sub, parents):
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument("--seeds", type=positive_int, default=5, help="number of seeds, from --first-seed (default 5)")
     p.add_argument("--first-seed", type=int, default=1, help="first seed (default 1, the paper's)")
-    p.add_argument("--p-switch", type=float, default=0.001, help="switch probability of the regularised variants")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--p-switch", type=probability, default=0.001,
+                   help="switch probability of the regularised variants")
+    add_no_progress(p)
     p.add_argument("--force", action="store_true", help="replace existing outputs")
     p.set_defaults(func=run)
     return p
@@ -25,6 +26,7 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope.errors import UsageError
     from embedscope.tables import format_table
+    from embedscope.text import safe
     from embedscope.train.toy import run_toy
 
     if not 0 <= args.p_switch <= 1:
@@ -38,5 +40,5 @@ def run(args) -> int:
              "switch_rate": r["switch_rate"]} for r in res["rows"]]
     print(format_table(rows, title=f"toy example, mean ± std over {args.seeds} seeds "
                                    "(rho over all singular values of the training embeddings)"))
-    print("wrote " + ", ".join(res["files"]))
+    print("wrote " + ", ".join(safe(f) for f in res["files"]))
     return 0

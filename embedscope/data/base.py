@@ -164,8 +164,10 @@ def require_files(root: str | os.PathLike, names: list[str], dataset: str) -> Pa
     if root is None:
         raise EmbedscopeError(f"{dataset} needs --root DIR (the folder of the official download)")
     root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise EmbedscopeError(f"{dataset}: --root {safe(root)} is a file, expected the data set's folder")
     if not root.is_dir():
-        raise EmbedscopeError(f"{dataset}: root folder {root} does not exist")
+        raise EmbedscopeError(f"{dataset}: root folder {safe(root)} does not exist")
     for n in names:
         if not (root / n).exists():
             raise EmbedscopeError(f"{dataset}: {root / n} is missing (not the official {dataset} layout)")

@@ -13,7 +13,6 @@ uninterrupted one.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 
@@ -243,7 +242,3 @@ def build_miner(name: str | None, *, p_switch: float = 0.0, seed: int | None = 0
     if p_switch < 0 or p_switch > 1:
         raise EmbedscopeError(f"--p-switch must lie in [0, 1], got {p_switch}")
     return RhoSwitchMiner(miner, p_switch) if p_switch > 0 else miner
-
-
-def describe_miner(miner: Any) -> str:
-    return "none" if miner is None else miner.name

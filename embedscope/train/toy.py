@@ -226,9 +226,8 @@ def run_toy(out_dir: str | os.PathLike, *, seeds: int = 5, first_seed: int = 1, 
             force: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run the three variants over ``seeds`` seeds (first_seed, first_seed+1, …); write
     ``fig6.png``/``fig6.pdf`` (the first seed), ``toy_table.csv`` and ``toy_table.json``."""
-    from tqdm.auto import tqdm
-
     from embedscope.fileio import check_writable
+    from embedscope.progress import progress_bar
     from embedscope.tables import write_csv, write_json
     from embedscope.viz.figures import figure_paths, save_figure
 
@@ -242,7 +241,7 @@ def run_toy(out_dir: str | os.PathLike, *, seeds: int = 5, first_seed: int = 1, 
         check_writable(f, force=force)
     results = []
     jobs = [(s, v) for s in range(first_seed, first_seed + seeds) for v in VARIANTS]
-    for s, v in tqdm(jobs, desc="toy", unit="run", disable=not progress, leave=False):
+    for s, v in progress_bar(jobs, desc="toy", unit="run", enabled=progress):
         results.append(train_toy(v, s, p_switch=p_switch))
     rows = summarize(results)
     fig = toy_figure(results, first_seed)
