@@ -9,8 +9,8 @@ def add_parser(sub, parents):
     p = sub.add_parser("yoke", parents=parents, help="yoked t-SNE of the same images under two embeddings",
                        description="Two t-SNE maps of the same images under two embeddings (two models, epochs "
                        "or layers), optimised together with the penalty alpha * sum_i |y_i^A - y_i^B|^2 so "
-                       "that corresponding points land near each other (METHODS.md §10). Rows are matched by "
-                       "path. Writes OUT.png, OUT.pdf, the coordinates as OUT.csv and the settings as OUT.json.")
+                       "that corresponding points land near each other (docs/methods.md §10). Rows are matched "
+                       "by path. Writes OUT.png, OUT.pdf, the coordinates as OUT.csv and the settings as OUT.json.")
     p.add_argument("file_a", metavar="A.h5", help="first embedding file")
     p.add_argument("file_b", metavar="B.h5", help="second embedding file (the same images)")
     p.add_argument("--alpha", type=float,
@@ -21,7 +21,7 @@ def add_parser(sub, parents):
     p.add_argument("--perplexity", type=float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500, help="iterations after early exaggeration (default: 500)")
-    p.add_argument("--n-jobs", type=int, default=1, help="threads for the gradients (default: 1)")
+    p.add_argument("--n-jobs", type=positive_int, default=1, help="threads for the gradients (default: 1)")
     p.add_argument("--inset-class", metavar="CLASS",
                    help="add a zoom on this class (a class name or label number) below each map")
     p.add_argument("--names", nargs=2, metavar=("NAME_A", "NAME_B"), help="panel titles (default: file names)")
@@ -30,62 +30,50 @@ def add_parser(sub, parents):
     return p
 
 
+def _inset(arg, class_names, labels):
+    from embedscope.errors import EmbedscopeError
+
+    if arg is None:
+        return None
+    names = list(class_names)
+    idx = None
+    if arg in names:
+        idx = names.index(arg)
+    elif arg.lstrip("-").isdigit() and 0 <= int(arg) < len(names):
+        idx = int(arg)
+    if idx is None or not (labels == idx).any():
+        raise EmbedscopeError(f"--inset-class {arg}: no such class among the mapped images")
+    return idx
+
+
 def run(args) -> int:
     import math
-    from pathlib import Path
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import numpy as np
-
-    from embedscope import store
-    from embedscope.cli.tsne import output_paths, save_paper_figure, subsample
-    from embedscope.errors import EmbedscopeError, UsageError
-    from embedscope.tables import format_table, key_value_rows, write_csv, write_json
-    from embedscope.viz.tsne import plot_yoked_tsne, yoked_tsne
+    from embedscope.analyses import yoke
+    from embedscope.analyses.maps import SHOWN_YOKE
+    from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
+    from embedscope.errors import UsageError
+    from embedscope.tables import format_table, key_value_rows
+    from embedscope.viz import plot_yoked_tsne
+    from embedscope.viz.figures import use_agg
 
     if args.alpha is not None and not (args.alpha >= 0 and math.isfinite(args.alpha)):
         raise UsageError(f"--alpha must be a finite number >= 0, got {args.alpha}")
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
-    png, pdf, csv, js = output_paths(args.output, args.force)
-    a = store.load(args.file_a).subset(args.split)
-    b = store.load(args.file_b).subset(args.split)
-    a, b = store.match_by_path(a, b, args.file_a, args.file_b)
-    idx = subsample(a, args.max_points, args.seed, by_split=True)
-    if idx is not a:
-        keep = np.isin(a.paths, idx.paths)
-        a, b = a.select(keep), b.select(keep)
-    if a.n < 6:
-        raise EmbedscopeError(f"yoked t-SNE needs at least 6 images, the selection has {a.n}")
-    inset = None
-    if args.inset_class is not None:
-        names_list = list(a.class_names)
-        if args.inset_class in names_list:
-            inset = names_list.index(args.inset_class)
-        elif args.inset_class.lstrip("-").isdigit() and 0 <= int(args.inset_class) < len(names_list):
-            inset = int(args.inset_class)
-        if inset is None or not (a.labels == inset).any():
-            raise EmbedscopeError(f"--inset-class {args.inset_class}: no such class among the mapped images")
-    names = args.names
-    if names is None:
-        na, nb = Path(args.file_a).stem, Path(args.file_b).stem
-        names = (na, nb) if na != nb else (str(args.file_a), str(args.file_b))
-    Y_a, Y_b, info = yoked_tsne(a.embeddings, b.embeddings, alpha=args.alpha, perplexity=args.perplexity,
-                                seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs,
-                                progress=not args.no_progress, return_info=True)
-    info.update(file_a=str(args.file_a), file_b=str(args.file_b), split=args.split, max_points=args.max_points)
-    fig = plot_yoked_tsne(Y_a, Y_b, a.labels, names=names, class_names=a.class_names, inset_class=inset, info=info)
-    d = np.linalg.norm(Y_a - Y_b, axis=1)
-    rows = [{"path": a.paths[i], "split": a.split[i], "label": int(a.labels[i]), "class": a.class_names[a.labels[i]],
-             "x_a": float(Y_a[i, 0]), "y_a": float(Y_a[i, 1]), "x_b": float(Y_b[i, 0]), "y_b": float(Y_b[i, 1]),
-             "displacement": float(d[i])} for i in range(a.n)]
-    save_paper_figure(fig, png, force=args.force)
-    write_csv(csv, rows, list(rows[0]), force=args.force)
-    write_json(js, info, force=args.force)
-    shown = {k: info[k] for k in ("alpha", "alpha_times_n", "perplexity", "seed", "negative_gradient_method",
-                                  "kl_a", "kl_b", "mean_displacement", "n")}
+    png, pdf, csv, js = figure_outputs(args.output, args.force)
+    r = yoke(args.file_a, args.file_b, split=args.split, alpha=args.alpha, max_points=args.max_points,
+             perplexity=args.perplexity, seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, names=args.names,
+             progress=not args.no_progress)
+    a = r.arrays
+    inset = _inset(args.inset_class, a["class_names"], a["labels"])
+    use_agg()
+    fig = plot_yoked_tsne(a["Y_a"], a["Y_b"], a["labels"], names=a["names"], class_names=a["class_names"],
+                          inset_class=inset, info=r.provenance)
+    save_and_close(fig, png, force=args.force)
+    r.to_csv(csv, table=True, force=args.force)
+    r.to_json(js, force=args.force)
+    shown = {k: r.provenance[k] for k in SHOWN_YOKE if k in r.provenance}
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
-    print(f"wrote {png}, {pdf}, {csv}, {js}")
+    print_wrote([png, pdf, csv, js])
     return 0

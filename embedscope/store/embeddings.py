@@ -214,10 +214,7 @@ class EmbeddingSet:
 
         n = check_int(n, "the number of rows to keep")
         if stratify:
-            try:
-                from embedscope.tsne import stratified_subsample
-            except ImportError:  # TODO(lead): remove once the tsne package has landed
-                from embedscope.viz.tsne import stratified_subsample
+            from embedscope.tsne import stratified_subsample
 
             idx = stratified_subsample(self.labels, n, seed=seed)
         else:
