@@ -192,3 +192,226 @@ def test_train_grid_skips_finished(tmp_path, capsys):
     assert ck["config"]["p_switch"] == 0.3 and ck["config"]["miner"] == "distance"
     assert main(args) == 0
     assert "finished already, skipped" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- issue 15/16/17: trainer friction and bad input
+
+def quiet(**kw):
+    return {"progress": False, "echo": lambda s: None, **kw}
+
+
+def files_under(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_epochs_zero_saves_the_untrained_network(tmp_path):
+    out = tmp_path / "u.pt"
+    res = train({**QUICK, "epochs": 0, "eval_every": 1}, out, keep_epochs=True, **quiet())
+    ck = torch.load(out, weights_only=True)
+    torch.manual_seed(0)
+    from embedscope.models import build_model
+
+    ref = build_model(resolve_config(QUICK)).state_dict()  # the initialisation of train(seed=0)
+    for k, v in ref.items():
+        assert torch.equal(ck["state_dict"][k], v), k
+    assert ck["extra"]["epoch"] == 0 and ck["extra"]["finished"] is True and res["best"] is None
+    assert (run_paths(out)["dir"] / "epoch-000.pt").exists()
+    rows = list(csv.DictReader(open(run_paths(out)["log"])))
+    assert [r["epoch"] for r in rows] == ["0"]
+    assert float(rows[0]["R@1"]) == pytest.approx(untrained_r1(), abs=1e-9)
+
+
+def test_keep_epochs_saves_epoch_000_and_every_epoch(tmp_path):
+    out = tmp_path / "k.pt"
+    train({**QUICK, "epochs": 1}, out, keep_epochs=True, **quiet())
+    d = run_paths(out)["dir"]
+    assert sorted(p.name for p in d.iterdir()) == ["epoch-000.pt", "epoch-001.pt", "last.pt"]
+    e0 = torch.load(d / "epoch-000.pt", weights_only=True)
+    e1 = torch.load(d / "epoch-001.pt", weights_only=True)
+    assert e0["extra"]["epoch"] == 0 and e1["extra"]["epoch"] == 1
+    assert any(not torch.equal(e0["state_dict"][k], e1["state_dict"][k]) for k in e0["state_dict"])
+    # the log: an epoch-0 row even without evaluations
+    rows = list(csv.DictReader(open(run_paths(out)["log"])))
+    assert [r["epoch"] for r in rows] == ["0", "1"] and rows[0]["R@1"] == ""
+
+
+def test_force_replaces_the_run_folder_whole(tmp_path):
+    """Issue 17: --force kept the old best.pt and epoch-*.pt beside the new run."""
+    out = tmp_path / "f.pt"
+    train({**QUICK, "epochs": 2, "eval_every": 1}, out, keep_epochs=True, **quiet())
+    d = run_paths(out)["dir"]
+    assert {"best.pt", "epoch-002.pt"} <= {p.name for p in d.iterdir()}
+    train({**QUICK, "epochs": 1}, out, force=True, **quiet())
+    assert sorted(p.name for p in d.iterdir()) == ["last.pt"]
+    assert torch.load(out, weights_only=True)["extra"]["epoch"] == 1
+
+
+def test_log_that_would_overwrite_the_checkpoint_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="default log"):
+        train({**QUICK, "epochs": 1}, tmp_path / "run.csv", **quiet())
+    with pytest.raises(UsageError, match="same file as the checkpoint"):
+        train({**QUICK, "epochs": 1}, tmp_path / "m.pt", log=tmp_path / "m.pt", **quiet())
+    with pytest.raises(UsageError, match="run folder"):
+        train({**QUICK, "epochs": 1}, tmp_path / "m.pt", log=tmp_path / "m.pt.train" / "last.pt", **quiet())
+    assert files_under(tmp_path) == []
+
+
+def test_resume_refuses_changed_options_and_says_what_changes(tmp_path):
+    out = tmp_path / "r.pt"
+
+    class Stop(Exception):
+        pass
+
+    def stop(epoch, row):
+        raise Stop
+
+    with pytest.raises(Stop):
+        train({**QUICK, "epochs": 2}, out, callback=stop, **quiet())
+    with pytest.raises(UsageError, match=r"--loss 'triplet' \(the run has 'margin'\).*--lr 0.5"):
+        train({"loss": "triplet", "lr": 0.5, "embed_dim": 8}, out, resume=True, **quiet())
+    said = []
+    res = train({**QUICK, "epochs": 3}, out, resume=True, progress=False, echo=said.append)
+    assert res["resumed_from"] == 1 and torch.load(out, weights_only=True)["extra"]["epoch"] == 3
+    assert any("--epochs 3 (was 2)" in s for s in said)
+
+
+def test_disk_full_during_train_is_one_line_and_leaves_no_empty_run_folder(tmp_path):
+    d = tmp_path / "tiny"
+    d.mkdir()
+    import subprocess
+
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        out = d / "sub" / "m.pt"
+        with pytest.raises(EmbedscopeError, match="no space left on device") as e:
+            train({**QUICK, "embed_dim": 128, "epochs": 0, "eval_every": 0}, out, **quiet())
+        assert "\n" not in str(e.value) and "enforce fail" not in str(e.value)
+        assert files_under(d) == []
+    finally:
+        import gc
+
+        gc.collect()
+        if subprocess.run(["umount", str(d)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_p_switch_replacing_the_miner_is_said_and_logged(tmp_path):
+    said = []
+    out = tmp_path / "ms.pt"
+    res = train({**QUICK, "loss": "multisimilarity", "p_switch": 0.3, "epochs": 0}, out, progress=False,
+                echo=said.append)
+    assert res["config"]["miner"] == "distance"
+    assert any(s.startswith("note:") and "distance-weighted" in s for s in said)
+    rows = list(csv.DictReader(open(run_paths(out)["log"])))
+    assert "distance-weighted" in rows[0]["notes"] and rows[0]["miner"] == "distance"
+    quiet_run = []
+    train({**QUICK, "loss": "margin", "p_switch": 0.3, "epochs": 0}, tmp_path / "m.pt", progress=False,
+          echo=quiet_run.append)
+    assert not any(s.startswith("note:") for s in quiet_run)  # margin mines with distance anyway
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"weight_decay": -1}, "--weight-decay must be >= 0"),
+    ({"lr": float("nan")}, "--lr must be a finite number"),
+    ({"lr": "fast"}, "--lr must be a number"),
+    ({"embed_dim": "abc"}, "--embed-dim must be an integer"),
+    ({"embed_dim": 3.5}, "--embed-dim must be an integer"),
+    ({"epochs": -1}, "--epochs must be >= 0"),
+    ({"num_workers": -2}, "--num-workers must be >= 0"),
+    ({"p_switch": "often"}, "--p-switch must be a number"),
+    ({"loss": 5}, "--loss must be a name"),
+    ({"loss": "nosuch"}, "unknown --loss"),
+    ({"loss_params": [1, 2]}, "loss_params must be a mapping"),
+    ({"batch_size": True}, "--batch-size must be an integer"),
+])
+def test_bad_numbers_and_types_are_usage_errors(bad, match):
+    with pytest.raises(UsageError, match=match):
+        resolve_config({**QUICK, **bad})
+
+
+def test_yaml_numbers_as_strings_are_read():
+    cfg = resolve_config({**QUICK, "lr": "1e-3", "epochs": 3.0})  # PyYAML reads 1e-3 as a string
+    assert cfg["lr"] == 1e-3 and cfg["epochs"] == 3 and cfg["distance"] == "euclidean"
+
+
+def test_cli_bad_numbers_and_yaml_types(tmp_path, capsys):
+    for args in (["--weight-decay", "-1"], ["--lr", "nan"], ["--epochs", "-3"], ["--p-switch", "2"],
+                 ["--num-workers", "-1"]):
+        with pytest.raises(SystemExit) as e:
+            main(["train", "-o", str(tmp_path / "x.pt"), *args])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and len(err.splitlines()) == 1 and "embedscope train --help" in err, args
+    for text, match in (("embed-dim: abc\n", "--embed-dim must be an integer"),
+                        ("lr: [1, 2]\n", "--lr must be a number"),
+                        ("keep_epochs: maybe\n", "keep_epochs must be true or false")):
+        f = tmp_path / "c.yaml"
+        f.write_text("dataset: digits\n" + text)
+        rc = main(["train", "--config", str(f), "-o", str(tmp_path / "x.pt")])
+        err = capsys.readouterr().err.strip()
+        assert rc in (1, 2) and match in err and len(err.splitlines()) == 1, text
+    assert main(["train", "-o", str(tmp_path / "x.pt"), "--resume", "--force"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+class Payload:  # unpickling it calls a function named by the file (harmless here: os.getpid)
+    def __reduce__(self):
+        import os
+
+        return (os.getpid, ())
+
+
+def test_weights_needing_code_point_to_a_flag_train_has(tmp_path, capsys):
+    evil = tmp_path / "evil.pt"
+    torch.save({"state_dict": {"w": torch.zeros(1)}, "x": Payload()}, evil)
+    base = ["train", "--dataset", "digits", "--embed-dim", "8", "--epochs", "0", "--weights", str(evil),
+            "--no-progress", "-o", str(tmp_path / "m.pt")]
+    assert main(base) == 1
+    err = capsys.readouterr().err.strip()
+    assert "--unsafe-pickle" in err and len(err.splitlines()) == 1
+    # the flag exists on train: the file is then read (and refused for its content, not for the flag)
+    assert main([*base, "--unsafe-pickle"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "unrecognized" not in err and "--unsafe-pickle" not in err and "evil.pt" in err
+
+
+def test_tensorboard_missing_is_one_line(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
+    with pytest.raises(EmbedscopeError, match=r"pip install 'embedscope\[tensorboard\]'"):
+        train({**QUICK, "epochs": 0}, tmp_path / "m.pt", tensorboard=tmp_path / "tb", **quiet())
+    assert files_under(tmp_path) == []
+
+
+def test_tensorboard_gets_loss_r1_map_rho_per_epoch(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    calls = []
+
+    class Writer:
+        def __init__(self, log_dir):
+            calls.append(("dir", log_dir))
+
+        def add_scalar(self, tag, value, step):
+            calls.append((tag, step, value))
+
+        def add_text(self, tag, text):
+            calls.append((tag, text[:20]))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            calls.append(("closed",))
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=Writer))
+    res = train({**QUICK, "epochs": 1, "eval_every": 1}, tmp_path / "m.pt", tensorboard=tmp_path / "tb", **quiet())
+    scalars = {(c[0], c[1]): c[2] for c in calls if len(c) == 3}
+    h = res["history"]
+    for e in (0, 1):
+        for key, tag in (("R@1", "test/R@1"), ("MAP@R", "test/MAP@R"), ("rho", "train/rho")):
+            assert scalars[(tag, e)] == pytest.approx(h[e][key])
+    assert scalars[("train/loss", 1)] == pytest.approx(h[1]["loss"]) and ("train/loss", 0) not in scalars
+    assert calls[0] == ("dir", str(tmp_path / "tb")) and calls[-1] == ("closed",)

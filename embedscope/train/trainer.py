@@ -266,15 +266,13 @@ def _check_paths(paths: dict[str, Path], log_given: bool) -> None:
     if _is_folder_name(paths["out"]) or paths["out"].is_dir():
         raise UsageError(f"-o {paths['out']}: is a folder, expected a checkpoint file name (CKPT.pt)")
     log = paths["log"].resolve()
-    for k in ("out", "last", "best"):
-        if log == paths[k].resolve():
-            if k == "out" and not log_given:
-                raise UsageError(f"-o {paths['out']}: the default log (-o with suffix .csv) is the checkpoint "
-                                 "itself; name the checkpoint CKPT.pt or give --log LOG.csv")
-            raise UsageError(f"--log {paths['log']} is the same file as the {'checkpoint -o' if k == 'out' else k}; "
-                             "give the log another name")
     if paths["dir"].resolve() in log.parents:
         raise UsageError(f"--log {paths['log']} lies in the run folder {paths['dir']}; give it another place")
+    if log == paths["out"].resolve():
+        if not log_given:
+            raise UsageError(f"-o {paths['out']}: the default log (-o with suffix .csv) is the checkpoint "
+                             "itself; name the checkpoint CKPT.pt or give --log LOG.csv")
+        raise UsageError(f"--log {paths['log']} is the same file as the checkpoint -o; give the log another name")
 
 
 def _log_rows(history: list[dict[str, Any]], cfg: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
