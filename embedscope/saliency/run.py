@@ -23,13 +23,22 @@ _KOBS_ONLY_FAMILIES = {"fastap": "ranking", "ntxent": "ranking", "cosface": "cla
                        "normalizedsoftmax": "classification"}
 
 
-def family_for_config(config: dict[str, Any] | None) -> str:
+def is_untrained(config: dict[str, Any] | None, extra: dict[str, Any] | None = None) -> bool:
+    """True for a network without DML training: no ``loss`` in its config (a foreign or untrained
+    network), ``epochs = 0`` (``embedscope train --epochs 0``) or a checkpoint of epoch 0."""
+    config, extra = config or {}, extra or {}
+    if config.get("loss") in (None, "", "untrained", "none"):
+        return True
+    return str(config.get("epochs")) == "0" or str(extra.get("epoch")) == "0"
+
+
+def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | None = None) -> str:
     """Kobs' loss family of a checkpoint: ``ranking`` / ``classification`` (proxy losses count as
-    classification, METHODS.md §8) from its config's ``loss``; ``untrained`` when the config names
-    no loss (an untrained or foreign, not DML-trained, network); ``other`` for an unknown loss."""
-    loss = (config or {}).get("loss")
-    if loss in (None, "", "untrained", "none"):
+    classification, METHODS.md §8) from its config's ``loss``; ``untrained`` for a network without
+    DML training (:func:`is_untrained`); ``other`` for an unknown loss."""
+    if is_untrained(config, extra):
         return "untrained"
+    loss = (config or {}).get("loss")
     from embedscope.train.losses import LOSSES, kobs_group
 
     key = "".join(ch for ch in str(loss).lower() if ch.isalnum())
@@ -101,8 +110,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
                      ) -> dict[str, Any]:
     """Saliency maps of one checkpoint on a data set's images -> a maps file (METHODS.md §8).
 
-    The distance is ``distance`` when given, else the checkpoint's (its config's ``distance``
-    field, else its loss's, else Euclidean: :func:`embedscope.models.distances.distance_for_config`).
+    The distance is ``distance`` when given, else Euclidean for an untrained network
+    (:func:`is_untrained`, METHODS.md §8), else the checkpoint's (its config's ``distance`` field,
+    else its loss's, else Euclidean: :func:`embedscope.models.distances.distance_for_config`).
     ``pairs``: for each chosen query its nearest other image of the split under that distance, and
     the saliency of their distance with respect to each (:func:`pair_saliency_maps`). ``figure``:
     also draw the maps over the images (or the pairs side by side). Returns a summary dict.
@@ -124,8 +134,13 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
             check_writable(p, force=force)
     t0 = time.perf_counter()
     model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle)
+    untrained = is_untrained(config, info.get("extra"))
+    if config.get("distance") not in (None, ""):
+        check_distance(config["distance"])  # a checkpoint naming an unknown distance is refused
     if distance is not None:
         dist, dist_source = check_distance(distance), "--distance"
+    elif untrained:  # METHODS.md §8: Euclidean for the untrained network, whatever loss it was set up for
+        dist, dist_source = "euclidean", "untrained network"
     else:
         dist = distance_for_config(config)
         dist_source = "config" if config.get("distance") else ("loss" if config.get("loss") else "default (no loss)")
@@ -159,7 +174,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     else:
         maps = saliency_maps(model, images, baseline=black_image(ds.kind, size), **common)
     seconds = time.perf_counter() - t0
-    family = family_for_config(config)
+    family = family_for_config(config, info.get("extra"))
     attrs = {
         "name": name or Path(checkpoint).stem,
         "family": family,
@@ -329,4 +344,4 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     return res
 
 
-__all__ = ["family_for_config", "select_images", "saliency_to_file", "agreement_of_files", "DEFAULT_N_IMAGES"]
+__all__ = ["is_untrained", "family_for_config", "select_images", "saliency_to_file", "agreement_of_files", "DEFAULT_N_IMAGES"]
