@@ -5,7 +5,7 @@
    same threads. Target: yoked <= 3x openTSNE.
 2. nearest_same_different at 60,000 x 128 (cosine) vs the retrieval kNN pass: faiss IndexFlatIP
    exact search of all points with depth k = the largest class size (and
-   embedscope.metrics.knn.knn_search when it exists). Target: <= 1.5x.
+   embedscope.metrics.knn_search). Target: <= 1.5x.
 
 Run: .venv/bin/python benchmarks/tsne.py [--quick]
 """
@@ -37,7 +37,7 @@ def timed(fn, *a, **kw):
 def bench_tsne(n, n_jobs):
     from openTSNE import TSNE
 
-    from embedscope.viz.tsne import yoked_tsne
+    from embedscope.tsne import yoked_tsne
 
     X_a, y = clustered(n, 64, 50, seed=0)
     rng = np.random.default_rng(1)
@@ -57,7 +57,7 @@ def bench_tsne(n, n_jobs):
 def bench_scatter(n, d):
     import faiss
 
-    from embedscope.viz.scatter import nearest_same_different
+    from embedscope.metrics import nearest_same_different
 
     X, y = clustered(n, d, 100, seed=2)
     X = X + 2.5 * np.random.default_rng(3).normal(size=X.shape).astype(np.float32)  # overlapping classes
@@ -72,27 +72,20 @@ def bench_scatter(n, d):
         index.add(Z)
         return index.search(Z, k + 1)  # +1: the query finds itself
 
-    t_faiss, (S, I) = timed(faiss_pass)
+    t_faiss, (_, idx) = timed(faiss_pass)
     # agreement: the first neighbour other than the query, same class or not
-    nn = np.where(I[:, 0] == np.arange(n), I[:, 1], I[:, 0])
+    nn = np.where(idx[:, 0] == np.arange(n), idx[:, 1], idx[:, 0])
     r1_faiss = float(np.mean(y[nn] == y))
     r1_ours = float(np.mean(s_diff < s_same))
     print(f"\n== nearest same/different, N = {n}, D = {d}, 100 classes, kNN depth k = {k} (largest class)")
     print(f"{'':44s}{'time [s]':>10s}{'R@1':>9s}")
     print(f"{'faiss IndexFlatIP search (k + 1)':44s}{t_faiss:10.2f}{r1_faiss:9.4f}")
     rows = [t_faiss]
-    try:
-        from embedscope.metrics.knn import knn_search  # another helper's module, if present
-    except ImportError:
-        knn_search = None
-        print(f"{'embedscope.metrics.knn.knn_search':44s}{'(not available)':>19s}")
-    if knn_search is not None:
-        try:
-            t_knn, _ = timed(knn_search, X, k=k, metric="cosine")
-            print(f"{'embedscope.metrics.knn.knn_search':44s}{t_knn:10.2f}")
-            rows.append(t_knn)
-        except TypeError as e:  # an API this script does not know
-            print(f"{'embedscope.metrics.knn.knn_search':44s}  (not timed: {e})")
+    from embedscope.metrics import knn_search
+
+    t_knn, _ = timed(knn_search, X, k=k, metric="cosine", exclude_self=True)
+    print(f"{'embedscope.metrics.knn_search':44s}{t_knn:10.2f}")
+    rows.append(t_knn)
     print(f"{'embedscope nearest_same_different':44s}{t_ours:10.2f}{r1_ours:9.4f}")
     ratio = t_ours / min(rows)
     print(f"ratio nearest_same_different / fastest kNN pass = {ratio:.2f}  (target <= 1.5)  "

@@ -116,3 +116,91 @@ def test_plot(tmp_path):
     fig.savefig(tmp_path / "s.png")
     assert (tmp_path / "s.png").stat().st_size > 5000
     plt.close("all")
+
+
+# ------------------------------------------------------------------ extreme scales (issue: 1e30 rows)
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+def test_huge_and_tiny_rows_exact_without_warnings(metric):
+    """float32 rows at ~1e30 (their squares overflow float32) and ~1e-30: no warning, no point left
+    out, the values of the definition (brute force in float64)."""
+    import warnings
+
+    X, y = _data(n=40, seed=5)
+    for e in (100, -100):
+        Xe = np.ldexp(X, e).astype(np.float32)  # ~1.3e30 / ~7.9e-31, exactly representable scalings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            s_same, s_diff = nearest_same_different(Xe, y, metric=metric)
+        r_same, r_diff = _brute(Xe.astype(np.float64), y, metric)
+        assert np.all(np.isfinite(s_same)) and np.all(np.isfinite(s_diff))
+        np.testing.assert_allclose(s_same, r_same, rtol=2e-5)
+        np.testing.assert_allclose(s_diff, r_diff, rtol=2e-5)
+        assert share_below_diagonal(s_same, s_diff)[1] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s_same, _ = nearest_same_different(X * 1e30, y, metric=metric)  # float64, not a power of two
+    np.testing.assert_allclose(s_same, _brute(X * 1e30, y, metric)[0], rtol=1e-10)
+
+
+def test_beyond_float64_refused():
+    X, y = _data(n=20, seed=6)
+    with pytest.raises(EmbedscopeError, match="exceed the float64 range"):
+        nearest_same_different(X * 1e200, y, metric="dot")
+    s_same, _ = nearest_same_different(X * 1e200, y, metric="cosine")  # cosine is scale-free
+    np.testing.assert_allclose(s_same, nearest_same_different(X, y, metric="cosine")[0], rtol=1e-12)
+
+
+# ------------------------------------------------------------------ the figure
+def _visible_diagonal(ax):
+    """Length of the diagonal y = x inside the axes window, as a share of the window's diagonal
+    (in axes coordinates)."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    t = np.linspace(min(x0, y0), max(x1, y1), 20001)
+    inside = (t >= x0) & (t <= x1) & (t >= y0) & (t <= y1)
+    if not inside.any():
+        return 0.0
+    a, b = t[inside][0], t[inside][-1]
+    dx, dy = (b - a) / (x1 - x0), (b - a) / (y1 - y0)
+    return float(np.hypot(dx, dy) / np.sqrt(2))
+
+
+def test_each_panel_zoomed_to_its_points_with_the_diagonal():
+    """A tight test cloud next to a spread training cloud: the test panel is zoomed to its points
+    (they fill most of the axes; with one shared window they used ~1%), the diagonal stays in view."""
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    train = (rng.uniform(0.97, 1.0, 300), rng.uniform(0.05, 0.95, 300))  # nearly all below the diagonal
+    test = (rng.uniform(0.93, 0.99, 300), rng.uniform(0.85, 0.99, 300))
+    fig = plot_same_different({"train": train, "test": test})
+    for ax, (a, b) in zip(fig.axes, (train, test)):
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        assert x0 <= a.min() and a.max() <= x1 and y0 <= b.min() and b.max() <= y1
+        assert _visible_diagonal(ax) > 0.1
+        assert ax.lines[0].get_xdata()[0] <= max(x0, y0) and ax.lines[0].get_xdata()[-1] >= min(x1, y1)
+    ax = fig.axes[1]
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    fill = np.ptp(test[0]) / (x1 - x0) * np.ptp(test[1]) / (y1 - y0)
+    assert fill > 0.6
+    shared = plot_same_different({"train": train, "test": test}, same_window=True)
+    assert shared.axes[0].get_xlim() == shared.axes[1].get_xlim()
+    plt.close("all")
+
+
+@pytest.mark.parametrize("cloud", [
+    ((0.97, 1.0), (0.05, 0.95)),   # far below the diagonal, thin in x
+    ((0.1, 0.3), (0.7, 0.9)),      # above it, not touching
+    ((5.0, 5.0), (1.0, 1.0)),      # a single point
+    ((-3.0, -1.0), (-2.5, -0.5)),  # euclidean-like negative values around the diagonal
+])
+def test_zoom_window_keeps_the_diagonal(cloud):
+    from embedscope.viz.scatter import MAX_SPAN_RATIO, zoom_window
+
+    rng = np.random.default_rng(1)
+    a = rng.uniform(*cloud[0], 50)
+    b = rng.uniform(*cloud[1], 50)
+    (x0, x1), (y0, y1) = zoom_window(a, b)
+    assert x0 <= a.min() and a.max() <= x1 and y0 <= b.min() and b.max() <= y1
+    sx, sy = x1 - x0, y1 - y0
+    assert max(sx, sy) / min(sx, sy) <= MAX_SPAN_RATIO * 1.01
+    assert min(x1, y1) - max(x0, y0) >= 0.1 * max(sx, sy)  # the diagonal crosses the window

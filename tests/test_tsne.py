@@ -9,7 +9,10 @@ from scipy.spatial.distance import squareform
 
 from embedscope.errors import EmbedscopeError
 from embedscope.tsne import (
+    YokedObjective,
+    gradient_descent,
     joint_tsne,
+    single_tsne,
     stratified_subsample,
     yoked_tsne,
     yoked_tsne_exact_objective_and_grad,
@@ -203,4 +206,161 @@ def test_plots(tmp_path):
     fig = plot_tsne(Ya, np.arange(60) % 30)  # 30 classes: colours, no legend
     assert fig.axes[0].get_legend() is None
     _non_empty_png(fig, tmp_path / "single.png")
+    plt.close("all")
+
+
+# ------------------------------------------------------------------ degenerate and extreme input
+def test_identical_rows_refused():
+    X = np.ones((30, 6))
+    with pytest.raises(EmbedscopeError, match="identical"):
+        single_tsne(X)
+    with pytest.raises(EmbedscopeError, match="identical"):
+        joint_tsne(X[:15], X[15:])
+    Y, _ = _clusters(n_per=10)
+    with pytest.raises(EmbedscopeError, match="X_b: all 30 rows are identical"):
+        yoked_tsne(Y, X)
+
+
+def test_extreme_scale_maps_like_unit_scale(tmp_path):
+    """t-SNE is scale-free: rows scaled by 2^100 (~1.3e30) or 2^-100 give the very same map as the
+    rows themselves (the rescaling is an exact power of two), never NaN."""
+    import matplotlib.pyplot as plt
+
+    X, y = _clusters(n_per=12, n_classes=3, dim=5, seed=11)
+    X = X / (np.abs(X).max() * 1.01)  # largest |value| in [0.5, 1): the rescaled rows equal X exactly
+    kw = dict(perplexity=8, early_exaggeration_iter=40, n_iter=40)
+    ref = single_tsne(X, **kw)
+    for e in (100, -100):
+        Y, info = single_tsne(np.ldexp(X, e), return_info=True, **kw)
+        np.testing.assert_array_equal(Y, ref)
+        assert info["input_scale"] == 2.0 ** -e
+    Y = single_tsne(X * 1e30, **kw)  # not a power of two: a different but finite map
+    assert np.all(np.isfinite(Y))
+    fig = plot_tsne(Y, y)
+    fig.savefig(tmp_path / "huge.png")  # used to fail: "Axis limits cannot be NaN or Inf"
+    plt.close(fig)
+    Y_tr, Y_te = joint_tsne(np.ldexp(X[:20], 100), np.ldexp(X[20:], 100), **kw)
+    np.testing.assert_array_equal(np.vstack([Y_tr, Y_te]), np.vstack(joint_tsne(X[:20], X[20:], **kw)))
+    Y_a, Y_b = yoked_tsne(X, np.ldexp(X, 100), **kw)
+    ref_a, ref_b = yoked_tsne(X, X, **kw)
+    np.testing.assert_array_equal(Y_a, ref_a)
+    np.testing.assert_array_equal(Y_b, ref_b)
+
+
+# ------------------------------------------------------------------ the optimiser, apart from t-SNE
+def test_gradient_descent_on_a_quadratic_matches_hand_written_updates():
+    """f(Y) = ½‖Y − T‖² (gradient Y − T): the optimiser's steps equal the update rule written out,
+    and it converges to T."""
+    rng = np.random.default_rng(0)
+    T = [rng.normal(size=(7, 2)), rng.normal(size=(7, 2)) + 3]
+    Y0 = [rng.normal(size=(7, 2)) * 5 for _ in range(2)]
+
+    def objective(Ys, eval_error):
+        err = sum(0.5 * float(np.sum((Y - t) ** 2)) for Y, t in zip(Ys, T)) if eval_error else None
+        return err, [Y - t for Y, t in zip(Ys, T)]
+
+    lr, mom, scale = 0.05, 0.5, 0.25
+    Ys = [Y.copy() for Y in Y0]
+    state = gradient_descent(objective, Ys, 5, learning_rate=lr, momentum=mom, gradient_scale=scale, recentre=False)
+    # the same five steps by hand
+    ref = [Y.copy() for Y in Y0]
+    upd = [np.zeros_like(Y) for Y in ref]
+    gain = [np.ones_like(Y) for Y in ref]
+    for _ in range(5):
+        for k in range(2):
+            g = scale * (ref[k] - T[k])
+            for idx in np.ndindex(g.shape):
+                if np.sign(upd[k][idx]) != np.sign(g[idx]):
+                    gain[k][idx] += 0.2
+                else:
+                    gain[k][idx] = gain[k][idx] * 0.8 + 0.01
+                upd[k][idx] = mom * upd[k][idx] - lr * gain[k][idx] * g[idx]
+                ref[k][idx] += upd[k][idx]
+    for k in range(2):
+        np.testing.assert_allclose(Ys[k], ref[k], rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(state.gains[k], gain[k], rtol=1e-13)
+    assert state.iteration == 5
+    gradient_descent(objective, Ys, 400, learning_rate=lr, momentum=mom, gradient_scale=scale, recentre=False,
+                     state=state)
+    assert state.iteration == 405
+    for k in range(2):
+        np.testing.assert_allclose(Ys[k], T[k], atol=1e-6)
+
+
+def test_gradient_descent_callback_step_clip_and_recentre():
+    T = np.array([[10.0, 0.0], [12.0, 2.0], [14.0, 4.0]])
+    calls = []
+
+    def objective(Ys, eval_error):
+        return ("err" if eval_error else None), [Ys[0] - T]
+
+    def callback(iteration, error, Ys):
+        calls.append((iteration, error))
+        return iteration == 7  # stop after 7 iterations
+
+    Ys = [np.zeros((3, 2))]
+    state = gradient_descent(objective, Ys, 100, learning_rate=1.0, momentum=0.0, max_step_norm=0.5,
+                             recentre=True, callback=callback, error_every=3)
+    assert state.iteration == 7 and [c[0] for c in calls] == list(range(1, 8))
+    assert [c[1] for c in calls] == [None, None, "err", None, None, "err", None]
+    assert np.all(np.linalg.norm(state.updates[0], axis=1) <= 0.5 + 1e-12)
+    np.testing.assert_allclose(Ys[0].mean(0), 0.0, atol=1e-12)
+
+
+def test_yoked_objective_callable_equals_functions(small_pair):
+    P_a, P_b, Y_a, Y_b = small_pair
+    err, (g_a, g_b) = YokedObjective(P_a, P_b, 0.3, method="exact")([Y_a, Y_b], True)
+    C, r_a, r_b = yoked_tsne_exact_objective_and_grad(Y_a, Y_b, P_a, P_b, 0.3)
+    np.testing.assert_allclose(g_a, r_a, rtol=1e-12)
+    np.testing.assert_allclose(g_b, r_b, rtol=1e-12)
+    assert err["KL_a+KL_b"] == pytest.approx(C - 0.3 * np.sum((Y_a - Y_b) ** 2), rel=1e-12)
+    err, (h_a, h_b) = YokedObjective(P_a, P_b, 0.3, method="bh")([Y_a, Y_b], True)
+    C2, s_a, s_b = yoked_tsne_objective_and_grad(Y_a, Y_b, P_a, P_b, 0.3, method="bh")
+    np.testing.assert_array_equal(h_a, s_a)
+    assert err["KL_a"] + err["KL_b"] == pytest.approx(C2 - 0.3 * np.sum((Y_a - Y_b) ** 2), rel=1e-12)
+
+
+def test_progress_is_a_callback_and_nothing_is_printed(capfd):
+    X, _ = _clusters(n_per=10)
+    seen = []
+    yoked_tsne(X, X[:, ::-1], perplexity=5, early_exaggeration_iter=50, n_iter=60,
+               progress=lambda done, total, values: seen.append((done, total, dict(values))))
+    assert [s[0] for s in seen] == list(range(1, 111)) and {s[1] for s in seen} == {110}
+    with_kl = [s[0] for s in seen if s[2]]
+    assert with_kl == [50, 100] and set(seen[49][2]) == {"KL_a", "KL_b"}
+    seen.clear()
+    single_tsne(X, perplexity=5, early_exaggeration_iter=50, n_iter=60,
+                progress=lambda done, total, values: seen.append((done, total, dict(values))))
+    assert seen[-1][0] == 110 and "KL" in seen[-1][2]
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+# ------------------------------------------------------------------ figures
+def test_yoked_maps_fill_their_width_and_name_the_split():
+    """The maps fill their panels (no band of empty axes beside the points, as when 'datalim'
+    widened a wide canvas) and the split is named in the title."""
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(1)
+    lab = np.repeat(np.arange(4), 50)
+    Y_a = rng.normal(size=(200, 2)) * [10, 13]  # a taller than wide map
+    Y_b = Y_a + rng.normal(size=Y_a.shape)
+    fig = plot_yoked_tsne(Y_a, Y_b, lab, names=("m1", "m2"), split="test", info={"alpha": 0.01})
+    fig.canvas.draw()
+    assert fig.axes[0].get_title() == "m1" and fig.axes[1].get_title() == "m2"
+    assert "test split" in fig._suptitle.get_text() and "200" in fig._suptitle.get_text()
+    W, H = fig.get_size_inches()
+    both = np.vstack([Y_a, Y_b])
+    for ax in fig.axes[:2]:
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        # the window holds every point and is at most ~20% wider/taller than the points
+        assert x0 <= both[:, 0].min() and both[:, 0].max() <= x1 and y0 <= both[:, 1].min() and both[:, 1].max() <= y1
+        assert np.ptp(both[:, 0]) / (x1 - x0) > 0.8 and np.ptp(both[:, 1]) / (y1 - y0) > 0.8
+        cell, box = ax.get_position(original=True), ax.get_position()
+        assert box.width > 0.97 * cell.width and box.height > 0.97 * cell.height  # the box fills its cell
+        assert (box.height * H) / (box.width * W) == pytest.approx((y1 - y0) / (x1 - x0), rel=0.02)  # equal scale
+    assert sum(ax.get_position().width for ax in fig.axes[:2]) > 0.75  # the maps take most of the width
+    fig2 = plot_yoked_tsne(Y_a, Y_b, lab, split="test", title="my title")
+    assert fig2._suptitle.get_text() == "my title"
     plt.close("all")

@@ -35,7 +35,8 @@ def zoom_window(a: np.ndarray, b: np.ndarray, *, pad: float = 0.05, max_ratio: f
 
     The x and y ranges are those of the points, each widened (towards the other) until the spans
     differ by at most ``max_ratio`` and the two ranges overlap by ``min_diagonal`` of the longer
-    span (so the diagonal crosses the window), then padded by ``pad`` on every side.
+    span (so the diagonal crosses the window), then padded by ``pad`` on every side. Ranges only
+    grow: every point stays in view.
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -63,6 +64,10 @@ def zoom_window(a: np.ndarray, b: np.ndarray, *, pad: float = 0.05, max_ratio: f
         which, value = min(cand, key=lambda c: lack / spans[c[0]])
         x0, x1, y0, y1 = (value if which == "x0" else x0, value if which == "x1" else x1,
                           value if which == "y0" else y0, value if which == "y1" else y1)
+    # 3. widening for the diagonal may have left the other range thin: (1) again, growth only
+    longest = max(x1 - x0, y1 - y0)
+    x0, x1 = _grow(x0, x1, longest / max_ratio, (y0 + y1) / 2)
+    y0, y1 = _grow(y0, y1, longest / max_ratio, (x0 + x1) / 2)
     px, py = pad * (x1 - x0), pad * (y1 - y0)
     return (x0 - px, x1 + px), (y0 - py, y1 + py)
 
@@ -70,7 +75,7 @@ def zoom_window(a: np.ndarray, b: np.ndarray, *, pad: float = 0.05, max_ratio: f
 def _axis_label(metric: str, which: str) -> str:
     what = {"cosine": "cosine similarity", "dot": "inner product",
             "euclidean": "−Euclidean distance"}[metric]
-    return f"{what} to nearest {which} point"
+    return f"{what}\nto the nearest {which} point"
 
 
 def plot_same_different(
@@ -118,7 +123,6 @@ def plot_same_different(
             ax.plot([lo, hi], [lo, hi], color="0.15", linewidth=0.9, zorder=3)
             ax.set_xlim(x0, x1)
             ax.set_ylim(y0, y1)
-            ax.set_box_aspect(1)
             share = float(below.mean()) if len(a) else float("nan")
             extra = f", {left_out} lone left out" if left_out else ""
             ttl = f"{name} (N = {len(a)}{extra})\n{share:.1%} below diagonal (R@1)" if len(a) else f"{name}: no points"

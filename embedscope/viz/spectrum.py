@@ -42,7 +42,7 @@ def _mark_left_out(ax, entries, exclude_top: int, colors) -> tuple:
         p = normalized_spectrum(e["spectrum"])[:exclude_top]
         k = np.arange(1, p.size + 1)
         ax.plot(k, _positive(p), ls="", marker="o", ms=6, mfc="none", mec=colors[i % len(colors)], mew=1.2,
-                zorder=4, clip_on=False)
+                zorder=4)
     from matplotlib.lines import Line2D
 
     ring = Line2D([], [], ls="", marker="o", ms=6, mfc="none", mec="0.3", mew=1.2)
@@ -103,7 +103,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             handles.append(h)
             texts.append(t)
         ax.set_yscale("log")
-        ax.set_xlim(0.5, kmax + 0.5)
+        ax.set_xlim(0.5 - (0.02 * kmax if exclude_top > 0 else 0.0), kmax + 0.5)  # room for the rings
         ax.set_xlabel("singular value index k")
         ax.set_ylabel("normalised singular value  s$_k$ / Σ s")
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))

@@ -170,7 +170,7 @@ def legend_height(n_classes: int, max_entries: int = 20) -> float:
     """Inches below the panels for :func:`class_legend` (10 entries per row, plus its title)."""
     if n_classes > max_entries or n_classes == 0:
         return 0.0
-    return 0.4 + 0.2 * math.ceil(n_classes / 10)
+    return 0.34 + 0.18 * math.ceil(n_classes / 10)
 
 
 def settings_text(info: Mapping | None, keys: Sequence[str]) -> str:
@@ -185,20 +185,63 @@ def settings_text(info: Mapping | None, keys: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
-def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | None = None) -> None:
+def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | None = None,
+                  fit_axes: Sequence | None = None) -> None:
     """Lay out inside the canvas (never relying on ``bbox_inches="tight"``): from the bottom up,
-    the settings ``note``, the figure legends (``legend_h`` inches), the panels, the ``title``."""
-    h = fig.get_figheight()
-    note_h = 0.17 if note else 0.0
+    the settings ``note``, the figure legends (``legend_h`` inches), the panels, the ``title``.
+
+    ``fit_axes``: map panels drawn at equal scale on both axes (``set_aspect("equal")``) whose
+    limits hold the window to show. The figure keeps its width and its height is fitted so that
+    each such panel's cell has the window's shape; what is left is taken up by widening the window
+    (centred) in its short direction, so the window is shown whole and no band of empty canvas is
+    left beside or above the panel.
+    """
     if note:
         fig.text(0.995, 0.005, note, ha="right", va="bottom", fontsize=6, color="0.4")
-    for leg in fig.legends:
-        leg.set_bbox_to_anchor((0.5, note_h / h), transform=fig.transFigure)
-    top = 1.0
     if title:
         fig.suptitle(title, y=0.995, va="top")
-        top = 1 - 0.3 / h
-    fig.tight_layout(rect=(0, (legend_h + note_h) / h, 1, top), pad=0.4, w_pad=0.8)
+    fit_axes = list(fit_axes) if fit_axes is not None else []
+    windows = [(ax.get_xlim(), ax.get_ylim()) for ax in fit_axes]
+
+    def fill_cells() -> None:
+        W, H = fig.get_size_inches()
+        for ax, (xl, yl) in zip(fit_axes, windows):
+            cell = ax.get_position(original=True)
+            shape = (cell.height * H) / max(cell.width * W, 1e-9)
+            (x0, x1), (y0, y1) = xl, yl
+            sx, sy = x1 - x0, y1 - y0
+            if sy < sx * shape:
+                grow = (sx * shape - sy) / 2
+                y0, y1 = y0 - grow, y1 + grow
+            else:
+                grow = (sy / shape - sx) / 2
+                x0, x1 = x0 - grow, x1 + grow
+            ax.set_xlim(x0, x1)
+            ax.set_ylim(y0, y1)
+
+    def layout() -> None:
+        h = fig.get_figheight()
+        note_h = 0.17 if note else 0.0
+        for leg in fig.legends:
+            leg.set_bbox_to_anchor((0.5, note_h / h), transform=fig.transFigure)
+        top = 1 - 0.26 / h if title else 1.0
+        for _ in range(2 if fit_axes else 1):  # tick labels may change with the limits: twice
+            fig.tight_layout(rect=(0, (legend_h + note_h) / h, 1, top), pad=0.4, w_pad=0.8)
+            fill_cells()
+
+    layout()
+    for _ in range(6 if fit_axes else 0):
+        W, H = fig.get_size_inches()
+        need = []
+        for ax, (xl, yl) in zip(fit_axes, windows):
+            cell = ax.get_position(original=True)
+            ratio = abs(yl[1] - yl[0]) / max(abs(xl[1] - xl[0]), 1e-300)
+            need.append(cell.width * W * ratio - cell.height * H)  # > 0: the cell is too flat
+        dh = max(need)
+        if abs(dh) < 0.01:
+            break
+        fig.set_size_inches(W, max(H + dh, 1.0))
+        layout()
 
 
 __all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR", "ABOVE_COLOR", "LINE_STYLES",

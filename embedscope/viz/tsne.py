@@ -141,7 +141,7 @@ def plot_joint_tsne(
             ax.set_ylabel("")
         class_legend(fig, present, palette)
         note = settings_text(info, ("perplexity", "seed", "initialization", "n_iter", "kl_divergence"))
-        finish_layout(fig, note="openTSNE: " + note if note else "", legend_h=leg_h, title=title)
+        finish_layout(fig, note="openTSNE: " + note if note else "", legend_h=leg_h, title=title, fit_axes=axes)
     return fig
 
 
@@ -169,7 +169,7 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
             ax.legend(handles=palette.handles(present), title="class", loc="center left",
                       bbox_to_anchor=(1.01, 0.5), frameon=False, handletextpad=0.2)
         note = settings_text(info, ("perplexity", "seed", "initialization", "kl_divergence"))
-        finish_layout(fig, note="openTSNE: " + note if note else "", legend_h=0.0, title=None)
+        finish_layout(fig, note="openTSNE: " + note if note else "", legend_h=0.0, title=None, fit_axes=[ax])
     return fig
 
 
@@ -253,7 +253,8 @@ def plot_yoked_tsne(
         if zoom:
             zaxes[1].set_ylabel("")
         class_legend(fig, present, palette)
-        finish_layout(fig, note="yoked t-SNE: " + note if note else "", legend_h=leg_h, title=title)
+        finish_layout(fig, note="yoked t-SNE: " + note if note else "", legend_h=leg_h, title=title,
+                      fit_axes=list(axes))
     return fig
 
 
