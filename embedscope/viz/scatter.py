@@ -44,8 +44,10 @@ def zoom_window(a: np.ndarray, b: np.ndarray, *, pad: float = 0.05, max_ratio: f
         return (0.0, 1.0), (0.0, 1.0)
     x0, x1, y0, y1 = float(a.min()), float(a.max()), float(b.min()), float(b.max())
     tiny = 1e-9 * max(1.0, abs(x0), abs(x1), abs(y0), abs(y1))
-    x0, x1 = _grow(x0, x1, tiny, y0)
-    y0, y1 = _grow(y0, y1, tiny, x0)
+    if x1 - x0 < tiny:  # all points at one x: a small window centred on them
+        x0, x1 = (x0 + x1) / 2 - tiny / 2, (x0 + x1) / 2 + tiny / 2
+    if y1 - y0 < tiny:
+        y0, y1 = (y0 + y1) / 2 - tiny / 2, (y0 + y1) / 2 + tiny / 2
     # 1. not too elongated
     longest = max(x1 - x0, y1 - y0)
     x0, x1 = _grow(x0, x1, longest / max_ratio, (y0 + y1) / 2)
