@@ -271,11 +271,14 @@ _MOVED = {
     "yoked_tsne_objective_and_grad": "embedscope.tsne.yoked",
     "default_alpha": "embedscope.tsne.yoked",
     "stratified_subsample": "embedscope.tsne.sampling",
-    "class_colors": "embedscope.viz.style",
 }
 
 
 def __getattr__(name: str):
+    if name == "class_colors":  # the old class_colors(n) -> n colours is style.palette_colors
+        from embedscope.viz.style import palette_colors
+
+        return palette_colors
     if name in _MOVED:
         import importlib
 
