@@ -629,6 +629,11 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     training). ``epochs = 0`` writes the untrained network as the final checkpoint.
     """
     say = echo or (lambda s: print(s, flush=True))
+    from embedscope.fileio import _is_folder_name
+
+    for name, p in (("-o", out), ("--log", log)):
+        if p is not None and _is_folder_name(p):
+            raise UsageError(f"{name} {p}: is a folder name, expected a file name")
     paths = run_paths(out, log)
     cfg, state = _prepare(config, paths, resume=resume, force=force, log_given=log is not None, say=say)
     tb = _TensorBoard(tensorboard)
