@@ -366,3 +366,33 @@ def test_digits_same_loss_seeds_vs_untrained(tmp_path):
     cross = [map_agreement(maps[t], maps[u]) for t in ("t0", "t1") for u in ("u0", "u1")]
     assert same["r_mean"] > max(c["r_mean"] for c in cross) + 0.1
     assert same["jsd_mean"] < min(c["jsd_mean"] for c in cross)
+
+
+def test_photos_through_an_image_folder(tmp_path):
+    """The photo path: ImageNet-normalised inputs, the black image = -mean/std, pictures de-normalised."""
+    from PIL import Image
+
+    from embedscope.data.base import IMAGENET_MEAN, IMAGENET_STD
+    from embedscope.models import build_model, default_config, save_checkpoint
+    from embedscope.saliency.run import saliency_to_file
+    from embedscope.saliency.smoothgrad import black_image
+
+    b = black_image("image", 32)
+    want = -np.asarray(IMAGENET_MEAN) / np.asarray(IMAGENET_STD)
+    assert b.shape == (3, 32, 32) and np.allclose(b.numpy(), want[:, None, None], atol=1e-6)
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (tmp_path / "imgs" / c).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(tmp_path / "imgs" / c / f"{i}.png")
+    torch.manual_seed(0)
+    cfg = default_config("resnet18", embed_dim=8, image_size=32, loss="softtriple")
+    save_checkpoint(tmp_path / "r18.pt", build_model(cfg), cfg)
+    s = saliency_to_file(tmp_path / "r18.pt", "imagefolder", tmp_path / "m.h5", root=tmp_path / "imgs", split="all",
+                         n_images=3, n_samples=2, progress=False)
+    assert s["distance"] == "cosine" and s["family"] == "classification"
+    sm = load_maps(tmp_path / "m.h5")
+    assert sm.maps.shape == (3, 32, 32) and sm.images.shape == (3, 32, 32, 3) and sm.images.dtype == np.uint8
+    assert sm.attrs["transform"].startswith("Resize(37) + CenterCrop(32)")
+    with pytest.raises(EmbedscopeError, match="cannot explain the digits images"):
+        saliency_to_file(tmp_path / "r18.pt", "digits", tmp_path / "d.h5", n_images=2, n_samples=2, progress=False)
