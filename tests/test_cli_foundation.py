@@ -1,3 +1,4 @@
+import os
 import signal
 import subprocess
 import sys
@@ -91,7 +92,7 @@ SLOW_EMBED = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
 def test_killed_embed_leaves_no_output(ckpt, tmp_path, sig):
     script = tmp_path / "slow.py"
     script.write_text(SLOW_EMBED)
@@ -105,8 +106,9 @@ def test_killed_embed_leaves_no_output(ckpt, tmp_path, sig):
     _, err = p.communicate(timeout=60)
     assert p.returncode != 0
     assert not out.exists()
-    if sig == signal.SIGINT:
-        assert "interrupted" in err and "Traceback" not in err
+    if sig in (signal.SIGINT, signal.SIGTERM):
+        assert ("interrupted" if sig == signal.SIGINT else "terminated") in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
         assert sorted(q.name for q in tmp_path.iterdir()) == ["slow.py"]  # no temporary file either
 
 
@@ -200,3 +202,65 @@ def test_embed_log_has_no_redraws(ckpt, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith("embed digits/all: 29/29 batch in ")
+
+
+def _tmpfs(folder, options):
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    return folder
+
+
+def _umount(folder):
+    if subprocess.run(["umount", str(folder)], capture_output=True).returncode:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_embed_onto_a_full_disk_is_one_line(ckpt, tmp_path):
+    """Issue 17: 56 lines of h5py traceback, then a segmentation fault."""
+    d = _tmpfs(tmp_path / "tiny", "size=64k")  # 1797 x 16 float32 = 115 kB do not fit
+    try:
+        out = d / "digits.h5"
+        r = subprocess.run([PY, "-m", "embedscope", "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
+                            "--no-progress"], capture_output=True, text=True)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.strip() == f"embedscope embed: error: {out}: no space left on device"
+        assert list(d.iterdir()) == []
+    finally:
+        _umount(d)
+
+
+def test_embed_into_a_read_only_folder_fails_before_the_work(ckpt, tmp_path, capsys, monkeypatch):
+    d = tmp_path / "ro"
+    if os.geteuid() == 0:
+        _tmpfs(d, "ro,size=64k")
+    else:
+        d.mkdir()
+        d.chmod(0o555)
+    try:
+        import embedscope.models as models
+
+        def no_work(*a, **k):
+            raise AssertionError("the checkpoint was loaded before the output folder was checked")
+
+        monkeypatch.setattr(models, "load_checkpoint", no_work)
+        out = d / "sub" / "digits.h5"
+        assert main(["embed", str(ckpt), "--dataset", "digits", "-o", str(out), "--no-progress"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(out) in err and "not writable" in err and ".tmp" not in err
+    finally:
+        if os.geteuid() == 0:
+            _umount(d)
+        else:
+            d.chmod(0o755)
+
+
+def test_outputs_are_readable_by_colleagues(ckpt, tmp_path):
+    out = tmp_path / "d.h5"
+    old = os.umask(0o022)
+    try:
+        assert main(["embed", str(ckpt), "--dataset", "digits", "--split", "test", "-o", str(out),
+                     "--no-progress"]) == 0
+    finally:
+        os.umask(old)
+    assert (out.stat().st_mode & 0o777) == 0o644  # was 0600 whatever the umask

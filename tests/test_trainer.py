@@ -415,3 +415,17 @@ def test_tensorboard_gets_loss_r1_map_rho_per_epoch(tmp_path, monkeypatch):
             assert scalars[(tag, e)] == pytest.approx(h[e][key])
     assert scalars[("train/loss", 1)] == pytest.approx(h[1]["loss"]) and ("train/loss", 0) not in scalars
     assert calls[0] == ("dir", str(tmp_path / "tb")) and calls[-1] == ("closed",)
+
+
+def test_train_output_to_a_file_has_one_line_per_epoch_and_no_redraws(tmp_path):
+    """Issue 17: a 3-epoch run wrote 119 progress redraws into its log."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "embedscope", "train", "--dataset", "digits", "--embed-dim", "8",
+                        "--epochs", "2", "--eval-every", "0", "-o", str(tmp_path / "m.pt")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stdout + r.stderr and r.stderr == ""
+    epochs = [ln for ln in r.stdout.splitlines() if ln.startswith("epoch ")]
+    assert [ln.split()[1] for ln in epochs] == ["0/2", "1/2", "2/2"]

@@ -26,8 +26,19 @@ def add_outputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="OUT.csv", help="also write the results as CSV")
 
 
+def device_name(s: str) -> str:
+    """argparse type: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (checked at parse time: a usage error,
+    exit 2, before any work; whether a GPU is present is checked when the device is used)."""
+    import re
+
+    if s in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", s):
+        return s
+    raise argparse.ArgumentTypeError(f"unknown device '{s}' (choose auto, cpu, cuda or cuda:N)")
+
+
 def add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda (default: auto)")
+    p.add_argument("--device", default="auto", type=device_name,
+                   help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
 
 
 def positive_int(s: str) -> int:

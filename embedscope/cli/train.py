@@ -6,6 +6,7 @@ import argparse
 
 from embedscope.cli.common import (
     add_no_progress,
+    device_name,
     finite_float,
     nonnegative_float,
     nonnegative_int,
@@ -62,7 +63,7 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
         p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--eval-every", type=nonnegative_int, metavar="N",
                    help="evaluate test R@1 and training rho every N epochs (default 1; 0 = never)")
-    p.add_argument("--device", help="auto (CUDA when present), cpu or cuda (default: auto)")
+    p.add_argument("--device", type=device_name, help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--num-workers", type=nonnegative_int, help="data loader worker processes (default 0)")
 
 
