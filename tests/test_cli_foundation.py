@@ -264,3 +264,24 @@ def test_outputs_are_readable_by_colleagues(ckpt, tmp_path):
     finally:
         os.umask(old)
     assert (out.stat().st_mode & 0o777) == 0o644  # was 0600 whatever the umask
+
+
+def test_error_is_not_glued_to_an_unfinished_progress_bar(monkeypatch, capsys):
+    """Issue 17: an error printed while a bar was drawn continued the bar's line."""
+    import sys as _sys
+
+    from tqdm.auto import tqdm
+
+    import embedscope.cli.info as info
+    from embedscope.errors import EmbedscopeError
+
+    def failing(args):
+        bar = tqdm(total=10, file=_sys.stderr, leave=False, desc="work")
+        bar.update(3)
+        raise EmbedscopeError("boom")
+
+    monkeypatch.setattr(info, "run", failing)
+    assert main(["info", "x.h5"]) == 1
+    err = capsys.readouterr().err
+    # what the terminal shows last: the text after the last carriage return of the final line
+    assert err.rstrip("\n").split("\n")[-1].split("\r")[-1] == "embedscope info: error: boom"
