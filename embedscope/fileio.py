@@ -250,7 +250,7 @@ def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[P
             if e.errno in _NOT_WRITABLE:
                 raise _os_error(e, user, path.parent) from None
             raise
-        except Exception as e:
+        except RuntimeError as e:  # torch's zip writer: "[enforce fail at inline_container.cc] ..."
             if _disk_full(e, path.parent):
                 raise EmbedscopeError(f"{user}: no space left on device") from None
             raise

@@ -71,7 +71,7 @@ DATA_DEPENDENT = {"number:--exclude-top 500"}
 
 def _cases():
     out = []
-    for cmd, (argv, out_opt, kind, numbers) in COMMANDS.items():
+    for cmd, (_argv, _out_opt, kind, numbers) in COMMANDS.items():
         if cmd in INPUT_OF:
             out.append((cmd, "missing-input"))
             out.append((cmd, "folder-as-input"))

@@ -9,7 +9,12 @@ import torch
 from embedscope.errors import EmbedscopeError
 from embedscope.train.losses import LOSS_NAMES, build_loss, kobs_group, loss_family
 from embedscope.train.miners import (
-    DistanceWeightedMiner, RhoSwitchMiner, SemihardMiner, SofthardMiner, build_miner, inverse_sphere_log_weights,
+    DistanceWeightedMiner,
+    RhoSwitchMiner,
+    SemihardMiner,
+    SofthardMiner,
+    build_miner,
+    inverse_sphere_log_weights,
 )
 
 
@@ -94,7 +99,8 @@ def test_distance_weights_follow_the_formula():
                 d = max(np.linalg.norm(X[i] - X[j]), 0.5)  # clamped at 0.5
                 w[j] = d ** (2 - D) * (1 - d * d / 4) ** (-(D - 3) / 2)
         np.testing.assert_allclose(P[i], w / w.sum(), rtol=1e-9, atol=1e-12)
-    assert inverse_sphere_log_weights(np.array([0.1]), 16) == pytest.approx(inverse_sphere_log_weights(np.array([0.5]), 16))
+    clamped = inverse_sphere_log_weights(np.array([0.5]), 16)
+    assert inverse_sphere_log_weights(np.array([0.1]), 16) == pytest.approx(clamped)
 
 
 def test_distance_miner_samples_with_those_probabilities():

@@ -53,7 +53,8 @@ LOSSES: dict[str, LossSpec] = {
                             "contrastive loss, positive margin 0, negative margin 1"),
     "multisimilarity": LossSpec("multisimilarity", "ranking", True, None, True,
                                 {"alpha": 2.0, "beta": 40.0, "base": 0.5, "epsilon": 0.1},
-                                "multi-similarity loss with its own pair mining (alpha 2, beta 40, lambda 0.5, eps 0.1)"),
+                                "multi-similarity loss with its own pair mining "
+                                "(alpha 2, beta 40, lambda 0.5, eps 0.1)"),
     "npair": LossSpec("npair", "ranking", False, None, False, {"nu": 0.005},
                       "N-pair loss on unnormalised outputs, embedding-norm penalty 0.005"),
     "lifted": LossSpec("lifted", "ranking", True, None, False,
