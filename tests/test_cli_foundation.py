@@ -285,3 +285,18 @@ def test_error_is_not_glued_to_an_unfinished_progress_bar(monkeypatch, capsys):
     err = capsys.readouterr().err
     # what the terminal shows last: the text after the last carriage return of the final line
     assert err.rstrip("\n").split("\n")[-1].split("\r")[-1] == "embedscope info: error: boom"
+
+
+def test_unexpected_worker_error_shows_the_workers_own_message(monkeypatch, capsys):
+    import embedscope.cli.info as info
+
+    msg = ("Caught ZeroDivisionError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+           '  File "x.py", line 1, in f\nZeroDivisionError: division by zero\n')
+
+    def failing(args):
+        raise ZeroDivisionError(msg)  # as torch re-raises a worker's exception
+
+    monkeypatch.setattr(info, "run", failing)
+    assert main(["info", "x.h5"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ZeroDivisionError: division by zero" in err and "Traceback" not in err

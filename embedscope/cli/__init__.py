@@ -158,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # an unexpected failure: still one line unless --debug
         if debug:
             raise
+        from embedscope.errors import _WORKER
+
+        if _WORKER.match(str(e)):  # raised in a DataLoader worker: the worker's own last line
+            last = str(e).rstrip().splitlines()[-1].strip()
+            _error(args.command, f"error: {last} (in a data loader worker; run with --debug for the traceback)")
+            return 1
         msg = str(e).splitlines()[0] if str(e) else ""
         _error(args.command, f"error: {e.__class__.__name__}: {msg} (run with --debug for the traceback)")
         return 1
