@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--n-images", type=int, default=2)
     ap.add_argument("--n-samples", type=int, default=50)
     ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--arch", default="resnet18", choices=["resnet18", "resnet50", "digits_cnn"],
+                    help="digits_cnn: 1 x 8 x 8 inputs (use --size 8), where several images share a pass")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-size", type=int, default=None, help="embedscope (and plain) copies per pass")
@@ -62,13 +64,14 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     torch.manual_seed(0)
-    model = build_model(default_config("resnet18", embed_dim=128, image_size=args.size)).eval().to(dev)
+    model = build_model(default_config(args.arch, embed_dim=128, image_size=args.size)).eval().to(dev)
     g = torch.Generator().manual_seed(1)
-    X = torch.randn(args.n_images, 3, args.size, args.size, generator=g) * 1.2
-    base = black_image("image", args.size)
+    ch = 1 if args.arch == "digits_cnn" else 3
+    X = torch.randn(args.n_images, ch, args.size, args.size, generator=g) * 1.2
+    base = black_image("digits" if args.arch == "digits_cnn" else "image", args.size)
     zb = model(base[None].to(dev)).detach()
     n_cp = args.n_samples
-    bs = args.batch_size or auto_batch_size((3, args.size, args.size), n_cp, dev.type)
+    bs = args.batch_size or auto_batch_size((ch, args.size, args.size), n_cp, dev.type)
 
     def run_embedscope():
         return saliency_maps(model, X, n_samples=n_cp, seed=0, device=args.device, baseline=base, batch_size=bs,
@@ -115,19 +118,20 @@ def main() -> None:
             torch.cuda.synchronize()
 
     run_embedscope()  # warm-up (allocator, cuDNN autotuning)
-    for _ in range(args.repeats):
-        for k, fn in methods.items():
+    for r in range(args.repeats):  # interleaved, the order alternating between repeats
+        for k, fn in (list(methods.items()) if r % 2 == 0 else list(methods.items())[::-1]):
             sync()
             t = time.perf_counter()
             maps[k] = fn()
             sync()
             times[k].append(time.perf_counter() - t)
-    res = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "torch": torch.__version__,
+    res = {"arch": args.arch, "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+           "torch": torch.__version__,
            "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
            "threads": torch.get_num_threads(), "n_images": len(X), "n_samples": n_cp, "size": args.size,
            "batch_size": bs, "amp": args.amp or "none", "date": time.strftime("%Y-%m-%d")}
-    print(f"ResNet-18, {args.size} px, l = {n_cp}, {len(X)} images, device {res['device']}, {res['threads']} threads, "
-          f"embedscope batch {bs}, amp {res['amp']}")
+    print(f"{args.arch}, {args.size} px, l = {n_cp}, {len(X)} images, device {res['device']}, "
+          f"{res['threads']} threads, embedscope batch {bs}, amp {res['amp']}")
     print(f"{'method':<12}{'maps/s (best)':>15}{'maps/s (median)':>17}{'min [s]':>10}{'median [s]':>12}")
     for k, ts in times.items():
         mn, md = min(ts), statistics.median(ts)

@@ -303,6 +303,23 @@ def test_epoch_zero_checkpoint_uses_euclidean(ckpts, tmp_path, capsys):
     assert load_maps(tmp_path / "e1.h5").attrs["distance"] == "snr"
 
 
+def test_agreement_of_partly_overlapping_files(tmp_path):
+    from embedscope.saliency.run import agreement_of_files
+
+    a = _sm(n=4, seed=0, paths=["p0", "p1", "p2", "p3"])
+    b = _sm(n=4, seed=1, paths=["p3", "p9", "p1", "p0"])
+    b.labels = np.array([1, 0, 1, 0])  # p3, p1, p0 keep their classes
+    save_maps(tmp_path / "a.h5", a)
+    save_maps(tmp_path / "b.h5", b)
+    res = agreement_of_files([tmp_path / "a.h5", tmp_path / "b.h5"], families=["ranking", "ranking"])
+    assert res["n_images"] == 3 and list(res["paths"]) == ["p0", "p1", "p3"]
+    assert any("3 images in common" in n for n in res["notes"])
+    from embedscope.metrics import map_agreement
+
+    want = map_agreement(a.maps[[0, 1, 3]].astype(np.float16), b.maps[[3, 2, 0]].astype(np.float16))
+    assert res["r_mean"][0, 1] == pytest.approx(want["r_mean"], abs=1e-9)
+
+
 def _one_line_error(capsys, argv, rc, text):
     assert main(argv) == rc
     err = capsys.readouterr().err.strip()

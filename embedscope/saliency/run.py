@@ -274,8 +274,8 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     notes = []
     if len(orders) > 1:
         notes.append(f"the files use different post-processing orders ({', '.join(sorted(orders))})")
-    seeds = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}
-    if len(seeds) > 1:
+    settings = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}
+    if len(settings) > 1:
         notes.append("the files use different SmoothGrad settings (n_samples/noise)")
     matched, info = match_maps(items, names)
     dropped = {k: v for k, v in info["n_dropped"].items() if v}
@@ -344,4 +344,5 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     return res
 
 
-__all__ = ["is_untrained", "family_for_config", "select_images", "saliency_to_file", "agreement_of_files", "DEFAULT_N_IMAGES"]
+__all__ = ["is_untrained", "family_for_config", "select_images", "saliency_to_file", "agreement_of_files",
+           "DEFAULT_N_IMAGES"]

@@ -245,6 +245,11 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
 
     acc = {}
     noise_cache = {}
+    # no parameter gradients are needed: frozen parameters let autograd skip what only they need
+    # (restored afterwards); the input gradients are unchanged
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
     bar = tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False)
     try:
         batch: list[tuple[int, int, int]] = []
@@ -300,6 +305,8 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
             run(batch)
     finally:
         bar.close()
+        for p in frozen:
+            p.requires_grad_(True)
         model.train(was_training)
         if channels_last:
             model.to(memory_format=torch.contiguous_format)
