@@ -37,7 +37,9 @@ _DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
-def _is_folder_name(path: str | os.PathLike) -> bool:
+def is_folder_name(path: str | os.PathLike) -> bool:
+    """Whether ``path`` as the user wrote it names a folder (``dir/``, ``.``, ``..``): ``Path`` drops
+    the trailing slash, so check the raw name before deriving other names from it."""
     s = os.fspath(path)
     return isinstance(s, str) and (s.endswith(os.sep) or s.endswith("/") or Path(s).name in ("", ".", ".."))
 
@@ -85,7 +87,7 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
     files of this output left by killed processes.
     """
     user = path
-    if _is_folder_name(path):
+    if is_folder_name(path):
         raise EmbedscopeError(f"{user}: is a folder name, expected a file name")
     path = Path(path)
     if path.is_dir():

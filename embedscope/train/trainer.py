@@ -261,9 +261,9 @@ def run_paths(out: str | os.PathLike, log: str | os.PathLike | None = None) -> d
 
 def _check_paths(paths: dict[str, Path], log_given: bool) -> None:
     """The log must not be one of the run's checkpoints (it would be overwritten, or overwrite them)."""
-    from embedscope.fileio import _is_folder_name
+    from embedscope.fileio import is_folder_name
 
-    if _is_folder_name(paths["out"]) or paths["out"].is_dir():
+    if is_folder_name(paths["out"]) or paths["out"].is_dir():
         raise UsageError(f"-o {paths['out']}: is a folder, expected a checkpoint file name (CKPT.pt)")
     log = paths["log"].resolve()
     if paths["dir"].resolve() in log.parents:
@@ -629,10 +629,10 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     training). ``epochs = 0`` writes the untrained network as the final checkpoint.
     """
     say = echo or (lambda s: print(s, flush=True))
-    from embedscope.fileio import _is_folder_name
+    from embedscope.fileio import is_folder_name
 
     for name, p in (("-o", out), ("--log", log)):
-        if p is not None and _is_folder_name(p):
+        if p is not None and is_folder_name(p):
             raise UsageError(f"{name} {p}: is a folder name, expected a file name")
     paths = run_paths(out, log)
     cfg, state = _prepare(config, paths, resume=resume, force=force, log_given=log is not None, say=say)
