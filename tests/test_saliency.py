@@ -96,6 +96,27 @@ def test_seeded_and_independent_of_batch_size():
     np.testing.assert_allclose(saliency_maps(model, X[:2], n_samples=5, seed=1, device="cpu"), a[:2], atol=1e-5)
 
 
+def test_post_processing_on_the_device_equals_numpy():
+    from embedscope.saliency.smoothgrad import _postprocess_torch, postprocess
+
+    rng = np.random.default_rng(0)
+    for order, shape in (("paper", (3, 9, 7)), ("code", (9, 7))):
+        acc = rng.normal(size=shape)
+        want = postprocess(acc, order)
+        np.testing.assert_allclose(_postprocess_torch(torch.tensor(acc), order).numpy(), want, atol=1e-12)
+        np.testing.assert_allclose(want, _scale(np.abs(acc).mean(0) if order == "paper" else acc), atol=1e-12)
+    flat = np.zeros((5, 5))
+    assert np.all(postprocess(flat, "code") == 0)
+    assert np.all(_postprocess_torch(torch.tensor(flat), "code").numpy() == 0)
+    spike = np.zeros((10, 10))
+    spike[0, 0] = 3.0  # 100 pixels: the linear p99 lies between 0 and 3 (0.03), so the map is scaled
+    np.testing.assert_allclose(_postprocess_torch(torch.tensor(spike), "code").numpy(), postprocess(spike, "code"))
+    spike = np.zeros((20, 20))
+    spike[0, 0] = 3.0  # 400 pixels: p99 = min = 0, so the map is the indicator of g > min
+    assert postprocess(spike, "code").sum() == 1 and postprocess(spike, "code")[0, 0] == 1
+    assert _postprocess_torch(torch.tensor(spike), "code").numpy().sum() == 1
+
+
 class _Region(nn.Module):
     """An embedding that depends only on the top-left 4 x 4 pixels."""
 

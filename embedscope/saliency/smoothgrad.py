@@ -104,6 +104,20 @@ def postprocess(acc: np.ndarray, order: str) -> np.ndarray:
     return scale_map(g)
 
 
+def _postprocess_torch(acc, order: str):
+    """:func:`postprocess` on the device, in float64, without a host synchronisation (torch.quantile
+    interpolates linearly, as numpy's percentile)."""
+    import torch
+
+    g = acc.double()
+    g = g.abs().mean(dim=0) if order == "paper" else g
+    lo = g.min()
+    hi = torch.quantile(g.flatten(), 0.99)
+    span = hi - lo
+    scaled = ((g - lo) / torch.where(span > 0, span, torch.ones_like(span))).clamp(0.0, 1.0)
+    return torch.where(span > 0, scaled, (g > lo).double())
+
+
 def black_image(kind: str, image_size: int):
     """The black image in the model's input space (METHODS.md §8: a black image through the same
     evaluation preprocessing; a constant −mean/std per channel for photos, zeros for the digits)."""
@@ -186,9 +200,9 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
     """The SmoothGrad engine: maps of d(f(x_i + ε), r_i) (or d(r_i, f(x_i + ε)) when ``swap``)."""
     import torch
     from captum.attr import Saliency
-    from tqdm.auto import tqdm
 
     from embedscope.device import resolve_device
+    from embedscope.progress import progress_bar
 
     if order not in ORDERS:
         raise EmbedscopeError(f"unknown order '{order}' (choose {', '.join(ORDERS)})")
@@ -250,9 +264,10 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
     frozen = [p for p in model.parameters() if p.requires_grad]
     for p in frozen:
         p.requires_grad_(False)
-    bar = tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False)
+    bar = progress_bar(total=n, desc=desc, unit="img", enabled=progress)
     try:
         batch: list[tuple[int, int, int]] = []
+        pending: list = []
         filled = 0
 
         def run(batch):
@@ -287,13 +302,23 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
                     acc[i] += g.sum(dim=0)
                 else:
                     acc[i] += g.mean(dim=1).abs().sum(dim=0)
-                if c0 + k == n_samples:  # the image's last copies: finish its map
-                    a = (acc.pop(i) / n_samples).cpu().numpy()
+                if c0 + k == n_samples:  # the image's last copies: finish its map (on the device)
+                    pending.append((i, _postprocess_torch(acc.pop(i) / n_samples, order)))
                     noise_cache.pop(i)
-                    if not np.all(np.isfinite(a)):
-                        raise EmbedscopeError(f"image {i}: the gradient contains NaN or inf")
-                    out[i] = postprocess(a, order)
-                    bar.update(1)
+            if len(pending) >= 64:
+                flush()
+
+        def flush():  # one host transfer for many finished maps
+            if not pending:
+                return
+            idx = [i for i, _ in pending]
+            maps = torch.stack([m for _, m in pending]).float().cpu().numpy()
+            pending.clear()
+            bad = ~np.all(np.isfinite(maps), axis=(1, 2))
+            if bad.any():
+                raise EmbedscopeError(f"image {idx[int(np.argmax(bad))]}: the gradient contains NaN or inf")
+            out[idx] = maps
+            bar.update(len(idx))
 
         for piece in pieces():
             if filled + piece[2] > batch_size and batch:
@@ -303,6 +328,7 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
             filled += piece[2]
         if batch:
             run(batch)
+        flush()
     finally:
         bar.close()
         for p in frozen:
