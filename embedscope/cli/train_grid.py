@@ -9,8 +9,10 @@ def add_parser(sub, parents):
     p = sub.add_parser(
         "train-grid", parents=parents, help="train one model per (loss, p_switch, seed) for a study",
         description="Train one model per combination of --losses, --p-switch and --seeds into -o DIR "
-        "(DIR/<dataset>_<loss>_p<p>_s<seed>.pt), skipping finished ones and resuming interrupted ones; "
-        "writes DIR/grid.csv with the best test R@1 and the training rho at that epoch.")
+        "(DIR/<dataset>_<loss>_p<p>_s<seed>.pt), skipping finished runs of the same settings and resuming "
+        "interrupted ones; a stored run with other settings is refused (--force retrains it). Merges its "
+        "rows into DIR/grid.csv: settings, best test R@1 / MAP@R and the training rho at that epoch, final "
+        "values, the untrained network's R@1, and the final and best checkpoints.")
     add_training_options(p, grid=True)
     p.add_argument("--losses", nargs="+", required=True, choices=LOSS_CHOICES, metavar="LOSS",
                    help=f"losses ({', '.join(LOSS_CHOICES)})")
@@ -18,8 +20,11 @@ def add_parser(sub, parents):
                    help="rho-regularisation probabilities (default: 0); p > 0 only for tuple losses")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--keep-epochs", action="store_true",
+                   help="keep every epoch's checkpoint (for 'embedscope study --epoch all')")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    p.add_argument("--force", action="store_true", help="retrain finished combinations too")
+    p.add_argument("--force", action="store_true",
+                   help="retrain finished combinations too, and runs stored with other settings")
     p.set_defaults(func=run)
     return p
 
@@ -35,8 +40,9 @@ def run(args) -> int:
     if lp:
         opts["loss_params"] = lp
     rows = train_grid(dataset, args.losses, args.p_switch, args.seeds, args.output, options=opts,
-                      force=args.force, progress=not args.no_progress)
-    print(format_table(rows, ["name", "status", "epochs", "best_epoch", "best_R@1", "rho_at_best", "final_R@1",
-                              "final_rho"], title=f"train-grid ({len(rows)} combinations)"))
-    print(f"wrote {args.output}/grid.csv")
+                      force=args.force, keep_epochs=args.keep_epochs, progress=not args.no_progress)
+    print(format_table(rows, ["name", "status", "epochs", "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best",
+                              "final_R@1", "final_rho", "untrained_R@1"],
+                       title=f"train-grid ({len(rows)} combinations)"))
+    print(f"wrote {args.output}/grid.csv (merged with its earlier rows)")
     return 0

@@ -1,49 +1,106 @@
 """``embedscope train-grid``: one model per (loss, p_switch, seed), for correlation studies.
 
 Each combination trains into ``<out_dir>/<dataset>_<loss>_p<p_switch>_s<seed>.pt`` with the trainer
-of :mod:`embedscope.train.trainer` (its working files beside it, see ``docs/training.md``). A
-combination whose final checkpoint exists and is finished is skipped; one with an unfinished run
-(``<name>.pt.train/last.pt``) is resumed. ``p_switch > 0`` applies only to tuple losses: those
-combinations are skipped for the others. A summary (``grid.csv``) lists every model with its best
-test R@1, the epoch of it and ρ of the training embeddings there (Roth §5 take both at the epoch of
-best test R@1, METHODS.md §6).
+of :mod:`embedscope.train.trainer` (its working files beside it, see ``docs/training.md``).
+
+* A combination whose final checkpoint exists, is finished **and was trained with the same
+  settings** is skipped. A finished (or unfinished) run with *other* settings (say ``--embed-dim 64``
+  over a D = 32 run) is refused before anything trains, naming the settings that differ; ``force``
+  retrains it.
+* A combination with an unfinished run (``<name>.pt.train/last.pt``) of the same settings is resumed.
+* ``p_switch > 0`` applies only to tuple losses: those combinations are skipped for the others.
+
+The summary ``grid.csv`` lists every model of the folder: rows of earlier calls are kept (a row of
+this call replaces the row of the same name). Per model: the settings, the best test R@1 (and
+MAP@R when the trainer logs it), the epoch of it and ρ of the training embeddings there (Roth §5
+take both at the epoch of best test R@1, METHODS.md §6), the final epoch's values, the untrained
+network's test R@1 (epoch 0 of the log), and the paths of the final and best checkpoints.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from embedscope.errors import EmbedscopeError
 
-SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "status", "epochs", "best_epoch",
-                   "best_R@1", "rho_at_best", "final_R@1", "final_rho", "checkpoint"]
+SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "status", "epochs",
+                   "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1", "final_MAP@R", "final_rho",
+                   "untrained_R@1", "checkpoint", "best_checkpoint"]
+
+# settings that may differ between a stored run and a new request without making it another run
+IGNORED_SETTINGS = ("device", "num_workers", "eval_every", "num_train_classes")
 
 
 def run_name(dataset: str, loss: str, p_switch: float, seed: int) -> str:
     return f"{dataset}_{loss}_p{p_switch:g}_s{seed}"
 
 
-def _finished(path: Path) -> dict[str, Any] | None:
+def _read(path: Path) -> dict[str, Any] | None:
     from embedscope.models import read_checkpoint
 
     try:
         obj = read_checkpoint(path)
     except EmbedscopeError:
         return None
-    extra = obj.get("extra") or {} if isinstance(obj, dict) else {}
+    return obj if isinstance(obj, dict) else None
+
+
+def _finished(path: Path) -> dict[str, Any] | None:
+    obj = _read(path)
+    if obj is None:
+        return None
+    extra = obj.get("extra") or {}
     return obj if extra.get("finished") else None
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, (list, tuple)):
+        return [_norm(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _norm(x) for k, x in sorted(v.items())}
+    return v
+
+
+def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """The settings (``key: stored -> wanted``) in which a stored run's config differs from a request.
+
+    Keys of :data:`IGNORED_SETTINGS` (device, workers, evaluation frequency) do not count.
+    """
+    out = []
+    for k in sorted(set(stored) | set(wanted)):
+        if k in IGNORED_SETTINGS or k not in wanted:
+            continue
+        a, b = _norm(stored.get(k)), _norm(wanted.get(k))
+        if a != b:
+            out.append(f"{k}: {a!r} -> {b!r}")
+    return out
+
+
+def read_grid_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of an existing ``grid.csv`` (strings as stored); [] when the file does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float], seeds: Sequence[int],
                out_dir: str | os.PathLike, *, options: dict[str, Any] | None = None, force: bool = False,
-               progress: bool = True, echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+               keep_epochs: bool = False, progress: bool = True,
+               echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Train every combination of ``losses`` × ``p_switches`` × ``seeds`` (METHODS.md §5, §6).
 
     ``options`` are further trainer options (epochs, sampler, miner, batch_size, …) shared by all
-    runs. Finished runs are skipped (``force`` retrains them). Writes ``<out_dir>/grid.csv`` and
-    returns its rows.
+    runs. Finished runs with the same settings are skipped; a stored run with other settings is
+    refused (:class:`EmbedscopeError` naming the differences) unless ``force`` (then retrained).
+    ``keep_epochs`` keeps every epoch's checkpoint (``epoch-NNN.pt``, for ``study --epoch all``).
+    Merges this call's rows into ``<out_dir>/grid.csv`` and returns this call's rows.
     """
     from embedscope.tables import write_csv
     from embedscope.train.losses import loss_spec
@@ -53,46 +110,84 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected an output folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
     options = dict(options or {})
     for k in ("loss", "p_switch", "seed", "dataset"):
         options.pop(k, None)
     combos = [(lo, float(p), int(s)) for lo in losses for p in p_switches for s in seeds]
+    wanted: dict[tuple, dict[str, Any]] = {}
     for lo, p, s in combos:  # validate every combination before training any
         loss_spec(lo)
         if p == 0 or loss_spec(lo).tuple_loss:
-            resolve_config({**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s})
+            wanted[(lo, p, s)] = resolve_config({**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s})
+    # compare the settings of stored runs before training any
+    stored: dict[tuple, tuple[str, dict | None]] = {}
+    conflicts = []
+    for key, cfg in wanted.items():
+        ckpt = out_dir / f"{run_name(dataset, *key)}.pt"
+        done = _finished(ckpt) if ckpt.exists() else None
+        last = run_paths(ckpt)["last"]
+        state, kind = (done, "finished") if done is not None else (
+            (_read(last), "unfinished") if last.exists() else (None, ""))
+        if state is None:
+            continue
+        diff = settings_diff(state.get("config") or {}, cfg)
+        stored[key] = (kind, done)
+        if diff:
+            conflicts.append(f"{ckpt.name} ({kind}): {', '.join(diff)}")
+            stored[key] = ("other", None)
+    if conflicts and not force:
+        raise EmbedscopeError(
+            f"{len(conflicts)} run(s) in {out_dir} were trained with other settings — {'; '.join(conflicts[:3])}"
+            f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i, (lo, p, s) in enumerate(combos, 1):
         name = run_name(dataset, lo, p, s)
         ckpt = out_dir / f"{name}.pt"
         row: dict[str, Any] = {"name": name, "loss": lo, "loss_family": loss_spec(lo).family, "p_switch": p,
                                "seed": s, "checkpoint": str(ckpt)}
-        if p > 0 and not loss_spec(lo).tuple_loss:
+        if (lo, p, s) not in wanted:
             say(f"[{i}/{len(combos)}] {name}: skipped (the {lo} loss takes no mined tuples, p_switch n/a)")
             rows.append({**row, "status": "n/a"})
             continue
-        done = None if force else (_finished(ckpt) if ckpt.exists() else None)
-        if done is not None:
-            say(f"[{i}/{len(combos)}] {name}: finished already, skipped")
-            rows.append({**row, "status": "skipped", **_summary(done["extra"])})
+        cfg = wanted[(lo, p, s)]
+        row.update(embed_dim=cfg["embed_dim"], normalize=cfg["normalize"])
+        kind, done = stored.get((lo, p, s), ("", None))
+        if kind == "finished" and not force:
+            say(f"[{i}/{len(combos)}] {name}: finished already, skipped (same settings)")
+            rows.append({**row, "status": "skipped", **_summary(done["extra"], ckpt)})
             continue
-        resume = (not force) and run_paths(ckpt)["last"].exists()
-        say(f"[{i}/{len(combos)}] {name}: {'resuming' if resume else 'training'}")
-        cfg = {**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s}
-        res = train(cfg, ckpt, resume=resume, force=force or ckpt.exists(), progress=progress, echo=say)
-        rows.append({**row, "status": "trained", **_summary({"history": res["history"], "metrics": {"best": res["best"]}})})
-    write_csv(out_dir / "grid.csv", rows, SUMMARY_COLUMNS, force=True)
+        retrain = force or kind == "other"
+        resume = (not retrain) and kind == "unfinished"
+        verb = "resuming" if resume else ("retraining (other settings, --force)" if kind == "other" else "training")
+        say(f"[{i}/{len(combos)}] {name}: {verb}")
+        opts = {**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s}
+        res = train(opts, ckpt, resume=resume, force=retrain or ckpt.exists(), progress=progress, echo=say,
+                    keep_epochs=keep_epochs)
+        rows.append({**row, "status": "retrained" if kind == "other" else "trained",
+                     **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, ckpt)})
+    merged = {r["name"]: r for r in read_grid_csv(out_dir / "grid.csv")}
+    for r in rows:
+        merged[r["name"]] = r
+    write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
     return rows
 
 
-def _summary(extra: dict[str, Any]) -> dict[str, Any]:
-    hist = [r for r in extra.get("history", []) if int(r["epoch"]) > 0]
+def _summary(extra: dict[str, Any], ckpt: Path) -> dict[str, Any]:
+    from embedscope.train.trainer import run_paths
+
+    history = extra.get("history", [])
+    hist = [r for r in history if int(r["epoch"]) > 0]
+    zero = [r for r in history if int(r["epoch"]) == 0]
     best = (extra.get("metrics") or {}).get("best")
     evals = [r for r in hist if r.get("R@1") is not None]
     last = evals[-1] if evals else {}
+    best_ckpt = run_paths(ckpt)["best"]
     return {"epochs": hist[-1]["epoch"] if hist else 0,
             "best_epoch": best["epoch"] if best else None,
             "best_R@1": best["R@1"] if best else None,
+            "best_MAP@R": best.get("MAP@R") if best else None,
             "rho_at_best": best["rho"] if best else None,
-            "final_R@1": last.get("R@1"), "final_rho": last.get("rho")}
+            "final_R@1": last.get("R@1"), "final_MAP@R": last.get("MAP@R"), "final_rho": last.get("rho"),
+            "untrained_R@1": zero[0].get("R@1") if zero else None,
+            "best_checkpoint": str(best_ckpt) if best_ckpt.exists() else ""}

@@ -1,0 +1,75 @@
+"""embedscope study SRC -o STUDY_DIR: every measure of many checkpoints and their correlations (METHODS.md §6)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser(
+        "study", parents=parents, help="measure many checkpoints and correlate each measure with test R@1",
+        description="Embed the train and test split of every checkpoint of SRC (a train-grid folder, a glob of "
+        "checkpoints in quotes, or a YAML file listing checkpoints with tags), take every measure of the "
+        "registry on its split, and correlate each with the target over objectives (mean over seeds, as "
+        "Roth et al. Fig. 5) and over runs: Pearson, Spearman, Kendall tau with bootstrap 95%% intervals, "
+        "Jiang et al.'s granulated tau, robustness, untrained reference. Writes STUDY_DIR/runs.csv, "
+        "runs.parquet, correlations.csv/json and figures/. Resumable: run the same command again after an "
+        "interruption. Embeddings are cached by checkpoint hash (--cache-dir). See docs/studies.md.")
+    p.add_argument("source", metavar="SRC", help="train-grid folder, glob of checkpoints, or YAML file")
+    p.add_argument("-o", "--output", required=True, metavar="STUDY_DIR", help="study folder")
+    p.add_argument("--epoch", default="best", choices=["best", "last", "all"],
+                   help="which checkpoint of each run: best test R@1 (Roth's protocol; selects on the test set), "
+                   "last, or all kept epochs (default: best)")
+    p.add_argument("--target", default="R@1", help="the measure the others are correlated with (default: R@1, test)")
+    p.add_argument("--exclude", action="append", default=[], metavar="EXPR",
+                   help="leave matching runs out of the statistics, e.g. 'p_switch>0' (as Roth Fig. 5) or "
+                   "'loss==lifted' (repeatable)")
+    p.add_argument("--dataset", help="data set to embed (default: the one each checkpoint was trained on)")
+    p.add_argument("--root", help="data set folder (default: the checkpoint's)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="local Dask worker processes (default: one per core; 0 = serial in this process)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="use an existing Dask scheduler (tcp://host:8786)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="embedding cache (default: $EMBEDSCOPE_CACHE or ~/.cache/embedscope/embeddings)")
+    p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="retrieval ranking distance")
+    p.add_argument("--seed", type=int, default=1234, help="k-means and bootstrap seed (default 1234)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures")
+    p.add_argument("--no-progress", action="store_true", help="print less")
+    p.add_argument("--force", action="store_true", help="recompute finished rows / reuse a folder with other settings")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    import sys
+
+    from embedscope.study.run import run_study
+    from embedscope.tables import format_table
+
+    res = run_study(args.source, args.output, epoch=args.epoch, dataset=args.dataset, root=args.root,
+                    cache_dir=args.cache_dir, workers=args.workers, scheduler=args.scheduler, force=args.force,
+                    target=args.target, exclude=args.exclude, metric=args.metric, seed=args.seed,
+                    n_boot=args.bootstrap, device=args.device, figures=not args.no_figures,
+                    echo=(lambda s: None) if args.no_progress else print)
+    st = res["stats"]
+    rows = [{"measure": r["measure"], "split": r["split"], "r (objectives)": r["pearson"],
+             "lo": r["pearson_lo"], "hi": r["pearson_hi"], "tau (runs)": next(
+                 (x["kendall"] for x in st["correlations"] if x["measure"] == r["measure"] and x["level"] == "runs"), None),
+             "granulated tau": r.get("granulated_tau")}
+            for r in st["correlations"] if r["level"] == "objectives"]
+    order = {r["measure"]: i for i, r in enumerate(st["ranking"])}
+    rows.sort(key=lambda r: order.get(r["measure"], 999))
+    n = st["n_points"]
+    print(format_table(rows, title=f"study {args.output}: {n['runs']} runs, {n['objectives']} objectives, "
+                       f"target test {st['target']} (ranked by |tau| over runs)"))
+    u = st["untrained"]
+    print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
+          f"{u['selected_compared']}")
+    print(f"wrote {args.output}/runs.csv, runs.parquet, correlations.csv, correlations.json"
+          + ("" if args.no_figures else ", figures/"))
+    if res["errors"]:
+        print(f"embedscope study: error: {len(res['errors'])} of {len(res['rows'])} checkpoints failed "
+              f"(e.g. {res['errors'][0]['id']}: {res['errors'][0]['error']}); the rest were measured — "
+              "see the status and error columns of runs.csv", file=sys.stderr)
+        return 1
+    return 0

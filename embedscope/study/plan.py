@@ -1,0 +1,255 @@
+"""Which checkpoints a study measures: from a train-grid folder, a glob, or a YAML list (METHODS.md §6).
+
+A study point is a :class:`Entry`: one checkpoint file, the run it belongs to, which epoch of the run
+it is (``selection``: ``best`` = the epoch of best test R@1, Roth's protocol, which *selects on the
+test set*; ``final``; ``epoch`` for ``--epoch all``; ``given`` for a file named directly;
+``untrained`` for the reference network), its configuration columns and user tags.
+
+Every study also holds the **untrained network** of each distinct (architecture, D, normalisation,
+seed, data set, backbone weights) as a reference row: the trainer's ``epoch-000.pt`` when the run
+kept it, else the network built here exactly as :func:`embedscope.train.trainer.train` initialises
+it (``torch.manual_seed(seed)`` then :func:`embedscope.models.build_model`, backbone weights loaded
+when the config names them), saved under ``<study>/untrained/``.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from embedscope.errors import EmbedscopeError, UsageError
+
+# configuration columns of every study row (from the checkpoint's stored config)
+CONFIG_COLUMNS = ["dataset", "arch", "loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize",
+                  "batch_size", "lr", "epochs", "seed"]
+EPOCH_MODES = ("best", "last", "all")
+_UNTRAINED_KEYS = ("dataset", "arch", "embed_dim", "normalize", "seed", "weights", "frozen_bn", "image_size",
+                   "train_classes")
+
+
+@dataclass
+class Entry:
+    """One point of a study (one checkpoint file)."""
+
+    id: str
+    checkpoint: str
+    run: str
+    selection: str
+    epoch: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, Any] = field(default_factory=dict)
+    untrained: str = ""  # id of the untrained reference entry of this run
+    error: str = ""  # a checkpoint that cannot be read at planning time
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _safe(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", s).strip("_") or "x"
+
+
+def _read_config(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    from embedscope.models import read_checkpoint
+
+    obj = read_checkpoint(path)
+    if not isinstance(obj, dict):
+        raise EmbedscopeError(f"{path}: not an embedscope checkpoint (a {type(obj).__name__})")
+    if "state_dict" not in obj:
+        raise EmbedscopeError(f"{path}: no 'state_dict' in the checkpoint")
+    return dict(obj.get("config") or {}), dict(obj.get("extra") or {})
+
+
+def _epoch_of(extra: dict[str, Any], selection: str) -> int | None:
+    if selection == "best":
+        best = (extra.get("metrics") or {}).get("best")
+        if best and best.get("epoch") is not None:
+            return int(best["epoch"])
+    return int(extra["epoch"]) if extra.get("epoch") is not None else None
+
+
+def _run_files(final: Path, mode: str) -> list[tuple[Path, str]]:
+    """(file, selection) of a trainer run with final checkpoint ``final`` for one ``--epoch`` mode."""
+    d = final.with_name(final.name + ".train")
+    fin = final if final.exists() else d / "last.pt"
+    if not d.is_dir():
+        return [(final, "given")]
+    if mode == "last":
+        return [(fin, "final")]
+    if mode == "best":
+        best = d / "best.pt"
+        return [(best if best.exists() else fin, "best"), (fin, "final")]
+    epochs = sorted(p for p in d.glob("epoch-*.pt") if p.stem[6:].isdigit() and int(p.stem[6:]) > 0)
+    if not epochs:  # the run kept no per-epoch files: best and final are what exists
+        return _run_files(final, "best")
+    return [(p, "epoch") for p in epochs]
+
+
+def _sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str, Any]]]:
+    """(checkpoint, run name, user tags) of a grid folder, a YAML list or a glob."""
+    src = str(source)
+    p = Path(src)
+    if p.is_dir():
+        grid = p / "grid.csv"
+        if grid.exists():
+            from embedscope.train.grid import read_grid_csv
+
+            out = []
+            for r in read_grid_csv(grid):
+                if r.get("status") == "n/a":
+                    continue
+                ck = Path(r["checkpoint"])
+                if not ck.is_absolute() and not ck.exists():
+                    ck = p / ck.name
+                out.append((ck, r["name"], {}))
+            if not out:
+                raise EmbedscopeError(f"{grid}: no trained runs listed")
+            return out
+        files = sorted(p.glob("*.pt"))
+        if not files:
+            raise EmbedscopeError(f"{p}: no grid.csv and no *.pt checkpoints in the folder")
+        return [(f, f.stem, {}) for f in files]
+    if p.suffix.lower() in (".yaml", ".yml") and p.exists():
+        return _yaml_sources(p)
+    if p.is_file():
+        return [(p, p.stem, {})]
+    files = sorted(Path(f) for f in _glob.glob(src, recursive=True))
+    files = [f for f in files if f.is_file()]
+    if not files:
+        raise EmbedscopeError(f"{src}: no such folder, YAML file or matching checkpoint")
+    return [(f, _run_name(f), {}) for f in files]
+
+
+def _run_name(f: Path) -> str:
+    if f.parent.name.endswith(".pt.train"):
+        return f.parent.name[: -len(".pt.train")] + "@" + f.stem
+    return f.stem
+
+
+def _yaml_sources(path: Path) -> list[tuple[Path, str, dict[str, Any]]]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise EmbedscopeError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    items = doc.get("checkpoints") if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or not items:
+        raise EmbedscopeError(f"{path}: expected a list of checkpoints (or a 'checkpoints:' list)")
+    out = []
+    for i, it in enumerate(items):
+        if isinstance(it, str):
+            it = {"path": it}
+        if not isinstance(it, dict) or "path" not in it:
+            raise EmbedscopeError(f"{path}: item {i + 1} needs a 'path'")
+        tags = dict(it.get("tags") or {})
+        tags.update({k: v for k, v in it.items() if k not in ("path", "tags", "name")})
+        ck = Path(os.path.expanduser(str(it["path"])))
+        if not ck.is_absolute():
+            ck = path.parent / ck
+        out.append((ck, str(it.get("name") or ck.stem), tags))
+    return out
+
+
+def parse_exclude(exprs) -> list[tuple[str, str, Any]]:
+    """``["p_switch>0", "loss==lifted"]`` -> [(column, operator, value)] (operators > >= < <= == !=)."""
+    out = []
+    for e in exprs or []:
+        m = re.fullmatch(r"\s*([A-Za-z_][\w@.-]*)\s*(>=|<=|==|!=|>|<|=)\s*(.+?)\s*", str(e))
+        if not m:
+            raise UsageError(f"--exclude '{e}': expected COLUMN OP VALUE, e.g. p_switch>0 or loss==lifted")
+        col, op, val = m.groups()
+        op = "==" if op == "=" else op
+        try:
+            v: Any = float(val)
+        except ValueError:
+            v = val.strip("'\"")
+        out.append((col, op, v))
+    return out
+
+
+def untrained_key(config: dict[str, Any]) -> str:
+    """Short name of the untrained network a run starts from."""
+    core = {k: config.get(k) for k in _UNTRAINED_KEYS}
+    h = hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return _safe(f"untrained@{config.get('arch')}-D{config.get('embed_dim')}-"
+                 f"{'norm' if config.get('normalize', True) else 'raw'}-s{config.get('seed', 0)}-{h}")
+
+
+def build_untrained(config: dict[str, Any], out: Path) -> Path:
+    """Save the network a run with ``config`` starts from (the trainer's initialisation) to ``out``."""
+    import torch
+
+    from embedscope.models import build_model, load_backbone_weights, save_checkpoint
+
+    if out.exists():
+        return out
+    torch.manual_seed(int(config.get("seed", 0)))
+    model = build_model(config)
+    if config.get("weights"):
+        load_backbone_weights(model, config["weights"])
+    save_checkpoint(out, model, config, extra={"epoch": 0, "finished": False, "untrained": True}, force=True)
+    return out
+
+
+def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
+               untrained: bool = True) -> list[Entry]:
+    """The entries of a study over ``source`` (a train-grid folder, a glob, a YAML file).
+
+    ``epoch``: ``best`` (each run's checkpoint of best test R@1, plus its final checkpoint as a
+    robustness companion), ``last`` (the final checkpoint) or ``all`` (every kept epoch). A file
+    that cannot be read becomes an entry with ``error`` set (the rest of the study goes on).
+    """
+    if epoch not in EPOCH_MODES:
+        raise UsageError(f"--epoch must be one of {', '.join(EPOCH_MODES)}, got '{epoch}'")
+    out_dir = Path(out_dir)
+    entries: list[Entry] = []
+    refs: dict[str, Entry] = {}
+    seen: set[str] = set()
+    for final, run, tags in _sources(source):
+        try:
+            files = _run_files(final, epoch) if final.suffix == ".pt" or final.with_name(final.name + ".train").is_dir() \
+                else [(final, "given")]
+        except OSError as e:  # pragma: no cover - unreadable folder
+            files = [(final, "given")]
+            tags = {**tags, "_error": str(e)}
+        for f, sel in files:
+            eid_base = _safe(f"{run}@{sel}")
+            try:
+                if not f.exists():
+                    raise EmbedscopeError(f"{f}: no such checkpoint file")
+                cfg, extra = _read_config(f)
+                ep = _epoch_of(extra, sel)
+                err = ""
+            except EmbedscopeError as e:
+                cfg, extra, ep, err = {}, {}, None, str(e)
+            eid = eid_base + (f"-e{ep:03d}" if sel == "epoch" and ep is not None else "")
+            while eid in seen:
+                eid += "+"
+            seen.add(eid)
+            e = Entry(id=eid, checkpoint=str(f), run=run, selection=sel, epoch=ep, config=cfg, tags=dict(tags),
+                      error=err)
+            if untrained and cfg and cfg.get("arch"):
+                key = untrained_key(cfg)
+                if key not in refs:
+                    zero = final.with_name(final.name + ".train") / "epoch-000.pt"
+                    path = zero if zero.exists() else out_dir / "untrained" / f"{key}.pt"
+                    refs[key] = Entry(id=key, checkpoint=str(path), run=key, selection="untrained", epoch=0,
+                                      config={**cfg, "loss": "untrained", "loss_family": "none", "p_switch": 0.0,
+                                              "miner": None, "epochs": 0})
+                e.untrained = key
+            entries.append(e)
+    for key, ref in refs.items():
+        if ref.checkpoint.startswith(str(out_dir / "untrained")):
+            try:
+                build_untrained(ref.config, Path(ref.checkpoint))
+            except Exception as ex:  # noqa: BLE001 - the reference fails, the study goes on
+                ref.error = f"untrained network: {ex}"
+        entries.append(ref)
+    return entries

@@ -1,0 +1,352 @@
+"""Running a study: embed each checkpoint (cached), take every measure, one row per checkpoint.
+
+Layout of a study folder ``STUDY/`` (``docs/studies.md``)::
+
+    study.json              settings and provenance (versions, source, measures, cache folder)
+    rows/<entry>.json       one finished row per checkpoint (written atomically as each finishes)
+    untrained/*.pt          untrained reference networks built for the study
+    runs.csv, runs.parquet  every row (checkpoint, config, tags, measures, status, error)
+    correlations.csv/.json  statistics (:mod:`embedscope.study.stats`)
+    figures/*.png|pdf       Fig.-5 panels, Fig.-4 matrix, ranking by |tau|
+
+Resumable: a killed study continues where it stopped (finished rows are read back, never recomputed
+unless ``force``); rows that failed are tried again. Embeddings are cached by checkpoint sha256 +
+data set + transform (+ device kind) in a cache folder shared by all studies, written atomically.
+Parallel: a Dask distributed cluster (an in-process ``LocalCluster`` with one single-threaded
+worker process per core by default, or an existing scheduler); the rows are the same serial and
+parallel.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from embedscope.errors import EmbedscopeError, UsageError
+
+CACHE_ENV = "EMBEDSCOPE_CACHE"
+SETTINGS_KEYS = ("source", "epoch", "dataset", "root", "metric", "seed", "device")
+
+
+def default_cache_dir() -> Path:
+    """``$EMBEDSCOPE_CACHE``, else ``$XDG_CACHE_HOME/embedscope/embeddings`` (``~/.cache/...``)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "embedscope" / "embeddings"
+
+
+@functools.lru_cache(maxsize=8)
+def _dataset(name: str, root: str | None, train_classes: int | None):
+    from embedscope.data import get_dataset
+
+    return get_dataset(name, root, train_classes=train_classes)
+
+
+def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transform: str, device_kind: str) -> str:
+    """Key of a cached embedding file: checkpoint bytes + data set + transform + device kind."""
+    d = {"checkpoint_sha256": sha256, "dataset": dataset, "root": str(Path(root).resolve()) if root else "",
+         "train_classes": train_classes, "transform": transform, "device": device_kind, "v": 1}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, root: str | None = None,
+                 cache_dir: str | os.PathLike | None = None, device: str = "auto") -> tuple[Any, dict[str, Any]]:
+    """(EmbeddingSet of train + test, info) for a checkpoint, from the cache when present.
+
+    ``info``: ``sha256``, ``config``, ``extra``, ``cached`` (bool), ``cache_file``, ``embed_seconds``.
+    """
+    from embedscope import store
+    from embedscope.data import describe_transform, image_transform
+    from embedscope.device import resolve_device
+    from embedscope.embed import embed_images
+    from embedscope.models import load_checkpoint
+
+    t0 = time.perf_counter()
+    model, config, info = load_checkpoint(checkpoint)
+    name = dataset or config.get("dataset")
+    if not name:
+        raise EmbedscopeError(f"{checkpoint}: the checkpoint names no data set: pass --dataset")
+    root = root if root is not None else (config.get("root") or None)
+    tc = config.get("train_classes")
+    tc = int(tc) if tc not in (None, "") else None
+    ds = _dataset(str(name), root, tc)
+    if (ds.kind == "digits") != (config["arch"] == "digits_cnn"):
+        raise EmbedscopeError(f"a {config['arch']} checkpoint cannot embed the {name} images")
+    size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
+    transform = describe_transform(ds.kind, train=False, image_size=size)
+    dev = resolve_device(device)
+    key = cache_key(info["sha256"], ds.name, root, tc, transform, dev.type)
+    cdir = Path(cache_dir) if cache_dir else default_cache_dir()
+    path = cdir / f"{key}.h5"
+    out = {"sha256": info["sha256"], "config": config, "extra": info["extra"], "cache_file": str(path)}
+    if path.exists():
+        try:
+            es = store.load(path)
+            out.update(cached=True, embed_seconds=time.perf_counter() - t0)
+            return es, out
+        except EmbedscopeError:
+            pass  # a damaged cache file: embed again and replace it
+    X = embed_images(model, ds, transform=image_transform(ds.kind, train=False, image_size=size),
+                     batch_size=256 if ds.kind == "digits" else 128, device=str(dev), progress=False)
+    es = store.EmbeddingSet(embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split,
+                            class_names=ds.class_names, properties=ds.properties,
+                            attrs={"dataset": ds.name, "root": str(Path(root).resolve()) if root else "",
+                                   "transform": transform, "checkpoint": str(Path(checkpoint).resolve()),
+                                   "checkpoint_sha256": info["sha256"],
+                                   "checkpoint_config": json.dumps(config, sort_keys=True, default=str)})
+    cdir.mkdir(parents=True, exist_ok=True)
+    store.save(path, es, force=True)  # atomic: a concurrent writer of the same key writes the same bytes
+    out.update(cached=False, embed_seconds=time.perf_counter() - t0)
+    return es, out
+
+
+def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """Embed one entry's checkpoint (cached) and take every registry measure on its split -> a row.
+
+    Never raises: a failure gives a row with ``status = "error"`` and the one-line ``error``.
+    """
+    from embedscope.study.measures import registry
+    from embedscope.study.plan import CONFIG_COLUMNS
+
+    row: dict[str, Any] = {"id": entry["id"], "run": entry["run"], "selection": entry["selection"],
+                           "epoch": entry["epoch"], "checkpoint": entry["checkpoint"], "untrained": entry["untrained"]}
+    cfg = entry.get("config") or {}
+    row.update({c: cfg.get(c) for c in CONFIG_COLUMNS})
+    row.update({f"tag:{k}": v for k, v in (entry.get("tags") or {}).items() if not k.startswith("_")})
+    if entry.get("error"):
+        return {**row, "status": "error", "error": entry["error"]}
+    threads = settings.get("threads")
+    try:
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        es, info = embed_cached(entry["checkpoint"], dataset=settings.get("dataset"), root=settings.get("root"),
+                                cache_dir=settings["cache_dir"], device=settings.get("device", "auto"))
+        t1 = time.perf_counter()
+        _, compute, _ = registry()
+        vals = compute(es, settings.get("measures"), metric=settings.get("metric", "cosine"),
+                       seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"))
+        c = info["config"]
+        row.update({k: c.get(k, row.get(k)) for k in CONFIG_COLUMNS if c.get(k) is not None})
+        row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_seconds": info["embed_seconds"],
+                    "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
+                    "N_test": int((es.split == "test").sum()), "status": "ok", "error": ""})
+        row.update({k: float(v) for k, v in vals.items()})
+    except Exception as e:  # noqa: BLE001 - the row reports it, the study goes on
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if not isinstance(e, EmbedscopeError):
+            msg = f"{e.__class__.__name__}: {msg}"
+        row.update(status="error", error=msg[:300])
+    return row
+
+
+def _versions() -> dict[str, str]:
+    import numpy
+    import torch
+
+    from embedscope import __version__
+
+    out = {"embedscope": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
+           "torch": torch.__version__}
+    try:
+        import dask
+        import scipy
+
+        out.update(dask=dask.__version__, scipy=scipy.__version__)
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def _settings_of(source, epoch, dataset, root, metric, seed, device) -> dict[str, Any]:
+    src = str(source)
+    if Path(src).exists():
+        src = str(Path(src).resolve())
+    return {"source": src, "epoch": epoch, "dataset": dataset, "root": root, "metric": metric, "seed": int(seed),
+            "device": device}
+
+
+def _row_path(out_dir: Path, eid: str) -> Path:
+    return out_dir / "rows" / f"{eid}.json"
+
+
+def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
+              dataset: str | None = None, root: str | None = None, cache_dir: str | os.PathLike | None = None,
+              workers: int | None = None, scheduler: str | None = None, force: bool = False,
+              target: str = "R@1", exclude=(), metric: str = "cosine", seed: int = 1234, n_boot: int = 1000,
+              device: str = "auto", measures=None, figures: bool = True, progress: bool = True,
+              echo: Callable[[str], None] | None = None,
+              on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Measure every checkpoint of ``source`` and write the study folder ``out_dir`` (METHODS.md §6).
+
+    Parameters
+    ----------
+    source : a train-grid folder, a glob of checkpoints, or a YAML file (``docs/studies.md``).
+    epoch : ``best`` | ``last`` | ``all`` (see :func:`embedscope.study.plan.plan_study`).
+    workers : number of local Dask workers (default: one per core); 0 = serial in this process.
+    scheduler : address of an existing Dask scheduler (``tcp://host:8786``) instead of a local cluster.
+    force : recompute finished rows (the embedding cache is still used; it is keyed by content).
+    target, exclude, n_boot, seed : statistics (:func:`embedscope.study.stats.study_statistics`).
+    on_row : called in this process with each row as it is written (tests stop a study here).
+
+    Returns
+    -------
+    dict with ``rows``, ``stats``, ``errors`` (rows whose status is error), ``computed`` (rows
+    measured by this call) and ``paths``.
+    """
+    from embedscope.fileio import write_text
+    from embedscope.study.measures import registry
+    from embedscope.study.plan import parse_exclude, plan_study
+
+    say = echo or print
+    parse_exclude(exclude)  # refuse a bad expression before any work
+    if workers is not None and int(workers) < 0:
+        raise UsageError(f"--workers must be >= 0, got {workers}")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise EmbedscopeError(f"{out_dir} is a file, expected a study folder")
+    settings = _settings_of(source, epoch, dataset, root, metric, seed, device)
+    meta_path = out_dir / "study.json"
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text(encoding="utf-8")).get("settings", {})
+        diff = [k for k in SETTINGS_KEYS if old.get(k) != settings.get(k)]
+        if diff and not force:
+            raise EmbedscopeError(
+                f"{out_dir} holds a study with other settings ({', '.join(f'{k}: {old.get(k)} -> {settings.get(k)}' for k in diff)}); "
+                "use --force to start it again, or another folder")
+    elif out_dir.exists() and any(out_dir.iterdir()) and not force:
+        raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "rows").mkdir(exist_ok=True)
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    mreg, _, msource = registry()
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    entries = plan_study(source, out_dir, epoch=epoch)
+    meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
+            "cache_dir": str(cache), "measures_source": msource,
+            "measures": {k: {"split": v.split, "family": v.family, "direction": v.direction, "meaning": v.meaning}
+                         for k, v in mreg.items() if measures is None or k in measures},
+            "versions": _versions(), "host": platform.node(), "started": started,
+            "entries": len(entries)}
+    write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
+
+    done: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        rp = _row_path(out_dir, e.id)
+        if rp.exists() and not force:
+            try:
+                r = json.loads(rp.read_text(encoding="utf-8"))
+            except ValueError:
+                continue
+            if r.get("status") == "ok":
+                done[e.id] = r
+    todo = [e.to_dict() for e in entries if e.id not in done]
+    say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
+    task_settings = {"dataset": dataset, "root": root, "cache_dir": str(cache), "device": device, "metric": metric,
+                     "seed": seed, "measures": list(measures) if measures else None}
+    computed: list[dict[str, Any]] = []
+
+    def keep(row: dict[str, Any]) -> None:
+        from embedscope.tables import write_json
+
+        write_json(_row_path(out_dir, row["id"]), row, force=True)
+        done[row["id"]] = row
+        computed.append(row)
+        status = "ok" if row["status"] == "ok" else f"ERROR {row['error']}"
+        say(f"[{len(done)}/{len(entries)}] {row['id']}: {status}")
+        if on_row is not None:
+            on_row(row)
+
+    if todo:
+        n = (os.cpu_count() or 1) if workers is None else int(workers)
+        if n == 0 and not scheduler:
+            for e in todo:
+                keep(measure_entry(e, task_settings))
+        else:
+            _run_dask(todo, task_settings, n, scheduler, keep)
+    rows = [done[e.id] for e in entries if e.id in done]
+    ended = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    meta["ended"] = ended
+    write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
+    res = finish_study(out_dir, rows, target=target, exclude=exclude, n_boot=n_boot, seed=seed, figures=figures)
+    errors = [r for r in rows if r.get("status") != "ok"]
+    return {"rows": rows, "stats": res["stats"], "errors": errors, "computed": computed, "paths": res["paths"]}
+
+
+def _run_dask(todo, task_settings, n_workers: int, scheduler: str | None, keep) -> None:
+    import logging
+
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler:
+        client = Client(scheduler)
+    else:
+        cluster = LocalCluster(n_workers=max(n_workers, 1), threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(cluster)
+    st = {**task_settings, "threads": 1}
+    try:
+        futs = [client.submit(measure_entry, e, st, pure=False, key=f"embedscope-study-{e['id']}-{time.time_ns()}")
+                for e in todo]
+        for fut in as_completed(futs):
+            try:
+                row = fut.result()
+            except Exception as e:  # noqa: BLE001 - a worker died: report the row, go on
+                eid = fut.key.split("embedscope-study-", 1)[1].rsplit("-", 1)[0]
+                ent = next(x for x in todo if x["id"] == eid)
+                row = {"id": eid, "run": ent["run"], "selection": ent["selection"], "epoch": ent["epoch"],
+                       "checkpoint": ent["checkpoint"], "untrained": ent["untrained"], "status": "error",
+                       "error": f"worker failed: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            keep(row)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, target: str = "R@1", exclude=(),
+                 n_boot: int = 1000, seed: int = 1234, figures: bool = True) -> dict[str, Any]:
+    """Write runs.csv/.parquet, correlations.csv/.json and the figures of a study's rows."""
+    import pandas as pd
+
+    from embedscope.study.measures import measure_splits
+    from embedscope.study.stats import study_statistics
+    from embedscope.tables import write_csv, write_json
+
+    out_dir = Path(out_dir)
+    splits = measure_splits()
+    front = ["id", "run", "selection", "epoch", "status", "error", "beats_untrained", "untrained_target"]
+    df = pd.DataFrame(rows)
+    stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
+    df = stats.pop("_runs")
+    cols = [c for c in front if c in df.columns] + [c for c in df.columns if c not in front]
+    recs = df[cols].to_dict("records")
+    write_csv(out_dir / "runs.csv", recs, cols, force=True)
+    from embedscope.fileio import atomic_output
+
+    pq = df[cols].copy()
+    for c in pq.columns:  # parquet needs one type per column
+        if pq[c].dtype == object:
+            pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
+    with atomic_output(out_dir / "runs.parquet", force=True) as tmp:
+        pq.to_parquet(tmp, index=False)
+    write_csv(out_dir / "correlations.csv", stats["correlations"],
+              list(stats["correlations"][0]) if stats["correlations"] else ["measure"], force=True)
+    write_json(out_dir / "correlations.json", stats, force=True)
+    paths = {"runs_csv": out_dir / "runs.csv", "runs_parquet": out_dir / "runs.parquet",
+             "correlations_csv": out_dir / "correlations.csv", "correlations_json": out_dir / "correlations.json"}
+    if figures and stats["n_points"]["objectives"] >= 2:
+        from embedscope.viz.study import study_figures
+
+        paths.update(study_figures(df, stats, out_dir / "figures"))
+    return {"stats": stats, "paths": paths}

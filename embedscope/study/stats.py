@@ -1,0 +1,398 @@
+"""Statistics of a study: how well each measure tracks the target over objectives and runs (METHODS.md §6).
+
+Per measure m and a target t (default test R@1):
+
+* **Pearson r, Spearman ρ_s, Kendall τ_b** of (m, t), each with a seeded **bootstrap 95% interval**
+  (resampling points). The bootstrap, exactly (so that it can be re-done from ``runs.csv``)::
+
+      rng = numpy.random.default_rng(seed)          # a fresh generator per (measure, level)
+      idx = rng.integers(0, n, size=(n_boot, n))    # n_boot resamples of the n points
+      stat_b = statistic(x[idx[b]], y[idx[b]])      # Pearson / Spearman (Pearson of average ranks) / tau-b
+      lo, hi = numpy.percentile(finite stat_b, [2.5, 97.5])   # resamples with a constant side are dropped
+
+  at two levels: **objectives** (one point per objective = the mean over its seeds, as Roth Fig. 5)
+  and **runs** (every checkpoint a point).
+* **Granulated Kendall τ** (Jiang, Neyshabur, Mobahi, Krishnan, Bengio, *Fantastic Generalization
+  Measures and Where to Find Them*, ICLR 2020, Eq. 4): for each hyper-parameter axis i that varies
+  in the study, τ of (m, t) within every group of runs that agree on all other axes (and the seed),
+  averaged over the groups with ≥ 2 points and a defined τ: Ψ_i; Ψ = mean of Ψ_i over the axes.
+* Ranking of the measures by |τ| over runs (interval beside it).
+* Robustness: leave-one-objective-out Pearson r (min, max, the objective that moves it most), r at
+  the final epoch beside the best epoch, r over runs with L2-normalised outputs only, per-seed
+  spread (mean within-objective std against the between-objective std), and the runs whose
+  selected checkpoint is **no better than the untrained network** on the target.
+
+Sign: every statistic is reported as measured; Roth's reading is "ρ lower, R@1 higher" (negative r)
+and "π_ratio higher, R@1 higher" (positive r) on CUB and CARS (METHODS.md §6).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize", "batch_size", "lr",
+                 "epochs", "arch", "dataset"]
+
+
+# ----------------------------------------------------------------------------------------- statistics
+def pearson_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """Pearson r of each row pair of X, Y [B, n] (NaN where a row is constant)."""
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    xc = X - X.mean(axis=1, keepdims=True)
+    yc = Y - Y.mean(axis=1, keepdims=True)
+    sxx = (xc * xc).sum(1)
+    syy = (yc * yc).sum(1)
+    den = np.sqrt(sxx * syy)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (xc * yc).sum(1) / den
+    # a row that is constant up to rounding has no correlation
+    tiny = (sxx <= 1e-24 * np.maximum(1.0, (X * X).sum(1))) | (syy <= 1e-24 * np.maximum(1.0, (Y * Y).sum(1)))
+    r[tiny | ~np.isfinite(r)] = np.nan
+    return np.clip(r, -1.0, 1.0)
+
+
+def spearman_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """Spearman's rank correlation of each row pair (Pearson of average ranks, as scipy.stats.spearmanr)."""
+    from scipy.stats import rankdata
+
+    return pearson_rows(rankdata(X, axis=1), rankdata(Y, axis=1))
+
+
+def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int = 64) -> np.ndarray:
+    """Kendall's τ_b of each row pair (as scipy.stats.kendalltau, variant "b": ties in either side
+    leave the pair out of that side's count): τ_b = (C − D) / sqrt((n0 − n_x)(n0 − n_y))."""
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    out = np.empty(X.shape[0])
+    for s in range(0, X.shape[0], chunk):
+        x, y = X[s:s + chunk], Y[s:s + chunk]
+        sx = np.sign(x[:, :, None] - x[:, None, :])
+        sy = np.sign(y[:, :, None] - y[:, None, :])
+        num = (sx * sy).sum((1, 2))
+        den = np.sqrt(np.abs(sx).sum((1, 2)) * np.abs(sy).sum((1, 2)))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[s:s + chunk] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+    return np.clip(out, -1.0, 1.0)
+
+
+STATISTICS = {"pearson": pearson_rows, "spearman": spearman_rows, "kendall": kendall_rows}
+
+
+def correlate(x, y, *, n_boot: int = 1000, seed: int = 1234) -> dict[str, Any]:
+    """Pearson, Spearman and Kendall τ_b of (x, y) with bootstrap 95% intervals (module docstring)."""
+    from scipy import stats as st
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = int(x.size)
+    out: dict[str, Any] = {"n": n}
+    for name, fn in STATISTICS.items():
+        out[name] = float(fn(x[None], y[None])[0]) if n >= 2 else float("nan")
+    if n >= 3 and np.isfinite(out["pearson"]):
+        out["pearson_p"] = float(st.pearsonr(x, y).pvalue)
+        out["kendall_p"] = float(st.kendalltau(x, y).pvalue)
+    else:
+        out["pearson_p"] = out["kendall_p"] = float("nan")
+    if n >= 3 and n_boot > 0:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, n, size=(n_boot, n))
+        xb, yb = x[idx], y[idx]
+        for name, fn in STATISTICS.items():
+            v = fn(xb, yb)
+            v = v[np.isfinite(v)]
+            lo, hi = (np.percentile(v, [2.5, 97.5]) if v.size else (np.nan, np.nan))
+            out[f"{name}_lo"], out[f"{name}_hi"] = float(lo), float(hi)
+    else:
+        for name in STATISTICS:
+            out[f"{name}_lo"] = out[f"{name}_hi"] = float("nan")
+    return out
+
+
+def granulated_tau(df, measure: str, target: str, axes: list[str], context: list[str]) -> dict[str, Any]:
+    """Jiang et al.'s granulated Kendall τ (ICLR 2020, Eq. 4) of ``measure`` vs ``target``.
+
+    For each axis a of ``axes``: the runs are grouped by every other column of ``axes + context``
+    (``context``, e.g. the seed, is held fixed but is not an axis); Ψ_a = mean over the groups with
+    ≥ 2 points and a defined τ_b of τ_b(measure, target) within the group. Ψ = mean over the axes
+    with a value. Returns ``{"psi": Ψ, "per_axis": {a: Ψ_a}, "groups": {a: number of groups}}``.
+    """
+    per_axis: dict[str, float] = {}
+    groups: dict[str, int] = {}
+    for a in axes:
+        others = [c for c in axes + context if c != a]
+        taus = []
+        grouped = df.groupby(others, dropna=False, sort=True) if others else [(None, df)]
+        for _, g in grouped:
+            x = g[measure].to_numpy(dtype=np.float64)
+            y = g[target].to_numpy(dtype=np.float64)
+            ok = np.isfinite(x) & np.isfinite(y)
+            if ok.sum() < 2:
+                continue
+            t = float(kendall_rows(x[ok][None], y[ok][None])[0])
+            if np.isfinite(t):
+                taus.append(t)
+        groups[a] = len(taus)
+        per_axis[a] = float(np.mean(taus)) if taus else float("nan")
+    vals = [v for v in per_axis.values() if np.isfinite(v)]
+    return {"psi": float(np.mean(vals)) if vals else float("nan"), "per_axis": per_axis, "groups": groups}
+
+
+# ----------------------------------------------------------------------------------------- the study table
+def _primary_mask(df) -> np.ndarray:
+    sel = df["selection"].astype(str)
+    has_best = bool((sel == "best").any())
+    return ((sel != "untrained") & ~((sel == "final") & has_best)).to_numpy()
+
+
+def _exclude_mask(df, exprs) -> np.ndarray:
+    from embedscope.study.plan import parse_exclude
+
+    ops = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}
+    m = np.zeros(len(df), dtype=bool)
+    for col, op, val in parse_exclude(exprs):
+        c = col if col in df.columns else f"tag:{col}"
+        if c not in df.columns:
+            from embedscope.errors import UsageError
+
+            raise UsageError(f"--exclude {col}: no such column in the study (have e.g. loss, p_switch, embed_dim)")
+        v = df[c]
+        if op in ops:
+            if not isinstance(val, float):
+                from embedscope.errors import UsageError
+
+                raise UsageError(f"--exclude {col}{op}{val}: comparing needs a number")
+            num = np.array([_num(s) for s in v], dtype=np.float64)
+            with np.errstate(invalid="ignore"):
+                m |= ops[op](num, val) & np.isfinite(num)
+        else:
+            eq = v.map(lambda s, val=val: _num(s) == val if isinstance(val, float) else str(s) == str(val))
+            eq = eq.to_numpy(dtype=bool)
+            m |= eq if op == "==" else ~eq
+    return m
+
+
+def _num(v) -> float:
+    if isinstance(v, bool):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _varying(df, cols) -> list[str]:
+    out = []
+    for c in cols:
+        if c in df.columns and df[c].astype(str).nunique(dropna=False) > 1:
+            out.append(c)
+    return out
+
+
+def _independent(df, cols: list[str]) -> list[str]:
+    """Drop an axis whose value is fixed by an earlier one (e.g. the miner and loss family by the loss)."""
+    keep: list[str] = []
+    for c in cols:
+        dependent = False
+        for a in keep:
+            if df.groupby(df[a].astype(str))[c].apply(lambda v: v.astype(str).nunique()).max() <= 1:
+                dependent = True
+                break
+        if not dependent:
+            keep.append(c)
+    return keep
+
+
+def _label(row, cols) -> str:
+    parts = []
+    for c in cols:
+        v = row[c]
+        name = c[4:] if c.startswith("tag:") else c
+        if c in ("loss",):
+            parts.insert(0, str(v))
+        elif isinstance(v, float) and float(v).is_integer():
+            parts.append(f"{name}={int(v)}")
+        else:
+            parts.append(f"{name}={v}")
+    return " ".join(parts) if parts else str(row.get("run", "?"))
+
+
+def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000, seed: int = 1234,
+                     splits: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every statistic of a study table (one row per checkpoint) -> a JSON-able dict (+ ``_runs``).
+
+    ``splits`` maps measure names to their split (the registry's); the measures are the columns of
+    ``df`` named there. Rows with ``status != "ok"``, untrained reference rows, companion final-epoch
+    rows (when the study selected best epochs) and rows matching ``exclude`` take no part in the
+    correlations. ``_runs`` is ``df`` with the added columns ``objective``, ``primary``, ``excluded``,
+    ``untrained_target`` and ``beats_untrained``.
+    """
+    df = df.copy()
+    if "status" not in df.columns:
+        df["status"] = "ok"
+    for c in ("selection", "untrained", "run", "id"):
+        if c not in df.columns:
+            df[c] = "given" if c == "selection" else ""
+    splits = dict(splits or {})
+    measures = [m for m in splits if m in df.columns and m != target]
+    if target not in df.columns:
+        from embedscope.errors import EmbedscopeError
+
+        if not (df["status"] == "ok").any():
+            measures = []
+            df[target] = np.nan
+        else:
+            raise EmbedscopeError(f"--target {target}: no such measure in the study")
+    ok = (df["status"] == "ok").to_numpy()
+    # the untrained reference of each run
+    tmap = {r["id"]: r[target] for _, r in df.iterrows() if r["selection"] == "untrained" and r["status"] == "ok"}
+    df["untrained_target"] = [tmap.get(u, np.nan) if u else np.nan for u in df["untrained"].fillna("")]
+    bt = []
+    for _, r in df.iterrows():
+        if r["selection"] == "untrained" or r["status"] != "ok" or not np.isfinite(_num(r["untrained_target"])):
+            bt.append(None)
+        else:
+            bt.append(bool(_num(r[target]) > _num(r["untrained_target"])))
+    df["beats_untrained"] = bt
+    primary = _primary_mask(df) & ok
+    excluded = _exclude_mask(df, exclude) if len(exclude or []) else np.zeros(len(df), bool)
+    use = primary & ~excluded
+    df["primary"] = primary
+    df["excluded"] = excluded
+    P = df[use].copy()
+    hyper = [c for c in HYPER_COLUMNS if c in df.columns] + sorted(
+        c for c in df.columns if c.startswith("tag:") and c not in ("tag:seed", "tag:objective"))
+    axes = _independent(P, _varying(P, hyper))
+    if "epoch" in P.columns and (P["selection"] == "epoch").any() and P["epoch"].nunique() > 1:
+        axes = axes + ["epoch"]
+    # objective: the varying hyper-parameters other than the seed (a user tag 'objective' wins)
+    obj_cols = [a for a in axes if a != "loss_family"]
+    if "tag:objective" in df.columns:
+        df["objective"] = df["tag:objective"].astype(str)
+    else:
+        df["objective"] = [_label(r, obj_cols) if obj_cols else str(r["run"]) for _, r in df.iterrows()]
+    df.loc[df["selection"] == "untrained", "objective"] = "untrained"
+    P = df[use].copy()
+    seed_col = "seed" if "seed" in P.columns else None
+    for c in [target] + measures:
+        P[c] = P[c].map(_num)
+    grp = P.groupby("objective", sort=True)
+    O = grp[[target] + measures].mean()
+    Osd = grp[[target] + measures].std(ddof=1)
+    n_seeds = grp.size()
+
+    corr_rows = []
+    gran = {}
+    context = [seed_col] if seed_col and seed_col not in axes else []
+    for m in measures:
+        for level, tab in (("objectives", O), ("runs", P)):
+            c = correlate(tab[m].to_numpy(np.float64), tab[target].to_numpy(np.float64), n_boot=n_boot, seed=seed)
+            corr_rows.append({"measure": m, "split": splits.get(m, ""), "target": target, "level": level, **c})
+        g = granulated_tau(P, m, target, [a for a in axes if a != "loss_family"], context) if axes else \
+            {"psi": float("nan"), "per_axis": {}, "groups": {}}
+        gran[m] = g
+        for r in corr_rows[-2:]:
+            r["granulated_tau"] = g["psi"]
+    by_run = {r["measure"]: r for r in corr_rows if r["level"] == "runs"}
+    ranking = sorted(
+        ({"measure": m, "kendall": by_run[m]["kendall"], "kendall_lo": by_run[m]["kendall_lo"],
+          "kendall_hi": by_run[m]["kendall_hi"], "abs_kendall": abs(by_run[m]["kendall"]),
+          "granulated_tau": gran[m]["psi"], "split": splits.get(m, "")}
+         for m in measures if np.isfinite(by_run[m]["kendall"])),
+        key=lambda r: -r["abs_kendall"])
+
+    # robustness
+    robust: dict[str, Any] = {}
+    final_rows = df[(df["selection"] == "final") & ok & ~excluded]
+    FO = None
+    if (df["selection"] == "best").any() and len(final_rows):
+        F = final_rows.copy()
+        for c in [target] + measures:
+            F[c] = F[c].map(_num)
+        FO = F.groupby("objective")[[target] + measures].mean()
+    normed = P[P["normalize"].map(lambda v: str(v) in ("True", "true", "1", "1.0")).to_numpy(dtype=bool)] if "normalize" in P else P.iloc[:0]
+    for m in measures:
+        rr: dict[str, Any] = {}
+        if len(O) >= 4:
+            loo = {}
+            for o in O.index:
+                sub = O.drop(index=o)
+                loo[o] = float(pearson_rows(sub[m].to_numpy()[None], sub[target].to_numpy()[None])[0])
+            vals = {k: v for k, v in loo.items() if np.isfinite(v)}
+            if vals:
+                full = float(pearson_rows(O[m].to_numpy()[None], O[target].to_numpy()[None])[0])
+                worst = max(vals, key=lambda k: abs(vals[k] - full))
+                rr.update(loo_min=min(vals.values()), loo_max=max(vals.values()), loo_most_influential=worst,
+                          loo_r_without_it=vals[worst])
+        if FO is not None and len(FO) >= 3:
+            rr["final_epoch_pearson"] = float(pearson_rows(FO[m].to_numpy()[None], FO[target].to_numpy()[None])[0])
+        if 0 < len(normed) < len(P) and len(normed) >= 3:
+            NO = normed.groupby("objective")[[target, m]].mean()
+            if len(NO) >= 3:
+                rr["normalised_only_pearson"] = float(
+                    pearson_rows(NO[m].to_numpy()[None], NO[target].to_numpy()[None])[0])
+                rr["normalised_only_objectives"] = int(len(NO))
+        within = float(np.nanmean(Osd[m])) if (n_seeds > 1).any() else float("nan")
+        between = float(np.nanstd(O[m], ddof=1)) if len(O) > 1 else float("nan")
+        rr.update(seed_sd_within=within, sd_between_objectives=between,
+                  seed_spread_ratio=within / between if between and np.isfinite(between) and between > 0 else float("nan"))
+        robust[m] = rr
+    sel_rows = df[primary]
+    no_better = sel_rows[sel_rows["beats_untrained"].map(lambda v: v is False).to_numpy(dtype=bool)]
+    final_nb = df[(df["selection"] == "final") & ok]["beats_untrained"].map(lambda v: v is False)
+    objectives = []
+    for o in O.index:
+        rec = {"objective": o, "n_seeds": int(n_seeds[o]), target: float(O.loc[o, target]),
+               f"{target}_sd": _f(Osd.loc[o, target])}
+        for m in measures:
+            rec[m] = float(O.loc[o, m])
+            rec[f"{m}_sd"] = _f(Osd.loc[o, m])
+        objectives.append(rec)
+    # Fig. 4: metric correlation matrix over objectives (test-split measures and the target)
+    mnames = [target] + [m for m in measures if splits.get(m) == "test"]
+    mat = np.full((len(mnames), len(mnames)), np.nan)
+    if len(O) >= 3:
+        for i, a in enumerate(mnames):
+            for j, b in enumerate(mnames):
+                mat[i, j] = pearson_rows(O[a].to_numpy()[None], O[b].to_numpy()[None])[0]
+    return {
+        "target": target,
+        "exclude": list(exclude or []),
+        "n_boot": int(n_boot),
+        "seed": int(seed),
+        "axes": axes,
+        "n_points": {"objectives": int(len(O)), "runs": int(len(P)), "rows": int(len(df)),
+                     "errors": int((~ok).sum()), "excluded": int((primary & excluded).sum())},
+        "measures": measures,
+        "correlations": corr_rows,
+        "granulated": gran,
+        "ranking": ranking,
+        "robustness": robust,
+        "untrained": {
+            "selected_no_better": sorted(no_better["id"].tolist()),
+            "selected_compared": int(sel_rows["beats_untrained"].map(lambda v: v is not None).sum()),
+            "final_no_better": int(final_nb.sum()),
+            "final_compared": int(df[(df["selection"] == "final") & ok]["beats_untrained"].map(
+                lambda v: v is not None).sum()),
+            "best_epoch_1": int(((sel_rows["selection"] == "best") & (sel_rows["epoch"].map(_num) == 1)).sum())
+            if "epoch" in sel_rows else 0,
+        },
+        "normalisation": {str(k): int(v) for k, v in P["normalize"].astype(str).value_counts().items()}
+        if "normalize" in P else {},
+        "objectives": objectives,
+        "metric_matrix": {"names": mnames, "pearson": mat.tolist()},
+        "_runs": df,
+    }
+
+
+def _f(v) -> float:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+    return v if math.isfinite(v) else float("nan")

@@ -1,0 +1,164 @@
+"""Figures of a study (METHODS.md §6): Roth Fig. 5 panels, the Fig. 4 metric matrix, a ranking by |τ|."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROTH_FIG5 = ("rho", "pi_ratio", "pi_intra", "pi_inter")
+PRETTY = {"rho": "ρ (train)", "rho_all": "ρ, all values (train)", "pi_ratio": "π_ratio (train)",
+          "pi_intra": "π_intra (train)", "pi_inter": "π_inter (train)", "effective_rank": "RankMe (train)",
+          "alpha": "α-ReQ (train)", "alignment": "alignment (train)", "uniformity": "uniformity (train)"}
+
+
+def pretty(name: str, split: str = "") -> str:
+    if name in PRETTY:
+        return PRETTY[name]
+    return f"{name} ({split})" if split else name
+
+
+def _corr(stats: dict[str, Any], m: str, level: str = "objectives") -> dict[str, Any] | None:
+    for r in stats["correlations"]:
+        if r["measure"] == m and r["level"] == level:
+            return r
+    return None
+
+
+def _fmt_ci(r: dict[str, Any], key: str = "pearson") -> str:
+    v, lo, hi = r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi")
+    if v is None or not math.isfinite(v):
+        return "n/a"
+    if lo is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{v:+.2f}"
+    return f"{v:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
+    """One panel per training-set measure: one point per objective (mean over seeds, error bars = seed
+    standard deviation), the least-squares line, Pearson r with its bootstrap 95% interval (Roth Fig. 5)."""
+    import matplotlib.pyplot as plt
+
+    target = stats["target"]
+    objs = stats["objectives"]
+    avail = [m for m in stats["measures"] if any(r["measure"] == m and r["split"] == "train"
+                                                   for r in stats["correlations"])]
+    if measures is None:
+        measures = [m for m in ROTH_FIG5 if m in avail] + [m for m in avail if m not in ROTH_FIG5]
+        measures = measures[:8]
+    n = max(len(measures), 1)
+    cols = min(4, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows + 0.9), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    colors = {o["objective"]: cmap(i % 20) for i, o in enumerate(objs)}
+    for k, m in enumerate(measures):
+        ax = axes[k // cols][k % cols]
+        x = np.array([o[m] for o in objs], dtype=float)
+        y = np.array([o[target] for o in objs], dtype=float)
+        xe = np.array([o.get(f"{m}_sd", np.nan) for o in objs], dtype=float)
+        ye = np.array([o.get(f"{target}_sd", np.nan) for o in objs], dtype=float)
+        for i, o in enumerate(objs):
+            ax.errorbar(x[i], y[i], xerr=None if not np.isfinite(xe[i]) else xe[i],
+                        yerr=None if not np.isfinite(ye[i]) else ye[i], fmt="o", ms=4.5, color=colors[o["objective"]],
+                        ecolor=colors[o["objective"]], elinewidth=0.8, capsize=2, label=o["objective"])
+        ok = np.isfinite(x) & np.isfinite(y)
+        if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
+            a, b = np.polyfit(x[ok], y[ok], 1)
+            xx = np.linspace(x[ok].min(), x[ok].max(), 20)
+            ax.plot(xx, a * xx + b, color="0.3", lw=1.0, ls="--")
+        r = _corr(stats, m) or {}
+        ax.set_title(f"r = {_fmt_ci(r)}", fontsize=8.5)
+        ax.set_xlabel(pretty(m, "train"))
+        ax.set_ylabel(f"{target} (test)")
+        ax.grid(alpha=0.25)
+    for k in range(len(measures), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7, frameon=False,
+                   bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective "
+                 f"(mean over seeds ± sd), Pearson r [bootstrap 95%]", fontsize=9.5)
+    nrow_leg = math.ceil(len(labels) / 6) if handles else 0
+    fig.tight_layout(rect=(0, 0.05 + 0.035 * nrow_leg, 1, 0.95))
+    return fig
+
+
+def fig4(stats: dict[str, Any], *, title: str | None = None):
+    """Pearson correlation matrix between evaluation metrics across objectives (Roth Fig. 4)."""
+    import matplotlib.pyplot as plt
+
+    names = stats["metric_matrix"]["names"]
+    M = np.array(stats["metric_matrix"]["pearson"], dtype=float)
+    k = len(names)
+    fig, ax = plt.subplots(figsize=(0.55 * k + 2.2, 0.5 * k + 1.6))
+    im = ax.imshow(M, vmin=-1, vmax=1, cmap="RdBu_r")
+    ax.set_xticks(range(k), names, rotation=45, ha="right")
+    ax.set_yticks(range(k), names)
+    for i in range(k):
+        for j in range(k):
+            if np.isfinite(M[i, j]):
+                ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=6.5,
+                        color="white" if abs(M[i, j]) > 0.6 else "black")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="Pearson r over objectives")
+    ax.set_title(title or "Correlation between test metrics across objectives", fontsize=9.5)
+    fig.tight_layout()
+    return fig
+
+
+def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
+    """Measures ranked by |Kendall τ| with the target over runs, bootstrap 95% interval as whiskers;
+    the granulated τ (Jiang et al. 2020) as a diamond."""
+    import matplotlib.pyplot as plt
+
+    rk = stats["ranking"]
+    k = max(len(rk), 1)
+    fig, ax = plt.subplots(figsize=(6.4, 0.32 * k + 1.4))
+    ys = np.arange(len(rk))[::-1]
+    for y, r in zip(ys, rk):
+        t, lo, hi = r["kendall"], r["kendall_lo"], r["kendall_hi"]
+        color = "tab:blue" if t >= 0 else "tab:red"
+        ax.barh(y, abs(t), color=color, alpha=0.75)
+        if np.isfinite(lo) and np.isfinite(hi):
+            s = np.sign(t) if t != 0 else 1.0
+            a, b = sorted((s * lo, s * hi))
+            ax.plot([a, b], [y, y], color="k", lw=1)
+        if np.isfinite(r.get("granulated_tau", np.nan)):
+            ax.plot(abs(r["granulated_tau"]), y, "D", color="k", ms=3.5, mfc="white")
+    ax.set_yticks(ys, [f"{pretty(r['measure'], r['split'])}" for r in rk])
+    ax.axvline(0, color="0.4", lw=0.8)
+    ax.set_xlim(min(-0.05, ax.get_xlim()[0]), 1.02)
+    ax.set_xlabel(f"|Kendall τ| with test {stats['target']} over runs (blue: τ > 0, red: τ < 0; "
+                  "line: 95% interval; ◇: granulated τ)")
+    ax.set_title(title or "Measures ranked by |τ|", fontsize=9.5)
+    ax.grid(axis="x", alpha=0.25)
+    fig.tight_layout()
+    return fig
+
+
+def study_figures(df, stats: dict[str, Any], fig_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write the three figures (PNG + PDF) of a study into ``fig_dir``."""
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.figures import PAPER_RC, save_figure, use_agg
+
+    use_agg()
+    fig_dir = Path(fig_dir)
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    with plt.rc_context(PAPER_RC):
+        for name, fn in (("fig5_structure_vs_target", fig5), ("fig4_metric_correlations", fig4),
+                         ("ranking_by_tau", ranking_chart)):
+            if name == "fig4_metric_correlations" and len(stats["metric_matrix"]["names"]) < 2:
+                continue
+            if name == "ranking_by_tau" and not stats["ranking"]:
+                continue
+            fig = fn(stats)
+            png, _ = save_figure(fig, fig_dir / name, force=True)
+            plt.close(fig)
+            out[name] = png
+    return out
