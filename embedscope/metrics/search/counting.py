@@ -42,7 +42,7 @@ import numpy as np
 
 from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
 
-__all__ = ["relevant_ranks_by_count", "floor_keys"]
+__all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented"]
 
 QUERY_BLOCK = 1024
 REF_TILE = 2048
@@ -79,6 +79,26 @@ def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMP
     return out
 
 
+def tile_delta(ks: KeySpace) -> np.ndarray:
+    """Per query, a rigorous bound on the error of any float32 key computed as :func:`augmented`
+    describes (whatever the summation order)."""
+    if ks.metric == "cosine":
+        # |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + 2u‖q‖‖r‖ ≤ (D + 16) u ‖q‖ ‖r‖max (Cauchy–Schwarz)
+        return (ks.Q64.shape[1] + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * ks.rmax + 1e-300
+    return 2.0 * ks.delta  # the augmented Euclidean GEMM: twice KeySpace's bound covers its extra terms
+
+
+def augmented(ks: KeySpace):
+    """``(Qa, Ra, qoff)``: float32 operands whose products minus ``qoff`` are the keys (cosine:
+    q·r; Euclidean: [2q, −1]·[r, ‖r‖²] − ‖q‖² = −‖q − r‖²)."""
+    nq = ks.Q32.shape[0]
+    if ks.metric == "cosine":
+        return ks.Q32, ks.R32, np.zeros(nq)
+    Qa = np.hstack([2.0 * ks.Q32, -np.ones((nq, 1), np.float32)])
+    Ra = np.hstack([ks.R32, ks.rn2_32[:, None]])
+    return Qa, Ra, ks.qsq
+
+
 class _Block:
     """The pairs of one query block and their band coordinates (see the module docstring)."""
 
@@ -90,15 +110,16 @@ class _Block:
         self.pk = st.k64[self.p0:self.p1]
         self.pref = st.rj[self.p0:self.p1]
         self.dl = st.delta[s:e]
+        self.wl = st.delta[s:e] + st.err[s:e]  # window half-width: tile error + key-estimate error
         W, base = st.W, st.base
         # a survivor's band coordinate g = row·W + (key − base) has an absolute rounding error of a
         # few ulp of (b + 1)·W; η (added to ±δ) absorbs twice that
         eta = 8.0 * np.spacing((b + 1) * W)
-        self.hi_g = self.pr * W + ((self.pk + self.dl[self.pr] + eta) - base)
-        self.lo_g = self.pr * W + ((self.pk - self.dl[self.pr] - eta) - base)
+        self.hi_g = self.pr * W + ((self.pk + self.wl[self.pr] + eta) - base)
+        self.lo_g = self.pr * W + ((self.pk - self.wl[self.pr] - eta) - base)
         self.end_g = (np.arange(b) + 1) * W  # every g of row r lies in (rW, (r+1)W)
         self.thr = st.thr[s:e, None]
-        self.tau2 = st.tau[s:e] + 2.0 * self.dl
+        self.tau2 = st.tau[s:e] + 2.0 * self.wl
         self.qoff = st.qoff[s:e]
 
 
@@ -121,26 +142,22 @@ class _Acc:
 class _Pass:
     """The state shared by the tiles of one counting pass."""
 
-    def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor, block: int):
+    def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor, block: int, key_err=None):
         self.ks, self.qi, self.rj, self.k64, self.depth = ks, qi, rj, k64, depth
+        self.estimated = key_err is not None  # k64 holds estimates within key_err of the float64 keys
         nq = ks.Q32.shape[0]
         qmax = float(np.sqrt(ks.qsq.max()))
+        self.delta = tile_delta(ks)
+        self.Qa, Ra, self.qoff = augmented(ks)
         if ks.metric == "cosine":
-            # |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + 2u‖q‖‖r‖ ≤ (D + 16) u ‖q‖ ‖r‖max (Cauchy–Schwarz)
-            self.delta = (ks.Q64.shape[1] + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * ks.rmax + 1e-300
-            self.Qa, Ra = ks.Q32, ks.R32
-            self.qoff = np.zeros(nq)
             bound = qmax * ks.rmax + 1.0  # |key| < bound
             self.base, self.W = -bound - 1.0, 2.0 * bound + 2.0
-        else:  # the augmented Euclidean GEMM: twice KeySpace's bound covers its extra terms
-            self.delta = 2.0 * ks.delta
-            self.Qa = np.hstack([2.0 * ks.Q32, -np.ones((nq, 1), np.float32)])
-            Ra = np.hstack([ks.R32, ks.rn2_32[:, None]])
-            self.qoff = ks.qsq
+        else:
             bound = (qmax + ks.rmax) ** 2 + 1.0  # -bound < key < 1
             self.base, self.W = -bound - 1.0, bound + 2.0 + 1.0
+        self.err = np.zeros(nq) if key_err is None else np.broadcast_to(np.asarray(key_err, float), (nq,))
         low = np.full(nq, np.inf)
-        np.minimum.at(low, qi, k64 - 2.0 * self.delta[qi])
+        np.minimum.at(low, qi, k64 - (2.0 * self.delta + self.err)[qi])
         self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
         # a same-set cosine pass multiplies each pair of blocks once and reads the tile both ways
         self.symmetric = ks.same and ks.metric == "cosine"
@@ -227,11 +244,19 @@ class _Pass:
         if acc.win_p:
             wp = np.concatenate(acc.win_p)
             wr = np.concatenate(acc.win_r)
-            kr = pair_keys64(ks.Q64, ks.R64, self.qi[blk.p0:blk.p1][wp], wr, ks.metric)
-            before = (kr > blk.pk[wp]) | ((kr == blk.pk[wp]) & (wr < blk.pref[wp]))
+            qw = self.qi[blk.p0:blk.p1][wp]
+            kr = pair_keys64(ks.Q64, ks.R64, qw, wr, ks.metric)
+            kp = blk.pk[wp]
+            if self.estimated:  # the exact keys of the pairs whose estimate cannot decide
+                amb = np.abs(kr - kp) <= self.err[blk.s:blk.e][blk.pr[wp]]
+                if amb.any():
+                    up, inv = np.unique(wp[amb], return_inverse=True)
+                    kp = kp.copy()
+                    kp[amb] = pair_keys64(ks.Q64, ks.R64, self.qi[blk.p0:blk.p1][up], blk.pref[up], ks.metric)[inv]
+            before = (kr > kp) | ((kr == kp) & (wr < blk.pref[wp]))
             amb = np.bincount(wp[before], minlength=n)
         rank = (1 + acc.sure + amb).astype(np.float64)
-        certified = blk.pk - blk.dl[blk.pr] > self.tau[blk.s:blk.e][blk.pr]
+        certified = blk.pk - blk.wl[blk.pr] > self.tau[blk.s:blk.e][blk.pr]
         beyond = ~certified & (acc.n_high[blk.pr] >= self.depth)
         rank[beyond] = np.inf
         rank[rank > self.depth] = np.inf
@@ -241,10 +266,14 @@ class _Pass:
 def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: np.ndarray, depth: int, *,
                             seed: int = 0, progress: bool = False, block: int | None = None,
                             tile: int | None = None, threads: int | None = None,
-                            floor_depth: int | None = None, sample_top: float = SAMPLE_TOP):
+                            floor_depth: int | None = None, sample_top: float = SAMPLE_TOP,
+                            key_err=None):
     """Exact rank (``inf`` beyond ``depth``) of every relevant pair ``(qi[p], rj[p])``.
 
-    ``qi`` must be sorted; ``k64`` holds the pairs' float64 keys (:func:`pair_keys64`). Returns
+    ``qi`` must be sorted; ``k64`` holds the pairs' float64 keys (:func:`pair_keys64`), or, with
+    ``key_err`` (per query or scalar), estimates within ``key_err`` of them (e.g. from a float64
+    GEMM: every window is widened by that error, and a pair's key is recomputed by
+    :func:`pair_keys64` only where its estimate cannot decide a comparison). Returns
     ``(rank, unresolved)``: the few unresolved pairs (floor estimate too high) must be ranked from
     their query's full row by the caller. ``floor_depth`` (≥ ``depth``; default ``depth``) is the
     depth at which the floor keys are estimated: a deeper floor keeps more survivors but needs a
@@ -258,7 +287,9 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
     block = int(block or QUERY_BLOCK)
     tile = int(tile or REF_TILE)
     floor = floor_keys(ks, int(max(depth, floor_depth or depth)), seed, sample_top)
-    st = _Pass(ks, qi, rj, k64, int(depth), floor, block)
+    # pairs ordered by (query, key): the binary searches of each tile then read sorted needles
+    perm = np.lexsort((k64, qi))
+    st = _Pass(ks, qi[perm], rj[perm], k64[perm], int(depth), floor, block, key_err)
     tasks = st.tasks(tile)
     width = max(block, tile)
     local = threading.local()
@@ -297,5 +328,5 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
             acc = accs[0]
             for other in accs[1:]:
                 acc.merge(other)
-        rank[blk.p0:blk.p1], unresolved[blk.p0:blk.p1] = st.finish(a, acc)
+        rank[perm[blk.p0:blk.p1]], unresolved[perm[blk.p0:blk.p1]] = st.finish(a, acc)
     return rank, unresolved

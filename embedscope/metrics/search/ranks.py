@@ -48,10 +48,12 @@ from embedscope.validation import check_matrix
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
 _PAIRS_PER_CHUNK = 1 << 20
-COUNT_MIN_REFS = 16_000  # CPU searches count (counting.py) from this many references on
+COUNT_MIN_REFS = 1_500  # CPU searches count (counting.py) from this many references on
 COUNT_MIN_RATIO = 16  # ... when they also outnumber the floor depth this many times
-SHALLOW_FLOOR = (256, 16.0)  # top-K keys only: floor keys at depth 256 from a 16/256 sample
+SHALLOW_FLOOR = (1, None)  # top-K keys only: floor keys at the depth itself (at least [0]), from a sample
+SHALLOW_SAMPLE = 1 / 16  # ... of this fraction of the references (sample_top [1] when given)
 DEEP_SAMPLE_TOP = 32.0  # mAP@1000: floor keys at the depth itself from a 32/depth sample
+ESTIMATE_MIN_PAIRS_PER_QUERY = 8  # from this many relevant pairs per query, float32 pair-key estimates
 
 
 # ----------------------------------------------------------------------------- the result
@@ -378,6 +380,38 @@ def _relevant_pairs(lay: _Layout, s: int, e: int, same: bool):
     return qi, rj
 
 
+def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarray):
+    """Float64 keys of the relevant pairs from one small float64 GEMM per class (no per-pair
+    gather of rows), and a per-query bound on their difference from :func:`pair_keys64`'s
+    (two float64 evaluations of the same key, each within (D + 16)·2⁻⁵³·1.05·(‖r‖max + ‖q‖)² of
+    the exact value): the counting pass widens its windows by it and recomputes a pair's key by
+    :func:`pair_keys64` only where the estimate cannot decide."""
+    from threadpoolctl import threadpool_limits
+
+    starts, ends = lay.bounds
+    pc = lay.q_cls[qi]
+    o = np.argsort(pc, kind="stable")
+    ucls, first = np.unique(pc[o], return_index=True)
+    last = np.append(first[1:], o.size)
+    n_ref = ks.R64.shape[0]
+    rpos = np.empty(n_ref, dtype=np.int64)
+    rpos[lay.ref_order] = np.arange(n_ref) - np.repeat(starts, ends - starts)
+    rsq = None if ks.metric == "cosine" else np.einsum("ij,ij->i", ks.R64, ks.R64)
+    est = np.empty(qi.size, dtype=np.float64)
+    with threadpool_limits(limits=1, user_api="blas"):  # small GEMMs: threads only add wake-up latency
+        for c, a, b in zip(ucls, first, last):
+            sel = o[a:b]
+            qs, qpos = np.unique(qi[sel], return_inverse=True)
+            refs = lay.ref_order[starts[c]:ends[c]]
+            G = ks.Q64[qs] @ ks.R64[refs].T
+            if rsq is not None:  # −‖q − r‖² = 2 q·r − ‖r‖² − ‖q‖²
+                G = 2.0 * G - rsq[refs] - ks.qsq[qs][:, None]
+            est[sel] = G[qpos, rpos[rj[sel]]]
+    qn = np.sqrt(ks.qsq)
+    err = 2.0 * (ks.Q64.shape[1] + 16) * 2.0 ** -53 * 1.1 * (ks.rmax + qn) ** 2 + 1e-300
+    return est, err
+
+
 def _counting_plan(device, depth: int, n_avail: int):
     """(floor depth, sample_top) of the counting pass, or None for the candidate-list path (small
     reference sets, CUDA). Measured in docs/PERFORMANCE.md."""
@@ -387,7 +421,8 @@ def _counting_plan(device, depth: int, n_avail: int):
     if depth >= 1000:
         floor_depth, sample_top = depth, DEEP_SAMPLE_TOP
     else:
-        floor_depth, sample_top = max(depth, SHALLOW_FLOOR[0]), SHALLOW_FLOOR[1]
+        floor_depth = max(depth, SHALLOW_FLOOR[0])
+        sample_top = SHALLOW_FLOOR[1] or max(4.0, floor_depth * SHALLOW_SAMPLE)
     if dev.type != "cpu" or n_avail < COUNT_MIN_REFS or n_avail < COUNT_MIN_RATIO * floor_depth:
         return None
     return floor_depth, sample_top
@@ -407,10 +442,18 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
     plan = _counting_plan(device, depth, n_avail)
     if plan is not None:
         qi, rj = _relevant_pairs(lay, 0, nq, ks.same)
-        k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
-        rank, unresolved = counting.relevant_ranks_by_count(ks, qi, rj, k64, depth, progress=progress, block=block,
-                                                            floor_depth=plan[0], sample_top=plan[1])
-        _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
+        key_err = None
+        if qi.size >= ESTIMATE_MIN_PAIRS_PER_QUERY * nq:  # large classes: one float64 GEMM per class
+            keys, key_err = _pair_keys_by_class(ks, lay, qi, rj)
+        else:
+            keys = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
+        rank, unresolved = counting.relevant_ranks_by_count(ks, qi, rj, keys, depth, progress=progress, block=block,
+                                                            floor_depth=plan[0], sample_top=plan[1],
+                                                            key_err=key_err)
+        if unresolved.any():
+            k64 = np.full(qi.size, np.nan)
+            k64[unresolved] = pair_keys64(ks.Q64, ks.R64, qi[unresolved], rj[unresolved], ks.metric)
+            _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
         return qi, rj, rank
     L = min(depth + SLACK, n_avail)
     all_q, all_r, all_rank = [], [], []
@@ -440,11 +483,12 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
 
 
 def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):
-    """Rank the rare uncertified pairs from their query's full row (in place)."""
+    """Rank the rare uncertified pairs from their query's full row (in place; ``k64`` needs to
+    hold the float64 keys of the unresolved pairs only)."""
     for q in np.unique(qi[unresolved]):
         row = ks.row_keys32(int(q))
         o = np.argsort(-row, kind="stable")
-        sel = np.flatnonzero(qi == q)
+        sel = np.flatnonzero((qi == q) & unresolved)
         rk, _ = _resolve(row[o][None, :], o[None, :], np.zeros(sel.size, dtype=np.int64), rj[sel],
                          k64[sel], ks.delta[q:q + 1], np.ones(1, dtype=bool), depth,
                          np.array([q]), ks)
