@@ -99,8 +99,9 @@ def agreement_heatmaps(res: dict[str, Any]):
         for b in res.get("blocks", []):
             lines.append(f"{b['family_a']}–{b['family_b']}: r {b['r_mean']:.3f}, JSD {b['jsd_mean']:.4f} "
                          f"({b['n_pairs']} pair{'s' if b['n_pairs'] != 1 else ''})")
-        legend = "   ".join(f"{f}" for f in dict.fromkeys(fams))
-        caption = "families: " + legend + "     block means (arithmetic over model pairs): " + "; ".join(lines)
+        legend = ", ".join(f"{f}" for f in dict.fromkeys(fams))
+        caption = (f"families (label colour): {legend}.   Block means (arithmetic over model pairs): "
+                   + "; ".join(lines))
         fig.text(0.5, 0.005, _wrap(caption, 150), ha="center", va="bottom", fontsize=7.5)
         fig.tight_layout(rect=(0, 0.07 + 0.02 * max(0, len(lines) - 3), 1, 1))
     return fig
@@ -214,12 +215,11 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
             cr = sm.class_names[r["labels"][k]]
             same = cq == cr
             axes[k, 0].set_ylabel(f"{cq}\n{_short(sm.paths[k], 16)}", fontsize=7)
-            axes[k, 2].set_ylabel(f"{cr}\n{_short(r['paths'][k], 16)}", fontsize=7,
+            axes[k, 2].set_ylabel(f"{cr}{'' if same else ' (other class)'}\n{_short(r['paths'][k], 16)}\n"
+                                  f"{dist} {float(r['distance'][k]):.3f}", fontsize=7,
                                   color="#1a7f1a" if same else "#c0392b")
-            axes[k, 3].set_title(f"{dist} {float(r['distance'][k]):.3f}" + ("" if same else " (other class)"),
-                                 fontsize=7, color="#1a7f1a" if same else "#c0392b")
         for j, t in enumerate(("query", "saliency (query)", "nearest retrieval", "saliency (retrieval)")):
-            axes[0, j].set_title(t + ("\n" + axes[0, j].get_title() if axes[0, j].get_title() else ""), fontsize=8)
+            axes[0, j].set_title(t, fontsize=8)
         for ax in axes.ravel():
             ax.set_xticks([])
             ax.set_yticks([])
