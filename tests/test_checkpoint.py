@@ -61,24 +61,109 @@ def test_bare_state_dict_needs_arch(tmp_path):
         load_checkpoint(p, arch="resnet18")
 
 
-def test_unsafe_pickle_refused(tmp_path):
+def test_foreign_objects_load_inert(tmp_path):
+    """An object of a class the loader does not know loads as an inert record (its code never runs);
+    --unsafe-pickle gives the real object."""
+    from embedscope.models import Record
+
     cfg = default_config("digits_cnn", embed_dim=8)
     m = build_model(cfg)
-    p = tmp_path / "evil.pt"
+    p = tmp_path / "foreign.pt"
     torch.save({"state_dict": m.state_dict(), "config": cfg, "extra": {"obj": NotATensor()}}, p)
-    with pytest.raises(EmbedscopeError, match="--unsafe-pickle"):
-        load_checkpoint(p)
+    m1, _, info1 = load_checkpoint(p)
+    assert _same(m, m1) and isinstance(info1["extra"]["obj"], Record)
+    assert info1["extra"]["obj"].get("x") == 1 and not isinstance(info1["extra"]["obj"], NotATensor)
     m2, _, info = load_checkpoint(p, unsafe_pickle=True)
     assert _same(m, m2) and isinstance(info["extra"]["obj"], NotATensor)
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_code_payload_refused(tmp_path):
+    cfg = default_config("digits_cnn", embed_dim=8)
+    m = build_model(cfg)
+    marker = tmp_path / "ran"
+    p = tmp_path / "evil.pt"
+    torch.save({"state_dict": m.state_dict(), "config": cfg, "extra": {"obj": Payload(marker)}}, p)
+    with pytest.raises(EmbedscopeError, match="--unsafe-pickle") as e:
+        load_checkpoint(p)
+    assert "posix.system" in str(e.value) or "nt.system" in str(e.value)
+    assert not marker.exists()
+    load_checkpoint(p, unsafe_pickle=True)  # the payload is real: allowed, it runs
+    assert marker.exists()
 
 
 def test_garbage_file(tmp_path):
     p = tmp_path / "x.pt"
     p.write_bytes(b"hello")
-    with pytest.raises(EmbedscopeError):
+    with pytest.raises(EmbedscopeError, match="not a PyTorch checkpoint"):
         load_checkpoint(p)
     with pytest.raises(EmbedscopeError, match="no such"):
         load_checkpoint(tmp_path / "none.pt")
+
+
+@pytest.mark.parametrize("kind", ["random", "zeros", "empty", "truncated", "escape", "plain_pickle", "devzero"])
+def test_not_a_checkpoint(tmp_path, kind):
+    import os
+    import pickle
+
+    import numpy as np
+
+    p = tmp_path / "bad.pt"
+    if kind == "random":
+        p.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    elif kind == "zeros":
+        p.write_bytes(bytes(4096))
+    elif kind == "empty":
+        p.write_bytes(b"")
+    elif kind == "truncated":
+        cfg = default_config("digits_cnn", embed_dim=8)
+        good = save_checkpoint(tmp_path / "good.pt", build_model(cfg), cfg)
+        p.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif kind == "escape":
+        p.write_bytes(b"\x1b[2J\x1b]0;owned\x07" + bytes(range(256)))
+    elif kind == "plain_pickle":
+        p.write_bytes(pickle.dumps({"a": 1}))
+    else:
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("no /dev/zero")
+        p = "/dev/zero"
+    with pytest.raises(EmbedscopeError) as e:
+        load_checkpoint(p)
+    msg = str(e.value)
+    assert "not a PyTorch checkpoint" in msg and "\n" not in msg
+    assert all(ord(c) >= 32 for c in msg), repr(msg)
+
+
+@pytest.mark.parametrize("obj,match", [
+    ({"state_dict": [1, 2], "config": {"arch": "digits_cnn"}}, "must be a dict of tensors"),
+    ({"state_dict": {"head.weight": 3}, "config": {"arch": "digits_cnn"}}, "not a tensor"),
+    ({"state_dict": {"head.weight": torch.zeros(2, 2)}, "config": [1]}, "'config' must be a dict"),
+    ("CFG_EMBED_DIM", "'embed_dim' must be an integer"),
+    ("CFG_FORMAT_VERSION", "'format_version' must be an integer"),
+    ({"weights": torch.zeros(2), "junk": 3}, "unknown checkpoint layout.*expected.*found keys weights, junk"),
+    ({"conv1.weight": torch.zeros(2)}, "expected 'backbone.\\*' and 'head.\\*' keys, found conv1.weight"),
+])
+def test_malformed_checkpoints_one_line(tmp_path, obj, match):
+    cfg = default_config("digits_cnn", embed_dim=8)
+    sd = build_model(cfg).state_dict()
+    if obj == "CFG_EMBED_DIM":
+        obj = {"state_dict": sd, "config": dict(cfg, embed_dim="eight")}
+    elif obj == "CFG_FORMAT_VERSION":
+        obj = {"format": "embedscope-checkpoint", "format_version": "1", "state_dict": sd, "config": cfg}
+    p = tmp_path / "m.pt"
+    torch.save(obj, p)
+    with pytest.raises(EmbedscopeError, match=match) as e:
+        load_checkpoint(p, arch="digits_cnn" if "conv1.weight" in str(obj)[:40] else None)
+    assert "\n" not in str(e.value)
 
 
 def test_frozen_bn_stays_eval():

@@ -1,14 +1,36 @@
-"""Backbones, the embedding head and the checkpoint format."""
+"""Backbones, the embedding head, the checkpoint format and the readers of other code bases' files."""
 
-from embedscope.models.backbones import ARCHS, DigitsCNN, EmbeddingModel, build_model, default_config
+from embedscope.models.adapters import (
+    build_pretrained,
+    detect_arch,
+    load_model,
+    load_pml,
+    load_pml_folder,
+    load_roth,
+)
+from embedscope.models.backbones import (
+    ARCHS,
+    HEADS,
+    DigitsCNN,
+    EmbeddingModel,
+    build_model,
+    default_config,
+    is_known_arch,
+    make_backbone,
+)
 from embedscope.models.checkpoint import (
+    Record,
     load_backbone_weights,
     load_checkpoint,
+    printable,
     read_checkpoint,
+    safe_load,
     save_checkpoint,
 )
 
 __all__ = [
-    "ARCHS", "DigitsCNN", "EmbeddingModel", "build_model", "default_config",
-    "load_backbone_weights", "load_checkpoint", "read_checkpoint", "save_checkpoint",
+    "ARCHS", "HEADS", "DigitsCNN", "EmbeddingModel", "Record", "build_model", "build_pretrained",
+    "default_config", "detect_arch", "is_known_arch", "load_backbone_weights", "load_checkpoint",
+    "load_model", "load_pml", "load_pml_folder", "load_roth", "make_backbone", "printable",
+    "read_checkpoint", "safe_load", "save_checkpoint",
 ]

@@ -1,4 +1,25 @@
-"""Backbones (torchvision, no download path) and the embedding head of the DML papers."""
+"""Backbones (no download path) and the embedding head of the DML papers.
+
+Architectures:
+
+- the named ones of the papers' protocol: ``resnet50``, ``resnet18``, ``googlenet`` (torchvision),
+  ``bninception`` (the Cadene port's key names, :mod:`embedscope.models.bninception`) and
+  ``digits_cnn`` for the built-in 8 x 8 digits;
+- any torchvision classification model by name (``resnet101``, ``densenet121``,
+  ``efficientnet_b0``, ``convnext_tiny``, ``vit_b_16``, ...): its last ``nn.Linear`` (the
+  classifier) is replaced by the identity, so the backbone returns the pooled features that fed it;
+- a timm model as ``timm:NAME`` when the optional ``timm`` package is installed
+  (``pip install embedscope[timm]``), created with ``num_classes=0`` (pooled features).
+
+Weights never come from the network: ``pretrained`` is always off and ImageNet weights load from
+a local file (:func:`embedscope.models.load_backbone_weights`).
+
+Heads (:class:`EmbeddingModel`): ``linear`` (``Linear(feat_dim, embed_dim)``, Roth et al. §4.1),
+``none`` (the pooled features themselves: the "ImageNet features" baseline), ``random`` (a
+seeded, randomly initialised linear layer that is never trained: Roth et al. Table 2's
+"ImageNet + random normalised head" baseline, METHODS.md §7) and ``mlp`` (a stack of linear and
+ReLU layers given as ``head_layers``, as in pytorch-metric-learning's embedders).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +29,15 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-ARCHS = ("resnet50", "resnet18", "googlenet", "digits_cnn")
+from embedscope.errors import EmbedscopeError
+
+ARCHS = ("resnet50", "resnet18", "googlenet", "bninception", "digits_cnn")
+HEADS = ("linear", "none", "random", "mlp")
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: The input that embedscope's transforms produce: RGB in [0, 1], ImageNet mean/std normalised.
+STANDARD_INPUT = {"order": "RGB", "range": 1.0, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
 
 
 class DigitsCNN(nn.Module):
@@ -30,44 +59,204 @@ class DigitsCNN(nn.Module):
         return self.features(x)
 
 
-def make_backbone(arch: str) -> tuple[nn.Module, int]:
-    """A feature extractor (classifier removed) and its feature dimension; random initialisation."""
+class InputConvention(nn.Module):
+    """Convert embedscope's standard input to a backbone's own convention (no parameters).
+
+    embedscope's transforms give RGB values ``v`` in [0, 1] normalised as ``(v - m) / s`` with
+    ImageNet's mean ``m`` and std ``s``. A backbone trained on another convention (BN-Inception:
+    BGR, [0, 255], mean [104, 117, 128], METHODS.md §8) gets ``(v * range - mean') / std'`` in its
+    channel order. The map is per-channel affine, so the result equals that convention's own
+    transform up to float rounding. Nothing is stored in the state dict.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        super().__init__()
+        order = str(spec.get("order", "RGB")).upper()
+        if order not in ("RGB", "BGR"):
+            raise EmbedscopeError(f"input convention: order must be RGB or BGR, got {order!r}")
+        rng = float(spec.get("range", 1.0))
+        mean = torch.tensor([float(v) for v in spec.get("mean", IMAGENET_MEAN)], dtype=torch.float32)
+        std = torch.tensor([float(v) for v in spec.get("std", IMAGENET_STD)], dtype=torch.float32)
+        perm = [2, 1, 0] if order == "BGR" else [0, 1, 2]
+        m0, s0 = torch.tensor(IMAGENET_MEAN)[perm], torch.tensor(IMAGENET_STD)[perm]
+        # out_c = ((x_c * s0_c + m0_c) * range - mean_c) / std_c = a_c * x_c + b_c
+        a = s0 * rng / std
+        b = (m0 * rng - mean) / std
+        self.spec = {"order": order, "range": rng, "mean": mean.tolist(), "std": std.tolist()}
+        self.perm = perm
+        self.register_buffer("a", a.view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("b", b.view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.perm != [0, 1, 2]:
+            x = x[:, self.perm]
+        return x * self.a.to(x.dtype) + self.b.to(x.dtype)
+
+
+def _set_module(root: nn.Module, dotted: str, new: nn.Module) -> None:
+    parent = root
+    *path, last = dotted.split(".")
+    for p in path:
+        parent = getattr(parent, p)
+    setattr(parent, last, new)
+
+
+def _strip_classifier(m: nn.Module, arch: str) -> tuple[nn.Module, int]:
+    """Replace the last ``nn.Linear`` (the classifier) by the identity -> (model, its in_features)."""
+    linears = [(n, mod) for n, mod in m.named_modules() if isinstance(mod, nn.Linear)]
+    if not linears:
+        raise EmbedscopeError(
+            f"architecture '{arch}' has no linear classifier whose input could serve as pooled features")
+    name, lin = linears[-1]
+    _set_module(m, name, nn.Identity())
+    m.embedscope_classifier = name  # type: ignore[attr-defined]  (keys dropped from ImageNet files)
+    return m, int(lin.in_features)
+
+
+def torchvision_names() -> list[str]:
+    """The classification models torchvision offers by name."""
+    import torchvision
+    from torchvision import models as tvm
+
+    try:
+        return sorted(tvm.list_models(module=torchvision.models))
+    except (AttributeError, TypeError):  # older torchvision
+        return sorted(n for n in dir(tvm) if n.islower() and not n.startswith("_") and callable(getattr(tvm, n)))
+
+
+def is_known_arch(arch: str) -> bool:
+    """True when :func:`make_backbone` can build ``arch`` (timm names count when timm is installed)."""
+    if arch in ARCHS:
+        return True
+    if arch.startswith("timm:"):
+        try:
+            import timm  # noqa: F401
+        except ImportError:
+            return False
+        return True
+    return arch in torchvision_names()
+
+
+def make_backbone(arch: str, *, transform_input: bool = False, pool: str = "avg") -> tuple[nn.Module, int]:
+    """A feature extractor (classifier removed) and its feature dimension; random initialisation.
+
+    ``transform_input`` (GoogLeNet, Inception-v3): torchvision's ImageNet weights for these expect
+    its own input re-scaling; set it when loading such a file. ``pool`` (``bninception`` only):
+    ``avg`` or ``avg+max`` (Roth et al.'s ``double`` variants).
+    """
     from torchvision import models as tvm
 
     if arch == "digits_cnn":
         m = DigitsCNN()
         return m, m.feat_dim
-    if arch in ("resnet50", "resnet18"):
-        m = getattr(tvm, arch)(weights=None)
-        dim = m.fc.in_features
-        m.fc = nn.Identity()
-        return m, dim
+    if arch == "bninception":
+        from embedscope.models.bninception import BNInception
+
+        m = BNInception(pool=pool)
+        return m, m.feat_dim
     if arch == "googlenet":
-        m = tvm.googlenet(weights=None, aux_logits=False, init_weights=True)
+        m = tvm.googlenet(weights=None, aux_logits=False, init_weights=True, transform_input=transform_input)
         dim = m.fc.in_features
         m.fc = nn.Identity()
         m.dropout = nn.Identity()
+        m.embedscope_classifier = "fc"
         return m, dim
-    from embedscope.errors import EmbedscopeError
+    if arch.startswith("timm:"):
+        return _timm_backbone(arch[len("timm:"):])
+    names = torchvision_names()
+    if arch not in names:
+        raise EmbedscopeError(
+            f"unknown architecture '{arch}' (choose {', '.join(ARCHS)}, a torchvision classification "
+            "model such as resnet101 or efficientnet_b0, or timm:NAME)")
+    kwargs: dict[str, Any] = {}
+    if arch == "inception_v3":
+        kwargs.update(aux_logits=False, init_weights=True, transform_input=transform_input)
+    try:
+        m = tvm.get_model(arch, weights=None, **kwargs)
+    except Exception as e:  # noqa: BLE001 - e.g. a detection model named by mistake
+        raise EmbedscopeError(f"cannot build torchvision model '{arch}': {e.__class__.__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    return _strip_classifier(m, arch)
 
-    raise EmbedscopeError(f"unknown architecture '{arch}' (choose {', '.join(ARCHS)})")
+
+def _timm_backbone(name: str) -> tuple[nn.Module, int]:
+    try:
+        import timm
+    except ImportError:
+        raise EmbedscopeError(
+            f"timm:{name} needs the optional timm package: pip install embedscope[timm]") from None
+    try:
+        m = timm.create_model(name, pretrained=False, num_classes=0)
+    except Exception as e:  # noqa: BLE001 - unknown model name and the like
+        raise EmbedscopeError(f"timm cannot create '{name}': {str(e).splitlines()[0] if str(e) else e}") from None
+    dim = int(getattr(m, "num_features", 0) or 0)
+    if dim <= 0:
+        raise EmbedscopeError(f"timm model '{name}' does not report its feature size (num_features)")
+    return m, dim
+
+
+def _mlp_head(layers: list[Any]) -> nn.Sequential:
+    """``layers``: ``"relu"`` or ``[in, out]`` (a linear layer), in order (pytorch-metric-learning's MLP)."""
+    mods: list[nn.Module] = []
+    for item in layers:
+        if item == "relu":
+            mods.append(nn.ReLU())
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            mods.append(nn.Linear(int(item[0]), int(item[1])))
+        else:
+            raise EmbedscopeError(f"head_layers: expected 'relu' or [in, out], got {item!r}")
+    return nn.Sequential(*mods)
 
 
 class EmbeddingModel(nn.Module):
-    """backbone -> Linear(feat_dim, embed_dim) -> optional L2 normalisation (Roth §4.1).
+    """backbone -> head -> optional L2 normalisation (Roth §4.1).
+
+    ``head``: ``linear`` (``Linear(feat_dim, embed_dim)``), ``none`` (the pooled features,
+    ``embed_dim = feat_dim``), ``random`` (a linear layer drawn with PyTorch's default
+    initialisation from ``torch.manual_seed(head_seed)``, meant to stay untrained) or ``mlp``
+    (``head_layers``). ``input_space`` (a dict, see :class:`InputConvention`) converts embedscope's
+    standard input to the backbone's own convention inside ``forward``.
 
     ``frozen_bn=True`` keeps every BatchNorm layer in eval mode with fixed parameters, as in Roth
     et al. and Musgrave et al.
     """
 
-    def __init__(self, arch: str, embed_dim: int = 128, *, normalize: bool = True, frozen_bn: bool = False) -> None:
+    def __init__(self, arch: str, embed_dim: int | None = 128, *, normalize: bool = True, frozen_bn: bool = False,
+                 head: str = "linear", head_seed: int = 0, head_layers: list[Any] | None = None,
+                 input_space: dict[str, Any] | None = None, transform_input: bool = False,
+                 pool: str = "avg") -> None:
         super().__init__()
+        if head not in HEADS:
+            raise EmbedscopeError(f"unknown head '{head}' (choose {', '.join(HEADS)})")
         self.arch = arch
-        self.embed_dim = int(embed_dim)
         self.normalize = bool(normalize)
         self.frozen_bn = bool(frozen_bn)
-        self.backbone, self.feat_dim = make_backbone(arch)
-        self.head = nn.Linear(self.feat_dim, self.embed_dim)
+        self.head_kind = head
+        self.backbone, self.feat_dim = make_backbone(arch, transform_input=transform_input, pool=pool)
+        self.preprocess = InputConvention(input_space) if input_space else None
+        if head == "none":
+            self.head = nn.Identity()
+            self.embed_dim = self.feat_dim
+        elif head == "mlp":
+            if not head_layers:
+                raise EmbedscopeError("head 'mlp' needs head_layers")
+            self.head = _mlp_head(head_layers)
+            lins = [m for m in self.head if isinstance(m, nn.Linear)]
+            if not lins or lins[0].in_features != self.feat_dim:
+                raise EmbedscopeError(
+                    f"the embedder takes {lins[0].in_features if lins else '?'} inputs but the {arch} trunk "
+                    f"gives {self.feat_dim} features")
+            self.embed_dim = int(lins[-1].out_features)
+        else:
+            if embed_dim is None or isinstance(embed_dim, bool) or int(embed_dim) != embed_dim or int(embed_dim) < 1:
+                raise EmbedscopeError(f"embed_dim must be a positive integer, got {embed_dim!r}")
+            self.embed_dim = int(embed_dim)
+            if head == "random":
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(int(head_seed))
+                    self.head = nn.Linear(self.feat_dim, self.embed_dim)
+            else:
+                self.head = nn.Linear(self.feat_dim, self.embed_dim)
         if self.frozen_bn:
             for m in self.backbone.modules():
                 if isinstance(m, nn.modules.batchnorm._BatchNorm):
@@ -83,10 +272,18 @@ class EmbeddingModel(nn.Module):
         return self
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Pooled backbone features of standard (ImageNet-normalised RGB) input."""
+        if self.preprocess is not None:
+            x = self.preprocess(x)
         return self.backbone(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_native(self, x: torch.Tensor) -> torch.Tensor:
+        """Embed input that is already in the backbone's own convention (e.g. BGR x 255 - mean)."""
         z = self.head(self.backbone(x))
+        return F.normalize(z, dim=1) if self.normalize else z
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.head(self.features(x))
         return F.normalize(z, dim=1) if self.normalize else z
 
 
@@ -101,19 +298,62 @@ DEFAULT_CONFIG: dict[str, Any] = {
 
 
 def default_config(arch: str, **overrides: Any) -> dict[str, Any]:
-    """The model config of the papers' protocol, adapted to ``arch`` (digits: 8 px, no frozen BN)."""
+    """The model config of the papers' protocol, adapted to ``arch``.
+
+    Digits: 8 px, no frozen BN. ``bninception``: the Cadene port's input convention (BGR, x 255,
+    mean [104, 117, 128]) and Resize(256) + CenterCrop(227), as Kobs et al. (METHODS.md §8).
+    """
     cfg = dict(DEFAULT_CONFIG, arch=arch)
     if arch == "digits_cnn":
         cfg.update(image_size=8, frozen_bn=False, dataset="digits")
+    elif arch == "bninception":
+        from embedscope.models.bninception import CADENE_INPUT
+
+        cfg.update(image_size=227, resize=256, input_space=dict(CADENE_INPUT))
     cfg.update({k: v for k, v in overrides.items() if v is not None})
     return cfg
 
 
+def _int_field(config: dict[str, Any], key: str, default: Any, minimum: int = 1) -> Any:
+    v = config.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer, got {v!r}")
+    try:
+        f = float(v)
+    except ValueError:
+        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer, got {v!r}") from None
+    if not f.is_integer() or f < minimum:
+        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer >= {minimum}, got {v!r}")
+    return int(f)
+
+
 def build_model(config: dict[str, Any]) -> EmbeddingModel:
-    """An :class:`EmbeddingModel` from a checkpoint config."""
+    """An :class:`EmbeddingModel` from a checkpoint config (one-line error for a malformed config)."""
+    if not isinstance(config, dict):
+        raise EmbedscopeError(f"checkpoint config must be a dict, got {type(config).__name__}")
+    arch = config.get("arch")
+    if not isinstance(arch, str) or not arch:
+        raise EmbedscopeError(f"checkpoint config: 'arch' must name an architecture, got {arch!r}")
+    head = config.get("head", "linear")
+    if head not in HEADS:
+        raise EmbedscopeError(f"checkpoint config: unknown head {head!r} (choose {', '.join(HEADS)})")
+    input_space = config.get("input_space")
+    if input_space is not None and not isinstance(input_space, dict):
+        raise EmbedscopeError(f"checkpoint config: 'input_space' must be a dict, got {input_space!r}")
+    head_layers = config.get("head_layers")
+    if head_layers is not None and not isinstance(head_layers, (list, tuple)):
+        raise EmbedscopeError(f"checkpoint config: 'head_layers' must be a list, got {head_layers!r}")
     return EmbeddingModel(
-        config["arch"],
-        int(config.get("embed_dim", 128)),
+        arch,
+        _int_field(config, "embed_dim", 128) if head in ("linear", "random") else None,
         normalize=bool(config.get("normalize", True)),
         frozen_bn=bool(config.get("frozen_bn", False)),
+        head=head,
+        head_seed=_int_field(config, "head_seed", 0, minimum=0),
+        head_layers=list(head_layers) if head_layers else None,
+        input_space=input_space,
+        transform_input=bool(config.get("transform_input", False)),
+        pool=str(config.get("pool", "avg")),
     )

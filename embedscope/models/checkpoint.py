@@ -7,15 +7,24 @@ A checkpoint is a ``torch.save``d dict::
      "config": {"arch", "embed_dim", "normalize", "frozen_bn", "image_size", "dataset", ...},
      "extra": {...}}                           # optional: epoch, metrics, optimiser state for --resume
 
-Everything in it is loadable with ``torch.load(weights_only=True)``. A bare state dict (for instance
-from another code base) loads when the architecture is named (``--arch``). A pickle that needs
-arbitrary code to load is refused unless the user passes ``--unsafe-pickle``.
+Everything in it is loadable with ``torch.load(weights_only=True)``. Files of other code bases
+(a bare state dict, a pytorch-metric-learning trunk/embedder pair, Roth et al.'s
+``checkpoint_*.pth.tar`` with its argparse options and logger objects) are read **without running
+any code from the file**: first with ``weights_only=True``; if the file holds other objects, with a
+restricted unpickler (:func:`safe_load`) that imports nothing, turns every object of an unknown
+class into an inert :class:`Record`, and refuses a file that asks to *call* anything but a short
+list of data constructors (a ``__reduce__`` payload such as ``os.system``). ``unsafe_pickle=True``
+(``--unsafe-pickle``) is the only way to run code from a file.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import types
+import unicodedata
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +36,340 @@ from embedscope.models.backbones import EmbeddingModel, build_model, default_con
 
 FORMAT = "embedscope-checkpoint"
 FORMAT_VERSION = 1
+
+# ---------------------------------------------------------------------------------------------
+# text from files reaches the terminal escaped
+
+
+def printable(text: Any, limit: int = 160) -> str:
+    """``text`` with control characters escaped (``\\x1b``, ``\\n``) and cut to ``limit`` characters."""
+    s = str(text)
+    out = []
+    for ch in s:
+        if ch == "\\" or unicodedata.category(ch)[0] == "C":
+            out.append(ch.encode("unicode_escape").decode("ascii") if ch != "\\" else "\\\\")
+        else:
+            out.append(ch)
+    s = "".join(out)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _keys_preview(keys, n: int = 6) -> str:
+    keys = [printable(k, 60) for k in keys]
+    more = f" (+{len(keys) - n} more)" if len(keys) > n else ""
+    return (", ".join(keys[:n]) or "none") + more
+
+
+# ---------------------------------------------------------------------------------------------
+# the restricted unpickler
+
+class Record:
+    """An inert stand-in for an object whose class was not imported (nothing of it ever runs).
+
+    ``qualname`` names the original class (``module.Name``); :meth:`get` reads an attribute of
+    the original object from its pickled state; ``args`` holds constructor arguments.
+    """
+
+    qualname = "?"
+    _log: list | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Record":
+        obj = object.__new__(cls)
+        obj.__dict__["_es_args"] = args
+        obj.__dict__["_es_state"] = None
+        obj.__dict__["_es_items"] = []
+        obj.__dict__["_es_dict"] = {}
+        return obj
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # reached only when the pickle *calls* the global (REDUCE/INST/OBJ), not for NEWOBJ
+        if type(self)._log is not None:
+            type(self)._log.append(type(self).qualname)
+
+    def __setstate__(self, state: Any) -> None:
+        self.__dict__["_es_state"] = state
+
+    def append(self, v: Any) -> None:
+        self.__dict__["_es_items"].append(v)
+
+    def extend(self, vs: Any) -> None:
+        self.__dict__["_es_items"].extend(vs)
+
+    def __setitem__(self, k: Any, v: Any) -> None:
+        self.__dict__["_es_dict"][k] = v
+
+    @property
+    def args(self) -> tuple:
+        return self.__dict__["_es_args"]
+
+    def state_dict_(self) -> dict:
+        """The pickled attribute dict (``{}`` when the state was not a dict)."""
+        st = self.__dict__["_es_state"]
+        if isinstance(st, tuple) and len(st) == 2 and isinstance(st[0], (dict, type(None))):
+            merged = dict(st[0] or {})
+            if isinstance(st[1], dict):
+                merged.update(st[1])
+            return merged
+        return dict(st) if isinstance(st, dict) else {}
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.state_dict_().get(name, default)
+
+    def __repr__(self) -> str:
+        return f"<inert {printable(type(self).qualname, 80)}>"
+
+
+def _codecs_encode(text: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """``_codecs.encode`` as protocol-2 pickles use it for bytes (text codecs only)."""
+    if not isinstance(text, str) or str(encoding).lower().replace("_", "-") not in (
+            "latin1", "latin-1", "iso-8859-1", "utf-8", "utf8", "ascii"):
+        raise pickle.UnpicklingError("_codecs.encode with a non-text codec")
+    return text.encode(encoding, errors)
+
+
+_TORCH_REBUILD = {
+    "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
+    "_rebuild_parameter_with_state", "_rebuild_sparse_tensor", "_rebuild_qtensor",
+    "_rebuild_meta_tensor_no_storage",
+}
+_BUILTINS_OK = {"set", "frozenset", "bytearray", "bytes", "complex", "slice", "range", "list", "dict",
+                "tuple", "int", "float", "str", "bool"}
+#: Globals (inert records) that a pickle may call: constructors of plain data.
+_DATA_CALLS = {
+    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "numpy.core.multiarray._reconstruct",
+    "numpy._core.multiarray._reconstruct", "numpy.dtype", "numpy.ndarray", "collections.defaultdict",
+    "collections.deque", "copyreg._reconstructor", "argparse.Namespace", "builtins.object",
+    "datetime.datetime", "datetime.date", "datetime.time", "datetime.timedelta", "decimal.Decimal",
+    "fractions.Fraction", "uuid.UUID", "pathlib.Path", "pathlib.PosixPath", "pathlib.WindowsPath",
+    "pathlib.PurePosixPath", "pathlib.PureWindowsPath",
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Imports nothing: allowlisted tensor/data globals are real, everything else an inert Record."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.es_calls: list[str] = []
+        self.es_records: dict[str, type] = {}
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: C901 - one flat allowlist
+        if not isinstance(module, str) or not isinstance(name, str):
+            raise pickle.UnpicklingError("malformed global")
+        if module == "collections" and name in ("OrderedDict", "Counter"):
+            import collections
+
+            return getattr(collections, name)
+        if module == "builtins" and name in _BUILTINS_OK:
+            import builtins
+
+            return getattr(builtins, name)
+        if module == "_codecs" and name == "encode":
+            return _codecs_encode
+        if module == "torch._utils" and name in _TORCH_REBUILD:
+            import torch._utils
+
+            return getattr(torch._utils, name)
+        if module == "torch._tensor" and name == "_rebuild_from_type_v2":
+            import torch._tensor
+
+            return torch._tensor._rebuild_from_type_v2
+        if module == "torch.serialization" and name == "_get_layout":
+            return torch.serialization._get_layout
+        if module == "torch.nn.parameter" and name == "Parameter":
+            return torch.nn.Parameter
+        if module == "torch" and name in ("device", "Size", "Tensor"):
+            return getattr(torch, name)
+        if module == "torch" and name in vars(torch) and isinstance(
+                vars(torch)[name], (torch.dtype, torch.layout, torch.memory_format)):
+            return vars(torch)[name]
+        qual = f"{module}.{name}"
+        cls = self.es_records.get(qual)
+        if cls is None:
+            cls = type(name if name.isidentifier() else "Record", (Record,), {"qualname": qual, "_log": self.es_calls})
+            self.es_records[qual] = cls
+        return cls
+
+
+class _CallLog:
+    """Collects the calls of every restricted unpickler created during one load."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+
+def _restricted_module(log: _CallLog) -> types.ModuleType:
+    class Unpickler(_RestrictedUnpickler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.es_calls = log.calls
+
+    mod = types.ModuleType("embedscope_restricted_pickle")
+    mod.Unpickler = Unpickler  # type: ignore[attr-defined]
+    mod.load = lambda f, **kw: Unpickler(f, **kw).load()  # type: ignore[attr-defined]
+    mod.loads = lambda b, **kw: Unpickler(io.BytesIO(b), **kw).load()  # type: ignore[attr-defined]
+    return mod
+
+
+def safe_load(path: str | os.PathLike) -> Any:
+    """Load a PyTorch file without running any of its code: unknown objects become :class:`Record`.
+
+    Raises a one-line :class:`EmbedscopeError` when the pickle asks to call anything but a data
+    constructor (tensors, numpy scalars, ...): such a file would run code under ``torch.load``.
+    """
+    path = Path(path)
+    _sniff(path)
+    log = _CallLog()
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_restricted_module(log))
+    except EmbedscopeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything else means the bytes are not a checkpoint we can read
+        raise EmbedscopeError(
+            f"{path}: not a PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})") from None
+    bad = [c for c in log.calls if c not in _DATA_CALLS]
+    if bad:
+        raise EmbedscopeError(
+            f"{path}: refusing to load: unpickling it would call {printable(bad[0], 80)}(...), code named by "
+            "the file (nothing was run); pass --unsafe-pickle only if you trust its source")
+    return obj
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else e.__class__.__name__
+
+
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
+def _sniff(path: Path) -> str:
+    """"zip" or "legacy" for a file torch.save could have written; else a one-line error."""
+    if not path.exists():
+        raise EmbedscopeError(f"{path}: no such checkpoint file")
+    if path.is_dir():
+        raise EmbedscopeError(f"{path}: is a folder, expected a checkpoint file")
+    if not path.is_file():
+        raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (not a regular file)")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_LEGACY_MAGIC))
+    except OSError as e:
+        raise EmbedscopeError(f"{path}: cannot read ({printable(e.strerror or e, 80)})") from None
+    if head.startswith(b"PK\x03\x04"):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError):
+            raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (a damaged or truncated zip archive)") from None
+        if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+            raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (a zip archive without data.pkl)")
+        return "zip"
+    if head == _LEGACY_MAGIC:
+        return "legacy"
+    if not head:
+        raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (the file is empty)")
+    raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (neither torch.save's zip format nor its legacy format)")
+
+
+def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> Any:
+    """Read a ``torch.save`` file without running its code (see the module docstring).
+
+    ``torch.load(weights_only=True)`` first; a file with other objects goes through
+    :func:`safe_load` (inert records, calls refused) unless ``unsafe_pickle`` allows a full
+    ``torch.load``. Random bytes, empty or truncated files: "not a PyTorch checkpoint".
+    """
+    path = Path(path)
+    _sniff(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        pass  # needs more than tensors: below
+    except Exception as e:  # noqa: BLE001 - any other failure means the bytes are not a checkpoint
+        raise EmbedscopeError(
+            f"{path}: not a PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})") from None
+    if not unsafe_pickle:
+        return safe_load(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001
+        raise EmbedscopeError(
+            f"{path}: not a readable PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# state dicts
+
+
+def module_state_dict(obj: Any, prefix: str = "") -> dict[str, torch.Tensor]:
+    """The state dict of a pickled ``nn.Module`` (real, or an inert :class:`Record` of one)."""
+    if isinstance(obj, torch.nn.Module):
+        return {prefix + k: v for k, v in obj.state_dict().items()}
+    if not isinstance(obj, Record):
+        return {}
+    st = obj.state_dict_()
+    out: dict[str, torch.Tensor] = {}
+    non_persistent = set(st.get("_non_persistent_buffers_set") or ())
+    for group in ("_parameters", "_buffers"):
+        for k, v in dict(st.get(group) or {}).items():
+            if isinstance(v, torch.Tensor) and not (group == "_buffers" and k in non_persistent):
+                out[prefix + str(k)] = v.detach()
+    for k, sub in dict(st.get("_modules") or {}).items():
+        if sub is not None:
+            out.update(module_state_dict(sub, f"{prefix}{k}."))
+    return out
+
+
+def is_module_record(obj: Any) -> bool:
+    return isinstance(obj, torch.nn.Module) or (isinstance(obj, Record) and "_modules" in obj.state_dict_())
+
+
+def strip_prefix(sd: dict[str, Any]) -> dict[str, Any]:
+    """Drop a ``module.`` (DataParallel) or ``model.`` prefix shared by every key."""
+    for prefix in ("module.", "model."):
+        if sd and all(isinstance(k, str) and k.startswith(prefix) for k in sd):
+            sd = {k[len(prefix):]: v for k, v in sd.items()}
+    return sd
+
+
+_strip_prefix = strip_prefix  # the earlier private name
+
+
+def check_state_dict(sd: Any, where: str) -> dict[str, torch.Tensor]:
+    """A dict of string keys -> tensors, else a one-line error naming the problem."""
+    if not isinstance(sd, dict):
+        raise EmbedscopeError(f"{where}: 'state_dict' must be a dict of tensors, got {type(sd).__name__}")
+    if not sd:
+        raise EmbedscopeError(f"{where}: the state dict is empty")
+    for k, v in sd.items():
+        if not isinstance(k, str):
+            raise EmbedscopeError(f"{where}: state dict key {printable(repr(k), 60)} is not a string")
+        if not isinstance(v, torch.Tensor):
+            raise EmbedscopeError(
+                f"{where}: state dict entry '{printable(k, 60)}' is a {type(v).__name__}, not a tensor")
+    return dict(sd)
+
+
+def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str) -> None:
+    """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent."""
+    try:
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        first = str(e).strip().splitlines()[-1].strip()
+        raise EmbedscopeError(f"{where}: weights do not fit {what} ({printable(first, 160)})") from None
+    missing = [k for k in missing if not k.endswith("num_batches_tracked")]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} key(s) e.g. {printable(missing[0], 60)}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} key(s) e.g. {printable(unexpected[0], 60)}")
+        raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# the embedscope format
 
 
 def save_checkpoint(path: str | os.PathLike, model: EmbeddingModel, config: dict[str, Any], *,
@@ -44,101 +387,104 @@ def save_checkpoint(path: str | os.PathLike, model: EmbeddingModel, config: dict
     return Path(path)
 
 
-def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> Any:
-    """``torch.load`` with ``weights_only=True``; a pickle needing code is refused unless allowed."""
-    path = Path(path)
-    if not path.exists():
-        raise EmbedscopeError(f"{path}: no such checkpoint file")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        if not unsafe_pickle:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else "needs arbitrary code"
-            raise EmbedscopeError(
-                f"{path}: refusing to unpickle: the file needs more than tensors to load ({first[:120]}); "
-                "pass --unsafe-pickle only if you trust its source"
-            ) from None
-    except Exception as e:  # noqa: BLE001 - any other failure means the bytes are not a checkpoint
-        raise EmbedscopeError(f"{path}: not a readable PyTorch checkpoint ({e.__class__.__name__})") from None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001
-        raise EmbedscopeError(f"{path}: not a readable PyTorch checkpoint ({e.__class__.__name__}: {e})") from None
-
-
-def _strip_prefix(sd: dict[str, Any]) -> dict[str, Any]:
-    for prefix in ("module.", "model."):
-        if sd and all(k.startswith(prefix) for k in sd):
-            sd = {k[len(prefix):]: v for k, v in sd.items()}
-    return sd
+_LAYOUTS = ("an embedscope checkpoint ('format', 'state_dict', 'config'), a bare state dict "
+            "('backbone.*', 'head.*' with --arch), Roth et al.'s ('state_dict', 'opt') or a "
+            "pytorch-metric-learning trunk/embedder pair (--trunk/--embedder)")
 
 
 def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_dim: int | None = None,
                     unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
-    """Load a checkpoint -> (model in eval mode, config, info with ``sha256`` and ``extra``)."""
+    """Load a checkpoint -> (model in eval mode, config, info with ``sha256``, ``extra``, ``format``).
+
+    Reads the embedscope format, a bare state dict (with ``arch``), Roth et al.'s
+    ``checkpoint_*.pth.tar`` and a folder holding a pytorch-metric-learning
+    ``trunk_best*.pth`` / ``embedder_best*.pth`` pair (:mod:`embedscope.models.adapters`).
+    """
+    from embedscope.models import adapters
+
+    path = Path(path)
+    if path.is_dir():
+        return adapters.load_pml_folder(path, arch=arch, unsafe_pickle=unsafe_pickle)
     obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
-    if isinstance(obj, torch.nn.Module):  # a whole pickled module (only with --unsafe-pickle)
-        obj = {"state_dict": obj.state_dict()}
+    if adapters.is_roth_checkpoint(obj):
+        return adapters.load_roth(obj, path, arch=arch, embed_dim=embed_dim)
+    fmt = "embedscope"
+    if is_module_record(obj):  # a whole pickled module
+        obj = {"state_dict": module_state_dict(obj)}
+        fmt = "pickled module"
+    if isinstance(obj, Record):
+        raise EmbedscopeError(f"{path}: holds a {printable(obj.qualname, 80)} object, not a checkpoint; "
+                              f"expected {_LAYOUTS}")
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: expected a dict with 'state_dict' and 'config', got {type(obj).__name__}")
     if "state_dict" in obj:
-        sd = obj["state_dict"]
-        config = dict(obj.get("config") or {})
-        extra = dict(obj.get("extra") or {})
+        sd = check_state_dict(obj["state_dict"], str(path))
+        config = obj.get("config") or {}
+        if not isinstance(config, dict):
+            raise EmbedscopeError(f"{path}: 'config' must be a dict, got {type(config).__name__}")
+        if any(not isinstance(k, str) for k in config):
+            raise EmbedscopeError(f"{path}: 'config' keys must be strings")
+        config = dict(config)
+        extra = obj.get("extra") or {}
+        extra = dict(extra) if isinstance(extra, dict) else {"extra": extra}
+        if obj.get("format") not in (None, FORMAT):
+            raise EmbedscopeError(f"{path}: unknown format {printable(repr(obj.get('format')), 60)} (expected '{FORMAT}')")
+        version = obj.get("format_version", FORMAT_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise EmbedscopeError(f"{path}: 'format_version' must be an integer, got {printable(repr(version), 40)}")
+        if version > FORMAT_VERSION:
+            raise EmbedscopeError(f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
     elif obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-        sd, config, extra = obj, {}, {}
+        sd, config, extra, fmt = check_state_dict(obj, str(path)), {}, {}, "bare state dict"
     else:
-        raise EmbedscopeError(f"{path}: no 'state_dict' in the checkpoint (keys: {', '.join(list(obj)[:6])})")
-    sd = _strip_prefix(dict(sd))
+        raise EmbedscopeError(f"{path}: unknown checkpoint layout: expected {_LAYOUTS}; found keys "
+                              f"{_keys_preview(list(map(str, obj)))}")
+    sd = strip_prefix(sd)
     if arch:
         config["arch"] = arch
     if "arch" not in config:
         raise EmbedscopeError(f"{path}: a bare state dict has no config: name the architecture with --arch")
-    if "head.weight" in sd:
+    if not any(k.startswith(("backbone.", "head.")) for k in sd):
+        raise EmbedscopeError(
+            f"{path}: unknown key layout for an embedscope model: expected 'backbone.*' and 'head.*' keys, found "
+            f"{_keys_preview(list(sd))}; for backbone weights alone use --weights with --head none|random, for a "
+            "pytorch-metric-learning trunk use --trunk/--embedder")
+    if "head.weight" in sd and config.get("head", "linear") in ("linear", "random"):
         config.setdefault("embed_dim", int(sd["head.weight"].shape[0]))
     if embed_dim:
-        config["embed_dim"] = int(embed_dim)
+        config["embed_dim"] = embed_dim
     arch_name = config.pop("arch")
+    if not isinstance(arch_name, str):
+        raise EmbedscopeError(f"{path}: config 'arch' must be a string, got {printable(repr(arch_name), 40)}")
     config = default_config(arch_name, **config)
     model = build_model(config)
-    try:
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-    except RuntimeError as e:  # shape mismatches
-        first = str(e).strip().splitlines()[-1].strip()[:160]
-        raise EmbedscopeError(f"{path}: weights do not fit a {config['arch']} model ({first})") from None
-    if missing or unexpected:
-        what = []
-        if missing:
-            what.append(f"missing {len(missing)} key(s) e.g. {missing[0]}")
-        if unexpected:
-            what.append(f"unexpected {len(unexpected)} key(s) e.g. {unexpected[0]}")
-        raise EmbedscopeError(f"{path}: weights do not fit a {config['arch']} model ({'; '.join(what)})")
+    load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model")
     model.eval()
-    return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path)}
+    return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": fmt}
 
 
 def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False) -> None:
     """Load pretrained backbone weights (e.g. torchvision's ImageNet ResNet-50 file) from a local file.
 
-    The classifier (``fc.*``) is dropped; every backbone tensor must match. There is no download.
+    The classifier (``fc.*``, ``last_linear.*``, ``classifier.*`` ... whatever layer the backbone
+    replaced) and auxiliary classifiers are dropped; every backbone tensor must match. There is no
+    download.
     """
     obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    if is_module_record(obj):
+        obj = module_state_dict(obj)
     if isinstance(obj, dict) and "state_dict" in obj:
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
-        raise EmbedscopeError(f"{path}: expected a state dict of backbone weights")
-    sd = _strip_prefix({k: v for k, v in obj.items() if isinstance(v, torch.Tensor)})
+        raise EmbedscopeError(f"{path}: expected a state dict of backbone weights, got {type(obj).__name__}")
+    sd = strip_prefix({k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)})
+    if not sd:
+        raise EmbedscopeError(f"{path}: no tensors found (keys: {_keys_preview(list(map(str, obj)))})")
     if any(k.startswith("backbone.") for k in sd):
         sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
-    sd = {k: v for k, v in sd.items() if not k.startswith(("fc.", "aux1.", "aux2."))}
-    try:
-        missing, unexpected = model.backbone.load_state_dict(sd, strict=False)
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[-1].strip()[:160]
-        raise EmbedscopeError(f"{path}: weights do not fit the {model.arch} backbone ({first})") from None
-    if missing or unexpected:
-        raise EmbedscopeError(
-            f"{path}: weights do not fit the {model.arch} backbone "
-            f"({len(missing)} missing, {len(unexpected)} unexpected keys"
-            + (f", e.g. {(missing or unexpected)[0]}" if (missing or unexpected) else "") + ")"
-        )
+    drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
+    cls_name = getattr(model.backbone, "embedscope_classifier", None)
+    if cls_name:
+        drop.append(cls_name + ".")
+    sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
+    load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone")

@@ -1,0 +1,381 @@
+"""Models saved by other DML code bases, read without running their code (``docs/checkpoint.md``).
+
+- **pytorch-metric-learning / powerful-benchmarker**: a *trunk* state dict (a torchvision ResNet,
+  GoogLeNet, or the Cadene BN-Inception, classifier replaced by the identity) and an *embedder*
+  state dict (powerful-benchmarker's ``MLP``: ``net.<i>.weight/bias`` linear layers with ReLUs at
+  the parameter-free indices, plus a duplicate ``last_linear``; or a single ``nn.Linear``), saved
+  as ``trunk_best<epoch>.pth`` / ``embedder_best<epoch>.pth``. Embedding = embedder(trunk(x)),
+  L2-normalised (the library's tester normalises by default; ``normalize=False`` keeps it raw).
+- **Roth et al. 2020** (Confusezius/Revisiting_Deep_Metric_Learning_PyTorch):
+  ``checkpoint_*.pth.tar`` = ``{"state_dict", "opt" (argparse.Namespace), "progress" (their logger
+  class), "aux"}``, read with the restricted unpickler (their classes become inert records). The
+  network is ``model.*`` (Cadene ``resnet50`` / ``bninception`` or torchvision ``googlenet``, with
+  ``model.last_linear`` the embedding layer); ``normalize`` in ``opt.arch`` adds the L2
+  normalisation, ``double`` (BN-Inception) adds the global max pool to the average pool, and the
+  embedding size is ``opt.embed_dim``. Input as in their data sets: Resize(256) + CenterCrop(224)
+  (227 for GoogLeNet); ImageNet mean/std, except BN-Inception: mean (0.502, 0.4588, 0.4078),
+  std 0.0039 on [0, 1] RGB, then flipped to BGR.
+- **ImageNet baselines** without a DML checkpoint (:func:`build_pretrained`): a backbone with
+  weights from a local file and ``head="none"`` (pooled features) or ``head="random"`` (seeded
+  random normalised head, Roth et al. Table 2's first row; METHODS.md §7).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.fileio import sha256_file
+from embedscope.models.backbones import EmbeddingModel, build_model, default_config
+from embedscope.models.checkpoint import (
+    Record,
+    _keys_preview,
+    check_state_dict,
+    is_module_record,
+    load_backbone_weights,
+    load_into,
+    module_state_dict,
+    printable,
+    read_checkpoint,
+    strip_prefix,
+)
+
+PML_FORMAT = "pytorch-metric-learning trunk+embedder"
+ROTH_FORMAT = "Roth et al. 2020 checkpoint"
+
+
+# ---------------------------------------------------------------------------------------------
+# architecture from state-dict keys
+
+_RESNETS = {
+    ((2, 2, 2, 2), False): "resnet18",
+    ((3, 4, 6, 3), False): "resnet34",
+    ((3, 4, 6, 3), True): "resnet50",
+    ((3, 4, 23, 3), True): "resnet101",
+    ((3, 8, 36, 3), True): "resnet152",
+}
+
+
+def detect_arch(sd: dict[str, torch.Tensor]) -> str | None:
+    """The backbone a trunk state dict was taken from (None when the keys do not say)."""
+    if "conv1_7x7_s2.weight" in sd:
+        return "bninception"
+    if "conv1.conv.weight" in sd and any(k.startswith("inception3a.") for k in sd):
+        return "googlenet"
+    if "conv1.weight" in sd and any(k.startswith("layer4.") for k in sd):
+        bottleneck = "layer1.0.conv3.weight" in sd
+        counts = []
+        for i in range(1, 5):
+            idx = {int(m.group(1)) for k in sd if (m := re.match(rf"layer{i}\.(\d+)\.", k))}
+            counts.append(len(idx))
+        name = _RESNETS.get((tuple(counts), bottleneck))
+        if name and bottleneck:  # wide / grouped variants have the same depth but other widths
+            w = sd.get("layer1.0.conv2.weight")
+            if w is None or tuple(w.shape) != (64, 64, 3, 3):
+                return None
+        return name
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# pytorch-metric-learning / powerful-benchmarker
+
+
+def _read_state_dict(path: Path, what: str, unsafe_pickle: bool) -> dict[str, torch.Tensor]:
+    obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    if is_module_record(obj):
+        obj = module_state_dict(obj)
+    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        obj = obj["state_dict"]
+    if isinstance(obj, Record):
+        raise EmbedscopeError(f"{path}: the {what} file holds a {printable(obj.qualname, 60)} object, not a state dict")
+    if not isinstance(obj, dict):
+        raise EmbedscopeError(f"{path}: the {what} file must hold a state dict, got {type(obj).__name__}")
+    return strip_prefix(check_state_dict(obj, str(path)))
+
+
+def embedder_layers(sd: dict[str, torch.Tensor], where: str) -> tuple[list[Any], dict[str, torch.Tensor]]:
+    """powerful-benchmarker's MLP (or a plain ``nn.Linear``) -> (``head_layers``, ``head.*`` state dict)."""
+    keys = set(sd)
+    if keys == {"weight", "bias"} and sd["weight"].ndim == 2:
+        out, inp = sd["weight"].shape
+        return [[int(inp), int(out)]], {"0.weight": sd["weight"], "0.bias": sd["bias"]}
+    net = {k[len("net."):]: v for k, v in sd.items() if k.startswith("net.")}
+    others = [k for k in keys if not k.startswith(("net.", "last_linear."))]
+    if not net or others:
+        raise EmbedscopeError(
+            f"{where}: unknown embedder layout: expected powerful-benchmarker MLP keys (net.<i>.weight, "
+            f"net.<i>.bias, last_linear.*) or one linear layer (weight, bias); found {_keys_preview(sorted(keys))}")
+    idx: dict[int, dict[str, torch.Tensor]] = {}
+    for k, v in net.items():
+        i, _, name = k.partition(".")
+        if not i.isdigit() or name not in ("weight", "bias"):
+            raise EmbedscopeError(f"{where}: unexpected embedder key 'net.{printable(k, 60)}' (an MLP has "
+                                  "linear layers and ReLUs only)")
+        idx.setdefault(int(i), {})[name] = v
+    layers: list[Any] = []
+    head_sd: dict[str, torch.Tensor] = {}
+    prev_out = None
+    for i in range(max(idx) + 1):
+        if i not in idx:
+            layers.append("relu")
+            continue
+        w, b = idx[i].get("weight"), idx[i].get("bias")
+        if w is None or b is None or w.ndim != 2:
+            raise EmbedscopeError(f"{where}: embedder layer net.{i} is not a linear layer with weight and bias")
+        out, inp = int(w.shape[0]), int(w.shape[1])
+        if prev_out is not None and inp != prev_out:
+            raise EmbedscopeError(f"{where}: embedder layer net.{i} takes {inp} inputs, the layer before gives {prev_out}")
+        prev_out = out
+        layers.append([inp, out])
+        head_sd[f"{i}.weight"], head_sd[f"{i}.bias"] = w, b
+    last = idx[max(idx)]
+    if "last_linear.weight" in sd and not torch.equal(sd["last_linear.weight"], last["weight"]):
+        raise EmbedscopeError(f"{where}: last_linear differs from the MLP's last layer net.{max(idx)}")
+    return layers, head_sd
+
+
+def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str | None = None,
+             normalize: bool = True, unsafe_pickle: bool = False
+             ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+    """A pytorch-metric-learning trunk + embedder pair -> (model in eval mode, config, info).
+
+    ``arch`` is read from the trunk's keys (torchvision ResNet-18/34/50/101/152, GoogLeNet, the
+    Cadene BN-Inception) unless given. A classifier left in the trunk (``fc.*``/``last_linear.*``)
+    is dropped: pytorch-metric-learning replaces it with the identity.
+    """
+    trunk, embedder = Path(trunk), Path(embedder)
+    tsd = _read_state_dict(trunk, "trunk", unsafe_pickle)
+    esd = _read_state_dict(embedder, "embedder", unsafe_pickle)
+    tsd = {k: v for k, v in tsd.items() if not k.startswith(("fc.", "last_linear."))}
+    a = arch or detect_arch(tsd)
+    if not a:
+        raise EmbedscopeError(
+            f"{trunk}: cannot tell the trunk's architecture from its keys (found {_keys_preview(sorted(tsd))}): "
+            "name it with --arch")
+    layers, hsd = embedder_layers(esd, str(embedder))
+    config = default_config(a, head="mlp", head_layers=layers, normalize=bool(normalize), frozen_bn=False,
+                            source_format=PML_FORMAT)
+    config.pop("embed_dim", None)
+    model = build_model(config)
+    config["embed_dim"] = model.embed_dim
+    load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk")
+    load_into(model.head, hsd, str(embedder), "the embedder")
+    model.eval()
+    sha = f"trunk:{sha256_file(trunk)} embedder:{sha256_file(embedder)}"
+    return model, config, {"sha256": sha, "extra": {}, "path": f"{trunk} + {embedder}", "format": PML_FORMAT,
+                           "trunk": str(trunk), "embedder": str(embedder)}
+
+
+def find_pml_pair(folder: str | os.PathLike) -> tuple[Path, Path]:
+    """The ``trunk_best<N>.pth`` / ``embedder_best<N>.pth`` pair with the largest common N."""
+    folder = Path(folder)
+
+    def numbered(prefix: str) -> dict[int, Path]:
+        out = {}
+        for p in folder.iterdir():
+            m = re.fullmatch(rf"{prefix}_best(\d*)\.pth", p.name)
+            if m and p.is_file():
+                out[int(m.group(1) or -1)] = p
+        return out
+
+    trunks, embedders = numbered("trunk"), numbered("embedder")
+    common = sorted(set(trunks) & set(embedders))
+    if not common:
+        found = sorted(p.name for p in folder.iterdir() if p.suffix == ".pth")
+        raise EmbedscopeError(
+            f"{folder}: no trunk_best<N>.pth / embedder_best<N>.pth pair with the same N (found "
+            f"{_keys_preview(found)}); name the files with --trunk and --embedder")
+    return trunks[common[-1]], embedders[common[-1]]
+
+
+def load_pml_folder(folder: str | os.PathLike, *, arch: str | None = None, normalize: bool = True,
+                    unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+    """:func:`load_pml` on the best pair of a powerful-benchmarker ``saved_models`` folder."""
+    trunk, embedder = find_pml_pair(folder)
+    return load_pml(trunk, embedder, arch=arch, normalize=normalize, unsafe_pickle=unsafe_pickle)
+
+
+# ---------------------------------------------------------------------------------------------
+# Roth et al.
+
+
+def is_roth_checkpoint(obj: Any) -> bool:
+    return isinstance(obj, dict) and "state_dict" in obj and "opt" in obj
+
+
+def _opt(opt: Any, name: str, default: Any = None) -> Any:
+    if isinstance(opt, Record):
+        return opt.get(name, default)
+    if isinstance(opt, dict):
+        return opt.get(name, default)
+    return getattr(opt, name, default)
+
+
+def _opt_items(opt: Any) -> dict[str, Any]:
+    if isinstance(opt, Record):
+        d = opt.state_dict_()
+    elif isinstance(opt, dict):
+        d = opt
+    else:
+        d = dict(getattr(opt, "__dict__", {}))
+    return {str(k): v for k, v in d.items() if isinstance(v, (str, int, float, bool, type(None)))
+            or (isinstance(v, (list, tuple)) and all(isinstance(x, (str, int, float, bool)) for x in v))}
+
+
+def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None = None,
+              embed_dim: int | None = None) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+    """Roth et al.'s ``{"state_dict", "opt", "progress", "aux"}`` -> (model in eval mode, config, info)."""
+    path = Path(path)
+    opt = obj.get("opt")
+    roth_arch = arch or _opt(opt, "arch")
+    if not isinstance(roth_arch, str) or not roth_arch:
+        raise EmbedscopeError(f"{path}: Roth et al. checkpoint without opt.arch: name the architecture with --arch")
+    a = roth_arch.lower()
+    if "multifeature" in a:
+        raise EmbedscopeError(f"{path}: architecture '{printable(roth_arch, 60)}' (multi-feature heads) is not supported")
+    base = next((b for b in ("resnet50", "bninception", "googlenet") if b in a), None)
+    if base is None:
+        raise EmbedscopeError(f"{path}: architecture '{printable(roth_arch, 60)}' is not one of Roth et al.'s "
+                              "resnet50, bninception or googlenet")
+    sd = strip_prefix(check_state_dict(obj["state_dict"], str(path)))  # module. (DataParallel)
+    if not any(k.startswith("model.") for k in sd):
+        raise EmbedscopeError(f"{path}: unknown key layout for a Roth et al. checkpoint: expected 'model.*' keys, "
+                              f"found {_keys_preview(sorted(sd))}")
+    backbone, head, skipped = {}, {}, []
+    for k, v in sd.items():
+        if k.startswith("model.last_linear."):
+            head["head." + k[len("model.last_linear."):]] = v
+        elif k.startswith("model."):
+            sub = k[len("model."):]
+            if sub.startswith(("fc.", "aux1.", "aux2.")):  # googlenet: fc is last_linear; aux classifiers unused
+                skipped.append(k)
+            else:
+                backbone["backbone." + sub] = v
+        elif k.startswith("layer_blocks."):  # resnet50: the same tensors as model.layer1-4
+            skipped.append(k)
+        else:
+            raise EmbedscopeError(f"{path}: unexpected key '{printable(k, 60)}' in a Roth et al. {base} checkpoint "
+                                  "(expected model.* and layer_blocks.*)")
+    if "head.weight" not in head:
+        raise EmbedscopeError(f"{path}: no model.last_linear.weight (the embedding layer) in the checkpoint; found "
+                              f"{_keys_preview(sorted(sd))}")
+    dim = int(head["head.weight"].shape[0])
+    opt_dim = embed_dim if embed_dim is not None else _opt(opt, "embed_dim")
+    if opt_dim is not None:
+        if isinstance(opt_dim, bool) or not isinstance(opt_dim, int):
+            raise EmbedscopeError(f"{path}: opt.embed_dim must be an integer, got {printable(repr(opt_dim), 40)}")
+        if opt_dim != dim:
+            raise EmbedscopeError(f"{path}: opt.embed_dim is {opt_dim} but model.last_linear has {dim} outputs")
+    config: dict[str, Any] = {
+        "embed_dim": dim, "normalize": "normalize" in a, "frozen_bn": "frozen" in a,
+        "image_size": 227 if base == "googlenet" else 224, "resize": 256, "source_format": ROTH_FORMAT,
+        "roth_arch": roth_arch,
+    }
+    if base == "bninception":
+        from embedscope.models.bninception import ROTH_INPUT
+
+        config.update(input_space=dict(ROTH_INPUT), pool="avg+max" if "double" in a else "avg")
+    if base == "googlenet":
+        config["transform_input"] = True  # torchvision's pretrained GoogLeNet, as their code builds it
+    for key in ("dataset", "loss", "batch_mining"):
+        v = _opt(opt, key)
+        if isinstance(v, str):
+            config["dataset" if key == "dataset" else f"roth_{key}"] = v
+    config = default_config(base, **config)
+    if base == "bninception":  # default_config's Cadene convention must not override theirs
+        from embedscope.models.bninception import ROTH_INPUT
+
+        config.update(input_space=dict(ROTH_INPUT), image_size=224)
+    model = build_model(config)
+    load_into(model, {**backbone, **head}, str(path), f"a {base} model")
+    model.eval()
+    extra = {"roth_options": _opt_items(opt)}
+    if isinstance(_opt(opt, "epoch"), int):
+        extra["epoch"] = _opt(opt, "epoch")
+    return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": ROTH_FORMAT}
+
+
+# ---------------------------------------------------------------------------------------------
+# ImageNet baselines and the one entry point for `embed`
+
+
+def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, head: str = "none",
+                     embed_dim: int | None = None, head_seed: int = 0, normalize: bool = True,
+                     unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+    """A backbone with local ImageNet weights and no trained head -> (model in eval mode, config, info).
+
+    ``head="none"``: the pooled features ("ImageNet features"); ``head="random"``: a linear layer
+    drawn from ``torch.manual_seed(head_seed)`` with PyTorch's default initialisation, output
+    L2-normalised (Roth et al. Table 2, "ImageNet + random normalised head", METHODS.md §7).
+    Without ``weights`` the backbone keeps its random initialisation (an untrained baseline).
+    """
+    if head not in ("none", "random"):
+        raise UsageError(f"--head {head} needs a trained checkpoint; without one use --head none or --head random")
+    if head == "none" and embed_dim is not None:
+        raise UsageError("--embed-dim applies to --head random (--head none keeps the backbone's feature size)")
+    if embed_dim is not None and (isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1):
+        raise UsageError(f"--embed-dim must be a positive integer, got {embed_dim!r}")
+    cfg = default_config(arch, head=head, normalize=bool(normalize), frozen_bn=False,
+                         embed_dim=embed_dim if head == "random" else None, head_seed=int(head_seed),
+                         source_format="imagenet-baseline")
+    if weights is not None and arch in ("googlenet", "inception_v3"):
+        cfg["transform_input"] = True  # torchvision's ImageNet weights for these expect it
+    if head == "none":
+        cfg.pop("embed_dim", None)
+    model = build_model(cfg)
+    cfg["embed_dim"] = model.embed_dim
+    info: dict[str, Any] = {"extra": {}, "format": "backbone only", "path": ""}
+    if weights is not None:
+        load_backbone_weights(model, weights, unsafe_pickle=unsafe_pickle)
+        cfg["weights"] = str(Path(weights).resolve())
+        info.update(sha256=sha256_file(weights), path=str(weights), format="ImageNet backbone weights")
+    else:
+        info["sha256"] = ""
+    model.eval()
+    return model, cfg, info
+
+
+def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None = None,
+               weights: str | os.PathLike | None = None, head: str | None = None, embed_dim: int | None = None,
+               head_seed: int = 0, trunk: str | os.PathLike | None = None,
+               embedder: str | os.PathLike | None = None, normalize: bool | None = None,
+               unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+    """The model for ``embedscope embed`` from its options -> (model in eval mode, config, info).
+
+    Exactly one source: ``checkpoint`` (embedscope format, bare state dict with ``arch``, Roth et
+    al.'s file, or a powerful-benchmarker folder), ``trunk`` + ``embedder``, or ``arch`` alone
+    (ImageNet baseline: ``weights``, ``head`` none|random, ``embed_dim``, ``head_seed``).
+    ``info`` holds ``sha256``, ``path``, ``format`` and ``extra``.
+    """
+    if (trunk is None) != (embedder is None):
+        raise UsageError("--trunk and --embedder go together (the two files of a pytorch-metric-learning model)")
+    if trunk is not None:
+        if checkpoint is not None or weights is not None or head is not None:
+            raise UsageError("--trunk/--embedder replace the checkpoint: give no checkpoint, --weights or --head")
+        return load_pml(trunk, embedder, arch=arch, normalize=True if normalize is None else normalize,
+                        unsafe_pickle=unsafe_pickle)
+    if checkpoint is not None:
+        if weights is not None or head is not None:
+            raise UsageError("--weights and --head build a model without a checkpoint: give one or the other")
+        model, config, info = load_checkpoint_any(checkpoint, arch=arch, embed_dim=embed_dim,
+                                                  unsafe_pickle=unsafe_pickle)
+        if normalize is not None and bool(normalize) != model.normalize:
+            model.normalize = bool(normalize)
+            config["normalize"] = bool(normalize)
+        return model, config, info
+    if not arch:
+        raise UsageError("name a checkpoint, --trunk/--embedder, or --arch (with --weights) for an ImageNet baseline")
+    return build_pretrained(arch, weights=weights, head=head or "none", embed_dim=embed_dim, head_seed=head_seed,
+                            normalize=True if normalize is None else normalize, unsafe_pickle=unsafe_pickle)
+
+
+def load_checkpoint_any(path, **kw):
+    from embedscope.models.checkpoint import load_checkpoint
+
+    return load_checkpoint(path, **kw)
