@@ -211,29 +211,24 @@ class _Pass:
         rows = f % w if transposed else f // w
         v = T.ravel()[f].astype(np.float64) - blk.qoff[rows]
         acc.n_high += np.bincount(rows[v > blk.tau2[rows]], minlength=b)
-        gs = rows * W + (v - base)  # same float64 operations as the window test below
-        gs.sort()
+        gs = rows * W + (v - base)
+        order = np.argsort(gs)
+        gs = gs[order]
         c_hi = np.searchsorted(gs, blk.hi_g, side="right")
         c_lo = np.searchsorted(gs, blk.lo_g, side="left")
         c_end = np.searchsorted(gs, blk.end_g, side="right")
         pr, pref = blk.pr, blk.pref
         acc.sure += c_end[pr] - c_hi
         win = c_hi - c_lo
-        # the pair's own reference is within its window whenever it survived
-        n_ref = h if transposed else w
-        own = (pref >= r0) & (pref < r0 + n_ref)
-        if own.any():
-            io = np.flatnonzero(own)
-            win[io] -= M[pref[io] - r0, pr[io]] if transposed else M[pr[io], pref[io] - r0]
         wp = np.flatnonzero(win > 0)
-        if wp.size:  # survivors within ±δ of a pair's key: compared in float64 at the block's end
-            rw = pr[wp]
-            Tw, Mw = (T[:, rw].T, M[:, rw].T) if transposed else (T[rw], M[rw])
-            gv = rw[:, None] * W + ((Tw.astype(np.float64) - blk.qoff[rw][:, None]) - base)
-            pi, ci = np.nonzero(Mw & (gv >= blk.lo_g[wp][:, None]) & (gv <= blk.hi_g[wp][:, None]))
-            ids = ci + r0
-            keep = ids != pref[wp[pi]]
-            acc.win_p.append(wp[pi][keep])
+        if wp.size:  # survivors within ±δ of a pair's key (sorted positions c_lo..c_hi): float64 at the end
+            cnt = win[wp]
+            rep = np.repeat(wp, cnt)
+            pos = np.repeat(c_lo[wp] - np.cumsum(cnt) + cnt, cnt) + np.arange(rep.size)
+            fs = f[order[pos]]
+            ids = (fs // w if transposed else fs % w) + r0
+            keep = ids != pref[rep]  # the pair's own reference lies in its window whenever it survived
+            acc.win_p.append(rep[keep])
             acc.win_r.append(ids[keep])
 
     def finish(self, a: int, acc: _Acc):
