@@ -130,7 +130,8 @@ def embedder_layers(sd: dict[str, torch.Tensor], where: str) -> tuple[list[Any],
             raise EmbedscopeError(f"{where}: embedder layer net.{i} is not a linear layer with weight and bias")
         out, inp = int(w.shape[0]), int(w.shape[1])
         if prev_out is not None and inp != prev_out:
-            raise EmbedscopeError(f"{where}: embedder layer net.{i} takes {inp} inputs, the layer before gives {prev_out}")
+            raise EmbedscopeError(
+                f"{where}: embedder layer net.{i} takes {inp} inputs, the layer before gives {prev_out}")
         prev_out = out
         layers.append([inp, out])
         head_sd[f"{i}.weight"], head_sd[f"{i}.bias"] = w, b
@@ -238,12 +239,15 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
         raise EmbedscopeError(f"{path}: Roth et al. checkpoint without opt.arch: name the architecture with --arch")
     a = roth_arch.lower()
     if "multifeature" in a:
-        raise EmbedscopeError(f"{path}: architecture '{printable(roth_arch, 60)}' (multi-feature heads) is not supported")
+        raise EmbedscopeError(
+            f"{path}: architecture '{printable(roth_arch, 60)}' (multi-feature heads) is not supported")
     base = next((b for b in ("resnet50", "bninception", "googlenet") if b in a), None)
     if base is None:
         raise EmbedscopeError(f"{path}: architecture '{printable(roth_arch, 60)}' is not one of Roth et al.'s "
                               "resnet50, bninception or googlenet")
-    sd = strip_prefix(check_state_dict(obj["state_dict"], str(path)))  # module. (DataParallel)
+    sd = check_state_dict(obj["state_dict"], str(path))
+    if all(k.startswith("module.") for k in sd):  # saved from a DataParallel model
+        sd = {k[len("module."):]: v for k, v in sd.items()}
     if not any(k.startswith("model.") for k in sd):
         raise EmbedscopeError(f"{path}: unknown key layout for a Roth et al. checkpoint: expected 'model.*' keys, "
                               f"found {_keys_preview(sorted(sd))}")

@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from embedscope.errors import EmbedscopeError
 

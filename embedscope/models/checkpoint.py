@@ -19,6 +19,7 @@ list of data constructors (a ``__reduce__`` payload such as ``os.system``). ``un
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import pickle
@@ -167,13 +168,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if module == "_codecs" and name == "encode":
             return _codecs_encode
         if module == "torch._utils" and name in _TORCH_REBUILD:
-            import torch._utils
-
-            return getattr(torch._utils, name)
+            return getattr(importlib.import_module("torch._utils"), name)
         if module == "torch._tensor" and name == "_rebuild_from_type_v2":
-            import torch._tensor
-
-            return torch._tensor._rebuild_from_type_v2
+            return importlib.import_module("torch._tensor")._rebuild_from_type_v2
         if module == "torch.serialization" and name == "_get_layout":
             return torch.serialization._get_layout
         if module == "torch.nn.parameter" and name == "Parameter":
@@ -428,12 +425,14 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         extra = obj.get("extra") or {}
         extra = dict(extra) if isinstance(extra, dict) else {"extra": extra}
         if obj.get("format") not in (None, FORMAT):
-            raise EmbedscopeError(f"{path}: unknown format {printable(repr(obj.get('format')), 60)} (expected '{FORMAT}')")
+            raise EmbedscopeError(
+                f"{path}: unknown format {printable(repr(obj.get('format')), 60)} (expected '{FORMAT}')")
         version = obj.get("format_version", FORMAT_VERSION)
         if isinstance(version, bool) or not isinstance(version, int):
             raise EmbedscopeError(f"{path}: 'format_version' must be an integer, got {printable(repr(version), 40)}")
         if version > FORMAT_VERSION:
-            raise EmbedscopeError(f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
+            raise EmbedscopeError(
+                f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
     elif obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         sd, config, extra, fmt = check_state_dict(obj, str(path)), {}, {}, "bare state dict"
     else:
