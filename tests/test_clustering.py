@@ -84,3 +84,154 @@ def test_kmeans_separated_blobs_and_determinism():
 def test_validation(kw, msg):
     with pytest.raises(EmbedscopeError, match=msg):
         kmeans_nmi_f1(**kw)
+
+
+# --- k-means engines: faiss parity, exactness of the accelerated Lloyd, Roth's cosine assignment ---
+
+def _sop_like(n_classes, dim, seed=0, noise=1.2):
+    rng = np.random.default_rng(seed)
+    sizes = 2 + rng.binomial(10, 0.335, n_classes)
+    y = np.repeat(np.arange(n_classes), sizes)
+    X = rng.standard_normal((n_classes, dim)).astype(np.float32)[y]
+    X += noise * rng.standard_normal((y.size, dim)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X, y
+
+
+def _faiss_clustering(x, k, **kw):
+    faiss = pytest.importorskip("faiss")
+    cl = faiss.Clustering(x.shape[1], k)
+    cl.max_points_per_centroid = 1 << 30
+    cl.min_points_per_centroid = 1
+    for a, v in kw.items():
+        setattr(cl, a, v)
+    cl.train(x, faiss.IndexFlatL2(x.shape[1]))
+    return faiss.vector_float_to_array(cl.centroids).reshape(k, x.shape[1])
+
+
+@pytest.mark.parametrize("n,k,seed", [(50, 7, 1234), (1000, 300, 1234), (333, 332, 0), (5000, 10, 77)])
+def test_faiss_random_init_reproduced(n, k, seed):
+    from embedscope.metrics.kmeans import faiss_random_init
+
+    x = np.random.default_rng(n).standard_normal((n, 5)).astype(np.float32)
+    C0 = _faiss_clustering(x, k, niter=0, seed=seed)
+    assert np.array_equal(C0, x[faiss_random_init(n, k, seed)])
+
+
+def test_update_and_split_bit_equal_to_faiss():
+    """faiss's centroid update and its split of empty clusters (mt19937 seeded 1234), bit for bit."""
+    faiss = pytest.importorskip("faiss")
+    from embedscope.metrics.kmeans import exact_assign, update_centroids
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((600, 6)).astype(np.float32)
+    init = x[:40].copy()
+    init[[3, 17, 31]] = 1e3  # far away: empty after the first assignment
+    km = faiss.Kmeans(6, 40, niter=1, max_points_per_centroid=1 << 30)
+    km.train(x, init_centroids=init)
+    assert km.iteration_stats[0]["nsplit"] == 3
+    C, nsplit = update_centroids(x, exact_assign(x, init), 40)
+    assert nsplit == 3
+    assert np.array_equal(C, km.centroids)
+
+
+def test_default_seed_equals_pml_and_faiss_kmeans():
+    """Seed 1234, 20 iterations, Euclidean: both engines give PML's FaissKMeans labels (faiss.Kmeans
+    + index.search, as Roth's code), and so PML's NMI."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pytorch_metric_learning")
+    from pytorch_metric_learning.utils.inference import FaissKMeans
+
+    from embedscope.metrics.clustering import kmeans_labels
+
+    X, y = _sop_like(400, 24, seed=3)
+    k = 400
+    pml = FaissKMeans(niter=20)(torch.from_numpy(X), k).numpy()
+    faiss_lab = kmeans_labels(X, k, metric="euclidean", method="faiss")
+    exact_lab, info = kmeans_labels(X, k, metric="euclidean", return_info=True)
+    assert np.array_equal(faiss_lab, pml)
+    assert np.array_equal(exact_lab, pml)
+    assert info["method"] == "exact" and info["n_steps"] <= 21
+    out = kmeans_nmi_f1(X, y, metric="euclidean")
+    assert out["seed"] == 1234 and out["method"] == "exact"
+    assert out["NMI"] == pytest.approx(normalized_mutual_info_score(y, pml), abs=1e-12)
+
+
+def _plain_lloyd(x, k, niter, seed):
+    """Plain Lloyd written from the definition: faiss's init and update, float64 distances
+    Σ (x − c)² to every centroid, ties to the lower index, early stop at a fixed point."""
+    from embedscope.metrics.kmeans import faiss_random_init, update_centroids
+
+    x64 = x.astype(np.float64)
+    C = x[faiss_random_init(len(x), k, seed)].copy()
+
+    def assign(C):
+        d = ((x64[:, None, :] - C.astype(np.float64)[None]) ** 2).sum(-1)
+        return d.argmin(1)
+
+    prev = None
+    for _ in range(niter):
+        a = assign(C)
+        if prev is not None and np.array_equal(a, prev):
+            return a
+        C, _ = update_centroids(x, a, k)
+        prev = a
+    return assign(C)
+
+
+@pytest.mark.parametrize("case", ["sop", "grid_ties", "blobs"])
+def test_accelerated_lloyd_equals_plain_lloyd(case):
+    from embedscope.metrics.kmeans import lloyd_kmeans
+
+    rng = np.random.default_rng(11)
+    if case == "sop":
+        x, _ = _sop_like(150, 12, seed=1)
+        k = 150
+    elif case == "grid_ties":  # small integers: many exact ties and duplicate rows
+        x = rng.integers(0, 4, (400, 3)).astype(np.float32)
+        k = 25
+    else:
+        x = (rng.standard_normal((8, 5)) * 5)[rng.integers(0, 8, 500)] + rng.standard_normal((500, 5))
+        x = x.astype(np.float32)
+        k = 30
+    ref = _plain_lloyd(x, k, 20, 1234)
+    for gs in (2, 5, 64):
+        r = lloyd_kmeans(x, k, niter=20, seed=1234, group_size=gs)
+        assert np.array_equal(r["labels"], ref), gs
+    r0 = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=False)
+    assert np.array_equal(r0["labels"], ref)
+    # the bounds skipped work: after the first step some (point, group) pairs went uncomputed
+    r = lloyd_kmeans(x, k, niter=20, seed=1234, group_size=5)
+    G = max(1, round(k / 5))
+    assert any(p < len(x) * G for _, p, _ in r["stats"][1:]) or r["n_steps"] == 1
+
+
+def test_roth_cosine_assignment():
+    """Roth's c_nmi: Euclidean k-means centroids, L2-normalised; normalised rows by inner product."""
+    faiss = pytest.importorskip("faiss")
+    from embedscope.metrics.clustering import _faiss_kmeans, kmeans_labels
+
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((300, 8)) * rng.uniform(0.5, 3, (300, 1))).astype(np.float32)
+    lab = kmeans_labels(X, 20, metric="euclidean", method="faiss", assign="roth_cosine")
+    _, C = _faiss_kmeans(X, 20, 1234, 20)
+    Cn = C / np.linalg.norm(C, axis=1, keepdims=True)
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    idx = faiss.IndexFlatIP(8)
+    idx.add(Cn.astype(np.float32))
+    _, ref = idx.search(Xn.astype(np.float32), 1)
+    assert (lab == ref.ravel()).mean() >= 0.99  # faiss float32 may flip a near-tie
+    brute = (Xn.astype(np.float64) @ Cn.astype(np.float64).T).argmax(1)
+    assert np.array_equal(lab, brute)
+    out = kmeans_nmi_f1(X, rng.integers(0, 20, 300), metric="euclidean", assign="roth_cosine")
+    assert out["assign"] == "roth_cosine" and 0 <= out["NMI"] <= 1
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(seed=-1), "seed"),
+    (dict(method="sklearn"), "method"),
+    (dict(assign="cos"), "assign"),
+])
+def test_kmeans_option_validation(kw, msg):
+    with pytest.raises(EmbedscopeError, match=msg):
+        kmeans_nmi_f1(np.random.default_rng(0).standard_normal((20, 3)), [0, 1] * 10, **kw)

@@ -1,8 +1,34 @@
 """Clustering quality of an embedding: k-means NMI and pairwise F1 (METHODS.md §1).
 
-k-means is faiss's (Lloyd iterations on the float32 rows, exact nearest-centroid assignment,
-no subsampling), with a fixed seed and ``niter = 20`` by default as in Roth et al.'s reference
-code. NMI and F1 are computed from the sparse cluster × class contingency table in float64.
+k-means
+-------
+Lloyd's k-means as Roth et al.'s reference code and pytorch-metric-learning (PML) run it: faiss's
+random initialisation with **seed 1234** (faiss's default; Roth's code never sets a seed, PML's
+``faiss.Kmeans`` keeps it), ``niter = 20``, no subsampling, every row its nearest centroid at
+the end. Two engines (``method``):
+
+* ``"exact"`` (default, :mod:`embedscope.metrics.kmeans`): faiss's initialisation, centroid
+  update and empty-cluster split reproduced bit for bit, with exact (float64-certified)
+  nearest-centroid assignments, accelerated by Yinyang bounds (skipping distance computations
+  that provably cannot change an assignment). It equals faiss's clustering wherever faiss's
+  float32 distance rounding does not decide a near-tie (on the SOP-like benchmark: every label),
+  and is faster than faiss (docs/PERFORMANCE.md, "Exact k-means (issue 18)").
+* ``"faiss"``: faiss itself (``faiss.Clustering``, IndexFlatL2, float32). With seed 1234 and
+  Euclidean k-means its labels are those of ``faiss.Kmeans(d, k, niter=20, seed=1234)`` followed
+  by ``index.search(x, 1)`` (PML's ``FaissKMeans``) whenever N ≤ 256 k (PML's faiss subsamples
+  to 256 points per centroid beyond that; embedscope and Roth's code never subsample).
+
+``metric="cosine"`` L2-normalises the rows first (k-means on the unit sphere's points, Euclidean
+centroids). NMI and F1 are computed from the sparse cluster × class contingency table in float64.
+
+Roth's "cosine" NMI / F1
+------------------------
+Roth's reference code also reports ``c_nmi`` / ``c_f1``. These are **not** a cosine k-means: the
+k-means is the same Euclidean one on the unnormalised features; then the centroids are
+L2-normalised and each L2-normalised row goes to the centroid of largest inner product
+(faiss ``IndexFlatIP``). ``assign="roth_cosine"`` reproduces this (argmax in float64, ties to the
+lower index); with it, use ``metric="euclidean"`` to cluster the features as given, as Roth does
+(for L2-normalised embeddings both metrics are the same).
 """
 
 from __future__ import annotations
@@ -76,24 +102,16 @@ def pairwise_f1(labels_true, labels_pred) -> dict:
     return {"F1": f1, "precision": p, "recall": r}
 
 
-def kmeans_labels(X, n_clusters: int, *, seed: int = 0, niter: int = 20, metric: str = "cosine") -> np.ndarray:
-    """faiss k-means cluster of every row (rows L2-normalised first for ``metric="cosine"``)."""
+_METHODS = ("exact", "faiss")
+_ASSIGN = ("euclidean", "roth_cosine")
+
+
+def _faiss_kmeans(x: np.ndarray, k: int, seed: int, niter: int) -> tuple[np.ndarray, np.ndarray]:
+    """faiss's k-means (no subsampling) and the final ``index.search``: labels, centroids."""
     import faiss
 
-    from embedscope.metrics.knn import check_metric, prepare
-    from embedscope.validation import check_matrix
-
-    check_metric(metric)
-    X64 = prepare(check_matrix(X, "X", dtype=np.float64), metric, "X")
-    n, d = X64.shape
-    if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
-        raise EmbedscopeError(f"n_clusters must be a positive integer, got {n_clusters!r}")
-    if n_clusters > n:
-        raise EmbedscopeError(f"n_clusters = {n_clusters} exceeds the {n} rows")
-    if isinstance(niter, bool) or not isinstance(niter, (int, np.integer)) or niter < 1:
-        raise EmbedscopeError(f"niter must be a positive integer, got {niter!r}")
-    x = np.ascontiguousarray(X64, dtype=np.float32)
-    cl = faiss.Clustering(d, int(n_clusters))
+    d = x.shape[1]
+    cl = faiss.Clustering(d, int(k))
     cl.niter = int(niter)
     cl.seed = int(seed)
     cl.max_points_per_centroid = 1 << 30  # never subsample
@@ -102,24 +120,88 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 0, niter: int = 20, metric:
     index = faiss.IndexFlatL2(d)
     cl.train(x, index)
     _, assign = index.search(x, 1)
-    return assign.reshape(-1).astype(np.int64)
+    C = faiss.vector_float_to_array(cl.centroids).reshape(int(k), d)
+    return assign.reshape(-1).astype(np.int64), C
 
 
-def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 0, niter: int = 20,
-                  metric: str = "cosine", return_labels: bool = False) -> dict:
+def _roth_cosine_assign(X64: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Roth's c_nmi assignment: argmax_c <x/‖x‖, c/‖c‖> (float64, ties to the lower index)."""
+    C64 = np.asarray(C, dtype=np.float64)
+    cn = np.sqrt(np.einsum("ij,ij->i", C64, C64))
+    Cn = C64 / np.where(cn > 0, cn, 1.0)[:, None]
+    xn = np.sqrt(np.einsum("ij,ij->i", X64, X64))
+    Xn = X64 / np.where(xn > 0, xn, 1.0)[:, None]
+    out = np.empty(len(X64), dtype=np.int64)
+    step = max(64, (1 << 22) // max(1, len(C64)))
+    for s in range(0, len(X64), step):
+        out[s:s + step] = (Xn[s:s + step] @ Cn.T).argmax(1)
+    return out
+
+
+def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metric: str = "cosine",
+                  method: str = "exact", assign: str = "euclidean", return_info: bool = False):
+    """The k-means cluster of every row (METHODS.md §1; see the module docstring).
+
+    Parameters
+    ----------
+    X : (N, D) embeddings.
+    n_clusters : k, 1 ≤ k ≤ N.
+    seed : faiss's seed (≥ 0; default 1234 as Roth's code and PML).
+    niter : Lloyd iterations (default 20 as Roth's code and PML).
+    metric : ``"cosine"`` (rows L2-normalised first) or ``"euclidean"`` (rows as given).
+    method : ``"exact"`` (exact assignments, Yinyang-accelerated) or ``"faiss"``.
+    assign : ``"euclidean"`` (nearest centroid) or ``"roth_cosine"`` (Roth's c_nmi/c_f1:
+        normalised rows to normalised centroids by largest inner product).
+    return_info : also return a dict (``n_steps``, ``converged``, ``n_split`` for "exact").
+    """
+    from embedscope.metrics.search.knn import check_metric, prepare
+    from embedscope.validation import check_choice, check_int, check_matrix
+
+    check_metric(metric)
+    check_choice(method, "method", _METHODS)
+    check_choice(assign, "assign", _ASSIGN)
+    X64 = prepare(check_matrix(X, "X", dtype=np.float64), metric, "X")
+    n, d = X64.shape
+    if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
+        raise EmbedscopeError(f"n_clusters must be a positive integer, got {n_clusters!r}")
+    if n_clusters > n:
+        raise EmbedscopeError(f"n_clusters = {n_clusters} exceeds the {n} rows")
+    niter = check_int(niter, "niter", min=1)
+    seed = check_int(seed, "seed", min=0, max=2**31 - 2)
+    x = np.ascontiguousarray(X64, dtype=np.float32)
+    info = {"method": method}
+    if method == "faiss":
+        lab, C = _faiss_kmeans(x, int(n_clusters), seed, niter)
+    else:
+        from embedscope.metrics.kmeans import lloyd_kmeans
+
+        r = lloyd_kmeans(x, int(n_clusters), niter=niter, seed=seed)
+        lab, C = r["labels"], r["centroids"]
+        info.update(n_steps=r["n_steps"], converged=r["converged"], n_split=r["n_split"])
+    if assign == "roth_cosine":
+        lab = _roth_cosine_assign(X64, C)
+    return (lab, info) if return_info else lab
+
+
+def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, niter: int = 20,
+                  metric: str = "cosine", method: str = "exact", assign: str = "euclidean",
+                  return_labels: bool = False) -> dict:
     """NMI and F1 of a k-means clustering of the embeddings against the classes (METHODS.md §1).
 
-    k-means (faiss, Lloyd, ``niter`` iterations from ``seed``; Roth et al., ICML 2020, reference
-    code: faiss, 20 iterations) with ``n_clusters`` = the number of classes in ``y`` by default;
-    rows are L2-normalised first for ``metric="cosine"``. NMI = 2 I(Ω; Υ) / (H(Ω) + H(Υ))
-    (sklearn's ``normalized_mutual_info_score``, arithmetic; Musgrave et al., ECCV 2020, Eq. 7).
-    F1 = the pairwise clustering F-measure (see :func:`pairwise_f1`).
+    k-means (see :func:`kmeans_labels`: faiss's initialisation from ``seed`` = 1234, ``niter`` = 20
+    Lloyd iterations as Roth et al.'s reference code and PML, exact assignments) with
+    ``n_clusters`` = the number of classes in ``y`` by default; rows are L2-normalised first for
+    ``metric="cosine"``. NMI = 2 I(Ω; Υ) / (H(Ω) + H(Υ)) (sklearn's
+    ``normalized_mutual_info_score``, arithmetic; Musgrave et al., ECCV 2020, Eq. 7).
+    F1 = the pairwise clustering F-measure (see :func:`pairwise_f1`). Both: higher is better, 1
+    for a clustering equal to the classes. ``assign="roth_cosine"`` gives Roth's c_nmi / c_f1.
 
     Returns
     -------
     dict
         ``"NMI"``, ``"F1"``, ``"F1_precision"``, ``"F1_recall"``, ``"n_clusters"``, ``"niter"``,
-        ``"seed"`` (and ``"labels"``, the cluster of each row, when ``return_labels``).
+        ``"seed"``, ``"method"``, ``"assign"`` (and ``"labels"``, the cluster of each row, when
+        ``return_labels``).
     """
     from embedscope.validation import check_matrix
 
@@ -131,10 +213,10 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 0, niter: 
     if n_cls < 2:
         raise EmbedscopeError("y needs at least 2 classes")
     k = n_cls if n_clusters is None else n_clusters
-    lab = kmeans_labels(X64, k, seed=seed, niter=niter, metric=metric)
+    lab = kmeans_labels(X64, k, seed=seed, niter=niter, metric=metric, method=method, assign=assign)
     f = pairwise_f1(yy, lab)
     out = {"NMI": nmi(yy, lab), "F1": f["F1"], "F1_precision": f["precision"], "F1_recall": f["recall"],
-           "n_clusters": int(k), "niter": int(niter), "seed": int(seed)}
+           "n_clusters": int(k), "niter": int(niter), "seed": int(seed), "method": method, "assign": assign}
     if return_labels:
         out["labels"] = lab
     return out
