@@ -1,0 +1,43 @@
+"""embedscope import SRC -o OUT.h5"""
+
+from __future__ import annotations
+
+from embedscope.cli.common import add_force, finite_float
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser(
+        "import", parents=parents, help="import embeddings made elsewhere (npy, npz, pt, safetensors, parquet, csv)",
+        description="Turn embeddings from another tool into an embedscope HDF5 file: .npy, .npz, .pt (tensors "
+        "or a dict of tensors, read without running code), .safetensors, .parquet, .csv, .tsv. Labels, split, "
+        "paths and class names come from a key/column of the source or from a file (.npy, .txt one per line, "
+        "one-column .csv). See docs/import.md.")
+    p.add_argument("source", metavar="SRC", help="the embeddings file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
+    p.add_argument("--embeddings", metavar="KEY",
+                   help="key/column of the embeddings, or PREFIX* for numeric columns (default: embeddings, "
+                   "features, X, ..., the only 2-D array, or a table's remaining numeric columns)")
+    p.add_argument("--labels", metavar="FILE|KEY", help="labels: a file or a key/column (default: labels, label, y)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--split", metavar="FILE|KEY",
+                   help="split per row (train, test, val, query, gallery): a file or a key/column "
+                   "(default: a 'split' key/column if present, else every row is 'test')")
+    g.add_argument("--split-by-class", type=finite_float, metavar="FRACTION",
+                   help="zero-shot split: the first ceil(FRACTION x C) classes (sorted) train, the rest test")
+    p.add_argument("--paths", metavar="FILE|KEY", help="item ids / image paths per row: a file or a key/column")
+    p.add_argument("--class-names", metavar="FILE|KEY",
+                   help="class names (labels are then integer indices into them): a file or a key")
+    p.add_argument("--properties", nargs="+", default=[], metavar="COLUMN", help="columns to keep as properties")
+    add_force(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope.importers import import_to_file
+
+    out = import_to_file(args.source, args.output, force=args.force, embeddings=args.embeddings,
+                         labels=args.labels, split=args.split, split_by_class=args.split_by_class,
+                         paths=args.paths, class_names=args.class_names, properties=args.properties)
+    print(f"wrote {out}")
+    return 0
