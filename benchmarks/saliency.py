@@ -139,11 +139,18 @@ def main() -> None:
         print(f"{k:<12}{len(X) / mn:>15.3f}{len(X) / md:>17.3f}{mn:>10.2f}{md:>12.2f}")
     for k in methods:
         if k != "embedscope":
+            from embedscope.metrics import pearson_per_image
+
             diff = float(np.abs(maps[k] - maps["embedscope"]).max())
+            mean_diff = float(np.abs(maps[k] - maps["embedscope"]).mean())
+            r = float(pearson_per_image(maps[k], maps["embedscope"]).min())
             ratio = min(times["embedscope"]) / min(times[k])
             res[f"max_abs_diff_vs_{k}"] = diff
+            res[f"mean_abs_diff_vs_{k}"] = mean_diff
+            res[f"min_pearson_vs_{k}"] = r
             res[f"time_ratio_embedscope_over_{k}"] = ratio
-            print(f"embedscope / {k} time (best): {ratio:.3f}; largest map difference {diff:.2e}")
+            print(f"embedscope / {k} time (best): {ratio:.3f}; map difference: largest {diff:.2e}, "
+                  f"mean {mean_diff:.2e}, smallest Pearson r {r:.7f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)
