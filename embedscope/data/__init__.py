@@ -18,6 +18,7 @@ LOADERS = {
     "cars196": ("embedscope.data.cars", "load_cars196"),
     "sop": ("embedscope.data.sop", "load_sop"),
     "imagefolder": ("embedscope.data.imagefolder", "load_imagefolder"),
+    "shapes": ("embedscope.data.shapes", "load_shapes"),
 }
 ALIASES = {"cub": "cub200", "cub200-2011": "cub200", "cars": "cars196", "online_products": "sop"}
 DATASETS = tuple(LOADERS)
