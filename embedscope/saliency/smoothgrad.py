@@ -28,8 +28,9 @@ noise of image i is ``randn((l, C, H, W), generator=Generator().manual_seed(s_i)
 ``s_i = image_seed(seed, i)``, which is exactly the noise ``NoiseTunnel`` draws after
 ``torch.manual_seed(s_i)`` on the CPU: the paper order equals ``NoiseTunnel(Saliency(f),
 nt_type="smoothgrad", nt_samples=l, stdevs=σ_i)`` with ``abs=False`` per image, then abs → channel
-mean → scaling (checked in the tests). On CUDA the noise is drawn on the GPU (same seeds, another
-generator: CPU and GPU maps differ in their noise, each is reproducible).
+mean → scaling, to float rounding (checked in the tests; embedscope runs 3-channel inputs in
+channels_last layout, which changes the summation order). On CUDA the noise is drawn on the GPU
+(same seeds, another generator: CPU and GPU maps differ in their noise, each is reproducible).
 """
 
 from __future__ import annotations
