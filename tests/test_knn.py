@@ -106,3 +106,17 @@ def test_torch_block_path_gives_the_same_neighbours(metric, monkeypatch):
     np.testing.assert_array_equal(a[1], bi)
     np.testing.assert_array_equal(b[1], bi)
     np.testing.assert_allclose(b[0], bv, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_block_keys_equal_pair_keys_bitwise(metric):
+    # the deep-list certification computes keys per query block; ties need the very same float64
+    # values as the per-pair keys used by the full-row fallback
+    from embedscope.metrics.search.knn import block_keys64, pair_keys64
+
+    rng = np.random.default_rng(5)
+    for d in (3, 37, 128):
+        Q, R = rng.standard_normal((30, d)), rng.standard_normal((500, d))
+        cand = rng.integers(0, 500, (20, 90))
+        a = pair_keys64(Q, R, np.repeat(np.arange(4, 24), 90), cand.ravel(), metric).reshape(20, 90)
+        np.testing.assert_array_equal(block_keys64(Q, R, 4, cand, metric), a)

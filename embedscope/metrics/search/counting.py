@@ -48,6 +48,18 @@ QUERY_BLOCK = 1024
 REF_TILE = 2048
 SAMPLE_TOP = 32.0  # expected sampled references among a query's top `depth`
 SAMPLE_SIGMAS = 6.0
+NUMPY_FLOOR_MAX = 1 << 24  # floor keys by numpy GEMM + partition up to this many sampled keys, else faiss
+_BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms)
+
+
+def blas_single_thread():
+    """A context in which BLAS runs one thread (for small GEMMs, or GEMMs in worker threads)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
 
 
 def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMPLE_TOP) -> np.ndarray:
@@ -67,6 +79,12 @@ def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMP
     j = int(min(ns, math.ceil(mu + SAMPLE_SIGMAS * math.sqrt(mu)) + (1 if ks.same else 0)))
     rng = np.random.default_rng(seed)
     sample = np.sort(rng.choice(nr, ns, replace=False))
+    nq = ks.Q32.shape[0]
+    if nq * ns <= NUMPY_FLOOR_MAX:  # small: one numpy GEMM and a partition (no OpenMP start-up)
+        Qa, Ra, qoff = augmented(ks)
+        RsT = np.ascontiguousarray(Ra[sample].T)
+        S = Qa @ RsT
+        return np.partition(S, ns - j, axis=1)[:, ns - j].astype(np.float64) - qoff
     R = np.ascontiguousarray(ks.R32[sample])
     d = R.shape[1]
     index = faiss.IndexFlatIP(d) if ks.metric == "cosine" else faiss.IndexFlatL2(d)
@@ -307,9 +325,7 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
             run(t)
             bar.update(1)
     else:
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(n_threads) as pool:
+        with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
             for _ in pool.map(run, tasks):
                 bar.update(1)
     bar.close()

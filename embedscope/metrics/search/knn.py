@@ -84,6 +84,24 @@ def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray
     return out
 
 
+def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, metric: str) -> np.ndarray:
+    """Float64 keys of queries ``s, s + 1, …`` against their candidate references ``cand``
+    (b × L), bitwise equal to :func:`pair_keys64` (the same per-pair reduction), without gathering a
+    copy of the query row for every pair."""
+    b, L = cand.shape
+    out = np.empty((b, L), dtype=np.float64)
+    step = max(1, PAIR_CHUNK // max(L, 1))
+    for c in range(0, b, step):
+        g = R64[cand[c:c + step]]  # (step, L, D)
+        q = Q64[s + c:s + c + g.shape[0]]
+        if metric == "cosine":
+            out[c:c + step] = np.einsum("bld,bd->bl", g, q)
+        else:
+            g -= q[:, None, :]
+            out[c:c + step] = -np.einsum("bld,bld->bl", g, g)
+    return out
+
+
 class KeySpace:
     """Float32 copies of queries and references, and the per-query float32 error bound ``delta``."""
 
@@ -230,8 +248,7 @@ def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=Fals
     idx = np.empty((nq, k), dtype=np.int64)
     for s, e, v32, cand in candidate_blocks(ks, k + SLACK, device=device, block=block, progress=progress):
         b, L = cand.shape
-        qi = np.repeat(np.arange(s, e), L)
-        k64 = pair_keys64(ks.Q64, ks.R64, qi, cand.ravel(), ks.metric).reshape(b, L)
+        k64 = block_keys64(ks.Q64, ks.R64, s, cand, ks.metric)
         # sort each row by (key desc, index asc)
         order = _rowwise_lexsort(k64, cand)
         k64s = np.take_along_axis(k64, order, 1)[:, :k]

@@ -386,7 +386,7 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     (two float64 evaluations of the same key, each within (D + 16)·2⁻⁵³·1.05·(‖r‖max + ‖q‖)² of
     the exact value): the counting pass widens its windows by it and recomputes a pair's key by
     :func:`pair_keys64` only where the estimate cannot decide."""
-    from threadpoolctl import threadpool_limits
+    from embedscope.metrics.search.counting import blas_single_thread
 
     starts, ends = lay.bounds
     pc = lay.q_cls[qi]
@@ -398,7 +398,7 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     rpos[lay.ref_order] = np.arange(n_ref) - np.repeat(starts, ends - starts)
     rsq = None if ks.metric == "cosine" else np.einsum("ij,ij->i", ks.R64, ks.R64)
     est = np.empty(qi.size, dtype=np.float64)
-    with threadpool_limits(limits=1, user_api="blas"):  # small GEMMs: threads only add wake-up latency
+    with blas_single_thread():  # small GEMMs: threads only add wake-up latency
         for c, a, b in zip(ucls, first, last):
             sel = o[a:b]
             qs, qpos = np.unique(qi[sel], return_inverse=True)

@@ -1,0 +1,197 @@
+"""Retrieval metrics at every scale: embedscope vs pytorch-metric-learning vs the fp32 Gram GEMM
+limit (issue 18, goal 1; METHODS.md §1).
+
+For every cell N x D x class sizes x difficulty, on synthetic L2-normalised float32 data (class
+centres plus Gaussian noise), times side by side in one process, each `--repeats` times:
+
+- PML ``AccuracyCalculator`` (P@1 + R-Precision + MAP@R, ``k="max_bin_count"``, CPU);
+- embedscope ``retrieval_metrics`` on the same three keys (``device="cpu"``; exact,
+  float64-certified ranks, ties to the lower index);
+- the machine's full fp32 Gram GEMM X @ X.T over 2,048-row blocks, the faster of numpy (OpenBLAS
+  sgemm) and torch: the cost of the similarities alone, nothing selected.
+
+Prints min and median per method, PML / embedscope (target >= 1.2x), embedscope / GEMM, P@1 (the
+set's difficulty) and the largest |embedscope - PML| over the three values. Saves a log-log plot
+of time vs N per method (one panel per D) as PNG + PDF, and optionally the rows as JSON.
+
+Class sizes: ``cub`` (uniform 60-80 per class, like CUB-200 / CARS196 test sets) or ``sop``
+(2-12 per class, mean 5.35, like Stanford Online Products). Difficulty: ``easy`` (P@1 about
+0.8-1.0) or ``hard`` (P@1 about 0.2-0.8); the P@1 of every cell is printed.
+
+    python benchmarks/retrieval_scaling.py --quick                 # 2k and 6k, D = 128, minutes
+    python benchmarks/retrieval_scaling.py --n 2000 6000 12000 --dims 64 128 512 2048 \\
+        --classes cub sop --difficulty easy hard -o scaling        # the full grid (long)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+NOISE = {"easy": 1.5, "hard": 2.1}  # times (D / 64) ** 0.33 (SOP-like: x 0.7): similar difficulty across D
+
+
+def make_set(n: int, dim: int, classes: str, difficulty: str, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    if classes == "cub":
+        sizes = rng.integers(60, 81, size=max(2, n // 70))
+    else:
+        sizes = 2 + rng.binomial(10, 0.335, size=max(2, int(n / 5.35)))
+    y = np.repeat(np.arange(sizes.size), sizes)[:n]
+    if y.size < n:  # top up the last class
+        y = np.concatenate([y, np.full(n - y.size, y[-1])])
+    centres = rng.standard_normal((sizes.size, dim)).astype(np.float32)
+    noise = NOISE[difficulty] * (dim / 64) ** 0.33 * (0.7 if classes == "sop" else 1.0)
+    X = centres[y] + noise * rng.standard_normal((n, dim)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X, y
+
+
+def gram_time(X, block: int = 2048) -> float:
+    """The full fp32 Gram GEMM, the faster of torch and numpy (2,048-row blocks, nothing kept)."""
+    import torch
+
+    Xt = torch.from_numpy(X)
+    t = time.perf_counter()
+    with torch.no_grad():
+        for s in range(0, len(X), block):
+            Xt[s:s + block] @ Xt.T
+    t_torch = time.perf_counter() - t
+    XT = np.ascontiguousarray(X.T)
+    out = np.empty((min(block, len(X)), len(X)), dtype=np.float32)
+    t = time.perf_counter()
+    for s in range(0, len(X), block):
+        e = min(len(X), s + block)
+        np.matmul(X[s:e], XT, out=out[:e - s])
+    return min(t_torch, time.perf_counter() - t)
+
+
+def run_cell(n, dim, classes, difficulty, repeats, pml: bool):
+    import torch
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    from embedscope.metrics import retrieval_metrics
+
+    X, y = make_set(n, dim, classes, difficulty)
+    keys = ["P@1", "R-Precision", "MAP@R"]
+    calc = AccuracyCalculator(include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+                              avg_of_avgs=False, k="max_bin_count", device=torch.device("cpu"))
+    times = {"embedscope": [], "PML": [], "GEMM": []}
+    ours = theirs = None
+    for _ in range(repeats):  # interleaved, so that the machine's load hits every method alike
+        t = time.perf_counter()
+        ours = retrieval_metrics(X, y, include=keys, device="cpu")
+        times["embedscope"].append(time.perf_counter() - t)
+        if pml:
+            t = time.perf_counter()
+            theirs = calc.get_accuracy(X, y)
+            times["PML"].append(time.perf_counter() - t)
+        times["GEMM"].append(gram_time(X))
+    row = {"N": n, "D": dim, "classes": classes, "difficulty": difficulty, "n_classes": int(len(np.unique(y))),
+           "P@1": ours["P@1"], "R-Precision": ours["R-Precision"], "MAP@R": ours["MAP@R"]}
+    for m, ts in times.items():
+        if ts:
+            row[f"{m}_min"] = min(ts)
+            row[f"{m}_median"] = statistics.median(ts)
+    if theirs is not None:
+        row["max_abs_diff"] = max(abs(ours["P@1"] - theirs["precision_at_1"]),
+                                  abs(ours["R-Precision"] - theirs["r_precision"]),
+                                  abs(ours["MAP@R"] - theirs["mean_average_precision_at_r"]))
+    return row
+
+
+def plot(rows, out, force):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.figures import save_figure
+
+    dims = sorted({r["D"] for r in rows})
+    fig, axes = plt.subplots(1, len(dims), figsize=(4.2 * len(dims), 3.8), squeeze=False, sharey=True)
+    styles = {"embedscope": ("tab:blue", "o"), "PML": ("tab:orange", "s"), "GEMM": ("tab:gray", "^")}
+    for ax, dim in zip(axes[0], dims):
+        for (classes, diff) in sorted({(r["classes"], r["difficulty"]) for r in rows if r["D"] == dim}):
+            sel = sorted((r for r in rows if r["D"] == dim and r["classes"] == classes and r["difficulty"] == diff),
+                         key=lambda r: r["N"])
+            ls = "-" if diff == "easy" else "--"
+            for m, (col, mk) in styles.items():
+                pts = [(r["N"], r[f"{m}_min"]) for r in sel if f"{m}_min" in r]
+                if pts:
+                    ax.plot(*zip(*pts), ls, color=col, marker=mk, ms=4, alpha=0.9 if classes == "cub" else 0.5,
+                            label=f"{m} ({classes}, {diff})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("N (queries = references)")
+        ax.set_title(f"D = {dim}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("time [s] (best of repeats)")
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=7, frameon=False)
+    fig.suptitle("P@1 + R-Precision + MAP@R: embedscope vs PML vs the fp32 Gram GEMM")
+    fig.tight_layout()
+    png, pdf = save_figure(fig, out, force=force)
+    plt.close(fig)
+    print(f"wrote {png} and {pdf}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, nargs="+", default=[2000, 6000, 12000, 60000, 120000])
+    ap.add_argument("--dims", type=int, nargs="+", default=[64, 128, 512, 2048])
+    ap.add_argument("--classes", nargs="+", default=["cub", "sop"], choices=["cub", "sop"])
+    ap.add_argument("--difficulty", nargs="+", default=["easy", "hard"], choices=["easy", "hard"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="N 2k and 6k, D = 128, cub, both difficulties")
+    ap.add_argument("--no-pml", action="store_true", help="skip PML (e.g. at 120k)")
+    ap.add_argument("--threads", type=int, default=None, help="torch/faiss threads (default: all)")
+    ap.add_argument("-o", "--out", default=None, help="plot path (PNG + PDF; default: no plot)")
+    ap.add_argument("--json", default=None, help="write the rows as JSON")
+    ap.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.dims, args.classes = [2000, 6000], [128], ["cub"]
+
+    import faiss
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        faiss.omp_set_num_threads(args.threads)
+    print(f"torch threads {torch.get_num_threads()}, faiss threads {faiss.omp_get_max_threads()}, "
+          f"repeats {args.repeats} (min / median)")
+    hdr = (f"{'N':>7} {'D':>5} {'classes':>7} {'diff':>5} {'P@1':>6} | {'embedscope':>13} {'PML':>13} "
+           f"{'GEMM':>13} | {'PML/es':>6} {'es/GEMM':>7} {'|diff|':>8}")
+    print(hdr)
+    rows = []
+    for classes in args.classes:
+        for diff in args.difficulty:
+            for dim in args.dims:
+                for n in args.n:
+                    r = run_cell(n, dim, classes, diff, args.repeats, not args.no_pml)
+                    rows.append(r)
+
+                    def mm(m, r=r):
+                        return f"{r[m + '_min']:6.3f}/{r[m + '_median']:6.3f}" if f"{m}_min" in r else f"{'-':>13}"
+
+                    ratio = f"{r['PML_min'] / r['embedscope_min']:6.2f}" if "PML_min" in r else f"{'-':>6}"
+                    d = f"{r['max_abs_diff']:8.1e}" if "max_abs_diff" in r else f"{'-':>8}"
+                    print(f"{n:>7} {dim:>5} {classes:>7} {diff:>5} {r['P@1']:6.3f} | {mm('embedscope')} {mm('PML')} "
+                          f"{mm('GEMM')} | {ratio} {r['embedscope_min'] / r['GEMM_min']:7.2f} {d}", flush=True)
+    if args.json:
+        from embedscope.tables import write_json
+
+        write_json(args.json, rows, force=args.force)
+        print(f"wrote {args.json}")
+    if args.out:
+        plot(rows, args.out, args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
