@@ -171,6 +171,11 @@ def test_pair_maps():
 
 def test_bad_inputs():
     model, X = _net(), _images()
+    with pytest.raises(EmbedscopeError, match="unknown amp 'fp8'"):
+        saliency_maps(model, X, n_samples=2, amp="fp8", device="cpu")
+    # autocast is a CUDA option: on the CPU the maps stay float32
+    assert np.array_equal(saliency_maps(model, X, n_samples=2, amp="bf16", device="cpu"),
+                          saliency_maps(model, X, n_samples=2, device="cpu"))
     with pytest.raises(EmbedscopeError, match="model expects 12x12"):
         saliency_maps(model, X, n_samples=2, input_size=12, device="cpu")
     with pytest.raises(EmbedscopeError, match="4-D tensor"):

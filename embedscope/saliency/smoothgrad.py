@@ -177,13 +177,13 @@ def _resolve_amp(amp, dev):
 
     if amp in (None, False, "none"):
         return None
-    if dev.type != "cuda":
-        return None  # autocast is a CUDA option; the CPU path stays float32
     if amp in (True, "bf16", "bfloat16"):
-        return torch.bfloat16
-    if amp in ("fp16", "float16"):
-        return torch.float16
-    raise EmbedscopeError(f"unknown amp '{amp}' (choose {', '.join(AMP_CHOICES)})")
+        dtype = torch.bfloat16
+    elif amp in ("fp16", "float16"):
+        dtype = torch.float16
+    else:
+        raise EmbedscopeError(f"unknown amp '{amp}' (choose {', '.join(AMP_CHOICES)})")
+    return dtype if dev.type == "cuda" else None  # a CUDA option; the CPU path stays float32
 
 
 def auto_batch_size(image_shape: Sequence[int], n_samples: int, device_type: str) -> int:
@@ -414,6 +414,9 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
     device : "auto", "cpu" or "cuda"
     amp : None, "bf16" or "fp16"
         Autocast on CUDA for the forward/backward passes (ignored on the CPU). Default: float32.
+        fp16 scales the distance by 1024 before the backward pass (and the gradient back).
+    progress : bool
+        A progress bar over the images.
     baseline : tensor [C, H, W], optional
         The black image in the model's input space; default zeros. For ImageNet-normalised
         photos pass :func:`black_image` (−mean/std per channel).
