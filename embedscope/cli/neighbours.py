@@ -1,0 +1,41 @@
+"""embedscope neighbours EMB.h5 -o grid.png"""
+
+from __future__ import annotations
+
+from embedscope.cli.common import add_force, positive_int
+from embedscope.names import SPLITS
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser("neighbours", parents=parents, help="picture of queries and their top-k retrievals",
+                       description="Query images with their k nearest retrievals (the query itself excluded), "
+                       "framed green for the query's class and red for another (Roth et al.'s sample recoveries). "
+                       "Photos are read from the data set's folder (the file's root, or --root); the digits are "
+                       "drawn from their 8x8 pixels. Writes OUT.png and OUT.pdf.")
+    p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
+    p.add_argument("--split", default="test", choices=SPLITS, help="split of the queries (default: test)")
+    p.add_argument("--reference-split", choices=SPLITS,
+                   help="split searched (default: the query split; gallery for --split query)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--queries", type=positive_int, default=8, help="number of random queries (default: 8)")
+    g.add_argument("--paths-file", metavar="F", help="text file with one query path per line (as stored in the file)")
+    p.add_argument("--k", type=positive_int, default=5, help="retrievals per query (default: 5)")
+    p.add_argument("--root", metavar="DIR", help="data set folder (default: the file's root attribute)")
+    p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random queries (default: 0)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
+    add_force(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope.viz.neighbours import neighbours_figure
+
+    png, pdf, ex = neighbours_figure(
+        args.file, args.output, split=args.split, reference_split=args.reference_split, queries=args.queries,
+        paths_file=args.paths_file, k=args.k, root=args.root, metric=args.metric, seed=args.seed, force=args.force)
+    print(f"{len(ex.query_paths)} queries, top-{args.k} in '{ex.reference_split}': "
+          f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class")
+    print(f"wrote {png}, {pdf}")
+    return 0

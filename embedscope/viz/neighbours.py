@@ -1,0 +1,231 @@
+"""Query images and their top-k retrievals, framed green (same class) or red (another class).
+
+Roth et al.'s code writes such a figure (``sample_recoveries.png``); here it is a command
+(``embedscope neighbours``). Two parts: :func:`neighbour_examples` picks the queries and runs the
+exact k-nearest-neighbour search (``embedscope.metrics.knn_search``, the retrieval protocol of
+METHODS.md §1: the query itself excluded when queries and references are one set);
+:func:`load_thumbnails` reads the pictures (the 8 x 8 digits from memory, image data sets from
+their root folder); :func:`draw_neighbours` only draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError, UsageError
+
+RIGHT = "#1a9641"  # green: the retrieval has the query's class
+WRONG = "#d7191c"  # red: another class
+QUERY = "#404040"
+
+
+@dataclass
+class NeighbourExamples:
+    """Queries (rows of the query set) and their k retrievals (rows of the reference set)."""
+
+    query_paths: np.ndarray      # [n]
+    query_labels: np.ndarray     # [n] class names
+    ref_paths: np.ndarray        # [n, k]
+    ref_labels: np.ndarray       # [n, k] class names
+    similarity: np.ndarray       # [n, k] cosine similarity (or minus the Euclidean distance)
+    correct: np.ndarray          # [n, k] bool
+    query_split: str
+    reference_split: str
+    metric: str
+
+
+def neighbour_examples(es, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
+                       paths: Sequence[str] | None = None, k: int = 5, metric: str = "cosine",
+                       seed: int = 0) -> NeighbourExamples:
+    """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k.
+
+    The references are the rows of ``reference_split`` (default: the same split, each query
+    excluded from its own list; for ``split="query"`` the ``gallery`` rows when present).
+    """
+    from embedscope.metrics import knn_search
+
+    if metric not in ("cosine", "euclidean"):
+        raise UsageError(f"unknown metric '{metric}' (choose cosine or euclidean)")
+    if k < 1:
+        raise UsageError(f"--k must be at least 1, got {k}")
+    if reference_split is None:
+        reference_split = "gallery" if split == "query" and "gallery" in set(es.split) else split
+    qset = es.subset(split)
+    rset = qset if reference_split == split else es.subset(reference_split)
+    same = reference_split == split
+    n_ref = rset.n - (1 if same else 0)
+    if n_ref < k:
+        raise EmbedscopeError(f"the '{reference_split}' split has {n_ref} candidate retrievals per query, fewer than "
+                              f"--k {k}")
+    if paths is not None:
+        pos = {p: i for i, p in enumerate(qset.paths)}
+        missing = [p for p in paths if p not in pos]
+        if missing:
+            from embedscope.text import safe
+
+            raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
+                                  f"(e.g. {safe(missing[0])})")
+        if not paths:
+            raise UsageError("the paths file lists no query")
+        qidx = np.array([pos[p] for p in paths], dtype=np.int64)
+    else:
+        if queries < 1:
+            raise UsageError(f"--queries must be at least 1, got {queries}")
+        rng = np.random.default_rng(seed)
+        qidx = np.sort(rng.choice(qset.n, size=min(queries, qset.n), replace=False))
+    Q = qset.embeddings[qidx]
+    if same:
+        # search the whole split and drop each query's own row (exact: k + 1 then remove self)
+        vals, idx = knn_search(Q, rset.embeddings, k=min(k + 1, rset.n), metric=metric, device="cpu")
+        keep_v, keep_i = np.empty((len(qidx), k)), np.empty((len(qidx), k), dtype=np.int64)
+        for r, q in enumerate(qidx):
+            m = idx[r] != q
+            keep_v[r], keep_i[r] = vals[r][m][:k], idx[r][m][:k]
+        vals, idx = keep_v, keep_i
+    else:
+        vals, idx = knn_search(Q, rset.embeddings, k=k, metric=metric, device="cpu")
+    q_lab = qset.class_names[qset.labels[qidx]]
+    r_lab = rset.class_names[rset.labels[idx]]
+    sim = vals if metric == "cosine" else -vals
+    return NeighbourExamples(
+        query_paths=qset.paths[qidx], query_labels=q_lab, ref_paths=rset.paths[idx], ref_labels=r_lab,
+        similarity=np.asarray(sim, dtype=np.float64), correct=(r_lab == q_lab[:, None]), query_split=split,
+        reference_split=reference_split, metric=metric)
+
+
+def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | None, size: int = 128) -> list[Any]:
+    """Pictures for ``paths``: digits from ``embedscope.data.digits`` (8 x 8 arrays), photos from ``root``.
+
+    A photo is returned as an RGB uint8 array, its longer side scaled to ``size`` pixels.
+    """
+    from embedscope.text import safe
+
+    paths = list(paths)
+    if dataset == "digits" or (paths and all(str(p).startswith("digits/") for p in paths)):
+        from embedscope.data.digits import load_digits_dataset
+
+        images = load_digits_dataset().images
+        out = []
+        for p in paths:
+            try:
+                i = int(str(p).split("/", 1)[1])
+                out.append(images[i])
+            except (IndexError, ValueError):
+                raise EmbedscopeError(f"{safe(p)} is not a digits item id (digits/NNNN)") from None
+        return out
+    if not root:
+        raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
+    rootp = Path(root)
+    if not rootp.is_dir():
+        raise EmbedscopeError(f"--root {safe(root)}: not a folder")
+    from PIL import Image
+
+    out = []
+    for p in paths:
+        f = rootp / str(p)
+        try:
+            with Image.open(f) as im:
+                im = im.convert("RGB")
+                im.thumbnail((size, size))
+                out.append(np.asarray(im))
+        except (OSError, ValueError) as e:
+            raise EmbedscopeError(f"cannot read image {safe(f)}: {safe(getattr(e, 'strerror', None) or e)}") from None
+    return out
+
+
+def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_images: Sequence[Sequence[Any]],
+                    *, title: str | None = None):
+    """One row per query: the query (grey frame), then its retrievals in rank order, each framed
+    green (same class as the query) or red (another class) and captioned with class and similarity.
+    Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from embedscope.text import safe
+
+    n, k = ex.correct.shape
+    cell = 1.25
+    height = (cell + 0.35) * n + 1.1  # each row: the picture and its caption; plus title and legend
+    fig, axes = plt.subplots(n, k + 1, figsize=(cell * (k + 1) + 0.3, height), squeeze=False)
+    sim_name = "cos" if ex.metric == "cosine" else "-d"
+
+    def show(ax, img, colour, caption, width):
+        arr = np.asarray(img)
+        # a white margin keeps the frame visible on pictures of the frame's own colour
+        pad = max(1, int(round(0.07 * max(arr.shape[:2]))))
+        if arr.ndim == 2:
+            arr = np.pad(arr.astype(np.float32), pad, constant_values=0.0)
+            ax.imshow(arr, cmap="gray_r", interpolation="nearest", vmin=0, vmax=max(float(arr.max()), 1e-9))
+        else:
+            arr = np.pad(arr, ((pad, pad), (pad, pad), (0, 0)), constant_values=255)
+            ax.imshow(arr)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for s in ax.spines.values():
+            s.set_edgecolor(colour)
+            s.set_linewidth(width)
+        ax.set_xlabel(caption, fontsize=7, labelpad=2)
+
+    for r in range(n):
+        show(axes[r, 0], query_images[r], QUERY, f"query: {safe(ex.query_labels[r])[:14]}", 2.0)
+        for j in range(k):
+            ok = bool(ex.correct[r, j])
+            show(axes[r, j + 1], ref_images[r][j], RIGHT if ok else WRONG,
+                 f"{safe(ex.ref_labels[r, j])[:10]} {sim_name} {ex.similarity[r, j]:.2f}", 4.0)
+    axes[0, 0].set_title("query", fontsize=8)
+    for j in range(k):
+        axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)
+    hit = float(ex.correct[:, 0].mean())
+    head = title or f"top-{k} retrievals: {ex.query_split} queries in {ex.reference_split} ({ex.metric})"
+    fig.suptitle(f"{safe(head)}\nR@1 of {"this query" if n == 1 else f"these {n} queries"}: {hit:.2f}", fontsize=9, y=0.995)
+    fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label="same class"),
+                        Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label="other class")],
+               loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - 0.45 / height))
+    return fig
+
+
+def neighbours_figure(source: Any, out, *, split: str = "test", reference_split: str | None = None,
+                      queries: int = 8, paths_file: str | None = None, k: int = 5, root: str | None = None,
+                      metric: str = "cosine", seed: int = 0, force: bool = False):
+    """The ``embedscope neighbours`` command as one call -> (png, pdf, :class:`NeighbourExamples`).
+
+    ``source``: an embedding file or set; pictures from the file's ``root`` attribute unless
+    ``root`` is given. Outputs are checked before any work.
+    """
+    import matplotlib.pyplot as plt
+
+    from embedscope.analyses._sources import as_set
+    from embedscope.fileio import check_writable
+    from embedscope.viz.figures import figure_paths, save_figure, use_agg
+
+    png, pdf = figure_paths(out)
+    for p in (png, pdf):
+        check_writable(p, force=force)
+    paths = None
+    if paths_file is not None:
+        pf = Path(paths_file)
+        try:
+            paths = [s.strip() for s in pf.read_text(encoding="utf-8").splitlines() if s.strip()]
+        except (OSError, UnicodeDecodeError) as e:
+            raise EmbedscopeError(f"{paths_file}: cannot read the query paths ({e.__class__.__name__})") from None
+    es = as_set(source)
+    ex = neighbour_examples(es, split=split, reference_split=reference_split, queries=queries, paths=paths,
+                            k=k, metric=metric, seed=seed)
+    dataset = es.attrs.get("dataset")
+    root = root or es.attrs.get("root") or None
+    all_paths = list(ex.query_paths) + [p for row in ex.ref_paths for p in row]
+    pics = load_thumbnails(all_paths, dataset=dataset if isinstance(dataset, str) else None, root=root)
+    n = len(ex.query_paths)
+    qimgs, rimgs = pics[:n], [pics[n + r * k: n + (r + 1) * k] for r in range(n)]
+    use_agg()
+    fig = draw_neighbours(ex, qimgs, rimgs)
+    try:
+        save_figure(fig, png, force=force)
+    finally:
+        plt.close(fig)
+    return png, pdf, ex
