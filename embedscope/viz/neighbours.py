@@ -181,7 +181,8 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
         axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)
     hit = float(ex.correct[:, 0].mean())
     head = title or f"top-{k} retrievals: {ex.query_split} queries in {ex.reference_split} ({ex.metric})"
-    fig.suptitle(f"{safe(head)}\nR@1 of {"this query" if n == 1 else f"these {n} queries"}: {hit:.2f}", fontsize=9, y=0.995)
+    which = "this query" if n == 1 else f"these {n} queries"
+    fig.suptitle(f"{safe(head)}\nR@1 of {which}: {hit:.2f}", fontsize=9, y=0.995)
     fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label="same class"),
                         Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label="other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
