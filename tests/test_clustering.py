@@ -196,12 +196,12 @@ def test_accelerated_lloyd_equals_plain_lloyd(case):
         k = 30
     ref = _plain_lloyd(x, k, 20, 1234)
     for gs in (2, 5, 64):
-        r = lloyd_kmeans(x, k, niter=20, seed=1234, group_size=gs)
+        r = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=True, group_size=gs)
         assert np.array_equal(r["labels"], ref), gs
     r0 = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=False)
     assert np.array_equal(r0["labels"], ref)
     # the bounds skipped work: after the first step some (point, group) pairs went uncomputed
-    r = lloyd_kmeans(x, k, niter=20, seed=1234, group_size=5)
+    r = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=True, group_size=5)
     G = max(1, round(k / 5))
     assert any(p < len(x) * G for _, p, _ in r["stats"][1:]) or r["n_steps"] == 1
 
