@@ -1,0 +1,355 @@
+"""Which image properties an embedding clusters: R-Precision and Normalized R-Precision per property (METHODS.md §9).
+
+Kobs et al. (ICCV 2021, §4, Eq. 4-5). For property k and query q with value v = a_k(q), N_v the
+number of images with value v among the n images:
+
+* ``R = N_v - 1`` (the query excluded), or ``min(N_v - 1, max_r)`` with a cap (the reference code's
+  ``max_r = 1023``, Kobs' Table 6);
+* ``h`` = the number of the R nearest neighbours of q (exact ranks; ties: lower index first,
+  METHODS.md §1) that share the value v;
+* **R-Prec_k** = mean_q h / R (Eq. 4);
+* **NR-Prec_k** = mean_q (h - mu) / sigma with p = N_v / n' (n' = number of non-lone queries),
+  mu = R p, sigma = sqrt(R p (1 - p)) (Eq. 5 with the code's square root);
+* values that occur once ("lone") are dropped as queries and counted; the **ceiling** (NR-Prec of
+  perfect clustering) is the mean of sqrt(R (1 - p) / p) over the same queries.
+
+Higher is better (more clustering of that property). The paper calls NR-Prec >= 2.576 "significant
+at 1%"; that rule treats a mean of per-query z-scores as a standard normal, which it is not (the
+mean of Q z-scores has a spread of about 1/sqrt(Q) under the null, and a bias). :func:`property_precision`
+reports beside it a z-test against the exact null mean and variance of each query's hypergeometric
+z-score (a random arrangement of the other images' values), assuming queries independent: the
+p-value is one-sided (clustering above chance).
+
+Engine: exact, in bounded memory, for any R (uncapped R can be n/3). Per block of queries the
+float32 key block (one GEMM, never N x N at once) gives, by ``torch.topk``, each query's sorted
+top-L float32 keys (L = the block's largest R + 16). The exact R-th key t lies within delta of the
+R-th float32 key s (delta: a rigorous float32 error bound of the key), so everything above
+s + 2 delta is surely among the R nearest, everything below s - 2 delta surely not, and only the
+few references in the band are ranked by float64 keys computed pair by pair (lower index first on
+ties). A band that reaches the end of the list makes that row retry with a longer list. No kNN
+label matrix of all queries is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+__all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
+
+SIGNIFICANCE_Z = 2.576  # Kobs' "significant at 1%" rule
+U32 = 2.0 ** -24
+SLACK = 16
+
+
+def _encode(values, n: int, name: str) -> np.ndarray:
+    v = np.asarray(values)
+    if v.ndim != 1 or v.shape[0] != n:
+        raise EmbedscopeError(f"property '{name}' has shape {v.shape}, expected ({n},) to match X")
+    if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
+        raise EmbedscopeError(f"property '{name}' holds NaN or inf values")
+    if v.dtype.kind == "O":
+        v = v.astype(str)
+    _, codes = np.unique(v, return_inverse=True)
+    return codes.astype(np.int64).ravel()
+
+
+def _pair_keys64(X64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str, chunk: int = 1 << 16) -> np.ndarray:
+    """Exact float64 ranking keys (larger = nearer) of pairs, each reduced on its own."""
+    out = np.empty(len(qi), dtype=np.float64)
+    for s in range(0, len(qi), chunk):
+        a, b = X64[qi[s:s + chunk]], X64[rj[s:s + chunk]]
+        if metric == "cosine":
+            out[s:s + chunk] = np.einsum("ij,ij->i", a, b)
+        else:
+            d = a - b
+            out[s:s + chunk] = -np.einsum("ij,ij->i", d, d)
+    return out
+
+
+class _Engine:
+    """Hit counts h[k, q] within each query's top R[k, q] (exact ranks, bounded memory)."""
+
+    def __init__(self, X: np.ndarray, metric: str, block: int | None = None):
+        import torch
+
+        self.torch = torch
+        X64 = np.ascontiguousarray(X, dtype=np.float64)
+        if metric == "cosine":
+            nrm = np.sqrt(np.einsum("ij,ij->i", X64, X64))
+            if np.any(nrm == 0):
+                raise EmbedscopeError(f"row {int(np.flatnonzero(nrm == 0)[0])} of X is all zeros: "
+                                      "its cosine similarity is undefined")
+            X64 = X64 / nrm[:, None]
+        self.X64, self.metric = X64, metric
+        self.n, d = X64.shape
+        self.X32 = torch.from_numpy(np.ascontiguousarray(X64, dtype=np.float32))
+        qn = np.sqrt(np.einsum("ij,ij->i", X64, X64))
+        rmax = float(qn.max())
+        # twice the forward-error bound of a float32 key (GEMM, norms, subtraction), whatever the order
+        self.delta = 2.0 * (d + 16) * U32 * 1.05 * (rmax * rmax + 2 * qn * rmax + qn * qn) + 1e-300
+        self.qsq = qn * qn
+        self.rn2 = (self.X32 * self.X32).sum(1) if metric == "euclidean" else None
+        self.block = block or int(max(16, min(1024, (1 << 25) // max(self.n, 1))))
+
+    def keys32(self, s: int, e: int):
+        """Float32 keys of queries s..e against all (self = -inf); Euclidean keys are 2 q.r - |r|^2."""
+        torch = self.torch
+        K = self.X32[s:e] @ self.X32.T
+        if self.rn2 is not None:
+            K.mul_(2).sub_(self.rn2)
+        ar = torch.arange(e - s)
+        K[ar, ar + s] = -float("inf")
+        return K
+
+    def hits(self, codes: np.ndarray, R: np.ndarray, progress: bool = False) -> np.ndarray:
+        """codes (P, n) value codes; R (P, n) depths (0 = not a query) -> hits (P, n)."""
+        P, n = codes.shape
+        H = np.zeros((P, n), dtype=np.int64)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=n, desc="properties", unit="q", leave=False)
+        for s in range(0, n, self.block):
+            e = min(n, s + self.block)
+            if R[:, s:e].max() > 0:
+                K = self.keys32(s, e)
+                rows = np.arange(s, e)
+                L = int(min(n - 1, R[:, s:e].max() + SLACK))
+                while len(rows):
+                    rows = self._rows(K, rows, s, codes, R, H, L)
+                    L = min(n - 1, 4 * L)
+            if bar is not None:
+                bar.update(e - s)
+        if bar is not None:
+            bar.close()
+        return H
+
+    def _rows(self, K, rows: np.ndarray, s: int, codes, R, H, L: int) -> np.ndarray:
+        """Count hits of the given rows with top-L lists; return rows whose band reached the list end."""
+        torch = self.torch
+        sub = K[torch.from_numpy(rows - s)] if len(rows) != K.shape[0] else K
+        v32, idx = torch.topk(sub, L, dim=1, largest=True, sorted=True)
+        v = v32.double().numpy()
+        if self.metric == "euclidean":
+            v = v - self.qsq[rows, None]
+        idx = idx.numpy()
+        dl = self.delta[rows]
+        full = L >= self.n - 1
+        retry = np.zeros(len(rows), dtype=bool)
+        bq, bk, bpos, bneed = [], [], [], []
+        neg = -v  # ascending, for searchsorted
+        for k in range(codes.shape[0]):
+            Rk = R[k, rows]
+            act = np.flatnonzero(Rk > 0)
+            if not len(act):
+                continue
+            sth = v[act, Rk[act] - 1]
+            lo = np.array([np.searchsorted(neg[a], -(t + 2 * d_), side="left") for a, t, d_ in
+                           zip(act, sth, dl[act])], dtype=np.int64)  # first position with v <= s + 2d
+            hi = np.array([np.searchsorted(neg[a], -(t - 2 * d_), side="right") for a, t, d_ in
+                           zip(act, sth, dl[act])], dtype=np.int64)  # first position with v < s - 2d
+            if not full:
+                bad = hi >= L
+                retry[act[bad]] = True
+                act, lo, hi = act[~bad], lo[~bad], hi[~bad]
+                if not len(act):
+                    continue
+            same = codes[k][idx[act]] == codes[k, rows[act]][:, None]
+            pos = np.arange(L)[None, :]
+            H[k, rows[act]] = (same & (pos < lo[:, None])).sum(1)
+            need = R[k, rows[act]] - lo
+            lens = hi - lo
+            tot = int(lens.sum())
+            offs = np.arange(tot) - np.repeat(np.cumsum(lens) - lens, lens)
+            bq.append(np.repeat(act, lens))
+            bk.append(np.full(tot, k))
+            bpos.append(np.repeat(lo, lens) + offs)
+            bneed.append(np.repeat(need, lens))
+        if bq:
+            bq, bk, bpos, bneed = (np.concatenate(x) for x in (bq, bk, bpos, bneed))
+            keep = ~retry[bq]
+            bq, bk, bpos, bneed = bq[keep], bk[keep], bpos[keep], bneed[keep]
+            ref = idx[bq, bpos]
+            k64 = _pair_keys64(self.X64, rows[bq], ref, self.metric)
+            grp = bk * len(rows) + bq
+            order = np.lexsort((ref, -k64, grp))
+            g = grp[order]
+            start = np.searchsorted(g, g, side="left")
+            rank = np.arange(len(g)) - start
+            chosen = order[rank < bneed[order]]
+            hit = codes[bk[chosen], ref[chosen]] == codes[bk[chosen], rows[bq[chosen]]]
+            np.add.at(H, (bk[chosen], rows[bq[chosen]]), hit.astype(np.int64))
+        # rows to retry start from zero for every property
+        H[:, rows[retry]] = 0
+        return rows[retry]
+
+
+def property_precision(X, properties: Mapping[str, Any], *, metric: str = "euclidean", max_r: int | None = None,
+                       normalize: bool = False, block: int | None = None, progress: bool = False
+                       ) -> dict[str, dict[str, Any]]:
+    """R-Precision, Normalized R-Precision, ceiling and significance of each property (METHODS.md §9).
+
+    Parameters
+    ----------
+    X : array (n, D)
+        Embeddings (all images; each is a query and a reference, the query itself excluded).
+    properties : dict name -> array (n,)
+        Per-image property values (numbers or strings; equality defines "same value").
+    metric : {"euclidean", "cosine"}
+        Euclidean on the raw embeddings is the reference code's choice for every loss (default).
+    max_r : int or None
+        ``None``: R = N_v - 1, the paper's definition. ``1023``: R = min(N_v - 1, 1023), the
+        reference code and Kobs' Table 6 (pytorch-metric-learning 0.9.96's faiss depth limit).
+    normalize : bool
+        L2-normalise the rows first (then Euclidean and cosine rank alike).
+
+    Returns
+    -------
+    dict name -> dict
+        ``R-Prec`` (Eq. 4), ``NR-Prec`` (Eq. 5; higher = more clustered; 0 = chance), ``ceiling``
+        (NR-Prec of perfect clustering, averaged like NR-Prec), ``null_mean`` / ``null_sd`` (exact
+        mean and standard deviation of the mean z-score if every query's hits were hypergeometric,
+        queries independent), ``z`` and ``p_value`` (one-sided), ``significant_2.576`` (the paper's
+        rule), ``n_values``, ``lone_values``, ``lone_queries`` (dropped), ``queries``,
+        ``max_r`` and ``capped`` (whether the cap changed any R).
+
+    Notes
+    -----
+    The null: with the arrangement of the other images' values random, query q's hits are
+    hypergeometric (population n - 1, successes N_v - 1, draws R); its z-score has mean
+    (R (N_v - 1)/(n - 1) - R p)/sigma (slightly negative) and variance Var(h)/sigma^2. The mean over
+    Q queries is compared with the mean of those means, its variance taken as the mean of the
+    variances / Q. Queries share neighbours, so this spread is approximate.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [0.1], [5.0], [5.1]])
+    >>> r = property_precision(X, {"side": np.array([0, 0, 1, 1])})
+    >>> r["side"]["R-Prec"], r["side"]["NR-Prec"] == r["side"]["ceiling"]
+    (1.0, True)
+    """
+    from embedscope.validation import check_matrix
+
+    if metric not in ("euclidean", "cosine"):
+        raise EmbedscopeError(f"unknown metric '{metric}' (choose euclidean or cosine)")
+    X = check_matrix(X, "X", min_rows=2, dtype=np.float64)
+    if normalize:
+        nrm = np.linalg.norm(X, axis=1)
+        if np.any(nrm == 0):
+            raise EmbedscopeError("X has an all-zero row: it cannot be L2-normalised")
+        X = X / nrm[:, None]
+    if max_r is not None and (isinstance(max_r, bool) or int(max_r) != max_r or max_r < 1):
+        raise EmbedscopeError(f"max_r must be a positive integer or None, got {max_r!r}")
+    if not properties:
+        raise EmbedscopeError("no properties given")
+    n = X.shape[0]
+    names = list(properties)
+    codes = np.stack([_encode(properties[k], n, k) for k in names])
+    P = len(names)
+    R = np.zeros((P, n), dtype=np.int64)
+    Nv = np.zeros((P, n), dtype=np.int64)
+    for k in range(P):
+        cnt = np.bincount(codes[k])
+        Nv[k] = cnt[codes[k]]
+        r = Nv[k] - 1
+        if max_r is not None:
+            r = np.minimum(r, int(max_r))
+        R[k] = r
+    eng = _Engine(X, metric, block)
+    H = eng.hits(codes, R, progress=progress)
+
+    out: dict[str, dict[str, Any]] = {}
+    for k, name in enumerate(names):
+        cnt = np.bincount(codes[k])
+        q = R[k] > 0
+        nq = int(q.sum())
+        res: dict[str, Any] = {
+            "n_values": int((cnt > 0).sum()), "lone_values": int((cnt == 1).sum()),
+            "lone_queries": int(n - nq), "queries": nq, "max_r": None if max_r is None else int(max_r),
+            "capped": bool(max_r is not None and np.any(Nv[k][q] - 1 > max_r)),
+        }
+        nan = float("nan")
+        if nq == 0:
+            res.update({"R-Prec": nan, "NR-Prec": nan, "ceiling": nan, "null_mean": nan, "null_sd": nan,
+                        "z": nan, "p_value": nan, "significant_2.576": False})
+            out[name] = res
+            continue
+        h = H[k][q].astype(np.float64)
+        r = R[k][q].astype(np.float64)
+        nv = Nv[k][q].astype(np.float64)
+        p = nv / nq
+        res["R-Prec"] = float(np.mean(h / r))
+        if np.all(p >= 1.0):  # one value only: z undefined
+            res.update({"NR-Prec": nan, "ceiling": nan, "null_mean": nan, "null_sd": nan, "z": nan,
+                        "p_value": nan, "significant_2.576": False})
+            out[name] = res
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sig = np.sqrt(r * p * (1 - p))
+            z = (h - r * p) / sig
+            ceil = np.sqrt(r * (1 - p) / p)
+            M, Kp = n - 1.0, nv - 1.0
+            eh = r * Kp / M
+            vh = r * Kp * (M - Kp) * (M - r) / (M * M * (M - 1)) if M > 1 else np.zeros_like(r)
+            ez = (eh - r * p) / sig
+            vz = vh / sig ** 2
+        ok = sig > 0
+        nr = float(np.mean(z[ok])) if ok.any() else nan
+        res["NR-Prec"] = nr
+        res["ceiling"] = float(np.mean(ceil[ok])) if ok.any() else nan
+        m0 = float(np.mean(ez[ok])) if ok.any() else nan
+        sd0 = float(math.sqrt(np.sum(vz[ok])) / ok.sum()) if ok.any() else nan
+        res["null_mean"], res["null_sd"] = m0, sd0
+        if sd0 > 0:
+            from scipy.stats import norm
+
+            zz = (nr - m0) / sd0
+            res["z"], res["p_value"] = float(zz), float(norm.sf(zz))
+        else:
+            res["z"], res["p_value"] = nan, nan
+        res["significant_2.576"] = bool(nr >= SIGNIFICANCE_Z)
+        out[name] = res
+    return out
+
+
+def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: Mapping[str, str]
+                   ) -> dict[str, dict[str, Any]]:
+    """Compare two groups of models (e.g. ranking vs classification losses) per property (METHODS.md §9).
+
+    ``values_by_model[model][property]`` is one value per model (e.g. its NR-Prec, or the mean of
+    its folds); ``groups[model]`` names its group (exactly two groups). Per property: the
+    Mann-Whitney U of the first group (sorted names), the two-sided p-value (scipy's exact
+    distribution when there are no ties, else its asymptotic one; ``method`` says which), the
+    group medians and sizes.
+
+    The reference code (Kobs et al.) pools the four folds of each loss as independent samples and,
+    under its pinned scipy 1.6, reports the one-sided p, so its "1%" is a two-sided 2% test; here
+    each model contributes one value and the test is two-sided.
+    """
+    from scipy.stats import mannwhitneyu
+
+    names = sorted(set(groups.values()))
+    if len(names) != 2:
+        raise EmbedscopeError(f"compare_groups needs exactly two groups, got {len(names)} ({', '.join(names)})")
+    missing = [m for m in groups if m not in values_by_model]
+    if missing:
+        raise EmbedscopeError(f"no values for model(s) {', '.join(missing[:3])}")
+    props = sorted(set.intersection(*(set(values_by_model[m]) for m in groups)))
+    out = {}
+    for prop in props:
+        a = np.array([values_by_model[m][prop] for m in groups if groups[m] == names[0]], dtype=float)
+        b = np.array([values_by_model[m][prop] for m in groups if groups[m] == names[1]], dtype=float)
+        ties = len(np.unique(np.concatenate([a, b]))) < len(a) + len(b)
+        method = "asymptotic" if ties else "exact"
+        r = mannwhitneyu(a, b, alternative="two-sided", method=method)
+        out[prop] = {"U": float(r.statistic), "p_value": float(r.pvalue), "method": method,
+                     f"median_{names[0]}": float(np.median(a)), f"median_{names[1]}": float(np.median(b)),
+                     f"n_{names[0]}": len(a), f"n_{names[1]}": len(b)}
+    return out
