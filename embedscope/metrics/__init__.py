@@ -13,6 +13,7 @@ _EXPORTS = {
     "knn_search": "embedscope.metrics.search",
     "relevant_ranks": "embedscope.metrics.search",
     "kmeans_nmi_f1": "embedscope.metrics.clustering",
+    "kmeans_labels": "embedscope.metrics.clustering",
     # spectra (§2, §4)
     "singular_values": "embedscope.metrics.spectral",
     "spectral_decay": "embedscope.metrics.spectral",
@@ -32,6 +33,9 @@ _EXPORTS = {
     "pearson_per_image": "embedscope.metrics.agreement",
     "jsd_per_image": "embedscope.metrics.agreement",
     "fisher_z_mean": "embedscope.metrics.agreement",
+    # image properties, Normalized R-Precision (§9)
+    "property_precision": "embedscope.metrics.properties",
+    "compare_groups": "embedscope.metrics.properties",
 }
 
 __all__ = sorted(_EXPORTS)
