@@ -22,6 +22,8 @@ def add_parser(sub, parents):
     p.add_argument("--exclude", action="append", default=[], metavar="EXPR",
                    help="leave matching runs out of the statistics, e.g. 'p_switch>0' (as Roth Fig. 5) or "
                    "'loss==lifted' (repeatable)")
+    p.add_argument("--measures", nargs="+", metavar="NAME",
+                   help="only these measures of the registry (default: all; the target is always measured)")
     p.add_argument("--dataset", help="data set to embed (default: the one each checkpoint was trained on)")
     p.add_argument("--root", help="data set folder (default: the checkpoint's)")
     p.add_argument("--workers", type=int, metavar="N",
@@ -49,12 +51,12 @@ def run(args) -> int:
     res = run_study(args.source, args.output, epoch=args.epoch, dataset=args.dataset, root=args.root,
                     cache_dir=args.cache_dir, workers=args.workers, scheduler=args.scheduler, force=args.force,
                     target=args.target, exclude=args.exclude, metric=args.metric, seed=args.seed,
-                    n_boot=args.bootstrap, device=args.device, figures=not args.no_figures,
+                    n_boot=args.bootstrap, device=args.device, measures=args.measures, figures=not args.no_figures,
                     echo=(lambda s: None) if args.no_progress else print)
     st = res["stats"]
+    tau = {x["measure"]: x["kendall"] for x in st["correlations"] if x["level"] == "runs"}
     rows = [{"measure": r["measure"], "split": r["split"], "r (objectives)": r["pearson"],
-             "lo": r["pearson_lo"], "hi": r["pearson_hi"], "tau (runs)": next(
-                 (x["kendall"] for x in st["correlations"] if x["measure"] == r["measure"] and x["level"] == "runs"), None),
+             "lo": r["pearson_lo"], "hi": r["pearson_hi"], "tau (runs)": tau.get(r["measure"]),
              "granulated tau": r.get("granulated_tau")}
             for r in st["correlations"] if r["level"] == "objectives"]
     order = {r["measure"]: i for i, r in enumerate(st["ranking"])}

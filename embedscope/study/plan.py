@@ -9,7 +9,7 @@ Every study also holds the **untrained network** of each distinct (architecture,
 seed, data set, backbone weights) as a reference row: the trainer's ``epoch-000.pt`` when the run
 kept it, else the network built here exactly as :func:`embedscope.train.trainer.train` initialises
 it (``torch.manual_seed(seed)`` then :func:`embedscope.models.build_model`, backbone weights loaded
-when the config names them), saved under ``<study>/untrained/``.
+when the config names them), saved once under ``<cache>/untrained/`` and reused by every study.
 """
 
 from __future__ import annotations
@@ -199,23 +199,26 @@ def build_untrained(config: dict[str, Any], out: Path) -> Path:
 
 
 def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
-               untrained: bool = True) -> list[Entry]:
+               untrained: bool = True, untrained_dir: str | os.PathLike | None = None) -> list[Entry]:
     """The entries of a study over ``source`` (a train-grid folder, a glob, a YAML file).
 
     ``epoch``: ``best`` (each run's checkpoint of best test R@1, plus its final checkpoint as a
     robustness companion), ``last`` (the final checkpoint) or ``all`` (every kept epoch). A file
     that cannot be read becomes an entry with ``error`` set (the rest of the study goes on).
+    Untrained networks built here go to ``untrained_dir`` (default ``<out_dir>/untrained``; a study
+    passes its embedding cache's ``untrained/`` folder so that they, and their embeddings, are reused).
     """
     if epoch not in EPOCH_MODES:
         raise UsageError(f"--epoch must be one of {', '.join(EPOCH_MODES)}, got '{epoch}'")
     out_dir = Path(out_dir)
+    udir = Path(untrained_dir) if untrained_dir else out_dir / "untrained"
     entries: list[Entry] = []
     refs: dict[str, Entry] = {}
     seen: set[str] = set()
     for final, run, tags in _sources(source):
         try:
-            files = _run_files(final, epoch) if final.suffix == ".pt" or final.with_name(final.name + ".train").is_dir() \
-                else [(final, "given")]
+            trainer_run = final.suffix == ".pt" or final.with_name(final.name + ".train").is_dir()
+            files = _run_files(final, epoch) if trainer_run else [(final, "given")]
         except OSError as e:  # pragma: no cover - unreadable folder
             files = [(final, "given")]
             tags = {**tags, "_error": str(e)}
@@ -239,14 +242,14 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
                 key = untrained_key(cfg)
                 if key not in refs:
                     zero = final.with_name(final.name + ".train") / "epoch-000.pt"
-                    path = zero if zero.exists() else out_dir / "untrained" / f"{key}.pt"
+                    path = zero if zero.exists() else udir / f"{key}.pt"
                     refs[key] = Entry(id=key, checkpoint=str(path), run=key, selection="untrained", epoch=0,
                                       config={**cfg, "loss": "untrained", "loss_family": "none", "p_switch": 0.0,
                                               "miner": None, "epochs": 0})
                 e.untrained = key
             entries.append(e)
-    for key, ref in refs.items():
-        if ref.checkpoint.startswith(str(out_dir / "untrained")):
+    for ref in refs.values():
+        if Path(ref.checkpoint).parent == udir:
             try:
                 build_untrained(ref.config, Path(ref.checkpoint))
             except Exception as ex:  # noqa: BLE001 - the reference fails, the study goes on

@@ -78,7 +78,8 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 1, row_classes
 
 def _img(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{data}"><figcaption class="note">{_e(alt)}</figcaption></figure>'
+    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+            f'<figcaption class="note">{_e(alt)}</figcaption></figure>')
 
 
 def build_report(study_dir: str | os.PathLike) -> str:
@@ -103,7 +104,8 @@ def build_report(study_dir: str | os.PathLike) -> str:
     np_ = stats["n_points"]
     parts.append(f'<p class="note">{np_["runs"]} runs in {np_["objectives"]} objectives '
                  f'({np_["rows"]} checkpoints measured, {np_["errors"]} failed, {np_["excluded"]} excluded by '
-                 f'{_e(", ".join(stats.get("exclude") or []) or "nothing")}). Protocol: METHODS.md §6 (Roth et al. 2020, '
+                 f'{_e(", ".join(stats.get("exclude") or []) or "nothing")}). '
+                 "Protocol: METHODS.md §6 (Roth et al. 2020, "
                  "Fig. 4, Fig. 5).</p>")
 
     # settings and provenance
@@ -139,12 +141,13 @@ def build_report(study_dir: str | os.PathLike) -> str:
     norm = stats.get("normalisation", {})
     if norm:
         parts.append('<p class="note">Output normalisation of the runs: '
-                     + _e(", ".join(f"{'L2-normalised' if k in ('True', 'true', '1') else 'raw'}: {n}" for k, n in norm.items()))
+                     + _e(", ".join(f"{'L2-normalised' if k in ('True', 'true', '1') else 'raw'}: {n}"
+                                    for k, n in norm.items()))
                      + " (ρ is taken on the outputs as they are; R@1 ranks by cosine).</p>")
 
     # correlations
     parts.append(f"<h2>Correlations with test {_e(target)}</h2>")
-    rows, cls = [], []
+    rows = []
     by = {}
     for r in stats["correlations"]:
         by.setdefault(r["measure"], {})[r["level"]] = r
@@ -171,7 +174,8 @@ def build_report(study_dir: str | os.PathLike) -> str:
                       _num(x.get("loo_max")), _e(x.get("loo_most_influential", "")), _num(x.get("final_epoch_pearson")),
                       _num(x.get("normalised_only_pearson")), _num(x.get("seed_spread_ratio"))])
     parts.append("<h2>Robustness</h2>")
-    parts.append(_table(["measure", "r (objectives)", "leave-one-objective-out min", "max", "most influential objective",
+    parts.append(_table(["measure", "r (objectives)", "leave-one-objective-out min", "max",
+                         "most influential objective",
                          "r at the final epoch", "r, normalised outputs only", "seed sd / between-objective sd"],
                         rrows, left=1))
 

@@ -4,7 +4,6 @@ Layout of a study folder ``STUDY/`` (``docs/studies.md``)::
 
     study.json              settings and provenance (versions, source, measures, cache folder)
     rows/<entry>.json       one finished row per checkpoint (written atomically as each finishes)
-    untrained/*.pt          untrained reference networks built for the study
     runs.csv, runs.parquet  every row (checkpoint, config, tags, measures, status, error)
     correlations.csv/.json  statistics (:mod:`embedscope.study.stats`)
     figures/*.png|pdf       Fig.-5 panels, Fig.-4 matrix, ranking by |tau|
@@ -32,7 +31,7 @@ from typing import Any, Callable
 from embedscope.errors import EmbedscopeError, UsageError
 
 CACHE_ENV = "EMBEDSCOPE_CACHE"
-SETTINGS_KEYS = ("source", "epoch", "dataset", "root", "metric", "seed", "device")
+SETTINGS_KEYS = ("source", "epoch", "dataset", "root", "metric", "seed", "device", "measures")
 
 
 def default_cache_dir() -> Path:
@@ -167,12 +166,12 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _settings_of(source, epoch, dataset, root, metric, seed, device) -> dict[str, Any]:
+def _settings_of(source, epoch, dataset, root, metric, seed, device, measures=None) -> dict[str, Any]:
     src = str(source)
     if Path(src).exists():
         src = str(Path(src).resolve())
     return {"source": src, "epoch": epoch, "dataset": dataset, "root": root, "metric": metric, "seed": int(seed),
-            "device": device}
+            "device": device, "measures": sorted(measures) if measures else None}
 
 
 def _row_path(out_dir: Path, eid: str) -> Path:
@@ -208,20 +207,27 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     from embedscope.study.plan import parse_exclude, plan_study
 
     say = echo or print
+    if measures is not None:
+        mreg0, _, _ = registry()
+        unknown = [m for m in measures if m not in mreg0]
+        if unknown:
+            raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {', '.join(mreg0)})")
+        measures = list(dict.fromkeys([target, *measures]))
     parse_exclude(exclude)  # refuse a bad expression before any work
     if workers is not None and int(workers) < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected a study folder")
-    settings = _settings_of(source, epoch, dataset, root, metric, seed, device)
+    settings = _settings_of(source, epoch, dataset, root, metric, seed, device, measures)
     meta_path = out_dir / "study.json"
     if meta_path.exists():
         old = json.loads(meta_path.read_text(encoding="utf-8")).get("settings", {})
         diff = [k for k in SETTINGS_KEYS if old.get(k) != settings.get(k)]
         if diff and not force:
             raise EmbedscopeError(
-                f"{out_dir} holds a study with other settings ({', '.join(f'{k}: {old.get(k)} -> {settings.get(k)}' for k in diff)}); "
+                f"{out_dir} holds a study with other settings "
+                f"({', '.join(f'{k}: {old.get(k)} -> {settings.get(k)}' for k in diff)}); "
                 "use --force to start it again, or another folder")
     elif out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
@@ -230,7 +236,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     mreg, _, msource = registry()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    entries = plan_study(source, out_dir, epoch=epoch)
+    entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
             "cache_dir": str(cache), "measures_source": msource,
             "measures": {k: {"split": v.split, "family": v.family, "direction": v.direction, "meaning": v.meaning}

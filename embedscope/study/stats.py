@@ -282,7 +282,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     for c in [target] + measures:
         P[c] = P[c].map(_num)
     grp = P.groupby("objective", sort=True)
-    O = grp[[target] + measures].mean()
+    OB = grp[[target] + measures].mean()
     Osd = grp[[target] + measures].std(ddof=1)
     n_seeds = grp.size()
 
@@ -290,7 +290,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     gran = {}
     context = [seed_col] if seed_col and seed_col not in axes else []
     for m in measures:
-        for level, tab in (("objectives", O), ("runs", P)):
+        for level, tab in (("objectives", OB), ("runs", P)):
             c = correlate(tab[m].to_numpy(np.float64), tab[target].to_numpy(np.float64), n_boot=n_boot, seed=seed)
             corr_rows.append({"measure": m, "split": splits.get(m, ""), "target": target, "level": level, **c})
         g = granulated_tau(P, m, target, [a for a in axes if a != "loss_family"], context) if axes else \
@@ -315,17 +315,20 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         for c in [target] + measures:
             F[c] = F[c].map(_num)
         FO = F.groupby("objective")[[target] + measures].mean()
-    normed = P[P["normalize"].map(lambda v: str(v) in ("True", "true", "1", "1.0")).to_numpy(dtype=bool)] if "normalize" in P else P.iloc[:0]
+    if "normalize" in P:
+        normed = P[P["normalize"].map(lambda v: str(v) in ("True", "true", "1", "1.0")).to_numpy(dtype=bool)]
+    else:
+        normed = P.iloc[:0]
     for m in measures:
         rr: dict[str, Any] = {}
-        if len(O) >= 4:
+        if len(OB) >= 4:
             loo = {}
-            for o in O.index:
-                sub = O.drop(index=o)
+            for o in OB.index:
+                sub = OB.drop(index=o)
                 loo[o] = float(pearson_rows(sub[m].to_numpy()[None], sub[target].to_numpy()[None])[0])
             vals = {k: v for k, v in loo.items() if np.isfinite(v)}
             if vals:
-                full = float(pearson_rows(O[m].to_numpy()[None], O[target].to_numpy()[None])[0])
+                full = float(pearson_rows(OB[m].to_numpy()[None], OB[target].to_numpy()[None])[0])
                 worst = max(vals, key=lambda k: abs(vals[k] - full))
                 rr.update(loo_min=min(vals.values()), loo_max=max(vals.values()), loo_most_influential=worst,
                           loo_r_without_it=vals[worst])
@@ -338,35 +341,36 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
                     pearson_rows(NO[m].to_numpy()[None], NO[target].to_numpy()[None])[0])
                 rr["normalised_only_objectives"] = int(len(NO))
         within = float(np.nanmean(Osd[m])) if (n_seeds > 1).any() else float("nan")
-        between = float(np.nanstd(O[m], ddof=1)) if len(O) > 1 else float("nan")
+        between = float(np.nanstd(OB[m], ddof=1)) if len(OB) > 1 else float("nan")
         rr.update(seed_sd_within=within, sd_between_objectives=between,
-                  seed_spread_ratio=within / between if between and np.isfinite(between) and between > 0 else float("nan"))
+                  seed_spread_ratio=(within / between if between and np.isfinite(between) and between > 0
+                                     else float("nan")))
         robust[m] = rr
     sel_rows = df[primary]
     no_better = sel_rows[sel_rows["beats_untrained"].map(lambda v: v is False).to_numpy(dtype=bool)]
     final_nb = df[(df["selection"] == "final") & ok]["beats_untrained"].map(lambda v: v is False)
     objectives = []
-    for o in O.index:
-        rec = {"objective": o, "n_seeds": int(n_seeds[o]), target: float(O.loc[o, target]),
+    for o in OB.index:
+        rec = {"objective": o, "n_seeds": int(n_seeds[o]), target: float(OB.loc[o, target]),
                f"{target}_sd": _f(Osd.loc[o, target])}
         for m in measures:
-            rec[m] = float(O.loc[o, m])
+            rec[m] = float(OB.loc[o, m])
             rec[f"{m}_sd"] = _f(Osd.loc[o, m])
         objectives.append(rec)
     # Fig. 4: metric correlation matrix over objectives (test-split measures and the target)
     mnames = [target] + [m for m in measures if splits.get(m) == "test"]
     mat = np.full((len(mnames), len(mnames)), np.nan)
-    if len(O) >= 3:
+    if len(OB) >= 3:
         for i, a in enumerate(mnames):
             for j, b in enumerate(mnames):
-                mat[i, j] = pearson_rows(O[a].to_numpy()[None], O[b].to_numpy()[None])[0]
+                mat[i, j] = pearson_rows(OB[a].to_numpy()[None], OB[b].to_numpy()[None])[0]
     return {
         "target": target,
         "exclude": list(exclude or []),
         "n_boot": int(n_boot),
         "seed": int(seed),
         "axes": axes,
-        "n_points": {"objectives": int(len(O)), "runs": int(len(P)), "rows": int(len(df)),
+        "n_points": {"objectives": int(len(OB)), "runs": int(len(P)), "rows": int(len(df)),
                      "errors": int((~ok).sum()), "excluded": int((primary & excluded).sum())},
         "measures": measures,
         "correlations": corr_rows,

@@ -1,0 +1,164 @@
+"""embedscope study / report on tiny digits models: a two-checkpoint study checked against direct
+computation, the embedding cache, a killed-and-resumed study, a broken checkpoint, a YAML list on a
+real 2-worker Dask cluster equal to the serial result, and the HTML report parsed by html5lib."""
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embedscope.cli import main
+from embedscope.study.run import run_study
+
+MEASURED = ["R@1", "MAP@R", "NMI", "rho", "pi_ratio", "pi_intra", "pi_inter"]
+FAST = {"measures": MEASURED, "figures": False}
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    from embedscope.train.grid import train_grid
+
+    d = tmp_path_factory.mktemp("grid")
+    train_grid("digits", ["contrastive", "softmax"], [0.0], [0], d / "runs",
+               options={"embed_dim": 8, "epochs": 1, "eval_every": 1}, progress=False, echo=lambda s: None)
+    return d / "runs"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def first(grid, cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("s") / "study"
+    res = run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None)
+    return out, res
+
+
+def _r1(X, y):
+    """Leave-one-out cosine 1-NN hit rate (METHODS.md §1), brute force."""
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    S = U @ U.T
+    np.fill_diagonal(S, -np.inf)
+    return float((y[np.argmax(S, 1)] == y).mean())
+
+
+def _rho(X):
+    """KL(uniform || s / sum s) of the singular values without the largest (METHODS.md §2)."""
+    s = np.linalg.svd(X.astype(np.float64), compute_uv=False)[1:]
+    p = s / s.sum()
+    return float(np.mean(np.log((1 / len(s)) / p)))
+
+
+def test_two_checkpoint_study_matches_direct_computation(first, grid):
+    from embedscope.data import get_dataset
+    from embedscope.embed import embed_images
+    from embedscope.models import load_checkpoint
+
+    out, res = first
+    df = pd.read_csv(out / "runs.csv")
+    assert (df["status"] == "ok").all() and not res["errors"]
+    assert sorted(df["selection"]) == ["best", "best", "final", "final", "untrained"]
+    assert set(df[df.selection == "best"]["loss"]) == {"contrastive", "softmax"}
+    pq = pd.read_parquet(out / "runs.parquet")
+    assert list(pq["id"]) == list(df["id"]) and np.allclose(pq["R@1"], df["R@1"])
+    ds = get_dataset("digits")
+    for _, r in df[df.selection.isin(["best", "untrained"])].head(2).iterrows():
+        model, cfg, _ = load_checkpoint(r["checkpoint"])
+        X = embed_images(model, ds, progress=False)
+        te, tr = ds.split == "test", ds.split == "train"
+        assert r["R@1"] == pytest.approx(_r1(X[te], ds.labels[te]), abs=1e-12)
+        assert r["rho"] == pytest.approx(_rho(X[tr]), rel=1e-6)
+        assert r["normalize"] == cfg["normalize"]
+    # the untrained row is the trainer's initialisation: its R@1 is the log's epoch-0 value
+    grid_csv = pd.read_csv(grid / "grid.csv")
+    u = df[df.selection == "untrained"].iloc[0]
+    assert u["R@1"] == pytest.approx(grid_csv["untrained_R@1"].iloc[0], abs=1e-12)
+    assert set(df[df.selection != "untrained"]["untrained"]) == {u["id"]}
+    assert df["beats_untrained"].notna().sum() == 4
+    corr = pd.read_csv(out / "correlations.csv")
+    assert {"pearson", "pearson_lo", "pearson_hi", "spearman", "kendall", "granulated_tau"} <= set(corr.columns)
+    assert (out / "figures" / "fig5_structure_vs_target.png").exists()
+    assert (out / "figures" / "fig5_structure_vs_target.pdf").exists()
+
+
+def test_cache_is_reused_across_studies_and_report_is_valid_html(first, grid, cache, tmp_path):
+    import html5lib
+
+    out, _ = first
+    res = run_study(grid, tmp_path / "again", workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None,
+                    measures=MEASURED, figures=False)
+    assert all(r["cached"] for r in res["computed"])
+    a = pd.read_csv(out / "runs.csv").set_index("id")
+    b = pd.read_csv(tmp_path / "again" / "runs.csv").set_index("id")
+    assert np.array_equal(a.loc[b.index, MEASURED].to_numpy(), b[MEASURED].to_numpy())
+    page = tmp_path / "r.html"
+    assert main(["report", str(out), "-o", str(page)]) == 0
+    assert main(["report", str(out), "-o", str(page)]) == 1  # no silent overwrite
+    text = page.read_text()
+    parser = html5lib.HTMLParser(strict=True)
+    parser.parse(text)  # raises on a parse error
+    assert not parser.errors
+    assert "data:image/png;base64," in text
+    assert "http://" not in text and "https://" not in text  # nothing fetched from outside
+    assert "-0.80" in text and "Published values" in text and "untrained" in text
+
+
+def test_killed_study_resumes_without_recomputing(first, grid, cache, tmp_path):
+    out = tmp_path / "killed"
+    seen = []
+
+    def stop(row):
+        seen.append(row["id"])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None, on_row=stop, **FAST)
+    assert not (out / "runs.csv").exists() and len(list((out / "rows").glob("*.json"))) == 2
+    res = run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None, **FAST)
+    assert sorted(r["id"] for r in res["computed"]) == sorted(set(r["id"] for r in res["rows"]) - set(seen))
+    a = pd.read_csv(first[0] / "runs.csv").set_index("id")
+    b = pd.read_csv(out / "runs.csv").set_index("id")
+    assert np.array_equal(a.loc[b.index, MEASURED].to_numpy(), b[MEASURED].to_numpy())
+    # a finished study is not recomputed; other settings into the same folder are refused
+    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None, **FAST)["computed"] == []
+    from embedscope.errors import EmbedscopeError
+
+    with pytest.raises(EmbedscopeError, match="other settings"):
+        run_study(grid, out, epoch="last", workers=0, cache_dir=cache, echo=lambda s: None)
+
+
+def test_broken_checkpoint_reports_its_row_and_exit_code(grid, cache, tmp_path, capsys):
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    for f in ("digits_contrastive_p0_s0.pt", "digits_softmax_p0_s0.pt"):
+        shutil.copy(grid / f, folder / f)
+    (folder / "broken.pt").write_bytes(b"not a checkpoint at all")
+    rc = main(["study", str(folder), "-o", str(tmp_path / "st"), "--workers", "0", "--cache-dir", str(cache),
+               "--no-progress", "--bootstrap", "20", "--no-figures", "--measures", *MEASURED])
+    assert rc == 1
+    assert "1 of 4 checkpoints failed" in capsys.readouterr().err
+    df = pd.read_csv(tmp_path / "st" / "runs.csv").set_index("id")
+    assert df.loc["broken_given", "status"] == "error" and "broken.pt" in df.loc["broken_given", "error"]
+    assert (df.drop(index="broken_given")["status"] == "ok").all()
+
+
+def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path):
+    y = tmp_path / "list.yaml"
+    y.write_text("checkpoints:\n"
+                 f"  - path: {grid / 'digits_contrastive_p0_s0.pt'}\n    tags: {{family: pairs}}\n"
+                 f"  - path: {grid / 'digits_softmax_p0_s0.pt'}\n    family: classes\n")
+    ser = run_study(y, tmp_path / "serial", epoch="last", workers=0, cache_dir=tmp_path / "c1", n_boot=20,
+                    echo=lambda s: None, **FAST)
+    par = run_study(y, tmp_path / "dask", epoch="last", workers=2, cache_dir=tmp_path / "c2", n_boot=20,
+                    echo=lambda s: None, **FAST)
+    assert not ser["errors"] and not par["errors"]
+    assert not any(r["cached"] for r in par["computed"])  # really measured by the workers
+    a = pd.read_csv(tmp_path / "serial" / "runs.csv").set_index("id").sort_index()
+    b = pd.read_csv(tmp_path / "dask" / "runs.csv").set_index("id").sort_index()
+    assert list(a.index) == list(b.index) and len(a) == 3
+    assert np.array_equal(a[MEASURED].to_numpy(), b[MEASURED].to_numpy())
+    assert set(a["tag:family"].dropna()) == {"pairs", "classes"}
