@@ -184,3 +184,50 @@ def test_compare_groups_exact_two_sided():
     assert r["b"]["p_value"] == pytest.approx(ref.pvalue) and r["b"]["U"] == ref.statistic
     with pytest.raises(EmbedscopeError, match="two groups"):
         compare_groups(vals, {"m1": "x", "m2": "y", "m3": "z"})
+
+
+# ----------------------------------------------------------------------------- command line
+def _h5(path, X, labels, props):
+    from embedscope import store
+
+    n = len(X)
+    es = store.EmbeddingSet(embeddings=X.astype(np.float32), labels=labels, paths=[f"img/{i}.png" for i in range(n)],
+                            split=["test"] * n, class_names=[f"c{i}" for i in range(labels.max() + 1)],
+                            properties=props)
+    store.save(path, es)
+    return path
+
+
+def test_properties_command_table_json_csv_figure(tmp_path, capsys):
+    import csv
+    import json
+
+    from embedscope.cli import main
+
+    rng = np.random.default_rng(7)
+    n = 300
+    enc = rng.integers(0, 3, n)
+    noise = rng.integers(0, 4, n)
+    labels = rng.integers(0, 5, n)
+    X = rng.normal(size=(n, 6)).astype(np.float32)
+    X[:, 0] += 5 * enc
+    a = _h5(tmp_path / "a.h5", X, labels, {"enc": enc, "noise": noise})
+    b = _h5(tmp_path / "b.h5", rng.normal(size=(n, 6)).astype(np.float32), labels, {"enc": enc, "noise": noise})
+    rc = main(["properties", str(a), str(b), "--names", "trained", "random", "--max-r", "50",
+               "-o", str(tmp_path / "p.png"), "--json", str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"),
+               "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "capped at 50" in out and "trained" in out and "random" in out
+    rows = json.load(open(tmp_path / "p.json"))["rows"]
+    assert rows[0]["property"] == "enc" and rows[0]["model"] == "trained"  # sorted by the first file's NR-Prec
+    assert len(rows) == 6 and {r["property"] for r in rows} == {"enc", "noise", "class"}
+    ref = property_precision(X, {"enc": enc}, max_r=50)["enc"]["NR-Prec"]
+    assert rows[0]["NR-Prec"] == pytest.approx(ref)
+    assert len(list(csv.DictReader(open(tmp_path / "p.csv")))) == 6
+    assert (tmp_path / "p.png").exists() and (tmp_path / "p.pdf").exists()
+    # refused without --force; unknown property one line
+    assert main(["properties", str(a), "--json", str(tmp_path / "p.json"), "--no-progress"]) == 1
+    assert main(["properties", str(a), "--properties", "nope", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "already exists" in err and "no property 'nope'" in err

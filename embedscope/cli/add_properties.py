@@ -1,0 +1,25 @@
+"""embedscope add-properties EMB.h5 props.csv [--force]: bring your own per-image properties."""
+
+from __future__ import annotations
+
+from embedscope.cli.common import add_force
+
+
+def add_parser(sub, parents):
+    p = sub.add_parser("add-properties", parents=parents, help="store per-image properties from a CSV/Parquet table",
+                       description="Join a per-image table (CSV, TSV or Parquet with a 'path' column) on the "
+                       "file's image paths and store every other column as /properties/<name> (the file is "
+                       "rewritten atomically). Every image needs exactly one row.")
+    p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5), updated in place")
+    p.add_argument("table", metavar="props.csv", help="table with a 'path' column")
+    add_force(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from embedscope.data.properties import add_properties_to_file
+
+    added = add_properties_to_file(args.file, args.table, force=args.force)
+    print(f"{args.file}: added propert{'ies' if len(added) > 1 else 'y'} {', '.join(added)}")
+    return 0

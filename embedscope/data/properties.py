@@ -1,0 +1,142 @@
+"""Per-image properties of embedding files (METHODS.md §9): measure them, bring your own.
+
+* :func:`properties_of_files` -- NR-Prec / R-Prec / ceiling / p-value of every property of one or
+  more HDF5 files (one row per file and property), the library call of ``embedscope properties``;
+* :func:`read_property_table` / :func:`join_properties` / :func:`add_properties_to_file` -- a
+  per-image CSV or Parquet table joined on ``path`` (``embedscope add-properties``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.errors import EmbedscopeError
+
+ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z", "significant_2.576",
+              "n_values", "queries", "lone_queries", "lone_values", "max_r", "capped")
+
+
+def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None,
+                        split: str = "test", max_r: int | None = None, properties: Sequence[str] | None = None,
+                        metric: str = "euclidean", normalize: bool = False, with_class: bool = True,
+                        progress: bool = False) -> list[dict[str, Any]]:
+    """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
+
+    ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
+    when ``with_class``, the label, as Kobs' "car model"). Rows are sorted by the first file's
+    NR-Prec (descending), the files in the given order within a property. Measure: METHODS.md §9,
+    :func:`embedscope.metrics.properties.property_precision`.
+    """
+    from embedscope import store
+    from embedscope.metrics.properties import property_precision
+
+    files = list(files)
+    if names is not None and len(names) != len(files):
+        raise EmbedscopeError(f"--names gives {len(names)} name(s) for {len(files)} file(s)")
+    names = list(names) if names is not None else [Path(f).stem for f in files]
+    if len(set(names)) != len(names):
+        raise EmbedscopeError(f"two files share the display name '{[x for x in names if names.count(x) > 1][0]}' "
+                              "(use --names)")
+    rows: list[dict[str, Any]] = []
+    for f, nm in zip(files, names):
+        es = store.load(f).subset(split)
+        props = dict(es.properties)
+        if with_class:
+            props = {"class": es.labels, **props}
+        if properties:
+            missing = [p for p in properties if p not in props]
+            if missing:
+                raise EmbedscopeError(f"{f}: no property '{missing[0]}' (the file has: "
+                                      f"{', '.join(props) or 'none'})")
+            props = {p: props[p] for p in properties}
+        if not props:
+            raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
+        res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
+                                 progress=progress)
+        for p, r in res.items():
+            rows.append({"model": nm, "property": p, **{k: r[k] for k in ROW_FIELDS[2:]}})
+    first = {r["property"]: r["NR-Prec"] for r in rows if r["model"] == names[0]}
+    order = {p: i for i, p in enumerate(sorted(first, key=lambda p: -np.nan_to_num(first[p], nan=-np.inf)))}
+    mi = {m: i for i, m in enumerate(names)}
+    rows.sort(key=lambda r: (order.get(r["property"], len(order)), mi[r["model"]]))
+    return rows
+
+
+# ----------------------------------------------------------------------------- bring your own
+
+
+def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """A per-image table (CSV, TSV or Parquet) with a ``path`` column -> columns as arrays."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise EmbedscopeError(f"{path}: no such file")
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+    except Exception as e:  # noqa: BLE001 - any parse failure is one line
+        raise EmbedscopeError(f"{path}: cannot be read as a table ({e.__class__.__name__})") from None
+    if "path" not in df.columns:
+        raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))})")
+    if len(df.columns) < 2:
+        raise EmbedscopeError(f"{path}: no property columns besides 'path'")
+    out = {}
+    for c in df.columns:
+        col = df[c]
+        if col.isna().any():
+            raise EmbedscopeError(f"{path}: column '{c}' has {int(col.isna().sum())} empty value(s)")
+        out[str(c)] = col.to_numpy() if col.dtype.kind in "iufb" else col.astype(str).to_numpy(dtype=object)
+    return out
+
+
+def join_properties(paths: np.ndarray, table: dict[str, np.ndarray], source: str = "table") -> dict[str, np.ndarray]:
+    """Reorder ``table``'s columns to the images ``paths`` by the ``path`` column.
+
+    Every image must appear exactly once in the table and every table row must match an image:
+    otherwise a one-line error names the first few offenders.
+    """
+    tp = np.asarray(table["path"]).astype(str)
+    uniq, counts = np.unique(tp, return_counts=True)
+    dup = uniq[counts > 1]
+    if len(dup):
+        raise EmbedscopeError(f"{source}: {len(dup)} duplicate path(s), e.g. {', '.join(dup[:3])}")
+    paths = np.asarray(paths).astype(str)
+    pos = {p: i for i, p in enumerate(tp)}
+    missing = [p for p in paths if p not in pos]
+    if missing:
+        raise EmbedscopeError(f"{source}: {len(missing)} image(s) of the file have no row, "
+                              f"e.g. {', '.join(missing[:3])}")
+    extra = np.setdiff1d(tp, paths)
+    if len(extra):
+        raise EmbedscopeError(f"{source}: {len(extra)} row(s) match no image of the file, e.g. {', '.join(extra[:3])}")
+    idx = np.array([pos[p] for p in paths], dtype=np.int64)
+    return {k: np.asarray(v)[idx] for k, v in table.items() if k != "path"}
+
+
+def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike, *, force: bool = False) -> list[str]:
+    """Join a per-image table on ``path`` and store its columns as ``/properties/<name>`` of ``h5``.
+
+    The file is rewritten atomically. A property that already exists is an error unless ``force``.
+    Returns the names added.
+    """
+    from embedscope import store
+
+    es = store.load(h5)
+    new = join_properties(es.paths, read_property_table(table_path), str(table_path))
+    clash = [k for k in new if k in es.properties]
+    if clash and not force:
+        raise EmbedscopeError(f"{h5} already has the propert{'ies' if len(clash) > 1 else 'y'} "
+                              f"{', '.join(clash[:3])} (use --force to replace)")
+    for k in new:
+        if not k or "/" in k:
+            raise EmbedscopeError(f"{table_path}: column name '{k}' cannot be a property name")
+    es.properties = {**es.properties, **new}
+    store.save(h5, es, force=True)
+    return list(new)

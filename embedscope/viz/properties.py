@@ -1,0 +1,47 @@
+"""Bar chart of Normalized R-Precision per image property (METHODS.md §9): drawing only."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
+    """Grouped bars of NR-Prec per property (models side by side), the paper's 2.576 line, ceilings as ticks.
+
+    ``rows`` as from :func:`embedscope.data.properties.properties_of_files` (already sorted).
+    Returns the matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    from embedscope.metrics.properties import SIGNIFICANCE_Z
+    from embedscope.viz.style import PAPER_RC, series_colors
+
+    props = list(dict.fromkeys(r["property"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    val = {(r["model"], r["property"]): r for r in rows}
+    with plt.rc_context(PAPER_RC):
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(props) * max(1, len(models)) ** 0.5 + 1.5), 3.2))
+        w = 0.8 / len(models)
+        colors = series_colors(len(models))
+        x = np.arange(len(props))
+        for j, m in enumerate(models):
+            ys = [val.get((m, p), {}).get("NR-Prec", np.nan) for p in props]
+            cs = [val.get((m, p), {}).get("ceiling", np.nan) for p in props]
+            xs = x - 0.4 + w * (j + 0.5)
+            ax.bar(xs, np.nan_to_num(np.asarray(ys, dtype=float)), w, color=colors[j], label=m)
+            ax.scatter(xs, cs, marker="_", s=120, color="0.3", zorder=3,
+                       label="ceiling (perfect clustering)" if j == 0 else None)
+        ax.axhline(SIGNIFICANCE_Z, color="k", ls="--", lw=0.8, label="2.576 (Kobs' 1% rule)")
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_xticks(x)
+        ax.set_xticklabels(props, rotation=35, ha="right")
+        ax.set_ylabel("NR-Prec (z, higher = more clustered)")
+        ax.set_xlabel("image property")
+        ax.set_yscale("symlog", linthresh=3.0)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        if title:
+            ax.set_title(title)
+        fig.tight_layout()
+    return fig
