@@ -405,3 +405,19 @@ def test_code_payload_refused_in_every_path(tmp_path):
         assert not marker.exists()
     read_checkpoint(f["top"], unsafe_pickle=True)  # the payload is real: allowed, it runs
     assert marker.exists()
+
+
+def test_whole_pickled_module_read_without_its_code(tmp_path):
+    from embedscope.models import Record
+
+    torch.manual_seed(8)
+    cfg = default_config("digits_cnn", embed_dim=6)
+    m = build_model(cfg).eval()
+    p = tmp_path / "whole.pt"
+    torch.save(m, p)
+    assert isinstance(read_checkpoint(p), Record)  # inert: EmbeddingModel's code is not used to load it
+    m2, cfg2, info = load_checkpoint(p, arch="digits_cnn")
+    assert info["format"] == "pickled module" and cfg2["embed_dim"] == 6
+    x = torch.rand(3, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(m2(x), m(x))

@@ -17,8 +17,10 @@ mean (0.502, 0.4588, 0.4078) and std 0.0039 on [0, 1] RGB and then flips to BGR:
 
 Differences from the port, none of which changes a pretrained model's output in evaluation mode:
 
-- the global pool is an adaptive average pool: identical to the port's ``AvgPool2d(7)`` whenever
-  the last map is 7 x 7 (inputs 224-231 px), and it also works for small test inputs;
+- the global pool is an adaptive average pool: the port's ``avg_pool2d`` with a kernel of the map's
+  width (earlier versions: ``AvgPool2d(7)``) gives the same on the square 7 x 7 map of 224-231 px
+  inputs, and it also works for small test inputs. Checked: with the same random weights, features
+  equal the port's to 2e-7 at 224, 227 and 64 px;
 - BatchNorm momentum is PyTorch's default (the port's 0.9 is a Caffe-convention value that, in
   PyTorch's convention, replaces the running statistics almost entirely every training step).
 """

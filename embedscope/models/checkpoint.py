@@ -157,6 +157,12 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:  # noqa: C901 - one flat allowlist
         if not isinstance(module, str) or not isinstance(name, str):
             raise pickle.UnpicklingError("malformed global")
+        import _compat_pickle  # Python 2 names of protocol-2 pickles (__builtin__.set, copy_reg, ...)
+
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
         if module == "collections" and name in ("OrderedDict", "Counter"):
             import collections
 
