@@ -9,6 +9,11 @@ Layout (``--root`` is the folder holding both)::
 
 Split: classes 1-98 train, 99-196 test (Roth et al. 2020, §4.1); the official per-image ``test``
 flag (a classification split) is ignored.
+
+Image properties (METHODS.md §9): ``make``, ``body_type`` and ``year`` parsed from the class names
+("Aston Martin V8 Vantage Convertible 2012" -> Aston Martin / convertible / 2012; a name without a
+body-type word gets "other"), and, when the annotations carry ``bbox_x1..bbox_y2``, ``bbox_area``
+(box area / image area) and ``bbox_aspect`` (width / height), each as 5 quantile bins.
 """
 
 from __future__ import annotations
@@ -41,6 +46,23 @@ def _text(v) -> str:
     if v.dtype.kind in "US":
         return str(v.item() if v.ndim == 0 else "".join(v.ravel().astype(str)))
     return str(v.ravel()[0]) if v.size else ""
+
+
+MULTI_WORD_MAKES = ("AM General", "Aston Martin", "Land Rover")
+# checked in this order: "Drophead Coupe Convertible" is a convertible, "Cargo Van Minivan" a minivan
+BODY_TYPES = (("Convertible", "convertible"), ("Coupe", "coupe"), ("Sedan", "sedan"), ("Hatchback", "hatchback"),
+              ("SUV", "suv"), ("Wagon", "wagon"), ("Minivan", "minivan"), ("Van", "van"), ("Cab", "pickup"),
+              ("Pickup", "pickup"))
+BOX_FIELDS = ("bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2")
+
+
+def parse_class_name(name: str) -> tuple[str, str, int]:
+    """(make, body type, year) of a CARS196 class name; year -1 when the name ends in no year."""
+    words = name.split()
+    year = int(words[-1]) if words and words[-1].isdigit() and len(words[-1]) == 4 else -1
+    make = next((m for m in MULTI_WORD_MAKES if name.startswith(m + " ")), words[0] if words else "")
+    body = next((b for w, b in BODY_TYPES if w in words), "other")
+    return make, body, year
 
 
 def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
@@ -109,6 +131,19 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
         labels[k] = c - 1
 
     check_images_exist(base, paths, NAME)
+    parsed = [parse_class_name(nm) for nm in names]
+    props = {"make": np.array([parsed[c][0] for c in labels], dtype=object),
+             "body_type": np.array([parsed[c][1] for c in labels], dtype=object),
+             "year": np.array([parsed[c][2] for c in labels], dtype=np.int64)}
+    if all(f in annos.dtype.names for f in BOX_FIELDS):
+        from embedscope.data.properties import bbox_properties, image_sizes
+
+        try:
+            b = np.array([[float(np.asarray(a[f]).ravel()[0]) for f in BOX_FIELDS] for a in annos])
+        except (ValueError, TypeError, IndexError):
+            raise EmbedscopeError(f"{NAME}: {mat_path}: a bounding box field is not a number") from None
+        wh = np.stack([b[:, 2] - b[:, 0] + 1, b[:, 3] - b[:, 1] + 1], 1)
+        props.update(bbox_properties(wh, image_sizes(base, paths)))
     return ImageDataset(
         name=NAME,
         root=str(base),
@@ -116,5 +151,6 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
         labels=labels,
         class_names=np.asarray(names, dtype=object),
         split=class_split(labels, n_classes, train_classes, NAME),
+        properties=props,
         info={"source": f"CARS196 ({ANNOS})", "num_classes": n_classes},
     )

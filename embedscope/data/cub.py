@@ -10,6 +10,17 @@ Layout (``--root`` is ``CUB_200_2011/`` or the folder that holds it)::
 
 Split: classes 1-100 train, 101-200 test (Roth et al. 2020, §4.1); the official
 ``train_test_split.txt`` is a per-image split for classification and is not used.
+
+Image properties (METHODS.md §9), loaded when the files are present::
+
+      attributes/attributes.txt              "<attribute id> <has_part::value>"  (312 lines)
+      attributes/image_attribute_labels.txt  "<image id> <attribute id> <is_present> <certainty 1-4> <time>"
+      bounding_boxes.txt                     "<image id> <x> <y> <width> <height>"
+
+Each attribute becomes the binary property ``attr:<name>`` (1 = present; with
+``attribute_certainty=c`` only a presence marked with certainty >= c counts, e.g. 3 = "probably" or
+"definitely"); the box gives ``bbox_area`` (box area / image area) and ``bbox_aspect`` (width /
+height), each as 5 quantile bins.
 """
 
 from __future__ import annotations
@@ -65,7 +76,76 @@ def _find_root(root) -> tuple[Path, str]:
     return require_files(root, FILES, NAME), ""
 
 
-def load_cub200(root, train_classes: int | None = None) -> ImageDataset:
+ATTRIBUTE_CERTAINTY: int | None = None  # the default of load_cub200(attribute_certainty=...)
+
+
+def _read_rows(path: Path, min_fields: int, what: str) -> list[list[str]]:
+    """Whitespace-separated rows with at least ``min_fields`` integer-like leading fields."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmbedscopeError(f"{NAME}: cannot read {path} ({e.__class__.__name__})") from None
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) < min_fields:
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: malformed line {line.strip()[:60]!r} (expected {what})")
+        rows.append(parts)
+    return rows
+
+
+def cub_properties(base: Path, ids: list[int], rel_paths: list[str], *,
+                   attribute_certainty: int | None = None) -> dict[str, np.ndarray]:
+    """Attribute and bounding-box properties of the images ``ids`` (see the module docstring); {} when absent."""
+    from embedscope.data.properties import bbox_properties, image_sizes
+
+    props: dict[str, np.ndarray] = {}
+    row_of = {iid: k for k, iid in enumerate(ids)}
+    adir = base / "attributes"
+    if (adir / "attributes.txt").exists() and (adir / "image_attribute_labels.txt").exists():
+        names = read_pairs(adir / "attributes.txt", NAME, "attribute name", int_value=False)
+        aid = sorted(names)
+        col = {a: j for j, a in enumerate(aid)}
+        A = np.zeros((len(ids), len(aid)), dtype=np.int8)
+        seen = np.zeros(len(ids), dtype=bool)
+        for parts in _read_rows(adir / "image_attribute_labels.txt", 4,
+                                "'<image id> <attribute id> <is_present> <certainty id> ...'"):
+            try:
+                iid, a, present, cert = (int(x) for x in parts[:4])
+            except ValueError:
+                raise EmbedscopeError(f"{NAME}: {adir / 'image_attribute_labels.txt'}: non-integer field in "
+                                      f"{' '.join(parts)[:60]!r}") from None
+            if iid not in row_of or a not in col:
+                continue
+            ok = present == 1 and (attribute_certainty is None or cert >= attribute_certainty)
+            A[row_of[iid], col[a]] = 1 if ok else 0
+            seen[row_of[iid]] = True
+        if not seen.all():
+            missing = ids[int(np.flatnonzero(~seen)[0])]
+            raise EmbedscopeError(f"{NAME}: image id {missing} has no line in {adir / 'image_attribute_labels.txt'}")
+        for j, a in enumerate(aid):
+            props[f"attr:{names[a]}"] = A[:, j].copy()
+    bb = base / "bounding_boxes.txt"
+    if bb.exists():
+        boxes = np.full((len(ids), 2), np.nan)
+        for parts in _read_rows(bb, 5, "'<image id> <x> <y> <width> <height>'"):
+            try:
+                iid = int(parts[0])
+                w, h = float(parts[3]), float(parts[4])
+            except ValueError:
+                raise EmbedscopeError(f"{NAME}: {bb}: non-numeric field in {' '.join(parts)[:60]!r}") from None
+            if iid in row_of:
+                boxes[row_of[iid]] = (w, h)
+        if np.isnan(boxes).any():
+            missing = ids[int(np.flatnonzero(np.isnan(boxes[:, 0]))[0])]
+            raise EmbedscopeError(f"{NAME}: image id {missing} has no line in {bb}")
+        props.update(bbox_properties(boxes, image_sizes(base, rel_paths)))
+    return props
+
+
+def load_cub200(root, train_classes: int | None = None, *, attribute_certainty: int | None = None) -> ImageDataset:
     """CUB200-2011 from its official files as an :class:`ImageDataset`.
 
     Labels are the class ids of ``classes.txt`` in increasing order mapped to 0..C-1; class names
@@ -81,6 +161,9 @@ def load_cub200(root, train_classes: int | None = None) -> ImageDataset:
         ``CUB_200_2011/`` or the folder holding it.
     train_classes : int, optional
         number of leading classes in the training split (default 100 of 200: half).
+    attribute_certainty : int, optional
+        count an attribute as present only when its certainty id is at least this (1-4; default:
+        :data:`ATTRIBUTE_CERTAINTY`, None = every marked presence).
 
     Returns
     -------
@@ -120,6 +203,8 @@ def load_cub200(root, train_classes: int | None = None) -> ImageDataset:
 
     rel = [f"images/{images[i]}" for i in ids]
     check_images_exist(base, rel, NAME)
+    cert = ATTRIBUTE_CERTAINTY if attribute_certainty is None else attribute_certainty
+    props = cub_properties(base, ids, rel, attribute_certainty=cert)
     return ImageDataset(
         name=NAME,
         root=str(Path(root)),
@@ -127,6 +212,7 @@ def load_cub200(root, train_classes: int | None = None) -> ImageDataset:
         labels=labels,
         class_names=np.asarray(names, dtype=object),
         split=class_split(labels, len(class_ids), train_classes, NAME),
+        properties=props,
         info={"source": "CUB_200_2011 (images.txt, image_class_labels.txt, classes.txt)",
               "num_classes": len(class_ids)},
     )

@@ -140,3 +140,41 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
     es.properties = {**es.properties, **new}
     store.save(h5, es, force=True)
     return list(new)
+
+
+# ----------------------------------------------------------------------------- helpers for the loaders
+
+
+def quantile_bins(x, bins: int = 5) -> np.ndarray:
+    """Codes 0..bins-1 of a continuous value by its quantiles over the set (ties share a bin).
+
+    NR-Prec needs categorical values; bounding-box areas and aspect ratios are binned so that each
+    bin holds about 1/bins of the images.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) == 0:
+        return np.zeros(0, dtype=np.int64)
+    edges = np.quantile(x, np.arange(1, bins) / bins)
+    return np.searchsorted(edges, x, side="right").astype(np.int64)
+
+
+def image_sizes(root: Path, paths) -> np.ndarray:
+    """(width, height) of each image from its header (PIL opens lazily: no pixel decoding)."""
+    from PIL import Image
+
+    out = np.zeros((len(paths), 2), dtype=np.float64)
+    for i, p in enumerate(paths):
+        try:
+            with Image.open(Path(root) / p) as im:
+                out[i] = im.size
+        except (OSError, ValueError) as e:
+            raise EmbedscopeError(f"cannot read image {Path(root) / p}: {e}") from None
+    return out
+
+
+def bbox_properties(boxes_wh: np.ndarray, sizes: np.ndarray, bins: int = 5) -> dict[str, np.ndarray]:
+    """``bbox_area`` (box area / image area) and ``bbox_aspect`` (box width / height), each as quantile bins."""
+    w, h = boxes_wh[:, 0], boxes_wh[:, 1]
+    area = (w * h) / np.maximum(sizes[:, 0] * sizes[:, 1], 1e-12)
+    aspect = w / np.maximum(h, 1e-12)
+    return {"bbox_area": quantile_bins(area, bins), "bbox_aspect": quantile_bins(aspect, bins)}
