@@ -15,6 +15,7 @@ from embedscope.models.backbones import (
     EmbeddingModel,
     build_model,
     default_config,
+    describe_input,
     is_known_arch,
     make_backbone,
 )
@@ -30,7 +31,7 @@ from embedscope.models.checkpoint import (
 
 __all__ = [
     "ARCHS", "HEADS", "DigitsCNN", "EmbeddingModel", "Record", "build_model", "build_pretrained",
-    "default_config", "detect_arch", "is_known_arch", "load_backbone_weights", "load_checkpoint",
+    "default_config", "describe_input", "detect_arch", "is_known_arch", "load_backbone_weights", "load_checkpoint",
     "load_model", "load_pml", "load_pml_folder", "load_roth", "make_backbone", "printable",
     "read_checkpoint", "safe_load", "save_checkpoint",
 ]

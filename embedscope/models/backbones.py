@@ -357,3 +357,17 @@ def build_model(config: dict[str, Any]) -> EmbeddingModel:
         transform_input=bool(config.get("transform_input", False)),
         pool=str(config.get("pool", "avg")),
     )
+
+
+def describe_input(config: dict[str, Any]) -> str:
+    """Text for the provenance: the backbone's own input convention ("" for the standard one)."""
+    spec = config.get("input_space")
+    parts = []
+    if isinstance(spec, dict):
+        mean = ", ".join(f"{float(v):g}" for v in spec.get("mean", ()))
+        std = ", ".join(f"{float(v):g}" for v in spec.get("std", ()))
+        parts.append(f"model input {spec.get('order', 'RGB')} x {float(spec.get('range', 1.0)):g}, "
+                     f"mean [{mean}], std [{std}]")
+    if config.get("transform_input"):
+        parts.append("torchvision transform_input")
+    return "; ".join(parts)
