@@ -70,7 +70,7 @@ def gram_time(X, block: int = 2048) -> float:
     return min(t_torch, time.perf_counter() - t)
 
 
-def run_cell(n, dim, classes, difficulty, repeats, pml: bool):
+def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu"):
     import torch
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
@@ -79,12 +79,14 @@ def run_cell(n, dim, classes, difficulty, repeats, pml: bool):
     X, y = make_set(n, dim, classes, difficulty)
     keys = ["P@1", "R-Precision", "MAP@R"]
     calc = AccuracyCalculator(include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
-                              avg_of_avgs=False, k="max_bin_count", device=torch.device("cpu"))
+                              avg_of_avgs=False, k="max_bin_count", device=torch.device(device))
     times = {"embedscope": [], "PML": [], "GEMM": []}
     ours = theirs = None
     for _ in range(repeats):  # interleaved, so that the machine's load hits every method alike
         t = time.perf_counter()
-        ours = retrieval_metrics(X, y, include=keys, device="cpu")
+        ours = retrieval_metrics(X, y, include=keys, device=device)
+        if device != "cpu":
+            torch.cuda.synchronize()
         times["embedscope"].append(time.perf_counter() - t)
         if pml:
             t = time.perf_counter()
@@ -149,6 +151,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="N 2k and 6k, D = 128, cub, both difficulties")
     ap.add_argument("--no-pml", action="store_true", help="skip PML (e.g. at 120k)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (embedscope and PML; the GEMM stays on the CPU)")
     ap.add_argument("--threads", type=int, default=None, help="torch/faiss threads (default: all)")
     ap.add_argument("-o", "--out", default=None, help="plot path (PNG + PDF; default: no plot)")
     ap.add_argument("--json", default=None, help="write the rows as JSON")
@@ -173,7 +176,7 @@ def main(argv=None):
         for diff in args.difficulty:
             for dim in args.dims:
                 for n in args.n:
-                    r = run_cell(n, dim, classes, diff, args.repeats, not args.no_pml)
+                    r = run_cell(n, dim, classes, diff, args.repeats, not args.no_pml, args.device)
                     rows.append(r)
 
                     def mm(m, r=r):

@@ -147,3 +147,23 @@ def test_hits_at_R_when_ties_straddle_the_cut(metric):
     ref = brute_ranks(X, y, metric=metric)
     rr = relevant_ranks(X, y, metric=metric, output="hits")
     np.testing.assert_array_equal(rr.hits_at_R, [int(np.sum(rk <= rk.size)) for rk, _ in ref])
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("estimate,gemm_windows", [(False, False), (True, False), (True, True)])
+def test_counting_pass_key_estimates_and_window_gemm(metric, estimate, gemm_windows, monkeypatch):
+    # every way the counting pass obtains float64 keys (per pair; class-GEMM estimates with the
+    # windows' keys per pair or from a block GEMM) gives the brute-force ranks, exact ties included
+    from embedscope.metrics.search import counting, ranks
+
+    monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
+    monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(ranks, "ESTIMATE_MIN_PAIRS_PER_QUERY", 0 if estimate else 10**9)
+    monkeypatch.setattr(counting, "GEMM_WINDOW_RATIO", 10**9 if gemm_windows else 0)
+    monkeypatch.setattr(counting, "REF_TILE", 57)
+    monkeypatch.setattr(counting, "QUERY_BLOCK", 61)
+    X, y = _data(6, n=300, n_cls=15)
+    X[100:140] = X[99]  # a block of duplicates across classes: windows full of exact ties
+    X[200:203] = X[201] * (1 + 1e-15)  # and keys equal up to float64 rounding
+    rr = relevant_ranks(X, y, metric=metric, depth=60, device="cpu")
+    _check(rr, brute_ranks(X, y, metric=metric), 60)

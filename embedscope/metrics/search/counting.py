@@ -97,6 +97,32 @@ def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMP
     return out
 
 
+GEMM_WINDOW_RATIO = 40  # window keys by a float64 GEMM when block x window refs < this x window pairs
+
+
+def _gemm_keys(ks: KeySpace, s: int, e: int, qw: np.ndarray, wr: np.ndarray, ur: np.ndarray) -> np.ndarray:
+    """Float64 keys of the pairs (qw, wr) (queries in s..e−1, references among ``ur``) from float64
+    GEMMs of row chunks: within the :func:`_pair_keys_by_class` error of :func:`pair_keys64`."""
+    Ru = ks.R64[ur]
+    rsq = None if ks.metric == "cosine" else np.einsum("ij,ij->i", Ru, Ru)
+    col = np.searchsorted(ur, wr)
+    out = np.empty(qw.size, dtype=np.float64)
+    order = np.argsort(qw, kind="stable")
+    bounds = np.searchsorted(qw[order], np.arange(s, e + 1))
+    step = max(1, (1 << 23) // max(ur.size, 1))
+    for c0 in range(s, e, step):
+        c1 = min(e, c0 + step)
+        sel = order[bounds[c0 - s]:bounds[c1 - s]]
+        if sel.size == 0:
+            continue
+        G = ks.Q64[c0:c1] @ Ru.T
+        v = G[qw[sel] - c0, col[sel]]
+        if rsq is not None:  # −‖q − r‖² = 2 q·r − ‖r‖² − ‖q‖²
+            v = 2.0 * v - rsq[col[sel]] - ks.qsq[qw[sel]]
+        out[sel] = v
+    return out
+
+
 def tile_delta(ks: KeySpace) -> np.ndarray:
     """Per query, a rigorous bound on the error of any float32 key computed as :func:`augmented`
     describes (whatever the summation order)."""
@@ -258,14 +284,28 @@ class _Pass:
             wp = np.concatenate(acc.win_p)
             wr = np.concatenate(acc.win_r)
             qw = self.qi[blk.p0:blk.p1][wp]
-            kr = pair_keys64(ks.Q64, ks.R64, qw, wr, ks.metric)
             kp = blk.pk[wp]
-            if self.estimated:  # the exact keys of the pairs whose estimate cannot decide
-                amb = np.abs(kr - kp) <= self.err[blk.s:blk.e][blk.pr[wp]]
-                if amb.any():
-                    up, inv = np.unique(wp[amb], return_inverse=True)
+            ur = np.unique(wr)
+            e = self.err[blk.s:blk.e][blk.pr[wp]]
+            if self.estimated and (blk.e - blk.s) * ur.size < GEMM_WINDOW_RATIO * wp.size:
+                # many window pairs (large D, dense keys): one float64 GEMM of the block's queries
+                # against the window references instead of a gather per pair; where the two
+                # estimates (each within err of pair_keys64's value) cannot decide, recompute both
+                kr = _gemm_keys(ks, blk.s, blk.e, qw, wr, ur)
+                close = np.abs(kr - kp) <= 2.0 * e
+                if close.any():
+                    kr[close] = pair_keys64(ks.Q64, ks.R64, qw[close], wr[close], ks.metric)
                     kp = kp.copy()
-                    kp[amb] = pair_keys64(ks.Q64, ks.R64, self.qi[blk.p0:blk.p1][up], blk.pref[up], ks.metric)[inv]
+                    kp[close] = pair_keys64(ks.Q64, ks.R64, qw[close], blk.pref[wp[close]], ks.metric)
+            else:
+                kr = pair_keys64(ks.Q64, ks.R64, qw, wr, ks.metric)
+                if self.estimated:  # the exact keys of the pairs whose estimate cannot decide
+                    close = np.abs(kr - kp) <= e
+                    if close.any():
+                        up, inv = np.unique(wp[close], return_inverse=True)
+                        kp = kp.copy()
+                        kp[close] = pair_keys64(ks.Q64, ks.R64, self.qi[blk.p0:blk.p1][up], blk.pref[up],
+                                                ks.metric)[inv]
             before = (kr > kp) | ((kr == kp) & (wr < blk.pref[wp]))
             amb = np.bincount(wp[before], minlength=n)
         rank = (1 + acc.sure + amb).astype(np.float64)
