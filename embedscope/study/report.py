@@ -32,7 +32,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 color:#1d1d1f;line-height:1.4;padding:0 16px}
 h1{font-size:1.5em;margin-bottom:0.2em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:0.82em;margin:8px 0}th,td{border:1px solid #d0d0d0;padding:3px 7px;
-text-align:right}th{background:#f2f2f2}td.l,th.l{text-align:left}tr.bad td{background:#fff1f0}
+text-align:right;white-space:nowrap}th{background:#f2f2f2;white-space:normal}td.l,th.l{text-align:left}tr.bad td{background:#fff1f0}
 .note{color:#555;font-size:0.9em}.warn{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px}
 img{max-width:100%;border:1px solid #eee;margin:8px 0}.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 3px}
 """
@@ -160,6 +160,9 @@ def build_report(study_dir: str | os.PathLike) -> str:
     parts.append(_table(["measure", "split", "rank |τ|", f"Pearson r, objectives (n={np_['objectives']})",
                          "Spearman, objectives", "Kendall τ, objectives", f"Pearson r, runs (n={np_['runs']})",
                          "Spearman, runs", "Kendall τ, runs", "granulated τ"], rows, left=2))
+    if stats.get("identical_to_target"):
+        parts.append(f'<p class="note">Left out, equal to the target in every run: '
+                     f'{_e(", ".join(stats["identical_to_target"]))}.</p>')
     parts.append('<p class="note">[lo, hi]: bootstrap 95% interval (resampling points, seeded). Granulated τ: Jiang '
                  "et al., ICLR 2020, mean over the varying axes of the mean τ within groups that differ in that axis "
                  "only.</p>")

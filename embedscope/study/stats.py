@@ -249,6 +249,16 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         else:
             raise EmbedscopeError(f"--target {target}: no such measure in the study")
     ok = (df["status"] == "ok").to_numpy()
+    # a measure equal to the target in every row (P@1 is R@1 by definition) says nothing: left out
+    identical = []
+    if ok.any():
+        t = np.array([_num(v) for v in df.loc[ok, target]])
+        for m in list(measures):
+            v = np.array([_num(x) for x in df.loc[ok, m]])
+            if np.array_equal(np.isnan(v), np.isnan(t)) and np.allclose(v[~np.isnan(v)], t[~np.isnan(t)],
+                                                                         rtol=0, atol=1e-12):
+                identical.append(m)
+                measures.remove(m)
     # the untrained reference of each run
     tmap = {r["id"]: r[target] for _, r in df.iterrows() if r["selection"] == "untrained" and r["status"] == "ok"}
     df["untrained_target"] = [tmap.get(u, np.nan) if u else np.nan for u in df["untrained"].fillna("")]
@@ -373,6 +383,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         "n_points": {"objectives": int(len(OB)), "runs": int(len(P)), "rows": int(len(df)),
                      "errors": int((~ok).sum()), "excluded": int((primary & excluded).sum())},
         "measures": measures,
+        "identical_to_target": identical,
         "correlations": corr_rows,
         "granulated": gran,
         "ranking": ranking,
