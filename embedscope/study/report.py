@@ -32,7 +32,8 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 color:#1d1d1f;line-height:1.4;padding:0 16px}
 h1{font-size:1.5em;margin-bottom:0.2em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:0.82em;margin:8px 0}th,td{border:1px solid #d0d0d0;padding:3px 7px;
-text-align:right;white-space:nowrap}th{background:#f2f2f2;white-space:normal}td.l,th.l{text-align:left}tr.bad td{background:#fff1f0}
+text-align:right;white-space:nowrap}
+th{background:#f2f2f2;white-space:normal}td.l,th.l{text-align:left}tr.bad td{background:#fff1f0}
 .note{color:#555;font-size:0.9em}.warn{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px}
 img{max-width:100%;border:1px solid #eee;margin:8px 0}.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 3px}
 """
