@@ -24,7 +24,6 @@ import io
 import os
 import pickle
 import types
-import unicodedata
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -43,15 +42,10 @@ FORMAT_VERSION = 1
 
 
 def printable(text: Any, limit: int = 160) -> str:
-    """``text`` with control characters escaped (``\\x1b``, ``\\n``) and cut to ``limit`` characters."""
-    s = str(text)
-    out = []
-    for ch in s:
-        if ch == "\\" or unicodedata.category(ch)[0] == "C":
-            out.append(ch.encode("unicode_escape").decode("ascii") if ch != "\\" else "\\\\")
-        else:
-            out.append(ch)
-    s = "".join(out)
+    """``text`` with control characters escaped (:func:`embedscope.text.safe`), cut to ``limit`` characters."""
+    from embedscope.text import safe
+
+    s = safe(text)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
