@@ -27,7 +27,7 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
 
     ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
-    when ``with_class``, the label, as Kobs' "car model"). Rows are sorted by the first file's
+    when ``with_class``, the label, as Kobs' "car model", unless a property already equals it). Rows are sorted by the first file's
     NR-Prec (descending), the files in the given order within a property. Measure: METHODS.md §9,
     :func:`embedscope.metrics.properties.property_precision`.
     """
@@ -45,8 +45,8 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     for f, nm in zip(files, names):
         es = store.load(f).subset(split)
         props = dict(es.properties)
-        if with_class:
-            props = {"class": es.labels, **props}
+        if with_class and not any(np.array_equal(np.asarray(v), es.labels) for v in props.values()):
+            props = {"class": es.labels, **props}  # (a property equal to the label, e.g. shapes' `shape`, says it)
         if properties:
             missing = [p for p in properties if p not in props]
             if missing:
