@@ -237,7 +237,7 @@ def _roth_classes():
     return mod
 
 
-def _save_roth(path, model, arch, embed_dim, extra_aux=None):
+def _save_roth(path, model, arch, embed_dim, extra_aux=None, legacy=False):
     mod = _roth_classes()
     sys.modules["utilities"] = types.ModuleType("utilities")
     sys.modules["utilities.logger"] = mod
@@ -245,7 +245,8 @@ def _save_roth(path, model, arch, embed_dim, extra_aux=None):
         opt = argparse.Namespace(arch=arch, embed_dim=embed_dim, dataset="cub200", loss="margin",
                                  batch_mining="distance", device=torch.device("cpu"), tau=[30, 55], epoch=17)
         progress = {"Train": mod.Progress_Saver(), "Test": mod.Progress_Saver()}
-        torch.save({"state_dict": model.state_dict(), "opt": opt, "progress": progress, "aux": extra_aux}, path)
+        torch.save({"state_dict": model.state_dict(), "opt": opt, "progress": progress, "aux": extra_aux}, path,
+                   _use_new_zipfile_serialization=not legacy)  # their torch (< 1.6) wrote the legacy format
     finally:
         del sys.modules["utilities.logger"], sys.modules["utilities"]
 
@@ -329,7 +330,8 @@ def test_roth_googlenet(tmp_path):
     torch.manual_seed(6)
     net = _randomise_bn(RothGoogLeNet()).eval()
     p = tmp_path / "checkpoint.pth.tar"
-    _save_roth(p, net, "googlenet_normalize", 10)
+    _save_roth(p, net, "googlenet_normalize", 10, legacy=True)
+    assert p.read_bytes()[:2] == b"\x80\x02"  # the legacy (non-zip) format
     model, cfg, _ = load_checkpoint(p)
     assert cfg["transform_input"] and cfg["image_size"] == 227
     x = torch.randn(2, 3, 64, 64)
