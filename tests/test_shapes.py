@@ -135,3 +135,12 @@ def test_embed_shapes_writes_properties(tmp_path, monkeypatch):
     props = S.draw_properties(40, 0)
     for k in S.PROPERTY_NAMES:
         assert np.array_equal(es.properties[k], props[k]), k
+
+
+def test_bad_parameters_are_one_line(tmp_path, capsys):
+    assert main(["make-shapes", "-o", str(tmp_path / "s"), "--size", "8", "--no-progress"]) == 1
+    assert "between 16 and 512" in capsys.readouterr().err
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["make-shapes", "-o", str(f), "--n-images", "2", "--size", "16", "--no-progress"]) == 1
+    assert "not a folder" in capsys.readouterr().err
