@@ -52,16 +52,24 @@ def main():
     ap.add_argument("--niter", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--plain", action="store_true", help="also time embedscope without bounds")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for both (faiss OpenMP and the BLAS); default: as installed")
     args = ap.parse_args()
 
     import faiss
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+
+        faiss.omp_set_num_threads(args.threads)
+        threadpool_limits(args.threads)
     from sklearn.metrics import normalized_mutual_info_score as nmi
 
     from embedscope.metrics.clustering import kmeans_labels
 
     n_classes = 1000 if args.quick else 11316
     repeats = 1 if args.quick else args.repeats
-    print(f"faiss {faiss.__version__}, faiss threads {faiss.omp_get_max_threads()}, "
+    print(f"faiss {faiss.__version__}, faiss threads {faiss.omp_get_max_threads()}, BLAS threads "
+          f"{[i['num_threads'] for i in __import__('threadpoolctl').threadpool_info()]}, "
           f"niter {args.niter}, seed {args.seed}, {repeats} repeat(s)")
     for dim in args.dims:
         X, y = sop_like(n_classes, dim)
