@@ -280,9 +280,11 @@ class _Pass:
         ks, blk = self.ks, self.blocks[a]
         n = blk.p1 - blk.p0
         amb = np.zeros(n, dtype=np.int64)
-        if acc.win_p:
+        if acc.win_p and sum(len(x) for x in acc.win_p):
             wp = np.concatenate(acc.win_p)
             wr = np.concatenate(acc.win_r)
+            need = acc.sure[wp] < self.depth  # with depth references surely before, the rank is inf anyway
+            wp, wr = wp[need], wr[need]
             qw = self.qi[blk.p0:blk.p1][wp]
             kp = blk.pk[wp]
             ur = np.unique(wr)
