@@ -59,17 +59,21 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     return out
 
 
-def embed_to_file(checkpoint: str | os.PathLike, dataset: str, out: str | os.PathLike, *, root=None,
+def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
-                  progress: bool = True) -> Path:
-    """Load a checkpoint, embed a data set's split and write the HDF5 store atomically."""
+                  progress: bool = True, weights=None, head: str | None = None, embed_dim: int | None = None,
+                  head_seed: int = 0, trunk=None, embedder=None) -> Path:
+    """Load a model (:func:`embedscope.models.load_model`: a checkpoint, a trunk/embedder pair or an
+    ImageNet baseline), embed a data set's split and write the HDF5 store atomically."""
     from embedscope import store
     from embedscope.fileio import check_writable
-    from embedscope.models import load_checkpoint
+    from embedscope.models import describe_input, load_model
 
     check_writable(out, force=force)  # fail before the long work
-    model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle)
+    model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
+                                     head_seed=head_seed, trunk=trunk, embedder=embedder,
+                                     unsafe_pickle=unsafe_pickle)
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
@@ -79,7 +83,8 @@ def embed_to_file(checkpoint: str | os.PathLike, dataset: str, out: str | os.Pat
             f"({'8x8 digits need the digits_cnn' if ds.kind == 'digits' else 'photos need an image backbone'})"
         )
     size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
-    transform = image_transform(ds.kind, train=False, image_size=size)
+    resize = config.get("resize")
+    transform = image_transform(ds.kind, train=False, image_size=size, resize=resize)
     X = embed_images(model, ds, transform=transform, batch_size=batch_size, num_workers=num_workers,
                      device=device, progress=progress, desc=f"embed {ds.name}/{split}")
     es = store.EmbeddingSet(
@@ -89,8 +94,10 @@ def embed_to_file(checkpoint: str | os.PathLike, dataset: str, out: str | os.Pat
             "dataset": ds.name,
             "root": str(Path(root).resolve()) if root else "",
             "split_selected": split,
-            "transform": describe_transform(ds.kind, train=False, image_size=size),
-            "checkpoint": str(Path(checkpoint).resolve()),
+            "transform": "; ".join(x for x in (describe_transform(ds.kind, train=False, image_size=size,
+                                                               resize=resize), describe_input(config)) if x),
+            "checkpoint": info["path"] and str(Path(str(info["path"]).split(" + ")[0]).resolve()),
+            "checkpoint_format": info["format"],
             "checkpoint_sha256": info["sha256"],
             "checkpoint_config": json.dumps(config, sort_keys=True, default=str),
         },

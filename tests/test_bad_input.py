@@ -59,12 +59,7 @@ OWNERS = {"train-grid": "study helper (cli/train_grid.py, train/grid.py)",
           "evaluate": "lead (cli/evaluate.py)", "geometry": "lead (cli/geometry.py)",
           "spectrum": "lead (cli/spectrum.py)", "tsne": "lead (cli/tsne.py)", "yoke": "lead (cli/yoke.py)",
           "scatter": "lead (cli/scatter.py)", "saliency": "saliency helper (cli/saliency.py)"}
-KNOWN_FAILING: set[str] = {
-    # `-o taken` (a folder) writes taken.png + taken.pdf and `-o newdir/` writes newdir.png: the figure
-    # commands derive their names with viz.figures.figure_paths, which drops the folder-ness of the name
-    *(f"{c} {k}" for c in ("spectrum", "tsne", "yoke", "scatter")
-      for k in ("folder-as-output", "trailing-slash-output")),
-}
+KNOWN_FAILING: set[str] = set()
 # numbers whose validity depends on the data: an error (exit 1) after reading the file is fine
 DATA_DEPENDENT = {"number:--exclude-top 500"}
 

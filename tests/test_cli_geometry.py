@@ -119,4 +119,4 @@ def test_spectrum_refuses_overwrite_and_label_count(files, tmp_path, capsys):
     assert out.read_bytes() == before
     assert main(["spectrum", str(a), "-o", str(out), "--force", "--exclude-top", "0"]) == 0
     assert main(["spectrum", str(a), "--names", "x", "y"]) == 2
-    assert main(["spectrum", str(a), "-o", str(tmp_path / "fig.svg")]) == 1
+    assert main(["spectrum", str(a), "-o", str(tmp_path / "fig.svg")]) == 2  # a usage error (issue 17)

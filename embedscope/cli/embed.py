@@ -9,14 +9,27 @@ def add_parser(sub, parents):
     p = sub.add_parser("embed", parents=parents, help="embed a data set with a checkpoint into an HDF5 file",
                        description="Embed a data set's images with a checkpoint (evaluation transforms, batched, "
                        "GPU when present) and write embeddings, labels, paths, split and provenance to HDF5.")
-    p.add_argument("checkpoint", help="checkpoint file (embedscope format, or a bare state dict with --arch)")
+    p.add_argument("checkpoint", nargs="?",
+                   help="checkpoint: embedscope format, a bare state dict (with --arch), Roth et al.'s "
+                   "checkpoint_*.pth.tar, or a powerful-benchmarker saved_models folder; omit it with "
+                   "--trunk/--embedder, or with --arch for an ImageNet baseline (docs/checkpoint.md)")
     p.add_argument("--dataset", required=True, help="digits, cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
     p.add_argument("--train-classes", type=positive_int,
                    help="imagefolder/digits: the first N classes (sorted) form the training split")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
-    p.add_argument("--arch", help="architecture of a bare state dict (resnet50, resnet18, googlenet, digits_cnn)")
+    p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: resnet50, "
+                   "resnet18, googlenet, bninception, digits_cnn, any torchvision classification model, timm:NAME")
+    p.add_argument("--weights", metavar="PATH",
+                   help="ImageNet backbone weights from a local file (never downloaded), with --arch and no checkpoint")
+    p.add_argument("--head", choices=["none", "random"],
+                   help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
+                   "random normalised linear head (Roth et al. Table 2's baseline); default none")
+    p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
+    p.add_argument("--head-seed", type=int, default=0, help="seed of --head random (default: 0)")
+    p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
+    p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--batch-size", type=positive_int, default=128)
     add_num_workers(p)
     p.add_argument("--unsafe-pickle", action="store_true",
@@ -36,6 +49,8 @@ def run(args) -> int:
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, arch=args.arch,
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,
         device=args.device, unsafe_pickle=args.unsafe_pickle, force=args.force, progress=not args.no_progress,
+        weights=args.weights, head=args.head, embed_dim=args.embed_dim, head_seed=args.head_seed,
+        trunk=args.trunk, embedder=args.embedder,
     )
     print(f"wrote {safe(out)}")
     return 0

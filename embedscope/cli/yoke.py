@@ -69,7 +69,7 @@ def run(args) -> int:
     inset = _inset(args.inset_class, a["class_names"], a["labels"])
     use_agg()
     fig = plot_yoked_tsne(a["Y_a"], a["Y_b"], a["labels"], names=a["names"], class_names=a["class_names"],
-                          inset_class=inset, info=r.provenance)
+                          inset_class=inset, info=r.provenance, split=r.provenance["split"])
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)

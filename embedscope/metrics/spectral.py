@@ -116,10 +116,11 @@ def _kl_decay(s: np.ndarray, exclude_top: int, direction: str, n_components: int
                 1 <= n_components <= s.size):
             raise EmbedscopeError(f"n_components must be an integer in [1, {s.size}], got {n_components!r}")
         s = s[:n_components]
+    available = int(np.asarray(s).size)
     s = np.asarray(s[exclude_top:], dtype=np.float64)
     if s.size == 0:
         raise EmbedscopeError(
-            f"no singular values left after dropping the top {exclude_top} (only {exclude_top} available)")
+            f"no singular values left after dropping the top {exclude_top} (only {available} available)")
     total = s.sum()
     if not total > 0:
         raise EmbedscopeError("all singular values considered are zero: ρ is undefined (X is zero there)")

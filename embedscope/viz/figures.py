@@ -18,12 +18,20 @@ def use_agg() -> None:
 
 
 def figure_paths(out: str | os.PathLike) -> tuple[Path, Path]:
-    """``out`` may end in .png, .pdf or nothing: return the (png, pdf) pair."""
+    """``out`` may end in .png, .pdf or nothing: return the (png, pdf) pair.
+
+    A folder (existing, or a name ending in a path separator) or another suffix is a usage error.
+    """
+    from embedscope.errors import UsageError
+    from embedscope.fileio import is_folder_name
+
+    if is_folder_name(out) or Path(out).is_dir():
+        raise UsageError(f"{out}: is a folder, expected a figure file name (OUT.png; PNG and PDF are written)")
     out = Path(out)
     if out.suffix.lower() in (".png", ".pdf"):
         out = out.with_suffix("")
     elif out.suffix:
-        raise EmbedscopeError(f"figure name {out} must end in .png or .pdf (both are written)")
+        raise UsageError(f"figure name {out} must end in .png or .pdf (both are written)")
     return out.with_suffix(".png"), out.with_suffix(".pdf")
 
 
