@@ -35,5 +35,14 @@ $ES scatter "$D/digits.h5" -o "$D/scatter.png" --force
 step "6. A small grid of models for a study (3 losses x 2 p_switch; finished runs are skipped)"
 $ES train-grid --dataset digits --losses margin triplet multisimilarity --p-switch 0 0.3 --seeds 0 --embed-dim 32 --epochs 8 -o "$D/runs"
 
+step "7. Saliency (Kobs et al.): do the two models look at the same pixels as each other, and as an untrained one?"
+# 40 test digits, 50 noisy copies each; the untrained network is the same architecture after 0 epochs
+$ES train --dataset digits --arch digits_cnn --loss margin --embed-dim 32 --epochs 0 --seed 0 -o "$D/digits_untrained.pt" --force
+for m in margin rmargin untrained; do
+  $ES saliency "$D/digits_$m.pt" --dataset digits --n-images 40 -o "$D/saliency_$m.h5" --force
+done
+$ES saliency-agreement "$D/saliency_margin.h5" "$D/saliency_rmargin.h5" "$D/saliency_untrained.h5" --names margin "R-margin" untrained -o "$D/saliency_agreement.png" --grid "$D/saliency_grid.png" --json "$D/saliency_agreement.json" --force
+$ES saliency "$D/digits_margin.pt" --dataset digits --n-images 6 --pairs -o "$D/saliency_pairs.h5" --figure "$D/saliency_pairs.png" --force
+
 step "Done: results in $D/"
 ls "$D"

@@ -9,7 +9,7 @@ from torch import nn
 
 from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
-from embedscope.saliency.maps_file import SaliencyMaps, load_maps, save_maps
+from embedscope.store.saliency import SaliencyMaps, load_maps, save_maps
 from embedscope.saliency.smoothgrad import image_seed, noise_sigma, pair_saliency_maps, saliency_maps, smoothgrad_noise
 
 

@@ -179,7 +179,7 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
     ----------
     maps : sequence of M arrays [N, H, W]
         Each model's post-processed maps of the same N images in the same order (match files by
-        path first: :func:`embedscope.saliency.maps_file.match_maps`).
+        path first: :func:`embedscope.store.saliency.match_maps`).
     names : M names (default ``model0..``); families : M loss families
         (``ranking`` / ``classification`` / ``untrained`` / anything else; default all ``other``).
 

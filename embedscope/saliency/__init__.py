@@ -2,7 +2,7 @@
 
 :func:`saliency_maps` (SmoothGrad of the loss-specific distance to a black image),
 :func:`pair_saliency_maps` (why are two images near each other?), the maps file
-(:mod:`embedscope.saliency.maps_file`) and the orchestration behind ``embedscope saliency`` and
+(:mod:`embedscope.store.saliency`) and the orchestration behind ``embedscope saliency`` and
 ``embedscope saliency-agreement`` (:mod:`embedscope.saliency.run`). Imports are lazy.
 """
 
@@ -16,9 +16,9 @@ _EXPORTS = {
     "nearest_retrievals": "embedscope.saliency.smoothgrad",
     "black_image": "embedscope.saliency.smoothgrad",
     "ORDERS": "embedscope.saliency.smoothgrad",
-    "SaliencyMaps": "embedscope.saliency.maps_file",
-    "save_maps": "embedscope.saliency.maps_file",
-    "load_maps": "embedscope.saliency.maps_file",
+    "SaliencyMaps": "embedscope.store.saliency",
+    "save_maps": "embedscope.store.saliency",
+    "load_maps": "embedscope.store.saliency",
     "saliency_to_file": "embedscope.saliency.run",
     "agreement_of_files": "embedscope.saliency.run",
 }

@@ -92,7 +92,7 @@ class _LazyImages:
 def _display(images: _LazyImages, kind: str) -> np.ndarray:
     import torch
 
-    from embedscope.saliency.maps_file import display_images
+    from embedscope.store.saliency import display_images
 
     out = []
     for s in range(0, len(images), 64):
@@ -121,7 +121,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     from embedscope.fileio import check_writable
     from embedscope.models import load_checkpoint
     from embedscope.models.distances import check_distance, distance_for_config
-    from embedscope.saliency.maps_file import SaliencyMaps, save_maps
+    from embedscope.store.saliency import SaliencyMaps, save_maps
     from embedscope.saliency.smoothgrad import ORDERS, black_image, pair_saliency_maps, saliency_maps
 
     if order not in ORDERS:
@@ -238,7 +238,7 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     """
     from embedscope.fileio import check_writable
     from embedscope.metrics.agreement import FAMILY_ORDER, agreement_matrix
-    from embedscope.saliency.maps_file import load_maps, match_maps
+    from embedscope.store.saliency import load_maps, match_maps
     from embedscope.tables import write_csv, write_json
 
     files = [str(f) for f in files]

@@ -1,4 +1,5 @@
-"""The files every analysis reads: embeddings (``embeddings.py``, layout in ``docs/store.md``).
+"""The files every analysis reads: embeddings (``embeddings.py``, layout in ``docs/store.md``) and
+saliency maps (``saliency.py``, layout in ``docs/saliency.md``).
 
 ``from embedscope import store``; ``store.load(path)``, ``store.save(path, es)``,
 ``store.EmbeddingSet.from_arrays(X, y)``, ``store.match_by_path(a, b)``.
@@ -15,4 +16,13 @@ from embedscope.store.embeddings import (
     save,
 )
 
-__all__ = ["EmbeddingSet", "load", "save", "match_by_path", "FORMAT_VERSION", "SPLITS"]
+__all__ = ["EmbeddingSet", "load", "save", "match_by_path", "FORMAT_VERSION", "SPLITS",
+           "SaliencyMaps", "load_maps", "save_maps"]
+
+
+def __getattr__(name: str):  # the maps file is read lazily (it imports nothing heavy, but keep it apart)
+    if name in ("SaliencyMaps", "load_maps", "save_maps", "match_maps"):
+        from embedscope.store import saliency
+
+        return getattr(saliency, name)
+    raise AttributeError(f"module 'embedscope.store' has no attribute '{name}'")

@@ -145,7 +145,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
                  n_images: int = 6, alpha: float = 0.8):
     """Image × model grid (Kobs et al. Fig. 2): each row an image, then each model's map over it.
 
-    ``items``: :class:`~embedscope.saliency.maps_file.SaliencyMaps` of the same images in the same
+    ``items``: :class:`~embedscope.store.saliency.SaliencyMaps` of the same images in the same
     order (matched by path). The first ``n_images`` images are drawn.
     """
     import matplotlib.pyplot as plt
