@@ -146,3 +146,14 @@ def test_metrics_accept_torch_tensors_with_grad():
     y = torch.arange(50) % 5
     r = retrieval_metrics(X * 1.0, y, include=["R@1"], ks=(1,))
     assert r["R@1"] == retrieval_metrics(X.detach().numpy(), y.numpy(), include=["R@1"], ks=(1,))["R@1"]
+
+
+def test_names_module_is_the_one_list_of_choices():
+    from embedscope import names
+    from embedscope.models.backbones import ARCHS
+    from embedscope.train.losses import LOSS_NAMES
+    from embedscope.train.miners import MINER_NAMES
+    from embedscope.train.samplers import SAMPLER_NAMES
+
+    assert set(LOSS_NAMES) == set(names.LOSSES)  # the loss registry defines exactly the listed names
+    assert MINER_NAMES is names.MINERS and SAMPLER_NAMES is names.SAMPLERS and ARCHS is names.ARCHS

@@ -29,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from embedscope import names
 from embedscope.errors import EmbedscopeError
 
-ARCHS = ("resnet50", "resnet18", "googlenet", "bninception", "digits_cnn")
+ARCHS = names.ARCHS
 HEADS = ("linear", "none", "random", "mlp")
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -16,9 +16,10 @@ import json
 
 import numpy as np
 
+from embedscope import names
 from embedscope.errors import EmbedscopeError
 
-MINER_NAMES = ("distance", "semihard", "random", "softhard")
+MINER_NAMES = names.MINERS
 
 
 def pairwise_distances(X: np.ndarray) -> np.ndarray:

@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from embedscope import names
 from embedscope.errors import EmbedscopeError
 
-SAMPLER_NAMES = ("spc-2", "spc-4", "spc-8", "spc-r", "random", "gc", "ddm", "frd")
+SAMPLER_NAMES = names.SAMPLERS
 
 
 class BatchSampler:

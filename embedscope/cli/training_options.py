@@ -1,0 +1,83 @@
+"""Options shared by ``train`` and ``train-grid`` (choice lists from :mod:`embedscope.names`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from embedscope import names
+from embedscope.cli.common import (
+    device_name,
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
+
+LOSS_CHOICES = names.LOSSES
+MINER_CHOICES = names.MINERS
+SAMPLER_CHOICES = names.SAMPLERS
+ARCH_CHOICES = names.ARCHS
+
+# CLI dest -> trainer option (the YAML file uses the same names, with - or _)
+OPTION_DESTS = ["dataset", "root", "train_classes", "arch", "weights", "embed_dim", "loss", "miner", "p_switch",
+                "sampler", "batch_size", "epochs", "lr", "weight_decay", "optimizer", "lr_schedule", "seed",
+                "eval_every", "device", "num_workers"]
+FILE_ONLY = {"output", "o", "log", "loss_params", "resume", "force", "keep_epochs", "tensorboard"}
+FILE_ONLY_BOOLS = ("resume", "force", "keep_epochs")
+
+
+def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
+    """The options shared by ``train`` and ``train-grid`` (defaults None: chosen per data set)."""
+    p.add_argument("--dataset", help="digits (default), cub200, cars196, sop or imagefolder")
+    p.add_argument("--root", help="data set folder (official layout); not needed for digits")
+    p.add_argument("--train-classes", type=positive_int, help="imagefolder/digits: the first N classes train")
+    p.add_argument("--arch", choices=ARCH_CHOICES,
+                   help="backbone (default: digits_cnn for digits, resnet50 for photos)")
+    p.add_argument("--weights", metavar="PATH", help="pretrained backbone weights from a local file (no download)")
+    p.add_argument("--embed-dim", type=positive_int, help="embedding dimension D (default 128)")
+    if not grid:
+        p.add_argument("--loss", choices=LOSS_CHOICES, help="training objective (default: margin)")
+    p.add_argument("--miner", choices=MINER_CHOICES,
+                   help="tuple miner (default: the loss's: distance for margin/triplet/contrastive/snr; "
+                   "multisimilarity mines its own pairs; the rest use all pairs)")
+    if not grid:
+        p.add_argument("--p-switch", type=probability, metavar="P",
+                       help="rho-regularisation: probability of switching a negative for a same-class sample "
+                       "(default 0 = off; the paper uses 0.2-0.4)")
+    p.add_argument("--sampler", choices=SAMPLER_CHOICES,
+                   help="batch sampler (default: spc-2; digits spc-8)")
+    p.add_argument("--batch-size", type=positive_int, help="batch size b (default: 112; digits 40)")
+    p.add_argument("--epochs", type=nonnegative_int,
+                   help="epochs (default: 150, SOP 100; digits 15; 0 = save the untrained network)")
+    p.add_argument("--lr", type=positive_float, help="learning rate (default: 1e-5; digits 1e-3)")
+    p.add_argument("--weight-decay", type=nonnegative_float, help="weight decay (default 4e-4)")
+    p.add_argument("--optimizer", choices=("adam", "adamw"), help="optimiser (default adam, as Roth et al.)")
+    p.add_argument("--lr-schedule", choices=("none", "cosine", "step"),
+                   help="learning-rate schedule (default none, as Roth et al.)")
+    p.add_argument("--loss-param", action="append", metavar="KEY=VALUE", default=None,
+                   help="a loss hyper-parameter, e.g. beta=0.6 for R-Margin (repeatable)")
+    if not grid:
+        p.add_argument("--seed", type=int, help="random seed (default 0)")
+    p.add_argument("--eval-every", type=nonnegative_int, metavar="N",
+                   help="evaluate test R@1 and training rho every N epochs (default 1; 0 = never)")
+    p.add_argument("--device", type=device_name, help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--num-workers", type=nonnegative_int, help="data loader worker processes (default 0)")
+
+
+def parse_loss_params(items) -> dict:
+    from embedscope.errors import UsageError
+
+    out = {}
+    for it in items or []:
+        if "=" not in it:
+            raise UsageError(f"--loss-param expects KEY=VALUE, got '{it}'")
+        k, v = it.split("=", 1)
+        if not k.strip():
+            raise UsageError(f"--loss-param expects KEY=VALUE, got '{it}'")
+        try:
+            out[k.strip()] = int(v) if v.strip().lstrip("-").isdigit() else finite_float(v)
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            out[k.strip()] = v.strip()
+    return out
