@@ -221,8 +221,10 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
         raise EmbedscopeError(f"{out_dir} is a file, expected a study folder")
     settings = _settings_of(source, epoch, dataset, root, metric, seed, device, measures)
     meta_path = out_dir / "study.json"
+    old_meta: dict[str, Any] = {}
     if meta_path.exists():
-        old = json.loads(meta_path.read_text(encoding="utf-8")).get("settings", {})
+        old_meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        old = old_meta.get("settings", {})
         diff = [k for k in SETTINGS_KEYS if old.get(k) != settings.get(k)]
         if diff and not force:
             raise EmbedscopeError(
@@ -238,6 +240,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
+            "figures": figures,
             "cache_dir": str(cache), "measures_source": msource,
             "measures": {k: {"split": v.split, "family": v.family, "direction": v.direction, "meaning": v.meaning}
                          for k, v in mreg.items() if measures is None or k in measures},
@@ -283,9 +286,32 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     ended = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["ended"] = ended
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
-    res = finish_study(out_dir, rows, target=target, exclude=exclude, n_boot=n_boot, seed=seed, figures=figures)
     errors = [r for r in rows if r.get("status") != "ok"]
+    same_stats = (not force and not computed and old_meta.get("target") == target and old_meta.get("n_boot") == n_boot
+                  and old_meta.get("exclude") == list(exclude or []) and old_meta.get("figures", True) == figures)
+    if same_stats:
+        cached = _finished_outputs(out_dir, rows)
+        if cached is not None:  # nothing new since the last run: its statistics stand
+            say("study: every row finished earlier and the statistics are up to date")
+            return {"rows": rows, "stats": cached, "errors": errors, "computed": [], "paths": {
+                "runs_csv": out_dir / "runs.csv", "runs_parquet": out_dir / "runs.parquet",
+                "correlations_csv": out_dir / "correlations.csv", "correlations_json": out_dir / "correlations.json"}}
+    res = finish_study(out_dir, rows, target=target, exclude=exclude, n_boot=n_boot, seed=seed, figures=figures)
     return {"rows": rows, "stats": res["stats"], "errors": errors, "computed": computed, "paths": res["paths"]}
+
+
+def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The statistics of an earlier run when its runs.csv holds exactly these rows (else None)."""
+    import csv
+
+    paths = [out_dir / f for f in ("runs.csv", "runs.parquet", "correlations.csv", "correlations.json")]
+    if not all(p.exists() for p in paths):
+        return None
+    with open(out_dir / "runs.csv", newline="", encoding="utf-8") as f:
+        ids = [r["id"] for r in csv.DictReader(f)]
+    if sorted(ids) != sorted(r["id"] for r in rows):
+        return None
+    return json.loads((out_dir / "correlations.json").read_text(encoding="utf-8"))
 
 
 def _run_dask(todo, task_settings, n_workers: int, scheduler: str | None, keep) -> None:
