@@ -136,9 +136,9 @@ def nearest_same_different(
     out_diff = np.empty(n, dtype=np.float64)
     blocks = range(0, n, block_size)
     if progress:
-        from tqdm.auto import tqdm
+        from embedscope.progress import progress_bar
 
-        blocks = tqdm(blocks, desc="nearest same/different", unit="block", leave=False, dynamic_ncols=True)
+        blocks = progress_bar(blocks, desc="nearest same/different", unit="block")
     XsT = Xs.T
     for q0 in blocks:
         q1 = min(q0 + block_size, n)

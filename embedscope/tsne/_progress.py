@@ -19,13 +19,13 @@ def progress_reporter(progress: bool | ProgressFn | None, total: int,
         return None, lambda: None
     if callable(progress):
         return progress, lambda: None
-    from tqdm.auto import tqdm
+    from embedscope.progress import progress_bar
 
-    bar = tqdm(total=total, desc=desc, unit="it", leave=False, dynamic_ncols=True)
+    bar = progress_bar(total=total, desc=desc, unit="it")
 
     def report(done: int, total: int, values: Mapping[str, float]) -> None:  # noqa: ARG001 - same signature
         bar.update(max(0, min(done, bar.total) - bar.n))
         if values:
-            bar.set_postfix({k: f"{v:.3f}" for k, v in values.items()})
+            bar.set_postfix(**{str(k): f"{v:.3f}" for k, v in values.items()})
 
     return report, bar.close
