@@ -81,7 +81,7 @@ def test_geometry_errors_are_one_line(tmp_path, capsys):
 def test_spectrum_two_files_figure_csv_json(files, tmp_path, capsys):
     es_a, es_b, a, b = files
     out, j, c = tmp_path / "fig" / "spectrum.png", tmp_path / "s.json", tmp_path / "s.csv"
-    rc = main(["spectrum", str(a), str(b), "--by-class", "--k", "10", "-o", str(out), "--json", str(j),
+    rc = main(["spectrum", str(a), str(b), "--by-class", "--n-values", "10", "-o", str(out), "--json", str(j),
                "--table-csv", str(c), "--names", "Margin", "R-Margin"])
     assert rc == 0
     text = capsys.readouterr().out

@@ -85,7 +85,7 @@ def test_cli_digits(tmp_path):
     out = tmp_path / "grid.png"
     from embedscope.cli import main
 
-    assert main(["neighbours", str(f), "--queries", "3", "--k", "4", "-o", str(out)]) == 0
+    assert main(["neighbours", str(f), "--queries", "3", "--n-retrievals", "4", "-o", str(out)]) == 0
     assert out.exists() and out.with_suffix(".pdf").exists()
     green, red = _green_red(out)
     assert green > 100  # the frames are drawn

@@ -47,7 +47,7 @@ def test_switch_rate_at_a_larger_p():
 
 def test_toy_cli(tmp_path, capsys):
     out = tmp_path / "toy"
-    assert main(["toy", "-o", str(out), "--seeds", "2", "--no-progress"]) == 0
+    assert main(["toy", "-o", str(out), "--n-seeds", "2", "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "baseline" in text and "code" in text and "±" in text
     for f in ("fig6.png", "fig6.pdf", "toy_table.csv", "toy_table.json"):
@@ -58,4 +58,4 @@ def test_toy_cli(tmp_path, capsys):
     runs = [r["rho"] for r in js["runs"] if r["variant"] == "code"]
     assert rows["code"]["rho_train_mean"] == pytest.approx(np.mean(runs))
     assert rows["code"]["rho_train_std"] == pytest.approx(np.std(runs, ddof=1))
-    assert main(["toy", "-o", str(out), "--seeds", "1", "--no-progress"]) == 1  # refuses to overwrite
+    assert main(["toy", "-o", str(out), "--n-seeds", "1", "--no-progress"]) == 1  # refuses to overwrite

@@ -19,7 +19,7 @@ def add_parser(sub, parents):
     g = p.add_mutually_exclusive_group()
     g.add_argument("--queries", type=positive_int, default=8, help="number of random queries (default: 8)")
     g.add_argument("--paths-file", metavar="F", help="text file with one query path per line (as stored in the file)")
-    p.add_argument("--k", type=positive_int, default=5, help="retrievals per query (default: 5)")
+    p.add_argument("--n-retrievals", type=positive_int, default=5, help="retrievals per query (default: 5)")
     p.add_argument("--root", metavar="DIR", help="data set folder (default: the file's root attribute)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random queries (default: 0)")
@@ -34,8 +34,8 @@ def run(args) -> int:
 
     png, pdf, ex = neighbours_figure(
         args.file, args.output, split=args.split, reference_split=args.reference_split, queries=args.queries,
-        paths_file=args.paths_file, k=args.k, root=args.root, metric=args.metric, seed=args.seed, force=args.force)
-    print(f"{len(ex.query_paths)} queries, top-{args.k} in '{ex.reference_split}': "
+        paths_file=args.paths_file, k=args.n_retrievals, root=args.root, metric=args.metric, seed=args.seed, force=args.force)
+    print(f"{len(ex.query_paths)} queries, top-{args.n_retrievals} in '{ex.reference_split}': "
           f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class")
     print(f"wrote {png}, {pdf}")
     return 0

@@ -17,7 +17,7 @@ def add_parser(sub, parents):
     add_measure_options(p)
     p.add_argument("--by-class", action="store_true",
                    help="also plot class-conditioned spectra (mean +- s.d. over classes)")
-    p.add_argument("--k", type=positive_int, default=35,
+    p.add_argument("--n-values", type=positive_int, default=35,
                    help="values per class-conditioned spectrum (default 35, as Roth Fig. 11)")
     p.add_argument("--center", action="store_true", help="mean-centre each class before its SVD")
     p.add_argument("--names", nargs="+", metavar="NAME",
@@ -47,7 +47,7 @@ def run(args) -> int:
     bar = progress_bar(total=len(args.files), desc="spectra", unit="file",
                        enabled=not args.no_progress and len(args.files) > 1)
     try:
-        results = spectrum(args.files, names=args.names, by_class=args.by_class, k=args.k, center=args.center,
+        results = spectrum(args.files, names=args.names, by_class=args.by_class, k=args.n_values, center=args.center,
                            progress=lambda i, n: bar.update(1), **measure_kwargs(args))
     finally:
         bar.close()

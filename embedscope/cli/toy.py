@@ -1,4 +1,4 @@
-"""embedscope toy -o toy/ [--seeds 5] [--force]"""
+"""embedscope toy -o toy/ [--n-seeds 5] [--force]"""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def add_parser(sub, parents):
         "write DIR/fig6.png+pdf and a table of training rho (all singular values) and test R@1, mean +- std "
         "over seeds (DIR/toy_table.csv, .json).")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--seeds", type=positive_int, default=5, help="number of seeds, from --first-seed (default 5)")
+    p.add_argument("--n-seeds", type=positive_int, default=5, help="number of seeds, from --first-seed (default 5)")
     p.add_argument("--first-seed", type=int, default=1, help="first seed (default 1, the paper's)")
     p.add_argument("--p-switch", type=probability, default=0.001,
                    help="switch probability of the regularised variants")
@@ -31,14 +31,14 @@ def run(args) -> int:
 
     if not 0 <= args.p_switch <= 1:
         raise UsageError(f"--p-switch must lie in [0, 1], got {args.p_switch}")
-    res = run_toy(args.output, seeds=args.seeds, first_seed=args.first_seed, p_switch=args.p_switch,
+    res = run_toy(args.output, seeds=args.n_seeds, first_seed=args.first_seed, p_switch=args.p_switch,
                   force=args.force, progress=not args.no_progress)
     rows = [{"variant": r["variant"], "p_switch": r["p_switch"],
              "rho_train": f"{r['rho_train_mean']:.3f} ± {r['rho_train_std']:.3f}",
              "R@1_test": f"{r['R@1_test_mean']:.3f} ± {r['R@1_test_std']:.3f}",
              "R@1_train": f"{r['R@1_train_mean']:.3f} ± {r['R@1_train_std']:.3f}",
              "switch_rate": r["switch_rate"]} for r in res["rows"]]
-    print(format_table(rows, title=f"toy example, mean ± std over {args.seeds} seeds "
+    print(format_table(rows, title=f"toy example, mean ± std over {args.n_seeds} seeds "
                                    "(rho over all singular values of the training embeddings)"))
     print("wrote " + ", ".join(safe(f) for f in res["files"]))
     return 0

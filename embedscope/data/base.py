@@ -61,11 +61,13 @@ class ImageDataset:
         return len(np.unique(self.labels))
 
     def subset(self, split: str | None) -> "ImageDataset":
-        """The rows of one split ("train", "test"; None or "all" for every row)."""
+        """The rows of one split (:data:`embedscope.names.SPLITS`; None or "all" for every row)."""
+        from embedscope.names import SPLITS
+
         if split in (None, "all"):
             return self
-        if split not in ("train", "test"):
-            raise EmbedscopeError(f"unknown split '{split}' (choose train, test or all)")
+        if split not in SPLITS:
+            raise EmbedscopeError(f"unknown split {split!r} (choose {', '.join(SPLITS)} or all)")
         idx = np.flatnonzero(self.split == split)
         return self.take(idx)
 
