@@ -25,7 +25,7 @@ $ES evaluate "$D/digits_rmargin.h5" --split test --json "$D/evaluate_rmargin.jso
 step "4. Geometry of the training embeddings: rho, pi, effective rank, ..."
 $ES geometry "$D/digits.h5" --split train --json "$D/geometry.json" --csv "$D/geometry.csv" --force
 $ES geometry "$D/digits_rmargin.h5" --split train --json "$D/geometry_rmargin.json" --force
-$ES spectrum "$D/digits.h5" "$D/digits_rmargin.h5" --label margin --label "R-margin" --split train --by-class -o "$D/spectrum.png" --force
+$ES spectrum "$D/digits.h5" "$D/digits_rmargin.h5" --names margin "R-margin" --split train --by-class -o "$D/spectrum.png" --force
 
 step "5. Pictures: joint t-SNE, yoked t-SNE of the two models, same-vs-different scatter"
 $ES tsne "$D/digits.h5" --joint -o "$D/tsne_joint.png" --force
