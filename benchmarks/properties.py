@@ -26,7 +26,7 @@ def make(n: int, dim: int, seed: int = 0):
     props = {f"p{i}_{v}": rng.integers(0, v, n) for i, v in enumerate(VALUES)}
     X = rng.normal(size=(n, dim)).astype(np.float32)
     # the first three properties leave a trace in the embedding, like a trained model's
-    for j, (k, codes) in enumerate(list(props.items())[:3]):
+    for j, codes in enumerate(list(props.values())[:3]):
         centres = rng.normal(size=(VALUES[j], 8)).astype(np.float32)
         X[:, j * 8:(j + 1) * 8] += (1.5 / (j + 1)) * centres[codes]
     return X, props

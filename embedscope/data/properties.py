@@ -27,8 +27,9 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
 
     ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
-    when ``with_class``, the label, as Kobs' "car model", unless a property already equals it). Rows are sorted by the first file's
-    NR-Prec (descending), the files in the given order within a property. Measure: METHODS.md §9,
+    when ``with_class``, the label, as Kobs' "car model", unless a property already equals it).
+    Rows are sorted by the first file's NR-Prec (descending), the files in the given order within a
+    property. Measure: METHODS.md §9,
     :func:`embedscope.metrics.properties.property_precision`.
     """
     from embedscope import store
