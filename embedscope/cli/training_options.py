@@ -23,7 +23,7 @@ ARCH_CHOICES = names.ARCHS
 # CLI dest -> trainer option (the YAML file uses the same names, with - or _)
 OPTION_DESTS = ["dataset", "root", "train_classes", "arch", "weights", "embed_dim", "loss", "miner", "p_switch",
                 "sampler", "batch_size", "epochs", "lr", "weight_decay", "optimizer", "lr_schedule", "seed",
-                "eval_every", "device", "num_workers"]
+                "eval_every", "device", "num_workers", "image_size"]
 FILE_ONLY = {"output", "o", "log", "loss_params", "resume", "force", "keep_epochs", "tensorboard"}
 FILE_ONLY_BOOLS = ("resume", "force", "keep_epochs")
 
@@ -37,6 +37,8 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                    help="backbone (default: digits_cnn for digits, resnet50 for photos)")
     p.add_argument("--weights", metavar="PATH", help="pretrained backbone weights from a local file (no download)")
     p.add_argument("--embed-dim", type=positive_int, help="embedding dimension D (default 128)")
+    p.add_argument("--image-size", type=positive_int,
+                   help="input size of the backbone (default: 224 for photos, 8 for digits; e.g. 64 for shapes)")
     if not grid:
         p.add_argument("--loss", choices=LOSS_CHOICES, help="training objective (default: margin)")
     p.add_argument("--miner", choices=MINER_CHOICES,
