@@ -219,7 +219,9 @@ def test_properties_command_table_json_csv_figure(tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "capped at 50" in out and "trained" in out and "random" in out
-    rows = json.load(open(tmp_path / "p.json"))["rows"]
+    doc = json.load(open(tmp_path / "p.json"))  # the common layout: one entry per model, its rows in "table"
+    assert doc["analysis"] == "properties" and [m["model"] for m in doc["models"]] == ["trained", "random"]
+    rows = [row for m in doc["models"] for row in m["table"]]
     assert rows[0]["property"] == "enc" and rows[0]["model"] == "trained"  # sorted by the first file's NR-Prec
     assert len(rows) == 6 and {r["property"] for r in rows} == {"enc", "noise", "class"}
     ref = property_precision(X, {"enc": enc}, max_r=50)["enc"]["NR-Prec"]

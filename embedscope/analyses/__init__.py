@@ -26,6 +26,8 @@ _EXPORTS = {
     "tsne": "embedscope.analyses.maps",
     "yoke": "embedscope.analyses.maps",
     "scatter": "embedscope.analyses.neighbours",
+    # image properties (§9)
+    "properties": "embedscope.analyses.image_properties",
     # the measure registry
     "MEASURES": "embedscope.analyses.registry",
     "Measure": "embedscope.analyses.registry",

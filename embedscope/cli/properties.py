@@ -31,9 +31,10 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.data.properties import ROW_FIELDS, properties_of_files
+    from embedscope.analyses import properties
+    from embedscope.analyses.image_properties import ROW_FIELDS
     from embedscope.fileio import check_writable
-    from embedscope.tables import format_table, write_csv, write_json
+    from embedscope.tables import format_table, write_csv
 
     for out in (args.json, args.csv):
         if out:
@@ -44,14 +45,16 @@ def run(args) -> int:
         for pth in figure_paths(args.output):
             check_writable(pth, force=args.force)
     props = [s.strip() for s in args.properties.split(",") if s.strip()] if args.properties else None
-    rows = properties_of_files(args.files, names=args.names, split=args.split, max_r=args.max_r,
-                               properties=props, metric=args.metric, progress=not args.no_progress)
-    cap = f"R capped at {args.max_r} (Kobs' code)" if args.max_r else "R uncapped (the paper's definition)"
+    results = properties(args.files, names=args.names, split=args.split, max_r=args.max_r, properties=props,
+                         metric=args.metric, progress=not args.no_progress)
+    order = {p: i for i, p in enumerate(r["property"] for r in results[0].table)}
+    rows = sorted((row for r in results for row in r.table),
+                  key=lambda row: (order.get(row["property"], len(order)), results.models.index(row["model"])))
+    cap = results[0].provenance["cap"]
     print(f"split {args.split}; {cap}; {args.metric} distance")
     print(format_table(rows, COLUMNS))
     if args.json:
-        write_json(args.json, {"split": args.split, "max_r": args.max_r, "metric": args.metric, "rows": rows},
-                   force=args.force)
+        results.to_json(args.json, force=args.force)
     if args.csv:
         write_csv(args.csv, rows, list(ROW_FIELDS), force=args.force)
     if args.output:

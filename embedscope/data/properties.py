@@ -1,7 +1,7 @@
 """Per-image properties of embedding files (METHODS.md §9): measure them, bring your own.
 
-* :func:`properties_of_files` -- NR-Prec / R-Prec / ceiling / p-value of every property of one or
-  more HDF5 files (one row per file and property), the library call of ``embedscope properties``;
+(The measure of a file's properties is :func:`embedscope.analyses.properties`.)
+
 * :func:`read_property_table` / :func:`join_properties` / :func:`add_properties_to_file` -- a
   per-image CSV or Parquet table joined on ``path`` (``embedscope add-properties``).
 """
@@ -10,62 +10,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
 
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-
-ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z", "significant_2.576",
-              "n_values", "queries", "lone_queries", "lone_values", "max_r", "capped")
-
-
-def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None,
-                        split: str = "test", max_r: int | None = None, properties: Sequence[str] | None = None,
-                        metric: str = "euclidean", normalize: bool = False, with_class: bool = True,
-                        progress: bool = False) -> list[dict[str, Any]]:
-    """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
-
-    ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
-    when ``with_class``, the label, as Kobs' "car model", unless a property already equals it).
-    Rows are sorted by the first file's NR-Prec (descending), the files in the given order within a
-    property. Measure: METHODS.md §9,
-    :func:`embedscope.metrics.properties.property_precision`.
-    """
-    from embedscope import store
-    from embedscope.metrics.properties import property_precision
-
-    files = list(files)
-    if names is not None and len(names) != len(files):
-        raise EmbedscopeError(f"--names gives {len(names)} name(s) for {len(files)} file(s)")
-    names = list(names) if names is not None else [Path(f).stem for f in files]
-    if len(set(names)) != len(names):
-        raise EmbedscopeError(f"two files share the display name '{[x for x in names if names.count(x) > 1][0]}' "
-                              "(use --names)")
-    rows: list[dict[str, Any]] = []
-    for f, nm in zip(files, names):
-        es = store.load(f).subset(split)
-        props = dict(es.properties)
-        if with_class and not any(np.array_equal(np.asarray(v), es.labels) for v in props.values()):
-            props = {"class": es.labels, **props}  # (a property equal to the label, e.g. shapes' `shape`, says it)
-        if properties:
-            missing = [p for p in properties if p not in props]
-            if missing:
-                raise EmbedscopeError(f"{f}: no property '{missing[0]}' (the file has: "
-                                      f"{', '.join(props) or 'none'})")
-            props = {p: props[p] for p in properties}
-        if not props:
-            raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
-        res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
-                                 progress=progress)
-        for p, r in res.items():
-            rows.append({"model": nm, "property": p, **{k: r[k] for k in ROW_FIELDS[2:]}})
-    first = {r["property"]: r["NR-Prec"] for r in rows if r["model"] == names[0]}
-    order = {p: i for i, p in enumerate(sorted(first, key=lambda p: -np.nan_to_num(first[p], nan=-np.inf)))}
-    mi = {m: i for i, m in enumerate(names)}
-    rows.sort(key=lambda r: (order.get(r["property"], len(order)), mi[r["model"]]))
-    return rows
-
 
 # ----------------------------------------------------------------------------- bring your own
 

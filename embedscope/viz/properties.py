@@ -10,7 +10,7 @@ import numpy as np
 def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
     """Grouped bars of NR-Prec per property (models side by side), the paper's 2.576 line, ceilings as ticks.
 
-    ``rows`` as from :func:`embedscope.data.properties.properties_of_files` (already sorted).
+    ``rows`` as from :func:`embedscope.analyses.properties` (already sorted).
     Returns the matplotlib figure.
     """
     import matplotlib.pyplot as plt

@@ -1,0 +1,90 @@
+"""``properties``: which image properties does an embedding cluster? (Kobs §4; docs/methods.md §9)"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from embedscope.analyses.result import Result, combine, provenance_of
+from embedscope.errors import EmbedscopeError
+
+ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z", "significant_2.576",
+              "n_values", "queries", "lone_queries", "lone_values", "max_r", "capped")
+
+
+def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None,
+                        split: str = "test", max_r: int | None = None, properties: Sequence[str] | None = None,
+                        metric: str = "euclidean", normalize: bool = False, with_class: bool = True,
+                        progress: bool = False) -> list[dict[str, Any]]:
+    """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
+
+    ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
+    when ``with_class``, the label, as Kobs' "car model", unless a property already equals it).
+    Rows are sorted by the first file's NR-Prec (descending), the files in the given order within a
+    property. Measure: METHODS.md §9,
+    :func:`embedscope.metrics.properties.property_precision`.
+    """
+    from embedscope import store
+    from embedscope.metrics.properties import property_precision
+
+    files = list(files)
+    if names is not None and len(names) != len(files):
+        raise EmbedscopeError(f"--names gives {len(names)} name(s) for {len(files)} file(s)")
+    names = list(names) if names is not None else [Path(f).stem for f in files]
+    if len(set(names)) != len(names):
+        raise EmbedscopeError(f"two files share the display name '{[x for x in names if names.count(x) > 1][0]}' "
+                              "(use --names)")
+    rows: list[dict[str, Any]] = []
+    for f, nm in zip(files, names):
+        es = store.load(f).subset(split)
+        props = dict(es.properties)
+        if with_class and not any(np.array_equal(np.asarray(v), es.labels) for v in props.values()):
+            props = {"class": es.labels, **props}  # (a property equal to the label, e.g. shapes' `shape`, says it)
+        if properties:
+            missing = [p for p in properties if p not in props]
+            if missing:
+                raise EmbedscopeError(f"{f}: no property '{missing[0]}' (the file has: "
+                                      f"{', '.join(props) or 'none'})")
+            props = {p: props[p] for p in properties}
+        if not props:
+            raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
+        res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
+                                 progress=progress)
+        for p, r in res.items():
+            rows.append({"model": nm, "property": p, **{k: r[k] for k in ROW_FIELDS[2:]}})
+    first = {r["property"]: r["NR-Prec"] for r in rows if r["model"] == names[0]}
+    order = {p: i for i, p in enumerate(sorted(first, key=lambda p: -np.nan_to_num(first[p], nan=-np.inf)))}
+    mi = {m: i for i, m in enumerate(names)}
+    rows.sort(key=lambda r: (order.get(r["property"], len(order)), mi[r["model"]]))
+    return rows
+
+
+
+
+def properties(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None, split: str = "test",
+               max_r: int | None = None, properties: Sequence[str] | None = None, metric: str = "euclidean",
+               normalize: bool = False, with_class: bool = True, progress: bool = False):
+    """Normalized R-Precision of every property of one or more files, models side by side (docs/methods.md §9).
+
+    One :class:`Result` per file: ``values`` = ``NR-Prec[<property>]`` (higher = the embedding
+    clusters that property more), ``table`` = one row per property (NR-Prec, R-Prec, ceiling,
+    p-value, counts), sorted by the first file's NR-Prec; ``provenance`` says whether R was capped.
+    """
+    from embedscope import store
+
+    files = list(files)
+    rows = properties_of_files(files, names=names, split=split, max_r=max_r, properties=properties,
+                               metric=metric, normalize=normalize, with_class=with_class, progress=progress)
+    labels = list(dict.fromkeys(r["model"] for r in rows))
+    results = []
+    for f, nm in zip(files, labels):
+        mine = [r for r in rows if r["model"] == nm]
+        prov = provenance_of(store.load(f), extra={
+            "split": split, "max_r": max_r, "metric": metric,
+            "cap": f"R capped at {max_r} (Kobs' code)" if max_r else "R uncapped (the paper's definition)"})
+        results.append(Result("properties", {f"NR-Prec[{r['property']}]": r["NR-Prec"] for r in mine}, prov,
+                              table=mine, model=nm))
+    return combine(results)
