@@ -37,5 +37,14 @@ bench: $(STAMP)
 demo: $(STAMP)
 	DEMO=$(DEMO) ES=$(VENV)/bin/embedscope bash scripts/demo.sh
 
+NB_OUT := notebook-output
+# the study notebooks at full settings, with HTML copies in notebook-output/
+notebooks: $(STAMP)
+	$(PY) -m pip install -q -e ".[test,notebooks]"
+	@mkdir -p $(NB_OUT)
+	@for nb in notebooks/[0-9]*.ipynb; do echo "== $$nb"; \
+	  $(PY) -m jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=-1 \
+	    --ExecutePreprocessor.kernel_name=python3 --output-dir $(NB_OUT) "$$nb" || exit 1; done
+
 clean:
 	rm -rf $(DEMO) .pytest_cache
