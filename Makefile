@@ -35,7 +35,7 @@ bench: $(STAMP)
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 demo: $(STAMP)
-	DEMO=$(DEMO) ES=$(VENV)/bin/embedscope bash scripts/demo.sh
+	DEMO=$(DEMO) ES=$(VENV)/bin/embedscope PY=$(PY) bash scripts/demo.sh
 
 NB_OUT := notebook-output
 # the study notebooks at full settings, with HTML copies in notebook-output/

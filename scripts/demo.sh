@@ -22,6 +22,22 @@ step "3. Retrieval and clustering metrics on the test split (classes 5-9, never 
 $ES evaluate "$D/digits.h5" --split test --json "$D/evaluate.json" --csv "$D/evaluate.csv" --force
 $ES evaluate "$D/digits_rmargin.h5" --split test --json "$D/evaluate_rmargin.json" --force
 
+step "3b. Which image properties do the embeddings cluster? (Kobs et al.; Normalized R-Precision)"
+# two per-image properties of the digits joined on the image path: ink (quartile of the summed
+# pixel values) and parity (odd/even digit; it follows the class, so it is not independent of it)
+${PY:-.venv/bin/python} - > "$D/digit_props.csv" <<'PYEOF'
+import numpy as np
+from sklearn.datasets import load_digits
+d = load_digits()
+ink = d.images.reshape(len(d.images), -1).sum(1)
+q = np.searchsorted(np.quantile(ink, [0.25, 0.5, 0.75]), ink, side="right")
+print("path,ink,parity")
+for i in range(len(ink)):
+    print(f"digits/{i:04d},{q[i]},{d.target[i] % 2}")
+PYEOF
+$ES add-properties "$D/digits.h5" "$D/digit_props.csv" --force
+$ES properties "$D/digits.h5" --split test -o "$D/properties.png" --csv "$D/properties.csv" --force
+
 step "4. Geometry of the training embeddings: rho, pi, effective rank, ..."
 $ES geometry "$D/digits.h5" --split train --json "$D/geometry.json" --csv "$D/geometry.csv" --force
 $ES geometry "$D/digits_rmargin.h5" --split train --json "$D/geometry_rmargin.json" --force
