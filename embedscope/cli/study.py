@@ -9,7 +9,7 @@ def add_parser(sub, parents):
         description="Embed the train and test split of every checkpoint of SRC (a train-grid folder, a glob of "
         "checkpoints in quotes, or a YAML file listing checkpoints with tags), take every measure of the "
         "registry on its split, and correlate each with the target over objectives (mean over seeds, as "
-        "Roth et al. Fig. 5) and over runs: Pearson, Spearman, Kendall tau with bootstrap 95%% intervals, "
+        "Roth et al. Fig. 5) and over runs: Pearson, Spearman, Kendall tau with bootstrap 95% intervals, "
         "Jiang et al.'s granulated tau, robustness, untrained reference. Writes STUDY_DIR/runs.csv, "
         "runs.parquet, correlations.csv/json and figures/. Resumable: run the same command again after an "
         "interruption. Embeddings are cached by checkpoint hash (--cache-dir). See docs/studies.md.")
