@@ -28,7 +28,7 @@ def test_readme_walkthrough_and_python_run_in_order(tmp_path):
                          capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
     for f in ("margin.h5", "rmargin.h5", "eval.csv", "spectrum.png", "tsne.png", "yoked.png", "scatter.png",
-              "neighbours.png", "agreement.png"):
+              "neighbours.png", "agreement.png", "report.html"):
         assert (tmp_path / "walk" / f).stat().st_size > 0, f
     for i, src in enumerate(_blocks("python")):
         res = subprocess.run([sys.executable, "-c", src], cwd=tmp_path, env=env, capture_output=True, text=True,
