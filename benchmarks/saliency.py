@@ -1,4 +1,4 @@
-"""Benchmark: SmoothGrad saliency maps of ResNet-18 at 224 px (random weights), l = 50 (METHODS.md §8).
+"""Benchmark: SmoothGrad saliency maps of ResNet-18 at 224 px (random weights), l = 50 (docs/methods.md §8).
 
 Side by side on the same images, repeated and interleaved (the machine may be shared):
 

@@ -1,4 +1,4 @@
-"""Benchmark: yoked t-SNE vs openTSNE, and nearest_same_different vs a faiss kNN pass (METHODS.md §10).
+"""Benchmark: yoked t-SNE vs openTSNE, and nearest_same_different vs a faiss kNN pass (docs/methods.md §10).
 
 1. yoked t-SNE of 2 x N points (default N = 10,000) vs one openTSNE run of N points, same iterations
    (250 early exaggeration + 500), same gradient method (openTSNE's "auto": FFT from 10,000 points),

@@ -12,13 +12,13 @@ SPLITS: tuple[str, ...] = ("train", "test", "val", "query", "gallery")
 #: A ``--split`` option also takes "all" (every row).
 SPLIT_CHOICES: tuple[str, ...] = SPLITS + ("all",)
 
-#: Ranking distances of the retrieval metrics (numpy side; METHODS.md §1).
+#: Ranking distances of the retrieval metrics (numpy side; docs/methods.md §1).
 RETRIEVAL_METRICS: tuple[str, ...] = ("cosine", "euclidean")
-#: Similarities of the same-vs-different scatter (METHODS.md §10).
+#: Similarities of the same-vs-different scatter (docs/methods.md §10).
 SIMILARITY_METRICS: tuple[str, ...] = ("cosine", "dot", "euclidean")
-#: Distances of the class-distance measures π (METHODS.md §3).
+#: Distances of the class-distance measures π (docs/methods.md §3).
 GEOMETRY_METRICS: tuple[str, ...] = ("cosine", "sqeuclidean")
-#: Loss-specific distances of the torch side (``embedscope.models.distances``; METHODS.md §8).
+#: Loss-specific distances of the torch side (``embedscope.models.distances``; docs/methods.md §8).
 DISTANCES: tuple[str, ...] = ("euclidean", "sqeuclidean", "cosine", "dot", "snr")
 
 #: Training objectives, miners, samplers and architectures (``embedscope.train``, ``embedscope.models``).

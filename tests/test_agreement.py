@@ -1,4 +1,4 @@
-"""Saliency-map agreement (embedscope.metrics.agreement; METHODS.md §8) against scipy and by hand."""
+"""Saliency-map agreement (embedscope.metrics.agreement; docs/methods.md §8) against scipy and by hand."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""k-means NMI / F1 (METHODS.md §1) against sklearn, a brute-force pair count and Musgrave's check."""
+"""k-means NMI / F1 (docs/methods.md §1) against sklearn, a brute-force pair count and Musgrave's check."""
 
 import itertools
 import math

@@ -1,4 +1,4 @@
-"""Bring-your-own properties (add-properties, join on path) and real data sets' properties (METHODS.md §9)."""
+"""Bring-your-own properties (add-properties, join on path) and real data sets' properties (docs/methods.md §9)."""
 
 from __future__ import annotations
 

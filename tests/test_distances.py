@@ -1,4 +1,4 @@
-"""The torch-side loss-specific distances (embedscope.models.distances; METHODS.md §8)."""
+"""The torch-side loss-specific distances (embedscope.models.distances; docs/methods.md §8)."""
 
 import numpy as np
 import pytest

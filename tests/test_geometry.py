@@ -1,4 +1,4 @@
-"""Class distances π (METHODS.md §3), alignment/uniformity and the report (§4) vs explicit loops."""
+"""Class distances π (docs/methods.md §3), alignment/uniformity and the report (§4) vs explicit loops."""
 
 import math
 
@@ -23,7 +23,7 @@ def cos_dist(a, b):
 
 
 def ref_pi(X, y, metric="cosine"):
-    """π straight from METHODS.md §3 with explicit double loops; singletons left out of π_intra."""
+    """π straight from docs/methods.md §3 with explicit double loops; singletons left out of π_intra."""
     d = cos_dist if metric == "cosine" else (lambda a, b: float((a - b) @ (a - b)))
     classes = sorted(set(y.tolist()))
     intra = {}

@@ -1,4 +1,4 @@
-"""Losses (PML, METHODS.md §5 defaults) and tuple miners: validity, formula, switch rate."""
+"""Losses (PML, docs/methods.md §5 defaults) and tuple miners: validity, formula, switch rate."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""property_precision and compare_groups (METHODS.md §9) against brute force from the formulas."""
+"""property_precision and compare_groups (docs/methods.md §9) against brute force from the formulas."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_encoded_property_far_above_the_others_and_perfect_clustering_hits_the_c
 
 
 def test_ceiling_capped_formula_table6():
-    # METHODS.md §9: capped at 1023 with 6 equally frequent values the ceiling is sqrt(1023 * 5) = 71.5
+    # docs/methods.md §9: capped at 1023 with 6 equally frequent values the ceiling is sqrt(1023 * 5) = 71.5
     n = 6 * 1100
     v = np.repeat(np.arange(6), 1100)
     X = v[:, None] * 10.0 + np.random.default_rng(0).normal(size=(n, 2)) * 0.5

@@ -1,4 +1,4 @@
-"""SmoothGrad saliency maps (embedscope.saliency; METHODS.md §8), the maps file and the two commands."""
+"""SmoothGrad saliency maps (embedscope.saliency; docs/methods.md §8), the maps file and the two commands."""
 
 import json
 
@@ -33,7 +33,7 @@ def _unit(z):
 
 
 def _hand_loop(model, X, base, n_copies, seed, order):
-    """SmoothGrad written out from METHODS.md §8, one copy at a time (Euclidean distance)."""
+    """SmoothGrad written out from docs/methods.md §8, one copy at a time (Euclidean distance)."""
     model.eval()
     zb = _unit(model(base[None]).detach())
     out = []
@@ -383,7 +383,7 @@ def test_bad_input_is_one_line(ckpts, tmp_path, capsys):
 @pytest.mark.slow
 def test_digits_same_loss_seeds_vs_untrained(tmp_path):
     """Two digits models trained with the same loss (margin, 10 epochs as in the demo) and different
-    seeds agree more with each other than with an untrained network (METHODS.md §8's question).
+    seeds agree more with each other than with an untrained network (docs/methods.md §8's question).
 
     Measured (300 test images, l = 50, paper order, 2026-11-23): trained-trained r = 0.444, JSD 0.155
     bits; trained-untrained r = 0.02-0.22, JSD 0.225-0.266 (code order: 0.545 vs 0.13-0.35). After only

@@ -1,4 +1,4 @@
-"""Batch samplers (METHODS.md §5): class structure of every batch (property tests), embedded samplers."""
+"""Batch samplers (docs/methods.md §5): class structure of every batch (property tests), embedded samplers."""
 
 from collections import Counter
 

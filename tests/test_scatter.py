@@ -1,4 +1,4 @@
-"""Same-vs-different similarity scatter (METHODS.md §10): nearest_same_different vs a brute-force matrix."""
+"""Same-vs-different similarity scatter (docs/methods.md §10): nearest_same_different vs a brute-force matrix."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""relevant_ranks (the rank engine of METHODS.md §1) against a brute-force full sort."""
+"""relevant_ranks (the rank engine of docs/methods.md §1) against a brute-force full sort."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The property-controlled shapes set (METHODS.md §9): independence, classes, determinism, embed."""
+"""The property-controlled shapes set (docs/methods.md §9): independence, classes, determinism, embed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spectral measures (METHODS.md §2, §4) against references written here from the formulas."""
+"""Spectral measures (docs/methods.md §2, §4) against references written here from the formulas."""
 
 import math
 

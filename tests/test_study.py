@@ -38,7 +38,7 @@ def first(grid, cache, tmp_path_factory):
 
 
 def _r1(X, y):
-    """Leave-one-out cosine 1-NN hit rate (METHODS.md §1), brute force."""
+    """Leave-one-out cosine 1-NN hit rate (docs/methods.md §1), brute force."""
     U = X / np.linalg.norm(X, axis=1, keepdims=True)
     S = U @ U.T
     np.fill_diagonal(S, -np.inf)
@@ -46,7 +46,7 @@ def _r1(X, y):
 
 
 def _rho(X):
-    """KL(uniform || s / sum s) of the singular values without the largest (METHODS.md §2)."""
+    """KL(uniform || s / sum s) of the singular values without the largest (docs/methods.md §2)."""
     s = np.linalg.svd(X.astype(np.float64), compute_uv=False)[1:]
     p = s / s.sum()
     return float(np.mean(np.log((1 / len(s)) / p)))

@@ -1,4 +1,4 @@
-"""Study statistics (METHODS.md §6) against independent computations: scipy's correlations, a
+"""Study statistics (docs/methods.md §6) against independent computations: scipy's correlations, a
 hand-written bootstrap, Jiang et al.'s granulated Kendall tau on tables with a known answer."""
 
 import itertools

@@ -1,4 +1,4 @@
-"""Roth et al.'s toy example (supp. G; METHODS.md §5): the mechanics, not the paper's claim."""
+"""Roth et al.'s toy example (supp. G; docs/methods.md §5): the mechanics, not the paper's claim."""
 
 import json
 import math

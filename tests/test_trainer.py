@@ -1,4 +1,4 @@
-"""The trainer (METHODS.md §5): learning on the digits per loss family, resume = uninterrupted, files, CLI."""
+"""The trainer (docs/methods.md §5): learning on the digits per loss family, resume = uninterrupted, files, CLI."""
 
 import csv
 
@@ -14,7 +14,7 @@ QUICK = {"dataset": "digits", "embed_dim": 8, "eval_every": 0}
 
 
 def r1_reference(X, y):
-    """Leave-one-out 1-NN hit rate (METHODS.md §1), brute force."""
+    """Leave-one-out 1-NN hit rate (docs/methods.md §1), brute force."""
     d = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
     np.fill_diagonal(d, np.inf)
     return float((y[np.argmin(d, 1)] == y).mean())
@@ -40,7 +40,7 @@ def test_resolve_config_defaults_and_validation():
 
 
 def map_at_r_reference(X, y):
-    """MAP@R (METHODS.md §1, Musgrave et al.), brute force: per query, R = its same-class others;
+    """MAP@R (docs/methods.md §1, Musgrave et al.), brute force: per query, R = its same-class others;
     (1/R) * sum over the first R neighbours of precision@i at each relevant i; mean over queries."""
     d = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
     np.fill_diagonal(d, np.inf)
@@ -139,7 +139,7 @@ def test_checkpoint_files_log_and_config(tmp_path):
     # the run's configuration on every row (issue 16: the CSV log gains the config columns)
     assert all(r["loss_name"] == "multisimilarity" and r["seed"] == "3" and r["embed_dim"] == "8"
                and r["distance"] == "cosine" and r["sampler"] == "spc-8" for r in rows)
-    assert cfg["distance"] == "cosine"  # METHODS.md §8: multisimilarity ranks by cosine
+    assert cfg["distance"] == "cosine"  # docs/methods.md §8: multisimilarity ranks by cosine
     # the logged R@1 and MAP@R equal an independent computation on the final model
     assert float(rows[-1]["R@1"]) == pytest.approx(trained_r1(out), abs=1e-9)
     from embedscope.data import get_dataset

@@ -1,4 +1,4 @@
-"""Joint and yoked t-SNE (METHODS.md §10): exact objective/gradient, approximate gradient, alpha behaviour."""
+"""Joint and yoked t-SNE (docs/methods.md §10): exact objective/gradient, approximate gradient, alpha behaviour."""
 
 import numpy as np
 import pytest

@@ -15,7 +15,7 @@ _EXPORTS = {
     "Result": "embedscope.analyses.result",
     "ResultSet": "embedscope.analyses.result",
     "combine": "embedscope.analyses.result",
-    # retrieval (METHODS.md §1)
+    # retrieval (docs/methods.md §1)
     "evaluate": "embedscope.analyses.retrieval",
     "evaluate_many": "embedscope.analyses.retrieval",
     "worst_classes": "embedscope.analyses.retrieval",

@@ -24,7 +24,7 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
     when ``with_class``, the label, as Kobs' "car model", unless a property already equals it).
     Rows are sorted by the first file's NR-Prec (descending), the files in the given order within a
-    property. Measure: METHODS.md §9,
+    property. Measure: docs/methods.md §9,
     :func:`embedscope.metrics.properties.property_precision`.
     """
     from embedscope import store

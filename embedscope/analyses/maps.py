@@ -1,4 +1,4 @@
-"""``tsne`` and ``yoke``: maps of how embeddings generalise (Xuan, Stylianou & Pless; METHODS.md §10).
+"""``tsne`` and ``yoke``: maps of how embeddings generalise (Xuan, Stylianou & Pless; docs/methods.md §10).
 
 The computations live in :mod:`embedscope.tsne`; these functions choose the rows, run them and
 return a :class:`Result` whose ``table`` holds one row per mapped point (path, split, class,
@@ -41,7 +41,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
          perplexity: float = 30.0, seed: int = 0, n_iter: int = 500, n_jobs: int = 1, progress: bool = False,
          name: str | None = None) -> Result:
     """A t-SNE map of one split coloured by class, or with ``joint`` one map of the train and test
-    splits together (Xuan §2; openTSNE's defaults, METHODS.md §10).
+    splits together (Xuan §2; openTSNE's defaults, docs/methods.md §10).
 
     ``result.table``: one row per point (path, split, label, class, x, y); ``result.arrays``:
     ``Y`` and ``labels`` (single) or ``Y_train``, ``Y_test``, ``labels_train``, ``labels_test``
@@ -89,7 +89,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
 def yoke(source_a: Any, source_b: Any, *, split: str = "test", alpha: float | None = None,
          max_points: int | None = None, perplexity: float = 30.0, seed: int = 0, n_iter: int = 500,
          n_jobs: int = 1, names: Sequence[str] | None = None, progress: bool = False) -> Result:
-    """Yoked t-SNE of the same images under two embeddings (Xuan §2.3, METHODS.md §10).
+    """Yoked t-SNE of the same images under two embeddings (Xuan §2.3, docs/methods.md §10).
 
     Rows are matched by path; ``alpha`` defaults to 0.01 / N (0: two independent maps).
     ``result.table``: per image both maps' coordinates and the displacement between them;

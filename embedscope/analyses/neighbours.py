@@ -1,4 +1,4 @@
-"""``scatter``: similarity to the nearest same-class vs different-class point (Xuan §2.4; METHODS.md §10)."""
+"""``scatter``: similarity to the nearest same-class vs different-class point (Xuan §2.4; docs/methods.md §10)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def _m(name, family, split, direction, meaning):
 
 
 MEASURES: dict[str, Measure] = dict([
-    # structure of the training embeddings (METHODS.md §2-§4)
+    # structure of the training embeddings (docs/methods.md §2-§4)
     _m("rho", "geometry", "train", "lower", "spectral decay KL(U||s), top singular value left out (Roth §5)"),
     _m("rho_all", "geometry", "train", "lower", "spectral decay with every singular value (rho_spectrum@1)"),
     _m("pi_intra", "geometry", "train", "none", "mean cosine distance within classes (Roth §5)"),
@@ -41,7 +41,7 @@ MEASURES: dict[str, Measure] = dict([
     _m("alpha", "geometry", "train", "none", "alpha-ReQ power-law exponent of the covariance spectrum"),
     _m("alignment", "geometry", "train", "lower", "E ||u - u'||^2 over same-class pairs (Wang & Isola 2020)"),
     _m("uniformity", "geometry", "train", "lower", "log E exp(-2 ||u - u'||^2) over all pairs (Wang & Isola)"),
-    # retrieval on the unseen test classes (METHODS.md §1)
+    # retrieval on the unseen test classes (docs/methods.md §1)
     _m("R@1", "retrieval", "test", "higher", "share of queries whose nearest neighbour is of their class"),
     _m("R@2", "retrieval", "test", "higher", "a same-class item among the 2 nearest"),
     _m("R@4", "retrieval", "test", "higher", "a same-class item among the 4 nearest"),

@@ -1,4 +1,4 @@
-"""``evaluate``: retrieval and clustering metrics of an embedding file (METHODS.md §1)."""
+"""``evaluate``: retrieval and clustering metrics of an embedding file (docs/methods.md §1)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 from embedscope.validation import check_choice
 
-#: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (METHODS.md §1).
+#: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (docs/methods.md §1).
 KMEANS_SEED = 1234
 LONE_QUERIES = ("exclude", "zero")
 COUNT_KEYS = ("n_queries", "n_lone", "n_evaluated", "depth")
@@ -24,7 +24,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
              include: Sequence[str] | None = None, lone_queries: str = "exclude", seed: int = KMEANS_SEED,
              niter: int = 20, per_class: bool = False, device: str = "auto", progress: bool = False,
              name: str | None = None) -> Result:
-    """Retrieval and clustering metrics of one split of an embedding file (METHODS.md §1).
+    """Retrieval and clustering metrics of one split of an embedding file (docs/methods.md §1).
 
     The rows of ``split`` are queries and references at once (each query excluded from its own
     neighbours), or ``query_split`` rows search the ``reference_split`` rows (nothing excluded;

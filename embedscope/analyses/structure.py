@@ -1,4 +1,4 @@
-"""``geometry`` and ``spectrum``: the shape of the embedding space (METHODS.md §2, §3, §4)."""
+"""``geometry`` and ``spectrum``: the shape of the embedding space (docs/methods.md §2, §3, §4)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from embedscope.analyses.result import Result, ResultSet, combine, model_name, p
 from embedscope.names import SPLIT_CHOICES
 from embedscope.validation import check_choice, check_int
 
-#: measure -> one-line meaning (definitions: docs/methods.md; METHODS.md §2-§4)
+#: measure -> one-line meaning (definitions: docs/methods.md; docs/methods.md §2-§4)
 MEANINGS = {
     "n": "rows",
     "dim": "embedding dimension D",
@@ -34,7 +34,7 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
              max_pairs: int = 200_000, seed: int = 0, keep_spectrum: bool = False,
              name: str | None = None) -> Result:
     """Every geometry measure of one split: ρ, π_intra / π_inter / π_ratio, RankMe, α-ReQ, alignment,
-    uniformity (METHODS.md §2–§4; :func:`embedscope.metrics.geometry_report`).
+    uniformity (docs/methods.md §2–§4; :func:`embedscope.metrics.geometry_report`).
 
     Roth et al. take these on the *training* split (the default). ``keep_spectrum``: the singular
     values land in ``result.arrays["singular_values"]``.
@@ -75,7 +75,7 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
              n_components: int | None = None, max_pairs: int = 200_000, seed: int = 0,
              progress=None) -> ResultSet:
     """Singular-value spectra (and with ``by_class`` the class-conditioned spectra, Roth App. E) of
-    one or more files, with their geometry measures (METHODS.md §2).
+    one or more files, with their geometry measures (docs/methods.md §2).
 
     Each result's ``table`` holds rows ``{kind, k, value}`` with kind ``singular_value``,
     ``normalised`` (s / Σs), and with ``by_class`` ``class_mean`` / ``class_std`` (over classes of

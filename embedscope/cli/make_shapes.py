@@ -8,7 +8,7 @@ from embedscope.cli.common import add_force, positive_int
 def add_parser(sub, parents):
     p = sub.add_parser("make-shapes", parents=parents, help="render the property-controlled shapes image set",
                        description="Render the 'shapes' image set (one object per scene, every property drawn "
-                       "independently; METHODS.md section 9) and write images/*.png and properties.csv into DIR. "
+                       "independently; docs/methods.md section 9) and write images/*.png and properties.csv into DIR. "
                        "DIR is then a valid --root of '--dataset shapes'.")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument("--n-images", type=positive_int, default=4800, help="number of scenes (default: 4800)")

@@ -13,7 +13,7 @@ def add_parser(sub, parents):
         description="R-Precision and Normalized R-Precision (Kobs et al. 2021, Eq. 4-5) of every image "
         "property of the files (and the class), with the ceiling of perfect clustering and a p-value "
         "against the hypergeometric null. Table sorted by NR-Prec; bar chart with the paper's 2.576 line. "
-        "Definitions: METHODS.md section 9.")
+        "Definitions: docs/methods.md section 9.")
     p.add_argument("files", nargs="+", metavar="EMB.h5", help="embedding file(s) (.h5)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="display name of each file (default: file names)")
     p.add_argument("--split", default="test", choices=["train", "test", "all"], help="rows to use (default: test)")

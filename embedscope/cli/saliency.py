@@ -1,4 +1,4 @@
-"""embedscope saliency CKPT --dataset NAME -o maps.h5: SmoothGrad maps of a model (METHODS.md §8)."""
+"""embedscope saliency CKPT --dataset NAME -o maps.h5: SmoothGrad maps of a model (docs/methods.md §8)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _nonneg_float(s: str) -> float:
 def add_parser(sub, parents):
     p = sub.add_parser(
         "saliency", parents=parents, help="SmoothGrad saliency maps of a model's embeddings (Kobs et al.)",
-        description="Saliency maps of an embedding model (Kobs et al. 2021, METHODS.md §8): SmoothGrad of the "
+        description="Saliency maps of an embedding model (Kobs et al. 2021, docs/methods.md §8): SmoothGrad of the "
         "loss-specific distance between an image's embedding and a black image's, with respect to the input; "
         "l noisy copies, sigma = noise x (max - min) of the image. The same images for every model (chosen by "
         "--seed, or --paths-file), so that maps files of several models match by path "

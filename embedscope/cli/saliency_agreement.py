@@ -1,4 +1,4 @@
-"""embedscope saliency-agreement maps1.h5 maps2.h5 ...: do the models look at the same pixels? (METHODS.md §8)"""
+"""embedscope saliency-agreement maps1.h5 maps2.h5 ...: do the models look at the same pixels? (docs/methods.md §8)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def add_parser(sub, parents):
         description="Compare the saliency maps of several models on the same images (files of "
         "'embedscope saliency', matched by path): per image Pearson r and Jensen-Shannon divergence; over the "
         "images the Fisher-z mean and spread of r and the mean +- std of JSD; model x model matrices with block "
-        "means by loss family (ranking, classification, untrained). METHODS.md §8.")
+        "means by loss family (ranking, classification, untrained). docs/methods.md §8.")
     p.add_argument("files", nargs="+", metavar="MAPS.h5", help="maps files, one per model (at least two)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="heat-maps of both matrices (PNG and PDF)")
     p.add_argument("--grid", metavar="GRID.png", help="image x model grid of the maps over the images")
@@ -46,7 +46,7 @@ def run(args) -> int:
     rows = [{"model a": r["model_a"], "model b": r["model_b"], "families": f"{r['family_a']}-{r['family_b']}",
              "r (Fisher-z mean)": r["r_mean"], "r spread": r["r_spread"], "undefined r": r["n_undefined_r"],
              f"JSD ({unit})": r["jsd_mean"], "JSD std": r["jsd_std"]} for r in res["pair_rows"]]
-    print(format_table(rows, digits=4, title=f"saliency agreement on {res['n_images']} images (METHODS.md §8)"))
+    print(format_table(rows, digits=4, title=f"saliency agreement on {res['n_images']} images (docs/methods.md §8)"))
     brows = [{"families": f"{b['family_a']}-{b['family_b']}", "model pairs": b["n_pairs"], "mean r": b["r_mean"],
               f"mean JSD ({unit})": b["jsd_mean"]} for b in res["blocks"]]
     print()

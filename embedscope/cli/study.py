@@ -1,4 +1,4 @@
-"""embedscope study SRC -o STUDY_DIR: every measure of many checkpoints and their correlations (METHODS.md §6)."""
+"""embedscope study SRC -o STUDY_DIR: every measure of many checkpoints and their correlations (docs/methods.md §6)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Layout (``--root`` is the folder holding both)::
 Split: classes 1-98 train, 99-196 test (Roth et al. 2020, §4.1); the official per-image ``test``
 flag (a classification split) is ignored.
 
-Image properties (METHODS.md §9): ``make``, ``body_type`` and ``year`` parsed from the class names
+Image properties (docs/methods.md §9): ``make``, ``body_type`` and ``year`` parsed from the class names
 ("Aston Martin V8 Vantage Convertible 2012" -> Aston Martin / convertible / 2012; a name without a
 body-type word gets "other"), and, when the annotations carry ``bbox_x1..bbox_y2``, ``bbox_area``
 (box area / image area) and ``bbox_aspect`` (width / height), each as 5 quantile bins.
@@ -94,7 +94,7 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
     Notes
     -----
     Zero-shot protocol of Roth et al. 2020 §4.1 and Musgrave et al. 2020; the results on these
-    splits are in METHODS.md §7 (reference numbers).
+    splits are in docs/methods.md §7 (reference numbers).
     """
     base = require_files(root, [ANNOS, "car_ims"], NAME)
     mat_path = base / ANNOS

@@ -11,7 +11,7 @@ Layout (``--root`` is ``CUB_200_2011/`` or the folder that holds it)::
 Split: classes 1-100 train, 101-200 test (Roth et al. 2020, §4.1); the official
 ``train_test_split.txt`` is a per-image split for classification and is not used.
 
-Image properties (METHODS.md §9), loaded when the files are present::
+Image properties (docs/methods.md §9), loaded when the files are present::
 
       attributes/attributes.txt              "<attribute id> <has_part::value>"  (312 lines)
       attributes/image_attribute_labels.txt  "<image id> <attribute id> <is_present> <certainty 1-4> <time>"
@@ -178,7 +178,7 @@ def load_cub200(root, train_classes: int | None = None, *, attribute_certainty: 
     Notes
     -----
     Zero-shot protocol of Roth et al. 2020 §4.1 and Musgrave et al. 2020; the results on these
-    splits are in METHODS.md §7 (reference numbers).
+    splits are in docs/methods.md §7 (reference numbers).
     """
     base, prefix = _find_root(root)
     images = read_pairs(base / "images.txt", NAME, "relative image path", int_value=False)

@@ -63,7 +63,7 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
     Notes
     -----
     Zero-shot protocol of Roth et al. 2020 §4.1 and Musgrave et al. 2020; the results on these
-    splits are in METHODS.md §7 (reference numbers).
+    splits are in docs/methods.md §7 (reference numbers).
     """
     root = require_files(root, [], "imagefolder")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))

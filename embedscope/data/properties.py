@@ -1,4 +1,4 @@
-"""Per-image properties of embedding files (METHODS.md §9): measure them, bring your own.
+"""Per-image properties of embedding files (docs/methods.md §9): measure them, bring your own.
 
 (The measure of a file's properties is :func:`embedscope.analyses.properties`.)
 

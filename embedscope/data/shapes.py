@@ -1,4 +1,4 @@
-"""``shapes``: a property-controlled set of rendered 3-D scenes (METHODS.md §9, the stand-in for Kobs' renders).
+"""``shapes``: a property-controlled set of rendered 3-D scenes (docs/methods.md §9, the stand-in for Kobs' renders).
 
 Kobs et al. (ICCV 2021, §4) rendered 100,000 cars with every image property drawn independently
 and uniformly at random, so that Normalized R-Precision can tell which property an embedding
@@ -333,7 +333,7 @@ PROPERTY_NAMES = ("shape",) + tuple(PROPERTY_VALUES)
 
 
 def draw_properties(n: int, seed: int = DEFAULT_SEED) -> dict[str, np.ndarray]:
-    """Independently and uniformly drawn properties of ``n`` scenes (METHODS.md §9).
+    """Independently and uniformly drawn properties of ``n`` scenes (docs/methods.md §9).
 
     ``shape`` is an index into :data:`SHAPE_NAMES` (the class label); every other property is a
     value of :data:`PROPERTY_VALUES`. Each property is drawn by its own call of one
@@ -701,7 +701,7 @@ def load_shapes(root=None, train_classes: int | None = None, *, n: int | None = 
     12 the unseen test split (zero-shot, as Roth et al. 2020 §4.1). ``properties`` hold every
     property of the table in the module docstring (``shape`` included, as Kobs' "car model"), so
     ``embed`` stores them as ``/properties/<name>`` and ``embedscope properties`` can measure them
-    (METHODS.md §9).
+    (docs/methods.md §9).
     """
     n = DEFAULT_N if n is None else int(n)
     size = DEFAULT_SIZE if size is None else int(size)

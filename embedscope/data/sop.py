@@ -91,7 +91,7 @@ def load_sop(root, train_classes: int | None = None) -> ImageDataset:
     Notes
     -----
     Zero-shot protocol of Roth et al. 2020 §4.1 and Musgrave et al. 2020; the results on these
-    splits are in METHODS.md §7 (reference numbers).
+    splits are in docs/methods.md §7 (reference numbers).
     """
     base, prefix = _find_root(root)
     c_tr, s_tr, p_tr = _read_ebay(base / FILES[0])

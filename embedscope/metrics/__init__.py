@@ -1,4 +1,4 @@
-"""Measures on embedding arrays: plain functions, each citing its METHODS.md section.
+"""Measures on embedding arrays: plain functions, each citing its docs/methods.md section.
 
 Imports are lazy (``from embedscope.metrics import spectral_decay`` loads only what it needs).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    # retrieval and clustering (METHODS.md §1)
+    # retrieval and clustering (docs/methods.md §1)
     "retrieval_metrics": "embedscope.metrics.retrieval",
     "knn_search": "embedscope.metrics.search",
     "relevant_ranks": "embedscope.metrics.search",

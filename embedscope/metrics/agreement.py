@@ -1,4 +1,4 @@
-"""Agreement of two models' saliency maps on the same images (Kobs et al. §3; METHODS.md §8).
+"""Agreement of two models' saliency maps on the same images (Kobs et al. §3; docs/methods.md §8).
 
 Pure functions on arrays of **post-processed** maps [N, H, W] (values >= 0, e.g. in [0, 1]):
 
@@ -27,7 +27,7 @@ from embedscope.errors import EmbedscopeError
 
 #: r is clipped to ±R_CLIP before the Fisher transform (z = artanh r stays finite, |z| <= 8.39).
 R_CLIP = 1.0 - 1e-7
-#: The loss families of Kobs et al.'s tables, in display order (METHODS.md §8), then the rest.
+#: The loss families of Kobs et al.'s tables, in display order (docs/methods.md §8), then the rest.
 FAMILY_ORDER = ("ranking", "classification", "untrained", "other")
 _CHUNK_ELEMENTS = 1 << 24  # float64 work arrays of at most ~128 MiB
 
@@ -51,7 +51,7 @@ def _chunks(n: int, p: int):
 
 
 def pearson_per_image(maps_a, maps_b) -> np.ndarray:
-    """Pearson r of each pair of flattened maps (METHODS.md §8) -> float64 [N]; NaN for a constant map.
+    """Pearson r of each pair of flattened maps (docs/methods.md §8) -> float64 [N]; NaN for a constant map.
 
     r = Σ (a − ā)(b − b̄) / sqrt(Σ (a − ā)² Σ (b − b̄)²), computed in float64. Higher = more agreement.
     """
@@ -85,7 +85,7 @@ def _log_base(base) -> float:
 
 
 def jsd_per_image(maps_a, maps_b, *, base=2) -> np.ndarray:
-    """Jensen–Shannon divergence of each pair of maps (METHODS.md §8) -> float64 [N].
+    """Jensen–Shannon divergence of each pair of maps (docs/methods.md §8) -> float64 [N].
 
     P = a / Σa, Q = b / Σb, M = (P + Q)/2, JSD = ½ KL(P‖M) + ½ KL(Q‖M) with 0·log 0 = 0. ``base=2``
     (bits, the paper; ≤ 1) or ``"e"`` (nats, the reference code's ``jensenshannon(...)**2``; ≤ ln 2).
@@ -114,7 +114,7 @@ def jsd_per_image(maps_a, maps_b, *, base=2) -> np.ndarray:
 
 
 def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
-    """Fisher-z aggregate of correlations (METHODS.md §8).
+    """Fisher-z aggregate of correlations (docs/methods.md §8).
 
     mean = tanh(mean_i artanh r_i), spread = tanh(std_i artanh r_i) (population std, ddof 0), over
     the defined r (NaN = a constant map: counted in ``n_undefined``, left out). r is clipped to
@@ -133,7 +133,7 @@ def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
 
 
 def map_agreement(maps_a, maps_b, *, jsd_base=2) -> dict[str, Any]:
-    """Agreement of two models' post-processed maps of the same N images (METHODS.md §8).
+    """Agreement of two models' post-processed maps of the same N images (docs/methods.md §8).
 
     Returns
     -------
@@ -173,7 +173,7 @@ def map_agreement(maps_a, maps_b, *, jsd_base=2) -> dict[str, Any]:
 
 def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None = None,
                      families: Sequence[str] | None = None, jsd_base=2) -> dict[str, Any]:
-    """Model × model agreement of saliency maps on the same images (METHODS.md §8; ours beyond Kobs).
+    """Model × model agreement of saliency maps on the same images (docs/methods.md §8; ours beyond Kobs).
 
     Parameters
     ----------
@@ -189,7 +189,7 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
     ``jsd_std``, ``n_undefined_r`` (diagonal: r = 1, JSD = 0 by definition, not computed), ``pairs``
     (``(i, j) -> map_agreement`` for i < j) and ``blocks``: per pair of families the arithmetic mean
     over the model pairs (cells i ≠ j, each unordered pair once) of the cells' Fisher-z mean r and
-    mean JSD, as Kobs' block means (METHODS.md §8).
+    mean JSD, as Kobs' block means (docs/methods.md §8).
     """
     M = len(maps)
     if M < 2:

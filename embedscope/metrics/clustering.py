@@ -1,4 +1,4 @@
-"""Clustering quality of an embedding: k-means NMI and pairwise F1 (METHODS.md §1).
+"""Clustering quality of an embedding: k-means NMI and pairwise F1 (docs/methods.md §1).
 
 k-means
 -------
@@ -56,7 +56,7 @@ def _entropy(counts: np.ndarray, n: float) -> float:
 
 
 def nmi(labels_true, labels_pred) -> float:
-    """Normalised mutual information 2 I(Ω; Υ) / (H(Ω) + H(Υ)) (METHODS.md §1; Roth, ICML 2020;
+    """Normalised mutual information 2 I(Ω; Υ) / (H(Ω) + H(Υ)) (docs/methods.md §1; Roth, ICML 2020;
     Musgrave, ECCV 2020 Eq. 7) = ``sklearn.metrics.normalized_mutual_info_score`` with the
     arithmetic mean; natural logarithms; 1.0 when both labelings are a single cluster."""
     a, b = np.asarray(labels_true).reshape(-1), np.asarray(labels_pred).reshape(-1)
@@ -82,7 +82,7 @@ def nmi(labels_true, labels_pred) -> float:
 
 
 def pairwise_f1(labels_true, labels_pred) -> dict:
-    """Pairwise clustering F-measure (METHODS.md §1; Roth, ICML 2020): TP = pairs in the same
+    """Pairwise clustering F-measure (docs/methods.md §1; Roth, ICML 2020): TP = pairs in the same
     cluster and the same class, P = TP / (pairs in the same cluster), R = TP / (pairs in the same
     class), F1 = 2PR / (P + R); pairs counted as C(m, 2) from the contingency table.
 
@@ -140,7 +140,7 @@ def _roth_cosine_assign(X64: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metric: str = "cosine",
                   method: str = "exact", assign: str = "euclidean", return_info: bool = False):
-    """The k-means cluster of every row (METHODS.md §1; see the module docstring).
+    """The k-means cluster of every row (docs/methods.md §1; see the module docstring).
 
     Parameters
     ----------
@@ -186,7 +186,7 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
 def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, niter: int = 20,
                   metric: str = "cosine", method: str = "exact", assign: str = "euclidean",
                   return_labels: bool = False) -> dict:
-    """NMI and F1 of a k-means clustering of the embeddings against the classes (METHODS.md §1).
+    """NMI and F1 of a k-means clustering of the embeddings against the classes (docs/methods.md §1).
 
     k-means (see :func:`kmeans_labels`: faiss's initialisation from ``seed`` = 1234, ``niter`` = 20
     Lloyd iterations as Roth et al.'s reference code and PML, exact assignments) with

@@ -1,4 +1,4 @@
-"""Class distances π (METHODS.md §3), alignment/uniformity (§4) and the one-call geometry report.
+"""Class distances π (docs/methods.md §3), alignment/uniformity (§4) and the one-call geometry report.
 
 Everything here is computed from per-class sums, never from an N×N (or C×C) distance matrix:
 for unit rows u_i, Σ_{i≠j∈c} (1 − u_i·u_j) = n_c² − ‖Σ_{i∈c} u_i‖², so one pass over row blocks
@@ -120,7 +120,7 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str) -> dict:
 
 
 def class_distances(X, y, *, metric: str = "cosine") -> dict:
-    """Class distances π_intra, π_inter and π_ratio of Roth et al. (METHODS.md §3).
+    """Class distances π_intra, π_inter and π_ratio of Roth et al. (docs/methods.md §3).
 
     With d the distance (``metric="cosine"``: d = 1 − cos; rows need not be normalised)::
 
@@ -229,7 +229,7 @@ def _check_au_args(t, max_pairs):
 
 
 def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> dict:
-    """Alignment and uniformity of Wang & Isola (ICML 2020) on L2-normalised rows (METHODS.md §4).
+    """Alignment and uniformity of Wang & Isola (ICML 2020) on L2-normalised rows (docs/methods.md §4).
 
     With u_i = x_i / ‖x_i‖::
 
@@ -284,7 +284,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
                     metric: str = "cosine", t: float = 2, max_pairs: int = DEFAULT_MAX_PAIRS,
                     seed: int = 0, k_min: int = 1, k_max: int | None = None,
                     keep_spectrum: bool = False) -> dict:
-    """Every scalar geometry measure of X in one pass (METHODS.md §2, §3, §4).
+    """Every scalar geometry measure of X in one pass (docs/methods.md §2, §3, §4).
 
     One blocked float64 pass accumulates XᵀX, the column sums and the per-class sums; from them:
 

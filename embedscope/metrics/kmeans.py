@@ -1,4 +1,4 @@
-"""Exact Lloyd k-means from faiss's initialisation, accelerated by Yinyang bounds (METHODS.md §1).
+"""Exact Lloyd k-means from faiss's initialisation, accelerated by Yinyang bounds (docs/methods.md §1).
 
 What is computed (the "plain Lloyd" this module reproduces)
 -----------------------------------------------------------

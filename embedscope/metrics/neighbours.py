@@ -1,4 +1,4 @@
-"""Nearest same-class and nearest other-class similarity of every point (METHODS.md §10).
+"""Nearest same-class and nearest other-class similarity of every point (docs/methods.md §10).
 
 :func:`nearest_same_different` gives, for every point, the similarity to its most similar
 same-class point and to its most similar different-class point (Xuan, Stylianou, Pless §2.4), in
@@ -35,7 +35,7 @@ def nearest_same_different(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Similarity of every point to its nearest same-class and nearest different-class point.
 
-    METHODS.md §10 (Xuan, Stylianou, Pless, *Visualizing How Embeddings Generalize*, §2.4)::
+    docs/methods.md §10 (Xuan, Stylianou, Pless, *Visualizing How Embeddings Generalize*, §2.4)::
 
         s_same_i = max_{j ≠ i, y_j = y_i} s(x_i, x_j)      s_diff_i = max_{j: y_j ≠ y_i} s(x_i, x_j)
 
@@ -180,7 +180,7 @@ def nearest_same_different(
 
 
 def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
-    """Share of points with s_diff < s_same (below the diagonal; = R@1, METHODS.md §10) among those
+    """Share of points with s_diff < s_same (below the diagonal; = R@1, docs/methods.md §10) among those
     with both values defined, and the number left out (NaN: lone points). Higher is better.
 
     >>> share_below_diagonal([0.9, 0.8, np.nan], [0.5, 0.85, 0.1])

@@ -1,4 +1,4 @@
-"""Which image properties an embedding clusters: R-Precision and Normalized R-Precision per property (METHODS.md §9).
+"""Which image properties an embedding clusters: R-Precision and Normalized R-Precision per property (docs/methods.md §9).
 
 Kobs et al. (ICCV 2021, §4, Eq. 4-5). For property k and query q with value v = a_k(q), N_v the
 number of images with value v among the n images:
@@ -6,7 +6,7 @@ number of images with value v among the n images:
 * ``R = N_v - 1`` (the query excluded), or ``min(N_v - 1, max_r)`` with a cap (the reference code's
   ``max_r = 1023``, Kobs' Table 6);
 * ``h`` = the number of the R nearest neighbours of q (exact ranks; ties: lower index first,
-  METHODS.md §1) that share the value v;
+  docs/methods.md §1) that share the value v;
 * **R-Prec_k** = mean_q h / R (Eq. 4);
 * **NR-Prec_k** = mean_q (h - mu) / sigma with p = N_v / n' (n' = number of non-lone queries),
   mu = R p, sigma = sqrt(R p (1 - p)) (Eq. 5 with the code's square root);
@@ -193,7 +193,7 @@ class _Engine:
 def property_precision(X, properties: Mapping[str, Any], *, metric: str = "euclidean", max_r: int | None = None,
                        normalize: bool = False, block: int | None = None, progress: bool = False
                        ) -> dict[str, dict[str, Any]]:
-    """R-Precision, Normalized R-Precision, ceiling and significance of each property (METHODS.md §9).
+    """R-Precision, Normalized R-Precision, ceiling and significance of each property (docs/methods.md §9).
 
     Parameters
     ----------
@@ -321,7 +321,7 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
 
 def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: Mapping[str, str]
                    ) -> dict[str, dict[str, Any]]:
-    """Compare two groups of models (e.g. ranking vs classification losses) per property (METHODS.md §9).
+    """Compare two groups of models (e.g. ranking vs classification losses) per property (docs/methods.md §9).
 
     ``values_by_model[model][property]`` is one value per model (e.g. its NR-Prec, or the mean of
     its folds); ``groups[model]`` names its group (exactly two groups). Per property: the

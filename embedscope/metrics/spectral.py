@@ -1,6 +1,6 @@
 """Singular-value spectra of embeddings: spectral decay ρ, class-conditioned spectra, RankMe, α-ReQ.
 
-Definitions: METHODS.md §2 (ρ and spectra, Roth et al. ICML 2020 §5 and App. E) and §4 (RankMe,
+Definitions: docs/methods.md §2 (ρ and spectra, Roth et al. ICML 2020 §5 and App. E) and §4 (RankMe,
 Garrido et al. ICML 2023; α-ReQ, Agrawal et al. NeurIPS 2022).
 
 Exactness: for N ≥ D the singular values come from the D×D Gram matrix XᵀX accumulated in
@@ -42,7 +42,7 @@ DIRECTIONS = ("uniform||s", "s||uniform")
 
 # ----------------------------------------------------------------------------- Gram accumulation
 def gram(X: np.ndarray, *, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """XᵀX (D×D, float64, full symmetric) and the column sums, accumulated over row blocks (METHODS.md §2).
+    """XᵀX (D×D, float64, full symmetric) and the column sums, accumulated over row blocks (docs/methods.md §2).
 
     Each block of rows is converted to float64 and added as ``b.T @ b`` (numpy recognises the
     transposed product and calls BLAS ``syrk``, then mirrors the triangle: the result is exactly
@@ -73,7 +73,7 @@ def _svd_values(X: np.ndarray) -> np.ndarray:
 
 
 def singular_values(X, *, method: str = "auto") -> np.ndarray:
-    """Singular values of X, descending (METHODS.md §2).
+    """Singular values of X, descending (docs/methods.md §2).
 
     s_1 ≥ … ≥ s_K, K = min(N, D), of the *uncentred* matrix X (raw, not squared), as used for the
     spectral decay ρ of Roth et al. (ICML 2020, §5). For N ≥ D they are s_k = sqrt(λ_k(XᵀX)) with
@@ -137,7 +137,7 @@ def _kl_decay(s: np.ndarray, exclude_top: int, direction: str, n_components: int
 
 def spectral_decay(X, *, exclude_top: int = 1, direction: str = "uniform||s",
                    n_components: int | None = None) -> float:
-    """Spectral decay ρ(Φ) = KL(U ‖ P) of the normalised singular-value spectrum (METHODS.md §2).
+    """Spectral decay ρ(Φ) = KL(U ‖ P) of the normalised singular-value spectrum (docs/methods.md §2).
 
     With s the singular values of X (uncentred, descending, :func:`singular_values`), optionally
     truncated to the first ``n_components``, s' = s[exclude_top:], K' = len(s'), p = s'/Σs'::
@@ -180,7 +180,7 @@ def spectral_decay(X, *, exclude_top: int = 1, direction: str = "uniform||s",
 
     Examples
     --------
-    The test vector of METHODS.md §2, X = diag(10, 4, 3, 2, 1):
+    The test vector of docs/methods.md §2, X = diag(10, 4, 3, 2, 1):
 
     >>> import numpy as np
     >>> X = np.diag([10.0, 4.0, 3.0, 2.0, 1.0])
@@ -197,7 +197,7 @@ def spectral_decay(X, *, exclude_top: int = 1, direction: str = "uniform||s",
 # ----------------------------------------------------------------------------- class-conditioned
 def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = False,
                               k: int = 35) -> tuple[np.ndarray, np.ndarray]:
-    """Per-class singular-value spectra and their mean (METHODS.md §2; Roth App. E, Fig. 11).
+    """Per-class singular-value spectra and their mean (docs/methods.md §2; Roth App. E, Fig. 11).
 
     For every class c with n_c ≥ 2 (in the order of ``np.unique(y)``; singleton classes are left
     out): the singular values of Φ_c (rows of class c; mean-centred first if ``center``), divided
@@ -260,7 +260,7 @@ def _rankme(s: np.ndarray, eps: float) -> float:
 
 
 def effective_rank(X, *, eps: float = RANKME_EPS) -> float:
-    """Effective rank RankMe(X) = exp(−Σ_k p_k ln p_k), p_k = s_k / Σ s + ε (METHODS.md §4).
+    """Effective rank RankMe(X) = exp(−Σ_k p_k ln p_k), p_k = s_k / Σ s + ε (docs/methods.md §4).
 
     Garrido, Balestriero, Najman, LeCun, "RankMe: Assessing the downstream performance of
     pretrained self-supervised representations by their rank", ICML 2023 (ε = 1e-7). s are the
@@ -302,7 +302,7 @@ def _alpha_fit(lam: np.ndarray, k_min: int, k_max: int | None, rtol: float) -> f
 
 
 def covariance_eigenvalues(X, *, center: bool = True) -> np.ndarray:
-    """Eigenvalues of the covariance (1/(N−1)) X̃ᵀX̃ (X̃ = X − mean if ``center``), descending (METHODS.md §4).
+    """Eigenvalues of the covariance (1/(N−1)) X̃ᵀX̃ (X̃ = X − mean if ``center``), descending (docs/methods.md §4).
 
     Exactly the squared singular values of X̃ over N − 1; K = min(N − 1, D) when centred.
     """
@@ -318,7 +318,7 @@ def covariance_eigenvalues(X, *, center: bool = True) -> np.ndarray:
 
 def alpha_req(X, *, k_min: int = 1, k_max: int | None = None, center: bool = True,
               rtol: float = 1e-12) -> float:
-    """α-ReQ: exponent α of a power law λ_k ∝ k^(−α) fitted to the covariance eigenspectrum (METHODS.md §4).
+    """α-ReQ: exponent α of a power law λ_k ∝ k^(−α) fitted to the covariance eigenspectrum (docs/methods.md §4).
 
     Agrawal, Mondal, Ghosh, Richards, "α-ReQ: Assessing Representation Quality in Self-Supervised
     Learning by measuring eigenspectrum decay", NeurIPS 2022. λ_1 ≥ λ_2 ≥ … are the eigenvalues of

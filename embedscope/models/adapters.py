@@ -17,7 +17,7 @@
   std 0.0039 on [0, 1] RGB, then flipped to BGR.
 - **ImageNet baselines** without a DML checkpoint (:func:`build_pretrained`): a backbone with
   weights from a local file and ``head="none"`` (pooled features) or ``head="random"`` (seeded
-  random normalised head, Roth et al. Table 2's first row; METHODS.md §7).
+  random normalised head, Roth et al. Table 2's first row; docs/methods.md §7).
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
 
     ``head="none"``: the pooled features ("ImageNet features"); ``head="random"``: a linear layer
     drawn from ``torch.manual_seed(head_seed)`` with PyTorch's default initialisation, output
-    L2-normalised (Roth et al. Table 2, "ImageNet + random normalised head", METHODS.md §7).
+    L2-normalised (Roth et al. Table 2, "ImageNet + random normalised head", docs/methods.md §7).
     Without ``weights`` the backbone keeps its random initialisation (an untrained baseline).
     """
     if head not in ("none", "random"):

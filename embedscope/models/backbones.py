@@ -17,7 +17,7 @@ a local file (:func:`embedscope.models.load_backbone_weights`).
 Heads (:class:`EmbeddingModel`): ``linear`` (``Linear(feat_dim, embed_dim)``, Roth et al. §4.1),
 ``none`` (the pooled features themselves: the "ImageNet features" baseline), ``random`` (a
 seeded, randomly initialised linear layer that is never trained: Roth et al. Table 2's
-"ImageNet + random normalised head" baseline, METHODS.md §7) and ``mlp`` (a stack of linear and
+"ImageNet + random normalised head" baseline, docs/methods.md §7) and ``mlp`` (a stack of linear and
 ReLU layers given as ``head_layers``, as in pytorch-metric-learning's embedders).
 """
 
@@ -65,7 +65,7 @@ class InputConvention(nn.Module):
 
     embedscope's transforms give RGB values ``v`` in [0, 1] normalised as ``(v - m) / s`` with
     ImageNet's mean ``m`` and std ``s``. A backbone trained on another convention (BN-Inception:
-    BGR, [0, 255], mean [104, 117, 128], METHODS.md §8) gets ``(v * range - mean') / std'`` in its
+    BGR, [0, 255], mean [104, 117, 128], docs/methods.md §8) gets ``(v * range - mean') / std'`` in its
     channel order. The map is per-channel affine, so the result equals that convention's own
     transform up to float rounding. Nothing is stored in the state dict.
     """
@@ -302,7 +302,7 @@ def default_config(arch: str, **overrides: Any) -> dict[str, Any]:
     """The model config of the papers' protocol, adapted to ``arch``.
 
     Digits: 8 px, no frozen BN. ``bninception``: the Cadene port's input convention (BGR, x 255,
-    mean [104, 117, 128]) and Resize(256) + CenterCrop(227), as Kobs et al. (METHODS.md §8).
+    mean [104, 117, 128]) and Resize(256) + CenterCrop(227), as Kobs et al. (docs/methods.md §8).
     """
     cfg = dict(DEFAULT_CONFIG, arch=arch)
     if arch == "digits_cnn":

@@ -8,7 +8,7 @@ names every layer flat: ``conv1_7x7_s2``, ``conv1_7x7_s2_bn``, ``inception_3a_1x
 key names (written here from the published layer table, not copied), so such a file loads with
 ``load_state_dict`` and its weights give the same features.
 
-Input convention of the port (METHODS.md §8): **BGR** channel order, values in **[0, 255]**, mean
+Input convention of the port (docs/methods.md §8): **BGR** channel order, values in **[0, 255]**, mean
 **[104, 117, 128]** (B, G, R) subtracted, std 1. Kobs et al. (powerful-benchmarker) evaluate at
 Resize(256) + CenterCrop(227); Cadene's settings list 224 and Roth et al. use 224 — the final
 7 x 7 global average pool gives a 1 x 1 map at both sizes. Roth et al.'s code normalises with

@@ -1,4 +1,4 @@
-"""Loss-specific distances on the torch side (METHODS.md §8; Kobs et al. Table 1 and reference code).
+"""Loss-specific distances on the torch side (docs/methods.md §8; Kobs et al. Table 1 and reference code).
 
 Every distance takes two batches of embeddings ``a`` [B, D] and ``b`` [B, D] (or [1, D], broadcast)
 and returns one value per row [B]. Both sides are **L2-normalised first** (``F.normalize``, eps
@@ -6,7 +6,7 @@ and returns one value per row [B]. Both sides are **L2-normalised first** (``F.n
 functions are differentiable, so saliency maps (:mod:`embedscope.saliency`) take their gradient.
 
 ========== ============================================== ==================================
-name       value                                          used for (METHODS.md §8)
+name       value                                          used for (docs/methods.md §8)
 ========== ============================================== ==================================
 euclidean  ‖â − b̂‖₂                                       untrained, contrastive, triplet,
                                                           margin (and lifted)
@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 from embedscope.errors import EmbedscopeError
 from embedscope.names import DISTANCES
 
-#: Loss name -> distance name (METHODS.md §8). Keys are this project's loss names
+#: Loss name -> distance name (docs/methods.md §8). Keys are this project's loss names
 #: (``embedscope.train.losses``) and Kobs et al.'s names of the losses we do not train.
 LOSS_DISTANCES: dict[str, str] = {
     # Euclidean
@@ -54,7 +54,7 @@ LOSS_DISTANCES: dict[str, str] = {
     "snr": "snr",
 }
 
-#: Which direction means "closer" for each distance (METHODS.md §8).
+#: Which direction means "closer" for each distance (docs/methods.md §8).
 CLOSER_IS: dict[str, str] = {"euclidean": "smaller", "sqeuclidean": "smaller", "snr": "smaller",
                              "cosine": "larger", "dot": "larger"}
 
@@ -69,30 +69,30 @@ def _normalize(x):
 
 
 def euclidean(a, b):
-    """‖â − b̂‖₂ per row on L2-normalised rows (METHODS.md §8). Smaller = closer."""
+    """‖â − b̂‖₂ per row on L2-normalised rows (docs/methods.md §8). Smaller = closer."""
     import torch
 
     return torch.linalg.vector_norm(_normalize(a) - _normalize(b), dim=-1)
 
 
 def sqeuclidean(a, b):
-    """‖â − b̂‖₂² per row on L2-normalised rows (METHODS.md §8). Smaller = closer."""
+    """‖â − b̂‖₂² per row on L2-normalised rows (docs/methods.md §8). Smaller = closer."""
     d = _normalize(a) - _normalize(b)
     return (d * d).sum(dim=-1)
 
 
 def cosine(a, b):
-    """Cosine similarity â · b̂ per row (METHODS.md §8). Larger = closer."""
+    """Cosine similarity â · b̂ per row (docs/methods.md §8). Larger = closer."""
     return (_normalize(a) * _normalize(b)).sum(dim=-1)
 
 
 def dot(a, b):
-    """Dot product of the L2-normalised rows (equals :func:`cosine`; METHODS.md §8). Larger = closer."""
+    """Dot product of the L2-normalised rows (equals :func:`cosine`; docs/methods.md §8). Larger = closer."""
     return (_normalize(a) * _normalize(b)).sum(dim=-1)
 
 
 def snr(a, b):
-    """SNR distance var(b̂ − â) / var(â) per row, ``a`` the query (METHODS.md §8). Smaller = closer.
+    """SNR distance var(b̂ − â) / var(â) per row, ``a`` the query (docs/methods.md §8). Smaller = closer.
 
     As pytorch-metric-learning's ``SNRDistance`` (query = first argument, variances over the D
     coordinates; the ddof cancels in the ratio).
@@ -125,7 +125,7 @@ def _loss_key(loss: str) -> str:
 
 
 def distance_for_loss(loss: str | None) -> str:
-    """The distance a loss uses (METHODS.md §8); ``None`` (no loss: an untrained model) -> euclidean.
+    """The distance a loss uses (docs/methods.md §8); ``None`` (no loss: an untrained model) -> euclidean.
 
     Names are matched case- and punctuation-insensitively (``NT-Xent`` = ``ntxent``,
     ``multi_similarity`` = ``multisimilarity``). An unknown loss raises a one-line error.
@@ -143,7 +143,7 @@ def distance_for_loss(loss: str | None) -> str:
 
 
 def distance_for_config(config: Mapping[str, Any] | None) -> str:
-    """The distance of a checkpoint (METHODS.md §8): its config's explicit ``distance`` field if
+    """The distance of a checkpoint (docs/methods.md §8): its config's explicit ``distance`` field if
     present, else the distance of its ``loss``, else Euclidean (a foreign or untrained checkpoint).
 
     An unknown distance name or loss name raises a one-line :class:`EmbedscopeError`.

@@ -1,4 +1,4 @@
-"""Saliency maps of embedding models and their agreement between models (Kobs et al. §3; METHODS.md §8).
+"""Saliency maps of embedding models and their agreement between models (Kobs et al. §3; docs/methods.md §8).
 
 :func:`saliency_maps` (SmoothGrad of the loss-specific distance to a black image),
 :func:`pair_saliency_maps` (why are two images near each other?), the maps file

@@ -1,4 +1,4 @@
-"""The work behind ``embedscope saliency`` and ``embedscope saliency-agreement`` (METHODS.md §8).
+"""The work behind ``embedscope saliency`` and ``embedscope saliency-agreement`` (docs/methods.md §8).
 
 :func:`saliency_to_file`: checkpoint + data set -> one maps file (the same image subset for every
 model: a deterministic choice by seed, or an explicit paths file). :func:`agreement_of_files`:
@@ -18,7 +18,7 @@ import numpy as np
 from embedscope.errors import EmbedscopeError, UsageError
 
 DEFAULT_N_IMAGES = 100
-#: Kobs et al.'s grouping of the losses they trained but this project does not (METHODS.md §8).
+#: Kobs et al.'s grouping of the losses they trained but this project does not (docs/methods.md §8).
 _KOBS_ONLY_FAMILIES = {"fastap": "ranking", "ntxent": "ranking", "cosface": "classification",
                        "normalizedsoftmax": "classification"}
 
@@ -34,7 +34,7 @@ def is_untrained(config: dict[str, Any] | None, extra: dict[str, Any] | None = N
 
 def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | None = None) -> str:
     """Kobs' loss family of a checkpoint: ``ranking`` / ``classification`` (proxy losses count as
-    classification, METHODS.md §8) from its config's ``loss``; ``untrained`` for a network without
+    classification, docs/methods.md §8) from its config's ``loss``; ``untrained`` for a network without
     DML training (:func:`is_untrained`); ``other`` for an unknown loss."""
     if is_untrained(config, extra):
         return "untrained"
@@ -108,10 +108,10 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
                      arch: str | None = None, train_classes=None, unsafe_pickle: bool = False,
                      name: str | None = None, figure=None, force: bool = False, progress: bool = True,
                      ) -> dict[str, Any]:
-    """Saliency maps of one checkpoint on a data set's images -> a maps file (METHODS.md §8).
+    """Saliency maps of one checkpoint on a data set's images -> a maps file (docs/methods.md §8).
 
     The distance is ``distance`` when given, else Euclidean for an untrained network
-    (:func:`is_untrained`, METHODS.md §8), else the checkpoint's (its config's ``distance`` field,
+    (:func:`is_untrained`, docs/methods.md §8), else the checkpoint's (its config's ``distance`` field,
     else its loss's, else Euclidean: :func:`embedscope.models.distances.distance_for_config`).
     ``pairs``: for each chosen query its nearest other image of the split under that distance, and
     the saliency of their distance with respect to each (:func:`pair_saliency_maps`). ``figure``:
@@ -139,7 +139,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         check_distance(config["distance"])  # a checkpoint naming an unknown distance is refused
     if distance is not None:
         dist, dist_source = check_distance(distance), "--distance"
-    elif untrained:  # METHODS.md §8: Euclidean for the untrained network, whatever loss it was set up for
+    elif untrained:  # docs/methods.md §8: Euclidean for the untrained network, whatever loss it was set up for
         dist, dist_source = "euclidean", "untrained network"
     else:
         dist = distance_for_config(config)
@@ -227,7 +227,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[str] | None = None,
                        families: Sequence[str] | None = None, jsd_base=2, json_out=None, csv_out=None,
                        per_image_csv=None, grid_images: int = 6, force: bool = False) -> dict[str, Any]:
-    """Agreement of several models' maps files (METHODS.md §8) -> matrices, block means, figures.
+    """Agreement of several models' maps files (docs/methods.md §8) -> matrices, block means, figures.
 
     Files are matched by path (the images they all hold, in the first file's order; a note counts
     the images left out). Models are shown grouped by family (ranking, classification, untrained,
@@ -322,7 +322,7 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
         per_image = {f"{names[i]} vs {names[j]}": {"pearson": pr["pearson"], "jsd": pr["jsd"]}
                      for (i, j), pr in res["pairs"].items()}
         write_json(json_out, {
-            "method": "Kobs et al. 2021 saliency agreement (METHODS.md §8): Pearson r per image aggregated in "
+            "method": "Kobs et al. 2021 saliency agreement (docs/methods.md §8): Pearson r per image aggregated in "
                       "Fisher-z space (mean, population-std spread; |r| clipped at 1 - 1e-7), JSD mean +- std",
             "files": files, "names": names, "families": fams, "n_images": res["n_images"], "notes": notes,
             "matrices": {k: res[k] for k in ("r_mean", "r_spread", "jsd_mean", "jsd_std", "n_undefined_r")},

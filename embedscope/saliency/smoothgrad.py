@@ -1,11 +1,11 @@
-"""SmoothGrad saliency maps of embedding models (Kobs et al. §3; METHODS.md §8).
+"""SmoothGrad saliency maps of embedding models (Kobs et al. §3; docs/methods.md §8).
 
 What is differentiated: the loss-specific distance d_ℓ(f(I), f(I_black)) between the embedding of
 the (noisy) preprocessed image and the embedding of a black image (computed once, without noise,
 detached), with respect to the preprocessed input, model in eval mode. d_ℓ comes from
 :mod:`embedscope.models.distances` and is always computed on L2-normalised embeddings.
 
-SmoothGrad (METHODS.md §8, Eq. 2): l noisy copies I + N(0, σ²) (the clean image is not one of
+SmoothGrad (docs/methods.md §8, Eq. 2): l noisy copies I + N(0, σ²) (the clean image is not one of
 them), σ = ``noise`` × (max − min) of that image's preprocessed tensor. Post-processing:
 
 * ``order="paper"`` (default): mean of the signed gradients over the copies → abs → mean over
@@ -57,7 +57,7 @@ def image_seed(seed: int, index: int, stream: int = 0) -> int:
 
 
 def noise_sigma(image, noise: float) -> float:
-    """σ = ``noise`` × (max − min) of the preprocessed image tensor (METHODS.md §8)."""
+    """σ = ``noise`` × (max − min) of the preprocessed image tensor (docs/methods.md §8)."""
     return float(noise) * float(image.max() - image.min())
 
 
@@ -77,7 +77,7 @@ def smoothgrad_noise(image, n_samples: int, noise: float, seed: int, index: int,
 
 
 def scale_map(g: np.ndarray, percentile: float = 99.0) -> np.ndarray:
-    """clip((g − min g) / (p99 − min g), 0, 1) (METHODS.md §8; numpy's linear percentile).
+    """clip((g − min g) / (p99 − min g), 0, 1) (docs/methods.md §8; numpy's linear percentile).
 
     When p99 equals the minimum, 1 where g > min and 0 elsewhere.
     """
@@ -90,7 +90,7 @@ def scale_map(g: np.ndarray, percentile: float = 99.0) -> np.ndarray:
 
 
 def postprocess(acc: np.ndarray, order: str) -> np.ndarray:
-    """From the accumulated gradients of one image to its map in [0, 1] (METHODS.md §8).
+    """From the accumulated gradients of one image to its map in [0, 1] (docs/methods.md §8).
 
     ``order="paper"``: ``acc`` is the mean signed gradient [C, H, W] → abs → channel mean → scale.
     ``order="code"``: ``acc`` is the mean over copies of |signed channel mean| [H, W] → scale.
@@ -120,7 +120,7 @@ def _postprocess_torch(acc, order: str):
 
 
 def black_image(kind: str, image_size: int):
-    """The black image in the model's input space (METHODS.md §8: a black image through the same
+    """The black image in the model's input space (docs/methods.md §8: a black image through the same
     evaluation preprocessing; a constant −mean/std per channel for photos, zeros for the digits)."""
     from PIL import Image
 
@@ -387,7 +387,7 @@ def embed_clean(model, images, *, device: str = "auto", batch_size: int = 256, a
 def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: float = 0.15,
                   order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
                   amp: Any = None, progress: bool = False, baseline=None, input_size=None) -> np.ndarray:
-    """SmoothGrad saliency maps of an embedding model (Kobs et al. Eq. 1–2; METHODS.md §8).
+    """SmoothGrad saliency maps of an embedding model (Kobs et al. Eq. 1–2; docs/methods.md §8).
 
     Parameters
     ----------
@@ -450,7 +450,7 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
 def pair_saliency_maps(model, queries, retrievals, *, distance=None, n_samples: int = 50, noise: float = 0.15,
                        order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
                        amp: Any = None, progress: bool = False, input_size=None) -> dict[str, np.ndarray]:
-    """Saliency of the similarity of two images (beyond Kobs; METHODS.md §8 machinery).
+    """Saliency of the similarity of two images (beyond Kobs; docs/methods.md §8 machinery).
 
     For each pair (q_i, r_i): the SmoothGrad map of d(f(q_i + ε), f(r_i)) with respect to the query
     (the retrieval's embedding clean and detached), and of d(f(q_i), f(r_i + ε)) with respect to
@@ -474,7 +474,7 @@ def pair_saliency_maps(model, queries, retrievals, *, distance=None, n_samples: 
 
 
 def nearest_retrievals(queries_z, refs_z, distance, *, exclude=None, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """For each query embedding its nearest reference under ``distance`` (METHODS.md §8's d_ℓ).
+    """For each query embedding its nearest reference under ``distance`` (docs/methods.md §8's d_ℓ).
 
     ``exclude[i]``: a reference index never returned for query i (the query itself), or -1.
     Returns (index [Q], distance value [Q]). Memory: one [block, D] x [N, D] pass at a time for

@@ -1,4 +1,4 @@
-"""The saliency-maps file: one HDF5 file per model (METHODS.md §8 maps; target home ``store/saliency.py``).
+"""The saliency-maps file: one HDF5 file per model (docs/methods.md §8 maps; target home ``store/saliency.py``).
 
 Layout (``format = "embedscope-saliency"``, ``format_version`` 1)::
 

@@ -1,4 +1,4 @@
-"""Studies over many checkpoints (METHODS.md §6): plan, run (cached, resumable, Dask), statistics, report.
+"""Studies over many checkpoints (docs/methods.md §6): plan, run (cached, resumable, Dask), statistics, report.
 
 ``embedscope study SRC -o STUDY_DIR`` and ``embedscope report STUDY_DIR -o report.html``; see
 ``docs/studies.md``.

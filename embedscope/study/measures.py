@@ -3,7 +3,7 @@
 A study asks the registry (``embedscope.analyses.registry``: ``MEASURES`` and ``compute_measures``)
 for every measure on its own split (training-set geometry, label-free spectra, test retrieval).
 Until that registry is importable, a stand-in with the same interface is used: geometry of the
-training split (METHODS.md §2–§4) and retrieval metrics of the test split (METHODS.md §1).
+training split (docs/methods.md §2–§4) and retrieval metrics of the test split (docs/methods.md §1).
 """
 
 from __future__ import annotations
@@ -30,18 +30,18 @@ _GEOM = {  # registry name -> geometry_report key
 _RET = ("R@1", "R@2", "R@4", "R@8", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "NMI", "F1")
 
 _FALLBACK = {
-    "rho": Measure("rho", "spectral", "train", "none", "spectral decay KL(U||s), top value excluded (METHODS.md §2)"),
-    "rho_all": Measure("rho_all", "spectral", "train", "none", "spectral decay, no value excluded (METHODS.md §2)"),
-    "pi_intra": Measure("pi_intra", "distance", "train", "none", "mean intra-class cosine distance (METHODS.md §3)"),
-    "pi_inter": Measure("pi_inter", "distance", "train", "none", "mean distance of class centres (METHODS.md §3)"),
-    "pi_ratio": Measure("pi_ratio", "distance", "train", "none", "pi_intra / pi_inter (METHODS.md §3)"),
+    "rho": Measure("rho", "spectral", "train", "none", "spectral decay KL(U||s), top value excluded (docs/methods.md §2)"),
+    "rho_all": Measure("rho_all", "spectral", "train", "none", "spectral decay, no value excluded (docs/methods.md §2)"),
+    "pi_intra": Measure("pi_intra", "distance", "train", "none", "mean intra-class cosine distance (docs/methods.md §3)"),
+    "pi_inter": Measure("pi_inter", "distance", "train", "none", "mean distance of class centres (docs/methods.md §3)"),
+    "pi_ratio": Measure("pi_ratio", "distance", "train", "none", "pi_intra / pi_inter (docs/methods.md §3)"),
     "effective_rank": Measure("effective_rank", "label-free", "train", "none",
-                              "effective rank, RankMe (METHODS.md §4)"),
-    "alpha": Measure("alpha", "label-free", "train", "none", "power-law exponent, alpha-ReQ (METHODS.md §4)"),
-    "alignment": Measure("alignment", "label-free", "train", "lower", "same-class alignment (METHODS.md §4)"),
-    "uniformity": Measure("uniformity", "label-free", "train", "lower", "uniformity (METHODS.md §4)"),
+                              "effective rank, RankMe (docs/methods.md §4)"),
+    "alpha": Measure("alpha", "label-free", "train", "none", "power-law exponent, alpha-ReQ (docs/methods.md §4)"),
+    "alignment": Measure("alignment", "label-free", "train", "lower", "same-class alignment (docs/methods.md §4)"),
+    "uniformity": Measure("uniformity", "label-free", "train", "lower", "uniformity (docs/methods.md §4)"),
     **{k: Measure(k, "retrieval" if k not in ("NMI", "F1") else "clustering", "test", "higher",
-                  f"{k} of the test split (METHODS.md §1)") for k in _RET},
+                  f"{k} of the test split (docs/methods.md §1)") for k in _RET},
 }
 
 

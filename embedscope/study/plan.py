@@ -1,4 +1,4 @@
-"""Which checkpoints a study measures: from a train-grid folder, a glob, or a YAML list (METHODS.md §6).
+"""Which checkpoints a study measures: from a train-grid folder, a glob, or a YAML list (docs/methods.md §6).
 
 A study point is a :class:`Entry`: one checkpoint file, the run it belongs to, which epoch of the run
 it is (``selection``: ``best`` = the epoch of best test R@1, Roth's protocol, which *selects on the

@@ -2,7 +2,7 @@
 
 Sections: settings and provenance (source, data set, versions, checkpoint hashes), the reading
 aids (untrained reference, robustness), the correlation table with bootstrap intervals and the
-granulated τ, the published values of METHODS.md §6 beside ours, the figures, and the runs table.
+granulated τ, the published values of docs/methods.md §6 beside ours, the figures, and the runs table.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 
 from embedscope.errors import EmbedscopeError
 
-# METHODS.md §6: Roth Fig. 5 (Pearson r over objectives, structure of the training set vs test R@1)
+# docs/methods.md §6: Roth Fig. 5 (Pearson r over objectives, structure of the training set vs test R@1)
 PUBLISHED_FIG5 = {
     "rho": {"CUB": -0.80, "CARS": -0.85, "SOP": -0.63},
     "pi_ratio": {"CUB": 0.79, "CARS": 0.65, "SOP": 0.22},
     "pi_intra": {"CUB": 0.25, "CARS": 0.39, "SOP": 0.36},
     "pi_inter": {"CUB": -0.16, "CARS": -0.08, "SOP": 0.17},
 }
-# METHODS.md §6: Roth Fig. 4 (CUB), Pearson r between evaluation metrics across objectives
+# docs/methods.md §6: Roth Fig. 4 (CUB), Pearson r between evaluation metrics across objectives
 PUBLISHED_FIG4 = {("R@1", "NMI"): 0.86, ("R@1", "mAP@C"): 0.76, ("NMI", "F1"): 0.99}
 
 CSS = """
@@ -106,7 +106,7 @@ def build_report(study_dir: str | os.PathLike) -> str:
     parts.append(f'<p class="note">{np_["runs"]} runs in {np_["objectives"]} objectives '
                  f'({np_["rows"]} checkpoints measured, {np_["errors"]} failed, {np_["excluded"]} excluded by '
                  f'{_e(", ".join(stats.get("exclude") or []) or "nothing")}). '
-                 "Protocol: METHODS.md §6 (Roth et al. 2020, "
+                 "Protocol: docs/methods.md §6 (Roth et al. 2020, "
                  "Fig. 4, Fig. 5).</p>")
 
     # settings and provenance
@@ -184,7 +184,7 @@ def build_report(study_dir: str | os.PathLike) -> str:
                         rrows, left=1))
 
     # published beside ours
-    parts.append("<h2>Published values (METHODS.md §6) beside ours</h2>")
+    parts.append("<h2>Published values (docs/methods.md §6) beside ours</h2>")
     prow = []
     for m, pub in PUBLISHED_FIG5.items():
         o = by.get(m, {}).get("objectives", {})

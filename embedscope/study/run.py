@@ -185,7 +185,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
               device: str = "auto", measures=None, figures: bool = True, progress: bool = True,
               echo: Callable[[str], None] | None = None,
               on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Measure every checkpoint of ``source`` and write the study folder ``out_dir`` (METHODS.md §6).
+    """Measure every checkpoint of ``source`` and write the study folder ``out_dir`` (docs/methods.md §6).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Statistics of a study: how well each measure tracks the target over objectives and runs (METHODS.md §6).
+"""Statistics of a study: how well each measure tracks the target over objectives and runs (docs/methods.md §6).
 
 Per measure m and a target t (default test R@1):
 
@@ -23,7 +23,7 @@ Per measure m and a target t (default test R@1):
   selected checkpoint is **no better than the untrained network** on the target.
 
 Sign: every statistic is reported as measured; Roth's reading is "ρ lower, R@1 higher" (negative r)
-and "π_ratio higher, R@1 higher" (positive r) on CUB and CARS (METHODS.md §6).
+and "π_ratio higher, R@1 higher" (positive r) on CUB and CARS (docs/methods.md §6).
 """
 
 from __future__ import annotations

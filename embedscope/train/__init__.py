@@ -1,6 +1,6 @@
 """Training of Roth et al.'s study: losses, miners, batch samplers, ρ-regularisation, the toy example.
 
-``embedscope train`` / :func:`embedscope.train.trainer.train`; definitions in METHODS.md §5.
+``embedscope train`` / :func:`embedscope.train.trainer.train`; definitions in docs/methods.md §5.
 Imports are lazy so that ``import embedscope.train`` stays cheap.
 """
 

@@ -13,7 +13,7 @@ of :mod:`embedscope.train.trainer` (its working files beside it, see ``docs/trai
 The summary ``grid.csv`` lists every model of the folder: rows of earlier calls are kept (a row of
 this call replaces the row of the same name). Per model: the settings, the best test R@1 (and
 MAP@R when the trainer logs it), the epoch of it and ρ of the training embeddings there (Roth §5
-take both at the epoch of best test R@1, METHODS.md §6), the final epoch's values, the untrained
+take both at the epoch of best test R@1, docs/methods.md §6), the final epoch's values, the untrained
 network's test R@1 (epoch 0 of the log), and the paths of the final and best checkpoints.
 """
 
@@ -94,7 +94,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                out_dir: str | os.PathLike, *, options: dict[str, Any] | None = None, force: bool = False,
                keep_epochs: bool = False, progress: bool = True,
                echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Train every combination of ``losses`` × ``p_switches`` × ``seeds`` (METHODS.md §5, §6).
+    """Train every combination of ``losses`` × ``p_switches`` × ``seeds`` (docs/methods.md §5, §6).
 
     ``options`` are further trainer options (epochs, sampler, miner, batch_size, …) shared by all
     runs. Finished runs with the same settings are skipped; a stored run with other settings is

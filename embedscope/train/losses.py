@@ -1,6 +1,6 @@
 """The training objectives of Roth et al.'s study, built on pytorch-metric-learning (PML).
 
-Each loss is selected by name (``--loss``) and gets the hyper-parameters of METHODS.md §5
+Each loss is selected by name (``--loss``) and gets the hyper-parameters of docs/methods.md §5
 (Roth et al., ICML 2020, App. A.1) as defaults. Every loss is wrapped in :class:`TrainLoss`, an
 ``nn.Module`` whose own parameters (learnable margins, proxies, class weights) the trainer hands to
 the optimiser in their own parameter group (:meth:`TrainLoss.param_groups`).
@@ -12,7 +12,7 @@ Families (recorded in the checkpoint config as ``loss_family``):
 * ``classification``: arcface, softmax -- a learnt class-weight matrix;
 * ``proxy``: proxynca, softtriple -- learnt proxies (one or several per class).
 
-Kobs et al.'s two-way grouping (METHODS.md §8) counts ``proxy`` as classification-based:
+Kobs et al.'s two-way grouping (docs/methods.md §8) counts ``proxy`` as classification-based:
 :func:`kobs_group` gives it.
 """
 
@@ -87,12 +87,12 @@ def loss_spec(name: str) -> LossSpec:
 
 
 def loss_family(name: str) -> str:
-    """'ranking', 'classification' or 'proxy' (METHODS.md §5, §8)."""
+    """'ranking', 'classification' or 'proxy' (docs/methods.md §5, §8)."""
     return loss_spec(name).family
 
 
 def kobs_group(name: str) -> str:
-    """Kobs et al.'s two-way grouping (METHODS.md §8): proxy losses count as classification."""
+    """Kobs et al.'s two-way grouping (docs/methods.md §8): proxy losses count as classification."""
     return "ranking" if loss_family(name) == "ranking" else "classification"
 
 
@@ -128,7 +128,7 @@ class TrainLoss(nn.Module):
     def param_groups(self, base_lr: float) -> list[dict[str, Any]]:
         """Optimiser groups for the loss's own parameters (empty for parameter-free losses).
 
-        margin: beta at its own lr (``beta_lr``, 5e-4, METHODS.md §5); proxy/classification losses:
+        margin: beta at its own lr (``beta_lr``, 5e-4, docs/methods.md §5); proxy/classification losses:
         ``param_lr_mult * base_lr`` (the reference code trains proxies and class weights faster than
         the backbone; the multipliers are parameters of :func:`build_loss`).
         """
@@ -143,7 +143,7 @@ class TrainLoss(nn.Module):
 
 
 def build_loss(name: str, num_classes: int, embed_dim: int, **overrides: Any) -> TrainLoss:
-    """Build a training loss by name with the hyper-parameters of METHODS.md §5 (Roth App. A.1).
+    """Build a training loss by name with the hyper-parameters of docs/methods.md §5 (Roth App. A.1).
 
     Parameters
     ----------
@@ -160,7 +160,7 @@ def build_loss(name: str, num_classes: int, embed_dim: int, **overrides: Any) ->
 
     Notes
     -----
-    Mapping of the paper's hyper-parameters onto PML (METHODS.md §5):
+    Mapping of the paper's hyper-parameters onto PML (docs/methods.md §5):
 
     * margin: ``MarginLoss(margin=γ=0.2, beta=β, learn_beta=True, num_classes=C)``, Euclidean
       distance on the unit sphere; β has its own lr 5e-4 (Wu et al.).

@@ -1,4 +1,4 @@
-"""Tuple miners of Roth et al.'s study and the ρ-regularising switch (METHODS.md §5).
+"""Tuple miners of Roth et al.'s study and the ρ-regularising switch (docs/methods.md §5).
 
 Every miner maps a batch (embeddings B x D, labels B) to triplets ``(a, p, n)``: three LongTensors
 on the embeddings' device, with ``labels[a] == labels[p]``, ``a != p`` and ``labels[a] != labels[n]``
@@ -32,7 +32,7 @@ def pairwise_distances(X: np.ndarray) -> np.ndarray:
 
 
 def inverse_sphere_log_weights(d: np.ndarray, dim: int, cutoff: float = 0.5) -> np.ndarray:
-    """ln q(d)^{-1} of distance-weighted sampling (Wu et al. 2017; METHODS.md §5).
+    """ln q(d)^{-1} of distance-weighted sampling (Wu et al. 2017; docs/methods.md §5).
 
     ln q(d)^{-1} = (2 − D) ln d − ((D − 3)/2) ln(1 − d²/4), with d clamped to ``d ≥ cutoff``
     (0.5, as the reference code ``batchminer/distance.py``) and 1 − d²/4 kept ≥ 1e-8 (points that
@@ -95,7 +95,7 @@ class TupleMiner:
 
 
 class RandomMiner(TupleMiner):
-    """Random valid triplets: for every anchor a uniform positive and a uniform negative (METHODS.md §5)."""
+    """Random valid triplets: for every anchor a uniform positive and a uniform negative (docs/methods.md §5)."""
 
     name = "random"
 
@@ -104,7 +104,7 @@ class RandomMiner(TupleMiner):
 
 
 class DistanceWeightedMiner(TupleMiner):
-    """Distance-weighted sampling (Wu et al. 2017; reference code ``batchminer/distance.py``; METHODS.md §5).
+    """Distance-weighted sampling (Wu et al. 2017; reference code ``batchminer/distance.py``; docs/methods.md §5).
 
     Every sample with a same-class partner is an anchor; the positive is uniform among its class;
     one negative is drawn with probability ∝ q(d)^{-1} over the other-class samples, with
@@ -140,7 +140,7 @@ class DistanceWeightedMiner(TupleMiner):
 
 
 class SemihardMiner(TupleMiner):
-    """Semi-hard negatives (Schroff et al.; reference ``batchminer/semihard.py``; METHODS.md §5).
+    """Semi-hard negatives (Schroff et al.; reference ``batchminer/semihard.py``; docs/methods.md §5).
 
     Per anchor: a uniform positive p; a uniform negative among d_ap < d_an < d_ap + margin
     (margin 0.2), else (none) a uniform negative.
@@ -162,7 +162,7 @@ class SemihardMiner(TupleMiner):
 
 
 class SofthardMiner(TupleMiner):
-    """Soft-hard mining (reference ``batchminer/softhard.py``; METHODS.md §5).
+    """Soft-hard mining (reference ``batchminer/softhard.py``; docs/methods.md §5).
 
     Per anchor: positive uniform among positives farther than the closest negative, negative
     uniform among negatives closer than the farthest positive; each falls back to all positives /
@@ -183,7 +183,7 @@ class SofthardMiner(TupleMiner):
 
 
 class RhoSwitchMiner(TupleMiner):
-    """ρ-regularisation on a tuple miner (Roth §3, reference ``batchminer/rho_distance.py``; METHODS.md §5).
+    """ρ-regularisation on a tuple miner (Roth §3, reference ``batchminer/rho_distance.py``; docs/methods.md §5).
 
     For every batch sample i whose class has ≥ 2 members in the batch, draw
     switch ~ Bernoulli(p_switch). Switched: the triplet is (a=i, p=i, n=j), j uniform among the
@@ -229,7 +229,7 @@ _MINERS = {"distance": DistanceWeightedMiner, "semihard": SemihardMiner, "random
 def build_miner(name: str | None, *, p_switch: float = 0.0, seed: int | None = 0) -> TupleMiner | None:
     """A tuple miner by name (``distance``, ``semihard``, ``random``, ``softhard``), optionally ρ-switched.
 
-    ``p_switch > 0`` wraps the miner in :class:`RhoSwitchMiner` (METHODS.md §5); with ``name=None``
+    ``p_switch > 0`` wraps the miner in :class:`RhoSwitchMiner` (docs/methods.md §5); with ``name=None``
     and ``p_switch > 0`` the reference code's distance-weighted miner is used. ``name=None`` and
     ``p_switch == 0`` return None (the loss mines its own pairs or uses all of them).
     """

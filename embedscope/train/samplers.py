@@ -1,4 +1,4 @@
-"""Batch samplers of Roth et al.'s study (§3.2; reference code ``datasampler/``; METHODS.md §5).
+"""Batch samplers of Roth et al.'s study (§3.2; reference code ``datasampler/``; docs/methods.md §5).
 
 A sampler is a ``torch.utils.data`` batch sampler: iterating it yields ``len(sampler)`` lists of
 ``batch_size`` indices into the training set (``N // batch_size`` batches per epoch, as the
@@ -76,7 +76,7 @@ class BatchSampler:
 
 
 class RandomBatchSampler(BatchSampler):
-    """``random``: a permutation of the training set per epoch, in batches of b (METHODS.md §5)."""
+    """``random``: a permutation of the training set per epoch, in batches of b (docs/methods.md §5)."""
 
     name = "random"
 
@@ -87,7 +87,7 @@ class RandomBatchSampler(BatchSampler):
 
 
 class SPCSampler(BatchSampler):
-    """``spc-n``: b/n distinct classes, n samples of each (Roth §3.2; METHODS.md §5)."""
+    """``spc-n``: b/n distinct classes, n samples of each (Roth §3.2; docs/methods.md §5)."""
 
     def __init__(self, labels, batch_size: int, n: int, seed: int | None = 0) -> None:
         super().__init__(labels, batch_size, seed)
@@ -108,7 +108,7 @@ class SPCSampler(BatchSampler):
 
 
 class SPCRSampler(BatchSampler):
-    """``spc-r``: b − 1 distinct random samples plus one that shares a label with one of them (METHODS.md §5)."""
+    """``spc-r``: b − 1 distinct random samples plus one that shares a label with one of them (docs/methods.md §5)."""
 
     name = "spc-r"
 
@@ -138,7 +138,7 @@ class SPCRSampler(BatchSampler):
 
 
 class EmbeddedSampler(BatchSampler):
-    """Embedded samplers (Roth §3.2; reference ``datasampler/``; METHODS.md §5).
+    """Embedded samplers (Roth §3.2; reference ``datasampler/``; docs/methods.md §5).
 
     A memory bank holds one embedding per training image (``init_bank`` with the embedded training
     set; ``update`` overwrites the rows of each trained batch). Each batch: draw B* of ``bigb``
@@ -217,7 +217,7 @@ class EmbeddedSampler(BatchSampler):
 class GreedyCoresetSampler(EmbeddedSampler):
     """``gc``: greedy k-center on B* for b/n picks, each padded with n − 1 same-class samples.
 
-    Greedy approximation of min_B max_{x*∈B*} min_{x∈B} ‖x − x*‖ (METHODS.md §5): start at a
+    Greedy approximation of min_B max_{x*∈B*} min_{x∈B} ‖x − x*‖ (docs/methods.md §5): start at a
     random point of B*, then repeatedly add the point of B* farthest from the picks.
     """
 
@@ -253,7 +253,7 @@ def histogram_wasserstein(h1: np.ndarray, h2: np.ndarray, width: float) -> float
 
 
 def frechet_distance(X1: np.ndarray, X2: np.ndarray) -> float:
-    """‖μ₁ − μ₂‖² + Tr(Σ₁ + Σ₂ − 2(Σ₁Σ₂)^{1/2}) of two sets of rows (METHODS.md §5, FRD).
+    """‖μ₁ − μ₂‖² + Tr(Σ₁ + Σ₂ − 2(Σ₁Σ₂)^{1/2}) of two sets of rows (docs/methods.md §5, FRD).
 
     Tr (Σ₁Σ₂)^{1/2} = Σ sqrt(eig(S Σ₁ S)), S = Σ₂^{1/2} (similar matrices, PSD).
     """
@@ -268,7 +268,7 @@ def frechet_distance(X1: np.ndarray, X2: np.ndarray) -> float:
 
 class DDMSampler(EmbeddedSampler):
     """``ddm``: of m SPC-n candidates from B*, the one whose normalised histogram of pairwise
-    distances (50 bins) has the smallest Wasserstein distance to B*'s (METHODS.md §5)."""
+    distances (50 bins) has the smallest Wasserstein distance to B*'s (docs/methods.md §5)."""
 
     name = "ddm"
     bins = 50
@@ -289,7 +289,7 @@ class DDMSampler(EmbeddedSampler):
 
 class FRDSampler(EmbeddedSampler):
     """``frd``: of m SPC-n candidates from B*, the one with the smallest Fréchet distance to B*
-    (‖μ_B − μ_B*‖² + Tr(Σ_B + Σ_B* − 2(Σ_B Σ_B*)^{1/2}); METHODS.md §5)."""
+    (‖μ_B − μ_B*‖² + Tr(Σ_B + Σ_B* − 2(Σ_B Σ_B*)^{1/2}); docs/methods.md §5)."""
 
     name = "frd"
 
@@ -304,7 +304,7 @@ class FRDSampler(EmbeddedSampler):
 
 def build_sampler(name: str, labels, batch_size: int, *, seed: int | None = 0, bigb: int = 1024,
                   m: int = 10, n: int = 2) -> BatchSampler:
-    """A batch sampler by name (METHODS.md §5): ``spc-2|spc-4|spc-8|spc-r|random|gc|ddm|frd``.
+    """A batch sampler by name (docs/methods.md §5): ``spc-2|spc-4|spc-8|spc-r|random|gc|ddm|frd``.
 
     ``n`` is the samples per class of the embedded samplers' batches; ``bigb`` the size of B*
     (paper 1024); ``m`` the number of candidates of ``ddm``/``frd`` (code 10).

@@ -1,4 +1,4 @@
-"""Roth et al.'s toy example for ρ-regularisation (supp. G, Fig. 6; METHODS.md §5).
+"""Roth et al.'s toy example for ρ-regularisation (supp. G, Fig. 6; docs/methods.md §5).
 
 Reference code: ``toy_experiments/toy_example_diagonal_lines.py``. Training data: 4 classes on the
 diagonal y = x; test data: 4 classes on lines parallel to the axes. A two-layer MLP with a 2-D,
@@ -15,8 +15,8 @@ Three variants, with the same data, initialisation and batches per seed:
   the attraction term, so L = mean relu(0.1 − ‖φ_a − φ_n'‖).
 
 ρ of the training embeddings uses all singular values (``exclude_top=0``): with a 2-D embedding,
-dropping the top one would leave a single value and ρ = 0 (METHODS.md §2, §5). Test R@1 is the
-leave-one-out nearest-neighbour hit rate on the 60 test points (METHODS.md §1).
+dropping the top one would leave a single value and ρ = 0 (docs/methods.md §2, §5). Test R@1 is the
+leave-one-out nearest-neighbour hit rate on the 60 test points (docs/methods.md §1).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ MARGIN = 0.1
 
 
 def toy_data(seed: int = 1, n_per_class: int = 15) -> dict[str, np.ndarray]:
-    """The toy data set (METHODS.md §5): 15 of 100 linspace points per class, drawn with ``seed``.
+    """The toy data set (docs/methods.md §5): 15 of 100 linspace points per class, drawn with ``seed``.
 
     Training: class k on y = x for t in TRAIN_RANGES[k]. Test: x = 0.2, y ∈ [0.2, 0.4];
     x = 0.2, y ∈ [0.55, 0.85]; y = 0.2, x ∈ [0.4, 0.6]; y = 0.2, x ∈ [0.7, 0.9].
@@ -61,7 +61,7 @@ def toy_data(seed: int = 1, n_per_class: int = 15) -> dict[str, np.ndarray]:
 
 
 def toy_network():
-    """Linear(2,30)–ReLU–Linear(30,30)–ReLU–Linear(30,2)–L2-normalise (METHODS.md §5)."""
+    """Linear(2,30)–ReLU–Linear(30,30)–ReLU–Linear(30,2)–L2-normalise (docs/methods.md §5)."""
     import torch
     from torch import nn
 
@@ -84,10 +84,10 @@ def _r1(X: np.ndarray, y: np.ndarray) -> float:
 
 def train_toy(variant: str, seed: int = 1, *, p_switch: float = 0.001, iterations: int = 200,
               batch_size: int = 24, lr: float = 0.03, data: dict | None = None) -> dict[str, Any]:
-    """Train one variant of the toy example (Roth supp. G; METHODS.md §5) and measure it.
+    """Train one variant of the toy example (Roth supp. G; docs/methods.md §5) and measure it.
 
     Returns a dict with the training and test embeddings, ``rho`` (ρ of the training embeddings
-    over all singular values, METHODS.md §2), ``singular_values``, ``r1_test``, ``r1_train``,
+    over all singular values, docs/methods.md §2), ``singular_values``, ``r1_test``, ``r1_train``,
     ``switch_rate`` (switched / all triplets; 0 for the baseline) and the loss curve.
     """
     import torch

@@ -1,4 +1,4 @@
-"""The training loop of ``embedscope train`` (Roth et al.'s protocol, METHODS.md §5).
+"""The training loop of ``embedscope train`` (Roth et al.'s protocol, docs/methods.md §5).
 
 Files of a run with output ``-o runs/x.pt`` (documented in ``docs/training.md``):
 
@@ -14,7 +14,7 @@ Files of a run with output ``-o runs/x.pt`` (documented in ``docs/training.md``)
   configuration (one value per run, repeated on each row); epoch 0 = the untrained model.
 
 Every checkpoint holds the full resolved configuration (``config``, with the ``distance`` of the
-loss, METHODS.md §8) and in ``extra``: ``epoch``, ``finished``, ``history`` (the log rows),
+loss, docs/methods.md §8) and in ``extra``: ``epoch``, ``finished``, ``history`` (the log rows),
 ``metrics`` (latest and best), the optimiser state, the loss's parameters, the sampler's and
 miner's random states (and memory bank) and the torch RNG state, so that a resumed run equals an
 uninterrupted one on the CPU with the same seed.
@@ -77,14 +77,14 @@ LOG_CONFIG_COLUMNS = {"dataset": "dataset", "arch": "arch", "embed_dim": "embed_
 # the working files of a run folder that --force removes (nothing else is touched)
 _RUN_FILE_PATTERNS = ("last.pt", "best.pt", "epoch-*.pt", ".*.tmp")
 
-# METHODS.md §8, used when embedscope.models.distances is not available
+# docs/methods.md §8, used when embedscope.models.distances is not available
 _LOSS_DISTANCE = {"contrastive": "euclidean", "triplet": "euclidean", "margin": "euclidean", "lifted": "euclidean",
                   "proxynca": "sqeuclidean", "multisimilarity": "cosine", "arcface": "cosine",
                   "softtriple": "cosine", "softmax": "cosine", "npair": "dot", "snr": "snr"}
 
 
 def loss_distance(loss: str) -> str:
-    """The distance of a loss (METHODS.md §8): euclidean for contrastive/triplet/margin,
+    """The distance of a loss (docs/methods.md §8): euclidean for contrastive/triplet/margin,
     sqeuclidean for ProxyNCA, cosine for multisimilarity/ArcFace/SoftTriple/normalised softmax,
     snr for SNR (via :func:`embedscope.models.distances.distance_for_loss`)."""
     try:
@@ -149,7 +149,7 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     """The full configuration of a run from user options (unknown keys are refused).
 
     Fills data-set defaults (:func:`dataset_defaults`), the loss's family, normalisation, distance
-    (METHODS.md §8) and default miner (:mod:`embedscope.train.losses`), and the model config of the
+    (docs/methods.md §8) and default miner (:mod:`embedscope.train.losses`), and the model config of the
     foundation (:func:`embedscope.models.default_config`). The result is what every checkpoint
     stores. Every value is checked for its type and range: a wrong one is a one-line
     :class:`UsageError` naming the option.
@@ -294,7 +294,7 @@ def _write_log(path: Path, history: list[dict[str, Any]], cfg: dict[str, Any] | 
 
 
 def _evaluate(model, train_ds, test_ds, device, batch_size: int) -> dict[str, float]:
-    """Test R@1 and MAP@R (METHODS.md §1) and ρ of the training embeddings (METHODS.md §2, exclude_top=1)."""
+    """Test R@1 and MAP@R (docs/methods.md §1) and ρ of the training embeddings (docs/methods.md §2, exclude_top=1)."""
     import torch
 
     from embedscope.embed import embed_images
@@ -507,7 +507,7 @@ class _Stats:
 
 def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler, ytrain_t, dev, stats,
                  progress: bool) -> tuple[float, float]:
-    """One epoch of minimisation (METHODS.md §5); returns (mean batch loss, seconds)."""
+    """One epoch of minimisation (docs/methods.md §5); returns (mean batch loss, seconds)."""
     import torch
 
     from embedscope.progress import progress_bar
@@ -584,7 +584,7 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
           callback: Callable[[int, dict[str, Any]], None] | None = None,
           echo: Callable[[str], None] | None = None, tensorboard: str | os.PathLike | None = None,
           unsafe_pickle: bool = False) -> dict[str, Any]:
-    """Train one model (METHODS.md §5) and write its checkpoints; returns a summary dict.
+    """Train one model (docs/methods.md §5) and write its checkpoints; returns a summary dict.
 
     Parameters
     ----------
@@ -624,7 +624,7 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     SPC-2 batches; each sample of a batch is embedded in training mode, a tuple miner (if any)
     picks triplets on the detached embeddings, the PML loss is minimised. On CUDA: bfloat16
     autocast, channels_last; the loss runs in float32. On the CPU with a fixed seed the run is
-    deterministic. ``R@1`` and ``MAP@R`` are measured on the test split, ``rho`` (ρ, METHODS.md §2)
+    deterministic. ``R@1`` and ``MAP@R`` are measured on the test split, ``rho`` (ρ, docs/methods.md §2)
     on the embedded training split, every ``eval_every`` epochs (0 = never) and at epoch 0 (before
     training). ``epochs = 0`` writes the untrained network as the final checkpoint.
     """

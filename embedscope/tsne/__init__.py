@@ -1,4 +1,4 @@
-"""t-SNE computations (METHODS.md §10): openTSNE runs, the yoked objective and its optimiser.
+"""t-SNE computations (docs/methods.md §10): openTSNE runs, the yoked objective and its optimiser.
 
 Plain functions on arrays, nothing drawn here (the figures are in :mod:`embedscope.viz.tsne`):
 

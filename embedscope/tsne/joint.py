@@ -1,4 +1,4 @@
-"""t-SNE runs by openTSNE: one map of a set, and the joint map of training and test (METHODS.md §10).
+"""t-SNE runs by openTSNE: one map of a set, and the joint map of training and test (docs/methods.md §10).
 
 t-SNE itself is openTSNE (Poličar, Stražar, Zupan 2019) with its defaults: affinities
 (:class:`openTSNE.affinity.PerplexityBasedNN`), PCA initialisation and the Barnes–Hut /
@@ -133,7 +133,7 @@ def joint_tsne(
     return_info: bool = False,
     **tsne_kwargs: Any,
 ):
-    """One t-SNE map of the union of training and test embeddings (METHODS.md §10, Xuan Fig. 1/2).
+    """One t-SNE map of the union of training and test embeddings (docs/methods.md §10, Xuan Fig. 1/2).
 
     The rows of ``X_train`` and ``X_test`` are stacked and embedded by one openTSNE run
     (``openTSNE.TSNE`` with its defaults: perplexity 30, PCA initialisation, early exaggeration 12
@@ -193,7 +193,7 @@ def joint_tsne(
 def single_tsne(X: Any, *, perplexity: float = 30, seed: int = 0, n_iter: int = 500,
                 early_exaggeration_iter: int = 250, n_jobs: int = 1, progress: bool | ProgressFn = False,
                 return_info: bool = False, **tsne_kwargs: Any):
-    """One openTSNE map of ``X`` with openTSNE's defaults (METHODS.md §10); see :func:`joint_tsne`.
+    """One openTSNE map of ``X`` with openTSNE's defaults (docs/methods.md §10); see :func:`joint_tsne`.
 
     Returns ``Y`` (N x 2), and ``info`` with ``return_info``.
     """

@@ -1,4 +1,4 @@
-"""Yoked t-SNE (METHODS.md §10): the objective and its gradients, and the run that optimises it.
+"""Yoked t-SNE (docs/methods.md §10): the objective and its gradients, and the run that optimises it.
 
 The yoked objective (Rauber, Falcão, Telea 2016, *Visualizing time-dependent data using dynamic
 t-SNE*; used by Xuan, Stylianou, Pless §2.3) ties two t-SNE maps of the same points::
@@ -44,7 +44,7 @@ def yoked_tsne_exact_objective_and_grad(
     *,
     exaggeration: float = 1.0,
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    """Exact (O(N²) time and memory) yoked t-SNE objective and gradient (METHODS.md §10).
+    """Exact (O(N²) time and memory) yoked t-SNE objective and gradient (docs/methods.md §10).
 
     C = KL(P^a ‖ Q^a) + KL(P^b ‖ Q^b) + α Σ_i ‖y_i^a − y_i^b‖²  (Rauber et al. 2016; Xuan §2.3),
     with q_ij = w_ij / Σ_{k≠l} w_kl, w_ij = (1 + ‖y_i − y_j‖²)⁻¹, and
@@ -106,7 +106,7 @@ def yoked_tsne_objective_and_grad(
     theta: float = 0.5,
     n_jobs: int = 1,
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    """Approximate yoked t-SNE objective and gradient (METHODS.md §10), O(N log N) per call.
+    """Approximate yoked t-SNE objective and gradient (docs/methods.md §10), O(N log N) per call.
 
     The same C and ∂C/∂y as :func:`yoked_tsne_exact_objective_and_grad`, with each map's KL gradient
     from openTSNE: Barnes–Hut (``method="bh"``, accuracy ``theta``; van der Maaten 2014) or
@@ -126,7 +126,7 @@ class YokedObjective:
     """The yoked objective as a callable for :func:`~embedscope.tsne.optimizer.gradient_descent`.
 
     ``objective([Y_a, Y_b], eval_error) -> (error, [∂C/∂Y_a, ∂C/∂Y_b])`` with P multiplied by
-    ``exaggeration`` (early exaggeration) and the true gradient of C (METHODS.md §10): each map's KL
+    ``exaggeration`` (early exaggeration) and the true gradient of C (docs/methods.md §10): each map's KL
     gradient (``method`` "bh", "fft" or "exact") plus ±2α (y^a − y^b). With ``eval_error`` (bh/fft)
     ``error`` is ``{"KL_a": ..., "KL_b": ...}``, each map's KL with the exaggeration taken out
     (KL_e / e − log e); exact: ``{"KL_a+KL_b": ...}``.
@@ -206,7 +206,7 @@ def yoked_tsne(
 ):
     """Yoked t-SNE: two maps of the same points under two embeddings, optimised together.
 
-    METHODS.md §10 (Xuan, Stylianou, Pless §2.3, after Rauber et al. 2016's dynamic t-SNE)::
+    docs/methods.md §10 (Xuan, Stylianou, Pless §2.3, after Rauber et al. 2016's dynamic t-SNE)::
 
         C = KL(P^a ‖ Q^a) + KL(P^b ‖ Q^b) + α Σ_i ‖y_i^a − y_i^b‖²
 

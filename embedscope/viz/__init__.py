@@ -26,7 +26,7 @@ _EXPORTS = {
     "series_colors": "embedscope.viz.style",
     "TRAIN_COLOR": "embedscope.viz.style",
     "TEST_COLOR": "embedscope.viz.style",
-    # t-SNE maps (METHODS.md §10)
+    # t-SNE maps (docs/methods.md §10)
     "plot_tsne": "embedscope.viz.tsne",
     "plot_joint_tsne": "embedscope.viz.tsne",
     "plot_yoked_tsne": "embedscope.viz.tsne",

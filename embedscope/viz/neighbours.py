@@ -3,7 +3,7 @@
 Roth et al.'s code writes such a figure (``sample_recoveries.png``); here it is a command
 (``embedscope neighbours``). Two parts: :func:`neighbour_examples` picks the queries and runs the
 exact k-nearest-neighbour search (``embedscope.metrics.knn_search``, the retrieval protocol of
-METHODS.md §1: the query itself excluded when queries and references are one set);
+docs/methods.md §1: the query itself excluded when queries and references are one set);
 :func:`load_thumbnails` reads the pictures (the 8 x 8 digits from memory, image data sets from
 their root folder); :func:`draw_neighbours` only draws.
 """

@@ -1,4 +1,4 @@
-"""Bar chart of Normalized R-Precision per image property (METHODS.md §9): drawing only."""
+"""Bar chart of Normalized R-Precision per image property (docs/methods.md §9): drawing only."""
 
 from __future__ import annotations
 

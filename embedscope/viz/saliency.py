@@ -1,4 +1,4 @@
-"""Figures of saliency maps and their agreement (Kobs et al. Fig. 2 and Tables 2–4; METHODS.md §8).
+"""Figures of saliency maps and their agreement (Kobs et al. Fig. 2 and Tables 2–4; docs/methods.md §8).
 
 Drawing only: the numbers come from :mod:`embedscope.metrics.agreement` and the maps files.
 """

@@ -1,4 +1,4 @@
-"""Same-vs-different similarity scatter (METHODS.md §10; Xuan, Stylianou, Pless §2.4): drawing only.
+"""Same-vs-different similarity scatter (docs/methods.md §10; Xuan, Stylianou, Pless §2.4): drawing only.
 
 The similarities come from :func:`embedscope.metrics.nearest_same_different` and the share below
 the diagonal from :func:`embedscope.metrics.share_below_diagonal`; :func:`plot_same_different`
@@ -87,7 +87,7 @@ def plot_same_different(
     title: str | None = None,
     same_window: bool = False,
 ):
-    """Same-vs-different scatter (METHODS.md §10, Xuan §2.4), one panel per entry of ``panels``
+    """Same-vs-different scatter (docs/methods.md §10, Xuan §2.4), one panel per entry of ``panels``
     (e.g. ``{"train": (s_same, s_diff), "test": (...)}``), side by side.
 
     x = similarity to the nearest same-class point, y = to the nearest different-class point; the

@@ -16,7 +16,7 @@ __all__ = ["normalized_spectrum", "plot_spectra"]
 
 
 def normalized_spectrum(s) -> np.ndarray:
-    """s / Σ s, the normalised spectrum plotted by Roth et al. Fig. 7 (METHODS.md §2)."""
+    """s / Σ s, the normalised spectrum plotted by Roth et al. Fig. 7 (docs/methods.md §2)."""
     s = np.asarray(s, dtype=np.float64)
     tot = s.sum()
     return s / tot if tot > 0 else s
@@ -51,7 +51,7 @@ def _mark_left_out(ax, entries, exclude_top: int, colors) -> tuple:
 
 def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: bool = False,
                  title: str | None = None):
-    """Figure of normalised singular-value spectra, one line per entry, log y axis (METHODS.md §2).
+    """Figure of normalised singular-value spectra, one line per entry, log y axis (docs/methods.md §2).
 
     Layout of Roth et al. (ICML 2020) Fig. 7 (models with vs without ρ-regularisation) and, with
     ``by_class``, Fig. 11 (class-conditioned spectra, App. E).

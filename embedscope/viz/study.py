@@ -1,4 +1,4 @@
-"""Figures of a study (METHODS.md §6): Roth Fig. 5 panels, the Fig. 4 metric matrix, a ranking by |τ|."""
+"""Figures of a study (docs/methods.md §6): Roth Fig. 5 panels, the Fig. 4 metric matrix, a ranking by |τ|."""
 
 from __future__ import annotations
 

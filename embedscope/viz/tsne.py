@@ -1,4 +1,4 @@
-"""Figures of t-SNE maps (METHODS.md §10): one map, the joint train/test map, the yoked maps.
+"""Figures of t-SNE maps (docs/methods.md §10): one map, the joint train/test map, the yoked maps.
 
 Drawing only: the maps are computed by :mod:`embedscope.tsne` (:func:`~embedscope.tsne.single_tsne`,
 :func:`~embedscope.tsne.joint_tsne`, :func:`~embedscope.tsne.yoked_tsne`). Colours come from the
@@ -100,7 +100,7 @@ def plot_joint_tsne(
     title: str | None = None,
     palette: ClassPalette | None = None,
 ):
-    """Three panels (METHODS.md §10, Xuan Fig. 1/2): training points by class, test points by class,
+    """Three panels (docs/methods.md §10, Xuan Fig. 1/2): training points by class, test points by class,
     and both (training red, test blue), all in the joint map's coordinates (the same window).
 
     ``labels_*`` index ``class_names`` (the file's full class list) when given; colours come from
@@ -147,7 +147,7 @@ def plot_joint_tsne(
 
 def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None = None, info: dict | None = None,
               title: str | None = None, palette: ClassPalette | None = None):
-    """One t-SNE map coloured by class (METHODS.md §10), the class legend on the right (up to 20
+    """One t-SNE map coloured by class (docs/methods.md §10), the class legend on the right (up to 20
     classes). Colours as :func:`plot_joint_tsne`. Returns the figure."""
     import matplotlib.pyplot as plt
 
@@ -186,7 +186,7 @@ def plot_yoked_tsne(
     split: str | None = None,
     palette: ClassPalette | None = None,
 ):
-    """The two yoked maps side by side in one window, with the same class colours (METHODS.md §10,
+    """The two yoked maps side by side in one window, with the same class colours (docs/methods.md §10,
     Xuan §2.3).
 
     ``names``: the panel titles (the two embeddings). ``split`` (e.g. ``"test"``): named in the
