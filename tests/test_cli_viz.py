@@ -8,8 +8,8 @@ import pytest
 
 from embedscope import store
 from embedscope.cli import main
-from embedscope.store import EmbeddingSet
 from embedscope.metrics import nearest_same_different
+from embedscope.store import EmbeddingSet
 
 
 def _es(seed=0, n_per=12, dim=6, shuffle=False, drop=0):

@@ -9,8 +9,8 @@ from torch import nn
 
 from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
-from embedscope.store.saliency import SaliencyMaps, load_maps, save_maps
 from embedscope.saliency.smoothgrad import image_seed, noise_sigma, pair_saliency_maps, saliency_maps, smoothgrad_noise
+from embedscope.store.saliency import SaliencyMaps, load_maps, save_maps
 
 
 def _net(c=3, seed=0):

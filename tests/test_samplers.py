@@ -8,7 +8,10 @@ import torch
 
 from embedscope.errors import EmbedscopeError
 from embedscope.train.samplers import (
-    build_sampler, distance_histogram, frechet_distance, histogram_wasserstein,
+    build_sampler,
+    distance_histogram,
+    frechet_distance,
+    histogram_wasserstein,
 )
 
 

@@ -55,8 +55,8 @@ def run(args) -> int:
                          "singular value(s)"))
     written = []
     if args.output:
-        from embedscope.viz.spectrum import plot_spectra
         from embedscope.viz.figures import use_agg
+        from embedscope.viz.spectrum import plot_spectra
 
         use_agg()
         entries = [{"label": r.model, "spectrum": r.arrays["singular_values"], "rho": r["rho"],

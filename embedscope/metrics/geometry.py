@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.validation import check_int, check_labels, check_matrix, check_number
 from embedscope.metrics.spectral import (
     GRAM_RCOND,
     RANKME_EPS,
@@ -23,6 +22,7 @@ from embedscope.metrics.spectral import (
     block_rows_for,
     covariance_eigenvalues,
 )
+from embedscope.validation import check_int, check_labels, check_matrix, check_number
 
 __all__ = ["class_distances", "alignment_uniformity", "geometry_report"]
 

@@ -4,7 +4,8 @@ Definitions: docs/methods.md §2 (ρ and spectra, Roth et al. ICML 2020 §5 and 
 Garrido et al. ICML 2023; α-ReQ, Agrawal et al. NeurIPS 2022).
 
 Exactness: for N ≥ D the singular values come from the D×D Gram matrix XᵀX accumulated in
-float64 over row blocks (``b.T @ b``, which numpy hands to BLAS ``syrk``: half the flops of a GEMM), s_k = sqrt(λ_k). The relative error
+float64 over row blocks (``b.T @ b``, which numpy hands to BLAS ``syrk``: half the flops of a GEMM),
+s_k = sqrt(λ_k). The relative error
 of s_k from the Gram route is about eps·(s_1/s_k)²; when the Gram matrix is so ill-conditioned
 that this would exceed ~1e-9 (λ_min/λ_max < :data:`GRAM_RCOND`), the values are recomputed with
 LAPACK's SVD of X in float64. For N < D a thin SVD of X is used directly.

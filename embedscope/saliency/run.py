@@ -121,8 +121,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     from embedscope.fileio import check_writable
     from embedscope.models import load_checkpoint
     from embedscope.models.distances import check_distance, distance_for_config
-    from embedscope.store.saliency import SaliencyMaps, save_maps
     from embedscope.saliency.smoothgrad import ORDERS, black_image, pair_saliency_maps, saliency_maps
+    from embedscope.store.saliency import SaliencyMaps, save_maps
 
     if order not in ORDERS:
         raise UsageError(f"unknown --order '{order}' (choose {', '.join(ORDERS)})")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, check_writable
 from embedscope.viz.style import PAPER_RC  # noqa: F401 - re-exported (its home is viz/style.py)
 
