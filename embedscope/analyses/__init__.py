@@ -26,6 +26,7 @@ _EXPORTS = {
     "tsne": "embedscope.analyses.maps",
     "yoke": "embedscope.analyses.maps",
     "scatter": "embedscope.analyses.neighbours",
+    "neighbour_examples": "embedscope.analyses.neighbours",
     # image properties (§9)
     "properties": "embedscope.analyses.image_properties",
     # the measure registry

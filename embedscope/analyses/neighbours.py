@@ -1,13 +1,17 @@
-"""``scatter``: similarity to the nearest same-class vs different-class point (Xuan §2.4; docs/methods.md §10)."""
+"""Questions about each point's neighbours: ``scatter`` (similarity to the nearest same-class vs
+different-class point, Xuan §2.4; docs/methods.md §10) and ``neighbour_examples`` (queries with
+their top-k retrievals, for ``embedscope neighbours``; docs/methods.md §1)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
 from embedscope.analyses._sources import as_set
 from embedscope.analyses.result import Result, model_name, provenance_of
+from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
 from embedscope.validation import check_choice
 
@@ -46,3 +50,77 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     model = model_name(es, name)
     prov = provenance_of(es, extra={"metric": metric, "splits": summary, "title": f"{model}: {metric} similarity"})
     return Result("scatter", values, prov, table=rows, arrays={"panels": panels}, model=model)
+
+
+@dataclass
+class NeighbourExamples:
+    """Queries (rows of the query set) and their k retrievals (rows of the reference set)."""
+
+    query_paths: np.ndarray      # [n]
+    query_labels: np.ndarray     # [n] class names
+    ref_paths: np.ndarray        # [n, k]
+    ref_labels: np.ndarray       # [n, k] class names
+    similarity: np.ndarray       # [n, k] cosine similarity (or minus the Euclidean distance)
+    correct: np.ndarray          # [n, k] bool
+    query_split: str
+    reference_split: str
+    metric: str
+
+
+def neighbour_examples(es, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
+                       paths: Sequence[str] | None = None, k: int = 5, metric: str = "cosine",
+                       seed: int = 0) -> NeighbourExamples:
+    """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k.
+
+    The references are the rows of ``reference_split`` (default: the same split, each query
+    excluded from its own list; for ``split="query"`` the ``gallery`` rows when present).
+    """
+    from embedscope.metrics import knn_search
+
+    if metric not in ("cosine", "euclidean"):
+        raise UsageError(f"unknown metric '{metric}' (choose cosine or euclidean)")
+    if k < 1:
+        raise UsageError(f"--k must be at least 1, got {k}")
+    if reference_split is None:
+        reference_split = "gallery" if split == "query" and "gallery" in set(es.split) else split
+    qset = es.subset(split)
+    rset = qset if reference_split == split else es.subset(reference_split)
+    same = reference_split == split
+    n_ref = rset.n - (1 if same else 0)
+    if n_ref < k:
+        raise EmbedscopeError(f"the '{reference_split}' split has {n_ref} candidate retrievals per query, fewer than "
+                              f"--k {k}")
+    if paths is not None:
+        pos = {p: i for i, p in enumerate(qset.paths)}
+        missing = [p for p in paths if p not in pos]
+        if missing:
+            from embedscope.text import safe
+
+            raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
+                                  f"(e.g. {safe(missing[0])})")
+        if not paths:
+            raise UsageError("the paths file lists no query")
+        qidx = np.array([pos[p] for p in paths], dtype=np.int64)
+    else:
+        if queries < 1:
+            raise UsageError(f"--queries must be at least 1, got {queries}")
+        rng = np.random.default_rng(seed)
+        qidx = np.sort(rng.choice(qset.n, size=min(queries, qset.n), replace=False))
+    Q = qset.embeddings[qidx]
+    if same:
+        # search the whole split and drop each query's own row (exact: k + 1 then remove self)
+        vals, idx = knn_search(Q, rset.embeddings, k=min(k + 1, rset.n), metric=metric, device="cpu")
+        keep_v, keep_i = np.empty((len(qidx), k)), np.empty((len(qidx), k), dtype=np.int64)
+        for r, q in enumerate(qidx):
+            m = idx[r] != q
+            keep_v[r], keep_i[r] = vals[r][m][:k], idx[r][m][:k]
+        vals, idx = keep_v, keep_i
+    else:
+        vals, idx = knn_search(Q, rset.embeddings, k=k, metric=metric, device="cpu")
+    q_lab = qset.class_names[qset.labels[qidx]]
+    r_lab = rset.class_names[rset.labels[idx]]
+    sim = vals if metric == "cosine" else -vals
+    return NeighbourExamples(
+        query_paths=qset.paths[qidx], query_labels=q_lab, ref_paths=rset.paths[idx], ref_labels=r_lab,
+        similarity=np.asarray(sim, dtype=np.float64), correct=(r_lab == q_lab[:, None]), query_split=split,
+        reference_split=reference_split, metric=metric)
