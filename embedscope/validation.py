@@ -101,8 +101,7 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
     if encode:
         out = np.unique(out, return_inverse=True)[1].reshape(-1).astype(np.int64)
     if min_classes > 1 and len(np.unique(out)) < min_classes:
-        raise EmbedscopeError(f"{name} must hold at least {min_classes} different classes, "
-                              f"got {len(np.unique(out))}")
+        raise EmbedscopeError(f"{name} must hold at least {min_classes} classes, got {len(np.unique(out))}")
     return out
 
 

@@ -203,15 +203,11 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, nite
         ``"seed"``, ``"method"``, ``"assign"`` (and ``"labels"``, the cluster of each row, when
         ``return_labels``).
     """
-    from embedscope.validation import check_matrix
+    from embedscope.validation import check_labels, check_matrix
 
     X64 = check_matrix(X, "X", dtype=np.float64)
-    yy = np.asarray(y)
-    if yy.ndim != 1 or yy.shape[0] != X64.shape[0]:
-        raise EmbedscopeError(f"y must be 1-D with {X64.shape[0]} entries (one per row), got shape {yy.shape}")
+    yy = check_labels(y, X64.shape[0], "class labels", min_classes=2)
     n_cls = len(np.unique(yy))
-    if n_cls < 2:
-        raise EmbedscopeError("y needs at least 2 classes")
     k = n_cls if n_clusters is None else n_clusters
     lab = kmeans_labels(X64, k, seed=seed, niter=niter, metric=metric, method=method, assign=assign)
     f = pairwise_f1(yy, lab)
