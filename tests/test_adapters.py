@@ -423,3 +423,53 @@ def test_whole_pickled_module_read_without_its_code(tmp_path):
     x = torch.rand(3, 1, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(m2(x), m(x))
+
+
+# --------------------------------------------------------------------------- through `embedscope embed`
+
+def _photos(root):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("ant", "bee", "cat", "dog"):
+        for k in range(2):
+            (root / cls).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(root / cls / f"{k}.png")
+    return root
+
+
+def test_embed_command_random_head_baseline_and_pml_pair(tmp_path):
+    from torchvision.models import resnet18
+
+    from embedscope import store
+    from embedscope.cli import main
+
+    photos = _photos(tmp_path / "photos")
+    w = tmp_path / "r18.pth"
+    torch.save(resnet18(weights=None).state_dict(), w)
+    out = tmp_path / "base.h5"
+    assert main(["embed", "--arch", "resnet18", "--weights", str(w), "--head", "random", "--embed-dim", "16",
+                 "--dataset", "imagefolder", "--root", str(photos), "--train-classes", "2", "-o", str(out),
+                 "--no-progress", "--device", "cpu"]) == 0
+    es = store.load(out)
+    assert es.embeddings.shape == (8, 16) and set(es.split) == {"train", "test"}
+    np.testing.assert_allclose(np.linalg.norm(es.embeddings, axis=1), 1, rtol=1e-5)  # a normalised head
+    # the same baseline built directly embeds the same
+    m, _, _ = load_model(arch="resnet18", weights=w, head="random", embed_dim=16, head_seed=0)
+    from embedscope.data import get_dataset, image_transform
+    from embedscope.embed import embed_images
+
+    ds = get_dataset("imagefolder", photos, train_classes=2)
+    X = embed_images(m, ds, transform=image_transform("photo", train=False), device="cpu", progress=False)
+    np.testing.assert_allclose(es.embeddings, X, rtol=1e-4, atol=1e-5)
+    # a pytorch-metric-learning trunk + embedder pair
+    trunk = resnet18(weights=None)
+    trunk.fc = nn.Identity()
+    torch.save(trunk.state_dict(), tmp_path / "trunk_best1.pth")
+    torch.save(PBMLP([512, 8]).state_dict(), tmp_path / "embedder_best1.pth")
+    out2 = tmp_path / "pml.h5"
+    assert main(["embed", "--trunk", str(tmp_path / "trunk_best1.pth"), "--embedder",
+                 str(tmp_path / "embedder_best1.pth"), "--dataset", "imagefolder", "--root", str(photos),
+                 "-o", str(out2), "--no-progress", "--device", "cpu"]) == 0
+    es2 = store.load(out2)
+    assert es2.dim == 8 and "metric-learning" in str(es2.attrs.get("checkpoint_format", ""))

@@ -136,7 +136,7 @@ def _wanted(include, all_keys: list, default: list) -> list:
 
 # ----------------------------------------------------------------------------- the front door
 def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=None, y_ref=None,
-                      include=None, device="auto", seed: int = 0, per_query: bool = False,
+                      include=None, device="auto", seed: int = 1234, per_query: bool = False,
                       block: int | None = None, progress: bool = False, niter: int = 20,
                       lone_queries: str = "exclude") -> dict:
     """Retrieval and clustering metrics of an embedding, exact, from one search.
@@ -182,7 +182,7 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
         search) cost the most.
     device : "auto" | "cpu" | "cuda"
     seed : int
-        k-means seed.
+        k-means seed (default 1234, faiss's default, as Roth's code and pytorch-metric-learning).
     per_query : bool
         Also return ``"per_query"``: a dict of arrays of length N with ``"R@1"``,
         ``"R-Precision"`` and ``"MAP@R"`` per query (NaN for lone queries).
@@ -222,9 +222,9 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
         raise EmbedscopeError(f"lone_queries must be 'exclude' or 'zero', got {lone_queries!r}")
     sets = check_sets(X, y, X_ref, y_ref)
     if len(np.unique(sets.y)) < 2:
-        raise EmbedscopeError("y needs at least 2 classes")
+        raise EmbedscopeError("the query labels must hold at least 2 classes, got 1")
     if not sets.same and len(np.unique(sets.y_ref)) < 2:
-        raise EmbedscopeError("y_ref needs at least 2 classes")
+        raise EmbedscopeError("the reference labels must hold at least 2 classes, got 1")
     n_avail = sets.n_avail
     if n_avail < 1:
         raise EmbedscopeError("need at least 2 rows to retrieve anything")
