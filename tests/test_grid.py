@@ -3,8 +3,6 @@ with --force), and grid.csv names the best checkpoint, MAP@R and the untrained n
 
 import csv
 
-import pytest
-
 from embedscope.cli import main
 
 BASE = ["train-grid", "--dataset", "digits", "--epochs", "1", "--eval-every", "1", "--no-progress"]
@@ -14,7 +12,6 @@ def _rows(path):
     return {r["name"]: r for r in csv.DictReader(open(path))}
 
 
-@pytest.mark.slow  # trains three tiny models (~35 s on the shared 2-core machine)
 def test_grid_merges_compares_settings_and_reports_paths(tmp_path, capsys):
     out = str(tmp_path / "runs")
     assert main(BASE + ["--losses", "contrastive", "--seeds", "0", "--embed-dim", "8", "-o", out]) == 0

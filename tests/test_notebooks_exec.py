@@ -23,7 +23,6 @@ def _kernel_env(tmp_path):
     return str(tmp_path / "jupyter")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes_small(nb, tmp_path, monkeypatch):
     import nbformat
