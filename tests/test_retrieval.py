@@ -3,6 +3,7 @@ pytorch-metric-learning's AccuracyCalculator, and on the worked examples of §1.
 
 import numpy as np
 import pytest
+from brute import ranked_references
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics import retrieval_metrics
@@ -334,22 +335,8 @@ def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatc
 
 def brute_lists(X, y, Xr=None, yr=None, metric="cosine"):
     """Each query's relevance list (float64 keys, ties to the lower index), from the full matrix."""
-    same = Xr is None
-    Q = np.asarray(X, dtype=np.float64)
-    R = Q if same else np.asarray(Xr, dtype=np.float64)
-    yr = np.asarray(y) if same else np.asarray(yr)
-    if metric == "cosine":
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-        R = R / np.linalg.norm(R, axis=1, keepdims=True)
-        key = -(Q @ R.T)
-    else:
-        key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
-    out = []
-    for i in range(len(Q)):
-        cand = np.array([j for j in range(len(R)) if not (same and j == i)])
-        order = cand[np.lexsort((cand, key[i, cand]))]
-        out.append((yr[order] == y[i]).astype(float))
-    return out
+    orders, yr = ranked_references(X, y, Xr, yr, metric)
+    return [(yr[order] == y[i]).astype(float) for i, order in enumerate(orders)]
 
 
 def _roth_ap(rel, depth):

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from brute import ranked_references
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics import relevant_ranks
@@ -10,20 +11,9 @@ from embedscope.metrics import relevant_ranks
 def brute_ranks(X, y, Xr=None, yr=None, metric="cosine"):
     """Per query: the 1-based ranks (float64 keys, ties to the lower index) of its relevant
     references, ascending, and those references."""
-    same = Xr is None
-    Q = np.asarray(X, dtype=np.float64)
-    R = Q if same else np.asarray(Xr, dtype=np.float64)
-    yr = np.asarray(y) if same else np.asarray(yr)
-    if metric == "cosine":
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-        R = R / np.linalg.norm(R, axis=1, keepdims=True)
-        key = -(Q @ R.T)
-    else:
-        key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
+    orders, yr = ranked_references(X, y, Xr, yr, metric)
     out = []
-    for i in range(len(Q)):
-        cand = np.array([j for j in range(len(R)) if not (same and j == i)])
-        order = cand[np.lexsort((cand, key[i, cand]))]
+    for i, order in enumerate(orders):
         pos = np.flatnonzero(yr[order] == y[i])
         out.append((pos + 1.0, order[pos]))
     return out

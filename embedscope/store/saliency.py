@@ -20,7 +20,6 @@ Files of several models on the same images are matched by path (:func:`match_map
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output
+from embedscope.store.embeddings import _as_attr, _from_attr  # one encoding of attributes for both files
 
 FORMAT = "embedscope-saliency"
 FORMAT_VERSION = 1
@@ -135,25 +135,6 @@ def _check_images(images, maps_shape, source: str) -> None:
             images.ndim == 4 and images.shape[3] != 3):
         raise EmbedscopeError(f"{source}: images must be uint8 N x H x W (x 3) matching the maps {maps_shape}, "
                               f"got {images.dtype} {images.shape}")
-
-
-def _as_attr(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool, np.integer, np.floating)):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _from_attr(value: Any) -> Any:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8")
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, str) and value[:1] in "{[":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False) -> Path:
