@@ -41,25 +41,24 @@ def add_device(p: argparse.ArgumentParser) -> None:
                    help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
 
 
-def positive_int(s: str) -> int:
+def _int_at_least(s: str, low: int, what: str) -> int:
     try:
         v = int(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{s}'") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got '{s}'") from None
+    if v < low:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
     return v
+
+
+def positive_int(s: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _int_at_least(s, 1, "a positive integer")
 
 
 def nonnegative_int(s: str) -> int:
-    """argparse type: an integer >= 0 (``--num-workers``, ``--eval-every``)."""
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{s}'") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
+    """argparse type: an integer >= 0 (``--num-workers``, ``--eval-every``, ``--exclude-top``)."""
+    return _int_at_least(s, 0, "an integer >= 0")
 
 
 def finite_float(s: str) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from embedscope.cli.common import add_split, positive_int
+from embedscope.cli.common import add_split, nonnegative_int, positive_int
 
 
 def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = None) -> None:
@@ -90,20 +90,10 @@ def print_wrote(paths) -> None:
 
 
 # ------------------------------------------------------------------ options of geometry and spectrum
-def non_negative_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got '{s}'") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
-    return v
-
-
 def add_measure_options(p: argparse.ArgumentParser) -> None:
     """Options shared by `geometry` and `spectrum`."""
     add_split(p, default="train")
-    p.add_argument("--exclude-top", type=non_negative_int, default=1, metavar="M",
+    p.add_argument("--exclude-top", type=nonnegative_int, default=1, metavar="M",
                    help="leading singular values left out of rho (default 1: Roth's footnote and "
                    "rho_spectrum@2; 0: rho_spectrum@1)")
     p.add_argument("--n-components", type=positive_int, metavar="K",
