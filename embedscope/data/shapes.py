@@ -543,9 +543,9 @@ def render(props: dict[str, np.ndarray], size: int = DEFAULT_SIZE, *, supersampl
     torch.set_num_threads(max(1, int(threads)))
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from embedscope.progress import progress_bar
 
-        bar = tqdm(total=n, desc="render shapes", unit="img", leave=False)
+        bar = progress_bar(total=n, desc="render shapes", unit="img")
     try:
         with torch.no_grad():
             for s, (_, fn) in enumerate(SHAPES):

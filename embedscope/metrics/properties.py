@@ -112,9 +112,9 @@ class _Engine:
         H = np.zeros((P, n), dtype=np.int64)
         bar = None
         if progress:
-            from tqdm.auto import tqdm
+            from embedscope.progress import progress_bar
 
-            bar = tqdm(total=n, desc="properties", unit="q", leave=False)
+            bar = progress_bar(total=n, desc="properties", unit="q")
         for s in range(0, n, self.block):
             e = min(n, s + self.block)
             if R[:, s:e].max() > 0:

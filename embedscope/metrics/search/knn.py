@@ -212,9 +212,9 @@ def _keys_to64(ks: KeySpace, v32: np.ndarray, s: int, e: int) -> np.ndarray:
 
 def _bar(progress: bool, total: int, desc: str, unit: str = "q"):
     if progress:
-        from tqdm.auto import tqdm
+        from embedscope.progress import progress_bar
 
-        return tqdm(total=total, desc=desc, unit=unit, leave=False)
+        return progress_bar(total=total, desc=desc, unit=unit)
 
     class _Null:
         def update(self, n):
