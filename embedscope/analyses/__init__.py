@@ -9,7 +9,7 @@ Imports are lazy, so ``embedscope --help`` stays fast.
 
 from __future__ import annotations
 
-import importlib
+from embedscope._lazy import lazy_exports
 
 _EXPORTS = {
     "Result": "embedscope.analyses.result",
@@ -35,14 +35,4 @@ _EXPORTS = {
     "compute_measures": "embedscope.analyses.registry",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'embedscope.analyses' has no attribute '{name}'")
-
-
-def __dir__():
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

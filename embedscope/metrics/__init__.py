@@ -5,7 +5,7 @@ Imports are lazy (``from embedscope.metrics import spectral_decay`` loads only w
 
 from __future__ import annotations
 
-import importlib
+from embedscope._lazy import lazy_exports
 
 _EXPORTS = {
     # retrieval and clustering (docs/methods.md §1)
@@ -38,14 +38,4 @@ _EXPORTS = {
     "compare_groups": "embedscope.metrics.properties",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'embedscope.metrics' has no attribute '{name}'")
-
-
-def __dir__():
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -6,7 +6,7 @@ Imports are lazy so that ``import embedscope.train`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
+from embedscope._lazy import lazy_exports
 
 _EXPORTS = {
     "LOSSES": "embedscope.train.losses",
@@ -25,14 +25,4 @@ _EXPORTS = {
     "run_toy": "embedscope.train.toy",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'embedscope.train' has no attribute '{name}'")
-
-
-def __dir__():
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -16,7 +16,7 @@ Imports are lazy: ``from embedscope.tsne import stratified_subsample`` does not 
 
 from __future__ import annotations
 
-import importlib
+from embedscope._lazy import lazy_exports
 
 _EXPORTS = {
     # openTSNE runs
@@ -38,14 +38,4 @@ _EXPORTS = {
     "stratified_subsample": "embedscope.tsne.sampling",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'embedscope.tsne' has no attribute '{name}'")
-
-
-def __dir__():
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

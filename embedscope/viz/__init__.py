@@ -11,7 +11,7 @@ homes are :mod:`embedscope.tsne` and :mod:`embedscope.metrics`.
 
 from __future__ import annotations
 
-import importlib
+from embedscope._lazy import lazy_exports
 
 _EXPORTS = {
     # saving
@@ -45,14 +45,4 @@ _EXPORTS = {
     "share_below_diagonal": "embedscope.metrics.neighbours",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'embedscope.viz' has no attribute '{name}'")
-
-
-def __dir__():
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
