@@ -52,22 +52,10 @@ def make_set(n: int, dim: int, classes: str, difficulty: str, seed: int = 0):
 
 
 def gram_time(X, block: int = 2048) -> float:
-    """The full fp32 Gram GEMM, the faster of torch and numpy (2,048-row blocks, nothing kept)."""
-    import torch
+    """The full fp32 Gram GEMM, the faster of torch and numpy (``retrieval_vs_pml.gram_time``)."""
+    from retrieval_vs_pml import gram_time as gram_times  # the same script folder
 
-    Xt = torch.from_numpy(X)
-    t = time.perf_counter()
-    with torch.no_grad():
-        for s in range(0, len(X), block):
-            Xt[s:s + block] @ Xt.T
-    t_torch = time.perf_counter() - t
-    XT = np.ascontiguousarray(X.T)
-    out = np.empty((min(block, len(X)), len(X)), dtype=np.float32)
-    t = time.perf_counter()
-    for s in range(0, len(X), block):
-        e = min(len(X), s + block)
-        np.matmul(X[s:e], XT, out=out[:e - s])
-    return min(t_torch, time.perf_counter() - t)
+    return gram_times(X, block)[0]
 
 
 def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu"):

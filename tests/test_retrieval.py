@@ -13,21 +13,10 @@ KEYS = ["R@1", "R@2", "R@4", "R@8", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP
 
 def brute(X, y, Xr=None, yr=None, metric="cosine", ks=(1, 2, 4, 8)):
     """Full float64 key matrix, each query's list sorted by (distance, index): the formulas of §1."""
-    same = Xr is None
-    Q = np.asarray(X, dtype=np.float64)
-    R = Q if same else np.asarray(Xr, dtype=np.float64)
-    yr = np.asarray(y) if same else np.asarray(yr)
-    if metric == "cosine":
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-        R = R / np.linalg.norm(R, axis=1, keepdims=True)
-        key = -(Q[:, None, :] * R[None, :, :]).sum(-1)  # smaller = nearer
-    else:
-        key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
+    orders, yr = ranked_references(X, y, Xr, yr, metric)
     acc = {k: [] for k in [f"R@{k}" for k in ks] + KEYS[4:]}
     n_lone = 0
-    for i in range(len(Q)):
-        cand = np.array([j for j in range(len(R)) if not (same and j == i)])
-        order = cand[np.lexsort((cand, key[i, cand]))]
+    for i, order in enumerate(orders):
         rel = (yr[order] == y[i]).astype(float)
         Ri = int(rel.sum())
         if Ri == 0:
@@ -41,7 +30,7 @@ def brute(X, y, Xr=None, yr=None, metric="cosine", ks=(1, 2, 4, 8)):
         acc["R-Precision"].append(rel[:Ri].sum() / Ri)
         acc["MAP@R"].append((P[:Ri] * rel[:Ri]).sum() / Ri)
         acc["mAP@C"].append((P[:Ci] * rel[:Ci]).sum() / Ci)
-        d = min(1000, len(cand))
+        d = min(1000, len(order))
         acc["mAP@1000"].append((P[:d] * rel[:d]).sum() / Ci)
     return {k: float(np.mean(v)) for k, v in acc.items()}, n_lone
 
