@@ -59,6 +59,25 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     return out
 
 
+def checkpoint_input(ds: ImageDataset, config: dict, *, verb: str = "embed"):
+    """The evaluation input a checkpoint expects on ``ds``: ``(transform, size, description)``.
+
+    One rule for ``embed``, ``saliency`` and ``study``: the digits need the ``digits_cnn`` and photos
+    an image backbone; the input size and the optional ``resize`` come from the checkpoint's config
+    (default 8 for the digits, 224 for photos).
+    """
+    if (ds.kind == "digits") != (config["arch"] == "digits_cnn"):
+        raise EmbedscopeError(
+            f"a {config['arch']} checkpoint cannot {verb} the {ds.name} images "
+            f"({'8x8 digits need the digits_cnn' if ds.kind == 'digits' else 'photos need an image backbone'})")
+    size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
+    if ds.kind == "digits" and size != 8:
+        raise EmbedscopeError(f"the checkpoint expects {size}x{size} inputs, the digits are 8x8")
+    resize = config.get("resize")
+    transform = image_transform(ds.kind, train=False, image_size=size, resize=resize)
+    return transform, size, describe_transform(ds.kind, train=False, image_size=size, resize=resize)
+
+
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
@@ -77,14 +96,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
-    if (ds.kind == "digits") != (config["arch"] == "digits_cnn"):
-        raise EmbedscopeError(
-            f"a {config['arch']} checkpoint cannot embed the {dataset} images "
-            f"({'8x8 digits need the digits_cnn' if ds.kind == 'digits' else 'photos need an image backbone'})"
-        )
-    size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
-    resize = config.get("resize")
-    transform = image_transform(ds.kind, train=False, image_size=size, resize=resize)
+    transform, _, input_text = checkpoint_input(ds, config)
     X = embed_images(model, ds, transform=transform, batch_size=batch_size, num_workers=num_workers,
                      device=device, progress=progress, desc=f"embed {ds.name}/{split}")
     es = store.EmbeddingSet(
@@ -94,8 +106,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             "dataset": ds.name,
             "root": str(Path(root).resolve()) if root else "",
             "split_selected": split,
-            "transform": "; ".join(x for x in (describe_transform(ds.kind, train=False, image_size=size,
-                                                               resize=resize), describe_input(config)) if x),
+            "transform": "; ".join(x for x in (input_text, describe_input(config)) if x),
             "checkpoint": info["path"] and str(Path(str(info["path"]).split(" + ")[0]).resolve()),
             "checkpoint_format": info["format"],
             "checkpoint_sha256": info["sha256"],

@@ -117,7 +117,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     the saliency of their distance with respect to each (:func:`pair_saliency_maps`). ``figure``:
     also draw the maps over the images (or the pairs side by side). Returns a summary dict.
     """
-    from embedscope.data import describe_transform, get_dataset, image_transform
+    from embedscope.data import get_dataset
+    from embedscope.embed import checkpoint_input
     from embedscope.fileio import check_writable
     from embedscope.models import load_checkpoint
     from embedscope.models.distances import check_distance, distance_for_config
@@ -147,14 +148,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
-    if (ds.kind == "digits") != (config["arch"] == "digits_cnn"):
-        raise EmbedscopeError(
-            f"a {config['arch']} checkpoint cannot explain the {dataset} images "
-            f"({'8x8 digits need the digits_cnn' if ds.kind == 'digits' else 'photos need an image backbone'})")
-    size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
-    if ds.kind == "digits" and size != 8:
-        raise EmbedscopeError(f"the checkpoint expects {size}x{size} inputs, the digits are 8x8")
-    transform = image_transform(ds.kind, train=False, image_size=size)
+    transform, size, input_text = checkpoint_input(ds, config, verb="explain")
     idx = select_images(ds, n_images=n_images, paths_file=paths_file, seed=seed)
     images = _LazyImages(ds, idx, transform)
     common = dict(distance=dist, n_samples=n_samples, noise=noise, order=order, batch_size=batch_size, seed=seed,
@@ -191,7 +185,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "order": order,
         "seed": int(seed),
         "input_size": size,
-        "transform": describe_transform(ds.kind, train=False, image_size=size),
+        "transform": input_text,
         "dataset": ds.name,
         "split": split,
         "root": str(Path(root).resolve()) if root else "",
