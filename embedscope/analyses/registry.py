@@ -6,6 +6,12 @@ siblings in one pass), the ``split`` of the embedding file it reads (Roth et al.
 ``"lower"`` is better, or ``"none"`` where no direction is established; for structural measures,
 the direction the literature links with better generalisation) and a one-line ``meaning``.
 
+Some measures exist once per thing a file holds: ``NR-Prec:<property>`` (family ``properties``) is
+Kobs et al.'s Normalized R-Precision of the stored property ``/properties/<property>`` on the test
+split (docs/methods.md §9). They are described by a :class:`MeasurePattern` in ``PATTERNS``;
+``name in MEASURES`` and ``MEASURES[name]`` accept such names, while iterating ``MEASURES`` gives the
+fixed measures only. :func:`available` lists the measures one file offers.
+
 :func:`compute_measures` computes any selection on one file, each family once.
 """
 
@@ -26,11 +32,67 @@ class Measure:
     meaning: str
 
 
+@dataclass(frozen=True)
+class MeasurePattern:
+    """Measures named ``<prefix><key>``, one per key a file offers (e.g. one per stored property).
+
+    ``keys(es, split)`` gives the keys an :class:`~embedscope.store.EmbeddingSet` offers on ``split``;
+    ``meaning`` is formatted with ``key``.
+    """
+
+    prefix: str
+    family: str
+    split: str
+    direction: str
+    meaning: str
+    keys: Callable[[Any, str], list[str]]
+
+    def measure(self, name: str) -> Measure:
+        return Measure(name, self.family, self.split, self.direction, self.meaning.format(key=name[len(self.prefix):]))
+
+
+#: prefix -> pattern of per-file measures
+PATTERNS: dict[str, MeasurePattern] = {}
+
+
+def _pattern_of(name: Any) -> MeasurePattern | None:
+    if not isinstance(name, str):
+        return None
+    for prefix, pat in PATTERNS.items():
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return pat
+    return None
+
+
+class MeasureTable(dict):
+    """The fixed measures (``dict`` of name -> :class:`Measure`) that also knows the patterned names.
+
+    ``"NR-Prec:colour" in MEASURES`` is true and ``MEASURES["NR-Prec:colour"]`` its :class:`Measure`
+    (whether a given file holds that property is checked when it is computed); iteration, ``len``,
+    ``keys()`` and ``items()`` give the fixed measures only.
+    """
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or _pattern_of(name) is not None
+
+    def __missing__(self, name: str) -> Measure:
+        pat = _pattern_of(name)
+        if pat is None:
+            raise KeyError(name)
+        return pat.measure(name)
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def copy(self) -> "MeasureTable":
+        return MeasureTable(self)
+
+
 def _m(name, family, split, direction, meaning):
     return name, Measure(name, family, split, direction, meaning)
 
 
-MEASURES: dict[str, Measure] = dict([
+MEASURES: MeasureTable = MeasureTable([
     # structure of the training embeddings (docs/methods.md §2-§4)
     _m("rho", "geometry", "train", "lower", "spectral decay KL(U||s), top singular value left out (Roth §5)"),
     _m("rho_all", "geometry", "train", "lower", "spectral decay with every singular value (rho_spectrum@1)"),
@@ -56,6 +118,22 @@ MEASURES: dict[str, Measure] = dict([
 ])
 
 RETRIEVAL_KS = (1, 2, 4, 8)
+PROPERTY_PREFIX = "NR-Prec:"
+
+
+def _property_keys(es, split: str) -> list[str]:
+    """The stored properties of a file that has rows on ``split`` (every property covers every row)."""
+    if not es.properties or not bool((es.split == split).any()):
+        return []
+    return list(es.properties)
+
+
+PATTERNS[PROPERTY_PREFIX] = MeasurePattern(
+    PROPERTY_PREFIX, "properties", "test", "higher",
+    "Normalized R-Precision of property '{key}' on the test split: mean z-score of same-value hits "
+    "among the R = N_v - 1 nearest, R uncapped as in Kobs et al.'s paper (Eq. 5), Euclidean on the "
+    "outputs as stored (Kobs' code); 0 = chance (docs/methods.md §9)",
+    _property_keys)
 
 
 def _geometry_family(es, names: list[str], split: str, opts: dict) -> dict[str, float]:
@@ -74,39 +152,80 @@ def _retrieval_family(es, names: list[str], split: str, opts: dict) -> dict[str,
     return {k: r.values[k] for k in names}
 
 
+def _properties_family(es, names: list[str], split: str, opts: dict) -> dict[str, float]:
+    """NR-Prec of the named properties on ``split``, all in one pass (uncapped R, docs/methods.md §9)."""
+    from embedscope.metrics.properties import property_precision
+
+    sub = es.subset(split)
+    keys = [n[len(PROPERTY_PREFIX):] for n in names]
+    missing = [k for k in keys if k not in sub.properties]
+    if missing:
+        raise EmbedscopeError(f"no property '{missing[0]}' in the embedding file (it has: "
+                              f"{', '.join(sub.properties) or 'none'}; add some with 'embedscope add-properties')")
+    res = property_precision(sub.embeddings, {k: sub.properties[k] for k in keys},
+                             metric=opts.get("property_metric", "euclidean"), max_r=None)
+    return {n: res[k]["NR-Prec"] for n, k in zip(names, keys)}
+
+
 #: family -> function(es, measure names, split, options) -> {name: value}
 FAMILIES: dict[str, Callable[..., dict[str, float]]] = {
     "geometry": _geometry_family,
     "retrieval": _retrieval_family,
+    "properties": _properties_family,
 }
 
 
-def register(measure: Measure, family_fn: Callable[..., dict[str, float]] | None = None) -> None:
-    """Add a measure (and, for a new family, the function computing it) to the registry."""
+def register(measure: Measure | MeasurePattern, family_fn: Callable[..., dict[str, float]] | None = None) -> None:
+    """Add a measure or a :class:`MeasurePattern` (and, for a new family, the function computing it)."""
     if measure.direction not in ("higher", "lower", "none"):
         raise EmbedscopeError(f"direction must be higher, lower or none, got {measure.direction!r}")
     if measure.family not in FAMILIES and family_fn is None:
         raise EmbedscopeError(f"unknown measure family {measure.family!r}: give its function")
     if family_fn is not None:
         FAMILIES[measure.family] = family_fn
-    MEASURES[measure.name] = measure
+    if isinstance(measure, MeasurePattern):
+        PATTERNS[measure.prefix] = measure
+    else:
+        MEASURES[measure.name] = measure
+
+
+def available(source: Any) -> list[str]:
+    """Every measure one embedding file offers: the fixed ones, then the patterned ones it holds
+    (``NR-Prec:<property>`` for each ``/properties/<property>``, when the file has test rows)."""
+    from embedscope.analyses._sources import as_set
+
+    es = as_set(source)
+    return list(MEASURES) + [pat.prefix + k for pat in PATTERNS.values() for k in pat.keys(es, pat.split)]
+
+
+def _known() -> str:
+    return ", ".join([*MEASURES, *(f"{p}<name>" for p in PATTERNS)])
 
 
 def compute_measures(source: Any, names: Iterable[str] | None = None, *, metric: str = "cosine",
-                     seed: int = 1234, device: str = "auto", geometry_seed: int = 0) -> dict[str, float]:
-    """The registry's measures (default: all) of one embedding file, each on its own split.
+                     seed: int = 1234, device: str = "auto", geometry_seed: int = 0,
+                     property_metric: str = "euclidean") -> dict[str, float]:
+    """The registry's measures of one embedding file, each on its own split.
+
+    ``names=None``: every measure the file offers (:func:`available`): the fixed ones and
+    ``NR-Prec:<property>`` for each stored property (none when the file has no properties). Named
+    measures are computed as asked; a ``NR-Prec:<property>`` whose property the file lacks is a
+    one-line error. ``metric`` is the retrieval metric; ``property_metric`` the one NR-Prec ranks by
+    (default Euclidean on the outputs as stored, as Kobs' code and ``embedscope properties``).
 
     Each family is computed once for all its requested measures (one retrieval pass, one geometry
-    pass). Returns ``{name: value}`` in registry order.
+    pass, one properties pass). Returns ``{name: value}`` in registry order (patterned measures
+    last) or in the order asked.
     """
     from embedscope.analyses._sources import as_set
 
     es = as_set(source)
-    wanted = list(MEASURES) if names is None else list(dict.fromkeys(names))
+    wanted = available(es) if names is None else list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in MEASURES]
     if unknown:
-        raise EmbedscopeError(f"unknown measure(s) {', '.join(unknown)} (known: {', '.join(MEASURES)})")
-    opts = {"metric": metric, "seed": seed, "device": device, "geometry_seed": geometry_seed}
+        raise EmbedscopeError(f"unknown measure(s) {', '.join(map(str, unknown))} (known: {_known()})")
+    opts = {"metric": metric, "seed": seed, "device": device, "geometry_seed": geometry_seed,
+            "property_metric": property_metric}
     groups: dict[tuple[str, str], list[str]] = {}
     for n in wanted:
         m = MEASURES[n]
@@ -118,6 +237,9 @@ def compute_measures(source: Any, names: Iterable[str] | None = None, *, metric:
 
 
 def describe() -> list[dict[str, str]]:
-    """The registry as table rows (name, family, split, direction, meaning)."""
-    return [{"name": m.name, "family": m.family, "split": m.split, "direction": m.direction, "meaning": m.meaning}
+    """The registry as table rows (name, family, split, direction, meaning); patterns as ``<prefix><name>``."""
+    rows = [{"name": m.name, "family": m.family, "split": m.split, "direction": m.direction, "meaning": m.meaning}
             for m in MEASURES.values()]
+    rows += [{"name": f"{p.prefix}<name>", "family": p.family, "split": p.split, "direction": p.direction,
+              "meaning": p.meaning.format(key="<name>")} for p in PATTERNS.values()]
+    return rows

@@ -356,7 +356,7 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     from embedscope.tables import write_csv, write_json
 
     out_dir = Path(out_dir)
-    splits = measure_splits()
+    splits = measure_splits([c for r in rows for c in r])  # + the per-file measures the rows carry (NR-Prec:<property>)
     front = ["id", "run", "selection", "epoch", "status", "error", "beats_untrained", "untrained_target"]
     df = pd.DataFrame(rows)
     stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
