@@ -62,18 +62,34 @@ def spearman_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     return pearson_rows(rankdata(X, axis=1), rankdata(Y, axis=1))
 
 
-def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int = 64) -> np.ndarray:
+def _pair_signs(x: np.ndarray) -> np.ndarray:
+    """sign(x_i - x_j) of every ordered pair of each row: [B, n] -> [B, n, n] (int8)."""
+    return np.sign(x[:, :, None] - x[:, None, :]).astype(np.int8)
+
+
+def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int | None = None, *, y_signs: np.ndarray | None = None
+                 ) -> np.ndarray:
     """Kendall's τ_b of each row pair (as scipy.stats.kendalltau, variant "b": ties in either side
-    leave the pair out of that side's count): τ_b = (C − D) / sqrt((n0 − n_x)(n0 − n_y))."""
+    leave the pair out of that side's count): τ_b = (C − D) / sqrt((n0 − n_x)(n0 − n_y)).
+
+    ``Y`` may have one row for all rows of ``X``; ``y_signs`` (``_pair_signs`` of ``Y``) skips
+    recomputing its pair signs. The counts are integers, so chunking never changes a value.
+    """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
+    n = X.shape[1] if X.ndim == 2 else 0
+    chunk = chunk or max(64, int(4_000_000 // max(n * n, 1)))
     out = np.empty(X.shape[0])
+    shared = Y.shape[0] == 1 and X.shape[0] != 1
+    SY = y_signs if y_signs is not None else (_pair_signs(Y) if shared else None)
     for s in range(0, X.shape[0], chunk):
-        x, y = X[s:s + chunk], Y[s:s + chunk]
-        sx = np.sign(x[:, :, None] - x[:, None, :])
-        sy = np.sign(y[:, :, None] - y[:, None, :])
-        num = (sx * sy).sum((1, 2))
-        den = np.sqrt(np.abs(sx).sum((1, 2)) * np.abs(sy).sum((1, 2)))
+        sx = _pair_signs(X[s:s + chunk])
+        sy = SY if SY is not None and SY.shape[0] == 1 else (
+            SY[s:s + chunk] if SY is not None else _pair_signs(Y[s:s + chunk]))
+        num = np.einsum("bij,bij->b", sx, np.broadcast_to(sy, sx.shape), dtype=np.int64)
+        nx = np.count_nonzero(sx.reshape(sx.shape[0], -1), axis=1)
+        ny = np.count_nonzero(sy.reshape(sy.shape[0], -1), axis=1)
+        den = np.sqrt((nx * ny).astype(np.float64))
         with np.errstate(invalid="ignore", divide="ignore"):
             out[s:s + chunk] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
     return np.clip(out, -1.0, 1.0)
@@ -114,6 +130,60 @@ def correlate(x, y, *, n_boot: int = 1000, seed: int = 1234) -> dict[str, Any]:
     return out
 
 
+def correlate_many(X, y, *, n_boot: int = 1000, seed: int = 1234) -> list[dict[str, Any]]:
+    """:func:`correlate` of every row of ``X`` [M, n] with ``y`` [n], all at once; equal value for value.
+
+    Each row's bootstrap draws its resamples from a fresh ``default_rng(seed)`` over its own finite
+    points (as :func:`correlate`), so rows with the same finite points share one index matrix: it is
+    drawn once, ``y``'s resamples, ranks and pair signs are taken once, and the statistic of every
+    resample of every such row is one array operation.
+    """
+    from scipy import stats as st
+    from scipy.stats import rankdata
+
+    X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+    y = np.asarray(y, dtype=np.float64)
+    outs: list[dict[str, Any] | None] = [None] * X.shape[0]
+    keeps = np.isfinite(X) & np.isfinite(y)[None, :]
+    groups: dict[bytes, list[int]] = {}
+    for i in range(X.shape[0]):
+        groups.setdefault(keeps[i].tobytes(), []).append(i)
+    for rows in groups.values():
+        keep = keeps[rows[0]]
+        x, yy = X[rows][:, keep], y[keep]
+        n = int(yy.size)
+        M = len(rows)
+        res = [{"n": n} for _ in rows]
+        for j in range(M):
+            for name, fn in STATISTICS.items():  # one row at a time: numpy sums a 1-row array as correlate() does
+                res[j][name] = float(fn(x[j][None], yy[None])[0]) if n >= 2 else float("nan")
+            if n >= 3 and np.isfinite(res[j]["pearson"]):
+                res[j]["pearson_p"] = float(st.pearsonr(x[j], yy).pvalue)
+                res[j]["kendall_p"] = float(st.kendalltau(x[j], yy).pvalue)
+            else:
+                res[j]["pearson_p"] = res[j]["kendall_p"] = float("nan")
+        if n >= 3 and n_boot > 0:
+            idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+            yb = yy[idx]  # [B, n], the same for every row of the group
+            yb_rank = rankdata(yb, axis=1)
+            yb_signs = _pair_signs(yb) if n_boot * n * n <= 64_000_000 else None
+            for j in range(M):
+                xb = x[j][idx]
+                vals = {"pearson": pearson_rows(xb, yb), "spearman": pearson_rows(rankdata(xb, axis=1), yb_rank),
+                        "kendall": kendall_rows(xb, yb, y_signs=yb_signs)}
+                for name, v in vals.items():
+                    v = v[np.isfinite(v)]
+                    lo, hi = (np.percentile(v, [2.5, 97.5]) if v.size else (np.nan, np.nan))
+                    res[j][f"{name}_lo"], res[j][f"{name}_hi"] = float(lo), float(hi)
+        else:
+            for j in range(M):
+                for name in STATISTICS:
+                    res[j][f"{name}_lo"] = res[j][f"{name}_hi"] = float("nan")
+        for j, i in enumerate(rows):
+            outs[i] = res[j]
+    return outs  # type: ignore[return-value]
+
+
 def granulated_tau(df, measure: str, target: str, axes: list[str], context: list[str]) -> dict[str, Any]:
     """Jiang et al.'s granulated Kendall τ (ICLR 2020, Eq. 4) of ``measure`` vs ``target``.
 
@@ -122,25 +192,38 @@ def granulated_tau(df, measure: str, target: str, axes: list[str], context: list
     ≥ 2 points and a defined τ_b of τ_b(measure, target) within the group. Ψ = mean over the axes
     with a value. Returns ``{"psi": Ψ, "per_axis": {a: Ψ_a}, "groups": {a: number of groups}}``.
     """
-    per_axis: dict[str, float] = {}
-    groups: dict[str, int] = {}
+    return granulated_tau_many(df, [measure], target, axes, context)[measure]
+
+
+def granulated_tau_many(df, measures: list[str], target: str, axes: list[str], context: list[str]
+                        ) -> dict[str, dict[str, Any]]:
+    """:func:`granulated_tau` of every measure of ``measures`` (the groups of each axis found once)."""
+    per_axis: dict[str, dict[str, float]] = {m: {} for m in measures}
+    groups: dict[str, dict[str, int]] = {m: {} for m in measures}
+    y_all = df[target].to_numpy(dtype=np.float64)
+    X_all = {m: df[m].to_numpy(dtype=np.float64) for m in measures}
     for a in axes:
         others = [c for c in axes + context if c != a]
-        taus = []
-        grouped = df.groupby(others, dropna=False, sort=True) if others else [(None, df)]
-        for _, g in grouped:
-            x = g[measure].to_numpy(dtype=np.float64)
-            y = g[target].to_numpy(dtype=np.float64)
-            ok = np.isfinite(x) & np.isfinite(y)
-            if ok.sum() < 2:
-                continue
-            t = float(kendall_rows(x[ok][None], y[ok][None])[0])
-            if np.isfinite(t):
-                taus.append(t)
-        groups[a] = len(taus)
-        per_axis[a] = float(np.mean(taus)) if taus else float("nan")
-    vals = [v for v in per_axis.values() if np.isfinite(v)]
-    return {"psi": float(np.mean(vals)) if vals else float("nan"), "per_axis": per_axis, "groups": groups}
+        # the groups in the order (and with the rows) that iterating over groupby gives
+        members = [g["_pos_"].to_numpy() for _, g in df.assign(_pos_=np.arange(len(df))).groupby(
+            others, dropna=False, sort=True)] if others else [np.arange(len(df))]
+        for m in measures:
+            taus = []
+            for rows in members:
+                x, y = X_all[m][rows], y_all[rows]
+                ok = np.isfinite(x) & np.isfinite(y)
+                if ok.sum() < 2:
+                    continue
+                t = float(kendall_rows(x[ok][None], y[ok][None])[0])
+                if np.isfinite(t):
+                    taus.append(t)
+            groups[m][a] = len(taus)
+            per_axis[m][a] = float(np.mean(taus)) if taus else float("nan")
+    out = {}
+    for m in measures:
+        vals = [v for v in per_axis[m].values() if np.isfinite(v)]
+        out[m] = {"psi": float(np.mean(vals)) if vals else float("nan"), "per_axis": per_axis[m], "groups": groups[m]}
+    return out
 
 
 # ----------------------------------------------------------------------------------------- the study table
@@ -299,12 +382,17 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     corr_rows = []
     gran = {}
     context = [seed_col] if seed_col and seed_col not in axes else []
-    for m in measures:
-        for level, tab in (("objectives", OB), ("runs", P)):
-            c = correlate(tab[m].to_numpy(np.float64), tab[target].to_numpy(np.float64), n_boot=n_boot, seed=seed)
+    # every measure of a level at once (the same resamples as one correlate() call per measure)
+    per_level = {level: (correlate_many(tab[measures].to_numpy(np.float64).T, tab[target].to_numpy(np.float64),
+                                        n_boot=n_boot, seed=seed) if measures else [])
+                 for level, tab in (("objectives", OB), ("runs", P))}
+    gran_all = granulated_tau_many(P, measures, target, [a for a in axes if a != "loss_family"], context) \
+        if axes else {}
+    for k, m in enumerate(measures):
+        for level in ("objectives", "runs"):
+            c = per_level[level][k]
             corr_rows.append({"measure": m, "split": splits.get(m, ""), "target": target, "level": level, **c})
-        g = granulated_tau(P, m, target, [a for a in axes if a != "loss_family"], context) if axes else \
-            {"psi": float("nan"), "per_axis": {}, "groups": {}}
+        g = gran_all[m] if axes else {"psi": float("nan"), "per_axis": {}, "groups": {}}
         gran[m] = g
         for r in corr_rows[-2:]:
             r["granulated_tau"] = g["psi"]
@@ -333,9 +421,10 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         rr: dict[str, Any] = {}
         if len(OB) >= 4:
             loo = {}
-            for o in OB.index:
-                sub = OB.drop(index=o)
-                loo[o] = float(pearson_rows(sub[m].to_numpy()[None], sub[target].to_numpy()[None])[0])
+            xo, yo = OB[m].to_numpy(), OB[target].to_numpy()
+            for i, o in enumerate(OB.index):  # leave objective o out
+                sel = np.arange(len(OB)) != i
+                loo[o] = float(pearson_rows(xo[sel][None], yo[sel][None])[0])
             vals = {k: v for k, v in loo.items() if np.isfinite(v)}
             if vals:
                 full = float(pearson_rows(OB[m].to_numpy()[None], OB[target].to_numpy()[None])[0])
