@@ -157,3 +157,58 @@ def test_counting_pass_key_estimates_and_window_gemm(metric, estimate, gemm_wind
     X[200:203] = X[201] * (1 + 1e-15)  # and keys equal up to float64 rounding
     rr = relevant_ranks(X, y, metric=metric, depth=60, device="cpu")
     _check(rr, brute_ranks(X, y, metric=metric), 60)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("pending", [1, 1 << 22])
+def test_counting_pass_with_chunked_tile_gemms(metric, pending, monkeypatch):
+    # the tile GEMM summed over chunks of the inner dimension (large-D cosine searches), with its
+    # tighter error bound, gives the brute-force ranks, exact ties included (Euclidean: one chunk)
+    from embedscope.metrics.search import counting, ranks
+
+    monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
+    monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(counting, "PENDING", pending)  # survivors counted per tile, or per block at the end
+    monkeypatch.setattr(counting, "K_CHUNK", 2)
+    monkeypatch.setattr(counting, "CHUNK_MIN_DIM", 0)
+    monkeypatch.setattr(counting, "REF_TILE", 57)
+    monkeypatch.setattr(counting, "QUERY_BLOCK", 61)
+    used = []
+    orig = counting.k_chunks
+    monkeypatch.setattr(counting, "k_chunks", lambda *a, **k: used.append(orig(*a, **k)) or used[-1])
+    X, y = _data(7, n=300, n_cls=15)
+    X[100:140] = X[99]
+    X[200:203] = X[201] * (1 + 1e-15)
+    rr = relevant_ranks(X, y, metric=metric, depth=60, device="cpu")
+    _check(rr, brute_ranks(X, y, metric=metric), 60)
+    assert used[-1] == ([(0, 2), (2, 4), (4, 5)] if metric == "cosine" else [(0, 6)])
+
+
+def test_chunked_tile_error_bound_holds():
+    # the bound of tile_delta covers the float32 chunked GEMM's error on nonnegative data (where
+    # rounding errors do not cancel); the one-chunk bound is the classical (D + 16) u ‖q‖‖r‖
+    from embedscope.metrics.search import counting
+    from embedscope.metrics.search.knn import KeySpace, prepare
+
+    rng = np.random.default_rng(0)
+    X = prepare(rng.random((64, 2048)) + np.linspace(0, 1, 2048), "cosine")
+    ks = KeySpace(X, X, "cosine", True)
+    chunks = counting.k_chunks(ks, 256)
+    assert len(chunks) == 8 and all(b - a == 256 for a, b in chunks)
+    T = sum((X[:, a:b].astype(np.float32) @ X[:, a:b].astype(np.float32).T for a, b in chunks[1:]),
+            start=X[:, :256].astype(np.float32) @ X[:, :256].astype(np.float32).T)
+    err = np.abs(T.astype(np.float64) - X @ X.T).max(axis=1)
+    d8 = counting.tile_delta(ks, chunks)
+    assert np.all(err <= d8) and np.all(d8 < counting.tile_delta(ks) / 7)
+
+
+def test_pair_keys_are_bitwise_pair_keys64(monkeypatch):
+    from embedscope.metrics.search import counting
+    from embedscope.metrics.search.knn import pair_keys64
+
+    rng = np.random.default_rng(2)
+    Q, R = rng.standard_normal((50, 37)), rng.standard_normal((60, 37))
+    qi, rj = rng.integers(0, 50, 999), rng.integers(0, 60, 999)
+    monkeypatch.setattr(counting, "PAIR_KEY_ELEMS", 300)
+    for metric in ("cosine", "euclidean"):
+        np.testing.assert_array_equal(counting.pair_keys(Q, R, qi, rj, metric), pair_keys64(Q, R, qi, rj, metric))

@@ -11,7 +11,8 @@ This module obtains the same ranks by **counting** instead:
    sample; any value works for exactness, a good one keeps step 2 cheap).
 2. One float32 GEMM pass over cache-sized tiles (query block × reference tile): the references
    whose float32 key exceeds ``τ_i`` ("survivors", about 1–2 × depth per query) are kept for the
-   moment of the tile; everything else is discarded at once. Per tile the survivors are sorted
+   moment of the tile; everything else is discarded at once. The survivors of several tiles of
+   a query block (up to ``PENDING`` per thread) are sorted together
    (each query's in its own band of a float64 line) and, for every relevant pair, the survivors
    surely before it (float32 key > its float64 key + δ_i) are counted with a binary search; those
    within ±δ_i of its key are compared in float64, lower index first on ties.
@@ -27,7 +28,10 @@ its columns, reading it in place). Tiles are shared among worker threads, each w
 thread, so the counting of one tile overlaps the GEMM of another.
 
 ``δ_i`` is a rigorous float32 error bound of the tile's key: for cosine ``(D + 16) u ‖q_i‖ ‖r‖max``
-(the inner product's forward error, u = 2⁻²⁴); for Euclidean twice the bound of
+(the inner product's forward error, u = 2⁻²⁴), or (K + c + 16) u ‖q_i‖ ‖r‖max when the tile GEMM
+sums c chunks of at most K = 256 columns of the inner dimension separately (cosine at D ≥ 768:
+7× tighter at D = 2,048, and as many times fewer float64 window keys, :func:`tile_delta`); for
+Euclidean twice the bound of
 :class:`embedscope.metrics.search.knn.KeySpace`, so that it covers the key computed as one augmented GEMM
 (``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and its survivors per thread, never N × N.
 """
@@ -40,14 +44,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
+from embedscope.metrics.search.knn import U32, KeySpace, _bar
 
-__all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented"]
+__all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks"]
 
 QUERY_BLOCK = 1024
 REF_TILE = 2048
 SAMPLE_TOP = 32.0  # expected sampled references among a query's top `depth`
 SAMPLE_SIGMAS = 6.0
+K_CHUNK = 256  # cosine tiles at large D: the inner dimension summed in chunks of this many columns
+CHUNK_MIN_DIM = 768  # ... from this dimension on (see tile_delta)
+PENDING = 1 << 22  # survivors (16 bytes each) kept per thread before counting: several tiles per sort
 NUMPY_FLOOR_MAX = 1 << 24  # floor keys by numpy GEMM + partition up to this many sampled keys, else faiss
 _BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms)
 
@@ -60,6 +67,34 @@ def blas_single_thread():
 
         _BLAS = ThreadpoolController()
     return _BLAS.limit(limits=1, user_api="blas")
+
+
+PAIR_KEY_ELEMS = 1 << 20  # float64 elements per gathered chunk of pair_keys (8 MiB, reused)
+
+
+def pair_keys(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -> np.ndarray:
+    """:func:`~embedscope.metrics.search.knn.pair_keys64`'s keys, bitwise (the same per-pair
+    reduction of the same gathered rows), gathered into two reused buffers of ``PAIR_KEY_ELEMS``
+    elements instead of fresh arrays of up to 2¹⁶ rows (whose page faults cost more than the
+    arithmetic at large D)."""
+    n, d = len(qi), Q64.shape[1]
+    out = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return out
+    step = max(1, PAIR_KEY_ELEMS // max(d, 1))
+    a = np.empty((min(step, n), d), dtype=np.float64)
+    b = np.empty_like(a)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        am, bm = a[:e - s], b[:e - s]
+        np.take(Q64, qi[s:e], axis=0, out=am)
+        np.take(R64, rj[s:e], axis=0, out=bm)
+        if metric == "cosine":
+            out[s:e] = np.einsum("ij,ij->i", am, bm)
+        else:
+            np.subtract(am, bm, out=am)
+            out[s:e] = -np.einsum("ij,ij->i", am, am)
+    return out
 
 
 def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMPLE_TOP) -> np.ndarray:
@@ -124,12 +159,34 @@ def _gemm_keys(ks: KeySpace, s: int, e: int, qw: np.ndarray, wr: np.ndarray, ur:
     return out
 
 
-def tile_delta(ks: KeySpace) -> np.ndarray:
+def k_chunks(ks: KeySpace, chunk: int | None = None) -> list[tuple[int, int]]:
+    """The column ranges of the inner dimension that the tile GEMM sums separately (one range
+    unless a cosine search at D ≥ ``CHUNK_MIN_DIM``): see :func:`tile_delta`."""
+    d = ks.Q64.shape[1]
+    k = int(chunk if chunk is not None else (K_CHUNK if d >= CHUNK_MIN_DIM else 0))
+    if ks.metric != "cosine" or k <= 0 or k >= d:
+        return [(0, d + (0 if ks.metric == "cosine" else 1))]
+    c = -(-d // k)
+    k = -(-d // c)  # equal chunks
+    return [(a, min(d, a + k)) for a in range(0, d, k)]
+
+
+def tile_delta(ks: KeySpace, chunks: list[tuple[int, int]] | None = None) -> np.ndarray:
     """Per query, a rigorous bound on the error of any float32 key computed as :func:`augmented`
-    describes (whatever the summation order)."""
+    describes (whatever the summation order within one GEMM).
+
+    Cosine with the inner dimension split into c chunks of at most K columns, each chunk one
+    float32 GEMM and the chunk results added in float32 in a fixed order (:func:`k_chunks`):
+    each chunk's sum, whatever its order, is within γ_K Σ_chunk |q_k r_k| of its exact value
+    and the c − 1 additions add γ_{c−1} Σ|q_k r_k|, so the key is within
+    (K + c + 16) u ‖q‖ ‖r‖max of q·r (the 16 covering the rounding of q and r to float32 and the
+    γ denominators); one chunk gives the classical (D + 16) u ‖q‖ ‖r‖max. At D = 2,048 chunks of
+    256 make the bound 7× tighter, and the float64 window keys as many times fewer."""
     if ks.metric == "cosine":
         # |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + 2u‖q‖‖r‖ ≤ (D + 16) u ‖q‖ ‖r‖max (Cauchy–Schwarz)
-        return (ks.Q64.shape[1] + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * ks.rmax + 1e-300
+        ch = chunks or [(0, ks.Q64.shape[1])]
+        kmax = max(b - a for a, b in ch)
+        return (kmax + len(ch) + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * ks.rmax + 1e-300
     return 2.0 * ks.delta  # the augmented Euclidean GEMM: twice KeySpace's bound covers its extra terms
 
 
@@ -176,23 +233,30 @@ class _Acc:
         self.n_high = np.zeros(blk.e - blk.s, dtype=np.int64)
         self.win_p: list = []
         self.win_r: list = []
+        self.pend_g: list = []  # survivors not yet counted: band coordinates and reference indices
+        self.pend_id: list = []
+        self.n_pend = 0
 
     def merge(self, other: "_Acc"):
         self.sure += other.sure
         self.n_high += other.n_high
         self.win_p += other.win_p
         self.win_r += other.win_r
+        self.pend_g += other.pend_g
+        self.pend_id += other.pend_id
+        self.n_pend += other.n_pend
 
 
 class _Pass:
     """The state shared by the tiles of one counting pass."""
 
-    def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor, block: int, key_err=None):
+    def __init__(self, ks: KeySpace, qi, rj, k64, depth, floor, block: int, key_err=None, chunk=None):
         self.ks, self.qi, self.rj, self.k64, self.depth = ks, qi, rj, k64, depth
         self.estimated = key_err is not None  # k64 holds estimates within key_err of the float64 keys
         nq = ks.Q32.shape[0]
         qmax = float(np.sqrt(ks.qsq.max()))
-        self.delta = tile_delta(ks)
+        self.chunks = k_chunks(ks, chunk)
+        self.delta = tile_delta(ks, self.chunks)
         self.Qa, Ra, self.qoff = augmented(ks)
         if ks.metric == "cosine":
             bound = qmax * ks.rmax + 1.0  # |key| < bound
@@ -206,11 +270,19 @@ class _Pass:
         self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
         # a same-set cosine pass multiplies each pair of blocks once and reads the tile both ways
         self.symmetric = ks.same and ks.metric == "cosine"
-        self.RaT = np.ascontiguousarray(Ra.T)
+        if len(self.chunks) > 1:  # cosine: contiguous operands per chunk of the inner dimension
+            self.Qc = [np.ascontiguousarray(self.Qa[:, a:b]) for a, b in self.chunks]
+            self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [np.ascontiguousarray(Ra[:, a:b]).T
+                                                                 for a, b in self.chunks]
+            self.RaT = Ra.T  # (a view: only its shape is read)
+        else:
+            self.RaT = np.ascontiguousarray(Ra.T)
         thr = (self.tau + self.qoff).astype(np.float32)
         self.thr = np.nextafter(thr, np.float32(-np.inf))  # float32 filter at or below τ_i (+‖q‖²)
         self.bounds = np.searchsorted(qi, np.arange(nq + 1))
         self.blocks = [_Block(self, s, min(nq, s + block)) for s in range(0, nq, block)]
+        # survivors pending per block and thread before they are counted: at most PENDING in all
+        self.flush = max(1, PENDING // len(self.blocks))
 
     def tasks(self, tile: int):
         """(query block index, reference start, reference stop, index of the query block that the
@@ -226,7 +298,14 @@ class _Pass:
         blk = self.blocks[a]
         b, w = blk.e - blk.s, r1 - r0
         T = buf[:b * w].reshape(b, w)
-        np.matmul(self.Qa[blk.s:blk.e], self.RaT[:, r0:r1], out=T)
+        if len(self.chunks) == 1:
+            np.matmul(self.Qa[blk.s:blk.e], self.RaT[:, r0:r1], out=T)
+        else:  # chunk sums added in float32, in order (the bound of tile_delta)
+            T2 = buf[b * w:2 * b * w].reshape(b, w)
+            np.matmul(self.Qc[0][blk.s:blk.e], self.RcT[0][:, r0:r1], out=T)
+            for Qc, RcT in zip(self.Qc[1:], self.RcT[1:]):
+                np.matmul(Qc[blk.s:blk.e], RcT[:, r0:r1], out=T2)
+                np.add(T, T2, out=T)
         if self.ks.same:
             lo, hi = max(blk.s, r0), min(blk.e, r1)
             if lo < hi:
@@ -256,7 +335,21 @@ class _Pass:
         rows = f % w if transposed else f // w
         v = T.ravel()[f].astype(np.float64) - blk.qoff[rows]
         acc.n_high += np.bincount(rows[v > blk.tau2[rows]], minlength=b)
-        gs = rows * W + (v - base)
+        acc.pend_g.append(rows * W + (v - base))
+        acc.pend_id.append((f // w if transposed else f % w) + r0)
+        acc.n_pend += f.size
+        if acc.n_pend >= self.flush:
+            self._flush(blk, acc)
+
+    def _flush(self, blk: _Block, acc: _Acc):
+        """Count the pending survivors of block ``blk`` (those of several tiles at once: one sort
+        and one binary search per pair for all of them): the survivors surely before each pair,
+        and those within ±δ of a pair's key (float64 at the end)."""
+        if not acc.n_pend:
+            return
+        gs = np.concatenate(acc.pend_g) if len(acc.pend_g) > 1 else acc.pend_g[0]
+        ids = np.concatenate(acc.pend_id) if len(acc.pend_id) > 1 else acc.pend_id[0]
+        acc.pend_g, acc.pend_id, acc.n_pend = [], [], 0
         order = np.argsort(gs)
         gs = gs[order]
         c_hi = np.searchsorted(gs, blk.hi_g, side="right")
@@ -270,15 +363,15 @@ class _Pass:
             cnt = win[wp]
             rep = np.repeat(wp, cnt)
             pos = np.repeat(c_lo[wp] - np.cumsum(cnt) + cnt, cnt) + np.arange(rep.size)
-            fs = f[order[pos]]
-            ids = (fs // w if transposed else fs % w) + r0
-            keep = ids != pref[rep]  # the pair's own reference lies in its window whenever it survived
+            wids = ids[order[pos]]
+            keep = wids != pref[rep]  # the pair's own reference lies in its window whenever it survived
             acc.win_p.append(rep[keep])
-            acc.win_r.append(ids[keep])
+            acc.win_r.append(wids[keep])
 
     def finish(self, a: int, acc: _Acc):
         """Ranks (``inf`` beyond the depth) and the unresolved flags of block ``a``'s pairs."""
         ks, blk = self.ks, self.blocks[a]
+        self._flush(blk, acc)
         n = blk.p1 - blk.p0
         amb = np.zeros(n, dtype=np.int64)
         if acc.win_p and sum(len(x) for x in acc.win_p):
@@ -297,17 +390,17 @@ class _Pass:
                 kr = _gemm_keys(ks, blk.s, blk.e, qw, wr, ur)
                 close = np.abs(kr - kp) <= 2.0 * e
                 if close.any():
-                    kr[close] = pair_keys64(ks.Q64, ks.R64, qw[close], wr[close], ks.metric)
+                    kr[close] = pair_keys(ks.Q64, ks.R64, qw[close], wr[close], ks.metric)
                     kp = kp.copy()
-                    kp[close] = pair_keys64(ks.Q64, ks.R64, qw[close], blk.pref[wp[close]], ks.metric)
+                    kp[close] = pair_keys(ks.Q64, ks.R64, qw[close], blk.pref[wp[close]], ks.metric)
             else:
-                kr = pair_keys64(ks.Q64, ks.R64, qw, wr, ks.metric)
+                kr = pair_keys(ks.Q64, ks.R64, qw, wr, ks.metric)
                 if self.estimated:  # the exact keys of the pairs whose estimate cannot decide
                     close = np.abs(kr - kp) <= e
                     if close.any():
                         up, inv = np.unique(wp[close], return_inverse=True)
                         kp = kp.copy()
-                        kp[close] = pair_keys64(ks.Q64, ks.R64, self.qi[blk.p0:blk.p1][up], blk.pref[up],
+                        kp[close] = pair_keys(ks.Q64, ks.R64, self.qi[blk.p0:blk.p1][up], blk.pref[up],
                                                 ks.metric)[inv]
             before = (kr > kp) | ((kr == kp) & (wr < blk.pref[wp]))
             amb = np.bincount(wp[before], minlength=n)
@@ -323,7 +416,7 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
                             seed: int = 0, progress: bool = False, block: int | None = None,
                             tile: int | None = None, threads: int | None = None,
                             floor_depth: int | None = None, sample_top: float = SAMPLE_TOP,
-                            key_err=None):
+                            key_err=None, chunk: int | None = None):
     """Exact rank (``inf`` beyond ``depth``) of every relevant pair ``(qi[p], rj[p])``.
 
     ``qi`` must be sorted; ``k64`` holds the pairs' float64 keys (:func:`pair_keys64`), or, with
@@ -336,16 +429,21 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
     smaller sample for a shallow ``depth`` (the top-K keys); ``sample_top`` sets the sample's size
     (see :func:`floor_keys`). Tiles are shared among ``threads`` workers (default: the
     CPU count), each running its GEMMs with one BLAS thread, so that the counting of one tile
-    overlaps the GEMM of another.
+    overlaps the GEMM of another. ``chunk``: columns per chunk of the inner dimension of a
+    cosine tile GEMM (default ``K_CHUNK`` from D = ``CHUNK_MIN_DIM`` on, else one chunk; 0: one
+    chunk), see :func:`tile_delta`.
     """
     import threading
 
+    nq = ks.Q32.shape[0]
+    if block is None and len(k_chunks(ks, chunk)) > 1 and nq <= 3 * QUERY_BLOCK:
+        block = max(256, -(-nq // 4))  # GEMM-bound small sets: enough tiles to keep the threads busy
     block = int(block or QUERY_BLOCK)
     tile = int(tile or REF_TILE)
     floor = floor_keys(ks, int(max(depth, floor_depth or depth)), seed, sample_top)
     # pairs ordered by (query, key): the binary searches of each tile then read sorted needles
     perm = np.lexsort((k64, qi))
-    st = _Pass(ks, qi[perm], rj[perm], k64[perm], int(depth), floor, block, key_err)
+    st = _Pass(ks, qi[perm], rj[perm], k64[perm], int(depth), floor, block, key_err, chunk)
     tasks = st.tasks(tile)
     width = max(block, tile)
     local = threading.local()
@@ -356,7 +454,7 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
     def run(task):
         if not hasattr(local, "accs"):
             local.accs = {}
-            local.buf = np.empty(block * width, dtype=np.float32)
+            local.buf = np.empty(block * width * (1 if len(st.chunks) == 1 else 2), dtype=np.float32)
             local.mbuf = np.empty(block * width, dtype=bool)
             with lock:
                 per_thread.append(local.accs)

@@ -446,7 +446,7 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
         if qi.size >= ESTIMATE_MIN_PAIRS_PER_QUERY * nq:  # large classes: one float64 GEMM per class
             keys, key_err = _pair_keys_by_class(ks, lay, qi, rj)
         else:
-            keys = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
+            keys = counting.pair_keys(ks.Q64, ks.R64, qi, rj, ks.metric)
         rank, unresolved = counting.relevant_ranks_by_count(ks, qi, rj, keys, depth, progress=progress, block=block,
                                                             floor_depth=plan[0], sample_top=plan[1],
                                                             key_err=key_err)
