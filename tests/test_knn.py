@@ -100,6 +100,7 @@ def test_torch_block_path_gives_the_same_neighbours(metric, monkeypatch):
 
     X = _with_ties(4, n=150)
     a = knn_search(X, None, 12, metric=metric, exclude_self=True)
+    monkeypatch.setattr(knn, "CPU_SELECT", False)
     monkeypatch.setattr(knn, "FAISS_MIN_L", 10**9)
     b = knn_search(X, None, 12, metric=metric, exclude_self=True, block=40)
     bv, bi = brute_knn(X, None, 12, metric, True)
@@ -120,3 +121,62 @@ def test_block_keys_equal_pair_keys_bitwise(metric):
         cand = rng.integers(0, 500, (20, 90))
         a = pair_keys64(Q, R, np.repeat(np.arange(4, 24), 90), cand.ravel(), metric).reshape(20, 90)
         np.testing.assert_array_equal(block_keys64(Q, R, 4, cand, metric), a)
+
+
+@pytest.fixture
+def tiny_cpu_search(monkeypatch):
+    """The CPU search with tiny tiles, blocks and threshold samples: many query blocks in two
+    threads, many reference tiles, a sample smaller than the set."""
+    from embedscope.metrics.search import knn
+
+    monkeypatch.setattr(knn, "CPU_BLOCK", 37)
+    monkeypatch.setattr(knn, "CHUNK_BYTES", 1)  # 64 references per tile
+    monkeypatch.setattr(knn, "SAMPLE_MIN", 16)
+    monkeypatch.setattr(knn, "SAMPLE_DIV", 4)
+    monkeypatch.setattr(knn, "THREADS", 2)
+    return knn
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_cpu_search_tiles_and_sampled_thresholds(metric, tiny_cpu_search):
+    X = _with_ties(6, n=300, d=6)
+    X[200:260] = X[100]  # sixty identical rows: ties deeper than most windows
+    for k in (1, 7, 70, 150):
+        v, i = knn_search(X, None, k, metric=metric, exclude_self=True)
+        bv, bi = brute_knn(X, None, k, metric, True)
+        np.testing.assert_array_equal(i, bi)
+        np.testing.assert_allclose(v, bv, rtol=0, atol=1e-12)
+    Q = X[::7] + 0.01
+    v, i = knn_search(Q, X, 40, metric=metric)
+    bv, bi = brute_knn(Q, X, 40, metric, False)
+    np.testing.assert_array_equal(i, bi)
+    np.testing.assert_allclose(v, bv, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_cpu_search_threshold_too_high_falls_back_to_full_rows(metric, tiny_cpu_search, monkeypatch):
+    # a threshold at the sample's largest key leaves fewer than k keys above it: those queries
+    # are searched again in full, still exact
+    knn = tiny_cpu_search
+    monkeypatch.setattr(knn, "SAMPLE_SIGMAS", -1e9)
+    calls = []
+    full_row = knn._exact_topk_row
+    monkeypatch.setattr(knn, "_exact_topk_row", lambda ks, qi, k: calls.append(qi) or full_row(ks, qi, k))
+    X = _with_ties(7, n=250, d=5)
+    v, i = knn_search(X, None, 30, metric=metric, exclude_self=True)
+    bv, bi = brute_knn(X, None, 30, metric, True)
+    np.testing.assert_array_equal(i, bi)
+    np.testing.assert_allclose(v, bv, rtol=0, atol=1e-12)
+    assert len(calls) > 100
+
+
+def test_cpu_search_equals_the_faiss_candidate_path(monkeypatch):
+    from embedscope.metrics.search import knn
+
+    X = np.random.default_rng(8).standard_normal((400, 16))
+    X[300:] = X[:100]  # every row twice
+    a = knn_search(X, None, 120, exclude_self=True)
+    monkeypatch.setattr(knn, "CPU_SELECT", False)
+    b = knn_search(X, None, 120, exclude_self=True)
+    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_array_equal(a[0], b[0])

@@ -39,6 +39,14 @@ SLACK = 16  # extra float32 candidates per query kept for the float64 certificat
 U32 = 2.0 ** -24
 PAIR_CHUNK = 1 << 16  # pairs per float64 gather chunk
 _MAX_BLOCK_ELEMS = 1 << 26  # float32 block of at most 256 MiB
+CPU_SELECT = True  # topk_exact on the CPU: own GEMM tiles + per-query threshold (False: candidate_blocks)
+CPU_BLOCK = 512  # queries per block of the CPU search
+CHUNK_BYTES = 1 << 21  # references per float32 tile: their float64 rows fill at most 2 MiB
+PAIR_BYTES = 1 << 19  # gathered float64 rows per buffer of the window's keys (two buffers)
+SAMPLE_MIN, SAMPLE_DIV = 1024, 32  # references sampled for the threshold: max(1024, N / 32)
+SAMPLE_SIGMAS, SAMPLE_EXTRA = 3.0, 2.0  # margin of the sample rank over its expectation
+THREADS = None  # worker threads of the CPU search (None: one per core)
+_BLAS = None  # a cached threadpoolctl controller
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -243,6 +251,12 @@ def _exact_topk_row(ks: KeySpace, qi: int, k: int):
 
 def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=False):
     """Exact (float64 order, lower index first on ties) top-k keys and indices of every query."""
+    if CPU_SELECT:
+        from embedscope.device import resolve_device
+
+        dev = resolve_device(device) if not hasattr(device, "type") else device
+        if dev.type == "cpu":
+            return _topk_exact_cpu(ks, int(k), block=block, progress=progress)
     nq = ks.Q64.shape[0]
     keys = np.empty((nq, k), dtype=np.float64)
     idx = np.empty((nq, k), dtype=np.int64)
@@ -261,6 +275,198 @@ def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=Fals
         for r in np.flatnonzero(~ok):
             k64s[r], cs[r] = _exact_topk_row(ks, s + r, k)
         keys[s:e], idx[s:e] = k64s, cs
+    return keys, idx
+
+
+# ----------------------------------------------------------------------------- exact top-k, CPU
+def _threshold_sample(n_ref: int, k: int) -> tuple[np.ndarray, int]:
+    """References sampled for the per-query selection threshold, and the sample rank ``j`` whose
+    key is the threshold: expected ``k m / n`` sampled keys lie above the k-th key; ``j`` adds
+    ``SAMPLE_SIGMAS`` standard deviations, so that fewer than k keys lie above it only rarely
+    (such a query is then searched again in full). The whole set when it is small."""
+    m = max(SAMPLE_MIN, n_ref // SAMPLE_DIV)
+    if m >= n_ref:
+        return np.arange(n_ref), k
+    cols = np.sort(np.random.default_rng(0).choice(n_ref, m, replace=False))
+    ex = k * m / n_ref
+    j = int(np.ceil(ex + SAMPLE_SIGMAS * np.sqrt(ex) + SAMPLE_EXTRA))
+    return cols, int(min(max(j, 1), m - 1))
+
+
+def _blas_one_thread():
+    """A context in which BLAS runs one thread (the GEMM tiles run in worker threads)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
+
+
+def _pad_rows(rows: np.ndarray, nb: int, vals: np.ndarray, fill, width_min: int):
+    """Ragged per-row values (``rows`` sorted) as a dense ``nb x W`` matrix padded with ``fill``."""
+    cnt = np.bincount(rows, minlength=nb)
+    start = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(cnt, out=start[1:])
+    w = max(int(cnt.max(initial=0)), width_min)
+    flat = rows.astype(np.int64) * w + (np.arange(rows.size) - start[rows])
+    P = np.full((nb, w), fill, dtype=vals.dtype)
+    P.ravel()[flat] = vals
+    return P, cnt, flat
+
+
+def _pair_keys_buffered(ks: KeySpace, s: int, qrow: np.ndarray, rcol: np.ndarray) -> np.ndarray:
+    """:func:`pair_keys64` of the pairs ``(s + qrow, rcol)``, bitwise (the same per-pair einsum of
+    the same gathered rows), through two small reused buffers that stay in cache."""
+    n, d = qrow.size, ks.Q64.shape[1]
+    ch = max(16, PAIR_BYTES // (8 * d))
+    out = np.empty(n)
+    A, B = np.empty((min(ch, n), d)), np.empty((min(ch, n), d))
+    Qb = ks.Q64[s:]
+    for c in range(0, n, ch):
+        m = min(ch, n - c)
+        a = np.take(Qb, qrow[c:c + m], axis=0, out=A[:m])
+        b = np.take(ks.R64, rcol[c:c + m], axis=0, out=B[:m])
+        o = out[c:c + m]
+        if ks.metric == "cosine":
+            np.einsum("ij,ij->i", a, b, out=o)
+        else:
+            np.subtract(a, b, out=a)
+            np.einsum("ij,ij->i", a, a, out=o)
+            np.negative(o, out=o)
+    return out
+
+
+class _CpuSearch:
+    """Shared state of the CPU search: the threshold sample and per-thread float32 tiles."""
+
+    def __init__(self, ks: KeySpace, k: int, block: int):
+        import threading
+
+        nr, d = ks.R32.shape
+        self.ks, self.k, self.b = ks, k, block
+        self.cw = int(max(64, min(nr, CHUNK_BYTES // (8 * d))))  # references per tile
+        self.cols, self.j = _threshold_sample(nr, k)
+        self.Rs = np.ascontiguousarray(ks.R32[self.cols])
+        self.rn2s = ks.rn2_32[self.cols] if ks.rn2_32 is not None else None
+        self.spos = np.full(nr, -1, dtype=np.int64)
+        self.spos[self.cols] = np.arange(self.cols.size)
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.n_full = 0  # queries searched again in full (threshold too high)
+
+    def buffers(self):
+        L = self.local
+        if not hasattr(L, "T"):
+            L.T = np.empty((self.b, self.cw), np.float32)
+            L.M = np.empty((self.b, self.cw), bool)
+            L.Ts = np.empty((self.b, self.cols.size), np.float32)
+        return L.T, L.M, L.Ts
+
+    def threshold(self, Qb: np.ndarray, s: int, e: int, Ts: np.ndarray) -> np.ndarray:
+        """Per query a float32 threshold 2 delta below the sample's j-th largest key."""
+        ks, m, j = self.ks, self.cols.size, self.j
+        np.matmul(Qb, self.Rs.T, out=Ts)
+        if self.rn2s is not None:
+            Ts -= self.rn2s
+        if ks.same:
+            p = self.spos[s:e]
+            r = np.flatnonzero(p >= 0)
+            Ts[r, p[r]] = -np.inf
+        x = np.partition(Ts, m - j, axis=1)[:, m - j]
+        t = x.astype(np.float64) - 2.0 * ks.delta[s:e]
+        t32 = t.astype(np.float32)
+        t32 = np.where(t32.astype(np.float64) > t, np.nextafter(t32, np.float32(-np.inf)), t32)
+        return np.maximum(t32, np.float32(np.finfo(np.float32).min))  # -inf (the query itself) never passes
+
+    def run_block(self, s: int, e: int, keys: np.ndarray, idx: np.ndarray):
+        ks, k, cw = self.ks, self.k, self.cw
+        nr, nb = ks.R32.shape[0], e - s
+        T, M, Ts = self.buffers()
+        Qb = ks.Q32[s:e] * np.float32(2) if ks.metric == "euclidean" else ks.Q32[s:e]
+        t32 = self.threshold(Qb, s, e, Ts[:nb])
+        # 1. float32 tiles of cw references: keep every key >= the query's threshold
+        R_, C_, V_ = [], [], []
+        for c0 in range(0, nr, cw):
+            c1 = min(nr, c0 + cw)
+            w = c1 - c0
+            Tc, Mc = T[:nb, :w], M[:nb, :w]
+            np.matmul(Qb, ks.R32[c0:c1].T, out=Tc)
+            if ks.rn2_32 is not None:
+                Tc -= ks.rn2_32[c0:c1]
+            if ks.same and c0 < e and s < c1:
+                ii = np.arange(max(s, c0), min(e, c1))
+                Tc[ii - s, ii - c0] = -np.inf
+            np.greater_equal(Tc, t32[:, None], out=Mc)
+            nz = np.flatnonzero(Mc)
+            rr = nz // w
+            R_.append(rr.astype(np.uint16))
+            C_.append((nz - rr * w + c0).astype(np.int64))
+            V_.append(Tc.ravel()[nz])
+        rowsA, colsA, vA = np.concatenate(R_), np.concatenate(C_), np.concatenate(V_)
+        # 2. per query (radix sort of the row, stable: references ascending) the k-th float32 key
+        # and the window tau = kth - 2 delta that holds every exact top-k reference
+        o = np.argsort(rowsA, kind="stable")
+        rows, v = rowsA[o], vA[o]
+        P, cnt, _ = _pad_rows(rows, nb, -v, np.float32(np.inf), k)
+        kth = -np.partition(P, k - 1, axis=1)[:, k - 1].astype(np.float64)
+        tau = kth - 2.0 * ks.delta[s:e]
+        full = (cnt < k) | (t32.astype(np.float64) > tau)  # the threshold cut into the window
+        keep = v >= tau[rows]
+        if full.any():
+            keep &= ~full[rows]
+        keepA = np.empty_like(keep)
+        keepA[o] = keep
+        # 3. float64 keys of the window, tile by tile (each reference tile read from memory once)
+        qr, rc = rowsA[keepA], colsA[keepA]
+        k64 = _pair_keys_buffered(ks, s, qr, rc)
+        # 4. order per query by (float64 key desc, reference asc)
+        o = np.argsort(qr, kind="stable")
+        qr, rc, k64 = qr[o], rc[o], k64[o]
+        K, _, flat = _pad_rows(qr, nb, -k64, np.inf, k + 1)
+        C = np.zeros(K.shape, dtype=np.int64)
+        C.ravel()[flat] = rc
+        o = np.argsort(K, axis=1)[:, :k + 1]
+        Ks = np.take_along_axis(K, o, 1)
+        for r in np.flatnonzero((Ks[:, 1:] == Ks[:, :-1]).any(1)):  # equal keys: lower index first
+            o[r] = np.argsort(K[r], kind="stable")[:k + 1]
+        keys[s:e] = -np.take_along_axis(K, o[:, :k], 1)
+        idx[s:e] = np.take_along_axis(C, o[:, :k], 1)
+        for r in np.flatnonzero(full):
+            keys[s + r], idx[s + r] = _exact_topk_row(ks, s + r, k)
+        with self.lock:
+            self.n_full += int(full.sum())
+
+
+def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads=None):
+    """:func:`topk_exact` on the CPU: float32 GEMM tiles with a per-query threshold, float64 keys
+    only in each query's window around its k-th key (see the module docstring). Query blocks run
+    in ``threads`` worker threads (default: one per core), each with single-threaded BLAS."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    nq = ks.Q64.shape[0]
+    b = int(min(max(1, block or CPU_BLOCK), 65535))
+    job = _CpuSearch(ks, k, b)
+    keys = np.empty((nq, k), dtype=np.float64)
+    idx = np.empty((nq, k), dtype=np.int64)
+    starts = range(0, nq, b)
+    nt = int(threads or THREADS or min(len(os.sched_getaffinity(0)), len(starts)))
+    bar = _bar(progress, nq, "kNN")
+
+    def one(s):
+        e = min(nq, s + b)
+        job.run_block(s, e, keys, idx)
+        with job.lock:
+            bar.update(e - s)
+
+    if nt <= 1:
+        for s in starts:
+            one(s)
+    else:
+        with _blas_one_thread(), ThreadPoolExecutor(nt) as pool:
+            list(pool.map(one, starts))
+    bar.close()
     return keys, idx
 
 
