@@ -27,4 +27,4 @@ LOSSES: tuple[str, ...] = ("margin", "triplet", "contrastive", "multisimilarity"
 MINERS: tuple[str, ...] = ("distance", "semihard", "random", "softhard")
 SAMPLERS: tuple[str, ...] = ("spc-2", "spc-4", "spc-8", "spc-r", "random", "gc", "ddm", "frd")
 #: Named architectures of ``embedscope train`` (``embed`` also takes torchvision / timm names).
-ARCHS: tuple[str, ...] = ("resnet50", "resnet18", "googlenet", "bninception", "digits_cnn")
+ARCHS: tuple[str, ...] = ("resnet50", "resnet18", "googlenet", "bninception", "digits_cnn", "shapes_cnn")

@@ -95,11 +95,16 @@ def loss_distance(loss: str) -> str:
 
 
 def dataset_defaults(dataset: str) -> dict[str, Any]:
-    """Per-data-set defaults: the papers' protocol for photos (Roth §4.1), a quick one for digits."""
+    """Per-data-set defaults: the papers' protocol for photos (Roth §4.1), quick ones for digits and shapes."""
     key = dataset.lower()
     if key == "digits":
         # 5 training classes: spc-8 with 40 images = every class, 8 images each
         return {"arch": "digits_cnn", "batch_size": 40, "sampler": "spc-8", "lr": 1e-3, "epochs": 15}
+    if key == "shapes":
+        # 12 training shapes rendered at 64 px: the small shapes_cnn trained from scratch (BatchNorm
+        # learns), SPC-8 batches of 64, Adam lr 1e-3 (docs/properties.md, "a recipe")
+        return {"arch": "shapes_cnn", "batch_size": 64, "sampler": "spc-8", "lr": 1e-3, "epochs": 12,
+                "image_size": 64, "frozen_bn": False}
     epochs = 100 if key in ("sop", "online_products") else 150
     return {"arch": "resnet50", "batch_size": 112, "sampler": "spc-2", "lr": 1e-5, "epochs": epochs}
 
@@ -293,8 +298,12 @@ def _write_log(path: Path, history: list[dict[str, Any]], cfg: dict[str, Any] | 
     write_csv(path, rows, LOG_COLUMNS + list(LOG_CONFIG_COLUMNS.values()), force=True)
 
 
-def _evaluate(model, train_ds, test_ds, device, batch_size: int) -> dict[str, float]:
-    """Test R@1 and MAP@R (docs/methods.md §1) and ρ of the training embeddings (docs/methods.md §2, exclude_top=1)."""
+def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None) -> dict[str, float]:
+    """Test R@1 and MAP@R (docs/methods.md §1) and ρ of the training embeddings (docs/methods.md §2, exclude_top=1).
+
+    ``transform``: the evaluation input of the run's checkpoint (:func:`embedscope.embed.checkpoint_input`,
+    the one ``embed`` uses later), so that the logged numbers are those of the saved model.
+    """
     import torch
 
     from embedscope.embed import embed_images
@@ -302,8 +311,10 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int) -> dict[str, fl
 
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training's random stream
-        Xte = embed_images(model, test_ds, batch_size=batch_size, device=str(device), progress=False)
-        Xtr = embed_images(model, train_ds, batch_size=batch_size, device=str(device), progress=False)
+        Xte = embed_images(model, test_ds, transform=transform, batch_size=batch_size, device=str(device),
+                           progress=False)
+        Xtr = embed_images(model, train_ds, transform=transform, batch_size=batch_size, device=str(device),
+                           progress=False)
     m = retrieval_metrics(Xte, test_ds.labels, include=["R@1", "MAP@R"])
     rho = float(spectral_decay(Xtr))
     return {"R@1": float(m["R@1"]), "MAP@R": float(m["MAP@R"]), "rho": rho}
@@ -432,6 +443,26 @@ def _clear_run(paths: dict[str, Path]) -> None:
                     f.unlink()
         with contextlib.suppress(OSError):
             d.rmdir()  # gone when it held only the run's files
+
+
+def train_transform(ds, image_size: int, default: Callable | None = None) -> Callable:
+    """The training augmentation of ``ds``: its kind's (:func:`embedscope.data.image_transform`,
+    Roth §4.1 for photos), except for the rendered ``shapes`` set.
+
+    A shapes scene is 64 px with the whole object in view; the photos' RandomResizedCrop draws
+    crops of 8-100% of the area, and the small ones (18 x 18 px of 64) often hold floor and sky only.
+    For shapes: RandomResizedCrop(image_size, scale=(0.35, 1)) + horizontal flip, ImageNet mean/std.
+    """
+    if default is None:
+        from embedscope.data import image_transform as default
+    if getattr(ds, "name", None) != "shapes":
+        return default(ds.kind, train=True, image_size=image_size)
+    from torchvision import transforms as T
+
+    from embedscope.models.backbones import IMAGENET_MEAN, IMAGENET_STD
+
+    return T.Compose([T.RandomResizedCrop(image_size, scale=(0.35, 1.0)), T.RandomHorizontalFlip(), T.ToTensor(),
+                      T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
 def _load_data(cfg: dict[str, Any]):
@@ -685,11 +716,14 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     model, loss_fn, opt, base_lrs = _build(cfg, state, len(classes), dev, unsafe_pickle)
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
-    transform = image_transform(ds.kind, train=True, image_size=int(cfg["image_size"]))
+    transform = train_transform(ds, int(cfg["image_size"]), image_transform)
     loader = torch.utils.data.DataLoader(TorchImages(train_ds, transform), batch_sampler=sampler,
                                          num_workers=cfg["num_workers"], pin_memory=dev.type == "cuda",
                                          persistent_workers=False)
     eval_bs = 256 if ds.kind == "digits" else 128
+    from embedscope.embed import checkpoint_input
+
+    eval_tf = checkpoint_input(ds, cfg, verb="evaluate")[0]  # the input size of the run, as `embed` uses it
     history: list[dict[str, Any]] = list(state["extra"].get("history", [])) if state else []
     stats = _Stats()
     for n in notes:
@@ -706,7 +740,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
             paths["dir"].mkdir(parents=True, exist_ok=True)
         row0: dict[str, Any] = {"epoch": 0, "loss": None, "R@1": None, "MAP@R": None, "rho": None, "seconds": 0.0}
         if cfg["eval_every"] > 0:
-            row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs))
+            row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf))
         history.append(row0)
         say(_epoch_message(row0, cfg["epochs"]))
         tb.row(row0)
@@ -725,7 +759,8 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         with torch.random.fork_rng(devices=[dev.index or 0] if dev.type == "cuda" else []):
             from embedscope.embed import embed_images
 
-            sampler.init_bank(embed_images(model, train_ds, batch_size=eval_bs, device=str(dev), progress=False))
+            sampler.init_bank(embed_images(model, train_ds, transform=eval_tf, batch_size=eval_bs, device=str(dev),
+                                           progress=False))
 
     for epoch in range(start_epoch + 1, cfg["epochs"] + 1):
         loss, seconds = _train_epoch(epoch, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler, ytrain_t,
@@ -733,7 +768,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         row: dict[str, Any] = {"epoch": epoch, "loss": loss, "R@1": None, "MAP@R": None, "rho": None,
                                "seconds": seconds}
         if cfg["eval_every"] > 0 and (epoch % cfg["eval_every"] == 0 or epoch == cfg["epochs"]):
-            row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs))
+            row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf))
         history.append(row)
         say(_epoch_message(row, cfg["epochs"]))
         tb.row(row)
