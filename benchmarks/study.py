@@ -2,21 +2,25 @@
 
 Measures, side by side in one process on the same checkpoints:
 
-* **direct**: the sum of the plain calls a user would script per checkpoint (load the checkpoint,
-  embed train + test, every registry measure) — the floor the study is compared with;
-* **serial**: ``run_study(..., workers=0)`` with an empty embedding cache (study overhead =
-  serial / direct − 1: planning, hashing, cache writes, row files, statistics with bootstrap,
-  figures);
+* **direct**: the plain calls a user would script per checkpoint, no study code (load the
+  checkpoint, embed train + test with :func:`embedscope.embed.embed_images`, every registry
+  measure), over exactly the checkpoints the study measures: the 12 final checkpoints and the 3
+  untrained networks of the seeds (the study's reference rows; built once, outside the timing);
+* **serial**: ``run_study(..., workers=0)`` with an empty embedding cache, torch's default threads
+  (one per core, as ``direct``). Study overhead = serial / direct − 1 (planning, hashing, the
+  untrained networks, cache and row files, statistics with the bootstrap, tables, figures). Also
+  printed: serial / (the sum of the study's own embed + measure timers) − 1;
+* **serial-1t**: the same with ``torch.set_num_threads(1)`` (what each Dask worker uses);
 * **dask-2**: ``run_study(..., workers=2)`` (a local Dask cluster of 2 single-threaded worker
-  processes, its start-up included) with an empty cache;
+  processes, its start-up and shut-down included) with an empty cache;
 * **rerun**: the same study again into the same folder (every row finished: read back, nothing
   measured) and **force**: ``force=True`` (every row measured again, embeddings from the cache).
 
-Training the checkpoints is not timed. The figures are on in every study run (they are part of
-the study's work). Repeats alternate the order of serial and dask-2.
+Training the checkpoints is not timed. The figures (PNG + PDF) and the bootstrap (1,000 resamples)
+are on in every study run. The order of the runs rotates between repeats.
 
-    python benchmarks/study.py                 # 4 losses x 3 seeds, D = 16, 1 epoch, 2 repeats
-    python benchmarks/study.py --repeats 3 --grid DIR   # reuse a trained grid
+    python benchmarks/study.py                          # 4 losses x 3 seeds, D = 16, 1 epoch, 3 repeats
+    python benchmarks/study.py --repeats 5 --grid DIR   # reuse a trained grid (train-grid folder)
 """
 
 from __future__ import annotations
@@ -31,26 +35,26 @@ import time
 from pathlib import Path
 
 
-def direct(grid: Path) -> float:
-    """Sum of load + embed (train and test) + every measure, per final checkpoint, no study code."""
+def direct(checkpoints: list[str]) -> float:
+    """Load + embed (train and test) + every registry measure, per checkpoint, no study code."""
     from embedscope.analyses.registry import compute_measures
     from embedscope.data import get_dataset
     from embedscope.embed import embed_images
     from embedscope.models import load_checkpoint
     from embedscope.store import EmbeddingSet
-    from embedscope.train.grid import read_grid_csv
 
     t0 = time.perf_counter()
     ds = get_dataset("digits")
-    for r in read_grid_csv(grid / "grid.csv"):
-        model, _, _ = load_checkpoint(r["checkpoint"])
+    for ck in checkpoints:
+        model, _, _ = load_checkpoint(ck)
         X = embed_images(model, ds, progress=False, batch_size=256)
         es = EmbeddingSet(X, ds.labels, ds.paths, ds.split, ds.class_names)
         compute_measures(es, seed=1234)
     return time.perf_counter() - t0
 
 
-def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False) -> float:
+def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False) -> tuple[float, float]:
+    """(wall seconds, sum of the embed + measure seconds of the rows it measured)."""
     from embedscope.study.run import run_study
 
     t0 = time.perf_counter()
@@ -58,18 +62,21 @@ def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False)
                     echo=lambda s: None)
     dt = time.perf_counter() - t0
     assert not res["errors"], res["errors"][:1]
-    return dt
+    return dt, sum(r["embed_seconds"] + r["measure_seconds"] for r in res["computed"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", help="a trained train-grid folder (default: train one in a temporary folder)")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--losses", nargs="+", default=["margin", "contrastive", "multisimilarity", "triplet"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     args = ap.parse_args()
 
-    from embedscope.train.grid import read_grid_csv, train_grid
+    import torch
+
+    from embedscope.study.plan import plan_study
+    from embedscope.train.grid import train_grid
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-study-"))
     grid = Path(args.grid) if args.grid else tmp / "grid"
@@ -79,33 +86,57 @@ def main() -> None:
                    progress=False, echo=lambda s: None)
         print(f"trained {len(args.losses) * len(args.seeds)} checkpoints in {time.perf_counter() - t0:.1f} s "
               "(not timed below)")
-    n = len(read_grid_csv(grid / "grid.csv"))
-    print(f"study of {n} final checkpoints + their untrained networks (digits, D = 16); "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.1f} (a shared machine)")
-    direct(grid)  # warm-up: imports, data set, first-call costs
-    times: dict[str, list[float]] = {"direct": [], "serial": [], "dask-2": [], "rerun": [], "force": []}
+    entries = plan_study(grid, tmp / "plan", epoch="last", untrained_dir=tmp / "untrained")
+    checkpoints = [e.checkpoint for e in entries]
+    n_ref = sum(e.selection == "untrained" for e in entries)
+    threads = torch.get_num_threads()
+    print(f"study of {len(entries)} checkpoints ({len(entries) - n_ref} final + {n_ref} untrained references; "
+          f"digits, D = 16); {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__} with {threads} threads; load average at start "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine)")
+    direct(checkpoints)  # warm-up: imports, data set, first-call costs
+    study(grid, tmp / "warm", tmp / "cache-warm", 0)
+    shutil.rmtree(tmp / "cache-warm", ignore_errors=True)
+    kinds = ["direct", "serial", "serial-1t", "dask-2"]
+    times: dict[str, list[float]] = {k: [] for k in kinds + ["rerun", "force"]}
+    inner: list[float] = []
     for rep in range(args.repeats):
-        order = ["serial", "dask-2"] if rep % 2 == 0 else ["dask-2", "serial"]
-        times["direct"].append(direct(grid))
+        order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
         for kind in order:
+            if kind == "direct":
+                times["direct"].append(direct(checkpoints))
+                continue
             out, cache = tmp / f"{kind}-{rep}", tmp / f"cache-{kind}-{rep}"
-            times[kind].append(study(grid, out, cache, 0 if kind == "serial" else 2))
+            if kind == "serial-1t":
+                torch.set_num_threads(1)
+            try:
+                dt, own = study(grid, out, cache, 2 if kind == "dask-2" else 0)
+            finally:
+                torch.set_num_threads(threads)
+            times[kind].append(dt)
             if kind == "serial":
-                times["rerun"].append(study(grid, out, cache, 0))
-                times["force"].append(study(grid, out, cache, 0, force=True))
+                inner.append(own)
+                times["rerun"].append(study(grid, out, cache, 0)[0])
+                times["force"].append(study(grid, out, cache, 0, force=True)[0])
             shutil.rmtree(cache, ignore_errors=True)
-    print(f"{'run':<8} {'min s':>8} {'median s':>9}")
+        print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items()) +
+              f"; load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"\n{'run':<10} {'min s':>8} {'median s':>9}")
     for k, v in times.items():
-        print(f"{k:<8} {min(v):8.2f} {statistics.median(v):9.2f}")
-    d, s, p = min(times["direct"]), min(times["serial"]), min(times["dask-2"])
-    print(f"direct calls cover {n} checkpoints; the study also measures the untrained references "
-          f"({len(set(args.seeds))} more rows)")
-    print(f"study overhead over the direct calls (min/min): {100 * (s / d - 1):+.1f}%  "
-          f"(per row: {100 * (s / (d * (n + len(set(args.seeds))) / n) - 1):+.1f}%)")
-    print(f"serial / dask-2 (min/min): {s / p:.2f}x")
-    print(f"first run / rerun from finished rows: {s / min(times['rerun']):.1f}x; "
-          f"first run / force (embeddings from the cache): {s / min(times['force']):.1f}x")
+        print(f"{k:<10} {min(v):8.2f} {statistics.median(v):9.2f}")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mn = {k: min(v) for k, v in times.items()}
+    print(f"study overhead over the direct calls (same {len(entries)} checkpoints): "
+          f"{100 * (mn['serial'] / mn['direct'] - 1):+.1f}% (min/min), "
+          f"{100 * (med['serial'] / med['direct'] - 1):+.1f}% (median/median)")
+    print(f"study overhead over its own embed + measure timers: "
+          f"{100 * min(s / i - 1 for s, i in zip(times['serial'], inner)):+.1f}% (best repeat), "
+          f"{100 * statistics.median(s / i - 1 for s, i in zip(times['serial'], inner)):+.1f}% (median)")
+    print(f"serial / dask-2: {mn['serial'] / mn['dask-2']:.2f}x (min/min), {med['serial'] / med['dask-2']:.2f}x "
+          f"(median/median); serial-1t / dask-2: {mn['serial-1t'] / mn['dask-2']:.2f}x (min/min)")
+    print(f"first run / rerun from finished rows: {mn['serial'] / mn['rerun']:.0f}x (min/min); "
+          f"first run / force (embeddings from the cache): {mn['serial'] / mn['force']:.1f}x")
+    print(f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -151,10 +151,9 @@ def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path):
     y.write_text("checkpoints:\n"
                  f"  - path: {grid / 'digits_contrastive_p0_s0.pt'}\n    tags: {{family: pairs}}\n"
                  f"  - path: {grid / 'digits_softmax_p0_s0.pt'}\n    family: classes\n")
-    ser = run_study(y, tmp_path / "serial", epoch="last", workers=0, cache_dir=tmp_path / "c1", n_boot=20,
-                    echo=lambda s: None, **FAST)
-    par = run_study(y, tmp_path / "dask", epoch="last", workers=2, cache_dir=tmp_path / "c2", n_boot=20,
-                    echo=lambda s: None, **FAST)
+    kw = {"measures": MEASURED, "epoch": "last", "n_boot": 20, "echo": lambda s: None}
+    ser = run_study(y, tmp_path / "serial", workers=0, cache_dir=tmp_path / "c1", **kw)
+    par = run_study(y, tmp_path / "dask", workers=2, cache_dir=tmp_path / "c2", **kw)
     assert not ser["errors"] and not par["errors"]
     assert not any(r["cached"] for r in par["computed"])  # really measured by the workers
     a = pd.read_csv(tmp_path / "serial" / "runs.csv").set_index("id").sort_index()
@@ -162,3 +161,46 @@ def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path):
     assert list(a.index) == list(b.index) and len(a) == 3
     assert np.array_equal(a[MEASURED].to_numpy(), b[MEASURED].to_numpy())
     assert set(a["tag:family"].dropna()) == {"pairs", "classes"}
+    # the embeddings themselves are equal to the last bit (one torch thread in every process)
+    from embedscope import store
+
+    par_rows = {r["id"]: r for r in par["rows"]}
+    for r in ser["rows"]:  # (each study built its own untrained network: same weights, other file bytes)
+        e1 = store.load(tmp_path / "c1" / _cache_name(tmp_path / "c1", r))
+        e2 = store.load(tmp_path / "c2" / _cache_name(tmp_path / "c2", par_rows[r["id"]]))
+        assert np.array_equal(e1.embeddings, e2.embeddings)
+    # the workers drew the Fig.-5 and Fig.-4 figures, this process the ranking: the same pictures
+    for name in ("fig5_structure_vs_target", "fig4_metric_correlations", "ranking_by_tau"):
+        assert (tmp_path / "dask" / "figures" / f"{name}.pdf").exists()
+        assert (tmp_path / "serial" / "figures" / f"{name}.png").read_bytes() == \
+            (tmp_path / "dask" / "figures" / f"{name}.png").read_bytes()
+
+
+def _cache_name(cache, row):
+    """The embedding cache file of a study row (the one file whose provenance names its checkpoint)."""
+    from embedscope import store
+
+    for f in sorted(cache.glob("*.h5")):
+        if store.load(f).attrs.get("checkpoint_sha256") == row["sha256"]:
+            return f.name
+    raise AssertionError(f"no cached embedding of {row['id']}")
+
+
+def test_study_embeds_like_embed_images(grid):
+    """The study decodes the images once and embeds with one torch thread: the same numbers as
+    embed_images with one thread."""
+    import torch
+
+    from embedscope.data import get_dataset
+    from embedscope.embed import embed_images
+    from embedscope.models import load_checkpoint
+    from embedscope.study.run import _embed_inputs, _input_tensor, _one_cpu_thread
+
+    model, _, _ = load_checkpoint(grid / "digits_contrastive_p0_s0.pt")
+    before = torch.get_num_threads()
+    with _one_cpu_thread():
+        assert torch.get_num_threads() == 1
+        ref = embed_images(model, get_dataset("digits"), progress=False, batch_size=256)
+        got = _embed_inputs(model, _input_tensor("digits", None, None, 8), 256)
+    assert torch.get_num_threads() == before
+    assert got.dtype == np.float32 and np.array_equal(got, ref)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from embedscope.study.stats import correlate, granulated_tau, kendall_rows, study_statistics
+from embedscope.study.stats import correlate, correlate_many, granulated_tau, kendall_rows, study_statistics
 
 SPLITS = {"m": "train", "R@1": "test", "q": "train"}
 
@@ -99,6 +99,23 @@ def test_correlate_equals_scipy_and_a_hand_bootstrap():
     for k in ("pearson", "spearman", "kendall"):
         assert [c[f"{k}_lo"], c[f"{k}_hi"]] == pytest.approx(list(hb[k]), abs=1e-12)
     assert c["pearson_lo"] < c["pearson"] < c["pearson_hi"]
+
+
+def test_correlate_many_equals_one_correlate_per_row():
+    """The vectorised bootstrap of every measure at once gives correlate()'s values to the last bit,
+    with ties, a constant row and missing values (rows with other finite points draw their own resamples)."""
+    rng = np.random.default_rng(4)
+    for trial in range(12):
+        n = int(rng.integers(3, 14))
+        X = np.vstack([rng.normal(size=n), rng.integers(0, 3, n).astype(float), np.full(n, 2.0), rng.normal(size=n)])
+        X[3, int(rng.integers(0, n))] = np.nan
+        y = rng.normal(size=n)
+        many = correlate_many(X, y, n_boot=150, seed=trial)
+        for j in range(X.shape[0]):
+            one = correlate(X[j], y, n_boot=150, seed=trial)
+            assert one.keys() == many[j].keys()
+            for k, v in one.items():
+                assert (v == many[j][k]) or (np.isnan(v) and np.isnan(many[j][k])), (trial, j, k)
 
 
 def test_study_statistics_levels_exclude_and_untrained_flags():

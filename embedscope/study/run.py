@@ -18,6 +18,7 @@ parallel.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import hashlib
@@ -47,6 +48,69 @@ def _dataset(name: str, root: str | None, train_classes: int | None):
     from embedscope.data import get_dataset
 
     return get_dataset(name, root, train_classes=train_classes)
+
+
+@contextlib.contextmanager
+def _one_cpu_thread(on: bool = True):
+    """One torch thread inside (restored after). On the CPU a convolution's last bits depend on the
+    number of threads that split it; embedding with one thread in every process makes the rows and the
+    cached embeddings the same whoever computes them (serial, any worker, any machine's core count).
+    A study's parallelism is its workers (``--workers``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if on and before != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if on and before != 1:
+            torch.set_num_threads(before)
+
+
+#: a data set whose evaluation inputs take at most this many bytes is decoded once per process
+INPUT_CACHE_BYTES = 256 * 2**20
+
+
+def _fits(ds, size: int) -> bool:
+    channels = 1 if ds.kind == "digits" else 3
+    return len(ds) * channels * size * size * 4 <= INPUT_CACHE_BYTES
+
+
+@functools.lru_cache(maxsize=2)
+def _input_tensor(name: str, root: str | None, train_classes: int | None, size: int):
+    """Every image of a (small) data set through its evaluation transform, stacked: [N, C, H, W].
+
+    A study embeds the same images with every checkpoint: decoding them once per process instead of
+    once per checkpoint gives the same tensors (the transform is deterministic) at a fraction of the cost.
+    """
+    import torch
+
+    from embedscope.data import image_transform
+
+    ds = _dataset(name, root, train_classes)
+    tf = image_transform(ds.kind, train=False, image_size=size)
+    return torch.stack([tf(ds.load_image(i)) for i in range(len(ds))])
+
+
+def _embed_inputs(model, inputs, batch_size: int):
+    """``model`` on ``inputs`` in evaluation mode on the CPU, in the batches of
+    :func:`embedscope.embed.embed_images` (so the same numbers) -> float32 [N, D]."""
+    import numpy as np
+    import torch
+
+    was_training = model.training
+    model.eval().to("cpu")
+    out = np.empty((len(inputs), model.embed_dim), dtype=np.float32)
+    try:
+        with torch.inference_mode():
+            for s in range(0, len(inputs), batch_size):
+                out[s:s + batch_size] = model(inputs[s:s + batch_size]).float().numpy()
+    finally:
+        model.train(was_training)
+    if not np.all(np.isfinite(out)):
+        raise EmbedscopeError("the model produced NaN or inf embeddings")
+    return out
 
 
 def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transform: str, device_kind: str) -> str:
@@ -93,8 +157,14 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
             return es, out
         except EmbedscopeError:
             pass  # a damaged cache file: embed again and replace it
-    X = embed_images(model, ds, transform=image_transform(ds.kind, train=False, image_size=size),
-                     batch_size=256 if ds.kind == "digits" else 128, device=str(dev), progress=False)
+    batch = 256 if ds.kind == "digits" else 128
+    with _one_cpu_thread(dev.type == "cpu"):
+        inputs = _input_tensor(str(name), root, tc, size) if dev.type == "cpu" and _fits(ds, size) else None
+        if inputs is not None:  # the images decoded once per process, the same batches as embed_images
+            X = _embed_inputs(model, inputs, batch)
+        else:
+            X = embed_images(model, ds, transform=image_transform(ds.kind, train=False, image_size=size),
+                             batch_size=batch, device=str(dev), progress=False)
     es = store.EmbeddingSet(embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split,
                             class_names=ds.class_names, properties=ds.properties,
                             attrs={"dataset": ds.name, "root": str(Path(root).resolve()) if root else "",
@@ -202,6 +272,18 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     dict with ``rows``, ``stats``, ``errors`` (rows whose status is error), ``computed`` (rows
     measured by this call) and ``paths``.
     """
+    box = _ClusterBox(workers, scheduler)
+    try:
+        return _run_study(box, source, out_dir, epoch=epoch, dataset=dataset, root=root, cache_dir=cache_dir,
+                          workers=workers, scheduler=scheduler, force=force, target=target, exclude=exclude,
+                          metric=metric, seed=seed, n_boot=n_boot, device=device, measures=measures,
+                          figures=figures, echo=echo, on_row=on_row)
+    finally:
+        box.close()
+
+
+def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache_dir, workers, scheduler, force,
+               target, exclude, metric, seed, n_boot, device, measures, figures, echo, on_row) -> dict[str, Any]:
     from embedscope.fileio import write_text
     from embedscope.study.measures import registry
     from embedscope.study.plan import parse_exclude, plan_study
@@ -238,6 +320,10 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     mreg, _, msource = registry()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    if not force and old_meta and any((out_dir / "rows").glob("*.json")):
+        pass  # most likely a finished or resumed study: a cluster is started only if rows are left to measure
+    else:
+        box.start()  # the cluster comes up (and its workers import) while the study plans
     entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
             "figures": figures,
@@ -276,12 +362,11 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
             on_row(row)
 
     if todo:
-        n = (os.cpu_count() or 1) if workers is None else int(workers)
-        if n == 0 and not scheduler:
+        if box.serial:
             for e in todo:
                 keep(measure_entry(e, task_settings))
         else:
-            _run_dask(todo, task_settings, n, scheduler, keep)
+            _run_dask(todo, task_settings, box.client(), keep)
     rows = [done[e.id] for e in entries if e.id in done]
     ended = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["ended"] = ended
@@ -296,7 +381,8 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
             return {"rows": rows, "stats": cached, "errors": errors, "computed": [], "paths": {
                 "runs_csv": out_dir / "runs.csv", "runs_parquet": out_dir / "runs.parquet",
                 "correlations_csv": out_dir / "correlations.csv", "correlations_json": out_dir / "correlations.json"}}
-    res = finish_study(out_dir, rows, target=target, exclude=exclude, n_boot=n_boot, seed=seed, figures=figures)
+    res = finish_study(out_dir, rows, target=target, exclude=exclude, n_boot=n_boot, seed=seed, figures=figures,
+                       client=box.started_local_client())
     return {"rows": rows, "stats": res["stats"], "errors": errors, "computed": computed, "paths": res["paths"]}
 
 
@@ -314,41 +400,134 @@ def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, An
     return json.loads((out_dir / "correlations.json").read_text(encoding="utf-8"))
 
 
-def _run_dask(todo, task_settings, n_workers: int, scheduler: str | None, keep) -> None:
-    import logging
+class _ClusterBox:
+    """The Dask client of a study: started at most once, in a background thread (so that the cluster
+    comes up and its workers import while the study plans), closed by :func:`run_study`."""
 
-    from dask.distributed import Client, LocalCluster, as_completed
+    def __init__(self, workers: int | None, scheduler: str | None) -> None:
+        self.scheduler = scheduler
+        self.n = (os.cpu_count() or 1) if workers is None else int(workers)
+        self.serial = self.n == 0 and not scheduler
+        self._pool = None
+        self._fut = None
 
-    cluster = None
-    if scheduler:
-        client = Client(scheduler)
-    else:
-        cluster = LocalCluster(n_workers=max(n_workers, 1), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
-        client = Client(cluster)
-    st = {**task_settings, "threads": 1}
-    try:
-        futs = [client.submit(measure_entry, e, st, pure=False, key=f"embedscope-study-{e['id']}-{time.time_ns()}")
-                for e in todo]
-        for fut in as_completed(futs):
-            try:
-                row = fut.result()
-            except Exception as e:  # noqa: BLE001 - a worker died: report the row, go on
-                eid = fut.key.split("embedscope-study-", 1)[1].rsplit("-", 1)[0]
-                ent = next(x for x in todo if x["id"] == eid)
-                row = {"id": eid, "run": ent["run"], "selection": ent["selection"], "epoch": ent["epoch"],
-                       "checkpoint": ent["checkpoint"], "untrained": ent["untrained"], "status": "error",
-                       "error": f"worker failed: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-            keep(row)
-    finally:
+    def start(self) -> None:
+        if self.serial or self._fut is not None:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="embedscope-dask")
+        self._fut = self._pool.submit(_connect, self.n, self.scheduler)
+
+    def client(self):
+        self.start()
+        return self._fut.result()[1]
+
+    def started_local_client(self):
+        """The client of a local cluster started by this study (figures are drawn there), else None."""
+        if self._fut is None or self.scheduler:
+            return None
+        try:
+            return self._fut.result()[1]
+        except Exception:  # noqa: BLE001 - no cluster: the figures are drawn here
+            return None
+
+    def close(self) -> None:
+        if self._fut is None:
+            return
+        try:
+            cluster, client = self._fut.result()
+        except Exception:  # noqa: BLE001 - it never came up: nothing to close
+            return
+        finally:
+            self._pool.shutdown(wait=False)
         client.close()
         if cluster is not None:
             cluster.close()
 
 
+def _connect(n_workers: int, scheduler: str | None):
+    """(cluster or None, client): a local cluster of single-threaded worker processes, or ``scheduler``;
+    every worker imports what a study task needs before the first task arrives."""
+    import logging
+
+    from dask.distributed import Client, LocalCluster
+
+    cluster = None
+    if scheduler:
+        client = Client(scheduler)
+    else:
+        import dask
+
+        # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers: glibc then hands every freed
+        # activation buffer back to the system and maps it again, which made a digits row ~2x slower
+        # in a worker than in this process (measured). The workers keep the C library's default.
+        # (and no statistical profiler sampling the task thread every 10 ms: the dashboard is off anyway)
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                              "distributed.worker.profile.enabled": False}):
+            cluster = LocalCluster(n_workers=max(n_workers, 1), threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(cluster)
+    try:
+        client.run(_warm_worker)
+    except Exception:  # noqa: BLE001 - warming is an optimisation; the tasks import what they need
+        pass
+    return cluster, client
+
+
+def _warm_worker() -> None:
+    """Import (once per worker process) what measuring a row and drawing a figure need; one torch thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    import embedscope.analyses.registry  # noqa: F401
+    import embedscope.analyses.retrieval  # noqa: F401
+    import embedscope.analyses.structure  # noqa: F401
+    import embedscope.data  # noqa: F401
+    import embedscope.embed  # noqa: F401
+    import embedscope.metrics.retrieval  # noqa: F401
+    import embedscope.models  # noqa: F401
+    import embedscope.store  # noqa: F401
+
+    try:
+        import faiss  # noqa: F401
+        import sklearn.datasets  # noqa: F401 - the digits
+        import sklearn.metrics  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError:  # pragma: no cover
+        pass
+    from embedscope.viz.figures import use_agg
+
+    use_agg()
+    import matplotlib.pyplot  # noqa: F401
+
+    import embedscope.viz.study  # noqa: F401
+
+
+def _run_dask(todo, task_settings, client, keep) -> None:
+    from dask.distributed import as_completed
+
+    st = {**task_settings, "threads": 1}
+    futs = [client.submit(measure_entry, e, st, pure=False, key=f"embedscope-study-{e['id']}-{time.time_ns()}")
+            for e in todo]
+    for fut in as_completed(futs):
+        try:
+            row = fut.result()
+        except Exception as e:  # noqa: BLE001 - a worker died: report the row, go on
+            eid = fut.key.split("embedscope-study-", 1)[1].rsplit("-", 1)[0]
+            ent = next(x for x in todo if x["id"] == eid)
+            row = {"id": eid, "run": ent["run"], "selection": ent["selection"], "epoch": ent["epoch"],
+                   "checkpoint": ent["checkpoint"], "untrained": ent["untrained"], "status": "error",
+                   "error": f"worker failed: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        keep(row)
+
+
 def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, target: str = "R@1", exclude=(),
-                 n_boot: int = 1000, seed: int = 1234, figures: bool = True) -> dict[str, Any]:
-    """Write runs.csv/.parquet, correlations.csv/.json and the figures of a study's rows."""
+                 n_boot: int = 1000, seed: int = 1234, figures: bool = True, client=None) -> dict[str, Any]:
+    """Write runs.csv/.parquet, correlations.csv/.json and the figures of a study's rows.
+
+    ``client``: the Dask client of a local cluster; its workers draw figures side by side with this process.
+    """
     import pandas as pd
 
     from embedscope.study.measures import measure_splits
@@ -361,6 +540,11 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     df = pd.DataFrame(rows)
     stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
     df = stats.pop("_runs")
+    draw = None
+    if figures and stats["n_points"]["objectives"] >= 2:
+        from embedscope.viz.study import start_figures
+
+        draw = start_figures(stats, out_dir / "figures", client=client)  # workers draw while the tables are written
     cols = [c for c in front if c in df.columns] + [c for c in df.columns if c not in front]
     recs = df[cols].to_dict("records")
     write_csv(out_dir / "runs.csv", recs, cols, force=True)
@@ -377,8 +561,6 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     write_json(out_dir / "correlations.json", stats, force=True)
     paths = {"runs_csv": out_dir / "runs.csv", "runs_parquet": out_dir / "runs.parquet",
              "correlations_csv": out_dir / "correlations.csv", "correlations_json": out_dir / "correlations.json"}
-    if figures and stats["n_points"]["objectives"] >= 2:
-        from embedscope.viz.study import study_figures
-
-        paths.update(study_figures(df, stats, out_dir / "figures"))
+    if draw is not None:
+        paths.update(draw())
     return {"stats": stats, "paths": paths}

@@ -140,8 +140,27 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
     return fig
 
 
-def study_figures(df, stats: dict[str, Any], fig_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write the three figures (PNG + PDF) of a study into ``fig_dir``."""
+#: the figures of a study, largest first: (file name, drawing function)
+FIGURES = (("fig5_structure_vs_target", fig5), ("fig4_metric_correlations", fig4), ("ranking_by_tau", ranking_chart))
+
+
+def figure_names(stats: dict[str, Any]) -> list[str]:
+    """The figures a study's statistics call for (the Fig. 4 matrix needs 2 metrics, the ranking a τ)."""
+    out = []
+    for name, _ in FIGURES:
+        if name == "fig4_metric_correlations" and len(stats["metric_matrix"]["names"]) < 2:
+            continue
+        if name == "ranking_by_tau" and not stats["ranking"]:
+            continue
+        out.append(name)
+    return out
+
+
+def draw_figure(name: str, stats: dict[str, Any], fig_dir: str | os.PathLike) -> Path:
+    """Draw one figure of :data:`FIGURES` and write it (PNG + PDF) into ``fig_dir`` -> the PNG path.
+
+    Runs in any process (a Dask worker draws one while another draws the next): headless, paper style.
+    """
     import matplotlib.pyplot as plt
 
     from embedscope.viz.figures import PAPER_RC, save_figure, use_agg
@@ -149,16 +168,33 @@ def study_figures(df, stats: dict[str, Any], fig_dir: str | os.PathLike) -> dict
     use_agg()
     fig_dir = Path(fig_dir)
     fig_dir.mkdir(parents=True, exist_ok=True)
-    out = {}
+    fn = dict(FIGURES)[name]
     with plt.rc_context(PAPER_RC):
-        for name, fn in (("fig5_structure_vs_target", fig5), ("fig4_metric_correlations", fig4),
-                         ("ranking_by_tau", ranking_chart)):
-            if name == "fig4_metric_correlations" and len(stats["metric_matrix"]["names"]) < 2:
-                continue
-            if name == "ranking_by_tau" and not stats["ranking"]:
-                continue
-            fig = fn(stats)
+        fig = fn(stats)
+        try:
             png, _ = save_figure(fig, fig_dir / name, force=True)
+        finally:
             plt.close(fig)
-            out[name] = png
-    return out
+    return png
+
+
+def start_figures(stats: dict[str, Any], fig_dir: str | os.PathLike, *, client=None):
+    """Hand all but the last figure to the Dask workers of ``client`` (which share this file system) now;
+    returns ``finish()``, which draws the rest here, waits for the workers' and returns {name: PNG path}."""
+    names = figure_names(stats)
+    futs = {}
+    if client is not None and len(names) > 1:
+        for name in names[:-1]:
+            futs[name] = client.submit(draw_figure, name, stats, str(fig_dir), pure=False)
+
+    def finish() -> dict[str, Path]:
+        out = {name: draw_figure(name, stats, fig_dir) for name in names if name not in futs}
+        out.update({name: Path(f.result()) for name, f in futs.items()})
+        return {name: out[name] for name in names}
+
+    return finish
+
+
+def study_figures(df, stats: dict[str, Any], fig_dir: str | os.PathLike, *, client=None) -> dict[str, Path]:
+    """Write the figures (PNG + PDF) of a study into ``fig_dir`` (``client``: see :func:`start_figures`)."""
+    return start_figures(stats, fig_dir, client=client)()
