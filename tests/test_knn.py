@@ -138,7 +138,9 @@ def tiny_cpu_search(monkeypatch):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_cpu_search_tiles_and_sampled_thresholds(metric, tiny_cpu_search):
+@pytest.mark.parametrize("symmetric", [True, False])  # same set: upper-triangle tiles, or all
+def test_cpu_search_tiles_and_sampled_thresholds(metric, symmetric, tiny_cpu_search, monkeypatch):
+    monkeypatch.setattr(tiny_cpu_search, "SYMMETRIC", symmetric)
     X = _with_ties(6, n=300, d=6)
     X[200:260] = X[100]  # sixty identical rows: ties deeper than most windows
     for k in (1, 7, 70, 150):
@@ -146,6 +148,10 @@ def test_cpu_search_tiles_and_sampled_thresholds(metric, tiny_cpu_search):
         bv, bi = brute_knn(X, None, k, metric, True)
         np.testing.assert_array_equal(i, bi)
         np.testing.assert_allclose(v, bv, rtol=0, atol=1e-12)
+    v, i = knn_search(X, None, 20, metric=metric)  # the query itself included
+    bv, bi = brute_knn(X, None, 20, metric, False)
+    np.testing.assert_array_equal(i, bi)
+    np.testing.assert_allclose(v, bv, rtol=0, atol=1e-12)
     Q = X[::7] + 0.01
     v, i = knn_search(Q, X, 40, metric=metric)
     bv, bi = brute_knn(Q, X, 40, metric, False)

@@ -42,10 +42,11 @@ _MAX_BLOCK_ELEMS = 1 << 26  # float32 block of at most 256 MiB
 CPU_SELECT = True  # topk_exact on the CPU: own GEMM tiles + per-query threshold (False: candidate_blocks)
 CPU_BLOCK = 512  # queries per block of the CPU search
 CHUNK_BYTES = 1 << 21  # references per float32 tile: their float64 rows fill at most 2 MiB
-PAIR_BYTES = 1 << 19  # gathered float64 rows per buffer of the window's keys (two buffers)
+PAIR_BYTES = 1 << 17  # gathered float64 rows per buffer of the window's keys (two buffers)
 SAMPLE_MIN, SAMPLE_DIV = 1024, 32  # references sampled for the threshold: max(1024, N / 32)
 SAMPLE_SIGMAS, SAMPLE_EXTRA = 3.0, 2.0  # margin of the sample rank over its expectation
 THREADS = None  # worker threads of the CPU search (None: one per core)
+SYMMETRIC = True  # same set: one tile per pair of query blocks I <= J (half the GEMM)
 _BLAS = None  # a cached threadpoolctl controller
 
 
@@ -358,8 +359,10 @@ class _CpuSearch:
     def buffers(self):
         L = self.local
         if not hasattr(L, "T"):
-            L.T = np.empty((self.b, self.cw), np.float32)
-            L.M = np.empty((self.b, self.cw), bool)
+            w = max(self.cw, self.b)  # a symmetric tile is b x b
+            L.T = np.empty(self.b * w, np.float32)  # flat: every nb x w view is contiguous
+            L.M = np.empty(self.b * w, bool)
+            L.K = np.empty(self.b * w, np.float32) if self.ks.rn2_32 is not None else None
             L.Ts = np.empty((self.b, self.cols.size), np.float32)
         return L.T, L.M, L.Ts
 
@@ -380,7 +383,7 @@ class _CpuSearch:
         return np.maximum(t32, np.float32(np.finfo(np.float32).min))  # -inf (the query itself) never passes
 
     def run_block(self, s: int, e: int, keys: np.ndarray, idx: np.ndarray):
-        ks, k, cw = self.ks, self.k, self.cw
+        ks, cw = self.ks, self.cw
         nr, nb = ks.R32.shape[0], e - s
         T, M, Ts = self.buffers()
         Qb = ks.Q32[s:e] * np.float32(2) if ks.metric == "euclidean" else ks.Q32[s:e]
@@ -390,7 +393,7 @@ class _CpuSearch:
         for c0 in range(0, nr, cw):
             c1 = min(nr, c0 + cw)
             w = c1 - c0
-            Tc, Mc = T[:nb, :w], M[:nb, :w]
+            Tc, Mc = T[:nb * w].reshape(nb, w), M[:nb * w].reshape(nb, w)
             np.matmul(Qb, ks.R32[c0:c1].T, out=Tc)
             if ks.rn2_32 is not None:
                 Tc -= ks.rn2_32[c0:c1]
@@ -403,6 +406,46 @@ class _CpuSearch:
             R_.append(rr.astype(np.uint16))
             C_.append((nz - rr * w + c0).astype(np.int64))
             V_.append(Tc.ravel()[nz])
+        self.finish(s, e, t32, R_, C_, V_, keys, idx)
+
+    def sym_tile(self, I: int, J: int, t32: np.ndarray, pieces: dict):
+        """Same set (Q = R), blocks I <= J: one float32 tile X_I X_J^T serves the queries of block
+        I against the references of block J (rows) and, when J > I, the queries of J against the
+        references of I (columns, compared with J's thresholds; no transposed copy)."""
+        ks, b = self.ks, self.b
+        n = ks.Q32.shape[0]
+        s, e = I * b, min(n, I * b + b)
+        c0, c1 = J * b, min(n, J * b + b)
+        T, M, _ = self.buffers()
+        nb, w = e - s, c1 - c0
+        G, Mc = T[:nb * w].reshape(nb, w), M[:nb * w].reshape(nb, w)
+        np.matmul(ks.Q32[s:e], ks.Q32[c0:c1].T, out=G)
+        eu = ks.rn2_32 is not None
+        if I == J and ks.same:
+            G[np.arange(nb), np.arange(nb)] = -np.inf
+        if J > I:  # columns first, while G is still the plain product
+            if eu:
+                K = self.local.K[:nb * w].reshape(nb, w)
+                np.multiply(G, np.float32(2), out=K)
+                K -= ks.rn2_32[s:e, None]
+            else:
+                K = G
+            np.greater_equal(K, t32[c0:c1][None, :], out=Mc)
+            nz = np.flatnonzero(Mc)
+            ref = nz // w
+            pieces[J][I] = ((nz - ref * w).astype(np.uint16), (ref + s).astype(np.int64), K.ravel()[nz])
+        if eu:
+            G *= np.float32(2)
+            G -= ks.rn2_32[c0:c1]
+        np.greater_equal(G, t32[s:e, None], out=Mc)
+        nz = np.flatnonzero(Mc)
+        rr = nz // w
+        pieces[I][J] = (rr.astype(np.uint16), (nz - rr * w + c0).astype(np.int64), G.ravel()[nz])
+
+    def finish(self, s, e, t32, R_, C_, V_, keys, idx):
+        """From every key >= the thresholds (pieces in ascending reference order) to the exact
+        top k of queries s..e-1."""
+        ks, k, nb = self.ks, self.k, e - s
         rowsA, colsA, vA = np.concatenate(R_), np.concatenate(C_), np.concatenate(V_)
         # 2. per query (radix sort of the row, stable: references ascending) the k-th float32 key
         # and the window tau = kth - 2 delta that holds every exact top-k reference
@@ -454,6 +497,11 @@ def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads
     nt = int(threads or THREADS or min(len(os.sched_getaffinity(0)), len(starts)))
     bar = _bar(progress, nq, "kNN")
 
+    if SYMMETRIC and (ks.same or ks.Q64 is ks.R64):
+        _symmetric(job, keys, idx, nt, bar)
+        bar.close()
+        return keys, idx
+
     def one(s):
         e = min(nq, s + b)
         job.run_block(s, e, keys, idx)
@@ -461,13 +509,63 @@ def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads
             bar.update(e - s)
 
     if nt <= 1:
-        for s in starts:
-            one(s)
+        with _blas_one_thread():  # small tiles: a multi-threaded BLAS only adds waiting
+            for s in starts:
+                one(s)
     else:
         with _blas_one_thread(), ThreadPoolExecutor(nt) as pool:
             list(pool.map(one, starts))
     bar.close()
     return keys, idx
+
+
+def _symmetric(job: _CpuSearch, keys: np.ndarray, idx: np.ndarray, nt: int, bar):
+    """A same-set search over the upper triangle of block pairs (half the GEMM work): the
+    thresholds of every query first (the sample), then the tiles (I, J >= I) row by row; a block
+    is finished (window, float64 keys, order) as soon as its last tile is in, so that only the
+    survivors of unfinished blocks are held."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ks, b = job.ks, job.b
+    n = ks.Q32.shape[0]
+    nB = -(-n // b)
+    t32 = np.empty(n, dtype=np.float32)
+    pieces = [dict() for _ in range(nB)]
+    missing = [nB] * nB
+
+    def threshold(I):
+        s, e = I * b, min(n, I * b + b)
+        Qb = ks.Q32[s:e] * np.float32(2) if ks.metric == "euclidean" else ks.Q32[s:e]
+        t32[s:e] = job.threshold(Qb, s, e, job.buffers()[2][:e - s])
+
+    def tile(IJ):
+        I, J = IJ
+        job.sym_tile(I, J, t32, pieces)
+        with job.lock:
+            done = []
+            for B in {I, J}:
+                missing[B] -= 1
+                if missing[B] == 0:
+                    done.append(B)
+        for B in done:
+            s, e = B * b, min(n, B * b + b)
+            got, pieces[B] = pieces[B], None
+            R_, C_, V_ = zip(*(got[c] for c in range(nB)))  # ascending reference blocks
+            job.finish(s, e, t32[s:e], R_, C_, V_, keys, idx)
+            with job.lock:
+                bar.update(e - s)
+
+    pairs = [(I, J) for I in range(nB) for J in range(I, nB)]
+    if nt <= 1:
+        with _blas_one_thread():  # small tiles: a multi-threaded BLAS only adds waiting
+            for I in range(nB):
+                threshold(I)
+            for IJ in pairs:
+                tile(IJ)
+        return
+    with _blas_one_thread(), ThreadPoolExecutor(nt) as pool:
+        list(pool.map(threshold, range(nB)))
+        list(pool.map(tile, pairs))
 
 
 def _rowwise_lexsort(key: np.ndarray, idx: np.ndarray) -> np.ndarray:
