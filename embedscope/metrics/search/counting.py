@@ -33,7 +33,8 @@ sums c chunks of at most K = 256 columns of the inner dimension separately (cosi
 7× tighter at D = 2,048, and as many times fewer float64 window keys, :func:`tile_delta`); for
 Euclidean twice the bound of
 :class:`embedscope.metrics.search.knn.KeySpace`, so that it covers the key computed as one augmented GEMM
-(``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and its survivors per thread, never N × N.
+(``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and at most ``PENDING`` survivors (64 MiB) per
+thread, never N × N.
 """
 
 from __future__ import annotations
