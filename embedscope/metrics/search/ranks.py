@@ -7,9 +7,11 @@ r_(1) < r_(2) < …, the m-th relevant item sits at rank r_(m) and P_i(r_(m)) = 
 search computes, per query, the exact rank of each relevant reference if it lies within the depth,
 and nothing else:
 
-- **CPU, at least 16,000 references** (SOP scale): one tiled float32 GEMM pass that *counts*,
-  for each relevant pair, the references scoring above it, keeping per query only the
-  references above a floor key estimated from a sample, never a top-depth list; a same-set cosine
+- **CPU, at least 1,500 references** (``COUNT_MIN_REFS``, and 16 × the depth): one tiled float32
+  GEMM pass (cosine at D ≥ 768: summed in chunks of the inner dimension, for a tighter certified
+  error bound) that *counts*, for each relevant pair, the references scoring above it, keeping
+  per query only the references above a floor key estimated from a sample, never a top-depth
+  list; a same-set cosine
   search multiplies each pair of query blocks once and reads the tile both ways
   (:mod:`embedscope.metrics.search.counting`).
 - **Otherwise** (small sets, CUDA): float32 GEMM blocks with top-(depth + 16) float32 candidates
