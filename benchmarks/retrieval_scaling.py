@@ -11,7 +11,8 @@ centres plus Gaussian noise), times side by side in one process, each `--repeats
   sgemm) and torch: the cost of the similarities alone, nothing selected.
 
 Prints min and median per method, PML / embedscope (target >= 1.2x), embedscope / GEMM, P@1 (the
-set's difficulty) and the largest |embedscope - PML| over the three values. Saves a log-log plot
+set's difficulty), the largest |embedscope - PML| over the three values and the 1-minute load
+average when the cell ended (on a shared machine, the noise to report with the times). Saves a log-log plot
 of time vs N per method (one panel per D) as PNG + PDF, and optionally the rows as JSON.
 
 Class sizes: ``cub`` (uniform 60-80 per class, like CUB-200 / CARS196 test sets) or ``sop``
@@ -26,6 +27,7 @@ Class sizes: ``cub`` (uniform 60-80 per class, like CUB-200 / CARS196 test sets)
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -82,6 +84,7 @@ def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu
             times["PML"].append(time.perf_counter() - t)
         times["GEMM"].append(gram_time(X))
     row = {"N": n, "D": dim, "classes": classes, "difficulty": difficulty, "n_classes": int(len(np.unique(y))),
+           "load_1min": os.getloadavg()[0],  # the machine's load when the cell ended (a shared machine's noise)
            "P@1": ours["P@1"], "R-Precision": ours["R-Precision"], "MAP@R": ours["MAP@R"]}
     for m, ts in times.items():
         if ts:
@@ -157,7 +160,7 @@ def main(argv=None):
     print(f"torch threads {torch.get_num_threads()}, faiss threads {faiss.omp_get_max_threads()}, "
           f"repeats {args.repeats} (min / median)")
     hdr = (f"{'N':>7} {'D':>5} {'classes':>7} {'diff':>5} {'P@1':>6} | {'embedscope':>13} {'PML':>13} "
-           f"{'GEMM':>13} | {'PML/es':>6} {'es/GEMM':>7} {'|diff|':>8}")
+           f"{'GEMM':>13} | {'PML/es':>6} {'es/GEMM':>7} {'|diff|':>8} {'load':>5}")
     print(hdr)
     rows = []
     for classes in args.classes:
@@ -173,7 +176,8 @@ def main(argv=None):
                     ratio = f"{r['PML_min'] / r['embedscope_min']:6.2f}" if "PML_min" in r else f"{'-':>6}"
                     d = f"{r['max_abs_diff']:8.1e}" if "max_abs_diff" in r else f"{'-':>8}"
                     print(f"{n:>7} {dim:>5} {classes:>7} {diff:>5} {r['P@1']:6.3f} | {mm('embedscope')} {mm('PML')} "
-                          f"{mm('GEMM')} | {ratio} {r['embedscope_min'] / r['GEMM_min']:7.2f} {d}", flush=True)
+                          f"{mm('GEMM')} | {ratio} {r['embedscope_min'] / r['GEMM_min']:7.2f} {d} "
+                          f"{r['load_1min']:5.1f}", flush=True)
     if args.json:
         from embedscope.tables import write_json
 
