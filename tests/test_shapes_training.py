@@ -116,3 +116,11 @@ def test_train_embed_round_trip_and_logged_metrics_match_embed(shapes_root, tmp_
     row0 = list(csv.DictReader(open(untrained.with_suffix(".csv"))))[0]
     assert float(row0["R@1"]) == pytest.approx(mu["R@1"], abs=1e-9)
     assert float(rows[0]["R@1"]) == pytest.approx(mu["R@1"], abs=1e-9)  # the same seed: the same untrained net
+
+
+def test_frozen_batchnorm_without_weights_is_noted():
+    from embedscope.train.trainer import config_notes, resolve_config
+
+    assert any("BatchNorm is frozen" in n for n in config_notes(resolve_config({"dataset": "cub200", "root": "x"})))
+    assert not any("BatchNorm" in n for n in config_notes(resolve_config({"dataset": "shapes"})))
+    assert not any("BatchNorm" in n for n in config_notes(resolve_config({"dataset": "digits"})))

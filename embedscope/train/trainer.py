@@ -243,6 +243,9 @@ def config_notes(cfg: dict[str, Any]) -> list[str]:
         notes.append(f"--p-switch {cfg['p_switch']:g}: the {cfg['loss']} loss's own pair mining is replaced by "
                      "distance-weighted tuple mining (--miner distance), which the rho-switch acts on "
                      "(as Roth et al.'s reference code)")
+    if cfg.get("frozen_bn") and not cfg.get("weights"):
+        notes.append("BatchNorm is frozen (the photo protocol, meant for ImageNet --weights) in a randomly "
+                     "initialised backbone: its layers stay at their initial identity and are not trained")
     return notes
 
 
