@@ -30,15 +30,15 @@ FILE_ONLY_BOOLS = ("resume", "force", "keep_epochs")
 
 def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
     """The options shared by ``train`` and ``train-grid`` (defaults None: chosen per data set)."""
-    p.add_argument("--dataset", help="digits (default), cub200, cars196, sop or imagefolder")
+    p.add_argument("--dataset", help="digits (default), shapes (embedscope make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--train-classes", type=positive_int, help="imagefolder/digits: the first N classes train")
     p.add_argument("--arch", choices=ARCH_CHOICES,
-                   help="backbone (default: digits_cnn for digits, resnet50 for photos)")
+                   help="backbone (default: digits_cnn for digits, shapes_cnn for shapes, resnet50 for photos)")
     p.add_argument("--weights", metavar="PATH", help="pretrained backbone weights from a local file (no download)")
     p.add_argument("--embed-dim", type=positive_int, help="embedding dimension D (default 128)")
     p.add_argument("--image-size", type=positive_int,
-                   help="input size of the backbone (default: 224 for photos, 8 for digits; e.g. 64 for shapes)")
+                   help="input size of the backbone (default: 224 for photos, 64 for shapes, 8 for digits)")
     if not grid:
         p.add_argument("--loss", choices=LOSS_CHOICES, help="training objective (default: margin)")
     p.add_argument("--miner", choices=MINER_CHOICES,
