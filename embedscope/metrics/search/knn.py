@@ -2,13 +2,29 @@
 
 How exactness is obtained cheaply
 ---------------------------------
-The expensive part, the query x reference similarity matrix, is computed in **float32**, keeping
-only each query's top ``L = k + slack`` candidates: on the CPU by faiss's flat search (blocked
-sgemm with a heap top-k on cache-sized tiles; measured at about the cost of the bare GEMM), on
-CUDA by one torch GEMM per block of queries and ``torch.topk``. Memory is one block of
-``block x N_ref`` floats at a time, never ``N x N``. (A same-set search could multiply only the
-upper triangle of block pairs, but the column-wise top-k then needs a transposed copy of each
-block, which on the CPU costs as much as the GEMM it saves: measured, not used.)
+The expensive part, the query x reference similarity matrix, is computed in **float32**.
+
+On the CPU (:func:`topk_exact`, ``CPU_SELECT``), by float32 GEMM tiles of 512 queries x a few
+thousand references (single-threaded BLAS, query blocks in one worker thread per core), never
+keeping more than a tile: each query first gets a **threshold**, 2 delta_i (below) under the j-th
+largest of its keys against a fixed random sample of ``max(1024, N/32)`` references (j: the
+expected number of sampled keys above its k-th key plus three standard deviations); a tile keeps
+only the keys at or above their query's threshold (one comparison and ``flatnonzero``, about k x
+1.7 keys per query). Per query, the k-th largest float32 key ``kth32`` then gives the **window**
+``tau = kth32 - 2 delta_i``: k references have float32 keys >= kth32, so exact keys >= kth32 -
+delta_i, so the exact k-th key is >= kth32 - delta_i and every exact top-k reference has a float32
+key >= tau. Only the window (k plus the float32 near-ties of the k-th key) gets float64 keys, by
+:func:`pair_keys64`'s very reduction, gathered tile by tile (each reference tile read from memory
+once), and is ordered by (key desc, index asc). A query whose threshold lay above its window
+(fewer than k keys above it: rare by the choice of j) is searched again in full
+(:func:`_exact_topk_row`). A same-set search multiplies only the upper triangle of block pairs:
+tile X_I X_J^T is compared once with the thresholds of I's queries (rows) and once with J's
+(columns), with no transposed copy; a block is finished as soon as its last tile is in.
+
+On CUDA (and on the CPU with ``CPU_SELECT = False``), each query's top ``L = k + slack``
+float32 candidates come from one torch GEMM per block of queries and ``torch.topk`` (CPU: faiss's
+flat search), and are then certified as follows. Memory is one block of ``block x N_ref`` floats
+at a time, never ``N x N``.
 
 The candidates are then **certified** in float64. The float32 value of a ranking key differs from
 its float64 value by at most ``delta_i`` (a rigorous forward-error bound of a length-D dot product,
@@ -494,7 +510,11 @@ def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads
     keys = np.empty((nq, k), dtype=np.float64)
     idx = np.empty((nq, k), dtype=np.int64)
     starts = range(0, nq, b)
-    nt = int(threads or THREADS or min(len(os.sched_getaffinity(0)), len(starts)))
+    try:
+        ncpu = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        ncpu = os.cpu_count() or 1
+    nt = int(threads or THREADS or min(ncpu, len(starts)))
     bar = _bar(progress, nq, "kNN")
 
     if SYMMETRIC and (ks.same or ks.Q64 is ks.R64):
@@ -597,7 +617,8 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     device : "auto" | "cpu" | "cuda"
         Where the float32 GEMM blocks and ``torch.topk`` run (CUDA when present for "auto").
     block : int, optional
-        Queries per block (default: a block of at most 256 MiB on the CPU).
+        Queries per block (default: 512 on the CPU, where tiles are block x a few thousand
+        references; on CUDA a block of at most 1 GiB).
     progress : bool
         Show a tqdm progress bar.
 
@@ -612,7 +633,10 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     -----
     Exact: the result is the ranking of the float64 keys, ties broken by the lower reference
     index, although the bulk GEMM runs in float32 (see the module docstring for the
-    certification). Memory is one ``block x Nr`` float32 block plus ``Nq x (k + 16)`` candidates.
+    certification). Memory: on the CPU one float32 tile per thread and the keys above threshold
+    of the unfinished query blocks (about 1.7 k per query; a same-set search holds at its peak
+    about those of a quarter of the queries, 14 bytes each); on CUDA one
+    ``block x Nr`` float32 block plus ``Nq x (k + 16)`` candidates. Never ``Nq x Nr``.
     """
     check_metric(metric)
     same = R is None or R is Q
