@@ -33,6 +33,7 @@ _EXPORTS = {
     "MEASURES": "embedscope.analyses.registry",
     "Measure": "embedscope.analyses.registry",
     "compute_measures": "embedscope.analyses.registry",
+    "available": "embedscope.analyses.registry",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

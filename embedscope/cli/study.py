@@ -23,7 +23,8 @@ def add_parser(sub, parents):
                    help="leave matching runs out of the statistics, e.g. 'p_switch>0' (as Roth Fig. 5) or "
                    "'loss==lifted' (repeatable)")
     p.add_argument("--measures", nargs="+", metavar="NAME",
-                   help="only these measures of the registry (default: all; the target is always measured)")
+                   help="only these measures of the registry, e.g. rho R@1 NR-Prec:shape "
+                   "(default: all; the target is always measured)")
     p.add_argument("--dataset", help="data set to embed (default: the one each checkpoint was trained on)")
     p.add_argument("--root", help="data set folder (default: the checkpoint's)")
     p.add_argument("--workers", type=int, metavar="N",

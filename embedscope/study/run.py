@@ -78,7 +78,7 @@ def _fits(ds, size: int) -> bool:
 
 
 @functools.lru_cache(maxsize=2)
-def _input_tensor(name: str, root: str | None, train_classes: int | None, size: int):
+def _input_tensor(name: str, root: str | None, train_classes: int | None, size: int, resize: int | None = None):
     """Every image of a (small) data set through its evaluation transform, stacked: [N, C, H, W].
 
     A study embeds the same images with every checkpoint: decoding them once per process instead of
@@ -89,7 +89,7 @@ def _input_tensor(name: str, root: str | None, train_classes: int | None, size: 
     from embedscope.data import image_transform
 
     ds = _dataset(name, root, train_classes)
-    tf = image_transform(ds.kind, train=False, image_size=size)
+    tf = image_transform(ds.kind, train=False, image_size=size, resize=resize)
     return torch.stack([tf(ds.load_image(i)) for i in range(len(ds))])
 
 
@@ -113,6 +113,13 @@ def _embed_inputs(model, inputs, batch_size: int):
     return out
 
 
+def _patterns() -> dict[str, Any]:
+    """The registry's measure patterns (e.g. ``NR-Prec:`` + a property name)."""
+    from embedscope.analyses.registry import PATTERNS
+
+    return dict(PATTERNS)
+
+
 def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transform: str, device_kind: str) -> str:
     """Key of a cached embedding file: checkpoint bytes + data set + transform + device kind."""
     d = {"checkpoint_sha256": sha256, "dataset": dataset, "root": str(Path(root).resolve()) if root else "",
@@ -127,9 +134,8 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     ``info``: ``sha256``, ``config``, ``extra``, ``cached`` (bool), ``cache_file``, ``embed_seconds``.
     """
     from embedscope import store
-    from embedscope.data import describe_transform, image_transform
     from embedscope.device import resolve_device
-    from embedscope.embed import embed_images
+    from embedscope.embed import checkpoint_input, embed_images
     from embedscope.models import load_checkpoint
 
     t0 = time.perf_counter()
@@ -141,10 +147,8 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     tc = config.get("train_classes")
     tc = int(tc) if tc not in (None, "") else None
     ds = _dataset(str(name), root, tc)
-    if (ds.kind == "digits") != (config["arch"] == "digits_cnn"):
-        raise EmbedscopeError(f"a {config['arch']} checkpoint cannot embed the {name} images")
-    size = int(config.get("image_size", 8 if ds.kind == "digits" else 224))
-    transform = describe_transform(ds.kind, train=False, image_size=size)
+    tf, size, transform = checkpoint_input(ds, config)
+    resize = config.get("resize")
     dev = resolve_device(device)
     key = cache_key(info["sha256"], ds.name, root, tc, transform, dev.type)
     cdir = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -159,12 +163,12 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
             pass  # a damaged cache file: embed again and replace it
     batch = 256 if ds.kind == "digits" else 128
     with _one_cpu_thread(dev.type == "cpu"):
-        inputs = _input_tensor(str(name), root, tc, size) if dev.type == "cpu" and _fits(ds, size) else None
+        inputs = (_input_tensor(str(name), root, tc, size, None if resize is None else int(resize))
+                  if dev.type == "cpu" and _fits(ds, size) else None)
         if inputs is not None:  # the images decoded once per process, the same batches as embed_images
             X = _embed_inputs(model, inputs, batch)
         else:
-            X = embed_images(model, ds, transform=image_transform(ds.kind, train=False, image_size=size),
-                             batch_size=batch, device=str(dev), progress=False)
+            X = embed_images(model, ds, transform=tf, batch_size=batch, device=str(dev), progress=False)
     es = store.EmbeddingSet(embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split,
                             class_names=ds.class_names, properties=ds.properties,
                             attrs={"dataset": ds.name, "root": str(Path(root).resolve()) if root else "",
@@ -293,7 +297,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         mreg0, _, _ = registry()
         unknown = [m for m in measures if m not in mreg0]
         if unknown:
-            raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {', '.join(mreg0)})")
+            known = ", ".join([*mreg0, *(p + "<name>" for p in _patterns())])
+            raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {known})")
         measures = list(dict.fromkeys([target, *measures]))
     parse_exclude(exclude)  # refuse a bad expression before any work
     if workers is not None and int(workers) < 0:
@@ -328,8 +333,11 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
             "figures": figures,
             "cache_dir": str(cache), "measures_source": msource,
-            "measures": {k: {"split": v.split, "family": v.family, "direction": v.direction, "meaning": v.meaning}
-                         for k, v in mreg.items() if measures is None or k in measures},
+            "measures": {**{k: {"split": v.split, "family": v.family, "direction": v.direction, "meaning": v.meaning}
+                            for k, v in mreg.items() if measures is None or k in measures},
+                         **{f"{p}<name>": {"split": v.split, "family": v.family, "direction": v.direction,
+                                           "meaning": v.meaning} for p, v in _patterns().items()
+                            if measures is None or any(m.startswith(p) for m in measures)}},
             "versions": _versions(), "host": platform.node(), "started": started,
             "entries": len(entries)}
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
