@@ -15,6 +15,34 @@ import sys
 import time
 from typing import Any, Iterable
 
+#: Signals received by the command line whose exception may have been swallowed on the way (a bare
+#: ``except:`` in a library, an exception raised inside a ``__del__`` or a weakref callback is only
+#: printed). Every progress step raises it again, so Ctrl-C and SIGTERM are never lost.
+_PENDING: list[int] = []
+
+
+def note_signal(signum: int) -> None:
+    """Record a signal whose exception the command line is raising (see :data:`_PENDING`)."""
+    _PENDING.append(int(signum))
+
+
+def clear_signals() -> None:
+    """Forget recorded signals (the command line handled the exception)."""
+    _PENDING.clear()
+
+
+def check_signals() -> None:
+    """Raise again for a recorded signal: ``KeyboardInterrupt`` for SIGINT, else ``Terminated``."""
+    if _PENDING:
+        import signal
+
+        sig = _PENDING[-1]
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        from embedscope.errors import Terminated
+
+        raise Terminated(sig)
+
 
 def _is_tty(stream) -> bool:
     try:
@@ -44,6 +72,7 @@ class LineProgress:
     def __iter__(self):
         try:
             for item in self.iterable:
+                check_signals()
                 yield item
                 self.n += 1
         except BaseException:
@@ -61,6 +90,7 @@ class LineProgress:
         return False
 
     def update(self, n: int = 1) -> None:
+        check_signals()
         self.n += n
 
     def set_postfix(self, **kw: Any) -> None:

@@ -300,3 +300,50 @@ def test_unexpected_worker_error_shows_the_workers_own_message(monkeypatch, caps
     assert main(["info", "x.h5"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "ZeroDivisionError: division by zero" in err and "Traceback" not in err
+
+
+SWALLOWING_EMBED = textwrap.dedent(
+    """
+    import sys, time, torch
+    from embedscope.models import backbones
+    orig = backbones.DigitsCNN.forward
+    def slow(self, x):
+        print("batch", flush=True)
+        try:  # a library that swallows everything, Ctrl-C included
+            time.sleep(0.3)
+        except BaseException:
+            pass
+        return orig(self, x)
+    backbones.DigitsCNN.forward = slow
+    from embedscope.cli import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_swallowed_by_a_library_still_stops(ckpt, tmp_path, sig):
+    """A KeyboardInterrupt / SIGTERM exception lost in a bare except is raised again at the next step."""
+    script = tmp_path / "swallow.py"
+    script.write_text(SWALLOWING_EMBED)
+    out = tmp_path / "out.h5"
+    p = subprocess.Popen([PY, str(script), "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
+                          "--batch-size", "16", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "batch"
+    time.sleep(0.1)  # inside the swallowing sleep
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == (130 if sig == signal.SIGINT else 128 + sig)
+    assert not out.exists()
+    assert ("interrupted" if sig == signal.SIGINT else "terminated") in err and "Traceback" not in err
+
+
+def test_main_forgets_handled_signals():
+    from embedscope import progress
+
+    progress.note_signal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        progress.check_signals()
+    assert main(["info", "/nonexistent.h5"]) == 1  # main starts and ends with no recorded signal
+    progress.check_signals()

@@ -81,7 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _raise_terminated(signum, frame):
+    from embedscope import progress
+
+    progress.note_signal(signum)
     raise Terminated(signum)
+
+
+def _raise_interrupt(signum, frame):
+    from embedscope import progress
+
+    progress.note_signal(signum)
+    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -94,6 +104,11 @@ def _signals_as_exceptions():
             if sig is not None:
                 with contextlib.suppress(ValueError, OSError):
                     old[sig] = signal.signal(sig, _raise_terminated)
+        # Ctrl-C as Python's own handler, but recorded: progress steps raise it again if a library
+        # swallowed the KeyboardInterrupt (an ignored SIGINT, e.g. under nohup, stays ignored)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            with contextlib.suppress(ValueError, OSError):
+                old[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         yield
     finally:
@@ -132,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     if extras:  # point to the sub-command's help, not embedscope's
         parser.command_parsers[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
     debug = getattr(args, "debug", False)
+    from embedscope import progress
+
+    progress.clear_signals()
     try:
         with _signals_as_exceptions():
             rc = args.func(args)
@@ -167,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(e).splitlines()[0] if str(e) else ""
         _error(args.command, f"error: {e.__class__.__name__}: {msg} (run with --debug for the traceback)")
         return 1
+    finally:
+        progress.clear_signals()
 
 
 if __name__ == "__main__":  # pragma: no cover
