@@ -76,6 +76,12 @@ def test_errors_are_one_line(ckpt, tmp_path):
     assert r.returncode == 0 and "embed" in r.stdout and "info" in r.stdout
 
 
+def _ctrl_c_default():
+    """In the child: SIGINT as at a terminal. A job started in the background by a shell (``make test &``,
+    nohup) inherits an ignored SIGINT, and Python keeps it ignored, so Ctrl-C could not be tested there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 SLOW_EMBED = textwrap.dedent(
     """
     import sys, time, torch
@@ -99,7 +105,7 @@ def test_killed_embed_leaves_no_output(ckpt, tmp_path, sig):
     out = tmp_path / "out.h5"
     p = subprocess.Popen([PY, str(script), "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
                           "--batch-size", "16", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=_ctrl_c_default)
     assert p.stdout.readline().strip() == "batch"  # embedding is under way
     time.sleep(0.5)
     p.send_signal(sig)
@@ -329,7 +335,7 @@ def test_signal_swallowed_by_a_library_still_stops(ckpt, tmp_path, sig):
     out = tmp_path / "out.h5"
     p = subprocess.Popen([PY, str(script), "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
                           "--batch-size", "16", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=_ctrl_c_default)
     assert p.stdout.readline().strip() == "batch"
     time.sleep(0.1)  # inside the swallowing sleep
     p.send_signal(sig)
