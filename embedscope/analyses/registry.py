@@ -198,7 +198,8 @@ def available(source: Any) -> list[str]:
     return list(MEASURES) + [pat.prefix + k for pat in PATTERNS.values() for k in pat.keys(es, pat.split)]
 
 
-def _known() -> str:
+def known_names() -> str:
+    """The measure names for an error message: the fixed ones and ``<prefix><name>`` per pattern."""
     return ", ".join([*MEASURES, *(f"{p}<name>" for p in PATTERNS)])
 
 
@@ -223,7 +224,7 @@ def compute_measures(source: Any, names: Iterable[str] | None = None, *, metric:
     wanted = available(es) if names is None else list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in MEASURES]
     if unknown:
-        raise EmbedscopeError(f"unknown measure(s) {', '.join(map(str, unknown))} (known: {_known()})")
+        raise EmbedscopeError(f"unknown measure(s) {', '.join(map(str, unknown))} (known: {known_names()})")
     opts = {"metric": metric, "seed": seed, "device": device, "geometry_seed": geometry_seed,
             "property_metric": property_metric}
     groups: dict[tuple[str, str], list[str]] = {}

@@ -297,8 +297,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         mreg0, _, _ = registry()
         unknown = [m for m in measures if m not in mreg0]
         if unknown:
-            known = ", ".join([*mreg0, *(p + "<name>" for p in _patterns())])
-            raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {known})")
+            from embedscope.analyses.registry import known_names
+
+            raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {known_names()})")
         measures = list(dict.fromkeys([target, *measures]))
     parse_exclude(exclude)  # refuse a bad expression before any work
     if workers is not None and int(workers) < 0:
