@@ -82,6 +82,22 @@ def _ctrl_c_default():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _signal_embed(script_text: str, ckpt, tmp_path, sig, after: float):
+    """Run ``embed`` through ``script_text``, send ``sig`` ``after`` s into the first batch:
+    (process, output path, stderr)."""
+    script = tmp_path / "script.py"
+    script.write_text(script_text)
+    out = tmp_path / "out.h5"
+    p = subprocess.Popen([PY, str(script), "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
+                          "--batch-size", "16", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=_ctrl_c_default)
+    assert p.stdout.readline().strip() == "batch"  # embedding is under way
+    time.sleep(after)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    return p, out, err
+
+
 SLOW_EMBED = textwrap.dedent(
     """
     import sys, time, torch
@@ -100,22 +116,13 @@ SLOW_EMBED = textwrap.dedent(
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM])
 def test_killed_embed_leaves_no_output(ckpt, tmp_path, sig):
-    script = tmp_path / "slow.py"
-    script.write_text(SLOW_EMBED)
-    out = tmp_path / "out.h5"
-    p = subprocess.Popen([PY, str(script), "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
-                          "--batch-size", "16", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=_ctrl_c_default)
-    assert p.stdout.readline().strip() == "batch"  # embedding is under way
-    time.sleep(0.5)
-    p.send_signal(sig)
-    _, err = p.communicate(timeout=60)
+    p, out, err = _signal_embed(SLOW_EMBED, ckpt, tmp_path, sig, after=0.5)
     assert p.returncode != 0
     assert not out.exists()
     if sig in (signal.SIGINT, signal.SIGTERM):
         assert ("interrupted" if sig == signal.SIGINT else "terminated") in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
-        assert sorted(q.name for q in tmp_path.iterdir()) == ["slow.py"]  # no temporary file either
+        assert sorted(q.name for q in tmp_path.iterdir()) == ["script.py"]  # no temporary file either
 
 
 def test_atomic_output_on_error(tmp_path):
@@ -330,16 +337,7 @@ SWALLOWING_EMBED = textwrap.dedent(
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_swallowed_by_a_library_still_stops(ckpt, tmp_path, sig):
     """A KeyboardInterrupt / SIGTERM exception lost in a bare except is raised again at the next step."""
-    script = tmp_path / "swallow.py"
-    script.write_text(SWALLOWING_EMBED)
-    out = tmp_path / "out.h5"
-    p = subprocess.Popen([PY, str(script), "embed", str(ckpt), "--dataset", "digits", "-o", str(out),
-                          "--batch-size", "16", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=_ctrl_c_default)
-    assert p.stdout.readline().strip() == "batch"
-    time.sleep(0.1)  # inside the swallowing sleep
-    p.send_signal(sig)
-    _, err = p.communicate(timeout=60)
+    p, out, err = _signal_embed(SWALLOWING_EMBED, ckpt, tmp_path, sig, after=0.1)  # inside the swallowing sleep
     assert p.returncode == (130 if sig == signal.SIGINT else 128 + sig)
     assert not out.exists()
     assert ("interrupted" if sig == signal.SIGINT else "terminated") in err and "Traceback" not in err
