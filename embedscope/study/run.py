@@ -113,11 +113,9 @@ def _embed_inputs(model, inputs, batch_size: int):
     return out
 
 
-def _patterns() -> dict[str, Any]:
-    """The registry's measure patterns (e.g. ``NR-Prec:`` + a property name)."""
-    from embedscope.analyses.registry import PATTERNS
-
-    return dict(PATTERNS)
+def _described(m) -> dict[str, str]:
+    """A registry measure (or measure pattern) as study.json lists it."""
+    return {"split": m.split, "family": m.family, "direction": m.direction, "meaning": m.meaning}
 
 
 def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transform: str, device_kind: str) -> str:
@@ -288,6 +286,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
 
 def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache_dir, workers, scheduler, force,
                target, exclude, metric, seed, n_boot, device, measures, figures, echo, on_row) -> dict[str, Any]:
+    from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import write_text
     from embedscope.study.measures import registry
     from embedscope.study.plan import parse_exclude, plan_study
@@ -297,8 +296,6 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         mreg0, _, _ = registry()
         unknown = [m for m in measures if m not in mreg0]
         if unknown:
-            from embedscope.analyses.registry import known_names
-
             raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {known_names()})")
         measures = list(dict.fromkeys([target, *measures]))
     parse_exclude(exclude)  # refuse a bad expression before any work
@@ -334,10 +331,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
             "figures": figures,
             "cache_dir": str(cache), "measures_source": msource,
-            "measures": {**{k: {"split": v.split, "family": v.family, "direction": v.direction, "meaning": v.meaning}
-                            for k, v in mreg.items() if measures is None or k in measures},
-                         **{f"{p}<name>": {"split": v.split, "family": v.family, "direction": v.direction,
-                                           "meaning": v.meaning} for p, v in _patterns().items()
+            "measures": {**{k: _described(v) for k, v in mreg.items() if measures is None or k in measures},
+                         **{f"{p}<name>": _described(v) for p, v in PATTERNS.items()
                             if measures is None or any(m.startswith(p) for m in measures)}},
             "versions": _versions(), "host": platform.node(), "started": started,
             "entries": len(entries)}
