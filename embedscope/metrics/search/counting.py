@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.search.knn import U32, KeySpace, _bar
+from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
 
 __all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks"]
 
@@ -74,28 +74,9 @@ PAIR_KEY_ELEMS = 1 << 20  # float64 elements per gathered chunk of pair_keys (8 
 
 
 def pair_keys(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -> np.ndarray:
-    """:func:`~embedscope.metrics.search.knn.pair_keys64`'s keys, bitwise (the same per-pair
-    reduction of the same gathered rows), gathered into two reused buffers of ``PAIR_KEY_ELEMS``
-    elements instead of fresh arrays of up to 2¹⁶ rows (whose page faults cost more than the
-    arithmetic at large D)."""
-    n, d = len(qi), Q64.shape[1]
-    out = np.empty(n, dtype=np.float64)
-    if n == 0:
-        return out
-    step = max(1, PAIR_KEY_ELEMS // max(d, 1))
-    a = np.empty((min(step, n), d), dtype=np.float64)
-    b = np.empty_like(a)
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        am, bm = a[:e - s], b[:e - s]
-        np.take(Q64, qi[s:e], axis=0, out=am)
-        np.take(R64, rj[s:e], axis=0, out=bm)
-        if metric == "cosine":
-            out[s:e] = np.einsum("ij,ij->i", am, bm)
-        else:
-            np.subtract(am, bm, out=am)
-            out[s:e] = -np.einsum("ij,ij->i", am, am)
-    return out
+    """:func:`~embedscope.metrics.search.knn.pair_keys64` with buffers of ``PAIR_KEY_ELEMS`` float64
+    elements (bitwise the same keys)."""
+    return pair_keys64(Q64, R64, qi, rj, metric, chunk_bytes=8 * PAIR_KEY_ELEMS)
 
 
 def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMPLE_TOP) -> np.ndarray:

@@ -91,21 +91,32 @@ def default_block(n_ref: int, device_type: str = "cpu") -> int:
 
 
 # ----------------------------------------------------------------------------- float64 pair keys
-def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -> np.ndarray:
+def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str, *,
+                chunk_bytes: int = 1 << 23) -> np.ndarray:
     """Exact ranking keys (larger = nearer) of pairs (qi[p], rj[p]) in float64, pair by pair.
 
     Cosine: the inner product of the (normalised) rows; Euclidean: minus the squared distance.
-    Each pair is reduced on its own, so identical reference rows give bitwise-identical keys.
+    Each pair is reduced on its own, so identical reference rows give bitwise-identical keys, and
+    the result does not depend on ``chunk_bytes``: the rows are gathered into two reused buffers of
+    that size (fresh arrays per chunk cost more in page faults than the arithmetic at large D).
     """
-    out = np.empty(len(qi), dtype=np.float64)
-    for s in range(0, len(qi), PAIR_CHUNK):
-        a = Q64[qi[s:s + PAIR_CHUNK]]
-        b = R64[rj[s:s + PAIR_CHUNK]]
+    n, d = len(qi), Q64.shape[1]
+    out = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return out
+    step = max(16, chunk_bytes // (8 * max(d, 1)))
+    A, B = np.empty((min(step, n), d)), np.empty((min(step, n), d))
+    for c in range(0, n, step):
+        m = min(step, n - c)
+        a = np.take(Q64, qi[c:c + m], axis=0, out=A[:m])
+        b = np.take(R64, rj[c:c + m], axis=0, out=B[:m])
+        o = out[c:c + m]
         if metric == "cosine":
-            out[s:s + PAIR_CHUNK] = np.einsum("ij,ij->i", a, b)
+            np.einsum("ij,ij->i", a, b, out=o)
         else:
-            d = a - b
-            out[s:s + PAIR_CHUNK] = -np.einsum("ij,ij->i", d, d)
+            np.subtract(a, b, out=a)
+            np.einsum("ij,ij->i", a, a, out=o)
+            np.negative(o, out=o)
     return out
 
 
@@ -333,25 +344,8 @@ def _pad_rows(rows: np.ndarray, nb: int, vals: np.ndarray, fill, width_min: int)
 
 
 def _pair_keys_buffered(ks: KeySpace, s: int, qrow: np.ndarray, rcol: np.ndarray) -> np.ndarray:
-    """:func:`pair_keys64` of the pairs ``(s + qrow, rcol)``, bitwise (the same per-pair einsum of
-    the same gathered rows), through two small reused buffers that stay in cache."""
-    n, d = qrow.size, ks.Q64.shape[1]
-    ch = max(16, PAIR_BYTES // (8 * d))
-    out = np.empty(n)
-    A, B = np.empty((min(ch, n), d)), np.empty((min(ch, n), d))
-    Qb = ks.Q64[s:]
-    for c in range(0, n, ch):
-        m = min(ch, n - c)
-        a = np.take(Qb, qrow[c:c + m], axis=0, out=A[:m])
-        b = np.take(ks.R64, rcol[c:c + m], axis=0, out=B[:m])
-        o = out[c:c + m]
-        if ks.metric == "cosine":
-            np.einsum("ij,ij->i", a, b, out=o)
-        else:
-            np.subtract(a, b, out=a)
-            np.einsum("ij,ij->i", a, a, out=o)
-            np.negative(o, out=o)
-    return out
+    """:func:`pair_keys64` of the pairs ``(s + qrow, rcol)`` through buffers small enough to stay in cache."""
+    return pair_keys64(ks.Q64[s:], ks.R64, qrow, rcol, ks.metric, chunk_bytes=PAIR_BYTES)
 
 
 class _CpuSearch:
