@@ -13,8 +13,10 @@ Measures, side by side in one process on the same checkpoints:
   serial / direct-1t − 1 and serial / direct − 1 (planning, hashing, the untrained networks, cache
   and row files, statistics with the bootstrap, tables, figures). Also printed: serial / (the sum of
   the study's own embed + measure timers) − 1;
-* **dask-2**: ``run_study(..., workers=2)`` (a local Dask cluster of 2 single-threaded worker
-  processes, its start-up and shut-down included) with an empty cache;
+* **dask-2**: ``run_study(..., workers=2)`` (the default local Dask cluster: 2 single-threaded
+  worker threads in this process, its start-up and shut-down included) with an empty cache;
+* **dask-2p** (with ``--worker-processes``): ``run_study(..., workers=2, worker_processes=True)``, 2
+  spawned worker processes that import torch;
 * **rerun**: the same study again into the same folder (every row finished: read back, nothing
   measured) and **force**: ``force=True`` (every row measured again, embeddings from the cache).
 
@@ -23,6 +25,9 @@ are on in every study run. The order of the runs rotates between repeats.
 
     python benchmarks/study.py                          # 4 losses x 3 seeds, D = 16, 1 epoch, 3 repeats
     python benchmarks/study.py --repeats 5 --grid DIR   # reuse a trained grid (train-grid folder)
+
+Without ``--grid`` the grid is trained into a new temporary folder, which is kept (its path is
+printed) for the next run's ``--grid``.
 """
 
 from __future__ import annotations
@@ -55,13 +60,14 @@ def direct(checkpoints: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False) -> tuple[float, float]:
+def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False,
+          processes: bool = False) -> tuple[float, float]:
     """(wall seconds, sum of the embed + measure seconds of the rows it measured)."""
     from embedscope.study.run import run_study
 
     t0 = time.perf_counter()
-    res = run_study(grid, out, epoch="last", workers=workers, cache_dir=cache, force=force, n_boot=1000,
-                    echo=lambda s: None)
+    res = run_study(grid, out, epoch="last", workers=workers, worker_processes=processes, cache_dir=cache,
+                    force=force, n_boot=1000, echo=lambda s: None)
     dt = time.perf_counter() - t0
     assert not res["errors"], res["errors"][:1]
     return dt, sum(r["embed_seconds"] + r["measure_seconds"] for r in res["computed"])
@@ -73,6 +79,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--losses", nargs="+", default=["margin", "contrastive", "multisimilarity", "triplet"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--worker-processes", action="store_true",
+                    help="also time 2 local worker processes (dask-2p) besides the default 2 worker threads")
     args = ap.parse_args()
 
     import torch
@@ -81,13 +89,13 @@ def main() -> None:
     from embedscope.train.grid import train_grid
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-study-"))
-    grid = Path(args.grid) if args.grid else tmp / "grid"
+    grid = Path(args.grid) if args.grid else Path(tempfile.mkdtemp(prefix="bench-study-grid-")) / "grid"
     if not (grid / "grid.csv").exists():
         t0 = time.perf_counter()
         train_grid("digits", args.losses, [0.0], args.seeds, grid, options={"embed_dim": 16, "epochs": 1},
                    progress=False, echo=lambda s: None)
         print(f"trained {len(args.losses) * len(args.seeds)} checkpoints in {time.perf_counter() - t0:.1f} s "
-              "(not timed below)")
+              f"(not timed below); kept for the next run: --grid {grid}")
     entries = plan_study(grid, tmp / "plan", epoch="last", untrained_dir=tmp / "untrained")
     checkpoints = [e.checkpoint for e in entries]
     n_ref = sum(e.selection == "untrained" for e in entries)
@@ -99,7 +107,7 @@ def main() -> None:
     direct(checkpoints)  # warm-up: imports, data set, first-call costs
     study(grid, tmp / "warm", tmp / "cache-warm", 0)
     shutil.rmtree(tmp / "cache-warm", ignore_errors=True)
-    kinds = ["direct", "direct-1t", "serial", "dask-2"]
+    kinds = ["direct", "direct-1t", "serial", "dask-2"] + (["dask-2p"] if args.worker_processes else [])
     times: dict[str, list[float]] = {k: [] for k in kinds + ["rerun", "force"]}
     inner: list[float] = []
     for rep in range(args.repeats):
@@ -113,7 +121,7 @@ def main() -> None:
                     torch.set_num_threads(threads)
                 continue
             out, cache = tmp / f"{kind}-{rep}", tmp / f"cache-{kind}-{rep}"
-            dt, own = study(grid, out, cache, 2 if kind == "dask-2" else 0)
+            dt, own = study(grid, out, cache, 0 if kind == "serial" else 2, processes=kind == "dask-2p")
             times[kind].append(dt)
             if kind == "serial":
                 inner.append(own)
@@ -134,8 +142,8 @@ def main() -> None:
     print(f"study overhead over its own embed + measure timers: "
           f"{100 * min(s / i - 1 for s, i in zip(times['serial'], inner)):+.1f}% (best repeat), "
           f"{100 * statistics.median(s / i - 1 for s, i in zip(times['serial'], inner)):+.1f}% (median)")
-    print(f"serial / dask-2: {mn['serial'] / mn['dask-2']:.2f}x (min/min), {med['serial'] / med['dask-2']:.2f}x "
-          f"(median/median)")
+    for k in [k for k in kinds if k.startswith("dask")]:
+        print(f"serial / {k}: {mn['serial'] / mn[k]:.2f}x (min/min), {med['serial'] / med[k]:.2f}x (median/median)")
     print(f"first run / rerun from finished rows: {mn['serial'] / mn['rerun']:.0f}x (min/min); "
           f"first run / force (embeddings from the cache): {mn['serial'] / mn['force']:.1f}x")
     print(f"load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

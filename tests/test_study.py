@@ -146,14 +146,28 @@ def test_broken_checkpoint_reports_its_row_and_exit_code(grid, cache, tmp_path, 
     assert (df.drop(index="broken_given")["status"] == "ok").all()
 
 
-def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path):
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return [(i["filepath"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path, processes):
+    """A real local Dask cluster of 2 workers: worker threads in this process (the default) or worker
+    processes; rows, embeddings and figures equal the serial study's, and a threads cluster leaves this
+    process's BLAS and torch thread counts as they were."""
+    import torch
+
     y = tmp_path / "list.yaml"
     y.write_text("checkpoints:\n"
                  f"  - path: {grid / 'digits_contrastive_p0_s0.pt'}\n    tags: {{family: pairs}}\n"
                  f"  - path: {grid / 'digits_softmax_p0_s0.pt'}\n    family: classes\n")
     kw = {"measures": MEASURED, "epoch": "last", "n_boot": 20, "echo": lambda s: None}
     ser = run_study(y, tmp_path / "serial", workers=0, cache_dir=tmp_path / "c1", **kw)
-    par = run_study(y, tmp_path / "dask", workers=2, cache_dir=tmp_path / "c2", **kw)
+    blas, threads = _blas_threads(), torch.get_num_threads()
+    par = run_study(y, tmp_path / "dask", workers=2, worker_processes=processes, cache_dir=tmp_path / "c2", **kw)
+    assert _blas_threads() == blas and torch.get_num_threads() == threads
     assert not ser["errors"] and not par["errors"]
     assert not any(r["cached"] for r in par["computed"])  # really measured by the workers
     a = pd.read_csv(tmp_path / "serial" / "runs.csv").set_index("id").sort_index()
@@ -161,7 +175,7 @@ def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path):
     assert list(a.index) == list(b.index) and len(a) == 3
     assert np.array_equal(a[MEASURED].to_numpy(), b[MEASURED].to_numpy())
     assert set(a["tag:family"].dropna()) == {"pairs", "classes"}
-    # the embeddings themselves are equal to the last bit (one torch thread in every process)
+    # the embeddings themselves are equal to the last bit (one torch thread in every worker)
     from embedscope import store
 
     par_rows = {r["id"]: r for r in par["rows"]}
@@ -169,11 +183,32 @@ def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path):
         e1 = store.load(tmp_path / "c1" / _cache_name(tmp_path / "c1", r))
         e2 = store.load(tmp_path / "c2" / _cache_name(tmp_path / "c2", par_rows[r["id"]]))
         assert np.array_equal(e1.embeddings, e2.embeddings)
-    # the workers drew the Fig.-5 and Fig.-4 figures, this process the ranking: the same pictures
+    # drawn by a forked child and this process (serial, threads) or by the worker processes: the same pictures
     for name in ("fig5_structure_vs_target", "fig4_metric_correlations", "ranking_by_tau"):
         assert (tmp_path / "dask" / "figures" / f"{name}.pdf").exists()
         assert (tmp_path / "serial" / "figures" / f"{name}.png").read_bytes() == \
             (tmp_path / "dask" / "figures" / f"{name}.png").read_bytes()
+
+
+def test_figures_without_a_forked_child_are_the_same(first, tmp_path, monkeypatch):
+    """The serial study drew Fig. 5 in a forked child; where fork is unavailable, or the child fails,
+    this process draws every figure itself: the same files."""
+    import embedscope.study.run as run
+
+    out, res = first
+    monkeypatch.setattr(run, "_draw_in_child", _fail)
+    failed = run._start_figures(res["stats"], tmp_path / "failed")()
+    monkeypatch.setattr(run, "_can_fork", lambda: False)
+    here = run._start_figures(res["stats"], tmp_path / "here")()
+    assert list(here) == ["fig5_structure_vs_target", "fig4_metric_correlations", "ranking_by_tau"]
+    for name, png in here.items():
+        ref = (out / "figures" / f"{name}.png").read_bytes()
+        assert png.read_bytes() == ref and failed[name].read_bytes() == ref
+        assert png.with_suffix(".pdf").exists() and failed[name].with_suffix(".pdf").exists()
+
+
+def _fail(*args):
+    raise SystemExit(3)
 
 
 def _cache_name(cache, row):

@@ -28,7 +28,11 @@ def add_parser(sub, parents):
     p.add_argument("--dataset", help="data set to embed (default: the one each checkpoint was trained on)")
     p.add_argument("--root", help="data set folder (default: the checkpoint's)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="local Dask worker processes (default: one per core; 0 = serial in this process)")
+                   help="local Dask workers, single-threaded worker threads in this process (default: one per "
+                   "core; 0 = serial in this process)")
+    p.add_argument("--worker-processes", action="store_true",
+                   help="the local Dask workers are processes (each imports torch: pays off for large checkpoints "
+                   "or long studies) instead of threads")
     p.add_argument("--scheduler", metavar="ADDRESS", help="use an existing Dask scheduler (tcp://host:8786)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="embedding cache (default: $EMBEDSCOPE_CACHE or ~/.cache/embedscope/embeddings)")
@@ -50,7 +54,8 @@ def run(args) -> int:
     from embedscope.tables import format_table
 
     res = run_study(args.source, args.output, epoch=args.epoch, dataset=args.dataset, root=args.root,
-                    cache_dir=args.cache_dir, workers=args.workers, scheduler=args.scheduler, force=args.force,
+                    cache_dir=args.cache_dir, workers=args.workers, scheduler=args.scheduler,
+                    worker_processes=args.worker_processes, force=args.force,
                     target=args.target, exclude=args.exclude, metric=args.metric, seed=args.seed,
                     n_boot=args.bootstrap, device=args.device, measures=args.measures, figures=not args.no_figures,
                     echo=(lambda s: None) if args.no_progress else print)

@@ -11,9 +11,10 @@ Layout of a study folder ``STUDY/`` (``docs/studies.md``)::
 Resumable: a killed study continues where it stopped (finished rows are read back, never recomputed
 unless ``force``); rows that failed are tried again. Embeddings are cached by checkpoint sha256 +
 data set + transform (+ device kind) in a cache folder shared by all studies, written atomically.
-Parallel: a Dask distributed cluster (an in-process ``LocalCluster`` with one single-threaded
-worker process per core by default, or an existing scheduler); the rows are the same serial and
-parallel.
+Parallel: a Dask distributed cluster: by default an in-process ``LocalCluster`` of one
+single-threaded worker *thread* per core (torch and numpy release the GIL in their heavy work, and
+nothing is imported or started twice); ``worker_processes=True`` gives one worker process each
+instead; or an existing scheduler. The rows are the same serial and parallel, bit for bit.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import hashlib
 import json
 import os
 import platform
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -43,8 +46,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "embedscope" / "embeddings"
 
 
-@functools.lru_cache(maxsize=8)
+_INPUT_LOCK = threading.RLock()  # worker threads of one process load and decode a data set once, not side by side
+
+
 def _dataset(name: str, root: str | None, train_classes: int | None):
+    with _INPUT_LOCK:
+        return _load_dataset(name, root, train_classes)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_dataset(name: str, root: str | None, train_classes: int | None):
     from embedscope.data import get_dataset
 
     return get_dataset(name, root, train_classes=train_classes)
@@ -77,8 +88,14 @@ def _fits(ds, size: int) -> bool:
     return len(ds) * channels * size * size * 4 <= INPUT_CACHE_BYTES
 
 
-@functools.lru_cache(maxsize=2)
 def _input_tensor(name: str, root: str | None, train_classes: int | None, size: int, resize: int | None = None):
+    """:func:`_decoded_inputs`, computed by one thread at a time (the others then find it cached)."""
+    with _INPUT_LOCK:
+        return _decoded_inputs(name, root, train_classes, size, resize)
+
+
+@functools.lru_cache(maxsize=2)
+def _decoded_inputs(name: str, root: str | None, train_classes: int | None, size: int, resize: int | None = None):
     """Every image of a (small) data set through its evaluation transform, stacked: [N, C, H, W].
 
     A study embeds the same images with every checkpoint: decoding them once per process instead of
@@ -252,9 +269,9 @@ def _row_path(out_dir: Path, eid: str) -> Path:
 
 def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
               dataset: str | None = None, root: str | None = None, cache_dir: str | os.PathLike | None = None,
-              workers: int | None = None, scheduler: str | None = None, force: bool = False,
-              target: str = "R@1", exclude=(), metric: str = "cosine", seed: int = 1234, n_boot: int = 1000,
-              device: str = "auto", measures=None, figures: bool = True, progress: bool = True,
+              workers: int | None = None, scheduler: str | None = None, worker_processes: bool = False,
+              force: bool = False, target: str = "R@1", exclude=(), metric: str = "cosine", seed: int = 1234,
+              n_boot: int = 1000, device: str = "auto", measures=None, figures: bool = True, progress: bool = True,
               echo: Callable[[str], None] | None = None,
               on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Measure every checkpoint of ``source`` and write the study folder ``out_dir`` (docs/methods.md §6).
@@ -264,6 +281,8 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     source : a train-grid folder, a glob of checkpoints, or a YAML file (``docs/studies.md``).
     epoch : ``best`` | ``last`` | ``all`` (see :func:`embedscope.study.plan.plan_study`).
     workers : number of local Dask workers (default: one per core); 0 = serial in this process.
+    worker_processes : the local workers are processes (one per worker, each importing torch) instead
+        of single-threaded worker threads in this process (the default).
     scheduler : address of an existing Dask scheduler (``tcp://host:8786``) instead of a local cluster.
     force : recompute finished rows (the embedding cache is still used; it is keyed by content).
     target, exclude, n_boot, seed : statistics (:func:`embedscope.study.stats.study_statistics`).
@@ -274,7 +293,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     dict with ``rows``, ``stats``, ``errors`` (rows whose status is error), ``computed`` (rows
     measured by this call) and ``paths``.
     """
-    box = _ClusterBox(workers, scheduler)
+    box = _ClusterBox(workers, scheduler, processes=worker_processes)
     try:
         return _run_study(box, source, out_dir, epoch=epoch, dataset=dataset, root=root, cache_dir=cache_dir,
                           workers=workers, scheduler=scheduler, force=force, target=target, exclude=exclude,
@@ -370,7 +389,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             for e in todo:
                 keep(measure_entry(e, task_settings))
         else:
-            _run_dask(todo, task_settings, box.client(), keep)
+            _run_dask(todo, task_settings, box.client(), keep, threads=box.threads)
     rows = [done[e.id] for e in entries if e.id in done]
     ended = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["ended"] = ended
@@ -406,12 +425,16 @@ def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, An
 
 class _ClusterBox:
     """The Dask client of a study: started at most once, in a background thread (so that the cluster
-    comes up and its workers import while the study plans), closed by :func:`run_study`."""
+    comes up while the study plans), closed by :func:`run_study`.
 
-    def __init__(self, workers: int | None, scheduler: str | None) -> None:
+    ``processes``: a local cluster of worker processes instead of worker threads in this process."""
+
+    def __init__(self, workers: int | None, scheduler: str | None, processes: bool = False) -> None:
         self.scheduler = scheduler
         self.n = (os.cpu_count() or 1) if workers is None else int(workers)
         self.serial = self.n == 0 and not scheduler
+        self.threads = not self.serial and not scheduler and not processes  # workers are threads of this process
+        self.processes = processes
         self._pool = None
         self._fut = None
 
@@ -421,15 +444,16 @@ class _ClusterBox:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="embedscope-dask")
-        self._fut = self._pool.submit(_connect, self.n, self.scheduler)
+        self._fut = self._pool.submit(_connect, self.n, self.scheduler, self.processes)
 
     def client(self):
         self.start()
         return self._fut.result()[1]
 
     def started_local_client(self):
-        """The client of a local cluster started by this study (figures are drawn there), else None."""
-        if self._fut is None or self.scheduler:
+        """The client of a local cluster of worker *processes* started by this study (figures are drawn
+        there), else None (worker threads share this process's matplotlib, which is not thread-safe)."""
+        if self._fut is None or self.scheduler or self.threads:
             return None
         try:
             return self._fut.result()[1]
@@ -447,7 +471,8 @@ class _ClusterBox:
             self._pool.shutdown(wait=False)
         client.close()
         if cluster is not None:
-            _stop_workers(cluster)
+            if self.processes:
+                _stop_workers(cluster)
             cluster.close()
 
 
@@ -466,9 +491,10 @@ def _stop_workers(cluster, timeout: float = 0.5) -> None:
         pass
 
 
-def _connect(n_workers: int, scheduler: str | None):
-    """(cluster or None, client): a local cluster of single-threaded worker processes, or ``scheduler``;
-    every worker imports what a study task needs before the first task arrives."""
+def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
+    """(cluster or None, client): a local cluster of single-threaded workers (threads of this process,
+    or ``processes``), or ``scheduler``; worker processes import what a study task needs before the
+    first task arrives."""
     import logging
 
     from dask.distributed import Client, LocalCluster
@@ -482,16 +508,18 @@ def _connect(n_workers: int, scheduler: str | None):
         # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers: glibc then hands every freed
         # activation buffer back to the system and maps it again, which made a digits row ~2x slower
         # in a worker than in this process (measured). The workers keep the C library's default.
-        # (and no statistical profiler sampling the task thread every 10 ms: the dashboard is off anyway)
+        # (and no statistical profiler sampling the task thread every 10 ms: the dashboard is off anyway;
+        # in a threads cluster it would also take the GIL from the other workers)
         with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                               "distributed.worker.profile.enabled": False}):
-            cluster = LocalCluster(n_workers=max(n_workers, 1), threads_per_worker=1, processes=True,
+            cluster = LocalCluster(n_workers=max(n_workers, 1), threads_per_worker=1, processes=processes,
                                    dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
-    try:
-        client.run(_warm_worker)
-    except Exception:  # noqa: BLE001 - warming is an optimisation; the tasks import what they need
-        pass
+    if scheduler or processes:
+        try:
+            client.run(_warm_worker)
+        except Exception:  # noqa: BLE001 - warming is an optimisation; the tasks import what they need
+            pass
     return cluster, client
 
 
@@ -524,22 +552,99 @@ def _warm_worker() -> None:
     import embedscope.viz.study  # noqa: F401
 
 
-def _run_dask(todo, task_settings, client, keep) -> None:
+@contextlib.contextmanager
+def _process_state_for_threads(on: bool):
+    """What worker processes get from Dask's nanny (OMP/MKL/OPENBLAS_NUM_THREADS=1), for worker threads.
+
+    BLAS thread counts are process-wide (threadpoolctl): inside, every BLAS runs one thread, so that
+    the metrics' own single-thread BLAS sections, entered and left by two worker threads at once,
+    restore one thread and never leak another count; this thread's torch thread count is restored
+    after (each worker thread sets its own: torch keeps OpenMP's count per thread)."""
+    if not on:
+        yield
+        return
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    with threadpool_limits(limits=1, user_api="blas"):
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)  # also torch's process-wide default for threads started later
+
+
+def _run_dask(todo, task_settings, client, keep, threads: bool = False) -> None:
     from dask.distributed import as_completed
 
     st = {**task_settings, "threads": 1}
-    futs = [client.submit(measure_entry, e, st, pure=False, key=f"embedscope-study-{e['id']}-{time.time_ns()}")
-            for e in todo]
-    for fut in as_completed(futs):
-        try:
-            row = fut.result()
-        except Exception as e:  # noqa: BLE001 - a worker died: report the row, go on
-            eid = fut.key.split("embedscope-study-", 1)[1].rsplit("-", 1)[0]
-            ent = next(x for x in todo if x["id"] == eid)
-            row = {"id": eid, "run": ent["run"], "selection": ent["selection"], "epoch": ent["epoch"],
-                   "checkpoint": ent["checkpoint"], "untrained": ent["untrained"], "status": "error",
-                   "error": f"worker failed: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-        keep(row)
+    with _process_state_for_threads(threads):
+        futs = [client.submit(measure_entry, e, st, pure=False, key=f"embedscope-study-{e['id']}-{time.time_ns()}")
+                for e in todo]
+        for fut in as_completed(futs):
+            try:
+                row = fut.result()
+            except Exception as e:  # noqa: BLE001 - a worker died: report the row, go on
+                eid = fut.key.split("embedscope-study-", 1)[1].rsplit("-", 1)[0]
+                ent = next(x for x in todo if x["id"] == eid)
+                row = {"id": eid, "run": ent["run"], "selection": ent["selection"], "epoch": ent["epoch"],
+                       "checkpoint": ent["checkpoint"], "untrained": ent["untrained"], "status": "error",
+                       "error": f"worker failed: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            keep(row)
+
+
+def _can_fork() -> bool:
+    """A child process can be forked cheaply and safely here (Linux and the BSDs; not macOS, whose
+    system frameworks are not fork-safe, nor Windows)."""
+    import multiprocessing as mp
+
+    return os.name == "posix" and not sys.platform.startswith("darwin") and "fork" in mp.get_all_start_methods()
+
+
+def _draw_in_child(name: str, stats: dict[str, Any], fig_dir: str) -> None:
+    from embedscope.viz.study import draw_figure
+
+    draw_figure(name, stats, fig_dir)
+
+
+def _start_figures(stats: dict[str, Any], fig_dir: Path, *, client=None):
+    """Start drawing a study's figures (PNG + PDF); returns ``finish()`` -> {name: PNG path}.
+
+    With the ``client`` of a local cluster of worker processes, the workers draw all but the last
+    (:func:`embedscope.viz.study.start_figures`). Otherwise a forked child of this process draws the
+    largest (the Fig.-5 panels) while this process writes the tables and draws the others: matplotlib
+    is not thread-safe, but two processes draw side by side, and a forked child imports nothing. The
+    same drawing code runs either way, so the files are the same; where fork is not available (or
+    the child fails), this process draws every figure itself.
+    """
+    from embedscope.viz.study import draw_figure, figure_names, start_figures
+
+    names = figure_names(stats)
+    if client is not None or len(names) < 2 or not _can_fork():
+        return start_figures(stats, fig_dir, client=client)
+    import multiprocessing as mp
+    import warnings
+
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # Python >= 3.12 warns of fork with threads
+            child = mp.get_context("fork").Process(target=_draw_in_child, args=(names[0], stats, str(fig_dir)),
+                                                   name="embedscope-figure", daemon=True)
+            child.start()
+    except Exception:  # noqa: BLE001 - no child: every figure is drawn here
+        return start_figures(stats, fig_dir)
+
+    def finish() -> dict[str, Path]:
+        out = {name: draw_figure(name, stats, fig_dir) for name in names[1:]}
+        child.join()
+        if child.exitcode == 0 and (fig_dir / f"{names[0]}.png").exists() and (fig_dir / f"{names[0]}.pdf").exists():
+            out[names[0]] = fig_dir / f"{names[0]}.png"
+        else:  # the child failed (or was killed): draw it here
+            out[names[0]] = draw_figure(names[0], stats, fig_dir)
+        return {name: out[name] for name in names}
+
+    return finish
 
 
 def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, target: str = "R@1", exclude=(),
@@ -562,9 +667,7 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     df = stats.pop("_runs")
     draw = None
     if figures and stats["n_points"]["objectives"] >= 2:
-        from embedscope.viz.study import start_figures
-
-        draw = start_figures(stats, out_dir / "figures", client=client)  # workers draw while the tables are written
+        draw = _start_figures(stats, out_dir / "figures", client=client)  # drawn while the tables are written
     cols = [c for c in front if c in df.columns] + [c for c in df.columns if c not in front]
     recs = df[cols].to_dict("records")
     write_csv(out_dir / "runs.csv", recs, cols, force=True)
