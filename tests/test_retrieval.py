@@ -235,6 +235,7 @@ def counting(monkeypatch):
 
     monkeypatch.setattr(retrieval, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(retrieval, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(retrieval, "ROWS_MAX_REFS", 0)  # not the full-row tiles (rows.py)
     monkeypatch.setattr(retrieval, "SHALLOW_FLOOR", (1, 32.0))  # floor keys at the depth itself
     monkeypatch.setattr(rankcount, "REF_TILE", 37)
     monkeypatch.setattr(rankcount, "QUERY_BLOCK", 41)
@@ -311,7 +312,10 @@ def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatc
     used = []
     orig = rankcount.relevant_ranks_by_count
     monkeypatch.setattr(rankcount, "relevant_ranks_by_count", lambda *a, **k: used.append(1) or orig(*a, **k))
-    a = retrieval_metrics(X, y, include=["MAP@R", "mAP@1000"], device="cpu")
+    a = retrieval_metrics(X, y, include=["MAP@R", "mAP@1000"], device="cpu")  # depth 1000: not full rows
+    c2 = retrieval_metrics(X, y, include=["R@1", "MAP@R"], device="cpu")  # shallow: full-row tiles
+    assert len(used) == 1
+    monkeypatch.setattr(retrieval, "ROWS_MAX_REFS", 0)
     a2 = retrieval_metrics(X, y, include=["R@1", "MAP@R"], device="cpu")  # shallow: floor at 256
     assert len(used) == 2
     monkeypatch.setattr(retrieval, "COUNT_MIN_REFS", 10**9)
@@ -319,7 +323,7 @@ def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatc
     b2 = retrieval_metrics(X, y, include=["R@1", "MAP@R"], device="cpu")
     assert len(used) == 2
     assert a["mAP@1000"] == b["mAP@1000"] and a["MAP@R"] == b["MAP@R"]
-    assert a2 == b2
+    assert a2 == b2 == c2
 
 
 def brute_lists(X, y, Xr=None, yr=None, metric="cosine"):

@@ -80,6 +80,7 @@ def test_counting_pass_gives_the_same_ranks(metric, monkeypatch):
     a = relevant_ranks(X, y, metric=metric, depth=50)
     monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)  # the counting pass, not the full-row tiles
     monkeypatch.setattr(counting, "REF_TILE", 57)
     monkeypatch.setattr(counting, "QUERY_BLOCK", 61)
     b = relevant_ranks(X, y, metric=metric, depth=50, device="cpu")
@@ -148,6 +149,7 @@ def test_counting_pass_key_estimates_and_window_gemm(metric, estimate, gemm_wind
 
     monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)  # the counting pass, not the full-row tiles
     monkeypatch.setattr(ranks, "ESTIMATE_MIN_PAIRS_PER_QUERY", 0 if estimate else 10**9)
     monkeypatch.setattr(counting, "GEMM_WINDOW_RATIO", 10**9 if gemm_windows else 0)
     monkeypatch.setattr(counting, "REF_TILE", 57)
@@ -168,6 +170,7 @@ def test_counting_pass_with_chunked_tile_gemms(metric, pending, monkeypatch):
 
     monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
+    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)  # the counting pass, not the full-row tiles
     monkeypatch.setattr(counting, "PENDING", pending)  # survivors counted per tile, or per block at the end
     monkeypatch.setattr(counting, "K_CHUNK", 2)
     monkeypatch.setattr(counting, "CHUNK_MIN_DIM", 0)
@@ -212,3 +215,120 @@ def test_pair_keys_are_bitwise_pair_keys64(monkeypatch):
     monkeypatch.setattr(counting, "PAIR_KEY_ELEMS", 300)
     for metric in ("cosine", "euclidean"):
         np.testing.assert_array_equal(counting.pair_keys(Q, R, qi, rj, metric), pair_keys64(Q, R, qi, rj, metric))
+
+
+# ----------------------------------------------------------------------------- full-row tiles (rows.py)
+@pytest.fixture
+def rows_spy(monkeypatch):
+    """Count the full-row pass's calls and the rows it recounted from their exact floor."""
+    from embedscope.metrics.search import rows
+
+    calls = {"pass": 0, "recounted": 0}
+    orig_pass, orig_count = rows.relevant_ranks_by_rows, rows._Rows._count
+
+    def spy_pass(*a, **k):
+        calls["pass"] += 1
+        return orig_pass(*a, **k)
+
+    def spy_count(self, *a):
+        out = orig_count(self, *a)
+        calls["recounted"] += out.size  # rows whose floor was too high: recounted from the exact one
+        return out
+
+    monkeypatch.setattr(rows, "relevant_ranks_by_rows", spy_pass)
+    monkeypatch.setattr(rows._Rows, "_count", spy_count)
+    return calls
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("block", [23, 64, None])
+def test_full_row_tiles_equal_brute_force(metric, block, rows_spy):
+    # blocks of 23 queries: many symmetric tiles read both ways, ragged last block; ties across classes
+    X, y = _data(8, n=330, n_cls=9)  # classes of ~37: the shape of CUB/CARS test sets, scaled down
+    for depth in (None, 5, "all"):
+        rr = relevant_ranks(X, y, metric=metric, depth=depth, block=block, device="cpu")
+        d = {None: int(rr.R.max()), 5: 5, "all": len(X) - 1}[depth]
+        _check(rr, brute_ranks(X, y, metric=metric), d)
+    assert rows_spy["pass"] == 3
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_full_row_tiles_separate_sets(metric, rows_spy, monkeypatch):
+    from embedscope.metrics.search import rows
+
+    monkeypatch.setattr(rows, "REF_TILE", 41)  # many reference tiles per query block
+    X, y = _data(9, n=150, n_cls=6)
+    Xr, yr = _data(10, n=260, n_cls=6)
+    Xr[5] = Xr[6] = X[7]
+    rr = relevant_ranks(X, y, X_ref=Xr, y_ref=yr, metric=metric, depth=50, block=32, device="cpu")
+    _check(rr, brute_ranks(X, y, Xr, yr, metric=metric), 50)
+    assert rows_spy["pass"] == 1
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_full_row_tiles_recount_rows_whose_floor_is_too_high(metric, rows_spy, monkeypatch):
+    from embedscope.metrics.search import rows
+
+    monkeypatch.setattr(rows, "SAMPLE_SIGMAS", -3.0)  # floors above the depth-th key in most rows
+    monkeypatch.setattr(rows, "SAMPLE_MEAN", 4.0)
+    X, y = _data(11, n=400, n_cls=10)
+    rr = relevant_ranks(X, y, metric=metric, block=50, device="cpu")
+    _check(rr, brute_ranks(X, y, metric=metric), int(rr.R.max()))
+    assert rows_spy["recounted"] > 100
+
+
+@pytest.mark.parametrize("estimate", [True, False])
+def test_full_row_tiles_chunked_gemm_and_key_estimates(estimate, monkeypatch):
+    from embedscope.metrics.search import counting, ranks
+
+    monkeypatch.setattr(counting, "K_CHUNK", 2)  # the inner dimension summed in chunks of 2 columns
+    monkeypatch.setattr(counting, "CHUNK_MIN_DIM", 0)
+    monkeypatch.setattr(ranks, "ESTIMATE_MIN_PAIRS_PER_QUERY", 0 if estimate else 10**9)
+    X, y = _data(12, n=300, n_cls=8)
+    X[100:140] = X[99]  # dense exact ties: every window needs float64 keys
+    X[200:203] = X[201] * (1 + 1e-15)
+    rr = relevant_ranks(X, y, depth=60, block=40, device="cpu")
+    _check(rr, brute_ranks(X, y), 60)
+
+
+def test_per_query_depth():
+    from embedscope.metrics.search.ranks import check_sets, compute_relevant_ranks
+
+    X, y = _data(13, n=300, n_cls=8)
+    sets = check_sets(X, y)
+    R = np.bincount(y)[y] - 1
+    dq = np.maximum(R // 2, 1)
+    rr = compute_relevant_ranks(sets, "cosine", dq, device="cpu", block=64)
+    assert rr.depth == dq.max() and np.array_equal(rr.depth_q, dq)
+    for i, (rk, rf) in enumerate(brute_ranks(X, y)):  # exact up to each query's own depth, inf beyond
+        a, b = rr.offsets[i], rr.offsets[i + 1]
+        within = rk <= dq[i]
+        np.testing.assert_array_equal(rr.ranks[a:b][within], rk[within])
+        np.testing.assert_array_equal(rr.refs[a:b][within], rf[within])
+        assert np.all(np.isinf(rr.ranks[a:b][~within]))
+    np.testing.assert_array_equal(rr.hits(dq), [np.sum(r[0] <= d) for r, d in zip(brute_ranks(X, y), dq)])
+    with pytest.raises(EmbedscopeError, match="beyond the depth"):
+        rr.hits(dq + 1)
+
+
+def test_full_row_tiles_are_the_default_at_cub_sizes_and_equal_the_counting_pass(rows_spy, monkeypatch):
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.search import ranks
+
+    rng = np.random.default_rng(14)  # 3,000 points in 50 classes of ~60: a CUB-like test set
+    y = rng.integers(0, 50, 3000)
+    X = rng.standard_normal((50, 32))[y] + 1.6 * rng.standard_normal((3000, 32))
+    keys = ["R@1", "R@4", "P@1", "R-Precision", "MAP@R", "mAP@C"]
+    a = retrieval_metrics(X, y, include=keys, device="cpu", per_query=True)
+    assert rows_spy["pass"] == 1
+    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)
+    b = retrieval_metrics(X, y, include=keys, device="cpu", per_query=True)
+    assert rows_spy["pass"] == 1
+    for k in keys:
+        assert a[k] == b[k], k
+    for k in a["per_query"]:
+        np.testing.assert_array_equal(a["per_query"][k], b["per_query"][k])
+    # skewed class sizes (one class of 1,000, the rest small) leave the full-row tiles
+    y2 = np.where(np.arange(3000) < 1000, 0, 1 + rng.integers(0, 900, 3000))
+    retrieval_metrics(X, y2, include=["MAP@R"], device="cpu")
+    assert rows_spy["pass"] == 1

@@ -94,14 +94,14 @@ _MEASURES = {
     "mAP@1000": map_at_1000,
     "mAP@lim": map_at_lim,
 }
-# the depth each measure needs, from max R_i
+# the depth each measure needs per query, from R_i
 _DEPTH = {
-    "P@1": lambda rmax: 1,
-    "R-Precision": lambda rmax: rmax,
-    "MAP@R": lambda rmax: rmax,
-    "mAP@C": lambda rmax: rmax + 1,
-    "mAP@1000": lambda rmax: MAP_DEPTH,
-    "mAP@lim": lambda rmax: MAP_LIM_DEPTH,
+    "P@1": lambda R: 1,
+    "R-Precision": lambda R: R,
+    "MAP@R": lambda R: R,
+    "mAP@C": lambda R: R + 1,
+    "mAP@1000": lambda R: MAP_DEPTH,
+    "mAP@lim": lambda R: MAP_LIM_DEPTH,
 }
 
 
@@ -241,12 +241,14 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
         if n_lone == nq:
             raise EmbedscopeError("no query has another member of its class among the references: "
                                   "retrieval metrics are undefined")
-        rmax = int(R.max())
-        needs = [int(k[2:]) if k.startswith("R@") else _DEPTH[k](rmax) for k in want_ret]
-        if per_query:  # the per-query arrays hold R-Precision and MAP@R
-            needs.append(rmax)
-        depth = int(min(max(needs), n_avail))
-        rr = compute_relevant_ranks(sets, metric, depth, device=device, block=block, progress=progress)
+        needs = [int(k[2:]) if k.startswith("R@") else _DEPTH[k](R) for k in want_ret]
+        if per_query:  # the per-query arrays hold R@1, R-Precision and MAP@R
+            needs += [R, 1]
+        # each query's ranks only as deep as its measures read (R_i for R-Precision and MAP@R)
+        depth_q = np.minimum(np.max([np.broadcast_to(n, R.shape) for n in needs], axis=0), n_avail).clip(1)
+        depth = int(depth_q.max())
+        rr = compute_relevant_ranks(sets, metric, depth if np.all(depth_q == depth) else depth_q,
+                                    device=device, block=block, progress=progress)
         evaluated = ~lone if lone_queries == "exclude" else np.ones(nq, dtype=bool)
         n_ev = int(evaluated.sum())
         per_q = {}

@@ -56,6 +56,9 @@ SHALLOW_FLOOR = (1, None)  # top-K keys only: floor keys at the depth itself (at
 SHALLOW_SAMPLE = 1 / 16  # ... of this fraction of the references (sample_top [1] when given)
 DEEP_SAMPLE_TOP = 32.0  # mAP@1000: floor keys at the depth itself from a 32/depth sample
 ESTIMATE_MIN_PAIRS_PER_QUERY = 8  # from this many relevant pairs per query, float32 pair-key estimates
+ROWS_MAX_REFS = 40_000  # CPU: full-row tiles (rows.py) up to this many references ...
+ROWS_MAX_DEPTH = 1_000  # ... when the depth is below this ...
+ROWS_MIN_FILL = 0.25  # ... and the relevant pairs fill this share of the padded query x max R_i table
 
 
 # ----------------------------------------------------------------------------- the result
@@ -88,6 +91,10 @@ class RelevantRanks:
     hits_at_R : int64 array (Nq,) or None
         Only with ``output="hits"`` (then ``offsets``/``ranks``/``refs`` are None): the number of
         relevant references among query i's exact top R_i.
+    depth_q : int64 array (Nq,) or None
+        When the search went to a different depth per query (what :func:`retrieval_metrics`
+        asks for: R_i for R-Precision and MAP@R): query i's ranks are exact up to ``depth_q[i]``
+        and ``inf`` beyond; ``depth`` is then the largest of them.
     """
 
     R: np.ndarray
@@ -98,6 +105,7 @@ class RelevantRanks:
     ranks: np.ndarray | None = None
     refs: np.ndarray | None = None
     hits_at_R: np.ndarray | None = None
+    depth_q: np.ndarray | None = None
 
     @property
     def n_queries(self) -> int:
@@ -123,7 +131,8 @@ class RelevantRanks:
         lim = np.asarray(limit, dtype=np.float64)
         if lim.ndim == 0:
             lim = np.full(self.n_queries, float(lim))
-        if np.any(lim > self.depth) and self.depth < self.n_avail:
+        dq = self.depth if self.depth_q is None else self.depth_q
+        if np.any((lim > dq) & (dq < self.n_avail)):
             raise EmbedscopeError(f"a cut-off beyond the depth searched ({self.depth}) was asked for")
         return lim
 
@@ -294,9 +303,10 @@ def relevant_ranks(X, y, *, X_ref=None, y_ref=None, metric: str = "cosine", dept
                                   progress=progress, output=output)
 
 
-def compute_relevant_ranks(sets: Sets, metric: str, depth: int, *, device="auto", block=None,
+def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", block=None,
                            progress=False, output: str = "ranks") -> RelevantRanks:
-    """:func:`relevant_ranks` on validated inputs (``depth`` an int ≤ the references available)."""
+    """:func:`relevant_ranks` on validated inputs (``depth`` an int ≤ the references available, or
+    one such int per query: see :attr:`RelevantRanks.depth_q`)."""
     lay = _Layout(sets.y, sets.y_ref, sets.same)
     Q64 = prepare(sets.Q64, metric, "X")
     R64 = Q64 if sets.same else prepare(sets.R64, metric, "X_ref")
@@ -306,12 +316,21 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth: int, *, device="auto"
     if output == "hits":
         hits = _hits_at_R(ks, sets.y, sets.y_ref, R, block=block, progress=progress)
         return RelevantRanks(R=R, lone=R == 0, depth=int(R.max(initial=0)), n_avail=n_avail, hits_at_R=hits)
-    qi, rj, rank = _pair_ranks(ks, lay, sets.y, depth, device, block, progress)
-    order = np.lexsort((rj, rank, qi))
+    depth_q = None
+    if np.ndim(depth):
+        depth_q = np.asarray(depth, dtype=np.int64)
+        depth = int(depth_q.max(initial=1))
+    qi, rj, rank, ordered = _pair_ranks(ks, lay, sets.y, depth if depth_q is None else depth_q, device, block,
+                                        progress)
+    if depth_q is not None and not ordered:  # the other paths searched to the largest depth
+        rank[rank > depth_q[qi]] = np.inf
+    if not ordered:
+        order = np.lexsort((rj, rank, qi))
+        rank, rj = rank[order], rj[order]
     offsets = np.zeros(R.size + 1, dtype=np.int64)
     np.cumsum(R, out=offsets[1:])
     return RelevantRanks(R=R, lone=R == 0, depth=int(depth), n_avail=n_avail, offsets=offsets,
-                         ranks=rank[order], refs=rj[order])
+                         ranks=rank, refs=rj, depth_q=depth_q)
 
 
 # ----------------------------------------------------------------------------- ranks of the pairs
@@ -430,9 +449,22 @@ def _counting_plan(device, depth: int, n_avail: int):
     return floor_depth, sample_top
 
 
+def _rows_plan(device, depth: int, n_ref: int, R: np.ndarray) -> bool:
+    """Whether the full-row tile pass (:mod:`embedscope.metrics.search.rows`) ranks this search:
+    CPU, up to ``ROWS_MAX_REFS`` references, a depth below ``ROWS_MAX_DEPTH``, and relevant sets of
+    similar sizes (padded tables at least ``ROWS_MIN_FILL`` full). Measured in docs/PERFORMANCE.md."""
+    from embedscope.device import resolve_device
+
+    dev = resolve_device(device) if not hasattr(device, "type") else device
+    if dev.type != "cpu" or n_ref > ROWS_MAX_REFS or depth >= ROWS_MAX_DEPTH or R.size == 0:
+        return False
+    return float(R.sum()) >= ROWS_MIN_FILL * R.size * max(int(R.max()), 1)
+
+
 def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
     """Per relevant pair (query, reference): exact rank (inf when beyond ``depth``); returns
-    ``(qi, rj, rank)`` grouped by query.
+    ``(qi, rj, rank, ordered)`` grouped by query (``ordered``: already in rank order within each
+    query, beyond-depth pairs last in reference-index order).
 
     Large searches on the CPU count the references above each relevant pair in one tiled GEMM
     pass (:mod:`embedscope.metrics.search.counting`); small ones and CUDA keep top-(depth + 16)
@@ -441,6 +473,19 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
 
     nq = ks.Q64.shape[0]
     n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
+    depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
+    if _rows_plan(device, depth, ks.R64.shape[0], lay.R):
+        from embedscope.metrics.search.rows import relevant_ranks_by_rows
+
+        qi, rj = _relevant_pairs(lay, 0, nq, ks.same)
+        key_err = None
+        if qi.size >= ESTIMATE_MIN_PAIRS_PER_QUERY * nq:  # large classes: one float64 GEMM per class
+            keys, key_err = _pair_keys_by_class(ks, lay, qi, rj)
+        else:
+            keys = counting.pair_keys(ks.Q64, ks.R64, qi, rj, ks.metric)
+        rank, refs = relevant_ranks_by_rows(ks, qi, rj, keys, depth_q, key_err=key_err, block=block,
+                                            progress=progress)
+        return qi, refs, rank, True
     plan = _counting_plan(device, depth, n_avail)
     if plan is not None:
         qi, rj = _relevant_pairs(lay, 0, nq, ks.same)
@@ -456,7 +501,7 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
             k64 = np.full(qi.size, np.nan)
             k64[unresolved] = pair_keys64(ks.Q64, ks.R64, qi[unresolved], rj[unresolved], ks.metric)
             _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
-        return qi, rj, rank
+        return qi, rj, rank, False
     L = min(depth + SLACK, n_avail)
     all_q, all_r, all_rank = [], [], []
     for s, e, vals, cand in candidate_blocks(ks, L, device=device, block=block, progress=progress,
@@ -481,7 +526,7 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
         all_q.append(qi)
         all_r.append(rj)
         all_rank.append(rank)
-    return np.concatenate(all_q), np.concatenate(all_r), np.concatenate(all_rank)
+    return np.concatenate(all_q), np.concatenate(all_r), np.concatenate(all_rank), False
 
 
 def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):

@@ -1,0 +1,363 @@
+"""Exact ranks of the relevant references by full-row tiles (METHODS.md §1, "Distances", "Ties").
+
+The CPU path of :func:`embedscope.metrics.search.relevant_ranks` for data sets of the size of the
+CUB-200 and CARS196 test sets (thousands to tens of thousands of references, classes of tens): one
+float32 GEMM tile holds a block of queries against **every** reference, and each row of it is
+reduced to the few references that matter, without a top-k heap and without sorting a row:
+
+1. **A floor per query.** ``τ_i = max(floor_i, lowest relevant key_i − 2w_i)``. The references are
+   visited in a fixed random order, so the first ``ns`` columns of a tile are a uniform sample of
+   them, and ``floor_i`` is the j-th largest sampled key (``ns`` about ``SAMPLE_MEAN`` × N / depth,
+   j the expected sampled count in the top ``depth`` plus ``SAMPLE_SIGMAS`` standard deviations):
+   an estimate of the query's ``depth``-th largest key, free of any extra GEMM.
+2. **Survivors.** The references whose float32 key exceeds ``τ_i`` (about 1.5–2 × depth per query)
+   are gathered into one padded row per query and sorted (float32 → float64 exactly).
+3. **Counting.** For every relevant pair, with its float64 key ``k`` and half-width
+   ``w_i = δ_i + ε_i`` (δ_i: the float32 error bound of the tile, :func:`~.counting.tile_delta`;
+   ε_i: the error of the float64 key estimate, if any), two batched binary searches give the
+   survivors surely before it (float32 key > k + w_i) and those within ±w_i; a pair with nobody in
+   its window but its own reference has rank 1 + (survivors surely before it). The few pairs with a
+   window are settled by float64 keys (:func:`~.knn.pair_keys64`), lower index first on ties.
+4. **Certification.** A pair with ``k − w_i > τ_i`` has all its predecessors among the survivors:
+   its rank is exact. A pair below is beyond the depth when ``depth`` survivors lie above
+   ``τ_i + 2w_i``. Otherwise (the floor estimate was too high, about 1 query in 1,000 at the default
+   three standard deviations) the query's row, still in the tile, is counted again from its exact
+   ``depth``-th float32 key (``np.partition`` of that row): the floor is a speed knob, never a risk.
+
+The ranks equal those of a float64 distance matrix with ties to the lower reference index. Memory:
+per worker thread one tile of ``block`` × N float32 (about ``TILE_ELEMS`` elements), its boolean
+mask and the survivors; never N × N. Blocks are shared among worker threads, each running its GEMM
+with one BLAS thread, so one block's counting overlaps another's GEMM.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from embedscope.metrics.search.counting import augmented, blas_single_thread, k_chunks, tile_delta
+from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
+
+__all__ = ["relevant_ranks_by_rows"]
+
+BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK)
+REF_TILE = 2048  # references per tile when the search is not symmetric
+SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample)
+SAMPLE_SIGMAS = 2.5  # margin of the sampled rank over its expectation (a miss costs one row's recount)
+FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
+
+
+def _kth_largest(A: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Per row of ``A``, its j[row]-th largest value (float64); one partition for all the
+    distinct j."""
+    n = A.shape[1]
+    kth = n - j
+    P = np.partition(A, np.unique(kth), axis=1)
+    return P[np.arange(A.shape[0]), kth].astype(np.float64)
+
+
+class _Rows:
+    """The state of one pass: operands, floors, pending survivors per query block, results."""
+
+    def __init__(self, ks: KeySpace, qi, rj, keys, key_err, depth: int, seed: int, block: int, threads: int):
+        self.ks, self.qi, self.rj, self.k = ks, qi, rj, keys
+        nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
+        self.depth = np.broadcast_to(np.asarray(depth, dtype=np.int64), (nq,))  # per query
+        self.nr = nr
+        self.chunks = k_chunks(ks)
+        delta = tile_delta(ks, self.chunks)
+        err = np.zeros(nq) if key_err is None else np.broadcast_to(np.asarray(key_err, float), (nq,))
+        self.estimated = key_err is not None
+        self.Qa, Ra, self.qoff = augmented(ks)
+        qmax = float(np.sqrt(ks.qsq.max()))
+        big = qmax * ks.rmax + 1.0 if ks.metric == "cosine" else (qmax + ks.rmax) ** 2 + 1.0
+        self.pad, self.W = -big - 1.0, 2.0 * big + 4.0  # keys lie in (pad, pad + W)
+        # window half-width per query: tile error + key-estimate error + float64 rounding of a
+        # Euclidean key (float32 value − ‖q‖²); eta: rounding of the band coordinates (see _count)
+        self.w = delta + err + 4.0 * np.spacing(big)
+        self.eta = 8.0 * np.spacing((block + 1) * self.W)
+        self.symmetric = ks.same and ks.metric == "cosine"
+        if len(self.chunks) > 1:  # cosine at large D: chunk sums added in float32 (tile_delta's bound)
+            self.Qc = [np.ascontiguousarray(self.Qa[:, a:b]) for a, b in self.chunks]
+            self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [np.ascontiguousarray(Ra[:, a:b]).T
+                                                                 for a, b in self.chunks]
+        else:
+            self.RaT = self.Qa.T if ks.same and ks.metric == "cosine" else np.ascontiguousarray(Ra.T)
+        # pairs grouped by query: query q's are off[q]:off[q + 1], in reference-index order
+        self.cnt = np.bincount(qi, minlength=nq)
+        self.off = np.zeros(nq + 1, dtype=np.int64)
+        np.cumsum(self.cnt, out=self.off[1:])
+        self.rmax = int(max(self.cnt.max(initial=0), 1))
+        low = np.full(nq, np.inf)  # +inf for queries without pairs: nothing survives
+        has = self.cnt > 0
+        if qi.size:
+            low[has] = np.minimum.reduceat(keys, self.off[:-1][has]) - 2.0 * self.w[has]
+        self.low = low
+        self._sample(Ra, seed)
+        self.blocks = [(s, min(nq, s + block)) for s in range(0, nq, block)]
+        if self.symmetric:
+            self.tasks = [(a, s, e, b if b != a else None) for a in range(len(self.blocks))
+                          for b, (s, e) in enumerate(self.blocks) if b >= a]
+            self.remaining = [len(self.blocks)] * len(self.blocks)
+        else:
+            self.tasks = [(a, r0, min(nr, r0 + REF_TILE), None) for a in range(len(self.blocks))
+                          for r0 in range(0, nr, REF_TILE)]
+            self.remaining = [-(-nr // REF_TILE)] * len(self.blocks)
+        step = min(FLOOR_BLOCK, max(256, -(-nq // (2 * threads))))  # floors: a few chunks per thread
+        self.floor_spans = [(s, min(nq, s + step)) for s in range(0, nq, step)]
+        self.floor = np.empty(nq)
+        self.pending: list = [[] for _ in self.blocks]
+        self.lock = threading.Lock()
+        self.rank = np.empty(qi.size, dtype=np.float64)
+        self.out_rank = np.empty(qi.size, dtype=np.float64)
+        self.out_ref = np.empty(qi.size, dtype=np.int64)
+
+    # ------------------------------------------------------------------ floors
+    def _sample(self, Ra, seed: int):
+        """The floors' sample: ``ns`` references drawn uniformly, and j, the expected count of
+        sampled references in a query's top ``depth`` plus ``SAMPLE_SIGMAS`` standard deviations
+        (all references and j = depth when ns would reach N: exact floors)."""
+        ks, nr, depth = self.ks, self.nr, self.depth
+        n_avail = nr - (1 if ks.same else 0)
+        ns = int(min(nr, math.ceil(SAMPLE_MEAN * nr / max(float(depth.mean()), 1.0))))
+        if ns >= nr:
+            self.sample, self.j = np.arange(nr), np.minimum(depth, n_avail)
+        else:
+            self.sample = np.sort(np.random.default_rng(seed).choice(nr, ns, replace=False))
+            mu = depth * (ns / nr)
+            self.j = np.clip(np.ceil(mu + SAMPLE_SIGMAS * np.sqrt(mu)), 1, ns).astype(np.int64)
+        self.RsT = np.ascontiguousarray(Ra[self.sample].T)
+
+    def floor_chunk(self, span):
+        """Floors of queries s..e−1: each one's j-th largest sampled key (an estimate of its
+        ``depth``-th largest key), less the certification margin."""
+        s, e = span
+        Sm = self.Qa[s:e] @ self.RsT
+        sample = self.sample
+        if self.ks.same:  # a query never counts itself
+            q = np.arange(s, e)
+            pos = np.minimum(np.searchsorted(sample, q), sample.size - 1)
+            hit = np.flatnonzero(sample[pos] == q)
+            Sm[hit, pos[hit]] = -np.inf
+        fl = _kth_largest(Sm, self.j[s:e]) - self.qoff[s:e]
+        self.floor[s:e] = fl - 2.0 * (self.w[s:e] + self.eta) - 1e-300
+
+    def set_thresholds(self):
+        """τ_i = max(floor_i, lowest relevant key_i − 2w_i) and the float32 filter below it."""
+        self.tau = np.maximum(self.floor, self.low)
+        self.thr = np.nextafter((self.tau + self.qoff).astype(np.float32), np.float32(-np.inf))  # ≤ τ + ‖q‖²
+
+    # ------------------------------------------------------------------ tiles
+    def _gemm(self, rows, r0: int, r1: int, buf: np.ndarray) -> np.ndarray:
+        """float32 keys (+ ‖q‖² when Euclidean) of queries ``rows`` (a slice or indices) against
+        references r0..r1−1."""
+        qa = self.Qa[rows]
+        b, w = qa.shape[0], r1 - r0
+        T = buf[:b * w].reshape(b, w)
+        if len(self.chunks) == 1:
+            np.matmul(qa, self.RaT[:, r0:r1], out=T)
+        else:  # chunk sums added in float32, in order (the bound of tile_delta)
+            T2 = buf[b * w:2 * b * w].reshape(b, w)
+            np.matmul(self.Qc[0][rows], self.RcT[0][:, r0:r1], out=T)
+            for Qc, RcT in zip(self.Qc[1:], self.RcT[1:]):
+                np.matmul(Qc[rows], RcT[:, r0:r1], out=T2)
+                np.add(T, T2, out=T)
+        return T
+
+    def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray):
+        a, r0, r1, c = task
+        s, e = self.blocks[a]
+        T = self._gemm(slice(s, e), r0, r1, buf)
+        b, w = T.shape
+        if self.ks.same:
+            lo, hi = max(s, r0), min(e, r1)
+            if lo < hi:
+                d = np.arange(lo, hi)
+                T[d - s, d - r0] = -np.inf
+        M = mbuf[:b * w].reshape(b, w)
+        np.greater(T, self.thr[s:e, None], out=M)
+        f = np.flatnonzero(M)
+        r = f // w
+        done = [self._add(a, (r, f - r * w + r0, T.ravel()[f]))]
+        if c is not None:  # the same tile seen from block c's queries (its columns)
+            np.greater(T, self.thr[r0:r1][None, :], out=M)
+            f = np.flatnonzero(M)
+            done.append(self._add(c, (f % w, f // w + s, T.ravel()[f])))
+        for blk in done:
+            if blk is not None:
+                self.finish(blk)
+
+    def _add(self, blk: int, part):
+        with self.lock:
+            self.pending[blk].append(part)
+            self.remaining[blk] -= 1
+            return blk if self.remaining[blk] == 0 else None
+
+    # ------------------------------------------------------------------ ranks of one block
+    def finish(self, blk: int):
+        """Rank block ``blk``'s pairs from its survivors, recount the rows whose floor was too
+        high, and write the block's pairs in rank order."""
+        s, e = self.blocks[blk]
+        parts, self.pending[blk] = self.pending[blk], None
+        r = np.concatenate([p[0] for p in parts])
+        ids = np.concatenate([p[1] for p in parts])
+        v = np.concatenate([p[2] for p in parts])
+        rows = np.arange(e - s)
+        fail = self._count(s, rows, self.tau[s:e], r, ids, v)
+        if fail.size:  # recount these rows from their exact depth-th key (one small GEMM)
+            q = s + fail
+            nr = self.nr
+            T = self._gemm(q, 0, nr, np.empty(q.size * nr * (1 if len(self.chunks) == 1 else 2), np.float32))
+            if self.ks.same:
+                T[np.arange(q.size), q] = -np.inf
+            kth = _kth_largest(T, self.depth[q]) - self.qoff[q]
+            tau = kth - 2.0 * (self.w[q] + self.eta) - np.abs(kth) * 2.0 ** -40 - 1e-300
+            thr = np.nextafter((tau + self.qoff[q]).astype(np.float32), np.float32(-np.inf))
+            f = np.flatnonzero(T > thr[:, None])
+            rr = f // nr
+            again = self._count(s, fail, tau, rr, f - rr * nr, T.ravel()[f])
+            assert again.size == 0, "a recount from the exact floor cannot fail"
+        self._order(s, e)
+
+    def _count(self, s, rows, tau, r, ids, v):
+        """Rank the pairs of the block's rows ``rows`` (queries s + rows) from their survivors:
+        ``r`` (index into ``rows``), reference ``ids`` and float32 tile values ``v``; floors
+        ``tau``. Writes ``self.rank``; returns the rows whose floor was too high to rank all pairs."""
+        ks = self.ks
+        q = s + rows
+        nb = rows.size
+        qoff = self.qoff[q]
+        n_surv = np.bincount(r, minlength=nb)
+        start = np.cumsum(n_surv) - n_surv
+        smax = int(max(n_surv.max(initial=0), 1))
+        o = np.argsort(r.astype(np.int16), kind="stable")  # survivors grouped by row (radix sort)
+        r, ids, v = r[o], ids[o], v[o]
+        # survivors sorted per row, in band coordinates g = row·W + (key − pad): one binary search
+        # over all rows; pads (rows with fewer survivors) sit below every key of their row
+        W, pad, eta = self.W, self.pad, self.eta
+        S = np.full((nb, smax), pad)
+        S[r, np.arange(r.size) - start[r]] = v - qoff[r] if ks.metric == "euclidean" else v
+        S.sort(axis=1)
+        S -= pad
+        S += (np.arange(nb) * W)[:, None]
+        g = S.ravel()
+        # the pairs of these rows
+        cnt = self.cnt[q]
+        slot = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        pp = np.repeat(self.off[q], cnt) + slot
+        lr = np.repeat(np.arange(nb), cnt)
+        K = np.full((nb, self.rmax), np.inf)  # each row's pairs in increasing key order: sorted needles
+        K[lr, slot] = self.k[pp]
+        pp = np.repeat(self.off[q], cnt) + np.argsort(K, axis=1)[lr, slot]
+        k = self.k[pp]
+        w = self.w[q][lr] + eta
+        base = lr * W - pad
+        idx = np.searchsorted(g, (k + w) + base, side="right")  # survivors of the row ≤ k + w, and rows before
+        sure = (lr + 1) * smax - idx  # survivors surely before the pair: float32 key > k + w
+        # a certified pair's own reference survived and lies within ±w of k, at position idx − 1 or
+        # below; a second survivor within the window is then the one at idx − 2 (of the same row:
+        # an earlier row's coordinates lie below this row's window)
+        second = g[np.maximum(idx - 2, 0)]
+        win = (idx - 2 >= lr * smax) & (second >= (k - w) + base)
+        hi_t = np.searchsorted(g, (tau + 2.0 * self.w[q] + eta) + np.arange(nb) * W - pad, side="right")
+        n_high = (np.arange(nb) + 1) * smax - hi_t  # survivors above τ + 2w
+        depth = self.depth[q][lr]
+        certified = k - w > tau[lr]
+        beyond = ~certified & (n_high[lr] >= depth)
+        bad = ~certified & ~beyond
+        amb_before = np.zeros(pp.size, dtype=np.int64)
+        amb = np.flatnonzero(certified & win & (sure < depth))
+        if amb.size:  # float64 keys of the survivors within ±w of an ambiguous pair's key
+            ra = lr[amb]
+            c = n_surv[ra]
+            rep = np.repeat(np.arange(amb.size), c)
+            pos = np.repeat(start[ra] - np.cumsum(c) + c, c) + np.arange(rep.size)
+            gv = v[pos].astype(np.float64)  # band coordinates, computed as in S (bitwise the same)
+            if ks.metric == "euclidean":
+                gv -= qoff[ra][rep]
+            gv -= pad
+            gv += (ra * W)[rep]
+            pa = pp[amb]
+            inwin = (gv >= ((k - w) + base)[amb][rep]) & (gv <= ((k + w) + base)[amb][rep])
+            wid = ids[pos]
+            inwin &= wid != self.rj[pa][rep]
+            rep, wid = rep[inwin], wid[inwin]
+            qa = self.qi[pa]
+            kp = pair_keys64(ks.Q64, ks.R64, qa, self.rj[pa], ks.metric) if self.estimated else k[amb]
+            kr = pair_keys64(ks.Q64, ks.R64, qa[rep], wid, ks.metric)
+            before = (kr > kp[rep]) | ((kr == kp[rep]) & (wid < self.rj[pa][rep]))
+            amb_before[amb] = np.bincount(rep[before], minlength=amb.size)
+        rk = (1 + sure + amb_before).astype(np.float64)
+        rk[beyond | (rk > depth)] = np.inf
+        ok = ~bad
+        self.rank[pp[ok]] = rk[ok]
+        return np.unique(rows[lr[bad]])
+
+    def _order(self, s: int, e: int):
+        """The block's pairs in rank order per query (beyond the depth: reference-index order,
+        which is the order of the pairs as given)."""
+        p0, p1 = int(self.off[s]), int(self.off[e])
+        if p0 == p1:
+            return
+        cnt = self.cnt[s:e]
+        lr = np.repeat(np.arange(e - s), cnt)
+        slot = np.arange(p1 - p0) - np.repeat(self.off[s:e] - p0, cnt)
+        rk = np.full((e - s, self.rmax), np.inf)
+        rk[lr, slot] = self.rank[p0:p1]
+        src = np.argsort(rk, axis=1, kind="stable")[lr, slot]
+        self.out_rank[p0:p1] = rk[lr, src]
+        self.out_ref[p0:p1] = self.rj[p0 + (self.off[s:e] - p0)[lr] + src]
+
+
+def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: np.ndarray, depth: int, *,
+                           key_err=None, block: int | None = None, threads: int | None = None,
+                           progress: bool = False, seed: int = 0):
+    """Exact ranks (``inf`` beyond ``depth``) of the relevant pairs ``(qi[p], rj[p])``, ordered.
+
+    ``qi`` must be grouped by query in increasing order and, within a query, ``rj`` increasing
+    (as :func:`embedscope.metrics.search.ranks._relevant_pairs` gives them); ``keys`` holds the
+    pairs' float64 keys (:func:`~.knn.pair_keys64`) or, with ``key_err`` (per query or scalar),
+    estimates within ``key_err`` of them. ``depth`` (scalar or per query) ≥ 1 and at most the
+    references available: query i's ranks are exact up to depth[i], ``inf`` beyond.
+
+    Returns ``(ranks, refs)``: per query (in the order of ``qi``), its relevant references in
+    rank order, ranks increasing, those beyond the depth last (``inf``) in reference-index order.
+    Every pair is ranked (see the module docstring). ``block``: queries per block (default
+    ``BLOCK``, fewer so that each thread gets work); ``threads``: worker threads (default: the CPU
+    count).
+    """
+    nq = ks.Q32.shape[0]
+    n_threads = int(threads or os.cpu_count() or 1)
+    if block is None:
+        block = max(128, min(BLOCK, -(-nq // (2 * n_threads))))
+    st = _Rows(ks, qi, rj, keys, key_err, depth, seed, int(block), n_threads)
+    n_threads = max(1, min(n_threads, len(st.tasks)))
+    local = threading.local()
+    width = max(int(block), REF_TILE) * int(block) * (1 if len(st.chunks) == 1 else 2)
+    bar = _bar(progress, len(st.tasks), "retrieval", unit="tile")
+
+    def run(task):
+        if not hasattr(local, "buf"):
+            local.buf = np.empty(width, dtype=np.float32)
+            local.mbuf = np.empty(width, dtype=bool)
+        st.run_task(task, local.buf, local.mbuf)
+
+    if n_threads == 1:
+        for sp in st.floor_spans:
+            st.floor_chunk(sp)
+        st.set_thresholds()
+        for t in st.tasks:
+            run(t)
+            bar.update(1)
+    else:
+        with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
+            list(pool.map(st.floor_chunk, st.floor_spans))
+            st.set_thresholds()
+            for _ in pool.map(run, st.tasks):
+                bar.update(1)
+    bar.close()
+    return st.out_rank, st.out_ref
