@@ -332,3 +332,23 @@ def test_full_row_tiles_are_the_default_at_cub_sizes_and_equal_the_counting_pass
     y2 = np.where(np.arange(3000) < 1000, 0, 1 + rng.integers(0, 900, 3000))
     retrieval_metrics(X, y2, include=["MAP@R"], device="cpu")
     assert rows_spy["pass"] == 1
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pair_keys_by_class_within_their_bound(metric, same, threads):
+    from embedscope.metrics.search.knn import KeySpace, pair_keys64, prepare
+    from embedscope.metrics.search.ranks import _Layout, _pair_keys_by_class, _relevant_pairs
+
+    X, y = _data(15, n=200, n_cls=7)
+    Xr, yr = (X, y) if same else _data(16, n=150, n_cls=9)
+    Q = prepare(X, metric)
+    ks = KeySpace(Q, Q if same else prepare(Xr, metric), metric, same)
+    lay = _Layout(y, yr, same)
+    qi, rj = _relevant_pairs(lay, 0, len(X), same)
+    est, err = _pair_keys_by_class(ks, lay, qi, rj, threads=threads)
+    exact = pair_keys64(ks.Q64, ks.R64, qi, rj, metric)
+    assert qi.size > 1000 and np.all(np.abs(est - exact) <= err[qi])
+    with pytest.raises(ValueError):
+        _pair_keys_by_class(ks, lay, qi[1:], rj[1:])

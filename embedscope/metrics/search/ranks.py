@@ -401,33 +401,61 @@ def _relevant_pairs(lay: _Layout, s: int, e: int, same: bool):
     return qi, rj
 
 
-def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarray):
+def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarray, threads: int | None = None):
     """Float64 keys of the relevant pairs from one small float64 GEMM per class (no per-pair
     gather of rows), and a per-query bound on their difference from :func:`pair_keys64`'s
     (two float64 evaluations of the same key, each within (D + 16)·2⁻⁵³·1.05·(‖r‖max + ‖q‖)² of
-    the exact value): the counting pass widens its windows by it and recomputes a pair's key by
-    :func:`pair_keys64` only where the estimate cannot decide."""
+    the exact value): the passes widen their windows by it and recompute a pair's key by
+    :func:`pair_keys64` only where the estimate cannot decide.
+
+    ``(qi, rj)`` must be all the relevant pairs as :func:`_relevant_pairs` lists them (grouped by
+    query, each query's references in index order): a class's GEMM is then written in place,
+    row by row (the query itself left out in a same-set search). Classes are shared among
+    ``threads`` workers (default: the CPU count), each running its GEMMs with one BLAS thread."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     from embedscope.metrics.search.counting import blas_single_thread
 
     starts, ends = lay.bounds
-    pc = lay.q_cls[qi]
-    o = np.argsort(pc, kind="stable")
-    ucls, first = np.unique(pc[o], return_index=True)
-    last = np.append(first[1:], o.size)
-    n_ref = ks.R64.shape[0]
-    rpos = np.empty(n_ref, dtype=np.int64)
-    rpos[lay.ref_order] = np.arange(n_ref) - np.repeat(starts, ends - starts)
+    nq = lay.q_cls.size
+    cnt = np.bincount(qi, minlength=nq)
+    if qi.size != int(lay.R.sum()) or not np.array_equal(cnt, lay.R):
+        raise ValueError("_pair_keys_by_class needs the pairs of _relevant_pairs")
+    off = np.zeros(nq + 1, dtype=np.int64)
+    np.cumsum(cnt, out=off[1:])
+    has = (lay.q_cls >= 0) & (cnt > 0)
+    qo = np.flatnonzero(has)[np.argsort(lay.q_cls[has], kind="stable")]  # queries grouped by class
+    ucls, first = np.unique(lay.q_cls[qo], return_index=True)
+    last = np.append(first[1:], qo.size)
     rsq = None if ks.metric == "cosine" else np.einsum("ij,ij->i", ks.R64, ks.R64)
     est = np.empty(qi.size, dtype=np.float64)
-    with blas_single_thread():  # small GEMMs: threads only add wake-up latency
-        for c, a, b in zip(ucls, first, last):
-            sel = o[a:b]
-            qs, qpos = np.unique(qi[sel], return_inverse=True)
+
+    def work(idx):
+        for t in idx:
+            c, qs = ucls[t], qo[first[t]:last[t]]
             refs = lay.ref_order[starts[c]:ends[c]]
             G = ks.Q64[qs] @ ks.R64[refs].T
             if rsq is not None:  # −‖q − r‖² = 2 q·r − ‖r‖² − ‖q‖²
                 G = 2.0 * G - rsq[refs] - ks.qsq[qs][:, None]
-            est[sel] = G[qpos, rpos[rj[sel]]]
+            n = cnt[qs]
+            dest = np.repeat(off[qs], n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+            if ks.same:  # the query itself is not among its pairs
+                keep = refs[None, :] != qs[:, None]
+                est[dest] = G[keep]
+            else:
+                est[dest] = G.ravel()
+
+    n_threads = int(threads or os.cpu_count() or 1)
+    work_per_cls = (last - first) * (ends[ucls] - starts[ucls])
+    if n_threads <= 1 or ucls.size < 2:
+        with blas_single_thread():  # small GEMMs: threads only add wake-up latency
+            work(range(ucls.size))
+    else:  # classes dealt to the workers by size, largest first
+        order = np.argsort(-work_per_cls, kind="stable")
+        parts = [order[i::n_threads] for i in range(n_threads)]
+        with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
+            list(pool.map(work, parts))
     qn = np.sqrt(ks.qsq)
     err = 2.0 * (ks.Q64.shape[1] + 16) * 2.0 ** -53 * 1.1 * (ks.rmax + qn) ** 2 + 1e-300
     return est, err

@@ -48,6 +48,8 @@ BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK)
 REF_TILE = 2048  # references per tile when the search is not symmetric
 SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample)
 SAMPLE_SIGMAS = 2.5  # margin of the sampled rank over its expectation (a miss costs one row's recount)
+SAMPLE_MAX_FRAC = 1 / 8  # ... from at most this share of the references (small depths: a looser floor)
+EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
 
 
@@ -124,7 +126,10 @@ class _Rows:
         ks, nr, depth = self.ks, self.nr, self.depth
         n_avail = nr - (1 if ks.same else 0)
         ns = int(min(nr, math.ceil(SAMPLE_MEAN * nr / max(float(depth.mean()), 1.0))))
-        if ns >= nr:
+        if ns > SAMPLE_MAX_FRAC * nr and (nr > EXACT_FLOOR_MAX or ns < nr / 2):
+            ns = int(math.ceil(SAMPLE_MAX_FRAC * nr))
+        if ns >= nr / 2:
+            ns = nr
             self.sample, self.j = np.arange(nr), np.minimum(depth, n_avail)
         else:
             self.sample = np.sort(np.random.default_rng(seed).choice(nr, ns, replace=False))
