@@ -7,7 +7,13 @@ r_(1) < r_(2) < …, the m-th relevant item sits at rank r_(m) and P_i(r_(m)) = 
 search computes, per query, the exact rank of each relevant reference if it lies within the depth,
 and nothing else:
 
-- **CPU, at least 1,500 references** (``COUNT_MIN_REFS``, and 16 × the depth): one tiled float32
+- **CPU, up to ``ROWS_MAX_REFS`` references** (the size of the CUB/CARS test sets) with a depth
+  below 1,000 and relevant sets of similar sizes: a filtered tile pass that sorts each query's
+  few survivors above a sampled floor and counts, for each relevant pair, those before it by one
+  binary search (:mod:`embedscope.metrics.search.rows`); its ranks go only as deep as each
+  query's measures read (``depth_q``: R_i for R-Precision and MAP@R).
+- **CPU, larger or deeper searches, from 1,500 references** (``COUNT_MIN_REFS``, and 16 × the
+  depth): one tiled float32
   GEMM pass (cosine at D ≥ 768: summed in chunks of the inner dimension, for a tighter certified
   error bound) that *counts*, for each relevant pair, the references scoring above it, keeping
   per query only the references above a floor key estimated from a sample, never a top-depth

@@ -1,33 +1,36 @@
-"""Exact ranks of the relevant references by full-row tiles (METHODS.md §1, "Distances", "Ties").
+"""Exact ranks of the relevant references by a filtered tile pass with per-row counting
+(METHODS.md §1, "Distances", "Ties"): the CPU path at the size of the CUB-200 and CARS196 test
+sets (up to tens of thousands of references, relevant sets of similar sizes).
 
-The CPU path of :func:`embedscope.metrics.search.relevant_ranks` for data sets of the size of the
-CUB-200 and CARS196 test sets (thousands to tens of thousands of references, classes of tens): one
-float32 GEMM tile holds a block of queries against **every** reference, and each row of it is
-reduced to the few references that matter, without a top-k heap and without sorting a row:
+Every retrieval measure needs, per query i, the exact rank of each relevant reference within a
+depth d_i (R_i for R-Precision and MAP@R). This pass never keeps a top-k list (a heap, as faiss's
+flat search) and never sorts a row of N keys:
 
-1. **A floor per query.** ``τ_i = max(floor_i, lowest relevant key_i − 2w_i)``. The references are
-   visited in a fixed random order, so the first ``ns`` columns of a tile are a uniform sample of
-   them, and ``floor_i`` is the j-th largest sampled key (``ns`` about ``SAMPLE_MEAN`` × N / depth,
-   j the expected sampled count in the top ``depth`` plus ``SAMPLE_SIGMAS`` standard deviations):
-   an estimate of the query's ``depth``-th largest key, free of any extra GEMM.
-2. **Survivors.** The references whose float32 key exceeds ``τ_i`` (about 1.5–2 × depth per query)
-   are gathered into one padded row per query and sorted (float32 → float64 exactly).
-3. **Counting.** For every relevant pair, with its float64 key ``k`` and half-width
-   ``w_i = δ_i + ε_i`` (δ_i: the float32 error bound of the tile, :func:`~.counting.tile_delta`;
-   ε_i: the error of the float64 key estimate, if any), two batched binary searches give the
-   survivors surely before it (float32 key > k + w_i) and those within ±w_i; a pair with nobody in
-   its window but its own reference has rank 1 + (survivors surely before it). The few pairs with a
-   window are settled by float64 keys (:func:`~.knn.pair_keys64`), lower index first on ties.
+1. **A floor per query**, ``τ_i = max(floor_i, lowest relevant key_i − 2w_i)``: ``floor_i`` is the
+   j-th largest key of query i against a uniform sample of ``ns`` references (``ns`` about
+   ``SAMPLE_MEAN`` × N / d, at most ``SAMPLE_MAX_FRAC`` × N; j = the expected sampled count in the
+   top d_i plus ``SAMPLE_SIGMAS`` standard deviations), an estimate of the d_i-th largest key.
+2. **Tiles.** One float32 GEMM per tile (a same-set cosine search multiplies each pair of query
+   blocks once and filters the tile both ways); the references whose float32 key exceeds ``τ_i``
+   ("survivors", about 1.5–2 × d_i per query) are kept, everything else is dropped at once.
+3. **Counting, once a block's rows are complete.** Its survivors are sorted per row (float32 →
+   float64 exactly) in band coordinates (row · W + key), so that one binary search per relevant
+   pair, with its float64 key k and half-width ``w_i = δ_i + ε_i`` (δ_i: the float32 error bound
+   of the tile, :func:`~.counting.tile_delta`; ε_i: the error of a float64 key estimate), gives the
+   survivors surely before it (float32 key > k + w_i). A pair's own reference lies within ±w_i of
+   k; when a second survivor does (the next lower one in the sorted row), the survivors of that
+   window are compared in float64 (:func:`~.knn.pair_keys64`), lower index first on ties.
 4. **Certification.** A pair with ``k − w_i > τ_i`` has all its predecessors among the survivors:
-   its rank is exact. A pair below is beyond the depth when ``depth`` survivors lie above
-   ``τ_i + 2w_i``. Otherwise (the floor estimate was too high, about 1 query in 1,000 at the default
-   three standard deviations) the query's row, still in the tile, is counted again from its exact
-   ``depth``-th float32 key (``np.partition`` of that row): the floor is a speed knob, never a risk.
+   its rank is exact. A pair below is beyond d_i when d_i survivors lie above ``τ_i + 2w_i``.
+   Otherwise (the floor estimate was too high: a few rows in a thousand) the row is recomputed
+   (one small GEMM) and counted again from its exact d_i-th float32 key: the floor is a speed
+   knob, never a risk to exactness.
 
-The ranks equal those of a float64 distance matrix with ties to the lower reference index. Memory:
-per worker thread one tile of ``block`` × N float32 (about ``TILE_ELEMS`` elements), its boolean
-mask and the survivors; never N × N. Blocks are shared among worker threads, each running its GEMM
-with one BLAS thread, so one block's counting overlaps another's GEMM.
+The ranks equal those of a float64 distance matrix with ties to the lower reference index; the
+pairs come out in rank order per query. Memory: per worker thread one tile and its boolean mask,
+plus the survivors of the blocks not yet complete (about 2 × d × N × 14 bytes); never N × N.
+Tiles are shared among worker threads, each running its GEMM with one BLAS thread, so one tile's
+filtering and one block's counting overlap another tile's GEMM.
 """
 
 from __future__ import annotations
