@@ -73,6 +73,11 @@ def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False,
     return dt, sum(r["embed_seconds"] + r["measure_seconds"] for r in res["computed"])
 
 
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", help="a trained train-grid folder (default: train one in a temporary folder)")
@@ -109,20 +114,24 @@ def main() -> None:
     shutil.rmtree(tmp / "cache-warm", ignore_errors=True)
     kinds = ["direct", "direct-1t", "serial", "dask-2"] + (["dask-2p"] if args.worker_processes else [])
     times: dict[str, list[float]] = {k: [] for k in kinds + ["rerun", "force"]}
+    cores: dict[str, list[float]] = {k: [] for k in kinds}  # CPU seconds (this process + its children) / wall
     inner: list[float] = []
     for rep in range(args.repeats):
         order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
         for kind in order:
+            c0 = _cpu()
             if kind.startswith("direct"):
                 torch.set_num_threads(1 if kind == "direct-1t" else threads)
                 try:
                     times[kind].append(direct(checkpoints))
                 finally:
                     torch.set_num_threads(threads)
+                cores[kind].append((_cpu() - c0) / times[kind][-1])
                 continue
             out, cache = tmp / f"{kind}-{rep}", tmp / f"cache-{kind}-{rep}"
             dt, own = study(grid, out, cache, 0 if kind == "serial" else 2, processes=kind == "dask-2p")
             times[kind].append(dt)
+            cores[kind].append((_cpu() - c0) / dt)
             if kind == "serial":
                 inner.append(own)
                 times["rerun"].append(study(grid, out, cache, 0)[0])
@@ -130,9 +139,12 @@ def main() -> None:
             shutil.rmtree(cache, ignore_errors=True)
         print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items()) +
               f"; load average {os.getloadavg()[0]:.1f}", flush=True)
-    print(f"\n{'run':<10} {'min s':>8} {'median s':>9}")
+    print(f"\n{'run':<10} {'min s':>8} {'median s':>9} {'cores used':>11}")
     for k, v in times.items():
-        print(f"{k:<10} {min(v):8.2f} {statistics.median(v):9.2f}")
+        used = f"{statistics.median(cores[k]):11.2f}" if cores.get(k) else ""
+        print(f"{k:<10} {min(v):8.2f} {statistics.median(v):9.2f} {used}")
+    print("(cores used: median CPU seconds of this process and its finished children per wall second; "
+          "below the core count when other jobs take the machine)")
     med = {k: statistics.median(v) for k, v in times.items()}
     mn = {k: min(v) for k, v in times.items()}
     for d in ("direct-1t", "direct"):

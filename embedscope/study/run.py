@@ -390,6 +390,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 keep(measure_entry(e, task_settings))
         else:
             _run_dask(todo, task_settings, box.client(), keep, threads=box.threads)
+    if box.threads:
+        box.close()  # worker threads have nothing left to do (and the figures' fork then copies no idle threads)
     rows = [done[e.id] for e in entries if e.id in done]
     ended = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["ended"] = ended
@@ -463,8 +465,9 @@ class _ClusterBox:
     def close(self) -> None:
         if self._fut is None:
             return
+        fut, self._fut = self._fut, None
         try:
-            cluster, client = self._fut.result()
+            cluster, client = fut.result()
         except Exception:  # noqa: BLE001 - it never came up: nothing to close
             return
         finally:
