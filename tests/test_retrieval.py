@@ -235,7 +235,7 @@ def counting(monkeypatch):
 
     monkeypatch.setattr(retrieval, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(retrieval, "COUNT_MIN_RATIO", 0)
-    monkeypatch.setattr(retrieval, "ROWS_MAX_REFS", 0)  # not the full-row tiles (rows.py)
+    monkeypatch.setattr(retrieval, "USE_ROWS", False)  # not the full-row tiles (rows.py)
     monkeypatch.setattr(retrieval, "SHALLOW_FLOOR", (1, 32.0))  # floor keys at the depth itself
     monkeypatch.setattr(rankcount, "REF_TILE", 37)
     monkeypatch.setattr(rankcount, "QUERY_BLOCK", 41)
@@ -315,7 +315,7 @@ def test_counting_pass_is_used_at_scale_and_equals_the_candidate_path(monkeypatc
     a = retrieval_metrics(X, y, include=["MAP@R", "mAP@1000"], device="cpu")  # depth 1000: not full rows
     c2 = retrieval_metrics(X, y, include=["R@1", "MAP@R"], device="cpu")  # shallow: full-row tiles
     assert len(used) == 1
-    monkeypatch.setattr(retrieval, "ROWS_MAX_REFS", 0)
+    monkeypatch.setattr(retrieval, "USE_ROWS", False)
     a2 = retrieval_metrics(X, y, include=["R@1", "MAP@R"], device="cpu")  # shallow: floor at 256
     assert len(used) == 2
     monkeypatch.setattr(retrieval, "COUNT_MIN_REFS", 10**9)

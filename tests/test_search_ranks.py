@@ -80,7 +80,7 @@ def test_counting_pass_gives_the_same_ranks(metric, monkeypatch):
     a = relevant_ranks(X, y, metric=metric, depth=50)
     monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
-    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)  # the counting pass, not the full-row tiles
+    monkeypatch.setattr(ranks, "USE_ROWS", False)  # the counting pass, not the full-row tiles
     monkeypatch.setattr(counting, "REF_TILE", 57)
     monkeypatch.setattr(counting, "QUERY_BLOCK", 61)
     b = relevant_ranks(X, y, metric=metric, depth=50, device="cpu")
@@ -149,7 +149,7 @@ def test_counting_pass_key_estimates_and_window_gemm(metric, estimate, gemm_wind
 
     monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
-    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)  # the counting pass, not the full-row tiles
+    monkeypatch.setattr(ranks, "USE_ROWS", False)  # the counting pass, not the full-row tiles
     monkeypatch.setattr(ranks, "ESTIMATE_MIN_PAIRS_PER_QUERY", 0 if estimate else 10**9)
     monkeypatch.setattr(counting, "GEMM_WINDOW_RATIO", 10**9 if gemm_windows else 0)
     monkeypatch.setattr(counting, "REF_TILE", 57)
@@ -170,7 +170,7 @@ def test_counting_pass_with_chunked_tile_gemms(metric, pending, monkeypatch):
 
     monkeypatch.setattr(ranks, "COUNT_MIN_REFS", 0)
     monkeypatch.setattr(ranks, "COUNT_MIN_RATIO", 0)
-    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)  # the counting pass, not the full-row tiles
+    monkeypatch.setattr(ranks, "USE_ROWS", False)  # the counting pass, not the full-row tiles
     monkeypatch.setattr(counting, "PENDING", pending)  # survivors counted per tile, or per block at the end
     monkeypatch.setattr(counting, "K_CHUNK", 2)
     monkeypatch.setattr(counting, "CHUNK_MIN_DIM", 0)
@@ -321,7 +321,7 @@ def test_full_row_tiles_are_the_default_at_cub_sizes_and_equal_the_counting_pass
     keys = ["R@1", "R@4", "P@1", "R-Precision", "MAP@R", "mAP@C"]
     a = retrieval_metrics(X, y, include=keys, device="cpu", per_query=True)
     assert rows_spy["pass"] == 1
-    monkeypatch.setattr(ranks, "ROWS_MAX_REFS", 0)
+    monkeypatch.setattr(ranks, "USE_ROWS", False)
     b = retrieval_metrics(X, y, include=keys, device="cpu", per_query=True)
     assert rows_spy["pass"] == 1
     for k in keys:

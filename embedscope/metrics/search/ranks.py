@@ -62,7 +62,10 @@ SHALLOW_FLOOR = (1, None)  # top-K keys only: floor keys at the depth itself (at
 SHALLOW_SAMPLE = 1 / 16  # ... of this fraction of the references (sample_top [1] when given)
 DEEP_SAMPLE_TOP = 32.0  # mAP@1000: floor keys at the depth itself from a 32/depth sample
 ESTIMATE_MIN_PAIRS_PER_QUERY = 8  # from this many relevant pairs per query, float32 pair-key estimates
-ROWS_MAX_REFS = 40_000  # CPU: full-row tiles (rows.py) up to this many references ...
+USE_ROWS = True  # the filtered tile pass with per-row counting where _rows_plan chooses it (False: never)
+ROWS_MAX_REFS = 40_000  # CPU: the filtered tile pass with per-row counting (rows.py) up to this many references,
+ROWS_DEEP_REFS = 200_000  # ... or up to this many when the depths average at least ROWS_DEEP_MEAN (CUB-like
+ROWS_DEEP_MEAN = 16  # classes; at SOP-like depths of ~5 the counting pass is as fast there) ...
 ROWS_MAX_DEPTH = 1_000  # ... when the depth is below this ...
 ROWS_MIN_FILL = 0.25  # ... and the relevant pairs fill this share of the padded query x max R_i table
 
@@ -483,14 +486,17 @@ def _counting_plan(device, depth: int, n_avail: int):
     return floor_depth, sample_top
 
 
-def _rows_plan(device, depth: int, n_ref: int, R: np.ndarray) -> bool:
-    """Whether the full-row tile pass (:mod:`embedscope.metrics.search.rows`) ranks this search:
-    CPU, up to ``ROWS_MAX_REFS`` references, a depth below ``ROWS_MAX_DEPTH``, and relevant sets of
-    similar sizes (padded tables at least ``ROWS_MIN_FILL`` full). Measured in docs/PERFORMANCE.md."""
+def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
+    """Whether the filtered tile pass with per-row counting (:mod:`embedscope.metrics.search.rows`)
+    ranks this search: CPU; up to ``ROWS_MAX_REFS`` references, or ``ROWS_DEEP_REFS`` when the
+    (per-query) depths average ``ROWS_DEEP_MEAN`` or more; the largest depth below
+    ``ROWS_MAX_DEPTH``; relevant sets of similar sizes (padded tables at least ``ROWS_MIN_FILL``
+    full). Measured in docs/PERFORMANCE.md."""
     from embedscope.device import resolve_device
 
     dev = resolve_device(device) if not hasattr(device, "type") else device
-    if dev.type != "cpu" or n_ref > ROWS_MAX_REFS or depth >= ROWS_MAX_DEPTH or R.size == 0:
+    limit = ROWS_DEEP_REFS if float(np.mean(depth)) >= ROWS_DEEP_MEAN else ROWS_MAX_REFS
+    if not USE_ROWS or dev.type != "cpu" or n_ref > limit or np.max(depth) >= ROWS_MAX_DEPTH or R.size == 0:
         return False
     return float(R.sum()) >= ROWS_MIN_FILL * R.size * max(int(R.max()), 1)
 
@@ -508,7 +514,7 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
     nq = ks.Q64.shape[0]
     n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
-    if _rows_plan(device, depth, ks.R64.shape[0], lay.R):
+    if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R):
         from embedscope.metrics.search.rows import relevant_ranks_by_rows
 
         qi, rj = _relevant_pairs(lay, 0, nq, ks.same)

@@ -47,7 +47,7 @@ from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
 
 __all__ = ["relevant_ranks_by_rows"]
 
-BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK)
+BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK; at most 32,767)
 REF_TILE = 2048  # references per tile when the search is not symmetric
 SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample)
 SAMPLE_SIGMAS = 2.5  # margin of the sampled rank over its expectation (a miss costs one row's recount)
@@ -190,11 +190,12 @@ class _Rows:
         np.greater(T, self.thr[s:e, None], out=M)
         f = np.flatnonzero(M)
         r = f // w
-        done = [self._add(a, (r, f - r * w + r0, T.ravel()[f]))]
+        # survivors kept as (row in its block: int16, reference: int32, float32 key): 10 bytes
+        done = [self._add(a, (r.astype(np.int16), (f - r * w + r0).astype(np.int32), T.ravel()[f]))]
         if c is not None:  # the same tile seen from block c's queries (its columns)
             np.greater(T, self.thr[r0:r1][None, :], out=M)
             f = np.flatnonzero(M)
-            done.append(self._add(c, (f % w, f // w + s, T.ravel()[f])))
+            done.append(self._add(c, ((f % w).astype(np.int16), (f // w + s).astype(np.int32), T.ravel()[f])))
         for blk in done:
             if blk is not None:
                 self.finish(blk)
@@ -242,7 +243,7 @@ class _Rows:
         n_surv = np.bincount(r, minlength=nb)
         start = np.cumsum(n_surv) - n_surv
         smax = int(max(n_surv.max(initial=0), 1))
-        o = np.argsort(r.astype(np.int16), kind="stable")  # survivors grouped by row (radix sort)
+        o = np.argsort(r.astype(np.int16, copy=False), kind="stable")  # survivors grouped by row (radix sort)
         r, ids, v = r[o], ids[o], v[o]
         # survivors sorted per row, in band coordinates g = row·W + (key − pad): one binary search
         # over all rows; pads (rows with fewer survivors) sit below every key of their row
@@ -342,7 +343,8 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     n_threads = int(threads or os.cpu_count() or 1)
     if block is None:
         block = max(128, min(BLOCK, -(-nq // (2 * n_threads))))
-    st = _Rows(ks, qi, rj, keys, key_err, depth, seed, int(block), n_threads)
+    block = int(min(block, 32_767))  # rows within a block are kept as int16
+    st = _Rows(ks, qi, rj, keys, key_err, depth, seed, block, n_threads)
     n_threads = max(1, min(n_threads, len(st.tasks)))
     local = threading.local()
     width = max(int(block), REF_TILE) * int(block) * (1 if len(st.chunks) == 1 else 2)
