@@ -502,6 +502,7 @@ def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
     or ``processes``), or ``scheduler``; worker processes import what a study task needs before the
     first task arrives."""
     import logging
+    import warnings
 
     from dask.distributed import Client, LocalCluster
 
@@ -517,7 +518,9 @@ def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
         # (and no statistical profiler sampling the task thread every 10 ms: the dashboard is off anyway;
         # in a threads cluster it would also take the GIL from the other workers)
         with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                              "distributed.worker.profile.enabled": False}):
+                              "distributed.worker.profile.enabled": False}), warnings.catch_warnings():
+            # the scheduler's HTTP server (no dashboard) takes another port when 8787 is taken: no news
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
             cluster = LocalCluster(n_workers=max(n_workers, 1), threads_per_worker=1, processes=processes,
                                    dashboard_address=None, silence_logs=logging.ERROR)
         client = Client(cluster)
