@@ -70,7 +70,7 @@ def blas_single_thread():
     return _BLAS.limit(limits=1, user_api="blas")
 
 
-PAIR_KEY_ELEMS = 1 << 20  # float64 elements per gathered chunk of pair_keys (8 MiB, reused)
+PAIR_KEY_ELEMS = 1 << 17  # float64 elements per gathered chunk of pair_keys (1 MiB, reused; see pair_keys64)
 
 
 def pair_keys(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -> np.ndarray:

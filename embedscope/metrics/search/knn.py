@@ -92,13 +92,15 @@ def default_block(n_ref: int, device_type: str = "cpu") -> int:
 
 # ----------------------------------------------------------------------------- float64 pair keys
 def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str, *,
-                chunk_bytes: int = 1 << 23) -> np.ndarray:
+                chunk_bytes: int = 1 << 20) -> np.ndarray:
     """Exact ranking keys (larger = nearer) of pairs (qi[p], rj[p]) in float64, pair by pair.
 
     Cosine: the inner product of the (normalised) rows; Euclidean: minus the squared distance.
     Each pair is reduced on its own, so identical reference rows give bitwise-identical keys, and
     the result does not depend on ``chunk_bytes``: the rows are gathered into two reused buffers of
-    that size (fresh arrays per chunk cost more in page faults than the arithmetic at large D).
+    that size (fresh arrays per chunk cost more in page faults than the arithmetic at large D; and
+    buffers of several MiB are fresh memory at every call: 1 MiB measured 1.3–5× faster than 8 MiB
+    at D = 128–2,048 for 3,000–100,000 pairs).
     """
     n, d = len(qi), Q64.shape[1]
     out = np.empty(n, dtype=np.float64)

@@ -54,6 +54,7 @@ SAMPLE_SIGMAS = 2.5  # margin of the sampled rank over its expectation (a miss c
 SAMPLE_MAX_FRAC = 1 / 8  # ... from at most this share of the references (small depths: a looser floor)
 EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
+_SLOT_MASK = np.int64((1 << 29) - 1)  # the float64 mantissa bits below a float32's precision
 
 
 def _kth_largest(A: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -75,7 +76,7 @@ class _Rows:
         self.nr = nr
         self.chunks = k_chunks(ks)
         delta = tile_delta(ks, self.chunks)
-        err = np.zeros(nq) if key_err is None else np.broadcast_to(np.asarray(key_err, float), (nq,))
+        self.err = err = np.zeros(nq) if key_err is None else np.broadcast_to(np.asarray(key_err, float), (nq,))
         self.estimated = key_err is not None
         self.Qa, Ra, self.qoff = augmented(ks)
         qmax = float(np.sqrt(ks.qsq.max()))
@@ -248,9 +249,23 @@ class _Rows:
         # survivors sorted per row, in band coordinates g = row·W + (key − pad): one binary search
         # over all rows; pads (rows with fewer survivors) sit below every key of their row
         W, pad, eta = self.W, self.pad, self.eta
-        S = np.full((nb, smax), pad)
-        S[r, np.arange(r.size) - start[r]] = v - qoff[r] if ks.metric == "euclidean" else v
+        # Each survivor's slot in its (unsorted) padded row rides in the low 29 bits of its float64
+        # value, which a float32 value converted to float64 leaves zero: one np.sort per row then
+        # orders the values (distinct float32 values keep their order) and carries the slots along.
+        slot = np.arange(r.size) - start[r]
+        S = np.empty((nb, smax))
+        S[:] = (pad + qoff)[:, None]  # pads below every key of the row (in float32 units + ‖q‖²)
+        S[r, slot] = v
+        Si = S.view(np.int64)
+        Si[r, slot] |= slot
         S.sort(axis=1)
+        pos = np.minimum(Si & _SLOT_MASK, smax - 1)  # after the sort: each value's slot (pads: meaningless)
+        Si &= ~_SLOT_MASK
+        IDS = np.zeros((nb, smax), dtype=np.int64)
+        IDS[r, slot] = ids
+        IDS = IDS[np.arange(nb)[:, None], pos].ravel()  # the references in the order of g (window members only read)
+        if ks.metric == "euclidean":
+            S -= qoff[:, None]
         S -= pad
         S += (np.arange(nb) * W)[:, None]
         g = S.ravel()
@@ -281,24 +296,23 @@ class _Rows:
         amb_before = np.zeros(pp.size, dtype=np.int64)
         amb = np.flatnonzero(certified & win & (sure < depth))
         if amb.size:  # float64 keys of the survivors within ±w of an ambiguous pair's key
-            ra = lr[amb]
-            c = n_surv[ra]
-            rep = np.repeat(np.arange(amb.size), c)
-            pos = np.repeat(start[ra] - np.cumsum(c) + c, c) + np.arange(rep.size)
-            gv = v[pos].astype(np.float64)  # band coordinates, computed as in S (bitwise the same)
-            if ks.metric == "euclidean":
-                gv -= qoff[ra][rep]
-            gv -= pad
-            gv += (ra * W)[rep]
             pa = pp[amb]
-            inwin = (gv >= ((k - w) + base)[amb][rep]) & (gv <= ((k + w) + base)[amb][rep])
-            wid = ids[pos]
-            inwin &= wid != self.rj[pa][rep]
-            rep, wid = rep[inwin], wid[inwin]
+            lo_i = np.searchsorted(g, ((k - w) + base)[amb], side="left")  # the window: g[lo_i:idx]
+            c = idx[amb] - lo_i
+            rep = np.repeat(np.arange(amb.size), c)
+            wid = IDS[np.repeat(lo_i - np.cumsum(c) + c, c) + np.arange(rep.size)]
+            keep = wid != self.rj[pa][rep]  # not the pair's own reference
+            rep, wid = rep[keep], wid[keep]
             qa = self.qi[pa]
-            kp = pair_keys64(ks.Q64, ks.R64, qa, self.rj[pa], ks.metric) if self.estimated else k[amb]
             kr = pair_keys64(ks.Q64, ks.R64, qa[rep], wid, ks.metric)
-            before = (kr > kp[rep]) | ((kr == kp[rep]) & (wid < self.rj[pa][rep]))
+            kp = k[amb][rep]
+            if self.estimated:  # the pair's exact key only where its estimate cannot decide
+                close = np.abs(kr - kp) <= self.err[qa][rep]
+                if close.any():
+                    up, inv = np.unique(rep[close], return_inverse=True)
+                    kp = kp.copy()
+                    kp[close] = pair_keys64(ks.Q64, ks.R64, qa[up], self.rj[pa][up], ks.metric)[inv]
+            before = (kr > kp) | ((kr == kp) & (wid < self.rj[pa][rep]))
             amb_before[amb] = np.bincount(rep[before], minlength=amb.size)
         rk = (1 + sure + amb_before).astype(np.float64)
         rk[beyond | (rk > depth)] = np.inf
