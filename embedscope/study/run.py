@@ -130,6 +130,17 @@ def _embed_inputs(model, inputs, batch_size: int):
     return out
 
 
+def _faiss_threads(n: int) -> None:
+    """faiss's OpenMP team size for searches started from this thread (OpenMP keeps the count per
+    thread: a worker thread's setting leaves the calling thread's alone). Worker processes get 1 from
+    Dask's ``OMP_NUM_THREADS=1``; worker threads would otherwise each start one thread per core."""
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss is optional for some measures
+        return
+    faiss.omp_set_num_threads(n)
+
+
 def _described(m) -> dict[str, str]:
     """A registry measure (or measure pattern) as study.json lists it."""
     return {"split": m.split, "family": m.family, "direction": m.direction, "meaning": m.meaning}
@@ -213,10 +224,12 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         return {**row, "status": "error", "error": entry["error"]}
     threads = settings.get("threads")
     try:
-        if threads:
+        if threads:  # a Dask worker: this many torch threads (in this thread)
             import torch
 
             torch.set_num_threads(int(threads))
+        if settings.get("faiss_threads"):  # a worker thread of a local cluster
+            _faiss_threads(int(settings["faiss_threads"]))
         es, info = embed_cached(entry["checkpoint"], dataset=settings.get("dataset"), root=settings.get("root"),
                                 cache_dir=settings["cache_dir"], device=settings.get("device", "auto"))
         t1 = time.perf_counter()
@@ -586,7 +599,7 @@ def _process_state_for_threads(on: bool):
 def _run_dask(todo, task_settings, client, keep, threads: bool = False) -> None:
     from dask.distributed import as_completed
 
-    st = {**task_settings, "threads": 1}
+    st = {**task_settings, "threads": 1, "faiss_threads": 1 if threads else None}
     with _process_state_for_threads(threads):
         futs = [client.submit(measure_entry, e, st, pure=False, key=f"embedscope-study-{e['id']}-{time.time_ns()}")
                 for e in todo]
