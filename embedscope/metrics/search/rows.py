@@ -49,7 +49,8 @@ __all__ = ["relevant_ranks_by_rows"]
 
 BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK; at most 32,767)
 REF_TILE = 2048  # references per tile when the search is not symmetric
-SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample)
+SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample), at
+# D <= 128; times sqrt(128 / D) above (the sample's GEMM grows with D, the survivors' cost does not)
 SAMPLE_SIGMAS = 2.5  # margin of the sampled rank over its expectation (a miss costs one row's recount)
 SAMPLE_MAX_FRAC = 1 / 8  # ... from at most this share of the references (small depths: a looser floor)
 EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
@@ -129,7 +130,8 @@ class _Rows:
         (all references and j = depth when ns would reach N: exact floors)."""
         ks, nr, depth = self.ks, self.nr, self.depth
         n_avail = nr - (1 if ks.same else 0)
-        ns = int(min(nr, math.ceil(SAMPLE_MEAN * nr / max(float(depth.mean()), 1.0))))
+        mean = SAMPLE_MEAN * math.sqrt(min(1.0, 128 / max(ks.Q32.shape[1], 1)))
+        ns = int(min(nr, math.ceil(mean * nr / max(float(depth.mean()), 1.0))))
         if ns > SAMPLE_MAX_FRAC * nr and (nr > EXACT_FLOOR_MAX or ns < nr / 2):
             ns = int(math.ceil(SAMPLE_MAX_FRAC * nr))
         if ns >= nr / 2:
