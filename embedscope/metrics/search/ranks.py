@@ -486,6 +486,20 @@ def _counting_plan(device, depth: int, n_avail: int):
     return floor_depth, sample_top
 
 
+def _pairs_and_keys(ks: KeySpace, lay: _Layout):
+    """Every relevant pair (:func:`_relevant_pairs`) and its float64 key: from one float64 GEMM per
+    class when classes are large (estimates, with their error bound), else pair by pair (exact,
+    error None)."""
+    from embedscope.metrics.search import counting
+
+    nq = ks.Q64.shape[0]
+    qi, rj = _relevant_pairs(lay, 0, nq, ks.same)
+    if qi.size >= ESTIMATE_MIN_PAIRS_PER_QUERY * nq:  # large classes: one float64 GEMM per class
+        keys, key_err = _pair_keys_by_class(ks, lay, qi, rj)
+        return qi, rj, keys, key_err
+    return qi, rj, counting.pair_keys(ks.Q64, ks.R64, qi, rj, ks.metric), None
+
+
 def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
     """Whether the filtered tile pass with per-row counting (:mod:`embedscope.metrics.search.rows`)
     ranks this search: CPU; up to ``ROWS_MAX_REFS`` references, or ``ROWS_DEEP_REFS`` when the
@@ -506,34 +520,25 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
     ``(qi, rj, rank, ordered)`` grouped by query (``ordered``: already in rank order within each
     query, beyond-depth pairs last in reference-index order).
 
-    Large searches on the CPU count the references above each relevant pair in one tiled GEMM
-    pass (:mod:`embedscope.metrics.search.counting`); small ones and CUDA keep top-(depth + 16)
-    float32 candidate lists and certify them in float64."""
+    On the CPU, searches of CUB/CARS-like size go to the filtered tile pass
+    (:mod:`embedscope.metrics.search.rows`), larger ones count the references above each relevant
+    pair in one tiled GEMM pass (:mod:`embedscope.metrics.search.counting`); small ones with
+    skewed classes and CUDA keep top-(depth + 16) float32 candidate lists and certify them in
+    float64."""
     from embedscope.metrics.search import counting
 
-    nq = ks.Q64.shape[0]
     n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
     if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R):
         from embedscope.metrics.search.rows import relevant_ranks_by_rows
 
-        qi, rj = _relevant_pairs(lay, 0, nq, ks.same)
-        key_err = None
-        if qi.size >= ESTIMATE_MIN_PAIRS_PER_QUERY * nq:  # large classes: one float64 GEMM per class
-            keys, key_err = _pair_keys_by_class(ks, lay, qi, rj)
-        else:
-            keys = counting.pair_keys(ks.Q64, ks.R64, qi, rj, ks.metric)
+        qi, rj, keys, key_err = _pairs_and_keys(ks, lay)
         rank, refs = relevant_ranks_by_rows(ks, qi, rj, keys, depth_q, key_err=key_err, block=block,
                                             progress=progress)
         return qi, refs, rank, True
     plan = _counting_plan(device, depth, n_avail)
     if plan is not None:
-        qi, rj = _relevant_pairs(lay, 0, nq, ks.same)
-        key_err = None
-        if qi.size >= ESTIMATE_MIN_PAIRS_PER_QUERY * nq:  # large classes: one float64 GEMM per class
-            keys, key_err = _pair_keys_by_class(ks, lay, qi, rj)
-        else:
-            keys = counting.pair_keys(ks.Q64, ks.R64, qi, rj, ks.metric)
+        qi, rj, keys, key_err = _pairs_and_keys(ks, lay)
         rank, unresolved = counting.relevant_ranks_by_count(ks, qi, rj, keys, depth, progress=progress, block=block,
                                                             floor_depth=plan[0], sample_top=plan[1],
                                                             key_err=key_err)
