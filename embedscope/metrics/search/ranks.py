@@ -525,10 +525,12 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
     pair in one tiled GEMM pass (:mod:`embedscope.metrics.search.counting`); small ones with
     skewed classes and CUDA keep top-(depth + 16) float32 candidate lists and certify them in
     float64."""
+    from embedscope.device import resolve_device
     from embedscope.metrics.search import counting
 
     n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
+    device = resolve_device(device) if not hasattr(device, "type") else device  # once, for every plan
     if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R):
         from embedscope.metrics.search.rows import relevant_ranks_by_rows
 
