@@ -47,7 +47,7 @@ import numpy as np
 
 from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
 
-__all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks"]
+__all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks", "TileGemm"]
 
 QUERY_BLOCK = 1024
 REF_TILE = 2048
@@ -183,6 +183,46 @@ def augmented(ks: KeySpace):
     return Qa, Ra, ks.qsq
 
 
+class TileGemm:
+    """The float32 tile keys of :func:`augmented` (queries × a range of references), the inner
+    dimension summed in the chunks of :func:`k_chunks` and the chunk sums added in float32 in order
+    (the error bound of :func:`tile_delta`); in a same-set search a query's own key is −inf.
+    ``copy_refs``: keep a contiguous transposed copy of the references (else a transposed view)."""
+
+    def __init__(self, ks: KeySpace, Qa: np.ndarray, Ra: np.ndarray, chunks, copy_refs: bool = True):
+        self.ks, self.Qa, self.chunks, self.n_ref = ks, Qa, chunks, Ra.shape[0]
+        if len(chunks) > 1:  # cosine: contiguous operands per chunk of the inner dimension
+            self.Qc = [np.ascontiguousarray(Qa[:, a:b]) for a, b in chunks]
+            self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [np.ascontiguousarray(Ra[:, a:b]).T
+                                                                 for a, b in chunks]
+        else:
+            self.RaT = np.ascontiguousarray(Ra.T) if copy_refs else Ra.T
+
+    def buffer_elems(self, rows: int, refs: int) -> int:
+        """float32 elements of the buffer a tile of ``rows`` × ``refs`` needs."""
+        return rows * refs * (1 if len(self.chunks) == 1 else 2)
+
+    def __call__(self, rows, r0: int, r1: int, buf: np.ndarray) -> np.ndarray:
+        """The tile of queries ``rows`` (a slice or an index array) against references r0..r1−1,
+        written into the start of ``buf`` (see :meth:`buffer_elems`)."""
+        qa = self.Qa[rows]
+        b, w = qa.shape[0], r1 - r0
+        T = buf[:b * w].reshape(b, w)
+        if len(self.chunks) == 1:
+            np.matmul(qa, self.RaT[:, r0:r1], out=T)
+        else:
+            T2 = buf[b * w:2 * b * w].reshape(b, w)
+            np.matmul(self.Qc[0][rows], self.RcT[0][:, r0:r1], out=T)
+            for Qc, RcT in zip(self.Qc[1:], self.RcT[1:]):
+                np.matmul(Qc[rows], RcT[:, r0:r1], out=T2)
+                np.add(T, T2, out=T)
+        if self.ks.same:
+            qs = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else np.asarray(rows)
+            own = np.flatnonzero((qs >= r0) & (qs < r1))
+            T[own, qs[own] - r0] = -np.inf
+        return T
+
+
 class _Block:
     """The pairs of one query block and their band coordinates (see the module docstring)."""
 
@@ -252,13 +292,7 @@ class _Pass:
         self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
         # a same-set cosine pass multiplies each pair of blocks once and reads the tile both ways
         self.symmetric = ks.same and ks.metric == "cosine"
-        if len(self.chunks) > 1:  # cosine: contiguous operands per chunk of the inner dimension
-            self.Qc = [np.ascontiguousarray(self.Qa[:, a:b]) for a, b in self.chunks]
-            self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [np.ascontiguousarray(Ra[:, a:b]).T
-                                                                 for a, b in self.chunks]
-            self.RaT = Ra.T  # (a view: only its shape is read)
-        else:
-            self.RaT = np.ascontiguousarray(Ra.T)
+        self.gemm = TileGemm(ks, self.Qa, Ra, self.chunks)
         thr = (self.tau + self.qoff).astype(np.float32)
         self.thr = np.nextafter(thr, np.float32(-np.inf))  # float32 filter at or below τ_i (+‖q‖²)
         self.bounds = np.searchsorted(qi, np.arange(nq + 1))
@@ -269,7 +303,7 @@ class _Pass:
     def tasks(self, tile: int):
         """(query block index, reference start, reference stop, index of the query block that the
         references form, whose rows the tile is also counted for; None if none)."""
-        nr = self.RaT.shape[1]
+        nr = self.gemm.n_ref
         if self.symmetric:
             return [(a, blk.s, blk.e, b if b != a else None) for a in range(len(self.blocks))
                     for b, blk in enumerate(self.blocks) if b >= a]
@@ -278,21 +312,7 @@ class _Pass:
     def run_task(self, task, accs: dict, buf: np.ndarray, mbuf: np.ndarray):
         a, r0, r1, c = task
         blk = self.blocks[a]
-        b, w = blk.e - blk.s, r1 - r0
-        T = buf[:b * w].reshape(b, w)
-        if len(self.chunks) == 1:
-            np.matmul(self.Qa[blk.s:blk.e], self.RaT[:, r0:r1], out=T)
-        else:  # chunk sums added in float32, in order (the bound of tile_delta)
-            T2 = buf[b * w:2 * b * w].reshape(b, w)
-            np.matmul(self.Qc[0][blk.s:blk.e], self.RcT[0][:, r0:r1], out=T)
-            for Qc, RcT in zip(self.Qc[1:], self.RcT[1:]):
-                np.matmul(Qc[blk.s:blk.e], RcT[:, r0:r1], out=T2)
-                np.add(T, T2, out=T)
-        if self.ks.same:
-            lo, hi = max(blk.s, r0), min(blk.e, r1)
-            if lo < hi:
-                d = np.arange(lo, hi)
-                T[d - blk.s, d - r0] = -np.inf
+        T = self.gemm(slice(blk.s, blk.e), r0, r1, buf)
         self._count(accs, a, T, r0, mbuf, False)
         if c is not None:  # the same tile seen from the reference block's queries
             self._count(accs, c, T, blk.s, mbuf, True)
@@ -436,7 +456,7 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
     def run(task):
         if not hasattr(local, "accs"):
             local.accs = {}
-            local.buf = np.empty(block * width * (1 if len(st.chunks) == 1 else 2), dtype=np.float32)
+            local.buf = np.empty(st.gemm.buffer_elems(block, width), dtype=np.float32)
             local.mbuf = np.empty(block * width, dtype=bool)
             with lock:
                 per_thread.append(local.accs)

@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.search.counting import augmented, blas_single_thread, k_chunks, tile_delta
+from embedscope.metrics.search.counting import TileGemm, augmented, blas_single_thread, k_chunks, tile_delta
 from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
 
 __all__ = ["relevant_ranks_by_rows"]
@@ -88,12 +88,8 @@ class _Rows:
         self.w = delta + err + 4.0 * np.spacing(big)
         self.eta = 8.0 * np.spacing((block + 1) * self.W)
         self.symmetric = ks.same and ks.metric == "cosine"
-        if len(self.chunks) > 1:  # cosine at large D: chunk sums added in float32 (tile_delta's bound)
-            self.Qc = [np.ascontiguousarray(self.Qa[:, a:b]) for a, b in self.chunks]
-            self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [np.ascontiguousarray(Ra[:, a:b]).T
-                                                                 for a, b in self.chunks]
-        else:
-            self.RaT = self.Qa.T if ks.same and ks.metric == "cosine" else np.ascontiguousarray(Ra.T)
+        # a same-set cosine search reads the queries' own rows as the references (a transposed view)
+        self.gemm = TileGemm(ks, self.Qa, Ra, self.chunks, copy_refs=not self.symmetric)
         # pairs grouped by query: query q's are off[q]:off[q + 1], in reference-index order
         self.cnt = np.bincount(qi, minlength=nq)
         self.off = np.zeros(nq + 1, dtype=np.int64)
@@ -163,32 +159,11 @@ class _Rows:
         self.thr = np.nextafter((self.tau + self.qoff).astype(np.float32), np.float32(-np.inf))  # ≤ τ + ‖q‖²
 
     # ------------------------------------------------------------------ tiles
-    def _gemm(self, rows, r0: int, r1: int, buf: np.ndarray) -> np.ndarray:
-        """float32 keys (+ ‖q‖² when Euclidean) of queries ``rows`` (a slice or indices) against
-        references r0..r1−1."""
-        qa = self.Qa[rows]
-        b, w = qa.shape[0], r1 - r0
-        T = buf[:b * w].reshape(b, w)
-        if len(self.chunks) == 1:
-            np.matmul(qa, self.RaT[:, r0:r1], out=T)
-        else:  # chunk sums added in float32, in order (the bound of tile_delta)
-            T2 = buf[b * w:2 * b * w].reshape(b, w)
-            np.matmul(self.Qc[0][rows], self.RcT[0][:, r0:r1], out=T)
-            for Qc, RcT in zip(self.Qc[1:], self.RcT[1:]):
-                np.matmul(Qc[rows], RcT[:, r0:r1], out=T2)
-                np.add(T, T2, out=T)
-        return T
-
     def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray):
         a, r0, r1, c = task
         s, e = self.blocks[a]
-        T = self._gemm(slice(s, e), r0, r1, buf)
+        T = self.gemm(slice(s, e), r0, r1, buf)
         b, w = T.shape
-        if self.ks.same:
-            lo, hi = max(s, r0), min(e, r1)
-            if lo < hi:
-                d = np.arange(lo, hi)
-                T[d - s, d - r0] = -np.inf
         M = mbuf[:b * w].reshape(b, w)
         np.greater(T, self.thr[s:e, None], out=M)
         f = np.flatnonzero(M)
@@ -223,9 +198,7 @@ class _Rows:
         if fail.size:  # recount these rows from their exact depth-th key (one small GEMM)
             q = s + fail
             nr = self.nr
-            T = self._gemm(q, 0, nr, np.empty(q.size * nr * (1 if len(self.chunks) == 1 else 2), np.float32))
-            if self.ks.same:
-                T[np.arange(q.size), q] = -np.inf
+            T = self.gemm(q, 0, nr, np.empty(self.gemm.buffer_elems(q.size, nr), np.float32))
             kth = _kth_largest(T, self.depth[q]) - self.qoff[q]
             tau = kth - 2.0 * (self.w[q] + self.eta) - np.abs(kth) * 2.0 ** -40 - 1e-300
             thr = np.nextafter((tau + self.qoff[q]).astype(np.float32), np.float32(-np.inf))
@@ -363,7 +336,7 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     st = _Rows(ks, qi, rj, keys, key_err, depth, seed, block, n_threads)
     n_threads = max(1, min(n_threads, len(st.tasks)))
     local = threading.local()
-    width = max(int(block), REF_TILE) * int(block) * (1 if len(st.chunks) == 1 else 2)
+    width = st.gemm.buffer_elems(int(block), max(int(block), REF_TILE))
     bar = _bar(progress, len(st.tasks), "retrieval", unit="tile")
 
     def run(task):
