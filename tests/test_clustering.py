@@ -179,9 +179,15 @@ def _plain_lloyd(x, k, niter, seed):
     return assign(C)
 
 
+@pytest.mark.parametrize("moved_frac", [0.0, 0.5, 1.0])
 @pytest.mark.parametrize("case", ["sop", "grid_ties", "blobs"])
-def test_accelerated_lloyd_equals_plain_lloyd(case):
+def test_accelerated_lloyd_equals_plain_lloyd(case, moved_frac, monkeypatch):
+    """Bounds from group drift only (moved_frac 0), from the moved centroids' exact distances
+    whenever possible (1), and the default mix all give plain Lloyd's labels."""
+    from embedscope.metrics import kmeans as km
     from embedscope.metrics.kmeans import lloyd_kmeans
+
+    monkeypatch.setattr(km, "_MOVED_FRAC", moved_frac)
 
     rng = np.random.default_rng(11)
     if case == "sop":
@@ -204,6 +210,10 @@ def test_accelerated_lloyd_equals_plain_lloyd(case):
     r = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=True, group_size=5)
     G = max(1, round(k / 5))
     assert any(p < len(x) * G for _, p, _ in r["stats"][1:]) or r["n_steps"] == 1
+    if moved_frac == 0.0:
+        assert r["moved"] == []
+    elif moved_frac == 1.0:
+        assert len(r["moved"]) == r["n_steps"] - 1  # every step after the first
 
 
 def test_roth_cosine_assignment():

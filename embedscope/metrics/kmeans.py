@@ -52,6 +52,7 @@ __all__ = ["faiss_random_init", "update_centroids", "exact_assign", "lloyd_kmean
 _SPLIT_EPS = np.float32(1.0 / 1024.0)
 _TIE_REL = 1e-9  # float64 window (relative to (‖x‖ + max‖c‖)²) re-evaluated directly
 _SLACK = 1e-12   # absolute slack (times the scale) on the bounds, for float64 rounding
+_MOVED_FRAC = 0.5  # at most this share of moved centroids: group bounds from their exact distances
 
 
 def _mt19937(seed: int) -> np.random.MT19937:
@@ -177,6 +178,8 @@ class _Assigner:
         self.dense_frac = 0.35  # above this share of (point, group) pairs, one big GEMM is cheaper
         self.a = None          # assignment (internal centroid order)
         self.stats = []        # per step: points examined, (point, group) pairs computed
+        self.moved_frac = _MOVED_FRAC
+        self.stats_moved = []  # per bounded step: centroids that moved
 
     # -- setup -----------------------------------------------------------------------------
     def _setup_groups(self, C: np.ndarray):
@@ -279,6 +282,34 @@ class _Assigner:
                 m2[r0:r1] = s.min(1) + xx
         return c1, m1, m2, gmin
 
+    # -- tight group bounds from the moved centroids -------------------------------------------
+    def _moved_bounds(self, moved, CaT, cmax, sl):
+        """Lower every row's group bounds to its distances to the ``moved`` centroids (internal,
+        sorted) other than its own: one float32 GEMM per row block, certified by the error bound
+        ``E``. With the unmoved centroids' drift zero, ``lb[g]`` then bounds all of group ``g``."""
+        if moved.size == 0:
+            return
+        mg = self.gid[moved]
+        cuts = np.flatnonzero(np.r_[True, mg[1:] != mg[:-1]])
+        ug = mg[cuts]
+        pos = np.full(self.k, -1, dtype=np.int64)
+        pos[moved] = np.arange(moved.size)
+        CaTM = np.ascontiguousarray(CaT[:, moved])
+        step = max(64, (1 << 23) // moved.size)
+        for r0 in range(0, self.n, step):
+            r1 = min(self.n, r0 + step)
+            s = self.xa[r0:r1] @ CaTM
+            p = pos[self.a[r0:r1]]
+            hit = np.flatnonzero(p >= 0)
+            s[hit, p[hit]] = np.inf
+            gm = np.minimum.reduceat(s, cuts, axis=1).astype(np.float64)
+            gm += (self.xx[r0:r1] - self.errc * (self.xn[r0:r1] + cmax) ** 2)[:, None]
+            np.maximum(gm, 0.0, out=gm)
+            new = np.sqrt(gm, out=gm)
+            new -= sl
+            blk = self.lb[r0:r1]
+            blk[:, ug] = np.minimum(blk[:, ug], new)
+
     # -- the step --------------------------------------------------------------------------
     def assign(self, C32: np.ndarray) -> np.ndarray:
         """Exact nearest centroid (original indices) of every row for centroids ``C32``."""
@@ -299,10 +330,18 @@ class _Assigner:
         sl = _SLACK * scale
         R = None
         if not (first or not self.bounds):
-            drift = np.sqrt(np.einsum("ij,ij->i", C64 - self.C64, C64 - self.C64)) * (1 + 1e-12) + sl
-            gdrift = np.maximum.reduceat(drift, self.starts[:-1])
+            d0 = np.sqrt(np.einsum("ij,ij->i", C64 - self.C64, C64 - self.C64))
+            drift = d0 * (1 + 1e-12) + sl
+            moved = np.flatnonzero(d0 > 0)
             self.u += drift[self.a]
-            self.lb -= gdrift[None, :]
+            if moved.size <= self.moved_frac * self.k:
+                # the centroids that moved are few: their distances to every row, exactly bounded,
+                # replace the group drift; the others did not move (lb only loses the slack)
+                self.lb -= sl
+                self._moved_bounds(moved, CaT, cmax, sl)
+                self.stats_moved.append(moved.size)
+            else:
+                self.lb -= np.maximum.reduceat(drift, self.starts[:-1])[None, :]
             cand = np.flatnonzero(self.u >= self.lb.min(1))
             dv = self.x[cand].astype(np.float64) - C64[self.a[cand]]
             s_c = np.einsum("ij,ij->i", dv, dv)
@@ -435,4 +474,4 @@ def lloyd_kmeans(x32: np.ndarray, k: int, *, niter: int = 20, seed: int = 1234, 
     if not converged:
         lab = eng.assign(C)
     return {"labels": lab, "centroids": C, "n_steps": len(eng.stats), "n_split": n_split,
-            "converged": converged, "stats": eng.stats}
+            "converged": converged, "stats": eng.stats, "moved": eng.stats_moved}
