@@ -121,6 +121,8 @@ def test_block_keys_equal_pair_keys_bitwise(metric):
         cand = rng.integers(0, 500, (20, 90))
         a = pair_keys64(Q, R, np.repeat(np.arange(4, 24), 90), cand.ravel(), metric).reshape(20, 90)
         np.testing.assert_array_equal(block_keys64(Q, R, 4, cand, metric), a)
+        for cb in (1, 8 * d * 90 * 3 + 5):  # one query per buffer; three queries and a remainder
+            np.testing.assert_array_equal(block_keys64(Q, R, 4, cand, metric, chunk_bytes=cb), a)
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ only the keys at or above their query's threshold (one comparison and ``flatnonz
 ``tau = kth32 - 2 delta_i``: k references have float32 keys >= kth32, so exact keys >= kth32 -
 delta_i, so the exact k-th key is >= kth32 - delta_i and every exact top-k reference has a float32
 key >= tau. Only the window (k plus the float32 near-ties of the k-th key) gets float64 keys, by
-:func:`pair_keys64`'s very reduction, gathered tile by tile (each reference tile read from memory
-once), and is ordered by (key desc, index asc). A query whose threshold lay above its window
+:func:`pair_keys64`'s very reduction (:func:`block_keys64`: per query its window's reference rows
+gathered into one reused buffer, the query row read in place), and is ordered by (key desc, index
+asc). A query whose threshold lay above its window
 (fewer than k keys above it: rare by the choice of j) is searched again in full
 (:func:`_exact_topk_row`). A same-set search multiplies only the upper triangle of block pairs:
 tile X_I X_J^T is compared once with the thresholds of I's queries (rows) and once with J's
@@ -58,7 +59,6 @@ _MAX_BLOCK_ELEMS = 1 << 26  # float32 block of at most 256 MiB
 CPU_SELECT = True  # topk_exact on the CPU: own GEMM tiles + per-query threshold (False: candidate_blocks)
 CPU_BLOCK = 512  # queries per block of the CPU search
 CHUNK_BYTES = 1 << 21  # references per float32 tile: their float64 rows fill at most 2 MiB
-PAIR_BYTES = 1 << 17  # gathered float64 rows per buffer of the window's keys (two buffers)
 SAMPLE_MIN, SAMPLE_DIV = 1024, 32  # references sampled for the threshold: max(1024, N / 32)
 SAMPLE_SIGMAS, SAMPLE_EXTRA = 3.0, 2.0  # margin of the sample rank over its expectation
 THREADS = None  # worker threads of the CPU search (None: one per core)
@@ -122,21 +122,30 @@ def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray
     return out
 
 
-def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, metric: str) -> np.ndarray:
+def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, metric: str, *,
+                 chunk_bytes: int = 1 << 20) -> np.ndarray:
     """Float64 keys of queries ``s, s + 1, …`` against their candidate references ``cand``
     (b × L), bitwise equal to :func:`pair_keys64` (the same per-pair reduction), without gathering a
-    copy of the query row for every pair."""
+    copy of the query row for every pair. The candidate rows are gathered into one reused buffer
+    of about ``chunk_bytes`` (at least one query's row of candidates)."""
     b, L = cand.shape
+    d = R64.shape[1]
     out = np.empty((b, L), dtype=np.float64)
-    step = max(1, PAIR_CHUNK // max(L, 1))
+    if b == 0 or L == 0:
+        return out
+    step = max(1, chunk_bytes // (8 * d * L))
+    buf = np.empty((min(step, b), L, d))
     for c in range(0, b, step):
-        g = R64[cand[c:c + step]]  # (step, L, D)
-        q = Q64[s + c:s + c + g.shape[0]]
+        m = min(step, b - c)
+        g = np.take(R64, cand[c:c + m], axis=0, out=buf[:m])
+        q = Q64[s + c:s + c + m]
+        o = out[c:c + m]
         if metric == "cosine":
-            out[c:c + step] = np.einsum("bld,bd->bl", g, q)
+            np.einsum("bld,bd->bl", g, q, out=o)
         else:
             g -= q[:, None, :]
-            out[c:c + step] = -np.einsum("bld,bld->bl", g, g)
+            np.einsum("bld,bld->bl", g, g, out=o)
+            np.negative(o, out=o)
     return out
 
 
@@ -345,11 +354,6 @@ def _pad_rows(rows: np.ndarray, nb: int, vals: np.ndarray, fill, width_min: int)
     return P, cnt, flat
 
 
-def _pair_keys_buffered(ks: KeySpace, s: int, qrow: np.ndarray, rcol: np.ndarray) -> np.ndarray:
-    """:func:`pair_keys64` of the pairs ``(s + qrow, rcol)`` through buffers small enough to stay in cache."""
-    return pair_keys64(ks.Q64[s:], ks.R64, qrow, rcol, ks.metric, chunk_bytes=PAIR_BYTES)
-
-
 class _CpuSearch:
     """Shared state of the CPU search: the threshold sample and per-thread float32 tiles."""
 
@@ -470,23 +474,23 @@ class _CpuSearch:
         keep = v >= tau[rows]
         if full.any():
             keep &= ~full[rows]
-        keepA = np.empty_like(keep)
-        keepA[o] = keep
-        # 3. float64 keys of the window, tile by tile (each reference tile read from memory once)
-        qr, rc = rowsA[keepA], colsA[keepA]
-        k64 = _pair_keys_buffered(ks, s, qr, rc)
+        # 3. float64 keys of the window, per query: its references (ascending) gathered once,
+        # the query row read in place (block_keys64: pair_keys64's very reduction)
+        qr, rc = rows[keep], colsA[o][keep]
+        C, cntw, flat = _pad_rows(qr, nb, rc, 0, k + 1)
+        K = block_keys64(ks.Q64, ks.R64, s, C, ks.metric)
+        np.negative(K, out=K)
+        pad = np.ones(K.shape, dtype=bool)
+        pad.ravel()[flat] = False
+        K[pad] = np.inf
         # 4. order per query by (float64 key desc, reference asc)
-        o = np.argsort(qr, kind="stable")
-        qr, rc, k64 = qr[o], rc[o], k64[o]
-        K, _, flat = _pad_rows(qr, nb, -k64, np.inf, k + 1)
-        C = np.zeros(K.shape, dtype=np.int64)
-        C.ravel()[flat] = rc
         o = np.argsort(K, axis=1)[:, :k + 1]
         Ks = np.take_along_axis(K, o, 1)
         for r in np.flatnonzero((Ks[:, 1:] == Ks[:, :-1]).any(1)):  # equal keys: lower index first
             o[r] = np.argsort(K[r], kind="stable")[:k + 1]
-        keys[s:e] = -np.take_along_axis(K, o[:, :k], 1)
-        idx[s:e] = np.take_along_axis(C, o[:, :k], 1)
+        flat_o = o[:, :k] + (np.arange(nb) * K.shape[1])[:, None]
+        np.negative(np.take(K, flat_o), out=keys[s:e])
+        np.take(C, flat_o, out=idx[s:e])
         for r in np.flatnonzero(full):
             keys[s + r], idx[s + r] = _exact_topk_row(ks, s + r, k)
         with self.lock:
