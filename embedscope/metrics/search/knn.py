@@ -54,7 +54,6 @@ METRICS = ("cosine", "euclidean")
 FAISS_MIN_L = 0  # CPU candidate lists longer than this come from faiss (0: always)
 SLACK = 16  # extra float32 candidates per query kept for the float64 certification
 U32 = 2.0 ** -24
-PAIR_CHUNK = 1 << 16  # pairs per float64 gather chunk
 _MAX_BLOCK_ELEMS = 1 << 26  # float32 block of at most 256 MiB
 CPU_SELECT = True  # topk_exact on the CPU: own GEMM tiles + per-query threshold (False: candidate_blocks)
 CPU_BLOCK = 512  # queries per block of the CPU search
