@@ -230,15 +230,14 @@ class _Rows:
         slot = np.arange(r.size) - start[r]
         S = np.empty((nb, smax))
         S[:] = (pad + qoff)[:, None]  # pads below every key of the row (in float32 units + ‖q‖²)
-        S[r, slot] = v
+        vs = v.astype(np.float64)
+        vs.view(np.int64)[:] |= slot
+        S.ravel()[r.astype(np.int64) * smax + slot] = vs
         Si = S.view(np.int64)
-        Si[r, slot] |= slot
         S.sort(axis=1)
-        pos = np.minimum(Si & _SLOT_MASK, smax - 1)  # after the sort: each value's slot (pads: meaningless)
-        Si &= ~_SLOT_MASK
-        IDS = np.zeros((nb, smax), dtype=np.int64)
-        IDS[r, slot] = ids
-        IDS = IDS[np.arange(nb)[:, None], pos].ravel()  # the references in the order of g (window members only read)
+        pos = Si & _SLOT_MASK  # after the sort: each value's slot in its row (pads: meaningless, never read)
+        Si ^= pos
+        pos = pos.ravel()
         if ks.metric == "euclidean":
             S -= qoff[:, None]
         S -= pad
@@ -275,7 +274,8 @@ class _Rows:
             lo_i = np.searchsorted(g, ((k - w) + base)[amb], side="left")  # the window: g[lo_i:idx]
             c = idx[amb] - lo_i
             rep = np.repeat(np.arange(amb.size), c)
-            wid = IDS[np.repeat(lo_i - np.cumsum(c) + c, c) + np.arange(rep.size)]
+            at = np.repeat(lo_i - np.cumsum(c) + c, c) + np.arange(rep.size)  # window members' places in g
+            wid = ids[start[at // smax] + pos[at]]  # (survivors grouped by row: row start + slot)
             keep = wid != self.rj[pa][rep]  # not the pair's own reference
             rep, wid = rep[keep], wid[keep]
             qa = self.qi[pa]
