@@ -37,6 +37,47 @@ def _fmt_ci(r: dict[str, Any], key: str = "pearson") -> str:
     return f"{v:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
+#: Fig.-5 point and error-bar style (points: markersize 4.5 pt; bars 0.8 pt wide with 2 pt caps)
+_MS, _ELW, _CAP, _MEW = 4.5, 0.8, 2.0, 1.0
+
+
+def _points_with_bars(ax, x, y, xe, ye, rgba) -> None:
+    """One point per objective with its x and y error bars (seed sd; none where not finite), in the
+    colour of each objective: drawn as one collection per part (bars, caps, points) for all
+    objectives at once, as ``errorbar(fmt="o", capsize=2)`` per objective would draw them (the same
+    look, a few artists instead of seven per objective)."""
+    pts = np.isfinite(x) & np.isfinite(y)
+    for err, along in ((xe, "x"), (ye, "y")):
+        ok = pts & np.isfinite(err)
+        if not ok.any():
+            continue
+        c, lo, hi = rgba[ok], (x if along == "x" else y)[ok] - err[ok], (x if along == "x" else y)[ok] + err[ok]
+        if along == "x":
+            ax.hlines(y[ok], lo, hi, colors=c, linewidths=_ELW, zorder=2)
+            ax.scatter(np.r_[lo, hi], np.r_[y[ok], y[ok]], s=(2 * _CAP) ** 2, c=np.r_[c, c], marker="|",
+                       linewidths=_MEW, zorder=2)
+        else:
+            ax.vlines(x[ok], lo, hi, colors=c, linewidths=_ELW, zorder=2)
+            ax.scatter(np.r_[x[ok], x[ok]], np.r_[lo, hi], s=(2 * _CAP) ** 2, c=np.r_[c, c], marker="_",
+                       linewidths=_MEW, zorder=2)
+    if pts.any():
+        ax.scatter(x[pts], y[pts], s=_MS ** 2, c=rgba[pts], marker="o", edgecolors=rgba[pts], linewidths=_MEW,
+                   zorder=2.1)
+
+
+def _legend_handle(color, label: str):
+    """A legend entry drawn like an ``errorbar`` point of that colour (point, bars and caps), made of
+    artists that belong to no axes."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.container import ErrorbarContainer
+    from matplotlib.lines import Line2D
+
+    point = Line2D([], [], ls="none", marker="o", ms=_MS, mew=_MEW, color=color)
+    caps = tuple(Line2D([], [], ls="none", marker=m, ms=2 * _CAP, mew=_MEW, color=color) for m in ("|", "_"))
+    bars = tuple(LineCollection([], colors=[color], linewidths=_ELW) for _ in range(2))
+    return ErrorbarContainer((point, caps, bars), has_xerr=True, has_yerr=True, label=label)
+
+
 def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     """One panel per training-set measure: one point per objective (mean over seeds, error bars = seed
     standard deviation), the least-squares line, Pearson r with its bootstrap 95% interval (Roth Fig. 5)."""
@@ -54,17 +95,14 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows + 0.9), squeeze=False)
     cmap = plt.get_cmap("tab20")
-    colors = {o["objective"]: cmap(i % 20) for i, o in enumerate(objs)}
+    rgba = np.array([cmap(i % 20) for i in range(len(objs))], dtype=float).reshape(-1, 4)  # objective i's colour
     for k, m in enumerate(measures):
         ax = axes[k // cols][k % cols]
         x = np.array([o[m] for o in objs], dtype=float)
         y = np.array([o[target] for o in objs], dtype=float)
         xe = np.array([o.get(f"{m}_sd", np.nan) for o in objs], dtype=float)
         ye = np.array([o.get(f"{target}_sd", np.nan) for o in objs], dtype=float)
-        for i, o in enumerate(objs):
-            ax.errorbar(x[i], y[i], xerr=None if not np.isfinite(xe[i]) else xe[i],
-                        yerr=None if not np.isfinite(ye[i]) else ye[i], fmt="o", ms=4.5, color=colors[o["objective"]],
-                        ecolor=colors[o["objective"]], elinewidth=0.8, capsize=2, label=o["objective"])
+        _points_with_bars(ax, x, y, xe, ye, rgba)
         ok = np.isfinite(x) & np.isfinite(y)
         if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
             a, b = np.polyfit(x[ok], y[ok], 1)
@@ -77,7 +115,8 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         ax.grid(alpha=0.25)
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles = [_legend_handle(c, o["objective"]) for c, o in zip(rgba, objs)]
+    labels = [o["objective"] for o in objs]
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
@@ -114,21 +153,27 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
     """Measures ranked by |Kendall τ| with the target over runs, bootstrap 95% interval as whiskers;
     the granulated τ (Jiang et al. 2020) as a diamond."""
     import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
 
     rk = stats["ranking"]
     k = max(len(rk), 1)
     fig, ax = plt.subplots(figsize=(6.4, 0.32 * k + 1.4))
     ys = np.arange(len(rk))[::-1]
-    for y, r in zip(ys, rk):
-        t, lo, hi = r["kendall"], r["kendall_lo"], r["kendall_hi"]
-        color = "tab:blue" if t >= 0 else "tab:red"
-        ax.barh(y, abs(t), color=color, alpha=0.75)
-        if np.isfinite(lo) and np.isfinite(hi):
-            s = np.sign(t) if t != 0 else 1.0
-            a, b = sorted((s * lo, s * hi))
-            ax.plot([a, b], [y, y], color="k", lw=1)
-        if np.isfinite(r.get("granulated_tau", np.nan)):
-            ax.plot(abs(r["granulated_tau"]), y, "D", color="k", ms=3.5, mfc="white")
+    tau = np.array([r["kendall"] for r in rk], dtype=float)
+    lo = np.array([r["kendall_lo"] for r in rk], dtype=float)
+    hi = np.array([r["kendall_hi"] for r in rk], dtype=float)
+    gt = np.array([r.get("granulated_tau", np.nan) for r in rk], dtype=float)
+    # one artist per part for all measures (bars, interval lines, diamonds), as one per measure would draw them
+    ax.barh(ys, np.abs(tau), color=["tab:blue" if t >= 0 else "tab:red" for t in tau], alpha=0.75)
+    s = np.where(tau != 0, np.sign(tau), 1.0)
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if ok.any():
+        a, b = np.minimum(s * lo, s * hi)[ok], np.maximum(s * lo, s * hi)[ok]
+        ax.add_collection(LineCollection([[(u, y), (v, y)] for u, v, y in zip(a, b, ys[ok])], colors="k",
+                                         linewidths=1, capstyle="projecting", zorder=2))
+    ok = np.isfinite(gt)
+    if ok.any():
+        ax.plot(np.abs(gt[ok]), ys[ok], "D", ls="none", color="k", ms=3.5, mfc="white")
     ax.set_yticks(ys, [f"{pretty(r['measure'], r['split'])}" for r in rk])
     ax.axvline(0, color="0.4", lw=0.8)
     ax.set_xlim(min(-0.05, ax.get_xlim()[0]), 1.02)
