@@ -269,7 +269,8 @@ def test_full_row_tiles_separate_sets(metric, rows_spy, monkeypatch):
 def test_full_row_tiles_recount_rows_whose_floor_is_too_high(metric, rows_spy, monkeypatch):
     from embedscope.metrics.search import rows
 
-    monkeypatch.setattr(rows, "SAMPLE_SIGMAS", -3.0)  # floors above the depth-th key in most rows
+    # floors from the largest sampled key: above the depth-th key in most rows
+    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim: np.ones(depth.shape, np.int64))
     monkeypatch.setattr(rows, "SAMPLE_MEAN", 4.0)
     X, y = _data(11, n=400, n_cls=10)
     rr = relevant_ranks(X, y, metric=metric, block=50, device="cpu")
@@ -289,6 +290,28 @@ def test_full_row_tiles_chunked_gemm_and_key_estimates(estimate, monkeypatch):
     X[200:203] = X[201] * (1 + 1e-15)
     rr = relevant_ranks(X, y, depth=60, block=40, device="cpu")
     _check(rr, brute_ranks(X, y), 60)
+
+
+def test_floor_sample_ranks_balance_survivors_and_recounts():
+    """The floor's sample rank: the expected-cost minimum, checked by brute force over j from
+    the Poisson probabilities written out (scipy), and its two regimes."""
+    from scipy.stats import poisson
+
+    from embedscope.metrics.search import rows
+
+    depth = np.array([1, 3, 5, 5, 11, 70, 300])
+    for ns, nr, dim in ((2242, 60000, 128), (375, 6000, 128), (750, 12000, 2048)):
+        j = rows._sample_ranks(depth, ns, nr, dim)
+        row_ns = rows.ROW_NS[0] + rows.ROW_NS[1] * dim
+        for dep, jj in zip(depth, j):
+            js = np.arange(1, 200)
+            cost = js * nr / ns * rows.SURVIVOR_NS + poisson.sf(js - 1, dep * ns / nr) * nr * row_ns
+            assert jj == js[np.argmin(cost)], (dep, ns, nr)
+    j = rows._sample_ranks(np.array([5]), 2242, 60000, 128)
+    assert j[0] == 3  # SOP-like: a recount (a 60k-wide row) outweighs ~30 more survivors
+    mu = 70 * 375 / 6000
+    j = rows._sample_ranks(np.array([70]), 375, 6000, 128)
+    assert mu + 2 * np.sqrt(mu) <= j[0] <= mu + 3.5 * np.sqrt(mu)
 
 
 def test_per_query_depth():

@@ -7,7 +7,7 @@ r_(1) < r_(2) < …, the m-th relevant item sits at rank r_(m) and P_i(r_(m)) = 
 search computes, per query, the exact rank of each relevant reference if it lies within the depth,
 and nothing else:
 
-- **CPU, up to ``ROWS_MAX_REFS`` references** (the size of the CUB/CARS test sets) with a depth
+- **CPU, up to ``ROWS_MAX_REFS`` references** (CUB/CARS and SOP test sets, and larger) with a depth
   below 1,000 and relevant sets of similar sizes: a filtered tile pass that sorts each query's
   few survivors above a sampled floor and counts, for each relevant pair, those before it by one
   binary search (:mod:`embedscope.metrics.search.rows`); its ranks go only as deep as each
@@ -63,11 +63,10 @@ SHALLOW_SAMPLE = 1 / 16  # ... of this fraction of the references (sample_top [1
 DEEP_SAMPLE_TOP = 32.0  # mAP@1000: floor keys at the depth itself from a 32/depth sample
 ESTIMATE_MIN_PAIRS_PER_QUERY = 8  # from this many relevant pairs per query, float32 pair-key estimates
 USE_ROWS = True  # the filtered tile pass with per-row counting where _rows_plan chooses it (False: never)
-ROWS_MAX_REFS = 40_000  # CPU: the filtered tile pass with per-row counting (rows.py) up to this many references,
-ROWS_DEEP_REFS = 200_000  # ... or up to this many when the depths average at least ROWS_DEEP_MEAN (CUB-like
-ROWS_DEEP_MEAN = 16  # classes; at SOP-like depths of ~5 the counting pass is as fast there) ...
+ROWS_MAX_REFS = 200_000  # CPU: the filtered tile pass with per-row counting (rows.py) up to this many references
 ROWS_MAX_DEPTH = 1_000  # ... when the depth is below this ...
-ROWS_MIN_FILL = 0.25  # ... and the relevant pairs fill this share of the padded query x max R_i table
+ROWS_MIN_FILL = 0.25  # ... and the relevant pairs fill this share of the padded (query x max R_i) tables
+ROWS_FILL_BLOCK = 1024  # ... of blocks of this many queries (rows.BLOCK)
 
 
 # ----------------------------------------------------------------------------- the result
@@ -502,17 +501,19 @@ def _pairs_and_keys(ks: KeySpace, lay: _Layout):
 
 def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
     """Whether the filtered tile pass with per-row counting (:mod:`embedscope.metrics.search.rows`)
-    ranks this search: CPU; up to ``ROWS_MAX_REFS`` references, or ``ROWS_DEEP_REFS`` when the
-    (per-query) depths average ``ROWS_DEEP_MEAN`` or more; the largest depth below
-    ``ROWS_MAX_DEPTH``; relevant sets of similar sizes (padded tables at least ``ROWS_MIN_FILL``
-    full). Measured in docs/PERFORMANCE.md."""
+    ranks this search: CPU; up to ``ROWS_MAX_REFS`` references; the largest depth below
+    ``ROWS_MAX_DEPTH``; relevant sets of similar sizes within blocks of queries (the pass pads each
+    block's pairs to the block's largest R_i: those tables at least ``ROWS_MIN_FILL`` full).
+    Measured in docs/PERFORMANCE.md."""
     from embedscope.device import resolve_device
 
     dev = resolve_device(device) if not hasattr(device, "type") else device
-    limit = ROWS_DEEP_REFS if float(np.mean(depth)) >= ROWS_DEEP_MEAN else ROWS_MAX_REFS
-    if not USE_ROWS or dev.type != "cpu" or n_ref > limit or np.max(depth) >= ROWS_MAX_DEPTH or R.size == 0:
+    if not USE_ROWS or dev.type != "cpu" or n_ref > ROWS_MAX_REFS or np.max(depth) >= ROWS_MAX_DEPTH or R.size == 0:
         return False
-    return float(R.sum()) >= ROWS_MIN_FILL * R.size * max(int(R.max()), 1)
+    starts = np.arange(0, R.size, ROWS_FILL_BLOCK)
+    sizes = np.diff(np.append(starts, R.size))
+    padded = float((sizes * np.maximum(np.maximum.reduceat(R, starts), 1)).sum())
+    return float(R.sum()) >= ROWS_MIN_FILL * padded
 
 
 def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):

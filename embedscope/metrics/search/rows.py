@@ -8,8 +8,10 @@ flat search) and never sorts a row of N keys:
 
 1. **A floor per query**, ``τ_i = max(floor_i, lowest relevant key_i − 2w_i)``: ``floor_i`` is the
    j-th largest key of query i against a uniform sample of ``ns`` references (``ns`` about
-   ``SAMPLE_MEAN`` × N / d, at most ``SAMPLE_MAX_FRAC`` × N; j = the expected sampled count in the
-   top d_i plus ``SAMPLE_SIGMAS`` standard deviations), an estimate of the d_i-th largest key.
+   ``SAMPLE_MEAN`` × N / d, at most a share of N that shrinks with the mean depth; j from the
+   expected cost of the survivors vs. a recount, :func:`_sample_ranks`), an estimate of the d_i-th
+   largest key, taken from the maxima of column groups of the sample (a value at most the j-th
+   largest sampled key, usually equal, at a fraction of a partition's cost).
 2. **Tiles.** One float32 GEMM per tile (a same-set cosine search multiplies each pair of query
    blocks once and filters the tile both ways); the references whose float32 key exceeds ``τ_i``
    ("survivors", about 1.5–2 × d_i per query) are kept, everything else is dropped at once.
@@ -51,10 +53,14 @@ BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK;
 REF_TILE = 2048  # references per tile when the search is not symmetric
 SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample), at
 # D <= 128; times sqrt(128 / D) above (the sample's GEMM grows with D, the survivors' cost does not)
-SAMPLE_SIGMAS = 2.5  # margin of the sampled rank over its expectation (a miss costs one row's recount)
-SAMPLE_MAX_FRAC = 1 / 8  # ... from at most this share of the references (small depths: a looser floor)
+SURVIVOR_NS = 50.0  # the floor's sample rank (_sample_ranks) balances the cost of one survivor (ns) ...
+ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension)
+SAMPLE_MAX_FRAC = 1 / 16  # ... from at most this share of the references (small depths: a looser floor),
+SAMPLE_FRAC_PER_DEPTH = 1 / 128  # ... and at most (mean depth) x this share (SOP-like depths of ~5: ~1/30;
+SAMPLE_MIN_FRAC = 1 / 64  # the floor's GEMM and partition cost more than the extra survivors), at least this
 EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
+FLOOR_GROUPS_PER_J = 16  # a floor is the j-th largest of the maxima of 16 j column groups of the sample
 _SLOT_MASK = np.int64((1 << 29) - 1)  # the float64 mantissa bits below a float32's precision
 
 
@@ -62,9 +68,56 @@ def _kth_largest(A: np.ndarray, j: np.ndarray) -> np.ndarray:
     """Per row of ``A``, its j[row]-th largest value (float64); one partition for all the
     distinct j."""
     n = A.shape[1]
+    j = np.asarray(j)
+    jmax = int(j.max())
+    if jmax * 4 <= n and int(j.min()) != jmax:
+        # one partition at the largest j, then only the top jmax columns sorted (several kth
+        # values would cost one partition pass each)
+        P = np.partition(A, n - jmax, axis=1)[:, n - jmax:]
+        P.sort(axis=1)
+        return P[np.arange(A.shape[0]), jmax - j].astype(np.float64)
     kth = n - j
     P = np.partition(A, np.unique(kth), axis=1)
     return P[np.arange(A.shape[0]), kth].astype(np.float64)
+
+
+def _sample_ranks(depth: np.ndarray, ns: int, nr: int, dim: int) -> np.ndarray:
+    """Per query, the sample rank j of its floor (the j-th largest of its keys against ``ns`` of
+    the ``nr`` references): the j that minimises the expected cost of the survivors it lets
+    through (about j·nr/ns, ``SURVIVOR_NS`` each) plus that of a recount of the row when the floor
+    lies above the depth-th key, i.e. when j or more of the query's top ``depth`` references were
+    sampled (Poisson with mean depth·ns/nr), a row GEMM and partition of ``ROW_NS`` per reference.
+    Small depths (SOP-like, mean ~0.2) get j = 3 where a normal margin gave 2 and recounted
+    1.6% of the rows; CUB-like ones (mean ~4) j ≈ mean + 2.5 standard deviations."""
+    row_ns = ROW_NS[0] + ROW_NS[1] * dim
+    ud, inv = np.unique(depth, return_inverse=True)
+    out = np.empty(ud.size, dtype=np.int64)
+    for t, dep in enumerate(ud):
+        mu = float(dep) * ns / nr
+        jmax = int(min(ns, math.ceil(mu + 10.0 * math.sqrt(mu) + 12)))
+        pmf = np.empty(jmax + 60)
+        pmf[0] = math.exp(-mu)
+        pmf[1:] = mu / np.arange(1, pmf.size)
+        pmf = np.cumprod(pmf)
+        sf = np.cumsum(pmf[::-1])[::-1]  # sf[j] = P(X >= j)
+        js = np.arange(1, jmax + 1)
+        cost = js * (nr / ns) * SURVIVOR_NS + sf[js] * nr * row_ns
+        out[t] = js[int(np.argmin(cost))]
+    return out[inv]
+
+
+def _kth_largest_lower(A: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Per row of ``A``, a value at most its j[row]-th largest, usually equal: the j-th largest of
+    the maxima of ``FLOOR_GROUPS_PER_J`` × max(j) groups of consecutive columns (any j values of
+    the group maxima are j values of the row). A partition of A costs ~8 ns per value, the group
+    maxima ~0.5: the floors' sample at SOP-like depths is thousands wide with j ≤ 5."""
+    n = A.shape[1]
+    g = n // (FLOOR_GROUPS_PER_J * int(np.max(j)))
+    if g < 4:
+        return _kth_largest(A, j)
+    ng = n // g
+    M = A[:, :ng * g].reshape(A.shape[0], ng, g).max(axis=2)
+    return _kth_largest(M, j)
 
 
 class _Rows:
@@ -94,7 +147,6 @@ class _Rows:
         self.cnt = np.bincount(qi, minlength=nq)
         self.off = np.zeros(nq + 1, dtype=np.int64)
         np.cumsum(self.cnt, out=self.off[1:])
-        self.rmax = int(max(self.cnt.max(initial=0), 1))
         low = np.full(nq, np.inf)  # +inf for queries without pairs: nothing survives
         has = self.cnt > 0
         if qi.size:
@@ -121,22 +173,23 @@ class _Rows:
 
     # ------------------------------------------------------------------ floors
     def _sample(self, Ra, seed: int):
-        """The floors' sample: ``ns`` references drawn uniformly, and j, the expected count of
-        sampled references in a query's top ``depth`` plus ``SAMPLE_SIGMAS`` standard deviations
-        (all references and j = depth when ns would reach N: exact floors)."""
+        """The floors' sample: ``ns`` references drawn uniformly, and per query the sample rank j
+        of its floor (:func:`_sample_ranks`; all references and j = depth when ns would reach N:
+        exact floors)."""
         ks, nr, depth = self.ks, self.nr, self.depth
         n_avail = nr - (1 if ks.same else 0)
         mean = SAMPLE_MEAN * math.sqrt(min(1.0, 128 / max(ks.Q32.shape[1], 1)))
-        ns = int(min(nr, math.ceil(mean * nr / max(float(depth.mean()), 1.0))))
-        if ns > SAMPLE_MAX_FRAC * nr and (nr > EXACT_FLOOR_MAX or ns < nr / 2):
-            ns = int(math.ceil(SAMPLE_MAX_FRAC * nr))
+        dm = max(float(depth.mean()), 1.0)
+        ns = int(min(nr, math.ceil(mean * nr / dm)))
+        frac = min(SAMPLE_MAX_FRAC, max(SAMPLE_MIN_FRAC, dm * SAMPLE_FRAC_PER_DEPTH))
+        if ns > frac * nr and (nr > EXACT_FLOOR_MAX or ns < nr / 2):
+            ns = int(math.ceil(frac * nr))
         if ns >= nr / 2:
             ns = nr
             self.sample, self.j = np.arange(nr), np.minimum(depth, n_avail)
         else:
             self.sample = np.sort(np.random.default_rng(seed).choice(nr, ns, replace=False))
-            mu = depth * (ns / nr)
-            self.j = np.clip(np.ceil(mu + SAMPLE_SIGMAS * np.sqrt(mu)), 1, ns).astype(np.int64)
+            self.j = _sample_ranks(depth, ns, nr, ks.Q32.shape[1])
         self.RsT = np.ascontiguousarray(Ra[self.sample].T)
 
     def floor_chunk(self, span):
@@ -150,7 +203,7 @@ class _Rows:
             pos = np.minimum(np.searchsorted(sample, q), sample.size - 1)
             hit = np.flatnonzero(sample[pos] == q)
             Sm[hit, pos[hit]] = -np.inf
-        fl = _kth_largest(Sm, self.j[s:e]) - self.qoff[s:e]
+        fl = _kth_largest_lower(Sm, self.j[s:e]) - self.qoff[s:e]
         self.floor[s:e] = fl - 2.0 * (self.w[s:e] + self.eta) - 1e-300
 
     def set_thresholds(self):
@@ -248,7 +301,7 @@ class _Rows:
         slot = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
         pp = np.repeat(self.off[q], cnt) + slot
         lr = np.repeat(np.arange(nb), cnt)
-        K = np.full((nb, self.rmax), np.inf)  # each row's pairs in increasing key order: sorted needles
+        K = np.full((nb, int(max(cnt.max(initial=0), 1))), np.inf)  # each row's pairs in increasing key order
         K[lr, slot] = self.k[pp]
         pp = np.repeat(self.off[q], cnt) + np.argsort(K, axis=1)[lr, slot]
         k = self.k[pp]
@@ -304,7 +357,7 @@ class _Rows:
         cnt = self.cnt[s:e]
         lr = np.repeat(np.arange(e - s), cnt)
         slot = np.arange(p1 - p0) - np.repeat(self.off[s:e] - p0, cnt)
-        rk = np.full((e - s, self.rmax), np.inf)
+        rk = np.full((e - s, int(max(cnt.max(initial=0), 1))), np.inf)
         rk[lr, slot] = self.rank[p0:p1]
         src = np.argsort(rk, axis=1, kind="stable")[lr, slot]
         self.out_rank[p0:p1] = rk[lr, src]
