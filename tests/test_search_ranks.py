@@ -253,6 +253,31 @@ def test_full_row_tiles_equal_brute_force(metric, block, rows_spy):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_full_row_tiles_blocks_ranked_in_halves_by_two_workers(metric, rows_spy, monkeypatch):
+    """A completed block's second half of rows goes to another worker (uneven halves of a
+    ragged last block, a recount in each half); the ranks stay exact."""
+    from embedscope.metrics.search import rows
+
+    monkeypatch.setattr(rows, "SPLIT_MIN_ROWS", 4)
+    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim: np.ones(depth.shape, np.int64))
+    halves = {"n": 0}
+    orig = rows._Rows._finish_rows
+
+    def spy(self, s, h0, h1, *a):
+        halves["n"] += h0 > 0
+        return orig(self, s, h0, h1, *a)
+
+    monkeypatch.setattr(rows._Rows, "_finish_rows", spy)
+    monkeypatch.setattr(rows.os, "cpu_count", lambda: 2)  # two workers whatever the machine
+    X, y = _data(14, n=330, n_cls=9)
+    X[66] = X[67]  # an exact tie across the halves of block 1 (queries 45..66 | 67..89)
+    rr = relevant_ranks(X, y, metric=metric, block=45, device="cpu")
+    _check(rr, brute_ranks(X, y, metric=metric), int(rr.R.max()))
+    assert halves["n"] == 8  # every block of 45 (and the last, of 15) ranked in two halves
+    assert rows_spy["recounted"] > 0
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_full_row_tiles_separate_sets(metric, rows_spy, monkeypatch):
     from embedscope.metrics.search import rows
 

@@ -58,6 +58,7 @@ ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM
 SAMPLE_MAX_FRAC = 1 / 16  # ... from at most this share of the references (small depths: a looser floor),
 SAMPLE_FRAC_PER_DEPTH = 1 / 128  # ... and at most (mean depth) x this share (SOP-like depths of ~5: ~1/30;
 SAMPLE_MIN_FRAC = 1 / 64  # the floor's GEMM and partition cost more than the extra survivors), at least this
+SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is ranked in two halves
 EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
 FLOOR_GROUPS_PER_J = 16  # a floor is the j-th largest of the maxima of 16 j column groups of the sample
@@ -166,6 +167,8 @@ class _Rows:
         self.floor_spans = [(s, min(nq, s + step)) for s in range(0, nq, step)]
         self.floor = np.empty(nq)
         self.pending: list = [[] for _ in self.blocks]
+        self.pool = None  # the worker pool, when there is one: finish() hands it half a block
+        self.extra: list = []  # ... and those halves' futures
         self.lock = threading.Lock()
         self.rank = np.empty(qi.size, dtype=np.float64)
         self.out_rank = np.empty(qi.size, dtype=np.float64)
@@ -246,8 +249,23 @@ class _Rows:
         r = np.concatenate([p[0] for p in parts])
         ids = np.concatenate([p[1] for p in parts])
         v = np.concatenate([p[2] for p in parts])
-        rows = np.arange(e - s)
-        fail = self._count(s, rows, self.tau[s:e], r, ids, v)
+        nb = e - s
+        if self.pool is not None and nb >= 2 * SPLIT_MIN_ROWS:
+            # the second half of the rows to another worker: the last blocks complete together
+            # at the end of the pass, and their ranking would otherwise run on fewer threads
+            h = nb // 2
+            lo = r < h
+            fut = self.pool.submit(self._finish_rows, s, h, nb, r[~lo] - h, ids[~lo], v[~lo])
+            with self.lock:
+                self.extra.append(fut)
+            self._finish_rows(s, 0, h, r[lo], ids[lo], v[lo])
+        else:
+            self._finish_rows(s, 0, nb, r, ids, v)
+
+    def _finish_rows(self, s: int, h0: int, h1: int, r, ids, v):
+        """Rank the pairs of queries s + h0 … s + h1 − 1 from their survivors (``r``: row − h0)."""
+        rows = np.arange(h0, h1)
+        fail = self._count(s, rows, self.tau[s + h0:s + h1], r, ids, v)
         if fail.size:  # recount these rows from their exact depth-th key (one small GEMM)
             q = s + fail
             nr = self.nr
@@ -259,7 +277,7 @@ class _Rows:
             rr = f // nr
             again = self._count(s, fail, tau, rr, f - rr * nr, T.ravel()[f])
             assert again.size == 0, "a recount from the exact floor cannot fail"
-        self._order(s, e)
+        self._order(s + h0, s + h1)
 
     def _count(self, s, rows, tau, r, ids, v):
         """Rank the pairs of the block's rows ``rows`` (queries s + rows) from their survivors:
@@ -409,7 +427,10 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
         with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
             list(pool.map(st.floor_chunk, st.floor_spans))
             st.set_thresholds()
+            st.pool = pool
             for _ in pool.map(run, st.tasks):
                 bar.update(1)
+            for fut in st.extra:  # every tile is done, so every half block has been handed out
+                fut.result()
     bar.close()
     return st.out_rank, st.out_ref
