@@ -215,21 +215,31 @@ class _Rows:
         self.thr = np.nextafter((self.tau + self.qoff).astype(np.float32), np.float32(-np.inf))  # ≤ τ + ‖q‖²
 
     # ------------------------------------------------------------------ tiles
-    def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray):
+    def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray, mbuf2: np.ndarray):
         a, r0, r1, c = task
         s, e = self.blocks[a]
         T = self.gemm(slice(s, e), r0, r1, buf)
         b, w = T.shape
         M = mbuf[:b * w].reshape(b, w)
-        np.greater(T, self.thr[s:e, None], out=M)
+        thr_r = self.thr[s:e]
+        np.greater(T, thr_r[:, None], out=M)
+        if c is not None:  # the same tile seen from block c's queries (its columns): one mask for both
+            thr_c = self.thr[r0:r1]
+            M2 = mbuf2[:b * w].reshape(b, w)
+            np.greater(T, thr_c[None, :], out=M2)
+            np.logical_or(M, M2, out=M)
         f = np.flatnonzero(M)
+        val = T.ravel()[f]
         r = f // w
+        col = f - r * w
         # survivors kept as (row in its block: int16, reference: int32, float32 key): 10 bytes
-        done = [self._add(a, (r.astype(np.int16), (f - r * w + r0).astype(np.int32), T.ravel()[f]))]
-        if c is not None:  # the same tile seen from block c's queries (its columns)
-            np.greater(T, self.thr[r0:r1][None, :], out=M)
-            f = np.flatnonzero(M)
-            done.append(self._add(c, ((f % w).astype(np.int16), (f // w + s).astype(np.int32), T.ravel()[f])))
+        if c is None:
+            done = [self._add(a, (r.astype(np.int16), (col + r0).astype(np.int32), val))]
+        else:
+            inr = val > thr_r[r]
+            inc = val > thr_c[col]
+            done = [self._add(a, (r[inr].astype(np.int16), (col[inr] + r0).astype(np.int32), val[inr])),
+                    self._add(c, (col[inc].astype(np.int16), (r[inc] + s).astype(np.int32), val[inc]))]
         for blk in done:
             if blk is not None:
                 self.finish(blk)
@@ -414,7 +424,8 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
         if not hasattr(local, "buf"):
             local.buf = np.empty(width, dtype=np.float32)
             local.mbuf = np.empty(width, dtype=bool)
-        st.run_task(task, local.buf, local.mbuf)
+            local.mbuf2 = np.empty(width, dtype=bool)
+        st.run_task(task, local.buf, local.mbuf, local.mbuf2)
 
     if n_threads == 1:
         for sp in st.floor_spans:
