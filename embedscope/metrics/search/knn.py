@@ -475,7 +475,7 @@ class _CpuSearch:
             keep &= ~full[rows]
         # 3. float64 keys of the window, per query: its references (ascending) gathered once,
         # the query row read in place (block_keys64: pair_keys64's very reduction)
-        qr, rc = rows[keep], colsA[o][keep]
+        qr, rc = rows[keep], colsA[o[keep]]
         C, cntw, flat = _pad_rows(qr, nb, rc, 0, k + 1)
         K = block_keys64(ks.Q64, ks.R64, s, C, ks.metric)
         np.negative(K, out=K)
