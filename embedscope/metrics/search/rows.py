@@ -1,6 +1,6 @@
 """Exact ranks of the relevant references by a filtered tile pass with per-row counting
-(METHODS.md §1, "Distances", "Ties"): the CPU path at the size of the CUB-200 and CARS196 test
-sets (up to tens of thousands of references, relevant sets of similar sizes).
+(METHODS.md §1, "Distances", "Ties"): the CPU path for the CUB-200, CARS196 and SOP test sets
+(up to 200,000 references, depths below 1,000, relevant sets of similar sizes).
 
 Every retrieval measure needs, per query i, the exact rank of each relevant reference within a
 depth d_i (R_i for R-Precision and MAP@R). This pass never keeps a top-k list (a heap, as faiss's
