@@ -53,11 +53,11 @@ BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK;
 REF_TILE = 2048  # references per tile when the search is not symmetric
 SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample), at
 # D <= 128; times sqrt(128 / D) above (the sample's GEMM grows with D, the survivors' cost does not)
-SURVIVOR_NS = 50.0  # the floor's sample rank (_sample_ranks) balances the cost of one survivor (ns) ...
-ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension)
 SAMPLE_MAX_FRAC = 1 / 16  # ... from at most this share of the references (small depths: a looser floor),
 SAMPLE_FRAC_PER_DEPTH = 1 / 128  # ... and at most (mean depth) x this share (SOP-like depths of ~5: ~1/30;
 SAMPLE_MIN_FRAC = 1 / 64  # the floor's GEMM and partition cost more than the extra survivors), at least this
+SURVIVOR_NS = 50.0  # the floor's sample rank (_sample_ranks) balances the cost of one survivor (ns) ...
+ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension)
 SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is ranked in two halves
 EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
@@ -88,8 +88,9 @@ def _sample_ranks(depth: np.ndarray, ns: int, nr: int, dim: int) -> np.ndarray:
     through (about j·nr/ns, ``SURVIVOR_NS`` each) plus that of a recount of the row when the floor
     lies above the depth-th key, i.e. when j or more of the query's top ``depth`` references were
     sampled (Poisson with mean depth·ns/nr), a row GEMM and partition of ``ROW_NS`` per reference.
-    Small depths (SOP-like, mean ~0.2) get j = 3 where a normal margin gave 2 and recounted
-    1.6% of the rows; CUB-like ones (mean ~4) j ≈ mean + 2.5 standard deviations."""
+    SOP-like depths (~5, a sampled mean of ~0.2) get j = 3 where a normal margin gave 2 and
+    recounted 1.6% of the rows; CUB-like ones (a sampled mean of ~4) j ≈ mean + 2.5 standard
+    deviations, as before."""
     row_ns = ROW_NS[0] + ROW_NS[1] * dim
     ud, inv = np.unique(depth, return_inverse=True)
     out = np.empty(ud.size, dtype=np.int64)
