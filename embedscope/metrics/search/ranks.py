@@ -12,8 +12,8 @@ and nothing else:
   few survivors above a sampled floor and counts, for each relevant pair, those before it by one
   binary search (:mod:`embedscope.metrics.search.rows`); its ranks go only as deep as each
   query's measures read (``depth_q``: R_i for R-Precision and MAP@R).
-- **CPU, larger or deeper searches, from 1,500 references** (``COUNT_MIN_REFS``, and 16 × the
-  depth): one tiled float32
+- **CPU, the other searches (more references, a depth of 1,000 or more, skewed relevant sets)
+  from 1,500 references** (``COUNT_MIN_REFS``, and 16 × the depth): one tiled float32
   GEMM pass (cosine at D ≥ 768: summed in chunks of the inner dimension, for a tighter certified
   error bound) that *counts*, for each relevant pair, the references scoring above it, keeping
   per query only the references above a floor key estimated from a sample, never a top-depth
