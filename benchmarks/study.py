@@ -17,6 +17,8 @@ Measures, side by side in one process on the same checkpoints:
   worker threads in this process, its start-up and shut-down included) with an empty cache;
 * **dask-2p** (with ``--worker-processes``): ``run_study(..., workers=2, worker_processes=True)``, 2
   spawned worker processes that import torch;
+* **serial-nofig** (with ``--no-figures-too``): the serial study with ``figures=False`` (statistics
+  and tables still written): how much of the overhead the figures are;
 * **rerun**: the same study again into the same folder (every row finished: read back, nothing
   measured) and **force**: ``force=True`` (every row measured again, embeddings from the cache).
 
@@ -61,13 +63,13 @@ def direct(checkpoints: list[str]) -> float:
 
 
 def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False,
-          processes: bool = False) -> tuple[float, float]:
+          processes: bool = False, figures: bool = True) -> tuple[float, float]:
     """(wall seconds, sum of the embed + measure seconds of the rows it measured)."""
     from embedscope.study.run import run_study
 
     t0 = time.perf_counter()
     res = run_study(grid, out, epoch="last", workers=workers, worker_processes=processes, cache_dir=cache,
-                    force=force, n_boot=1000, echo=lambda s: None)
+                    force=force, n_boot=1000, figures=figures, echo=lambda s: None)
     dt = time.perf_counter() - t0
     assert not res["errors"], res["errors"][:1]
     return dt, sum(r["embed_seconds"] + r["measure_seconds"] for r in res["computed"])
@@ -86,6 +88,8 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--worker-processes", action="store_true",
                     help="also time 2 local worker processes (dask-2p) besides the default 2 worker threads")
+    ap.add_argument("--no-figures-too", action="store_true",
+                    help="also time the serial study without figures (serial-nofig): what the figures cost")
     args = ap.parse_args()
 
     import torch
@@ -112,10 +116,12 @@ def main() -> None:
     direct(checkpoints)  # warm-up: imports, data set, first-call costs
     study(grid, tmp / "warm", tmp / "cache-warm", 0)
     shutil.rmtree(tmp / "cache-warm", ignore_errors=True)
-    kinds = ["direct", "direct-1t", "serial", "dask-2"] + (["dask-2p"] if args.worker_processes else [])
+    kinds = (["direct", "direct-1t", "serial", "dask-2"] + (["dask-2p"] if args.worker_processes else [])
+             + (["serial-nofig"] if args.no_figures_too else []))
     times: dict[str, list[float]] = {k: [] for k in kinds + ["rerun", "force"]}
     cores: dict[str, list[float]] = {k: [] for k in kinds}  # CPU seconds (this process + its children) / wall
     inner: list[float] = []
+    inner_nofig: list[float] = []
     for rep in range(args.repeats):
         order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
         for kind in order:
@@ -129,9 +135,12 @@ def main() -> None:
                 cores[kind].append((_cpu() - c0) / times[kind][-1])
                 continue
             out, cache = tmp / f"{kind}-{rep}", tmp / f"cache-{kind}-{rep}"
-            dt, own = study(grid, out, cache, 0 if kind == "serial" else 2, processes=kind == "dask-2p")
+            dt, own = study(grid, out, cache, 0 if kind.startswith("serial") else 2, processes=kind == "dask-2p",
+                            figures=kind != "serial-nofig")
             times[kind].append(dt)
             cores[kind].append((_cpu() - c0) / dt)
+            if kind == "serial-nofig":
+                inner_nofig.append(own)
             if kind == "serial":
                 inner.append(own)
                 times["rerun"].append(study(grid, out, cache, 0)[0])
@@ -139,10 +148,10 @@ def main() -> None:
             shutil.rmtree(cache, ignore_errors=True)
         print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items()) +
               f"; load average {os.getloadavg()[0]:.1f}", flush=True)
-    print(f"\n{'run':<10} {'min s':>8} {'median s':>9} {'cores used':>11}")
+    print(f"\n{'run':<12} {'min s':>8} {'median s':>9} {'cores used':>11}")
     for k, v in times.items():
         used = f"{statistics.median(cores[k]):11.2f}" if cores.get(k) else ""
-        print(f"{k:<10} {min(v):8.2f} {statistics.median(v):9.2f} {used}")
+        print(f"{k:<12} {min(v):8.2f} {statistics.median(v):9.2f} {used}")
     print("(cores used: median CPU seconds of this process and its finished children per wall second; "
           "below the core count when other jobs take the machine)")
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -154,6 +163,11 @@ def main() -> None:
     print(f"study overhead over its own embed + measure timers: "
           f"{100 * min(s / i - 1 for s, i in zip(times['serial'], inner)):+.1f}% (best repeat), "
           f"{100 * statistics.median(s / i - 1 for s, i in zip(times['serial'], inner)):+.1f}% (median)")
+    if inner_nofig:
+        print(f"serial study without figures, overhead over its own embed + measure timers: "
+              f"{100 * min(s / i - 1 for s, i in zip(times['serial-nofig'], inner_nofig)):+.1f}% (best repeat), "
+              f"{100 * statistics.median(s / i - 1 for s, i in zip(times['serial-nofig'], inner_nofig)):+.1f}% "
+              "(median)")
     for k in [k for k in kinds if k.startswith("dask")]:
         print(f"serial / {k}: {mn['serial'] / mn[k]:.2f}x (min/min), {med['serial'] / med[k]:.2f}x (median/median)")
     print(f"first run / rerun from finished rows: {mn['serial'] / mn['rerun']:.0f}x (min/min); "
