@@ -6,6 +6,7 @@ from brute import ranked_references
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics import relevant_ranks
+from embedscope.metrics.search import search_threads
 
 
 def brute_ranks(X, y, Xr=None, yr=None, metric="cosine"):
@@ -268,10 +269,10 @@ def test_full_row_tiles_blocks_ranked_in_halves_by_two_workers(metric, rows_spy,
         return orig(self, s, h0, h1, *a)
 
     monkeypatch.setattr(rows._Rows, "_finish_rows", spy)
-    monkeypatch.setattr(rows.os, "cpu_count", lambda: 2)  # two workers whatever the machine
     X, y = _data(14, n=330, n_cls=9)
     X[66] = X[67]  # an exact tie across the halves of block 1 (queries 45..66 | 67..89)
-    rr = relevant_ranks(X, y, metric=metric, block=45, device="cpu")
+    with search_threads(2):  # two workers whatever the machine
+        rr = relevant_ranks(X, y, metric=metric, block=45, device="cpu")
     _check(rr, brute_ranks(X, y, metric=metric), int(rr.R.max()))
     assert halves["n"] == 8  # every block of 45 (and the last, of 15) ranked in two halves
     assert rows_spy["recounted"] > 0
@@ -400,3 +401,46 @@ def test_pair_keys_by_class_within_their_bound(metric, same, threads):
     assert qi.size > 1000 and np.all(np.abs(est - exact) <= err[qi])
     with pytest.raises(ValueError):
         _pair_keys_by_class(ks, lay, qi[1:], rj[1:])
+
+
+def test_search_threads_is_per_thread_and_restored(monkeypatch):
+    """search_threads sets the worker count of the searches started from the calling thread only,
+    nests, is restored on exit (also on an error) and refuses non-positive counts; the ranks do not
+    depend on it."""
+    import threading
+
+    from embedscope.metrics.search import n_search_threads, rows
+
+    default = n_search_threads()
+    seen = []
+    orig = rows._Rows.__init__
+
+    def spy(self, *a, **k):
+        seen.append(a[-1])  # the pass's thread count
+        orig(self, *a, **k)
+
+    monkeypatch.setattr(rows._Rows, "__init__", spy)
+    X, y = _data(15, n=240, n_cls=6)
+    ref = brute_ranks(X, y)
+    with search_threads(3):
+        assert n_search_threads() == 3
+        other = []
+        t = threading.Thread(target=lambda: other.append(n_search_threads()))
+        t.start()
+        t.join()
+        assert other == [default]  # another thread keeps its own
+        with search_threads(1):
+            rr1 = relevant_ranks(X, y, device="cpu")
+        rr3 = relevant_ranks(X, y, device="cpu")
+    assert n_search_threads() == default
+    assert seen == [1, 3]
+    for rr in (rr1, rr3):
+        _check(rr, ref, int(rr.R.max()))
+    with pytest.raises(RuntimeError):
+        with search_threads(2):
+            raise RuntimeError("boom")
+    assert n_search_threads() == default
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            with search_threads(bad):
+                pass

@@ -233,9 +233,13 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         es, info = embed_cached(entry["checkpoint"], dataset=settings.get("dataset"), root=settings.get("root"),
                                 cache_dir=settings["cache_dir"], device=settings.get("device", "auto"))
         t1 = time.perf_counter()
+        from embedscope.metrics.search.threads import search_threads
+
         _, compute, _ = registry()
-        vals = compute(es, settings.get("measures"), metric=settings.get("metric", "cosine"),
-                       seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"))
+        # a worker: its searches start as many threads as it may use (one task per core already)
+        with search_threads(int(threads)) if threads else contextlib.nullcontext():
+            vals = compute(es, settings.get("measures"), metric=settings.get("metric", "cosine"),
+                           seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"))
         c = info["config"]
         row.update({k: c.get(k, row.get(k)) for k in CONFIG_COLUMNS if c.get(k) is not None})
         row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_seconds": info["embed_seconds"],

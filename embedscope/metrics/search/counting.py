@@ -40,12 +40,12 @@ thread, never N × N.
 from __future__ import annotations
 
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
+from embedscope.metrics.search.threads import n_search_threads
 
 __all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks", "TileGemm"]
 
@@ -462,7 +462,7 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
                 per_thread.append(local.accs)
         st.run_task(task, local.accs, local.buf, local.mbuf)
 
-    n_threads = int(threads or min(len(tasks), os.cpu_count() or 1))
+    n_threads = int(threads or min(len(tasks), n_search_threads()))
     if n_threads <= 1:
         for t in tasks:
             run(t)

@@ -499,9 +499,11 @@ class _CpuSearch:
 def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads=None):
     """:func:`topk_exact` on the CPU: float32 GEMM tiles with a per-query threshold, float64 keys
     only in each query's window around its k-th key (see the module docstring). Query blocks run
-    in ``threads`` worker threads (default: one per core), each with single-threaded BLAS."""
-    import os
+    in ``threads`` worker threads (default: :func:`~.threads.n_search_threads`), each with
+    single-threaded BLAS."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from embedscope.metrics.search.threads import n_search_threads
 
     nq = ks.Q64.shape[0]
     b = int(min(max(1, block or CPU_BLOCK), 65535))
@@ -509,11 +511,7 @@ def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads
     keys = np.empty((nq, k), dtype=np.float64)
     idx = np.empty((nq, k), dtype=np.int64)
     starts = range(0, nq, b)
-    try:
-        ncpu = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        ncpu = os.cpu_count() or 1
-    nt = int(threads or THREADS or min(ncpu, len(starts)))
+    nt = int(threads or THREADS or min(n_search_threads(), len(starts)))
     bar = _bar(progress, nq, "kNN")
 
     if SYMMETRIC and (ks.same or ks.Q64 is ks.R64):

@@ -420,10 +420,10 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     query, each query's references in index order): a class's GEMM is then written in place,
     row by row (the query itself left out in a same-set search). Classes are shared among
     ``threads`` workers (default: the CPU count), each running its GEMMs with one BLAS thread."""
-    import os
     from concurrent.futures import ThreadPoolExecutor
 
     from embedscope.metrics.search.counting import blas_single_thread
+    from embedscope.metrics.search.threads import n_search_threads
 
     starts, ends = lay.bounds
     nq = lay.q_cls.size
@@ -454,7 +454,7 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
             else:
                 est[dest] = G.ravel()
 
-    n_threads = int(threads or os.cpu_count() or 1)
+    n_threads = int(threads or n_search_threads())
     work_per_cls = (last - first) * (ends[ucls] - starts[ucls])
     if n_threads <= 1 or ucls.size < 2:
         with blas_single_thread():  # small GEMMs: threads only add wake-up latency

@@ -38,7 +38,6 @@ filtering and one block's counting overlap another tile's GEMM.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -46,6 +45,7 @@ import numpy as np
 
 from embedscope.metrics.search.counting import TileGemm, augmented, blas_single_thread, k_chunks, tile_delta
 from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
+from embedscope.metrics.search.threads import n_search_threads
 
 __all__ = ["relevant_ranks_by_rows"]
 
@@ -407,11 +407,11 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     Returns ``(ranks, refs)``: per query (in the order of ``qi``), its relevant references in
     rank order, ranks increasing, those beyond the depth last (``inf``) in reference-index order.
     Every pair is ranked (see the module docstring). ``block``: queries per block (default
-    ``BLOCK``, fewer so that each thread gets work); ``threads``: worker threads (default: the CPU
-    count).
+    ``BLOCK``, fewer so that each thread gets work); ``threads``: worker threads (default:
+    :func:`~.threads.n_search_threads`).
     """
     nq = ks.Q32.shape[0]
-    n_threads = int(threads or os.cpu_count() or 1)
+    n_threads = int(threads or n_search_threads())
     if block is None:
         block = max(128, min(BLOCK, -(-nq // (2 * n_threads))))
     block = int(min(block, 32_767))  # rows within a block are kept as int16
