@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+SETTLE = 0.3  # seconds of pause before each timed call (see run_cell)
 NOISE = {"easy": 1.5, "hard": 2.1}  # times (D / 64) ** 0.33 (SOP-like: x 0.7): similar difficulty across D
 
 
@@ -73,15 +74,20 @@ def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu
     times = {"embedscope": [], "PML": [], "GEMM": []}
     ours = theirs = None
     for _ in range(repeats):  # interleaved, so that the machine's load hits every method alike
+        # each method after a pause: torch's and faiss's OpenMP workers keep spinning for a while
+        # after a parallel region and slowed whichever method ran next by 10-20% at N = 2,000
+        time.sleep(SETTLE)
         t = time.perf_counter()
         ours = retrieval_metrics(X, y, include=keys, device=device)
         if device != "cpu":
             torch.cuda.synchronize()
         times["embedscope"].append(time.perf_counter() - t)
         if pml:
+            time.sleep(SETTLE)
             t = time.perf_counter()
             theirs = calc.get_accuracy(X, y)
             times["PML"].append(time.perf_counter() - t)
+        time.sleep(SETTLE)
         times["GEMM"].append(gram_time(X))
     row = {"N": n, "D": dim, "classes": classes, "difficulty": difficulty, "n_classes": int(len(np.unique(y))),
            "load_1min": os.getloadavg()[0],  # the machine's load when the cell ended (a shared machine's noise)
