@@ -162,6 +162,15 @@ def _group_centroids(C: np.ndarray, n_groups: int) -> np.ndarray:
     return np.unique(g, return_inverse=True)[1].reshape(-1)
 
 
+def _slab_minima(sT: np.ndarray, starts, ends) -> np.ndarray:
+    """Column-wise minima of the row slabs ``sT[starts[t]:ends[t]]`` (t-th output row): one
+    contiguous reduction per slab, far cheaper than ``minimum.reduceat`` (15× on axis 0)."""
+    out = np.empty((len(starts), sT.shape[1]), dtype=sT.dtype)
+    for t, (a, b) in enumerate(zip(starts, ends)):
+        np.minimum.reduce(sT[a:b], axis=0, out=out[t])
+    return out
+
+
 class _Assigner:
     """Exact nearest-centroid assignment for a fixed x, over a sequence of centroid sets."""
 
@@ -267,13 +276,9 @@ class _Assigner:
             ar = np.arange(r1 - r0)
             xx = self.xx[sel]
             if self.bounds:
-                # (centroids, rows): each group's values are contiguous slabs, whose minima are
-                # far cheaper than minimum.reduceat over the columns of the row layout
+                # (centroids, rows): each group's values are contiguous slabs (_slab_minima)
                 sT = CA @ self.xa[sel].T
-                gm = np.empty((self.G, r1 - r0), dtype=np.float32)
-                for g in range(self.G):
-                    np.minimum.reduce(sT[self.starts[g]:self.starts[g + 1]], axis=0, out=gm[g])
-                gm = np.ascontiguousarray(gm.T)
+                gm = np.ascontiguousarray(_slab_minima(sT, self.starts[:-1], self.starts[1:]).T)
                 gb = gm.argmin(1)
                 cols = self.cols[gb]
                 vals = sT[cols, ar[:, None]]
@@ -317,10 +322,7 @@ class _Assigner:
             p = pos[self.a[r0:r1]]
             hit = np.flatnonzero(p >= 0)
             sT[p[hit], hit] = np.inf                     # a row's own centroid is not in its bounds
-            gm = np.empty((ug.size, r1 - r0), dtype=np.float32)
-            for t in range(ug.size):  # contiguous slabs: far faster than minimum.reduceat on axis 0
-                np.minimum.reduce(sT[cuts[t]:ends[t]], axis=0, out=gm[t])
-            gm = gm.astype(np.float64)
+            gm = _slab_minima(sT, cuts, ends).astype(np.float64)
             gm += self.xx[r0:r1] - self.errc * (self.xn[r0:r1] + cmax) ** 2
             np.maximum(gm, 0.0, out=gm)
             new = np.sqrt(gm, out=gm)
