@@ -5,6 +5,7 @@ import pytest
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics import knn_search
+from embedscope.metrics.search import search_threads as knn_threads
 
 
 def brute_knn(Q, R, k, metric, exclude_self):
@@ -135,8 +136,8 @@ def tiny_cpu_search(monkeypatch):
     monkeypatch.setattr(knn, "CHUNK_BYTES", 1)  # 64 references per tile
     monkeypatch.setattr(knn, "SAMPLE_MIN", 16)
     monkeypatch.setattr(knn, "SAMPLE_DIV", 4)
-    monkeypatch.setattr(knn, "THREADS", 2)
-    return knn
+    with knn_threads(2):
+        yield knn
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])

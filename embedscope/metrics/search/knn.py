@@ -60,7 +60,6 @@ CPU_BLOCK = 512  # queries per block of the CPU search
 CHUNK_BYTES = 1 << 21  # references per float32 tile: their float64 rows fill at most 2 MiB
 SAMPLE_MIN, SAMPLE_DIV = 1024, 32  # references sampled for the threshold: max(1024, N / 32)
 SAMPLE_SIGMAS, SAMPLE_EXTRA = 3.0, 2.0  # margin of the sample rank over its expectation
-THREADS = None  # worker threads of the CPU search (None: one per core)
 SYMMETRIC = True  # same set: one tile per pair of query blocks I <= J (half the GEMM)
 _BLAS = None  # a cached threadpoolctl controller
 
@@ -511,7 +510,7 @@ def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads
     keys = np.empty((nq, k), dtype=np.float64)
     idx = np.empty((nq, k), dtype=np.int64)
     starts = range(0, nq, b)
-    nt = int(threads or THREADS or min(n_search_threads(), len(starts)))
+    nt = int(threads or min(n_search_threads(), len(starts)))
     bar = _bar(progress, nq, "kNN")
 
     if SYMMETRIC and (ks.same or ks.Q64 is ks.R64):
