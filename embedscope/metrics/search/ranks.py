@@ -419,7 +419,8 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     ``(qi, rj)`` must be all the relevant pairs as :func:`_relevant_pairs` lists them (grouped by
     query, each query's references in index order): a class's GEMM is then written in place,
     row by row (the query itself left out in a same-set search). Classes are shared among
-    ``threads`` workers (default: the CPU count), each running its GEMMs with one BLAS thread."""
+    ``threads`` workers (default: :func:`~.threads.n_search_threads`), each running its GEMMs with
+    one BLAS thread."""
     from concurrent.futures import ThreadPoolExecutor
 
     from embedscope.metrics.search.counting import blas_single_thread
@@ -521,11 +522,11 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
     ``(qi, rj, rank, ordered)`` grouped by query (``ordered``: already in rank order within each
     query, beyond-depth pairs last in reference-index order).
 
-    On the CPU, searches of CUB/CARS-like size go to the filtered tile pass
-    (:mod:`embedscope.metrics.search.rows`), larger ones count the references above each relevant
-    pair in one tiled GEMM pass (:mod:`embedscope.metrics.search.counting`); small ones with
-    skewed classes and CUDA keep top-(depth + 16) float32 candidate lists and certify them in
-    float64."""
+    On the CPU, searches up to ``ROWS_MAX_REFS`` references with depths below ``ROWS_MAX_DEPTH``
+    and even relevant sets go to the filtered tile pass (:mod:`embedscope.metrics.search.rows`),
+    the other large ones count the references above each relevant pair in one tiled GEMM pass
+    (:mod:`embedscope.metrics.search.counting`); small ones with skewed classes and CUDA keep
+    top-(depth + 16) float32 candidate lists and certify them in float64."""
     from embedscope.device import resolve_device
     from embedscope.metrics.search import counting
 
