@@ -55,6 +55,7 @@ SAMPLE_TOP = 32.0  # expected sampled references among a query's top `depth`
 SAMPLE_SIGMAS = 6.0
 K_CHUNK = 256  # cosine tiles at large D: the inner dimension summed in chunks of this many columns
 CHUNK_MIN_DIM = 768  # ... from this dimension on (see tile_delta)
+BF16_NEG_INF = np.int16(-128)  # the bit pattern of a bfloat16 −inf (0xFF80) as int16
 PENDING = 1 << 22  # survivors (16 bytes each) kept per thread before counting: several tiles per sort
 NUMPY_FLOOR_MAX = 1 << 24  # floor keys by numpy GEMM + partition up to this many sampled keys, else faiss
 _BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms)
@@ -190,7 +191,8 @@ class TileGemm:
     ``copy_refs``: keep a contiguous transposed copy of the references (else a transposed view)."""
 
     def __init__(self, ks: KeySpace, Qa: np.ndarray, Ra: np.ndarray, chunks, copy_refs: bool = True):
-        self.ks, self.Qa, self.chunks, self.n_ref = ks, Qa, chunks, Ra.shape[0]
+        self.ks, self.Qa, self.Ra, self.chunks, self.n_ref = ks, Qa, Ra, chunks, Ra.shape[0]
+        self.Qb = self.Rb = None  # bfloat16 copies (enable_bf16)
         if len(chunks) > 1:  # cosine: contiguous operands per chunk of the inner dimension
             self.Qc = [np.ascontiguousarray(Qa[:, a:b]) for a, b in chunks]
             self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [np.ascontiguousarray(Ra[:, a:b]).T
@@ -216,11 +218,52 @@ class TileGemm:
             for Qc, RcT in zip(self.Qc[1:], self.RcT[1:]):
                 np.matmul(Qc[rows], RcT[:, r0:r1], out=T2)
                 np.add(T, T2, out=T)
-        if self.ks.same:
-            qs = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else np.asarray(rows)
-            own = np.flatnonzero((qs >= r0) & (qs < r1))
-            T[own, qs[own] - r0] = -np.inf
+        self._own(T, rows, r0, r1)
         return T
+
+    def _own(self, T: np.ndarray, rows, r0: int, r1: int, value=-np.inf) -> None:
+        """A query's own key set to ``value`` (−inf) in a same-set search."""
+        if not self.ks.same:
+            return
+        if isinstance(rows, slice):
+            lo, hi = max(rows.start, r0), min(rows.stop, r1)
+            if lo < hi:
+                q = np.arange(lo, hi)
+                T[q - rows.start, q - r0] = value
+            return
+        qs = np.asarray(rows)
+        own = np.flatnonzero((qs >= r0) & (qs < r1))
+        T[own, qs[own] - r0] = value
+
+    # --------------------------------------------------- the bfloat16 pre-filter (see .bf16)
+    def enable_bf16(self) -> None:
+        """Keep bfloat16 copies of the operands for :meth:`approx` (cosine keys only)."""
+        import torch
+
+        if self.Qb is None:
+            self.Qb = torch.from_numpy(self.Qa).to(torch.bfloat16)
+            self.Rb = self.Qb if self.Ra is self.Qa else torch.from_numpy(self.Ra).to(torch.bfloat16)
+
+    def approx(self, rows: slice, r0: int, r1: int, bbuf, bits: np.ndarray) -> np.ndarray:
+        """The tile's bfloat16 values (within :func:`~.bf16.bf16_error` of the exact keys), written
+        into the start of ``bbuf`` (a flat bfloat16 torch buffer); returned as their bit patterns
+        (int16, the numpy view ``bits`` of ``bbuf``), own keys −inf (:func:`~.bf16.bf16_bits`)."""
+        import torch
+
+        b, w = rows.stop - rows.start, r1 - r0
+        torch.mm(self.Qb[rows], self.Rb[r0:r1].T, out=bbuf[:b * w].view(b, w))
+        T = bits[:b * w].reshape(b, w)
+        self._own(T, rows, r0, r1, value=BF16_NEG_INF)
+        return T
+
+    def pair_keys32(self, qi: np.ndarray, rj: np.ndarray) -> np.ndarray:
+        """The float32 keys of pairs as a tile holds them (within :func:`tile_delta`): per chunk of
+        the inner dimension one float32 dot product, the chunk sums added in order."""
+        out = None
+        for a, b in self.chunks:
+            k = np.einsum("ij,ij->i", self.Qa[qi, a:b], self.Ra[rj, a:b])
+            out = k if out is None else np.add(out, k, out=out)
+        return out
 
 
 class _Block:

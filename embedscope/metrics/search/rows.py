@@ -15,6 +15,12 @@ flat search) and never sorts a row of N keys:
 2. **Tiles.** One float32 GEMM per tile (a same-set cosine search multiplies each pair of query
    blocks once and filters the tile both ways); the references whose float32 key exceeds ``τ_i``
    ("survivors", about 1.5–2 × d_i per query) are kept, everything else is dropped at once.
+   Where the CPU multiplies bfloat16 in hardware and the survivors are sparse (SOP-like sets,
+   large N), the tile is a **bfloat16 GEMM** instead (:mod:`.bf16`): its values within a rigorous
+   bound e_i of the exact keys pick candidates (value > τ_i − e_i − δ_i, compared as int16 bit
+   patterns where the threshold is positive), whose float32 keys are then computed pair by pair
+   and filtered as above: the same survivors for 0.4–0.5 of the float32 GEMM's cost. The floors'
+   sample keys are then bfloat16 too (an estimate either way).
 3. **Counting, once a block's rows are complete.** Its survivors are sorted per row (float32 →
    float64 exactly) in band coordinates (row · W + key), so that one binary search per relevant
    pair, with its float64 key k and half-width ``w_i = δ_i + ε_i`` (δ_i: the float32 error bound
@@ -37,12 +43,14 @@ filtering and one block's counting overlap another tile's GEMM.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from embedscope.metrics.search.bf16 import bf16_available, bf16_error, prefer_bf16, torch_one_thread
 from embedscope.metrics.search.counting import TileGemm, augmented, blas_single_thread, k_chunks, tile_delta
 from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
 from embedscope.metrics.search.threads import n_search_threads
@@ -125,7 +133,8 @@ def _kth_largest_lower(A: np.ndarray, j: np.ndarray) -> np.ndarray:
 class _Rows:
     """The state of one pass: operands, floors, pending survivors per query block, results."""
 
-    def __init__(self, ks: KeySpace, qi, rj, keys, key_err, depth: int, seed: int, block: int, threads: int):
+    def __init__(self, ks: KeySpace, qi, rj, keys, key_err, depth: int, seed: int, block: int, threads: int,
+                 bf16: bool = True):
         self.ks, self.qi, self.rj, self.k = ks, qi, rj, keys
         nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
         self.depth = np.broadcast_to(np.asarray(depth, dtype=np.int64), (nq,))  # per query
@@ -141,6 +150,7 @@ class _Rows:
         # window half-width per query: tile error + key-estimate error + float64 rounding of a
         # Euclidean key (float32 value − ‖q‖²); eta: rounding of the band coordinates (see _count)
         self.w = delta + err + 4.0 * np.spacing(big)
+        self.delta = delta
         self.eta = 8.0 * np.spacing((block + 1) * self.W)
         self.symmetric = ks.same and ks.metric == "cosine"
         # a same-set cosine search reads the queries' own rows as the references (a transposed view)
@@ -164,6 +174,14 @@ class _Rows:
             self.tasks = [(a, r0, min(nr, r0 + REF_TILE), None) for a in range(len(self.blocks))
                           for r0 in range(0, nr, REF_TILE)]
             self.remaining = [-(-nr // REF_TILE)] * len(self.blocks)
+        self.tile_elems = float(nq) * (nq + block) / 2 if self.symmetric else float(nq) * nr
+        self.allow_bf16 = bf16 and ks.metric == "cosine"
+        # the floors' sample keys in bfloat16 where the tiles may well be (no candidates counted)
+        self.floor_bf16 = (self.allow_bf16 and prefer_bf16(self.tile_elems, ks.Q32.shape[1], 0.0)
+                           and bf16_available())
+        if self.floor_bf16:
+            self.gemm.enable_bf16()
+            self.Rsb = self.gemm.Rb[self.sample].T
         step = min(FLOOR_BLOCK, max(256, -(-nq // (2 * threads))))  # floors: a few chunks per thread
         self.floor_spans = [(s, min(nq, s + step)) for s in range(0, nq, step)]
         self.floor = np.empty(nq)
@@ -200,7 +218,12 @@ class _Rows:
         """Floors of queries s..e−1: each one's j-th largest sampled key (an estimate of its
         ``depth``-th largest key), less the certification margin."""
         s, e = span
-        Sm = self.Qa[s:e] @ self.RsT
+        if self.floor_bf16:  # bfloat16 sample keys (as float32): an estimate like the others
+            import torch
+
+            Sm = torch.mm(self.gemm.Qb[s:e], self.Rsb).float().numpy()
+        else:
+            Sm = self.Qa[s:e] @ self.RsT
         sample = self.sample
         if self.ks.same:  # a query never counts itself
             q = np.arange(s, e)
@@ -211,32 +234,78 @@ class _Rows:
         self.floor[s:e] = fl - 2.0 * (self.w[s:e] + self.eta) - 1e-300
 
     def set_thresholds(self):
-        """τ_i = max(floor_i, lowest relevant key_i − 2w_i) and the float32 filter below it."""
+        """τ_i = max(floor_i, lowest relevant key_i − 2w_i) and the float32 filter below it; and
+        whether the tiles are pre-filtered in bfloat16 (:mod:`.bf16`), with its candidate
+        thresholds ``cthr_i ≤ thr_i − e_i − δ_i``."""
         self.tau = np.maximum(self.floor, self.low)
         self.thr = np.nextafter((self.tau + self.qoff).astype(np.float32), np.float32(-np.inf))  # ≤ τ + ‖q‖²
+        self.cthr = None
+        ks = self.ks
+        if self.allow_bf16:
+            e = bf16_error(np.sqrt(ks.qsq), ks.rmax, ks.Q32.shape[1])
+            cthr = np.nextafter((self.thr.astype(np.float64) - e - self.delta).astype(np.float32),
+                                np.float32(-np.inf))
+            if prefer_bf16(self.tile_elems, ks.Q32.shape[1], self._candidates(cthr)) and bf16_available():
+                self.cthr = cthr
+                # positive thresholds are compared with the tiles' bit patterns as int16: for t ≥ 0
+                # and bfloat16 b, b > t ⇔ bits(b) > bits(t), t rounded down to bfloat16 (a
+                # truncation: a few more candidates); blocks with a threshold ≤ 0 convert
+                pos = cthr > 0
+                self.c16 = np.where(pos, cthr.view(np.uint32) >> 16, 0).astype(np.int16)
+                self.pos_block = [bool(pos[s:e].all()) for s, e in self.blocks]
+                self.gemm.enable_bf16()
+
+    def _candidates(self, cthr: np.ndarray) -> float:
+        """The expected number of bfloat16 candidates of the pass, from the floors' sample keys
+        of (at most) 256 queries spread over the set."""
+        nq = cthr.size
+        q = np.unique(np.linspace(0, nq - 1, min(nq, 256)).astype(np.int64))
+        S = self.Qa[q] @ self.RsT
+        above = np.count_nonzero(S > cthr[q][:, None], axis=1)
+        return float(above.mean()) * self.nr / self.sample.size * nq
 
     # ------------------------------------------------------------------ tiles
-    def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray, mbuf2: np.ndarray):
+    def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray, mbuf2: np.ndarray, bbuf=None, bits=None):
         a, r0, r1, c = task
         s, e = self.blocks[a]
-        T = self.gemm(slice(s, e), r0, r1, buf)
+        bf = self.cthr is not None
+        if bf:  # bfloat16 values and candidate thresholds; the candidates' float32 keys below
+            T = self.gemm.approx(slice(s, e), r0, r1, bbuf, bits)
+            filt = self.c16
+            if not (self.pos_block[a] and (c is None or self.pos_block[c])):
+                # a threshold ≤ 0: the bfloat16 values as float32 (exact), compared as floats
+                b, w = T.shape
+                T32 = buf.view(np.int32)[:b * w].reshape(b, w)
+                T32[...] = T
+                T32 <<= 16
+                T = T32.view(np.float32)
+                filt = self.cthr
+        else:
+            T = self.gemm(slice(s, e), r0, r1, buf)
+            filt = self.thr
         b, w = T.shape
         M = mbuf[:b * w].reshape(b, w)
-        thr_r = self.thr[s:e]
-        np.greater(T, thr_r[:, None], out=M)
+        np.greater(T, filt[s:e, None], out=M)
         if c is not None:  # the same tile seen from block c's queries (its columns): one mask for both
-            thr_c = self.thr[r0:r1]
             M2 = mbuf2[:b * w].reshape(b, w)
-            np.greater(T, thr_c[None, :], out=M2)
+            np.greater(T, filt[None, r0:r1], out=M2)
             np.logical_or(M, M2, out=M)
         f = np.flatnonzero(M)
-        val = T.ravel()[f]
         r = f // w
         col = f - r * w
+        thr_r = self.thr[s:e]
+        if bf:
+            val = self.gemm.pair_keys32(r + s, col + r0)
+            if c is None:
+                keep = val > thr_r[r]
+                r, col, val = r[keep], col[keep], val[keep]
+        else:
+            val = T.ravel()[f]
         # survivors kept as (row in its block: int16, reference: int32, float32 key): 10 bytes
         if c is None:
             done = [self._add(a, (r.astype(np.int16), (col + r0).astype(np.int32), val))]
         else:
+            thr_c = self.thr[r0:r1]
             inr = val > thr_r[r]
             inc = val > thr_c[col]
             done = [self._add(a, (r[inr].astype(np.int16), (col[inr] + r0).astype(np.int32), val[inr])),
@@ -395,7 +464,7 @@ class _Rows:
 
 def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: np.ndarray, depth: int, *,
                            key_err=None, block: int | None = None, threads: int | None = None,
-                           progress: bool = False, seed: int = 0):
+                           progress: bool = False, seed: int = 0, bf16: bool = True):
     """Exact ranks (``inf`` beyond ``depth``) of the relevant pairs ``(qi[p], rj[p])``, ordered.
 
     ``qi`` must be grouped by query in increasing order and, within a query, ``rj`` increasing
@@ -415,34 +484,66 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     if block is None:
         block = max(128, min(BLOCK, -(-nq // (2 * n_threads))))
     block = int(min(block, 32_767))  # rows within a block are kept as int16
-    st = _Rows(ks, qi, rj, keys, key_err, depth, seed, block, n_threads)
+    st = _Rows(ks, qi, rj, keys, key_err, depth, seed, block, n_threads, bf16=bf16)
     n_threads = max(1, min(n_threads, len(st.tasks)))
     local = threading.local()
     width = st.gemm.buffer_elems(int(block), max(int(block), REF_TILE))
     bar = _bar(progress, len(st.tasks), "retrieval", unit="tile")
+    uses_torch = st.floor_bf16  # the bfloat16 floors, and maybe tiles (.bf16)
 
-    def run(task):
+    def worker_setup():
         if not hasattr(local, "buf"):
             local.buf = np.empty(width, dtype=np.float32)
             local.mbuf = np.empty(width, dtype=bool)
             local.mbuf2 = np.empty(width, dtype=bool)
-        st.run_task(task, local.buf, local.mbuf, local.mbuf2)
+            local.bbuf = local.bits = None
+            if uses_torch and n_threads > 1:
+                import torch
+
+                torch.set_num_threads(1)  # this worker thread's own OpenMP count (see below)
+
+    def floors(span):
+        worker_setup()
+        st.floor_chunk(span)
+
+    def run(task):
+        worker_setup()
+        if st.cthr is not None and local.bbuf is None:
+            import torch
+
+            local.bbuf = torch.empty(width, dtype=torch.bfloat16)
+            local.bits = local.bbuf.view(torch.int16).numpy()
+        st.run_task(task, local.buf, local.mbuf, local.mbuf2, local.bbuf, local.bits)
 
     if n_threads == 1:
-        for sp in st.floor_spans:
-            st.floor_chunk(sp)
-        st.set_thresholds()
-        for t in st.tasks:
-            run(t)
-            bar.update(1)
-    else:
-        with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
-            list(pool.map(st.floor_chunk, st.floor_spans))
+        with torch_one_thread() if uses_torch else contextlib.nullcontext():
+            for sp in st.floor_spans:
+                floors(sp)
             st.set_thresholds()
-            st.pool = pool
-            for _ in pool.map(run, st.tasks):
+            for t in st.tasks:
+                run(t)
                 bar.update(1)
-            for fut in st.extra:  # every tile is done, so every half block has been handed out
-                fut.result()
+    else:
+        torch_before = None
+        if uses_torch:
+            import torch
+
+            torch_before = torch.get_num_threads()
+        try:
+            with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
+                list(pool.map(floors, st.floor_spans))
+                st.set_thresholds()
+                st.pool = pool
+                for _ in pool.map(run, st.tasks):
+                    bar.update(1)
+                for fut in st.extra:  # every tile is done, so every half block has been handed out
+                    fut.result()
+        finally:
+            if torch_before is not None:
+                # torch keeps its OpenMP thread count per thread (each worker set 1 for itself)
+                # and takes the last one set as the default of threads started later
+                import torch
+
+                torch.set_num_threads(torch_before)
     bar.close()
     return st.out_rank, st.out_ref
