@@ -17,7 +17,7 @@ def forced(monkeypatch):
     records per pass whether it was taken and which comparison paths its blocks use."""
     monkeypatch.setenv(bf16.ENV, "1")
     monkeypatch.setattr(bf16, "_STATE", {})
-    monkeypatch.setattr(rows, "prefer_bf16", lambda *a: True)
+    monkeypatch.setattr(rows, "prefer_bf16", lambda *a, **k: True)
     seen = {"passes": 0, "bf16": 0, "int16_blocks": 0, "float_blocks": 0, "floors": 0}
     orig = rows._Rows.set_thresholds
 

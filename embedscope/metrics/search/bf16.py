@@ -109,12 +109,13 @@ def bf16_available() -> bool:
         return _STATE[key]
 
 
-def prefer_bf16(tile_elems: float, dim: int, candidates: float) -> bool:
+def prefer_bf16(tile_elems: float, dim: int, candidates: float, min_saving: float = MIN_SAVING) -> bool:
     """Whether a pass of ``tile_elems`` tile values at inner dimension ``dim`` with about
-    ``candidates`` bfloat16 candidates in all costs less with the pre-filter (an estimate)."""
+    ``candidates`` bfloat16 candidates in all costs less with the pre-filter (an estimate), by at
+    least ``min_saving`` seconds."""
     f32 = tile_elems * dim * COST_F32
     bf = tile_elems * (dim * COST_BF16 + COST_CONVERT) + candidates * (dim * COST_KEY_DIM + COST_CANDIDATE)
-    return GAIN * f32 - bf > (MIN_SAVING if "torch" in sys.modules else IMPORT_COST)
+    return GAIN * f32 - bf > (min_saving if "torch" in sys.modules else max(min_saving, IMPORT_COST))
 
 
 @contextlib.contextmanager

@@ -70,6 +70,7 @@ SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is
 EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
 FLOOR_GROUPS_PER_J = 16  # a floor is the j-th largest of the maxima of 16 j column groups of the sample
+FLOOR_BF16_MIN_SAVING = 0.05  # the floors' sample GEMM in bfloat16 when that saves this much (seconds)
 _SLOT_MASK = np.int64((1 << 29) - 1)  # the float64 mantissa bits below a float32's precision
 
 
@@ -176,8 +177,9 @@ class _Rows:
             self.remaining = [-(-nr // REF_TILE)] * len(self.blocks)
         self.tile_elems = float(nq) * (nq + block) / 2 if self.symmetric else float(nq) * nr
         self.allow_bf16 = bf16 and ks.metric == "cosine"
-        # the floors' sample keys in bfloat16 where the tiles may well be (no candidates counted)
-        self.floor_bf16 = (self.allow_bf16 and prefer_bf16(self.tile_elems, ks.Q32.shape[1], 0.0)
+        # the floors' sample keys in bfloat16 where their GEMM is large (SOP-like sets, large N)
+        self.floor_bf16 = (self.allow_bf16 and prefer_bf16(float(nq) * self.sample.size, ks.Q32.shape[1], 0.0,
+                                                           min_saving=FLOOR_BF16_MIN_SAVING)
                            and bf16_available())
         if self.floor_bf16:
             self.gemm.enable_bf16()
