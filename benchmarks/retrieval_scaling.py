@@ -124,6 +124,7 @@ def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu
 
 def plot(rows, out, force):
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -146,12 +147,19 @@ def plot(rows, out, force):
                             label=f"{m} ({classes}, {diff})")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ns = sorted({r["N"] for r in rows if r["D"] == dim})
+        ax.set_xticks(ns, [f"{n / 1000:g}k" for n in ns])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("N (queries = references)")
         ax.set_title(f"D = {dim}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("time [s] (best of repeats)")
-    handles, labels = axes[0][-1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=7, frameon=False)
+    seen = {}  # every (method, classes, difficulty) once, whichever panel has it
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    handles, labels = list(seen.values()), list(seen.keys())
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=4, fontsize=7, frameon=False)
     fig.suptitle("P@1 + R-Precision + MAP@R: embedscope vs PML vs the Gram GEMM (fp32, bf16)")
     fig.tight_layout()
     png, pdf = save_figure(fig, out, force=force)
