@@ -124,3 +124,17 @@ def test_bf16_prefilter_keys_closer_than_bf16_resolution(forced, monkeypatch, la
     _check(rr, brute_ranks(X, lab), len(X) - 1)
     assert forced["bf16"] == 1
     assert forced["int16_blocks" if labels == "clusters" else "float_blocks"] > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_tiles_without_bf16_floors(forced, monkeypatch, threads):
+    """Tiles pre-filtered in bfloat16 while the floors' sample GEMM stays float32 (a pass whose
+    sample is too small to gain): exact ranks, and the caller's torch thread count kept."""
+    monkeypatch.setattr(rows, "prefer_bf16", lambda *a, min_saving=bf16.MIN_SAVING: min_saving == bf16.MIN_SAVING)
+    X, y = _data(26, n=300, d=12, n_cls=6)
+    before = torch.get_num_threads()
+    with search_threads(threads):
+        rr = relevant_ranks(X, y, block=40, device="cpu")
+    _check(rr, brute_ranks(X, y), int(rr.R.max()))
+    assert forced["bf16"] == 1 and forced["floors"] == 0
+    assert torch.get_num_threads() == before

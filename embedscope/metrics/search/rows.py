@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -491,7 +492,6 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     local = threading.local()
     width = st.gemm.buffer_elems(int(block), max(int(block), REF_TILE))
     bar = _bar(progress, len(st.tasks), "retrieval", unit="tile")
-    uses_torch = st.floor_bf16  # the bfloat16 floors, and maybe tiles (.bf16)
 
     def worker_setup():
         if not hasattr(local, "buf"):
@@ -499,53 +499,64 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
             local.mbuf = np.empty(width, dtype=bool)
             local.mbuf2 = np.empty(width, dtype=bool)
             local.bbuf = local.bits = None
-            if uses_torch and n_threads > 1:
-                import torch
+            local.torch1 = False
 
-                torch.set_num_threads(1)  # this worker thread's own OpenMP count (see below)
+    def torch_in_worker():
+        """A worker thread's first bfloat16 GEMM: its own torch (OpenMP) thread count is 1."""
+        if not local.torch1:
+            import torch
+
+            torch.set_num_threads(1)
+            local.torch1 = True
 
     def floors(span):
         worker_setup()
+        if st.floor_bf16 and n_threads > 1:
+            torch_in_worker()
         st.floor_chunk(span)
 
     def run(task):
         worker_setup()
-        if st.cthr is not None and local.bbuf is None:
-            import torch
+        if st.cthr is not None:
+            if n_threads > 1:
+                torch_in_worker()
+            if local.bbuf is None:
+                import torch
 
-            local.bbuf = torch.empty(width, dtype=torch.bfloat16)
-            local.bits = local.bbuf.view(torch.int16).numpy()
+                local.bbuf = torch.empty(width, dtype=torch.bfloat16)
+                local.bits = local.bbuf.view(torch.int16).numpy()
         st.run_task(task, local.buf, local.mbuf, local.mbuf2, local.bbuf, local.bits)
 
-    if n_threads == 1:
-        with torch_one_thread() if uses_torch else contextlib.nullcontext():
+    def torch_threads():
+        return sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+
+    if n_threads == 1:  # the calling thread runs every GEMM: one torch thread for the bfloat16 ones
+        with torch_one_thread() if st.floor_bf16 else contextlib.nullcontext():
             for sp in st.floor_spans:
                 floors(sp)
-            st.set_thresholds()
+        st.set_thresholds()
+        with torch_one_thread() if st.cthr is not None else contextlib.nullcontext():
             for t in st.tasks:
                 run(t)
                 bar.update(1)
     else:
-        torch_before = None
-        if uses_torch:
-            import torch
-
-            torch_before = torch.get_num_threads()
+        # torch keeps its OpenMP thread count per thread (each worker sets 1 for itself) and takes
+        # the last count set as the default of threads started later: the caller's is put back.
+        # Read before any worker sets one (torch is imported by then if a GEMM will use it).
+        torch_before = torch_threads()
         try:
             with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
                 list(pool.map(floors, st.floor_spans))
                 st.set_thresholds()
+                if torch_before is None:
+                    torch_before = torch_threads()
                 st.pool = pool
                 for _ in pool.map(run, st.tasks):
                     bar.update(1)
                 for fut in st.extra:  # every tile is done, so every half block has been handed out
                     fut.result()
         finally:
-            if torch_before is not None:
-                # torch keeps its OpenMP thread count per thread (each worker set 1 for itself)
-                # and takes the last one set as the default of threads started later
-                import torch
-
-                torch.set_num_threads(torch_before)
+            if torch_before is not None and (st.floor_bf16 or st.cthr is not None):
+                sys.modules["torch"].set_num_threads(torch_before)
     bar.close()
     return st.out_rank, st.out_ref
