@@ -193,10 +193,10 @@ class TileGemm:
     def __init__(self, ks: KeySpace, Qa: np.ndarray, Ra: np.ndarray, chunks, copy_refs: bool = True):
         self.ks, self.Qa, self.Ra, self.chunks, self.n_ref = ks, Qa, Ra, chunks, Ra.shape[0]
         self.Qb = self.Rb = None  # bfloat16 copies (enable_bf16)
-        if len(chunks) > 1:  # cosine: contiguous operands per chunk of the inner dimension
-            self.Qc = [np.ascontiguousarray(Qa[:, a:b]) for a, b in chunks]
-            self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [np.ascontiguousarray(Ra[:, a:b]).T
-                                                                 for a, b in chunks]
+        if len(chunks) > 1:  # cosine: per chunk of the inner dimension, column views (BLAS reads
+            # them in place as fast as copies, which cost ~30 ms at 6,000 × 2,048)
+            self.Qc = [Qa[:, a:b] for a, b in chunks]
+            self.RcT = [Qc.T for Qc in self.Qc] if ks.same else [Ra[:, a:b].T for a, b in chunks]
         else:
             self.RaT = np.ascontiguousarray(Ra.T) if copy_refs else Ra.T
 
