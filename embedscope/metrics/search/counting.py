@@ -247,7 +247,7 @@ class TileGemm:
     def approx(self, rows: slice, r0: int, r1: int, bbuf, bits: np.ndarray) -> np.ndarray:
         """The tile's bfloat16 values (within :func:`~.bf16.bf16_error` of the exact keys), written
         into the start of ``bbuf`` (a flat bfloat16 torch buffer); returned as their bit patterns
-        (int16, the numpy view ``bits`` of ``bbuf``), own keys −inf (:func:`~.bf16.bf16_bits`)."""
+        (int16, the numpy view ``bits`` of ``bbuf``), own keys −inf (``BF16_NEG_INF``)."""
         import torch
 
         b, w = rows.stop - rows.start, r1 - r0
