@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from embedscope.errors import EmbedscopeError
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -20,3 +22,19 @@ def resolve_device(device: str = "auto"):
             raise EmbedscopeError("--device cuda was asked for, but no CUDA GPU is available (use --device auto or cpu)")
         return torch.device(device)
     raise EmbedscopeError(f"unknown device '{device}' (choose auto, cpu or cuda)")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch's thread count is ``n`` inside, the caller's again after. torch keeps the (OpenMP)
+    count per thread, and the last count set is the default of threads started later."""
+    import torch
+
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if before != n:
+            torch.set_num_threads(before)

@@ -43,6 +43,7 @@ from typing import Callable
 import numpy as np
 
 from embedscope.data.base import ImageDataset, class_split
+from embedscope.device import torch_threads
 from embedscope.errors import EmbedscopeError
 
 NAME = "shapes"
@@ -539,15 +540,13 @@ def render(props: dict[str, np.ndarray], size: int = DEFAULT_SIZE, *, supersampl
         raise EmbedscopeError(f"shapes: image size must be between 16 and 512 pixels, got {size}")
     n = len(props["shape"])
     out = np.empty((n, size, size, 3), dtype=np.uint8)
-    old = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
     bar = None
     if progress:
         from embedscope.progress import progress_bar
 
         bar = progress_bar(total=n, desc="render shapes", unit="img")
     try:
-        with torch.no_grad():
+        with torch_threads(max(1, int(threads))), torch.no_grad():
             for s, (_, fn) in enumerate(SHAPES):
                 idx = np.flatnonzero(props["shape"] == s)
                 for b0 in range(0, len(idx), batch):
@@ -557,7 +556,6 @@ def render(props: dict[str, np.ndarray], size: int = DEFAULT_SIZE, *, supersampl
                     if bar is not None:
                         bar.update(len(sel))
     finally:
-        torch.set_num_threads(old)
         if bar is not None:
             bar.close()
     return out

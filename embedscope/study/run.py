@@ -67,16 +67,10 @@ def _one_cpu_thread(on: bool = True):
     number of threads that split it; embedding with one thread in every process makes the rows and the
     cached embeddings the same whoever computes them (serial, any worker, any machine's core count).
     A study's parallelism is its workers (``--workers``)."""
-    import torch
+    from embedscope.device import torch_threads
 
-    before = torch.get_num_threads()
-    if on and before != 1:
-        torch.set_num_threads(1)
-    try:
+    with torch_threads(1) if on else contextlib.nullcontext():
         yield
-    finally:
-        if on and before != 1:
-            torch.set_num_threads(before)
 
 
 #: a data set whose evaluation inputs take at most this many bytes is decoded once per process

@@ -90,16 +90,12 @@ def train_toy(variant: str, seed: int = 1, *, p_switch: float = 0.001, iteration
     over all singular values, docs/methods.md §2), ``singular_values``, ``r1_test``, ``r1_train``,
     ``switch_rate`` (switched / all triplets; 0 for the baseline) and the loss curve.
     """
-    import torch
+    from embedscope.device import torch_threads
 
     if variant not in VARIANTS:
         raise EmbedscopeError(f"unknown toy variant '{variant}' (choose {', '.join(VARIANTS)})")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 24-point batches: threads cost more than they give
-    try:
+    with torch_threads(1):  # 24-point batches: threads cost more than they give
         return _train_toy(variant, seed, p_switch, iterations, batch_size, lr, data)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train_toy(variant, seed, p_switch, iterations, batch_size, lr, data):

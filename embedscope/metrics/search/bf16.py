@@ -31,7 +31,6 @@ AVX512-BF16 or AMX and a self-check of the bound on a small product passes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -40,7 +39,7 @@ import numpy as np
 
 from embedscope.metrics.search.knn import U32
 
-__all__ = ["bf16_available", "bf16_error", "prefer_bf16", "torch_one_thread", "U_BF16", "ENV"]
+__all__ = ["bf16_available", "bf16_error", "prefer_bf16", "U_BF16", "ENV"]
 
 U_BF16 = 2.0 ** -8
 ENV = "EMBEDSCOPE_BF16"
@@ -116,19 +115,3 @@ def prefer_bf16(tile_elems: float, dim: int, candidates: float, min_saving: floa
     f32 = tile_elems * dim * COST_F32
     bf = tile_elems * (dim * COST_BF16 + COST_CONVERT) + candidates * (dim * COST_KEY_DIM + COST_CANDIDATE)
     return GAIN * f32 - bf > (min_saving if "torch" in sys.modules else max(min_saving, IMPORT_COST))
-
-
-@contextlib.contextmanager
-def torch_one_thread():
-    """The calling thread's torch (OpenMP) thread count is 1 inside: a search's worker threads
-    each run their own tiles (restored after)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if before != 1:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        if before != 1:
-            torch.set_num_threads(before)

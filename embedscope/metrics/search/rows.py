@@ -51,7 +51,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.search.bf16 import bf16_available, bf16_error, prefer_bf16, torch_one_thread
+from embedscope.device import torch_threads
+from embedscope.metrics.search.bf16 import bf16_available, bf16_error, prefer_bf16
 from embedscope.metrics.search.counting import TileGemm, augmented, blas_single_thread, k_chunks, tile_delta
 from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
 from embedscope.metrics.search.threads import n_search_threads
@@ -527,15 +528,15 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
                 local.bits = local.bbuf.view(torch.int16).numpy()
         st.run_task(task, local.buf, local.mbuf, local.mbuf2, local.bbuf, local.bits)
 
-    def torch_threads():
+    def torch_count():
         return sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
 
     if n_threads == 1:  # the calling thread runs every GEMM: one torch thread for the bfloat16 ones
-        with torch_one_thread() if st.floor_bf16 else contextlib.nullcontext():
+        with torch_threads(1) if st.floor_bf16 else contextlib.nullcontext():
             for sp in st.floor_spans:
                 floors(sp)
         st.set_thresholds()
-        with torch_one_thread() if st.cthr is not None else contextlib.nullcontext():
+        with torch_threads(1) if st.cthr is not None else contextlib.nullcontext():
             for t in st.tasks:
                 run(t)
                 bar.update(1)
@@ -543,13 +544,13 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
         # torch keeps its OpenMP thread count per thread (each worker sets 1 for itself) and takes
         # the last count set as the default of threads started later: the caller's is put back.
         # Read before any worker sets one (torch is imported by then if a GEMM will use it).
-        torch_before = torch_threads()
+        torch_before = torch_count()
         try:
             with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
                 list(pool.map(floors, st.floor_spans))
                 st.set_thresholds()
                 if torch_before is None:
-                    torch_before = torch_threads()
+                    torch_before = torch_count()
                 st.pool = pool
                 for _ in pool.map(run, st.tasks):
                     bar.update(1)
