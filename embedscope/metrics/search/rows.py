@@ -272,13 +272,13 @@ class _Rows:
     def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray, mbuf2: np.ndarray, bbuf=None, bits=None):
         a, r0, r1, c = task
         s, e = self.blocks[a]
+        b, w = e - s, r1 - r0
         bf = self.cthr is not None
         if bf:  # bfloat16 values and candidate thresholds; the candidates' float32 keys below
             T = self.gemm.approx(slice(s, e), r0, r1, bbuf, bits)
             filt = self.c16
             if not (self.pos_block[a] and (c is None or self.pos_block[c])):
                 # a threshold ≤ 0: the bfloat16 values as float32 (exact), compared as floats
-                b, w = T.shape
                 T32 = buf.view(np.int32)[:b * w].reshape(b, w)
                 T32[...] = T
                 T32 <<= 16
@@ -287,7 +287,6 @@ class _Rows:
         else:
             T = self.gemm(slice(s, e), r0, r1, buf)
             filt = self.thr
-        b, w = T.shape
         M = mbuf[:b * w].reshape(b, w)
         np.greater(T, filt[s:e, None], out=M)
         if c is not None:  # the same tile seen from block c's queries (its columns): one mask for both
