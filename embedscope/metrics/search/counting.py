@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
-from embedscope.metrics.search.threads import n_search_threads
+from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
 __all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks", "TileGemm"]
 
@@ -58,19 +58,6 @@ CHUNK_MIN_DIM = 768  # ... from this dimension on (see tile_delta)
 BF16_NEG_INF = np.int16(-128)  # the bit pattern of a bfloat16 −inf (0xFF80) as int16
 PENDING = 1 << 22  # survivors (16 bytes each) kept per thread before counting: several tiles per sort
 NUMPY_FLOOR_MAX = 1 << 24  # floor keys by numpy GEMM + partition up to this many sampled keys, else faiss
-_BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms)
-
-
-def blas_single_thread():
-    """A context in which BLAS runs one thread (for small GEMMs, or GEMMs in worker threads)."""
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
-
-
 PAIR_KEY_ELEMS = 1 << 17  # float64 elements per gathered chunk of pair_keys (1 MiB, reused; see pair_keys64)
 
 

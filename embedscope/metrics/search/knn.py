@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.search.threads import blas_single_thread
 from embedscope.validation import check_matrix
 
 __all__ = ["knn_search"]
@@ -61,7 +62,6 @@ CHUNK_BYTES = 1 << 21  # references per float32 tile: their float64 rows fill at
 SAMPLE_MIN, SAMPLE_DIV = 1024, 32  # references sampled for the threshold: max(1024, N / 32)
 SAMPLE_SIGMAS, SAMPLE_EXTRA = 3.0, 2.0  # margin of the sample rank over its expectation
 SYMMETRIC = True  # same set: one tile per pair of query blocks I <= J (half the GEMM)
-_BLAS = None  # a cached threadpoolctl controller
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -330,16 +330,6 @@ def _threshold_sample(n_ref: int, k: int) -> tuple[np.ndarray, int]:
     return cols, int(min(max(j, 1), m - 1))
 
 
-def _blas_one_thread():
-    """A context in which BLAS runs one thread (the GEMM tiles run in worker threads)."""
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
-
-
 def _pad_rows(rows: np.ndarray, nb: int, vals: np.ndarray, fill, width_min: int):
     """Ragged per-row values (``rows`` sorted) as a dense ``nb x W`` matrix padded with ``fill``."""
     cnt = np.bincount(rows, minlength=nb)
@@ -525,11 +515,11 @@ def _topk_exact_cpu(ks: KeySpace, k: int, *, block=None, progress=False, threads
             bar.update(e - s)
 
     if nt <= 1:
-        with _blas_one_thread():  # small tiles: a multi-threaded BLAS only adds waiting
+        with blas_single_thread():  # small tiles: a multi-threaded BLAS only adds waiting
             for s in starts:
                 one(s)
     else:
-        with _blas_one_thread(), ThreadPoolExecutor(nt) as pool:
+        with blas_single_thread(), ThreadPoolExecutor(nt) as pool:
             list(pool.map(one, starts))
     bar.close()
     return keys, idx
@@ -573,13 +563,13 @@ def _symmetric(job: _CpuSearch, keys: np.ndarray, idx: np.ndarray, nt: int, bar)
 
     pairs = [(I, J) for I in range(nB) for J in range(I, nB)]
     if nt <= 1:
-        with _blas_one_thread():  # small tiles: a multi-threaded BLAS only adds waiting
+        with blas_single_thread():  # small tiles: a multi-threaded BLAS only adds waiting
             for I in range(nB):
                 threshold(I)
             for IJ in pairs:
                 tile(IJ)
         return
-    with _blas_one_thread(), ThreadPoolExecutor(nt) as pool:
+    with blas_single_thread(), ThreadPoolExecutor(nt) as pool:
         list(pool.map(threshold, range(nB)))
         list(pool.map(tile, pairs))
 

@@ -423,8 +423,7 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     one BLAS thread."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from embedscope.metrics.search.counting import blas_single_thread
-    from embedscope.metrics.search.threads import n_search_threads
+    from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
     starts, ends = lay.bounds
     nq = lay.q_cls.size

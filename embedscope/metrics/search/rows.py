@@ -53,9 +53,9 @@ import numpy as np
 
 from embedscope.device import torch_threads
 from embedscope.metrics.search.bf16 import bf16_available, bf16_error, prefer_bf16
-from embedscope.metrics.search.counting import TileGemm, augmented, blas_single_thread, k_chunks, tile_delta
+from embedscope.metrics.search.counting import TileGemm, augmented, k_chunks, tile_delta
 from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
-from embedscope.metrics.search.threads import n_search_threads
+from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
 __all__ = ["relevant_ranks_by_rows"]
 

@@ -9,7 +9,8 @@ threads) sets a smaller count for the searches its thread starts::
         retrieval_metrics(X, y)  # this thread's searches: one worker thread each
 
 The setting is per calling thread (a ``threading.local``), so two worker threads of one process
-can each hold their own; it is restored when the block ends.
+can each hold their own; it is restored when the block ends. The worker threads run their GEMMs
+inside :func:`blas_single_thread` (one BLAS thread each).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import contextlib
 import os
 import threading
 
-__all__ = ["search_threads", "n_search_threads"]
+__all__ = ["search_threads", "n_search_threads", "blas_single_thread"]
 
 _LOCAL = threading.local()
+_BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms)
 
 
 def n_search_threads() -> int:
@@ -46,3 +48,14 @@ def search_threads(n: int):
         yield
     finally:
         _LOCAL.n = prev
+
+
+def blas_single_thread():
+    """A context in which BLAS runs one thread (small GEMMs, or GEMM tiles in worker threads).
+    BLAS thread counts are process-wide (threadpoolctl)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
