@@ -126,6 +126,21 @@ def test_block_keys_equal_pair_keys_bitwise(metric):
             np.testing.assert_array_equal(block_keys64(Q, R, 4, cand, metric, chunk_bytes=cb), a)
 
 
+def test_pair_keys_refuse_indices_outside_the_rows():
+    # the gathers clip (numpy buffers `out` under mode="raise"): the indices are checked up front,
+    # so a bad index is an error, never a silently clipped row
+    from embedscope.metrics.search.knn import block_keys64, pair_keys64
+
+    Q, R = np.ones((3, 4)), np.ones((5, 4))
+    ok = np.array([0, 2])
+    assert pair_keys64(Q, R, ok, np.array([4, 0]), "cosine").tolist() == [4.0, 4.0]
+    for qi, rj in ((np.array([0, 3]), ok), (np.array([-1, 0]), ok), (ok, np.array([5, 0])), (ok, np.array([0, -2]))):
+        with pytest.raises(IndexError, match="outside"):
+            pair_keys64(Q, R, qi, rj, "euclidean")
+    with pytest.raises(IndexError, match="outside"):
+        block_keys64(Q, R, 0, np.array([[0, 5]]), "cosine")
+
+
 @pytest.fixture
 def tiny_cpu_search(monkeypatch):
     """The CPU search with tiny tiles, blocks and threshold samples: many query blocks in two
