@@ -3,10 +3,53 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 
 from embedscope.errors import EmbedscopeError
 
 DEVICES = ("auto", "cpu", "cuda")
+# device nodes of the GPU drivers torch can use (NVIDIA, NVIDIA under WSL, AMD ROCm): a machine with
+# none of them has no GPU for torch (see compute_device)
+GPU_DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version", "/dev/dxg", "/dev/kfd")
+
+
+class _Cpu:
+    """The CPU for computations that need torch only on a GPU (``compute_device``): ``.type`` as
+    a ``torch.device`` has it; ``str()`` gives what ``torch.device`` accepts."""
+
+    type = "cpu"
+    index = None
+
+    def __str__(self) -> str:
+        return "cpu"
+
+    def __repr__(self) -> str:
+        return "device(type='cpu')"
+
+    def __eq__(self, other) -> bool:
+        return str(other) == "cpu"
+
+    def __hash__(self) -> int:
+        return hash("cpu")
+
+
+CPU = _Cpu()
+
+
+def compute_device(device="auto"):
+    """The device of a computation that runs on the CPU without torch (the searches: numpy, BLAS,
+    faiss): "cpu", and "auto" on a machine without GPU driver nodes (``GPU_DRIVER_NODES``) while
+    torch is not imported yet, give :data:`CPU` without importing torch (1.3–1.9 s of a CPU-only
+    ``embedscope evaluate``); everything else is :func:`resolve_device`. A ``torch.device`` (or
+    :data:`CPU`) is returned as it is."""
+    if hasattr(device, "type"):
+        return device
+    if device == "cpu":
+        return CPU
+    if device in (None, "auto") and "torch" not in sys.modules and not any(map(os.path.exists, GPU_DRIVER_NODES)):
+        return CPU
+    return resolve_device(device)
 
 
 def resolve_device(device: str = "auto"):

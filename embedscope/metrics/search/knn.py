@@ -191,6 +191,7 @@ class KeySpace:
 def _torch_setup(ks: KeySpace, device):
     import torch
 
+    device = torch.device(str(device))  # compute_device's CPU is not a torch.device
     Qt = torch.from_numpy(ks.Q32).to(device)
     Rt = Qt if ks.same else torch.from_numpy(ks.R32).to(device)
     rn2 = torch.from_numpy(ks.rn2_32).to(device) if ks.metric == "euclidean" else None
@@ -202,9 +203,9 @@ def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, 
     """Yield ``(start, stop, keys32, idx)`` per query block: each query's top ``L`` float32 keys
     (float64 array, descending; Euclidean keys are minus squared distances) and their reference
     indices. The query itself is never among its candidates in a same-set search."""
-    from embedscope.device import resolve_device
+    from embedscope.device import compute_device
 
-    dev = resolve_device(device) if not hasattr(device, "type") else device
+    dev = compute_device(device)
     nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
     n_avail = nr - 1 if ks.same else nr
     L = int(min(L, n_avail))
@@ -300,9 +301,9 @@ def _exact_topk_row(ks: KeySpace, qi: int, k: int):
 def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=False):
     """Exact (float64 order, lower index first on ties) top-k keys and indices of every query."""
     if CPU_SELECT:
-        from embedscope.device import resolve_device
+        from embedscope.device import compute_device
 
-        dev = resolve_device(device) if not hasattr(device, "type") else device
+        dev = compute_device(device)
         if dev.type == "cpu":
             return _topk_exact_cpu(ks, int(k), block=block, progress=progress)
     nq = ks.Q64.shape[0]

@@ -472,9 +472,9 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
 def _counting_plan(device, depth: int, n_avail: int):
     """(floor depth, sample_top) of the counting pass, or None for the candidate-list path (small
     reference sets, CUDA). Measured in docs/PERFORMANCE.md."""
-    from embedscope.device import resolve_device
+    from embedscope.device import compute_device
 
-    dev = resolve_device(device) if not hasattr(device, "type") else device
+    dev = compute_device(device)
     if depth >= 1000:
         floor_depth, sample_top = depth, DEEP_SAMPLE_TOP
     else:
@@ -505,9 +505,9 @@ def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
     ``ROWS_MAX_DEPTH``; relevant sets of similar sizes within blocks of queries (the pass pads each
     block's pairs to the block's largest R_i: those tables at least ``ROWS_MIN_FILL`` full).
     Measured in docs/PERFORMANCE.md."""
-    from embedscope.device import resolve_device
+    from embedscope.device import compute_device
 
-    dev = resolve_device(device) if not hasattr(device, "type") else device
+    dev = compute_device(device)
     if not USE_ROWS or dev.type != "cpu" or n_ref > ROWS_MAX_REFS or np.max(depth) >= ROWS_MAX_DEPTH or R.size == 0:
         return False
     starts = np.arange(0, R.size, ROWS_FILL_BLOCK)
@@ -526,12 +526,12 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
     the other large ones count the references above each relevant pair in one tiled GEMM pass
     (:mod:`embedscope.metrics.search.counting`); small ones with skewed classes and CUDA keep
     top-(depth + 16) float32 candidate lists and certify them in float64."""
-    from embedscope.device import resolve_device
+    from embedscope.device import compute_device
     from embedscope.metrics.search import counting
 
     n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
-    device = resolve_device(device) if not hasattr(device, "type") else device  # once, for every plan
+    device = compute_device(device)  # once, for every plan
     if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R):
         from embedscope.metrics.search.rows import relevant_ranks_by_rows
 

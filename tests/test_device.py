@@ -1,0 +1,57 @@
+"""embedscope.device.compute_device: the CPU searches never import torch just to learn the device."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from embedscope import device as D
+
+
+def test_cpu_without_torch_in_a_fresh_process():
+    # a CPU retrieval pass and kNN search in a fresh process: torch stays unimported (importing it
+    # is 1.3-1.9 s of a CPU-only `embedscope evaluate`), the values are those of the tests elsewhere
+    code = (
+        "import sys, numpy as np\n"
+        "from embedscope.metrics import retrieval_metrics, knn_search\n"
+        "rng = np.random.default_rng(0); X = rng.standard_normal((300, 8)); y = np.repeat(np.arange(10), 30)\n"
+        "r = retrieval_metrics(X, y, include=['P@1', 'MAP@R'], device='cpu')\n"
+        "v, i = knn_search(X, k=3, exclude_self=True, device='cpu')\n"
+        "print('torch' in sys.modules, round(r['P@1'], 6), i.shape)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "False"
+    assert out[2:] == ["(300,", "3)"]
+
+
+def test_compute_device_rules(monkeypatch):
+    assert D.compute_device("cpu") is D.CPU
+    assert D.CPU.type == "cpu" and str(D.CPU) == "cpu" and D.CPU == "cpu"
+    assert D.compute_device(D.CPU) is D.CPU
+    torch = pytest.importorskip("torch")
+    dev = torch.device("cpu")
+    assert D.compute_device(dev) is dev
+    assert torch.device(str(D.CPU)) == dev  # what the torch paths convert it to
+    # "auto": without GPU driver nodes and before torch is imported, the CPU; else torch decides
+    monkeypatch.setattr(D, "GPU_DRIVER_NODES", ())
+    monkeypatch.delitem(sys.modules, "torch")
+    assert D.compute_device("auto") is D.CPU
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert D.compute_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(Exception, match="unknown device"):
+        D.compute_device("tpu")
+
+
+def test_the_torch_block_path_takes_the_cpu_stand_in(monkeypatch):
+    # candidate_blocks' torch GEMM path on the CPU (forced) accepts compute_device's CPU
+    from embedscope.metrics.search import knn
+
+    monkeypatch.setattr(knn, "CPU_SELECT", False)
+    monkeypatch.setattr(knn, "FAISS_MIN_L", 10 ** 9)
+    X = np.random.default_rng(1).standard_normal((200, 6))
+    v, i = knn.knn_search(X, k=4, exclude_self=True, device=D.CPU)
+    monkeypatch.setattr(knn, "CPU_SELECT", True)
+    v2, i2 = knn.knn_search(X, k=4, exclude_self=True, device="cpu")
+    np.testing.assert_array_equal(i, i2)
+    np.testing.assert_array_equal(v, v2)
