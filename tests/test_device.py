@@ -10,19 +10,28 @@ from embedscope import device as D
 
 
 def test_cpu_without_torch_in_a_fresh_process():
-    # a CPU retrieval pass and kNN search in a fresh process: torch stays unimported (importing it
-    # is 1.3-1.9 s of a CPU-only `embedscope evaluate`), the values are those of the tests elsewhere
+    # CPU retrieval (the tile pass, and the candidate lists of mAP@1000) and a kNN search in a fresh
+    # process: torch stays unimported (its import is 1.3-1.9 s of a CPU-only `embedscope evaluate`)
+    # and the values equal this process's (where the test suite has imported torch)
+    from embedscope.metrics import knn_search, retrieval_metrics
+
     code = (
         "import sys, numpy as np\n"
         "from embedscope.metrics import retrieval_metrics, knn_search\n"
         "rng = np.random.default_rng(0); X = rng.standard_normal((300, 8)); y = np.repeat(np.arange(10), 30)\n"
-        "r = retrieval_metrics(X, y, include=['P@1', 'MAP@R'], device='cpu')\n"
+        "r = retrieval_metrics(X, y, include=['P@1', 'MAP@R', 'mAP@1000'], device='cpu')\n"
         "v, i = knn_search(X, k=3, exclude_self=True, device='cpu')\n"
-        "print('torch' in sys.modules, round(r['P@1'], 6), i.shape)\n"
+        "print('torch' in sys.modules, repr(r['P@1']), repr(r['MAP@R']), repr(r['mAP@1000']), int(i.sum()))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "False"
-    assert out[2:] == ["(300,", "3)"]
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((300, 8)), np.repeat(np.arange(10), 30)
+    r = retrieval_metrics(X, y, include=["P@1", "MAP@R", "mAP@1000"], device="cpu")
+    _, i = knn_search(X, k=3, exclude_self=True, device="cpu")
+    assert "torch" in sys.modules
+    assert out[1:] == [repr(r["P@1"]), repr(r["MAP@R"]), repr(r["mAP@1000"]), str(int(i.sum()))]
 
 
 def test_compute_device_rules(monkeypatch):
@@ -55,3 +64,26 @@ def test_the_torch_block_path_takes_the_cpu_stand_in(monkeypatch):
     v2, i2 = knn.knn_search(X, k=4, exclude_self=True, device="cpu")
     np.testing.assert_array_equal(i, i2)
     np.testing.assert_array_equal(v, v2)
+
+
+def test_rowwise_searchsorted_numpy_equals_torch(monkeypatch):
+    # the candidate-list path counts per row with torch's batched search when torch is imported,
+    # else row by row with numpy: the same counts, ties, infinities and pads included
+    from embedscope.metrics.search.ranks import _rowwise_searchsorted
+
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    asc = np.sort(rng.integers(-5, 6, (40, 30)).astype(np.float64), axis=1)
+    asc[::7, -3:] = np.inf
+    t = rng.integers(-7, 8, (40, 12)).astype(np.float64)
+    t[::5, -2:] = np.inf
+    t[1::6, 0] = -np.inf
+    for right in (False, True):
+        with_torch = _rowwise_searchsorted(asc, t, right)
+        monkeypatch.delitem(sys.modules, "torch")
+        without = _rowwise_searchsorted(asc, t, right)
+        monkeypatch.setitem(sys.modules, "torch", torch)
+        side = "right" if right else "left"
+        ref = np.array([np.searchsorted(a, b, side=side) for a, b in zip(asc, t)])
+        np.testing.assert_array_equal(with_torch, ref)
+        np.testing.assert_array_equal(without, ref)
