@@ -87,3 +87,47 @@ def test_rowwise_searchsorted_numpy_equals_torch(monkeypatch):
         ref = np.array([np.searchsorted(a, b, side=side) for a, b in zip(asc, t)])
         np.testing.assert_array_equal(with_torch, ref)
         np.testing.assert_array_equal(without, ref)
+
+
+def test_callers_arrays_are_never_normalised_in_place(tmp_path):
+    # the searches normalise their own float64 copies in place (checked_rows): a caller's float64
+    # array, list, memory map or tensor is never written, and every input kind gives the same values
+    from embedscope.metrics import knn_search, retrieval_metrics
+    from embedscope.metrics.clustering import kmeans_nmi_f1
+    from embedscope.metrics.search.ranks import check_sets, relevant_ranks
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((120, 6)) * 3.0
+    y = np.repeat(np.arange(6), 20)
+    keep = X.copy()
+    mm = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float64, shape=X.shape)
+    mm[:] = X
+    mm.flush()
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r+")
+    inputs = {"float64": X, "list": X.tolist(), "memmap": mm, "float32": X.astype(np.float32),
+              "strided": np.asfortranarray(X)}
+    torch = pytest.importorskip("torch")
+    inputs["tensor"] = torch.from_numpy(X.copy())
+    ref = None
+    for name, A in inputs.items():
+        r = retrieval_metrics(A, y, include=["P@1", "MAP@R", "NMI"], device="cpu")
+        v, i = knn_search(A, k=5, exclude_self=True, device="cpu")
+        rr = relevant_ranks(A, y, X_ref=A, y_ref=y, depth=10, device="cpu")
+        nmi = kmeans_nmi_f1(A, y, seed=0)["NMI"]
+        got = (r["P@1"], r["MAP@R"], r["NMI"], v.tobytes(), i.tobytes(), rr.ranks.tobytes(), nmi)
+        if name != "float32":  # float32 rounds the rows first: other values
+            ref = ref or got
+            assert got == ref, name
+    np.testing.assert_array_equal(X, keep)
+    np.testing.assert_array_equal(np.asarray(mm), keep)
+    np.testing.assert_array_equal(inputs["tensor"].numpy(), keep)
+    np.testing.assert_array_equal(inputs["strided"], keep)
+    # a private copy is normalised once, in place, and serves one metric
+    s = check_sets(inputs["float32"], y)
+    assert s.owned == (True, True)
+    q, _ = s.prepared("cosine")
+    assert q is s.Q64 and s.prepared("cosine")[0] is q
+    np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, rtol=0, atol=1e-15)
+    with pytest.raises(Exception, match="one metric"):
+        s.prepared("euclidean")
+    assert check_sets(X, y).owned == (False, False)

@@ -263,9 +263,8 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
 
     if any(k in want for k in CLUSTER_KEYS):
         from embedscope.metrics.clustering import kmeans_nmi_f1
-        from embedscope.metrics.search.knn import prepare
 
-        cl = kmeans_nmi_f1(prepare(sets.Q64, metric, "X"), sets.y, seed=seed, niter=niter, metric=metric)
+        cl = kmeans_nmi_f1(sets.prepared(metric)[0], sets.y, seed=seed, niter=niter, metric=metric)
         for k in CLUSTER_KEYS:
             if k in want:
                 out[k] = cl[k]

@@ -71,15 +71,28 @@ def check_metric(metric: str) -> str:
     return metric
 
 
-def prepare(A64: np.ndarray, metric: str, name: str = "X") -> np.ndarray:
-    """Rows L2-normalised (float64) for cosine; unchanged for Euclidean."""
+def prepare(A64: np.ndarray, metric: str, name: str = "X", *, inplace: bool = False) -> np.ndarray:
+    """Rows L2-normalised (float64) for cosine; unchanged for Euclidean. ``inplace``: divide
+    ``A64`` itself (a private copy, see :func:`checked_rows`; the same values bit for bit)."""
     if metric == "cosine":
         nrm = np.sqrt(np.einsum("ij,ij->i", A64, A64))
         if np.any(nrm == 0):
             i = int(np.flatnonzero(nrm == 0)[0])
             raise EmbedscopeError(f"row {i} of {name} is all zeros: its cosine similarity is undefined")
-        A64 = A64 / nrm[:, None]
+        A64 = np.divide(A64, nrm[:, None], out=A64 if inplace else None)
     return A64
+
+
+def checked_rows(X, name: str) -> tuple[np.ndarray, bool]:
+    """``check_matrix(X, name, dtype=float64)`` and whether the result is a private copy that
+    :func:`prepare` may normalise in place: a list, or an array whose memory it does not share
+    (float32 input, say). Never the caller's own array or memory map; other inputs (tensors,
+    datasets) count as shared. In place saves an N x D float64 allocation: at 6,000 x 2,048, after
+    another library had freed large arrays, that fresh 98 MB took 0.22-0.27 s of page faults
+    (transparent huge pages compacted on fault) against 0.03 s."""
+    A = check_matrix(X, name, dtype=np.float64)
+    owned = isinstance(X, (list, tuple)) or (isinstance(X, np.ndarray) and not np.may_share_memory(A, X))
+    return A, owned
 
 
 def default_block(n_ref: int, device_type: str = "cpu") -> int:
@@ -644,8 +657,13 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     """
     check_metric(metric)
     same = R is None or R is Q
-    Q64 = prepare(check_matrix(Q, "Q", dtype=np.float64), metric, "Q")
-    R64 = Q64 if same else prepare(check_matrix(R, "R", dtype=np.float64), metric, "R")
+    Q64, own = checked_rows(Q, "Q")
+    Q64 = prepare(Q64, metric, "Q", inplace=own)
+    if not same:
+        R64, own = checked_rows(R, "R")
+        R64 = prepare(R64, metric, "R", inplace=own)
+    else:
+        R64 = Q64
     if R64.shape[1] != Q64.shape[1]:
         raise EmbedscopeError(f"Q and R differ in dimension: {Q64.shape[1]} vs {R64.shape[1]}")
     if exclude_self and R64.shape[0] != Q64.shape[0]:

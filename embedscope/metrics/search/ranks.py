@@ -39,7 +39,7 @@ its exact top R_i, without storing any pair.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,10 +49,10 @@ from embedscope.metrics.search.knn import (
     KeySpace,
     candidate_blocks,
     check_metric,
+    checked_rows,
     pair_keys64,
     prepare,
 )
-from embedscope.validation import check_matrix
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -175,17 +175,32 @@ class RelevantRanks:
 # ----------------------------------------------------------------------------- inputs
 @dataclass
 class Sets:
-    """Validated queries and references (float64, not yet normalised) and their integer labels."""
+    """Validated queries and references (float64) and their integer labels. ``Q64`` / ``R64``
+    hold the rows as given until :meth:`prepared` normalises them; where they are private copies
+    (``owned``) it does so in place, and then they hold the normalised rows: read them through
+    :meth:`prepared` (once per metric, cached)."""
 
     Q64: np.ndarray
     R64: np.ndarray
     y: np.ndarray
     y_ref: np.ndarray
     same: bool
+    owned: tuple = (False, False)
+    _prep: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_avail(self) -> int:
         return self.R64.shape[0] - (1 if self.same else 0)
+
+    def prepared(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """Queries and references as the searches rank them (:func:`~.knn.prepare`)."""
+        if metric not in self._prep:
+            if self._prep:  # another metric normalised the rows in place already
+                raise EmbedscopeError("one Sets object serves one metric")
+            Q = prepare(self.Q64, metric, "X", inplace=self.owned[0])
+            R = Q if self.same else prepare(self.R64, metric, "X_ref", inplace=self.owned[1])
+            self._prep[metric] = (Q, R)
+        return self._prep[metric]
 
 
 def _labels(y, n: int, name: str) -> np.ndarray:
@@ -207,13 +222,13 @@ def _labels(y, n: int, name: str) -> np.ndarray:
 
 def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     """Validate queries ``X`` with labels ``y`` and the optional separate references."""
-    X64 = check_matrix(X, "X", dtype=np.float64)
+    X64, own_x = checked_rows(X, "X")
     ylab = _labels(y, X64.shape[0], "y")
     if (X_ref is None) != (y_ref is None):
         raise EmbedscopeError("give both X_ref and y_ref for a separate reference set, or neither")
     if X_ref is None:
-        return Sets(X64, X64, ylab, ylab, True)
-    R64 = check_matrix(X_ref, "X_ref", dtype=np.float64)
+        return Sets(X64, X64, ylab, ylab, True, (own_x, own_x))
+    R64, own_r = checked_rows(X_ref, "X_ref")
     if R64.shape[1] != X64.shape[1]:
         raise EmbedscopeError(f"X and X_ref differ in dimension: {X64.shape[1]} vs {R64.shape[1]}")
     yref = _labels(y_ref, R64.shape[0], "y_ref")
@@ -222,7 +237,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         both = np.concatenate([np.asarray(y).astype(str), np.asarray(y_ref).astype(str)])
         enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
-    return Sets(X64, R64, ylab, yref, False)
+    return Sets(X64, R64, ylab, yref, False, (own_x, own_r and not np.may_share_memory(X64, R64)))
 
 
 class _Layout:
@@ -317,8 +332,7 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", blo
     """:func:`relevant_ranks` on validated inputs (``depth`` an int ≤ the references available, or
     one such int per query: see :attr:`RelevantRanks.depth_q`)."""
     lay = _Layout(sets.y, sets.y_ref, sets.same)
-    Q64 = prepare(sets.Q64, metric, "X")
-    R64 = Q64 if sets.same else prepare(sets.R64, metric, "X_ref")
+    Q64, R64 = sets.prepared(metric)
     ks = KeySpace(Q64, R64, metric, sets.same)
     n_avail = sets.n_avail
     R = lay.R
