@@ -204,3 +204,19 @@ def test_cpu_search_equals_the_faiss_candidate_path(monkeypatch):
     b = knn_search(X, None, 120, exclude_self=True)
     np.testing.assert_array_equal(a[1], b[1])
     np.testing.assert_array_equal(a[0], b[0])
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_window_keys_equal_pair_keys_bitwise(metric):
+    # the CPU search's window keys, computed range of references by range, in the given order
+    from embedscope.metrics.search.knn import KeySpace, pair_keys64, window_keys64
+
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((700, 19))
+    ks = KeySpace(X, X, metric, True)
+    qi = np.repeat(np.arange(40), 25)
+    rj = np.concatenate([np.sort(rng.choice(700, 25, replace=False)) for _ in range(40)])
+    want = pair_keys64(X, X, qi, rj, metric)
+    for group in (1, 7, 64, 512, 10_000):
+        np.testing.assert_array_equal(window_keys64(ks, qi, rj, group=group), want)
+    assert window_keys64(ks, qi[:0], rj[:0]).size == 0

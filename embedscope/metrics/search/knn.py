@@ -14,9 +14,9 @@ only the keys at or above their query's threshold (one comparison and ``flatnonz
 ``tau = kth32 - 2 delta_i``: k references have float32 keys >= kth32, so exact keys >= kth32 -
 delta_i, so the exact k-th key is >= kth32 - delta_i and every exact top-k reference has a float32
 key >= tau. Only the window (k plus the float32 near-ties of the k-th key) gets float64 keys, by
-:func:`pair_keys64`'s very reduction (:func:`block_keys64`: per query its window's reference rows
-gathered into one reused buffer, the query row read in place), and is ordered by (key desc, index
-asc). A query whose threshold lay above its window
+:func:`pair_keys64` (:func:`window_keys64`: a query block's window pairs taken in ranges of
+``GROUP_REFS`` references, so that each reference row comes from DRAM once per block and from cache
+for the block's other queries), and is ordered by (key desc, index asc). A query whose threshold lay above its window
 (fewer than k keys above it: rare by the choice of j) is searched again in full
 (:func:`_exact_topk_row`). A same-set search multiplies only the upper triangle of block pairs:
 tile X_I X_J^T is compared once with the thresholds of I's queries (rows) and once with J's
@@ -62,6 +62,7 @@ CHUNK_BYTES = 1 << 21  # references per float32 tile: their float64 rows fill at
 SAMPLE_MIN, SAMPLE_DIV = 1024, 32  # references sampled for the threshold: max(1024, N / 32)
 SAMPLE_SIGMAS, SAMPLE_EXTRA = 3.0, 2.0  # margin of the sample rank over its expectation
 SYMMETRIC = True  # same set: one tile per pair of query blocks I <= J (half the GEMM)
+GROUP_REFS = 512  # window keys computed per range of this many references (window_keys64)
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -168,6 +169,23 @@ def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, met
             g -= q[:, None, :]
             np.einsum("bld,bld->bl", g, g, out=o)
             np.negative(o, out=o)
+    return out
+
+
+def window_keys64(ks: "KeySpace", qi: np.ndarray, rj: np.ndarray, group: int = GROUP_REFS) -> np.ndarray:
+    """:func:`pair_keys64` of pairs given grouped by query, computed in the order of reference
+    ranges of ``group`` rows (a stable radix sort of ``rj // group``) and returned in the given
+    order. A query block's windows touch most references, each several times: in reference
+    order a range's rows are read from DRAM once and then from cache for the block's other
+    queries, instead of once per query (the same keys bit for bit)."""
+    if qi.size == 0:
+        return np.empty(0)
+    g = rj // group
+    if int(g.max()) < 32_768:
+        g = g.astype(np.int16)
+    o = np.argsort(g, kind="stable")
+    out = np.empty(qi.size)
+    out[o] = pair_keys64(ks.Q64, ks.R64, np.take(qi, o, mode="clip"), np.take(rj, o, mode="clip"), ks.metric)
     return out
 
 
@@ -490,17 +508,13 @@ class _CpuSearch:
         keep = v >= np.take(tau, rows, mode="clip")
         if full.any():
             keep &= ~np.take(full, rows, mode="clip")
-        # 3. float64 keys of the window, per query: its references (ascending) gathered once,
-        # the query row read in place (block_keys64: pair_keys64's very reduction)
+        # 3. float64 keys of the window (window_keys64: pair_keys64 in ranges of references)
         # np.compress, not x[keep]: boolean subscripts of masks this dense (~60% set) mispredict a
         # branch per element and took 4-5x longer (numpy 2.4, measured)
         qr, rc = np.compress(keep, rows), np.take(colsA, np.compress(keep, o), mode="clip")
         C, cntw, flat = _pad_rows(qr, nb, rc, 0, k + 1)
-        K = block_keys64(ks.Q64, ks.R64, s, C, ks.metric)
-        np.negative(K, out=K)
-        pad = np.ones(K.shape, dtype=bool)
-        pad.ravel()[flat] = False
-        K[pad] = np.inf
+        K = np.full(C.shape, np.inf)  # minus the keys (ascending order = keys descending); pads last
+        K.ravel()[flat] = np.negative(window_keys64(ks, qr + s, rc))
         # 4. order per query by (float64 key desc, reference asc)
         o = np.argsort(K, axis=1)[:, :k + 1]
         o += (np.arange(nb) * K.shape[1])[:, None]  # flat positions in K and C
