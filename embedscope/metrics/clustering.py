@@ -154,14 +154,13 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
         normalised rows to normalised centroids by largest inner product).
     return_info : also return a dict (``n_steps``, ``converged``, ``n_split`` for "exact").
     """
-    from embedscope.metrics.search.knn import check_metric, checked_rows, prepare
+    from embedscope.metrics.search.knn import check_metric, prepared_rows
     from embedscope.validation import check_choice, check_int
 
     check_metric(metric)
     check_choice(method, "method", _METHODS)
     check_choice(assign, "assign", _ASSIGN)
-    X64, own = checked_rows(X, "X")
-    X64 = prepare(X64, metric, "X", inplace=own)
+    X64 = prepared_rows(X, metric, "X")
     n, d = X64.shape
     if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
         raise EmbedscopeError(f"n_clusters must be a positive integer, got {n_clusters!r}")

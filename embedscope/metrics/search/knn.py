@@ -96,6 +96,13 @@ def checked_rows(X, name: str) -> tuple[np.ndarray, bool]:
     return A, owned
 
 
+def prepared_rows(X, metric: str, name: str) -> np.ndarray:
+    """:func:`checked_rows` then :func:`prepare`: the rows as the searches rank them, normalised in
+    place where they are a private copy."""
+    A, own = checked_rows(X, name)
+    return prepare(A, metric, name, inplace=own)
+
+
 def default_block(n_ref: int, device_type: str = "cpu") -> int:
     """Queries per block so that one float32 block stays under 256 MiB (CPU) / 1 GiB (CUDA)."""
     cap = _MAX_BLOCK_ELEMS * (4 if device_type == "cuda" else 1)
@@ -671,13 +678,8 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     """
     check_metric(metric)
     same = R is None or R is Q
-    Q64, own = checked_rows(Q, "Q")
-    Q64 = prepare(Q64, metric, "Q", inplace=own)
-    if not same:
-        R64, own = checked_rows(R, "R")
-        R64 = prepare(R64, metric, "R", inplace=own)
-    else:
-        R64 = Q64
+    Q64 = prepared_rows(Q, metric, "Q")
+    R64 = Q64 if same else prepared_rows(R, metric, "R")
     if R64.shape[1] != Q64.shape[1]:
         raise EmbedscopeError(f"Q and R differ in dimension: {Q64.shape[1]} vs {R64.shape[1]}")
     if exclude_self and R64.shape[0] != Q64.shape[0]:
