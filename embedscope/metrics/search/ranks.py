@@ -237,7 +237,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         both = np.concatenate([np.asarray(y).astype(str), np.asarray(y_ref).astype(str)])
         enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
-    return Sets(X64, R64, ylab, yref, False, (own_x, own_r and not np.may_share_memory(X64, R64)))
+    return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
 
 
 class _Layout:
