@@ -118,21 +118,27 @@ def test_faiss_random_init_reproduced(n, k, seed):
     assert np.array_equal(C0, x[faiss_random_init(n, k, seed)])
 
 
-def test_update_and_split_bit_equal_to_faiss():
-    """faiss's centroid update and its split of empty clusters (mt19937 seeded 1234), bit for bit."""
+@pytest.mark.parametrize("n, d, k, far", [(600, 6, 40, [3, 17, 31]), (900, 16, 5, [1]), (300, 3, 4, [])])
+def test_update_and_split_bit_equal_to_faiss(n, d, k, far):
+    """faiss's centroid update and its split of empty clusters (mt19937 seeded 1234), bit for bit:
+    many small clusters (summed a row position at a time) and a few large ones (one running sum
+    per cluster), a row of zeros and −0.0 among the points."""
     faiss = pytest.importorskip("faiss")
     from embedscope.metrics.kmeans import exact_assign, update_centroids
 
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((600, 6)).astype(np.float32)
-    init = x[:40].copy()
-    init[[3, 17, 31]] = 1e3  # far away: empty after the first assignment
-    km = faiss.Kmeans(6, 40, niter=1, max_points_per_centroid=1 << 30)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    x[n - 1] = -0.0
+    x[n - 2, 0] = -0.0
+    init = x[:k].copy()
+    init[far] = 1e3  # far away: empty after the first assignment
+    km = faiss.Kmeans(d, k, niter=1, max_points_per_centroid=1 << 30)
     km.train(x, init_centroids=init)
-    assert km.iteration_stats[0]["nsplit"] == 3
-    C, nsplit = update_centroids(x, exact_assign(x, init), 40)
-    assert nsplit == 3
+    assert km.iteration_stats[0]["nsplit"] == len(far)
+    C, nsplit = update_centroids(x, exact_assign(x, init), k)
+    assert nsplit == len(far)
     assert np.array_equal(C, km.centroids)
+    assert np.array_equal(np.signbit(C), np.signbit(km.centroids))
 
 
 def test_default_seed_equals_pml_and_faiss_kmeans():

@@ -129,13 +129,21 @@ def update_centroids(x32: np.ndarray, assign: np.ndarray, k: int) -> tuple[np.nd
     xs = x32[order]
     by_size = np.argsort(-cnt, kind="stable")
     sizes = cnt[by_size]
-    acc = np.zeros((k, d), dtype=np.float32)
-    # row p of every cluster with more than p points, added in row order: faiss's sequential sums
-    for p in range(int(sizes[0]) if k else 0):
-        m = int(np.count_nonzero(sizes > p))
-        acc[:m] += xs[start[by_size[:m]] + p]
-    C = np.empty_like(acc)
-    C[by_size] = acc
+    if k and k < int(sizes[0]):
+        # few large clusters: each one's rows in row order by one running float32 sum (cumsum is
+        # sequential), + 0 as faiss's sum starts from zero (a lone −0.0 becomes +0.0)
+        C = np.zeros((k, d), dtype=np.float32)
+        for c in np.flatnonzero(cnt):
+            C[c] = np.cumsum(xs[start[c]:start[c] + cnt[c]], axis=0, dtype=np.float32)[-1]
+        C += np.float32(0)
+    else:
+        acc = np.zeros((k, d), dtype=np.float32)
+        # row p of every cluster with more than p points, added in row order: faiss's sequential sums
+        for p in range(int(sizes[0]) if k else 0):
+            m = int(np.count_nonzero(sizes > p))
+            acc[:m] += xs[start[by_size[:m]] + p]
+        C = np.empty_like(acc)
+        C[by_size] = acc
     hassign = cnt.astype(np.float32)
     nz = cnt > 0
     C[nz] *= (np.float32(1) / hassign[nz])[:, None]
