@@ -62,7 +62,7 @@ def test_rows_pass_with_the_bf16_prefilter_equals_brute_force(forced, monkeypatc
     assert forced["passes"] == forced["bf16"] == forced["floors"] == 3
     assert forced["int16_blocks"] > 0 and forced["float_blocks"] == 0  # thresholds > 0: bit patterns
     # floors from the lowest sampled key: thresholds below 0, compared as float32 after conversion
-    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim: np.full(depth.shape, ns))
+    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim, pairs=None: np.full(depth.shape, ns))
     rr = relevant_ranks(X, y, depth="all", block=45, device="cpu")
     _check(rr, ref, len(X) - 1)
     assert forced["bf16"] == 4 and forced["float_blocks"] > 0
@@ -115,7 +115,7 @@ def test_bf16_prefilter_keys_closer_than_bf16_resolution(forced, monkeypatch, la
     the thresholds (the lowest relevant key, at depth "all") fall between bfloat16 values. The
     candidates must reach e_i below them; with e_i = 0 both cases lose survivors (checked when
     this test was written) and ranks come out wrong."""
-    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim: np.full(depth.shape, ns))
+    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim, pairs=None: np.full(depth.shape, ns))
     rng = np.random.default_rng(5)
     y = rng.integers(0, 12, 400)
     X = rng.standard_normal((12, 48))[y] + 0.02 * rng.standard_normal((400, 48))

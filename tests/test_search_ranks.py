@@ -260,7 +260,7 @@ def test_full_row_tiles_blocks_ranked_in_halves_by_two_workers(metric, rows_spy,
     from embedscope.metrics.search import rows
 
     monkeypatch.setattr(rows, "SPLIT_MIN_ROWS", 4)
-    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim: np.ones(depth.shape, np.int64))
+    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim, pairs=None: np.ones(depth.shape, np.int64))
     halves = {"n": 0}
     orig = rows._Rows._finish_rows
 
@@ -296,7 +296,7 @@ def test_full_row_tiles_recount_rows_whose_floor_is_too_high(metric, rows_spy, m
     from embedscope.metrics.search import rows
 
     # floors from the largest sampled key: above the depth-th key in most rows
-    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim: np.ones(depth.shape, np.int64))
+    monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim, pairs=None: np.ones(depth.shape, np.int64))
     monkeypatch.setattr(rows, "SAMPLE_MEAN", 4.0)
     X, y = _data(11, n=400, n_cls=10)
     rr = relevant_ranks(X, y, metric=metric, block=50, device="cpu")
@@ -320,24 +320,37 @@ def test_full_row_tiles_chunked_gemm_and_key_estimates(estimate, monkeypatch):
 
 def test_floor_sample_ranks_balance_survivors_and_recounts():
     """The floor's sample rank: the expected-cost minimum, checked by brute force over j from
-    the Poisson probabilities written out (scipy), and its two regimes."""
+    the Poisson probabilities written out (scipy), and its regimes."""
     from scipy.stats import poisson
 
     from embedscope.metrics.search import rows
 
-    depth = np.array([1, 3, 5, 5, 11, 70, 300])
-    for ns, nr, dim in ((2242, 60000, 128), (375, 6000, 128), (750, 12000, 2048)):
-        j = rows._sample_ranks(depth, ns, nr, dim)
+    def brute(dep, pairs, ns, nr, dim):
         row_ns = rows.ROW_NS[0] + rows.ROW_NS[1] * dim
+        recount = nr * row_ns + dep * rows.SURVIVOR_NS + pairs * rows.PAIR_NS
+        js = np.arange(1, 200)
+        cost = js * nr / ns * rows.SURVIVOR_NS + poisson.sf(js - 1, dep * ns / nr) * recount
+        return js[np.argmin(cost)]
+
+    depth = np.array([1, 3, 5, 5, 11, 70, 300])
+    for ns, nr, dim in ((2242, 60000, 128), (375, 6000, 128), (750, 12000, 2048), (56, 896, 16)):
+        j = rows._sample_ranks(depth, ns, nr, dim)  # pairs default to the depths
         for dep, jj in zip(depth, j):
-            js = np.arange(1, 200)
-            cost = js * nr / ns * rows.SURVIVOR_NS + poisson.sf(js - 1, dep * ns / nr) * nr * row_ns
-            assert jj == js[np.argmin(cost)], (dep, ns, nr)
+            assert jj == brute(dep, dep, ns, nr, dim), (dep, ns, nr)
+        pairs = np.array([0, 3, 2, 8, 11, 90, 300])  # queries of one depth: their mean pairs
+        j = rows._sample_ranks(depth, ns, nr, dim, pairs)
+        for dep, jj, pm in zip(depth, j, (0, 3, 5, 5, 11, 90, 300)):
+            assert jj == brute(dep, pm, ns, nr, dim), (dep, ns, nr)
     j = rows._sample_ranks(np.array([5]), 2242, 60000, 128)
     assert j[0] == 3  # SOP-like: a recount (a 60k-wide row) outweighs ~30 more survivors
     mu = 70 * 375 / 6000
     j = rows._sample_ranks(np.array([70]), 375, 6000, 128)
     assert mu + 2 * np.sqrt(mu) <= j[0] <= mu + 3.5 * np.sqrt(mu)
+    # a small set with deep classes (the digits' 896 test images, 5 classes): counting the row's
+    # ~180 pairs again outweighs the narrow row; without that term j was 1 and every row recounted
+    mu = 180 * 56 / 896
+    j = rows._sample_ranks(np.array([180]), 56, 896, 16)
+    assert mu + 1.5 * np.sqrt(mu) <= j[0] <= mu + 3.5 * np.sqrt(mu)
 
 
 def test_per_query_depth():

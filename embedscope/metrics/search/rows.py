@@ -67,7 +67,8 @@ SAMPLE_MAX_FRAC = 1 / 16  # ... from at most this share of the references (small
 SAMPLE_FRAC_PER_DEPTH = 1 / 128  # ... and at most (mean depth) x this share (SOP-like depths of ~5: ~1/30;
 SAMPLE_MIN_FRAC = 1 / 64  # the floor's GEMM and partition cost more than the extra survivors), at least this
 SURVIVOR_NS = 50.0  # the floor's sample rank (_sample_ranks) balances the cost of one survivor (ns) ...
-ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension)
+ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension),
+PAIR_NS = 100.0  # ... plus its count again: its survivors (SURVIVOR_NS each) and its relevant pairs (ns each)
 SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is ranked in two halves
 EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
@@ -93,17 +94,25 @@ def _kth_largest(A: np.ndarray, j: np.ndarray) -> np.ndarray:
     return P[np.arange(A.shape[0]), kth].astype(np.float64)
 
 
-def _sample_ranks(depth: np.ndarray, ns: int, nr: int, dim: int) -> np.ndarray:
+def _sample_ranks(depth: np.ndarray, ns: int, nr: int, dim: int, pairs: np.ndarray | None = None) -> np.ndarray:
     """Per query, the sample rank j of its floor (the j-th largest of its keys against ``ns`` of
     the ``nr`` references): the j that minimises the expected cost of the survivors it lets
     through (about j·nr/ns, ``SURVIVOR_NS`` each) plus that of a recount of the row when the floor
     lies above the depth-th key, i.e. when j or more of the query's top ``depth`` references were
-    sampled (Poisson with mean depth·ns/nr), a row GEMM and partition of ``ROW_NS`` per reference.
+    sampled (Poisson with mean depth·ns/nr): a row GEMM and partition of ``ROW_NS`` per reference,
+    then the row counted again, its ~depth survivors (``SURVIVOR_NS``) and its ``pairs`` relevant
+    pairs (``PAIR_NS`` each; default ``depth``: the first count's work on them is lost).
     SOP-like depths (~5, a sampled mean of ~0.2) get j = 3 where a normal margin gave 2 and
     recounted 1.6% of the rows; CUB-like ones (a sampled mean of ~4) j ≈ mean + 2.5 standard
-    deviations, as before."""
+    deviations, as before. Small sets with deep classes (896 digits, 5 classes: depths ~180)
+    had j = 1 without the count term and recounted every row."""
     row_ns = ROW_NS[0] + ROW_NS[1] * dim
+    depth = np.asarray(depth)
     ud, inv = np.unique(depth, return_inverse=True)
+    inv = inv.reshape(-1)
+    pairs = depth if pairs is None else np.broadcast_to(np.asarray(pairs), depth.shape)
+    pm = np.bincount(inv, weights=pairs.reshape(-1).astype(np.float64), minlength=ud.size) / np.bincount(
+        inv, minlength=ud.size)  # mean pairs of the queries of each depth
     out = np.empty(ud.size, dtype=np.int64)
     for t, dep in enumerate(ud):
         mu = float(dep) * ns / nr
@@ -114,9 +123,10 @@ def _sample_ranks(depth: np.ndarray, ns: int, nr: int, dim: int) -> np.ndarray:
         pmf = np.cumprod(pmf)
         sf = np.cumsum(pmf[::-1])[::-1]  # sf[j] = P(X >= j)
         js = np.arange(1, jmax + 1)
-        cost = js * (nr / ns) * SURVIVOR_NS + sf[js] * nr * row_ns
+        recount = nr * row_ns + float(dep) * SURVIVOR_NS + pm[t] * PAIR_NS
+        cost = js * (nr / ns) * SURVIVOR_NS + sf[js] * recount
         out[t] = js[int(np.argmin(cost))]
-    return out[inv]
+    return out[inv].reshape(depth.shape)
 
 
 def _kth_largest_lower(A: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -215,7 +225,7 @@ class _Rows:
             self.sample, self.j = np.arange(nr), np.minimum(depth, n_avail)
         else:
             self.sample = np.sort(np.random.default_rng(seed).choice(nr, ns, replace=False))
-            self.j = _sample_ranks(depth, ns, nr, ks.Q32.shape[1])
+            self.j = _sample_ranks(depth, ns, nr, ks.Q32.shape[1], self.cnt)
         self.RsT = np.ascontiguousarray(Ra[self.sample].T)
 
     def floor_chunk(self, span):
