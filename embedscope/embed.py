@@ -32,26 +32,37 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     if transform is None:
         size = 8 if ds.kind == "digits" else 224
         transform = image_transform(ds.kind, train=False, image_size=size)
-    use_amp = (dev.type == "cuda") if amp is None else (amp and dev.type == "cuda")
     loader = torch.utils.data.DataLoader(
         TorchImages(ds, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
         pin_memory=dev.type == "cuda",
     )
+    # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
+    batches = ((x, idx.numpy()) for x, _, idx in progress_bar(loader, desc=desc, unit="batch", enabled=progress))
+    return embed_batches(model, batches, len(ds), device=dev, amp=amp)
+
+
+def embed_batches(model, batches, n: int, *, device="cpu", amp: bool | None = None) -> np.ndarray:
+    """The model loop of :func:`embed_images`: ``model`` in evaluation mode (its mode restored after)
+    on each ``(inputs, rows)`` of ``batches`` (``rows``: an index array or a slice of the output)
+    -> float32 [n, D]; NaN or inf outputs are a one-line error. ``device``: a ``torch.device``
+    or its name; on CUDA, channels-last inputs and bfloat16 autocast unless ``amp=False``."""
+    import torch
+
+    dev = torch.device(device)
+    use_amp = (dev.type == "cuda") if amp is None else (amp and dev.type == "cuda")
     was_training = model.training
     model.eval().to(dev)
     if dev.type == "cuda":
         model.to(memory_format=torch.channels_last)
-    out = np.empty((len(ds), model.embed_dim), dtype=np.float32)
+    out = np.empty((n, model.embed_dim), dtype=np.float32)
     amp_ctx = torch.autocast("cuda", dtype=torch.bfloat16) if use_amp else contextlib.nullcontext()
     try:
         with torch.inference_mode(), amp_ctx:
-            # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
-            for x, _, idx in progress_bar(loader, desc=desc, unit="batch", enabled=progress):
+            for x, rows in batches:
                 x = x.to(dev, non_blocking=True)
                 if dev.type == "cuda" and x.ndim == 4:
                     x = x.contiguous(memory_format=torch.channels_last)
-                z = model(x).float()
-                out[idx.numpy()] = z.cpu().numpy()
+                out[rows] = model(x).float().cpu().numpy()
     finally:
         model.train(was_training)
     if not np.all(np.isfinite(out)):

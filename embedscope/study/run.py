@@ -107,21 +107,11 @@ def _decoded_inputs(name: str, root: str | None, train_classes: int | None, size
 def _embed_inputs(model, inputs, batch_size: int):
     """``model`` on ``inputs`` in evaluation mode on the CPU, in the batches of
     :func:`embedscope.embed.embed_images` (so the same numbers) -> float32 [N, D]."""
-    import numpy as np
-    import torch
+    from embedscope.embed import embed_batches
 
-    was_training = model.training
-    model.eval().to("cpu")
-    out = np.empty((len(inputs), model.embed_dim), dtype=np.float32)
-    try:
-        with torch.inference_mode():
-            for s in range(0, len(inputs), batch_size):
-                out[s:s + batch_size] = model(inputs[s:s + batch_size]).float().numpy()
-    finally:
-        model.train(was_training)
-    if not np.all(np.isfinite(out)):
-        raise EmbedscopeError("the model produced NaN or inf embeddings")
-    return out
+    n = len(inputs)
+    return embed_batches(model, ((inputs[s:s + batch_size], slice(s, s + batch_size))
+                                 for s in range(0, n, batch_size)), n, device="cpu")
 
 
 def _faiss_threads(n: int) -> None:
