@@ -30,6 +30,9 @@ def test_quickstart_runs_in_a_kernel(tmp_path, monkeypatch):
     nb = nbformat.read(NB, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "outputs must be stripped in git"
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    from test_notebooks_exec import cells_without_figures
+
+    assert not cells_without_figures(nb)  # both figures are drawn, MPLBACKEND=Agg notwithstanding
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "R@1" in text and "share below the diagonal" in text
     # the scatter's share below the diagonal is the R@1 of the same split (Xuan §2.4)

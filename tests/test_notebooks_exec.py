@@ -46,3 +46,13 @@ def test_notebook_executes_small(nb, tmp_path, monkeypatch):
     assert first.strip() == sys.prefix  # the venv's python ran it
     errors = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    assert not cells_without_figures(book)
+
+
+def cells_without_figures(book) -> list[int]:
+    """Code cells that show a figure (``plt.show()``, ``display(Image(...))``) but have no PNG
+    output: under MPLBACKEND=Agg (as `make test` and `make notebooks` set it) ``plt.show()``
+    draws nothing unless the notebook selects the inline back-end itself."""
+    return [i for i, c in enumerate(book.cells) if c.cell_type == "code"
+            and ("plt.show()" in c.source or "display(Image(" in c.source)
+            and not any("image/png" in o.get("data", {}) for o in c.outputs)]
