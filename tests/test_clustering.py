@@ -251,3 +251,32 @@ def test_roth_cosine_assignment():
 def test_kmeans_option_validation(kw, msg):
     with pytest.raises(EmbedscopeError, match=msg):
         kmeans_nmi_f1(np.random.default_rng(0).standard_normal((20, 3)), [0, 1] * 10, **kw)
+
+
+def test_prepared_rows_are_used_as_given_and_retrieval_normalises_once(monkeypatch):
+    """``prepared=True``: the rows are taken as they are (not normalised again), so cosine on
+    unnormalised rows equals Euclidean k-means of the same rows; retrieval_metrics hands k-means the
+    rows its ranks used, normalised once, and gets kmeans_nmi_f1's values of the raw rows."""
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.clustering import kmeans_labels
+    from embedscope.metrics.search import knn, ranks
+
+    rng = np.random.default_rng(11)
+    y = np.repeat(np.arange(6), 40)
+    X = (rng.normal(size=(6, 12))[y] + 0.6 * rng.normal(size=(240, 12))).astype(np.float32) * 3.0
+    a = kmeans_labels(X, 6, metric="cosine", prepared=True)
+    assert np.array_equal(a, kmeans_labels(X, 6, metric="euclidean"))
+    assert not np.array_equal(a, kmeans_labels(X, 6, metric="cosine"))  # the flag changes something here
+    calls = []
+    real = knn.prepare
+
+    def counting(A, metric, name="X", **kw):
+        calls.append(name)
+        return real(A, metric, name, **kw)
+
+    monkeypatch.setattr(knn, "prepare", counting)
+    monkeypatch.setattr(ranks, "prepare", counting)
+    r = retrieval_metrics(X, y, include=["R@1", "NMI", "F1"], device="cpu")
+    assert calls == ["X"]  # the ranks' rows, reused by k-means
+    ref = kmeans_nmi_f1(X, y)
+    assert (r["NMI"], r["F1"]) == (ref["NMI"], ref["F1"])

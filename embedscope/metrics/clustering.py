@@ -139,7 +139,8 @@ def _roth_cosine_assign(X64: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metric: str = "cosine",
-                  method: str = "exact", assign: str = "euclidean", return_info: bool = False):
+                  method: str = "exact", assign: str = "euclidean", return_info: bool = False,
+                  prepared: bool = False):
     """The k-means cluster of every row (docs/methods.md §1; see the module docstring).
 
     Parameters
@@ -153,14 +154,18 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
     assign : ``"euclidean"`` (nearest centroid) or ``"roth_cosine"`` (Roth's c_nmi/c_f1:
         normalised rows to normalised centroids by largest inner product).
     return_info : also return a dict (``n_steps``, ``converged``, ``n_split`` for "exact").
+    prepared : ``X`` holds float64 rows already prepared for ``metric`` (normalised once by
+        :func:`embedscope.metrics.search.knn.prepare`, as :func:`retrieval_metrics` has them):
+        used as they are, not normalised a second time (which costs an N x D copy and may move
+        a value by an ulp).
     """
     from embedscope.metrics.search.knn import check_metric, prepared_rows
-    from embedscope.validation import check_choice, check_int
+    from embedscope.validation import check_choice, check_int, check_matrix
 
     check_metric(metric)
     check_choice(method, "method", _METHODS)
     check_choice(assign, "assign", _ASSIGN)
-    X64 = prepared_rows(X, metric, "X")
+    X64 = check_matrix(X, "X", dtype=np.float64) if prepared else prepared_rows(X, metric, "X")
     n, d = X64.shape
     if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or n_clusters < 1:
         raise EmbedscopeError(f"n_clusters must be a positive integer, got {n_clusters!r}")
@@ -185,7 +190,7 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
 
 def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, niter: int = 20,
                   metric: str = "cosine", method: str = "exact", assign: str = "euclidean",
-                  return_labels: bool = False) -> dict:
+                  return_labels: bool = False, prepared: bool = False) -> dict:
     """NMI and F1 of a k-means clustering of the embeddings against the classes (docs/methods.md §1).
 
     k-means (see :func:`kmeans_labels`: faiss's initialisation from ``seed`` = 1234, ``niter`` = 20
@@ -201,7 +206,7 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, nite
     dict
         ``"NMI"``, ``"F1"``, ``"F1_precision"``, ``"F1_recall"``, ``"n_clusters"``, ``"niter"``,
         ``"seed"``, ``"method"``, ``"assign"`` (and ``"labels"``, the cluster of each row, when
-        ``return_labels``).
+        ``return_labels``). ``prepared``: see :func:`kmeans_labels`.
     """
     from embedscope.validation import check_labels, check_matrix
 
@@ -209,7 +214,8 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, nite
     yy = check_labels(y, X64.shape[0], "class labels", min_classes=2)
     n_cls = len(np.unique(yy))
     k = n_cls if n_clusters is None else n_clusters
-    lab = kmeans_labels(X64, k, seed=seed, niter=niter, metric=metric, method=method, assign=assign)
+    lab = kmeans_labels(X64, k, seed=seed, niter=niter, metric=metric, method=method, assign=assign,
+                        prepared=prepared)
     f = pairwise_f1(yy, lab)
     out = {"NMI": nmi(yy, lab), "F1": f["F1"], "F1_precision": f["precision"], "F1_recall": f["recall"],
            "n_clusters": int(k), "niter": int(niter), "seed": int(seed), "method": method, "assign": assign}

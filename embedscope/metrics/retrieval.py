@@ -264,7 +264,8 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     if any(k in want for k in CLUSTER_KEYS):
         from embedscope.metrics.clustering import kmeans_nmi_f1
 
-        cl = kmeans_nmi_f1(sets.prepared(metric)[0], sets.y, seed=seed, niter=niter, metric=metric)
+        # the rows the ranks used, normalised once (kmeans_nmi_f1 of X itself gives the same labels)
+        cl = kmeans_nmi_f1(sets.prepared(metric)[0], sets.y, seed=seed, niter=niter, metric=metric, prepared=True)
         for k in CLUSTER_KEYS:
             if k in want:
                 out[k] = cl[k]
