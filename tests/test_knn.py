@@ -220,3 +220,52 @@ def test_window_keys_equal_pair_keys_bitwise(metric):
     for group in (1, 7, 64, 512, 10_000):
         np.testing.assert_array_equal(window_keys64(ks, qi, rj, group=group), want)
     assert window_keys64(ks, qi[:0], rj[:0]).size == 0
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_symmetric_search_reuses_window_keys_bitwise(metric, tiny_cpu_search, monkeypatch):
+    """A same-set search hands each window key to the block of its reference, which takes it
+    instead of computing it (the key of (q, r) is that of (r, q) bit for bit): the same neighbours
+    and values bit for bit as without the reuse, the brute force's, with most keys reused."""
+    knn = tiny_cpu_search
+    jobs = []
+
+    class Recorded(knn._CpuSearch):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            jobs.append(self)
+
+    monkeypatch.setattr(knn, "_CpuSearch", Recorded)
+    rng = np.random.default_rng(12)
+    y = np.repeat(np.arange(4), 80)
+    X = rng.standard_normal((4, 6))[y] + 0.7 * rng.standard_normal((320, 6))  # deep, mostly mutual windows
+    X[200:230] = X[100]  # thirty identical rows
+    for k in (7, 70, 150):
+        monkeypatch.setattr(knn, "REUSE_KEYS", False)
+        a = knn_search(X, None, k, metric=metric, exclude_self=True)
+        monkeypatch.setattr(knn, "REUSE_KEYS", True)
+        b = knn_search(X, None, k, metric=metric, exclude_self=True)
+        np.testing.assert_array_equal(a[1], b[1])
+        np.testing.assert_array_equal(a[0], b[0])
+        bv, bi = brute_knn(X, None, k, metric, True)
+        np.testing.assert_array_equal(b[1], bi)
+        np.testing.assert_allclose(b[0], bv, rtol=0, atol=1e-12)
+        assert jobs[-2].n_reused == 0 and jobs[-1].n_reused > 0.2 * 320 * k
+
+
+@pytest.mark.parametrize("block", [None, 1000])
+def test_same_set_search_past_65536_rows(block):
+    """Rows within a block are kept as uint16: a query's global index (block start + row) must be
+    formed in int64 (past row 65,535 the sum overflowed: an error, or with blocks of 1,000 a
+    silently wrong query)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((66_500, 4)).astype(np.float32)
+    v, i = knn_search(X, None, 3, exclude_self=True, block=block, device="cpu")
+    X64 = X.astype(np.float64)
+    X64 /= np.linalg.norm(X64, axis=1, keepdims=True)
+    for q in (0, 65_535, 65_536, 65_999, 66_001, 66_499):
+        key = np.einsum("ij,j->i", X64, X64[q])
+        key[q] = -np.inf
+        top = np.lexsort((np.arange(key.size), -key))[:3]
+        np.testing.assert_array_equal(i[q], top)
+        np.testing.assert_allclose(v[q], key[top], rtol=0, atol=1e-12)
