@@ -69,13 +69,9 @@ def bf16_gram_time(X, block: int = 2048) -> float:
     search whose tiles are pre-filtered in bfloat16 (embedscope's, on CPUs that multiply bfloat16
     in hardware; see docs/methods.md §1). Printed beside the float32 limit, which stays the target's."""
     import torch
+    from retrieval_vs_pml import torch_gram_time  # the same script folder
 
-    Xb = torch.from_numpy(X).to(torch.bfloat16)
-    t = time.perf_counter()
-    with torch.no_grad():
-        for s in range(0, len(X), block):
-            Xb[s:s + block] @ Xb.T
-    return time.perf_counter() - t
+    return torch_gram_time(torch.from_numpy(X).to(torch.bfloat16), block)
 
 
 def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu"):
