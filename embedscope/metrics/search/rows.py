@@ -70,9 +70,6 @@ SURVIVOR_NS = 50.0  # the floor's sample rank (_sample_ranks) balances the cost 
 ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension),
 PAIR_NS = 100.0  # ... plus its count again: its survivors (SURVIVOR_NS each) and its relevant pairs (ns each)
 SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is ranked in two halves
-EXACT_FLOOR_MAX = 4096  # up to this many references, floors from all of them when the sample would be most,
-EXACT_FLOOR_MAX_DIM = 64  # ... at dimensions up to this (all of them cost one more full GEMM: at D = 128-2,048
-# on 2,000-4,000 SOP-like rows, sampled floors made the call 1.9-2.5x faster; at D = 64 equal)
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
 FLOOR_GROUPS_PER_J = 16  # a floor is the j-th largest of the maxima of 16 j column groups of the sample
 FLOOR_BF16_MIN_SAVING = 0.05  # the floors' sample GEMM in bfloat16 when that saves this much (seconds)
@@ -212,19 +209,20 @@ class _Rows:
     # ------------------------------------------------------------------ floors
     def _sample(self, Ra, seed: int):
         """The floors' sample: ``ns`` references drawn uniformly, and per query the sample rank j
-        of its floor (:func:`_sample_ranks`; all references and j = depth when ns would reach N
-        at D ≤ ``EXACT_FLOOR_MAX_DIM``: exact floors, whose GEMM is the full one; above, the
-        sample is capped as for larger sets)."""
+        of its floor (:func:`_sample_ranks`; all references and j = depth in tiny sets, where
+        the sample would be half of them: exact floors)."""
         ks, nr, depth = self.ks, self.nr, self.depth
         n_avail = nr - (1 if ks.same else 0)
         mean = SAMPLE_MEAN * math.sqrt(min(1.0, 128 / max(ks.Q32.shape[1], 1)))
         dm = max(float(depth.mean()), 1.0)
         ns = int(min(nr, math.ceil(mean * nr / dm)))
         frac = min(SAMPLE_MAX_FRAC, max(SAMPLE_MIN_FRAC, dm * SAMPLE_FRAC_PER_DEPTH))
-        exact_ok = nr <= EXACT_FLOOR_MAX and ks.Q32.shape[1] <= EXACT_FLOOR_MAX_DIM
-        if ns > frac * nr and (not exact_ok or ns < nr / 2):
-            ns = int(math.ceil(frac * nr))
-        if ns >= nr / 2:
+        # at most that share, also for small sets: floors from every reference (exact, as this
+        # did up to 4,096 references when the sample would be most of them) cost one more full
+        # GEMM and partition; on 1,000-4,000 SOP-like rows at D = 16-2,048 the capped sample made
+        # the call 1.1-2.5x faster (same values)
+        ns = min(ns, int(math.ceil(frac * nr)))
+        if ns >= nr / 2:  # tiny sets
             ns = nr
             self.sample, self.j = np.arange(nr), np.minimum(depth, n_avail)
         else:
