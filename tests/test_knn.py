@@ -223,7 +223,8 @@ def test_window_keys_equal_pair_keys_bitwise(metric):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_symmetric_search_reuses_window_keys_bitwise(metric, tiny_cpu_search, monkeypatch):
+@pytest.mark.parametrize("d", [6, 19])  # rows of 48 / 152 bytes: (q, r) and (r, q) at other alignments
+def test_symmetric_search_reuses_window_keys_bitwise(metric, d, tiny_cpu_search, monkeypatch):
     """A same-set search hands each window key to the block of its reference, which takes it
     instead of computing it (the key of (q, r) is that of (r, q) bit for bit): the same neighbours
     and values bit for bit as without the reuse, the brute force's, with most keys reused."""
@@ -238,7 +239,7 @@ def test_symmetric_search_reuses_window_keys_bitwise(metric, tiny_cpu_search, mo
     monkeypatch.setattr(knn, "_CpuSearch", Recorded)
     rng = np.random.default_rng(12)
     y = np.repeat(np.arange(4), 80)
-    X = rng.standard_normal((4, 6))[y] + 0.7 * rng.standard_normal((320, 6))  # deep, mostly mutual windows
+    X = rng.standard_normal((4, d))[y] + 0.7 * rng.standard_normal((320, d))  # deep, mostly mutual windows
     X[200:230] = X[100]  # thirty identical rows
     for k in (7, 70, 150):
         monkeypatch.setattr(knn, "REUSE_KEYS", False)
@@ -269,3 +270,20 @@ def test_same_set_search_past_65536_rows(block):
         top = np.lexsort((np.arange(key.size), -key))[:3]
         np.testing.assert_array_equal(i[q], top)
         np.testing.assert_allclose(v[q], key[top], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_pair_keys_are_symmetric_bitwise(metric):
+    """The key of (q, r) is the key of (r, q) bit for bit (what the window-key reuse relies on),
+    whatever the rows' positions in the gather buffers, for odd and even dimensions."""
+    from embedscope.metrics.search.knn import pair_keys64
+
+    rng = np.random.default_rng(13)
+    for d in (1, 7, 19, 64, 129):
+        X = rng.standard_normal((300, d))
+        qi, rj = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
+        a = pair_keys64(X, X, qi, rj, metric, chunk_bytes=4096)
+        o = rng.permutation(qi.size)  # other positions in the buffers
+        b = np.empty_like(a)
+        b[o] = pair_keys64(X, X, rj[o], qi[o], metric, chunk_bytes=4096)
+        np.testing.assert_array_equal(a, b)
