@@ -106,6 +106,10 @@ def main(argv=None):
     ap.add_argument("--noise", type=float, default=2.0, help="within-class noise (x (D/64)^0.33)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check", type=int, default=200, help="queries checked against a float64 brute force")
+    ap.add_argument("--shuffle", action="store_true",
+                    help="rows in a random order (default: each class's rows contiguous, as in a data set "
+                         "listed class folder by class folder; a same-set search then finds most window "
+                         "pairs within a query block)")
     args = ap.parse_args(argv)
 
     import faiss
@@ -120,6 +124,9 @@ def main(argv=None):
     rows = []
     for dim in args.dims:
         X, y = make_set(args.n, args.classes, dim, args.noise)
+        if args.shuffle:
+            p = np.random.default_rng(1).permutation(len(X))
+            X, y = X[p], y[p]
         tf, te = [], []
         for _ in range(args.repeats):
             t = time.perf_counter()
