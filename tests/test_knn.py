@@ -252,6 +252,13 @@ def test_symmetric_search_reuses_window_keys_bitwise(metric, d, tiny_cpu_search,
         np.testing.assert_array_equal(b[1], bi)
         np.testing.assert_allclose(b[0], bv, rtol=0, atol=1e-12)
         assert jobs[-2].n_reused == 0 and jobs[-1].n_reused > 0.2 * 320 * k
+        assert jobs[-1].inbox_bytes == 0  # every block took what it was handed
+    # a cap on the keys held for other blocks: fewer reused, the same result
+    monkeypatch.setattr(knn, "REUSE_MAX_BYTES", 12 * 500)
+    c = knn_search(X, None, 150, metric=metric, exclude_self=True)
+    np.testing.assert_array_equal(c[1], b[1])
+    np.testing.assert_array_equal(c[0], b[0])
+    assert 0 < jobs[-1].n_reused < jobs[-2].n_reused
 
 
 @pytest.mark.parametrize("block", [None, 1000])

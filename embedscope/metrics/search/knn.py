@@ -67,7 +67,8 @@ SAMPLE_SIGMAS, SAMPLE_EXTRA = 3.0, 2.0  # margin of the sample rank over its exp
 SYMMETRIC = True  # same set: one tile per pair of query blocks I <= J (half the GEMM)
 GROUP_REFS = 512  # window keys computed per range of this many references (window_keys64)
 REUSE_KEYS = True  # same set: a finished block hands each window key to the block of its reference
-REUSE_MAX_BLOCK = 2048  # ... with blocks up to this many queries (a b x b int32 table per thread)
+REUSE_MAX_BLOCK = 2048  # ... with blocks up to this many queries (a b x b int32 table per thread),
+REUSE_MAX_BYTES = 1 << 30  # ... holding at most this many bytes of handed-over keys at a time (12 per pair)
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -419,6 +420,7 @@ class _CpuSearch:
         self.n_full = 0  # queries searched again in full (threshold too high)
         self.inbox = None  # same set (_symmetric): per block, the window keys other blocks handed it
         self.n_reused = 0  # window keys taken from another block's window instead of computed
+        self.inbox_bytes = 0  # bytes of keys handed over and not yet taken
 
     def buffers(self):
         L = self.local
@@ -465,6 +467,7 @@ class _CpuSearch:
         B = s // b
         with self.lock:
             got, self.inbox[B] = self.inbox[B], None  # deposits from now on would come too late
+            self.inbox_bytes -= sum(a.nbytes + v.nbytes for a, v in got.values())
         L = self.local
         if getattr(L, "slots", None) is None or L.slots.size < b * b:
             L.slots = np.full(b * b, -1, dtype=np.int32)  # (row, row) of two blocks -> a pair; kept all -1
@@ -522,9 +525,10 @@ class _CpuSearch:
         for A in open_:  # hand block A our pairs with a reference in A, as (its row, our row)
             lo, hi = int(bounds[A]), int(bounds[A + 1])
             at = ((ro[lo:hi] - A * b) * b + qo[lo:hi]).astype(np.int32)  # < b² ≤ 2³⁰
-            with self.lock:
-                if self.inbox[A] is not None:
+            with self.lock:  # (beyond REUSE_MAX_BYTES block A computes these keys itself)
+                if self.inbox[A] is not None and self.inbox_bytes + 12 * at.size <= REUSE_MAX_BYTES:
                     self.inbox[A][B] = (at, vals[lo:hi].copy())
+                    self.inbox_bytes += 12 * at.size
         out[xo] = vals
         return out
 
