@@ -202,6 +202,15 @@ def window_keys64(ks: "KeySpace", qi: np.ndarray, rj: np.ndarray, group: int = G
     return out
 
 
+def _slot_lookup(slots: np.ndarray, at: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """The position in ``at`` (distinct codes) of each code of ``need``, −1 where it is absent,
+    through ``slots``: a table of −1 over every code, written and then left all −1 again."""
+    slots[at] = np.arange(at.size, dtype=np.int32)
+    p = np.take(slots, need)
+    slots[at] = -1
+    return p
+
+
 class KeySpace:
     """Float32 copies of queries and references, and the per-query float32 error bound ``delta``."""
 
@@ -486,10 +495,7 @@ class _CpuSearch:
         lo_i = np.flatnonzero(low)
         n_reused = 0
         if lo_i.size:
-            at = qu * b + ru
-            slots[at] = np.arange(up.size, dtype=np.int32)
-            p = np.take(slots, np.take(rl, lo_i) * b + np.take(ql, lo_i))
-            slots[at] = -1
+            p = _slot_lookup(slots, qu * b + ru, np.take(rl, lo_i) * b + np.take(ql, lo_i))
             hit = p >= 0
             ko[np.compress(hit, lo_i)] = np.take(ko, np.take(up, np.compress(hit, p)))
             miss = np.compress(~hit, lo_i)
@@ -510,9 +516,7 @@ class _CpuSearch:
             lo, hi = int(bounds[A]), int(bounds[A + 1])
             if lo == hi:
                 continue
-            slots[at] = np.arange(at.size, dtype=np.int32)
-            p = np.take(slots, qo[lo:hi] * b + (ro[lo:hi] - A * b))
-            slots[at] = -1
+            p = _slot_lookup(slots, at, qo[lo:hi] * b + (ro[lo:hi] - A * b))
             hit = np.flatnonzero(p >= 0)
             vals[lo + hit] = np.take(kv, np.take(p, hit))
             todo[lo + hit] = False
