@@ -14,6 +14,14 @@ DEVICES = ("auto", "cpu", "cuda")
 GPU_DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version", "/dev/dxg", "/dev/kfd")
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; a container's CPU set)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class _Cpu:
     """The CPU for computations that need torch only on a GPU (``compute_device``): ``.type`` as
     a ``torch.device`` has it; ``str()`` gives what ``torch.device`` accepts."""

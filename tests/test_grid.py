@@ -3,6 +3,8 @@ with --force), and grid.csv names the best checkpoint, MAP@R and the untrained n
 
 import csv
 
+import pytest
+
 from embedscope.cli import main
 
 BASE = ["train-grid", "--dataset", "digits", "--epochs", "1", "--eval-every", "1", "--no-progress"]
@@ -39,3 +41,60 @@ def test_grid_merges_compares_settings_and_reports_paths(tmp_path, capsys):
     assert rows["digits_contrastive_p0_s0"]["embed_dim"] == "16"
     assert rows["digits_contrastive_p0_s0"]["status"] == "retrained"
     assert "digits_softmax_p0_s0" in rows
+
+
+def _weights(path):
+    from embedscope.models import read_checkpoint
+
+    return read_checkpoint(path)["state_dict"]
+
+
+def test_grid_workers_train_the_same_runs_as_serial(tmp_path, capsys):
+    """--workers 2: each run in a worker process of its own, with the numbers of a serial run with
+    the same thread count (weights bit for bit, the same grid.csv values), and its messages prefixed."""
+    import torch
+
+    from embedscope.device import available_cpus, torch_threads
+    from embedscope.metrics.search import search_threads
+    from embedscope.train.grid import train_grid
+
+    opts = {"epochs": 2, "eval_every": 1, "embed_dim": 8}
+    threads = max(1, available_cpus() // 2)  # what each of 2 workers gets
+    with torch_threads(threads), search_threads(threads):
+        serial = train_grid("digits", ["contrastive", "softmax"], [0.0], [0], tmp_path / "serial", options=opts,
+                            progress=False, echo=lambda s: None)
+    lines = []
+    par = train_grid("digits", ["contrastive", "softmax"], [0.0], [0], tmp_path / "par", options=opts,
+                     progress=False, workers=2, echo=lines.append)
+    assert [r["name"] for r in par] == [r["name"] for r in serial] == ["digits_contrastive_p0_s0", "digits_softmax_p0_s0"]
+    assert f"training 2 runs in 2 worker processes ({threads} thread" in lines[0]
+    assert any(s.startswith("digits_softmax_p0_s0: epoch 2/2") for s in lines)
+    for a, b in zip(serial, par):
+        assert b["status"] == "trained"
+        for k in ("best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1", "untrained_R@1"):
+            assert a[k] == b[k], (a["name"], k, a[k], b[k])
+        wa, wb = _weights(a["checkpoint"]), _weights(b["checkpoint"])
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert set(_rows(tmp_path / "par" / "grid.csv")) == {r["name"] for r in par}
+    # a second call skips both runs without starting workers
+    lines.clear()
+    train_grid("digits", ["contrastive", "softmax"], [0.0], [0], tmp_path / "par", options=opts, progress=False,
+               workers=2, echo=lines.append)
+    assert len(lines) == 2 and all("finished already, skipped" in s for s in lines)
+
+
+def test_grid_workers_a_failed_run_keeps_the_finished_rows(tmp_path, capsys):
+    """One run fails (its checkpoint name is taken by a folder): the other still trains, its row is
+    merged into grid.csv, and the command ends with the failure's one-line error."""
+    out = tmp_path / "runs"
+    (out / "digits_softmax_p0_s0.pt").mkdir(parents=True)
+    rc = main(BASE + ["--losses", "contrastive", "softmax", "--seeds", "0", "--embed-dim", "8", "-o", str(out),
+                      "--workers", "2"])
+    cap = capsys.readouterr()
+    assert rc == 2 and "digits_softmax_p0_s0.pt: is a folder" in cap.err and "Traceback" not in cap.err
+    assert cap.err.count("\n") == 1
+    rows = _rows(out / "grid.csv")
+    assert set(rows) == {"digits_contrastive_p0_s0"} and rows["digits_contrastive_p0_s0"]["status"] == "trained"
+    with pytest.raises(SystemExit) as e:
+        main(BASE + ["--losses", "contrastive", "--seeds", "0", "-o", str(out), "--workers", "0"])
+    assert e.value.code == 2 and "--workers" in capsys.readouterr().err

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, UsageError
 
 SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "status", "epochs",
                    "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1", "final_MAP@R", "final_rho",
@@ -92,7 +92,7 @@ def read_grid_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float], seeds: Sequence[int],
                out_dir: str | os.PathLike, *, options: dict[str, Any] | None = None, force: bool = False,
-               keep_epochs: bool = False, progress: bool = True,
+               keep_epochs: bool = False, progress: bool = True, workers: int = 1,
                echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Train every combination of ``losses`` × ``p_switches`` × ``seeds`` (docs/methods.md §5, §6).
 
@@ -100,13 +100,21 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     runs. Finished runs with the same settings are skipped; a stored run with other settings is
     refused (:class:`EmbedscopeError` naming the differences) unless ``force`` (then retrained).
     ``keep_epochs`` keeps every epoch's checkpoint (``epoch-NNN.pt``, for ``study --epoch all``).
-    Merges this call's rows into ``<out_dir>/grid.csv`` and returns this call's rows.
+    Merges this call's rows into ``<out_dir>/grid.csv`` and returns this call's rows; the rows of
+    the runs that finished are merged also when another run fails or the grid is stopped.
+
+    ``workers`` > 1 trains that many runs at a time, each in a process of its own with
+    (CPUs / workers) compute threads: on a CPU, small models train faster in parallel processes than
+    with all cores on one run (docs/studies.md). Each run's numbers are those of a serial run with the
+    same thread count. On one GPU keep 1.
     """
     from embedscope.tables import write_csv
     from embedscope.train.losses import loss_spec
     from embedscope.train.trainer import resolve_config, run_paths, train
 
     say = echo or print
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise UsageError(f"workers must be a positive integer, got {workers!r}")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected an output folder")
@@ -140,7 +148,8 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             f"{len(conflicts)} run(s) in {out_dir} were trained with other settings — {'; '.join(conflicts[:3])}"
             f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: list[dict[str, Any] | None] = []
+    jobs = []  # (index in rows, heading, trainer options, checkpoint, resume, force, status when done)
     for i, (lo, p, s) in enumerate(combos, 1):
         name = run_name(dataset, lo, p, s)
         ckpt = out_dir / f"{name}.pt"
@@ -160,17 +169,116 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         retrain = force or kind == "other"
         resume = (not retrain) and kind == "unfinished"
         verb = "resuming" if resume else ("retraining (other settings, --force)" if kind == "other" else "training")
-        say(f"[{i}/{len(combos)}] {name}: {verb}")
         opts = {**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s}
-        res = train(opts, ckpt, resume=resume, force=retrain or ckpt.exists(), progress=progress, echo=say,
-                    keep_epochs=keep_epochs)
-        rows.append({**row, "status": "retrained" if kind == "other" else "trained",
-                     **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, ckpt)})
-    merged = {r["name"]: r for r in read_grid_csv(out_dir / "grid.csv")}
-    for r in rows:
-        merged[r["name"]] = r
-    write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
-    return rows
+        jobs.append((len(rows), f"[{i}/{len(combos)}] {name}: {verb}", opts, ckpt, resume,
+                     retrain or ckpt.exists(), "retrained" if kind == "other" else "trained"))
+        rows.append(row)
+    finished: dict[int, dict[str, Any]] = {}
+    try:
+        if workers > 1 and len(jobs) > 1:
+            _train_parallel(jobs, finished, workers, keep_epochs, say)
+        else:
+            for at, head, opts, ckpt, resume, frc, _ in jobs:
+                say(head)
+                finished[at] = train(opts, ckpt, resume=resume, force=frc, progress=progress, echo=say,
+                                     keep_epochs=keep_epochs)
+    finally:  # the rows of every finished run are merged, also when a run failed or the grid was stopped
+        for at, _, _, ckpt, _, _, status in jobs:
+            res = finished.get(at)
+            rows[at] = None if res is None else {
+                **rows[at], "status": status,
+                **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, ckpt)}
+        merged = {r["name"]: r for r in read_grid_csv(out_dir / "grid.csv")}
+        for r in rows:
+            if r is not None:
+                merged[r["name"]] = r
+        if merged:
+            write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
+    return [r for r in rows if r is not None]
+
+
+#: a training child's settings (set by :func:`_child_init` in each worker process)
+_CHILD: dict[str, Any] = {}
+
+
+def _child_init(threads: int, lines) -> None:
+    """A training worker process: ``threads`` compute threads for everything it runs (torch,
+    BLAS, faiss, embedscope's searches), and the queue its runs' messages go to."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    _CHILD.update(threads=threads, lines=lines)
+
+
+def _train_child(head: str, opts: dict[str, Any], ckpt: Path, resume: bool, force: bool,
+                 keep_epochs: bool) -> dict[str, Any]:
+    """One run of a parallel grid, in a worker process (see :func:`train_grid`)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from embedscope.metrics.search import search_threads
+    from embedscope.train.trainer import train
+
+    n, lines = _CHILD["threads"], _CHILD["lines"]
+    torch.set_num_threads(n)
+    name = Path(ckpt).stem
+    lines.put(head)
+    with threadpool_limits(limits=n), search_threads(n):
+        res = train(opts, ckpt, resume=resume, force=force, progress=False, keep_epochs=keep_epochs,
+                    echo=lambda s: lines.put(f"{name}: {s}"))
+    return {"history": res["history"], "best": res["best"]}
+
+
+def _train_parallel(todo: list, finished: dict[int, dict[str, Any]], workers: int, keep_epochs: bool,
+                    say: Callable[[str], None]) -> None:
+    """Train ``todo`` in ``workers`` processes (spawned; each with cores / workers compute threads),
+    at most ``workers`` runs at a time. The runs' messages reach ``say`` prefixed with their names.
+    After a run fails no further run starts; the running ones finish, then the first error is raised.
+    Stopped (Ctrl-C, SIGTERM): the workers are terminated (each run keeps its last finished epoch,
+    ``last.pt``, and resumes from it). Spawned processes import the caller's main module: a script
+    that calls this needs Python's ``if __name__ == "__main__":`` guard (the CLI and notebooks have it)."""
+    import multiprocessing as mp
+    import queue
+
+    n = min(workers, len(todo))
+    from embedscope.device import available_cpus
+
+    threads = max(1, available_cpus() // n)
+    ctx = mp.get_context("spawn")
+    lines = ctx.Queue()
+    say(f"training {len(todo)} runs in {n} worker processes ({threads} thread{'s' if threads > 1 else ''} each)")
+    pool = ctx.Pool(n, initializer=_child_init, initargs=(threads, lines))
+    waiting, running, error = list(todo), {}, None
+
+    def drain(block: bool = False) -> None:
+        try:
+            while True:
+                say(lines.get(timeout=0.2) if block else lines.get_nowait())
+                block = False
+        except queue.Empty:
+            pass
+
+    try:
+        while waiting or running:
+            while waiting and len(running) < n and error is None:
+                at, head, opts, ckpt, resume, frc, _ = waiting.pop(0)
+                running[at] = pool.apply_async(_train_child, (head, opts, ckpt, resume, frc, keep_epochs))
+            if error is not None:
+                waiting.clear()
+            drain(block=True)
+            for at in [a for a, r in running.items() if r.ready()]:
+                try:
+                    finished[at] = running.pop(at).get()
+                except Exception as e:  # noqa: BLE001 - re-raised once the running runs are done
+                    error = error or e
+        drain()
+        pool.close()
+        pool.join()
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    if error is not None:
+        raise error
 
 
 def _summary(extra: dict[str, Any], ckpt: Path) -> dict[str, Any]:

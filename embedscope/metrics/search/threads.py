@@ -16,7 +16,6 @@ inside :func:`blas_single_thread` (one BLAS thread each).
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 
 __all__ = ["search_threads", "n_search_threads", "blas_single_thread"]
@@ -31,10 +30,9 @@ def n_search_threads() -> int:
     n = getattr(_LOCAL, "n", None)
     if n:
         return int(n)
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    from embedscope.device import available_cpus
+
+    return available_cpus()
 
 
 @contextlib.contextmanager
