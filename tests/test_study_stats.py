@@ -166,6 +166,26 @@ def test_study_statistics_levels_exclude_and_untrained_flags():
     assert taus == sorted(taus, reverse=True)
 
 
+def test_study_statistics_do_not_depend_on_the_order_of_the_rows():
+    """The same runs listed in another order (two train-grid calls merged into one grid.csv, a glob):
+    the same statistics, bootstrap intervals included; the runs are resampled in the order of their ids."""
+    df = _table()
+    a = study_statistics(df, target="R@1", n_boot=300, seed=7, splits=SPLITS)
+    b = study_statistics(df.sample(frac=1.0, random_state=3).reset_index(drop=True), target="R@1", n_boot=300,
+                         seed=7, splits=SPLITS)
+    key = lambda r: (r["measure"], r["level"])  # noqa: E731
+    ca, cb = sorted(a["correlations"], key=key), sorted(b["correlations"], key=key)
+    assert [key(r) for r in ca] == [key(r) for r in cb]
+    for ra, rb in zip(ca, cb):
+        for k, v in ra.items():
+            assert v == rb[k] or (isinstance(v, float) and np.isnan(v) and np.isnan(rb[k])), (key(ra), k)
+    # over runs: a hand bootstrap of the rows sorted by id
+    srt = df.sort_values("id")
+    hb = _hand_bootstrap(srt["m"].to_numpy(), srt["R@1"].to_numpy(), 300, 7)
+    r = next(r for r in cb if key(r) == ("m", "runs"))
+    assert [r["pearson_lo"], r["pearson_hi"]] == pytest.approx(list(hb["pearson"]), abs=1e-12)
+
+
 def test_exclude_rejects_bad_expressions():
     from embedscope.errors import UsageError
 

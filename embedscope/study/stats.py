@@ -370,7 +370,10 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     else:
         df["objective"] = [_label(r, obj_cols) if obj_cols else str(r["run"]) for _, r in df.iterrows()]
     df.loc[df["selection"] == "untrained", "objective"] = "untrained"
-    P = df[use].copy()
+    # the points over runs in the order of their ids (as those over objectives are in the order of their
+    # labels): the bootstrap's resamples pick positions, so the same runs listed in another order
+    # (grid.csv rows merged by several train-grid calls, a glob, a YAML file) give the same intervals
+    P = df[use].sort_values("id", kind="mergesort").copy()
     seed_col = "seed" if "seed" in P.columns else None
     for c in [target] + measures:
         P[c] = P[c].map(_num)
