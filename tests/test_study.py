@@ -2,6 +2,7 @@
 computation, the embedding cache, a killed-and-resumed study, a broken checkpoint, a YAML list on a
 real 2-worker Dask cluster equal to the serial result, and the HTML report parsed by html5lib."""
 
+import json
 import shutil
 
 import numpy as np
@@ -124,7 +125,17 @@ def test_killed_study_resumes_without_recomputing(first, grid, cache, tmp_path):
     b = pd.read_csv(out / "runs.csv").set_index("id")
     assert np.array_equal(a.loc[b.index, MEASURED].to_numpy(), b[MEASURED].to_numpy())
     # a finished study is not recomputed; other settings into the same folder are refused
-    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None, **FAST)["computed"] == []
+    said = []
+    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert "study: every row finished earlier and the statistics are up to date" in said
+    # statistics written by another embedscope version are computed again (from the finished rows)
+    meta = json.loads((out / "study.json").read_text())
+    meta["versions"]["embedscope"] = "0.0.older"
+    (out / "study.json").write_text(json.dumps(meta))
+    said.clear()
+    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert not any("up to date" in s for s in said)
+    assert json.loads((out / "study.json").read_text())["versions"]["embedscope"] != "0.0.older"
     from embedscope.errors import EmbedscopeError
 
     with pytest.raises(EmbedscopeError, match="other settings"):

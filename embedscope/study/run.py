@@ -400,7 +400,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
     errors = [r for r in rows if r.get("status") != "ok"]
     same_stats = (not force and not computed and old_meta.get("target") == target and old_meta.get("n_boot") == n_boot
-                  and old_meta.get("exclude") == list(exclude or []) and old_meta.get("figures", True) == figures)
+                  and old_meta.get("exclude") == list(exclude or []) and old_meta.get("figures", True) == figures
+                  and (old_meta.get("versions") or {}).get("embedscope") == meta["versions"]["embedscope"])
     if same_stats:
         cached = _finished_outputs(out_dir, rows)
         if cached is not None:  # nothing new since the last run: its statistics stand
