@@ -39,7 +39,7 @@ demo: $(STAMP)
 
 NB_OUT := notebook-output
 # the study notebooks at full settings, with HTML copies in notebook-output/: the quick ones
-# first (minutes each), 01 (hours on a CPU: 33 training runs) last; a failing notebook does not
+# first (minutes each), 01 (33 training runs: ~25 min on a 2-core CPU) last; a failing notebook does not
 # stop the others, and the target fails at the end if any did
 NOTEBOOKS := $(filter-out notebooks/01_%,$(sort $(wildcard notebooks/[0-9]*.ipynb))) $(wildcard notebooks/01_*.ipynb)
 notebooks: $(STAMP)
