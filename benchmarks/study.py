@@ -27,6 +27,12 @@ are on in every study run. The order of the runs rotates between repeats.
 
     python benchmarks/study.py                          # 4 losses x 3 seeds, D = 16, 1 epoch, 3 repeats
     python benchmarks/study.py --repeats 5 --grid DIR   # reuse a trained grid (train-grid folder)
+    python benchmarks/study.py --grid DIR --root SHAPES --repeats 2   # a shapes grid (notebook 01's)
+
+``--root`` measures a grid trained on a data set with a folder (say the 33 ``shapes`` runs of
+notebook 01, 64 px: checkpoints that take seconds each to embed and measure, where the digits'
+take ~0.1 s); the digits-only ``direct`` runs are then left out, and the overhead is taken over the
+study's own embed + measure timers.
 
 Without ``--grid`` the grid is trained into a new temporary folder, which is kept (its path is
 printed) for the next run's ``--grid``.
@@ -63,13 +69,13 @@ def direct(checkpoints: list[str]) -> float:
 
 
 def study(grid: Path, out: Path, cache: Path, workers: int, force: bool = False,
-          processes: bool = False, figures: bool = True) -> tuple[float, float]:
+          processes: bool = False, figures: bool = True, root: str | None = None) -> tuple[float, float]:
     """(wall seconds, sum of the embed + measure seconds of the rows it measured)."""
     from embedscope.study.run import run_study
 
     t0 = time.perf_counter()
-    res = run_study(grid, out, epoch="last", workers=workers, worker_processes=processes, cache_dir=cache,
-                    force=force, n_boot=1000, figures=figures, echo=lambda s: None)
+    res = run_study(grid, out, epoch="last", root=root, workers=workers, worker_processes=processes,
+                    cache_dir=cache, force=force, n_boot=1000, figures=figures, echo=lambda s: None)
     dt = time.perf_counter() - t0
     assert not res["errors"], res["errors"][:1]
     return dt, sum(r["embed_seconds"] + r["measure_seconds"] for r in res["computed"])
@@ -83,6 +89,8 @@ def _cpu() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", help="a trained train-grid folder (default: train one in a temporary folder)")
+    ap.add_argument("--root", help="the data folder of a --grid trained on a data set with one (shapes, photos); "
+                    "the digits-only direct runs are then left out")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--losses", nargs="+", default=["margin", "contrastive", "multisimilarity", "triplet"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -110,14 +118,17 @@ def main() -> None:
     n_ref = sum(e.selection == "untrained" for e in entries)
     threads = torch.get_num_threads()
     print(f"study of {len(entries)} checkpoints ({len(entries) - n_ref} final + {n_ref} untrained references; "
-          f"digits, D = 16); {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"{'data ' + args.root if args.root else 'digits, D = 16'}); "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__} with {threads} threads; load average at start "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} (a shared machine)")
-    direct(checkpoints)  # warm-up: imports, data set, first-call costs
-    study(grid, tmp / "warm", tmp / "cache-warm", 0)
+    root = args.root
+    if not root:
+        direct(checkpoints)  # warm-up: imports, data set, first-call costs
+    study(grid, tmp / "warm", tmp / "cache-warm", 0, root=root)
     shutil.rmtree(tmp / "cache-warm", ignore_errors=True)
-    kinds = (["direct", "direct-1t", "serial", "dask-2"] + (["dask-2p"] if args.worker_processes else [])
-             + (["serial-nofig"] if args.no_figures_too else []))
+    kinds = (([] if root else ["direct", "direct-1t"]) + ["serial", "dask-2"]
+             + (["dask-2p"] if args.worker_processes else []) + (["serial-nofig"] if args.no_figures_too else []))
     times: dict[str, list[float]] = {k: [] for k in kinds + ["rerun", "force"]}
     cores: dict[str, list[float]] = {k: [] for k in kinds}  # CPU seconds (this process + its children) / wall
     inner: list[float] = []
@@ -136,15 +147,15 @@ def main() -> None:
                 continue
             out, cache = tmp / f"{kind}-{rep}", tmp / f"cache-{kind}-{rep}"
             dt, own = study(grid, out, cache, 0 if kind.startswith("serial") else 2, processes=kind == "dask-2p",
-                            figures=kind != "serial-nofig")
+                            figures=kind != "serial-nofig", root=root)
             times[kind].append(dt)
             cores[kind].append((_cpu() - c0) / dt)
             if kind == "serial-nofig":
                 inner_nofig.append(own)
             if kind == "serial":
                 inner.append(own)
-                times["rerun"].append(study(grid, out, cache, 0)[0])
-                times["force"].append(study(grid, out, cache, 0, force=True)[0])
+                times["rerun"].append(study(grid, out, cache, 0, root=root)[0])
+                times["force"].append(study(grid, out, cache, 0, force=True, root=root)[0])
             shutil.rmtree(cache, ignore_errors=True)
         print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in times.items()) +
               f"; load average {os.getloadavg()[0]:.1f}", flush=True)
@@ -156,7 +167,7 @@ def main() -> None:
           "below the core count when other jobs take the machine)")
     med = {k: statistics.median(v) for k, v in times.items()}
     mn = {k: min(v) for k, v in times.items()}
-    for d in ("direct-1t", "direct"):
+    for d in [k for k in ("direct-1t", "direct") if k in mn]:
         print(f"study overhead over {d} (same {len(entries)} checkpoints): "
               f"{100 * (mn['serial'] / mn[d] - 1):+.1f}% (min/min), "
               f"{100 * (med['serial'] / med[d] - 1):+.1f}% (median/median)")
