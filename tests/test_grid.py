@@ -98,3 +98,42 @@ def test_grid_workers_a_failed_run_keeps_the_finished_rows(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(BASE + ["--losses", "contrastive", "--seeds", "0", "-o", str(out), "--workers", "0"])
     assert e.value.code == 2 and "--workers" in capsys.readouterr().err
+
+
+def test_grid_workers_a_killed_worker_is_an_error_not_a_hang(tmp_path):
+    """A worker process that dies (here SIGKILL, as the kernel's OOM killer would) ends the grid with
+    a one-line error naming the run; the other run finishes and its row is merged."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    from embedscope.errors import EmbedscopeError
+    from embedscope.train.grid import train_grid
+
+    box = {}
+
+    def go():
+        try:
+            train_grid("digits", ["contrastive", "softmax"], [0.0], [0], tmp_path / "runs", workers=2,
+                       options={"epochs": 6, "eval_every": 3, "embed_dim": 8}, progress=False,
+                       echo=lambda s: None)
+        except BaseException as e:  # noqa: BLE001 - checked below
+            box["error"] = e
+
+    t = threading.Thread(target=go)
+    t.start()
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and time.monotonic() < deadline:
+        victim = next((p for p in multiprocessing.active_children() if p.name.endswith("digits_softmax_p0_s0")), None)
+        time.sleep(0.05)
+    assert victim is not None
+    os.kill(victim.pid, signal.SIGKILL)
+    t.join(180)
+    assert not t.is_alive()
+    e = box.get("error")
+    assert isinstance(e, EmbedscopeError), e
+    assert "digits_softmax_p0_s0: its training process ended without a result (killed by signal 9" in str(e)
+    assert set(_rows(tmp_path / "runs" / "grid.csv")) == {"digits_contrastive_p0_s0"}

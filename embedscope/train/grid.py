@@ -176,7 +176,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     finished: dict[int, dict[str, Any]] = {}
     try:
         if workers > 1 and len(jobs) > 1:
-            _train_parallel(jobs, finished, workers, keep_epochs, say)
+            _train_parallel(jobs, finished, workers, keep_epochs, say, progress)
         else:
             for at, head, opts, ckpt, resume, frc, _ in jobs:
                 say(head)
@@ -197,86 +197,117 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     return [r for r in rows if r is not None]
 
 
-#: a training child's settings (set by :func:`_child_init` in each worker process)
-_CHILD: dict[str, Any] = {}
-
-
-def _child_init(threads: int, lines) -> None:
-    """A training worker process: ``threads`` compute threads for everything it runs (torch,
-    BLAS, faiss, embedscope's searches), and the queue its runs' messages go to."""
+def _train_process(at: int, head: str, opts: dict[str, Any], ckpt: Path, resume: bool, force: bool,
+                   keep_epochs: bool, threads: int, out) -> None:
+    """One run of a parallel grid, in a spawned process of its own (see :func:`_train_parallel`):
+    ``threads`` compute threads for everything it runs (torch, BLAS, faiss, embedscope's searches);
+    its messages, then its result or its error, go to the queue ``out``."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    _CHILD.update(threads=threads, lines=lines)
-
-
-def _train_child(head: str, opts: dict[str, Any], ckpt: Path, resume: bool, force: bool,
-                 keep_epochs: bool) -> dict[str, Any]:
-    """One run of a parallel grid, in a worker process (see :func:`train_grid`)."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    from embedscope.metrics.search import search_threads
-    from embedscope.train.trainer import train
-
-    n, lines = _CHILD["threads"], _CHILD["lines"]
-    torch.set_num_threads(n)
+        os.environ[var] = str(threads)  # before torch and numpy's BLAS start their thread pools
     name = Path(ckpt).stem
-    lines.put(head)
-    with threadpool_limits(limits=n), search_threads(n):
-        res = train(opts, ckpt, resume=resume, force=force, progress=False, keep_epochs=keep_epochs,
-                    echo=lambda s: lines.put(f"{name}: {s}"))
-    return {"history": res["history"], "best": res["best"]}
+    out.put(("line", head))
+    try:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        from embedscope.metrics.search import search_threads
+        from embedscope.train.trainer import train
+
+        torch.set_num_threads(threads)
+        with threadpool_limits(limits=threads), search_threads(threads):
+            res = train(opts, ckpt, resume=resume, force=force, progress=False, keep_epochs=keep_epochs,
+                        echo=lambda s: out.put(("line", f"{name}: {s}")))
+    except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
+        import pickle
+
+        try:
+            pickle.dumps(e)
+        except Exception:  # noqa: BLE001 - an exception that cannot travel: its text does
+            e = EmbedscopeError(f"{name}: {type(e).__name__}: {e}")
+        out.put(("error", at, e))
+        return
+    out.put(("done", at, {"history": res["history"], "best": res["best"]}))
 
 
 def _train_parallel(todo: list, finished: dict[int, dict[str, Any]], workers: int, keep_epochs: bool,
-                    say: Callable[[str], None]) -> None:
-    """Train ``todo`` in ``workers`` processes (spawned; each with cores / workers compute threads),
-    at most ``workers`` runs at a time. The runs' messages reach ``say`` prefixed with their names.
-    After a run fails no further run starts; the running ones finish, then the first error is raised.
-    Stopped (Ctrl-C, SIGTERM): the workers are terminated (each run keeps its last finished epoch,
-    ``last.pt``, and resumes from it). Spawned processes import the caller's main module: a script
-    that calls this needs Python's ``if __name__ == "__main__":`` guard (the CLI and notebooks have it)."""
+                    say: Callable[[str], None], progress: bool = True) -> None:
+    """Train ``todo`` in spawned processes, at most ``workers`` at a time, each run in a process of
+    its own with (CPUs / workers) compute threads. The runs' messages reach ``say`` prefixed with
+    their names. After a run fails (or its process dies: killed, out of memory) no further run
+    starts; the running ones finish, then the first error is raised. Stopped (Ctrl-C, SIGTERM): the
+    processes are terminated (each run keeps its last finished epoch, ``last.pt``, and resumes from
+    it). Spawned processes import the caller's main module: a script that calls this needs Python's
+    ``if __name__ == "__main__":`` guard (the CLI and notebooks have it)."""
     import multiprocessing as mp
     import queue
 
-    n = min(workers, len(todo))
     from embedscope.device import available_cpus
+    from embedscope.progress import check_signals, progress_bar
 
+    n = min(workers, len(todo))
     threads = max(1, available_cpus() // n)
     ctx = mp.get_context("spawn")
-    lines = ctx.Queue()
+    out = ctx.Queue()
     say(f"training {len(todo)} runs in {n} worker processes ({threads} thread{'s' if threads > 1 else ''} each)")
-    pool = ctx.Pool(n, initializer=_child_init, initargs=(threads, lines))
-    waiting, running, error = list(todo), {}, None
+    waiting = list(todo)
+    procs: dict[int, Any] = {}
+    names = {j[0]: Path(j[3]).stem for j in todo}
+    failed: dict[int, BaseException] = {}
+    error: BaseException | None = None
+    # on a terminal a bar over the runs (the messages are the lines per phase elsewhere)
+    bar = progress_bar(total=len(todo), desc="train-grid", unit="run", enabled=progress, lines=False)
 
-    def drain(block: bool = False) -> None:
+    def handle(msg) -> None:
+        if msg[0] == "line":
+            say(msg[1])
+            return
+        if msg[0] == "done":
+            finished[msg[1]] = msg[2]
+        else:
+            failed[msg[1]] = msg[2]
+        bar.update(1)
+
+    def drain(timeout: float = 0.0) -> None:
         try:
+            handle(out.get(timeout=timeout) if timeout else out.get_nowait())
             while True:
-                say(lines.get(timeout=0.2) if block else lines.get_nowait())
-                block = False
+                handle(out.get_nowait())
         except queue.Empty:
             pass
 
     try:
-        while waiting or running:
-            while waiting and len(running) < n and error is None:
+        while waiting or procs:
+            while waiting and len(procs) < n and error is None:
                 at, head, opts, ckpt, resume, frc, _ = waiting.pop(0)
-                running[at] = pool.apply_async(_train_child, (head, opts, ckpt, resume, frc, keep_epochs))
-            if error is not None:
-                waiting.clear()
-            drain(block=True)
-            for at in [a for a, r in running.items() if r.ready()]:
-                try:
-                    finished[at] = running.pop(at).get()
-                except Exception as e:  # noqa: BLE001 - re-raised once the running runs are done
-                    error = error or e
+                p = ctx.Process(target=_train_process, name=f"train-grid {names[at]}",
+                                args=(at, head, opts, ckpt, resume, frc, keep_epochs, threads, out))
+                p.start()
+                procs[at] = p
+            drain(0.2)
+            check_signals()
+            for at, p in list(procs.items()):
+                if p.exitcode is None:
+                    continue
+                p.join()
+                drain()  # what it sent before it ended is in the queue by now
+                del procs[at]
+                if at not in finished and at not in failed:
+                    how = (f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exit code {p.exitcode}")
+                    failed[at] = EmbedscopeError(f"{names[at]}: its training process ended without a result "
+                                                 f"({how}; out of memory?)")
+                    bar.update(1)
+                if at in failed and error is None:
+                    error = failed[at]
+                    waiting.clear()
         drain()
-        pool.close()
-        pool.join()
     except BaseException:
-        pool.terminate()
-        pool.join()
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.join()
         raise
+    finally:
+        bar.close()
     if error is not None:
         raise error
 
