@@ -84,17 +84,19 @@ def test_grid_workers_train_the_same_runs_as_serial(tmp_path, capsys):
 
 
 def test_grid_workers_a_failed_run_keeps_the_finished_rows(tmp_path, capsys):
-    """One run fails (its checkpoint name is taken by a folder): the other still trains, its row is
-    merged into grid.csv, and the command ends with the failure's one-line error."""
+    """One run fails (its checkpoint name is taken by a folder): the other running one still trains,
+    its row is merged into grid.csv, no further run starts, and the command ends with the failure's
+    one-line error."""
     out = tmp_path / "runs"
     (out / "digits_softmax_p0_s0.pt").mkdir(parents=True)
-    rc = main(BASE + ["--losses", "contrastive", "softmax", "--seeds", "0", "--embed-dim", "8", "-o", str(out),
-                      "--workers", "2"])
+    rc = main(BASE + ["--losses", "contrastive", "softmax", "margin", "--seeds", "0", "--embed-dim", "8",
+                      "-o", str(out), "--workers", "2"])
     cap = capsys.readouterr()
     assert rc == 2 and "digits_softmax_p0_s0.pt: is a folder" in cap.err and "Traceback" not in cap.err
     assert cap.err.count("\n") == 1
     rows = _rows(out / "grid.csv")
     assert set(rows) == {"digits_contrastive_p0_s0"} and rows["digits_contrastive_p0_s0"]["status"] == "trained"
+    assert not list(out.glob("digits_margin_p0_s0*"))  # never started
     with pytest.raises(SystemExit) as e:
         main(BASE + ["--losses", "contrastive", "--seeds", "0", "-o", str(out), "--workers", "0"])
     assert e.value.code == 2 and "--workers" in capsys.readouterr().err

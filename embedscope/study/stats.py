@@ -373,7 +373,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     # the points over runs in the order of their ids (as those over objectives are in the order of their
     # labels): the bootstrap's resamples pick positions, so the same runs listed in another order
     # (grid.csv rows merged by several train-grid calls, a glob, a YAML file) give the same intervals
-    P = df[use].sort_values("id", kind="mergesort").copy()
+    P = df[use].sort_values("id", kind="mergesort")
     seed_col = "seed" if "seed" in P.columns else None
     for c in [target] + measures:
         P[c] = P[c].map(_num)

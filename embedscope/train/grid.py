@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from embedscope.errors import EmbedscopeError, UsageError
 
@@ -32,6 +32,19 @@ SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim
 
 # settings that may differ between a stored run and a new request without making it another run
 IGNORED_SETTINGS = ("device", "num_workers", "eval_every", "num_train_classes")
+
+
+class _Job(NamedTuple):
+    """One run of a grid to train: its place in the returned rows, its heading line, the trainer's
+    options and checkpoint, and the row's status once it is done."""
+
+    at: int
+    head: str
+    opts: dict[str, Any]
+    ckpt: Path
+    resume: bool
+    force: bool
+    status: str
 
 
 def run_name(dataset: str, loss: str, p_switch: float, seed: int) -> str:
@@ -149,7 +162,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any] | None] = []
-    jobs = []  # (index in rows, heading, trainer options, checkpoint, resume, force, status when done)
+    jobs: list[_Job] = []
     for i, (lo, p, s) in enumerate(combos, 1):
         name = run_name(dataset, lo, p, s)
         ckpt = out_dir / f"{name}.pt"
@@ -170,24 +183,24 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         resume = (not retrain) and kind == "unfinished"
         verb = "resuming" if resume else ("retraining (other settings, --force)" if kind == "other" else "training")
         opts = {**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s}
-        jobs.append((len(rows), f"[{i}/{len(combos)}] {name}: {verb}", opts, ckpt, resume,
-                     retrain or ckpt.exists(), "retrained" if kind == "other" else "trained"))
+        jobs.append(_Job(len(rows), f"[{i}/{len(combos)}] {name}: {verb}", opts, ckpt, resume,
+                         retrain or ckpt.exists(), "retrained" if kind == "other" else "trained"))
         rows.append(row)
     finished: dict[int, dict[str, Any]] = {}
     try:
         if workers > 1 and len(jobs) > 1:
             _train_parallel(jobs, finished, workers, keep_epochs, say, progress)
         else:
-            for at, head, opts, ckpt, resume, frc, _ in jobs:
-                say(head)
-                finished[at] = train(opts, ckpt, resume=resume, force=frc, progress=progress, echo=say,
-                                     keep_epochs=keep_epochs)
+            for j in jobs:
+                say(j.head)
+                finished[j.at] = train(j.opts, j.ckpt, resume=j.resume, force=j.force, progress=progress,
+                                       echo=say, keep_epochs=keep_epochs)
     finally:  # the rows of every finished run are merged, also when a run failed or the grid was stopped
-        for at, _, _, ckpt, _, _, status in jobs:
-            res = finished.get(at)
-            rows[at] = None if res is None else {
-                **rows[at], "status": status,
-                **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, ckpt)}
+        for j in jobs:
+            res = finished.get(j.at)
+            rows[j.at] = None if res is None else {
+                **rows[j.at], "status": j.status,
+                **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, j.ckpt)}
         merged = {r["name"]: r for r in read_grid_csv(out_dir / "grid.csv")}
         for r in rows:
             if r is not None:
@@ -197,15 +210,14 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     return [r for r in rows if r is not None]
 
 
-def _train_process(at: int, head: str, opts: dict[str, Any], ckpt: Path, resume: bool, force: bool,
-                   keep_epochs: bool, threads: int, out) -> None:
+def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
     """One run of a parallel grid, in a spawned process of its own (see :func:`_train_parallel`):
     ``threads`` compute threads for everything it runs (torch, BLAS, faiss, embedscope's searches);
     its messages, then its result or its error, go to the queue ``out``."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)  # before torch and numpy's BLAS start their thread pools
-    name = Path(ckpt).stem
-    out.put(("line", head))
+    name = job.ckpt.stem
+    out.put(("line", job.head))
     try:
         import torch
         from threadpoolctl import threadpool_limits
@@ -215,8 +227,8 @@ def _train_process(at: int, head: str, opts: dict[str, Any], ckpt: Path, resume:
 
         torch.set_num_threads(threads)
         with threadpool_limits(limits=threads), search_threads(threads):
-            res = train(opts, ckpt, resume=resume, force=force, progress=False, keep_epochs=keep_epochs,
-                        echo=lambda s: out.put(("line", f"{name}: {s}")))
+            res = train(job.opts, job.ckpt, resume=job.resume, force=job.force, progress=False,
+                        keep_epochs=keep_epochs, echo=lambda s: out.put(("line", f"{name}: {s}")))
     except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
         import pickle
 
@@ -224,12 +236,12 @@ def _train_process(at: int, head: str, opts: dict[str, Any], ckpt: Path, resume:
             pickle.dumps(e)
         except Exception:  # noqa: BLE001 - an exception that cannot travel: its text does
             e = EmbedscopeError(f"{name}: {type(e).__name__}: {e}")
-        out.put(("error", at, e))
+        out.put(("error", job.at, e))
         return
-    out.put(("done", at, {"history": res["history"], "best": res["best"]}))
+    out.put(("done", job.at, {"history": res["history"], "best": res["best"]}))
 
 
-def _train_parallel(todo: list, finished: dict[int, dict[str, Any]], workers: int, keep_epochs: bool,
+def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], workers: int, keep_epochs: bool,
                     say: Callable[[str], None], progress: bool = True) -> None:
     """Train ``todo`` in spawned processes, at most ``workers`` at a time, each run in a process of
     its own with (CPUs / workers) compute threads. The runs' messages reach ``say`` prefixed with
@@ -251,9 +263,8 @@ def _train_parallel(todo: list, finished: dict[int, dict[str, Any]], workers: in
     say(f"training {len(todo)} runs in {n} worker processes ({threads} thread{'s' if threads > 1 else ''} each)")
     waiting = list(todo)
     procs: dict[int, Any] = {}
-    names = {j[0]: Path(j[3]).stem for j in todo}
-    failed: dict[int, BaseException] = {}
-    error: BaseException | None = None
+    names = {j.at: j.ckpt.stem for j in todo}
+    failed: dict[int, BaseException] = {}  # in the order the failures arrived: the first is raised
     # on a terminal a bar over the runs (the messages are the lines per phase elsewhere)
     bar = progress_bar(total=len(todo), desc="train-grid", unit="run", enabled=progress, lines=False)
 
@@ -276,13 +287,13 @@ def _train_parallel(todo: list, finished: dict[int, dict[str, Any]], workers: in
             pass
 
     try:
-        while waiting or procs:
-            while waiting and len(procs) < n and error is None:
-                at, head, opts, ckpt, resume, frc, _ = waiting.pop(0)
-                p = ctx.Process(target=_train_process, name=f"train-grid {names[at]}",
-                                args=(at, head, opts, ckpt, resume, frc, keep_epochs, threads, out))
+        while procs or (waiting and not failed):  # after a failure: no further run starts
+            while waiting and len(procs) < n and not failed:
+                j = waiting.pop(0)
+                p = ctx.Process(target=_train_process, name=f"train-grid {names[j.at]}",
+                                args=(j, keep_epochs, threads, out))
                 p.start()
-                procs[at] = p
+                procs[j.at] = p
             drain(0.2)
             check_signals()
             for at, p in list(procs.items()):
@@ -296,9 +307,6 @@ def _train_parallel(todo: list, finished: dict[int, dict[str, Any]], workers: in
                     failed[at] = EmbedscopeError(f"{names[at]}: its training process ended without a result "
                                                  f"({how}; out of memory?)")
                     bar.update(1)
-                if at in failed and error is None:
-                    error = failed[at]
-                    waiting.clear()
         drain()
     except BaseException:
         for p in procs.values():
@@ -308,8 +316,8 @@ def _train_parallel(todo: list, finished: dict[int, dict[str, Any]], workers: in
         raise
     finally:
         bar.close()
-    if error is not None:
-        raise error
+    if failed:
+        raise next(iter(failed.values()))
 
 
 def _summary(extra: dict[str, Any], ckpt: Path) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from embedscope.device import available_cpus
+
 __all__ = ["search_threads", "n_search_threads", "blas_single_thread"]
 
 _LOCAL = threading.local()
@@ -30,8 +32,6 @@ def n_search_threads() -> int:
     n = getattr(_LOCAL, "n", None)
     if n:
         return int(n)
-    from embedscope.device import available_cpus
-
     return available_cpus()
 
 
