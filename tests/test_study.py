@@ -251,3 +251,18 @@ def test_study_embeds_like_embed_images(grid):
         got = _embed_inputs(model, _input_tensor("digits", None, None, 8), 256)
     assert torch.get_num_threads() == before
     assert got.dtype == np.float32 and np.array_equal(got, ref)
+
+
+def test_default_workers_follow_the_cpu_affinity(monkeypatch):
+    """One local worker per CPU this process may run on (a container's CPU set), not per CPU of
+    the machine; --workers 0 is serial."""
+    import os
+
+    from embedscope.study.run import _ClusterBox
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    box = _ClusterBox(None, None)
+    assert box.n == 1 and not box.serial and box.threads
+    assert _ClusterBox(0, None).serial
+    assert _ClusterBox(3, None).n == 3

@@ -29,7 +29,7 @@ def add_parser(sub, parents):
     p.add_argument("--root", help="data set folder (default: the checkpoint's)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="local Dask workers, single-threaded worker threads in this process (default: one per "
-                   "core; 0 = serial in this process)")
+                   "core this process may use; 0 = serial in this process)")
     p.add_argument("--worker-processes", action="store_true",
                    help="the local Dask workers are processes (each imports torch: pays off for large checkpoints "
                    "or long studies) instead of threads")

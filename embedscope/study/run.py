@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from embedscope.device import available_cpus
 from embedscope.errors import EmbedscopeError, UsageError
 
 CACHE_ENV = "EMBEDSCOPE_CACHE"
@@ -438,7 +439,9 @@ class _ClusterBox:
 
     def __init__(self, workers: int | None, scheduler: str | None, processes: bool = False) -> None:
         self.scheduler = scheduler
-        self.n = (os.cpu_count() or 1) if workers is None else int(workers)
+        # one worker per core this process may run on (its CPU affinity: a container or taskset
+        # limits it below os.cpu_count())
+        self.n = available_cpus() if workers is None else int(workers)
         self.serial = self.n == 0 and not scheduler
         self.threads = not self.serial and not scheduler and not processes  # workers are threads of this process
         self.processes = processes
