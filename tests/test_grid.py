@@ -139,3 +139,23 @@ def test_grid_workers_a_killed_worker_is_an_error_not_a_hang(tmp_path):
     assert isinstance(e, EmbedscopeError), e
     assert "digits_softmax_p0_s0: its training process ended without a result (killed by signal 9" in str(e)
     assert set(_rows(tmp_path / "runs" / "grid.csv")) == {"digits_contrastive_p0_s0"}
+
+
+def test_grid_workers_on_a_gpu_say_that_the_runs_share_it(tmp_path, monkeypatch):
+    """With CUDA as the device, --workers > 1 says that the runs share the one GPU (and still trains
+    them); on the CPU it says nothing of the kind."""
+    import embedscope.device
+    import embedscope.train.grid as grid
+
+    class _Cuda:
+        type = "cuda"
+
+    calls = []
+    monkeypatch.setattr(grid, "_train_parallel", lambda jobs, *a: calls.append(len(jobs)))
+    for dev, expect in ((_Cuda(), True), (embedscope.device.CPU, False)):
+        monkeypatch.setattr(embedscope.device, "compute_device", lambda d, dev=dev: dev)
+        said = []
+        grid.train_grid("digits", ["contrastive", "softmax"], [0.0], [0], tmp_path / f"runs-{dev.type}",
+                        options={"epochs": 1, "embed_dim": 8}, workers=2, progress=False, echo=said.append)
+        assert any("share the GPU" in s for s in said) is expect, said
+    assert calls == [2, 2]
