@@ -261,7 +261,10 @@ class _Rows:
             e = bf16_error(np.sqrt(ks.qsq), ks.rmax, ks.Q32.shape[1])
             cthr = np.nextafter((self.thr.astype(np.float64) - e - self.delta).astype(np.float32),
                                 np.float32(-np.inf))
-            if prefer_bf16(self.tile_elems, ks.Q32.shape[1], self._candidates(cthr)) and bf16_available():
+            # (the cost grows with the candidates: where even none would not pay, they are not estimated)
+            d = ks.Q32.shape[1]
+            if (prefer_bf16(self.tile_elems, d, 0.0) and prefer_bf16(self.tile_elems, d, self._candidates(cthr))
+                    and bf16_available()):
                 self.cthr = cthr
                 # positive thresholds are compared with the tiles' bit patterns as int16: for t ≥ 0
                 # and bfloat16 b, b > t ⇔ bits(b) > bits(t), t rounded down to bfloat16 (a
