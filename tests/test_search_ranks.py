@@ -457,3 +457,33 @@ def test_search_threads_is_per_thread_and_restored(monkeypatch):
         with pytest.raises(ValueError, match="positive integer"):
             with search_threads(bad):
                 pass
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_full_row_tiles_order_from_the_key_order(metric, monkeypatch):
+    """The pass writes each query's pairs in rank order from their decreasing key order, with the
+    beyond-depth pairs in index order, and sorts only the queries whose keys disagree with their
+    ranks (equal keys: identical rows): without ties no query is sorted, with them some are, and
+    both give the brute force's lists."""
+    from embedscope.metrics.search import rows
+
+    sorted_rows = {"n": 0}
+    orig = rows._Rows._order_sorted
+
+    def spy(self, s, e):
+        sorted_rows["n"] += e - s
+        return orig(self, s, e)
+
+    monkeypatch.setattr(rows._Rows, "_order_sorted", spy)
+    rng = np.random.default_rng(21)
+    X = rng.standard_normal((330, 6))
+    y = rng.integers(0, 9, 330)
+    for depth in (None, 4):  # 4: most pairs beyond the depth, their index order restored
+        rr = relevant_ranks(X, y, metric=metric, depth=depth, block=40, device="cpu")
+        _check(rr, brute_ranks(X, y, metric=metric), int(rr.R.max()) if depth is None else 4)
+    assert sorted_rows["n"] == 0
+    X[50:60] = X[61]  # identical rows: equal keys, ordered by index
+    y[50:62] = y[61]
+    rr = relevant_ranks(X, y, metric=metric, block=40, device="cpu")
+    _check(rr, brute_ranks(X, y, metric=metric), int(rr.R.max()))
+    assert 0 < sorted_rows["n"] < 330

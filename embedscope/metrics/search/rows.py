@@ -205,6 +205,9 @@ class _Rows:
         self.rank = np.empty(qi.size, dtype=np.float64)
         self.out_rank = np.empty(qi.size, dtype=np.float64)
         self.out_ref = np.empty(qi.size, dtype=np.int64)
+        # per query, its pairs in decreasing key order (written by _count): the rank order but for
+        # estimates within their error and the beyond-depth pairs (see _order)
+        self.korder = np.empty(qi.size, dtype=np.int64)
 
     # ------------------------------------------------------------------ floors
     def _sample(self, Ra, seed: int):
@@ -420,6 +423,7 @@ class _Rows:
         K = np.full((nb, int(max(cnt.max(initial=0), 1))), np.inf)  # each row's pairs in increasing key order
         K[lr, slot] = self.k[pp]
         pp = np.repeat(self.off[q], cnt) + np.argsort(K, axis=1)[lr, slot]
+        self.korder[np.repeat(self.off[q] + cnt - 1, cnt) - slot] = pp  # decreasing key order per query
         k = self.k[pp]
         w = self.w[q][lr] + eta
         base = lr * W - pad
@@ -466,10 +470,34 @@ class _Rows:
 
     def _order(self, s: int, e: int):
         """The block's pairs in rank order per query (beyond the depth: reference-index order,
-        which is the order of the pairs as given)."""
+        which is the order of the pairs as given).
+
+        Ranks fall as keys rise, so the decreasing key order of :meth:`_count` is the rank order
+        with the beyond-depth pairs (the lowest keys) last; those are put in reference-index order.
+        The order is then checked (ranks increasing within each query, ``inf`` last); queries whose
+        key estimates ordered two pairs otherwise (keys within their error, equal keys) are sorted
+        by rank."""
         p0, p1 = int(self.off[s]), int(self.off[e])
         if p0 == p1:
             return
+        perm = self.korder[p0:p1]  # pair ids, decreasing key order per query
+        rk = self.rank[perm]
+        tail = np.flatnonzero(rk == np.inf)
+        if tail.size:  # the beyond-depth pairs of each query in the order given (grouped by query alike)
+            perm[tail] = p0 + np.flatnonzero(self.rank[p0:p1] == np.inf)
+        ok = rk[1:] > rk[:-1]
+        ok |= (rk[1:] == np.inf) & (rk[:-1] == np.inf)
+        head = self.off[s + 1:e] - p0  # where each query after the first starts (its first pair
+        ok[head[(head >= 1) & (head < p1 - p0)] - 1] = True  # follows another query's last)
+        if ok.all():  # (the tail's pairs are beyond the depth too: rk holds their ranks)
+            self.out_rank[p0:p1] = rk
+            self.out_ref[p0:p1] = self.rj[perm]
+            return
+        self._order_sorted(s, e)
+
+    def _order_sorted(self, s: int, e: int):
+        """:meth:`_order` by sorting each query's pairs by rank."""
+        p0, p1 = int(self.off[s]), int(self.off[e])
         cnt = self.cnt[s:e]
         lr = np.repeat(np.arange(e - s), cnt)
         slot = np.arange(p1 - p0) - np.repeat(self.off[s:e] - p0, cnt)
