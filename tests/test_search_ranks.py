@@ -175,6 +175,7 @@ def test_counting_pass_with_chunked_tile_gemms(metric, pending, monkeypatch):
     monkeypatch.setattr(counting, "PENDING", pending)  # survivors counted per tile, or per block at the end
     monkeypatch.setattr(counting, "K_CHUNK", 2)
     monkeypatch.setattr(counting, "CHUNK_MIN_DIM", 0)
+    monkeypatch.setattr(counting, "CHUNK_SMALL_REFS", 0)  # K_CHUNK columns whatever the number of references
     monkeypatch.setattr(counting, "REF_TILE", 57)
     monkeypatch.setattr(counting, "QUERY_BLOCK", 61)
     used = []
@@ -186,6 +187,23 @@ def test_counting_pass_with_chunked_tile_gemms(metric, pending, monkeypatch):
     rr = relevant_ranks(X, y, metric=metric, depth=60, device="cpu")
     _check(rr, brute_ranks(X, y, metric=metric), 60)
     assert used[-1] == ([(0, 2), (2, 4), (4, 5)] if metric == "cosine" else [(0, 6)])
+
+
+def test_chunks_halve_over_few_references():
+    # K_CHUNK columns per chunk; half as many over at most CHUNK_SMALL_REFS references (cosine, D >=
+    # CHUNK_MIN_DIM); one chunk below that dimension, and for Euclidean keys (the augmented column)
+    from embedscope.metrics.search import counting
+    from embedscope.metrics.search.knn import KeySpace
+
+    rng = np.random.default_rng(0)
+    for n, d, metric, expect in [(counting.CHUNK_SMALL_REFS, 1024, "cosine", 256),
+                                 (counting.CHUNK_SMALL_REFS + 1, 1024, "cosine", 512),
+                                 (100, counting.CHUNK_MIN_DIM - 1, "cosine", counting.CHUNK_MIN_DIM - 1),
+                                 (100, 1024, "euclidean", 1025)]:
+        X = rng.standard_normal((n, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        ch = counting.k_chunks(KeySpace(X, X, metric, True))
+        assert {b - a for a, b in ch} == {expect} and ch[-1][1] == d + (metric == "euclidean")
 
 
 def test_chunked_tile_error_bound_holds():

@@ -55,7 +55,10 @@ SAMPLE_TOP = 32.0  # expected sampled references among a query's top `depth`
 SAMPLE_SIGMAS = 6.0
 K_CHUNK = 512  # cosine tiles at large D: the inner dimension summed in chunks of this many columns
 # (512 was 2-9% faster than 256 at N = 2,000-30,000, D = 768-2,048, measured in docs/PERFORMANCE.md)
-CHUNK_MIN_DIM = 768  # ... from this dimension on (see tile_delta)
+CHUNK_MIN_DIM = 768  # ... from this dimension on (see tile_delta), and half as many columns over at most
+CHUNK_SMALL_REFS = 4096  # this many references: there the float64 window keys weigh more against the GEMM
+# (256 columns: a 1.9x tighter bound, half the window keys, ~2.5% more GEMM time; 3-4% faster at
+# 2,000 x 1,024-2,048, 4-5% slower at 6,000 x 2,048: docs/PERFORMANCE.md, ninth session)
 BF16_NEG_INF = np.int16(-128)  # the bit pattern of a bfloat16 −inf (0xFF80) as int16
 PENDING = 1 << 22  # survivors (16 bytes each) kept per thread before counting: several tiles per sort
 NUMPY_FLOOR_MAX = 1 << 24  # floor keys by numpy GEMM + partition up to this many sampled keys, else faiss
@@ -132,9 +135,11 @@ def _gemm_keys(ks: KeySpace, s: int, e: int, qw: np.ndarray, wr: np.ndarray, ur:
 
 def k_chunks(ks: KeySpace, chunk: int | None = None) -> list[tuple[int, int]]:
     """The column ranges of the inner dimension that the tile GEMM sums separately (one range
-    unless a cosine search at D ≥ ``CHUNK_MIN_DIM``): see :func:`tile_delta`."""
+    unless a cosine search at D ≥ ``CHUNK_MIN_DIM``; ``K_CHUNK`` columns, half as many over at most
+    ``CHUNK_SMALL_REFS`` references): see :func:`tile_delta`."""
     d = ks.Q64.shape[1]
-    k = int(chunk if chunk is not None else (K_CHUNK if d >= CHUNK_MIN_DIM else 0))
+    small = ks.R64.shape[0] <= CHUNK_SMALL_REFS
+    k = int(chunk if chunk is not None else ((K_CHUNK // 2 if small else K_CHUNK) if d >= CHUNK_MIN_DIM else 0))
     if ks.metric != "cosine" or k <= 0 or k >= d:
         return [(0, d + (0 if ks.metric == "cosine" else 1))]
     c = -(-d // k)
