@@ -56,15 +56,27 @@ def check_matrix(X, name: str = "X", *, min_rows: int = 1, dtype=None, check_fin
         raise EmbedscopeError(f"{name} must be numeric, got dtype {A.dtype}")
     if A.shape[0] < min_rows or A.shape[1] < 1:
         raise EmbedscopeError(f"{name} needs at least {min_rows} row(s) and 1 column, got shape {A.shape}")
+    # min and max are NaN if any value is, ±inf if any is: two passes and no N × D mask; on the
+    # given floats (a conversion to a wider float keeps NaN and inf: float32 input is read at half
+    # the bytes), else on the converted array (large integers can overflow a narrower float)
+    early = check_finite and np.issubdtype(A.dtype, np.floating) and (
+        dtype is None or np.dtype(dtype).itemsize >= A.dtype.itemsize)
+    if early:
+        _check_finite(A, name)
     if dtype is not None:
-        A = np.ascontiguousarray(A, dtype=dtype)
+        with np.errstate(over="ignore"):  # a value beyond a narrower type becomes inf: an error below
+            A = np.ascontiguousarray(A, dtype=dtype)
     elif not np.issubdtype(A.dtype, np.floating):
         A = A.astype(np.float64)
-    # min and max are NaN if any value is, ±inf if any is: two passes and no N × D mask
-    if check_finite and A.size and not (np.isfinite(A.min()) and np.isfinite(A.max())):
+    if check_finite and not early:
+        _check_finite(A, name)
+    return A
+
+
+def _check_finite(A: np.ndarray, name: str) -> None:
+    if A.size and not (np.isfinite(A.min()) and np.isfinite(A.max())):
         bad = int(np.count_nonzero(~np.all(np.isfinite(A), axis=1)))
         raise EmbedscopeError(f"{name}: {bad} row(s) contain NaN or inf")
-    return A
 
 
 def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool = False,

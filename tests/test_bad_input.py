@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+import numpy as np
 import pytest
 
 from embedscope.cli import main
@@ -211,3 +212,24 @@ def build_commands():
     from embedscope.cli import build_parser
 
     return set(build_parser().command_parsers)
+
+
+@pytest.mark.parametrize("dtype, to, bad", [
+    ("float32", "float64", [np.nan, 1.0]),  # checked on the float32 input (NaN kept by the conversion)
+    ("float32", None, [1.0, -np.inf]),
+    ("float64", "float32", [1e300, 1.0]),  # finite in float64, inf once narrowed: checked after
+    ("int64", None, None),  # integers are finite
+])
+def test_check_matrix_finite_before_and_after_conversion(dtype, to, bad):
+    from embedscope.errors import EmbedscopeError
+    from embedscope.validation import check_matrix
+
+    A = np.ones((4, 2), dtype=dtype)
+    if bad is None:
+        assert check_matrix(A, dtype=to).dtype == np.float64
+        return
+    A[2] = bad
+    with pytest.raises(EmbedscopeError, match=r"^X: 1 row\(s\) contain NaN or inf$"):
+        check_matrix(A, dtype=to)
+    A[2] = 1.0
+    assert check_matrix(A, dtype=to).dtype == np.dtype(to or dtype)
