@@ -157,8 +157,9 @@ def tile_delta(ks: KeySpace, chunks: list[tuple[int, int]] | None = None) -> np.
     and the c − 1 additions add γ_{c−1} Σ|q_k r_k|, so the key is within
     (K + c + 16) u ‖q‖ ‖r‖max of q·r (the 16 covering the rounding of q and r to float32 and the
     γ denominators); one chunk gives the classical (D + 16) u ‖q‖ ‖r‖max. At D = 2,048 chunks of
-    512 make the bound 3.9× tighter (chunks of 256: 7×, but eight GEMMs and seven additions per
-    tile cost more than the float64 keys they save), and the float64 window keys as many times fewer."""
+    512 make the bound 3.9× tighter and chunks of 256 7× (:func:`k_chunks` takes 256 over at most
+    ``CHUNK_SMALL_REFS`` references, where the float64 window keys weigh more against the GEMM),
+    and the float64 window keys about as many times fewer."""
     if ks.metric == "cosine":
         # |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + 2u‖q‖‖r‖ ≤ (D + 16) u ‖q‖ ‖r‖max (Cauchy–Schwarz)
         ch = chunks or [(0, ks.Q64.shape[1])]
