@@ -505,3 +505,29 @@ def test_full_row_tiles_order_from_the_key_order(metric, monkeypatch):
     rr = relevant_ranks(X, y, metric=metric, block=40, device="cpu")
     _check(rr, brute_ranks(X, y, metric=metric), int(rr.R.max()))
     assert 0 < sorted_rows["n"] < 330
+
+
+@pytest.mark.parametrize("n, jmax", [(750, 12), (750, 23), (4000, 5), (100, 12)])
+def test_floor_from_group_maxima_is_at_most_the_jth_largest(n, jmax):
+    """The floors' estimate of each row's j-th largest sampled key: the j-th largest of the maxima
+    of g-column groups (columns c, c + n/g, ...), g = n // (FLOOR_GROUPS_PER_J * max j); at most the
+    row's j-th largest value, equal to it when g < 2 (no groups)."""
+    from embedscope.metrics.search import rows
+
+    rng = np.random.default_rng(n + jmax)
+    A = rng.standard_normal((60, n)).astype(np.float32)
+    A[:, 7] = A[:, 8]  # equal values
+    j = rng.integers(1, jmax + 1, 60)
+    j[0] = jmax
+    got = rows._kth_largest_lower(A, j)
+    exact = -np.sort(-A, axis=1)[np.arange(60), j - 1]
+    assert np.all(got <= exact)
+    g = n // (rows.FLOOR_GROUPS_PER_J * jmax)
+    if g < 2:
+        np.testing.assert_array_equal(got, exact)
+        return
+    ng = n // g
+    for i in range(60):  # brute force: each group's maximum, then the j-th largest of those
+        gm = [A[i, [c + t * ng for t in range(g)]].max() for c in range(ng)]
+        assert got[i] == sorted(gm, reverse=True)[j[i] - 1]
+    assert np.mean(got == exact) > 0.5  # usually equal
