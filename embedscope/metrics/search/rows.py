@@ -211,7 +211,7 @@ class _Rows:
         self.out_ref = np.empty(qi.size, dtype=np.int64)
         # per query, its pairs in decreasing key order (written by _count): the rank order but for
         # estimates within their error and the beyond-depth pairs (see _order)
-        self.korder = np.empty(qi.size, dtype=np.int64)
+        self.korder = np.empty(qi.size, dtype=np.int32 if qi.size < 2**31 else np.int64)
 
     # ------------------------------------------------------------------ floors
     def _sample(self, Ra, seed: int):
