@@ -54,7 +54,7 @@ REF_TILE = 2048
 SAMPLE_TOP = 32.0  # expected sampled references among a query's top `depth`
 SAMPLE_SIGMAS = 6.0
 K_CHUNK = 512  # cosine tiles at large D: the inner dimension summed in chunks of this many columns
-# (512 was 2-9% faster than 256 at N = 2,000-30,000, D = 768-2,048, measured in docs/PERFORMANCE.md)
+# (512 was 2-9% faster than 256 at N = 6,000-30,000, D = 768-2,048, measured in docs/PERFORMANCE.md)
 CHUNK_MIN_DIM = 768  # ... from this dimension on (see tile_delta), and half as many columns over at most
 CHUNK_SMALL_REFS = 4096  # this many references: there the float64 window keys weigh more against the GEMM
 # (256 columns: a 1.9x tighter bound, half the window keys, ~2.5% more GEMM time; 3-4% faster at
