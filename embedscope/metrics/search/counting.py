@@ -30,7 +30,8 @@ thread, so the counting of one tile overlaps the GEMM of another.
 ``δ_i`` is a rigorous float32 error bound of the tile's key: for cosine ``(D + 16) u ‖q_i‖ ‖r‖max``
 (the inner product's forward error, u = 2⁻²⁴), or (K + c + 16) u ‖q_i‖ ‖r‖max when the tile GEMM
 sums c chunks of at most K = 512 columns of the inner dimension separately (cosine at D ≥ 768:
-3.9× tighter at D = 2,048, and as many times fewer float64 window keys, :func:`tile_delta`); for
+3.9× tighter at D = 2,048, and as many times fewer float64 window keys; K = 256 over at most
+4,096 references, :func:`k_chunks`, :func:`tile_delta`); for
 Euclidean twice the bound of
 :class:`embedscope.metrics.search.knn.KeySpace`, so that it covers the key computed as one augmented GEMM
 (``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and at most ``PENDING`` survivors (64 MiB) per
