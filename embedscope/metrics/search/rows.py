@@ -422,12 +422,12 @@ class _Rows:
         # the pairs of these rows
         cnt = self.cnt[q]
         slot = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        pp = np.repeat(self.off[q], cnt) + slot
+        first = np.repeat(self.off[q], cnt)  # each pair's query's first pair
         lr = np.repeat(np.arange(nb), cnt)
         K = np.full((nb, int(max(cnt.max(initial=0), 1))), np.inf)  # each row's pairs in increasing key order
-        K[lr, slot] = self.k[pp]
-        pp = np.repeat(self.off[q], cnt) + np.argsort(K, axis=1)[lr, slot]
-        self.korder[np.repeat(self.off[q] + cnt - 1, cnt) - slot] = pp  # decreasing key order per query
+        K[lr, slot] = self.k[first + slot]
+        pp = first + np.argsort(K, axis=1)[lr, slot]
+        self.korder[first + (cnt[lr] - 1) - slot] = pp  # decreasing key order per query
         k = self.k[pp]
         w = self.w[q][lr] + eta
         base = lr * W - pad
