@@ -187,14 +187,15 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                          retrain or ckpt.exists(), "retrained" if kind == "other" else "trained"))
         rows.append(row)
     finished: dict[int, dict[str, Any]] = {}
-    if workers > 1 and len(jobs) > 1:
+    parallel = workers > 1 and len(jobs) > 1
+    if parallel:
         from embedscope.device import compute_device
 
         if compute_device(options.get("device", "auto")).type == "cuda":
             say(f"note: {min(workers, len(jobs))} runs at a time share the GPU (each process holds a CUDA "
                 "context and its own memory); on one GPU --workers 1 is usually faster")
     try:
-        if workers > 1 and len(jobs) > 1:
+        if parallel:
             _train_parallel(jobs, finished, workers, keep_epochs, say, progress)
         else:
             for j in jobs:
