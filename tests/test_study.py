@@ -136,6 +136,17 @@ def test_killed_study_resumes_without_recomputing(first, grid, cache, tmp_path):
     assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
     assert not any("up to date" in s for s in said)
     assert json.loads((out / "study.json").read_text())["versions"]["embedscope"] != "0.0.older"
+    # ... and so are those made by other statistics or figure code (same version, a local change)
+    meta = json.loads((out / "study.json").read_text())
+    assert len(meta["stats_code"]) == 16
+    meta["stats_code"] = "0" * 16
+    (out / "study.json").write_text(json.dumps(meta))
+    said.clear()
+    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert not any("up to date" in s for s in said)
+    said.clear()
+    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert "study: every row finished earlier and the statistics are up to date" in said
     from embedscope.errors import EmbedscopeError
 
     with pytest.raises(EmbedscopeError, match="other settings"):

@@ -257,6 +257,27 @@ def _versions() -> dict[str, str]:
     return out
 
 
+# the code that turns finished rows into the study's tables, statistics and figures: a finished
+# study's outputs are reused only when these files are unchanged (a fix to them during development,
+# where the version stays the same, then takes effect without --force)
+_STATS_MODULES = ("embedscope.study.run", "embedscope.study.stats", "embedscope.study.measures",
+                  "embedscope.viz.study", "embedscope.viz.style", "embedscope.tables")
+
+
+def _stats_code() -> str:
+    """sha256 (first 16 hex digits) over the source files of ``_STATS_MODULES``."""
+    import importlib.util
+
+    h = hashlib.sha256()
+    for name in _STATS_MODULES:
+        spec = importlib.util.find_spec(name)
+        h.update(name.encode())
+        if spec is not None and spec.origin and os.path.exists(spec.origin):
+            with open(spec.origin, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()[:16]
+
+
 def _settings_of(source, epoch, dataset, root, metric, seed, device, measures=None) -> dict[str, Any]:
     src = str(source)
     if Path(src).exists():
@@ -355,7 +376,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             "measures": {**{k: _described(v) for k, v in mreg.items() if measures is None or k in measures},
                          **{f"{p}<name>": _described(v) for p, v in PATTERNS.items()
                             if measures is None or any(m.startswith(p) for m in measures)}},
-            "versions": _versions(), "host": platform.node(), "started": started,
+            "versions": _versions(), "stats_code": _stats_code(), "host": platform.node(), "started": started,
             "entries": len(entries)}
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
 
@@ -402,7 +423,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     errors = [r for r in rows if r.get("status") != "ok"]
     same_stats = (not force and not computed and old_meta.get("target") == target and old_meta.get("n_boot") == n_boot
                   and old_meta.get("exclude") == list(exclude or []) and old_meta.get("figures", True) == figures
-                  and (old_meta.get("versions") or {}).get("embedscope") == meta["versions"]["embedscope"])
+                  and (old_meta.get("versions") or {}).get("embedscope") == meta["versions"]["embedscope"]
+                  and old_meta.get("stats_code") == meta["stats_code"])
     if same_stats:
         cached = _finished_outputs(out_dir, rows)
         if cached is not None:  # nothing new since the last run: its statistics stand
