@@ -124,3 +124,33 @@ def test_frozen_batchnorm_without_weights_is_noted():
     assert any("BatchNorm is frozen" in n for n in config_notes(resolve_config({"dataset": "cub200", "root": "x"})))
     assert not any("BatchNorm" in n for n in config_notes(resolve_config({"dataset": "shapes"})))
     assert not any("BatchNorm" in n for n in config_notes(resolve_config({"dataset": "digits"})))
+
+
+def test_train_any_torchvision_backbone_and_unknown_arch(shapes_root, tmp_path, capsys):
+    """``train --arch`` takes a torchvision classification model by name (as ``embed`` does), and the
+    checkpoint embeds as that model."""
+    ckpt = tmp_path / "mnv3.pt"
+    assert main(["train", "--dataset", "shapes", "--root", str(shapes_root), "--arch", "mobilenet_v3_small",
+                 "--epochs", "1", "--batch-size", "16", "--sampler", "spc-4", "--image-size", "32",
+                 "--embed-dim", "8", "--device", "cpu", "--no-progress", "-o", str(ckpt)]) == 0
+    model, cfg, _ = load_checkpoint(ckpt)
+    assert cfg["arch"] == "mobilenet_v3_small" and cfg["embed_dim"] == 8
+    assert any(type(m).__name__ == "InvertedResidual" for m in model.backbone.modules())
+    h5 = tmp_path / "m.h5"
+    assert main(["embed", str(ckpt), "--dataset", "shapes", "--root", str(shapes_root), "--split", "test",
+                 "-o", str(h5), "--device", "cpu", "--no-progress"]) == 0
+    from embedscope.data import get_dataset
+    from embedscope.embed import checkpoint_input
+
+    es = store.load(h5)
+    ds = get_dataset("shapes", str(shapes_root)).subset("test")
+    tf = checkpoint_input(ds, cfg)[0]
+    with torch.no_grad():
+        z = model(torch.stack([tf(ds.load_image(i)) for i in range(3)])).numpy()
+    assert es.dim == 8 and np.allclose(es.embeddings[:3], z, atol=1e-5)
+    capsys.readouterr()
+    assert main(["train", "--dataset", "shapes", "--root", str(shapes_root), "--arch", "nosuchnet",
+                 "-o", str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown --arch 'nosuchnet'" in err[0] and "efficientnet_b0" in err[0]
+    assert not (tmp_path / "x.pt").exists()

@@ -33,8 +33,10 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
     p.add_argument("--dataset", help="digits (default), shapes (embedscope make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--train-classes", type=positive_int, help="imagefolder/digits: the first N classes train")
-    p.add_argument("--arch", choices=ARCH_CHOICES,
-                   help="backbone (default: digits_cnn for digits, shapes_cnn for shapes, resnet50 for photos)")
+    p.add_argument("--arch", metavar="ARCH",
+                   help=f"backbone: {', '.join(ARCH_CHOICES)}, a torchvision classification model (e.g. "
+                   "efficientnet_b0, convnext_tiny) or timm:NAME (needs timm); default: digits_cnn for digits, "
+                   "shapes_cnn for shapes, resnet50 for photos")
     p.add_argument("--weights", metavar="PATH", help="pretrained backbone weights from a local file (no download)")
     p.add_argument("--embed-dim", type=positive_int, help="embedding dimension D (default 128)")
     p.add_argument("--image-size", type=positive_int,

@@ -159,7 +159,7 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     stores. Every value is checked for its type and range: a wrong one is a one-line
     :class:`UsageError` naming the option.
     """
-    from embedscope.models import ARCHS, default_config
+    from embedscope.models import ARCHS, default_config, is_known_arch
     from embedscope.train.losses import LOSSES, loss_spec
     from embedscope.train.miners import MINER_NAMES
     from embedscope.train.samplers import SAMPLER_NAMES
@@ -181,8 +181,11 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     if opt["loss"] not in LOSSES:
         raise UsageError(f"unknown --loss '{_show(opt['loss'])[1:-1]}' (choose {', '.join(LOSSES)})")
     spec = loss_spec(opt["loss"])
-    if opt["arch"] not in ARCHS:
-        raise UsageError(f"unknown --arch '{opt['arch']}' (choose {', '.join(ARCHS)})")
+    if not is_known_arch(opt["arch"]):
+        if opt["arch"].startswith("timm:"):
+            raise UsageError("--arch timm:NAME needs timm (pip install 'embedscope[timm]')")
+        raise UsageError(f"unknown --arch {_show(opt['arch'])} (choose {', '.join(ARCHS)}, a torchvision "
+                         "classification model such as efficientnet_b0, or timm:NAME)")
     if opt["sampler"] not in SAMPLER_NAMES:
         raise UsageError(f"unknown --sampler '{opt['sampler']}' (choose {', '.join(SAMPLER_NAMES)})")
     if opt["miner"] is not None and opt["miner"] not in MINER_NAMES:
