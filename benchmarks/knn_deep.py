@@ -110,7 +110,11 @@ def main(argv=None):
                     help="rows in a random order (default: each class's rows contiguous, as in a data set "
                          "listed class folder by class folder; a same-set search then finds most window "
                          "pairs within a query block)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: N = 6,000, 20 classes, k = 65, D = 128, "
+                    "one repeat, 20 queries checked")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.classes, args.k, args.dims, args.repeats, args.check = 6000, 20, 65, [128], 1, 20
 
     import faiss
     import torch

@@ -65,7 +65,10 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--skip-uncapped", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="smoke run: N = 5,000, one repeat")
     a = ap.parse_args()
+    if a.quick:
+        a.n, a.repeat = 5000, 1
     from embedscope.metrics.properties import property_precision
 
     X, props = make(a.n, a.dim)

@@ -43,7 +43,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--plain", action="store_true", help="also time the plain torch loop on the CPU")
     ap.add_argument("--json", help="write the numbers here")
+    ap.add_argument("--quick", action="store_true", help="smoke run: one 64-px image, 8 noise samples, one repeat")
     args = ap.parse_args()
+    if args.quick:
+        args.n_images, args.n_samples, args.size, args.repeats = 1, 8, 64, 1
 
     import torch
     from captum.attr import NoiseTunnel, Saliency

@@ -98,7 +98,11 @@ def main() -> None:
                     help="also time 2 local worker processes (dask-2p) besides the default 2 worker threads")
     ap.add_argument("--no-figures-too", action="store_true",
                     help="also time the serial study without figures (serial-nofig): what the figures cost")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 2 losses x 1 seed (3 checkpoints with the untrained reference), one repeat")
     args = ap.parse_args()
+    if args.quick:
+        args.losses, args.seeds, args.repeats = args.losses[:2], args.seeds[:1], 1
 
     import torch
 

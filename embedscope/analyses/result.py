@@ -71,7 +71,7 @@ class Result:
 
     # ---------------------------------------------------------------- tables
     def to_frame(self, *, table: bool = False):
-        """Tidy pandas DataFrame of the values (``model, measure, value``), or the per-row table."""
+        """Tidy pandas DataFrame of the values (``measure, value, model``), or the per-row table."""
         import pandas as pd
 
         if table:

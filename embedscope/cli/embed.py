@@ -17,7 +17,7 @@ def add_parser(sub, parents):
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
     p.add_argument("--train-classes", type=positive_int,
-                   help="imagefolder/digits: the first N classes (sorted) form the training split")
+                   help="the first N classes (sorted) form the training split (default: the data set's own split)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
     p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: resnet50, "
                    "resnet18, googlenet, bninception, digits_cnn, any torchvision classification model, timm:NAME")

@@ -14,7 +14,7 @@ from embedscope.cli.common import add_split, nonnegative_int, positive_int
 
 def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = None) -> None:
     p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
-    p.add_argument("--csv", metavar="OUT.csv", help="also write the results as CSV (columns model, measure, value)")
+    p.add_argument("--csv", metavar="OUT.csv", help="also write the results as CSV (columns measure, value, model)")
     p.add_argument("--parquet", metavar="OUT.parquet", help="also write the results as Parquet (as the CSV)")
     if table_help:
         p.add_argument("--table-csv", metavar="ROWS.csv", help=table_help)

@@ -50,7 +50,7 @@ def add_parser(sub, parents):
     p.add_argument("--name", help="model name in tables and figures (default: the checkpoint's file name)")
     p.add_argument("--arch", help="architecture of a bare state dict (resnet50, resnet18, googlenet, digits_cnn)")
     p.add_argument("--train-classes", type=positive_int,
-                   help="imagefolder/digits: the first N classes (sorted) form the training split")
+                   help="the first N classes (sorted) form the training split (default: the data set's own split)")
     p.add_argument("--batch-size", type=positive_int,
                    help="noisy copies per forward/backward pass (default: by input size and device)")
     p.add_argument("--seed", type=int, default=0, help="image choice and noise (default: 0)")
