@@ -61,6 +61,15 @@ def nonnegative_int(s: str) -> int:
     return _int_at_least(s, 0, "an integer >= 0")
 
 
+def seed_int(s: str) -> int:
+    """argparse type: a random seed, an integer in [0, 2**32) (numpy's, scikit-learn's and torch's
+    generators all accept it)."""
+    v = _int_at_least(s, 0, "a seed (an integer >= 0)")
+    if v >= 2**32:
+        raise argparse.ArgumentTypeError(f"expected a seed below 2**32, got '{s}'")
+    return v
+
+
 def finite_float(s: str) -> float:
     """argparse type: a finite number (no nan, no inf)."""
     import math

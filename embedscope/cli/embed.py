@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_device, add_force, add_no_progress, add_num_workers, positive_int
+from embedscope.cli.common import add_device, add_force, add_no_progress, add_num_workers, positive_int, seed_int
 
 
 def add_parser(sub, parents):
@@ -27,7 +27,7 @@ def add_parser(sub, parents):
                    help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
                    "random normalised linear head (Roth et al. Table 2's baseline); default none")
     p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
-    p.add_argument("--head-seed", type=int, default=0, help="seed of --head random (default: 0)")
+    p.add_argument("--head-seed", type=seed_int, default=0, help="seed of --head random (default: 0)")
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--batch-size", type=positive_int, default=128)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_device, add_force, positive_int
+from embedscope.cli.common import add_device, add_force, positive_int, seed_int
 from embedscope.cli.output import add_result_outputs
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 
@@ -33,7 +33,7 @@ def add_parser(sub, parents):
     p.add_argument("--lone-queries", default="exclude", choices=("exclude", "zero"),
                    help="queries without a relevant reference: left out (default, as pytorch-metric-learning) "
                    "or counted as 0 (Roth et al.'s code)")
-    p.add_argument("--seed", type=int, default=1234,
+    p.add_argument("--seed", type=seed_int, default=1234,
                    help="k-means seed (default: 1234, faiss's default, as Roth's code and PML)")
     p.add_argument("--niter", type=positive_int, default=20, help="k-means iterations (default: 20)")
     p.add_argument("--per-class", metavar="OUT.csv",

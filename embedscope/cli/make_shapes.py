@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, positive_int
+from embedscope.cli.common import add_force, positive_int, seed_int
 
 
 def add_parser(sub, parents):
@@ -13,7 +13,7 @@ def add_parser(sub, parents):
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument("--n-images", type=positive_int, default=4800, help="number of scenes (default: 4800)")
     p.add_argument("--size", type=positive_int, default=64, help="image side in pixels, 16-512 (default: 64)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the properties (default: 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="random seed of the properties (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_force(p)
     p.set_defaults(func=run)

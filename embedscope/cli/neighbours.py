@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, positive_int
+from embedscope.cli.common import add_force, positive_int, seed_int
 from embedscope.names import SPLITS
 
 
@@ -22,7 +22,7 @@ def add_parser(sub, parents):
     p.add_argument("--n-retrievals", type=positive_int, default=5, help="retrievals per query (default: 5)")
     p.add_argument("--root", metavar="DIR", help="data set folder (default: the file's root attribute)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random queries (default: 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the random queries (default: 0)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
     add_force(p)
     p.set_defaults(func=run)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from embedscope.cli.common import add_split, nonnegative_int, positive_int
+from embedscope.cli.common import add_split, nonnegative_int, positive_int, seed_int
 
 
 def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = None) -> None:
@@ -100,7 +100,7 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
                    help="keep only the first K singular values (D-1 = the reference code's TruncatedSVD)")
     p.add_argument("--max-pairs", type=positive_int, default=200_000,
                    help="pairs for the uniformity: exact when N(N-1)/2 is at most this, else a sample (default 200000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the uniformity pair sample (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the uniformity pair sample (default 0)")
 
 
 def measure_kwargs(args) -> dict:

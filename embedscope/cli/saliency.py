@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_device, add_force, positive_int
+from embedscope.cli.common import add_device, add_force, positive_int, seed_int
 from embedscope.names import DISTANCES
 
 
@@ -53,7 +53,7 @@ def add_parser(sub, parents):
                    help="the first N classes (sorted) form the training split (default: the data set's own split)")
     p.add_argument("--batch-size", type=positive_int,
                    help="noisy copies per forward/backward pass (default: by input size and device)")
-    p.add_argument("--seed", type=int, default=0, help="image choice and noise (default: 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="image choice and noise (default: 0)")
     p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
                    help="CUDA autocast for the gradient passes (default: none = float32)")
     p.add_argument("--unsafe-pickle", action="store_true",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from embedscope.cli.common import seed_int
+
 
 def add_parser(sub, parents):
     p = sub.add_parser(
@@ -37,7 +39,7 @@ def add_parser(sub, parents):
     p.add_argument("--cache-dir", metavar="DIR",
                    help="embedding cache (default: $EMBEDSCOPE_CACHE or ~/.cache/embedscope/embeddings)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="retrieval ranking distance")
-    p.add_argument("--seed", type=int, default=1234, help="k-means and bootstrap seed (default 1234)")
+    p.add_argument("--seed", type=seed_int, default=1234, help="k-means and bootstrap seed (default 1234)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_no_progress, positive_int, probability
+from embedscope.cli.common import add_no_progress, positive_int, probability, seed_int
 
 
 def add_parser(sub, parents):
@@ -14,7 +14,7 @@ def add_parser(sub, parents):
         "over seeds (DIR/toy_table.csv, .json).")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument("--n-seeds", type=positive_int, default=5, help="number of seeds, from --first-seed (default 5)")
-    p.add_argument("--first-seed", type=int, default=1, help="first seed (default 1, the paper's)")
+    p.add_argument("--first-seed", type=seed_int, default=1, help="first seed (default 1, the paper's)")
     p.add_argument("--p-switch", type=probability, default=0.001,
                    help="switch probability of the regularised variants")
     add_no_progress(p)

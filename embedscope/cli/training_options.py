@@ -13,6 +13,7 @@ from embedscope.cli.common import (
     positive_float,
     positive_int,
     probability,
+    seed_int,
 )
 
 LOSS_CHOICES = names.LOSSES
@@ -63,7 +64,7 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
     p.add_argument("--loss-param", action="append", metavar="KEY=VALUE", default=None,
                    help="a loss hyper-parameter, e.g. beta=0.6 for R-Margin (repeatable)")
     if not grid:
-        p.add_argument("--seed", type=int, help="random seed (default 0)")
+        p.add_argument("--seed", type=seed_int, help="random seed (default 0)")
     p.add_argument("--eval-every", type=nonnegative_int, metavar="N",
                    help="evaluate test R@1 and training rho every N epochs (default 1; 0 = never)")
     p.add_argument("--device", type=device_name, help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")

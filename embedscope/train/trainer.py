@@ -203,7 +203,7 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     opt["epochs"] = _as_int("epochs", opt["epochs"], 0)  # 0: the untrained network is the checkpoint
     opt["eval_every"] = _as_int("eval_every", opt["eval_every"], 0)
     opt["num_workers"] = _as_int("num_workers", opt["num_workers"], 0)
-    opt["seed"] = _as_int("seed", opt["seed"])
+    opt["seed"] = _as_int("seed", opt["seed"], 0)
     if opt["train_classes"] is not None:
         opt["train_classes"] = _as_int("train_classes", opt["train_classes"], 1)
     opt["lr"] = _as_float("lr", opt["lr"])
