@@ -132,3 +132,32 @@ def test_quantile_bins_balanced():
 
     x = np.random.default_rng(0).random(1000)
     assert np.bincount(quantile_bins(x, 5)).tolist() == [200] * 5
+
+
+def test_add_properties_keeps_what_other_tools_wrote(tmp_path):
+    """docs/store.md: other tools may add to the file with plain h5py; add-properties keeps it all
+    (groups, datasets, attributes of datasets and of the root), replacing only the named properties."""
+    import os
+
+    import h5py
+
+    h5 = _h5(tmp_path / "e.h5")
+    with h5py.File(h5, "r+") as f:
+        f.create_dataset("my_notes", data=np.arange(3))
+        f.create_group("extra_group").create_dataset("d", data=[1.5, 2.5])
+        f["embeddings"].attrs["unit"] = "cm"
+        f.attrs["who"] = "me"
+    os.chmod(h5, 0o640)
+    csv = tmp_path / "p.csv"
+    csv.write_text("path,colour,old\n" + "".join(f"img/{i}.jpg,c{i % 2},{-i}\n" for i in range(6)))
+    assert main(["add-properties", str(h5), str(csv), "--force"]) == 0
+    with h5py.File(h5, "r") as f:
+        assert f["my_notes"][()].tolist() == [0, 1, 2]
+        assert f["extra_group/d"][()].tolist() == [1.5, 2.5]
+        assert f["embeddings"].attrs["unit"] == "cm" and f.attrs["who"] == "me"
+    es = store.load(h5)
+    assert es.properties["old"].tolist() == [0, -1, -2, -3, -4, -5]  # replaced (--force)
+    assert list(es.properties["colour"]) == ["c0", "c1"] * 3
+    assert np.array_equal(es.embeddings, np.arange(12, dtype=np.float32).reshape(6, 2))
+    assert os.stat(h5).st_mode & 0o777 == 0o640  # the file keeps its mode
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left

@@ -72,7 +72,8 @@ def join_properties(paths: np.ndarray, table: dict[str, np.ndarray], source: str
 def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike, *, force: bool = False) -> list[str]:
     """Join a per-image table on ``path`` and store its columns as ``/properties/<name>`` of ``h5``.
 
-    The file is rewritten atomically. A property that already exists is an error unless ``force``.
+    The file is rewritten atomically, keeping everything else in it (groups, datasets and attributes
+    outside the schema too). A property that already exists is an error unless ``force``.
     Returns the names added.
     """
     from embedscope import store
@@ -87,7 +88,9 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
         if not k or "/" in k:
             raise EmbedscopeError(f"{table_path}: column name '{k}' cannot be a property name")
     es.properties = {**es.properties, **new}
-    store.save(h5, es, force=True)
+    from embedscope.store.embeddings import update_properties
+
+    update_properties(h5, es, list(new))
     return list(new)
 
 

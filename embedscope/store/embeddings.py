@@ -309,14 +309,41 @@ def save(
             f.create_dataset("class_names", data=es.class_names.astype(object), dtype=str_dt)
             g = f.create_group("properties")
             for k, v in es.properties.items():
-                if v.dtype.kind in "OUS":
-                    g.create_dataset(k, data=v.astype(str).astype(object), dtype=str_dt)
-                else:
-                    g.create_dataset(k, data=v)
+                _write_property(g, k, v)
             for k, v in all_attrs.items():
                 f.attrs[k] = _as_attr(v)
         _write_bytes(tmp, image.getbuffer(), path)
     return Path(path)
+
+
+def _write_property(g, name: str, v: np.ndarray) -> None:
+    """``/properties/<name>``: strings as utf-8, numbers as they are (replacing one of that name)."""
+    import h5py
+
+    if name in g:
+        del g[name]
+    if v.dtype.kind in "OUS":
+        g.create_dataset(name, data=v.astype(str).astype(object), dtype=h5py.string_dtype("utf-8"))
+    else:
+        g.create_dataset(name, data=v)
+
+
+def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence[str]) -> Path:
+    """Write ``es.properties[name]`` for ``names`` into the existing file ``path`` (read as ``es``),
+    atomically, keeping everything else in it: other groups, datasets and attributes that other
+    tools wrote with plain h5py survive (:func:`save` would write the schema only)."""
+    import h5py
+
+    es.validate()
+    src = Path(path)
+    image = io.BytesIO(src.read_bytes())
+    with atomic_output(path, force=True) as tmp:
+        with h5py.File(image, "r+") as f:
+            g = f.require_group("properties")
+            for k in names:
+                _write_property(g, k, es.properties[k])
+        _write_bytes(tmp, image.getbuffer(), path)
+    return src
 
 
 def _write_bytes(tmp: Path, data, user_path) -> None:
