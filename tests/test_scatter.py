@@ -204,3 +204,28 @@ def test_zoom_window_keeps_the_diagonal(cloud):
     sx, sy = x1 - x0, y1 - y0
     assert max(sx, sy) / min(sx, sy) <= MAX_SPAN_RATIO * 1.01
     assert min(x1, y1) - max(x0, y0) >= 0.1 * max(sx, sy)  # the diagonal crosses the window
+
+
+def test_scatter_analysis_refuses_zero_rows_for_cosine_only(tmp_path, capsys):
+    """``scatter`` (the analysis and the command) refuses all-zero rows for cosine, as evaluate and
+    neighbours do; dot and Euclidean have no such problem."""
+    from embedscope import store
+    from embedscope.analyses import scatter
+    from embedscope.cli import main
+
+    rng = np.random.default_rng(0)
+    n = 12
+    X = rng.standard_normal((n, 3)).astype(np.float32)
+    X[7] = 0.0
+    es = store.EmbeddingSet(embeddings=X, labels=np.arange(n) % 3, paths=[f"p{i}" for i in range(n)],
+                            split=["train"] * 6 + ["test"] * 6, class_names=["a", "b", "c"])
+    with pytest.raises(EmbedscopeError, match=r"1 test embedding\(s\) are all zeros .*row 1 first"):
+        scatter(es)
+    assert scatter(es, split="train").values["below_diagonal_train"] >= 0  # the zero row is a test row
+    assert np.isfinite(scatter(es, metric="dot").values["below_diagonal_test"])
+    h5 = store.save(tmp_path / "z.h5", es)
+    capsys.readouterr()
+    assert main(["scatter", str(h5), "-o", str(tmp_path / "z.png"), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "all zeros" in err[0]
+    assert not (tmp_path / "z.png").exists()

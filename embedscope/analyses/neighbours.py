@@ -34,6 +34,12 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     panels, rows, summary, values = {}, [], [], {}
     for s in splits:
         part = es.subset(s)
+        if metric == "cosine":  # as every other cosine analysis (the metric's 0 would hide a broken model)
+            zero = np.flatnonzero(~np.any(part.embeddings != 0, axis=1))
+            if zero.size:
+                raise EmbedscopeError(f"{zero.size} {s} embedding(s) are all zeros (the {s} split's row "
+                                      f"{int(zero[0])} first): their cosine similarity is undefined "
+                                      "(use --metric euclidean or dot)")
         s_same, s_diff = nearest_same_different(part.embeddings, part.labels, metric=metric, progress=progress)
         panels[s] = (s_same, s_diff)
         share, lone = share_below_diagonal(s_same, s_diff)
