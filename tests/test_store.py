@@ -200,3 +200,17 @@ def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(EmbedscopeError, match="no space left on device"):
         store.save(tmp_path / "e.h5", make_set())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_zero_width_embeddings_refused(tmp_path):
+    with pytest.raises(EmbedscopeError, match="D = 0"):
+        store.EmbeddingSet(embeddings=np.zeros((3, 0), np.float32), labels=[0, 0, 0], paths=["a", "b", "c"],
+                           split=["test"] * 3, class_names=["x"])
+    ok = store.EmbeddingSet(embeddings=np.ones((3, 2), np.float32), labels=[0, 0, 0], paths=["a", "b", "c"],
+                            split=["test"] * 3, class_names=["x"])
+    store.save(tmp_path / "z.h5", ok)
+    with h5py.File(tmp_path / "z.h5", "r+") as f:  # another tool wrote a zero-width dataset
+        del f["embeddings"]
+        f.create_dataset("embeddings", data=np.zeros((3, 0), np.float32))
+    with pytest.raises(EmbedscopeError, match="D = 0"):
+        store.load(tmp_path / "z.h5")

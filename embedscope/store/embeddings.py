@@ -139,6 +139,8 @@ class EmbeddingSet:
             raise EmbedscopeError(f"{source}: embeddings must be 2-D (N x D), got shape {X.shape}")
         if not np.issubdtype(X.dtype, np.floating):
             raise EmbedscopeError(f"{source}: embeddings must be floating point, got {X.dtype}")
+        if X.shape[1] == 0:
+            raise EmbedscopeError(f"{source}: embeddings have no columns (shape {X.shape}: D = 0)")
         n = X.shape[0]
         for name in ("labels", "paths", "split"):
             arr = getattr(self, name)
