@@ -76,6 +76,7 @@ def read_source(path: str | os.PathLike) -> Source:
     if not path.is_file():
         raise EmbedscopeError(f"{path}: not a regular file")
     fmt = _fmt_of(path)
+    _check_signature(path, fmt)
     try:
         if fmt == "npy":
             arr = np.load(path, allow_pickle=False)
@@ -106,6 +107,44 @@ def read_source(path: str | os.PathLike) -> Source:
     except Exception as e:  # noqa: BLE001 - any parser failure is a bad file for the user
         msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
         raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_pretty(msg)})") from None
+
+
+# the first bytes of each binary format, and those of formats a file is often mistaken for
+_SIGNATURES = {"npy": (b"\x93NUMPY",), "npz": (b"PK\x03\x04", b"PK\x05\x06"), "parquet": (b"PAR1",)}
+_KNOWN = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file, which embedscope's analyses read directly"),
+          (b"PK\x03\x04", "a zip archive (a .npz or a PyTorch file?)"), (b"\x93NUMPY", "a .npy array"),
+          (b"PAR1", "a Parquet table"), (b"\x80", "a Python pickle"))
+
+
+def _check_signature(path: Path, fmt: str) -> None:
+    """A binary format whose first bytes are not its own: one line saying what the file looks like
+    (numpy's own error for a .npy that is not one speaks of pickled data)."""
+    if fmt not in _SIGNATURES:
+        return
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if any(head.startswith(s) for s in _SIGNATURES[fmt]):
+        return
+    looks = next((what for sig, what in _KNOWN if head.startswith(sig)), "a format embedscope does not know")
+    raise EmbedscopeError(f"{path}: not a .{fmt} file: " + ("it is empty" if not head else f"it looks like {looks}"))
+
+
+def _no_partly_numeric(src: Source, others: list[str]) -> None:
+    """Left-over table columns that are not numeric are ignored, unless most of their cells are
+    numbers: then one bad cell would silently drop an embedding dimension."""
+    if not src.table:
+        return
+    import pandas as pd
+
+    for k in others:
+        v = pd.Series(src.columns[k])
+        num = pd.to_numeric(v, errors="coerce")
+        bad = num.isna() & v.notna()
+        if num.notna().sum() > bad.sum() > 0:
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise EmbedscopeError(f"{src.path}: column '{_pretty(k)}' is numbers but for {int(bad.sum())} cell(s) "
+                                  f"(row {i}: '{_pretty(str(v.iloc[i]))}'); fix them, or name the embedding "
+                                  "columns with --embeddings")
 
 
 def _read_pt(path: Path) -> Source:
@@ -254,6 +293,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     X = _embeddings(src, embeddings, used)
     if X is None:  # a table without an embedding column: every numeric column not used otherwise
         cols = [k for k, v in src.columns.items() if k not in used and np.asarray(v).dtype.kind in "fiu"]
+        _no_partly_numeric(src, [k for k in src.columns if k not in used and k not in cols])
         if not cols:
             raise EmbedscopeError(f"{src.path}: no numeric columns left for the embeddings (name them with "
                                   "--embeddings COLUMN or PREFIX*)")
@@ -263,16 +303,25 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         raise EmbedscopeError(f"{src.path}: the embeddings must be a 2-D array (N x D), got shape {X.shape}")
     if X.dtype.kind not in "fiu":
         raise EmbedscopeError(f"{src.path}: the embeddings must be numbers, got {X.dtype}")
-    X = X.astype(np.float32) if X.dtype != np.float32 else X
-    n = X.shape[0]
-    for what, arr in (("labels", y), ("split", sp), ("paths", pa), *((f"property '{k}'", v) for k, v in props.items())):
-        if arr is not None and (arr.ndim != 1 or arr.shape[0] != n):
-            raise EmbedscopeError(f"{src.path}: {what} have {arr.shape[0] if arr.ndim else 0} entries but there are "
-                                  f"{n} embedding rows")
     bad = ~np.all(np.isfinite(X), axis=1)
     if bad.any():
         raise EmbedscopeError(f"{src.path}: {int(bad.sum())} embedding row(s) contain NaN or inf (first: row "
                               f"{int(np.flatnonzero(bad)[0])})")
+    if X.dtype != np.float32:  # the store keeps float32
+        with np.errstate(over="ignore"):
+            X32 = X.astype(np.float32)
+        bad = ~np.all(np.isfinite(X32), axis=1)
+        if bad.any():
+            raise EmbedscopeError(f"{src.path}: {int(bad.sum())} embedding row(s) hold values beyond float32's range "
+                                  f"(|x| > 3.4e38; first: row {int(np.flatnonzero(bad)[0])}); the store keeps float32")
+        X = X32
+    n = X.shape[0]
+    for what, arr in (("labels", y), ("split", sp), ("paths", pa), *((f"property '{k}'", v) for k, v in props.items())):
+        if arr is not None and arr.ndim != 1:
+            raise EmbedscopeError(f"{src.path}: {what} must hold one value per row (1-D), got shape {arr.shape}")
+        if arr is not None and arr.shape[0] != n:
+            raise EmbedscopeError(f"{src.path}: {what} have {arr.shape[0] if arr.ndim else 0} entries but there are "
+                                  f"{n} embedding rows")
     if y.dtype.kind == "f":
         if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)):
             raise EmbedscopeError(f"{src.path}: labels must be integers or strings, got non-integer numbers")

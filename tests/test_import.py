@@ -121,7 +121,7 @@ def test_bad_input_one_line(tmp_path):
     with pytest.raises(UsageError, match="unknown file type"):
         import_embeddings(tmp_path / "x.h5")
     (tmp_path / "junk.npy").write_bytes(b"\x1b[2Jnot numpy")
-    with pytest.raises(EmbedscopeError, match="cannot read as npy") as e:
+    with pytest.raises(EmbedscopeError, match="not a .npy file: it looks like a format embedscope does not") as e:
         import_embeddings(tmp_path / "junk.npy", labels="y")
     assert "\x1b" not in str(e.value)
     with pytest.raises(UsageError, match="strictly between 0 and 1"):
@@ -150,3 +150,43 @@ def test_import_to_file_checks_output_first(tmp_path):
     with pytest.raises(EmbedscopeError, match="already exists"):
         import_to_file(tmp_path / "x.npy", out)  # before any reading: no labels error
     assert out.read_text() == "keep"
+
+
+def test_misnamed_partly_numeric_and_out_of_range_sources(tmp_path):
+    """Files whose content does not match their suffix say what they look like; a table column of
+    numbers with one bad cell is an error, not a silently dropped dimension; 2-D labels and float64
+    values beyond float32 are named as such."""
+    store.save(tmp_path / "e.h5", store.EmbeddingSet(embeddings=X, labels=np.arange(12) % 3, paths=[str(i) for i in range(12)],
+                                                     split=["test"] * 12, class_names=["a", "b", "c"]))
+    (tmp_path / "h.npy").write_bytes((tmp_path / "e.h5").read_bytes())
+    with pytest.raises(EmbedscopeError, match="h.npy: not a .npy file: it looks like an HDF5 file"):
+        import_embeddings(tmp_path / "h.npy", labels="y")
+    np.save(tmp_path / "x.npy", X)
+    (tmp_path / "x.npz").write_bytes((tmp_path / "x.npy").read_bytes())
+    with pytest.raises(EmbedscopeError, match="not a .npz file: it looks like a .npy array"):
+        import_embeddings(tmp_path / "x.npz")
+    (tmp_path / "e.npy").write_bytes(b"")
+    with pytest.raises(EmbedscopeError, match="not a .npy file: it is empty"):
+        import_embeddings(tmp_path / "e.npy", labels="y")
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(5)]).astype(object)
+    df.insert(0, "label", Y)
+    df.insert(1, "note", ["n"] * 12)  # a text column: ignored
+    df.loc[5, "f2"] = "abc"
+    df.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(EmbedscopeError, match=r"column 'f2' is numbers but for 1 cell\(s\) \(row 5: 'abc'\)"):
+        import_embeddings(tmp_path / "t.csv")
+    df.loc[5, "f2"] = X[5, 2]
+    df.to_csv(tmp_path / "t.csv", index=False)
+    _check(import_embeddings(tmp_path / "t.csv"))
+    np.savez(tmp_path / "l2.npz", embeddings=X, labels=(np.arange(12) % 3)[:, None])
+    with pytest.raises(EmbedscopeError, match=r"labels must hold one value per row \(1-D\), got shape \(12, 1\)"):
+        import_embeddings(tmp_path / "l2.npz")
+    big = X.astype(np.float64)
+    big[3, 1] = 1e300
+    np.savez(tmp_path / "big.npz", embeddings=big, labels=np.arange(12) % 3)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy overflow warning on the way
+        with pytest.raises(EmbedscopeError, match=r"1 embedding row\(s\) hold values beyond float32's range .*row 3"):
+            import_embeddings(tmp_path / "big.npz")
