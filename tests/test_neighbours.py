@@ -57,7 +57,7 @@ def test_bad_queries():
     es = _set()
     with pytest.raises(EmbedscopeError, match="1 of the 2 query paths are not in the 'test' split"):
         neighbour_examples(es, paths=["1", "nope"])
-    with pytest.raises(EmbedscopeError, match="fewer than --k 50"):
+    with pytest.raises(EmbedscopeError, match=r"fewer than the 50 asked for \(--n-retrievals"):
         neighbour_examples(es, k=50)
     with pytest.raises(EmbedscopeError, match="no 'train' rows"):
         neighbour_examples(es, split="train")

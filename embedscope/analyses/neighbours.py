@@ -95,7 +95,7 @@ def neighbour_examples(es, *, split: str = "test", reference_split: str | None =
     n_ref = rset.n - (1 if same else 0)
     if n_ref < k:
         raise EmbedscopeError(f"the '{reference_split}' split has {n_ref} candidate retrievals per query, fewer than "
-                              f"--k {k}")
+                              f"the {k} asked for (--n-retrievals; k in Python)")
     if paths is not None:
         pos = {p: i for i, p in enumerate(qset.paths)}
         missing = [p for p in paths if p not in pos]
