@@ -185,3 +185,26 @@ def test_miner_state_round_trip():
     out2 = m2(X, y)
     for u, v in zip(out1, out2):
         assert torch.equal(u, v)
+
+
+def test_loss_parameters_checked_by_kind():
+    """--loss-param values of the wrong kind are one-line usage errors before any training step
+    (``margin=abc`` failed inside PML at the first batch)."""
+    from embedscope.errors import UsageError
+    from embedscope.train.losses import build_loss, check_loss_params
+
+    assert check_loss_params("margin", {"margin": 1, "beta": 0.6}) == {"margin": 1.0, "beta": 0.6}
+    assert check_loss_params("triplet", {"squared": "False"}) == {"squared": False}
+    assert check_loss_params("softtriple", {"centers_per_class": 3.0}) == {"centers_per_class": 3}
+    for name, params, msg in [("margin", {"margin": "abc"}, "margin of 'margin' must be a finite number"),
+                              ("margin", {"beta": float("nan")}, "finite number"),
+                              ("margin", {"margin": True}, "finite number"),
+                              ("triplet", {"squared": 1}, "must be true or false"),
+                              ("softtriple", {"centers_per_class": 1.5}, "integer >= 1"),
+                              ("softtriple", {"centers_per_class": 0}, "integer >= 1"),
+                              ("contrastive", {"margin": 0.1}, "has no parameter")]:
+        with pytest.raises(UsageError, match=msg):
+            check_loss_params(name, params)
+        with pytest.raises(UsageError, match=msg):
+            build_loss(name, 4, 8, **params)
+    assert build_loss("triplet", 4, 8, squared="false").hparams["squared"] is False

@@ -142,6 +142,45 @@ class TrainLoss(nn.Module):
         return [{"params": params, "lr": lr, "weight_decay": 0.0, "name": f"loss:{self.name}"}]
 
 
+def check_loss_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The overrides of loss ``name``'s defaults, checked before any work: known names, and each
+    value of its default's kind (a finite number, an integer for counts, true/false for flags).
+    A wrong one is a one-line :class:`~embedscope.errors.UsageError` (``--loss-param margin=abc``
+    failed in the first training step)."""
+    import numbers
+
+    from embedscope.errors import UsageError
+    from embedscope.text import safe
+
+    spec = loss_spec(name)
+    unknown = set(params) - set(spec.defaults)
+    if unknown:
+        raise UsageError(f"loss '{name}' has no parameter(s) {safe(', '.join(sorted(map(str, unknown))))} "
+                         f"(it has: {', '.join(spec.defaults) or 'none'})")
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        d = spec.defaults[k]
+        if v is None:
+            out[k] = v
+            continue
+        if isinstance(d, bool):
+            if isinstance(v, str) and v.lower() in ("true", "false"):
+                v = v.lower() == "true"
+            if not isinstance(v, bool):
+                raise UsageError(f"loss parameter {k} of '{name}' must be true or false, got {safe(repr(v))}")
+        elif isinstance(d, (int, float)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+                raise UsageError(f"loss parameter {k} of '{name}' must be a finite number, got {safe(repr(v))}")
+            if isinstance(d, int):
+                if not float(v).is_integer() or v < 1:
+                    raise UsageError(f"loss parameter {k} of '{name}' must be an integer >= 1, got {safe(repr(v))}")
+                v = int(v)
+            else:
+                v = float(v)
+        out[k] = v
+    return out
+
+
 def build_loss(name: str, num_classes: int, embed_dim: int, **overrides: Any) -> TrainLoss:
     """Build a training loss by name with the hyper-parameters of docs/methods.md §5 (Roth App. A.1).
 
@@ -185,10 +224,7 @@ def build_loss(name: str, num_classes: int, embed_dim: int, **overrides: Any) ->
     from pytorch_metric_learning import distances, losses, miners, regularizers
 
     spec = loss_spec(name)
-    unknown = set(overrides) - set(spec.defaults)
-    if unknown:
-        raise EmbedscopeError(f"loss '{name}' has no parameter(s) {', '.join(sorted(unknown))} "
-                              f"(it has: {', '.join(spec.defaults) or 'none'})")
+    overrides = check_loss_params(name, overrides)
     hp = {**spec.defaults, **{k: v for k, v in overrides.items() if v is not None}}
     if num_classes < 2:
         raise EmbedscopeError(f"training needs at least 2 classes, got {num_classes}")
