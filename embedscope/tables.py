@@ -10,6 +10,7 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from embedscope.fileio import write_text
+from embedscope.text import safe
 
 
 def _fmt(v: Any, digits: int) -> str:
@@ -37,13 +38,20 @@ def _fmt(v: Any, digits: int) -> str:
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
                  *, digits: int = 4, title: str | None = None) -> str:
-    """Rows of dicts as an aligned text table (numbers right-aligned)."""
+    """Rows of dicts as an aligned text table (numbers right-aligned).
+
+    Every cell, header and the title go through :func:`embedscope.text.safe`: a class name, model
+    name, property name or path read from a file shows its control characters escaped (no terminal
+    escape reaches the screen). Only this text is escaped; CSV and JSON files keep the true strings.
+    """
+    title = safe(title) if title else title
     if not rows:
         return (title + "\n" if title else "") + "(no rows)"
-    columns = list(columns or rows[0].keys())
-    cells = [[_fmt(r.get(c, ""), digits) for c in columns] for r in rows]
+    keys = list(columns or rows[0].keys())
+    columns = [safe(c) for c in keys]
+    cells = [[safe(_fmt(r.get(c, ""), digits)) for c in keys] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    numeric = [all(_is_num(r.get(c)) for r in rows) for c in columns]
+    numeric = [all(_is_num(r.get(c)) for r in rows) for c in keys]
 
     def line(vals: Iterable[str]) -> str:
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()

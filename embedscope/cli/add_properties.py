@@ -19,7 +19,9 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     from embedscope.data.properties import add_properties_to_file
+    from embedscope.text import safe
 
     added = add_properties_to_file(args.file, args.table, force=args.force)
-    print(f"{args.file}: added propert{'ies' if len(added) > 1 else 'y'} {', '.join(added)}")
+    # the names are the table's column names: control characters shown escaped
+    print(f"{safe(args.file)}: added propert{'ies' if len(added) > 1 else 'y'} {', '.join(safe(a) for a in added)}")
     return 0

@@ -23,11 +23,12 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope.analyses import geometry
     from embedscope.cli.output import check_result_outputs, print_wrote, write_result
+    from embedscope.text import safe
 
     args._inputs = [args.file]
     check_result_outputs(args)
     r = geometry(args.file, **measure_kwargs(args))
     print(r.format(digits=5))
-    print(r.provenance["note"])
-    print_wrote(write_result(r, args))
+    print(safe(r.provenance["note"]))
+    print_wrote([safe(p) for p in write_result(r, args)])
     return 0

@@ -35,6 +35,7 @@ def run(args) -> int:
     from embedscope.analyses.image_properties import ROW_FIELDS
     from embedscope.fileio import check_writable
     from embedscope.tables import format_table, write_csv
+    from embedscope.text import safe
 
     for out in (args.json, args.csv):
         if out:
@@ -63,5 +64,5 @@ def run(args) -> int:
 
         fig = property_bars(rows, title=f"{args.split} split, {cap}")
         png, _ = save_figure(fig, args.output, force=args.force)
-        print(f"wrote {png} (+ .pdf)")
+        print(f"wrote {safe(png)} (+ .pdf)")
     return 0

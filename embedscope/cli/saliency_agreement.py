@@ -34,6 +34,7 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope.saliency.run import agreement_of_files
     from embedscope.tables import format_table
+    from embedscope.text import safe
 
     res = agreement_of_files(
         args.files, args.output, grid=args.grid, names=args.names, families=args.families,
@@ -41,7 +42,7 @@ def run(args) -> int:
         grid_images=args.grid_images, force=args.force,
     )
     for note in res["notes"]:
-        print(f"note: {note}")
+        print(f"note: {safe(note)}")  # may name images (paths) of the files
     unit = res["pair_rows"][0]["jsd_base"] if res["pair_rows"] else args.jsd_unit
     rows = [{"model a": r["model_a"], "model b": r["model_b"], "families": f"{r['family_a']}-{r['family_b']}",
              "r (Fisher-z mean)": r["r_mean"], "r spread": r["r_spread"], "undefined r": r["n_undefined_r"],
@@ -52,5 +53,5 @@ def run(args) -> int:
     print()
     print(format_table(brows, digits=4, title="block means by loss family (arithmetic over model pairs)"))
     for f in res["written"]:
-        print(f"wrote {f}")
+        print(f"wrote {safe(f)}")
     return 0

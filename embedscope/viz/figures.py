@@ -35,10 +35,17 @@ def figure_paths(out: str | os.PathLike) -> tuple[Path, Path]:
 
 
 def save_figure(fig, out: str | os.PathLike, *, force: bool = False) -> tuple[Path, Path]:
-    """Write ``fig`` as PNG and PDF next to each other (atomically; refuses overwrite without force)."""
+    """Write ``fig`` as PNG and PDF next to each other (atomically; refuses overwrite without force).
+
+    Its text is made printable first (:func:`~embedscope.viz.style.clean_figure`: control characters
+    of names read from files are drawn escaped, with no missing-glyph warning).
+    """
+    from embedscope.viz.style import clean_figure
+
     png, pdf = figure_paths(out)
     for p in (png, pdf):
         check_writable(p, force=force)
+    clean_figure(fig)
     for p, fmt in ((png, "png"), (pdf, "pdf")):
         with atomic_output(p, force=force) as tmp:
             fig.savefig(tmp, format=fmt, dpi=PAPER_RC["savefig.dpi"], bbox_inches="tight")

@@ -71,6 +71,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     from matplotlib.patches import Patch
 
     from embedscope.text import safe
+    from embedscope.viz.style import clean_figure
 
     n, k = ex.correct.shape
     cell = 1.25
@@ -111,6 +112,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label="same class"),
                         Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label="other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    clean_figure(fig)
     fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - 0.45 / height))
     return fig
 

@@ -16,7 +16,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
     import matplotlib.pyplot as plt
 
     from embedscope.metrics.properties import SIGNIFICANCE_Z
-    from embedscope.viz.style import PAPER_RC, series_colors
+    from embedscope.viz.style import PAPER_RC, clean_figure, series_colors
 
     props = list(dict.fromkeys(r["property"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -43,5 +43,6 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         if title:
             ax.set_title(title)
+        clean_figure(fig)  # property and model names from files: control characters escaped
         fig.tight_layout()
     return fig

@@ -9,6 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from embedscope.viz.style import clean_figure
+
 MAP_CMAP = "turbo"
 DISTANCE_WORDS = {"euclidean": "Euclidean distance", "sqeuclidean": "squared Euclidean distance",
                   "cosine": "cosine similarity", "dot": "dot product", "snr": "SNR distance"}
@@ -103,6 +105,7 @@ def agreement_heatmaps(res: dict[str, Any]):
         caption = (f"families (label colour): {legend}.   Block means (arithmetic over model pairs): "
                    + "; ".join(lines))
         fig.text(0.5, 0.005, _wrap(caption, 150), ha="center", va="bottom", fontsize=7.5)
+        clean_figure(fig)  # model names from maps files: control characters escaped
         fig.tight_layout(rect=(0, 0.07 + 0.02 * max(0, len(lines) - 3), 1, 1))
     return fig
 
@@ -183,6 +186,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
         for ax in axes.ravel():
             ax.set_xticks([])
             ax.set_yticks([])
+        clean_figure(fig)  # model and class names, paths from maps files: control characters escaped
         fig.tight_layout(rect=(0, 0, 0.9, 1))
         cax = fig.add_axes((0.92, 0.15, 0.02, 0.7))
         cb = fig.colorbar(im, cax=cax)
@@ -225,6 +229,7 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
             ax.set_yticks([])
         what = DISTANCE_WORDS.get(dist, dist)
         fig.suptitle(f"{sm.name}: why are these images near each other? (saliency of their {what})", fontsize=9)
+        clean_figure(fig)
         fig.tight_layout(rect=(0, 0, 0.88, 0.97))
         cax = fig.add_axes((0.9, 0.15, 0.02, 0.7))
         cb = fig.colorbar(im, cax=cax)

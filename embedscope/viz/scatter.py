@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.viz.style import ABOVE_COLOR, BELOW_COLOR, PAPER_RC
+from embedscope.viz.style import ABOVE_COLOR, BELOW_COLOR, PAPER_RC, clean_figure
 
 #: the largest ratio between the x and y spans of a panel's window (a thin cloud of points gets a
 #: wider window in its short direction rather than a needle-thin one)
@@ -139,6 +139,7 @@ def plot_same_different(
         fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
         if title:
             fig.suptitle(title)
+        clean_figure(fig)  # split names and titles from files: control characters escaped
         fig.tight_layout(rect=(0, 0.42 / fig.get_figheight(), 1, 1), pad=0.4, w_pad=1.0)
     return fig
 

@@ -76,7 +76,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
     """
     import matplotlib.pyplot as plt
 
-    from embedscope.viz.style import LINE_STYLES, PAPER_RC, series_colors
+    from embedscope.viz.style import LINE_STYLES, PAPER_RC, clean_figure, series_colors
 
     with plt.rc_context(PAPER_RC):
         ncols = 2 if by_class else 1
@@ -132,4 +132,5 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             ax.legend(loc="upper right", frameon=False)
         if title and by_class:
             fig.suptitle(title)
+        clean_figure(fig)  # model names from files: control characters escaped
     return fig

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from embedscope.viz.style import clean_figure
+
 ROTH_FIG5 = ("rho", "pi_ratio", "pi_intra", "pi_inter")
 PRETTY = {"rho": "ρ (train)", "rho_all": "ρ, all values (train)", "pi_ratio": "π_ratio (train)",
           "pi_intra": "π_intra (train)", "pi_inter": "π_inter (train)", "effective_rank": "RankMe (train)",
@@ -123,6 +125,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective "
                  f"(mean over seeds ± sd), Pearson r [bootstrap 95%]", fontsize=9.5)
     nrow_leg = math.ceil(len(labels) / 6) if handles else 0
+    clean_figure(fig)  # objective names from checkpoints: control characters escaped
     fig.tight_layout(rect=(0, 0.05 + 0.035 * nrow_leg, 1, 0.95))
     return fig
 
@@ -145,6 +148,7 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
                         color="white" if abs(M[i, j]) > 0.6 else "black")
     fig.colorbar(im, ax=ax, shrink=0.8, label="Pearson r over objectives")
     ax.set_title(title or "Correlation between test metrics across objectives", fontsize=9.5)
+    clean_figure(fig)
     fig.tight_layout()
     return fig
 
@@ -181,6 +185,7 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
                   "line: 95% interval; ◇: granulated τ)")
     ax.set_title(title or "Measures ranked by |τ|", fontsize=9.5)
     ax.grid(axis="x", alpha=0.25)
+    clean_figure(fig)
     fig.tight_layout()
     return fig
 

@@ -9,7 +9,12 @@
   same-vs-different diagonal (:data:`BELOW_COLOR`, :data:`ABOVE_COLOR`); :func:`series_colors`
   for one curve per model or file;
 * :func:`marker_size`, :func:`class_legend`, :func:`legend_height`, :func:`settings_text`,
-  :func:`finish_layout` -- shared drawing helpers.
+  :func:`finish_layout` -- shared drawing helpers;
+* :func:`figure_text` / :func:`clean_figure` -- the one sanitizer of figure text: class names,
+  model, objective and property names and paths read from files may hold control characters (an
+  ANSI escape); they are drawn escaped (``\\x1b[31m``, as on the terminal: :func:`embedscope.text.safe`)
+  instead of as a missing glyph with a warning that prints the raw byte. Every figure function runs
+  :func:`clean_figure` before its layout, and :func:`~embedscope.viz.figures.save_figure` before saving.
 
 Nothing here computes a measure.
 """
@@ -22,6 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.text import figure_text
 
 PAPER_RC = {
     "font.size": 9,
@@ -129,7 +135,7 @@ class ClassPalette(Mapping):
         from matplotlib.lines import Line2D
 
         wanted = {str(n) for n in names}
-        return [Line2D([], [], marker="o", linestyle="", markersize=markersize, color=self[n], label=n)
+        return [Line2D([], [], marker="o", linestyle="", markersize=markersize, color=self[n], label=figure_text(n))
                 for n in self.names if n in wanted]
 
 
@@ -185,6 +191,48 @@ def settings_text(info: Mapping | None, keys: Sequence[str]) -> str:
     return ", ".join(parts)
 
 
+def clean_figure(fig) -> Any:
+    """Make every text of ``fig`` printable (:func:`figure_text`: control characters escaped, line
+    breaks kept) -> ``fig``.
+
+    Covers titles, axis labels, annotations, legend entries and titles, the figure's texts and the
+    fixed tick labels (``set_xticklabels`` / ``set_yticks(ticks, labels)``). Run it before the first
+    layout or draw: matplotlib warns, with the raw byte, about a control character when it measures
+    the text. Idempotent (an escaped text is printable).
+    """
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedFormatter, FuncFormatter
+
+    for t in fig.findobj(Text):
+        s = t.get_text()
+        if not s.isprintable():
+            t.set_text(figure_text(s))
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis, getattr(ax, "zaxis", None)):
+            if axis is None:
+                continue
+            for fmt in (axis.get_major_formatter(), axis.get_minor_formatter()):
+                # tick labels are made from the formatter at each draw: fixed labels (set_ticklabels
+                # without set_ticks) are a FixedFormatter, labels at set_ticks' positions a FuncFormatter
+                if isinstance(fmt, FixedFormatter):
+                    fmt.seq = [figure_text(v) for v in fmt.seq]
+                elif isinstance(fmt, FuncFormatter):
+                    fmt.func = _printable_func(fmt.func)
+    return fig
+
+
+def _printable_func(func):
+    """A tick-label function whose labels go through :func:`figure_text` (wrapped once)."""
+    if getattr(func, "_embedscope_printable", False):
+        return func
+
+    def printable(x, pos=None):
+        return figure_text(func(x, pos))
+
+    printable._embedscope_printable = True
+    return printable
+
+
 def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | None = None,
                   fit_axes: Sequence | None = None) -> None:
     """Lay out inside the canvas (never relying on ``bbox_inches="tight"``): from the bottom up,
@@ -200,6 +248,7 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
         fig.text(0.995, 0.005, note, ha="right", va="bottom", fontsize=6, color="0.4")
     if title:
         fig.suptitle(title, y=0.995, va="top")
+    clean_figure(fig)  # before the first layout measures the text
     fit_axes = list(fit_axes) if fit_axes is not None else []
     windows = [(ax.get_xlim(), ax.get_ylim()) for ax in fit_axes]
 
@@ -246,4 +295,4 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
 
 __all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR", "ABOVE_COLOR", "LINE_STYLES",
            "palette_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
-           "class_legend", "legend_height", "settings_text", "finish_layout"]
+           "class_legend", "legend_height", "settings_text", "figure_text", "clean_figure", "finish_layout"]

@@ -19,6 +19,7 @@ from embedscope.viz.style import (
     TRAIN_COLOR,
     ClassPalette,
     class_legend,
+    figure_text,
     finish_layout,
     label_names,
     legend_height,
@@ -159,7 +160,7 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
     ratio = _panel_ratio(lo, hi)
     legend_w = 0.0
     if len(present) <= 20:
-        legend_w = 0.35 + 0.07 * min(max(len(n) for n in present), 24) if present else 0.0
+        legend_w = 0.35 + 0.07 * min(max(len(figure_text(n)) for n in present), 24) if present else 0.0
     with plt.rc_context(PAPER_RC):
         fig, ax = plt.subplots(figsize=(3.2 + legend_w, 3.2 * ratio + 0.75))
         _class_scatter(ax, Y, names, palette)
