@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import seed_int
+from embedscope.cli.common import nonnegative_int, seed_int
 
 
 def add_parser(sub, parents):
@@ -40,7 +40,8 @@ def add_parser(sub, parents):
                    help="embedding cache (default: $EMBEDSCOPE_CACHE or ~/.cache/embedscope/embeddings)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="retrieval ranking distance")
     p.add_argument("--seed", type=seed_int, default=1234, help="k-means and bootstrap seed (default 1234)")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="B", help="bootstrap resamples (default 1000)")
+    p.add_argument("--bootstrap", type=nonnegative_int, default=1000, metavar="B",
+                   help="bootstrap resamples (default 1000; 0: no intervals)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     p.add_argument("--no-progress", action="store_true", help="print less")
@@ -62,9 +63,9 @@ def run(args) -> int:
                     n_boot=args.bootstrap, device=args.device, measures=args.measures, figures=not args.no_figures,
                     echo=(lambda s: None) if args.no_progress else print)
     st = res["stats"]
-    tau = {x["measure"]: x["kendall"] for x in st["correlations"] if x["level"] == "runs"}
-    rows = [{"measure": r["measure"], "split": r["split"], "r (objectives)": r["pearson"],
-             "lo": r["pearson_lo"], "hi": r["pearson_hi"], "tau (runs)": tau.get(r["measure"]),
+    tau = {x["measure"]: x.get("kendall") for x in st["correlations"] if x["level"] == "runs"}
+    rows = [{"measure": r["measure"], "split": r.get("split"), "r (objectives)": r.get("pearson"),
+             "lo": r.get("pearson_lo"), "hi": r.get("pearson_hi"), "tau (runs)": tau.get(r["measure"]),
              "granulated tau": r.get("granulated_tau")}
             for r in st["correlations"] if r["level"] == "objectives"]
     order = {r["measure"]: i for i, r in enumerate(st["ranking"])}
@@ -74,7 +75,7 @@ def run(args) -> int:
                        f"target test {st['target']} (ranked by |tau| over runs)"))
     u = st["untrained"]
     print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
-          f"{u['selected_compared']}")
+          f"{u.get('selected_compared', '?')}")
     print(f"wrote {args.output}/runs.csv, runs.parquet, correlations.csv, correlations.json"
           + ("" if args.no_figures else ", figures/"))
     if res["errors"]:

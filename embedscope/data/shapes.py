@@ -605,13 +605,17 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     """
     from PIL import Image
 
-    from embedscope.fileio import atomic_output, write_text
+    from embedscope.fileio import atomic_output, check_writable, write_text
 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise EmbedscopeError(f"{out}: exists and is not a folder")
     if (out / "properties.csv").exists() and not force:
         raise EmbedscopeError(f"{out / 'properties.csv'} already exists (use --force to replace the set)")
+    if (out / "images").exists() and not (out / "images").is_dir():
+        raise EmbedscopeError(f"{out / 'images'}: exists and is not a folder")
+    # before rendering: a file as a parent of the folder, or a folder that cannot be written
+    check_writable(out / "properties.csv", force=True)
     images, props = generate(n, size, seed, progress=progress)
     (out / "images").mkdir(parents=True, exist_ok=True)
     paths = [f"images/{i:06d}.png" for i in range(n)]

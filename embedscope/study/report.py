@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import os
 from pathlib import Path
@@ -83,18 +82,83 @@ def _img(path: Path, alt: str) -> str:
             f'<figcaption class="note">{_e(alt)}</figcaption></figure>')
 
 
-def build_report(study_dir: str | os.PathLike) -> str:
-    """The HTML text of the report of a finished study folder."""
+_AGAIN = "run the same 'embedscope study' command again to rewrite it"
+
+
+def _read_study(d: Path) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, str]]]:
+    """study.json, correlations.json and the rows of runs.csv of the study folder ``d``, checked:
+    a file that cannot be read or is not what 'embedscope study' writes is one line naming it."""
     import csv
 
+    from embedscope.study.run import read_json
+
+    meta_path, stats_path, runs_path = d / "study.json", d / "correlations.json", d / "runs.csv"
+    try:
+        meta = read_json(meta_path)
+    except EmbedscopeError as e:
+        raise EmbedscopeError(f"{e}: not a readable study folder") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("settings", {}), dict):
+        raise EmbedscopeError(f"{meta_path}: not the settings of a study (expected a JSON object with 'settings')")
+    for k in ("versions",):
+        if not isinstance(meta.get(k, {}), dict):
+            raise EmbedscopeError(f"{meta_path}: not the settings of a study ('{k}' is not an object)")
+    try:
+        stats = read_json(stats_path)
+    except EmbedscopeError as e:
+        raise EmbedscopeError(f"{e}; {_AGAIN}") from None
+    bad = _stats_problem(stats)
+    if bad:
+        raise EmbedscopeError(f"{stats_path}: not the statistics of a study ({bad}); {_AGAIN}")
+    try:
+        with open(runs_path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            runs = list(reader)
+            columns = reader.fieldnames or []
+    except UnicodeDecodeError:
+        raise EmbedscopeError(f"{runs_path}: not a CSV table (not UTF-8 text); {_AGAIN}") from None
+    except csv.Error as e:
+        raise EmbedscopeError(f"{runs_path}: not a CSV table ({e}); {_AGAIN}") from None
+    except OSError as e:
+        raise EmbedscopeError(f"{runs_path}: cannot be read ({e.strerror or 'unreadable'})") from None
+    if "id" not in columns:
+        raise EmbedscopeError(f"{runs_path}: not the runs table of a study (no 'id' column); {_AGAIN}")
+    return meta, stats, runs
+
+
+def _stats_problem(stats: Any) -> str:
+    """What is wrong with a study's correlations.json ('' when it has what the report reads)."""
+    if not isinstance(stats, dict):
+        return "expected a JSON object"
+    if not isinstance(stats.get("target"), str):
+        return "no 'target'"
+    n = stats.get("n_points")
+    if not isinstance(n, dict) or any(k not in n for k in ("runs", "objectives", "rows", "errors", "excluded")):
+        return "no 'n_points' with runs, objectives, rows, errors and excluded"
+    corr = stats.get("correlations")
+    if not isinstance(corr, list) or not all(isinstance(r, dict) and "measure" in r and "level" in r for r in corr):
+        return "no 'correlations' list of measures and levels"
+    for k in ("untrained", "normalisation", "robustness", "metric_matrix"):
+        if not isinstance(stats.get(k, {}), dict):
+            return f"'{k}' is not an object"
+    if not all(isinstance(x, dict) for x in stats.get("robustness", {}).values()):
+        return "'robustness' holds other than objects"
+    for k in ("ranking", "exclude", "axes", "identical_to_target"):
+        if not isinstance(stats.get(k) or [], list):
+            return f"'{k}' is not a list"
+    if not all(isinstance(r, dict) and "measure" in r for r in stats.get("ranking") or []):
+        return "'ranking' is not a list of measures"
+    return ""
+
+
+def build_report(study_dir: str | os.PathLike) -> str:
+    """The HTML text of the report of a finished study folder."""
     d = Path(study_dir)
+    if d.exists() and not d.is_dir():
+        raise EmbedscopeError(f"{d}: is a file, expected a study folder")
     for f in ("study.json", "correlations.json", "runs.csv"):
         if not (d / f).exists():
             raise EmbedscopeError(f"{d}: not a finished study folder (no {f}; run 'embedscope study' first)")
-    meta = json.loads((d / "study.json").read_text(encoding="utf-8"))
-    stats = json.loads((d / "correlations.json").read_text(encoding="utf-8"))
-    with open(d / "runs.csv", newline="", encoding="utf-8") as fh:
-        runs = list(csv.DictReader(fh))
+    meta, stats, runs = _read_study(d)
     target = stats["target"]
     s = meta.get("settings", {})
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

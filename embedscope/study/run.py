@@ -290,6 +290,59 @@ def _row_path(out_dir: Path, eid: str) -> Path:
     return out_dir / "rows" / f"{eid}.json"
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON value of ``path``; a file that cannot be read or is not valid JSON is one
+    :class:`EmbedscopeError` line naming it and what is wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise EmbedscopeError(f"{path}: not valid JSON (not UTF-8 text)") from None
+    except OSError as e:
+        raise EmbedscopeError(f"{path}: cannot be read ({e.strerror or 'unreadable'})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise EmbedscopeError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except ValueError as e:  # pragma: no cover - json.loads raises JSONDecodeError for any bad text
+        raise EmbedscopeError(f"{path}: not valid JSON ({str(e).splitlines()[0] if str(e) else 'unreadable'})") from None
+
+
+def check_folder_writable(folder: str | os.PathLike, label: str | None = None, *, probe: bool = True) -> Path:
+    """Refuse, before any work, an output folder that cannot be created or written: a file given as
+    the folder or as one of its parents, or (``probe``) a folder (the nearest existing one, where it
+    will be created) that is not writable. One :class:`EmbedscopeError` line naming ``label``
+    (default: the folder). Creates nothing."""
+    from embedscope.fileio import check_writable
+
+    folder = Path(folder)
+    label = str(folder) if label is None else label
+    anc = folder
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise EmbedscopeError(f"{label}: exists and is not a folder" if anc == folder
+                              else f"{label}: {anc} is a file, not a folder")
+    if not probe:
+        return folder
+    name = str(anc / ".embedscope-write-check")  # never created: check_writable probes with a temporary file
+    try:
+        check_writable(name, force=True)
+    except EmbedscopeError as e:
+        msg = str(e)
+        raise EmbedscopeError(label + msg[len(name):] if msg.startswith(name) else msg) from None
+    return folder
+
+
+def _check_dataset(name: str | None) -> None:
+    """Refuse an unknown ``--dataset`` before any work (a usage error)."""
+    if name is None:
+        return
+    from embedscope.data import ALIASES, DATASETS, LOADERS
+
+    if not isinstance(name, str) or ALIASES.get(name.lower(), name.lower()) not in LOADERS:
+        raise UsageError(f"--dataset: unknown data set '{name}' (choose {', '.join(DATASETS)})")
+
+
 def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
               dataset: str | None = None, root: str | None = None, cache_dir: str | os.PathLike | None = None,
               workers: int | None = None, scheduler: str | None = None, worker_processes: bool = False,
@@ -334,8 +387,10 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.study.plan import parse_exclude, plan_study
 
     say = echo or print
+    mreg0, _, _ = registry()
+    if not isinstance(target, str) or target not in mreg0:
+        raise UsageError(f"--target: unknown measure '{target}' (known: {known_names()})")
     if measures is not None:
-        mreg0, _, _ = registry()
         unknown = [m for m in measures if m not in mreg0]
         if unknown:
             raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {known_names()})")
@@ -343,14 +398,35 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     parse_exclude(exclude)  # refuse a bad expression before any work
     if workers is not None and int(workers) < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
+    import numbers
+
+    if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 0:
+        raise UsageError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {n_boot!r}")
+    n_boot = int(n_boot)
+    _check_dataset(dataset)
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    # a file in the way of the cache fails every row: refused now (a read-only cache that holds every
+    # embedding is fine, so its writability is not required)
+    check_folder_writable(cache, f"--cache-dir {cache}" if cache_dir else f"embedding cache {cache}", probe=False)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected a study folder")
+    check_folder_writable(out_dir)
+    if (out_dir / "rows").exists() and not (out_dir / "rows").is_dir():
+        raise EmbedscopeError(f"{out_dir} is not a study folder ({out_dir / 'rows'} is a file); use another folder")
     settings = _settings_of(source, epoch, dataset, root, metric, seed, device, measures)
     meta_path = out_dir / "study.json"
     old_meta: dict[str, Any] = {}
     if meta_path.exists():
-        old_meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        try:
+            old_meta = read_json(meta_path)
+            if not isinstance(old_meta, dict) or not isinstance(old_meta.get("settings", {}), dict):
+                raise EmbedscopeError(f"{meta_path}: not the settings of a study (expected a JSON object "
+                                      "with 'settings')")
+        except EmbedscopeError as e:
+            if not force:
+                raise EmbedscopeError(f"{e}; use --force to start the study again, or another folder") from None
+            old_meta = {}  # --force: the study starts again
         old = old_meta.get("settings", {})
         diff = [k for k in SETTINGS_KEYS if old.get(k) != settings.get(k)]
         if diff and not force:
@@ -362,7 +438,6 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "rows").mkdir(exist_ok=True)
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
     mreg, _, msource = registry()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     if not force and old_meta and any((out_dir / "rows").glob("*.json")):
@@ -386,9 +461,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         if rp.exists() and not force:
             try:
                 r = json.loads(rp.read_text(encoding="utf-8"))
-            except ValueError:
-                continue
-            if r.get("status") == "ok":
+            except (OSError, ValueError):
+                continue  # a damaged row is measured again
+            if isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id:
                 done[e.id] = r
     todo = [e.to_dict() for e in entries if e.id not in done]
     say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
@@ -439,18 +514,41 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     return {"rows": rows, "stats": res["stats"], "errors": errors, "computed": computed, "paths": res["paths"]}
 
 
+# what a study's correlations.json must hold to be reused (the command line prints from these)
+_STATS_KEYS = {"target": str, "correlations": list, "ranking": list, "n_points": dict, "untrained": dict}
+
+
 def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The statistics of an earlier run when its runs.csv holds exactly these rows (else None)."""
+    """The statistics of an earlier run when its runs.csv holds exactly these rows (else None: also
+    when runs.csv or correlations.json cannot be read or are not a study's, so that they are
+    computed again from the rows)."""
     import csv
 
     paths = [out_dir / f for f in ("runs.csv", "runs.parquet", "correlations.csv", "correlations.json")]
-    if not all(p.exists() for p in paths):
+    if not all(p.is_file() for p in paths):
         return None
-    with open(out_dir / "runs.csv", newline="", encoding="utf-8") as f:
-        ids = [r["id"] for r in csv.DictReader(f)]
-    if sorted(ids) != sorted(r["id"] for r in rows):
+    try:
+        with open(out_dir / "runs.csv", newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if "id" not in (reader.fieldnames or []):
+                return None
+            ids = [r["id"] for r in reader]
+        if sorted(ids) != sorted(r["id"] for r in rows):
+            return None
+        stats = read_json(out_dir / "correlations.json")
+    except (OSError, ValueError, csv.Error, EmbedscopeError):
         return None
-    return json.loads((out_dir / "correlations.json").read_text(encoding="utf-8"))
+    if not isinstance(stats, dict) or any(not isinstance(stats.get(k), t) for k, t in _STATS_KEYS.items()):
+        return None
+    if not all(isinstance(r, dict) and "measure" in r and "level" in r for r in stats["correlations"]):
+        return None
+    if not all(isinstance(r, dict) and "measure" in r for r in stats["ranking"]):
+        return None
+    if not all(k in stats["n_points"] for k in ("runs", "objectives")):
+        return None
+    if not isinstance(stats["untrained"].get("selected_no_better"), list):
+        return None
+    return stats
 
 
 class _ClusterBox:

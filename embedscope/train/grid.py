@@ -94,6 +94,21 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     return out
 
 
+def _refuse_duplicates(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
+                       seeds: Sequence[int]) -> None:
+    """A value given twice in --losses, --p-switch or --seeds (or two values that name the same run,
+    like p 0.1 and 0.10) would train a run twice: a usage error before any training."""
+    for opt, values, name in (("--losses", losses, str), ("--p-switch", p_switches, lambda p: f"{float(p):g}"),
+                              ("--seeds", seeds, lambda s: str(int(s)))):
+        seen: dict[str, Any] = {}
+        for v in values:
+            key = name(v)
+            if key in seen:
+                same = f"{v} twice" if str(seen[key]) == str(v) else f"{seen[key]} and {v}, which name the same run"
+                raise UsageError(f"{opt} lists {same}: give each value once")
+            seen[key] = v
+
+
 def read_grid_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Rows of an existing ``grid.csv`` (strings as stored); [] when the file does not exist."""
     path = Path(path)
@@ -121,6 +136,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     with all cores on one run (docs/studies.md). Each run's numbers are those of a serial run with the
     same thread count. On one GPU keep 1.
     """
+    from embedscope.fileio import check_writable
     from embedscope.tables import write_csv
     from embedscope.train.losses import loss_spec
     from embedscope.train.trainer import resolve_config, run_paths, train
@@ -128,6 +144,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     say = echo or print
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"workers must be a positive integer, got {workers!r}")
+    _refuse_duplicates(dataset, losses, p_switches, seeds)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected an output folder")
@@ -160,6 +177,8 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         raise EmbedscopeError(
             f"{len(conflicts)} run(s) in {out_dir} were trained with other settings — {'; '.join(conflicts[:3])}"
             f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder")
+    # before any training: a file as a parent of the folder, or a folder that cannot be written
+    check_writable(out_dir / "grid.csv", force=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any] | None] = []
     jobs: list[_Job] = []
