@@ -42,9 +42,11 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
+    from embedscope.cli.output import refuse_inputs
     from embedscope.embed import embed_to_file
     from embedscope.text import safe
 
+    refuse_inputs([args.output], [args.checkpoint, args.weights, args.trunk, args.embedder])
     out = embed_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, arch=args.arch,
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,

@@ -34,8 +34,14 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
+    from pathlib import Path
+
+    from embedscope.cli.output import refuse_inputs
     from embedscope.importers import import_to_file
 
+    # FILE|KEY options: those naming an existing file are read from it
+    files = [x for x in (args.labels, args.split, args.paths, args.class_names) if x and Path(x).exists()]
+    refuse_inputs([args.output], [args.source, *files])
     out = import_to_file(args.source, args.output, force=args.force, embeddings=args.embeddings,
                          labels=args.labels, split=args.split, split_by_class=args.split_by_class,
                          paths=args.paths, class_names=args.class_names, properties=args.properties)

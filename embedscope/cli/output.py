@@ -25,19 +25,55 @@ def result_paths(args) -> list[Path]:
                               getattr(args, "parquet", None), getattr(args, "table_csv", None)) if x]
 
 
+def same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: :func:`os.path.samefile` when both exist (symlinks,
+    hard links, relative paths), else the same resolved path (a file still to be written)."""
+    import os
+
+    try:
+        if os.path.lexists(a) and os.path.lexists(b):
+            return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        pass
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def within(path, folder) -> bool:
+    """Whether ``path`` lies in ``folder`` (at any depth; resolved paths, so through symlinks too)."""
+    try:
+        return Path(folder).resolve() in Path(path).resolve().parents
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def refuse_inputs(outputs, inputs) -> None:
+    """Refuse (a usage error, exit 2, before any work) an output that is one of the command's input
+    files, even with --force: the input would be replaced by the output. ``None`` entries are skipped."""
+    from embedscope.errors import UsageError
+
+    inputs = [x for x in inputs if x is not None and str(x) != ""]
+    for out in outputs:
+        if out is None or str(out) == "":
+            continue
+        for inp in inputs:
+            if same_file(out, inp):
+                raise UsageError(f"{out} is an input file: choose another output name")
+
+
 def check_result_outputs(args, extra=()) -> None:
     """Refuse (one line, before any work) outputs that exist without --force or that name one file twice."""
     from embedscope.errors import UsageError
     from embedscope.fileio import check_writable
 
     paths = result_paths(args) + [Path(x) for x in extra]
-    resolved = [p.resolve() for p in paths]
-    if len(set(resolved)) != len(resolved):
-        raise UsageError("two outputs name the same file: give each output its own name")
-    inputs = [Path(x).resolve() for x in getattr(args, "_inputs", [])]
+    for i, p in enumerate(paths):
+        if any(same_file(p, q) for q in paths[:i]):
+            raise UsageError("two outputs name the same file: give each output its own name")
+    refuse_inputs(paths, getattr(args, "_inputs", []))
     for p in paths:
-        if p.resolve() in inputs:
-            raise UsageError(f"{p} is an input file: choose another output name")
         check_writable(p, force=args.force)
 
 

@@ -16,9 +16,29 @@ def add_parser(sub, parents):
     return p
 
 
+# the files of a study folder that the report reads or that `embedscope study` owns
+STUDY_FILES = ("study.json", "correlations.json", "correlations.csv", "runs.csv", "runs.parquet")
+STUDY_FOLDERS = ("figures", "rows")
+
+
+def check_output(study, output) -> None:
+    """Refuse, even with --force and before any work, a page that would replace a file of the study
+    (its tables, its metadata, its figures or rows): the report's own inputs."""
+    from pathlib import Path
+
+    from embedscope.cli.output import refuse_inputs, same_file, within
+    from embedscope.errors import UsageError
+
+    d = Path(study)
+    refuse_inputs([output], [d / f for f in STUDY_FILES])
+    if same_file(output, d) or any(same_file(output, d / f) or within(output, d / f) for f in STUDY_FOLDERS):
+        raise UsageError(f"{output} is an input file: choose another output name")
+
+
 def run(args) -> int:
     from embedscope.study.report import write_report
 
+    check_output(args.study, args.output)
     path = write_report(args.study, args.output, force=args.force)
     print(f"wrote {path}")
     return 0

@@ -66,8 +66,15 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
+    from embedscope.cli.output import refuse_inputs
     from embedscope.saliency.run import saliency_to_file
 
+    outputs = [args.output]
+    if args.figure is not None:
+        from embedscope.viz.figures import figure_paths
+
+        outputs += list(figure_paths(args.figure))
+    refuse_inputs(outputs, [args.checkpoint, args.paths_file])
     s = saliency_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, n_images=args.n_images,
         paths_file=args.paths_file, order=args.order, pairs=args.pairs, distance=args.distance,

@@ -76,6 +76,20 @@ def read_yaml_options(path: str) -> dict:
     return out
 
 
+def _refuse_inputs(out, log, config, weights) -> None:
+    """The checkpoint, the log and the run folder's checkpoints must not be the config or --weights file
+    (they would be replaced, with --force or at the end of the run)."""
+    from embedscope.cli.output import refuse_inputs
+    from embedscope.fileio import is_folder_name
+    from embedscope.train.trainer import run_paths
+
+    inputs = [config, weights if isinstance(weights, str) else None]
+    if not any(inputs) or is_folder_name(out) or (log is not None and is_folder_name(log)):
+        return  # a folder name is refused by the trainer
+    p = run_paths(out, log)
+    refuse_inputs([out, log if log else p["log"], p["last"], p["best"]], inputs)
+
+
 def run(args) -> int:
     from embedscope.errors import UsageError
     from embedscope.tables import format_table
@@ -106,6 +120,7 @@ def run(args) -> int:
         raise UsageError("the output checkpoint is missing: give -o CKPT.pt (or 'output:' in --config)")
     if resume and force:
         raise UsageError("--resume continues a run and --force starts it again: give one of them")
+    _refuse_inputs(out, log, args.config, opts.get("weights"))
     res = train(opts, out, resume=resume, force=force, log=log, progress=not args.no_progress, keep_epochs=keep,
                 echo=lambda s: print(safe(s), flush=True), tensorboard=tensorboard,
                 unsafe_pickle=args.unsafe_pickle)

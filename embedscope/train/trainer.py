@@ -434,21 +434,67 @@ def _prepare(config: dict[str, Any], paths: dict[str, Path], *, resume: bool, fo
     return cfg, None
 
 
-def _clear_run(paths: dict[str, Path]) -> None:
-    """``--force``: the earlier run's files (final checkpoint, log, the run folder's checkpoints)
-    are removed, so that nothing stale stays beside the new run."""
-    for k in ("out", "log"):
-        with contextlib.suppress(FileNotFoundError):
-            if paths[k].is_file() or paths[k].is_symlink():
-                paths[k].unlink()
+def _run_files(paths: dict[str, Path]) -> list[Path]:
+    """The files of a run that ``--force`` replaces: final checkpoint, log, the run folder's checkpoints
+    (and stale temporary files there); nothing else in the run folder."""
+    files = [paths[k] for k in ("out", "log") if paths[k].is_file() or paths[k].is_symlink()]
     d = paths["dir"]
     if d.is_dir():
         for pattern in _RUN_FILE_PATTERNS:
-            for f in d.glob(pattern):
-                if f.is_file() or f.is_symlink():
-                    f.unlink()
-        with contextlib.suppress(OSError):
-            d.rmdir()  # gone when it held only the run's files
+            files += [f for f in sorted(d.glob(pattern)) if f.is_file() or f.is_symlink()]
+    return files
+
+
+def _clear_run(paths: dict[str, Path]) -> None:
+    """Remove the run's files (:func:`_run_files`), so that nothing stale stays beside a new run."""
+    for f in _run_files(paths):
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
+
+
+class _Replacement:
+    """``--force`` on a new run: the earlier run's files stay untouched until the new run first writes.
+
+    Its first write (:meth:`writing`, the epoch-0 or epoch-1 checkpoint and log) moves the earlier
+    files aside (renamed, ``.NAME.<pid>.<random>.old`` beside them), writes the new ones, and only then
+    deletes the old ones. Should that first write fail (or be interrupted), what it wrote is removed
+    and the earlier files are put back; a run that fails before it (bad options, a data error, Ctrl-C
+    during the first epoch) leaves the earlier run exactly as it was.
+    """
+
+    def __init__(self, paths: dict[str, Path], active: bool) -> None:
+        self.paths = paths
+        self.pending = active
+
+    @contextlib.contextmanager
+    def writing(self):
+        if not self.pending:
+            yield
+            return
+        import secrets
+
+        aside: list[tuple[Path, Path]] = []
+        try:
+            for f in _run_files(self.paths):
+                if f.name.startswith(".") and f.name.endswith(".tmp"):  # a killed process's temporary file
+                    with contextlib.suppress(FileNotFoundError):
+                        f.unlink()
+                    continue
+                b = f.with_name(f".{f.name}.{os.getpid()}.{secrets.token_hex(4)}.old")
+                os.replace(f, b)
+                aside.append((b, f))
+            yield
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _clear_run(self.paths)  # the new run's partial first write
+            for b, f in reversed(aside):
+                with contextlib.suppress(OSError):
+                    os.replace(b, f)
+            raise
+        self.pending = False
+        for b, _ in aside:
+            with contextlib.suppress(OSError):
+                b.unlink()
 
 
 def train_transform(ds, image_size: int, default: Callable | None = None) -> Callable:
@@ -635,7 +681,9 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
         Continue from ``<out>.train/last.pt``.
     force : bool
         Start again even when ``out`` or an unfinished run exists: the earlier run's final
-        checkpoint, log and working files (``last.pt``, ``best.pt``, ``epoch-*.pt``) are removed.
+        checkpoint, log and working files (``last.pt``, ``best.pt``, ``epoch-*.pt``) are replaced
+        at the new run's first write (:class:`_Replacement`); a run that fails before it leaves
+        them untouched.
     log : path, optional
         CSV log (default ``out`` with suffix ``.csv``; must differ from the checkpoints).
     keep_epochs : bool
@@ -731,6 +779,9 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
 
     eval_tf = checkpoint_input(ds, cfg, verb="evaluate")[0]  # the input size of the run, as `embed` uses it
     history: list[dict[str, Any]] = list(state["extra"].get("history", [])) if state else []
+    # --force: the earlier run is replaced whole (nothing stale stays beside the new one), but only
+    # at the new run's first write: a run that fails before it leaves the earlier one as it was
+    replacing = _Replacement(paths, force and state is None)
     stats = _Stats()
     for n in notes:
         say(f"note: {n}")
@@ -741,9 +792,6 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         history = [r for r in history if int(r["epoch"]) <= start_epoch]
         say(f"resuming {paths['out']} from epoch {start_epoch} of {cfg['epochs']}")
     else:
-        if force:  # replace the earlier run whole: nothing stale stays beside the new one
-            _clear_run(paths)
-            paths["dir"].mkdir(parents=True, exist_ok=True)
         row0: dict[str, Any] = {"epoch": 0, "loss": None, "R@1": None, "MAP@R": None, "rho": None, "seconds": 0.0}
         if cfg["eval_every"] > 0:
             row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf))
@@ -751,12 +799,15 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         say(_epoch_message(row0, cfg["epochs"]))
         tb.row(row0)
         extra0 = _extra(0, cfg, history, row0, stats, opt, loss_fn, sampler, miner, dev)
-        if keep_epochs:
-            save_checkpoint(paths["dir"] / "epoch-000.pt", model, cfg, extra=extra0, force=True)
-        if cfg["epochs"] == 0:  # the untrained network is the run's product
-            save_checkpoint(paths["last"], model, cfg, extra=extra0, force=True)
-            _write_log(paths["log"], history, cfg, notes)
-            save_checkpoint(paths["out"], model, cfg, extra=extra0, force=True)
+        if keep_epochs or cfg["epochs"] == 0:
+            with replacing.writing():
+                if keep_epochs:
+                    save_checkpoint(paths["dir"] / "epoch-000.pt", model, cfg, extra=extra0, force=True)
+                if cfg["epochs"] == 0:  # the untrained network is the run's product
+                    save_checkpoint(paths["last"], model, cfg, extra=extra0, force=True)
+                    _write_log(paths["log"], history, cfg, notes)
+                    save_checkpoint(paths["out"], model, cfg, extra=extra0, force=True)
+        if cfg["epochs"] == 0:
             if callback is not None:
                 callback(0, row0)
             return {"history": history, "best": None, "config": cfg, "paths": paths, "notes": notes,
@@ -780,14 +831,15 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         tb.row(row)
         extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev)
         best = extra["metrics"]["best"]
-        save_checkpoint(paths["last"], model, cfg, extra=extra, force=True)
-        if best is not None and best["epoch"] == epoch:
-            save_checkpoint(paths["best"], model, cfg, extra=extra, force=True)
-        if keep_epochs:
-            save_checkpoint(paths["dir"] / f"epoch-{epoch:03d}.pt", model, cfg, extra=extra, force=True)
-        _write_log(paths["log"], history, cfg, notes)
-        if epoch == cfg["epochs"]:
-            save_checkpoint(paths["out"], model, cfg, extra=extra, force=True)
+        with replacing.writing():
+            save_checkpoint(paths["last"], model, cfg, extra=extra, force=True)
+            if best is not None and best["epoch"] == epoch:
+                save_checkpoint(paths["best"], model, cfg, extra=extra, force=True)
+            if keep_epochs:
+                save_checkpoint(paths["dir"] / f"epoch-{epoch:03d}.pt", model, cfg, extra=extra, force=True)
+            _write_log(paths["log"], history, cfg, notes)
+            if epoch == cfg["epochs"]:
+                save_checkpoint(paths["out"], model, cfg, extra=extra, force=True)
         if callback is not None:
             callback(epoch, row)
     return {"history": history, "best": _best(history), "config": cfg, "paths": paths, "notes": notes,
