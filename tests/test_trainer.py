@@ -429,3 +429,25 @@ def test_train_output_to_a_file_has_one_line_per_epoch_and_no_redraws(tmp_path):
     assert "\r" not in r.stdout + r.stderr and r.stderr == ""
     epochs = [ln for ln in r.stdout.splitlines() if ln.startswith("epoch ")]
     assert [ln.split()[1] for ln in epochs] == ["0/2", "1/2", "2/2"]
+
+
+def test_train_classes_leave_two_classes_each_side(tmp_path, capsys):
+    """--train-classes 9 of the digits' 10 passes the split's range but leaves one test class: one
+    line naming the range that trains, before any epoch (was "the query labels must hold at least 2
+    classes" after epoch 0)."""
+    from embedscope.cli import main
+
+    for n in ("9", "1"):
+        capsys.readouterr()
+        assert main(["train", "--dataset", "digits", "--epochs", "1", "--embed-dim", "8", "--train-classes", n,
+                     "--no-progress", "-o", str(tmp_path / "x.pt")]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "at least 2 training and 2 test classes" in err[0] and "between 2 and 8" in err[0]
+        assert "epoch" not in err[0] and not (tmp_path / "x.pt").exists()
+    assert main(["train", "--dataset", "digits", "--epochs", "0", "--embed-dim", "8", "--train-classes", "8",
+                 "--loss-param", "margin=0.1", "--no-progress", "-o", str(tmp_path / "ok.pt")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--embed-dim", "8", "--loss-param", "margin=abc",
+                 "--no-progress", "-o", str(tmp_path / "y.pt")]) == 2
+    out = capsys.readouterr()
+    assert "must be a finite number" in out.err and "epoch" not in out.out + out.err

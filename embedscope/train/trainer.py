@@ -160,7 +160,7 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     :class:`UsageError` naming the option.
     """
     from embedscope.models import ARCHS, default_config, is_known_arch
-    from embedscope.train.losses import LOSSES, loss_spec
+    from embedscope.train.losses import LOSSES, check_loss_params, loss_spec
     from embedscope.train.miners import MINER_NAMES
     from embedscope.train.samplers import SAMPLER_NAMES
 
@@ -219,7 +219,7 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
         opt["miner"] = spec.default_miner or ("distance" if p > 0 else None)
     if not isinstance(opt["loss_params"] or {}, dict):
         raise UsageError(f"loss_params must be a mapping of name: value, got {_show(opt['loss_params'])}")
-    opt["loss_params"] = dict(opt["loss_params"] or {})
+    opt["loss_params"] = check_loss_params(opt["loss"], dict(opt["loss_params"] or {}))
     opt["loss_family"] = spec.family
     model_over = {"embed_dim": opt["embed_dim"], "normalize": spec.normalize, "dataset": opt["dataset"]}
     if opt["frozen_bn"] is not None:
@@ -529,6 +529,12 @@ def _load_data(cfg: dict[str, Any]):
         hint = "use --arch digits_cnn" if ds.kind == "digits" else "photos need an image backbone"
         raise EmbedscopeError(f"--arch {cfg['arch']} does not fit the {cfg['dataset']} images ({hint})")
     classes = np.unique(train_ds.labels)
+    n_test = len(np.unique(test_ds.labels))
+    if len(classes) < 2 or n_test < 2:  # the losses need two classes, the epoch's retrieval test too
+        hint = (f" (--train-classes between 2 and {len(classes) + n_test - 2})" if cfg["train_classes"] is not None
+                else "")
+        raise EmbedscopeError(f"{cfg['dataset']}: training needs at least 2 training and 2 test classes, got "
+                              f"{len(classes)} and {n_test}{hint}")
     ytrain = np.searchsorted(classes, train_ds.labels)  # training labels 0 .. C-1
     return ds, train_ds, test_ds, ytrain, classes
 
