@@ -43,7 +43,7 @@ COMMANDS = {
     "spectrum": (["spectrum", "{h5}", "--split", "test", "--no-progress", "-o", "{out}.png"], "-o", "file",
                  [["--exclude-top", "-1"], ["--n-values", "0"], ["--n-components", "0"]]),
     "tsne": (["tsne", "{h5}", "--no-progress", "-o", "{out}.png"], "-o", "file",
-             [["--perplexity", "-1"], ["--perplexity", "nan"], ["--max-points", "0"], ["--n-iter", "0"],
+             [["--perplexity", "-1"], ["--perplexity", "nan"], ["--perplexity", "inf"], ["--max-points", "0"], ["--n-iter", "0"],
               ["--n-jobs", "0"], ["--seed", "-1"]]),
     "yoke": (["yoke", "{h5}", "{h5b}", "--no-progress", "-o", "{out}.png"], "-o", "file",
              [["--alpha", "nan"], ["--alpha", "-1"], ["--perplexity", "-1"], ["--max-points", "0"],

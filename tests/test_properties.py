@@ -233,3 +233,28 @@ def test_properties_command_table_json_csv_figure(tmp_path, capsys):
     assert main(["properties", str(a), "--properties", "nope", "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "already exists" in err and "no property 'nope'" in err
+
+
+def test_properties_names_as_evaluate(tmp_path, capsys):
+    """Display names as evaluate and spectrum give them: --names one per file (a usage error
+    otherwise), files of the same stem told apart by their paths."""
+    from embedscope.cli import main
+
+    rng = np.random.default_rng(1)
+    n = 60
+    labels = rng.integers(0, 3, n)
+    props = {"p": rng.integers(0, 2, n)}
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    a = _h5(tmp_path / "x" / "e.h5", rng.normal(size=(n, 4)), labels, props)
+    b = _h5(tmp_path / "y" / "e.h5", rng.normal(size=(n, 4)), labels, props)
+    from embedscope.analyses.image_properties import properties_of_files
+
+    models = {r["model"] for r in properties_of_files([a, b])}
+    assert models == {str(a), str(b)}
+    capsys.readouterr()
+    try:
+        rc = main(["properties", str(a), "--names", "one", "two"])
+    except SystemExit as e:
+        rc = e.code
+    assert rc == 2 and "--names gives 2 name(s) for 1 file(s)" in capsys.readouterr().err

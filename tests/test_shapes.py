@@ -6,6 +6,7 @@ import csv
 import itertools
 
 import numpy as np
+import pytest
 from scipy.stats import chi2_contingency
 
 from embedscope.cli import main
@@ -138,8 +139,9 @@ def test_embed_shapes_writes_properties(tmp_path, monkeypatch):
 
 
 def test_bad_parameters_are_one_line(tmp_path, capsys):
-    assert main(["make-shapes", "-o", str(tmp_path / "s"), "--size", "8", "--no-progress"]) == 1
-    assert "between 16 and 512" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a usage error, before anything is rendered
+        main(["make-shapes", "-o", str(tmp_path / "s"), "--size", "8", "--no-progress"])
+    assert e.value.code == 2 and "16-512 pixels" in capsys.readouterr().err and not (tmp_path / "s").exists()
     f = tmp_path / "file"
     f.write_text("x")
     assert main(["make-shapes", "-o", str(f), "--n-images", "2", "--size", "16", "--no-progress"]) == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,15 +27,11 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     :func:`embedscope.metrics.properties.property_precision`.
     """
     from embedscope import store
+    from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import property_precision
 
     files = list(files)
-    if names is not None and len(names) != len(files):
-        raise EmbedscopeError(f"--names gives {len(names)} name(s) for {len(files)} file(s)")
-    names = list(names) if names is not None else [Path(f).stem for f in files]
-    if len(set(names)) != len(names):
-        raise EmbedscopeError(f"two files share the display name '{[x for x in names if names.count(x) > 1][0]}' "
-                              "(use --names)")
+    names = unique_names(files, names)  # as evaluate and spectrum: file stems, full paths where stems clash
     rows: list[dict[str, Any]] = []
     for f, nm in zip(files, names):
         es = store.load(f).subset(split)

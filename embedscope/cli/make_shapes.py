@@ -5,6 +5,16 @@ from __future__ import annotations
 from embedscope.cli.common import add_force, positive_int, seed_int
 
 
+def _size(s: str) -> int:
+    """argparse type: the image side, 16-512 pixels."""
+    import argparse
+
+    v = positive_int(s)
+    if not 16 <= v <= 512:
+        raise argparse.ArgumentTypeError(f"expected an image side of 16-512 pixels, got {s}")
+    return v
+
+
 def add_parser(sub, parents):
     p = sub.add_parser("make-shapes", parents=parents, help="render the property-controlled shapes image set",
                        description="Render the 'shapes' image set (one object per scene, every property drawn "
@@ -12,7 +22,7 @@ def add_parser(sub, parents):
                        "DIR is then a valid --root of '--dataset shapes'.")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument("--n-images", type=positive_int, default=4800, help="number of scenes (default: 4800)")
-    p.add_argument("--size", type=positive_int, default=64, help="image side in pixels, 16-512 (default: 64)")
+    p.add_argument("--size", type=_size, default=64, help="image side in pixels, 16-512 (default: 64)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed of the properties (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_force(p)

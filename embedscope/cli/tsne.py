@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_figure_output, positive_int, seed_int
+from embedscope.cli.common import add_figure_output, positive_float, positive_int, seed_int
 from embedscope.names import SPLIT_CHOICES
 
 
@@ -17,7 +17,7 @@ def add_parser(sub, parents):
     p.add_argument("--split", choices=SPLIT_CHOICES, help="rows to map without --joint (default: test)")
     p.add_argument("--max-points", type=positive_int, metavar="N",
                    help="map at most N points (fixed-seed subsample, stratified by class and split)")
-    p.add_argument("--perplexity", type=float, default=30.0, help="t-SNE perplexity (default: 30)")
+    p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (subsample, PCA init, neighbours; default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500,
                    help="iterations after early exaggeration (default: 500, openTSNE's)")

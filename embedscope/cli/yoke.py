@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_figure_output, add_split, positive_int, seed_int
+from embedscope.cli.common import add_figure_output, add_split, positive_float, positive_int, seed_int
 
 
 def add_parser(sub, parents):
@@ -18,7 +18,7 @@ def add_parser(sub, parents):
     add_split(p, default="test")
     p.add_argument("--max-points", type=positive_int, metavar="N",
                    help="map at most N points (fixed-seed subsample, stratified by class)")
-    p.add_argument("--perplexity", type=float, default=30.0, help="t-SNE perplexity (default: 30)")
+    p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500, help="iterations after early exaggeration (default: 500)")
     p.add_argument("--n-jobs", type=positive_int, default=1, help="threads for the gradients (default: 1)")
