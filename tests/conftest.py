@@ -3,6 +3,7 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import matplotlib  # noqa: E402
+import pytest  # noqa: E402
 
 matplotlib.use("Agg", force=True)
 
@@ -14,3 +15,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         torch.set_num_threads(1)
     except ImportError:  # pragma: no cover
         pass
+
+
+def save_digits_checkpoint(path, embed_dim: int = 8, seed: int = 0):
+    """An untrained digits_cnn checkpoint at ``path`` (torch seeded: the same weights each time)."""
+    import torch
+
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(seed)
+    cfg = default_config("digits_cnn", embed_dim=embed_dim)
+    save_checkpoint(path, build_model(cfg), cfg)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """An embedding cache folder for the studies of one test module."""
+    return tmp_path_factory.mktemp("cache")

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import save_digits_checkpoint
 
 from embedscope.cli import main
 
@@ -98,14 +99,8 @@ def _param(cmd, case):
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """A digits checkpoint and two embedding files (test split), in a folder of their own."""
-    import torch
-
-    from embedscope.models import build_model, default_config, save_checkpoint
-
     d = tmp_path_factory.mktemp("inputs")
-    torch.manual_seed(0)
-    cfg = default_config("digits_cnn", embed_dim=8)
-    save_checkpoint(d / "digits.pt", build_model(cfg), cfg)
+    save_digits_checkpoint(d / "digits.pt")
     for name in ("a.h5", "b.h5"):
         assert main(["embed", str(d / "digits.pt"), "--dataset", "digits", "--split", "test", "-o", str(d / name),
                      "--no-progress"]) == 0

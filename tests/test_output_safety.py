@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import save_digits_checkpoint
 
 from embedscope.cli import main
 
@@ -48,14 +49,8 @@ def assert_refused(args, capsys, folder):
 
 @pytest.fixture(scope="module")
 def ckpt_dir(tmp_path_factory):
-    import torch
-
-    from embedscope.models import build_model, default_config, save_checkpoint
-
     d = tmp_path_factory.mktemp("ckpt")
-    torch.manual_seed(0)
-    cfg = default_config("digits_cnn", embed_dim=8)
-    save_checkpoint(d / "m.pt", build_model(cfg), cfg)
+    save_digits_checkpoint(d / "m.pt")
     return d
 
 
@@ -170,31 +165,20 @@ def test_failed_train_force_keeps_the_old_run(old_run, capsys, bad):
     assert snapshot(old_run.parent) == before
 
 
-def test_interrupted_train_force_keeps_the_old_run(old_run, monkeypatch):
+@pytest.mark.parametrize("patched, epochs", [
+    ("_train_epoch", 2),  # Ctrl-C during epoch 1, before the new run wrote anything
+    ("_write_log", 0),  # the first write itself fails after the new last.pt is written: the old files come back
+])
+def test_interrupted_train_force_keeps_the_old_run(old_run, monkeypatch, patched, epochs):
     from embedscope.train import trainer
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "_train_epoch", interrupted)
+    monkeypatch.setattr(trainer, patched, interrupted)
     before = snapshot(old_run.parent)
     with pytest.raises(KeyboardInterrupt):
-        trainer.train({"dataset": "digits", "embed_dim": 8, "epochs": 2, "eval_every": 0, "device": "cpu"},
-                      old_run, force=True, progress=False, echo=lambda s: None)
-    assert snapshot(old_run.parent) == before
-
-
-def test_failure_in_the_first_write_restores_the_old_run(old_run, monkeypatch):
-    """The swap itself fails (disk full, Ctrl-C) after the new last.pt is written: the old files come back."""
-    from embedscope.train import trainer
-
-    def broken_log(*a, **k):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(trainer, "_write_log", broken_log)
-    before = snapshot(old_run.parent)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train({"dataset": "digits", "embed_dim": 4, "epochs": 0, "eval_every": 0, "device": "cpu"},
+        trainer.train({"dataset": "digits", "embed_dim": 8, "epochs": epochs, "eval_every": 0, "device": "cpu"},
                       old_run, force=True, progress=False, echo=lambda s: None)
     assert snapshot(old_run.parent) == before
 

@@ -28,11 +28,6 @@ def grid(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
 def finished(grid, cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("s") / "study"
     run_study(grid, out, workers=0, cache_dir=cache, n_boot=5, measures=MEASURES, figures=False, echo=lambda s: None)
