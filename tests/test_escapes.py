@@ -225,3 +225,35 @@ def test_figure_text_keeps_line_breaks_and_save_figure_cleans(tmp_path):
         assert _glyph_warnings(rec) == [] and ax.get_title() == f"{SHOWN}raw title"
     finally:
         plt.close(fig)
+
+
+def test_dollar_signs_in_names_are_drawn_as_they_are(tmp_path):
+    """A class name like ``a$b$`` is not typeset as mathematics, and a malformed one (``$\\frac{$``)
+    does not stop the drawing: texts are drawn without mathtext, fixed tick labels with ``$`` escaped."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.figures import save_figure
+    from embedscope.viz.style import clean_figure
+
+    names = ["a$b$", "$\\frac{$"]
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1], label=names[0])
+    ax.set_title(names[1])
+    ax.legend()
+    ax.set_xticks([0, 1], names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clean_figure(fig)
+        clean_figure(fig)  # idempotent
+        fig.canvas.draw()
+        save_figure(fig, tmp_path / "d.png")
+    assert ax.get_legend().get_texts()[0].get_text() == names[0]
+    assert all(not t.get_parse_math() for t in (ax.title, ax.get_legend().get_texts()[0]))
+    shown = [t._preprocess_math(t.get_text()) for t in ax.get_xticklabels()]  # what matplotlib renders
+    assert shown == [(names[0], False), (names[1], False)]
+    plt.close(fig)

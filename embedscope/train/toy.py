@@ -185,7 +185,7 @@ def toy_figure(results: list[dict[str, Any]], seed: int):
         handles = [Line2D([], [], ls="", marker="o", color="0.3", label="train"),
                    Line2D([], [], ls="", marker="x", color="0.3", label="test")]
         ax.legend(handles=handles, fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 0.24))
-        ax.set(title="Data", xlabel="$x_1$", ylabel="$x_2$", aspect="equal", xlim=(0, 1.1), ylim=(0, 1.1))
+        ax.set(title="Data", xlabel="x₁", ylabel="x₂", aspect="equal", xlim=(0, 1.1), ylim=(0, 1.1))
         ax = axes[1, 0]
         width = 0.25
         for j, v in enumerate(VARIANTS):
@@ -193,7 +193,7 @@ def toy_figure(results: list[dict[str, Any]], seed: int):
             ax.bar(np.arange(1, len(s) + 1) + (j - 1) * width, s / s.sum(), width,
                    label=f"{v} (ρ={by_v[v]['rho']:.3f})", color=("0.4", "tab:blue", "tab:red")[j])
         ax.set(title="Spectra of training embeddings", xlabel="singular value index k",
-               ylabel="$s_k / \\sum s$", xticks=[1, 2], ylim=(0, 1.45), yticks=[0, 0.25, 0.5, 0.75, 1.0])
+               ylabel="sₖ / Σ s", xticks=[1, 2], ylim=(0, 1.45), yticks=[0, 0.25, 0.5, 0.75, 1.0])
         ax.legend(fontsize=7, loc="upper center", ncol=1, frameon=False)  # above the bars (they reach <= 1)
         titles = {"baseline": "baseline", "paper": "paper: p=0.001, attraction kept",
                   "code": "code: p=0.001, no attraction"}
@@ -209,7 +209,7 @@ def toy_figure(results: list[dict[str, Any]], seed: int):
                                marker="o" if split == "train" else "x", alpha=0.8)
                 r1 = r["r1_train"] if split == "train" else r["r1_test"]
                 ax.set(title=f"{titles[v]}\n{split} embeddings (R@1 {r1:.2f})", yticks=[1, 2, 3, 4],
-                       ylim=(0.4, 4.6), xlabel="angle of $\\phi(x)$ (degrees)",
+                       ylim=(0.4, 4.6), xlabel="angle of φ(x) (degrees)",
                        ylabel=f"{split} class")
                 ax.grid(axis="x", color="0.9", lw=0.6)
         fig.suptitle(f"Toy example of Roth et al. (supp. G, Fig. 6), seed {seed}: 2-D normalised embeddings as angles",

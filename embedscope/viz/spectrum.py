@@ -105,7 +105,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         ax.set_yscale("log")
         ax.set_xlim(0.5 - (0.02 * kmax if exclude_top > 0 else 0.0), kmax + 0.5)  # room for the rings
         ax.set_xlabel("singular value index k")
-        ax.set_ylabel("normalised singular value  s$_k$ / Σ s")
+        ax.set_ylabel("normalised singular value  sₖ / Σ s")
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
         ax.grid(True, which="major", alpha=0.3, lw=0.5)
         ax.legend(handles, texts, loc="upper right", frameon=False)
@@ -126,7 +126,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 ax.fill_between(k, lo, _positive(m + sd), color=c, alpha=0.2, lw=0)
             ax.set_yscale("log")
             ax.set_xlabel("singular value index k")
-            ax.set_ylabel("normalised singular value  s$_k$ / Σ s")
+            ax.set_ylabel("normalised singular value  sₖ / Σ s")
             ax.set_title("Per class (mean ± s.d. over classes)")
             ax.grid(True, which="major", alpha=0.3, lw=0.5)
             ax.legend(loc="upper right", frameon=False)

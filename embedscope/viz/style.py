@@ -199,35 +199,51 @@ def clean_figure(fig) -> Any:
     fixed tick labels (``set_xticklabels`` / ``set_yticks(ticks, labels)``). Run it before the first
     layout or draw: matplotlib warns, with the raw byte, about a control character when it measures
     the text. Idempotent (an escaped text is printable).
+
+    Dollar signs are shown as they are: a class or file name such as ``a$b$`` would otherwise be
+    typeset as mathematics (or, malformed, stop the drawing). Texts are drawn without mathtext
+    (embedscope's own labels use Unicode: ``sₖ / Σ s``, ``x₁``); the labels of fixed or function
+    tick formatters, which matplotlib re-creates at each draw, get their ``$`` escaped (``\\$``).
     """
     from matplotlib.text import Text
     from matplotlib.ticker import FixedFormatter, FuncFormatter
 
-    for t in fig.findobj(Text):
-        s = t.get_text()
-        if not s.isprintable():
-            t.set_text(figure_text(s))
+    ticks = set()
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis, getattr(ax, "zaxis", None)):
             if axis is None:
                 continue
+            for tick in (*axis.get_major_ticks(), *axis.get_minor_ticks()):
+                ticks.update((id(tick.label1), id(tick.label2)))
             for fmt in (axis.get_major_formatter(), axis.get_minor_formatter()):
                 # tick labels are made from the formatter at each draw: fixed labels (set_ticklabels
                 # without set_ticks) are a FixedFormatter, labels at set_ticks' positions a FuncFormatter
-                if isinstance(fmt, FixedFormatter):
-                    fmt.seq = [figure_text(v) for v in fmt.seq]
+                if isinstance(fmt, FixedFormatter) and not getattr(fmt, "_embedscope_clean", False):
+                    fmt.seq = [_tick_text(v) for v in fmt.seq]
+                    fmt._embedscope_clean = True
                 elif isinstance(fmt, FuncFormatter):
                     fmt.func = _printable_func(fmt.func)
+    for t in fig.findobj(Text):
+        s = t.get_text()
+        if not s.isprintable():
+            t.set_text(figure_text(s))
+        if "$" in s and id(t) not in ticks:
+            t.set_parse_math(False)
     return fig
 
 
+def _tick_text(s: object) -> str:
+    """A tick label: :func:`figure_text`, with ``$`` escaped for mathtext (shown as ``$``)."""
+    return figure_text(s).replace("$", "\\$")
+
+
 def _printable_func(func):
-    """A tick-label function whose labels go through :func:`figure_text` (wrapped once)."""
+    """A tick-label function whose labels go through :func:`_tick_text` (wrapped once)."""
     if getattr(func, "_embedscope_printable", False):
         return func
 
     def printable(x, pos=None):
-        return figure_text(func(x, pos))
+        return _tick_text(func(x, pos))
 
     printable._embedscope_printable = True
     return printable
