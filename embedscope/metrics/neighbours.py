@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.validation import as_numpy, check_int, check_labels, check_matrix
 
 METRICS = ("cosine", "dot", "euclidean")
 
@@ -57,7 +58,8 @@ def nearest_same_different(
     Parameters
     ----------
     X : array (N, D)
-    y : array (N,) of integer (or any hashable, sortable) labels
+    y : array (N,) of class labels (integers, integral floats or strings; see
+        :func:`embedscope.validation.check_labels`)
     metric : {"cosine", "dot", "euclidean"}
     block_size : int, optional
         Query rows per block (default: 2^26 / N, at least 1).
@@ -77,25 +79,28 @@ def nearest_same_different(
     >>> s_same.round(6).tolist(), s_diff.round(6).tolist()
     ([0.9, 0.9, 0.9, 0.9], [0.1, 0.18, 0.1, 0.18])
     """
-    X = np.asarray(X)
-    y = np.asarray(y)
-    if X.ndim != 2:
-        raise EmbedscopeError(f"X must be a 2-D array (N x D), got shape {X.shape}")
-    if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise EmbedscopeError(f"y has shape {y.shape}, expected ({X.shape[0]},) to match X")
     if metric not in METRICS:
         raise EmbedscopeError(f"unknown metric '{metric}' (choose {', '.join(METRICS)})")
-    if not np.issubdtype(X.dtype, np.number):
-        raise EmbedscopeError(f"X must be numeric, got {X.dtype}")
+    block_size = check_int(block_size, "block_size", allow_none=True)
+    # the source type decides the compute type: float64 stays float64, anything else float32
+    src = as_numpy(X)
+    if not hasattr(src, "dtype"):
+        try:
+            src = np.asarray(src)
+        except Exception:  # noqa: BLE001 - ragged lists: check_matrix says so in one line
+            pass
+    dtype = np.float64 if getattr(src, "dtype", None) == np.float64 else np.float32
+    X = check_matrix(src, "X", min_rows=0)
+    y = check_labels(y, X.shape[0], "y")
     n = X.shape[0]
     s_same = np.full(n, np.nan)
     s_diff = np.full(n, np.nan)
     if n == 0:
         return s_same, s_diff
-    dtype = np.float64 if X.dtype == np.float64 else np.float32
-    X = X.astype(dtype, copy=False)
-    if not np.all(np.isfinite(X)):
-        raise EmbedscopeError("X contains NaN or inf")
+    with np.errstate(over="ignore"):
+        X = X.astype(dtype, copy=False)
+    if not np.all(np.isfinite(X)):  # float64 values beyond the float32 range
+        raise EmbedscopeError("X contains NaN or inf (or values beyond the float32 range)")
 
     # extreme scales: an exact power-of-two rescaling (similarities are scaled back at the end)
     shift = 0
@@ -128,9 +133,6 @@ def nearest_same_different(
 
     if block_size is None:
         block_size = max(1, _BLOCK_BYTES // (np.dtype(dtype).itemsize * n))
-    block_size = int(block_size)
-    if block_size < 1:
-        raise EmbedscopeError(f"block_size must be positive, got {block_size}")
 
     out_same = np.empty(n, dtype=np.float64)
     out_diff = np.empty(n, dtype=np.float64)
@@ -179,6 +181,19 @@ def nearest_same_different(
     return s_same, s_diff
 
 
+def _similarities(a: Any, name: str) -> np.ndarray:
+    """A 1-D numeric array of similarities (NaN allowed: lone points) as float64."""
+    try:
+        v = np.asarray(as_numpy(a))
+    except Exception as e:  # noqa: BLE001 - ragged lists, exotic objects
+        raise EmbedscopeError(f"{name} could not be read as an array ({e.__class__.__name__})") from None
+    if v.ndim != 1:
+        raise EmbedscopeError(f"{name} must be a 1-D array (one value per point), got shape {v.shape}")
+    if not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+        raise EmbedscopeError(f"{name} must be numeric, got dtype {v.dtype}")
+    return v.astype(np.float64)
+
+
 def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
     """Share of points with s_diff < s_same (below the diagonal; = R@1, docs/methods.md §10) among those
     with both values defined, and the number left out (NaN: lone points). Higher is better.
@@ -186,8 +201,10 @@ def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
     >>> share_below_diagonal([0.9, 0.8, np.nan], [0.5, 0.85, 0.1])
     (0.5, 1)
     """
-    s_same = np.asarray(s_same, dtype=np.float64)
-    s_diff = np.asarray(s_diff, dtype=np.float64)
+    s_same = _similarities(s_same, "s_same")
+    s_diff = _similarities(s_diff, "s_diff")
+    if s_same.shape != s_diff.shape:
+        raise EmbedscopeError(f"s_same and s_diff must have the same length, got {s_same.shape[0]} and {s_diff.shape[0]}")
     ok = np.isfinite(s_same) & np.isfinite(s_diff)
     n_ok = int(ok.sum())
     share = float(np.mean(s_diff[ok] < s_same[ok])) if n_ok else float("nan")

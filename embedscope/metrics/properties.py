@@ -235,18 +235,21 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
     >>> r["side"]["R-Prec"], r["side"]["NR-Prec"] == r["side"]["ceiling"]
     (1.0, True)
     """
-    from embedscope.validation import check_matrix
+    from embedscope.validation import check_int, check_matrix
 
     if metric not in ("euclidean", "cosine"):
         raise EmbedscopeError(f"unknown metric '{metric}' (choose euclidean or cosine)")
+    block = check_int(block, "block (queries per block)", allow_none=True)
+    if not isinstance(properties, Mapping):
+        raise EmbedscopeError(f"properties must be a mapping name -> values (e.g. {{'colour': values}}), "
+                              f"got {type(properties).__name__}")
     X = check_matrix(X, "X", min_rows=2, dtype=np.float64)
     if normalize:
         nrm = np.linalg.norm(X, axis=1)
         if np.any(nrm == 0):
             raise EmbedscopeError("X has an all-zero row: it cannot be L2-normalised")
         X = X / nrm[:, None]
-    if max_r is not None and (isinstance(max_r, bool) or int(max_r) != max_r or max_r < 1):
-        raise EmbedscopeError(f"max_r must be a positive integer or None, got {max_r!r}")
+    max_r = check_int(max_r, "max_r", allow_none=True)
     if not properties:
         raise EmbedscopeError("no properties given")
     n = X.shape[0]

@@ -21,6 +21,7 @@ import numpy as np
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.knn import check_metric
 from embedscope.metrics.search.ranks import RelevantRanks, check_sets, compute_relevant_ranks, relevant_counts
+from embedscope.validation import check_int
 
 __all__ = ["retrieval_metrics", "RETRIEVAL_KEYS", "ALL_KEYS", "r_at_k", "precision_at_1", "r_precision",
            "map_at_r", "map_at_c", "map_at_1000", "map_at_lim"]
@@ -218,6 +219,7 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     """
     check_metric(metric)
     ks_ = _check_ks(ks)
+    block = check_int(block, "block (queries per block)", allow_none=True)
     if lone_queries not in LONE_QUERIES:
         raise EmbedscopeError(f"lone_queries must be 'exclude' or 'zero', got {lone_queries!r}")
     sets = check_sets(X, y, X_ref, y_ref)

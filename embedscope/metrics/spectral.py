@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.validation import check_int, check_labels, check_matrix
+from embedscope.validation import check_int, check_labels, check_matrix, check_number
 
 __all__ = [
     "singular_values",
@@ -257,6 +257,7 @@ def _rankme(s: np.ndarray, eps: float) -> float:
     if not total > 0:
         raise EmbedscopeError("effective rank is undefined for an all-zero X")
     p = s / total + eps
+    p = p[p > 0]  # 0 · ln 0 = 0 (eps = 0 with a rank-deficient X)
     return float(np.exp(-np.sum(p * np.log(p))))
 
 
@@ -272,19 +273,25 @@ def effective_rank(X, *, eps: float = RANKME_EPS) -> float:
     ----------
     X : array [N, D]
     eps : float
-        The ε added to every p_k (default 1e-7 as in the paper).
+        The ε ≥ 0 added to every p_k (default 1e-7 as in the paper).
 
     Returns
     -------
     float
     """
+    eps = check_number(eps, "eps", min=0)
     return _rankme(singular_values(X), eps)
 
 
 def _alpha_fit(lam: np.ndarray, k_min: int, k_max: int | None, rtol: float) -> float:
-    if not isinstance(k_min, (int, np.integer)) or k_min < 1:
-        raise EmbedscopeError(f"k_min must be an integer ≥ 1, got {k_min!r}")
-    hi = lam.size if k_max is None else int(k_max)
+    k_min = check_int(k_min, "k_min")
+    k_max = check_int(k_max, "k_max", allow_none=True)
+    rtol = check_number(rtol, "rtol", min=0)
+    if rtol >= 1:
+        raise EmbedscopeError(f"rtol must be < 1, got {rtol:g}")
+    if k_max is not None and k_max < k_min:
+        raise EmbedscopeError(f"k_max must be >= k_min, got k_max={k_max}, k_min={k_min}")
+    hi = lam.size if k_max is None else k_max
     if hi > lam.size:
         raise EmbedscopeError(f"k_max={k_max} exceeds the number of eigenvalues ({lam.size})")
     idx = np.arange(k_min, hi + 1)
@@ -337,7 +344,7 @@ def alpha_req(X, *, k_min: int = 1, k_max: int | None = None, center: bool = Tru
     center : bool
         Mean-centre X first (covariance, default True).
     rtol : float
-        Relative threshold for "numerically zero" eigenvalues (default 1e-12).
+        Relative threshold in [0, 1) for "numerically zero" eigenvalues (default 1e-12).
 
     Returns
     -------

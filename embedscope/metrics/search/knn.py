@@ -50,7 +50,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.threads import blas_single_thread
-from embedscope.validation import check_matrix
+from embedscope.validation import check_int, check_matrix
 
 __all__ = ["knn_search"]
 
@@ -777,6 +777,7 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     ``block x Nr`` float32 block plus ``Nq x (k + 16)`` candidates. Never ``Nq x Nr``.
     """
     check_metric(metric)
+    block = check_int(block, "block (queries per block)", allow_none=True)
     same = R is None or R is Q
     Q64 = prepared_rows(Q, metric, "Q")
     R64 = Q64 if same else prepared_rows(R, metric, "R")
