@@ -45,3 +45,14 @@ class Terminated(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+class MissingKey(EmbedscopeError, KeyError):
+    """A name that is not among the available keys (a result's measure, a model's name ...).
+
+    Both an :class:`EmbedscopeError` (one line for the user) and a :class:`KeyError` (so that
+    ``except KeyError`` keeps working); its ``str()`` is the plain message, not KeyError's quoted repr.
+    """
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)

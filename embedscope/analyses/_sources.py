@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, UsageError
 
 
 def as_set(source: Any):
@@ -24,3 +24,23 @@ def as_set(source: Any):
         return EmbeddingSet.from_arrays(*source)
     raise EmbedscopeError(f"expected an EmbeddingSet, a path to an embedding file or (X, y), got "
                           f"{type(source).__name__}")
+
+
+def as_sources(sources: Any, what: str = "embedding file") -> list:
+    """The sources of a many-file analysis as a list: a single path (or set) is a list of one.
+
+    A string is one path, never a sequence of one-character paths. No source at all, or something
+    that is not a collection of sources, is a one-line error.
+    """
+    from embedscope.store import EmbeddingSet
+
+    if isinstance(sources, (str, bytes, os.PathLike, EmbeddingSet)):
+        return [sources]
+    if sources is None:
+        raise UsageError(f"give at least one {what}")
+    if isinstance(sources, dict) or not hasattr(sources, "__iter__"):
+        raise EmbedscopeError(f"expected a list of {what}s, got {type(sources).__name__}")
+    out = list(sources)
+    if not out:
+        raise UsageError(f"give at least one {what}")
+    return out

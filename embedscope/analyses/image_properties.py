@@ -7,8 +7,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from embedscope.analyses._sources import as_sources
 from embedscope.analyses.result import Result, combine, provenance_of
 from embedscope.errors import EmbedscopeError
+from embedscope.names import SPLIT_CHOICES
+from embedscope.validation import check_choice
 
 ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z", "significant_2.576",
               "n_values", "queries", "lone_queries", "lone_values", "max_r", "capped")
@@ -30,7 +33,13 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import property_precision
 
-    files = list(files)
+    files = as_sources(files)  # a single path is a list of one file
+    for f in files:
+        if not isinstance(f, (str, os.PathLike)):
+            raise EmbedscopeError(f"properties reads embedding files: give paths, got {type(f).__name__}")
+    check_choice(split, "split", SPLIT_CHOICES)
+    if isinstance(properties, str):  # one property name, not its letters
+        properties = [properties]
     names = unique_names(files, names)  # as evaluate and spectrum: file stems, full paths where stems clash
     rows: list[dict[str, Any]] = []
     for f, nm in zip(files, names):
@@ -70,7 +79,7 @@ def properties(files: Sequence[str | os.PathLike], *, names: Sequence[str] | Non
     """
     from embedscope import store
 
-    files = list(files)
+    files = as_sources(files)  # a single path is a list of one file
     rows = properties_of_files(files, names=names, split=split, max_r=max_r, properties=properties,
                                metric=metric, normalize=normalize, with_class=with_class, progress=progress)
     labels = list(dict.fromkeys(r["model"] for r in rows))

@@ -15,7 +15,7 @@ from embedscope.analyses._sources import as_set
 from embedscope.analyses.result import Result, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SPLIT_CHOICES
-from embedscope.validation import check_choice, check_number
+from embedscope.validation import check_choice, check_int, check_number
 
 SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
               "n_iter", "kl_divergence")
@@ -37,6 +37,18 @@ def _sample(es, max_points, seed, *, by_split: bool):
     return es.sample(max_points, seed=seed)
 
 
+def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
+    """The settings openTSNE / joblib would reject (or silently misuse), as one-line errors."""
+    check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    seed = check_int(seed, "seed", min=0)
+    n_iter = check_int(n_iter, "n_iter", min=1)
+    max_points = check_int(max_points, "max_points", min=1, allow_none=True)
+    n_jobs = check_int(n_jobs, "n_jobs", min=None)
+    if n_jobs != -1 and n_jobs < 1:  # joblib: 0 has no meaning, -2 ... would leave cores out
+        raise EmbedscopeError(f"n_jobs must be -1 (every core) or a positive integer, got {n_jobs}")
+    return perplexity, seed, n_iter, n_jobs, max_points
+
+
 def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_points: int | None = None,
          perplexity: float = 30.0, seed: int = 0, n_iter: int = 500, n_jobs: int = 1, progress: bool = False,
          name: str | None = None) -> Result:
@@ -51,7 +63,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
 
     if joint and split is not None:
         raise UsageError("a joint map uses both splits; leave out split")
-    check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)
     if split is not None:
         check_choice(split, "split", SPLIT_CHOICES)
     es = as_set(source)
@@ -100,7 +112,7 @@ def yoke(source_a: Any, source_b: Any, *, split: str = "test", alpha: float | No
 
     if alpha is not None:
         check_number(alpha, "alpha", min=0)
-    check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)
     check_choice(split, "split", SPLIT_CHOICES)
     labels = unique_names([source_a, source_b], names)
     a = as_set(source_a).subset(split)

@@ -4,6 +4,7 @@ their top-k retrievals, for ``embedscope neighbours``; docs/methods.md §1)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -13,7 +14,7 @@ from embedscope.analyses._sources import as_set
 from embedscope.analyses.result import Result, model_name, provenance_of
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
-from embedscope.validation import check_choice
+from embedscope.validation import check_choice, check_int
 
 
 def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress: bool = False,
@@ -34,6 +35,9 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     panels, rows, summary, values = {}, [], [], {}
     for s in splits:
         part = es.subset(s)
+        n_cls = int(len(np.unique(part.labels)))
+        if n_cls < 2:  # no different-class partner anywhere: every point would be left out
+            raise EmbedscopeError(f"scatter needs at least two classes in each split, the {s} split has {n_cls}")
         if metric == "cosine":  # as every other cosine analysis (the metric's 0 would hide a broken model)
             zero = np.flatnonzero(~np.any(part.embeddings != 0, axis=1))
             if zero.size:
@@ -43,7 +47,7 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
         s_same, s_diff = nearest_same_different(part.embeddings, part.labels, metric=metric, progress=progress)
         panels[s] = (s_same, s_diff)
         share, lone = share_below_diagonal(s_same, s_diff)
-        summary.append({"split": s, "N": int(part.n), "classes": int(len(np.unique(part.labels))),
+        summary.append({"split": s, "N": int(part.n), "classes": n_cls,
                         "left_out": int(lone), "below_diagonal_R@1": float(share)})
         values[f"below_diagonal_{s}"] = float(share)
         values[f"left_out_{s}"] = int(lone)
@@ -73,20 +77,30 @@ class NeighbourExamples:
     metric: str
 
 
-def neighbour_examples(es, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
+def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
                        paths: Sequence[str] | None = None, k: int = 5, metric: str = "cosine",
                        seed: int = 0) -> NeighbourExamples:
     """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k.
 
-    The references are the rows of ``reference_split`` (default: the same split, each query
-    excluded from its own list; for ``split="query"`` the ``gallery`` rows when present).
+    ``source``: an :class:`~embedscope.store.EmbeddingSet`, a path to an embedding file or
+    ``(X, y)``. The references are the rows of ``reference_split`` (default: the same split, each
+    query excluded from its own list; for ``split="query"`` the ``gallery`` rows when present).
     """
     from embedscope.metrics import knn_search
 
     if metric not in ("cosine", "euclidean"):
         raise UsageError(f"unknown metric '{metric}' (choose cosine or euclidean)")
+    k = check_int(k, "k", min=None)
     if k < 1:
         raise UsageError(f"--k must be at least 1, got {k}")
+    queries = check_int(queries, "queries", min=None)
+    seed = check_int(seed, "seed", min=0)
+    check_choice(split, "split", SPLIT_CHOICES)
+    if reference_split is not None:
+        check_choice(reference_split, "reference_split", SPLIT_CHOICES)
+    if isinstance(paths, (str, os.PathLike)):
+        raise EmbedscopeError("paths must be a list of query paths, not one string")
+    es = as_set(source)
     if reference_split is None:
         reference_split = "gallery" if split == "query" and "gallery" in set(es.split) else split
     qset = es.subset(split)

@@ -18,7 +18,7 @@ fixed measures only. :func:`available` lists the measures one file offers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from embedscope.errors import EmbedscopeError
 
@@ -220,8 +220,19 @@ def compute_measures(source: Any, names: Iterable[str] | None = None, *, metric:
     """
     from embedscope.analyses._sources import as_set
 
+    if isinstance(names, str):  # one measure name, not its letters
+        names = [names]
+    elif names is not None and (isinstance(names, Mapping) or not hasattr(names, "__iter__")):
+        raise EmbedscopeError(f"names must be a measure name or a list of them, got {type(names).__name__}")
+    if names is not None:
+        names = list(names)
+        bad = [n for n in names if not isinstance(n, str)]
+        if bad:
+            raise EmbedscopeError(f"measure names must be strings, got {bad[0]!r}")
     es = as_set(source)
     wanted = available(es) if names is None else list(dict.fromkeys(names))
+    if names is not None and not wanted:
+        raise EmbedscopeError("give at least one measure name (or names=None for every measure)")
     unknown = [n for n in wanted if n not in MEASURES]
     if unknown:
         raise EmbedscopeError(f"unknown measure(s) {', '.join(map(str, unknown))} (known: {known_names()})")

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, MissingKey
 
 VALUE_COLUMNS = ["measure", "value", "model"]
 
@@ -61,7 +61,11 @@ class Result:
 
     # ---------------------------------------------------------------- access
     def __getitem__(self, key: str) -> float:
-        return self.values[key]
+        try:
+            return self.values[key]
+        except (KeyError, TypeError):
+            raise MissingKey(f"no value {key!r} in the {self.analysis} result (available: "
+                             f"{', '.join(self.values) or 'none'})") from None
 
     def __contains__(self, key: str) -> bool:
         return key in self.values
@@ -147,7 +151,7 @@ class ResultSet:
             for r in self.results:
                 if r.model == i:
                     return r
-            raise KeyError(i)
+            raise MissingKey(f"no model {i!r} in the results (available: {', '.join(self.models) or 'none'})")
         return self.results[i]
 
     def to_frame(self, *, table: bool = False):
@@ -197,7 +201,16 @@ class ResultSet:
 
 def combine(results: Iterable[Result]) -> ResultSet:
     """Results of one analysis (distinct model names) -> :class:`ResultSet`."""
+    if isinstance(results, Result):
+        results = [results]
+    if isinstance(results, (str, bytes, Mapping)) or not hasattr(results, "__iter__"):
+        raise EmbedscopeError(f"combine needs a list of Results, got {type(results).__name__}")
     results = list(results)
+    if not results:
+        raise EmbedscopeError("combine needs at least one Result, got none")
+    bad = [r for r in results if not isinstance(r, Result)]
+    if bad:
+        raise EmbedscopeError(f"combine needs Results (of an analysis), got {type(bad[0]).__name__}")
     names = [r.model for r in results]
     if len(set(names)) != len(names):
         raise EmbedscopeError(f"model names must differ to compare results side by side, got {names}")
@@ -268,6 +281,8 @@ def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[st
     """One display name per source: ``given`` (checked), else file stems (full paths if stems clash)."""
     from embedscope.errors import UsageError
 
+    if isinstance(given, str):  # one name, not its letters
+        given = [given]
     if given:
         given = list(given)
         if len(given) != len(sources):

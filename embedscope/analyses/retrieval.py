@@ -7,11 +7,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set
+from embedscope.analyses._sources import as_set, as_sources
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
-from embedscope.validation import check_choice
+from embedscope.validation import check_choice, check_int
 
 #: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (docs/methods.md §1).
 KMEANS_SEED = 1234
@@ -110,16 +110,27 @@ def _per_class_rows(q, per_query: dict) -> list[dict[str, Any]]:
 
 
 def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None, **kwargs) -> ResultSet:
-    """:func:`evaluate` of several files with the same protocol: models side by side."""
-    if not sources:
-        raise UsageError("give at least one embedding file")
+    """:func:`evaluate` of several files with the same protocol: models side by side.
+
+    A single path is taken as a list of one file.
+    """
+    sources = as_sources(sources)
     labels = unique_names(sources, names)
     return combine(evaluate(s, name=n, **kwargs) for s, n in zip(sources, labels))
 
 
 def worst_classes(result: Result, key: str = "MAP@R", n: int = 10) -> list[dict[str, Any]]:
     """The ``n`` classes with the lowest ``key`` in a per-class result."""
-    if not result.table:
+    if not isinstance(result, Result):
+        raise EmbedscopeError(f"worst_classes needs a Result of evaluate(..., per_class=True), got "
+                              f"{type(result).__name__}")
+    if not result.table or not all(isinstance(r, dict) and "class" in r for r in result.table):
         raise EmbedscopeError("the result has no per-class table (evaluate with per_class=True)")
+    n = check_int(n, "n", min=1)
+    columns = [c for c in dict.fromkeys(k for r in result.table for k in r)
+               if all(isinstance(r.get(c, np.nan), (int, float, np.number)) for r in result.table)]
+    if not isinstance(key, str) or key not in columns:
+        raise EmbedscopeError(f"key must be one of the per-class table's columns ({', '.join(columns)}), "
+                              f"got {key!r}")
     rows = [r for r in result.table if np.isfinite(r.get(key, np.nan))]
     return sorted(rows, key=lambda r: (r[key], r["class"]))[:n]

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set
+from embedscope.analyses._sources import as_set, as_sources
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.names import SPLIT_CHOICES
 from embedscope.validation import check_choice, check_int
@@ -84,10 +84,7 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
     """
     from embedscope.metrics import class_conditioned_spectra
 
-    if not sources:
-        from embedscope.errors import UsageError
-
-        raise UsageError("give at least one embedding file")
+    sources = as_sources(sources)  # a single path is a list of one file
     labels = unique_names(sources, names)
     k = check_int(k, "k")
     results = []
