@@ -38,6 +38,20 @@ def as_numpy(X: Any) -> Any:
     return X
 
 
+def numeric_array(X, name: str, ndim: int, what: str) -> np.ndarray:
+    """``X`` as a numpy array of ``ndim`` dimensions holding integers or floats (torch tensors
+    accepted, :func:`as_numpy`); else one :class:`EmbedscopeError` line saying it must be ``what``."""
+    try:
+        A = np.asarray(as_numpy(X))
+    except Exception as e:  # noqa: BLE001 - ragged lists, exotic objects
+        raise EmbedscopeError(f"{name} could not be read as an array ({e.__class__.__name__})") from None
+    if A.ndim != ndim:
+        raise EmbedscopeError(f"{name} must be {what}, got shape {A.shape}")
+    if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
+        raise EmbedscopeError(f"{name} must be numeric, got dtype {A.dtype}")
+    return A
+
+
 def check_matrix(X, name: str = "X", *, min_rows: int = 1, dtype=None, check_finite: bool = True) -> np.ndarray:
     """Validate a 2-D numeric array (N x D) and return it as numpy.
 
@@ -46,14 +60,7 @@ def check_matrix(X, name: str = "X", *, min_rows: int = 1, dtype=None, check_fin
     inf anywhere is an error that counts the bad rows. Torch tensors are accepted (see
     :func:`as_numpy`).
     """
-    try:
-        A = np.asarray(as_numpy(X))
-    except Exception as e:  # noqa: BLE001 - ragged lists, exotic objects
-        raise EmbedscopeError(f"{name} could not be read as an array ({e.__class__.__name__})") from None
-    if A.ndim != 2:
-        raise EmbedscopeError(f"{name} must be a 2-D array (N x D), got shape {A.shape}")
-    if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
-        raise EmbedscopeError(f"{name} must be numeric, got dtype {A.dtype}")
+    A = numeric_array(X, name, 2, "a 2-D array (N x D)")
     if A.shape[0] < min_rows or A.shape[1] < 1:
         raise EmbedscopeError(f"{name} needs at least {min_rows} row(s) and 1 column, got shape {A.shape}")
     # min and max are NaN if any value is, ±inf if any is: two passes and no N × D mask; on the

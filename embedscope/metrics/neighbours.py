@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.validation import as_numpy, check_int, check_labels, check_matrix
+from embedscope.validation import as_numpy, check_int, check_labels, check_matrix, numeric_array
 
 METRICS = ("cosine", "dot", "euclidean")
 
@@ -183,15 +183,7 @@ def nearest_same_different(
 
 def _similarities(a: Any, name: str) -> np.ndarray:
     """A 1-D numeric array of similarities (NaN allowed: lone points) as float64."""
-    try:
-        v = np.asarray(as_numpy(a))
-    except Exception as e:  # noqa: BLE001 - ragged lists, exotic objects
-        raise EmbedscopeError(f"{name} could not be read as an array ({e.__class__.__name__})") from None
-    if v.ndim != 1:
-        raise EmbedscopeError(f"{name} must be a 1-D array (one value per point), got shape {v.shape}")
-    if not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
-        raise EmbedscopeError(f"{name} must be numeric, got dtype {v.dtype}")
-    return v.astype(np.float64)
+    return numeric_array(a, name, 1, "a 1-D array (one value per point)").astype(np.float64)
 
 
 def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
