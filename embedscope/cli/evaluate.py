@@ -71,7 +71,6 @@ def run(args) -> int:
     from embedscope.analyses import evaluate_many, worst_classes
     from embedscope.cli.output import check_result_outputs, print_wrote, write_result
     from embedscope.tables import format_table
-    from embedscope.text import safe
 
     include = include_keys(args.include, args.k)
     args._inputs = args.files
@@ -95,5 +94,5 @@ def run(args) -> int:
                                title=f"{r.model}: the 5 classes with the lowest MAP@R"))
         results.to_csv(args.per_class, table=True, force=args.force)
         written.append(args.per_class)
-    print_wrote([safe(p) for p in written])
+    print_wrote(written)
     return 0

@@ -30,5 +30,5 @@ def run(args) -> int:
     r = geometry(args.file, **measure_kwargs(args))
     print(r.format(digits=5))
     print(safe(r.provenance["note"]))
-    print_wrote([safe(p) for p in write_result(r, args)])
+    print_wrote(write_result(r, args))
     return 0

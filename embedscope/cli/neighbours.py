@@ -30,7 +30,7 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.text import safe
+    from embedscope.cli.output import print_wrote
     from embedscope.viz.neighbours import neighbours_figure
 
     png, pdf, ex = neighbours_figure(
@@ -38,5 +38,5 @@ def run(args) -> int:
         paths_file=args.paths_file, k=args.n_retrievals, root=args.root, metric=args.metric, seed=args.seed, force=args.force)
     print(f"{len(ex.query_paths)} queries, top-{args.n_retrievals} in '{ex.reference_split}': "
           f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class")
-    print(f"wrote {safe(png)}, {safe(pdf)}")
+    print_wrote([png, pdf])
     return 0

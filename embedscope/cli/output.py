@@ -120,7 +120,10 @@ def save_and_close(fig, png, *, force: bool):
 
 
 def print_wrote(paths) -> None:
-    paths = [str(p) for p in paths]
+    """One line naming the files written (control characters of the names shown escaped)."""
+    from embedscope.text import safe
+
+    paths = [safe(p) for p in paths]
     if paths:
         print("wrote " + ", ".join(paths))
 

@@ -26,7 +26,6 @@ def run(args) -> int:
     from embedscope.analyses import scatter
     from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
     from embedscope.tables import format_table
-    from embedscope.text import safe
     from embedscope.viz import plot_same_different
     from embedscope.viz.figures import use_agg
 
@@ -38,5 +37,5 @@ def run(args) -> int:
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)
     print(format_table(r.provenance["splits"], ["split", "N", "classes", "left_out", "below_diagonal_R@1"]))
-    print_wrote([safe(p) for p in (png, pdf, csv, js)])
+    print_wrote([png, pdf, csv, js])
     return 0

@@ -36,7 +36,6 @@ def run(args) -> int:
     from embedscope.analyses import spectrum
     from embedscope.cli.output import check_result_outputs, measure_kwargs, print_wrote, save_and_close, write_result
     from embedscope.progress import progress_bar
-    from embedscope.text import safe
 
     args._inputs = args.files
     figs = []
@@ -65,5 +64,5 @@ def run(args) -> int:
         fig = plot_spectra(entries, exclude_top=args.exclude_top, by_class=args.by_class,
                            title=args.title or f"Singular-value spectra ({args.split} split)")
         written += [str(p) for p in save_and_close(fig, args.output, force=args.force)]
-    print_wrote([safe(p) for p in written + write_result(results, args)])
+    print_wrote(written + write_result(results, args))
     return 0

@@ -33,7 +33,6 @@ def run(args) -> int:
     from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
-    from embedscope.text import safe
     from embedscope.viz import plot_joint_tsne, plot_tsne
     from embedscope.viz.figures import use_agg
 
@@ -61,5 +60,5 @@ def run(args) -> int:
     shown = {k: info[k] for k in SHOWN_TSNE if k in info}
     shown["points"] = r["points"]
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
-    print_wrote([safe(p) for p in (png, pdf, csv, js)])
+    print_wrote([png, pdf, csv, js])
     return 0

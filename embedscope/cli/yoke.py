@@ -54,7 +54,6 @@ def run(args) -> int:
     from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
-    from embedscope.text import safe
     from embedscope.viz import plot_yoked_tsne
     from embedscope.viz.figures import use_agg
 
@@ -76,5 +75,5 @@ def run(args) -> int:
     r.to_json(js, force=args.force)
     shown = {k: r.provenance[k] for k in SHOWN_YOKE if k in r.provenance}
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
-    print_wrote([safe(p) for p in (png, pdf, csv, js)])
+    print_wrote([png, pdf, csv, js])
     return 0
