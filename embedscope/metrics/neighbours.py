@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.validation import as_numpy, check_int, check_labels, check_matrix, numeric_array
+from embedscope.validation import check_int, check_labels, check_matrix, numeric_array
 
 METRICS = ("cosine", "dot", "euclidean")
 
@@ -83,24 +83,21 @@ def nearest_same_different(
         raise EmbedscopeError(f"unknown metric '{metric}' (choose {', '.join(METRICS)})")
     block_size = check_int(block_size, "block_size", allow_none=True)
     # the source type decides the compute type: float64 stays float64, anything else float32
-    src = as_numpy(X)
-    if not hasattr(src, "dtype"):
-        try:
-            src = np.asarray(src)
-        except Exception:  # noqa: BLE001 - ragged lists: check_matrix says so in one line
-            pass
-    dtype = np.float64 if getattr(src, "dtype", None) == np.float64 else np.float32
-    X = check_matrix(src, "X", min_rows=0)
+    # (check_matrix would widen integers to float64)
+    X = numeric_array(X, "X", 2, "a 2-D array (N x D)")
+    dtype = np.float64 if X.dtype == np.float64 else np.float32
+    X = check_matrix(X, "X", min_rows=0)  # NaN and inf refused
     y = check_labels(y, X.shape[0], "y")
     n = X.shape[0]
     s_same = np.full(n, np.nan)
     s_diff = np.full(n, np.nan)
     if n == 0:
         return s_same, s_diff
-    with np.errstate(over="ignore"):
-        X = X.astype(dtype, copy=False)
-    if not np.all(np.isfinite(X)):  # float64 values beyond the float32 range
-        raise EmbedscopeError("X contains NaN or inf (or values beyond the float32 range)")
+    if X.dtype != dtype:
+        with np.errstate(over="ignore"):
+            X = X.astype(dtype)
+        if not np.all(np.isfinite(X)):  # only a float wider than float64 can overflow here
+            raise EmbedscopeError("X contains NaN or inf (or values beyond the float32 range)")
 
     # extreme scales: an exact power-of-two rescaling (similarities are scaled back at the end)
     shift = 0
