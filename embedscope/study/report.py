@@ -90,18 +90,14 @@ def _read_study(d: Path) -> tuple[dict[str, Any], dict[str, Any], list[dict[str,
     a file that cannot be read or is not what 'embedscope study' writes is one line naming it."""
     import csv
 
-    from embedscope.study.run import read_json
+    from embedscope.study.run import check_study_meta, read_json
 
     meta_path, stats_path, runs_path = d / "study.json", d / "correlations.json", d / "runs.csv"
     try:
         meta = read_json(meta_path)
     except EmbedscopeError as e:
         raise EmbedscopeError(f"{e}: not a readable study folder") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("settings", {}), dict):
-        raise EmbedscopeError(f"{meta_path}: not the settings of a study (expected a JSON object with 'settings')")
-    for k in ("versions",):
-        if not isinstance(meta.get(k, {}), dict):
-            raise EmbedscopeError(f"{meta_path}: not the settings of a study ('{k}' is not an object)")
+    check_study_meta(meta, meta_path)
     try:
         stats = read_json(stats_path)
     except EmbedscopeError as e:

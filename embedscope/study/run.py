@@ -307,30 +307,25 @@ def read_json(path: str | os.PathLike) -> Any:
         raise EmbedscopeError(f"{path}: not valid JSON ({str(e).splitlines()[0] if str(e) else 'unreadable'})") from None
 
 
-def check_folder_writable(folder: str | os.PathLike, label: str | None = None, *, probe: bool = True) -> Path:
-    """Refuse, before any work, an output folder that cannot be created or written: a file given as
-    the folder or as one of its parents, or (``probe``) a folder (the nearest existing one, where it
-    will be created) that is not writable. One :class:`EmbedscopeError` line naming ``label``
-    (default: the folder). Creates nothing."""
-    from embedscope.fileio import check_writable
+def check_study_meta(meta: Any, path: str | os.PathLike) -> dict[str, Any]:
+    """``meta`` (read from ``path``) when it has the shape of a study's study.json, else one
+    :class:`EmbedscopeError` line naming the file."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("settings", {}), dict):
+        raise EmbedscopeError(f"{path}: not the settings of a study (expected a JSON object with 'settings')")
+    if not isinstance(meta.get("versions", {}), dict):
+        raise EmbedscopeError(f"{path}: not the settings of a study ('versions' is not an object)")
+    return meta
 
-    folder = Path(folder)
-    label = str(folder) if label is None else label
+
+def _refuse_file_in_the_way(folder: Path, label: str) -> None:
+    """A file given as ``folder`` or as one of its parents: one :class:`EmbedscopeError` line naming
+    ``label``. Whether the folder is writable is not asked (a read-only cache can serve every row)."""
     anc = folder
     while not anc.exists() and anc != anc.parent:
         anc = anc.parent
     if not anc.is_dir():
         raise EmbedscopeError(f"{label}: exists and is not a folder" if anc == folder
                               else f"{label}: {anc} is a file, not a folder")
-    if not probe:
-        return folder
-    name = str(anc / ".embedscope-write-check")  # never created: check_writable probes with a temporary file
-    try:
-        check_writable(name, force=True)
-    except EmbedscopeError as e:
-        msg = str(e)
-        raise EmbedscopeError(label + msg[len(name):] if msg.startswith(name) else msg) from None
-    return folder
 
 
 def _check_dataset(name: str | None) -> None:
@@ -382,7 +377,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
 def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache_dir, workers, scheduler, force,
                target, exclude, metric, seed, n_boot, device, measures, figures, echo, on_row) -> dict[str, Any]:
     from embedscope.analyses.registry import PATTERNS, known_names
-    from embedscope.fileio import write_text
+    from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
     from embedscope.study.plan import parse_exclude, plan_study
 
@@ -407,11 +402,11 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     # a file in the way of the cache fails every row: refused now (a read-only cache that holds every
     # embedding is fine, so its writability is not required)
-    check_folder_writable(cache, f"--cache-dir {cache}" if cache_dir else f"embedding cache {cache}", probe=False)
+    _refuse_file_in_the_way(cache, f"--cache-dir {cache}" if cache_dir else f"embedding cache {cache}")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected a study folder")
-    check_folder_writable(out_dir)
+    check_writable(out_dir / "study.json", force=True)  # as train-grid and make-shapes: before any work
     if (out_dir / "rows").exists() and not (out_dir / "rows").is_dir():
         raise EmbedscopeError(f"{out_dir} is not a study folder ({out_dir / 'rows'} is a file); use another folder")
     settings = _settings_of(source, epoch, dataset, root, metric, seed, device, measures)
@@ -419,10 +414,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     old_meta: dict[str, Any] = {}
     if meta_path.exists():
         try:
-            old_meta = read_json(meta_path)
-            if not isinstance(old_meta, dict) or not isinstance(old_meta.get("settings", {}), dict):
-                raise EmbedscopeError(f"{meta_path}: not the settings of a study (expected a JSON object "
-                                      "with 'settings')")
+            old_meta = check_study_meta(read_json(meta_path), meta_path)
         except EmbedscopeError as e:
             if not force:
                 raise EmbedscopeError(f"{e}; use --force to start the study again, or another folder") from None

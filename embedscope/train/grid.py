@@ -94,8 +94,7 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     return out
 
 
-def _refuse_duplicates(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
-                       seeds: Sequence[int]) -> None:
+def _refuse_duplicates(losses: Sequence[str], p_switches: Sequence[float], seeds: Sequence[int]) -> None:
     """A value given twice in --losses, --p-switch or --seeds (or two values that name the same run,
     like p 0.1 and 0.10) would train a run twice: a usage error before any training."""
     for opt, values, name in (("--losses", losses, str), ("--p-switch", p_switches, lambda p: f"{float(p):g}"),
@@ -144,7 +143,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     say = echo or print
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"workers must be a positive integer, got {workers!r}")
-    _refuse_duplicates(dataset, losses, p_switches, seeds)
+    _refuse_duplicates(losses, p_switches, seeds)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected an output folder")
