@@ -41,7 +41,26 @@ def _check_pair(a, b) -> tuple[np.ndarray, np.ndarray]:
         raise EmbedscopeError(f"mismatched number of maps: {a.shape[0]} vs {b.shape[0]}")
     if a.shape[1:] != b.shape[1:]:
         raise EmbedscopeError(f"maps of different sizes: {a.shape[1:]} vs {b.shape[1:]}")
-    return a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
+    a, b = a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
+    for name, m in (("first", a), ("second", b)):
+        if m.dtype.kind not in "biuf":
+            raise EmbedscopeError(f"the {name} maps must be real numbers, got dtype {m.dtype}")
+        if m.dtype.kind == "f" and m.size and not (np.isfinite(m.min()) and np.isfinite(m.max())):
+            bad = int(np.count_nonzero(~np.all(np.isfinite(m), axis=1)))
+            raise EmbedscopeError(f"the {name} maps contain NaN or inf ({bad} map(s))")
+    return a, b
+
+
+def _pow2_rows(x: np.ndarray) -> np.ndarray:
+    """Each row of a float64 array multiplied by the power of two that brings its largest |value|
+    into [0.5, 1) (exact; rows already there, e.g. maps in [0, 1] with maximum > 0.5, keep their
+    bits), so that sums of squares neither overflow (maps ~1e200) nor lose digits to subnormals
+    (maps ~1e-300). Pearson r and the sum-normalised maps of the JSD do not change."""
+    top = np.max(np.abs(x), axis=1) if x.shape[1] else np.zeros(x.shape[0])
+    e = np.frexp(np.where(top > 0, top, 1.0))[1]
+    if np.any(e):
+        x = np.ldexp(x, -e[:, None])
+    return x
 
 
 def _chunks(n: int, p: int):
@@ -53,19 +72,27 @@ def _chunks(n: int, p: int):
 def pearson_per_image(maps_a, maps_b) -> np.ndarray:
     """Pearson r of each pair of flattened maps (docs/methods.md §8) -> float64 [N]; NaN for a constant map.
 
-    r = Σ (a − ā)(b − b̄) / sqrt(Σ (a − ā)² Σ (b − b̄)²), computed in float64. Higher = more agreement.
+    r = Σ (a − ā)(b − b̄) / sqrt(Σ (a − ā)² Σ (b − b̄)²), computed in float64 (each map first
+    multiplied by a power of two, exact, so that maps of any finite scale give the same r). Higher =
+    more agreement. A map is constant when all its values are equal (an all-zero map included): r
+    is then undefined (0/0) and NaN, also against another constant map. NaN or inf in a map is an
+    error.
     """
     a, b = _check_pair(maps_a, maps_b)
     out = np.empty(a.shape[0], dtype=np.float64)
     for s in _chunks(a.shape[0], a.shape[1]):
-        x = a[s].astype(np.float64)
-        y = b[s].astype(np.float64)
+        x = _pow2_rows(a[s].astype(np.float64))
+        y = _pow2_rows(b[s].astype(np.float64))
+        # a constant map has no r; decided on the values themselves, not on x - mean(x), which
+        # is not exactly 0 when the mean of n copies of v rounds to a float other than v
+        const = (x.max(axis=1) == x.min(axis=1)) | (y.max(axis=1) == y.min(axis=1))
         x -= x.mean(axis=1, keepdims=True)
         y -= y.mean(axis=1, keepdims=True)
         num = np.einsum("ij,ij->i", x, y)
         den = np.sqrt(np.einsum("ij,ij->i", x, x) * np.einsum("ij,ij->i", y, y))
+        ok = ~const & (den > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+            r = np.where(ok, num / np.where(ok, den, 1.0), np.nan)
         out[s] = np.clip(r, -1.0, 1.0)
     return out
 
@@ -89,7 +116,9 @@ def jsd_per_image(maps_a, maps_b, *, base=2) -> np.ndarray:
 
     P = a / Σa, Q = b / Σb, M = (P + Q)/2, JSD = ½ KL(P‖M) + ½ KL(Q‖M) with 0·log 0 = 0. ``base=2``
     (bits, the paper; ≤ 1) or ``"e"`` (nats, the reference code's ``jensenshannon(...)**2``; ≤ ln 2).
-    NaN when a map sums to 0. Maps must be non-negative. Lower = more agreement.
+    NaN when a map sums to 0 (an all-zero map: P is undefined); a constant non-zero map is the
+    uniform distribution and has a JSD. Maps must be non-negative and finite (NaN or inf is an
+    error). Lower = more agreement.
     """
     a, b = _check_pair(maps_a, maps_b)
     lb = _log_base(base)
@@ -99,6 +128,7 @@ def jsd_per_image(maps_a, maps_b, *, base=2) -> np.ndarray:
         q = b[s].astype(np.float64)
         if (p < 0).any() or (q < 0).any():
             raise EmbedscopeError("JSD needs non-negative maps (post-processed saliency maps)")
+        p, q = _pow2_rows(p), _pow2_rows(q)  # exact; the sums below can neither overflow nor underflow
         sp = p.sum(axis=1, keepdims=True)
         sq = q.sum(axis=1, keepdims=True)
         ok = (sp[:, 0] > 0) & (sq[:, 0] > 0)
