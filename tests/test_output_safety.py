@@ -207,3 +207,55 @@ def test_resume_still_works_after_a_failed_force(tmp_path, capsys):
     assert rc == 1, err
     rc, err = run_main([*TRAIN, "--epochs", "0", "--eval-every", "0", "-o", out, "--resume"], capsys)
     assert rc == 0, err
+
+
+_KILLED_DURING_FIRST_WRITE = """
+import os, signal, sys
+from embedscope.train import trainer
+real = trainer._write_log
+def killed(path, *a, **k):  # the new last.pt is written; the process dies while writing the log
+    path.write_text("partial")
+    os.kill(os.getpid(), signal.SIGKILL)
+trainer._write_log = killed
+trainer.train({"dataset": "digits", "embed_dim": 8, "epochs": 0, "eval_every": 0, "device": "cpu", "seed": 3},
+              sys.argv[1], force=True, progress=False, echo=lambda s: None)
+"""
+
+
+def test_train_force_killed_during_its_first_write_gives_the_old_run_back(old_run, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    before = snapshot(old_run.parent)
+    p = subprocess.run([sys.executable, "-c", _KILLED_DURING_FIRST_WRITE, str(old_run)], capture_output=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr.decode()
+    killed = snapshot(old_run.parent)
+    assert killed != before and "keep.pt.train/.replacing.json" in killed  # the earlier run is set aside
+    assert any(k.endswith(".old") for k in killed)
+    # the next train into the same run puts the earlier run back first (here it then refuses: no --force)
+    capsys.readouterr()
+    rc = main([str(a) for a in [*TRAIN, "--epochs", "0", "--eval-every", "0", "-o", old_run]])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "exists" in err, err
+    assert "put back the earlier run" in out + err, (out, err)
+    assert snapshot(old_run.parent) == before
+    from embedscope.train import trainer
+
+    notes = []
+    trainer._recover_replacement(trainer.run_paths(old_run), notes.append)  # nothing left to recover
+    assert notes == []
+
+
+def test_a_live_replacement_is_left_alone(old_run):
+    import json
+
+    from embedscope.errors import EmbedscopeError
+    from embedscope.train import trainer
+
+    paths = trainer.run_paths(old_run)
+    (paths["dir"] / ".replacing.json").write_text(json.dumps({"pid": os.getppid(), "aside": []}))
+    before = snapshot(old_run.parent)
+    with pytest.raises(EmbedscopeError, match="is replacing this run right now"):
+        trainer._recover_replacement(paths, print)
+    assert snapshot(old_run.parent) == before

@@ -420,6 +420,7 @@ def _prepare(config: dict[str, Any], paths: dict[str, Path], *, resume: bool, fo
     from embedscope.models import read_checkpoint
 
     _check_paths(paths, log_given)
+    _recover_replacement(paths, say)
     if resume:
         if not paths["last"].exists():
             raise EmbedscopeError(f"nothing to resume: {paths['last']} does not exist")
@@ -452,6 +453,9 @@ def _clear_run(paths: dict[str, Path]) -> None:
             f.unlink()
 
 
+_JOURNAL = ".replacing.json"  # in the run folder while a --force replacement's first write is under way
+
+
 class _Replacement:
     """``--force`` on a new run: the earlier run's files stay untouched until the new run first writes.
 
@@ -459,7 +463,10 @@ class _Replacement:
     files aside (renamed, ``.NAME.<pid>.<random>.old`` beside them), writes the new ones, and only then
     deletes the old ones. Should that first write fail (or be interrupted), what it wrote is removed
     and the earlier files are put back; a run that fails before it (bad options, a data error, Ctrl-C
-    during the first epoch) leaves the earlier run exactly as it was.
+    during the first epoch) leaves the earlier run exactly as it was. A process killed outright
+    (SIGKILL, power loss) during that first write leaves a journal (``.replacing.json`` in the run
+    folder) from which the next ``train`` into the same run puts the earlier run back
+    (:func:`_recover_replacement`).
     """
 
     def __init__(self, paths: dict[str, Path], active: bool) -> None:
@@ -473,14 +480,21 @@ class _Replacement:
             return
         import secrets
 
+        from embedscope.fileio import write_text
+
+        journal = self.paths["dir"] / _JOURNAL
         aside: list[tuple[Path, Path]] = []
         try:
+            plan = []
             for f in _run_files(self.paths):
                 if f.name.startswith(".") and f.name.endswith(".tmp"):  # a killed process's temporary file
                     with contextlib.suppress(FileNotFoundError):
                         f.unlink()
                     continue
-                b = f.with_name(f".{f.name}.{os.getpid()}.{secrets.token_hex(4)}.old")
+                plan.append((f.with_name(f".{f.name}.{os.getpid()}.{secrets.token_hex(4)}.old"), f))
+            write_text(journal, json.dumps({"pid": os.getpid(), "aside": [[str(b.absolute()), str(f.absolute())]
+                                                                           for b, f in plan]}), force=True)
+            for b, f in plan:
                 os.replace(f, b)
                 aside.append((b, f))
             yield
@@ -490,11 +504,57 @@ class _Replacement:
             for b, f in reversed(aside):
                 with contextlib.suppress(OSError):
                     os.replace(b, f)
+            with contextlib.suppress(OSError):
+                journal.unlink()
             raise
         self.pending = False
+        with contextlib.suppress(OSError):
+            journal.unlink()  # the new run stands from here on
         for b, _ in aside:
             with contextlib.suppress(OSError):
                 b.unlink()
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's process (or no way to tell): leave its files alone
+    return True
+
+
+def _recover_replacement(paths: dict[str, Path], say: Callable[[str], None]) -> None:
+    """Put back the earlier run that a ``train --force`` killed during its first write had set aside
+    (see :class:`_Replacement`): the killed process's partial files are removed and the earlier run's
+    files renamed back, as its own rollback would have done. A journal of a live process is left alone."""
+    journal = paths["dir"] / _JOURNAL
+    if not journal.is_file():
+        return
+    try:
+        rec = json.loads(journal.read_text())
+        pid = int(rec["pid"])
+        pairs = [(Path(b), Path(f)) for b, f in rec["aside"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise EmbedscopeError(f"{journal}: unreadable journal of an interrupted --force ({e}); "
+                              "look at the run folder and remove the journal") from None
+    if _pid_alive(pid):
+        raise EmbedscopeError(f"another train (process {pid}) is replacing this run right now "
+                              f"(journal {journal}); wait for it, or remove the journal if that process is not ours")
+    earlier = {f for _, f in pairs}
+    for f in _run_files(paths):  # written by the killed process (the earlier run's files were all set aside)
+        if f not in earlier:
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+    for b, f in pairs:
+        if b.exists() or b.is_symlink():
+            os.replace(b, f)
+    journal.unlink()
+    say(f"note: put back the earlier run in {paths['dir']}, which a killed 'train --force' (process {pid}) "
+        "had set aside during its first write")
 
 
 def train_transform(ds, image_size: int, default: Callable | None = None) -> Callable:
