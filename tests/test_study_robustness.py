@@ -219,3 +219,23 @@ def test_train_grid_refuses_duplicates(tmp_path, capsys, monkeypatch, more, need
                  "--no-progress"]) == 2
     one_line(capsys, needle)
     assert not out.exists()
+
+
+# 5. the figures a study says it wrote are the ones of its statistics
+
+def test_figures_listed_only_when_drawn(study, grid, cache, capsys):
+    import json
+
+    args = [a for a in _args(grid, study, cache) if a != "--no-figures"]
+    assert run(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "figures/ (fig5_structure_vs_target" in out, out
+    assert json.loads((study / "correlations.json").read_text())["figures"]
+    assert (study / "figures" / "fig5_structure_vs_target.png").exists()
+
+    # one objective left: no figures drawn, none claimed, and the report does not show the earlier ones
+    assert run([*args, "--exclude", "loss=softmax"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "figures/" not in out and "no figures: they need at least 2 objectives" in out, out
+    assert json.loads((study / "correlations.json").read_text())["figures"] == []
+    assert (study / "figures" / "fig5_structure_vs_target.png").exists()  # an earlier output is not deleted

@@ -52,6 +52,7 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     import sys
+    from pathlib import Path
 
     from embedscope.study.run import run_study
     from embedscope.tables import format_table
@@ -76,8 +77,13 @@ def run(args) -> int:
     u = st["untrained"]
     print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
           f"{u.get('selected_compared', '?')}")
+    drawn = st.get("figures")
+    if drawn is None:  # statistics of an earlier version, reused: their figures are the ones on disk
+        drawn = [] if args.no_figures else [p.stem for p in sorted(Path(args.output, "figures").glob("*.png"))]
     print(f"wrote {args.output}/runs.csv, runs.parquet, correlations.csv, correlations.json"
-          + ("" if args.no_figures else ", figures/"))
+          + (f", figures/ ({', '.join(drawn)})" if drawn else ""))
+    if not drawn and not args.no_figures:
+        print("no figures: they need at least 2 objectives (points) after --exclude")
     if res["errors"]:
         print(f"embedscope study: error: {len(res['errors'])} of {len(res['rows'])} checkpoints failed "
               f"(e.g. {res['errors'][0]['id']}: {res['errors'][0]['error']}); the rest were measured — "

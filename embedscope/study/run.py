@@ -830,7 +830,12 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     df = stats.pop("_runs")
     draw = None
     if figures and stats["n_points"]["objectives"] >= 2:
+        from embedscope.viz.study import figure_names
+
+        stats["figures"] = figure_names(stats)
         draw = _start_figures(stats, out_dir / "figures", client=client)  # drawn while the tables are written
+    else:  # the report embeds only the figures of these statistics (figures/ may hold an earlier run's)
+        stats["figures"] = []
     cols = [c for c in front if c in df.columns] + [c for c in df.columns if c not in front]
     recs = df[cols].to_dict("records")
     write_csv(out_dir / "runs.csv", recs, cols, force=True)
