@@ -12,6 +12,7 @@ from scipy.stats import chi2_contingency
 from embedscope.cli import main
 from embedscope.data import get_dataset
 from embedscope.data import shapes as S
+from embedscope.errors import EmbedscopeError
 
 
 def test_properties_independent_and_uniform():
@@ -98,6 +99,16 @@ def test_loader_classes_split_and_properties(tmp_path, monkeypatch):
     again = get_dataset("shapes", str(tmp_path / "cache"))  # from the cache
     assert np.array_equal(again.images, ds.images)
     assert (tmp_path / "cache").is_dir()
+    # a folder that is neither a make-shapes folder nor such a cache is not silently made one
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "a.jpg").write_bytes(b"x")
+    with pytest.raises(EmbedscopeError, match="holds no properties.csv"):
+        get_dataset("shapes", str(other))
+    assert sorted(p.name for p in other.iterdir()) == ["a.jpg"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert len(get_dataset("shapes", str(empty))) == S.DEFAULT_N
 
 
 def test_make_shapes_cli_and_folder_root(tmp_path, capsys, monkeypatch):

@@ -37,6 +37,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -663,6 +664,25 @@ def _cached(n: int, size: int, seed: int, cache: Path, progress: bool) -> tuple[
     return images, props
 
 
+def _check_cache_root(root: Path) -> None:
+    """A ``--root`` without ``properties.csv`` caches the generated set: it must be new, empty or such a
+    cache already (only ``n…-s…-seed…-<hash>`` folders), never another folder (a mistyped ``--root``
+    of a make-shapes folder, or unrelated files, must not silently become the default set)."""
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise EmbedscopeError(f"{NAME}: --root {root} is not a folder")
+    try:
+        names = [p.name for p in root.iterdir()]
+    except OSError as e:
+        raise EmbedscopeError(f"{NAME}: --root {root} cannot be read ({e.strerror or e})") from None
+    foreign = [x for x in names if not (re.fullmatch(r"n\d+-s\d+-seed-?\d+-[0-9a-f]{8}", x) or x.startswith("."))]
+    if foreign:
+        raise EmbedscopeError(f"{NAME}: --root {root} holds no properties.csv (not a make-shapes folder) and is not "
+                              "a cache of generated sets; give a make-shapes folder, or a new or empty folder to "
+                              "cache the generated set in")
+
+
 def _read_folder(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     """paths and properties of a folder written by :func:`write_folder`."""
     f = root / "properties.csv"
@@ -726,8 +746,8 @@ def load_shapes(root=None, train_classes: int | None = None, *, n: int | None = 
                 pass
         root_s = str(base)
     else:
-        if root is not None and Path(root).exists() and not Path(root).is_dir():
-            raise EmbedscopeError(f"{NAME}: --root {root} is not a folder")
+        if root is not None:
+            _check_cache_root(Path(root))
         cache = Path(root) if root is not None else default_cache_dir()
         images, props = _cached(n, size, seed, cache, progress)
         paths = [f"shapes/{generation_key(n, size, seed)}/{i:06d}" for i in range(n)]
