@@ -87,6 +87,10 @@ def test_each_property_changes_the_image_and_shape_varies_between_classes():
 def test_loader_classes_split_and_properties(tmp_path, monkeypatch):
     monkeypatch.setattr(S, "DEFAULT_N", 120)  # the real default (4,800 at 64 px) takes minutes
     monkeypatch.setattr(S, "DEFAULT_SIZE", 24)
+    with pytest.raises(EmbedscopeError, match="does not exist"):  # a mistyped --root is not made a cache
+        get_dataset("shapes", str(tmp_path / "cache"))
+    assert not (tmp_path / "cache").exists()
+    (tmp_path / "cache").mkdir()
     ds = get_dataset("shapes", str(tmp_path / "cache"))  # generated into --root on first use
     assert len(ds) == S.DEFAULT_N
     assert list(ds.class_names) == list(S.SHAPE_NAMES) and len(ds.class_names) >= 20

@@ -665,11 +665,13 @@ def _cached(n: int, size: int, seed: int, cache: Path, progress: bool) -> tuple[
 
 
 def _check_cache_root(root: Path) -> None:
-    """A ``--root`` without ``properties.csv`` caches the generated set: it must be new, empty or such a
-    cache already (only ``n…-s…-seed…-<hash>`` folders), never another folder (a mistyped ``--root``
+    """A ``--root`` without ``properties.csv`` caches the generated set: it must be an empty folder or
+    such a cache already (only ``n…-s…-seed…-<hash>`` folders), never another folder (a mistyped ``--root``
     of a make-shapes folder, or unrelated files, must not silently become the default set)."""
     if not root.exists():
-        return
+        raise EmbedscopeError(f"{NAME}: --root {root} does not exist; give a make-shapes folder, or create an empty "
+                              f"folder to cache the generated set in (without --root it is cached in "
+                              f"{default_cache_dir()})")
     if not root.is_dir():
         raise EmbedscopeError(f"{NAME}: --root {root} is not a folder")
     try:
@@ -715,7 +717,7 @@ def load_shapes(root=None, train_classes: int | None = None, *, n: int | None = 
     """The ``shapes`` data set as an :class:`ImageDataset` whose ``properties`` are the scene properties.
 
     ``root`` holding a ``properties.csv`` (a folder written by ``embedscope make-shapes``): that set,
-    images read from its PNGs. ``root`` empty or absent: the default set (``n`` = 4,800 images of
+    images read from its PNGs. ``root`` an empty folder (or None): the default set (``n`` = 4,800 images of
     ``size`` = 64 px from ``seed`` 0) is generated once and cached there (``root``) or in
     :func:`default_cache_dir`; later loads read the cache (a few seconds).
 
