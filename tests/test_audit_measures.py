@@ -123,3 +123,311 @@ def test_agreement_float16_input_is_read_exactly():
     a, b = rng.random((3, 8, 8)).astype(np.float16), rng.random((3, 8, 8)).astype(np.float16)
     assert np.array_equal(pearson_per_image(a, b), pearson_per_image(a.astype(float), b.astype(float)))
     assert np.array_equal(jsd_per_image(a, b), jsd_per_image(a.astype(float), b.astype(float)))
+
+
+# ============================================================================ §2-§4 spectra and π
+def _sv_bf(X):
+    return np.linalg.svd(np.asarray(X, dtype=np.float64), compute_uv=False)
+
+
+def _rho_bf(s, exclude_top=1, reverse=False):
+    s = np.asarray(s, dtype=np.float64)[exclude_top:]
+    K = len(s)
+    p = s / s.sum()
+    if reverse:
+        return float(sum(pk * np.log(pk / (1 / K)) for pk in p if pk > 0))
+    return float(sum((1 / K) * np.log((1 / K) / pk) for pk in p))
+
+
+def _cos_d(a, b):
+    return 1.0 - float(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
+
+
+def _pi_bf(X, y):
+    """π_intra / π_inter / π_ratio literally (§3): double loops over pairs, singletons left out."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    classes = sorted(set(y.tolist()))
+    intra = []
+    for c in classes:
+        P = X[y == c]
+        n = len(P)
+        if n >= 2:
+            intra.append(sum(_cos_d(P[i], P[j]) for i in range(n) for j in range(n) if i != j) / (n * n - n))
+    mu = [X[y == c].mean(axis=0) for c in classes]
+    mu = [m / np.linalg.norm(m) for m in mu]
+    C = len(classes)
+    inter = sum(_cos_d(mu[k], mu[m]) for k in range(C) for m in range(C) if k != m) / (C * C - C)
+    return float(np.mean(intra)), float(inter), float(np.mean(intra) / inter)
+
+
+def _au_bf(X, y, t=2.0):
+    X = np.asarray(X, dtype=np.float64)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    n = len(U)
+    same = [np.sum((U[i] - U[j]) ** 2) for i in range(n) for j in range(n) if i != j and y[i] == y[j]]
+    allp = [np.exp(-t * np.sum((U[i] - U[j]) ** 2)) for i in range(n) for j in range(i + 1, n)]
+    return float(np.mean(same)), float(np.log(np.mean(allp)))
+
+
+def _rankme_bf(s, eps=1e-7):
+    p = np.asarray(s, dtype=np.float64) / np.sum(s) + eps
+    return float(np.exp(-sum(pk * np.log(pk) for pk in p)))
+
+
+def _alpha_bf(X, k_min=1, k_max=None):
+    X = np.asarray(X, dtype=np.float64)
+    C = np.cov(X, rowvar=False, ddof=1).reshape(X.shape[1], X.shape[1])
+    lam = np.sort(np.linalg.eigvalsh(C))[::-1][: min(len(X) - 1, X.shape[1])]
+    hi = len(lam) if k_max is None else k_max
+    k = np.arange(k_min, hi + 1)
+    return float(-np.polyfit(np.log(k), np.log(lam[k_min - 1:hi]), 1)[0])
+
+
+def _cases():
+    rng = np.random.default_rng(10)
+    yield "N>D", rng.normal(size=(40, 6)), rng.integers(0, 5, 40)
+    yield "N<D", rng.normal(size=(7, 20)), np.array([0, 0, 1, 1, 2, 3, 3])
+    yield "sizes 1 and 2", rng.normal(size=(6, 4)), np.array([0, 1, 1, 2, 3, 3])
+    yield "duplicated rows", np.repeat(rng.normal(size=(5, 4)), 3, axis=0), np.repeat([0, 0, 1, 1, 2], 3)
+    yield "string labels", rng.normal(size=(12, 5)) + 1, np.array(list("abcabcabcabc"))
+    yield "float32", rng.normal(size=(30, 8)).astype(np.float32), rng.integers(0, 3, 30)
+    yield "float16", rng.normal(size=(30, 8)).astype(np.float16), rng.integers(0, 3, 30)
+
+
+@pytest.mark.parametrize("case", list(_cases()), ids=lambda c: c[0])
+def test_spectral_and_class_distances_match_brute_force(case):
+    from embedscope.metrics import geometry_report
+    from embedscope.metrics.geometry import alignment_uniformity, class_distances
+    from embedscope.metrics.spectral import alpha_req, effective_rank, singular_values, spectral_decay
+
+    _, X, y = case
+    s = _sv_bf(X)
+    np.testing.assert_allclose(singular_values(X), s, rtol=1e-10, atol=1e-12 * s[0])
+    for ex in (0, 1):
+        assert spectral_decay(X, exclude_top=ex) == pytest.approx(_rho_bf(s, ex), rel=1e-10, abs=1e-13)
+    assert spectral_decay(X, exclude_top=0, direction="s||uniform") == pytest.approx(
+        _rho_bf(s, 0, reverse=True), rel=1e-10, abs=1e-13)
+    assert effective_rank(X) == pytest.approx(_rankme_bf(s), rel=1e-12)
+    assert alpha_req(X) == pytest.approx(_alpha_bf(X), rel=1e-9)
+    pi = class_distances(X, y)
+    ref = _pi_bf(X, y)
+    for key, v in zip(("pi_intra", "pi_inter", "pi_ratio"), ref):
+        assert pi[key] == pytest.approx(v, rel=1e-12, abs=1e-14), key
+    assert pi["n_singleton"] == sum(np.sum(np.asarray(y) == c) == 1 for c in set(np.asarray(y).tolist()))
+    au = alignment_uniformity(X, y)
+    a_ref, u_ref = _au_bf(X, y)
+    assert au["alignment"] == pytest.approx(a_ref, rel=1e-12, abs=1e-14)
+    assert au["uniformity"] == pytest.approx(u_ref, rel=1e-12)
+    rep = geometry_report(X, y)
+    assert rep["rho"] == pytest.approx(_rho_bf(s, 1), rel=1e-10, abs=1e-13)
+    assert rep["rho_all"] == pytest.approx(_rho_bf(s, 0), rel=1e-10, abs=1e-13)
+    assert rep["effective_rank"] == pytest.approx(_rankme_bf(s), rel=1e-12)
+    assert rep["alpha"] == pytest.approx(_alpha_bf(X), rel=1e-9)
+    for key, v in zip(("pi_intra", "pi_inter", "pi_ratio"), ref):
+        assert rep[key] == pytest.approx(v, rel=1e-12, abs=1e-14), key
+    assert rep["alignment"] == pytest.approx(a_ref, rel=1e-12, abs=1e-14)
+    assert rep["uniformity"] == pytest.approx(u_ref, rel=1e-12)
+
+
+def test_worked_example_of_section_2():
+    from embedscope.metrics.spectral import spectral_decay
+
+    X = np.diag([10.0, 4.0, 3.0, 2.0, 1.0])
+    assert round(spectral_decay(X), 6) == 0.121777
+    assert round(spectral_decay(X, exclude_top=0), 6) == 0.290167
+    assert round(spectral_decay(X, exclude_top=0, direction="s||uniform"), 6) == 0.276364
+    s = np.array([10.0, 4, 3, 2, 1])
+    assert spectral_decay(X) == pytest.approx(_rho_bf(s, 1), rel=1e-14)
+
+
+def test_one_dimension_and_one_class():
+    from embedscope.metrics import geometry_report
+    from embedscope.metrics.geometry import alignment_uniformity, class_distances
+    from embedscope.metrics.spectral import singular_values, spectral_decay
+
+    X = np.array([[1.0], [2.0], [-3.0], [4.0]])
+    assert singular_values(X).tolist() == [pytest.approx(np.sqrt(30.0), rel=1e-15)]
+    assert spectral_decay(X, exclude_top=0) == 0.0  # one value: P = U
+    with pytest.raises(EmbedscopeError, match="no singular values left"):
+        spectral_decay(X)
+    # D = 1: every cosine is ±1; the means of [1, 2] and [-3, 4] point the same way: π_inter = 0
+    d = class_distances(X, [0, 0, 1, 1])
+    assert (d["pi_intra"], d["pi_inter"]) == (pytest.approx(1.0), 0.0) and d["pi_ratio"] == np.inf
+    with pytest.raises(EmbedscopeError, match="two classes"):
+        class_distances(np.eye(3), [0, 0, 0])
+    with pytest.raises(EmbedscopeError, match="single sample"):
+        geometry_report(np.eye(3), [0, 1, 2])
+    # alignment / uniformity need no second class
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(9, 3))
+    a, u = _au_bf(X, np.zeros(9))
+    au = alignment_uniformity(X, np.zeros(9))
+    assert (au["alignment"], au["uniformity"]) == (pytest.approx(a, rel=1e-12), pytest.approx(u, rel=1e-12))
+
+
+@pytest.mark.parametrize("shape,rank", [((30, 8), 3), ((6, 10), 4), ((20, 5), 4)])
+def test_exactly_rank_deficient_x_has_zero_singular_values_and_infinite_rho(shape, rank):
+    """A zero singular value gives ρ = KL(U‖P) = inf (§2: no ε). The old code returned the SVD's
+    rounding noise (~1e-15·s_1) as singular values, so ρ of a rank-3 30×8 matrix was 25.17
+    (exclude_top=1) / 22.23 (0): numbers made of noise."""
+    from embedscope.metrics import geometry_report
+    from embedscope.metrics.spectral import effective_rank, singular_values, spectral_decay
+
+    rng = np.random.default_rng(12)
+    X = rng.integers(-3, 4, size=(shape[0], rank)) @ rng.integers(-3, 4, size=(rank, shape[1]))
+    X = X.astype(np.float64)
+    assert np.linalg.matrix_rank(X) == rank
+    s = singular_values(X)
+    assert np.count_nonzero(s) == rank and s.size == min(shape)
+    np.testing.assert_allclose(s[:rank], _sv_bf(X)[:rank], rtol=1e-12)
+    assert spectral_decay(X) == np.inf and spectral_decay(X, exclude_top=0) == np.inf
+    assert spectral_decay(X, exclude_top=0, direction="s||uniform") == pytest.approx(
+        _rho_bf(s[:rank], 0, reverse=True) + np.log(min(shape) / rank), rel=1e-12)
+    assert effective_rank(X) == pytest.approx(_rankme_bf(s), rel=1e-12)
+    y = np.arange(shape[0]) % 3
+    rep = geometry_report(X, y)
+    assert rep["rho"] == np.inf and rep["rho_all"] == np.inf
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e-160, 1e-30, 1e30, 1e160, 1e200])
+def test_every_geometry_measure_is_scale_free_at_extreme_scales(scale):
+    """ρ, π, RankMe, α-ReQ and alignment/uniformity do not depend on the scale of X (squared
+    Euclidean π scale with its square). Old code at 1e160: π "row 0 contains NaN or inf", ρ an
+    overflow in the Gram matrix; at 1e-160: silently wrong values (π_ratio off by 9e-6, α by 2e-4,
+    squared-Euclidean π_ratio by 2e-3); at 1e-170: "row 0 is all zeros"."""
+    from embedscope.metrics import geometry_report
+    from embedscope.metrics.geometry import alignment_uniformity, class_distances
+    from embedscope.metrics.spectral import alpha_req, covariance_eigenvalues, effective_rank, singular_values, spectral_decay
+
+    rng = np.random.default_rng(13)
+    X = rng.normal(size=(30, 5))
+    y = rng.integers(0, 4, 30)
+    Xs = X * scale
+    s = _sv_bf(X)
+    ref_pi = _pi_bf(X, y)
+    a_ref, u_ref = _au_bf(X, y)
+    rep = geometry_report(Xs, y, keep_spectrum=True)
+    assert spectral_decay(Xs) == pytest.approx(_rho_bf(s), rel=1e-12)
+    assert rep["rho"] == pytest.approx(_rho_bf(s), rel=1e-12)
+    assert effective_rank(Xs) == pytest.approx(_rankme_bf(s), rel=1e-12)
+    assert rep["effective_rank"] == pytest.approx(_rankme_bf(s), rel=1e-12)
+    assert alpha_req(Xs) == pytest.approx(_alpha_bf(X), rel=1e-9)
+    assert rep["alpha"] == pytest.approx(_alpha_bf(X), rel=1e-9)
+    for key, v in zip(("pi_intra", "pi_inter", "pi_ratio"), ref_pi):
+        assert class_distances(Xs, y)[key] == pytest.approx(v, rel=1e-12), key
+        assert rep[key] == pytest.approx(v, rel=1e-12), key
+    sq_ref = class_distances(X, y, metric="sqeuclidean")
+    sq = class_distances(Xs, y, metric="sqeuclidean")
+    assert sq["pi_ratio"] == pytest.approx(sq_ref["pi_ratio"], rel=1e-12)
+    if 1e-150 < scale < 1e150:  # the squared distances themselves are representable
+        assert sq["pi_intra"] == pytest.approx(sq_ref["pi_intra"] * scale ** 2, rel=1e-12)
+    au = alignment_uniformity(Xs, y)
+    assert (au["alignment"], au["uniformity"]) == (pytest.approx(a_ref, rel=1e-12), pytest.approx(u_ref, rel=1e-12))
+    assert (rep["alignment"], rep["uniformity"]) == (pytest.approx(a_ref, rel=1e-12), pytest.approx(u_ref, rel=1e-12))
+    if 1e-150 < scale < 1e150:  # singular values and eigenvalues come back at the input's scale
+        np.testing.assert_allclose(singular_values(Xs), s * scale, rtol=1e-12)
+        np.testing.assert_allclose(rep["singular_values"], s * scale, rtol=1e-12)
+        np.testing.assert_allclose(covariance_eigenvalues(Xs), covariance_eigenvalues(X) * scale ** 2, rtol=1e-10)
+
+
+def test_rows_of_very_different_scales_in_one_matrix():
+    """Unit rows are formed per row: a row 1e-200 times smaller than the others has the same cosine."""
+    from embedscope.metrics.geometry import class_distances
+
+    rng = np.random.default_rng(14)
+    X = rng.normal(size=(12, 4))
+    y = np.arange(12) % 3
+    Xs = X.copy()
+    Xs[0] *= 1e-200
+    Xs[5] *= 1e-300
+    ref = _pi_bf(X, np.asarray(y))  # (the class means then ignore the tiny rows: compare π_intra only)
+    assert class_distances(Xs, y)["pi_intra"] == pytest.approx(ref[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("f16_scale", [20.0])
+def test_sampled_uniformity_is_float64_exact_and_deterministic(f16_scale):
+    """The sampled uniformity equals the formula on the same seeded pairs, bit for bit twice.
+    Old code multiplied float16 rows in float16 (and float32 rows of 1e25 overflowed: NaN)."""
+    from embedscope.metrics.geometry import alignment_uniformity
+
+    rng = np.random.default_rng(15)
+    n, max_pairs = 120, 3000  # 7,140 pairs > 3,000: sampled
+    X64 = rng.normal(size=(n, 6)) * f16_scale
+    y = np.arange(n) % 4
+    for X in (X64.astype(np.float16), (X64 * 1e24).astype(np.float32), X64):
+        r1 = alignment_uniformity(X, y, max_pairs=max_pairs, seed=7)
+        r2 = alignment_uniformity(X, y, max_pairs=max_pairs, seed=7)
+        assert not r1["uniformity_exact"] and r1["uniformity_pairs"] == max_pairs
+        assert r1 == r2  # deterministic
+        g = np.random.default_rng(7)
+        i = g.integers(0, n, size=max_pairs)
+        j = g.integers(0, n - 1, size=max_pairs)
+        j += j >= i
+        U = np.asarray(X, dtype=np.float64)
+        U = U / np.linalg.norm(U, axis=1, keepdims=True)
+        ref = np.log(np.mean(np.exp(-2.0 * np.sum((U[i] - U[j]) ** 2, axis=1))))
+        tol = 1e-6 if X.dtype == np.float32 else 1e-12  # float32 rows: float32 dot products
+        assert r1["uniformity"] == pytest.approx(ref, rel=tol)
+
+
+def test_blocked_accumulation_and_uniformity_match_brute_force(monkeypatch):
+    """Force several row blocks (Gram matrix, class sums, pair blocks) and compare with the loops."""
+    from embedscope.metrics import geometry as geo
+    from embedscope.metrics import spectral as spec
+
+    rng = np.random.default_rng(16)
+    X = rng.normal(size=(37, 5)) + 0.5
+    y = rng.integers(0, 4, 37)
+    monkeypatch.setattr(geo, "block_rows_for", lambda d: 4)
+    monkeypatch.setattr(spec, "block_rows_for", lambda d: 4)
+    rep = geo.geometry_report(X, y)
+    s = _sv_bf(X)
+    assert rep["rho"] == pytest.approx(_rho_bf(s), rel=1e-10)
+    for key, v in zip(("pi_intra", "pi_inter", "pi_ratio"), _pi_bf(X, y)):
+        assert rep[key] == pytest.approx(v, rel=1e-12), key
+    G, colsum = spec.gram(X, block_rows=3)
+    np.testing.assert_allclose(G, X.T @ X, rtol=1e-13)
+    np.testing.assert_allclose(colsum, X.sum(axis=0), rtol=1e-13)
+    norms = np.linalg.norm(X, axis=1)
+    u, npairs, exact = geo._uniformity(X, norms, 2.0, 10**6, 0, block_rows=3)
+    assert exact and npairs == 37 * 36 // 2
+    assert u == pytest.approx(_au_bf(X, y)[1], rel=1e-12)
+
+
+def test_class_conditioned_spectra_match_brute_force():
+    from embedscope.metrics.spectral import class_conditioned_spectra
+
+    rng = np.random.default_rng(17)
+    X = rng.normal(size=(25, 6))
+    y = np.array(["b"] * 10 + ["a"] * 2 + ["c"] + ["d"] * 12)
+    for center in (False, True):
+        per, mean = class_conditioned_spectra(X, y, k=5, center=center)
+        rows = []
+        for c in ("a", "b", "d"):  # sorted, singleton "c" left out
+            P = X[y == c]
+            if center:
+                P = P - P.mean(axis=0)
+            s = _sv_bf(P)
+            s = s / s.sum()
+            row = np.zeros(5)
+            row[:min(5, s.size)] = s[:5]
+            rows.append(row)
+        np.testing.assert_allclose(per, rows, rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(mean, np.mean(rows, axis=0), rtol=1e-10, atol=1e-15)
+
+
+def test_nan_in_embeddings_is_a_clear_error():
+    from embedscope.metrics import geometry_report
+    from embedscope.metrics.geometry import alignment_uniformity, class_distances
+    from embedscope.metrics.spectral import alpha_req, class_conditioned_spectra, effective_rank, singular_values, spectral_decay
+
+    X = np.random.default_rng(18).normal(size=(10, 3))
+    X[4, 1] = np.nan
+    y = np.arange(10) % 2
+    for f in (singular_values, spectral_decay, effective_rank, alpha_req):
+        with pytest.raises(EmbedscopeError, match="NaN or inf"):
+            f(X)
+    for f in (class_distances, alignment_uniformity, geometry_report, class_conditioned_spectra):
+        with pytest.raises(EmbedscopeError, match="NaN or inf"):
+            f(X, y)

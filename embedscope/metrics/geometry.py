@@ -4,6 +4,12 @@ Everything here is computed from per-class sums, never from an N×N (or C×C) di
 for unit rows u_i, Σ_{i≠j∈c} (1 − u_i·u_j) = n_c² − ‖Σ_{i∈c} u_i‖², so one pass over row blocks
 (float64 per block) gives π_intra, π_inter and the alignment exactly. Only the uniformity needs
 pairs: all of them (blocked) for small N, a fixed-seed sample of ``max_pairs`` otherwise.
+
+Scale: X is multiplied by a power of two (exact) when its largest |value| lies outside
+[2^-256, 2^256] (:func:`~embedscope.metrics.spectral.pow2_shift`), and the unit rows of rows far
+below the largest (squared norm < 2^-900) are formed after a per-row power-of-two rescaling, so
+rows of any finite scale give the values of the formulas (not an overflow to inf, a subnormal
+loss of digits or a false "all zeros"); squared-Euclidean π are scaled back at the end.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from embedscope.metrics.spectral import (
     _alpha_fit,
     _kl_decay,
     _rankme,
+    _scaled_covariance_eigenvalues,
     _sv_from_gram,
     _svd_values,
     block_rows_for,
-    covariance_eigenvalues,
+    pow2_shift,
 )
 from embedscope.validation import check_int, check_labels, check_matrix, check_number
 
@@ -28,6 +35,17 @@ __all__ = ["class_distances", "alignment_uniformity", "geometry_report"]
 
 METRICS = ("cosine", "sqeuclidean")
 DEFAULT_MAX_PAIRS = 200_000
+#: rows with a squared norm below this (after the global rescaling) get their unit vector from a
+#: per-row power-of-two rescaling: their squares would be subnormal (digits lost) or zero
+_TINY_SQ = 2.0 ** -900
+
+
+def _unit_rows(b: np.ndarray) -> np.ndarray:
+    """Unit vectors of the non-zero float64 rows b, each row first brought to max |value| in
+    [0.5, 1) by a power of two (exact): no overflow, no subnormal squares."""
+    top = np.max(np.abs(b), axis=1)
+    c = np.ldexp(b, -np.frexp(top)[1][:, None])
+    return c / np.sqrt(np.einsum("ij,ij->i", c, c))[:, None]
 
 
 # ----------------------------------------------------------------------------- one pass over X
@@ -38,8 +56,9 @@ def _encode(y, n: int):
 
 
 def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bool,
-                need_unit: bool = True, block_rows: int | None = None) -> dict:
-    """Per-class sums of raw rows, unit rows and squared norms (and XᵀX, column sums) in float64."""
+                need_unit: bool = True, block_rows: int | None = None, shift: int = 0) -> dict:
+    """Per-class sums of raw rows, unit rows and squared norms (and XᵀX, column sums) in float64,
+    of the rows multiplied by 2^-shift (exact)."""
     import scipy.sparse as sp
 
     n, d = X.shape
@@ -52,6 +71,8 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
     colsum = np.zeros(d)
     for s in range(0, n, block_rows):
         b = np.asarray(X[s:s + block_rows], dtype=np.float64)
+        if shift:
+            b = np.ldexp(b, -shift)
         ib = inv[s:s + block_rows]
         m = b.shape[0]
         onehot = sp.csr_matrix((np.ones(m), (ib, np.arange(m))), shape=(n_classes, m))
@@ -66,17 +87,24 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
         row_norms[s:s + m] = np.sqrt(sqn)
         raw += onehot @ b
         if need_unit:
-            if np.any(sqn == 0):
-                i = s + int(np.flatnonzero(sqn == 0)[0])
-                raise EmbedscopeError(f"row {i} of X is all zeros: its cosine distance is undefined")
-            unit += onehot @ (b / row_norms[s:s + m, None])  # out of place: b may be a view of X
+            tiny = sqn < _TINY_SQ
+            if not tiny.any():
+                unit += onehot @ (b / row_norms[s:s + m, None])  # out of place: b may be a view of X
+            else:
+                zero = tiny & ~np.any(b, axis=1)
+                if zero.any():
+                    i = s + int(np.flatnonzero(zero)[0])
+                    raise EmbedscopeError(f"row {i} of X is all zeros: its cosine distance is undefined")
+                u = b / np.where(tiny, 1.0, row_norms[s:s + m])[:, None]
+                u[tiny] = _unit_rows(b[tiny])
+                unit += onehot @ u
     out = {"raw": raw, "unit": unit, "sq": sq, "colsum": colsum, "norms": row_norms}
     if with_gram:
         out["G"] = G
     return out
 
 
-def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str) -> dict:
+def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0) -> dict:
     n = counts.astype(np.float64)
     C = counts.size
     pairs = n * n - n
@@ -89,11 +117,11 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str) -> dict:
     if metric == "cosine":
         S2 = np.einsum("ij,ij->i", sums["unit"], sums["unit"])
         intra[multi] = (n[multi] ** 2 - S2[multi]) / pairs[multi]
-        norms = np.linalg.norm(sums["raw"], axis=1)
-        if np.any(norms == 0):
-            c = int(np.flatnonzero(norms == 0)[0])
+        nonzero = np.any(sums["raw"], axis=1)
+        if not nonzero.all():
+            c = int(np.flatnonzero(~nonzero)[0])
             raise EmbedscopeError(f"the mean of class index {c} is the zero vector: its cosine distance is undefined")
-        mu = sums["raw"] / norms[:, None]
+        mu = _unit_rows(sums["raw"])
         M = mu.sum(axis=0)
         inter = (C * C - float(M @ M)) / (C * C - C)
     else:  # sqeuclidean
@@ -109,6 +137,10 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str) -> dict:
         ratio = pi_intra / inter
     else:
         ratio = float("inf") if pi_intra > 0 else float("nan")
+    if metric == "sqeuclidean" and shift:  # squared distances of the rescaled rows: scale back
+        with np.errstate(over="ignore", under="ignore"):
+            intra, pi_intra, inter = np.ldexp(intra, 2 * shift), float(np.ldexp(pi_intra, 2 * shift)), \
+                float(np.ldexp(inter, 2 * shift))
     return {
         "pi_intra": pi_intra,
         "pi_inter": float(inter),
@@ -163,8 +195,9 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
         raise EmbedscopeError(f"metric must be one of {', '.join(METRICS)}, got '{metric}'")
     X = check_matrix(X, check_finite=False)  # _accumulate checks every row
     classes, inv, counts = _encode(y, X.shape[0])
-    sums = _accumulate(X, inv, classes.size, with_gram=False, need_unit=metric == "cosine")
-    out = _pi_from_sums(sums, counts, metric)
+    shift = pow2_shift(X)
+    sums = _accumulate(X, inv, classes.size, with_gram=False, need_unit=metric == "cosine", shift=shift)
+    out = _pi_from_sums(sums, counts, metric, shift)
     out["classes"] = classes
     out["counts"] = counts
     return out
@@ -193,12 +226,25 @@ def _logmeanexp_update(state, a: np.ndarray):
 
 
 def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed: int,
-                block_rows: int = 1024) -> tuple[float, int, bool]:
+                block_rows: int = 1024, shift: int = 0) -> tuple[float, int, bool]:
+    """``norms``: the row norms of 2^-shift·X (from :func:`_accumulate`)."""
     n = X.shape[0]
     all_pairs = n * (n - 1) // 2
     state = (-np.inf, 0.0, 0)
+    tiny = norms * norms < _TINY_SQ
+
+    def unit(idx) -> np.ndarray:
+        b = np.asarray(X[idx], dtype=np.float64)
+        if shift:
+            b = np.ldexp(b, -shift)
+        tb = tiny[idx]
+        u = b / np.where(tb, 1.0, norms[idx])[:, None]
+        if tb.any():
+            u[tb] = _unit_rows(b[tb])
+        return u
+
     if all_pairs <= max_pairs:
-        U = np.asarray(X, dtype=np.float64) / norms[:, None]
+        U = unit(np.arange(n))
         for s in range(0, n, block_rows):
             blk = U[s:s + block_rows]
             g = blk @ U[s:].T  # rows s.., columns s..: keep j > i
@@ -212,10 +258,17 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
         j = rng.integers(0, n - 1, size=max_pairs)
         j += j >= i  # uniform over j ≠ i
         chunk = 32768
+        # float32 rows of moderate scale: dot products in float32 (~1e-7, far below the sampling
+        # error; twice as fast); anything else (float16, whose products overflow at |x| ~ 11 for
+        # D = 512, extreme scales, float64) from float64 unit rows
+        fast = X.dtype == np.float32 and shift == 0 and bool(np.all(norms < 2.0 ** 40)) and bool(
+            np.all(norms > 2.0 ** -30))
         for s in range(0, max_pairs, chunk):
-            # dot products in X's own precision (float32: ~1e-7, far below the sampling error)
-            dots = np.einsum("ij,ij->i", X[i[s:s + chunk]], X[j[s:s + chunk]]).astype(np.float64)
-            cos = dots / (norms[i[s:s + chunk]] * norms[j[s:s + chunk]])
+            ii, jj = i[s:s + chunk], j[s:s + chunk]
+            if fast:
+                cos = np.einsum("ij,ij->i", X[ii], X[jj]).astype(np.float64) / (norms[ii] * norms[jj])
+            else:
+                cos = np.einsum("ij,ij->i", unit(ii), unit(jj))
             d2 = np.clip(2.0 - 2.0 * cos, 0.0, None)
             state = _logmeanexp_update(state, -t * d2)
         exact, npairs = False, max_pairs
@@ -263,8 +316,9 @@ def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAI
     _check_au_args(t, max_pairs)
     X = check_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
     classes, inv, counts = _encode(y, X.shape[0])
-    sums = _accumulate(X, inv, classes.size, with_gram=False)
-    unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed)
+    shift = pow2_shift(X)
+    sums = _accumulate(X, inv, classes.size, with_gram=False, shift=shift)
+    unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed, shift=shift)
     return {
         "alignment": _alignment_from_sums(sums["unit"], counts),
         "uniformity": unif,
@@ -323,7 +377,8 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     n, d = X.shape
     classes, inv, counts = _encode(y, n)
     use_gram = n >= d
-    sums = _accumulate(X, inv, classes.size, with_gram=use_gram)
+    shift = pow2_shift(X)  # every value below is of 2^-shift·X; only the returned spectra are scaled back
+    sums = _accumulate(X, inv, classes.size, with_gram=use_gram, shift=shift)
 
     # uncentred singular values (ρ, RankMe)
     s = None
@@ -331,7 +386,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
         s_g, ok = _sv_from_gram(sums["G"])
         s = s_g if ok else None
     if s is None:
-        s = _svd_values(X)
+        s = _svd_values(X, shift)
     # covariance eigenvalues (α-ReQ)
     lam = None
     if use_gram:
@@ -342,10 +397,10 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
         if ev[0] > 0 and ev[-1] >= GRAM_RCOND * scale:
             lam = ev
     if lam is None:
-        lam = covariance_eigenvalues(X)
+        lam = _scaled_covariance_eigenvalues(X, True)[0]
 
-    pis = _pi_from_sums(sums, counts, metric)
-    unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed)
+    pis = _pi_from_sums(sums, counts, metric, shift)
+    unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed, shift=shift)
     out = {
         "n": int(n),
         "dim": int(d),
@@ -364,6 +419,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
         "uniformity_exact": exact,
     }
     if keep_spectrum:
-        out["singular_values"] = s
-        out["covariance_eigenvalues"] = lam
+        with np.errstate(over="ignore", under="ignore"):
+            out["singular_values"] = np.ldexp(s, shift) if shift else s
+            out["covariance_eigenvalues"] = np.ldexp(lam, 2 * shift) if shift else lam
     return out
