@@ -11,11 +11,13 @@ Per measure m and a target t (default test R@1):
       lo, hi = numpy.percentile(finite stat_b, [2.5, 97.5])   # resamples with a constant side are dropped
 
   at two levels: **objectives** (one point per objective = the mean over its seeds, as Roth Fig. 5)
-  and **runs** (every checkpoint a point).
+  and **runs** (every checkpoint a point). A missing value drops its point for that measure only (an
+  objective's mean is over its seeds with a value); a constant side gives NaN, never 0.
 * **Granulated Kendall τ** (Jiang, Neyshabur, Mobahi, Krishnan, Bengio, *Fantastic Generalization
   Measures and Where to Find Them*, ICLR 2020, Eq. 4): for each hyper-parameter axis i that varies
   in the study, τ of (m, t) within every group of runs that agree on all other axes (and the seed),
-  averaged over the groups with ≥ 2 points and a defined τ: Ψ_i; Ψ = mean of Ψ_i over the axes.
+  averaged over the groups with ≥ 2 points taking ≥ 2 values of axis i and a defined τ: Ψ_i;
+  Ψ = mean of Ψ_i over the axes.
 * Ranking of the measures by |τ| over runs (interval beside it).
 * Robustness: leave-one-objective-out Pearson r (min, max, the objective that moves it most), r at
   the final epoch beside the best epoch, r over runs with L2-normalised outputs only, per-seed
@@ -39,7 +41,11 @@ HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_d
 
 # ----------------------------------------------------------------------------------------- statistics
 def pearson_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Pearson r of each row pair of X, Y [B, n] (NaN where a row is constant)."""
+    """Pearson r of each row pair of X, Y [B, n] (NaN where a row is constant).
+
+    "Constant" is relative to the row's own scale (a spread of at most 1e-12 of its magnitude, i.e.
+    equal values up to rounding), so r does not depend on the units: x and 1e-14·x give the same r.
+    """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     xc = X - X.mean(axis=1, keepdims=True)
@@ -47,10 +53,10 @@ def pearson_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     sxx = (xc * xc).sum(1)
     syy = (yc * yc).sum(1)
     den = np.sqrt(sxx * syy)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         r = (xc * yc).sum(1) / den
-    # a row that is constant up to rounding has no correlation
-    tiny = (sxx <= 1e-24 * np.maximum(1.0, (X * X).sum(1))) | (syy <= 1e-24 * np.maximum(1.0, (Y * Y).sum(1)))
+        # a row that is constant up to rounding has no correlation (a threshold relative to the row)
+        tiny = (sxx <= 1e-24 * (X * X).sum(1)) | (syy <= 1e-24 * (Y * Y).sum(1))
     r[tiny | ~np.isfinite(r)] = np.nan
     return np.clip(r, -1.0, 1.0)
 
@@ -96,6 +102,20 @@ def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int | None = None, *, y_si
 
 
 STATISTICS = {"pearson": pearson_rows, "spearman": spearman_rows, "kendall": kendall_rows}
+
+
+def _finite_pairs(x, y) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (x_i, y_i) where both are finite (a missing value drops its pair only, as correlate)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    keep = np.isfinite(x) & np.isfinite(y)
+    return x[keep], y[keep]
+
+
+def _pearson(x, y) -> float:
+    """Pearson r of the finite pairs of (x, y) (NaN below 2 pairs or with a constant side)."""
+    x, y = _finite_pairs(x, y)
+    return float(pearson_rows(x[None], y[None])[0]) if x.size >= 2 else float("nan")
 
 
 def correlate(x, y, *, n_boot: int = 1000, seed: int = 1234) -> dict[str, Any]:
@@ -189,8 +209,10 @@ def granulated_tau(df, measure: str, target: str, axes: list[str], context: list
 
     For each axis a of ``axes``: the runs are grouped by every other column of ``axes + context``
     (``context``, e.g. the seed, is held fixed but is not an axis); Ψ_a = mean over the groups with
-    ≥ 2 points and a defined τ_b of τ_b(measure, target) within the group. Ψ = mean over the axes
-    with a value. Returns ``{"psi": Ψ, "per_axis": {a: Ψ_a}, "groups": {a: number of groups}}``.
+    ≥ 2 points (both values finite) taking ≥ 2 values of a, and a defined τ_b, of τ_b(measure,
+    target) within the group (runs of a group that agree on a too differ in no axis: an axis with a
+    single value has no Ψ_a). Ψ = mean over the axes with a value.
+    Returns ``{"psi": Ψ, "per_axis": {a: Ψ_a}, "groups": {a: number of groups}}``.
     """
     return granulated_tau_many(df, [measure], target, axes, context)[measure]
 
@@ -198,6 +220,8 @@ def granulated_tau(df, measure: str, target: str, axes: list[str], context: list
 def granulated_tau_many(df, measures: list[str], target: str, axes: list[str], context: list[str]
                         ) -> dict[str, dict[str, Any]]:
     """:func:`granulated_tau` of every measure of ``measures`` (the groups of each axis found once)."""
+    import pandas as pd
+
     per_axis: dict[str, dict[str, float]] = {m: {} for m in measures}
     groups: dict[str, dict[str, int]] = {m: {} for m in measures}
     y_all = df[target].to_numpy(dtype=np.float64)
@@ -207,12 +231,13 @@ def granulated_tau_many(df, measures: list[str], target: str, axes: list[str], c
         # the groups in the order (and with the rows) that iterating over groupby gives
         members = [g["_pos_"].to_numpy() for _, g in df.assign(_pos_=np.arange(len(df))).groupby(
             others, dropna=False, sort=True)] if others else [np.arange(len(df))]
+        codes = pd.factorize(df[a], use_na_sentinel=False)[0]  # the axis' value of each row
         for m in measures:
             taus = []
             for rows in members:
                 x, y = X_all[m][rows], y_all[rows]
                 ok = np.isfinite(x) & np.isfinite(y)
-                if ok.sum() < 2:
+                if ok.sum() < 2 or np.unique(codes[rows][ok]).size < 2:  # no two runs differing in a
                     continue
                 t = float(kendall_rows(x[ok][None], y[ok][None])[0])
                 if np.isfinite(t):
@@ -238,18 +263,22 @@ def _exclude_mask(df, exprs) -> np.ndarray:
 
     ops = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}
     m = np.zeros(len(df), dtype=bool)
-    for col, op, val in parse_exclude(exprs):
+    from embedscope.errors import UsageError
+
+    for expr in exprs or []:
+        ((col, op, val),) = parse_exclude([expr])
+        # 'loss==' or 'p_switch=>0' parse as the value '=' or '>0': an operator where the value should be
+        if isinstance(val, str) and val[:1] in ("=", "<", ">", "!"):
+            raise UsageError(f"--exclude '{expr}': expected COLUMN OP VALUE, e.g. p_switch>0 or loss==lifted")
+        if isinstance(val, float) and math.isnan(val):
+            raise UsageError(f"--exclude '{expr}': NaN equals and orders with nothing; name a number")
         c = col if col in df.columns else f"tag:{col}"
         if c not in df.columns:
-            from embedscope.errors import UsageError
-
             raise UsageError(f"--exclude {col}: no such column in the study (have e.g. loss, p_switch, embed_dim)")
         v = df[c]
         if op in ops:
             if not isinstance(val, float):
-                from embedscope.errors import UsageError
-
-                raise UsageError(f"--exclude {col}{op}{val}: comparing needs a number")
+                raise UsageError(f"--exclude '{expr}': comparing needs a number")
             num = np.array([_num(s) for s in v], dtype=np.float64)
             with np.errstate(invalid="ignore"):
                 m |= ops[op](num, val) & np.isfinite(num)
@@ -422,25 +451,27 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         normed = P.iloc[:0]
     for m in measures:
         rr: dict[str, Any] = {}
-        if len(OB) >= 4:
+        # the objectives with both values (as the correlation over objectives: a missing value drops its pair)
+        has = (np.isfinite(OB[m].to_numpy(np.float64)) & np.isfinite(OB[target].to_numpy(np.float64)))
+        OK = OB[has]
+        if len(OK) >= 4:
             loo = {}
-            xo, yo = OB[m].to_numpy(), OB[target].to_numpy()
-            for i, o in enumerate(OB.index):  # leave objective o out
-                sel = np.arange(len(OB)) != i
-                loo[o] = float(pearson_rows(xo[sel][None], yo[sel][None])[0])
+            xo, yo = OK[m].to_numpy(np.float64), OK[target].to_numpy(np.float64)
+            for i, o in enumerate(OK.index):  # leave objective o out
+                sel = np.arange(len(OK)) != i
+                loo[o] = _pearson(xo[sel], yo[sel])
             vals = {k: v for k, v in loo.items() if np.isfinite(v)}
-            if vals:
-                full = float(pearson_rows(OB[m].to_numpy()[None], OB[target].to_numpy()[None])[0])
+            full = _pearson(xo, yo)
+            if vals and np.isfinite(full):
                 worst = max(vals, key=lambda k: abs(vals[k] - full))
                 rr.update(loo_min=min(vals.values()), loo_max=max(vals.values()), loo_most_influential=worst,
                           loo_r_without_it=vals[worst])
         if FO is not None and len(FO) >= 3:
-            rr["final_epoch_pearson"] = float(pearson_rows(FO[m].to_numpy()[None], FO[target].to_numpy()[None])[0])
+            rr["final_epoch_pearson"] = _pearson(FO[m], FO[target])
         if 0 < len(normed) < len(P) and len(normed) >= 3:
             NO = normed.groupby("objective")[[target, m]].mean()
             if len(NO) >= 3:
-                rr["normalised_only_pearson"] = float(
-                    pearson_rows(NO[m].to_numpy()[None], NO[target].to_numpy()[None])[0])
+                rr["normalised_only_pearson"] = _pearson(NO[m], NO[target])
                 rr["normalised_only_objectives"] = int(len(NO))
         within = float(np.nanmean(Osd[m])) if (n_seeds > 1).any() else float("nan")
         between = float(np.nanstd(OB[m], ddof=1)) if len(OB) > 1 else float("nan")
@@ -465,7 +496,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     if len(OB) >= 3:
         for i, a in enumerate(mnames):
             for j, b in enumerate(mnames):
-                mat[i, j] = pearson_rows(OB[a].to_numpy()[None], OB[b].to_numpy()[None])[0]
+                mat[i, j] = _pearson(OB[a], OB[b])  # the objectives with both values, as the correlation table
     return {
         "target": target,
         "exclude": list(exclude or []),

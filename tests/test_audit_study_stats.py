@@ -1,0 +1,360 @@
+"""Audit of the study statistics and outputs "to the digit" (docs/methods.md §6, docs/studies.md):
+embedscope.study.stats against scipy.stats and hand-written computations (bootstrap, percentiles,
+Jiang et al.'s granulated Kendall τ on tables whose answer is worked out here), the robustness
+numbers, the exclusion filter, the Fig.-5 panels and the ranking chart, and the HTML report (the
+published values of §6, the correlation table against correlations.csv, escaping of hostile names)."""
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as st
+
+from embedscope.errors import UsageError
+from embedscope.study.stats import correlate, granulated_tau, pearson_rows, study_statistics
+
+SPLITS = {"m": "train", "R@1": "test", "NMI": "test", "F1": "test"}
+
+
+def _same(a, b, tol=1e-12):
+    return (np.isnan(a) and np.isnan(b)) or abs(a - b) <= tol
+
+
+def _scipy(x, y):
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {"pearson": float(st.pearsonr(x, y).statistic) if np.ptp(x) > 0 and np.ptp(y) > 0 else math.nan,
+                "spearman": float(st.spearmanr(x, y).statistic),
+                "kendall": float(st.kendalltau(x, y).statistic)}
+
+
+# ----------------------------------------------------------------------------------------- correlations
+def test_pearson_does_not_depend_on_the_units():
+    """A measure in small units (values ~1e-14) is no constant: r is scale-free. The old test of
+    "constant" compared the spread with max(1, Σx²), an absolute threshold: r(1e-14·x, y) was NaN."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=9), rng.normal(size=9) + 1e3
+    ref = st.pearsonr(x, y).statistic
+    for scale in (1e-14, 1e-8, 1.0, 1e6):
+        assert pearson_rows(scale * x[None], y[None])[0] == pytest.approx(ref, abs=1e-12), scale
+        assert correlate(scale * x, y, n_boot=0)["pearson"] == pytest.approx(ref, abs=1e-12), scale
+    # still NaN when it is constant (also when its mean is not exact in floating point)
+    for c in (0.1, 1 / 3, 7e5, 1e-300):
+        assert np.isnan(pearson_rows(np.full((1, 1001), c), np.arange(1001.0)[None])[0])
+
+
+@pytest.mark.parametrize("case", ["ties", "binary", "mixed", "normal"])
+def test_correlations_equal_scipy_with_ties_and_small_n(case):
+    """Pearson = scipy pearsonr, Spearman = spearmanr (average ranks), Kendall = kendalltau's τ-b,
+    for 2 to 12 points with many ties."""
+    rng = np.random.default_rng(["ties", "binary", "mixed", "normal"].index(case))
+    for _ in range(60):
+        n = int(rng.integers(2, 13))
+        if case == "ties":
+            x, y = rng.integers(0, 3, n).astype(float), rng.integers(0, 4, n).astype(float)
+        elif case == "binary":
+            x, y = rng.integers(0, 2, n).astype(float), rng.integers(0, 2, n).astype(float)
+        elif case == "mixed":
+            x, y = rng.normal(size=n), rng.integers(0, 3, n).astype(float)
+        else:
+            x, y = rng.normal(size=n), rng.normal(size=n)
+        c, ref = correlate(x, y, n_boot=0), _scipy(x, y)
+        for k, v in ref.items():
+            assert _same(c[k], v), (case, k, x, y, c[k], v)
+        assert c["n"] == n
+
+
+def test_kendall_is_tau_b_not_tau_a():
+    # 4 points, ties in x and y: C = 2, D = 0 of 6 pairs; ties 2 in x, 1 in y -> τ_a = 1/3, τ_b = 2/sqrt(4·5)
+    x, y = [1, 1, 2, 2], [1, 2, 2, 3]
+    got = correlate(x, y, n_boot=0)["kendall"]
+    assert got == pytest.approx(st.kendalltau(x, y, variant="b").statistic, abs=1e-15)
+    assert got == pytest.approx(3 / math.sqrt(4 * 5), abs=1e-15)
+
+
+def test_constant_sides_two_and_three_points():
+    """A constant side: NaN for every statistic, p-value and interval (no crash, no 0); 2 points:
+    ±1 without p-values or intervals; 3 points: the values and an interval."""
+    c = correlate([2.0, 2.0, 2.0, 2.0], [1.0, 2.0, 3.0, 4.0], n_boot=50)
+    assert c["n"] == 4 and all(np.isnan(v) for k, v in c.items() if k != "n")
+    c = correlate([1.0, 2.0, 3.0], [5.0, 5.0, 5.0], n_boot=50)
+    assert all(np.isnan(v) for k, v in c.items() if k != "n")
+    c = correlate([1.0, 2.0], [3.0, 1.0], n_boot=50)
+    assert (c["pearson"], c["spearman"], c["kendall"]) == (-1.0, -1.0, -1.0)
+    assert all(np.isnan(c[k]) for k in ("pearson_p", "kendall_p", "pearson_lo", "pearson_hi", "kendall_lo"))
+    c = correlate([1.0, 2.0, 3.0], [3.0, 1.0, 2.0], n_boot=50)
+    assert c["pearson"] == pytest.approx(-0.5) and c["kendall"] == pytest.approx(-1 / 3)
+    assert c["pearson_p"] == pytest.approx(st.pearsonr([1, 2, 3], [3, 1, 2]).pvalue)
+    assert np.isfinite(c["pearson_lo"]) and np.isfinite(c["kendall_hi"])
+    c = correlate([], [], n_boot=50)
+    assert c["n"] == 0 and np.isnan(c["pearson"])
+
+
+def test_missing_values_drop_their_pair_only():
+    x = np.array([1.0, 2.0, np.nan, 4.0, 5.0, 6.0, np.inf])
+    y = np.array([2.0, 1.0, 3.0, np.nan, 7.0, 5.0, 1.0])
+    keep = np.array([1, 1, 0, 0, 1, 1, 0], bool)
+    c = correlate(x, y, n_boot=100, seed=3)
+    assert c["n"] == 4
+    for k, v in _scipy(x[keep], y[keep]).items():
+        assert _same(c[k], v)
+    assert [c["pearson_lo"], c["pearson_hi"]] == _hand_bootstrap(x[keep], y[keep], 100, 3)["pearson"]
+
+
+# ----------------------------------------------------------------------------------------- bootstrap
+def _percentile_linear(v, q):
+    """numpy's default ('linear', Hyndman-Fan type 7) percentile, written out."""
+    v = sorted(v)
+    h = (len(v) - 1) * q / 100.0
+    lo = math.floor(h)
+    return v[lo] + (h - lo) * (v[min(lo + 1, len(v) - 1)] - v[lo])
+
+
+def _hand_bootstrap(x, y, n_boot, seed):
+    """The rule of docs/studies.md: default_rng(seed).integers(0, n, (B, n)); resamples with a constant
+    side are left out; percentiles 2.5 and 97.5 (linear interpolation) of the rest."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
+    vals = {"pearson": [], "spearman": [], "kendall": []}
+    for b in range(n_boot):
+        xb, yb = x[idx[b]], y[idx[b]]
+        if len(set(xb.tolist())) == 1 or len(set(yb.tolist())) == 1:
+            continue
+        for k, v in _scipy(xb, yb).items():
+            vals[k].append(v)
+    return {k: ([_percentile_linear(v, 2.5), _percentile_linear(v, 97.5)] if v else [math.nan, math.nan])
+            for k, v in vals.items()}
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+def test_bootstrap_equals_a_hand_written_one_with_degenerate_resamples(n):
+    """Few points with ties: many resamples draw one value only (dropped), the rest are ±1 often."""
+    rng = np.random.default_rng(n)
+    for t in range(6):
+        x = rng.integers(0, 3, n).astype(float) if t % 2 else rng.normal(size=n)
+        y = rng.integers(0, 2, n).astype(float) if t % 3 == 0 else rng.normal(size=n)
+        if np.ptp(x) == 0 or np.ptp(y) == 0:
+            continue
+        c = correlate(x, y, n_boot=400, seed=t)
+        hb = _hand_bootstrap(x, y, 400, t)
+        for k in ("pearson", "spearman", "kendall"):
+            assert [c[f"{k}_lo"], c[f"{k}_hi"]] == pytest.approx(hb[k], abs=1e-12), (n, t, k)
+
+
+def test_bootstrap_is_reproducible_and_follows_the_seed():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=10), rng.normal(size=10)
+    a, b, c = (correlate(x, y, n_boot=300, seed=s) for s in (5, 5, 6))
+    assert a == b
+    assert (a["pearson_lo"], a["pearson_hi"]) != (c["pearson_lo"], c["pearson_hi"])
+
+
+# ----------------------------------------------------------------------------------------- granulated τ
+def _hand_table():
+    """3 losses × 2 dims, seed 0 and 1, unbalanced: every row written out; the answer below by hand.
+
+    seed 0: full 3 × 2 grid.  seed 1: only (A, 8), (B, 8), (B, 16) (C missing; a group of size 1).
+    """
+    rows = [  # loss, D, seed, m, R@1
+        ("A", 8, 0, 1.0, 0.1), ("B", 8, 0, 2.0, 0.2), ("C", 8, 0, 3.0, 0.3),     # D=8, s0: m, R@1 concordant
+        ("A", 16, 0, 3.0, 0.1), ("B", 16, 0, 2.0, 0.2), ("C", 16, 0, 1.0, 0.3),  # D=16, s0: discordant
+        ("A", 8, 1, 1.0, 0.5), ("B", 8, 1, 1.0, 0.4),                          # D=8, s1: m tied
+        ("B", 16, 1, 5.0, 0.9),
+    ]
+    return pd.DataFrame([{"loss": a, "embed_dim": d, "seed": s, "m": m, "R@1": r} for a, d, s, m, r in rows])
+
+
+def test_granulated_tau_worked_out_by_hand():
+    """Axis loss (groups: D × seed): (8, s0) τ = +1; (16, s0) τ = −1; (8, s1) m tied -> τ_b undefined,
+    left out; (16, s1) one run, left out -> Ψ_loss = (1 − 1)/2 = 0 over 2 groups.
+    Axis D (groups: loss × seed): (A, s0) m 1 -> 3, R@1 0.1 -> 0.1: R@1 tied, undefined; (B, s0) m tied,
+    undefined; (C, s0) m 3 -> 1, R@1 tied, undefined; (A, s1) one run; (B, s1) m 1 -> 5 and R@1 0.4 -> 0.9:
+    τ = +1 -> Ψ_D = 1 over 1 group. Ψ = (0 + 1)/2 = 0.5."""
+    g = granulated_tau(_hand_table(), "m", "R@1", ["loss", "embed_dim"], ["seed"])
+    assert g["per_axis"] == {"loss": 0.0, "embed_dim": 1.0}
+    assert g["groups"] == {"loss": 2, "embed_dim": 1}
+    assert g["psi"] == 0.5
+
+
+def test_granulated_tau_needs_two_values_of_the_axis_in_a_group():
+    """Runs that agree on the axis do not "differ in axis i only": an axis with a single value has no
+    Ψ_i (old code: Ψ_i = τ over runs differing in a column that is not an axis), and a group whose
+    runs share the axis value counts for nothing."""
+    df = _hand_table()
+    df["arch"] = "cnn"  # one value
+    g = granulated_tau(df, "m", "R@1", ["loss", "arch"], [])
+    # axis loss, grouped by arch alone: all 9 runs in one group (D and seed are not axes here)
+    assert g["per_axis"]["loss"] == pytest.approx(st.kendalltau(df["m"], df["R@1"]).statistic, abs=1e-15)
+    assert np.isnan(g["per_axis"]["arch"]) and g["groups"]["arch"] == 0
+    assert g["psi"] == g["per_axis"]["loss"]
+    # a duplicate of (B, 16, s1) with other values: the group (B, s1) of axis D now has D = 8, 16, 16
+    dup = pd.concat([df, df.iloc[[8]].assign(m=0.0, **{"R@1": 0.0})], ignore_index=True)
+    g = granulated_tau(dup, "m", "R@1", ["loss", "embed_dim"], ["seed"])
+    sub = dup[(dup["loss"] == "B") & (dup["seed"] == 1)]
+    assert g["per_axis"]["embed_dim"] == pytest.approx(st.kendalltau(sub["m"], sub["R@1"]).statistic)
+    # axis loss: the group (16, s1) holds B twice (no other loss) and is left out: still 2 groups
+    assert g["groups"]["loss"] == 2 and g["per_axis"]["loss"] == 0.0
+
+
+def test_granulated_tau_missing_values_and_the_study_axes():
+    df = _hand_table()
+    df.loc[0, "m"] = np.nan  # (A, 8, s0): the group (8, s0) keeps B and C: τ = +1
+    g = granulated_tau(df, "m", "R@1", ["loss", "embed_dim"], ["seed"])
+    assert g["per_axis"] == {"loss": 0.0, "embed_dim": 1.0}
+    # study_statistics: axes = the varying settings (loss, embed_dim), the seed held fixed in the groups
+    full = df.assign(id=[f"r{i}" for i in range(len(df))], run=lambda d: d["id"], selection="best", status="ok")
+    s = study_statistics(full, target="R@1", n_boot=0, splits=SPLITS)
+    assert s["axes"] == ["loss", "embed_dim"]
+    assert s["granulated"]["m"]["per_axis"] == {"loss": 0.0, "embed_dim": 1.0}
+    assert s["granulated"]["m"]["psi"] == 0.5
+
+
+# ----------------------------------------------------------------------------------------- the study table
+def _study(seed=0, n_loss=5, nan_seed=True, nan_objective=True):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for li, di, s in itertools.product(range(n_loss), range(2), range(3)):
+        rid = f"l{li}_d{di}_s{s}"
+        rows.append({"id": rid, "run": rid, "selection": "best", "status": "ok", "loss": f"loss{li}",
+                     "embed_dim": [8, 16][di], "seed": s, "p_switch": 0.0, "normalize": li != 1, "untrained": "",
+                     "epoch": 3, "R@1": rng.uniform(), "m": rng.normal(), "NMI": rng.uniform(), "F1": rng.uniform()})
+    df = pd.DataFrame(rows)
+    if nan_seed:
+        df.loc[0, "m"] = np.nan  # one seed of objective "loss0 embed_dim=8"
+    if nan_objective:
+        df.loc[df["id"].str.startswith("l1_d1"), "NMI"] = np.nan  # objective "loss1 embed_dim=16": no NMI at all
+    return df
+
+
+def _means(df, cols):
+    lab = [f"{r['loss']} embed_dim={r['embed_dim']}" for _, r in df.iterrows()]
+    return df.assign(objective=lab).groupby("objective", sort=True)[cols].mean()
+
+
+def test_over_objectives_is_the_mean_over_seeds_and_over_runs_every_run():
+    df = _study()
+    s = study_statistics(df, target="R@1", n_boot=200, seed=9, splits=SPLITS)
+    assert s["n_points"]["objectives"] == 10 and s["n_points"]["runs"] == 30
+    om = _means(df, ["m", "R@1", "NMI"])  # pandas' mean skips a missing seed: m of loss0 D=8 over 2 seeds
+    assert [o["objective"] for o in s["objectives"]] == list(om.index)
+    assert s["objectives"][list(om.index).index("loss0 embed_dim=8")]["m"] == pytest.approx(
+        df.loc[1:2, "m"].mean(), abs=1e-15)
+    c = {(r["measure"], r["level"]): r for r in s["correlations"]}
+    for m in ("m", "NMI"):
+        k = om[m].notna()
+        assert c[(m, "objectives")]["n"] == int(k.sum())
+        for stat, v in _scipy(om[m][k], om["R@1"][k]).items():
+            assert c[(m, "objectives")][stat] == pytest.approx(v, abs=1e-12)
+        hb = _hand_bootstrap(om[m][k].to_numpy(), om["R@1"][k].to_numpy(), 200, 9)
+        assert [c[(m, "objectives")]["kendall_lo"], c[(m, "objectives")]["kendall_hi"]] == \
+            pytest.approx(hb["kendall"], abs=1e-12)
+        runs = df.sort_values("id")
+        k = runs[m].notna()
+        assert c[(m, "runs")]["n"] == int(k.sum())
+        for stat, v in _scipy(runs[m][k], runs["R@1"][k]).items():
+            assert c[(m, "runs")][stat] == pytest.approx(v, abs=1e-12)
+        hb = _hand_bootstrap(runs[m][k].to_numpy(), runs["R@1"][k].to_numpy(), 200, 9)
+        assert [c[(m, "runs")]["pearson_lo"], c[(m, "runs")]["pearson_hi"]] == pytest.approx(hb["pearson"], abs=1e-12)
+
+
+def test_metric_matrix_and_robustness_leave_out_missing_pairs_only():
+    """An objective without NMI drops out of NMI's numbers only, as in the correlation table. The old
+    code took them over every objective: the Fig.-4 entry R@1–NMI (even NMI–NMI) was NaN beside a
+    correlation table with r = 0.028, and the leave-one-objective-out of NMI was that value alone
+    (min = max), naming the objective without NMI as the most influential."""
+    df = _study()
+    s = study_statistics(df, target="R@1", n_boot=0, splits=SPLITS)
+    om = _means(df, ["m", "R@1", "NMI", "F1"])
+    names = s["metric_matrix"]["names"]
+    assert names == ["R@1", "NMI", "F1"]
+    M = np.array(s["metric_matrix"]["pearson"])
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            k = om[a].notna() & om[b].notna()
+            assert M[i, j] == pytest.approx(st.pearsonr(om[a][k], om[b][k]).statistic, abs=1e-12), (a, b)
+    c = {(r["measure"], r["level"]): r for r in s["correlations"]}
+    assert M[0, 1] == pytest.approx(c[("NMI", "objectives")]["pearson"], abs=1e-15)
+    # leave one objective out, by hand, over the objectives with both values
+    for m in ("m", "NMI"):
+        sub = om[om[m].notna()]
+        full = st.pearsonr(sub[m], sub["R@1"]).statistic
+        loo = {o: st.pearsonr(sub.drop(index=o)[m], sub.drop(index=o)["R@1"]).statistic for o in sub.index}
+        rob = s["robustness"][m]
+        assert rob["loo_min"] == pytest.approx(min(loo.values()), abs=1e-12)
+        assert rob["loo_max"] == pytest.approx(max(loo.values()), abs=1e-12)
+        worst = max(loo, key=lambda o: abs(loo[o] - full))
+        assert rob["loo_most_influential"] == worst
+        assert rob["loo_r_without_it"] == pytest.approx(loo[worst], abs=1e-12)
+    assert "loss1 embed_dim=16" not in [s["robustness"]["NMI"]["loo_most_influential"]]
+
+
+def test_final_epoch_normalised_only_and_seed_spread_by_hand():
+    df = _study(nan_seed=False, nan_objective=False)
+    fin = df.copy()
+    fin["id"] = fin["id"] + "_final"
+    fin["selection"] = "final"
+    rng = np.random.default_rng(11)
+    fin["R@1"], fin["m"] = rng.uniform(size=len(fin)), rng.normal(size=len(fin))
+    fin.loc[3, "m"] = np.nan  # a final row without m: its objective's mean is over the other seeds
+    s = study_statistics(pd.concat([df, fin], ignore_index=True), target="R@1", n_boot=0, splits=SPLITS)
+    assert s["n_points"]["runs"] == 30  # the final rows are companions, not points
+    rob = s["robustness"]["m"]
+    fo = _means(fin, ["m", "R@1"])
+    assert rob["final_epoch_pearson"] == pytest.approx(st.pearsonr(fo["m"], fo["R@1"]).statistic, abs=1e-12)
+    no = _means(df[df["normalize"]], ["m", "R@1"])  # loss1 is the unnormalised loss
+    assert rob["normalised_only_objectives"] == 8
+    assert rob["normalised_only_pearson"] == pytest.approx(st.pearsonr(no["m"], no["R@1"]).statistic, abs=1e-12)
+    lab = [f"{r['loss']} embed_dim={r['embed_dim']}" for _, r in df.iterrows()]
+    sd = df.assign(objective=lab).groupby("objective")["m"].std(ddof=1)
+    between = _means(df, ["m"])["m"].std(ddof=1)
+    assert rob["seed_sd_within"] == pytest.approx(sd.mean(), abs=1e-12)
+    assert rob["sd_between_objectives"] == pytest.approx(between, abs=1e-12)
+    assert rob["seed_spread_ratio"] == pytest.approx(sd.mean() / between, abs=1e-12)
+
+
+def test_ranking_is_by_abs_tau_over_runs_with_its_interval():
+    df = _study(nan_objective=False)
+    df["NMI"] = -df["R@1"] + 0.01 * np.random.default_rng(1).normal(size=len(df))  # strongly negative τ
+    s = study_statistics(df, target="R@1", n_boot=100, seed=2, splits=SPLITS)
+    runs = {r["measure"]: r for r in s["correlations"] if r["level"] == "runs"}
+    assert [r["measure"] for r in s["ranking"]] == sorted(runs, key=lambda m: -abs(runs[m]["kendall"]))
+    assert s["ranking"][0]["measure"] == "NMI" and s["ranking"][0]["kendall"] < -0.8
+    for r in s["ranking"]:
+        for k in ("kendall", "kendall_lo", "kendall_hi"):
+            assert r[k] == runs[r["measure"]][k]
+        assert r["granulated_tau"] == s["granulated"][r["measure"]]["psi"]
+
+
+# ----------------------------------------------------------------------------------------- --exclude
+@pytest.mark.parametrize("expr, dropped", [
+    ("p_switch>0", {"reg"}), ("p_switch > 0.1", {"reg"}), ("p_switch>=0.3", {"reg"}), ("p_switch=0.3", {"reg"}),
+    ("loss==loss4", {f"l4_d{d}_s{s}" for d in range(2) for s in range(3)}),
+    ("loss=='loss4'", {f"l4_d{d}_s{s}" for d in range(2) for s in range(3)}),
+    ("embed_dim!=8", {f"l{li}_d1_s{s}" for li in range(5) for s in range(3)}),
+    ("group==b", {"reg"}),  # a user tag, named without its 'tag:' prefix
+])
+def test_exclude_expressions(expr, dropped):
+    df = _study(nan_seed=False, nan_objective=False)
+    df["tag:group"] = "a"
+    reg = df.iloc[[0]].assign(id="reg", run="reg", p_switch=0.3, **{"tag:group": "b"})
+    s = study_statistics(pd.concat([df, reg], ignore_index=True), target="R@1", exclude=[expr], n_boot=0,
+                         splits=SPLITS)
+    runs = s["_runs"]
+    assert set(runs.loc[runs["excluded"], "id"]) == dropped
+    assert s["n_points"]["excluded"] == len(dropped) and s["n_points"]["runs"] == 31 - len(dropped)
+
+
+@pytest.mark.parametrize("expr, needle", [
+    ("p_switch >> 0", "'p_switch >> 0': expected COLUMN OP VALUE"), ("p_switch", "expected COLUMN OP VALUE"),
+    ("nosuch>0", "no such column"), ("loss>lifted", "'loss>lifted': comparing needs a number"),
+    # these parsed as the value '=' / '>0' / NaN and silently excluded nothing (old code)
+    ("loss==", "expected COLUMN OP VALUE"), ("p_switch=>0", "expected COLUMN OP VALUE"), ("p_switch>nan", "NaN"),
+])
+def test_bad_exclude_expressions_are_one_line_errors(expr, needle):
+    with pytest.raises(UsageError) as e:
+        study_statistics(_study(), target="R@1", exclude=[expr], n_boot=0, splits=SPLITS)
+    assert needle in str(e.value) and "\n" not in str(e.value)
