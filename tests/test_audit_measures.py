@@ -431,3 +431,92 @@ def test_nan_in_embeddings_is_a_clear_error():
     for f in (class_distances, alignment_uniformity, geometry_report, class_conditioned_spectra):
         with pytest.raises(EmbedscopeError, match="NaN or inf"):
             f(X, y)
+
+
+# ============================================================================ §10 nearest same / different
+def _nsd_bf(X, y, metric):
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    n = len(X)
+    if metric == "cosine":
+        U = X / np.linalg.norm(X, axis=1, keepdims=True)
+        sim = lambda i, j: float(U[i] @ U[j])  # noqa: E731
+    elif metric == "dot":
+        sim = lambda i, j: float(X[i] @ X[j])  # noqa: E731
+    else:
+        sim = lambda i, j: -float(np.sqrt(np.sum((X[i] - X[j]) ** 2)))  # noqa: E731
+    same = np.array([max([sim(i, j) for j in range(n) if j != i and y[j] == y[i]], default=np.nan) for i in range(n)])
+    diff = np.array([max([sim(i, j) for j in range(n) if y[j] != y[i]], default=np.nan) for i in range(n)])
+    return same, diff
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("block_size", [None, 1, 4])
+def test_nearest_same_different_matches_brute_force(metric, dtype, block_size):
+    from embedscope.metrics.neighbours import nearest_same_different
+
+    rng = np.random.default_rng(20)
+    X = (rng.normal(size=(23, 5)) * 3).astype(dtype)
+    y = np.array(list("abcde" * 4 + "fgg"))  # string labels, a class of one ("f"), of two ("g")
+    s, d = nearest_same_different(X, y, metric=metric, block_size=block_size)
+    S, D = _nsd_bf(X, y, metric)
+    assert np.array_equal(np.isnan(s), np.isnan(S)) and not np.isnan(d).any()
+    ok = ~np.isnan(S)
+    np.testing.assert_allclose(s[ok], S[ok], rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(d, D, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_euclidean_duplicates_are_at_distance_zero(dtype):
+    """Old code: -|x_i - x_j| from 2 x_i.x_j - |x_j|^2, which cancels: exact duplicates of norm ~20
+    came out at distance 5.5e-3 in float32 (and ~1e-8 in float64) instead of 0."""
+    from embedscope.metrics.neighbours import nearest_same_different
+
+    rng = np.random.default_rng(21)
+    X = np.repeat(rng.normal(size=(4, 3)) * 10, 2, axis=0).astype(dtype)
+    y = np.repeat([0, 1, 2, 3], 2)
+    s, d = nearest_same_different(X, y, metric="euclidean")
+    assert np.all(s == 0.0)
+    S, D = _nsd_bf(X, y, "euclidean")
+    np.testing.assert_allclose(d, D, rtol=1e-14)
+    # a near-duplicate pair at 1e-9 (float64): its distance, not rounding noise
+    Z = np.array([[5.0, 5.0], [5.0, 5.0 + 1e-9], [-5.0, 0.0]])
+    s, _ = nearest_same_different(Z, [0, 0, 1], metric="euclidean")
+    np.testing.assert_allclose(s, [-(5.0 + 1e-9 - 5.0)] * 2 + [np.nan], rtol=1e-12)
+
+
+def test_one_class_nan_differences_and_nan_input_refused():
+    from embedscope.metrics.neighbours import nearest_same_different
+
+    X = np.random.default_rng(22).normal(size=(5, 3))
+    s, d = nearest_same_different(X, [1] * 5)
+    assert np.isnan(d).all() and not np.isnan(s).any()
+    X[2, 0] = np.nan
+    with pytest.raises(EmbedscopeError, match="NaN"):
+        nearest_same_different(X, [0, 0, 1, 1, 1])
+
+
+def test_a_tie_is_on_the_diagonal_not_below_it():
+    """§10 defines the share *below* the diagonal; a point with s_same == s_diff lies on it and is
+    not counted (docstring, docs/methods.md §10). R@1 (§1, ties to the lower index) can count it a
+    hit, so the two agree only when no point is tied."""
+    from embedscope.metrics.neighbours import nearest_same_different, share_below_diagonal
+    from embedscope.metrics.retrieval import retrieval_metrics
+
+    # point 0 is at the same cosine from 1 (own class) and 2 (other class); 1 has the lower index
+    X = np.array([[1.0, 0.0], [0.6, 0.8], [0.6, -0.8], [0.0, -1.0], [-1.0, 0.1], [-0.9, 0.2]])
+    y = np.array([0, 0, 1, 1, 2, 2])
+    s, d = nearest_same_different(X, y)
+    assert s[0] == d[0]
+    share, left_out = share_below_diagonal(s, d)
+    below = np.mean(d < s)
+    assert share == below and left_out == 0
+    r1 = retrieval_metrics(X, y, ks=(1,))["R@1"]
+    assert r1 == pytest.approx(below + 1 / 6)  # the tie is a hit for R@1, not below the diagonal
+    # without ties the share is exactly R@1
+    rng = np.random.default_rng(23)
+    Z = rng.normal(size=(40, 4))
+    yz = rng.integers(0, 4, 40)
+    share, _ = share_below_diagonal(*nearest_same_different(Z, yz))
+    assert share == pytest.approx(retrieval_metrics(Z, yz, ks=(1,))["R@1"])

@@ -44,13 +44,21 @@ def nearest_same_different(
     similarity 0 to everything), the inner product (``"dot"``) or the negated Euclidean distance
     (``"euclidean"``: s = −‖x_i − x_j‖, so that larger is more similar). The point itself is always
     excluded. s_diff_i < s_same_i means a 1-NN query of x_i is correct (the point lies below the
-    diagonal of the scatter), so the share of such points is the R@1 of the set (when there are no
-    exact ties; a tie counts as a miss here). Higher s_same and lower s_diff are better.
+    diagonal of the scatter), so the share of such points is the R@1 of the set when no point is
+    tied. A tie s_same = s_diff lies on the diagonal and is not below it (docs/methods.md §10
+    counts the points below), while R@1 (§1: ties to the lower reference index) may count it a
+    hit. Higher s_same and lower s_diff are better.
 
     Memory is bounded: queries are processed in blocks of ``block_size`` rows against all N
-    references (one GEMM per block, about 256 MB), references sorted by class so that per-class
-    maxima are one ``np.maximum.reduceat`` over contiguous columns; no N × N matrix is formed.
-    float64 input is computed in float64 (exact), anything else in float32. Rows at extreme scales
+    references (one GEMM per block, about 256 MB), rows sorted by class so that a query's own
+    class is a contiguous range of columns (its best column found there, then masked: the best of
+    the rest is the nearest other-class point); no N × N matrix is formed.
+    The search runs in float64 for float64 input, in float32 for anything else; the value returned
+    for each point is then the similarity of the pair it chose recomputed in float64 from the two
+    rows (exact to rounding: a duplicate is at distance 0). With float32 search, a near-tie within
+    float32 rounding may pick a pair whose exact similarity is a little lower (cosine, dot: about
+    1e-7 relative; Euclidean keys carry an absolute error of about eps·‖x‖², so distances closer
+    than about sqrt(eps)·‖x‖ may be confused). Rows at extreme scales
     (largest |value| beyond 2^±40, e.g. 1e30 in float32, whose squares overflow) are multiplied by
     a power of two first (exact; per row for cosine, which ignores row scale) and the
     similarities scaled back in float64; similarities beyond the float64 range are refused.
@@ -121,12 +129,24 @@ def nearest_same_different(
     Xs = np.ascontiguousarray(X[order])
     cls = code[order]  # class index per sorted row, 0..C-1
     starts = np.flatnonzero(np.r_[True, cls[1:] != cls[:-1]])
+    ends = np.r_[starts[1:], n]
     n_classes = len(starts)
 
+    # float64 rows for the exact value of each chosen pair (cosine: float64 unit rows)
+    X64 = Xs.astype(np.float64)
     if metric == "cosine":
+        n64 = np.linalg.norm(X64, axis=1, keepdims=True)
+        X64 /= np.where(n64 > 0, n64, 1.0)
         norms = np.linalg.norm(Xs, axis=1, keepdims=True)
         Xs = Xs / np.where(norms > 0, norms, 1).astype(dtype)
     sq = np.einsum("ij,ij->i", Xs, Xs) if metric == "euclidean" else None
+
+    def exact(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """float64 similarity of the pairs (i, j) of sorted rows, each reduced on its own."""
+        if metric == "euclidean":
+            d = X64[i] - X64[j]
+            return -np.sqrt(np.einsum("ij,ij->i", d, d))
+        return np.einsum("ij,ij->i", X64[i], X64[j])
 
     if block_size is None:
         block_size = max(1, _BLOCK_BYTES // (np.dtype(dtype).itemsize * n))
@@ -147,20 +167,26 @@ def nearest_same_different(
             S *= 2
             S -= sq[None, :]
         S[rows, q0 + rows] = -np.inf  # the query itself
-        M = np.maximum.reduceat(S, starts, axis=1)  # (B, C): best similarity per class
-        own = cls[q0:q1]
-        out_same[q0:q1] = M[rows, own]
+        # rows are sorted by class: the block's queries hold a few consecutive classes, each a
+        # contiguous range of columns. Per class: the best own-class column, then those columns
+        # masked, the best of the rest is the nearest different-class point.
+        j_same = np.zeros(q1 - q0, dtype=np.int64)
+        has_same = np.zeros(q1 - q0, dtype=bool)
+        for c in np.unique(cls[q0:q1]):
+            r = np.flatnonzero(cls[q0:q1] == c)
+            lo, hi = starts[c], ends[c]
+            sub = S[r[0]:r[-1] + 1, lo:hi]
+            j_same[r] = lo + np.argmax(sub, axis=1)
+            has_same[r] = hi - lo > 1
+            sub[...] = -np.inf
+        # the value of each winner is recomputed in float64 from the pair itself: the search's
+        # float32 (and the Euclidean expansion 2 x.y - |y|^2, which cancels for close pairs:
+        # exact duplicates came out at distance 5e-3 in float32, 4e-8 in float64) only chooses it
+        out_same[q0:q1] = -np.inf
+        out_same[q0 + rows[has_same]] = exact(q0 + rows[has_same], j_same[has_same])
+        out_diff[q0:q1] = -np.inf
         if n_classes > 1:
-            M[rows, own] = -np.inf
-            out_diff[q0:q1] = M.max(axis=1)
-        else:
-            out_diff[q0:q1] = -np.inf
-    if metric == "euclidean":
-        # back from 2 x_i.x_j - |x_j|^2 to -|x_i - x_j| (clamped at 0 for rounding)
-        sq64 = sq.astype(np.float64)
-        for a in (out_same, out_diff):
-            finite = np.isfinite(a)
-            a[finite] = -np.sqrt(np.maximum(sq64[finite] - a[finite], 0.0))
+            out_diff[q0:q1] = exact(q0 + rows, np.argmax(S, axis=1))
     if shift:
         # undo the rescaling in float64: distances scale by 2^shift, inner products by 4^shift
         power = shift if metric == "euclidean" else 2 * shift
@@ -184,8 +210,9 @@ def _similarities(a: Any, name: str) -> np.ndarray:
 
 
 def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
-    """Share of points with s_diff < s_same (below the diagonal; = R@1, docs/methods.md §10) among those
-    with both values defined, and the number left out (NaN: lone points). Higher is better.
+    """Share of points with s_diff < s_same (strictly below the diagonal; = R@1 when no point is tied,
+    docs/methods.md §10; a tie is on the diagonal, not below it) among those with both values
+    defined, and the number left out (NaN: lone points). Higher is better.
 
     >>> share_below_diagonal([0.9, 0.8, np.nan], [0.5, 0.85, 0.1])
     (0.5, 1)
