@@ -358,3 +358,54 @@ def test_bad_exclude_expressions_are_one_line_errors(expr, needle):
     with pytest.raises(UsageError) as e:
         study_statistics(_study(), target="R@1", exclude=[expr], n_boot=0, splits=SPLITS)
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------------------- figures
+def test_fig5_fit_line_is_least_squares_and_the_panel_shows_r():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.study import fig5
+
+    df = _study(nan_objective=False)
+    s = study_statistics(df, target="R@1", n_boot=200, seed=4, splits=SPLITS)
+    fig = fig5(s)
+    try:
+        ax = fig.axes[0]
+        assert ax.get_xlabel() == "m (train)"
+        om = _means(df, ["m", "R@1"])
+        a, b = np.polyfit(om["m"], om["R@1"], 1)
+        slope, icpt = st.linregress(om["m"], om["R@1"])[:2]
+        assert (a, b) == pytest.approx((slope, icpt), abs=1e-12)
+        (line,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+        xx, yy = line.get_data()
+        assert xx.min() == pytest.approx(om["m"].min()) and xx.max() == pytest.approx(om["m"].max())
+        np.testing.assert_allclose(yy, slope * xx + icpt, atol=1e-12)
+        c = next(r for r in s["correlations"] if r["measure"] == "m" and r["level"] == "objectives")
+        assert c["pearson"] == pytest.approx(st.pearsonr(om["m"], om["R@1"]).statistic, abs=1e-12)
+        assert ax.get_title() == f"r = {c['pearson']:+.2f} [{c['pearson_lo']:+.2f}, {c['pearson_hi']:+.2f}]"
+    finally:
+        plt.close(fig)
+
+
+def test_ranking_chart_draws_the_granulated_tau_with_its_sign():
+    """τ over runs +0.5 but granulated τ −0.4: the diamond lies at −0.4 on the |τ| axis (the interval's
+    convention), not at +0.4 where it would read as agreeing with τ (old code: |granulated τ|)."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.study import ranking_chart
+
+    stats = {"target": "R@1", "ranking": [
+        {"measure": "a", "split": "train", "kendall": 0.5, "kendall_lo": 0.2, "kendall_hi": 0.8, "granulated_tau": -0.4},
+        {"measure": "b", "split": "train", "kendall": -0.3, "kendall_lo": -0.6, "kendall_hi": 0.1,
+         "granulated_tau": -0.2}]}
+    fig = ranking_chart(stats)
+    try:
+        (dia,) = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "D"]
+        np.testing.assert_allclose(dia.get_xdata(), [-0.4, 0.2])  # a at y = 1, b at y = 0
+        np.testing.assert_allclose(dia.get_ydata(), [1, 0])
+    finally:
+        plt.close(fig)

@@ -155,7 +155,8 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
 
 def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
     """Measures ranked by |Kendall τ| with the target over runs, bootstrap 95% interval as whiskers;
-    the granulated τ (Jiang et al. 2020) as a diamond."""
+    the granulated τ (Jiang et al. 2020) as a diamond. The interval and the diamond are drawn on the
+    bar's scale (multiplied by the sign of τ), so a value of the other sign lies left of 0."""
     import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection
 
@@ -176,13 +177,13 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
         ax.add_collection(LineCollection([[(u, y), (v, y)] for u, v, y in zip(a, b, ys[ok])], colors="k",
                                          linewidths=1, capstyle="projecting", zorder=2))
     ok = np.isfinite(gt)
-    if ok.any():
-        ax.plot(np.abs(gt[ok]), ys[ok], "D", ls="none", color="k", ms=3.5, mfc="white")
+    if ok.any():  # on the bar's scale, as the interval: τ's sign times the granulated τ (< 0: the signs disagree)
+        ax.plot((s * gt)[ok], ys[ok], "D", ls="none", color="k", ms=3.5, mfc="white")
     ax.set_yticks(ys, [f"{pretty(r['measure'], r['split'])}" for r in rk])
     ax.axvline(0, color="0.4", lw=0.8)
     ax.set_xlim(min(-0.05, ax.get_xlim()[0]), 1.02)
-    ax.set_xlabel(f"|Kendall τ| with test {stats['target']} over runs (blue: τ > 0, red: τ < 0; "
-                  "line: 95% interval; ◇: granulated τ)")
+    ax.set_xlabel(f"|Kendall τ| with test {stats['target']} over runs (blue: τ > 0, red: τ < 0;\n"
+                  "line: 95% interval; ◇: granulated τ, left of 0 where its sign differs from τ's)")
     ax.set_title(title or "Measures ranked by |τ|", fontsize=9.5)
     ax.grid(axis="x", alpha=0.25)
     clean_figure(fig)
