@@ -520,3 +520,63 @@ def test_a_tie_is_on_the_diagonal_not_below_it():
     yz = rng.integers(0, 4, 40)
     share, _ = share_below_diagonal(*nearest_same_different(Z, yz))
     assert share == pytest.approx(retrieval_metrics(Z, yz, ks=(1,))["R@1"])
+
+
+# ============================================================================ §9 NR-Prec
+def _nrprec_bf(X, vals, max_r=None):
+    """Eq. 4-5 literally: full float64 Euclidean ranking per query (ties to the lower index)."""
+    X = np.asarray(X, dtype=np.float64)
+    vals = np.asarray(vals)
+    n = len(X)
+    nv = {v: int(np.sum(vals == v)) for v in set(vals.tolist())}
+    queries = [q for q in range(n) if nv[vals[q]] > 1]
+    nq = len(queries)
+    rp, z = [], []
+    for q in queries:
+        key = np.array([np.sum((X[q] - X[j]) ** 2) for j in range(n)])
+        others = np.array([j for j in range(n) if j != q])
+        order = others[np.lexsort((others, key[others]))]
+        R = nv[vals[q]] - 1 if max_r is None else min(nv[vals[q]] - 1, max_r)
+        h = int(np.sum(vals[order[:R]] == vals[q]))
+        p = nv[vals[q]] / nq
+        rp.append(h / R)
+        z.append((h - R * p) / np.sqrt(R * p * (1 - p)))
+    return float(np.mean(rp)), float(np.mean(z))
+
+
+@pytest.mark.parametrize("block", [1, 3, None])
+@pytest.mark.parametrize("max_r", [None, 2])
+def test_nr_prec_blocks_and_many_exact_ties_match_brute_force(block, max_r):
+    """More than SLACK (16) references tied at the R-th distance: the band reaches the end of the
+    top-L list and the row is retried with a longer one; one query per block at block=1."""
+    from embedscope.metrics.properties import property_precision
+
+    rng = np.random.default_rng(30)
+    X = np.vstack([np.zeros((25, 2)), rng.integers(-2, 3, size=(20, 2))]).astype(np.float64)
+    props = {"shape": np.array(list("ab") * 22 + ["c"]), "colour": rng.integers(0, 3, 45).astype(str)}
+    res = property_precision(X, props, max_r=max_r, block=block)
+    for name, vals in props.items():
+        rp, nr = _nrprec_bf(X, vals, max_r)
+        assert res[name]["R-Prec"] == pytest.approx(rp, rel=1e-12, abs=1e-14)
+        assert res[name]["NR-Prec"] == pytest.approx(nr, rel=1e-12, abs=1e-12)
+    assert res["shape"]["lone_queries"] == 1 and res["shape"]["lone_values"] == 1
+
+
+def test_nr_prec_null_mean_is_the_exact_hypergeometric_mean():
+    """null_mean = mean over queries of E[z_q] with h_q ~ Hypergeom(n - 1, N_v - 1, R): checked
+    against the expectation over every arrangement of the other values, by scipy's hypergeom."""
+    from scipy.stats import hypergeom
+
+    from embedscope.metrics.properties import property_precision
+
+    rng = np.random.default_rng(31)
+    X = rng.normal(size=(40, 3))
+    vals = np.array([0] * 10 + [1] * 14 + [2] * 16)
+    r = property_precision(X, {"v": vals})["v"]
+    n = len(vals)
+    ez = []
+    for q in range(n):
+        N = int(np.sum(vals == vals[q]))
+        R, p = N - 1, N / n
+        ez.append((hypergeom(n - 1, N - 1, R).mean() - R * p) / np.sqrt(R * p * (1 - p)))
+    assert r["null_mean"] == pytest.approx(np.mean(ez), rel=1e-12)
