@@ -4,8 +4,11 @@ Jiang et al.'s granulated Kendall τ on tables whose answer is worked out here),
 numbers, the exclusion filter, the Fig.-5 panels and the ranking chart, and the HTML report (the
 published values of §6, the correlation table against correlations.csv, escaping of hostile names)."""
 
+import csv
 import itertools
+import json
 import math
+import re
 import warnings
 
 import numpy as np
@@ -409,3 +412,128 @@ def test_ranking_chart_draws_the_granulated_tau_with_its_sign():
         np.testing.assert_allclose(dia.get_ydata(), [1, 0])
     finally:
         plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------- the report
+def _study_folder(tmp_path, target="R@1", names=None):
+    from embedscope.study.run import finish_study
+
+    rng = np.random.default_rng(0)
+    names = names or [f"loss{i}" for i in range(5)]
+    rows = []
+    for name, s in itertools.product(names, range(2)):
+        rows.append({"id": f"{name}_s{s}", "run": f"{name}_s{s}", "selection": "best", "status": "ok", "loss": name,
+                     "seed": s, "normalize": True, "untrained": "", "epoch": 3, "dataset": "digits",
+                     "sha256": "ab" * 32, **{k: float(rng.uniform()) for k in
+                                             ("R@1", "MAP@R", "rho", "pi_ratio", "pi_intra", "pi_inter", "NMI",
+                                              "mAP@C", "F1")}})
+    d = tmp_path / "study"
+    d.mkdir()
+    finish_study(d, rows, target=target, n_boot=100, seed=1, figures=False)
+    (d / "study.json").write_text(json.dumps({"settings": {"source": "runs/<b>grid</b>", "epoch": "best"},
+                                              "versions": {"embedscope": "x"}}))
+    return d
+
+
+def _published_from_methods_md():
+    """§6 of docs/methods.md: the Fig. 5 r per measure (CUB, CARS, SOP) and the Fig. 4 pairs."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text(encoding="utf-8")
+    sec = text[text.index("## §6"):text.index("## §7")].replace("\n", " ").replace("−", "-")
+    sec = re.sub(r"\s+", " ", sec)
+    num = r"(-?\d\.\d\d)"
+    fig5 = {}
+    m = re.search(rf"ρ vs R@1 {num} \(CUB\), {num} \(CARS\), {num} \(SOP\)", sec)
+    fig5["rho"] = [float(v) for v in m.groups()]
+    for key, word in (("pi_ratio", "π_ratio"), ("pi_intra", "π_intra"), ("pi_inter", "π_inter")):
+        fig5[key] = [float(v) for v in re.search(rf"{word} {num}, {num}, {num}", sec).groups()]
+    fig4 = {(a, b): float(re.search(rf"{re.escape(a)}–{re.escape(b)} {num}", sec).group(1))
+            for a, b in (("R@1", "NMI"), ("R@1", "mAP@C"), ("NMI", "F1"))}
+    return fig5, fig4
+
+
+def _cells(html_text, heading):
+    """The rows (lists of cell texts) of the first table after the <h2> ``heading``."""
+    import html as h
+
+    i = html_text.index(f"<h2>{heading}")
+    tbody = html_text[html_text.index("<tbody>", i):html_text.index("</tbody>", i)]
+    return [[h.unescape(re.sub("<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+            for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", tbody)]
+
+
+def test_report_published_values_are_those_of_methods_md_and_ours_are_correlations_csv(tmp_path):
+    from embedscope.study.report import PUBLISHED_FIG4, PUBLISHED_FIG5, build_report
+
+    fig5, fig4 = _published_from_methods_md()
+    # the values of the spec (METHODS.md §6) and of docs/methods.md, and the report's tables
+    assert fig5 == {"rho": [-0.80, -0.85, -0.63], "pi_ratio": [0.79, 0.65, 0.22], "pi_intra": [0.25, 0.39, 0.36],
+                    "pi_inter": [-0.16, -0.08, 0.17]}
+    assert fig4 == {("R@1", "NMI"): 0.86, ("R@1", "mAP@C"): 0.76, ("NMI", "F1"): 0.99}
+    assert {k: [v["CUB"], v["CARS"], v["SOP"]] for k, v in PUBLISHED_FIG5.items()} == fig5
+    assert PUBLISHED_FIG4 == fig4
+    d = _study_folder(tmp_path)
+    text = build_report(d)
+    with open(d / "correlations.csv", newline="", encoding="utf-8") as fh:
+        csv_rows = {(r["measure"], r["level"]): r for r in csv.DictReader(fh)}
+    stats = json.loads((d / "correlations.json").read_text())
+    pub = {r[0]: r for r in _cells(text, "Published values")}
+    for m, vals in fig5.items():
+        row = pub[m]
+        assert [float(v) for v in row[1:4]] == vals
+        r = csv_rows[(m, "objectives")]
+        assert row[4] == (f"{float(r['pearson']):.3f} [{float(r['pearson_lo']):+.2f}, "
+                          f"{float(r['pearson_hi']):+.2f}]")
+    names, mat = stats["metric_matrix"]["names"], stats["metric_matrix"]["pearson"]
+    f4 = [r for r in _cells(text, "Published values") if "–" in r[0]]
+    for row, ((a, b), val) in zip(f4, fig4.items()):
+        assert row[0] == f"{a} – {b}" and float(row[1]) == val
+        assert float(row[2]) == round(mat[names.index(a)][names.index(b)], 2)
+    # the correlation table: every measure, both levels, as correlations.csv (3 decimals, intervals to 2)
+    corr = {r[0]: r for r in _cells(text, "Correlations with test")}
+    assert set(corr) == {m for m, _ in csv_rows}
+    for m, row in corr.items():
+        for col, (level, stat) in zip(row[3:9], itertools.product(("objectives", "runs"),
+                                                                    ("pearson", "spearman", "kendall"))):
+            r = csv_rows[(m, level)]
+            v, lo, hi = (float(r[k]) for k in (stat, f"{stat}_lo", f"{stat}_hi"))
+            want = str(int(v)) if v.is_integer() else f"{v:.3f}"
+            assert col == f"{want} [{lo:+.2f}, {hi:+.2f}]", (m, level, stat)
+        g = float(csv_rows[(m, "runs")]["granulated_tau"])
+        assert row[9] == ("–" if math.isnan(g) else str(int(g)) if g.is_integer() else f"{g:.3f}")
+    assert "Left out, equal" not in text
+
+
+def test_report_against_another_target_says_the_published_values_are_not_comparable(tmp_path):
+    from embedscope.study.report import build_report
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    text = build_report(_study_folder(tmp_path / "a", target="MAP@R"))
+    assert "this study: r vs test MAP@R" in text and "do not compare like with like" in text
+    text = build_report(_study_folder(tmp_path / "b", target="R@1"))
+    assert "this study: r vs test R@1" in text and "do not compare" not in text
+
+
+def test_report_escapes_hostile_names_and_values(tmp_path):
+    html5lib = pytest.importorskip("html5lib")
+    from embedscope.study.report import build_report
+
+    evil = "<script>alert(1)</script>&amp;<b>"
+    d = _study_folder(tmp_path, names=[evil, "loss1", "loss2", "a&b", "loss4"])
+    # a correlations.json edited by hand: numbers where strings go and strings where numbers go
+    stats = json.loads((d / "correlations.json").read_text())
+    stats["n_points"]["runs"] = "<script>n</script>"
+    stats["untrained"].update(final_no_better="<img src=x onerror=alert(2)>", selected_no_better=[evil, 3],
+                              best_epoch_1="<i>1</i>")
+    stats["exclude"] = [1, "<b>x</b>"]
+    (d / "correlations.json").write_text(json.dumps(stats))
+    text = build_report(d)
+    for raw in ("<script", "<img src=x", "<b>x", "<b>grid", "<i>1", "&amp;<b>"):
+        assert raw not in text, raw
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&amp;amp;&lt;b&gt;" in text  # the run name, shown as it is
+    assert "a&amp;b" in text
+    parser = html5lib.HTMLParser(strict=True)
+    parser.parse(text)
+    assert not parser.errors

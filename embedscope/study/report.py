@@ -131,7 +131,8 @@ def _stats_problem(stats: Any) -> str:
     if not isinstance(n, dict) or any(k not in n for k in ("runs", "objectives", "rows", "errors", "excluded")):
         return "no 'n_points' with runs, objectives, rows, errors and excluded"
     corr = stats.get("correlations")
-    if not isinstance(corr, list) or not all(isinstance(r, dict) and "measure" in r and "level" in r for r in corr):
+    if not isinstance(corr, list) or not all(isinstance(r, dict) and isinstance(r.get("measure"), str)
+                                             and isinstance(r.get("level"), str) for r in corr):
         return "no 'correlations' list of measures and levels"
     for k in ("untrained", "normalisation", "robustness", "metric_matrix"):
         if not isinstance(stats.get(k, {}), dict):
@@ -141,7 +142,7 @@ def _stats_problem(stats: Any) -> str:
     for k in ("ranking", "exclude", "axes", "identical_to_target"):
         if not isinstance(stats.get(k) or [], list):
             return f"'{k}' is not a list"
-    if not all(isinstance(r, dict) and "measure" in r for r in stats.get("ranking") or []):
+    if not all(isinstance(r, dict) and isinstance(r.get("measure"), str) for r in stats.get("ranking") or []):
         return "'ranking' is not a list of measures"
     return ""
 
@@ -163,9 +164,9 @@ def build_report(study_dir: str | os.PathLike) -> str:
              f"<style>{CSS}</style></head><body>"]
     parts.append(f"<h1>Study: which measure of the training embeddings tracks test {_e(target)}?</h1>")
     np_ = stats["n_points"]
-    parts.append(f'<p class="note">{np_["runs"]} runs in {np_["objectives"]} objectives '
-                 f'({np_["rows"]} checkpoints measured, {np_["errors"]} failed, {np_["excluded"]} excluded by '
-                 f'{_e(", ".join(stats.get("exclude") or []) or "nothing")}). '
+    parts.append(f'<p class="note">{_e(np_["runs"])} runs in {_e(np_["objectives"])} objectives '
+                 f'({_e(np_["rows"])} checkpoints measured, {_e(np_["errors"])} failed, {_e(np_["excluded"])} excluded by '
+                 f'{_e(", ".join(map(str, stats.get("exclude") or [])) or "nothing")}). '
                  "Protocol: docs/methods.md §6 (Roth et al. 2020, "
                  "Fig. 4, Fig. 5).</p>")
 
@@ -177,7 +178,7 @@ def build_report(study_dir: str | os.PathLike) -> str:
             ["data set", _e(", ".join(datasets) or s.get("dataset") or "")], ["target", _e(target)],
             ["retrieval metric", _e(s.get("metric", ""))], ["seed (k-means, bootstrap)", _e(s.get("seed", ""))],
             ["bootstrap resamples", _e(stats.get("n_boot", ""))],
-            ["hyper-parameter axes that vary", _e(", ".join(stats.get("axes") or []) or "none")],
+            ["hyper-parameter axes that vary", _e(", ".join(map(str, stats.get("axes") or [])) or "none")],
             ["measures from", _e(meta.get("measures_source", ""))], ["embedding cache", _e(meta.get("cache_dir", ""))],
             ["versions", _e(", ".join(f"{k} {x}" for k, x in v.items()))],
             ["started / ended", _e(f"{meta.get('started', '')} / {meta.get('ended', '')}")]]
@@ -190,11 +191,11 @@ def build_report(study_dir: str | os.PathLike) -> str:
     # untrained and robustness
     u = stats.get("untrained", {})
     parts.append("<h2>Against the untrained network</h2>")
-    nb = u.get("selected_no_better", [])
+    nb = [str(x) for x in u.get("selected_no_better") or []] if isinstance(u.get("selected_no_better"), list) else []
     parts.append(f"<p>Selected checkpoints no better than their untrained network on test {_e(target)}: "
-                 f"<b>{len(nb)} of {u.get('selected_compared', 0)}</b>; final checkpoints: "
-                 f"<b>{u.get('final_no_better', 0)} of {u.get('final_compared', 0)}</b>; best epoch = epoch 1 in "
-                 f"{u.get('best_epoch_1', 0)} runs. "
+                 f"<b>{len(nb)} of {_e(u.get('selected_compared', 0))}</b>; final checkpoints: "
+                 f"<b>{_e(u.get('final_no_better', 0))} of {_e(u.get('final_compared', 0))}</b>; best epoch = epoch 1 "
+                 f"in {_e(u.get('best_epoch_1', 0))} runs. "
                  + ("A study of models that do not beat their initialisation does not test the claim." if nb else "")
                  + "</p>")
     if nb:
@@ -223,7 +224,7 @@ def build_report(study_dir: str | os.PathLike) -> str:
                          "Spearman, runs", "Kendall τ, runs", "granulated τ"], rows, left=2))
     if stats.get("identical_to_target"):
         parts.append(f'<p class="note">Left out, equal to the target in every run: '
-                     f'{_e(", ".join(stats["identical_to_target"]))}.</p>')
+                     f'{_e(", ".join(map(str, stats["identical_to_target"])))}.</p>')
     parts.append('<p class="note">[lo, hi]: bootstrap 95% interval (resampling points, seeded). Granulated τ: Jiang '
                  "et al., ICLR 2020, mean over the varying axes of the mean τ within groups that differ in that axis "
                  "only.</p>")
@@ -249,12 +250,19 @@ def build_report(study_dir: str | os.PathLike) -> str:
     for m, pub in PUBLISHED_FIG5.items():
         o = by.get(m, {}).get("objectives", {})
         prow.append([_e(m), f"{pub['CUB']:+.2f}", f"{pub['CARS']:+.2f}", f"{pub['SOP']:+.2f}", _ci(o, "pearson")])
-    parts.append(_table(["measure vs test R@1 (Fig. 5)", "CUB200", "CARS196", "SOP", "this study"], prow, left=1))
+    parts.append(_table(["measure vs test R@1 (Fig. 5)", "CUB200", "CARS196", "SOP",
+                         f"this study: r vs test {target} over objectives [95%]"], prow, left=1))
+    if target != "R@1":
+        parts.append(f'<p class="warn">The published values are correlations with test R@1; this study\'s target '
+                     f"is test {_e(target)}, so the columns do not compare like with like.</p>")
     names = stats.get("metric_matrix", {}).get("names", [])
     mat = stats.get("metric_matrix", {}).get("pearson", [])
     frow = []
     for (a, b), val in PUBLISHED_FIG4.items():
-        ours = mat[names.index(a)][names.index(b)] if a in names and b in names and mat else None
+        try:
+            ours = mat[names.index(a)][names.index(b)] if a in names and b in names else None
+        except (IndexError, TypeError, AttributeError):  # a matrix that is not names × names
+            ours = None
         frow.append([_e(f"{a} – {b}"), f"{val:+.2f}", _num(ours, 2)])
     parts.append(_table(["metric pair (Fig. 4, CUB)", "Roth", "this study"], frow, left=1))
     parts.append('<p class="note">Roth et al.: one point per objective (mean over 5 seeds), ResNet-50 at D = 128, '
