@@ -361,6 +361,11 @@ def test_bad_exclude_expressions_are_one_line_errors(expr, needle):
     with pytest.raises(UsageError) as e:
         study_statistics(_study(), target="R@1", exclude=[expr], n_boot=0, splits=SPLITS)
     assert needle in str(e.value) and "\n" not in str(e.value)
+    if expr != "nosuch>0":  # all but the column are refused before a study has any column
+        from embedscope.study.stats import check_exclude
+
+        with pytest.raises(UsageError, match=re.escape(needle)):
+            check_exclude(["p_switch>0", expr])
 
 
 # ----------------------------------------------------------------------------------------- figures

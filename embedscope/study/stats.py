@@ -258,13 +258,14 @@ def _primary_mask(df) -> np.ndarray:
     return ((sel != "untrained") & ~((sel == "final") & has_best)).to_numpy()
 
 
-def _exclude_mask(df, exprs) -> np.ndarray:
+def check_exclude(exprs) -> list[tuple[str, str, Any, str]]:
+    """Every ``--exclude`` expression checked as far as it can be without the study's columns ->
+    [(column, operator, value, expression)]; a bad one is one :class:`UsageError` line quoting it
+    (a study can call this before any work; :func:`study_statistics` checks the columns)."""
+    from embedscope.errors import UsageError
     from embedscope.study.plan import parse_exclude
 
-    ops = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}
-    m = np.zeros(len(df), dtype=bool)
-    from embedscope.errors import UsageError
-
+    out = []
     for expr in exprs or []:
         ((col, op, val),) = parse_exclude([expr])
         # 'loss==' or 'p_switch=>0' parse as the value '=' or '>0': an operator where the value should be
@@ -272,13 +273,24 @@ def _exclude_mask(df, exprs) -> np.ndarray:
             raise UsageError(f"--exclude '{expr}': expected COLUMN OP VALUE, e.g. p_switch>0 or loss==lifted")
         if isinstance(val, float) and math.isnan(val):
             raise UsageError(f"--exclude '{expr}': NaN equals and orders with nothing; name a number")
+        if op in (">", ">=", "<", "<=") and not isinstance(val, float):
+            raise UsageError(f"--exclude '{expr}': comparing needs a number")
+        out.append((col, op, val, str(expr)))
+    return out
+
+
+def _exclude_mask(df, exprs) -> np.ndarray:
+    from embedscope.errors import UsageError
+
+    ops = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}
+    m = np.zeros(len(df), dtype=bool)
+    for col, op, val, expr in check_exclude(exprs):
         c = col if col in df.columns else f"tag:{col}"
         if c not in df.columns:
-            raise UsageError(f"--exclude {col}: no such column in the study (have e.g. loss, p_switch, embed_dim)")
+            raise UsageError(f"--exclude '{expr}': no such column '{col}' in the study (have e.g. loss, p_switch, "
+                             "embed_dim)")
         v = df[c]
         if op in ops:
-            if not isinstance(val, float):
-                raise UsageError(f"--exclude '{expr}': comparing needs a number")
             num = np.array([_num(s) for s in v], dtype=np.float64)
             with np.errstate(invalid="ignore"):
                 m |= ops[op](num, val) & np.isfinite(num)
