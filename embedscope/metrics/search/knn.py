@@ -69,6 +69,8 @@ GROUP_REFS = 512  # window keys computed per range of this many references (wind
 REUSE_KEYS = True  # same set: a finished block hands each window key to the block of its reference
 REUSE_MAX_BLOCK = 2048  # ... with blocks up to this many queries (a b x b int32 table per thread),
 REUSE_MAX_BYTES = 1 << 30  # ... holding at most this many bytes of handed-over keys at a time (12 per pair)
+COSINE_NORM_SAFE = (2.0 ** -480, 2.0 ** 480)  # rows whose norm lies outside: ‖x‖² may under/overflow (prepare)
+EUCLIDEAN_NORM_SAFE = (2.0 ** -32, 2.0 ** 32)  # largest norms outside: float32 keys may under/overflow (KeySpace)
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -83,11 +85,35 @@ def prepare(A64: np.ndarray, metric: str, name: str = "X", *, inplace: bool = Fa
     ``A64`` itself (a private copy, see :func:`checked_rows`; the same values bit for bit)."""
     if metric == "cosine":
         nrm = np.sqrt(np.einsum("ij,ij->i", A64, A64))
-        if np.any(nrm == 0):
-            i = int(np.flatnonzero(nrm == 0)[0])
-            raise EmbedscopeError(f"row {i} of {name} is all zeros: its cosine similarity is undefined")
+        odd = np.flatnonzero(~((nrm > COSINE_NORM_SAFE[0]) & (nrm < COSINE_NORM_SAFE[1])))
+        if odd.size:  # ‖x‖² under- or overflows: such rows scaled by a power of two first (exact)
+            A64 = A64 if inplace else A64.copy()
+            inplace = True
+            m = np.abs(A64[odd]).max(axis=1)
+            if np.any(m == 0):
+                i = int(odd[np.flatnonzero(m == 0)[0]])
+                raise EmbedscopeError(f"row {i} of {name} is all zeros: its cosine similarity is undefined")
+            A64[odd] = np.ldexp(A64[odd], -np.frexp(m)[1][:, None])
+            nrm[odd] = np.sqrt(np.einsum("ij,ij->i", A64[odd], A64[odd]))
         A64 = np.divide(A64, nrm[:, None], out=A64 if inplace else None)
     return A64
+
+
+def euclidean_scale(Q64: np.ndarray, R64: np.ndarray, qn: np.ndarray, rn: np.ndarray) -> float:
+    """The power of two 2^s by which a Euclidean search scales queries and references (both): 1
+    while the largest row norm lies within ``EUCLIDEAN_NORM_SAFE`` (every usual embedding: nothing changes),
+    else the one that brings the largest absolute entry into [0.5, 1). Scaling both sets by a power
+    of two multiplies every squared distance by 2^2s exactly (barring float64 underflow of entries
+    far below the largest), so the ranking is that of the rows as given; it keeps the float32 keys
+    of the bulk GEMMs, squared norms included, away from float32 overflow (norms from ~2^64 on)
+    and underflow (below ~2^-62, where their error bound no longer holds)."""
+    top = max(float(qn.max(initial=0.0)), float(rn.max(initial=0.0)))
+    if EUCLIDEAN_NORM_SAFE[0] < top < EUCLIDEAN_NORM_SAFE[1]:
+        return 1.0
+    m = max(float(np.abs(Q64).max(initial=0.0)), float(np.abs(R64).max(initial=0.0)))
+    if m == 0.0:  # every row zero: all keys 0, nothing to scale
+        return 1.0
+    return float(np.ldexp(1.0, -int(np.frexp(m)[1])))
 
 
 def checked_rows(X, name: str) -> tuple[np.ndarray, bool]:
@@ -212,16 +238,26 @@ def _slot_lookup(slots: np.ndarray, at: np.ndarray, need: np.ndarray) -> np.ndar
 
 
 class KeySpace:
-    """Float32 copies of queries and references, and the per-query float32 error bound ``delta``."""
+    """Float32 copies of queries and references, and the per-query float32 error bound ``delta``.
+    ``Q64``/``R64`` are the rows searched: the given ones, or for Euclidean rows with extreme
+    norms the given ones times ``scale`` (a power of two, see :func:`euclidean_scale`; else 1)."""
 
     def __init__(self, Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool):
         self.metric = metric
         self.same = same
+        qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
+        rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
+        # Euclidean rows with norms far from 1 are searched scaled by a power of two (exact; see
+        # euclidean_scale): keys are then scale² times the keys of the rows as given
+        self.scale = euclidean_scale(Q64, R64, qn, rn) if metric == "euclidean" else 1.0
+        if self.scale != 1.0:
+            Q64 = Q64 * self.scale
+            R64 = Q64 if same else R64 * self.scale
+            qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
+            rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
         self.Q64, self.R64 = Q64, R64
         self.Q32 = np.ascontiguousarray(Q64, dtype=np.float32)
         self.R32 = self.Q32 if same else np.ascontiguousarray(R64, dtype=np.float32)
-        qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
-        rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
         self.rmax = rmax = float(rn.max())  # largest reference norm (float64)
         d = Q64.shape[1]
         self.delta = (d + 16) * U32 * 1.05 * (rmax * rmax + 2.0 * qn * rmax + qn * qn) + 1e-300
@@ -798,5 +834,5 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     ks = KeySpace(Q64, R64, metric, same)
     keys, idx = topk_exact(ks, int(k), device=device, block=block, progress=progress)
     if metric == "euclidean":
-        return np.sqrt(np.maximum(-keys, 0.0)), idx
+        return np.sqrt(np.maximum(-keys, 0.0)) / ks.scale, idx  # exact: the scale is a power of two
     return keys, idx
