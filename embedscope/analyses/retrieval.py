@@ -20,7 +20,7 @@ COUNT_KEYS = ("n_queries", "n_lone", "n_evaluated", "depth")
 
 
 def evaluate(source: Any, *, split: str = "test", query_split: str | None = None,
-             reference_split: str | None = None, metric: str = "cosine", ks: Sequence[int] = (1, 2, 4, 8),
+             reference_split: str | None = None, metric: str = "cosine", ks: Sequence[int] | None = None,
              include: Sequence[str] | None = None, lone_queries: str = "exclude", seed: int = KMEANS_SEED,
              niter: int = 20, per_class: bool = False, device: str = "auto", progress: bool = False,
              name: str | None = None) -> Result:
@@ -28,7 +28,8 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
 
     The rows of ``split`` are queries and references at once (each query excluded from its own
     neighbours), or ``query_split`` rows search the ``reference_split`` rows (nothing excluded;
-    e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks``, P@1,
+    e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks`` (default 1, 2, 4, 8
+    within the references available; a larger k is an error), P@1,
     R-Precision, MAP@R, mAP@C, mAP@1000, mAP@lim, NMI, F1 (``include`` restricts them). Higher is
     better for every one.
 
@@ -62,7 +63,8 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if lone_queries != "exclude":
         kw["lone_queries"] = lone_queries
     t0 = time.perf_counter()
-    res = retrieval_metrics(q.embeddings, q.labels, ks=tuple(ks), metric=metric, include=include, device=device,
+    res = retrieval_metrics(q.embeddings, q.labels, ks=None if ks is None else tuple(ks), metric=metric,
+                            include=include, device=device,
                             seed=seed, niter=niter, progress=progress, per_query=per_class, **kw)
     seconds = time.perf_counter() - t0
     per_query = res.pop("per_query", None)

@@ -30,6 +30,7 @@ RETRIEVAL_KEYS = ("P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim")
 CLUSTER_KEYS = ("NMI", "F1")
 ALL_KEYS = ("R@k",) + RETRIEVAL_KEYS + CLUSTER_KEYS
 OPT_IN_KEYS = ("mAP@lim",)  # computed only when named in ``include`` (the default set predates it)
+DEFAULT_KS = (1, 2, 4, 8)  # the R@k of ks=None (those within the references available)
 MAP_DEPTH = 1000
 MAP_LIM_DEPTH = 1023  # faiss's largest k on the GPU, Roth's mAP_lim
 LONE_QUERIES = ("exclude", "zero")
@@ -136,7 +137,7 @@ def _wanted(include, all_keys: list, default: list) -> list:
 
 
 # ----------------------------------------------------------------------------- the front door
-def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=None, y_ref=None,
+def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_ref=None,
                       include=None, device="auto", seed: int = 1234, per_query: bool = False,
                       block: int | None = None, progress: bool = False, niter: int = 20,
                       lone_queries: str = "exclude") -> dict:
@@ -172,8 +173,12 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
         excluded from its own neighbours).
     y : array (N,)
         Class labels of ``X`` (integers or strings).
-    ks : sequence of int
-        The k of the ``"R@k"`` keys.
+    ks : sequence of int, optional
+        The k of the ``"R@k"`` keys. Each R@k asked for needs k ≤ the references available to a
+        query (N − 1, or N_ref with a separate reference set), else an error (as
+        :func:`knn_search`: beyond the list, R@k would read 1.0 for every query). Default: 1, 2,
+        4, 8, those of them within the references available (R@8 needs 9 rows in a same-set
+        search).
     metric : {"cosine", "euclidean"}
     X_ref, y_ref : arrays, optional
         A separate reference set (nothing excluded); give both or neither.
@@ -218,7 +223,7 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     0.8
     """
     check_metric(metric)
-    ks_ = _check_ks(ks)
+    ks_ = None if ks is None else _check_ks(ks)
     block = check_int(block, "block (queries per block)", allow_none=True)
     if lone_queries not in LONE_QUERIES:
         raise EmbedscopeError(f"lone_queries must be 'exclude' or 'zero', got {lone_queries!r}")
@@ -230,9 +235,15 @@ def retrieval_metrics(X, y, *, ks=(1, 2, 4, 8), metric: str = "cosine", X_ref=No
     n_avail = sets.n_avail
     if n_avail < 1:
         raise EmbedscopeError("need at least 2 rows to retrieve anything")
+    if ks_ is None:
+        ks_ = tuple(k for k in DEFAULT_KS if k <= n_avail)
     all_keys = [f"R@{k}" for k in ks_] + list(RETRIEVAL_KEYS) + list(CLUSTER_KEYS)
     want = _wanted(include, all_keys, [k for k in all_keys if k not in OPT_IN_KEYS])
     want_ret = [k for k in want if k not in CLUSTER_KEYS]
+    too_deep = [int(k[2:]) for k in want_ret if k.startswith("R@") and int(k[2:]) > n_avail]
+    if too_deep:  # as knn_search: a list of n_avail references has no k-th entry (R@k would read 1.0)
+        raise EmbedscopeError(f"R@{too_deep[0]}: k = {too_deep[0]} exceeds the {n_avail} references available "
+                              f"to each query (ks must be at most {n_avail})")
 
     R = relevant_counts(sets)
     lone = R <= 0
