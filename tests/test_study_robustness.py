@@ -223,7 +223,7 @@ def test_train_grid_refuses_duplicates(tmp_path, capsys, monkeypatch, more, need
 
 # 5. the figures a study says it wrote are the ones of its statistics
 
-def test_figures_listed_only_when_drawn(study, grid, cache, capsys):
+def test_figures_listed_only_when_drawn(study, grid, cache, capsys, tmp_path):
     import json
 
     args = [a for a in _args(grid, study, cache) if a != "--no-figures"]
@@ -239,3 +239,15 @@ def test_figures_listed_only_when_drawn(study, grid, cache, capsys):
     assert "figures/" not in out and "no figures: they need at least 2 objectives" in out, out
     assert json.loads((study / "correlations.json").read_text())["figures"] == []
     assert (study / "figures" / "fig5_structure_vs_target.png").exists()  # an earlier output is not deleted
+    page = tmp_path / "r.html"  # but the report does not show it beside statistics it was not drawn from
+    assert run(["report", str(study), "-o", str(page)]) == 0, capsys.readouterr().err
+    assert "<img" not in page.read_text()
+
+
+@pytest.mark.parametrize("expr", ["loss==", "p_switch=>0", "p_switch>nan", "loss>lifted"])
+def test_bad_exclude_refused_before_any_work(tmp_path, grid, cache, capsys, monkeypatch, expr):
+    _no_work(monkeypatch)
+    out = tmp_path / "s"
+    assert run([*_args(grid, out, cache), "--exclude", expr]) == 2
+    one_line(capsys, "--exclude")
+    assert not out.exists()

@@ -161,7 +161,7 @@ def parse_exclude(exprs) -> list[tuple[str, str, Any]]:
     """``["p_switch>0", "loss==lifted"]`` -> [(column, operator, value)] (operators > >= < <= == !=)."""
     out = []
     for e in exprs or []:
-        m = re.fullmatch(r"\s*([A-Za-z_][\w@.-]*)\s*(>=|<=|==|!=|>|<|=)\s*(.+?)\s*", str(e))
+        m = re.fullmatch(r"\s*([A-Za-z_][\w@.-]*)\s*(>=|<=|==|!=|>|<|=)\s*([^\s=<>!].*?)\s*", str(e))
         if not m:
             raise UsageError(f"--exclude '{e}': expected COLUMN OP VALUE, e.g. p_switch>0 or loss==lifted")
         col, op, val = m.groups()

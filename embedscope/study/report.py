@@ -273,7 +273,10 @@ def build_report(study_dir: str | os.PathLike) -> str:
     caps = {"fig5_structure_vs_target": "Fig. 5 layout: training-set structure vs test target, one point per objective",
             "fig4_metric_correlations": "Fig. 4 layout: correlation between test metrics across objectives",
             "ranking_by_tau": "Measures ranked by |Kendall τ| over runs"}
-    imgs = [(fig_dir / f"{k}.png", c) for k, c in caps.items() if (fig_dir / f"{k}.png").exists()]
+    drawn = stats.get("figures")  # the figures drawn with these statistics (figures/ may hold an earlier run's)
+    if not isinstance(drawn, list):  # a study of an earlier version: the files on disk
+        drawn = list(caps)
+    imgs = [(fig_dir / f"{k}.png", c) for k, c in caps.items() if k in drawn and (fig_dir / f"{k}.png").exists()]
     if imgs:
         parts.append("<h2>Figures</h2>")
         parts += [_img(p, c) for p, c in imgs]

@@ -379,7 +379,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
-    from embedscope.study.plan import parse_exclude, plan_study
+    from embedscope.study.plan import plan_study
+    from embedscope.study.stats import check_exclude
 
     say = echo or print
     mreg0, _, _ = registry()
@@ -390,7 +391,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         if unknown:
             raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {known_names()})")
         measures = list(dict.fromkeys([target, *measures]))
-    parse_exclude(exclude)  # refuse a bad expression before any work
+    check_exclude(exclude)  # refuse a bad expression before any work (an unknown column: once the rows are in)
     if workers is not None and int(workers) < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
     import numbers

@@ -73,6 +73,9 @@ def _pair_signs(x: np.ndarray) -> np.ndarray:
     return np.sign(x[:, :, None] - x[:, None, :]).astype(np.int8)
 
 
+_KENDALL_PAIRS_MAX_N = 1000  # above this many points per row, τ_b comes from scipy (no n x n pair-sign arrays)
+
+
 def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int | None = None, *, y_signs: np.ndarray | None = None
                  ) -> np.ndarray:
     """Kendall's τ_b of each row pair (as scipy.stats.kendalltau, variant "b": ties in either side
@@ -84,7 +87,15 @@ def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int | None = None, *, y_si
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     n = X.shape[1] if X.ndim == 2 else 0
-    chunk = chunk or max(64, int(4_000_000 // max(n * n, 1)))
+    if n > _KENDALL_PAIRS_MAX_N and y_signs is None:  # the n x n sign matrices would not stay small: scipy's O(n log n)
+        from scipy.stats import kendalltau
+
+        rows = []
+        for i in range(X.shape[0]):
+            t = kendalltau(X[i], Y[0] if Y.shape[0] == 1 else Y[i]).statistic
+            rows.append(np.nan if t is None else t)
+        return np.clip(np.asarray(rows, dtype=np.float64), -1.0, 1.0)
+    chunk = chunk or max(1, int(4_000_000 // max(n * n, 1)))
     out = np.empty(X.shape[0])
     shared = Y.shape[0] == 1 and X.shape[0] != 1
     SY = y_signs if y_signs is not None else (_pair_signs(Y) if shared else None)
@@ -186,7 +197,7 @@ def correlate_many(X, y, *, n_boot: int = 1000, seed: int = 1234) -> list[dict[s
             idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
             yb = yy[idx]  # [B, n], the same for every row of the group
             yb_rank = rankdata(yb, axis=1)
-            yb_signs = _pair_signs(yb) if n_boot * n * n <= 64_000_000 else None
+            yb_signs = _pair_signs(yb) if n_boot * n * n <= 64_000_000 and n <= _KENDALL_PAIRS_MAX_N else None
             for j in range(M):
                 xb = x[j][idx]
                 vals = {"pearson": pearson_rows(xb, yb), "spearman": pearson_rows(rankdata(xb, axis=1), yb_rank),
