@@ -580,3 +580,20 @@ def test_nr_prec_null_mean_is_the_exact_hypergeometric_mean():
         R, p = N - 1, N / n
         ez.append((hypergeom(n - 1, N - 1, R).mean() - R * p) / np.sqrt(R * p * (1 - p)))
     assert r["null_mean"] == pytest.approx(np.mean(ez), rel=1e-12)
+
+
+@pytest.mark.parametrize("values, needle", [
+    (np.array([1, "1", 1, "1", 2, 2], dtype=object), "mixes values of types int, str"),
+    (np.array([None, "a", "a", None, "b", "b"], dtype=object), "missing values"),
+    (np.array([float("nan"), 1.0, 1.0, 2.0, 2.0, 3.0], dtype=object), "missing values"),
+])
+def test_property_object_values_compare_as_themselves(values, needle):
+    """Object-typed property values were compared as strings: 1 and "1" (or None and "None") were one value."""
+    from embedscope.metrics.properties import property_precision
+
+    X = np.random.default_rng(0).normal(size=(6, 3))
+    with pytest.raises(EmbedscopeError, match=needle):
+        property_precision(X, {"p": values})
+    ok = property_precision(X, {"p": np.array(["a", "a", "b", "b", "c", "c"], dtype=object)})
+    same = property_precision(X, {"p": np.array(["a", "a", "b", "b", "c", "c"])})
+    assert ok == same  # object-typed strings: the same values as a string array

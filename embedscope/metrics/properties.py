@@ -55,8 +55,16 @@ def _encode(values, n: int, name: str) -> np.ndarray:
         raise EmbedscopeError(f"property '{name}' has shape {v.shape}, expected ({n},) to match X")
     if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
         raise EmbedscopeError(f"property '{name}' holds NaN or inf values")
-    if v.dtype.kind == "O":
-        v = v.astype(str)
+    if v.dtype.kind == "O":  # values compare as they are (1 and "1", None and "None" were equal as strings)
+        if any(x is None or (isinstance(x, float) and x != x) for x in v):
+            raise EmbedscopeError(f"property '{name}' holds missing values (None or NaN)")
+        try:
+            _, codes = np.unique(v, return_inverse=True)
+        except TypeError:
+            kinds = sorted({type(x).__name__ for x in v})
+            raise EmbedscopeError(f"property '{name}' mixes values of types {', '.join(kinds)}; "
+                                  "give one type per property") from None
+        return codes.astype(np.int64).ravel()
     _, codes = np.unique(v, return_inverse=True)
     return codes.astype(np.int64).ravel()
 
