@@ -218,6 +218,16 @@ def test_cli_evaluate_k_beyond_the_references_is_one_line_exit_1(tmp_path, capsy
     assert "k = 20 exceeds the 19 references" in err and "Traceback" not in err
     assert main(["evaluate", str(path), "--k", "1", "19", "--no-progress", "--device", "cpu",
                  "--include", "R@k"]) == 0
+    # without --k: R@1, 2, 4, 8 up to the references available (a set of 5 rows: R@1, 2, 4)
+    small = tmp_path / "small.h5"
+    store.save(small, store.EmbeddingSet(embeddings=rng.standard_normal((5, 4)).astype(np.float32),
+                                         labels=np.array([0, 0, 1, 1, 1]), paths=[f"p{i}" for i in range(5)],
+                                         split=np.array(["test"] * 5), class_names=["a", "b"],
+                                         attrs={"dataset": "synthetic"}))
+    capsys.readouterr()
+    assert main(["evaluate", str(small), "--no-progress", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "R@4" in out and "R@8" not in out, out
 
 
 # ----------------------------------------------------------------------------- extreme norms

@@ -26,8 +26,9 @@ def add_parser(sub, parents):
                    help="reference rows searched by the queries (nothing excluded when it differs from the query split)")
     p.add_argument("--metric", default="cosine", choices=RETRIEVAL_METRICS,
                    help="ranking distance (default: cosine, rows L2-normalised)")
-    p.add_argument("--k", nargs="+", type=positive_int, default=[1, 2, 4, 8], metavar="K",
-                   help="the k of R@k (default: 1 2 4 8)")
+    p.add_argument("--k", nargs="+", type=positive_int, default=None, metavar="K",
+                   help="the k of R@k (default: 1 2 4 8, those up to the number of references of a query; "
+                   "a k given here beyond it is an error)")
     p.add_argument("--include", nargs="+", metavar="KEY",
                    help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; default: all)")
     p.add_argument("--lone-queries", default="exclude", choices=("exclude", "zero"),
@@ -70,13 +71,15 @@ def include_keys(include, ks) -> list[str] | None:
 def run(args) -> int:
     from embedscope.analyses import evaluate_many, worst_classes
     from embedscope.cli.output import check_result_outputs, print_wrote, write_result
+    from embedscope.metrics.retrieval import DEFAULT_KS
     from embedscope.tables import format_table
 
-    include = include_keys(args.include, args.k)
+    include = include_keys(args.include, args.k or DEFAULT_KS)
     args._inputs = args.files
     check_result_outputs(args, extra=[args.per_class] if args.per_class else [])
     results = evaluate_many(args.files, names=args.names, split=args.split, query_split=args.query_split,
-                            reference_split=args.reference_split, metric=args.metric, ks=tuple(args.k),
+                            reference_split=args.reference_split, metric=args.metric,
+                            ks=tuple(args.k) if args.k else None,
                             include=include, lone_queries=args.lone_queries, seed=args.seed, niter=args.niter,
                             per_class=bool(args.per_class), device=args.device, progress=not args.no_progress)
     if len(results) == 1:
