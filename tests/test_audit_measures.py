@@ -597,3 +597,57 @@ def test_property_object_values_compare_as_themselves(values, needle):
     ok = property_precision(X, {"p": np.array(["a", "a", "b", "b", "c", "c"], dtype=object)})
     same = property_precision(X, {"p": np.array(["a", "a", "b", "b", "c", "c"])})
     assert ok == same  # object-typed strings: the same values as a string array
+
+
+def _nr_prec_bf(X, v):
+    """NR-Prec (Eq. 5) by brute force: full float64 Euclidean distances, ties to the lower index."""
+    n = len(v)
+    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    vals, cnt = np.unique(v, return_counts=True)
+    nv = cnt[np.searchsorted(vals, v)]
+    q = nv > 1
+    nq = q.sum()
+    zs = []
+    for i in np.flatnonzero(q):
+        order = [j for j in np.lexsort((np.arange(n), D[i])) if j != i]
+        r = nv[i] - 1
+        h = sum(v[j] == v[i] for j in order[:r])
+        p = nv[i] / nq
+        sig = np.sqrt(r * p * (1 - p))
+        if sig > 0:
+            zs.append((h - r * p) / sig)
+    return float(np.mean(zs))
+
+
+def test_property_permutation_test_matches_a_brute_force_over_the_same_shuffles():
+    from embedscope.metrics.properties import property_precision
+
+    rng = np.random.default_rng(3)
+    n, P, seed = 60, 25, 7
+    X = np.round(rng.normal(size=(n, 3)) * 4) / 4  # quarters: exact keys, many exact ties in distance
+    props = {"a": rng.integers(0, 3, n), "b": np.array(["x", "y"] * (n // 2)), "c": rng.integers(0, 2, n)}
+    X[:, 0] += 2.0 * props["c"]  # clustered
+    got = property_precision(X, props, permutations=P, seed=seed)
+    draws = np.random.default_rng(seed)
+    perms = [draws.permutation(n) for _ in range(P)]  # one shuffle of the images per draw, all properties
+    for name, v in props.items():
+        v = np.asarray(v)
+        obs = _nr_prec_bf(X, v)
+        null = np.array([_nr_prec_bf(X, v[pi]) for pi in perms])
+        assert got[name]["NR-Prec"] == pytest.approx(obs, abs=1e-12)
+        assert got[name]["perm_mean"] == pytest.approx(null.mean(), abs=1e-12)
+        assert got[name]["perm_sd"] == pytest.approx(null.std(ddof=1), abs=1e-12)
+        assert got[name]["perm_p_value"] == (1 + np.sum(null >= obs - 1e-12)) / (1 + P)
+        assert got[name]["permutations"] == P
+    assert got["c"]["perm_p_value"] == 1 / (1 + P)  # the clustered property beats every shuffle
+    again = property_precision(X, props, permutations=P, seed=seed)
+    assert again == got  # seeded
+    assert "perm_p_value" not in property_precision(X, props)
+
+
+def test_property_permutations_bad_values():
+    from embedscope.metrics.properties import property_precision
+
+    X = np.random.default_rng(0).normal(size=(8, 2))
+    with pytest.raises(EmbedscopeError, match="permutations"):
+        property_precision(X, {"a": np.arange(8) % 2}, permutations=-1)

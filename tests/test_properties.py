@@ -233,6 +233,16 @@ def test_properties_command_table_json_csv_figure(tmp_path, capsys):
     assert main(["properties", str(a), "--properties", "nope", "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "already exists" in err and "no property 'nope'" in err
+    # a permutation test beside the z-test: in the table, the CSV and the JSON, seeded
+    assert main(["properties", str(a), "--permutations", "19", "--seed", "3", "--csv", str(tmp_path / "q.csv"),
+                 "--json", str(tmp_path / "q.json"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "permutation test: 19 shuffles, seed 3" in out and "perm_p_value" in out
+    got = {r["property"]: r for r in csv.DictReader(open(tmp_path / "q.csv"))}
+    assert float(got["enc"]["perm_p_value"]) == pytest.approx(1 / 20)  # clustered: beats every shuffle
+    ref = property_precision(X, {"noise": noise}, permutations=19, seed=3)["noise"]
+    assert float(got["noise"]["perm_p_value"]) == pytest.approx(ref["perm_p_value"])
+    assert json.load(open(tmp_path / "q.json"))["models"][0]["provenance"]["permutations"] == 19
 
 
 def test_properties_names_as_evaluate(tmp_path, capsys):

@@ -15,18 +15,20 @@ from embedscope.validation import check_choice
 
 ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z", "significant_2.576",
               "n_values", "queries", "lone_queries", "lone_values", "max_r", "capped")
+PERM_FIELDS = ("perm_p_value", "perm_mean", "perm_sd", "permutations")  # with permutations > 0
 
 
 def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None,
                         split: str = "test", max_r: int | None = None, properties: Sequence[str] | None = None,
                         metric: str = "euclidean", normalize: bool = False, with_class: bool = True,
-                        progress: bool = False) -> list[dict[str, Any]]:
+                        progress: bool = False, permutations: int = 0, seed: int = 0) -> list[dict[str, Any]]:
     """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
 
     ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
     when ``with_class``, the label, as Kobs' "car model", unless a property already equals it).
     Rows are sorted by the first file's NR-Prec (descending), the files in the given order within a
-    property. Measure: docs/methods.md §9,
+    property. ``permutations > 0`` adds a permutation test (``perm_p_value``, ``perm_mean``,
+    ``perm_sd``; seeded by ``seed``). Measure: docs/methods.md §9,
     :func:`embedscope.metrics.properties.property_precision`.
     """
     from embedscope import store
@@ -56,9 +58,10 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
         if not props:
             raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
-                                 progress=progress)
+                                 progress=progress, permutations=permutations, seed=seed)
+        fields = ROW_FIELDS[2:] + (PERM_FIELDS if permutations else ())
         for p, r in res.items():
-            rows.append({"model": nm, "property": p, **{k: r[k] for k in ROW_FIELDS[2:]}})
+            rows.append({"model": nm, "property": p, **{k: r[k] for k in fields}})
     first = {r["property"]: r["NR-Prec"] for r in rows if r["model"] == names[0]}
     order = {p: i for i, p in enumerate(sorted(first, key=lambda p: -np.nan_to_num(first[p], nan=-np.inf)))}
     mi = {m: i for i, m in enumerate(names)}
@@ -70,24 +73,28 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
 
 def properties(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None, split: str = "test",
                max_r: int | None = None, properties: Sequence[str] | None = None, metric: str = "euclidean",
-               normalize: bool = False, with_class: bool = True, progress: bool = False):
+               normalize: bool = False, with_class: bool = True, progress: bool = False, permutations: int = 0,
+               seed: int = 0):
     """Normalized R-Precision of every property of one or more files, models side by side (docs/methods.md §9).
 
     One :class:`Result` per file: ``values`` = ``NR-Prec[<property>]`` (higher = the embedding
     clusters that property more), ``table`` = one row per property (NR-Prec, R-Prec, ceiling,
     p-value, counts), sorted by the first file's NR-Prec; ``provenance`` says whether R was capped.
+    ``permutations > 0``: a permutation test beside the z-test (``perm_p_value``; seeded by ``seed``).
     """
     from embedscope import store
 
     files = as_sources(files)  # a single path is a list of one file
     rows = properties_of_files(files, names=names, split=split, max_r=max_r, properties=properties,
-                               metric=metric, normalize=normalize, with_class=with_class, progress=progress)
+                               metric=metric, normalize=normalize, with_class=with_class, progress=progress,
+                               permutations=permutations, seed=seed)
     labels = list(dict.fromkeys(r["model"] for r in rows))
     results = []
     for f, nm in zip(files, labels):
         mine = [r for r in rows if r["model"] == nm]
         prov = provenance_of(store.load(f), extra={
-            "split": split, "max_r": max_r, "metric": metric,
+            "split": split, "max_r": max_r, "metric": metric, "permutations": permutations,
+            **({"permutation_seed": seed} if permutations else {}),
             "cap": f"R capped at {max_r} (Kobs' code)" if max_r else "R uncapped (the paper's definition)"})
         results.append(Result("properties", {f"NR-Prec[{r['property']}]": r["NR-Prec"] for r in mine}, prov,
                               table=mine, model=nm))

@@ -21,7 +21,9 @@ z-score (a random arrangement of the other images' values), assuming queries ind
 p-value is one-sided (clustering above chance). The null mean is exact; the spread is not:
 queries share neighbours, and on random Gaussian embeddings with permuted values the true spread
 of NR-Prec was 1.14-1.24x ``null_sd`` (p < 0.01 in 2-3.5% of null runs), so the p-value is
-approximate and somewhat liberal (docs/methods.md §9).
+approximate and somewhat liberal (docs/methods.md §9). ``permutations=P`` adds a permutation test
+that holds whatever the dependence between queries: the values shuffled over the images, NR-Prec
+recomputed exactly by the same engine (each shuffled property is one more row of it).
 
 Engine: exact, in bounded memory, for any R (uncapped R can be n/3). Per block of queries the
 float32 key block (one GEMM, never N x N at once) gives, by ``torch.topk``, each query's sorted
@@ -161,19 +163,18 @@ class _Engine:
             if not len(act):
                 continue
             sth = v[act, Rk[act] - 1]
-            lo = np.array([np.searchsorted(neg[a], -(t + 2 * d_), side="left") for a, t, d_ in
-                           zip(act, sth, dl[act])], dtype=np.int64)  # first position with v <= s + 2d
-            hi = np.array([np.searchsorted(neg[a], -(t - 2 * d_), side="right") for a, t, d_ in
-                           zip(act, sth, dl[act])], dtype=np.int64)  # first position with v < s - 2d
+            na = neg[act]  # each row ascending: searchsorted per row = a count of the entries below
+            lo = np.count_nonzero(na < -(sth + 2 * dl[act])[:, None], axis=1)  # first position with v <= s + 2d
+            hi = np.count_nonzero(na <= -(sth - 2 * dl[act])[:, None], axis=1)  # first position with v < s - 2d
             if not full:
                 bad = hi >= L
                 retry[act[bad]] = True
                 act, lo, hi = act[~bad], lo[~bad], hi[~bad]
                 if not len(act):
                     continue
-            same = codes[k][idx[act]] == codes[k, rows[act]][:, None]
-            pos = np.arange(L)[None, :]
-            H[k, rows[act]] = (same & (pos < lo[:, None])).sum(1)
+            W = int(lo.max())  # the sure hits lie before lo: only that many columns are looked at
+            same = codes[k][idx[act, :W]] == codes[k, rows[act]][:, None]
+            H[k, rows[act]] = (same & (np.arange(W)[None, :] < lo[:, None])).sum(1)
             need = R[k, rows[act]] - lo
             lens = hi - lo
             tot = int(lens.sum())
@@ -202,8 +203,8 @@ class _Engine:
 
 
 def property_precision(X, properties: Mapping[str, Any], *, metric: str = "euclidean", max_r: int | None = None,
-                       normalize: bool = False, block: int | None = None, progress: bool = False
-                       ) -> dict[str, dict[str, Any]]:
+                       normalize: bool = False, block: int | None = None, progress: bool = False,
+                       permutations: int = 0, seed: int = 0) -> dict[str, dict[str, Any]]:
     """R-Precision, Normalized R-Precision, ceiling and significance of each property (docs/methods.md §9).
 
     Parameters
@@ -219,6 +220,15 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         reference code and Kobs' Table 6 (pytorch-metric-learning 0.9.96's faiss depth limit).
     normalize : bool
         L2-normalise the rows first (then Euclidean and cosine rank alike).
+    permutations : int
+        ``P > 0``: also a permutation test (METHODS §9's "proper test"): the property values are
+        shuffled over the images P times (one seeded shuffle of the images per draw, the same for
+        every property), NR-Prec recomputed exactly each time (the embedding and its ranking fixed),
+        and ``perm_p_value`` = (1 + #{NR-Prec_perm >= NR-Prec}) / (1 + P), one-sided, exact for the
+        shuffles drawn; ``perm_mean`` / ``perm_sd`` are the mean and spread of the shuffled
+        NR-Precs. Costs about P times the measure itself. ``0`` (default): no test.
+    seed : int
+        Seed of the shuffles.
 
     Returns
     -------
@@ -228,7 +238,8 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         mean and standard deviation of the mean z-score if every query's hits were hypergeometric,
         queries independent), ``z`` and ``p_value`` (one-sided), ``significant_2.576`` (the paper's
         rule), ``n_values``, ``lone_values``, ``lone_queries`` (dropped), ``queries``,
-        ``max_r`` and ``capped`` (whether the cap changed any R).
+        ``max_r`` and ``capped`` (whether the cap changed any R); with ``permutations``:
+        ``perm_p_value``, ``perm_mean``, ``perm_sd``, ``permutations``.
 
     Notes
     -----
@@ -238,7 +249,7 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
     Q queries is compared with the mean of those means, its variance taken as the mean of the
     variances / Q. Queries share neighbours, so this spread is approximate and too small (measured
     on random Gaussian embeddings with permuted values: the true spread 1.14-1.24x ``null_sd``);
-    treat ``p_value`` as approximate and liberal.
+    treat ``p_value`` as approximate and liberal, and use ``permutations`` for a test that holds.
 
     Examples
     --------
@@ -263,6 +274,8 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
             raise EmbedscopeError("X has an all-zero row: it cannot be L2-normalised")
         X = X / nrm[:, None]
     max_r = check_int(max_r, "max_r", allow_none=True)
+    permutations = check_int(permutations, "permutations", min=0)
+    seed = check_int(seed, "seed", min=0)
     if not properties:
         raise EmbedscopeError("no properties given")
     n = X.shape[0]
@@ -280,6 +293,7 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         R[k] = r
     eng = _Engine(X, metric, block)
     H = eng.hits(codes, R, progress=progress)
+    perm_nr = _permuted_nr_prec(eng, codes, R, Nv, permutations, seed, progress) if permutations else None
 
     out: dict[str, dict[str, Any]] = {}
     for k, name in enumerate(names):
@@ -331,8 +345,71 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         else:
             res["z"], res["p_value"] = nan, nan
         res["significant_2.576"] = bool(nr >= SIGNIFICANCE_Z)
+        if perm_nr is not None:
+            res.update(_perm_summary(nr, perm_nr[k]))
         out[name] = res
     return out
+
+
+def _nr_prec(h: np.ndarray, R: np.ndarray, Nv: np.ndarray) -> float:
+    """NR-Prec (Eq. 5) of one property's hit counts ``h``, depths ``R`` and value counts ``Nv`` (all (n,))."""
+    q = R > 0
+    nq = int(q.sum())
+    if nq == 0:
+        return float("nan")
+    h, r, nv = (a[q].astype(np.float64) for a in (h, R, Nv))
+    p = nv / nq
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sig = np.sqrt(r * p * (1 - p))
+        z = (h - r * p) / sig
+    ok = sig > 0
+    return float(np.mean(z[ok])) if ok.any() else float("nan")
+
+
+def _permuted_nr_prec(eng: _Engine, codes: np.ndarray, R: np.ndarray, Nv: np.ndarray, permutations: int, seed: int,
+                      progress: bool) -> np.ndarray:
+    """NR-Prec of every property under ``permutations`` seeded shuffles of the images' values -> (K, P).
+
+    The values move, the embedding (and so every query's ranking) stays: a shuffled property is one
+    more row of the hit-count engine, counted exactly as the real one (same ranks, same ties). Rows
+    go to the engine in groups that keep its (rows, n) arrays near 2^23 entries."""
+    K, n = codes.shape
+    rng = np.random.default_rng(seed)
+    perms = np.stack([rng.permutation(n) for _ in range(permutations)])  # (P, n): one shuffle for all properties
+    out = np.empty((K, permutations))
+    group = max(1, (1 << 23) // max(n * K, 1))
+    bar = None
+    if progress:
+        from embedscope.progress import progress_bar
+
+        bar = progress_bar(total=permutations, desc="permutations", unit="perm")
+    for s in range(0, permutations, group):
+        pj = perms[s:s + group]  # (g, n)
+        pc = codes[:, pj].transpose(1, 0, 2).reshape(-1, n)  # row (j, k): property k shuffled by pj[j]
+        pr = R[:, pj].transpose(1, 0, 2).reshape(-1, n)
+        pn = Nv[:, pj].transpose(1, 0, 2).reshape(-1, n)
+        H = eng.hits(pc, pr)
+        for i in range(len(pc)):
+            j, k = divmod(i, K)
+            out[k, s + j] = _nr_prec(H[i], pr[i], pn[i])
+        if bar is not None:
+            bar.update(len(pj))
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def _perm_summary(observed: float, null: np.ndarray) -> dict[str, Any]:
+    """Permutation p-value (one-sided, (1 + #{null >= observed}) / (1 + P)), mean and spread of the null."""
+    fin = null[np.isfinite(null)]
+    if not np.isfinite(observed) or not len(fin):
+        nan = float("nan")
+        return {"perm_p_value": nan, "perm_mean": nan, "perm_sd": nan, "permutations": int(len(null))}
+    # a shuffled value equal to the observed one up to rounding counts as reaching it
+    tol = 1e-12 * max(1.0, abs(observed))
+    return {"perm_p_value": float((1 + np.count_nonzero(fin >= observed - tol)) / (1 + len(fin))),
+            "perm_mean": float(fin.mean()), "perm_sd": float(fin.std(ddof=1)) if len(fin) > 1 else float("nan"),
+            "permutations": int(len(fin))}
 
 
 def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: Mapping[str, str]
