@@ -54,6 +54,7 @@ def gradient_descent(
     state: GradientDescentState | None = None,
     callback: Callback | None = None,
     error_every: int = 50,
+    implicit: Any = None,
 ) -> GradientDescentState:
     """Gradient descent with momentum and per-coordinate gains (Jacobs 1988; the t-SNE optimiser).
 
@@ -66,8 +67,17 @@ def gradient_descent(
         Y      = Y + update, then Y − mean(Y) (``recentre``)
 
     This is the update of van der Maaten's and openTSNE's t-SNE (openTSNE ``gradient_descent``,
-    without its min_gain and gradient clipping); openTSNE's learning-rate units apply to
-    ∂KL/∂y / 4, i.e. ``gradient_scale=0.25`` for a true gradient.
+    without its min_gain and gradient clipping; the same floating-point operations, so that one
+    map on openTSNE's objective follows openTSNE's run bit for bit); openTSNE's learning-rate units
+    apply to ∂KL/∂y / 4, i.e. ``gradient_scale=0.25`` for a true gradient.
+
+    ``implicit`` (optional) is a term of the objective taken by an implicit (proximal) step instead
+    of an explicit one, for a stiff term such as the yoke of :mod:`embedscope.tsne.yoked`: an
+    object with ``gradient(Ys)`` (its gradient, added to G for the gains' sign test only) and
+    ``prox(Ys, steps)`` (the points Y' with Y' = Y~ − steps · ∇term(Y'), ``Y~`` the explicit step
+    above and ``steps`` = learning_rate · gain · gradient_scale per coordinate). The update kept
+    for the momentum is then Y' − Y. A fixed point of this forward–backward step has a zero total
+    gradient, and it is stable however stiff the term.
 
     Parameters
     ----------
@@ -101,18 +111,28 @@ def gradient_descent(
     for it in range(int(n_iter)):
         eval_error = callback is not None and (it + 1) % error_every == 0
         error, grads = objective(Ys, eval_error)
+        extra = implicit.gradient(Ys) if implicit is not None else None
+        old = [Y.copy() for Y in Ys] if implicit is not None else None
         for k in range(len(Ys)):
             g = grads[k] * gradient_scale
-            flipped = np.sign(updates[k]) != np.sign(g)
+            G = g if extra is None else (grads[k] + extra[k]) * gradient_scale
+            flipped = np.sign(updates[k]) != np.sign(G)
             gains[k][flipped] += 0.2
             gains[k][~flipped] = gains[k][~flipped] * 0.8 + 0.01
             updates[k] = momentum * updates[k] - learning_rate * gains[k] * g
-            if max_step_norm is not None:
-                norms = np.linalg.norm(updates[k], axis=1)
-                big = norms > max_step_norm
-                updates[k][big] *= (max_step_norm / norms[big])[:, None]
+            if max_step_norm is not None:  # openTSNE's operations: divide by the norm, then scale
+                norms = np.linalg.norm(updates[k], axis=1, keepdims=True)
+                big = norms[:, 0] > max_step_norm
+                updates[k][big] /= norms[big]
+                updates[k][big] *= max_step_norm
             Ys[k] += updates[k]
-            if recentre:
+        if implicit is not None:
+            new = implicit.prox(Ys, [learning_rate * gains[k] * gradient_scale for k in range(len(Ys))])
+            for k in range(len(Ys)):
+                Ys[k][...] = new[k]
+                updates[k] = Ys[k] - old[k]
+        if recentre:
+            for k in range(len(Ys)):
                 Ys[k] -= Ys[k].mean(0)
         state.iteration += 1
         if callback is not None and callback(state.iteration, error if eval_error else None, Ys) is True:

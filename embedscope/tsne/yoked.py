@@ -168,6 +168,26 @@ class YokedObjective:
         return error, grads
 
 
+class _Yoke:
+    """The yoke α Σ_i ‖y_i^a − y_i^b‖² as the implicit term of
+    :func:`~embedscope.tsne.optimizer.gradient_descent`: its gradient ±2α (y^a − y^b), and its
+    proximal step. With per-coordinate steps s_a, s_b the implicit equations
+    y'_a = ỹ_a − 2α s_a (y'_a − y'_b), y'_b = ỹ_b + 2α s_b (y'_a − y'_b) give
+    δ' = δ̃ / (1 + 2α (s_a + s_b)) and y'_a = ỹ_a − 2α s_a δ', y'_b = ỹ_b + 2α s_b δ'."""
+
+    def __init__(self, alpha: float):
+        self.alpha = float(alpha)
+
+    def gradient(self, Ys: Sequence[np.ndarray]) -> list:
+        d = 2.0 * self.alpha * (Ys[0] - Ys[1])
+        return [d, -d]
+
+    def prox(self, Ys: Sequence[np.ndarray], steps: Sequence[np.ndarray]) -> list:
+        a2 = 2.0 * self.alpha
+        delta = (Ys[0] - Ys[1]) / (1.0 + a2 * (steps[0] + steps[1]))
+        return [Ys[0] - a2 * steps[0] * delta, Ys[1] + a2 * steps[1] * delta]
+
+
 def _procrustes_align(Y: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Rotate/reflect ``Y`` (centred) to best match ``ref`` (orthogonal Procrustes)."""
     A = Y - Y.mean(0)
@@ -218,14 +238,16 @@ def yoked_tsne(
     (:func:`~embedscope.tsne.optimizer.gradient_descent` on :class:`YokedObjective`): openTSNE's
     schedule — ``early_exaggeration_iter`` iterations with P multiplied by ``early_exaggeration``,
     then ``n_iter`` iterations; momentum with per-coordinate gains (Jacobs 1988, as t-SNE);
-    learning rate ``"auto"`` = N / exaggeration (Belkina et al. 2019), capped at 1/α so the
-    quadratic yoke stays stable for large α; update steps clipped to ``max_step_norm``; each map
-    re-centred every iteration. The KL gradients are approximate: Barnes–Hut (``"bh"``) or FFT
+    learning rate ``"auto"`` = N / exaggeration (Belkina et al. 2019); the KL gradients taken
+    explicitly (update steps clipped to ``max_step_norm``) and the yoke by an implicit (proximal)
+    step, which is exact for the quadratic yoke and stable for any α at t-SNE's own learning
+    rate; each map re-centred every iteration. The KL gradients are approximate: Barnes–Hut (``"bh"``) or FFT
     interpolation (``"fft"``), ``"auto"`` choosing BH below 10,000 points and FFT above (as
     openTSNE), or exact (``"exact"``, O(N²), :func:`yoked_tsne_exact_objective_and_grad`; small N
     only).
 
-    With α = 0 the two maps are independent t-SNE runs; larger α pulls corresponding points
+    With α = 0 the two maps are independent t-SNE runs (map a is openTSNE's ``TSNE(...).fit(X_a)``
+    with the same settings bit for bit; map b starts from its rotated initialisation); larger α pulls corresponding points
     together at the cost of each map's KL. Degenerate input (all rows of a set identical) is
     refused; extreme scales are rescaled exactly (:func:`~embedscope.tsne.joint.prepare_tsne_input`).
 
@@ -280,8 +302,8 @@ def yoked_tsne(
     P_b = PerplexityBasedNN(B, perplexity=perp, n_jobs=n_jobs, random_state=seed).P.tocsr()
     Y_a = pca_init(A, 2, random_state=seed)
     Y_b = pca_init(B, 2, random_state=seed)
-    Y_b = _procrustes_align(Y_b, Y_a)
-    Y_a = np.ascontiguousarray(Y_a - Y_a.mean(0), dtype=np.float64)
+    Y_b = _procrustes_align(Y_b, Y_a) + Y_a.mean(0)
+    Y_a = np.ascontiguousarray(Y_a, dtype=np.float64)  # openTSNE's initialisation as it is (not re-centred)
     Y_b = np.ascontiguousarray(Y_b, dtype=np.float64)
 
     Ys = [Y_a, Y_b]
@@ -296,12 +318,16 @@ def yoked_tsne(
     try:
         for phase_iters, ex in ((int(early_exaggeration_iter), float(early_exaggeration)), (int(n_iter), 1.0)):
             lr = n / ex if learning_rate == "auto" else float(learning_rate)
-            if alpha > 0:
-                lr = min(lr, 1.0 / alpha)
-            objective = YokedObjective(P_a, P_b, alpha, method=method, theta=theta, n_jobs=n_jobs, exaggeration=ex)
+            # the KL gradients explicit (as t-SNE), the yoke implicit: stable for any alpha at t-SNE's
+            # own learning rate (an explicit yoke step needs lr < ~1/alpha and stalls the maps)
+            objective = YokedObjective(P_a, P_b, 0.0, method=method, theta=theta, n_jobs=n_jobs, exaggeration=ex)
             # t-SNE's step in openTSNE's units: its learning rate applies to the true gradient / 4
             gradient_descent(objective, Ys, phase_iters, learning_rate=lr, momentum=momentum, gradient_scale=0.25,
-                             max_step_norm=max_step_norm, state=state, callback=callback, error_every=50)
+                             max_step_norm=max_step_norm, state=state, callback=callback, error_every=50,
+                             implicit=_Yoke(alpha) if alpha > 0 else None)
+            if ex != 1.0:  # openTSNE multiplies P by the exaggeration in place and divides it back after:
+                P_a = (P_a * ex) / ex  # the same rounding, so that alpha = 0 is openTSNE's run bit for bit
+                P_b = (P_b * ex) / ex
     finally:
         close()
     Y_a, Y_b = (check_map(Y, "yoked t-SNE") for Y in Ys)
