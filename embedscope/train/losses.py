@@ -46,11 +46,13 @@ LOSSES: dict[str, LossSpec] = {
                        {"margin": 0.2, "beta": 1.2, "beta_lr": 5e-4, "nu": 0.0},
                        "margin loss (Wu et al.), beta learnable per class (lr 5e-4), gamma 0.2"),
     "triplet": LossSpec("triplet", "ranking", True, "distance", True,
-                        {"margin": 0.2, "squared": True},
-                        "triplet loss, margin 0.2 on squared Euclidean distances (reference code)"),
+                        {"margin": 0.2, "squared": True, "avg_nonzero": False},
+                        "triplet loss, margin 0.2 on squared Euclidean distances, mean over the mined "
+                        "triplets (reference code)"),
     "contrastive": LossSpec("contrastive", "ranking", True, "distance", True,
-                            {"pos_margin": 0.0, "neg_margin": 1.0},
-                            "contrastive loss, positive margin 0, negative margin 1"),
+                            {"pos_margin": 0.0, "neg_margin": 1.0, "avg_nonzero": False},
+                            "contrastive loss, positive margin 0, negative margin 1, means over the mined "
+                            "pairs (reference code)"),
     "multisimilarity": LossSpec("multisimilarity", "ranking", True, None, True,
                                 {"alpha": 2.0, "beta": 40.0, "base": 0.5, "epsilon": 0.1},
                                 "multi-similarity loss with its own pair mining "
@@ -204,8 +206,14 @@ def build_loss(name: str, num_classes: int, embed_dim: int, **overrides: Any) ->
     * margin: ``MarginLoss(margin=γ=0.2, beta=β, learn_beta=True, num_classes=C)``, Euclidean
       distance on the unit sphere; β has its own lr 5e-4 (Wu et al.).
     * triplet: ``TripletMarginLoss(margin=0.2)`` on squared Euclidean distances (the reference
-      code; ``squared=False`` gives plain distances).
-    * contrastive: ``ContrastiveLoss(pos_margin=0, neg_margin=1)`` on Euclidean distances.
+      code; ``squared=False`` gives plain distances), reduced as the reference code
+      (``criteria/triplet.py``): the mean of relu(d_ap² − d_an² + 0.2) over *all* mined triplets.
+      ``avg_nonzero=True`` selects PML's default instead, the mean over the non-zero terms only
+      (on a batch where few triplets violate the margin that is several times larger).
+    * contrastive: ``ContrastiveLoss(pos_margin=0, neg_margin=1)`` on Euclidean distances, reduced
+      as the reference code (``criteria/contrastive.py``): mean_t relu(d_ap) + mean_t relu(1 − d_an)
+      over all mined triplets t; ``avg_nonzero=True``: PML's default, each mean over its non-zero
+      terms only.
     * multisimilarity: ``MultiSimilarityLoss(α=2, β=40, base=λ=0.5)`` with
       ``MultiSimilarityMiner(ε=0.1)`` (used unless a tuple miner is given).
     * proxynca: ``ProxyNCALoss(softmax_scale=scale²)``: scaling embedding and proxy by 3 multiplies
@@ -221,7 +229,7 @@ def build_loss(name: str, num_classes: int, embed_dim: int, **overrides: Any) ->
       ``GeneralizedLiftedStructureLoss(neg_margin=1, pos_margin=0)`` (raw Euclidean) plus an
       ``LpRegularizer`` embedding-norm penalty ν = 0.005.
     """
-    from pytorch_metric_learning import distances, losses, miners, regularizers
+    from pytorch_metric_learning import distances, losses, miners, reducers, regularizers
 
     spec = loss_spec(name)
     overrides = check_loss_params(name, overrides)
@@ -235,9 +243,11 @@ def build_loss(name: str, num_classes: int, embed_dim: int, **overrides: Any) ->
                                  num_classes=C)
     elif name == "triplet":
         dist = distances.LpDistance(power=2) if hp["squared"] else distances.LpDistance()
-        loss = losses.TripletMarginLoss(margin=hp["margin"], distance=dist)
+        red = reducers.AvgNonZeroReducer() if hp["avg_nonzero"] else reducers.MeanReducer()
+        loss = losses.TripletMarginLoss(margin=hp["margin"], distance=dist, reducer=red)
     elif name == "contrastive":
-        loss = losses.ContrastiveLoss(pos_margin=hp["pos_margin"], neg_margin=hp["neg_margin"])
+        red = reducers.AvgNonZeroReducer() if hp["avg_nonzero"] else reducers.MeanReducer()
+        loss = losses.ContrastiveLoss(pos_margin=hp["pos_margin"], neg_margin=hp["neg_margin"], reducer=red)
     elif name == "multisimilarity":
         loss = losses.MultiSimilarityLoss(alpha=hp["alpha"], beta=hp["beta"], base=hp["base"])
         own_miner = miners.MultiSimilarityMiner(epsilon=hp["epsilon"])
