@@ -20,7 +20,7 @@ from embedscope.train.miners import (
     SofthardMiner,
     build_miner,
 )
-from embedscope.train.samplers import build_sampler, distance_histogram, histogram_wasserstein
+from embedscope.train.samplers import build_sampler, distance_histogram, frechet_distance, histogram_wasserstein
 
 
 def sphere(n, dim, seed):
@@ -179,6 +179,27 @@ def test_semihard_softhard_random_follow_their_definitions():
 # ---------------------------------------------------------------- samplers
 
 
+def test_spc_n_classes_duplicates_and_coverage():
+    labels = np.repeat(np.arange(10), [5, 5, 5, 5, 5, 5, 5, 1, 2, 3])
+    for n in (2, 4):
+        s = build_sampler(f"spc-{n}", labels, 8, seed=0)
+        assert len(s) == len(labels) // 8
+        seen = set()
+        for _ in range(100):
+            for b in s:
+                b = np.array(b)
+                cls, counts = np.unique(labels[b], return_counts=True)
+                assert len(b) == 8 and len(cls) == 8 // n and (counts == n).all()
+                for c in cls:
+                    idx = b[labels[b] == c]
+                    if (labels == c).sum() >= n:
+                        assert len(set(idx)) == n  # distinct images where the class has n
+                    else:  # a smaller class: every image of it, then repeats
+                        assert set(idx) == set(np.flatnonzero(labels == c))
+                seen |= set(b.tolist())
+        assert seen == set(range(len(labels)))
+
+
 def test_spc_r_batches():
     labels = np.repeat(np.arange(12), [1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6])
     s = build_sampler("spc-r", labels, 10, seed=0)
@@ -231,6 +252,27 @@ def _frechet_mpmath(A, B):
     D = len(m1)
     val = mp.fsum((m1[k] - m2[k]) ** 2 for k in range(D)) + mp.fsum(S1[k, k] + S2[k, k] for k in range(D)) - 2 * tr
     return float(val)
+
+
+def test_frechet_distance_exact_also_for_singular_covariances():
+    """b < D (batch 112 in D = 128): Σ_B is singular. The eigh-based square root was off by ~√ε:
+    FRD of a 12-row set with itself in D = 128 was −1.1e-7; now 0 to rounding. Checked against a
+    60-digit mpmath computation and scipy.linalg.sqrtm."""
+    from scipy import linalg
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(12, 128))
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    assert abs(frechet_distance(A, A)) < 1e-13
+    assert abs(frechet_distance(A, A[::-1])) < 1e-13
+    for n1, n2, D in [(5, 7, 12), (6, 30, 4)]:
+        P, Q = rng.normal(size=(n1, D)), rng.normal(size=(n2, D)) + 0.2
+        ref = _frechet_mpmath(P, Q)
+        assert frechet_distance(P, Q) == pytest.approx(ref, rel=1e-12, abs=1e-13)
+    P, Q = rng.normal(size=(40, 5)), rng.normal(size=(60, 5)) + 0.3
+    S1, S2 = np.cov(P, rowvar=False), np.cov(Q, rowvar=False)
+    ref = ((P.mean(0) - Q.mean(0)) ** 2).sum() + np.trace(S1 + S2 - 2 * linalg.sqrtm(S1 @ S2).real)
+    assert frechet_distance(P, Q) == pytest.approx(ref, rel=1e-10)
 
 
 def test_ddm_histogram_and_wasserstein():
