@@ -445,3 +445,33 @@ def test_a_class_keeps_its_colour_across_figures():
         for y, c in zip(Ys, sub):
             assert got[(float(y[0]), float(y[1]))][:3] == want[c][:3]
         plt.close(fig)
+
+
+def test_embed_records_its_precision_and_passes_amp(cub_folder, tmp_path, monkeypatch, capsys):
+    """CUDA's default bfloat16 autocast moves unit rows by up to ~7e-3 (ResNet-50, 128-d): the file
+    says which precision made it, and `embed --amp none` gives float32 on CUDA too."""
+    import embedscope.device
+    import embedscope.embed
+    from embedscope.cli import main
+
+    base, rows, ckpts = cub_folder
+    es = store.load(embedscope.embed.embed_to_file(ckpts[True][0], "cub200", tmp_path / "cpu.h5", root=base,
+                                                   device="cpu", progress=False))
+    assert (es.attrs["device"], es.attrs["precision"]) == ("cpu", "float32")
+    seen = []
+
+    def fake_embed_images(model, ds, **kw):  # no GPU here: record what a CUDA run would be asked
+        seen.append(kw["amp"])
+        return np.eye(len(ds), model.embed_dim, dtype=np.float32)
+
+    monkeypatch.setattr(embedscope.device, "resolve_device", lambda d="auto": torch.device("cuda"))
+    monkeypatch.setattr(embedscope.embed, "embed_images", fake_embed_images)
+    for flag, amp, text in ((["--amp", "none"], False, "float32"), ([], True, "bfloat16 autocast"),
+                            (["--amp", "bf16"], True, "bfloat16 autocast")):
+        out = tmp_path / f"cuda{len(seen)}.h5"
+        assert main(["embed", str(ckpts[True][0]), "--dataset", "cub200", "--root", str(base), "-o", str(out),
+                     "--no-progress", *flag]) == 0
+        assert seen[-1] is amp
+        es = store.load(out)
+        assert (es.attrs["device"], es.attrs["precision"]) == ("cuda", text)
+    capsys.readouterr()
