@@ -20,7 +20,7 @@ import numpy as np
 from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files  # noqa: F401
 from embedscope.errors import EmbedscopeError
 
-#: File name endings (case-insensitive) that count as images, as in torchvision's ImageFolder.
+#: File name endings (case-insensitive) that count as images: torchvision's ImageFolder list plus .gif.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 
