@@ -469,3 +469,34 @@ def test_toy_loss_over_all_triplets_with_and_without_attraction(variant):
         opt.zero_grad()
         loss.backward()
         opt.step()
+
+
+def test_resume_of_a_run_saved_before_the_reduction_was_recorded_keeps_pml_reduction(tmp_path, monkeypatch):
+    """New triplet/contrastive runs record avg_nonzero (False: Roth's mean over all mined tuples); a run
+    saved without it was trained with PML's default (the mean over non-zero terms) and resumes with it."""
+    import torch
+
+    from embedscope.train import losses as L
+    from embedscope.train import trainer
+
+    out = tmp_path / "c.pt"
+    cfg = {"dataset": "digits", "loss": "contrastive", "embed_dim": 8, "epochs": 1, "eval_every": 0, "device": "cpu"}
+    res = trainer.train(cfg, out, progress=False, echo=lambda s: None)
+    assert res["config"]["loss_params"] == {"avg_nonzero": False}
+    last = out.with_name(out.name + ".train") / "last.pt"
+    state = torch.load(last, weights_only=True)
+    state["config"]["loss_params"] = {}  # as saved before this change
+    torch.save(state, last)
+    seen, said = [], []
+    real = L.build_loss
+
+    def spy(name, *a, **k):
+        seen.append(k)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(L, "build_loss", spy)
+    monkeypatch.setattr(trainer, "build_loss", spy, raising=False)
+    res = trainer.train({**cfg, "epochs": 2}, out, resume=True, progress=False, echo=said.append)
+    assert seen and seen[-1].get("avg_nonzero") is True, seen
+    assert any("avg_nonzero=true" in s for s in said), said
+    assert res["config"]["loss_params"] == {"avg_nonzero": True}

@@ -220,6 +220,8 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(opt["loss_params"] or {}, dict):
         raise UsageError(f"loss_params must be a mapping of name: value, got {_show(opt['loss_params'])}")
     opt["loss_params"] = check_loss_params(opt["loss"], dict(opt["loss_params"] or {}))
+    if REDUCTION_PARAM in spec.defaults:  # recorded, so that a run from before the reduction changed is known
+        opt["loss_params"].setdefault(REDUCTION_PARAM, spec.defaults[REDUCTION_PARAM])
     opt["loss_family"] = spec.family
     model_over = {"embed_dim": opt["embed_dim"], "normalize": spec.normalize, "dataset": opt["dataset"]}
     if opt["frozen_bn"] is not None:
@@ -378,6 +380,24 @@ def _normalised(v: Any) -> Any:
     return v
 
 
+REDUCTION_PARAM = "avg_nonzero"  # triplet / contrastive: PML's mean over non-zero terms (True) or Roth's mean
+
+
+def _saved_reduction(cfg: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+    """The loss parameters of a saved run, with the reduction it was trained with: runs saved before
+    embedscope recorded ``avg_nonzero`` (triplet and contrastive) used PML's default, the mean over the
+    non-zero terms; they continue with it."""
+    from embedscope.train.losses import LOSSES
+
+    lp = dict(cfg.get("loss_params") or {})
+    spec = LOSSES.get(cfg.get("loss"))
+    if spec is not None and REDUCTION_PARAM in spec.defaults and REDUCTION_PARAM not in lp:
+        lp[REDUCTION_PARAM] = True
+        say(f"note: this {cfg.get('loss')} run was saved before the loss recorded its reduction; it continues "
+            "with the one it was trained with, the mean over the non-zero terms (avg_nonzero=true)")
+    return lp
+
+
 def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[[str], None],
                    out: Path) -> dict[str, Any]:
     """The saved configuration with the resume-safe options of ``config`` applied.
@@ -399,6 +419,7 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
                          "drop them, or start again with --force (only --epochs, --eval-every, --device and "
                          "--num-workers may change)")
     cfg = dict(saved)
+    cfg["loss_params"] = _saved_reduction(cfg, say)
     kept = []
     for k in RESUME_OVERRIDABLE:
         if config.get(k) is not None:
