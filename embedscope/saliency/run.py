@@ -101,6 +101,16 @@ def _display(images: _LazyImages, kind: str) -> np.ndarray:
     return np.concatenate(out)
 
 
+def _gradient_space(config: dict[str, Any]) -> str:
+    """The input tensor the maps are gradients with respect to (docs/methods.md §8): the model's own
+    input convention where its config names one (``input_space``, e.g. BN-Inception's BGR x 255 - mean),
+    else the evaluation transform's output."""
+    from embedscope.models import describe_input
+
+    spec = describe_input({"input_space": config.get("input_space")}) if config.get("input_space") else ""
+    return spec or "the transform's output (the model's input)"
+
+
 def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "test",
                      n_images: int | None = None, paths_file=None, order: str = "paper", pairs: bool = False,
                      distance: str | None = None, n_samples: int = 50, noise: float = 0.15,
@@ -151,8 +161,10 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     transform, size, input_text = checkpoint_input(ds, config, verb="explain")
     idx = select_images(ds, n_images=n_images, paths_file=paths_file, seed=seed)
     images = _LazyImages(ds, idx, transform)
+    # the noise of an image (of a pair) is keyed by its path (the query's), not by its place in this run:
+    # an image gets the same noise whichever other images are explained with it, in any order
     common = dict(distance=dist, n_samples=n_samples, noise=noise, order=order, batch_size=batch_size, seed=seed,
-                  device=device, amp=amp, progress=progress, input_size=size)
+                  device=device, amp=amp, progress=progress, input_size=size, noise_keys=list(ds.paths[idx]))
     retrieval = None
     if pairs:
         from embedscope.embed import embed_images
@@ -186,6 +198,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "seed": int(seed),
         "input_size": size,
         "transform": input_text,
+        "gradient_space": _gradient_space(config),
+        "noise_key": "image path (pairs: the query's path), with --seed",
         "dataset": ds.name,
         "split": split,
         "root": str(Path(root).resolve()) if root else "",

@@ -25,12 +25,18 @@ needs the per-copy signed channel means it does not return. So this module draws
 (one seeded generator per image), batches the copies of several images per forward/backward pass,
 and takes the per-copy gradients from captum's :class:`captum.attr.Saliency` (``abs=False``). The
 noise of image i is ``randn((l, C, H, W), generator=Generator().manual_seed(s_i)) * σ_i`` with
-``s_i = image_seed(seed, i)``, which is exactly the noise ``NoiseTunnel`` draws after
+``s_i = image_seed(seed, i)`` (i its position, or its key from ``noise_keys``: ``embedscope saliency``
+keys by path), which is exactly the noise ``NoiseTunnel`` draws after
 ``torch.manual_seed(s_i)`` on the CPU: the paper order equals ``NoiseTunnel(Saliency(f),
 nt_type="smoothgrad", nt_samples=l, stdevs=σ_i)`` with ``abs=False`` per image, then abs → channel
 mean → scaling, to float rounding (checked in the tests; embedscope runs 3-channel inputs in
 channels_last layout, which changes the summation order). On CUDA the noise is drawn on the GPU
 (same seeds, another generator: CPU and GPU maps differ in their noise, each is reproducible).
+
+The tensor differentiated is the model's input; for a model with its own input convention
+(``model.preprocess`` + ``model.forward_native``, BN-Inception's BGR x 255 - mean) the input in that
+convention (:func:`_native_input`). A float64 model runs in float64. σ = 0 (a constant image): the
+plain gradient; an image equal to the baseline with σ = 0: an all-zero map (zero gradient).
 """
 
 from __future__ import annotations
@@ -50,9 +56,20 @@ _AUTO_MAX_COPIES = 4096
 _FP16_SCALE = 1024.0  # fp16 autocast: the distance is scaled before backward against underflow
 
 
-def image_seed(seed: int, index: int, stream: int = 0) -> int:
-    """The seed of image ``index``'s noise: a function of (seed, index, stream) only, so that a map
-    does not depend on the batch size or on which other images are in the call."""
+def image_seed(seed: int, index, stream: int = 0) -> int:
+    """The seed of an image's noise: a function of (seed, index, stream) only, so that a map does not
+    depend on the batch size or on which other images are in the call.
+
+    ``index``: the image's position in the call (an int), or a key naming the image (a str, e.g. its
+    path: ``embedscope saliency`` keys the noise by path, so an image gets the same noise whichever
+    other images are explained with it and in whatever order).
+    """
+    if isinstance(index, (str, bytes)):
+        import hashlib
+
+        raw = index.encode("utf-8") if isinstance(index, str) else bytes(index)
+        words = np.frombuffer(hashlib.sha256(raw).digest(), dtype="<u4").tolist()
+        return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(stream), 0x6B6579, *words]).generate_state(1)[0])
     return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(index), int(stream)]).generate_state(1)[0])
 
 
@@ -61,11 +78,12 @@ def noise_sigma(image, noise: float) -> float:
     return float(noise) * float(image.max() - image.min())
 
 
-def smoothgrad_noise(image, n_samples: int, noise: float, seed: int, index: int, *, stream: int = 0,
+def smoothgrad_noise(image, n_samples: int, noise: float, seed: int, index, *, stream: int = 0,
                      device=None):
-    """The l noise tensors added to image ``index`` -> (noise [l, C, H, W] float32, σ).
+    """The l noise tensors added to image ``index`` -> (noise [l, C, H, W], σ).
 
-    ``randn`` of a generator seeded with :func:`image_seed` times σ (:func:`noise_sigma`).
+    ``randn`` (float32) of a generator seeded with :func:`image_seed` times σ (:func:`noise_sigma`);
+    the result has the image's dtype (a float64 image gets the same float32 draws, cast exactly).
     """
     import torch
 
@@ -73,6 +91,8 @@ def smoothgrad_noise(image, n_samples: int, noise: float, seed: int, index: int,
     sigma = noise_sigma(image, noise)
     g = torch.Generator(device=device).manual_seed(image_seed(seed, index, stream))
     eps = torch.randn((int(n_samples),) + tuple(image.shape), generator=g, device=device, dtype=torch.float32)
+    if image.dtype == torch.float64:
+        eps = eps.double()
     return eps * sigma, sigma
 
 
@@ -136,9 +156,11 @@ def black_image(kind: str, image_size: int):
 class _Images:
     """Uniform access to a tensor / array [N, C, H, W] or a sequence of [C, H, W] tensors."""
 
-    def __init__(self, images) -> None:
+    def __init__(self, images, dtype=None, convert=None) -> None:
         import torch
 
+        self.dtype = dtype or torch.float32
+        self.convert = convert  # e.g. the model's input convention (:func:`_native_input`)
         self.src = images
         if isinstance(images, np.ndarray):
             self.src = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
@@ -160,7 +182,7 @@ class _Images:
         x = self.src[i]
         if not isinstance(x, torch.Tensor):
             x = torch.as_tensor(np.asarray(x, dtype=np.float32))
-        x = x.detach().float()
+        x = x.detach().to(self.dtype)
         if x.ndim != 3:
             raise EmbedscopeError(f"image {i}: expected C x H x W, got shape {tuple(x.shape)}")
         if self.shape is None:
@@ -169,7 +191,50 @@ class _Images:
             raise EmbedscopeError(f"image {i} has shape {tuple(x.shape)}, the first had {self.shape}")
         if not torch.isfinite(x).all():
             raise EmbedscopeError(f"image {i} contains NaN or inf")
+        if self.convert is not None:  # on the device of its buffers (the model may have moved to CUDA)
+            bufs = list(self.convert.buffers())
+            with torch.no_grad():
+                x = self.convert(x.to(bufs[0].device if bufs else x.device).unsqueeze(0))[0].detach()
         return x
+
+
+def _model_dtype(model):
+    """float64 for a float64 model (images, noise and gradients then in float64), else float32."""
+    import torch
+
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.is_floating_point():
+            return torch.float64 if t.dtype == torch.float64 else torch.float32
+    return torch.float32
+
+
+def _native_input(model):
+    """(model, convert) for differentiating in the backbone's own input space (docs/methods.md §8).
+
+    A model with an input-convention layer (``model.preprocess``, e.g. BN-Inception's BGR, x 255,
+    mean [104, 117, 128]; :class:`embedscope.models.backbones.InputConvention`) turns embedscope's
+    ImageNet-normalised input into its own inside ``forward``. The preprocessed input tensor of
+    docs/methods.md §8 is that model input: σ is 0.15 × its range, the noise is added to it and the
+    gradient taken with respect to it (as Kobs' code, whose transform produces that tensor). Returns
+    the model seen from that space (``forward_native``) and the conversion of an image batch; for
+    any other model ``(model, None)``.
+    """
+    import torch
+
+    pre = getattr(model, "preprocess", None)
+    if pre is None or not callable(getattr(model, "forward_native", None)):
+        return model, None
+
+    class NativeForward(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+            self.training = inner.training
+
+        def forward(self, x):
+            return self.inner.forward_native(x)
+
+    return NativeForward(model), pre
 
 
 def _resolve_amp(amp, dev):
@@ -197,8 +262,14 @@ def auto_batch_size(image_shape: Sequence[int], n_samples: int, device_type: str
 
 def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples: int, noise: float,
                 order: str, batch_size: int | None, seed: int, stream: int, device: str, amp,
-                progress: bool, input_size, desc: str) -> np.ndarray:
-    """The SmoothGrad engine: maps of d(f(x_i + ε), r_i) (or d(r_i, f(x_i + ε)) when ``swap``)."""
+                progress: bool, input_size, desc: str, keys=None, partners=None) -> np.ndarray:
+    """The SmoothGrad engine: maps of d(f(x_i + ε), r_i) (or d(r_i, f(x_i + ε)) when ``swap``).
+
+    ``keys[i]``: image i's noise key (:func:`image_seed`; default its position). ``partners``: the
+    image whose clean embedding r_i is (a [C, H, W] tensor for all, or an :class:`_Images`); an image
+    equal to it with σ = 0 sits at the distance's stationary point, so its gradient is exactly zero
+    (float rounding of two separately computed embeddings would otherwise give a map of noise).
+    """
     import torch
     from captum.attr import Saliency
 
@@ -218,6 +289,9 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
     n = len(imgs)
     if n == 0:
         return np.zeros((0, 0, 0), dtype=np.float32)
+    if keys is not None and len(keys) != n:
+        raise EmbedscopeError(f"{len(keys)} noise keys for {n} images")
+    dtype = imgs.dtype
     first = imgs[0]
     C, H, W = first.shape
     if input_size is not None:
@@ -229,7 +303,7 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
     batch_size = int(batch_size)
     if batch_size < 1:
         raise EmbedscopeError(f"batch_size must be positive, got {batch_size}")
-    refs = refs.detach().float().to(dev)
+    refs = refs.detach().to(dtype).to(dev)
     if refs.shape[0] not in (1, n):
         raise EmbedscopeError(f"{refs.shape[0]} reference embeddings for {n} images")
 
@@ -239,7 +313,8 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
         ctx = torch.autocast("cuda", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
         with ctx:
             z = model(x)
-        z = z.float()
+        if z.dtype in (torch.float16, torch.bfloat16):
+            z = z.float()
         d = dist_fn(ref, z) if swap else dist_fn(z, ref)
         return d * scale if scale != 1.0 else d
 
@@ -262,6 +337,7 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
 
     acc = {}
     noise_cache = {}
+    at_ref: set[int] = set()
     # no parameter gradients are needed: frozen parameters let autograd skip what only they need
     # (restored afterwards); the input gradients are unchanged
     frozen = [p for p in model.parameters() if p.requires_grad]
@@ -278,9 +354,14 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
             for i, c0, k in batch:
                 if i not in noise_cache:
                     x = (first if i == 0 else imgs[i]).to(dev)
-                    eps, _ = smoothgrad_noise(x, n_samples, noise, seed, i, stream=stream, device=dev)
+                    key = i if keys is None else keys[i]
+                    eps, sigma = smoothgrad_noise(x, n_samples, noise, seed, key, stream=stream, device=dev)
                     noise_cache[i] = (x, eps)
-                    acc[i] = torch.zeros(acc_shape, dtype=torch.float32, device=dev)
+                    acc[i] = torch.zeros(acc_shape, dtype=dtype, device=dev)
+                    if sigma == 0 and partners is not None:
+                        partner = partners if isinstance(partners, torch.Tensor) else partners[i]
+                        if torch.equal(x.cpu(), partner.detach().to(dtype).cpu()):
+                            at_ref.add(i)
                 x, eps = noise_cache[i]
                 xs.append(x.unsqueeze(0) + eps[c0:c0 + k])
                 r = refs[0 if refs.shape[0] == 1 else i]
@@ -294,7 +375,7 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
                 grads = saliency.attribute(xb, abs=False, additional_forward_args=(rb,))
             except RuntimeError as e:
                 raise _shape_error(e, (C, H, W)) from None
-            grads = grads.float()
+            grads = grads.to(dtype)
             if scale != 1.0:
                 grads = grads / scale
             pos = 0
@@ -306,6 +387,8 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
                 else:
                     acc[i] += g.mean(dim=1).abs().sum(dim=0)
                 if c0 + k == n_samples:  # the image's last copies: finish its map (on the device)
+                    if i in at_ref:
+                        acc[i].zero_()
                     pending.append((i, _postprocess_torch(acc.pop(i) / n_samples, order)))
                     noise_cache.pop(i)
             if len(pending) >= 64:
@@ -358,14 +441,15 @@ def _dist_fn(distance) -> tuple[Callable, str]:
 
 
 def embed_clean(model, images, *, device: str = "auto", batch_size: int = 256, amp=None):
-    """Embeddings of the clean images (eval mode, no gradient) -> float32 tensor [N, D] on the CPU."""
+    """Embeddings of the clean images (eval mode, no gradient) -> tensor [N, D] on the CPU, float32
+    (float64 for a float64 model)."""
     import torch
 
     from embedscope.device import resolve_device
 
     dev = resolve_device(device)
     amp_dtype = _resolve_amp(amp, dev)
-    imgs = images if isinstance(images, _Images) else _Images(images)
+    imgs = images if isinstance(images, _Images) else _Images(images, dtype=_model_dtype(model))
     was_training = model.training
     model.eval().to(dev)
     out = []
@@ -376,7 +460,8 @@ def embed_clean(model, images, *, device: str = "auto", batch_size: int = 256, a
                 ctx = torch.autocast("cuda", dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
                 with ctx:
                     try:
-                        out.append(model(x).float().cpu())
+                        z = model(x)
+                        out.append((z.float() if z.dtype in (torch.float16, torch.bfloat16) else z).cpu())
                     except RuntimeError as e:
                         raise _shape_error(e, tuple(x.shape[1:])) from None
     finally:
@@ -386,13 +471,18 @@ def embed_clean(model, images, *, device: str = "auto", batch_size: int = 256, a
 
 def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: float = 0.15,
                   order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
-                  amp: Any = None, progress: bool = False, baseline=None, input_size=None) -> np.ndarray:
+                  amp: Any = None, progress: bool = False, baseline=None, input_size=None,
+                  noise_keys: Sequence | None = None) -> np.ndarray:
     """SmoothGrad saliency maps of an embedding model (Kobs et al. Eq. 1–2; docs/methods.md §8).
 
     Parameters
     ----------
     model : torch.nn.Module
-        Maps a batch [B, C, H, W] to embeddings [B, D]; used in eval mode (restored afterwards).
+        Maps a batch [B, C, H, W] to embeddings [B, D]; used in eval mode (restored afterwards). A
+        float64 model is run in float64 (images, noise, gradients). A model with its own input
+        convention (``model.preprocess`` and ``model.forward_native``, e.g. BN-Inception: BGR, x 255,
+        mean [104, 117, 128]) is differentiated in that space: images and baseline are converted
+        first, σ is taken from the converted tensor (:func:`_native_input`).
     images : tensor or array [N, C, H, W], or a sequence of [C, H, W] tensors
         Preprocessed inputs (the model's input space). A sequence is read lazily, image by image.
     distance : str or callable, optional
@@ -411,6 +501,9 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
         rounding.
     seed : int
         Image i's noise depends only on (seed, i): the same call gives the same maps.
+    noise_keys : sequence, optional
+        One key per image (e.g. its path) used instead of its position i for the noise seed
+        (:func:`image_seed`): the same image then gets the same noise in any call and at any place.
     device : "auto", "cpu" or "cuda"
     amp : None, "bf16" or "fp16"
         Autocast on CUDA for the forward/backward passes (ignored on the CPU). Default: float32.
@@ -425,50 +518,61 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
 
     Returns
     -------
-    ndarray float32 [N, H, W], each map in [0, 1] (1 = most salient).
+    ndarray float32 [N, H, W], each map in [0, 1] (1 = most salient). An image equal to the baseline
+    with σ = 0 (a constant image, or ``noise=0``) has a zero gradient: its map is all zeros, as any
+    map whose gradient is zero everywhere (docs/saliency.md).
     """
     import torch
 
     dist_fn, _ = _dist_fn(distance)
-    imgs = images if isinstance(images, _Images) else _Images(images)
+    net, convert = _native_input(model)
+    dtype = _model_dtype(model)
+    imgs = images.src if isinstance(images, _Images) else images
+    imgs = _Images(imgs, dtype=dtype, convert=convert)
     if len(imgs) == 0:
         return np.zeros((0, 0, 0), dtype=np.float32)
-    shape = imgs[0].shape
+    shape = imgs[0].shape  # the conversion keeps the shape
     if baseline is None:
-        base = torch.zeros((1,) + tuple(shape))
+        base = torch.zeros((1,) + tuple(shape), dtype=dtype)
     else:
-        base = torch.as_tensor(baseline, dtype=torch.float32)
+        base = torch.as_tensor(baseline).to(dtype)
         base = base.unsqueeze(0) if base.ndim == 3 else base
         if tuple(base.shape[1:]) != tuple(shape):
             raise EmbedscopeError(f"the baseline has shape {tuple(base.shape[1:])}, the images {tuple(shape)}")
-    ref = embed_clean(model, base, device=device, amp=amp)
-    return _smoothgrad(model, imgs, ref, dist_fn, swap=False, n_samples=n_samples, noise=noise, order=order,
+    base = _Images(base, dtype=dtype, convert=convert)
+    ref = embed_clean(net, base, device=device, amp=amp)
+    return _smoothgrad(net, imgs, ref, dist_fn, swap=False, n_samples=n_samples, noise=noise, order=order,
                        batch_size=batch_size, seed=seed, stream=0, device=device, amp=amp, progress=progress,
-                       input_size=input_size, desc="saliency")
+                       input_size=input_size, desc="saliency", keys=noise_keys, partners=base[0])
 
 
 def pair_saliency_maps(model, queries, retrievals, *, distance=None, n_samples: int = 50, noise: float = 0.15,
                        order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
-                       amp: Any = None, progress: bool = False, input_size=None) -> dict[str, np.ndarray]:
+                       amp: Any = None, progress: bool = False, input_size=None,
+                       noise_keys: Sequence | None = None) -> dict[str, np.ndarray]:
     """Saliency of the similarity of two images (beyond Kobs; docs/methods.md §8 machinery).
 
     For each pair (q_i, r_i): the SmoothGrad map of d(f(q_i + ε), f(r_i)) with respect to the query
     (the retrieval's embedding clean and detached), and of d(f(q_i), f(r_i + ε)) with respect to
     the retrieval; same noise, orders and scaling as :func:`saliency_maps` (the retrieval maps use
-    their own noise stream). Returns ``{"query": [N, H, W], "retrieval": [N, H, W], "distance": [N]}``
+    their own noise stream). ``noise_keys``: one key per pair (e.g. the query's path) for both maps'
+    noise instead of the pair's position. Float64 models and models with their own input convention
+    as :func:`saliency_maps`. Returns ``{"query": [N, H, W], "retrieval": [N, H, W], "distance": [N]}``
     (the distance of the clean pair).
     """
     dist_fn, _ = _dist_fn(distance)
-    q = queries if isinstance(queries, _Images) else _Images(queries)
-    r = retrievals if isinstance(retrievals, _Images) else _Images(retrievals)
+    net, convert = _native_input(model)
+    dtype = _model_dtype(model)
+    q = _Images(queries.src if isinstance(queries, _Images) else queries, dtype=dtype, convert=convert)
+    r = _Images(retrievals.src if isinstance(retrievals, _Images) else retrievals, dtype=dtype, convert=convert)
     if len(q) != len(r):
         raise EmbedscopeError(f"{len(q)} queries but {len(r)} retrievals: pairs need one of each")
-    zq = embed_clean(model, q, device=device, amp=amp)
-    zr = embed_clean(model, r, device=device, amp=amp)
+    zq = embed_clean(net, q, device=device, amp=amp)
+    zr = embed_clean(net, r, device=device, amp=amp)
     common = dict(n_samples=n_samples, noise=noise, order=order, batch_size=batch_size, seed=seed,
-                  device=device, amp=amp, progress=progress, input_size=input_size)
-    mq = _smoothgrad(model, q, zr, dist_fn, swap=False, stream=1, desc="saliency (queries)", **common)
-    mr = _smoothgrad(model, r, zq, dist_fn, swap=True, stream=2, desc="saliency (retrievals)", **common)
+                  device=device, amp=amp, progress=progress, input_size=input_size, keys=noise_keys)
+    mq = _smoothgrad(net, q, zr, dist_fn, swap=False, stream=1, desc="saliency (queries)", partners=r, **common)
+    mr = _smoothgrad(net, r, zq, dist_fn, swap=True, stream=2, desc="saliency (retrievals)", partners=q, **common)
     d = dist_fn(zq, zr).detach().cpu().numpy().astype(np.float32) if len(q) else np.zeros(0, np.float32)
     return {"query": mq, "retrieval": mr, "distance": d}
 
