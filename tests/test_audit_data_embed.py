@@ -448,8 +448,8 @@ def test_a_class_keeps_its_colour_across_figures():
 
 
 def test_embed_records_its_precision_and_passes_amp(cub_folder, tmp_path, monkeypatch, capsys):
-    """CUDA's default bfloat16 autocast moves unit rows by up to ~7e-3 (ResNet-50, 128-d): the file
-    says which precision made it, and `embed --amp none` gives float32 on CUDA too."""
+    """bfloat16 autocast moves unit rows by up to ~7e-3 (ResNet-50, 128-d): the file says which
+    precision made it; float32 is the default on CUDA too, `embed --amp bf16` asks for bfloat16."""
     import embedscope.device
     import embedscope.embed
     from embedscope.cli import main
@@ -466,7 +466,7 @@ def test_embed_records_its_precision_and_passes_amp(cub_folder, tmp_path, monkey
 
     monkeypatch.setattr(embedscope.device, "resolve_device", lambda d="auto": torch.device("cuda"))
     monkeypatch.setattr(embedscope.embed, "embed_images", fake_embed_images)
-    for flag, amp, text in ((["--amp", "none"], False, "float32"), ([], True, "bfloat16 autocast"),
+    for flag, amp, text in ((["--amp", "none"], False, "float32"), ([], False, "float32"),
                             (["--amp", "bf16"], True, "bfloat16 autocast")):
         out = tmp_path / f"cuda{len(seen)}.h5"
         assert main(["embed", str(ckpts[True][0]), "--dataset", "cub200", "--root", str(base), "-o", str(out),

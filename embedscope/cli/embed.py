@@ -31,10 +31,10 @@ def add_parser(sub, parents):
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--batch-size", type=positive_int, default=128)
-    p.add_argument("--amp", default="auto", choices=["auto", "bf16", "none"],
-                   help="CUDA mixed precision: auto = bf16 = bfloat16 autocast on CUDA (faster; rows differ from "
-                   "float32 by ~1e-3 to 1e-2), none = float32; the CPU always runs float32. The file records it "
-                   "(attribute 'precision')")
+    p.add_argument("--amp", default="none", choices=["none", "bf16"],
+                   help="none (default) = float32, as evaluations are reported; bf16 = bfloat16 autocast on CUDA "
+                   "(faster; rows differ from float32 by ~1e-3 to 1e-2, enough to reorder near ties); the CPU "
+                   "always runs float32. The file records it (attribute 'precision')")
     add_num_workers(p)
     p.add_argument("--unsafe-pickle", action="store_true",
                    help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
@@ -56,7 +56,7 @@ def run(args) -> int:
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,
         device=args.device, unsafe_pickle=args.unsafe_pickle, force=args.force, progress=not args.no_progress,
         weights=args.weights, head=args.head, embed_dim=args.embed_dim, head_seed=args.head_seed,
-        trunk=args.trunk, embedder=args.embedder, amp=None if args.amp == "auto" else args.amp == "bf16",
+        trunk=args.trunk, embedder=args.embedder, amp=args.amp == "bf16",
     )
     print(f"wrote {safe(out)}")
     return 0

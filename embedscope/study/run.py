@@ -161,7 +161,9 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     tf, size, transform = checkpoint_input(ds, config)
     resize = config.get("resize")
     dev = resolve_device(device)
-    key = cache_key(info["sha256"], ds.name, root, tc, transform, dev.type)
+    # float32 on every device (GPU caches of embedscope versions that used bfloat16 there are not reused)
+    key = cache_key(info["sha256"], ds.name, root, tc, transform,
+                    dev.type if dev.type == "cpu" else f"{dev.type}/float32")
     cdir = Path(cache_dir) if cache_dir else default_cache_dir()
     path = cdir / f"{key}.h5"
     out = {"sha256": info["sha256"], "config": config, "extra": info["extra"], "cache_file": str(path)}
