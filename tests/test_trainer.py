@@ -165,7 +165,7 @@ def test_cli_train_with_yaml_and_overrides(tmp_path, capsys):
     assert rc == 0
     cfg = torch.load(tmp_path / "y.pt", weights_only=True)["config"]
     assert cfg["epochs"] == 1 and cfg["loss"] == "triplet" and cfg["sampler"] == "spc-4"
-    assert cfg["loss_params"] == {"margin": 0.1} and cfg["embed_dim"] == 8
+    assert cfg["loss_params"] == {"margin": 0.1, "avg_nonzero": False} and cfg["embed_dim"] == 8
     assert main(["train", "--dataset", "digits", "-o", str(tmp_path / "y.pt"), "--epochs", "1"]) == 1
     assert "already exists" in capsys.readouterr().err
     assert main(["train", "--dataset", "digits", "--loss", "softmax", "--miner", "distance", "-o",
