@@ -251,3 +251,27 @@ def test_bad_exclude_refused_before_any_work(tmp_path, grid, cache, capsys, monk
     assert run([*_args(grid, out, cache), "--exclude", expr]) == 2
     one_line(capsys, "--exclude")
     assert not out.exists()
+
+
+def test_a_retrained_checkpoint_is_measured_again(grid, cache, tmp_path):
+    """A finished row is reused only for the same checkpoint file: one replaced at the same path (a
+    retrained run) is measured again; one only touched (same bytes) is not."""
+    import json
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for name in ("digits_contrastive_p0_s0.pt", "digits_softmax_p0_s0.pt"):
+        shutil.copy(grid / name, ck / name)
+    out = tmp_path / "study"
+    kw = dict(workers=0, cache_dir=cache, n_boot=5, measures=MEASURES, figures=False, echo=lambda s: None)
+    first = run_study(str(ck / "*.pt"), out, **kw)
+    assert len(first["computed"]) == 3  # two checkpoints + their untrained reference
+    os.utime(ck / "digits_softmax_p0_s0.pt")  # touched: the same bytes
+    assert run_study(str(ck / "*.pt"), out, **kw)["computed"] == []
+    shutil.copy(grid / "digits_contrastive_p0_s0.pt", ck / "digits_softmax_p0_s0.pt")  # "retrained"
+    again = run_study(str(ck / "*.pt"), out, **kw)
+    assert [r["id"] for r in again["computed"]] == ["digits_softmax_p0_s0_given"]
+    row = json.loads((out / "rows" / "digits_softmax_p0_s0_given.json").read_text())
+    contrastive = json.loads((out / "rows" / "digits_contrastive_p0_s0_given.json").read_text())
+    assert row["sha256"] == contrastive["sha256"] and row["R@1"] == contrastive["R@1"]
+    assert "_checkpoint_stat" not in (out / "runs.csv").read_text()

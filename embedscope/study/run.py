@@ -203,7 +203,8 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     from embedscope.study.plan import CONFIG_COLUMNS
 
     row: dict[str, Any] = {"id": entry["id"], "run": entry["run"], "selection": entry["selection"],
-                           "epoch": entry["epoch"], "checkpoint": entry["checkpoint"], "untrained": entry["untrained"]}
+                           "epoch": entry["epoch"], "checkpoint": entry["checkpoint"], "untrained": entry["untrained"],
+                           STAT_KEY: _checkpoint_stat(entry["checkpoint"])}  # before reading it
     cfg = entry.get("config") or {}
     row.update({c: cfg.get(c) for c in CONFIG_COLUMNS})
     row.update({f"tag:{k}": v for k, v in (entry.get("tags") or {}).items() if not k.startswith("_")})
@@ -286,6 +287,34 @@ def _settings_of(source, epoch, dataset, root, metric, seed, device, measures=No
         src = str(Path(src).resolve())
     return {"source": src, "epoch": epoch, "dataset": dataset, "root": root, "metric": metric, "seed": int(seed),
             "device": device, "measures": sorted(measures) if measures else None}
+
+
+STAT_KEY = "_checkpoint_stat"  # [size, mtime_ns] of the checkpoint a row measured (not a runs.csv column)
+
+
+def _checkpoint_stat(path: str | os.PathLike) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [int(st.st_size), int(st.st_mtime_ns)]
+
+
+def _unchanged(row: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
+    """Whether a finished row still describes ``checkpoint``: the file's size and modification time
+    as when it was measured, or else (touched, copied, or a row of an earlier version) the same sha256.
+    A retrained run at the same path is measured again, not served its old row."""
+    stat = _checkpoint_stat(checkpoint)
+    if stat is None:
+        return False
+    if row.get(STAT_KEY) == stat:
+        return True
+    from embedscope.fileio import sha256_file
+
+    try:
+        return bool(row.get("sha256")) and sha256_file(checkpoint) == row["sha256"]
+    except OSError:
+        return False
 
 
 def _row_path(out_dir: Path, eid: str) -> Path:
@@ -458,7 +487,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 r = json.loads(rp.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # a damaged row is measured again
-            if isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id:
+            if isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id and _unchanged(r, e.checkpoint):
                 done[e.id] = r
     todo = [e.to_dict() for e in entries if e.id not in done]
     say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
@@ -828,7 +857,7 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     out_dir = Path(out_dir)
     splits = measure_splits([c for r in rows for c in r])  # + the per-file measures the rows carry (NR-Prec:<property>)
     front = ["id", "run", "selection", "epoch", "status", "error", "beats_untrained", "untrained_target"]
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != STAT_KEY} for r in rows])
     stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
     df = stats.pop("_runs")
     draw = None
