@@ -107,7 +107,8 @@ def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` may be alive (this process, or another user's that cannot be probed: yes)."""
     if pid == os.getpid():
         return True
     try:
@@ -140,7 +141,7 @@ def sweep_stale_temporaries(path: str | os.PathLike) -> list[Path]:
         try:
             if not e.is_file(follow_symlinks=False) or e.stat(follow_symlinks=False).st_mtime >= _START:
                 continue
-            if _pid_alive(int(parts[1])):
+            if pid_alive(int(parts[1])):
                 continue
             os.unlink(e.path)
             removed.append(Path(e.path))

@@ -513,8 +513,11 @@ class _Replacement:
                         f.unlink()
                     continue
                 plan.append((f.with_name(f".{f.name}.{os.getpid()}.{secrets.token_hex(4)}.old"), f))
-            write_text(journal, json.dumps({"pid": os.getpid(), "aside": [[str(b.absolute()), str(f.absolute())]
-                                                                           for b, f in plan]}), force=True)
+            import socket
+
+            write_text(journal, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                            "aside": [[str(b.absolute()), str(f.absolute())] for b, f in plan]}),
+                       force=True)
             for b, f in plan:
                 os.replace(f, b)
                 aside.append((b, f))
@@ -536,18 +539,6 @@ class _Replacement:
                 b.unlink()
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # someone else's process (or no way to tell): leave its files alone
-    return True
-
-
 def _recover_replacement(paths: dict[str, Path], say: Callable[[str], None]) -> None:
     """Put back the earlier run that a ``train --force`` killed during its first write had set aside
     (see :class:`_Replacement`): the killed process's partial files are removed and the earlier run's
@@ -562,7 +553,11 @@ def _recover_replacement(paths: dict[str, Path], say: Callable[[str], None]) -> 
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise EmbedscopeError(f"{journal}: unreadable journal of an interrupted --force ({e}); "
                               "look at the run folder and remove the journal") from None
-    if _pid_alive(pid):
+    import socket
+
+    from embedscope.fileio import pid_alive
+
+    if rec.get("host", socket.gethostname()) != socket.gethostname() or pid_alive(pid):
         raise EmbedscopeError(f"another train (process {pid}) is replacing this run right now "
                               f"(journal {journal}); wait for it, or remove the journal if that process is not ours")
     earlier = {f for _, f in pairs}
