@@ -94,17 +94,22 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
                      f"{counts.get('n_lone', 0)} {lone_txt}")
     table = None
     if per_class and per_query is not None:
-        table = _per_class_rows(q, per_query)
+        table = _per_class_rows(q, per_query, lone_score=0.0 if lone_queries == "zero" else None)
     return Result("evaluate", values, prov, table=table, model=model)
 
 
-def _per_class_rows(q, per_query: dict) -> list[dict[str, Any]]:
+def _per_class_rows(q, per_query: dict, lone_score: float | None = None) -> list[dict[str, Any]]:
+    """Per class the mean of its queries' scores. The per-query arrays hold NaN for lone queries:
+    left out (``lone_score=None``, the ``exclude`` policy) or scored ``lone_score`` (0 under ``zero``,
+    as the headline values count them), so the class means weighted by their queries give the headline."""
     rows = []
     for c in np.unique(q.labels):
         m = q.labels == c
         row: dict[str, Any] = {"class": str(q.class_names[c]), "label": int(c), "n": int(m.sum())}
         for key, vals in per_query.items():
             v = np.asarray(vals, dtype=np.float64)[m]
+            if lone_score is not None:
+                v = np.where(np.isnan(v), lone_score, v)
             v = v[np.isfinite(v)]
             row[key] = float(v.mean()) if v.size else float("nan")
         rows.append(row)
