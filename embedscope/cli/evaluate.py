@@ -89,7 +89,7 @@ def run(args) -> int:
         print(results.format(title=f"{first['query_split']} queries vs "
                              f"{first['reference_split'] if first['query_split'] != first['reference_split'] else 'themselves'}"
                              f", {args.metric}; lone queries: {args.lone_queries}"))
-    written = write_result(results if len(results) > 1 else results[0], args)
+    written = write_result(results, args)  # one file: its Result's layout
     if args.per_class:
         for r in results:
             worst = worst_classes(r, "MAP@R", n=5)

@@ -78,7 +78,17 @@ def check_result_outputs(args, extra=()) -> None:
 
 
 def write_result(result, args) -> list[str]:
-    """Write the outputs named by the options; return the paths written."""
+    """Write the outputs named by the options; return the paths written.
+
+    A :class:`ResultSet` of one file is written as that file's ``Result`` (the JSON layout of one
+    file, ``{"analysis", "model", ...}``, whichever command made it); per-row tables (``--table-csv``)
+    keep the ResultSet's ``model`` column.
+    """
+    from embedscope.analyses.result import ResultSet
+
+    table_source = result
+    if isinstance(result, ResultSet) and len(result) == 1:
+        result = result[0]
     written = []
     if getattr(args, "json", None):
         result.to_json(args.json, force=args.force)
@@ -90,7 +100,7 @@ def write_result(result, args) -> list[str]:
         result.to_parquet(args.parquet, force=args.force)
         written.append(args.parquet)
     if getattr(args, "table_csv", None):
-        result.to_csv(args.table_csv, table=True, force=args.force)
+        table_source.to_csv(args.table_csv, table=True, force=args.force)
         written.append(args.table_csv)
     return written
 
