@@ -37,8 +37,13 @@ def _fmt(v: Any, digits: int) -> str:
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-                 *, digits: int = 4, title: str | None = None) -> str:
+                 *, digits: int = 4, title: str | None = None, headers: Sequence[str] | None = None) -> str:
     """Rows of dicts as an aligned text table (numbers right-aligned).
+
+    Numbers: integers in full; floats with ``digits`` decimals (``f"{v:.{digits}f}"``), or ``digits``
+    significant digits (``f"{v:.{digits}g}"``) when ``|v| >= 1e5`` or ``0 < |v| < 10**-digits``;
+    NaN shows ``nan``, infinities ``inf`` / ``-inf``. ``headers``: the names shown above ``columns``
+    (default: the column keys themselves).
 
     Every cell, header and the title go through :func:`embedscope.text.safe`: a class name, model
     name, property name or path read from a file shows its control characters escaped (no terminal
@@ -48,7 +53,9 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     if not rows:
         return (title + "\n" if title else "") + "(no rows)"
     keys = list(columns or rows[0].keys())
-    columns = [safe(c) for c in keys]
+    if headers is not None and len(headers) != len(keys):
+        raise ValueError(f"format_table: {len(headers)} headers for {len(keys)} columns")
+    columns = [safe(c) for c in (keys if headers is None else headers)]
     cells = [[safe(_fmt(r.get(c, ""), digits)) for c in keys] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
     numeric = [all(_is_num(r.get(c)) for r in rows) for c in keys]
@@ -76,13 +83,18 @@ def key_value_rows(d: Mapping[str, Any], key: str = "measure", value: str = "val
 
 
 def _jsonable(v: Any) -> Any:
+    """``v`` with numpy values as Python ones and NaN / ±inf as ``None`` (JSON ``null``), at any depth.
+
+    numpy scalars and arrays are converted first and then checked like Python floats: a NaN held as
+    ``np.float64`` or inside an array was written as the non-JSON literal ``NaN`` / ``Infinity``.
+    """
     try:
         import numpy as np
 
         if isinstance(v, np.ndarray):
-            return v.tolist()
+            return _jsonable(v.tolist())
         if isinstance(v, np.generic):
-            return v.item()
+            return _jsonable(v.item())
     except ImportError:  # pragma: no cover
         pass
     if isinstance(v, float) and not math.isfinite(v):
@@ -95,8 +107,9 @@ def _jsonable(v: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, obj: Any, *, force: bool = False) -> None:
-    """Atomically write ``obj`` as indented JSON (numpy values converted, NaN -> null)."""
-    write_text(path, json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n", force=force)
+    """Atomically write ``obj`` as indented, strict JSON (numpy values converted; NaN and ±inf -> null,
+    JSON having no literal for them)."""
+    write_text(path, json.dumps(_jsonable(obj), indent=2, sort_keys=False, allow_nan=False) + "\n", force=force)
 
 
 def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],

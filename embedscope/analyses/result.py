@@ -91,13 +91,10 @@ class Result:
         return out
 
     def to_json(self, path: str | os.PathLike | None = None, *, force: bool = False) -> dict[str, Any]:
-        """The result as a JSON-able dict; written atomically to ``path`` when given."""
-        d = self.to_dict()
-        if path is not None:
-            from embedscope.tables import write_json
-
-            write_json(path, d, force=force)
-        return d
+        """The result as the JSON file holds it (written atomically to ``path`` when given): numpy
+        values as Python ones, NaN and ±inf as ``None`` (JSON ``null``), so
+        ``json.loads(path.read_text()) == result.to_json()``; ``values`` keeps the NaN."""
+        return _to_json(self.to_dict(), path, force)
 
     def to_csv(self, path: str | os.PathLike, *, table: bool = False, force: bool = False) -> Path:
         """Write :meth:`to_frame` (or the per-row table) as CSV, atomically (counts without ".0")."""
@@ -171,12 +168,8 @@ class ResultSet:
         return {"analysis": self.analysis, "models": [r.to_dict() for r in self.results]}
 
     def to_json(self, path=None, *, force: bool = False) -> dict[str, Any]:
-        d = self.to_dict()
-        if path is not None:
-            from embedscope.tables import write_json
-
-            write_json(path, d, force=force)
-        return d
+        """As :meth:`Result.to_json`: ``{"analysis", "models": [...]}``, what the file holds."""
+        return _to_json(self.to_dict(), path, force)
 
     def to_csv(self, path, *, table: bool = False, force: bool = False) -> Path:
         return _write_frame(_csv_ready(self.to_frame(table=table), self.results), path, "csv", force)
@@ -192,8 +185,11 @@ class ResultSet:
         keys: list[str] = []
         for r in self.results:
             keys += [k for k in r.values if k not in keys]
-        rows = [{"measure": k, **{r.model: r.values.get(k, math.nan) for r in self.results}} for k in keys]
-        return format_table(rows, ["measure"] + self.models, digits=digits, title=title)
+        # positional keys: a model named "measure" (or like another column) must not overwrite a cell
+        cols = ["measure"] + [f"{i}" for i in range(len(self.results))]
+        rows = [{"measure": k, **{c: r.values.get(k, math.nan) for c, r in zip(cols[1:], self.results)}}
+                for k in keys]
+        return format_table(rows, cols, digits=digits, title=title, headers=["measure"] + self.models)
 
     def __str__(self) -> str:
         return self.format()
@@ -217,6 +213,14 @@ def combine(results: Iterable[Result]) -> ResultSet:
     if len({r.analysis for r in results}) > 1:
         raise EmbedscopeError("results of different analyses cannot be combined")
     return ResultSet(results)
+
+
+def _to_json(d: dict[str, Any], path, force: bool) -> dict[str, Any]:
+    from embedscope.tables import _jsonable, write_json
+
+    if path is not None:
+        write_json(path, d, force=force)
+    return _jsonable(d)
 
 
 def _csv_ready(frame, results):
@@ -247,8 +251,11 @@ def _write_frame(frame, path, fmt: str, force: bool) -> Path:
 
 
 def provenance_of(es, *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Where a set came from: file and sha256 when read from a file, plus the file's model attributes."""
-    out: dict[str, Any] = {}
+    """Where a set came from: file and sha256 when read from a file, plus the file's model attributes,
+    and the embedscope version that computed the result (``embedscope_version``)."""
+    from embedscope import __version__
+
+    out: dict[str, Any] = {"embedscope_version": __version__}
     src = es.attrs.get("source_file")
     if src:
         out["file"] = str(src)
