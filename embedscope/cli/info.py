@@ -21,15 +21,18 @@ def run(args) -> int:
     rows = [
         {"field": "file", "value": args.file},
         {"field": "N x D", "value": f"{s['N']} x {s['D']}"},
-        {"field": "classes", "value": str(s["classes"])},
+        {"field": "dtype", "value": str(es.embeddings.dtype)},
+        # classes with at least one row; the file may name more (a data set's unused classes)
+        {"field": "classes", "value": str(s["classes"]) + (
+            f" ({len(es.class_names)} named)" if len(es.class_names) != s["classes"] else "")},
         # one row per split the file holds (train, test, val, query, gallery)
         *({"field": k[:-2], "value": f"{s[k]} images, {s[k[:-2] + '_classes']} classes"}
           for k in s if k.endswith("_N") and k != "N"),
         {"field": "mean embedding norm", "value": f"{s['mean_norm']:.4f}"},
         {"field": "properties", "value": ", ".join(map(str, s["properties"])) or "-"},
     ]
-    for k in ("dataset", "root", "transform", "checkpoint", "checkpoint_sha256", "embedscope_version",
-              "created", "format_version"):
+    for k in ("dataset", "root", "transform", "checkpoint", "checkpoint_sha256", "split_selected", "split_source",
+              "import_source", "import_format", "import_sha256", "embedscope_version", "created", "format_version"):
         if k in es.attrs and es.attrs[k] != "":
             rows.append({"field": k, "value": str(es.attrs[k])})
     cfg = es.attrs.get("checkpoint_config")
