@@ -53,8 +53,11 @@ class Source:
     """A source file read into named columns (``columns``) and, for a bare array, ``matrix``."""
 
     def __init__(self, path: Path, fmt: str, columns: dict[str, Any], matrix: np.ndarray | None = None,
-                 table: bool = False) -> None:
+                 table: bool = False, text: dict[str, np.ndarray] | None = None) -> None:
         self.path, self.fmt, self.columns, self.matrix, self.table = path, fmt, columns, matrix, table
+        #: a CSV/TSV's cells as written (no number parsing, no "NA" -> NaN): labels, paths, split,
+        #: class names and text properties are taken from these
+        self.text = text or {}
 
     def keys(self) -> list[str]:
         return list(self.columns)
@@ -85,18 +88,20 @@ def read_source(path: str | os.PathLike) -> Source:
             with np.load(path, allow_pickle=False) as z:
                 return Source(path, fmt, {k: z[k] for k in z.files})
         if fmt == "safetensors":
-            from safetensors.numpy import load_file
-
-            return Source(path, fmt, dict(load_file(str(path))))
+            return _read_safetensors(path)
         if fmt == "pt":
             return _read_pt(path)
         import pandas as pd
 
         if fmt == "parquet":
             df = pd.read_parquet(path)
-        else:
-            df = pd.read_csv(path, sep="\t" if fmt == "tsv" else ",")
-        return Source(path, fmt, {str(c): df[c].to_numpy() for c in df.columns}, table=True)
+            return Source(path, fmt, {str(c): df[c].to_numpy() for c in df.columns}, table=True)
+        sep = "\t" if fmt == "tsv" else ","
+        # numbers parsed exactly (pandas' default parser may be 1 ulp off); the cells as text too
+        df = pd.read_csv(path, sep=sep, float_precision="round_trip")
+        raw = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
+        return Source(path, fmt, {str(c): df[c].to_numpy() for c in df.columns}, table=True,
+                      text={str(c): raw[c].to_numpy(dtype=object) for c in raw.columns})
     except EmbedscopeError:
         raise
     except ValueError as e:
@@ -147,6 +152,20 @@ def _no_partly_numeric(src: Source, others: list[str]) -> None:
                                   "columns with --embeddings")
 
 
+def _read_safetensors(path: Path) -> Source:
+    """numpy has no bfloat16: a file holding one is read through torch (bfloat16 -> float32, exact)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        keys = list(f.keys())
+        try:
+            return Source(path, "safetensors", {k: f.get_tensor(k) for k in keys})
+        except TypeError:  # "data type 'bfloat16' not understood"
+            pass
+    with safe_open(str(path), framework="pt") as f:
+        return Source(path, "safetensors", {k: _to_numpy(f.get_tensor(k)) for k in keys})
+
+
 def _read_pt(path: Path) -> Source:
     import pickle
 
@@ -184,11 +203,8 @@ def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
             raise EmbedscopeError(f"{path}: cannot read the {what} ({e.__class__.__name__})") from None
         while lines and not lines[-1].strip():
             lines.pop()
-        vals = [s.strip() for s in lines]
-        try:
-            return np.array([int(v) for v in vals], dtype=np.int64)
-        except ValueError:
-            return np.array(vals, dtype=object)
+        vals = np.array([s.strip() for s in lines], dtype=object)
+        return _ints_if_exact(vals)
     src = read_source(path)
     if src.matrix is not None:
         arr = src.matrix
@@ -205,17 +221,57 @@ def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
     return arr
 
 
+def _ints_if_exact(text: np.ndarray) -> np.ndarray:
+    """Cells as written -> int64 when every one is an integer written plainly (``7``, ``-3``), else
+    the text itself: ``007``, ``+7``, ``1_000`` or ``NA`` stay as written (a class named "007" or
+    an item id "0042" is not the number 7 or 42)."""
+    try:
+        ints = [int(v) for v in text]
+    except (TypeError, ValueError):
+        return text
+    if all(str(i) == v for i, v in zip(ints, text)):
+        return np.array(ints, dtype=np.int64)
+    return text
+
+
+def _values(src: Source, key: str, what: str) -> np.ndarray:
+    """A column for labels, split, paths or class names: a CSV/TSV's as its cells are written
+    (integers when every cell is a plain integer), other sources' as stored."""
+    if key in src.text:
+        return _ints_if_exact(src.text[key])
+    return np.asarray(src.columns[key])
+
+
+def _check_present(path: Path, what: str, arr: np.ndarray | None) -> None:
+    """No empty cells (None, NaN, ''): a missing label or path would otherwise become the class or
+    the item "nan" / "None"."""
+    if arr is None or arr.ndim != 1:
+        return
+    if arr.dtype.kind == "f":
+        bad = np.isnan(arr)
+    elif arr.dtype.kind == "O":
+        bad = np.array([v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and v == "")
+                        for v in arr], dtype=bool)
+    elif arr.dtype.kind in "US":
+        bad = arr == arr.dtype.type()
+    else:
+        return
+    if bad.any():
+        raise EmbedscopeError(f"{path}: {what}: {int(bad.sum())} empty value(s) (first: row "
+                              f"{int(np.flatnonzero(bad)[0])}); every row needs one")
+
+
 def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, used: set[str]) -> np.ndarray | None:
     """``spec`` names a key/column of the source or a file; None tries ``defaults``."""
     if spec is None:
         for k in defaults:
             if k in src.columns:
                 used.add(k)
-                return np.asarray(src.columns[k])
+                return _values(src, k, what)
         return None
     if spec in src.columns:
         used.add(spec)
-        return np.asarray(src.columns[spec])
+        return _values(src, spec, what)
     if Path(spec).is_file():
         return read_vector(spec, what)
     keys = ", ".join(map(_pretty, src.keys())) or "none (the source is one array)"
@@ -266,6 +322,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     """
     from embedscope.fileio import sha256_file
     from embedscope.store import SPLITS, EmbeddingSet
+    from embedscope.store.embeddings import _check_property_name
 
     if split is not None and split_by_class is not None:
         raise UsageError("--split and --split-by-class exclude each other")
@@ -288,7 +345,12 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         if name not in src.columns:
             raise EmbedscopeError(f"{src.path}: no column '{_pretty(name)}' for --properties (columns: "
                                   f"{', '.join(map(_pretty, src.keys()))})")
-        props[name] = np.asarray(src.columns[name])
+        _check_property_name(name, str(src.path))
+        v = np.asarray(src.columns[name])
+        if name in src.text and v.dtype.kind not in "iufb":
+            v = src.text[name]  # text as written: "NA" stays "NA"
+        _check_present(src.path, f"property '{_pretty(name)}'", v)
+        props[name] = v
         used.add(name)
     X = _embeddings(src, embeddings, used)
     if X is None:  # a table without an embedding column: every numeric column not used otherwise
@@ -316,6 +378,8 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
                                   f"(|x| > 3.4e38; first: row {int(np.flatnonzero(bad)[0])}); the store keeps float32")
         X = X32
     n = X.shape[0]
+    for what, arr in (("labels", y), ("split", sp), ("paths", pa), ("class names", cn)):
+        _check_present(src.path, what, arr)
     for what, arr in (("labels", y), ("split", sp), ("paths", pa), *((f"property '{k}'", v) for k, v in props.items())):
         if arr is not None and arr.ndim != 1:
             raise EmbedscopeError(f"{src.path}: {what} must hold one value per row (1-D), got shape {arr.shape}")

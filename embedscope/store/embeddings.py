@@ -66,7 +66,8 @@ class EmbeddingSet:
 
         * ``y``: integers or strings. Without ``class_names`` the classes are the sorted distinct
           labels, named by their value (so label 7 keeps the name "7"); with ``class_names``,
-          integer labels index into it.
+          integer labels index into it and string labels are looked up in it (class i is
+          ``class_names[i]``, whatever the sorted order of the names).
         * ``split``: one value per row (``train``, ``test``, ``val``, ``query``, ``gallery``), a
           single value for every row, or ``None``: every row is ``"test"`` (what ``evaluate``
           reads by default) and ``attrs["split_source"]`` says so.
@@ -95,7 +96,11 @@ class EmbeddingSet:
                 raise EmbedscopeError("labels must hold class labels (integers or strings)") from None
             labels, names = codes.reshape(-1).astype(np.int64), [str(v) for v in values]
         else:
-            labels, names = check_labels(y_arr, n), [str(c) for c in class_names]
+            names = [str(c) for c in class_names]
+            if y_arr.dtype.kind in "OUS":
+                labels = _labels_by_name(y_arr.astype(str), names)
+            else:
+                labels = check_labels(y_arr, n)
         attrs = dict(attrs or {})
         if split is None:
             split_arr = np.full(n, "test", dtype=object)
@@ -168,6 +173,7 @@ class EmbeddingSet:
             shown = ", ".join(repr(str(s)) for s in sorted(bad_split)[:5])
             raise EmbedscopeError(f"{source}: unknown split value(s) {shown} (allowed: {', '.join(SPLITS)})")
         for k, v in self.properties.items():
+            _check_property_name(k, source)
             if v.shape[:1] != (n,):
                 raise EmbedscopeError(f"{source}: property '{k}' has shape {v.shape}, expected ({n},)")
 
@@ -236,6 +242,43 @@ class EmbeddingSet:
         return out
 
 
+def _labels_by_name(y: np.ndarray, names: list[str]) -> np.ndarray:
+    """String labels -> their index in ``names`` (one-line errors for repeated names, unknown labels)."""
+    index: dict[str, int] = {}
+    for i, c in enumerate(names):
+        if c in index:
+            raise EmbedscopeError(f"class names repeat {c!r} (positions {index[c]} and {i})")
+        index[c] = i
+    values, inverse = np.unique(y, return_inverse=True)
+    unknown = [str(v) for v in values if v not in index]
+    if unknown:
+        raise EmbedscopeError(f"{len(unknown)} label(s) are not among the {len(names)} class names, e.g. "
+                              f"{', '.join(repr(u) for u in unknown[:3])}")
+    return np.array([index[v] for v in values], dtype=np.int64)[inverse.reshape(-1)]
+
+
+def _check_property_name(name: str, source: str) -> None:
+    """``/properties/<name>`` is an HDF5 path: "/" would make groups, "." and "" name no dataset."""
+    if name in ("", ".", "..") or "/" in name or "\x00" in name:
+        raise EmbedscopeError(f"{source}: {name!r} cannot be a property name (no '/', NUL, '.' or empty "
+                              "name in HDF5)")
+
+
+def _check_text(values: np.ndarray, what: str) -> None:
+    """HDF5 strings are NUL-terminated UTF-8: a NUL would cut the text there, a lone surrogate (an
+    undecodable byte of a file name) cannot be written. One line naming the first such row."""
+    for i, v in enumerate(values):
+        v = str(v)
+        if "\x00" in v:
+            raise EmbedscopeError(f"{what}: row {i} holds a NUL character, which HDF5 text cannot store")
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise EmbedscopeError(f"{what}: row {i} is not valid text (an undecodable byte, "
+                                      f"{v.encode('utf-8', 'backslashreplace').decode('ascii')!r})") from None
+
+
 def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: str = "b"
                   ) -> tuple[EmbeddingSet, EmbeddingSet]:
     """Reorder ``b`` to ``a``'s rows by image path (the same images under two models, epochs or layers).
@@ -293,6 +336,9 @@ def save(
     from embedscope import __version__
 
     es.validate()
+    for what, values in (("paths", es.paths), ("split", es.split), ("class_names", es.class_names),
+                         *((f"property '{k}'", v) for k, v in es.properties.items() if v.dtype.kind in "OUS")):
+        _check_text(np.asarray(values).reshape(-1), f"{path}: {what}")
     all_attrs = dict(es.attrs)
     all_attrs.update(attrs or {})
     all_attrs["format_version"] = FORMAT_VERSION
@@ -337,6 +383,9 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     import h5py
 
     es.validate()
+    for k in names:
+        if es.properties[k].dtype.kind in "OUS":
+            _check_text(es.properties[k].reshape(-1), f"{path}: property '{k}'")
     src = Path(path)
     image = io.BytesIO(src.read_bytes())
     with atomic_output(path, force=True) as tmp:
