@@ -429,3 +429,22 @@ def test_foreign_float64_file_is_read_and_info_says_so(tmp_path, capsys):
     assert store.load(f).embeddings.tobytes() == x.tobytes()  # read as stored
     assert main(["info", str(f)]) == 0
     assert "float64" in capsys.readouterr().out
+
+
+def test_add_properties_reads_the_table_as_written(tmp_path, capsys):
+    """Paths "0001" stay "0001" (pandas made them 1, so the join failed), a value "NA" is a value,
+    "007" stays a text value distinct from "7"; numeric columns keep their exact numbers."""
+    paths = [f"{i:04d}" for i in range(6)]
+    f = tmp_path / "e.h5"
+    store.save(f, EmbeddingSet.from_arrays(RNG.normal(size=(6, 3)), np.arange(6) % 2, paths=paths))
+    (tmp_path / "p.csv").write_text("path,maker,size,area\n" + "".join(
+        f"{p},{m},{s},{a}\n" for p, m, s, a in zip(paths, ["NA", "007", "7", "NA", "007", "7"],
+                                                     [1, 2, 3, 1, 2, 3], ["0.1", "0.2", "1e-3", "0.1", "2", "3"])))
+    assert main(["add-properties", str(f), str(tmp_path / "p.csv")]) == 0, capsys.readouterr().err
+    d = _h5(f)
+    assert d["properties/maker"].tolist() == ["NA", "007", "7", "NA", "007", "7"]
+    assert d["properties/size"].tolist() == [1, 2, 3, 1, 2, 3] and d["properties/size"].dtype.kind == "i"
+    assert d["properties/area"].tolist() == [0.1, 0.2, 1e-3, 0.1, 2.0, 3.0]
+    (tmp_path / "q.csv").write_text("path,x\n0000,a\n0001,\n0002,b\n0003,b\n0004,a\n0005,a\n")
+    assert main(["add-properties", str(f), str(tmp_path / "q.csv")]) == 1
+    assert "column 'x' has 1 empty value(s)" in capsys.readouterr().err

@@ -28,20 +28,40 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
             df = pd.read_parquet(path)
+            text = None
         else:
-            df = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+            sep = "\t" if path.suffix.lower() == ".tsv" else ","
+            # the cells as written (a path "0001" is not the number 1, a value "NA" is not missing) and,
+            # for numeric columns, the numbers parsed exactly
+            text = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
+            df = pd.read_csv(path, sep=sep, float_precision="round_trip")
     except Exception as e:  # noqa: BLE001 - any parse failure is one line
         raise EmbedscopeError(f"{path}: cannot be read as a table ({e.__class__.__name__})") from None
     if "path" not in df.columns:
         raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))})")
     if len(df.columns) < 2:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
+    from embedscope.importers import _ints_if_exact
+
     out = {}
     for c in df.columns:
-        col = df[c]
-        if col.isna().any():
-            raise EmbedscopeError(f"{path}: column '{c}' has {int(col.isna().sum())} empty value(s)")
-        out[str(c)] = col.to_numpy() if col.dtype.kind in "iufb" else col.astype(str).to_numpy(dtype=object)
+        if text is None:
+            col = df[c]
+            if col.isna().any():
+                raise EmbedscopeError(f"{path}: column '{c}' has {int(col.isna().sum())} empty value(s)")
+            out[str(c)] = col.to_numpy() if col.dtype.kind in "iufb" else col.astype(str).to_numpy(dtype=object)
+            continue
+        cells = text[c].to_numpy(dtype=object)
+        empty = int(sum(v.strip() == "" for v in cells))
+        if empty:
+            raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
+        ints = _ints_if_exact(cells)
+        if c == "path" or ints.dtype.kind == "i":
+            out[str(c)] = cells if c == "path" else ints
+        elif df[c].dtype.kind == "f" and not df[c].isna().any():
+            out[str(c)] = df[c].to_numpy()  # every cell a number (1.5, 1e-3): parsed exactly
+        else:
+            out[str(c)] = cells
     return out
 
 
