@@ -268,3 +268,19 @@ def test_properties_names_as_evaluate(tmp_path, capsys):
     except SystemExit as e:
         rc = e.code
     assert rc == 2 and "--names gives 2 name(s) for 1 file(s)" in capsys.readouterr().err
+
+
+def test_property_bars_leave_room_above_the_highest_ceiling():
+    """The ceiling ticks sat on the axes' frame (the y-limit ended at the highest ceiling)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.properties import property_bars
+
+    rows = [{"model": "m", "property": "a", "NR-Prec": 8.0, "ceiling": 20.0},
+            {"model": "m", "property": "b", "NR-Prec": 0.5, "ceiling": 15.0}]
+    fig = property_bars(rows)
+    assert fig.axes[0].get_ylim()[1] >= 1.3 * 20.0
+    plt.close(fig)

@@ -40,6 +40,11 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         ax.set_ylabel("NR-Prec (z, higher = more clustered)")
         ax.set_xlabel("image property")
         ax.set_yscale("symlog", linthresh=3.0)
+        tops = [v for r in rows for v in (r.get("NR-Prec"), r.get("ceiling"))
+                if isinstance(v, (int, float)) and np.isfinite(v)]
+        if tops and max(tops) > 0:  # headroom above the highest ceiling tick (it sat on the frame)
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(lo, max(hi, 1.4 * max(tops)))
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         if title:
             ax.set_title(title)
