@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.scale import pow2_rows
 
 #: r is clipped to ±R_CLIP before the Fisher transform (z = artanh r stays finite, |z| <= 8.39).
 R_CLIP = 1.0 - 1e-7
@@ -51,18 +52,6 @@ def _check_pair(a, b) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def _pow2_rows(x: np.ndarray) -> np.ndarray:
-    """Each row of a float64 array multiplied by the power of two that brings its largest |value|
-    into [0.5, 1) (exact; rows already there, e.g. maps in [0, 1] with maximum > 0.5, keep their
-    bits), so that sums of squares neither overflow (maps ~1e200) nor lose digits to subnormals
-    (maps ~1e-300). Pearson r and the sum-normalised maps of the JSD do not change."""
-    top = np.max(np.abs(x), axis=1) if x.shape[1] else np.zeros(x.shape[0])
-    e = np.frexp(np.where(top > 0, top, 1.0))[1]
-    if np.any(e):
-        x = np.ldexp(x, -e[:, None])
-    return x
-
-
 def _chunks(n: int, p: int):
     step = max(1, _CHUNK_ELEMENTS // max(p, 1))
     for s in range(0, n, step):
@@ -81,8 +70,8 @@ def pearson_per_image(maps_a, maps_b) -> np.ndarray:
     a, b = _check_pair(maps_a, maps_b)
     out = np.empty(a.shape[0], dtype=np.float64)
     for s in _chunks(a.shape[0], a.shape[1]):
-        x = _pow2_rows(a[s].astype(np.float64))
-        y = _pow2_rows(b[s].astype(np.float64))
+        x = pow2_rows(a[s].astype(np.float64))
+        y = pow2_rows(b[s].astype(np.float64))
         # a constant map has no r; decided on the values themselves, not on x - mean(x), which
         # is not exactly 0 when the mean of n copies of v rounds to a float other than v
         const = (x.max(axis=1) == x.min(axis=1)) | (y.max(axis=1) == y.min(axis=1))
@@ -128,7 +117,7 @@ def jsd_per_image(maps_a, maps_b, *, base=2) -> np.ndarray:
         q = b[s].astype(np.float64)
         if (p < 0).any() or (q < 0).any():
             raise EmbedscopeError("JSD needs non-negative maps (post-processed saliency maps)")
-        p, q = _pow2_rows(p), _pow2_rows(q)  # exact; the sums below can neither overflow nor underflow
+        p, q = pow2_rows(p), pow2_rows(q)  # exact; the sums below can neither overflow nor underflow
         sp = p.sum(axis=1, keepdims=True)
         sq = q.sum(axis=1, keepdims=True)
         ok = (sp[:, 0] > 0) & (sq[:, 0] > 0)

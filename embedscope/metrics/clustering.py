@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.scale import pow2_shift
 
 __all__ = ["kmeans_nmi_f1", "kmeans_labels", "nmi", "pairwise_f1"]
 
@@ -138,19 +139,17 @@ def _roth_cosine_assign(X64: np.ndarray, C: np.ndarray) -> np.ndarray:
     return out
 
 
-KMEANS_SAFE = (2.0 ** -32, 2.0 ** 32)  # largest |entry| outside: the rows are scaled by a power of two
+KMEANS_SAFE_EXP = 32  # largest |entry| outside [2^-32, 2^32]: the rows are scaled by a power of two
 
 
 def _in_float32_range(X64: np.ndarray) -> np.ndarray:
-    """``X64``, or where its largest absolute entry lies outside ``KMEANS_SAFE``, ``X64`` times the
+    """``X64``, or where its largest absolute entry lies outside [2^-32, 2^32] (``KMEANS_SAFE_EXP``), ``X64`` times the
     power of two that brings it into [0.5, 1): k-means runs in float32, where such rows overflow
     (entries from ~2^64 on: squared norms are inf) or underflow. The labels are those of the rows
     as given: a power of two scales every float32 sum, centroid and squared distance exactly, and
     faiss's initialisation and split do not depend on the scale."""
-    m = max(float(X64.max(initial=0.0)), -float(X64.min(initial=0.0)))
-    if m == 0.0 or KMEANS_SAFE[0] < m < KMEANS_SAFE[1]:
-        return X64
-    return X64 * np.ldexp(1.0, -int(np.frexp(m)[1]))
+    shift = pow2_shift(X64, KMEANS_SAFE_EXP)
+    return X64 * np.ldexp(1.0, -shift) if shift else X64
 
 
 def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metric: str = "cosine",

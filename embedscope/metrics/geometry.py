@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.scale import pow2_rows
 from embedscope.metrics.spectral import (
     GRAM_RCOND,
     RANKME_EPS,
@@ -43,8 +44,7 @@ _TINY_SQ = 2.0 ** -900
 def _unit_rows(b: np.ndarray) -> np.ndarray:
     """Unit vectors of the non-zero float64 rows b, each row first brought to max |value| in
     [0.5, 1) by a power of two (exact): no overflow, no subnormal squares."""
-    top = np.max(np.abs(b), axis=1)
-    c = np.ldexp(b, -np.frexp(top)[1][:, None])
+    c = pow2_rows(b)
     return c / np.sqrt(np.einsum("ij,ij->i", c, c))[:, None]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.scale import pow2_rows, pow2_shift
 from embedscope.validation import check_int, check_labels, check_matrix, numeric_array
 
 METRICS = ("cosine", "dot", "euclidean")
@@ -108,15 +109,12 @@ def nearest_same_different(
             raise EmbedscopeError("X contains NaN or inf (or values beyond the float32 range)")
 
     # extreme scales: an exact power-of-two rescaling (similarities are scaled back at the end)
-    shift = 0
-    top = float(np.max(np.abs(X))) if X.size else 0.0
-    if top > 0 and not (2.0 ** -_SCALE_LIMIT <= top <= 2.0 ** _SCALE_LIMIT):
+    shift = pow2_shift(X, _SCALE_LIMIT)
+    if shift:
         if metric == "cosine":  # cosine ignores each row's scale: bring every row's largest |value| near 1
-            row_top = np.max(np.abs(X), axis=1)
-            e = np.frexp(np.where(row_top > 0, row_top, 1.0))[1]
-            X = np.ldexp(X, -e[:, None]).astype(dtype, copy=False)
+            X = pow2_rows(X).astype(dtype, copy=False)
+            shift = 0
         else:
-            shift = int(np.frexp(top)[1])
             X = np.ldexp(X, -shift).astype(dtype, copy=False)
 
     # classes numbered by first appearance: the computation (and so every rounding) depends only on
@@ -196,7 +194,8 @@ def nearest_same_different(
                 a[finite] = np.ldexp(a[finite], power)
                 if not np.all(np.isfinite(a[finite])):
                     raise EmbedscopeError(f"{metric} similarities of these embeddings exceed the float64 range "
-                                          f"(largest |value| {top:.3g}): rescale the embeddings")
+                                          f"(largest |value| {float(np.ldexp(np.max(np.abs(X)), shift)):.3g}): "
+                                          "rescale the embeddings")
     out_same[~np.isfinite(out_same)] = np.nan
     out_diff[~np.isfinite(out_diff)] = np.nan
     s_same[order] = out_same

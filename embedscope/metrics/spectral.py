@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics import scale
 from embedscope.validation import check_int, check_labels, check_matrix, check_number
 
 __all__ = [
@@ -53,17 +54,9 @@ SCALE_LIMIT = 256
 
 
 def pow2_shift(X) -> int:
-    """The exponent e with max|X| in [2^(e-1), 2^e) when max|X| lies outside [2^-SCALE_LIMIT,
-    2^SCALE_LIMIT], else 0 (also for an all-zero X, or when X holds NaN or inf: checked elsewhere).
-    ``ldexp(X, -e)`` is then exact and its largest |value| lies in [0.5, 1)."""
-    X = np.asarray(X)
-    if X.size == 0:
-        return 0
-    with np.errstate(invalid="ignore"):
-        top = max(abs(float(X.max())), abs(float(X.min())))
-    if not np.isfinite(top) or top == 0 or 2.0 ** -SCALE_LIMIT <= top <= 2.0 ** SCALE_LIMIT:
-        return 0
-    return int(np.frexp(top)[1])
+    """:func:`embedscope.metrics.scale.pow2_shift` at ``SCALE_LIMIT``: the exponent e with max|X| in
+    [2^(e-1), 2^e) when max|X| lies outside [2^-SCALE_LIMIT, 2^SCALE_LIMIT], else 0."""
+    return scale.pow2_shift(X, SCALE_LIMIT)
 
 
 # ----------------------------------------------------------------------------- Gram accumulation

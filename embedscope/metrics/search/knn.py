@@ -49,6 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.scale import pow2_rows
 from embedscope.metrics.search.threads import blas_single_thread
 from embedscope.validation import check_int, check_matrix
 
@@ -93,7 +94,7 @@ def prepare(A64: np.ndarray, metric: str, name: str = "X", *, inplace: bool = Fa
             if np.any(m == 0):
                 i = int(odd[np.flatnonzero(m == 0)[0]])
                 raise EmbedscopeError(f"row {i} of {name} is all zeros: its cosine similarity is undefined")
-            A64[odd] = np.ldexp(A64[odd], -np.frexp(m)[1][:, None])
+            A64[odd] = pow2_rows(A64[odd])
             nrm[odd] = np.sqrt(np.einsum("ij,ij->i", A64[odd], A64[odd]))
         A64 = np.divide(A64, nrm[:, None], out=A64 if inplace else None)
     return A64
