@@ -321,9 +321,8 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
                         "p_value": nan, "significant_2.576": False})
             out[name] = res
             continue
+        sig, z = _query_z(h, r, p)
         with np.errstate(divide="ignore", invalid="ignore"):
-            sig = np.sqrt(r * p * (1 - p))
-            z = (h - r * p) / sig
             ceil = np.sqrt(r * (1 - p) / p)
             M, Kp = n - 1.0, nv - 1.0
             eh = r * Kp / M
@@ -358,12 +357,16 @@ def _nr_prec(h: np.ndarray, R: np.ndarray, Nv: np.ndarray) -> float:
     if nq == 0:
         return float("nan")
     h, r, nv = (a[q].astype(np.float64) for a in (h, R, Nv))
-    p = nv / nq
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sig = np.sqrt(r * p * (1 - p))
-        z = (h - r * p) / sig
+    sig, z = _query_z(h, r, nv / nq)
     ok = sig > 0
     return float(np.mean(z[ok])) if ok.any() else float("nan")
+
+
+def _query_z(h: np.ndarray, r: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per query sigma = sqrt(R p (1 - p)) and z = (h - R p) / sigma (Eq. 5; z is not finite where sigma = 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sig = np.sqrt(r * p * (1 - p))
+        return sig, (h - r * p) / sig
 
 
 def _permuted_nr_prec(eng: _Engine, codes: np.ndarray, R: np.ndarray, Nv: np.ndarray, permutations: int, seed: int,
