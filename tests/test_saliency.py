@@ -385,8 +385,8 @@ def test_digits_same_loss_seeds_vs_untrained(tmp_path):
     """Two digits models trained with the same loss (margin, 10 epochs as in the demo) and different
     seeds agree more with each other than with an untrained network (docs/methods.md §8's question).
 
-    Measured (300 test images, l = 50, paper order, 2026-11-23): trained-trained r = 0.444, JSD 0.155
-    bits; trained-untrained r = 0.02-0.22, JSD 0.225-0.266 (code order: 0.545 vs 0.13-0.35). After only
+    Measured (300 test images, l = 50, paper order, 2026-11-24): trained-trained r = 0.448, JSD 0.154
+    bits; trained-untrained r = 0.02-0.22, JSD 0.224-0.266 (code order: 0.550 vs 0.13-0.35). After only
     5 epochs it did NOT hold for one of the two seeds (r 0.248 vs 0.26). Two untrained networks agree
     most of all (r = 0.77): a random CNN's saliency follows the image's bright strokes.
     """
