@@ -204,7 +204,7 @@ def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
         while lines and not lines[-1].strip():
             lines.pop()
         vals = np.array([s.strip() for s in lines], dtype=object)
-        return _ints_if_exact(vals)
+        return ints_if_exact(vals)
     src = read_source(path)
     if src.matrix is not None:
         arr = src.matrix
@@ -221,7 +221,7 @@ def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
     return arr
 
 
-def _ints_if_exact(text: np.ndarray) -> np.ndarray:
+def ints_if_exact(text: np.ndarray) -> np.ndarray:
     """Cells as written -> int64 when every one is an integer written plainly (``7``, ``-3``), else
     the text itself: ``007``, ``+7``, ``1_000`` or ``NA`` stay as written (a class named "007" or
     an item id "0042" is not the number 7 or 42)."""
@@ -238,7 +238,7 @@ def _values(src: Source, key: str, what: str) -> np.ndarray:
     """A column for labels, split, paths or class names: a CSV/TSV's as its cells are written
     (integers when every cell is a plain integer), other sources' as stored."""
     if key in src.text:
-        return _ints_if_exact(src.text[key])
+        return ints_if_exact(src.text[key])
     return np.asarray(src.columns[key])
 
 

@@ -30,6 +30,6 @@ def save_digits_checkpoint(path, embed_dim: int = 8, seed: int = 0):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
+def emb_cache(tmp_path_factory):
     """An embedding cache folder for the studies of one test module."""
     return tmp_path_factory.mktemp("cache")

@@ -27,9 +27,9 @@ def grid(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def first(grid, cache, tmp_path_factory):
+def first(grid, emb_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("s") / "study"
-    res = run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None)
+    res = run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=lambda s: None)
     return out, res
 
 
@@ -80,11 +80,11 @@ def test_two_checkpoint_study_matches_direct_computation(first, grid):
     assert (out / "figures" / "fig5_structure_vs_target.pdf").exists()
 
 
-def test_cache_is_reused_across_studies_and_report_is_valid_html(first, grid, cache, tmp_path):
+def test_cache_is_reused_across_studies_and_report_is_valid_html(first, grid, emb_cache, tmp_path):
     import html5lib
 
     out, _ = first
-    res = run_study(grid, tmp_path / "again", workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None,
+    res = run_study(grid, tmp_path / "again", workers=0, cache_dir=emb_cache, n_boot=50, echo=lambda s: None,
                     measures=MEASURED, figures=False)
     assert all(r["cached"] for r in res["computed"])
     a = pd.read_csv(out / "runs.csv").set_index("id")
@@ -102,7 +102,7 @@ def test_cache_is_reused_across_studies_and_report_is_valid_html(first, grid, ca
     assert "-0.80" in text and "Published values" in text and "untrained" in text
 
 
-def test_killed_study_resumes_without_recomputing(first, grid, cache, tmp_path):
+def test_killed_study_resumes_without_recomputing(first, grid, emb_cache, tmp_path):
     out = tmp_path / "killed"
     seen = []
 
@@ -112,23 +112,23 @@ def test_killed_study_resumes_without_recomputing(first, grid, cache, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None, on_row=stop, **FAST)
+        run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=lambda s: None, on_row=stop, **FAST)
     assert not (out / "runs.csv").exists() and len(list((out / "rows").glob("*.json"))) == 2
-    res = run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=lambda s: None, **FAST)
+    res = run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=lambda s: None, **FAST)
     assert sorted(r["id"] for r in res["computed"]) == sorted(set(r["id"] for r in res["rows"]) - set(seen))
     a = pd.read_csv(first[0] / "runs.csv").set_index("id")
     b = pd.read_csv(out / "runs.csv").set_index("id")
     assert np.array_equal(a.loc[b.index, MEASURED].to_numpy(), b[MEASURED].to_numpy())
     # a finished study is not recomputed; other settings into the same folder are refused
     said = []
-    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
     assert "study: every row finished earlier and the statistics are up to date" in said
     # statistics written by another embedscope version are computed again (from the finished rows)
     meta = json.loads((out / "study.json").read_text())
     meta["versions"]["embedscope"] = "0.0.older"
     (out / "study.json").write_text(json.dumps(meta))
     said.clear()
-    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
     assert not any("up to date" in s for s in said)
     assert json.loads((out / "study.json").read_text())["versions"]["embedscope"] != "0.0.older"
     # ... and so are those made by other statistics or figure code (same version, a local change)
@@ -137,24 +137,24 @@ def test_killed_study_resumes_without_recomputing(first, grid, cache, tmp_path):
     meta["stats_code"] = "0" * 16
     (out / "study.json").write_text(json.dumps(meta))
     said.clear()
-    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
     assert not any("up to date" in s for s in said)
     said.clear()
-    assert run_study(grid, out, workers=0, cache_dir=cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
+    assert run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=said.append, **FAST)["computed"] == []
     assert "study: every row finished earlier and the statistics are up to date" in said
     from embedscope.errors import EmbedscopeError
 
     with pytest.raises(EmbedscopeError, match="other settings"):
-        run_study(grid, out, epoch="last", workers=0, cache_dir=cache, echo=lambda s: None)
+        run_study(grid, out, epoch="last", workers=0, cache_dir=emb_cache, echo=lambda s: None)
 
 
-def test_broken_checkpoint_reports_its_row_and_exit_code(grid, cache, tmp_path, capsys):
+def test_broken_checkpoint_reports_its_row_and_exit_code(grid, emb_cache, tmp_path, capsys):
     folder = tmp_path / "ckpts"
     folder.mkdir()
     for f in ("digits_contrastive_p0_s0.pt", "digits_softmax_p0_s0.pt"):
         shutil.copy(grid / f, folder / f)
     (folder / "broken.pt").write_bytes(b"not a checkpoint at all")
-    rc = main(["study", str(folder), "-o", str(tmp_path / "st"), "--workers", "0", "--cache-dir", str(cache),
+    rc = main(["study", str(folder), "-o", str(tmp_path / "st"), "--workers", "0", "--cache-dir", str(emb_cache),
                "--no-progress", "--bootstrap", "20", "--no-figures", "--measures", *MEASURED])
     assert rc == 1
     assert "1 of 4 checkpoints failed" in capsys.readouterr().err
@@ -229,11 +229,11 @@ def _fail(*args):
     raise SystemExit(3)
 
 
-def _cache_name(cache, row):
+def _cache_name(emb_cache, row):
     """The embedding cache file of a study row (the one file whose provenance names its checkpoint)."""
     from embedscope import store
 
-    for f in sorted(cache.glob("*.h5")):
+    for f in sorted(emb_cache.glob("*.h5")):
         if store.load(f).attrs.get("checkpoint_sha256") == row["sha256"]:
             return f.name
     raise AssertionError(f"no cached embedding of {row['id']}")

@@ -28,9 +28,9 @@ def grid(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def finished(grid, cache, tmp_path_factory):
+def finished(grid, emb_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("s") / "study"
-    run_study(grid, out, workers=0, cache_dir=cache, n_boot=5, measures=MEASURES, figures=False, echo=lambda s: None)
+    run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=5, measures=MEASURES, figures=False, echo=lambda s: None)
     return out
 
 
@@ -42,8 +42,8 @@ def study(finished, tmp_path):
     return d
 
 
-def _args(grid, out, cache, *more):
-    return ["study", str(grid), "-o", str(out), "--workers", "0", "--cache-dir", str(cache), "--bootstrap", "5",
+def _args(grid, out, emb_cache, *more):
+    return ["study", str(grid), "-o", str(out), "--workers", "0", "--cache-dir", str(emb_cache), "--bootstrap", "5",
             "--measures", *MEASURES, "--no-figures", "--no-progress", *more]
 
 
@@ -71,16 +71,16 @@ def _rows(study):
 
 # 1. a corrupt or foreign study folder
 
-def test_unreadable_runs_csv_of_a_finished_study_is_computed_again(study, grid, cache, capsys):
+def test_unreadable_runs_csv_of_a_finished_study_is_computed_again(study, grid, emb_cache, capsys):
     (study / "runs.csv").write_text("foo\n1\n")
     rows = _rows(study)
-    assert run(_args(grid, study, cache)) == 0, capsys.readouterr().err
+    assert run(_args(grid, study, emb_cache)) == 0, capsys.readouterr().err
     assert (study / "runs.csv").read_text().startswith("id,")
     assert _rows(study) == rows  # the finished rows were kept, not measured again
 
 
 @pytest.mark.parametrize("text", ["{bad", "[1, 2]", "{}"])
-def test_unreadable_correlations_json(study, grid, cache, capsys, text):
+def test_unreadable_correlations_json(study, grid, emb_cache, capsys, text):
     (study / "correlations.json").write_text(text)
     page = study.parent / "page.html"
     assert run(["report", str(study), "-o", str(page)]) == 1
@@ -89,24 +89,24 @@ def test_unreadable_correlations_json(study, grid, cache, capsys, text):
         assert "not valid JSON" in err
     assert not page.exists()
     # the study itself computes it again from its rows
-    assert run(_args(grid, study, cache)) == 0, capsys.readouterr().err
+    assert run(_args(grid, study, emb_cache)) == 0, capsys.readouterr().err
     assert run(["report", str(study), "-o", str(page)]) == 0
     assert page.exists()
 
 
-def test_unreadable_study_json(study, grid, cache, capsys):
+def test_unreadable_study_json(study, grid, emb_cache, capsys):
     (study / "study.json").write_text("{bad")
     rows = _rows(study)
-    assert run(_args(grid, study, cache)) == 1
+    assert run(_args(grid, study, emb_cache)) == 1
     one_line(capsys, "study.json", "not valid JSON", "--force")
     assert _rows(study) == rows and (study / "study.json").read_text() == "{bad"
     assert run(["report", str(study), "-o", str(study.parent / "page.html")]) == 1
     one_line(capsys, "study.json", "not valid JSON")
     assert not (study.parent / "page.html").exists()
     (study / "study.json").write_text("[]")
-    assert run(_args(grid, study, cache)) == 1
+    assert run(_args(grid, study, emb_cache)) == 1
     one_line(capsys, "study.json", "--force")
-    assert run(_args(grid, study, cache, "--force")) == 0, capsys.readouterr().err
+    assert run(_args(grid, study, emb_cache, "--force")) == 0, capsys.readouterr().err
     assert (study / "study.json").read_text().startswith("{")
 
 
@@ -132,19 +132,19 @@ def _no_work(monkeypatch):
     monkeypatch.setattr(embedscope.train.trainer, "train", boom)
 
 
-def _commands(grid, cache, out):
+def _commands(grid, emb_cache, out):
     return {"make-shapes": ["make-shapes", "-o", out, "--n-images", "3", "--size", "16", "--no-progress"],
-            "study": _args(grid, out, cache),
+            "study": _args(grid, out, emb_cache),
             "train-grid": ["train-grid", "--dataset", "digits", "--losses", "margin", "--epochs", "0",
                            "--embed-dim", "8", "-o", out, "--no-progress"]}
 
 
 @pytest.mark.parametrize("command", ["make-shapes", "study", "train-grid"])
-def test_a_file_as_a_parent_of_the_output_folder(tmp_path, grid, cache, capsys, monkeypatch, command):
+def test_a_file_as_a_parent_of_the_output_folder(tmp_path, grid, emb_cache, capsys, monkeypatch, command):
     _no_work(monkeypatch)
     f = tmp_path / "m.h5"
     f.write_bytes(b"data")
-    assert run(_commands(grid, cache, str(f / "sub"))[command]) == 1
+    assert run(_commands(grid, emb_cache, str(f / "sub"))[command]) == 1
     one_line(capsys, "is a file, not a folder")
     assert f.read_bytes() == b"data" and sorted(os.listdir(tmp_path)) == ["m.h5"]
 
@@ -172,9 +172,9 @@ def readonly_dir(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["make-shapes", "study", "train-grid"])
-def test_an_unwritable_output_folder(readonly_dir, grid, cache, capsys, monkeypatch, command):
+def test_an_unwritable_output_folder(readonly_dir, grid, emb_cache, capsys, monkeypatch, command):
     _no_work(monkeypatch)
-    assert run(_commands(grid, cache, str(readonly_dir / "x"))[command]) == 1
+    assert run(_commands(grid, emb_cache, str(readonly_dir / "x"))[command]) == 1
     one_line(capsys, "cannot write there", "is not writable")
     assert not (readonly_dir / "x").exists()
 
@@ -187,21 +187,21 @@ def test_an_unwritable_output_folder(readonly_dir, grid, cache, capsys, monkeypa
     (["--target", "bogus"], 2, "--target"),
     (["--cache-dir", "FILE"], 1, "not a folder"),
 ])
-def test_study_options_are_checked_first(tmp_path, grid, cache, capsys, monkeypatch, more, code, needle):
+def test_study_options_are_checked_first(tmp_path, grid, emb_cache, capsys, monkeypatch, more, code, needle):
     _no_work(monkeypatch)
     f = tmp_path / "file"
     f.write_text("x")
     more = [str(f) if m == "FILE" else m for m in more]
     out = tmp_path / "out"
-    assert run([*_args(grid, out, cache), *more]) == code
+    assert run([*_args(grid, out, emb_cache), *more]) == code
     one_line(capsys, needle)
     assert not out.exists() and f.read_text() == "x"
 
 
-def test_study_bootstrap_zero_means_no_intervals(study, grid, cache, capsys):
+def test_study_bootstrap_zero_means_no_intervals(study, grid, emb_cache, capsys):
     import json
 
-    assert run([*_args(grid, study, cache), "--bootstrap", "0"]) == 0, capsys.readouterr().err
+    assert run([*_args(grid, study, emb_cache), "--bootstrap", "0"]) == 0, capsys.readouterr().err
     assert json.loads((study / "study.json").read_text())["n_boot"] == 0
 
 
@@ -223,10 +223,10 @@ def test_train_grid_refuses_duplicates(tmp_path, capsys, monkeypatch, more, need
 
 # 5. the figures a study says it wrote are the ones of its statistics
 
-def test_figures_listed_only_when_drawn(study, grid, cache, capsys, tmp_path):
+def test_figures_listed_only_when_drawn(study, grid, emb_cache, capsys, tmp_path):
     import json
 
-    args = [a for a in _args(grid, study, cache) if a != "--no-figures"]
+    args = [a for a in _args(grid, study, emb_cache) if a != "--no-figures"]
     assert run(args) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "figures/ (fig5_structure_vs_target" in out, out
@@ -245,15 +245,15 @@ def test_figures_listed_only_when_drawn(study, grid, cache, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("expr", ["loss==", "p_switch=>0", "p_switch>nan", "loss>lifted"])
-def test_bad_exclude_refused_before_any_work(tmp_path, grid, cache, capsys, monkeypatch, expr):
+def test_bad_exclude_refused_before_any_work(tmp_path, grid, emb_cache, capsys, monkeypatch, expr):
     _no_work(monkeypatch)
     out = tmp_path / "s"
-    assert run([*_args(grid, out, cache), "--exclude", expr]) == 2
+    assert run([*_args(grid, out, emb_cache), "--exclude", expr]) == 2
     one_line(capsys, "--exclude")
     assert not out.exists()
 
 
-def test_a_retrained_checkpoint_is_measured_again(grid, cache, tmp_path):
+def test_a_retrained_checkpoint_is_measured_again(grid, emb_cache, tmp_path):
     """A finished row is reused only for the same checkpoint file: one replaced at the same path (a
     retrained run) is measured again; one only touched (same bytes) is not."""
     import json
@@ -263,7 +263,7 @@ def test_a_retrained_checkpoint_is_measured_again(grid, cache, tmp_path):
     for name in ("digits_contrastive_p0_s0.pt", "digits_softmax_p0_s0.pt"):
         shutil.copy(grid / name, ck / name)
     out = tmp_path / "study"
-    kw = dict(workers=0, cache_dir=cache, n_boot=5, measures=MEASURES, figures=False, echo=lambda s: None)
+    kw = dict(workers=0, cache_dir=emb_cache, n_boot=5, measures=MEASURES, figures=False, echo=lambda s: None)
     first = run_study(str(ck / "*.pt"), out, **kw)
     assert len(first["computed"]) == 3  # two checkpoints + their untrained reference
     os.utime(ck / "digits_softmax_p0_s0.pt")  # touched: the same bytes

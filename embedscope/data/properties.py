@@ -41,7 +41,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))})")
     if len(df.columns) < 2:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
-    from embedscope.importers import _ints_if_exact
+    from embedscope.importers import ints_if_exact
 
     out = {}
     for c in df.columns:
@@ -55,7 +55,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         empty = int(sum(v.strip() == "" for v in cells))
         if empty:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
-        ints = _ints_if_exact(cells)
+        ints = ints_if_exact(cells)
         if c == "path" or ints.dtype.kind == "i":
             out[str(c)] = cells if c == "path" else ints
         elif df[c].dtype.kind == "f" and not df[c].isna().any():
