@@ -657,7 +657,13 @@ def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
 
     cluster = None
     if scheduler:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler)
+        except (OSError, TimeoutError, ValueError) as e:  # unreachable, timed out, or not an address
+            from embedscope.text import safe
+
+            why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+            raise EmbedscopeError(f"cannot connect to the Dask scheduler {safe(scheduler)} ({safe(why)})") from None
     else:
         import dask
 
