@@ -1,5 +1,5 @@
 """Retrieval metrics R@k, P@1, R-Precision, MAP@R, mAP@C, mAP@1000, mAP@lim and clustering
-NMI / F1 (METHODS.md §1), exact, from one search.
+NMI / F1 (docs/methods.md §1), exact, from one search.
 
 Every retrieval measure of §1 reads a query's ranked list only through the exact ranks of its
 relevant references, which :func:`embedscope.metrics.search.relevant_ranks` computes once (the
@@ -40,29 +40,29 @@ LONE_QUERIES = ("exclude", "zero")
 # Each takes the exact relevant ranks and returns one float64 value per query (0 for lone
 # queries); the depth each needs is in _DEPTH below.
 def r_at_k(rr: RelevantRanks, k: int) -> np.ndarray:
-    """R@k (Roth Eq. 26; a hit rate, not a recall): [∃ j ≤ k: rel_i(j)] (METHODS.md §1)."""
+    """R@k (Roth Eq. 26; a hit rate, not a recall): [∃ j ≤ k: rel_i(j)] (docs/methods.md §1)."""
     return (rr.first_rank() <= k).astype(np.float64)
 
 
 def precision_at_1(rr: RelevantRanks) -> np.ndarray:
-    """P@1 (Musgrave): rel_i(1) (METHODS.md §1)."""
+    """P@1 (Musgrave): rel_i(1) (docs/methods.md §1)."""
     return r_at_k(rr, 1)
 
 
 def r_precision(rr: RelevantRanks) -> np.ndarray:
-    """R-Precision (Musgrave): Σ_{k≤R_i} rel_i(k) / R_i (METHODS.md §1)."""
+    """R-Precision (Musgrave): Σ_{k≤R_i} rel_i(k) / R_i (docs/methods.md §1)."""
     return rr.hits(rr.R) / np.maximum(rr.R, 1).astype(np.float64)
 
 
 def map_at_r(rr: RelevantRanks) -> np.ndarray:
     """MAP@R (Musgrave; PML's ``mean_average_precision_at_r``): (1/R_i) Σ_{k≤R_i} P_i(k) rel_i(k),
-    P_i(k) = Σ_{j≤k} rel_i(j) / k; the denominator is R_i, not the hits (METHODS.md §1)."""
+    P_i(k) = Σ_{j≤k} rel_i(j) / k; the denominator is R_i, not the hits (docs/methods.md §1)."""
     return rr.precision_sum(rr.R) / np.maximum(rr.R, 1).astype(np.float64)
 
 
 def map_at_c(rr: RelevantRanks) -> np.ndarray:
     """mAP@C (Roth's ``mAP_c``): (1/C_i) Σ_{k≤C_i} P_i(k) rel_i(k), C_i = R_i + 1 the class size
-    including the query; its maximum is (C_i − 1)/C_i (METHODS.md §1)."""
+    including the query; its maximum is (C_i − 1)/C_i (docs/methods.md §1)."""
     C = np.maximum(rr.R, 1).astype(np.float64) + 1.0
     return rr.precision_sum(rr.R + 1) / C
 
@@ -74,7 +74,7 @@ def _map_at_depth(rr: RelevantRanks, depth: int) -> np.ndarray:
 
 def map_at_1000(rr: RelevantRanks) -> np.ndarray:
     """mAP@1000 (Roth's ``mAP_1000``): (1/C_i) Σ_{k≤min(1000, N_ref)} P_i(k) rel_i(k), N_ref the
-    references available to a query (METHODS.md §1). Where fewer than 1000 references exist, Roth's
+    references available to a query (docs/methods.md §1). Where fewer than 1000 references exist, Roth's
     code reads faiss's −1 padding as the last row's label and can count it as a hit (per-query
     "AP" up to about 4); here those slots do not exist, i.e. they count as misses, so the value
     stays an average precision in [0, 1)."""
@@ -83,7 +83,7 @@ def map_at_1000(rr: RelevantRanks) -> np.ndarray:
 
 def map_at_lim(rr: RelevantRanks) -> np.ndarray:
     """mAP@lim (Roth's ``mAP_lim``, in its default metric list): as mAP@1000 with depth
-    min(1023, N_ref) (faiss's GPU limit), normalised by C_i (METHODS.md §1); missing slots of a
+    min(1023, N_ref) (faiss's GPU limit), normalised by C_i (docs/methods.md §1); missing slots of a
     short list count as misses (see :func:`map_at_1000`)."""
     return _map_at_depth(rr, MAP_LIM_DEPTH)
 
@@ -143,7 +143,7 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
                       lone_queries: str = "exclude") -> dict:
     """Retrieval and clustering metrics of an embedding, exact, from one search.
 
-    Definitions (METHODS.md §1; Roth et al., *Revisiting Training Strategies and Generalization
+    Definitions (docs/methods.md §1; Roth et al., *Revisiting Training Strategies and Generalization
     Performance in Deep Metric Learning*, ICML 2020; Musgrave et al., *A Metric Learning Reality
     Check*, ECCV 2020). For query i with ranked reference labels ℓ_i(1), ℓ_i(2), …,
     rel_i(k) = [ℓ_i(k) = y_i], R_i = number of references labelled y_i (the query excluded),

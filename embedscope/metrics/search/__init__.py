@@ -1,4 +1,4 @@
-"""The exact-rank engine shared by the retrieval measures (METHODS.md §1, "Distances", "Ties").
+"""The exact-rank engine shared by the retrieval measures (docs/methods.md §1, "Protocol").
 
 - :func:`relevant_ranks` (:mod:`.ranks`): exact ranks of every query's relevant references, the
   one intermediate every retrieval measure reads (:class:`RelevantRanks`);

@@ -1,4 +1,4 @@
-"""A bfloat16 pre-filter for the float32 tile keys (METHODS.md §1, "Distances"): where the CPU
+"""A bfloat16 pre-filter for the float32 tile keys (docs/methods.md §1, "Protocol"): where the CPU
 multiplies bfloat16 in hardware (AVX512-BF16, AMX), a tile's GEMM in bfloat16 costs 0.4–0.5 of
 the float32 one, and a rigorous bound on its error lets the filtered tile pass (:mod:`.rows`)
 keep exactly the survivors that a float32 tile would give.

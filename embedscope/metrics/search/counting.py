@@ -1,6 +1,6 @@
-"""Exact ranks of the relevant references by a thresholded counting pass (METHODS.md §1, mAP@1000).
+"""Exact ranks of the relevant references by a thresholded counting pass (docs/methods.md §1, mAP@1000).
 
-Every retrieval metric of METHODS.md §1 needs, per query, only the exact rank of each relevant
+Every retrieval metric of docs/methods.md §1 needs, per query, only the exact rank of each relevant
 reference (same label) within a depth. For a deep depth such as mAP@1000's, keeping a top-1000
 list per query (a heap, as faiss's flat search or Roth's code do) costs more than the GEMM itself.
 This module obtains the same ranks by **counting** instead:

@@ -1,4 +1,4 @@
-"""Exact k-nearest-neighbour search in bounded memory (METHODS.md §1, "Distances" and "Ties").
+"""Exact k-nearest-neighbour search in bounded memory (docs/methods.md §1, "Protocol").
 
 How exactness is obtained cheaply
 ---------------------------------
@@ -773,7 +773,7 @@ def _rowwise_lexsort(key: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: bool = False,
                device="auto", block: int | None = None, progress: bool = False):
-    """Exact k nearest references of every query, in bounded memory (METHODS.md §1).
+    """Exact k nearest references of every query, in bounded memory (docs/methods.md §1).
 
     Parameters
     ----------

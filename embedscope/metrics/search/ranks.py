@@ -1,4 +1,4 @@
-"""Exact ranks of each query's relevant references (METHODS.md §1): the one intermediate that
+"""Exact ranks of each query's relevant references (docs/methods.md §1): the one intermediate that
 every retrieval measure reads.
 
 Every retrieval metric of §1 depends on a query's ranked list only through the **ranks of its
@@ -30,7 +30,7 @@ Either way a pair whose rank cannot be certified from the float32 values (dense 
 floor estimate that came out too high) is resolved from its query's full row.
 
 The result equals the ranking of a float64 distance matrix with ties broken by the lower
-reference index (METHODS.md §1, "Ties"). Memory: the relevant pairs (16 bytes each) plus one
+reference index (docs/methods.md §1, "Protocol": ties). Memory: the relevant pairs (16 bytes each) plus one
 GEMM block; never N × N. When relevant sets are huge (labels that are property values, R in the
 tens of thousands), ``output="hits"`` returns only each query's number of relevant references in
 its exact top R_i, without storing any pair.
@@ -262,7 +262,7 @@ def relevant_counts(sets: Sets) -> np.ndarray:
 # ----------------------------------------------------------------------------- public entry point
 def relevant_ranks(X, y, *, X_ref=None, y_ref=None, metric: str = "cosine", depth=None, device="auto",
                    progress: bool = False, block: int | None = None, output: str = "ranks") -> RelevantRanks:
-    """Exact ranks of every query's relevant references (same label), METHODS.md §1.
+    """Exact ranks of every query's relevant references (same label), docs/methods.md §1.
 
     Query i's ranked list orders the references by cosine similarity (rows L2-normalised, larger
     first) or Euclidean distance (smaller first), computed exactly (float64-certified), with ties

@@ -1,5 +1,5 @@
 """Exact ranks of the relevant references by a filtered tile pass with per-row counting
-(METHODS.md §1, "Distances", "Ties"): the CPU path for the CUB-200, CARS196 and SOP test sets
+(docs/methods.md §1, "Protocol"): the CPU path for the CUB-200, CARS196 and SOP test sets
 (up to 200,000 references, depths below 1,000, relevant sets of similar sizes).
 
 Every retrieval measure needs, per query i, the exact rank of each relevant reference within a
