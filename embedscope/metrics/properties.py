@@ -221,7 +221,7 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
     normalize : bool
         L2-normalise the rows first (then Euclidean and cosine rank alike).
     permutations : int
-        ``P > 0``: also a permutation test (METHODS §9's "proper test"): the property values are
+        ``P > 0``: also a permutation test (docs/methods.md §9: a test that holds): the property values are
         shuffled over the images P times (one seeded shuffle of the images per draw, the same for
         every property), NR-Prec recomputed exactly each time (the embedding and its ranking fixed),
         and ``perm_p_value`` = (1 + #{NR-Prec_perm >= NR-Prec}) / (1 + P), one-sided, exact for the
