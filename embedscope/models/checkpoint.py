@@ -7,7 +7,8 @@ A checkpoint is a ``torch.save``d dict::
      "config": {"arch", "embed_dim", "normalize", "frozen_bn", "image_size", "dataset", ...},
      "extra": {...}}                           # optional: epoch, metrics, optimiser state for --resume
 
-Everything in it is loadable with ``torch.load(weights_only=True)``. Files of other code bases
+Everything in it is loadable with ``torch.load(weights_only=True)``. A ``.safetensors`` file holds
+tensors only and is read with ``safetensors``. Files of other code bases
 (a bare state dict, a pytorch-metric-learning trunk/embedder pair, Roth et al.'s
 ``checkpoint_*.pth.tar`` with its argparse options and logger objects) are read **without running
 any code from the file**: first with ``weights_only=True``; if the file holds other objects, with a
@@ -215,7 +216,8 @@ def safe_load(path: str | os.PathLike) -> Any:
     constructor (tensors, numpy scalars, ...): such a file would run code under ``torch.load``.
     """
     path = Path(path)
-    _sniff(path)
+    if _sniff(path) == "safetensors":
+        return _read_safetensors(path)
     log = _CallLog()
     try:
         obj = torch.load(path, map_location="cpu", weights_only=False, pickle_module=_restricted_module(log))
@@ -240,8 +242,17 @@ def _first_line(e: BaseException) -> str:
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
 
 
+def _is_safetensors(head: bytes, size: int) -> bool:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON object."""
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    n = int.from_bytes(head[:8], "little")
+    return 2 <= n <= size - 8
+
+
 def _sniff(path: Path) -> str:
-    """"zip" or "legacy" for a file torch.save could have written; else a one-line error."""
+    """"zip" or "legacy" for a file torch.save could have written, "safetensors" for a safetensors
+    file (timm / Hugging Face weights); else a one-line error."""
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such checkpoint file")
     if path.is_dir():
@@ -264,6 +275,8 @@ def _sniff(path: Path) -> str:
         return "zip"
     if head == _LEGACY_MAGIC:
         return "legacy"
+    if _is_safetensors(head, path.stat().st_size):
+        return "safetensors"
     if not head:
         raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (the file is empty)")
     raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (neither torch.save's zip format nor its legacy format)")
@@ -272,12 +285,14 @@ def _sniff(path: Path) -> str:
 def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> Any:
     """Read a ``torch.save`` file without running its code (see the module docstring).
 
+    A ``.safetensors`` file (timm, Hugging Face) is read with ``safetensors`` (tensors only). Else
     ``torch.load(weights_only=True)`` first; a file with other objects goes through
     :func:`safe_load` (inert records, calls refused) unless ``unsafe_pickle`` allows a full
     ``torch.load``. Random bytes, empty or truncated files: "not a PyTorch checkpoint".
     """
     path = Path(path)
-    _sniff(path)
+    if _sniff(path) == "safetensors":
+        return _read_safetensors(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -292,6 +307,19 @@ def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> 
     except Exception as e:  # noqa: BLE001
         raise EmbedscopeError(
             f"{path}: not a readable PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})"
+        ) from None
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """A ``.safetensors`` file -> its dict of tensors (a format of tensors only: no code to run)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return dict(load_file(str(path), device="cpu"))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise EmbedscopeError(
+            f"{path}: not a readable safetensors file ({e.__class__.__name__}: {printable(_first_line(e), 100)})"
         ) from None
 
 
