@@ -30,8 +30,8 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     neighbours), or ``query_split`` rows search the ``reference_split`` rows (nothing excluded;
     e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks`` (default 1, 2, 4, 8
     within the references available; a larger k is an error), P@1,
-    R-Precision, MAP@R, mAP@C, mAP@1000, mAP@lim, NMI, F1 (``include`` restricts them). Higher is
-    better for every one.
+    R-Precision, MAP@R, mAP@C, mAP@1000, NMI, F1, and mAP@lim when named in ``include`` (which restricts
+    them). Higher is better for every one.
 
     ``lone_queries``: ``"exclude"`` (queries without any relevant reference are left out, as
     pytorch-metric-learning) or ``"zero"`` (Roth's code: averaged over all queries, a lone query

@@ -30,7 +30,8 @@ def add_parser(sub, parents):
                    help="the k of R@k (default: 1 2 4 8, those up to the number of references of a query; "
                    "a k given here beyond it is an error)")
     p.add_argument("--include", nargs="+", metavar="KEY",
-                   help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; default: all)")
+                   help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; "
+                        "default: all but mAP@lim, which is computed only when named)")
     p.add_argument("--lone-queries", default="exclude", choices=("exclude", "zero"),
                    help="queries without a relevant reference: left out (default, as pytorch-metric-learning) "
                    "or counted as 0 (Roth et al.'s code)")

@@ -41,7 +41,8 @@ def add_parser(sub, parents):
     p.add_argument("--pairs", action="store_true",
                    help="maps of each image's distance to its nearest other image of the split, for both images")
     p.add_argument("--distance", choices=DISTANCES,
-                   help="d_l to differentiate (default: the checkpoint's: its config, else its loss, else euclidean)")
+                   help="d_l to differentiate (default: euclidean for an untrained network, else the checkpoint's: its config, "
+                        "else its loss, else euclidean)")
     p.add_argument("--n-samples", type=positive_int, default=50, help="noisy copies l per image (default: 50)")
     p.add_argument("--noise", type=_nonneg_float, default=0.15,
                    help="sigma as a fraction of the image's value range (default: 0.15)")
