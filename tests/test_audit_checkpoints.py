@@ -69,3 +69,69 @@ def test_damaged_safetensors_one_line(tmp_path):
     with pytest.raises(EmbedscopeError, match=r"not a readable safetensors file") as e:
         load_model(arch="resnet18", weights=f, head="none")
     assert "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- timm
+
+def _timm_train_checkpoint(path, model, ema):
+    """What timm's CheckpointSaver._save writes (train.py): epoch, arch, optimizer, version, args
+    (the argparse.Namespace of train.py), amp_scaler, state_dict, state_dict_ema, metric."""
+    import argparse
+
+    args = argparse.Namespace(model="convnext_tiny", num_classes=10, lr=0.1, epochs=5, device="cuda:0",
+                              distributed=False, world_size=1, rank=0, model_ema=True, amp=True)
+    torch.save({"epoch": 4, "arch": args.model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1).state_dict(),
+                "version": 2, "args": args, "amp_scaler": {"scale": 65536.0, "growth_factor": 2.0, "_growth_tracker": 0},
+                "state_dict": model.state_dict(), "state_dict_ema": ema.state_dict(), "metric": 61.25}, path)
+
+
+class _HeadNormFc(nn.Module):
+    """timm's ConvNeXt layout: the classifier is ``head.fc`` next to a ``head.norm`` that stays."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 6, 3)
+        self.head = nn.Module()
+        self.head.norm = nn.LayerNorm(6)
+        self.head.fc = nn.Linear(6, num_classes) if num_classes else nn.Identity()
+        self.num_features = 6
+        self.pretrained_cfg = {"classifier": "head.fc"}
+
+    def forward(self, x):
+        return self.head.fc(self.head.norm(self.stem(x).mean((2, 3))))
+
+
+def test_timm_training_checkpoint_classifier_named_by_pretrained_cfg(tmp_path, monkeypatch):
+    """A timm classifier that is not called fc (convnext head.fc, vit head, efficientnet classifier) is
+    dropped: its name comes from the model's pretrained_cfg (here a stand-in timm module)."""
+    import sys
+    import types
+
+    fake = types.ModuleType("timm")
+    fake.create_model = lambda name, pretrained, num_classes: _HeadNormFc(num_classes)
+    monkeypatch.setitem(sys.modules, "timm", fake)
+    torch.manual_seed(1)
+    trained, ema = _HeadNormFc(10), _HeadNormFc(10)
+    f = tmp_path / "model_best.pth.tar"
+    _timm_train_checkpoint(f, trained, ema)
+    model, _, _ = load_model(arch="timm:convnext_tiny", weights=f, head="none")
+    direct = _HeadNormFc(0)
+    direct.load_state_dict({k: v for k, v in trained.state_dict().items() if not k.startswith("head.fc.")})
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(direct.eval()(x), dim=1))
+
+
+@pytest.mark.parametrize("name", ["convnext_atto", "vit_tiny_patch16_224", "efficientnet_b0"])
+def test_timm_real_models(tmp_path, name):
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(2)
+    trained = _randomise_bn(timm.create_model(name, pretrained=False, num_classes=10))
+    f = tmp_path / "model_best.pth.tar"
+    _timm_train_checkpoint(f, trained, trained)
+    model, _, _ = load_model(arch=f"timm:{name}", weights=f, head="none")
+    direct = timm.create_model(name, pretrained=False, num_classes=0)
+    direct.load_state_dict(trained.state_dict(), strict=False)
+    x = torch.randn(2, 3, 224 if "vit" in name else 64, 224 if "vit" in name else 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(direct.eval()(x), dim=1))

@@ -224,6 +224,11 @@ def _timm_backbone(name: str) -> tuple[nn.Module, int]:
     dim = int(getattr(m, "num_features", 0) or 0)
     if dim <= 0:
         raise EmbedscopeError(f"timm model '{name}' does not report its feature size (num_features)")
+    # the classifier's module name(s) in timm's files ("fc", "head.fc", "head", "classifier", ...):
+    # num_classes=0 made it the identity, so its keys are dropped from ImageNet / training files
+    cls = (getattr(m, "pretrained_cfg", None) or {}).get("classifier")
+    names = (cls,) if isinstance(cls, str) else tuple(c for c in (cls or ()) if isinstance(c, str))
+    m.embedscope_classifier = names  # type: ignore[attr-defined]
     return m, dim
 
 

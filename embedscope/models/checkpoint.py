@@ -490,12 +490,18 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": fmt}
 
 
+def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
+    """The module name(s) of the classifier that :func:`make_backbone` replaced by the identity."""
+    names = getattr(backbone, "embedscope_classifier", None) or ()
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
 def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False) -> None:
     """Load pretrained backbone weights (e.g. torchvision's ImageNet ResNet-50 file) from a local file.
 
     The classifier (``fc.*``, ``last_linear.*``, ``classifier.*`` ... whatever layer the backbone
-    replaced) and auxiliary classifiers are dropped; every backbone tensor must match. There is no
-    download.
+    replaced; for timm models the one ``pretrained_cfg["classifier"]`` names, e.g. ``head.fc``)
+    and auxiliary classifiers are dropped; every backbone tensor must match. There is no download.
     """
     obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
     if is_module_record(obj):
@@ -510,8 +516,6 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     if any(k.startswith("backbone.") for k in sd):
         sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
-    cls_name = getattr(model.backbone, "embedscope_classifier", None)
-    if cls_name:
-        drop.append(cls_name + ".")
+    drop += [c + "." for c in classifier_names(model.backbone)]
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
     load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone")
