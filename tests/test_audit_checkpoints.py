@@ -5,6 +5,8 @@ types; random weights of the real architectures) and embedscope's embedding is c
 network built directly in PyTorch with the same weights.
 """
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -135,3 +137,22 @@ def test_timm_real_models(tmp_path, name):
     x = torch.randn(2, 3, 224 if "vit" in name else 64, 224 if "vit" in name else 64)
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.normalize(direct.eval()(x), dim=1))
+
+
+# --------------------------------------------------------------------------- torchvision files
+
+def test_torchvision_densenet_file_with_its_old_key_names(tmp_path):
+    """torchvision's released densenet*.pth name the layers denselayerN.norm.1 / conv.2 (torchvision's
+    own loader renames them to norm1 / conv2): such a file loads with --weights."""
+    from torchvision.models import densenet121
+
+    torch.manual_seed(3)
+    net = _randomise_bn(densenet121(weights=None))
+    old = {re.sub(r"(denselayer\d+\.(?:norm|relu|conv))([12])\.", r"\1.\2.", k): v for k, v in net.state_dict().items()}
+    assert "features.denseblock1.denselayer1.norm.1.weight" in old
+    f = tmp_path / "densenet121-a639ec97.pth"
+    torch.save(old, f)
+    model, _, _ = load_model(arch="densenet121", weights=f, head="none")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(_features(net)(x), dim=1))

@@ -24,6 +24,7 @@ import importlib
 import io
 import os
 import pickle
+import re
 import types
 import zipfile
 from pathlib import Path
@@ -490,6 +491,11 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": fmt}
 
 
+#: torchvision's released DenseNet files keep the pre-0.4 module names ``denselayerN.norm.1``,
+#: ``.conv.2``, ... that torchvision renames to ``norm1``, ``conv2`` when it loads them.
+_DENSE_OLD = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.([12])\.")
+
+
 def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
     """The module name(s) of the classifier that :func:`make_backbone` replaced by the identity."""
     names = getattr(backbone, "embedscope_classifier", None) or ()
@@ -515,6 +521,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         raise EmbedscopeError(f"{path}: no tensors found (keys: {_keys_preview(list(map(str, obj)))})")
     if any(k.startswith("backbone.") for k in sd):
         sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
+    sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
