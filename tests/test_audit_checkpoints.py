@@ -156,3 +156,106 @@ def test_torchvision_densenet_file_with_its_old_key_names(tmp_path):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.normalize(_features(net)(x), dim=1))
+
+
+# --------------------------------------------------------------------------- pytorch-metric-learning
+
+def _calibrate_bn(m, x):
+    """BatchNorm running statistics from data, so that a random network's output depends on its input."""
+    for mod in m.modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            mod.reset_running_stats()
+            mod.momentum = None
+    m.train()
+    with torch.no_grad():
+        m(x)
+    return m.eval()
+
+
+def _pml_save(folder, trunk, embedder):
+    """pytorch-metric-learning's hooks: save_dict_of_models(models, "best<N>", folder) with
+    common_functions.save_model (DataParallel unwrapped), here for epoch 3."""
+    from pytorch_metric_learning.utils import common_functions as c_f
+
+    folder.mkdir(exist_ok=True)
+    c_f.save_dict_of_models({"trunk": nn.DataParallel(trunk), "embedder": nn.DataParallel(embedder)}, "best3",
+                            str(folder))
+    return folder
+
+
+class _OneLayerMLP(nn.Module):
+    """The key layout of the MLP of pytorch-metric-learning's examples with one layer: net.0, last_linear."""
+
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(n_in, n_out))
+        self.last_linear = self.net[-1]
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def test_pml_trainer_without_embedder(tmp_path):
+    """BaseTrainer puts torch.nn.Identity() in place of a missing embedder and the hooks save it:
+    embedder_best<N>.pth is an empty state dict; the embedding is the (normalised) trunk output."""
+    from torchvision.models import resnet18
+
+    torch.manual_seed(4)
+    trunk = _randomise_bn(resnet18(weights=None))
+    trunk.fc = nn.Identity()
+    folder = _pml_save(tmp_path / "saved_models", trunk, nn.Identity())
+    assert torch.load(folder / "embedder_best3.pth") == {}
+    model, cfg, _ = load_model(folder)
+    assert cfg["head"] == "none" and cfg["embed_dim"] == 512
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(trunk.eval()(x), dim=1))
+
+
+@pytest.mark.parametrize("embedder_sizes", [None, [10, 6]])
+def test_pml_trunk_keeps_its_linear_layer(tmp_path, embedder_sizes):
+    """A trunk whose fc was not replaced by the identity (fc as the embedding layer, or a classifier
+    under an embedder) outputs that layer: it stays part of the model instead of being dropped."""
+    from torchvision.models import resnet18
+
+    torch.manual_seed(5)
+    trunk = _randomise_bn(resnet18(weights=None, num_classes=10))
+    embedder = _OneLayerMLP(*embedder_sizes) if embedder_sizes else nn.Identity()
+    folder = _pml_save(tmp_path / "saved_models", trunk, embedder)
+    model, cfg, _ = load_model(folder)
+    assert cfg["embed_dim"] == (6 if embedder_sizes else 10)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(embedder(trunk.eval()(x)), dim=1))
+
+
+def test_pml_embedder_not_fitting_the_trunk_linear_one_line(tmp_path):
+    from torchvision.models import resnet18
+
+    trunk = resnet18(weights=None, num_classes=10)
+    torch.save(trunk.state_dict(), tmp_path / "trunk_best1.pth")
+    torch.save(nn.Linear(7, 4).state_dict(), tmp_path / "embedder_best1.pth")
+    with pytest.raises(EmbedscopeError, match=r"embedder takes 7 inputs but the trunk's fc layer gives 10") as e:
+        load_model(tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_pml_googlenet_trunk_transform_input(tmp_path):
+    """torchvision builds GoogLeNet with ImageNet weights with transform_input=True, and that is the
+    trunk a pytorch-metric-learning user trains (the flag is not in the state dict)."""
+    from torchvision.models import googlenet
+
+    torch.manual_seed(6)
+    trunk = googlenet(weights=None, aux_logits=False, init_weights=False, transform_input=True)
+    trunk.fc = nn.Identity()
+    _calibrate_bn(trunk, torch.randn(8, 3, 64, 64))
+    embedder = nn.Linear(1024, 8)
+    folder = tmp_path / "saved_models"
+    folder.mkdir()
+    torch.save(trunk.state_dict(), folder / "trunk_best2.pth")
+    torch.save(embedder.state_dict(), folder / "embedder_best2.pth")
+    model, cfg, _ = load_model(folder)
+    assert cfg["transform_input"] is True
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(embedder(trunk(x)), dim=1))

@@ -1,10 +1,11 @@
 """Models saved by other DML code bases, read without running their code (``docs/checkpoint.md``).
 
 - **pytorch-metric-learning / powerful-benchmarker**: a *trunk* state dict (a torchvision ResNet,
-  GoogLeNet, or the Cadene BN-Inception, classifier replaced by the identity) and an *embedder*
-  state dict (powerful-benchmarker's ``MLP``: ``net.<i>.weight/bias`` linear layers with ReLUs at
-  the parameter-free indices, plus a duplicate ``last_linear``; or a single ``nn.Linear``), saved
-  as ``trunk_best<epoch>.pth`` / ``embedder_best<epoch>.pth``. Embedding = embedder(trunk(x)),
+  GoogLeNet, or the Cadene BN-Inception, classifier usually replaced by the identity; a linear layer
+  left in it stays part of it) and an *embedder* state dict (powerful-benchmarker's ``MLP``:
+  ``net.<i>.weight/bias`` linear layers with ReLUs at the parameter-free indices, plus a duplicate
+  ``last_linear``; a single ``nn.Linear``; or empty: the identity), saved as
+  ``trunk_best<epoch>.pth`` / ``embedder_best<epoch>.pth``. Embedding = embedder(trunk(x)),
   L2-normalised (the library's tester normalises by default; ``normalize=False`` keeps it raw).
 - **Roth et al. 2020** (Confusezius/Revisiting_Deep_Metric_Learning_PyTorch):
   ``checkpoint_*.pth.tar`` = ``{"state_dict", "opt" (argparse.Namespace), "progress" (their logger
@@ -36,6 +37,7 @@ from embedscope.models.checkpoint import (
     Record,
     _keys_preview,
     check_state_dict,
+    classifier_names,
     is_module_record,
     load_backbone_weights,
     load_into,
@@ -86,7 +88,8 @@ def detect_arch(sd: dict[str, torch.Tensor]) -> str | None:
 # pytorch-metric-learning / powerful-benchmarker
 
 
-def _read_state_dict(path: Path, what: str, unsafe_pickle: bool) -> dict[str, torch.Tensor]:
+def _read_state_dict(path: Path, what: str, unsafe_pickle: bool, *,
+                     allow_empty: bool = False) -> dict[str, torch.Tensor]:
     obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
     if is_module_record(obj):
         obj = module_state_dict(obj)
@@ -96,6 +99,8 @@ def _read_state_dict(path: Path, what: str, unsafe_pickle: bool) -> dict[str, to
         raise EmbedscopeError(f"{path}: the {what} file holds a {printable(obj.qualname, 60)} object, not a state dict")
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: the {what} file must hold a state dict, got {type(obj).__name__}")
+    if allow_empty and not obj:
+        return {}
     return strip_prefix(check_state_dict(obj, str(path)))
 
 
@@ -141,32 +146,73 @@ def embedder_layers(sd: dict[str, torch.Tensor], where: str) -> tuple[list[Any],
     return layers, head_sd
 
 
+def _trunk_linear(tsd: dict[str, torch.Tensor], backbone: torch.nn.Module, where: str
+                  ) -> tuple[str | None, dict[str, torch.Tensor]]:
+    """The classifier layer left in a trunk (``fc``, ``last_linear``, ...) -> (its name, its tensors).
+
+    pytorch-metric-learning runs the trunk as saved: when its ``fc`` was not replaced by the identity,
+    the trunk's output is that linear layer's output, so the layer belongs to the model.
+    """
+    own = set(backbone.state_dict())
+    for name in (*classifier_names(backbone), "fc", "last_linear"):
+        keys = {k for k in tsd if k.startswith(name + ".") and k not in own}
+        if not keys:
+            continue
+        w = tsd.get(name + ".weight")
+        if keys != {name + ".weight", name + ".bias"} or w is None or w.ndim != 2:
+            raise EmbedscopeError(f"{where}: the trunk's '{printable(name, 40)}' is not one linear layer with weight "
+                                  f"and bias (found {_keys_preview(sorted(keys))})")
+        return name, {k: tsd[k] for k in keys}
+    return None, {}
+
+
 def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str | None = None,
              normalize: bool = True, unsafe_pickle: bool = False
              ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """A pytorch-metric-learning trunk + embedder pair -> (model in eval mode, config, info).
 
     ``arch`` is read from the trunk's keys (torchvision ResNet-18/34/50/101/152, GoogLeNet, the
-    Cadene BN-Inception) unless given. A classifier left in the trunk (``fc.*``/``last_linear.*``)
-    is dropped: pytorch-metric-learning replaces it with the identity.
+    Cadene BN-Inception) unless given. Embedding = ``embedder(trunk(x))``, as the library's tester
+    computes it: a linear classifier left in the trunk (``fc.*``, ``last_linear.*``: not replaced by
+    the identity) stays part of it, and an empty embedder file (the ``torch.nn.Identity()`` that
+    ``BaseTrainer`` puts in place of a missing embedder) is the identity. A GoogLeNet / Inception-v3
+    trunk gets ``transform_input=True``, as torchvision builds it with ImageNet weights.
     """
     trunk, embedder = Path(trunk), Path(embedder)
     tsd = _read_state_dict(trunk, "trunk", unsafe_pickle)
-    esd = _read_state_dict(embedder, "embedder", unsafe_pickle)
-    tsd = {k: v for k, v in tsd.items() if not k.startswith(("fc.", "last_linear."))}
+    esd = _read_state_dict(embedder, "embedder", unsafe_pickle, allow_empty=True)
     a = arch or detect_arch(tsd)
     if not a:
         raise EmbedscopeError(
             f"{trunk}: cannot tell the trunk's architecture from its keys (found {_keys_preview(sorted(tsd))}): "
             "name it with --arch")
-    layers, hsd = embedder_layers(esd, str(embedder))
-    config = default_config(a, head="mlp", head_layers=layers, normalize=bool(normalize), frozen_bn=False,
-                            source_format=PML_FORMAT)
+    extra_cfg: dict[str, Any] = {}
+    if a in ("googlenet", "inception_v3"):
+        extra_cfg["transform_input"] = True
+    probe = build_model(default_config(a, head="none", frozen_bn=False, **extra_cfg))
+    fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
+    del probe
+    tsd = {k: v for k, v in tsd.items() if k not in fc_sd}
+    layers, hsd = embedder_layers(esd, str(embedder)) if esd else ([], {})
+    if fc_name is not None:  # the trunk's linear layer comes first in the head
+        w = fc_sd[fc_name + ".weight"]
+        layers = [[int(w.shape[1]), int(w.shape[0])], *layers]
+        hsd = {"0.weight": w, "0.bias": fc_sd[fc_name + ".bias"],
+               **{f"{int(k.split('.')[0]) + 1}.{k.split('.', 1)[1]}": v for k, v in hsd.items()}}
+        first = next((item for item in layers[1:] if item != "relu"), None)
+        if first is not None and first[0] != layers[0][1]:
+            raise EmbedscopeError(
+                f"{embedder}: the embedder takes {first[0]} inputs but the trunk's {printable(fc_name, 40)} layer "
+                f"gives {layers[0][1]}")
+    head = "mlp" if layers else "none"
+    config = default_config(a, head=head, head_layers=layers or None, normalize=bool(normalize), frozen_bn=False,
+                            source_format=PML_FORMAT, trunk_linear=fc_name, **extra_cfg)
     config.pop("embed_dim", None)
     model = build_model(config)
     config["embed_dim"] = model.embed_dim
     load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk")
-    load_into(model.head, hsd, str(embedder), "the embedder")
+    if hsd:
+        load_into(model.head, hsd, str(embedder), "the embedder")
     model.eval()
     sha = f"trunk:{sha256_file(trunk)} embedder:{sha256_file(embedder)}"
     return model, config, {"sha256": sha, "extra": {}, "path": f"{trunk} + {embedder}", "format": PML_FORMAT,
