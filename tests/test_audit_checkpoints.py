@@ -259,3 +259,20 @@ def test_pml_googlenet_trunk_transform_input(tmp_path):
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.normalize(embedder(trunk(x)), dim=1))
+
+
+def test_pml_compiled_trunk_prefix(tmp_path):
+    """common_functions.save_model unwraps DataParallel / DDP but not torch.compile: a compiled
+    trunk's keys start with _orig_mod. (module._orig_mod. when also wrapped)."""
+    from torchvision.models import resnet18
+
+    torch.manual_seed(7)
+    trunk = _randomise_bn(resnet18(weights=None))
+    trunk.fc = nn.Identity()
+    embedder = _OneLayerMLP(512, 8)
+    _pml_save(tmp_path / "saved_models", torch.compile(trunk), torch.compile(embedder))
+    assert next(iter(torch.load(tmp_path / "saved_models" / "trunk_best3.pth"))).startswith("_orig_mod.")
+    model, _, _ = load_model(tmp_path / "saved_models")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(embedder(trunk.eval()(x)), dim=1))

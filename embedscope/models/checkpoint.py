@@ -351,11 +351,17 @@ def is_module_record(obj: Any) -> bool:
     return isinstance(obj, torch.nn.Module) or (isinstance(obj, Record) and "_modules" in obj.state_dict_())
 
 
+def _shared(sd: dict[str, Any], prefix: str) -> bool:
+    return bool(sd) and all(isinstance(k, str) and k.startswith(prefix) for k in sd)
+
+
 def strip_prefix(sd: dict[str, Any]) -> dict[str, Any]:
-    """Drop a ``module.`` (DataParallel) or ``model.`` prefix shared by every key."""
-    for prefix in ("module.", "model."):
-        if sd and all(isinstance(k, str) and k.startswith(prefix) for k in sd):
-            sd = {k[len(prefix):]: v for k, v in sd.items()}
+    """Drop the wrappers' prefixes shared by every key: ``module.`` (DataParallel / DDP) and
+    ``_orig_mod.`` (``torch.compile``), in any nesting, then a ``model.`` prefix."""
+    while (prefix := next((p for p in ("module.", "_orig_mod.") if _shared(sd, p)), None)) is not None:
+        sd = {k[len(prefix):]: v for k, v in sd.items()}
+    if _shared(sd, "model."):
+        sd = {k[len("model."):]: v for k, v in sd.items()}
     return sd
 
 
