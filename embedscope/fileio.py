@@ -14,7 +14,14 @@ Every command that writes a result goes through :func:`atomic_output`, so
 * a full disk, a read-only or immutable folder and a folder given as the output are one line
   naming the user's path, and :func:`check_writable` finds the last two *before* the work.
 
-Temporary files are named ``.NAME.<host>.<pid>.<random>.tmp`` in the output's folder.
+* inside :func:`output_group` (the command line puts every command that writes its results at the
+  end in one) the outputs are all or nothing: when the command fails or is interrupted after some of
+  its outputs were published, those are taken back (new files removed, files replaced with ``force``
+  restored), so that an interrupted ``tsne`` leaves neither a PNG without its PDF nor a JSON that a
+  second run refuses to replace.
+
+Temporary files are named ``.NAME.<host>.<pid>.<random>.tmp`` in the output's folder (so are the
+backups of replaced files that an output group keeps until the command ends).
 """
 
 from __future__ import annotations
@@ -218,6 +225,106 @@ def _publish(tmp: Path, path: Path, force: bool, user_path) -> None:
     os.unlink(tmp)
 
 
+class _OutputGroup:
+    """The outputs published inside one :func:`output_group`, to take back if the group fails."""
+
+    def __init__(self) -> None:
+        # (path, inode of the file we publish, backup of the file it replaces or None)
+        self.entries: list[tuple[Path, int, Path | None]] = []
+        self.folders: list[Path] = []
+
+    def before_publish(self, tmp: Path, path: Path, force: bool) -> None:
+        """Record ``tmp`` as about to become ``path``; keep a hard link of a file ``force`` replaces."""
+        backup = None
+        if force and os.path.lexists(path) and not os.path.isdir(path):
+            backup = _temp_name(path)
+            try:
+                os.link(path, backup, follow_symlinks=False)  # a symlink is put back as a symlink
+            except OSError:  # no hard links here: the replaced file cannot be restored
+                backup = None
+        self.entries.append((path, os.stat(tmp).st_ino, backup))
+
+    def commit(self) -> None:
+        for _, _, backup in self.entries:
+            if backup is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(backup)
+
+    def rollback(self) -> None:
+        """Remove the files published by the group (only while they are still ours), put back the
+        ones they replaced, then remove the folders the group created if they are empty."""
+        import signal
+
+        mask = hasattr(signal, "pthread_sigmask")
+        sigs = {s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if mask else None  # a second Ctrl-C waits
+        try:
+            for path, ino, backup in reversed(self.entries):
+                try:
+                    ours = os.lstat(path).st_ino == ino
+                except OSError:
+                    ours = False
+                with contextlib.suppress(OSError):
+                    if ours and backup is not None:
+                        os.replace(backup, path)
+                    elif ours:
+                        os.unlink(path)
+                    elif backup is not None:
+                        os.unlink(backup)
+            remove_empty_folders(self.folders)
+        finally:
+            if mask:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+_GROUPS: list[_OutputGroup] = []
+
+
+def track_new_folders(folder: str | os.PathLike) -> list[Path]:
+    """The folders of ``folder``'s path that do not exist yet (outermost first), which a command is
+    about to create itself (not through :func:`atomic_output`): an :func:`output_group` that fails
+    removes them when empty, as it does the folders :func:`atomic_output` made."""
+    missing = []
+    p = Path(folder)
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    missing.reverse()
+    if _GROUPS:
+        _GROUPS[-1].folders.extend(missing)
+    return missing
+
+
+@contextlib.contextmanager
+def output_group() -> Iterator[None]:
+    """All or nothing for the outputs that :func:`atomic_output` publishes inside the block.
+
+    When the block raises (an error, Ctrl-C, the command line's SIGTERM exception) after some
+    outputs were published, they are taken back: a new file is removed, a file replaced with
+    ``force`` gets its earlier content back (a hard link to it is kept until the block ends), and
+    folders created for the outputs are removed when empty. ``BrokenPipeError`` (the reader of
+    stdout went away after the results were written) keeps them. A group inside a group is the
+    outer one. Not for resumable work (training, studies), whose finished parts must stay.
+    """
+    if _GROUPS:
+        yield
+        return
+    group = _OutputGroup()
+    _GROUPS.append(group)
+    try:
+        yield
+    except BrokenPipeError:
+        group.commit()
+        raise
+    except BaseException:
+        group.rollback()
+        raise
+    else:
+        group.commit()
+    finally:
+        _GROUPS.remove(group)
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
     """Yield a temporary path in the same folder as ``path``; publish it as ``path`` on success.
@@ -230,6 +337,9 @@ def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[P
     user = path
     path = check_writable(path, force=force)
     created = make_folders(path.parent, user)
+    group = _GROUPS[-1] if _GROUPS else None
+    if group is not None:
+        group.folders.extend(created)
     tmp = _temp_name(path)
     ok = False
     try:
@@ -244,6 +354,8 @@ def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[P
             if force and path.exists():
                 mode = path.stat().st_mode & 0o7777  # --force keeps the replaced file's mode
             os.chmod(tmp, mode)  # the writer may have re-created the file
+            if group is not None:
+                group.before_publish(tmp, path, force)
             _publish(tmp, path, force, user)
         except EmbedscopeError:
             raise

@@ -43,6 +43,12 @@ COMMANDS = [
 ]
 
 
+#: Commands whose finished parts stay when they are interrupted (checkpoints of the epochs and runs
+#: done, measured rows of a study): they resume from them. Every other command's outputs are all or
+#: nothing (:func:`embedscope.fileio.output_group`).
+RESUMABLE = frozenset({"train", "train-grid", "study"})
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
         from embedscope.text import safe
@@ -150,8 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     from embedscope import progress
 
     progress.clear_signals()
+    from embedscope.fileio import output_group
+
+    # all or nothing: a command that fails or is interrupted takes back the outputs it had already
+    # published (a PNG without its PDF, a JSON without its CSV); resumable work keeps its finished parts
+    group = contextlib.nullcontext() if args.command in RESUMABLE else output_group()
     try:
-        with _signals_as_exceptions():
+        with _signals_as_exceptions(), group:
             rc = args.func(args)
             sys.stdout.flush()
         return int(rc or 0)

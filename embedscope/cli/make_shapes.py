@@ -31,8 +31,13 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.data.shapes import write_folder
+    from pathlib import Path
 
+    from embedscope.data.shapes import write_folder
+    from embedscope.fileio import track_new_folders
+
+    # the folders write_folder makes are removed again (when empty) if the command fails or is interrupted
+    track_new_folders(Path(args.output) / "images")
     out = write_folder(args.output, args.n_images, args.size, args.seed, force=args.force,
                        progress=not args.no_progress)
     print(f"wrote {args.n_images} images and {out / 'properties.csv'}")

@@ -1,0 +1,120 @@
+"""UX audit of the command line: progress display on a terminal and in a log, outputs that are never
+lost or left half-written, Ctrl-C / SIGTERM as one line (the standards of README.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+
+import embedscope.fileio as fileio
+from embedscope.cli import main
+from embedscope.errors import Terminated
+
+_ORIG_PUBLISH = fileio._publish
+
+
+def snapshot(folder):
+    """Every file and folder under ``folder`` (hidden ones included): path -> (sha256, inode) or 'dir'."""
+    state = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            state[os.path.relpath(os.path.join(root, name), folder)] = "dir"
+        for name in files:
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                state[os.path.relpath(p, folder)] = (hashlib.sha256(f.read()).hexdigest(), os.lstat(p).st_ino)
+    return state
+
+
+@pytest.fixture(scope="module")
+def emb_file(tmp_path_factory):
+    from embedscope.store import EmbeddingSet, save
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 8)).astype(np.float32)
+    y = np.repeat(np.arange(6), 20)
+    split = np.where(y < 3, "train", "test")
+    path = tmp_path_factory.mktemp("emb") / "e.h5"
+    save(path, EmbeddingSet.from_arrays(X, y, split=split))
+    return path
+
+
+def interrupt_publish(monkeypatch, at: int, exc=KeyboardInterrupt):
+    """Raise ``exc`` when the command publishes its ``at``-th output (the earlier ones are published)."""
+    calls = {"n": 0}
+    orig = fileio._publish
+
+    def publish(tmp, path, force, user):
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise exc() if exc is KeyboardInterrupt else exc
+        return orig(tmp, path, force, user)
+
+    monkeypatch.setattr(fileio, "_publish", publish)
+    return calls
+
+
+# ------------------------------------------------------------------ (b) all or nothing
+@pytest.mark.parametrize("exc, rc", [(KeyboardInterrupt, 130), (Terminated(15), 143)])
+def test_interrupted_command_takes_back_the_outputs_it_had_published(emb_file, tmp_path, monkeypatch, capsys,
+                                                                     exc, rc):
+    """Ctrl-C / SIGTERM between a command's outputs left the first ones (evaluate: the JSON without the
+    CSV, tsne: the PNG without the PDF), and the next run refused to replace them without --force."""
+    monkeypatch.chdir(tmp_path)
+    calls = interrupt_publish(monkeypatch, 2, exc)
+    args = ["evaluate", str(emb_file), "--json", "out/r.json", "--csv", "out/r.csv", "--no-progress"]
+    assert main(args) == rc
+    assert calls["n"] == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] in ("embedscope evaluate: interrupted", "embedscope evaluate: terminated")
+    assert snapshot(tmp_path) == {}, "an output (or its folder, or a temporary file) was left"
+    monkeypatch.setattr(fileio, "_publish", _ORIG_PUBLISH)
+    assert main(args) == 0  # no "already exists" from the interrupted run
+    assert sorted(snapshot(tmp_path)) == ["out", "out/r.csv", "out/r.json"]
+
+
+def test_interrupted_force_run_keeps_the_earlier_outputs(emb_file, tmp_path, monkeypatch, capsys):
+    """An interrupted --force run put back every file it had replaced (same bytes, same file)."""
+    monkeypatch.chdir(tmp_path)
+    args = ["evaluate", str(emb_file), "--json", "r.json", "--csv", "r.csv", "--parquet", "r.parquet",
+            "--no-progress"]
+    assert main(args) == 0
+    os.chmod("r.csv", 0o600)
+    before = snapshot(tmp_path)
+    interrupt_publish(monkeypatch, 3)
+    assert main(args + ["--split", "train", "--force"]) == 130
+    assert snapshot(tmp_path) == before
+    assert os.stat("r.csv").st_mode & 0o777 == 0o600
+
+
+def test_output_group_keeps_outputs_when_stdout_goes_away(tmp_path):
+    """A reader of stdout that went away (| head) after the results were written is not a failure of them."""
+    with pytest.raises(BrokenPipeError), fileio.output_group():
+        fileio.write_text(tmp_path / "a.txt", "a")
+        raise BrokenPipeError
+    assert (tmp_path / "a.txt").read_text() == "a"
+    assert sorted(os.listdir(tmp_path)) == ["a.txt"]
+
+
+def test_output_group_puts_back_a_replaced_symlink_and_removes_only_its_own_files(tmp_path):
+    (tmp_path / "target.txt").write_text("old")
+    os.symlink("target.txt", tmp_path / "link.txt")
+    with pytest.raises(KeyboardInterrupt), fileio.output_group():
+        fileio.write_text(tmp_path / "link.txt", "new", force=True)
+        fileio.write_text(tmp_path / "new.txt", "x")
+        raise KeyboardInterrupt
+    assert os.readlink(tmp_path / "link.txt") == "target.txt"
+    assert (tmp_path / "target.txt").read_text() == "old"
+    assert sorted(os.listdir(tmp_path)) == ["link.txt", "target.txt"]
+
+
+def test_interrupted_make_shapes_leaves_no_images_nor_folders(tmp_path, monkeypatch, capsys):
+    """make-shapes interrupted while writing its images left the images written so far (and its
+    folders), a set without properties.csv."""
+    monkeypatch.chdir(tmp_path)
+    interrupt_publish(monkeypatch, 5)
+    assert main(["make-shapes", "-o", "new/shapes", "--n-images", "12", "--size", "16", "--no-progress"]) == 130
+    assert snapshot(tmp_path) == {}
