@@ -417,9 +417,12 @@ def test_whole_pickled_module_read_without_its_code(tmp_path):
     m = build_model(cfg).eval()
     p = tmp_path / "whole.pt"
     torch.save(m, p)
-    assert isinstance(read_checkpoint(p), Record)  # inert: EmbeddingModel's code is not used to load it
-    m2, cfg2, info = load_checkpoint(p, arch="digits_cnn")
-    assert info["format"] == "pickled module" and cfg2["embed_dim"] == 6
+    assert isinstance(read_checkpoint(p), Record)  # inert: EmbeddingModel's code is not used to read it
+    # its settings are attributes of the module: as a checkpoint it needs --unsafe-pickle
+    with pytest.raises(EmbedscopeError, match="whole pickled embedscope model.*--unsafe-pickle"):
+        load_checkpoint(p, arch="digits_cnn")
+    m2, cfg2, info = load_checkpoint(p, unsafe_pickle=True)
+    assert info["format"].startswith("pickled") and cfg2["embed_dim"] == 6
     x = torch.rand(3, 1, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(m2(x), m(x))

@@ -276,3 +276,44 @@ def test_pml_compiled_trunk_prefix(tmp_path):
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(model(x), F.normalize(embedder(trunk.eval()(x)), dim=1))
+
+
+# --------------------------------------------------------------------------- torch.save(model)
+
+def test_whole_pickled_embedscope_model_needs_unsafe_pickle(tmp_path):
+    """torch.save(model) keeps the settings (here normalize=False) in the module's attributes, which an
+    inert read loses: the file is refused without --unsafe-pickle and, with it, embeds as the model does."""
+    from embedscope.cli import main
+    from embedscope.models import build_model, default_config, load_checkpoint
+
+    torch.manual_seed(9)
+    m = _randomise_bn(build_model(default_config("digits_cnn", embed_dim=6, normalize=False))).eval()
+    p = tmp_path / "whole.pt"
+    torch.save(m, p)
+    with pytest.raises(EmbedscopeError, match=r"whole pickled embedscope model.*--unsafe-pickle \(nothing was run") as e:
+        load_checkpoint(p, arch="digits_cnn")
+    assert "\n" not in str(e.value)
+    assert main(["embed", str(p), "--dataset", "digits", "-o", str(tmp_path / "x.h5"), "--no-progress"]) == 1
+    m2, cfg, _ = load_checkpoint(p, unsafe_pickle=True)
+    assert cfg["normalize"] is False and cfg["arch"] == "digits_cnn"
+    x = torch.rand(3, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(m2(x), m(x))
+
+
+def test_whole_pickled_foreign_module(tmp_path):
+    """A pickled torchvision module is no embedscope checkpoint (its forward is unknown), with or
+    without --unsafe-pickle; --weights reads its tensors without running its code."""
+    from torchvision.models import resnet18
+
+    torch.manual_seed(10)
+    net = _randomise_bn(resnet18(weights=None))
+    p = tmp_path / "whole_resnet18.pt"
+    torch.save(net, p)
+    for unsafe in (False, True):
+        with pytest.raises(EmbedscopeError, match=r"whole pickled torchvision.models.resnet.ResNet module.*--weights"):
+            load_model(p, arch="resnet18", unsafe_pickle=unsafe)
+    model, _, _ = load_model(arch="resnet18", weights=p, head="none")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(_features(net)(x), dim=1))

@@ -430,7 +430,9 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
 
     Reads the embedscope format, a bare state dict (with ``arch``), Roth et al.'s
     ``checkpoint_*.pth.tar`` and a folder holding a pytorch-metric-learning
-    ``trunk_best*.pth`` / ``embedder_best*.pth`` pair (:mod:`embedscope.models.adapters`).
+    ``trunk_best*.pth`` / ``embedder_best*.pth`` pair (:mod:`embedscope.models.adapters`). A whole
+    pickled ``EmbeddingModel`` (``torch.save(model)``) needs ``unsafe_pickle``; other pickled
+    modules are refused (:func:`_load_pickled_module`).
     """
     from embedscope.models import adapters
 
@@ -441,9 +443,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if adapters.is_roth_checkpoint(obj):
         return adapters.load_roth(obj, path, arch=arch, embed_dim=embed_dim)
     fmt = "embedscope"
-    if is_module_record(obj):  # a whole pickled module
-        obj = {"state_dict": module_state_dict(obj)}
-        fmt = "pickled module"
+    if is_module_record(obj):  # a whole pickled module (torch.save(model))
+        return _load_pickled_module(obj, path, arch=arch, embed_dim=embed_dim)
     if isinstance(obj, Record):
         raise EmbedscopeError(f"{path}: holds a {printable(obj.qualname, 80)} object, not a checkpoint; "
                               f"expected {_LAYOUTS}")
@@ -506,6 +507,50 @@ def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
     """The module name(s) of the classifier that :func:`make_backbone` replaced by the identity."""
     names = getattr(backbone, "embedscope_classifier", None) or ()
     return (names,) if isinstance(names, str) else tuple(names)
+
+
+PICKLED_FORMAT = "pickled embedscope model (--unsafe-pickle)"
+
+
+def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: int | None
+                         ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+    """A whole pickled module as a checkpoint.
+
+    Its forward pass and its settings (normalisation, input convention, pooling, head) are the code
+    and attributes of its class, not tensors: read inertly (no ``--unsafe-pickle``) they are lost,
+    so the file is refused. With ``--unsafe-pickle`` an embedscope :class:`EmbeddingModel` is used as
+    it is; other modules are refused (embedscope cannot tell what their forward computes).
+    """
+    qual = obj.qualname if isinstance(obj, Record) else f"{type(obj).__module__}.{type(obj).__qualname__}"
+    if isinstance(obj, Record) and qual == f"{EmbeddingModel.__module__}.{EmbeddingModel.__qualname__}":
+        raise EmbedscopeError(
+            f"{path}: holds a whole pickled embedscope model (torch.save(model)); its settings are restored only "
+            "by unpickling it with --unsafe-pickle (nothing was run; pass it only if you trust the file), or save "
+            "model.state_dict() and load that with --arch")
+    if not isinstance(obj, EmbeddingModel):
+        raise EmbedscopeError(
+            f"{path}: holds a whole pickled {printable(qual, 60)} module (torch.save(model)), not an embedscope "
+            "model: embedscope cannot tell what its forward computes; give the file to --weights (a backbone, with "
+            "--arch) or --trunk/--embedder, which read only its tensors")
+    model = obj
+    if arch and arch != model.arch:
+        raise EmbedscopeError(f"{path}: the pickled model is a {printable(model.arch, 40)}, not {printable(arch, 40)}")
+    if embed_dim and embed_dim != model.embed_dim:
+        raise EmbedscopeError(f"{path}: the pickled model embeds in {model.embed_dim} dimensions, not {embed_dim}")
+    config = default_config(model.arch, embed_dim=model.embed_dim, normalize=model.normalize,
+                            frozen_bn=model.frozen_bn, head=model.head_kind, source_format=PICKLED_FORMAT)
+    config.pop("input_space", None)
+    if model.preprocess is not None:
+        config["input_space"] = dict(model.preprocess.spec)
+    if getattr(model.backbone, "transform_input", False):
+        config["transform_input"] = True
+    if getattr(model.backbone, "pool", None) in ("avg", "avg+max"):
+        config["pool"] = model.backbone.pool
+    if model.head_kind == "mlp":
+        config["head_layers"] = [[m.in_features, m.out_features] if isinstance(m, torch.nn.Linear) else "relu"
+                                 for m in model.head]
+    model.eval()
+    return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path), "format": PICKLED_FORMAT}
 
 
 def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False) -> None:
