@@ -149,9 +149,89 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
         return _Off(iterable, total=total, desc=desc, unit=unit, stream=stream)
     if not _is_tty(stream):
         return LineProgress(iterable, total=total, desc=desc, unit=unit, lines=lines, stream=stream)
-    from tqdm.auto import tqdm
+    bar = _bar_class()(iterable, total=total, desc=desc, unit=unit, leave=False, file=stream, dynamic_ncols=True)
+    _guard_stdout(stream)
+    return bar
 
-    return tqdm(iterable, total=total, desc=desc, unit=unit, leave=False, file=stream, dynamic_ncols=True)
+
+_BAR_CLASS = None
+
+
+def _bar_class():
+    """tqdm's bar class whose ``close`` also gives stdout back (see :class:`_BarAwareStdout`)."""
+    global _BAR_CLASS
+    if _BAR_CLASS is None:
+        from tqdm.auto import tqdm
+
+        class Bar(tqdm):
+            def close(self) -> None:
+                super().close()
+                _release_stdout()
+
+        _BAR_CLASS = Bar
+    return _BAR_CLASS
+
+
+def _live_bars() -> list:
+    mod = sys.modules.get("tqdm.std")
+    if mod is None:
+        return []
+    return [b for b in list(getattr(mod.tqdm, "_instances", [])) if not getattr(b, "disable", True)]
+
+
+class _BarAwareStdout:
+    """``sys.stdout`` while a bar is drawn on the same terminal: whole lines are written with the bars
+    cleared first and drawn again below them (as ``tqdm.write``), so that a ``print`` from anywhere
+    (the runs' messages of ``train-grid --workers``, a library) never lands on a bar's line and leaves
+    the bar's text in the scrollback. Text without its newline yet waits for it (or for ``flush``)."""
+
+    def __init__(self, inner, bar_stream) -> None:
+        self._inner = inner
+        self._bar_stream = bar_stream
+        self._pending = ""
+
+    def write(self, s: str) -> int:
+        self._pending += s
+        if "\n" in self._pending:
+            lines, _, self._pending = self._pending.rpartition("\n")
+            self._emit(lines + "\n")
+        return len(s)
+
+    def _emit(self, text: str) -> None:
+        bars = _live_bars()
+        if not bars:
+            self._inner.write(text)
+            self._inner.flush()
+            return
+        with type(bars[0]).external_write_mode(file=self._bar_stream):
+            self._inner.write(text)
+            self._inner.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            text, self._pending = self._pending, ""
+            self._emit(text)
+        self._inner.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def _guard_stdout(bar_stream) -> None:
+    """Route ``sys.stdout`` through :class:`_BarAwareStdout` while bars on ``bar_stream`` are drawn,
+    when both are a terminal (a redirected stdout does not share the screen with the bar)."""
+    out = sys.stdout
+    if isinstance(out, _BarAwareStdout) or out is None or not _is_tty(out):
+        return
+    sys.stdout = _BarAwareStdout(out, bar_stream)
+
+
+def _release_stdout() -> None:
+    """Give ``sys.stdout`` back once no bar is drawn any more."""
+    out = sys.stdout
+    if isinstance(out, _BarAwareStdout) and not _live_bars():
+        out.flush()
+        sys.stdout = out._inner
 
 
 def clear() -> None:
@@ -164,3 +244,4 @@ def clear() -> None:
             bar.close()
         except Exception:  # pragma: no cover - a half-built bar
             pass
+    _release_stdout()

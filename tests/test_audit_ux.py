@@ -118,3 +118,121 @@ def test_interrupted_make_shapes_leaves_no_images_nor_folders(tmp_path, monkeypa
     interrupt_publish(monkeypatch, 5)
     assert main(["make-shapes", "-o", "new/shapes", "--n-images", "12", "--size", "16", "--no-progress"]) == 130
     assert snapshot(tmp_path) == {}
+
+
+# ------------------------------------------------------------------ (a) on a terminal
+def run_on_pty(argv, *, timeout=60.0, env=None):
+    """Run ``argv`` on a pseudo-terminal of 100x40 (stdin, stdout and stderr); return (raw bytes, exit code)."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))  # tqdm draws nothing at 0 columns
+    p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                         env={**os.environ, "TERM": "xterm", **(env or {})})
+    os.close(slave)
+    out = b""
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            r, _, _ = select.select([master], [], [], 0.1)
+            if r:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif p.poll() is not None:
+                break
+        rc = p.wait(timeout=max(1.0, end - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    return out, rc
+
+
+def screen(raw: bytes) -> list[str]:
+    """What a terminal shows after ``raw``: carriage returns overwrite, ESC[A moves up, ESC[K erases."""
+    import re
+
+    text = raw.decode("utf-8", "replace")
+    rows, row, col, i = [[]], 0, 0, 0
+    while i < len(text):
+        m = re.match(r"\x1b\[(\d*)([A-Za-z])", text[i:])
+        if m:
+            if m.group(2) == "A":
+                row = max(0, row - int(m.group(1) or 1))
+            elif m.group(2) == "K":
+                del rows[row][col:]
+            i += len(m.group(0))
+            continue
+        c = text[i]
+        if c == "\r":
+            col = 0
+        elif c == "\n":
+            row, col = row + 1, 0
+            while len(rows) <= row:
+                rows.append([])
+        else:
+            line = rows[row]
+            line.extend(" " * (col - len(line)))
+            line[col:col + 1] = [c]
+            col += 1
+        i += 1
+    return ["".join(r).rstrip() for r in rows]
+
+
+BAR_TEXT = ("%|", "it/s]", "run/s]", "?run", "█")
+
+
+def test_print_during_a_bar_does_not_leave_the_bar_in_the_scrollback(tmp_path):
+    """train-grid --workers N prints the runs' messages while its bar over the runs is drawn: each
+    message landed on the bar's line, and the bar's text stayed on screen ('train-grid: 0%|...| 0/2
+    [...][1/2] digits_margin_p0_s0: training')."""
+    import sys
+
+    script = tmp_path / "bar.py"
+    script.write_text(
+        "from embedscope.progress import progress_bar\n"
+        "bar = progress_bar(total=3, desc='train-grid', unit='run')\n"
+        "bar.refresh()\n"
+        "print('[1/3] first: training')\n"
+        "bar.update(1); bar.refresh()\n"
+        "print('second', 'message')\n"
+        "bar.update(2)\n"
+        "bar.close()\n"
+        "print('table')\n")
+    raw, rc = run_on_pty([sys.executable, str(script)])
+    assert rc == 0, raw
+    assert b"train-grid:" in raw  # the bar was drawn
+    shown = [line for line in screen(raw) if line]
+    assert shown == ["[1/3] first: training", "second message", "table"], shown
+    assert raw.endswith(b"\n")
+
+
+def test_evaluate_on_a_terminal_and_in_a_log(emb_file, tmp_path):
+    """On a terminal: a bar, cleared before the table; in a file: one line for the phase, no \\r or ESC."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "embedscope", "evaluate", str(emb_file)]
+    raw, rc = run_on_pty(argv)
+    assert rc == 0, raw
+    assert b"retrieval" in raw and b"%|" in raw
+    shown = screen(raw)
+    assert not [s for s in shown if any(b in s for b in BAR_TEXT)], shown
+    assert shown[-1] == "" and "test queries" in shown[0], shown  # the table starts on the first line
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as f:
+        assert subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT).returncode == 0
+    text = log.read_text()
+    assert "\r" not in text and "\x1b" not in text
+    assert len([line for line in text.splitlines() if line.startswith("retrieval: ")]) == 1, text
