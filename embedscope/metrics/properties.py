@@ -49,6 +49,7 @@ __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 SIGNIFICANCE_Z = 2.576  # Kobs' "significant at 1%" rule
 U32 = 2.0 ** -24
 SLACK = 16
+PERM_GROUP_ENTRIES = 1 << 23  # shuffled property rows x n per call of the engine (permutation test)
 
 
 def _encode(values, n: int, name: str) -> np.ndarray:
@@ -375,19 +376,21 @@ def _permuted_nr_prec(eng: _Engine, codes: np.ndarray, R: np.ndarray, Nv: np.nda
 
     The values move, the embedding (and so every query's ranking) stays: a shuffled property is one
     more row of the hit-count engine, counted exactly as the real one (same ranks, same ties). Rows
-    go to the engine in groups that keep its (rows, n) arrays near 2^23 entries."""
+    go to the engine in groups that keep its (rows, n) arrays near ``PERM_GROUP_ENTRIES`` (2^23); each group's
+    shuffles are drawn when it comes (the same sequence of draws from one generator: the same
+    shuffles as drawing all P first), so memory does not grow with P x n."""
     K, n = codes.shape
     rng = np.random.default_rng(seed)
-    perms = np.stack([rng.permutation(n) for _ in range(permutations)])  # (P, n): one shuffle for all properties
     out = np.empty((K, permutations))
-    group = max(1, (1 << 23) // max(n * K, 1))
+    group = max(1, PERM_GROUP_ENTRIES // max(n * K, 1))
     bar = None
     if progress:
         from embedscope.progress import progress_bar
 
         bar = progress_bar(total=permutations, desc="permutations", unit="perm")
     for s in range(0, permutations, group):
-        pj = perms[s:s + group]  # (g, n)
+        # (g, n): one shuffle per draw, for all properties
+        pj = np.stack([rng.permutation(n) for _ in range(min(group, permutations - s))])
         pc = codes[:, pj].transpose(1, 0, 2).reshape(-1, n)  # row (j, k): property k shuffled by pj[j]
         pr = R[:, pj].transpose(1, 0, 2).reshape(-1, n)
         pn = Nv[:, pj].transpose(1, 0, 2).reshape(-1, n)
