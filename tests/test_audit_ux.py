@@ -236,3 +236,18 @@ def test_evaluate_on_a_terminal_and_in_a_log(emb_file, tmp_path):
     text = log.read_text()
     assert "\r" not in text and "\x1b" not in text
     assert len([line for line in text.splitlines() if line.startswith("retrieval: ")]) == 1, text
+
+
+# ------------------------------------------------------------------ (d) Ctrl-C
+@pytest.mark.parametrize("exc, rc, word", [(KeyboardInterrupt, 130, "interrupted"), (Terminated(15), 143, "terminated")])
+def test_signal_while_the_parser_is_built_is_one_line(monkeypatch, capsys, exc, rc, word):
+    """Ctrl-C in the first tenth of a second (the sub-commands' modules being imported to build the
+    parser) was a KeyboardInterrupt traceback."""
+    import embedscope.cli as cli
+
+    def build_parser():
+        raise exc() if exc is KeyboardInterrupt else exc
+
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    assert main(["report", "x", "-o", "y.html"]) == rc
+    assert capsys.readouterr().err == f"embedscope: {word}\n"

@@ -137,34 +137,40 @@ def _error(command: str, message: str) -> None:
     progress.clear()  # not glued to an unfinished progress bar
     with contextlib.suppress(Exception):
         sys.stdout.flush()
-    print(f"embedscope {command}: {safe(message)}", file=sys.stderr, flush=True)
+    where = f"embedscope {command}" if command else "embedscope"
+    print(f"{where}: {safe(message)}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (0 ok, 1 error, 2 usage error, 130 Ctrl-C,
     143 SIGTERM, 141 when the reader of stdout went away)."""
-    parser = build_parser()
-    args, extras = parser.parse_known_args(argv)
-    if not getattr(args, "func", None):
-        if extras:
-            parser.error(f"unrecognized arguments: {' '.join(extras)}")
-        parser.print_help(sys.stderr)
-        return 2
-    if extras:  # point to the sub-command's help, not embedscope's
-        parser.command_parsers[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
-    debug = getattr(args, "debug", False)
     from embedscope import progress
 
     progress.clear_signals()
-    from embedscope.fileio import output_group
-
-    # all or nothing: a command that fails or is interrupted takes back the outputs it had already
-    # published (a PNG without its PDF, a JSON without its CSV); resumable work keeps its finished parts
-    group = contextlib.nullcontext() if args.command in RESUMABLE else output_group()
+    command = ""  # named in the error line once parsed
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)  # until parsed
     try:
-        with _signals_as_exceptions(), group:
-            rc = args.func(args)
-            sys.stdout.flush()
+        # Ctrl-C and SIGTERM while the parser is built (imports) are one line too, not a traceback
+        with _signals_as_exceptions():
+            parser = build_parser()
+            args, extras = parser.parse_known_args(argv)
+            if not getattr(args, "func", None):
+                if extras:
+                    parser.error(f"unrecognized arguments: {' '.join(extras)}")
+                parser.print_help(sys.stderr)
+                return 2
+            if extras:  # point to the sub-command's help, not embedscope's
+                parser.command_parsers[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+            command = args.command
+            debug = getattr(args, "debug", False)
+            from embedscope.fileio import output_group
+
+            # all or nothing: a command that fails or is interrupted takes back the outputs it had already
+            # published (a PNG without its PDF, a JSON without its CSV); resumable work keeps its finished parts
+            group = contextlib.nullcontext() if command in RESUMABLE else output_group()
+            with group:
+                rc = args.func(args)
+                sys.stdout.flush()
         return int(rc or 0)
     except BrokenPipeError:
         _stdout_gone()
@@ -172,17 +178,17 @@ def main(argv: list[str] | None = None) -> int:
     except EmbedscopeError as e:
         if debug:
             raise
-        _error(args.command, f"error: {e}")
+        _error(command, f"error: {e}")
         return e.exit_code
     except KeyboardInterrupt:
         if debug:
             raise
-        _error(args.command, "interrupted")
+        _error(command, "interrupted")
         return 130
     except Terminated as e:
         if debug:
             raise
-        _error(args.command, "terminated")
+        _error(command, "terminated")
         return 128 + e.signum
     except Exception as e:  # an unexpected failure: still one line unless --debug
         if debug:
@@ -191,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if _WORKER.match(str(e)):  # raised in a DataLoader worker: the worker's own last line
             last = str(e).rstrip().splitlines()[-1].strip()
-            _error(args.command, f"error: {last} (in a data loader worker; run with --debug for the traceback)")
+            _error(command, f"error: {last} (in a data loader worker; run with --debug for the traceback)")
             return 1
         msg = str(e).splitlines()[0] if str(e) else ""
-        _error(args.command, f"error: {e.__class__.__name__}: {msg} (run with --debug for the traceback)")
+        _error(command, f"error: {e.__class__.__name__}: {msg} (run with --debug for the traceback)")
         return 1
     finally:
         progress.clear_signals()
