@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from embedscope.data import ImageDataset, TorchImages, describe_transform, get_dataset, image_transform
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.validation import check_int
 
 
 def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 128, num_workers: int = 0,
@@ -94,26 +95,49 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
                   progress: bool = True, weights=None, head: str | None = None, embed_dim: int | None = None,
-                  head_seed: int = 0, trunk=None, embedder=None, amp: bool | None = None) -> Path:
+                  head_seed: int = 0, trunk=None, embedder=None, amp: bool | None = None,
+                  image_size: int | None = None, resize: int | None = None) -> Path:
     """Load a model (:func:`embedscope.models.load_model`: a checkpoint, a trunk/embedder pair or an
     ImageNet baseline), embed a data set's split and write the HDF5 store atomically.
 
     ``amp`` as :func:`embed_images` (None or False: float32 everywhere, as evaluations are
     reported; True: bfloat16 autocast on CUDA). The attribute ``precision`` records which was used ("float32" or
     "bfloat16 autocast"), with ``device`` the device type: bfloat16 rows differ from float32 ones
-    by ~1e-3 to 1e-2 (ResNet-50, 128-d unit rows: up to 6.6e-3 in norm, cosine 0.997)."""
+    by ~1e-3 to 1e-2 (ResNet-50, 128-d unit rows: up to 6.6e-3 in norm, cosine 0.997).
+
+    ``image_size`` / ``resize``: the evaluation transform Resize(resize) + CenterCrop(image_size)
+    instead of the checkpoint's (its config's, else 224 and round(224 * 256 / 224) = 256), e.g. 299 /
+    342 for torchvision's Inception-v3 preset; the file records the transform used."""
     from embedscope import store
     from embedscope.device import resolve_device
     from embedscope.fileio import check_writable
     from embedscope.models import describe_input, load_model
 
     check_writable(out, force=force)  # fail before the long work
+    if image_size is not None:
+        image_size = check_int(image_size, "image_size", min=1)
+    if resize is not None:
+        resize = check_int(resize, "resize", min=1)
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,
                                      unsafe_pickle=unsafe_pickle)
+    if image_size is not None or resize is not None:
+        config = dict(config)
+        if image_size is not None:
+            config["image_size"] = image_size
+            if resize is None:  # the checkpoint's resize belonged to its own crop size
+                config.pop("resize", None)
+        if resize is not None:
+            size = int(config.get("image_size", 224))
+            if resize < size:
+                raise UsageError(f"--resize {resize} is smaller than the crop size {size}: the centre crop "
+                                 "would pad the image (pass --image-size too)")
+            config["resize"] = resize
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
+    if ds.kind == "digits" and (image_size is not None or resize is not None):
+        raise UsageError("--image-size and --resize are for photos: the digits are used as they are (8x8)")
     transform, _, input_text = checkpoint_input(ds, config)
     dev = resolve_device(device)
     use_amp = bool(amp) and dev.type == "cuda"

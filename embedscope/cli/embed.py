@@ -30,6 +30,12 @@ def add_parser(sub, parents):
     p.add_argument("--head-seed", type=seed_int, default=0, help="seed of --head random (default: 0)")
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
+    p.add_argument("--image-size", type=positive_int, metavar="N",
+                   help="centre-crop size of the evaluation transform Resize(R) + CenterCrop(N) (default: the "
+                   "checkpoint's, else 224; e.g. 299 for torchvision's Inception-v3 preset)")
+    p.add_argument("--resize", type=positive_int, metavar="R",
+                   help="shorter side before the crop (default: the checkpoint's, else round(N * 256 / 224); "
+                   "e.g. 342 with --image-size 299)")
     p.add_argument("--batch-size", type=positive_int, default=128)
     p.add_argument("--amp", default="none", choices=["none", "bf16"],
                    help="none (default) = float32, as evaluations are reported; bf16 = bfloat16 autocast on CUDA "
@@ -56,7 +62,8 @@ def run(args) -> int:
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,
         device=args.device, unsafe_pickle=args.unsafe_pickle, force=args.force, progress=not args.no_progress,
         weights=args.weights, head=args.head, embed_dim=args.embed_dim, head_seed=args.head_seed,
-        trunk=args.trunk, embedder=args.embedder, amp=args.amp == "bf16",
+        trunk=args.trunk, embedder=args.embedder, amp=args.amp == "bf16", image_size=args.image_size,
+        resize=args.resize,
     )
     print(f"wrote {safe(out)}")
     return 0
