@@ -213,8 +213,9 @@ def test_pml_bad_layouts(tmp_path):
     with pytest.raises(EmbedscopeError, match="cannot tell the trunk's architecture.*--arch"):
         load_model(trunk=tmp_path / "t2.pth", embedder=tmp_path / "e2.pth")
     torch.save(nn.Linear(256, 4).state_dict(), tmp_path / "e3.pth")
-    with pytest.raises(EmbedscopeError, match="takes 256 inputs but the resnet18 trunk gives 512"):
+    with pytest.raises(EmbedscopeError, match="takes 256 inputs but the resnet18 trunk gives 512") as e:
         load_model(trunk=tmp_path / "t.pth", embedder=tmp_path / "e3.pth")
+    assert str(e.value).startswith(f"{tmp_path / 'e3.pth'} (with the trunk {tmp_path / 't.pth'}): ")
     with pytest.raises(UsageError, match="go together"):
         load_model(trunk=tmp_path / "t.pth")
     with pytest.raises(EmbedscopeError, match="no trunk_best<N>.pth"):

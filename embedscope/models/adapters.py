@@ -208,7 +208,10 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     config = default_config(a, head=head, head_layers=layers or None, normalize=bool(normalize), frozen_bn=False,
                             source_format=PML_FORMAT, trunk_linear=fc_name, **extra_cfg)
     config.pop("embed_dim", None)
-    model = build_model(config)
+    try:
+        model = build_model(config)
+    except EmbedscopeError as e:  # e.g. an embedder that does not fit this trunk: name both files
+        raise EmbedscopeError(f"{embedder} (with the trunk {trunk}): {e}") from None
     config["embed_dim"] = model.embed_dim
     load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk")
     if hsd:
