@@ -10,9 +10,12 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from embedscope.metrics import properties as props_mod
+from embedscope.metrics import retrieval as retrieval_mod
 from embedscope.metrics.properties import property_precision
+from embedscope.metrics.retrieval import retrieval_metrics
 
 
 def _traced_peak(fn, *args, **kwargs):
@@ -72,3 +75,76 @@ def test_permutation_values_unchanged_by_the_groups(monkeypatch):
         perm = draws.permutation(n)
         if j in (0, 6, 11):
             assert grouped[0, j] == property_precision(X, {"v": val[perm]})["v"]["NR-Prec"]
+
+
+# ----------------------------------------------------------------------------- retrieval, large classes
+RET_KEYS = ["R@1", "R@4", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim"]
+
+
+def _few_classes(n, d, n_cls, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_cls, n)
+    X = rng.standard_normal((n, d)) + 0.7 * rng.standard_normal((n_cls, d))[y]
+    return X, y
+
+
+def test_retrieval_with_large_classes_holds_one_block_of_pairs(monkeypatch):
+    """retrieval_metrics ranked all Σ R_i relevant pairs at once: Σ_c n_c², N² / C with C classes
+    (10 classes: 2.3 GB at N = 20,000 for R@1 alone, about four times more per doubling). Queries
+    are now searched in blocks of at most PAIRS_PER_BLOCK pairs: the same values."""
+    X, y = _few_classes(2000, 8, 2, 0)
+    n_pairs = int(sum(np.bincount(y) ** 2)) - len(y)  # about 2 million
+    monkeypatch.setattr(retrieval_mod, "PAIRS_PER_BLOCK", 40_000)
+    got, peak = _traced_peak(retrieval_metrics, X, y, include=["R@1", "MAP@R"], per_query=True)
+    # the pairs alone, as two int64 index arrays, would take 16 bytes each
+    assert peak < n_pairs * 16 / 2, f"peak {peak / 2**20:.1f} MB for {n_pairs} relevant pairs"
+    monkeypatch.setattr(retrieval_mod, "PAIRS_PER_BLOCK", 1 << 40)  # one search of all queries
+    ref = retrieval_metrics(X, y, include=["R@1", "MAP@R"], per_query=True)
+    for k in ref["per_query"]:
+        np.testing.assert_array_equal(got["per_query"][k], ref["per_query"][k])
+    assert {k: v for k, v in got.items() if k != "per_query"} == {k: v for k, v in ref.items() if k != "per_query"}
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("ties", [False, True])
+def test_retrieval_query_blocks_equal_one_search_and_brute_force(monkeypatch, metric, ties):
+    """Every measure, per query, with blocks of a few queries: identical to one search of all
+    queries; R-Precision and MAP@R per query equal to a brute-force float64 ranking. With ties:
+    rows on an integer grid, half of them duplicated (a query's own row tied with other rows)."""
+    X, y = _few_classes(240, 3, 4, 1)
+    if ties:
+        X = np.round(X * 1.5)
+        X[np.all(X == 0, axis=1)] = 1.0
+        X[::2] = X[1::2]
+    y[:3] = [90, 91, 92]  # lone queries
+    monkeypatch.setattr(retrieval_mod, "PAIRS_PER_BLOCK", 500)  # blocks of about 8 queries
+    got = retrieval_metrics(X, y, metric=metric, include=RET_KEYS, per_query=True)
+    monkeypatch.setattr(retrieval_mod, "PAIRS_PER_BLOCK", 1 << 40)
+    ref = retrieval_metrics(X, y, metric=metric, include=RET_KEYS, per_query=True)
+    for k in ref["per_query"]:
+        np.testing.assert_array_equal(got["per_query"][k], ref["per_query"][k])
+    assert {k: v for k, v in got.items() if k != "per_query"} == {k: v for k, v in ref.items() if k != "per_query"}
+    Q = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None] if metric == "cosine" else X
+    for i in range(3, len(y), 7):
+        # float64 keys pair by pair (as the rank engine defines them), ties to the lower index
+        key = -np.einsum("jk,jk->j", Q, np.broadcast_to(Q[i], Q.shape)) if metric == "cosine" else \
+            np.einsum("jk,jk->j", Q - Q[i], Q - Q[i])
+        cand = np.delete(np.arange(len(y)), i)
+        rel = (y[cand[np.lexsort((cand, key[cand]))]] == y[i]).astype(float)
+        r = int(rel.sum())
+        prec = np.cumsum(rel) / np.arange(1, len(rel) + 1)
+        assert got["per_query"]["R-Precision"][i] == pytest.approx(rel[:r].sum() / r, abs=1e-12)
+        assert got["per_query"]["MAP@R"][i] == pytest.approx((prec[:r] * rel[:r]).sum() / r, abs=1e-12)
+
+
+def test_retrieval_query_blocks_separate_reference_set(monkeypatch):
+    """Queries against a separate reference set, in blocks: the same values as one search."""
+    X, y = _few_classes(300, 4, 3, 2)
+    kw = dict(X_ref=X[100:], y_ref=y[100:], include=RET_KEYS, per_query=True)
+    monkeypatch.setattr(retrieval_mod, "PAIRS_PER_BLOCK", 300)
+    got = retrieval_metrics(X[:100], y[:100], **kw)
+    monkeypatch.setattr(retrieval_mod, "PAIRS_PER_BLOCK", 1 << 40)
+    ref = retrieval_metrics(X[:100], y[:100], **kw)
+    for k in ref["per_query"]:
+        np.testing.assert_array_equal(got["per_query"][k], ref["per_query"][k])
+    assert {k: v for k, v in got.items() if k != "per_query"} == {k: v for k, v in ref.items() if k != "per_query"}

@@ -20,7 +20,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.knn import check_metric
-from embedscope.metrics.search.ranks import RelevantRanks, check_sets, compute_relevant_ranks, relevant_counts
+from embedscope.metrics.search.ranks import RelevantRanks, Sets, check_sets, compute_relevant_ranks, relevant_counts
 from embedscope.validation import check_int
 
 __all__ = ["retrieval_metrics", "RETRIEVAL_KEYS", "ALL_KEYS", "r_at_k", "precision_at_1", "r_precision",
@@ -34,6 +34,10 @@ DEFAULT_KS = (1, 2, 4, 8)  # the R@k of ks=None (those within the references ava
 MAP_DEPTH = 1000
 MAP_LIM_DEPTH = 1023  # faiss's largest k on the GPU, Roth's mAP_lim
 LONE_QUERIES = ("exclude", "zero")
+#: relevant (query, reference) pairs ranked at a time: a search with more (classes of thousands,
+#: Σ R_i growing like N² / C) runs over blocks of queries holding at most this many each
+#: (:func:`_ranks_by_query_blocks`); below it, one search of every query as before
+PAIRS_PER_BLOCK = 1 << 23
 
 
 # ----------------------------------------------------------------------------- measures
@@ -260,19 +264,23 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         # each query's ranks only as deep as its measures read (R_i for R-Precision and MAP@R)
         depth_q = np.minimum(np.max([np.broadcast_to(n, R.shape) for n in needs], axis=0), n_avail).clip(1)
         depth = int(depth_q.max())
-        rr = compute_relevant_ranks(sets, metric, depth if np.all(depth_q == depth) else depth_q,
-                                    device=device, block=block, progress=progress)
         evaluated = ~lone if lone_queries == "exclude" else np.ones(nq, dtype=bool)
         n_ev = int(evaluated.sum())
-        per_q = {}
+        extra = {"R@1": lambda rr: r_at_k(rr, 1), "R-Precision": r_precision, "MAP@R": map_at_r} if per_query else {}
+        cols: dict = {}
+        for rr in _ranks_by_query_blocks(sets, metric, R, depth_q, device=device, block=block, progress=progress):
+            for key in want_ret:
+                cols.setdefault(key, []).append(r_at_k(rr, int(key[2:])) if key.startswith("R@") else _MEASURES[key](rr))
+            for key, fn in extra.items():
+                if key not in want_ret:  # the per-query arrays hold R@1, R-Precision and MAP@R
+                    cols.setdefault(key, []).append(fn(rr))
+            del rr
+        per_q = {k: np.concatenate(v) for k, v in cols.items()}
         for key in want_ret:
-            per_q[key] = r_at_k(rr, int(key[2:])) if key.startswith("R@") else _MEASURES[key](rr)
             out[key] = float(per_q[key][evaluated].sum() / n_ev)
         if per_query:
             nan = np.where(lone, np.nan, 1.0)
-            out["per_query"] = {"R@1": per_q["R@1"] * nan if "R@1" in per_q else r_at_k(rr, 1) * nan,
-                                "R-Precision": per_q.get("R-Precision", r_precision(rr)) * nan,
-                                "MAP@R": per_q.get("MAP@R", map_at_r(rr)) * nan}
+            out["per_query"] = {k: per_q[k] * nan for k in ("R@1", "R-Precision", "MAP@R")}
 
     if any(k in want for k in CLUSTER_KEYS):
         from embedscope.metrics.clustering import kmeans_nmi_f1
@@ -288,3 +296,66 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     if per_query and "per_query" in out:
         result["per_query"] = out["per_query"]
     return result
+
+
+def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.ndarray, *, device, block,
+                           progress):
+    """The exact relevant ranks of every query (each to its ``depth_q``), as one
+    :class:`RelevantRanks` per block of consecutive queries, the blocks in query order.
+
+    Σ R_i relevant pairs up to ``PAIRS_PER_BLOCK``: one search of all queries (one block). More
+    (large classes: Σ R_i = Σ_c n_c² grows like N² / C): blocks of queries with at most
+    ``PAIRS_PER_BLOCK`` pairs each (at least one query), each searched against every reference;
+    in a same-set search the block's own rows stay among the references (a separate-set search:
+    the same float64 keys of the same rows) and each query's own row, a reference of its own label,
+    is then taken out of its list: the pairs ranked after it move up by one (its rank is exact,
+    the order of the other references is unchanged), so the ranks are those of the same-set
+    search of all queries, exactly. The per-query values of the measures are then the same.
+    Memory: the pairs of one block, never Σ R_i at once."""
+    if int(R.sum()) <= PAIRS_PER_BLOCK:
+        depth = int(depth_q.max())
+        yield compute_relevant_ranks(sets, metric, depth if np.all(depth_q == depth) else depth_q,
+                                     device=device, block=block, progress=progress)
+        return
+    Q64, R64 = sets.prepared(metric)
+    n_ref = R64.shape[0]
+    own = 1 if sets.same else 0
+    cum = np.cumsum(R + own)
+    s = 0
+    while s < R.size:
+        base = int(cum[s - 1]) if s else 0
+        e = max(s + 1, int(np.searchsorted(cum, base + PAIRS_PER_BLOCK, side="right")))
+        dq = depth_q[s:e]
+        sub = Sets(Q64[s:e], R64, sets.y[s:e], sets.y_ref, False, (False, False), {metric: (Q64[s:e], R64)})
+        ds = np.minimum(dq + own, n_ref)  # one place more: the query's own row may be ranked before
+        d = int(ds.max())
+        rr = compute_relevant_ranks(sub, metric, d if np.all(ds == d) else ds, device=device, block=block,
+                                    progress=progress)
+        if sets.same:
+            rr = _without_own_rows(rr, s, dq)
+        if not np.array_equal(rr.R, R[s:e]):  # pragma: no cover - a broken invariant, not an input error
+            raise AssertionError("query block: relevant counts differ from the whole search's")
+        yield rr
+        del rr, sub  # the block's pairs are not held while the next block is searched
+        s = e
+
+
+def _without_own_rows(rr: RelevantRanks, s: int, depth_q: np.ndarray) -> RelevantRanks:
+    """The ranks of a same-set search from those of queries ``s, s + 1, …`` searched against every
+    row including their own (see :func:`_ranks_by_query_blocks`): each query's own row (reference
+    ``s + i``, relevant to it) taken out, the pairs ranked after it moved up by one, ranks beyond
+    ``depth_q`` set to inf, pairs in rank order (beyond-depth pairs last, by reference index)."""
+    qi = rr.query_of_pair
+    mine = rr.refs == qi + s
+    self_rank = np.full(rr.n_queries, np.inf)
+    self_rank[qi[mine]] = rr.ranks[mine]
+    keep = ~mine
+    qi, ranks, refs = qi[keep], rr.ranks[keep], rr.refs[keep]
+    ranks = ranks - (ranks > self_rank[qi])  # finite ranks after the own row's (inf stays inf)
+    ranks[ranks > depth_q[qi]] = np.inf
+    order = np.lexsort((refs, ranks, qi))
+    Rq = rr.R - 1
+    offsets = np.zeros(Rq.size + 1, dtype=np.int64)
+    np.cumsum(Rq, out=offsets[1:])
+    return RelevantRanks(R=Rq, lone=Rq == 0, depth=int(depth_q.max()), n_avail=rr.n_avail - 1, offsets=offsets,
+                         ranks=ranks[order], refs=refs[order], depth_q=np.asarray(depth_q, dtype=np.int64))
