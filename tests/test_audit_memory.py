@@ -148,3 +148,27 @@ def test_retrieval_query_blocks_separate_reference_set(monkeypatch):
     for k in ref["per_query"]:
         np.testing.assert_array_equal(got["per_query"][k], ref["per_query"][k])
     assert {k: v for k, v in got.items() if k != "per_query"} == {k: v for k, v in ref.items() if k != "per_query"}
+
+
+# ----------------------------------------------------------------------------- k-means bounds
+def test_kmeans_bounds_stay_bounded_and_labels_unchanged(monkeypatch):
+    """Exact k-means with Yinyang bounds held one float64 per (row, group), G = k / group_size:
+    N x k / 64, quadratic where k grows with N (SOP-like labels, k ~ N / 5), and the first
+    assignment made about five (N, G) float64 temporaries (sop-like N = 100,000: 0.90 GB traced).
+    Now G is at most LB_MAX_ELEMS / N and the work arrays are taken in row blocks: the labels are
+    those of the plain Lloyd iteration (bounds=False), whatever the grouping and blocks."""
+    from embedscope.metrics import kmeans as km
+
+    rng = np.random.default_rng(0)
+    n, k, d, group_size = 12_000, 1_500, 8, 2
+    centres = rng.standard_normal((k, d)).astype(np.float32)
+    x = (centres[rng.integers(0, k, n)] + 0.3 * rng.standard_normal((n, d))).astype(np.float32)
+    g_uncapped = round(k / group_size)
+    monkeypatch.setattr(km, "LB_MAX_ELEMS", n * 40)
+    monkeypatch.setattr(km, "DENSE_CHUNK_ELEMS", 1 << 16)
+    monkeypatch.setattr(km, "GROUP_GEMM_ELEMS", 1 << 16)
+    got, peak = _traced_peak(km.lloyd_kmeans, x, k, niter=8, seed=3, bounds=True, group_size=group_size)
+    assert peak < n * g_uncapped * 8, f"peak {peak / 2**20:.1f} MB: (N, k / group_size) bounds are held"
+    ref = km.lloyd_kmeans(x, k, niter=8, seed=3, bounds=False)
+    np.testing.assert_array_equal(got["labels"], ref["labels"])
+    np.testing.assert_array_equal(got["centroids"], ref["centroids"])

@@ -44,6 +44,8 @@ so the assignments are those of the full computation (tests compare with brute f
 the unbounded path, with and without the moved-centroid bounds). The bounds pay at large k (SOP:
 k = 11,316, N = 60,526: most points stop needing any distance after ~5 steps); below k = 4096 or
 N = 16,384 one float32 GEMM per step (still certified) is faster and is used instead.
+Memory: the bounds are N × G float64 with G ≤ ``LB_MAX_ELEMS`` / N (groups are merged beyond), and
+every (rows × centroids) or (rows × groups) work array is taken in row blocks: never N × k.
 Measurements: docs/PERFORMANCE.md, "Exact k-means (issue 18)"; ``benchmarks/kmeans.py``.
 """
 
@@ -59,6 +61,14 @@ _SPLIT_EPS = np.float32(1.0 / 1024.0)
 _TIE_REL = 1e-9  # float64 window (relative to (‖x‖ + max‖c‖)²) re-evaluated directly
 _SLACK = 1e-12   # absolute slack (times the scale) on the bounds, for float64 rounding
 _MOVED_FRAC = 0.5  # at most this share of moved centroids: group bounds from their exact distances
+#: Memory bounds (speed only: the labels depend neither on the grouping nor on the blocks). The
+#: Yinyang lower bounds hold one float64 per (row, group): at most this many, fewer and larger
+#: groups where N x k / group_size would exceed it (k ~ N / 5, SOP-like labels: from N ~ 150,000)
+LB_MAX_ELEMS = 1 << 25
+#: rows x groups of the first (dense) assignment's work arrays at a time
+DENSE_CHUNK_ELEMS = 1 << 21
+#: rows x centroids of one group's float32 GEMM at a time (a group computed for many rows)
+GROUP_GEMM_ELEMS = 1 << 23
 
 
 def _mt19937(seed: int) -> np.random.MT19937:
@@ -207,6 +217,7 @@ class _Assigner:
     # -- setup -----------------------------------------------------------------------------
     def _setup_groups(self, C: np.ndarray):
         n_groups = max(1, int(round(self.k / self.group_size))) if self.bounds else 1
+        n_groups = min(n_groups, max(1, LB_MAX_ELEMS // max(self.n, 1)))  # the bounds (n, G) stay bounded
         gid = _group_centroids(C, n_groups)
         self.order = np.argsort(gid, kind="stable")        # internal j -> original centroid
         self.inv = np.empty_like(self.order)
@@ -223,6 +234,14 @@ class _Assigner:
 
     # -- one GEMM group --------------------------------------------------------------------
     def _group(self, g, rows, CaTg, own):
+        step = max(1, GROUP_GEMM_ELEMS // max(1, CaTg.shape[1]))
+        if rows.size <= step:
+            return self._group_rows(g, rows, CaTg, own)
+        parts = [self._group_rows(g, rows[r0:r0 + step], CaTg, None if own is None else own[r0:r0 + step])
+                 for r0 in range(0, rows.size, step)]  # row blocks: each row's values are its own
+        return tuple(np.concatenate(p) for p in zip(*parts))
+
+    def _group_rows(self, g, rows, CaTg, own):
         s0, s1 = self.starts[g], self.starts[g + 1]
         s = self.xa[rows] @ CaTg                   # ‖c‖² − 2 x·c, float32
         if own is not None:
@@ -268,19 +287,28 @@ class _Assigner:
         return out_a, out_s, out_lb
 
     # -- the dense pass: every centroid for a set of rows ---------------------------------------
-    def _dense(self, rows, CaT):
+    def _dense_step(self) -> int:
+        """Rows per GEMM block of :meth:`_dense`."""
+        return max(64, (1 << 23) // self.k)
+
+    def _dense(self, rows, CaT, lo: int = 0, hi: int | None = None):
         """Best centroid, best and second-best values and (with bounds) the group minima without
-        the best centroid, for ``rows`` (None: every row), by row blocks of one GEMM each."""
-        nr = self.n if rows is None else rows.size
+        the best centroid, for ``rows`` (None: rows ``lo`` to ``hi``, default every row), by row
+        blocks of one GEMM each."""
+        if rows is None:
+            hi = self.n if hi is None else hi
+            nr = hi - lo
+        else:
+            nr = rows.size
         c1 = np.empty(nr, dtype=np.int64)
         m1 = np.empty(nr)
         m2 = np.empty(nr)
         gmin = np.empty((nr, self.G)) if self.bounds else None
-        step = max(64, (1 << 23) // self.k)
+        step = self._dense_step()
         CA = np.ascontiguousarray(CaT.T) if self.bounds else None  # centroids as rows: [−2c, ‖c‖²]
         for r0 in range(0, nr, step):
             r1 = min(nr, r0 + step)
-            sel = slice(r0, r1) if rows is None else rows[r0:r1]
+            sel = slice(lo + r0, lo + r1) if rows is None else rows[r0:r1]
             ar = np.arange(r1 - r0)
             xx = self.xx[sel]
             if self.bounds:
@@ -373,32 +401,45 @@ class _Assigner:
                 self.stats_moved.append(moved.size)
             else:
                 self.lb -= np.maximum.reduceat(drift, self.starts[:-1])[None, :]
-            cand = np.flatnonzero(self.u >= self.lb.min(1))
+            lb_min = self.lb.min(1)
+            cand = np.flatnonzero(self.u >= lb_min)
             dv = self.x[cand].astype(np.float64) - C64[self.a[cand]]
             s_c = np.einsum("ij,ij->i", dv, dv)
             self.u[cand] = np.sqrt(s_c) * (1 + 1e-12) + sl
-            keep = self.u[cand] >= self.lb[cand].min(1)
+            keep = self.u[cand] >= lb_min[cand]
             R = cand[keep]
             s_old = s_c[keep]
             own = self.a[R]
-            need = self.lb[R] <= self.u[R][:, None]
+            need = np.empty((R.size, self.G), dtype=bool)  # lb[R] <= u[R], by row blocks (no float copy of lb[R])
+            uR = self.u[R]
+            rb = max(1, DENSE_CHUNK_ELEMS // self.G)
+            for r0 in range(0, R.size, rb):
+                np.less_equal(self.lb[R[r0:r0 + rb]], uR[r0:r0 + rb, None], out=need[r0:r0 + rb])
             frac = need.sum() / max(1, need.size) * R.size / self.n
         self.C64 = C64
 
         if R is None or frac > self.dense_frac:
-            # every centroid for the rows (all rows on the first step / without bounds)
-            rows = R
+            # every centroid for the rows (all rows on the first step / without bounds), in chunks of
+            # whole GEMM blocks of _dense (the same blocks as one call): each row's values are its own
             idx = np.arange(self.n) if R is None else R
-            c1, m1, m2, gmin = self._dense(rows, CaT)
-            E = self.errc * (self.xn[idx] + cmax) ** 2
             self.stats.append((idx.size, idx.size * self.G, "dense"))
-            tie = m2 <= m1 + 2 * E
-            ok = ~tie
-            okr = idx[ok]
-            self.a[okr] = c1[ok]
-            self.u[okr] = np.sqrt(m1[ok] + E[ok]) + sl
-            if self.bounds:
-                self.lb[okr] = np.sqrt(np.maximum(gmin[ok] - E[ok, None], 0.0)) - sl
+            step = self._dense_step()
+            chunk = step * max(1, DENSE_CHUNK_ELEMS // (step * self.G))
+            ties = []
+            for c0 in range(0, idx.size, chunk):
+                c1_ = min(idx.size, c0 + chunk)
+                ic = idx[c0:c1_]
+                c1, m1, m2, gmin = self._dense(None if R is None else ic, CaT, c0, c1_)
+                E = self.errc * (self.xn[ic] + cmax) ** 2
+                tie = m2 <= m1 + 2 * E
+                ok = ~tie
+                okr = ic[ok]
+                self.a[okr] = c1[ok]
+                self.u[okr] = np.sqrt(m1[ok] + E[ok]) + sl
+                if self.bounds:
+                    self.lb[okr] = np.sqrt(np.maximum(gmin[ok] - E[ok, None], 0.0)) - sl
+                ties.append(ic[tie])
+            tr = np.concatenate(ties) if ties else np.empty(0, dtype=np.int64)
         else:
             idx = R
             nR = R.size
@@ -439,7 +480,7 @@ class _Assigner:
             go = self.gid[own[moved]]
             self.lb[mr, go] = np.minimum(self.lb[mr, go], np.sqrt(s_old[moved]) - sl)
             self.a[R[ok]] = c1[ok]
-        tr = idx[tie]
+            tr = idx[tie]
         if tr.size:
             a_t, s_t, lb_t = self._exact_rows(tr, C64, cc64, cmax)
             self.a[tr] = a_t
