@@ -251,3 +251,41 @@ def test_signal_while_the_parser_is_built_is_one_line(monkeypatch, capsys, exc, 
     monkeypatch.setattr(cli, "build_parser", build_parser)
     assert main(["report", "x", "-o", "y.html"]) == rc
     assert capsys.readouterr().err == f"embedscope: {word}\n"
+
+
+def _child_waits(path):
+    import time
+
+    try:
+        open(path, "w").close()
+        time.sleep(5)
+    finally:
+        with open(path, "a") as f:
+            f.write("finally ran")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fork")
+def test_forked_child_leaves_the_signals_to_the_command(tmp_path, capfd):
+    """A child forked by the command (study draws a figure in one) inherited the command line's
+    handlers: Ctrl-C printed 'Process embedscope-figure: Traceback ... KeyboardInterrupt' after the
+    command's 'interrupted' line, and the SIGTERM its parent ends it with a Terminated traceback."""
+    import multiprocessing as mp
+    import signal
+    import time
+
+    import embedscope.cli as cli
+
+    with cli._signals_as_exceptions():
+        ready = tmp_path / "ready"
+        child = mp.get_context("fork").Process(target=_child_waits, args=(str(ready),), daemon=True)
+        child.start()
+        while not ready.exists():
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGINT)  # the parent handles Ctrl-C; the child carries on
+        time.sleep(0.3)
+        assert child.is_alive()
+        child.terminate()  # as multiprocessing ends daemonic children when the parent exits
+        child.join(5)
+    assert child.exitcode == 128 + signal.SIGTERM
+    assert ready.read_text() == "finally ran"  # its clean-up ran
+    assert "Traceback" not in capfd.readouterr().err

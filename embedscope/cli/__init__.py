@@ -86,7 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The process that installed the handlers below. A child forked from it (a DataLoader worker, the
+#: figure a study draws beside its tables) inherits them, but the command's exit line, exit code and
+#: clean-up belong to this process: a child raising KeyboardInterrupt or Terminated printed its own
+#: traceback ("Process embedscope-figure: Traceback ... KeyboardInterrupt") after "interrupted".
+_OWNER_PID: int | None = None
+
+
 def _raise_terminated(signum, frame):
+    if os.getpid() != _OWNER_PID:  # a forked child, ended by its parent: quietly, its finally blocks still run
+        raise SystemExit(128 + signum)
     from embedscope import progress
 
     progress.note_signal(signum)
@@ -94,6 +103,8 @@ def _raise_terminated(signum, frame):
 
 
 def _raise_interrupt(signum, frame):
+    if os.getpid() != _OWNER_PID:  # a forked child: Ctrl-C reaches the whole process group; the parent
+        return  # handles it and ends its children (daemonic ones get SIGTERM when it exits)
     from embedscope import progress
 
     progress.note_signal(signum)
@@ -103,8 +114,10 @@ def _raise_interrupt(signum, frame):
 @contextlib.contextmanager
 def _signals_as_exceptions():
     """SIGTERM and SIGHUP raise :class:`Terminated`, so ``finally`` blocks remove temporary files."""
+    global _OWNER_PID
     old = {}
     if threading.current_thread() is threading.main_thread():
+        _OWNER_PID = os.getpid()
         for name in ("SIGTERM", "SIGHUP"):
             sig = getattr(signal, name, None)
             if sig is not None:
