@@ -228,10 +228,27 @@ def _publish(tmp: Path, path: Path, force: bool, user_path) -> None:
 class _OutputGroup:
     """The outputs published inside one :func:`output_group`, to take back if the group fails."""
 
-    def __init__(self) -> None:
+    def __init__(self, outputs=None) -> None:
         # (path, inode of the file we publish, backup of the file it replaces or None)
         self.entries: list[tuple[Path, int, Path | None]] = []
         self.folders: list[Path] = []
+        self.outputs = None if outputs is None else [os.path.normpath(os.path.abspath(o)) for o in outputs]
+
+    def owns(self, path) -> bool:
+        """Whether ``path`` is one of the group's outputs: one of ``outputs``, a file beside one with
+        the same stem (a figure's PDF, CSV and JSON beside its PNG), or a file inside one (a folder);
+        every file when no ``outputs`` were given. A cache written on the way is not an output."""
+        if self.outputs is None:
+            return True
+        p = os.path.normpath(os.path.abspath(path))
+        head, stem = os.path.split(os.path.splitext(p)[0])
+        for o in self.outputs:
+            if p == o or p.startswith(o.rstrip(os.sep) + os.sep):
+                return True
+            o_head, o_stem = os.path.split(os.path.splitext(o)[0])
+            if head == o_head and stem == o_stem:
+                return True
+        return False
 
     def before_publish(self, tmp: Path, path: Path, force: bool) -> None:
         """Record ``tmp`` as about to become ``path``; keep a hard link of a file ``force`` replaces."""
@@ -296,8 +313,11 @@ def track_new_folders(folder: str | os.PathLike) -> list[Path]:
 
 
 @contextlib.contextmanager
-def output_group() -> Iterator[None]:
+def output_group(outputs=None) -> Iterator[None]:
     """All or nothing for the outputs that :func:`atomic_output` publishes inside the block.
+
+    ``outputs``: the paths the command writes (files, or folders it writes into); files published on
+    the way that are none of them (a cache of generated images) are left alone. ``None``: every file.
 
     When the block raises (an error, Ctrl-C, the command line's SIGTERM exception) after some
     outputs were published, they are taken back: a new file is removed, a file replaced with
@@ -309,7 +329,7 @@ def output_group() -> Iterator[None]:
     if _GROUPS:
         yield
         return
-    group = _OutputGroup()
+    group = _OutputGroup(outputs)
     _GROUPS.append(group)
     try:
         yield
@@ -337,7 +357,7 @@ def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[P
     user = path
     path = check_writable(path, force=force)
     created = make_folders(path.parent, user)
-    group = _GROUPS[-1] if _GROUPS else None
+    group = _GROUPS[-1] if _GROUPS and _GROUPS[-1].owns(path) else None
     if group is not None:
         group.folders.extend(created)
     tmp = _temp_name(path)

@@ -289,3 +289,16 @@ def test_forked_child_leaves_the_signals_to_the_command(tmp_path, capfd):
     assert child.exitcode == 128 + signal.SIGTERM
     assert ready.read_text() == "finally ran"  # its clean-up ran
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_output_group_leaves_a_cache_written_on_the_way(tmp_path):
+    """Only the command's own outputs are taken back: a cache written while it ran (the generated
+    shapes set of '--dataset shapes') stays for the next run."""
+    out = tmp_path / "res" / "ts.png"
+    with pytest.raises(KeyboardInterrupt), fileio.output_group([str(out)]):
+        fileio.write_text(tmp_path / "cache" / "key" / "shapes.npz", "cached")
+        fileio.write_text(out, "png")
+        fileio.write_text(out.with_suffix(".pdf"), "pdf")  # beside the PNG: an output too
+        raise KeyboardInterrupt
+    assert (tmp_path / "cache" / "key" / "shapes.npz").read_text() == "cached"
+    assert not (tmp_path / "res").exists()

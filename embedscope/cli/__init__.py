@@ -49,6 +49,18 @@ COMMANDS = [
 RESUMABLE = frozenset({"train", "train-grid", "study"})
 
 
+#: The options that name a command's outputs (-o, --json, --figure, ...); add-properties rewrites its
+#: input file. A figure's PDF/CSV/JSON beside its PNG and the files of an output folder count as well.
+_OUTPUT_DESTS = ("output", "json", "csv", "parquet", "table_csv", "figure", "grid", "per_class", "per_image_csv")
+
+
+def _outputs(args) -> list[str]:
+    outs = [getattr(args, d) for d in _OUTPUT_DESTS if isinstance(getattr(args, d, None), str)]
+    if args.command == "add-properties" and isinstance(getattr(args, "file", None), str):
+        outs.append(args.file)
+    return outs
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
         from embedscope.text import safe
@@ -180,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
             # all or nothing: a command that fails or is interrupted takes back the outputs it had already
             # published (a PNG without its PDF, a JSON without its CSV); resumable work keeps its finished parts
-            group = contextlib.nullcontext() if command in RESUMABLE else output_group()
+            group = contextlib.nullcontext() if command in RESUMABLE else output_group(_outputs(args))
             with group:
                 rc = args.func(args)
                 sys.stdout.flush()
