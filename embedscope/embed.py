@@ -156,7 +156,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             "checkpoint": info["path"] and str(Path(str(info["path"]).split(" + ")[0]).resolve()),
             "checkpoint_format": info["format"],
             "checkpoint_sha256": info["sha256"],
-            "checkpoint_config": json.dumps(config, sort_keys=True, default=str),
+            "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str)),
         },
     )
     return store.save(out, es, force=force)

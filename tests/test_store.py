@@ -39,6 +39,24 @@ def test_round_trip(tmp_path):
     assert "created" in back.attrs and "embedscope_version" in back.attrs
 
 
+def test_attributes_come_back_as_written(tmp_path):
+    """Text that looks like JSON stays text, None stays None, lists and dicts come back as such."""
+    tricky = {"s_list": "[1, 2]", "s_dict": '{"a": 1}', "s_null": "null", "s_num": "7", "none": None,
+              "lst": [1, "x", None], "dct": {"k": [1.5, None]}, "n": 3, "f": 0.25, "b": True, "text": "plain"}
+    es = make_set()
+    es.attrs.update(tricky)
+    back = store.load(store.save(tmp_path / "e.h5", es))
+    for k, v in tricky.items():
+        assert back.attrs[k] == v and type(back.attrs[k]) is type(v), k
+    assert store.embeddings.JSON_ATTRS not in back.attrs
+    # files without the list (older embedscope, other tools): JSON-looking text is parsed as before
+    with h5py.File(tmp_path / "e.h5", "r+") as f:
+        del f.attrs[store.embeddings.JSON_ATTRS]
+    old = store.load(tmp_path / "e.h5")
+    assert old.attrs["checkpoint_config"] == {"arch": "x", "embed_dim": 4} and old.attrs["s_list"] == [1, 2]
+    assert old.attrs["s_null"] == "null" and old.attrs["text"] == "plain"
+
+
 def test_layout_names(tmp_path):
     p = store.save(tmp_path / "e.h5", make_set())
     with h5py.File(p) as f:

@@ -187,7 +187,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "loss": config.get("loss") or "",
         "checkpoint": str(Path(checkpoint).resolve()),
         "checkpoint_sha256": info["sha256"],
-        "checkpoint_config": json.dumps(config, sort_keys=True, default=str),
+        "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str)),
         "distance": dist,
         "distance_source": dist_source,
         "differentiated": ("d(f(query + noise), f(retrieval)) and d(f(query), f(retrieval + noise))" if pairs

@@ -304,17 +304,69 @@ def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: s
     return a, b
 
 
+#: The attribute listing (as a JSON array) the attributes stored as JSON text: lists, dicts, None.
+#: With it, a text attribute comes back exactly as written (a string "[1]" or "null" stays a string)
+#: and None comes back as None; files without it (older ones, other tools') are read as before.
+JSON_ATTRS = "json_attrs"
+
+
 def _as_attr(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool, np.integer, np.floating)):
         return value
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _from_attr(value: Any) -> Any:
+def _is_plain(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, np.integer, np.floating))
+
+
+def write_attrs(target, attrs: Mapping[str, Any]) -> None:
+    """Write ``attrs`` to an h5py attribute set: scalars and text as they are, anything else as JSON
+    text, named in :data:`JSON_ATTRS` so that :func:`read_attrs` gives back what was written."""
+    encoded = []
+    for k, v in attrs.items():
+        if k == JSON_ATTRS:
+            continue
+        if not _is_plain(v):
+            encoded.append(k)
+        target[k] = _as_attr(v)
+    target[JSON_ATTRS] = json.dumps(sorted(encoded))
+
+
+def read_attrs(source) -> dict[str, Any]:
+    """The attributes as :func:`write_attrs` wrote them (files without :data:`JSON_ATTRS`: text that
+    starts with ``{`` or ``[`` and is valid JSON is parsed, as older embedscope wrote lists and dicts)."""
+    raw = {k: _plain_attr(v) for k, v in source.items()}
+    listed = raw.pop(JSON_ATTRS, None)
+    keys = None
+    if isinstance(listed, str):
+        try:
+            keys = json.loads(listed)
+        except ValueError:
+            keys = None
+    if not isinstance(keys, list):
+        return {k: _from_attr(v) for k, v in raw.items()}
+    out = {}
+    for k, v in raw.items():
+        if k in keys and isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except ValueError:
+                pass
+        out[k] = v
+    return out
+
+
+def _plain_attr(value: Any) -> Any:
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if isinstance(value, np.generic):
         value = value.item()
+    return value
+
+
+def _from_attr(value: Any) -> Any:
+    value = _plain_attr(value)
     if isinstance(value, str) and value[:1] in "{[":
         try:
             return json.loads(value)
@@ -358,8 +410,7 @@ def save(
             g = f.create_group("properties")
             for k, v in es.properties.items():
                 _write_property(g, k, v)
-            for k, v in all_attrs.items():
-                f.attrs[k] = _as_attr(v)
+            write_attrs(f.attrs, all_attrs)
         _write_bytes(tmp, image.getbuffer(), path)
     return Path(path)
 
@@ -474,7 +525,7 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
             split=strings(f["split"][()], "split"),
             class_names=strings(f["class_names"][()], "class_names"),
             properties=props,
-            attrs={k: _from_attr(v) for k, v in f.attrs.items()},
+            attrs=read_attrs(f.attrs),
         )
     if kwargs["embeddings"].dtype.kind != "f":
         kwargs["embeddings"] = kwargs["embeddings"].astype(np.float32)

@@ -29,7 +29,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output
-from embedscope.store.embeddings import _as_attr, _from_attr  # one encoding of attributes for both files
+from embedscope.store.embeddings import _from_attr, read_attrs, write_attrs  # one encoding of attributes for both files
 
 FORMAT = "embedscope-saliency"
 FORMAT_VERSION = 1
@@ -167,9 +167,7 @@ def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False)
                 g = f.create_group("retrieval")
                 write(g, r["maps"], r["paths"], r["labels"], r.get("images"))
                 g.create_dataset("distance", data=r["distance"].astype(np.float32))
-            for k, v in attrs.items():
-                if v is not None:
-                    f.attrs[k] = _as_attr(v)
+            write_attrs(f.attrs, {k: v for k, v in attrs.items() if v is not None})
     return Path(path)
 
 
@@ -210,7 +208,7 @@ def load_maps(path: str | os.PathLike) -> SaliencyMaps:
             retrieval = part(g)
             retrieval["distance"] = g["distance"][()] if "distance" in g else np.full(len(retrieval["paths"]), np.nan)
         class_names = strings(f["class_names"])
-        attrs = {k: _from_attr(v) for k, v in f.attrs.items()}
+        attrs = read_attrs(f.attrs)
     attrs["source_file"] = str(path)
     try:
         return SaliencyMaps(class_names=class_names, retrieval=retrieval, attrs=attrs, **main)

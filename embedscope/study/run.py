@@ -187,7 +187,7 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
                             attrs={"dataset": ds.name, "root": str(Path(root).resolve()) if root else "",
                                    "transform": transform, "checkpoint": str(Path(checkpoint).resolve()),
                                    "checkpoint_sha256": info["sha256"],
-                                   "checkpoint_config": json.dumps(config, sort_keys=True, default=str)})
+                                   "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str))})
     cdir.mkdir(parents=True, exist_ok=True)
     store.save(path, es, force=True)  # atomic: a concurrent writer of the same key writes the same bytes
     out.update(cached=False, embed_seconds=time.perf_counter() - t0)
