@@ -17,8 +17,10 @@ def _rows(path):
 def test_grid_merges_compares_settings_and_reports_paths(tmp_path, capsys):
     out = str(tmp_path / "runs")
     assert main(BASE + ["--losses", "contrastive", "--seeds", "0", "--embed-dim", "8", "-o", out]) == 0
+    assert "grid.csv\n" in capsys.readouterr().out  # a new grid.csv: nothing merged
     # a second call into the same folder keeps the first call's row
     assert main(BASE + ["--losses", "softmax", "--seeds", "0", "--embed-dim", "8", "-o", out]) == 0
+    assert "grid.csv (merged with its earlier rows)" in capsys.readouterr().out
     rows = _rows(tmp_path / "runs" / "grid.csv")
     assert set(rows) == {"digits_contrastive_p0_s0", "digits_softmax_p0_s0"}
     r = rows["digits_contrastive_p0_s0"]

@@ -44,11 +44,16 @@ def run(args) -> int:
     lp = parse_loss_params(args.loss_param)
     if lp:
         opts["loss_params"] = lp
+    from pathlib import Path
+
+    had_rows = (Path(args.output) / "grid.csv").is_file()
     rows = train_grid(dataset, args.losses, args.p_switch, args.seeds, args.output, options=opts,
                       force=args.force, keep_epochs=args.keep_epochs, progress=not args.no_progress,
                       workers=args.workers)
     print(format_table(rows, ["name", "status", "epochs", "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best",
                               "final_R@1", "final_rho", "untrained_R@1"],
                        title=f"train-grid ({len(rows)} combinations)"))
-    print(f"wrote {args.output}/grid.csv (merged with its earlier rows)")
+    from embedscope.text import safe
+
+    print(f"wrote {safe(args.output)}/grid.csv" + (" (merged with its earlier rows)" if had_rows else ""))
     return 0
