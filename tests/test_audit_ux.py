@@ -302,3 +302,23 @@ def test_output_group_leaves_a_cache_written_on_the_way(tmp_path):
         raise KeyboardInterrupt
     assert (tmp_path / "cache" / "key" / "shapes.npz").read_text() == "cached"
     assert not (tmp_path / "res").exists()
+
+
+def test_train_evaluation_shows_a_bar_on_a_terminal_only(tmp_path):
+    """The evaluation before training and after each epoch embeds both splits (minutes on real data
+    sets): a passing bar on a terminal, nothing more in a log file than the epoch's own line."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "embedscope", "train", "--dataset", "digits", "--loss", "margin", "--epochs", "1",
+            "--embed-dim", "8", "-o", str(tmp_path / "m.pt")]
+    raw, rc = run_on_pty(argv, timeout=120)
+    assert rc == 0, raw
+    assert b"evaluate: embed test" in raw and b"evaluate: embed train" in raw
+    shown = screen(raw)
+    assert not [s for s in shown if "evaluate: embed" in s], shown  # cleared, not left in the scrollback
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as f:
+        assert subprocess.run(argv[:-1] + [str(tmp_path / "m2.pt")], stdout=f, stderr=subprocess.STDOUT).returncode == 0
+    text = log.read_text()
+    assert "evaluate: embed" not in text and "\r" not in text and "\x1b" not in text, text

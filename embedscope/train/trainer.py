@@ -306,23 +306,31 @@ def _write_log(path: Path, history: list[dict[str, Any]], cfg: dict[str, Any] | 
     write_csv(path, rows, LOG_COLUMNS + list(LOG_CONFIG_COLUMNS.values()), force=True)
 
 
-def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None) -> dict[str, float]:
+def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
+              progress: bool = False) -> dict[str, float]:
     """Test R@1 and MAP@R (docs/methods.md §1) and ρ of the training embeddings (docs/methods.md §2, exclude_top=1).
 
     ``transform``: the evaluation input of the run's checkpoint (:func:`embedscope.embed.checkpoint_input`,
     the one ``embed`` uses later), so that the logged numbers are those of the saved model.
+    ``progress``: a passing bar while the two splits are embedded, on a terminal only (the epoch's
+    line in a log file already reports the evaluation).
     """
+    import sys
+
     import torch
 
     from embedscope.embed import embed_images
     from embedscope.metrics import retrieval_metrics, spectral_decay
+    from embedscope.progress import _is_tty
+
+    progress = bool(progress) and _is_tty(sys.stderr)
 
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training's random stream
         Xte = embed_images(model, test_ds, transform=transform, batch_size=batch_size, device=str(device),
-                           progress=False)
+                           progress=progress, desc="evaluate: embed test")
         Xtr = embed_images(model, train_ds, transform=transform, batch_size=batch_size, device=str(device),
-                           progress=False)
+                           progress=progress, desc="evaluate: embed train")
     m = retrieval_metrics(Xte, test_ds.labels, include=["R@1", "MAP@R"])
     rho = float(spectral_decay(Xtr))
     return {"R@1": float(m["R@1"]), "MAP@R": float(m["MAP@R"]), "rho": rho}
@@ -876,7 +884,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     else:
         row0: dict[str, Any] = {"epoch": 0, "loss": None, "R@1": None, "MAP@R": None, "rho": None, "seconds": 0.0}
         if cfg["eval_every"] > 0:
-            row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf))
+            row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress))
         history.append(row0)
         say(_epoch_message(row0, cfg["epochs"]))
         tb.row(row0)
@@ -907,7 +915,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         row: dict[str, Any] = {"epoch": epoch, "loss": loss, "R@1": None, "MAP@R": None, "rho": None,
                                "seconds": seconds}
         if cfg["eval_every"] > 0 and (epoch % cfg["eval_every"] == 0 or epoch == cfg["epochs"]):
-            row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf))
+            row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress))
         history.append(row)
         say(_epoch_message(row, cfg["epochs"]))
         tb.row(row)
