@@ -322,3 +322,15 @@ def test_train_evaluation_shows_a_bar_on_a_terminal_only(tmp_path):
         assert subprocess.run(argv[:-1] + [str(tmp_path / "m2.pt")], stdout=f, stderr=subprocess.STDOUT).returncode == 0
     text = log.read_text()
     assert "evaluate: embed" not in text and "\r" not in text and "\x1b" not in text, text
+
+
+def test_make_shapes_reports_writing_the_images(tmp_path):
+    """Writing the images (9 s for the default 4,800) was silent after the render line."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "embedscope", "make-shapes", "-o", str(tmp_path / "s"), "--n-images", "60"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert [x.split(":")[0] for x in lines] == ["render shapes", "write images"], lines

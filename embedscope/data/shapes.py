@@ -620,7 +620,9 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     images, props = generate(n, size, seed, progress=progress)
     (out / "images").mkdir(parents=True, exist_ok=True)
     paths = [f"images/{i:06d}.png" for i in range(n)]
-    for i, p in enumerate(paths):
+    from embedscope.progress import progress_bar
+
+    for i, p in enumerate(progress_bar(paths, desc="write images", unit="img", enabled=progress)):
         with atomic_output(out / p, force=True) as tmp:
             Image.fromarray(images[i]).save(tmp, format="PNG")
     rows = _rows(props, paths)
