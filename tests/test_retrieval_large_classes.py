@@ -5,11 +5,10 @@ formulas (docs/methods.md §1), ties to the lower index."""
 
 import numpy as np
 import pytest
+from brute import ranked_references
 
 import embedscope.metrics.search.ranks as ranks_mod
 from embedscope.metrics.retrieval import retrieval_metrics
-
-from brute import ranked_references
 
 
 def _brute(X, y, metric):
