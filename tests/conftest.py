@@ -17,6 +17,23 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         pass
 
 
+def snapshot(folder, *, inodes: bool = False):
+    """Every file (hidden ones included) and folder under ``folder``: path -> sha256 (with
+    ``inodes``: (sha256, inode), to tell a file put back from a new copy) or 'dir'."""
+    import hashlib
+
+    state = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            state[os.path.relpath(os.path.join(root, name), folder)] = "dir"
+        for name in files:
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            state[os.path.relpath(p, folder)] = (digest, os.lstat(p).st_ino) if inodes else digest
+    return state
+
+
 def save_digits_checkpoint(path, embed_dim: int = 8, seed: int = 0):
     """An untrained digits_cnn checkpoint at ``path`` (torch seeded: the same weights each time)."""
     import torch

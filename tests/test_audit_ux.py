@@ -3,11 +3,11 @@ lost or left half-written, Ctrl-C / SIGTERM as one line (the standards of README
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 import pytest
+from conftest import snapshot as _snapshot
 
 import embedscope.fileio as fileio
 from embedscope.cli import main
@@ -17,16 +17,8 @@ _ORIG_PUBLISH = fileio._publish
 
 
 def snapshot(folder):
-    """Every file and folder under ``folder`` (hidden ones included): path -> (sha256, inode) or 'dir'."""
-    state = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs:
-            state[os.path.relpath(os.path.join(root, name), folder)] = "dir"
-        for name in files:
-            p = os.path.join(root, name)
-            with open(p, "rb") as f:
-                state[os.path.relpath(p, folder)] = (hashlib.sha256(f.read()).hexdigest(), os.lstat(p).st_ino)
-    return state
+    """:func:`conftest.snapshot` with inodes: path -> (sha256, inode) or 'dir'."""
+    return _snapshot(folder, inodes=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,29 +4,15 @@ leaves the earlier run's checkpoint, log and run folder as they were."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 import pytest
-from conftest import save_digits_checkpoint
+from conftest import save_digits_checkpoint, snapshot
 
 from embedscope.cli import main
 
 TRAIN = ["train", "--dataset", "digits", "--embed-dim", "8", "--no-progress", "--device", "cpu"]
-
-
-def snapshot(folder):
-    """Every file (hidden ones included) and folder under ``folder``: path -> sha256 or 'dir'."""
-    state = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs:
-            state[os.path.relpath(os.path.join(root, name), folder)] = "dir"
-        for name in files:
-            p = os.path.join(root, name)
-            with open(p, "rb") as f:
-                state[os.path.relpath(p, folder)] = hashlib.sha256(f.read()).hexdigest()
-    return state
 
 
 def run_main(args, capsys):
