@@ -114,8 +114,11 @@ def test_killed_study_resumes_without_recomputing(first, grid, emb_cache, tmp_pa
     with pytest.raises(KeyboardInterrupt):
         run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=lambda s: None, on_row=stop, **FAST)
     assert not (out / "runs.csv").exists() and len(list((out / "rows").glob("*.json"))) == 2
-    res = run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=lambda s: None, **FAST)
+    said = []
+    res = run_study(grid, out, workers=0, cache_dir=emb_cache, n_boot=50, echo=said.append, **FAST)
     assert sorted(r["id"] for r in res["computed"]) == sorted(set(r["id"] for r in res["rows"]) - set(seen))
+    # the finish (statistics, tables) is a phase of its own: one line before it, not silence
+    assert said[-1] == f"study: statistics (50 bootstrap resamples), tables of {len(res['rows'])} rows", said
     a = pd.read_csv(first[0] / "runs.csv").set_index("id")
     b = pd.read_csv(out / "runs.csv").set_index("id")
     assert np.array_equal(a.loc[b.index, MEASURED].to_numpy(), b[MEASURED].to_numpy())

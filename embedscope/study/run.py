@@ -531,6 +531,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             return {"rows": rows, "stats": cached, "errors": errors, "computed": [], "paths": {
                 "runs_csv": out_dir / "runs.csv", "runs_parquet": out_dir / "runs.parquet",
                 "correlations_csv": out_dir / "correlations.csv", "correlations_json": out_dir / "correlations.json"}}
+    say(f"study: statistics ({n_boot} bootstrap resamples), tables{' and figures' if figures else ''} "
+        f"of {len(rows)} rows")  # a phase of seconds (the figures), silent before
     if warm is not None:
         warm.join()
     res = finish_study(out_dir, rows, target=target, exclude=exclude, n_boot=n_boot, seed=seed, figures=figures,
