@@ -310,14 +310,13 @@ def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: s
 JSON_ATTRS = "json_attrs"
 
 
-def _as_attr(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool, np.integer, np.floating)):
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 def _is_plain(value: Any) -> bool:
+    """A value HDF5 stores as an attribute as it is (anything else is written as JSON text)."""
     return isinstance(value, (str, int, float, bool, np.integer, np.floating))
+
+
+def _as_attr(value: Any) -> Any:
+    return value if _is_plain(value) else json.dumps(value, sort_keys=True, default=str)
 
 
 def write_attrs(target, attrs: Mapping[str, Any]) -> None:
