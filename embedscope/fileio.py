@@ -177,16 +177,21 @@ def _disk_full(exc: BaseException, folder: Path) -> bool:
     return st.f_bavail == 0
 
 
-def make_folders(folder: Path, user_path) -> list[Path]:
-    """Create the missing folders of ``folder`` (one line naming ``user_path`` on failure); return
-    those created, outermost first, for :func:`remove_empty_folders`."""
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders of ``folder``'s path (itself included) that do not exist yet, outermost first."""
     missing = []
-    p = folder
+    p = Path(folder)
     while not p.exists() and p != p.parent:
         missing.append(p)
         p = p.parent
+    return missing[::-1]
+
+
+def make_folders(folder: Path, user_path) -> list[Path]:
+    """Create the missing folders of ``folder`` (one line naming ``user_path`` on failure); return
+    those created, outermost first, for :func:`remove_empty_folders`."""
     created = []
-    for d in reversed(missing):
+    for d in _missing_folders(folder):
         try:
             d.mkdir()
         except FileExistsError:
@@ -301,12 +306,7 @@ def track_new_folders(folder: str | os.PathLike) -> list[Path]:
     """The folders of ``folder``'s path that do not exist yet (outermost first), which a command is
     about to create itself (not through :func:`atomic_output`): an :func:`output_group` that fails
     removes them when empty, as it does the folders :func:`atomic_output` made."""
-    missing = []
-    p = Path(folder)
-    while not os.path.lexists(p) and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    missing.reverse()
+    missing = _missing_folders(Path(folder))
     if _GROUPS:
         _GROUPS[-1].folders.extend(missing)
     return missing
