@@ -314,10 +314,13 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
     the order of the other references is unchanged), so the ranks are those of the same-set
     search of all queries, exactly. The per-query values of the measures are then the same.
     Memory: the pairs of one block, never Σ R_i at once."""
+    def one_or_each(dq: np.ndarray):  # one depth for all queries where they agree (the usual search)
+        d = int(dq.max())
+        return d if np.all(dq == d) else dq
+
     if int(R.sum()) <= PAIRS_PER_BLOCK:
-        depth = int(depth_q.max())
-        yield compute_relevant_ranks(sets, metric, depth if np.all(depth_q == depth) else depth_q,
-                                     device=device, block=block, progress=progress)
+        yield compute_relevant_ranks(sets, metric, one_or_each(depth_q), device=device, block=block,
+                                     progress=progress)
         return
     Q64, R64 = sets.prepared(metric)
     n_ref = R64.shape[0]
@@ -330,9 +333,7 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
         dq = depth_q[s:e]
         sub = Sets(Q64[s:e], R64, sets.y[s:e], sets.y_ref, False, (False, False), {metric: (Q64[s:e], R64)})
         ds = np.minimum(dq + own, n_ref)  # one place more: the query's own row may be ranked before
-        d = int(ds.max())
-        rr = compute_relevant_ranks(sub, metric, d if np.all(ds == d) else ds, device=device, block=block,
-                                    progress=progress)
+        rr = compute_relevant_ranks(sub, metric, one_or_each(ds), device=device, block=block, progress=progress)
         if sets.same:
             rr = _without_own_rows(rr, s, dq)
         if not np.array_equal(rr.R, R[s:e]):  # pragma: no cover - a broken invariant, not an input error

@@ -14,14 +14,12 @@ and nothing else:
   its ranks go only as deep as each query's measures read (``depth_q``: R_i for R-Precision and
   MAP@R).
 - **CPU, the other searches (more references, a depth of 1,000 or more beyond the relevant sets,
-  skewed relevant sets)
-  from 1,500 references** (``COUNT_MIN_REFS``, and 16 × the depth): one tiled float32
-  GEMM pass (cosine at D ≥ 768: summed in chunks of the inner dimension, for a tighter certified
-  error bound) that *counts*, for each relevant pair, the references scoring above it, keeping
-  per query only the references above a floor key estimated from a sample, never a top-depth
-  list; a same-set cosine
-  search multiplies each pair of query blocks once and reads the tile both ways
-  (:mod:`embedscope.metrics.search.counting`).
+  skewed relevant sets) from 1,500 references** (``COUNT_MIN_REFS``, and 16 × the depth): one
+  tiled float32 GEMM pass (cosine at D ≥ 768: summed in chunks of the inner dimension, for a
+  tighter certified error bound) that *counts*, for each relevant pair, the references scoring
+  above it, keeping per query only the references above a floor key estimated from a sample,
+  never a top-depth list; a same-set cosine search multiplies each pair of query blocks once and
+  reads the tile both ways (:mod:`embedscope.metrics.search.counting`).
 - **Otherwise** (small sets, CUDA): float32 GEMM blocks with top-(depth + 16) float32 candidates
   per query (:func:`embedscope.metrics.search.knn.candidate_blocks`: faiss flat search on the CPU,
   torch GEMM blocks + ``torch.topk`` on CUDA); each relevant pair's float64 key; its rank = 1 +
