@@ -31,6 +31,17 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     ``perm_sd``; seeded by ``seed``). Measure: docs/methods.md §9,
     :func:`embedscope.metrics.properties.property_precision`.
     """
+    rows, _ = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
+                                   metric=metric, normalize=normalize, with_class=with_class, progress=progress,
+                                   permutations=permutations, seed=seed, with_provenance=False)
+    return rows
+
+
+def _rows_and_provenance(files, *, names, split, max_r, properties, metric, normalize, with_class, progress,
+                         permutations, seed, with_provenance: bool = True
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`properties_of_files`'s rows and (``with_provenance``) each file's :func:`provenance_of`
+    (of the whole file, as read): every file is read once."""
     from embedscope import store
     from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import property_precision
@@ -44,8 +55,13 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
         properties = [properties]
     names = unique_names(files, names)  # as evaluate and spectrum: file stems, full paths where stems clash
     rows: list[dict[str, Any]] = []
+    provs: list[dict[str, Any]] = []
     for f, nm in zip(files, names):
-        es = store.load(f).subset(split)
+        whole = store.load(f)
+        if with_provenance:
+            provs.append(provenance_of(whole))
+        es = whole.subset(split)
+        del whole
         props = dict(es.properties)
         if with_class and not any(np.array_equal(np.asarray(v), es.labels) for v in props.values()):
             props = {"class": es.labels, **props}  # (a property equal to the label, e.g. shapes' `shape`, says it)
@@ -66,9 +82,7 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     order = {p: i for i, p in enumerate(sorted(first, key=lambda p: -np.nan_to_num(first[p], nan=-np.inf)))}
     mi = {m: i for i, m in enumerate(names)}
     rows.sort(key=lambda r: (order.get(r["property"], len(order)), mi[r["model"]]))
-    return rows
-
-
+    return rows, provs
 
 
 def properties(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None, split: str = "test",
@@ -82,20 +96,17 @@ def properties(files: Sequence[str | os.PathLike], *, names: Sequence[str] | Non
     p-value, counts), sorted by the first file's NR-Prec; ``provenance`` says whether R was capped.
     ``permutations > 0``: a permutation test beside the z-test (``perm_p_value``; seeded by ``seed``).
     """
-    from embedscope import store
-
     files = as_sources(files)  # a single path is a list of one file
-    rows = properties_of_files(files, names=names, split=split, max_r=max_r, properties=properties,
-                               metric=metric, normalize=normalize, with_class=with_class, progress=progress,
-                               permutations=permutations, seed=seed)
+    rows, provs = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
+                                       metric=metric, normalize=normalize, with_class=with_class,
+                                       progress=progress, permutations=permutations, seed=seed)
     labels = list(dict.fromkeys(r["model"] for r in rows))
     results = []
-    for f, nm in zip(files, labels):
+    for base, nm in zip(provs, labels):
         mine = [r for r in rows if r["model"] == nm]
-        prov = provenance_of(store.load(f), extra={
-            "split": split, "max_r": max_r, "metric": metric, "permutations": permutations,
-            **({"permutation_seed": seed} if permutations else {}),
-            "cap": f"R capped at {max_r} (Kobs' code)" if max_r else "R uncapped (the paper's definition)"})
+        prov = {**base, "split": split, "max_r": max_r, "metric": metric, "permutations": permutations,
+                **({"permutation_seed": seed} if permutations else {}),
+                "cap": f"R capped at {max_r} (Kobs' code)" if max_r else "R uncapped (the paper's definition)"}
         results.append(Result("properties", {f"NR-Prec[{r['property']}]": r["NR-Prec"] for r in mine}, prov,
                               table=mine, model=nm))
     return combine(results)
