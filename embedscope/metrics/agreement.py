@@ -19,7 +19,7 @@ aggregate and counted (``n_undefined``), never dropped silently.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -171,6 +171,11 @@ def map_agreement(maps_a, maps_b, *, jsd_base=2) -> dict[str, Any]:
     """
     r = pearson_per_image(maps_a, maps_b)
     j = jsd_per_image(maps_a, maps_b, base=jsd_base)
+    return _summary(r, j, jsd_base)
+
+
+def _summary(r: np.ndarray, j: np.ndarray, jsd_base) -> dict[str, Any]:
+    """:func:`map_agreement`'s dict from the per-image Pearson r and JSD of a pair of models."""
     fz = fisher_z_mean(r)
     jv = j[~np.isnan(j)]
     return {
@@ -211,30 +216,69 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
     mean JSD, as Kobs' block means (docs/methods.md §8).
     """
     M = len(maps)
+    names, families = _names_families(M, names, families)
+    shape0 = np.asarray(maps[0]).shape
+    for nm, m in zip(names, maps):
+        if np.asarray(m).shape[0] != shape0[0]:
+            raise EmbedscopeError(
+                f"mismatched number of maps: {names[0]} has {shape0[0]}, {nm} has {np.asarray(m).shape[0]}")
+    pairs = {(i, j): map_agreement(maps[i], maps[j], jsd_base=jsd_base) for i in range(M) for j in range(i + 1, M)}
+    return _matrices(pairs, names, families, int(shape0[0]))
+
+
+def agreement_matrix_streamed(read_rows: Callable[[int, int], Sequence[np.ndarray]], n: int, n_models: int, *,
+                              block: int, names: Sequence[str] | None = None,
+                              families: Sequence[str] | None = None, jsd_base=2) -> dict[str, Any]:
+    """:func:`agreement_matrix` over N images read ``block`` images at a time (docs/methods.md §8).
+
+    ``read_rows(start, stop)`` returns the ``n_models`` models' maps of images ``start:stop``
+    (arrays [stop − start, H, W]). Only one block of every model's maps is held at once, with the
+    per-image r and JSD of every pair ([N] each). Per image r and JSD depend on that image's two
+    maps alone, computed by the same functions: the results equal :func:`agreement_matrix`'s on
+    the whole arrays bit for bit.
+    """
+    M = int(n_models)
+    names, families = _names_families(M, names, families)
+    n, block = int(n), max(1, int(block))
+    r = {(i, j): np.empty(n, dtype=np.float64) for i in range(M) for j in range(i + 1, M)}
+    js = {key: np.empty(n, dtype=np.float64) for key in r}
+    for s in range(0, n, block):
+        e = min(n, s + block)
+        rows = list(read_rows(s, e))
+        if len(rows) != M:
+            raise EmbedscopeError(f"read_rows gave {len(rows)} models' maps, expected {M}")
+        for (i, j) in r:
+            r[(i, j)][s:e] = pearson_per_image(rows[i], rows[j])
+            js[(i, j)][s:e] = jsd_per_image(rows[i], rows[j], base=jsd_base)
+        del rows
+    pairs = {key: _summary(r[key], js[key], jsd_base) for key in r}
+    return _matrices(pairs, names, families, n)
+
+
+def _names_families(M: int, names, families) -> tuple[list[str], list[str]]:
     if M < 2:
         raise EmbedscopeError(f"agreement needs at least two models' maps, got {M}")
     names = list(names) if names is not None else [f"model{i}" for i in range(M)]
     families = list(families) if families is not None else ["other"] * M
     if len(names) != M or len(families) != M:
         raise EmbedscopeError(f"{M} maps but {len(names)} names and {len(families)} families")
-    shape0 = np.asarray(maps[0]).shape
-    for nm, m in zip(names, maps):
-        if np.asarray(m).shape[0] != shape0[0]:
-            raise EmbedscopeError(
-                f"mismatched number of maps: {names[0]} has {shape0[0]}, {nm} has {np.asarray(m).shape[0]}")
+    return names, families
+
+
+def _matrices(pairs: dict[tuple[int, int], dict[str, Any]], names: list[str], families: list[str],
+              n_images: int) -> dict[str, Any]:
+    """The matrices and family block means of :func:`agreement_matrix` from every pair's :func:`map_agreement`."""
+    M = len(names)
     keys = ("r_mean", "r_spread", "jsd_mean", "jsd_std")
     mats = {k: np.full((M, M), np.nan) for k in keys}
     n_undef = np.zeros((M, M), dtype=np.int64)
-    pairs: dict[tuple[int, int], dict[str, Any]] = {}
     for i in range(M):
         mats["r_mean"][i, i], mats["r_spread"][i, i] = 1.0, 0.0
         mats["jsd_mean"][i, i], mats["jsd_std"][i, i] = 0.0, 0.0
-        for j in range(i + 1, M):
-            res = map_agreement(maps[i], maps[j], jsd_base=jsd_base)
-            pairs[(i, j)] = res
-            for k in keys:
-                mats[k][i, j] = mats[k][j, i] = res[k]
-            n_undef[i, j] = n_undef[j, i] = res["n_undefined_r"]
+    for (i, j), res in pairs.items():
+        for k in keys:
+            mats[k][i, j] = mats[k][j, i] = res[k]
+        n_undef[i, j] = n_undef[j, i] = res["n_undefined_r"]
     fams = sorted(set(families), key=lambda f: (FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER), f))
     blocks = []
     for a_i, fa in enumerate(fams):
@@ -249,8 +293,8 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
                            "r_mean": float(np.nanmean(r)) if np.any(~np.isnan(r)) else float("nan"),
                            "jsd_mean": float(np.nanmean(js)) if np.any(~np.isnan(js)) else float("nan")})
     return {"names": names, "families": families, **mats, "n_undefined_r": n_undef, "pairs": pairs,
-            "blocks": blocks, "n_images": int(shape0[0])}
+            "blocks": blocks, "n_images": int(n_images)}
 
 
 __all__ = ["R_CLIP", "FAMILY_ORDER", "pearson_per_image", "jsd_per_image", "fisher_z_mean", "map_agreement",
-           "agreement_matrix"]
+           "agreement_matrix", "agreement_matrix_streamed"]

@@ -234,7 +234,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 
 def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[str] | None = None,
                        families: Sequence[str] | None = None, jsd_base=2, json_out=None, csv_out=None,
-                       per_image_csv=None, grid_images: int = 6, force: bool = False) -> dict[str, Any]:
+                       per_image_csv=None, grid_images: int = 6, force: bool = False,
+                       block: int | None = None) -> dict[str, Any]:
     """Agreement of several models' maps files (docs/methods.md §8) -> matrices, block means, figures.
 
     Files are matched by path (the images they all hold, in the first file's order; a note counts
@@ -243,11 +244,14 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     files (taken from each checkpoint's config). Writes: ``out`` (heat-maps of both matrices,
     PNG + PDF), ``grid`` (image × model overlays), ``json_out`` (everything), ``csv_out`` (one row
     per model pair), ``per_image_csv`` (one row per model pair and image).
+
+    The maps are read from the files ``block`` images at a time (default: about
+    :data:`~embedscope.store.saliency.STREAM_ELEMENTS` map values of all the models together), never
+    all at once (:func:`~embedscope.metrics.agreement.agreement_matrix_streamed`: the same values as
+    on the whole arrays, bit for bit); memory grows with N only by the paths and the per-image values.
     """
     from embedscope.fileio import check_writable
-    from embedscope.metrics.agreement import FAMILY_ORDER, agreement_matrix
-    from embedscope.store.saliency import load_maps, match_maps
-    from embedscope.tables import write_csv, write_json
+    from embedscope.store.saliency import MapsFile
 
     files = [str(f) for f in files]
     if len(files) < 2:
@@ -266,7 +270,25 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
         raise UsageError("two outputs name the same file")
     for p in outs:
         check_writable(p, force=force)
-    items = [load_maps(f) for f in files]
+    items: list[MapsFile] = []
+    try:
+        for f in files:  # the maps stay in the files: read a block of images at a time (docs/saliency.md)
+            items.append(MapsFile(f))
+        return _agreement_of_open_files(items, files, out, grid=grid, names=names, families=families,
+                                        jsd_base=jsd_base, json_out=json_out, csv_out=csv_out,
+                                        per_image_csv=per_image_csv, grid_images=grid_images, force=force,
+                                        block=block)
+    finally:
+        for it in items:
+            it.close()
+
+
+def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_base, json_out, csv_out,
+                             per_image_csv, grid_images, force, block) -> dict[str, Any]:
+    from embedscope.metrics.agreement import FAMILY_ORDER, agreement_matrix_streamed
+    from embedscope.store.saliency import STREAM_ELEMENTS, match_rows
+    from embedscope.tables import write_csv, write_json
+
     for f, sm in zip(files, items):
         if sm.kind == "pairs":
             raise EmbedscopeError(f"{f} holds pair maps (--pairs); agreement compares maps of single images")
@@ -274,6 +296,10 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
         raise UsageError(f"{len(files)} files but {len(names)} --names")
     if families is not None and len(families) != len(files):
         raise UsageError(f"{len(files)} files but {len(families)} --families")
+    if block is None:  # about STREAM_ELEMENTS map values of all the models together
+        block = max(1, items[0].block_rows(STREAM_ELEMENTS) // len(items))
+    for sm in items:
+        sm.check_values(block)
     names = list(names) if names is not None else [sm.name for sm in items]
     if len(set(names)) != len(names):
         names = [f"{nm} ({Path(f).name})" for nm, f in zip(names, files)]
@@ -285,7 +311,7 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     settings = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}
     if len(settings) > 1:
         notes.append("the files use different SmoothGrad settings (n_samples/noise)")
-    matched, info = match_maps(items, names)
+    idxs, info = match_rows(items, names)
     dropped = {k: v for k, v in info["n_dropped"].items() if v}
     if dropped:
         notes.append(f"{info['n_common']} images in common; left out: "
@@ -296,11 +322,14 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     names = [names[i] for i in perm]
     fams = [fams[i] for i in perm]
     files = [files[i] for i in perm]
-    matched = [matched[i] for i in perm]
-    res = agreement_matrix([sm.maps for sm in matched], names=names, families=fams, jsd_base=jsd_base)
+    items = [items[i] for i in perm]
+    idxs = [idxs[i] for i in perm]
+    n = int(info["n_common"])
+    res = agreement_matrix_streamed(lambda s, e: [sm.read_maps(idx[s:e]) for sm, idx in zip(items, idxs)], n,
+                                    len(items), block=block, names=names, families=fams, jsd_base=jsd_base)
     res["files"] = files
     res["notes"] = notes
-    res["paths"] = matched[0].paths
+    res["paths"] = items[0].paths[idxs[0]]
     pair_rows = []
     for (i, j), pr in res["pairs"].items():
         pair_rows.append({"model_a": names[i], "model_b": names[j], "family_a": fams[i], "family_b": fams[j],
@@ -318,7 +347,8 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
         from embedscope.viz.saliency import agreement_heatmaps, overlay_grid
 
         for target, make in ((out, lambda: agreement_heatmaps(res)),
-                             (grid, lambda: overlay_grid(matched, names=names, families=fams, n_images=grid_images))):
+                             (grid, lambda: overlay_grid([sm.select(idx[:grid_images]) for sm, idx in zip(items, idxs)],
+                                                         names=names, families=fams, n_images=grid_images))):
             if target is None:
                 continue
             fig = make()

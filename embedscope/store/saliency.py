@@ -23,7 +23,7 @@ import datetime as _dt
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -34,6 +34,8 @@ from embedscope.store.embeddings import _from_attr, read_attrs, write_attrs  # o
 FORMAT = "embedscope-saliency"
 FORMAT_VERSION = 1
 KINDS = ("maps", "pairs")
+#: Map values per block when files are read by rows (:class:`MapsFile`): 2 Mi values, 8 MiB in float32.
+STREAM_ELEMENTS = 1 << 21
 
 
 @dataclass
@@ -73,6 +75,10 @@ class SaliencyMaps:
     @property
     def kind(self) -> str:
         return "pairs" if self.retrieval is not None else "maps"
+
+    @property
+    def map_shape(self) -> tuple[int, int]:
+        return tuple(int(x) for x in self.maps.shape[1:])
 
     @property
     def name(self) -> str:
@@ -171,6 +177,24 @@ def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False)
     return Path(path)
 
 
+def _strings(ds) -> np.ndarray:
+    return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in ds[()]], dtype=object)
+
+
+def _check_header(f, path: Path) -> None:
+    """Format, version and the datasets every maps file has, else one line."""
+    if _from_attr(f.attrs.get("format", "")) != FORMAT:
+        hint = " (an embedding file? saliency maps come from 'embedscope saliency')" if "embeddings" in f else ""
+        raise EmbedscopeError(f"{path}: not an embedscope saliency-maps file{hint}")
+    version = f.attrs.get("format_version")
+    if version is not None and int(version) > FORMAT_VERSION:
+        raise EmbedscopeError(f"{path}: format_version {int(version)} is newer than this embedscope reads "
+                              f"({FORMAT_VERSION})")
+    missing = [k for k in ("maps", "paths", "labels", "class_names") if k not in f]
+    if missing:
+        raise EmbedscopeError(f"{path}: damaged saliency-maps file, missing {', '.join(missing)}")
+
+
 def load_maps(path: str | os.PathLike) -> SaliencyMaps:
     """Read and validate a maps file; any problem is one :class:`EmbedscopeError` line."""
     import h5py
@@ -183,22 +207,10 @@ def load_maps(path: str | os.PathLike) -> SaliencyMaps:
     except OSError as e:
         raise EmbedscopeError(f"{path}: not a readable HDF5 file ({e.__class__.__name__})") from None
     with f:
-        if _from_attr(f.attrs.get("format", "")) != FORMAT:
-            hint = " (an embedding file? saliency maps come from 'embedscope saliency')" if "embeddings" in f else ""
-            raise EmbedscopeError(f"{path}: not an embedscope saliency-maps file{hint}")
-        version = f.attrs.get("format_version")
-        if version is not None and int(version) > FORMAT_VERSION:
-            raise EmbedscopeError(f"{path}: format_version {int(version)} is newer than this embedscope reads "
-                                  f"({FORMAT_VERSION})")
-        missing = [k for k in ("maps", "paths", "labels", "class_names") if k not in f]
-        if missing:
-            raise EmbedscopeError(f"{path}: damaged saliency-maps file, missing {', '.join(missing)}")
-
-        def strings(ds) -> np.ndarray:
-            return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in ds[()]], dtype=object)
+        _check_header(f, path)
 
         def part(g):
-            return dict(maps=g["maps"][()].astype(np.float32), paths=strings(g["paths"]), labels=g["labels"][()],
+            return dict(maps=g["maps"][()].astype(np.float32), paths=_strings(g["paths"]), labels=g["labels"][()],
                         images=g["images"][()] if "images" in g else None)
 
         main = part(f)
@@ -207,7 +219,7 @@ def load_maps(path: str | os.PathLike) -> SaliencyMaps:
             g = f["retrieval"]
             retrieval = part(g)
             retrieval["distance"] = g["distance"][()] if "distance" in g else np.full(len(retrieval["paths"]), np.nan)
-        class_names = strings(f["class_names"])
+        class_names = _strings(f["class_names"])
         attrs = read_attrs(f.attrs)
     attrs["source_file"] = str(path)
     try:
@@ -216,18 +228,20 @@ def load_maps(path: str | os.PathLike) -> SaliencyMaps:
         raise EmbedscopeError(f"{path}: {e}") from None
 
 
-def match_maps(items: list[SaliencyMaps], names: list[str] | None = None) -> tuple[list[SaliencyMaps], dict[str, Any]]:
-    """Restrict every file to the images they all hold, in the first file's order (matched by path).
+def match_rows(items: Sequence[Any], names: list[str] | None = None) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """The rows of every file that hold the images they all hold, in the first file's order (matched by path).
 
-    Returns (matched files, info with ``n_common`` and per-file ``n_dropped``). One-line errors: no
-    common image; maps of different sizes; an image given different classes.
+    ``items``: :class:`SaliencyMaps` or :class:`MapsFile` (anything with ``paths``, ``labels``,
+    ``class_names``, ``n`` and ``map_shape``). Returns (one int64 index array per file, info with
+    ``n_common`` and per-file ``n_dropped``). One-line errors: no common image; maps of different
+    sizes; an image given different classes.
     """
     names = names or [sm.name for sm in items]
     if not items:
         raise EmbedscopeError("no maps files given")
-    shapes = {sm.maps.shape[1:] for sm in items}
+    shapes = {tuple(sm.map_shape) for sm in items}
     if len(shapes) > 1:
-        desc = ", ".join(f"{nm}: {sm.maps.shape[1]}x{sm.maps.shape[2]}" for nm, sm in zip(names, items))
+        desc = ", ".join(f"{nm}: {sm.map_shape[0]}x{sm.map_shape[1]}" for nm, sm in zip(names, items))
         raise EmbedscopeError(
             f"the maps files have maps of different sizes ({desc}); compare maps of the same input size")
     common = set(items[0].paths)
@@ -242,16 +256,163 @@ def match_maps(items: list[SaliencyMaps], names: list[str] | None = None) -> tup
     ref_classes = None
     for nm, sm in zip(names, items):
         pos = {p: i for i, p in enumerate(sm.paths)}
-        sub = sm.select(np.array([pos[p] for p in order], dtype=np.int64))
-        cls = sub.class_names[sub.labels]
+        idx = np.array([pos[p] for p in order], dtype=np.int64)
+        cls = sm.class_names[sm.labels[idx]]
         if ref_classes is None:
             ref_classes = cls
         elif not np.array_equal(cls, ref_classes):
             bad = int(np.count_nonzero(cls != ref_classes))
             raise EmbedscopeError(f"{names[0]} and {nm} give {bad} of the common images different classes")
-        out.append(sub)
+        out.append(idx)
     info = {"n_common": len(order), "n_dropped": {nm: sm.n - len(order) for nm, sm in zip(names, items)}}
     return out, info
+
+
+def match_maps(items: list[SaliencyMaps], names: list[str] | None = None) -> tuple[list[SaliencyMaps], dict[str, Any]]:
+    """Restrict every file to the images they all hold, in the first file's order (matched by path).
+
+    Returns (matched files, info with ``n_common`` and per-file ``n_dropped``). One-line errors: no
+    common image; maps of different sizes; an image given different classes (:func:`match_rows`).
+    """
+    rows, info = match_rows(items, names)
+    return [sm.select(idx) for sm, idx in zip(items, rows)], info
+
+
+class MapsFile:
+    """A maps file open for reading by rows: the maps of N images are never all in memory.
+
+    Opening reads and checks what grows with N alone (paths, labels, class names, attributes) and
+    the datasets' shapes and types; :meth:`read_maps` reads the maps of given rows as float32 (as
+    :func:`load_maps` converts them), :meth:`check_values` checks every map (finite, in [0, 1]) one
+    block of rows at a time with :func:`load_maps`' messages, and :meth:`select` reads a few rows as
+    a :class:`SaliencyMaps` (for figures). Use as a context manager (or :meth:`close`).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        import h5py
+
+        self.path = Path(path)
+        if not self.path.exists():
+            raise EmbedscopeError(f"{self.path}: no such file")
+        try:
+            self._f = h5py.File(self.path, "r")
+        except OSError as e:
+            raise EmbedscopeError(f"{self.path}: not a readable HDF5 file ({e.__class__.__name__})") from None
+        try:
+            self._open()
+        except BaseException:
+            self._f.close()
+            raise
+
+    def _open(self) -> None:
+        f, path = self._f, self.path
+        _check_header(f, path)
+        self.class_names = _strings(f["class_names"])
+        self.paths = _strings(f["paths"]).astype(str)
+        self.labels = np.asarray(f["labels"][()])
+        self.attrs = read_attrs(f.attrs)
+        self.attrs["source_file"] = str(path)
+        self.kind = "pairs" if "retrieval" in f else "maps"
+        ds = f["maps"]
+        self._maps = ds
+        src = "saliency maps"
+        try:
+            if ds.ndim != 3:
+                raise EmbedscopeError(f"{src}: maps must be 3-D (N x H x W), got shape {ds.shape}")
+            if np.dtype(ds.dtype).kind not in "biuf":  # load_maps reads any number as float32
+                raise EmbedscopeError(f"{src}: maps must be floating point, got {np.dtype(ds.dtype)}")
+            n = int(ds.shape[0])
+            if self.paths.ndim != 1 or self.paths.shape[0] != n:
+                raise EmbedscopeError(f"{src}: {self.paths.shape[0]} paths for {n} maps")
+            if self.labels.ndim != 1 or self.labels.shape[0] != n:
+                raise EmbedscopeError(f"{src}: {self.labels.shape[0]} labels for {n} maps")
+            if not np.issubdtype(self.labels.dtype, np.integer):
+                raise EmbedscopeError(f"{src}: labels must be integers, got {self.labels.dtype}")
+            self.labels = self.labels.astype(np.int64, copy=False)
+            if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
+                raise EmbedscopeError(f"{src}: labels must lie in [0, {len(self.class_names)}) to index class_names")
+            if len(np.unique(self.paths)) != n:
+                raise EmbedscopeError(f"{src}: duplicate paths (maps are matched between models by path)")
+            self._images = f["images"] if "images" in f else None
+            if self._images is not None:
+                im = self._images
+                h, w = ds.shape[1:]
+                if im.dtype != np.uint8 or im.shape[:3] != (n, h, w) or im.ndim not in (3, 4) or (
+                        im.ndim == 4 and im.shape[3] != 3):
+                    raise EmbedscopeError(f"{src}: images must be uint8 N x H x W (x 3) matching the maps "
+                                          f"{tuple(ds.shape)}, got {im.dtype} {im.shape}")
+        except EmbedscopeError as e:
+            raise EmbedscopeError(f"{path}: {e}") from None
+
+    @property
+    def n(self) -> int:
+        return int(self._maps.shape[0])
+
+    @property
+    def map_shape(self) -> tuple[int, int]:
+        return tuple(int(x) for x in self._maps.shape[1:])
+
+    @property
+    def name(self) -> str:
+        return str(self.attrs.get("name") or self.path.stem)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __enter__(self) -> "MapsFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def _rows(self, ds, idx) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size == 0:
+            return ds[0:0]
+        if idx.size == 1 or np.all(np.diff(idx) == 1):  # a run of rows: one slice
+            return ds[int(idx[0]):int(idx[-1]) + 1]
+        order = np.argsort(idx, kind="stable")
+        out = ds[idx[order]]  # h5py reads rows given in increasing order (paths are unique: no repeats)
+        back = np.empty_like(order)
+        back[order] = np.arange(order.size)
+        return out[back]
+
+    def read_maps(self, idx) -> np.ndarray:
+        """The maps of rows ``idx`` (in that order) as float32 [len(idx), H, W], as :func:`load_maps` gives them."""
+        return self._rows(self._maps, idx).astype(np.float32)
+
+    def block_rows(self, budget: int) -> int:
+        """Rows of maps per block so that a block holds about ``budget`` map values (at least one row)."""
+        h, w = self.map_shape
+        return max(1, int(budget) // max(1, h * w))
+
+    def check_values(self, block: int | None = None) -> None:
+        """Every map finite and in [0, 1] (± 1e-3), read ``block`` rows at a time; :func:`load_maps`' errors."""
+        n = self.n
+        if not n:
+            return
+        step = block or self.block_rows(STREAM_ELEMENTS)
+        lo, hi, finite = np.inf, -np.inf, True
+        for s in range(0, n, step):
+            m = self.read_maps(np.arange(s, min(n, s + step)))
+            if not np.all(np.isfinite(m)):
+                finite = False
+                break
+            lo, hi = min(lo, float(m.min())), max(hi, float(m.max()))
+        if not finite:
+            raise EmbedscopeError(f"{self.path}: saliency maps: maps contain NaN or inf")
+        if lo < -1e-3 or hi > 1 + 1e-3:
+            raise EmbedscopeError(f"{self.path}: saliency maps: maps must lie in [0, 1], got [{lo:.3g}, {hi:.3g}]")
+
+    def select(self, idx) -> SaliencyMaps:
+        """Rows ``idx`` as an in-memory :class:`SaliencyMaps` (maps, images, labels, paths)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        images = None if self._images is None else self._rows(self._images, idx)
+        return SaliencyMaps(maps=self.read_maps(idx), paths=self.paths[idx], labels=self.labels[idx],
+                            class_names=self.class_names, images=images, attrs=dict(self.attrs))
 
 
 def display_images(x, kind: str) -> np.ndarray:
@@ -270,4 +431,5 @@ def display_images(x, kind: str) -> np.ndarray:
     return pic[:, 0] if pic.shape[1] == 1 else np.moveaxis(pic, 1, -1)
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "SaliencyMaps", "save_maps", "load_maps", "match_maps", "display_images"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "SaliencyMaps", "MapsFile", "save_maps", "load_maps", "match_maps", "match_rows",
+           "display_images"]
