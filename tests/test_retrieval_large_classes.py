@@ -56,3 +56,77 @@ def test_a_deep_depth_beyond_the_relevant_sets_still_counts():
     assert not ranks_mod._rows_plan("cpu", np.full(2000, 1000), 2000, R)
     assert ranks_mod._rows_plan("cpu", np.full(2000, 1100), 2300, np.full(2000, 1100))
     assert ranks_mod._rows_plan("cpu", R, 2000, R)
+
+
+def _tied_set(n=1500, d=8, classes=3, seed=5):
+    """Large classes with exact duplicates across labels: a query's nearest neighbours tie, the
+    lower index first."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    X = rng.standard_normal((classes, d))[y] * 0.5 + rng.standard_normal((n, d))
+    # rows 5, 9 and 700 equal, of two labels: 5's nearest are 9 and 700 (tied, 9 first), and so on
+    y[5], y[9], y[700] = 0, 1, 0
+    X[9] = X[5]
+    X[700] = X[5]
+    X[40:60] = X[20]  # a run of duplicates of mixed labels
+    X[1000:1010] = np.round(X[1000:1010], 1)  # near-ties
+    return X.astype(np.float32), y
+
+
+def _brute_top(X, y, metric, ks, Xr=None, yr=None):
+    orders, lab = ranked_references(X, y, Xr, yr, metric=metric)
+    return {k: np.mean([lab[o[:k]].tolist().count(y[i]) > 0 for i, o in enumerate(orders)]) for k in ks}
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_r_at_k_alone_reads_the_top_k_not_every_relevant_pair(monkeypatch, metric):
+    """R@1 / P@1 (and small R@k) alone with classes of hundreds: each query's certified top k
+    (ties to the lower index), without ranking its R_i relevant pairs; equal to a brute force."""
+    X, y = _tied_set()
+
+    def no_ranks(*a, **k):
+        raise AssertionError("the relevant pairs were ranked for R@k alone")
+
+    monkeypatch.setattr(ranks_mod, "_pair_ranks", no_ranks)
+    want = _brute_top(X, y, metric, (1, 2, 8))
+    v = retrieval_metrics(X, y, include=["R@1", "R@2", "R@8", "P@1"], metric=metric)
+    assert (v["R@1"], v["R@2"], v["R@8"], v["P@1"]) == (want[1], want[2], want[8], want[1])
+    assert retrieval_metrics(X, y, include=["P@1"], metric=metric)["P@1"] == want[1]
+    # a separate reference set (nothing excluded) and lone queries counted as zero
+    Xr, yr = X[::2], y[::2]
+    Xq, yq = X[1::2], y[1::2].copy()
+    yq[:7] = 9  # lone queries: no reference of their label
+    want = _brute_top(Xq, yq, metric, (1,), Xr, yr)
+    v = retrieval_metrics(Xq, yq, X_ref=Xr, y_ref=yr, include=["R@1"], metric=metric, lone_queries="zero")
+    assert v["R@1"] == want[1]
+
+
+def test_r_at_k_alone_takes_the_same_values_as_the_ranks():
+    X, y = _tied_set(seed=8)
+    a = retrieval_metrics(X, y, include=["R@1", "R@4", "P@1"], ks=[1, 4])
+    b = retrieval_metrics(X, y, include=["R@1", "R@4", "P@1", "MAP@R"], ks=[1, 4])  # ranks every pair
+    assert (a["R@1"], a["R@4"], a["P@1"]) == (b["R@1"], b["R@4"], b["P@1"])
+
+
+def test_query_blocks_show_one_progress_bar(monkeypatch):
+    """A search in several query blocks (classes of thousands at 100k rows) shows one bar, not
+    one per block."""
+    import embedscope.metrics.retrieval as ret
+    import embedscope.progress as prog
+
+    bars = []
+    real = prog.progress_bar
+
+    def spy(*a, **k):
+        b = real(*a, **k)
+        bars.append(b)
+        return b
+
+    monkeypatch.setattr(prog, "progress_bar", spy)
+    monkeypatch.setattr(ret, "PAIRS_PER_BLOCK", 200_000)
+    X, y = _tied_set()
+    one = retrieval_metrics(X, y, include=["P@1", "MAP@R"], progress=True)
+    assert len(bars) == 1, f"{len(bars)} bars"
+    assert bars[0].n == bars[0].total == len(y)
+    monkeypatch.setattr(ret, "PAIRS_PER_BLOCK", 1 << 24)
+    assert retrieval_metrics(X, y, include=["P@1", "MAP@R"]) == {k: v for k, v in one.items()}

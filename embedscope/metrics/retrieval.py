@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.search.knn import check_metric
+from embedscope.metrics.search.knn import BarShare, KeySpace, _bar, check_metric, topk_exact
 from embedscope.metrics.search.ranks import RelevantRanks, Sets, check_sets, compute_relevant_ranks, relevant_counts
 from embedscope.validation import check_int
 
@@ -40,6 +40,12 @@ LONE_QUERIES = ("exclude", "zero")
 #: peak at about 1 GB (~55 bytes a pair measured, 10 classes: 0.68 GB at 10,000 rows, one search);
 #: 2^23 split a 10-class 10,000-row set in two blocks, 18% slower (10.8 -> 12.8 s)
 PAIRS_PER_BLOCK = 1 << 24
+#: R@k / P@1 alone with k up to this: each query's exact top k (:func:`~.search.knn.topk_exact`) instead
+#: of the ranks of all its relevant pairs, when k is 1 or the relevant sets hold on average at least
+#: ``KNN_MIN_R_PER_K`` x k references (10 classes of 1,000: R@1 0.66 -> 0.11 s; SOP-like sets, mean
+#: R_i ~4, keep the ranks for R@8, measured in docs/PERFORMANCE.md, thirteenth session)
+KNN_MAX_K = 8
+KNN_MIN_R_PER_K = 4.0
 
 
 # ----------------------------------------------------------------------------- measures
@@ -270,7 +276,11 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         n_ev = int(evaluated.sum())
         extra = {"R@1": lambda rr: r_at_k(rr, 1), "R-Precision": r_precision, "MAP@R": map_at_r} if per_query else {}
         cols: dict = {}
-        for rr in _ranks_by_query_blocks(sets, metric, R, depth_q, device=device, block=block, progress=progress):
+        top_only = all(k == "P@1" or k.startswith("R@") for k in want_ret) and not per_query
+        if top_only and depth <= KNN_MAX_K and (depth == 1 or float(R.mean()) >= KNN_MIN_R_PER_K * depth):
+            cols = _hits_in_top_k(sets, metric, want_ret, depth, device=device, block=block, progress=progress)
+        for rr in ([] if cols else _ranks_by_query_blocks(sets, metric, R, depth_q, device=device, block=block,
+                                                           progress=progress)):
             for key in want_ret:
                 cols.setdefault(key, []).append(r_at_k(rr, int(key[2:])) if key.startswith("R@") else _MEASURES[key](rr))
             for key, fn in extra.items():
@@ -300,6 +310,20 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     return result
 
 
+def _hits_in_top_k(sets: Sets, metric: str, keys: list, k: int, *, device, block, progress) -> dict:
+    """Per key (R@j with j ≤ ``k``, P@1), one array of per-query values from each query's exact top
+    ``k`` (:func:`~.search.knn.topk_exact`: float64-certified, ties to the lower index, the query
+    itself excluded in a same-set search): R@j = [a reference of the query's label among its first
+    j], P@1 = R@1. The same values as from the relevant ranks (rank of the first relevant ≤ j),
+    without ranking every relevant pair (Σ R_i ~ N² / C with large classes)."""
+    Q64, R64 = sets.prepared(metric)
+    ks = KeySpace(Q64, R64, metric, sets.same)
+    _, idx = topk_exact(ks, int(k), device=device, block=block, progress=progress)
+    hit = sets.y_ref[idx] == sets.y[:, None]
+    first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1.0, np.inf)  # rank of the first relevant in the top k
+    return {key: [(first <= (1 if key == "P@1" else int(key[2:]))).astype(np.float64)] for key in keys}
+
+
 def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.ndarray, *, device, block,
                            progress):
     """The exact relevant ranks of every query (each to its ``depth_q``), as one
@@ -326,21 +350,29 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
     n_ref = R64.shape[0]
     own = 1 if sets.same else 0
     cum = np.cumsum(R + own)
-    s = 0
-    while s < R.size:
-        base = int(cum[s - 1]) if s else 0
-        e = max(s + 1, int(np.searchsorted(cum, base + PAIRS_PER_BLOCK, side="right")))
-        dq = depth_q[s:e]
-        sub = Sets(Q64[s:e], R64, sets.y[s:e], sets.y_ref, False, (False, False), {metric: (Q64[s:e], R64)})
-        ds = np.minimum(dq + own, n_ref)  # one place more: the query's own row may be ranked before
-        rr = compute_relevant_ranks(sub, metric, one_or_each(ds), device=device, block=block, progress=progress)
-        if sets.same:
-            rr = _without_own_rows(rr, s, dq)
-        if not np.array_equal(rr.R, R[s:e]):  # pragma: no cover - a broken invariant, not an input error
-            raise AssertionError("query block: relevant counts differ from the whole search's")
-        yield rr
-        del rr, sub  # the block's pairs are not held while the next block is searched
-        s = e
+    # one bar for the whole search (each block's pass advances it by the block's queries)
+    bar = _bar(progress, R.size, "retrieval")
+    try:
+        s = 0
+        while s < R.size:
+            base = int(cum[s - 1]) if s else 0
+            e = max(s + 1, int(np.searchsorted(cum, base + PAIRS_PER_BLOCK, side="right")))
+            dq = depth_q[s:e]
+            sub = Sets(Q64[s:e], R64, sets.y[s:e], sets.y_ref, False, (False, False), {metric: (Q64[s:e], R64)})
+            ds = np.minimum(dq + own, n_ref)  # one place more: the query's own row may be ranked before
+            share = BarShare(bar, e - s) if progress else False
+            rr = compute_relevant_ranks(sub, metric, one_or_each(ds), device=device, block=block, progress=share)
+            if share:
+                share.close()
+            if sets.same:
+                rr = _without_own_rows(rr, s, dq)
+            if not np.array_equal(rr.R, R[s:e]):  # pragma: no cover - a broken invariant, not an input error
+                raise AssertionError("query block: relevant counts differ from the whole search's")
+            yield rr
+            del rr, sub  # the block's pairs are not held while the next block is searched
+            s = e
+    finally:
+        bar.close()
 
 
 def _without_own_rows(rr: RelevantRanks, s: int, depth_q: np.ndarray) -> RelevantRanks:
