@@ -57,6 +57,7 @@ from embedscope.metrics.search.knn import (
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
 _PAIRS_PER_CHUNK = 1 << 20
+_MEASURE_CHUNK = 1 << 16  # pairs per chunk of the measures (RelevantRanks.hits, .precision_sum)
 COUNT_MIN_REFS = 1_500  # CPU searches count (counting.py) from this many references on
 COUNT_MIN_RATIO = 16  # ... when they also outnumber the floor depth this many times
 SHALLOW_FLOOR = (1, None)  # top-K keys only: floor keys at the depth itself (at least [0]), from a sample
@@ -153,23 +154,45 @@ class RelevantRanks:
         out[has] = self.ranks[self.offsets[:-1][has]]
         return out
 
+    def _query_chunks(self):
+        """Consecutive query ranges ``(a, b)`` holding about ``_MEASURE_CHUNK`` pairs each (at least
+        one query): the measures run over them with cache-sized temporaries, every query's pairs
+        summed in the same order as over all pairs at once (the same values bit for bit)."""
+        off = self.offsets
+        n = self.n_queries
+        cuts = np.searchsorted(off, np.arange(0, int(off[-1]), _MEASURE_CHUNK), side="right") - 1
+        cuts = np.unique(np.concatenate([cuts.clip(0, n), [0, n]]))
+        return zip(cuts[:-1].tolist(), cuts[1:].tolist())
+
     def hits(self, limit) -> np.ndarray:
         """Per query, the number of relevant references ranked ≤ ``limit`` (scalar or per query)."""
         if self.ranks is None and limit is not None and np.array_equal(np.broadcast_to(limit, self.R.shape), self.R):
             return self.hits_at_R.astype(np.float64)
         self._need_pairs()
         lim = self._limit(limit)
-        qi = self.query_of_pair
-        return np.bincount(qi, weights=(self.ranks <= lim[qi]).astype(np.float64), minlength=self.n_queries)
+        out = np.empty(self.n_queries)
+        for a, b in self._query_chunks():
+            p0, p1 = int(self.offsets[a]), int(self.offsets[b])
+            qi = np.repeat(np.arange(b - a), np.diff(self.offsets[a:b + 1]))
+            out[a:b] = np.bincount(qi, weights=(self.ranks[p0:p1] <= lim[a:b][qi]).astype(np.float64),
+                                   minlength=b - a)
+        return out
 
     def precision_sum(self, limit) -> np.ndarray:
         """Per query, Σ_{k ≤ limit} P_i(k)·rel_i(k) = Σ_{m: r_(m) ≤ limit} m / r_(m)."""
         self._need_pairs()
         lim = self._limit(limit)
-        qi = self.query_of_pair
-        fin = np.isfinite(self.ranks)
-        prec = np.where(fin, self.position / np.where(fin, self.ranks, 1.0), 0.0)
-        return np.bincount(qi, weights=np.where(self.ranks <= lim[qi], prec, 0.0), minlength=self.n_queries)
+        out = np.empty(self.n_queries)
+        for a, b in self._query_chunks():
+            p0, p1 = int(self.offsets[a]), int(self.offsets[b])
+            cnt = np.diff(self.offsets[a:b + 1])
+            qi = np.repeat(np.arange(b - a), cnt)
+            ranks = self.ranks[p0:p1]
+            pos = (np.arange(p0, p1) - np.repeat(self.offsets[a:b], cnt) + 1).astype(np.float64)
+            fin = np.isfinite(ranks)
+            prec = np.where(fin, pos / np.where(fin, ranks, 1.0), 0.0)
+            out[a:b] = np.bincount(qi, weights=np.where(ranks <= lim[a:b][qi], prec, 0.0), minlength=b - a)
+        return out
 
 
 # ----------------------------------------------------------------------------- inputs
