@@ -7,16 +7,60 @@ their heavy dependencies inside ``run`` so that ``embedscope --help`` stays fast
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib
 import os
-import signal
 import sys
-import threading
 
-from embedscope import __version__
-from embedscope.errors import EmbedscopeError, Terminated
+try:  # the C module: the handler is in place before signal.py builds its enum classes (a few ms)
+    import _signal
+except ImportError:  # pragma: no cover - not CPython
+    import signal as _signal
+
+#: The ``embedscope`` process (its console script or ``python -m embedscope``) until :func:`main` takes
+#: over Ctrl-C, and again after it: see :func:`_quiet_interrupt`. None when a program imports the command line.
+_EARLY_PID: int | None = None
+
+
+def _quiet_interrupt(signum, frame):
+    """Ctrl-C while ``embedscope`` starts (its modules are imported, ~20-50 ms) or ends: the one line of
+    every interrupted command and exit code 130, not a KeyboardInterrupt traceback from an import.
+    Nothing is under way yet (or any more), so the process ends at once."""
+    if os.getpid() != _EARLY_PID:  # a forked child: its parent handles Ctrl-C
+        return
+    try:
+        os.write(2, b"embedscope: interrupted\n")
+    except OSError:
+        pass
+    os._exit(130)
+
+
+def _started_as_the_command() -> bool:
+    """Whether this process runs the ``embedscope`` command (not a test or a notebook importing it)."""
+    main = sys.modules.get("__main__")
+    if getattr(main, "__name__", None) != "__main__":  # e.g. a spawned child re-running the script
+        return False
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:  # python -m embedscope
+        return spec.name == "embedscope.__main__"
+    script = os.path.basename(getattr(main, "__file__", None) or "").lower()
+    return script in ("embedscope", "embedscope.exe", "embedscope-script.py")
+
+
+# first, before the imports below: an ignored SIGINT (nohup, a background job) stays ignored
+if _started_as_the_command() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    try:
+        _signal.signal(_signal.SIGINT, _quiet_interrupt)
+        _EARLY_PID = os.getpid()
+    except (ValueError, OSError):  # not the main thread
+        pass
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import importlib  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+
+from embedscope import __version__  # noqa: E402
+from embedscope.errors import EmbedscopeError, Terminated  # noqa: E402
 
 # Order = order in `embedscope --help`. A module missing from an installation is skipped.
 COMMANDS = [
@@ -137,7 +181,7 @@ def _signals_as_exceptions():
                     old[sig] = signal.signal(sig, _raise_terminated)
         # Ctrl-C as Python's own handler, but recorded: progress steps raise it again if a library
         # swallowed the KeyboardInterrupt (an ignored SIGINT, e.g. under nohup, stays ignored)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _quiet_interrupt):
             with contextlib.suppress(ValueError, OSError):
                 old[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
