@@ -28,6 +28,9 @@ def add_parser(sub, parents):
                    "random normalised linear head (Roth et al. Table 2's baseline); default none")
     p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
     p.add_argument("--head-seed", type=seed_int, default=0, help="seed of --head random (default: 0)")
+    p.add_argument("--ema", action="store_true",
+                   help="use the checkpoint's EMA weights (timm's state_dict_ema) instead of its state_dict, for a "
+                   "checkpoint or --weights; a file without them is an error")
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--image-size", type=positive_int, metavar="N",
@@ -57,13 +60,15 @@ def run(args) -> int:
     from embedscope.text import safe
 
     refuse_inputs([args.output], [args.checkpoint, args.weights, args.trunk, args.embedder])
+    # given only when asked for (embed_to_file passes them to embedscope.models.load_model)
+    model_options = {"ema": True} if args.ema else {}
     out = embed_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, arch=args.arch,
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,
         device=args.device, unsafe_pickle=args.unsafe_pickle, force=args.force, progress=not args.no_progress,
         weights=args.weights, head=args.head, embed_dim=args.embed_dim, head_seed=args.head_seed,
         trunk=args.trunk, embedder=args.embedder, amp=args.amp == "bf16", image_size=args.image_size,
-        resize=args.resize,
+        resize=args.resize, **model_options,
     )
     print(f"wrote {safe(out)}")
     return 0

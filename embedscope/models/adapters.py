@@ -360,13 +360,16 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
 
 def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, head: str = "none",
                      embed_dim: int | None = None, head_seed: int = 0, normalize: bool = True,
-                     unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+                     unsafe_pickle: bool = False, ema: bool = False
+                     ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """A backbone with local ImageNet weights and no trained head -> (model in eval mode, config, info).
 
     ``head="none"``: the pooled features ("ImageNet features"); ``head="random"``: a linear layer
     drawn from ``torch.manual_seed(head_seed)`` with PyTorch's default initialisation, output
     L2-normalised (Roth et al. Table 2, "ImageNet + random normalised head", docs/methods.md §7).
     Without ``weights`` the backbone keeps its random initialisation (an untrained baseline).
+    ``ema``: the EMA copy of a training checkpoint's weights (timm's ``state_dict_ema``,
+    :func:`~embedscope.models.checkpoint.load_backbone_weights`).
     """
     if head not in ("none", "random"):
         raise UsageError(f"--head {head} needs a trained checkpoint; without one use --head none or --head random")
@@ -377,6 +380,8 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
     cfg = default_config(arch, head=head, normalize=bool(normalize), frozen_bn=False,
                          embed_dim=embed_dim if head == "random" else None, head_seed=int(head_seed),
                          source_format="imagenet-baseline")
+    if ema and weights is None:
+        raise UsageError("--ema picks the EMA weights of a file: give --weights (or a checkpoint)")
     if weights is not None and arch in ("googlenet", "inception_v3"):
         cfg["transform_input"] = True  # torchvision's ImageNet weights for these expect it
     if head == "none":
@@ -385,8 +390,10 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
     cfg["embed_dim"] = model.embed_dim
     info: dict[str, Any] = {"extra": {}, "format": "backbone only", "path": ""}
     if weights is not None:
-        load_backbone_weights(model, weights, unsafe_pickle=unsafe_pickle)
+        load_backbone_weights(model, weights, unsafe_pickle=unsafe_pickle, ema=ema)
         cfg["weights"] = str(Path(weights).resolve())
+        if ema:
+            cfg["weights_ema"] = True
         info.update(sha256=sha256_file(weights), path=str(weights), format="ImageNet backbone weights")
     else:
         info["sha256"] = ""
@@ -398,26 +405,33 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
                weights: str | os.PathLike | None = None, head: str | None = None, embed_dim: int | None = None,
                head_seed: int = 0, trunk: str | os.PathLike | None = None,
                embedder: str | os.PathLike | None = None, normalize: bool | None = None,
-               unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+               unsafe_pickle: bool = False, ema: bool = False
+               ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """The model for ``embedscope embed`` from its options -> (model in eval mode, config, info).
 
     Exactly one source: ``checkpoint`` (embedscope format, bare state dict with ``arch``, Roth et
     al.'s file, or a powerful-benchmarker folder), ``trunk`` + ``embedder``, or ``arch`` alone
     (ImageNet baseline: ``weights``, ``head`` none|random, ``embed_dim``, ``head_seed``).
     ``info`` holds ``sha256``, ``path``, ``format`` and ``extra``.
+
+    ``ema`` (``--ema``): a training checkpoint's EMA weights (timm's ``state_dict_ema``) instead of
+    its ``state_dict``, for a checkpoint or ``weights``; a file without them is a one-line error.
     """
     if (trunk is None) != (embedder is None):
         raise UsageError("--trunk and --embedder go together (the two files of a pytorch-metric-learning model)")
     if trunk is not None:
         if checkpoint is not None or weights is not None or head is not None:
             raise UsageError("--trunk/--embedder replace the checkpoint: give no checkpoint, --weights or --head")
+        if ema:
+            raise UsageError("--ema picks the EMA weights of a training checkpoint or --weights file; "
+                             "pytorch-metric-learning's trunk and embedder files hold none")
         return load_pml(trunk, embedder, arch=arch, normalize=True if normalize is None else normalize,
                         unsafe_pickle=unsafe_pickle)
     if checkpoint is not None:
         if weights is not None or head is not None:
             raise UsageError("--weights and --head build a model without a checkpoint: give one or the other")
         model, config, info = load_checkpoint_any(checkpoint, arch=arch, embed_dim=embed_dim,
-                                                  unsafe_pickle=unsafe_pickle)
+                                                  unsafe_pickle=unsafe_pickle, ema=ema)
         if normalize is not None and bool(normalize) != model.normalize:
             model.normalize = bool(normalize)
             config["normalize"] = bool(normalize)
@@ -425,7 +439,8 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
     if not arch:
         raise UsageError("name a checkpoint, --trunk/--embedder, or --arch (with --weights) for an ImageNet baseline")
     return build_pretrained(arch, weights=weights, head=head or "none", embed_dim=embed_dim, head_seed=head_seed,
-                            normalize=True if normalize is None else normalize, unsafe_pickle=unsafe_pickle)
+                            normalize=True if normalize is None else normalize, unsafe_pickle=unsafe_pickle,
+                            ema=ema)
 
 
 def load_checkpoint_any(path, **kw):

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import atomic_output, sha256_file
 from embedscope.models.backbones import EmbeddingModel, build_model, default_config
 
@@ -383,6 +383,24 @@ def check_state_dict(sd: Any, where: str) -> dict[str, torch.Tensor]:
     return dict(sd)
 
 
+#: Where a training checkpoint keeps the exponential-moving-average copy of its weights: timm's
+#: ``train.py`` saves ``state_dict_ema``; ``model_ema`` is the other key timm's loader reads with ``use_ema``.
+EMA_KEYS = ("state_dict_ema", "model_ema")
+
+
+def ema_state_dict(obj: Any, path: str | os.PathLike) -> Any:
+    """The EMA weights of a training checkpoint (``state_dict_ema``, else ``model_ema``: timm's keys,
+    :data:`EMA_KEYS`), for ``--ema``; else a one-line error (the file holds no EMA weights)."""
+    if isinstance(obj, dict):
+        for key in EMA_KEYS:
+            if obj.get(key) is not None:
+                found = obj[key]
+                return module_state_dict(found) if is_module_record(found) else found
+    what = (f"its keys: {_keys_preview(list(map(str, obj)))}" if isinstance(obj, dict)
+            else f"it holds a {printable(getattr(obj, 'qualname', type(obj).__name__), 60)}")
+    raise EmbedscopeError(f"{path}: --ema: no EMA weights in the file (no 'state_dict_ema' or 'model_ema'; {what})")
+
+
 def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str) -> None:
     """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent."""
     try:
@@ -425,7 +443,8 @@ _LAYOUTS = ("an embedscope checkpoint ('format', 'state_dict', 'config'), a bare
 
 
 def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_dim: int | None = None,
-                    unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+                    unsafe_pickle: bool = False, ema: bool = False
+                    ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """Load a checkpoint -> (model in eval mode, config, info with ``sha256``, ``extra``, ``format``).
 
     Reads the embedscope format, a bare state dict (with ``arch``), Roth et al.'s
@@ -433,13 +452,21 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     ``trunk_best*.pth`` / ``embedder_best*.pth`` pair (:mod:`embedscope.models.adapters`). A whole
     pickled ``EmbeddingModel`` (``torch.save(model)``) needs ``unsafe_pickle``; other pickled
     modules are refused (:func:`_load_pickled_module`).
+
+    ``ema``: the file's EMA weights (``state_dict_ema``, :func:`ema_state_dict`) instead of its
+    ``state_dict``; a file without them is a one-line error.
     """
     from embedscope.models import adapters
 
     path = Path(path)
     if path.is_dir():
+        if ema:
+            raise UsageError(f"{path}: --ema: pytorch-metric-learning's trunk and embedder files hold no EMA weights")
         return adapters.load_pml_folder(path, arch=arch, unsafe_pickle=unsafe_pickle)
     obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    if ema:
+        obj = {"state_dict": ema_state_dict(obj, path),
+               **{k: obj[k] for k in ("format", "format_version", "config", "extra") if k in obj}}
     if adapters.is_roth_checkpoint(obj):
         return adapters.load_roth(obj, path, arch=arch, embed_dim=embed_dim)
     fmt = "embedscope"
@@ -495,6 +522,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     model = build_model(config)
     load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model")
     model.eval()
+    if ema:
+        config["weights_ema"] = True  # the file's EMA weights, not its state_dict
     return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": fmt}
 
 
@@ -553,14 +582,19 @@ def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: i
     return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path), "format": PICKLED_FORMAT}
 
 
-def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False) -> None:
+def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False,
+                          ema: bool = False) -> None:
     """Load pretrained backbone weights (e.g. torchvision's ImageNet ResNet-50 file) from a local file.
 
     The classifier (``fc.*``, ``last_linear.*``, ``classifier.*`` ... whatever layer the backbone
     replaced; for timm models the one ``pretrained_cfg["classifier"]`` names, e.g. ``head.fc``)
     and auxiliary classifiers are dropped; every backbone tensor must match. There is no download.
+    A training checkpoint's ``state_dict`` is used, or with ``ema`` its EMA copy (timm's
+    ``state_dict_ema``, :func:`ema_state_dict`; a file without one is a one-line error).
     """
     obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    if ema:
+        obj = ema_state_dict(obj, path)
     if is_module_record(obj):
         obj = module_state_dict(obj)
     if isinstance(obj, dict) and "state_dict" in obj:

@@ -117,7 +117,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
                      batch_size: int | None = None, seed: int = 0, device: str = "auto", amp=None,
                      arch: str | None = None, train_classes=None, unsafe_pickle: bool = False,
                      name: str | None = None, figure=None, force: bool = False, progress: bool = True,
-                     ) -> dict[str, Any]:
+                     ema: bool = False) -> dict[str, Any]:
     """Saliency maps of one checkpoint on a data set's images -> a maps file (docs/methods.md §8).
 
     The distance is ``distance`` when given, else Euclidean for an untrained network
@@ -125,7 +125,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     else its loss's, else Euclidean: :func:`embedscope.models.distances.distance_for_config`).
     ``pairs``: for each chosen query its nearest other image of the split under that distance, and
     the saliency of their distance with respect to each (:func:`pair_saliency_maps`). ``figure``:
-    also draw the maps over the images (or the pairs side by side). Returns a summary dict.
+    also draw the maps over the images (or the pairs side by side). ``ema``: the checkpoint's EMA
+    weights (``state_dict_ema``, :func:`embedscope.models.load_checkpoint`). Returns a summary dict.
     """
     from embedscope.data import get_dataset
     from embedscope.embed import checkpoint_input
@@ -144,7 +145,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         for p in figure_paths(figure):
             check_writable(p, force=force)
     t0 = time.perf_counter()
-    model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle)
+    model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle, ema=ema)
     untrained = is_untrained(config, info.get("extra"))
     if config.get("distance") not in (None, ""):
         check_distance(config["distance"])  # a checkpoint naming an unknown distance is refused

@@ -1,0 +1,204 @@
+"""Loading options of ``embed``: ``--ema`` (timm's EMA weights). Files are written as the other
+projects' saving code writes them; embeddings are compared with the network built directly in PyTorch."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+import types
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.models import build_model, default_config, load_model
+
+#: The CLI passes --ema through embedscope.embed.embed_to_file to load_model.
+_EMBED_TAKES_OPTIONS = {"ema"} <= set(
+    inspect.signature(__import__("embedscope.embed", fromlist=["embed_to_file"]).embed_to_file).parameters)
+needs_embed_options = pytest.mark.skipif(
+    not _EMBED_TAKES_OPTIONS, reason="embedscope.embed.embed_to_file does not yet pass ema on")
+
+
+def _timm_train_checkpoint(path, model, ema, *, ema_key="state_dict_ema"):
+    """What timm's CheckpointSaver._save writes (train.py): epoch, arch, state_dict, optimizer, version,
+    args (train.py's argparse.Namespace), the amp scaler's state, state_dict_ema (the ModelEma copy,
+    unwrapped) and metric."""
+    args = argparse.Namespace(model="resnet50", num_classes=10, lr=0.1, epochs=5, model_ema=True,
+                              model_ema_decay=0.9998, amp=True, device="cuda:0")
+    obj = {"epoch": 4, "arch": args.model, "state_dict": model.state_dict(),
+           "optimizer": torch.optim.SGD(model.parameters(), lr=0.1).state_dict(), "version": 2, "args": args,
+           "amp_scaler": {"scale": 65536.0, "growth_factor": 2.0, "_growth_tracker": 0}, "metric": 61.25}
+    if ema is not None:
+        obj[ema_key] = ema.state_dict()
+    torch.save(obj, path)
+
+
+class _Tiny(nn.Module):
+    """A stand-in timm model: ``fc`` is its classifier (``num_classes=0``: the identity)."""
+
+    def __init__(self, num_classes=0):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 3)
+        self.bn = nn.BatchNorm2d(5)
+        self.fc = nn.Linear(5, num_classes) if num_classes else nn.Identity()
+        self.num_features = 5
+        self.pretrained_cfg = {"classifier": "fc"}
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+
+@pytest.fixture
+def fake_timm(monkeypatch):
+    fake = types.ModuleType("timm")
+    fake.create_model = lambda name, pretrained, num_classes: _Tiny(num_classes)
+    monkeypatch.setitem(sys.modules, "timm", fake)
+    return fake
+
+
+def _two(seed=0):
+    """A trained network and its EMA copy: the same architecture, other tensors (BN statistics too)."""
+    torch.manual_seed(seed)
+    trained, ema = _Tiny(10), _Tiny(10)
+    for m in (trained, ema):
+        m.bn.running_mean.uniform_(-0.3, 0.3)
+        m.bn.running_var.uniform_(0.5, 1.5)
+    return trained, ema
+
+
+def _direct(sd):
+    net = _Tiny(0)
+    net.load_state_dict({k: v for k, v in sd.items() if not k.startswith("fc.")})
+    return net.eval()
+
+
+@pytest.mark.parametrize("ema_key", ["state_dict_ema", "model_ema"])
+def test_ema_weights_of_a_timm_training_checkpoint(tmp_path, fake_timm, ema_key):
+    """--weights read the state_dict only; with ema the EMA copy is used (timm's validate.py --use-ema)."""
+    trained, ema = _two()
+    f = tmp_path / "model_best.pth.tar"
+    _timm_train_checkpoint(f, trained, ema, ema_key=ema_key)
+    x = torch.randn(3, 3, 12, 12)
+    plain, cfg_plain, _ = load_model(arch="timm:tiny", weights=f, head="none")
+    with_ema, cfg_ema, _ = load_model(arch="timm:tiny", weights=f, head="none", ema=True)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(x), F.normalize(_direct(trained.state_dict())(x), dim=1), rtol=0, atol=0)
+        torch.testing.assert_close(with_ema(x), F.normalize(_direct(ema.state_dict())(x), dim=1), rtol=0, atol=0)
+        assert not torch.allclose(plain(x), with_ema(x))
+    assert cfg_ema["weights_ema"] is True and "weights_ema" not in cfg_plain
+
+
+def test_ema_weights_real_timm(tmp_path):
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(3)
+    trained = timm.create_model("resnet18", pretrained=False, num_classes=10)
+    ema = timm.create_model("resnet18", pretrained=False, num_classes=10)
+    f = tmp_path / "model_best.pth.tar"
+    _timm_train_checkpoint(f, trained, ema)
+    model, _, _ = load_model(arch="timm:resnet18", weights=f, head="none", ema=True)
+    direct = timm.create_model("resnet18", pretrained=False, num_classes=0)
+    direct.load_state_dict(ema.state_dict(), strict=False)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(direct.eval()(x), dim=1))
+
+
+def test_ema_missing_is_one_line(tmp_path, fake_timm):
+    trained, _ = _two()
+    f = tmp_path / "no_ema.pth.tar"
+    _timm_train_checkpoint(f, trained, None)
+    with pytest.raises(EmbedscopeError, match=r"--ema: no EMA weights in the file \(no 'state_dict_ema' or "
+                                              r"'model_ema'; its keys: epoch, arch, state_dict") as e:
+        load_model(arch="timm:tiny", weights=f, head="none", ema=True)
+    assert "\n" not in str(e.value) and str(f) in str(e.value)
+    torch.save(trained.state_dict(), tmp_path / "bare.pth")  # a bare state dict has no EMA copy either
+    with pytest.raises(EmbedscopeError, match=r"--ema: no EMA weights"):
+        load_model(arch="timm:tiny", weights=tmp_path / "bare.pth", head="none", ema=True)
+
+
+def test_ema_needs_a_file_that_can_hold_one(tmp_path):
+    with pytest.raises(UsageError, match=r"--ema picks the EMA weights of a file: give --weights"):
+        load_model(arch="resnet18", ema=True)
+    torch.save(nn.Linear(2, 2).state_dict(), tmp_path / "t.pth")
+    with pytest.raises(UsageError, match=r"trunk and embedder files hold none"):
+        load_model(trunk=tmp_path / "t.pth", embedder=tmp_path / "t.pth", ema=True)
+
+
+def _digits_with_ema(path, seed=0):
+    """An embedscope digits checkpoint that also carries an EMA copy of its weights (as a trainer
+    with timm's ModelEma saves it beside the state_dict)."""
+    torch.manual_seed(seed)
+    cfg = default_config("digits_cnn", embed_dim=8)
+    model, ema = build_model(cfg), build_model(cfg)
+    torch.save({"format": "embedscope-checkpoint", "format_version": 1, "state_dict": model.state_dict(),
+                "state_dict_ema": ema.state_dict(), "config": cfg, "extra": {}}, path)
+    return cfg, model.eval(), ema.eval()
+
+
+def test_ema_of_an_embedscope_checkpoint(tmp_path):
+    f = tmp_path / "ck.pt"
+    cfg, model, ema = _digits_with_ema(f)
+    x = torch.rand(4, 1, 8, 8)
+    got, gcfg, _ = load_model(f, ema=True)
+    plain, _, _ = load_model(f)
+    with torch.no_grad():
+        torch.testing.assert_close(got(x), ema(x), rtol=0, atol=0)
+        torch.testing.assert_close(plain(x), model(x), rtol=0, atol=0)
+    assert gcfg["weights_ema"] is True
+
+
+@needs_embed_options
+def test_embed_cli_ema(tmp_path, capsys):
+    """`embed --ema`: the embeddings are the EMA network's; without it the state_dict's; a file
+    without EMA weights is one line, exit 1."""
+    from embedscope import store
+    from embedscope.cli import main
+    from embedscope.data import get_dataset
+    from embedscope.embed import checkpoint_input, embed_images
+
+    f = tmp_path / "ck.pt"
+    cfg, model, ema = _digits_with_ema(f, seed=1)
+    for flag, net in (([], model), (["--ema"], ema)):
+        out = tmp_path / f"e{len(flag)}.h5"
+        assert main(["embed", str(f), "--dataset", "digits", "--split", "test", "-o", str(out), "--no-progress",
+                     "--device", "cpu", *flag]) == 0
+        ds = get_dataset("digits").subset("test")
+        want = embed_images(net, ds, transform=checkpoint_input(ds, cfg)[0], device="cpu", progress=False)
+        np.testing.assert_array_equal(store.load(out).embeddings, want)
+        with h5py.File(out) as h:
+            assert ("weights_ema" in str(h.attrs["checkpoint_config"])) == bool(flag)
+    bare = tmp_path / "bare.pt"
+    torch.save({"state_dict": model.state_dict(), "config": cfg}, bare)
+    capsys.readouterr()
+    assert main(["embed", str(bare), "--dataset", "digits", "-o", str(tmp_path / "x.h5"), "--ema",
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "--ema: no EMA weights in the file" in err and "\n" not in err
+
+
+def test_saliency_with_ema_weights(tmp_path):
+    """saliency_to_file(ema=True) computes the maps of the EMA network: the same maps as a checkpoint
+    whose state_dict is those EMA tensors."""
+    from embedscope.models import save_checkpoint
+    from embedscope.saliency.run import saliency_to_file
+    from embedscope.store.saliency import load_maps
+
+    f = tmp_path / "ck.pt"
+    cfg, model, ema = _digits_with_ema(f, seed=2)
+    save_checkpoint(tmp_path / "ema_only.pt", ema, cfg)
+    common = dict(n_images=3, n_samples=2, device="cpu", progress=False)
+    saliency_to_file(f, "digits", tmp_path / "a.h5", ema=True, **common)
+    saliency_to_file(tmp_path / "ema_only.pt", "digits", tmp_path / "b.h5", **common)
+    saliency_to_file(f, "digits", tmp_path / "c.h5", **common)
+    a, b, c = (load_maps(tmp_path / f"{k}.h5") for k in "abc")
+    np.testing.assert_array_equal(a.maps, b.maps)
+    assert not np.array_equal(a.maps, c.maps)
+    assert a.attrs["checkpoint_config"]["weights_ema"] is True and "weights_ema" not in c.attrs["checkpoint_config"]
+    with pytest.raises(EmbedscopeError, match=r"--ema: no EMA weights"):
+        saliency_to_file(tmp_path / "ema_only.pt", "digits", tmp_path / "d.h5", ema=True, **common)
