@@ -1,5 +1,6 @@
-"""Loading options of ``embed``: ``--ema`` (timm's EMA weights). Files are written as the other
-projects' saving code writes them; embeddings are compared with the network built directly in PyTorch."""
+"""Loading options of ``embed``: ``--ema`` (timm's EMA weights) and ``--no-transform-input`` (a
+GoogLeNet / Inception-v3 trunk trained from scratch). Files are written as the other projects'
+saving code writes them; embeddings are compared with the network built directly in PyTorch."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from torch import nn
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.models import build_model, default_config, load_model
 
-#: The CLI passes --ema through embedscope.embed.embed_to_file to load_model.
-_EMBED_TAKES_OPTIONS = {"ema"} <= set(
+#: The CLI passes --ema / --no-transform-input through embedscope.embed.embed_to_file to load_model.
+_EMBED_TAKES_OPTIONS = {"ema", "transform_input"} <= set(
     inspect.signature(__import__("embedscope.embed", fromlist=["embed_to_file"]).embed_to_file).parameters)
 needs_embed_options = pytest.mark.skipif(
-    not _EMBED_TAKES_OPTIONS, reason="embedscope.embed.embed_to_file does not yet pass ema on")
+    not _EMBED_TAKES_OPTIONS, reason="embedscope.embed.embed_to_file does not yet pass ema / transform_input on")
 
 
 def _timm_train_checkpoint(path, model, ema, *, ema_key="state_dict_ema"):
@@ -180,6 +181,119 @@ def test_embed_cli_ema(tmp_path, capsys):
                  "--no-progress"]) == 1
     err = capsys.readouterr().err.strip()
     assert "--ema: no EMA weights in the file" in err and "\n" not in err
+
+
+# --------------------------------------------------------------------------- transform_input
+
+
+def _calibrate_bn(m, x):
+    for mod in m.modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            mod.reset_running_stats()
+            mod.momentum = None
+    m.train()
+    with torch.no_grad():
+        m(x)
+    return m.eval()
+
+
+def _scratch_googlenet_pair(folder, seed=8):
+    """A GoogLeNet trunk trained from scratch (torchvision, transform_input=False) and a linear
+    embedder, saved as pytorch-metric-learning's hooks save them (trunk_best<N>.pth, embedder_best<N>.pth)."""
+    from torchvision.models import googlenet
+
+    torch.manual_seed(seed)
+    trunk = googlenet(weights=None, aux_logits=False, init_weights=False, transform_input=False)
+    trunk.fc = nn.Identity()
+    _calibrate_bn(trunk, torch.randn(8, 3, 64, 64))
+    embedder = nn.Linear(1024, 6)
+    folder.mkdir(exist_ok=True)
+    torch.save(trunk.state_dict(), folder / "trunk_best3.pth")
+    torch.save(embedder.state_dict(), folder / "embedder_best3.pth")
+    return trunk, embedder.eval()
+
+
+def test_pml_googlenet_trunk_without_transform_input(tmp_path):
+    trunk, embedder = _scratch_googlenet_pair(tmp_path / "saved_models")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        want = F.normalize(embedder(trunk(x)), dim=1)
+        for source in ({"trunk": tmp_path / "saved_models" / "trunk_best3.pth",
+                        "embedder": tmp_path / "saved_models" / "embedder_best3.pth"},
+                       {"checkpoint": tmp_path / "saved_models"}):
+            model, cfg, _ = load_model(**source, transform_input=False)
+            assert not cfg.get("transform_input")
+            torch.testing.assert_close(model(x), want)
+            default, dcfg, _ = load_model(**source)  # assumed ImageNet-initialised: transform_input=True
+            assert dcfg["transform_input"] is True
+            assert not torch.allclose(default(x), want, atol=1e-4)
+
+
+def test_transform_input_only_where_it_means_something(tmp_path):
+    from torchvision.models import resnet18
+
+    torch.save(resnet18(weights=None).state_dict(), tmp_path / "trunk.pth")
+    torch.save(nn.Linear(1000, 4).state_dict(), tmp_path / "emb.pth")
+    with pytest.raises(UsageError, match=r"--no-transform-input applies to a GoogLeNet / Inception-v3 trunk, "
+                                         r"not resnet18"):
+        load_model(trunk=tmp_path / "trunk.pth", embedder=tmp_path / "emb.pth", transform_input=False)
+    with pytest.raises(UsageError, match=r"--no-transform-input applies to GoogLeNet / Inception-v3, not resnet18"):
+        load_model(arch="resnet18", transform_input=False)
+    f = tmp_path / "ck.pt"
+    _digits_with_ema(f)
+    with pytest.raises(UsageError, match=r"a checkpoint file records its own input handling"):
+        load_model(f, transform_input=False)
+
+
+def test_googlenet_weights_from_scratch_without_transform_input(tmp_path):
+    """--weights of a GoogLeNet trained from scratch: --no-transform-input builds it as it was trained."""
+    from torchvision.models import googlenet
+
+    torch.manual_seed(9)
+    net = googlenet(weights=None, aux_logits=False, init_weights=False, transform_input=False)
+    _calibrate_bn(net, torch.randn(8, 3, 64, 64))
+    torch.save(net.state_dict(), tmp_path / "g.pth")
+    net.fc = nn.Identity()
+    model, cfg, _ = load_model(arch="googlenet", weights=tmp_path / "g.pth", head="none", transform_input=False)
+    assert not cfg.get("transform_input")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(net(x), dim=1))
+
+
+@needs_embed_options
+def test_embed_cli_no_transform_input(tmp_path):
+    from PIL import Image
+
+    from embedscope import store
+    from embedscope.cli import main
+    from embedscope.data import get_dataset
+    from embedscope.embed import checkpoint_input, embed_images
+
+    root = tmp_path / "images"
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(root / c / f"{i}.png")
+    folder = tmp_path / "saved_models"
+    trunk, embedder = _scratch_googlenet_pair(folder)
+    out = tmp_path / "e.h5"
+    assert main(["embed", "--trunk", str(folder / "trunk_best3.pth"), "--embedder", str(folder / "embedder_best3.pth"),
+                 "--no-transform-input", "--dataset", "imagefolder", "--root", str(root), "--image-size", "32",
+                 "-o", str(out), "--no-progress", "--device", "cpu"]) == 0
+    ds = get_dataset("imagefolder", str(root)).subset("all")
+    cfg = dict(default_config("googlenet"), image_size=32)
+    cfg.pop("resize", None)
+
+    class Direct(nn.Module):
+        embed_dim = 6
+
+        def forward(self, x):
+            return F.normalize(embedder(trunk(x)), dim=1)
+
+    want = embed_images(Direct(), ds, transform=checkpoint_input(ds, cfg)[0], device="cpu", progress=False)
+    np.testing.assert_allclose(store.load(out).embeddings, want, rtol=0, atol=1e-5)
 
 
 def test_saliency_with_ema_weights(tmp_path):

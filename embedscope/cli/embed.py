@@ -33,6 +33,10 @@ def add_parser(sub, parents):
                    "checkpoint or --weights; a file without them is an error")
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
+    p.add_argument("--no-transform-input", dest="transform_input", action="store_false", default=None,
+                   help="a GoogLeNet / Inception-v3 trunk (or --weights) trained from scratch: run it without "
+                   "torchvision's ImageNet input transform (transform_input=False); default: on, as torchvision "
+                   "builds these with ImageNet weights")
     p.add_argument("--image-size", type=positive_int, metavar="N",
                    help="centre-crop size of the evaluation transform Resize(R) + CenterCrop(N) (default: the "
                    "checkpoint's, else 224; e.g. 299 for torchvision's Inception-v3 preset)")
@@ -61,7 +65,8 @@ def run(args) -> int:
 
     refuse_inputs([args.output], [args.checkpoint, args.weights, args.trunk, args.embedder])
     # given only when asked for (embed_to_file passes them to embedscope.models.load_model)
-    model_options = {"ema": True} if args.ema else {}
+    model_options = {k: v for k, v in (("ema", args.ema or None), ("transform_input", args.transform_input))
+                     if v is not None}
     out = embed_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, arch=args.arch,
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,

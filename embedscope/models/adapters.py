@@ -167,7 +167,7 @@ def _trunk_linear(tsd: dict[str, torch.Tensor], backbone: torch.nn.Module, where
 
 
 def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str | None = None,
-             normalize: bool = True, unsafe_pickle: bool = False
+             normalize: bool = True, unsafe_pickle: bool = False, transform_input: bool | None = None
              ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """A pytorch-metric-learning trunk + embedder pair -> (model in eval mode, config, info).
 
@@ -176,7 +176,10 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     computes it: a linear classifier left in the trunk (``fc.*``, ``last_linear.*``: not replaced by
     the identity) stays part of it, and an empty embedder file (the ``torch.nn.Identity()`` that
     ``BaseTrainer`` puts in place of a missing embedder) is the identity. A GoogLeNet / Inception-v3
-    trunk gets ``transform_input=True``, as torchvision builds it with ImageNet weights.
+    trunk gets ``transform_input=True``, as torchvision builds it with ImageNet weights (the flag is
+    not in the state dict); ``transform_input=False`` (``--no-transform-input``) is for such a trunk
+    trained from scratch, built with ``transform_input=False``. Other trunks have no such step:
+    ``transform_input`` given for them is a usage error.
     """
     trunk, embedder = Path(trunk), Path(embedder)
     tsd = _read_state_dict(trunk, "trunk", unsafe_pickle)
@@ -188,7 +191,10 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
             "name it with --arch")
     extra_cfg: dict[str, Any] = {}
     if a in ("googlenet", "inception_v3"):
-        extra_cfg["transform_input"] = True
+        if transform_input is None or transform_input:
+            extra_cfg["transform_input"] = True
+    elif transform_input is not None:
+        raise UsageError(f"--no-transform-input applies to a GoogLeNet / Inception-v3 trunk, not {printable(a, 40)}")
     probe = build_model(default_config(a, head="none", frozen_bn=False, **extra_cfg))
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
@@ -245,10 +251,12 @@ def find_pml_pair(folder: str | os.PathLike) -> tuple[Path, Path]:
 
 
 def load_pml_folder(folder: str | os.PathLike, *, arch: str | None = None, normalize: bool = True,
-                    unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+                    unsafe_pickle: bool = False, transform_input: bool | None = None
+                    ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """:func:`load_pml` on the best pair of a powerful-benchmarker ``saved_models`` folder."""
     trunk, embedder = find_pml_pair(folder)
-    return load_pml(trunk, embedder, arch=arch, normalize=normalize, unsafe_pickle=unsafe_pickle)
+    return load_pml(trunk, embedder, arch=arch, normalize=normalize, unsafe_pickle=unsafe_pickle,
+                    transform_input=transform_input)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,7 +368,7 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
 
 def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, head: str = "none",
                      embed_dim: int | None = None, head_seed: int = 0, normalize: bool = True,
-                     unsafe_pickle: bool = False, ema: bool = False
+                     unsafe_pickle: bool = False, ema: bool = False, transform_input: bool | None = None
                      ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """A backbone with local ImageNet weights and no trained head -> (model in eval mode, config, info).
 
@@ -369,7 +377,9 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
     L2-normalised (Roth et al. Table 2, "ImageNet + random normalised head", docs/methods.md §7).
     Without ``weights`` the backbone keeps its random initialisation (an untrained baseline).
     ``ema``: the EMA copy of a training checkpoint's weights (timm's ``state_dict_ema``,
-    :func:`~embedscope.models.checkpoint.load_backbone_weights`).
+    :func:`~embedscope.models.checkpoint.load_backbone_weights`). GoogLeNet / Inception-v3 with
+    ``weights`` run with ``transform_input=True`` (torchvision's ImageNet files expect it) unless
+    ``transform_input=False`` (weights trained from scratch).
     """
     if head not in ("none", "random"):
         raise UsageError(f"--head {head} needs a trained checkpoint; without one use --head none or --head random")
@@ -382,7 +392,9 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
                          source_format="imagenet-baseline")
     if ema and weights is None:
         raise UsageError("--ema picks the EMA weights of a file: give --weights (or a checkpoint)")
-    if weights is not None and arch in ("googlenet", "inception_v3"):
+    if transform_input is not None and arch not in ("googlenet", "inception_v3"):
+        raise UsageError(f"--no-transform-input applies to GoogLeNet / Inception-v3, not {printable(arch, 40)}")
+    if weights is not None and arch in ("googlenet", "inception_v3") and transform_input is not False:
         cfg["transform_input"] = True  # torchvision's ImageNet weights for these expect it
     if head == "none":
         cfg.pop("embed_dim", None)
@@ -405,7 +417,7 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
                weights: str | os.PathLike | None = None, head: str | None = None, embed_dim: int | None = None,
                head_seed: int = 0, trunk: str | os.PathLike | None = None,
                embedder: str | os.PathLike | None = None, normalize: bool | None = None,
-               unsafe_pickle: bool = False, ema: bool = False
+               unsafe_pickle: bool = False, ema: bool = False, transform_input: bool | None = None
                ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """The model for ``embedscope embed`` from its options -> (model in eval mode, config, info).
 
@@ -416,6 +428,8 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
 
     ``ema`` (``--ema``): a training checkpoint's EMA weights (timm's ``state_dict_ema``) instead of
     its ``state_dict``, for a checkpoint or ``weights``; a file without them is a one-line error.
+    ``transform_input=False`` (``--no-transform-input``): a GoogLeNet / Inception-v3 trunk or
+    ``weights`` trained from scratch, run without torchvision's ImageNet input transform.
     """
     if (trunk is None) != (embedder is None):
         raise UsageError("--trunk and --embedder go together (the two files of a pytorch-metric-learning model)")
@@ -426,12 +440,13 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
             raise UsageError("--ema picks the EMA weights of a training checkpoint or --weights file; "
                              "pytorch-metric-learning's trunk and embedder files hold none")
         return load_pml(trunk, embedder, arch=arch, normalize=True if normalize is None else normalize,
-                        unsafe_pickle=unsafe_pickle)
+                        unsafe_pickle=unsafe_pickle, transform_input=transform_input)
     if checkpoint is not None:
         if weights is not None or head is not None:
             raise UsageError("--weights and --head build a model without a checkpoint: give one or the other")
         model, config, info = load_checkpoint_any(checkpoint, arch=arch, embed_dim=embed_dim,
-                                                  unsafe_pickle=unsafe_pickle, ema=ema)
+                                                  unsafe_pickle=unsafe_pickle, ema=ema,
+                                                  transform_input=transform_input)
         if normalize is not None and bool(normalize) != model.normalize:
             model.normalize = bool(normalize)
             config["normalize"] = bool(normalize)
@@ -440,7 +455,7 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
         raise UsageError("name a checkpoint, --trunk/--embedder, or --arch (with --weights) for an ImageNet baseline")
     return build_pretrained(arch, weights=weights, head=head or "none", embed_dim=embed_dim, head_seed=head_seed,
                             normalize=True if normalize is None else normalize, unsafe_pickle=unsafe_pickle,
-                            ema=ema)
+                            ema=ema, transform_input=transform_input)
 
 
 def load_checkpoint_any(path, **kw):

@@ -443,7 +443,7 @@ _LAYOUTS = ("an embedscope checkpoint ('format', 'state_dict', 'config'), a bare
 
 
 def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_dim: int | None = None,
-                    unsafe_pickle: bool = False, ema: bool = False
+                    unsafe_pickle: bool = False, ema: bool = False, transform_input: bool | None = None
                     ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """Load a checkpoint -> (model in eval mode, config, info with ``sha256``, ``extra``, ``format``).
 
@@ -454,7 +454,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     modules are refused (:func:`_load_pickled_module`).
 
     ``ema``: the file's EMA weights (``state_dict_ema``, :func:`ema_state_dict`) instead of its
-    ``state_dict``; a file without them is a one-line error.
+    ``state_dict``; a file without them is a one-line error. ``transform_input`` (a
+    pytorch-metric-learning folder only): see :func:`~embedscope.models.adapters.load_pml`.
     """
     from embedscope.models import adapters
 
@@ -462,7 +463,10 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if path.is_dir():
         if ema:
             raise UsageError(f"{path}: --ema: pytorch-metric-learning's trunk and embedder files hold no EMA weights")
-        return adapters.load_pml_folder(path, arch=arch, unsafe_pickle=unsafe_pickle)
+        return adapters.load_pml_folder(path, arch=arch, unsafe_pickle=unsafe_pickle, transform_input=transform_input)
+    if transform_input is not None:
+        raise UsageError("--no-transform-input applies to a pytorch-metric-learning trunk (--trunk, a saved_models "
+                         "folder) and to --weights; a checkpoint file records its own input handling")
     obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
     if ema:
         obj = {"state_dict": ema_state_dict(obj, path),
