@@ -100,3 +100,44 @@ def test_the_start_up_handler_is_only_the_commands(tmp_path):
     assert r.stdout.split() == ["True", "None"], r.stderr
     r = subprocess.run([sys.executable, "-m", "embedscope", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("embedscope ") and r.stderr == ""
+
+
+# ------------------------------------------------------------------ study: a bar on a terminal
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory):
+    from conftest import save_digits_checkpoint
+
+    d = tmp_path_factory.mktemp("ckpts")
+    for seed in (0, 1):
+        save_digits_checkpoint(d / f"digits_margin_p0_s{seed}.pt", seed=seed)
+    return d
+
+
+def test_study_shows_a_bar_on_a_terminal_and_its_lines_in_a_log(two_checkpoints, tmp_path):
+    """study printed one line per checkpoint and nothing in between (a row of a real model takes
+    minutes): now a bar over the checkpoints on a terminal, cleared at the end; in a file the same
+    lines as before, no bar."""
+    import re
+
+    def argv(out):
+        return [sys.executable, "-m", "embedscope", "study", str(two_checkpoints / "*.pt"), "-o", str(out),
+                "--workers", "0", "--bootstrap", "10", "--no-figures", "--cache-dir", str(tmp_path / "cache")]
+
+    raw, rc = run_on_pty(argv(tmp_path / "tty"), timeout=300)
+    assert rc == 0, raw
+    n = int(re.search(rb"study: (\d+) checkpoints", raw).group(1))  # the two and the untrained reference
+    assert n == 3 and re.search(rb"study: +\d+%\|", raw) and b" 1/3 [" in raw, raw  # a bar: done / total
+    shown = screen(raw)
+    assert not [s for s in shown if "%|" in s or "checkpoint/s" in s or "s/checkpoint" in s], shown
+    rows = [s for s in shown if re.fullmatch(r"\[[123]/3\] \S+: ok", s)]
+    assert len(rows) == 3, shown  # the row lines stay, above the bar
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as f:
+        assert subprocess.run(argv(tmp_path / "file"), stdout=f, stderr=subprocess.STDOUT, timeout=300).returncode == 0
+    text = log.read_text()
+    assert "\r" not in text and "\x1b" not in text and "%|" not in text, text
+    lines = text.splitlines()
+    assert lines[0] == "study: 3 checkpoints, 0 finished earlier, 3 to measure", lines
+    assert [re.sub(r"\S+: ok$", "ok", x) for x in lines[1:4]] == ["[1/3] ok", "[2/3] ok", "[3/3] ok"], lines
+    assert lines[4].startswith("study: statistics"), lines
+

@@ -44,7 +44,7 @@ def add_parser(sub, parents):
                    help="bootstrap resamples (default 1000; 0: no intervals)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
-    p.add_argument("--no-progress", action="store_true", help="print less")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar, and fewer lines")
     p.add_argument("--force", action="store_true", help="recompute finished rows / reuse a folder with other settings")
     p.set_defaults(func=run)
     return p
@@ -62,7 +62,7 @@ def run(args) -> int:
                     worker_processes=args.worker_processes, force=args.force,
                     target=args.target, exclude=args.exclude, metric=args.metric, seed=args.seed,
                     n_boot=args.bootstrap, device=args.device, measures=args.measures, figures=not args.no_figures,
-                    echo=(lambda s: None) if args.no_progress else print)
+                    progress=not args.no_progress, echo=(lambda s: None) if args.no_progress else print)
     st = res["stats"]
     tau = {x["measure"]: x.get("kendall") for x in st["correlations"] if x["level"] == "runs"}
     rows = [{"measure": r["measure"], "split": r.get("split"), "r (objectives)": r.get("pearson"),

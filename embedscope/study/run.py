@@ -389,6 +389,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     force : recompute finished rows (the embedding cache is still used; it is keyed by content).
     target, exclude, n_boot, seed : statistics (:func:`embedscope.study.stats.study_statistics`).
     on_row : called in this process with each row as it is written (tests stop a study here).
+    progress : on a terminal (stderr), a bar over the checkpoints to measure; ``echo`` prints the lines.
 
     Returns
     -------
@@ -400,13 +401,14 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
         return _run_study(box, source, out_dir, epoch=epoch, dataset=dataset, root=root, cache_dir=cache_dir,
                           workers=workers, scheduler=scheduler, force=force, target=target, exclude=exclude,
                           metric=metric, seed=seed, n_boot=n_boot, device=device, measures=measures,
-                          figures=figures, echo=echo, on_row=on_row)
+                          figures=figures, progress=progress, echo=echo, on_row=on_row)
     finally:
         box.close()
 
 
 def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache_dir, workers, scheduler, force,
-               target, exclude, metric, seed, n_boot, device, measures, figures, echo, on_row) -> dict[str, Any]:
+               target, exclude, metric, seed, n_boot, device, measures, figures, progress, echo,
+               on_row) -> dict[str, Any]:
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
@@ -501,18 +503,28 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         write_json(_row_path(out_dir, row["id"]), row, force=True)
         done[row["id"]] = row
         computed.append(row)
-        status = "ok" if row["status"] == "ok" else f"ERROR {row['error']}"
-        say(f"[{len(done)}/{len(entries)}] {row['id']}: {status}")
+        from embedscope.text import safe
+
+        status = "ok" if row["status"] == "ok" else f"ERROR {safe(row['error'])}"
+        say(f"[{len(done)}/{len(entries)}] {safe(row['id'])}: {status}")  # names from files: escaped
+        bar.update(1)
         if on_row is not None:
             on_row(row)
 
     warm = _prepare_outputs(figures) if todo else None  # imports of the statistics and figures, beside the rows
     if todo:
-        if box.serial:
-            for e in todo:
-                keep(measure_entry(e, task_settings))
-        else:
-            _run_dask(todo, task_settings, box.client(), keep, threads=box.threads)
+        from embedscope.progress import progress_bar
+
+        # on a terminal a bar over the checkpoints to measure (the lines above are the lines per row elsewhere)
+        bar = progress_bar(total=len(todo), desc="study", unit="checkpoint", enabled=progress, lines=False)
+        try:
+            if box.serial:
+                for e in todo:
+                    keep(measure_entry(e, task_settings))
+            else:
+                _run_dask(todo, task_settings, box.client(), keep, threads=box.threads)
+        finally:
+            bar.close()
     if box.threads:
         box.close()  # worker threads have nothing left to do (and the figures' fork then copies no idle threads)
     rows = [done[e.id] for e in entries if e.id in done]
