@@ -7,13 +7,33 @@ redraw into the log, so it prints at most one line when the phase ends (``desc: 
 as the trainer does per epoch). ``enabled=False`` (``--no-progress``) shows nothing at all.
 
 :func:`clear` closes every open bar, so that an error message starts on a line of its own.
+:func:`labelled` names the file (or model) that the bars and lines started inside belong to, for a
+command that runs the same phases on several files (``retrieval a.h5: 12/12 tile in 0.3 s``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
+
+#: What the bars started in this context belong to (see :func:`labelled`); "" for nothing.
+_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("embedscope_progress_label", default="")
+
+
+@contextlib.contextmanager
+def labelled(label: object) -> Iterator[None]:
+    """Inside, every bar and phase line names ``label`` after its description (``retrieval a.h5``),
+    escaped as every string from a file (:func:`embedscope.text.safe`); ``None`` or ``""``: no label."""
+    from embedscope.text import safe
+
+    token = _LABEL.set("" if label is None else safe(label))
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
 
 #: Signals received by the command line whose exception may have been swallowed on the way (a bare
 #: ``except:`` in a library, an exception raised inside a ``__del__`` or a weakref callback is only
@@ -145,6 +165,9 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
     An object with tqdm's iteration, ``update``, ``set_postfix``, ``close`` and context-manager API.
     """
     stream = stream or sys.stderr
+    label = _LABEL.get()
+    if label:
+        desc = f"{desc} {label}" if desc else label
     if not enabled:
         return _Off(iterable, total=total, desc=desc, unit=unit, stream=stream)
     if not _is_tty(stream):

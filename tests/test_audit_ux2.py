@@ -141,3 +141,52 @@ def test_study_shows_a_bar_on_a_terminal_and_its_lines_in_a_log(two_checkpoints,
     assert [re.sub(r"\S+: ok$", "ok", x) for x in lines[1:4]] == ["[1/3] ok", "[2/3] ok", "[3/3] ok"], lines
     assert lines[4].startswith("study: statistics"), lines
 
+
+# ------------------------------------------------------------------ evaluate: several files
+@pytest.fixture(scope="module")
+def two_files(tmp_path_factory):
+    """Two embedding files, the second named with an escape sequence."""
+    import numpy as np
+
+    from embedscope.store import EmbeddingSet, save
+
+    d = tmp_path_factory.mktemp("evals")
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(6), 20)
+    split = np.where(y < 3, "train", "test")
+    paths = [d / "a.h5", d / "b\x1b[31m.h5"]
+    for p in paths:
+        save(p, EmbeddingSet.from_arrays(rng.normal(size=(120, 8)).astype(np.float32), y, split=split))
+    return paths
+
+
+def test_evaluate_of_several_files_names_each_files_phase(two_files, tmp_path):
+    """`evaluate a.h5 b.h5`: two 'retrieval: 1/1 tile in 0.0 s' lines (and bars) that did not say which
+    file each was; now each names its file, escaped as every string from a file."""
+    a, b = (str(p) for p in two_files)
+    argv = [sys.executable, "-m", "embedscope", "evaluate", a, b, "--names", "A", "B"]
+    log = tmp_path / "log.txt"
+    with open(log, "wb") as f:
+        assert subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=300).returncode == 0
+    text = log.read_text()
+    assert "\x1b" not in text and "\r" not in text
+    phases = [line for line in text.splitlines() if line.startswith("retrieval")]
+    b_shown = b.replace("\x1b", "\\x1b")
+    assert len(phases) == 2 and phases[0].startswith(f"retrieval {a}: ") and \
+        phases[1].startswith(f"retrieval {b_shown}: "), phases
+    raw, rc = run_on_pty(argv)  # on a terminal: the bar names the file too (escaped)
+    assert rc == 0, raw
+    assert f"retrieval {a}:".encode() in raw and f"retrieval {b_shown}:".encode() in raw, raw
+    assert b"\x1b[31m" not in raw
+    shown = screen(raw)
+    assert not [s for s in shown if "%|" in s], shown
+
+
+def test_evaluate_of_one_file_keeps_its_phase_line():
+    from embedscope.progress import labelled, progress_bar
+
+    with labelled(None):
+        assert progress_bar(total=1, desc="retrieval", enabled=False).desc == "retrieval"
+    with labelled("x\ny.h5"):
+        assert progress_bar(total=1, desc="retrieval", enabled=False).desc == "retrieval x\\ny.h5"
+    assert progress_bar(total=1, desc="retrieval", enabled=False).desc == "retrieval"

@@ -121,9 +121,21 @@ def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None,
 
     A single path is taken as a list of one file.
     """
+    import contextlib
+    import os
+
+    from embedscope.progress import labelled
+
     sources = as_sources(sources)
     labels = unique_names(sources, names)
-    return combine(evaluate(s, name=n, **kwargs) for s, n in zip(sources, labels))
+
+    def one(source, name):
+        # several files: each one's progress bars and phase lines name it ("retrieval runs/a.h5: ...")
+        tag = (str(source) if isinstance(source, (str, os.PathLike)) else name) if len(sources) > 1 else None
+        with labelled(tag) if tag else contextlib.nullcontext():
+            return evaluate(source, name=name, **kwargs)
+
+    return combine(one(s, n) for s, n in zip(sources, labels))
 
 
 def worst_classes(result: Result, key: str = "MAP@R", n: int = 10) -> list[dict[str, Any]]:
