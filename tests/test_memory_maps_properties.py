@@ -235,3 +235,21 @@ def test_agreement_command_output_unchanged_and_values_checked(tmp_path, capsys)
     assert main(["saliency-agreement", *map(str, files)]) == 1
     err = capsys.readouterr().err.strip()
     assert "maps must lie in [0, 1], got [" in err and "1.5]" in err and "\n" not in err
+
+
+def test_maps_are_chunked_by_whole_maps(tmp_path):
+    """h5py's chunk guess cut each map into tiles shared by hundreds of rows ((1000, 4, 4) for
+    8000 maps of 32 x 32), so reading one row read pieces of 64 chunks; save_maps now writes
+    chunks of whole maps (about CHUNK_BYTES), which a block of rows, in any order, reads directly."""
+    import h5py
+
+    from embedscope.store.saliency import CHUNK_BYTES
+
+    f = _maps_file(tmp_path / "m.h5", np.zeros((300, 32, 32), np.float32), [f"p{i}" for i in range(300)],
+                   images=True)
+    with h5py.File(f) as h:
+        assert h["maps"].chunks == (CHUNK_BYTES // (32 * 32 * 2), 32, 32)
+        assert h["images"].chunks == (CHUNK_BYTES // (32 * 32), 32, 32)
+    g = _maps_file(tmp_path / "big.h5", np.zeros((3, 300, 300), np.float32), ["a", "b", "c"])
+    with h5py.File(g) as h:
+        assert h["maps"].chunks == (1, 300, 300)  # a map larger than CHUNK_BYTES: one per chunk

@@ -36,6 +36,8 @@ FORMAT_VERSION = 1
 KINDS = ("maps", "pairs")
 #: Map values per block when files are read by rows (:class:`MapsFile`): 2 Mi values, 8 MiB in float32.
 STREAM_ELEMENTS = 1 << 21
+#: Bytes per HDF5 chunk of the maps and images that :func:`save_maps` writes (whole rows per chunk).
+CHUNK_BYTES = 1 << 16
 
 
 @dataclass
@@ -143,6 +145,16 @@ def _check_images(images, maps_shape, source: str) -> None:
                               f"got {images.dtype} {images.shape}")
 
 
+def _row_chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
+    """HDF5 chunks of whole maps (or images), about :data:`CHUNK_BYTES` each: reading a block of rows
+    (:class:`MapsFile`), in any order, touches only the chunks of those rows. (h5py's own guess cuts
+    each map into many tiles shared by hundreds of rows: one row read touched them all.)"""
+    if not shape or not shape[0]:
+        return None
+    row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * int(itemsize))
+    return (int(min(shape[0], max(1, CHUNK_BYTES // row))), *map(int, shape[1:]))
+
+
 def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False) -> Path:
     """Write ``sm`` atomically (maps as float16); refuses an existing file unless ``force``."""
     import h5py
@@ -158,11 +170,12 @@ def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False)
     str_dt = h5py.string_dtype("utf-8")
 
     def write(g, maps, paths, labels, images):
-        g.create_dataset("maps", data=np.asarray(maps, dtype=np.float16), chunks=True if len(maps) else None)
+        maps = np.asarray(maps, dtype=np.float16)
+        g.create_dataset("maps", data=maps, chunks=_row_chunks(maps.shape, maps.itemsize))
         g.create_dataset("paths", data=paths.astype(object), dtype=str_dt)
         g.create_dataset("labels", data=labels.astype(np.int64))
         if images is not None:
-            g.create_dataset("images", data=images, chunks=True if len(images) else None)
+            g.create_dataset("images", data=images, chunks=_row_chunks(images.shape, images.itemsize))
 
     with atomic_output(path, force=force) as tmp:
         with h5py.File(tmp, "w") as f:
