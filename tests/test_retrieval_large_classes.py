@@ -130,3 +130,87 @@ def test_query_blocks_show_one_progress_bar(monkeypatch):
     assert bars[0].n == bars[0].total == len(y)
     monkeypatch.setattr(ret, "PAIRS_PER_BLOCK", 1 << 24)
     assert retrieval_metrics(X, y, include=["P@1", "MAP@R"]) == {k: v for k, v in one.items()}
+
+
+def _brute_ranks(X, y, metric, depth, Xr=None, yr=None):
+    """Per query, its relevant references in rank order with their ranks (inf beyond ``depth``,
+    those in reference-index order), from a float64 brute force (ties to the lower index)."""
+    orders, lab = ranked_references(X, y, Xr, yr, metric=metric)
+    ranks, refs = [], []
+    for i, o in enumerate(orders):
+        pos = np.flatnonzero(lab[o] == y[i])
+        r = (pos + 1).astype(float)
+        ref = o[pos]
+        fin = r <= depth
+        ranks += list(r[fin]) + [np.inf] * int((~fin).sum())
+        refs += list(ref[fin]) + sorted(ref[~fin])
+    return np.array(ranks), np.array(refs)
+
+
+@pytest.fixture
+def count_large(monkeypatch):
+    from embedscope.metrics.search import rows
+
+    calls = []
+    real = rows._Rows._count_large
+
+    def spy(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(rows._Rows, "_count_large", spy)
+    return calls
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("floors", ["sampled", "too_high"])
+def test_large_classes_rank_from_the_survivors_side(monkeypatch, count_large, metric, floors):
+    """Classes of hundreds (>= LARGE_PAIRS_PER_QUERY pairs per query): the relevant pairs are read off
+    the sorted survivors; ranks and their order equal a float64 brute force (duplicates across labels,
+    near-ties), also where every floor is too high and each row is recounted."""
+    from embedscope.metrics.search import rows
+    from embedscope.metrics.search.ranks import relevant_ranks
+
+    if floors == "too_high":  # the largest sampled key: above the depth-th key, every row recounted
+        monkeypatch.setattr(rows, "_sample_ranks", lambda depth, *a, **k: np.ones_like(np.asarray(depth)))
+    X, y = _tied_set(n=1200, classes=3, seed=11)
+    rr = relevant_ranks(X, y, metric=metric)
+    assert count_large, "the survivors' side did not rank this search"
+    want = _brute_ranks(X, y, metric, rr.depth)
+    np.testing.assert_array_equal(rr.ranks, want[0])
+    np.testing.assert_array_equal(rr.refs, want[1])
+    # the compact result of retrieval_metrics: the same measures as the brute force
+    v = retrieval_metrics(X, y, include=["P@1", "R-Precision", "MAP@R"], metric=metric)
+    np.testing.assert_allclose((v["P@1"], v["R-Precision"], v["MAP@R"]), _brute(X, y, metric), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_large_classes_in_query_blocks_equal_brute_force(monkeypatch, count_large, metric):
+    """Several query blocks (each searched against every row, its own row taken out afterwards),
+    compact results: the per-query values of one search, equal to a brute force."""
+    import embedscope.metrics.retrieval as ret
+
+    X, y = _tied_set(n=1200, classes=3, seed=12)
+    one = retrieval_metrics(X, y, include=["P@1", "R-Precision", "MAP@R", "mAP@C"], metric=metric, per_query=True)
+    monkeypatch.setattr(ret, "PAIRS_PER_BLOCK", 100_000)
+    blocks = retrieval_metrics(X, y, include=["P@1", "R-Precision", "MAP@R", "mAP@C"], metric=metric, per_query=True)
+    assert count_large
+    for k in ("P@1", "R-Precision", "MAP@R", "mAP@C"):
+        assert one[k] == blocks[k], k
+    for k, a in one["per_query"].items():
+        np.testing.assert_array_equal(a, blocks["per_query"][k])
+    np.testing.assert_allclose((blocks["P@1"], blocks["R-Precision"], blocks["MAP@R"]), _brute(X, y, metric),
+                               rtol=0, atol=1e-12)
+
+
+def test_large_classes_separate_references_equal_brute_force(count_large):
+    from embedscope.metrics.search.ranks import relevant_ranks
+
+    X, y = _tied_set(n=1900, classes=3, seed=13)
+    Xq, yq, Xr, yr = X[1::2], y[1::2], X[::2], y[::2]
+    for metric in ("cosine", "euclidean"):
+        rr = relevant_ranks(Xq, yq, X_ref=Xr, y_ref=yr, metric=metric)
+        want = _brute_ranks(Xq, yq, metric, rr.depth, Xr, yr)
+        np.testing.assert_array_equal(rr.ranks, want[0])
+        np.testing.assert_array_equal(rr.refs, want[1])
+    assert count_large

@@ -344,7 +344,7 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
 
     if int(R.sum()) <= PAIRS_PER_BLOCK:
         yield compute_relevant_ranks(sets, metric, one_or_each(depth_q), device=device, block=block,
-                                     progress=progress)
+                                     progress=progress, compact=True)
         return
     Q64, R64 = sets.prepared(metric)
     n_ref = R64.shape[0]
@@ -361,7 +361,8 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
             sub = Sets(Q64[s:e], R64, sets.y[s:e], sets.y_ref, False, (False, False), {metric: (Q64[s:e], R64)})
             ds = np.minimum(dq + own, n_ref)  # one place more: the query's own row may be ranked before
             share = BarShare(bar, e - s) if progress else False
-            rr = compute_relevant_ranks(sub, metric, one_or_each(ds), device=device, block=block, progress=share)
+            rr = compute_relevant_ranks(sub, metric, one_or_each(ds), device=device, block=block, progress=share,
+                                        compact=True)
             if share:
                 share.close()
             if sets.same:
@@ -387,6 +388,16 @@ def _without_own_rows(rr: RelevantRanks, s: int, depth_q: np.ndarray) -> Relevan
     keep = ~mine
     qi, ranks, refs = qi[keep], rr.ranks[keep], rr.refs[keep]
     ranks = ranks - (ranks > self_rank[qi])  # finite ranks after the own row's (inf stays inf)
+    Rq = rr.R - 1
+    if rr.n_ranked is not None:  # a compact result (the ranks within the depth): those that stay within
+        fin = ranks <= depth_q[qi]
+        qi, ranks, refs = qi[fin], ranks[fin], refs[fin]
+        n_ranked = np.bincount(qi, minlength=Rq.size)
+        offsets = np.zeros(Rq.size + 1, dtype=np.int64)
+        np.cumsum(n_ranked, out=offsets[1:])
+        return RelevantRanks(R=Rq, lone=Rq == 0, depth=int(depth_q.max()), n_avail=rr.n_avail - 1,
+                             offsets=offsets, ranks=ranks, refs=refs, depth_q=np.asarray(depth_q, dtype=np.int64),
+                             n_ranked=n_ranked)
     ranks[ranks > depth_q[qi]] = np.inf
     # The pairs were in this order: per query (queries in order), finite ranks increasing, then the
     # beyond-depth pairs by reference index; taking the own row out keeps it, except that a pair can
@@ -398,7 +409,6 @@ def _without_own_rows(rr: RelevantRanks, s: int, depth_q: np.ndarray) -> Relevan
     m = np.int64(max(n, int(rr.n_avail)) + 1)
     key = qi.astype(np.int64) * (2 * m) + np.where(inf, m + refs.astype(np.int64), np.arange(n, dtype=np.int64))
     order = np.argsort(key, kind="stable")
-    Rq = rr.R - 1
     offsets = np.zeros(Rq.size + 1, dtype=np.int64)
     np.cumsum(Rq, out=offsets[1:])
     return RelevantRanks(R=Rq, lone=Rq == 0, depth=int(depth_q.max()), n_avail=rr.n_avail - 1, offsets=offsets,

@@ -105,6 +105,11 @@ class RelevantRanks:
         When the search went to a different depth per query (what :func:`retrieval_metrics`
         asks for: R_i for R-Precision and MAP@R): query i's ranks are exact up to ``depth_q[i]``
         and ``inf`` beyond; ``depth`` is then the largest of them.
+    n_ranked : int64 array (Nq,) or None
+        A compact result (what :func:`retrieval_metrics` asks for with classes of hundreds and
+        more): only the relevant references within the depth are listed, ``n_ranked[i]`` of them
+        for query i (``offsets`` counts these); the other ``R[i] − n_ranked[i]`` are beyond the
+        depth. None: all R_i are listed, as above.
     """
 
     R: np.ndarray
@@ -116,6 +121,7 @@ class RelevantRanks:
     refs: np.ndarray | None = None
     hits_at_R: np.ndarray | None = None
     depth_q: np.ndarray | None = None
+    n_ranked: np.ndarray | None = None
 
     @property
     def n_queries(self) -> int:
@@ -150,7 +156,7 @@ class RelevantRanks:
         """Rank of each query's first relevant reference (``inf`` if none within the depth)."""
         self._need_pairs()
         out = np.full(self.n_queries, np.inf)
-        has = self.R > 0
+        has = np.diff(self.offsets) > 0
         out[has] = self.ranks[self.offsets[:-1][has]]
         return out
 
@@ -351,9 +357,11 @@ def relevant_ranks(X, y, *, X_ref=None, y_ref=None, metric: str = "cosine", dept
 
 
 def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", block=None,
-                           progress=False, output: str = "ranks") -> RelevantRanks:
+                           progress=False, output: str = "ranks", compact: bool = False) -> RelevantRanks:
     """:func:`relevant_ranks` on validated inputs (``depth`` an int ≤ the references available, or
-    one such int per query: see :attr:`RelevantRanks.depth_q`)."""
+    one such int per query: see :attr:`RelevantRanks.depth_q`). ``compact``: a compact result
+    (:attr:`RelevantRanks.n_ranked`) where the search's plan gives one (classes of hundreds and
+    more on the CPU), else the full one."""
     lay = _Layout(sets.y, sets.y_ref, sets.same)
     Q64, R64 = sets.prepared(metric)
     ks = KeySpace(Q64, R64, metric, sets.same)
@@ -367,7 +375,12 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", blo
         depth_q = np.asarray(depth, dtype=np.int64)
         depth = int(depth_q.max(initial=1))
     qi, rj, rank, ordered = _pair_ranks(ks, lay, sets.y, depth if depth_q is None else depth_q, device, block,
-                                        progress)
+                                        progress, compact=compact)
+    if ordered == "compact":  # rank, rj: the ranks within the depth only; qi: their number per query
+        offsets = np.zeros(R.size + 1, dtype=np.int64)
+        np.cumsum(qi, out=offsets[1:])
+        return RelevantRanks(R=R, lone=R == 0, depth=int(depth), n_avail=n_avail, offsets=offsets,
+                             ranks=rank, refs=rj, depth_q=depth_q, n_ranked=qi)
     if depth_q is not None and not ordered:  # the other paths searched to the largest depth
         rank[rank > depth_q[qi]] = np.inf
     if not ordered:
@@ -578,10 +591,12 @@ def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
     return float(R.sum()) >= ROWS_MIN_FILL * padded
 
 
-def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
+def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, compact: bool = False):
     """Per relevant pair (query, reference): exact rank (inf when beyond ``depth``); returns
     ``(qi, rj, rank, ordered)`` grouped by query (``ordered``: already in rank order within each
-    query, beyond-depth pairs last in reference-index order).
+    query, beyond-depth pairs last in reference-index order; ``"compact"``, with ``compact`` where
+    the tile pass ranks classes of hundreds: ``rank``/``rj`` hold only the pairs within the depth,
+    in rank order, and ``qi`` their number per query).
 
     On the CPU, searches up to ``ROWS_MAX_REFS`` references with depths below ``ROWS_MAX_DEPTH``
     and even relevant sets go to the filtered tile pass (:mod:`embedscope.metrics.search.rows`),
@@ -598,9 +613,14 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress):
         from embedscope.metrics.search.rows import relevant_ranks_by_rows
 
         qi, rj, keys, key_err = _pairs_and_keys(ks, lay)
-        rank, refs = relevant_ranks_by_rows(ks, qi, rj, keys, depth_q, key_err=key_err, block=block,
-                                            progress=progress)
-        return qi, refs, rank, True
+        starts, ends = lay.bounds
+        ref_cls = np.empty(lay.ref_order.size, dtype=np.int64)
+        ref_cls[lay.ref_order] = np.repeat(np.arange(starts.size), ends - starts)
+        out = relevant_ranks_by_rows(ks, qi, rj, keys, depth_q, key_err=key_err, block=block,
+                                     progress=progress, labels=(lay.q_cls, ref_cls), compact=compact)
+        if len(out) == 3:  # compact: (ranks within the depth, their references, their number per query)
+            return out[2], out[1], out[0], "compact"
+        return qi, out[1], out[0], True
     plan = _counting_plan(device, depth, n_avail)
     if plan is not None:
         qi, rj, keys, key_err = _pairs_and_keys(ks, lay)

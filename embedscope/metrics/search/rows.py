@@ -73,7 +73,26 @@ SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
 FLOOR_GROUPS_PER_J = 16  # a floor is the j-th largest of the maxima of 16 j column groups of the sample
 FLOOR_BF16_MIN_SAVING = 0.05  # the floors' sample GEMM in bfloat16 when that saves this much (seconds)
+LARGE_PAIRS_PER_QUERY = 256  # from this many relevant pairs per query: _count_large
+LARGE_SAMPLE_MEAN = 48.0  # ... and SAMPLE_MEAN this large (a tighter floor: fewer survivors per row)
 _SLOT_MASK = np.int64((1 << 29) - 1)  # the float64 mantissa bits below a float32's precision
+
+
+def _run_length(g: np.ndarray, at: np.ndarray, step: int, stop: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """Per entry, how many places ``at + step, at + 2·step, …`` (before ``stop``) hold values of ``g``
+    ≤ ``bound`` (``step`` 1) or ≥ ``bound`` (``step`` −1): the length of the run next to ``at`` within
+    the bound, in a sorted row of ``g``."""
+    n = np.zeros(at.size, dtype=np.int64)
+    act = np.arange(at.size)
+    cur = at + step
+    while act.size:
+        ok = (cur < stop[act]) if step > 0 else (cur >= stop[act])
+        act, cur = act[ok], cur[ok]
+        v = g[cur]
+        ok = (v <= bound[act]) if step > 0 else (v >= bound[act])
+        act, cur = act[ok], cur[ok] + step
+        n[act] += 1
+    return n
 
 
 def _kth_largest(A: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -150,7 +169,7 @@ class _Rows:
     """The state of one pass: operands, floors, pending survivors per query block, results."""
 
     def __init__(self, ks: KeySpace, qi, rj, keys, key_err, depth: int, seed: int, block: int, threads: int,
-                 bf16: bool = True):
+                 bf16: bool = True, labels=None, compact: bool = False):
         self.ks, self.qi, self.rj, self.k = ks, qi, rj, keys
         nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
         self.depth = np.broadcast_to(np.asarray(depth, dtype=np.int64), (nq,))  # per query
@@ -176,10 +195,23 @@ class _Rows:
         self.off = np.zeros(nq + 1, dtype=np.int64)
         np.cumsum(self.cnt, out=self.off[1:])
         low = np.full(nq, np.inf)  # +inf for queries without pairs: nothing survives
+        self.kmin = np.full(nq, np.inf)  # each query's lowest pair key
         has = self.cnt > 0
         if qi.size:
-            low[has] = np.minimum.reduceat(keys, self.off[:-1][has]) - 2.0 * self.w[has]
+            self.kmin[has] = np.minimum.reduceat(keys, self.off[:-1][has])
+            low[has] = self.kmin[has] - 2.0 * self.w[has]
         self.low = low
+        # classes of hundreds and more: the relevant pairs are found among the sorted survivors
+        # (_count_large); a pair's index from its reference's place among those of its label (pic)
+        self.labels = None
+        if labels is not None and qi.size >= LARGE_PAIRS_PER_QUERY * max(int(has.sum()), 1):
+            y, y_ref = (np.asarray(a, dtype=np.int64) for a in labels)
+            order = np.argsort(y_ref, kind="stable")
+            ys = y_ref[order]
+            first = np.searchsorted(ys, ys, side="left")
+            pic = np.empty(nr, dtype=np.int64)
+            pic[order] = np.arange(nr) - first  # each reference's place among those of its label
+            self.labels = (y, y_ref, pic)
         self._sample(Ra, seed)
         self.blocks = [(s, min(nq, s + block)) for s in range(0, nq, block)]
         if self.symmetric:
@@ -206,12 +238,18 @@ class _Rows:
         self.pool = None  # the worker pool, when there is one: finish() hands it half a block
         self.extra: list = []  # ... and those halves' futures
         self.lock = threading.Lock()
-        self.rank = np.empty(qi.size, dtype=np.float64)
-        self.out_rank = np.empty(qi.size, dtype=np.float64)
-        self.out_ref = np.empty(qi.size, dtype=np.int64)
+        # compact output (with labels): per query only its ranks within the depth, as (queries, counts,
+        # ranks, refs) pieces of each counted set of rows, put in query order at the end
+        self.compact = compact and self.labels is not None
+        self.pieces: list = []
+        n_out = 0 if self.compact else qi.size
+        self.rank = np.empty(0 if self.labels is not None else qi.size, dtype=np.float64)  # (_count only)
+        self.out_rank = np.empty(n_out, dtype=np.float64)
+        self.out_ref = np.empty(n_out, dtype=np.int64)
         # per query, its pairs in decreasing key order (written by _count): the rank order but for
         # estimates within their error and the beyond-depth pairs (see _order)
-        self.korder = np.empty(qi.size, dtype=np.int32 if qi.size < 2**31 else np.int64)
+        self.korder = (None if self.labels is not None
+                       else np.empty(qi.size, dtype=np.int32 if qi.size < 2**31 else np.int64))
 
     # ------------------------------------------------------------------ floors
     def _sample(self, Ra, seed: int):
@@ -220,7 +258,8 @@ class _Rows:
         the sample would be half of them: exact floors)."""
         ks, nr, depth = self.ks, self.nr, self.depth
         n_avail = nr - (1 if ks.same else 0)
-        mean = SAMPLE_MEAN * math.sqrt(min(1.0, 128 / max(ks.Q32.shape[1], 1)))
+        mean = (LARGE_SAMPLE_MEAN if self.labels is not None else SAMPLE_MEAN) * math.sqrt(
+            min(1.0, 128 / max(ks.Q32.shape[1], 1)))
         dm = max(float(depth.mean()), 1.0)
         ns = int(min(nr, math.ceil(mean * nr / dm)))
         frac = min(SAMPLE_MAX_FRAC, max(SAMPLE_MIN_FRAC, dm * SAMPLE_FRAC_PER_DEPTH))
@@ -382,7 +421,8 @@ class _Rows:
             rr = f // nr
             again = self._count(s, fail, tau, rr, f - rr * nr, T.ravel()[f])
             assert again.size == 0, "a recount from the exact floor cannot fail"
-        self._order(s + h0, s + h1)
+        if self.labels is None:  # (_count_large writes the pairs in rank order itself)
+            self._order(s + h0, s + h1)
 
     def _count(self, s, rows, tau, r, ids, v):
         """Rank the pairs of the block's rows ``rows`` (queries s + rows) from their survivors:
@@ -419,6 +459,8 @@ class _Rows:
         S -= pad
         S += (np.arange(nb) * W)[:, None]
         g = S.ravel()
+        if self.labels is not None:
+            return self._count_large(s, rows, tau, g, smax, n_surv, start, ids, pos)
         # the pairs of these rows
         cnt = self.cnt[q]
         slot = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
@@ -472,6 +514,126 @@ class _Rows:
         self.rank[pp[ok]] = rk[ok]
         return np.unique(rows[lr[bad]])
 
+    def _count_large(self, s, rows, tau, g, smax, n_surv, start, ids, pos):
+        """:meth:`_count` for classes of hundreds and more, from the survivors' side: the relevant
+        survivors are read off each row's sorted survivors (their labels), each one's survivors
+        above are its place in the row, and only where another survivor lies within ±w of its key
+        (a float32 near-tie) is the pair ranked as :meth:`_count` does (a binary search, the window
+        in float64). The other pairs lie below the floor: beyond the depth or, where fewer than
+        the depth survivors lie above τ + 2w, the row is recounted. The same ranks as
+        :meth:`_count`; the pairs are written in rank order (beyond-depth ones in reference order)
+        at once, so :meth:`_order` is not needed."""
+        ks, W, pad, eta = self.ks, self.W, self.pad, self.eta
+        y, y_ref, pic = self.labels
+        q = s + rows
+        nb = rows.size
+        depth = self.depth[q]
+        wq = self.w[q] + eta
+        # survivors above τ + 2w per row (certifies "beyond the depth")
+        hi_t = np.searchsorted(g, (tau + 2.0 * self.w[q] + eta) + np.arange(nb) * W - pad, side="right")
+        n_high = (np.arange(nb) + 1) * smax - hi_t
+        # rows with a pair that is not certified (k − w ≤ τ: below the floor) and not surely beyond
+        bad = (self.kmin[q] - wq <= tau) & (n_high < depth)
+        # the survivors, row by row in increasing key order (pads first), and which are relevant
+        n_pad = smax - n_surv
+        fv = np.flatnonzero(np.arange(smax)[None, :] >= n_pad[:, None])  # flat places of the survivors
+        rowv = np.repeat(np.arange(nb), n_surv)
+        idv = ids[start[rowv] + pos[fv]]
+        sel = np.flatnonzero(y_ref[idv] == y[q][rowv])  # (integer gathers: boolean ones mispredict)
+        if bad.any():
+            sel = sel[~bad[rowv[sel]]]
+        fr, ref, lr = np.take(fv, sel), np.take(idv, sel), np.take(rowv, sel)
+        qr = q[lr]
+        pp = self.off[qr] + pic[ref] - ((ref > qr) if ks.same else 0)  # the pair of each relevant survivor
+        k = self.k[pp]
+        w = wq[lr]
+        base = lr * W - pad
+        row_end = (lr + 1) * smax
+        certified = k - w > tau[lr]
+        above = row_end - 1 - fr  # survivors after it in the row's order (float32 key ≥ its own)
+        nxt = g[np.minimum(fr + 1, g.size - 1)]
+        prv = g[fr - 1]  # (fr ≥ 1: a row's first place is a pad unless it is full, see below)
+        clean = ((fr + 1 == row_end) | (nxt > (k + w) + base)) & ((fr == lr * smax) | (prv < (k - w) + base))
+        rk = (1 + above).astype(np.float64)
+        amb = np.flatnonzero(certified & ~clean)
+        if amb.size:  # the survivors within ±w of the pair's key (float32 near-ties): next to its own place
+            fa, la, ka, wa, ba = fr[amb], lr[amb], k[amb], w[amb], base[amb]
+            up = _run_length(g, fa, 1, (la + 1) * smax, (ka + wa) + ba)  # after it, float32 key ≤ k + w
+            down = _run_length(g, fa, -1, la * smax, (ka - wa) + ba)  # before it, float32 key ≥ k − w
+            sure = above[amb] - up  # float32 key > k + w: surely before (as _count counts them)
+            rk[amb] = 1 + sure
+            win = sure < depth[la]  # a window only where the rank may lie within the depth
+            amb, fa, ka, sure, up, down = amb[win], fa[win], ka[win], sure[win], up[win], down[win]
+        if amb.size:  # the window in float64, lower index first on ties (:meth:`_count`'s way)
+            c = up + down + 1
+            rep = np.repeat(np.arange(amb.size), c)
+            at = np.repeat(fa - down - np.cumsum(c) + c, c) + np.arange(rep.size)
+            keepw = at != fa[rep]  # not the pair's own place
+            rep, at = rep[keepw], at[keepw]
+            wid = ids[start[at // smax] + pos[at]]
+            qa = qr[amb]
+            kr = pair_keys64(ks.Q64, ks.R64, qa[rep], wid, ks.metric)
+            kp = ka[rep]
+            ra = ref[amb]
+            if self.estimated:  # the pair's exact key only where its estimate cannot decide
+                close = np.abs(kr - kp) <= self.err[qa][rep]
+                if close.any():
+                    u, inv = np.unique(rep[close], return_inverse=True)
+                    kp = kp.copy()
+                    kp[close] = pair_keys64(ks.Q64, ks.R64, qa[u], ra[u], ks.metric)[inv]
+            before = (kr > kp) | ((kr == kp) & (wid < ra[rep]))
+            rk[amb] = 1 + sure + np.bincount(rep[before], minlength=amb.size)
+        fin = certified & (rk <= depth[lr])
+        self._write_large(q, ~bad, pp[fin], rk[fin], lr[fin], ref[fin])
+        return rows[bad]
+
+    def _write_large(self, q, good, pf, rf, lf, ref):
+        """Write the pairs of the rows ``good`` (queries ``q[good]``) in rank order: the finite ranks
+        ``rf`` of pairs ``pf`` (of rows ``lf``, each row's in increasing key order of the survivors,
+        i.e. decreasing rank order but within float32 near-ties), then the query's other pairs (beyond
+        the depth) in reference-index order."""
+        g_rows = np.flatnonzero(good)
+        if g_rows.size == 0:
+            return
+        qs = q[g_rows]
+        cnt = self.cnt[qs]
+        tot = int(cnt.sum())
+        o0 = self.off[qs]
+        local0 = np.cumsum(cnt) - cnt
+        gi_of_row = np.full(q.size, -1, dtype=np.int64)
+        gi_of_row[g_rows] = np.arange(g_rows.size)
+        gi = gi_of_row[lf]
+        n_fin = np.bincount(gi, minlength=qs.size)
+        fstart = np.cumsum(n_fin) - n_fin
+        rev = fstart[gi] + (n_fin[gi] - 1 - (np.arange(gi.size) - fstart[gi]))  # each row's reversed
+        rf_o = np.empty(rf.size)
+        rf_o[rev] = rf
+        pf_o = np.empty(pf.size, dtype=np.int64)
+        pf_o[rev] = ref if self.compact else pf
+        gi_o = np.repeat(np.arange(qs.size), n_fin)
+        if rf_o.size > 1:  # near-ties ordered otherwise in float32: sort by rank (nearly sorted already)
+            viol = (rf_o[1:] <= rf_o[:-1]) & (gi_o[1:] == gi_o[:-1])
+            if viol.any():
+                o = np.argsort(gi_o * (int(self.depth.max()) + 2) + rf_o.astype(np.int64), kind="stable")
+                rf_o, pf_o = rf_o[o], pf_o[o]
+        if self.compact:  # (pf_o holds the references)
+            with self.lock:
+                self.pieces.append((qs, n_fin, rf_o, pf_o))
+            return
+        within = np.arange(rf_o.size) - fstart[gi_o]
+        outp = o0[gi_o] + within
+        self.out_rank[outp] = rf_o
+        self.out_ref[outp] = self.rj[pf_o]
+        # the other pairs, beyond the depth: reference order (the pairs' order), after the finite ones
+        used = np.zeros(tot, dtype=bool)
+        used[local0[gi_o] + (pf_o - o0[gi_o])] = True
+        slots = np.zeros(tot, dtype=bool)
+        slots[local0[gi_o] + within] = True
+        allp = np.repeat(o0 - local0, cnt) + np.arange(tot)
+        rest = allp[~slots]
+        self.out_ref[rest] = self.rj[allp[~used]]
+        self.out_rank[rest] = np.inf
+
     def _order(self, s: int, e: int):
         """The block's pairs in rank order per query (beyond the depth: reference-index order,
         which is the order of the pairs as given).
@@ -514,7 +676,8 @@ class _Rows:
 
 def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: np.ndarray, depth: int, *,
                            key_err=None, block: int | None = None, threads: int | None = None,
-                           progress: bool = False, seed: int = 0, bf16: bool = True):
+                           progress: bool = False, seed: int = 0, bf16: bool = True, labels=None,
+                           compact: bool = False):
     """Exact ranks (``inf`` beyond ``depth``) of the relevant pairs ``(qi[p], rj[p])``, ordered.
 
     ``qi`` must be grouped by query in increasing order and, within a query, ``rj`` increasing
@@ -527,14 +690,20 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     rank order, ranks increasing, those beyond the depth last (``inf``) in reference-index order.
     Every pair is ranked (see the module docstring). ``block``: queries per block (default
     ``BLOCK``, fewer so that each thread gets work); ``threads``: worker threads (default:
-    :func:`~.threads.n_search_threads`).
+    :func:`~.threads.n_search_threads`). ``labels``: ``(y, y_ref)``, integer labels of the queries and
+    references such that the pairs are exactly those of equal labels (the query itself excluded in
+    a same-set search), in the order above; with classes of hundreds and more (``LARGE_PAIRS_PER_QUERY``
+    pairs per query) the pass then finds the relevant pairs among the sorted survivors
+    (:meth:`_Rows._count_large`) instead of searching each pair's place among them; and with
+    ``compact`` it returns ``(ranks, refs, n_ranked)``: per query only its ``n_ranked[i]`` relevant
+    references within the depth, in rank order (the others, beyond the depth, are not listed).
     """
     nq = ks.Q32.shape[0]
     n_threads = int(threads or n_search_threads())
     if block is None:
         block = max(128, min(BLOCK, -(-nq // (2 * n_threads))))
     block = int(min(block, 32_767))  # rows within a block are kept as int16
-    st = _Rows(ks, qi, rj, keys, key_err, depth, seed, block, n_threads, bf16=bf16)
+    st = _Rows(ks, qi, rj, keys, key_err, depth, seed, block, n_threads, bf16=bf16, labels=labels, compact=compact)
     n_threads = max(1, min(n_threads, len(st.tasks)))
     local = threading.local()
     width = st.gemm.buffer_elems(int(block), max(int(block), REF_TILE))
@@ -606,4 +775,28 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
             if torch_before is not None and (st.floor_bf16 or st.cthr is not None):
                 sys.modules["torch"].set_num_threads(torch_before)
     bar.close()
+    if st.compact:
+        return _assemble(st.pieces, nq)
     return st.out_rank, st.out_ref
+
+
+def _assemble(pieces: list, nq: int):
+    """The compact result (:func:`relevant_ranks_by_rows` with ``compact``): ``(ranks, refs,
+    n_ranked)``, the pieces of the counted sets of rows put in query order."""
+    n_ranked = np.zeros(nq, dtype=np.int64)
+    if not pieces:
+        return np.empty(0), np.empty(0, dtype=np.int64), n_ranked
+    pieces.sort(key=lambda p: int(p[0][0]))
+    qs = np.concatenate([p[0] for p in pieces])
+    cnt = np.concatenate([p[1] for p in pieces])
+    ranks = np.concatenate([p[2] for p in pieces])
+    refs = np.concatenate([p[3] for p in pieces])
+    if qs.size > 1 and np.any(qs[1:] <= qs[:-1]):  # recounted rows: their pieces among the others'
+        o = np.argsort(qs, kind="stable")
+        seg = np.repeat(np.argsort(o, kind="stable"), cnt)  # each entry's query's place in query order
+        e = np.argsort(seg, kind="stable")
+        ranks, refs, qs, cnt = ranks[e], refs[e], qs[o], cnt[o]
+    if qs.size != nq or np.any(qs != np.arange(nq)):  # pragma: no cover - a broken invariant
+        raise AssertionError("compact relevant ranks: a query was counted twice or not at all")
+    n_ranked[:] = cnt
+    return ranks, refs, n_ranked
