@@ -36,11 +36,86 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
         transform = image_transform(ds.kind, train=False, image_size=size)
     loader = torch.utils.data.DataLoader(
         TorchImages(ds, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
-        pin_memory=dev.type == "cuda",
+        pin_memory=dev.type == "cuda", worker_init_fn=quiet_worker if int(num_workers) > 0 else None,
     )
     # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
-    batches = ((x, idx.numpy()) for x, _, idx in progress_bar(loader, desc=desc, unit="batch", enabled=progress))
+    it = _started(loader) if int(num_workers) > 0 else loader
+    batches = ((x, idx.numpy()) for x, _, idx in progress_bar(it, total=len(loader), desc=desc, unit="batch",
+                                                              enabled=progress))
     return embed_batches(model, batches, len(ds), device=dev, amp=amp)
+
+
+def _started(loader):
+    """``iter(loader)`` (the worker processes started) with Ctrl-C and SIGTERM held until it is done.
+
+    Interrupted while it starts its workers, torch's iterator was left half-built: the command's
+    'interrupted' line was followed by "Exception ignored in ... _MultiProcessingDataLoaderIter.__del__
+    ... AttributeError: ... no attribute '_shutdown'" (and the workers it had started were left to the
+    exit). A signal that arrives meanwhile is raised again right after, on a whole iterator, which
+    then shuts its workers down as usual. Held for the few tens of ms of the fork, not longer."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return iter(loader)
+    held: list[int] = []
+    old: dict = {}
+    holder = os.getpid()
+
+    def hold(signum, frame):
+        if os.getpid() != holder:  # a worker forked meanwhile: the handler it had before
+            return old[signum](signum, frame)
+        held.append(signum)
+
+    sigs = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
+    try:
+        for sig in sigs:
+            handler = signal.getsignal(sig)
+            if callable(handler):  # a Python handler (an ignored or default signal is left as it is)
+                old[sig] = handler
+                signal.signal(sig, hold)
+        return iter(loader)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])  # as it would have been handled: the command's handler raises
+
+
+def quiet_worker(worker_id: int) -> None:
+    """``worker_init_fn`` of a DataLoader whose workers must stay quiet when the command is stopped.
+
+    Ctrl-C reaches the whole process group: a worker ignores it and leaves it to its parent, which
+    shuts the workers down. A batch's tensors travel as file descriptors that the parent fetches from
+    the worker (multiprocessing's resource sharer, a thread of the worker): a parent stopped in the
+    middle of such a hand-over closed the connection, and the worker printed a ConnectionResetError
+    traceback after the command's 'interrupted' line. That error, and only that one, is now silent.
+    """
+    import signal
+    import sys
+
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.excepthook = _without_peer_gone(sys.excepthook)
+
+
+def _from_resource_sharer(tb) -> bool:
+    while tb is not None:
+        if os.path.basename(tb.tb_frame.f_code.co_filename) == "resource_sharer.py":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _without_peer_gone(previous):
+    """``sys.excepthook`` that says nothing of a resource-sharer connection its peer closed."""
+
+    def hook(kind, value, tb):
+        if issubclass(kind, (ConnectionError, EOFError)) and _from_resource_sharer(tb):
+            return  # the parent stopped while it fetched a batch from this worker; it ends the worker
+        previous(kind, value, tb)
+
+    return hook
 
 
 def embed_batches(model, batches, n: int, *, device="cpu", amp: bool | None = None) -> np.ndarray:

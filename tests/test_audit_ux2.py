@@ -208,3 +208,99 @@ def test_evaluate_of_one_file_keeps_its_phase_line():
     with labelled("x\ny.h5"):
         assert progress_bar(total=1, desc="retrieval", enabled=False).desc == "retrieval x\\ny.h5"
     assert progress_bar(total=1, desc="retrieval", enabled=False).desc == "retrieval"
+
+
+# ------------------------------------------------------------------ embed --num-workers: Ctrl-C
+_WORKER_HAND_OVER_CUT = """
+import os, socket, sys, time
+from multiprocessing import resource_sharer
+
+import embedscope.data as data
+from embedscope.embed import embed_images
+from embedscope.models import build_model, default_config
+
+orig = data.TorchImages.__getitem__
+
+
+def getitem(self, i):
+    if i == 0:  # in the worker: a batch's file descriptor offered, and the parent gone mid-hand-over
+        df = resource_sharer.DupFd(os.open(os.devnull, os.O_RDONLY))
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(df._id[0])
+        s.close()
+        time.sleep(0.5)  # the sharer's thread meets the closed connection
+    return orig(self, i)
+
+
+data.TorchImages.__getitem__ = getitem
+ds = data.get_dataset("digits").subset("test")
+X = embed_images(build_model(default_config("digits_cnn", embed_dim=8)), ds, num_workers=1, batch_size=256,
+                 device="cpu", progress=False)
+print("embedded", X.shape)
+"""
+
+
+def test_a_data_loader_worker_says_nothing_when_its_parent_stops_mid_batch(tmp_path):
+    """Ctrl-C while the parent fetched a batch's shared memory from a worker (the file descriptor's
+    hand-over by multiprocessing's resource sharer, a thread of the worker) made the worker print
+    'Traceback ... resource_sharer.py ... ConnectionResetError: [Errno 104] Connection reset by peer'
+    after 'embedscope embed: interrupted'. The same cut connection, made on purpose: silent."""
+    script = tmp_path / "cut.py"
+    script.write_text(_WORKER_HAND_OVER_CUT)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("embedded"), r.stderr
+    assert "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process groups")
+def test_ctrl_c_of_embed_with_workers_is_one_line(tmp_path):
+    """`embedscope embed --num-workers 2` on the digits, Ctrl-C (SIGINT to the process group, as a
+    terminal sends it) at several moments of the embedding: one line, exit 130, no output, and no
+    traceback of a worker."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    for i, delay in enumerate((0.0, 0.2, 0.5, 1.0)):
+        out = tmp_path / f"e{i}.h5"
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+        p = subprocess.Popen([sys.executable, "-m", "embedscope", "embed", "--arch", "digits_cnn", "--dataset",
+                              "digits", "-o", str(out), "--num-workers", "2", "--batch-size", "1"],
+                             stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                             env={**os.environ, "TERM": "xterm"})
+        os.close(slave)
+        raw, sent = b"", False
+        end = time.monotonic() + 240
+        try:
+            while time.monotonic() < end:
+                r, _, _ = select.select([master], [], [], 0.05)
+                if r:
+                    try:
+                        chunk = os.read(master, 65536)
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    raw += chunk
+                if not sent and b"embed digits/all" in raw:  # the bar: the workers are loading batches
+                    time.sleep(delay)
+                    os.killpg(p.pid, signal.SIGINT)
+                    sent = True
+                if p.poll() is not None and not r:
+                    break
+            rc = p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            os.close(master)
+        assert sent, raw
+        text = raw.decode("utf-8", "replace")
+        if rc == 0:  # it had finished
+            continue
+        assert rc == 130, text
+        assert "Traceback" not in text and "Error" not in text, (delay, text)
+        assert screen(raw)[-2:] == ["embedscope embed: interrupted", ""], (delay, screen(raw))
+        assert not out.exists()
