@@ -304,3 +304,67 @@ def test_ctrl_c_of_embed_with_workers_is_one_line(tmp_path):
         assert "Traceback" not in text and "Error" not in text, (delay, text)
         assert screen(raw)[-2:] == ["embedscope embed: interrupted", ""], (delay, screen(raw))
         assert not out.exists()
+
+
+# ------------------------------------------------------------------ train-grid --workers: no empty run folders
+def _grid_argv(out):
+    return [sys.executable, "-m", "embedscope", "train-grid", "--dataset", "digits", "--losses", "margin", "triplet",
+            "--seeds", "0", "1", "--epochs", "4", "--embed-dim", "8", "--workers", "2", "-o", str(out)]
+
+
+def _stop_when(argv, ready, sig, to_group):
+    """Start ``argv`` in a session of its own; send ``sig`` (to its process group: Ctrl-C on a terminal)
+    as soon as ``ready()``; return (exit code, output)."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        end = time.monotonic() + 240
+        while not ready() and p.poll() is None and time.monotonic() < end:
+            time.sleep(0.005)
+        assert p.poll() is None, "it finished before the moment to stop it"
+        (os.killpg if to_group else os.kill)(p.pid, sig)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    return p.returncode, out.decode()
+
+
+def _run_folders(grid):
+    return {d.name: sorted(x.name for x in d.iterdir()) for d in grid.glob("*.pt.train")}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process groups")
+def test_stopped_parallel_grid_leaves_no_empty_run_folders_and_resumes(tmp_path):
+    """An interrupted `train-grid --workers 2` left the working folders (<run>.pt.train) of the runs
+    that had just begun, empty: the training processes died of the parent's SIGTERM before they could
+    take them back. Now they take back what they began; a folder that holds a run's saved state
+    (last.pt) stays, and the grid resumes from it; the finished grid holds no empty folder."""
+    grid = tmp_path / "g"
+
+    def a_run_has_begun():  # its folder made, no epoch saved yet
+        return any(not any(d.iterdir()) for d in grid.glob("*.pt.train")) if grid.is_dir() else False
+
+    rc, out = _stop_when(_grid_argv(grid), a_run_has_begun, signal.SIGTERM, to_group=False)  # `kill PID`
+    assert rc == 143 and "Traceback" not in out, out
+    assert out.rstrip().endswith("embedscope train-grid: terminated"), out
+    assert all(files for files in _run_folders(grid).values()), _run_folders(grid)
+
+    def an_epoch_is_saved():
+        return any((d / "last.pt").exists() and not d.with_name(d.name[:-len(".train")]).exists()
+                   for d in grid.glob("*.pt.train")) if grid.is_dir() else False
+
+    rc, out = _stop_when(_grid_argv(grid), an_epoch_is_saved, signal.SIGINT, to_group=True)  # Ctrl-C
+    assert rc == 130 and "Traceback" not in out, out
+    folders = _run_folders(grid)
+    assert all(files for files in folders.values()), folders
+    partial = [name for name, files in folders.items() if "last.pt" in files
+               and not (grid / name[:-len(".train")]).exists()]
+    r = subprocess.run(_grid_argv(grid), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name in partial:  # resumed from its saved state, not trained again
+        assert f"{name[:-len('.pt.train')]}: resuming" in r.stdout, r.stdout
+    assert sorted(p.name for p in grid.glob("*.pt")) == [f"digits_{lo}_p0_s{s}.pt" for lo in ("margin", "triplet")
+                                                         for s in (0, 1)]
+    assert sorted(_run_folders(grid)) == sorted(f"{p.name}.train" for p in grid.glob("*.pt"))
+    assert all("last.pt" in files for files in _run_folders(grid).values())
+    assert not [d for d, _, files in os.walk(grid) if not files and not os.listdir(d)]  # no empty folder at all

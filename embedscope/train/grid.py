@@ -19,6 +19,7 @@ network's test R@1 (epoch 0 of the log), and the paths of the final and best che
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 from pathlib import Path
@@ -232,18 +233,48 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                 merged[r["name"]] = r
         if merged:
             write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
+        _remove_empty_run_folders(out_dir / f"{run_name(dataset, *key)}.pt" for key in wanted)
     return [r for r in rows if r is not None]
+
+
+def _remove_empty_run_folders(checkpoints) -> None:
+    """Remove the working folder (``<name>.pt.train``) of these runs where it is empty: a run stopped
+    before its first epoch was saved (a training process ended by SIGTERM or killed) left it behind.
+    A folder that holds anything (``last.pt``: the state a run resumes from) stays."""
+    from embedscope.train.trainer import run_paths
+
+    for ckpt in checkpoints:
+        d = run_paths(ckpt)["dir"]
+        try:
+            d.rmdir()  # only when empty
+        except OSError:
+            pass
 
 
 def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
     """One run of a parallel grid, in a spawned process of its own (see :func:`_train_parallel`):
     ``threads`` compute threads for everything it runs (torch, BLAS, faiss, embedscope's searches);
     its messages, then its result or its error, go to the queue ``out``."""
+    import signal
+
+    from embedscope.errors import Terminated
+
+    def stop(signum, frame):  # the parent ends this run: train() takes back what it had begun (temporary
+        raise Terminated(signum)  # files, its empty folder); it resumes from its last saved epoch
+
+    # Ctrl-C reaches the whole process group: the parent handles it (this process started with it
+    # ignored, see _children_ignore_ctrl_c) and ends the runs with SIGTERM
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, stop)
+    if hasattr(signal, "pthread_sigmask"):  # held while the parent started this process
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _held_signals())
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)  # before torch and numpy's BLAS start their thread pools
     name = job.ckpt.stem
-    out.put(("line", job.head))
     try:
+        out.put(("line", job.head))
         import torch
         from threadpoolctl import threadpool_limits
 
@@ -254,6 +285,9 @@ def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
         with threadpool_limits(limits=threads), search_threads(threads):
             res = train(job.opts, job.ckpt, resume=job.resume, force=job.force, progress=False,
                         keep_epochs=keep_epochs, echo=lambda s: out.put(("line", f"{name}: {s}")))
+    except Terminated as e:  # ended by the parent, which reads no more: no waiting for the queue at exit
+        out.cancel_join_thread()
+        raise SystemExit(128 + e.signum) from None
     except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
         import pickle
 
@@ -264,6 +298,42 @@ def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
         out.put(("error", job.at, e))
         return
     out.put(("done", job.at, {"history": res["history"], "best": res["best"]}))
+
+
+#: seconds a parallel run has to stop after SIGTERM before it is killed
+STOP_SECONDS = 30.0
+
+
+def _held_signals() -> set:
+    """The signals held while a run's process starts (see :func:`_children_ignore_ctrl_c`)."""
+    import signal
+
+    return {s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None}
+
+
+@contextlib.contextmanager
+def _children_ignore_ctrl_c():
+    """Processes started inside begin with Ctrl-C ignored: an ignored signal stays ignored across the
+    exec of a spawned process, so a Ctrl-C while one imports (before :func:`_train_process` runs) is
+    no traceback of its own. Meanwhile SIGINT, SIGTERM and SIGHUP are held (blocked, not lost): the
+    caller's handlers act on them at the end, once the process is registered. The child unblocks the
+    ones it handles itself."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _held_signals())
+    try:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], workers: int, keep_epochs: bool,
@@ -317,8 +387,9 @@ def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], worke
                 j = waiting.pop(0)
                 p = ctx.Process(target=_train_process, name=f"train-grid {names[j.at]}",
                                 args=(j, keep_epochs, threads, out))
-                p.start()
-                procs[j.at] = p
+                with _children_ignore_ctrl_c():  # and a signal meanwhile waits until p is in procs
+                    p.start()
+                    procs[j.at] = p
             drain(0.2)
             check_signals()
             for at, p in list(procs.items()):
@@ -335,9 +406,12 @@ def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], worke
         drain()
     except BaseException:
         for p in procs.values():
-            p.terminate()
+            p.terminate()  # SIGTERM: the run stops, cleans up and keeps its last saved epoch
         for p in procs.values():
-            p.join()
+            p.join(STOP_SECONDS)
+            if p.exitcode is None:  # stuck in a long computation
+                p.kill()
+                p.join()
         raise
     finally:
         bar.close()
