@@ -204,7 +204,7 @@ class _Rows:
         # classes of hundreds and more: the relevant pairs are found among the sorted survivors
         # (_count_large); a pair's index from its reference's place among those of its label (pic)
         self.labels = None
-        if labels is not None and qi.size >= LARGE_PAIRS_PER_QUERY * max(int(has.sum()), 1):
+        if labels is not None and nr < (1 << 29) and qi.size >= LARGE_PAIRS_PER_QUERY * max(int(has.sum()), 1):
             y, y_ref = (np.asarray(a, dtype=np.int64) for a in labels)
             order = np.argsort(y_ref, kind="stable")
             ys = y_ref[order]
@@ -350,6 +350,22 @@ class _Rows:
             filt = self.thr
         M = mbuf[:b * w].reshape(b, w)
         np.greater(T, filt[s:e, None], out=M)
+        if self.labels is not None and not bf:  # survivors as parts sorted by row (see _count_parts)
+            f = np.flatnonzero(M)
+            r = f // w
+            done = [self._add(a, (r.astype(np.int16), (f - r * w + r0).astype(np.int32), T.ravel()[f], True))]
+            if c is not None:  # block c's rows: the transposed mask, in row order of block c
+                M2 = mbuf2[:b * w].reshape(b, w)
+                np.greater(T, filt[None, r0:r1], out=M2)
+                f = np.flatnonzero(M2.T)
+                cq = f // b
+                ar = f - cq * b
+                done.append(self._add(c, (cq.astype(np.int16), (ar + s).astype(np.int32), T.ravel()[ar * w + cq],
+                                          True)))
+            for blk in done:
+                if blk is not None:
+                    self.finish(blk)
+            return
         if c is not None:  # the same tile seen from block c's queries (its columns): one mask for both
             M2 = mbuf2[:b * w].reshape(b, w)
             np.greater(T, filt[None, r0:r1], out=M2)
@@ -390,6 +406,20 @@ class _Rows:
         high, and write the block's pairs in rank order."""
         s, e = self.blocks[blk]
         parts, self.pending[blk] = self.pending[blk], None
+        if parts and all(len(p) == 4 for p in parts):  # parts sorted by row (the labels mode)
+            nb = e - s
+            if self.pool is not None and nb >= 2 * SPLIT_MIN_ROWS:  # halves, as below
+                h = nb // 2
+                cut = [int(np.searchsorted(p[0], h)) for p in parts]
+                lo = [(p[0][:i], p[1][:i], p[2][:i]) for p, i in zip(parts, cut)]
+                hi = [(p[0][i:] - np.int16(h), p[1][i:], p[2][i:]) for p, i in zip(parts, cut)]
+                fut = self.pool.submit(self._finish_rows, s, h, nb, None, None, None, hi)
+                with self.lock:
+                    self.extra.append(fut)
+                self._finish_rows(s, 0, h, None, None, None, lo)
+            else:
+                self._finish_rows(s, 0, nb, None, None, None, [p[:3] for p in parts])
+            return
         r = np.concatenate([p[0] for p in parts])
         ids = np.concatenate([p[1] for p in parts])
         v = np.concatenate([p[2] for p in parts])
@@ -406,10 +436,14 @@ class _Rows:
         else:
             self._finish_rows(s, 0, nb, r, ids, v)
 
-    def _finish_rows(self, s: int, h0: int, h1: int, r, ids, v):
-        """Rank the pairs of queries s + h0 … s + h1 − 1 from their survivors (``r``: row − h0)."""
+    def _finish_rows(self, s: int, h0: int, h1: int, r, ids, v, parts=None):
+        """Rank the pairs of queries s + h0 … s + h1 − 1 from their survivors (``r``: row − h0; or
+        ``parts``, each sorted by row: see :meth:`_count_parts`)."""
         rows = np.arange(h0, h1)
-        fail = self._count(s, rows, self.tau[s + h0:s + h1], r, ids, v)
+        if parts is not None:
+            fail = self._count_parts(s, rows, self.tau[s + h0:s + h1], parts)
+        else:
+            fail = self._count(s, rows, self.tau[s + h0:s + h1], r, ids, v)
         if fail.size:  # recount these rows from their exact depth-th key (one small GEMM)
             q = s + fail
             nr = self.nr
@@ -419,7 +453,10 @@ class _Rows:
             thr = np.nextafter((tau + self.qoff[q]).astype(np.float32), np.float32(-np.inf))
             f = np.flatnonzero(T > thr[:, None])
             rr = f // nr
-            again = self._count(s, fail, tau, rr, f - rr * nr, T.ravel()[f])
+            if self.labels is not None:  # (rr: sorted)
+                again = self._count_parts(s, fail, tau, [(rr, f - rr * nr, T.ravel()[f])])
+            else:
+                again = self._count(s, fail, tau, rr, f - rr * nr, T.ravel()[f])
             assert again.size == 0, "a recount from the exact floor cannot fail"
         if self.labels is None:  # (_count_large writes the pairs in rank order itself)
             self._order(s + h0, s + h1)
@@ -437,6 +474,8 @@ class _Rows:
         smax = int(max(n_surv.max(initial=0), 1))
         o = np.argsort(r.astype(np.int16, copy=False), kind="stable")  # survivors grouped by row (radix sort)
         r, ids, v = r[o], ids[o], v[o]
+        if self.labels is not None:  # (grouped by row now)
+            return self._count_parts(s, rows, tau, [(r, ids, v)])
         # survivors sorted per row, in band coordinates g = row·W + (key − pad): one binary search
         # over all rows; pads (rows with fewer survivors) sit below every key of their row
         W, pad, eta = self.W, self.pad, self.eta
@@ -459,8 +498,6 @@ class _Rows:
         S -= pad
         S += (np.arange(nb) * W)[:, None]
         g = S.ravel()
-        if self.labels is not None:
-            return self._count_large(s, rows, tau, g, smax, n_surv, start, ids, pos)
         # the pairs of these rows
         cnt = self.cnt[q]
         slot = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
@@ -514,7 +551,42 @@ class _Rows:
         self.rank[pp[ok]] = rk[ok]
         return np.unique(rows[lr[bad]])
 
-    def _count_large(self, s, rows, tau, g, smax, n_surv, start, ids, pos):
+    def _count_parts(self, s, rows, tau, parts):
+        """:meth:`_count` of the labels mode from survivors in parts each sorted by row (``(row,
+        reference, float32 value)``): each survivor's slot in its padded row is its place in its
+        part's run of the row after the slots of the earlier parts, so no sort groups them; its
+        reference rides in the low 29 bits of its float64 value through the sort of the rows (as
+        :meth:`_count`'s slots; references < 2^29). The same sorted rows as :meth:`_count`'s."""
+        nb = rows.size
+        qoff = self.qoff[s + rows]
+        cnts = [np.bincount(p[0], minlength=nb) for p in parts]
+        n_surv = np.sum(cnts, axis=0) if cnts else np.zeros(nb, dtype=np.int64)
+        smax = int(max(n_surv.max(initial=0), 1))
+        W, pad = self.W, self.pad
+        S = np.empty((nb, smax))
+        S[:] = (pad + qoff)[:, None]  # pads below every key of the row (as in _count)
+        used = np.zeros(nb, dtype=np.int64)
+        for (r, ids, v), c in zip(parts, cnts):
+            if r.size == 0:
+                continue
+            ri = r.astype(np.int64)
+            slot = np.arange(r.size) - (np.cumsum(c) - c - used)[ri]
+            vs = v.astype(np.float64)
+            vs.view(np.int64)[:] |= ids
+            S.ravel()[ri * smax + slot] = vs
+            used += c
+        Si = S.view(np.int64)
+        S.sort(axis=1)
+        ref_at = Si & _SLOT_MASK  # after the sort: each value's reference (pads: meaningless, never read)
+        Si ^= ref_at
+        ref_at = ref_at.ravel()
+        if self.ks.metric == "euclidean":
+            S -= qoff[:, None]
+        S -= pad
+        S += (np.arange(nb) * W)[:, None]
+        return self._count_large(s, rows, tau, S.ravel(), smax, n_surv, ref_at)
+
+    def _count_large(self, s, rows, tau, g, smax, n_surv, ref_at):
         """:meth:`_count` for classes of hundreds and more, from the survivors' side: the relevant
         survivors are read off each row's sorted survivors (their labels), each one's survivors
         above are its place in the row, and only where another survivor lies within ±w of its key
@@ -538,7 +610,7 @@ class _Rows:
         n_pad = smax - n_surv
         fv = np.flatnonzero(np.arange(smax)[None, :] >= n_pad[:, None])  # flat places of the survivors
         rowv = np.repeat(np.arange(nb), n_surv)
-        idv = ids[start[rowv] + pos[fv]]
+        idv = ref_at[fv]
         sel = np.flatnonzero(y_ref[idv] == y[q][rowv])  # (integer gathers: boolean ones mispredict)
         if bad.any():
             sel = sel[~bad[rowv[sel]]]
@@ -570,7 +642,7 @@ class _Rows:
             at = np.repeat(fa - down - np.cumsum(c) + c, c) + np.arange(rep.size)
             keepw = at != fa[rep]  # not the pair's own place
             rep, at = rep[keepw], at[keepw]
-            wid = ids[start[at // smax] + pos[at]]
+            wid = ref_at[at]
             qa = qr[amb]
             kr = pair_keys64(ks.Q64, ks.R64, qa[rep], wid, ks.metric)
             kp = ka[rep]
