@@ -171,7 +171,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
                   progress: bool = True, weights=None, head: str | None = None, embed_dim: int | None = None,
                   head_seed: int = 0, trunk=None, embedder=None, amp: bool | None = None,
-                  image_size: int | None = None, resize: int | None = None) -> Path:
+                  image_size: int | None = None, resize: int | None = None, ema: bool = False,
+                  transform_input: bool | None = None) -> Path:
     """Load a model (:func:`embedscope.models.load_model`: a checkpoint, a trunk/embedder pair or an
     ImageNet baseline), embed a data set's split and write the HDF5 store atomically.
 
@@ -182,7 +183,10 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
 
     ``image_size`` / ``resize``: the evaluation transform Resize(resize) + CenterCrop(image_size)
     instead of the checkpoint's (its config's, else 224 and round(224 * 256 / 224) = 256), e.g. 299 /
-    342 for torchvision's Inception-v3 preset; the file records the transform used."""
+    342 for torchvision's Inception-v3 preset; the file records the transform used.
+
+    ``ema`` / ``transform_input``: as :func:`embedscope.models.load_model` (``--ema``,
+    ``--no-transform-input``)."""
     from embedscope import store
     from embedscope.device import resolve_device
     from embedscope.fileio import check_writable
@@ -195,7 +199,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
         resize = check_int(resize, "resize", min=1)
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,
-                                     unsafe_pickle=unsafe_pickle)
+                                     unsafe_pickle=unsafe_pickle, ema=ema, transform_input=transform_input)
     if image_size is not None or resize is not None:
         config = dict(config)
         if image_size is not None:

@@ -5,7 +5,6 @@ saving code writes them; embeddings are compared with the network built directly
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import types
 
@@ -18,12 +17,6 @@ from torch import nn
 
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.models import build_model, default_config, load_model
-
-#: The CLI passes --ema / --no-transform-input through embedscope.embed.embed_to_file to load_model.
-_EMBED_TAKES_OPTIONS = {"ema", "transform_input"} <= set(
-    inspect.signature(__import__("embedscope.embed", fromlist=["embed_to_file"]).embed_to_file).parameters)
-needs_embed_options = pytest.mark.skipif(
-    not _EMBED_TAKES_OPTIONS, reason="embedscope.embed.embed_to_file does not yet pass ema / transform_input on")
 
 
 def _timm_train_checkpoint(path, model, ema, *, ema_key="state_dict_ema"):
@@ -154,7 +147,6 @@ def test_ema_of_an_embedscope_checkpoint(tmp_path):
     assert gcfg["weights_ema"] is True
 
 
-@needs_embed_options
 def test_embed_cli_ema(tmp_path, capsys):
     """`embed --ema`: the embeddings are the EMA network's; without it the state_dict's; a file
     without EMA weights is one line, exit 1."""
@@ -261,7 +253,6 @@ def test_googlenet_weights_from_scratch_without_transform_input(tmp_path):
         torch.testing.assert_close(model(x), F.normalize(net(x), dim=1))
 
 
-@needs_embed_options
 def test_embed_cli_no_transform_input(tmp_path):
     from PIL import Image
 
@@ -316,3 +307,24 @@ def test_saliency_with_ema_weights(tmp_path):
     assert a.attrs["checkpoint_config"]["weights_ema"] is True and "weights_ema" not in c.attrs["checkpoint_config"]
     with pytest.raises(EmbedscopeError, match=r"--ema: no EMA weights"):
         saliency_to_file(tmp_path / "ema_only.pt", "digits", tmp_path / "d.h5", ema=True, **common)
+
+
+def test_saliency_cli_ema(tmp_path, capsys):
+    """`saliency --ema` gives the maps of the EMA network (those of a checkpoint holding only the EMA
+    tensors); a file without EMA weights is one line, exit 1, and writes nothing."""
+    from embedscope.cli import main
+    from embedscope.models import save_checkpoint
+    from embedscope.store.saliency import load_maps
+
+    f = tmp_path / "ck.pt"
+    cfg, model, ema = _digits_with_ema(f, seed=3)
+    save_checkpoint(tmp_path / "ema_only.pt", ema, cfg)
+    common = ["--dataset", "digits", "--n-images", "3", "--n-samples", "2", "--device", "cpu", "--no-progress"]
+    assert main(["saliency", str(f), *common, "--ema", "-o", str(tmp_path / "a.h5")]) == 0
+    assert main(["saliency", str(tmp_path / "ema_only.pt"), *common, "-o", str(tmp_path / "b.h5")]) == 0
+    np.testing.assert_array_equal(load_maps(tmp_path / "a.h5").maps, load_maps(tmp_path / "b.h5").maps)
+    capsys.readouterr()
+    assert main(["saliency", str(tmp_path / "ema_only.pt"), *common, "--ema", "-o", str(tmp_path / "c.h5")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "--ema: no EMA weights in the file" in err and "\n" not in err
+    assert not (tmp_path / "c.h5").exists()

@@ -59,6 +59,8 @@ def add_parser(sub, parents):
                    help="CUDA autocast for the gradient passes (default: none = float32)")
     p.add_argument("--unsafe-pickle", action="store_true",
                    help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
+    p.add_argument("--ema", action="store_true",
+                   help="use the checkpoint's EMA weights (timm's state_dict_ema, else model_ema)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_device(p)
     add_force(p)
@@ -82,7 +84,7 @@ def run(args) -> int:
         n_samples=args.n_samples, noise=args.noise, batch_size=args.batch_size, seed=args.seed, device=args.device,
         amp=None if args.amp == "none" else args.amp, arch=args.arch, train_classes=args.train_classes,
         unsafe_pickle=args.unsafe_pickle, name=args.name, figure=args.figure, force=args.force,
-        progress=not args.no_progress,
+        progress=not args.no_progress, ema=args.ema,
     )
     what = "pairs (query + nearest retrieval)" if s["pairs"] else "images"
     print(f"{s['n_images']} {what}: SmoothGrad of the {s['distance']} distance ({s['distance_source']}), "
