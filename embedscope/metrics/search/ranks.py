@@ -482,7 +482,8 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     :func:`pair_keys64` only where the estimate cannot decide.
 
     ``(qi, rj)`` must be all the relevant pairs as :func:`_relevant_pairs` lists them (grouped by
-    query, each query's references in index order): a class's GEMM is then written in place,
+    query, each query's references in index order; both None: the keys in that order, without the
+    pairs): a class's GEMM is then written in place,
     row by row (the query itself left out in a same-set search). Classes are shared among
     ``threads`` workers (default: :func:`~.threads.n_search_threads`), each running its GEMMs with
     one BLAS thread."""
@@ -492,9 +493,12 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
 
     starts, ends = lay.bounds
     nq = lay.q_cls.size
-    cnt = np.bincount(qi, minlength=nq)
-    if qi.size != int(lay.R.sum()) or not np.array_equal(cnt, lay.R):
-        raise ValueError("_pair_keys_by_class needs the pairs of _relevant_pairs")
+    if qi is None:  # the keys alone, in the order of _relevant_pairs
+        cnt = lay.R
+    else:
+        cnt = np.bincount(qi, minlength=nq)
+        if qi.size != int(lay.R.sum()) or not np.array_equal(cnt, lay.R):
+            raise ValueError("_pair_keys_by_class needs the pairs of _relevant_pairs")
     off = np.zeros(nq + 1, dtype=np.int64)
     np.cumsum(cnt, out=off[1:])
     has = (lay.q_cls >= 0) & (cnt > 0)
@@ -502,7 +506,7 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     ucls, first = np.unique(lay.q_cls[qo], return_index=True)
     last = np.append(first[1:], qo.size)
     rsq = None if ks.metric == "cosine" else np.einsum("ij,ij->i", ks.R64, ks.R64)
-    est = np.empty(qi.size, dtype=np.float64)
+    est = np.empty(int(cnt.sum()), dtype=np.float64)
 
     def work(idx):
         for t in idx:
@@ -610,14 +614,18 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
     device = compute_device(device)  # once, for every plan
     if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R):
-        from embedscope.metrics.search.rows import relevant_ranks_by_rows
+        from embedscope.metrics.search.rows import large_mode, relevant_ranks_by_rows
 
-        qi, rj, keys, key_err = _pairs_and_keys(ks, lay)
+        if compact and large_mode(lay.R, ks.R64.shape[0]):  # only the keys (the pairs are read off the survivors)
+            qi = rj = None
+            keys, key_err = _pair_keys_by_class(ks, lay, None, None)
+        else:
+            qi, rj, keys, key_err = _pairs_and_keys(ks, lay)
         starts, ends = lay.bounds
         ref_cls = np.empty(lay.ref_order.size, dtype=np.int64)
         ref_cls[lay.ref_order] = np.repeat(np.arange(starts.size), ends - starts)
         out = relevant_ranks_by_rows(ks, qi, rj, keys, depth_q, key_err=key_err, block=block,
-                                     progress=progress, labels=(lay.q_cls, ref_cls), compact=compact)
+                                     progress=progress, labels=(lay.q_cls, ref_cls, lay.R), compact=compact)
         if len(out) == 3:  # compact: (ranks within the depth, their references, their number per query)
             return out[2], out[1], out[0], "compact"
         return qi, out[1], out[0], True

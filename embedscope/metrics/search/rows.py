@@ -57,7 +57,7 @@ from embedscope.metrics.search.counting import TileGemm, augmented, k_chunks, ti
 from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
 from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
-__all__ = ["relevant_ranks_by_rows"]
+__all__ = ["relevant_ranks_by_rows", "large_mode"]
 
 BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK; at most 32,767)
 REF_TILE = 2048  # references per tile when the search is not symmetric
@@ -76,6 +76,13 @@ FLOOR_BF16_MIN_SAVING = 0.05  # the floors' sample GEMM in bfloat16 when that sa
 LARGE_PAIRS_PER_QUERY = 256  # from this many relevant pairs per query: _count_large
 LARGE_SAMPLE_MEAN = 48.0  # ... and SAMPLE_MEAN this large (a tighter floor: fewer survivors per row)
 _SLOT_MASK = np.int64((1 << 29) - 1)  # the float64 mantissa bits below a float32's precision
+
+
+def large_mode(counts: np.ndarray, n_ref: int) -> bool:
+    """Whether the pass with labels reads the relevant pairs off the survivors (:meth:`_Rows._count_large`):
+    at least ``LARGE_PAIRS_PER_QUERY`` pairs per query that has any (and references < 2^29)."""
+    counts = np.asarray(counts)
+    return n_ref < (1 << 29) and int(counts.sum()) >= LARGE_PAIRS_PER_QUERY * max(int(np.count_nonzero(counts)), 1)
 
 
 def _run_length(g: np.ndarray, at: np.ndarray, step: int, stop: np.ndarray, bound: np.ndarray) -> np.ndarray:
@@ -191,21 +198,23 @@ class _Rows:
         # a same-set cosine search reads the queries' own rows as the references (a transposed view)
         self.gemm = TileGemm(ks, self.Qa, Ra, self.chunks, copy_refs=not self.symmetric)
         # pairs grouped by query: query q's are off[q]:off[q + 1], in reference-index order
-        self.cnt = np.bincount(qi, minlength=nq)
+        # (qi None: the compact labels mode, where only the counts per query are needed)
+        self.cnt = np.bincount(qi, minlength=nq) if qi is not None else np.asarray(labels[2], dtype=np.int64)
+        n_pairs = int(self.cnt.sum())
         self.off = np.zeros(nq + 1, dtype=np.int64)
         np.cumsum(self.cnt, out=self.off[1:])
         low = np.full(nq, np.inf)  # +inf for queries without pairs: nothing survives
         self.kmin = np.full(nq, np.inf)  # each query's lowest pair key
         has = self.cnt > 0
-        if qi.size:
+        if n_pairs:
             self.kmin[has] = np.minimum.reduceat(keys, self.off[:-1][has])
             low[has] = self.kmin[has] - 2.0 * self.w[has]
         self.low = low
         # classes of hundreds and more: the relevant pairs are found among the sorted survivors
         # (_count_large); a pair's index from its reference's place among those of its label (pic)
         self.labels = None
-        if labels is not None and nr < (1 << 29) and qi.size >= LARGE_PAIRS_PER_QUERY * max(int(has.sum()), 1):
-            y, y_ref = (np.asarray(a, dtype=np.int64) for a in labels)
+        if labels is not None and large_mode(self.cnt, nr):
+            y, y_ref = (np.asarray(a, dtype=np.int64) for a in labels[:2])
             order = np.argsort(y_ref, kind="stable")
             ys = y_ref[order]
             first = np.searchsorted(ys, ys, side="left")
@@ -242,14 +251,14 @@ class _Rows:
         # ranks, refs) pieces of each counted set of rows, put in query order at the end
         self.compact = compact and self.labels is not None
         self.pieces: list = []
-        n_out = 0 if self.compact else qi.size
+        n_out = 0 if self.compact else n_pairs
         self.rank = np.empty(0 if self.labels is not None else qi.size, dtype=np.float64)  # (_count only)
         self.out_rank = np.empty(n_out, dtype=np.float64)
         self.out_ref = np.empty(n_out, dtype=np.int64)
         # per query, its pairs in decreasing key order (written by _count): the rank order but for
         # estimates within their error and the beyond-depth pairs (see _order)
         self.korder = (None if self.labels is not None
-                       else np.empty(qi.size, dtype=np.int32 if qi.size < 2**31 else np.int64))
+                       else np.empty(n_pairs, dtype=np.int32 if n_pairs < 2**31 else np.int64))
 
     # ------------------------------------------------------------------ floors
     def _sample(self, Ra, seed: int):
@@ -644,15 +653,29 @@ class _Rows:
             rep, at = rep[keepw], at[keepw]
             wid = ref_at[at]
             qa = qr[amb]
-            kr = pair_keys64(ks.Q64, ks.R64, qa[rep], wid, ks.metric)
+            qw = qa[rep]
             kp = ka[rep]
             ra = ref[amb]
-            if self.estimated:  # the pair's exact key only where its estimate cannot decide
-                close = np.abs(kr - kp) <= self.err[qa][rep]
+            # a relevant window member's key is known (an estimate within err, like the pair's own);
+            # the others' float64 keys are computed
+            wrel = np.flatnonzero(y_ref[wid] == y[qw])
+            kr = np.empty(rep.size)
+            kr[wrel] = self.k[self.off[qw[wrel]] + pic[wid[wrel]] - ((wid[wrel] > qw[wrel]) if ks.same else 0)]
+            other = np.ones(rep.size, dtype=bool)
+            other[wrel] = False
+            other = np.flatnonzero(other)
+            kr[other] = pair_keys64(ks.Q64, ks.R64, qw[other], wid[other], ks.metric)
+            if self.estimated:  # the exact keys only where the estimates cannot decide
+                tol = self.err[qw]
+                tol[wrel] *= 2.0  # two estimates
+                close = np.abs(kr - kp) <= tol
                 if close.any():
                     u, inv = np.unique(rep[close], return_inverse=True)
                     kp = kp.copy()
                     kp[close] = pair_keys64(ks.Q64, ks.R64, qa[u], ra[u], ks.metric)[inv]
+                    cr = np.flatnonzero(close)
+                    cr = cr[y_ref[wid[cr]] == y[qw[cr]]]  # a relevant member's exact key too
+                    kr[cr] = pair_keys64(ks.Q64, ks.R64, qw[cr], wid[cr], ks.metric)
             before = (kr > kp) | ((kr == kp) & (wid < ra[rep]))
             rk[amb] = 1 + sure + np.bincount(rep[before], minlength=amb.size)
         fin = certified & (rk <= depth[lr])
@@ -765,7 +788,8 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     :func:`~.threads.n_search_threads`). ``labels``: ``(y, y_ref)``, integer labels of the queries and
     references such that the pairs are exactly those of equal labels (the query itself excluded in
     a same-set search), in the order above; with classes of hundreds and more (``LARGE_PAIRS_PER_QUERY``
-    pairs per query) the pass then finds the relevant pairs among the sorted survivors
+    pairs per query, :func:`large_mode`; a third entry, the pairs per query, lets ``qi`` and ``rj`` be
+    None with ``compact``) the pass then finds the relevant pairs among the sorted survivors
     (:meth:`_Rows._count_large`) instead of searching each pair's place among them; and with
     ``compact`` it returns ``(ranks, refs, n_ranked)``: per query only its ``n_ranked[i]`` relevant
     references within the depth, in rank order (the others, beyond the depth, are not listed).
