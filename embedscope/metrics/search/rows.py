@@ -889,9 +889,10 @@ def _assemble(pieces: list, nq: int):
     refs = np.concatenate([p[3] for p in pieces])
     if qs.size > 1 and np.any(qs[1:] <= qs[:-1]):  # recounted rows: their pieces among the others'
         o = np.argsort(qs, kind="stable")
-        seg = np.repeat(np.argsort(o, kind="stable"), cnt)  # each entry's query's place in query order
-        e = np.argsort(seg, kind="stable")
-        ranks, refs, qs, cnt = ranks[e], refs[e], qs[o], cnt[o]
+        src = (np.cumsum(cnt) - cnt)[o]  # each query's entries in the concatenation, in query order
+        qs, cnt = qs[o], cnt[o]
+        e = np.repeat(src - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+        ranks, refs = ranks[e], refs[e]
     if qs.size != nq or np.any(qs != np.arange(nq)):  # pragma: no cover - a broken invariant
         raise AssertionError("compact relevant ranks: a query was counted twice or not at all")
     n_ranked[:] = cnt
