@@ -40,6 +40,10 @@ LONE_QUERIES = ("exclude", "zero")
 #: peak at about 1 GB (~55 bytes a pair measured, 10 classes: 0.68 GB at 10,000 rows, one search);
 #: 2^23 split a 10-class 10,000-row set in two blocks, 18% slower (10.8 -> 12.8 s)
 PAIRS_PER_BLOCK = 1 << 24
+#: ... and a search with more goes in blocks of at most this many (at most PAIRS_PER_BLOCK): faster than
+#: blocks of 2^24 with the compact ranks of classes of hundreds (thirteenth session, docs/PERFORMANCE.md:
+#: 10,000 x 4 classes 3.4-3.5 -> 2.2-2.4 s, 20,000 x 10 5.0-5.3 -> 4.2-4.6 s), and less memory
+PAIRS_PER_SPLIT_BLOCK = 1 << 22
 #: R@k / P@1 alone with k up to this: each query's exact top k (:func:`~.search.knn.topk_exact`) instead
 #: of the ranks of all its relevant pairs, when k is 1 or the relevant sets hold on average at least
 #: ``KNN_MIN_R_PER_K`` x k references (10 classes of 1,000: R@1 0.66 -> 0.11 s; SOP-like sets, mean
@@ -331,7 +335,7 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
 
     Σ R_i relevant pairs up to ``PAIRS_PER_BLOCK``: one search of all queries (one block). More
     (large classes: Σ R_i = Σ_c n_c² grows like N² / C): blocks of queries with at most
-    ``PAIRS_PER_BLOCK`` pairs each (at least one query), each searched against every reference;
+    ``PAIRS_PER_SPLIT_BLOCK`` pairs each (at least one query), each searched against every reference;
     in a same-set search the block's own rows stay among the references (a separate-set search:
     the same float64 keys of the same rows) and each query's own row, a reference of its own label,
     is then taken out of its list: the pairs ranked after it move up by one (its rank is exact,
@@ -356,7 +360,8 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
         s = 0
         while s < R.size:
             base = int(cum[s - 1]) if s else 0
-            e = max(s + 1, int(np.searchsorted(cum, base + PAIRS_PER_BLOCK, side="right")))
+            e = max(s + 1, int(np.searchsorted(cum, base + min(PAIRS_PER_BLOCK, PAIRS_PER_SPLIT_BLOCK),
+                                               side="right")))
             dq = depth_q[s:e]
             sub = Sets(Q64[s:e], R64, sets.y[s:e], sets.y_ref, False, (False, False), {metric: (Q64[s:e], R64)})
             ds = np.minimum(dq + own, n_ref)  # one place more: the query's own row may be ranked before
