@@ -39,13 +39,13 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
         pin_memory=dev.type == "cuda", worker_init_fn=quiet_worker if int(num_workers) > 0 else None,
     )
     # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
-    it = _started(loader) if int(num_workers) > 0 else loader
+    it = start_workers(loader) if int(num_workers) > 0 else loader
     batches = ((x, idx.numpy()) for x, _, idx in progress_bar(it, total=len(loader), desc=desc, unit="batch",
                                                               enabled=progress))
     return embed_batches(model, batches, len(ds), device=dev, amp=amp)
 
 
-def _started(loader):
+def start_workers(loader):
     """``iter(loader)`` (the worker processes started) with Ctrl-C and SIGTERM held until it is done.
 
     Interrupted while it starts its workers, torch's iterator was left half-built: the command's

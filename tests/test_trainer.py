@@ -451,3 +451,31 @@ def test_train_classes_leave_two_classes_each_side(tmp_path, capsys):
                  "--no-progress", "-o", str(tmp_path / "y.pt")]) == 2
     out = capsys.readouterr()
     assert "must be a finite number" in out.err and "epoch" not in out.out + out.err
+
+
+def test_training_loader_workers_stop_quietly(tmp_path, monkeypatch):
+    """With --num-workers the training loader's workers ignore Ctrl-C and stay quiet about the parent
+    stopping mid-batch (embed.quiet_worker), and they start with the signals held (embed.start_workers),
+    as embed's loader does; without workers neither is used."""
+    import torch.utils.data as tud
+
+    from embedscope import embed
+
+    made, started = [], []
+
+    class Spy(tud.DataLoader):
+        def __init__(self, *a, **k):
+            made.append(k)
+            super().__init__(*a, **k)
+
+    real = embed.start_workers
+    monkeypatch.setattr(tud, "DataLoader", Spy)
+    monkeypatch.setattr(embed, "start_workers", lambda loader: started.append(loader) or real(loader))
+    for workers in (1, 0):
+        made.clear(), started.clear()
+        res = train({**QUICK, "epochs": 1, "num_workers": workers}, tmp_path / f"w{workers}.pt", progress=False,
+                    echo=lambda s: None)
+        assert np.isfinite(res["history"][-1]["loss"])
+        (kw,) = [k for k in made if "batch_sampler" in k]  # the training loader (not the evaluation's)
+        assert kw["worker_init_fn"] is (embed.quiet_worker if workers else None)
+        assert len(started) == workers

@@ -694,7 +694,12 @@ def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, 
     t0 = time.perf_counter()
     total, nb = 0.0, 0
     # a redrawing bar on a terminal; without one, the epoch's own line (printed by the caller) only
-    bar = progress_bar(loader, desc=f"epoch {epoch}/{cfg['epochs']}", unit="batch", enabled=progress, lines=False)
+    from embedscope.embed import start_workers
+
+    # a Ctrl-C while the worker processes start waits for them to be up (embed.start_workers)
+    batches = start_workers(loader) if loader.num_workers > 0 else loader
+    bar = progress_bar(batches, total=len(loader), desc=f"epoch {epoch}/{cfg['epochs']}", unit="batch",
+                       enabled=progress, lines=False)
     for x, _, idx in bar:
         x = x.to(dev, non_blocking=True)
         if dev.type == "cuda" and x.ndim == 4:
@@ -861,9 +866,13 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
+    from embedscope.embed import quiet_worker
+
+    # worker processes stay quiet when the run is stopped (embed.quiet_worker; they start in _train_epoch)
     loader = torch.utils.data.DataLoader(TorchImages(train_ds, transform), batch_sampler=sampler,
                                          num_workers=cfg["num_workers"], pin_memory=dev.type == "cuda",
-                                         persistent_workers=False)
+                                         persistent_workers=False,
+                                         worker_init_fn=quiet_worker if cfg["num_workers"] > 0 else None)
     eval_bs = 256 if ds.kind == "digits" else 128
     from embedscope.embed import checkpoint_input
 
