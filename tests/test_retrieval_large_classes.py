@@ -214,3 +214,28 @@ def test_large_classes_separate_references_equal_brute_force(count_large):
         np.testing.assert_array_equal(rr.ranks, want[0])
         np.testing.assert_array_equal(rr.refs, want[1])
     assert count_large
+
+
+def test_large_classes_with_the_bfloat16_prefilter(monkeypatch, count_large):
+    """The bfloat16 pre-filter (unsorted survivor parts) with classes of hundreds: grouped by row
+    before the count, the same ranks as a brute force."""
+    from embedscope.metrics.search import bf16, rows
+    from embedscope.metrics.search.ranks import relevant_ranks
+
+    monkeypatch.setenv(bf16.ENV, "1")
+    monkeypatch.setattr(rows, "prefer_bf16", lambda *a, **k: True)
+    used = []
+    real = rows._Rows._count_parts
+
+    def spy(self, *a):
+        used.append(self.cthr is not None)
+        return real(self, *a)
+
+    monkeypatch.setattr(rows._Rows, "_count_parts", spy)
+    X, y = _tied_set(n=1200, classes=3, seed=11)
+    rr = relevant_ranks(X, y)
+    if not any(used):
+        pytest.skip("no usable bfloat16 GEMM here")
+    want = _brute_ranks(X, y, "cosine", rr.depth)
+    np.testing.assert_array_equal(rr.ranks, want[0])
+    np.testing.assert_array_equal(rr.refs, want[1])
