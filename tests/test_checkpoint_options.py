@@ -328,3 +328,59 @@ def test_saliency_cli_ema(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "--ema: no EMA weights in the file" in err and "\n" not in err
     assert not (tmp_path / "c.h5").exists()
+
+
+# --------------------------------------------------------------------------- train --weights --ema
+
+
+def test_train_starts_from_the_ema_copy_of_weights(tmp_path, capsys):
+    """`train --weights F --ema`: the run starts from F's EMA tensors (the untrained network saved by
+    --epochs 0 holds them), without --ema from its state_dict; the config records weights_ema only when
+    given; --ema without --weights and a resume that adds or drops it are usage errors (exit 2)."""
+    from embedscope.cli import main
+    from embedscope.models import read_checkpoint
+
+    f = tmp_path / "w.pt"
+    _, model, ema = _digits_with_ema(f, seed=4)
+    common = ["train", "--dataset", "digits", "--weights", str(f), "--embed-dim", "8", "--epochs", "0",
+              "--no-progress"]
+    assert main([*common, "--ema", "-o", str(tmp_path / "e.pt")]) == 0
+    assert main([*common, "-o", str(tmp_path / "p.pt")]) == 0
+    for out, src, flag in (("e.pt", ema, True), ("p.pt", model, False)):
+        ck = read_checkpoint(tmp_path / out)
+        want = {k: v for k, v in src.state_dict().items() if k.startswith("backbone.")}
+        assert want and all(torch.equal(ck["state_dict"][k], v) for k, v in want.items())
+        assert ck["config"].get("weights_ema", False) is flag and ("weights_ema" in ck["config"]) == flag
+    capsys.readouterr()
+    assert main(["train", "--dataset", "digits", "--ema", "--epochs", "0", "-o", str(tmp_path / "x.pt")]) == 2
+    assert "--ema takes the EMA copy of the --weights file: give --weights" in capsys.readouterr().err
+    # a run saved without --ema cannot be resumed with it (the run would not be the one it continues)
+    run = [*common[:-3], "--epochs", "1", "--eval-every", "0", "--no-progress", "-o", str(tmp_path / "r.pt")]
+    assert main(run) == 0
+    assert main([*run[:-3], "--epochs", "2", "--ema", "--resume", "-o", str(tmp_path / "r.pt")]) == 2
+    assert "--ema (the run started from the --weights file's state_dict)" in capsys.readouterr().err
+
+
+def test_weights_ema_settings_and_untrained_names():
+    """A grid's settings: weights_ema is kept only when true, so a stored run without the key and a
+    request without --ema are the same settings, and one with it is not; the untrained reference of a
+    run without --ema keeps the name it had before the option existed."""
+    import hashlib
+    import json
+
+    from embedscope.study.plan import _UNTRAINED_KEYS, untrained_key
+    from embedscope.train.grid import settings_diff
+    from embedscope.train.trainer import resolve_config
+
+    plain = resolve_config({"dataset": "digits", "weights": "w.pt"})
+    with_ema = resolve_config({"dataset": "digits", "weights": "w.pt", "weights_ema": True})
+    assert "weights_ema" not in plain and with_ema["weights_ema"] is True
+    assert resolve_config({"dataset": "digits", "weights": "w.pt", "weights_ema": False}) == plain
+    with pytest.raises(UsageError, match="weights_ema must be true or false"):
+        resolve_config({"dataset": "digits", "weights": "w.pt", "weights_ema": "yes"})
+    assert settings_diff(plain, plain) == [] and settings_diff(with_ema, with_ema) == []
+    assert settings_diff(plain, with_ema) == ["weights_ema: False -> True"]
+    assert settings_diff(with_ema, plain) == ["weights_ema: True -> False"]
+    core = {k: plain.get(k) for k in _UNTRAINED_KEYS}  # the name's formula before weights_ema existed
+    h = hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    assert untrained_key(plain).endswith(h) and not untrained_key(with_ema).endswith(h)

@@ -22,8 +22,8 @@ SAMPLER_CHOICES = names.SAMPLERS
 ARCH_CHOICES = names.ARCHS
 
 # CLI dest -> trainer option (the YAML file uses the same names, with - or _)
-OPTION_DESTS = ["dataset", "root", "train_classes", "arch", "weights", "embed_dim", "loss", "miner", "p_switch",
-                "sampler", "batch_size", "epochs", "lr", "weight_decay", "optimizer", "lr_schedule", "seed",
+OPTION_DESTS = ["dataset", "root", "train_classes", "arch", "weights", "weights_ema", "embed_dim", "loss", "miner",
+                "p_switch", "sampler", "batch_size", "epochs", "lr", "weight_decay", "optimizer", "lr_schedule", "seed",
                 "eval_every", "device", "num_workers", "image_size"]
 FILE_ONLY = {"output", "o", "log", "loss_params", "resume", "force", "keep_epochs", "tensorboard"}
 FILE_ONLY_BOOLS = ("resume", "force", "keep_epochs")
@@ -39,6 +39,8 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                    "efficientnet_b0, convnext_tiny) or timm:NAME (needs timm); default: digits_cnn for digits, "
                    "shapes_cnn for shapes, resnet50 for photos")
     p.add_argument("--weights", metavar="PATH", help="pretrained backbone weights from a local file (no download)")
+    p.add_argument("--ema", dest="weights_ema", action="store_true", default=None,
+                   help="start from the EMA copy of the --weights file (timm's state_dict_ema, else model_ema)")
     p.add_argument("--embed-dim", type=positive_int, help="embedding dimension D (default 128)")
     p.add_argument("--image-size", type=positive_int,
                    help="input size of the backbone (default: 224 for photos, 64 for shapes, 8 for digits)")

@@ -177,6 +177,8 @@ def parse_exclude(exprs) -> list[tuple[str, str, Any]]:
 def untrained_key(config: dict[str, Any]) -> str:
     """Short name of the untrained network a run starts from."""
     core = {k: config.get(k) for k in _UNTRAINED_KEYS}
+    if config.get("weights_ema"):  # only then: the names of the other references stay as they were
+        core["weights_ema"] = True
     h = hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return _safe(f"untrained@{config.get('arch')}-D{config.get('embed_dim')}-"
                  f"{'norm' if config.get('normalize', True) else 'raw'}-s{config.get('seed', 0)}-{h}")
@@ -193,7 +195,7 @@ def build_untrained(config: dict[str, Any], out: Path) -> Path:
     torch.manual_seed(int(config.get("seed", 0)))
     model = build_model(config)
     if config.get("weights"):
-        load_backbone_weights(model, config["weights"])
+        load_backbone_weights(model, config["weights"], ema=bool(config.get("weights_ema")))
     save_checkpoint(out, model, config, extra={"epoch": 0, "finished": False, "untrained": True}, force=True)
     return out
 

@@ -33,6 +33,8 @@ SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim
 
 # settings that may differ between a stored run and a new request without making it another run
 IGNORED_SETTINGS = ("device", "num_workers", "eval_every", "num_train_classes")
+# settings a config holds only when true (a run trained before one existed has no such key)
+FLAG_SETTINGS = ("weights_ema",)
 
 
 class _Job(NamedTuple):
@@ -87,9 +89,12 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """
     out = []
     for k in sorted(set(stored) | set(wanted)):
-        if k in IGNORED_SETTINGS or k not in wanted:
+        if k in FLAG_SETTINGS:  # a flag kept only when true: absent means false, on either side
+            a, b = bool(stored.get(k)), bool(wanted.get(k))
+        elif k in IGNORED_SETTINGS or k not in wanted:
             continue
-        a, b = _norm(stored.get(k)), _norm(wanted.get(k))
+        else:
+            a, b = _norm(stored.get(k)), _norm(wanted.get(k))
         if a != b:
             out.append(f"{k}: {a!r} -> {b!r}")
     return out

@@ -42,6 +42,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "train_classes": None,
     "arch": None,
     "weights": None,
+    "weights_ema": None,
     "embed_dim": 128,
     "loss": "margin",
     "loss_params": {},
@@ -110,7 +111,7 @@ def dataset_defaults(dataset: str) -> dict[str, Any]:
 
 
 def _flag(k: str) -> str:
-    return "--" + k.replace("_", "-")
+    return "--ema" if k == "weights_ema" else "--" + k.replace("_", "-")
 
 
 def _show(v: Any) -> str:
@@ -178,6 +179,13 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     for k in ("root", "weights", "miner"):
         if opt[k] is not None:
             _as_str(k, opt[k])
+    ema = opt.pop("weights_ema")  # kept in the config only when true (the runs before it had no such key)
+    if ema is not None and not isinstance(ema, (bool, np.bool_)):
+        raise UsageError(f"weights_ema must be true or false, got {_show(ema)}")
+    if ema:
+        if opt["weights"] is None:
+            raise UsageError("--ema takes the EMA copy of the --weights file: give --weights")
+        opt["weights_ema"] = True
     if opt["loss"] not in LOSSES:
         raise UsageError(f"unknown --loss '{_show(opt['loss'])[1:-1]}' (choose {', '.join(LOSSES)})")
     spec = loss_spec(opt["loss"])
@@ -420,6 +428,11 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
             continue
         if k == "loss_params" and not v:
             continue
+        if k == "weights_ema":  # kept only when true: absent means false
+            if bool(v) != bool(saved.get(k)):
+                changed.append("--ema (the run started from the --weights file's "
+                               f"{'EMA copy' if saved.get(k) else 'state_dict'})")
+            continue
         if _normalised(v) != _normalised(saved.get(k)):
             changed.append(f"{_flag(k)} {_show(v)} (the run has {_show(saved.get(k))})")
     if changed:
@@ -634,7 +647,7 @@ def _build(cfg: dict[str, Any], state, n_classes: int, dev, unsafe_pickle: bool)
     if state is not None:
         model.load_state_dict(state["state_dict"])
     elif cfg.get("weights"):
-        load_backbone_weights(model, cfg["weights"], unsafe_pickle=unsafe_pickle)
+        load_backbone_weights(model, cfg["weights"], unsafe_pickle=unsafe_pickle, ema=bool(cfg.get("weights_ema")))
     loss_fn = build_loss(cfg["loss"], n_classes, cfg["embed_dim"], **cfg["loss_params"])
     if state is not None:
         loss_fn.load_state_dict(state["extra"]["loss_state"])
