@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
+from retrieval_scaling import add_times  # a sibling script (benchmarks/ is the script's folder)
 
 SETTLE = 0.3  # seconds of pause before each timed call (OpenMP workers of the previous method spin)
 DEFAULT_CELLS = ["5000x10", "10000x10", "20000x10", "10000x4", "6000x3"]
@@ -84,14 +84,7 @@ def run_cell(n, n_classes, dim, noise, repeats, pml: bool, r1: bool):
             times["R@1"].append(time.perf_counter() - t)
     row = {"N": n, "classes": n_classes, "D": dim, "load_1min": os.getloadavg()[0],
            "P@1": ours["P@1"], "R-Precision": ours["R-Precision"], "MAP@R": ours["MAP@R"]}
-    for m, ts in times.items():
-        if ts:
-            row[f"{m}_min"] = min(ts)
-            row[f"{m}_median"] = statistics.median(ts)
-    if theirs is not None:
-        row["max_abs_diff"] = max(abs(ours["P@1"] - theirs["precision_at_1"]),
-                                  abs(ours["R-Precision"] - theirs["r_precision"]),
-                                  abs(ours["MAP@R"] - theirs["mean_average_precision_at_r"]))
+    add_times(row, times, ours, theirs)
     if r1_val is not None:
         row["R@1_vs_P@1"] = abs(r1_val - ours["P@1"])  # the same measure: must be 0
     return row

@@ -107,6 +107,12 @@ def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu
     row = {"N": n, "D": dim, "classes": classes, "difficulty": difficulty, "n_classes": int(len(np.unique(y))),
            "load_1min": os.getloadavg()[0],  # the machine's load when the cell ended (a shared machine's noise)
            "P@1": ours["P@1"], "R-Precision": ours["R-Precision"], "MAP@R": ours["MAP@R"]}
+    return add_times(row, times, ours, theirs)
+
+
+def add_times(row: dict, times: dict, ours: dict, theirs: dict | None) -> dict:
+    """``row`` with each method's min and median time and, with PML's values ``theirs``, the largest
+    |embedscope - PML| over P@1, R-Precision and MAP@R (also used by retrieval_large_classes.py)."""
     for m, ts in times.items():
         if ts:
             row[f"{m}_min"] = min(ts)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_audit_checkpoints import _calibrate_bn
 from torch import nn
 
 from embedscope.errors import EmbedscopeError, UsageError
@@ -176,17 +177,6 @@ def test_embed_cli_ema(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- transform_input
-
-
-def _calibrate_bn(m, x):
-    for mod in m.modules():
-        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-            mod.reset_running_stats()
-            mod.momentum = None
-    m.train()
-    with torch.no_grad():
-        m(x)
-    return m.eval()
 
 
 def _scratch_googlenet_pair(folder, seed=8):
