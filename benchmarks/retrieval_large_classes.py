@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
-from retrieval_scaling import add_times  # a sibling script (benchmarks/ is the script's folder)
+from retrieval_scaling import add_times, settled_call  # a sibling script (benchmarks/ is the script's folder)
 
-SETTLE = 0.3  # seconds of pause before each timed call (OpenMP workers of the previous method spin)
 DEFAULT_CELLS = ["5000x10", "10000x10", "20000x10", "10000x4", "6000x3"]
 QUICK_CELLS = ["3000x10", "2000x3"]
 
@@ -68,20 +66,11 @@ def run_cell(n, n_classes, dim, noise, repeats, pml: bool, r1: bool):
     times: dict = {"embedscope": [], "PML": [], "R@1": []}
     ours = theirs = r1_val = None
     for _ in range(repeats):  # interleaved, so that the machine's load hits every method alike
-        time.sleep(SETTLE)
-        t = time.perf_counter()
-        ours = retrieval_metrics(X, y, include=keys, device="cpu")
-        times["embedscope"].append(time.perf_counter() - t)
+        ours = settled_call(times["embedscope"], lambda: retrieval_metrics(X, y, include=keys, device="cpu"))
         if pml:
-            time.sleep(SETTLE)
-            t = time.perf_counter()
-            theirs = calc.get_accuracy(X, y)
-            times["PML"].append(time.perf_counter() - t)
+            theirs = settled_call(times["PML"], lambda: calc.get_accuracy(X, y))
         if r1:
-            time.sleep(SETTLE)
-            t = time.perf_counter()
-            r1_val = retrieval_metrics(X, y, include=["R@1"], device="cpu")["R@1"]
-            times["R@1"].append(time.perf_counter() - t)
+            r1_val = settled_call(times["R@1"], lambda: retrieval_metrics(X, y, include=["R@1"], device="cpu"))["R@1"]
     row = {"N": n, "classes": n_classes, "D": dim, "load_1min": os.getloadavg()[0],
            "P@1": ours["P@1"], "R-Precision": ours["R-Precision"], "MAP@R": ours["MAP@R"]}
     add_times(row, times, ours, theirs)

@@ -89,17 +89,10 @@ def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu
     for _ in range(repeats):  # interleaved, so that the machine's load hits every method alike
         # each method after a pause: torch's and faiss's OpenMP workers keep spinning for a while
         # after a parallel region and slowed whichever method ran next by 10-20% at N = 2,000
-        time.sleep(SETTLE)
-        t = time.perf_counter()
-        ours = retrieval_metrics(X, y, include=keys, device=device)
-        if device != "cpu":
-            torch.cuda.synchronize()
-        times["embedscope"].append(time.perf_counter() - t)
+        ours = settled_call(times["embedscope"], lambda: retrieval_metrics(X, y, include=keys, device=device),
+                            sync=device != "cpu")
         if pml:
-            time.sleep(SETTLE)
-            t = time.perf_counter()
-            theirs = calc.get_accuracy(X, y)
-            times["PML"].append(time.perf_counter() - t)
+            theirs = settled_call(times["PML"], lambda: calc.get_accuracy(X, y))
         time.sleep(SETTLE)
         times["GEMM"].append(gram_time(X))
         time.sleep(SETTLE)
@@ -108,6 +101,20 @@ def run_cell(n, dim, classes, difficulty, repeats, pml: bool, device: str = "cpu
            "load_1min": os.getloadavg()[0],  # the machine's load when the cell ended (a shared machine's noise)
            "P@1": ours["P@1"], "R-Precision": ours["R-Precision"], "MAP@R": ours["MAP@R"]}
     return add_times(row, times, ours, theirs)
+
+
+def settled_call(times: list, fn, sync: bool = False):
+    """``fn()`` after a pause of ``SETTLE`` s, its wall time appended to ``times`` (CUDA synchronised
+    with ``sync``); returns its result."""
+    time.sleep(SETTLE)
+    t = time.perf_counter()
+    out = fn()
+    if sync:
+        import torch
+
+        torch.cuda.synchronize()
+    times.append(time.perf_counter() - t)
+    return out
 
 
 def add_times(row: dict, times: dict, ours: dict, theirs: dict | None) -> dict:
