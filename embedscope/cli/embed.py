@@ -13,7 +13,7 @@ def add_parser(sub, parents):
                    help="checkpoint: embedscope format, a bare state dict (with --arch), Roth et al.'s "
                    "checkpoint_*.pth.tar, or a powerful-benchmarker saved_models folder; omit it with "
                    "--trunk/--embedder, or with --arch for an ImageNet baseline (docs/checkpoint.md)")
-    p.add_argument("--dataset", required=True, help="digits, cub200, cars196, sop or imagefolder")
+    p.add_argument("--dataset", required=True, help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
     p.add_argument("--train-classes", type=positive_int,
