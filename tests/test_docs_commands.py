@@ -13,3 +13,30 @@ def test_dataset_help_names_shapes(command, capsys):
         main([command, "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "--dataset DATASET digits, shapes" in out
+
+
+def test_import_from_a_folder_with_an_undecodable_name(tmp_path, monkeypatch, capsys):
+    """docs/import.md's first command run in a folder whose name holds an undecodable byte (Linux
+    file names are bytes): the output's import_source attribute then held a lone surrogate and the
+    write stopped with "UnicodeEncodeError: ... surrogates not allowed". The attribute is now stored
+    with the byte escaped; a NUL in a text attribute is a one-line EmbedscopeError naming it."""
+    import os
+
+    import numpy as np
+
+    from embedscope import store
+    from embedscope.errors import EmbedscopeError
+
+    d = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xffdir")
+    os.mkdir(d)
+    monkeypatch.chdir(d)
+    np.save("X.npy", np.random.default_rng(0).standard_normal((20, 4)).astype("float32"))
+    with open("y.txt", "w") as f:
+        f.write("\n".join(str(i % 4) for i in range(20)))
+    assert main(["import", "X.npy", "--labels", "y.txt", "--split-by-class", "0.5", "-o", "mine.h5"]) == 0
+    es = store.load("mine.h5")
+    assert es.attrs["import_source"].endswith("bad\\xffdir/X.npy")
+    es.attrs["note"] = "a\x00b"
+    with pytest.raises(EmbedscopeError, match="attribute 'note' holds a NUL character"):
+        store.save("other.h5", es)
+    assert not os.path.exists("other.h5")

@@ -319,6 +319,24 @@ def _as_attr(value: Any) -> Any:
     return value if _is_plain(value) else json.dumps(value, sort_keys=True, default=str)
 
 
+def _attr_text(key: str, value: str) -> str:
+    """A text attribute as HDF5 can store it: a NUL is refused (one line naming the attribute); an
+    undecodable byte of a file name (a lone surrogate, e.g. in ``import_source`` or ``root``) is written
+    escaped (``\\xff``) instead of stopping the write."""
+    if "\x00" in value:
+        raise EmbedscopeError(f"attribute '{key}' holds a NUL character, which HDF5 text cannot store")
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def write_attrs(target, attrs: Mapping[str, Any]) -> None:
     """Write ``attrs`` to an h5py attribute set: scalars and text as they are, anything else as JSON
     text, named in :data:`JSON_ATTRS` so that :func:`read_attrs` gives back what was written."""
@@ -328,7 +346,8 @@ def write_attrs(target, attrs: Mapping[str, Any]) -> None:
             continue
         if not _is_plain(v):
             encoded.append(k)
-        target[k] = _as_attr(v)
+        v = _as_attr(v)
+        target[k] = _attr_text(k, v) if isinstance(v, str) else v
     target[JSON_ATTRS] = json.dumps(sorted(encoded))
 
 
