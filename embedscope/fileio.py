@@ -398,10 +398,25 @@ def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[P
             remove_empty_folders(created)
 
 
+def escape_undecodable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: an undecodable byte of a file name (Python keeps it as a lone
+    surrogate) is written escaped, ``\\xff``; any other text is returned as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> Path:
-    """Atomically write ``text`` to ``path``."""
+    """Atomically write ``text`` to ``path`` (UTF-8; an undecodable file-name byte escaped, ``\\xff``)."""
     with atomic_output(path, force=force) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(escape_undecodable(text), encoding="utf-8")
     return Path(path)
 
 

@@ -40,3 +40,17 @@ def test_import_from_a_folder_with_an_undecodable_name(tmp_path, monkeypatch, ca
     with pytest.raises(EmbedscopeError, match="attribute 'note' holds a NUL character"):
         store.save("other.h5", es)
     assert not os.path.exists("other.h5")
+
+
+def test_train_log_with_an_undecodable_weights_path(tmp_path):
+    """`embedscope train --weights bad\\xffdir/R.pth ...` (docs/training.md): the log CSV's `weights`
+    column held a lone surrogate and writing the log stopped the run ("UnicodeEncodeError ...
+    surrogates not allowed") after its checkpoint was written, leaving an unfinished run. Text files are
+    now written with such a byte escaped."""
+    import os
+
+    from embedscope.fileio import write_text
+
+    name = os.fsdecode(b"bad\xffdir/R.pth")
+    p = write_text(tmp_path / "log.csv", f"weights\n{name}\n")
+    assert p.read_text(encoding="utf-8") == "weights\nbad\\xffdir/R.pth\n"

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.fileio import atomic_output
+from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.validation import as_numpy
 
@@ -325,16 +325,7 @@ def _attr_text(key: str, value: str) -> str:
     escaped (``\\xff``) instead of stopping the write."""
     if "\x00" in value:
         raise EmbedscopeError(f"attribute '{key}' holds a NUL character, which HDF5 text cannot store")
-    if value.isascii():
-        return value
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        try:
-            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escape_undecodable(value)
 
 
 def write_attrs(target, attrs: Mapping[str, Any]) -> None:
