@@ -54,3 +54,11 @@ def test_train_log_with_an_undecodable_weights_path(tmp_path):
     name = os.fsdecode(b"bad\xffdir/R.pth")
     p = write_text(tmp_path / "log.csv", f"weights\n{name}\n")
     assert p.read_text(encoding="utf-8") == "weights\nbad\\xffdir/R.pth\n"
+
+
+def test_spc_error_suggests_only_larger_samplers(capsys):
+    """`embedscope train --dataset digits --sampler spc-4` (5 training classes, batch 40) said "or a
+    larger n (spc-4, spc-8)", offering the sampler just refused; it now names only larger ones."""
+    assert main(["train", "--dataset", "digits", "--sampler", "spc-4", "--epochs", "0", "-o", "never.pt"]) == 1
+    err = capsys.readouterr().err
+    assert "needs 10 classes per batch" in err and "or a larger n (spc-8)" in err

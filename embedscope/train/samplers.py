@@ -106,10 +106,11 @@ class SPCSampler(BatchSampler):
             raise EmbedscopeError(f"--sampler spc-{n} needs a batch size divisible by {n}, got {batch_size}")
         k = self.batch_size // self.n
         if k > len(self.classes):
+            larger = [f"spc-{m}" for m in (4, 8) if m > self.n and self.batch_size % m == 0]
             raise EmbedscopeError(
                 f"--sampler spc-{n} with batch size {batch_size} needs {k} classes per batch, but the "
-                f"training set has {len(self.classes)}: use --batch-size <= {len(self.classes) * self.n} "
-                f"or a larger n (spc-4, spc-8)")
+                f"training set has {len(self.classes)}: use --batch-size <= {len(self.classes) * self.n}"
+                + (f" or a larger n ({', '.join(larger)})" if larger else ""))
 
     def next_batch(self) -> np.ndarray:
         ks = self.rng.choice(len(self.classes), self.batch_size // self.n, replace=False)
