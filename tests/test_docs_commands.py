@@ -62,3 +62,29 @@ def test_spc_error_suggests_only_larger_samplers(capsys):
     assert main(["train", "--dataset", "digits", "--sampler", "spc-4", "--epochs", "0", "-o", "never.pt"]) == 1
     err = capsys.readouterr().err
     assert "needs 10 classes per batch" in err and "or a larger n (spc-8)" in err
+
+
+def test_parquet_and_study_in_a_folder_with_an_undecodable_name(tmp_path):
+    """`embedscope geometry F --parquet OUT` (docs/geometry.md) and `embedscope study` (docs/studies.md)
+    with their files in a folder whose name holds an undecodable byte stopped with "UnicodeEncodeError
+    ... surrogates not allowed": Arrow was given the path (and the study's table the checkpoint path
+    text). Parquet is now read and written through a file object, and the study's text is escaped."""
+    import os
+
+    import pandas as pd
+
+    d = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xffdir")
+    os.mkdir(d)
+    ckpt, emb = os.path.join(d, "u.pt"), os.path.join(d, "u.h5")
+    assert main(["train", "--dataset", "digits", "--epochs", "0", "--embed-dim", "8", "-o", ckpt,
+                 "--no-progress"]) == 0
+    assert main(["embed", ckpt, "--dataset", "digits", "-o", emb, "--no-progress"]) == 0
+    pq = os.path.join(d, "g.parquet")
+    assert main(["geometry", emb, "--parquet", pq]) == 0
+    with open(pq, "rb") as fh:
+        assert "rho" in set(pd.read_parquet(fh)["measure"])
+    out = os.path.join(d, "study")
+    assert main(["study", ckpt, "-o", out, "--workers", "0", "--no-figures", "--bootstrap", "0",
+                 "--cache-dir", os.path.join(d, "cache"), "--no-progress"]) == 0
+    runs = pd.read_csv(os.path.join(out, "runs.csv"))
+    assert any("bad\\xffdir" in str(c) for c in runs["checkpoint"])

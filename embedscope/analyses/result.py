@@ -246,7 +246,8 @@ def _write_frame(frame, path, fmt: str, force: bool) -> Path:
         if fmt == "csv":
             frame.to_csv(tmp, index=False)
         else:
-            frame.to_parquet(tmp, index=False)
+            with open(tmp, "wb") as fh:  # a file object: Arrow cannot open a path with an undecodable byte
+                frame.to_parquet(fh, index=False)
     return Path(path)
 
 

@@ -27,7 +27,8 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise EmbedscopeError(f"{path}: no such file")
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
-            df = pd.read_parquet(path)
+            with open(path, "rb") as fh:  # a file object: Arrow cannot open a path with an undecodable byte
+                df = pd.read_parquet(fh)
             text = None
         else:
             sep = "\t" if path.suffix.lower() == ".tsv" else ","

@@ -870,6 +870,7 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     """
     import pandas as pd
 
+    from embedscope.fileio import escape_undecodable
     from embedscope.study.measures import measure_splits
     from embedscope.study.stats import study_statistics
     from embedscope.tables import write_csv, write_json
@@ -877,7 +878,9 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     out_dir = Path(out_dir)
     splits = measure_splits([c for r in rows for c in r])  # + the per-file measures the rows carry (NR-Prec:<property>)
     front = ["id", "run", "selection", "epoch", "status", "error", "beats_untrained", "untrained_target"]
-    df = pd.DataFrame([{k: v for k, v in r.items() if k != STAT_KEY} for r in rows])
+    # a checkpoint path with an undecodable byte (a lone surrogate) cannot enter an Arrow string column
+    df = pd.DataFrame([{k: escape_undecodable(v) if isinstance(v, str) else v for k, v in r.items()
+                        if k != STAT_KEY} for r in rows])
     stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
     df = stats.pop("_runs")
     draw = None
@@ -898,7 +901,8 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
         if pq[c].dtype == object:
             pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
     with atomic_output(out_dir / "runs.parquet", force=True) as tmp:
-        pq.to_parquet(tmp, index=False)
+        with open(tmp, "wb") as fh:  # a file object: Arrow cannot open a path with an undecodable byte
+            pq.to_parquet(fh, index=False)
     write_csv(out_dir / "correlations.csv", stats["correlations"],
               list(stats["correlations"][0]) if stats["correlations"] else ["measure"], force=True)
     write_json(out_dir / "correlations.json", stats, force=True)
