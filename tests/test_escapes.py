@@ -257,3 +257,28 @@ def test_dollar_signs_in_names_are_drawn_as_they_are(tmp_path):
     shown = [t._preprocess_math(t.get_text()) for t in ax.get_xticklabels()]  # what matplotlib renders
     assert shown == [(names[0], False), (names[1], False)]
     plt.close(fig)
+
+
+def test_written_file_names_are_shown_escaped(tmp_path, capsys):
+    """The 'wrote ...' lines of import, saliency, study, report and make-shapes name their outputs
+    escaped (an output folder named with an escape printed it raw before)."""
+    from conftest import save_digits_checkpoint
+
+    d = tmp_path / f"{ESC}[32mout"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "e.npz", emb=rng.standard_normal((40, 4)).astype(np.float32), labels=np.arange(40) % 4)
+    ck = save_digits_checkpoint(d / "net.pt")
+    runs = [
+        ["import", str(tmp_path / "e.npz"), "--labels", "labels", "-o", str(d / "e.h5")],
+        ["saliency", str(ck), "--dataset", "digits", "--n-images", "2", "--n-samples", "2", "--device", "cpu",
+         "--no-progress", "-o", str(d / "maps.h5")],
+        ["study", str(ck), "-o", str(d / "study"), "--workers", "0", "--no-figures", "--bootstrap", "10",
+         "--no-progress"],
+        ["report", str(d / "study"), "-o", str(d / "report.html")],
+        ["make-shapes", "-o", str(d / "shapes"), "--n-images", "24"],
+    ]
+    for argv in runs:
+        rc, out, err = _run(argv, capsys)
+        assert rc in (0, 1), (argv[0], err)  # a one-checkpoint study can end with its statistics' note
+        assert "wrote" in out and ESC not in out and ESC not in err and "\\x1b[32mout" in out, (argv[0], out, err)

@@ -45,5 +45,7 @@ def run(args) -> int:
     out = import_to_file(args.source, args.output, force=args.force, embeddings=args.embeddings,
                          labels=args.labels, split=args.split, split_by_class=args.split_by_class,
                          paths=args.paths, class_names=args.class_names, properties=args.properties)
-    print(f"wrote {out}")
+    from embedscope.text import safe
+
+    print(f"wrote {safe(out)}")
     return 0

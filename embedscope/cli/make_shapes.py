@@ -40,5 +40,7 @@ def run(args) -> int:
     track_new_folders(Path(args.output) / "images")
     out = write_folder(args.output, args.n_images, args.size, args.seed, force=args.force,
                        progress=not args.no_progress)
-    print(f"wrote {args.n_images} images and {out / 'properties.csv'}")
+    from embedscope.text import safe
+
+    print(f"wrote {args.n_images} images and {safe(out / 'properties.csv')}")
     return 0

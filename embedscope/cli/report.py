@@ -40,5 +40,7 @@ def run(args) -> int:
 
     check_output(args.study, args.output)
     path = write_report(args.study, args.output, force=args.force)
-    print(f"wrote {path}")
+    from embedscope.text import safe
+
+    print(f"wrote {safe(path)}")
     return 0

@@ -92,7 +92,9 @@ def run(args) -> int:
           f"{s['seconds']:.1f} s")
     if s["pairs"]:
         print(f"nearest retrieval of the same class for {100 * s['pair_same_class']:.1f}% of the queries")
-    print(f"wrote {s['output']}")
+    from embedscope.text import safe
+
+    print(f"wrote {safe(s['output'])}")
     for f in s["figure"] or []:
-        print(f"wrote {f}")
+        print(f"wrote {safe(f)}")
     return 0

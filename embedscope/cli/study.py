@@ -56,6 +56,7 @@ def run(args) -> int:
 
     from embedscope.study.run import run_study
     from embedscope.tables import format_table
+    from embedscope.text import safe
 
     res = run_study(args.source, args.output, epoch=args.epoch, dataset=args.dataset, root=args.root,
                     cache_dir=args.cache_dir, workers=args.workers, scheduler=args.scheduler,
@@ -72,7 +73,7 @@ def run(args) -> int:
     order = {r["measure"]: i for i, r in enumerate(st["ranking"])}
     rows.sort(key=lambda r: order.get(r["measure"], 999))
     n = st["n_points"]
-    print(format_table(rows, title=f"study {args.output}: {n['runs']} runs, {n['objectives']} objectives, "
+    print(format_table(rows, title=f"study {safe(args.output)}: {n['runs']} runs, {n['objectives']} objectives, "
                        f"target test {st['target']} (ranked by |tau| over runs)"))
     u = st["untrained"]
     print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
@@ -80,13 +81,13 @@ def run(args) -> int:
     drawn = st.get("figures")
     if drawn is None:  # statistics of an earlier version, reused: their figures are the ones on disk
         drawn = [] if args.no_figures else [p.stem for p in sorted(Path(args.output, "figures").glob("*.png"))]
-    print(f"wrote {args.output}/runs.csv, runs.parquet, correlations.csv, correlations.json"
+    print(f"wrote {safe(args.output)}/runs.csv, runs.parquet, correlations.csv, correlations.json"
           + (f", figures/ ({', '.join(drawn)})" if drawn else ""))
     if not drawn and not args.no_figures:
         print("no figures: they need at least 2 objectives (points) after --exclude")
     if res["errors"]:
         print(f"embedscope study: error: {len(res['errors'])} of {len(res['rows'])} checkpoints failed "
-              f"(e.g. {res['errors'][0]['id']}: {res['errors'][0]['error']}); the rest were measured — "
+              f"(e.g. {safe(res['errors'][0]['id'])}: {safe(res['errors'][0]['error'])}); the rest were measured — "
               "see the status and error columns of runs.csv", file=sys.stderr)
         return 1
     return 0
