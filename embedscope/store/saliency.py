@@ -97,17 +97,7 @@ class SaliencyMaps:
         if not np.issubdtype(M.dtype, np.floating):
             raise EmbedscopeError(f"{source}: maps must be floating point, got {M.dtype}")
         n = M.shape[0]
-        if self.paths.ndim != 1 or self.paths.shape[0] != n:
-            raise EmbedscopeError(f"{source}: {self.paths.shape[0]} paths for {n} maps")
-        if self.labels.ndim != 1 or self.labels.shape[0] != n:
-            raise EmbedscopeError(f"{source}: {self.labels.shape[0]} labels for {n} maps")
-        if not np.issubdtype(self.labels.dtype, np.integer):
-            raise EmbedscopeError(f"{source}: labels must be integers, got {self.labels.dtype}")
-        self.labels = self.labels.astype(np.int64, copy=False)
-        if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
-            raise EmbedscopeError(f"{source}: labels must lie in [0, {len(self.class_names)}) to index class_names")
-        if len(np.unique(self.paths)) != n:
-            raise EmbedscopeError(f"{source}: duplicate paths (maps are matched between models by path)")
+        self.labels = _checked_rows(n, self.paths, self.labels, self.class_names, source)
         if n and not np.all(np.isfinite(M)):
             raise EmbedscopeError(f"{source}: maps contain NaN or inf")
         if n and (float(M.min()) < -1e-3 or float(M.max()) > 1 + 1e-3):
@@ -133,6 +123,23 @@ class SaliencyMaps:
         return SaliencyMaps(maps=self.maps[idx], paths=self.paths[idx], labels=self.labels[idx],
                             class_names=self.class_names, images=None if self.images is None else self.images[idx],
                             retrieval=ret, attrs=dict(self.attrs))
+
+
+def _checked_rows(n: int, paths, labels, class_names, source: str):
+    """The per-map fields of ``n`` maps checked (one path and one label each, integer labels that index
+    ``class_names``, no path twice); returns the labels as int64."""
+    if paths.ndim != 1 or paths.shape[0] != n:
+        raise EmbedscopeError(f"{source}: {paths.shape[0]} paths for {n} maps")
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise EmbedscopeError(f"{source}: {labels.shape[0]} labels for {n} maps")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise EmbedscopeError(f"{source}: labels must be integers, got {labels.dtype}")
+    labels = labels.astype(np.int64, copy=False)
+    if n and (labels.min() < 0 or labels.max() >= len(class_names)):
+        raise EmbedscopeError(f"{source}: labels must lie in [0, {len(class_names)}) to index class_names")
+    if len(np.unique(paths)) != n:
+        raise EmbedscopeError(f"{source}: duplicate paths (maps are matched between models by path)")
+    return labels
 
 
 def _check_images(images, maps_shape, source: str) -> None:
@@ -334,26 +341,9 @@ class MapsFile:
                 raise EmbedscopeError(f"{src}: maps must be 3-D (N x H x W), got shape {ds.shape}")
             if np.dtype(ds.dtype).kind not in "biuf":  # load_maps reads any number as float32
                 raise EmbedscopeError(f"{src}: maps must be floating point, got {np.dtype(ds.dtype)}")
-            n = int(ds.shape[0])
-            if self.paths.ndim != 1 or self.paths.shape[0] != n:
-                raise EmbedscopeError(f"{src}: {self.paths.shape[0]} paths for {n} maps")
-            if self.labels.ndim != 1 or self.labels.shape[0] != n:
-                raise EmbedscopeError(f"{src}: {self.labels.shape[0]} labels for {n} maps")
-            if not np.issubdtype(self.labels.dtype, np.integer):
-                raise EmbedscopeError(f"{src}: labels must be integers, got {self.labels.dtype}")
-            self.labels = self.labels.astype(np.int64, copy=False)
-            if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
-                raise EmbedscopeError(f"{src}: labels must lie in [0, {len(self.class_names)}) to index class_names")
-            if len(np.unique(self.paths)) != n:
-                raise EmbedscopeError(f"{src}: duplicate paths (maps are matched between models by path)")
+            self.labels = _checked_rows(int(ds.shape[0]), self.paths, self.labels, self.class_names, src)
             self._images = f["images"] if "images" in f else None
-            if self._images is not None:
-                im = self._images
-                h, w = ds.shape[1:]
-                if im.dtype != np.uint8 or im.shape[:3] != (n, h, w) or im.ndim not in (3, 4) or (
-                        im.ndim == 4 and im.shape[3] != 3):
-                    raise EmbedscopeError(f"{src}: images must be uint8 N x H x W (x 3) matching the maps "
-                                          f"{tuple(ds.shape)}, got {im.dtype} {im.shape}")
+            _check_images(self._images, tuple(ds.shape), src)  # an h5py dataset: its dtype and shape only
         except EmbedscopeError as e:
             raise EmbedscopeError(f"{path}: {e}") from None
 
