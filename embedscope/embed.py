@@ -67,9 +67,10 @@ def start_workers(loader):
             return old[signum](signum, frame)
         held.append(signum)
 
-    sigs = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
+    from embedscope.errors import stop_signals
+
     try:
-        for sig in sigs:
+        for sig in stop_signals():
             handler = signal.getsignal(sig)
             if callable(handler):  # a Python handler (an ignored or default signal is left as it is)
                 old[sig] = handler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 # torch's DataLoader re-raises a worker's exception as ``exc_type(msg)`` with
@@ -45,6 +46,29 @@ class Terminated(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+def stop_signals() -> set:
+    """The signals that stop a command: Ctrl-C (SIGINT), SIGTERM and SIGHUP (those the platform has)."""
+    import signal
+
+    return {s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None}
+
+
+@contextlib.contextmanager
+def stop_signals_held():
+    """The :func:`stop_signals` blocked in this thread meanwhile: held, not lost (their handlers act on
+    them at the end); nothing is held where ``signal.pthread_sigmask`` is missing."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 class MissingKey(EmbedscopeError, KeyError):

@@ -275,12 +275,9 @@ class _OutputGroup:
     def rollback(self) -> None:
         """Remove the files published by the group (only while they are still ours), put back the
         ones they replaced, then remove the folders the group created if they are empty."""
-        import signal
+        from embedscope.errors import stop_signals_held
 
-        mask = hasattr(signal, "pthread_sigmask")
-        sigs = {s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if mask else None  # a second Ctrl-C waits
-        try:
+        with stop_signals_held():  # a second Ctrl-C waits
             for path, ino, backup in reversed(self.entries):
                 try:
                     ours = os.lstat(path).st_ino == ino
@@ -294,9 +291,6 @@ class _OutputGroup:
                     elif backup is not None:
                         os.unlink(backup)
             remove_empty_folders(self.folders)
-        finally:
-            if mask:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 _GROUPS: list[_OutputGroup] = []

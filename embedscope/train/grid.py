@@ -262,7 +262,7 @@ def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
     its messages, then its result or its error, go to the queue ``out``."""
     import signal
 
-    from embedscope.errors import Terminated
+    from embedscope.errors import Terminated, stop_signals
 
     def stop(signum, frame):  # the parent ends this run: train() takes back what it had begun (temporary
         raise Terminated(signum)  # files, its empty folder); it resumes from its last saved epoch
@@ -274,7 +274,7 @@ def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
         if sig is not None:
             signal.signal(sig, stop)
     if hasattr(signal, "pthread_sigmask"):  # held while the parent started this process
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _held_signals())
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals())
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)  # before torch and numpy's BLAS start their thread pools
     name = job.ckpt.stem
@@ -309,13 +309,6 @@ def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
 STOP_SECONDS = 30.0
 
 
-def _held_signals() -> set:
-    """The signals held while a run's process starts (see :func:`_children_ignore_ctrl_c`)."""
-    import signal
-
-    return {s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None}
-
-
 @contextlib.contextmanager
 def _children_ignore_ctrl_c():
     """Processes started inside begin with Ctrl-C ignored: an ignored signal stays ignored across the
@@ -326,19 +319,18 @@ def _children_ignore_ctrl_c():
     import signal
     import threading
 
+    from embedscope.errors import stop_signals_held
+
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _held_signals())
-    try:
+    with stop_signals_held():
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             yield
         finally:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], workers: int, keep_epochs: bool,
