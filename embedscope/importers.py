@@ -94,8 +94,9 @@ def read_source(path: str | os.PathLike) -> Source:
         import pandas as pd
 
         if fmt == "parquet":
-            with open(path, "rb") as fh:  # a file object: Arrow cannot open a path with an undecodable byte
-                df = pd.read_parquet(fh)
+            from embedscope.tables import read_parquet
+
+            df = read_parquet(path)
             return Source(path, fmt, {str(c): df[c].to_numpy() for c in df.columns}, table=True)
         sep = "\t" if fmt == "tsv" else ","
         # numbers parsed exactly (pandas' default parser may be 1 ulp off); the cells as text too

@@ -122,3 +122,21 @@ def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
     for r in rows:
         w.writerow({c: _jsonable(r.get(c, "")) for c in columns})
     write_text(path, buf.getvalue(), force=force)
+
+
+def write_parquet(path: str | os.PathLike, frame, *, force: bool = False) -> None:
+    """Atomically write a pandas frame as Parquet (no index), through a file object: Arrow cannot
+    open a path with an undecodable byte (a folder name that is not UTF-8)."""
+    from embedscope.fileio import atomic_output
+
+    with atomic_output(path, force=force) as tmp:
+        with open(tmp, "wb") as fh:
+            frame.to_parquet(fh, index=False)
+
+
+def read_parquet(path: str | os.PathLike):
+    """A Parquet file as a pandas frame, read through a file object (see :func:`write_parquet`)."""
+    import pandas as pd
+
+    with open(path, "rb") as fh:
+        return pd.read_parquet(fh)

@@ -241,13 +241,13 @@ def _csv_ready(frame, results):
 
 def _write_frame(frame, path, fmt: str, force: bool) -> Path:
     from embedscope.fileio import atomic_output
+    from embedscope.tables import write_parquet
 
-    with atomic_output(path, force=force) as tmp:
-        if fmt == "csv":
+    if fmt == "csv":
+        with atomic_output(path, force=force) as tmp:
             frame.to_csv(tmp, index=False)
-        else:
-            with open(tmp, "wb") as fh:  # a file object: Arrow cannot open a path with an undecodable byte
-                frame.to_parquet(fh, index=False)
+    else:
+        write_parquet(path, frame, force=force)
     return Path(path)
 
 

@@ -22,13 +22,14 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """A per-image table (CSV, TSV or Parquet) with a ``path`` column -> columns as arrays."""
     import pandas as pd
 
+    from embedscope.tables import read_parquet
+
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
-            with open(path, "rb") as fh:  # a file object: Arrow cannot open a path with an undecodable byte
-                df = pd.read_parquet(fh)
+            df = read_parquet(path)
             text = None
         else:
             sep = "\t" if path.suffix.lower() == ".tsv" else ","

@@ -873,7 +873,7 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     from embedscope.fileio import escape_undecodable
     from embedscope.study.measures import measure_splits
     from embedscope.study.stats import study_statistics
-    from embedscope.tables import write_csv, write_json
+    from embedscope.tables import write_csv, write_json, write_parquet
 
     out_dir = Path(out_dir)
     splits = measure_splits([c for r in rows for c in r])  # + the per-file measures the rows carry (NR-Prec:<property>)
@@ -894,15 +894,11 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     cols = [c for c in front if c in df.columns] + [c for c in df.columns if c not in front]
     recs = df[cols].to_dict("records")
     write_csv(out_dir / "runs.csv", recs, cols, force=True)
-    from embedscope.fileio import atomic_output
-
     pq = df[cols].copy()
     for c in pq.columns:  # parquet needs one type per column
         if pq[c].dtype == object:
             pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
-    with atomic_output(out_dir / "runs.parquet", force=True) as tmp:
-        with open(tmp, "wb") as fh:  # a file object: Arrow cannot open a path with an undecodable byte
-            pq.to_parquet(fh, index=False)
+    write_parquet(out_dir / "runs.parquet", pq, force=True)
     write_csv(out_dir / "correlations.csv", stats["correlations"],
               list(stats["correlations"][0]) if stats["correlations"] else ["measure"], force=True)
     write_json(out_dir / "correlations.json", stats, force=True)
