@@ -257,6 +257,32 @@ def _release_stdout() -> None:
         sys.stdout = out._inner
 
 
+class BarShare:
+    """A share of a parent progress bar: a pass handed one as its ``progress`` advances the parent
+    by ``weight`` steps in all (its own ``total`` steps scaled), instead of opening a bar of its
+    own; e.g. the query blocks of one retrieval search, each ``weight`` = its queries, under one bar."""
+
+    def __init__(self, parent, weight: int):
+        self.parent, self.weight = parent, int(weight)
+        self.total, self.done, self.sent = 1, 0, 0
+
+    def start(self, total: int) -> "BarShare":
+        self.total, self.done = max(int(total), 1), 0
+        return self
+
+    def update(self, n):
+        self.done += n
+        target = int(self.weight * min(self.done, self.total) // self.total)
+        if target > self.sent:
+            self.parent.update(target - self.sent)
+            self.sent = target
+
+    def close(self):
+        if self.sent < self.weight:
+            self.parent.update(self.weight - self.sent)
+            self.sent = self.weight
+
+
 def clear() -> None:
     """Close every open tqdm bar (before an error message, so it is not glued to a bar)."""
     mod = sys.modules.get("tqdm.std")

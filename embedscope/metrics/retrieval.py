@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.search.knn import BarShare, KeySpace, _bar, check_metric, topk_exact
+from embedscope.metrics.search.knn import KeySpace, _bar, check_metric, topk_exact
 from embedscope.metrics.search.ranks import RelevantRanks, Sets, check_sets, compute_relevant_ranks, relevant_counts
 from embedscope.validation import check_int
 
@@ -354,6 +354,8 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
     n_ref = R64.shape[0]
     own = 1 if sets.same else 0
     cum = np.cumsum(R + own)
+    from embedscope.progress import BarShare
+
     # one bar for the whole search (each block's pass advances it by the block's queries)
     bar = _bar(progress, R.size, "retrieval")
     try:
@@ -365,7 +367,7 @@ def _ranks_by_query_blocks(sets: Sets, metric: str, R: np.ndarray, depth_q: np.n
             dq = depth_q[s:e]
             sub = Sets(Q64[s:e], R64, sets.y[s:e], sets.y_ref, False, (False, False), {metric: (Q64[s:e], R64)})
             ds = np.minimum(dq + own, n_ref)  # one place more: the query's own row may be ranked before
-            share = BarShare(bar, e - s) if progress else False
+            share = BarShare(bar, e - s) if progress else False  # this block's share of the one bar
             rr = compute_relevant_ranks(sub, metric, one_or_each(ds), device=device, block=block, progress=share,
                                         compact=True)
             if share:

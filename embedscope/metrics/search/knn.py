@@ -357,40 +357,14 @@ def _keys_to64(ks: KeySpace, v32: np.ndarray, s: int, e: int) -> np.ndarray:
     return v
 
 
-class BarShare:
-    """A share of a parent progress bar: a pass handed one as its ``progress`` advances the parent
-    by ``weight`` steps in all (its own ``total`` steps scaled), instead of opening a bar of its
-    own; e.g. the query blocks of one retrieval search, each ``weight`` = its queries, under one bar."""
-
-    def __init__(self, parent, weight: int):
-        self.parent, self.weight = parent, int(weight)
-        self.total, self.done, self.sent = 1, 0, 0
-
-    def start(self, total: int) -> "BarShare":
-        self.total, self.done = max(int(total), 1), 0
-        return self
-
-    def update(self, n):
-        self.done += n
-        target = int(self.weight * min(self.done, self.total) // self.total)
-        if target > self.sent:
-            self.parent.update(target - self.sent)
-            self.sent = target
-
-    def close(self):
-        if self.sent < self.weight:
-            self.parent.update(self.weight - self.sent)
-            self.sent = self.weight
-
-
 def _bar(progress, total: int, desc: str, unit: str = "q"):
     """A progress bar of ``total`` steps when ``progress`` is true (a :class:`BarShare`: that share
     of its parent's bar), else one that shows nothing."""
+    from embedscope.progress import BarShare, progress_bar
+
     if isinstance(progress, BarShare):
         return progress.start(total)
     if progress:
-        from embedscope.progress import progress_bar
-
         return progress_bar(total=total, desc=desc, unit=unit)
 
     class _Null:
