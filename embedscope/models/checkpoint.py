@@ -398,7 +398,8 @@ def ema_state_dict(obj: Any, path: str | os.PathLike) -> Any:
                 return module_state_dict(found) if is_module_record(found) else found
     what = (f"its keys: {_keys_preview(list(map(str, obj)))}" if isinstance(obj, dict)
             else f"it holds a {printable(getattr(obj, 'qualname', type(obj).__name__), 60)}")
-    raise EmbedscopeError(f"{path}: --ema: no EMA weights in the file (no 'state_dict_ema' or 'model_ema'; {what})")
+    keys = " or ".join(f"'{k}'" for k in EMA_KEYS)
+    raise EmbedscopeError(f"{path}: --ema: no EMA weights in the file (no {keys}; {what})")
 
 
 def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str) -> None:
