@@ -80,3 +80,23 @@ def test_digits_take_no_transform_options(tmp_path, capsys):
     ck = save_digits_checkpoint(tmp_path / "d.pt")
     rc = main(["embed", str(ck), "--dataset", "digits", "-o", str(tmp_path / "e.h5"), "--image-size", "16"])
     assert rc == 2 and "for photos" in capsys.readouterr().err
+
+
+def test_a_digits_embed_does_not_import_torchvision(tmp_path):
+    # torchvision's import (~1 s, all of its models and ops) is not needed to embed the digits with
+    # digits_cnn: the eval transform is x/16 and the network is ours. A fresh process, as the CLI runs.
+    import subprocess
+    import sys
+
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = default_config("digits_cnn", embed_dim=4)
+    save_checkpoint(tmp_path / "d.pt", build_model(cfg).eval(), cfg)
+    code = ("import sys\nfrom embedscope.cli import main\n"
+            f"rc = main(['embed', {str(tmp_path / 'd.pt')!r}, '--dataset', 'digits', '--split', 'test', "
+            f"'-o', {str(tmp_path / 'd.h5')!r}, '--no-progress'])\n"
+            "print(rc, 'torchvision' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-2:] == ["0", "False"]
+    assert store.load(tmp_path / "d.h5").embeddings.shape[1] == 4

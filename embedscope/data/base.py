@@ -120,16 +120,19 @@ def image_transform(kind: str, train: bool, *, image_size: int = 224, resize: in
     Digits: pixel values / 16 as a 1 x 8 x 8 tensor; training adds a small random affine jitter.
     """
     import torch
-    from torchvision import transforms as T
 
     if kind == "digits":
         def to_tensor(img) -> torch.Tensor:
             return torch.from_numpy(np.asarray(img, dtype=np.float32)[None] / 16.0)
 
         if not train:
-            return to_tensor
+            return to_tensor  # without torchvision, whose import costs ~1 s of every digits command
+        from torchvision import transforms as T
+
         jitter = T.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))
         return T.Compose([to_tensor, jitter])
+    from torchvision import transforms as T
+
     resize = resize or int(round(image_size * 256 / 224))
     norm = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
     if train:

@@ -173,8 +173,6 @@ def make_backbone(arch: str, *, transform_input: bool = False, pool: str = "avg"
     its own input re-scaling; set it when loading such a file. ``pool`` (``bninception`` only):
     ``avg`` or ``avg+max`` (Roth et al.'s ``double`` variants).
     """
-    from torchvision import models as tvm
-
     if arch == "digits_cnn":
         m = DigitsCNN()
         return m, m.feat_dim
@@ -186,6 +184,8 @@ def make_backbone(arch: str, *, transform_input: bool = False, pool: str = "avg"
 
         m = BNInception(pool=pool)
         return m, m.feat_dim
+    from torchvision import models as tvm  # not for the small CNNs: its import costs ~1 s
+
     if arch == "googlenet":
         m = tvm.googlenet(weights=None, aux_logits=False, init_weights=True, transform_input=transform_input)
         dim = m.fc.in_features
