@@ -51,6 +51,13 @@ def is_folder_name(path: str | os.PathLike) -> bool:
     return isinstance(s, str) and (s.endswith(os.sep) or s.endswith("/") or Path(s).name in ("", ".", ".."))
 
 
+def exists_message(user_path) -> str:
+    """The one line for an output that exists and may not be replaced. Every writer (the commands and
+    the Python API: ``store.save``, ``Result.to_json`` ...) reaches it, so it names both ways to
+    replace the file: the option ``--force`` and the argument ``force=True``."""
+    return f"{user_path} already exists (use --force to replace it; in Python: force=True)"
+
+
 def _existing_ancestor(folder: Path) -> Path:
     """The nearest folder of ``folder``'s ancestry (itself included) that exists."""
     p = folder
@@ -100,7 +107,7 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
     if path.is_dir():
         raise EmbedscopeError(f"{user} is a directory, expected a file name")
     if path.exists() and not force:
-        raise EmbedscopeError(f"{user} already exists (use --force to replace it)")
+        raise EmbedscopeError(exists_message(user))
     anc = _existing_ancestor(path.parent)
     if not anc.is_dir():
         raise EmbedscopeError(f"{user}: {anc} is a file, not a folder")
@@ -218,13 +225,13 @@ def _publish(tmp: Path, path: Path, force: bool, user_path) -> None:
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise EmbedscopeError(f"{user_path} already exists (use --force to replace it)") from None
+        raise EmbedscopeError(exists_message(user_path)) from None
     except OSError as e:
         if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
             raise
         # a file system without hard links: check, then rename (a small race remains)
         if os.path.lexists(path):
-            raise EmbedscopeError(f"{user_path} already exists (use --force to replace it)") from None
+            raise EmbedscopeError(exists_message(user_path)) from None
         os.rename(tmp, path)
         return
     os.unlink(tmp)
