@@ -109,4 +109,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run  # a sibling module (benchmarks/ is the script's folder)
+
+    run(main)

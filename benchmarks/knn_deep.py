@@ -157,4 +157,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from _script import run  # a sibling module (benchmarks/ is the script's folder)
+
+    run(main)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import numpy as np
 from retrieval_scaling import add_times, settled_call  # a sibling script (benchmarks/ is the script's folder)
@@ -122,4 +121,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from _script import run  # a sibling module (benchmarks/ is the script's folder)
+
+    run(main)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+BENCH = sorted(p for p in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py") if not p.name.startswith("_"))
 
 
 def test_there_are_benchmarks():
@@ -20,3 +20,22 @@ def test_benchmark_offers_quick(script):
                          cwd=script.parent)
     assert out.returncode == 0, out.stderr[-500:]
     assert "--quick" in out.stdout
+
+
+@pytest.mark.parametrize("script, args", [
+    ("retrieval_scaling.py", ["--device", "cuda", "--n", "300", "--dims", "8", "--classes", "cub", "--repeats", "1"]),
+    ("saliency.py", ["--device", "cuda", "--quick"]),
+    ("embed_throughput.py", ["--device", "cuda", "--quick"]),
+    ("train_throughput.py", ["--device", "cuda", "--quick"]),
+])
+def test_gpu_commands_say_in_one_line_that_there_is_no_gpu(script, args):
+    # the GPU commands of docs/PERFORMANCE.md, "ready to run", on a machine without CUDA: one line, exit 1
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present")
+    path = BENCH[0].parent / script
+    out = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=300,
+                         cwd=path.parent)
+    assert out.returncode == 1, out.stderr[-800:]
+    assert out.stderr.strip().splitlines() == [f"{script}: error: --device cuda was asked for, but no CUDA GPU "
+                                               "is available (use --device auto or cpu)"]
