@@ -4,7 +4,8 @@
   dtype, with ``requires_grad``), finite;
 * :func:`check_labels` -- one label per row (integers, integral floats or strings, encoded);
 * :func:`check_int` / :func:`check_number` -- a scalar parameter in range;
-* :func:`check_choice` -- one of a fixed set of names.
+* :func:`check_choice` -- one of a fixed set of names;
+* :func:`check_rows` -- a boolean mask or row indices into N rows.
 
 Every failure is an :class:`~embedscope.errors.EmbedscopeError` (exit code 1 from the command
 line) whose text names the parameter, so a user sees in one line what to change.
@@ -167,6 +168,33 @@ def check_number(value: Any, name: str, *, min: float | None = None, max: float 
     if max is not None and v > max:
         raise EmbedscopeError(f"{name} must be <= {max:g}, got {v:g}")
     return v
+
+
+def check_rows(rows: Any, n: int) -> np.ndarray:
+    """A boolean mask of ``n`` entries or integer row indices in [-n, n) (one index: a row) as a 1-D
+    array that indexes ``n`` rows; anything else is one :class:`EmbedscopeError` line.
+
+    >>> check_rows([0, -1], 3).tolist(), check_rows([True, False, True], 3).tolist()
+    ([0, -1], [True, False, True])
+    """
+    try:
+        idx = np.atleast_1d(np.asarray(as_numpy(rows)))
+    except Exception as e:  # noqa: BLE001 - ragged lists, exotic objects
+        raise EmbedscopeError(f"the rows to select could not be read as an array ({e.__class__.__name__})") from None
+    if idx.ndim != 1:
+        raise EmbedscopeError(f"select needs a 1-D boolean mask or row indices, got shape {idx.shape}")
+    if idx.dtype == np.bool_:
+        if idx.shape[0] != n:
+            raise EmbedscopeError(f"the boolean mask has {idx.shape[0]} entries for a set of {n} rows")
+        return idx
+    if idx.size == 0:
+        return idx.astype(np.int64)  # [] reads as float
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise EmbedscopeError(f"select needs a boolean mask or integer row indices, got {idx.dtype} values")
+    out = (idx < -n) | (idx >= n)
+    if out.any():
+        raise EmbedscopeError(f"row index {int(idx[out][0])} is out of range for a set of {n} rows")
+    return idx
 
 
 def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:

@@ -16,13 +16,17 @@ from embedscope.store.embeddings import (
     save,
 )
 
-__all__ = ["EmbeddingSet", "load", "save", "match_by_path", "FORMAT_VERSION", "SPLITS",
-           "SaliencyMaps", "load_maps", "save_maps"]
+_MAPS = ("SaliencyMaps", "load_maps", "save_maps", "match_maps")
+__all__ = ["EmbeddingSet", "load", "save", "match_by_path", "FORMAT_VERSION", "SPLITS", *_MAPS]
 
 
 def __getattr__(name: str):  # the maps file is read lazily (it imports nothing heavy, but keep it apart)
-    if name in ("SaliencyMaps", "load_maps", "save_maps", "match_maps"):
+    if name in _MAPS:
         from embedscope.store import saliency
 
         return getattr(saliency, name)
     raise AttributeError(f"module 'embedscope.store' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

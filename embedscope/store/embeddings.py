@@ -31,11 +31,21 @@ from embedscope.validation import as_numpy
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
+#: ``attrs["split_source"]`` of a set made by :meth:`EmbeddingSet.from_arrays` without ``split``
+_NO_SPLIT = "none given: every row is 'test'"
+#: integers above this magnitude are not all float32 numbers (24-bit significand)
+FLOAT32_EXACT_INT = 2 ** 24
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class EmbeddingSet:
-    """Embeddings with labels and provenance, as stored in one HDF5 file."""
+    """Embeddings with labels and provenance, as stored in one HDF5 file.
+
+    ``repr`` is a one-line summary (N, D, dtype, classes, rows per split, properties, source);
+    ``a == b`` compares the data (embeddings by value, labels, paths, split, class names,
+    properties), not ``attrs`` (when and from where a set was made), so a set saved and loaded
+    again equals the original whenever its embeddings were float32 (the stored type).
+    """
 
     embeddings: np.ndarray
     labels: np.ndarray
@@ -85,6 +95,13 @@ class EmbeddingSet:
         if y_arr.ndim != 1 or y_arr.shape[0] != n:
             raise EmbedscopeError(f"labels must be 1-D with {n} entries (one per embedding row), "
                                   f"got shape {y_arr.shape}")
+        for what, given in (("class_names", class_names), ("paths", paths)):
+            if isinstance(given, (str, bytes)):
+                raise EmbedscopeError(f"{what} must be a list of names (one per {'class' if what == 'class_names' else 'row'}), "
+                                      f"not one string ({given!r})")
+        _check_present(y_arr, "labels")
+        if paths is not None:
+            _check_present(np.asarray(as_numpy(paths), dtype=object).reshape(-1), "paths")
         if class_names is None:
             if y_arr.dtype.kind in "OUS":
                 y_arr = y_arr.astype(str)
@@ -104,7 +121,7 @@ class EmbeddingSet:
         attrs = dict(attrs or {})
         if split is None:
             split_arr = np.full(n, "test", dtype=object)
-            attrs.setdefault("split_source", "none given: every row is 'test'")
+            attrs.setdefault("split_source", _NO_SPLIT)
         elif isinstance(split, str):
             split_arr = np.full(n, split, dtype=object)
         else:
@@ -136,6 +153,24 @@ class EmbeddingSet:
     def __len__(self) -> int:
         return self.n
 
+    def __repr__(self) -> str:
+        split = {s: int(np.count_nonzero(self.split == s)) for s in self.splits}
+        src = self.attrs.get("source_file")
+        extra = f" of {len(self.class_names)}" if len(self.classes) != len(self.class_names) else ""
+        return (f"EmbeddingSet(N={self.n}, D={self.dim}, dtype={self.embeddings.dtype}, "
+                f"classes={len(self.classes)}{extra}, split={split}, "
+                f"properties={sorted(self.properties)}" + (f", source={str(src)!r})" if src else ")"))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EmbeddingSet):
+            return NotImplemented
+        return (all(same_values(getattr(self, f), getattr(other, f))
+                    for f in ("embeddings", "labels", "paths", "split", "class_names"))
+                and self.properties.keys() == other.properties.keys()
+                and all(same_values(v, other.properties[k]) for k, v in self.properties.items()))
+
+    __hash__ = None  # mutable, compared by value
+
     # ------------------------------------------------------------------ checks
     def validate(self, source: str = "embedding set") -> None:
         """Raise :class:`EmbedscopeError` (one line) when fields disagree or values are bad."""
@@ -143,7 +178,8 @@ class EmbeddingSet:
         if X.ndim != 2:
             raise EmbedscopeError(f"{source}: embeddings must be 2-D (N x D), got shape {X.shape}")
         if not np.issubdtype(X.dtype, np.floating):
-            raise EmbedscopeError(f"{source}: embeddings must be floating point, got {X.dtype}")
+            raise EmbedscopeError(f"{source}: embeddings must be floating point, got {X.dtype} "
+                                  "(EmbeddingSet.from_arrays converts integers)")
         if X.shape[1] == 0:
             raise EmbedscopeError(f"{source}: embeddings have no columns (shape {X.shape}: D = 0)")
         n = X.shape[0]
@@ -158,11 +194,12 @@ class EmbeddingSet:
                 np.isfinite(self.labels)) and np.all(self.labels == np.round(self.labels)):
                 self.labels = self.labels.astype(np.int64)
             else:
-                raise EmbedscopeError(f"{source}: labels must be integers, got {self.labels.dtype}")
+                raise EmbedscopeError(f"{source}: labels must be integers, got {self.labels.dtype} "
+                                      "(EmbeddingSet.from_arrays encodes string labels)")
         self.labels = self.labels.astype(np.int64, copy=False)
         if n and not np.all(np.isfinite(X)):
-            bad = int(np.count_nonzero(~np.all(np.isfinite(X), axis=1)))
-            raise EmbedscopeError(f"{source}: {bad} embedding rows contain NaN or inf")
+            rows = np.flatnonzero(~np.all(np.isfinite(X), axis=1))
+            raise EmbedscopeError(f"{source}: {rows.size} embedding rows contain NaN or inf (first: row {int(rows[0])})")
         if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
             raise EmbedscopeError(
                 f"{source}: labels must lie in [0, {len(self.class_names)}) to index class_names, "
@@ -179,8 +216,11 @@ class EmbeddingSet:
 
     # ------------------------------------------------------------------ selection
     def select(self, mask_or_index: np.ndarray) -> "EmbeddingSet":
-        """A new set with the rows picked by a boolean mask or an index array."""
-        idx = np.asarray(mask_or_index)
+        """A new set with the rows picked by a boolean mask (one entry per row) or row indices
+        (integers, negative ones counting from the end); anything else is a one-line error."""
+        from embedscope.validation import check_rows
+
+        idx = check_rows(mask_or_index, self.n)
         return EmbeddingSet(
             embeddings=self.embeddings[idx],
             labels=self.labels[idx],
@@ -199,8 +239,14 @@ class EmbeddingSet:
             raise EmbedscopeError(f"unknown split {split!r} (choose {', '.join(SPLITS)} or all)")
         mask = self.split == split
         if not mask.any():
-            present = ", ".join(sorted(set(self.split))) or "none"
-            raise EmbedscopeError(f"the file has no '{split}' rows (splits present: {present})")
+            present = ", ".join(self.splits) or "none"
+            src = self.attrs.get("source_file")
+            hint = ""
+            if self.attrs.get("split_source") == _NO_SPLIT:  # from_arrays without split=
+                hint = ("; EmbeddingSet.from_arrays marks every row 'test' unless given split=, "
+                        "or ask the analysis for split='test'")
+            raise EmbedscopeError(f"{'the file ' + str(src) if src else 'the embedding set'} has no "
+                                  f"'{split}' rows (splits present: {present}{hint})")
         return self.select(mask)
 
     @property
@@ -240,6 +286,42 @@ class EmbeddingSet:
         out["mean_norm"] = float(norms.mean()) if self.n else float("nan")
         out["properties"] = sorted(self.properties)
         return out
+
+
+def same_values(a: Any, b: Any) -> bool:
+    """Equal values, recursively through dicts, lists and arrays (numbers and text never equal);
+    NaN equals NaN. The ``==`` of sets, maps and results."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return False
+        if a.dtype.kind in "biufc" and b.dtype.kind in "biufc":
+            return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" or b.dtype.kind in "fc"))
+        if a.dtype.kind in "US" and b.dtype.kind in "US":
+            return bool(np.array_equal(a, b))
+        if (a.dtype.kind in "biufc") != (b.dtype.kind in "biufc"):
+            return False  # numbers never equal text
+        return all(same_values(x, y) for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist()))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+    if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)) and a != a and b != b:
+        return True
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _check_present(values: np.ndarray, what: str) -> None:
+    """No missing value (None, NaN) among ``values``: it would become a class or an item called
+    "None" or "nan" (``embedscope import`` refuses them too). One line naming the first such row."""
+    if values.dtype.kind != "O":
+        return  # text arrays hold no None; NaN in numeric labels is check_labels' error
+    for i, v in enumerate(values.reshape(-1)):
+        if v is None or (isinstance(v, (float, np.floating)) and v != v):
+            raise EmbedscopeError(f"{what}: row {i} is missing ({v!r}); give every row a value")
 
 
 def _labels_by_name(y: np.ndarray, names: list[str]) -> np.ndarray:
@@ -391,12 +473,25 @@ def save(
     force: bool = False,
     attrs: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``es`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+    """Write ``es`` to ``path`` atomically (temporary file in the same folder, then rename).
+
+    An existing ``path`` is refused unless ``force=True`` (nothing is written then). The embeddings
+    are stored as float32 (docs/store.md): float32 and float16 exactly, other floats rounded to the
+    nearest float32 (relative error at most 2^-24). Refused, with one line naming the first row:
+    values beyond float32's range (they would become inf), rows whose largest |x| is below float32's
+    normal range (1.2e-38: their direction would be lost to underflow) and integer-valued embeddings
+    beyond 2^24 in magnitude, which float32 cannot hold exactly (pass ``X.astype("float32")`` to
+    accept the rounding).
+    """
     import h5py
 
     from embedscope import __version__
 
+    if not isinstance(es, EmbeddingSet):
+        raise EmbedscopeError(f"store.save needs an EmbeddingSet (EmbeddingSet.from_arrays(X, y) builds one "
+                              f"from arrays), got {type(es).__name__}")
     es.validate()
+    X32 = _as_stored(es.embeddings, path)
     for what, values in (("paths", es.paths), ("split", es.split), ("class_names", es.class_names),
                          *((f"property '{k}'", v) for k, v in es.properties.items() if v.dtype.kind in "OUS")):
         _check_text(np.asarray(values).reshape(-1), f"{path}: {what}")
@@ -411,7 +506,7 @@ def save(
         # clean OSError here (HDF5's own writer can crash the process on ENOSPC).
         image = io.BytesIO()
         with h5py.File(image, "w") as f:
-            f.create_dataset("embeddings", data=es.embeddings.astype(np.float32), chunks=True)
+            f.create_dataset("embeddings", data=X32, chunks=True)
             f.create_dataset("labels", data=es.labels.astype(np.int64))
             f.create_dataset("paths", data=es.paths.astype(object), dtype=str_dt)
             f.create_dataset("split", data=es.split.astype(object), dtype=str_dt)
@@ -422,6 +517,35 @@ def save(
             write_attrs(f.attrs, all_attrs)
         _write_bytes(tmp, image.getbuffer(), path)
     return Path(path)
+
+
+def _as_stored(X: np.ndarray, path) -> np.ndarray:
+    """``X`` as the file keeps it, float32, or one :class:`EmbedscopeError` line where float32 would
+    change it by more than rounding (see :func:`save`)."""
+    if X.dtype == np.float32 or (X.dtype.kind == "f" and X.dtype.itemsize < 4):
+        return X.astype(np.float32, copy=False)  # float16: every value is a float32
+    with np.errstate(over="ignore", under="ignore"):
+        X32 = X.astype(np.float32)
+    big = np.flatnonzero(~np.all(np.isfinite(X32), axis=1))
+    if big.size:
+        raise EmbedscopeError(f"{path}: {big.size} embedding row(s) hold values beyond float32's range (|x| > 3.4e38; "
+                              f"first: row {int(big[0])}), and the store keeps float32: scale the embeddings")
+    amax = np.max(np.abs(X), axis=1) if X.size else np.zeros(X.shape[0])
+    tiny = np.flatnonzero((amax > 0) & (amax < np.finfo(np.float32).tiny))
+    if tiny.size:
+        raise EmbedscopeError(f"{path}: {tiny.size} embedding row(s) are too small for float32, the stored type "
+                              f"(largest |x| {float(amax[tiny[0]]):.3g} < 1.2e-38 in row {int(tiny[0])}; "
+                              "their direction would be lost): scale the embeddings")
+    if X.size and amax.max() > FLOAT32_EXACT_INT and np.array_equal(X, np.round(X)):
+        lost = np.flatnonzero(np.any(X32 != X, axis=1))
+        if lost.size:
+            i = int(lost[0])
+            v = X[i][X32[i] != X[i]][0]
+            raise EmbedscopeError(
+                f"{path}: the embeddings are integers beyond 2^24 = {FLOAT32_EXACT_INT} in magnitude (row {i}: "
+                f"{int(v)}), which float32, the stored type, cannot hold exactly; pass X.astype('float32') "
+                "to accept the rounding, or scale them")
+    return X32
 
 
 def _write_property(g, name: str, v: np.ndarray) -> None:
@@ -475,6 +599,8 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
     """Read and validate an embedding file; any problem is one :class:`EmbedscopeError` line."""
     import h5py
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise EmbedscopeError(f"store.load needs the path of an embedding file (.h5), got {type(path).__name__}")
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")

@@ -40,9 +40,13 @@ STREAM_ELEMENTS = 1 << 21
 CHUNK_BYTES = 1 << 16
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SaliencyMaps:
-    """Saliency maps of one model on N images, with the images' paths, labels and provenance."""
+    """Saliency maps of one model on N images, with the images' paths, labels and provenance.
+
+    ``repr`` is one line; ``a == b`` compares the maps, paths, labels, class names, images and
+    retrieval pairs by value (not ``attrs``), as :class:`~embedscope.store.EmbeddingSet` does.
+    """
 
     maps: np.ndarray
     paths: np.ndarray
@@ -89,6 +93,21 @@ class SaliencyMaps:
     def __len__(self) -> int:
         return self.n
 
+    def __repr__(self) -> str:
+        src = self.attrs.get("source_file")
+        return (f"SaliencyMaps(name={self.name!r}, kind={self.kind!r}, N={self.n}, map_shape={self.map_shape}, "
+                f"images={self.images is not None}" + (f", source={str(src)!r})" if src else ")"))
+
+    def __eq__(self, other: object) -> bool:
+        from embedscope.store.embeddings import same_values
+
+        if not isinstance(other, SaliencyMaps):
+            return NotImplemented
+        return all(same_values(getattr(self, f), getattr(other, f))
+                   for f in ("maps", "paths", "labels", "class_names", "images", "retrieval"))
+
+    __hash__ = None  # mutable, compared by value
+
     def validate(self, source: str = "saliency maps") -> None:
         """One-line :class:`EmbedscopeError` when fields disagree or values are bad."""
         M = self.maps
@@ -116,7 +135,10 @@ class SaliencyMaps:
             _check_images(r.get("images"), M.shape, source + " (retrieval)")
 
     def select(self, idx) -> "SaliencyMaps":
-        idx = np.asarray(idx)
+        """A new set of maps with the rows picked by a boolean mask or row indices."""
+        from embedscope.validation import check_rows
+
+        idx = check_rows(idx, self.n)
         ret = None
         if self.retrieval is not None:
             ret = {k: (None if v is None else v[idx]) for k, v in self.retrieval.items()}
@@ -168,6 +190,8 @@ def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False)
 
     from embedscope import __version__
 
+    if not isinstance(sm, SaliencyMaps):
+        raise EmbedscopeError(f"save_maps needs SaliencyMaps, got {type(sm).__name__}")
     sm.validate()
     attrs = dict(sm.attrs)
     attrs.pop("source_file", None)
@@ -219,6 +243,8 @@ def load_maps(path: str | os.PathLike) -> SaliencyMaps:
     """Read and validate a maps file; any problem is one :class:`EmbedscopeError` line."""
     import h5py
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise EmbedscopeError(f"load_maps needs the path of a saliency-maps file (.h5), got {type(path).__name__}")
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
