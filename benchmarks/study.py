@@ -109,6 +109,8 @@ def main() -> None:
     from embedscope.study.plan import plan_study
     from embedscope.train.grid import train_grid
 
+    if args.grid and not (Path(args.grid) / "grid.csv").is_file():  # a mistyped path is not trained into
+        ap.error(f"--grid {args.grid}: no grid.csv there (leave --grid out to train a new grid)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-study-"))
     grid = Path(args.grid) if args.grid else Path(tempfile.mkdtemp(prefix="bench-study-grid-")) / "grid"
     if not (grid / "grid.csv").exists():
