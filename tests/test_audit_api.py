@@ -4,13 +4,17 @@ objects (repr, notebook display, equality, pickling) and the lazy top-level name
 
 from __future__ import annotations
 
+import inspect
 import pickle
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import embedscope
 from embedscope import analyses as A
 from embedscope import store
 from embedscope.errors import EmbedscopeError
@@ -188,3 +192,98 @@ def test_names_in_the_python_docs_exist():
         from embedscope import validation
 
         assert hasattr(validation, name)
+
+
+# -------------------------------------------------------------------------- analyses
+def test_every_array_kind_gives_the_same_answer(tmp_path):
+    torch = pytest.importorskip("torch")
+    X, y = _data()
+    X = X.astype(np.float32).astype(np.float64)  # exactly representable in every kind below
+    np.save(tmp_path / "X.npy", X)
+    kinds = {
+        "float64": X, "float32": X.astype(np.float32), "fortran": np.asfortranarray(X),
+        "strided": np.repeat(X, 2, axis=1)[:, ::2], "memmap": np.load(tmp_path / "X.npy", mmap_mode="r"),
+        "torch": torch.tensor(X), "list": X.tolist(),
+    }
+    ref = A.evaluate(EmbeddingSet.from_arrays(X, y), include=["R@1", "MAP@R"], ks=1).values
+    for name, XX in kinds.items():
+        es = EmbeddingSet.from_arrays(XX, torch.tensor(y) if name == "torch" else y.tolist())
+        assert es.n == 60 and es.dim == 8, name
+        assert A.evaluate(es, include=["R@1", "MAP@R"], ks=1).values == ref, name
+    strings = EmbeddingSet.from_arrays(X, np.array(list("abcd"))[y])
+    assert A.evaluate(strings, include=["R@1", "MAP@R"], ks=1).values == ref
+
+
+def test_analysis_arguments_checked_in_python():
+    X, y = _data()
+    assert list(A.evaluate((X, y), ks=4, include=["R@4"]).values) == ["R@4"]  # one k, not a list of one
+    with pytest.raises(EmbedscopeError, match=r"seed must be an integer, got 'a'"):
+        A.geometry((X, y), split="test", seed="a")
+    for kw, match in ((dict(k=0), r"^k must be a positive integer, got 0$"),
+                      (dict(queries=0), r"^queries must be a positive integer, got 0$"),
+                      (dict(metric="dot"), r"^metric must be one of cosine, euclidean, got 'dot'$")):
+        with pytest.raises(EmbedscopeError, match=match):
+            A.neighbour_examples((X, y), **kw)
+
+
+def test_result_repr_display_equality_and_pickle():
+    es = _set()
+    r = A.evaluate(es, per_class=True)
+    again = A.evaluate(es, per_class=True)
+    assert r == again  # provenance["seconds"] differs, what was computed does not
+    assert r != A.evaluate(es) and r != A.evaluate(es, per_class=True, name="other")
+    g = A.geometry(es, keep_spectrum=True)  # arrays: numpy, compared by value (== raised before)
+    assert g == A.geometry(es, keep_spectrum=True) and pickle.loads(pickle.dumps(g)) == g
+    assert g != A.geometry(es, keep_spectrum=True, exclude_top=0)
+    line = repr(r)
+    assert "\n" not in line and line.startswith("Result('evaluate', model='embeddings', values={'R@1': ")
+    assert f"'R@1': {r['R@1']!r}" in line and line.endswith("table=4 rows)")
+    pretty = pytest.importorskip("IPython.lib.pretty")
+    assert pretty.pretty(r) == r.format()
+    rs = A.evaluate_many([es, es], names=["a", "b"])
+    assert repr(rs) == "ResultSet('evaluate', models=['a', 'b'])" and pretty.pretty(rs) == rs.format()
+    assert rs == A.evaluate_many([es, es], names=["a", "b"])
+
+
+def test_properties_of_a_set_in_memory():
+    """properties() read only paths ('give paths, got EmbeddingSet'); a set's model name was 'set0'."""
+    X, y = _data()
+    colour = np.array(["r", "g", "b"])[np.arange(60) % 3]
+    es = EmbeddingSet.from_arrays(X, y, properties={"colour": colour})
+    r = A.properties(es)
+    assert r.models == ["embeddings"] and set(r[0].values) == {"NR-Prec[colour]", "NR-Prec[class]"}
+    from embedscope.metrics.properties import property_precision
+
+    ref = property_precision(es.embeddings, {"class": es.labels, "colour": colour})
+    assert r[0]["NR-Prec[colour]"] == ref["colour"]["NR-Prec"] and r[0]["NR-Prec[class]"] == ref["class"]["NR-Prec"]
+    assert A.properties([es, es]).models == ["set0", "set1"]
+    with pytest.raises(EmbedscopeError, match=r"^embeddings: no property 'nope' \(the file has: class, colour\)$"):
+        A.properties(es, properties=["nope"])
+    with pytest.raises(EmbedscopeError, match="embedding files or EmbeddingSets, got ndarray"):
+        A.properties([X])
+
+
+QUESTIONS = ["evaluate", "evaluate_many", "worst_classes", "geometry", "spectrum", "tsne", "yoke", "scatter",
+             "neighbour_examples", "properties", "compute_measures"]
+
+
+def test_every_question_cites_its_methods_section():
+    sections = set(re.findall(r"^## (§\d+)", (ROOT / "docs" / "methods.md").read_text(), flags=re.M))
+    for name in QUESTIONS:
+        doc = inspect.getdoc(getattr(A, name)) or ""
+        cited = re.findall(r"docs/methods\.md (§\d+)", doc)
+        assert cited, f"{name}: no docs/methods.md section in its docstring"
+        assert set(cited) <= sections, (name, cited)
+
+
+def test_top_level_names_load_on_first_use():
+    code = ("import sys, embedscope\n"
+            "assert 'numpy' not in sys.modules and 'embedscope.store' not in sys.modules\n"
+            "assert embedscope.load is embedscope.store.load and embedscope.EmbeddingSet.__name__ == 'EmbeddingSet'\n"
+            "assert callable(embedscope.analyses.evaluate) and callable(embedscope.metrics.spectral_decay)\n"
+            "assert {'store', 'analyses', 'metrics', 'viz', 'load'} <= set(dir(embedscope))\n"
+            "import embedscope.store as s\n"
+            "assert {'SaliencyMaps', 'match_maps'} <= set(dir(s))\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        embedscope.nope  # noqa: B018

@@ -42,14 +42,15 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """:func:`properties_of_files`'s rows and (``with_provenance``) each file's :func:`provenance_of`
     (of the whole file, as read): every file is read once."""
-    from embedscope import store
+    from embedscope.analyses._sources import as_set
     from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import property_precision
+    from embedscope.store import EmbeddingSet
 
     files = as_sources(files)  # a single path is a list of one file
     for f in files:
-        if not isinstance(f, (str, os.PathLike)):
-            raise EmbedscopeError(f"properties reads embedding files: give paths, got {type(f).__name__}")
+        if not isinstance(f, (str, os.PathLike, EmbeddingSet)):
+            raise EmbedscopeError(f"properties reads embedding files or EmbeddingSets, got {type(f).__name__}")
     check_choice(split, "split", SPLIT_CHOICES)
     if isinstance(properties, str):  # one property name, not its letters
         properties = [properties]
@@ -57,7 +58,9 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     rows: list[dict[str, Any]] = []
     provs: list[dict[str, Any]] = []
     for f, nm in zip(files, names):
-        whole = store.load(f)
+        whole = as_set(f)
+        if isinstance(f, EmbeddingSet):
+            f = nm  # named so in the messages below
         if with_provenance:
             provs.append(provenance_of(whole))
         es = whole.subset(split)
@@ -85,11 +88,14 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     return rows, provs
 
 
-def properties(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None, split: str = "test",
+def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, split: str = "test",
                max_r: int | None = None, properties: Sequence[str] | None = None, metric: str = "euclidean",
                normalize: bool = False, with_class: bool = True, progress: bool = False, permutations: int = 0,
                seed: int = 0):
     """Normalized R-Precision of every property of one or more files, models side by side (docs/methods.md §9).
+
+    ``files``: paths of embedding files or :class:`~embedscope.store.EmbeddingSet` objects (one, or a
+    list); a set's properties are ``es.properties``.
 
     One :class:`Result` per file: ``values`` = ``NR-Prec[<property>]`` (higher = the embedding
     clusters that property more), ``table`` = one row per property (NR-Prec, R-Prec, ceiling,

@@ -20,7 +20,8 @@ from embedscope.validation import check_choice, check_int
 def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress: bool = False,
             name: str | None = None) -> Result:
     """For every point of each split: x = similarity to its most similar same-class point, y = to its
-    most similar different-class point (itself excluded, within the split). Bounded memory.
+    most similar different-class point (itself excluded, within the split; Xuan §2.4,
+    docs/methods.md §10). Bounded memory.
 
     ``result.values``: per split the share of points below the diagonal (``below_diagonal_<split>``,
     which equals that split's R@1) and the points left out (no same-class partner);
@@ -80,7 +81,8 @@ class NeighbourExamples:
 def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
                        paths: Sequence[str] | None = None, k: int = 5, metric: str = "cosine",
                        seed: int = 0) -> NeighbourExamples:
-    """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k.
+    """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k
+    (exact ranks, ties to the lower reference index, docs/methods.md §1).
 
     ``source``: an :class:`~embedscope.store.EmbeddingSet`, a path to an embedding file or
     ``(X, y)``. The references are the rows of ``reference_split`` (default: the same split, each
@@ -88,12 +90,9 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     """
     from embedscope.metrics import knn_search
 
-    if metric not in ("cosine", "euclidean"):
-        raise UsageError(f"unknown metric '{metric}' (choose cosine or euclidean)")
-    k = check_int(k, "k", min=None)
-    if k < 1:
-        raise UsageError(f"--k must be at least 1, got {k}")
-    queries = check_int(queries, "queries", min=None)
+    check_choice(metric, "metric", ("cosine", "euclidean"))
+    k = check_int(k, "k")
+    queries = check_int(queries, "queries")
     seed = check_int(seed, "seed", min=0)
     check_choice(split, "split", SPLIT_CHOICES)
     if reference_split is not None:
@@ -122,8 +121,6 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
             raise UsageError("the paths file lists no query")
         qidx = np.array([pos[p] for p in paths], dtype=np.int64)
     else:
-        if queries < 1:
-            raise UsageError(f"--queries must be at least 1, got {queries}")
         rng = np.random.default_rng(seed)
         qidx = np.sort(rng.choice(qset.n, size=min(queries, qset.n), replace=False))
     Q = qset.embeddings[qidx]

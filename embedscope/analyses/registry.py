@@ -206,7 +206,8 @@ def known_names() -> str:
 def compute_measures(source: Any, names: Iterable[str] | None = None, *, metric: str = "cosine",
                      seed: int = 1234, device: str = "auto", geometry_seed: int = 0,
                      property_metric: str = "euclidean") -> dict[str, float]:
-    """The registry's measures of one embedding file, each on its own split.
+    """The registry's measures of one embedding file, each on its own split (definitions:
+    docs/methods.md §1 retrieval, §2–§4 geometry, §9 NR-Prec).
 
     ``names=None``: every measure the file offers (:func:`available`): the fixed ones and
     ``NR-Prec:<property>`` for each stored property (none when the file has no properties). Named

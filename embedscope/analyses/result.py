@@ -44,9 +44,19 @@ def _scalar(v: Any) -> float | int:
         raise EmbedscopeError(f"result values must be numbers, got {v!r}") from None
 
 
-@dataclass
+#: provenance entries that say how long a computation took: not part of what it computed
+TIMING_KEYS = ("seconds",)
+
+
+@dataclass(eq=False, repr=False)
 class Result:
-    """One analysis of one embedding file (or one pair of files)."""
+    """One analysis of one embedding file (or one pair of files).
+
+    ``repr`` is one line (the values, the table's size); in IPython / Jupyter a result shows as its
+    terminal table (``print(result)``). ``a == b`` compares what was computed: analysis, model,
+    values, table, arrays and provenance (NaN equals NaN), but not the time it took (``seconds``).
+    Results pickle.
+    """
 
     analysis: str
     values: dict[str, float | int]
@@ -69,6 +79,31 @@ class Result:
 
     def __contains__(self, key: str) -> bool:
         return key in self.values
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Result):
+            return NotImplemented
+
+        def timeless(p):
+            return {k: v for k, v in p.items() if k not in TIMING_KEYS}
+
+        from embedscope.store.embeddings import same_values
+
+        return (self.analysis == other.analysis and self.model == other.model
+                and same_values(self.values, other.values) and same_values(self.table, other.table)
+                and same_values(self.arrays, other.arrays)
+                and same_values(timeless(self.provenance), timeless(other.provenance)))
+
+    __hash__ = None  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        vals = ", ".join(f"{k!r}: {v!r}" for k, v in self.values.items())
+        table = "" if self.table is None else f", table={len(self.table)} rows"
+        arrays = f", arrays={sorted(self.arrays)}" if self.arrays else ""
+        return f"Result({self.analysis!r}, model={self.model!r}, values={{{vals}}}{table}{arrays})"
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython / Jupyter: the terminal table
+        p.text(repr(self) if cycle else self.format())
 
     def keys(self):
         return self.values.keys()
@@ -123,9 +158,10 @@ class Result:
         return self.format()
 
 
-@dataclass
+@dataclass(repr=False)
 class ResultSet:
-    """Results of one analysis for several models, side by side."""
+    """Results of one analysis for several models, side by side (``repr``, ``==`` and the notebook
+    display as :class:`Result`'s)."""
 
     results: list[Result]
 
@@ -142,6 +178,12 @@ class ResultSet:
 
     def __len__(self) -> int:
         return len(self.results)
+
+    def __repr__(self) -> str:
+        return f"ResultSet({self.analysis!r}, models={self.models!r})"
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(repr(self) if cycle else self.format())
 
     def __getitem__(self, i):
         if isinstance(i, str):
@@ -286,7 +328,8 @@ def model_name(es, given: str | None = None) -> str:
 
 
 def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[str]:
-    """One display name per source: ``given`` (checked), else file stems (full paths if stems clash)."""
+    """One display name per source: ``given`` (checked), else file stems (full paths if stems clash;
+    ``set<i>`` for sets in memory)."""
     from embedscope.errors import UsageError
 
     if isinstance(given, str):  # one name, not its letters
@@ -298,7 +341,16 @@ def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[st
         if len(set(given)) != len(given):
             raise UsageError("--names must differ")
         return given
-    stems = [Path(str(s)).stem if isinstance(s, (str, os.PathLike)) else f"set{i}" for i, s in enumerate(sources)]
+    stems = [_display_name(s, i) for i, s in enumerate(sources)]
     if len(set(stems)) == len(stems):
         return stems
-    return [str(s) for s in sources]
+    return [str(s) if isinstance(s, (str, os.PathLike)) else f"set{i}" for i, s in enumerate(sources)]
+
+
+def _display_name(source: Any, i: int) -> str:
+    """A file's stem; an in-memory set's :func:`model_name` (its file's stem, else "embeddings"); else setI."""
+    if isinstance(source, (str, os.PathLike)):
+        return Path(str(source)).stem
+    if hasattr(source, "attrs") and hasattr(source, "embeddings"):
+        return model_name(source)
+    return f"set{i}"

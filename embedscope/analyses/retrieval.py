@@ -28,8 +28,8 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
 
     The rows of ``split`` are queries and references at once (each query excluded from its own
     neighbours), or ``query_split`` rows search the ``reference_split`` rows (nothing excluded;
-    e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks`` (default 1, 2, 4, 8
-    within the references available; a larger k is an error), P@1,
+    e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks`` (one k or several;
+    default 1, 2, 4, 8 within the references available; a larger k is an error), P@1,
     R-Precision, MAP@R, mAP@C, mAP@1000, NMI, F1, and mAP@lim when named in ``include`` (which restricts
     them). Higher is better for every one.
 
@@ -63,7 +63,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if lone_queries != "exclude":
         kw["lone_queries"] = lone_queries
     t0 = time.perf_counter()
-    res = retrieval_metrics(q.embeddings, q.labels, ks=None if ks is None else tuple(ks), metric=metric,
+    res = retrieval_metrics(q.embeddings, q.labels, ks=ks, metric=metric,
                             include=include, device=device,
                             seed=seed, niter=niter, progress=progress, per_query=per_class, **kw)
     seconds = time.perf_counter() - t0
@@ -117,7 +117,7 @@ def _per_class_rows(q, per_query: dict, lone_score: float | None = None) -> list
 
 
 def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None, **kwargs) -> ResultSet:
-    """:func:`evaluate` of several files with the same protocol: models side by side.
+    """:func:`evaluate` of several files with the same protocol: models side by side (docs/methods.md §1).
 
     A single path is taken as a list of one file.
     """
@@ -139,7 +139,8 @@ def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None,
 
 
 def worst_classes(result: Result, key: str = "MAP@R", n: int = 10) -> list[dict[str, Any]]:
-    """The ``n`` classes with the lowest ``key`` in a per-class result."""
+    """The ``n`` classes with the lowest ``key`` in a per-class result of :func:`evaluate`
+    (``per_class=True``; each class's mean over its queries, docs/methods.md §1)."""
     if not isinstance(result, Result):
         raise EmbedscopeError(f"worst_classes needs a Result of evaluate(..., per_class=True), got "
                               f"{type(result).__name__}")

@@ -50,6 +50,7 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
 
     check_choice(split, "split", SPLIT_CHOICES)
     check_int(exclude_top, "exclude_top", min=0)
+    seed = check_int(seed, "seed", min=0)
     es = as_set(source)
     part = es.subset(split)
     rep = geometry_report(part.embeddings, part.labels, exclude_top=exclude_top, n_components=n_components,
