@@ -101,6 +101,9 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
     files of this output left by killed processes.
     """
     user = path
+    if not isinstance(path, (str, os.PathLike)):
+        raise EmbedscopeError(f"an output must be named by a file path (str or pathlib.Path), got "
+                              f"{type(path).__name__} {path!r}"[:200])
     if is_folder_name(path):
         raise EmbedscopeError(f"{user}: is a folder name, expected a file name")
     path = Path(path)

@@ -287,3 +287,17 @@ def test_top_level_names_load_on_first_use():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         embedscope.nope  # noqa: B018
+
+
+def test_writing_a_table_that_is_not_there_or_to_a_non_path_is_one_line(tmp_path):
+    """geometry(...).to_csv(p, table=True) wrote an empty file; to_json(123) raised a TypeError."""
+    g = A.geometry(_set())
+    for write in (g.to_csv, g.to_parquet, A.combine([g]).to_csv):
+        with pytest.raises(EmbedscopeError, match=r"^the geometry result has no per-row table to write"):
+            write(tmp_path / "t.out", table=True)
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(EmbedscopeError, match=r"^an output must be named by a file path .*got int 123$"):
+        g.to_json(123)
+    r = A.evaluate(_set(), per_class=True)  # a table: written
+    r.to_csv(tmp_path / "t.csv", table=True)
+    assert (tmp_path / "t.csv").read_text().splitlines()[0] == "class,label,n,R@1,R-Precision,MAP@R"

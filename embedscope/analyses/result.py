@@ -133,9 +133,12 @@ class Result:
 
     def to_csv(self, path: str | os.PathLike, *, table: bool = False, force: bool = False) -> Path:
         """Write :meth:`to_frame` (or the per-row table) as CSV, atomically (counts without ".0")."""
+        _check_table(self, table)
         return _write_frame(_csv_ready(self.to_frame(table=table), [self]), path, "csv", force)
 
     def to_parquet(self, path: str | os.PathLike, *, table: bool = False, force: bool = False) -> Path:
+        """Write :meth:`to_frame` (or the per-row table) as Parquet, atomically."""
+        _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
     def format(self, *, digits: int = 4, title: str | None = None) -> str:
@@ -214,9 +217,11 @@ class ResultSet:
         return _to_json(self.to_dict(), path, force)
 
     def to_csv(self, path, *, table: bool = False, force: bool = False) -> Path:
+        _check_table(self, table)
         return _write_frame(_csv_ready(self.to_frame(table=table), self.results), path, "csv", force)
 
     def to_parquet(self, path, *, table: bool = False, force: bool = False) -> Path:
+        _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
     def format(self, *, digits: int = 4, title: str | None = None) -> str:
@@ -255,6 +260,14 @@ def combine(results: Iterable[Result]) -> ResultSet:
     if len({r.analysis for r in results}) > 1:
         raise EmbedscopeError("results of different analyses cannot be combined")
     return ResultSet(results)
+
+
+def _check_table(result, table: bool) -> None:
+    """``table=True`` of a result without a per-row table would write an empty file: one line instead."""
+    results = result.results if isinstance(result, ResultSet) else [result]
+    if table and all(r.table is None for r in results):
+        raise EmbedscopeError(f"the {result.analysis} result has no per-row table to write (its values are "
+                              "written with table=False)")
 
 
 def _to_json(d: dict[str, Any], path, force: bool) -> dict[str, Any]:
