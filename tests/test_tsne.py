@@ -203,7 +203,7 @@ def test_plots(tmp_path):
     _non_empty_png(fig, tmp_path / "yoked.png")
     with pytest.raises(EmbedscopeError, match="inset class"):
         plot_yoked_tsne(Ya, Yb, lab, inset_class=9)
-    fig = plot_tsne(Ya, np.arange(60) % 30)  # 30 classes: colours, no legend
+    fig = plot_tsne(Ya, np.arange(60) % 50)  # 50 classes (> 40): colours, no legend
     assert fig.axes[0].get_legend() is None
     _non_empty_png(fig, tmp_path / "single.png")
     plt.close("all")

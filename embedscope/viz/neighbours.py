@@ -17,8 +17,11 @@ import numpy as np
 from embedscope.analyses.neighbours import NeighbourExamples, neighbour_examples  # noqa: F401
 from embedscope.errors import EmbedscopeError, UsageError
 
-RIGHT = "#1a9641"  # green: the retrieval has the query's class
-WRONG = "#d7191c"  # red: another class
+# Okabe & Ito's colour-blind-safe bluish green and vermillion (a red/green pair such as #1a9641 /
+# #d7191c is one colour to a deuteranope), and a mark in each caption, so colour is not the only cue
+RIGHT = "#009e73"  # bluish green: the retrieval has the query's class
+WRONG = "#d55e00"  # vermillion: another class
+RIGHT_MARK, WRONG_MARK = "✓", "✗"
 QUERY = "#404040"
 
 
@@ -71,7 +74,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     from matplotlib.patches import Patch
 
     from embedscope.text import safe
-    from embedscope.viz.style import clean_figure
+    from embedscope.viz.style import clean_figure, short_text
 
     n, k = ex.correct.shape
     cell = 1.25
@@ -97,11 +100,12 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
         ax.set_xlabel(caption, fontsize=7, labelpad=2)
 
     for r in range(n):
-        show(axes[r, 0], query_images[r], QUERY, f"query: {safe(ex.query_labels[r])[:14]}", 2.0)
+        show(axes[r, 0], query_images[r], QUERY, f"query: {short_text(ex.query_labels[r], 14)}", 2.0)
         for j in range(k):
             ok = bool(ex.correct[r, j])
             show(axes[r, j + 1], ref_images[r][j], RIGHT if ok else WRONG,
-                 f"{safe(ex.ref_labels[r, j])[:10]} {sim_name} {ex.similarity[r, j]:.2f}", 4.0)
+                 f"{RIGHT_MARK if ok else WRONG_MARK} {short_text(ex.ref_labels[r, j], 10)} {sim_name} "
+                 f"{ex.similarity[r, j]:.2f}", 4.0)
     axes[0, 0].set_title("query", fontsize=8)
     for j in range(k):
         axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)
@@ -109,8 +113,8 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     head = title or f"top-{k} retrievals: {ex.query_split} queries in {ex.reference_split} ({ex.metric})"
     which = "this query" if n == 1 else f"these {n} queries"
     fig.suptitle(f"{safe(head)}\nR@1 of {which}: {hit:.2f}", fontsize=9, y=0.995)
-    fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label="same class"),
-                        Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label="other class")],
+    fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label=f"{RIGHT_MARK} same class"),
+                        Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label=f"{WRONG_MARK} other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
     clean_figure(fig)
     fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - 0.45 / height))

@@ -16,7 +16,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
     import matplotlib.pyplot as plt
 
     from embedscope.metrics.properties import SIGNIFICANCE_Z
-    from embedscope.viz.style import PAPER_RC, clean_figure, series_colors
+    from embedscope.viz.style import LEGEND_CHARS, PAPER_RC, TICK_CHARS, clean_figure, series_colors, short_text
 
     props = list(dict.fromkeys(r["property"] for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -26,17 +26,25 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         w = 0.8 / len(models)
         colors = series_colors(len(models))
         x = np.arange(len(props))
+        handles, labels, ceiling = [], [], None
         for j, m in enumerate(models):
             ys = [val.get((m, p), {}).get("NR-Prec", np.nan) for p in props]
             cs = [val.get((m, p), {}).get("ceiling", np.nan) for p in props]
             xs = x - 0.4 + w * (j + 0.5)
-            ax.bar(xs, np.nan_to_num(np.asarray(ys, dtype=float)), w, color=colors[j], label=m)
-            ax.scatter(xs, cs, marker="_", s=120, color="0.3", zorder=3,
-                       label="ceiling (perfect clustering)" if j == 0 else None)
-        ax.axhline(SIGNIFICANCE_Z, color="k", ls="--", lw=0.8, label="2.576 (Kobs' 1% rule)")
+            ys = np.asarray(ys, dtype=float)
+            handles.append(ax.bar(xs, np.nan_to_num(ys), w, color=colors[j]))
+            for xv in xs[~np.isfinite(ys)]:  # no value (e.g. too few images): say so, not a bar of height 0
+                ax.text(xv, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6, color="0.35")
+            labels.append(short_text(m, LEGEND_CHARS))
+            ceiling = ax.scatter(xs, cs, marker="_", s=120, color="0.3", zorder=3)
+        if ceiling is not None:
+            handles.append(ceiling)
+            labels.append("ceiling (perfect clustering)")
+        handles.append(ax.axhline(SIGNIFICANCE_Z, color="k", ls="--", lw=0.8))
+        labels.append("2.576 (Kobs' 1% rule)")
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xticks(x)
-        ax.set_xticklabels(props, rotation=35, ha="right")
+        ax.set_xticklabels([short_text(p, TICK_CHARS) for p in props], rotation=35, ha="right")
         ax.set_ylabel("NR-Prec (z, higher = more clustered)")
         ax.set_xlabel("image property")
         ax.set_yscale("symlog", linthresh=3.0)
@@ -45,7 +53,8 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         if tops and max(tops) > 0:  # headroom above the highest ceiling tick (it sat on the frame)
             lo, hi = ax.get_ylim()
             ax.set_ylim(lo, max(hi, 1.4 * max(tops)))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        # handles and labels given explicitly: a model named "_..." is listed too (matplotlib would skip it)
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         if title:
             ax.set_title(title)
         clean_figure(fig)  # property and model names from files: control characters escaped

@@ -19,6 +19,8 @@ def normalized_spectrum(s) -> np.ndarray:
     """s / Σ s, the normalised spectrum plotted by Roth et al. Fig. 7 (docs/methods.md §2)."""
     s = np.asarray(s, dtype=np.float64)
     tot = s.sum()
+    if not np.isfinite(tot):  # a NaN or infinite value: no normalised spectrum (not the raw values)
+        return np.full_like(s, np.nan)
     return s / tot if tot > 0 else s
 
 
@@ -76,7 +78,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
     """
     import matplotlib.pyplot as plt
 
-    from embedscope.viz.style import LINE_STYLES, PAPER_RC, clean_figure, series_colors
+    from embedscope.viz.style import LEGEND_CHARS, LINE_STYLES, PAPER_RC, clean_figure, series_colors, short_text
 
     with plt.rc_context(PAPER_RC):
         ncols = 2 if by_class else 1
@@ -88,16 +90,17 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
 
         ax = axes[0]
         kmax = 1
+        handles, texts = [], []
         for i, e in enumerate(entries):
             p = normalized_spectrum(e["spectrum"])
             k = np.arange(1, p.size + 1)
             kmax = max(kmax, p.size)
-            label = str(e["label"])
+            label = short_text(e["label"], LEGEND_CHARS)
             if e.get("rho") is not None and np.isfinite(e["rho"]):
                 label += f" (ρ = {e['rho']:.3f})"
-            ax.plot(k, _positive(p), color=colors[i % len(colors)], ls=styles[(i // 10) % 4],
-                    lw=1.4, label=label)
-        handles, texts = ax.get_legend_handles_labels()
+            line, = ax.plot(k, _positive(p), color=colors[i % len(colors)], ls=styles[(i // 10) % 4], lw=1.4)
+            handles.append(line)
+            texts.append(label)  # given explicitly: a label starting with "_" is still listed
         if exclude_top > 0:
             h, t = _mark_left_out(ax, entries, exclude_top, colors)
             handles.append(h)
@@ -112,6 +115,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
 
         if by_class:
             ax = axes[1]
+            class_handles, class_texts = [], []
             for i, e in enumerate(entries):
                 if e.get("class_mean") is None:
                     continue
@@ -119,8 +123,9 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 sd = np.asarray(e.get("class_std", np.zeros_like(m)), dtype=np.float64)
                 k = np.arange(1, m.size + 1)
                 c = colors[i % len(colors)]
-                ax.plot(k, _positive(m), color=c, ls=styles[(i // 10) % 4], lw=1.4,
-                        label=str(e["label"]))
+                line, = ax.plot(k, _positive(m), color=c, ls=styles[(i // 10) % 4], lw=1.4)
+                class_handles.append(line)
+                class_texts.append(short_text(e["label"], LEGEND_CHARS))
                 lo = _positive(m - sd)
                 lo = np.where(np.isnan(lo), np.nanmin(_positive(m)) / 10 if np.any(m > 0) else np.nan, lo)
                 ax.fill_between(k, lo, _positive(m + sd), color=c, alpha=0.2, lw=0)
@@ -129,7 +134,11 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             ax.set_ylabel("normalised singular value  sₖ / Σ s")
             ax.set_title("Per class (mean ± s.d. over classes)")
             ax.grid(True, which="major", alpha=0.3, lw=0.5)
-            ax.legend(loc="upper right", frameon=False)
+            if class_handles:
+                ax.legend(class_handles, class_texts, loc="upper right", frameon=False)
+            else:
+                ax.text(0.5, 0.5, "no class-conditioned spectra", transform=ax.transAxes, ha="center",
+                        va="center", color="0.4")
         if title and by_class:
             fig.suptitle(title)
         clean_figure(fig)  # model names from files: control characters escaped

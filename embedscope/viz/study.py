@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from embedscope.viz.style import clean_figure
+from embedscope.viz.style import LEGEND_CHARS, TICK_CHARS, clean_figure, legend_columns, palette_colors, short_text
 
 ROTH_FIG5 = ("rho", "pi_ratio", "pi_intra", "pi_inter")
 PRETTY = {"rho": "ρ (train)", "rho_all": "ρ, all values (train)", "pi_ratio": "π_ratio (train)",
@@ -80,6 +80,16 @@ def _legend_handle(color, label: str):
     return ErrorbarContainer((point, caps, bars), has_xerr=True, has_yerr=True, label=label)
 
 
+def _objective_colors(n: int) -> list:
+    """One colour per objective: tab20 up to 20 objectives, else :func:`palette_colors` (``n``
+    distinct colours; tab20 repeated would give two objectives one colour)."""
+    import matplotlib
+
+    if n <= 20:
+        return [tuple(matplotlib.colormaps["tab20"](i)) for i in range(n)]
+    return palette_colors(n)
+
+
 def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     """One panel per training-set measure: one point per objective (mean over seeds, error bars = seed
     standard deviation), the least-squares line, Pearson r with its bootstrap 95% interval (Roth Fig. 5)."""
@@ -96,8 +106,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     cols = min(4, n)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows + 0.9), squeeze=False)
-    cmap = plt.get_cmap("tab20")
-    rgba = np.array([cmap(i % 20) for i in range(len(objs))], dtype=float).reshape(-1, 4)  # objective i's colour
+    rgba = np.array(_objective_colors(len(objs)), dtype=float).reshape(-1, 4)  # objective i's colour
     for k, m in enumerate(measures):
         ax = axes[k // cols][k % cols]
         x = np.array([o[m] for o in objs], dtype=float)
@@ -117,14 +126,15 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         ax.grid(alpha=0.25)
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
-    handles = [_legend_handle(c, o["objective"]) for c, o in zip(rgba, objs)]
-    labels = [o["objective"] for o in objs]
+    labels = [short_text(o["objective"], LEGEND_CHARS) for o in objs]
+    handles = [_legend_handle(c, t) for c, t in zip(rgba, labels)]
+    ncol = legend_columns(labels, fig.get_figwidth() / (7 / 8), max_cols=6)  # 7-pt legend text
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7, frameon=False,
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective "
                  f"(mean over seeds ± sd), Pearson r [bootstrap 95%]", fontsize=9.5)
-    nrow_leg = math.ceil(len(labels) / 6) if handles else 0
+    nrow_leg = math.ceil(len(labels) / ncol) if handles else 0
     clean_figure(fig)  # objective names from checkpoints: control characters escaped
     fig.tight_layout(rect=(0, 0.05 + 0.035 * nrow_leg, 1, 0.95))
     return fig
@@ -139,8 +149,8 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
     k = len(names)
     fig, ax = plt.subplots(figsize=(0.55 * k + 2.2, 0.5 * k + 1.6))
     im = ax.imshow(M, vmin=-1, vmax=1, cmap="RdBu_r")
-    ax.set_xticks(range(k), names, rotation=45, ha="right")
-    ax.set_yticks(range(k), names)
+    ax.set_xticks(range(k), [short_text(n, TICK_CHARS) for n in names], rotation=45, ha="right")
+    ax.set_yticks(range(k), [short_text(n, TICK_CHARS) for n in names])
     for i in range(k):
         for j in range(k):
             if np.isfinite(M[i, j]):
@@ -179,7 +189,7 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
     ok = np.isfinite(gt)
     if ok.any():  # on the bar's scale, as the interval: τ's sign times the granulated τ (< 0: the signs disagree)
         ax.plot((s * gt)[ok], ys[ok], "D", ls="none", color="k", ms=3.5, mfc="white")
-    ax.set_yticks(ys, [f"{pretty(r['measure'], r['split'])}" for r in rk])
+    ax.set_yticks(ys, [short_text(pretty(r["measure"], r["split"]), TICK_CHARS + 8) for r in rk])
     ax.axvline(0, color="0.4", lw=0.8)
     ax.set_xlim(min(-0.05, ax.get_xlim()[0]), 1.02)
     ax.set_xlabel(f"|Kendall τ| with test {stats['target']} over runs (blue: τ > 0, red: τ < 0;\n"

@@ -131,11 +131,13 @@ class ClassPalette(Mapping):
         return np.array(cols, dtype=float).reshape(-1, 4)
 
     def handles(self, names: Iterable[Any], *, markersize: float = 5) -> list:
-        """Legend handles (a dot per class) for ``names``, in the palette's order."""
+        """Legend handles (a dot per class) for ``names``, in the palette's order; each label is
+        :func:`short_text` of the class name (a long name does not widen the figure)."""
         from matplotlib.lines import Line2D
 
         wanted = {str(n) for n in names}
-        return [Line2D([], [], marker="o", linestyle="", markersize=markersize, color=self[n], label=figure_text(n))
+        return [Line2D([], [], marker="o", linestyle="", markersize=markersize, color=self[n],
+                       label=short_text(n, LEGEND_CHARS))
                 for n in self.names if n in wanted]
 
 
@@ -155,28 +157,79 @@ def label_names(labels: Any, class_names: Sequence[Any] | None = None) -> np.nda
         raise EmbedscopeError(f"labels must index the {len(class_names)} class names") from None
 
 
+#: the longest legend label, panel title or tick label drawn from a name (characters); longer
+#: names are cut in the middle (:func:`short_text`)
+LEGEND_CHARS = 28
+TITLE_CHARS = 36
+TICK_CHARS = 28
+#: the most classes a figure's class legend lists; with more, a note says how many were left out
+MAX_LEGEND_ENTRIES = 40
+
+
+def short_text(s: object, n: int = LEGEND_CHARS) -> str:
+    """:func:`figure_text` of ``s`` cut to at most ``n`` characters by an ellipsis in the middle
+    (``"Black_footed_…atross_0042"``): the start and the end of a name stay readable, so names that
+    differ only at one end stay distinct. Line breaks become spaces.
+
+    >>> short_text("a_very_long_class_name_number_17", 16)
+    'a_very_l…mber_17'
+    """
+    t = figure_text(s).replace("\n", " ")
+    if len(t) <= n:
+        return t
+    head = n // 2
+    return t[:head] + "…" + t[len(t) - (n - 1 - head):]
+
+
+def legend_columns(labels: Sequence[str], width: float, *, max_cols: int = 10) -> int:
+    """How many columns of ``labels`` fit side by side in ``width`` inches (8 pt legend text:
+    ~0.065 in per character, plus the marker and the gaps)."""
+    if not labels:
+        return 1
+    col_w = 0.34 + 0.065 * max(len(str(t)) for t in labels)
+    return int(max(1, min(len(labels), max_cols, width // col_w)))
+
+
+def legend_note(n_classes: int, max_entries: int = MAX_LEGEND_ENTRIES) -> str:
+    """The note of a figure whose class legend was left out (too many classes), else ``""``."""
+    if n_classes <= max_entries:
+        return ""
+    return f"{n_classes} classes: too many for a legend (colours by class; the class of each point is in the CSV)"
+
+
 def marker_size(n: int, *, lo: float = 1.0, hi: float = 14.0, area: float = 4000.0) -> float:
     """Scatter marker area for ``n`` points: ``area / n`` clipped to [lo, hi] (points²)."""
     return float(np.clip(area / max(n, 1), lo, hi))
 
 
-def class_legend(fig, names: Iterable[Any], palette: ClassPalette, *, max_entries: int = 20,
+def class_legend(fig, names: Iterable[Any], palette: ClassPalette, *, max_entries: int = MAX_LEGEND_ENTRIES,
                  title: str = "class", ncol: int | None = None) -> None:
-    """A class legend centred below the panels (nothing when more than ``max_entries`` classes);
-    :func:`finish_layout` places it."""
+    """A class legend centred below the panels, in as many columns as fit the figure's width
+    (:func:`legend_columns`; nothing when more than ``max_entries`` classes, see
+    :func:`legend_note`); :func:`finish_layout` places it."""
     handles = palette.handles(names)
     if not handles or len(handles) > max_entries:
         return
-    ncol = ncol or min(len(handles), 10)
-    fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, title=title,
-               bbox_to_anchor=(0.5, 0.0), handletextpad=0.2, columnspacing=0.8, title_fontsize=8)
+    ncol = ncol or legend_columns([h.get_label() for h in handles], fig.get_figwidth())
+    # labels given explicitly: matplotlib leaves out a handle whose own label starts with "_"
+    fig.legend(handles, [h.get_label() for h in handles], loc="lower center", ncol=ncol, frameon=False,
+               title=title, bbox_to_anchor=(0.5, 0.0), handletextpad=0.2, columnspacing=0.8, title_fontsize=8)
 
 
-def legend_height(n_classes: int, max_entries: int = 20) -> float:
-    """Inches below the panels for :func:`class_legend` (10 entries per row, plus its title)."""
+def legend_height(n_classes: int, max_entries: int = MAX_LEGEND_ENTRIES, *, ncol: int = 10) -> float:
+    """Inches below the panels for :func:`class_legend` (``ncol`` entries per row, plus its title)."""
     if n_classes > max_entries or n_classes == 0:
         return 0.0
-    return 0.34 + 0.18 * math.ceil(n_classes / 10)
+    return 0.34 + 0.18 * math.ceil(n_classes / max(ncol, 1))
+
+
+def class_legend_layout(names: Sequence[Any], palette: ClassPalette, width: float,
+                        max_entries: int = MAX_LEGEND_ENTRIES) -> tuple[int, float]:
+    """(columns, height in inches) of the :func:`class_legend` of ``names`` in a figure ``width``
+    inches wide: the height to leave below the panels before the figure exists."""
+    labels = [h.get_label() for h in palette.handles(names)] if len(names) <= max_entries else []
+    ncol = legend_columns(labels, width)
+    return ncol, legend_height(len(labels), max_entries, ncol=ncol)
 
 
 def settings_text(info: Mapping | None, keys: Sequence[str]) -> str:
@@ -311,4 +364,6 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
 
 __all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR", "ABOVE_COLOR", "LINE_STYLES",
            "palette_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
-           "class_legend", "legend_height", "settings_text", "figure_text", "clean_figure", "finish_layout"]
+           "class_legend", "legend_height", "class_legend_layout", "legend_columns", "legend_note", "short_text",
+           "LEGEND_CHARS", "TITLE_CHARS", "TICK_CHARS", "MAX_LEGEND_ENTRIES", "settings_text", "figure_text",
+           "clean_figure", "finish_layout"]

@@ -8,23 +8,27 @@ colour in every figure; pass ``palette=`` to tie several figures to one explicit
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.viz.style import (
+    MAX_LEGEND_ENTRIES,
     PAPER_RC,
     TEST_COLOR,
+    TITLE_CHARS,
     TRAIN_COLOR,
     ClassPalette,
     class_legend,
-    figure_text,
+    class_legend_layout,
     finish_layout,
     label_names,
-    legend_height,
+    legend_note,
     marker_size,
     settings_text,
+    short_text,
 )
 
 #: the largest height / width (and width / height) of a map panel; a more elongated map gets a
@@ -46,6 +50,10 @@ def _map_window(Ys: Sequence[np.ndarray], *, pad: float = 0.04,
     centre = (lo + hi) / 2
     half = span * (0.5 + pad)
     return centre - half, centre + half
+
+
+def _notes(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _panel_ratio(lo: np.ndarray, hi: np.ndarray) -> float:
@@ -119,7 +127,7 @@ def plot_joint_tsne(
     lo, hi = _map_window([Y_train, Y_test])
     ratio = _panel_ratio(lo, hi)
     panel_w = 2.25
-    leg_h = legend_height(len(present))
+    _, leg_h = class_legend_layout(present, palette, 3 * panel_w + 0.5)
     with plt.rc_context(PAPER_RC):
         fig, axes = plt.subplots(1, 3, figsize=(3 * panel_w + 0.5, panel_w * ratio + 1.1 + leg_h))
         _class_scatter(axes[0], Y_train, nt, palette)
@@ -142,7 +150,8 @@ def plot_joint_tsne(
             ax.set_ylabel("")
         class_legend(fig, present, palette)
         note = settings_text(info, ("perplexity", "seed", "initialization", "n_iter", "kl_divergence"))
-        finish_layout(fig, note="openTSNE: " + note if note else "", legend_h=leg_h, title=title, fit_axes=axes)
+        note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
+        finish_layout(fig, note=note, legend_h=leg_h, title=title, fit_axes=axes)
     return fig
 
 
@@ -158,19 +167,24 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
     present = _present(names, palette)
     lo, hi = _map_window([Y])
     ratio = _panel_ratio(lo, hi)
-    legend_w = 0.0
-    if len(present) <= 20:
-        legend_w = 0.35 + 0.07 * min(max(len(figure_text(n)) for n in present), 24) if present else 0.0
+    legend_w, ncol = 0.0, 1
+    if present and len(present) <= MAX_LEGEND_ENTRIES:
+        labels = [h.get_label() for h in palette.handles(present)]
+        ncol = math.ceil(len(labels) / 20)  # up to 20 rows
+        legend_w = ncol * (0.35 + 0.065 * max(len(t) for t in labels))
     with plt.rc_context(PAPER_RC):
         fig, ax = plt.subplots(figsize=(3.2 + legend_w, 3.2 * ratio + 0.75))
         _class_scatter(ax, Y, names, palette)
         _style_map_axes(ax, title or f"{len(labels)} points, {len(present)} classes")
         _set_window(ax, lo, hi)
         if legend_w:
-            ax.legend(handles=palette.handles(present), title="class", loc="center left",
-                      bbox_to_anchor=(1.01, 0.5), frameon=False, handletextpad=0.2)
+            handles = palette.handles(present)
+            # labels given explicitly: matplotlib leaves out a handle whose own label starts with "_"
+            ax.legend(handles, [h.get_label() for h in handles], title="class", loc="center left",
+                      bbox_to_anchor=(1.01, 0.5), frameon=False, handletextpad=0.2, ncol=ncol, columnspacing=0.8)
         note = settings_text(info, ("perplexity", "seed", "initialization", "kl_divergence"))
-        finish_layout(fig, note="openTSNE: " + note if note else "", legend_h=0.0, title=None, fit_axes=[ax])
+        note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
+        finish_layout(fig, note=note, legend_h=0.0, title=None, fit_axes=[ax])
     return fig
 
 
@@ -216,9 +230,10 @@ def plot_yoked_tsne(
     lo, hi = _map_window([Y_a, Y_b])
     ratio = _panel_ratio(lo, hi)
     panel_w = 3.0
-    leg_h = legend_height(len(present))
+    _, leg_h = class_legend_layout(present, palette, 2 * panel_w + 0.6)
     note = settings_text(info, ("alpha", "alpha_times_n", "perplexity", "seed", "kl_a", "kl_b",
                                 "mean_displacement"))
+    note = _notes(legend_note(len(present)), "yoked t-SNE: " + note if note else "")
     extra_h = 0.75 + (0.3 if title else 0.0) + (0.17 if note else 0.0) + leg_h
     with plt.rc_context(PAPER_RC):
         if zoom:
@@ -231,7 +246,7 @@ def plot_yoked_tsne(
         nm_c = (class_names[inset_class] if class_names is not None else inset_class) if zoom else None
         for ax, zax, Y, nm in zip(axes, zaxes, (Y_a, Y_b), names):
             _class_scatter(ax, Y, cnames, palette)
-            _style_map_axes(ax, str(nm))
+            _style_map_axes(ax, short_text(nm, TITLE_CHARS))  # two long names must not run into each other
             _set_window(ax, lo, hi)
             if zax is None:
                 continue
@@ -249,13 +264,12 @@ def plot_yoked_tsne(
             zax.set_ylim(zlo[1], zhi[1])
             zax.set_xlabel("t-SNE 1")
             zax.set_ylabel("t-SNE 2")
-            zax.set_title(f"class {nm_c} zoomed (dashed box above)")
+            zax.set_title(f"class {short_text(nm_c, TITLE_CHARS - 24)} zoomed (dashed box above)")
         axes[1].set_ylabel("")
         if zoom:
             zaxes[1].set_ylabel("")
         class_legend(fig, present, palette)
-        finish_layout(fig, note="yoked t-SNE: " + note if note else "", legend_h=leg_h, title=title,
-                      fit_axes=list(axes))
+        finish_layout(fig, note=note, legend_h=leg_h, title=title, fit_axes=list(axes))
     return fig
 
 

@@ -1,0 +1,186 @@
+"""Figures looked at as a demanding user would (audit of embedscope/viz): every name in a legend
+(also one starting with "_", which matplotlib leaves out of a legend it collects itself), long
+names cut so they neither widen a figure nor run into each other, class legends for 21-40 classes
+(the 24-class shapes set) and a note beyond, one colour per objective beyond 20 objectives,
+right/wrong frames of the neighbours figure told apart by colour-blind readers, NaN shown as NaN,
+and a class's colour kept across figures for a file with more than 20 classes.
+
+Checked on the matplotlib Figure objects (texts, legends, colours, drawn extents)."""
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg", force=True)
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from embedscope.viz import plot_joint_tsne, plot_spectra, plot_tsne, plot_yoked_tsne  # noqa: E402
+from embedscope.viz.style import ClassPalette  # noqa: E402
+
+LONG = "Black_footed_Albatross_photographed_at_dawn_over_the_pacific_" * 2
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def _legend_texts(leg):
+    return [t.get_text() for t in leg.get_texts()]
+
+
+def _all_texts(fig):
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text)]
+
+
+def test_names_starting_with_underscore_stay_in_spectrum_and_properties_legends():
+    from embedscope.viz.properties import property_bars
+
+    s = np.linspace(1, 0.1, 16)
+    fig = plot_spectra([{"label": "_baseline", "spectrum": s, "rho": 0.1, "class_mean": s / s.sum(),
+                         "class_std": 0 * s},
+                        {"label": "margin", "spectrum": s ** 2, "class_mean": s / s.sum()}], by_class=True)
+    whole, per_class = fig.axes[0].get_legend(), fig.axes[1].get_legend()
+    assert _legend_texts(whole)[0] == "_baseline (ρ = 0.100)"
+    assert _legend_texts(per_class) == ["_baseline", "margin"]
+    rows = [{"model": m, "property": p, "NR-Prec": 5.0, "ceiling": 20.0} for m in ("_untrained", "trained")
+            for p in ("ink", "parity")]
+    fig = property_bars(rows)
+    assert _legend_texts(fig.axes[0].get_legend())[:2] == ["_untrained", "trained"]
+
+
+def test_long_names_are_cut_in_the_middle_and_do_not_collide():
+    from embedscope.viz.study import fig4, ranking_chart
+
+    rng = np.random.default_rng(0)
+    names = [LONG + "A", LONG + "B", "short"]
+    lab = np.repeat(np.arange(3), 10)
+    Y = rng.normal(size=(30, 2))
+    fig = plot_tsne(Y, lab, class_names=names)
+    texts = _legend_texts(fig.axes[0].get_legend())
+    assert all(len(t) <= 28 for t in texts) and texts[0] != texts[1]  # the ends differ: still told apart
+    assert texts[0].endswith("A") and "…" in texts[0] and texts[2] == "short"
+    assert fig.get_figwidth() < 7  # the legend of a 120-character name widened it to ~10 inches
+
+    # two long model names as the yoked panels' titles: drawn side by side without overlapping
+    fig = plot_yoked_tsne(Y, Y + 1, lab, class_names=names, names=["model " + LONG, "other " + LONG])
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    t0, t1 = (ax.title.get_window_extent(r) for ax in fig.axes[:2])
+    assert t0.x1 < t1.x0
+    assert all(len(t) <= 28 for t in _legend_texts(fig.legends[0]))
+
+    stats = {"target": "R@1", "ranking": [{"measure": "m_" + LONG, "split": "train", "kendall": 0.5,
+                                           "kendall_lo": 0.1, "kendall_hi": 0.8}],
+             "metric_matrix": {"names": ["R@1", "NMI_" + LONG], "pearson": [[1.0, 0.2], [0.2, 1.0]]}}
+    ticks = [t.get_text() for t in ranking_chart(stats).axes[0].get_yticklabels()]
+    assert len(ticks[0]) <= 36 and ticks[0].endswith("(train)")
+    ticks = [t.get_text() for t in fig4(stats).axes[0].get_xticklabels()]
+    assert max(len(t) for t in ticks) <= 28
+
+
+def test_class_legend_for_24_classes_and_a_note_beyond_40():
+    rng = np.random.default_rng(1)
+    for n, listed in ((24, True), (60, False)):
+        names = [f"shape_{i}" for i in range(n)]
+        lab = np.repeat(np.arange(n), 4)
+        Y = rng.normal(size=(len(lab), 2))
+        half = lab < n // 2
+        figs = [plot_joint_tsne(Y[half], Y[~half], lab[half], lab[~half], class_names=names),
+                plot_yoked_tsne(Y, Y + 1, lab, class_names=names),
+                plot_tsne(Y, lab, class_names=names)]
+        for fig in figs:
+            legs = [*fig.legends, *(leg for ax in fig.axes if (leg := ax.get_legend()) is not None)]
+            class_legs = [leg for leg in legs if leg.get_title().get_text() == "class"]
+            if listed:
+                assert len(class_legs) == 1 and _legend_texts(class_legs[0]) == names
+            else:
+                assert not class_legs
+                assert any(f"{n} classes: too many for a legend" in t for t in _all_texts(fig))
+
+
+def test_fig5_gives_each_of_24_objectives_its_own_colour():
+    from embedscope.viz.study import fig5
+
+    objs = [{"objective": f"obj{i}", "R@1": 0.5 + 0.01 * i, "rho": 0.04 * i} for i in range(24)]
+    stats = {"target": "R@1", "objectives": objs, "measures": ["rho"],
+             "correlations": [{"measure": "rho", "split": "train", "level": "objectives", "pearson": 0.3}]}
+    fig = fig5(stats)
+    pts = [c for c in fig.axes[0].collections if len(c.get_offsets()) == 24]
+    cols = {tuple(np.round(c, 6)) for c in pts[-1].get_facecolors()}
+    assert len(cols) == 24  # tab20 repeated gave obj0 and obj20 one colour
+    leg = fig.legends[0]
+    assert _legend_texts(leg) == [o["objective"] for o in objs]
+
+
+def _deuteranope(rgb):
+    """Machado, Oliveira & Fernandes (2009) simulation of deuteranopia (severity 1) in linear RGB."""
+    from matplotlib.colors import to_rgb
+
+    M = np.array([[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                  [-0.011820, 0.042940, 0.968881]])
+    c = np.array(to_rgb(rgb))
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return np.clip(M @ lin, 0, 1)
+
+
+def test_neighbour_frames_differ_for_colour_blind_readers_and_carry_a_mark():
+    from embedscope.analyses.neighbours import NeighbourExamples
+    from embedscope.viz import neighbours as nb
+
+    a, b = _deuteranope(nb.RIGHT), _deuteranope(nb.WRONG)
+    assert np.abs(a - b).sum() > 0.25  # old green #1a9641 / red #d7191c: 0.07 apart
+    ex = NeighbourExamples(query_paths=np.array(["q"]), query_labels=np.array(["cat"]),
+                           ref_paths=np.array([["r1", "r2"]]), ref_labels=np.array([["cat", "dog"]]),
+                           similarity=np.array([[0.9, 0.8]]), correct=np.array([[True, False]]),
+                           query_split="test", reference_split="test", metric="cosine")
+    img = np.zeros((8, 8))
+    fig = nb.draw_neighbours(ex, [img], [[img, img]])
+    caps = [ax.get_xlabel() for ax in fig.axes[1:3]]
+    assert caps[0].startswith("✓ cat") and caps[1].startswith("✗ dog")
+
+
+def test_nan_is_shown_as_missing_not_as_a_value():
+    from embedscope.viz.properties import property_bars
+    from embedscope.viz.spectrum import normalized_spectrum
+
+    # a spectrum holding NaN has no normalised spectrum (it was drawn un-normalised, ~100x too high)
+    assert np.isnan(normalized_spectrum([3.0, 1.0, np.nan])).all()
+    assert np.allclose(normalized_spectrum([3.0, 1.0]), [0.75, 0.25])
+    rows = [{"model": "m", "property": "ink", "NR-Prec": float("nan"), "ceiling": 9.0},
+            {"model": "m", "property": "parity", "NR-Prec": 4.0, "ceiling": 9.0}]
+    fig = property_bars(rows)
+    assert "n/a" in _all_texts(fig)
+
+
+def test_a_class_keeps_its_colour_across_figures_with_24_classes():
+    """The shapes set: 24 classes, 12 seen in training and 12 unseen; the test classes are drawn in
+    the same colours by the one-split map, the joint map and the yoked maps (hue-circle palette)."""
+    rng = np.random.default_rng(2)
+    names = [f"shape_{i}" for i in range(24)]
+    lab = np.repeat(np.arange(24), 3)
+    Y = rng.normal(size=(len(lab), 2))
+    test = lab >= 12
+    want = ClassPalette(names)
+
+    def colours(ax, Yd, labels):
+        offs, cols = np.asarray(ax.collections[0].get_offsets()), ax.collections[0].get_facecolors()
+        out = {}
+        for o, c in zip(offs, cols):
+            i = int(np.flatnonzero(np.all(np.isclose(Yd, o), axis=1))[0])
+            out.setdefault(names[labels[i]], set()).add(tuple(np.round(c[:3], 6)))
+        return out
+
+    figs = [(plot_tsne(Y[test], lab[test], class_names=names).axes[0], Y[test], lab[test]),
+            (plot_joint_tsne(Y[~test], Y[test], lab[~test], lab[test], class_names=names).axes[1], Y[test],
+             lab[test]),
+            (plot_yoked_tsne(Y[test], Y[test] + 1, lab[test], class_names=names).axes[0], Y[test], lab[test])]
+    for ax, Yd, labels in figs:
+        got = colours(ax, Yd, labels)
+        assert sorted(got) == names[12:]
+        for name, cs in got.items():
+            assert cs == {tuple(np.round(want[name][:3], 6))}
