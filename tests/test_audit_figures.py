@@ -65,6 +65,7 @@ def test_long_names_are_cut_in_the_middle_and_do_not_collide():
     assert all(len(t) <= 28 for t in texts) and texts[0] != texts[1]  # the ends differ: still told apart
     assert texts[0].endswith("A") and "…" in texts[0] and texts[2] == "short"
     assert fig.get_figwidth() < 7  # the legend of a 120-character name widened it to ~10 inches
+    assert fig.axes[0].get_title() == "30 points, 3 classes"
 
     # two long model names as the yoked panels' titles: drawn side by side without overlapping
     fig = plot_yoked_tsne(Y, Y + 1, lab, class_names=names, names=["model " + LONG, "other " + LONG])
@@ -184,3 +185,24 @@ def test_a_class_keeps_its_colour_across_figures_with_24_classes():
         assert sorted(got) == names[12:]
         for name, cs in got.items():
             assert cs == {tuple(np.round(want[name][:3], 6))}
+
+
+def test_characters_without_a_glyph_are_drawn_escaped_without_warnings():
+    """A CJK class name with no CJK font: drawn as escapes (told apart) instead of identical empty
+    boxes, with no "Glyph ... missing" warning per character on the terminal."""
+    import io
+    import warnings
+
+    from matplotlib.font_manager import FontProperties, findfont
+    from matplotlib.ft2font import FT2Font
+
+    if 0x65E5 in FT2Font(findfont(FontProperties())).get_charmap():
+        pytest.skip("a font with CJK glyphs is configured")
+    lab = np.repeat(np.arange(3), 5)
+    Y = np.random.default_rng(0).normal(size=(15, 2))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        fig = plot_tsne(Y, lab, class_names=["日本", "中国", "Straße"])
+        fig.savefig(io.BytesIO(), format="png")
+    assert not [w for w in rec if "Glyph" in str(w.message)]
+    assert _legend_texts(fig.axes[0].get_legend()) == ["\\u65e5\\u672c", "\\u4e2d\\u56fd", "Straße"]

@@ -55,8 +55,8 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
             ax.set_ylim(lo, max(hi, 1.4 * max(tops)))
         # handles and labels given explicitly: a model named "_..." is listed too (matplotlib would skip it)
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        if title:
-            ax.set_title(title)
+        if title:  # over the whole figure: the axes is narrow beside its legend, a long title overran it
+            fig.suptitle(title, fontsize=PAPER_RC["axes.titlesize"])
         clean_figure(fig)  # property and model names from files: control characters escaped
         fig.tight_layout()
     return fig

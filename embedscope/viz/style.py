@@ -280,14 +280,64 @@ def clean_figure(fig) -> Any:
         s = t.get_text()
         if not s.isprintable():
             t.set_text(figure_text(s))
+        if not s.isascii():
+            shown = drawable_text(t.get_text(), t.get_fontproperties())
+            if shown != t.get_text():
+                t.set_text(shown)
         if "$" in s and id(t) not in ticks:
             t.set_parse_math(False)
     return fig
 
 
+_FONT_CHARS: dict = {}
+
+
+def _font_chars(prop) -> frozenset:
+    """The code points the fonts of ``prop`` can draw (its family list with matplotlib's fallback)."""
+    from matplotlib import font_manager as fm
+
+    find = getattr(fm.fontManager, "_find_fonts_by_props", None)
+    paths = tuple(find(prop)) if find is not None else (fm.findfont(prop),)
+    if paths not in _FONT_CHARS:
+        from matplotlib.ft2font import FT2Font
+
+        chars: set = set()
+        for p in paths:
+            try:
+                chars.update(FT2Font(str(p)).get_charmap())
+            except (OSError, RuntimeError, ValueError):
+                continue
+        _FONT_CHARS[paths] = frozenset(chars)
+    return _FONT_CHARS[paths]
+
+
+def drawable_text(s: str, prop=None) -> str:
+    """``s`` with each character that the figure's fonts (``prop``: a FontProperties, default the
+    current settings) have no glyph for written as an escape (``日`` -> ``\\u65e5``, as on the
+    terminal), instead of an empty box that looks the same for every such character and a
+    "Glyph ... missing" warning per character. A font installed and named in matplotlib's
+    ``font.family`` list (e.g. a CJK font) is used: its characters are kept."""
+    if s.isascii():
+        return s
+    if prop is None:
+        from matplotlib.font_manager import FontProperties
+
+        prop = FontProperties()
+    chars = _font_chars(prop)
+    out = []
+    for ch in s:
+        o = ord(ch)
+        if o < 0x80 or o in chars or ch.isspace() or not ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
+    return "".join(out)
+
+
 def _tick_text(s: object) -> str:
-    """A tick label: :func:`figure_text`, with ``$`` escaped for mathtext (shown as ``$``)."""
-    return figure_text(s).replace("$", "\\$")
+    """A tick label: :func:`figure_text`, with ``$`` escaped for mathtext (shown as ``$``) and
+    characters without a glyph escaped (:func:`drawable_text`)."""
+    return drawable_text(figure_text(s)).replace("$", "\\$")
 
 
 def _printable_func(func):
@@ -365,5 +415,5 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
 __all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR", "ABOVE_COLOR", "LINE_STYLES",
            "palette_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
            "class_legend", "legend_height", "class_legend_layout", "legend_columns", "legend_note", "short_text",
-           "LEGEND_CHARS", "TITLE_CHARS", "TICK_CHARS", "MAX_LEGEND_ENTRIES", "settings_text", "figure_text",
+           "LEGEND_CHARS", "TITLE_CHARS", "TICK_CHARS", "MAX_LEGEND_ENTRIES", "settings_text", "figure_text", "drawable_text",
            "clean_figure", "finish_layout"]

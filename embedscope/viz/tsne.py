@@ -169,9 +169,9 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
     ratio = _panel_ratio(lo, hi)
     legend_w, ncol = 0.0, 1
     if present and len(present) <= MAX_LEGEND_ENTRIES:
-        labels = [h.get_label() for h in palette.handles(present)]
-        ncol = math.ceil(len(labels) / 20)  # up to 20 rows
-        legend_w = ncol * (0.35 + 0.065 * max(len(t) for t in labels))
+        texts = [h.get_label() for h in palette.handles(present)]
+        ncol = math.ceil(len(texts) / 20)  # up to 20 rows
+        legend_w = ncol * (0.35 + 0.065 * max(len(t) for t in texts))
     with plt.rc_context(PAPER_RC):
         fig, ax = plt.subplots(figsize=(3.2 + legend_w, 3.2 * ratio + 0.75))
         _class_scatter(ax, Y, names, palette)
