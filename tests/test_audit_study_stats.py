@@ -488,14 +488,14 @@ def test_report_published_values_are_those_of_methods_md_and_ours_are_correlatio
         row = pub[m]
         assert [float(v) for v in row[1:4]] == vals
         r = csv_rows[(m, "objectives")]
-        assert row[4] == (f"{float(r['pearson']):.3f} [{float(r['pearson_lo']):+.2f}, "
+        assert row[4] == (f"{float(r['pearson']):+.3f} [{float(r['pearson_lo']):+.2f}, "
                           f"{float(r['pearson_hi']):+.2f}]")
     names, mat = stats["metric_matrix"]["names"], stats["metric_matrix"]["pearson"]
     f4 = [r for r in _cells(text, "Published values") if "–" in r[0]]
     for row, ((a, b), val) in zip(f4, fig4.items()):
         assert row[0] == f"{a} – {b}" and float(row[1]) == val
         assert float(row[2]) == round(mat[names.index(a)][names.index(b)], 2)
-    # the correlation table: every measure, both levels, as correlations.csv (3 decimals, intervals to 2)
+    # the correlation table: every measure, both levels, as correlations.csv (signed, 3 decimals, intervals to 2)
     corr = {r[0]: r for r in _cells(text, "Correlations with test")}
     assert set(corr) == {m for m, _ in csv_rows}
     for m, row in corr.items():
@@ -503,10 +503,9 @@ def test_report_published_values_are_those_of_methods_md_and_ours_are_correlatio
                                                                     ("pearson", "spearman", "kendall"))):
             r = csv_rows[(m, level)]
             v, lo, hi = (float(r[k]) for k in (stat, f"{stat}_lo", f"{stat}_hi"))
-            want = str(int(v)) if v.is_integer() else f"{v:.3f}"
-            assert col == f"{want} [{lo:+.2f}, {hi:+.2f}]", (m, level, stat)
+            assert col == f"{v:+.3f} [{lo:+.2f}, {hi:+.2f}]", (m, level, stat)
         g = float(csv_rows[(m, "runs")]["granulated_tau"])
-        assert row[9] == ("–" if math.isnan(g) else str(int(g)) if g.is_integer() else f"{g:.3f}")
+        assert row[9] == ("–" if math.isnan(g) else f"{g:+.3f}")
     assert "Left out, equal" not in text
 
 

@@ -1,8 +1,14 @@
 """``embedscope report``: one self-contained HTML page of a study (figures embedded, no external requests).
 
-Sections: settings and provenance (source, data set, versions, checkpoint hashes), the reading
-aids (untrained reference, robustness), the correlation table with bootstrap intervals and the
-granulated τ, the published values of docs/methods.md §6 beside ours, the figures, and the runs table.
+Sections: a summary (and, above everything, the checkpoints that failed and the warnings that change
+how the numbers read: too few points, test-set selection), settings and provenance (source, data
+set, training settings, versions, host), the untrained reference, the correlation table with
+bootstrap intervals and the granulated τ, robustness, the published values of docs/methods.md §6
+beside ours, the figures, the runs table, the checkpoints with their sha256, and the measures.
+
+Every string from the study's files is HTML-escaped, its control characters shown as ``\\xNN``
+(:func:`embedscope.text.safe`); a number that is missing or undefined is ``–``, never ``nan`` or an
+empty cell. Checked in headless Chromium at 1400 and 800 px (``scripts/screenshot_report.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import base64
 import html
 import math
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -26,59 +33,153 @@ PUBLISHED_FIG5 = {
 # docs/methods.md §6: Roth Fig. 4 (CUB), Pearson r between evaluation metrics across objectives
 PUBLISHED_FIG4 = {("R@1", "NMI"): 0.86, ("R@1", "mAP@C"): 0.76, ("NMI", "F1"): 0.99}
 
+DASH = "–"  # a number that is missing or not defined
+
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;
 color:#1d1d1f;line-height:1.4;padding:0 16px}
 h1{font-size:1.5em;margin-bottom:0.2em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:0.82em;margin:8px 0}th,td{border:1px solid #d0d0d0;padding:3px 7px;
-text-align:right;white-space:nowrap}
-th{background:#f2f2f2;white-space:normal}td.l,th.l{text-align:left}tr.bad td{background:#fff1f0}
+table{border-collapse:collapse;font-size:0.82em;margin:8px 0;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #d0d0d0;padding:3px 7px;text-align:right;white-space:nowrap;vertical-align:top;
+background:#fff}
+th{background:#f2f2f2;white-space:normal;vertical-align:bottom}td.l,th.l{text-align:left}th.c{text-align:center}
+td.w{white-space:normal;overflow-wrap:anywhere;text-align:left;min-width:12em}
+tr.bad td{background:#fff1f0}tr.excl td{color:#8a8a8a;background:#f7f7f7}
+.scroll{overflow-x:auto;max-width:100%}.scroll th:first-child,.scroll td:first-child{position:sticky;left:0;z-index:1}
+.nw{white-space:nowrap}.ci{display:block;color:#666;font-size:0.9em}.cin{color:#666}
 .note{color:#555;font-size:0.9em}.warn{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px}
-img{max-width:100%;border:1px solid #eee;margin:8px 0}.scroll{overflow-x:auto}code{background:#f4f4f4;padding:0 3px}
+.err{background:#fff1f0;border-left:4px solid #d93025;padding:6px 10px}
+figure{margin:16px 0}img{max-width:100%;height:auto;border:1px solid #eee}
+code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:0.95em}
+code{background:#f4f4f4;padding:0 3px}
+@page{size:landscape;margin:12mm}
+@media print{body{max-width:none;margin:0;padding:0}.scroll{overflow:visible}table{font-size:0.62em}
+th,td{padding:2px 4px}.scroll th:first-child,.scroll td:first-child{position:static}figure,tr{break-inside:avoid}}
 """
 
 
 def _e(v: Any) -> str:
-    return html.escape(str(v), quote=True)
+    """Text from a file, for HTML: control characters shown escaped (\\xNN), then HTML-escaped."""
+    from embedscope.text import safe
+
+    return html.escape(safe(v), quote=True)
 
 
-def _num(v: Any, d: int = 3) -> str:
-    if v is None or v == "":
-        return ""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
+def _float(v: Any) -> float | None:
+    """``v`` as a finite float, else None (a missing, empty, 'nan', boolean or non-numeric value)."""
+    if v is None or isinstance(v, bool):
+        return None
     try:
         f = float(v)
     except (TypeError, ValueError):
-        return _e(v)
-    if not math.isfinite(f):
-        return "–"
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _count(v: Any) -> int | None:
+    """``v`` as a whole number, else None."""
+    f = _float(v)
+    return int(f) if f is not None and f.is_integer() else None
+
+
+def _num(v: Any, d: int = 3) -> str:
+    """A number with ``d`` decimals (whole numbers as such); missing or not finite: –."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    f = _float(v)
+    if f is None:
+        return DASH
     if f.is_integer() and abs(f) < 1e6:
         return str(int(f))
     return f"{f:.{d}f}"
 
 
-def _ci(r: dict[str, Any], key: str) -> str:
-    v, lo, hi = r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi")
-    s = _num(v)
-    if lo is not None and hi is not None and all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)):
-        s += f" [{lo:+.2f}, {hi:+.2f}]"
+def _fixed(v: Any, d: int = 4) -> str:
+    """A measured value with exactly ``d`` decimals (1.0 is 1.0000, not 1); missing: –."""
+    f = _float(v)
+    return DASH if f is None else f"{f:.{d}f}"
+
+
+def _r(v: Any, d: int = 3) -> str:
+    """A correlation: signed, ``d`` decimals (+1.000, not 1); undefined: –."""
+    f = _float(v)
+    return DASH if f is None else f"{f:+.{d}f}"
+
+
+def _ci(r: dict[str, Any], key: str, d: int = 3, below: bool = True) -> str:
+    """The correlation ``key`` of ``r`` with its bootstrap interval (when it has one), below it or beside it."""
+    s = _r(r.get(key), d)
+    lo, hi = _float(r.get(f"{key}_lo")), _float(r.get(f"{key}_hi"))
+    if s != DASH and lo is not None and hi is not None:
+        s += f' <span class="{"ci" if below else "cin"}">[{lo:+.2f}, {hi:+.2f}]</span>'
     return s
 
 
-def _table(headers: list[str], rows: list[list[str]], left: int = 1, row_classes: list[str] | None = None) -> str:
-    h = "".join(f'<th class="l">{_e(x)}</th>' if i < left else f"<th>{_e(x)}</th>" for i, x in enumerate(headers))
+def _text(v: Any) -> str:
+    """A text cell: empty, None or NaN read back from a CSV is –."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)) or str(v).strip() in ("", "nan", "NaN", "None"):
+        return DASH
+    return _e(v)
+
+
+def _yes_no(v: Any) -> str:
+    s = str(v).strip().lower()
+    return {"true": "yes", "1": "yes", "1.0": "yes", "false": "no", "0": "no", "0.0": "no"}.get(s, DASH)
+
+
+def _table(headers: list[str], rows: list[list[str]], left: int = 1, row_classes: list[str] | None = None,
+           head: str | None = None, wrap: tuple[int, ...] = ()) -> str:
+    """A table in a horizontally scrolling box (first column kept in view). ``headers`` are escaped;
+    cells are HTML already. The first ``left`` columns are left-aligned; columns in ``wrap`` wrap
+    (long text: paths, messages). ``head`` replaces the header row (several rows, spans)."""
+    h = head or "<tr>" + "".join(f'<th class="l">{_e(x)}</th>' if i < left or i in wrap else f"<th>{_e(x)}</th>"
+                                 for i, x in enumerate(headers)) + "</tr>"
     body = []
     for k, r in enumerate(rows):
         cls = f' class="{row_classes[k]}"' if row_classes and row_classes[k] else ""
-        cells = "".join(f'<td class="l">{x}</td>' if i < left else f"<td>{x}</td>" for i, x in enumerate(r))
+        cells = "".join(f'<td class="w">{x}</td>' if i in wrap else f'<td class="l">{x}</td>' if i < left
+                        else f"<td>{x}</td>" for i, x in enumerate(r))
         body.append(f"<tr{cls}>{cells}</tr>")
-    return f'<div class="scroll"><table><thead><tr>{h}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    return f'<div class="scroll"><table><thead>{h}</thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def png_size(data: bytes) -> tuple[int, int, float | None]:
+    """(width, height, dots per inch or None) of a PNG file's bytes (IHDR and pHYs chunks)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("not a PNG file")
+    w, h = struct.unpack(">II", data[16:24])
+    pos, dpi = 8, None
+    while pos + 8 <= len(data):
+        n, kind = struct.unpack(">I", data[pos:pos + 4])[0], data[pos + 4:pos + 8]
+        if kind == b"pHYs" and n >= 9:
+            px, _py, unit = struct.unpack(">IIB", data[pos + 8:pos + 17])
+            if unit == 1 and px > 0:  # pixels per metre
+                dpi = px * 0.0254
+            break
+        if kind in (b"IDAT", b"IEND"):
+            break
+        pos += 12 + n
+    return w, h, dpi
+
+
+# CSS pixels per inch of a figure: 125% of its printed size (CSS has 96 px to the inch), so that
+# matplotlib's 10-point text is about as large as the page's text
+FIGURE_PX_PER_INCH = 120
 
 
 def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (f'<figure><img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+    """A figure embedded as base64, shown at a size proportional to the size it was drawn for (its
+    pixels over its dpi, at FIGURE_PX_PER_INCH), so that the text of every figure has the same size on
+    the page, smaller only where the page is narrower than the figure."""
+    raw = path.read_bytes()
+    try:
+        w, h, dpi = png_size(raw)
+        scale = FIGURE_PX_PER_INCH / dpi if dpi else 1.0
+        size = f' width="{round(w * scale)}" height="{round(h * scale)}"'
+    except (ValueError, struct.error):
+        size = ""
+    data = base64.b64encode(raw).decode("ascii")
+    return (f'<figure><img alt="{_e(alt)}"{size} src="data:image/png;base64,{data}">'
             f'<figcaption class="note">{_e(alt)}</figcaption></figure>')
 
 
@@ -147,109 +248,233 @@ def _stats_problem(stats: Any) -> str:
     return ""
 
 
-def build_report(study_dir: str | os.PathLike) -> str:
-    """The HTML text of the report of a finished study folder."""
-    d = Path(study_dir)
-    if d.exists() and not d.is_dir():
-        raise EmbedscopeError(f"{d}: is a file, expected a study folder")
-    for f in ("study.json", "correlations.json", "runs.csv"):
-        if not (d / f).exists():
-            raise EmbedscopeError(f"{d}: not a finished study folder (no {f}; run 'embedscope study' first)")
-    meta, stats, runs = _read_study(d)
-    target = stats["target"]
+def _plural(n: int | None, one: str, many: str | None = None) -> str:
+    return f"{_e(n)} {one if n == 1 else (many or one + 's')}"
+
+
+def _distinct(runs: list[dict[str, str]], col: str) -> list[str]:
+    """The distinct non-empty values of ``col`` in ``runs``, sorted (numbers by value; a whole number
+    as such: a CSV column with an empty cell reads back 16 as 16.0)."""
+    vals = set()
+    for r in runs:
+        v = str(r.get(col, "")).strip()
+        f = _float(v)
+        if f is not None and f.is_integer() and abs(f) < 1e15:
+            v = str(int(f))
+        if v not in ("", "nan", "NaN", "None"):
+            vals.add(v)
+
+    def key(v: str):
+        f = _float(v)
+        return (0, f, "") if f is not None else (1, 0.0, v)
+
+    return sorted(vals, key=key)
+
+
+def _is_true(v: Any) -> bool:
+    return str(v).strip().lower() in ("true", "1", "1.0")
+
+
+def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
+    """Title, summary line, and the boxes that change how everything below reads."""
     s = meta.get("settings", {})
+    target = stats["target"]
+    np_ = stats["n_points"]
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>embedscope study: {_e(Path(s.get('source', str(d))).name)}</title>",
-             f"<style>{CSS}</style></head><body>"]
-    parts.append(f"<h1>Study: which measure of the training embeddings tracks test {_e(target)}?</h1>")
-    np_ = stats["n_points"]
+             f"<title>embedscope study: {_e(Path(str(s.get('source', d))).name)}</title>",
+             f"<style>{CSS}</style></head><body>",
+             f"<h1>Study: which measure of the training embeddings tracks test {_e(target)}?</h1>"]
+    exclude = [str(x) for x in stats.get("exclude") or []]
+    n_excl = _count(np_["excluded"])
+    excl = (f"{_e(np_['excluded'])} excluded by {_e(', '.join(exclude) or '--exclude')}"
+            if exclude or n_excl != 0 else "none excluded")
     parts.append(f'<p class="note">{_e(np_["runs"])} runs in {_e(np_["objectives"])} objectives '
-                 f'({_e(np_["rows"])} checkpoints measured, {_e(np_["errors"])} failed, {_e(np_["excluded"])} excluded by '
-                 f'{_e(", ".join(map(str, stats.get("exclude") or [])) or "nothing")}). '
-                 "Protocol: docs/methods.md §6 (Roth et al. 2020, "
-                 "Fig. 4, Fig. 5).</p>")
-
-    # settings and provenance
-    parts.append("<h2>Settings and provenance</h2>")
-    v = meta.get("versions", {})
-    datasets = sorted({r.get("dataset", "") for r in runs if r.get("dataset")})
-    prov = [["source", _e(s.get("source", ""))], ["epoch selection", _e(s.get("epoch", ""))],
-            ["data set", _e(", ".join(datasets) or s.get("dataset") or "")], ["target", _e(target)],
-            ["retrieval metric", _e(s.get("metric", ""))], ["seed (k-means, bootstrap)", _e(s.get("seed", ""))],
-            ["bootstrap resamples", _e(stats.get("n_boot", ""))],
-            ["hyper-parameter axes that vary", _e(", ".join(map(str, stats.get("axes") or [])) or "none")],
-            ["measures from", _e(meta.get("measures_source", ""))], ["embedding cache", _e(meta.get("cache_dir", ""))],
-            ["versions", _e(", ".join(f"{k} {x}" for k, x in v.items()))],
-            ["started / ended", _e(f"{meta.get('started', '')} / {meta.get('ended', '')}")]]
-    parts.append(_table(["setting", "value"], prov, left=2))
-    if s.get("epoch") == "best":
+                 f'({_e(np_["rows"])} checkpoints measured, {_e(np_["errors"])} failed, {excl}). '
+                 "Protocol: docs/methods.md §6 (Roth et al. 2020, Fig. 4, Fig. 5).</p>")
+    failed = [r for r in runs if r.get("status", "ok") != "ok"]
+    if failed:
+        parts.append(f'<div class="err"><p><b>{_plural(len(failed), "checkpoint")} of {len(runs)} failed</b> and '
+                     "enter no statistic; the next run of the same 'embedscope study' command tries "
+                     f"{'it' if len(failed) == 1 else 'them'} again.</p>")
+        parts.append(_table(["id", "checkpoint", "error"],
+                            [[_text(r.get("id")), _text(r.get("checkpoint")), _text(r.get("error"))] for r in failed],
+                            left=1, wrap=(1, 2)))
+        parts.append("</div>")
+    few = [(n, what) for n, what in ((_count(np_["objectives"]), "objectives"), (_count(np_["runs"]), "runs"))
+           if n is not None and n < 3]
+    if few:
+        said = " and ".join(f"{n} {what}" for n, what in few)
+        parts.append(f'<p class="warn">Only {_e(said)}: a correlation over two points is ±1 whatever the values, '
+                     "without an interval or p-value, and over fewer it is not defined (–). These correlations "
+                     "say nothing about the claim; a study needs at least 3 points, and many more for intervals "
+                     "that exclude 0.</p>")
+    if any(r.get("selection") == "best" for r in runs):
         parts.append('<p class="warn">The <b>best</b> epoch of each run is the epoch of best <i>test</i> R@1 '
                      "(Roth's protocol): it selects on the test set, so the test values are optimistic. The final "
                      "epoch is measured beside it (robustness table).</p>")
+    return parts
 
-    # untrained and robustness
+
+_SELECTION = {"best": "at the best epoch", "final": "final", "given": "taken as given (no training folder)",
+              "epoch": "kept epochs", "untrained": "untrained"}
+
+
+def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
+    from embedscope import __version__
+    from embedscope.study.plan import CONFIG_COLUMNS
+
+    s = meta.get("settings", {})
+    v = meta.get("versions", {})
+    target = stats["target"]
+    ok = [r for r in runs if r.get("status", "ok") == "ok"]
+    trained = [r for r in ok if r.get("selection") != "untrained"]
+    sel = {}
+    for r in runs:
+        sel[r.get("selection", "")] = sel.get(r.get("selection", ""), 0) + 1
+    datasets = _distinct(runs, "dataset")
+    data = ", ".join(datasets) or str(s.get("dataset") or "")
+    sizes = [(_distinct(ok, "N_train"), "training"), (_distinct(ok, "N_test"), "test")]
+    if all(len(x) == 1 for x, _ in sizes):
+        data += " (" + ", ".join(f"{x[0]} {what} images" for x, what in sizes) + ")"
+    if s.get("root"):
+        data += f", root {s['root']}"
+    axes = [str(a) for a in stats.get("axes") or []]
+    have = set(trained[0]) if trained else set()
+    varying = "; ".join(f"{a}: {', '.join(_distinct(trained, a if a in have else 'tag:' + a))}" for a in axes) or "none"
+    fixed = []
+    for c in [c for c in CONFIG_COLUMNS if c not in ("dataset", "seed", "loss_family")] + \
+             sorted(k for k in have if k.startswith("tag:")):
+        if c in axes or c.removeprefix("tag:") in axes:
+            continue
+        vals = _distinct(trained, c)
+        if len(vals) == 1:
+            fixed.append(f"{c} {vals[0]}")
+    measures = s.get("measures")
+    rows = [("source", s.get("source", "")),
+            ("epoch selection", f"{s.get('epoch', '')} (checkpoints: "
+             + ", ".join(f"{n} {_SELECTION.get(k, k or '?')}" for k, n in sel.items()) + ")"),
+            ("data set", data), ("target", f"test {target}"), ("retrieval metric", s.get("metric", "")),
+            ("hyper-parameter axes that vary", varying), ("seeds", ", ".join(_distinct(trained, "seed")) or DASH),
+            ("training settings, the same in every run", ", ".join(fixed) or DASH),
+            ("left out (--exclude)", ", ".join(map(str, stats.get("exclude") or [])) or "nothing"),
+            ("measures", "every measure of the registry" if not measures else
+             ", ".join(map(str, measures)) if isinstance(measures, list) else measures),
+            ("measures from", meta.get("measures_source", "")),
+            ("seed (k-means, bootstrap)", s.get("seed", "")), ("bootstrap resamples", stats.get("n_boot", "")),
+            ("device", s.get("device", "")), ("embedding cache", meta.get("cache_dir", "")),
+            ("versions", ", ".join(f"{k} {x}" for k, x in v.items()) if isinstance(v, dict) else v),
+            ("statistics code (fingerprint)", meta.get("stats_code", "")), ("host", meta.get("host", "")),
+            ("started / ended", f"{meta.get('started', '')} / {meta.get('ended', '')}"),
+            ("this page written by", f"embedscope {__version__}"),
+            ("checkpoint hashes", "sha256 of every file: the table Checkpoints, below")]
+    out = ["<h2>Settings and provenance</h2>",
+           _table(["setting", "value"], [[_e(k), _text(x)] for k, x in rows], left=1, wrap=(1,))]
+    return out
+
+
+def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
+    target = stats["target"]
     u = stats.get("untrained", {})
-    parts.append("<h2>Against the untrained network</h2>")
     nb = [str(x) for x in u.get("selected_no_better") or []] if isinstance(u.get("selected_no_better"), list) else []
-    parts.append(f"<p>Selected checkpoints no better than their untrained network on test {_e(target)}: "
-                 f"<b>{len(nb)} of {_e(u.get('selected_compared', 0))}</b>; final checkpoints: "
-                 f"<b>{_e(u.get('final_no_better', 0))} of {_e(u.get('final_compared', 0))}</b>; best epoch = epoch 1 "
-                 f"in {_e(u.get('best_epoch_1', 0))} runs. "
-                 + ("A study of models that do not beat their initialisation does not test the claim." if nb else "")
-                 + "</p>")
+    said = [f"Selected checkpoints no better than their untrained network on test {_e(target)}: "
+            f"<b>{len(nb)} of {_e(u.get('selected_compared', 0))}</b>"]
+    if _count(u.get("final_compared")) != 0:
+        said.append(f"final checkpoints: <b>{_e(u.get('final_no_better', 0))} of {_e(u.get('final_compared', 0))}</b>")
+    if any(r.get("selection") == "best" for r in runs):
+        said.append(f"best epoch = epoch 1 in {_e(u.get('best_epoch_1', 0))} runs")
+    parts = ["<h2>Against the untrained network</h2>",
+             "<p>" + "; ".join(said) + ". "
+             + ("A study of models that do not beat their initialisation does not test the claim." if nb else "")
+             + "</p>"]
     if nb:
-        parts.append(f'<p class="note">Flagged: {_e(", ".join(nb))}</p>')
+        parts.append(f'<p class="note">No better than untrained: {_e(", ".join(nb))}</p>')
     norm = stats.get("normalisation", {})
     if norm:
         parts.append('<p class="note">Output normalisation of the runs: '
-                     + _e(", ".join(f"{'L2-normalised' if k in ('True', 'true', '1') else 'raw'}: {n}"
-                                    for k, n in norm.items()))
+                     + _e(", ".join(f"{'L2-normalised' if _is_true(k) else 'raw'}: {n}" for k, n in norm.items()))
                      + " (ρ is taken on the outputs as they are; R@1 ranks by cosine).</p>")
+    return parts
 
-    # correlations
-    parts.append(f"<h2>Correlations with test {_e(target)}</h2>")
-    rows = []
-    by = {}
-    for r in stats["correlations"]:
-        by.setdefault(r["measure"], {})[r["level"]] = r
+
+def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
+    target, np_ = stats["target"], stats["n_points"]
     rank = {r["measure"]: i + 1 for i, r in enumerate(stats.get("ranking", []))}
+    rows = []
     for m in sorted(by, key=lambda m: rank.get(m, 999)):
         o, r = by[m].get("objectives", {}), by[m].get("runs", {})
-        rows.append([_e(m), _e(o.get("split", "")), str(rank.get(m, "")), _ci(o, "pearson"), _ci(o, "spearman"),
-                     _ci(o, "kendall"), _ci(r, "pearson"), _ci(r, "spearman"), _ci(r, "kendall"),
-                     _num(r.get("granulated_tau"))])
-    parts.append(_table(["measure", "split", "rank |τ|", f"Pearson r, objectives (n={np_['objectives']})",
-                         "Spearman, objectives", "Kendall τ, objectives", f"Pearson r, runs (n={np_['runs']})",
-                         "Spearman, runs", "Kendall τ, runs", "granulated τ"], rows, left=2))
+        rows.append([_e(m), _text(o.get("split") or r.get("split")), str(rank.get(m, DASH)),
+                     _ci(o, "pearson"), _ci(o, "spearman"), _ci(o, "kendall"),
+                     _ci(r, "pearson"), _ci(r, "spearman"), _ci(r, "kendall"), _r(r.get("granulated_tau"))])
+    head = ('<tr><th class="l" rowspan="2">measure</th><th class="l" rowspan="2">split</th>'
+            '<th rowspan="2">rank by <span class="nw">|τ|</span></th>'
+            f'<th class="c" colspan="3">over objectives (n = {_e(np_["objectives"])})</th>'
+            f'<th class="c" colspan="3">over runs (n = {_e(np_["runs"])})</th><th rowspan="2">granulated τ</th></tr>'
+            "<tr>" + "<th>Pearson r</th><th>Spearman</th><th>Kendall τ</th>" * 2 + "</tr>")
+    parts = [f"<h2>Correlations with test {_e(target)}</h2>", _table([], rows, left=2, head=head)]
     if stats.get("identical_to_target"):
         parts.append(f'<p class="note">Left out, equal to the target in every run: '
                      f'{_e(", ".join(map(str, stats["identical_to_target"])))}.</p>')
-    parts.append('<p class="note">[lo, hi]: bootstrap 95% interval (resampling points, seeded). Granulated τ: Jiang '
-                 "et al., ICLR 2020, mean over the varying axes of the mean τ within groups that differ in that axis "
-                 "only.</p>")
+    parts.append('<p class="note">Below each value: its bootstrap 95% interval [lo, hi] (resampling the points, '
+                 f"seeded; none with 2 points). {DASH}: not defined (a measure or target constant over the points, "
+                 "or fewer than 2 points). Granulated τ: Jiang et al., ICLR 2020, the mean over the varying axes of "
+                 "the mean τ within groups of runs that differ in that axis only. Rank: by |Kendall τ| over runs "
+                 "(measures without one are last).</p>")
+    return parts
 
-    # robustness
+
+# the robustness columns: key, header, when it is not computed
+_ROBUST = [("loo_min", "leave-one-objective-out r: min", "leave-one-objective-out needs at least 4 objectives"),
+           ("loo_max", "max", None),
+           ("loo_most_influential", "most influential objective", None),
+           ("final_epoch_pearson", "r at the final epoch",
+            "r at the final epoch needs '--epoch best' runs (the final checkpoint beside the best) over at least "
+            "3 objectives"),
+           ("normalised_only_pearson", "r, L2-normalised outputs only",
+            "r over normalised outputs only is computed when some runs are not L2-normalised (otherwise it is r), "
+            "over at least 3 normalised objectives"),
+           ("seed_spread_ratio", "seed sd / between-objective sd",
+            "the seed spread needs objectives with 2 or more seeds")]
+
+
+def _robustness(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
     rob = stats.get("robustness", {})
-    rrows = []
-    for m in [x for x in ("rho", "pi_ratio", "pi_intra", "pi_inter") if x in rob] + \
-             [x for x in rob if x not in ("rho", "pi_ratio", "pi_intra", "pi_inter")]:
+    order = [x for x in ("rho", "pi_ratio", "pi_intra", "pi_inter") if x in rob] + \
+            [x for x in rob if x not in ("rho", "pi_ratio", "pi_intra", "pi_inter")]
+    keys = [k for k, _, _ in _ROBUST]
+    present = {k for x in rob.values() for k in keys if k in x and (_float(x[k]) is not None or
+                                                                      (k == "loo_most_influential" and x[k]))}
+    if "loo_min" not in present:
+        present -= {"loo_max", "loo_most_influential"}
+    cols = [(k, h) for k, h, _ in _ROBUST if k in present]
+    rows = []
+    for m in order:
         x = rob[m]
-        rrows.append([_e(m), _num(by.get(m, {}).get("objectives", {}).get("pearson")), _num(x.get("loo_min")),
-                      _num(x.get("loo_max")), _e(x.get("loo_most_influential", "")), _num(x.get("final_epoch_pearson")),
-                      _num(x.get("normalised_only_pearson")), _num(x.get("seed_spread_ratio"))])
-    parts.append("<h2>Robustness</h2>")
-    parts.append(_table(["measure", "r (objectives)", "leave-one-objective-out min", "max",
-                         "most influential objective",
-                         "r at the final epoch", "r, normalised outputs only", "seed sd / between-objective sd"],
-                        rrows, left=1))
+        cells = [_e(m), _r(by.get(m, {}).get("objectives", {}).get("pearson"))]
+        for k, _ in cols:
+            cells.append(_text(x.get(k)) if k == "loo_most_influential" else _r(x.get(k)) if k != "seed_spread_ratio"
+                         else _num(x.get(k), 3))
+        rows.append(cells)
+    most = [i + 2 for i, (k, _) in enumerate(cols) if k == "loo_most_influential"]
+    missing = [why for k, _, why in _ROBUST if why and k not in present]
+    parts = ["<h2>Robustness</h2>"]
+    if not cols:
+        parts.append("<p>No robustness check applies to this study: " + _e("; ".join(missing)) + ".</p>")
+        return parts
+    parts.append(_table(["measure", "r over objectives"] + [h for _, h in cols], rows, left=1, wrap=tuple(most)))
+    if missing:
+        parts.append('<p class="note">Not in this study: ' + _e("; ".join(missing)) + ".</p>")
+    parts.append(f'<p class="note">{DASH}: not defined for that measure (a constant, or too few points).</p>')
+    return parts
 
-    # published beside ours
-    parts.append("<h2>Published values (docs/methods.md §6) beside ours</h2>")
+
+def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
+    target = stats["target"]
+    parts = ["<h2>Published values (docs/methods.md §6) beside ours</h2>"]
     prow = []
     for m, pub in PUBLISHED_FIG5.items():
         o = by.get(m, {}).get("objectives", {})
-        prow.append([_e(m), f"{pub['CUB']:+.2f}", f"{pub['CARS']:+.2f}", f"{pub['SOP']:+.2f}", _ci(o, "pearson")])
+        prow.append([_e(m), f"{pub['CUB']:+.2f}", f"{pub['CARS']:+.2f}", f"{pub['SOP']:+.2f}", _ci(o, "pearson", below=False)])
     parts.append(_table(["measure vs test R@1 (Fig. 5)", "CUB200", "CARS196", "SOP",
                          f"this study: r vs test {target} over objectives [95%]"], prow, left=1))
     if target != "R@1":
@@ -263,12 +488,16 @@ def build_report(study_dir: str | os.PathLike) -> str:
             ours = mat[names.index(a)][names.index(b)] if a in names and b in names else None
         except (IndexError, TypeError, AttributeError):  # a matrix that is not names × names
             ours = None
-        frow.append([_e(f"{a} – {b}"), f"{val:+.2f}", _num(ours, 2)])
+        frow.append([_e(f"{a} – {b}"), f"{val:+.2f}", _r(ours, 2)])
     parts.append(_table(["metric pair (Fig. 4, CUB)", "Roth", "this study"], frow, left=1))
     parts.append('<p class="note">Roth et al.: one point per objective (mean over 5 seeds), ResNet-50 at D = 128, '
-                 "regularised runs excluded; paper text: ρ correlation ≤ −0.63 on all three data sets.</p>")
+                 "regularised runs excluded; paper text: ρ correlation ≤ −0.63 on all three data sets. "
+                 f"Ours: Pearson r over this study's objectives, {DASH} where it is not defined (fewer than 3 "
+                 "objectives for the metric matrix, or a constant).</p>")
+    return parts
 
-    # figures
+
+def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
     fig_dir = d / "figures"
     caps = {"fig5_structure_vs_target": "Fig. 5 layout: training-set structure vs test target, one point per objective",
             "fig4_metric_correlations": "Fig. 4 layout: correlation between test metrics across objectives",
@@ -277,31 +506,114 @@ def build_report(study_dir: str | os.PathLike) -> str:
     if not isinstance(drawn, list):  # a study of an earlier version: the files on disk
         drawn = list(caps)
     imgs = [(fig_dir / f"{k}.png", c) for k, c in caps.items() if k in drawn and (fig_dir / f"{k}.png").exists()]
-    if imgs:
-        parts.append("<h2>Figures</h2>")
-        parts += [_img(p, c) for p, c in imgs]
+    if not imgs:
+        return []
+    return ["<h2>Figures</h2>"] + [_img(p, c) for p, c in imgs] + \
+        ['<p class="note">The same figures as PNG and PDF: <code>figures/</code> in the study folder.</p>']
 
-    # runs
-    parts.append("<h2>Runs</h2>")
-    show = [c for c in ("id", "objective", "selection", "epoch", "seed", "normalize", target, "untrained_target",
-                        "beats_untrained", "rho", "pi_ratio", "pi_intra", "pi_inter", "MAP@R", "status", "error",
-                        "sha256") if runs and c in runs[0]]
+
+_INTS = ("epoch", "seed")
+
+
+def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
+    target = stats["target"]
+    have = set(runs[0]) if runs else set()
+    any_failed = any(r.get("status", "ok") != "ok" for r in runs)
+    any_excl = any(_is_true(r.get("excluded")) for r in runs)
+    cols = [("id", "id")]
+    if any_failed:
+        cols.append(("status", "status"))
+    if any_excl:
+        cols.append(("excluded", "excluded"))
+    cols += [("objective", "objective"), ("selection", "selection"), ("epoch", "epoch"), ("seed", "seed"),
+             ("normalize", "L2-normalised"), (target, f"{target} (test)"), ("untrained_target", f"untrained {target}"),
+             ("beats_untrained", "beats untrained")]
+    cols += [(m, f"{m} ({'test' if m == 'MAP@R' else 'train'})")
+             for m in ("rho", "pi_ratio", "pi_intra", "pi_inter", "MAP@R") if m != target]
+    cols = [(c, h) for c, h in cols if c in have]
     rws, rc = [], []
     for r in runs:
         cells = []
-        for c in show:
+        for c, _ in cols:
             val = r.get(c, "")
-            if c == "sha256":
-                cells.append(f"<code>{_e(val[:12])}</code>")
-            elif c in ("id", "objective", "selection", "status", "error", "normalize", "beats_untrained"):
-                cells.append(_e(val))
+            if c in ("normalize", "beats_untrained", "excluded"):
+                cells.append(_yes_no(val))
+            elif c in _INTS:
+                n = _count(val)
+                cells.append(DASH if n is None else str(n))
+            elif c in ("id", "objective", "selection", "status"):
+                cells.append(_text(val))
             else:
-                cells.append(_num(val, 4))
+                cells.append(_fixed(val, 4))
+        sha = str(r.get("sha256", ""))
+        cells.append(f'<span class="mono" title="{_e(sha)}">{_e(sha[:12])}</span>' if sha else DASH)
         rws.append(cells)
-        rc.append("bad" if r.get("status") != "ok" or r.get("beats_untrained") == "False" else "")
-    parts.append(_table(show, rws, left=3, row_classes=rc))
-    parts.append('<p class="note">Red rows: failed, or no better than the untrained network. Full table: '
-                 "<code>runs.csv</code> / <code>runs.parquet</code> in the study folder.</p>")
+        # red: failed, or (in the statistics) no better than untrained; grey: left out by --exclude
+        failed, excl = r.get("status", "ok") != "ok", _is_true(r.get("excluded"))
+        worse = str(r.get("beats_untrained")).strip().lower() == "false"
+        rc.append("bad" if failed or (worse and not excl) else "excl" if excl else "")
+    left = next((i for i, (c, _) in enumerate(cols) if c not in ("id", "status", "excluded", "objective", "selection")),
+                len(cols))
+    parts = ["<h2>Runs</h2>", _table([h for _, h in cols] + ["sha256 (first 12)"], rws, left=left, row_classes=rc)]
+    legend = "Red rows: failed, or no better than the untrained network."
+    if any_excl:
+        legend += " Grey rows: left out of the statistics by --exclude (whether or not they beat it)."
+    parts.append(f'<p class="note">{legend} {DASH}: no value (the untrained rows are the reference; a failed row '
+                 "has none). Every column: <code>runs.csv</code> / <code>runs.parquet</code> in the study folder.</p>")
+    return parts
+
+
+def _checkpoints(runs: list[dict[str, str]]) -> list[str]:
+    rows = [[_text(r.get("id")), _text(r.get("checkpoint")).replace("/", "/<wbr>"),
+             f'<span class="mono">{_text(r.get("sha256"))}</span>'] for r in runs]
+    return ["<h2>Checkpoints</h2>",
+            '<p class="note">The file each row measured and the sha256 of its bytes (the embedding cache is keyed '
+            "by it).</p>",
+            _table(["id", "checkpoint", "sha256"], rows, left=3, wrap=(1,))]
+
+
+def _glossary(meta: dict[str, Any], stats: dict[str, Any]) -> list[str]:
+    from embedscope.viz.study import PRETTY
+
+    ms = meta.get("measures")
+    if not isinstance(ms, dict) or not ms:
+        return []
+    shown = set(map(str, stats.get("measures") or [])) | {stats["target"]}
+    better = {"higher": "higher", "lower": "lower", "none": "not established"}
+    rows = []
+    for name, info in ms.items():
+        if name not in shown or not isinstance(info, dict):
+            continue
+        rows.append([_e(name), _e(PRETTY.get(name, name)), _text(info.get("split")),
+                     _text(better.get(str(info.get("direction")), info.get("direction"))), _text(info.get("meaning"))])
+    if not rows:
+        return []
+    return ["<h2>Measures</h2>",
+            _table(["measure", "in the figures", "split", "better when (literature)", "what"], rows, left=4, wrap=(4,))]
+
+
+def build_report(study_dir: str | os.PathLike) -> str:
+    """The HTML text of the report of a finished study folder."""
+    d = Path(study_dir)
+    if d.exists() and not d.is_dir():
+        raise EmbedscopeError(f"{d}: is a file, expected a study folder")
+    for f in ("study.json", "correlations.json", "runs.csv"):
+        if not (d / f).exists():
+            raise EmbedscopeError(f"{d}: not a finished study folder (no {f}; run 'embedscope study' first)")
+    meta, stats, runs = _read_study(d)
+    by: dict[str, dict[str, Any]] = {}
+    for r in stats["correlations"]:
+        by.setdefault(r["measure"], {})[r["level"]] = r
+    parts = _header(d, meta, stats, runs)
+    parts += _provenance(meta, stats, runs)
+    parts += _untrained(stats, runs)
+    parts += _correlations(stats, by)
+    parts += _robustness(stats, by)
+    parts += _published(stats, by)
+    parts += _figures(d, stats)
+    parts += _runs(stats, runs)
+    parts += _checkpoints(runs)
+    parts += _glossary(meta, stats)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
