@@ -1,5 +1,6 @@
 """The quickstart notebook runs top to bottom in a real kernel against small embedding files."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,9 @@ def test_quickstart_runs_in_a_kernel(tmp_path, monkeypatch):
     assert not cells_without_figures(nb)  # both figures are drawn, MPLBACKEND=Agg notwithstanding
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "R@1" in text and "share below the diagonal" in text
+    # section 3 says whether the model of lower training rho is the one of higher test R@1
+    assert re.search(r"^(lower training rho: (margin|R-margin); higher test R@1: (margin|R-margin) -> "
+                     r"(the same model|not the same model)|both models have the same test R@1)", text, re.M)
     # the scatter's share below the diagonal is the R@1 of the same split (Xuan §2.4)
     line = next(ln for ln in text.splitlines() if ln.startswith("share below the diagonal"))
     share, r1 = float(line.split()[4]), float(line.split()[-1])

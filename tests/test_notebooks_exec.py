@@ -2,6 +2,7 @@
 bottom with nbclient at small settings (EMBEDSCOPE_NB_SMALL=1), in a kernel running this venv's Python."""
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -9,6 +10,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+# what each notebook prints about its own numbers (the checks its prose rests on), at any settings
+PRINTS = {
+    "01_correlation_figures": [r"^-> (no selected checkpoint beats|every selected checkpoint beats|\d+ of \d+ selected)",
+                               r"^rho: r = [+-]\d\.\d\d .* over \d+ objectives",
+                               r"^(not the full shapes settings|differ by more than 0\.05)"],
+    "02_rho_regularisation": [r"^training rho: regularised \d\.\d{3}, plain \d\.\d{3}, untrained \d\.\d{3} -> "
+                              r"regularisation (lowered|did not lower) rho$", r"^-> the regulari(ser|sed model) "],
+    "03_saliency": [r"^the noise ceiling \(\d\.\d{3}\) is above every between-model r \(max -?\d\.\d{3}\): (True|False)$"],
+    "04_properties": [r"^largest group of test images sharing a property value: \d+ of \d+",
+                      *[rf"^(holds|does not hold) +{re.escape(c)}" for c in (
+                          "training beats the initialisation", "shape is the trained network's most clustered",
+                          "the untrained network's top two", "every nuisance property", "the 2.576 rule misses")]],
+    "05_how_embeddings_generalize": [rf"^{m} +{s}: +share below the diagonal" for m in ("trained", "untrained")
+                                     for s in ("train", "test")],
+}
 
 
 def _kernel_env(tmp_path):
@@ -47,6 +63,14 @@ def test_notebook_executes_small(nb, tmp_path, monkeypatch):
     errors = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
     assert not cells_without_figures(book)
+    streams = [o for c in book.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "stream"]
+    assert not [o["text"] for o in streams if o["name"] == "stderr"]  # no warnings, no stray messages
+    text = "".join(o["text"] for o in streams)
+    for pattern in PRINTS[nb.stem]:
+        assert re.search(pattern, text, re.M), pattern
+    # the scatter's share below the diagonal is the split's R@1 (Xuan §2.4), as the notebook says
+    for share, r1 in re.findall(r"share below the diagonal (\d\.\d+) \| R@1 (\d\.\d+)", text):
+        assert share == r1
 
 
 def cells_without_figures(book) -> list[int]:
