@@ -206,3 +206,27 @@ def test_characters_without_a_glyph_are_drawn_escaped_without_warnings():
         fig.savefig(io.BytesIO(), format="png")
     assert not [w for w in rec if "Glyph" in str(w.message)]
     assert _legend_texts(fig.axes[0].get_legend()) == ["\\u65e5\\u672c", "\\u4e2d\\u56fd", "Straße"]
+
+
+def _cielab(rgb):
+    rgb = np.asarray(rgb, dtype=float)
+    c = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = c @ np.array([[0.4124, 0.2126, 0.0193], [0.3576, 0.7152, 0.1192], [0.1805, 0.0722, 0.9505]])
+    xyz = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
+
+
+@pytest.mark.parametrize("n", [24, 40])
+def test_more_than_20_classes_get_clearly_different_colours(n):
+    """Past tab20 the classes got a golden-ratio hue circle whose closest pair at 24 classes was
+    ΔE 4 apart (two classes one colour to the eye); now no two of 24 or 40 are closer than ΔE 20."""
+    from embedscope.viz.style import palette_colors
+
+    cols = palette_colors(n)
+    assert len(set(cols)) == n
+    L = _cielab([c[:3] for c in cols])
+    d = np.linalg.norm(L[:, None] - L[None], axis=2) + np.eye(n) * 1e9
+    assert d.min() > 20
+    assert palette_colors(n + 5)[:n] == cols  # one fixed sequence: a class's colour does not move with n
+    assert L[:, 0].min() >= 30 and L[:, 0].max() <= 90  # none too light to see on white

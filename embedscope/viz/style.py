@@ -53,22 +53,54 @@ RGBA = tuple
 
 
 def palette_colors(n: int) -> list:
-    """``n`` distinguishable RGBA colours: tab10 up to 10, tab20 up to 20, then a hue circle
-    (golden-ratio hue steps with alternating saturation and value, so neighbours differ)."""
+    """``n`` distinguishable RGBA colours: tab10 up to 10, tab20 up to 20, then
+    :func:`distinct_colors` (tab10 followed by the colours farthest, in CIELAB, from all before
+    them: a 24-class set gets 24 colours that differ in hue *and* lightness)."""
     import matplotlib
-    from matplotlib import colors as mcolors
 
     if n <= 10:
         return [tuple(matplotlib.colormaps["tab10"](i)) for i in range(n)]
     if n <= 20:
         return [tuple(matplotlib.colormaps["tab20"](i)) for i in range(n)]
-    out = []
-    for i in range(n):
-        h = (i * 0.618033988749895) % 1.0
-        s = 0.75 if i % 2 else 0.95
-        v = 0.85 if i % 3 else 0.65
-        out.append(tuple(mcolors.to_rgba(mcolors.hsv_to_rgb((h, s, v)))))
-    return out
+    return distinct_colors(n)
+
+
+def _lab(rgb: np.ndarray) -> np.ndarray:
+    """CIELAB (D65) of sRGB rows in [0, 1]."""
+    c = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = c @ np.array([[0.4124, 0.2126, 0.0193], [0.3576, 0.7152, 0.1192], [0.1805, 0.0722, 0.9505]])
+    xyz /= np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
+
+
+_DISTINCT: list = []
+
+
+def distinct_colors(n: int) -> list:
+    """``n`` RGBA colours, each as far (CIELAB distance) from all the earlier ones as possible:
+    tab10 first, then greedily the farthest of the sRGB colours of lightness 35–82 and chroma ≥ 25
+    (visible on white, not grey). The list is one fixed sequence (colour i does not depend on
+    ``n``); past its ~2,000 colours it repeats."""
+    if not _DISTINCT:
+        import matplotlib
+
+        g = np.linspace(0.0, 1.0, 15)
+        cand = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+        lab = _lab(cand)
+        keep = (lab[:, 0] >= 35) & (lab[:, 0] <= 82) & (np.hypot(lab[:, 1], lab[:, 2]) >= 25)
+        cand, lab = cand[keep], lab[keep]
+        seed = np.array([matplotlib.colormaps["tab10"](i)[:3] for i in range(10)])
+        chosen = [tuple(c) for c in seed]
+        d = np.min(np.linalg.norm(lab[:, None, :] - _lab(seed)[None, :, :], axis=2), axis=1)
+        for _ in range(len(cand)):
+            j = int(np.argmax(d))
+            if d[j] <= 0:
+                break
+            chosen.append(tuple(cand[j]))
+            d = np.minimum(d, np.linalg.norm(lab - lab[j], axis=1))
+        _DISTINCT.extend((float(r), float(g_), float(b), 1.0) for r, g_, b in chosen)
+    return [_DISTINCT[i % len(_DISTINCT)] for i in range(n)]
 
 
 def series_colors(n: int) -> list:
@@ -413,7 +445,7 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
 
 
 __all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR", "ABOVE_COLOR", "LINE_STYLES",
-           "palette_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
+           "palette_colors", "distinct_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
            "class_legend", "legend_height", "class_legend_layout", "legend_columns", "legend_note", "short_text",
            "LEGEND_CHARS", "TITLE_CHARS", "TICK_CHARS", "MAX_LEGEND_ENTRIES", "settings_text", "figure_text", "drawable_text",
            "clean_figure", "finish_layout"]
