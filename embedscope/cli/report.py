@@ -6,9 +6,11 @@ from __future__ import annotations
 def add_parser(sub, parents):
     p = sub.add_parser(
         "report", parents=parents, help="one self-contained HTML page of a study",
-        description="Write one HTML page (figures embedded, no external requests) of a study folder made by "
-        "'embedscope study': settings and provenance, correlations with intervals, the published values of "
-        "Roth et al. beside ours, robustness, figures and the runs table.")
+        description="Write one HTML page (figures embedded, no script, no external requests) of a study folder "
+        "made by 'embedscope study': the failed checkpoints and the warnings first, settings and provenance, "
+        "the untrained comparison, correlations with intervals, robustness, the published values of Roth et "
+        "al. beside ours, the figures, the runs table, every checkpoint with its sha256, and the measures "
+        "(docs/studies.md).")
     p.add_argument("study", metavar="STUDY_DIR", help="study folder")
     p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the HTML page")
     p.add_argument("--force", action="store_true", help="replace an existing page")
