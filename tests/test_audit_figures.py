@@ -230,3 +230,20 @@ def test_more_than_20_classes_get_clearly_different_colours(n):
     assert d.min() > 20
     assert palette_colors(n + 5)[:n] == cols  # one fixed sequence: a class's colour does not move with n
     assert L[:, 0].min() >= 30 and L[:, 0].max() <= 90  # none too light to see on white
+
+
+def test_neighbour_similarities_get_the_digits_that_tell_them_apart():
+    """An untrained network's cosines (0.9991, 0.9987, ...) all read "1.00" at two decimals."""
+    from embedscope.analyses.neighbours import NeighbourExamples
+    from embedscope.viz import neighbours as nb
+
+    sim = np.array([[0.9991, 0.9987, 0.9902]])
+    ex = NeighbourExamples(query_paths=np.array(["q"]), query_labels=np.array(["a"]),
+                           ref_paths=np.array([["r1", "r2", "r3"]]), ref_labels=np.array([["a", "b", "b"]]),
+                           similarity=sim, correct=np.array([[True, False, False]]),
+                           query_split="test", reference_split="test", metric="cosine")
+    img = np.zeros((8, 8))
+    fig = nb.draw_neighbours(ex, [img], [[img, img, img]])
+    caps = [ax.get_xlabel().split()[-1] for ax in fig.axes[1:4]]
+    assert caps == ["0.9991", "0.9987", "0.9902"]
+    assert nb.similarity_digits(np.array([[0.91, 0.85]])) == 2  # two decimals when they suffice

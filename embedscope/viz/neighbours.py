@@ -65,6 +65,24 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
     return out
 
 
+def similarity_digits(sim: Any, lo: int = 2, hi: int = 5) -> int:
+    """Decimals for the similarities of a row of retrievals: the fewest (``lo`` to ``hi``) at which
+    the different values of each row stay different (an untrained network's cosines of 0.9991 and
+    0.9987 both read "1.00" at two decimals, as if tied)."""
+    sim = np.asarray(sim, dtype=np.float64)
+    sim = sim.reshape(-1, sim.shape[-1]) if sim.ndim else sim.reshape(1, 1)
+    for d in range(lo, hi + 1):
+        ok = True
+        for row in sim:
+            row = row[np.isfinite(row)]
+            if len(np.unique(np.round(row, d))) < len(np.unique(row)):
+                ok = False
+                break
+        if ok:
+            return d
+    return hi
+
+
 def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_images: Sequence[Sequence[Any]],
                     *, title: str | None = None):
     """One row per query: the query (grey frame), then its retrievals in rank order, each framed
@@ -81,6 +99,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     height = (cell + 0.35) * n + 1.1  # each row: the picture and its caption; plus title and legend
     fig, axes = plt.subplots(n, k + 1, figsize=(cell * (k + 1) + 0.3, height), squeeze=False)
     sim_name = "cos" if ex.metric == "cosine" else "-d"
+    digits = similarity_digits(ex.similarity)
 
     def show(ax, img, colour, caption, width):
         arr = np.asarray(img)
@@ -105,7 +124,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
             ok = bool(ex.correct[r, j])
             show(axes[r, j + 1], ref_images[r][j], RIGHT if ok else WRONG,
                  f"{RIGHT_MARK if ok else WRONG_MARK} {short_text(ex.ref_labels[r, j], 10)} {sim_name} "
-                 f"{ex.similarity[r, j]:.2f}", 4.0)
+                 f"{ex.similarity[r, j]:.{digits}f}", 4.0)
     axes[0, 0].set_title("query", fontsize=8)
     for j in range(k):
         axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)
