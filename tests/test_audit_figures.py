@@ -247,3 +247,15 @@ def test_neighbour_similarities_get_the_digits_that_tell_them_apart():
     caps = [ax.get_xlabel().split()[-1] for ax in fig.axes[1:4]]
     assert caps == ["0.9991", "0.9987", "0.9902"]
     assert nb.similarity_digits(np.array([[0.91, 0.85]])) == 2  # two decimals when they suffice
+
+
+def test_single_class_and_empty_panels_are_worded_right():
+    from embedscope.viz import plot_same_different
+
+    Y = np.random.default_rng(0).normal(size=(10, 2))
+    lab = np.zeros(10, dtype=int)
+    assert plot_tsne(Y, lab, class_names=["only"]).axes[0].get_title() == "10 points, 1 class"
+    fig = plot_joint_tsne(Y[:1], Y[1:], lab[:1], lab[1:], class_names=["only"])
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["train\n1 point, 1 class", "test\n9 points, 1 class"]
+    fig = plot_same_different({"test": (np.full(5, np.nan), np.full(5, np.nan))})
+    assert fig.axes[0].get_title() == "test: no points (5 lone left out)"

@@ -127,7 +127,10 @@ def plot_same_different(
             ax.set_ylim(y0, y1)
             share = float(below.mean()) if len(a) else float("nan")
             extra = f", {left_out} lone left out" if left_out else ""
-            ttl = f"{name} (N = {len(a)}{extra})\n{share:.1%} below diagonal (R@1)" if len(a) else f"{name}: no points"
+            if len(a):
+                ttl = f"{name} (N = {len(a)}{extra})\n{share:.1%} below diagonal (R@1)"
+            else:  # every point lone (or NaN): say how many were left out
+                ttl = f"{name}: no points" + (f" ({left_out} lone left out)" if left_out else "")
             ax.set_title(ttl)
             ax.set_xlabel(_axis_label(metric, "same-class"))
             ax.set_ylabel(_axis_label(metric, "other-class"))

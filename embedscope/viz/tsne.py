@@ -52,6 +52,11 @@ def _map_window(Ys: Sequence[np.ndarray], *, pad: float = 0.04,
     return centre - half, centre + half
 
 
+def _count(n: int, what: str) -> str:
+    """``"1 class"``, ``"3 classes"``, ``"1 point"``, ``"2 points"``."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}{'es' if what.endswith('s') else 's'}"
+
+
 def _notes(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
@@ -131,9 +136,9 @@ def plot_joint_tsne(
     with plt.rc_context(PAPER_RC):
         fig, axes = plt.subplots(1, 3, figsize=(3 * panel_w + 0.5, panel_w * ratio + 1.1 + leg_h))
         _class_scatter(axes[0], Y_train, nt, palette)
-        _style_map_axes(axes[0], f"train\n{len(lt)} points, {len(np.unique(lt))} classes")
+        _style_map_axes(axes[0], f"train\n{_count(len(lt), 'point')}, {_count(len(np.unique(lt)), 'class')}")
         _class_scatter(axes[1], Y_test, ne, palette)
-        _style_map_axes(axes[1], f"test\n{len(le)} points, {len(np.unique(le))} classes")
+        _style_map_axes(axes[1], f"test\n{_count(len(le), 'point')}, {_count(len(np.unique(le)), 'class')}")
         s = marker_size(len(lt) + len(le))
         both = np.vstack([Y_train, Y_test])
         col = np.array([TRAIN_COLOR] * len(lt) + [TEST_COLOR] * len(le))
@@ -175,7 +180,7 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
     with plt.rc_context(PAPER_RC):
         fig, ax = plt.subplots(figsize=(3.2 + legend_w, 3.2 * ratio + 0.75))
         _class_scatter(ax, Y, names, palette)
-        _style_map_axes(ax, title or f"{len(labels)} points, {len(present)} classes")
+        _style_map_axes(ax, title or f"{_count(len(labels), 'point')}, {_count(len(present), 'class')}")
         _set_window(ax, lo, hi)
         if legend_w:
             handles = palette.handles(present)
