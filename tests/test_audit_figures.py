@@ -259,3 +259,26 @@ def test_single_class_and_empty_panels_are_worded_right():
     assert [ax.get_title() for ax in fig.axes[:2]] == ["train\n1 point, 1 class", "test\n9 points, 1 class"]
     fig = plot_same_different({"test": (np.full(5, np.nan), np.full(5, np.nan))})
     assert fig.axes[0].get_title() == "test: no points (5 lone left out)"
+
+
+def test_saliency_pairs_cut_long_class_names_and_judge_same_class_by_label():
+    from embedscope.store.saliency import SaliencyMaps
+    from embedscope.viz.saliency import overlay_grid, pairs_figure
+    from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR
+
+    rng = np.random.default_rng(0)
+    names = [LONG + "A", LONG + "B"]  # the same once cut: "same class" must come from the labels
+    maps = rng.uniform(size=(2, 8, 8)).astype(np.float32)
+    imgs = rng.integers(0, 255, size=(2, 8, 8)).astype(np.uint8)
+    sm = SaliencyMaps(maps=maps, paths=["q0", "q1"], labels=np.array([0, 1]), class_names=names, images=imgs,
+                      retrieval={"maps": maps, "paths": ["r0", "r1"], "labels": np.array([0, 0]), "images": imgs,
+                                 "distance": np.array([0.1, 0.2])}, attrs={"distance": "euclidean"})
+    fig = pairs_figure(sm, n_pairs=2)
+    axes = np.array(fig.axes[:8]).reshape(2, 4)
+    labels = [axes[k, 2].yaxis.label for k in range(2)]
+    assert all(len(t.get_text().splitlines()[0]) <= 16 + len(" (other class)") for t in labels)
+    assert "(other class)" not in labels[0].get_text() and "(other class)" in labels[1].get_text()
+    assert matplotlib.colors.same_color(labels[0].get_color(), SAME_CLASS_COLOR)
+    assert matplotlib.colors.same_color(labels[1].get_color(), OTHER_CLASS_COLOR)
+    grid = overlay_grid([sm, sm], names=["m1", "m2"], n_images=2)
+    assert len(grid.axes[0].get_ylabel().splitlines()[0]) <= 16

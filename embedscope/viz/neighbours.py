@@ -16,11 +16,11 @@ import numpy as np
 
 from embedscope.analyses.neighbours import NeighbourExamples, neighbour_examples  # noqa: F401
 from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR
 
-# Okabe & Ito's colour-blind-safe bluish green and vermillion (a red/green pair such as #1a9641 /
-# #d7191c is one colour to a deuteranope), and a mark in each caption, so colour is not the only cue
-RIGHT = "#009e73"  # bluish green: the retrieval has the query's class
-WRONG = "#d55e00"  # vermillion: another class
+# colour-blind-safe (viz/style.py), and a mark in each caption, so colour is not the only cue
+RIGHT = SAME_CLASS_COLOR  # bluish green: the retrieval has the query's class
+WRONG = OTHER_CLASS_COLOR  # vermillion: another class
 RIGHT_MARK, WRONG_MARK = "✓", "✗"
 QUERY = "#404040"
 

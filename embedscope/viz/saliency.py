@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.viz.style import clean_figure
+from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR, clean_figure, short_text
 
 MAP_CMAP = "turbo"
 DISTANCE_WORDS = {"euclidean": "Euclidean distance", "sqeuclidean": "squared Euclidean distance",
@@ -174,7 +174,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
                 c0 = 1
             for k, sm in enumerate(items):
                 im = _overlay(axes[r, c0 + k], img, sm.maps[r].astype(np.float32), alpha)
-            label = f"{first.class_names[first.labels[r]]}\n{_short(first.paths[r], 16)}"
+            label = f"{short_text(first.class_names[first.labels[r]], 16)}\n{_short(first.paths[r], 16)}"
             axes[r, 0].set_ylabel(label, fontsize=7)
         if has_img:
             axes[0, 0].set_title("image", fontsize=8)
@@ -215,13 +215,13 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
             im = _overlay(axes[k, 1], qi, sm.maps[k].astype(np.float32), alpha)
             _picture(axes[k, 2], ri)
             _overlay(axes[k, 3], ri, r["maps"][k].astype(np.float32), alpha)
-            cq = sm.class_names[sm.labels[k]]
-            cr = sm.class_names[r["labels"][k]]
-            same = cq == cr
+            cq = short_text(sm.class_names[sm.labels[k]], 16)
+            cr = short_text(sm.class_names[r["labels"][k]], 16)
+            same = int(sm.labels[k]) == int(r["labels"][k])  # by label: shortened names may coincide
             axes[k, 0].set_ylabel(f"{cq}\n{_short(sm.paths[k], 16)}", fontsize=7)
             axes[k, 2].set_ylabel(f"{cr}{'' if same else ' (other class)'}\n{_short(r['paths'][k], 16)}\n"
                                   f"{dist} {float(r['distance'][k]):.3f}", fontsize=7,
-                                  color="#1a7f1a" if same else "#c0392b")
+                                  color=SAME_CLASS_COLOR if same else OTHER_CLASS_COLOR)
         for j, t in enumerate(("query", "saliency (query)", "nearest retrieval", "saliency (retrieval)")):
             axes[0, j].set_title(t, fontsize=8)
         for ax in axes.ravel():

@@ -48,6 +48,11 @@ SPLIT_COLORS = {"train": TRAIN_COLOR, "test": TEST_COLOR, "val": "#2ca02c", "que
 BELOW_COLOR = "#17becf"  # cyan: nearer its own class (a 1-NN query would be right)
 ABOVE_COLOR = "#ff7f0e"  # orange: nearer another class
 LINE_STYLES = ("-", "--", "-.", ":")
+# a retrieval of the query's class / of another class (neighbours frames, saliency pairs): Okabe &
+# Ito's bluish green and vermillion, told apart with red-green colour blindness (a #1a9641 /
+# #d7191c pair is one brown to a deuteranope); figures add a mark or words, so colour is not the only cue
+SAME_CLASS_COLOR = "#009e73"
+OTHER_CLASS_COLOR = "#d55e00"
 
 RGBA = tuple
 
@@ -445,6 +450,7 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
 
 
 __all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR", "ABOVE_COLOR", "LINE_STYLES",
+           "SAME_CLASS_COLOR", "OTHER_CLASS_COLOR",
            "palette_colors", "distinct_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
            "class_legend", "legend_height", "class_legend_layout", "legend_columns", "legend_note", "short_text",
            "LEGEND_CHARS", "TITLE_CHARS", "TICK_CHARS", "MAX_LEGEND_ENTRIES", "settings_text", "figure_text", "drawable_text",
