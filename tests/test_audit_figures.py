@@ -282,3 +282,31 @@ def test_saliency_pairs_cut_long_class_names_and_judge_same_class_by_label():
     assert matplotlib.colors.same_color(labels[1].get_color(), OTHER_CLASS_COLOR)
     grid = overlay_grid([sm, sm], names=["m1", "m2"], n_images=2)
     assert len(grid.axes[0].get_ylabel().splitlines()[0]) <= 16
+
+
+def test_neighbours_rows_fit_their_square_pictures_and_float_pictures_pad_white(caplog):
+    import logging
+    import warnings
+
+    from embedscope.analyses.neighbours import NeighbourExamples
+    from embedscope.viz.neighbours import draw_neighbours
+
+    n, k = 4, 5
+    ex = NeighbourExamples(query_paths=np.array(["q"] * n), query_labels=np.array(["a"] * n),
+                           ref_paths=np.array([["r"] * k] * n), ref_labels=np.array([["a"] * k] * n),
+                           similarity=np.linspace(0.9, 0.5, n * k).reshape(n, k), correct=np.ones((n, k), bool),
+                           query_split="test", reference_split="test", metric="cosine")
+    img = np.random.default_rng(0).uniform(size=(16, 16, 3))  # float RGB in [0, 1]
+    with warnings.catch_warnings(record=True) as rec, caplog.at_level(logging.WARNING, logger="matplotlib"):
+        warnings.simplefilter("always")
+        fig = draw_neighbours(ex, [img] * n, [[img] * k] * n)
+        fig.canvas.draw()
+    assert not rec
+    assert "Clipping" not in caplog.text  # padded with 255 before: clipped, and logged once per picture
+    r = fig.canvas.get_renderer()
+    H = fig.bbox.height
+    title_bottom = fig._suptitle.get_window_extent(r).y0
+    col_title_top = fig.axes[0].title.get_window_extent(r).y1
+    assert (title_bottom - col_title_top) / fig.dpi < 0.35  # ~0.8 in of empty canvas under the title before
+    W_px = fig.axes[0].get_window_extent(r)
+    assert abs(W_px.width - W_px.height) < 0.03 * fig.dpi and H > 0

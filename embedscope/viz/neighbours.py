@@ -109,7 +109,8 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
             arr = np.pad(arr.astype(np.float32), pad, constant_values=0.0)
             ax.imshow(arr, cmap="gray_r", interpolation="nearest", vmin=0, vmax=max(float(arr.max()), 1e-9))
         else:
-            arr = np.pad(arr, ((pad, pad), (pad, pad), (0, 0)), constant_values=255)
+            white = 255 if np.issubdtype(arr.dtype, np.integer) else 1.0  # float pictures are in [0, 1]
+            arr = np.pad(arr, ((pad, pad), (pad, pad), (0, 0)), constant_values=white)
             ax.imshow(arr)
         ax.set_xticks([])
         ax.set_yticks([])
@@ -136,7 +137,17 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
                         Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label=f"{WRONG_MARK} other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
     clean_figure(fig)
-    fig.tight_layout(rect=(0, 0.35 / height, 1, 1 - 0.45 / height))
+    # tight_layout keeps room for the suptitle itself; the pictures are square, so a row slot
+    # taller (or wider) than its picture leaves bands of empty canvas: fit the height to the slots
+    W, H = fig.get_size_inches()
+    for _ in range(4):
+        fig.tight_layout(rect=(0, 0.35 / H, 1, 1))
+        box = axes[0, 0].get_position(original=True)  # the slot (the picture is fitted inside it)
+        slack = box.height * H - box.width * W
+        if abs(slack) < 0.02:
+            break
+        H = max(H - n * slack, 1.0)
+        fig.set_size_inches(W, H)
     return fig
 
 
