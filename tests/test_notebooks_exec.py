@@ -25,6 +25,8 @@ PRINTS = {
     "05_how_embeddings_generalize": [rf"^{m} +{s}: +share below the diagonal" for m in ("trained", "untrained")
                                      for s in ("train", "test")],
 }
+# what each notebook's tables show (their HTML): 04's p-values in scientific notation, never rounded to 0
+DISPLAYS = {"04_properties": [r"&lt; 1e-300|\d\.\de-\d+"]}
 
 
 def _kernel_env(tmp_path):
@@ -68,6 +70,10 @@ def test_notebook_executes_small(nb, tmp_path, monkeypatch):
     text = "".join(o["text"] for o in streams)
     for pattern in PRINTS[nb.stem]:
         assert re.search(pattern, text, re.M), pattern
+    html = "".join(o.get("data", {}).get("text/html", "") for c in book.cells if c.cell_type == "code"
+                   for o in c.outputs)
+    for pattern in DISPLAYS.get(nb.stem, []):
+        assert re.search(pattern, html), pattern
     # the scatter's share below the diagonal is the split's R@1 (Xuan §2.4), as the notebook says
     for share, r1 in re.findall(r"share below the diagonal (\d\.\d+) \| R@1 (\d\.\d+)", text):
         assert share == r1
