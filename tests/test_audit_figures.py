@@ -310,3 +310,14 @@ def test_neighbours_rows_fit_their_square_pictures_and_float_pictures_pad_white(
     assert (title_bottom - col_title_top) / fig.dpi < 0.35  # ~0.8 in of empty canvas under the title before
     W_px = fig.axes[0].get_window_extent(r)
     assert abs(W_px.width - W_px.height) < 0.03 * fig.dpi and H > 0
+
+
+def test_spectrum_legend_of_many_models_sits_beside_the_panel():
+    s = np.linspace(1, 0.1, 16)
+    fig = plot_spectra([{"label": f"model {i}", "spectrum": s ** (1 + i / 10), "rho": 0.1 * i} for i in range(14)])
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    leg, box = ax.get_legend().get_window_extent(r), ax.get_window_extent(r)
+    assert leg.x0 >= box.x1  # 14 entries inside the panel covered the curves and the x label
+    assert ax.xaxis.label.get_window_extent(r).x1 < leg.x0

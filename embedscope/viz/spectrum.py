@@ -30,6 +30,10 @@ def _positive(v) -> np.ndarray:
     return v
 
 
+#: the most curves whose legend sits inside the panel (upper right, where spectra are low); with
+#: more, the legends go beside the panels (14 entries covered the curves and the axis label)
+MAX_INSIDE_LEGEND = 4
+
 #: colour of the band marking the values ρ leaves out
 LEFT_OUT_COLOR = "#fdd49e"
 
@@ -82,7 +86,11 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
 
     with plt.rc_context(PAPER_RC):
         ncols = 2 if by_class else 1
-        fig, axes = plt.subplots(1, ncols, figsize=(3.5 * ncols, 2.7), squeeze=False,
+        # more curves than fit in a corner of the panel: legends beside the panels (the figure widened)
+        outside = len(entries) > MAX_INSIDE_LEGEND
+        longest = max((len(short_text(e["label"], LEGEND_CHARS)) for e in entries), default=0) + 12  # " (ρ = 0.123)"
+        extra_w = (0.45 + 0.065 * longest) * ncols if outside else 0.0
+        fig, axes = plt.subplots(1, ncols, figsize=(3.5 * ncols + extra_w, 2.7), squeeze=False,
                                  layout="constrained")
         axes = axes[0]
         colors = series_colors(max(len(entries), 1))
@@ -111,7 +119,8 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         ax.set_ylabel("normalised singular value  sₖ / Σ s")
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
         ax.grid(True, which="major", alpha=0.3, lw=0.5)
-        ax.legend(handles, texts, loc="upper right", frameon=False)
+        ax.legend(handles, texts, frameon=False,
+                  **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if outside else {"loc": "upper right"}))
 
         if by_class:
             ax = axes[1]
@@ -135,7 +144,8 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             ax.set_title("Per class (mean ± s.d. over classes)")
             ax.grid(True, which="major", alpha=0.3, lw=0.5)
             if class_handles:
-                ax.legend(class_handles, class_texts, loc="upper right", frameon=False)
+                ax.legend(class_handles, class_texts, frameon=False,
+                          **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if outside else {"loc": "upper right"}))
             else:
                 ax.text(0.5, 0.5, "no class-conditioned spectra", transform=ax.transAxes, ha="center",
                         va="center", color="0.4")
