@@ -321,3 +321,15 @@ def test_spectrum_legend_of_many_models_sits_beside_the_panel():
     leg, box = ax.get_legend().get_window_extent(r), ax.get_window_extent(r)
     assert leg.x0 >= box.x1  # 14 entries inside the panel covered the curves and the x label
     assert ax.xaxis.label.get_window_extent(r).x1 < leg.x0
+
+
+def test_agreement_heatmap_keeps_models_with_a_common_long_suffix_apart():
+    from embedscope.viz.saliency import agreement_heatmaps
+
+    names = [f"model_{i}_trained_with_a_long_common_suffix" for i in range(3)]
+    A = [[1.0, 0.5, 0.4], [0.5, 1.0, 0.3], [0.4, 0.3, 1.0]]
+    res = {"names": names, "families": ["ranking"] * 3, "n_images": 4, "pairs": {"a": {"jsd_base": "bits"}},
+           "r_mean": A, "r_spread": A, "jsd_mean": A, "jsd_std": A, "blocks": []}
+    fig = agreement_heatmaps(res)
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(set(ticks)) == 3 and all(len(t) <= 18 for t in ticks)  # all three read "…ong_common_suffix" before

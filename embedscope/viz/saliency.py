@@ -19,7 +19,7 @@ FAMILY_COLOURS = {"ranking": "#1f77b4", "classification": "#d62728", "untrained"
 
 def _short(s: str, n: int = 28) -> str:
     s = str(s)
-    return s if len(s) <= n else "…" + s[-(n - 1):]
+    return s if len(s) <= n else "…" + s[-(n - 1):]  # paths: the tail names the file (model names: short_text)
 
 
 def _blocks(families: Sequence[str]) -> list[tuple[int, int, str]]:
@@ -88,8 +88,8 @@ def agreement_heatmaps(res: dict[str, Any]):
                                            ec="black"))
             ax.set_xticks(range(M))
             ax.set_yticks(range(M))
-            ax.set_xticklabels([_short(n, 18) for n in names], rotation=40, ha="right")
-            ax.set_yticklabels([_short(n, 18) for n in names])
+            ax.set_xticklabels([short_text(n, 18) for n in names], rotation=40, ha="right")
+            ax.set_yticklabels([short_text(n, 18) for n in names])
             for lab, f in zip(ax.get_xticklabels(), fams):
                 lab.set_color(FAMILY_COLOURS.get(f, "black"))
             for lab, f in zip(ax.get_yticklabels(), fams):
@@ -180,7 +180,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
             axes[0, 0].set_title("image", fontsize=8)
         for k, nm in enumerate(names):
             fam = f"\n({families[k]})" if families and families[k] else ""
-            axes[0, k + (1 if has_img else 0)].set_title(_short(nm, 20) + fam, fontsize=8,
+            axes[0, k + (1 if has_img else 0)].set_title(short_text(nm, 20) + fam, fontsize=8,
                                                         color=FAMILY_COLOURS.get(families[k], "black")
                                                         if families else "black")
         for ax in axes.ravel():
