@@ -3,10 +3,13 @@
 * :data:`PAPER_RC` -- matplotlib settings for paper-readable figures (9 pt text);
 * :class:`ClassPalette` / :func:`class_colors` -- the one class → colour map, keyed by class
   *name* and built from the full class list of a file (not from the classes present in a subset),
-  so a class keeps its colour from figure to figure (joint and yoked t-SNE, saliency grids,
-  neighbours, ...). Pass one palette to several figures to tie them together explicitly;
-* fixed colours for splits (:data:`TRAIN_COLOR`, :data:`TEST_COLOR`) and for the two sides of the
-  same-vs-different diagonal (:data:`BELOW_COLOR`, :data:`ABOVE_COLOR`); :func:`series_colors`
+  so a class keeps its colour from figure to figure (the t-SNE maps: one split, joint, yoked; the
+  other figures do not colour by class: neighbours and saliency name the class in words, the
+  scatter colours by side of the diagonal). Pass one palette to several figures to tie them
+  together explicitly;
+* fixed colours for splits (:data:`TRAIN_COLOR`, :data:`TEST_COLOR`), for the two sides of the
+  same-vs-different diagonal (:data:`BELOW_COLOR`, :data:`ABOVE_COLOR`), for a retrieval of the
+  query's class or another (:data:`SAME_CLASS_COLOR`, :data:`OTHER_CLASS_COLOR`); :func:`series_colors`
   for one curve per model or file;
 * :func:`marker_size`, :func:`class_legend`, :func:`legend_height`, :func:`settings_text`,
   :func:`finish_layout` -- shared drawing helpers;
