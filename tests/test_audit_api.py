@@ -301,3 +301,15 @@ def test_writing_a_table_that_is_not_there_or_to_a_non_path_is_one_line(tmp_path
     r = A.evaluate(_set(), per_class=True)  # a table: written
     r.to_csv(tmp_path / "t.csv", table=True)
     assert (tmp_path / "t.csv").read_text().splitlines()[0] == "class,label,n,R@1,R-Precision,MAP@R"
+
+
+def test_missing_values_in_properties_and_class_names_are_refused():
+    """A None among text properties or class names was stored as the text 'None' (a NaN: 'nan')."""
+    X, y = _data(n=3, classes=3)
+    for kw, match in ((dict(properties={"c": ["r", None, "b"]}), r"^property 'c': row 1 is missing \(None\)"),
+                      (dict(properties={"f": [1.0, np.nan, 2.0]}), r"^property 'f': row 1 is missing \(nan\)"),
+                      (dict(class_names=["a", None, "c"]), r"^class_names: row 1 is missing \(None\)")):
+        with pytest.raises(EmbedscopeError, match=match):
+            EmbeddingSet.from_arrays(X, y, **kw)
+    es = EmbeddingSet.from_arrays(X, ["nan", "None", "x"], properties={"f": np.array([1.0, 3.0, 2.0])})
+    assert es.class_names.tolist() == ["None", "nan", "x"]  # text that reads so is a value

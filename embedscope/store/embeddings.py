@@ -82,6 +82,10 @@ class EmbeddingSet:
           single value for every row, or ``None``: every row is ``"test"`` (what ``evaluate``
           reads by default) and ``attrs["split_source"]`` says so.
         * ``paths``: one item id per row (default ``"0"``, ``"1"``, ...).
+        * ``properties``: name -> one value per row (numbers or text).
+
+        A missing value (``None``, or NaN among text) in the labels, paths, class names or a
+        property is an error naming its row: stored, it would become the text "None" or "nan".
 
         >>> es = EmbeddingSet.from_arrays([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]], ["cat", "dog", "cat"])
         >>> es.labels.tolist(), es.class_names.tolist(), es.split.tolist()
@@ -100,8 +104,11 @@ class EmbeddingSet:
                 raise EmbedscopeError(f"{what} must be a list of names (one per {'class' if what == 'class_names' else 'row'}), "
                                       f"not one string ({given!r})")
         _check_present(y_arr, "labels")
-        if paths is not None:
-            _check_present(np.asarray(as_numpy(paths), dtype=object).reshape(-1), "paths")
+        for what, given in (("paths", paths), ("class_names", class_names),
+                            *((f"property '{k}'", v) for k, v in (properties or {}).items())):
+            if given is not None:
+                arr = np.asarray(as_numpy(given))
+                _check_present(arr if arr.dtype.kind != "U" else arr.astype(object), what)
         if class_names is None:
             if y_arr.dtype.kind in "OUS":
                 y_arr = y_arr.astype(str)
@@ -317,9 +324,15 @@ def same_values(a: Any, b: Any) -> bool:
 def _check_present(values: np.ndarray, what: str) -> None:
     """No missing value (None, NaN) among ``values``: it would become a class or an item called
     "None" or "nan" (``embedscope import`` refuses them too). One line naming the first such row."""
+    values = values.reshape(-1)
+    if values.dtype.kind in "fc":
+        bad = np.flatnonzero(np.isnan(values))
+        if bad.size:
+            raise EmbedscopeError(f"{what}: row {int(bad[0])} is missing (nan); give every row a value")
+        return
     if values.dtype.kind != "O":
-        return  # text arrays hold no None; NaN in numeric labels is check_labels' error
-    for i, v in enumerate(values.reshape(-1)):
+        return  # integers and text hold no None or NaN
+    for i, v in enumerate(values):
         if v is None or (isinstance(v, (float, np.floating)) and v != v):
             raise EmbedscopeError(f"{what}: row {i} is missing ({v!r}); give every row a value")
 
