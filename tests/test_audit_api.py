@@ -313,3 +313,24 @@ def test_missing_values_in_properties_and_class_names_are_refused():
             EmbeddingSet.from_arrays(X, y, **kw)
     es = EmbeddingSet.from_arrays(X, ["nan", "None", "x"], properties={"f": np.array([1.0, 3.0, 2.0])})
     assert es.class_names.tolist() == ["None", "nan", "x"]  # text that reads so is a value
+
+
+def test_integer_embeddings_written_by_another_tool_load_exactly(tmp_path):
+    """store.load turned an integer /embeddings (allowed: other tools write the file with h5py) into
+    float32, rounding values beyond 2^24 (2^24 + 1 -> 2^24) without a word."""
+    h5py = pytest.importorskip("h5py")
+    es = _set(n=4, classes=2)
+    small = tmp_path / "small.h5"
+    store.save(small, es)
+    big = tmp_path / "big.h5"
+    big.write_bytes(small.read_bytes())
+    with h5py.File(big, "r+") as f:
+        del f["embeddings"]
+        f["embeddings"] = np.array([[2 ** 24 + 1, -3]] * 4, dtype=np.int64)
+    with h5py.File(small, "r+") as f:
+        del f["embeddings"]
+        f["embeddings"] = np.array([[2 ** 24, -3]] * 4, dtype=np.int32)
+    X = store.load(big).embeddings
+    assert X.dtype == np.float64 and X[0].tolist() == [2 ** 24 + 1, -3]
+    X = store.load(small).embeddings
+    assert X.dtype == np.float32 and X[0].tolist() == [2 ** 24, -3]

@@ -675,8 +675,10 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
             properties=props,
             attrs=read_attrs(f.attrs),
         )
-    if kwargs["embeddings"].dtype.kind != "f":
-        kwargs["embeddings"] = kwargs["embeddings"].astype(np.float32)
+    X = kwargs["embeddings"]
+    if X.dtype.kind != "f":  # integers written by another tool: as floats that hold them exactly
+        exact32 = X.dtype.itemsize <= 2 or not X.size or int(np.max(np.abs(X.astype(np.float64)))) <= FLOAT32_EXACT_INT
+        kwargs["embeddings"] = X.astype(np.float32 if exact32 else np.float64)
     es = EmbeddingSet(**kwargs, source=str(path))
     es.attrs.setdefault("source_file", str(path))
     return es
