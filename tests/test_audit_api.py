@@ -81,6 +81,7 @@ def test_save_refuses_integers_that_float32_would_round(tmp_path):
 
 def test_save_refuses_values_float32_cannot_hold(tmp_path):
     X, y = _data()
+    X[:, 0] = 1.0  # every row's largest |x| is at least 1: scaled, each leaves float32's range
     for scale, match in ((1e300, r"beyond float32's range \(\|x\| > 3.4e38; first: row 0\)"),
                          (1e-50, r"too small for float32.*row 0")):
         es = EmbeddingSet.from_arrays(X * scale, y)  # analyses in memory are fine at any scale
