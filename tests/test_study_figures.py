@@ -52,7 +52,7 @@ def test_fig5_points_bars_and_legend_keep_each_objective_colour():
     stats = _stats()
     fig = fig5(stats)
     try:
-        cmap = plt.get_cmap("tab20")
+        cmap = plt.get_cmap("tab10")  # five objectives of different families: a hue each
         want = {o: tuple(cmap(i)) for i, o in enumerate(OBJS)}
         panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
         assert [ax.get_xlabel() for ax in panels] == ["ρ (train)", "π_ratio (train)"]
@@ -114,3 +114,32 @@ def test_study_figures_are_written_as_png_and_pdf(tmp_path):
         png = draw_figure(name, stats, tmp_path)
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_fig5_pairs_colours_by_family_and_draws_every_training_measure():
+    # objectives in families of two (a loss without and with rho-regularisation) share a tab20 hue, dark
+    # and light; three epochs of each loss are not pairs (tab20 made 'contrastive epoch=3' look like
+    # margin's pair) and get a hue each. Every training measure gets its panel (nine here; eight
+    # were drawn and the ninth left out without a word).
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.study import _objective_colors
+
+    tab10, tab20 = plt.get_cmap("tab10"), plt.get_cmap("tab20")
+    pairs = ["margin p_switch=0", "margin p_switch=0.3", "triplet p_switch=0", "triplet p_switch=0.3", "lifted"]
+    assert _objective_colors(pairs) == [tuple(tab20(i)) for i in (0, 1, 2, 3, 4)]
+    epochs = [f"{loss} epoch={e}" for loss in ("contrastive", "margin") for e in (1, 2, 3)]
+    assert _objective_colors(epochs) == [tuple(tab10(i)) for i in range(6)]
+    ms = ["rho", "pi_ratio", "pi_intra", "pi_inter", "rho_all", "effective_rank", "alpha", "alignment", "uniformity"]
+    objs = [{"objective": o, "R@1": 0.5 + 0.1 * i, **{m: 0.1 * i + j for j, m in enumerate(ms)}}
+            for i, o in enumerate(OBJS)]
+    stats = {"target": "R@1", "objectives": objs, "measures": ms,
+             "correlations": [{"measure": m, "split": "train", "level": "objectives", "pearson": 0.5} for m in ms]}
+    fig = fig5(stats)
+    try:
+        panels = [ax for ax in fig.axes if ax.axison]
+        assert len(panels) == 9 and len(fig.axes) == 9  # a 3 x 3 grid, no empty axes
+        assert [ax.get_xlabel().split(" (")[0] for ax in panels][:4] == ["ρ", "π_ratio", "π_intra", "π_inter"]
+        assert panels[-1].get_xlabel() == "uniformity (train)"
+    finally:
+        plt.close(fig)

@@ -9,7 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from embedscope.viz.style import LEGEND_CHARS, TICK_CHARS, clean_figure, legend_columns, palette_colors, short_text
+from embedscope.viz.style import (
+    LEGEND_CHARS,
+    TICK_CHARS,
+    clean_figure,
+    distinct_colors,
+    legend_columns,
+    short_text,
+)
 
 ROTH_FIG5 = ("rho", "pi_ratio", "pi_intra", "pi_inter")
 PRETTY = {"rho": "ρ (train)", "rho_all": "ρ, all values (train)", "pi_ratio": "π_ratio (train)",
@@ -80,14 +87,27 @@ def _legend_handle(color, label: str):
     return ErrorbarContainer((point, caps, bars), has_xerr=True, has_yerr=True, label=label)
 
 
-def _objective_colors(n: int) -> list:
-    """One colour per objective: tab20 up to 20 objectives, else :func:`palette_colors` (``n``
-    distinct colours; tab20 repeated would give two objectives one colour)."""
+def _objective_colors(labels: list[str]) -> list:
+    """One colour per objective. Where the objectives come in families of at most two that share their
+    first word (a loss without and with ρ-regularisation: "margin p_switch=0", "margin p_switch=0.3"),
+    a family takes one of tab20's dark/light pairs; otherwise every objective its own hue: tab10 up to
+    10 objectives, then :func:`distinct_colors` (tab20's pairs would suggest families that are not
+    there, e.g. three epochs of each loss under ``--epoch all``)."""
     import matplotlib
 
-    if n <= 20:
-        return [tuple(matplotlib.colormaps["tab20"](i)) for i in range(n)]
-    return palette_colors(n)
+    fam = [str(t).split(" ", 1)[0] for t in labels]
+    order = list(dict.fromkeys(fam))
+    sizes = [fam.count(f) for f in order]
+    if len(order) <= 10 and max(sizes, default=0) == 2:
+        cmap, seen = matplotlib.colormaps["tab20"], {f: 0 for f in order}
+        out = []
+        for f in fam:
+            out.append(tuple(cmap(2 * order.index(f) + seen[f])))
+            seen[f] += 1
+        return out
+    if len(labels) <= 10:
+        return [tuple(matplotlib.colormaps["tab10"](i)) for i in range(len(labels))]
+    return distinct_colors(len(labels))
 
 
 def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
@@ -99,14 +119,13 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     objs = stats["objectives"]
     avail = [m for m in stats["measures"] if any(r["measure"] == m and r["split"] == "train"
                                                    for r in stats["correlations"])]
-    if measures is None:
+    if measures is None:  # every training measure: Roth's four first
         measures = [m for m in ROTH_FIG5 if m in avail] + [m for m in avail if m not in ROTH_FIG5]
-        measures = measures[:8]
     n = max(len(measures), 1)
-    cols = min(4, n)
+    cols = 3 if n in (5, 6, 9) else min(4, n)  # rows as full as they can be
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows + 0.9), squeeze=False)
-    rgba = np.array(_objective_colors(len(objs)), dtype=float).reshape(-1, 4)  # objective i's colour
+    rgba = np.array(_objective_colors([o["objective"] for o in objs]), dtype=float).reshape(-1, 4)  # objective i's
     for k, m in enumerate(measures):
         ax = axes[k // cols][k % cols]
         x = np.array([o[m] for o in objs], dtype=float)
@@ -128,15 +147,17 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         axes[k // cols][k % cols].axis("off")
     labels = [short_text(o["objective"], LEGEND_CHARS) for o in objs]
     handles = [_legend_handle(c, t) for c, t in zip(rgba, labels)]
-    ncol = legend_columns(labels, fig.get_figwidth() / (7 / 8), max_cols=6)  # 7-pt legend text
+    ncol = legend_columns(labels, fig.get_figwidth(), max_cols=6)  # 8-pt legend text
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False,
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective "
                  f"(mean over seeds ± sd), Pearson r [bootstrap 95%]", fontsize=9.5)
     nrow_leg = math.ceil(len(labels) / ncol) if handles else 0
     clean_figure(fig)  # objective names from checkpoints: control characters escaped
-    fig.tight_layout(rect=(0, 0.05 + 0.035 * nrow_leg, 1, 0.95))
+    # the legend's rows (8 pt, ~0.2 in each, and a margin) below the panels, not a fraction of the height
+    h = fig.get_figheight()
+    fig.tight_layout(rect=(0, (0.1 + 0.2 * nrow_leg) / h if nrow_leg else 0, 1, 1 - 0.35 / h))
     return fig
 
 
@@ -154,7 +175,7 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
     for i in range(k):
         for j in range(k):
             if np.isfinite(M[i, j]):
-                ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=6.5,
+                ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=7.5,
                         color="white" if abs(M[i, j]) > 0.6 else "black")
     fig.colorbar(im, ax=ax, shrink=0.8, label="Pearson r over objectives")
     ax.set_title(title or "Correlation between test metrics across objectives", fontsize=9.5)
