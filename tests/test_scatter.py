@@ -229,3 +229,25 @@ def test_scatter_analysis_refuses_zero_rows_for_cosine_only(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "all zeros" in err[0]
     assert not (tmp_path / "z.png").exists()
+
+
+def test_one_panel_keeps_its_legend_inside_the_figure():
+    # one panel is 3.3 in wide: the legend's three entries in a row (~5.5 in) stuck out of the figure, so
+    # the saved PNG (tight bounding box) was widened and the plot sat squeezed at its left
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.scatter import plot_same_different
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.5, 1, 200)
+    for panels in ({"test": (a, a - 0.05)}, {"train": (a, a - 0.05), "test": (a, a - 0.1)}):
+        fig = plot_same_different(panels)
+        try:
+            fig.canvas.draw()
+            r = fig.canvas.get_renderer()
+            leg = fig.legends[0].get_window_extent(r)
+            assert leg.x0 >= 0 and leg.x1 <= fig.bbox.width
+            for ax in fig.axes:  # the legend is below every panel's x label
+                assert leg.y1 <= ax.xaxis.label.get_window_extent(r).y0 + 1
+        finally:
+            plt.close(fig)

@@ -139,11 +139,13 @@ def plot_same_different(
             Line2D([], [], marker="o", linestyle="", color=ABOVE_COLOR, label="nearer another class"),
             Line2D([], [], color="0.15", label="diagonal y = x"),
         ]
-        fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        ncol = 3 if k > 1 else 1  # one panel (3.3 in) is narrower than the legend in a row: stacked
+        fig.legend(handles=handles, loc="lower center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 0.0))
         if title:
             fig.suptitle(title)
         clean_figure(fig)  # split names and titles from files: control characters escaped
-        fig.tight_layout(rect=(0, 0.42 / fig.get_figheight(), 1, 1), pad=0.4, w_pad=1.0)
+        legend_h = 0.42 + 0.16 * (len(handles) // ncol - 1)
+        fig.tight_layout(rect=(0, legend_h / fig.get_figheight(), 1, 1), pad=0.4, w_pad=1.0)
     return fig
 
 
