@@ -185,7 +185,20 @@ def test_two_points_say_that_the_correlations_say_nothing(tmp_path):
 
 
 def test_many_points_give_no_such_warning(tmp_path):
-    assert "Only " not in _page(_study(tmp_path, _rows(["a", "b", "c", "d"])))
+    assert "Only " not in _page(_study(tmp_path, _rows(["a", "b", "c", "d", "e"])))
+
+
+@pytest.mark.parametrize("n, share", [(3, "78%"), (4, "34%")])
+def test_three_or_four_points_say_their_intervals_mean_nothing(tmp_path, n, share):
+    # a bootstrap resample of 3 points holds at most two distinct ones 21 times in 27 (r = +-1 there):
+    # "[+0.92, +1.00]" over 3 objectives was shown as an interval like any other
+    import math
+
+    names = [chr(97 + i) for i in range(n)]
+    assert f"{(math.comb(n, 2) * (2 ** n - 2) + n) / n ** n:.0%}" == share
+    top = " ".join(_texts(el) for el in _before_first_h2(_doc(_page(_study(tmp_path, _rows(names))))))
+    assert f"Only {n} objectives: {share} of the bootstrap resamples" in top
+    assert "Only 6 runs" not in top and "Only 8 runs" not in top  # 2 seeds each: enough runs
 
 
 def test_test_set_selection_warning_only_for_rows_selected_at_the_best_epoch(tmp_path):

@@ -271,6 +271,12 @@ def _distinct(runs: list[dict[str, str]], col: str) -> list[str]:
     return sorted(vals, key=key)
 
 
+def _degenerate_share(n: int) -> float:
+    """The probability that a bootstrap resample of ``n`` points (drawn with replacement) holds at most
+    two distinct points: (C(n, 2) (2^n − 2) + n) / n^n; 78% at n = 3, 34% at 4, 9.8% at 5."""
+    return (math.comb(n, 2) * (2 ** n - 2) + n) / n ** n
+
+
 def _is_true(v: Any) -> bool:
     return str(v).strip().lower() in ("true", "1", "1.0")
 
@@ -309,6 +315,12 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
                      "without an interval or p-value, and over fewer it is not defined (–). These correlations "
                      "say nothing about the claim; a study needs at least 3 points, and many more for intervals "
                      "that exclude 0.</p>")
+    thin = [(n, what) for n, what in ((_count(np_["objectives"]), "objectives"), (_count(np_["runs"]), "runs"))
+            if n is not None and 3 <= n < 5]
+    for n, what in thin:
+        parts.append(f'<p class="warn">Only {n} {what}: {_degenerate_share(n):.0%} of the bootstrap resamples of '
+                     f"{n} points hold at most two distinct points (r = ±1, or not defined), so the 95% intervals "
+                     f"over {what} are not meaningful; read the correlations over {what} as a sketch.</p>")
     if any(r.get("selection") == "best" for r in runs):
         parts.append('<p class="warn">The <b>best</b> epoch of each run is the epoch of best <i>test</i> R@1 '
                      "(Roth's protocol): it selects on the test set, so the test values are optimistic. The final "

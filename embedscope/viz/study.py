@@ -151,8 +151,8 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective "
-                 f"(mean over seeds ± sd), Pearson r [bootstrap 95%]", fontsize=9.5)
+    fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective ({len(objs)}; "
+                 f"mean over seeds ± sd), Pearson r [bootstrap 95%]", fontsize=9.5)
     nrow_leg = math.ceil(len(labels) / ncol) if handles else 0
     clean_figure(fig)  # objective names from checkpoints: control characters escaped
     # the legend's rows (8 pt, ~0.2 in each, and a margin) below the panels, not a fraction of the height
