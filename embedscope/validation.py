@@ -83,8 +83,8 @@ def check_matrix(X, name: str = "X", *, min_rows: int = 1, dtype=None, check_fin
 
 def _check_finite(A: np.ndarray, name: str) -> None:
     if A.size and not (np.isfinite(A.min()) and np.isfinite(A.max())):
-        bad = int(np.count_nonzero(~np.all(np.isfinite(A), axis=1)))
-        raise EmbedscopeError(f"{name}: {bad} row(s) contain NaN or inf")
+        rows = np.flatnonzero(~np.all(np.isfinite(A), axis=1))
+        raise EmbedscopeError(f"{name}: {rows.size} row(s) contain NaN or inf (first: row {int(rows[0])})")
 
 
 def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool = False,

@@ -225,7 +225,7 @@ def test_check_matrix_finite_before_and_after_conversion(dtype, to, bad):
         assert check_matrix(A, dtype=to).dtype == np.float64
         return
     A[2] = bad
-    with pytest.raises(EmbedscopeError, match=r"^X: 1 row\(s\) contain NaN or inf$"):
+    with pytest.raises(EmbedscopeError, match=r"^X: 1 row\(s\) contain NaN or inf \(first: row 2\)$"):
         check_matrix(A, dtype=to)
     A[2] = 1.0
     assert check_matrix(A, dtype=to).dtype == np.dtype(to or dtype)

@@ -179,3 +179,26 @@ def test_pi_ratio_defined_still_finite():
     X, y = _data()
     d = M.class_distances(X, y)
     assert np.isfinite(d["pi_ratio"]) and d["pi_ratio"] > 0
+
+
+def test_seed_of_alignment_uniformity_is_checked_even_when_every_pair_is_used():
+    # seed="a" was numpy's SeedSequence TypeError with a pair sample, and silently accepted without one
+    X, y = np.random.default_rng(0).normal(size=(60, 8)), np.arange(60) % 4
+    _raises("seed must be an integer", lambda: M.alignment_uniformity(X, y, seed="a", max_pairs=10), X, y)
+    _raises("seed must be an integer", lambda: M.geometry_report(X, y, seed="a"), X, y)
+    _raises("seed must be an integer >= 0", lambda: M.alignment_uniformity(X, y, seed=-1), X, y)
+
+
+def test_compare_groups_names_a_wrong_argument_type():
+    # lists instead of mappings were AttributeError: 'list' object has no attribute 'values'
+    _raises("groups must be a mapping", lambda: M.compare_groups({"a": {"p": 1.0}}, [2, 3, 4]))
+    _raises("values_by_model must be a mapping", lambda: M.compare_groups([1, 2, 3], {"a": "g"}))
+    _raises(r"values_by_model\['a'\] must map property names", lambda: M.compare_groups(
+        {"a": 0.5, "b": {"p": 1.0}}, {"a": "g1", "b": "g2"}))
+
+
+def test_nan_rows_are_named_by_the_first_bad_row():
+    X, y = _data()
+    X[[5, 9], 1] = np.nan
+    for fn in (lambda: M.retrieval_metrics(X, y, include=["R@1"]), lambda: M.spectral_decay(X)):
+        _raises(r"2 row\(s\) contain NaN or inf \(first: row 5\)", fn, X, y)

@@ -276,9 +276,10 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
     return float(mx + np.log(tot / cnt)), npairs, exact
 
 
-def _check_au_args(t, max_pairs):
+def _check_au_args(t, max_pairs, seed):
     check_number(t, "t", min=0, min_inclusive=False)
     check_int(max_pairs, "max_pairs")
+    check_int(seed, "seed", min=0)  # also where every pair is used and the seed is not read
 
 
 def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> dict:
@@ -313,7 +314,7 @@ def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAI
     dict with ``alignment``, ``uniformity``, ``uniformity_pairs`` (pairs used) and
     ``uniformity_exact`` (bool).
     """
-    _check_au_args(t, max_pairs)
+    _check_au_args(t, max_pairs, seed)
     X = check_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
     classes, inv, counts = _encode(y, X.shape[0])
     shift = pow2_shift(X)
@@ -372,7 +373,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     """
     if metric not in ("cosine", "sqeuclidean"):
         raise EmbedscopeError(f"metric must be one of cosine, sqeuclidean, got '{metric}'")
-    _check_au_args(t, max_pairs)
+    _check_au_args(t, max_pairs, seed)
     X = check_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
     n, d = X.shape
     classes, inv, counts = _encode(y, n)

@@ -434,6 +434,14 @@ def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: M
     """
     from scipy.stats import mannwhitneyu
 
+    for what, arg in (("values_by_model", values_by_model), ("groups", groups)):
+        if not isinstance(arg, Mapping):
+            raise EmbedscopeError(f"compare_groups: {what} must be a mapping keyed by model name, "
+                                  f"got {type(arg).__name__}")
+    bad = next((m for m in groups if not isinstance(values_by_model.get(m, {}), Mapping)), None)
+    if bad is not None:
+        raise EmbedscopeError(f"compare_groups: values_by_model[{bad!r}] must map property names to values, "
+                              f"got {type(values_by_model[bad]).__name__}")
     names = sorted(set(groups.values()))
     if len(names) != 2:
         raise EmbedscopeError(f"compare_groups needs exactly two groups, got {len(names)} ({', '.join(names)})")
