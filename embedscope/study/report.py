@@ -17,7 +17,6 @@ import base64
 import html
 import math
 import os
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -144,22 +143,20 @@ def _table(headers: list[str], rows: list[list[str]], left: int = 1, row_classes
 
 
 def png_size(data: bytes) -> tuple[int, int, float | None]:
-    """(width, height, dots per inch or None) of a PNG file's bytes (IHDR and pHYs chunks)."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
-        raise ValueError("not a PNG file")
-    w, h = struct.unpack(">II", data[16:24])
-    pos, dpi = 8, None
-    while pos + 8 <= len(data):
-        n, kind = struct.unpack(">I", data[pos:pos + 4])[0], data[pos + 4:pos + 8]
-        if kind == b"pHYs" and n >= 9:
-            px, _py, unit = struct.unpack(">IIB", data[pos + 8:pos + 17])
-            if unit == 1 and px > 0:  # pixels per metre
-                dpi = px * 0.0254
-            break
-        if kind in (b"IDAT", b"IEND"):
-            break
-        pos += 12 + n
-    return w, h, dpi
+    """(width, height, dots per inch or None) of a PNG file's bytes, read by Pillow (the pHYs chunk
+    gives the dpi); anything but a PNG is a ValueError."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if im.format != "PNG":
+                raise ValueError(f"not a PNG file ({im.format})")
+            dpi = im.info.get("dpi")
+            return im.width, im.height, float(dpi[0]) if dpi and dpi[0] > 0 else None
+    except UnidentifiedImageError:
+        raise ValueError("not a PNG file") from None
 
 
 # CSS pixels per inch of a figure: 125% of its printed size (CSS has 96 px to the inch), so that
@@ -176,7 +173,7 @@ def _img(path: Path, alt: str) -> str:
         w, h, dpi = png_size(raw)
         scale = FIGURE_PX_PER_INCH / dpi if dpi else 1.0
         size = f' width="{round(w * scale)}" height="{round(h * scale)}"'
-    except (ValueError, struct.error):
+    except ValueError:
         size = ""
     data = base64.b64encode(raw).decode("ascii")
     return (f'<figure><img alt="{_e(alt)}"{size} src="data:image/png;base64,{data}">'
