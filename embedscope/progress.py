@@ -290,6 +290,10 @@ def clear() -> None:
         return
     for bar in list(getattr(mod.tqdm, "_instances", [])):
         try:
+            if not hasattr(bar, "start_t"):
+                # Ctrl-C inside tqdm's __init__, after it drew the bar but before it set its clock:
+                # its close() would fail on the missing times and leave the bar on the line
+                bar.last_print_t = bar.start_t = 0.0
             bar.close()
         except Exception:  # pragma: no cover - a half-built bar
             pass
