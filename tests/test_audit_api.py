@@ -335,3 +335,15 @@ def test_integer_embeddings_written_by_another_tool_load_exactly(tmp_path):
     assert X.dtype == np.float64 and X[0].tolist() == [2 ** 24 + 1, -3]
     X = store.load(small).embeddings
     assert X.dtype == np.float32 and X[0].tolist() == [2 ** 24, -3]
+
+
+def test_spectrum_records_how_many_class_values_it_kept():
+    # k = 1000 on D = 8 keeps 8 values per class; the provenance said only k = 1000
+    from embedscope.analyses import spectrum
+    from embedscope.store import EmbeddingSet
+
+    rng = np.random.default_rng(0)
+    es = EmbeddingSet.from_arrays(rng.normal(size=(60, 8)), np.arange(60) % 4, split="train")
+    r = spectrum([es], by_class=True, k=1000)[0]
+    assert r.provenance["k"] == 1000 and r.provenance["k_used"] == 8
+    assert len(r.arrays["class_mean"]) == 8

@@ -80,7 +80,8 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
 
     Each result's ``table`` holds rows ``{kind, k, value}`` with kind ``singular_value``,
     ``normalised`` (s / Σs), and with ``by_class`` ``class_mean`` / ``class_std`` (over classes of
-    the normalised per-class spectra, first ``k`` values); ``arrays`` the same as numpy arrays for
+    the normalised per-class spectra, first ``k`` values, at most D: ``provenance["k_used"]``); ``arrays``
+    the same as numpy arrays for
     :func:`embedscope.viz.plot_spectra`. ``progress``: a callable ``progress(i, n)`` after each file.
     """
     from embedscope.metrics import class_conditioned_spectra
@@ -101,6 +102,7 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
                                                         center=center, k=k)
             r.arrays.update(class_mean=mean, class_std=per_class.std(axis=0))
             r.provenance["n_classes_used"] = int(per_class.shape[0])
+            r.provenance["k_used"] = int(mean.shape[0])  # min(k, D): k asks for more than D values
         r.provenance.update(by_class=by_class, k=k, center=center)
         r.table = [{"kind": kind, "k": j + 1, "value": float(v)}
                    for kind in ("singular_value", "normalised", "class_mean", "class_std")
