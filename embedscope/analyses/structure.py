@@ -80,9 +80,9 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
 
     Each result's ``table`` holds rows ``{kind, k, value}`` with kind ``singular_value``,
     ``normalised`` (s / Σs), and with ``by_class`` ``class_mean`` / ``class_std`` (over classes of
-    the normalised per-class spectra, first ``k`` values, at most D: ``provenance["k_used"]``); ``arrays``
-    the same as numpy arrays for
-    :func:`embedscope.viz.plot_spectra`. ``progress``: a callable ``progress(i, n)`` after each file.
+    the normalised per-class spectra, first ``k`` values, at most D: ``provenance["k_used"]``);
+    ``arrays`` the same as numpy arrays for :func:`embedscope.viz.plot_spectra`. ``progress``: a
+    callable ``progress(i, n)`` after each file.
     """
     from embedscope.metrics import class_conditioned_spectra
 

@@ -304,17 +304,16 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
                             [[_text(r.get("id")), _text(r.get("checkpoint")), _text(r.get("error"))] for r in failed],
                             left=1, wrap=(1, 2)))
         parts.append("</div>")
-    few = [(n, what) for n, what in ((_count(np_["objectives"]), "objectives"), (_count(np_["runs"]), "runs"))
-           if n is not None and n < 3]
+    points = [(n, what) for n, what in ((_count(np_["objectives"]), "objectives"), (_count(np_["runs"]), "runs"))
+              if n is not None]
+    few = [(n, what) for n, what in points if n < 3]
     if few:
         said = " and ".join(f"{n} {what}" for n, what in few)
         parts.append(f'<p class="warn">Only {_e(said)}: a correlation over two points is ±1 whatever the values, '
                      "without an interval or p-value, and over fewer it is not defined (–). These correlations "
                      "say nothing about the claim; a study needs at least 3 points, and many more for intervals "
                      "that exclude 0.</p>")
-    thin = [(n, what) for n, what in ((_count(np_["objectives"]), "objectives"), (_count(np_["runs"]), "runs"))
-            if n is not None and 3 <= n < 5]
-    for n, what in thin:
+    for n, what in ((n, what) for n, what in points if 3 <= n < 5):
         parts.append(f'<p class="warn">Only {n} {what}: {_degenerate_share(n):.0%} of the bootstrap resamples of '
                      f"{n} points hold at most two distinct points (r = ±1, or not defined), so the 95% intervals "
                      f"over {what} are not meaningful; read the correlations over {what} as a sketch.</p>")

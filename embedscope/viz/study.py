@@ -90,9 +90,9 @@ def _legend_handle(color, label: str):
 def _objective_colors(labels: list[str]) -> list:
     """One colour per objective. Where the objectives come in families of at most two that share their
     first word (a loss without and with ρ-regularisation: "margin p_switch=0", "margin p_switch=0.3"),
-    a family takes one of tab20's dark/light pairs; otherwise every objective its own hue: tab10 up to
-    10 objectives, then :func:`distinct_colors` (tab20's pairs would suggest families that are not
-    there, e.g. three epochs of each loss under ``--epoch all``)."""
+    a family takes one of tab20's dark/light pairs; otherwise every objective its own hue:
+    :func:`distinct_colors`, tab10 for the first 10 (tab20's pairs would suggest families that are
+    not there, e.g. three epochs of each loss under ``--epoch all``)."""
     import matplotlib
 
     fam = [str(t).split(" ", 1)[0] for t in labels]
@@ -105,9 +105,7 @@ def _objective_colors(labels: list[str]) -> list:
             out.append(tuple(cmap(2 * order.index(f) + seen[f])))
             seen[f] += 1
         return out
-    if len(labels) <= 10:
-        return [tuple(matplotlib.colormaps["tab10"](i)) for i in range(len(labels))]
-    return distinct_colors(len(labels))
+    return distinct_colors(len(labels))  # tab10 first
 
 
 def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
