@@ -18,6 +18,7 @@ from embedscope.tsne import (
     yoked_tsne_exact_objective_and_grad,
     yoked_tsne_objective_and_grad,
 )
+from embedscope.viz.style import TEST_COLOR, TRAIN_COLOR
 from embedscope.viz.tsne import plot_joint_tsne, plot_tsne, plot_yoked_tsne
 
 
@@ -207,6 +208,34 @@ def test_plots(tmp_path):
     assert fig.axes[0].get_legend() is None
     _non_empty_png(fig, tmp_path / "single.png")
     plt.close("all")
+
+
+def test_joint_split_colours_are_no_class_colours():
+    """The third panel colours by split with colours no class takes (tab10/tab20 for up to 20
+    classes): with red/blue for train/test, a reader who had just read the class legend below saw
+    classes 3 and 0 there."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    rng = np.random.default_rng(1)
+    for n_classes in (5, 10, 20):
+        lab = np.arange(4 * n_classes) % n_classes
+        Y = rng.normal(size=(len(lab), 2))
+        half = len(lab) // 2
+        fig = plot_joint_tsne(Y[:half], Y[half:], lab[:half], lab[half:],
+                              class_names=[f"c{i}" for i in range(n_classes)])
+        class_rgba = {tuple(np.round(c, 3)) for ax in fig.axes[:2] for col in ax.collections
+                      for c in col.get_facecolors()[:, :3]}
+        split = fig.axes[2].collections[0].get_facecolors()[:, :3]
+        split_rgb = {tuple(np.round(c, 3)) for c in split}
+        assert len(split_rgb) == 2 and not split_rgb & class_rgba, n_classes
+        assert split_rgb == {tuple(np.round(to_rgba(c)[:3], 3)) for c in (TRAIN_COLOR, TEST_COLOR)}
+        # the two differ in lightness too (colour blindness, grey print): luminance apart by > 0.4
+        lum = [0.2126 * r + 0.7152 * g + 0.0722 * b for r, g, b in (to_rgba(c)[:3] for c in (TRAIN_COLOR, TEST_COLOR))]
+        assert abs(lum[0] - lum[1]) > 0.4
+        titles = [lg.get_title().get_text() for lg in fig.legends]
+        assert titles == ["class (train and test panels)"]
+        plt.close(fig)
 
 
 # ------------------------------------------------------------------ degenerate and extreme input

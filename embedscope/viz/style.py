@@ -44,8 +44,12 @@ PAPER_RC = {
     "savefig.bbox": "tight",
 }
 
-TRAIN_COLOR = "#d62728"  # red
-TEST_COLOR = "#1f77b4"  # blue
+# train / test where a panel colours by split (the joint t-SNE's third panel): colours that no class
+# takes from tab10 (black; Okabe & Ito's orange, lighter and yellower than tab10's), so that a reader
+# who has just read the class legend does not take the split colours for two classes (red and blue
+# were classes 3 and 0); they also differ in lightness, which survives colour blindness and grey print
+TRAIN_COLOR = "#000000"  # black
+TEST_COLOR = "#e69f00"  # orange
 SPLIT_COLORS = {"train": TRAIN_COLOR, "test": TEST_COLOR, "val": "#2ca02c", "query": "#9467bd",
                 "gallery": "#8c564b"}
 BELOW_COLOR = "#17becf"  # cyan: nearer its own class (a 1-NN query would be right)

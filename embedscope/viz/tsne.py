@@ -115,7 +115,8 @@ def plot_joint_tsne(
     palette: ClassPalette | None = None,
 ):
     """Three panels (docs/methods.md §10, Xuan Fig. 1/2): training points by class, test points by class,
-    and both (training red, test blue), all in the joint map's coordinates (the same window).
+    and both (training black, test orange: :data:`TRAIN_COLOR`, :data:`TEST_COLOR`, colours that
+    no class takes from tab10), all in the joint map's coordinates (the same window).
 
     ``labels_*`` index ``class_names`` (the file's full class list) when given; colours come from
     ``palette`` (default: :meth:`ClassPalette.from_labels` of the full list). Returns the figure.
@@ -153,7 +154,7 @@ def plot_joint_tsne(
             _set_window(ax, lo, hi)
         for ax in axes[1:]:
             ax.set_ylabel("")
-        class_legend(fig, present, palette)
+        class_legend(fig, present, palette, title="class (train and test panels)")
         note = settings_text(info, ("perplexity", "seed", "initialization", "n_iter", "kl_divergence"))
         note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
         finish_layout(fig, note=note, legend_h=leg_h, title=title, fit_axes=axes)
