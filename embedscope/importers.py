@@ -371,14 +371,10 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     if bad.any():
         raise EmbedscopeError(f"{src.path}: {int(bad.sum())} embedding row(s) contain NaN or inf (first: row "
                               f"{int(np.flatnonzero(bad)[0])})")
-    if X.dtype != np.float32:  # the store keeps float32
-        with np.errstate(over="ignore"):
-            X32 = X.astype(np.float32)
-        bad = ~np.all(np.isfinite(X32), axis=1)
-        if bad.any():
-            raise EmbedscopeError(f"{src.path}: {int(bad.sum())} embedding row(s) hold values beyond float32's range "
-                                  f"(|x| > 3.4e38; first: row {int(np.flatnonzero(bad)[0])}); the store keeps float32")
-        X = X32
+    if X.dtype != np.float32:  # the store keeps float32: refused where that is more than rounding
+        from embedscope.store.embeddings import _as_stored  # (beyond its range, rows too small for it)
+
+        X = _as_stored(X, src.path, exact_ints=False)
     n = X.shape[0]
     for what, arr in (("labels", y), ("split", sp), ("paths", pa), ("class names", cn)):
         _check_present(src.path, what, arr)

@@ -190,3 +190,14 @@ def test_misnamed_partly_numeric_and_out_of_range_sources(tmp_path):
         warnings.simplefilter("error")  # no numpy overflow warning on the way
         with pytest.raises(EmbedscopeError, match=r"1 embedding row\(s\) hold values beyond float32's range .*row 3"):
             import_embeddings(tmp_path / "big.npz")
+    # a row too small for float32 would be stored as zeros (its direction lost): refused, as store.save does
+    tiny = X.astype(np.float64)
+    tiny[5] = [1e-46, -2e-47] + [0.0] * (X.shape[1] - 2)
+    np.savez(tmp_path / "tiny.npz", embeddings=tiny, labels=np.arange(12) % 3)
+    with pytest.raises(EmbedscopeError, match=r"1 embedding row\(s\) are too small for float32.*in row 5"):
+        import_embeddings(tmp_path / "tiny.npz")
+    # integers beyond 2^24 are rounded as documented (docs/import.md), as float64 is, where store.save refuses
+    ints = np.arange(24).reshape(12, 2) + np.array([2 ** 24 + 1, 0])
+    np.savez(tmp_path / "ints.npz", embeddings=ints, labels=np.arange(12) % 3)
+    got = import_embeddings(tmp_path / "ints.npz").embeddings
+    assert got.dtype == np.float32 and np.array_equal(got, ints.astype(np.float32))

@@ -532,9 +532,10 @@ def save(
     return Path(path)
 
 
-def _as_stored(X: np.ndarray, path) -> np.ndarray:
+def _as_stored(X: np.ndarray, path, *, exact_ints: bool = True) -> np.ndarray:
     """``X`` as the file keeps it, float32, or one :class:`EmbedscopeError` line where float32 would
-    change it by more than rounding (see :func:`save`)."""
+    change it by more than rounding (see :func:`save`). ``exact_ints=False`` (``embedscope import``,
+    docs/import.md) rounds integers beyond 2^24 as it rounds float64, to the nearest float32."""
     if X.dtype == np.float32 or (X.dtype.kind == "f" and X.dtype.itemsize < 4):
         return X.astype(np.float32, copy=False)  # float16: every value is a float32
     with np.errstate(over="ignore", under="ignore"):
@@ -549,7 +550,7 @@ def _as_stored(X: np.ndarray, path) -> np.ndarray:
         raise EmbedscopeError(f"{path}: {tiny.size} embedding row(s) are too small for float32, the stored type "
                               f"(largest |x| {float(amax[tiny[0]]):.3g} < 1.2e-38 in row {int(tiny[0])}; "
                               "their direction would be lost): scale the embeddings")
-    if X.size and amax.max() > FLOAT32_EXACT_INT and np.array_equal(X, np.round(X)):
+    if exact_ints and X.size and amax.max() > FLOAT32_EXACT_INT and np.array_equal(X, np.round(X)):
         lost = np.flatnonzero(np.any(X32 != X, axis=1))
         if lost.size:
             i = int(lost[0])
