@@ -284,6 +284,37 @@ def test_saliency_pairs_cut_long_class_names_and_judge_same_class_by_label():
     assert len(grid.axes[0].get_ylabel().splitlines()[0]) <= 16
 
 
+@pytest.mark.parametrize("figure", ["pairs", "grid"])
+def test_saliency_colour_bar_shows_the_colours_as_seen_over_dark_and_bright_pixels(figure):
+    """The maps are blended onto the dimmed image with opacity alpha x saliency, so a pixel of
+    saliency 0.5 is not the colour map's 0.5 (the opaque bar used to say so): the bar's two columns
+    are the blend over the darkest and the brightest image pixel. Checked on the rendered pixels."""
+    from embedscope.store.saliency import SaliencyMaps
+    from embedscope.viz.saliency import overlay_grid, pairs_figure
+
+    imgs = np.stack([np.zeros((8, 8)), np.full((8, 8), 255)]).astype(np.uint8)  # one dark, one bright
+    for s in (0.25, 0.5, 0.9):
+        maps = np.full((2, 8, 8), s, dtype=np.float32)
+        sm = SaliencyMaps(maps=maps, paths=["q0", "q1"], labels=np.array([0, 1]), class_names=["a", "b"],
+                          images=imgs, retrieval={"maps": maps, "paths": ["r0", "r1"], "labels": np.array([0, 1]),
+                                                  "images": imgs, "distance": np.array([0.1, 0.2])})
+        fig = pairs_figure(sm, n_pairs=2) if figure == "pairs" else overlay_grid([sm], names=["m"], n_images=2)
+        fig.canvas.draw()
+        buf = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(float)
+
+        def pixel(ax, fx, fy, buf=buf):
+            b = ax.get_window_extent()
+            return buf[int(round(buf.shape[0] - (b.y0 + fy * b.height))), int(round(b.x0 + fx * b.width))]
+
+        cax = fig.axes[-1]
+        per_row = 4 if figure == "pairs" else 2
+        for row, column in ((0, 0.25), (1, 0.75)):  # the dark image, the bright one
+            seen = pixel(fig.axes[row * per_row + 1], 0.5, 0.5)
+            bar = pixel(cax, column, s)
+            assert np.abs(seen - bar).max() <= 3, (s, row, seen, bar)
+        plt.close(fig)
+
+
 def test_neighbours_rows_fit_their_square_pictures_and_float_pictures_pad_white(caplog):
     import logging
     import warnings

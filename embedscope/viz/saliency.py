@@ -127,7 +127,8 @@ def _picture(ax, img) -> None:
 
 def _overlay(ax, img, m, alpha: float = 0.8):
     """The image in grey with the map on top, each pixel's opacity ``alpha`` × its saliency (so
-    unsalient pixels show the image). Returns a mappable for the colour bar (opaque colours)."""
+    unsalient pixels show the image; :func:`_overlay_colorbar` shows the blend). Returns a mappable
+    of the opaque colour map."""
     import matplotlib.pyplot as plt
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -137,11 +138,44 @@ def _overlay(ax, img, m, alpha: float = 0.8):
         ax.imshow(m, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
     else:
         grey = img if img.ndim == 2 else img.astype(np.float32).mean(axis=2)
-        ax.imshow(grey, cmap="gray", vmin=0, vmax=255 * 1.6, interpolation="nearest")  # dimmed
+        ax.imshow(grey, cmap="gray", vmin=0, vmax=255 * _DIM, interpolation="nearest")  # dimmed
         rgba = cmap(np.clip(m, 0, 1))
         rgba[..., 3] = alpha * np.clip(m, 0, 1)
         ax.imshow(rgba, interpolation="nearest")
     return ScalarMappable(norm=Normalize(0, 1), cmap=cmap)
+
+
+_DIM = 1.6  # images are drawn dimmed: white shows as grey 1/_DIM, so that the map stands out
+
+
+def _overlay_colorbar(fig, rect, alpha: float, over_images: bool) -> None:
+    """The colour bar of :func:`_overlay`. Over images a pixel's colour is the map's blended onto
+    the dimmed image with opacity ``alpha`` × saliency, so the bar shows that blend in two columns,
+    over the darkest and over the brightest image pixel: the colours as seen, not the opaque
+    colour map (which a weakly salient pixel never shows). Without images, the map is opaque."""
+    import matplotlib.pyplot as plt
+
+    cax = fig.add_axes(rect)
+    s = np.linspace(0.0, 1.0, 256)
+    top = plt.get_cmap(MAP_CMAP)(s)[:, :3]
+    if over_images:
+        cols = []
+        for base in (0.0, 1.0 / _DIM):
+            a = (alpha * s)[:, None]
+            cols.append(a * top + (1.0 - a) * base)
+        bar = np.stack(cols, axis=1)
+        cax.set_xticks([0, 1], ["dark", "bright"], fontsize=6, rotation=90)
+        cax.set_xlabel("image pixel", fontsize=6)
+        label = "saliency (0 = none, 1 = ≥ 99th percentile),\nas blended over the image"
+    else:
+        bar = top[:, None, :]
+        cax.set_xticks([])
+        label = "saliency (0 = none, 1 = ≥ 99th percentile)"
+    cax.imshow(bar, origin="lower", aspect="auto", extent=(-0.5, bar.shape[1] - 0.5, 0, 1),
+               interpolation="nearest")
+    cax.yaxis.tick_right()
+    cax.yaxis.set_label_position("right")
+    cax.set_ylabel(label)
 
 
 def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequence[str] | None = None,
@@ -165,7 +199,6 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
     size = 1.55
     with plt.rc_context(PAPER_RC):
         fig, axes = plt.subplots(n, cols, figsize=(size * cols + 0.9, size * n + 0.7), squeeze=False)
-        im = None
         for r in range(n):
             img = first.images[r] if has_img else None
             c0 = 0
@@ -173,7 +206,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
                 _picture(axes[r, 0], img)
                 c0 = 1
             for k, sm in enumerate(items):
-                im = _overlay(axes[r, c0 + k], img, sm.maps[r].astype(np.float32), alpha)
+                _overlay(axes[r, c0 + k], img, sm.maps[r].astype(np.float32), alpha)
             label = f"{short_text(first.class_names[first.labels[r]], 16)}\n{_short(first.paths[r], 16)}"
             axes[r, 0].set_ylabel(label, fontsize=7)
         if has_img:
@@ -188,9 +221,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
             ax.set_yticks([])
         clean_figure(fig)  # model and class names, paths from maps files: control characters escaped
         fig.tight_layout(rect=(0, 0, 0.9, 1))
-        cax = fig.add_axes((0.92, 0.15, 0.02, 0.7))
-        cb = fig.colorbar(im, cax=cax)
-        cb.set_label("saliency (0 = none, 1 = ≥ 99th percentile)")
+        _overlay_colorbar(fig, (0.915, 0.15, 0.03, 0.7), alpha, has_img)
     return fig
 
 
@@ -207,12 +238,11 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
     dist = str(sm.attrs.get("distance", "distance"))
     with plt.rc_context(PAPER_RC):
         fig, axes = plt.subplots(n, 4, figsize=(size * 4 + 1.6, size * n + 0.8), squeeze=False)
-        im = None
         for k in range(n):
             qi = sm.images[k] if sm.images is not None else None
             ri = r["images"][k] if r.get("images") is not None else None
             _picture(axes[k, 0], qi)
-            im = _overlay(axes[k, 1], qi, sm.maps[k].astype(np.float32), alpha)
+            _overlay(axes[k, 1], qi, sm.maps[k].astype(np.float32), alpha)
             _picture(axes[k, 2], ri)
             _overlay(axes[k, 3], ri, r["maps"][k].astype(np.float32), alpha)
             cq = short_text(sm.class_names[sm.labels[k]], 16)
@@ -231,9 +261,7 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
         fig.suptitle(f"{sm.name}: why are these images near each other? (saliency of their {what})", fontsize=9)
         clean_figure(fig)
         fig.tight_layout(rect=(0, 0, 0.88, 0.97))
-        cax = fig.add_axes((0.9, 0.15, 0.02, 0.7))
-        cb = fig.colorbar(im, cax=cax)
-        cb.set_label("saliency (0 = none, 1 = ≥ 99th percentile)")
+        _overlay_colorbar(fig, (0.895, 0.15, 0.03, 0.7), alpha, sm.images is not None)
     return fig
 
 
