@@ -50,16 +50,89 @@ def default_cache_dir() -> Path:
 _INPUT_LOCK = threading.RLock()  # worker threads of one process load and decode a data set once, not side by side
 
 
-def _dataset(name: str, root: str | None, train_classes: int | None):
+def _dataset(name: str, root: str | None, train_classes: int | None, generation: str | None = None):
+    """The data set (listed once per ``generation`` and process: a study passes a token of its own
+    run, so that a run sees the folder as it is now, not as an earlier run in this process listed it)."""
+    return _dataset_and_fingerprint(name, root, train_classes, generation)[0]
+
+
+def _dataset_and_fingerprint(name: str, root: str | None, train_classes: int | None, generation: str | None = None):
+    """(data set, :func:`data_fingerprint`), computed once per generation and process."""
     with _INPUT_LOCK:
-        return _load_dataset(name, root, train_classes)
+        return _load_dataset(name, root, train_classes, generation)
 
 
 @functools.lru_cache(maxsize=8)
-def _load_dataset(name: str, root: str | None, train_classes: int | None):
+def _load_dataset(name: str, root: str | None, train_classes: int | None, generation: str | None = None):
     from embedscope.data import get_dataset
 
-    return get_dataset(name, root, train_classes=train_classes)
+    ds = get_dataset(name, root, train_classes=train_classes)
+    return ds, _builtin_fingerprint(name, train_classes) or data_fingerprint(ds)
+
+
+def current_fingerprint(name: str, root: str | None, train_classes: int | None, generation: str | None = None) -> str:
+    """The :func:`data_fingerprint` of a data set as it is now (the digits without loading them)."""
+    return _builtin_fingerprint(name, train_classes) or _dataset_and_fingerprint(name, root, train_classes,
+                                                                                 generation)[1]
+
+
+def _builtin_fingerprint(name: str, train_classes: int | None) -> str | None:
+    """The fingerprint of a data set whose content the code fixes (the digits: scikit-learn's copy, no
+    files), known without loading it; None for data sets read from a folder."""
+    from embedscope.data import ALIASES
+
+    if ALIASES.get(name.lower(), name.lower()) != "digits":
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        sk = version("scikit-learn")
+    except PackageNotFoundError:  # pragma: no cover - scikit-learn is a dependency
+        sk = ""
+    key = json.dumps({"dataset": "digits", "train_classes": train_classes, "scikit-learn": sk}, sort_keys=True)
+    return "builtin:" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def data_fingerprint(ds) -> str:
+    """What a study's cache and finished rows must match in the data (docs/studies.md, "Cache"): the
+    listing (paths, labels, split, class names, properties) and, for images read from a folder, each
+    file's size and modification time; so an image added, removed, replaced or relabelled since the
+    embeddings were made is noticed (not a read of every image: a file rewritten with its old size and
+    modification time is not). A study names the digits, fixed by the code, by their scikit-learn
+    version instead (:func:`current_fingerprint`: no need to load them to check a finished row)."""
+    import struct
+
+    import numpy as np
+
+    h = hashlib.sha256()
+
+    def text(values) -> None:
+        h.update("\x00".join(str(v) for v in values).encode("utf-8", "surrogatepass"))
+        h.update(b"\x01")
+
+    text([ds.name, ds.kind, len(ds)])
+    for arr in (ds.paths, ds.class_names, ds.split):
+        text(arr.tolist())
+    h.update(np.ascontiguousarray(ds.labels, dtype="<i8").tobytes())
+    for k in sorted(ds.properties):
+        v = np.asarray(ds.properties[k])
+        text([k, v.dtype.str])
+        if v.dtype.kind in "OUS":
+            text(v.tolist())
+        else:
+            h.update(np.ascontiguousarray(v).tobytes())
+    if ds.images is not None:
+        h.update(np.ascontiguousarray(ds.images).tobytes())
+    else:
+        base = Path(ds.root or ".")
+        pack = struct.Struct("<qq").pack
+        for p in ds.paths:
+            try:
+                st = os.stat(base / p)
+                h.update(pack(int(st.st_size), int(st.st_mtime_ns)))
+            except OSError:
+                h.update(b"missing")
+    return "files:" + h.hexdigest()[:16]
 
 
 @contextlib.contextmanager
@@ -83,14 +156,16 @@ def _fits(ds, size: int) -> bool:
     return len(ds) * channels * size * size * 4 <= INPUT_CACHE_BYTES
 
 
-def _input_tensor(name: str, root: str | None, train_classes: int | None, size: int, resize: int | None = None):
+def _input_tensor(name: str, root: str | None, train_classes: int | None, size: int, resize: int | None = None,
+                  generation: str | None = None):
     """:func:`_decoded_inputs`, computed by one thread at a time (the others then find it cached)."""
     with _INPUT_LOCK:
-        return _decoded_inputs(name, root, train_classes, size, resize)
+        return _decoded_inputs(name, root, train_classes, size, resize, generation)
 
 
 @functools.lru_cache(maxsize=2)
-def _decoded_inputs(name: str, root: str | None, train_classes: int | None, size: int, resize: int | None = None):
+def _decoded_inputs(name: str, root: str | None, train_classes: int | None, size: int, resize: int | None = None,
+                    generation: str | None = None):
     """Every image of a (small) data set through its evaluation transform, stacked: [N, C, H, W].
 
     A study embeds the same images with every checkpoint: decoding them once per process instead of
@@ -100,7 +175,7 @@ def _decoded_inputs(name: str, root: str | None, train_classes: int | None, size
 
     from embedscope.data import image_transform
 
-    ds = _dataset(name, root, train_classes)
+    ds = _dataset(name, root, train_classes, generation)
     tf = image_transform(ds.kind, train=False, image_size=size, resize=resize)
     return torch.stack([tf(ds.load_image(i)) for i in range(len(ds))])
 
@@ -131,18 +206,25 @@ def _described(m) -> dict[str, str]:
     return {"split": m.split, "family": m.family, "direction": m.direction, "meaning": m.meaning}
 
 
-def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transform: str, device_kind: str) -> str:
-    """Key of a cached embedding file: checkpoint bytes + data set + transform + device kind."""
+def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transform: str, device_kind: str,
+              data: str = "") -> str:
+    """Key of a cached embedding file: checkpoint bytes + data set (and its :func:`data_fingerprint`
+    ``data``) + transform + device kind."""
     d = {"checkpoint_sha256": sha256, "dataset": dataset, "root": str(Path(root).resolve()) if root else "",
-         "train_classes": train_classes, "transform": transform, "device": device_kind, "v": 1}
+         "train_classes": train_classes, "transform": transform, "device": device_kind, "data": data, "v": 2}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
 def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, root: str | None = None,
-                 cache_dir: str | os.PathLike | None = None, device: str = "auto") -> tuple[Any, dict[str, Any]]:
+                 cache_dir: str | os.PathLike | None = None, device: str = "auto",
+                 generation: str | None = None) -> tuple[Any, dict[str, Any]]:
     """(EmbeddingSet of train + test, info) for a checkpoint, from the cache when present.
 
-    ``info``: ``sha256``, ``config``, ``extra``, ``cached`` (bool), ``cache_file``, ``embed_seconds``.
+    ``info``: ``sha256``, ``config``, ``extra``, ``cached`` (bool), ``cache_file``, ``embed_seconds``,
+    ``data`` (``[dataset, root, train_classes, fingerprint]``: the data embedded and its
+    :func:`data_fingerprint`, part of the cache key, so a changed folder is embedded again).
+    The data set is listed once per ``generation`` and process (``None``: once per process;
+    :func:`run_study` passes a token of its run).
     """
     from embedscope import store
     from embedscope.device import resolve_device
@@ -157,16 +239,17 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     root = root if root is not None else (config.get("root") or None)
     tc = config.get("train_classes")
     tc = int(tc) if tc not in (None, "") else None
-    ds = _dataset(str(name), root, tc)
+    ds, fingerprint = _dataset_and_fingerprint(str(name), root, tc, generation)
     tf, size, transform = checkpoint_input(ds, config)
     resize = config.get("resize")
     dev = resolve_device(device)
     # float32 on every device (GPU caches of embedscope versions that used bfloat16 there are not reused)
     key = cache_key(info["sha256"], ds.name, root, tc, transform,
-                    dev.type if dev.type == "cpu" else f"{dev.type}/float32")
+                    dev.type if dev.type == "cpu" else f"{dev.type}/float32", data=fingerprint)
     cdir = Path(cache_dir) if cache_dir else default_cache_dir()
     path = cdir / f"{key}.h5"
-    out = {"sha256": info["sha256"], "config": config, "extra": info["extra"], "cache_file": str(path)}
+    out = {"sha256": info["sha256"], "config": config, "extra": info["extra"], "cache_file": str(path),
+           "data": [str(name), root, tc, fingerprint]}
     if path.exists():
         try:
             es = store.load(path)
@@ -176,7 +259,7 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
             pass  # a damaged cache file: embed again and replace it
     batch = 256 if ds.kind == "digits" else 128
     with _one_cpu_thread(dev.type == "cpu"):
-        inputs = (_input_tensor(str(name), root, tc, size, None if resize is None else int(resize))
+        inputs = (_input_tensor(str(name), root, tc, size, None if resize is None else int(resize), generation)
                   if dev.type == "cpu" and _fits(ds, size) else None)
         if inputs is not None:  # the images decoded once per process, the same batches as embed_images
             X = _embed_inputs(model, inputs, batch)
@@ -219,7 +302,9 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         if settings.get("faiss_threads"):  # a worker thread of a local cluster
             _faiss_threads(int(settings["faiss_threads"]))
         es, info = embed_cached(entry["checkpoint"], dataset=settings.get("dataset"), root=settings.get("root"),
-                                cache_dir=settings["cache_dir"], device=settings.get("device", "auto"))
+                                cache_dir=settings["cache_dir"], device=settings.get("device", "auto"),
+                                generation=settings.get("generation"))
+        row[DATA_KEY] = info["data"]
         t1 = time.perf_counter()
         from embedscope.metrics.search.threads import search_threads
 
@@ -290,6 +375,7 @@ def _settings_of(source, epoch, dataset, root, metric, seed, device, measures=No
 
 
 STAT_KEY = "_checkpoint_stat"  # [size, mtime_ns] of the checkpoint a row measured (not a runs.csv column)
+DATA_KEY = "_data"  # [dataset, root, train_classes, data_fingerprint] a row measured (not a runs.csv column)
 
 
 def _checkpoint_stat(path: str | os.PathLike) -> list[int] | None:
@@ -315,6 +401,50 @@ def _unchanged(row: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
         return bool(row.get("sha256")) and sha256_file(checkpoint) == row["sha256"]
     except OSError:
         return False
+
+
+class _DataCheck:
+    """Whether a finished row measured the data as they are now (its :data:`DATA_KEY` fingerprint
+    against :func:`current_fingerprint`, computed once per data set). A row of an earlier version
+    (no fingerprint) is kept, unchecked; so is a row whose data set cannot be listed now (it stays
+    as measured: nothing finished is thrown away for a folder that is missing)."""
+
+    def __init__(self, generation: str, say: Callable[[str], Any]) -> None:
+        self.generation, self.say = generation, say
+        self.now: dict[tuple, str | None] = {}
+        self.changed: dict[tuple, int] = {}
+        self.unlisted: dict[tuple, tuple[int, str]] = {}
+
+    def __call__(self, row: dict[str, Any]) -> bool:
+        d = row.get(DATA_KEY)
+        if not (isinstance(d, list) and len(d) == 4):
+            return True
+        key = (str(d[0]), d[1] if d[1] is None else str(d[1]), d[2] if d[2] is None else int(d[2]))
+        if key not in self.now:
+            try:
+                self.now[key] = current_fingerprint(*key, self.generation)
+            except EmbedscopeError as e:
+                self.now[key] = None
+                self.unlisted[key] = (0, str(e).splitlines()[0] if str(e) else "")
+        if self.now[key] is None:
+            n, msg = self.unlisted[key]
+            self.unlisted[key] = (n + 1, msg)
+            return True
+        if self.now[key] != d[3]:
+            self.changed[key] = self.changed.get(key, 0) + 1
+            return False
+        return True
+
+    def report(self) -> None:
+        from embedscope.text import safe
+
+        for (name, root, _), n in self.changed.items():
+            where = f" in {safe(root)}" if root else ""
+            self.say(f"study: the data set {safe(name)}{where} changed since {n} finished row(s) were measured "
+                     "(images added, removed, replaced or relabelled): they are measured again")
+        for (name, _root, _), (n, msg) in self.unlisted.items():
+            self.say(f"study: the data set {safe(name)} cannot be listed now ({safe(msg)}): its {n} finished "
+                     "row(s) are kept as measured, unchecked")
 
 
 def _row_path(out_dir: Path, eid: str) -> Path:
@@ -481,6 +611,12 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             "entries": len(entries)}
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
 
+    import uuid
+
+    # this run's token: every process lists the data sets again for it (a folder changed since an earlier
+    # run of this process is seen as it is now)
+    generation = uuid.uuid4().hex
+    same_data = _DataCheck(generation, say)
     done: dict[str, dict[str, Any]] = {}
     for e in entries:
         rp = _row_path(out_dir, e.id)
@@ -489,12 +625,14 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 r = json.loads(rp.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # a damaged row is measured again
-            if isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id and _unchanged(r, e.checkpoint):
+            if (isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id and _unchanged(r, e.checkpoint)
+                    and same_data(r)):
                 done[e.id] = r
+    same_data.report()
     todo = [e.to_dict() for e in entries if e.id not in done]
     say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
     task_settings = {"dataset": dataset, "root": root, "cache_dir": str(cache), "device": device, "metric": metric,
-                     "seed": seed, "measures": list(measures) if measures else None}
+                     "seed": seed, "measures": list(measures) if measures else None, "generation": generation}
     computed: list[dict[str, Any]] = []
 
     def keep(row: dict[str, Any]) -> None:
@@ -880,7 +1018,7 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     front = ["id", "run", "selection", "epoch", "status", "error", "beats_untrained", "untrained_target"]
     # a checkpoint path with an undecodable byte (a lone surrogate) cannot enter an Arrow string column
     df = pd.DataFrame([{k: escape_undecodable(v) if isinstance(v, str) else v for k, v in r.items()
-                        if k != STAT_KEY} for r in rows])
+                        if k not in (STAT_KEY, DATA_KEY)} for r in rows])
     stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
     df = stats.pop("_runs")
     draw = None

@@ -1,0 +1,96 @@
+"""A study's embeddings and finished rows follow the data (docs/studies.md, "What is measured" and
+"Resuming"): an image replaced in the data set's folder since is embedded again, with one line
+saying why; unchanged data is served from the cache and the finished rows; a data set that cannot be
+listed any more keeps its finished rows. Also within one process, as a notebook runs a study twice."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embedscope.cli import main
+from embedscope.study.run import DATA_KEY, data_fingerprint, embed_cached, run_study
+
+
+@pytest.fixture(scope="module")
+def shapes_study(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("datachange")
+    root = tmp / "shapes"
+    assert main(["make-shapes", "-o", str(root), "--n-images", "96", "--size", "16", "--no-progress"]) == 0
+    rc = main(["train", "--dataset", "shapes", "--root", str(root), "--arch", "shapes_cnn", "--image-size", "16",
+               "--embed-dim", "8", "--epochs", "0", "--batch-size", "24", "--seed", "0", "--no-progress",
+               "-o", str(tmp / "ck" / "s0.pt")])
+    assert rc == 0
+    return tmp, root
+
+
+def _run(tmp, out="st"):
+    lines: list[str] = []
+    res = run_study(str(tmp / "ck" / "*.pt"), tmp / out, workers=0, cache_dir=tmp / "cache", n_boot=0,
+                    figures=False, echo=lines.append)
+    assert not res["errors"]
+    return res, lines
+
+
+def test_changed_images_are_embedded_and_measured_again(shapes_study):
+    from PIL import Image
+
+    tmp, root = shapes_study
+    res1, _ = _run(tmp)
+    assert res1["computed"] and all(isinstance(r[DATA_KEY], list) and len(r[DATA_KEY]) == 4 for r in res1["rows"])
+    assert DATA_KEY not in pd.read_csv(tmp / "st" / "runs.csv").columns  # bookkeeping, not a measure
+    ck = res1["rows"][0]["checkpoint"]
+    es1, info1 = embed_cached(ck, cache_dir=tmp / "cache")
+    assert info1["cached"]
+
+    res2, lines2 = _run(tmp)  # nothing changed: nothing measured again
+    assert res2["computed"] == [] and not any("changed" in s for s in lines2)
+
+    # a test image replaced by another picture (same name, new content): noticed in this same process
+    te = np.flatnonzero(es1.split == "test")[0]
+    path = root / es1.paths[te]
+    with Image.open(path) as im:
+        arr = np.asarray(im.convert("RGB"))
+    Image.fromarray(255 - arr).save(path)
+    res3, lines3 = _run(tmp)
+    assert len(res3["computed"]) == len(res1["rows"])
+    assert any(s.startswith("study: the data set shapes in ") and "changed since" in s for s in lines3), lines3
+    es3, info3 = embed_cached(ck, cache_dir=tmp / "cache", generation="after")
+    assert info3["cached"] and info3["cache_file"] != info1["cache_file"]
+    assert info3["data"][3] != info1["data"][3]
+    assert not np.array_equal(es3.embeddings[te], es1.embeddings[te])  # the new picture, not the stale one
+    others = np.arange(len(es1.split)) != te
+    assert np.array_equal(es3.embeddings[others], es1.embeddings[others])
+
+    # the folder moved away: the finished rows are kept, unchecked, and the study says so
+    moved = root.with_name("shapes_moved")
+    root.rename(moved)
+    try:
+        res4, lines4 = _run(tmp)
+        assert res4["computed"] == [] and len(res4["rows"]) == len(res1["rows"])
+        assert any("cannot be listed now" in s and "kept as measured" in s for s in lines4), lines4
+    finally:
+        moved.rename(root)
+
+
+def test_fingerprint_follows_listing_files_and_labels(shapes_study):
+    import os
+
+    from embedscope.data import get_dataset
+
+    _, root = shapes_study
+    ds = get_dataset("shapes", str(root))
+    fp = data_fingerprint(ds)
+    assert fp == data_fingerprint(get_dataset("shapes", str(root)))  # deterministic
+    relabelled = get_dataset("shapes", str(root))
+    relabelled.labels = relabelled.labels.copy()
+    relabelled.labels[[0, 1]] = relabelled.labels[[1, 0]] if relabelled.labels[0] != relabelled.labels[1] else (
+        relabelled.labels[[0, 1]] + 1) % len(relabelled.class_names)
+    assert data_fingerprint(relabelled) != fp
+    p = root / ds.paths[3]
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # touched: the same bytes, a new time
+    try:
+        assert data_fingerprint(get_dataset("shapes", str(root))) != fp
+    finally:
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert data_fingerprint(get_dataset("shapes", str(root))) == fp
