@@ -70,6 +70,12 @@ def _load_dataset(name: str, root: str | None, train_classes: int | None, genera
     return ds, _builtin_fingerprint(name, train_classes) or data_fingerprint(ds)
 
 
+def _fresh_fingerprint(name: str, root: str | None, train_classes: int | None) -> str:
+    from embedscope.data import get_dataset
+
+    return data_fingerprint(get_dataset(name, root, train_classes=train_classes))
+
+
 def current_fingerprint(name: str, root: str | None, train_classes: int | None, generation: str | None = None) -> str:
     """The :func:`data_fingerprint` of a data set as it is now (the digits without loading them)."""
     return _builtin_fingerprint(name, train_classes) or _dataset_and_fingerprint(name, root, train_classes,
@@ -223,8 +229,10 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     ``info``: ``sha256``, ``config``, ``extra``, ``cached`` (bool), ``cache_file``, ``embed_seconds``,
     ``data`` (``[dataset, root, train_classes, fingerprint]``: the data embedded and its
     :func:`data_fingerprint`, part of the cache key, so a changed folder is embedded again).
-    The data set is listed once per ``generation`` and process (``None``: once per process;
-    :func:`run_study` passes a token of its run).
+    The data set is listed once per ``generation`` and process (:func:`run_study` passes a token of
+    its run); ``None`` lists it at each call (cheap: the listing and each file's ``stat``, not the
+    images) and reuses what this process decoded only while the fingerprint is the same, so a
+    notebook that changes the folder between two calls gets the new images.
     """
     from embedscope import store
     from embedscope.device import resolve_device
@@ -239,6 +247,8 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     root = root if root is not None else (config.get("root") or None)
     tc = config.get("train_classes")
     tc = int(tc) if tc not in (None, "") else None
+    if generation is None:  # the data as they are now: their fingerprint names this process's caches
+        generation = _builtin_fingerprint(str(name), tc) or _fresh_fingerprint(str(name), root, tc)
     ds, fingerprint = _dataset_and_fingerprint(str(name), root, tc, generation)
     tf, size, transform = checkpoint_input(ds, config)
     resize = config.get("resize")
