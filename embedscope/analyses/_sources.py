@@ -26,6 +26,18 @@ def as_set(source: Any):
                           f"{type(source).__name__}")
 
 
+def check_disjoint(q, r, q_split: str, r_split: str) -> None:
+    """Separate query and reference sets hold different images: an image (path) in both would find
+    itself among its references (distance 0, its own class) and raise every retrieval score, where
+    the same-split protocol leaves a query out of its own references. One line, naming one."""
+    import numpy as np
+
+    both = np.intersect1d(q.paths, r.paths)
+    if both.size:
+        raise EmbedscopeError(f"{both.size} image(s) are both {q_split} and {r_split} rows (the same path, e.g. "
+                              f"'{both[0]}'): each would retrieve itself; give every image one split")
+
+
 def as_sources(sources: Any, what: str = "embedding file") -> list:
     """The sources of a many-file analysis as a list: a single path (or set) is a list of one.
 

@@ -106,9 +106,12 @@ def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, spli
     rows, provs = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
                                        metric=metric, normalize=normalize, with_class=with_class,
                                        progress=progress, permutations=permutations, seed=seed)
-    labels = list(dict.fromkeys(r["model"] for r in rows))
+    from embedscope.analyses.result import unique_names
+
     results = []
-    for base, nm in zip(provs, labels):
+    # each file's provenance with its own name, in the order the files were given (the rows are sorted
+    # by NR-Prec: a file without the top property appears later in them)
+    for base, nm in zip(provs, unique_names(files, names)):
         mine = [r for r in rows if r["model"] == nm]
         prov = {**base, "split": split, "max_r": max_r, "metric": metric, "permutations": permutations,
                 **({"permutation_seed": seed} if permutations else {}),

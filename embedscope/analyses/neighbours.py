@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set
+from embedscope.analyses._sources import as_set, check_disjoint
 from embedscope.analyses.result import Result, model_name, provenance_of
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
@@ -105,6 +105,8 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     qset = es.subset(split)
     rset = qset if reference_split == split else es.subset(reference_split)
     same = reference_split == split
+    if not same:
+        check_disjoint(qset, rset, split, reference_split)
     n_ref = rset.n - (1 if same else 0)
     if n_ref < k:
         raise EmbedscopeError(f"the '{reference_split}' split has {n_ref} candidate retrievals per query, fewer than "
@@ -119,6 +121,12 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
                                   f"(e.g. {safe(missing[0])})")
         if not paths:
             raise UsageError("the paths file lists no query")
+        twice = [p for p in dict.fromkeys(paths) if np.count_nonzero(qset.paths == p) > 1]
+        if twice:
+            from embedscope.text import safe
+
+            raise EmbedscopeError(f"the query path {safe(twice[0])} names {np.count_nonzero(qset.paths == twice[0])} "
+                                  f"rows of the '{split}' split (a path names one image)")
         qidx = np.array([pos[p] for p in paths], dtype=np.int64)
     else:
         rng = np.random.default_rng(seed)

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set, as_sources
+from embedscope.analyses._sources import as_set, as_sources, check_disjoint
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
@@ -59,6 +59,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     kw: dict[str, Any] = {}
     if separate:
         r = es.subset(r_split)
+        check_disjoint(q, r, q_split, r_split)
         kw = {"X_ref": r.embeddings, "y_ref": r.labels}
     if lone_queries != "exclude":
         kw["lone_queries"] = lone_queries
