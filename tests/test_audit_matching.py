@@ -4,8 +4,10 @@ Each check builds inputs whose pairing is tricky (rows reordered, subsets, dupli
 differently, class names in another order) and compares with a brute-force computation from the
 definitions (docs/methods.md)."""
 
+import csv
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 import pytest
@@ -140,3 +142,128 @@ def test_neighbour_query_path_that_names_two_rows_is_refused():
     assert list(ex.query_paths) == ["p3"]
     with pytest.raises(EmbedscopeError, match="p2 names 2 rows"):
         neighbour_examples(es, paths=["p2"], k=2)
+
+
+# ----------------------------------------------------------------------------- add-properties (a table by path)
+
+
+def _prop_file(tmp_path):
+    n = 12
+    rng = np.random.default_rng(0)
+    paths = [f"img/caf\u00e9_{i}.png" for i in range(n)]
+    f = store.save(tmp_path / "a.h5", _set(rng.normal(size=(n, 3)), np.arange(n) % 3, paths))
+    return f, paths
+
+
+def _write_table(path, rows, **kw):
+    with open(path, "w", encoding=kw.get("encoding", "utf-8"), newline="") as fh:
+        fh.write("path,colour" + kw.get("eol", "\n") + "".join(f"{p},{c}{kw.get('eol', chr(10))}" for p, c in rows))
+    return path
+
+
+@pytest.mark.parametrize("variant", ["plain", "bom", "crlf"])
+def test_add_properties_pairs_a_shuffled_table_by_path(tmp_path, variant):
+    f, paths = _prop_file(tmp_path)
+    want = {p: (7 * i) % 5 for i, p in enumerate(paths)}
+    rows = [(p, want[p]) for p in np.random.default_rng(3).permutation(paths)]
+    t = _write_table(tmp_path / "t.csv", rows, encoding="utf-8-sig" if variant == "bom" else "utf-8",
+                     eol="\r\n" if variant == "crlf" else "\n")
+    p = _cli("add-properties", f, t)
+    assert p.returncode == 0, p.stderr
+    es = store.load(f)
+    assert es.properties["colour"].tolist() == [want[q] for q in es.paths]
+
+
+@pytest.mark.parametrize("case,message", [
+    ("nfd", r"12 of them differ only by Unicode normalisation \(NFC vs NFD\) \(e.g. 'img/caf\\xe9_0.png' vs "
+            r"'img/cafe\\u0301_0.png'\)"),
+    ("dot", "12 of them differ only by a leading './'"),
+    ("space", "12 of them differ only by spaces around them"),
+    ("case", "12 of them differ only by letter case"),
+    ("root", r"12 of them differ only by a data root \(absolute vs relative paths\)"),
+    ("missing", r"1 image\(s\) of the file have no row, e.g. img/café_1.png$"),
+    ("extra", r"1 row\(s\) match no image of the file, e.g. img/other.png"),
+    ("duplicate", r"1 duplicate path\(s\), e.g. img/café_3.png"),
+])
+def test_add_properties_refuses_a_table_that_does_not_pair_and_says_how(tmp_path, case, message):
+    import re
+
+    f, paths = _prop_file(tmp_path)
+    spell = {"nfd": lambda p: unicodedata.normalize("NFD", p), "dot": lambda p: "./" + p,
+             "space": lambda p: p + " ", "case": str.upper, "root": lambda p: "/data/set/" + p}
+    rows = [(spell.get(case, str)(p), i % 2) for i, p in enumerate(paths)]
+    if case == "missing":
+        rows = rows[:1] + rows[2:]
+    elif case == "extra":
+        rows.append(("img/other.png", 0))
+    elif case == "duplicate":
+        rows.append(rows[3])
+    before = open(f, "rb").read()
+    p = _cli("add-properties", f, _write_table(tmp_path / "t.csv", rows))
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert re.search(message, p.stderr.strip()), p.stderr
+    assert open(f, "rb").read() == before
+
+
+# ----------------------------------------------------------------------------- spelling hints elsewhere
+
+
+def test_yoke_and_neighbours_say_when_paths_differ_only_in_spelling():
+    from embedscope.analyses import neighbour_examples
+
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(12, 3)), np.arange(12) % 3
+    paths = [f"img/{i}.png" for i in range(12)]
+    a = _set(X, y, paths)
+    with pytest.raises(EmbedscopeError, match="12 of them differ only by a leading './'"):
+        A.yoke(a, _set(X, y, ["./" + p for p in paths]), n_iter=30)
+    with pytest.raises(EmbedscopeError, match="12 only in set0.*differ only by letter case"):
+        A.yoke(a, _set(X, y, [p.upper() for p in paths]), n_iter=30)
+    with pytest.raises(EmbedscopeError, match=r"e.g. img/4.png ; 1 of them differ only by spaces around them"):
+        neighbour_examples(a, paths=["img/4.png "], k=2)
+    with pytest.raises(EmbedscopeError, match="not in the 'test' split \\(e.g. img/x.png\\)$"):
+        neighbour_examples(a, paths=["img/x.png"], k=2)  # no near miss: no hint
+
+
+def _maps(paths, labels, class_names, seed, name):
+    from embedscope.store.saliency import SaliencyMaps
+
+    m = np.random.default_rng(seed).random((len(paths), 6, 6)).astype(np.float32)
+    return SaliencyMaps(m, np.asarray(paths), np.asarray(labels), class_names, attrs={"name": name})
+
+
+def test_saliency_agreement_pairs_maps_by_path(tmp_path):
+    """Per-image Pearson r of the CLI's per-image CSV against numpy's, the maps looked up by path:
+    B holds A's images reversed plus two more, C a subset with the class names in another order."""
+    from embedscope.store.saliency import save_maps
+
+    n = 10
+    paths = np.array([f"img/{i}.png" for i in range(n)])
+    labels = np.arange(n) % 3
+    sets = {"A": _maps(paths, labels, ["a", "b", "c"], 0, "A"),
+            "B": _maps(np.r_[paths[::-1], ["img/x.png", "img/y.png"]], np.r_[labels[::-1], [0, 1]],
+                       ["a", "b", "c"], 1, "B"),
+            "C": _maps(paths[[7, 2, 5, 0, 9, 3, 1, 8]], (labels[[7, 2, 5, 0, 9, 3, 1, 8]] + 1) % 3,
+                       ["c", "a", "b"], 2, "C")}
+    files = [save_maps(tmp_path / f"{k}.h5", v) for k, v in sets.items()]
+    p = _cli("saliency-agreement", *files, "--per-image-csv", tmp_path / "pi.csv")
+    assert p.returncode == 0, p.stderr
+    assert "8 images in common; left out: 2 of A, 4 of B" in p.stdout
+    by_path = {k: {q: m.astype(np.float16).astype(np.float64).ravel() for q, m in zip(v.paths, v.maps)}
+               for k, v in sets.items()}
+    with open(tmp_path / "pi.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 * 8
+    for r in rows:
+        want = np.corrcoef(by_path[r["model_a"]][r["path"]], by_path[r["model_b"]][r["path"]])[0, 1]
+        assert float(r["pearson"]) == pytest.approx(want, abs=1e-5)
+    # other class names for the same label numbers: refused
+    save_maps(tmp_path / "D.h5", _maps(paths, labels, ["b", "a", "c"], 3, "D"))
+    p = _cli("saliency-agreement", files[0], tmp_path / "D.h5")
+    assert p.returncode == 1 and "different classes" in p.stderr
+    # the same images, spelled NFD: no image in common, and the error says why
+    nfd = [unicodedata.normalize("NFD", f"img/caf\u00e9_{i}.png") for i in range(n)]
+    save_maps(tmp_path / "E.h5", _maps([f"img/caf\u00e9_{i}.png" for i in range(n)], labels, ["a", "b", "c"], 4, "E"))
+    save_maps(tmp_path / "F.h5", _maps(nfd, labels, ["a", "b", "c"], 5, "F"))
+    p = _cli("saliency-agreement", tmp_path / "E.h5", tmp_path / "F.h5")
+    assert p.returncode == 1 and "share no image" in p.stderr and "Unicode normalisation" in p.stderr

@@ -115,10 +115,11 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
         pos = {p: i for i, p in enumerate(qset.paths)}
         missing = [p for p in paths if p not in pos]
         if missing:
+            from embedscope.store.embeddings import spelling_hint
             from embedscope.text import safe
 
             raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
-                                  f"(e.g. {safe(missing[0])})")
+                                  f"(e.g. {safe(missing[0])}{spelling_hint(missing, qset.paths)})")
         if not paths:
             raise UsageError("the paths file lists no query")
         twice = [p for p in dict.fromkeys(paths) if np.count_nonzero(qset.paths == p) > 1]

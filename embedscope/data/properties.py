@@ -82,8 +82,10 @@ def join_properties(paths: np.ndarray, table: dict[str, np.ndarray], source: str
     pos = {p: i for i, p in enumerate(tp)}
     missing = [p for p in paths if p not in pos]
     if missing:
+        from embedscope.store.embeddings import spelling_hint  # a path column spelled otherwise: say how
+
         raise EmbedscopeError(f"{source}: {len(missing)} image(s) of the file have no row, "
-                              f"e.g. {', '.join(missing[:3])}")
+                              f"e.g. {', '.join(missing[:3])}{spelling_hint(missing, np.setdiff1d(tp, paths))}")
     extra = np.setdiff1d(tp, paths)
     if len(extra):
         raise EmbedscopeError(f"{source}: {len(extra)} row(s) match no image of the file, e.g. {', '.join(extra[:3])}")

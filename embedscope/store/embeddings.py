@@ -374,6 +374,55 @@ def _check_text(values: np.ndarray, what: str) -> None:
                                       f"{v.encode('utf-8', 'backslashreplace').decode('ascii')!r})") from None
 
 
+def _spellings():
+    import re
+    import unicodedata
+
+    return (("a leading './'", lambda p: re.sub(r"^(\./)+", "", p)),
+            ("spaces around them", str.strip),
+            ("Unicode normalisation (NFC vs NFD)", lambda p: unicodedata.normalize("NFC", p)),
+            ("letter case", str.casefold),
+            ("'\\' vs '/'", lambda p: p.replace("\\", "/")))
+
+
+def spelling_hint(only_a: Sequence[str], only_b: Sequence[str], limit: int = 20000) -> str:
+    """Why paths held by one side only may still name the same images: ``"; N of them differ only by
+    <how> (e.g. 'x' vs 'y')"`` when some of ``only_a`` equal some of ``only_b`` once spelled alike
+    (a leading ``./``, spaces around them, NFC vs NFD, letter case, ``\\`` vs ``/``, or one side's
+    paths a data root longer than the other's), else ``""``. Paths are never matched so: the hint
+    only says why they were not. Looks at the first ``limit`` paths of each side."""
+    a = [str(p) for p in list(only_a)[:limit]]
+    b = [str(p) for p in list(only_b)[:limit]]
+    if not a or not b:
+        return ""
+    kinds, hit, example = [], set(), None
+    for what, key in _spellings():
+        kb = {key(p): p for p in b}
+        hits = [(p, kb[key(p)]) for p in a if key(p) in kb]
+        if hits:
+            kinds.append(what)
+            hit.update(p for p, _ in hits)
+            example = example or hits[0]
+    if not kinds:  # one side's paths under a data root that the other's leave out
+        sb, sa = set(b), set(a)
+        for xs, ys, flip in ((a, sb, False), (b, sa, True)):
+            hits = []
+            for p in xs:
+                parts = p.split("/")
+                tail = next((t for t in ("/".join(parts[i:]) for i in range(1, len(parts))) if t in ys), None)
+                if tail is not None:
+                    hits.append((tail, p) if flip else (p, tail))
+            if hits:
+                kinds.append("a data root (absolute vs relative paths)")
+                hit, example = {p for p, _ in hits}, hits[0]
+                break
+    if not kinds:
+        return ""
+    show = ascii if any("NFC" in k for k in kinds) else (lambda p: f"'{p}'")  # NFC vs NFD only seen escaped
+    return (f"; {len(hit)} of them differ only by {' or '.join(kinds)} (e.g. {show(example[0])} vs "
+            f"{show(example[1])}): paths are matched as written")
+
+
 def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: str = "b"
                   ) -> tuple[EmbeddingSet, EmbeddingSet]:
     """Reorder ``b`` to ``a``'s rows by image path (the same images under two models, epochs or layers).
@@ -390,7 +439,8 @@ def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: s
         ex = only_a[0] if len(only_a) else only_b[0]
         raise EmbedscopeError(
             f"{name_a} and {name_b} hold different images ({len(only_a)} only in {name_a}, "
-            f"{len(only_b)} only in {name_b}, e.g. {ex}); comparing them needs the same images in both")
+            f"{len(only_b)} only in {name_b}, e.g. {ex}{spelling_hint(only_a, only_b)}); comparing them needs "
+            "the same images in both")
     pos = {p: i for i, p in enumerate(b.paths)}
     b = b.select(np.array([pos[p] for p in a.paths], dtype=np.int64))
     if not np.array_equal(a.class_names[a.labels], b.class_names[b.labels]):

@@ -294,8 +294,12 @@ def match_rows(items: Sequence[Any], names: list[str] | None = None) -> tuple[li
     for sm in items[1:]:
         common &= set(sm.paths)
     if not common:
+        from embedscope.store.embeddings import spelling_hint
+
+        other = next((sm for sm in items[1:] if not set(sm.paths) & set(items[0].paths)), items[-1])
         raise EmbedscopeError(
-            f"the maps files share no image ({', '.join(f'{nm}: {sm.n}' for nm, sm in zip(names, items))} images); "
+            f"the maps files share no image ({', '.join(f'{nm}: {sm.n}' for nm, sm in zip(names, items))} images"
+            f"{spelling_hint(items[0].paths, other.paths)}); "
             "compute every model's maps on the same images (same --seed and --n-images, or one --paths-file)")
     order = [p for p in items[0].paths if p in common]
     out = []
