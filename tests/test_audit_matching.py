@@ -267,3 +267,11 @@ def test_saliency_agreement_pairs_maps_by_path(tmp_path):
     save_maps(tmp_path / "F.h5", _maps(nfd, labels, ["a", "b", "c"], 5, "F"))
     p = _cli("saliency-agreement", tmp_path / "E.h5", tmp_path / "F.h5")
     assert p.returncode == 1 and "share no image" in p.stderr and "Unicode normalisation" in p.stderr
+
+
+def test_info_names_repeated_paths(tmp_path):
+    es = _set(np.eye(4), [0, 1, 0, 1], ["a", "b", "a", "c"], split=["query", "query", "gallery", "gallery"])
+    p = _cli("info", store.save(tmp_path / "dup.h5", es))
+    assert p.returncode == 0 and "repeated paths       1 path(s) name 2 rows (e.g. a)" in p.stdout
+    p = _cli("info", store.save(tmp_path / "ok.h5", _set(np.eye(4), [0, 1, 0, 1], "abcd")))
+    assert p.returncode == 0 and "path(s) name" not in p.stdout

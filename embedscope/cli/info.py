@@ -31,6 +31,12 @@ def run(args) -> int:
         {"field": "mean embedding norm", "value": f"{s['mean_norm']:.4f}"},
         {"field": "properties", "value": ", ".join(map(str, s["properties"])) or "-"},
     ]
+    import numpy as np
+
+    uniq, counts = np.unique(es.paths, return_counts=True)
+    if (counts > 1).any():  # files are matched by path (yoke, add-properties, query vs gallery): say so
+        rows.append({"field": "repeated paths", "value": f"{int((counts > 1).sum())} path(s) name "
+                     f"{int(counts[counts > 1].sum())} rows (e.g. {uniq[counts > 1][0]})"})
     for k in ("dataset", "root", "transform", "checkpoint", "checkpoint_sha256", "split_selected", "split_source",
               "import_source", "import_format", "import_sha256", "embedscope_version", "created", "format_version"):
         if k in es.attrs and es.attrs[k] != "":
