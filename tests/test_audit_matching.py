@@ -275,3 +275,18 @@ def test_info_names_repeated_paths(tmp_path):
     assert p.returncode == 0 and "repeated paths       1 path(s) name 2 rows (e.g. a)" in p.stdout
     p = _cli("info", store.save(tmp_path / "ok.h5", _set(np.eye(4), [0, 1, 0, 1], "abcd")))
     assert p.returncode == 0 and "path(s) name" not in p.stdout
+
+
+def test_saliency_agreement_note_says_when_left_out_images_differ_only_in_spelling(tmp_path):
+    from embedscope.store.saliency import save_maps
+
+    n = 10
+    nfc = [f"img/caf\u00e9_{i}.png" for i in range(n)]
+    mixed = nfc[:6] + [unicodedata.normalize("NFD", p) for p in nfc[6:]]
+    labels = np.arange(n) % 3
+    save_maps(tmp_path / "A.h5", _maps(nfc, labels, ["a", "b", "c"], 0, "A"))
+    save_maps(tmp_path / "B.h5", _maps(mixed, labels, ["a", "b", "c"], 1, "B"))
+    p = _cli("saliency-agreement", tmp_path / "A.h5", tmp_path / "B.h5")
+    assert p.returncode == 0, p.stderr
+    assert ("note: 6 images in common; left out: 4 of A, 4 of B; 4 of them differ only by Unicode "
+            "normalisation (NFC vs NFD)") in p.stdout

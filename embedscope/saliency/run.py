@@ -316,7 +316,7 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
     dropped = {k: v for k, v in info["n_dropped"].items() if v}
     if dropped:
         notes.append(f"{info['n_common']} images in common; left out: "
-                     + ", ".join(f"{v} of {k}" for k, v in dropped.items()))
+                     + ", ".join(f"{v} of {k}" for k, v in dropped.items()) + info.get("spelling", ""))
     # group by family (stable)
     rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
     perm = sorted(range(len(files)), key=lambda i: (rank.get(fams[i], len(FAMILY_ORDER)), fams[i], i))

@@ -279,8 +279,9 @@ def match_rows(items: Sequence[Any], names: list[str] | None = None) -> tuple[li
 
     ``items``: :class:`SaliencyMaps` or :class:`MapsFile` (anything with ``paths``, ``labels``,
     ``class_names``, ``n`` and ``map_shape``). Returns (one int64 index array per file, info with
-    ``n_common`` and per-file ``n_dropped``). One-line errors: no common image; maps of different
-    sizes; an image given different classes.
+    ``n_common``, per-file ``n_dropped`` and, when images were left out, ``spelling``: a
+    :func:`~embedscope.store.embeddings.spelling_hint` when some differ only in spelling, else "").
+    One-line errors: no common image; maps of different sizes; an image given different classes.
     """
     names = names or [sm.name for sm in items]
     if not items:
@@ -315,6 +316,11 @@ def match_rows(items: Sequence[Any], names: list[str] | None = None) -> tuple[li
             raise EmbedscopeError(f"{names[0]} and {nm} give {bad} of the common images different classes")
         out.append(idx)
     info = {"n_common": len(order), "n_dropped": {nm: sm.n - len(order) for nm, sm in zip(names, items)}}
+    if len(order) < max(sm.n for sm in items):  # images left out: spelled otherwise in another file?
+        from embedscope.store.embeddings import spelling_hint
+
+        left = [[p for p in sm.paths if p not in common] for sm in items]
+        info["spelling"] = next((h for other in left[1:] if (h := spelling_hint(left[0], other))), "")
     return out, info
 
 
