@@ -290,3 +290,52 @@ def test_saliency_agreement_note_says_when_left_out_images_differ_only_in_spelli
     assert p.returncode == 0, p.stderr
     assert ("note: 6 images in common; left out: 4 of A, 4 of B; 4 of them differ only by Unicode "
             "normalisation (NFC vs NFD)") in p.stdout
+
+
+def _nr_prec_brute(X, values):
+    """Kobs Eq. 4-5 (docs/methods.md §9): Euclidean, query excluded, lone values dropped, R = N_v - 1."""
+    X = np.asarray(X, dtype=np.float64)
+    values = np.asarray(values)
+    n = len(values)
+    vals, counts = np.unique(values, return_counts=True)
+    N = dict(zip(vals.tolist(), counts.tolist()))
+    keep = [q for q in range(n) if N[values[q].item()] > 1]
+    n_prime = len(keep)
+    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    r_prec, z = [], []
+    for q in keep:
+        v = values[q].item()
+        R = N[v] - 1
+        others = np.array([i for i in range(n) if i != q])
+        F = others[np.argsort(D[q, others], kind="stable")[:R]]
+        h = int(np.sum(values[F] == v))
+        p = N[v] / n_prime
+        r_prec.append(h / R)
+        z.append((h - R * p) / np.sqrt(R * p * (1 - p)))
+    return float(np.mean(r_prec)), float(np.mean(z))
+
+
+def test_properties_added_from_a_shuffled_table_measure_the_right_rows(tmp_path):
+    """add-properties then properties, end to end, against Eq. 4-5 computed with the values looked
+    up by path: a value occurring once (lone) included."""
+    import json
+
+    rng = np.random.default_rng(4)
+    n = 40
+    X = rng.normal(size=(n, 3)).astype(np.float32)
+    paths = [f"img/{i:02d}.png" for i in range(n)]
+    colour = {p: ("red", "green", "blue")[i % 3] if i else "gold" for i, p in enumerate(paths)}
+    X[[i for i in range(n) if i % 3 == 0]] += 4.0  # one colour clustered
+    f = store.save(tmp_path / "a.h5", _set(X, np.arange(n) % 4, paths))
+    table = tmp_path / "t.csv"
+    with open(table, "w") as fh:
+        fh.write("path,colour\n" + "".join(f"{p},{colour[p]}\n" for p in rng.permutation(paths)))
+    assert _cli("add-properties", f, table).returncode == 0
+    p = _cli("properties", f, "--properties", "colour", "--json", tmp_path / "r.json", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    got = json.loads((tmp_path / "r.json").read_text())
+    row = next(r for r in got["models"][0]["table"] if r["property"] == "colour")
+    want_r, want_nr = _nr_prec_brute(X, np.array([colour[q] for q in paths]))
+    assert row["R-Prec"] == pytest.approx(want_r, abs=1e-9)
+    assert row["NR-Prec"] == pytest.approx(want_nr, abs=1e-9)
+    assert want_nr > 2  # the clustered colour is found: a wrong pairing would give about 0
