@@ -339,3 +339,39 @@ def test_properties_added_from_a_shuffled_table_measure_the_right_rows(tmp_path)
     assert row["R-Prec"] == pytest.approx(want_r, abs=1e-9)
     assert row["NR-Prec"] == pytest.approx(want_nr, abs=1e-9)
     assert want_nr > 2  # the clustered colour is found: a wrong pairing would give about 0
+
+
+def test_scatter_and_neighbours_pair_each_row_with_its_own_split_whatever_the_row_order():
+    """Brute force per path: scatter's nearest same-/other-class cosine similarity within the row's
+    split, and neighbours' top-k gallery paths of a query, with train/test and query/gallery rows
+    interleaved."""
+    from embedscope.analyses import neighbour_examples
+
+    rng = np.random.default_rng(7)
+    n = 48
+    X = rng.normal(size=(n, 4))
+    y = rng.integers(0, 3, n)
+    split = np.array(["train", "test"])[rng.integers(0, 2, n)]
+    paths = [f"p{i}" for i in range(n)]
+    es = _set(X, y, paths, split=split)
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    S = U @ U.T
+    r = A.scatter(es)
+    assert len(r.table) == n
+    for row in r.table:
+        i = paths.index(row["path"])
+        mates = [j for j in range(n) if split[j] == split[i] and j != i]
+        same = [S[i, j] for j in mates if y[j] == y[i]]
+        diff = [S[i, j] for j in mates if y[j] != y[i]]
+        assert row["split"] == split[i] and row["label"] == y[i]
+        if same:
+            assert row["s_same"] == pytest.approx(max(same), abs=1e-9)
+        assert row["s_diff"] == pytest.approx(max(diff), abs=1e-9)
+
+    qg = _set(X, y, paths, split=np.where(split == "train", "query", "gallery"))
+    ex = neighbour_examples(qg, split="query", k=3, queries=5, seed=1)
+    gal = [j for j in range(n) if split[j] == "test"]
+    for qp, refs in zip(ex.query_paths, ex.ref_paths):
+        i = paths.index(qp)
+        want = sorted(gal, key=lambda j: (-S[i, j], j))[:3]
+        assert list(refs) == [paths[j] for j in want]
