@@ -31,13 +31,10 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from embedscope.data.shapes import write_folder
-    from embedscope.fileio import track_new_folders
 
-    # the folders write_folder makes are removed again (when empty) if the command fails or is interrupted
-    track_new_folders(Path(args.output) / "images")
+    # all or nothing: the folders write_folder makes are removed again (when empty) and an earlier set it
+    # replaces with --force is put back if the command fails or is interrupted
     out = write_folder(args.output, args.n_images, args.size, args.seed, force=args.force,
                        progress=not args.no_progress)
     from embedscope.text import safe

@@ -49,6 +49,8 @@ from embedscope.errors import EmbedscopeError
 
 NAME = "shapes"
 RENDER_VERSION = 1  # bump when the images change: it is part of the cache key
+#: the whole properties.csv of a folder while make-shapes --force replaces its set
+INCOMPLETE = "# embedscope make-shapes: writing this set was interrupted; write it again with --force\n"
 DEFAULT_N = 4800
 DEFAULT_SIZE = 64
 DEFAULT_SEED = 0
@@ -604,9 +606,7 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     The folder is a valid ``--root`` of ``--dataset shapes``. Without ``force`` an existing
     ``properties.csv`` in ``out`` is an error.
     """
-    from PIL import Image
-
-    from embedscope.fileio import atomic_output, check_writable, write_text
+    from embedscope.fileio import check_writable, output_group, track_new_folders, write_text
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -618,10 +618,26 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     # before rendering: a file as a parent of the folder, or a folder that cannot be written
     check_writable(out / "properties.csv", force=True)
     images, props = generate(n, size, seed, progress=progress)
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    paths = [f"images/{i:06d}.png" for i in range(n)]
+    with output_group([out]):  # all or nothing (within the command line's own group, that one)
+        track_new_folders(out / "images")
+        if force and (out / "properties.csv").exists():
+            # the earlier set's table is marked before its first image is replaced (and put back if
+            # this call fails): a process killed midway leaves no table labelling another set's images
+            write_text(out / "properties.csv", INCOMPLETE, force=True)
+        _write_set(out, n, size, seed, images, props, progress)
+    return out
+
+
+def _write_set(out: Path, n: int, size: int, seed: int, images: np.ndarray, props: dict[str, np.ndarray],
+               progress: bool) -> None:
+    """The files of :func:`write_folder`: the images, ``shapes.json``, then ``properties.csv``."""
+    from PIL import Image
+
+    from embedscope.fileio import atomic_output, write_text
     from embedscope.progress import progress_bar
 
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    paths = [f"images/{i:06d}.png" for i in range(n)]
     for i, p in enumerate(progress_bar(paths, desc="write images", unit="img", enabled=progress)):
         with atomic_output(out / p, force=True) as tmp:
             Image.fromarray(images[i]).save(tmp, format="PNG")
@@ -637,7 +653,6 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
             "train_shapes": TRAIN_SHAPES, "property_values": {k: list(v) for k, v in PROPERTY_VALUES.items()}}
     write_text(out / "shapes.json", json.dumps(meta, indent=1) + "\n", force=True)
     write_text(out / "properties.csv", buf.getvalue(), force=True)
-    return out
 
 
 def _cached(n: int, size: int, seed: int, cache: Path, progress: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -692,6 +707,10 @@ def _read_folder(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     f = root / "properties.csv"
     try:
         with open(f, newline="", encoding="utf-8") as fh:
+            if fh.readline() == INCOMPLETE:
+                raise EmbedscopeError(f"{NAME}: {f}: writing this set was interrupted (make-shapes --force "
+                                      "stopped midway); write it again with make-shapes --force")
+            fh.seek(0)
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise EmbedscopeError(f"{NAME}: cannot read {f} ({e.__class__.__name__})") from None
