@@ -9,10 +9,16 @@ images of another set.
 from __future__ import annotations
 
 import pytest
+import torch
+from conftest import save_digits_checkpoint
 
 from embedscope.data import get_dataset
+from embedscope.data.base import data_fingerprint
 from embedscope.data.shapes import INCOMPLETE, write_folder
 from embedscope.errors import EmbedscopeError
+from embedscope.models import read_checkpoint
+from embedscope.train.grid import train_grid
+from embedscope.train.trainer import train
 
 SHAPES_RUN = {"image_size": 16, "batch_size": 16, "eval_every": 0}
 
@@ -31,6 +37,106 @@ def _stop_at(epoch: int):
 
 def _image_bytes(root) -> list[bytes]:
     return [p.read_bytes() for p in sorted((root / "images").glob("*.png"))]
+
+
+def test_fingerprint_is_the_study_cache_s_and_follows_the_data(tmp_path):
+    """The data layer's fingerprint equals the study's (one value for a data set), and changes with the
+    images of a folder and with the split."""
+    from embedscope.study.run import data_fingerprint as study_fingerprint
+
+    root = write_folder(tmp_path / "s", n=48, size=16, seed=0)
+    ds = get_dataset("shapes", str(root))
+    digits = get_dataset("digits")
+    assert data_fingerprint(ds) == study_fingerprint(ds)
+    assert data_fingerprint(digits) == study_fingerprint(digits)
+    assert data_fingerprint(get_dataset("digits", train_classes=4)) != data_fingerprint(digits)
+    write_folder(root, n=48, size=16, seed=1, force=True)
+    assert data_fingerprint(get_dataset("shapes", str(root))) != data_fingerprint(ds)
+
+
+def test_grid_does_not_skip_a_run_whose_data_changed(tmp_path, capsys):
+    """A finished run of the same settings on a folder whose images were replaced since is not skipped
+    as done (it was: the grid compared the settings only): it is refused like a run of other settings,
+    naming the data set, and --force retrains it on the data as they are now. Unchanged data: skipped."""
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    opts = {**SHAPES_RUN, "root": str(root), "epochs": 0}
+    out = tmp_path / "grid"
+    rows = train_grid("shapes", ["margin"], [0.0], [0], out, options=opts, progress=False, echo=lambda s: None)
+    assert rows[0]["status"] == "trained"
+    ckpt = out / "shapes_margin_p0_s0.pt"
+    was = read_checkpoint(ckpt)["extra"]["data"]
+    assert was == data_fingerprint(get_dataset("shapes", str(root)))
+    rows = train_grid("shapes", ["margin"], [0.0], [0], out, options=opts, progress=False, echo=lambda s: None)
+    assert rows[0]["status"] == "skipped"
+
+    write_folder(root, n=96, size=16, seed=1, force=True)  # another set of scenes, same file names
+    with pytest.raises(EmbedscopeError, match=r"other settings or data .*data: the data set shapes in .*s "
+                                              r"changed since the run was trained"):
+        train_grid("shapes", ["margin"], [0.0], [0], out, options=opts, progress=False, echo=lambda s: None)
+    rows = train_grid("shapes", ["margin"], [0.0], [0], out, options=opts, force=True, progress=False,
+                      echo=lambda s: None)
+    assert rows[0]["status"] == "retrained"
+    assert read_checkpoint(ckpt)["extra"]["data"] == data_fingerprint(get_dataset("shapes", str(root))) != was
+
+
+def test_grid_keeps_a_run_whose_data_cannot_be_listed_with_one_line(tmp_path):
+    """A data folder that is gone (moved, unmounted) does not throw finished runs away: they are kept
+    as trained, unchecked, with one line saying so."""
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    opts = {**SHAPES_RUN, "root": str(root), "epochs": 0}
+    out = tmp_path / "grid"
+    train_grid("shapes", ["margin"], [0.0], [0], out, options=opts, progress=False, echo=lambda s: None)
+    root.rename(tmp_path / "moved")
+    lines: list[str] = []
+    rows = train_grid("shapes", ["margin"], [0.0], [0], out, options=opts, progress=False, echo=lines.append)
+    assert rows[0]["status"] == "skipped"
+    assert [x for x in lines if "cannot be listed now" in x and "1 stored run(s) are taken as trained" in x]
+
+
+def test_grid_does_not_skip_a_run_whose_weights_file_changed(tmp_path):
+    """The config holds the --weights path; a run trained from another file at that path is not the run
+    asked for: refused (it was skipped), retrained with --force."""
+    w = save_digits_checkpoint(tmp_path / "w.pt", embed_dim=8, seed=1)
+    opts = {"weights": str(w), "embed_dim": 8, "epochs": 0, "eval_every": 0}
+    out = tmp_path / "grid"
+    train_grid("digits", ["margin"], [0.0], [0], out, options=opts, progress=False, echo=lambda s: None)
+    assert train_grid("digits", ["margin"], [0.0], [0], out, options=opts, progress=False,
+                      echo=lambda s: None)[0]["status"] == "skipped"
+    save_digits_checkpoint(tmp_path / "w2.pt", embed_dim=8, seed=2).replace(w)  # other weights, same path
+    with pytest.raises(EmbedscopeError, match=r"weights: the content of .*w\.pt changed since the run was trained"):
+        train_grid("digits", ["margin"], [0.0], [0], out, options=opts, progress=False, echo=lambda s: None)
+    rows = train_grid("digits", ["margin"], [0.0], [0], out, options=opts, force=True, progress=False,
+                      echo=lambda s: None)
+    assert rows[0]["status"] == "retrained"
+    new = read_checkpoint(tmp_path / "grid" / "digits_margin_p0_s0.pt")["state_dict"]
+    src = read_checkpoint(w)["state_dict"]
+    assert all(torch.equal(new[k], v) for k, v in src.items() if k.startswith("backbone."))
+
+
+def test_resume_refuses_data_changed_since_the_run_started(tmp_path):
+    """A run stopped after epoch 1, its folder's images replaced, is not continued on the new images
+    (it was, silently: half a run on each set)."""
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    cfg = {**SHAPES_RUN, "dataset": "shapes", "root": str(root), "epochs": 2}
+    out = tmp_path / "r.pt"
+    with pytest.raises(_Stop):
+        train(cfg, out, progress=False, echo=lambda s: None, callback=_stop_at(1))
+    write_folder(root, n=96, size=16, seed=1, force=True)
+    with pytest.raises(EmbedscopeError, match=r"--resume: the data set shapes in .* changed since the run was "
+                                              r"started .*put them back as they were, or start again with --force"):
+        train(cfg, out, resume=True, progress=False, echo=lambda s: None)
+    assert not out.exists()
+
+
+def test_resume_on_unchanged_data_records_the_fingerprint(tmp_path):
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    cfg = {**SHAPES_RUN, "dataset": "shapes", "root": str(root), "epochs": 2}
+    out = tmp_path / "r.pt"
+    with pytest.raises(_Stop):
+        train(cfg, out, progress=False, echo=lambda s: None, callback=_stop_at(1))
+    res = train(cfg, out, resume=True, progress=False, echo=lambda s: None)
+    assert res["resumed_from"] == 1
+    assert read_checkpoint(out)["extra"]["data"] == data_fingerprint(get_dataset("shapes", str(root)))
 
 
 def test_interrupted_make_shapes_force_puts_the_earlier_set_back(tmp_path, monkeypatch):

@@ -211,3 +211,46 @@ def check_images_exist(root: Path, paths, dataset: str) -> None:
         raise EmbedscopeError(
             f"{dataset}: image {first} is missing ({missing} of {len(paths)} listed images are absent)"
         )
+
+
+def data_fingerprint(ds: ImageDataset) -> str:
+    """What a result computed from ``ds`` depends on in the data, as a short string: the listing
+    (name, kind, paths, labels, split, class names, properties) and the images themselves: their
+    pixels for a data set held in memory (the digits, a generated ``shapes`` set), each file's size
+    and modification time for images read from a folder. An image added, removed, replaced or
+    relabelled changes it (a file rewritten with its old size and modification time does not: every
+    image is not read). A training run records it (``extra["data"]``) so that ``--resume`` and
+    ``train-grid`` notice data changed since the run started; the same value as
+    :func:`embedscope.study.run.data_fingerprint` (a study's cache key)."""
+    import hashlib
+    import struct
+
+    h = hashlib.sha256()
+
+    def text(values) -> None:
+        h.update("\x00".join(str(v) for v in values).encode("utf-8", "surrogatepass"))
+        h.update(b"\x01")
+
+    text([ds.name, ds.kind, len(ds)])
+    for arr in (ds.paths, ds.class_names, ds.split):
+        text(arr.tolist())
+    h.update(np.ascontiguousarray(ds.labels, dtype="<i8").tobytes())
+    for k in sorted(ds.properties):
+        v = np.asarray(ds.properties[k])
+        text([k, v.dtype.str])
+        if v.dtype.kind in "OUS":
+            text(v.tolist())
+        else:
+            h.update(np.ascontiguousarray(v).tobytes())
+    if ds.images is not None:
+        h.update(np.ascontiguousarray(ds.images).tobytes())
+    else:
+        base = Path(ds.root or ".")
+        pack = struct.Struct("<qq").pack
+        for p in ds.paths:
+            try:
+                st = os.stat(base / p)
+                h.update(pack(int(st.st_size), int(st.st_mtime_ns)))
+            except OSError:
+                h.update(b"missing")
+    return "files:" + h.hexdigest()[:16]

@@ -100,6 +100,66 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     return out
 
 
+class _Inputs:
+    """Whether a stored run was trained on the data and ``--weights`` file as they are now: its
+    recorded :func:`~embedscope.data.base.data_fingerprint` (``extra["data"]``) and weights' sha256
+    against the current ones, each computed once. Runs saved before embedscope recorded them are not
+    checked; nor is a run whose data set cannot be listed now (it stays as trained, with one line)."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple, str | None] = {}
+        self.weights: dict[str, str | None] = {}
+        self.unlisted: dict[tuple, list] = {}
+
+    def _data_now(self, cfg: dict[str, Any]) -> str | None:
+        key = (cfg["dataset"], cfg.get("root"), cfg.get("train_classes"))
+        if key not in self.data:
+            from embedscope.data import get_dataset
+            from embedscope.data.base import data_fingerprint
+
+            try:
+                self.data[key] = data_fingerprint(get_dataset(key[0], key[1], train_classes=key[2]))
+            except EmbedscopeError as e:
+                self.data[key] = None
+                self.unlisted[key] = [0, str(e).splitlines()[0] if str(e) else ""]
+        if self.data[key] is None:
+            self.unlisted[key][0] += 1
+        return self.data[key]
+
+    def _weights_now(self, path: str) -> str | None:
+        if path not in self.weights:
+            from embedscope.fileio import sha256_file
+
+            try:
+                self.weights[path] = sha256_file(path)
+            except OSError:
+                self.weights[path] = None  # the run that needs the file reports it
+        return self.weights[path]
+
+    def diff(self, extra: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+        """What changed since the run was trained (as :func:`settings_diff` names settings)."""
+        from embedscope.train.trainer import data_changed_message
+
+        out = []
+        if extra.get("data"):
+            now = self._data_now(cfg)
+            if now is not None and now != extra["data"]:
+                out.append(f"data: {data_changed_message(cfg, 'was trained')}")
+        if extra.get("weights_sha256") and cfg.get("weights"):
+            now = self._weights_now(cfg["weights"])
+            if now is not None and now != extra["weights_sha256"]:
+                out.append(f"weights: the content of {cfg['weights']} changed since the run was trained")
+        return out
+
+    def report(self, say: Callable[[str], None]) -> None:
+        from embedscope.text import safe
+
+        for (name, _root, _tc), (n, msg) in self.unlisted.items():
+            if n:
+                say(f"note: the data set {safe(name)} cannot be listed now ({safe(msg)}): its {n} stored run(s) "
+                    "are taken as trained, unchecked")
+
+
 def _refuse_duplicates(losses: Sequence[str], p_switches: Sequence[float], seeds: Sequence[int]) -> None:
     """A value given twice in --losses, --p-switch or --seeds (or two values that name the same run,
     like p 0.1 and 0.10) would train a run twice: a usage error before any training."""
@@ -162,8 +222,9 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         loss_spec(lo)
         if p == 0 or loss_spec(lo).tuple_loss:
             wanted[(lo, p, s)] = resolve_config({**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s})
-    # compare the settings of stored runs before training any
+    # compare the settings of stored runs before training any, and what they were trained on
     stored: dict[tuple, tuple[str, dict | None]] = {}
+    inputs = _Inputs()
     conflicts = []
     for key, cfg in wanted.items():
         ckpt = out_dir / f"{run_name(dataset, *key)}.pt"
@@ -173,14 +234,15 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             (_read(last), "unfinished") if last.exists() else (None, ""))
         if state is None:
             continue
-        diff = settings_diff(state.get("config") or {}, cfg)
+        diff = settings_diff(state.get("config") or {}, cfg) or inputs.diff(state.get("extra") or {}, cfg)
         stored[key] = (kind, done)
         if diff:
             conflicts.append(f"{ckpt.name} ({kind}): {', '.join(diff)}")
             stored[key] = ("other", None)
+    inputs.report(say)
     if conflicts and not force:
         raise EmbedscopeError(
-            f"{len(conflicts)} run(s) in {out_dir} were trained with other settings — {'; '.join(conflicts[:3])}"
+            f"{len(conflicts)} run(s) in {out_dir} were trained with other settings or data — {'; '.join(conflicts[:3])}"
             f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder")
     # before any training: a file as a parent of the folder, or a folder that cannot be written
     check_writable(out_dir / "grid.csv", force=True)

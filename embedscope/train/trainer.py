@@ -742,11 +742,14 @@ def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, 
     return total / max(nb, 1), time.perf_counter() - t0
 
 
-def _extra(epoch: int, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev) -> dict[str, Any]:
-    """What a checkpoint carries besides the weights (see the module docstring)."""
+def _extra(epoch: int, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev,
+           inputs: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint carries besides the weights (see the module docstring); ``inputs``: what the
+    run was trained on beyond its config (:func:`run_inputs`)."""
     import torch
 
     return {
+        **inputs,
         "epoch": epoch,
         "finished": epoch == cfg["epochs"],
         "history": history,
@@ -859,12 +862,47 @@ def _finished_already(state, cfg, paths, force, say, start_epoch, notes) -> dict
             "config": cfg, "paths": paths, "notes": notes, "resumed_from": start_epoch}
 
 
+def run_inputs(cfg: dict[str, Any], data: str, state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a run is trained on beyond its config, recorded in every checkpoint's ``extra``:
+    ``data`` (the :func:`embedscope.data.base.data_fingerprint` of the data set: its listing,
+    labels, split and images) and, with ``--weights``, ``weights_sha256`` (the file's content, where
+    the config holds its path). A resumed run keeps the weights' hash of its start."""
+    out: dict[str, Any] = {"data": data}
+    if state is not None:
+        if state["extra"].get("weights_sha256"):
+            out["weights_sha256"] = state["extra"]["weights_sha256"]
+    elif cfg.get("weights"):
+        from embedscope.fileio import sha256_file
+
+        out["weights_sha256"] = sha256_file(cfg["weights"])
+    return out
+
+
+def data_changed_message(cfg: dict[str, Any], since: str = "was started") -> str:
+    """"the data set NAME in ROOT changed since the run ``since`` (...)": one wording for resume and grid."""
+    from embedscope.text import safe
+
+    where = f" in {safe(cfg['root'])}" if cfg.get("root") else ""
+    return (f"the data set {safe(cfg['dataset'])}{where} changed since the run {since} (images added, "
+            "removed, replaced or relabelled)")
+
+
+def _check_same_data(state: dict[str, Any], now: str, cfg: dict[str, Any]) -> None:
+    """A resumed run trains on the data it started with: a recorded fingerprint (runs saved before
+    embedscope recorded one have none, and are not checked) that differs from ``now`` is refused."""
+    was = state["extra"].get("data")
+    if was and was != now:
+        raise EmbedscopeError(f"--resume: {data_changed_message(cfg)}; a resumed run must train on the data it "
+                              "started with: put them back as they were, or start again with --force")
+
+
 def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, keep_epochs, callback,
          unsafe_pickle) -> dict[str, Any]:
     """The run itself, after :func:`_prepare` accepted the request."""
     import torch
 
     from embedscope.data import TorchImages, image_transform
+    from embedscope.data.base import data_fingerprint
     from embedscope.device import resolve_device
     from embedscope.models import save_checkpoint
     from embedscope.train.miners import build_miner
@@ -873,9 +911,13 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     dev = resolve_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     ds, train_ds, test_ds, ytrain, classes = _load_data(cfg)
+    data = data_fingerprint(ds)
+    if state is not None:
+        _check_same_data(state, data, cfg)
     cfg["num_train_classes"] = int(len(classes))
     ytrain_t = torch.as_tensor(ytrain, dtype=torch.long)
     model, loss_fn, opt, base_lrs = _build(cfg, state, len(classes), dev, unsafe_pickle)
+    inputs = run_inputs(cfg, data, state)  # after _build: a --weights file that cannot be read is its one-line error
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
@@ -910,7 +952,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         history.append(row0)
         say(_epoch_message(row0, cfg["epochs"]))
         tb.row(row0)
-        extra0 = _extra(0, cfg, history, row0, stats, opt, loss_fn, sampler, miner, dev)
+        extra0 = _extra(0, cfg, history, row0, stats, opt, loss_fn, sampler, miner, dev, inputs)
         if keep_epochs or cfg["epochs"] == 0:
             with replacing.writing():
                 if keep_epochs:
@@ -941,7 +983,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
         history.append(row)
         say(_epoch_message(row, cfg["epochs"]))
         tb.row(row)
-        extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev)
+        extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev, inputs)
         best = extra["metrics"]["best"]
         with replacing.writing():
             save_checkpoint(paths["last"], model, cfg, extra=extra, force=True)
