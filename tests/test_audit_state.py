@@ -15,7 +15,7 @@ from conftest import save_digits_checkpoint
 from embedscope.data import get_dataset
 from embedscope.data.base import data_fingerprint
 from embedscope.data.shapes import INCOMPLETE, write_folder
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.models import read_checkpoint
 from embedscope.train.grid import train_grid
 from embedscope.train.trainer import train
@@ -137,6 +137,38 @@ def test_resume_on_unchanged_data_records_the_fingerprint(tmp_path):
     res = train(cfg, out, resume=True, progress=False, echo=lambda s: None)
     assert res["resumed_from"] == 1
     assert read_checkpoint(out)["extra"]["data"] == data_fingerprint(get_dataset("shapes", str(root)))
+
+
+def test_resume_never_hands_back_a_later_epoch_than_asked(tmp_path):
+    """A run of 3 epochs stopped at epoch 2, resumed with --epochs 1, wrote its epoch-2 model as the
+    final checkpoint with a config of 1 epoch ("nothing to do"): refused now. Resumed with --epochs 2
+    it is finished at 2 (the final checkpoint says so, and a grid sees it finished)."""
+    cfg = {"dataset": "digits", "embed_dim": 8, "epochs": 3, "eval_every": 0}
+    out = tmp_path / "r.pt"
+    with pytest.raises(_Stop):
+        train(cfg, out, progress=False, echo=lambda s: None, callback=_stop_at(2))
+    with pytest.raises(UsageError, match=r"--resume --epochs 1: .*r\.pt has trained 2 epochs already"):
+        train({**cfg, "epochs": 1}, out, resume=True, progress=False, echo=lambda s: None)
+    assert not out.exists()
+    train({**cfg, "epochs": 2}, out, resume=True, progress=False, echo=lambda s: None)
+    ck = read_checkpoint(out)
+    assert ck["extra"]["epoch"] == 2 and ck["config"]["epochs"] == 2 and ck["extra"]["finished"] is True
+    last = read_checkpoint(tmp_path / "r.pt.train" / "last.pt")
+    assert all(torch.equal(ck["state_dict"][k], v) for k, v in last["state_dict"].items())
+
+
+def test_resume_to_the_epoch_reached_replaces_an_earlier_final_checkpoint(tmp_path):
+    """A finished 1-epoch run extended to 3 epochs and stopped at 2, then resumed with --epochs 2:
+    the final checkpoint becomes the epoch-2 model (it stayed the epoch-1 one, "nothing to do")."""
+    cfg = {"dataset": "digits", "embed_dim": 8, "epochs": 1, "eval_every": 0}
+    out = tmp_path / "r.pt"
+    train(cfg, out, progress=False, echo=lambda s: None)
+    assert read_checkpoint(out)["extra"]["epoch"] == 1
+    with pytest.raises(_Stop):
+        train({**cfg, "epochs": 3}, out, resume=True, progress=False, echo=lambda s: None, callback=_stop_at(2))
+    train({**cfg, "epochs": 2}, out, resume=True, progress=False, echo=lambda s: None)
+    ck = read_checkpoint(out)
+    assert ck["extra"]["epoch"] == 2 and ck["extra"]["finished"] is True and ck["config"]["epochs"] == 2
 
 
 def test_interrupted_make_shapes_force_puts_the_earlier_set_back(tmp_path, monkeypatch):

@@ -853,10 +853,17 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
 def _finished_already(state, cfg, paths, force, say, start_epoch, notes) -> dict[str, Any]:
     from embedscope.models import build_model, save_checkpoint
 
-    if not paths["out"].exists() or force:
+    if start_epoch > cfg["epochs"]:  # its final checkpoint would be the model of a later epoch
+        kept = paths["dir"] / f"epoch-{cfg['epochs']:03d}.pt"
+        raise UsageError(f"--resume --epochs {cfg['epochs']}: {paths['out']} has trained {start_epoch} epochs "
+                         f"already and a run is not shortened; give --epochs {start_epoch} or more, or start "
+                         f"again with --force" + (f" (the model after epoch {cfg['epochs']} is {kept})"
+                                                  if kept.is_file() else ""))
+    if not paths["out"].exists() or force or not state["extra"].get("finished"):
         model = build_model(state["config"])
         model.load_state_dict(state["state_dict"])
-        save_checkpoint(paths["out"], model, cfg, extra=state["extra"], force=True)
+        # finished at the epochs asked for now (say a run of 3 epochs stopped at 2, resumed with --epochs 2)
+        save_checkpoint(paths["out"], model, cfg, extra={**state["extra"], "finished": True}, force=True)
     say(f"{paths['out']}: already trained for {start_epoch} epochs (nothing to do)")
     return {"history": state["extra"].get("history", []), "best": state["extra"].get("metrics", {}).get("best"),
             "config": cfg, "paths": paths, "notes": notes, "resumed_from": start_epoch}
