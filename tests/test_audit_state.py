@@ -143,7 +143,8 @@ def test_resume_never_hands_back_a_later_epoch_than_asked(tmp_path):
     """A run of 3 epochs stopped at epoch 2, resumed with --epochs 1, wrote its epoch-2 model as the
     final checkpoint with a config of 1 epoch ("nothing to do"): refused now. Resumed with --epochs 2
     it is finished at 2 (the final checkpoint says so, and a grid sees it finished)."""
-    cfg = {"dataset": "digits", "embed_dim": 8, "epochs": 3, "eval_every": 0}
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    cfg = {**SHAPES_RUN, "dataset": "shapes", "root": str(root), "epochs": 3}
     out = tmp_path / "r.pt"
     with pytest.raises(_Stop):
         train(cfg, out, progress=False, echo=lambda s: None, callback=_stop_at(2))
@@ -160,7 +161,8 @@ def test_resume_never_hands_back_a_later_epoch_than_asked(tmp_path):
 def test_resume_to_the_epoch_reached_replaces_an_earlier_final_checkpoint(tmp_path):
     """A finished 1-epoch run extended to 3 epochs and stopped at 2, then resumed with --epochs 2:
     the final checkpoint becomes the epoch-2 model (it stayed the epoch-1 one, "nothing to do")."""
-    cfg = {"dataset": "digits", "embed_dim": 8, "epochs": 1, "eval_every": 0}
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    cfg = {**SHAPES_RUN, "dataset": "shapes", "root": str(root), "epochs": 1}
     out = tmp_path / "r.pt"
     train(cfg, out, progress=False, echo=lambda s: None)
     assert read_checkpoint(out)["extra"]["epoch"] == 1
