@@ -213,3 +213,31 @@ def test_killed_make_shapes_force_leaves_no_set_to_load(tmp_path, monkeypatch):
     monkeypatch.undo()
     write_folder(root, n=48, size=16, seed=1, force=True)
     assert len(get_dataset("shapes", str(root))) == 48
+
+
+def test_grid_csv_rows_follow_the_folder(tmp_path):
+    """grid.csv keeps the rows of earlier calls, but not as they were when the folder changed since:
+    a row whose checkpoint was deleted is dropped (it stayed, naming a model that is gone), and one
+    whose checkpoint was retrained outside the grid is summarised again from it (it kept the old
+    numbers); one line says each. Untouched rows stay as written."""
+    from embedscope.train.grid import read_grid_csv
+
+    out = tmp_path / "grid"
+    opts = {"embed_dim": 8, "epochs": 0, "eval_every": 0}
+    train_grid("digits", ["margin"], [0.0], [0, 1, 2], out, options=opts, progress=False, echo=lambda s: None)
+    before = {r["name"]: r for r in read_grid_csv(out / "grid.csv")}
+    for f in (out / "digits_margin_p0_s1.pt", out / "digits_margin_p0_s1.csv"):
+        f.unlink()
+    # retrained outside the grid, now with its untrained network evaluated
+    train({"dataset": "digits", "embed_dim": 8, "epochs": 0, "seed": 0}, out / "digits_margin_p0_s0.pt",
+          force=True, progress=False, echo=lambda s: None)
+    lines: list[str] = []
+    train_grid("digits", ["triplet"], [0.0], [0], out, options=opts, progress=False, echo=lines.append)
+    rows = {r["name"]: r for r in read_grid_csv(out / "grid.csv")}
+    assert sorted(rows) == ["digits_margin_p0_s0", "digits_margin_p0_s2", "digits_triplet_p0_s0"]
+    assert rows["digits_margin_p0_s2"] == before["digits_margin_p0_s2"]
+    assert before["digits_margin_p0_s0"]["untrained_R@1"] == ""
+    r0 = read_checkpoint(out / "digits_margin_p0_s0.pt")["extra"]["history"][0]["R@1"]
+    assert float(rows["digits_margin_p0_s0"]["untrained_R@1"]) == pytest.approx(r0, rel=1e-12) and r0 > 0
+    assert [x for x in lines if "dropped 1 earlier row(s)" in x and "digits_margin_p0_s1" in x]
+    assert [x for x in lines if "1 earlier row(s) summarised again" in x and "digits_margin_p0_s0" in x]

@@ -11,10 +11,12 @@ of :mod:`embedscope.train.trainer` (its working files beside it, see ``docs/trai
 * ``p_switch > 0`` applies only to tuple losses: those combinations are skipped for the others.
 
 The summary ``grid.csv`` lists every model of the folder: rows of earlier calls are kept (a row of
-this call replaces the row of the same name). Per model: the settings, the best test R@1 (and
-MAP@R when the trainer logs it), the epoch of it and ρ of the training embeddings there (Roth §5
-take both at the epoch of best test R@1, docs/methods.md §6), the final epoch's values, the untrained
-network's test R@1 (epoch 0 of the log), and the paths of the final and best checkpoints.
+this call replaces the row of the same name) while their checkpoints are: a row whose checkpoint is
+gone is dropped, one whose checkpoint changed since the table was written is summarised again.
+Per model: the settings, the best test R@1 (and MAP@R when the trainer logs it), the epoch of it
+and ρ of the training embeddings there (Roth §5 take both at the epoch of best test R@1,
+docs/methods.md §6), the final epoch's values, the untrained network's test R@1 (epoch 0 of the
+log), and the paths of the final and best checkpoints.
 """
 
 from __future__ import annotations
@@ -294,7 +296,8 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             rows[j.at] = None if res is None else {
                 **rows[j.at], "status": j.status,
                 **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, j.ckpt)}
-        merged = {r["name"]: r for r in read_grid_csv(out_dir / "grid.csv")}
+        mine = {r["name"] for r in rows if r is not None}
+        merged = {r["name"]: r for r in _earlier_rows(out_dir, mine, say)}
         for r in rows:
             if r is not None:
                 merged[r["name"]] = r
@@ -302,6 +305,48 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
         _remove_empty_run_folders(out_dir / f"{run_name(dataset, *key)}.pt" for key in wanted)
     return [r for r in rows if r is not None]
+
+
+def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The rows of ``out_dir/grid.csv`` that this call does not replace, as the folder is now: a row
+    whose checkpoint is gone is dropped, and one whose checkpoint changed after the table was written
+    (retrained outside the grid, say ``train --force``) is summarised again from it (dropped when it
+    is no finished run any more); one line names what was dropped or refreshed."""
+    table = out_dir / "grid.csv"
+    rows = [r for r in read_grid_csv(table) if r.get("name") not in replaced]
+    if not rows:
+        return rows
+    written = table.stat().st_mtime_ns
+    out, gone, again = [], [], []
+    for r in rows:
+        ckpt = out_dir / f"{r['name']}.pt"
+        if r.get("status") == "n/a":  # no checkpoint: a p_switch that the loss does not take
+            out.append(r)
+            continue
+        try:
+            changed = ckpt.stat().st_mtime_ns > written
+        except OSError:
+            gone.append(r["name"])
+            continue
+        if changed:
+            done = _finished(ckpt)
+            if done is None:
+                gone.append(r["name"])
+                continue
+            cfg = done.get("config") or {}
+            r = {**r, "embed_dim": cfg.get("embed_dim"), "normalize": cfg.get("normalize"),
+                 **_summary(done.get("extra") or {}, ckpt)}
+            again.append(r["name"])
+        out.append(r)
+    from embedscope.text import safe
+
+    if gone:
+        say(f"grid.csv: dropped {len(gone)} earlier row(s) whose checkpoint is gone or no finished run "
+            f"({safe(', '.join(gone[:3]))}{' ...' if len(gone) > 3 else ''})")
+    if again:
+        say(f"grid.csv: {len(again)} earlier row(s) summarised again from their checkpoint, changed since the "
+            f"table was written ({safe(', '.join(again[:3]))}{' ...' if len(again) > 3 else ''})")
+    return out
 
 
 def _remove_empty_run_folders(checkpoints) -> None:
