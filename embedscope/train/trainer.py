@@ -900,7 +900,8 @@ def _check_same_data(state: dict[str, Any], now: str, cfg: dict[str, Any]) -> No
     was = state["extra"].get("data")
     if was and was != now:
         raise EmbedscopeError(f"--resume: {data_changed_message(cfg)}; a resumed run must train on the data it "
-                              "started with: put them back as they were, or start again with --force")
+                              "started with: put them back as they were, or start again with --force (a copy "
+                              "of the images counts as changed unless it kept their modification times)")
 
 
 def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, keep_epochs, callback,
