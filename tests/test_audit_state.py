@@ -241,3 +241,52 @@ def test_grid_csv_rows_follow_the_folder(tmp_path):
     assert float(rows["digits_margin_p0_s0"]["untrained_R@1"]) == pytest.approx(r0, rel=1e-12) and r0 > 0
     assert [x for x in lines if "dropped 1 earlier row(s)" in x and "digits_margin_p0_s1" in x]
     assert [x for x in lines if "1 earlier row(s) summarised again" in x and "digits_margin_p0_s0" in x]
+
+
+def _stop_saving(monkeypatch, name: str):
+    """save_checkpoint stopped (Ctrl-C) when it is about to write a file called ``name``, once."""
+    import embedscope.models as models
+
+    real = models.save_checkpoint
+
+    def save(path, *a, **k):
+        if str(path).endswith(name):
+            monkeypatch.setattr(models, "save_checkpoint", real)
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(models, "save_checkpoint", save)
+
+
+def test_resume_writes_the_best_checkpoint_a_stopped_run_had_not(tmp_path, monkeypatch):
+    """A run stopped after last.pt, before best.pt of the same (best) epoch: resuming it wrote no best.pt
+    (or kept an earlier epoch's) while its history named this epoch the best, so `study --epoch best`
+    measured another model. Now the resume writes it, and the log's last row."""
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    cfg = {**SHAPES_RUN, "dataset": "shapes", "root": str(root), "epochs": 1, "eval_every": 1}
+    out = tmp_path / "r.pt"
+    _stop_saving(monkeypatch, "best.pt")
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, out, progress=False, echo=lambda s: None)
+    assert not (tmp_path / "r.pt.train" / "best.pt").exists() and not (tmp_path / "r.csv").exists()
+    (tmp_path / "r.csv").write_text("epoch\n0\n")  # a log of the epochs before (the stopped epoch's row missing)
+    res = train(cfg, out, resume=True, progress=False, echo=lambda s: None)
+    best = read_checkpoint(tmp_path / "r.pt.train" / "best.pt")
+    last = read_checkpoint(tmp_path / "r.pt.train" / "last.pt")
+    assert res["best"]["epoch"] == best["extra"]["epoch"] == 1
+    assert all(torch.equal(best["state_dict"][k], v) for k, v in last["state_dict"].items())
+    assert [r.split(",")[0] for r in (tmp_path / "r.csv").read_text().splitlines()[1:]] == ["0", "1"]
+
+
+def test_resume_writes_the_kept_epoch_a_stopped_run_had_not(tmp_path, monkeypatch):
+    """With --keep-epochs, a run stopped after last.pt of epoch 1, before epoch-001.pt: the resumed run
+    kept no epoch-001.pt (`study --epoch all` lacked that epoch). Now every epoch is there."""
+    root = write_folder(tmp_path / "s", n=96, size=16, seed=0)
+    cfg = {**SHAPES_RUN, "dataset": "shapes", "root": str(root), "epochs": 2}
+    out = tmp_path / "r.pt"
+    _stop_saving(monkeypatch, "epoch-001.pt")
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, out, progress=False, echo=lambda s: None, keep_epochs=True)
+    train(cfg, out, resume=True, progress=False, echo=lambda s: None, keep_epochs=True)
+    d = tmp_path / "r.pt.train"
+    assert [read_checkpoint(d / f"epoch-{e:03d}.pt")["extra"]["epoch"] for e in range(3)] == [0, 1, 2]

@@ -836,7 +836,7 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     start_epoch = int(state["extra"]["epoch"]) if state else 0
     notes = config_notes(cfg)
     if state and start_epoch >= cfg["epochs"]:
-        return _finished_already(state, cfg, paths, force, say, start_epoch, notes)
+        return _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_epochs)
     from embedscope.fileio import make_folders, remove_empty_folders
 
     created = make_folders(paths["dir"], paths["out"]) if state is None else []
@@ -850,7 +850,29 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
         tb.close()
 
 
-def _finished_already(state, cfg, paths, force, say, start_epoch, notes) -> dict[str, Any]:
+def _complete_latest_epoch(state: dict[str, Any], paths: dict[str, Path], keep_epochs: bool, model) -> None:
+    """Write the files of the saved epoch that a run writes after ``last.pt`` and may not have written
+    (stopped between them: Ctrl-C, a kill): ``best.pt`` when that epoch is the best so far, and with
+    ``keep_epochs`` its ``epoch-NNN.pt``. Else a resumed run's ``best.pt`` stayed an earlier epoch (or
+    absent) while its history names this one, and ``study --epoch best`` measured that earlier model."""
+    from embedscope.models import read_checkpoint, save_checkpoint
+
+    ex = state["extra"]
+    epoch = int(ex["epoch"])
+    best = (ex.get("metrics") or {}).get("best")
+    if best is not None and int(best["epoch"]) == epoch:
+        try:
+            have = int(read_checkpoint(paths["best"])["extra"]["epoch"]) if paths["best"].is_file() else None
+        except (EmbedscopeError, KeyError, TypeError, ValueError):
+            have = None
+        if have != epoch:
+            save_checkpoint(paths["best"], model, state["config"], extra=ex, force=True)
+    kept = paths["dir"] / f"epoch-{epoch:03d}.pt"
+    if keep_epochs and not kept.is_file():
+        save_checkpoint(kept, model, state["config"], extra=ex, force=True)
+
+
+def _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_epochs=False) -> dict[str, Any]:
     from embedscope.models import build_model, save_checkpoint
 
     if start_epoch > cfg["epochs"]:  # its final checkpoint would be the model of a later epoch
@@ -859,9 +881,12 @@ def _finished_already(state, cfg, paths, force, say, start_epoch, notes) -> dict
                          f"already and a run is not shortened; give --epochs {start_epoch} or more, or start "
                          f"again with --force" + (f" (the model after epoch {cfg['epochs']} is {kept})"
                                                   if kept.is_file() else ""))
+    model = build_model(state["config"])
+    model.load_state_dict(state["state_dict"])
+    _complete_latest_epoch(state, paths, keep_epochs, model)
+    if paths["log"].is_file():  # its last row, when the run stopped before writing it
+        _write_log(paths["log"], state["extra"].get("history", []), cfg, notes)
     if not paths["out"].exists() or force or not state["extra"].get("finished"):
-        model = build_model(state["config"])
-        model.load_state_dict(state["state_dict"])
         # finished at the epochs asked for now (say a run of 3 epochs stopped at 2, resumed with --epochs 2)
         save_checkpoint(paths["out"], model, cfg, extra={**state["extra"], "finished": True}, force=True)
     say(f"{paths['out']}: already trained for {start_epoch} epochs (nothing to do)")
@@ -950,6 +975,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     tb.open(cfg, notes)
     if state is not None:
         _restore(state, dev, sampler, miner)
+        _complete_latest_epoch(state, paths, keep_epochs, model)
         # drop log rows past the checkpoint (a run killed after logging, before saving)
         history = [r for r in history if int(r["epoch"]) <= start_epoch]
         say(f"resuming {paths['out']} from epoch {start_epoch} of {cfg['epochs']}")
