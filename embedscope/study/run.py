@@ -100,45 +100,14 @@ def _builtin_fingerprint(name: str, train_classes: int | None) -> str | None:
 
 
 def data_fingerprint(ds) -> str:
-    """What a study's cache and finished rows must match in the data (docs/studies.md, "Cache"): the
-    listing (paths, labels, split, class names, properties) and, for images read from a folder, each
-    file's size and modification time; so an image added, removed, replaced or relabelled since the
-    embeddings were made is noticed (not a read of every image: a file rewritten with its old size and
-    modification time is not). A study names the digits, fixed by the code, by their scikit-learn
-    version instead (:func:`current_fingerprint`: no need to load them to check a finished row)."""
-    import struct
+    """What a study's cache and finished rows must match in the data (docs/studies.md, "What is
+    measured"): :func:`embedscope.data.base.data_fingerprint` (the listing, labels, split, class
+    names, properties and each image file's size and modification time), the value a training run
+    records too. A study names the digits, fixed by the code, by their scikit-learn version instead
+    (:func:`current_fingerprint`: no need to load them to check a finished row)."""
+    from embedscope.data.base import data_fingerprint as fingerprint
 
-    import numpy as np
-
-    h = hashlib.sha256()
-
-    def text(values) -> None:
-        h.update("\x00".join(str(v) for v in values).encode("utf-8", "surrogatepass"))
-        h.update(b"\x01")
-
-    text([ds.name, ds.kind, len(ds)])
-    for arr in (ds.paths, ds.class_names, ds.split):
-        text(arr.tolist())
-    h.update(np.ascontiguousarray(ds.labels, dtype="<i8").tobytes())
-    for k in sorted(ds.properties):
-        v = np.asarray(ds.properties[k])
-        text([k, v.dtype.str])
-        if v.dtype.kind in "OUS":
-            text(v.tolist())
-        else:
-            h.update(np.ascontiguousarray(v).tobytes())
-    if ds.images is not None:
-        h.update(np.ascontiguousarray(ds.images).tobytes())
-    else:
-        base = Path(ds.root or ".")
-        pack = struct.Struct("<qq").pack
-        for p in ds.paths:
-            try:
-                st = os.stat(base / p)
-                h.update(pack(int(st.st_size), int(st.st_mtime_ns)))
-            except OSError:
-                h.update(b"missing")
-    return "files:" + h.hexdigest()[:16]
+    return fingerprint(ds)
 
 
 @contextlib.contextmanager
