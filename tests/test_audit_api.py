@@ -347,3 +347,38 @@ def test_spectrum_records_how_many_class_values_it_kept():
     r = spectrum([es], by_class=True, k=1000)[0]
     assert r.provenance["k"] == 1000 and r.provenance["k_used"] == 8
     assert len(r.arrays["class_mean"]) == 8
+
+
+def test_a_set_saved_again_names_its_own_file_and_a_changed_file_gets_no_old_sha(tmp_path):
+    """load notes the file it read (source_file, its size and time; an analysis adds its sha256):
+    a set read, then saved elsewhere, wrote those notes into the new file, whose results then named
+    the first file and its sha256 as their source; and a set whose file was overwritten after it was
+    read got the new file's sha256 in its provenance."""
+    import os
+
+    from embedscope import analyses, store
+    from embedscope.analyses._sources import as_set
+    from embedscope.fileio import sha256_file
+
+    rng = np.random.default_rng(0)
+    es = store.EmbeddingSet.from_arrays(rng.normal(size=(40, 4)).astype(np.float32), np.arange(40) % 4)
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    store.save(a, es)
+    read = as_set(a)
+    assert read.attrs["source_file"] == str(a) and "_sha256" in read.attrs
+    store.save(b, read)
+    again = store.load(b)
+    assert again.attrs["source_file"] == str(b)
+    import h5py
+
+    with h5py.File(b) as f:
+        assert not {"source_file", "_sha256", "_source_stat"} & set(f.attrs)
+    res = analyses.evaluate(str(b), include=["R@1"])
+    assert res.provenance["file"] == str(b) and res.provenance["sha256"] == sha256_file(b)
+
+    held = store.load(a)  # read, then the file is replaced by other data
+    store.save(a, store.EmbeddingSet.from_arrays(rng.normal(size=(40, 4)).astype(np.float32), np.arange(40) % 4),
+               force=True)
+    os.utime(a, ns=(held.attrs["_source_stat"][1] + 10**9,) * 2)
+    prov = analyses.evaluate(held, include=["R@1"]).provenance
+    assert prov["sha256"] is None and prov["file_changed_since_read"] is True

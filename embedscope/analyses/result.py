@@ -315,12 +315,26 @@ def provenance_of(es, *, extra: Mapping[str, Any] | None = None) -> dict[str, An
     src = es.attrs.get("source_file")
     if src:
         out["file"] = str(src)
-        out["sha256"] = es.attrs.get("_sha256") or _sha(src)
+        sha = es.attrs.get("_sha256")
+        if sha is None:  # hashed now: only if the file is still the one read (its size and time)
+            read, now = es.attrs.get("_source_stat"), _stat(src)
+            sha = _sha(src) if read is None or (now is not None and list(read) == now) else None
+            if sha is None and read is not None:
+                out["file_changed_since_read"] = True
+        out["sha256"] = sha
     for k in ("dataset", "checkpoint", "checkpoint_sha256", "imported_from"):
         if es.attrs.get(k) not in (None, ""):
             out[k] = es.attrs[k]
     out.update(extra or {})
     return out
+
+
+def _stat(path) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [int(st.st_size), int(st.st_mtime_ns)]
 
 
 def _sha(path) -> str | None:

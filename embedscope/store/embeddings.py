@@ -453,6 +453,10 @@ def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: s
 #: With it, a text attribute comes back exactly as written (a string "[1]" or "null" stays a string)
 #: and None comes back as None; files without it (older ones, other tools') are read as before.
 JSON_ATTRS = "json_attrs"
+#: attributes :func:`load` (and an analysis reading a file) set on a set in memory about the file it
+#: came from: never written by :func:`save` (a set saved elsewhere named the file it was read from as
+#: its source, and its sha256)
+READ_ATTRS = ("source_file", "_source_stat", "_sha256")
 
 
 def _is_plain(value: Any) -> bool:
@@ -545,6 +549,9 @@ def save(
     normal range (1.2e-38: their direction would be lost to underflow) and integer-valued embeddings
     beyond 2^24 in magnitude, which float32 cannot hold exactly (pass ``X.astype("float32")`` to
     accept the rounding).
+
+    What :func:`load` notes about the file it read (:data:`READ_ATTRS`: its path, size and time, an
+    analysis's sha256 of it) describes that file, not this one, and is not written.
     """
     import h5py
 
@@ -558,7 +565,7 @@ def save(
     for what, values in (("paths", es.paths), ("split", es.split), ("class_names", es.class_names),
                          *((f"property '{k}'", v) for k, v in es.properties.items() if v.dtype.kind in "OUS")):
         _check_text(np.asarray(values).reshape(-1), f"{path}: {what}")
-    all_attrs = dict(es.attrs)
+    all_attrs = {k: v for k, v in es.attrs.items() if k not in READ_ATTRS}
     all_attrs.update(attrs or {})
     all_attrs["format_version"] = FORMAT_VERSION
     all_attrs.setdefault("embedscope_version", __version__)
@@ -731,5 +738,11 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
         exact32 = X.dtype.itemsize <= 2 or not X.size or int(np.max(np.abs(X.astype(np.float64)))) <= FLOAT32_EXACT_INT
         kwargs["embeddings"] = X.astype(np.float32 if exact32 else np.float64)
     es = EmbeddingSet(**kwargs, source=str(path))
-    es.attrs.setdefault("source_file", str(path))
+    # the file just read (a file written by an embedscope older than READ_ATTRS may name another)
+    es.attrs["source_file"] = str(path)
+    try:
+        st = os.stat(path)
+        es.attrs["_source_stat"] = [int(st.st_size), int(st.st_mtime_ns)]
+    except OSError:  # pragma: no cover - it was just read
+        pass
     return es
