@@ -94,3 +94,45 @@ def test_fingerprint_follows_listing_files_and_labels(shapes_study):
     finally:
         os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert data_fingerprint(get_dataset("shapes", str(root))) == fp
+
+
+def test_untrained_reference_follows_the_weights_file_the_run_started_from(tmp_path):
+    """A run trained from `--weights w.pt` records the file's sha256; its untrained reference is named
+    by it, so a run retrained from other weights at the same path gets a new reference built from them
+    (it reused the one built from the old file), and a reference that can no longer be rebuilt from
+    the file the run started from is an error row, not a network the run never started from."""
+    import torch
+
+    from embedscope.models import read_checkpoint
+    from embedscope.study.plan import plan_study
+
+    w, run = tmp_path / "w.pt", tmp_path / "runs" / "r.pt"
+
+    def train(seed_w: int) -> None:
+        assert main(["train", "--dataset", "digits", "--embed-dim", "8", "--epochs", "0", "--seed", str(seed_w),
+                     "--no-progress", "--force", "-o", str(w)]) == 0
+        assert main(["train", "--dataset", "digits", "--weights", str(w), "--embed-dim", "8", "--epochs", "0",
+                     "--seed", "0", "--no-progress", "--force", "-o", str(run)]) == 0
+
+    def reference(udir):
+        refs = [e for e in plan_study(str(run), tmp_path / "st", epoch="last", untrained_dir=udir)
+                if e.selection == "untrained"]
+        assert len(refs) == 1
+        return refs[0]
+
+    def backbone(path):
+        return {k: v for k, v in read_checkpoint(path)["state_dict"].items() if k.startswith("backbone.")}
+
+    train(1)
+    first = reference(tmp_path / "u")
+    assert not first.error and all(torch.equal(v, backbone(w)[k]) for k, v in backbone(first.checkpoint).items())
+    train(2)  # the run retrained from other weights at the same path
+    second = reference(tmp_path / "u")
+    assert second.id != first.id and not second.error
+    assert all(torch.equal(v, backbone(w)[k]) for k, v in backbone(second.checkpoint).items())
+    assert not all(torch.equal(v, backbone(first.checkpoint)[k]) for k, v in backbone(second.checkpoint).items())
+    # the weights file replaced after the run: its reference cannot be rebuilt (a fresh cache)
+    assert main(["train", "--dataset", "digits", "--embed-dim", "8", "--epochs", "0", "--seed", "3",
+                 "--no-progress", "--force", "-o", str(w)]) == 0
+    third = reference(tmp_path / "u2")
+    assert third.id == second.id and "holds other content than when the run was trained" in third.error

@@ -174,24 +174,40 @@ def parse_exclude(exprs) -> list[tuple[str, str, Any]]:
     return out
 
 
-def untrained_key(config: dict[str, Any]) -> str:
-    """Short name of the untrained network a run starts from."""
+def untrained_key(config: dict[str, Any], weights_sha256: str | None = None) -> str:
+    """Short name of the untrained network a run starts from. ``weights_sha256``: the content of the
+    ``weights`` file the run started from (its checkpoint records it), so that another file at the
+    same path names another reference instead of reusing one built from the old file."""
     core = {k: config.get(k) for k in _UNTRAINED_KEYS}
     if config.get("weights_ema"):  # only then: the names of the other references stay as they were
         core["weights_ema"] = True
+    if config.get("weights") and weights_sha256:
+        core["weights_sha256"] = str(weights_sha256)
     h = hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return _safe(f"untrained@{config.get('arch')}-D{config.get('embed_dim')}-"
                  f"{'norm' if config.get('normalize', True) else 'raw'}-s{config.get('seed', 0)}-{h}")
 
 
-def build_untrained(config: dict[str, Any], out: Path) -> Path:
-    """Save the network a run with ``config`` starts from (the trainer's initialisation) to ``out``."""
+def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | None = None) -> Path:
+    """Save the network a run with ``config`` starts from (the trainer's initialisation) to ``out``.
+    With ``weights_sha256`` (the run's record of its ``weights`` file), a file at that path with
+    other content is refused: the reference would not be the network the run started from."""
     import torch
 
     from embedscope.models import build_model, load_backbone_weights, save_checkpoint
 
     if out.exists():
         return out
+    if config.get("weights") and weights_sha256:
+        from embedscope.fileio import sha256_file
+
+        try:
+            now = sha256_file(config["weights"])
+        except OSError as e:
+            raise EmbedscopeError(f"the weights file {config['weights']} cannot be read ({e.strerror or e})") from None
+        if now != weights_sha256:
+            raise EmbedscopeError(f"the weights file {config['weights']} holds other content than when the run "
+                                  "was trained (sha256 differs): the network the run started from cannot be rebuilt")
     torch.manual_seed(int(config.get("seed", 0)))
     model = build_model(config)
     if config.get("weights"):
@@ -216,6 +232,7 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
     udir = Path(untrained_dir) if untrained_dir else out_dir / "untrained"
     entries: list[Entry] = []
     refs: dict[str, Entry] = {}
+    ref_weights: dict[str, str | None] = {}  # the weights' sha256 each reference's runs recorded
     seen: set[str] = set()
     for final, run, tags in _sources(source):
         try:
@@ -241,19 +258,21 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
             e = Entry(id=eid, checkpoint=str(f), run=run, selection=sel, epoch=ep, config=cfg, tags=dict(tags),
                       error=err)
             if untrained and cfg and cfg.get("arch"):
-                key = untrained_key(cfg)
+                wsha = (extra or {}).get("weights_sha256")
+                key = untrained_key(cfg, wsha)
                 if key not in refs:
                     zero = final.with_name(final.name + ".train") / "epoch-000.pt"
                     path = zero if zero.exists() else udir / f"{key}.pt"
                     refs[key] = Entry(id=key, checkpoint=str(path), run=key, selection="untrained", epoch=0,
                                       config={**cfg, "loss": "untrained", "loss_family": "none", "p_switch": 0.0,
                                               "miner": None, "epochs": 0})
+                    ref_weights[key] = wsha
                 e.untrained = key
             entries.append(e)
     for ref in refs.values():
         if Path(ref.checkpoint).parent == udir:
             try:
-                build_untrained(ref.config, Path(ref.checkpoint))
+                build_untrained(ref.config, Path(ref.checkpoint), ref_weights.get(ref.id))
             except Exception as ex:  # noqa: BLE001 - the reference fails, the study goes on
                 ref.error = f"untrained network: {ex}"
         entries.append(ref)
