@@ -76,13 +76,19 @@ class NeighbourExamples:
     query_split: str
     reference_split: str
     metric: str
+    #: the seed that drew the queries (None: the queries were given by path); with the file, the
+    #: split and the number of queries it reproduces the selection
+    seed: int | None = None
+    #: how the queries were chosen, in words (e.g. "8 random queries, seed 0")
+    selection: str = ""
 
 
 def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
                        paths: Sequence[str] | None = None, k: int = 5, metric: str = "cosine",
                        seed: int = 0) -> NeighbourExamples:
     """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k
-    (exact ranks, ties to the lower reference index, docs/methods.md §1).
+    (exact ranks, ties to the lower reference index, docs/methods.md §1). The result records the
+    seed of drawn queries (``seed``, ``selection``) so that the picture can be made again.
 
     ``source``: an :class:`~embedscope.store.EmbeddingSet`, a path to an embedding file or
     ``(X, y)``. The references are the rows of ``reference_split`` (default: the same split, each
@@ -129,9 +135,11 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
             raise EmbedscopeError(f"the query path {safe(twice[0])} names {np.count_nonzero(qset.paths == twice[0])} "
                                   f"rows of the '{split}' split (a path names one image)")
         qidx = np.array([pos[p] for p in paths], dtype=np.int64)
+        selection, drawn_with = f"{len(qidx)} queries given by path", None
     else:
         rng = np.random.default_rng(seed)
         qidx = np.sort(rng.choice(qset.n, size=min(queries, qset.n), replace=False))
+        selection, drawn_with = f"{len(qidx)} random queries, seed {seed}", seed
     Q = qset.embeddings[qidx]
     if same:
         # search the whole split and drop each query's own row (exact: k + 1 then remove self)
@@ -149,4 +157,4 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     return NeighbourExamples(
         query_paths=qset.paths[qidx], query_labels=q_lab, ref_paths=rset.paths[idx], ref_labels=r_lab,
         similarity=np.asarray(sim, dtype=np.float64), correct=(r_lab == q_lab[:, None]), query_split=split,
-        reference_split=reference_split, metric=metric)
+        reference_split=reference_split, metric=metric, seed=drawn_with, selection=selection)

@@ -36,7 +36,9 @@ def run(args) -> int:
     png, pdf, ex = neighbours_figure(
         args.file, args.output, split=args.split, reference_split=args.reference_split, queries=args.queries,
         paths_file=args.paths_file, k=args.n_retrievals, root=args.root, metric=args.metric, seed=args.seed, force=args.force)
-    print(f"{len(ex.query_paths)} queries, top-{args.n_retrievals} in '{ex.reference_split}': "
-          f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class")
+    how = f" (drawn with --seed {ex.seed})" if ex.seed is not None else " (from --paths-file)"
+    n = len(ex.query_paths)
+    print(f"{n} {'query' if n == 1 else 'queries'}, top-{args.n_retrievals} in '{ex.reference_split}': "
+          f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class{how}")
     print_wrote([png, pdf])
     return 0
