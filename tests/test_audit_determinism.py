@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import io
+import multiprocessing
+import random
+
+import numpy as np
+import pytest
 
 from embedscope import store
-from embedscope.analyses import neighbour_examples
+from embedscope.analyses import neighbour_examples, tsne, yoke
 from embedscope.cli import main
-from embedscope.synthetic import embedding_set
+from embedscope.synthetic import clustered, embedding_set
+from embedscope.tsne import joint_tsne, single_tsne, yoked_tsne
+
+SHORT = {"n_iter": 10, "early_exaggeration_iter": 10}
 
 
 def _cli(args):
@@ -18,6 +26,39 @@ def _cli(args):
         rc = main(args)
     assert rc == 0, err.getvalue()
     return out.getvalue()
+
+
+# --- t-SNE: the map depends on openTSNE's thread count (n_jobs) from 1,000 points: recorded -------
+
+@pytest.mark.parametrize("n_jobs, expected", [(1, 1), (2, 2), (-1, multiprocessing.cpu_count())])
+def test_tsne_info_records_the_thread_count(n_jobs, expected):
+    X, _ = clustered(60, 5, 3, seed=0)
+    _, info = single_tsne(X, n_jobs=n_jobs, return_info=True, **SHORT)
+    assert info["n_jobs"] == expected
+    _, _, info = joint_tsne(X[:30], X[30:], n_jobs=n_jobs, return_info=True, **SHORT)
+    assert info["n_jobs"] == expected
+    _, _, info = yoked_tsne(X, X[:, ::-1].copy(), n_jobs=n_jobs, return_info=True, **SHORT)
+    assert info["n_jobs"] == expected
+
+
+def test_tsne_and_yoke_results_record_the_thread_count_in_their_provenance():
+    es = embedding_set(80, 6, 4, seed=1)
+    assert tsne(es, n_jobs=2, n_iter=10).provenance["n_jobs"] == 2
+    assert tsne(es, joint=True, n_iter=10).provenance["n_jobs"] == 1
+    assert yoke(es, embedding_set(80, 6, 4, seed=2), n_jobs=2, n_iter=10).provenance["n_jobs"] == 2
+
+
+def test_tsne_of_1000_points_same_thread_count_same_map_and_the_count_matters():
+    """docs/methods.md §10: same file, settings, seed and n_jobs -> the same map bit for bit; from
+    1,000 points the approximate neighbour trees are built on n_jobs threads (why it is recorded)."""
+    X, _ = clustered(1000, 8, 5, seed=3)
+    a = single_tsne(X, n_jobs=2, **SHORT)
+    random.seed(9)
+    np.random.seed(9)  # the global random state plays no part
+    b = single_tsne(X, n_jobs=2, **SHORT)
+    assert np.array_equal(a, b)
+    c = single_tsne(X, n_jobs=1, **SHORT)
+    assert not np.array_equal(a, c)
 
 
 # --- neighbours: the seed that drew the queries is part of the result and of the command's output -

@@ -37,6 +37,18 @@ TSNE_DEFAULTS = {
 SCALE_EXPONENT_LIMIT = 40
 
 
+def tsne_threads(n_jobs: int) -> int:
+    """The thread count openTSNE runs with for ``n_jobs`` (−1: every core of this machine, as
+    openTSNE resolves it); recorded as ``info["n_jobs"]`` because a map of 1,000 points or more
+    depends on it (docs/methods.md §10)."""
+    import multiprocessing
+
+    n = int(n_jobs)
+    if n < 0:
+        n = multiprocessing.cpu_count() + n + 1
+    return max(n, 1)
+
+
 def effective_perplexity(perplexity: float, n: int) -> float:
     """The perplexity actually used: ``min(perplexity, (n - 1) / 3)`` (openTSNE needs 3·perplexity
     neighbours per point)."""
@@ -111,6 +123,7 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
         perplexity=perp,
         perplexity_requested=float(perplexity),
         seed=int(seed),
+        n_jobs=tsne_threads(n_jobs),
         n_iter=int(n_iter),
         early_exaggeration_iter=int(early_exaggeration_iter),
         early_exaggeration=float(tsne.early_exaggeration),
@@ -156,7 +169,9 @@ def joint_tsne(
     n_iter, early_exaggeration_iter : int
         Iterations after / during early exaggeration (openTSNE defaults 500 / 250).
     n_jobs : int
-        Threads for openTSNE.
+        Threads for openTSNE (−1: every core). From 1,000 points openTSNE's approximate neighbour
+        search builds its trees on these threads, so the map depends on the thread count
+        (reproducible for the same count); the count used is recorded in ``info["n_jobs"]``.
     progress : bool or callable
         ``True``: a tqdm bar; a callable: ``progress(done, total, {"KL": ...})`` every 10 iterations.
     return_info : bool

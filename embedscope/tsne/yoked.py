@@ -22,7 +22,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.tsne._progress import ProgressFn, progress_reporter
-from embedscope.tsne.joint import TSNE_DEFAULTS, check_map, effective_perplexity, prepare_tsne_input
+from embedscope.tsne.joint import TSNE_DEFAULTS, check_map, effective_perplexity, prepare_tsne_input, tsne_threads
 from embedscope.tsne.optimizer import GradientDescentState, gradient_descent
 from embedscope.validation import check_matrix
 
@@ -261,7 +261,9 @@ def yoked_tsne(
         differences; α·N ≥ 1 makes them nearly identical).
     perplexity, seed, n_iter, early_exaggeration_iter, early_exaggeration, learning_rate,
     momentum, theta, max_step_norm, n_jobs
-        As in openTSNE (its defaults).
+        As in openTSNE (its defaults). From 1,000 points the affinities come from openTSNE's
+        approximate neighbour search, whose trees are built on ``n_jobs`` threads: the maps depend
+        on the thread count, recorded in ``info["n_jobs"]`` (:func:`~embedscope.tsne.joint.tsne_threads`).
     negative_gradient_method : {"auto", "bh", "fft", "exact"}
     progress : bool or callable
         ``True``: a tqdm bar; a callable: ``progress(done, total, values)`` after each iteration,
@@ -349,6 +351,7 @@ def yoked_tsne(
         perplexity=perp,
         perplexity_requested=float(perplexity),
         seed=int(seed),
+        n_jobs=tsne_threads(n_jobs),
         n=n,
         n_iter=int(n_iter),
         early_exaggeration_iter=int(early_exaggeration_iter),
