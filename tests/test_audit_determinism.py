@@ -90,3 +90,26 @@ def test_neighbours_command_prints_the_seed(tmp_path):
     text = _cli(["neighbours", str(f), "--paths-file", str(tmp_path / "q.txt"), "--n-retrievals", "2",
                  "--root", str(root), "-o", str(tmp_path / "m.png")])
     assert "1 query, top-2 in 'test'" in text and "(from --paths-file)" in text
+
+
+# --- training: the thread count a run's numbers depend on is recorded in its checkpoints ----------
+
+def test_checkpoint_records_the_compute_threads_of_each_start_and_resume(tmp_path):
+    import torch
+
+    from embedscope.models import read_checkpoint
+    from embedscope.train.trainer import train
+
+    opts = {"dataset": "digits", "embed_dim": 4, "eval_every": 0, "epochs": 1}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        train(opts, tmp_path / "m.pt", progress=False, echo=lambda s: None)
+        one = read_checkpoint(tmp_path / "m.pt")["extra"]["compute"]
+        assert one == [{"from_epoch": 1, "device": "cpu", "torch_threads": 1, "torch": str(torch.__version__)}]
+        torch.set_num_threads(2)
+        train({"epochs": 2}, tmp_path / "m.pt", resume=True, progress=False, echo=lambda s: None)
+    finally:
+        torch.set_num_threads(before)
+    both = read_checkpoint(tmp_path / "m.pt")["extra"]["compute"]
+    assert [(c["from_epoch"], c["torch_threads"]) for c in both] == [(1, 1), (2, 2)]

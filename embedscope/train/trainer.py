@@ -17,7 +17,8 @@ Every checkpoint holds the full resolved configuration (``config``, with the ``d
 loss, docs/methods.md §8) and in ``extra``: ``epoch``, ``finished``, ``history`` (the log rows),
 ``metrics`` (latest and best), the optimiser state, the loss's parameters, the sampler's and
 miner's random states (and memory bank) and the torch RNG state, so that a resumed run equals an
-uninterrupted one on the CPU with the same seed.
+uninterrupted one on the CPU with the same seed (and thread count: ``compute`` records the device,
+torch's thread count and version of each start and resume).
 """
 
 from __future__ import annotations
@@ -910,6 +911,19 @@ def run_inputs(cfg: dict[str, Any], data: str, state: dict[str, Any] | None = No
     return out
 
 
+def compute_record(dev, start_epoch: int, state: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """``extra["compute"]``: where the epochs were computed — one entry per start or resume
+    (``from_epoch``, ``device``, ``torch_threads``, ``torch``). On the CPU the numbers of a run depend
+    on the thread count (a convolution's last bits on how many threads split it; docs/training.md),
+    so reproducing a run needs it: the seed alone does not say it."""
+    import torch
+
+    here = {"from_epoch": int(start_epoch) + 1, "device": str(dev), "torch_threads": int(torch.get_num_threads()),
+            "torch": str(torch.__version__)}
+    earlier = list((state or {}).get("extra", {}).get("compute") or [])
+    return earlier + [here]
+
+
 def data_changed_message(cfg: dict[str, Any], since: str = "was started") -> str:
     """"the data set NAME in ROOT changed since the run ``since`` (...)": one wording for resume and grid."""
     from embedscope.text import safe
@@ -951,6 +965,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     ytrain_t = torch.as_tensor(ytrain, dtype=torch.long)
     model, loss_fn, opt, base_lrs = _build(cfg, state, len(classes), dev, unsafe_pickle)
     inputs = run_inputs(cfg, data, state)  # after _build: a --weights file that cannot be read is its one-line error
+    inputs["compute"] = compute_record(dev, start_epoch, state)
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
