@@ -113,3 +113,64 @@ def test_checkpoint_records_the_compute_threads_of_each_start_and_resume(tmp_pat
         torch.set_num_threads(before)
     both = read_checkpoint(tmp_path / "m.pt")["extra"]["compute"]
     assert [(c["from_epoch"], c["torch_threads"]) for c in both] == [(1, 1), (2, 2)]
+
+
+# --- the same command twice, in fresh output folders: the same numbers and the same pictures ------
+
+def _same_outputs(a, b, skip_keys=("seconds", "created", "started", "ended"), close_keys=()):
+    import json
+
+    import h5py
+
+    names = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for rel in names:
+        x, y = a / rel, b / rel
+        if rel.suffix == ".pdf":  # matplotlib stamps a CreationDate into every PDF
+            continue
+        if rel.suffix == ".json":
+            def drop(o, close):
+                if isinstance(o, dict):
+                    return {k: (pytest.approx(v, rel=1e-12) if close and k in close_keys else drop(v, close))
+                            for k, v in o.items() if k not in skip_keys}
+                return [drop(v, close) for v in o] if isinstance(o, list) else o
+            assert drop(json.loads(x.read_text()), False) == drop(json.loads(y.read_text()), True), rel
+        elif rel.suffix == ".h5":
+            with h5py.File(x) as f, h5py.File(y) as g:
+                assert sorted(f) == sorted(g), rel
+                for k in f:
+                    assert np.array_equal(f[k][()], g[k][()]), (rel, k)
+                assert {k: str(v) for k, v in f.attrs.items() if k not in skip_keys} == \
+                    {k: str(v) for k, v in g.attrs.items() if k not in skip_keys}, rel
+        else:
+            assert x.read_bytes() == y.read_bytes(), rel
+
+
+@pytest.mark.slow
+def test_commands_twice_give_the_same_results(tmp_path, monkeypatch):
+    from embedscope.train.trainer import train
+
+    ck = tmp_path / "m.pt"
+    train({"dataset": "digits", "embed_dim": 8, "eval_every": 0, "epochs": 1}, ck, progress=False,
+          echo=lambda s: None)
+    train({"dataset": "digits", "embed_dim": 8, "eval_every": 0, "epochs": 1, "seed": 1}, tmp_path / "m2.pt",
+          progress=False, echo=lambda s: None)
+    for c in ("m", "m2"):
+        _cli(["embed", str(tmp_path / f"{c}.pt"), "--dataset", "digits", "--split", "all",
+              "-o", str(tmp_path / f"{c}.h5"), "--no-progress"])
+    e, e2 = str(tmp_path / "m.h5"), str(tmp_path / "m2.h5")
+    for run in ("a", "b"):
+        d = tmp_path / run
+        d.mkdir()
+        monkeypatch.chdir(d)  # another working folder each time
+        _cli(["tsne", e, "--max-points", "200", "--n-iter", "50", "-o", "t.png", "--no-progress"])
+        _cli(["tsne", e, "--joint", "--n-iter", "20", "--n-jobs", "2", "-o", "j.png", "--no-progress"])
+        _cli(["yoke", e, e2, "--max-points", "200", "--n-iter", "50", "-o", "y.png", "--no-progress"])
+        _cli(["saliency", str(ck), "--dataset", "digits", "--n-images", "3", "--n-samples", "4", "-o", "s.h5",
+              "--figure", "s.png", "--no-progress"])
+        _cli(["neighbours", e, "--queries", "3", "-o", "n.png"])
+        _cli(["toy", "-o", "toy", "--n-seeds", "1", "--no-progress"])
+        _cli(["evaluate", e, "--include", "R@1", "MAP@R", "NMI", "F1", "--json", "ev.json", "--no-progress"])
+    # the maps are the same bit for bit; with --n-jobs 2 openTSNE sums the KL divergence it reports
+    # over its threads, so that number may differ in its last digits (docs/methods.md §10)
+    _same_outputs(tmp_path / "a", tmp_path / "b", close_keys=("kl_divergence",))
