@@ -3,6 +3,8 @@
 saying why; unchanged data is served from the cache and the finished rows; a data set that cannot be
 listed any more keeps its finished rows. Also within one process, as a notebook runs a study twice."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -136,3 +138,23 @@ def test_untrained_reference_follows_the_weights_file_the_run_started_from(tmp_p
                  "--no-progress", "--force", "-o", str(w)]) == 0
     third = reference(tmp_path / "u2")
     assert third.id == second.id and "holds other content than when the run was trained" in third.error
+
+
+def test_a_grid_folder_is_read_from_its_own_folder_not_the_working_one(tmp_path, monkeypatch):
+    """grid.csv names each checkpoint as train-grid was given its folder (relative to where it ran):
+    a study of that folder started from another working folder that holds a grid of the same name
+    measured that other grid's checkpoints, without a word."""
+    from embedscope.study.plan import plan_study
+
+    grids = {}
+    for where in ("A", "B"):
+        d = tmp_path / where
+        d.mkdir()
+        monkeypatch.chdir(d)
+        assert main(["train-grid", "--dataset", "digits", "--losses", "margin", "--seeds", "0", "--epochs", "0",
+                     "--embed-dim", "8", "-o", "grid", "--no-progress"]) == 0
+        grids[where] = d / "grid"
+    assert "grid/digits_margin_p0_s0.pt" in (grids["A"] / "grid.csv").read_text()  # relative, as given
+    monkeypatch.chdir(tmp_path / "B")  # B holds a grid/ of the same name
+    runs = [e for e in plan_study(str(grids["A"]), tmp_path / "st", epoch="last") if e.selection != "untrained"]
+    assert [Path(e.checkpoint).resolve() for e in runs] == [(grids["A"] / "digits_margin_p0_s0.pt").resolve()]

@@ -104,9 +104,10 @@ def _sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str, Any]]
             for r in read_grid_csv(grid):
                 if r.get("status") == "n/a":
                     continue
-                ck = Path(r["checkpoint"])
-                if not ck.is_absolute() and not ck.exists():
-                    ck = p / ck.name
+                # train-grid writes every checkpoint into its folder: the path in grid.csv is as given
+                # to train-grid (relative to where it ran), so it is read from this folder, never
+                # resolved against the working folder (another grid there would be measured instead)
+                ck = p / Path(str(r["checkpoint"]).replace("\\", "/")).name
                 out.append((ck, r["name"], {}))
             if not out:
                 raise EmbedscopeError(f"{grid}: no trained runs listed")
