@@ -174,3 +174,32 @@ def test_commands_twice_give_the_same_results(tmp_path, monkeypatch):
     # the maps are the same bit for bit; with --n-jobs 2 openTSNE sums the KL divergence it reports
     # over its threads, so that number may differ in its last digits (docs/methods.md §10)
     _same_outputs(tmp_path / "a", tmp_path / "b", close_keys=("kl_divergence",))
+
+
+def test_the_same_figure_and_checkpoint_saved_twice_have_the_same_bytes(tmp_path):
+    """The PDF held a creation date and the checkpoint's zip a folder named after the random
+    temporary file, so identical outputs differed in bytes (and a checkpoint's sha256, which names
+    cache entries and provenance)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from embedscope.models import build_model, save_checkpoint
+    from embedscope.viz.figures import save_figure
+
+    for name in ("a", "b"):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [1, 0])
+        ax.set_xlabel("x")
+        save_figure(fig, tmp_path / f"{name}.png")
+        plt.close(fig)
+    assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    torch.manual_seed(0)
+    cfg = {"arch": "digits_cnn", "embed_dim": 8, "dataset": "digits"}
+    model = build_model(cfg)
+    for name in ("c.pt", "d.pt"):
+        save_checkpoint(tmp_path / name, model, cfg, extra={"epoch": 0})
+    assert (tmp_path / "c.pt").read_bytes() == (tmp_path / "d.pt").read_bytes()

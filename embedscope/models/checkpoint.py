@@ -433,8 +433,10 @@ def save_checkpoint(path: str | os.PathLike, model: EmbeddingModel, config: dict
         "config": dict(config),
         "extra": dict(extra or {}),
     }
-    with atomic_output(path, force=force) as tmp:
-        torch.save(obj, tmp)
+    with atomic_output(path, force=force) as tmp, open(tmp, "wb") as fh:
+        # through a file object: torch names the zip's inner folder after a path's stem (here the
+        # random temporary name), so the same checkpoint saved twice had other bytes and sha256
+        torch.save(obj, fh)
     return Path(path)
 
 

@@ -48,5 +48,7 @@ def save_figure(fig, out: str | os.PathLike, *, force: bool = False) -> tuple[Pa
     clean_figure(fig)
     for p, fmt in ((png, "png"), (pdf, "pdf")):
         with atomic_output(p, force=force) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=PAPER_RC["savefig.dpi"], bbox_inches="tight")
+            # no creation date in the PDF: the same figure gives the same bytes (the PNG has none)
+            fig.savefig(tmp, format=fmt, dpi=PAPER_RC["savefig.dpi"], bbox_inches="tight",
+                        metadata={"CreationDate": None} if fmt == "pdf" else None)
     return png, pdf
