@@ -188,6 +188,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
 
     ``ema`` / ``transform_input``: as :func:`embedscope.models.load_model` (``--ema``,
     ``--no-transform-input``)."""
+    import torch
+
     from embedscope import store
     from embedscope.device import resolve_device
     from embedscope.fileio import check_writable
@@ -231,6 +233,10 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             "root": str(Path(root).resolve()) if root else "",
             "split_selected": split,
             "device": dev.type,
+            # on the CPU the last bits of a convolution depend on how many threads split it (the
+            # digits: up to 9e-8 between 1 and 2 threads): what a rerun needs to give the same bits
+            **({"torch_threads": int(torch.get_num_threads())} if dev.type == "cpu" else {}),
+            "torch_version": str(torch.__version__),
             "precision": "bfloat16 autocast" if use_amp else "float32",
             "transform": "; ".join(x for x in (input_text, describe_input(config)) if x),
             "checkpoint": info["path"] and str(Path(str(info["path"]).split(" + ")[0]).resolve()),

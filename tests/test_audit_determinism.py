@@ -203,3 +203,23 @@ def test_the_same_figure_and_checkpoint_saved_twice_have_the_same_bytes(tmp_path
     for name in ("c.pt", "d.pt"):
         save_checkpoint(tmp_path / name, model, cfg, extra={"epoch": 0})
     assert (tmp_path / "c.pt").read_bytes() == (tmp_path / "d.pt").read_bytes()
+
+
+def test_embed_records_the_torch_threads_its_bits_depend_on(tmp_path):
+    """On the CPU `embed`'s last bits depend on the torch thread count, which the file did not say."""
+    import torch
+
+    from embedscope import store
+    from embedscope.cli import main
+
+    ck = tmp_path / "u.pt"
+    assert main(["train", "--dataset", "digits", "--embed-dim", "8", "--epochs", "0", "--no-progress",
+                 "-o", str(ck)]) == 0
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert main(["embed", str(ck), "--dataset", "digits", "-o", str(tmp_path / "e.h5"), "--no-progress"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    attrs = store.load(tmp_path / "e.h5").attrs
+    assert attrs["torch_threads"] == 1 and attrs["torch_version"] == torch.__version__ and attrs["device"] == "cpu"
