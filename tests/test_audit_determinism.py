@@ -71,6 +71,20 @@ def test_neighbour_examples_record_the_seed_of_drawn_queries():
     assert list(again.query_paths) == list(ex.query_paths)
     given = neighbour_examples(es, paths=list(ex.query_paths[:2]), k=2)
     assert given.seed is None and given.selection == "2 queries given by path"
+    # the figure says it too (a PNG alone must tell how to draw it again)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.neighbours import draw_neighbours
+
+    img = np.zeros((8, 8, 3), dtype=np.uint8)
+    for e, want in ((ex, "(drawn at random, seed 3)"), (given, "(given by path)")):
+        n, k = e.similarity.shape
+        fig = draw_neighbours(e, [img] * n, [[img] * k for _ in range(n)])
+        assert want in fig._suptitle.get_text()
+        plt.close(fig)
 
 
 def test_neighbours_command_prints_the_seed(tmp_path):

@@ -132,7 +132,11 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     hit = float(ex.correct[:, 0].mean())
     head = title or f"top-{k} retrievals: {ex.query_split} queries in {ex.reference_split} ({ex.metric})"
     which = "this query" if n == 1 else f"these {n} queries"
-    fig.suptitle(f"{safe(head)}\nR@1 of {which}: {hit:.2f}", fontsize=9, y=0.995)
+    # how the queries were chosen, so that the picture can be made again
+    seed = getattr(ex, "seed", None)
+    how = f" (drawn at random, seed {seed})" if seed is not None else (
+        " (given by path)" if getattr(ex, "selection", "") else "")
+    fig.suptitle(f"{safe(head)}\nR@1 of {which}{how}: {hit:.2f}", fontsize=9, y=0.995)
     fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label=f"{RIGHT_MARK} same class"),
                         Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label=f"{WRONG_MARK} other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
