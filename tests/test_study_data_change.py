@@ -40,6 +40,10 @@ def test_changed_images_are_embedded_and_measured_again(shapes_study):
     res1, _ = _run(tmp)
     assert res1["computed"] and all(isinstance(r[DATA_KEY], list) and len(r[DATA_KEY]) == 4 for r in res1["rows"])
     assert DATA_KEY not in pd.read_csv(tmp / "st" / "runs.csv").columns  # bookkeeping, not a measure
+    import json
+
+    meta = json.loads((tmp / "st" / "study.json").read_text())
+    assert meta["geometry_seed"] == 0 and meta["settings"]["seed"] == 1234  # every seed a row depends on
     ck = res1["rows"][0]["checkpoint"]
     es1, info1 = embed_cached(ck, cache_dir=tmp / "cache")
     assert info1["cached"]

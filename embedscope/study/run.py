@@ -36,6 +36,7 @@ from embedscope.device import available_cpus
 from embedscope.errors import EmbedscopeError, UsageError
 
 CACHE_ENV = "EMBEDSCOPE_CACHE"
+GEOMETRY_SEED = 0  # the seed of the geometry measures' sampled pairs in every row (the registry's default)
 SETTINGS_KEYS = ("source", "epoch", "dataset", "root", "metric", "seed", "device", "measures")
 
 
@@ -291,7 +292,8 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         # a worker: its searches start as many threads as it may use (one task per core already)
         with search_threads(int(threads)) if threads else contextlib.nullcontext():
             vals = compute(es, settings.get("measures"), metric=settings.get("metric", "cosine"),
-                           seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"))
+                           seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"),
+                           geometry_seed=GEOMETRY_SEED)
         c = info["config"]
         row.update({k: c.get(k, row.get(k)) for k in CONFIG_COLUMNS if c.get(k) is not None})
         row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_seconds": info["embed_seconds"],
@@ -582,6 +584,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
             "figures": figures,
+            # settings.seed is k-means' and the bootstrap's; the geometry's sampled pairs (uniformity)
+            # take the registry's fixed seed: recorded, so that a row can be recomputed alone
+            "geometry_seed": GEOMETRY_SEED,
             "cache_dir": str(cache), "measures_source": msource,
             "measures": {**{k: _described(v) for k, v in mreg.items() if measures is None or k in measures},
                          **{f"{p}<name>": _described(v) for p, v in PATTERNS.items()
