@@ -315,6 +315,34 @@ def test_saliency_colour_bar_shows_the_colours_as_seen_over_dark_and_bright_pixe
         plt.close(fig)
 
 
+def test_saliency_pairs_retrieval_caption_clears_the_query_map():
+    """The retrieval's three-line caption (class, path, distance) is drawn left of its picture, and
+    it ran into the query's map beside it (6 px at 100 dpi in the demo's figure)."""
+    for n in (6, 20):  # the demo's figure; a long one
+        _pairs_captions_clear(n)
+
+
+def _pairs_captions_clear(n: int) -> None:
+    from embedscope.store.saliency import SaliencyMaps
+    from embedscope.viz.saliency import pairs_figure
+
+    rng = np.random.default_rng(0)
+    maps = rng.uniform(size=(n, 8, 8)).astype(np.float32)
+    imgs = rng.integers(0, 255, size=(n, 8, 8)).astype(np.uint8)
+    sm = SaliencyMaps(maps=maps, paths=[f"digits/{i:04d}" for i in range(n)], labels=np.arange(n) % 3,
+                      class_names=["6", "8", "9"], images=imgs,
+                      retrieval={"maps": maps, "paths": [f"digits/{i + 1000:04d}" for i in range(n)],
+                                 "labels": (np.arange(n) + 1) % 3, "images": imgs, "distance": np.full(n, 0.379)},
+                      attrs={"distance": "euclidean"})
+    fig = pairs_figure(sm, n_pairs=n)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for k in range(n):
+        caption = fig.axes[4 * k + 2].yaxis.label.get_window_extent(r)
+        assert caption.x0 >= fig.axes[4 * k + 1].get_window_extent(r).x1, (n, k)
+    plt.close(fig)
+
+
 def test_neighbours_rows_fit_their_square_pictures_and_float_pictures_pad_white(caplog):
     import logging
     import warnings

@@ -260,7 +260,7 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
         what = DISTANCE_WORDS.get(dist, dist)
         fig.suptitle(f"{sm.name}: why are these images near each other? (saliency of their {what})", fontsize=9)
         clean_figure(fig)
-        fig.tight_layout(rect=(0, 0, 0.88, 0.97))
+        fig.tight_layout(rect=(0, 0, 0.88, 0.97), w_pad=3.0)
         _overlay_colorbar(fig, (0.895, 0.15, 0.03, 0.7), alpha, sm.images is not None)
     return fig
 
