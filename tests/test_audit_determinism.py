@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import multiprocessing
 import random
 
 import numpy as np
 import pytest
+from cli_run import cli_output as _cli
 
 from embedscope import store
 from embedscope.analyses import neighbour_examples, tsne, yoke
@@ -18,14 +17,6 @@ from embedscope.synthetic import clustered, embedding_set
 from embedscope.tsne import joint_tsne, single_tsne, yoked_tsne
 
 SHORT = {"n_iter": 10, "early_exaggeration_iter": 10}
-
-
-def _cli(args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(args)
-    assert rc == 0, err.getvalue()
-    return out.getvalue()
 
 
 # --- t-SNE: the map depends on openTSNE's thread count (n_jobs) from 1,000 points: recorded -------
@@ -224,7 +215,6 @@ def test_embed_records_the_torch_threads_its_bits_depend_on(tmp_path):
     import torch
 
     from embedscope import store
-    from embedscope.cli import main
 
     ck = tmp_path / "u.pt"
     assert main(["train", "--dataset", "digits", "--embed-dim", "8", "--epochs", "0", "--no-progress",

@@ -7,21 +7,19 @@ Files are compared as text where the format could lose digits: CSV cells are rea
 module and parsed with ``float`` (no pandas parser in between), JSON with a strict parser that
 refuses ``NaN`` / ``Infinity``."""
 
-import contextlib
 import csv
-import io
 import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_run import cli_output as _cli
 
 from embedscope import __version__, store
 from embedscope.analyses import evaluate, evaluate_many, geometry, scatter, spectrum
 from embedscope.analyses.neighbours import neighbour_examples
 from embedscope.analyses.result import Result, combine
-from embedscope.cli import main
 from embedscope.fileio import sha256_file
 from embedscope.metrics import class_distances, geometry_report, nearest_same_different, retrieval_metrics, spectral_decay
 from embedscope.tables import _fmt
@@ -48,14 +46,6 @@ def files(tmp_path_factory):
     store.save(a, _set(0))
     store.save(b, _set(1, noise=2.0))
     return a, b
-
-
-def _cli(args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(args)
-    assert rc == 0, err.getvalue()
-    return out.getvalue()
 
 
 def _strict_json(path):
