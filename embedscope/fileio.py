@@ -424,6 +424,16 @@ def write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> Pa
     return Path(path)
 
 
+def file_stat(path: str | os.PathLike) -> list[int] | None:
+    """``[size, mtime_ns]`` of a file (None when it cannot be stat'ed): what tells cheaply that a file
+    is still the one that was read or measured."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [int(st.st_size), int(st.st_mtime_ns)]
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file's bytes."""
     h = hashlib.sha256()

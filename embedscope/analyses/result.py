@@ -317,7 +317,9 @@ def provenance_of(es, *, extra: Mapping[str, Any] | None = None) -> dict[str, An
         out["file"] = str(src)
         sha = es.attrs.get("_sha256")
         if sha is None:  # hashed now: only if the file is still the one read (its size and time)
-            read, now = es.attrs.get("_source_stat"), _stat(src)
+            from embedscope.fileio import file_stat
+
+            read, now = es.attrs.get("_source_stat"), file_stat(src)
             sha = _sha(src) if read is None or (now is not None and list(read) == now) else None
             if sha is None and read is not None:
                 out["file_changed_since_read"] = True
@@ -327,14 +329,6 @@ def provenance_of(es, *, extra: Mapping[str, Any] | None = None) -> dict[str, An
             out[k] = es.attrs[k]
     out.update(extra or {})
     return out
-
-
-def _stat(path) -> list[int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [int(st.st_size), int(st.st_mtime_ns)]
 
 
 def _sha(path) -> str | None:

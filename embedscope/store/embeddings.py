@@ -740,9 +740,7 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
     es = EmbeddingSet(**kwargs, source=str(path))
     # the file just read (a file written by an embedscope older than READ_ATTRS may name another)
     es.attrs["source_file"] = str(path)
-    try:
-        st = os.stat(path)
-        es.attrs["_source_stat"] = [int(st.st_size), int(st.st_mtime_ns)]
-    except OSError:  # pragma: no cover - it was just read
-        pass
+    from embedscope.fileio import file_stat
+
+    es.attrs["_source_stat"] = file_stat(path)
     return es
