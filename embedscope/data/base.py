@@ -220,8 +220,9 @@ def data_fingerprint(ds: ImageDataset) -> str:
     and modification time for images read from a folder. An image added, removed, replaced or
     relabelled changes it (a file rewritten with its old size and modification time does not: every
     image is not read). A training run records it (``extra["data"]``) so that ``--resume`` and
-    ``train-grid`` notice data changed since the run started; the same value as
-    :func:`embedscope.study.run.data_fingerprint` (a study's cache key)."""
+    ``train-grid`` notice data changed since the run started; a study's cache key and finished rows
+    hold it too (:func:`embedscope.study.run.data_fingerprint`), except for the digits, which a study
+    names by their scikit-learn version without loading them."""
     import hashlib
     import struct
 

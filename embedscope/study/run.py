@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from embedscope.device import available_cpus
 from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.fileio import file_stat
 
 CACHE_ENV = "EMBEDSCOPE_CACHE"
 GEOMETRY_SEED = 0  # the seed of the geometry measures' sampled pairs in every row (the registry's default)
@@ -69,12 +70,6 @@ def _load_dataset(name: str, root: str | None, train_classes: int | None, genera
 
     ds = get_dataset(name, root, train_classes=train_classes)
     return ds, _builtin_fingerprint(name, train_classes) or data_fingerprint(ds)
-
-
-def _fresh_fingerprint(name: str, root: str | None, train_classes: int | None) -> str:
-    from embedscope.data import get_dataset
-
-    return data_fingerprint(get_dataset(name, root, train_classes=train_classes))
 
 
 def current_fingerprint(name: str, root: str | None, train_classes: int | None, generation: str | None = None) -> str:
@@ -217,9 +212,15 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     root = root if root is not None else (config.get("root") or None)
     tc = config.get("train_classes")
     tc = int(tc) if tc not in (None, "") else None
-    if generation is None:  # the data as they are now: their fingerprint names this process's caches
-        generation = _builtin_fingerprint(str(name), tc) or _fresh_fingerprint(str(name), root, tc)
-    ds, fingerprint = _dataset_and_fingerprint(str(name), root, tc, generation)
+    if generation is None:
+        generation = _builtin_fingerprint(str(name), tc)
+    if generation is None:  # a folder as it is now (listed once): its fingerprint names this process's decoded inputs
+        from embedscope.data import get_dataset
+
+        ds = get_dataset(str(name), root, train_classes=tc)
+        fingerprint = generation = data_fingerprint(ds)
+    else:
+        ds, fingerprint = _dataset_and_fingerprint(str(name), root, tc, generation)
     tf, size, transform = checkpoint_input(ds, config)
     resize = config.get("resize")
     dev = resolve_device(device)
@@ -267,7 +268,7 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
 
     row: dict[str, Any] = {"id": entry["id"], "run": entry["run"], "selection": entry["selection"],
                            "epoch": entry["epoch"], "checkpoint": entry["checkpoint"], "untrained": entry["untrained"],
-                           STAT_KEY: _checkpoint_stat(entry["checkpoint"])}  # before reading it
+                           STAT_KEY: file_stat(entry["checkpoint"])}  # before reading it
     cfg = entry.get("config") or {}
     row.update({c: cfg.get(c) for c in CONFIG_COLUMNS})
     row.update({f"tag:{k}": v for k, v in (entry.get("tags") or {}).items() if not k.startswith("_")})
@@ -359,19 +360,11 @@ STAT_KEY = "_checkpoint_stat"  # [size, mtime_ns] of the checkpoint a row measur
 DATA_KEY = "_data"  # [dataset, root, train_classes, data_fingerprint] a row measured (not a runs.csv column)
 
 
-def _checkpoint_stat(path: str | os.PathLike) -> list[int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [int(st.st_size), int(st.st_mtime_ns)]
-
-
 def _unchanged(row: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
     """Whether a finished row still describes ``checkpoint``: the file's size and modification time
     as when it was measured, or else (touched, copied, or a row of an earlier version) the same sha256.
     A retrained run at the same path is measured again, not served its old row."""
-    stat = _checkpoint_stat(checkpoint)
+    stat = file_stat(checkpoint)
     if stat is None:
         return False
     if row.get(STAT_KEY) == stat:
