@@ -128,12 +128,16 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
                                   f"(e.g. {safe(missing[0])}{spelling_hint(missing, qset.paths)})")
         if not paths:
             raise UsageError("the paths file lists no query")
-        twice = [p for p in dict.fromkeys(paths) if np.count_nonzero(qset.paths == p) > 1]
-        if twice:
+        if len(pos) < qset.n:  # a path that names several rows (pos kept the last): refused, not guessed
+            from collections import Counter
+
             from embedscope.text import safe
 
-            raise EmbedscopeError(f"the query path {safe(twice[0])} names {np.count_nonzero(qset.paths == twice[0])} "
-                                  f"rows of the '{split}' split (a path names one image)")
+            rows_of = Counter(qset.paths.tolist())
+            twice = [p for p in dict.fromkeys(paths) if rows_of[p] > 1]
+            if twice:
+                raise EmbedscopeError(f"the query path {safe(twice[0])} names {rows_of[twice[0]]} "
+                                      f"rows of the '{split}' split (a path names one image)")
         qidx = np.array([pos[p] for p in paths], dtype=np.int64)
         selection, drawn_with = f"{len(qidx)} queries given by path", None
     else:
