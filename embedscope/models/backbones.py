@@ -42,6 +42,24 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 STANDARD_INPUT = {"order": "RGB", "range": 1.0, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
 
 
+class MaxPool2d(nn.MaxPool2d):
+    """``nn.MaxPool2d`` with the same values, faster on the CPU where no gradient is taken.
+
+    PyTorch's CPU kernel for a contiguous (N, C, H, W) input is slow for the small images of
+    ``digits_cnn`` and ``shapes_cnn`` (40% of their inference time); its ``channels_last`` kernel is
+    5-9x faster. A maximum is exact and both kernels scan a window in the same order, keeping the
+    first maximum (NaN propagates), so the output is the same bit for bit; only inference (no
+    gradient needed: ``embed``, evaluation, studies) takes this path, so training and saliency
+    gradients run PyTorch's own kernel unchanged. Holds no parameters: state dicts are unchanged.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x.dim() == 4 and x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad)
+                and x.is_contiguous()):
+            return super().forward(x.contiguous(memory_format=torch.channels_last)).contiguous()
+        return super().forward(x)
+
+
 class DigitsCNN(nn.Module):
     """A small CNN for 1 x 8 x 8 digit images; 128-d pooled features."""
 
@@ -52,7 +70,7 @@ class DigitsCNN(nn.Module):
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(inplace=True),
             nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-            nn.MaxPool2d(2),
+            MaxPool2d(2),
             nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(inplace=True),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         )
@@ -78,7 +96,7 @@ class ShapesCNN(nn.Module):
         layers: list[nn.Module] = [nn.Conv2d(in_channels, widths[0], 3, stride=2, padding=1, bias=False),
                                    nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)]
         for c, w in zip(widths[:-1], widths[1:]):
-            layers += [nn.MaxPool2d(2), nn.Conv2d(c, w, 3, padding=1, bias=False), nn.BatchNorm2d(w),
+            layers += [MaxPool2d(2), nn.Conv2d(c, w, 3, padding=1, bias=False), nn.BatchNorm2d(w),
                        nn.ReLU(inplace=True)]
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
         self.features = nn.Sequential(*layers)
