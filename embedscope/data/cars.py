@@ -1,19 +1,36 @@
-"""CARS196 (Krause et al. 2013) in its official layout, with the zero-shot split of DML.
+"""CARS196 (Krause et al. 2013) in its official layout or the Kaggle one, with the zero-shot split of DML.
 
-Layout (``--root`` is the folder holding both)::
+Official layout (``--root`` is the folder holding both)::
 
     ROOT/
       cars_annos.mat   struct array 'annotations' (relative_im_path, bbox_x1, bbox_y1, bbox_x2,
                        bbox_y2, class 1..196, test) and cell array 'class_names'
       car_ims/000001.jpg ... 016185.jpg
 
+Kaggle layout ("stanford-car-dataset-by-classes-folder", the one pytorch-metric-learning's ``Cars196``
+downloads and reads; ``--root`` is the folder holding ``names.csv``), recognised by ``names.csv``
+when there is no ``cars_annos.mat``::
+
+    ROOT/
+      names.csv        one class name a line, line k = class k ('AM General Hummer SUV 2000')
+      anno_train.csv   "<file>,<x1>,<y1>,<x2>,<y2>,<class 1..196>", no header (8,144 lines)
+      anno_test.csv    same columns (8,041 lines)
+      car_data/car_data/train/<class name, '/' as '-'>/00001.jpg ...
+      car_data/car_data/test/<class name, '/' as '-'>/00001.jpg ...
+
+Both give the same 196 classes (labels ``class - 1``), names and split; the Kaggle layout's rows are
+the ``anno_train.csv`` rows then the ``anno_test.csv`` rows, as pytorch-metric-learning orders them,
+and its paths are ``car_data/car_data/<train|test>/<class>/<file>`` (image files of the two layouts
+do not pair by path).
+
 Split: classes 1-98 train, 99-196 test (Roth et al. 2020, §4.1); the official per-image ``test``
-flag (a classification split) is ignored.
+flag (a classification split; the Kaggle layout's train/test folders) is ignored.
 
 Image properties (docs/methods.md §9): ``make``, ``body_type`` and ``year`` parsed from the class names
 ("Aston Martin V8 Vantage Convertible 2012" -> Aston Martin / convertible / 2012; a name without a
-body-type word gets "other"), and, when the annotations carry ``bbox_x1..bbox_y2``, ``bbox_area``
-(box area / image area) and ``bbox_aspect`` (width / height), each as 5 quantile bins.
+body-type word gets "other"), and, when the annotations carry ``bbox_x1..bbox_y2`` (the Kaggle csv
+rows always do), ``bbox_area`` (box area / image area) and ``bbox_aspect`` (width / height), each as 5
+quantile bins.
 """
 
 from __future__ import annotations
@@ -28,6 +45,9 @@ from embedscope.errors import EmbedscopeError
 NAME = "cars196"
 ANNOS = "cars_annos.mat"
 FIELDS = ("relative_im_path", "class")
+KAGGLE_NAMES = "names.csv"
+KAGGLE_ANNOS = ("anno_train.csv", "anno_test.csv")
+KAGGLE_IMAGES = "car_data/car_data"
 
 
 def _read_mat(path: Path) -> dict:
@@ -66,18 +86,21 @@ def parse_class_name(name: str) -> tuple[str, str, int]:
 
 
 def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
-    """CARS196 from ``cars_annos.mat`` and ``car_ims/`` as an :class:`ImageDataset`.
+    """CARS196 from ``cars_annos.mat`` and ``car_ims/`` (or the Kaggle layout) as an :class:`ImageDataset`.
 
-    Labels are ``class - 1`` (0..195); class names come from ``class_names`` in the ``.mat`` file.
+    Labels are ``class - 1`` (0..195); class names come from ``class_names`` in the ``.mat`` file
+    (Kaggle layout: line ``class`` of ``names.csv``; see the module docstring).
     The first half of the classes (1-98 of 196) forms the training split and the rest the test
     split (Roth et al. 2020, §4.1; Musgrave et al. 2020), ignoring the official per-image ``test``
     flag; ``train_classes`` sets another count. Paths are relative to ``root``
-    (``car_ims/000001.jpg``). Every listed image must exist: the first missing one is named.
+    (``car_ims/000001.jpg``; Kaggle layout ``car_data/car_data/train/<class>/00001.jpg``). Every
+    listed image must exist: the first missing one is named.
 
     Parameters
     ----------
     root : str or path-like
-        the folder with ``cars_annos.mat`` and ``car_ims/``.
+        the folder with ``cars_annos.mat`` and ``car_ims/``, or with ``names.csv``,
+        ``anno_train.csv``, ``anno_test.csv`` and ``car_data/car_data/`` (Kaggle).
     train_classes : int, optional
         number of leading classes in the training split (default 98 of 196: half).
 
@@ -89,13 +112,41 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
     Raises
     ------
     EmbedscopeError
-        One line naming the missing file or image, or the malformed line.
+        One line naming the missing file or image, or the malformed line (file and line number).
 
     Notes
     -----
     Zero-shot protocol of Roth et al. 2020 §4.1 and Musgrave et al. 2020; the results on these
     splits are in docs/methods.md §7 (reference numbers).
     """
+    r = Path(root) if root is not None else None
+    if r is not None and r.is_dir() and not (r / ANNOS).exists():
+        if (r / KAGGLE_NAMES).exists():
+            return _load_kaggle(r, train_classes)
+        raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing (not the official {NAME} layout; nor the Kaggle "
+                              f"layout, which has {KAGGLE_NAMES}, {KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]} and "
+                              f"{KAGGLE_IMAGES}/)")
+    return _load_official(root, train_classes)
+
+
+def _class_properties(base: Path, paths: list[str], labels: np.ndarray, names: list[str],
+                      boxes: np.ndarray | None) -> dict[str, np.ndarray]:
+    """make / body_type / year of each image's class, and the bbox properties when ``boxes``
+    (x1, y1, x2, y2 in pixels, inclusive) are given."""
+    parsed = [parse_class_name(nm) for nm in names]
+    props = {"make": np.array([parsed[c][0] for c in labels], dtype=object),
+             "body_type": np.array([parsed[c][1] for c in labels], dtype=object),
+             "year": np.array([parsed[c][2] for c in labels], dtype=np.int64)}
+    if boxes is not None:
+        from embedscope.data.properties import bbox_properties, image_sizes
+
+        b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        wh = np.stack([b[:, 2] - b[:, 0] + 1, b[:, 3] - b[:, 1] + 1], 1)
+        props.update(bbox_properties(wh, image_sizes(base, paths)))
+    return props
+
+
+def _load_official(root, train_classes: int | None) -> ImageDataset:
     base = require_files(root, [ANNOS, "car_ims"], NAME)
     mat_path = base / ANNOS
     mat = _read_mat(mat_path)
@@ -131,19 +182,13 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
         labels[k] = c - 1
 
     check_images_exist(base, paths, NAME)
-    parsed = [parse_class_name(nm) for nm in names]
-    props = {"make": np.array([parsed[c][0] for c in labels], dtype=object),
-             "body_type": np.array([parsed[c][1] for c in labels], dtype=object),
-             "year": np.array([parsed[c][2] for c in labels], dtype=np.int64)}
+    boxes = None
     if all(f in annos.dtype.names for f in BOX_FIELDS):
-        from embedscope.data.properties import bbox_properties, image_sizes
-
         try:
-            b = np.array([[float(np.asarray(a[f]).ravel()[0]) for f in BOX_FIELDS] for a in annos])
+            boxes = np.array([[float(np.asarray(a[f]).ravel()[0]) for f in BOX_FIELDS] for a in annos])
         except (ValueError, TypeError, IndexError):
             raise EmbedscopeError(f"{NAME}: {mat_path}: a bounding box field is not a number") from None
-        wh = np.stack([b[:, 2] - b[:, 0] + 1, b[:, 3] - b[:, 1] + 1], 1)
-        props.update(bbox_properties(wh, image_sizes(base, paths)))
+    props = _class_properties(base, paths, labels, names, boxes)
     return ImageDataset(
         name=NAME,
         root=str(base),
@@ -153,4 +198,88 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
         split=class_split(labels, n_classes, train_classes, NAME),
         properties=props,
         info={"source": f"CARS196 ({ANNOS})", "num_classes": n_classes},
+    )
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The lines of a text file (universal newlines, a UTF-8 byte-order mark dropped)."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmbedscopeError(f"{NAME}: cannot read {path} ({e.__class__.__name__})") from None
+
+
+def _read_kaggle_names(path: Path) -> list[str]:
+    """names.csv: line k names class k (a name is stripped of surrounding spaces, as
+    pytorch-metric-learning does); blank lines may only end the file."""
+    lines = _read_lines(path)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: empty class name (expected one class name a "
+                                  f"line, line k naming class k)")
+    if not lines:
+        raise EmbedscopeError(f"{NAME}: {path} lists no classes")
+    return [line.strip() for line in lines]
+
+
+def _read_kaggle_annos(path: Path, n_classes: int) -> list[tuple[str, list[int], int]]:
+    """(file, [x1, y1, x2, y2], class 1..n) of each row of anno_train.csv / anno_test.csv."""
+    rows = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(_read_lines(path), 1):
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            nums = [int(p) for p in parts[1:]] if len(parts) == 6 and parts[0] else None
+        except ValueError:
+            nums = None
+        if nums is None:
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: malformed line {line.strip()[:60]!r} "
+                                  "(expected '<file>,<x1>,<y1>,<x2>,<y2>,<class>')")
+        c = nums[4]
+        if not 1 <= c <= n_classes:
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: image {parts[0]!r} has class {c}, outside "
+                                  f"1..{n_classes} (the classes of {KAGGLE_NAMES})")
+        if parts[0] in seen:
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: image {parts[0]!r} is listed twice "
+                                  f"(first on line {seen[parts[0]]})")
+        seen[parts[0]] = lineno
+        rows.append((parts[0], nums[:4], c))
+    if not rows:
+        raise EmbedscopeError(f"{NAME}: {path} lists no images")
+    return rows
+
+
+def _load_kaggle(base: Path, train_classes: int | None) -> ImageDataset:
+    """CARS196 in the Kaggle layout that pytorch-metric-learning's ``Cars196`` reads (module docstring)."""
+    for n in (KAGGLE_NAMES, *KAGGLE_ANNOS, KAGGLE_IMAGES):
+        if not (base / n).exists():
+            raise EmbedscopeError(f"{NAME}: {base / n} is missing (the Kaggle layout of {KAGGLE_NAMES} needs "
+                                  f"{KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]} and {KAGGLE_IMAGES}/)")
+    names = _read_kaggle_names(base / KAGGLE_NAMES)
+    folders = [nm.replace("/", "-") for nm in names]
+    paths: list[str] = []
+    labels: list[int] = []
+    boxes: list[list[int]] = []
+    for split, csv in zip(("train", "test"), KAGGLE_ANNOS):
+        for file, box, c in _read_kaggle_annos(base / csv, len(names)):
+            paths.append(f"{KAGGLE_IMAGES}/{split}/{folders[c - 1]}/{file}")
+            labels.append(c - 1)
+            boxes.append(box)
+    check_images_exist(base, paths, NAME)
+    lab = np.asarray(labels, dtype=np.int64)
+    return ImageDataset(
+        name=NAME,
+        root=str(base),
+        paths=np.asarray(paths, dtype=object),
+        labels=lab,
+        class_names=np.asarray(names, dtype=object),
+        split=class_split(lab, len(names), train_classes, NAME),
+        properties=_class_properties(base, paths, lab, names, np.asarray(boxes)),
+        info={"source": f"CARS196 (Kaggle layout: {KAGGLE_NAMES}, {KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]})",
+              "num_classes": len(names)},
     )
