@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from embedscope import names
 from embedscope.cli.common import add_device, add_force, add_no_progress, add_num_workers, positive_int, seed_int
 
 
@@ -19,8 +20,8 @@ def add_parser(sub, parents):
     p.add_argument("--train-classes", type=positive_int,
                    help="the first N classes (sorted) form the training split (default: the data set's own split)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
-    p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: resnet50, "
-                   "resnet18, googlenet, bninception, digits_cnn, any torchvision classification model, timm:NAME")
+    p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: "
+                   f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
     p.add_argument("--weights", metavar="PATH",
                    help="ImageNet backbone weights from a local file (never downloaded), with --arch and no checkpoint")
     p.add_argument("--head", choices=["none", "random"],
@@ -43,7 +44,7 @@ def add_parser(sub, parents):
     p.add_argument("--resize", type=positive_int, metavar="R",
                    help="shorter side before the crop (default: the checkpoint's, else round(N * 256 / 224); "
                    "e.g. 342 with --image-size 299)")
-    p.add_argument("--batch-size", type=positive_int, default=128)
+    p.add_argument("--batch-size", type=positive_int, default=128, help="images per forward pass (default: 128)")
     p.add_argument("--amp", default="none", choices=["none", "bf16"],
                    help="none (default) = float32, as evaluations are reported; bf16 = bfloat16 autocast on CUDA "
                    "(faster; rows differ from float32 by ~1e-3 to 1e-2, enough to reorder near ties); the CPU "

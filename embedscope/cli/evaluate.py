@@ -33,8 +33,8 @@ def add_parser(sub, parents):
                    help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; "
                         "default: all but mAP@lim, which is computed only when named)")
     p.add_argument("--lone-queries", default="exclude", choices=("exclude", "zero"),
-                   help="queries without a relevant reference: left out (default, as pytorch-metric-learning) "
-                   "or counted as 0 (Roth et al.'s code)")
+                   help="queries without a relevant reference: exclude = left out (as pytorch-metric-learning), "
+                   "zero = counted as 0 (Roth et al.'s code) (default: exclude)")
     p.add_argument("--seed", type=seed_int, default=1234,
                    help="k-means seed (default: 1234, faiss's default, as Roth's code and PML)")
     p.add_argument("--niter", type=positive_int, default=20, help="k-means iterations (default: 20)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, add_outputs, nonnegative_int, positive_int, seed_int
+from embedscope.cli.common import add_force, nonnegative_int, positive_int, seed_int
 
 COLUMNS = ["model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "n_values", "lone_queries"]
 
@@ -30,7 +30,11 @@ def add_parser(sub, parents):
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the shuffles (default 0)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="bar chart (PNG and PDF are written)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_outputs(p)
+    p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
+    p.add_argument("--csv", metavar="OUT.csv",
+                   help="also write the table as CSV: one row per model and property (the columns shown, and z, "
+                   "significant_2.576, queries, lone_values, max_r, capped; with --permutations also perm_p_value, "
+                   "perm_mean, perm_sd, permutations)")
     add_force(p)
     p.set_defaults(func=run)
     return p

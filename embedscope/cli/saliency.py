@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from embedscope import names
 from embedscope.cli.common import add_device, add_force, positive_int, seed_int
 from embedscope.names import DISTANCES
 
@@ -49,7 +50,8 @@ def add_parser(sub, parents):
     p.add_argument("-o", "--output", required=True, metavar="MAPS.h5", help="output maps file")
     p.add_argument("--figure", metavar="FIG.png", help="also draw the maps over the images (PNG and PDF)")
     p.add_argument("--name", help="model name in tables and figures (default: the checkpoint's file name)")
-    p.add_argument("--arch", help="architecture of a bare state dict (resnet50, resnet18, googlenet, digits_cnn)")
+    p.add_argument("--arch", help="architecture of a bare state dict: "
+                   f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
     p.add_argument("--train-classes", type=positive_int,
                    help="the first N classes (sorted) form the training split (default: the data set's own split)")
     p.add_argument("--batch-size", type=positive_int,

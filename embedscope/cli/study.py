@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import nonnegative_int, seed_int
+from embedscope.cli.common import device_name, nonnegative_int, seed_int
 
 
 def add_parser(sub, parents):
@@ -38,11 +38,13 @@ def add_parser(sub, parents):
     p.add_argument("--scheduler", metavar="ADDRESS", help="use an existing Dask scheduler (tcp://host:8786)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="embedding cache (default: $EMBEDSCOPE_CACHE or ~/.cache/embedscope/embeddings)")
-    p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="retrieval ranking distance")
+    p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"],
+                   help="retrieval ranking distance (default: cosine)")
     p.add_argument("--seed", type=seed_int, default=1234, help="k-means and bootstrap seed (default 1234)")
     p.add_argument("--bootstrap", type=nonnegative_int, default=1000, metavar="B",
                    help="bootstrap resamples (default 1000; 0: no intervals)")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--device", default="auto", type=device_name,
+                   help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     p.add_argument("--no-progress", action="store_true", help="no progress bar, and fewer lines")
     p.add_argument("--force", action="store_true", help="recompute finished rows / reuse a folder with other settings")

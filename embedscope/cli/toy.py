@@ -16,7 +16,7 @@ def add_parser(sub, parents):
     p.add_argument("--n-seeds", type=positive_int, default=5, help="number of seeds, from --first-seed (default 5)")
     p.add_argument("--first-seed", type=seed_int, default=1, help="first seed (default 1, the paper's)")
     p.add_argument("--p-switch", type=probability, default=0.001,
-                   help="switch probability of the regularised variants")
+                   help="switch probability of the regularised variants (default: 0.001)")
     add_no_progress(p)
     p.add_argument("--force", action="store_true", help="replace existing outputs")
     p.set_defaults(func=run)

@@ -54,11 +54,11 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                        help="rho-regularisation: probability of switching a negative for a same-class sample "
                        "(default 0 = off; the paper used 0.3-0.4 on CUB, 0.35 on CARS, 0.15 on SOP; its code defaults to 0.2)")
     p.add_argument("--sampler", choices=SAMPLER_CHOICES,
-                   help="batch sampler (default: spc-2; digits spc-8)")
-    p.add_argument("--batch-size", type=positive_int, help="batch size b (default: 112; digits 40)")
+                   help="batch sampler (default: spc-2; digits spc-8, shapes spc-8)")
+    p.add_argument("--batch-size", type=positive_int, help="batch size b (default: 112; digits 40, shapes 64)")
     p.add_argument("--epochs", type=nonnegative_int,
-                   help="epochs (default: 150, SOP 100; digits 15; 0 = save the untrained network)")
-    p.add_argument("--lr", type=positive_float, help="learning rate (default: 1e-5; digits 1e-3)")
+                   help="epochs (default: 150, SOP 100; digits 15, shapes 12; 0 = save the untrained network)")
+    p.add_argument("--lr", type=positive_float, help="learning rate (default: 1e-5; digits 1e-3, shapes 1e-3)")
     p.add_argument("--weight-decay", type=nonnegative_float, help="weight decay (default 4e-4)")
     p.add_argument("--optimizer", choices=("adam", "adamw"), help="optimiser (default adam, as Roth et al.)")
     p.add_argument("--lr-schedule", choices=("none", "cosine", "step"),

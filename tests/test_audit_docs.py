@@ -1,0 +1,382 @@
+"""The user docs (README.md, docs/*.md but datasets.md and PERFORMANCE.md) against the code: every
+command line they show parses with the flags of its sub-command, every flag they name exists, the
+defaults they and the --help texts state are the ones the parser and the trainer use, the names,
+files and fields they cite exist."""
+
+import argparse
+import colorsys
+import contextlib
+import importlib
+import io
+import math
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from embedscope.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md")
+                                     if p.name not in ("datasets.md", "PERFORMANCE.md"))
+# flags the docs name of other programs: timm's train.py / validate.py, chromium, dask
+FOREIGN_FLAGS = {"--use-ema", "--model-ema", "--print-to-pdf", "--port", "--nthreads", "--nworkers"}
+
+
+@pytest.fixture(scope="module")
+def parser():
+    return build_parser()
+
+
+def _doc(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def _command_lines(text: str, commands) -> list[tuple[int, str, bool]]:
+    """(line, command line without 'embedscope', whole) of a doc: the lines of its code blocks that run
+    embedscope (``embedscope``, ``$E``, ``.venv/bin/embedscope``; continued lines joined) and its
+    inline spans `embedscope CMD ...` or `CMD --flag ...`; whole = a code block's line."""
+    out, in_block, buf = [], False, ""
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            in_block, buf = not in_block, ""
+            continue
+        if in_block:
+            s = (buf + " " + line.strip()) if buf else line.strip()
+            buf = ""
+            if s.endswith("\\"):
+                buf = s[:-1]
+                continue
+            m = re.match(r"^(?:\$E|\.venv/bin/embedscope|embedscope)\s+(.*)$", s)
+            if m:
+                out.append((i, m.group(1), True))
+            continue
+        for span in re.findall(r"`([^`]+)`", line):
+            m = re.match(r"^(?:embedscope|\$E)\s+(.*)$", span.strip())
+            words = span.split()
+            if m:
+                out.append((i, m.group(1), False))
+            elif words and words[0] in commands and any(w.startswith("--") for w in words[1:]):
+                out.append((i, span, False))
+    return out
+
+
+def _argv(line: str) -> list[str]:
+    line = re.sub(r"\s#.*$", "", line)
+    for placeholder in ("[", "]", "…", "..."):
+        line = line.replace(placeholder, " ")
+    return shlex.split(line)
+
+
+def test_every_command_line_of_the_docs_uses_flags_of_its_command(parser):
+    """Each `embedscope CMD --flag` of the docs: CMD is a sub-command and each flag one of its own
+    options (no abbreviations: the docs spell them out). A code block's line that holds no placeholder
+    parses completely, with nothing left over."""
+    commands = parser.command_parsers
+    seen, whole = 0, 0
+    for doc in DOCS:
+        for ln, line, block in _command_lines(doc.read_text(encoding="utf-8"), commands):
+            argv = _argv(line)
+            where = f"{doc.name}:{ln}: {line}"
+            if argv[0] in ("--help", "--version"):  # `embedscope --help`
+                continue
+            assert argv[0] in commands, f"unknown command: {where}"
+            options = {o for a in commands[argv[0]]._actions for o in a.option_strings}
+            for token in argv[1:]:
+                for flag in token.split("=")[0].split("/"):  # `--n-images/--paths-file`
+                    if re.match(r"^--?[a-zA-Z]", flag):
+                        assert flag in options, f"{flag} is not an option of '{argv[0]}': {where}"
+            seen += 1
+            if block and not re.search(r"[\[|…]|\.\.\.", line):
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                    try:
+                        _, extra = parser.parse_known_args(argv)
+                    except SystemExit:
+                        pytest.fail(f"does not parse ({err.getvalue().strip()}): {where}")
+                assert not extra, f"left over {extra}: {where}"
+                whole += 1
+    assert seen >= 120 and whole >= 50, (seen, whole)  # the extraction found the docs' commands
+
+
+def test_every_flag_the_docs_name_is_an_option_of_some_command(parser):
+    flags = {"--help", "-h", "--version", "--debug"}
+    for sub in parser.command_parsers.values():
+        flags |= {o for a in sub._actions for o in a.option_strings}
+    script = _doc("scripts/screenshot_report.py")  # docs/studies.md shows its command line
+    flags |= set(re.findall(r'add_argument\((?:"-\w", )?"(--[\w-]+)"', script))
+    for doc in DOCS:
+        for ln, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line):
+                assert flag in flags | FOREIGN_FLAGS, f"{doc.name}:{ln}: {flag} is no option of any command"
+
+
+def _stated_default(help_text: str):
+    """The default a help text states: '(default: X', '(default X', 'X (default)'."""
+    h = " ".join(help_text.split())
+    m = re.search(r"\(default:? ([^;,)]+)", h) or re.search(r"\bdefault:? ([^;,)]+)", h)
+    if m:
+        return m.group(1).split(":")[0].split(" = ")[0].strip()
+    m = re.search(r"(\S+) \(default\)", h)
+    return m.group(1) if m else None
+
+
+def _same(stated: str, value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return stated.split() == [str(v) for v in value] or (len(value) == 1 and _same(stated, value[0]))
+    try:
+        return math.isclose(float(stated.replace(",", "")), float(value), rel_tol=1e-12)
+    except (TypeError, ValueError):
+        return stated.split(",")[0].split()[0] == str(value)
+
+
+def test_help_defaults_are_the_parser_defaults(parser):
+    """Where an option has a default in the parser, the default its --help states is that value
+    (and an option with a default names it)."""
+    checked = 0
+    for name, sub in parser.command_parsers.items():
+        for a in sub._actions:
+            if a.dest in ("help", "debug") or a.default in (None, False, [], argparse.SUPPRESS):
+                continue
+            stated = _stated_default(a.help or "")
+            assert stated is not None, f"{name} {a.option_strings}: the help states no default ({a.default!r})"
+            assert _same(stated, a.default), f"{name} {a.option_strings}: help says {stated!r}, parser {a.default!r}"
+            checked += 1
+    assert checked >= 50
+
+
+TRAINING_KEYS = {"--arch": "arch", "--loss": "loss", "--p-switch P": "p_switch",
+                 "--sampler": "sampler", "--batch-size": "batch_size", "--epochs": "epochs",
+                 "--embed-dim": "embed_dim", "--image-size N": "image_size", "--lr": "lr",
+                 "--weight-decay": "weight_decay", "--optimizer": "optimizer", "--lr-schedule": "lr_schedule",
+                 "--seed": "seed", "--eval-every N": "eval_every", "--device": "device", "--num-workers": "num_workers"}
+DATASET_OF = {"digits": "digits", "shapes": "shapes", "photos": "cub200", "SOP": "sop"}
+
+
+def _resolved():
+    from embedscope.train.trainer import resolve_config
+
+    return {k: resolve_config({"dataset": ds, "root": "/no/such/folder"}) for k, ds in DATASET_OF.items()}
+
+
+def _per_dataset(cell: str) -> dict:
+    """'40 (digits) / 64 (shapes) / 112' -> {digits: 40, shapes: 64, photos: 112}; '150 (SOP 100)' adds SOP."""
+    out = {}
+    for part in cell.split(" / "):
+        m = re.fullmatch(r"(\S+)(?: \((\w+)(?: (\S+))?\))?", part.strip())
+        assert m, cell
+        value, label, extra = m.groups()
+        if label == "SOP":
+            out["photos"], out["SOP"] = value, extra
+        else:
+            out[label or "photos"] = value
+    for k in DATASET_OF:  # a value not split by data set holds for all of them
+        out.setdefault(k, out.get("photos"))
+    return out
+
+
+def test_training_options_table_states_the_trainers_defaults():
+    resolved = _resolved()
+    rows = {}
+    for line in _doc("docs/training.md").splitlines():
+        m = re.match(r"^\| `([^`]+)` \| ([^|]*) \|", line)
+        if m and (m.group(1) in TRAINING_KEYS or m.group(1) == "--dataset"):
+            rows[m.group(1)] = m.group(2).strip()
+    assert set(rows) == set(TRAINING_KEYS) | {"--dataset"}
+    assert rows.pop("--dataset") == resolved["digits"]["dataset"] == "digits"
+    for flag, cell in rows.items():
+        cell = cell.replace(" (off)", "")
+        for label, stated in _per_dataset(cell).items():
+            value = resolved[label][TRAINING_KEYS[flag]]
+            assert _same(stated, value), f"docs/training.md {flag} for {label}: {stated!r}, trainer {value!r}"
+
+
+@pytest.mark.parametrize("command", ["train", "train-grid"])
+def test_training_help_states_the_trainers_defaults(parser, command):
+    """`train --help` states the defaults per data set (photos, digits, shapes) that the trainer uses."""
+    resolved = _resolved()
+    helps = {a.dest: " ".join((a.help or "").split()) for a in parser.command_parsers[command]._actions}
+    for dest in ("arch", "sampler", "batch_size", "epochs", "lr", "image_size"):
+        h = helps[dest]
+        for label in ("digits", "shapes", "photos"):
+            m = (re.search(rf"\b{label} (\S+?)[,;)]", h) or re.search(rf"(\S+) for {label}\b", h)
+                 or (label == "photos" and re.search(r"\(default:? (\S+?)[,;)]", h)))
+            assert m, f"{command} --{dest}: no default for {label} in {h!r}"
+            assert _same(m.group(1), resolved[label][dest]), (command, dest, label, m.group(1))
+        if dest == "epochs":
+            assert "SOP 100" in h and resolved["SOP"]["epochs"] == 100
+    for dest in ("embed_dim", "weight_decay", "optimizer", "lr_schedule", "eval_every", "device", "num_workers"):
+        stated = _stated_default(helps[dest])
+        assert _same(stated, resolved["photos"][dest]) and _same(stated, resolved["digits"][dest]), (dest, stated)
+
+
+def test_log_columns_of_the_training_page_are_the_trainers():
+    from embedscope.train.trainer import LOG_COLUMNS, LOG_CONFIG_COLUMNS
+
+    text = " ".join(_doc("docs/training.md").split())
+    m = re.search(r"`runs/x\.csv` — log: `([^`]+)` .*?then the run's configuration on every row: `([^`]+)` "
+                  r"\(JSON\), `([^`]+)`", text)
+    assert m, "the log paragraph of docs/training.md"
+    named = [c.strip() for part in m.groups() for c in part.split(",")]
+    assert named == LOG_COLUMNS + list(LOG_CONFIG_COLUMNS.values())
+
+
+# (doc, text stated there, command, option dest): the value in the text is that option's parser default
+STATED = [
+    ("docs/geometry.md", r"`--exclude-top` values \(default (\d+)\)", "geometry", "exclude_top"),
+    ("docs/geometry.md", r"N\(N−1\)/2 ≤ `--max-pairs` \(([\d,]+)\)", "geometry", "max_pairs"),
+    ("docs/geometry.md", r"the first (\d+) values \(zero-padded", "spectrum", "n_values"),
+    ("docs/saliency.md", r"over \*\*l = (\d+)\*\* noisy copies", "saliency", "n_samples"),
+    ("docs/saliency.md", r"\*\*σ = ([\d.]+) × \(max − min\)\*\*", "saliency", "noise"),
+    ("docs/saliency.md", r"`--order (\w+)` \(default;", "saliency", "order"),
+    ("docs/saliency.md", r"`--jsd-unit (\w+)` gives the reference code", None, None),
+    ("docs/methods.md", r"Lloyd k-means, (\d+) iterations", "evaluate", "niter"),
+    ("docs/methods.md", r"seed \*\*(\d+)\*\* by default", "evaluate", "seed"),
+    ("docs/methods.md", r"a bootstrap 95% interval \((\d+) resamples", "study", "bootstrap"),
+    ("docs/methods.md", r"`default_rng\((\d+)\)`", "study", "seed"),
+    ("docs/methods.md", r"`embedscope properties` uses the (\w+) split by default", "properties", "split"),
+    ("docs/methods.md", r"\(`--epoch (\w+)`, the default;", "study", "epoch"),
+    ("docs/visualizations.md", r"\(perplexity (\d+), PCA initialisation", "tsne", "perplexity"),
+    ("docs/visualizations.md", r"early exaggeration 12, then (\d+)\)", "tsne", "n_iter"),
+    ("docs/visualizations.md", r"\(([a-z]+) similarity by default\)", "scatter", "metric"),
+    ("docs/properties.md", r"generates the default set \(([\d,]+) images", "make-shapes", "n_images"),
+    ("docs/properties.md", r"generates the default set \([\d,]+ images, (\d+) px", "make-shapes", "size"),
+    ("docs/properties.md", r"generates the default set \([\d,]+ images, \d+ px, seed (\d+)\)", "make-shapes", "seed"),
+    ("docs/properties.md", r"Distance: ([A-Z]\w+) on the raw embeddings", "properties", "metric"),
+    ("docs/studies.md", r"\(default `~/\.cache/embedscope/embeddings`", None, None),
+    ("docs/store.md", r"`--split` that was embedded \(`train`, `test`, `all`\)", None, None),
+]
+
+
+@pytest.mark.parametrize("doc,pattern,command,dest", STATED, ids=[f"{s[0]}:{s[3]}" for s in STATED])
+def test_defaults_stated_in_the_docs_are_the_parsers(parser, doc, pattern, command, dest):
+    text = " ".join(_doc(doc).split())
+    m = re.search(pattern, text)
+    assert m, f"{doc} no longer says {pattern!r}"
+    if command is None:
+        return
+    default = {a.dest: a.default for a in parser.command_parsers[command]._actions}[dest]
+    stated = next(g for g in m.groups() if g is not None)
+    assert _same(stated.lower(), default), f"{doc}: {stated!r}, but {command} --{dest} defaults to {default!r}"
+
+
+def test_saliency_images_default_is_the_documented_hundred(parser):
+    """docs/methods.md §8 and docs/saliency.md: 100 test images by default (the parser's None)."""
+    assert "explains 100 images of the test split by default" in " ".join(_doc("docs/methods.md").split())
+    h = {a.dest: a.help for a in parser.command_parsers["saliency"]._actions}["n_images"]
+    assert "default: 100" in h
+    from embedscope.saliency.run import DEFAULT_N_IMAGES
+
+    assert DEFAULT_N_IMAGES == 100
+
+
+def test_import_default_keys_are_the_importers():
+    from embedscope import importers
+
+    rows = {}
+    for line in _doc("docs/import.md").splitlines():
+        m = re.match(r"^\| `(--[\w-]+)[^`]*` \| (.*) \|$", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
+    for flag, keys in (("--embeddings", importers.EMBEDDING_KEYS), ("--labels", importers.LABEL_KEYS),
+                       ("--paths", importers.PATH_KEYS)):
+        listed = re.search(r"[Dd]efault(?: key/column)?:? ((?:`[^`]+`(?:, )?)+)", rows[flag])
+        assert listed, flag
+        assert re.findall(r"`([^`]+)`", listed.group(1)) == list(keys), flag
+
+
+def test_python_names_the_docs_cite_exist():
+    """Every `embedscope.a.b` the docs name resolves (a module, then attributes)."""
+    names = set()
+    for doc in DOCS:
+        names |= set(re.findall(r"(?<![\w/.])(embedscope(?:\.[A-Za-z_]\w*)+)", doc.read_text(encoding="utf-8")))
+    assert len(names) >= 40
+    for dotted in sorted(names):
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ModuleNotFoundError:
+                continue
+            for p in parts[i:]:
+                assert hasattr(obj, p), f"{dotted}: no {p!r}"
+                obj = getattr(obj, p)
+            break
+
+
+def test_files_the_docs_cite_exist():
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"(?<![\w/.])((?:embedscope|tests|scripts|notebooks|docs|benchmarks)/[\w./-]*\w)", text):
+            path, _, test = m.group(1).partition("::")
+            assert (ROOT / path).exists(), f"{doc.name}: {path}"
+        for path, test in re.findall(r"`(tests/\w+\.py)::(\w+)`", text):
+            assert f"def {test}(" in (ROOT / path).read_text(), f"{doc.name}: {path}::{test}"
+
+
+@pytest.mark.parametrize("command", ["train", "embed", "saliency"])
+def test_arch_help_names_every_architecture(parser, command):
+    from embedscope import names
+
+    h = " ".join({a.dest: a.help for a in parser.command_parsers[command]._actions}["arch"].split())
+    for arch in names.ARCHS:
+        assert re.search(rf"\b{arch}\b", h), (command, arch)
+    assert "torchvision" in h and "timm:NAME" in h
+
+
+def test_study_device_is_checked_when_parsed(parser, capsys):
+    """`embedscope study SRC -o DIR --device gpu` measured nothing, wrote a study folder of error rows
+    and exited 1 (every other command refuses an unknown device as a usage error before any work)."""
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["study", "runs/", "-o", "study/", "--device", "gpu"])
+    assert e.value.code == 2 and "unknown device 'gpu'" in capsys.readouterr().err
+    assert parser.parse_args(["study", "runs/", "-o", "study/", "--device", "cuda:1"]).device == "cuda:1"
+
+
+def test_properties_csv_help_names_the_columns_it_writes(parser):
+    from embedscope.analyses.image_properties import PERM_FIELDS, ROW_FIELDS
+    from embedscope.cli.properties import COLUMNS
+
+    h = " ".join({a.dest: a.help for a in parser.command_parsers["properties"]._actions}["csv"].split())
+    named = set(re.findall(r"[\w.@-]+", h.split("(", 1)[1]))
+    assert set(ROW_FIELDS) - set(COLUMNS) <= named and set(PERM_FIELDS) <= named
+    text = " ".join(_doc("docs/architecture.md").split())
+    assert "`properties` one row per model and property" in text
+
+
+def test_the_spectrum_page_names_the_colour_of_the_left_out_band():
+    """docs/geometry.md said "the grey band" of a pale orange band."""
+    from matplotlib.colors import to_rgb
+
+    from embedscope.viz.spectrum import LEFT_OUT_COLOR
+
+    h, lightness, s = colorsys.rgb_to_hls(*to_rgb(LEFT_OUT_COLOR))
+    assert 20 <= h * 360 <= 45 and lightness > 0.7 and s > 0.5  # pale orange
+    text = " ".join(_doc("docs/geometry.md").split())
+    assert "pale orange band" in text and "grey band" not in text
+
+
+def test_store_page_names_what_embed_writes(tmp_path):
+    """The datasets and root attributes of docs/store.md are in a file `embed` wrote, and the fields
+    of a saliency maps file (docs/saliency.md) in one `saliency` wrote."""
+    import h5py
+    from cli_run import cli_output
+
+    ckpt, emb, maps = tmp_path / "u.pt", tmp_path / "u.h5", tmp_path / "m.h5"
+    cli_output(["train", "--dataset", "digits", "--epochs", "0", "--embed-dim", "8", "-o", str(ckpt), "--no-progress"])
+    cli_output(["embed", str(ckpt), "--dataset", "digits", "-o", str(emb), "--no-progress"])
+    text = _doc("docs/store.md")
+    table = text.split("Attributes of the root group:", 1)[1].split("\n\n", 2)[1]
+    attrs = [a for row in table.splitlines()[2:] for a in re.findall(r"`(\w+)`", row.split("|")[1])]
+    datasets = re.findall(r"^\| `/(\w+)` \|", text, flags=re.M)
+    assert len(attrs) >= 12 and datasets == ["embeddings", "labels", "paths", "split", "class_names"]
+    with h5py.File(emb, "r") as f:
+        assert set(attrs) <= set(f.attrs), set(attrs) - set(f.attrs)
+        assert set(datasets) <= set(f)
+    cli_output(["saliency", str(ckpt), "--dataset", "digits", "--n-images", "3", "-o", str(maps), "--no-progress"])
+    fields = re.search(r"One HDF5 file per model: (.*?) and attributes:", " ".join(_doc("docs/saliency.md").split()))
+    named = re.findall(r"`(\w+)`", fields.group(1))
+    assert named == ["maps", "paths", "labels", "class_names", "images"]
+    with h5py.File(maps, "r") as f:
+        assert set(named) <= set(f) and f["maps"].dtype == "float16"
