@@ -380,3 +380,54 @@ def test_store_page_names_what_embed_writes(tmp_path):
     assert named == ["maps", "paths", "labels", "class_names", "images"]
     with h5py.File(maps, "r") as f:
         assert set(named) <= set(f) and f["maps"].dtype == "float16"
+
+
+def test_saliency_paths_file_comments_are_whole_lines(tmp_path):
+    """docs/saliency.md said "`#` starts a comment"; only a line that starts with `#` is one (a path
+    may hold `#`), and blank lines are skipped."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from embedscope.saliency.run import select_images
+
+    assert "a line that starts with `#` is a comment" in " ".join(_doc("docs/saliency.md").split())
+    f = tmp_path / "paths.txt"
+    f.write_text("# the images\n\nimg/a.png\n  img/b#2.png  \n")
+    ds = SimpleNamespace(paths=np.array(["img/a.png", "img/b#2.png", "img/c.png"]))
+    assert sorted(select_images(ds, paths_file=f).tolist()) == [0, 1]
+
+
+def test_extras_the_docs_name_exist():
+    import tomllib
+
+    extras = set(tomllib.loads(_doc("pyproject.toml"))["project"]["optional-dependencies"])
+    named = set()
+    for doc in DOCS:
+        named |= set(re.findall(r"(?:embedscope|\.)\[(\w+)\]", doc.read_text(encoding="utf-8")))
+    assert named and named <= extras, named - extras
+
+
+def test_untrained_digits_r1_the_docs_state(tmp_path):
+    """The untrained digits CNN's test R@1 (seed 0) that README.md, docs/training.md and docs/studies.md
+    state: docs/studies.md said 0.81-0.91 "at D = 8-32", where D = 8 gives 0.61."""
+    import pandas as pd
+    from cli_run import cli_output
+
+    studies = " ".join(_doc("docs/studies.md").split())
+    m = re.search(r"\(seed 0: ([\d.]+) at D = 16, ([\d.]+) at D = 32, ([\d.]+) at D = 128; only at D = 8 is it "
+                  r"lower, ([\d.]+)\)", studies)
+    assert m, "docs/studies.md: the digits caveat"
+    stated = dict(zip((16, 32, 128, 8), map(float, m.groups())))
+    assert "untrained test R@1 0.614" in " ".join(_doc("docs/training.md").split())
+    assert "the untrained network: 0.905" in " ".join(_doc("README.md").split())
+    for dim in (8, 16, 32, 128):
+        out = tmp_path / f"u{dim}.pt"
+        cli_output(["train", "--dataset", "digits", "--epochs", "0", "--embed-dim", str(dim), "--seed", "0",
+                    "-o", str(out), "--no-progress"])
+        r1 = float(pd.read_csv(out.with_suffix(".csv"))["R@1"].iloc[0])
+        assert abs(r1 - stated[dim]) <= 0.006, (dim, r1, stated[dim])
+        if dim == 8:
+            assert abs(r1 - 0.614) <= 0.0006
+        if dim == 32:
+            assert abs(r1 - 0.905) <= 0.0006

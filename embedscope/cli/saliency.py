@@ -35,7 +35,9 @@ def add_parser(sub, parents):
                    help="images to explain (default: test)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--n-images", type=positive_int, help="number of images, chosen by --seed (default: 100)")
-    g.add_argument("--paths-file", metavar="F", help="explain exactly these images (one path per line)")
+    g.add_argument("--paths-file", metavar="F",
+                   help="explain exactly these images (one path per line, as stored in the data set; a line "
+                   "that starts with # is a comment)")
     p.add_argument("--order", default="paper", choices=["paper", "code"],
                    help="post-processing: paper (abs after averaging the copies) or code (the reference code: "
                    "abs of each copy's channel mean) (default: paper)")
