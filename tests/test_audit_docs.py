@@ -431,3 +431,37 @@ def test_untrained_digits_r1_the_docs_state(tmp_path):
             assert abs(r1 - 0.614) <= 0.0006
         if dim == 32:
             assert abs(r1 - 0.905) <= 0.0006
+
+
+def test_figure_rules_of_the_visualizations_page_are_the_code_constants():
+    from embedscope.viz import spectrum, style
+
+    text = " ".join(_doc("docs/visualizations.md").split())
+    assert f"A class legend lists up to {style.MAX_LEGEND_ENTRIES} classes" in text
+    assert "says `N classes: too many for a legend` in its note line" in text
+    assert style.legend_note(41).startswith("41 classes: too many for a legend") and style.legend_note(40) == ""
+    assert (f"{style.LEGEND_CHARS} characters in legends and most tick labels, {style.TITLE_CHARS} in panel titles"
+            in text) and style.TICK_CHARS == style.LEGEND_CHARS
+    assert f"inside the panel up to {spectrum.MAX_INSIDE_LEGEND} models" in text
+    assert f"`OUT.png` ({style.PAPER_RC['savefig.dpi']} dpi)" in text
+
+
+def test_import_records_what_the_import_page_says(tmp_path, monkeypatch):
+    """docs/import.md: the output records imported, import_source, import_format, import_sha256, and
+    `embedscope info` shows the last three with split_source (it said "shows them": not `imported`)."""
+    import h5py
+    import numpy as np
+    from cli_run import cli_output
+
+    text = " ".join(_doc("docs/import.md").split())
+    m = re.search(r"The output records `(\w+) = true`, `(\w+)` \(absolute path\), `(\w+)` and `(\w+)` \(of the "
+                  r"source file\); `embedscope info` shows the last three with `(\w+)`", text)
+    assert m, "docs/import.md: the paragraph on what the output records"
+    monkeypatch.chdir(tmp_path)
+    np.save("X.npy", np.random.default_rng(0).standard_normal((20, 4)).astype("float32"))
+    Path("y.txt").write_text("\n".join(str(i % 4) for i in range(20)))
+    cli_output(["import", "X.npy", "--labels", "y.txt", "--split-by-class", "0.5", "-o", "mine.h5"])
+    with h5py.File("mine.h5", "r") as f:
+        assert bool(f.attrs[m.group(1)]) is True and set(m.groups()[1:]) <= set(f.attrs)
+    shown = {ln.split()[0] for ln in cli_output(["info", "mine.h5"]).splitlines() if ln.strip()}
+    assert set(m.groups()[1:]) <= shown
