@@ -465,3 +465,22 @@ def test_import_records_what_the_import_page_says(tmp_path, monkeypatch):
         assert bool(f.attrs[m.group(1)]) is True and set(m.groups()[1:]) <= set(f.attrs)
     shown = {ln.split()[0] for ln in cli_output(["info", "mine.h5"]).splitlines() if ln.strip()}
     assert set(m.groups()[1:]) <= shown
+
+
+def test_losses_table_of_the_training_page_is_the_loss_registry():
+    """docs/training.md's Losses table: every loss of --loss, its family, its default miner
+    ("miner distance") and its unnormalised output are the registry's."""
+    from embedscope.train.losses import LOSSES
+
+    text = _doc("docs/training.md").split("## Losses", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[0] in LOSSES:
+            rows[cells[0]] = cells
+    assert set(rows) == set(LOSSES)
+    for name, (_, family, _pml, defaults) in rows.items():
+        spec = LOSSES[name]
+        assert family == spec.family, name
+        assert ("miner distance" in defaults) == (spec.default_miner == "distance"), name
+        assert ("unnormalised" in defaults) == (not spec.normalize), name
