@@ -484,3 +484,22 @@ def test_losses_table_of_the_training_page_is_the_loss_registry():
         assert family == spec.family, name
         assert ("miner distance" in defaults) == (spec.default_miner == "distance"), name
         assert ("unnormalised" in defaults) == (not spec.normalize), name
+
+
+def test_named_architectures_of_the_checkpoint_page_and_their_feature_sizes():
+    """docs/checkpoint.md lists every named architecture with its feature size (shapes_cnn was missing)."""
+    import torch
+
+    from embedscope import names
+    from embedscope.models.backbones import build_model
+
+    text = " ".join(_doc("docs/checkpoint.md").split())
+    listed = dict(re.findall(r"`(\w+)` \((\d+)", text.split("**Named**:", 1)[1].split("- **Any", 1)[0]))
+    assert set(listed) == set(names.ARCHS)
+    for arch, dim in listed.items():
+        if arch in ("resnet50", "googlenet", "bninception"):  # large: their sizes are torchvision's / Cadene's
+            continue
+        size, channels = (8, 1) if arch == "digits_cnn" else (64, 3)
+        model = build_model({"arch": arch, "embed_dim": 8, "head": "none", "image_size": size}).eval()
+        with torch.no_grad():
+            assert model(torch.zeros(1, channels, size, size)).shape[1] == int(dim), arch
