@@ -503,3 +503,30 @@ def test_named_architectures_of_the_checkpoint_page_and_their_feature_sizes():
         model = build_model({"arch": arch, "embed_dim": 8, "head": "none", "image_size": size}).eval()
         with torch.no_grad():
             assert model(torch.zeros(1, channels, size, size)).shape[1] == int(dim), arch
+
+
+def test_study_folder_holds_what_the_outputs_table_names(tmp_path):
+    """docs/studies.md's outputs table: the files of a study folder, the keys of study.json and the
+    columns of runs.csv it names (figures left out: --no-figures)."""
+    import json
+
+    import pandas as pd
+    from cli_run import cli_output
+
+    ckpt, out = tmp_path / "u.pt", tmp_path / "study"
+    cli_output(["train", "--dataset", "digits", "--epochs", "0", "--embed-dim", "8", "-o", str(ckpt), "--no-progress"])
+    cli_output(["study", str(ckpt), "-o", str(out), "--workers", "0", "--no-figures", "--bootstrap", "0",
+                "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+    table = _doc("docs/studies.md").split("## Outputs (the study folder)", 1)[1].split("\n\n", 2)[1]
+    rows = {re.findall(r"`([^`]+)`", ln.split("|")[1])[0]: ln.split("|")[2] for ln in table.splitlines()[2:]}
+    for name in rows:
+        if not name.startswith("figures/"):
+            assert (out / name.replace("<id>.json", "")).exists(), name
+    assert (out / "runs.parquet").exists() and list((out / "rows").glob("*.json"))
+    study = json.loads((out / "study.json").read_text())
+    named = set(re.findall(r"`(\w+)`", rows["study.json"]))
+    assert named - {"seed"} <= set(study) and "seed" in study["settings"], named - set(study)
+    runs = pd.read_csv(out / "runs.csv")
+    cols = re.search(r"every row: (.*?), config columns", rows["runs.csv"])
+    assert cols and {c.strip() for c in cols.group(1).split(",")} <= set(runs.columns)
+    assert {"sha256", "excluded"} <= set(runs.columns)
