@@ -7,6 +7,7 @@ import argparse
 import colorsys
 import contextlib
 import importlib
+import importlib.util
 import io
 import math
 import re
@@ -530,3 +531,17 @@ def test_study_folder_holds_what_the_outputs_table_names(tmp_path):
     cols = re.search(r"every row: (.*?), config columns", rows["runs.csv"])
     assert cols and {c.strip() for c in cols.group(1).split(",")} <= set(runs.columns)
     assert {"sha256", "excluded"} <= set(runs.columns)
+
+
+def test_from_imports_the_docs_show_resolve():
+    """Every `from embedscope... import a, b` of the docs (code blocks and inline) names what exists."""
+    seen = 0
+    for doc in DOCS:
+        for mod, what in re.findall(r"from (embedscope[\w.]*) import ([\w, …]+)", doc.read_text(encoding="utf-8")):
+            module = importlib.import_module(mod)
+            for name in (n.strip() for n in what.split(",")):
+                if name and name != "…":
+                    assert hasattr(module, name) or importlib.util.find_spec(f"{mod}.{name}"), \
+                        f"{doc.name}: from {mod} import {name}"
+                    seen += 1
+    assert seen >= 25
