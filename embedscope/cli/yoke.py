@@ -21,7 +21,8 @@ def add_parser(sub, parents):
     p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500, help="iterations after early exaggeration (default: 500)")
-    p.add_argument("--n-jobs", type=positive_int, default=1, help="threads for the gradients (default: 1)")
+    p.add_argument("--n-jobs", type=positive_int, default=1,
+                   help="threads for the gradients (default: 1); the maps are the same for any count")
     p.add_argument("--inset-class", metavar="CLASS",
                    help="add a zoom on this class (a class name, or a label number of the first file) below each map")
     p.add_argument("--names", nargs=2, metavar=("NAME_A", "NAME_B"), help="panel titles (default: file names)")

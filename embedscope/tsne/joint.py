@@ -4,6 +4,13 @@ t-SNE itself is openTSNE (Poličar, Stražar, Zupan 2019) with its defaults: aff
 (:class:`openTSNE.affinity.PerplexityBasedNN`), PCA initialisation and the Barnes–Hut /
 FFT-interpolated gradients. Every run returns its settings (``info``) so a figure can record them.
 
+The map does not depend on the thread count (``n_jobs``): the affinities are computed by
+:func:`tsne_affinities`, whose approximate neighbour search runs on one thread (openTSNE's own
+``n_jobs`` > 1 builds other Annoy trees, hence another map); the gradients give the same bits on
+any number of threads, and the KL divergence reported is evaluated on one thread. It still
+depends on the machine's arithmetic (BLAS kernels, the maths library), recorded in
+``info["numerics"]`` (:func:`numeric_platform`).
+
 Degenerate input is refused up front and extreme scales are handled exactly
 (:func:`prepare_tsne_input`): a run never returns NaN coordinates.
 """
@@ -38,15 +45,75 @@ SCALE_EXPONENT_LIMIT = 40
 
 
 def tsne_threads(n_jobs: int) -> int:
-    """The thread count openTSNE runs with for ``n_jobs`` (−1: every core of this machine, as
-    openTSNE resolves it); recorded as ``info["n_jobs"]`` because a map of 1,000 points or more
-    depends on it (docs/methods.md §10)."""
+    """The thread count openTSNE's gradients run with for ``n_jobs`` (−1: every core of this
+    machine, as openTSNE resolves it); recorded as ``info["n_jobs"]``. It changes the speed only,
+    not the map (:func:`tsne_affinities`)."""
     import multiprocessing
 
     n = int(n_jobs)
     if n < 0:
         n = multiprocessing.cpu_count() + n + 1
     return max(n, 1)
+
+
+def numeric_platform() -> str:
+    """What a map depends on beyond its settings, seed and input (recorded as ``info["numerics"]``).
+
+    Not the thread count, but the arithmetic of the machine: the PCA initialisation's BLAS kernels
+    (chosen by processor type) and the maths library's exp (FMA or not) change the last bits of
+    the initialisation and of P, and t-SNE amplifies one unit in the last place into another
+    layout (docs/methods.md §10). Processor architecture, BLAS library and kernel, C library,
+    openTSNE and numpy versions.
+    """
+    import platform
+
+    import openTSNE
+    from threadpoolctl import threadpool_info
+
+    blas = sorted({f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
+                   for i in threadpool_info() if i.get("user_api") == "blas"})
+    libc = " ".join(platform.libc_ver()).strip() or platform.system()
+    return (f"{platform.machine()}; BLAS {', '.join(blas) or 'unknown'}; {libc}; openTSNE {openTSNE.__version__}; "
+            f"numpy {np.__version__}")
+
+
+#: openTSNE's ``neighbors="auto"``: exact search (scikit-learn) below this many points, Annoy from it on.
+EXACT_NEIGHBOURS_BELOW = 1000
+
+
+def tsne_affinities(X: np.ndarray, perplexity: float, *, seed: int, n_jobs: int = 1, neighbors: str = "auto",
+                    metric: str = "euclidean", metric_params: dict | None = None,
+                    knn_kwargs: dict | None = None) -> tuple[Any, str]:
+    """openTSNE's affinities P of ``X``, the same whatever the thread count (docs/methods.md §10).
+
+    ``openTSNE.affinity.PerplexityBasedNN`` (Gaussian kernels on the 3·perplexity nearest
+    neighbours, perplexity-calibrated, symmetrised), as ``openTSNE.TSNE(...).fit`` computes them.
+    With ``neighbors="auto"`` openTSNE searches exactly (scikit-learn) below 1,000 points and with
+    Annoy's 50 random-projection trees from 1,000 on. Annoy builds its trees on the threads it is
+    given, each thread drawing from its own generator (seed + thread index) and building its share
+    of the trees: another thread count gives other trees, other neighbours for most points, another
+    map. The approximate search therefore always runs on one thread here, which is openTSNE's
+    ``n_jobs=1`` result bit for bit; the exact search and the perplexity calibration (one point per
+    task) give the same bits on any number of threads and use ``n_jobs``.
+
+    Returns the ``Affinities`` object (``.P``: scipy CSR) and a description of the neighbour search
+    (recorded as ``info["neighbour_search"]``).
+    """
+    from openTSNE.affinity import PerplexityBasedNN
+
+    n = X.shape[0]
+    exact = metric == "precomputed" or neighbors == "exact" or (neighbors == "auto" and n < EXACT_NEIGHBOURS_BELOW)
+    aff = PerplexityBasedNN(X, perplexity=perplexity, method=neighbors, metric=metric, metric_params=metric_params,
+                            n_jobs=n_jobs if exact else 1, random_state=seed, knn_kwargs=knn_kwargs)
+    index = type(aff.knn_index).__name__
+    if index == "Sklearn":
+        how = "exact (scikit-learn)"
+    elif index == "Annoy":
+        trees = (knn_kwargs or {}).get("n_trees", 50)
+        how = f"approximate (Annoy, {trees} trees, seed {int(seed)}, built on 1 thread)"
+    else:
+        how = f"{index} (1 thread)"
+    return aff, f"{how}, {aff.knn_index.k} neighbours, {metric}"
 
 
 def effective_perplexity(perplexity: float, n: int) -> float:
@@ -113,8 +180,17 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
 
     tsne = TSNE(perplexity=perp, random_state=seed, n_iter=n_iter, early_exaggeration_iter=early_exaggeration_iter,
                 n_jobs=n_jobs, callbacks=callbacks, callbacks_every_iters=every, **tsne_kwargs)
+    # the affinities on one thread where the thread count would change them (tsne_affinities);
+    # openTSNE's TSNE.fit computes the same ones for n_jobs = 1
+    affinity_kw = {k: tsne_kwargs[k] for k in ("neighbors", "metric", "metric_params", "knn_kwargs")
+                   if k in tsne_kwargs}
     try:
-        emb = tsne.fit(X)
+        affinities, search = tsne_affinities(X, perp, seed=seed, n_jobs=n_jobs, **affinity_kw)
+        emb = tsne.fit(X, affinities=affinities)
+        # openTSNE sums the final KL over its threads (last digits vary with n_jobs): evaluated
+        # again on one thread, as openTSNE's n_jobs = 1 run reports it
+        kl = emb.optimize(0, n_jobs=1, callbacks=None).kl_divergence if tsne_threads(n_jobs) > 1 \
+            else emb.kl_divergence
     finally:
         close()
     info = dict(TSNE_DEFAULTS)
@@ -124,10 +200,12 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
         perplexity_requested=float(perplexity),
         seed=int(seed),
         n_jobs=tsne_threads(n_jobs),
+        neighbour_search=search,
+        numerics=numeric_platform(),
         n_iter=int(n_iter),
         early_exaggeration_iter=int(early_exaggeration_iter),
         early_exaggeration=float(tsne.early_exaggeration),
-        kl_divergence=float(getattr(emb, "kl_divergence", float("nan"))),
+        kl_divergence=float(kl if kl is not None else float("nan")),
     )
     info.update(tsne_kwargs)
     return check_map(np.asarray(emb, dtype=np.float64), desc), info
@@ -169,9 +247,10 @@ def joint_tsne(
     n_iter, early_exaggeration_iter : int
         Iterations after / during early exaggeration (openTSNE defaults 500 / 250).
     n_jobs : int
-        Threads for openTSNE (−1: every core). From 1,000 points openTSNE's approximate neighbour
-        search builds its trees on these threads, so the map depends on the thread count
-        (reproducible for the same count); the count used is recorded in ``info["n_jobs"]``.
+        Threads for openTSNE's gradients (−1: every core), recorded in ``info["n_jobs"]``. The map
+        and the KL divergence are the same bit for bit for any count: the approximate neighbour
+        search, whose result would depend on it, runs on one thread (:func:`tsne_affinities`;
+        ``info["neighbour_search"]``).
     progress : bool or callable
         ``True``: a tqdm bar; a callable: ``progress(done, total, {"KL": ...})`` every 10 iterations.
     return_info : bool
@@ -223,4 +302,4 @@ def single_tsne(X: Any, *, perplexity: float = 30, seed: int = 0, n_iter: int = 
 
 
 __all__ = ["TSNE_DEFAULTS", "effective_perplexity", "prepare_tsne_input", "check_map", "joint_tsne",
-           "single_tsne"]
+           "single_tsne", "tsne_affinities", "tsne_threads", "numeric_platform"]

@@ -22,7 +22,15 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.tsne._progress import ProgressFn, progress_reporter
-from embedscope.tsne.joint import TSNE_DEFAULTS, check_map, effective_perplexity, prepare_tsne_input, tsne_threads
+from embedscope.tsne.joint import (
+    TSNE_DEFAULTS,
+    check_map,
+    effective_perplexity,
+    numeric_platform,
+    prepare_tsne_input,
+    tsne_affinities,
+    tsne_threads,
+)
 from embedscope.tsne.optimizer import GradientDescentState, gradient_descent
 from embedscope.validation import check_matrix
 
@@ -232,7 +240,8 @@ def yoked_tsne(
 
     Row i of ``X_a`` and of ``X_b`` must be the same image. Affinities P^a, P^b:
     ``openTSNE.affinity.PerplexityBasedNN`` (perplexity-calibrated Gaussian kernels on the
-    3·perplexity nearest neighbours, symmetrised). Initialisation: openTSNE's PCA initialisation of
+    3·perplexity nearest neighbours, symmetrised), computed so that they do not depend on the
+    thread count (:func:`~embedscope.tsne.joint.tsne_affinities`). Initialisation: openTSNE's PCA initialisation of
     each set (std 1e-4), map b rotated/reflected onto map a (orthogonal Procrustes) so that the
     yoke does not start by fighting an arbitrary PCA sign. Optimiser
     (:func:`~embedscope.tsne.optimizer.gradient_descent` on :class:`YokedObjective`): openTSNE's
@@ -261,9 +270,11 @@ def yoked_tsne(
         differences; α·N ≥ 1 makes them nearly identical).
     perplexity, seed, n_iter, early_exaggeration_iter, early_exaggeration, learning_rate,
     momentum, theta, max_step_norm, n_jobs
-        As in openTSNE (its defaults). From 1,000 points the affinities come from openTSNE's
-        approximate neighbour search, whose trees are built on ``n_jobs`` threads: the maps depend
-        on the thread count, recorded in ``info["n_jobs"]`` (:func:`~embedscope.tsne.joint.tsne_threads`).
+        As in openTSNE (its defaults). ``n_jobs``: threads for the KL gradients, recorded in
+        ``info["n_jobs"]``; the maps, the KL divergences and C are the same bit for bit for any
+        count (the approximate neighbour search runs on one thread,
+        :func:`~embedscope.tsne.joint.tsne_affinities`, ``info["neighbour_search"]``; the final KL
+        values are evaluated on one thread).
     negative_gradient_method : {"auto", "bh", "fft", "exact"}
     progress : bool or callable
         ``True``: a tqdm bar; a callable: ``progress(done, total, values)`` after each iteration,
@@ -276,7 +287,6 @@ def yoked_tsne(
     Y_a, Y_b : array (N, 2)
     info : dict, only with ``return_info``
     """
-    from openTSNE.affinity import PerplexityBasedNN
     from openTSNE.initialization import pca as pca_init
 
     A = check_matrix(X_a, "X_a", dtype=np.float64)
@@ -300,8 +310,9 @@ def yoked_tsne(
     A, scale_a = prepare_tsne_input(A, "X_a")
     B, scale_b = prepare_tsne_input(B, "X_b")
 
-    P_a = PerplexityBasedNN(A, perplexity=perp, n_jobs=n_jobs, random_state=seed).P.tocsr()
-    P_b = PerplexityBasedNN(B, perplexity=perp, n_jobs=n_jobs, random_state=seed).P.tocsr()
+    aff_a, search = tsne_affinities(A, perp, seed=seed, n_jobs=n_jobs)
+    P_a = aff_a.P.tocsr()
+    P_b = tsne_affinities(B, perp, seed=seed, n_jobs=n_jobs)[0].P.tocsr()
     Y_a = pca_init(A, 2, random_state=seed)
     Y_b = pca_init(B, 2, random_state=seed)
     Y_b = _procrustes_align(Y_b, Y_a) + Y_a.mean(0)
@@ -340,8 +351,9 @@ def yoked_tsne(
         kl_a = yoked_tsne_exact_objective_and_grad(Y_a, Y_a, P_a, P_a, 0.0)[0] / 2
         kl_b = C_kl - kl_a
     else:
-        kl_a = _kl_and_grad(Y_a, P_a, method, theta=theta, n_jobs=n_jobs, eval_error=True)[0]
-        kl_b = _kl_and_grad(Y_b, P_b, method, theta=theta, n_jobs=n_jobs, eval_error=True)[0]
+        # on one thread: openTSNE sums the KL over its threads (last digits would vary with n_jobs)
+        kl_a = _kl_and_grad(Y_a, P_a, method, theta=theta, n_jobs=1, eval_error=True)[0]
+        kl_b = _kl_and_grad(Y_b, P_b, method, theta=theta, n_jobs=1, eval_error=True)[0]
     dist = np.linalg.norm(Y_a - Y_b, axis=1)
     info = dict(TSNE_DEFAULTS)
     info.update(
@@ -352,6 +364,8 @@ def yoked_tsne(
         perplexity_requested=float(perplexity),
         seed=int(seed),
         n_jobs=tsne_threads(n_jobs),
+        neighbour_search=search,
+        numerics=numeric_platform(),
         n=n,
         n_iter=int(n_iter),
         early_exaggeration_iter=int(early_exaggeration_iter),
