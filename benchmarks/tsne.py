@@ -6,8 +6,12 @@
 2. nearest_same_different at 60,000 x 128 (cosine) vs the retrieval kNN pass: faiss IndexFlatIP
    exact search of all points with depth k = the largest class size (and
    embedscope.metrics.knn_search). Target: <= 1.5x.
+3. (--threads) the price of maps that do not depend on the thread count: openTSNE's affinities
+   with its Annoy trees built on n_jobs threads vs embedscope's tsne_affinities (trees on one
+   thread), and embedscope's single_tsne with n_jobs = 1 vs n_jobs (same map, checked bit for bit),
+   at N = 2,000, 6,000 and 20,000 (32-d, FFT gradient at 20,000); best of --repeats runs.
 
-Run: .venv/bin/python benchmarks/tsne.py [--quick]
+Run: .venv/bin/python benchmarks/tsne.py [--quick] [--threads [--n-jobs J]]
 """
 
 from __future__ import annotations
@@ -93,14 +97,49 @@ def bench_scatter(n, d):
     return ratio
 
 
+def best_of(repeats, fn, *a, **kw):
+    times, out = [], None
+    for _ in range(repeats):
+        t, out = timed(fn, *a, **kw)
+        times.append(t)
+    return min(times), out
+
+
+def bench_threads(sizes, n_jobs, repeats):
+    from openTSNE.affinity import PerplexityBasedNN
+
+    from embedscope.tsne import single_tsne
+    from embedscope.tsne.joint import tsne_affinities
+
+    print(f"\n== t-SNE maps whatever the thread count: n_jobs = {n_jobs} vs 1 thread, 32-d, best of {repeats}")
+    print(f"{'N':>7s}{'openTSNE P':>12s}{'embedscope P':>14s}{'map n_jobs=1':>14s}{f'map n_jobs={n_jobs}':>14s}"
+          f"{'same map':>10s}")
+    for n in sizes:
+        X, _ = clustered(n, 32, 10, seed=0)
+        X = X.astype(np.float64)
+        t_theirs, _ = best_of(repeats, PerplexityBasedNN, X, perplexity=30, n_jobs=n_jobs, random_state=0)
+        t_ours, _ = best_of(repeats, tsne_affinities, X, 30.0, seed=0, n_jobs=n_jobs)
+        t_map1, Y1 = best_of(repeats, single_tsne, X, n_jobs=1)
+        t_mapj, Yj = best_of(repeats, single_tsne, X, n_jobs=n_jobs)
+        same = "yes" if np.array_equal(Y1, Yj) else "NO"
+        print(f"{n:7d}{t_theirs:11.2f}s{t_ours:13.2f}s{t_map1:13.2f}s{t_mapj:13.2f}s{same:>10s}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small smoke run (2,000 t-SNE points, 6,000 x 128)")
     ap.add_argument("--n-jobs", type=int, default=1, help="threads for both t-SNE runs (default: 1)")
     ap.add_argument("--skip-tsne", action="store_true")
     ap.add_argument("--skip-scatter", action="store_true")
+    ap.add_argument("--threads", action="store_true",
+                    help="only the thread-count section (3.), with --n-jobs threads (default here: every core)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per timing in --threads (best kept; default: 3)")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}")
+    if args.threads:
+        n_jobs = args.n_jobs if args.n_jobs != 1 else (os.cpu_count() or 1)
+        bench_threads([2000] if args.quick else [2000, 6000, 20_000], n_jobs, max(args.repeats, 1))
+        return
     if not args.skip_tsne:
         bench_tsne(2000 if args.quick else 10_000, args.n_jobs)
     if not args.skip_scatter:

@@ -81,7 +81,6 @@ def test_yoked_maps_kl_and_objective_the_same_for_any_thread_count(X):
         assert i["neighbour_search"] == info["neighbour_search"] and i["numerics"] == info["numerics"]
 
 
-@pytest.mark.slow  # the command runs openTSNE's 250 early-exaggeration iterations (about 15 s)
 def test_tsne_command_writes_the_same_coordinates_with_n_jobs_1_and_2(X, tmp_path):
     from cli_run import cli_output
 
