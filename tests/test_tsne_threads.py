@@ -42,9 +42,18 @@ def test_affinities_are_the_same_on_any_thread_count_and_are_opentsne_single_thr
     for n_jobs in THREADS:
         aff, how = tsne_affinities(X, 30, seed=0, n_jobs=n_jobs)
         assert not _differs(aff.P, ref)
-        assert how.startswith("approximate (Annoy, 50 trees, seed 0, built on 1 thread)") and "90 neighbours" in how
+        assert aff.knn_index.n_jobs == n_jobs  # the queries do run on the threads asked for
+        assert how.startswith("approximate (Annoy, 50 trees built on 1 thread, seed 0)") and "90 neighbours" in how
     _, how = tsne_affinities(X[:999], 30, seed=0, n_jobs=2)  # openTSNE's exact search below 1,000
     assert how.startswith("exact (scikit-learn)")
+
+
+def test_affinities_keep_opentsne_options_metric_and_tree_count(X):
+    for kw in ({"metric": "cosine"}, {"knn_kwargs": {"n_trees": 10}}):
+        ref = PerplexityBasedNN(X, perplexity=20, n_jobs=1, random_state=5, **kw).P
+        aff, how = tsne_affinities(X, 20, seed=5, n_jobs=2, **kw)
+        assert not _differs(aff.P, ref), kw
+    assert "Annoy, 10 trees" in how
 
 
 @pytest.mark.parametrize("method", ["bh", "fft"])

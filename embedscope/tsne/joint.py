@@ -5,8 +5,8 @@ t-SNE itself is openTSNE (Poličar, Stražar, Zupan 2019) with its defaults: aff
 FFT-interpolated gradients. Every run returns its settings (``info``) so a figure can record them.
 
 The map does not depend on the thread count (``n_jobs``): the affinities are computed by
-:func:`tsne_affinities`, whose approximate neighbour search runs on one thread (openTSNE's own
-``n_jobs`` > 1 builds other Annoy trees, hence another map); the gradients give the same bits on
+:func:`tsne_affinities`, whose approximate neighbour search builds its trees on one thread
+(openTSNE's own ``n_jobs`` > 1 builds other Annoy trees, hence another map); the gradients give the same bits on
 any number of threads, and the KL divergence reported is evaluated on one thread. It still
 depends on the machine's arithmetic (BLAS kernels, the maths library), recorded in
 ``info["numerics"]`` (:func:`numeric_platform`).
@@ -81,6 +81,51 @@ def numeric_platform() -> str:
 EXACT_NEIGHBOURS_BELOW = 1000
 
 
+def _annoy_built_on_one_thread():
+    """openTSNE's Annoy index (``openTSNE.nearest_neighbors.Annoy``) with its trees built on one
+    thread and its queries on ``n_jobs`` threads.
+
+    openTSNE's ``Annoy.build`` with the one change: ``index.build(n_jobs=1)``. Annoy's threaded
+    build gives thread t the seed ``seed + t`` and its share of the trees, so the trees (and the
+    neighbours found) depend on the thread count; a query only reads the trees, so the neighbours
+    of each point are the same whichever thread asks. The build is the cheap part (20,000 x 32:
+    0.23 s of 4.9 s on one thread).
+    """
+    from openTSNE.nearest_neighbors import Annoy
+
+    class OneThreadBuildAnnoy(Annoy):
+        def build(self):
+            from openTSNE.dependencies.annoy import AnnoyIndex
+            from sklearn.utils import check_random_state
+
+            data, k = self.data, self.k
+            N = data.shape[0]
+            aliases = {"cosine": "angular", "l1": "manhattan", "l2": "euclidean", "taxicab": "manhattan"}
+            self.index = AnnoyIndex(data.shape[1], aliases.get(self.metric, self.metric))
+            self.index.set_seed(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+            for i in range(N):
+                self.index.add_item(i, data[i])
+            self.index.build(n_jobs=1, **{"n_trees": 50, **(self.knn_kwargs or {})})
+            distances = np.zeros((N, k))
+            indices = np.zeros((N, k)).astype(int)
+
+            def getnns(i):  # Annoy returns the query point itself first
+                indices_i, distances_i = self.index.get_nns_by_item(i, k + 1, include_distances=True)
+                indices[i] = indices_i[1:]
+                distances[i] = distances_i[1:]
+
+            if self.n_jobs == 1:
+                for i in range(N):
+                    getnns(i)
+            else:
+                from joblib import Parallel, delayed
+
+                Parallel(n_jobs=self.n_jobs, require="sharedmem")(delayed(getnns)(i) for i in range(N))
+            return indices, distances
+
+    return OneThreadBuildAnnoy
+
+
 def tsne_affinities(X: np.ndarray, perplexity: float, *, seed: int, n_jobs: int = 1, neighbors: str = "auto",
                     metric: str = "euclidean", metric_params: dict | None = None,
                     knn_kwargs: dict | None = None) -> tuple[Any, str]:
@@ -92,27 +137,33 @@ def tsne_affinities(X: np.ndarray, perplexity: float, *, seed: int, n_jobs: int 
     Annoy's 50 random-projection trees from 1,000 on. Annoy builds its trees on the threads it is
     given, each thread drawing from its own generator (seed + thread index) and building its share
     of the trees: another thread count gives other trees, other neighbours for most points, another
-    map. The approximate search therefore always runs on one thread here, which is openTSNE's
-    ``n_jobs=1`` result bit for bit; the exact search and the perplexity calibration (one point per
-    task) give the same bits on any number of threads and use ``n_jobs``.
+    map. Here the trees are always built on one thread and queried on ``n_jobs`` threads
+    (:func:`_annoy_built_on_one_thread`): openTSNE's ``n_jobs=1`` result bit for bit, for any
+    ``n_jobs``. The exact search and the perplexity calibration (one point per task) give the same
+    bits on any number of threads; another approximate search (pynndescent, hnsw) runs on one thread.
 
     Returns the ``Affinities`` object (``.P``: scipy CSR) and a description of the neighbour search
     (recorded as ``info["neighbour_search"]``).
     """
     from openTSNE.affinity import PerplexityBasedNN
+    from openTSNE.nearest_neighbors import Annoy
 
     n = X.shape[0]
     exact = metric == "precomputed" or neighbors == "exact" or (neighbors == "auto" and n < EXACT_NEIGHBOURS_BELOW)
-    aff = PerplexityBasedNN(X, perplexity=perplexity, method=neighbors, metric=metric, metric_params=metric_params,
-                            n_jobs=n_jobs if exact else 1, random_state=seed, knn_kwargs=knn_kwargs)
-    index = type(aff.knn_index).__name__
-    if index == "Sklearn":
-        how = "exact (scikit-learn)"
-    elif index == "Annoy":
+    annoy = not exact and (neighbors == "annoy" or (neighbors in ("auto", "approx") and metric in Annoy.VALID_METRICS))
+    if annoy:
+        k = min(n - 1, int(3 * perplexity))  # PerplexityBasedNN's k_neighbors="auto"
+        index = _annoy_built_on_one_thread()(X, k, metric=metric, metric_params=metric_params, n_jobs=n_jobs,
+                                             random_state=seed, knn_kwargs=knn_kwargs)
+        aff = PerplexityBasedNN(X, perplexity=perplexity, method=index, n_jobs=n_jobs)
         trees = (knn_kwargs or {}).get("n_trees", 50)
-        how = f"approximate (Annoy, {trees} trees, seed {int(seed)}, built on 1 thread)"
+        how = f"approximate (Annoy, {trees} trees built on 1 thread, seed {int(seed)})"
     else:
-        how = f"{index} (1 thread)"
+        aff = PerplexityBasedNN(X, perplexity=perplexity, method=neighbors, metric=metric,
+                                metric_params=metric_params, n_jobs=n_jobs if exact else 1, random_state=seed,
+                                knn_kwargs=knn_kwargs)
+        name = type(aff.knn_index).__name__
+        how = "exact (scikit-learn)" if name == "Sklearn" else f"{name} (1 thread)"
     return aff, f"{how}, {aff.knn_index.k} neighbours, {metric}"
 
 
@@ -180,8 +231,8 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
 
     tsne = TSNE(perplexity=perp, random_state=seed, n_iter=n_iter, early_exaggeration_iter=early_exaggeration_iter,
                 n_jobs=n_jobs, callbacks=callbacks, callbacks_every_iters=every, **tsne_kwargs)
-    # the affinities on one thread where the thread count would change them (tsne_affinities);
-    # openTSNE's TSNE.fit computes the same ones for n_jobs = 1
+    # the affinities with Annoy's trees built on one thread, where the thread count would change
+    # them (tsne_affinities); openTSNE's TSNE.fit computes the same ones for n_jobs = 1
     affinity_kw = {k: tsne_kwargs[k] for k in ("neighbors", "metric", "metric_params", "knn_kwargs")
                    if k in tsne_kwargs}
     try:
@@ -249,8 +300,8 @@ def joint_tsne(
     n_jobs : int
         Threads for openTSNE's gradients (−1: every core), recorded in ``info["n_jobs"]``. The map
         and the KL divergence are the same bit for bit for any count: the approximate neighbour
-        search, whose result would depend on it, runs on one thread (:func:`tsne_affinities`;
-        ``info["neighbour_search"]``).
+        search, whose result would depend on it, builds its trees on one thread
+        (:func:`tsne_affinities`; ``info["neighbour_search"]``).
     progress : bool or callable
         ``True``: a tqdm bar; a callable: ``progress(done, total, {"KL": ...})`` every 10 iterations.
     return_info : bool

@@ -272,7 +272,7 @@ def yoked_tsne(
     momentum, theta, max_step_norm, n_jobs
         As in openTSNE (its defaults). ``n_jobs``: threads for the KL gradients, recorded in
         ``info["n_jobs"]``; the maps, the KL divergences and C are the same bit for bit for any
-        count (the approximate neighbour search runs on one thread,
+        count (the approximate neighbour search builds its trees on one thread,
         :func:`~embedscope.tsne.joint.tsne_affinities`, ``info["neighbour_search"]``; the final KL
         values are evaluated on one thread).
     negative_gradient_method : {"auto", "bh", "fft", "exact"}
