@@ -10,7 +10,7 @@ def add_parser(sub, parents):
     p = sub.add_parser("tsne", parents=parents, help="t-SNE map of an embedding file (joint train+test with --joint)",
                        description="t-SNE map (openTSNE, its defaults: perplexity 30, PCA initialisation) of one "
                        "split coloured by class, or with --joint one map of train and test together in three "
-                       "panels: train by class, test by class, both (train red, test blue) (docs/methods.md §10). "
+                       "panels: train by class, test by class, both (train black, test orange) (docs/methods.md §10). "
                        "Writes OUT.png, OUT.pdf, the coordinates as OUT.csv and the settings as OUT.json.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     p.add_argument("--joint", action="store_true", help="one map of the train and test splits together")
