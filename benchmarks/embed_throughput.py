@@ -10,6 +10,10 @@ Models: ``digits_cnn`` on the digits (default), or ``resnet50`` / ``resnet18`` w
 ``--amp bf16`` runs both under CUDA bfloat16 autocast (embedscope's ``embed --amp bf16``); the
 default is float32, embedscope's default on every device. ``--quick`` runs a small smoke test.
 
+``digits_cnn`` and ``shapes_cnn`` (64 px on random photos) pool with embedscope's ``MaxPool2d``, which
+runs PyTorch's channels_last kernel where no gradient is taken; a third run, ``torch-pool``, is the
+plain loop with PyTorch's ``nn.MaxPool2d`` put back (the same values: the difference is printed).
+
     .venv/bin/python benchmarks/embed_throughput.py [--quick]
     .venv/bin/python benchmarks/embed_throughput.py --arch resnet50 --device cuda --n-images 4096 [--amp bf16]
 """
@@ -43,7 +47,7 @@ def plain_embed(model, ds, transform, batch_size: int, num_workers: int, dev, am
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small smoke run")
-    ap.add_argument("--arch", default="digits_cnn", choices=["digits_cnn", "resnet50", "resnet18"])
+    ap.add_argument("--arch", default="digits_cnn", choices=["digits_cnn", "shapes_cnn", "resnet50", "resnet18"])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--n-images", type=int, default=None, help="images (photos: default 512; digits: all 1,797)")
     ap.add_argument("--batch-size", type=int, default=None, help="default 256 (digits) / 128 (photos)")
@@ -71,7 +75,7 @@ def main() -> None:
         n = 64 if args.quick else (args.n_images or 512)
         ds = synthetic_photos(n, 8)
         cfg = default_config(args.arch, embed_dim=128)
-        size, bs = 224, args.batch_size or 128
+        size, bs = (64 if args.arch == "shapes_cnn" else 224), args.batch_size or 128
     repeats = 1 if args.quick else args.repeats
     torch.manual_seed(0)
     model = build_model(cfg)
@@ -84,12 +88,25 @@ def main() -> None:
     def plain():
         return plain_embed(model, ds, tf, bs, args.num_workers, dev, amp)
 
-    times = {"embedscope": [], "plain": []}
+    runs = [("embedscope", ours), ("plain", plain)]
+    from embedscope.models.backbones import MaxPool2d
+
+    if any(isinstance(m, MaxPool2d) for m in model.modules()):
+        import copy
+
+        torch_pool = copy.deepcopy(model)
+        for parent in list(torch_pool.modules()):
+            for key, child in parent.named_children():
+                if isinstance(child, MaxPool2d):
+                    setattr(parent, key, torch.nn.MaxPool2d(child.kernel_size, child.stride, child.padding,
+                                                            child.dilation, ceil_mode=child.ceil_mode))
+        runs.append(("torch-pool", lambda: plain_embed(torch_pool, ds, tf, bs, args.num_workers, dev, amp)))
+    times = {name: [] for name, _ in runs}
     outs = {}
-    for name, fn in (("embedscope", ours), ("plain", plain)):
+    for name, fn in runs:
         outs[name] = fn()  # warm-up
     for _ in range(repeats):  # interleaved, so that drift of a shared machine hits both
-        for name, fn in (("embedscope", ours), ("plain", plain)):
+        for name, fn in runs:
             t = time.perf_counter()
             outs[name] = fn()
             times[name].append(time.perf_counter() - t)
@@ -103,6 +120,11 @@ def main() -> None:
     over_med = float(np.median(times["embedscope"]) / np.median(times["plain"]) - 1)
     print(f"  embedscope overhead: {100 * over_best:+.1f}% (best) / {100 * over_med:+.1f}% (median); goal <= +10%")
     print(f"  largest |embedscope - plain| over the outputs: {diff:.3g}")
+    if "torch-pool" in times:
+        speed = min(times["torch-pool"]) / min(times["plain"])
+        same = np.array_equal(outs["torch-pool"], outs["plain"])
+        print(f"  PyTorch's nn.MaxPool2d / embedscope's MaxPool2d (plain loops): {speed:.2f}x (best); "
+              f"outputs {'identical' if same else 'DIFFERENT'}")
 
 
 if __name__ == "__main__":
