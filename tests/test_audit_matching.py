@@ -334,7 +334,7 @@ def test_properties_added_from_a_shuffled_table_measure_the_right_rows(tmp_path)
     p = _cli("properties", f, "--properties", "colour", "--json", tmp_path / "r.json", "--no-progress")
     assert p.returncode == 0, p.stderr
     got = json.loads((tmp_path / "r.json").read_text())
-    row = next(r for r in got["models"][0]["table"] if r["property"] == "colour")
+    row = next(r for r in got["table"] if r["property"] == "colour")  # one file: the one-model layout
     want_r, want_nr = _nr_prec_brute(X, np.array([colour[q] for q in paths]))
     assert row["R-Prec"] == pytest.approx(want_r, abs=1e-9)
     assert row["NR-Prec"] == pytest.approx(want_nr, abs=1e-9)

@@ -242,7 +242,7 @@ def test_properties_command_table_json_csv_figure(tmp_path, capsys):
     assert float(got["enc"]["perm_p_value"]) == pytest.approx(1 / 20)  # clustered: beats every shuffle
     ref = property_precision(X, {"noise": noise}, permutations=19, seed=3)["noise"]
     assert float(got["noise"]["perm_p_value"]) == pytest.approx(ref["perm_p_value"])
-    assert json.load(open(tmp_path / "q.json"))["models"][0]["provenance"]["permutations"] == 19
+    assert json.load(open(tmp_path / "q.json"))["provenance"]["permutations"] == 19  # one file: one-model layout
 
 
 def test_properties_names_as_evaluate(tmp_path, capsys):

@@ -30,11 +30,14 @@ def add_parser(sub, parents):
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the shuffles (default 0)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="bar chart (PNG and PDF are written)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
+    p.add_argument("--json", metavar="OUT.json",
+                   help="also write the results as JSON (the layout of every command: one file "
+                   "{analysis, model, values, provenance, table}, several {analysis, models: [...]})")
     p.add_argument("--csv", metavar="OUT.csv",
                    help="also write the table as CSV: one row per model and property (the columns shown, and z, "
                    "significant_2.576, queries, lone_values, max_r, capped; with --permutations also perm_p_value, "
                    "perm_mean, perm_sd, permutations)")
+    p.add_argument("--parquet", metavar="OUT.parquet", help="also write the table as Parquet (as the CSV)")
     add_force(p)
     p.set_defaults(func=run)
     return p
@@ -43,18 +46,16 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope.analyses import properties
     from embedscope.analyses.image_properties import PERM_FIELDS, ROW_FIELDS
-    from embedscope.fileio import check_writable
-    from embedscope.tables import format_table, write_csv
-    from embedscope.text import safe
+    from embedscope.cli.output import check_result_outputs, print_wrote, save_and_close, write_result
+    from embedscope.tables import format_table, write_csv, write_parquet
 
-    for out in (args.json, args.csv):
-        if out:
-            check_writable(out, force=args.force)
+    args._inputs = args.files
+    figs = []
     if args.output:
         from embedscope.viz.figures import figure_paths
 
-        for pth in figure_paths(args.output):
-            check_writable(pth, force=args.force)
+        figs = list(figure_paths(args.output))
+    check_result_outputs(args, extra=figs)  # existing outputs, one name twice, an input named as output
     props = [s.strip() for s in args.properties.split(",") if s.strip()] if args.properties else None
     results = properties(args.files, names=args.names, split=args.split, max_r=args.max_r, properties=props,
                          metric=args.metric, progress=not args.no_progress, permutations=args.permutations,
@@ -66,16 +67,34 @@ def run(args) -> int:
     perm = f"; permutation test: {args.permutations} shuffles, seed {args.seed}" if args.permutations else ""
     print(f"split {args.split}; {cap}; {args.metric} distance{perm}")
     print(format_table(rows, COLUMNS + (["perm_p_value"] if args.permutations else [])))
-    if args.json:
-        results.to_json(args.json, force=args.force)
-    if args.csv:
-        write_csv(args.csv, rows, list(ROW_FIELDS) + (list(PERM_FIELDS) if args.permutations else []),
-                  force=args.force)
+    written = []
     if args.output:
-        from embedscope.viz.figures import save_figure
+        from embedscope.viz.figures import use_agg
         from embedscope.viz.properties import property_bars
 
+        use_agg()
         fig = property_bars(rows, title=f"{args.split} split, {cap}")
-        png, _ = save_figure(fig, args.output, force=args.force)
-        print(f"wrote {safe(png)} (+ .pdf)")
+        written += [str(p) for p in save_and_close(fig, args.output, force=args.force)]
+    # JSON through the shared writer (one file: the one-model layout); the CSV and Parquet are this
+    # command's own table, one row per model and property (docs/properties.md, docs/architecture.md)
+    written += write_result(results, _only(args, json=args.json))
+    fields = list(ROW_FIELDS) + (list(PERM_FIELDS) if args.permutations else [])
+    if args.csv:
+        write_csv(args.csv, rows, fields, force=args.force)
+        written.append(args.csv)
+    if args.parquet:
+        import pandas as pd
+
+        write_parquet(args.parquet, pd.DataFrame([{c: row.get(c) for c in fields} for row in rows], columns=fields),
+                      force=args.force)
+        written.append(args.parquet)
+    print_wrote(written)
     return 0
+
+
+def _only(args, **outputs):
+    """``args`` with only the named result outputs (the others None) for :func:`write_result`."""
+    import argparse
+
+    return argparse.Namespace(**{**{k: None for k in ("json", "csv", "parquet", "table_csv")}, **outputs},
+                              force=args.force)

