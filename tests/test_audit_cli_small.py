@@ -75,3 +75,25 @@ def test_properties_several_files_keep_the_models_layout_and_outputs_are_checked
     err = capsys.readouterr().err
     assert "two outputs name the same file" in err and "is an input file" in err
     assert not (tmp_path / "x").exists() and store.load(a).n == 90
+
+
+# ----------------------------------------------------------------------------- 2. normal paths printed
+def test_train_grid_and_study_print_normal_paths(tmp_path, capsys, monkeypatch):
+    import embedscope.study.run as study_run
+    import embedscope.train.grid as grid
+
+    monkeypatch.setattr(grid, "train_grid", lambda *a, **k: [])
+    out = tmp_path / "runs"
+    assert main(["train-grid", "--losses", "margin", "-o", f"{out}/", "--no-progress"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote {out / 'grid.csv'}"
+    assert main(["train-grid", "--losses", "margin", "-o", f"{out}//", "--no-progress"]) == 0
+    assert "//" not in capsys.readouterr().out
+
+    stats = {"correlations": [], "ranking": [], "n_points": {"runs": 0, "objectives": 0}, "target": "R@1",
+             "untrained": {"selected_no_better": []}, "figures": []}
+    monkeypatch.setattr(study_run, "run_study", lambda *a, **k: {"stats": stats, "errors": [], "rows": []})
+    src = tmp_path / "ckpts"
+    src.mkdir()
+    assert main(["study", str(src), "-o", f"{tmp_path / 'st'}/", "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "//" not in text and f"wrote {tmp_path / 'st' / 'runs.csv'}, runs.parquet" in text

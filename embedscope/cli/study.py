@@ -75,7 +75,7 @@ def run(args) -> int:
     order = {r["measure"]: i for i, r in enumerate(st["ranking"])}
     rows.sort(key=lambda r: order.get(r["measure"], 999))
     n = st["n_points"]
-    print(format_table(rows, title=f"study {safe(args.output)}: {n['runs']} runs, {n['objectives']} objectives, "
+    print(format_table(rows, title=f"study {safe(Path(args.output))}: {n['runs']} runs, {n['objectives']} objectives, "
                        f"target test {st['target']} (ranked by |tau| over runs)"))
     u = st["untrained"]
     print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
@@ -83,7 +83,7 @@ def run(args) -> int:
     drawn = st.get("figures")
     if drawn is None:  # statistics of an earlier version, reused: their figures are the ones on disk
         drawn = [] if args.no_figures else [p.stem for p in sorted(Path(args.output, "figures").glob("*.png"))]
-    print(f"wrote {safe(args.output)}/runs.csv, runs.parquet, correlations.csv, correlations.json"
+    print(f"wrote {safe(Path(args.output) / 'runs.csv')}, runs.parquet, correlations.csv, correlations.json"
           + (f", figures/ ({', '.join(drawn)})" if drawn else ""))
     if not drawn and not args.no_figures:
         print("no figures: they need at least 2 objectives (points) after --exclude")

@@ -55,5 +55,5 @@ def run(args) -> int:
                        title=f"train-grid ({len(rows)} combinations)"))
     from embedscope.text import safe
 
-    print(f"wrote {safe(args.output)}/grid.csv" + (" (merged with its earlier rows)" if had_rows else ""))
+    print(f"wrote {safe(Path(args.output) / 'grid.csv')}" + (" (merged with its earlier rows)" if had_rows else ""))
     return 0
