@@ -97,3 +97,52 @@ def test_train_grid_and_study_print_normal_paths(tmp_path, capsys, monkeypatch):
     assert main(["study", str(src), "-o", f"{tmp_path / 'st'}/", "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "//" not in text and f"wrote {tmp_path / 'st' / 'runs.csv'}, runs.parquet" in text
+
+
+# ----------------------------------------------------------------------------- 3. neighbours --paths-file
+def test_neighbours_paths_file_skips_comment_lines_as_saliency(tmp_path, capsys):
+    from PIL import Image
+
+    n = 24
+    rng = np.random.default_rng(0)
+    y = np.arange(n) % 4
+    root = tmp_path / "data"
+    paths = [f"c{i % 4}/img{i}.png" for i in range(n)]
+    paths[5] = "c1/img#5.png"  # a # inside a path is part of it
+    for p in paths:
+        (root / p).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (16, 12), (40 * (int(p[1]) + 1), 90, 30)).save(root / p)
+    es = store.EmbeddingSet.from_arrays(rng.normal(size=(n, 6)).astype(np.float32), y, paths=paths,
+                                        attrs={"dataset": "imagefolder", "root": str(root)})
+    f = store.save(tmp_path / "e.h5", es)
+    pf = tmp_path / "q.txt"
+    pf.write_text("# queries for the figure\n\nc3/img3.png\n  c1/img#5.png  \n  # indented comment\n")
+    assert main(["neighbours", str(f), "--paths-file", str(pf), "--n-retrievals", "2",
+                 "-o", str(tmp_path / "g.png")]) == 0
+    assert "2 queries, top-2" in capsys.readouterr().out
+    from embedscope.viz.neighbours import neighbours_figure
+
+    _, _, ex = neighbours_figure(f, tmp_path / "h.png", paths_file=pf, k=2)
+    assert list(ex.query_paths) == ["c3/img3.png", "c1/img#5.png"]
+    # the same reader as saliency's: the same paths, and the same one-line error for a file of comments only
+    from embedscope.saliency.run import read_paths_file
+
+    assert read_paths_file(pf) == ["c3/img3.png", "c1/img#5.png"]
+    only = tmp_path / "none.txt"
+    only.write_text("# nothing yet\n\n")
+    assert main(["neighbours", str(f), "--paths-file", str(only), "-o", str(tmp_path / "i.png")]) == 1
+    assert "lists no path" in capsys.readouterr().err
+
+
+def test_neighbours_help_says_how_the_paths_file_is_read(capsys):
+    with pytest.raises(SystemExit):
+        main(["neighbours", "--help"])
+    assert "starts with # is a comment" in " ".join(capsys.readouterr().out.split())
+
+
+def test_neighbours_docs_say_how_the_paths_file_is_read():
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "visualizations.md").read_text().split())
+    section = text[text.index("## Queries and their nearest retrievals (`neighbours`)"):]
+    assert "a line that starts with `#` is a comment" in section[:1500]

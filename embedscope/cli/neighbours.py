@@ -18,7 +18,9 @@ def add_parser(sub, parents):
                    help="split searched (default: the query split; gallery for --split query)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--queries", type=positive_int, default=8, help="number of random queries (default: 8)")
-    g.add_argument("--paths-file", metavar="F", help="text file with one query path per line (as stored in the file)")
+    g.add_argument("--paths-file", metavar="F",
+                   help="the queries: one path per line, as stored in the file (read as saliency's: a line that "
+                   "starts with # is a comment, a blank line is skipped; a # after a path is part of the path)")
     p.add_argument("--n-retrievals", type=positive_int, default=5, help="retrievals per query (default: 5)")
     p.add_argument("--root", metavar="DIR", help="data set folder (default: the file's root attribute)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")

@@ -47,6 +47,25 @@ def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | Non
     return _KOBS_ONLY_FAMILIES.get(key, "other")
 
 
+def read_paths_file(path) -> list[str]:
+    """The paths listed in a paths file (``saliency --paths-file``, ``neighbours --paths-file``): one
+    per line, UTF-8, the spaces around each removed; a blank line is skipped and a line that starts
+    with ``#`` is a comment (a ``#`` after a path is part of the path). One-line errors: no such
+    file, an unreadable one, one that is not UTF-8, one that lists no path."""
+    p = Path(path)
+    if not p.is_file():
+        raise EmbedscopeError(f"{p}: no such paths file")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmbedscopeError(f"{p}: cannot read the paths ({e.__class__.__name__})") from None
+    wanted = [ln.strip() for ln in lines]
+    wanted = [w for w in wanted if w and not w.startswith("#")]
+    if not wanted:
+        raise EmbedscopeError(f"{p}: lists no path (only blank lines and # comments)")
+    return wanted
+
+
 def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int = 0) -> np.ndarray:
     """Row indices of ``ds`` to explain: the paths of ``paths_file`` (one per line; ``#`` comments), or
     ``n_images`` rows chosen by ``seed`` (sorted; the same for every model on the same data and split)."""
@@ -54,12 +73,7 @@ def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int
         raise UsageError("give either --n-images or --paths-file, not both")
     if paths_file is not None:
         p = Path(paths_file)
-        if not p.is_file():
-            raise EmbedscopeError(f"{p}: no such paths file")
-        wanted = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines()]
-        wanted = [w for w in wanted if w and not w.startswith("#")]
-        if not wanted:
-            raise EmbedscopeError(f"{p}: lists no image path")
+        wanted = read_paths_file(p)
         pos = {s: i for i, s in enumerate(ds.paths)}
         missing = [w for w in wanted if w not in pos]
         if missing:

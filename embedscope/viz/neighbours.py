@@ -173,12 +173,10 @@ def neighbours_figure(source: Any, out, *, split: str = "test", reference_split:
     for p in (png, pdf):
         check_writable(p, force=force)
     paths = None
-    if paths_file is not None:
-        pf = Path(paths_file)
-        try:
-            paths = [s.strip() for s in pf.read_text(encoding="utf-8").splitlines() if s.strip()]
-        except (OSError, UnicodeDecodeError) as e:
-            raise EmbedscopeError(f"{paths_file}: cannot read the query paths ({e.__class__.__name__})") from None
+    if paths_file is not None:  # read as saliency's: blank lines skipped, a line starting with # a comment
+        from embedscope.saliency.run import read_paths_file
+
+        paths = read_paths_file(paths_file)
     es = as_set(source)
     ex = neighbour_examples(es, split=split, reference_split=reference_split, queries=queries, paths=paths,
                             k=k, metric=metric, seed=seed)
