@@ -146,3 +146,22 @@ def test_neighbours_docs_say_how_the_paths_file_is_read():
     text = " ".join((Path(__file__).parents[1] / "docs" / "visualizations.md").read_text().split())
     section = text[text.index("## Queries and their nearest retrievals (`neighbours`)"):]
     assert "a line that starts with `#` is a comment" in section[:1500]
+
+
+# ----------------------------------------------------------------------------- 4. train-grid seeds
+@pytest.mark.parametrize("seed", ["4294967296", "-1", "1.5"])
+def test_train_grid_refuses_the_seeds_train_refuses(tmp_path, capsys, monkeypatch, seed):
+    import embedscope.train.grid as grid
+
+    calls = []
+    monkeypatch.setattr(grid, "train_grid", lambda *a, **k: calls.append(1) or [])
+    with pytest.raises(SystemExit) as e:
+        main(["train-grid", "--losses", "margin", "--seeds", "0", seed, "-o", str(tmp_path / "r")])
+    assert e.value.code == 2 and "--seeds" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # train --seed: the same check
+        main(["train", "--seed", seed, "-o", str(tmp_path / "c.pt")])
+    assert e.value.code == 2
+    assert calls == [] and not (tmp_path / "r").exists()
+    assert main(["train-grid", "--losses", "margin", "--seeds", "0", str(2**32 - 1), "-o", str(tmp_path / "r"),
+                 "--no-progress"]) == 0
+    assert calls == [1]

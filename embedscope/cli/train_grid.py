@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import positive_int
+from embedscope.cli.common import positive_int, seed_int
 from embedscope.cli.train import LOSS_CHOICES, add_training_options
 
 
@@ -19,7 +19,8 @@ def add_parser(sub, parents):
                    help=f"losses ({', '.join(LOSS_CHOICES)})")
     p.add_argument("--p-switch", nargs="+", type=float, default=[0.0], metavar="P",
                    help="rho-regularisation probabilities (default: 0); p > 0 only for tuple losses")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="SEED", help="seeds (default: 0)")
+    p.add_argument("--seeds", nargs="+", type=seed_int, default=[0], metavar="SEED",
+                   help="seeds, each an integer in [0, 2**32) as train --seed (default: 0)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     p.add_argument("--keep-epochs", action="store_true",
                    help="keep every epoch's checkpoint (for 'embedscope study --epoch all')")
