@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,6 +28,11 @@ EMBEDDING_KEYS = ("embeddings", "embedding", "features", "feats", "X", "x", "emb
 LABEL_KEYS = ("labels", "label", "y", "targets", "target", "class", "classes")
 SPLIT_KEYS = ("split",)
 PATH_KEYS = ("paths", "path", "ids", "id", "filenames", "filename")
+
+
+class SplitReplaced(UserWarning):
+    """The source holds a split column of its own, and ``split_by_class`` (or ``split`` naming another
+    column or a file) replaced it: ``embedscope import`` says so in one line on stderr."""
 
 
 def _pretty(name: Any) -> str:
@@ -320,7 +326,9 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     """Read a source into an :class:`embedscope.store.EmbeddingSet` (see the module docstring).
 
     One-line errors: no labels, lengths that disagree, NaN/inf rows, unknown split values, a key
-    or column that is not there.
+    or column that is not there. ``split_by_class`` (or ``split`` naming a file or another key)
+    replaces a ``split`` key/column of the source: a :class:`SplitReplaced` warning says so and
+    ``attrs["split_source"]`` records it.
     """
     from embedscope.fileio import sha256_file
     from embedscope.store import SPLITS, EmbeddingSet
@@ -337,7 +345,12 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         keys = ", ".join(map(_pretty, src.keys())) or "none: the source is one array"
         raise EmbedscopeError(f"{src.path}: no labels: name them with --labels (a file, or a key/column; "
                               f"found {keys})")
-    sp = _column(src, split, SPLIT_KEYS, "split", used)
+    if split_by_class is None:
+        sp = _column(src, split, SPLIT_KEYS, "split", used)
+    else:  # the explicit flag wins: the source's own split column is not read, and the user is told
+        sp = None
+    own_split = [k for k in SPLIT_KEYS if k in src.columns and k not in used and k != split]
+    used.update(own_split)  # (never taken as an embedding column)
     pa = _column(src, paths, PATH_KEYS if src.table or src.matrix is None else (), "paths", used)
     cn = None
     if class_names is not None:
@@ -416,10 +429,19 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
             raise UsageError(f"--split-by-class {split_by_class} gives {k} of {C} training classes; both splits "
                              "need at least one class")
         es.split = np.where(es.labels < k, "train", "test").astype(str)
-        es.attrs["split_source"] = f"split-by-class {split_by_class}: first {k} of {C} classes (sorted) train"
+        es.attrs["split_source"] = (f"split-by-class {split_by_class}: first {k} of {C} classes (sorted) train"
+                                    + (f"; replaced the source's '{_pretty(own_split[0])}' column" if own_split
+                                       else ""))
         es.attrs.pop("split_source_default", None)
     elif sp is not None:
-        es.attrs["split_source"] = "from the source"
+        es.attrs["split_source"] = ("from the source" if split is None or split in src.columns
+                                    else f"from the file {split}")
+        if own_split:
+            es.attrs["split_source"] += f"; replaced the source's '{_pretty(own_split[0])}' column"
+    if own_split:
+        how = f"--split-by-class {split_by_class}" if split_by_class is not None else f"--split {split}"
+        warnings.warn(SplitReplaced(f"{src.path}: its own '{_pretty(own_split[0])}' column was replaced by {how} "
+                                    "(the output's split_source says so)"), stacklevel=2)
     return es
 
 

@@ -165,3 +165,46 @@ def test_train_grid_refuses_the_seeds_train_refuses(tmp_path, capsys, monkeypatc
     assert main(["train-grid", "--losses", "margin", "--seeds", "0", str(2**32 - 1), "-o", str(tmp_path / "r"),
                  "--no-progress"]) == 0
     assert calls == [1]
+
+
+# ----------------------------------------------------------------------------- 5. import --split-by-class
+def test_import_split_by_class_replaces_the_source_split_and_says_so(tmp_path, capsys):
+    import warnings
+
+    from embedscope.importers import SplitReplaced, import_embeddings
+
+    rng = np.random.default_rng(3)
+    y = np.arange(40) % 4
+    src = tmp_path / "a.npz"  # a split column of its own, with a value no split has: it is not read
+    np.savez(src, X=rng.normal(size=(40, 3)).astype(np.float32), labels=y, split=np.array(["val", "oops"] * 20))
+    out = tmp_path / "a.h5"
+    assert main(["import", str(src), "--split-by-class", "0.5", "-o", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert cap.out.strip() == f"wrote {out}"
+    note = cap.err.strip().splitlines()
+    assert len(note) == 1 and note[0].startswith("embedscope import: note: ")
+    assert "'split' column was replaced by --split-by-class 0.5" in note[0]
+    es = store.load(out)
+    assert es.split.tolist() == np.where(y < 2, "train", "test").tolist()  # the flag wins
+    assert es.attrs["split_source"] == ("split-by-class 0.5: first 2 of 4 classes (sorted) train; "
+                                        "replaced the source's 'split' column")
+    # a split from a file replaces it too, and says where the split came from
+    (tmp_path / "sp.txt").write_text("\n".join(["train", "test"] * 20) + "\n")
+    assert main(["import", str(src), "--split", str(tmp_path / "sp.txt"), "-o", str(tmp_path / "b.h5")]) == 0
+    assert "replaced by --split" in capsys.readouterr().err
+    assert store.load(tmp_path / "b.h5").attrs["split_source"].startswith(f"from the file {tmp_path / 'sp.txt'}")
+    # no note where nothing was replaced; Python callers get a warning they can filter
+    np.savez(tmp_path / "c.npz", X=rng.normal(size=(40, 3)).astype(np.float32), labels=y)
+    assert main(["import", str(tmp_path / "c.npz"), "--split-by-class", "0.5", "-o", str(tmp_path / "c.h5")]) == 0
+    assert capsys.readouterr().err == ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import_embeddings(src, split_by_class=0.5)
+    assert [w.category for w in caught] == [SplitReplaced]
+
+
+def test_import_docs_say_the_flag_replaces_the_source_split():
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "import.md").read_text().split())
+    assert "replaces a `split` key/column of the source" in text

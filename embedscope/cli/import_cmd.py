@@ -23,7 +23,8 @@ def add_parser(sub, parents):
                    help="split per row (train, test, val, query, gallery): a file or a key/column "
                    "(default: a 'split' key/column if present, else every row is 'test')")
     g.add_argument("--split-by-class", type=finite_float, metavar="FRACTION",
-                   help="zero-shot split: the first ceil(FRACTION x C) classes (sorted) train, the rest test")
+                   help="zero-shot split: the first ceil(FRACTION x C) classes (sorted) train, the rest test "
+                   "(it replaces a split column of the source, and says so on stderr)")
     p.add_argument("--paths", metavar="FILE|KEY", help="item ids / image paths per row: a file or a key/column")
     p.add_argument("--class-names", metavar="FILE|KEY",
                    help="class names (labels are then integer indices into them): a file or a key")
@@ -42,10 +43,21 @@ def run(args) -> int:
     # FILE|KEY options: those naming an existing file are read from it
     files = [x for x in (args.labels, args.split, args.paths, args.class_names) if x and Path(x).exists()]
     refuse_inputs([args.output], [args.source, *files])
-    out = import_to_file(args.source, args.output, force=args.force, embeddings=args.embeddings,
-                         labels=args.labels, split=args.split, split_by_class=args.split_by_class,
-                         paths=args.paths, class_names=args.class_names, properties=args.properties)
+    import sys
+    import warnings
+
+    from embedscope.importers import SplitReplaced
     from embedscope.text import safe
 
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SplitReplaced)
+        out = import_to_file(args.source, args.output, force=args.force, embeddings=args.embeddings,
+                             labels=args.labels, split=args.split, split_by_class=args.split_by_class,
+                             paths=args.paths, class_names=args.class_names, properties=args.properties)
+    for w in caught:
+        if issubclass(w.category, SplitReplaced):  # one line on stderr: the source's own split was replaced
+            print(f"embedscope import: note: {safe(w.message)}", file=sys.stderr)
+        else:  # anything else warned as it would have been
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     print(f"wrote {safe(out)}")
     return 0
