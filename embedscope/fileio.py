@@ -424,6 +424,25 @@ def write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> Pa
     return Path(path)
 
 
+def read_paths_file(path) -> list[str]:
+    """The paths listed in a paths file (``saliency --paths-file``, ``neighbours --paths-file``): one
+    per line, UTF-8, the spaces around each removed; a blank line is skipped and a line that starts
+    with ``#`` is a comment (a ``#`` after a path is part of the path). One-line errors: no such
+    file, an unreadable one, one that is not UTF-8, one that lists no path."""
+    p = Path(path)
+    if not p.is_file():
+        raise EmbedscopeError(f"{p}: no such paths file")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmbedscopeError(f"{p}: cannot read the paths ({e.__class__.__name__})") from None
+    wanted = [ln.strip() for ln in lines]
+    wanted = [w for w in wanted if w and not w.startswith("#")]
+    if not wanted:
+        raise EmbedscopeError(f"{p}: lists no path (only blank lines and # comments)")
+    return wanted
+
+
 def file_stat(path: str | os.PathLike) -> list[int] | None:
     """``[size, mtime_ns]`` of a file (None when it cannot be stat'ed): what tells cheaply that a file
     is still the one that was read or measured."""

@@ -125,7 +125,7 @@ def test_neighbours_paths_file_skips_comment_lines_as_saliency(tmp_path, capsys)
     _, _, ex = neighbours_figure(f, tmp_path / "h.png", paths_file=pf, k=2)
     assert list(ex.query_paths) == ["c3/img3.png", "c1/img#5.png"]
     # the same reader as saliency's: the same paths, and the same one-line error for a file of comments only
-    from embedscope.saliency.run import read_paths_file
+    from embedscope.fileio import read_paths_file
 
     assert read_paths_file(pf) == ["c3/img3.png", "c1/img#5.png"]
     only = tmp_path / "none.txt"

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.fileio import read_paths_file
 
 DEFAULT_N_IMAGES = 100
 #: Kobs et al.'s grouping of the losses they trained but this project does not (docs/methods.md §8).
@@ -45,25 +46,6 @@ def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | Non
     if key in LOSSES:
         return kobs_group(key)
     return _KOBS_ONLY_FAMILIES.get(key, "other")
-
-
-def read_paths_file(path) -> list[str]:
-    """The paths listed in a paths file (``saliency --paths-file``, ``neighbours --paths-file``): one
-    per line, UTF-8, the spaces around each removed; a blank line is skipped and a line that starts
-    with ``#`` is a comment (a ``#`` after a path is part of the path). One-line errors: no such
-    file, an unreadable one, one that is not UTF-8, one that lists no path."""
-    p = Path(path)
-    if not p.is_file():
-        raise EmbedscopeError(f"{p}: no such paths file")
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise EmbedscopeError(f"{p}: cannot read the paths ({e.__class__.__name__})") from None
-    wanted = [ln.strip() for ln in lines]
-    wanted = [w for w in wanted if w and not w.startswith("#")]
-    if not wanted:
-        raise EmbedscopeError(f"{p}: lists no path (only blank lines and # comments)")
-    return wanted
 
 
 def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int = 0) -> np.ndarray:

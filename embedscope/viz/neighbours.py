@@ -174,7 +174,7 @@ def neighbours_figure(source: Any, out, *, split: str = "test", reference_split:
         check_writable(p, force=force)
     paths = None
     if paths_file is not None:  # read as saliency's: blank lines skipped, a line starting with # a comment
-        from embedscope.saliency.run import read_paths_file
+        from embedscope.fileio import read_paths_file
 
         paths = read_paths_file(paths_file)
     es = as_set(source)
