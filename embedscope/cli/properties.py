@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from embedscope.cli.common import add_force, nonnegative_int, positive_int, seed_int
 
 COLUMNS = ["model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "n_values", "lone_queries"]
@@ -77,7 +79,7 @@ def run(args) -> int:
         written += [str(p) for p in save_and_close(fig, args.output, force=args.force)]
     # JSON through the shared writer (one file: the one-model layout); the CSV and Parquet are this
     # command's own table, one row per model and property (docs/properties.md, docs/architecture.md)
-    written += write_result(results, _only(args, json=args.json))
+    written += write_result(results, argparse.Namespace(json=args.json, force=args.force))  # JSON only
     fields = list(ROW_FIELDS) + (list(PERM_FIELDS) if args.permutations else [])
     if args.csv:
         write_csv(args.csv, rows, fields, force=args.force)
@@ -91,10 +93,3 @@ def run(args) -> int:
     print_wrote(written)
     return 0
 
-
-def _only(args, **outputs):
-    """``args`` with only the named result outputs (the others None) for :func:`write_result`."""
-    import argparse
-
-    return argparse.Namespace(**{**{k: None for k in ("json", "csv", "parquet", "table_csv")}, **outputs},
-                              force=args.force)
