@@ -164,6 +164,15 @@ class TorchImages:
         return self.transform(self.ds.load_image(i)), int(self.ds.labels[i]), i
 
 
+def read_text(path: Path, dataset: str, *, encoding: str = "utf-8") -> str:
+    """The text of a data set's annotation file (universal newlines); an unreadable or undecodable
+    file is a one-line error naming it."""
+    try:
+        return Path(path).read_text(encoding=encoding)
+    except (OSError, UnicodeDecodeError) as e:
+        raise EmbedscopeError(f"{dataset}: cannot read {path} ({e.__class__.__name__})") from None
+
+
 def require_files(root: str | os.PathLike, names: list[str], dataset: str) -> Path:
     """Check that ``root`` holds each of ``names``; a one-line error names the first missing one."""
     if root is None:

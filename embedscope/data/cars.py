@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files
+from embedscope.data.base import ImageDataset, check_images_exist, class_split, read_text, require_files
 from embedscope.errors import EmbedscopeError
 
 NAME = "cars196"
@@ -203,11 +203,7 @@ def _load_official(root, train_classes: int | None) -> ImageDataset:
 
 def _read_lines(path: Path) -> list[str]:
     """The lines of a text file (universal newlines, a UTF-8 byte-order mark dropped)."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read().split("\n")
-    except (OSError, UnicodeDecodeError) as e:
-        raise EmbedscopeError(f"{NAME}: cannot read {path} ({e.__class__.__name__})") from None
+    return read_text(path, NAME, encoding="utf-8-sig").split("\n")
 
 
 def _read_kaggle_names(path: Path) -> list[str]:

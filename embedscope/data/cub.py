@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files
+from embedscope.data.base import ImageDataset, check_images_exist, class_split, read_text, require_files
 from embedscope.errors import EmbedscopeError
 
 NAME = "cub200"
@@ -41,11 +41,7 @@ FILES = ["images.txt", "image_class_labels.txt", "classes.txt", "images"]
 def read_pairs(path: Path, dataset: str, value_kind: str, *, int_value: bool) -> dict[int, str | int]:
     """Read ``"<int id> <value>"`` lines (blank lines skipped) into a dict; one-line errors name the line."""
     out: dict[int, str | int] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise EmbedscopeError(f"{dataset}: cannot read {path} ({e.__class__.__name__})") from None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(read_text(path, dataset).splitlines(), 1):
         if not line.strip():
             continue
         parts = line.split(None, 1)
@@ -81,12 +77,8 @@ ATTRIBUTE_CERTAINTY: int | None = None  # the default of load_cub200(attribute_c
 
 def _read_rows(path: Path, min_fields: int, what: str) -> list[list[str]]:
     """Whitespace-separated rows with at least ``min_fields`` integer-like leading fields."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise EmbedscopeError(f"{NAME}: cannot read {path} ({e.__class__.__name__})") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in enumerate(read_text(path, NAME).splitlines(), 1):
         parts = line.split()
         if not parts:
             continue

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files
+from embedscope.data.base import ImageDataset, check_images_exist, class_split, read_text, require_files
 from embedscope.errors import EmbedscopeError
 
 NAME = "sop"
@@ -28,10 +28,7 @@ HEADER = ["image_id", "class_id", "super_class_id", "path"]
 
 def _read_ebay(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(class ids, super class ids, paths) of one Ebay_*.txt file; one-line errors name the line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise EmbedscopeError(f"{NAME}: cannot read {path} ({e.__class__.__name__})") from None
+    lines = read_text(path, NAME).splitlines()
     if not lines or lines[0].split() != HEADER:
         raise EmbedscopeError(f"{NAME}: {path}:1: expected the header '{' '.join(HEADER)}'")
     cls, sup, paths = [], [], []
