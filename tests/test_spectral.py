@@ -116,8 +116,21 @@ def test_bad_inputs_are_one_line_errors():
         spectral_decay(np.eye(3), direction="kl")
     with pytest.raises(EmbedscopeError, match="n_components"):
         spectral_decay(np.eye(3), n_components=4)
-    with pytest.raises(EmbedscopeError, match="zero"):
-        spectral_decay(np.zeros((4, 3)))
+
+
+def test_rho_of_a_collapsed_model_is_nan_not_an_error():
+    """Every singular value considered zero (X of rank <= exclude_top: a model collapsed to one point,
+    or X = 0): p = 0/0, so ρ is undefined, NaN as in Roth's code, where it used to raise and so stop a
+    training run at its evaluation (a 1-thread mobilenet_v3_small run on the shapes collapsed there)."""
+    one_point = np.tile([[0.6, 0.8, 0.0, 0.0]], (40, 1))
+    on_a_line = np.outer(np.linspace(-1, 2, 30), [1.0, -2.0, 0.5])
+    for X in (one_point, on_a_line, np.zeros((4, 3))):
+        assert math.isnan(spectral_decay(X))
+        assert math.isnan(spectral_decay(X, direction="s||uniform"))
+    assert spectral_decay(one_point, exclude_top=0) == math.inf  # s = (s1, 0, 0, 0): p_k = 0 -> KL = inf
+    assert spectral_decay(on_a_line, exclude_top=0, direction="s||uniform") == pytest.approx(math.log(3))
+    assert math.isnan(spectral_decay(np.diag([3.0, 2.0, 0.0]), exclude_top=2))
+    assert np.isfinite(spectral_decay(np.diag([3.0, 2.0, 1.0]), exclude_top=2))  # one value left: p = 1
 
 
 # ----------------------------------------------------------------------------- ρ
@@ -246,6 +259,11 @@ def test_alpha_req_errors():
     with pytest.raises(EmbedscopeError, match="zero"):
         alpha_req(rank2, k_max=3)
     assert np.isfinite(alpha_req(rank2))  # default range leaves the zero eigenvalue out
+    # fewer than two directions of variance (a collapsed model): no line to fit, NaN with the default range
+    assert math.isnan(alpha_req(np.tile([[0.6, 0.8, 0.0]], (10, 1))))
+    assert math.isnan(alpha_req(np.outer(np.arange(10.0), [1.0, 2.0, 3.0])))
+    with pytest.raises(EmbedscopeError, match="zero"):
+        alpha_req(np.outer(np.arange(10.0), [1.0, 2.0, 3.0]), k_max=2)
 
 
 # ----------------------------------------------------------------------------- class-conditioned

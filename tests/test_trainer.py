@@ -479,3 +479,28 @@ def test_training_loader_workers_stop_quietly(tmp_path, monkeypatch):
         (kw,) = [k for k in made if "batch_sampler" in k]  # the training loader (not the evaluation's)
         assert kw["worker_init_fn"] is (embed.quiet_worker if workers else None)
         assert len(started) == workers
+
+
+def test_a_model_collapsed_to_one_point_is_logged_not_fatal(tmp_path, monkeypatch):
+    """Training embeddings on one line through the origin (a collapsed model) have no ρ (0/0,
+    docs/methods.md §2): the epoch's evaluation logs ρ as undefined (an empty cell, 'nan' in the
+    line) and the run goes on, where it used to stop with 'all singular values considered are zero'
+    and lose the run (a 1-thread mobilenet_v3_small on the shapes collapsed like this)."""
+    import embedscope.embed as embed_mod
+
+    real = embed_mod.embed_images
+
+    def collapsed(model, ds, **kw):
+        X = real(model, ds, **kw)
+        return np.tile(X[:1], (len(X), 1))  # every image embedded at the first one's point
+
+    monkeypatch.setattr(embed_mod, "embed_images", collapsed)
+    lines = []
+    out = tmp_path / "c.pt"
+    train({**QUICK, "epochs": 1, "eval_every": 1}, out, progress=False, echo=lines.append)
+    rows = list(csv.DictReader(open(run_paths(out)["log"])))
+    assert [r["epoch"] for r in rows] == ["0", "1"] and all(r["rho"] == "" for r in rows)
+    assert all(0 <= float(r["R@1"]) <= 1 for r in rows)
+    assert any("rho nan" in s for s in lines if s.startswith("epoch 1/1"))
+    ck = torch.load(out, weights_only=True)
+    assert ck["extra"]["finished"] is True and np.isnan(ck["extra"]["history"][-1]["rho"])

@@ -163,8 +163,10 @@ def _kl_decay(s: np.ndarray, exclude_top: int, direction: str, n_components: int
         raise EmbedscopeError(
             f"no singular values left after dropping the top {exclude_top} (only {available} available)")
     total = s.sum()
+    if total == 0:  # X of rank <= exclude_top (a model collapsed to one point, or X = 0): p = 0/0
+        return float("nan")
     if not total > 0:
-        raise EmbedscopeError("all singular values considered are zero: ρ is undefined (X is zero there)")
+        raise EmbedscopeError("the singular values considered are not finite: ρ is undefined")
     k = s.size
     p = s / total
     u = 1.0 / k
@@ -199,7 +201,11 @@ def spectral_decay(X, *, exclude_top: int = 1, direction: str = "uniform||s",
 
     Lower ρ = more directions of significant variance. ρ is invariant to scaling X. A zero
     singular value among those kept gives ρ = inf for the default direction (an exactly
-    rank-deficient X: values below max(N, D)·eps·s_1 are rounding noise and count as 0).
+    rank-deficient X: values below max(N, D)·eps·s_1 are rounding noise and count as 0). When
+    *every* value considered is zero (X of rank ≤ ``exclude_top``: all rows on one line through
+    the origin, as a model collapsed to one point gives; or X = 0) p = 0/0 and ρ is NaN
+    (undefined, as Roth's code gives), not an error, so that a training log or a study keeps such
+    a model as a row.
     Test vector: X = diag(10, 4, 3, 2, 1) → 0.121777 (default), 0.290167 (exclude_top=0),
     0.276364 (s||uniform, exclude_top=0).
 
@@ -343,6 +349,8 @@ def _alpha_fit(lam: np.ndarray, k_min: int, k_max: int | None, rtol: float) -> f
     top = lam[0] if lam.size else 0.0
     ok = vals > rtol * top
     if k_max is None:
+        if idx.size >= 2 and ok.sum() < 2:  # the data have < 2 directions of variance: no line to fit
+            return float("nan")
         idx, vals = idx[ok], vals[ok]
     elif not ok.all():
         raise EmbedscopeError(
@@ -394,7 +402,9 @@ def alpha_req(X, *, k_min: int = 1, k_max: int | None = None, center: bool = Tru
     k_min, k_max : int
         Fitted index range; default 1 … K (K = min(N − 1, D) centred). With the default k_max,
         eigenvalues ≤ rtol·λ_1 (numerically zero: rank-deficient data) are left out of the fit;
-        an explicit k_max that reaches such a value is an error.
+        an explicit k_max that reaches such a value is an error. Data with fewer than two
+        directions of variance (all rows equal, or on one line: a collapsed model) leave no line
+        to fit: α is NaN (undefined), not an error.
     center : bool
         Mean-centre X first (covariance, default True).
     rtol : float
