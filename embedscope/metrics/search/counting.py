@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.search.knn import U32, KeySpace, _bar, pair_keys64
+from embedscope.metrics.search.knn import DENSE_WINDOW, U32, KeySpace, _bar, pair_keys64, tie_window_before
 from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
 __all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks", "TileGemm"]
@@ -297,10 +297,13 @@ class _Acc:
         self.pend_g: list = []  # survivors not yet counted: band coordinates and reference indices
         self.pend_id: list = []
         self.n_pend = 0
+        self.tied = None  # window members before each pair, counted at once where windows are large
 
     def merge(self, other: "_Acc"):
         self.sure += other.sure
         self.n_high += other.n_high
+        if other.tied is not None:
+            self.tied = other.tied if self.tied is None else self.tied + other.tied
         self.win_p += other.win_p
         self.win_r += other.win_r
         self.pend_g += other.pend_g
@@ -400,7 +403,19 @@ class _Pass:
         acc.sure += c_end[pr] - c_hi
         win = c_hi - c_lo
         wp = np.flatnonzero(win > 0)
-        if wp.size:  # survivors within ±δ of a pair's key (sorted positions c_lo..c_hi): float64 at the end
+        if wp.size and int(win[wp].sum()) >= DENSE_WINDOW * wp.size:  # many equal keys: counted now
+            ks, s = self.ks, blk.s
+            kp = (pair_keys(ks.Q64, ks.R64, s + pr[wp], pref[wp], ks.metric) if self.estimated
+                  else blk.pk[wp])
+            before = tie_window_before(
+                gs.size, c_lo[wp], c_hi[wp], pr[wp], kp, pref[wp],
+                lambda at: (gs[at] // self.W).astype(np.int64),  # every g of row r lies in (rW, (r+1)W)
+                lambda at: ids[order[at]], lambda rr, r: pair_keys(ks.Q64, ks.R64, s + rr, r, ks.metric),
+                greater_high=True)
+            if acc.tied is None:
+                acc.tied = np.zeros(acc.sure.size, dtype=np.int64)
+            acc.tied[wp] += before
+        elif wp.size:  # survivors within ±δ of a pair's key (sorted positions c_lo..c_hi): float64 at the end
             cnt = win[wp]
             rep = np.repeat(wp, cnt)
             pos = np.repeat(c_lo[wp] - np.cumsum(cnt) + cnt, cnt) + np.arange(rep.size)
@@ -445,6 +460,8 @@ class _Pass:
                                                 ks.metric)[inv]
             before = (kr > kp) | ((kr == kp) & (wr < blk.pref[wp]))
             amb = np.bincount(wp[before], minlength=n)
+        if acc.tied is not None:
+            amb = amb + acc.tied
         rank = (1 + acc.sure + amb).astype(np.float64)
         certified = blk.pk - blk.wl[blk.pr] > self.tau[blk.s:blk.e][blk.pr]
         beyond = ~certified & (acc.n_high[blk.pr] >= self.depth)

@@ -212,6 +212,59 @@ def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, met
     return out
 
 
+DENSE_WINDOW = 16  # from this mean window size (members per pair), tie_window_before's union of windows
+
+
+def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: np.ndarray, kp: np.ndarray,
+                      idp: np.ndarray, row_of, ref_at, keys_of, *, greater_high: bool) -> np.ndarray:
+    """Per pair, the members of its window ``[lo, hi)`` (places in rows of sorted float32 keys)
+    that rank before it: float64 key larger than ``kp`` (the pair's exact key, :func:`pair_keys64`),
+    or equal with a reference index below ``idp`` (the pair's own reference is never counted).
+
+    The passes compare each pair with the members of its window (float32 keys within the error
+    bound of its key) pair by pair: a handful of members for real embeddings, but with many equal
+    keys (a model collapsed to one point, or to a few) every window holds most of the row, and the
+    comparisons grow as N³ (and the window lists as N³ memory). Here each member's float64 key is
+    computed once, for the union of the windows; members and pairs are sorted together per row
+    by (key descending, reference ascending, pairs before members), so a pair's count is the
+    number of the row's members before it, less the members of the union on the larger side of
+    its window (all larger than the pair: their float32 keys exceed its key by more than the
+    bound). Members on the other side are all smaller. The same counts as the pair-by-pair
+    comparison, in O(U log U) for U members of the union.
+
+    ``n_places``: the places the windows index; ``row_of(places)``: their rows (places sorted by
+    row, rows non-decreasing with the place); ``ref_at(places)``: their references;
+    ``keys_of(rows, refs)``: float64 keys (:func:`pair_keys64` of the rows' queries);
+    ``greater_high``: larger keys lie at higher places of a row (ascending rows) or lower (descending).
+    """
+    m = lo.size
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    edge = np.bincount(lo, minlength=n_places + 1)[:n_places + 1] - np.bincount(hi, minlength=n_places + 1)[:n_places + 1]
+    U = np.flatnonzero(np.cumsum(edge[:n_places]) > 0)  # the union of the windows, in place order
+    rows_u = np.asarray(row_of(U), dtype=np.int64)
+    ids_u = np.asarray(ref_at(U), dtype=np.int64)
+    kr = keys_of(rows_u, ids_u)
+    pair_row = np.asarray(pair_row, dtype=np.int64)
+    rows = np.concatenate([rows_u, pair_row])
+    order = np.lexsort((np.concatenate([np.ones(U.size, np.int8), np.zeros(m, np.int8)]),
+                        np.concatenate([ids_u, np.asarray(idp, dtype=np.int64)]),
+                        -np.concatenate([kr, np.asarray(kp, dtype=np.float64)]), rows))
+    is_pair = order >= U.size
+    pairs_upto = np.cumsum(is_pair)  # pairs at or before each sorted place
+    place = np.empty(order.size, dtype=np.int64)
+    place[order] = np.arange(order.size)
+    at = place[U.size:]  # each pair's sorted place
+    start = np.searchsorted(rows[order], pair_row, side="left")  # its row's first sorted place
+    pairs_before = pairs_upto[at] - 1 - np.where(start > 0, pairs_upto[np.maximum(start - 1, 0)], 0)
+    members_before = (at - start) - pairs_before
+    if greater_high:  # the union's members of the row at or above the window's end
+        outside = np.searchsorted(rows_u, pair_row, side="right") - np.searchsorted(U, hi, side="left")
+    else:  # ... below the window's start
+        outside = np.searchsorted(U, lo, side="left") - np.searchsorted(rows_u, pair_row, side="left")
+    return members_before - outside
+
+
 def window_keys64(ks: "KeySpace", qi: np.ndarray, rj: np.ndarray, group: int = GROUP_REFS) -> np.ndarray:
     """:func:`pair_keys64` of pairs given grouped by query, computed in the order of reference
     ranges of ``group`` rows (a stable radix sort of ``rj // group``) and returned in the given

@@ -45,6 +45,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.knn import (
+    DENSE_WINDOW,
     SLACK,
     KeySpace,
     candidate_blocks,
@@ -52,6 +53,7 @@ from embedscope.metrics.search.knn import (
     checked_rows,
     pair_keys64,
     prepare,
+    tie_window_before,
 )
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
@@ -441,7 +443,12 @@ def _resolve(vals: np.ndarray, cand: np.ndarray, row: np.ndarray, ref: np.ndarra
     cnt = hi - lo
     amb_before = np.zeros(P, dtype=np.int64)
     tot = int(cnt.sum())
-    if tot:
+    if tot >= DENSE_WINDOW * P:  # many equal keys (a collapsed model): each member's key once
+        w = vals.shape[1]
+        amb_before = tie_window_before(
+            vals.size, row * w + lo, row * w + hi, row, k64, ref, lambda at: at // w, lambda at: cand.ravel()[at],
+            lambda rr, r: pair_keys64(ks.Q64, ks.R64, qglob[rr], r, ks.metric), greater_high=False)
+    elif tot:
         rep = np.repeat(np.arange(P), cnt)
         pos = lo[rep] + (np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt))
         r = cand[row[rep], pos]
@@ -670,10 +677,19 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
 def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):
     """Rank the rare uncertified pairs from their query's full row (in place; ``k64`` needs to
     hold the float64 keys of the unresolved pairs only)."""
-    for q in np.unique(qi[unresolved]):
+    u = np.flatnonzero(unresolved)
+    if u.size == 0:
+        return
+    uq = qi[u]
+    if np.any(uq[1:] < uq[:-1]):  # (the passes give pairs grouped by query: sorted already)
+        o = np.argsort(uq, kind="stable")
+        u, uq = u[o], uq[o]
+    # each query's unresolved pairs, in pair order (a mask over all pairs per query cost N³ for a
+    # collapsed model, whose every query falls back here)
+    for sel in np.split(u, np.flatnonzero(np.diff(uq)) + 1):
+        q = qi[sel[0]]
         row = ks.row_keys32(int(q))
         o = np.argsort(-row, kind="stable")
-        sel = np.flatnonzero((qi == q) & unresolved)
         rk, _ = _resolve(row[o][None, :], o[None, :], np.zeros(sel.size, dtype=np.int64), rj[sel],
                          k64[sel], ks.delta[q:q + 1], np.ones(1, dtype=bool), depth,
                          np.array([q]), ks)

@@ -54,7 +54,7 @@ import numpy as np
 from embedscope.device import torch_threads
 from embedscope.metrics.search.bf16 import bf16_available, bf16_error, prefer_bf16
 from embedscope.metrics.search.counting import TileGemm, augmented, k_chunks, tile_delta
-from embedscope.metrics.search.knn import KeySpace, _bar, pair_keys64
+from embedscope.metrics.search.knn import DENSE_WINDOW, KeySpace, _bar, pair_keys64, tie_window_before
 from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
 __all__ = ["relevant_ranks_by_rows", "large_mode"]
@@ -85,20 +85,35 @@ def large_mode(counts: np.ndarray, n_ref: int) -> bool:
     return n_ref < (1 << 29) and int(counts.sum()) >= LARGE_PAIRS_PER_QUERY * max(int(np.count_nonzero(counts)), 1)
 
 
+RUN_STEPS = 8  # _run_length walks this many places, then binary-searches the runs still going
+
+
 def _run_length(g: np.ndarray, at: np.ndarray, step: int, stop: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """Per entry, how many places ``at + step, at + 2·step, …`` (before ``stop``) hold values of ``g``
     ≤ ``bound`` (``step`` 1) or ≥ ``bound`` (``step`` −1): the length of the run next to ``at`` within
-    the bound, in a sorted row of ``g``."""
+    the bound, in a sorted row of ``g`` (``g`` non-decreasing as a whole, as the band coordinates
+    are). Runs are usually one or two places (float32 near-ties), so the places are walked; the
+    runs still going after :data:`RUN_STEPS` places (many equal keys: a collapsed embedding) end
+    by one binary search each, instead of a walk as long as the run."""
     n = np.zeros(at.size, dtype=np.int64)
     act = np.arange(at.size)
     cur = at + step
-    while act.size:
+    for _ in range(RUN_STEPS):
+        if not act.size:
+            return n
         ok = (cur < stop[act]) if step > 0 else (cur >= stop[act])
         act, cur = act[ok], cur[ok]
         v = g[cur]
         ok = (v <= bound[act]) if step > 0 else (v >= bound[act])
         act, cur = act[ok], cur[ok] + step
         n[act] += 1
+    if act.size:  # long runs: where the bound falls, within [stop, at) or (at, stop)
+        if step > 0:
+            end = np.minimum(np.searchsorted(g, bound[act], side="right"), stop[act])
+            n[act] = np.maximum(end - (at[act] + 1), 0)
+        else:
+            first = np.maximum(np.searchsorted(g, bound[act], side="left"), stop[act])
+            n[act] = np.maximum(at[act] - first, 0)
     return n
 
 
@@ -538,27 +553,41 @@ class _Rows:
             pa = pp[amb]
             lo_i = np.searchsorted(g, ((k - w) + base)[amb], side="left")  # the window: g[lo_i:idx]
             c = idx[amb] - lo_i
-            rep = np.repeat(np.arange(amb.size), c)
-            at = np.repeat(lo_i - np.cumsum(c) + c, c) + np.arange(rep.size)  # window members' places in g
-            wid = ids[start[at // smax] + pos[at]]  # (survivors grouped by row: row start + slot)
-            keep = wid != self.rj[pa][rep]  # not the pair's own reference
-            rep, wid = rep[keep], wid[keep]
-            qa = self.qi[pa]
-            kr = pair_keys64(ks.Q64, ks.R64, qa[rep], wid, ks.metric)
-            kp = k[amb][rep]
-            if self.estimated:  # the pair's exact key only where its estimate cannot decide
-                close = np.abs(kr - kp) <= self.err[qa][rep]
-                if close.any():
-                    up, inv = np.unique(rep[close], return_inverse=True)
-                    kp = kp.copy()
-                    kp[close] = pair_keys64(ks.Q64, ks.R64, qa[up], self.rj[pa][up], ks.metric)[inv]
-            before = (kr > kp) | ((kr == kp) & (wid < self.rj[pa][rep]))
-            amb_before[amb] = np.bincount(rep[before], minlength=amb.size)
+            if int(c.sum()) >= DENSE_WINDOW * amb.size:  # many equal keys: each member's key once
+                ra = self.rj[pa]
+                amb_before[amb] = tie_window_before(
+                    g.size, lo_i, idx[amb], lr[amb], pair_keys64(ks.Q64, ks.R64, q[lr[amb]], ra, ks.metric), ra,
+                    lambda at: at // smax, lambda at: ids[start[at // smax] + pos[at]],
+                    lambda rr, ref: pair_keys64(ks.Q64, ks.R64, q[rr], ref, ks.metric), greater_high=True)
+            else:
+                amb_before[amb] = self._window_before(amb, pa, k, lo_i, c, g, smax, ids, start, pos)
         rk = (1 + sure + amb_before).astype(np.float64)
         rk[beyond | (rk > depth)] = np.inf
         ok = ~bad
         self.rank[pp[ok]] = rk[ok]
         return np.unique(rows[lr[bad]])
+
+    def _window_before(self, amb, pa, k, lo_i, c, g, smax, ids, start, pos):
+        """:meth:`_count`'s ambiguous pairs ``amb`` (pair ids ``pa``), each window ``g[lo_i:lo_i + c]``
+        compared pair by pair in float64: the members that rank before the pair (larger key, or
+        equal with the lower reference index), its own reference left out."""
+        ks = self.ks
+        rep = np.repeat(np.arange(amb.size), c)
+        at = np.repeat(lo_i - np.cumsum(c) + c, c) + np.arange(rep.size)  # window members' places in g
+        wid = ids[start[at // smax] + pos[at]]  # (survivors grouped by row: row start + slot)
+        keep = wid != self.rj[pa][rep]  # not the pair's own reference
+        rep, wid = rep[keep], wid[keep]
+        qa = self.qi[pa]
+        kr = pair_keys64(ks.Q64, ks.R64, qa[rep], wid, ks.metric)
+        kp = k[amb][rep]
+        if self.estimated:  # the pair's exact key only where its estimate cannot decide
+            close = np.abs(kr - kp) <= self.err[qa][rep]
+            if close.any():
+                up, inv = np.unique(rep[close], return_inverse=True)
+                kp = kp.copy()
+                kp[close] = pair_keys64(ks.Q64, ks.R64, qa[up], self.rj[pa][up], ks.metric)[inv]
+        before = (kr > kp) | ((kr == kp) & (wid < self.rj[pa][rep]))
+        return np.bincount(rep[before], minlength=amb.size)
 
     def _count_parts(self, s, rows, tau, parts):
         """:meth:`_count` of the labels mode from survivors in parts each sorted by row (``(row,
@@ -646,7 +675,13 @@ class _Rows:
             rk[amb] = 1 + sure
             win = sure < depth[la]  # a window only where the rank may lie within the depth
             amb, fa, ka, sure, up, down = amb[win], fa[win], ka[win], sure[win], up[win], down[win]
-        if amb.size:  # the window in float64, lower index first on ties (:meth:`_count`'s way)
+        if amb.size and int((up + down).sum()) >= DENSE_WINDOW * amb.size:  # many equal keys: each member's key once
+            ra, la = ref[amb], lr[amb]
+            rk[amb] = 1 + sure + tie_window_before(
+                g.size, fa - down, fa + up + 1, la, pair_keys64(ks.Q64, ks.R64, q[la], ra, ks.metric), ra,
+                lambda at: at // smax, lambda at: ref_at[at],
+                lambda rr, r: pair_keys64(ks.Q64, ks.R64, q[rr], r, ks.metric), greater_high=True)
+        elif amb.size:  # the window in float64, lower index first on ties (:meth:`_count`'s way)
             c = up + down + 1
             rep = np.repeat(np.arange(amb.size), c)
             at = np.repeat(fa - down - np.cumsum(c) + c, c) + np.arange(rep.size)
