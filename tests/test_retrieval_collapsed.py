@@ -110,3 +110,19 @@ def test_union_count_equals_the_pair_by_pair_count(monkeypatch):
         monkeypatch.setattr(mod, "DENSE_WINDOW", 10**9)
     b = retrieval_metrics(X, y, include=keys)
     assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_distinct_rows_with_equal_keys(metric, seen):
+    # five points; from the rare last one, three others are equally near (cosine 0.5, squared
+    # distance 1): distinct rows (other classes of identical rows) whose keys tie exactly, within
+    # the depth of its queries, so a pair's key is shared by several groups, each counted by
+    # reference index
+    P = np.array([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, -1.0, 0, 0], [0, 0, 1.0, 0], [0.5, 0.5, 0.5, 0.5]])
+    rng = np.random.default_rng(8)
+    X = P[rng.choice(5, 1500, p=[0.3, 0.3, 0.1, 0.28, 0.02])]
+    y = np.repeat(np.arange(25), 60)[rng.permutation(1500)]
+    check(X, y, metric=metric, keys=SHALLOW)
+    X[:300] = P[0]  # one point dense at the lowest indices
+    check(X, y, metric=metric, keys=["R@1", "mAP@1000", "mAP@lim"])
+    assert "rows" in seen and "candidates" in seen

@@ -411,7 +411,7 @@ class _Pass:
                 gs.size, c_lo[wp], c_hi[wp], pr[wp], kp, pref[wp],
                 lambda at: (gs[at] // self.W).astype(np.int64),  # every g of row r lies in (rW, (r+1)W)
                 lambda at: ids[order[at]], lambda rr, r: pair_keys(ks.Q64, ks.R64, s + rr, r, ks.metric),
-                greater_high=True)
+                greater_high=True, ref_class=ks.ref_classes())
             if acc.tied is None:
                 acc.tied = np.zeros(acc.sure.size, dtype=np.int64)
             acc.tied[wp] += before

@@ -216,7 +216,8 @@ DENSE_WINDOW = 16  # from this mean window size (members per pair), tie_window_b
 
 
 def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: np.ndarray, kp: np.ndarray,
-                      idp: np.ndarray, row_of, ref_at, keys_of, *, greater_high: bool) -> np.ndarray:
+                      idp: np.ndarray, row_of, ref_at, keys_of, *, greater_high: bool,
+                      ref_class: np.ndarray | None = None) -> np.ndarray:
     """Per pair, the members of its window ``[lo, hi)`` (places in rows of sorted float32 keys)
     that rank before it: float64 key larger than ``kp`` (the pair's exact key, :func:`pair_keys64`),
     or equal with a reference index below ``idp`` (the pair's own reference is never counted).
@@ -224,18 +225,23 @@ def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: n
     The passes compare each pair with the members of its window (float32 keys within the error
     bound of its key) pair by pair: a handful of members for real embeddings, but with many equal
     keys (a model collapsed to one point, or to a few) every window holds most of the row, and the
-    comparisons grow as N³ (and the window lists as N³ memory). Here each member's float64 key is
-    computed once, for the union of the windows; members and pairs are sorted together per row
-    by (key descending, reference ascending, pairs before members), so a pair's count is the
-    number of the row's members before it, less the members of the union on the larger side of
-    its window (all larger than the pair: their float32 keys exceed its key by more than the
-    bound). Members on the other side are all smaller. The same counts as the pair-by-pair
-    comparison, in O(U log U) for U members of the union.
+    comparisons grow as N³ (and the window lists as N³ memory). Here the windows of a row are
+    merged (their union) and its members grouped by reference row content (``ref_class``:
+    references with bitwise-identical rows share a class, and :func:`pair_keys64` gives them
+    bitwise-identical keys): one float64 key per (row, class). Groups and pairs sorted together
+    per row by key give each pair the members of larger keys; within a group of equal key, the
+    members of lower reference index are counted by a binary search of the group's sorted
+    references. The union's members on the larger side of a pair's window (float32 keys above
+    its key by more than the bound: all larger) are then taken off; those on the other side are
+    all smaller. The same counts as the pair-by-pair comparison, in O(U log U) for U members of
+    the union and one key per group.
 
     ``n_places``: the places the windows index; ``row_of(places)``: their rows (places sorted by
     row, rows non-decreasing with the place); ``ref_at(places)``: their references;
     ``keys_of(rows, refs)``: float64 keys (:func:`pair_keys64` of the rows' queries);
-    ``greater_high``: larger keys lie at higher places of a row (ascending rows) or lower (descending).
+    ``greater_high``: larger keys lie at higher places of a row (ascending rows) or lower
+    (descending); ``ref_class``: per reference, its class of identical rows (:meth:`KeySpace.ref_classes`;
+    None: every reference its own).
     """
     m = lo.size
     if m == 0:
@@ -244,25 +250,58 @@ def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: n
     U = np.flatnonzero(np.cumsum(edge[:n_places]) > 0)  # the union of the windows, in place order
     rows_u = np.asarray(row_of(U), dtype=np.int64)
     ids_u = np.asarray(ref_at(U), dtype=np.int64)
-    kr = keys_of(rows_u, ids_u)
     pair_row = np.asarray(pair_row, dtype=np.int64)
-    rows = np.concatenate([rows_u, pair_row])
-    order = np.lexsort((np.concatenate([np.ones(U.size, np.int8), np.zeros(m, np.int8)]),
-                        np.concatenate([ids_u, np.asarray(idp, dtype=np.int64)]),
-                        -np.concatenate([kr, np.asarray(kp, dtype=np.float64)]), rows))
-    is_pair = order >= U.size
-    pairs_upto = np.cumsum(is_pair)  # pairs at or before each sorted place
-    place = np.empty(order.size, dtype=np.int64)
-    place[order] = np.arange(order.size)
-    at = place[U.size:]  # each pair's sorted place
-    start = np.searchsorted(rows[order], pair_row, side="left")  # its row's first sorted place
-    pairs_before = pairs_upto[at] - 1 - np.where(start > 0, pairs_upto[np.maximum(start - 1, 0)], 0)
-    members_before = (at - start) - pairs_before
+    idp = np.asarray(idp, dtype=np.int64)
+    cls_u = ids_u if ref_class is None else ref_class[ids_u]
+    # members grouped by (row, class of identical rows), references ascending within a group
+    o = np.lexsort((ids_u, cls_u, rows_u))
+    r_s, c_s = rows_u[o], cls_u[o]
+    new = np.ones(o.size, dtype=bool)
+    new[1:] = (r_s[1:] != r_s[:-1]) | (c_s[1:] != c_s[:-1])
+    first = np.flatnonzero(new)
+    ng = first.size
+    size = np.diff(np.append(first, o.size))
+    nref = int(max(ids_u.max(initial=0), idp.max(initial=0))) + 1
+    comb = (np.cumsum(new) - 1) * nref + ids_u[o]  # (group, reference): increasing
+    g_row = r_s[first]
+    kg = keys_of(g_row, ids_u[o][first])  # one key per group
+    # groups and pairs of a row by key descending; a pair before (strict) or after (inclusive) the
+    # groups of its own key: the members of groups sorted before it
+    rows_all = np.concatenate([g_row, pair_row])
+    neg = -np.concatenate([kg, np.asarray(kp, dtype=np.float64)])
+    is_g = np.arange(ng + m) < ng
+    sizes_all = np.concatenate([size, np.zeros(m, dtype=np.int64)])
+
+    def groups_before(pair_first: bool):
+        kind = is_g if pair_first else ~is_g
+        order = np.lexsort((kind, neg, rows_all))
+        members = np.cumsum(sizes_all[order])
+        groups = np.cumsum(is_g[order])
+        place = np.empty(order.size, dtype=np.int64)
+        place[order] = np.arange(order.size)
+        at = place[ng:]
+        start = np.searchsorted(rows_all[order], pair_row, side="left")  # the row's first sorted place
+        prev = np.maximum(start - 1, 0)
+        mem = members[at] - np.where(start > 0, members[prev], 0)
+        grp = groups[at] - np.where(start > 0, groups[prev], 0)
+        return mem, grp
+
+    greater, g_strict = groups_before(True)
+    _, g_incl = groups_before(False)
+    # the groups of the pair's own key (usually its own reference's group): members of lower index
+    n_eq = g_incl - g_strict
+    if n_eq.any():
+        og = np.lexsort((-kg, g_row))  # the groups of each row by key descending
+        g0 = np.searchsorted(g_row[og], pair_row, side="left") + g_strict
+        rep = np.repeat(np.arange(m), n_eq)
+        which = og[np.repeat(g0, n_eq) + (np.arange(rep.size) - np.repeat(np.cumsum(n_eq) - n_eq, n_eq))]
+        lower = np.searchsorted(comb, which * nref + idp[rep], side="left") - first[which]
+        greater = greater + np.bincount(rep, weights=lower, minlength=m).astype(np.int64)
     if greater_high:  # the union's members of the row at or above the window's end
         outside = np.searchsorted(rows_u, pair_row, side="right") - np.searchsorted(U, hi, side="left")
     else:  # ... below the window's start
         outside = np.searchsorted(U, lo, side="left") - np.searchsorted(rows_u, pair_row, side="left")
-    return members_before - outside
+    return greater - outside
 
 
 def window_keys64(ks: "KeySpace", qi: np.ndarray, rj: np.ndarray, group: int = GROUP_REFS) -> np.ndarray:
@@ -317,6 +356,17 @@ class KeySpace:
         self.delta = (d + 16) * U32 * 1.05 * (rmax * rmax + 2.0 * qn * rmax + qn * qn) + 1e-300
         self.qsq = qn * qn  # float64 ‖q‖², added to float32 Euclidean keys
         self.rn2_32 = np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float32) if metric == "euclidean" else None
+
+    def ref_classes(self) -> np.ndarray:
+        """Per reference, the class of references whose rows are bitwise identical (computed on
+        first use: only searches with many equal keys need it, :func:`tie_window_before`)."""
+        cls = getattr(self, "_ref_classes", None)
+        if cls is None:
+            R = np.ascontiguousarray(self.R64)
+            rows = R.view(np.dtype((np.void, R.dtype.itemsize * R.shape[1]))).ravel()
+            cls = np.unique(rows, return_inverse=True)[1].astype(np.int64).ravel()
+            self._ref_classes = cls
+        return cls
 
     def row_keys32(self, qi: int) -> np.ndarray:
         """One query's float32 keys against every reference (float64 array; self excluded -> -inf)."""

@@ -447,7 +447,8 @@ def _resolve(vals: np.ndarray, cand: np.ndarray, row: np.ndarray, ref: np.ndarra
         w = vals.shape[1]
         amb_before = tie_window_before(
             vals.size, row * w + lo, row * w + hi, row, k64, ref, lambda at: at // w, lambda at: cand.ravel()[at],
-            lambda rr, r: pair_keys64(ks.Q64, ks.R64, qglob[rr], r, ks.metric), greater_high=False)
+            lambda rr, r: pair_keys64(ks.Q64, ks.R64, qglob[rr], r, ks.metric), greater_high=False,
+            ref_class=ks.ref_classes())
     elif tot:
         rep = np.repeat(np.arange(P), cnt)
         pos = lo[rep] + (np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt))

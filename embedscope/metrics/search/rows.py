@@ -558,7 +558,8 @@ class _Rows:
                 amb_before[amb] = tie_window_before(
                     g.size, lo_i, idx[amb], lr[amb], pair_keys64(ks.Q64, ks.R64, q[lr[amb]], ra, ks.metric), ra,
                     lambda at: at // smax, lambda at: ids[start[at // smax] + pos[at]],
-                    lambda rr, ref: pair_keys64(ks.Q64, ks.R64, q[rr], ref, ks.metric), greater_high=True)
+                    lambda rr, ref: pair_keys64(ks.Q64, ks.R64, q[rr], ref, ks.metric), greater_high=True,
+                    ref_class=ks.ref_classes())
             else:
                 amb_before[amb] = self._window_before(amb, pa, k, lo_i, c, g, smax, ids, start, pos)
         rk = (1 + sure + amb_before).astype(np.float64)
@@ -680,7 +681,8 @@ class _Rows:
             rk[amb] = 1 + sure + tie_window_before(
                 g.size, fa - down, fa + up + 1, la, pair_keys64(ks.Q64, ks.R64, q[la], ra, ks.metric), ra,
                 lambda at: at // smax, lambda at: ref_at[at],
-                lambda rr, r: pair_keys64(ks.Q64, ks.R64, q[rr], r, ks.metric), greater_high=True)
+                lambda rr, r: pair_keys64(ks.Q64, ks.R64, q[rr], r, ks.metric), greater_high=True,
+                ref_class=ks.ref_classes())
         elif amb.size:  # the window in float64, lower index first on ties (:meth:`_count`'s way)
             c = up + down + 1
             rep = np.repeat(np.arange(amb.size), c)
