@@ -254,14 +254,18 @@ def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: n
     idp = np.asarray(idp, dtype=np.int64)
     cls_u = ids_u if ref_class is None else ref_class[ids_u]
     # members grouped by (row, class of identical rows), references ascending within a group
-    o = np.lexsort((ids_u, cls_u, rows_u))
+    nref = int(max(ids_u.max(initial=0), idp.max(initial=0))) + 1
+    ncls = int(cls_u.max(initial=0)) + 1
+    if (int(rows_u.max(initial=0)) + 1) * ncls * nref < 2**62:  # one integer sort (3-4x a lexsort's speed)
+        o = np.argsort((rows_u * ncls + cls_u) * nref + ids_u)
+    else:  # pragma: no cover - beyond 2^62 (rows x classes x references)
+        o = np.lexsort((ids_u, cls_u, rows_u))
     r_s, c_s = rows_u[o], cls_u[o]
     new = np.ones(o.size, dtype=bool)
     new[1:] = (r_s[1:] != r_s[:-1]) | (c_s[1:] != c_s[:-1])
     first = np.flatnonzero(new)
     ng = first.size
     size = np.diff(np.append(first, o.size))
-    nref = int(max(ids_u.max(initial=0), idp.max(initial=0))) + 1
     comb = (np.cumsum(new) - 1) * nref + ids_u[o]  # (group, reference): increasing
     g_row = r_s[first]
     kg = keys_of(g_row, ids_u[o][first])  # one key per group

@@ -85,7 +85,7 @@ def large_mode(counts: np.ndarray, n_ref: int) -> bool:
     return n_ref < (1 << 29) and int(counts.sum()) >= LARGE_PAIRS_PER_QUERY * max(int(np.count_nonzero(counts)), 1)
 
 
-RUN_STEPS = 8  # _run_length walks this many places, then binary-searches the runs still going
+RUN_STEPS = 3  # _run_length walks this many places, then binary-searches the runs still going
 
 
 def _run_length(g: np.ndarray, at: np.ndarray, step: int, stop: np.ndarray, bound: np.ndarray) -> np.ndarray:
