@@ -50,6 +50,9 @@ SIGNIFICANCE_Z = 2.576  # Kobs' "significant at 1%" rule
 U32 = 2.0 ** -24
 SLACK = 16
 PERM_GROUP_ENTRIES = 1 << 23  # shuffled property rows x n per call of the engine (permutation test)
+BIG_WINDOW = 16  # a row with a window of this many places or more ranks the union of its windows (_Engine._union_rows)
+UNION_ENTRIES = 1 << 22  # rows x places of the top-L lists per pass of _Engine._union_rows
+KEY_TABLE = 1 << 22  # largest table of float64 keys between distinct rows of X (few distinct rows: a collapsed model)
 
 
 def _encode(values, n: int, name: str) -> np.ndarray:
@@ -109,6 +112,30 @@ class _Engine:
         self.qsq = qn * qn
         self.rn2 = (self.X32 * self.X32).sum(1) if metric == "euclidean" else None
         self.block = block or int(max(16, min(1024, (1 << 25) // max(self.n, 1))))
+        self._table = None  # (row -> distinct row, keys between distinct rows), made when first needed
+
+    def _keys(self, qi: np.ndarray, rj: np.ndarray) -> np.ndarray:
+        """:func:`_pair_keys64` of the pairs; where X has few distinct rows (a collapsed model), read from
+        a table of the keys between them (bit for bit the same: a key depends only on its two rows' bits)."""
+        if not self._table:
+            return _pair_keys64(self.X64, qi, rj, self.metric)
+        uid, tab, nu = self._table[:3]
+        return tab[uid[qi] * nu + uid[rj]]
+
+    def _make_table(self) -> None:
+        """The table of :meth:`_keys` (and the keys' dense ranks) if X has at most sqrt(KEY_TABLE) and n / 4
+        distinct rows (compared bit for bit)."""
+        if self._table is not None:
+            return
+        rows = np.ascontiguousarray(self.X64).view(np.dtype((np.void, self.X64.dtype.itemsize * self.X64.shape[1])))
+        first, uid = np.unique(rows.ravel(), return_index=True, return_inverse=True)[1:]
+        nu = len(first)
+        if nu * nu > KEY_TABLE or 4 * nu > self.n:
+            self._table = False  # looked at: too many distinct rows
+            return
+        tab = _pair_keys64(self.X64, np.repeat(first, nu), np.tile(first, nu), self.metric)
+        u, trank = np.unique(-tab, return_inverse=True)  # dense ranks, largest key first
+        self._table = (uid.ravel().astype(np.int64), tab, nu, trank.ravel().astype(np.int64), len(u))
 
     def keys32(self, s: int, e: int):
         """Float32 keys of queries s..e against all (self = -inf); Euclidean keys are 2 q.r - |r|^2."""
@@ -156,9 +183,11 @@ class _Engine:
         dl = self.delta[rows]
         full = L >= self.n - 1
         retry = np.zeros(len(rows), dtype=bool)
-        bq, bk, bpos, bneed = [], [], [], []
+        P, m = codes.shape[0], len(rows)
+        # per property and row: the window [lo, hi) of places to rank in float64, and how many of it are taken
+        LO, HI, NEED = (np.zeros((P, m), dtype=np.int64) for _ in range(3))
         neg = -v  # ascending, for searchsorted
-        for k in range(codes.shape[0]):
+        for k in range(P):
             Rk = R[k, rows]
             act = np.flatnonzero(Rk > 0)
             if not len(act):
@@ -176,20 +205,30 @@ class _Engine:
             W = int(lo.max())  # the sure hits lie before lo: only that many columns are looked at
             same = codes[k][idx[act, :W]] == codes[k, rows[act]][:, None]
             H[k, rows[act]] = (same & (np.arange(W)[None, :] < lo[:, None])).sum(1)
-            need = R[k, rows[act]] - lo
-            lens = hi - lo
-            tot = int(lens.sum())
-            offs = np.arange(tot) - np.repeat(np.cumsum(lens) - lens, lens)
-            bq.append(np.repeat(act, lens))
+            LO[k, act], HI[k, act], NEED[k, act] = lo, hi, R[k, rows[act]] - lo
+        lens = HI - LO
+        lens[:, retry] = 0
+        # rows with a large window (many float32 near-ties: a collapsed model) rank the union of their windows once
+        big = lens.max(0) >= BIG_WINDOW
+        if big.any():
+            self._union_rows(np.flatnonzero(big), rows, idx, codes, LO, HI, NEED, H, L)
+            lens[:, big] = 0
+        bq, bk, bpos, bneed = [], [], [], []
+        for k in range(P):
+            act = np.flatnonzero(lens[k])
+            if not len(act):
+                continue
+            ln = lens[k, act]
+            tot = int(ln.sum())
+            offs = np.arange(tot) - np.repeat(np.cumsum(ln) - ln, ln)
+            bq.append(np.repeat(act, ln))
             bk.append(np.full(tot, k))
-            bpos.append(np.repeat(lo, lens) + offs)
-            bneed.append(np.repeat(need, lens))
+            bpos.append(np.repeat(LO[k, act], ln) + offs)
+            bneed.append(np.repeat(NEED[k, act], ln))
         if bq:
             bq, bk, bpos, bneed = (np.concatenate(x) for x in (bq, bk, bpos, bneed))
-            keep = ~retry[bq]
-            bq, bk, bpos, bneed = bq[keep], bk[keep], bpos[keep], bneed[keep]
             ref = idx[bq, bpos]
-            k64 = _pair_keys64(self.X64, rows[bq], ref, self.metric)
+            k64 = self._keys(rows[bq], ref)
             grp = bk * len(rows) + bq
             order = np.lexsort((ref, -k64, grp))
             g = grp[order]
@@ -201,6 +240,77 @@ class _Engine:
         # rows to retry start from zero for every property
         H[:, rows[retry]] = 0
         return rows[retry]
+
+    def _union_rows(self, big: np.ndarray, rows, idx, codes, LO, HI, NEED, H, L: int) -> None:
+        """Add the window hits of rows ``big`` (local to ``rows``) with large windows to ``H``.
+
+        The windows of a row's properties are mostly the same places (with every key tied, all of
+        them the whole row): each place of their union gets its float64 key once, the union is
+        sorted per row by (key descending, reference ascending), and each property takes from it,
+        in that order, the first ``NEED`` places of its own window. The same ranks as sorting each
+        window on its own (the order of a subset is the order restricted to it). Rows go in groups
+        of at most UNION_ENTRIES places of their lists: memory does not grow with rows x n x P."""
+        self._make_table()
+        P = codes.shape[0]
+        W1 = L + 1  # hi <= L
+        step = max(1, UNION_ENTRIES // W1)
+        for a in range(0, len(big), step):
+            c = big[a:a + step]
+            nc = len(c)
+            ru, pu = _union(LO[:, c].T, HI[:, c].T, W1)  # the union of the windows: rows, places, in row order
+            q = rows[c]
+            ref = idx[c[ru], pu]
+            order = self._row_order(ru, q[ru], ref, nc)
+            ru, pu, ref = ru[order], pu[order], ref[order]
+            start = np.searchsorted(ru, np.arange(nc), side="left")  # each row's first sorted place
+            for k in range(P):
+                lk, hk, nk = LO[k, c], HI[k, c], NEED[k, c]
+                if not np.any(hk > lk):
+                    continue
+                inw = (pu >= lk[ru]) & (pu < hk[ru])
+                cw = np.cumsum(inw)
+                before = np.where(start > 0, cw[np.maximum(start - 1, 0)], 0)  # window places in earlier rows
+                take = inw & (cw - before[ru] <= nk[ru])  # the first NEED of the window, in key order
+                hit = take & (codes[k][ref] == codes[k][q][ru])
+                H[k, q] += np.bincount(ru[hit], minlength=nc)
+
+    def _row_order(self, ru: np.ndarray, qi: np.ndarray, ref: np.ndarray, nc: int) -> np.ndarray:
+        """np.lexsort((ref, -k64, ru)) of the pairs' float64 keys, as one integer sort of (row, key rank,
+        reference) where that fits 63 bits; equal keys (0.0 and -0.0 too) share a rank, as in the sort."""
+        if not len(ru):
+            return np.zeros(0, dtype=np.int64)
+        if self._table:  # the keys' ranks from the table's
+            uid, tab, nu, trank, nd = self._table
+            t = uid[qi] * nu + uid[ref]
+            rank = trank[t]
+        else:
+            k64 = _pair_keys64(self.X64, qi, ref, self.metric)
+            u, inv = np.unique(-k64, return_inverse=True)
+            nd, rank = len(u), inv.ravel()
+        nr = int(ref.max()) + 1
+        if nc * nd * nr >= 1 << 62:
+            return np.lexsort((ref, -tab[t] if self._table else -k64, ru))
+        return np.argsort((ru * nd + rank) * nr + ref)  # distinct: any sort gives the order
+
+
+def _union(lo: np.ndarray, hi: np.ndarray, W1: int) -> tuple[np.ndarray, np.ndarray]:
+    """Places (row, place) of the union of the windows [lo, hi) of each row (lo, hi: (rows, P); place < W1),
+    in row order and place order. Overlapping windows (every key tied: each the whole row) are one interval."""
+    on = hi > lo
+    big = np.iinfo(np.int64).max
+    lom, him = np.where(on, lo, big), np.where(on, hi, -1)
+    o = np.argsort(lom, axis=1, kind="stable")
+    ls, cm = np.take_along_axis(lom, o, 1), np.maximum.accumulate(np.take_along_axis(him, o, 1), axis=1)
+    if not np.any((ls[:, 1:] > cm[:, :-1]) & (ls[:, 1:] != big)):  # no gaps: per row [min lo, max hi)
+        ulo, ln = np.where(on.any(1), lom.min(1), 0), np.maximum(him.max(1) - lom.min(1), 0)
+        ru = np.repeat(np.arange(len(lo)), ln)
+        return ru, np.arange(len(ru)) - np.repeat(np.cumsum(ln) - ln - ulo, ln)
+    nc = len(lo)
+    base = np.arange(nc)[:, None] * W1
+    edge = (np.bincount((base + lo)[on], minlength=nc * W1 + 1) - np.bincount((base + hi)[on], minlength=nc * W1 + 1))
+    U = np.flatnonzero(np.cumsum(edge[:nc * W1]) > 0)
+    ru = U // W1
+    return ru, U - ru * W1
 
 
 def property_precision(X, properties: Mapping[str, Any], *, metric: str = "euclidean", max_r: int | None = None,
