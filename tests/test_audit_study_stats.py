@@ -564,3 +564,22 @@ def test_kendall_rows_of_many_points_stay_small_and_equal_scipy():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
     small = kendall_rows(X[:, :900], Y[:, :900])  # the pair-count path, to the same values
     np.testing.assert_allclose(small, [kendalltau(X[i, :900], Y[0, :900]).statistic for i in range(3)], atol=1e-15)
+
+
+def test_a_measure_undefined_for_most_runs_gives_nan_spreads_without_numpy_warnings():
+    """ρ of a collapsed model is NaN (docs/methods.md §2): a study whose measure is defined for one
+    objective only (or none) reports the seed spreads over the defined values, NaN where fewer than
+    two (one) are left, and prints none of numpy's 'Degrees of freedom <= 0' / 'Mean of empty slice'
+    warnings (a study over a collapsed checkpoint printed one on the terminal)."""
+    df = _study(nan_seed=False, nan_objective=False)
+    df.loc[~df["id"].str.startswith("l0_d0"), "m"] = np.nan  # m only for objective "loss0 embed_dim=8"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        s = study_statistics(df, target="R@1", n_boot=50, seed=1, splits=SPLITS)
+        rob = s["robustness"]["m"]
+        assert rob["seed_sd_within"] == pytest.approx(df.loc[df["id"].str.startswith("l0_d0"), "m"].std(ddof=1),
+                                                      abs=1e-12)
+        assert math.isnan(rob["sd_between_objectives"]) and math.isnan(rob["seed_spread_ratio"])
+        df["m"] = np.nan  # undefined everywhere
+        rob = study_statistics(df, target="R@1", n_boot=50, seed=1, splits=SPLITS)["robustness"]["m"]
+        assert math.isnan(rob["seed_sd_within"]) and math.isnan(rob["sd_between_objectives"])

@@ -496,8 +496,14 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
             if len(NO) >= 3:
                 rr["normalised_only_pearson"] = _pearson(NO[m], NO[target])
                 rr["normalised_only_objectives"] = int(len(NO))
-        within = float(np.nanmean(Osd[m])) if (n_seeds > 1).any() else float("nan")
-        between = float(np.nanstd(OB[m], ddof=1)) if len(OB) > 1 else float("nan")
+        # over the defined values only (a measure undefined for some runs: ρ of a collapsed model);
+        # fewer than one (two) of them give NaN, without numpy's empty-slice warnings on the terminal
+        sds = Osd[m].to_numpy(np.float64)
+        sds = sds[np.isfinite(sds)]
+        within = float(sds.mean()) if (n_seeds > 1).any() and sds.size else float("nan")
+        obs = OB[m].to_numpy(np.float64)
+        obs = obs[np.isfinite(obs)]
+        between = float(np.std(obs, ddof=1)) if obs.size > 1 else float("nan")
         rr.update(seed_sd_within=within, sd_between_objectives=between,
                   seed_spread_ratio=(within / between if between and np.isfinite(between) and between > 0
                                      else float("nan")))
