@@ -144,3 +144,30 @@ def test_fig5_pairs_colours_by_family_and_draws_every_training_measure():
         assert "one point per objective (5; mean over seeds" in fig._suptitle.get_text()  # n beside the intervals
     finally:
         plt.close(fig)
+
+
+def test_fig5_says_how_many_objectives_are_undefined_and_keeps_tiny_ticks_apart():
+    """An objective whose measure is undefined (ρ of a collapsed model: NaN) is named in the panel's
+    title, not dropped silently; tiny values (π of an untrained network, 0 ... 0.0011) get at most
+    five tick labels that do not overlap (six labels of six digits ran into one another)."""
+    stats = _stats()
+    stats["objectives"][1]["rho"] = float("nan")
+    for i, o in enumerate(stats["objectives"]):
+        o["pi_ratio"], o["pi_ratio_sd"] = 0.00027 * i, 1e-5
+    fig = fig5(stats)
+    try:
+        fig.canvas.draw()
+        panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+        assert panels[0].get_title().endswith("(1 undefined, not drawn)")
+        assert "undefined" not in panels[1].get_title()
+        for ax in panels:
+            labels = [t for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+            xmin, xmax = ax.get_xlim()
+            labels = [t for t in labels if xmin <= t.get_position()[0] <= xmax]
+            assert 2 <= len(labels) <= 5
+            boxes = sorted((t.get_window_extent() for t in labels), key=lambda b: b.x0)
+            assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [t.get_text() for t in labels]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -112,6 +112,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     """One panel per training-set measure: one point per objective (mean over seeds, error bars = seed
     standard deviation), the least-squares line, Pearson r with its bootstrap 95% interval (Roth Fig. 5)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     target = stats["target"]
     objs = stats["objectives"]
@@ -137,10 +138,16 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
             xx = np.linspace(x[ok].min(), x[ok].max(), 20)
             ax.plot(xx, a * xx + b, color="0.3", lw=1.0, ls="--")
         r = _corr(stats, m) or {}
-        ax.set_title(f"r = {_fmt_ci(r)}", fontsize=8.5)
+        # objectives whose measure is undefined (ρ of a collapsed model is NaN) are said, not dropped silently
+        undef = int(np.sum(~np.isfinite(x) & np.isfinite(y)))
+        ax.set_title(f"r = {_fmt_ci(r)}" + (f"  ({undef} undefined, not drawn)" if undef else ""), fontsize=8.5)
         ax.set_xlabel(pretty(m, "train"))
         ax.set_ylabel(f"{target} (test)")
         ax.grid(alpha=0.25)
+        # at most 5 ticks, each in 3 significant digits: tiny π values (an untrained network's
+        # 0.0000 ... 0.0010, six ticks of six digits) ran into one another
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.3g}".replace("-", "\u2212")))
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
     labels = [short_text(o["objective"], LEGEND_CHARS) for o in objs]
