@@ -32,7 +32,9 @@ R-th float32 key s (delta: a rigorous float32 error bound of the key), so everyt
 s + 2 delta is surely among the R nearest, everything below s - 2 delta surely not, and only the
 few references in the band are ranked by float64 keys computed pair by pair (lower index first on
 ties). A band that reaches the end of the list makes that row retry with a longer list. No kNN
-label matrix of all queries is kept.
+label matrix of all queries is kept. Where a row's bands are wide (many equal keys: a collapsed
+model, whose every key ties), the union of its properties' bands is ranked once (``_union_rows``),
+with the keys read from a table between the distinct rows when X has few of them.
 """
 
 from __future__ import annotations

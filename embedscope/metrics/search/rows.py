@@ -27,7 +27,10 @@ flat search) and never sorts a row of N keys:
    of the tile, :func:`~.counting.tile_delta`; ε_i: the error of a float64 key estimate), gives the
    survivors surely before it (float32 key > k + w_i). A pair's own reference lies within ±w_i of
    k; when a second survivor does (the next lower one in the sorted row), the survivors of that
-   window are compared in float64 (:func:`~.knn.pair_keys64`), lower index first on ties.
+   window are compared in float64 (:func:`~.knn.pair_keys64`), lower index first on ties. Where the
+   windows hold many survivors (many equal keys: a collapsed model, whose every key ties), a
+   block's windows are counted from their union instead, one float64 key per group of identical
+   reference rows (:func:`~.knn.tie_window_before`): the same counts without N³ comparisons.
 4. **Certification.** A pair with ``k − w_i > τ_i`` has all its predecessors among the survivors:
    its rank is exact. A pair below is beyond d_i when d_i survivors lie above ``τ_i + 2w_i``.
    Otherwise (the floor estimate was too high: a few rows in a thousand) the row is recomputed
