@@ -392,3 +392,20 @@ def test_agreement_heatmap_keeps_models_with_a_common_long_suffix_apart():
     fig = agreement_heatmaps(res)
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert len(set(ticks)) == 3 and all(len(t) <= 18 for t in ticks)  # all three read "…ong_common_suffix" before
+
+
+def test_agreement_heatmap_caption_says_n_a_for_undefined_block_means():
+    """A model with all-zero maps (collapsed: no gradient) has no r or JSD: its cells read 'n/a', and
+    so does the caption's block mean (it read 'r nan, JSD nan')."""
+    from embedscope.viz.saliency import agreement_heatmaps
+
+    nan = float("nan")
+    A = [[1.0, nan], [nan, 1.0]]
+    res = {"names": ["collapsed", "normal"], "families": ["untrained"] * 2, "n_images": 6,
+           "pairs": {"a": {"jsd_base": "bits"}}, "r_mean": A, "r_spread": A, "jsd_mean": A, "jsd_std": A,
+           "blocks": [{"family_a": "untrained", "family_b": "untrained", "r_mean": nan, "jsd_mean": nan, "n_pairs": 1},
+                      {"family_a": "a", "family_b": "b", "r_mean": 0.25, "jsd_mean": 0.125, "n_pairs": 2}]}
+    fig = agreement_heatmaps(res)
+    caption = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
+    assert "untrained–untrained: r n/a, JSD n/a (1 pair)" in caption and "nan" not in caption
+    assert "a–b: r 0.250, JSD 0.1250 (2 pairs)" in caption

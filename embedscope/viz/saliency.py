@@ -99,7 +99,9 @@ def agreement_heatmaps(res: dict[str, Any]):
             ax.set_title(title)
         lines = []
         for b in res.get("blocks", []):
-            lines.append(f"{b['family_a']}–{b['family_b']}: r {b['r_mean']:.3f}, JSD {b['jsd_mean']:.4f} "
+            r, jsd = (f"{v:.{d}f}" if np.isfinite(v) else "n/a"  # n/a, as in the cells (all-zero maps)
+                      for v, d in ((float(b["r_mean"]), 3), (float(b["jsd_mean"]), 4)))
+            lines.append(f"{b['family_a']}–{b['family_b']}: r {r}, JSD {jsd} "
                          f"({b['n_pairs']} pair{'s' if b['n_pairs'] != 1 else ''})")
         legend = ", ".join(f"{f}" for f in dict.fromkeys(fams))
         caption = (f"families (label colour): {legend}.   Block means (arithmetic over model pairs): "
