@@ -126,3 +126,72 @@ def test_distinct_rows_with_equal_keys(metric, seen):
     X[:300] = P[0]  # one point dense at the lowest indices
     check(X, y, metric=metric, keys=["R@1", "mAP@1000", "mAP@lim"])
     assert "rows" in seen and "candidates" in seen
+
+
+def test_union_taken_a_few_rows_at_a_time_gives_the_same_values(monkeypatch):
+    # the union's arrays are bounded: beyond TIE_CHUNK_PLACES places the windows go a few rows at a
+    # time (a collapsed SOP-sized set); forced here with a limit below one block's places
+    import embedscope.metrics.search.knn as knn
+
+    X, y = collapsed(1500, 2, seed=9), np.repeat(np.arange(25), 60)
+    keys = SHALLOW + ["mAP@1000"]
+    a = retrieval_metrics(X, y, include=keys)
+    calls = []
+    real = knn._tie_window_rows
+
+    def spy(n_places, *args, **kw):
+        calls.append(n_places)
+        return real(n_places, *args, **kw)
+
+    monkeypatch.setattr(knn, "TIE_CHUNK_PLACES", 5000)
+    monkeypatch.setattr(knn, "_tie_window_rows", spy)
+    b = retrieval_metrics(X, y, include=keys)
+    assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+    assert len(calls) > 10 and max(calls) <= 5000
+    check(X, y, keys=SHALLOW)  # and the brute force, with the small limit
+
+
+def test_too_many_survivors_fall_back_to_a_pass_of_bounded_memory(monkeypatch):
+    # the tile pass keeps the survivors of unfinished blocks; with every key tied these are whole
+    # rows (N² in all: a collapsed SOP-sized set would not fit in memory). Past its budget the pass
+    # stops (SurvivorOverflow) and the counting pass or the candidate lists rank the search: the
+    # same values (forced here with a tiny budget)
+    events = []
+    real = rows.relevant_ranks_by_rows
+
+    def spy(*a, **k):
+        try:
+            return real(*a, **k)
+        except rows.SurvivorOverflow:
+            events.append("overflow")
+            raise
+
+    monkeypatch.setattr(rows, "relevant_ranks_by_rows", spy)
+    monkeypatch.setattr(rows, "SURVIVOR_BUDGET", (0.0, 500, 500))
+    X, y = collapsed(1600, 3, seed=10), np.repeat(np.arange(20), 80)
+    check(X, y, keys=SHALLOW)
+    assert events == ["overflow"]
+    X = np.round(np.random.default_rng(11).standard_normal((1600, 4)) * 4) / 4  # real-looking rows, too
+    check(X, y, metric="euclidean", keys=SHALLOW)
+
+
+def test_real_embeddings_stay_far_below_the_survivor_budget(monkeypatch):
+    # the budget (32 x the depths) must never stop the tile pass on embeddings that do not collapse:
+    # Gaussian classes, easy to hard, hold at most ~2.3 x a block's depths (measured), checked < 8 x
+    worst = []
+    add = rows._Rows._add
+
+    def spy(self, blk, part):
+        out = add(self, blk, part)
+        s, e = self.blocks[blk]
+        worst.append(self.held_blk[blk] / float(self.depth[s:e].sum()))
+        return out
+
+    monkeypatch.setattr(rows._Rows, "_add", spy)
+    rng = np.random.default_rng(12)
+    for n, d, c, noise in ((3000, 16, 50, 3.0), (4000, 64, 400, 1.2), (3000, 32, 10, 1.0)):
+        centres = rng.standard_normal((c, d))
+        y = rng.integers(0, c, n)
+        X = (centres[y] + noise * rng.standard_normal((n, d))).astype(np.float32)
+        retrieval_metrics(X, y, include=["P@1", "MAP@R"])
+    assert worst and max(worst) < 8

@@ -213,6 +213,7 @@ def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, met
 
 
 DENSE_WINDOW = 16  # from this mean window size (members per pair), tie_window_before's union of windows
+TIE_CHUNK_PLACES = 1 << 23  # ... whose places are taken a few rows at a time beyond this many
 
 
 def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: np.ndarray, kp: np.ndarray,
@@ -246,6 +247,38 @@ def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: n
     m = lo.size
     if m == 0:
         return np.zeros(0, dtype=np.int64)
+    lo, hi, pair_row = (np.asarray(a, dtype=np.int64) for a in (lo, hi, pair_row))
+    if n_places > TIE_CHUNK_PLACES:  # a few rows at a time: the union's arrays stay bounded (a
+        # collapsed SOP-sized set has ~N survivors in each of a block's 1,024 rows)
+        if np.any(pair_row[1:] < pair_row[:-1]):  # pragma: no cover - every pass gives pairs by row
+            raise AssertionError("tie_window_before: pairs must come grouped by row")
+        out = np.empty(m, dtype=np.int64)
+        cut = np.flatnonzero(np.diff(pair_row)) + 1  # each row's first pair
+        starts = np.r_[0, cut]
+        ends = np.r_[cut, m]
+        span_lo = np.minimum.reduceat(lo, starts)
+        span_hi = np.maximum.reduceat(hi, starts)
+        a = 0
+        while a < starts.size:
+            b = a + 1
+            while b < starts.size and span_hi[b] - span_lo[a] <= TIE_CHUNK_PLACES:
+                b += 1
+            p0, p1 = starts[a], ends[b - 1]
+            base, stop = int(span_lo[a]), int(span_hi[a:b].max())
+            out[p0:p1] = _tie_window_rows(
+                stop - base, lo[p0:p1] - base, hi[p0:p1] - base, pair_row[p0:p1], kp[p0:p1], idp[p0:p1],
+                lambda at, _b=base: row_of(at + _b), lambda at, _b=base: ref_at(at + _b), keys_of,
+                greater_high=greater_high, ref_class=ref_class)
+            a = b
+        return out
+    return _tie_window_rows(n_places, lo, hi, pair_row, kp, idp, row_of, ref_at, keys_of, greater_high=greater_high,
+                            ref_class=ref_class)
+
+
+def _tie_window_rows(n_places, lo, hi, pair_row, kp, idp, row_of, ref_at, keys_of, *, greater_high, ref_class):
+    """:func:`tie_window_before` of pairs whose windows lie in ``n_places`` places (at most
+    ``TIE_CHUNK_PLACES`` unless one row holds more)."""
+    m = lo.size
     edge = np.bincount(lo, minlength=n_places + 1)[:n_places + 1] - np.bincount(hi, minlength=n_places + 1)[:n_places + 1]
     U = np.flatnonzero(np.cumsum(edge[:n_places]) > 0)  # the union of the windows, in place order
     rows_u = np.asarray(row_of(U), dtype=np.int64)

@@ -622,7 +622,7 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
     device = compute_device(device)  # once, for every plan
     if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R):
-        from embedscope.metrics.search.rows import large_mode, relevant_ranks_by_rows
+        from embedscope.metrics.search.rows import SurvivorOverflow, large_mode, relevant_ranks_by_rows
 
         if compact and large_mode(lay.R, ks.R64.shape[0]):  # only the keys (the pairs are read off the survivors)
             qi = rj = None
@@ -632,11 +632,15 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
         starts, ends = lay.bounds
         ref_cls = np.empty(lay.ref_order.size, dtype=np.int64)
         ref_cls[lay.ref_order] = np.repeat(np.arange(starts.size), ends - starts)
-        out = relevant_ranks_by_rows(ks, qi, rj, keys, depth_q, key_err=key_err, block=block,
-                                     progress=progress, labels=(lay.q_cls, ref_cls, lay.R), compact=compact)
-        if len(out) == 3:  # compact: (ranks within the depth, their references, their number per query)
+        try:
+            out = relevant_ranks_by_rows(ks, qi, rj, keys, depth_q, key_err=key_err, block=block,
+                                         progress=progress, labels=(lay.q_cls, ref_cls, lay.R), compact=compact)
+        except SurvivorOverflow:  # most keys tie (a collapsed model): a pass of bounded memory below
+            out = None
+        if out is not None and len(out) == 3:  # compact: (ranks within the depth, their references, their number per query)
             return out[2], out[1], out[0], "compact"
-        return qi, out[1], out[0], True
+        if out is not None:
+            return qi, out[1], out[0], True
     plan = _counting_plan(device, depth, n_avail)
     if plan is not None:
         qi, rj, keys, key_err = _pairs_and_keys(ks, lay)

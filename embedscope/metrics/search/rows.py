@@ -60,7 +60,13 @@ from embedscope.metrics.search.counting import TileGemm, augmented, k_chunks, ti
 from embedscope.metrics.search.knn import DENSE_WINDOW, KeySpace, _bar, pair_keys64, tie_window_before
 from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
-__all__ = ["relevant_ranks_by_rows", "large_mode"]
+__all__ = ["relevant_ranks_by_rows", "large_mode", "SurvivorOverflow"]
+
+
+class SurvivorOverflow(Exception):
+    """The survivors held at once passed the pass's budget (``SURVIVOR_BUDGET``): the float32 filter
+    kept far more than ~2 × depth references per query, as it must where most keys tie (a collapsed
+    model keeps whole rows: N² survivors). The caller ranks the search by a pass of bounded memory."""
 
 BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK; at most 32,767)
 REF_TILE = 2048  # references per tile when the search is not symmetric
@@ -79,6 +85,9 @@ FLOOR_BF16_MIN_SAVING = 0.05  # the floors' sample GEMM in bfloat16 when that sa
 LARGE_PAIRS_PER_QUERY = 256  # from this many relevant pairs per query: _count_large
 LARGE_SAMPLE_MEAN = 48.0  # ... and SAMPLE_MEAN this large (a tighter floor: fewer survivors per row)
 _SLOT_MASK = np.int64((1 << 29) - 1)  # the float64 mantissa bits below a float32's precision
+SURVIVOR_BUDGET = (32.0, 1 << 26, 1 << 24)  # survivors held at once: at most 32 x the sum of the depths
+# (about 16 x what the floors let through) or 2^26 (0.7 GB of 10-byte survivors), whichever is larger, and
+# per query block 32 x its depths or 2^24 (ranking a block costs ~80 bytes a survivor): else SurvivorOverflow
 
 
 def large_mode(counts: np.ndarray, n_ref: int) -> bool:
@@ -262,6 +271,12 @@ class _Rows:
         self.floor_spans = [(s, min(nq, s + step)) for s in range(0, nq, step)]
         self.floor = np.empty(nq)
         self.pending: list = [[] for _ in self.blocks]
+        self.held = 0  # survivors in self.pending (SURVIVOR_BUDGET), in all and per block
+        self.held_blk = [0] * len(self.blocks)
+        self.budget = max(SURVIVOR_BUDGET[0] * float(self.depth.sum()), float(SURVIVOR_BUDGET[1]))
+        self.budget_blk = [max(SURVIVOR_BUDGET[0] * float(self.depth[s:e].sum()), float(SURVIVOR_BUDGET[2]))
+                           for s, e in self.blocks]
+        self.overflow = False  # set once the budget is passed: the remaining tiles return at once
         self.pool = None  # the worker pool, when there is one: finish() hands it half a block
         self.extra: list = []  # ... and those halves' futures
         self.lock = threading.Lock()
@@ -358,6 +373,8 @@ class _Rows:
 
     # ------------------------------------------------------------------ tiles
     def run_task(self, task, buf: np.ndarray, mbuf: np.ndarray, mbuf2: np.ndarray, bbuf=None, bits=None):
+        if self.overflow:
+            raise SurvivorOverflow()
         a, r0, r1, c = task
         s, e = self.blocks[a]
         b, w = e - s, r1 - r0
@@ -423,6 +440,11 @@ class _Rows:
 
     def _add(self, blk: int, part):
         with self.lock:
+            self.held += len(part[0])
+            self.held_blk[blk] += len(part[0])
+            if self.held > self.budget or self.held_blk[blk] > self.budget_blk[blk]:
+                self.overflow = True
+                raise SurvivorOverflow()
             self.pending[blk].append(part)
             self.remaining[blk] -= 1
             return blk if self.remaining[blk] == 0 else None
@@ -432,7 +454,9 @@ class _Rows:
         """Rank block ``blk``'s pairs from its survivors, recount the rows whose floor was too
         high, and write the block's pairs in rank order."""
         s, e = self.blocks[blk]
-        parts, self.pending[blk] = self.pending[blk], None
+        with self.lock:
+            parts, self.pending[blk] = self.pending[blk], None
+            self.held -= sum(len(p[0]) for p in parts)
         if parts and all(len(p) == 4 for p in parts):  # parts sorted by row (the labels mode)
             nb = e - s
             if self.pool is not None and nb >= 2 * SPLIT_MIN_ROWS:  # halves, as below
@@ -883,35 +907,37 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     def torch_count():
         return sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
 
-    if n_threads == 1:  # the calling thread runs every GEMM: one torch thread for the bfloat16 ones
-        with torch_threads(1) if st.floor_bf16 else contextlib.nullcontext():
-            for sp in st.floor_spans:
-                floors(sp)
-        st.set_thresholds()
-        with torch_threads(1) if st.cthr is not None else contextlib.nullcontext():
-            for t in st.tasks:
-                run(t)
-                bar.update(1)
-    else:
-        # torch keeps its OpenMP thread count per thread (each worker sets 1 for itself) and takes
-        # the last count set as the default of threads started later: the caller's is put back.
-        # Read before any worker sets one (torch is imported by then if a GEMM will use it).
-        torch_before = torch_count()
-        try:
-            with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
-                list(pool.map(floors, st.floor_spans))
-                st.set_thresholds()
-                if torch_before is None:
-                    torch_before = torch_count()
-                st.pool = pool
-                for _ in pool.map(run, st.tasks):
+    try:  # (a SurvivorOverflow leaves through here: the bar is closed either way)
+        if n_threads == 1:  # the calling thread runs every GEMM: one torch thread for the bfloat16 ones
+            with torch_threads(1) if st.floor_bf16 else contextlib.nullcontext():
+                for sp in st.floor_spans:
+                    floors(sp)
+            st.set_thresholds()
+            with torch_threads(1) if st.cthr is not None else contextlib.nullcontext():
+                for t in st.tasks:
+                    run(t)
                     bar.update(1)
-                for fut in st.extra:  # every tile is done, so every half block has been handed out
-                    fut.result()
-        finally:
-            if torch_before is not None and (st.floor_bf16 or st.cthr is not None):
-                sys.modules["torch"].set_num_threads(torch_before)
-    bar.close()
+        else:
+            # torch keeps its OpenMP thread count per thread (each worker sets 1 for itself) and takes
+            # the last count set as the default of threads started later: the caller's is put back.
+            # Read before any worker sets one (torch is imported by then if a GEMM will use it).
+            torch_before = torch_count()
+            try:
+                with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
+                    list(pool.map(floors, st.floor_spans))
+                    st.set_thresholds()
+                    if torch_before is None:
+                        torch_before = torch_count()
+                    st.pool = pool
+                    for _ in pool.map(run, st.tasks):
+                        bar.update(1)
+                    for fut in st.extra:  # every tile is done, so every half block has been handed out
+                        fut.result()
+            finally:
+                if torch_before is not None and (st.floor_bf16 or st.cthr is not None):
+                    sys.modules["torch"].set_num_threads(torch_before)
+    finally:
+        bar.close()
     if st.compact:
         return _assemble(st.pieces, nq)
     return st.out_rank, st.out_ref
