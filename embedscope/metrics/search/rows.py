@@ -39,7 +39,9 @@ flat search) and never sorts a row of N keys:
 
 The ranks equal those of a float64 distance matrix with ties to the lower reference index; the
 pairs come out in rank order per query. Memory: per worker thread one tile and its boolean mask,
-plus the survivors of the blocks not yet complete (about 2 × d × N × 14 bytes); never N × N.
+plus the survivors of the blocks not yet complete (about 2 × d × N × 14 bytes); never N × N: past
+a budget (``SURVIVOR_BUDGET``: a collapsed model, whose every key ties, keeps whole rows) the pass
+stops with :class:`SurvivorOverflow` and the caller ranks the search by the counting pass.
 Tiles are shared among worker threads, each running its GEMM with one BLAS thread, so one tile's
 filtering and one block's counting overlap another tile's GEMM.
 """
