@@ -175,6 +175,15 @@ def test_too_many_survivors_fall_back_to_a_pass_of_bounded_memory(monkeypatch):
     check(X, y, metric="euclidean", keys=SHALLOW)
 
 
+def test_an_abandoned_tile_pass_prints_no_line(monkeypatch, capsys):
+    # output to a file: one line per phase; the tile pass given up for the counting pass leaves none
+    monkeypatch.setattr(rows, "SURVIVOR_BUDGET", (0.0, 500, 500))
+    X, y = collapsed(1600), np.repeat(np.arange(20), 80)
+    retrieval_metrics(X, y, include=["P@1", "MAP@R"], progress=True)
+    lines = [s for s in capsys.readouterr().err.splitlines() if s.startswith("retrieval")]
+    assert len(lines) == 1, lines
+
+
 def test_real_embeddings_stay_far_below_the_survivor_budget(monkeypatch):
     # the budget (32 x the depths) must never stop the tile pass on embeddings that do not collapse:
     # Gaussian classes, easy to hard, hold at most ~2.3 x a block's depths (measured), checked < 8 x

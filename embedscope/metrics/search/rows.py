@@ -909,7 +909,7 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     def torch_count():
         return sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
 
-    try:  # (a SurvivorOverflow leaves through here: the bar is closed either way)
+    try:
         if n_threads == 1:  # the calling thread runs every GEMM: one torch thread for the bfloat16 ones
             with torch_threads(1) if st.floor_bf16 else contextlib.nullcontext():
                 for sp in st.floor_spans:
@@ -938,8 +938,14 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
             finally:
                 if torch_before is not None and (st.floor_bf16 or st.cthr is not None):
                     sys.modules["torch"].set_num_threads(torch_before)
-    finally:
+    except SurvivorOverflow:  # an abandoned pass leaves no "done" line (the caller's pass draws its own)
+        if hasattr(bar, "leave"):  # tqdm: the bar is erased
+            bar.leave = False
+        elif hasattr(bar, "closed"):  # a log line at close: none
+            bar.closed = True
         bar.close()
+        raise
+    bar.close()
     if st.compact:
         return _assemble(st.pieces, nq)
     return st.out_rank, st.out_ref
