@@ -129,15 +129,16 @@ class _Engine:
         distinct rows (compared bit for bit)."""
         if self._table is not None:
             return
-        rows = np.ascontiguousarray(self.X64).view(np.dtype((np.void, self.X64.dtype.itemsize * self.X64.shape[1])))
-        first, uid = np.unique(rows.ravel(), return_index=True, return_inverse=True)[1:]
+        from embedscope.metrics.search.knn import identical_rows
+
+        first, uid = identical_rows(self.X64)
         nu = len(first)
         if nu * nu > KEY_TABLE or 4 * nu > self.n:
             self._table = False  # looked at: too many distinct rows
             return
         tab = _pair_keys64(self.X64, np.repeat(first, nu), np.tile(first, nu), self.metric)
         u, trank = np.unique(-tab, return_inverse=True)  # dense ranks, largest key first
-        self._table = (uid.ravel().astype(np.int64), tab, nu, trank.ravel().astype(np.int64), len(u))
+        self._table = (uid, tab, nu, trank.ravel().astype(np.int64), len(u))
 
     def keys32(self, s: int, e: int):
         """Float32 keys of queries s..e against all (self = -inf); Euclidean keys are 2 q.r - |r|^2."""

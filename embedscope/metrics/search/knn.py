@@ -341,6 +341,16 @@ def _tie_window_rows(n_places, lo, hi, pair_row, kp, idp, row_of, ref_at, keys_o
     return greater - outside
 
 
+def identical_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``A`` compared bit for bit: (the index of each distinct row's first occurrence,
+    per row the number of its distinct row). Bitwise-identical rows give bitwise-identical keys
+    (:func:`pair_keys64`), so ties among them need one key."""
+    A = np.ascontiguousarray(A)
+    rows = A.view(np.dtype((np.void, A.dtype.itemsize * A.shape[1]))).ravel()
+    _, first, inv = np.unique(rows, return_index=True, return_inverse=True)
+    return first, inv.astype(np.int64).ravel()
+
+
 def window_keys64(ks: "KeySpace", qi: np.ndarray, rj: np.ndarray, group: int = GROUP_REFS) -> np.ndarray:
     """:func:`pair_keys64` of pairs given grouped by query, computed in the order of reference
     ranges of ``group`` rows (a stable radix sort of ``rj // group``) and returned in the given
@@ -399,10 +409,7 @@ class KeySpace:
         first use: only searches with many equal keys need it, :func:`tie_window_before`)."""
         cls = getattr(self, "_ref_classes", None)
         if cls is None:
-            R = np.ascontiguousarray(self.R64)
-            rows = R.view(np.dtype((np.void, R.dtype.itemsize * R.shape[1]))).ravel()
-            cls = np.unique(rows, return_inverse=True)[1].astype(np.int64).ravel()
-            self._ref_classes = cls
+            cls = self._ref_classes = identical_rows(self.R64)[1]
         return cls
 
     def row_keys32(self, qi: int) -> np.ndarray:
