@@ -204,3 +204,19 @@ def test_real_embeddings_stay_far_below_the_survivor_budget(monkeypatch):
         X = (centres[y] + noise * rng.standard_normal((n, d))).astype(np.float32)
         retrieval_metrics(X, y, include=["P@1", "MAP@R"])
     assert worst and max(worst) < 8
+
+
+def test_counting_pass_with_estimated_keys_on_a_collapsed_model(monkeypatch):
+    # classes of 60 in the counting pass (the tile pass given up): the pairs' keys are estimates from
+    # a GEMM per class, so the union count takes their exact keys, once per pair over the flushes
+    monkeypatch.setattr(rows, "SURVIVOR_BUDGET", (0.0, 500, 500))
+    seen = []
+    exact = counting._Pass._exact_keys
+
+    def spy(self, blk, wp):
+        seen.append(self.estimated)
+        return exact(self, blk, wp)
+
+    monkeypatch.setattr(counting._Pass, "_exact_keys", spy)
+    check(collapsed(3000, 3, seed=4), np.repeat(np.arange(50), 60), keys=SHALLOW)
+    assert seen and all(seen)

@@ -272,6 +272,7 @@ class _Block:
         self.pr = st.qi[self.p0:self.p1] - s
         self.pk = st.k64[self.p0:self.p1]
         self.pref = st.rj[self.p0:self.p1]
+        self.pk_exact = None  # the exact keys of pairs with estimated keys, once needed (_Pass._exact_keys)
         self.dl = st.delta[s:e]
         self.wl = st.delta[s:e] + st.err[s:e]  # window half-width: tile error + key-estimate error
         W, base = st.W, st.base
@@ -405,8 +406,7 @@ class _Pass:
         wp = np.flatnonzero(win > 0)
         if wp.size and int(win[wp].sum()) >= DENSE_WINDOW * wp.size:  # many equal keys: counted now
             ks, s = self.ks, blk.s
-            kp = (pair_keys(ks.Q64, ks.R64, s + pr[wp], pref[wp], ks.metric) if self.estimated
-                  else blk.pk[wp])
+            kp = self._exact_keys(blk, wp)
             before = tie_window_before(
                 gs.size, c_lo[wp], c_hi[wp], pr[wp], kp, pref[wp],
                 lambda at: (gs[at] // self.W).astype(np.int64),  # every g of row r lies in (rW, (r+1)W)
@@ -423,6 +423,20 @@ class _Pass:
             keep = wids != pref[rep]  # the pair's own reference lies in its window whenever it survived
             acc.win_p.append(rep[keep])
             acc.win_r.append(wids[keep])
+
+    def _exact_keys(self, blk: _Block, wp: np.ndarray) -> np.ndarray:
+        """The float64 keys (:func:`pair_keys64`) of block ``blk``'s pairs ``wp``: its keys as given, or
+        where they are estimates, computed once per pair and kept (a collapsed model's pairs have
+        windows at every flush)."""
+        if not self.estimated:
+            return blk.pk[wp]
+        if blk.pk_exact is None:
+            blk.pk_exact = np.full(blk.pk.size, np.nan)
+        miss = wp[np.isnan(blk.pk_exact[wp])]
+        if miss.size:
+            ks = self.ks
+            blk.pk_exact[miss] = pair_keys(ks.Q64, ks.R64, blk.s + blk.pr[miss], blk.pref[miss], ks.metric)
+        return blk.pk_exact[wp]
 
     def finish(self, a: int, acc: _Acc):
         """Ranks (``inf`` beyond the depth) and the unresolved flags of block ``a``'s pairs."""

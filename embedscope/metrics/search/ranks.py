@@ -637,9 +637,9 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
                                          progress=progress, labels=(lay.q_cls, ref_cls, lay.R), compact=compact)
         except SurvivorOverflow:  # most keys tie (a collapsed model): a pass of bounded memory below
             out = None
-        if out is not None and len(out) == 3:  # compact: (ranks within the depth, their references, their number per query)
-            return out[2], out[1], out[0], "compact"
         if out is not None:
+            if len(out) == 3:  # compact: (ranks within the depth, their references, their number per query)
+                return out[2], out[1], out[0], "compact"
             return qi, out[1], out[0], True
     plan = _counting_plan(device, depth, n_avail)
     if plan is not None:
