@@ -294,3 +294,29 @@ def test_pair_keys_are_symmetric_bitwise(metric):
         b = np.empty_like(a)
         b[o] = pair_keys64(X, X, rj[o], qi[o], metric, chunk_bytes=4096)
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_pair_keys_of_long_query_runs_are_bitwise_the_per_pair_keys(metric, monkeypatch):
+    # a run of one query's pairs covering a share of the references (the union of a collapsed
+    # model's windows) takes the query's keys against every reference at once; ties need the
+    # very same float64 values as the gathered per-pair reduction, at any dimension and chunking
+    from embedscope.metrics.search import knn
+
+    rng = np.random.default_rng(17)
+    for d in (1, 3, 8, 37, 64, 129, 512):
+        Q = rng.standard_normal((6, d)) * 10.0 ** rng.integers(-3, 4, (6, 1))
+        R = rng.standard_normal((400, d)) * 10.0 ** rng.integers(-3, 4, (400, 1))
+        qi = np.repeat(np.array([0, 3, 3, 5, 1]), [390, 7, 0, 250, 500])  # long, short, long, long runs
+        rj = rng.integers(0, 400, qi.size)
+        got = knn.pair_keys64(Q, R, qi, rj, metric, chunk_bytes=4096)
+        monkeypatch.setattr(knn, "ROW_RUN_SHARE", 10.0**9)  # every pair gathered, as before
+        want = knn.pair_keys64(Q, R, qi, rj, metric, chunk_bytes=4096)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(got, want)
+        for cb in (8, 1 << 20):
+            np.testing.assert_array_equal(knn.pair_keys64(Q, R, qi, rj, metric, chunk_bytes=cb), want)
+        monkeypatch.setattr(knn, "ROW_RUN_SHARE", 10.0**9)
+        gathered = knn.pair_keys64(Q, R, np.full(400, 2), np.arange(400), metric)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(knn._row_keys64(Q[2], R, metric, 1 << 20), gathered)

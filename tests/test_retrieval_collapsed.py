@@ -220,3 +220,105 @@ def test_counting_pass_with_estimated_keys_on_a_collapsed_model(monkeypatch):
     monkeypatch.setattr(counting._Pass, "_exact_keys", spy)
     check(collapsed(3000, 3, seed=4), np.repeat(np.arange(50), 60), keys=SHALLOW)
     assert seen and all(seen)
+
+
+def nearly_collapsed(n, d=8, noise=1e-7, seed=20, n_points=1):
+    """``n`` distinct float32 rows within ``noise`` of one point (or of a few): a model that has
+    nearly collapsed. Every float32 key of a row lies within the tile's error bound of the others,
+    yet no two rows are identical (``KeySpace.ref_classes`` is None: every group one reference)."""
+    rng = np.random.default_rng(seed)
+    P = rng.standard_normal((n_points, d))
+    X = (P[rng.integers(0, n_points, n)] + noise * rng.standard_normal((n, d))).astype(np.float32)
+    assert np.unique(X, axis=0).shape[0] == n
+    return X
+
+
+@pytest.fixture
+def classes_seen(monkeypatch):
+    """The ``ref_class`` given to each union count (None: every reference row distinct)."""
+    import embedscope.metrics.search.knn as knn
+
+    out = []
+    real = knn._tie_window_rows
+
+    def spy(*a, **k):
+        out.append(k["ref_class"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(knn, "_tie_window_rows", spy)
+    return out
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_nearly_collapsed_distinct_rows_the_tile_pass(metric, seen, classes_seen):
+    # one point plus 1e-7 noise: all keys within the float32 bound, every row distinct, so each
+    # union member is its own group (the path that ranked N = 5,000 in 11 s, now ~5 s)
+    X = nearly_collapsed(1500)
+    y = np.repeat(np.arange(25), 60)
+    check(X, y, metric=metric, keys=SHALLOW)
+    assert "rows" in seen and classes_seen and all(c is None for c in classes_seen)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_nearly_collapsed_two_classes_and_deep_mAP(metric, seen, classes_seen):
+    # two classes of hundreds (the large mode), then mAP@1000 (the candidate lists)
+    X = nearly_collapsed(1200, seed=21)
+    y = np.repeat(np.arange(2), 600)[np.random.default_rng(22).permutation(1200)]
+    check(X, y, metric=metric, keys=SHALLOW)
+    check(X, np.repeat(np.arange(15), 80), metric=metric, keys=["R@1", "mAP@1000"])
+    assert {"rows", "candidates"} <= set(seen) and all(c is None for c in classes_seen)
+
+
+def test_nearly_collapsed_the_counting_pass(monkeypatch, seen):
+    # the tile pass given up (a tiny survivor budget): the counting pass on distinct rows
+    monkeypatch.setattr(rows, "SURVIVOR_BUDGET", (0.0, 500, 500))
+    X = nearly_collapsed(2000, seed=23, n_points=3)
+    y = np.repeat(np.arange(1000), 2)
+    y[:90] = 5000  # one class of 90, the rest pairs
+    check(X, y, metric="cosine", keys=SHALLOW)
+    assert "count" in seen
+
+
+def test_tie_window_before_equals_the_pair_by_pair_count():
+    # the union count against its definition, pair by pair: rows of references in place order by
+    # key (ascending, or descending), keys with many exact ties (four values), with and without
+    # classes of identical rows (equal keys); each pair's window holds every place of its own key
+    # and a random margin either side (members outside it lie on their side, as the float32 bound
+    # guarantees in the passes)
+    from embedscope.metrics.search.knn import tie_window_before
+
+    rng = np.random.default_rng(24)
+    checked = 0
+    for trial in range(60):
+        n_rows, width = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+        n_ref = width + int(rng.integers(0, 20))
+        cls = rng.integers(0, int(rng.integers(1, n_ref + 1)), n_ref) if trial % 2 else None
+        val = rng.integers(0, 4, (n_rows, n_ref)) / 4.0
+        if cls is not None:  # identical rows: equal keys
+            val = val[:, cls]
+        for greater_high in (True, False):
+            ref = np.empty((n_rows, width), dtype=np.int64)
+            for r in range(n_rows):
+                pick = rng.permutation(n_ref)[:width]
+                o = np.argsort(val[r, pick] if greater_high else -val[r, pick], kind="stable")
+                ref[r] = pick[o]
+            kw = val[np.arange(n_rows)[:, None], ref]  # keys by place
+            pr, pp = np.nonzero(rng.random((n_rows, width)) < 0.5)
+            if pr.size == 0:
+                continue
+            same = kw[pr] == kw[pr, pp][:, None]  # the places of the pair's own key
+            first, last = same.argmax(1), width - 1 - same[:, ::-1].argmax(1)
+            lo = np.maximum(first - rng.integers(0, 4, pr.size), 0) + pr * width
+            hi = np.minimum(last + 1 + rng.integers(0, 4, pr.size), width) + pr * width
+            idp, kp = ref[pr, pp], kw[pr, pp]
+            got = tie_window_before(n_rows * width, lo, hi, pr, kp, idp, lambda at, w=width: at // w,
+                                    lambda at, r=ref: r.ravel()[at], lambda rr, rf, v=val: v[rr, rf],
+                                    greater_high=greater_high, ref_class=cls)
+            want = []
+            for a, b, r, k, i in zip(lo, hi, pr, kp, idp):
+                members = ref.ravel()[a:b]
+                keys = val[r, members]
+                want.append(int(np.sum((members != i) & ((keys > k) | ((keys == k) & (members < i))))))
+            np.testing.assert_array_equal(got, want)
+            checked += pr.size
+    assert checked > 500

@@ -162,6 +162,21 @@ def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray
         return out
     _check_index(qi, Q64.shape[0], "qi")
     _check_index(rj, R64.shape[0], "rj")
+    nr = R64.shape[0]
+    if n >= ROW_RUN_SHARE * nr > 0:  # long runs of one query (the union of a collapsed model's windows):
+        # its keys against every reference at once, read off per pair (no gathered rows)
+        cut = np.flatnonzero(qi[1:] != qi[:-1]) + 1
+        starts, ends = np.r_[0, cut], np.r_[cut, n]
+        long = (ends - starts) >= ROW_RUN_SHARE * nr
+        if long.any():
+            rest = np.ones(n, dtype=bool)
+            for a, b in zip(starts[long], ends[long]):
+                out[a:b] = _row_keys64(Q64[qi[a]], R64, metric, chunk_bytes)[rj[a:b]]
+                rest[a:b] = False
+            if rest.any():
+                at = np.flatnonzero(rest)
+                out[at] = pair_keys64(Q64, R64, qi[at], rj[at], metric, chunk_bytes=chunk_bytes)
+            return out
     step = max(16, chunk_bytes // (8 * max(d, 1)))
     A, B = np.empty((min(step, n), d)), np.empty((min(step, n), d))
     for c in range(0, n, step):
@@ -175,6 +190,29 @@ def pair_keys64(Q64: np.ndarray, R64: np.ndarray, qi: np.ndarray, rj: np.ndarray
             np.subtract(a, b, out=a)
             np.einsum("ij,ij->i", a, a, out=o)
             np.negative(o, out=o)
+    return out
+
+
+ROW_RUN_SHARE = 0.25  # pair_keys64: a run of one query's pairs this long (x references) takes the whole row
+
+
+def _row_keys64(q: np.ndarray, R64: np.ndarray, metric: str, chunk_bytes: int) -> np.ndarray:
+    """:func:`pair_keys64` of one query against every reference, bitwise the same: each key is the
+    same reduction of the same row pair (numpy's einsum over the contiguous dimension; the query
+    broadcast rather than gathered), without gathering rows."""
+    nr, d = R64.shape
+    out = np.empty(nr)
+    if metric == "cosine":
+        np.einsum("ij,ij->i", R64, np.broadcast_to(q, R64.shape), out=out)
+        return out
+    step = max(16, chunk_bytes // (8 * max(d, 1)))
+    buf = np.empty((min(step, nr), d))
+    for c in range(0, nr, step):
+        m = min(step, nr - c)
+        a = np.subtract(q, R64[c:c + m], out=buf[:m])  # q - r, as the gathered rows are subtracted
+        o = out[c:c + m]
+        np.einsum("ij,ij->i", a, a, out=o)
+        np.negative(o, out=o)
     return out
 
 
@@ -229,8 +267,10 @@ def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: n
     comparisons grow as N³ (and the window lists as N³ memory). Here the windows of a row are
     merged (their union) and its members grouped by reference row content (``ref_class``:
     references with bitwise-identical rows share a class, and :func:`pair_keys64` gives them
-    bitwise-identical keys): one float64 key per (row, class). Groups and pairs sorted together
-    per row by key give each pair the members of larger keys; within a group of equal key, the
+    bitwise-identical keys): one float64 key per (row, class); ``ref_class`` None (every reference
+    row distinct, as in a model collapsed to nearly one point) makes each member its own group.
+    Groups and pairs sorted together per row by key (one argsort per padded row where rows have
+    similar lengths) give each pair the members of larger keys; within a group of equal key, the
     members of lower reference index are counted by a binary search of the group's sorted
     references. The union's members on the larger side of a pair's window (float32 keys above
     its key by more than the bound: all larger) are then taken off; those on the other side are
@@ -275,64 +315,126 @@ def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: n
                             ref_class=ref_class)
 
 
+def _union_places(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The places of the union of the windows ``[lo, hi)``, increasing: the windows merged into
+    intervals (a sort of the windows, not a pass over every place)."""
+    on = hi > lo
+    lo, hi = lo[on], hi[on]
+    if lo.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    o = np.argsort(lo, kind="stable")
+    lo, hi = lo[o], hi[o]
+    reach = np.maximum.accumulate(hi)
+    new = np.ones(lo.size, dtype=bool)
+    new[1:] = lo[1:] > reach[:-1]  # a gap before this window: a new interval
+    at = np.flatnonzero(new)
+    start, end = lo[at], reach[np.append(at[1:], lo.size) - 1]
+    ln = end - start
+    return np.repeat(start - (np.cumsum(ln) - ln), ln) + np.arange(int(ln.sum()))
+
+
 def _tie_window_rows(n_places, lo, hi, pair_row, kp, idp, row_of, ref_at, keys_of, *, greater_high, ref_class):
     """:func:`tie_window_before` of pairs whose windows lie in ``n_places`` places (at most
     ``TIE_CHUNK_PLACES`` unless one row holds more)."""
     m = lo.size
-    edge = np.bincount(lo, minlength=n_places + 1)[:n_places + 1] - np.bincount(hi, minlength=n_places + 1)[:n_places + 1]
-    U = np.flatnonzero(np.cumsum(edge[:n_places]) > 0)  # the union of the windows, in place order
+    U = _union_places(lo, hi)  # the union of the windows, in place order
     rows_u = np.asarray(row_of(U), dtype=np.int64)
     ids_u = np.asarray(ref_at(U), dtype=np.int64)
     pair_row = np.asarray(pair_row, dtype=np.int64)
     idp = np.asarray(idp, dtype=np.int64)
-    cls_u = ids_u if ref_class is None else ref_class[ids_u]
-    # members grouped by (row, class of identical rows), references ascending within a group
-    nref = int(max(ids_u.max(initial=0), idp.max(initial=0))) + 1
-    ncls = int(cls_u.max(initial=0)) + 1
-    if (int(rows_u.max(initial=0)) + 1) * ncls * nref < 2**62:  # one integer sort (3-4x a lexsort's speed)
-        o = np.argsort((rows_u * ncls + cls_u) * nref + ids_u)
-    else:  # pragma: no cover - beyond 2^62 (rows x classes x references)
-        o = np.lexsort((ids_u, cls_u, rows_u))
-    r_s, c_s = rows_u[o], cls_u[o]
-    new = np.ones(o.size, dtype=bool)
-    new[1:] = (r_s[1:] != r_s[:-1]) | (c_s[1:] != c_s[:-1])
-    first = np.flatnonzero(new)
-    ng = first.size
-    size = np.diff(np.append(first, o.size))
-    comb = (np.cumsum(new) - 1) * nref + ids_u[o]  # (group, reference): increasing
-    g_row = r_s[first]
-    kg = keys_of(g_row, ids_u[o][first])  # one key per group
-    # groups and pairs of a row by key descending; a pair before (strict) or after (inclusive) the
-    # groups of its own key: the members of groups sorted before it
-    rows_all = np.concatenate([g_row, pair_row])
-    neg = -np.concatenate([kg, np.asarray(kp, dtype=np.float64)])
-    is_g = np.arange(ng + m) < ng
-    sizes_all = np.concatenate([size, np.zeros(m, dtype=np.int64)])
+    kp = np.asarray(kp, dtype=np.float64)
+    if ref_class is None:  # every member its own group, in place order (rows non-decreasing)
+        g_row, g_ref, size, comb, first, nref = rows_u, ids_u, None, None, None, 0
+    else:  # members grouped by (row, class of identical rows), references ascending within a group
+        cls_u = ref_class[ids_u]
+        nref = int(max(ids_u.max(initial=0), idp.max(initial=0))) + 1
+        ncls = int(cls_u.max(initial=0)) + 1
+        if (int(rows_u.max(initial=0)) + 1) * ncls * nref < 2**62:  # one integer sort (3-4x a lexsort's speed)
+            o = np.argsort((rows_u * ncls + cls_u) * nref + ids_u)
+        else:  # pragma: no cover - beyond 2^62 (rows x classes x references)
+            o = np.lexsort((ids_u, cls_u, rows_u))
+        r_s, c_s = rows_u[o], cls_u[o]
+        new = np.ones(o.size, dtype=bool)
+        new[1:] = (r_s[1:] != r_s[:-1]) | (c_s[1:] != c_s[:-1])
+        first = np.flatnonzero(new)
+        size = np.diff(np.append(first, o.size))
+        comb = (np.cumsum(new) - 1) * nref + ids_u[o]  # (group, reference): increasing
+        g_row, g_ref = r_s[first], ids_u[o][first]
+    ng = g_row.size
+    kg = keys_of(g_row, g_ref)  # one key per group
+    # Groups and pairs of each row by key descending (equal keys in any order). A pair is preceded by
+    # the members of the groups before its run of equal (row, key); the groups of its own key are
+    # those of its run.
+    n = ng + m
+    r0 = int(min(g_row[0], pair_row.min())) if ng else int(pair_row.min())  # (g_row: non-decreasing)
+    span = int(max(g_row[-1], pair_row.max()) if ng else pair_row.max()) - r0 + 1
+    g_cnt = np.bincount(g_row - r0, minlength=span)
+    p_cnt = np.bincount(pair_row - r0, minlength=span)
+    per_row = g_cnt + p_cnt
+    row_first = np.cumsum(per_row) - per_row  # each row's first sorted place
+    key = np.concatenate([kg, kp])
+    width = int(per_row.max(initial=0))
+    if span * width <= 2 * n + 4096:  # rows of similar lengths: one (SIMD) argsort per padded row, in
+        # cache (8x one argsort of all keys and a radix sort by row, for 1,024 rows of 5,000); in each
+        # row the groups first (in their order: g_row is non-decreasing), then the pairs
+        slot = np.empty(n, dtype=np.int64)
+        slot[:ng] = np.arange(ng) - (np.cumsum(g_cnt) - g_cnt)[g_row - r0]
+        po = np.argsort(pair_row, kind="stable")
+        pr = pair_row[po] - r0
+        slot[ng + po] = g_cnt[pr] + np.arange(m) - (np.cumsum(p_cnt) - p_cnt)[pr]
+        flat = slot  # each one's place in the padded rows
+        flat[:ng] += (g_row - r0) * width
+        flat[ng:] += (pair_row - r0) * width
+        M = np.full(span * width, np.inf)
+        M[flat] = -key
+        E = np.zeros(span * width, dtype=np.int64)
+        E[flat] = np.arange(n)
+        A = np.argsort(M.reshape(span, width), axis=1)  # pads (+inf) last
+        order = np.take_along_axis(E.reshape(span, width), A, 1)[np.arange(width) < per_row[:, None]]
+    else:
+        by_row = np.concatenate([g_row, pair_row]) - r0
+        order = np.argsort(-key)
+        order = order[np.argsort(by_row.astype(np.int16 if span <= 2**15 else np.int64)[order], kind="stable")]
+    s_key = key[order]
+    brk = np.ones(n, dtype=bool)  # a new run of equal (row, key) starts here
+    np.not_equal(s_key[1:], s_key[:-1], out=brk[1:])
+    brk[row_first[per_row > 0]] = True
+    run_at = np.append(np.flatnonzero(brk), n)  # each run's first place, and the end
+    is_g = order < ng
+    place = np.flatnonzero(~is_g)  # the pairs' sorted places (increasing)
+    at = np.empty(m, dtype=np.int64)
+    at[order[place] - ng] = place  # each pair's sorted place
+    few = 8 * m < n  # few pairs: binary searches of the pairs' places; else running counts of all places
+    rid = np.searchsorted(run_at, at, side="right") - 1 if few else np.cumsum(brk)[at] - 1
+    rs, a0, a1 = row_first[pair_row - r0], run_at[rid], run_at[rid + 1]
+    if few:
+        def groups_before(x):  # the groups among the sorted places before x
+            return x - np.searchsorted(place, x, side="left")
+    else:
+        grp = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(is_g, out=grp[1:])
 
-    def groups_before(pair_first: bool):
-        kind = is_g if pair_first else ~is_g
-        order = np.lexsort((kind, neg, rows_all))
-        members = np.cumsum(sizes_all[order])
-        groups = np.cumsum(is_g[order])
-        place = np.empty(order.size, dtype=np.int64)
-        place[order] = np.arange(order.size)
-        at = place[ng:]
-        start = np.searchsorted(rows_all[order], pair_row, side="left")  # the row's first sorted place
-        prev = np.maximum(start - 1, 0)
-        mem = members[at] - np.where(start > 0, members[prev], 0)
-        grp = groups[at] - np.where(start > 0, groups[prev], 0)
-        return mem, grp
+        def groups_before(x):
+            return grp[x]
 
-    greater, g_strict = groups_before(True)
-    _, g_incl = groups_before(False)
-    # the groups of the pair's own key (usually its own reference's group): members of lower index
-    n_eq = g_incl - g_strict
+    if size is None:
+        greater = groups_before(a0) - groups_before(rs)
+    else:
+        mem = np.zeros(n + 1, dtype=np.int64)  # members before each sorted place
+        np.cumsum(np.where(is_g, size[np.minimum(order, ng - 1)] if ng else 0, 0), out=mem[1:])
+        greater = mem[a0] - mem[rs]
+    # the groups of the pair's own key (its run; usually its own reference's group): members of
+    # lower index
+    g0 = groups_before(a0)
+    n_eq = groups_before(a1) - g0
     if n_eq.any():
-        og = np.lexsort((-kg, g_row))  # the groups of each row by key descending
-        g0 = np.searchsorted(g_row[og], pair_row, side="left") + g_strict
+        g_sorted = order[is_g]  # the groups by (row, key descending)
         rep = np.repeat(np.arange(m), n_eq)
-        which = og[np.repeat(g0, n_eq) + (np.arange(rep.size) - np.repeat(np.cumsum(n_eq) - n_eq, n_eq))]
-        lower = np.searchsorted(comb, which * nref + idp[rep], side="left") - first[which]
+        e = g_sorted[np.repeat(g0 - (np.cumsum(n_eq) - n_eq), n_eq) + np.arange(rep.size)]
+        if size is None:
+            lower = g_ref[e] < idp[rep]
+        else:
+            lower = np.searchsorted(comb, e * nref + idp[rep], side="left") - first[e]
         greater = greater + np.bincount(rep, weights=lower, minlength=m).astype(np.int64)
     if greater_high:  # the union's members of the row at or above the window's end
         outside = np.searchsorted(rows_u, pair_row, side="right") - np.searchsorted(U, hi, side="left")
@@ -404,13 +506,14 @@ class KeySpace:
         self.qsq = qn * qn  # float64 ‖q‖², added to float32 Euclidean keys
         self.rn2_32 = np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float32) if metric == "euclidean" else None
 
-    def ref_classes(self) -> np.ndarray:
-        """Per reference, the class of references whose rows are bitwise identical (computed on
-        first use: only searches with many equal keys need it, :func:`tie_window_before`)."""
-        cls = getattr(self, "_ref_classes", None)
-        if cls is None:
-            cls = self._ref_classes = identical_rows(self.R64)[1]
-        return cls
+    def ref_classes(self) -> np.ndarray | None:
+        """Per reference, the class of references whose rows are bitwise identical, or None where
+        every reference row is distinct (each its own class). Computed on first use: only searches
+        with many equal keys need it, :func:`tie_window_before`."""
+        if not hasattr(self, "_ref_classes"):
+            first, cls = identical_rows(self.R64)
+            self._ref_classes = cls if first.size < cls.size else None
+        return self._ref_classes
 
     def row_keys32(self, qi: int) -> np.ndarray:
         """One query's float32 keys against every reference (float64 array; self excluded -> -inf)."""
