@@ -45,6 +45,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.search.knn import pair_keys64
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
@@ -77,17 +78,11 @@ def _encode(values, n: int, name: str) -> np.ndarray:
     return codes.astype(np.int64).ravel()
 
 
-def _pair_keys64(X64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str, chunk: int = 1 << 16) -> np.ndarray:
-    """Exact float64 ranking keys (larger = nearer) of pairs, each reduced on its own."""
-    out = np.empty(len(qi), dtype=np.float64)
-    for s in range(0, len(qi), chunk):
-        a, b = X64[qi[s:s + chunk]], X64[rj[s:s + chunk]]
-        if metric == "cosine":
-            out[s:s + chunk] = np.einsum("ij,ij->i", a, b)
-        else:
-            d = a - b
-            out[s:s + chunk] = -np.einsum("ij,ij->i", d, d)
-    return out
+def _pair_keys64(X64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -> np.ndarray:
+    """Exact float64 ranking keys (larger = nearer) of pairs, each reduced on its own: the search's
+    :func:`~embedscope.metrics.search.knn.pair_keys64` (gathers into reused buffers; bitwise the
+    same keys as the retrieval measures give the same pairs)."""
+    return pair_keys64(X64, X64, np.asarray(qi, dtype=np.int64), np.asarray(rj, dtype=np.int64), metric)
 
 
 class _Engine:
@@ -282,18 +277,43 @@ class _Engine:
         reference) where that fits 63 bits; equal keys (0.0 and -0.0 too) share a rank, as in the sort."""
         if not len(ru):
             return np.zeros(0, dtype=np.int64)
+        nr = int(ref.max()) + 1
         if self._table:  # the keys' ranks from the table's
             uid, tab, nu, trank, nd = self._table
             t = uid[qi] * nu + uid[ref]
-            rank = trank[t]
-        else:
-            k64 = _pair_keys64(self.X64, qi, ref, self.metric)
-            u, inv = np.unique(-k64, return_inverse=True)
-            nd, rank = len(u), inv.ravel()
-        nr = int(ref.max()) + 1
-        if nc * nd * nr >= 1 << 62:
-            return np.lexsort((ref, -tab[t] if self._table else -k64, ru))
-        return np.argsort((ru * nd + rank) * nr + ref)  # distinct: any sort gives the order
+            if nc * nd * nr >= 1 << 62:
+                return np.lexsort((ref, -tab[t], ru))
+            return np.argsort((ru * nd + trank[t]) * nr + ref)  # distinct: any sort gives the order
+        k64 = _pair_keys64(self.X64, qi, ref, self.metric)
+        nd, rank = _dense_ranks(ru, -k64, nc)  # ranks of (row, key descending)
+        if nd * nr >= 1 << 62:
+            return np.lexsort((ref, -k64, ru))
+        return np.argsort(rank * nr + ref)
+
+
+def _dense_ranks(ru: np.ndarray, v: np.ndarray, nc: int) -> tuple[int, np.ndarray]:
+    """Ranks of (row, value) in increasing order, equal pairs sharing a rank (0.0 and -0.0 too):
+    (an upper bound of the ranks, each element's rank). ``ru``: rows, non-decreasing. Where rows
+    have similar lengths, one argsort per padded row (SIMD, in cache: several times np.unique's
+    one sort of every value, which the rows then also split); else np.unique per value."""
+    n = ru.size
+    counts = np.bincount(ru, minlength=nc)
+    width = int(counts.max(initial=0))
+    if nc * width > 2 * n + 4096:
+        u, inv = np.unique(v, return_inverse=True)
+        return nc * len(u), ru * len(u) + inv.ravel()
+    start = np.cumsum(counts) - counts
+    M = np.full(nc * width, np.inf)
+    M[ru * width + (np.arange(n) - start[ru])] = v
+    A = np.argsort(M.reshape(nc, width), axis=1)  # pads (+inf) last
+    o = (A + start[:, None])[np.arange(width) < counts[:, None]]  # elements by (row, value)
+    s = v[o]
+    brk = np.ones(n, dtype=bool)
+    np.not_equal(s[1:], s[:-1], out=brk[1:])
+    brk[start[counts > 0]] = True
+    rank = np.empty(n, dtype=np.int64)
+    rank[o] = np.cumsum(brk) - 1
+    return int(brk.sum()), rank
 
 
 def _union(lo: np.ndarray, hi: np.ndarray, W1: int) -> tuple[np.ndarray, np.ndarray]:
