@@ -141,6 +141,26 @@ def test_update_and_split_bit_equal_to_faiss(n, d, k, far):
     assert np.array_equal(np.signbit(C), np.signbit(km.centroids))
 
 
+def test_many_splits_bit_equal_to_faiss():
+    """A collapsed model empties most clusters: hundreds of splits in one update, each drawing until
+    a cluster's p is hit; the draws cycle through the clusters several times (p of a few points is
+    small) and carry over from one empty cluster to the next (the draws ahead are kept, not
+    redrawn), bit for bit as faiss."""
+    faiss = pytest.importorskip("faiss")
+    from embedscope.metrics.kmeans import exact_assign, update_centroids
+
+    rng = np.random.default_rng(6)
+    n, d, k = 2000, 4, 300
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    init = np.concatenate([x[:3], 1e3 + np.arange(k - 3, dtype=np.float32)[:, None] * np.ones(d, np.float32)])
+    km = faiss.Kmeans(d, k, niter=1, max_points_per_centroid=1 << 30)
+    km.train(x, init_centroids=init)
+    assert km.iteration_stats[0]["nsplit"] == k - 3
+    C, nsplit = update_centroids(x, exact_assign(x, init), k)
+    assert nsplit == k - 3
+    assert np.array_equal(C, km.centroids)
+
+
 def test_default_seed_equals_pml_and_faiss_kmeans():
     """Seed 1234, 20 iterations, Euclidean: both engines give PML's FaissKMeans labels (faiss.Kmeans
     + index.search, as Roth's code), and so PML's NMI."""

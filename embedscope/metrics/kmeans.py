@@ -54,6 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.metrics.search.knn import identical_rows
 
 __all__ = ["faiss_random_init", "update_centroids", "exact_assign", "lloyd_kmeans"]
 
@@ -105,20 +106,28 @@ def _split_clusters(C: np.ndarray, hassign: np.ndarray, n: int) -> int:
     even = (np.arange(C.shape[1]) % 2) == 0
     up, down = np.float32(1) + _SPLIT_EPS, np.float32(1) - _SPLIT_EPS
     max_tries = 10 * k
+    # faiss's p of every cluster, updated where a split changes a count (the same values as computing
+    # them all again for each empty cluster: O(k) per split made a collapsed model's k-means O(k^2))
+    p = ((hassign.astype(np.float64) - 1.0) / nk).astype(np.float32)
+    buf, pos = np.empty(0, dtype=np.float32), 0  # the generator's numbers, drawn ahead, used in order
     for ci in empty:
-        p = ((hassign.astype(np.float64) - 1.0) / nk).astype(np.float32)
-        tries, cj = 0, -1
-        while tries < max_tries:
-            m = min(k, max_tries - tries)
-            st = rng.state
-            r = rng.random_raw(m).astype(np.float32) / np.float32(4294967295.0)
-            hit = np.flatnonzero(r < p[:m])
+        tries, cj, chunk = 0, -1, 64
+        while tries < max_tries:  # faiss draws one number per cluster, cyclically from cluster 0,
+            # until one falls below its p: here compared in growing chunks; numbers past the hit
+            # stay for the next empty cluster
+            m = min(chunk, max_tries - tries)
+            if pos + m > buf.size:
+                new = rng.random_raw(max(m, 8192)).astype(np.float32) / np.float32(4294967295.0)
+                buf, pos = np.concatenate([buf[pos:], new]), 0
+            at = (tries + np.arange(m)) % k
+            hit = np.flatnonzero(buf[pos:pos + m] < p[at])
             if hit.size:
-                rng.state = st
-                rng.random_raw(int(hit[0]) + 1)
-                cj = int(hit[0])
+                pos += int(hit[0]) + 1
+                cj = int(at[hit[0]])
                 break
+            pos += m
             tries += m
+            chunk = min(2 * chunk, k)
         if cj < 0:
             cj = int(np.argmax(hassign))
         C[ci] = C[cj]
@@ -126,6 +135,8 @@ def _split_clusters(C: np.ndarray, hassign: np.ndarray, n: int) -> int:
         C[cj] = np.where(even, C[cj] * down, C[cj] * up)
         hassign[ci] = hassign[cj] / np.float32(2)
         hassign[cj] -= hassign[ci]
+        both = np.array([ci, cj])
+        p[both] = ((hassign[both].astype(np.float64) - 1.0) / nk).astype(np.float32)
     return int(empty.size)
 
 
@@ -261,7 +272,18 @@ class _Assigner:
 
     # -- float64 re-evaluation of near ties ----------------------------------------------------
     def _exact_rows(self, rows, C64, cc64, cmax):
-        """Exact nearest centroid (internal index) and per-group lower bounds for a few rows."""
+        """Exact nearest centroid (internal index) and per-group lower bounds for a few rows; rows
+        of identical values once (a collapsed model ties every row with every centroid, and its
+        rows are often bitwise equal: they share the nearest centroid, its distance and the bounds)."""
+        if rows.size >= 64:
+            first, inv = identical_rows(self.x[rows])
+            if 2 * first.size <= rows.size:
+                a, s, lb = self._exact_distinct_rows(rows[first], C64, cc64, cmax)
+                return a[inv], s[inv], None if lb is None else lb[inv]
+        return self._exact_distinct_rows(rows, C64, cc64, cmax)
+
+    def _exact_distinct_rows(self, rows, C64, cc64, cmax):
+        """:meth:`_exact_rows` row by row."""
         out_a = np.empty(rows.size, dtype=np.int64)
         out_s = np.empty(rows.size)
         out_lb = np.empty((rows.size, self.G)) if self.bounds else None
