@@ -13,6 +13,7 @@ identical labels, the number of assignment steps, and NMI of both (PML's NMI is 
 
     python benchmarks/kmeans.py                 # full size, 3 repeats (minutes)
     python benchmarks/kmeans.py --quick         # 1,000 classes, smoke run
+    python benchmarks/kmeans.py --quick --collapsed 0 1e-7   # a collapsed model: one point (+ noise)
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def main():
     ap.add_argument("--niter", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--plain", action="store_true", help="also time embedscope without bounds")
+    ap.add_argument("--collapsed", type=float, nargs="+", default=None, metavar="NOISE",
+                    help="instead of the classes' rows: every row on one point plus Gaussian noise of this "
+                         "size (0: identical rows), as a collapsed model gives; one run per value")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for both (faiss OpenMP and the BLAS); default: as installed")
     args = ap.parse_args()
@@ -71,11 +75,19 @@ def main():
     print(f"faiss {faiss.__version__}, faiss threads {faiss.omp_get_max_threads()}, BLAS threads "
           f"{[i['num_threads'] for i in __import__('threadpoolctl').threadpool_info()]}, "
           f"niter {args.niter}, seed {args.seed}, {repeats} repeat(s)")
-    for dim in args.dims:
+    for dim, noise in ((d, z) for d in args.dims for z in (args.collapsed or [None])):
         X, y = sop_like(n_classes, dim)
         k = n_classes
+        what = ""
+        if noise is not None:  # the same labels, the rows collapsed
+            rng = np.random.default_rng(1)
+            p = rng.standard_normal(dim).astype(np.float32)
+            X = np.tile(p / np.linalg.norm(p), (len(X), 1))
+            if noise:
+                X = (X + noise * rng.standard_normal(X.shape)).astype(np.float32)
+            what = f", rows collapsed to one point + noise {noise:g}"
         print(f"\n== D = {dim}: N = {len(X)}, k = {k} ({k} classes of "
-              f"{np.bincount(y).min()}-{np.bincount(y).max()})", flush=True)
+              f"{np.bincount(y).min()}-{np.bincount(y).max()}){what}", flush=True)
         t_f, t_e, t_p = [], [], []
         for r in range(repeats):
             t = time.perf_counter()

@@ -206,7 +206,7 @@ def _plain_lloyd(x, k, niter, seed):
 
 
 @pytest.mark.parametrize("moved_frac", [0.0, 0.5, 1.0])
-@pytest.mark.parametrize("case", ["sop", "grid_ties", "blobs"])
+@pytest.mark.parametrize("case", ["sop", "grid_ties", "blobs", "collapsed", "nearly_collapsed"])
 def test_accelerated_lloyd_equals_plain_lloyd(case, moved_frac, monkeypatch):
     """Bounds from group drift only (moved_frac 0), from the moved centroids' exact distances
     whenever possible (1), and the default mix all give plain Lloyd's labels."""
@@ -222,10 +222,18 @@ def test_accelerated_lloyd_equals_plain_lloyd(case, moved_frac, monkeypatch):
     elif case == "grid_ties":  # small integers: many exact ties and duplicate rows
         x = rng.integers(0, 4, (400, 3)).astype(np.float32)
         k = 25
-    else:
+    elif case == "blobs":
         x = (rng.standard_normal((8, 5)) * 5)[rng.integers(0, 8, 500)] + rng.standard_normal((500, 5))
         x = x.astype(np.float32)
         k = 30
+    else:  # a collapsed model: every row on one point (most clusters emptied and split at every step),
+        # or within 1e-6 of it (every float32 distance within the error bound: the float64 window)
+        p = rng.standard_normal(6)
+        x = np.tile(p, (500, 1)).astype(np.float32)
+        if case == "nearly_collapsed":
+            x = (x + 1e-6 * rng.standard_normal(x.shape)).astype(np.float32)
+            x[:40] = x[40]  # and some identical rows
+        k = 60
     ref = _plain_lloyd(x, k, 20, 1234)
     for gs in (2, 5, 64):
         r = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=True, group_size=gs)
@@ -233,9 +241,10 @@ def test_accelerated_lloyd_equals_plain_lloyd(case, moved_frac, monkeypatch):
     r0 = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=False)
     assert np.array_equal(r0["labels"], ref)
     # the bounds skipped work: after the first step some (point, group) pairs went uncomputed
+    # (not where every distance ties within the float32 bound: nothing can be skipped there)
     r = lloyd_kmeans(x, k, niter=20, seed=1234, bounds=True, group_size=5)
     G = max(1, round(k / 5))
-    assert any(p < len(x) * G for _, p, _ in r["stats"][1:]) or r["n_steps"] == 1
+    assert any(p < len(x) * G for _, p, _ in r["stats"][1:]) or r["n_steps"] == 1 or case == "nearly_collapsed"
     if moved_frac == 0.0:
         assert r["moved"] == []
     elif moved_frac == 1.0:

@@ -290,8 +290,18 @@ class _Assigner:
         for b0 in range(0, rows.size, 256):
             r = rows[b0:b0 + 256]
             x64 = self.x[r].astype(np.float64)
-            s = self.xx[r, None] + cc64[None, :] - 2.0 * (x64 @ C64.T)
-            tol = _TIE_REL * (self.xn[r] + cmax) ** 2
+            # the block's float64 distances about one of its rows (translation leaves them unchanged;
+            # the window is relative to the scale, which a collapsed model's tiny spread about its
+            # point makes far smaller: a handful of candidates per row instead of every centroid)
+            xc, Cc = x64 - x64[0], C64 - x64[0]
+            xcn2, ccn2 = np.einsum("ij,ij->i", xc, xc), np.einsum("ij,ij->i", Cc, Cc)
+            scale = np.sqrt(xcn2) + np.sqrt(ccn2.max())
+            if float(scale.max()) < float((self.xn[r] + cmax).min()):
+                s = xcn2[:, None] + ccn2[None, :] - 2.0 * (xc @ Cc.T)
+            else:
+                s = self.xx[r, None] + cc64[None, :] - 2.0 * (x64 @ C64.T)
+                scale = self.xn[r] + cmax
+            tol = _TIE_REL * scale ** 2
             mn = s.min(1)
             for t in range(r.size):
                 cand = np.flatnonzero(s[t] <= mn[t] + tol[t])
