@@ -145,3 +145,32 @@ def test_save_figure_and_paths_unchanged(tmp_path):
     with pytest.raises(EmbedscopeError, match=r"\.png or \.pdf"):
         figure_paths(tmp_path / "f.jpg")
     plt.close(fig)
+
+
+def test_colours_do_not_depend_on_the_order_a_file_lists_its_classes():
+    # embeddings imported from elsewhere may list the same classes in another order: a class keeps
+    # its colour in separate figures of the two files; names with numbers sort as numbers
+    names = ["class 10", "class 2", "owl", "Bee", "class 1"] + [f"k{i}" for i in range(20)]
+    rng = np.random.default_rng(3)
+    a, b = ClassPalette(names), ClassPalette([names[i] for i in rng.permutation(len(names))])
+    assert all(a[n] == b[n] for n in names)
+    assert a.names[:5] == ("Bee", "class 1", "class 2", "class 10", "k0")
+    assert ClassPalette(["10", "9", "1"]).names == ("1", "9", "10")
+    # figures: the same class, the same colour, whatever the file's order
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz import plot_tsne
+
+    order = ["dog", "cat", "owl"]
+    Y, lab = rng.normal(size=(9, 2)), np.repeat(np.arange(3), 3)
+    f1 = plot_tsne(Y, lab, class_names=order)
+    rev = order[::-1]
+    f2 = plot_tsne(Y, 2 - lab, class_names=rev)  # the same images, classes listed in reverse
+
+    def colours(fig):
+        offs = np.asarray(fig.axes[0].collections[0].get_offsets())
+        cols = fig.axes[0].collections[0].get_facecolors()[:, :3]
+        return {tuple(np.round(o, 9)): tuple(np.round(c, 6)) for o, c in zip(offs, cols)}
+
+    assert colours(f1) == colours(f2)
+    plt.close("all")

@@ -2,7 +2,8 @@
 
 * :data:`PAPER_RC` -- matplotlib settings for paper-readable figures (9 pt text);
 * :class:`ClassPalette` / :func:`class_colors` -- the one class → colour map, keyed by class
-  *name* and built from the full class list of a file (not from the classes present in a subset),
+  *name* and built from the full class list of a file (not from the classes present in a subset;
+  in natural order of the names, not in the file's order),
   so a class keeps its colour from figure to figure (the t-SNE maps: one split, joint, yoked; the
   other figures do not colour by class: neighbours and saliency name the class in words, the
   scatter colours by side of the diagonal). Pass one palette to several figures to tie them
@@ -25,6 +26,7 @@ Nothing here computes a measure.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -122,15 +124,25 @@ def series_colors(n: int) -> list:
     return [tuple(matplotlib.colormaps["tab10"](i % 10)) for i in range(n)]
 
 
+def natural_key(name: str) -> tuple:
+    """Sort key of a class name with its digit runs compared as numbers (``"class 2"`` before
+    ``"class 10"``), letters case-insensitively, the name itself last (a total order)."""
+    parts = re.split(r"(\d+)", name)
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t.casefold()) for t in parts if t), name
+
+
 class ClassPalette(Mapping):
     """The class → colour map of every figure, keyed by class name.
 
-    Built from the *full*, ordered class list (e.g. ``EmbeddingSet.class_names``): the i-th class
-    gets the i-th of :func:`palette_colors` ``(len(class_names))``, whatever subset a figure
-    shows. ``palette["cat"]`` is an RGBA tuple.
+    Built from the *full* class list of a file (e.g. ``EmbeddingSet.class_names``), whatever
+    subset a figure shows: the classes in natural order (:func:`natural_key`: digit runs as
+    numbers) take :func:`palette_colors` ``(len(class_names))`` in turn. The colours depend on the
+    set of names, not on the order a file lists them in: two files naming the same classes in
+    different orders colour a class alike in separate figures. ``palette["cat"]`` is an RGBA
+    tuple; ``names`` (the legend's order) is the natural order.
 
     >>> p = ClassPalette(["cat", "dog", "owl"])
-    >>> p["dog"] == ClassPalette(["cat", "dog", "owl"])["dog"] and p["dog"] != p["cat"]
+    >>> p["dog"] == ClassPalette(["owl", "dog", "cat"])["dog"] and p["dog"] != p["cat"]
     True
     """
 
@@ -139,6 +151,7 @@ class ClassPalette(Mapping):
         if len(set(names)) != len(names):
             dup = sorted({c for c in names if names.count(c) > 1})[:3]
             raise EmbedscopeError(f"class names must be unique for a colour map, repeated: {', '.join(dup)}")
+        names.sort(key=natural_key)
         self.names: tuple[str, ...] = tuple(names)
         self._colors = dict(zip(names, palette_colors(len(names))))
 
