@@ -515,6 +515,19 @@ class KeySpace:
             self._ref_classes = cls if first.size < cls.size else None
         return self._ref_classes
 
+    def rows_keys32(self, qs: np.ndarray) -> np.ndarray:
+        """:meth:`row_keys32` of several queries at once (one GEMM): float64 array (len(qs), N);
+        the values lie within the same error bound of the exact keys (their bits may differ)."""
+        qs = np.asarray(qs, dtype=np.int64)
+        s = self.Q32[qs] @ self.R32.T
+        if self.metric == "euclidean":
+            s = (np.float32(2) * s - self.rn2_32).astype(np.float64) - self.qsq[qs, None]
+        else:
+            s = s.astype(np.float64)
+        if self.same:
+            s[np.arange(qs.size), qs] = -np.inf
+        return s
+
     def row_keys32(self, qi: int) -> np.ndarray:
         """One query's float32 keys against every reference (float64 array; self excluded -> -inf)."""
         s = self.R32 @ self.Q32[qi]

@@ -59,6 +59,7 @@ from embedscope.metrics.search.knn import (
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
 _PAIRS_PER_CHUNK = 1 << 20
+FALLBACK_ROW_ELEMS = 1 << 17  # keys of the full rows ranked at once by _full_row_fallback (queries x references)
 _MEASURE_CHUNK = 1 << 16  # pairs per chunk of the measures (RelevantRanks.hits, .precision_sum)
 COUNT_MIN_REFS = 1_500  # CPU searches count (counting.py) from this many references on
 COUNT_MIN_RATIO = 16  # ... when they also outnumber the floor depth this many times
@@ -690,14 +691,20 @@ def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):
         o = np.argsort(uq, kind="stable")
         u, uq = u[o], uq[o]
     # each query's unresolved pairs, in pair order (a mask over all pairs per query cost N³ for a
-    # collapsed model, whose every query falls back here)
-    for sel in np.split(u, np.flatnonzero(np.diff(uq)) + 1):
-        q = qi[sel[0]]
-        row = ks.row_keys32(int(q))
-        o = np.argsort(-row, kind="stable")
-        rk, _ = _resolve(row[o][None, :], o[None, :], np.zeros(sel.size, dtype=np.int64), rj[sel],
-                         k64[sel], ks.delta[q:q + 1], np.ones(1, dtype=bool), depth,
-                         np.array([q]), ks)
+    # collapsed model, whose every query falls back here), the rows of several queries at once (one
+    # GEMM and one ranking per batch: a nearly collapsed model sends every query here, and one
+    # query at a time cost ~1.3 ms each in overheads)
+    groups = np.split(u, np.flatnonzero(np.diff(uq)) + 1)
+    batch = max(1, FALLBACK_ROW_ELEMS // max(ks.R32.shape[0], 1))
+    for g0 in range(0, len(groups), batch):
+        gs = groups[g0:g0 + batch]
+        qs = qi[np.array([g[0] for g in gs])]
+        rows = ks.rows_keys32(qs)
+        o = np.argsort(-rows, axis=1, kind="stable")
+        sel = np.concatenate(gs)
+        local = np.repeat(np.arange(len(gs)), [g.size for g in gs])
+        rk, _ = _resolve(np.take_along_axis(rows, o, 1), o, local, rj[sel], k64[sel], ks.delta[qs],
+                         np.ones(len(gs), dtype=bool), depth, qs, ks)
         rank[sel] = rk
 
 
