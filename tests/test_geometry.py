@@ -119,6 +119,65 @@ def test_identical_points_in_a_class_have_zero_intra():
     assert alignment_uniformity(X, y)["alignment"] == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.parametrize("metric", ["cosine", "sqeuclidean"])
+def test_a_collapsed_model_has_zero_distances_and_an_undefined_ratio(metric):
+    # every row on one point (float32 network outputs): π_intra = π_inter = alignment = 0 exactly
+    # and π_ratio = 0/0 undefined. The plain sums (n² − ‖Σu‖²) left rounding of ~1e-16, and
+    # π_ratio came out 4.88, 0, inf or NaN depending on the point (a random value in a study)
+    rng = np.random.default_rng(4)
+    for d in (3, 8, 32, 128):
+        for trial in range(3):
+            X = np.tile(rng.standard_normal(d).astype(np.float32) * 10.0 ** trial, (500, 1))
+            y = rng.integers(0, 9, 500)
+            r = class_distances(X, y, metric=metric)
+            assert r["pi_intra"] == 0.0 and r["pi_inter"] == 0.0 and math.isnan(r["pi_ratio"])
+            assert np.all(r["intra_per_class"] == 0.0)
+            g = geometry_report(X, y, metric=metric)
+            assert g["pi_intra"] == 0.0 and g["pi_inter"] == 0.0 and math.isnan(g["pi_ratio"])
+            assert g["alignment"] == 0.0 and alignment_uniformity(X, y)["alignment"] == 0.0
+
+
+def test_tight_classes_or_coinciding_means_give_ratio_zero_or_inf():
+    rng = np.random.default_rng(5)
+    P = rng.standard_normal((4, 6)).astype(np.float32)
+    r = class_distances(np.repeat(P, 5, axis=0), np.repeat(np.arange(4), 5))  # each class one point
+    assert r["pi_intra"] == 0.0 and r["pi_inter"] > 0.1 and r["pi_ratio"] == 0.0
+    p, e, f = (rng.integers(-8, 8, 6) / 4 for _ in range(3))  # dyadic: the means are exact
+    X = np.array([p + e, p - e, p + f, p - f])  # two classes, the same mean: π_inter = 0
+    r = class_distances(X, [0, 0, 1, 1], metric="sqeuclidean")
+    assert r["pi_inter"] == 0.0 and r["pi_intra"] > 0.1 and math.isinf(r["pi_ratio"])
+
+
+@pytest.mark.parametrize("metric", ["cosine", "sqeuclidean"])
+def test_nearly_collapsed_classes_keep_their_digits(metric):
+    # one point plus 1e-6 noise: distances of ~1e-12 (within classes) and ~1e-14 (between class
+    # means), against the definition with each distance from the difference of the two rows
+    # (1 − cos(a, b) = ‖a/‖a‖ − b/‖b‖‖² / 2: no cancellation). The plain sums lost 4 digits of
+    # π_intra and 2 of π_inter there
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal(12) + 1e-6 * rng.standard_normal((240, 12))
+    y = np.repeat(np.arange(6), 40)
+    V = X / np.linalg.norm(X, axis=1, keepdims=True) if metric == "cosine" else X
+    k = 0.5 if metric == "cosine" else 1.0
+
+    def mean_pair(A):
+        D = A[:, None, :] - A[None, :, :]
+        return k * np.einsum("ijk,ijk->", D, D) / (len(A) ** 2 - len(A))
+
+    intra = [mean_pair(V[y == c]) for c in range(6)]
+    mus = np.array([X[y == c].mean(0) for c in range(6)])
+    if metric == "cosine":
+        mus /= np.linalg.norm(mus, axis=1, keepdims=True)
+    r = class_distances(X, y, metric=metric)
+    np.testing.assert_allclose(r["intra_per_class"], intra, rtol=1e-7)
+    assert r["pi_intra"] == pytest.approx(np.mean(intra), rel=1e-7)
+    assert r["pi_inter"] == pytest.approx(mean_pair(mus), rel=1e-6)
+    if metric == "cosine":
+        U = V
+        al = sum(2 * mean_pair(U[y == c]) * (40 * 39) for c in range(6)) / (6 * 40 * 39)
+        assert alignment_uniformity(X, y)["alignment"] == pytest.approx(al, rel=1e-7)
+
+
 def test_cosine_pi_is_invariant_to_row_scaling():
     X, y = data(seed=2)
     scale = np.random.default_rng(0).uniform(0.1, 10, size=(len(X), 1))
@@ -143,11 +202,15 @@ def test_inputs_are_not_modified_and_float32_is_exact():
 def test_accumulate_over_many_blocks_matches_one_block():
     X, y = data(n=257, d=4)
     classes, inv = np.unique(y, return_inverse=True)
-    a = _accumulate(X, inv, classes.size, with_gram=True, block_rows=10)
-    b = _accumulate(X, inv, classes.size, with_gram=True, block_rows=10_000)
-    for k in ("raw", "unit", "sq", "colsum", "G", "norms"):
+    a = _accumulate(X, inv, classes.size, with_gram=True, need_raw_spread=False, block_rows=10)
+    b = _accumulate(X, inv, classes.size, with_gram=True, need_raw_spread=False, block_rows=10_000)
+    for k in ("raw", "unit_ref", "unit_dev", "unit_dev2", "colsum", "G", "norms"):
         np.testing.assert_allclose(a[k], b[k], rtol=1e-12)
     np.testing.assert_allclose(a["G"], X.T @ X, rtol=1e-12)
+    a = _accumulate(X, inv, classes.size, with_gram=False, need_unit=False, block_rows=10)
+    b = _accumulate(X, inv, classes.size, with_gram=False, need_unit=False, block_rows=10_000)
+    for k in ("raw_ref", "raw_dev", "raw_dev2"):
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-12)
 
 
 def test_class_distance_errors():

@@ -1,8 +1,10 @@
 """Class distances π (docs/methods.md §3), alignment/uniformity (§4) and the one-call geometry report.
 
 Everything here is computed from per-class sums, never from an N×N (or C×C) distance matrix:
-for unit rows u_i, Σ_{i≠j∈c} (1 − u_i·u_j) = n_c² − ‖Σ_{i∈c} u_i‖², so one pass over row blocks
-(float64 per block) gives π_intra, π_inter and the alignment exactly. Only the uniformity needs
+for unit rows u_i, Σ_{i≠j∈c} (1 − u_i·u_j) = n_c Σ_{i∈c} ‖u_i − ū_c‖², so one pass over row blocks
+(float64 per block), summing each row's difference from its class's first row and its square,
+gives π_intra, π_inter and the alignment exactly (the spread without cancellation: a class of
+equal rows gives exactly 0). Only the uniformity needs
 pairs: all of them (blocked) for small N, a fixed-seed sample of ``max_pairs`` otherwise.
 
 Scale: X is multiplied by a power of two (exact) when its largest |value| lies outside
@@ -56,19 +58,28 @@ def _encode(y, n: int):
 
 
 def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bool,
-                need_unit: bool = True, block_rows: int | None = None, shift: int = 0) -> dict:
-    """Per-class sums of raw rows, unit rows and squared norms (and XᵀX, column sums) in float64,
-    of the rows multiplied by 2^-shift (exact)."""
+                need_unit: bool = True, need_raw_spread: bool = True, block_rows: int | None = None,
+                shift: int = 0) -> dict:
+    """One float64 pass over row blocks of 2^-shift·X (exact): XᵀX and the column sums (with
+    ``with_gram``), the row norms, and per class: with ``need_raw_spread`` its first row
+    (``raw_ref``), the sum of the rows' differences from it (``raw_dev``) and of their squared norms
+    (``raw_dev2``), else the sum of its rows (``raw``); with ``need_unit`` the same three of the
+    unit rows (``unit_*``). Differences
+    from a class member give the spread about the class mean without the cancellation of
+    n² − ‖Σu‖² (a collapsed class gives exactly 0, where plain sums left rounding of 1e-16 that
+    made π_ratio a random number), and the class mean exactly where a class's rows are equal."""
     import scipy.sparse as sp
 
     n, d = X.shape
     block_rows = block_rows or block_rows_for(d)
-    raw = np.zeros((n_classes, d))
-    unit = np.zeros((n_classes, d))
-    sq = np.zeros(n_classes)
     row_norms = np.empty(n)
     G = np.zeros((d, d)) if with_gram else None
     colsum = np.zeros(d)
+    seen = np.zeros(n_classes, dtype=bool)
+    buf = None
+    raw = np.zeros((n_classes, d))
+    raw_ref, raw_dev, raw_dev2 = np.zeros((n_classes, d)), np.zeros((n_classes, d)), np.zeros(n_classes)
+    unit_ref, unit_dev, unit_dev2 = np.zeros((n_classes, d)), np.zeros((n_classes, d)), np.zeros(n_classes)
     for s in range(0, n, block_rows):
         b = np.asarray(X[s:s + block_rows], dtype=np.float64)
         if shift:
@@ -83,13 +94,12 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
         if not np.all(np.isfinite(sqn)):  # NaN or inf anywhere in the row (squares cannot overflow float64)
             i = s + int(np.flatnonzero(~np.isfinite(sqn))[0])
             raise EmbedscopeError(f"row {i} of X contains NaN or inf")
-        sq += np.bincount(ib, weights=sqn, minlength=n_classes)
         row_norms[s:s + m] = np.sqrt(sqn)
-        raw += onehot @ b
+        u = None
         if need_unit:
             tiny = sqn < _TINY_SQ
             if not tiny.any():
-                unit += onehot @ (b / row_norms[s:s + m, None])  # out of place: b may be a view of X
+                u = b / row_norms[s:s + m, None]  # out of place: b may be a view of X
             else:
                 zero = tiny & ~np.any(b, axis=1)
                 if zero.any():
@@ -97,41 +107,73 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
                     raise EmbedscopeError(f"row {i} of X is all zeros: its cosine distance is undefined")
                 u = b / np.where(tiny, 1.0, row_norms[s:s + m])[:, None]
                 u[tiny] = _unit_rows(b[tiny])
-                unit += onehot @ u
-    out = {"raw": raw, "unit": unit, "sq": sq, "colsum": colsum, "norms": row_norms}
+        cls, at = np.unique(ib, return_index=True)  # each class's first row: its reference
+        new = ~seen[cls]
+        seen[cls[new]] = True
+        raw_ref[cls[new]] = b[at[new]]
+        if u is not None:
+            unit_ref[cls[new]] = u[at[new]]
+        if buf is None or buf.shape[0] < m:
+            buf = np.empty((m, d))
+        # the differences in place (in this block's own arrays, never in X; one gather buffer reused)
+        if need_raw_spread:
+            v = b if b.flags.owndata else b.copy()
+            np.subtract(v, np.take(raw_ref, ib, axis=0, out=buf[:m], mode="clip"), out=v)
+            raw_dev += onehot @ v
+            raw_dev2 += np.bincount(ib, weights=np.einsum("ij,ij->i", v, v), minlength=n_classes)
+        else:
+            raw += onehot @ b
+        if u is not None:
+            np.subtract(u, np.take(unit_ref, ib, axis=0, out=buf[:m], mode="clip"), out=u)
+            unit_dev += onehot @ u
+            unit_dev2 += np.bincount(ib, weights=np.einsum("ij,ij->i", u, u), minlength=n_classes)
+    out = {"colsum": colsum, "norms": row_norms, "raw": raw, "raw_ref": raw_ref, "raw_dev": raw_dev, "raw_dev2": raw_dev2,
+           "unit_ref": unit_ref, "unit_dev": unit_dev, "unit_dev2": unit_dev2}
     if with_gram:
         out["G"] = G
     return out
 
 
+def _spread(dev: np.ndarray, dev2: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per class Σ_i ‖v_i − v̄‖² from Σ v_i and Σ ‖v_i‖² of differences v_i from a class member
+    (small where the class is tight: no cancellation against the rows' norms), at least 0."""
+    return np.maximum(dev2 - np.einsum("ij,ij->i", dev, dev) / n, 0.0)
+
+
+def _mean_spread(M: np.ndarray) -> float:
+    """Σ_k ‖m_k − m̄‖² of the rows of M, about its first row (exactly 0 for equal rows)."""
+    W = M - M[0]
+    t = W.sum(axis=0)
+    return max(float(np.einsum("ij,ij->", W, W)) - float(t @ t) / M.shape[0], 0.0)
+
+
 def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0) -> dict:
     n = counts.astype(np.float64)
     C = counts.size
-    pairs = n * n - n
     multi = counts >= 2
     if C < 2:
         raise EmbedscopeError(f"class distances need at least two classes, got {C}")
     if not multi.any():
         raise EmbedscopeError("π_intra is undefined: every class has a single sample")
+    # For unit rows Σ_{i≠j∈c} (1 − u_i·u_j) = n_c Σ_i ‖u_i − ū_c‖², and Σ_{i≠j} ‖x_i − x_j‖² =
+    # 2 n_c Σ_i ‖x_i − x̄_c‖²; the spreads come from differences to a class member (_accumulate), as
+    # do the class means (exact for a class of equal rows), and π_inter from the means' spread.
     intra = np.full(C, np.nan)
     if metric == "cosine":
-        S2 = np.einsum("ij,ij->i", sums["unit"], sums["unit"])
-        intra[multi] = (n[multi] ** 2 - S2[multi]) / pairs[multi]
+        spread = _spread(sums["unit_dev"], sums["unit_dev2"], n)
+        intra[multi] = spread[multi] / (n[multi] - 1)
         nonzero = np.any(sums["raw"], axis=1)
         if not nonzero.all():
             c = int(np.flatnonzero(~nonzero)[0])
             raise EmbedscopeError(f"the mean of class index {c} is the zero vector: its cosine distance is undefined")
         mu = _unit_rows(sums["raw"])
-        M = mu.sum(axis=0)
-        inter = (C * C - float(M @ M)) / (C * C - C)
+        same = sums["unit_dev2"] == 0  # every unit row of the class equal: the mean's direction exactly
+        mu[same] = sums["unit_ref"][same]
+        inter = _mean_spread(mu) / (C - 1)
     else:  # sqeuclidean
-        S2 = np.einsum("ij,ij->i", sums["raw"], sums["raw"])
-        intra[multi] = (2 * n[multi] * sums["sq"][multi] - 2 * S2[multi]) / pairs[multi]
-        mu = sums["raw"] / n[:, None]
-        M = mu.sum(axis=0)
-        inter = (2 * C * float(np.einsum("ij,ij->", mu, mu)) - 2 * float(M @ M)) / (C * C - C)
-    intra = np.where(np.isnan(intra), np.nan, np.clip(intra, 0.0, None))
-    inter = max(inter, 0.0)
+        spread = _spread(sums["raw_dev"], sums["raw_dev2"], n)
+        intra[multi] = 2 * spread[multi] / (n[multi] - 1)
+        inter = 2 * _mean_spread(sums["raw_ref"] + sums["raw_dev"] / n[:, None]) / (C - 1)
     pi_intra = float(np.mean(intra[multi]))
     if inter > 0:
         ratio = pi_intra / inter
@@ -162,7 +204,7 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
 
     Source: Roth et al., "Revisiting Training Strategies and Generalization Performance in Deep
     Metric Learning", ICML 2020, §5 and reference code ``metrics/dists.py``. Computed exactly from
-    per-class sums of the unit rows (Σ_{i≠j} (1 − u_i·u_j) = n_c² − ‖Σ u_i‖²; likewise for the class
+    per-class sums of the unit rows (Σ_{i≠j} (1 − u_i·u_j) = n_c Σ_i ‖u_i − ū_c‖²; likewise for the class
     means), in float64 and O(N·D) time: no N×N matrix. Singleton classes have no intra pairs: they
     are left out of π_intra and counted in ``n_singleton`` (the reference code fills them with the
     largest class value instead); they still count in π_inter. ``metric="sqeuclidean"`` uses
@@ -176,7 +218,7 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
 
     Returns
     -------
-    dict with ``pi_intra``, ``pi_inter``, ``pi_ratio`` (floats; π_ratio is inf when π_inter = 0),
+    dict with ``pi_intra``, ``pi_inter``, ``pi_ratio`` (floats; π_ratio is inf when π_inter = 0 < π_intra, NaN when both are 0),
     ``intra_per_class`` (array [C] in the order of ``classes``, NaN for singletons),
     ``classes`` (the sorted labels), ``counts``, ``n_singleton``, ``n_classes``.
 
@@ -196,7 +238,8 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
     X = check_matrix(X, check_finite=False)  # _accumulate checks every row
     classes, inv, counts = _encode(y, X.shape[0])
     shift = pow2_shift(X)
-    sums = _accumulate(X, inv, classes.size, with_gram=False, need_unit=metric == "cosine", shift=shift)
+    sums = _accumulate(X, inv, classes.size, with_gram=False, need_unit=metric == "cosine",
+                       need_raw_spread=metric == "sqeuclidean", shift=shift)
     out = _pi_from_sums(sums, counts, metric, shift)
     out["classes"] = classes
     out["counts"] = counts
@@ -204,13 +247,13 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
 
 
 # ----------------------------------------------------------------------------- Wang & Isola
-def _alignment_from_sums(unit: np.ndarray, counts: np.ndarray) -> float:
+def _alignment_from_sums(sums: dict, counts: np.ndarray) -> float:
+    """Σ_c Σ_{i≠j∈c} ‖u_i − u_j‖² / Σ_c (n_c² − n_c), with Σ_{i≠j∈c} ‖u_i − u_j‖² = 2 n_c Σ_i ‖u_i − ū_c‖²."""
     n = counts.astype(np.float64)
     pairs = float(np.sum(n * n - n))
     if pairs == 0:
         raise EmbedscopeError("alignment is undefined: no class has two or more samples")
-    S2 = np.einsum("ij,ij->i", unit, unit)
-    return float(max(np.sum(2 * n * n - 2 * S2) / pairs, 0.0))
+    return float(np.sum(2 * n * _spread(sums["unit_dev"], sums["unit_dev2"], n)) / pairs)
 
 
 def _logmeanexp_update(state, a: np.ndarray):
@@ -293,7 +336,7 @@ def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAI
     Source: Wang, Isola, "Understanding Contrastive Representation Learning through Alignment and
     Uniformity on the Hypersphere", ICML 2020; here the positive pairs are all same-class pairs
     (pooled over classes, so larger classes weigh more, as a uniformly drawn positive pair would).
-    The alignment is exact from class sums (Σ_{i≠j∈c}‖u_i − u_j‖² = 2n_c² − 2‖Σ u_i‖²). The
+    The alignment is exact from class sums (Σ_{i≠j∈c}‖u_i − u_j‖² = 2n_c Σ_i ‖u_i − ū_c‖²). The
     uniformity is exact over all N(N−1)/2 pairs when that is ≤ ``max_pairs`` (blocked, no N×N
     matrix), otherwise estimated from ``max_pairs`` independent uniformly drawn pairs i ≠ j
     (``numpy.random.default_rng(seed)``; reproducible). Lower is better for both.
@@ -318,10 +361,10 @@ def alignment_uniformity(X, y, *, t: float = 2, max_pairs: int = DEFAULT_MAX_PAI
     X = check_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
     classes, inv, counts = _encode(y, X.shape[0])
     shift = pow2_shift(X)
-    sums = _accumulate(X, inv, classes.size, with_gram=False, shift=shift)
+    sums = _accumulate(X, inv, classes.size, with_gram=False, need_raw_spread=False, shift=shift)
     unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed, shift=shift)
     return {
-        "alignment": _alignment_from_sums(sums["unit"], counts),
+        "alignment": _alignment_from_sums(sums, counts),
         "uniformity": unif,
         "uniformity_pairs": npairs,
         "uniformity_exact": exact,
@@ -379,7 +422,8 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     classes, inv, counts = _encode(y, n)
     use_gram = n >= d
     shift = pow2_shift(X)  # every value below is of 2^-shift·X; only the returned spectra are scaled back
-    sums = _accumulate(X, inv, classes.size, with_gram=use_gram, shift=shift)
+    sums = _accumulate(X, inv, classes.size, with_gram=use_gram, need_raw_spread=metric == "sqeuclidean",
+                       shift=shift)
 
     # uncentred singular values (ρ, RankMe)
     s = None
@@ -414,7 +458,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
         "pi_ratio": pis["pi_ratio"],
         "effective_rank": _rankme(s, RANKME_EPS),
         "alpha": _alpha_fit(lam, k_min, k_max, 1e-12),
-        "alignment": _alignment_from_sums(sums["unit"], counts),
+        "alignment": _alignment_from_sums(sums, counts),
         "uniformity": unif,
         "uniformity_pairs": npairs,
         "uniformity_exact": exact,
