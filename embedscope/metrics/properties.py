@@ -45,7 +45,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.search.knn import pair_keys64
+from embedscope.metrics.search.knn import padded_row_order, pair_keys64, union_places
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
@@ -303,10 +303,7 @@ def _dense_ranks(ru: np.ndarray, v: np.ndarray, nc: int) -> tuple[int, np.ndarra
         u, inv = np.unique(v, return_inverse=True)
         return nc * len(u), ru * len(u) + inv.ravel()
     start = np.cumsum(counts) - counts
-    M = np.full(nc * width, np.inf)
-    M[ru * width + (np.arange(n) - start[ru])] = v
-    A = np.argsort(M.reshape(nc, width), axis=1)  # pads (+inf) last
-    o = (A + start[:, None])[np.arange(width) < counts[:, None]]  # elements by (row, value)
+    o = padded_row_order(ru, np.arange(n) - start[ru], v, counts)  # elements by (row, value)
     s = v[o]
     brk = np.ones(n, dtype=bool)
     np.not_equal(s[1:], s[:-1], out=brk[1:])
@@ -318,20 +315,10 @@ def _dense_ranks(ru: np.ndarray, v: np.ndarray, nc: int) -> tuple[int, np.ndarra
 
 def _union(lo: np.ndarray, hi: np.ndarray, W1: int) -> tuple[np.ndarray, np.ndarray]:
     """Places (row, place) of the union of the windows [lo, hi) of each row (lo, hi: (rows, P); place < W1),
-    in row order and place order. Overlapping windows (every key tied: each the whole row) are one interval."""
-    on = hi > lo
-    big = np.iinfo(np.int64).max
-    lom, him = np.where(on, lo, big), np.where(on, hi, -1)
-    o = np.argsort(lom, axis=1, kind="stable")
-    ls, cm = np.take_along_axis(lom, o, 1), np.maximum.accumulate(np.take_along_axis(him, o, 1), axis=1)
-    if not np.any((ls[:, 1:] > cm[:, :-1]) & (ls[:, 1:] != big)):  # no gaps: per row [min lo, max hi)
-        ulo, ln = np.where(on.any(1), lom.min(1), 0), np.maximum(him.max(1) - lom.min(1), 0)
-        ru = np.repeat(np.arange(len(lo)), ln)
-        return ru, np.arange(len(ru)) - np.repeat(np.cumsum(ln) - ln - ulo, ln)
-    nc = len(lo)
-    base = np.arange(nc)[:, None] * W1
-    edge = (np.bincount((base + lo)[on], minlength=nc * W1 + 1) - np.bincount((base + hi)[on], minlength=nc * W1 + 1))
-    U = np.flatnonzero(np.cumsum(edge[:nc * W1]) > 0)
+    in row order and place order: the search's union of windows (:func:`~.search.knn.union_places`)
+    over the places row · W1 + place."""
+    base = np.arange(len(lo), dtype=np.int64)[:, None] * W1
+    U = union_places((base + lo).ravel(), (base + hi).ravel())
     ru = U // W1
     return ru, U - ru * W1
 

@@ -315,7 +315,23 @@ def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: n
                             ref_class=ref_class)
 
 
-def _union_places(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def padded_row_order(row: np.ndarray, slot: np.ndarray, values: np.ndarray, per_row: np.ndarray) -> np.ndarray:
+    """The elements' indices in order of (row, value), equal values in any order: each element put
+    at (row, slot) of a table of ``per_row.size`` rows padded to the longest (slots 0 … per_row − 1
+    of each row, each once), and the rows sorted by one argsort (SIMD, each row in cache: 8x one
+    argsort of every value plus a radix sort by row, at 1,024 rows of 5,000). Values must be below
+    +inf (the pads). For rows of similar lengths (the table is ~ the elements)."""
+    span, width = per_row.size, int(per_row.max(initial=0))
+    flat = row * width + slot
+    M = np.full(span * width, np.inf)
+    M[flat] = values
+    E = np.zeros(span * width, dtype=np.int64)
+    E[flat] = np.arange(values.size)
+    A = np.argsort(M.reshape(span, width), axis=1)  # pads (+inf) last
+    return np.take_along_axis(E.reshape(span, width), A, 1)[np.arange(width) < per_row[:, None]]
+
+
+def union_places(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """The places of the union of the windows ``[lo, hi)``, increasing: the windows merged into
     intervals (a sort of the windows, not a pass over every place)."""
     on = hi > lo
@@ -337,7 +353,7 @@ def _tie_window_rows(n_places, lo, hi, pair_row, kp, idp, row_of, ref_at, keys_o
     """:func:`tie_window_before` of pairs whose windows lie in ``n_places`` places (at most
     ``TIE_CHUNK_PLACES`` unless one row holds more)."""
     m = lo.size
-    U = _union_places(lo, hi)  # the union of the windows, in place order
+    U = union_places(lo, hi)  # the union of the windows, in place order
     rows_u = np.asarray(row_of(U), dtype=np.int64)
     ids_u = np.asarray(ref_at(U), dtype=np.int64)
     pair_row = np.asarray(pair_row, dtype=np.int64)
@@ -373,28 +389,20 @@ def _tie_window_rows(n_places, lo, hi, pair_row, kp, idp, row_of, ref_at, keys_o
     per_row = g_cnt + p_cnt
     row_first = np.cumsum(per_row) - per_row  # each row's first sorted place
     key = np.concatenate([kg, kp])
+    rows_all = np.concatenate([g_row, pair_row]) - r0
     width = int(per_row.max(initial=0))
-    if span * width <= 2 * n + 4096:  # rows of similar lengths: one (SIMD) argsort per padded row, in
-        # cache (8x one argsort of all keys and a radix sort by row, for 1,024 rows of 5,000); in each
-        # row the groups first (in their order: g_row is non-decreasing), then the pairs
+    if span * width <= 2 * n + 4096:  # rows of similar lengths: one argsort per padded row
+        # (padded_row_order); in each row the groups first (in their order: g_row is non-decreasing),
+        # then the pairs
         slot = np.empty(n, dtype=np.int64)
         slot[:ng] = np.arange(ng) - (np.cumsum(g_cnt) - g_cnt)[g_row - r0]
         po = np.argsort(pair_row, kind="stable")
         pr = pair_row[po] - r0
         slot[ng + po] = g_cnt[pr] + np.arange(m) - (np.cumsum(p_cnt) - p_cnt)[pr]
-        flat = slot  # each one's place in the padded rows
-        flat[:ng] += (g_row - r0) * width
-        flat[ng:] += (pair_row - r0) * width
-        M = np.full(span * width, np.inf)
-        M[flat] = -key
-        E = np.zeros(span * width, dtype=np.int64)
-        E[flat] = np.arange(n)
-        A = np.argsort(M.reshape(span, width), axis=1)  # pads (+inf) last
-        order = np.take_along_axis(E.reshape(span, width), A, 1)[np.arange(width) < per_row[:, None]]
+        order = padded_row_order(rows_all, slot, -key, per_row)
     else:
-        by_row = np.concatenate([g_row, pair_row]) - r0
         order = np.argsort(-key)
-        order = order[np.argsort(by_row.astype(np.int16 if span <= 2**15 else np.int64)[order], kind="stable")]
+        order = order[np.argsort(rows_all.astype(np.int16 if span <= 2**15 else np.int64)[order], kind="stable")]
     s_key = key[order]
     brk = np.ones(n, dtype=bool)  # a new run of equal (row, key) starts here
     np.not_equal(s_key[1:], s_key[:-1], out=brk[1:])
