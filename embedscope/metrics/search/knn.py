@@ -538,14 +538,7 @@ class KeySpace:
 
     def row_keys32(self, qi: int) -> np.ndarray:
         """One query's float32 keys against every reference (float64 array; self excluded -> -inf)."""
-        s = self.R32 @ self.Q32[qi]
-        if self.metric == "euclidean":
-            s = (np.float32(2) * s - self.rn2_32).astype(np.float64) - self.qsq[qi]
-        else:
-            s = s.astype(np.float64)
-        if self.same:
-            s[qi] = -np.inf
-        return s
+        return self.rows_keys32(np.array([qi]))[0]
 
 
 # ----------------------------------------------------------------------------- float32 candidates
