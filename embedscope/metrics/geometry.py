@@ -4,8 +4,8 @@ Everything here is computed from per-class sums, never from an N×N (or C×C) di
 for unit rows u_i, Σ_{i≠j∈c} (1 − u_i·u_j) = n_c Σ_{i∈c} ‖u_i − ū_c‖², so one pass over row blocks
 (float64 per block), summing each row's difference from its class's first row and its square,
 gives π_intra, π_inter and the alignment exactly (the spread without cancellation: a class of
-equal rows gives exactly 0). Only the uniformity needs
-pairs: all of them (blocked) for small N, a fixed-seed sample of ``max_pairs`` otherwise.
+equal rows gives exactly 0). Only the uniformity needs pairs: all of them (blocked) for small N,
+a fixed-seed sample of ``max_pairs`` otherwise.
 
 Scale: X is multiplied by a power of two (exact) when its largest |value| lies outside
 [2^-256, 2^256] (:func:`~embedscope.metrics.spectral.pow2_shift`), and the unit rows of rows far
@@ -64,10 +64,10 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
     ``with_gram``), the row norms, and per class: with ``need_raw_spread`` its first row
     (``raw_ref``), the sum of the rows' differences from it (``raw_dev``) and of their squared norms
     (``raw_dev2``), else the sum of its rows (``raw``); with ``need_unit`` the same three of the
-    unit rows (``unit_*``). Differences
-    from a class member give the spread about the class mean without the cancellation of
-    n² − ‖Σu‖² (a collapsed class gives exactly 0, where plain sums left rounding of 1e-16 that
-    made π_ratio a random number), and the class mean exactly where a class's rows are equal."""
+    unit rows (``unit_*``). Differences from a class member give the spread about the class mean
+    without the cancellation of n² − ‖Σu‖² (a collapsed class gives exactly 0, where plain sums
+    left rounding of 1e-16 that made π_ratio a random number), and the class mean exactly where a
+    class's rows are equal."""
     import scipy.sparse as sp
 
     n, d = X.shape
@@ -127,7 +127,8 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
             np.subtract(u, np.take(unit_ref, ib, axis=0, out=buf[:m], mode="clip"), out=u)
             unit_dev += onehot @ u
             unit_dev2 += np.bincount(ib, weights=np.einsum("ij,ij->i", u, u), minlength=n_classes)
-    out = {"colsum": colsum, "norms": row_norms, "raw": raw, "raw_ref": raw_ref, "raw_dev": raw_dev, "raw_dev2": raw_dev2,
+    out = {"colsum": colsum, "norms": row_norms, "raw": raw,
+           "raw_ref": raw_ref, "raw_dev": raw_dev, "raw_dev2": raw_dev2,
            "unit_ref": unit_ref, "unit_dev": unit_dev, "unit_dev2": unit_dev2}
     if with_gram:
         out["G"] = G
