@@ -234,6 +234,15 @@ def nearly_collapsed(n, d=8, noise=1e-7, seed=20, n_points=1):
 
 
 @pytest.fixture
+def uncentred(monkeypatch):
+    """Searches of the rows as given: a nearly collapsed set is otherwise searched about its mean
+    (``knn.centre_of``), where its keys separate and no union count runs (tested below)."""
+    import embedscope.metrics.search.knn as knn
+
+    monkeypatch.setattr(knn, "CENTRE", False)
+
+
+@pytest.fixture
 def classes_seen(monkeypatch):
     """The ``ref_class`` given to each union count (None: every reference row distinct)."""
     import embedscope.metrics.search.knn as knn
@@ -250,7 +259,7 @@ def classes_seen(monkeypatch):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_nearly_collapsed_distinct_rows_the_tile_pass(metric, seen, classes_seen):
+def test_nearly_collapsed_distinct_rows_the_tile_pass(metric, seen, classes_seen, uncentred):
     # one point plus 1e-7 noise: all keys within the float32 bound, every row distinct, so each
     # union member is its own group (the path that ranked N = 5,000 in 11 s, now ~5 s)
     X = nearly_collapsed(1500)
@@ -260,7 +269,7 @@ def test_nearly_collapsed_distinct_rows_the_tile_pass(metric, seen, classes_seen
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_nearly_collapsed_two_classes_and_deep_mAP(metric, seen, classes_seen):
+def test_nearly_collapsed_two_classes_and_deep_mAP(metric, seen, classes_seen, uncentred):
     # two classes of hundreds (the large mode), then mAP@1000 (the candidate lists)
     X = nearly_collapsed(1200, seed=21)
     y = np.repeat(np.arange(2), 600)[np.random.default_rng(22).permutation(1200)]
@@ -269,7 +278,7 @@ def test_nearly_collapsed_two_classes_and_deep_mAP(metric, seen, classes_seen):
     assert {"rows", "candidates"} <= set(seen) and all(c is None for c in classes_seen)
 
 
-def test_nearly_collapsed_the_counting_pass(monkeypatch, seen):
+def test_nearly_collapsed_the_counting_pass(monkeypatch, seen, uncentred):
     # the tile pass given up (a tiny survivor budget): the counting pass on distinct rows
     monkeypatch.setattr(rows, "SURVIVOR_BUDGET", (0.0, 500, 500))
     X = nearly_collapsed(2000, seed=23, n_points=3)

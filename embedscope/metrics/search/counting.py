@@ -34,8 +34,9 @@ sums c chunks of at most K = 512 columns of the inner dimension separately (cosi
 4,096 references, :func:`k_chunks`, :func:`tile_delta`); for
 Euclidean twice the bound of
 :class:`embedscope.metrics.search.knn.KeySpace`, so that it covers the key computed as one augmented GEMM
-(``[2q, −1]·[r, ‖r‖²] − ‖q‖²``). Memory: one tile and at most ``PENDING`` survivors (64 MiB) per
-thread, never N × N.
+(``[2q, −1]·[r, ‖r‖²] − ‖q‖²``); for a centred search (a nearly collapsed model, see
+:class:`~embedscope.metrics.search.knn.KeySpace`) the same of its centred rows. Memory: one tile
+and at most ``PENDING`` survivors (64 MiB) per thread, never N × N.
 """
 
 from __future__ import annotations
@@ -45,7 +46,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from embedscope.metrics.search.knn import DENSE_WINDOW, U32, KeySpace, _bar, pair_keys64, tie_window_before
+from embedscope.metrics.search.knn import (
+    DENSE_WINDOW,
+    U32,
+    KeySpace,
+    _augmented32,
+    _bar,
+    pair_keys64,
+    tie_window_before,
+)
 from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
 __all__ = ["relevant_ranks_by_count", "floor_keys", "tile_delta", "augmented", "k_chunks", "TileGemm"]
@@ -95,15 +104,19 @@ def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMP
         RsT = np.ascontiguousarray(Ra[sample].T)
         S = Qa @ RsT
         return np.partition(S, ns - j, axis=1)[:, ns - j].astype(np.float64) - qoff
-    R = np.ascontiguousarray(ks.R32[sample])
+    # cosine: inner products; Euclidean: squared distances (of the centred rows or not: the same);
+    # a centred cosine search: inner products of the augmented rows, less qoff
+    aug = ks.metric == "cosine" and not ks.plain
+    Qs, Rs = augmented(ks)[:2] if aug else (ks.Q32, ks.R32)
+    R = np.ascontiguousarray(Rs[sample])
     d = R.shape[1]
     index = faiss.IndexFlatIP(d) if ks.metric == "cosine" else faiss.IndexFlatL2(d)
     index.add(R)
     out = np.empty(ks.Q32.shape[0], dtype=np.float64)
     for s in range(0, ks.Q32.shape[0], 8192):
-        v, _ = index.search(ks.Q32[s:s + 8192], j)
+        v, _ = index.search(Qs[s:s + 8192], j)
         v = v[:, -1].astype(np.float64)
-        out[s:s + 8192] = v if ks.metric == "cosine" else -v
+        out[s:s + 8192] = (v - ks.qoff[s:s + 8192] if aug else v) if ks.metric == "cosine" else -v
     return out
 
 
@@ -141,8 +154,8 @@ def k_chunks(ks: KeySpace, chunk: int | None = None) -> list[tuple[int, int]]:
     d = ks.Q64.shape[1]
     small = ks.R64.shape[0] <= CHUNK_SMALL_REFS
     k = int(chunk if chunk is not None else ((K_CHUNK // 2 if small else K_CHUNK) if d >= CHUNK_MIN_DIM else 0))
-    if ks.metric != "cosine" or k <= 0 or k >= d:
-        return [(0, d + (0 if ks.metric == "cosine" else 1))]
+    if not ks.plain or k <= 0 or k >= d:
+        return [(0, d + (0 if ks.plain else 1))]
     c = -(-d // k)
     k = -(-d // c)  # equal chunks
     return [(a, min(d, a + k)) for a in range(0, d, k)]
@@ -161,23 +174,22 @@ def tile_delta(ks: KeySpace, chunks: list[tuple[int, int]] | None = None) -> np.
     512 make the bound 3.9× tighter and chunks of 256 7× (:func:`k_chunks` takes 256 over at most
     ``CHUNK_SMALL_REFS`` references, where the float64 window keys weigh more against the GEMM),
     and the float64 window keys about as many times fewer."""
-    if ks.metric == "cosine":
+    if ks.plain:
         # |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + 2u‖q‖‖r‖ ≤ (D + 16) u ‖q‖ ‖r‖max (Cauchy–Schwarz)
         ch = chunks or [(0, ks.Q64.shape[1])]
         kmax = max(b - a for a, b in ch)
         return (kmax + len(ch) + 16) * U32 * 1.05 * np.sqrt(ks.qsq) * ks.rmax + 1e-300
-    return 2.0 * ks.delta  # the augmented Euclidean GEMM: twice KeySpace's bound covers its extra terms
+    return 2.0 * ks.delta  # the augmented GEMM (Euclidean, centred): twice KeySpace's bound covers its extra terms
 
 
 def augmented(ks: KeySpace):
     """``(Qa, Ra, qoff)``: float32 operands whose products minus ``qoff`` are the keys (cosine:
-    q·r; Euclidean: [2q, −1]·[r, ‖r‖²] − ‖q‖² = −‖q − r‖²)."""
+    q·r; Euclidean: [2q, −1]·[r, ‖r‖²] − ‖q‖² = −‖q − r‖²; a centred search, :class:`KeySpace`:
+    the same of the centred rows, or for cosine [q', −1]·[r', −c·r'] + c·q' + ‖c‖² = q·r)."""
     nq = ks.Q32.shape[0]
-    if ks.metric == "cosine":
+    if ks.plain:
         return ks.Q32, ks.R32, np.zeros(nq)
-    Qa = np.hstack([2.0 * ks.Q32, -np.ones((nq, 1), np.float32)])
-    Ra = np.hstack([ks.R32, ks.rn2_32[:, None]])
-    return Qa, Ra, ks.qsq
+    return (*_augmented32(ks), ks.qoff)
 
 
 class TileGemm:
@@ -323,7 +335,7 @@ class _Pass:
         self.chunks = k_chunks(ks, chunk)
         self.delta = tile_delta(ks, self.chunks)
         self.Qa, Ra, self.qoff = augmented(ks)
-        if ks.metric == "cosine":
+        if ks.metric == "cosine":  # (bounds of the keys, centred or not)
             bound = qmax * ks.rmax + 1.0  # |key| < bound
             self.base, self.W = -bound - 1.0, 2.0 * bound + 2.0
         else:
@@ -334,10 +346,14 @@ class _Pass:
         np.minimum.at(low, qi, k64 - (2.0 * self.delta + self.err)[qi])
         self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
         # a same-set cosine pass multiplies each pair of blocks once and reads the tile both ways
-        self.symmetric = ks.same and ks.metric == "cosine"
+        self.symmetric = ks.same and ks.plain
         self.gemm = TileGemm(ks, self.Qa, Ra, self.chunks)
-        thr = (self.tau + self.qoff).astype(np.float32)
-        self.thr = np.nextafter(thr, np.float32(-np.inf))  # float32 filter at or below τ_i (+‖q‖²)
+        t = self.tau + self.qoff  # τ_i in tile units (+ qoff: ‖q‖², or a centred search's)
+        if not ks.plain:  # less the rounding of τ_i + qoff_i, and of the floor's tile value − qoff_i
+            # (a centred collapsed model's tile values are ~1e-14, its keys and offsets ~1: the
+            # round trip moves a tile value by ~1e-16, far beyond one float32 step of it)
+            t = t - 2.0 * np.spacing(np.abs(self.tau) + np.abs(self.qoff))
+        self.thr = np.nextafter(t.astype(np.float32), np.float32(-np.inf))  # float32 filter at or below τ_i
         self.bounds = np.searchsorted(qi, np.arange(nq + 1))
         self.blocks = [_Block(self, s, min(nq, s + block)) for s in range(0, nq, block)]
         # survivors pending per block and thread before they are counted: at most PENDING in all

@@ -42,6 +42,15 @@ CPU and CUDA.
 
 Ranking keys: cosine ranks by the inner product of L2-normalised rows (larger first); Euclidean by
 the squared distance (smaller first).
+
+A model collapsed to *nearly* one point (one point plus noise) has keys that differ by less than
+``delta_i``: no float32 filter could separate them, and every pass would compare every pair in
+float64 (quadratic). Such a search is **centred** (:func:`centre_of`, :class:`KeySpace`): the
+float32 copies are the rows less their mean, the tiles compute the keys from them exactly in
+exact arithmetic (Euclidean distances do not move; cosine adds a term per reference and one per
+query), and ``delta_i`` scales with the rows' spread instead of their norm, plus the float64
+rounding of the keys themselves. The float64 keys and therefore the ranks are those of the rows
+as given.
 """
 
 from __future__ import annotations
@@ -487,12 +496,77 @@ def _slot_lookup(slots: np.ndarray, at: np.ndarray, need: np.ndarray) -> np.ndar
     return p
 
 
-class KeySpace:
-    """Float32 copies of queries and references, and the per-query float32 error bound ``delta``.
-    ``Q64``/``R64`` are the rows searched: the given ones, or for Euclidean rows with extreme
-    norms the given ones times ``scale`` (a power of two, see :func:`euclidean_scale`; else 1)."""
+CENTRE = True  # nearly collapsed sets are searched about their mean (centre_of; False: never)
+CENTRE_GAIN = 16.0  # a search is centred (KeySpace) when that makes its error bound this many times tighter,
+CENTRE_WINDOW = 4.0  # ... and, for cosine, when the bound of the rows as given spans this many references' keys,
+CENTRE_ETA = 8.0  # ... and when a row's keys spread over this many times the passes' resolution of a key
 
-    def __init__(self, Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool):
+
+def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: np.ndarray) -> np.ndarray | None:
+    """The point about which :class:`KeySpace` measures the rows (the references' mean), or None
+    where that would not help. A model collapsed to nearly one point (one point plus noise) is
+    centred: there the bound ``delta`` of the rows as given exceeds every difference between
+    keys, and each pass would compare every pair in float64.
+
+    Euclidean: centred where that makes the bound at least ``CENTRE_GAIN`` times tighter for the
+    median query (distances do not change, nor the passes' work). Cosine: also only where the
+    keys are crowded, about ``CENTRE_WINDOW`` or more references' keys (N · delta / spread) within
+    the bound, since a centred cosine search gives up the symmetric tile, the chunked inner
+    dimension and the bfloat16 pre-filter; rows that merely share a direction (non-negative
+    features) keep them. Decided from norms by the identity ‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖² (two
+    matrix-vector products; an estimate, only to decide)."""
+    if not CENTRE or Q64.shape[0] == 0 or R64.shape[0] == 0:
+        return None
+    c = R64.mean(axis=0)
+    cc = float(c @ c)
+    rc = R64 @ c
+    rn2 = np.einsum("ij,ij->i", R64, R64)
+    qc, qn2 = (rc, rn2) if same else (Q64 @ c, np.einsum("ij,ij->i", Q64, Q64))
+    rmax_c = float(np.sqrt(max(float(np.max(rn2 - 2.0 * rc + cc)), 0.0)))
+    qn_c = np.sqrt(np.maximum(qn2 - 2.0 * qc + cc, 0.0))
+    d = Q64.shape[1]
+    plain = float(np.median(delta))
+    # the passes place keys on a float64 line of one band per row (rows.py, counting.py): a key is
+    # known there to about 8 ulp of (block + 1) x the band's width, which the rows' keys must
+    # spread well beyond for the centred bound to separate them
+    qmax, rmax = float(np.sqrt(qn2.max())), float(np.sqrt(rn2.max()))
+    if metric == "euclidean":
+        spread = float(np.median(qn_c) + rmax_c) ** 2
+        est = (d + 16) * U32 * 1.05 * spread
+        line = (qmax + rmax) ** 2 + 1.0
+        crowded = True  # (a centred Euclidean search does the same work)
+    else:
+        spread = float(np.median(qn_c)) * rmax_c + 2.0 * float(np.max(np.abs(rc - cc)))  # of a row's keys, about
+        est = (d + 16) * U32 * 1.05 * spread + (d + 4) * 2.0 ** -53 * 8.0 * (1.0 + cc)
+        line = qmax * rmax + 1.0
+        crowded = R64.shape[0] * plain >= CENTRE_WINDOW * spread
+    eta = 8.0 * float(np.spacing(1025.0 * (2.0 * line + 4.0)))
+    return c if crowded and CENTRE_GAIN * est <= plain and spread >= CENTRE_ETA * eta else None
+
+class KeySpace:
+    """Float32 copies of queries and references as the tiles multiply them, and the per-query bound
+    ``delta`` on |float32 key estimate − float64 key|.
+
+    ``Q64``/``R64`` are the rows searched: the given ones, or for Euclidean rows with extreme norms
+    the given ones times ``scale`` (a power of two, see :func:`euclidean_scale`; else 1). Every
+    float64 key (:func:`pair_keys64`) is computed from them.
+
+    A tile holds ``two · (Q32 · R32ᵀ) − rsub32`` (float32), and the key estimate is that value (in
+    float64) minus ``qoff`` (per query, float64):
+
+    - cosine (``plain``): Q32, R32 the rows; ``two`` 1, no ``rsub32``, ``qoff`` 0;
+    - Euclidean: ``two`` 2, ``rsub32`` = ‖r‖² (float32), ``qoff`` = ‖q‖², so that the estimate is
+      2 q·r − ‖r‖² − ‖q‖² = −‖q − r‖²;
+    - **centred** (:func:`centre_of`: a model collapsed to *nearly* one point, whose float32 keys
+      all lie within the error bound of one another): the rows less their mean ``c``, so that the
+      bound scales with their spread, not their norm. Euclidean as above on q' = q − c and
+      r' = r − c (distances do not change); cosine q·r = q'·r' + c·r' + c·q' + ‖c‖², with
+      ``rsub32`` = −c·r' and ``qoff`` = −(c·q' + ‖c‖²). ``delta`` then adds the float64 rounding
+      of the keys themselves (``pair_keys64`` of the uncentred rows), which no longer vanishes
+      beside the float32 error (:meth:`_centred_delta`).
+    """
+
+    def __init__(self, Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, *, centre: bool | None = None):
         self.metric = metric
         self.same = same
         qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
@@ -506,13 +580,58 @@ class KeySpace:
             qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
             rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
         self.Q64, self.R64 = Q64, R64
-        self.Q32 = np.ascontiguousarray(Q64, dtype=np.float32)
-        self.R32 = self.Q32 if same else np.ascontiguousarray(R64, dtype=np.float32)
         self.rmax = rmax = float(rn.max())  # largest reference norm (float64)
+        self.qsq = qn * qn  # float64 ‖q‖² of the rows searched
         d = Q64.shape[1]
+        self.two = 2.0 if metric == "euclidean" else 1.0
         self.delta = (d + 16) * U32 * 1.05 * (rmax * rmax + 2.0 * qn * rmax + qn * qn) + 1e-300
-        self.qsq = qn * qn  # float64 ‖q‖², added to float32 Euclidean keys
-        self.rn2_32 = np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float32) if metric == "euclidean" else None
+        c = centre_of(Q64, R64, metric, same, self.delta) if centre is None else (
+            R64.mean(axis=0) if centre else None)
+        self.centre = c
+        self.plain = metric == "cosine" and c is None  # the tile is the key itself (symmetric, chunked, bfloat16)
+        if c is None:
+            self.Q32 = np.ascontiguousarray(Q64, dtype=np.float32)
+            self.R32 = self.Q32 if same else np.ascontiguousarray(R64, dtype=np.float32)
+            self.qoff = self.qsq if metric == "euclidean" else np.zeros(qn.size)
+            self.rsub32 = (np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float32)
+                           if metric == "euclidean" else None)
+            return
+        Qc = Q64 - c
+        Rc = Qc if same else R64 - c
+        self.Q32 = np.ascontiguousarray(Qc, dtype=np.float32)
+        self.R32 = self.Q32 if same else np.ascontiguousarray(Rc, dtype=np.float32)
+        qn_c = np.sqrt(np.einsum("ij,ij->i", Qc, Qc))
+        rmax_c = float(np.sqrt(np.einsum("ij,ij->i", Rc, Rc).max()))
+        if metric == "euclidean":
+            self.qoff = qn_c * qn_c
+            self.rsub32 = np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float32)
+            bmax = 0.0
+        else:
+            cc = float(c @ c)
+            b = Rc @ c
+            self.rsub32 = np.negative(b).astype(np.float32)
+            self.qoff = -(Qc @ c + cc)
+            bmax = float(np.abs(b).max())
+        self.delta = self._centred_delta(d, qn, qn_c, rmax_c, bmax, float(np.sqrt(c @ c)))
+
+    def _centred_delta(self, d, qn, qn_c, rmax_c, bmax, cn):
+        """The bound of a centred search (``qn_c``, ``rmax_c``: norms of the centred rows; ``bmax``:
+        the largest |c·r'|; ``cn``: ‖c‖). Euclidean: KeySpace's augmented bound on the centred
+        norms, plus the float64 rounding of −‖q − r‖² (differences, squares and sum: γ_{D+2}
+        ‖q − r‖²), of q' and r' (each entry within u₆₄ of its own value: 3u₆₄(‖q'‖ + ‖r'‖)²) and
+        of ‖q'‖². Cosine: the float32 tile q'·r' + b (γ_D ‖q'‖ ‖r'‖, b and the sum rounded: u(‖q'‖
+        ‖r'‖ + 2|b|), q' and r' rounded to float32: 2u ‖q'‖ ‖r'‖), plus the float64 roundings:
+        the key q·r (γ_D ‖q‖ ‖r‖), ‖c‖² + c·q' and c·r' (γ_{D+1} ‖c‖ (‖q'‖ + ‖c‖ + ‖r'‖)), the
+        identity with the rounded q', r' (u₆₄ (‖q'‖ ‖r‖ + ‖r'‖ ‖q‖)) and the estimate's own sum
+        (u₆₄ |tile − qoff| ≤ u₆₄ (‖q'‖ ‖r'‖ + |b| + ‖c‖ ‖q'‖ + ‖c‖²))."""
+        u64 = 2.0 ** -53
+        if self.metric == "euclidean":
+            s2 = (qn_c + rmax_c) ** 2
+            return (d + 16) * U32 * 1.05 * s2 + (2 * d + 16) * u64 * 1.05 * s2 + 1e-300
+        f32 = (d + 16) * U32 * 1.05 * (qn_c * rmax_c + 2.0 * bmax)
+        f64 = (d + 4) * u64 * 1.05 * (qn * self.rmax + cn * (qn_c + cn + rmax_c) + qn_c * self.rmax + rmax_c * qn
+                                      + qn_c * rmax_c + bmax + cn * qn_c + cn * cn)
+        return f32 + f64 + 1e-300
 
     def ref_classes(self) -> np.ndarray | None:
         """Per reference, the class of references whose rows are bitwise identical, or None where
@@ -528,10 +647,13 @@ class KeySpace:
         the values lie within the same error bound of the exact keys (their bits may differ)."""
         qs = np.asarray(qs, dtype=np.int64)
         s = self.Q32[qs] @ self.R32.T
-        if self.metric == "euclidean":
-            s = (np.float32(2) * s - self.rn2_32).astype(np.float64) - self.qsq[qs, None]
-        else:
-            s = s.astype(np.float64)
+        if self.two != 1.0:
+            s *= np.float32(self.two)
+        if self.rsub32 is not None:
+            s -= self.rsub32
+        s = s.astype(np.float64)
+        if not self.plain:
+            s -= self.qoff[qs, None]
         if self.same:
             s[np.arange(qs.size), qs] = -np.inf
         return s
@@ -548,8 +670,8 @@ def _torch_setup(ks: KeySpace, device):
     device = torch.device(str(device))  # compute_device's CPU is not a torch.device
     Qt = torch.from_numpy(ks.Q32).to(device)
     Rt = Qt if ks.same else torch.from_numpy(ks.R32).to(device)
-    rn2 = torch.from_numpy(ks.rn2_32).to(device) if ks.metric == "euclidean" else None
-    return torch, Qt, Rt, rn2
+    rsub = torch.from_numpy(ks.rsub32).to(device) if ks.rsub32 is not None else None
+    return torch, Qt, Rt, rsub
 
 
 def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, progress: bool = False,
@@ -568,14 +690,16 @@ def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, 
     if dev.type == "cpu" and L > FAISS_MIN_L:
         yield from _faiss_blocks(ks, L, progress, desc)
         return
-    torch, Qt, Rt, rn2 = _torch_setup(ks, dev)
+    torch, Qt, Rt, rsub = _torch_setup(ks, dev)
     bar = _bar(progress, nq, desc)
     with torch.no_grad():
         for s in range(0, nq, block):
             e = min(nq, s + block)
             S = Qt[s:e] @ Rt.T
-            if rn2 is not None:
-                S.mul_(2).sub_(rn2)
+            if ks.two != 1.0:
+                S.mul_(ks.two)
+            if rsub is not None:
+                S.sub_(rsub)
             if ks.same:
                 ar = torch.arange(e - s, device=S.device)
                 S[ar, ar + s] = -float("inf")
@@ -590,18 +714,24 @@ def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 
     large L). The certification does not depend on how the float32 keys were computed."""
     import faiss
 
-    d = ks.Q32.shape[1]
-    index = faiss.IndexFlatIP(d) if ks.metric == "cosine" else faiss.IndexFlatL2(d)
-    index.add(ks.R32)
+    # cosine: inner products; Euclidean: squared distances of the rows (centred or not: the same);
+    # centred cosine: inner products of the augmented rows [q', 1]·[r', c·r'], less qoff
+    aug = ks.metric == "cosine" and not ks.plain
+    Qs, Rs = (_augmented32(ks) if aug else (ks.Q32, ks.R32))
+    d = Qs.shape[1]
+    index = faiss.IndexFlatL2(d) if ks.metric == "euclidean" else faiss.IndexFlatIP(d)
+    index.add(Rs)
     nq = ks.Q32.shape[0]
     extra = 1 if ks.same else 0
     bar = _bar(progress, nq, desc)
     for s in range(0, nq, block):
         e = min(nq, s + block)
-        v, i = index.search(ks.Q32[s:e], L + extra)
+        v, i = index.search(Qs[s:e], L + extra)
         v = v.astype(np.float64)
         if ks.metric == "euclidean":
             v = -v
+        elif aug:
+            v -= ks.qoff[s:e, None]
         if ks.same:
             own = i == np.arange(s, e)[:, None]
             drop = np.where(own.any(1), own.argmax(1), L)  # the query itself, else the last column
@@ -616,9 +746,18 @@ def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 
 
 def _keys_to64(ks: KeySpace, v32: np.ndarray, s: int, e: int) -> np.ndarray:
     v = v32.astype(np.float64)
-    if ks.metric == "euclidean":
-        v -= ks.qsq[s:e, None]
+    if not ks.plain:
+        v -= ks.qoff[s:e, None]
     return v
+
+
+def _augmented32(ks: KeySpace) -> tuple[np.ndarray, np.ndarray]:
+    """Float32 operands whose products are the tile values ``two · q·r − rsub`` as one GEMM:
+    ``[two · q, −1]`` and ``[r, rsub]`` (``ks`` not plain)."""
+    nq = ks.Q32.shape[0]
+    Qa = np.hstack([np.float32(ks.two) * ks.Q32, -np.ones((nq, 1), np.float32)])
+    Ra = np.hstack([ks.R32, ks.rsub32[:, None]])
+    return Qa, Ra
 
 
 def _bar(progress, total: int, desc: str, unit: str = "q"):
@@ -726,7 +865,7 @@ class _CpuSearch:
         self.cw = int(max(64, min(nr, CHUNK_BYTES // (8 * d))))  # references per tile
         self.cols, self.j = _threshold_sample(nr, k)
         self.Rs = np.ascontiguousarray(ks.R32[self.cols])
-        self.rn2s = ks.rn2_32[self.cols] if ks.rn2_32 is not None else None
+        self.rsubs = ks.rsub32[self.cols] if ks.rsub32 is not None else None
         self.spos = np.full(nr, -1, dtype=np.int64)
         self.spos[self.cols] = np.arange(self.cols.size)
         self.local = threading.local()
@@ -742,7 +881,7 @@ class _CpuSearch:
             w = max(self.cw, self.b)  # a symmetric tile is b x b
             L.T = np.empty(self.b * w, np.float32)  # flat: every nb x w view is contiguous
             L.M = np.empty(self.b * w, bool)
-            L.K = np.empty(self.b * w, np.float32) if self.ks.rn2_32 is not None else None
+            L.K = np.empty(self.b * w, np.float32) if self.ks.rsub32 is not None else None
             L.Ts = np.empty((self.b, self.cols.size), np.float32)
         return L.T, L.M, L.Ts
 
@@ -750,8 +889,8 @@ class _CpuSearch:
         """Per query a float32 threshold 2 delta below the sample's j-th largest key."""
         ks, m, j = self.ks, self.cols.size, self.j
         np.matmul(Qb, self.Rs.T, out=Ts)
-        if self.rn2s is not None:
-            Ts -= self.rn2s
+        if self.rsubs is not None:
+            Ts -= self.rsubs
         if ks.same:
             p = self.spos[s:e]
             r = np.flatnonzero(p >= 0)
@@ -845,7 +984,7 @@ class _CpuSearch:
         ks, cw = self.ks, self.cw
         nr, nb = ks.R32.shape[0], e - s
         T, M, Ts = self.buffers()
-        Qb = ks.Q32[s:e] * np.float32(2) if ks.metric == "euclidean" else ks.Q32[s:e]
+        Qb = ks.Q32[s:e] * np.float32(ks.two) if ks.two != 1.0 else ks.Q32[s:e]
         t32 = self.threshold(Qb, s, e, Ts[:nb])
         # 1. float32 tiles of cw references: keep every key >= the query's threshold
         R_, C_, V_ = [], [], []
@@ -854,8 +993,8 @@ class _CpuSearch:
             w = c1 - c0
             Tc, Mc = T[:nb * w].reshape(nb, w), M[:nb * w].reshape(nb, w)
             np.matmul(Qb, ks.R32[c0:c1].T, out=Tc)
-            if ks.rn2_32 is not None:
-                Tc -= ks.rn2_32[c0:c1]
+            if ks.rsub32 is not None:
+                Tc -= ks.rsub32[c0:c1]
             if ks.same and c0 < e and s < c1:
                 ii = np.arange(max(s, c0), min(e, c1))
                 Tc[ii - s, ii - c0] = -np.inf
@@ -879,14 +1018,14 @@ class _CpuSearch:
         nb, w = e - s, c1 - c0
         G, Mc = T[:nb * w].reshape(nb, w), M[:nb * w].reshape(nb, w)
         np.matmul(ks.Q32[s:e], ks.Q32[c0:c1].T, out=G)
-        eu = ks.rn2_32 is not None
+        eu = ks.rsub32 is not None  # a term per reference (Euclidean, centred), and the factor two
         if I == J and ks.same:
             G[np.arange(nb), np.arange(nb)] = -np.inf
         if J > I:  # columns first, while G is still the plain product
             if eu:
                 K = self.local.K[:nb * w].reshape(nb, w)
-                np.multiply(G, np.float32(2), out=K)
-                K -= ks.rn2_32[s:e, None]
+                np.multiply(G, np.float32(ks.two), out=K)
+                K -= ks.rsub32[s:e, None]
             else:
                 K = G
             np.greater_equal(K, t32[c0:c1][None, :], out=Mc)
@@ -894,8 +1033,9 @@ class _CpuSearch:
             ref = nz // w
             pieces[J][I] = ((nz - ref * w).astype(np.uint16), ref + s, np.take(K.ravel(), nz, mode="clip"))
         if eu:
-            G *= np.float32(2)
-            G -= ks.rn2_32[c0:c1]
+            if ks.two != 1.0:
+                G *= np.float32(ks.two)
+            G -= ks.rsub32[c0:c1]
         np.greater_equal(G, t32[s:e, None], out=Mc)
         nz = np.flatnonzero(Mc)
         rr = nz // w
@@ -998,7 +1138,7 @@ def _symmetric(job: _CpuSearch, keys: np.ndarray, idx: np.ndarray, nt: int, bar)
 
     def threshold(I):
         s, e = I * b, min(n, I * b + b)
-        Qb = ks.Q32[s:e] * np.float32(2) if ks.metric == "euclidean" else ks.Q32[s:e]
+        Qb = ks.Q32[s:e] * np.float32(ks.two) if ks.two != 1.0 else ks.Q32[s:e]
         t32[s:e] = job.threshold(Qb, s, e, job.buffers()[2][:e - s])
 
     def tile(IJ):

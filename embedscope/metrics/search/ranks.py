@@ -724,17 +724,10 @@ def _hits_at_R(ks: KeySpace, y, y_ref, R, *, block=None, progress=False) -> np.n
     nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
     hits = np.zeros(nq, dtype=np.int64)
     blk = int(block or default_block(nr))
-    R32T = np.ascontiguousarray(ks.R32.T)
     bar = _bar(progress, nq, "hits@R")
     for s in range(0, nq, blk):
         e = min(nq, s + blk)
-        S = (ks.Q32[s:e] @ R32T)
-        if ks.metric == "euclidean":
-            S = (np.float32(2) * S - ks.rn2_32).astype(np.float64) - ks.qsq[s:e, None]
-        else:
-            S = S.astype(np.float64)
-        if ks.same:
-            S[np.arange(e - s), np.arange(s, e)] = -np.inf
+        S = ks.rows_keys32(np.arange(s, e))  # (the query itself −inf)
         Rb = R[s:e]
         for r in np.unique(Rb):
             if r == 0:

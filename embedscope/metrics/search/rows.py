@@ -216,14 +216,14 @@ class _Rows:
         self.estimated = key_err is not None
         self.Qa, Ra, self.qoff = augmented(ks)
         qmax = float(np.sqrt(ks.qsq.max()))
-        big = qmax * ks.rmax + 1.0 if ks.metric == "cosine" else (qmax + ks.rmax) ** 2 + 1.0
+        big = qmax * ks.rmax + 1.0 if ks.metric == "cosine" else (qmax + ks.rmax) ** 2 + 1.0  # |key| < big
         self.pad, self.W = -big - 1.0, 2.0 * big + 4.0  # keys lie in (pad, pad + W)
         # window half-width per query: tile error + key-estimate error + float64 rounding of a
         # Euclidean key (float32 value − ‖q‖²); eta: rounding of the band coordinates (see _count)
         self.w = delta + err + 4.0 * np.spacing(big)
         self.delta = delta
         self.eta = 8.0 * np.spacing((block + 1) * self.W)
-        self.symmetric = ks.same and ks.metric == "cosine"
+        self.symmetric = ks.same and ks.plain
         # a same-set cosine search reads the queries' own rows as the references (a transposed view)
         self.gemm = TileGemm(ks, self.Qa, Ra, self.chunks, copy_refs=not self.symmetric)
         # pairs grouped by query: query q's are off[q]:off[q + 1], in reference-index order
@@ -261,7 +261,7 @@ class _Rows:
                           for r0 in range(0, nr, REF_TILE)]
             self.remaining = [-(-nr // REF_TILE)] * len(self.blocks)
         self.tile_elems = float(nq) * (nq + block) / 2 if self.symmetric else float(nq) * nr
-        self.allow_bf16 = bf16 and ks.metric == "cosine"
+        self.allow_bf16 = bf16 and ks.plain
         # the floors' sample keys in bfloat16 where their GEMM is large (SOP-like sets, large N)
         self.floor_bf16 = (self.allow_bf16 and prefer_bf16(float(nq) * self.sample.size, ks.Q32.shape[1], 0.0,
                                                            min_saving=FLOOR_BF16_MIN_SAVING)
@@ -546,7 +546,7 @@ class _Rows:
         pos = Si & _SLOT_MASK  # after the sort: each value's slot in its row (pads: meaningless, never read)
         Si ^= pos
         pos = pos.ravel()
-        if ks.metric == "euclidean":
+        if not ks.plain:
             S -= qoff[:, None]
         S -= pad
         S += (np.arange(nb) * W)[:, None]
@@ -648,7 +648,7 @@ class _Rows:
         ref_at = Si & _SLOT_MASK  # after the sort: each value's reference (pads: meaningless, never read)
         Si ^= ref_at
         ref_at = ref_at.ravel()
-        if self.ks.metric == "euclidean":
+        if not self.ks.plain:
             S -= qoff[:, None]
         S -= pad
         S += (np.arange(nb) * W)[:, None]
