@@ -104,17 +104,30 @@ def test_a_nearly_collapsed_set_is_centred(metric, noise, monkeypatch):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_usual_embeddings_and_unresolvable_spreads_are_not_centred(metric):
+def test_usual_embeddings_and_unresolvable_cosine_spreads_are_not_centred(metric):
     rng = np.random.default_rng(1)
     gauss = rng.standard_normal((3000, 64))
     shifted = 10.0 + rng.standard_normal((3000, 64))  # a common offset: Euclidean keys do not change
     exact = np.tile(rng.standard_normal(16), (500, 1))  # exactly collapsed: Euclidean centres (keys 0)
-    ulp = nearly_collapsed(3000, noise=1e-7)  # spread at float32's resolution: beyond the passes' line
-    for X, centred in ((gauss, False), (ulp, False), (shifted, metric == "euclidean")):
+    ulp = nearly_collapsed(3000, noise=1e-8)  # cosine keys ~1e-15 apart: below the float64 rounding of a key
+    for X, centred in ((gauss, False), (ulp, metric == "euclidean"), (shifted, metric == "euclidean")):
         ks = keyspace(X, metric)
         assert (ks.centre is not None) == centred
         assert ks.plain == (metric == "cosine" and not centred)
     keyspace(exact, metric)  # (either way exact; see test_retrieval_collapsed)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_one_float32_ulp_of_spread_is_centred_and_ranked_exactly(metric, unions):
+    # unit rows within ~1e-7 of one point (about one float32 ulp): cosine keys ~1e-12 apart, ten
+    # times the float64 rounding of a key; the passes resolve them in tile units
+    rng = np.random.default_rng(3)
+    c = rng.standard_normal(128)
+    X = (c / np.linalg.norm(c) + 1e-7 * rng.standard_normal((1500, 128))).astype(np.float32)
+    assert np.unique(X, axis=0).shape[0] == 1500
+    assert_ranks(X, np.repeat(np.arange(25), 60), metric, depth=60)
+    if metric == "euclidean":  # (uncentred, every window held the whole row; cosine keys near the
+        assert not unions  # float64 rounding still tie in places)
 
 
 # ----------------------------------------------------------------------------- the bound
@@ -139,6 +152,10 @@ def test_centred_float32_keys_lie_within_the_bound(metric, noise, offset, d, sep
         tile = (Qa @ Ra.T).astype(np.float64) - qoff[:, None]
         bound = counting.tile_delta(ks, counting.k_chunks(ks))
         assert np.all(np.abs(tile[fin] - K[fin]) <= np.broadcast_to(bound[:, None], K.shape)[fin])
+        # the float64 estimates of the relevant pairs' keys (a GEMM of the centred rows)
+        est = ks.centred_keys64(np.arange(ks.Q64.shape[0]), np.arange(ks.R64.shape[0]))
+        err = np.broadcast_to(np.broadcast_to(ks.est_err, (K.shape[0],))[:, None], K.shape)
+        assert np.all(np.abs(est[fin] - K[fin]) <= err[fin])
         # and it is tight enough to separate the keys: most neighbouring keys differ by more than 2 delta
         if separates:
             s = np.sort(K[fin].reshape(K.shape[0], -1), axis=1)

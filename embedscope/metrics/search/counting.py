@@ -288,15 +288,16 @@ class _Block:
         self.dl = st.delta[s:e]
         self.wl = st.delta[s:e] + st.err[s:e]  # window half-width: tile error + key-estimate error
         W, base = st.W, st.base
-        # a survivor's band coordinate g = row·W + (key − base) has an absolute rounding error of a
-        # few ulp of (b + 1)·W; η (added to ±δ) absorbs twice that
+        self.qoff = st.qoff[s:e]
+        # a survivor's band coordinate g = row·W + (value − base) (its tile value: key + qoff) has
+        # an absolute rounding error of a few ulp of (b + 1)·W; η (added to ±δ) absorbs twice that
         eta = 8.0 * np.spacing((b + 1) * W)
-        self.hi_g = self.pr * W + ((self.pk + self.wl[self.pr] + eta) - base)
-        self.lo_g = self.pr * W + ((self.pk - self.wl[self.pr] - eta) - base)
+        pkt = self.pk + self.qoff[self.pr]  # the pairs' keys as values
+        self.hi_g = self.pr * W + ((pkt + self.wl[self.pr] + eta) - base)
+        self.lo_g = self.pr * W + ((pkt - self.wl[self.pr] - eta) - base)
         self.end_g = (np.arange(b) + 1) * W  # every g of row r lies in (rW, (r+1)W)
         self.thr = st.thr[s:e, None]
-        self.tau2 = st.tau[s:e] + 2.0 * self.wl
-        self.qoff = st.qoff[s:e]
+        self.tau2 = st.tau[s:e] + 2.0 * self.wl + self.qoff  # (as a value)
 
 
 class _Acc:
@@ -335,13 +336,17 @@ class _Pass:
         self.chunks = k_chunks(ks, chunk)
         self.delta = tile_delta(ks, self.chunks)
         self.Qa, Ra, self.qoff = augmented(ks)
-        if ks.metric == "cosine":  # (bounds of the keys, centred or not)
+        self.err = np.zeros(nq) if key_err is None else np.broadcast_to(np.asarray(key_err, float), (nq,))
+        # the bands hold tile values (keys + qoff; a key k of the row sits at k + qoff): in (base, base + W)
+        if ks.plain:  # (qoff 0: keys)
             bound = qmax * ks.rmax + 1.0  # |key| < bound
             self.base, self.W = -bound - 1.0, 2.0 * bound + 2.0
-        else:
-            bound = (qmax + ks.rmax) ** 2 + 1.0  # -bound < key < 1
-            self.base, self.W = -bound - 1.0, bound + 2.0 + 1.0
-        self.err = np.zeros(nq) if key_err is None else np.broadcast_to(np.asarray(key_err, float), (nq,))
+        else:  # |value| ≤ tb, and a margin for the windows about the keys: as narrow as the values
+            n32 = np.sqrt(np.einsum("ij,ij->i", ks.Q32, ks.Q32, dtype=np.float64)).max(initial=0.0)
+            m32 = n32 if ks.same else np.sqrt(np.einsum("ij,ij->i", ks.R32, ks.R32, dtype=np.float64)).max(initial=0.0)
+            tb = 1.01 * (ks.two * float(n32) * float(m32) + float(np.abs(ks.rsub32).max(initial=0.0)))
+            margin = 8.0 * float((self.delta + self.err).max(initial=0.0)) + 2.0 ** -30 * tb + 1e-300
+            self.base, self.W = -(tb + margin), 2.0 * (tb + margin) + margin
         low = np.full(nq, np.inf)
         np.minimum.at(low, qi, k64 - (2.0 * self.delta + self.err)[qi])
         self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives
@@ -394,7 +399,7 @@ class _Pass:
         if f.size == 0:
             return
         rows = f % w if transposed else f // w
-        v = T.ravel()[f].astype(np.float64) - blk.qoff[rows]
+        v = T.ravel()[f].astype(np.float64)
         acc.n_high += np.bincount(rows[v > blk.tau2[rows]], minlength=b)
         acc.pend_g.append(rows * W + (v - base))
         acc.pend_id.append((f // w if transposed else f % w) + r0)

@@ -499,7 +499,7 @@ def _slot_lookup(slots: np.ndarray, at: np.ndarray, need: np.ndarray) -> np.ndar
 CENTRE = True  # nearly collapsed sets are searched about their mean (centre_of; False: never)
 CENTRE_GAIN = 16.0  # a search is centred (KeySpace) when that makes its error bound this many times tighter,
 CENTRE_WINDOW = 4.0  # ... and, for cosine, when the bound of the rows as given spans this many references' keys,
-CENTRE_ETA = 8.0  # ... and when a row's keys spread over this many times the passes' resolution of a key
+CENTRE_RESOLVED = 2.0  # ... and when a row's keys spread over this many times the float64 rounding of a key
 
 
 def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: np.ndarray) -> np.ndarray | None:
@@ -513,8 +513,10 @@ def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: 
     keys are crowded, about ``CENTRE_WINDOW`` or more references' keys (N · delta / spread) within
     the bound, since a centred cosine search gives up the symmetric tile, the chunked inner
     dimension and the bfloat16 pre-filter; rows that merely share a direction (non-negative
-    features) keep them. Decided from norms by the identity ‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖² (two
-    matrix-vector products; an estimate, only to decide)."""
+    features) keep them; and only where the keys spread beyond the float64 rounding of the keys
+    themselves (q·r of unit rows: ~1e-13), which no float32 filter can go below. Decided from
+    norms by the identity ‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖² (two matrix-vector products; an
+    estimate, only to decide)."""
     if not CENTRE or Q64.shape[0] == 0 or R64.shape[0] == 0:
         return None
     c = R64.mean(axis=0)
@@ -526,22 +528,14 @@ def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: 
     qn_c = np.sqrt(np.maximum(qn2 - 2.0 * qc + cc, 0.0))
     d = Q64.shape[1]
     plain = float(np.median(delta))
-    # the passes place keys on a float64 line of one band per row (rows.py, counting.py): a key is
-    # known there to about 8 ulp of (block + 1) x the band's width, which the rows' keys must
-    # spread well beyond for the centred bound to separate them
-    qmax, rmax = float(np.sqrt(qn2.max())), float(np.sqrt(rn2.max()))
-    if metric == "euclidean":
-        spread = float(np.median(qn_c) + rmax_c) ** 2
-        est = (d + 16) * U32 * 1.05 * spread
-        line = (qmax + rmax) ** 2 + 1.0
-        crowded = True  # (a centred Euclidean search does the same work)
-    else:
-        spread = float(np.median(qn_c)) * rmax_c + 2.0 * float(np.max(np.abs(rc - cc)))  # of a row's keys, about
-        est = (d + 16) * U32 * 1.05 * spread + (d + 4) * 2.0 ** -53 * 8.0 * (1.0 + cc)
-        line = qmax * rmax + 1.0
-        crowded = R64.shape[0] * plain >= CENTRE_WINDOW * spread
-    eta = 8.0 * float(np.spacing(1025.0 * (2.0 * line + 4.0)))
-    return c if crowded and CENTRE_GAIN * est <= plain and spread >= CENTRE_ETA * eta else None
+    if metric == "euclidean":  # (its float64 rounding scales with the spread too)
+        est = (d + 16) * U32 * 1.05 * float(np.median(qn_c) + rmax_c) ** 2
+        return c if CENTRE_GAIN * est <= plain else None
+    spread = float(np.median(qn_c)) * rmax_c + 2.0 * float(np.max(np.abs(rc - cc)))  # of a row's keys, about
+    f64 = (d + 4) * 2.0 ** -53 * 8.0 * (1.0 + cc)  # the float64 rounding of the keys themselves, about
+    est = (d + 16) * U32 * 1.05 * spread + f64
+    crowded = R64.shape[0] * plain >= CENTRE_WINDOW * spread
+    return c if crowded and CENTRE_GAIN * est <= plain and spread >= CENTRE_RESOLVED * f64 else None
 
 class KeySpace:
     """Float32 copies of queries and references as the tiles multiply them, and the per-query bound
@@ -605,14 +599,35 @@ class KeySpace:
         if metric == "euclidean":
             self.qoff = qn_c * qn_c
             self.rsub32 = np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float32)
+            self.rsub64 = np.einsum("ij,ij->i", Rc, Rc)
             bmax = 0.0
         else:
             cc = float(c @ c)
             b = Rc @ c
-            self.rsub32 = np.negative(b).astype(np.float32)
+            self.rsub64 = np.negative(b)
+            self.rsub32 = self.rsub64.astype(np.float32)
             self.qoff = -(Qc @ c + cc)
             bmax = float(np.abs(b).max())
         self.delta = self._centred_delta(d, qn, qn_c, rmax_c, bmax, float(np.sqrt(c @ c)))
+        # float64 key estimates from the centred rows (centred_keys64): within est_err of pair_keys64's
+        self.est_err = self._f64 + 2.0 * (d + 4) * 2.0 ** -53 * 1.1 * (
+            self.two * qn_c * rmax_c + float(np.abs(self.rsub64).max()) + np.abs(self.qoff)) + 1e-300
+
+    def centred_keys64(self, qs: np.ndarray, refs: np.ndarray) -> np.ndarray:
+        """Float64 estimates of the keys of queries ``qs`` × references ``refs`` (a centred
+        search) from one GEMM of their centred rows: two q'·r' − rsub − qoff, within ``est_err``
+        of :func:`pair_keys64` (the GEMM and the two sums rounded, plus the float64 rounding of the
+        keys themselves): the differences between keys are kept, where the GEMM of the rows as
+        given (q·r or 2 q·r − ‖r‖² − ‖q‖²) loses them to rounding at the scale of the norms."""
+        c = self.centre
+        A = self.Q64[qs] - c
+        B = A if self.same and np.array_equal(qs, refs) else self.R64[refs] - c
+        G = A @ B.T
+        if self.two != 1.0:
+            G *= self.two
+        G -= self.rsub64[refs]
+        G -= self.qoff[qs][:, None]
+        return G
 
     def _centred_delta(self, d, qn, qn_c, rmax_c, bmax, cn):
         """The bound of a centred search (``qn_c``, ``rmax_c``: norms of the centred rows; ``bmax``:
@@ -627,11 +642,12 @@ class KeySpace:
         u64 = 2.0 ** -53
         if self.metric == "euclidean":
             s2 = (qn_c + rmax_c) ** 2
-            return (d + 16) * U32 * 1.05 * s2 + (2 * d + 16) * u64 * 1.05 * s2 + 1e-300
+            self._f64 = (2 * d + 16) * u64 * 1.05 * s2
+            return (d + 16) * U32 * 1.05 * s2 + self._f64 + 1e-300
         f32 = (d + 16) * U32 * 1.05 * (qn_c * rmax_c + 2.0 * bmax)
-        f64 = (d + 4) * u64 * 1.05 * (qn * self.rmax + cn * (qn_c + cn + rmax_c) + qn_c * self.rmax + rmax_c * qn
-                                      + qn_c * rmax_c + bmax + cn * qn_c + cn * cn)
-        return f32 + f64 + 1e-300
+        self._f64 = (d + 4) * u64 * 1.05 * (qn * self.rmax + cn * (qn_c + cn + rmax_c) + qn_c * self.rmax
+                                            + rmax_c * qn + qn_c * rmax_c + bmax + cn * qn_c + cn * cn)
+        return f32 + self._f64 + 1e-300
 
     def ref_classes(self) -> np.ndarray | None:
         """Per reference, the class of references whose rows are bitwise identical, or None where

@@ -514,19 +514,23 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     qo = np.flatnonzero(has)[np.argsort(lay.q_cls[has], kind="stable")]  # queries grouped by class
     ucls, first = np.unique(lay.q_cls[qo], return_index=True)
     last = np.append(first[1:], qo.size)
-    rsq = None if ks.metric == "cosine" else np.einsum("ij,ij->i", ks.R64, ks.R64)
+    centred = ks.centre is not None
+    rsq = None if ks.metric == "cosine" or centred else np.einsum("ij,ij->i", ks.R64, ks.R64)
     est = np.empty(int(cnt.sum()), dtype=np.float64)
 
     def work(idx):
         for t in idx:
             c, qs = ucls[t], qo[first[t]:last[t]]
             refs = lay.ref_order[starts[c]:ends[c]]
-            A = ks.Q64[qs]
-            # same set: the class's queries are its references (one gather; numpy multiplies
-            # A A^T as a symmetric product, half the float64 GEMM, within the same bound)
-            G = A @ (A if ks.same and np.array_equal(qs, refs) else ks.R64[refs]).T
-            if rsq is not None:  # −‖q − r‖² = 2 q·r − ‖r‖² − ‖q‖²
-                G = 2.0 * G - rsq[refs] - ks.qsq[qs][:, None]
+            if centred:  # the keys' differences survive only in the centred rows
+                G = ks.centred_keys64(qs, refs)
+            else:
+                A = ks.Q64[qs]
+                # same set: the class's queries are its references (one gather; numpy multiplies
+                # A A^T as a symmetric product, half the float64 GEMM, within the same bound)
+                G = A @ (A if ks.same and np.array_equal(qs, refs) else ks.R64[refs]).T
+                if rsq is not None:  # −‖q − r‖² = 2 q·r − ‖r‖² − ‖q‖²
+                    G = 2.0 * G - rsq[refs] - ks.qsq[qs][:, None]
             n = cnt[qs]
             dest = np.repeat(off[qs], n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
             if ks.same:  # the query itself is not among its pairs
@@ -545,6 +549,8 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
         parts = [order[i::n_threads] for i in range(n_threads)]
         with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
             list(pool.map(work, parts))
+    if centred:
+        return est, ks.est_err
     qn = np.sqrt(ks.qsq)
     err = 2.0 * (ks.Q64.shape[1] + 16) * 2.0 ** -53 * 1.1 * (ks.rmax + qn) ** 2 + 1e-300
     return est, err

@@ -217,11 +217,21 @@ class _Rows:
         self.Qa, Ra, self.qoff = augmented(ks)
         qmax = float(np.sqrt(ks.qsq.max()))
         big = qmax * ks.rmax + 1.0 if ks.metric == "cosine" else (qmax + ks.rmax) ** 2 + 1.0  # |key| < big
-        self.pad, self.W = -big - 1.0, 2.0 * big + 4.0  # keys lie in (pad, pad + W)
         # window half-width per query: tile error + key-estimate error + float64 rounding of a
         # Euclidean key (float32 value − ‖q‖²); eta: rounding of the band coordinates (see _count)
         self.w = delta + err + 4.0 * np.spacing(big)
         self.delta = delta
+        # the bands hold tile values (keys + qoff, float32 units; a key k of the row sits at k + qoff
+        # there): they lie in (pad, pad + W)
+        if ks.plain:  # (qoff 0: keys)
+            self.pad, self.W = -big - 1.0, 2.0 * big + 4.0
+        else:  # |two q·r − rsub| ≤ tb, and a margin for the windows about the keys (k + qoff ± w):
+            # as narrow as the values are (a centred search's ~1e-8: keys are resolved to ~1e-20)
+            n32 = np.sqrt(np.einsum("ij,ij->i", ks.Q32, ks.Q32, dtype=np.float64)).max(initial=0.0)
+            m32 = n32 if ks.same else np.sqrt(np.einsum("ij,ij->i", ks.R32, ks.R32, dtype=np.float64)).max(initial=0.0)
+            tb = 1.01 * (ks.two * float(n32) * float(m32) + float(np.abs(ks.rsub32).max(initial=0.0)))
+            margin = 8.0 * float(self.w.max(initial=0.0)) + 2.0 ** -30 * tb + 1e-300  # (> eta below)
+            self.pad, self.W = -(tb + margin), 2.0 * (tb + margin) + margin
         self.eta = 8.0 * np.spacing((block + 1) * self.W)
         self.symmetric = ks.same and ks.plain
         # a same-set cosine search reads the queries' own rows as the references (a transposed view)
@@ -529,15 +539,16 @@ class _Rows:
         r, ids, v = r[o], ids[o], v[o]
         if self.labels is not None:  # (grouped by row now)
             return self._count_parts(s, rows, tau, [(r, ids, v)])
-        # survivors sorted per row, in band coordinates g = row·W + (key − pad): one binary search
-        # over all rows; pads (rows with fewer survivors) sit below every key of their row
+        # survivors sorted per row, in band coordinates g = row·W + (value − pad): one binary search
+        # over all rows; pads (rows with fewer survivors) sit below every value of their row; a key
+        # k of the row is the value k + qoff (float32 units)
         W, pad, eta = self.W, self.pad, self.eta
         # Each survivor's slot in its (unsorted) padded row rides in the low 29 bits of its float64
         # value, which a float32 value converted to float64 leaves zero: one np.sort per row then
         # orders the values (distinct float32 values keep their order) and carries the slots along.
         slot = np.arange(r.size) - start[r]
         S = np.empty((nb, smax))
-        S[:] = (pad + qoff)[:, None]  # pads below every key of the row (in float32 units + ‖q‖²)
+        S[:] = pad  # pads below every value of the row
         vs = v.astype(np.float64)
         vs.view(np.int64)[:] |= slot
         S.ravel()[r.astype(np.int64) * smax + slot] = vs
@@ -546,8 +557,6 @@ class _Rows:
         pos = Si & _SLOT_MASK  # after the sort: each value's slot in its row (pads: meaningless, never read)
         Si ^= pos
         pos = pos.ravel()
-        if not ks.plain:
-            S -= qoff[:, None]
         S -= pad
         S += (np.arange(nb) * W)[:, None]
         g = S.ravel()
@@ -561,16 +570,17 @@ class _Rows:
         pp = first + np.argsort(K, axis=1)[lr, slot]
         self.korder[first + (cnt[lr] - 1) - slot] = pp  # decreasing key order per query
         k = self.k[pp]
+        kt = k + qoff[lr]  # the keys as values (k itself where qoff is 0)
         w = self.w[q][lr] + eta
         base = lr * W - pad
-        idx = np.searchsorted(g, (k + w) + base, side="right")  # survivors of the row ≤ k + w, and rows before
+        idx = np.searchsorted(g, (kt + w) + base, side="right")  # survivors of the row ≤ k + w, and rows before
         sure = (lr + 1) * smax - idx  # survivors surely before the pair: float32 key > k + w
         # a certified pair's own reference survived and lies within ±w of k, at position idx − 1 or
         # below; a second survivor within the window is then the one at idx − 2 (of the same row:
         # an earlier row's coordinates lie below this row's window)
         second = g[np.maximum(idx - 2, 0)]
-        win = (idx - 2 >= lr * smax) & (second >= (k - w) + base)
-        hi_t = np.searchsorted(g, (tau + 2.0 * self.w[q] + eta) + np.arange(nb) * W - pad, side="right")
+        win = (idx - 2 >= lr * smax) & (second >= (kt - w) + base)
+        hi_t = np.searchsorted(g, (tau + qoff + 2.0 * self.w[q] + eta) + np.arange(nb) * W - pad, side="right")
         n_high = (np.arange(nb) + 1) * smax - hi_t  # survivors above τ + 2w
         depth = self.depth[q][lr]
         certified = k - w > tau[lr]
@@ -580,7 +590,7 @@ class _Rows:
         amb = np.flatnonzero(certified & win & (sure < depth))
         if amb.size:  # float64 keys of the survivors within ±w of an ambiguous pair's key
             pa = pp[amb]
-            lo_i = np.searchsorted(g, ((k - w) + base)[amb], side="left")  # the window: g[lo_i:idx]
+            lo_i = np.searchsorted(g, ((kt - w) + base)[amb], side="left")  # the window: g[lo_i:idx]
             c = idx[amb] - lo_i
             if int(c.sum()) >= DENSE_WINDOW * amb.size:  # many equal keys: each member's key once
                 ra = self.rj[pa]
@@ -626,13 +636,12 @@ class _Rows:
         reference rides in the low 29 bits of its float64 value through the sort of the rows (as
         :meth:`_count`'s slots; references < 2^29). The same sorted rows as :meth:`_count`'s."""
         nb = rows.size
-        qoff = self.qoff[s + rows]
         cnts = [np.bincount(p[0], minlength=nb) for p in parts]
         n_surv = np.sum(cnts, axis=0) if cnts else np.zeros(nb, dtype=np.int64)
         smax = int(max(n_surv.max(initial=0), 1))
         W, pad = self.W, self.pad
         S = np.empty((nb, smax))
-        S[:] = (pad + qoff)[:, None]  # pads below every key of the row (as in _count)
+        S[:] = pad  # pads below every value of the row (as in _count)
         used = np.zeros(nb, dtype=np.int64)
         for (r, ids, v), c in zip(parts, cnts):
             if r.size == 0:
@@ -648,8 +657,6 @@ class _Rows:
         ref_at = Si & _SLOT_MASK  # after the sort: each value's reference (pads: meaningless, never read)
         Si ^= ref_at
         ref_at = ref_at.ravel()
-        if not self.ks.plain:
-            S -= qoff[:, None]
         S -= pad
         S += (np.arange(nb) * W)[:, None]
         return self._count_large(s, rows, tau, S.ravel(), smax, n_surv, ref_at)
@@ -671,7 +678,8 @@ class _Rows:
         depth = self.depth[q]
         wq = self.w[q] + eta
         # survivors above τ + 2w per row (certifies "beyond the depth")
-        hi_t = np.searchsorted(g, (tau + 2.0 * self.w[q] + eta) + np.arange(nb) * W - pad, side="right")
+        qoff = self.qoff[q]
+        hi_t = np.searchsorted(g, (tau + qoff + 2.0 * self.w[q] + eta) + np.arange(nb) * W - pad, side="right")
         n_high = (np.arange(nb) + 1) * smax - hi_t
         # rows with a pair that is not certified (k − w ≤ τ: below the floor) and not surely beyond
         bad = (self.kmin[q] - wq <= tau) & (n_high < depth)
@@ -687,6 +695,7 @@ class _Rows:
         qr = q[lr]
         pp = self.off[qr] + pic[ref] - ((ref > qr) if ks.same else 0)  # the pair of each relevant survivor
         k = self.k[pp]
+        kt = k + qoff[lr]  # the keys as values (see _count)
         w = wq[lr]
         base = lr * W - pad
         row_end = (lr + 1) * smax
@@ -694,13 +703,14 @@ class _Rows:
         above = row_end - 1 - fr  # survivors after it in the row's order (float32 key ≥ its own)
         nxt = g[np.minimum(fr + 1, g.size - 1)]
         prv = g[fr - 1]  # (fr ≥ 1: a row's first place is a pad unless it is full, see below)
-        clean = ((fr + 1 == row_end) | (nxt > (k + w) + base)) & ((fr == lr * smax) | (prv < (k - w) + base))
+        clean = ((fr + 1 == row_end) | (nxt > (kt + w) + base)) & ((fr == lr * smax) | (prv < (kt - w) + base))
         rk = (1 + above).astype(np.float64)
         amb = np.flatnonzero(certified & ~clean)
         if amb.size:  # the survivors within ±w of the pair's key (float32 near-ties): next to its own place
             fa, la, ka, wa, ba = fr[amb], lr[amb], k[amb], w[amb], base[amb]
-            up = _run_length(g, fa, 1, (la + 1) * smax, (ka + wa) + ba)  # after it, float32 key ≤ k + w
-            down = _run_length(g, fa, -1, la * smax, (ka - wa) + ba)  # before it, float32 key ≥ k − w
+            kta = kt[amb]
+            up = _run_length(g, fa, 1, (la + 1) * smax, (kta + wa) + ba)  # after it, float32 key ≤ k + w
+            down = _run_length(g, fa, -1, la * smax, (kta - wa) + ba)  # before it, float32 key ≥ k − w
             sure = above[amb] - up  # float32 key > k + w: surely before (as _count counts them)
             rk[amb] = 1 + sure
             win = sure < depth[la]  # a window only where the rank may lie within the depth
