@@ -214,3 +214,32 @@ def test_knn_search_of_a_centred_set(metric, select, monkeypatch):
         want = np.array([np.lexsort((np.arange(K.shape[1]), -K[i]))[:k] for i in range(K.shape[0])])
         _, idx = knn_search(X, R, k, metric=metric, exclude_self=excl)
         assert np.array_equal(idx, want)
+
+
+# ----------------------------------------------------------------------------- NR-Prec's engine
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_property_precision_of_a_centred_set(metric, monkeypatch):
+    # NR-Prec's engine keeps the float32 copies of KeySpace: the same hits as the definition
+    # (each query's R_v nearest by the float64 keys, ties to the lower index), no union pass
+    from embedscope.metrics import properties as props_mod
+
+    unions = []
+    real = props_mod._Engine._union_rows
+    monkeypatch.setattr(props_mod._Engine, "_union_rows", lambda self, big, *a, **k: unions.append(1) or real(
+        self, big, *a, **k))
+    X = nearly_collapsed(800, noise=1e-4, seed=11)
+    rng = np.random.default_rng(12)
+    props = {"few": rng.integers(0, 3, 800), "many": rng.integers(0, 40, 800)}
+    eng = props_mod._Engine(np.asarray(X, dtype=np.float64), metric)
+    ks = keyspace(X, metric)
+    assert ks.centre is not None and eng.qoff is not None
+    K = all_keys(ks)
+    np.fill_diagonal(K, -np.inf)
+    order = np.array([np.lexsort((np.arange(800), -K[i])) for i in range(800)])[:, :-1]  # self last
+    codes = np.stack([props_mod._encode(v, 800, k) for k, v in props.items()])
+    R = np.stack([np.bincount(c)[c] - 1 for c in codes])
+    H = eng.hits(codes, R)
+    for i, c in enumerate(codes):
+        want = [int(np.sum(c[order[q, :R[i, q]]] == c[q])) for q in range(800)]
+        assert H[i].tolist() == want
+    assert not unions

@@ -45,12 +45,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.search.knn import padded_row_order, pair_keys64, union_places
+from embedscope.metrics.search.knn import KeySpace, padded_row_order, pair_keys64, union_places
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
 SIGNIFICANCE_Z = 2.576  # Kobs' "significant at 1%" rule
-U32 = 2.0 ** -24
 SLACK = 16
 PERM_GROUP_ENTRIES = 1 << 23  # shuffled property rows x n per call of the engine (permutation test)
 BIG_WINDOW = 16  # a row with a window of this many places or more ranks the union of its windows (_Engine._union_rows)
@@ -99,15 +98,18 @@ class _Engine:
                 raise EmbedscopeError(f"row {int(np.flatnonzero(nrm == 0)[0])} of X is all zeros: "
                                       "its cosine similarity is undefined")
             X64 = X64 / nrm[:, None]
-        self.X64, self.metric = X64, metric
+        # the float32 copies and their bound as the retrieval searches keep them (KeySpace: a nearly
+        # collapsed model is measured about its mean, so that its keys separate); X64: the rows
+        # ranked (as given, or Euclidean rows of extreme norms times a power of two: the same order)
+        ks = KeySpace(X64, X64, metric, True)
+        self.X64, self.metric = ks.Q64, metric
         self.n, d = X64.shape
-        self.X32 = torch.from_numpy(np.ascontiguousarray(X64, dtype=np.float32))
-        qn = np.sqrt(np.einsum("ij,ij->i", X64, X64))
-        rmax = float(qn.max())
+        self.X32 = torch.from_numpy(ks.Q32)
+        self.two = ks.two
+        self.rsub = None if ks.rsub32 is None else torch.from_numpy(ks.rsub32)
+        self.qoff = None if ks.plain else ks.qoff  # a key is the float32 value less qoff
         # twice the forward-error bound of a float32 key (GEMM, norms, subtraction), whatever the order
-        self.delta = 2.0 * (d + 16) * U32 * 1.05 * (rmax * rmax + 2 * qn * rmax + qn * qn) + 1e-300
-        self.qsq = qn * qn
-        self.rn2 = (self.X32 * self.X32).sum(1) if metric == "euclidean" else None
+        self.delta = 2.0 * ks.delta
         self.block = block or int(max(16, min(1024, (1 << 25) // max(self.n, 1))))
         self._table = None  # (row -> distinct row, keys between distinct rows), made when first needed
 
@@ -136,11 +138,14 @@ class _Engine:
         self._table = (uid, tab, nu, trank.ravel().astype(np.int64), len(u))
 
     def keys32(self, s: int, e: int):
-        """Float32 keys of queries s..e against all (self = -inf); Euclidean keys are 2 q.r - |r|^2."""
+        """Float32 values of queries s..e against all (self = -inf): keys plus ``qoff`` (Euclidean:
+        2 q.r - |r|^2; a centred search, see KeySpace, the same of its centred rows)."""
         torch = self.torch
         K = self.X32[s:e] @ self.X32.T
-        if self.rn2 is not None:
-            K.mul_(2).sub_(self.rn2)
+        if self.two != 1.0:
+            K.mul_(self.two)
+        if self.rsub is not None:
+            K.sub_(self.rsub)
         ar = torch.arange(e - s)
         K[ar, ar + s] = -float("inf")
         return K
@@ -175,8 +180,8 @@ class _Engine:
         sub = K[torch.from_numpy(rows - s)] if len(rows) != K.shape[0] else K
         v32, idx = torch.topk(sub, L, dim=1, largest=True, sorted=True)
         v = v32.double().numpy()
-        if self.metric == "euclidean":
-            v = v - self.qsq[rows, None]
+        if self.qoff is not None:
+            v = v - self.qoff[rows, None]
         idx = idx.numpy()
         dl = self.delta[rows]
         full = L >= self.n - 1
