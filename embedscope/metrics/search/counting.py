@@ -47,11 +47,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from embedscope.metrics.search.knn import (
-    DENSE_WINDOW,
     U32,
     KeySpace,
     _augmented32,
     _bar,
+    dense_windows,
     pair_keys64,
     tie_window_before,
 )
@@ -342,9 +342,7 @@ class _Pass:
             bound = qmax * ks.rmax + 1.0  # |key| < bound
             self.base, self.W = -bound - 1.0, 2.0 * bound + 2.0
         else:  # |value| ≤ tb, and a margin for the windows about the keys: as narrow as the values
-            n32 = np.sqrt(np.einsum("ij,ij->i", ks.Q32, ks.Q32, dtype=np.float64)).max(initial=0.0)
-            m32 = n32 if ks.same else np.sqrt(np.einsum("ij,ij->i", ks.R32, ks.R32, dtype=np.float64)).max(initial=0.0)
-            tb = 1.01 * (ks.two * float(n32) * float(m32) + float(np.abs(ks.rsub32).max(initial=0.0)))
+            tb = ks.value_bound()
             margin = 8.0 * float((self.delta + self.err).max(initial=0.0)) + 2.0 ** -30 * tb + 1e-300
             self.base, self.W = -(tb + margin), 2.0 * (tb + margin) + margin
         low = np.full(nq, np.inf)
@@ -425,7 +423,7 @@ class _Pass:
         acc.sure += c_end[pr] - c_hi
         win = c_hi - c_lo
         wp = np.flatnonzero(win > 0)
-        if wp.size and int(win[wp].sum()) >= DENSE_WINDOW * wp.size:  # many equal keys: counted now
+        if wp.size and dense_windows(int(win[wp].sum()), wp.size, gs.size):  # many equal keys: counted now
             ks, s = self.ks, blk.s
             kp = self._exact_keys(blk, wp)
             before = tie_window_before(

@@ -259,7 +259,19 @@ def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, met
     return out
 
 
-DENSE_WINDOW = 16  # from this mean window size (members per pair), tie_window_before's union of windows
+DENSE_WINDOW = 16  # from this mean window size (members per pair), tie_window_before's union of windows,
+DENSE_PLACES = 2.0  # ... or from this many window members per place their rows hold (see dense_windows)
+
+
+def dense_windows(members: int, pairs: int, places: int) -> bool:
+    """Whether windows of ``members`` places in all, of ``pairs`` pairs, whose rows hold ``places``
+    places (at least the union of the windows), are counted from their union
+    (:func:`tie_window_before`: one float64 key per union member and row) rather than member by
+    member: a mean window of ``DENSE_WINDOW`` or more (a collapsed model's ties), or windows that
+    cover their rows' places ``DENSE_PLACES`` times or more (many pairs per row with small but
+    overlapping windows: classes of hundreds in a model nearly collapsed to the float64 rounding
+    of its keys)."""
+    return members >= DENSE_WINDOW * pairs or members >= DENSE_PLACES * places
 TIE_CHUNK_PLACES = 1 << 23  # ... whose places are taken a few rows at a time beyond this many
 
 
@@ -648,6 +660,14 @@ class KeySpace:
         self._f64 = (d + 4) * u64 * 1.05 * (qn * self.rmax + cn * (qn_c + cn + rmax_c) + qn_c * self.rmax
                                             + rmax_c * qn + qn_c * rmax_c + bmax + cn * qn_c + cn * cn)
         return f32 + self._f64 + 1e-300
+
+    def value_bound(self) -> float:
+        """A bound on |two · q·r − rsub| of the float32 copies (the values the tiles hold), as
+        narrow as they are: a centred search's are its rows' spread, not their norm."""
+        n32 = np.sqrt(np.einsum("ij,ij->i", self.Q32, self.Q32, dtype=np.float64)).max(initial=0.0)
+        m32 = n32 if self.same else np.sqrt(np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float64)).max(initial=0.0)
+        rs = 0.0 if self.rsub32 is None else float(np.abs(self.rsub32).max(initial=0.0))
+        return 1.01 * (self.two * float(n32) * float(m32) + rs)
 
     def ref_classes(self) -> np.ndarray | None:
         """Per reference, the class of references whose rows are bitwise identical, or None where

@@ -45,12 +45,12 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.knn import (
-    DENSE_WINDOW,
     SLACK,
     KeySpace,
     candidate_blocks,
     check_metric,
     checked_rows,
+    dense_windows,
     pair_keys64,
     prepare,
     tie_window_before,
@@ -444,7 +444,8 @@ def _resolve(vals: np.ndarray, cand: np.ndarray, row: np.ndarray, ref: np.ndarra
     cnt = hi - lo
     amb_before = np.zeros(P, dtype=np.int64)
     tot = int(cnt.sum())
-    if tot >= DENSE_WINDOW * P:  # many equal keys (a collapsed model): each member's key once
+    if dense_windows(tot, P, int(np.unique(row).size) * vals.shape[1]):  # many equal keys (a collapsed
+        # model), or overlapping windows: each member's key once
         w = vals.shape[1]
         amb_before = tie_window_before(
             vals.size, row * w + lo, row * w + hi, row, k64, ref, lambda at: at // w, lambda at: cand.ravel()[at],

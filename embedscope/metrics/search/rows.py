@@ -59,7 +59,7 @@ import numpy as np
 from embedscope.device import torch_threads
 from embedscope.metrics.search.bf16 import bf16_available, bf16_error, prefer_bf16
 from embedscope.metrics.search.counting import TileGemm, augmented, k_chunks, tile_delta
-from embedscope.metrics.search.knn import DENSE_WINDOW, KeySpace, _bar, pair_keys64, tie_window_before
+from embedscope.metrics.search.knn import KeySpace, _bar, dense_windows, pair_keys64, tie_window_before
 from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
 __all__ = ["relevant_ranks_by_rows", "large_mode", "SurvivorOverflow"]
@@ -227,9 +227,7 @@ class _Rows:
             self.pad, self.W = -big - 1.0, 2.0 * big + 4.0
         else:  # |two q·r − rsub| ≤ tb, and a margin for the windows about the keys (k + qoff ± w):
             # as narrow as the values are (a centred search's ~1e-8: keys are resolved to ~1e-20)
-            n32 = np.sqrt(np.einsum("ij,ij->i", ks.Q32, ks.Q32, dtype=np.float64)).max(initial=0.0)
-            m32 = n32 if ks.same else np.sqrt(np.einsum("ij,ij->i", ks.R32, ks.R32, dtype=np.float64)).max(initial=0.0)
-            tb = 1.01 * (ks.two * float(n32) * float(m32) + float(np.abs(ks.rsub32).max(initial=0.0)))
+            tb = ks.value_bound()
             margin = 8.0 * float(self.w.max(initial=0.0)) + 2.0 ** -30 * tb + 1e-300  # (> eta below)
             self.pad, self.W = -(tb + margin), 2.0 * (tb + margin) + margin
         self.eta = 8.0 * np.spacing((block + 1) * self.W)
@@ -592,7 +590,8 @@ class _Rows:
             pa = pp[amb]
             lo_i = np.searchsorted(g, ((kt - w) + base)[amb], side="left")  # the window: g[lo_i:idx]
             c = idx[amb] - lo_i
-            if int(c.sum()) >= DENSE_WINDOW * amb.size:  # many equal keys: each member's key once
+            if dense_windows(int(c.sum()), amb.size, int(n_surv[np.unique(lr[amb])].sum())):  # (many
+                # equal keys, or overlapping windows): each member's key once
                 ra = self.rj[pa]
                 amb_before[amb] = tie_window_before(
                     g.size, lo_i, idx[amb], lr[amb], pair_keys64(ks.Q64, ks.R64, q[lr[amb]], ra, ks.metric), ra,
@@ -715,7 +714,8 @@ class _Rows:
             rk[amb] = 1 + sure
             win = sure < depth[la]  # a window only where the rank may lie within the depth
             amb, fa, ka, sure, up, down = amb[win], fa[win], ka[win], sure[win], up[win], down[win]
-        if amb.size and int((up + down).sum()) >= DENSE_WINDOW * amb.size:  # many equal keys: each member's key once
+        if amb.size and dense_windows(int((up + down).sum()), amb.size, int(n_surv[np.unique(lr[amb])].sum())):
+            # many equal keys (or overlapping windows): each member's key once
             ra, la = ref[amb], lr[amb]
             rk[amb] = 1 + sure + tie_window_before(
                 g.size, fa - down, fa + up + 1, la, pair_keys64(ks.Q64, ks.R64, q[la], ra, ks.metric), ra,
