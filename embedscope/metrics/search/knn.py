@@ -531,11 +531,13 @@ def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: 
     estimate, only to decide)."""
     if not CENTRE or Q64.shape[0] == 0 or R64.shape[0] == 0:
         return None
+    # (numpy's own loops, not BLAS: a multi-threaded BLAS call here leaves its threads spinning
+    # against the search's worker threads that start next, ~30 ms at 6,000 x 128)
     c = R64.mean(axis=0)
-    cc = float(c @ c)
-    rc = R64 @ c
+    cc = float(np.einsum("i,i->", c, c))
+    rc = np.einsum("ij,j->i", R64, c)
     rn2 = np.einsum("ij,ij->i", R64, R64)
-    qc, qn2 = (rc, rn2) if same else (Q64 @ c, np.einsum("ij,ij->i", Q64, Q64))
+    qc, qn2 = (rc, rn2) if same else (np.einsum("ij,j->i", Q64, c), np.einsum("ij,ij->i", Q64, Q64))
     rmax_c = float(np.sqrt(max(float(np.max(rn2 - 2.0 * rc + cc)), 0.0)))
     qn_c = np.sqrt(np.maximum(qn2 - 2.0 * qc + cc, 0.0))
     d = Q64.shape[1]
@@ -614,13 +616,13 @@ class KeySpace:
             self.rsub64 = np.einsum("ij,ij->i", Rc, Rc)
             bmax = 0.0
         else:
-            cc = float(c @ c)
-            b = Rc @ c
+            cc = float(np.einsum("i,i->", c, c))
+            b = np.einsum("ij,j->i", Rc, c)  # (not BLAS: see centre_of)
             self.rsub64 = np.negative(b)
             self.rsub32 = self.rsub64.astype(np.float32)
-            self.qoff = -(Qc @ c + cc)
+            self.qoff = -(np.einsum("ij,j->i", Qc, c) + cc)
             bmax = float(np.abs(b).max())
-        self.delta = self._centred_delta(d, qn, qn_c, rmax_c, bmax, float(np.sqrt(c @ c)))
+        self.delta = self._centred_delta(d, qn, qn_c, rmax_c, bmax, float(np.sqrt(np.einsum("i,i->", c, c))))
         # float64 key estimates from the centred rows (centred_keys64): within est_err of pair_keys64's
         self.est_err = self._f64 + 2.0 * (d + 4) * 2.0 ** -53 * 1.1 * (
             self.two * qn_c * rmax_c + float(np.abs(self.rsub64).max()) + np.abs(self.qoff)) + 1e-300
