@@ -207,7 +207,17 @@ def _error(command: str, message: str) -> None:
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     where = f"embedscope {command}" if command else "embedscope"
-    print(f"{where}: {safe(message)}", file=sys.stderr, flush=True)
+    # on a terminal, from the start of a cleared line: a Ctrl-C that lands while a bar is being
+    # drawn can leave part of it on the line (tqdm's close then has nothing to erase)
+    start = "\r\x1b[K" if _isatty(sys.stderr) else ""
+    print(f"{start}{where}: {safe(message)}", file=sys.stderr, flush=True)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:  # a closed or replaced stream
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -261,6 +261,7 @@ def block_keys64(Q64: np.ndarray, R64: np.ndarray, s: int, cand: np.ndarray, met
 
 DENSE_WINDOW = 16  # from this mean window size (members per pair), tie_window_before's union of windows,
 DENSE_PLACES = 2.0  # ... or from this many window members per place their rows hold (see dense_windows)
+TIE_CHUNK_PLACES = 1 << 23  # the union's places are taken a few rows at a time beyond this many
 
 
 def dense_windows(members: int, pairs: int, places: int) -> bool:
@@ -272,7 +273,6 @@ def dense_windows(members: int, pairs: int, places: int) -> bool:
     overlapping windows: classes of hundreds in a model nearly collapsed to the float64 rounding
     of its keys)."""
     return members >= DENSE_WINDOW * pairs or members >= DENSE_PLACES * places
-TIE_CHUNK_PLACES = 1 << 23  # ... whose places are taken a few rows at a time beyond this many
 
 
 def tie_window_before(n_places: int, lo: np.ndarray, hi: np.ndarray, pair_row: np.ndarray, kp: np.ndarray,
@@ -550,6 +550,7 @@ def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: 
     est = (d + 16) * U32 * 1.05 * spread + f64
     crowded = R64.shape[0] * plain >= CENTRE_WINDOW * spread
     return c if crowded and CENTRE_GAIN * est <= plain and spread >= CENTRE_RESOLVED * f64 else None
+
 
 class KeySpace:
     """Float32 copies of queries and references as the tiles multiply them, and the per-query bound
