@@ -50,3 +50,23 @@ def save_digits_checkpoint(path, embed_dim: int = 8, seed: int = 0):
 def emb_cache(tmp_path_factory):
     """An embedding cache folder for the studies of one test module."""
     return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """The retrieval passes whose union-of-windows count ran (knn.tie_window_before): 'rows',
+    'count', 'candidates' (test_retrieval_collapsed, test_retrieval_centred)."""
+    import embedscope.metrics.search.counting as counting
+    import embedscope.metrics.search.ranks as ranks
+    import embedscope.metrics.search.rows as rows
+
+    out = []
+    for name, mod in (("rows", rows), ("count", counting), ("candidates", ranks)):
+        real = mod.tie_window_before
+
+        def spy(*a, _real=real, _name=name, **k):
+            out.append(_name)
+            return _real(*a, **k)
+
+        monkeypatch.setattr(mod, "tie_window_before", spy)
+    return out

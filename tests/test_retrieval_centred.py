@@ -14,7 +14,6 @@ import pytest
 import embedscope.metrics.search.counting as counting
 import embedscope.metrics.search.knn as knn
 import embedscope.metrics.search.ranks as ranks
-import embedscope.metrics.search.rows as rows
 from embedscope.metrics.search import KeySpace, knn_search, pair_keys64, prepare, relevant_ranks
 
 
@@ -74,21 +73,6 @@ def assert_ranks(X, y, metric, depth, Xr=None, yr=None, output="ranks"):
         assert {j: r for j, r in got.items() if np.isfinite(r)} == within, i
 
 
-@pytest.fixture
-def unions(monkeypatch):
-    """The union counts of tied windows that ran (none once the centred keys separate)."""
-    out = []
-    for name, mod in (("rows", rows), ("count", counting), ("candidates", ranks)):
-        real = mod.tie_window_before
-
-        def spy(*a, _real=real, _name=name, **k):
-            out.append(_name)
-            return _real(*a, **k)
-
-        monkeypatch.setattr(mod, "tie_window_before", spy)
-    return out
-
-
 # ----------------------------------------------------------------------------- when to centre
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 @pytest.mark.parametrize("noise", [1e-3, 1e-4, 1e-5])
@@ -118,7 +102,7 @@ def test_usual_embeddings_and_unresolvable_cosine_spreads_are_not_centred(metric
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_one_float32_ulp_of_spread_is_centred_and_ranked_exactly(metric, unions):
+def test_one_float32_ulp_of_spread_is_centred_and_ranked_exactly(metric, seen):
     # unit rows within ~1e-7 of one point (about one float32 ulp): cosine keys ~1e-12 apart, ten
     # times the float64 rounding of a key; the passes resolve them in tile units
     rng = np.random.default_rng(3)
@@ -127,7 +111,7 @@ def test_one_float32_ulp_of_spread_is_centred_and_ranked_exactly(metric, unions)
     assert np.unique(X, axis=0).shape[0] == 1500
     assert_ranks(X, np.repeat(np.arange(25), 60), metric, depth=60)
     if metric == "euclidean":  # (uncentred, every window held the whole row; cosine keys near the
-        assert not unions  # float64 rounding still tie in places)
+        assert not seen  # float64 rounding still tie in places)
 
 
 # ----------------------------------------------------------------------------- the bound
@@ -164,25 +148,25 @@ def test_centred_float32_keys_lie_within_the_bound(metric, noise, offset, d, sep
 
 # ----------------------------------------------------------------------------- every pass, exact
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_the_tile_pass_ranks_a_centred_set_exactly(metric, unions):
+def test_the_tile_pass_ranks_a_centred_set_exactly(metric, seen):
     X = nearly_collapsed(1200, noise=1e-4, seed=4)
     y = np.repeat(np.arange(20), 60)
     assert_ranks(X, y, metric, depth=60)
     assert_ranks(X, np.repeat(np.arange(3), 400), metric, depth=400)  # classes of hundreds (large mode)
-    assert not unions  # the keys separate: no tied windows
+    assert not seen  # the keys separate: no tied windows
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_the_counting_pass_ranks_a_centred_set_exactly(metric, monkeypatch, unions):
+def test_the_counting_pass_ranks_a_centred_set_exactly(metric, monkeypatch, seen):
     monkeypatch.setattr(ranks, "USE_ROWS", False)
     X = nearly_collapsed(1600, noise=1e-4, seed=5)
     y = np.repeat(np.arange(800), 2)
     y[:90] = 5000  # one class of 90, the rest pairs
-    seen = []
+    counted = []
     real = counting.relevant_ranks_by_count
-    monkeypatch.setattr(counting, "relevant_ranks_by_count", lambda *a, **k: seen.append(1) or real(*a, **k))
+    monkeypatch.setattr(counting, "relevant_ranks_by_count", lambda *a, **k: counted.append(1) or real(*a, **k))
     assert_ranks(X, y, metric, depth=89)
-    assert seen and not unions
+    assert counted and not seen
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])

@@ -24,21 +24,6 @@ SHALLOW = ["R@1", "R@2", "R@8", "P@1", "R-Precision", "MAP@R", "mAP@C"]
 POINTS = np.array([[0.5, 0.25, -0.75, 0.5], [-0.25, 1.0, 0.5, 0.0], [0.75, -0.5, 0.25, -1.0]])
 
 
-@pytest.fixture
-def seen(monkeypatch):
-    """The passes whose union-of-windows count ran: 'rows', 'count', 'candidates'."""
-    out = []
-    for name, mod in (("rows", rows), ("count", counting), ("candidates", ranks)):
-        real = mod.tie_window_before
-
-        def spy(*a, _real=real, _name=name, **k):
-            out.append(_name)
-            return _real(*a, **k)
-
-        monkeypatch.setattr(mod, "tie_window_before", spy)
-    return out
-
-
 def collapsed(n, n_points=1, seed=0):
     rng = np.random.default_rng(seed)
     return POINTS[rng.integers(0, n_points, n)] if n_points > 1 else np.tile(POINTS[:1], (n, 1))
