@@ -573,6 +573,9 @@ class KeySpace:
       ``rsub32`` = −c·r' and ``qoff`` = −(c·q' + ‖c‖²). ``delta`` then adds the float64 rounding
       of the keys themselves (``pair_keys64`` of the uncentred rows), which no longer vanishes
       beside the float32 error (:meth:`_centred_delta`).
+
+    ``centre``: None lets :func:`centre_of` decide; True centres on the references' mean, False
+    never (tests). The attribute ``centre`` is that mean, or None.
     """
 
     def __init__(self, Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, *, centre: bool | None = None):
