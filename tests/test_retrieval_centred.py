@@ -99,6 +99,11 @@ def test_usual_embeddings_and_unresolvable_cosine_spreads_are_not_centred(metric
         assert (ks.centre is not None) == centred
         assert ks.plain == (metric == "cosine" and not centred)
     keyspace(exact, metric)  # (either way exact; see test_retrieval_collapsed)
+    # a large search asks a sample of its rows first; a far row outside the sample still counts
+    outlier = nearly_collapsed(3000, noise=1e-4)
+    assert keyspace(outlier, metric).centre is not None
+    outlier[1] = -outlier[1] * 3.0  # (the sample takes every second row from 0)
+    assert keyspace(outlier, metric).centre is None
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
