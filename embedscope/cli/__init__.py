@@ -209,15 +209,8 @@ def _error(command: str, message: str) -> None:
     where = f"embedscope {command}" if command else "embedscope"
     # on a terminal, from the start of a cleared line: a Ctrl-C that lands while a bar is being
     # drawn can leave part of it on the line (tqdm's close then has nothing to erase)
-    start = "\r\x1b[K" if _isatty(sys.stderr) else ""
+    start = "\r\x1b[K" if progress._is_tty(sys.stderr) else ""
     print(f"{start}{where}: {safe(message)}", file=sys.stderr, flush=True)
-
-
-def _isatty(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except Exception:  # a closed or replaced stream
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:
