@@ -162,8 +162,11 @@ def test_the_tile_pass_ranks_a_centred_set_exactly(metric, seen):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_the_counting_pass_ranks_a_centred_set_exactly(metric, monkeypatch, seen):
+@pytest.mark.parametrize("faiss_floors", [False, True])
+def test_the_counting_pass_ranks_a_centred_set_exactly(metric, faiss_floors, monkeypatch, seen):
     monkeypatch.setattr(ranks, "USE_ROWS", False)
+    if faiss_floors:  # the floors from a faiss flat search of the sample (large sets), not numpy
+        monkeypatch.setattr(counting, "NUMPY_FLOOR_MAX", 0)
     X = nearly_collapsed(1600, noise=1e-4, seed=5)
     y = np.repeat(np.arange(800), 2)
     y[:90] = 5000  # one class of 90, the rest pairs

@@ -52,6 +52,8 @@ from embedscope.metrics.search.knn import (
     _augmented32,
     _bar,
     dense_windows,
+    faiss_flat,
+    faiss_keys,
     pair_keys64,
     tie_window_before,
 )
@@ -90,8 +92,6 @@ def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMP
     ⌈μ + 6√μ⌉-th largest sampled key (one more in a same-set search, where the query itself may
     be sampled) falls below the depth-th largest key except with a probability of about 1e-9.
     Exactness does not depend on it (see the module docstring)."""
-    import faiss
-
     nr = ks.R32.shape[0]
     ns = int(min(nr, math.ceil(nr * min(1.0, sample_top / depth))))
     mu = depth * ns / nr
@@ -104,19 +104,12 @@ def floor_keys(ks: KeySpace, depth: int, seed: int = 0, sample_top: float = SAMP
         RsT = np.ascontiguousarray(Ra[sample].T)
         S = Qa @ RsT
         return np.partition(S, ns - j, axis=1)[:, ns - j].astype(np.float64) - qoff
-    # cosine: inner products; Euclidean: squared distances (of the centred rows or not: the same);
-    # a centred cosine search: inner products of the augmented rows, less qoff
-    aug = ks.metric == "cosine" and not ks.plain
-    Qs, Rs = augmented(ks)[:2] if aug else (ks.Q32, ks.R32)
-    R = np.ascontiguousarray(Rs[sample])
-    d = R.shape[1]
-    index = faiss.IndexFlatIP(d) if ks.metric == "cosine" else faiss.IndexFlatL2(d)
-    index.add(R)
-    out = np.empty(ks.Q32.shape[0], dtype=np.float64)
-    for s in range(0, ks.Q32.shape[0], 8192):
-        v, _ = index.search(Qs[s:s + 8192], j)
-        v = v[:, -1].astype(np.float64)
-        out[s:s + 8192] = (v - ks.qoff[s:s + 8192] if aug else v) if ks.metric == "cosine" else -v
+    index, Qs = faiss_flat(ks, sample)
+    out = np.empty(nq, dtype=np.float64)
+    for s in range(0, nq, 8192):
+        e = min(nq, s + 8192)
+        v, _ = index.search(Qs[s:e], j)
+        out[s:e] = faiss_keys(ks, v[:, -1:], s, e)[:, 0]
     return out
 
 
@@ -341,10 +334,8 @@ class _Pass:
         if ks.plain:  # (qoff 0: keys)
             bound = qmax * ks.rmax + 1.0  # |key| < bound
             self.base, self.W = -bound - 1.0, 2.0 * bound + 2.0
-        else:  # |value| ≤ tb, and a margin for the windows about the keys: as narrow as the values
-            tb = ks.value_bound()
-            margin = 8.0 * float((self.delta + self.err).max(initial=0.0)) + 2.0 ** -30 * tb + 1e-300
-            self.base, self.W = -(tb + margin), 2.0 * (tb + margin) + margin
+        else:  # as narrow as the values are, with room for the windows about the keys
+            self.base, self.W = ks.value_band(float((self.delta + self.err).max(initial=0.0)))
         low = np.full(nq, np.inf)
         np.minimum.at(low, qi, k64 - (2.0 * self.delta + self.err)[qi])
         self.tau = np.maximum(floor, low)  # +inf for queries without pairs: nothing survives

@@ -680,13 +680,18 @@ class KeySpace:
                                             + rmax_c * qn + qn_c * rmax_c + bmax + cn * qn_c + cn * cn)
         return f32 + self._f64 + 1e-300
 
-    def value_bound(self) -> float:
-        """A bound on |two · q·r − rsub| of the float32 copies (the values the tiles hold), as
-        narrow as they are: a centred search's are its rows' spread, not their norm."""
+    def value_band(self, half_width: float) -> tuple[float, float]:
+        """``(lo, width)`` of the band that the passes' sorted rows of tile values take (not plain:
+        values = keys + qoff): every value two · q·r − rsub of the float32 copies, and every key
+        placed among them (k + qoff ± ``half_width``), lies in (lo, lo + width); as narrow as the
+        values are (a centred search's are its rows' spread, not their norm), with a margin above
+        the band coordinates' own rounding (a few ulp of block × width)."""
         n32 = np.sqrt(np.einsum("ij,ij->i", self.Q32, self.Q32, dtype=np.float64)).max(initial=0.0)
         m32 = n32 if self.same else np.sqrt(np.einsum("ij,ij->i", self.R32, self.R32, dtype=np.float64)).max(initial=0.0)
         rs = 0.0 if self.rsub32 is None else float(np.abs(self.rsub32).max(initial=0.0))
-        return 1.01 * (self.two * float(n32) * float(m32) + rs)
+        tb = 1.01 * (self.two * float(n32) * float(m32) + rs)
+        margin = 8.0 * half_width + 2.0 ** -30 * tb + 1e-300
+        return -(tb + margin), 2.0 * (tb + margin) + margin
 
     def ref_classes(self) -> np.ndarray | None:
         """Per reference, the class of references whose rows are bitwise identical, or None where
@@ -767,26 +772,14 @@ def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, 
 def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 4096):
     """Deep candidate lists on the CPU: faiss flat search (its heap top-k beats torch.topk for
     large L). The certification does not depend on how the float32 keys were computed."""
-    import faiss
-
-    # cosine: inner products; Euclidean: squared distances of the rows (centred or not: the same);
-    # centred cosine: inner products of the augmented rows [q', 1]·[r', c·r'], less qoff
-    aug = ks.metric == "cosine" and not ks.plain
-    Qs, Rs = (_augmented32(ks) if aug else (ks.Q32, ks.R32))
-    d = Qs.shape[1]
-    index = faiss.IndexFlatL2(d) if ks.metric == "euclidean" else faiss.IndexFlatIP(d)
-    index.add(Rs)
+    index, Qs = faiss_flat(ks)
     nq = ks.Q32.shape[0]
     extra = 1 if ks.same else 0
     bar = _bar(progress, nq, desc)
     for s in range(0, nq, block):
         e = min(nq, s + block)
         v, i = index.search(Qs[s:e], L + extra)
-        v = v.astype(np.float64)
-        if ks.metric == "euclidean":
-            v = -v
-        elif aug:
-            v -= ks.qoff[s:e, None]
+        v = faiss_keys(ks, v, s, e)
         if ks.same:
             own = i == np.arange(s, e)[:, None]
             drop = np.where(own.any(1), own.argmax(1), L)  # the query itself, else the last column
@@ -797,6 +790,32 @@ def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 
         yield s, e, v, i.astype(np.int64)
         bar.update(e - s)
     bar.close()
+
+
+def faiss_flat(ks: KeySpace, refs: np.ndarray | None = None):
+    """``(index, Qs)``: a faiss flat index of the references (``refs`` of them, or all) as ``ks``
+    measures them, and the query rows to search it with. Cosine: inner products; Euclidean:
+    squared distances of the rows (centred or not: the same); a centred cosine search: inner
+    products of the augmented rows [q', −1]·[r', −c·r'] (:func:`faiss_keys` takes qoff off)."""
+    import faiss
+
+    aug = ks.metric == "cosine" and not ks.plain
+    Qs, Rs = _augmented32(ks) if aug else (ks.Q32, ks.R32)
+    R = np.ascontiguousarray(Rs if refs is None else Rs[refs])
+    index = faiss.IndexFlatL2(R.shape[1]) if ks.metric == "euclidean" else faiss.IndexFlatIP(R.shape[1])
+    index.add(R)
+    return index, Qs
+
+
+def faiss_keys(ks: KeySpace, v: np.ndarray, s: int, e: int) -> np.ndarray:
+    """The key estimates (float64) of a :func:`faiss_flat` search's values ``v`` (rows: queries
+    s..e−1): minus the squared distances, or the inner products less qoff."""
+    v = v.astype(np.float64)
+    if ks.metric == "euclidean":
+        return np.negative(v, out=v)
+    if not ks.plain:
+        v -= ks.qoff[s:e, None]
+    return v
 
 
 def _keys_to64(ks: KeySpace, v32: np.ndarray, s: int, e: int) -> np.ndarray:

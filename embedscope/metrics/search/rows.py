@@ -225,11 +225,9 @@ class _Rows:
         # there): they lie in (pad, pad + W)
         if ks.plain:  # (qoff 0: keys)
             self.pad, self.W = -big - 1.0, 2.0 * big + 4.0
-        else:  # |two q·r − rsub| ≤ tb, and a margin for the windows about the keys (k + qoff ± w):
-            # as narrow as the values are (a centred search's ~1e-8: keys are resolved to ~1e-20)
-            tb = ks.value_bound()
-            margin = 8.0 * float(self.w.max(initial=0.0)) + 2.0 ** -30 * tb + 1e-300  # (> eta below)
-            self.pad, self.W = -(tb + margin), 2.0 * (tb + margin) + margin
+        else:  # as narrow as the values are (a centred search's ~1e-8: keys are resolved to ~1e-20),
+            # with room for the windows about the keys (k + qoff ± w) and above eta
+            self.pad, self.W = ks.value_band(float(self.w.max(initial=0.0)))
         self.eta = 8.0 * np.spacing((block + 1) * self.W)
         self.symmetric = ks.same and ks.plain
         # a same-set cosine search reads the queries' own rows as the references (a transposed view)
