@@ -168,6 +168,25 @@ def test_two_and_three_rows(metric):
     assert got["P@1"] == 1.0
 
 
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_queries_of_one_class_against_separate_references(metric):
+    """Queries of a single class are ranked against a separate reference set as any others (the
+    brute force); only NMI/F1, which cluster the queries, need two classes among them."""
+    rng = np.random.default_rng(3)
+    Xq, Xr = rng.standard_normal((7, 4)), rng.standard_normal((30, 4))
+    yq, yr = np.full(7, 2), rng.integers(0, 4, 30)
+    yr[:3] = 2
+    got = check(Xq, yq, Xr, yr, metric=metric)
+    assert got["n_queries"] == 7 and got["n_lone"] == 0
+    one = retrieval_metrics(np.array([[0.0], [0.2]]), [5, 5], X_ref=np.array([[0.1], [1.0], [0.15]]),
+                            y_ref=[5, 7, 9], metric="euclidean", include=["P@1"])
+    assert one["P@1"] == 0.5  # query 0's nearest is reference 0 (a hit), query 1's reference 2 (a miss)
+    with pytest.raises(EmbedscopeError, match="NMI and F1 cluster the queries"):
+        retrieval_metrics(Xq, yq, X_ref=Xr, y_ref=yr, metric=metric)
+    with pytest.raises(EmbedscopeError, match="reference labels must hold at least 2 classes"):
+        retrieval_metrics(Xq, yq, X_ref=Xr, y_ref=np.full(30, 2), metric=metric, include=["P@1"])
+
+
 def test_zero_row_under_cosine_is_a_clear_error_and_fine_under_euclidean():
     X, y = _small(4)
     X[9] = 0.0

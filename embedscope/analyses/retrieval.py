@@ -90,7 +90,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     })
     model = model_name(es, name)
     lone_txt = ("lone queries left out" if lone_queries == "exclude" else "lone queries count as 0")
-    prov["title"] = (f"{model}: {q_split} queries ({q.n}, {n_cls} classes) vs "
+    prov["title"] = (f"{model}: {q_split} queries ({q.n}, {n_cls} {'class' if n_cls == 1 else 'classes'}) vs "
                      f"{r_split + ' references' if separate else 'themselves'}, {metric}; "
                      f"{counts.get('n_lone', 0)} {lone_txt}")
     table = None

@@ -182,6 +182,11 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     Ranking: cosine (rows L2-normalised, by inner product) or Euclidean distance; ties go to the
     lower reference index (:func:`embedscope.metrics.search.relevant_ranks`).
 
+    Classes: a same-set search needs two or more classes (with one, every reference is relevant
+    and each metric reads 1.0: an error), and so does a separate reference set; queries of a
+    single class against a separate reference set are ranked as any others, but NMI/F1, which
+    cluster the queries, then cannot be asked for.
+
     Parameters
     ----------
     X : array (N, D)
@@ -244,7 +249,8 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     if lone_queries not in LONE_QUERIES:
         raise EmbedscopeError(f"lone_queries must be 'exclude' or 'zero', got {lone_queries!r}")
     sets = check_sets(X, y, X_ref, y_ref)
-    if len(np.unique(sets.y)) < 2:
+    one_query_class = len(np.unique(sets.y)) < 2
+    if sets.same and one_query_class:  # every reference relevant: each metric would read 1.0
         raise EmbedscopeError("the query labels must hold at least 2 classes, got 1")
     if not sets.same and len(np.unique(sets.y_ref)) < 2:
         raise EmbedscopeError("the reference labels must hold at least 2 classes, got 1")
@@ -255,6 +261,10 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         ks_ = tuple(k for k in DEFAULT_KS if k <= n_avail)
     all_keys = [f"R@{k}" for k in ks_] + list(RETRIEVAL_KEYS) + list(CLUSTER_KEYS)
     want = _wanted(include, all_keys, [k for k in all_keys if k not in OPT_IN_KEYS])
+    if one_query_class and any(k in want for k in CLUSTER_KEYS):  # (queries of one class against a
+        # separate reference set are ranked as any others; only their clustering needs two classes)
+        raise EmbedscopeError("NMI and F1 cluster the queries: their labels must hold at least 2 classes, "
+                              "got 1 (leave them out of include= / --include)")
     want_ret = [k for k in want if k not in CLUSTER_KEYS]
     too_deep = [int(k[2:]) for k in want_ret if k.startswith("R@") and int(k[2:]) > n_avail]
     if too_deep:  # as knn_search: a list of n_avail references has no k-th entry (R@k would read 1.0)
