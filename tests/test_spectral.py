@@ -300,6 +300,28 @@ def test_class_conditioned_spectra_match_reference(normalize, center, k):
         assert np.all(per[:, 2:][-1] == 0)  # class of two: only two singular values
 
 
+def test_class_conditioned_spectra_leave_out_all_zero_spectra():
+    """A class whose singular values are all zero (rows all equal, centred; or all zero) has no
+    normalised spectrum (0/0): it is left out of the rows and the mean, as a singleton is."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((5, 4))
+    B = np.tile(rng.standard_normal((1, 4)), (5, 1))  # five equal rows
+    X = np.vstack([A, B, np.zeros((3, 4))])
+    y = np.r_[[0] * 5, [1] * 5, [2] * 3]
+    s = np.linalg.svd(A - A.mean(0), compute_uv=False)
+    per, mean = class_conditioned_spectra(X, y, center=True)
+    assert per.shape == (1, 4)
+    np.testing.assert_allclose(mean, s / s.sum(), rtol=1e-12)
+    per, mean = class_conditioned_spectra(X, y)  # uncentred: only the zero rows have no spectrum
+    assert per.shape == (2, 4)
+    sa, sb = np.linalg.svd(A, compute_uv=False), np.linalg.svd(B, compute_uv=False)
+    np.testing.assert_allclose(mean, (sa / sa.sum() + sb / sb.sum()) / 2, rtol=1e-12, atol=1e-15)
+    per, _ = class_conditioned_spectra(X, y, center=True, normalize=False)  # raw values: zeros are values
+    assert per.shape == (3, 4) and not per[1:].any()
+    with pytest.raises(EmbedscopeError, match="all-zero spectrum"):
+        class_conditioned_spectra(X[5:], y[5:], center=True)
+
+
 def test_class_conditioned_spectra_errors():
     with pytest.raises(EmbedscopeError, match="two or more"):
         class_conditioned_spectra(np.eye(3), [0, 1, 2])

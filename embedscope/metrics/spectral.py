@@ -251,7 +251,9 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
     out): the singular values of Φ_c (rows of class c; mean-centred first if ``center``), divided
     by their sum if ``normalize`` (s/Σs), then the first K = min(k, D) values, zero-padded when
     the class has fewer than K (a rank-r matrix has zero singular values beyond r). The mean is
-    taken over classes. After Roth et al. (ICML 2020, App. E) and Verma et al. (Manifold Mixup,
+    taken over classes. With ``normalize``, a class whose singular values are all zero (its rows
+    all zero; with ``center``, all equal) has no normalised spectrum (0/0) and is left out too,
+    as a singleton is. After Roth et al. (ICML 2020, App. E) and Verma et al. (Manifold Mixup,
     ICML 2019); the paper states neither normalisation nor centring, hence the parameters.
 
     Parameters
@@ -268,7 +270,8 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
     Returns
     -------
     per_class : ndarray [C', K]
-        One row per class with at least two samples.
+        One row per class with at least two samples (and, with ``normalize``, a spectrum that is
+        not all zero), in label order.
     mean : ndarray [K]
         Mean over those rows.
     """
@@ -289,7 +292,9 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
         s, shift = _scaled_singular_values(check_matrix(Xc))
         if normalize:
             tot = s.sum()
-            s = s / tot if tot > 0 else s
+            if not tot > 0:  # 0/0: no normalised spectrum (left out, as a singleton)
+                continue
+            s = s / tot
         elif shift:
             with np.errstate(over="ignore"):
                 s = np.ldexp(s, shift)
@@ -297,6 +302,9 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
         m = min(K, s.size)
         row[:m] = s[:m]
         rows.append(row)
+    if not rows:
+        raise EmbedscopeError("class-conditioned spectra: every class of two or more samples has an all-zero "
+                              f"spectrum (its rows {'all equal' if center else 'all zero'}), which cannot be normalised")
     per_class = np.vstack(rows)
     return per_class, per_class.mean(axis=0)
 
