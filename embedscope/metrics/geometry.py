@@ -207,8 +207,10 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
     Metric Learning", ICML 2020, §5 and reference code ``metrics/dists.py``. Computed exactly from
     per-class sums of the unit rows (Σ_{i≠j} (1 − u_i·u_j) = n_c Σ_i ‖u_i − ū_c‖²; likewise for the class
     means), in float64 and O(N·D) time: no N×N matrix. Singleton classes have no intra pairs: they
-    are left out of π_intra and counted in ``n_singleton`` (the reference code fills them with the
-    largest class value instead); they still count in π_inter. ``metric="sqeuclidean"`` uses
+    are left out of π_intra and counted in ``n_singleton`` (the reference code means to fill them
+    with the largest class value but indexes wrongly: it takes the larger value of the first two
+    classes in label order, NaN when one of them is a singleton; not copied); they still count in
+    π_inter. ``metric="sqeuclidean"`` uses
     ‖a − b‖² on the raw rows and the raw (unnormalised) class means.
 
     Parameters
