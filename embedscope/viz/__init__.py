@@ -30,6 +30,7 @@ _EXPORTS = {
     "plot_tsne": "embedscope.viz.tsne",
     "plot_joint_tsne": "embedscope.viz.tsne",
     "plot_yoked_tsne": "embedscope.viz.tsne",
+    "plot_yoked_maps": "embedscope.viz.tsne",
     # same-vs-different scatter (§10)
     "plot_same_different": "embedscope.viz.scatter",
     # singular-value spectra (§2)

@@ -194,12 +194,47 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
     return fig
 
 
-def plot_yoked_tsne(
-    Y_a: np.ndarray,
-    Y_b: np.ndarray,
+#: the most map panels in one row of :func:`plot_yoked_maps`; more maps wrap into balanced rows
+MAX_MAPS_PER_ROW = 4
+
+
+def _map_grid(k: int, max_cols: int = MAX_MAPS_PER_ROW) -> list[int]:
+    """Panels per row for ``k`` maps: one row up to ``max_cols``, else the fewest rows of at most
+    ``max_cols`` panels, as even as possible, the fuller rows first (5 -> 3 + 2, 6 -> 3 + 3,
+    10 -> 4 + 3 + 3)."""
+    rows = math.ceil(k / max_cols)
+    base, extra = divmod(k, rows)
+    return [base + 1] * extra + [base] * (rows - extra)
+
+
+def _yoked_inputs(Ys: Sequence[np.ndarray], labels: np.ndarray, names: Sequence[str] | None) -> tuple[list, list]:
+    """The maps as (N, 2) float64 arrays and their K panel names, or a one-line EmbedscopeError."""
+    if isinstance(Ys, np.ndarray) and Ys.ndim == 2:  # one map passed where a sequence of maps was meant
+        raise EmbedscopeError(f"yoked maps need a sequence of at least 2 maps, got one array of shape {Ys.shape}")
+    maps = [np.asarray(Y, dtype=np.float64) for Y in Ys]
+    if len(maps) < 2:
+        raise EmbedscopeError(f"yoked maps need at least 2 maps, got {len(maps)}")
+    shapes = [Y.shape for Y in maps]
+    if len(set(shapes)) != 1:
+        raise EmbedscopeError(f"yoked maps must all hold the same points (N, 2), got shapes "
+                              f"{', '.join(str(s) for s in shapes)}")
+    if len(shapes[0]) != 2 or shapes[0][1] != 2:
+        raise EmbedscopeError(f"a map must be an (N, 2) array of 2-D positions, got shape {shapes[0]}")
+    if shapes[0][0] != len(labels):
+        raise EmbedscopeError(f"the maps hold {shapes[0][0]} points but there are {len(labels)} labels")
+    if names is None:
+        names = [f"map {i + 1}" for i in range(len(maps))]
+    names = list(names)
+    if len(names) != len(maps):
+        raise EmbedscopeError(f"{len(names)} names for {len(maps)} maps: give one name per map")
+    return maps, names
+
+
+def plot_yoked_maps(
+    Ys: Sequence[np.ndarray],
     labels: Any,
     *,
-    names: Sequence[str] = ("A", "B"),
+    names: Sequence[str] | None = None,
     class_names: Sequence[str] | None = None,
     inset_class: Any = None,
     info: dict | None = None,
@@ -207,22 +242,28 @@ def plot_yoked_tsne(
     split: str | None = None,
     palette: ClassPalette | None = None,
 ):
-    """The two yoked maps side by side in one window, with the same class colours (docs/methods.md §10,
-    Xuan §2.3).
+    """K ≥ 2 yoked maps (e.g. the same test images under the checkpoints of successive epochs, each
+    map yoked to the next) in one window, with the same class colours (docs/methods.md §10, Xuan §2.3).
 
-    ``names``: the panel titles (the two embeddings). ``split`` (e.g. ``"test"``): named in the
-    figure title, "Yoked t-SNE, test split (N images)", unless ``title`` is given. Both maps share
-    one window, fitted to the points (the maps are yoked, so a position means the same in both).
-    ``inset_class`` (a label): a second row zooms into that class in each map (the box around its
-    central 96% of points, marked on the map above); other classes in the box are drawn faded for
-    context. Colours as :func:`plot_joint_tsne`. Returns the figure.
+    ``Ys``: the K maps, (N, 2) each, row i the same image in every map; ``labels`` (N,). ``names``:
+    the K panel titles (default "map 1" ... "map K"; long names are cut in the middle). Panels in one
+    row up to :data:`MAX_MAPS_PER_ROW` maps, beyond that in balanced rows (6 maps: two rows of 3; a
+    shorter last row is centred). All maps share one window, fitted to every point (the maps are
+    yoked, so a position means the same in all). ``split`` (e.g. ``"test"``): named in the figure
+    title, "Yoked t-SNE, test split (N images)" (for K > 2 "Yoked t-SNE of K maps, ..."), unless
+    ``title`` is given. ``inset_class`` (a label): a zoom row under each row of maps zooms into that
+    class in each map (the box around its central 96% of points, marked on the map above); other
+    classes in the box are drawn faded for context. ``info``: the settings note (α, α·N, the yoke,
+    perplexity, seed, the KL of two maps, the mean displacement; lists such as K maps' KL values are
+    not printed). Colours as :func:`plot_joint_tsne`. Fewer than 2 maps, maps of different shapes or
+    a wrong number of names: :class:`~embedscope.errors.EmbedscopeError`. Returns the figure.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
     labels = np.asarray(labels)
-    Y_a = np.asarray(Y_a, dtype=np.float64).reshape(-1, 2)
-    Y_b = np.asarray(Y_b, dtype=np.float64).reshape(-1, 2)
+    maps, names = _yoked_inputs(Ys, labels, names)
+    k = len(maps)
     cnames, palette = _names_and_palette(labels, class_names, palette)
     present = _present(cnames, palette)
     if inset_class is not None:
@@ -232,28 +273,51 @@ def plot_yoked_tsne(
         inset_class = matches[0]
     zoom = inset_class is not None
     if title is None and split is not None:
-        title = f"Yoked t-SNE, {split} split ({len(labels)} images)"
-    lo, hi = _map_window([Y_a, Y_b])
+        title = (f"Yoked t-SNE, {split} split ({len(labels)} images)" if k == 2 else
+                 f"Yoked t-SNE of {k} maps, {split} split ({len(labels)} images)")
+    rows = _map_grid(k)
+    nrows, ncols = len(rows), max(rows)
+    lo, hi = _map_window(maps)
     ratio = _panel_ratio(lo, hi)
-    panel_w = 3.0
-    _, leg_h = class_legend_layout(present, palette, 2 * panel_w + 0.6)
-    note = settings_text(info, ("alpha", "alpha_times_n", "perplexity", "seed", "kl_a", "kl_b",
-                                "mean_displacement"))
+    # narrower panels for 3 or 4 maps a row, and shorter titles (10 pt, ~0.08 in a character) that
+    # neither run into the next panel's nor past the figure's edge
+    panel_w, title_chars = {3: (2.6, 28), 4: (2.4, 25)}.get(ncols, (3.0, TITLE_CHARS))
+    width = ncols * panel_w + 0.6
+    _, leg_h = class_legend_layout(present, palette, width)
+    shown = {key: v for key, v in (info or {}).items() if not isinstance(v, (list, tuple, dict, np.ndarray))}
+    note = settings_text(shown, ("alpha", "alpha_times_n", "yoke", "perplexity", "seed", "kl_a", "kl_b",
+                                 "mean_displacement", "mean_centroid_displacement"))
     note = _notes(legend_note(len(present)), "yoked t-SNE: " + note if note else "")
     extra_h = 0.75 + (0.3 if title else 0.0) + (0.17 if note else 0.0) + leg_h
     with plt.rc_context(PAPER_RC):
         if zoom:
-            fig, grid = plt.subplots(2, 2, figsize=(2 * panel_w + 0.6, panel_w * (ratio + 0.85) + 0.5 + extra_h),
-                                     gridspec_kw={"height_ratios": [ratio, 0.85]})
-            axes, zaxes = grid[0], grid[1]
+            height = nrows * (panel_w * (ratio + 0.85) + 0.5) + (nrows - 1) * 0.75 + extra_h
+            ratios = [ratio, 0.85] * nrows
         else:
-            fig, axes = plt.subplots(1, 2, figsize=(2 * panel_w + 0.6, panel_w * ratio + extra_h))
-            zaxes = [None, None]
+            height = nrows * panel_w * ratio + (nrows - 1) * 0.75 + extra_h
+            ratios = [1.0] * nrows
+        fig = plt.figure(figsize=(width, height))
+        per_row = 2 if zoom else 1
+        if all(n == ncols for n in rows):  # full rows: a plain grid
+            grid = fig.subplots(per_row * nrows, ncols, squeeze=False, gridspec_kw={"height_ratios": ratios})
+            cells = [(grid[per_row * r, c], grid[per_row * r + 1, c] if zoom else None)
+                     for r, n in enumerate(rows) for c in range(n)]
+        else:  # a shorter last row, centred: half-width columns, each panel spanning two
+            gs = fig.add_gridspec(per_row * nrows, 2 * ncols, height_ratios=ratios)
+            cells = []
+            for r, n in enumerate(rows):  # fig.axes as a plain grid's: row by row, the maps, then their zooms
+                spans = [slice(ncols - n + 2 * c, ncols - n + 2 * c + 2) for c in range(n)]
+                row = [fig.add_subplot(gs[per_row * r, s]) for s in spans]
+                zrow = [fig.add_subplot(gs[per_row * r + 1, s]) for s in spans] if zoom else [None] * n
+                cells.extend(zip(row, zrow))
+        starts = {sum(rows[:r]) for r in range(nrows)}  # the first panel of each row keeps its y label
         nm_c = (class_names[inset_class] if class_names is not None else inset_class) if zoom else None
-        for ax, zax, Y, nm in zip(axes, zaxes, (Y_a, Y_b), names):
+        for i, ((ax, zax), Y, nm) in enumerate(zip(cells, maps, names)):
             _class_scatter(ax, Y, cnames, palette)
-            _style_map_axes(ax, short_text(nm, TITLE_CHARS))  # two long names must not run into each other
+            _style_map_axes(ax, short_text(nm, title_chars))  # long names must not run into each other
             _set_window(ax, lo, hi)
+            if i not in starts:
+                ax.set_ylabel("")
             if zax is None:
                 continue
             sel = labels == inset_class
@@ -269,14 +333,39 @@ def plot_yoked_tsne(
             zax.set_xlim(zlo[0], zhi[0])
             zax.set_ylim(zlo[1], zhi[1])
             zax.set_xlabel("t-SNE 1")
-            zax.set_ylabel("t-SNE 2")
-            zax.set_title(f"class {short_text(nm_c, TITLE_CHARS - 24)} zoomed (dashed box above)")
-        axes[1].set_ylabel("")
-        if zoom:
-            zaxes[1].set_ylabel("")
+            zax.set_ylabel("t-SNE 2" if i in starts else "")
+            # two lines: on one, "... zoomed (dashed box above)" ran into the next panel's title
+            zax.set_title(f"class {short_text(nm_c, title_chars - 15)} zoomed\n(dashed box above)")
         class_legend(fig, present, palette)
-        finish_layout(fig, note=note, legend_h=leg_h, title=title, fit_axes=list(axes))
+        finish_layout(fig, note=note, legend_h=leg_h, title=title, fit_axes=[ax for ax, _ in cells])
     return fig
+
+
+def plot_yoked_tsne(
+    Y_a: np.ndarray,
+    Y_b: np.ndarray,
+    labels: Any,
+    *,
+    names: Sequence[str] = ("A", "B"),
+    class_names: Sequence[str] | None = None,
+    inset_class: Any = None,
+    info: dict | None = None,
+    title: str | None = None,
+    split: str | None = None,
+    palette: ClassPalette | None = None,
+):
+    """The two yoked maps side by side in one window, with the same class colours (docs/methods.md §10,
+    Xuan §2.3): :func:`plot_yoked_maps` of ``[Y_a, Y_b]``.
+
+    ``names``: the panel titles (the two embeddings). ``split`` (e.g. ``"test"``): named in the
+    figure title, "Yoked t-SNE, test split (N images)", unless ``title`` is given. Both maps share
+    one window, fitted to the points (the maps are yoked, so a position means the same in both).
+    ``inset_class`` (a label): a second row zooms into that class in each map (the box around its
+    central 96% of points, marked on the map above); other classes in the box are drawn faded for
+    context. Colours as :func:`plot_joint_tsne`. Returns the figure.
+    """
+    return plot_yoked_maps([Y_a, Y_b], labels, names=names, class_names=class_names, inset_class=inset_class,
+                           info=info, title=title, split=split, palette=palette)
 
 
 # ------------------------------------------------------------------------- moved computations
@@ -307,4 +396,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'embedscope.viz.tsne' has no attribute '{name}'")
 
 
-__all__ = ["plot_joint_tsne", "plot_tsne", "plot_yoked_tsne"]
+__all__ = ["plot_joint_tsne", "plot_tsne", "plot_yoked_maps", "plot_yoked_tsne", "MAX_MAPS_PER_ROW"]
