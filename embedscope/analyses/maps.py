@@ -19,8 +19,8 @@ from embedscope.validation import check_choice, check_int, check_number
 
 SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
               "n_iter", "kl_divergence")
-SHOWN_YOKE = ("alpha", "alpha_times_n", "perplexity", "seed", "negative_gradient_method", "kl_a", "kl_b",
-              "mean_displacement", "n")
+SHOWN_YOKE = ("yoke", "alpha", "alpha_times_n", "perplexity", "seed", "negative_gradient_method", "kl_a", "kl_b",
+              "kl", "mean_displacement", "mean_centroid_displacement", "n")
 
 
 def _by_split_key(es) -> np.ndarray:
@@ -98,41 +98,72 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     return Result("tsne", values, prov, table=rows, arrays=arrays, model=model)
 
 
-def yoke(source_a: Any, source_b: Any, *, split: str = "test", alpha: float | None = None,
-         max_points: int | None = None, perplexity: float = 30.0, seed: int = 0, n_iter: int = 500,
-         n_jobs: int = 1, names: Sequence[str] | None = None, progress: bool = False) -> Result:
-    """Yoked t-SNE of the same images under two embeddings (Xuan §2.3, docs/methods.md §10).
+def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", alpha: float | None = None,
+         yoke: str = "points", max_points: int | None = None, perplexity: float = 30.0, seed: int = 0,
+         n_iter: int = 500, n_jobs: int = 1, names: Sequence[str] | None = None, progress: bool = False) -> Result:
+    """Yoked t-SNE of the same images under two or more embeddings (Xuan §2.3, docs/methods.md §10):
+    two models, or a sequence such as the checkpoints of successive epochs, each map yoked to the
+    next (:func:`embedscope.tsne.yoked_tsne_maps`).
 
-    Rows are matched by path; ``alpha`` defaults to 0.01 / N (0: two independent maps).
-    ``result.table``: per image both maps' coordinates and the displacement between them;
-    ``result.values``: both KL divergences and the mean displacement.
+    Rows are matched by path (every file must hold the same images of ``split``); ``alpha``
+    defaults to 0.01 / N (0: independent maps); ``yoke``: ``"points"`` (each image to itself) or
+    ``"centroids"`` (each class's mean to itself: the classes' layout agrees, the points within a
+    class are free). ``result.table``: per image every map's coordinates and the displacement
+    between consecutive maps (two maps: ``x_a``, ``y_a``, ``x_b``, ``y_b``, ``displacement``; K
+    maps: ``x_1``, ``y_1``, …, ``x_K``, ``y_K``, ``displacement_1_2``, …); ``result.values``: each
+    map's KL divergence (``kl_a``, ``kl_b`` or ``kl_1`` … ``kl_K``) and the mean displacement
+    (and, yoking centroids, the mean centroid displacement); ``result.arrays["Ys"]``: the maps.
     """
     from embedscope.store import match_by_path
-    from embedscope.tsne import yoked_tsne
+    from embedscope.tsne import yoked_tsne_maps
+    from embedscope.tsne.yoked import YOKES
 
     if alpha is not None:
         check_number(alpha, "alpha", min=0)
     perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)
     check_choice(split, "split", SPLIT_CHOICES)
-    labels = unique_names([source_a, source_b], names)
-    a = as_set(source_a).subset(split)
-    b = as_set(source_b).subset(split)
-    a, b = match_by_path(a, b, labels[0], labels[1])
+    check_choice(yoke, "yoke", YOKES)
+    sources = [source_a, source_b, *more_sources]
+    K = len(sources)
+    labels = unique_names(sources, names)
+    sets = [as_set(src).subset(split) for src in sources]
+    for k in range(1, K):  # every file's rows in the first file's order
+        sets[0], sets[k] = match_by_path(sets[0], sets[k], labels[0], labels[k])
+    a = sets[0]
     if max_points is not None and max_points < a.n:
         keep = np.isin(a.paths, _sample(a, max_points, seed, by_split=True).paths)
-        a, b = a.select(keep), b.select(keep)
+        sets = [es.select(keep) for es in sets]
+        a = sets[0]
     if a.n < 6:
         raise EmbedscopeError(f"yoked t-SNE needs at least 6 images, the selection has {a.n}")
-    Y_a, Y_b, info = yoked_tsne(a.embeddings, b.embeddings, alpha=alpha, perplexity=perplexity, seed=seed,
-                                n_iter=n_iter, n_jobs=n_jobs, progress=progress, return_info=True)
-    d = np.linalg.norm(Y_a - Y_b, axis=1)
-    rows = [{"path": a.paths[i], "split": a.split[i], "label": int(a.labels[i]), "class": a.class_names[a.labels[i]],
-             "x_a": float(Y_a[i, 0]), "y_a": float(Y_a[i, 1]), "x_b": float(Y_b[i, 0]), "y_b": float(Y_b[i, 1]),
-             "displacement": float(d[i])} for i in range(a.n)]
+    Ys, info = yoked_tsne_maps([es.embeddings for es in sets], yoke=yoke, labels=a.labels, alpha=alpha,
+                               perplexity=perplexity, seed=seed, n_iter=n_iter, n_jobs=n_jobs, progress=progress,
+                               return_info=True)
+    tags = ["a", "b"] if K == 2 else [str(k + 1) for k in range(K)]
+    disp = [np.linalg.norm(Ys[k] - Ys[k + 1], axis=1) for k in range(K - 1)]
+    dnames = ["displacement"] if K == 2 else [f"displacement_{k + 1}_{k + 2}" for k in range(K - 1)]
+    rows = []
+    for i in range(a.n):
+        row = {"path": a.paths[i], "split": a.split[i], "label": int(a.labels[i]),
+               "class": a.class_names[a.labels[i]]}
+        for t, Y in zip(tags, Ys):
+            row[f"x_{t}"] = float(Y[i, 0])
+            row[f"y_{t}"] = float(Y[i, 1])
+        for nm, d in zip(dnames, disp):
+            row[nm] = float(d[i])
+        rows.append(row)
     info.update(split=split, max_points=max_points, names=list(labels))
-    values = {k: info[k] for k in ("kl_a", "kl_b", "mean_displacement") if k in info}
+    values = {f"kl_{t}": float(v) for t, v in zip(tags, info["kl"])}
+    values["mean_displacement"] = info["mean_displacement"]
+    if "mean_centroid_displacement" in info:
+        values["mean_centroid_displacement"] = info["mean_centroid_displacement"]
     values["n"] = int(a.n)
-    prov = {"a": provenance_of(a), "b": provenance_of(b), **info,
-            "title": f"yoked t-SNE of {labels[0]} and {labels[1]} [{split}]"}
-    arrays = {"Y_a": Y_a, "Y_b": Y_b, "labels": a.labels, "class_names": a.class_names, "names": list(labels)}
-    return Result("yoke", values, prov, table=rows, arrays=arrays, model=f"{labels[0]} ~ {labels[1]}")
+    how = "" if yoke == "points" else ", yoked by class centroids"
+    shown = f"{labels[0]} and {labels[1]}" if K == 2 else ", ".join(labels)
+    prov = {**({"a": provenance_of(sets[0]), "b": provenance_of(sets[1])} if K == 2 else {}),
+            "sources": [provenance_of(es) for es in sets], **info,
+            "title": f"yoked t-SNE of {shown} [{split}]{how}"}
+    arrays = {"Ys": Ys, "labels": a.labels, "class_names": a.class_names, "names": list(labels)}
+    if K == 2:
+        arrays.update(Y_a=Ys[0], Y_b=Ys[1])
+    return Result("yoke", values, prov, table=rows, arrays=arrays, model=" ~ ".join(labels))

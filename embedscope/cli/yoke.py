@@ -1,4 +1,4 @@
-"""embedscope yoke A.h5 B.h5 -o yoked.png"""
+"""embedscope yoke A.h5 B.h5 [C.h5 ...] -o yoked.png"""
 
 from __future__ import annotations
 
@@ -6,15 +6,21 @@ from embedscope.cli.common import add_figure_output, add_split, positive_float, 
 
 
 def add_parser(sub, parents):
-    p = sub.add_parser("yoke", parents=parents, help="yoked t-SNE of the same images under two embeddings",
-                       description="Two t-SNE maps of the same images under two embeddings (two models, epochs "
-                       "or layers), optimised together with the penalty alpha * sum_i |y_i^A - y_i^B|^2 so "
-                       "that corresponding points land near each other (docs/methods.md §10). Rows are matched "
-                       "by path. Writes OUT.png, OUT.pdf, the coordinates as OUT.csv and the settings as OUT.json.")
-    p.add_argument("file_a", metavar="A.h5", help="first embedding file")
-    p.add_argument("file_b", metavar="B.h5", help="second embedding file (the same images)")
+    p = sub.add_parser("yoke", parents=parents, help="yoked t-SNE of the same images under two or more embeddings",
+                       description="t-SNE maps of the same images under two or more embeddings (two models, or the "
+                       "checkpoints of successive epochs, or layers), optimised together with the penalty "
+                       "alpha * sum_i |y_i^k - y_i^(k+1)|^2 between each map and the next, so that corresponding "
+                       "points land near each other (--yoke centroids: the class means instead, "
+                       "alpha * sum_c n_c |mu_c^k - mu_c^(k+1)|^2; docs/methods.md §10). Rows are matched by path. "
+                       "Writes OUT.png, OUT.pdf, the coordinates as OUT.csv and the settings as OUT.json.")
+    p.add_argument("files", nargs="+", metavar="EMB.h5",
+                   help="two or more embedding files of the same images, in sequence order (each map is yoked "
+                   "to the next)")
     p.add_argument("--alpha", type=float,
-                   help="yoking strength alpha >= 0 (default: 0.01 / N; 0 gives two independent maps)")
+                   help="yoking strength alpha >= 0 (default: 0.01 / N; 0 gives independent maps)")
+    p.add_argument("--yoke", choices=["points", "centroids"], default="points",
+                   help="what is yoked: each image to itself (points, default), or each class's mean (centroids: "
+                   "the classes' layout agrees, the points within a class are free)")
     add_split(p, default="test")
     p.add_argument("--max-points", type=positive_int, metavar="N",
                    help="map at most N points (fixed-seed subsample, stratified by class)")
@@ -25,7 +31,7 @@ def add_parser(sub, parents):
                    help="threads for the gradients (default: 1); the maps are the same for any count")
     p.add_argument("--inset-class", metavar="CLASS",
                    help="add a zoom on this class (a class name, or a label number of the first file) below each map")
-    p.add_argument("--names", nargs=2, metavar=("NAME_A", "NAME_B"), help="panel titles (default: file names)")
+    p.add_argument("--names", nargs="+", metavar="NAME", help="panel titles, one per file (default: file names)")
     add_figure_output(p)
     p.set_defaults(func=run)
     return p
@@ -55,26 +61,33 @@ def run(args) -> int:
     from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
-    from embedscope.viz import plot_yoked_tsne
+    from embedscope.viz import plot_yoked_maps
     from embedscope.viz.figures import use_agg
 
+    if len(args.files) < 2:
+        raise UsageError("yoke needs two or more embedding files (each map is yoked to the next)")
+    if args.names is not None and len(args.names) != len(args.files):
+        raise UsageError(f"--names needs one name per file: {len(args.files)} files, {len(args.names)} names")
     if args.alpha is not None and not (args.alpha >= 0 and math.isfinite(args.alpha)):
         raise UsageError(f"--alpha must be a finite number >= 0, got {args.alpha}")
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
     png, pdf, csv, js = figure_outputs(args.output, args.force)
-    r = yoke(args.file_a, args.file_b, split=args.split, alpha=args.alpha, max_points=args.max_points,
+    r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=args.max_points,
              perplexity=args.perplexity, seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, names=args.names,
              progress=not args.no_progress)
     a = r.arrays
     inset = _inset(args.inset_class, a["class_names"], a["labels"])
     use_agg()
-    fig = plot_yoked_tsne(a["Y_a"], a["Y_b"], a["labels"], names=a["names"], class_names=a["class_names"],
+    fig = plot_yoked_maps(a["Ys"], a["labels"], names=a["names"], class_names=a["class_names"],
                           inset_class=inset, info=r.provenance, split=r.provenance["split"])
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)
-    shown = {k: r.provenance[k] for k in SHOWN_YOKE if k in r.provenance}
+    skip = {"kl"} if len(args.files) == 2 else set()  # two maps: kl_a and kl_b say it
+    shown = {k: r.provenance[k] for k in SHOWN_YOKE if k in r.provenance and k not in skip}
+    if "kl" in shown:  # one KL per map, in file order
+        shown["kl"] = ", ".join(f"{v:.4f}" for v in shown["kl"])
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
     print_wrote([png, pdf, csv, js])
     return 0

@@ -4,7 +4,8 @@ Plain functions on arrays, nothing drawn here (the figures are in :mod:`embedsco
 
 * :mod:`embedscope.tsne.joint` -- :func:`single_tsne`, :func:`joint_tsne` (openTSNE runs),
   :func:`effective_perplexity`, :data:`TSNE_DEFAULTS`, :func:`prepare_tsne_input`;
-* :mod:`embedscope.tsne.yoked` -- :func:`yoked_tsne`, the objective and its gradient
+* :mod:`embedscope.tsne.yoked` -- :func:`yoked_tsne`, :func:`yoked_tsne_maps` (K maps, yoked
+  by points or class centroids), :func:`yoke_penalty`, the objective and its gradient
   (:func:`yoked_tsne_exact_objective_and_grad`, :func:`yoked_tsne_objective_and_grad`,
   :class:`YokedObjective`), :func:`default_alpha`;
 * :mod:`embedscope.tsne.optimizer` -- :func:`gradient_descent` (takes the objective as a
@@ -27,6 +28,8 @@ _EXPORTS = {
     "TSNE_DEFAULTS": "embedscope.tsne.joint",
     # yoked t-SNE: objective, gradients, run
     "yoked_tsne": "embedscope.tsne.yoked",
+    "yoked_tsne_maps": "embedscope.tsne.yoked",
+    "yoke_penalty": "embedscope.tsne.yoked",
     "yoked_tsne_exact_objective_and_grad": "embedscope.tsne.yoked",
     "yoked_tsne_objective_and_grad": "embedscope.tsne.yoked",
     "YokedObjective": "embedscope.tsne.yoked",
