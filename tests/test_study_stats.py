@@ -134,7 +134,10 @@ def test_study_statistics_levels_exclude_and_untrained_flags():
     full = pd.concat([df, refs, extra, bad], ignore_index=True)
     s = study_statistics(full, target="R@1", exclude=["p_switch>0"], n_boot=200, seed=5, splits=SPLITS)
     assert s["axes"] == ["loss", "embed_dim"]
-    assert s["n_points"] == {"objectives": 8, "runs": 24, "rows": 29, "errors": 1, "excluded": 1}
+    assert s["n_points"] == {"objectives": 8, "runs": 24, "rows": 29, "errors": 1, "excluded": 1,
+                             "regularised_runs": 0, "regularised_objectives": 0}
+    kept = study_statistics(full, target="R@1", n_boot=20, seed=5, splits=SPLITS)["n_points"]  # nothing excluded
+    assert (kept["regularised_runs"], kept["regularised_objectives"], kept["excluded"]) == (1, 1, 0)
     runs = {(r["measure"], r["level"]): r for r in s["correlations"]}
     # over runs = scipy on the 24 kept rows; over objectives = scipy on the means over seeds
     keep = df
@@ -193,3 +196,17 @@ def test_exclude_rejects_bad_expressions():
         study_statistics(_table(), exclude=["p_switch >> 0"], splits=SPLITS)
     with pytest.raises(UsageError):
         study_statistics(_table(), exclude=["nosuch>0"], splits=SPLITS)
+
+
+def test_report_says_when_regularised_objectives_are_kept():
+    """Roth's Fig. 5 leaves out the ρ-regularised runs: the published values' section of the report
+    warns when this study kept some (nothing is excluded by default)."""
+    from embedscope.study.report import _published
+
+    def html(n_reg):
+        stats = {"target": "R@1", "n_points": {"regularised_objectives": n_reg}, "metric_matrix": {}}
+        return "".join(_published(stats, {}))
+
+    assert "regularised objective" not in html(0)
+    assert "keeps 1 ρ-regularised objective (p_switch &gt; 0)" in html(1)
+    assert "keeps 3 ρ-regularised objectives" in html(3) and "--exclude 'p_switch&gt;0'" in html(3)

@@ -80,6 +80,10 @@ def run(args) -> int:
     u = st["untrained"]
     print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
           f"{u.get('selected_compared', '?')}")
+    n_reg = n.get("regularised_objectives", 0)
+    if n_reg:
+        print(f"{n_reg} of the objectives are rho-regularised (p_switch > 0), which Roth's Fig. 5 leaves out: "
+              "--exclude 'p_switch>0' compares like with like")
     drawn = st.get("figures")
     if drawn is None:  # statistics of an earlier version, reused: their figures are the ones on disk
         drawn = [] if args.no_figures else [p.stem for p in sorted(Path(args.output, "figures").glob("*.png"))]

@@ -488,6 +488,11 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
     if target != "R@1":
         parts.append(f'<p class="warn">The published values are correlations with test R@1; this study\'s target '
                      f"is test {_e(target)}, so the columns do not compare like with like.</p>")
+    n_reg = stats.get("n_points", {}).get("regularised_objectives", 0)
+    if n_reg:
+        parts.append(f'<p class="warn">This study keeps {_plural(n_reg, "ρ-regularised objective")} (p_switch &gt; 0), '
+                     "which Roth's Fig. 5 leaves out: run the study with <code>--exclude 'p_switch&gt;0'</code> to "
+                     "compare like with like.</p>")
     names = stats.get("metric_matrix", {}).get("names", [])
     mat = stats.get("metric_matrix", {}).get("pearson", [])
     frow = []

@@ -452,6 +452,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         for r in corr_rows[-2:]:
             r["granulated_tau"] = g["psi"]
     by_run = {r["measure"]: r for r in corr_rows if r["level"] == "runs"}
+    reg = (P["p_switch"].map(_num).fillna(0.0) > 0).to_numpy(dtype=bool) if "p_switch" in P else np.zeros(len(P), bool)
     ranking = sorted(
         ({"measure": m, "kendall": by_run[m]["kendall"], "kendall_lo": by_run[m]["kendall_lo"],
           "kendall_hi": by_run[m]["kendall_hi"], "abs_kendall": abs(by_run[m]["kendall"]),
@@ -533,7 +534,10 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         "seed": int(seed),
         "axes": axes,
         "n_points": {"objectives": int(len(OB)), "runs": int(len(P)), "rows": int(len(df)),
-                     "errors": int((~ok).sum()), "excluded": int((primary & excluded).sum())},
+                     "errors": int((~ok).sum()), "excluded": int((primary & excluded).sum()),
+                     # ρ-regularised points kept (Roth's Fig. 5 leaves them out: --exclude 'p_switch>0')
+                     "regularised_runs": int(reg.sum()),
+                     "regularised_objectives": int(P.loc[reg, "objective"].nunique())},
         "measures": measures,
         "identical_to_target": identical,
         "correlations": corr_rows,
