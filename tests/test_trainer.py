@@ -119,6 +119,9 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
     assert torch.equal(a["extra"]["loss_state"]["loss.beta"], b["extra"]["loss_state"]["loss.beta"])
     assert [r["loss"] for r in a["extra"]["history"]] == [r["loss"] for r in b["extra"]["history"]]
     assert a["extra"]["metrics"]["switch_rate"] > 0.1
+    # the ρ-switch counts continue over the resume: the rate of the whole run, as uninterrupted
+    assert b["extra"]["metrics"]["switch_counts"] == a["extra"]["metrics"]["switch_counts"]
+    assert b["extra"]["metrics"]["switch_rate"] == a["extra"]["metrics"]["switch_rate"]
 
 
 def test_checkpoint_files_log_and_config(tmp_path):

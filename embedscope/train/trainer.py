@@ -754,7 +754,8 @@ def _extra(epoch: int, cfg, history, row, stats, opt, loss_fn, sampler, miner, d
         "epoch": epoch,
         "finished": epoch == cfg["epochs"],
         "history": history,
-        "metrics": {"last": row, "best": _best(history), "switch_rate": stats.rate},
+        "metrics": {"last": row, "best": _best(history), "switch_rate": stats.rate,
+                    "switch_counts": [stats.eligible, stats.done]},  # (a resumed run continues the counts)
         "optimizer": opt.state_dict(),
         "loss_state": {k: v.detach().cpu() for k, v in loss_fn.state_dict().items()},
         "torch_rng": torch.get_rng_state(),
@@ -990,6 +991,9 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     tb.open(cfg, notes)
     if state is not None:
         _restore(state, dev, sampler, miner)
+        counts = (state["extra"].get("metrics") or {}).get("switch_counts")
+        if counts is not None:  # the rate over the whole run, not over the epochs since the resume
+            stats.eligible, stats.done = int(counts[0]), int(counts[1])
         _complete_latest_epoch(state, paths, keep_epochs, model)
         # drop log rows past the checkpoint (a run killed after logging, before saving)
         history = [r for r in history if int(r["epoch"]) <= start_epoch]
