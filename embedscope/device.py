@@ -68,11 +68,23 @@ def resolve_device(device: str = "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
         return torch.device("cpu")
+    from embedscope.text import safe
+
+    shown = safe(str(device))[:40]
     if str(device).startswith("cuda"):
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise EmbedscopeError(f"unknown device '{shown}' (choose auto, cpu, cuda or cuda:N)") from None
+        if dev.type != "cuda":
+            raise EmbedscopeError(f"unknown device '{shown}' (choose auto, cpu, cuda or cuda:N)")
         if not torch.cuda.is_available():
-            raise EmbedscopeError("--device cuda was asked for, but no CUDA GPU is available (use --device auto or cpu)")
-        return torch.device(device)
-    raise EmbedscopeError(f"unknown device '{device}' (choose auto, cpu or cuda)")
+            raise EmbedscopeError(f"--device {shown} was asked for, but no CUDA GPU is available (use --device auto or cpu)")
+        n = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= n:
+            raise EmbedscopeError(f"--device {shown}: this machine has {n} CUDA GPU(s), cuda:0 to cuda:{n - 1}")
+        return dev
+    raise EmbedscopeError(f"unknown device '{shown}' (choose auto, cpu or cuda)")
 
 
 @contextlib.contextmanager

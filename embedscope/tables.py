@@ -13,14 +13,14 @@ from embedscope.fileio import write_text
 from embedscope.text import safe
 
 
-def _fmt(v: Any, digits: int) -> str:
+def _fmt(v: Any, digits: int, nan: str = "nan") -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
         if math.isnan(v):
-            return "nan"
+            return nan
         if v != 0 and (abs(v) >= 1e5 or abs(v) < 10 ** (-digits)):
             return f"{v:.{digits}g}"
         return f"{v:.{digits}f}"
@@ -30,19 +30,20 @@ def _fmt(v: Any, digits: int) -> str:
         if isinstance(v, np.integer):
             return str(int(v))
         if isinstance(v, np.floating):
-            return _fmt(float(v), digits)
+            return _fmt(float(v), digits, nan)
     except ImportError:  # pragma: no cover
         pass
     return str(v)
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-                 *, digits: int = 4, title: str | None = None, headers: Sequence[str] | None = None) -> str:
+                 *, digits: int = 4, title: str | None = None, headers: Sequence[str] | None = None,
+                 nan: str = "nan") -> str:
     """Rows of dicts as an aligned text table (numbers right-aligned).
 
     Numbers: integers in full; floats with ``digits`` decimals (``f"{v:.{digits}f}"``), or ``digits``
     significant digits (``f"{v:.{digits}g}"``) when ``|v| >= 1e5`` or ``0 < |v| < 10**-digits``;
-    NaN shows ``nan``, infinities ``inf`` / ``-inf``. ``headers``: the names shown above ``columns``
+    NaN shows ``nan`` (or the text ``nan``), infinities ``inf`` / ``-inf``. ``headers``: the names shown above ``columns``
     (default: the column keys themselves).
 
     Every cell, header and the title go through :func:`embedscope.text.safe`: a class name, model
@@ -56,17 +57,33 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     if headers is not None and len(headers) != len(keys):
         raise ValueError(f"format_table: {len(headers)} headers for {len(keys)} columns")
     columns = [safe(c) for c in (keys if headers is None else headers)]
-    cells = [[safe(_fmt(r.get(c, ""), digits)) for c in keys] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    cells = [[safe(_fmt(r.get(c, ""), digits, nan)) for c in keys] for r in rows]
+    widths = [max(display_width(c), *(display_width(row[i]) for row in cells)) for i, c in enumerate(columns)]
     numeric = [all(_is_num(r.get(c)) for r in rows) for c in keys]
 
+    def pad(v: str, w: int, right: bool) -> str:
+        fill = " " * max(0, w - display_width(v))
+        return fill + v if right else v + fill
+
     def line(vals: Iterable[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+        return "  ".join(pad(v, w, num) for v, w, num in zip(vals, widths, numeric)).rstrip()
 
     out = [title] if title else []
     out += [line(columns), line("-" * w for w in widths)]
     out += [line(r) for r in cells]
     return "\n".join(out)
+
+
+def display_width(text: str) -> int:
+    """The columns ``text`` takes on a terminal: East Asian wide and full-width characters two,
+    combining marks none, every other character one (what ``wcwidth`` computes for the characters
+    a table cell holds; control characters were escaped before)."""
+    import unicodedata
+
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(ch) else (2 if unicodedata.east_asian_width(ch) in "WF" else 1)
+               for ch in text)
 
 
 def _is_num(v: Any) -> bool:

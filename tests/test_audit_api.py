@@ -143,7 +143,8 @@ def test_select_checks_its_rows():
 def test_a_missing_split_of_a_set_made_from_arrays_says_how_to_ask():
     X, y = _data()
     with pytest.raises(EmbedscopeError, match=r"the embedding set has no 'train' rows \(splits present: test; "
-                                              r"EmbeddingSet.from_arrays marks every row 'test' unless given split="):
+                                              r"the rows were stored without a split, so every row is 'test': "
+                                              r"ask for the split 'test' \(--split test, split='test'\)"):
         A.geometry((X, y))
     assert A.geometry((X, y), split="test")["n"] == 60
 

@@ -18,6 +18,10 @@ ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z
 PERM_FIELDS = ("perm_p_value", "perm_mean", "perm_sd", "permutations")  # with permutations > 0
 
 
+#: the name under which a file's own property called 'class' is shown (the label is 'class')
+CLASS_PROPERTY = "class (file property)"
+
+
 def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None,
                         split: str = "test", max_r: int | None = None, properties: Sequence[str] | None = None,
                         metric: str = "euclidean", normalize: bool = False, with_class: bool = True,
@@ -66,6 +70,9 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         es = whole.subset(split)
         del whole
         props = dict(es.properties)
+        if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
+            # of that name (imports now refuse it) is shown beside them, renamed, not in their place
+            props = {(CLASS_PROPERTY if k == "class" else k): v for k, v in props.items()}
         if with_class and not any(np.array_equal(np.asarray(v), es.labels) for v in props.values()):
             props = {"class": es.labels, **props}  # (a property equal to the label, e.g. shapes' `shape`, says it)
         if properties:

@@ -94,8 +94,9 @@ def run(args) -> int:
     if args.per_class:
         for r in results:
             worst = worst_classes(r, "MAP@R", n=5)
+            what = f"the {len(worst)} classes" if len(worst) > 1 else "the class"
             print(format_table(worst, ["class", "n", "R@1", "R-Precision", "MAP@R"],
-                               title=f"{r.model}: the 5 classes with the lowest MAP@R"))
+                               title=f"{r.model}: {what} with the lowest MAP@R"))
         results.to_csv(args.per_class, table=True, force=args.force)
         written.append(args.per_class)
     print_wrote(written)

@@ -11,6 +11,10 @@ def add_parser(sub, parents):
     return p
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def run(args) -> int:
     from embedscope import store
     from embedscope.tables import format_table
@@ -26,8 +30,8 @@ def run(args) -> int:
         {"field": "classes", "value": str(s["classes"]) + (
             f" ({len(es.class_names)} named)" if len(es.class_names) != s["classes"] else "")},
         # one row per split the file holds (train, test, val, query, gallery)
-        *({"field": k[:-2], "value": f"{s[k]} images, {s[k[:-2] + '_classes']} classes"}
-          for k in s if k.endswith("_N") and k != "N"),
+        *({"field": k[:-2], "value": _count(s[k], "image", "images") + ", "
+           + _count(s[k[:-2] + "_classes"], "class", "classes")} for k in s if k.endswith("_N") and k != "N"),
         {"field": "mean embedding norm", "value": f"{s['mean_norm']:.4f}"},
         {"field": "properties", "value": ", ".join(map(str, s["properties"])) or "-"},
     ]

@@ -32,6 +32,7 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
+    from embedscope.cli.output import print_wrote
     from embedscope.saliency.run import agreement_of_files
     from embedscope.tables import format_table
     from embedscope.text import safe
@@ -52,6 +53,5 @@ def run(args) -> int:
               f"mean JSD ({unit})": b["jsd_mean"]} for b in res["blocks"]]
     print()
     print(format_table(brows, digits=4, title="block means by loss family (arithmetic over model pairs)"))
-    for f in res["written"]:
-        print(f"wrote {safe(f)}")
+    print_wrote(res["written"])
     return 0

@@ -76,7 +76,7 @@ def run(args) -> int:
     rows.sort(key=lambda r: order.get(r["measure"], 999))
     n = st["n_points"]
     print(format_table(rows, title=f"study {safe(Path(args.output))}: {n['runs']} runs, {n['objectives']} objectives, "
-                       f"target test {st['target']} (ranked by |tau| over runs)"))
+                       f"target test {st['target']} (ranked by |tau| over runs)", nan="–"))
     u = st["untrained"]
     print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
           f"{u.get('selected_compared', '?')}")
@@ -92,8 +92,9 @@ def run(args) -> int:
     if not drawn and not args.no_figures:
         print("no figures: they need at least 2 objectives (points) after --exclude")
     if res["errors"]:
+        rest = ("none was measured" if len(res["errors"]) >= len(res["rows"]) else "the rest were measured")
         print(f"embedscope study: error: {len(res['errors'])} of {len(res['rows'])} checkpoints failed "
-              f"(e.g. {safe(res['errors'][0]['id'])}: {safe(res['errors'][0]['error'])}); the rest were measured — "
+              f"(e.g. {safe(res['errors'][0]['id'])}: {safe(res['errors'][0]['error'])}); {rest} — "
               "see the status and error columns of runs.csv", file=sys.stderr)
         return 1
     return 0

@@ -33,12 +33,15 @@ def run(args) -> int:
         raise UsageError(f"--p-switch must lie in [0, 1], got {args.p_switch}")
     res = run_toy(args.output, seeds=args.n_seeds, first_seed=args.first_seed, p_switch=args.p_switch,
                   force=args.force, progress=not args.no_progress)
-    rows = [{"variant": r["variant"], "p_switch": r["p_switch"],
-             "rho_train": f"{r['rho_train_mean']:.3f} ± {r['rho_train_std']:.3f}",
-             "R@1_test": f"{r['R@1_test_mean']:.3f} ± {r['R@1_test_std']:.3f}",
-             "R@1_train": f"{r['R@1_train_mean']:.3f} ± {r['R@1_train_std']:.3f}",
-             "switch_rate": r["switch_rate"]} for r in res["rows"]]
-    print(format_table(rows, title=f"toy example, mean ± std over {args.n_seeds} seeds "
-                                   "(rho over all singular values of the training embeddings)"))
+    one = args.n_seeds == 1  # (a spread of one value says nothing)
+
+    def ms(r, key):
+        return f"{r[key + '_mean']:.3f}" if one else f"{r[key + '_mean']:.3f} ± {r[key + '_std']:.3f}"
+
+    rows = [{"variant": r["variant"], "p_switch": r["p_switch"], "rho_train": ms(r, "rho_train"),
+             "R@1_test": ms(r, "R@1_test"), "R@1_train": ms(r, "R@1_train"), "switch_rate": r["switch_rate"]}
+            for r in res["rows"]]
+    what = "one seed" if one else f"mean ± std over {args.n_seeds} seeds"
+    print(format_table(rows, title=f"toy example, {what} (rho over all singular values of the training embeddings)"))
     print("wrote " + ", ".join(safe(f) for f in res["files"]))
     return 0

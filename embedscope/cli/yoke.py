@@ -19,8 +19,8 @@ def add_parser(sub, parents):
     p.add_argument("--alpha", type=float,
                    help="yoking strength alpha >= 0 (default: 0.01 / N; 0 gives independent maps)")
     p.add_argument("--yoke", choices=["points", "centroids"], default="points",
-                   help="what is yoked: each image to itself (points, default), or each class's mean (centroids: "
-                   "the classes' layout agrees, the points within a class are free)")
+                   help="what is yoked: each image to itself (points), or each class's mean (centroids: "
+                   "the classes' layout agrees, the points within a class are free) (default: points)")
     add_split(p, default="test")
     p.add_argument("--max-points", type=positive_int, metavar="N",
                    help="map at most N points (fixed-seed subsample, stratified by class)")

@@ -512,7 +512,11 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if arch:
         config["arch"] = arch
     if "arch" not in config:
-        raise EmbedscopeError(f"{path}: a bare state dict has no config: name the architecture with --arch")
+        if fmt == "bare state dict":
+            raise EmbedscopeError(f"{path}: a bare state dict has no config: name the architecture with --arch")
+        if not obj.get("config"):
+            raise EmbedscopeError(f"{path}: the checkpoint has no config: name the architecture with --arch")
+        raise EmbedscopeError(f"{path}: its config names no architecture ('arch' is missing): name it with --arch")
     if not any(k.startswith(("backbone.", "head.")) for k in sd):
         raise EmbedscopeError(
             f"{path}: unknown key layout for an embedscope model: expected 'backbone.*' and 'head.*' keys, found "

@@ -250,8 +250,9 @@ class EmbeddingSet:
             src = self.attrs.get("source_file")
             hint = ""
             if self.attrs.get("split_source") == _NO_SPLIT:  # from_arrays without split=
-                hint = ("; EmbeddingSet.from_arrays marks every row 'test' unless given split=, "
-                        "or ask the analysis for split='test'")
+                hint = ("; the rows were stored without a split, so every row is 'test': ask for the split 'test' "
+                        "(--split test, split='test'), or give the rows a split (import --split / "
+                        "--split-by-class, EmbeddingSet.from_arrays(..., split=...))")
             raise EmbedscopeError(f"{'the file ' + str(src) if src else 'the embedding set'} has no "
                                   f"'{split}' rows (splits present: {present}{hint})")
         return self.select(mask)
@@ -684,10 +685,19 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
     with f:
         missing = [k for k in REQUIRED if k not in f]
         if missing:
-            raise EmbedscopeError(f"{path}: not an embedscope file, missing dataset(s) {', '.join(missing)}")
+            from embedscope.store.saliency import FORMAT as MAPS_FORMAT
+
+            fmt = f.attrs.get("format", "")
+            if (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else str(fmt)) == MAPS_FORMAT:
+                raise EmbedscopeError(f"{path}: a saliency-maps file (from 'embedscope saliency'), not an embedding "
+                                      "file: this command reads embeddings ('embedscope embed' or 'import')")
+            raise EmbedscopeError(f"{path}: not an embedscope embedding file, missing dataset(s) {', '.join(missing)}")
         for k in REQUIRED:
             if not isinstance(f[k], h5py.Dataset):
                 raise EmbedscopeError(f"{path}: '{k}' is an HDF5 group, expected a dataset")
+        for k in ("embeddings", "labels", "paths", "split"):
+            if k in f and isinstance(f[k], h5py.Dataset) and f[k].shape == ():
+                raise EmbedscopeError(f"{path}: '{k}' is a single value, expected one per row")
         version = f.attrs.get("format_version")
         if version is not None:
             try:

@@ -34,8 +34,9 @@ def _positive(v) -> np.ndarray:
 #: more, the legends go beside the panels (14 entries covered the curves and the axis label)
 MAX_INSIDE_LEGEND = 4
 
-#: colour of the band marking the values ρ leaves out
-LEFT_OUT_COLOR = "#fdd49e"
+#: colour of the band marking the values ρ leaves out: a neutral pale grey (a pale orange was near
+#: the second curve's orange of the model palette)
+LEFT_OUT_COLOR = "#e4e4e4"
 
 
 def _mark_left_out(ax, entries, exclude_top: int, colors) -> tuple:

@@ -224,14 +224,18 @@ MAX_LEGEND_ENTRIES = 40
 
 
 def short_text(s: object, n: int = LEGEND_CHARS) -> str:
-    """:func:`figure_text` of ``s`` cut to at most ``n`` characters by an ellipsis in the middle
-    (``"Black_footed_…atross_0042"``): the start and the end of a name stay readable, so names that
-    differ only at one end stay distinct. Line breaks become spaces.
+    """``s`` with control characters escaped (:func:`embedscope.text.safe`), cut to at most ``n``
+    characters by an ellipsis in the middle (``"Black_footed_…atross_0042"``): the start and the
+    end of a name stay readable, so names that
+    differ only at one end stay distinct. A line break is escaped as ``\\n``, as on the terminal
+    (as a space, a class "b\\nc" could not be told from a class "b c").
 
     >>> short_text("a_very_long_class_name_number_17", 16)
     'a_very_l…mber_17'
     """
-    t = figure_text(s).replace("\n", " ")
+    from embedscope.text import safe
+
+    t = safe(s)
     if len(t) <= n:
         return t
     head = n // 2
