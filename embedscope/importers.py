@@ -5,15 +5,19 @@ Sources: ``.npy`` (one N x D array), ``.npz`` / ``.pt`` / ``.safetensors`` (arra
 ``.parquet`` / ``.csv`` / ``.tsv`` (a table: the embedding is one list-valued column, or the
 numeric columns). Labels, split, paths and class names come from a key/column of the source or
 from a file of their own (``.npy``, ``.txt`` one value per line, a one-column ``.csv``/``.tsv``).
-``split_by_class=f`` gives the zero-shot split: the first ``ceil(f * C)`` classes (sorted) are
-"train", the rest "test". The file records where it came from (``imported``, ``import_source``,
-``import_sha256``, ``import_format``).
+``split_by_class=f`` gives the zero-shot split: of the C classes that have rows, the first
+``ceil(f * C)`` (sorted, or in ``class_names`` order) are "train", the rest "test". The file records
+where it came from (``imported``, ``import_source``, ``import_sha256``, ``import_format``) and what
+formed the embedding (``import_embedding_columns``: a table's columns; ``import_embedding_key``: the
+key or list-valued column). A table's leading unnamed column holding 0..N-1 (the row index that
+``DataFrame.to_csv`` writes unless ``index=False``) is left out of the embedding.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,6 +43,26 @@ def _pretty(name: Any) -> str:
     from embedscope.models.checkpoint import printable
 
     return printable(name, 60)
+
+
+def _message(msg: Any) -> str:
+    """A library's error message: escaped, one line, up to ~200 characters (its line numbers, "saw 4",
+    the byte that could not be decoded: the useful part is often at the end)."""
+    from embedscope.models.checkpoint import printable
+
+    return printable(msg, 200)
+
+
+#: the name under which the analyses (``embedscope properties``) measure the class labels: a
+#: property of that name would take the labels' place
+RESERVED_PROPERTY = "class"
+
+
+def check_property_not_reserved(name: str, source: Any, what: str = "column") -> None:
+    """One line refusing a property named ``class`` (``import --properties``, ``add-properties``)."""
+    if name == RESERVED_PROPERTY:
+        raise EmbedscopeError(f"{source}: {what} '{RESERVED_PROPERTY}' cannot be a property: '{RESERVED_PROPERTY}' is "
+                              "the name under which the class labels are analysed; rename the column")
 
 
 def _to_numpy(v: Any) -> np.ndarray:
@@ -116,10 +140,10 @@ def read_source(path: str | os.PathLike) -> Source:
         msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
         if "allow_pickle" in msg or "Object arrays" in msg:
             msg = "holds Python objects (pickled); import reads plain arrays only"
-        raise EmbedscopeError(f"{path}: cannot read as {fmt}: {_pretty(msg)}") from None
+        raise EmbedscopeError(f"{path}: cannot read as {fmt}: {_message(msg)}") from None
     except Exception as e:  # noqa: BLE001 - any parser failure is a bad file for the user
         msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_pretty(msg)})") from None
+        raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_message(msg)})") from None
 
 
 # the first bytes of each binary format, and those of formats a file is often mistaken for
@@ -142,9 +166,13 @@ def _check_signature(path: Path, fmt: str) -> None:
     raise EmbedscopeError(f"{path}: not a .{fmt} file: " + ("it is empty" if not head else f"it looks like {looks}"))
 
 
+_DECIMAL_COMMA = re.compile(r"\s*[-+]?\d*,\d+\s*")
+
+
 def _no_partly_numeric(src: Source, others: list[str]) -> None:
     """Left-over table columns that are not numeric are ignored, unless most of their cells are
-    numbers: then one bad cell would silently drop an embedding dimension."""
+    numbers: then one bad cell would silently drop an embedding dimension. A column of numbers written
+    with decimal commas (``0,5``) is refused too: it would be dropped as text."""
     if not src.table:
         return
     import pandas as pd
@@ -152,6 +180,12 @@ def _no_partly_numeric(src: Source, others: list[str]) -> None:
     for k in others:
         v = pd.Series(src.columns[k])
         num = pd.to_numeric(v, errors="coerce")
+        comma = v.map(lambda c: isinstance(c, str) and _DECIMAL_COMMA.fullmatch(c) is not None)
+        if comma.any() and (comma | num.notna()).all():
+            i = int(np.flatnonzero(comma.to_numpy())[0])
+            raise EmbedscopeError(f"{src.path}: column '{_pretty(k)}' holds numbers written with a comma "
+                                  f"(row {i}: '{_pretty(str(v.iloc[i]))}'): write them with a decimal point and no "
+                                  "thousands separator, or name the embedding columns with --embeddings")
         bad = num.isna() & v.notna()
         if num.notna().sum() > bad.sum() > 0:
             i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -187,13 +221,20 @@ def _read_pt(path: Path) -> Source:
     except pickle.UnpicklingError:
         raise EmbedscopeError(f"{path}: holds objects other than tensors; import reads tensors and dicts of "
                               "tensors only (nothing from the file was run)") from None
+
+    def dense(v: torch.Tensor, key: str | None) -> np.ndarray:
+        if v.layout != torch.strided:  # numpy's own message ("can't convert Sparse layout ...") is cut short
+            where = "" if key is None else f"'{_pretty(key)}': "
+            raise EmbedscopeError(f"{path}: {where}sparse tensors are not supported: save tensor.to_dense()")
+        return _to_numpy(v)
+
     if isinstance(obj, torch.Tensor):
-        return Source(path, "pt", {}, matrix=_to_numpy(obj))
+        return Source(path, "pt", {}, matrix=dense(obj, None))
     if isinstance(obj, dict):
         cols = {}
         for k, v in obj.items():
             if isinstance(v, torch.Tensor):
-                cols[str(k)] = _to_numpy(v)
+                cols[str(k)] = dense(v, str(k))
             elif isinstance(v, (list, tuple)) and v and all(isinstance(x, (str, int, float)) for x in v):
                 cols[str(k)] = np.asarray(v)
         if cols:
@@ -202,8 +243,18 @@ def _read_pt(path: Path) -> Source:
 
 
 def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
-    """One value per row from a file of its own (``.npy``, ``.txt``, one-column ``.csv``/``.tsv``, ``.pt``)."""
+    """One value per row from a file of its own (``.npy``, ``.txt``, one-column ``.csv``/``.tsv``, ``.pt``).
+
+    A one-column CSV/TSV's first line is a value when it is of the same kind as the rest (see
+    :func:`_header_is_a_value`), else the column's name.
+    """
+    return _read_vector(path, what)[0]
+
+
+def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | None]:
+    """:func:`read_vector`, and the column name a one-column CSV/TSV's first line was read as (else None)."""
     path = Path(path)
+    header = None
     if path.suffix.lower() == ".txt":
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
@@ -212,12 +263,16 @@ def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
         while lines and not lines[-1].strip():
             lines.pop()
         vals = np.array([s.strip() for s in lines], dtype=object)
-        return ints_if_exact(vals)
+        return ints_if_exact(vals), None
     src = read_source(path)
     if src.matrix is not None:
         arr = src.matrix
     elif len(src.columns) == 1:
-        arr = next(iter(src.columns.values()))
+        name, arr = next(iter(src.columns.items()))
+        if src.fmt in ("csv", "tsv") and _header_is_a_value(name, src.text.get(name, ())):
+            arr = _read_headerless(path, src.fmt)
+        elif src.fmt in ("csv", "tsv"):
+            header = str(name)
     else:
         raise EmbedscopeError(f"{path}: the {what} file must hold one column or array, found "
                               f"{', '.join(map(_pretty, src.keys()))}")
@@ -226,7 +281,39 @@ def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
         arr = arr.reshape(-1)
     if arr.ndim != 1:
         raise EmbedscopeError(f"{path}: the {what} must be one value per row, got shape {arr.shape}")
-    return arr
+    return arr, header
+
+
+def _number(cell: str, *, integer: bool) -> bool:
+    try:
+        x = int(cell) if integer else float(cell)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(x)
+
+
+def _header_is_a_value(name: str, cells: Sequence[str]) -> bool:
+    """A one-column CSV/TSV without a header: pandas reads its first line as the column name. That
+    line is a value when it is of the same kind as the rest: an integer among integers, a number
+    among numbers, or (text) one of the other cells (a column's name is not one of its values)."""
+    first = str(name).strip()
+    cells = [str(c).strip() for c in cells if str(c).strip()]  # (an empty cell is an error of its own)
+    for integer in (True, False):
+        if _number(first, integer=integer) and all(_number(c, integer=integer) for c in cells):
+            return True
+    if _number(first, integer=False) or any(_number(c, integer=False) for c in cells):
+        return False
+    return first in set(cells)
+
+
+def _read_headerless(path: Path, fmt: str) -> np.ndarray:
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", header=None, float_precision="round_trip")
+    except Exception as e:  # noqa: BLE001 - read once already: only a file changed meanwhile gets here
+        raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_message(e)})") from None
+    return df[df.columns[0]].to_numpy()
 
 
 def ints_if_exact(text: np.ndarray) -> np.ndarray:
@@ -269,8 +356,11 @@ def _check_present(path: Path, what: str, arr: np.ndarray | None) -> None:
                               f"{int(np.flatnonzero(bad)[0])}); every row needs one")
 
 
-def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, used: set[str]) -> np.ndarray | None:
-    """``spec`` names a key/column of the source or a file; None tries ``defaults``."""
+def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, used: set[str],
+            origin: dict[str, tuple[Path, str | None]] | None = None) -> np.ndarray | None:
+    """``spec`` names a key/column of the source or a file; None tries ``defaults``. A file it was
+    read from is recorded in ``origin[what]``, with the column name its first line was read as (a
+    one-column CSV/TSV with a header; else None): errors about the values name that file."""
     if spec is None:
         for k in defaults:
             if k in src.columns:
@@ -281,13 +371,19 @@ def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, u
         used.add(spec)
         return _values(src, spec, what)
     if Path(spec).is_file():
-        return read_vector(spec, what)
+        arr, header = _read_vector(spec, what)
+        if origin is not None:
+            origin[what] = (Path(spec), header)
+        return arr
     keys = ", ".join(map(_pretty, src.keys())) or "none (the source is one array)"
     raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(spec)}' for the {what}, and no such file "
                           f"(keys/columns: {keys})")
 
 
-def _embeddings(src: Source, spec: str | None, used: set[str]) -> np.ndarray:
+def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, Any]) -> np.ndarray | None:
+    """The embeddings named by ``spec`` (or found by key); ``info`` records what formed them:
+    ``columns`` (a table's columns), or ``key`` (a key or list-valued column) with ``others``, the
+    other keys that could have been it."""
     if src.matrix is not None:
         return src.matrix
     if spec is not None and spec.endswith("*"):
@@ -295,6 +391,7 @@ def _embeddings(src: Source, spec: str | None, used: set[str]) -> np.ndarray:
         if not cols:
             raise EmbedscopeError(f"{src.path}: no columns start with '{_pretty(spec[:-1])}'")
         used.update(cols)
+        info["columns"] = cols
         return np.column_stack([src.columns[c] for c in cols])
     names = [spec] if spec else [k for k in EMBEDDING_KEYS if k in src.columns]
     if spec and spec not in src.columns:
@@ -303,6 +400,10 @@ def _embeddings(src: Source, spec: str | None, used: set[str]) -> np.ndarray:
     if names:
         v = src.columns[names[0]]
         used.add(names[0])
+        info["key"] = names[0]
+        if not spec:  # found by name: the other keys it could have been
+            info["others"] = names[1:] + [k for k, a in src.columns.items() if k not in names and k not in used
+                                          and not src.table and np.ndim(a) == 2]
         if v.dtype == object:  # a list-valued table column
             try:
                 return np.stack([np.asarray(x, dtype=np.float64) for x in v])
@@ -314,21 +415,53 @@ def _embeddings(src: Source, spec: str | None, used: set[str]) -> np.ndarray:
         two_d = [k for k, v in src.columns.items() if np.asarray(v).ndim == 2]
         if len(two_d) == 1:
             used.add(two_d[0])
+            info["key"] = two_d[0]
             return src.columns[two_d[0]]
         raise EmbedscopeError(f"{src.path}: which array holds the embeddings? name it with --embeddings "
                               f"(keys: {', '.join(map(_pretty, src.keys()))})")
     return None  # tables: the numeric columns left over, chosen by the caller
 
 
+#: the name pandas gives a header cell left empty (``Unnamed: 0``), and pyarrow a stored index
+_UNNAMED = re.compile(r"Unnamed: \d+|__index_level_\d+__|\s*")
+
+
+def _row_index_column(src: Source, cols: list[str]) -> str | None:
+    """A table's first column when it is unnamed and holds exactly 0, 1, ..., N-1: the row index that
+    ``DataFrame.to_csv(path)`` writes unless ``index=False``, not an embedding dimension."""
+    if not src.table or not src.columns:
+        return None
+    first = next(iter(src.columns))
+    if first not in cols or not _UNNAMED.fullmatch(first):
+        return None
+    v = np.asarray(src.columns[first])
+    return first if v.ndim == 1 and v.size > 1 and np.array_equal(v, np.arange(v.size)) else None
+
+
+def _names(names: Sequence[str], most: int = 6) -> str:
+    """Column names for one line: all of them up to ``most``, else the first few ... the last."""
+    shown = [_pretty(n) for n in names]
+    if len(shown) > most:
+        shown = [*shown[: most - 2], "...", shown[-1]]
+    return ", ".join(shown)
+
+
 def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = None, labels: str | None = None,
                       split: str | None = None, split_by_class: float | None = None, paths: str | None = None,
-                      class_names: str | None = None, properties: Sequence[str] = ()):
+                      class_names: str | None = None, properties: Sequence[str] = (),
+                      notes: list[str] | None = None):
     """Read a source into an :class:`embedscope.store.EmbeddingSet` (see the module docstring).
 
     One-line errors: no labels, lengths that disagree, NaN/inf rows, unknown split values, a key
-    or column that is not there. ``split_by_class`` (or ``split`` naming a file or another key)
-    replaces a ``split`` key/column of the source: a :class:`SplitReplaced` warning says so and
-    ``attrs["split_source"]`` records it.
+    or column that is not there, a property named ``class``. An error about labels, split, paths or
+    class names read from a file of their own names that file. ``split_by_class`` (or ``split``
+    naming a file or another key) replaces a ``split`` key/column of the source: a
+    :class:`SplitReplaced` warning says so and ``attrs["split_source"]`` records it.
+
+    ``notes``, when a list, receives one line saying what formed the embedding: for a table its
+    columns (a row-index column left out, the columns ignored), elsewhere the key used when others
+    could have been it; and one line for each one-column CSV/TSV of labels, split, paths or class
+    names whose first line was read as the column name (``embedscope import`` prints them).
     """
     from embedscope.fileio import sha256_file
     from embedscope.store import SPLITS, EmbeddingSet
@@ -340,23 +473,25 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         raise UsageError(f"--split-by-class must lie strictly between 0 and 1, got {split_by_class}")
     src = read_source(src_path)
     used: set[str] = set()
-    y = _column(src, labels, LABEL_KEYS, "labels", used)
+    origin: dict[str, tuple[Path, str | None]] = {}  # what -> the file of its own it was read from, its header
+    y = _column(src, labels, LABEL_KEYS, "labels", used, origin)
     if y is None:
         keys = ", ".join(map(_pretty, src.keys())) or "none: the source is one array"
         raise EmbedscopeError(f"{src.path}: no labels: name them with --labels (a file, or a key/column; "
                               f"found {keys})")
     if split_by_class is None:
-        sp = _column(src, split, SPLIT_KEYS, "split", used)
+        sp = _column(src, split, SPLIT_KEYS, "split", used, origin)
     else:  # the explicit flag wins: the source's own split column is not read, and the user is told
         sp = None
     own_split = [k for k in SPLIT_KEYS if k in src.columns and k not in used and k != split]
     used.update(own_split)  # (never taken as an embedding column)
-    pa = _column(src, paths, PATH_KEYS if src.table or src.matrix is None else (), "paths", used)
+    pa = _column(src, paths, PATH_KEYS if src.table or src.matrix is None else (), "paths", used, origin)
     cn = None
     if class_names is not None:
-        cn = _column(src, class_names, (), "class names", used)
+        cn = _column(src, class_names, (), "class names", used, origin)
     props = {}
     for name in properties:
+        check_property_not_reserved(name, src.path)
         if name not in src.columns:
             raise EmbedscopeError(f"{src.path}: no column '{_pretty(name)}' for --properties (columns: "
                                   f"{', '.join(map(_pretty, src.keys()))})")
@@ -367,13 +502,21 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         _check_present(src.path, f"property '{_pretty(name)}'", v)
         props[name] = v
         used.add(name)
-    X = _embeddings(src, embeddings, used)
+    info: dict[str, Any] = {}
+    X = _embeddings(src, embeddings, used, info)
+    index_col = None
     if X is None:  # a table without an embedding column: every numeric column not used otherwise
         cols = [k for k, v in src.columns.items() if k not in used and np.asarray(v).dtype.kind in "fiu"]
+        index_col = _row_index_column(src, cols)
+        if index_col is not None:  # pandas' row index (to_csv without index=False): left out, and said so
+            cols.remove(index_col)
+            used.add(index_col)
         _no_partly_numeric(src, [k for k in src.columns if k not in used and k not in cols])
         if not cols:
+            left = f"; '{_pretty(index_col)}' was left out: a row index 0..N-1" if index_col is not None else ""
             raise EmbedscopeError(f"{src.path}: no numeric columns left for the embeddings (name them with "
-                                  "--embeddings COLUMN or PREFIX*)")
+                                  f"--embeddings COLUMN or PREFIX*{left})")
+        info["columns"] = cols
         X = np.column_stack([src.columns[c] for c in cols])
     X = np.asarray(X)
     if X.ndim != 2:
@@ -389,17 +532,25 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
 
         X = _as_stored(X, src.path, exact_ints=False)
     n = X.shape[0]
+    where = {what: f for what, (f, _) in origin.items()}  # errors about a file's values name that file
     for what, arr in (("labels", y), ("split", sp), ("paths", pa), ("class names", cn)):
-        _check_present(src.path, what, arr)
+        _check_present(where.get(what, src.path), what, arr)
     for what, arr in (("labels", y), ("split", sp), ("paths", pa), *((f"property '{k}'", v) for k, v in props.items())):
+        file, header = origin.get(what, (None, None))
         if arr is not None and arr.ndim != 1:
-            raise EmbedscopeError(f"{src.path}: {what} must hold one value per row (1-D), got shape {arr.shape}")
+            raise EmbedscopeError(f"{file or src.path}: {what} must hold one value per row (1-D), got shape "
+                                  f"{arr.shape}")
         if arr is not None and arr.shape[0] != n:
-            raise EmbedscopeError(f"{src.path}: {what} have {arr.shape[0] if arr.ndim else 0} entries but there are "
-                                  f"{n} embedding rows")
+            m = arr.shape[0] if arr.ndim else 0
+            if file is None:
+                raise EmbedscopeError(f"{src.path}: {what} have {m} entries but there are {n} embedding rows")
+            hint = "" if header is None else f" (its first line, '{_pretty(header)}', was read as the column name)"
+            raise EmbedscopeError(f"{file}: {what} have {m} entries but there are {n} embedding rows in "
+                                  f"{src.path}{hint}")
     if y.dtype.kind == "f":
         if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)):
-            raise EmbedscopeError(f"{src.path}: labels must be integers or strings, got non-integer numbers")
+            raise EmbedscopeError(f"{where.get('labels', src.path)}: labels must be integers or strings, got "
+                                  "non-integer numbers")
         y = y.astype(np.int64)
     elif y.dtype.kind in "OUS":
         y = y.astype(str)
@@ -407,8 +558,8 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         sp = np.asarray(sp).astype(str)
         unknown = sorted(set(np.unique(sp).tolist()) - set(SPLITS))
         if unknown:
-            raise EmbedscopeError(f"{src.path}: unknown split value(s) {', '.join(map(_pretty, unknown[:5]))} "
-                                  f"(allowed: {', '.join(SPLITS)})")
+            raise EmbedscopeError(f"{where.get('split', src.path)}: unknown split value(s) "
+                                  f"{', '.join(map(_pretty, unknown[:5]))} (allowed: {', '.join(SPLITS)})")
     attrs = {
         "imported": True,
         "import_source": str(src.path.resolve()),
@@ -416,6 +567,10 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         "import_sha256": sha256_file(src.path),
         "dataset": src.path.stem,
     }
+    if "columns" in info:  # what formed the embedding (a list: written as JSON text, read back as a list)
+        attrs["import_embedding_columns"] = [str(c) for c in info["columns"]]
+    elif "key" in info:
+        attrs["import_embedding_key"] = str(info["key"])
     try:
         es = EmbeddingSet.from_arrays(X, y, split=sp, paths=None if pa is None else np.asarray(pa).astype(str),
                                       class_names=None if cn is None else [str(c) for c in cn],
@@ -423,16 +578,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     except EmbedscopeError as e:
         raise EmbedscopeError(f"{src.path}: {e}") from None
     if split_by_class is not None:
-        C = len(es.class_names)
-        k = math.ceil(float(split_by_class) * C)
-        if not 1 <= k < C:
-            raise UsageError(f"--split-by-class {split_by_class} gives {k} of {C} training classes; both splits "
-                             "need at least one class")
-        es.split = np.where(es.labels < k, "train", "test").astype(str)
-        es.attrs["split_source"] = (f"split-by-class {split_by_class}: first {k} of {C} classes (sorted) train"
-                                    + (f"; replaced the source's '{_pretty(own_split[0])}' column" if own_split
-                                       else ""))
-        es.attrs.pop("split_source_default", None)
+        _split_by_class(es, float(split_by_class), split_by_class, cn is not None, own_split)
     elif sp is not None:
         es.attrs["split_source"] = ("from the source" if split is None or split in src.columns
                                     else f"from the file {split}")
@@ -442,7 +588,54 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         how = f"--split-by-class {split_by_class}" if split_by_class is not None else f"--split {split}"
         warnings.warn(SplitReplaced(f"{src.path}: its own '{_pretty(own_split[0])}' column was replaced by {how} "
                                     "(the output's split_source says so)"), stacklevel=2)
+    if notes is not None:
+        notes.extend(f"{what}: {f}: its first line, '{_pretty(h)}', was read as the column name"
+                     for what, (f, h) in origin.items() if h is not None)
+        ignored = [k for k in src.columns if k not in used and k not in info.get("columns", ())] if src.table else []
+        line = _embedding_note(info, X.shape, index_col, ignored, src.table)
+        if line:
+            notes.append(line)
     return es
+
+
+def _split_by_class(es, f: float, given: Any, named_order: bool, own_split: list[str]) -> None:
+    """The zero-shot split, counted over the classes that have rows: the first ``ceil(f * C)`` of them
+    (in class order: sorted, or the ``--class-names`` order) train, the rest test."""
+    present = np.unique(es.labels)  # class indices with rows, in class order
+    C, named = int(present.size), len(es.class_names)
+    k = math.ceil(f * C)
+    absent = f" ({named - C} of the {named} named classes have no rows)" if C < named else ""
+    if not 1 <= k < C:
+        raise UsageError(f"--split-by-class {given} gives {k} of {C} training classes{absent}; both splits "
+                         "need at least one class")
+    es.split = np.where(np.isin(es.labels, present[:k]), "train", "test").astype(str)
+    order = "in --class-names order" if named_order else "sorted"
+    es.attrs["split_source"] = (f"split-by-class {given}: first {k} of {C} classes ({order}) train"
+                                + (f"; {named - C} of the {named} named classes have no rows" if absent else "")
+                                + (f"; replaced the source's '{_pretty(own_split[0])}' column" if own_split else ""))
+    es.attrs.pop("split_source_default", None)
+
+
+def _embedding_note(info: dict[str, Any], shape: tuple[int, ...], index_col: str | None, ignored: list[str],
+                    table: bool) -> str:
+    """One line: which columns (or key) formed the embedding, and which were left out or ignored."""
+    n, d = shape
+    if "columns" in info:
+        cols = info["columns"]
+        line = f"embeddings: {len(cols)} column{'s' if len(cols) != 1 else ''} {_names(cols)}"
+    elif "key" in info and table:
+        line = f"embeddings: column '{_pretty(info['key'])}' ({d} dimensions)"
+    elif info.get("others"):
+        line = (f"embeddings: key '{_pretty(info['key'])}' ({n} x {d}); also present: {_names(info['others'])} "
+                "(name another with --embeddings)")
+    else:
+        return ""
+    if index_col is not None:
+        line += (f"; left out '{_pretty(index_col)}': the row index 0..{n - 1} (pandas' to_csv without "
+                 "index=False)")
+    if ignored:
+        line += f"; ignored: {_names(ignored)}"
+    return line
 
 
 def import_to_file(src_path: str | os.PathLike, out: str | os.PathLike, *, force: bool = False, **kwargs: Any) -> Path:

@@ -16,19 +16,22 @@ def add_parser(sub, parents):
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
     p.add_argument("--embeddings", metavar="KEY",
                    help="key/column of the embeddings, or PREFIX* for numeric columns (default: embeddings, "
-                   "features, X, ..., the only 2-D array, or a table's remaining numeric columns)")
+                   "features, X, ..., the only 2-D array, or a table's remaining numeric columns, less a "
+                   "leading unnamed row-index column 0..N-1; the columns used are printed and recorded)")
     p.add_argument("--labels", metavar="FILE|KEY", help="labels: a file or a key/column (default: labels, label, y)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--split", metavar="FILE|KEY",
                    help="split per row (train, test, val, query, gallery): a file or a key/column "
                    "(default: a 'split' key/column if present, else every row is 'test')")
     g.add_argument("--split-by-class", type=finite_float, metavar="FRACTION",
-                   help="zero-shot split: the first ceil(FRACTION x C) classes (sorted) train, the rest test "
-                   "(it replaces a split column of the source, and says so on stderr)")
+                   help="zero-shot split: of the C classes that have rows, the first ceil(FRACTION x C) (sorted, or in "
+                   "--class-names order) train, the rest test (it replaces a split column of the source, and "
+                   "says so on stderr)")
     p.add_argument("--paths", metavar="FILE|KEY", help="item ids / image paths per row: a file or a key/column")
     p.add_argument("--class-names", metavar="FILE|KEY",
                    help="class names (labels are then integer indices into them): a file or a key")
-    p.add_argument("--properties", nargs="+", default=[], metavar="COLUMN", help="columns to keep as properties")
+    p.add_argument("--properties", nargs="+", default=[], metavar="COLUMN",
+                   help="columns to keep as properties (not 'class': the labels are analysed under that name)")
     add_force(p)
     p.set_defaults(func=run)
     return p
@@ -49,15 +52,19 @@ def run(args) -> int:
     from embedscope.importers import SplitReplaced
     from embedscope.text import safe
 
+    notes: list[str] = []  # one line: the columns (or key) that formed the embedding, those left out
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SplitReplaced)
         out = import_to_file(args.source, args.output, force=args.force, embeddings=args.embeddings,
                              labels=args.labels, split=args.split, split_by_class=args.split_by_class,
-                             paths=args.paths, class_names=args.class_names, properties=args.properties)
+                             paths=args.paths, class_names=args.class_names, properties=args.properties,
+                             notes=notes)
     for w in caught:
         if issubclass(w.category, SplitReplaced):  # one line on stderr: the source's own split was replaced
             print(f"embedscope import: note: {safe(w.message)}", file=sys.stderr)
         else:  # anything else warned as it would have been
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    for line in notes:  # (column names from the file: escaped)
+        print(safe(line))
     print(f"wrote {safe(out)}")
     return 0

@@ -42,9 +42,13 @@ def run(args) -> int:
         rows.append({"field": "repeated paths", "value": f"{int((counts > 1).sum())} path(s) name "
                      f"{int(counts[counts > 1].sum())} rows (e.g. {uniq[counts > 1][0]})"})
     for k in ("dataset", "root", "transform", "checkpoint", "checkpoint_sha256", "split_selected", "split_source",
-              "import_source", "import_format", "import_sha256", "embedscope_version", "created", "format_version"):
+              "import_source", "import_format", "import_sha256", "import_embedding_key", "import_embedding_columns",
+              "embedscope_version", "created", "format_version"):
         if k in es.attrs and es.attrs[k] != "":
-            rows.append({"field": k, "value": str(es.attrs[k])})
+            v = es.attrs[k]
+            if isinstance(v, (list, tuple)):  # the table columns an import took as the embedding
+                v = ", ".join(map(str, v)) if len(v) <= 8 else ", ".join(map(str, v[:4])) + f", ..., {v[-1]} ({len(v)})"
+            rows.append({"field": k, "value": str(v)})
     cfg = es.attrs.get("checkpoint_config")
     if isinstance(cfg, dict):
         rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (

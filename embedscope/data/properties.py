@@ -101,9 +101,12 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
     Returns the names added.
     """
     from embedscope import store
+    from embedscope.importers import check_property_not_reserved
 
     es = store.load(h5)
     new = join_properties(es.paths, read_property_table(table_path), str(table_path))
+    for k in new:  # 'class' is the labels' name in the analyses: such a property would take their place
+        check_property_not_reserved(k, table_path)
     clash = [k for k in new if k in es.properties]
     if clash and not force:
         raise EmbedscopeError(f"{h5} already has the propert{'ies' if len(clash) > 1 else 'y'} "
