@@ -85,7 +85,7 @@ class NeighbourExamples:
 
 def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
                        paths: Sequence[str] | None = None, k: int = 5, metric: str = "cosine",
-                       seed: int = 0) -> NeighbourExamples:
+                       seed: int = 0, progress: bool = False) -> NeighbourExamples:
     """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k
     (exact ranks, ties to the lower reference index, docs/methods.md §1). The result records the
     seed of drawn queries (``seed``, ``selection``) so that the picture can be made again.
@@ -93,6 +93,9 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     ``source``: an :class:`~embedscope.store.EmbeddingSet`, a path to an embedding file or
     ``(X, y)``. The references are the rows of ``reference_split`` (default: the same split, each
     query excluded from its own list; for ``split="query"`` the ``gallery`` rows when present).
+    ``split="all"``: the queries are drawn from every row, and the references are every row (each
+    query excluded from its own list); ``all`` overlaps every other split, so it is never paired
+    with another. ``progress``: a progress bar over the search.
     """
     from embedscope.metrics import knn_search
 
@@ -111,6 +114,8 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     qset = es.subset(split)
     rset = qset if reference_split == split else es.subset(reference_split)
     same = reference_split == split
+    if not same and "all" in (split, reference_split):  # as evaluate: every row is in 'all'
+        raise UsageError("'all' overlaps the other split: give two different splits as query and reference sets")
     if not same:
         check_disjoint(qset, rset, split, reference_split)
     n_ref = rset.n - (1 if same else 0)
@@ -147,14 +152,15 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     Q = qset.embeddings[qidx]
     if same:
         # search the whole split and drop each query's own row (exact: k + 1 then remove self)
-        vals, idx = knn_search(Q, rset.embeddings, k=min(k + 1, rset.n), metric=metric, device="cpu")
+        vals, idx = knn_search(Q, rset.embeddings, k=min(k + 1, rset.n), metric=metric, device="cpu",
+                               progress=progress)
         keep_v, keep_i = np.empty((len(qidx), k)), np.empty((len(qidx), k), dtype=np.int64)
         for r, q in enumerate(qidx):
             m = idx[r] != q
             keep_v[r], keep_i[r] = vals[r][m][:k], idx[r][m][:k]
         vals, idx = keep_v, keep_i
     else:
-        vals, idx = knn_search(Q, rset.embeddings, k=k, metric=metric, device="cpu")
+        vals, idx = knn_search(Q, rset.embeddings, k=k, metric=metric, device="cpu", progress=progress)
     q_lab = qset.class_names[qset.labels[qidx]]
     r_lab = rset.class_names[rset.labels[idx]]
     sim = vals if metric == "cosine" else -vals

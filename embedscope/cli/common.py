@@ -16,9 +16,15 @@ def add_figure_output(p: argparse.ArgumentParser) -> None:
     add_force(p)
 
 
-def add_split(p: argparse.ArgumentParser, default: str = "test") -> None:
-    p.add_argument("--split", default=default, choices=["train", "test", "all"],
-                   help=f"which rows of the file to analyse (default: {default})")
+def add_split(p: argparse.ArgumentParser, default: str = "test", help: str | None = None) -> None:
+    """``--split`` of the commands that analyse one split of a file: every split value a file can
+    hold (train, test, val, query, gallery; :data:`embedscope.names.SPLITS`) or ``all`` (every row),
+    as ``evaluate``, ``tsne`` and ``scatter`` take."""
+    from embedscope.names import SPLIT_CHOICES
+
+    p.add_argument("--split", default=default, choices=SPLIT_CHOICES,
+                   help=help or f"which rows of the file to analyse: train, test, val, query, gallery or all = "
+                   f"every row (default: {default})")
 
 
 def add_outputs(p: argparse.ArgumentParser) -> None:

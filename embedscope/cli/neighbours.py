@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, positive_int, seed_int
-from embedscope.names import SPLITS
+from embedscope.cli.common import add_figure_output, positive_int, seed_int
+from embedscope.names import SPLIT_CHOICES
+
+#: the most query rows one figure holds: each row is a strip of pictures 1.6 inches high at 200 dpi,
+#: so 100 rows make a PNG of about 1540 x 28,600 pixels (half a minute to draw); beyond that the
+#: picture grows past what image viewers (and Pillow) open
+MAX_QUERIES = 100
+#: the most retrievals per row (the figure is 1.25 inches wider per retrieval)
+MAX_RETRIEVALS = 20
 
 
 def add_parser(sub, parents):
@@ -13,34 +20,105 @@ def add_parser(sub, parents):
                        "Photos are read from the data set's folder (the file's root, or --root); the digits are "
                        "drawn from their 8x8 pixels. Writes OUT.png and OUT.pdf.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
-    p.add_argument("--split", default="test", choices=SPLITS, help="split of the queries (default: test)")
-    p.add_argument("--reference-split", choices=SPLITS,
+    p.add_argument("--split", default="test", choices=SPLIT_CHOICES,
+                   help="split of the queries: train, test, val, query, gallery or all = every row (default: test)")
+    p.add_argument("--reference-split", choices=SPLIT_CHOICES,
                    help="split searched (default: the query split; gallery for --split query)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--queries", type=positive_int, default=8, help="number of random queries (default: 8)")
+    g.add_argument("--queries", type=positive_int, default=8,
+                   help=f"number of random queries, one row each, at most {MAX_QUERIES} (default: 8; a split "
+                   "with fewer rows gives them all)")
     g.add_argument("--paths-file", metavar="F",
                    help="the queries: one path per line, as stored in the file (read as saliency's: a line that "
                    "starts with # is a comment, a blank line is skipped; a # after a path is part of the path)")
-    p.add_argument("--n-retrievals", type=positive_int, default=5, help="retrievals per query (default: 5)")
+    p.add_argument("--n-retrievals", type=positive_int, default=5,
+                   help=f"retrievals per query, at most {MAX_RETRIEVALS} (default: 5)")
     p.add_argument("--root", metavar="DIR", help="data set folder (default: the file's root attribute)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed of the random queries (default: 0)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
-    add_force(p)
+    add_figure_output(p)
     p.set_defaults(func=run)
     return p
 
 
-def run(args) -> int:
-    from embedscope.cli.output import print_wrote
-    from embedscope.viz.neighbours import neighbours_figure
+def _root(args, es) -> str | None:
+    """The images' folder, checked before the search: --root, else the file's ``root`` attribute
+    (recorded at embed time). A folder that is not there is one line naming where it came from (a
+    recorded one is not called a --root the user never gave). None for the digits (drawn from their
+    pixels, as :func:`~embedscope.viz.neighbours.load_thumbnails` draws them); photos of a file that
+    records no folder need --root (a usage error, as the pictures' reader's)."""
+    from pathlib import Path
 
-    png, pdf, ex = neighbours_figure(
-        args.file, args.output, split=args.split, reference_split=args.reference_split, queries=args.queries,
-        paths_file=args.paths_file, k=args.n_retrievals, root=args.root, metric=args.metric, seed=args.seed, force=args.force)
-    how = f" (drawn with --seed {ex.seed})" if ex.seed is not None else " (from --paths-file)"
+    from embedscope.errors import EmbedscopeError, UsageError
+    from embedscope.text import safe
+
+    dataset = es.attrs.get("dataset")
+    if dataset == "digits" or (es.n and all(str(p).startswith("digits/") for p in es.paths)):
+        return None
+    if args.root is not None:
+        if not Path(args.root).is_dir():
+            raise EmbedscopeError(f"--root {safe(args.root)}: not a folder")
+        return args.root
+    recorded = es.attrs.get("root") or None
+    if not recorded:
+        raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
+    if not Path(str(recorded)).is_dir():
+        raise EmbedscopeError(f"the file's image root {safe(recorded)} (recorded at embed time) is not a folder: "
+                              "give --root DIR")
+    return str(recorded)
+
+
+def run(args) -> int:
+    import matplotlib.pyplot as plt
+
+    from embedscope.analyses._sources import as_set
+    from embedscope.analyses.neighbours import neighbour_examples
+    from embedscope.cli.output import print_wrote
+    from embedscope.errors import UsageError
+    from embedscope.fileio import check_writable
+    from embedscope.text import safe
+    from embedscope.viz.figures import figure_paths, save_figure, use_agg
+    from embedscope.viz.neighbours import draw_neighbours, neighbour_pictures
+
+    # the figure's size, then the outputs, before any work
+    if args.paths_file is None and args.queries > MAX_QUERIES:
+        raise UsageError(f"--queries {args.queries}: a figure holds at most {MAX_QUERIES} queries (one row each)")
+    if args.n_retrievals > MAX_RETRIEVALS:
+        raise UsageError(f"--n-retrievals {args.n_retrievals}: a figure holds at most {MAX_RETRIEVALS} "
+                         "retrievals per query")
+    png, pdf = figure_paths(args.output)
+    for p in (png, pdf):
+        check_writable(p, force=args.force)
+    paths = None
+    if args.paths_file is not None:  # read as saliency's: blank lines skipped, a line starting with # a comment
+        from embedscope.fileio import read_paths_file
+
+        paths = read_paths_file(args.paths_file)
+        if len(paths) > MAX_QUERIES:
+            raise UsageError(f"--paths-file {safe(args.paths_file)} lists {len(paths)} queries: a figure holds "
+                             f"at most {MAX_QUERIES} (one row each)")
+    progress = not args.no_progress
+    es = as_set(args.file)
+    root = _root(args, es)
+    ex = neighbour_examples(es, split=args.split, reference_split=args.reference_split, queries=args.queries,
+                            paths=paths, k=args.n_retrievals, metric=args.metric, seed=args.seed, progress=progress)
+    k = args.n_retrievals
     n = len(ex.query_paths)
-    print(f"{n} {'query' if n == 1 else 'queries'}, top-{args.n_retrievals} in '{ex.reference_split}': "
+    dataset = es.attrs.get("dataset")
+    qimgs, rimgs = neighbour_pictures(ex, dataset=dataset if isinstance(dataset, str) else None, root=root,
+                                      progress=progress)
+    use_agg()
+    fig = draw_neighbours(ex, qimgs, rimgs)
+    try:
+        save_figure(fig, png, force=args.force)
+    finally:
+        plt.close(fig)
+    how = f" (drawn with --seed {ex.seed})" if ex.seed is not None else " (from --paths-file)"
+    what = f"{n} {'query' if n == 1 else 'queries'}"
+    if paths is None and n < args.queries:  # the split has fewer rows than asked for: all of them
+        where = "the file has" if ex.query_split == "all" else "the split has"
+        what += f" ({args.queries} asked; {where} {n})"
+    print(f"{what}, top-{k} in '{ex.reference_split}': "
           f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class{how}")
     print_wrote([png, pdf])
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from embedscope.cli.common import add_force, nonnegative_int, positive_int, seed_int
+from embedscope.cli.common import add_force, add_split, nonnegative_int, positive_int, seed_int
 
 COLUMNS = ["model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "n_values", "lone_queries"]
 
@@ -19,7 +19,7 @@ def add_parser(sub, parents):
         "Definitions: docs/methods.md section 9.")
     p.add_argument("files", nargs="+", metavar="EMB.h5", help="embedding file(s) (.h5)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="display name of each file (default: file names)")
-    p.add_argument("--split", default="test", choices=["train", "test", "all"], help="rows to use (default: test)")
+    add_split(p, default="test", help="rows to use: train, test, val, query, gallery or all = every row (default: test)")
     p.add_argument("--max-r", type=positive_int, metavar="N",
                    help="cap R at N (1023 reproduces Kobs' code and Table 6; default: no cap, the paper's definition)")
     p.add_argument("--properties", metavar="a,b,...", help="only these properties (comma-separated; 'class' = label)")

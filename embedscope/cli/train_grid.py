@@ -12,7 +12,8 @@ def add_parser(sub, parents):
         description="Train one model per combination of --losses, --p-switch and --seeds into -o DIR "
         "(DIR/<dataset>_<loss>_p<p>_s<seed>.pt), skipping finished runs of the same settings and resuming "
         "interrupted ones; a stored run with other settings is refused (--force retrains it). Merges its "
-        "rows into DIR/grid.csv: settings, best test R@1 / MAP@R and the training rho at that epoch, final "
+        "rows into DIR/grid.csv (an existing DIR/grid.csv that train-grid did not write is refused before any "
+        "training; --force replaces it): settings, best test R@1 / MAP@R and the training rho at that epoch, final "
         "values, the untrained network's R@1, and the final and best checkpoints.")
     add_training_options(p, grid=True)
     p.add_argument("--losses", nargs="+", required=True, choices=LOSS_CHOICES, metavar="LOSS",
@@ -30,7 +31,8 @@ def add_parser(sub, parents):
                    "on one GPU keep 1")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--force", action="store_true",
-                   help="retrain finished combinations too, and runs stored with other settings")
+                   help="retrain finished combinations too, and runs stored with other settings; replace a DIR/grid.csv "
+                   "that is not a train-grid table")
     p.set_defaults(func=run)
     return p
 
@@ -38,7 +40,7 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope.cli.train import OPTION_DESTS, parse_loss_params
     from embedscope.tables import format_table
-    from embedscope.train.grid import train_grid
+    from embedscope.train.grid import grid_table_problem, train_grid
 
     opts = {d: getattr(args, d) for d in OPTION_DESTS if getattr(args, d, None) is not None}
     dataset = opts.pop("dataset", None) or "digits"
@@ -47,7 +49,10 @@ def run(args) -> int:
         opts["loss_params"] = lp
     from pathlib import Path
 
-    had_rows = (Path(args.output) / "grid.csv").is_file()
+    table = Path(args.output) / "grid.csv"
+    # an earlier train-grid table is merged; another file is refused before any training (or, with
+    # --force, replaced)
+    had_rows = table.is_file() and grid_table_problem(table) is None
     rows = train_grid(dataset, args.losses, args.p_switch, args.seeds, args.output, options=opts,
                       force=args.force, keep_epochs=args.keep_epochs, progress=not args.no_progress,
                       workers=args.workers)

@@ -33,6 +33,10 @@ SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim
                    "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1", "final_MAP@R", "final_rho",
                    "untrained_R@1", "checkpoint", "best_checkpoint"]
 
+#: the columns every train-grid has written into grid.csv: a file whose header lacks one of them is
+#: no train-grid table (refused before any training unless --force, then replaced, its rows not merged)
+TABLE_COLUMNS = ("name", "loss", "p_switch", "seed", "status")
+
 # settings that may differ between a stored run and a new request without making it another run
 IGNORED_SETTINGS = ("device", "num_workers", "eval_every", "num_train_classes")
 # settings a config holds only when true (a run trained before one existed has no such key)
@@ -185,6 +189,44 @@ def read_grid_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
         return list(csv.DictReader(f))
 
 
+def grid_table_problem(path: str | os.PathLike) -> str | None:
+    """Why the existing file ``path`` (a ``grid.csv``) is no train-grid table, in words; None when it
+    is one (or does not exist): a header with the columns of :data:`TABLE_COLUMNS`, and rows that
+    read as CSV text."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            for _ in reader:  # every row reads
+                pass
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        return f"cannot be read as CSV ({type(e).__name__})"
+    if not header:
+        return "empty"
+    missing = [c for c in TABLE_COLUMNS if c not in header]
+    if missing:
+        return f"its header lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    return None
+
+
+def check_grid_table(out_dir: str | os.PathLike, *, force: bool = False) -> bool:
+    """Before any training: ``out_dir/grid.csv``, when it exists, must be a train-grid table (its
+    rows are merged with this call's). Another file is refused (:class:`EmbedscopeError`) unless
+    ``force``; returns True when such a file is to be replaced (its rows not merged)."""
+    from embedscope.text import safe
+
+    table = Path(out_dir) / "grid.csv"
+    problem = grid_table_problem(table)
+    if problem is None:
+        return False
+    if not force:
+        raise EmbedscopeError(f"{safe(table)} exists and is not a train-grid table ({problem}): move it or use --force")
+    return True
+
+
 def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float], seeds: Sequence[int],
                out_dir: str | os.PathLike, *, options: dict[str, Any] | None = None, force: bool = False,
                keep_epochs: bool = False, progress: bool = True, workers: int = 1,
@@ -196,7 +238,9 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     refused (:class:`EmbedscopeError` naming the differences) unless ``force`` (then retrained).
     ``keep_epochs`` keeps every epoch's checkpoint (``epoch-NNN.pt``, for ``study --epoch all``).
     Merges this call's rows into ``<out_dir>/grid.csv`` and returns this call's rows; the rows of
-    the runs that finished are merged also when another run fails or the grid is stopped.
+    the runs that finished are merged also when another run fails or the grid is stopped. An existing
+    ``grid.csv`` that is no train-grid table (:func:`grid_table_problem`) is refused before any
+    training unless ``force`` (then it is replaced, its rows not merged).
 
     ``workers`` > 1 trains that many runs at a time, each in a process of its own with
     (CPUs / workers) compute threads: on a CPU, small models train faster in parallel processes than
@@ -246,8 +290,14 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         raise EmbedscopeError(
             f"{len(conflicts)} run(s) in {out_dir} were trained with other settings or data — {'; '.join(conflicts[:3])}"
             f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder")
-    # before any training: a file as a parent of the folder, or a folder that cannot be written
+    # before any training: a grid.csv that train-grid did not write (kept unless force), a file as a
+    # parent of the folder, or a folder that cannot be written
+    foreign = check_grid_table(out_dir, force=force)
     check_writable(out_dir / "grid.csv", force=True)
+    if foreign:
+        from embedscope.text import safe
+
+        say(f"note: {safe(out_dir / 'grid.csv')} is not a train-grid table: --force replaces it (its rows are not kept)")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any] | None] = []
     jobs: list[_Job] = []
@@ -297,7 +347,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                 **rows[j.at], "status": j.status,
                 **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, j.ckpt)}
         mine = {r["name"] for r in rows if r is not None}
-        merged = {r["name"]: r for r in _earlier_rows(out_dir, mine, say)}
+        merged = {} if foreign else {r["name"]: r for r in _earlier_rows(out_dir, mine, say)}
         for r in rows:
             if r is not None:
                 merged[r["name"]] = r
@@ -319,6 +369,9 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
     written = table.stat().st_mtime_ns
     out, gone, again = [], [], []
     for r in rows:
+        if not r.get("name"):  # a row cut short (edited by hand): no run to name
+            gone.append("(a row without a name)")
+            continue
         ckpt = out_dir / f"{r['name']}.pt"
         if r.get("status") == "n/a":  # no checkpoint: a p_switch that the loss does not take
             out.append(r)

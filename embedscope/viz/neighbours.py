@@ -155,13 +155,34 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     return fig
 
 
+def neighbour_pictures(ex, *, dataset: str | None, root: str | None, progress: bool = False) -> tuple[list, list]:
+    """The thumbnails of ``ex``'s queries and of each query's retrievals (:func:`load_thumbnails`):
+    ``(query pictures, [retrieval pictures per query])``. Photos are read query by query, with a
+    progress bar when ``progress``; the digits (no ``root``) are drawn from memory at once."""
+    from embedscope.progress import progress_bar
+
+    n, k = len(ex.query_paths), (len(ex.ref_paths[0]) if len(ex.ref_paths) else 0)
+    if root is None:
+        pics = load_thumbnails(list(ex.query_paths) + [p for row in ex.ref_paths for p in row], dataset=dataset,
+                               root=root)
+        return pics[:n], [pics[n + r * k: n + (r + 1) * k] for r in range(n)]
+    qimgs, rimgs = [], []
+    with progress_bar(total=n, desc="pictures", unit="query", enabled=progress) as bar:
+        for r in range(n):
+            pics = load_thumbnails([ex.query_paths[r], *ex.ref_paths[r]], dataset=dataset, root=root)
+            qimgs.append(pics[0])
+            rimgs.append(pics[1:])
+            bar.update(1)
+    return qimgs, rimgs
+
+
 def neighbours_figure(source: Any, out, *, split: str = "test", reference_split: str | None = None,
                       queries: int = 8, paths_file: str | None = None, k: int = 5, root: str | None = None,
-                      metric: str = "cosine", seed: int = 0, force: bool = False):
+                      metric: str = "cosine", seed: int = 0, force: bool = False, progress: bool = False):
     """The ``embedscope neighbours`` command as one call -> (png, pdf, :class:`NeighbourExamples`).
 
     ``source``: an embedding file or set; pictures from the file's ``root`` attribute unless
-    ``root`` is given. Outputs are checked before any work.
+    ``root`` is given (:func:`neighbour_pictures`). Outputs are checked before any work.
     """
     import matplotlib.pyplot as plt
 
@@ -182,10 +203,8 @@ def neighbours_figure(source: Any, out, *, split: str = "test", reference_split:
                             k=k, metric=metric, seed=seed)
     dataset = es.attrs.get("dataset")
     root = root or es.attrs.get("root") or None
-    all_paths = list(ex.query_paths) + [p for row in ex.ref_paths for p in row]
-    pics = load_thumbnails(all_paths, dataset=dataset if isinstance(dataset, str) else None, root=root)
-    n = len(ex.query_paths)
-    qimgs, rimgs = pics[:n], [pics[n + r * k: n + (r + 1) * k] for r in range(n)]
+    qimgs, rimgs = neighbour_pictures(ex, dataset=dataset if isinstance(dataset, str) else None, root=root,
+                                      progress=progress)
     use_agg()
     fig = draw_neighbours(ex, qimgs, rimgs)
     try:
