@@ -36,7 +36,6 @@ def test_device_messages_name_the_device_given(device, match):
 
 def test_a_checkpoint_whose_config_lacks_arch_is_not_called_a_bare_state_dict(tmp_path, capsys):
     import torch
-
     from conftest import save_digits_checkpoint
 
     ck = torch.load(save_digits_checkpoint(tmp_path / "ok.pt"), weights_only=True)
