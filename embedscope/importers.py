@@ -595,6 +595,13 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         line = _embedding_note(info, X.shape, index_col, ignored, src.table)
         if line:
             notes.append(line)
+        if "columns" in info and X.shape[0] > 1:  # a metadata column (epoch = 7) taken for a feature
+            Xc = np.asarray(X, dtype=np.float64)
+            const = [c for j, c in enumerate(info["columns"]) if Xc[0, j] != 0 and np.all(Xc[:, j] == Xc[0, j])]
+            if const:
+                notes.append(f"embeddings: {_names(const)} hold{'s' if len(const) == 1 else ''} one nonzero value in "
+                             "every row: a constant shifts every cosine similarity; if it is no feature, name the "
+                             "embedding columns with --embeddings")
     return es
 
 
