@@ -239,6 +239,10 @@ def test_neighbours_says_when_the_split_has_fewer_queries_than_asked(tmp_path, c
     assert main(["neighbours", str(f), "--queries", "12", "--n-retrievals", "2", "--no-progress", "--force",
                  "-o", str(tmp_path / "n.png")]) == 0
     assert "12 queries, top-2 in 'test'" in capsys.readouterr().out
+    (tmp_path / "six").mkdir()
+    f6 = _digits_file(tmp_path / "six", n=20, test_rows=6)  # fewer than the default 8, which nobody typed
+    assert main(["neighbours", str(f6), "--n-retrievals", "2", "--no-progress", "-o", str(tmp_path / "m.png")]) == 0
+    assert "6 queries, top-2 in 'test'" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------- 8. the file's image root moved

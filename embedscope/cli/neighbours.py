@@ -9,6 +9,8 @@ from embedscope.names import SPLIT_CHOICES
 #: so 100 rows make a PNG of about 1540 x 28,600 pixels (half a minute to draw); beyond that the
 #: picture grows past what image viewers (and Pillow) open
 MAX_QUERIES = 100
+#: the queries of a figure unless --queries says otherwise
+DEFAULT_QUERIES = 8
 #: the most retrievals per row (the figure is 1.25 inches wider per retrieval)
 MAX_RETRIEVALS = 20
 
@@ -25,8 +27,8 @@ def add_parser(sub, parents):
     p.add_argument("--reference-split", choices=SPLIT_CHOICES,
                    help="split searched (default: the query split; gallery for --split query)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--queries", type=positive_int, default=8,
-                   help=f"number of random queries, one row each, at most {MAX_QUERIES} (default: 8; a split "
+    g.add_argument("--queries", type=positive_int, default=None,
+                   help=f"number of random queries, one row each, at most {MAX_QUERIES} (default: {DEFAULT_QUERIES}; a split "
                    "with fewer rows gives them all)")
     g.add_argument("--paths-file", metavar="F",
                    help="the queries: one path per line, as stored in the file (read as saliency's: a line that "
@@ -81,6 +83,9 @@ def run(args) -> int:
     from embedscope.viz.neighbours import draw_neighbours, neighbour_pictures
 
     # the figure's size, then the outputs, before any work
+    asked = args.queries is not None  # (the default, 8, says nothing when a split has fewer rows)
+    if args.queries is None:
+        args.queries = DEFAULT_QUERIES
     if args.paths_file is None and args.queries > MAX_QUERIES:
         raise UsageError(f"--queries {args.queries}: a figure holds at most {MAX_QUERIES} queries (one row each)")
     if args.n_retrievals > MAX_RETRIEVALS:
@@ -115,7 +120,7 @@ def run(args) -> int:
         plt.close(fig)
     how = f" (drawn with --seed {ex.seed})" if ex.seed is not None else " (from --paths-file)"
     what = f"{n} {'query' if n == 1 else 'queries'}"
-    if paths is None and n < args.queries:  # the split has fewer rows than asked for: all of them
+    if paths is None and asked and n < args.queries:  # the split has fewer rows than asked for: all of them
         where = "the file has" if ex.query_split == "all" else "the split has"
         what += f" ({args.queries} asked; {where} {n})"
     print(f"{what}, top-{k} in '{ex.reference_split}': "
