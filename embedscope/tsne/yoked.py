@@ -184,45 +184,26 @@ class MapsKL:
         return (dict(zip(self.names, kls)) if eval_error else None), grads
 
 
-class YokedObjective:
+class YokedObjective(MapsKL):
     """The yoked objective as a callable for :func:`~embedscope.tsne.optimizer.gradient_descent`.
 
     ``objective([Y_a, Y_b], eval_error) -> (error, [∂C/∂Y_a, ∂C/∂Y_b])`` with P multiplied by
     ``exaggeration`` (early exaggeration) and the true gradient of C (docs/methods.md §10): each map's KL
-    gradient (``method`` "bh", "fft" or "exact") plus ±2α (y^a − y^b). With ``eval_error`` (bh/fft)
-    ``error`` is ``{"KL_a": ..., "KL_b": ...}``, each map's KL with the exaggeration taken out
-    (KL_e / e − log e); exact: ``{"KL_a+KL_b": ...}``.
+    gradient (``method`` "bh", "fft" or "exact"; :class:`MapsKL` of the two maps) plus ±2α (y^a − y^b).
+    With ``eval_error`` (bh/fft) ``error`` is ``{"KL_a": ..., "KL_b": ...}``, each map's KL with the
+    exaggeration taken out (KL_e / e − log e); exact: ``{"KL_a+KL_b": ...}``.
     """
 
     def __init__(self, P_a: Any, P_b: Any, alpha: float, *, method: str = "bh", theta: float = 0.5,
                  n_jobs: int = 1, exaggeration: float = 1.0):
-        if method not in METHODS:
-            raise EmbedscopeError(f"method must be one of {', '.join(METHODS)}, got '{method}'")
+        super().__init__([P_a, P_b], method=method, theta=theta, n_jobs=n_jobs, exaggeration=exaggeration)
         self.P_a, self.P_b = P_a, P_b
         self.alpha = float(alpha)
-        self.method, self.theta, self.n_jobs = method, float(theta), int(n_jobs)
-        self.exaggeration = float(exaggeration)
-        ex = self.exaggeration
-        self._Ps = [P_a * ex, P_b * ex] if (ex != 1.0 and method != "exact") else [P_a, P_b]
 
     def __call__(self, Ys: Sequence[np.ndarray], eval_error: bool = False) -> tuple[Any, list]:
-        ex = self.exaggeration
-        error = None
-        if self.method == "exact":
-            C, g_a, g_b = yoked_tsne_exact_objective_and_grad(Ys[0], Ys[1], self.P_a, self.P_b, 0.0,
-                                                              exaggeration=ex)
-            grads = [g_a, g_b]
-            if eval_error:
-                error = {"KL_a+KL_b": C}
-        else:
-            grads, kls = [], []
-            for k in range(2):
-                kl, g = _kl_and_grad(Ys[k], self._Ps[k], self.method, theta=self.theta, n_jobs=self.n_jobs,
-                                     eval_error=eval_error)
-                kls.append(kl / ex - math.log(ex))
-                grads.append(g)
-            if eval_error:
-                error = {"KL_a": kls[0], "KL_b": kls[1]}
+        error, grads = super().__call__(Ys, eval_error)
+        if error is not None and self.method == "exact":
+            error = {"KL_a+KL_b": error["KL_a"] + error["KL_b"]}
         if self.alpha > 0:
             delta = Ys[0] - Ys[1]
             grads[0] += 2.0 * self.alpha * delta
