@@ -507,3 +507,24 @@ def test_a_model_collapsed_to_one_point_is_logged_not_fatal(tmp_path, monkeypatc
     assert any("rho nan" in s for s in lines if s.startswith("epoch 1/1"))
     ck = torch.load(out, weights_only=True)
     assert ck["extra"]["finished"] is True and np.isnan(ck["extra"]["history"][-1]["rho"])
+
+
+def test_resume_of_a_run_that_keeps_its_epochs_keeps_them(tmp_path):
+    """A --keep-epochs run killed and resumed with plain --resume (as documented) went on without
+    writing epoch-NNN.pt: study --epoch all then measured only the epochs before the kill."""
+    opts = {**QUICK, "loss": "margin", "epochs": 3, "batch_size": 40}
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_1(epoch, row):
+        if epoch == 1:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(opts, tmp_path / "k.pt", progress=False, echo=lambda s: None, keep_epochs=True, callback=stop_after_1)
+    said = []
+    train({}, tmp_path / "k.pt", resume=True, progress=False, echo=said.append)
+    kept = sorted(p.name for p in run_paths(tmp_path / "k.pt")["dir"].glob("epoch-*.pt"))
+    assert kept == ["epoch-000.pt", "epoch-001.pt", "epoch-002.pt", "epoch-003.pt"]
+    assert any("every epoch's checkpoint is kept" in s for s in said)

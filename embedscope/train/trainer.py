@@ -836,6 +836,10 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     cfg, state = _prepare(config, paths, resume=resume, force=force, log_given=log is not None, say=say)
     tb = _TensorBoard(tensorboard)
     start_epoch = int(state["extra"]["epoch"]) if state else 0
+    if state and not keep_epochs and (paths["dir"] / "epoch-000.pt").is_file():
+        # a run started with --keep-epochs keeps them on --resume too (else epochs went unsaved, silently)
+        keep_epochs = True
+        say("resume: every epoch's checkpoint is kept, as the run did from its start (--keep-epochs)")
     notes = config_notes(cfg)
     if state and start_epoch >= cfg["epochs"]:
         return _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_epochs)
