@@ -275,3 +275,38 @@ def test_default_workers_follow_the_cpu_affinity(monkeypatch):
     assert box.n == 1 and not box.serial and box.threads
     assert _ClusterBox(0, None).serial
     assert _ClusterBox(3, None).n == 3
+
+
+def test_an_exclude_column_no_row_will_have_is_refused_before_any_work(grid, emb_cache, tmp_path, monkeypatch):
+    """A misspelt --exclude column was refused only after every checkpoint was embedded and measured;
+    it is now refused once the plan is known, before any row, and leaves no study folder behind."""
+    from embedscope.errors import UsageError
+    from embedscope.study import run as study_run
+
+    def no_rows(*a, **k):
+        raise AssertionError("a row was measured")
+
+    monkeypatch.setattr(study_run, "measure_entry", no_rows)
+    out = tmp_path / "s"
+    with pytest.raises(UsageError, match="no such column 'losss'"):
+        run_study(grid, out, workers=0, cache_dir=emb_cache, exclude=["losss==softmax"], echo=lambda s: None, **FAST)
+    assert not out.exists()
+    # a tag, a config column and a measure are known
+    from embedscope.study.stats import check_exclude_columns
+
+    check_exclude_columns(["loss==softmax", "group==b", "R@1<0.5", "embed_seconds>9"], {"group"},
+                          {"R@1"}, ("NR-Prec:",))
+    with pytest.raises(UsageError, match="no such column .nosuch."):
+        check_exclude_columns(["nosuch>0"], {"group"}, {"R@1"})
+
+
+def test_an_exclude_comparison_of_a_text_column_is_refused():
+    import pandas as pd
+
+    from embedscope.errors import UsageError
+    from embedscope.study.stats import _exclude_mask
+
+    df = pd.DataFrame({"loss": ["margin", "softmax"], "p_switch": [0.0, 0.3]})
+    with pytest.raises(UsageError, match="the column 'loss' holds text, not numbers: compare it with == or !="):
+        _exclude_mask(df, ["loss>1"])
+    assert _exclude_mask(df, ["p_switch>0"]).tolist() == [False, True]

@@ -517,7 +517,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
     from embedscope.study.plan import plan_study
-    from embedscope.study.stats import check_exclude
+    from embedscope.study.stats import check_exclude, check_exclude_columns
 
     say = echo or print
     mreg0, _, _ = registry()
@@ -566,8 +566,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 "use --force to start it again, or another folder")
     elif out_dir.exists() and any(out_dir.iterdir()) and not force:
         raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "rows").mkdir(exist_ok=True)
+    from embedscope.fileio import make_folders, remove_empty_folders
+
+    created = make_folders(out_dir / "rows", out_dir)
     mreg, _, msource = registry()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     if not force and old_meta and any((out_dir / "rows").glob("*.json")):
@@ -575,6 +576,13 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     else:
         box.start()  # the cluster comes up (and its workers import) while the study plans
     entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
+    # a column --exclude names that no row will have: refused now, not after every checkpoint is measured
+    try:
+        check_exclude_columns(exclude, {t for e in entries for t in (e.tags or {}) if not t.startswith("_")},
+                              set(mreg), tuple(PATTERNS))
+    except UsageError:
+        remove_empty_folders(created)  # (a new study folder is not left behind)
+        raise
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,
             "figures": figures,
             # settings.seed is k-means' and the bootstrap's; the geometry's sampled pairs (uniformity)

@@ -290,6 +290,27 @@ def check_exclude(exprs) -> list[tuple[str, str, Any, str]]:
     return out
 
 
+#: the columns every study row has besides its config (CONFIG_COLUMNS), tags and measures, and those
+#: the statistics add: what --exclude may name (checked before any work, :func:`check_exclude_columns`)
+ROW_COLUMNS = ("id", "run", "selection", "epoch", "checkpoint", "untrained", "status", "error", "sha256", "cached",
+               "embed_seconds", "measure_seconds", "N_train", "N_test", "objective", "primary", "excluded",
+               "beats_untrained", "untrained_target")
+
+
+def check_exclude_columns(exprs, tags: set[str], measures: set[str], patterns: tuple[str, ...] = ()) -> None:
+    """Before any work: every column an ``--exclude`` expression names is one the study's rows will
+    have (a config column, a row column, a tag of the plan, a measure, or a name of a measure
+    pattern such as ``NR-Prec:<property>``); else one :class:`UsageError` line."""
+    from embedscope.errors import UsageError
+    from embedscope.study.plan import CONFIG_COLUMNS
+
+    known = set(CONFIG_COLUMNS) | set(ROW_COLUMNS) | set(measures) | set(tags) | {f"tag:{t}" for t in tags}
+    for col, _, _, expr in check_exclude(exprs):
+        if col not in known and not any(col.startswith(p) for p in patterns):
+            raise UsageError(f"--exclude '{expr}': no such column '{col}' in the study (have e.g. loss, p_switch, "
+                             "embed_dim, a tag or a measure)")
+
+
 def _exclude_mask(df, exprs) -> np.ndarray:
     from embedscope.errors import UsageError
 
@@ -303,6 +324,10 @@ def _exclude_mask(df, exprs) -> np.ndarray:
         v = df[c]
         if op in ops:
             num = np.array([_num(s) for s in v], dtype=np.float64)
+            given = np.array([s is not None and str(s).strip() not in ("", "nan", "None") for s in v])
+            if given.any() and not np.isfinite(num[given]).any():  # (it would leave nothing out, silently)
+                raise UsageError(f"--exclude '{expr}': the column '{col}' holds text, not numbers: compare it "
+                                 "with == or !=")
             with np.errstate(invalid="ignore"):
                 m |= ops[op](num, val) & np.isfinite(num)
         else:
