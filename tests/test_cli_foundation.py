@@ -67,7 +67,8 @@ def test_errors_are_one_line(ckpt, tmp_path):
     assert r.returncode == 2 and "required" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "--help" in r.stderr
     r = run("embed", str(ckpt), "--dataset", "nosuch", "-o", "x.h5")
-    assert r.returncode == 1 and "unknown data set" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # an unknown --dataset is a usage error in every command (exit 2), as an unknown choice is
+    assert r.returncode == 2 and "unknown data set" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run("--debug", "info", "nope.h5")
     assert r.returncode != 0 and "Traceback" in r.stderr
     r = run("info", "nope.h5", "--debug")

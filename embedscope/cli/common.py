@@ -57,6 +57,17 @@ def _int_at_least(s: str, low: int, what: str) -> int:
     return v
 
 
+def dataset_name(s: str) -> str:
+    """argparse type: a data set name ``get_dataset`` knows (or an alias); an unknown one is a usage
+    error (exit 2) in every command, as an unknown choice is."""
+    from embedscope.data import ALIASES, DATASETS, LOADERS
+    from embedscope.text import safe
+
+    if ALIASES.get(s.lower(), s.lower()) not in LOADERS:
+        raise argparse.ArgumentTypeError(f"unknown data set '{safe(s)}' (choose {', '.join(DATASETS)})")
+    return s
+
+
 def positive_int(s: str) -> int:
     """argparse type: an integer >= 1."""
     return _int_at_least(s, 1, "a positive integer")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from embedscope import names
-from embedscope.cli.common import add_device, add_force, add_no_progress, add_num_workers, positive_int, seed_int
+from embedscope.cli.common import add_device, add_force, add_no_progress, add_num_workers, dataset_name, positive_int, seed_int
 
 
 def add_parser(sub, parents):
@@ -14,7 +14,8 @@ def add_parser(sub, parents):
                    help="checkpoint: embedscope format, a bare state dict (with --arch), Roth et al.'s "
                    "checkpoint_*.pth.tar, or a powerful-benchmarker saved_models folder; omit it with "
                    "--trunk/--embedder, or with --arch for an ImageNet baseline (docs/checkpoint.md)")
-    p.add_argument("--dataset", required=True, help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
+    p.add_argument("--dataset", required=True, type=dataset_name,
+                   help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
     p.add_argument("--train-classes", type=positive_int,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from embedscope import names
-from embedscope.cli.common import add_device, add_force, positive_int, seed_int
+from embedscope.cli.common import add_device, add_force, dataset_name, positive_int, seed_int
 from embedscope.names import DISTANCES
 
 
@@ -29,7 +29,8 @@ def add_parser(sub, parents):
         "(embedscope saliency-agreement). --pairs: for each image, the saliency of its distance to its nearest "
         "other image (why are these two near each other?).")
     p.add_argument("checkpoint", help="checkpoint file (embedscope format, or a bare state dict with --arch)")
-    p.add_argument("--dataset", required=True, help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
+    p.add_argument("--dataset", required=True, type=dataset_name,
+                   help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--split", default="test", choices=["train", "test", "all"],
                    help="images to explain (default: test)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import device_name, nonnegative_int, seed_int
+from embedscope.cli.common import dataset_name, device_name, nonnegative_int, seed_int
 
 
 def add_parser(sub, parents):
@@ -27,7 +27,7 @@ def add_parser(sub, parents):
     p.add_argument("--measures", nargs="+", metavar="NAME",
                    help="only these measures of the registry, e.g. rho R@1 NR-Prec:shape "
                    "(default: all; the target is always measured)")
-    p.add_argument("--dataset", help="data set to embed (default: the one each checkpoint was trained on)")
+    p.add_argument("--dataset", type=dataset_name, help="data set to embed (default: the one each checkpoint was trained on)")
     p.add_argument("--root", help="data set folder (default: the checkpoint's)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="local Dask workers, single-threaded worker threads in this process (default: one per "

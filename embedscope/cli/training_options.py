@@ -6,6 +6,7 @@ import argparse
 
 from embedscope import names
 from embedscope.cli.common import (
+    dataset_name,
     device_name,
     finite_float,
     nonnegative_float,
@@ -31,7 +32,8 @@ FILE_ONLY_BOOLS = ("resume", "force", "keep_epochs")
 
 def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> None:
     """The options shared by ``train`` and ``train-grid`` (defaults None: chosen per data set)."""
-    p.add_argument("--dataset", help="digits (default), shapes (embedscope make-shapes), cub200, cars196, sop or imagefolder")
+    p.add_argument("--dataset", type=dataset_name,
+                   help="digits (default), shapes (embedscope make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits")
     p.add_argument("--train-classes", type=positive_int, help="the first N classes train (default: the data set's own split)")
     p.add_argument("--arch", metavar="ARCH",
