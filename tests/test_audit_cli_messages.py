@@ -128,3 +128,18 @@ def test_legend_names_keep_a_line_break_visible():
 
     assert short_text("b\nc") == "b\\nc" != short_text("b c")
     assert short_text("x\x1b[31m") == "x\\x1b[31m"
+
+
+@pytest.mark.parametrize("value", [0, -5, 2.5, "big"])
+def test_a_config_image_size_that_is_no_positive_integer_names_the_file_and_field(tmp_path, capsys, value):
+    import torch
+    from conftest import save_digits_checkpoint
+
+    ck = torch.load(save_digits_checkpoint(tmp_path / "ok.pt"), weights_only=True)
+    ck["config"]["image_size"] = value
+    torch.save(ck, tmp_path / "bad.pt")
+    assert main(["embed", str(tmp_path / "bad.pt"), "--dataset", "digits", "-o", str(tmp_path / "e.h5")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "bad.pt: checkpoint config: 'image_size' must be an integer" in err and err.endswith(f"got {value!r}")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "e.h5").exists()

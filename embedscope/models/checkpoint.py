@@ -34,7 +34,7 @@ import torch
 
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import atomic_output, sha256_file
-from embedscope.models.backbones import EmbeddingModel, build_model, default_config
+from embedscope.models.backbones import EmbeddingModel, _int_field, build_model, default_config
 
 FORMAT = "embedscope-checkpoint"
 FORMAT_VERSION = 1
@@ -530,7 +530,13 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if not isinstance(arch_name, str):
         raise EmbedscopeError(f"{path}: config 'arch' must be a string, got {printable(repr(arch_name), 40)}")
     config = default_config(arch_name, **config)
-    model = build_model(config)
+    try:
+        for k in ("image_size", "resize"):  # checked as embed_dim is (a 0 or a -5 failed deep in torchvision)
+            if config.get(k) is not None:
+                config[k] = _int_field(config, k, None)
+        model = build_model(config)
+    except EmbedscopeError as e:  # the file it came from, in front
+        raise EmbedscopeError(f"{path}: {e}") from None
     load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model")
     model.eval()
     if ema:
