@@ -132,6 +132,12 @@ def test_make_shapes_cli_and_folder_root(tmp_path, capsys, monkeypatch):
     assert np.array_equal(ds.properties["yaw"], props["yaw"])
     img = np.asarray(ds.load_image(3))
     assert np.array_equal(img, S.render({k: v[3:4] for k, v in props.items()}, 24)[0])
+    # --force with fewer images: the folder holds the new set only (the old set's extra images went);
+    # a file of the user's own in images/ stays
+    (out / "images" / "mine.png").write_bytes(b"x")
+    assert main(["make-shapes", "-o", str(out), "--n-images", "12", "--size", "24", "--force", "--no-progress"]) == 0
+    assert sorted(p.name for p in (out / "images").iterdir()) == sorted([f"{i:06d}.png" for i in range(12)] + ["mine.png"])
+    assert len(list(csv.DictReader(open(out / "properties.csv")))) == 12
 
 
 def test_embed_shapes_writes_properties(tmp_path, monkeypatch):

@@ -11,8 +11,14 @@ from embedscope.data.base import ImageDataset, class_split
 
 
 def load_digits_dataset(root=None, train_classes: int | None = None) -> ImageDataset:
-    """scikit-learn's digits as an :class:`ImageDataset` (images in memory, values 0..16)."""
+    """scikit-learn's digits as an :class:`ImageDataset` (images in memory, values 0..16). They come
+    from no folder: a ``root`` is a usage error (it was ignored, even a folder that is not there)."""
     from sklearn.datasets import load_digits
+
+    if root not in (None, ""):
+        from embedscope.errors import UsageError
+
+        raise UsageError("--root: the digits come from scikit-learn, not from a folder; leave --root out")
 
     d = load_digits()
     images = d.images.astype(np.float32)

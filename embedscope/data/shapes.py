@@ -653,6 +653,11 @@ def _write_set(out: Path, n: int, size: int, seed: int, images: np.ndarray, prop
             "train_shapes": TRAIN_SHAPES, "property_values": {k: list(v) for k, v in PROPERTY_VALUES.items()}}
     write_text(out / "shapes.json", json.dumps(meta, indent=1) + "\n", force=True)
     write_text(out / "properties.csv", buf.getvalue(), force=True)
+    # a --force that wrote fewer images than the set it replaced: that set's extra images (named as
+    # make-shapes names them; nothing else) go, so that the folder holds one set
+    for f in (out / "images").glob("[0-9]*.png"):
+        if len(f.stem) == 6 and f.stem.isdigit() and int(f.stem) >= n:
+            f.unlink(missing_ok=True)
 
 
 def _cached(n: int, size: int, seed: int, cache: Path, progress: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
