@@ -164,6 +164,16 @@ def test_broken_checkpoint_reports_its_row_and_exit_code(grid, emb_cache, tmp_pa
     df = pd.read_csv(tmp_path / "st" / "runs.csv").set_index("id")
     assert df.loc["broken_given", "status"] == "error" and "broken.pt" in df.loc["broken_given", "error"]
     assert (df.drop(index="broken_given")["status"] == "ok").all()
+    # the integer columns stay integers beside the failed row's gaps (they read 128.0 before)
+    import csv
+
+    with open(tmp_path / "st" / "runs.csv", newline="") as f:
+        text = {r["id"]: r for r in csv.DictReader(f)}
+    ok = [r for k, r in text.items() if k != "broken_given"]
+    assert all(r["embed_dim"] == "8" and r["N_test"].isdigit() and "." not in r["seed"] for r in ok)
+    assert text["broken_given"]["embed_dim"] == ""
+    pq = pd.read_parquet(tmp_path / "st" / "runs.parquet")
+    assert str(pq["embed_dim"].dtype) == "Int64" and str(pq["N_test"].dtype) == "Int64"
 
 
 def _blas_threads():

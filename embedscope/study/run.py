@@ -712,6 +712,14 @@ def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, An
     return stats
 
 
+def _integer_column(values: list) -> bool:
+    """Whether the given values (None and NaN aside; at least one) are all integers (not bools)."""
+    import numbers
+
+    given = [v for v in values if v is not None and not (isinstance(v, float) and v != v)]
+    return bool(given) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in given)
+
+
 class _ClusterBox:
     """The Dask client of a study: started at most once, in a background thread (so that the cluster
     comes up while the study plans), closed by :func:`run_study`.
@@ -1016,8 +1024,18 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
         stats["figures"] = []
     cols = [c for c in front if c in df.columns] + [c for c in df.columns if c not in front]
     recs = df[cols].to_dict("records")
+    # columns whose values the rows hold as integers (embed_dim, epoch, seed, N_test, ...): pandas made
+    # them floats where a failed row left a gap (128.0); written as integers, the gap empty
+    ints = [c for c in cols if _integer_column([r.get(c) for r in rows])]
+    for r in recs:
+        for c in ints:
+            v = r.get(c)
+            if isinstance(v, float):
+                r[c] = None if v != v else int(v)
     write_csv(out_dir / "runs.csv", recs, cols, force=True)
     pq = df[cols].copy()
+    for c in ints:
+        pq[c] = pd.array([r[c] for r in recs], dtype="Int64")
     for c in pq.columns:  # parquet needs one type per column
         if pq[c].dtype == object:
             pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
