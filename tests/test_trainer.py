@@ -94,16 +94,18 @@ def test_classification_and_proxy_losses_raise_test_r1(tmp_path, loss):
     learns(tmp_path, loss, epochs=5)
 
 
+class Stop(Exception):
+    """A run killed after its first epoch (:func:`stop_after_1`)."""
+
+
+def stop_after_1(epoch, row):
+    if epoch == 1:
+        raise Stop
+
+
 def test_resumed_run_equals_uninterrupted(tmp_path):
     opts = {**QUICK, "loss": "margin", "p_switch": 0.3, "sampler": "gc", "epochs": 2, "batch_size": 40}
     train(opts, tmp_path / "full.pt", progress=False, echo=lambda s: None)
-
-    class Stop(Exception):
-        pass
-
-    def stop_after_1(epoch, row):
-        if epoch == 1:
-            raise Stop
 
     with pytest.raises(Stop):
         train(opts, tmp_path / "cut.pt", progress=False, echo=lambda s: None, callback=stop_after_1)
@@ -513,14 +515,6 @@ def test_resume_of_a_run_that_keeps_its_epochs_keeps_them(tmp_path):
     """A --keep-epochs run killed and resumed with plain --resume (as documented) went on without
     writing epoch-NNN.pt: study --epoch all then measured only the epochs before the kill."""
     opts = {**QUICK, "loss": "margin", "epochs": 3, "batch_size": 40}
-
-    class Stop(Exception):
-        pass
-
-    def stop_after_1(epoch, row):
-        if epoch == 1:
-            raise Stop
-
     with pytest.raises(Stop):
         train(opts, tmp_path / "k.pt", progress=False, echo=lambda s: None, keep_epochs=True, callback=stop_after_1)
     said = []
