@@ -320,3 +320,19 @@ def test_an_exclude_comparison_of_a_text_column_is_refused():
     with pytest.raises(UsageError, match="the column 'loss' holds text, not numbers: compare it with == or !="):
         _exclude_mask(df, ["loss>1"])
     assert _exclude_mask(df, ["p_switch>0"]).tolist() == [False, True]
+
+
+def test_every_column_a_study_writes_can_be_named_by_exclude(first):
+    """check_exclude_columns refuses, before any work, a column no row will have; it knows the rows'
+    columns from ROW_COLUMNS, the config columns, the tags and the measures. Every column of a real
+    runs.csv is among them (a column added to the rows must be added there too)."""
+    from embedscope.study.plan import CONFIG_COLUMNS
+    from embedscope.study.stats import ROW_COLUMNS, check_exclude_columns
+
+    out, _ = first
+    cols = pd.read_csv(out / "runs.csv").columns
+    measures = {c for c in cols if c not in ROW_COLUMNS and c not in CONFIG_COLUMNS and not c.startswith("tag:")}
+    from embedscope.study.measures import registry
+
+    assert measures <= set(registry()[0])  # everything else is a measure of the registry
+    check_exclude_columns([f"{c}==0" for c in cols if "@" not in c and ":" not in c], set(), set(registry()[0]))

@@ -301,14 +301,20 @@ def check_exclude_columns(exprs, tags: set[str], measures: set[str], patterns: t
     """Before any work: every column an ``--exclude`` expression names is one the study's rows will
     have (a config column, a row column, a tag of the plan, a measure, or a name of a measure
     pattern such as ``NR-Prec:<property>``); else one :class:`UsageError` line."""
-    from embedscope.errors import UsageError
     from embedscope.study.plan import CONFIG_COLUMNS
 
     known = set(CONFIG_COLUMNS) | set(ROW_COLUMNS) | set(measures) | set(tags) | {f"tag:{t}" for t in tags}
     for col, _, _, expr in check_exclude(exprs):
         if col not in known and not any(col.startswith(p) for p in patterns):
-            raise UsageError(f"--exclude '{expr}': no such column '{col}' in the study (have e.g. loss, p_switch, "
-                             "embed_dim, a tag or a measure)")
+            raise _no_such_column(expr, col)
+
+
+def _no_such_column(expr: str, col: str):
+    """The one-line error of an ``--exclude`` column the study has not (before the work or after it)."""
+    from embedscope.errors import UsageError
+
+    return UsageError(f"--exclude '{expr}': no such column '{col}' in the study (have e.g. loss, p_switch, "
+                      "embed_dim, a tag or a measure)")
 
 
 def _exclude_mask(df, exprs) -> np.ndarray:
@@ -319,8 +325,7 @@ def _exclude_mask(df, exprs) -> np.ndarray:
     for col, op, val, expr in check_exclude(exprs):
         c = col if col in df.columns else f"tag:{col}"
         if c not in df.columns:
-            raise UsageError(f"--exclude '{expr}': no such column '{col}' in the study (have e.g. loss, p_switch, "
-                             "embed_dim)")
+            raise _no_such_column(expr, col)
         v = df[c]
         if op in ops:
             num = np.array([_num(s) for s in v], dtype=np.float64)
