@@ -130,7 +130,9 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     for j in range(k):
         axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)
     hit = float(ex.correct[:, 0].mean())
-    head = title or f"top-{k} retrievals: {ex.query_split} queries in {ex.reference_split} ({ex.metric})"
+    where = ("queries among all rows" if ex.query_split == ex.reference_split == "all"  # (not "all queries in all")
+             else f"{ex.query_split} queries in {ex.reference_split}")
+    head = title or f"top-{k} retrievals: {where} ({ex.metric})"
     which = "this query" if n == 1 else f"these {n} queries"
     # how the queries were chosen, so that the picture can be made again
     seed = getattr(ex, "seed", None)
