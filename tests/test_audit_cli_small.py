@@ -120,7 +120,7 @@ def test_neighbours_paths_file_skips_comment_lines_as_saliency(tmp_path, capsys)
     assert main(["neighbours", str(f), "--paths-file", str(pf), "--n-retrievals", "2",
                  "-o", str(tmp_path / "g.png")]) == 0
     assert "2 queries, top-2" in capsys.readouterr().out
-    from embedscope.viz.neighbours import neighbours_figure
+    from embedscope.analyses import neighbours_figure
 
     _, _, ex = neighbours_figure(f, tmp_path / "h.png", paths_file=pf, k=2)
     assert list(ex.query_paths) == ["c3/img3.png", "c1/img#5.png"]

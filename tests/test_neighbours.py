@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from embedscope import store
-from embedscope.analyses import neighbour_examples
+from embedscope.analyses import neighbour_examples, neighbours_figure
 from embedscope.errors import EmbedscopeError, UsageError
-from embedscope.viz.neighbours import RIGHT, WRONG, neighbours_figure
+from embedscope.viz.neighbours import RIGHT, WRONG
 
 
 def _set(n=40, d=6, seed=0, split=None, dataset=None, root=None, paths=None):

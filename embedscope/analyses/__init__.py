@@ -27,6 +27,7 @@ _EXPORTS = {
     "yoke": "embedscope.analyses.maps",
     "scatter": "embedscope.analyses.neighbours",
     "neighbour_examples": "embedscope.analyses.neighbours",
+    "neighbours_figure": "embedscope.analyses.neighbours",
     # image properties (§9)
     "properties": "embedscope.analyses.image_properties",
     # the measure registry

@@ -168,3 +168,47 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
         query_paths=qset.paths[qidx], query_labels=q_lab, ref_paths=rset.paths[idx], ref_labels=r_lab,
         similarity=np.asarray(sim, dtype=np.float64), correct=(r_lab == q_lab[:, None]), query_split=split,
         reference_split=reference_split, metric=metric, seed=drawn_with, selection=selection)
+
+
+def neighbours_figure(source: Any, out, *, split: str = "test", reference_split: str | None = None,
+                      queries: int = 8, paths: Sequence[str] | None = None, paths_file: str | None = None,
+                      k: int = 5, root: str | None = None, metric: str = "cosine", seed: int = 0,
+                      force: bool = False, progress: bool = False):
+    """The ``embedscope neighbours`` figure as one call -> ``(png, pdf, NeighbourExamples)``.
+
+    :func:`neighbour_examples` picks the queries (``queries`` drawn with ``seed``, or the rows of
+    ``paths`` / the lines of ``paths_file``) and finds their ``k`` retrievals;
+    :func:`embedscope.data.thumbnails.neighbour_pictures` reads their pictures (from ``root``, else the
+    file's recorded ``root``; the digits from memory); :func:`embedscope.viz.neighbours.draw_neighbours`
+    draws them. Both outputs are checked before any work (``force`` replaces them).
+    """
+    from embedscope.data.thumbnails import neighbour_pictures
+    from embedscope.fileio import check_writable
+    from embedscope.viz.figures import figure_paths, save_figure, use_agg
+    from embedscope.viz.neighbours import draw_neighbours
+
+    if paths is not None and paths_file is not None:
+        raise UsageError("give the queries' paths or a paths file, not both")
+    png, pdf = figure_paths(out)
+    for p in (png, pdf):
+        check_writable(p, force=force)
+    if paths_file is not None:  # read as saliency's: blank lines skipped, a line starting with # a comment
+        from embedscope.fileio import read_paths_file
+
+        paths = read_paths_file(paths_file)
+    es = as_set(source)
+    ex = neighbour_examples(es, split=split, reference_split=reference_split, queries=queries, paths=paths,
+                            k=k, metric=metric, seed=seed, progress=progress)
+    dataset = es.attrs.get("dataset")
+    root = root or es.attrs.get("root") or None
+    qimgs, rimgs = neighbour_pictures(ex, dataset=dataset if isinstance(dataset, str) else None, root=root,
+                                      progress=progress)
+    import matplotlib.pyplot as plt
+
+    use_agg()
+    fig = draw_neighbours(ex, qimgs, rimgs)
+    try:
+        save_figure(fig, png, force=force)
+    finally:
+        plt.close(fig)
+    return png, pdf, ex

@@ -47,7 +47,7 @@ def _root(args, es) -> str | None:
     """The images' folder, checked before the search: --root, else the file's ``root`` attribute
     (recorded at embed time). A folder that is not there is one line naming where it came from (a
     recorded one is not called a --root the user never gave). None for the digits (drawn from their
-    pixels, as :func:`~embedscope.viz.neighbours.load_thumbnails` draws them); photos of a file that
+    pixels, as :func:`~embedscope.data.thumbnails.load_thumbnails` draws them); photos of a file that
     records no folder need --root (a usage error, as the pictures' reader's)."""
     from pathlib import Path
 
@@ -71,16 +71,13 @@ def _root(args, es) -> str | None:
 
 
 def run(args) -> int:
-    import matplotlib.pyplot as plt
-
     from embedscope.analyses._sources import as_set
-    from embedscope.analyses.neighbours import neighbour_examples
+    from embedscope.analyses.neighbours import neighbours_figure
     from embedscope.cli.output import print_wrote
     from embedscope.errors import UsageError
     from embedscope.fileio import check_writable
     from embedscope.text import safe
-    from embedscope.viz.figures import figure_paths, save_figure, use_agg
-    from embedscope.viz.neighbours import draw_neighbours, neighbour_pictures
+    from embedscope.viz.figures import figure_paths
 
     # the figure's size, then the outputs, before any work
     asked = args.queries is not None  # (the default, 8, says nothing when a split has fewer rows)
@@ -91,8 +88,7 @@ def run(args) -> int:
     if args.n_retrievals > MAX_RETRIEVALS:
         raise UsageError(f"--n-retrievals {args.n_retrievals}: a figure holds at most {MAX_RETRIEVALS} "
                          "retrievals per query")
-    png, pdf = figure_paths(args.output)
-    for p in (png, pdf):
+    for p in figure_paths(args.output):
         check_writable(p, force=args.force)
     paths = None
     if args.paths_file is not None:  # read as saliency's: blank lines skipped, a line starting with # a comment
@@ -102,22 +98,13 @@ def run(args) -> int:
         if len(paths) > MAX_QUERIES:
             raise UsageError(f"--paths-file {safe(args.paths_file)} lists {len(paths)} queries: a figure holds "
                              f"at most {MAX_QUERIES} (one row each)")
-    progress = not args.no_progress
     es = as_set(args.file)
-    root = _root(args, es)
-    ex = neighbour_examples(es, split=args.split, reference_split=args.reference_split, queries=args.queries,
-                            paths=paths, k=args.n_retrievals, metric=args.metric, seed=args.seed, progress=progress)
+    png, pdf, ex = neighbours_figure(es, args.output, split=args.split, reference_split=args.reference_split,
+                                     queries=args.queries, paths=paths, k=args.n_retrievals, root=_root(args, es),
+                                     metric=args.metric, seed=args.seed, force=args.force,
+                                     progress=not args.no_progress)
     k = args.n_retrievals
     n = len(ex.query_paths)
-    dataset = es.attrs.get("dataset")
-    qimgs, rimgs = neighbour_pictures(ex, dataset=dataset if isinstance(dataset, str) else None, root=root,
-                                      progress=progress)
-    use_agg()
-    fig = draw_neighbours(ex, qimgs, rimgs)
-    try:
-        save_figure(fig, png, force=args.force)
-    finally:
-        plt.close(fig)
     how = f" (drawn with --seed {ex.seed})" if ex.seed is not None else " (from --paths-file)"
     what = f"{n} {'query' if n == 1 else 'queries'}"
     if paths is None and asked and n < args.queries:  # the split has fewer rows than asked for: all of them

@@ -2,67 +2,28 @@
 
 Roth et al.'s code writes such a figure (``sample_recoveries.png``); here it is a command
 (``embedscope neighbours``). :func:`embedscope.analyses.neighbour_examples` picks the queries and
-runs the exact k-nearest-neighbour search (docs/methods.md §1); :func:`load_thumbnails` reads the
-pictures (the 8 x 8 digits from memory, image data sets from their root folder);
-:func:`draw_neighbours` only draws.
+runs the exact k-nearest-neighbour search (docs/methods.md §1);
+:func:`embedscope.data.thumbnails.load_thumbnails` reads the pictures (the 8 x 8 digits from memory,
+image data sets from their root folder); :func:`draw_neighbours` only draws, and
+:func:`embedscope.analyses.neighbours_figure` does all three as one call.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses.neighbours import NeighbourExamples, neighbour_examples  # noqa: F401
-from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR
+
+if TYPE_CHECKING:
+    from embedscope.analyses.neighbours import NeighbourExamples
 
 # colour-blind-safe (viz/style.py), and a mark in each caption, so colour is not the only cue
 RIGHT = SAME_CLASS_COLOR  # bluish green: the retrieval has the query's class
 WRONG = OTHER_CLASS_COLOR  # vermillion: another class
 RIGHT_MARK, WRONG_MARK = "✓", "✗"
 QUERY = "#404040"
-
-
-def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | None, size: int = 128) -> list[Any]:
-    """Pictures for ``paths``: digits from ``embedscope.data.digits`` (8 x 8 arrays), photos from ``root``.
-
-    A photo is returned as an RGB uint8 array, its longer side scaled to ``size`` pixels.
-    """
-    from embedscope.text import safe
-
-    paths = list(paths)
-    if dataset == "digits" or (paths and all(str(p).startswith("digits/") for p in paths)):
-        from embedscope.data.digits import load_digits_dataset
-
-        images = load_digits_dataset().images
-        out = []
-        for p in paths:
-            try:
-                i = int(str(p).split("/", 1)[1])
-                out.append(images[i])
-            except (IndexError, ValueError):
-                raise EmbedscopeError(f"{safe(p)} is not a digits item id (digits/NNNN)") from None
-        return out
-    if not root:
-        raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
-    rootp = Path(root)
-    if not rootp.is_dir():
-        raise EmbedscopeError(f"--root {safe(root)}: not a folder")
-    from PIL import Image
-
-    out = []
-    for p in paths:
-        f = rootp / str(p)
-        try:
-            with Image.open(f) as im:
-                im = im.convert("RGB")
-                im.thumbnail((size, size))
-                out.append(np.asarray(im))
-        except (OSError, ValueError) as e:
-            raise EmbedscopeError(f"cannot read image {safe(f)}: {safe(getattr(e, 'strerror', None) or e)}") from None
-    return out
 
 
 def similarity_digits(sim: Any, lo: int = 2, hi: int = 5) -> int:
@@ -155,62 +116,3 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
         H = max(H - n * slack, 1.0)
         fig.set_size_inches(W, H)
     return fig
-
-
-def neighbour_pictures(ex, *, dataset: str | None, root: str | None, progress: bool = False) -> tuple[list, list]:
-    """The thumbnails of ``ex``'s queries and of each query's retrievals (:func:`load_thumbnails`):
-    ``(query pictures, [retrieval pictures per query])``. Photos are read query by query, with a
-    progress bar when ``progress``; the digits (no ``root``) are drawn from memory at once."""
-    from embedscope.progress import progress_bar
-
-    n, k = len(ex.query_paths), (len(ex.ref_paths[0]) if len(ex.ref_paths) else 0)
-    if root is None:
-        pics = load_thumbnails(list(ex.query_paths) + [p for row in ex.ref_paths for p in row], dataset=dataset,
-                               root=root)
-        return pics[:n], [pics[n + r * k: n + (r + 1) * k] for r in range(n)]
-    qimgs, rimgs = [], []
-    with progress_bar(total=n, desc="pictures", unit="query", enabled=progress) as bar:
-        for r in range(n):
-            pics = load_thumbnails([ex.query_paths[r], *ex.ref_paths[r]], dataset=dataset, root=root)
-            qimgs.append(pics[0])
-            rimgs.append(pics[1:])
-            bar.update(1)
-    return qimgs, rimgs
-
-
-def neighbours_figure(source: Any, out, *, split: str = "test", reference_split: str | None = None,
-                      queries: int = 8, paths_file: str | None = None, k: int = 5, root: str | None = None,
-                      metric: str = "cosine", seed: int = 0, force: bool = False, progress: bool = False):
-    """The ``embedscope neighbours`` command as one call -> (png, pdf, :class:`NeighbourExamples`).
-
-    ``source``: an embedding file or set; pictures from the file's ``root`` attribute unless
-    ``root`` is given (:func:`neighbour_pictures`). Outputs are checked before any work.
-    """
-    import matplotlib.pyplot as plt
-
-    from embedscope.analyses._sources import as_set
-    from embedscope.fileio import check_writable
-    from embedscope.viz.figures import figure_paths, save_figure, use_agg
-
-    png, pdf = figure_paths(out)
-    for p in (png, pdf):
-        check_writable(p, force=force)
-    paths = None
-    if paths_file is not None:  # read as saliency's: blank lines skipped, a line starting with # a comment
-        from embedscope.fileio import read_paths_file
-
-        paths = read_paths_file(paths_file)
-    es = as_set(source)
-    ex = neighbour_examples(es, split=split, reference_split=reference_split, queries=queries, paths=paths,
-                            k=k, metric=metric, seed=seed)
-    dataset = es.attrs.get("dataset")
-    root = root or es.attrs.get("root") or None
-    qimgs, rimgs = neighbour_pictures(ex, dataset=dataset if isinstance(dataset, str) else None, root=root,
-                                      progress=progress)
-    use_agg()
-    fig = draw_neighbours(ex, qimgs, rimgs)
-    try:
-        save_figure(fig, png, force=force)
-    finally:
-        plt.close(fig)
-    return png, pdf, ex
