@@ -191,6 +191,12 @@ def check_rows(rows: Any, n: int) -> np.ndarray:
         return idx.astype(np.int64)  # [] reads as float
     if not np.issubdtype(idx.dtype, np.integer):
         raise EmbedscopeError(f"select needs a boolean mask or integer row indices, got {idx.dtype} values")
+    if n > 2 and idx.shape[0] == n and idx.min() >= 0 and idx.max() <= 1:
+        # one 0/1 integer per row is a mask that lost its dtype ((labels == c).astype(int), a 0/1 column
+        # read from a table): read as indices it would repeat rows 0 and 1 n times, silently
+        raise EmbedscopeError(f"select got {n} integers of 0 and 1 for a set of {n} rows: a mask stored as "
+                              "integers? Give it as booleans (mask.astype(bool)), or the rows' indices "
+                              "(np.flatnonzero(mask))")
     out = (idx < -n) | (idx >= n)
     if out.any():
         raise EmbedscopeError(f"row index {int(idx[out][0])} is out of range for a set of {n} rows")

@@ -135,9 +135,14 @@ def test_select_checks_its_rows():
                        ([-61], r"row index -61 is out of range"),
                        (np.ones(60), r"boolean mask or integer row indices, got float64"),
                        (np.ones(59, dtype=bool), r"the boolean mask has 59 entries for a set of 60 rows"),
-                       ("train", r"boolean mask or integer row indices")):
+                       ("train", r"boolean mask or integer row indices"),
+                       ((es.labels == 1).astype(int), r"select got 60 integers of 0 and 1 for a set of 60 "
+                                                      r"rows: a mask stored as integers\? Give it as booleans")):
         with pytest.raises(EmbedscopeError, match=match):
             es.select(bad)
+    # indices may repeat (a bootstrap); only n of them, all 0 or 1, read as a lost mask
+    assert es.select(np.zeros(59, dtype=int)).n == 59 and es.select(np.r_[np.zeros(59, int), 2]).n == 60
+    assert _set().select(np.arange(60)).n == 60
 
 
 def test_a_missing_split_of_a_set_made_from_arrays_says_how_to_ask():
