@@ -225,6 +225,9 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     use_amp = bool(amp) and dev.type == "cuda"
     X = embed_images(model, ds, transform=transform, batch_size=batch_size, num_workers=num_workers,
                      device=device, amp=use_amp, progress=progress, desc=f"embed {ds.name}/{split}")
+    # the file the model came from; of a trunk/embedder pair the trunk's (info["path"] names both, joined by
+    # " + ": split on that, a checkpoint named "run + aug.pt" was recorded as the path of "run")
+    source = str(info.get("trunk") or info["path"] or "")
     es = store.EmbeddingSet(
         embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split, class_names=ds.class_names,
         properties=ds.properties,
@@ -239,7 +242,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             "torch_version": str(torch.__version__),
             "precision": "bfloat16 autocast" if use_amp else "float32",
             "transform": "; ".join(x for x in (input_text, describe_input(config)) if x),
-            "checkpoint": info["path"] and str(Path(str(info["path"]).split(" + ")[0]).resolve()),
+            "checkpoint": source and str(Path(source).resolve()),
             "checkpoint_format": info["format"],
             "checkpoint_sha256": info["sha256"],
             "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str)),

@@ -135,7 +135,7 @@ def test_random_head_seeded(tmp_path):
 
 def test_timm_optional(monkeypatch):
     monkeypatch.setitem(sys.modules, "timm", None)
-    with pytest.raises(EmbedscopeError, match=r"pip install embedscope\[timm\]"):
+    with pytest.raises(EmbedscopeError, match=r"pip install 'embedscope\[timm\]'"):
         EmbeddingModel("timm:resnet18", 8)
     fake = types.ModuleType("timm")
 

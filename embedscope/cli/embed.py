@@ -12,7 +12,8 @@ def add_parser(sub, parents):
                        "GPU when present) and write embeddings, labels, paths, split and provenance to HDF5.")
     p.add_argument("checkpoint", nargs="?",
                    help="checkpoint: embedscope format, a bare state dict (with --arch), Roth et al.'s "
-                   "checkpoint_*.pth.tar, or a powerful-benchmarker saved_models folder; omit it with "
+                   "checkpoint*.pth.tar (Revisiting_Deep_Metric_Learning_PyTorch, Deep-Metric-Learning-Baselines), "
+                   "or a pytorch-metric-learning / powerful-benchmarker saved_models folder; omit it with "
                    "--trunk/--embedder, or with --arch for an ImageNet baseline (docs/checkpoint.md)")
     p.add_argument("--dataset", required=True, type=dataset_name,
                    help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")

@@ -15,7 +15,9 @@
   normalisation, ``double`` (BN-Inception) adds the global max pool to the average pool, and the
   embedding size is ``opt.embed_dim``. Input as in their data sets: Resize(256) + CenterCrop(224)
   (227 for GoogLeNet); ImageNet mean/std, except BN-Inception: mean (0.502, 0.4588, 0.4078),
-  std 0.0039 on [0, 1] RGB, then flipped to BGR.
+  std 0.0039 on [0, 1] RGB, then flipped to BGR. Their earlier Deep-Metric-Learning-Baselines
+  (``opt.arch`` plain ``resnet50`` / ``googlenet``, a ``sampling`` option): BatchNorm frozen, output
+  normalised unless ``opt.loss`` is ``npair``, GoogLeNet without ``transform_input``.
 - **ImageNet baselines** without a DML checkpoint (:func:`build_pretrained`): a backbone with
   weights from a local file and ``head="none"`` (pooled features) or ``head="random"`` (seeded
   random normalised head, Roth et al. Table 2's first row; docs/methods.md §7).
@@ -49,6 +51,7 @@ from embedscope.models.checkpoint import (
 
 PML_FORMAT = "pytorch-metric-learning trunk+embedder"
 ROTH_FORMAT = "Roth et al. 2020 checkpoint"
+DMLB_FORMAT = "Roth et al. Deep-Metric-Learning-Baselines checkpoint"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +189,10 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     esd = _read_state_dict(embedder, "embedder", unsafe_pickle, allow_empty=True)
     a = arch or detect_arch(tsd)
     if not a:
+        if any(k.startswith("backbone.") for k in tsd) and any(k.startswith("head.") for k in tsd):
+            raise EmbedscopeError(f"{trunk}: holds a whole embedscope model (backbone.* and head.* keys), not a "
+                                  "trunk: give it as the checkpoint (with --arch if it has no config), without "
+                                  "--trunk/--embedder")
         raise EmbedscopeError(
             f"{trunk}: cannot tell the trunk's architecture from its keys (found {_keys_preview(sorted(tsd))}): "
             "name it with --arch")
@@ -264,7 +271,15 @@ def load_pml_folder(folder: str | os.PathLike, *, arch: str | None = None, norma
 
 
 def is_roth_checkpoint(obj: Any) -> bool:
-    return isinstance(obj, dict) and "state_dict" in obj and "opt" in obj
+    """Roth et al.'s ``{"state_dict", "opt", ...}``: not an embedscope checkpoint (its ``format``) that
+    happens to keep an ``opt`` too, nor a training checkpoint whose ``opt`` is an optimiser's state
+    dict (``{"state", "param_groups"}``), which went to the Roth et al. reader and was refused there."""
+    if not (isinstance(obj, dict) and "state_dict" in obj and "opt" in obj):
+        return False
+    if obj.get("format") is not None:
+        return False
+    opt = obj["opt"]
+    return not (isinstance(opt, dict) and "param_groups" in opt)
 
 
 def _opt(opt: Any, name: str, default: Any = None) -> Any:
@@ -302,6 +317,11 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
     if base is None:
         raise EmbedscopeError(f"{path}: architecture '{printable(roth_arch, 60)}' is not one of Roth et al.'s "
                               "resnet50, bninception or googlenet")
+    # their earlier code base (Deep-Metric-Learning-Baselines, netlib.py): opt.arch is plain 'resnet50' or
+    # 'googlenet', its options name the miner 'sampling' (the 2020 code: 'batch_mining'); every network
+    # there keeps BatchNorm frozen and L2-normalises its output unless the loss is 'npair', and its GoogLeNet
+    # runs its layers one by one, so torchvision's transform_input is never applied
+    dmlb = (base == a and _opt(opt, "batch_mining") is None and _opt(opt, "sampling") is not None)
     sd = check_state_dict(obj["state_dict"], str(path))
     if all(k.startswith("module.") for k in sd):  # saved from a DataParallel model
         sd = {k[len("module."):]: v for k, v in sd.items()}
@@ -333,17 +353,19 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
             raise EmbedscopeError(f"{path}: opt.embed_dim must be an integer, got {printable(repr(opt_dim), 40)}")
         if opt_dim != dim:
             raise EmbedscopeError(f"{path}: opt.embed_dim is {opt_dim} but model.last_linear has {dim} outputs")
+    fmt = DMLB_FORMAT if dmlb else ROTH_FORMAT
     config: dict[str, Any] = {
-        "embed_dim": dim, "normalize": "normalize" in a, "frozen_bn": "frozen" in a,
-        "image_size": 227 if base == "googlenet" else 224, "resize": 256, "source_format": ROTH_FORMAT,
+        "embed_dim": dim, "normalize": ("normalize" in a) if not dmlb else _opt(opt, "loss") != "npair",
+        "frozen_bn": "frozen" in a or dmlb,
+        "image_size": 227 if base == "googlenet" else 224, "resize": 256, "source_format": fmt,
         "roth_arch": roth_arch,
     }
     if base == "bninception":
         from embedscope.models.bninception import ROTH_INPUT
 
         config.update(input_space=dict(ROTH_INPUT), pool="avg+max" if "double" in a else "avg")
-    if base == "googlenet":
-        config["transform_input"] = True  # torchvision's pretrained GoogLeNet, as their code builds it
+    if base == "googlenet" and not dmlb:
+        config["transform_input"] = True  # torchvision's pretrained GoogLeNet, as their code builds and runs it
     for key in ("dataset", "loss", "batch_mining"):
         v = _opt(opt, key)
         if isinstance(v, str):
@@ -359,7 +381,7 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
     extra = {"roth_options": _opt_items(opt)}
     if isinstance(_opt(opt, "epoch"), int):
         extra["epoch"] = _opt(opt, "epoch")
-    return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": ROTH_FORMAT}
+    return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": fmt}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,13 +461,18 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
         if ema:
             raise UsageError("--ema picks the EMA weights of a training checkpoint or --weights file; "
                              "pytorch-metric-learning's trunk and embedder files hold none")
+        if embed_dim is not None:
+            raise UsageError("--embed-dim sets the size of --head random; a trunk/embedder pair embeds in the size "
+                             "of its embedder's last layer")
         return load_pml(trunk, embedder, arch=arch, normalize=True if normalize is None else normalize,
                         unsafe_pickle=unsafe_pickle, transform_input=transform_input)
     if checkpoint is not None:
         if weights is not None or head is not None:
             raise UsageError("--weights and --head build a model without a checkpoint: give one or the other")
-        model, config, info = load_checkpoint_any(checkpoint, arch=arch, embed_dim=embed_dim,
-                                                  unsafe_pickle=unsafe_pickle, ema=ema,
+        if embed_dim is not None:  # it was passed on, and a size other than the file's failed as a shape mismatch
+            raise UsageError("--embed-dim sets the size of --head random; a checkpoint embeds in the size of its "
+                             "own head (give no --embed-dim)")
+        model, config, info = load_checkpoint_any(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle, ema=ema,
                                                   transform_input=transform_input)
         if normalize is not None and bool(normalize) != model.normalize:
             model.normalize = bool(normalize)

@@ -234,7 +234,7 @@ def _timm_backbone(name: str) -> tuple[nn.Module, int]:
         import timm
     except ImportError:
         raise EmbedscopeError(
-            f"timm:{name} needs the optional timm package: pip install embedscope[timm]") from None
+            f"timm:{name} needs the optional timm package: pip install 'embedscope[timm]'") from None
     try:
         m = timm.create_model(name, pretrained=False, num_classes=0)
     except Exception as e:  # noqa: BLE001 - unknown model name and the like

@@ -305,6 +305,17 @@ def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> 
         return safe_load(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
+    except (ImportError, AttributeError) as e:
+        # a class of a code base not installed here (Roth et al.'s utilities.logger, ...): read the file
+        # inertly, as without --unsafe-pickle (which made such a file fail that loads without it)
+        try:
+            return safe_load(path)
+        except EmbedscopeError:
+            pass
+        raise EmbedscopeError(
+            f"{path}: --unsafe-pickle: unpickling it needs code that is not importable here "
+            f"({e.__class__.__name__}: {printable(_first_line(e), 100)}); install the code base that wrote it"
+        ) from None
     except Exception as e:  # noqa: BLE001
         raise EmbedscopeError(
             f"{path}: not a readable PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})"
@@ -402,21 +413,37 @@ def ema_state_dict(obj: Any, path: str | os.PathLike) -> Any:
     raise EmbedscopeError(f"{path}: --ema: no EMA weights in the file (no {keys}; {what})")
 
 
-def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str) -> None:
-    """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent."""
+def _shape(t: torch.Tensor) -> str:
+    return "[" + ", ".join(str(int(n)) for n in t.shape) + "]"
+
+
+def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str, hint: str = "") -> None:
+    """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent.
+
+    Every problem is named in the one line: missing keys, unexpected keys and tensors of another
+    shape (``file [8, 128], model [8, 512]``; torch's own message was cut before the model's shape,
+    and a shape mismatch hid the missing and unexpected keys). ``hint``: what to do next, appended.
+    """
+    own = model.state_dict()
+    missing = [k for k in own if k not in sd and not k.endswith("num_batches_tracked")]
+    unexpected = [k for k in sd if k not in own]
+    shapes = [k for k in sd if k in own and tuple(sd[k].shape) != tuple(own[k].shape)]
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)} key(s) e.g. {printable(missing[0], 60)}")
+    if unexpected:
+        parts.append(f"unexpected {len(unexpected)} key(s) e.g. {printable(unexpected[0], 60)}")
+    if shapes:
+        k = shapes[0]
+        more = f" (+{len(shapes) - 1} more)" if len(shapes) > 1 else ""
+        parts.append(f"size mismatch for {printable(k, 60)}: file {_shape(sd[k])}, model {_shape(own[k])}{more}")
+    if parts:
+        raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)}){hint}")
     try:
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-    except RuntimeError as e:  # shape mismatches
+        model.load_state_dict(sd, strict=False)
+    except RuntimeError as e:  # anything the checks above did not foresee
         first = str(e).strip().splitlines()[-1].strip()
-        raise EmbedscopeError(f"{where}: weights do not fit {what} ({printable(first, 160)})") from None
-    missing = [k for k in missing if not k.endswith("num_batches_tracked")]
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)} key(s) e.g. {printable(missing[0], 60)}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} key(s) e.g. {printable(unexpected[0], 60)}")
-        raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)})")
+        raise EmbedscopeError(f"{where}: weights do not fit {what} ({printable(first, 160)}){hint}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,7 +505,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         return adapters.load_roth(obj, path, arch=arch, embed_dim=embed_dim)
     fmt = "embedscope"
     if is_module_record(obj):  # a whole pickled module (torch.save(model))
-        return _load_pickled_module(obj, path, arch=arch, embed_dim=embed_dim)
+        return _load_pickled_module(obj, path, arch=arch, embed_dim=embed_dim, unsafe_pickle=unsafe_pickle)
     if isinstance(obj, Record):
         raise EmbedscopeError(f"{path}: holds a {printable(obj.qualname, 80)} object, not a checkpoint; "
                               f"expected {_LAYOUTS}")
@@ -509,6 +536,11 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         raise EmbedscopeError(f"{path}: unknown checkpoint layout: expected {_LAYOUTS}; found keys "
                               f"{_keys_preview(list(map(str, obj)))}")
     sd = strip_prefix(sd)
+    if not any(k.startswith(("backbone.", "head.")) for k in sd):  # before asking for --arch: it would not help
+        raise EmbedscopeError(
+            f"{path}: unknown key layout for an embedscope model: expected 'backbone.*' and 'head.*' keys, found "
+            f"{_keys_preview(list(sd))}; {_foreign_state_dict_hint(sd, path, obj)}")
+    file_arch = config.get("arch")
     if arch:
         config["arch"] = arch
     if "arch" not in config:
@@ -517,13 +549,10 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         if not obj.get("config"):
             raise EmbedscopeError(f"{path}: the checkpoint has no config: name the architecture with --arch")
         raise EmbedscopeError(f"{path}: its config names no architecture ('arch' is missing): name it with --arch")
-    if not any(k.startswith(("backbone.", "head.")) for k in sd):
-        raise EmbedscopeError(
-            f"{path}: unknown key layout for an embedscope model: expected 'backbone.*' and 'head.*' keys, found "
-            f"{_keys_preview(list(sd))}; for backbone weights alone use --weights with --head none|random, for a "
-            "pytorch-metric-learning trunk use --trunk/--embedder")
-    if "head.weight" in sd and config.get("head", "linear") in ("linear", "random"):
-        config.setdefault("embed_dim", int(sd["head.weight"].shape[0]))
+    if config.get("head", "linear") in ("linear", "random"):  # the size the file's head has
+        head_out = sd.get("head.weight", sd.get("head.bias"))
+        if head_out is not None and head_out.ndim >= 1:
+            config.setdefault("embed_dim", int(head_out.shape[0]))
     if embed_dim:
         config["embed_dim"] = embed_dim
     arch_name = config.pop("arch")
@@ -537,11 +566,31 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         model = build_model(config)
     except EmbedscopeError as e:  # the file it came from, in front
         raise EmbedscopeError(f"{path}: {e}") from None
-    load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model")
+    hint = ""
+    if arch and isinstance(file_arch, str) and file_arch != arch:
+        hint = f"; the file's config names {printable(file_arch, 40)}, which --arch {printable(arch, 40)} replaced"
+    load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model", hint=hint)
     model.eval()
     if ema:
         config["weights_ema"] = True  # the file's EMA weights, not its state_dict
     return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": fmt}
+
+
+def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any = None) -> str:
+    """What to do with a state dict that is not an embedscope model's (the end of a one-line error)."""
+    from embedscope.models.adapters import detect_arch
+
+    a = detect_arch(sd)
+    if a:
+        return (f"its keys are those of a {a} backbone (a torchvision / pytorch-metric-learning trunk file): embed "
+                f"it with no checkpoint as --arch {a} --weights {printable(path, 1000)} --head none|random, or as "
+                "--trunk with --embedder")
+    if isinstance(obj, dict) and isinstance(obj.get("arch"), str) and "args" in obj:  # timm's train.py
+        return (f"it looks like a timm training checkpoint of {printable(obj['arch'], 60)}: embed it with no "
+                f"checkpoint as --arch timm:{printable(obj['arch'], 60)} --weights {printable(path, 1000)} "
+                "--head none|random")
+    return ("for backbone weights alone use --weights with --arch and --head none|random, for a "
+            "pytorch-metric-learning trunk use --trunk/--embedder")
 
 
 #: torchvision's released DenseNet files keep the pre-0.4 module names ``denselayerN.norm.1``,
@@ -558,8 +607,8 @@ def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
 PICKLED_FORMAT = "pickled embedscope model (--unsafe-pickle)"
 
 
-def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: int | None
-                         ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: int | None,
+                         unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """A whole pickled module as a checkpoint.
 
     Its forward pass and its settings (normalisation, input convention, pooling, head) are the code
@@ -569,6 +618,11 @@ def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: i
     """
     qual = obj.qualname if isinstance(obj, Record) else f"{type(obj).__module__}.{type(obj).__qualname__}"
     if isinstance(obj, Record) and qual == f"{EmbeddingModel.__module__}.{EmbeddingModel.__qualname__}":
+        if unsafe_pickle:  # read inertly all the same: a class inside it is not importable here
+            raise EmbedscopeError(
+                f"{path}: holds a whole pickled embedscope model that does not unpickle here even with "
+                "--unsafe-pickle (a class inside it is not importable); save model.state_dict() where it was "
+                "made and load that with --arch")
         raise EmbedscopeError(
             f"{path}: holds a whole pickled embedscope model (torch.save(model)); its settings are restored only "
             "by unpickling it with --unsafe-pickle (nothing was run; pass it only if you trust the file), or save "
