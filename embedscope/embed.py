@@ -171,7 +171,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
                   progress: bool = True, weights=None, head: str | None = None, embed_dim: int | None = None,
-                  head_seed: int = 0, trunk=None, embedder=None, amp: bool | None = None,
+                  head_seed: int | None = None, trunk=None, embedder=None, amp: bool | None = None,
                   image_size: int | None = None, resize: int | None = None, ema: bool = False,
                   transform_input: bool | None = None) -> Path:
     """Load a model (:func:`embedscope.models.load_model`: a checkpoint, a trunk/embedder pair or an

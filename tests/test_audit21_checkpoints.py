@@ -284,16 +284,24 @@ def test_unexpected_key_from_the_file_is_escaped(tmp_path, capsys):
     assert "\x1b" not in err and "unexpected 1 key(s) e.g. head.\\x1b[2Jx" in err
 
 
-def test_embed_dim_with_a_checkpoint_is_a_usage_error(tmp_path, capsys):
+def test_embed_dim_or_head_seed_with_a_checkpoint_is_a_usage_error(tmp_path, capsys):
     """It was passed on to the model: another size than the file's was a shape mismatch (exit 1), the
     same size silently did nothing; with --trunk/--embedder it was ignored."""
     _digits_ckpt(tmp_path / "d.pt")
-    for extra in (["--embed-dim", "16"], ["--embed-dim", "8"]):
+    for extra in (["--embed-dim", "16"], ["--embed-dim", "8"], ["--head-seed", "3"], ["--head-seed", "0"]):
         err = _one_line_error(*_run(["embed", tmp_path / "d.pt", *extra, "--dataset", "digits",
                                      "-o", tmp_path / "e.h5", "--no-progress"], capsys), code=2)
-        assert "--embed-dim sets the size of --head random" in err
+        assert f"{extra[0]} sets --head random's head; a checkpoint embeds with its own head" in err
     with pytest.raises(UsageError, match="--embed-dim"):
         load_model(trunk=tmp_path / "d.pt", embedder=tmp_path / "d.pt", embed_dim=4)
+    with pytest.raises(UsageError, match="--head-seed"):
+        load_model(trunk=tmp_path / "d.pt", embedder=tmp_path / "d.pt", head_seed=0)
+    with pytest.raises(UsageError, match="--head-seed applies to --head random"):
+        load_model(arch="resnet18", head="none", head_seed=1)
+    # the default seed is 0: no --head-seed and --head-seed 0 draw the same head
+    a, cfg, _ = load_model(arch="resnet18", head="random", embed_dim=4)
+    b, _, _ = load_model(arch="resnet18", head="random", embed_dim=4, head_seed=0)
+    assert cfg["head_seed"] == 0 and torch.equal(a.head.weight, b.head.weight)
     assert not (tmp_path / "e.h5").exists()
 
 

@@ -30,7 +30,7 @@ def add_parser(sub, parents):
                    help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
                    "random normalised linear head (Roth et al. Table 2's baseline); default none")
     p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
-    p.add_argument("--head-seed", type=seed_int, default=0, help="seed of --head random (default: 0)")
+    p.add_argument("--head-seed", type=seed_int, help="seed of --head random (default: 0)")
     p.add_argument("--ema", action="store_true",
                    help="use the checkpoint's EMA weights (timm's state_dict_ema) instead of its state_dict, for a "
                    "checkpoint or --weights; a file without them is an error")

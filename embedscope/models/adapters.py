@@ -389,13 +389,13 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
 
 
 def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, head: str = "none",
-                     embed_dim: int | None = None, head_seed: int = 0, normalize: bool = True,
+                     embed_dim: int | None = None, head_seed: int | None = None, normalize: bool = True,
                      unsafe_pickle: bool = False, ema: bool = False, transform_input: bool | None = None
                      ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """A backbone with local ImageNet weights and no trained head -> (model in eval mode, config, info).
 
     ``head="none"``: the pooled features ("ImageNet features"); ``head="random"``: a linear layer
-    drawn from ``torch.manual_seed(head_seed)`` with PyTorch's default initialisation, output
+    drawn from ``torch.manual_seed(head_seed)`` (default 0) with PyTorch's default initialisation, output
     L2-normalised (Roth et al. Table 2, "ImageNet + random normalised head", docs/methods.md §7).
     Without ``weights`` the backbone keeps its random initialisation (an untrained baseline).
     ``ema``: the EMA copy of a training checkpoint's weights (timm's ``state_dict_ema``,
@@ -407,10 +407,13 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
         raise UsageError(f"--head {head} needs a trained checkpoint; without one use --head none or --head random")
     if head == "none" and embed_dim is not None:
         raise UsageError("--embed-dim applies to --head random (--head none keeps the backbone's feature size)")
+    if head == "none" and head_seed is not None:
+        raise UsageError("--head-seed applies to --head random (--head none has no head to draw)")
     if embed_dim is not None and (isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1):
         raise UsageError(f"--embed-dim must be a positive integer, got {embed_dim!r}")
     cfg = default_config(arch, head=head, normalize=bool(normalize), frozen_bn=False,
-                         embed_dim=embed_dim if head == "random" else None, head_seed=int(head_seed),
+                         embed_dim=embed_dim if head == "random" else None,
+                         head_seed=int(head_seed or 0),
                          source_format="imagenet-baseline")
     if ema and weights is None:
         raise UsageError("--ema picks the EMA weights of a file: give --weights (or a checkpoint)")
@@ -437,7 +440,7 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
 
 def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None = None,
                weights: str | os.PathLike | None = None, head: str | None = None, embed_dim: int | None = None,
-               head_seed: int = 0, trunk: str | os.PathLike | None = None,
+               head_seed: int | None = None, trunk: str | os.PathLike | None = None,
                embedder: str | os.PathLike | None = None, normalize: bool | None = None,
                unsafe_pickle: bool = False, ema: bool = False, transform_input: bool | None = None
                ) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
@@ -461,17 +464,19 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
         if ema:
             raise UsageError("--ema picks the EMA weights of a training checkpoint or --weights file; "
                              "pytorch-metric-learning's trunk and embedder files hold none")
-        if embed_dim is not None:
-            raise UsageError("--embed-dim sets the size of --head random; a trunk/embedder pair embeds in the size "
-                             "of its embedder's last layer")
+        if embed_dim is not None or head_seed is not None:
+            raise UsageError(f"{'--embed-dim' if embed_dim is not None else '--head-seed'} sets --head random's "
+                             "head; a trunk/embedder pair embeds with its embedder")
         return load_pml(trunk, embedder, arch=arch, normalize=True if normalize is None else normalize,
                         unsafe_pickle=unsafe_pickle, transform_input=transform_input)
     if checkpoint is not None:
         if weights is not None or head is not None:
             raise UsageError("--weights and --head build a model without a checkpoint: give one or the other")
-        if embed_dim is not None:  # it was passed on, and a size other than the file's failed as a shape mismatch
-            raise UsageError("--embed-dim sets the size of --head random; a checkpoint embeds in the size of its "
-                             "own head (give no --embed-dim)")
+        if embed_dim is not None or head_seed is not None:  # (a size other than the file's failed as a shape
+            # mismatch, the same size and any --head-seed were ignored)
+            flag = "--embed-dim" if embed_dim is not None else "--head-seed"
+            raise UsageError(f"{flag} sets --head random's head; a checkpoint embeds with its own head (give no "
+                             f"{flag})")
         model, config, info = load_checkpoint_any(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle, ema=ema,
                                                   transform_input=transform_input)
         if normalize is not None and bool(normalize) != model.normalize:
