@@ -177,7 +177,7 @@ def test_cli_train_with_yaml_and_overrides(tmp_path, capsys):
                  str(tmp_path / "z.pt")]) == 2
     bad = tmp_path / "bad.yaml"
     bad.write_text("dataset: digits\nlearning_rate: 3\n")
-    assert main(["train", "--config", str(bad), "-o", str(tmp_path / "q.pt")]) == 1
+    assert main(["train", "--config", str(bad), "-o", str(tmp_path / "q.pt")]) == 2  # a usage error, as on the command line
     assert "unknown option 'learning_rate'" in capsys.readouterr().err
 
 
@@ -396,7 +396,7 @@ def test_tensorboard_gets_loss_r1_map_rho_per_epoch(tmp_path, monkeypatch):
     calls = []
 
     class Writer:
-        def __init__(self, log_dir):
+        def __init__(self, log_dir, **kw):
             calls.append(("dir", log_dir))
 
         def add_scalar(self, tag, value, step):

@@ -46,7 +46,7 @@ def read_yaml_options(path: str) -> dict:
 
     import yaml
 
-    from embedscope.errors import EmbedscopeError
+    from embedscope.errors import EmbedscopeError, UsageError
     from embedscope.text import safe
 
     f = Path(path)
@@ -61,17 +61,17 @@ def read_yaml_options(path: str) -> dict:
     except (UnicodeDecodeError, OSError) as e:
         raise EmbedscopeError(f"{path}: cannot be read as a UTF-8 text file ({e.__class__.__name__})") from None
     if not isinstance(data, dict):
-        raise EmbedscopeError(f"{path}: expected a mapping of option: value")
+        raise UsageError(f"{path}: expected a mapping of option: value")
     out = {}
     for k, v in data.items():
         key = str(k).replace("-", "_")
         if key not in OPTION_DESTS and key not in FILE_ONLY:
-            raise EmbedscopeError(f"{path}: unknown option '{safe(k)}' "
-                                  f"(allowed: {', '.join(OPTION_DESTS + sorted(FILE_ONLY))})")
+            raise UsageError(f"{path}: unknown option '{safe(k)}' "
+                             f"(allowed: {', '.join(OPTION_DESTS + sorted(FILE_ONLY))})")
         if key in FILE_ONLY_BOOLS and not isinstance(v, bool):
-            raise EmbedscopeError(f"{path}: {k} must be true or false, got {safe(repr(v))}")
+            raise UsageError(f"{path}: {safe(k)} must be true or false, got {safe(repr(v))}")
         if key in ("output", "o", "log", "tensorboard") and not isinstance(v, str):
-            raise EmbedscopeError(f"{path}: {k} must be a file name, got {safe(repr(v))}")
+            raise UsageError(f"{path}: {safe(k)} must be a file name, got {safe(repr(v))}")
         out["output" if key == "o" else key] = v
     return out
 

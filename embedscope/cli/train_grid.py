@@ -53,13 +53,13 @@ def run(args) -> int:
     # an earlier train-grid table is merged; another file is refused before any training (or, with
     # --force, replaced)
     had_rows = table.is_file() and grid_table_problem(table) is None
+    from embedscope.text import safe
+
     rows = train_grid(dataset, args.losses, args.p_switch, args.seeds, args.output, options=opts,
                       force=args.force, keep_epochs=args.keep_epochs, progress=not args.no_progress,
-                      workers=args.workers)
+                      workers=args.workers, echo=lambda s: print(safe(s), flush=True))
     print(format_table(rows, ["name", "status", "epochs", "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best",
                               "final_R@1", "final_rho", "untrained_R@1"],
                        title=f"train-grid ({len(rows)} combinations)"))
-    from embedscope.text import safe
-
     print(f"wrote {safe(Path(args.output) / 'grid.csv')}" + (" (merged with its earlier rows)" if had_rows else ""))
     return 0

@@ -314,7 +314,10 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         row.update(embed_dim=cfg["embed_dim"], normalize=cfg["normalize"])
         kind, done = stored.get((lo, p, s), ("", None))
         if kind == "finished" and not force:
-            say(f"[{i}/{len(combos)}] {name}: finished already, skipped (same settings)")
+            unkept = keep_epochs and not (run_paths(ckpt)["dir"] / "epoch-000.pt").is_file()
+            say(f"[{i}/{len(combos)}] {name}: finished already, skipped (same settings)"
+                + ("; it was trained without --keep-epochs and has no epoch-NNN.pt (--force retrains it with them)"
+                   if unkept else ""))
             rows.append({**row, "status": "skipped", **_summary(done["extra"], ckpt)})
             continue
         retrain = force or kind == "other"
@@ -437,6 +440,12 @@ def _train_process(job: _Job, keep_epochs: bool, threads: int, out) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals())
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)  # before torch and numpy's BLAS start their thread pools
+    import multiprocessing
+
+    # a spawned process inherits the parent's 'spawn' as its default start method; the run's data loader
+    # workers (--num-workers) start as in a serial run, with the platform's default (fork on Linux), which
+    # does not pickle the data set and its transforms (the digits' transform is a local function)
+    multiprocessing.set_start_method(None, force=True)
     name = job.ckpt.stem
     try:
         out.put(("line", job.head))

@@ -152,6 +152,27 @@ def _as_str(k: str, v: Any) -> str:
     return v
 
 
+def _check_timm_name(arch: str) -> None:
+    """``timm:NAME`` must name a model of the installed timm (``timm.is_model``; a pretrained tag such as
+    ``resnet18.a1_in1k`` counts): else a usage error now, before the data are read (and, in a grid, before
+    any run trains) rather than when the first run builds its network. A name with a source prefix
+    (``hf-hub:...``) is left to timm."""
+    if not arch.startswith("timm:"):
+        return
+    name = arch[len("timm:"):]
+    try:
+        import timm
+    except ImportError:  # is_known_arch said it was there: the build reports it
+        return
+    is_model = getattr(timm, "is_model", None)
+    if is_model is None or ":" in name:
+        return
+    if not name or not is_model(name):
+        version = getattr(timm, "__version__", None)
+        raise UsageError(f"unknown --arch {_show(arch)}: timm{f' {version}' if version else ''} has no model "
+                         f"{_show(name)} (timm.list_models() names them)")
+
+
 def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     """The full configuration of a run from user options (unknown keys are refused).
 
@@ -195,6 +216,7 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
             raise UsageError("--arch timm:NAME needs timm (pip install 'embedscope[timm]')")
         raise UsageError(f"unknown --arch {_show(opt['arch'])} (choose {', '.join(ARCHS)}, a torchvision "
                          "classification model such as efficientnet_b0, or timm:NAME)")
+    _check_timm_name(opt["arch"])
     if opt["sampler"] not in SAMPLER_NAMES:
         raise UsageError(f"unknown --sampler '{opt['sampler']}' (choose {', '.join(SAMPLER_NAMES)})")
     if opt["miner"] is not None and opt["miner"] not in MINER_NAMES:
@@ -348,25 +370,62 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
 class _TensorBoard:
     """Scalars per epoch to TensorBoard (optional dependency: ``pip install embedscope[tensorboard]``)."""
 
-    def __init__(self, folder: str | os.PathLike | None) -> None:
+    def __init__(self, folder: str | os.PathLike | None, paths: dict[str, Path] | None = None) -> None:
+        """Checks, before any work: the package is installed, ``folder`` is no file, none of the run's
+        files (``paths``: -o, its log, the run folder's checkpoints, which would be written into it as
+        the event folder or find a folder in their place at the end of the run) and can be created and
+        written."""
         self.folder = folder
         self.writer = None
         if folder is None:
             return
-        if Path(folder).exists() and not Path(folder).is_dir():
+        f = Path(folder)
+        if f.exists() and not f.is_dir():
             raise UsageError(f"--tensorboard {folder}: is a file, expected a folder for the event files")
+        if paths is not None:
+            import fnmatch
+
+            here = f.resolve()
+            in_run_dir = here.parent == paths["dir"].resolve() and any(
+                fnmatch.fnmatch(here.name, pat) for pat in (*_RUN_FILE_PATTERNS, _JOURNAL))
+            if in_run_dir or here in (paths["out"].resolve(), paths["log"].resolve()):
+                raise UsageError(f"--tensorboard {folder}: is a file of the run (the checkpoint -o, its log or a "
+                                 f"checkpoint in {paths['dir']}); give the event files a folder of their own")
         try:
             from torch.utils.tensorboard import SummaryWriter  # noqa: F401
         except ImportError:
             raise EmbedscopeError("--tensorboard needs the tensorboard package: "
                                   "pip install 'embedscope[tensorboard]'") from None
+        from embedscope.fileio import _probe
 
-    def open(self, cfg: dict[str, Any], notes: list[str]) -> None:
+        anc = f
+        while not anc.exists() and anc != anc.parent:  # where the event folder will be created
+            anc = anc.parent
+        if not anc.is_dir():
+            raise UsageError(f"--tensorboard {folder}: {anc} is a file, not a folder")
+        _probe(anc, f"--tensorboard {folder}")
+
+    def open(self, cfg: dict[str, Any], notes: list[str], resumed_from: int | None = None,
+             say: Callable[[str], None] | None = None) -> None:
+        """Start the event file. TensorBoard reads every event file of the folder as one run, so
+        ``purge_step`` hides what this run replaces: on a resume, the epochs after the checkpoint (a run
+        stopped after logging an epoch, before saving it, logs it again); on a new run into a folder
+        that holds event files already (an earlier run, ``--force``), all of them (the files stay; one
+        line says so). Without it the curves of both zigzag through each other."""
         if self.folder is None:
             return
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(self.folder))
+        purge = None
+        if resumed_from is not None:
+            purge = resumed_from + 1
+        elif Path(self.folder).is_dir() and any(Path(self.folder).glob("*tfevents*")):
+            purge = 0
+            if say is not None:
+                say(f"note: --tensorboard {self.folder} holds event files already: TensorBoard shows this run in "
+                    "place of theirs (the files stay; give each run a folder of its own to compare them)")
+        kw = {} if purge is None else {"purge_step": purge}
+        self.writer = SummaryWriter(log_dir=str(self.folder), **kw)
         self.writer.add_text("config", json.dumps(cfg, sort_keys=True, default=str))
         for n in notes:
             self.writer.add_text("notes", n)
@@ -833,13 +892,16 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
         if p is not None and is_folder_name(p):
             raise UsageError(f"{name} {p}: is a folder name, expected a file name")
     paths = run_paths(out, log)
+    tb = _TensorBoard(tensorboard, paths)  # before any work or message: the package, the folder
     cfg, state = _prepare(config, paths, resume=resume, force=force, log_given=log is not None, say=say)
-    tb = _TensorBoard(tensorboard)
     start_epoch = int(state["extra"]["epoch"]) if state else 0
     if state and not keep_epochs and (paths["dir"] / "epoch-000.pt").is_file():
         # a run started with --keep-epochs keeps them on --resume too (else epochs went unsaved, silently)
         keep_epochs = True
         say("resume: every epoch's checkpoint is kept, as the run did from its start (--keep-epochs)")
+    elif state and keep_epochs and not (paths["dir"] / "epoch-000.pt").is_file():
+        say(f"resume: --keep-epochs keeps epoch-NNN.pt from epoch {start_epoch} on; the epochs before were not kept "
+            "(the run started without --keep-epochs; --force trains it again with them all)")
     notes = config_notes(cfg)
     if state and start_epoch >= cfg["epochs"]:
         return _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_epochs)
@@ -992,7 +1054,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     stats = _Stats()
     for n in notes:
         say(f"note: {n}")
-    tb.open(cfg, notes)
+    tb.open(cfg, notes, start_epoch if state is not None else None, say)
     if state is not None:
         _restore(state, dev, sampler, miner)
         counts = (state["extra"].get("metrics") or {}).get("switch_counts")
