@@ -373,3 +373,20 @@ def test_digits():
     im = ds.load_image(10)
     assert im.size == (8, 8)
     np.testing.assert_array_equal(np.asarray(im), d.images[10].astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["digits", "imagefolder"])
+@pytest.mark.parametrize("train", [True, False])
+def test_every_transform_pickles_for_spawned_loader_workers(kind, train):
+    """A data loader whose workers start by 'spawn' (macOS, Windows, a process of train-grid --workers)
+    pickles the transform; the digits' was a local function ("Can't pickle local object")."""
+    import pickle
+
+    import torch
+
+    from embedscope.data.base import image_transform
+
+    t = pickle.loads(pickle.dumps(image_transform(kind, train, image_size=32)))
+    if kind == "digits" and not train:
+        img = np.arange(64, dtype=np.float64).reshape(8, 8) % 17
+        assert torch.equal(t(img), torch.from_numpy((img.astype(np.float32) / 16.0)[None]))

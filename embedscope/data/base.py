@@ -11,12 +11,15 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.text import safe
+
+if TYPE_CHECKING:
+    import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -112,19 +115,25 @@ class ImageDataset:
                                   f"({e.__class__.__name__}: {safe(e)})") from None
 
 
+def digits_to_tensor(img) -> torch.Tensor:
+    """An 8 x 8 digit (values 0-16) as a 1 x 8 x 8 float tensor in [0, 1]. At module level, so that
+    data-loader workers started by 'spawn' (macOS, Windows, a process of ``train-grid --workers``)
+    can pickle the transform."""
+    import torch  # (not at module level: the data sets load without torch)
+
+    return torch.from_numpy(np.asarray(img, dtype=np.float32)[None] / 16.0)
+
+
 def image_transform(kind: str, train: bool, *, image_size: int = 224, resize: int | None = None) -> Callable:
     """The papers' transforms.
 
     Photos (Roth §4.1): train = RandomResizedCrop(image_size) + horizontal flip; eval = Resize(256)
     + CenterCrop(224) (``resize`` defaults to ``round(image_size * 256 / 224)``); ImageNet mean/std.
     Digits: pixel values / 16 as a 1 x 8 x 8 tensor; training adds a small random affine jitter.
+    Every transform pickles (data-loader workers started by 'spawn').
     """
-    import torch
-
     if kind == "digits":
-        def to_tensor(img) -> torch.Tensor:
-            return torch.from_numpy(np.asarray(img, dtype=np.float32)[None] / 16.0)
-
+        to_tensor = digits_to_tensor
         if not train:
             return to_tensor  # without torchvision, whose import costs ~1 s of every digits command
         from torchvision import transforms as T
