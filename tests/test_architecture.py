@@ -1,6 +1,7 @@
 """The data path's layers (ARCHITECTURE: data -> model -> embed -> store -> analyses -> figures):
 ``viz`` only draws, so no module of it reads files, searches or loads models; ``metrics`` are plain
-functions on arrays, so they import no layer above them."""
+functions on arrays, so they import no layer above them; a command of ``cli`` imports no other
+command (shared options live in ``cli/common.py``, ``cli/output.py``, ``cli/training_options.py``)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,16 @@ def test_the_check_sees_an_import_that_runs(tmp_path):
     f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from embedscope.store import x\n"
                  "def g():\n    from embedscope.analyses import y\n", encoding="utf-8")
     assert runtime_imports(f) == [(1, "typing"), (5, "embedscope.analyses")]
+
+
+CLI_SHARED = {"embedscope.cli", "embedscope.cli.common", "embedscope.cli.output", "embedscope.cli.training_options"}
+
+
+def test_no_command_imports_another():
+    bad = []
+    for f in sorted((PKG / "cli").glob("*.py")):
+        own = f"embedscope.cli.{f.stem}"
+        for line, mod in runtime_imports(f):
+            if mod.startswith("embedscope.cli") and mod not in CLI_SHARED and mod != own:
+                bad.append(f"{f.name}:{line} imports {mod}")
+    assert bad == []

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from embedscope.cli.common import add_no_progress
-from embedscope.cli.training_options import (  # noqa: F401 - train-grid reads these names here too
+from embedscope.cli.training_options import (
     FILE_ONLY,
     FILE_ONLY_BOOLS,
-    LOSS_CHOICES,
     OPTION_DESTS,
     add_training_options,
     parse_loss_params,

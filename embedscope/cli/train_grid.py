@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from embedscope.cli.common import positive_int, seed_int
-from embedscope.cli.train import LOSS_CHOICES, add_training_options
+from embedscope.cli.training_options import LOSS_CHOICES, add_training_options
 
 
 def add_parser(sub, parents):
@@ -38,7 +38,7 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.cli.train import OPTION_DESTS, parse_loss_params
+    from embedscope.cli.training_options import OPTION_DESTS, parse_loss_params
     from embedscope.tables import format_table
     from embedscope.train.grid import grid_table_problem, train_grid
 
