@@ -4,6 +4,7 @@ left by an interrupted train-grid (the standards of README.md; the style of test
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -360,8 +361,10 @@ def test_stopped_parallel_grid_leaves_no_empty_run_folders_and_resumes(tmp_path)
                and not (grid / name[:-len(".train")]).exists()]
     r = subprocess.run(_grid_argv(grid), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    for name in partial:  # resumed from its saved state, not trained again
+    for name in partial:  # resumed from its saved state, not trained again, and its row says so
         assert f"{name[:-len('.pt.train')]}: resuming" in r.stdout, r.stdout
+    status = {row["name"]: row["status"] for row in csv.DictReader(open(grid / "grid.csv", newline=""))}
+    assert partial and all(status[name[:-len(".pt.train")]] == "resumed" for name in partial), status
     assert sorted(p.name for p in grid.glob("*.pt")) == [f"digits_{lo}_p0_s{s}.pt" for lo in ("margin", "triplet")
                                                          for s in (0, 1)]
     assert sorted(_run_folders(grid)) == sorted(f"{p.name}.train" for p in grid.glob("*.pt"))

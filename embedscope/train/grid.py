@@ -325,7 +325,8 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         verb = "resuming" if resume else ("retraining (other settings, --force)" if kind == "other" else "training")
         opts = {**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s}
         jobs.append(_Job(len(rows), f"[{i}/{len(combos)}] {name}: {verb}", opts, ckpt, resume,
-                         retrain or ckpt.exists(), "retrained" if kind == "other" else "trained"))
+                         retrain or ckpt.exists(),
+                         "retrained" if kind == "other" else ("resumed" if resume else "trained")))
         rows.append(row)
     finished: dict[int, dict[str, Any]] = {}
     parallel = workers > 1 and len(jobs) > 1
