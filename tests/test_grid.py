@@ -161,3 +161,17 @@ def test_grid_workers_on_a_gpu_say_that_the_runs_share_it(tmp_path, monkeypatch)
                         options={"epochs": 1, "embed_dim": 8}, workers=2, progress=False, echo=said.append)
         assert any("share the GPU" in s for s in said) is expect, said
     assert calls == [2, 2]
+
+
+def test_more_workers_than_cpus_says_they_share_them(tmp_path, monkeypatch):
+    """--workers above the CPU count gave each process one thread and said nothing of the crowding."""
+    import embedscope.device
+    from embedscope.train.grid import train_grid
+
+    monkeypatch.setattr(embedscope.device, "available_cpus", lambda: 1)
+    lines = []
+    rows = train_grid("digits", ["contrastive", "softmax"], [0.0], [0], tmp_path / "g",
+                      options={"epochs": 0, "embed_dim": 8}, progress=False, workers=2, echo=lines.append)
+    assert [r["status"] for r in rows] == ["trained", "trained"]
+    assert lines[0] == ("training 2 runs in 2 worker processes (1 thread each; 2 runs at a time on 1 CPU share "
+                        "them, each slower (--workers 1 is usually faster))")

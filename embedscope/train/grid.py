@@ -522,7 +522,10 @@ def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], worke
     threads = max(1, available_cpus() // n)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    say(f"training {len(todo)} runs in {n} worker processes ({threads} thread{'s' if threads > 1 else ''} each)")
+    cpus = available_cpus()
+    over = (f"; {n} runs at a time on {cpus} CPU{'s' if cpus > 1 else ''} share them, each slower "
+            f"(--workers {cpus} is usually faster)") if n > cpus else ""
+    say(f"training {len(todo)} runs in {n} worker processes ({threads} thread{'s' if threads > 1 else ''} each{over})")
     waiting = list(todo)
     procs: dict[int, Any] = {}
     names = {j.at: j.ckpt.stem for j in todo}
