@@ -265,12 +265,16 @@ class RothResNet(nn.Module):
         self.layer_blocks = nn.ModuleList([self.model.layer1, self.model.layer2, self.model.layer3,
                                            self.model.layer4])
 
-    def forward(self, x):
+    def features(self, x):
+        """The output before the normalisation."""
         m = self.model
         x = m.maxpool(m.relu(m.bn1(m.conv1(x))))
         for b in self.layer_blocks:
             x = b(x)
-        return F.normalize(m.last_linear(torch.flatten(m.avgpool(x), 1)), dim=-1)
+        return m.last_linear(torch.flatten(m.avgpool(x), 1))
+
+    def forward(self, x):
+        return F.normalize(self.features(x), dim=-1)
 
 
 def test_roth_resnet50(tmp_path):

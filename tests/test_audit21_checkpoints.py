@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_adapters import RothResNet
+from test_audit_checkpoints import _randomise_bn
 from torch import nn
 
 from embedscope.cli import main
@@ -35,15 +37,6 @@ def _one_line_error(rc, err, code=1):
     return err
 
 
-def _randomise_bn(m, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    for mod in m.modules():
-        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-            mod.running_mean.copy_((torch.rand(mod.num_features, generator=g) - 0.5) * 0.2)
-            mod.running_var.copy_(torch.rand(mod.num_features, generator=g) + 0.5)
-    return m
-
-
 def _digits_ckpt(path, embed_dim=8, seed=0):
     from embedscope.models import save_checkpoint
 
@@ -56,28 +49,18 @@ def _digits_ckpt(path, embed_dim=8, seed=0):
 
 # --------------------------------------------------------------------------- Deep-Metric-Learning-Baselines
 
-class _DMLBResNet50(nn.Module):
-    """netlib.ResNet50 of Deep-Metric-Learning-Baselines: Cadene resnet50 (torchvision's layout, the
-    classifier named last_linear), layer_blocks, BatchNorm frozen, output normalised unless npair."""
+class _DMLBResNet50(RothResNet):
+    """netlib.ResNet50 of Deep-Metric-Learning-Baselines: the layout of the 2020 code's (Cadene resnet50,
+    torchvision's layout with the classifier named last_linear, layer_blocks), BatchNorm frozen, output
+    normalised unless the loss is npair."""
 
     def __init__(self, dim, loss):
-        super().__init__()
-        from torchvision.models import resnet50
-
+        super().__init__(dim)
         self.loss = loss
-        self.model = resnet50(weights=None)
-        del self.model.fc
-        self.model.last_linear = nn.Linear(2048, dim)
-        self.layer_blocks = nn.ModuleList([self.model.layer1, self.model.layer2, self.model.layer3,
-                                           self.model.layer4])
 
     def forward(self, x):
-        m = self.model
-        x = m.maxpool(m.relu(m.bn1(m.conv1(x))))
-        for b in self.layer_blocks:
-            x = b(x)
-        x = m.last_linear(m.avgpool(x).view(x.size(0), -1))
-        return x if self.loss == "npair" else F.normalize(x, dim=-1)
+        z = self.features(x)
+        return z if self.loss == "npair" else F.normalize(z, dim=-1)
 
 
 class _DMLBGoogLeNet(nn.Module):
