@@ -16,14 +16,22 @@ PRINTS = {
                                r"^rho: r = [+-]\d\.\d\d .* over \d+ objectives",
                                r"^(not the full shapes settings|differ by more than 0\.05)"],
     "02_rho_regularisation": [r"^training rho: regularised \d\.\d{3}, plain \d\.\d{3}, untrained \d\.\d{3} -> "
-                              r"regularisation (lowered|did not lower) rho$", r"^-> the regulari(ser|sed model) "],
-    "03_saliency": [r"^the noise ceiling \(\d\.\d{3}\) is above every between-model r \(max -?\d\.\d{3}\): (True|False)$"],
+                              r"regularisation (lowered|did not lower) rho$", r"^-> the regulari(ser|sed model) ",
+                              r"^lowest training rho: .*; highest test R@1: .* -> rho alone (ranks|does not rank) ",
+                              r"^make demo as quoted above: .* this run differs by up to \d\.\d{3} \(rho\)"],
+    "03_saliency": [r"^the noise ceiling \(\d\.\d{3}\) is above every between-model r \(max -?\d\.\d{3}\): (True|False)$",
+                    *[rf"^(holds|does not hold) +{re.escape(c)}" for c in (
+                        "training did not raise test R@1", "the two untrained networks agree most",
+                        "same loss, two seeds agree more", "margin s0 agrees more with its sibling")]],
     "04_properties": [r"^largest group of test images sharing a property value: \d+ of \d+",
                       *[rf"^(holds|does not hold) +{re.escape(c)}" for c in (
                           "training beats the initialisation", "shape is the trained network's most clustered",
                           "the untrained network's top two", "every nuisance property", "the 2.576 rule misses")]],
-    "05_how_embeddings_generalize": [rf"^{m} +{s}: +share below the diagonal" for m in ("trained", "untrained")
-                                     for s in ("train", "test")],
+    "05_how_embeddings_generalize": [*[rf"^{m} +{s}: +share below the diagonal" for m in ("trained", "untrained")
+                                       for s in ("train", "test")],
+                                     *[rf"^(holds|does not hold) +{re.escape(c)}" for c in (
+                                         "the trained network fits", "training made retrieval on the unseen",
+                                         "training widened the train-test gap")]],
 }
 # what each notebook's tables show (their HTML): 04's p-values in scientific notation, never rounded to 0
 DISPLAYS = {"04_properties": [r"&lt; 1e-300|\d\.\de-\d+"]}
