@@ -47,6 +47,15 @@ def save_digits_checkpoint(path, embed_dim: int = 8, seed: int = 0):
 
 
 @pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory):
+    """A folder with two untrained digits_cnn checkpoints, net1.pt and net2.pt (seeds 1 and 2)."""
+    d = tmp_path_factory.mktemp("ck")
+    for seed in (1, 2):
+        save_digits_checkpoint(d / f"net{seed}.pt", seed=seed)
+    return d
+
+
+@pytest.fixture(scope="module")
 def emb_cache(tmp_path_factory):
     """An embedding cache folder for the studies of one test module."""
     return tmp_path_factory.mktemp("cache")

@@ -19,16 +19,6 @@ MEASURED = ["R@1", "MAP@R", "NMI", "rho", "pi_ratio"]
 
 
 @pytest.fixture(scope="module")
-def two_checkpoints(tmp_path_factory):
-    from conftest import save_digits_checkpoint
-
-    d = tmp_path_factory.mktemp("ck")
-    for seed in (1, 2):
-        save_digits_checkpoint(d / f"net{seed}.pt", seed=seed)
-    return d
-
-
-@pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
     """A `dask scheduler` and one `dask worker` (one process, one thread) in their own processes;
     the scheduler's address, read from its scheduler file."""
@@ -103,3 +93,22 @@ def test_an_unreachable_scheduler_is_one_line(two_checkpoints, tmp_path, capsys)
     assert rc == 1, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert f"127.0.0.1:{port}" in err
+
+
+def test_relative_paths_reach_a_worker_in_another_folder(two_checkpoints, scheduler, tmp_path, monkeypatch):
+    """The scheduler's worker runs in its own folder: a study given relative paths (the glob, the
+    cache folder) measures the same files as a serial study, instead of a row error per checkpoint."""
+    monkeypatch.chdir(two_checkpoints.parent)
+    kw = {"measures": MEASURED, "epoch": "last", "n_boot": 0, "figures": False, "echo": lambda s: None}
+    glob = f"{two_checkpoints.name}/*.pt"
+    ser = run_study(glob, tmp_path / "serial", workers=0, cache_dir=tmp_path / "c1", **kw)
+    rel = run_study(glob, tmp_path / "sched", scheduler=scheduler, cache_dir=os.path.relpath(tmp_path / "c2"), **kw)
+    assert not rel["errors"], rel["errors"][0]["error"]
+    assert rel["computed"] and not any(r["cached"] for r in rel["computed"])  # embedded by the worker
+    a = pd.read_csv(tmp_path / "serial" / "runs.csv").set_index("id").sort_index()
+    b = pd.read_csv(tmp_path / "sched" / "runs.csv").set_index("id").sort_index()
+    assert np.array_equal(a[MEASURED].to_numpy(), b[MEASURED].to_numpy())
+    given = a["selection"] == "given"  # (the untrained references live in each study's own cache)
+    assert given.sum() == 2 and list(a.loc[given, "checkpoint"]) == list(b.loc[given, "checkpoint"])  # as given
+    assert (tmp_path / "c2").is_dir() and any((tmp_path / "c2").glob("*.h5"))  # the relative cache, resolved here
+    assert not ser["errors"]

@@ -35,7 +35,9 @@ def add_parser(sub, parents):
     p.add_argument("--worker-processes", action="store_true",
                    help="the local Dask workers are processes (each imports torch: pays off for large checkpoints "
                    "or long studies) instead of threads")
-    p.add_argument("--scheduler", metavar="ADDRESS", help="use an existing Dask scheduler (tcp://host:8786)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="use an existing Dask scheduler (tcp://host:8786) and its workers instead of --workers; "
+                   "relative paths are made absolute here (docs/studies.md)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="embedding cache (default: $EMBEDSCOPE_CACHE or ~/.cache/embedscope/embeddings)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"],

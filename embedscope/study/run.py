@@ -266,9 +266,12 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     from embedscope.study.measures import registry
     from embedscope.study.plan import CONFIG_COLUMNS
 
+    # ``path``: the checkpoint as the calling process sees it, made absolute there (a worker of a
+    # scheduler runs in another folder, maybe on another machine); ``checkpoint`` as the study names it
+    path = entry.get("path") or entry["checkpoint"]
     row: dict[str, Any] = {"id": entry["id"], "run": entry["run"], "selection": entry["selection"],
                            "epoch": entry["epoch"], "checkpoint": entry["checkpoint"], "untrained": entry["untrained"],
-                           STAT_KEY: file_stat(entry["checkpoint"])}  # before reading it
+                           STAT_KEY: file_stat(path)}  # before reading it
     cfg = entry.get("config") or {}
     row.update({c: cfg.get(c) for c in CONFIG_COLUMNS})
     row.update({f"tag:{k}": v for k, v in (entry.get("tags") or {}).items() if not k.startswith("_")})
@@ -282,7 +285,11 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
             torch.set_num_threads(int(threads))
         if settings.get("faiss_threads"):  # a worker thread of a local cluster
             _faiss_threads(int(settings["faiss_threads"]))
-        es, info = embed_cached(entry["checkpoint"], dataset=settings.get("dataset"), root=settings.get("root"),
+        if settings.get("remote") and not os.path.exists(path):
+            raise EmbedscopeError(f"{path}: no such checkpoint file on the Dask worker {platform.node()} (the "
+                                  "workers must see the checkpoints under the same paths, docs/studies.md)")
+        root = settings.get("root") if settings.get("root") is not None else entry.get("root")
+        es, info = embed_cached(path, dataset=settings.get("dataset"), root=root,
                                 cache_dir=settings["cache_dir"], device=settings.get("device", "auto"),
                                 generation=settings.get("generation"))
         row[DATA_KEY] = info["data"]
@@ -500,6 +507,9 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     dict with ``rows``, ``stats``, ``errors`` (rows whose status is error), ``computed`` (rows
     measured by this call) and ``paths``.
     """
+    if scheduler is not None and (workers is not None or worker_processes):
+        raise UsageError("--workers and --worker-processes set up a local cluster: not with --scheduler (the "
+                         "scheduler's workers are started by 'dask worker', docs/studies.md)")
     box = _ClusterBox(workers, scheduler, processes=worker_processes)
     try:
         return _run_study(box, source, out_dir, epoch=epoch, dataset=dataset, root=root, cache_dir=cache_dir,
@@ -508,6 +518,69 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
                           figures=figures, progress=progress, echo=echo, on_row=on_row)
     finally:
         box.close()
+
+
+def _absolute(path: str | None) -> str | None:
+    """``path`` made absolute against this process's working folder (``None``, ``~…`` as they are)."""
+    if not path or str(path).startswith("~"):
+        return path
+    return os.path.abspath(path)
+
+
+def _task(entry) -> dict[str, Any]:
+    """What a worker gets of a study entry: the entry, its checkpoint's absolute ``path``, and its
+    data-set ``root`` (from the checkpoint's config) made absolute, as this process would read them."""
+    d = entry.to_dict()
+    d["path"] = os.path.abspath(entry.checkpoint)
+    r = (entry.config or {}).get("root")
+    if isinstance(r, str) and r:
+        d["root"] = _absolute(r)
+    return d
+
+
+def _empty_rows_folder(p: Path) -> bool:
+    try:
+        return p.name == "rows" and p.is_dir() and not any(p.iterdir())
+    except OSError:
+        return False
+
+
+def check_scheduler_address(address: Any) -> None:
+    """Refuse (a usage error, before any work) a ``--scheduler`` that is not a Dask address:
+    ``tcp://host:8786`` (or ``host:8786``, ``tls://…``, ``ws://…``); whether it answers is asked later."""
+    from embedscope.text import safe
+
+    if not isinstance(address, str) or not address.strip():
+        raise UsageError("--scheduler: expected the address of a Dask scheduler, e.g. tcp://host:8786")
+    from distributed.comm import registry
+    from distributed.comm.addressing import parse_address
+
+    try:
+        scheme, loc = parse_address(address)
+        backend = registry.get_backend(scheme)
+        try:
+            backend.get_address_host_port(loc)
+        except NotImplementedError:  # a scheme without host and port (inproc://): Dask judges it
+            pass
+    except (ValueError, TypeError) as e:
+        why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise UsageError(f"--scheduler {safe(address)}: not a Dask scheduler address ({safe(why)}); "
+                         "expected e.g. tcp://host:8786") from None
+
+
+def _say_if_no_workers(client, scheduler: str) -> None:
+    """One line (on stderr, also with --no-progress) when the scheduler has no worker yet: the study
+    waits for one (a batch system may start them later) instead of looking stuck."""
+    try:
+        n = len(client.scheduler_info().get("workers") or {})
+    except Exception:  # noqa: BLE001 - only a notice
+        return
+    if n == 0:
+        from embedscope.text import safe
+
+        print(f"embedscope study: the Dask scheduler {safe(scheduler)} has no workers yet: waiting for one to "
+              "join (start 'dask worker ADDRESS'; Ctrl-C stops, and the same command resumes)", file=sys.stderr,
+              flush=True)
 
 
 def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache_dir, workers, scheduler, force,
@@ -537,6 +610,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         raise UsageError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {n_boot!r}")
     n_boot = int(n_boot)
     _check_dataset(dataset)
+    if scheduler is not None:
+        check_scheduler_address(scheduler)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     # a file in the way of the cache fails every row: refused now (a read-only cache that holds every
     # embedding is fine, so its writability is not required)
@@ -564,7 +639,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 f"{out_dir} holds a study with other settings "
                 f"({', '.join(f'{k}: {old.get(k)} -> {settings.get(k)}' for k in diff)}); "
                 "use --force to start it again, or another folder")
-    elif out_dir.exists() and any(out_dir.iterdir()) and not force:
+    elif out_dir.exists() and not force and any(p for p in out_dir.iterdir() if not _empty_rows_folder(p)):
+        # (a study stopped before it wrote study.json leaves its empty rows/: the same command goes on)
         raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
     from embedscope.fileio import make_folders, remove_empty_folders
 
@@ -614,10 +690,14 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                     and same_data(r)):
                 done[e.id] = r
     same_data.report()
-    todo = [e.to_dict() for e in entries if e.id not in done]
+    todo = [_task(e) for e in entries if e.id not in done]
     say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
-    task_settings = {"dataset": dataset, "root": root, "cache_dir": str(cache), "device": device, "metric": metric,
-                     "seed": seed, "measures": list(measures) if measures else None, "generation": generation}
+    # the paths a task reads are absolute: a scheduler's workers run in another folder (the same
+    # files as a serial study: relative paths are taken from this process's working folder)
+    task_settings = {"dataset": dataset, "root": _absolute(root), "cache_dir": os.path.abspath(cache),
+                     "device": device, "metric": metric, "seed": seed,
+                     "measures": list(measures) if measures else None, "generation": generation,
+                     "remote": bool(scheduler)}
     computed: list[dict[str, Any]] = []
 
     def keep(row: dict[str, Any]) -> None:
@@ -638,6 +718,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     if todo:
         from embedscope.progress import progress_bar
 
+        client = None if box.serial else box.client()
+        if scheduler:
+            _say_if_no_workers(client, scheduler)  # (before the bar: a line of its own)
         # on a terminal a bar over the checkpoints to measure (the lines above are the lines per row elsewhere)
         bar = progress_bar(total=len(todo), desc="study", unit="checkpoint", enabled=progress, lines=False)
         try:
@@ -645,7 +728,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 for e in todo:
                     keep(measure_entry(e, task_settings))
             else:
-                _run_dask(todo, task_settings, box.client(), keep, threads=box.threads)
+                _run_dask(todo, task_settings, client, keep, threads=box.threads)
         finally:
             bar.close()
     if box.threads:
@@ -822,14 +905,32 @@ def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
             # the scheduler's HTTP server (no dashboard) takes another port when 8787 is taken: no news
             warnings.filterwarnings("ignore", message="Port .* is already in use")
             cluster = LocalCluster(n_workers=max(n_workers, 1), threads_per_worker=1, processes=processes,
-                                   dashboard_address=None, silence_logs=logging.ERROR)
+                                   dashboard_address=None, silence_logs=logging.ERROR,
+                                   **({"preload": [__name__]} if processes else {}))  # dask_setup below
         client = Client(cluster)
     if scheduler or processes:
-        try:
-            client.run(_warm_worker)
+        try:  # not waited for: a study stopped now (Ctrl-C) closes its cluster at once, not after the imports
+            client.run(_warm_worker_soon, wait=False)
         except Exception:  # noqa: BLE001 - warming is an optimisation; the tasks import what they need
             pass
     return cluster, client
+
+
+def dask_setup(worker) -> None:
+    """The preload of a study's local worker *processes*: they ignore SIGINT. Ctrl-C on a terminal
+    reaches the whole process group; the study's process stops and closes its cluster, instead of
+    each worker process printing a KeyboardInterrupt traceback and dying under its tasks."""
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+async def _warm_worker_soon() -> None:
+    """:func:`_warm_worker` on a worker's event loop, which it holds until done: the study's first
+    tasks there run after it, as after a waited ``client.run(_warm_worker)``."""
+    _warm_worker()
 
 
 def _warm_worker() -> None:

@@ -447,10 +447,12 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         axes = axes + ["epoch"]
     # objective: the varying hyper-parameters other than the seed (a user tag 'objective' wins)
     obj_cols = [a for a in axes if a != "loss_family"]
-    if "tag:objective" in df.columns:
-        df["objective"] = df["tag:objective"].astype(str)
+    labels = [_label(r, obj_cols) if obj_cols else str(r["run"]) for _, r in df.iterrows()]
+    if "tag:objective" in df.columns:  # a run without the tag (a YAML entry that names none) keeps its label
+        df["objective"] = [lab if t is None or (isinstance(t, float) and t != t) or t == "" else str(t)
+                           for t, lab in zip(df["tag:objective"], labels)]
     else:
-        df["objective"] = [_label(r, obj_cols) if obj_cols else str(r["run"]) for _, r in df.iterrows()]
+        df["objective"] = labels
     df.loc[df["selection"] == "untrained", "objective"] = "untrained"
     # the points over runs in the order of their ids (as those over objectives are in the order of their
     # labels): the bootstrap's resamples pick positions, so the same runs listed in another order
