@@ -38,22 +38,22 @@ def test_workers_with_a_scheduler_is_a_usage_error(two_checkpoints, tmp_path, ca
     assert not (tmp_path / "st").exists()
 
 
-def test_a_scheduler_without_workers_says_so_and_the_study_goes_on_when_one_joins(two_checkpoints, tmp_path,
-                                                                                 capsys):
+def test_a_scheduler_without_workers_says_so_and_the_study_goes_on_when_one_joins(two_checkpoints, tmp_path):
     from dask.distributed import LocalCluster
 
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
         out = {}
         t = threading.Thread(daemon=True, target=lambda: out.update(res=run_study(
             str(two_checkpoints / "*.pt"), tmp_path / "st", scheduler=cluster.scheduler_address, epoch="last",
-            measures=MEASURED, n_boot=0, figures=False, cache_dir=tmp_path / "c", echo=lambda s: None)))
+            measures=MEASURED, n_boot=0, figures=False, cache_dir=tmp_path / "c", echo=lambda s: None,
+            notice=notes.append)))
+        notes = []
         t.start()
-        deadline, err = time.monotonic() + 30, ""
-        while "has no workers yet" not in err and time.monotonic() < deadline and t.is_alive():
+        deadline = time.monotonic() + 30
+        while not notes and time.monotonic() < deadline and t.is_alive():
             time.sleep(0.1)
-            err += capsys.readouterr().err
-        assert "has no workers yet: waiting" in err and cluster.scheduler_address in err, err
-        assert len([x for x in err.splitlines() if x.strip()]) == 1
+        assert len(notes) == 1 and "has no workers yet: waiting" in notes[0], notes
+        assert cluster.scheduler_address in notes[0]
         cluster.scale(1)  # a worker joins: the study measures its rows and finishes
         t.join(120)
         assert not t.is_alive()
@@ -136,3 +136,17 @@ def test_local_worker_processes_ignore_ctrl_c(two_checkpoints, tmp_path):
     res = out["res"]
     assert not res["errors"], res["errors"]
     assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in hit)  # closed with the cluster
+
+
+def test_the_library_gives_its_notice_as_a_warning_and_prints_nothing(capsys):
+    """run_study without notice=: the scheduler-without-workers line is a RuntimeWarning (a library
+    prints nothing of its own; the CLI prints it on stderr)."""
+    from embedscope.study.run import _say_if_no_workers, _warn
+
+    class Client:
+        def scheduler_info(self):
+            return {"workers": {}}
+
+    with pytest.warns(RuntimeWarning, match="has no workers yet"):
+        _say_if_no_workers(Client(), "tcp://h:1", _warn)
+    assert capsys.readouterr() == ("", "")

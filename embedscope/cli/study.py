@@ -67,7 +67,8 @@ def run(args) -> int:
                     worker_processes=args.worker_processes, force=args.force,
                     target=args.target, exclude=args.exclude, metric=args.metric, seed=args.seed,
                     n_boot=args.bootstrap, device=args.device, measures=args.measures, figures=not args.no_figures,
-                    progress=not args.no_progress, echo=(lambda s: None) if args.no_progress else print)
+                    progress=not args.no_progress, echo=(lambda s: None) if args.no_progress else print,
+                    notice=lambda s: print(f"embedscope study: {safe(s)}", file=sys.stderr, flush=True))
     st = res["stats"]
     tau = {x["measure"]: x.get("kendall") for x in st["correlations"] if x["level"] == "runs"}
     rows = [{"measure": r["measure"], "split": r.get("split"), "r (objectives)": r.get("pearson"),

@@ -486,7 +486,8 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
               force: bool = False, target: str = "R@1", exclude=(), metric: str = "cosine", seed: int = 1234,
               n_boot: int = 1000, device: str = "auto", measures=None, figures: bool = True, progress: bool = True,
               echo: Callable[[str], None] | None = None,
-              on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              on_row: Callable[[dict[str, Any]], None] | None = None,
+              notice: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure every checkpoint of ``source`` and write the study folder ``out_dir`` (docs/methods.md §6).
 
     Parameters
@@ -501,6 +502,8 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     target, exclude, n_boot, seed : statistics (:func:`embedscope.study.stats.study_statistics`).
     on_row : called in this process with each row as it is written (tests stop a study here).
     progress : on a terminal (stderr), a bar over the checkpoints to measure; ``echo`` prints the lines.
+    notice : what must be seen even without the lines (a scheduler without workers, for which the
+        study waits); default: a :class:`RuntimeWarning`. The CLI prints it on stderr.
 
     Returns
     -------
@@ -515,7 +518,7 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
         return _run_study(box, source, out_dir, epoch=epoch, dataset=dataset, root=root, cache_dir=cache_dir,
                           workers=workers, scheduler=scheduler, force=force, target=target, exclude=exclude,
                           metric=metric, seed=seed, n_boot=n_boot, device=device, measures=measures,
-                          figures=figures, progress=progress, echo=echo, on_row=on_row)
+                          figures=figures, progress=progress, echo=echo, on_row=on_row, notice=notice or _warn)
     finally:
         box.close()
 
@@ -568,24 +571,28 @@ def check_scheduler_address(address: Any) -> None:
                          "expected e.g. tcp://host:8786") from None
 
 
-def _say_if_no_workers(client, scheduler: str) -> None:
-    """One line (on stderr, also with --no-progress) when the scheduler has no worker yet: the study
-    waits for one (a batch system may start them later) instead of looking stuck."""
+def _say_if_no_workers(client, scheduler: str, notice: Callable[[str], None]) -> None:
+    """One ``notice`` when the scheduler has no worker yet: the study waits for one (a batch system
+    may start them later) instead of looking stuck."""
     try:
         n = len(client.scheduler_info().get("workers") or {})
     except Exception:  # noqa: BLE001 - only a notice
         return
     if n == 0:
-        from embedscope.text import safe
+        notice(f"the Dask scheduler {scheduler} has no workers yet: waiting for one to join (start 'dask worker "
+               "ADDRESS'; Ctrl-C stops, and the same command resumes)")
 
-        print(f"embedscope study: the Dask scheduler {safe(scheduler)} has no workers yet: waiting for one to "
-              "join (start 'dask worker ADDRESS'; Ctrl-C stops, and the same command resumes)", file=sys.stderr,
-              flush=True)
+
+def _warn(message: str) -> None:
+    """The default ``notice`` of :func:`run_study`: a :class:`RuntimeWarning`."""
+    import warnings
+
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache_dir, workers, scheduler, force,
                target, exclude, metric, seed, n_boot, device, measures, figures, progress, echo,
-               on_row) -> dict[str, Any]:
+               on_row, notice) -> dict[str, Any]:
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
@@ -720,7 +727,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
 
         client = None if box.serial else box.client()
         if scheduler:
-            _say_if_no_workers(client, scheduler)  # (before the bar: a line of its own)
+            _say_if_no_workers(client, scheduler, notice)  # (before the bar: a line of its own)
         # on a terminal a bar over the checkpoints to measure (the lines above are the lines per row elsewhere)
         bar = progress_bar(total=len(todo), desc="study", unit="checkpoint", enabled=progress, lines=False)
         try:
