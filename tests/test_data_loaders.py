@@ -11,7 +11,7 @@ from PIL import Image
 from embedscope.data import get_dataset
 from embedscope.data.cars import load_cars196
 from embedscope.data.cub import load_cub200
-from embedscope.data.imagefolder import load_imagefolder
+from embedscope.data.imagefolder import DatasetSizeWarning, load_imagefolder
 from embedscope.data.sop import load_sop
 from embedscope.errors import EmbedscopeError
 
@@ -49,7 +49,8 @@ def make_cub(base: Path, n_classes: int, per_class, *, parent: bool = False) -> 
 
 def test_cub_official_200_classes(tmp_path):
     root = make_cub(tmp_path, 200, lambda c: 1 + (c % 2))
-    ds = load_cub200(root)
+    with pytest.warns(DatasetSizeWarning, match=r"images 300 \(official 11,788\)"):  # a tiny copy of the 200 classes
+        ds = load_cub200(root)
     assert len(ds) == 300 and ds.name == "cub200" and ds.root == str(root)
     # expected label straight from the class folder number in each path: 001 -> 0
     expect = np.array([int(p.split("/")[1].split(".")[0]) - 1 for p in ds.paths])
@@ -157,7 +158,8 @@ def test_cars_official_196_classes(tmp_path):
     rng = np.random.default_rng(0)
     classes = list(range(1, 197)) + list(rng.integers(1, 197, 30))
     names = make_cars(tmp_path, 196, classes)
-    ds = load_cars196(tmp_path)
+    with pytest.warns(DatasetSizeWarning, match=r"images 226 \(official 16,185\)"):
+        ds = load_cars196(tmp_path)
     assert len(ds) == 226 and ds.name == "cars196"
     np.testing.assert_array_equal(ds.labels, np.array(classes) - 1)
     assert ds.paths[0] == "car_ims/000001.jpg" and ds.paths[-1] == "car_ims/000226.jpg"

@@ -39,6 +39,9 @@ from embedscope.data.sop import load_sop  # noqa: E402
 from embedscope.errors import EmbedscopeError  # noqa: E402
 
 SPLITS = ("train", "test", "train+test")
+# the folders here are tiny copies with the full class lists (CUB's 200, CARS' 196, SOP's ids): each load warns
+# that the image counts are not the official ones (tests/test_audit21_data.py pins the warning)
+pytestmark = pytest.mark.filterwarnings("ignore::embedscope.data.imagefolder.DatasetSizeWarning")
 
 
 def write_image(path: Path, seed: int, size=(9, 7), fmt: str = "JPEG") -> None:
@@ -314,10 +317,15 @@ def test_cars_kaggle_root_forms_and_fingerprint(tmp_path):
     img = root / "car_data/car_data/test/AM General Hummer SUV 2000/00003.jpg"
     write_image(img, 99, size=(31, 20))
     assert data_fingerprint(load_cars196(root)) != fp
-    # the folder that holds it is not a CARS root: one line naming both layouts
+    # the folder that holds it is not a CARS root: one line saying which folder is
+    with pytest.raises(EmbedscopeError, match=r"cars_annos\.mat is missing \(found .*/cars/names\.csv: pass --root "
+                                              r".*/cars\)$"):
+        load_cars196(tmp_path)
+    # a folder with neither layout anywhere near: one line naming both layouts
+    (tmp_path / "empty").mkdir()
     with pytest.raises(EmbedscopeError, match=r"cars_annos\.mat is missing \(not the official cars196 layout; "
                                               r"nor the Kaggle layout, which has names\.csv"):
-        load_cars196(tmp_path)
+        load_cars196(tmp_path / "empty")
 
 
 def _expect(root: Path, pattern: str) -> None:

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, check_images_exist, class_split, read_text, require_files
+from embedscope.data.base import ImageDataset, class_split, read_text, require_files
+from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
 
 NAME = "cars196"
@@ -48,6 +49,9 @@ FIELDS = ("relative_im_path", "class")
 KAGGLE_NAMES = "names.csv"
 KAGGLE_ANNOS = ("anno_train.csv", "anno_test.csv")
 KAGGLE_IMAGES = "car_data/car_data"
+SPLIT_DOWNLOAD = ("cars_train", "cars_test", "devkit")
+#: the official download: 196 classes, 16,185 images (8,054 in classes 1-98, 8,131 in 99-196)
+OFFICIAL = {"classes": 196, "images": 16185}
 
 
 def _read_mat(path: Path) -> dict:
@@ -94,7 +98,9 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
     split (Roth et al. 2020, §4.1; Musgrave et al. 2020), ignoring the official per-image ``test``
     flag; ``train_classes`` sets another count. Paths are relative to ``root``
     (``car_ims/000001.jpg``; Kaggle layout ``car_data/car_data/train/<class>/00001.jpg``). Every
-    listed image must exist: the first missing one is named.
+    listed image must exist: the first missing one is named. With the 196 classes of the official
+    files another number of images than 16,185 is warned about
+    (:class:`~embedscope.data.imagefolder.DatasetSizeWarning`): a truncated or edited copy.
 
     Parameters
     ----------
@@ -123,9 +129,15 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
     if r is not None and r.is_dir() and not (r / ANNOS).exists():
         if (r / KAGGLE_NAMES).exists():
             return _load_kaggle(r, train_classes)
+        hint = layout_hint(r, (ANNOS, KAGGLE_NAMES))
+        if hint:  # a parent folder, a folder unpacked into one of its own name, car_ims/ itself
+            raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing{hint}")
+        if any((r / d).exists() for d in SPLIT_DOWNLOAD):
+            hint = (f" (cars_train/, cars_test/ and devkit/ are the split download, which is not read: get car_ims.tgz "
+                    f"and {ANNOS}, or the Kaggle layout)")
         raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing (not the official {NAME} layout; nor the Kaggle "
                               f"layout, which has {KAGGLE_NAMES}, {KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]} and "
-                              f"{KAGGLE_IMAGES}/)")
+                              f"{KAGGLE_IMAGES}/){hint}")
     return _load_official(root, train_classes)
 
 
@@ -181,7 +193,9 @@ def _load_official(root, train_classes: int | None) -> ImageDataset:
         paths.append(p)
         labels[k] = c - 1
 
-    check_images_exist(base, paths, NAME)
+    if n_classes == OFFICIAL["classes"]:
+        warn_unofficial_counts(NAME, str(mat_path), {"images": len(paths)}, {"images": OFFICIAL["images"]}, stacklevel=4)
+    check_listed_images(base, paths, NAME)
     boxes = None
     if all(f in annos.dtype.names for f in BOX_FIELDS):
         try:
@@ -266,7 +280,10 @@ def _load_kaggle(base: Path, train_classes: int | None) -> ImageDataset:
             paths.append(f"{KAGGLE_IMAGES}/{split}/{folders[c - 1]}/{file}")
             labels.append(c - 1)
             boxes.append(box)
-    check_images_exist(base, paths, NAME)
+    if len(names) == OFFICIAL["classes"]:
+        warn_unofficial_counts(NAME, f"{KAGGLE_ANNOS[0]} and {KAGGLE_ANNOS[1]}", {"images": len(paths)},
+                               {"images": OFFICIAL["images"]}, stacklevel=4)
+    check_listed_images(base, paths, NAME)
     lab = np.asarray(labels, dtype=np.int64)
     return ImageDataset(
         name=NAME,

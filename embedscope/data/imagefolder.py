@@ -6,27 +6,100 @@ Layout::
       class_a/  img1.jpg  img2.png  ...
       class_b/  ...
 
-This module also holds the two checks that every photo loader shares: the zero-shot class split by
-count (:func:`class_split`) and the existence check of every listed image (:func:`check_images_exist`).
+This module also holds the checks that every photo loader shares: the zero-shot class split by
+count (:func:`class_split`), the existence check of every listed image (:func:`check_images_exist`;
+:func:`check_listed_images` adds a hint for an archive unpacked one folder too deep), the hint that
+finds a data set's marker file next to a wrong ``--root`` (:func:`layout_hint`) and the warning for a
+copy of a benchmark whose counts differ from the official download's (:func:`warn_unofficial_counts`).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files  # noqa: F401
 from embedscope.errors import EmbedscopeError
+from embedscope.text import safe
+
+
+class DatasetSizeWarning(UserWarning):
+    """A benchmark's files look like the official download but list another number of images or classes."""
+
+
+def warn_unofficial_counts(dataset: str, what: str, found: dict[str, int], official: dict[str, int], *,
+                           stacklevel: int = 3) -> None:
+    """Warn (:class:`DatasetSizeWarning`) when a count of ``found`` differs from ``official``: results on a
+    truncated or edited copy are not comparable with published numbers."""
+    diff = [f"{k} {found[k]:,} (official {official[k]:,})" for k in official if found.get(k) != official[k]]
+    if diff:
+        warnings.warn(DatasetSizeWarning(
+            f"{dataset}: {'; '.join(diff)} in {what}: a truncated or edited copy of the official download, "
+            "so results are not comparable with published numbers"), stacklevel=stacklevel)
+
+
+def _subdirs(folder: Path, limit: int) -> list[Path]:
+    try:
+        with os.scandir(folder) as it:
+            out = sorted(Path(e.path) for e in it if not e.name.startswith(".") and e.is_dir())
+    except OSError:
+        return []
+    return out[:limit]
+
+
+def layout_hint(root, markers: tuple[str, ...], *, limit: int = 64) -> str:
+    """`` (found DIR/MARKER: pass --root DIR)`` when a file of ``markers`` is in a folder one or two levels
+    below ``root`` (an archive unpacked into a folder of its own name, a parent folder) or in the parent of
+    ``root`` (``--root`` pointing into the data set); "" when none is found or ``root`` is no folder."""
+    root = Path(root)
+    if not root.is_dir():
+        return ""
+    level1 = _subdirs(root, limit)
+    candidates = level1 + [d for sub in level1 for d in _subdirs(sub, limit)]
+    if root.resolve().parent != root.resolve():
+        candidates.append(root.parent)
+    for d in candidates:
+        for m in markers:
+            if (d / m).is_file():
+                return f" (found {d / m}: pass --root {d})"
+    return ""
+
+
+def check_listed_images(root: Path, paths, dataset: str) -> None:
+    """:func:`check_images_exist`, and when the first missing image is found one folder deeper (``images/images/...``,
+    ``car_ims/car_ims/...``: an archive unpacked into a folder of its own name) the error says so."""
+    try:
+        check_images_exist(root, paths, dataset)
+    except EmbedscopeError as e:
+        first = next((p for p in paths if not os.path.isfile(root / p)), None)
+        top = str(first).split("/", 1)[0] if first is not None else ""
+        if top and os.path.isfile(root / top / first):
+            raise EmbedscopeError(f"{e} ({root / top / first} exists: the folder {top}/ holds another {top}/; "
+                                  "move its contents up one level)") from None
+        raise
 
 #: File name endings (case-insensitive) that count as images: torchvision's ImageFolder list plus .gif.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 
 def _image_files(folder: Path) -> list[Path]:
+    """The image files under ``folder`` in sorted order; symbolic links to folders are followed, but a
+    folder reached a second time (a link loop, two links to one folder) is read once."""
     out = []
+    seen: set[tuple[int, int]] = set()
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for f in sorted(filenames):
             if not f.startswith(".") and f.lower().endswith(IMG_EXTENSIONS):
@@ -34,11 +107,22 @@ def _image_files(folder: Path) -> list[Path]:
     return out
 
 
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # an undecodable byte of a file name (surrogateescape)
+        return False
+    return True
+
+
 def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
     """One sub-folder per class under ``root`` as an :class:`ImageDataset`.
 
     Classes are the sub-folders in sorted name order (hidden folders are skipped); images are the
-    files with an ending in :data:`IMG_EXTENSIONS`, searched recursively inside each class folder.
+    files with an ending in :data:`IMG_EXTENSIONS`, searched recursively inside each class folder
+    (symbolic links followed; a folder reached twice, as through a link loop, is read once).
+    A class or file name that is not valid UTF-8 (an undecodable byte) is an error: the HDF5 file
+    stores names as text.
     Labels are the class indices 0..C-1 in that order. The first ``train_classes`` classes form the
     training split (default: the first half, rounded up) and the rest the test split, as in the
     zero-shot protocol of deep metric learning (Roth et al. 2020, §4.1). Paths are relative to ``root``.
@@ -77,7 +161,13 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
             raise EmbedscopeError(
                 f"imagefolder: class folder {root / name} holds no image files ({', '.join(IMG_EXTENSIONS)})"
             )
-        paths.extend(f.relative_to(root).as_posix() for f in files)
+        rel = [f.relative_to(root).as_posix() for f in files]
+        bad = next((r for r in [name, *rel] if not _is_text(r)), None)
+        if bad is not None:
+            # an HDF5 file stores paths and class names as UTF-8 text: refused here, before any image is embedded
+            raise EmbedscopeError(f"imagefolder: {safe(root / bad)} has a name that is not valid UTF-8 text "
+                                  "(an undecodable byte); rename it")
+        paths.extend(rel)
         labels.extend([c] * len(files))
     labels_arr = np.asarray(labels, dtype=np.int64)
     return ImageDataset(

@@ -148,6 +148,8 @@ def image_sizes(root: Path, paths) -> np.ndarray:
                 out[i] = im.size
         except (OSError, ValueError) as e:
             raise EmbedscopeError(f"cannot read image {Path(root) / p}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - PIL's DecompressionBombError, a plugin's SyntaxError: name the file
+            raise EmbedscopeError(f"cannot read image {Path(root) / p}: {e.__class__.__name__}: {e}") from None
     return out
 
 

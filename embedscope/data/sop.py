@@ -17,13 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, check_images_exist, class_split, read_text, require_files
+from embedscope.data.base import ImageDataset, class_split, read_text, require_files
+from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
 
 NAME = "sop"
 FOLDER = "Stanford_Online_Products"
 FILES = ("Ebay_train.txt", "Ebay_test.txt")
 HEADER = ["image_id", "class_id", "super_class_id", "path"]
+#: the official download: class ids 1..11,318 in Ebay_train.txt, 11,319..22,634 in Ebay_test.txt
+OFFICIAL = {"training images": 59551, "test images": 60502, "training classes": 11318, "test classes": 11316,
+            "first_test_class": 11319, "last_class": 22634}
 
 
 def _read_ebay(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -54,6 +58,10 @@ def _find_root(root) -> tuple[Path, str]:
         r = Path(root)
         if not (r / FILES[0]).exists() and (r / FOLDER / FILES[0]).exists():
             return require_files(r / FOLDER, list(FILES), NAME), f"{FOLDER}/"
+        if r.is_dir() and not (r / FILES[0]).exists():
+            hint = layout_hint(r, (FILES[0],))
+            if hint:  # Stanford_Online_Products/Stanford_Online_Products/, a category folder, ...
+                raise EmbedscopeError(f"{NAME}: {r / FILES[0]} is missing{hint}")
     return require_files(root, list(FILES), NAME), ""
 
 
@@ -65,7 +73,10 @@ def load_sop(root, train_classes: int | None = None) -> ImageDataset:
     Roth et al. 2020, §4.1). ``train_classes`` instead puts the first N classes (by class id) in the
     training split. A class may not appear in both files. Class names are ``<category>_<class_id>``
     (``bicycle_1``); ``super_class_id`` is kept as the image property ``super_class``. Paths are
-    relative to ``root``. Every listed image must exist: the first missing one is named.
+    relative to ``root``. Every listed image must exist: the first missing one is named. Files in
+    the official numbering (test class ids from 11,319, or a largest id of 22,634) with other counts
+    than the official 59,551 / 60,502 images of 11,318 / 11,316 classes are warned about
+    (:class:`~embedscope.data.imagefolder.DatasetSizeWarning`): a truncated or edited copy.
 
     Parameters
     ----------
@@ -101,7 +112,13 @@ def load_sop(root, train_classes: int | None = None) -> ImageDataset:
         )
     class_ids = np.concatenate([c_tr, c_te])
     rel = p_tr + p_te
-    check_images_exist(base, rel, NAME)
+    if int(c_te.min()) == OFFICIAL["first_test_class"] or int(class_ids.max()) == OFFICIAL["last_class"]:
+        # the official numbering (test classes 11,319..22,634): the counts must be the official ones
+        found = {"training images": len(p_tr), "test images": len(p_te),
+                 "training classes": len(np.unique(c_tr)), "test classes": len(np.unique(c_te))}
+        warn_unofficial_counts(NAME, f"{FILES[0]} and {FILES[1]}", found,
+                               {k: OFFICIAL[k] for k in found})
+    check_listed_images(base, rel, NAME)
 
     uniq, first, labels = np.unique(class_ids, return_index=True, return_inverse=True)
     names = []
