@@ -39,6 +39,12 @@ class UsageError(EmbedscopeError):
     exit_code = 2
 
 
+class EmbedscopeWarning(UserWarning):
+    """Something the user should know that does not stop the work (a data set whose counts differ from
+    the official download's, ...): the command line prints it as one line,
+    ``embedscope CMD: warning: ...``; a Python caller gets a normal warning."""
+
+
 class Terminated(BaseException):
     """SIGTERM / SIGHUP turned into an exception by the command line, so that ``finally`` blocks
     (temporary files, half-written outputs) run before the process ends."""

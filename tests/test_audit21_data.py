@@ -378,3 +378,14 @@ def test_embed_errors_escape_control_characters_in_one_line(tmp_path, checkpoint
     assert rc == 1 and err.count("\n") == 1 and "\x1b" not in err
     assert "images/001.Bird_1/Vögel\\x1b[2J_1.jpg is missing (1 of 8" in err
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_the_size_warning_is_one_line_of_the_command(tmp_path, checkpoint, capsys):
+    """Through the CLI the warning was Python's two lines (``.../data/__init__.py:34: DatasetSizeWarning:``
+    and a source line); embedscope's warnings are one escaped line, as its errors are."""
+    make_cars_official(tmp_path, [1, 98, 99, 196], n_classes=196)
+    capsys.readouterr()
+    embed(checkpoint, "cars196", tmp_path, tmp_path / "c.h5")
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and err[0].startswith("embedscope embed: warning: cars196: images 4 (official 16,185) in "), err
+    assert "DatasetSizeWarning" not in err[0] and ".py:" not in err[0]

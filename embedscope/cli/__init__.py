@@ -213,6 +213,30 @@ def _error(command: str, message: str) -> None:
     print(f"{start}{where}: {safe(message)}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(command: str):
+    """embedscope's own warnings (:class:`~embedscope.errors.EmbedscopeWarning`) as one escaped line on
+    stderr each, ``embedscope CMD: warning: ...``, not Python's two lines with a file name and a source
+    line; other warnings as Python shows them."""
+    import warnings
+
+    from embedscope.errors import EmbedscopeWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if isinstance(category, type) and issubclass(category, EmbedscopeWarning):
+            _error(command, f"warning: {message}")
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (0 ok, 1 error, 2 usage error, 130 Ctrl-C,
     143 SIGTERM, 141 when the reader of stdout went away)."""
@@ -240,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             # all or nothing: a command that fails or is interrupted takes back the outputs it had already
             # published (a PNG without its PDF, a JSON without its CSV); resumable work keeps its finished parts
             group = contextlib.nullcontext() if command in RESUMABLE else output_group(_outputs(args))
-            with group:
+            with group, _warnings_as_lines(command):
                 rc = args.func(args)
                 sys.stdout.flush()
         return int(rc or 0)

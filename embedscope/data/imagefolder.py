@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files  # noqa: F401
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, EmbedscopeWarning
 from embedscope.text import safe
 
 
-class DatasetSizeWarning(UserWarning):
+class DatasetSizeWarning(EmbedscopeWarning):
     """A benchmark's files look like the official download but list another number of images or classes."""
 
 
