@@ -209,8 +209,7 @@ def test_cars_root_hints(tmp_path):
     split = tmp_path / "split"
     for d in ("cars_train", "cars_test", "devkit"):
         (split / d).mkdir(parents=True)
-    with pytest.raises(EmbedscopeError, match=r"cars_train/, cars_test/ and devkit/ are the split download, which is "
-                                              r"not read: get car_ims\.tgz and cars_annos\.mat, or the Kaggle layout"):
+    with pytest.raises(EmbedscopeError, match=r"nor the split download, which has devkit/cars_meta\.mat\)$"):
         load_cars196(split)
 
 
@@ -352,6 +351,77 @@ def test_embed_cars_official_writes_labels_paths_split(tmp_path, checkpoint):
     assert es.class_names.tolist() == names
     assert np.asarray(es.properties["make"]).tolist() == ["Maker"] * 5
     assert np.asarray(es.properties["body_type"]).tolist() == ["sedan"] * 5
+
+
+def make_cars_split(base: Path, train: list[int], test: list[int], n_classes: int = 4,
+                    test_labels_in_devkit: bool = False) -> list[str]:
+    """The split download as torchvision's StanfordCars reads it: devkit/cars_meta.mat (1 x C cell),
+    devkit/cars_train_annos.mat and cars_test_annos_withlabels.mat (1 x N structs of 1 x 1 numbers and
+    char arrays, as MATLAB writes them), cars_train/ and cars_test/ numbered from 00001.jpg."""
+    from scipy.io import savemat
+
+    fields = ["bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class", "fname"]
+    (base / "devkit").mkdir(parents=True, exist_ok=True)
+    names = [f"Maker Model{c} Coupe 20{c:02d}" for c in range(1, n_classes + 1)]
+    cell = np.empty((1, n_classes), dtype=object)
+    cell[0, :] = [np.array([s]) for s in names]
+    savemat(base / "devkit" / "cars_meta.mat", {"class_names": cell})
+    where = {"train": base / "devkit" / "cars_train_annos.mat",
+             "test": base / ("devkit" if test_labels_in_devkit else ".") / "cars_test_annos_withlabels.mat"}
+    for split, classes in (("train", train), ("test", test)):
+        annos = np.zeros((1, len(classes)), dtype=[(f, "O") for f in fields])
+        for i, c in enumerate(classes):
+            fname = f"{i + 1:05d}.jpg"
+            write_jpeg(base / f"cars_{split}" / fname, 100 * (split == "test") + i)
+            annos[0, i] = (np.array([[2]], np.uint16), np.array([[3]], np.uint16), np.array([[20 + i]], np.uint16),
+                           np.array([[12]], np.uint16), np.array([[c]], np.uint8), np.array([fname]))
+        savemat(where[split], {"annotations": annos})
+    return names
+
+
+def test_cars_split_download_reads_as_torchvision_does(tmp_path):
+    """The split download (cars_train/, cars_test/, devkit/: torchvision's StanfordCars layout) was refused;
+    it is read with the zero-shot split over both halves, rows and labels as torchvision's own reader."""
+    from torchvision.datasets import StanfordCars
+
+    base = tmp_path / "stanford_cars"
+    names = make_cars_split(base, [3, 1, 2], [4, 2])
+    with no_size_warning():
+        ds = load_cars196(base)
+    assert ds.paths.tolist() == ["cars_train/00001.jpg", "cars_train/00002.jpg", "cars_train/00003.jpg",
+                                 "cars_test/00001.jpg", "cars_test/00002.jpg"]
+    assert ds.labels.tolist() == [2, 0, 1, 3, 1] and ds.class_names.tolist() == names
+    assert ds.split.tolist() == ["test", "train", "train", "test", "train"]  # classes 1-2 of 4: train
+    peer = [(Path(p).relative_to(base).as_posix(), t) for split in ("train", "test")
+            for p, t in StanfordCars(tmp_path, split=split)._samples]
+    assert peer == list(zip(ds.paths.tolist(), ds.labels.tolist()))
+    assert StanfordCars(tmp_path).classes == names
+    assert {"make", "body_type", "year", "bbox_area", "bbox_aspect"} <= set(ds.properties)
+    assert np.asarray(ds.properties["body_type"]).tolist() == ["coupe"] * 5
+    parent = load_cars196(tmp_path)  # torchvision's root: the paths keep the folder
+    assert parent.paths.tolist() == [f"stanford_cars/{p}" for p in ds.paths] and parent.labels.tolist() == ds.labels.tolist()
+
+
+def test_cars_split_download_needs_the_test_labels(tmp_path):
+    make_cars_split(tmp_path, [1, 2], [3, 4], test_labels_in_devkit=True)
+    assert load_cars196(tmp_path).labels.tolist() == [0, 1, 2, 3]  # read from devkit/ too
+    (tmp_path / "devkit" / "cars_test_annos_withlabels.mat").rename(tmp_path / "devkit" / "cars_test_annos.mat")
+    with pytest.raises(EmbedscopeError, match=r"cars_test_annos_withlabels\.mat is missing \(the test images' labels"):
+        load_cars196(tmp_path)
+    make_cars_split(tmp_path, [1, 2, 3, 4, 1], [3, 4], n_classes=196)
+    with pytest.warns(DatasetSizeWarning, match=r"cars196: images 7 \(official 16,185\)"):
+        load_cars196(tmp_path)
+    (tmp_path / "cars_train" / "00005.jpg").unlink()
+    with pytest.raises(EmbedscopeError, match=r"cars_train/00005\.jpg"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DatasetSizeWarning)
+        load_cars196(tmp_path)
+
+
+def test_embed_cars_split_download(tmp_path, checkpoint):
+    make_cars_split(tmp_path / "stanford_cars", [1, 2], [3, 4])
+    es = embed(checkpoint, "cars196", tmp_path, tmp_path / "cars.h5", "--split", "test")
+    assert es.paths.tolist() == ["stanford_cars/cars_test/00001.jpg", "stanford_cars/cars_test/00002.jpg"]
+    assert es.labels.tolist() == [2, 3] and set(es.split) == {"test"}
 
 
 def test_embed_sop_writes_its_own_split_and_super_class(tmp_path, checkpoint):

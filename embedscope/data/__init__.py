@@ -1,4 +1,4 @@
-"""Data set loaders for the official layouts (and CARS196's Kaggle layout), and the built-in digits.
+"""Data set loaders for the official layouts (and CARS196's Kaggle layout and split download), and the built-in digits.
 
 ``get_dataset(name, root)`` returns an :class:`ImageDataset` with paths, labels, class names and the
 standard zero-shot split.

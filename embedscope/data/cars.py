@@ -1,4 +1,4 @@
-"""CARS196 (Krause et al. 2013) in its official layout or the Kaggle one, with the zero-shot split of DML.
+"""CARS196 (Krause et al. 2013) in its official layout, the Kaggle one or the split download, with the zero-shot split of DML.
 
 Official layout (``--root`` is the folder holding both)::
 
@@ -18,10 +18,21 @@ when there is no ``cars_annos.mat``::
       car_data/car_data/train/<class name, '/' as '-'>/00001.jpg ...
       car_data/car_data/test/<class name, '/' as '-'>/00001.jpg ...
 
-Both give the same 196 classes (labels ``class - 1``), names and split; the Kaggle layout's rows are
-the ``anno_train.csv`` rows then the ``anno_test.csv`` rows, as pytorch-metric-learning orders them,
-and its paths are ``car_data/car_data/<train|test>/<class>/<file>`` (image files of the two layouts
-do not pair by path).
+Split download (the layout torchvision's ``StanfordCars`` reads; ``--root`` is the folder holding
+``devkit/``, or its parent holding ``stanford_cars/``), recognised by ``devkit/cars_meta.mat``::
+
+    ROOT/
+      devkit/cars_meta.mat              cell array 'class_names'
+      devkit/cars_train_annos.mat       struct array 'annotations' (bbox_x1..bbox_y2, class, fname)
+      cars_test_annos_withlabels.mat    the same for the test images (also read from devkit/)
+      cars_train/00001.jpg ... 08144.jpg
+      cars_test/00001.jpg ... 08041.jpg
+
+All three give the same 196 classes (labels ``class - 1``), names and split; the Kaggle layout's rows
+are the ``anno_train.csv`` rows then the ``anno_test.csv`` rows, as pytorch-metric-learning orders
+them, and its paths are ``car_data/car_data/<train|test>/<class>/<file>``; the split download's rows
+are those of ``cars_train_annos.mat`` then ``cars_test_annos_withlabels.mat``, with paths
+``cars_train/<fname>`` and ``cars_test/<fname>`` (image files of the layouts do not pair by path).
 
 Split: classes 1-98 train, 99-196 test (Roth et al. 2020, §4.1); the official per-image ``test``
 flag (a classification split; the Kaggle layout's train/test folders) is ignored.
@@ -49,7 +60,10 @@ FIELDS = ("relative_im_path", "class")
 KAGGLE_NAMES = "names.csv"
 KAGGLE_ANNOS = ("anno_train.csv", "anno_test.csv")
 KAGGLE_IMAGES = "car_data/car_data"
-SPLIT_DOWNLOAD = ("cars_train", "cars_test", "devkit")
+SPLIT_META = "devkit/cars_meta.mat"
+SPLIT_TRAIN_ANNOS = "devkit/cars_train_annos.mat"
+SPLIT_TEST_ANNOS = ("cars_test_annos_withlabels.mat", "devkit/cars_test_annos_withlabels.mat")
+SPLIT_FOLDER = "stanford_cars"  # torchvision's root holds it
 #: the official download: 196 classes, 16,185 images (8,054 in classes 1-98, 8,131 in 99-196)
 OFFICIAL = {"classes": 196, "images": 16185}
 
@@ -106,7 +120,8 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
     ----------
     root : str or path-like
         the folder with ``cars_annos.mat`` and ``car_ims/``, or with ``names.csv``,
-        ``anno_train.csv``, ``anno_test.csv`` and ``car_data/car_data/`` (Kaggle).
+        ``anno_train.csv``, ``anno_test.csv`` and ``car_data/car_data/`` (Kaggle), or with ``devkit/``,
+        ``cars_train/`` and ``cars_test/`` (the split download; or its parent, torchvision's root).
     train_classes : int, optional
         number of leading classes in the training split (default 98 of 196: half).
 
@@ -129,15 +144,16 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
     if r is not None and r.is_dir() and not (r / ANNOS).exists():
         if (r / KAGGLE_NAMES).exists():
             return _load_kaggle(r, train_classes)
-        hint = layout_hint(r, (ANNOS, KAGGLE_NAMES))
+        if (r / SPLIT_META).exists():
+            return _load_split_download(r, train_classes, "")
+        if (r / SPLIT_FOLDER / SPLIT_META).exists():  # torchvision's root
+            return _load_split_download(r, train_classes, f"{SPLIT_FOLDER}/")
+        hint = layout_hint(r, (ANNOS, KAGGLE_NAMES, SPLIT_META))
         if hint:  # a parent folder, a folder unpacked into one of its own name, car_ims/ itself
             raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing{hint}")
-        if any((r / d).exists() for d in SPLIT_DOWNLOAD):
-            hint = (f" (cars_train/, cars_test/ and devkit/ are the split download, which is not read: get car_ims.tgz "
-                    f"and {ANNOS}, or the Kaggle layout)")
         raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing (not the official {NAME} layout; nor the Kaggle "
                               f"layout, which has {KAGGLE_NAMES}, {KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]} and "
-                              f"{KAGGLE_IMAGES}/){hint}")
+                              f"{KAGGLE_IMAGES}/; nor the split download, which has {SPLIT_META})")
     return _load_official(root, train_classes)
 
 
@@ -212,6 +228,77 @@ def _load_official(root, train_classes: int | None) -> ImageDataset:
         split=class_split(labels, n_classes, train_classes, NAME),
         properties=props,
         info={"source": f"CARS196 ({ANNOS})", "num_classes": n_classes},
+    )
+
+
+def _annotations(path: Path, fields: tuple[str, ...]) -> np.ndarray:
+    """The struct array ``annotations`` of a ``.mat`` file, with ``fields`` checked."""
+    mat = _read_mat(path)
+    if "annotations" not in mat:
+        raise EmbedscopeError(f"{NAME}: {path} has no variable 'annotations'")
+    annos = np.atleast_1d(mat["annotations"])
+    if annos.dtype.names is None:
+        raise EmbedscopeError(f"{NAME}: {path}: 'annotations' is not a struct array")
+    for f in fields:
+        if f not in annos.dtype.names:
+            hint = (" (cars_test_annos.mat holds no labels: get cars_test_annos_withlabels.mat)"
+                    if f == "class" and "fname" in annos.dtype.names else "")
+            raise EmbedscopeError(f"{NAME}: {path}: 'annotations' lacks the field '{f}'{hint}")
+    return annos
+
+
+def _load_split_download(root: Path, train_classes: int | None, prefix: str) -> ImageDataset:
+    """CARS196 as the split download (torchvision's ``StanfordCars`` layout; module docstring)."""
+    base = root / prefix if prefix else root
+    test_annos = next((base / t for t in SPLIT_TEST_ANNOS if (base / t).exists()), None)
+    for need in (SPLIT_TRAIN_ANNOS, "cars_train", "cars_test"):
+        if not (base / need).exists():
+            raise EmbedscopeError(f"{NAME}: {base / need} is missing (the split download of {SPLIT_META})")
+    if test_annos is None:
+        raise EmbedscopeError(f"{NAME}: {base / SPLIT_TEST_ANNOS[0]} is missing (the test images' labels of the "
+                              f"split download; the devkit's cars_test_annos.mat holds none)")
+    meta = _read_mat(base / SPLIT_META)
+    if "class_names" not in meta:
+        raise EmbedscopeError(f"{NAME}: {base / SPLIT_META} has no variable 'class_names'")
+    names = [_text(n) for n in np.atleast_1d(meta["class_names"])]
+    if not names:
+        raise EmbedscopeError(f"{NAME}: {base / SPLIT_META} lists no classes")
+    paths: list[str] = []
+    labels: list[int] = []
+    boxes: list[list[float]] = []
+    for folder, mat_path in (("cars_train", base / SPLIT_TRAIN_ANNOS), ("cars_test", test_annos)):
+        annos = _annotations(mat_path, ("fname", "class", *BOX_FIELDS))
+        for k, a in enumerate(annos):
+            fname = _text(a["fname"]).strip()
+            try:
+                c = int(np.asarray(a["class"]).ravel()[0])
+                box = [float(np.asarray(a[f]).ravel()[0]) for f in BOX_FIELDS]
+            except (ValueError, TypeError, IndexError):
+                raise EmbedscopeError(f"{NAME}: {mat_path}: annotation {k + 1} has no integer class or "
+                                      "numeric box") from None
+            if not fname:
+                raise EmbedscopeError(f"{NAME}: {mat_path}: annotation {k + 1} has an empty fname")
+            if not 1 <= c <= len(names):
+                raise EmbedscopeError(f"{NAME}: {mat_path}: annotation {k + 1} ({fname}) has class {c}, outside "
+                                      f"1..{len(names)} (the classes of {SPLIT_META})")
+            paths.append(f"{prefix}{folder}/{fname}")
+            labels.append(c - 1)
+            boxes.append(box)
+    if len(names) == OFFICIAL["classes"]:
+        warn_unofficial_counts(NAME, f"{SPLIT_TRAIN_ANNOS} and {test_annos.name}", {"images": len(paths)},
+                               {"images": OFFICIAL["images"]}, stacklevel=4)
+    check_listed_images(root, paths, NAME)
+    lab = np.asarray(labels, dtype=np.int64)
+    return ImageDataset(
+        name=NAME,
+        root=str(root),
+        paths=np.asarray(paths, dtype=object),
+        labels=lab,
+        class_names=np.asarray(names, dtype=object),
+        split=class_split(lab, len(names), train_classes, NAME),
+        properties=_class_properties(root, paths, lab, names, np.asarray(boxes)),
+        info={"source": f"CARS196 (split download: {SPLIT_META}, {SPLIT_TRAIN_ANNOS}, {test_annos.name})",
+              "num_classes": len(names)},
     )
 
 
