@@ -481,3 +481,25 @@ def test_embed_command_random_head_baseline_and_pml_pair(tmp_path):
                  "-o", str(out2), "--no-progress", "--device", "cpu"]) == 0
     es2 = store.load(out2)
     assert es2.dim == 8 and "metric-learning" in str(es2.attrs.get("checkpoint_format", ""))
+
+
+def test_pml_embedder_saved_as_a_sequential_of_one_linear_layer(tmp_path):
+    """An embedder made as nn.Sequential(nn.Linear(...)) saves '0.weight', '0.bias': one linear layer, read
+    as such (it was refused as an unknown layout); a deeper plain Sequential stays refused (the file does not
+    say which parameter-free layers sit between its linear layers)."""
+    from torchvision.models import resnet18
+
+    torch.manual_seed(4)
+    trunk = _randomise_bn(resnet18(weights=None)).eval()
+    trunk.fc = nn.Identity()
+    emb = nn.Sequential(nn.Linear(512, 12))
+    torch.save(trunk.state_dict(), tmp_path / "trunk.pth")
+    torch.save(emb.state_dict(), tmp_path / "emb.pth")
+    m, cfg, _ = load_model(trunk=tmp_path / "trunk.pth", embedder=tmp_path / "emb.pth")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), F.normalize(emb(trunk(x)), dim=1))
+    assert cfg["embed_dim"] == 12
+    torch.save(nn.Sequential(nn.Linear(512, 32), nn.ReLU(), nn.Linear(32, 12)).state_dict(), tmp_path / "deep.pth")
+    with pytest.raises(EmbedscopeError, match=r"unknown embedder layout: .*found 0\.bias, 0\.weight, 2\.bias"):
+        load_model(trunk=tmp_path / "trunk.pth", embedder=tmp_path / "deep.pth")

@@ -108,17 +108,21 @@ def _read_state_dict(path: Path, what: str, unsafe_pickle: bool, *,
 
 
 def embedder_layers(sd: dict[str, torch.Tensor], where: str) -> tuple[list[Any], dict[str, torch.Tensor]]:
-    """powerful-benchmarker's MLP (or a plain ``nn.Linear``) -> (``head_layers``, ``head.*`` state dict)."""
+    """powerful-benchmarker's MLP (or a plain ``nn.Linear``, or an ``nn.Sequential`` of one) ->
+    (``head_layers``, ``head.*`` state dict)."""
     keys = set(sd)
-    if keys == {"weight", "bias"} and sd["weight"].ndim == 2:
-        out, inp = sd["weight"].shape
-        return [[int(inp), int(out)]], {"0.weight": sd["weight"], "0.bias": sd["bias"]}
+    for pre in ("", "0."):  # a plain nn.Linear, or an nn.Sequential of one (a deeper plain Sequential does
+        # not say which parameter-free layers sit between its linear layers: refused below)
+        if keys == {f"{pre}weight", f"{pre}bias"} and sd[f"{pre}weight"].ndim == 2:
+            out, inp = sd[f"{pre}weight"].shape
+            return [[int(inp), int(out)]], {"0.weight": sd[f"{pre}weight"], "0.bias": sd[f"{pre}bias"]}
     net = {k[len("net."):]: v for k, v in sd.items() if k.startswith("net.")}
     others = [k for k in keys if not k.startswith(("net.", "last_linear."))]
     if not net or others:
         raise EmbedscopeError(
             f"{where}: unknown embedder layout: expected powerful-benchmarker MLP keys (net.<i>.weight, "
-            f"net.<i>.bias, last_linear.*) or one linear layer (weight, bias); found {_keys_preview(sorted(keys))}")
+            f"net.<i>.bias, last_linear.*) or one linear layer (weight, bias, or 0.weight, 0.bias); found "
+            f"{_keys_preview(sorted(keys))}")
     idx: dict[int, dict[str, torch.Tensor]] = {}
     for k, v in net.items():
         i, _, name = k.partition(".")
