@@ -352,3 +352,13 @@ def test_main_forgets_handled_signals():
         progress.check_signals()
     assert main(["info", "/nonexistent.h5"]) == 1  # main starts and ends with no recorded signal
     progress.check_signals()
+
+
+def test_an_abbreviated_option_is_refused(capsys):
+    """argparse took '--table' for '--table-csv' (any unique prefix): a typo or an abbreviation in a
+    script ran, and would change meaning once another option shares the prefix."""
+    from embedscope.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["spectrum", "x.h5", "--table", "t.csv", "-o", "s.png"])
+    assert e.value.code == 2 and "unrecognized arguments: --table t.csv" in capsys.readouterr().err

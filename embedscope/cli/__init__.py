@@ -106,6 +106,12 @@ def _outputs(args) -> list[str]:
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        # no abbreviated options: `--table` silently meant `--table-csv`, and a script or doc that abbreviates
+        # would change meaning (or fail as ambiguous) the day another option shares the prefix
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, exit 2
         from embedscope.text import safe
 
