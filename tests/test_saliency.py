@@ -297,7 +297,11 @@ def test_pairs_and_paths_file(ckpts, tmp_path, capsys):
     assert sm.kind == "pairs" and list(sm.paths) == ["digits/0005", "digits/0007", "digits/0009"]
     assert sm.retrieval["maps"].shape == (3, 8, 8) and not set(sm.paths) & set(sm.retrieval["paths"][:0])
     assert all(q != r for q, r in zip(sm.paths, sm.retrieval["paths"]))
-    assert (tmp_path / "p.png").exists() and "same class" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert (tmp_path / "p.png").exists() and "same class" in out
+    # one 'wrote' line, as every command (it printed one per file)
+    assert [x for x in out.splitlines() if x.startswith("wrote ")] == [
+        f"wrote {tmp_path / 'p.h5'}, {tmp_path / 'p.png'}, {tmp_path / 'p.pdf'}"]
     # agreement refuses pair files
     main(["saliency", ckpts["b"], "--dataset", "digits", "--paths-file", str(pf), "--n-samples", "2",
           "-o", str(tmp_path / "q.h5"), "--no-progress"])

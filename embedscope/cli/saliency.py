@@ -97,9 +97,7 @@ def run(args) -> int:
           f"{s['seconds']:.1f} s")
     if s["pairs"]:
         print(f"nearest retrieval of the same class for {100 * s['pair_same_class']:.1f}% of the queries")
-    from embedscope.text import safe
+    from embedscope.cli.output import print_wrote
 
-    print(f"wrote {safe(s['output'])}")
-    for f in s["figure"] or []:
-        print(f"wrote {safe(f)}")
+    print_wrote([s["output"], *(s["figure"] or [])])  # one line, as every command
     return 0
