@@ -38,6 +38,9 @@ __all__ = ["class_distances", "alignment_uniformity", "geometry_report"]
 
 METRICS = ("cosine", "sqeuclidean")
 DEFAULT_MAX_PAIRS = 200_000
+#: the most entries (block rows x N) of one block of the exact uniformity (every pair): about
+#: 40 bytes each at once (the block's inner products, its pairs, their mask), ~80 MB whatever N
+UNIFORMITY_BLOCK_ENTRIES = 1 << 21
 #: rows with a squared norm below this (after the global rescaling) get their unit vector from a
 #: per-row power-of-two rescaling: their squares would be subnormal (digits lost) or zero
 _TINY_SQ = 2.0 ** -900
@@ -272,8 +275,10 @@ def _logmeanexp_update(state, a: np.ndarray):
 
 
 def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed: int,
-                block_rows: int = 1024, shift: int = 0) -> tuple[float, int, bool]:
-    """``norms``: the row norms of 2^-shift·X (from :func:`_accumulate`)."""
+                block_rows: int | None = None, shift: int = 0) -> tuple[float, int, bool]:
+    """``norms``: the row norms of 2^-shift·X (from :func:`_accumulate`). Every pair (a ``max_pairs``
+    of at least N(N−1)/2): rows in blocks of at most 1024 and of ``UNIFORMITY_BLOCK_ENTRIES`` / N,
+    so that a block's work arrays (block rows × N) stay bounded whatever N."""
     n = X.shape[0]
     all_pairs = n * (n - 1) // 2
     state = (-np.inf, 0.0, 0)
@@ -291,12 +296,19 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
 
     if all_pairs <= max_pairs:
         U = unit(np.arange(n))
-        for s in range(0, n, block_rows):
-            blk = U[s:s + block_rows]
+        rows = block_rows or max(1, min(1024, UNIFORMITY_BLOCK_ENTRIES // n))
+        for s in range(0, n, rows):
+            blk = U[s:s + rows]
             g = blk @ U[s:].T  # rows s.., columns s..: keep j > i
-            iu = np.triu_indices(blk.shape[0], k=1, m=g.shape[1])
-            d2 = np.clip(2.0 - 2.0 * g[iu], 0.0, None)
-            state = _logmeanexp_update(state, -t * d2)
+            # the pairs j > i in row-major order (as np.triu_indices, without its two int64 index arrays)
+            upper = np.arange(g.shape[1])[None, :] > np.arange(blk.shape[0])[:, None]
+            d2 = g[upper]
+            del g, upper
+            d2 *= -2.0
+            d2 += 2.0
+            np.clip(d2, 0.0, None, out=d2)
+            d2 *= -t
+            state = _logmeanexp_update(state, d2)
         exact, npairs = True, all_pairs
     else:
         rng = np.random.default_rng(seed)

@@ -1,0 +1,102 @@
+"""Memory audit at SOP scale (120,000 x 128): "memory stays bounded: never an N x N matrix when N can
+be 100k". Every analysis command was measured at N = 30k, 60k and 120k; the paths that held an
+array growing faster than the work needs are tested here at a moderate N, with tracemalloc's peak
+of numpy's allocations (numpy reports its buffers to it), and their values checked against the
+unblocked computation.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from embedscope.metrics import geometry as geometry_mod
+from embedscope.metrics.geometry import alignment_uniformity
+
+
+def _traced_peak(fn, *args, **kwargs):
+    """(result, peak bytes of traced allocations during the call)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        out = fn(*args, **kwargs)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return out, peak
+
+
+def _unit_rows(n, d, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    y = rng.integers(0, max(2, n // 7), n)
+    return X, y
+
+
+def _brute_uniformity(X, t=2.0):
+    """log mean exp(-t ||u_i - u_j||^2) over all pairs i < j, from the full float64 Gram matrix."""
+    U = X.astype(np.float64)
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    G = U @ U.T
+    iu = np.triu_indices(len(U), k=1)
+    a = -t * np.clip(2.0 - 2.0 * G[iu], 0.0, None)
+    m = a.max()
+    return float(m + np.log(np.mean(np.exp(a - m))))
+
+
+# ----------------------------------------------------------------------------- exact uniformity
+def test_exact_uniformity_blocks_are_bounded_by_entries_not_rows(monkeypatch):
+    """The exact uniformity (every pair: ``geometry --max-pairs`` >= N(N-1)/2) took blocks of 1024
+    rows against all N columns with two int64 index arrays of the block's pairs (np.triu_indices)
+    and four float64 copies: about 56 bytes x 1024 x N at once, 3.7 GB at N = 60,000 (``geometry
+    --split train --max-pairs 1e10`` on an SOP-sized file), growing with N. Blocks now hold at most
+    UNIFORMITY_BLOCK_ENTRIES entries (block rows x N) and the pairs are taken by a boolean mask."""
+    n, d = 3000, 16
+    X, y = _unit_rows(n, d, 0)
+    kw = dict(max_pairs=n * n, seed=0)
+    monkeypatch.setattr(geometry_mod, "UNIFORMITY_BLOCK_ENTRIES", 64 * n)  # blocks of 64 rows
+    got, peak = _traced_peak(alignment_uniformity, X, y, **kw)
+    assert got["uniformity_exact"] and got["uniformity_pairs"] == n * (n - 1) // 2
+    # 1024-row blocks held > 1024 * n * 40 bytes (~120 MB here); 64-row blocks ~ 64 * n * 40 (~8 MB)
+    # plus the float64 unit rows (n * d * 8) and the per-class sums
+    assert peak < 20 * 2**20, f"peak {peak / 2**20:.1f} MB for blocks of 64 rows x {n}"
+    assert got["uniformity"] == pytest.approx(_brute_uniformity(X), rel=1e-12, abs=1e-12)
+    # the same value as one block of 1024 rows (the former blocking; only the summation order differs)
+    monkeypatch.setattr(geometry_mod, "UNIFORMITY_BLOCK_ENTRIES", 1 << 40)
+    ref = alignment_uniformity(X, y, **kw)
+    assert got["uniformity"] == pytest.approx(ref["uniformity"], rel=1e-13, abs=1e-13)
+    assert got["alignment"] == ref["alignment"]
+
+
+def test_exact_uniformity_default_blocks_scale_with_n():
+    """With the default budget the block's rows shrink as N grows: the peak at N = 8000 is not
+    about 1024 x N entries (that was ~460 MB of work arrays here)."""
+    n, d = 8000, 8
+    X, y = _unit_rows(n, d, 1)
+    got, peak = _traced_peak(alignment_uniformity, X, y, max_pairs=n * n)
+    assert got["uniformity_exact"]
+    budget = geometry_mod.UNIFORMITY_BLOCK_ENTRIES
+    assert peak < 48 * budget + 4 * n * d * 8, f"peak {peak / 2**20:.1f} MB"
+
+
+@pytest.mark.parametrize("n", [7, 1500, 2049])
+def test_exact_uniformity_unchanged_where_blocks_are_1024_rows(n):
+    """The same blocks, bit for bit the former computation (np.triu_indices, 2 - 2g): up to
+    N = 2048 the blocks are 1024 rows, as before the change."""
+    X, y = _unit_rows(n, 5, n)
+    got = alignment_uniformity(X, y, max_pairs=n * n)
+    U = X.astype(np.float64)
+    U /= np.sqrt(np.einsum("ij,ij->i", U, U))[:, None]
+    state = (-np.inf, 0.0, 0)
+    rows = max(1, min(1024, geometry_mod.UNIFORMITY_BLOCK_ENTRIES // n))
+    for s in range(0, n, rows):  # the former loop, with its np.triu_indices
+        blk = U[s:s + rows]
+        g = blk @ U[s:].T
+        iu = np.triu_indices(blk.shape[0], k=1, m=g.shape[1])
+        state = geometry_mod._logmeanexp_update(state, -2.0 * np.clip(2.0 - 2.0 * g[iu], 0.0, None))
+    mx, tot, cnt = state
+    assert got["uniformity"] == float(mx + np.log(tot / cnt))
+    assert got["uniformity"] == pytest.approx(_brute_uniformity(X), rel=1e-12, abs=1e-12)
