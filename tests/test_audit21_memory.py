@@ -7,26 +7,12 @@ unblocked computation.
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
+from test_audit_memory import _traced_peak
 
 from embedscope.metrics import geometry as geometry_mod
 from embedscope.metrics.geometry import alignment_uniformity
-
-
-def _traced_peak(fn, *args, **kwargs):
-    """(result, peak bytes of traced allocations during the call)."""
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        out = fn(*args, **kwargs)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return out, peak
 
 
 def _unit_rows(n, d, seed):

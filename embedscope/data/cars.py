@@ -284,9 +284,17 @@ def _load_split_download(root: Path, train_classes: int | None, prefix: str) -> 
             paths.append(f"{prefix}{folder}/{fname}")
             labels.append(c - 1)
             boxes.append(box)
+    return _listed_dataset(root, paths, labels, names, boxes, train_classes,
+                           listed_in=f"{SPLIT_TRAIN_ANNOS} and {test_annos.name}",
+                           source=f"split download: {SPLIT_META}, {SPLIT_TRAIN_ANNOS}, {test_annos.name}")
+
+
+def _listed_dataset(root: Path, paths: list[str], labels: list[int], names: list[str], boxes: list,
+                    train_classes: int | None, *, listed_in: str, source: str) -> ImageDataset:
+    """The data set of a layout that lists its images with class and box (Kaggle, split download): the
+    count compared with the official download's, every image checked on disk, the zero-shot split."""
     if len(names) == OFFICIAL["classes"]:
-        warn_unofficial_counts(NAME, f"{SPLIT_TRAIN_ANNOS} and {test_annos.name}", {"images": len(paths)},
-                               {"images": OFFICIAL["images"]}, stacklevel=4)
+        warn_unofficial_counts(NAME, listed_in, {"images": len(paths)}, {"images": OFFICIAL["images"]}, stacklevel=5)
     check_listed_images(root, paths, NAME)
     lab = np.asarray(labels, dtype=np.int64)
     return ImageDataset(
@@ -297,8 +305,7 @@ def _load_split_download(root: Path, train_classes: int | None, prefix: str) -> 
         class_names=np.asarray(names, dtype=object),
         split=class_split(lab, len(names), train_classes, NAME),
         properties=_class_properties(root, paths, lab, names, np.asarray(boxes)),
-        info={"source": f"CARS196 (split download: {SPLIT_META}, {SPLIT_TRAIN_ANNOS}, {test_annos.name})",
-              "num_classes": len(names)},
+        info={"source": f"CARS196 ({source})", "num_classes": len(names)},
     )
 
 
@@ -367,19 +374,6 @@ def _load_kaggle(base: Path, train_classes: int | None) -> ImageDataset:
             paths.append(f"{KAGGLE_IMAGES}/{split}/{folders[c - 1]}/{file}")
             labels.append(c - 1)
             boxes.append(box)
-    if len(names) == OFFICIAL["classes"]:
-        warn_unofficial_counts(NAME, f"{KAGGLE_ANNOS[0]} and {KAGGLE_ANNOS[1]}", {"images": len(paths)},
-                               {"images": OFFICIAL["images"]}, stacklevel=4)
-    check_listed_images(base, paths, NAME)
-    lab = np.asarray(labels, dtype=np.int64)
-    return ImageDataset(
-        name=NAME,
-        root=str(base),
-        paths=np.asarray(paths, dtype=object),
-        labels=lab,
-        class_names=np.asarray(names, dtype=object),
-        split=class_split(lab, len(names), train_classes, NAME),
-        properties=_class_properties(base, paths, lab, names, np.asarray(boxes)),
-        info={"source": f"CARS196 (Kaggle layout: {KAGGLE_NAMES}, {KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]})",
-              "num_classes": len(names)},
-    )
+    return _listed_dataset(base, paths, labels, names, boxes, train_classes,
+                           listed_in=f"{KAGGLE_ANNOS[0]} and {KAGGLE_ANNOS[1]}",
+                           source=f"Kaggle layout: {KAGGLE_NAMES}, {KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]}")
