@@ -178,15 +178,9 @@ def _load_official(root, train_classes: int | None) -> ImageDataset:
     base = require_files(root, [ANNOS, "car_ims"], NAME)
     mat_path = base / ANNOS
     mat = _read_mat(mat_path)
-    for key in ("annotations", "class_names"):
-        if key not in mat:
-            raise EmbedscopeError(f"{NAME}: {mat_path} has no variable '{key}' (not the official {ANNOS})")
-    annos = np.atleast_1d(mat["annotations"])
-    if annos.dtype.names is None:
-        raise EmbedscopeError(f"{NAME}: {mat_path}: 'annotations' is not a struct array")
-    for f in FIELDS:
-        if f not in annos.dtype.names:
-            raise EmbedscopeError(f"{NAME}: {mat_path}: 'annotations' lacks the field '{f}'")
+    annos = _annotations(mat_path, FIELDS, mat, f" (not the official {ANNOS})")
+    if "class_names" not in mat:
+        raise EmbedscopeError(f"{NAME}: {mat_path} has no variable 'class_names' (not the official {ANNOS})")
     names = [_text(n) for n in np.atleast_1d(mat["class_names"])]
     n_classes = len(names)
     if n_classes == 0 or len(annos) == 0:
@@ -231,11 +225,12 @@ def _load_official(root, train_classes: int | None) -> ImageDataset:
     )
 
 
-def _annotations(path: Path, fields: tuple[str, ...]) -> np.ndarray:
-    """The struct array ``annotations`` of a ``.mat`` file, with ``fields`` checked."""
-    mat = _read_mat(path)
+def _annotations(path: Path, fields: tuple[str, ...], mat: dict | None = None, what: str = "") -> np.ndarray:
+    """The struct array ``annotations`` of the ``.mat`` file ``path`` (read unless ``mat`` is given),
+    with ``fields`` checked; ``what`` ends the message of a file without it."""
+    mat = _read_mat(path) if mat is None else mat
     if "annotations" not in mat:
-        raise EmbedscopeError(f"{NAME}: {path} has no variable 'annotations'")
+        raise EmbedscopeError(f"{NAME}: {path} has no variable 'annotations'{what}")
     annos = np.atleast_1d(mat["annotations"])
     if annos.dtype.names is None:
         raise EmbedscopeError(f"{NAME}: {path}: 'annotations' is not a struct array")
