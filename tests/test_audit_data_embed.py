@@ -15,6 +15,7 @@ from PIL import Image
 from embedscope import store
 from embedscope.data.cars import load_cars196
 from embedscope.data.cub import load_cub200
+from embedscope.data.imagefolder import DatasetSizeWarning
 from embedscope.data.sop import load_sop
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
@@ -49,7 +50,8 @@ def test_cub_labels_paths_split_names_from_the_official_files(tmp_path):
     (base / "classes.txt").write_text("".join(f"{c} {c:03d}.Bird_name_{c}\n" for c in range(1, 201)))
     (base / "train_test_split.txt").write_text("".join(f"{i} {int(c > 100)}\n" for i, c, _ in rows))
     for root, prefix in ((base, ""), (tmp_path, "CUB_200_2011/")):
-        ds = load_cub200(root)
+        with pytest.warns(DatasetSizeWarning, match=r"cub200: images \d+ \(official 11,788\)"):  # 200 classes
+            ds = load_cub200(root)
         expect = [rows[i] for i in order]  # the order of images.txt
         assert list(ds.paths) == [f"{prefix}images/{r[2]}" for r in expect]
         np.testing.assert_array_equal(ds.labels, [r[1] - 1 for r in expect])
@@ -93,7 +95,8 @@ def test_cars_annos_mat_parsed_as_scipy_reads_it(tmp_path):
     ref_class = np.array([int(x["class"][0, 0]) for x in a])
     ref_names = [str(x[0]) for x in raw["class_names"][0]]
     assert ref_names == names and ref_class.tolist() == classes
-    ds = load_cars196(tmp_path)
+    with pytest.warns(DatasetSizeWarning, match=r"cars196: images \d+ \(official 16,185\)"):  # 196 classes
+        ds = load_cars196(tmp_path)
     assert list(ds.paths) == ref_paths
     np.testing.assert_array_equal(ds.labels, ref_class - 1)  # class ids are 1-based
     assert list(ds.class_names) == ref_names and ds.class_names[ds.labels[classes.index(196)]] == names[195]
