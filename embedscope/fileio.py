@@ -58,7 +58,7 @@ def exists_message(user_path) -> str:
     return f"{user_path} already exists (use --force to replace it; in Python: force=True)"
 
 
-def _existing_ancestor(folder: Path) -> Path:
+def existing_ancestor(folder: Path) -> Path:
     """The nearest folder of ``folder``'s ancestry (itself included) that exists."""
     p = folder
     while not p.exists() and p != p.parent:
@@ -66,7 +66,7 @@ def _existing_ancestor(folder: Path) -> Path:
     return p
 
 
-def _probe(folder: Path, user_path) -> None:
+def probe_folder(folder: Path, user_path) -> None:
     """Create and remove a file in ``folder``: the only test that sees read-only mounts, ACLs,
     immutable folders and root's privileges alike."""
     name = folder / f".embedscope-probe.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -111,10 +111,10 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
         raise EmbedscopeError(f"{user} is a directory, expected a file name")
     if path.exists() and not force:
         raise EmbedscopeError(exists_message(user))
-    anc = _existing_ancestor(path.parent)
+    anc = existing_ancestor(path.parent)
     if not anc.is_dir():
         raise EmbedscopeError(f"{user}: {anc} is a file, not a folder")
-    _probe(anc, user)
+    probe_folder(anc, user)
     if anc == path.parent:
         sweep_stale_temporaries(path)
     return path

@@ -462,9 +462,9 @@ def check_study_meta(meta: Any, path: str | os.PathLike) -> dict[str, Any]:
 def _refuse_file_in_the_way(folder: Path, label: str) -> None:
     """A file given as ``folder`` or as one of its parents: one :class:`EmbedscopeError` line naming
     ``label``. Whether the folder is writable is not asked (a read-only cache can serve every row)."""
-    anc = folder
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
+    from embedscope.fileio import existing_ancestor
+
+    anc = existing_ancestor(folder)
     if not anc.is_dir():
         raise EmbedscopeError(f"{label}: exists and is not a folder" if anc == folder
                               else f"{label}: {anc} is a file, not a folder")

@@ -396,14 +396,12 @@ class _TensorBoard:
         except ImportError:
             raise EmbedscopeError("--tensorboard needs the tensorboard package: "
                                   "pip install 'embedscope[tensorboard]'") from None
-        from embedscope.fileio import _probe
+        from embedscope.fileio import existing_ancestor, probe_folder
 
-        anc = f
-        while not anc.exists() and anc != anc.parent:  # where the event folder will be created
-            anc = anc.parent
+        anc = existing_ancestor(f)  # where the event folder will be created
         if not anc.is_dir():
             raise UsageError(f"--tensorboard {folder}: {anc} is a file, not a folder")
-        _probe(anc, f"--tensorboard {folder}")
+        probe_folder(anc, f"--tensorboard {folder}")
 
     def open(self, cfg: dict[str, Any], notes: list[str], resumed_from: int | None = None,
              say: Callable[[str], None] | None = None) -> None:
