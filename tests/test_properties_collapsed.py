@@ -18,8 +18,8 @@ POINTS = np.array([[0.5, 0.25, -0.75, 0.5], [-0.25, 1.0, 0.5, 0.0], [0.75, -0.5,
 def _brute_hits(X, vals, metric, max_r):
     """(R, h) per image from the definition: full float64 key row, nearest first, ties to the lower index."""
     X = np.asarray(X, dtype=np.float64)
-    if metric == "cosine":
-        X = X / np.linalg.norm(X, axis=1)[:, None]
+    if metric == "cosine":  # the float64 normalisation and pair reduction of the definition (§9): exact ties stay ties
+        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
     n = len(X)
     _, codes, counts = np.unique(np.asarray(vals), return_inverse=True, return_counts=True)
     codes = codes.ravel()
@@ -29,7 +29,7 @@ def _brute_hits(X, vals, metric, max_r):
     idx = np.arange(n)
     for q in np.flatnonzero(R > 0):
         if metric == "cosine":
-            dist = -(X @ X[q])
+            dist = -np.einsum("ij,ij->i", np.repeat(X[q:q + 1], n, 0), X)
         else:
             dist = ((X - X[q]) ** 2).sum(1)
         others = idx[idx != q]
@@ -212,3 +212,48 @@ def test_collapsed_large_is_fast():
         q = np.arange(n)
         h = np.where(q <= R, before[vals, np.minimum(R + 1, n)] - 1, before[vals, R])
         assert res[name]["R-Prec"] == pytest.approx(np.mean(h / R), rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["ties", "half", "three"])
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_long_lists_and_deep_counts_on_every_path(kind, metric, monkeypatch):
+    """The top-L lists by torch.topk or by the packed whole-row sort (LONG_LIST), and the sure hits by
+    the list's columns or by a scan of the rows (DEEP_COUNT): the same hits as the brute force on
+    every combination, with exact ties, -0.0 keys (cosine of orthogonal rows), a centred key space
+    (half collapsed) and small blocks that leave a partial last block."""
+    rng = np.random.default_rng(40 + ["ties", "half", "three"].index(kind))
+    if kind == "ties":  # integer coordinates: many tied keys, duplicated rows, orthogonal pairs
+        n = 400
+        X = rng.integers(-2, 3, size=(n, 3)).astype(float)
+        X[np.all(X == 0, axis=1)] = 1.0
+        props = {"few": rng.integers(0, 3, n), "many": rng.integers(0, 30, n), "skew": (rng.random(n) < 0.1).astype(int)}
+    else:
+        X, props = _dataset(kind, rng)
+    codes = np.stack([props_mod._encode(v, len(X), k) for k, v in props.items()])
+    for max_r in (None, 9):
+        brute = [_brute_hits(X, v, metric, max_r) for v in props.values()]
+        R = np.stack([b[0] for b in brute])
+        for long_list, deep in ((10 ** 9, 10 ** 9), (0, 10 ** 9), (10 ** 9, 0), (0, 0), (8, 16)):
+            monkeypatch.setattr(props_mod, "LONG_LIST", long_list)
+            monkeypatch.setattr(props_mod, "DEEP_COUNT", deep)
+            for block in (None, 37):
+                H = props_mod._Engine(np.asarray(X, dtype=np.float64), metric, block).hits(codes, R)
+                for i in range(len(brute)):
+                    np.testing.assert_array_equal(H[i], brute[i][1], err_msg=f"{kind} {metric} {max_r} "
+                                                  f"LONG_LIST={long_list} DEEP_COUNT={deep} block={block}")
+
+
+def test_packed_keys_order_as_the_values_descending_then_by_column():
+    import torch
+
+    v = torch.tensor([[0.0, -0.0, 1.5, -np.inf, 1.5, -2.0, np.inf, 1e-45, -1e-45, 3.4e38]], dtype=torch.float32)
+    key = props_mod._packed_descending(v)
+    order = np.argsort(key[0], kind="stable")
+    np.testing.assert_array_equal(key[0] & 0xFFFFFFFF, np.arange(v.shape[1]))
+    vals = v[0].numpy()[order]
+    assert np.all(vals[:-1] >= vals[1:])
+    # equal values by column; -0.0 right after 0.0 (equal as floats)
+    np.testing.assert_array_equal(order, [6, 9, 2, 4, 7, 0, 1, 8, 5, 3])
+    a = key.copy()
+    props_mod._sort_rows(a, 4)
+    np.testing.assert_array_equal(a[0, :4], np.sort(key[0])[:4])

@@ -26,13 +26,17 @@ that holds whatever the dependence between queries: the values shuffled over the
 recomputed exactly by the same engine (each shuffled property is one more row of it).
 
 Engine: exact, in bounded memory, for any R (uncapped R can be n/3). Per block of queries the
-float32 key block (one GEMM, never N x N at once) gives, by ``torch.topk``, each query's sorted
-top-L float32 keys (L = the block's largest R + 16). The exact R-th key t lies within delta of the
+float32 key block (one GEMM, never N x N at once) gives each query's sorted top-L float32 keys
+(L = the block's largest R + 16): by ``torch.topk`` for short lists, by one SIMD partition and sort
+of whole rows packed with their columns for long ones (R deep: a property with few values and no
+cap). The exact R-th key t lies within delta of the
 R-th float32 key s (delta: a rigorous float32 error bound of the key), so everything above
 s + 2 delta is surely among the R nearest, everything below s - 2 delta surely not, and only the
 few references in the band are ranked by float64 keys computed pair by pair (lower index first on
 ties). A band that reaches the end of the list makes that row retry with a longer list. No kNN
-label matrix of all queries is kept. Where a row's bands are wide (many equal keys: a collapsed
+label matrix of all queries is kept; the places of the R-th key's band are found by binary
+search in the sorted lists, and where the sure hits run deep they are counted by one scan of the
+rows' float32 keys above the band, not through the lists' columns. Where a row's bands are wide (many equal keys: a collapsed
 model, whose every key ties), the union of its properties' bands is ranked once (``_union_rows``),
 with the keys read from a table between the distinct rows when X has few of them.
 """
@@ -54,6 +58,8 @@ SLACK = 16
 PERM_GROUP_ENTRIES = 1 << 23  # shuffled property rows x n per call of the engine (permutation test)
 BIG_WINDOW = 16  # a row with a window of this many places or more ranks the union of its windows (_Engine._union_rows)
 UNION_ENTRIES = 1 << 22  # rows x places of the top-L lists per pass of _Engine._union_rows
+LONG_LIST = 8  # a top-L list with LONG_LIST * L >= n comes from one sort of whole rows, not torch.topk (_Engine._top)
+DEEP_COUNT = 16  # sure hits up to a place W with DEEP_COUNT * W >= n are counted by a scan of the rows (_count_same_above)
 KEY_TABLE = 1 << 22  # largest table of float64 keys between distinct rows of X (few distinct rows: a collapsed model)
 
 
@@ -112,6 +118,8 @@ class _Engine:
         self.delta = 2.0 * ks.delta
         self.block = block or int(max(16, min(1024, (1 << 25) // max(self.n, 1))))
         self._table = None  # (row -> distinct row, keys between distinct rows), made when first needed
+        self._kbuf = None  # the float32 key block (keys32), reused
+        self._keybuf = None  # the packed keys of long top-L lists (_top), reused over blocks
 
     def _keys(self, qi: np.ndarray, rj: np.ndarray) -> np.ndarray:
         """:func:`_pair_keys64` of the pairs; where X has few distinct rows (a collapsed model), read from
@@ -141,7 +149,9 @@ class _Engine:
         """Float32 values of queries s..e against all (self = -inf): keys plus ``qoff`` (Euclidean:
         2 q.r - |r|^2; a centred search, see KeySpace, the same of its centred rows)."""
         torch = self.torch
-        K = self.X32[s:e] @ self.X32.T
+        if self._kbuf is None or self._kbuf.shape[0] < e - s:
+            self._kbuf = torch.empty((max(e - s, min(self.block, self.n)), self.n), dtype=torch.float32)
+        K = torch.matmul(self.X32[s:e], self.X32.T, out=self._kbuf[:e - s])  # reused: no page faults per block
         if self.two != 1.0:
             K.mul_(self.two)
         if self.rsub is not None:
@@ -174,31 +184,47 @@ class _Engine:
             bar.close()
         return H
 
+    def _top(self, sub, L: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's L largest float32 values, sorted (descending), and their columns.
+
+        A short list (L < n / LONG_LIST) by ``torch.topk``; a long one (deep R: a property with few values
+        and no cap) by one SIMD partition and sort of whole rows, each value packed with its column into an int64 so
+        that the sort carries the columns (equal values: lower column first): ~2x faster than
+        ``topk`` at L = n / 3 and no slower from L = n / 8 (measured, docs/PERFORMANCE.md)."""
+        torch = self.torch
+        m, n = sub.shape
+        if LONG_LIST * L < n:
+            v32, idx = torch.topk(sub, L, dim=1, largest=True, sorted=True)
+            return v32.numpy(), idx.numpy()
+        if self._keybuf is None or self._keybuf.shape[0] < m:
+            self._keybuf = torch.empty((max(m, min(self.block, self.n)), n), dtype=torch.int64)
+        key = _packed_descending(sub, self._keybuf)
+        _sort_rows(key, L)
+        idx = key[:, :L]
+        idx &= 0xFFFFFFFF  # the column (key's low half), in place: the sorted keys are not needed again
+        return _Listed(sub.numpy(), idx), idx
+
     def _rows(self, K, rows: np.ndarray, s: int, codes, R, H, L: int) -> np.ndarray:
         """Count hits of the given rows with top-L lists; return rows whose band reached the list end."""
         torch = self.torch
         sub = K[torch.from_numpy(rows - s)] if len(rows) != K.shape[0] else K
-        v32, idx = torch.topk(sub, L, dim=1, largest=True, sorted=True)
-        v = v32.double().numpy()
-        if self.qoff is not None:
-            v = v - self.qoff[rows, None]
-        idx = idx.numpy()
+        v32, idx = self._top(sub, L)
+        qoff = self.qoff[rows] if self.qoff is not None else None
         dl = self.delta[rows]
         full = L >= self.n - 1
         retry = np.zeros(len(rows), dtype=bool)
         P, m = codes.shape[0], len(rows)
         # per property and row: the window [lo, hi) of places to rank in float64, and how many of it are taken
         LO, HI, NEED = (np.zeros((P, m), dtype=np.int64) for _ in range(3))
-        neg = -v  # ascending, for searchsorted
         for k in range(P):
             Rk = R[k, rows]
             act = np.flatnonzero(Rk > 0)
             if not len(act):
                 continue
-            sth = v[act, Rk[act] - 1]
-            na = neg[act]  # each row ascending: searchsorted per row = a count of the entries below
-            lo = np.count_nonzero(na < -(sth + 2 * dl[act])[:, None], axis=1)  # first position with v <= s + 2d
-            hi = np.count_nonzero(na <= -(sth - 2 * dl[act])[:, None], axis=1)  # first position with v < s - 2d
+            qa = None if qoff is None else qoff[act]
+            sth = _value64(v32, act, Rk[act] - 1, qa)
+            lo = _count_above(v32, act, qa, sth + 2 * dl[act], strict=True)  # first position with v <= s + 2d
+            hi = _count_above(v32, act, qa, sth - 2 * dl[act], strict=False)  # first position with v < s - 2d
             if not full:
                 bad = hi >= L
                 retry[act[bad]] = True
@@ -206,8 +232,13 @@ class _Engine:
                 if not len(act):
                     continue
             W = int(lo.max())  # the sure hits lie before lo: only that many columns are looked at
-            same = codes[k][idx[act, :W]] == codes[k, rows[act]][:, None]
-            H[k, rows[act]] = (same & (np.arange(W)[None, :] < lo[:, None])).sum(1)
+            if DEEP_COUNT * W >= self.n:
+                # a deep list: count in the rows' float32 values above each row's place lo, not through
+                # the list's columns (a scan of the row beats gathering W codes per row)
+                H[k, rows[act]] = _count_same_above(sub.numpy(), act, v32, lo, codes[k], rows[act])
+            else:
+                same = codes[k][idx[act, :W]] == codes[k, rows[act]][:, None]
+                H[k, rows[act]] = (same & (np.arange(W)[None, :] < lo[:, None])).sum(1)
             LO[k, act], HI[k, act], NEED[k, act] = lo, hi, R[k, rows[act]] - lo
         lens = HI - LO
         lens[:, retry] = 0
@@ -294,6 +325,119 @@ class _Engine:
         if nd * nr >= 1 << 62:
             return np.lexsort((ref, -k64, ru))
         return np.argsort(rank * nr + ref)
+
+
+class _Listed:
+    """The sorted float32 values of top-L lists read through their columns (``v[rows, places]``), so
+    that a long list's values are never gathered whole: only the few places the windows look at."""
+
+    def __init__(self, K: np.ndarray, idx: np.ndarray):
+        self.K, self.idx = K, idx
+        self.shape = idx.shape
+
+    def __getitem__(self, rc):
+        r, c = rc
+        return self.K[r, self.idx[r, c]]
+
+
+def _value64(v32: np.ndarray, act: np.ndarray, pos: np.ndarray, qoff) -> np.ndarray:
+    """The float64 values ``v32[act, pos]`` (less the rows' ``qoff``) that the windows compare."""
+    v = v32[act, pos].astype(np.float64)
+    return v if qoff is None else v - qoff
+
+
+def _count_above(v32: np.ndarray, act: np.ndarray, qoff, c: np.ndarray, *, strict: bool) -> np.ndarray:
+    """Per row ``act[i]`` of the descending ``v32``: how many of its leading values (as float64, less
+    ``qoff``) are > c[i] (``strict``) or >= c[i]; a binary search per row, all rows at once (float64 of
+    a float32 less a constant is monotone, so the values that pass are a prefix)."""
+    lo = np.zeros(len(act), dtype=np.int64)
+    hi = np.full(len(act), v32.shape[1], dtype=np.int64)
+    live = np.arange(len(act))
+    while len(live):
+        mid = (lo[live] + hi[live]) // 2
+        v = _value64(v32, act[live], mid, None if qoff is None else qoff[live])
+        ok = v > c[live] if strict else v >= c[live]
+        lo[live] = np.where(ok, mid + 1, lo[live])
+        hi[live] = np.where(ok, hi[live], mid)
+        live = live[lo[live] < hi[live]]
+    return lo
+
+
+def _count_same_above(Kn: np.ndarray, act: np.ndarray, v32: np.ndarray, lo: np.ndarray, code: np.ndarray,
+                      q: np.ndarray) -> np.ndarray:
+    """Per row ``act[i]``: the references among its first ``lo[i]`` places that share the query's value,
+    counted in the row's float32 values: the first lo places are exactly the values above the value at
+    place lo (the window test is monotone in it, so the value at lo - 1 is strictly larger; the query
+    itself is -inf), or every reference where lo is the whole row."""
+    L = v32.shape[1]
+    thr = np.full(len(act), -np.inf, dtype=np.float32)
+    inside = lo < L
+    thr[inside] = v32[act[inside], lo[inside]]
+    narrow = code.astype(_small_int(int(code.max(initial=0))), copy=False)
+    out = np.empty(len(act), dtype=np.int64)
+    step = max(1, (1 << 22) // max(Kn.shape[1], 1))  # rows per pass: a few MB of masks
+    for a in range(0, len(act), step):
+        b = slice(a, a + step)
+        above = Kn[act[b]] > thr[b, None]
+        above &= narrow[None, :] == narrow[q[b], None]
+        out[b] = above.view(np.uint8).sum(axis=1, dtype=np.int64)
+    return out
+
+
+def _small_int(top: int):
+    """The narrowest signed integer type that holds 0..top."""
+    for t in (np.int8, np.int16, np.int32):
+        if top <= np.iinfo(t).max:
+            return t
+    return np.int64
+
+
+def _packed_descending(sub, buf=None) -> np.ndarray:
+    """int64 keys of a (rows, n) float32 tensor whose ascending order is the values' descending order,
+    equal values by column: (the value's order-reversed bits << 32) | column. Floats order as the
+    signed integers i ^ ((i >> 31) & 0x7fffffff) of their bits; -0.0 just below 0.0, -inf lowest.
+    ``buf``: an int64 tensor of at least that shape to write into (reused over blocks: a fresh
+    allocation of this size costs its page faults each time)."""
+    torch = __import__("torch")
+    m, n = sub.shape
+    i = sub.view(torch.int32)
+    t = i >> 31
+    t &= 0x7FFFFFFF
+    t ^= i
+    t.bitwise_not_()  # descending
+    if buf is None or buf.shape[1] != n or buf.shape[0] < m:
+        buf = torch.empty((m, n), dtype=torch.int64)
+    key = buf[:m]
+    key.copy_(t)
+    del t
+    key <<= 32
+    key |= torch.arange(n, dtype=torch.int64)
+    return key.numpy()
+
+
+def _sort_rows(a: np.ndarray, L: int) -> None:
+    """Put the L smallest of each row of ``a`` first, sorted, in place (numpy's SIMD partition and
+    sort; below n / 2 a partition first halves the sort), the rows split over the search threads."""
+    from embedscope.metrics.search.threads import n_search_threads
+
+    n = a.shape[1]
+
+    def work(b: np.ndarray) -> None:
+        if 2 * L < n:
+            b.partition(L - 1, axis=1)
+            b[:, :L].sort(axis=1)
+        else:
+            b.sort(axis=1)
+
+    nt = min(n_search_threads(), len(a))
+    if nt <= 1:
+        work(a)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    cuts = np.linspace(0, len(a), nt + 1).astype(int)
+    with ThreadPoolExecutor(nt) as pool:
+        list(pool.map(lambda j: work(a[cuts[j]:cuts[j + 1]]), range(nt)))
 
 
 def _dense_ranks(ru: np.ndarray, v: np.ndarray, nc: int) -> tuple[int, np.ndarray]:
