@@ -112,3 +112,22 @@ def test_relative_paths_reach_a_worker_in_another_folder(two_checkpoints, schedu
     assert given.sum() == 2 and list(a.loc[given, "checkpoint"]) == list(b.loc[given, "checkpoint"])  # as given
     assert (tmp_path / "c2").is_dir() and any((tmp_path / "c2").glob("*.h5"))  # the relative cache, resolved here
     assert not ser["errors"]
+
+
+def test_a_worker_with_other_embedscope_code_refuses_the_rows(two_checkpoints, scheduler, tmp_path, monkeypatch):
+    """A worker that imports another embedscope than the study's (an older install on a cluster node)
+    would measure with other code: each row reports it (and is tried again by the next run)."""
+    import embedscope.study.run as run_mod
+
+    real = run_mod.code_fingerprint()
+    assert len(real) == 16 and real == run_mod.code_fingerprint()
+    monkeypatch.setattr(run_mod, "code_fingerprint", lambda: "0123456789abcdef")  # this process's code "changed"
+    kw = {"measures": MEASURED, "epoch": "last", "n_boot": 0, "figures": False, "echo": lambda s: None}
+    res = run_study(str(two_checkpoints / "*.pt"), tmp_path / "st", scheduler=scheduler, cache_dir=tmp_path / "c", **kw)
+    assert res["errors"] and len(res["errors"]) == len(res["rows"])
+    for r in res["errors"]:
+        assert "other embedscope code" in r["error"] and real in r["error"] and "0123456789abcdef" in r["error"]
+    assert json.loads((tmp_path / "st" / "study.json").read_text())["code"] == "0123456789abcdef"
+    monkeypatch.undo()
+    again = run_study(str(two_checkpoints / "*.pt"), tmp_path / "st", scheduler=scheduler, cache_dir=tmp_path / "c", **kw)
+    assert not again["errors"] and len(again["computed"]) == len(res["rows"])  # the failed rows, measured now

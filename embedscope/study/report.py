@@ -372,7 +372,8 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
             ("seed (k-means, bootstrap)", s.get("seed", "")), ("bootstrap resamples", stats.get("n_boot", "")),
             ("device", s.get("device", "")), ("embedding cache", meta.get("cache_dir", "")),
             ("versions", ", ".join(f"{k} {x}" for k, x in v.items()) if isinstance(v, dict) else v),
-            ("statistics code (fingerprint)", meta.get("stats_code", "")), ("host", meta.get("host", "")),
+            ("statistics code (fingerprint)", meta.get("stats_code", "")),
+            ("embedscope code (fingerprint)", meta.get("code", "")), ("host", meta.get("host", "")),
             ("started / ended", f"{meta.get('started', '')} / {meta.get('ended', '')}"),
             ("this page written by", f"embedscope {__version__}"),
             ("checkpoint hashes", "sha256 of every file: the table Checkpoints, below")]

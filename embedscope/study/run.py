@@ -285,6 +285,13 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
             torch.set_num_threads(int(threads))
         if settings.get("faiss_threads"):  # a worker thread of a local cluster
             _faiss_threads(int(settings["faiss_threads"]))
+        if settings.get("code") and settings["code"] != code_fingerprint():
+            from embedscope import __version__
+
+            raise EmbedscopeError(f"the Dask worker {platform.node()} runs other embedscope code ({__version__}, "
+                                  f"fingerprint {code_fingerprint()}) than this study ({settings.get('version')}, "
+                                  f"{settings['code']}): install the same embedscope on every worker "
+                                  "(docs/studies.md)")
         if settings.get("remote") and not os.path.exists(path):
             raise EmbedscopeError(f"{path}: no such checkpoint file on the Dask worker {platform.node()} (the "
                                   "workers must see the checkpoints under the same paths, docs/studies.md)")
@@ -339,6 +346,24 @@ def _versions() -> dict[str, str]:
 # where the version stays the same, then takes effect without --force)
 _STATS_MODULES = ("embedscope.study.run", "embedscope.study.stats", "embedscope.study.measures",
                   "embedscope.viz.study", "embedscope.viz.style", "embedscope.tables")
+
+
+@functools.lru_cache(maxsize=None)
+def code_fingerprint() -> str:
+    """sha256 (first 16 hex digits) over every source file of the installed embedscope package (their
+    paths and bytes): a Dask worker whose embedscope differs from the study's (another version, or
+    an older copy of the same one) would measure with other code, so a remote study's tasks carry
+    this and a worker with another refuses them (the row reports it)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root).as_posix()
+        if "__pycache__" in rel:
+            continue
+        h.update(rel.encode() + b"\0")
+        with open(f, "rb") as fh:
+            h.update(fh.read() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _stats_code() -> str:
@@ -675,8 +700,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             "measures": {**{k: _described(v) for k, v in mreg.items() if measures is None or k in measures},
                          **{f"{p}<name>": _described(v) for p, v in PATTERNS.items()
                             if measures is None or any(m.startswith(p) for m in measures)}},
-            "versions": _versions(), "stats_code": _stats_code(), "host": platform.node(), "started": started,
-            "entries": len(entries)}
+            "versions": _versions(), "stats_code": _stats_code(), "code": code_fingerprint(), "host": platform.node(),
+            "started": started, "entries": len(entries)}
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
 
     import uuid
@@ -705,6 +730,10 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                      "device": device, "metric": metric, "seed": seed,
                      "measures": list(measures) if measures else None, "generation": generation,
                      "remote": bool(scheduler)}
+    if scheduler:  # a worker elsewhere may run another embedscope (measure_entry refuses the task there)
+        from embedscope import __version__
+
+        task_settings.update(code=code_fingerprint(), version=__version__)
     computed: list[dict[str, Any]] = []
 
     def keep(row: dict[str, Any]) -> None:
