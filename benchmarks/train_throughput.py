@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 
-def plain_epoch(ds_train, labels, cfg, model, loss_fn, opt, dev, batches):
+def plain_epoch(ds_train, labels, cfg, model, loss_fn, opt, dev, batches, amp: str = "auto"):
     """The reference loop: DataLoader over the same SPC batches, model, PML loss, Adam step."""
     from embedscope.data import TorchImages, image_transform
 
@@ -29,7 +29,7 @@ def plain_epoch(ds_train, labels, cfg, model, loss_fn, opt, dev, batches):
     loader = torch.utils.data.DataLoader(TorchImages(ds_train, tf), batch_sampler=batches,
                                          pin_memory=dev.type == "cuda")
     yt = torch.as_tensor(labels)
-    use_amp = dev.type == "cuda"
+    use_amp = dev.type == "cuda" and amp != "none"
     n = 0
     for x, _, idx in loader:
         x = x.to(dev, non_blocking=True)
@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs (after one warm-up epoch)")
     ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--amp", default="auto", choices=["auto", "bf16", "none"],
+                    help="both loops: bfloat16 autocast on CUDA (auto, bf16) or float32 (none)")
     args = ap.parse_args()
 
     from embedscope.data import get_dataset
@@ -102,9 +104,10 @@ def main() -> None:
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     model.train()
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=0)
-    plain_epoch(train_ds, ytrain, cfg, model, loss_fn, opt, dev, sampler)  # warm-up
+    plain_epoch(train_ds, ytrain, cfg, model, loss_fn, opt, dev, sampler, args.amp)  # warm-up
     t0 = time.perf_counter()
-    n_plain = sum(plain_epoch(train_ds, ytrain, cfg, model, loss_fn, opt, dev, sampler) for _ in range(epochs))
+    n_plain = sum(plain_epoch(train_ds, ytrain, cfg, model, loss_fn, opt, dev, sampler, args.amp)
+                  for _ in range(epochs))
     t_plain = time.perf_counter() - t0
 
     # --- embedscope trainer (per-epoch seconds from its log; the first epoch is the warm-up)
@@ -118,7 +121,7 @@ def main() -> None:
         res = train({**{k: v for k, v in cfg.items() if k in ("dataset", "arch", "batch_size", "sampler", "lr",
                                                                  "embed_dim", "weight_decay")},
                      "loss": "multisimilarity", "epochs": epochs + 1, "eval_every": 0,
-                     "device": str(dev)}, Path(tmp) / "b.pt", progress=False, echo=lambda s: None)
+                     "device": str(dev), "amp": args.amp}, Path(tmp) / "b.pt", progress=False, echo=lambda s: None)
     if args.arch != "digits_cnn":
         edata.get_dataset = real_get
     secs = [r["seconds"] for r in res["history"] if int(r["epoch"]) > 1]
@@ -128,8 +131,9 @@ def main() -> None:
     ips_plain, ips_es = n_plain / t_plain, n_es / t_es
     print(f"machine: {platform.machine()} {torch.get_num_threads()} threads, device {dev}"
           + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""))
+    precision = "bfloat16 autocast" if dev.type == "cuda" and args.amp != "none" else "float32"
     print(f"arch {args.arch}, loss multisimilarity, batch {cfg['batch_size']}, sampler {cfg['sampler']}, "
-          f"{epochs} timed epoch(s) of {len(sampler)} batches")
+          f"{epochs} timed epoch(s) of {len(sampler)} batches, {precision}")
     print(f"plain PyTorch+PML : {ips_plain:10.1f} images/s  ({t_plain:.2f} s)")
     print(f"embedscope train  : {ips_es:10.1f} images/s  ({t_es:.2f} s)")
     print(f"ratio (embedscope time / plain time): {ips_plain / ips_es:.3f}  "

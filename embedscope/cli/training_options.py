@@ -25,7 +25,7 @@ ARCH_CHOICES = names.ARCHS
 # CLI dest -> trainer option (the YAML file uses the same names, with - or _)
 OPTION_DESTS = ["dataset", "root", "train_classes", "arch", "weights", "weights_ema", "embed_dim", "loss", "miner",
                 "p_switch", "sampler", "batch_size", "epochs", "lr", "weight_decay", "optimizer", "lr_schedule", "seed",
-                "eval_every", "device", "num_workers", "image_size"]
+                "eval_every", "device", "num_workers", "image_size", "amp"]
 FILE_ONLY = {"output", "o", "log", "loss_params", "resume", "force", "keep_epochs", "tensorboard"}
 FILE_ONLY_BOOLS = ("resume", "force", "keep_epochs")
 
@@ -73,6 +73,9 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                    help="evaluate test R@1 and training rho every N epochs (default 1; 0 = never)")
     p.add_argument("--device", type=device_name, help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--num-workers", type=nonnegative_int, help="data loader worker processes (default 0)")
+    p.add_argument("--amp", choices=("auto", "bf16", "none"),
+                   help="forward passes on CUDA: auto (default) = bf16 = bfloat16 autocast, none = float32; "
+                        "the CPU trains in float32")
 
 
 def parse_loss_params(items) -> dict:

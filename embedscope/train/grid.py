@@ -38,7 +38,7 @@ SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim
 TABLE_COLUMNS = ("name", "loss", "p_switch", "seed", "status")
 
 # settings that may differ between a stored run and a new request without making it another run
-IGNORED_SETTINGS = ("device", "num_workers", "eval_every", "num_train_classes")
+IGNORED_SETTINGS = ("device", "num_workers", "eval_every", "num_train_classes", "amp")
 # settings a config holds only when true (a run trained before one existed has no such key)
 FLAG_SETTINGS = ("weights_ema",)
 
@@ -91,7 +91,7 @@ def _norm(v: Any) -> Any:
 def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The settings (``key: stored -> wanted``) in which a stored run's config differs from a request.
 
-    Keys of :data:`IGNORED_SETTINGS` (device, workers, evaluation frequency) do not count.
+    Keys of :data:`IGNORED_SETTINGS` (device, workers, evaluation frequency, precision) do not count.
     """
     out = []
     for k in sorted(set(stored) | set(wanted)):

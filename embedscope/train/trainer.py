@@ -63,11 +63,13 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "frozen_bn": None,
     "image_size": None,
     "bigb": 1024,
+    "amp": "auto",
 }
+AMP_CHOICES = ("auto", "bf16", "none")  # auto: bfloat16 autocast on CUDA, float32 on the CPU
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("none", "cosine", "step")
 # options a resumed run may change; everything else comes from the checkpoint
-RESUME_OVERRIDABLE = ("epochs", "eval_every", "device", "num_workers")
+RESUME_OVERRIDABLE = ("epochs", "eval_every", "device", "num_workers", "amp")
 LOG_COLUMNS = ["epoch", "loss", "R@1", "MAP@R", "rho", "seconds"]
 # the run's configuration, repeated on every row of the CSV log (config key -> column)
 LOG_CONFIG_COLUMNS = {"dataset": "dataset", "arch": "arch", "embed_dim": "embed_dim", "normalize": "normalize",
@@ -196,8 +198,10 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     for k, v in dataset_defaults(opt["dataset"]).items():
         if opt.get(k) is None:
             opt[k] = v
-    for k in ("loss", "arch", "sampler", "optimizer", "lr_schedule", "device"):
+    for k in ("loss", "arch", "sampler", "optimizer", "lr_schedule", "device", "amp"):
         _as_str(k, opt[k])
+    if opt["amp"] not in AMP_CHOICES:
+        raise UsageError(f"unknown --amp {_show(opt['amp'])} (choose {', '.join(AMP_CHOICES)})")
     for k in ("root", "weights", "miner"):
         if opt[k] is not None:
             _as_str(k, opt[k])
@@ -495,14 +499,14 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
             changed.append(f"{_flag(k)} {_show(v)} (the run has {_show(saved.get(k))})")
     if changed:
         raise UsageError(f"--resume continues {out} with its saved options, but {'; '.join(changed)} differ: "
-                         "drop them, or start again with --force (only --epochs, --eval-every, --device and "
-                         "--num-workers may change)")
+                         "drop them, or start again with --force (only --epochs, --eval-every, --device, "
+                         "--num-workers and --amp may change)")
     cfg = dict(saved)
     cfg["loss_params"] = _saved_reduction(cfg, say)
     kept = []
     for k in RESUME_OVERRIDABLE:
         if config.get(k) is not None:
-            new = _as_int(k, config[k], 0) if k != "device" else _as_str(k, config[k])
+            new = _as_int(k, config[k], 0) if k not in ("device", "amp") else _as_str(k, config[k])
             if new != cfg.get(k):
                 kept.append(f"{_flag(k)} {new} (was {cfg.get(k)})")
             cfg[k] = new
@@ -761,7 +765,8 @@ def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, 
         g["lr"] = b * f
     model.train()
     loss_fn.train()
-    amp_ctx = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if dev.type == "cuda" else contextlib.nullcontext
+    amp_dtype = autocast_dtype(cfg.get("amp", "auto"), dev)
+    amp_ctx = (lambda: torch.autocast("cuda", dtype=amp_dtype)) if amp_dtype is not None else contextlib.nullcontext
     t0 = time.perf_counter()
     total, nb = 0.0, 0
     # a redrawing bar on a terminal; without one, the epoch's own line (printed by the caller) only
@@ -878,8 +883,8 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     The protocol (Roth §4.1): Adam (or AdamW) with weight decay, no LR schedule by default;
     SPC-2 batches; each sample of a batch is embedded in training mode, a tuple miner (if any)
     picks triplets on the detached embeddings, the PML loss is minimised. On CUDA: bfloat16
-    autocast, channels_last; the loss runs in float32. On the CPU with a fixed seed the run is
-    deterministic. ``R@1`` and ``MAP@R`` are measured on the test split, ``rho`` (ρ, docs/methods.md §2)
+    autocast (``amp``: "auto" or "bf16"; "none" = float32), channels_last; the loss runs in float32.
+    On the CPU with a fixed seed the run is deterministic. ``R@1`` and ``MAP@R`` are measured on the test split, ``rho`` (ρ, docs/methods.md §2)
     on the embedded training split, every ``eval_every`` epochs (0 = never) and at epoch 0 (before
     training). ``epochs = 0`` writes the untrained network as the final checkpoint.
     """
@@ -976,15 +981,27 @@ def run_inputs(cfg: dict[str, Any], data: str, state: dict[str, Any] | None = No
     return out
 
 
-def compute_record(dev, start_epoch: int, state: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def autocast_dtype(amp: str | None, dev):
+    """The autocast dtype of the training forward passes: bfloat16 on CUDA unless ``amp`` is "none"
+    ("auto", the default, and "bf16"); None (float32) on the CPU, whatever ``amp`` says."""
+    import torch
+
+    if dev.type == "cuda" and (amp or "auto") != "none":
+        return torch.bfloat16
+    return None
+
+
+def compute_record(dev, start_epoch: int, state: dict[str, Any] | None = None,
+                   amp: str | None = "auto") -> list[dict[str, Any]]:
     """``extra["compute"]``: where the epochs were computed — one entry per start or resume
-    (``from_epoch``, ``device``, ``torch_threads``, ``torch``). On the CPU the numbers of a run depend
-    on the thread count (a convolution's last bits on how many threads split it; docs/training.md),
+    (``from_epoch``, ``device``, ``precision`` of the forward passes, ``torch_threads``, ``torch``). On the
+    CPU the numbers of a run depend on the thread count (a convolution's last bits on how many threads split it; docs/training.md),
     so reproducing a run needs it: the seed alone does not say it."""
     import torch
 
-    here = {"from_epoch": int(start_epoch) + 1, "device": str(dev), "torch_threads": int(torch.get_num_threads()),
-            "torch": str(torch.__version__)}
+    here = {"from_epoch": int(start_epoch) + 1, "device": str(dev),
+            "precision": "bfloat16 autocast" if autocast_dtype(amp, dev) is not None else "float32",
+            "torch_threads": int(torch.get_num_threads()), "torch": str(torch.__version__)}
     earlier = list((state or {}).get("extra", {}).get("compute") or [])
     return earlier + [here]
 
@@ -1021,6 +1038,8 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     from embedscope.train.samplers import build_sampler
 
     dev = resolve_device(cfg["device"])
+    if cfg.get("amp") == "bf16" and dev.type != "cuda":
+        say(f"note: --amp bf16 is CUDA's bfloat16 autocast; on {dev.type} this run trains in float32")
     torch.manual_seed(cfg["seed"])
     ds, train_ds, test_ds, ytrain, classes = _load_data(cfg)
     data = data_fingerprint(ds)
@@ -1030,7 +1049,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     ytrain_t = torch.as_tensor(ytrain, dtype=torch.long)
     model, loss_fn, opt, base_lrs = _build(cfg, state, len(classes), dev, unsafe_pickle)
     inputs = run_inputs(cfg, data, state)  # after _build: a --weights file that cannot be read is its one-line error
-    inputs["compute"] = compute_record(dev, start_epoch, state)
+    inputs["compute"] = compute_record(dev, start_epoch, state, cfg.get("amp", "auto"))
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
