@@ -884,8 +884,8 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     SPC-2 batches; each sample of a batch is embedded in training mode, a tuple miner (if any)
     picks triplets on the detached embeddings, the PML loss is minimised. On CUDA: bfloat16
     autocast (``amp``: "auto" or "bf16"; "none" = float32), channels_last; the loss runs in float32.
-    On the CPU with a fixed seed the run is deterministic. ``R@1`` and ``MAP@R`` are measured on the test split, ``rho`` (ρ, docs/methods.md §2)
-    on the embedded training split, every ``eval_every`` epochs (0 = never) and at epoch 0 (before
+    On the CPU with a fixed seed the run is deterministic. ``R@1`` and ``MAP@R`` are measured on the
+    test split, ``rho`` (ρ, docs/methods.md §2) on the embedded training split, every ``eval_every`` epochs (0 = never) and at epoch 0 (before
     training). ``epochs = 0`` writes the untrained network as the final checkpoint.
     """
     say = echo or (lambda s: print(s, flush=True))
@@ -995,8 +995,8 @@ def compute_record(dev, start_epoch: int, state: dict[str, Any] | None = None,
                    amp: str | None = "auto") -> list[dict[str, Any]]:
     """``extra["compute"]``: where the epochs were computed — one entry per start or resume
     (``from_epoch``, ``device``, ``precision`` of the forward passes, ``torch_threads``, ``torch``). On the
-    CPU the numbers of a run depend on the thread count (a convolution's last bits on how many threads split it; docs/training.md),
-    so reproducing a run needs it: the seed alone does not say it."""
+    CPU the numbers of a run depend on the thread count (a convolution's last bits on how many threads
+    split it; docs/training.md), so reproducing a run needs it: the seed alone does not say it."""
     import torch
 
     here = {"from_epoch": int(start_epoch) + 1, "device": str(dev),
