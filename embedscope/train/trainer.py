@@ -885,8 +885,8 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     picks triplets on the detached embeddings, the PML loss is minimised. On CUDA: bfloat16
     autocast (``amp``: "auto" or "bf16"; "none" = float32), channels_last; the loss runs in float32.
     On the CPU with a fixed seed the run is deterministic. ``R@1`` and ``MAP@R`` are measured on the
-    test split, ``rho`` (ρ, docs/methods.md §2) on the embedded training split, every ``eval_every`` epochs (0 = never) and at epoch 0 (before
-    training). ``epochs = 0`` writes the untrained network as the final checkpoint.
+    test split, ``rho`` (ρ, docs/methods.md §2) on the embedded training split, every ``eval_every``
+    epochs (0 = never) and at epoch 0 (before training). ``epochs = 0`` writes the untrained network as the final checkpoint.
     """
     say = echo or (lambda s: print(s, flush=True))
     from embedscope.fileio import is_folder_name
