@@ -183,7 +183,8 @@ def prepare_tsne_input(X: Any, name: str = "X") -> tuple[np.ndarray, float]:
     t-SNE depends on the rows only through their distances, and perplexity calibration makes the
     map invariant to a global scale. Rows whose largest |value| is beyond 2^±40 are therefore
     multiplied by a power of two (exact in floating point) that brings it near 1; other inputs are
-    returned unchanged. Rows that are all identical have no distances to map: refused.
+    returned unchanged. Rows that are all identical have no distances to map: refused. So is a
+    single dimension: openTSNE's PCA initialisation (docs/methods.md §10) takes two components.
 
     Returns
     -------
@@ -192,6 +193,9 @@ def prepare_tsne_input(X: Any, name: str = "X") -> tuple[np.ndarray, float]:
         The factor applied (1.0 when none).
     """
     A = check_matrix(X, name, dtype=np.float64)
+    if A.shape[1] < 2:
+        raise EmbedscopeError(f"{name}: t-SNE needs embeddings of at least 2 dimensions (its PCA initialisation "
+                              f"takes 2 components), got {A.shape[1]}")
     if A.shape[0] > 1 and np.array_equal(A.max(axis=0), A.min(axis=0)):
         raise EmbedscopeError(f"{name}: all {A.shape[0]} rows are identical; t-SNE needs points that differ")
     top = float(np.max(np.abs(A))) if A.size else 0.0
