@@ -52,6 +52,47 @@ def _map_window(Ys: Sequence[np.ndarray], *, pad: float = 0.04,
     return centre - half, centre + half
 
 
+#: the height of one line of the settings note (6 pt, line spacing 1.2), in inches
+NOTE_LINE_H = 0.1
+
+
+def _wrap_note(note: str, width: float) -> tuple[str, float]:
+    """The settings note of :func:`~embedscope.viz.style.finish_layout` (6 pt, one line, right-aligned)
+    broken at its "; " and ", " into lines that fit a figure ``width`` inches wide, and the extra
+    height (inches) the lines beyond the first take. One line too wide ran past the figure's left
+    edge, and the saved figure (tight bounding box) grew a blank band beside the panels."""
+    import re
+
+    from matplotlib.textpath import TextPath
+
+    def inches(text: str) -> float:
+        return TextPath((0, 0), text, size=6).get_extents().width / 72
+
+    limit = width - 0.15
+    if not note or inches(note) <= limit:
+        return note, 0.0
+    lines = [""]
+    for token in re.split(r"(?<=[;,]) ", note):
+        joined = f"{lines[-1]} {token}" if lines[-1] else token
+        if lines[-1] and inches(joined) > limit:
+            lines.append(token)
+        else:
+            lines[-1] = joined
+    return "\n".join(lines), NOTE_LINE_H * (len(lines) - 1)
+
+
+def _finish(fig, *, note: str, legend_h: float, title: str | None, fit_axes) -> None:
+    """:func:`~embedscope.viz.style.finish_layout` with the note wrapped to the figure's width
+    (:func:`_wrap_note`): its extra lines get room below the class legend, which is moved up above them."""
+    note, extra = _wrap_note(note, fig.get_figwidth())
+    if extra:
+        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + extra)
+    finish_layout(fig, note=note, legend_h=legend_h + extra, title=title, fit_axes=fit_axes)
+    if extra:  # finish_layout anchors the legends just above a one-line note (0.17 in)
+        for leg in fig.legends:
+            leg.set_bbox_to_anchor((0.5, (0.17 + extra) / fig.get_figheight()), transform=fig.transFigure)
+
+
 def _count(n: int, what: str) -> str:
     """``"1 class"``, ``"3 classes"``, ``"1 point"``, ``"2 points"``."""
     return f"{n} {what}" if n == 1 else f"{n} {what}{'es' if what.endswith('s') else 's'}"
@@ -157,7 +198,7 @@ def plot_joint_tsne(
         class_legend(fig, present, palette, title="class (train and test panels)")
         note = settings_text(info, ("perplexity", "seed", "initialization", "n_iter", "kl_divergence"))
         note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
-        finish_layout(fig, note=note, legend_h=leg_h, title=title, fit_axes=axes)
+        _finish(fig, note=note, legend_h=leg_h, title=title, fit_axes=axes)
     return fig
 
 
@@ -190,7 +231,7 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
                       bbox_to_anchor=(1.01, 0.5), frameon=False, handletextpad=0.2, ncol=ncol, columnspacing=0.8)
         note = settings_text(info, ("perplexity", "seed", "initialization", "kl_divergence"))
         note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
-        finish_layout(fig, note=note, legend_h=0.0, title=None, fit_axes=[ax])
+        _finish(fig, note=note, legend_h=0.0, title=None, fit_axes=[ax])
     return fig
 
 
@@ -337,7 +378,7 @@ def plot_yoked_maps(
             # two lines: on one, "... zoomed (dashed box above)" ran into the next panel's title
             zax.set_title(f"class {short_text(nm_c, title_chars - 15)} zoomed\n(dashed box above)")
         class_legend(fig, present, palette)
-        finish_layout(fig, note=note, legend_h=leg_h, title=title, fit_axes=[ax for ax, _ in cells])
+        _finish(fig, note=note, legend_h=leg_h, title=title, fit_axes=[ax for ax, _ in cells])
     return fig
 
 
