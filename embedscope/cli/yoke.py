@@ -73,6 +73,11 @@ def run(args) -> int:
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
     png, pdf, csv, js = figure_outputs(args.output, args.force)
+    if args.inset_class is not None:  # a wrong class is refused before the maps, not after minutes of work
+        from embedscope.store import load
+
+        first = load(args.files[0]).subset(args.split)
+        _inset(args.inset_class, first.class_names, first.labels)
     r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=args.max_points,
              perplexity=args.perplexity, seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, names=args.names,
              progress=not args.no_progress)
