@@ -193,3 +193,39 @@ def test_yoked_objective_is_the_documented_formula():
         assert info["kl"] == pytest.approx(kls, rel=1e-12)
         disp = np.mean([np.linalg.norm(Ys[k] - Ys[k + 1], axis=1) for k in range(2)])
         assert info["mean_displacement"] == pytest.approx(disp, rel=1e-12)
+
+
+# ---------------------------------------------------------------- --parquet beside the CSV
+@pytest.mark.parametrize("cmd", ["tsne", "scatter", "yoke"])
+def test_parquet_table_equals_the_csv_and_is_checked_up_front(tmp_path, cmd):
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 5)) + np.repeat(np.eye(5)[:3] * 4, 20, axis=0)
+    y = np.repeat(np.arange(3), 20)
+    a = _save(tmp_path / "a.h5", X, y)
+    files = [a, _save(tmp_path / "b.h5", X + rng.normal(size=X.shape) * 0.1, y)] if cmd == "yoke" else [a]
+    extra = ["--n-iter", "20"] if cmd != "scatter" else []
+    pq = tmp_path / "t.parquet"
+    base = [cmd, *files, "-o", str(tmp_path / "t.png"), "--no-progress", *extra]
+    rc, out, err = _run([*base, "--parquet", str(pq)])
+    assert rc == 0, err
+    assert str(pq) in out
+    c = pd.read_csv(tmp_path / "t.csv", keep_default_na=False)
+    p = pd.read_parquet(pq)
+    assert list(c.columns) == list(p.columns) and len(c) == len(p) == 60
+    for col in c.columns:
+        if p[col].dtype.kind == "f":
+            np.testing.assert_array_equal(c[col].to_numpy(float), p[col].to_numpy(float))
+        else:
+            assert list(c[col].astype(str)) == list(p[col].astype(str)), col
+    # an existing --parquet needs --force, before any work; it may not be the CSV beside the figure
+    (tmp_path / "t2.parquet").write_bytes(b"keep")
+    rc, _, err = _run([cmd, *files, "-o", str(tmp_path / "u.png"), "--no-progress", *extra,
+                       "--parquet", str(tmp_path / "t2.parquet")])
+    assert rc == 1 and "already exists" in err and (tmp_path / "t2.parquet").read_bytes() == b"keep"
+    assert not list(tmp_path.glob("u.*"))
+    rc, _, err = _run([*base, "--force", "--parquet", str(tmp_path / "t.csv")])
+    assert rc == 2 and "figure's own outputs" in err
+    rc, _, err = _run([*base, "--force", "--parquet", a])
+    assert rc == 2 and "input file" in err

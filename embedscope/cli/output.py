@@ -117,6 +117,29 @@ def figure_outputs(out, force: bool):
     return png, pdf, csv, js
 
 
+def add_table_parquet(p: argparse.ArgumentParser) -> None:
+    """``--parquet`` of the figure commands whose per-point table is written as CSV beside the figure."""
+    p.add_argument("--parquet", metavar="OUT.parquet",
+                   help="also write the per-point table as Parquet (the columns of the CSV beside the figure)")
+
+
+def parquet_output(args, taken) -> Path | None:
+    """The ``--parquet`` file of a figure command, checked up front (writable, --force for an existing
+    file, not one of the figure's other outputs ``taken`` nor an input); None when not asked for."""
+    from embedscope.errors import UsageError
+    from embedscope.fileio import check_writable
+
+    if not getattr(args, "parquet", None):
+        return None
+    pq = Path(args.parquet)
+    if any(same_file(pq, t) for t in taken):
+        raise UsageError(f"--parquet {args.parquet} is one of the figure's own outputs: choose another name")
+    refuse_inputs([pq], getattr(args, "_inputs", None) or [getattr(args, "file", None),
+                                                          *(getattr(args, "files", None) or [])])
+    check_writable(pq, force=args.force)
+    return pq
+
+
 def save_and_close(fig, png, *, force: bool):
     """save_figure (PNG and PDF), then close the figure."""
     import matplotlib.pyplot as plt

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from embedscope.cli.common import add_figure_output
+from embedscope.cli.output import add_table_parquet
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
 
 
@@ -18,24 +19,28 @@ def add_parser(sub, parents):
     p.add_argument("--metric", default="cosine", choices=SIMILARITY_METRICS,
                    help="similarity (default: cosine; euclidean uses minus the distance)")
     add_figure_output(p)
+    add_table_parquet(p)
     p.set_defaults(func=run)
     return p
 
 
 def run(args) -> int:
     from embedscope.analyses import scatter
-    from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
+    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, save_and_close
     from embedscope.tables import format_table
     from embedscope.viz import plot_same_different
     from embedscope.viz.figures import use_agg
 
     png, pdf, csv, js = figure_outputs(args.output, args.force)
+    pq = parquet_output(args, (png, pdf, csv, js))
     r = scatter(args.file, split=args.split, metric=args.metric, progress=not args.no_progress)
     use_agg()
     fig = plot_same_different(r.arrays["panels"], metric=args.metric)
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)
+    if pq is not None:
+        r.to_parquet(pq, table=True, force=args.force)
     print(format_table(r.provenance["splits"], ["split", "N", "classes", "left_out", "below_diagonal_R@1"]))
-    print_wrote([png, pdf, csv, js])
+    print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0

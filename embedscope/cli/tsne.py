@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from embedscope.cli.common import add_figure_output, positive_float, positive_int, seed_int
+from embedscope.cli.output import add_table_parquet
 from embedscope.names import SPLIT_CHOICES
 
 
@@ -24,6 +25,7 @@ def add_parser(sub, parents):
     p.add_argument("--n-jobs", type=positive_int, default=1,
                    help="threads for openTSNE's gradients (default: 1); the map is the same for any count")
     add_figure_output(p)
+    add_table_parquet(p)
     p.set_defaults(func=run)
     return p
 
@@ -31,7 +33,7 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope.analyses import tsne
     from embedscope.analyses.maps import SHOWN_TSNE
-    from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
+    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
     from embedscope.viz import plot_joint_tsne, plot_tsne
@@ -42,6 +44,7 @@ def run(args) -> int:
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
     png, pdf, csv, js = figure_outputs(args.output, args.force)
+    pq = parquet_output(args, (png, pdf, csv, js))
     r = tsne(args.file, joint=args.joint, split=args.split, max_points=args.max_points, perplexity=args.perplexity,
              seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, progress=not args.no_progress)
     use_agg()
@@ -58,8 +61,10 @@ def run(args) -> int:
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)
+    if pq is not None:
+        r.to_parquet(pq, table=True, force=args.force)
     shown = {k: info[k] for k in SHOWN_TSNE if k in info}
     shown["points"] = r["points"]
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
-    print_wrote([png, pdf, csv, js])
+    print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0

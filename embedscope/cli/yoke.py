@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from embedscope.cli.common import add_figure_output, add_split, positive_float, positive_int, seed_int
+from embedscope.cli.output import add_table_parquet
 
 
 def add_parser(sub, parents):
@@ -33,6 +34,7 @@ def add_parser(sub, parents):
                    help="add a zoom on this class (a class name, or a label number of the first file) below each map")
     p.add_argument("--names", nargs="+", metavar="NAME", help="panel titles, one per file (default: file names)")
     add_figure_output(p)
+    add_table_parquet(p)
     p.set_defaults(func=run)
     return p
 
@@ -58,7 +60,7 @@ def run(args) -> int:
 
     from embedscope.analyses import yoke
     from embedscope.analyses.maps import SHOWN_YOKE
-    from embedscope.cli.output import figure_outputs, print_wrote, save_and_close
+    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
     from embedscope.viz import plot_yoked_maps
@@ -73,6 +75,7 @@ def run(args) -> int:
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
     png, pdf, csv, js = figure_outputs(args.output, args.force)
+    pq = parquet_output(args, (png, pdf, csv, js))
     if args.inset_class is not None:  # a wrong class is refused before the maps, not after minutes of work
         from embedscope.store import load
 
@@ -89,10 +92,12 @@ def run(args) -> int:
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)
+    if pq is not None:
+        r.to_parquet(pq, table=True, force=args.force)
     skip = {"kl"} if len(args.files) == 2 else set()  # two maps: kl_a and kl_b say it
     shown = {k: r.provenance[k] for k in SHOWN_YOKE if k in r.provenance and k not in skip}
     if "kl" in shown:  # one KL per map, in file order
         shown["kl"] = ", ".join(f"{v:.4f}" for v in shown["kl"])
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
-    print_wrote([png, pdf, csv, js])
+    print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0
