@@ -229,3 +229,11 @@ def test_parquet_table_equals_the_csv_and_is_checked_up_front(tmp_path, cmd):
     assert rc == 2 and "figure's own outputs" in err
     rc, _, err = _run([*base, "--force", "--parquet", a])
     assert rc == 2 and "input file" in err
+
+
+def test_scatter_of_a_split_of_lone_images_is_one_line(tmp_path):
+    """Every class of one image: no point has a same-class partner (an empty panel and R@1 NaN before)."""
+    f = _save(tmp_path / "lone.h5", np.random.default_rng(0).normal(size=(4, 3)), np.arange(4))
+    rc, _, err = _run(["scatter", f, "-o", str(tmp_path / "s.png"), "--no-progress"])
+    assert rc == 1 and "each of the 4 classes of the test split has one image" in err
+    assert len(err.strip().splitlines()) == 1 and not list(tmp_path.glob("s.*"))

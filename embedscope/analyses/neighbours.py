@@ -39,6 +39,9 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
         n_cls = int(len(np.unique(part.labels)))
         if n_cls < 2:  # no different-class partner anywhere: every point would be left out
             raise EmbedscopeError(f"scatter needs at least two classes in each split, the {s} split has {n_cls}")
+        if np.bincount(part.labels).max() < 2:  # no same-class partner anywhere: every point would be left out
+            raise EmbedscopeError(f"scatter needs a class with two or more images in each split; each of the "
+                                  f"{n_cls} classes of the {s} split has one image")
         if metric == "cosine":  # as every other cosine analysis (the metric's 0 would hide a broken model)
             zero = np.flatnonzero(~np.any(part.embeddings != 0, axis=1))
             if zero.size:
