@@ -125,10 +125,12 @@ def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None,
     import contextlib
     import os
 
+    from embedscope.analyses.structure import check_not_repeated
     from embedscope.progress import labelled
 
     sources = as_sources(sources)
     labels = unique_names(sources, names)
+    check_not_repeated(labels)  # the same file twice: refused before any work
 
     def one(source, name):
         # several files: each one's progress bars and phase lines name it ("retrieval runs/a.h5: ...")

@@ -71,6 +71,18 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
     return Result("geometry", values, prov, arrays=arrays, model=model, meanings=dict(MEANINGS))
 
 
+def check_not_repeated(labels: Sequence[str]) -> None:
+    """One file given twice without ``names``: its two default names are equal, and the results
+    could not be shown side by side. Refused before any work (it failed after computing every file)."""
+    from embedscope.errors import UsageError
+
+    seen = set()
+    for label in labels:
+        if label in seen:
+            raise UsageError(f"{label} is given twice: give each file once (or a name for each, --names / names=)")
+        seen.add(label)
+
+
 def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, split: str = "train",
              by_class: bool = False, k: int = 35, center: bool = False, exclude_top: int = 1,
              n_components: int | None = None, max_pairs: int = 200_000, seed: int = 0,
@@ -88,6 +100,7 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
 
     sources = as_sources(sources)  # a single path is a list of one file
     labels = unique_names(sources, names)
+    check_not_repeated(labels)
     k = check_int(k, "k")
     results = []
     for i, (src, label) in enumerate(zip(sources, labels)):

@@ -34,10 +34,13 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     from embedscope.analyses import spectrum
+    from embedscope.analyses.result import unique_names
+    from embedscope.analyses.structure import check_not_repeated
     from embedscope.cli.output import check_result_outputs, measure_kwargs, print_wrote, save_and_close, write_result
     from embedscope.progress import progress_bar
 
     args._inputs = args.files
+    check_not_repeated(unique_names(args.files, args.names))  # --names, a file twice: before the progress bar
     figs = []
     if args.output:
         from embedscope.viz.figures import figure_paths
@@ -51,7 +54,8 @@ def run(args) -> int:
                            progress=lambda i, n: bar.update(1), **measure_kwargs(args))
     finally:
         bar.close()
-    print(results.format(digits=5, title=f"[{args.split}] rho leaves out the top {args.exclude_top} "
+    model = f"{results[0].model} " if len(results) == 1 else ""  # one file: no column names the model
+    print(results.format(digits=5, title=f"{model}[{args.split}] rho leaves out the top {args.exclude_top} "
                          "singular value(s)"))
     written = []
     if args.output:
