@@ -72,10 +72,16 @@ def include_keys(include, ks) -> list[str] | None:
 def run(args) -> int:
     from embedscope.analyses import evaluate_many, worst_classes
     from embedscope.cli.output import check_result_outputs, print_wrote, write_result
+    from embedscope.errors import UsageError
     from embedscope.metrics.retrieval import DEFAULT_KS
     from embedscope.tables import format_table
 
     include = include_keys(args.include, args.k or DEFAULT_KS)
+    if args.per_class and include is not None and all(k in ("NMI", "F1") for k in include):
+        # the per-class table holds per-query retrieval scores: NMI / F1 alone rank nothing (it failed
+        # after the whole computation with 'the result has no per-class table')
+        raise UsageError("--per-class needs a retrieval metric (it writes R@1, R-Precision and MAP@R per class): "
+                         "--include only clustering metrics (NMI, F1) ranks no query")
     args._inputs = args.files
     check_result_outputs(args, extra=[args.per_class] if args.per_class else [])
     results = evaluate_many(args.files, names=args.names, split=args.split, query_split=args.query_split,
