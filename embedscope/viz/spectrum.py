@@ -30,6 +30,23 @@ def _positive(v) -> np.ndarray:
     return v
 
 
+def _marker(v) -> str:
+    """A marker for a curve with a single value a log axis can show (a collapsed model: s = (s₁, 0, …),
+    s₁/Σs = 1): a line through one point draws nothing, so the curve was invisible beside its legend entry."""
+    return "o" if np.count_nonzero(np.isfinite(v)) == 1 else ""
+
+
+def _rho_text(rho) -> str:
+    """The legend's ρ: a number, ∞ (an exactly rank-deficient X) or undefined (NaN: no value left to
+    normalise), docs/methods.md §2; None: no ρ given."""
+    if rho is None:
+        return ""
+    rho = float(rho)
+    if np.isnan(rho):
+        return " (ρ undefined)"
+    return f" (ρ = {rho:.3f})" if np.isfinite(rho) else " (ρ = ∞)"
+
+
 #: the most curves whose legend sits inside the panel (upper right, where spectra are low); with
 #: more, the legends go beside the panels (14 entries covered the curves and the axis label)
 MAX_INSIDE_LEGEND = 4
@@ -104,10 +121,10 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             p = normalized_spectrum(e["spectrum"])
             k = np.arange(1, p.size + 1)
             kmax = max(kmax, p.size)
-            label = short_text(e["label"], LEGEND_CHARS)
-            if e.get("rho") is not None and np.isfinite(e["rho"]):
-                label += f" (ρ = {e['rho']:.3f})"
-            line, = ax.plot(k, _positive(p), color=colors[i % len(colors)], ls=styles[(i // 10) % 4], lw=1.4)
+            label = short_text(e["label"], LEGEND_CHARS) + _rho_text(e.get("rho"))
+            y = _positive(p)
+            line, = ax.plot(k, y, color=colors[i % len(colors)], ls=styles[(i // 10) % 4], lw=1.4, marker=_marker(y),
+                            ms=4)
             handles.append(line)
             texts.append(label)  # given explicitly: a label starting with "_" is still listed
         if exclude_top > 0:
@@ -126,6 +143,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         if by_class:
             ax = axes[1]
             class_handles, class_texts = [], []
+            class_kmax = 1
             for i, e in enumerate(entries):
                 if e.get("class_mean") is None:
                     continue
@@ -133,13 +151,16 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 sd = np.asarray(e.get("class_std", np.zeros_like(m)), dtype=np.float64)
                 k = np.arange(1, m.size + 1)
                 c = colors[i % len(colors)]
-                line, = ax.plot(k, _positive(m), color=c, ls=styles[(i // 10) % 4], lw=1.4)
+                class_kmax = max(class_kmax, m.size)
+                line, = ax.plot(k, _positive(m), color=c, ls=styles[(i // 10) % 4], lw=1.4,
+                                marker=_marker(_positive(m)), ms=4)
                 class_handles.append(line)
                 class_texts.append(short_text(e["label"], LEGEND_CHARS))
                 lo = _positive(m - sd)
                 lo = np.where(np.isnan(lo), np.nanmin(_positive(m)) / 10 if np.any(m > 0) else np.nan, lo)
                 ax.fill_between(k, lo, _positive(m + sd), color=c, alpha=0.2, lw=0)
             ax.set_yscale("log")
+            ax.set_xlim(0.5, class_kmax + 0.5)  # as the left panel: not 0.96-1.04 around a single value
             ax.set_xlabel("singular value index k")
             ax.set_ylabel("normalised singular value  sₖ / Σ s")
             ax.set_title("Per class (mean ± s.d. over classes)")
