@@ -86,3 +86,46 @@ def test_exact_uniformity_unchanged_where_blocks_are_1024_rows(n):
     mx, tot, cnt = state
     assert got["uniformity"] == float(mx + np.log(tot / cnt))
     assert got["uniformity"] == pytest.approx(_brute_uniformity(X), rel=1e-12, abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- sampled uniformity
+def _sampled_reference(X, pairs, t=2.0):
+    """log mean exp(-t ||u_i - u_j||^2) over the given (i, j) pairs, in float64."""
+    U = X.astype(np.float64)
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    i, j = pairs
+    a = -t * np.clip(2.0 - 2.0 * np.einsum("ij,ij->i", U[i], U[j]), 0.0, None)
+    m = a.max()
+    return float(m + np.log(np.mean(np.exp(a - m))))
+
+
+def _draws(n, m, seed, chunk):
+    """The pairs of the sampled uniformity: all at once (chunk None), or chunk by chunk, i then j."""
+    rng = np.random.default_rng(seed)
+    out_i, out_j = [], []
+    for s in range(0, m, chunk or m):
+        k = min(chunk or m, m - s)
+        i, j = rng.integers(0, n, size=k), rng.integers(0, n - 1, size=k)
+        out_i.append(i)
+        out_j.append(j + (j >= i))
+    return np.concatenate(out_i), np.concatenate(out_j)
+
+
+def test_sampled_uniformity_draws_its_pairs_in_bounded_chunks(monkeypatch):
+    """A --max-pairs just below N(N-1)/2 drew all its index pairs at once (4e9 pairs: 32 GB); above
+    SAMPLE_DRAW they are drawn chunk by chunk. Up to it the pairs (and values) are those of before."""
+    X, y = _unit_rows(400, 8, 5)
+    m = 60_000  # < 400 * 399 / 2: sampled
+    small = alignment_uniformity(X, y, max_pairs=m, seed=3)
+    assert small["uniformity"] == pytest.approx(_sampled_reference(X, _draws(400, m, 3, None)), rel=1e-6)
+    monkeypatch.setattr(geometry_mod, "SAMPLE_DRAW", 10_000)
+    big = alignment_uniformity(X, y, max_pairs=m, seed=3)
+    assert big["uniformity"] == pytest.approx(_sampled_reference(X, _draws(400, m, 3, 32768)), rel=1e-6)
+    assert big["uniformity"] == pytest.approx(_brute_uniformity(X), abs=0.02)  # an estimate of the same value
+    # memory: 1.9 M pairs at once held 2 x 15 MB of indices (and their temporaries); in chunks < 4 MB
+    X2, y2 = _unit_rows(2000, 8, 6)
+    got, peak = _traced_peak(alignment_uniformity, X2, y2, max_pairs=1_900_000, seed=0)
+    assert peak < 6e6, peak
+    monkeypatch.setattr(geometry_mod, "SAMPLE_DRAW", 1 << 40)
+    _, peak_at_once = _traced_peak(alignment_uniformity, X2, y2, max_pairs=1_900_000, seed=0)
+    assert peak_at_once > 3e7  # the test can tell the two apart

@@ -41,6 +41,7 @@ DEFAULT_MAX_PAIRS = 200_000
 #: the most entries (block rows x N) of one block of the exact uniformity (every pair): about
 #: 40 bytes each at once (the block's inner products, its pairs, their mask), ~80 MB whatever N
 UNIFORMITY_BLOCK_ENTRIES = 1 << 21
+SAMPLE_DRAW = 1 << 24  # sampled uniformity pairs drawn at once (more: drawn chunk by chunk, bounded memory)
 #: rows with a squared norm below this (after the global rescaling) get their unit vector from a
 #: per-row power-of-two rescaling: their squares would be subnormal (digits lost) or zero
 _TINY_SQ = 2.0 ** -900
@@ -312,17 +313,28 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
         exact, npairs = True, all_pairs
     else:
         rng = np.random.default_rng(seed)
-        i = rng.integers(0, n, size=max_pairs)
-        j = rng.integers(0, n - 1, size=max_pairs)
-        j += j >= i  # uniform over j ≠ i
         chunk = 32768
+
+        def draw(m: int) -> tuple[np.ndarray, np.ndarray]:
+            i = rng.integers(0, n, size=m)
+            j = rng.integers(0, n - 1, size=m)
+            j += j >= i  # uniform over j ≠ i
+            return i, j
+
+        # up to SAMPLE_DRAW pairs drawn at once (the values of earlier versions); more are drawn chunk
+        # by chunk, so that memory does not grow with max_pairs (4e9 pairs took 32 GB of indices)
+        if max_pairs <= SAMPLE_DRAW:
+            i, j = draw(max_pairs)
         # float32 rows of moderate scale: dot products in float32 (~1e-7, far below the sampling
         # error; twice as fast); anything else (float16, whose products overflow at |x| ~ 11 for
         # D = 512, extreme scales, float64) from float64 unit rows
         fast = X.dtype == np.float32 and shift == 0 and bool(np.all(norms < 2.0 ** 40)) and bool(
             np.all(norms > 2.0 ** -30))
         for s in range(0, max_pairs, chunk):
-            ii, jj = i[s:s + chunk], j[s:s + chunk]
+            if max_pairs <= SAMPLE_DRAW:
+                ii, jj = i[s:s + chunk], j[s:s + chunk]
+            else:
+                ii, jj = draw(min(chunk, max_pairs - s))
             if fast:
                 cos = np.einsum("ij,ij->i", X[ii], X[jj]).astype(np.float64) / (norms[ii] * norms[jj])
             else:
