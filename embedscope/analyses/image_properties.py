@@ -29,11 +29,12 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
 
     ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
-    when ``with_class``, the label, as Kobs' "car model", unless a property already equals it).
-    Rows are sorted by the first file's NR-Prec (descending), the files in the given order within a
-    property. ``permutations > 0`` adds a permutation test (``perm_p_value``, ``perm_mean``,
-    ``perm_sd``; seeded by ``seed``). Measure: docs/methods.md §9,
-    :func:`embedscope.metrics.properties.property_precision`.
+    when ``with_class``, the label, as Kobs' "car model", unless a property already equals it and
+    ``properties`` does not name it).
+    Rows are sorted by the first file's NR-Prec (descending; a property it lacks by the next file
+    that has it), the files in the given order within a property. ``permutations > 0`` adds a
+    permutation test (``perm_p_value``, ``perm_mean``, ``perm_sd``; seeded by ``seed``). Measure:
+    docs/methods.md §9, :func:`embedscope.metrics.properties.property_precision`.
     """
     rows, _ = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
                                    metric=metric, normalize=normalize, with_class=with_class, progress=progress,
@@ -73,8 +74,11 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
             # of that name (imports now refuse it) is shown beside them, renamed, not in their place
             props = {(CLASS_PROPERTY if k == "class" else k): v for k, v in props.items()}
-        if with_class and not any(np.array_equal(np.asarray(v), es.labels) for v in props.values()):
-            props = {"class": es.labels, **props}  # (a property equal to the label, e.g. shapes' `shape`, says it)
+        # (a property equal to the label, e.g. shapes' `shape`, says it; 'class' asked for by name is
+        # measured all the same: it was "no property 'class'" on every shapes file)
+        if with_class and ("class" in (properties or ())
+                           or not any(np.array_equal(np.asarray(v), es.labels) for v in props.values())):
+            props = {"class": es.labels, **props}
         if properties:
             missing = [p for p in properties if p not in props]
             if missing:
@@ -86,12 +90,21 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
                                  progress=progress, permutations=permutations, seed=seed)
         fields = ROW_FIELDS[2:] + (PERM_FIELDS if permutations else ())
+        # a property without NR-Prec (every value lone, or one value: docs/methods.md §9) has no
+        # permutation test either: its perm_* fields are NaN, as the other undefined numbers (every
+        # row has the same columns; they were missing and the command failed with a KeyError)
+        undefined = {"perm_p_value": np.nan, "perm_mean": np.nan, "perm_sd": np.nan, "permutations": permutations}
         for p, r in res.items():
-            rows.append({"model": nm, "property": p, **{k: r[k] for k in fields}})
-    first = {r["property"]: r["NR-Prec"] for r in rows if r["model"] == names[0]}
-    order = {p: i for i, p in enumerate(sorted(first, key=lambda p: -np.nan_to_num(first[p], nan=-np.inf)))}
+            rows.append({"model": nm, "property": p, **{k: r.get(k, undefined.get(k)) for k in fields}})
+    # by the first file's NR-Prec (descending, NaN last); a property the first file lacks by the NR-Prec of
+    # the next file that has it (they kept the files' own listing order, unsorted)
+    order: dict[str, int] = {}
+    for nm in names:
+        mine = {r["property"]: r["NR-Prec"] for r in rows if r["model"] == nm and r["property"] not in order}
+        for p in sorted(mine, key=lambda p: -np.nan_to_num(mine[p], nan=-np.inf)):
+            order[p] = len(order)
     mi = {m: i for i, m in enumerate(names)}
-    rows.sort(key=lambda r: (order.get(r["property"], len(order)), mi[r["model"]]))
+    rows.sort(key=lambda r: (order[r["property"]], mi[r["model"]]))
     return rows, provs
 
 

@@ -579,6 +579,8 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         if nq == 0:
             res.update({"R-Prec": nan, "NR-Prec": nan, "ceiling": nan, "null_mean": nan, "null_sd": nan,
                         "z": nan, "p_value": nan, "significant_2.576": False})
+            if perm_nr is not None:  # every property has the same keys: NaN where NR-Prec is undefined
+                res.update(_perm_summary(nan, perm_nr[k]))
             out[name] = res
             continue
         h = H[k][q].astype(np.float64)
@@ -589,6 +591,8 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         if np.all(p >= 1.0):  # one value only: z undefined
             res.update({"NR-Prec": nan, "ceiling": nan, "null_mean": nan, "null_sd": nan, "z": nan,
                         "p_value": nan, "significant_2.576": False})
+            if perm_nr is not None:
+                res.update(_perm_summary(nan, perm_nr[k]))
             out[name] = res
             continue
         sig, z = _query_z(h, r, p)
