@@ -58,13 +58,20 @@ def run(args) -> int:
 
         figs = list(figure_paths(args.output))
     check_result_outputs(args, extra=figs)  # existing outputs, one name twice, an input named as output
-    props = [s.strip() for s in args.properties.split(",") if s.strip()] if args.properties else None
+    props = [s.strip() for s in args.properties.split(",") if s.strip()] if args.properties is not None else None
+    if props == []:  # '--properties ,' or '' named none: it measured every property as if the option were absent
+        from embedscope.errors import UsageError
+
+        raise UsageError("--properties names no property: give comma-separated names (e.g. --properties hue,yaw)")
     results = properties(args.files, names=args.names, split=args.split, max_r=args.max_r, properties=props,
                          metric=args.metric, progress=not args.no_progress, permutations=args.permutations,
                          seed=args.seed)
-    order = {p: i for i, p in enumerate(r["property"] for r in results[0].table)}
+    order: dict[str, int] = {}  # the analysis' order of the properties (the first file's, then the others')
+    for r in results:
+        for row in r.table:
+            order.setdefault(row["property"], len(order))
     rows = sorted((row for r in results for row in r.table),
-                  key=lambda row: (order.get(row["property"], len(order)), results.models.index(row["model"])))
+                  key=lambda row: (order[row["property"]], results.models.index(row["model"])))
     cap = results[0].provenance["cap"]
     perm = f"; permutation test: {args.permutations} shuffles, seed {args.seed}" if args.permutations else ""
     print(f"split {args.split}; {cap}; {args.metric} distance{perm}")
