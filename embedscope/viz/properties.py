@@ -53,6 +53,8 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         if tops and max(tops) > 0:  # headroom above the highest ceiling tick (it sat on the frame)
             lo, hi = ax.get_ylim()
             ax.set_ylim(lo, max(hi, 1.4 * max(tops)))
+        _label_y(ax)
+        ax.set_xlim(-0.5, len(props) - 0.5)  # matplotlib's 5% margins left ~n/20 empty slots at either end
         # handles and labels given explicitly: a model named "_..." is listed too (matplotlib would skip it)
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         if title:  # over the whole figure: the axes is narrow beside its legend, a long title overran it
@@ -60,3 +62,22 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         clean_figure(fig)  # property and model names from files: control characters escaped
         fig.tight_layout()
     return fig
+
+
+def _label_y(ax) -> None:
+    """Plain-number ticks on the symlog axis: 0, 1, 2, 3 (linear part), then 10, 30, 100, ... (and negatives).
+
+    The symlog default labelled only 0, 10^0, 10^1, ...: below an NR-Prec of 10 (the ceilings of a
+    small set, the 2.576 line) the axis had no number above 1 to read the bars and ceilings against.
+    """
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    lo, hi = ax.get_ylim()
+    top = max(abs(lo), abs(hi))
+    small = [1.0, 3.0] if top > 300 else [1.0, 2.0, 3.0]  # (2 crowds the linear part of a tall axis)
+    big = [m * 10.0 ** e for e in range(1, 9) for m in ((1.0,) if top > 300 else (1.0, 3.0))]
+    if top < 10:
+        small.append(5.0)
+    ticks = [0.0] + [s * v for v in small + big for s in (1.0, -1.0)]
+    ax.yaxis.set_major_locator(FixedLocator(sorted(t for t in ticks if lo <= t <= hi)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}".replace("-", "\u2212")))  # a true minus
