@@ -39,5 +39,5 @@ def run(args) -> int:
                        progress=not args.no_progress)
     from embedscope.text import safe
 
-    print(f"wrote {args.n_images} images and {safe(out / 'properties.csv')}")
+    print(f"wrote {args.n_images} image{'s' if args.n_images != 1 else ''} and {safe(out / 'properties.csv')}")
     return 0
