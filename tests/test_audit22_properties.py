@@ -268,3 +268,32 @@ def test_property_precision_gives_every_property_the_permutation_keys():
     for k in ("one", "lone"):
         assert np.isnan(r[k]["perm_p_value"]) and np.isnan(r[k]["perm_mean"]) and r[k]["permutations"] == 3
     assert 0 < r["h"]["perm_p_value"] <= 1
+
+
+@pytest.mark.parametrize("header, message", [
+    (b"path,w,w\n0,1,2\n1,1,2\n", "the column name 'w' occurs twice"),  # pandas made it w and w.1
+    (b"path,,w\n0,1,2\n1,1,2\n", "column 2 of the header has no name"),  # it became 'Unnamed: 1'
+    (b",path,w\n0,0,1\n1,1,2\n", "a row index written by pandas"),  # the index became a property
+    (b"path,w \n0,1\n1,2\n", "'w ' has spaces around it"),
+    (b"path,w\n0,caf\xe9\n1,b\n", "is not UTF-8 text (byte 0xe9"),
+])
+def test_property_table_headers_that_would_add_wrong_properties(tmp_path, header, message):
+    import numpy as np
+
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet, save
+
+    f = tmp_path / "e.h5"
+    save(f, EmbeddingSet.from_arrays(np.ones((2, 3), np.float32) * [[1], [2]], np.array([0, 1]),
+                                     paths=np.array(["0", "1"])), force=True)
+    before = f.read_bytes()
+    t = tmp_path / "t.csv"
+    t.write_bytes(header)
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["add-properties", str(f), str(t)])
+    assert rc == 1 and message in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
+    assert f.read_bytes() == before

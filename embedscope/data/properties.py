@@ -18,6 +18,29 @@ from embedscope.errors import EmbedscopeError
 # ----------------------------------------------------------------------------- bring your own
 
 
+def _check_header(path: Path, sep: str) -> None:
+    """Refuse a text table whose header repeats a name (pandas renamed the second ``w`` to ``w.1``,
+    silently adding a property), leaves a name empty (``Unnamed: 1``) or pads one with spaces
+    (``w `` and ``w`` are two properties that print alike)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        header = next(csv.reader(f, delimiter=sep), [])
+    from embedscope.text import safe
+
+    seen = set()
+    for i, name in enumerate(header):
+        if name.strip() == "":
+            hint = " (a row index written by pandas? write the table with index=False)" if i == 0 else ""
+            raise EmbedscopeError(f"{path}: column {i + 1} of the header has no name{hint}")
+        if name != name.strip():
+            raise EmbedscopeError(f"{path}: the column name '{safe(name)}' has spaces around it")
+        if name in seen:
+            raise EmbedscopeError(f"{path}: the column name '{safe(name)}' occurs twice: give each property "
+                                  "its own name")
+        seen.add(name)
+
+
 def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """A per-image table (CSV, TSV or Parquet) with a ``path`` column -> columns as arrays."""
     import pandas as pd
@@ -33,12 +56,20 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             text = None
         else:
             sep = "\t" if path.suffix.lower() == ".tsv" else ","
+            _check_header(path, sep)
             # the cells as written (a path "0001" is not the number 1, a value "NA" is not missing) and,
             # for numeric columns, the numbers parsed exactly
             text = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
             df = pd.read_csv(path, sep=sep, float_precision="round_trip")
+    except EmbedscopeError:
+        raise
+    except UnicodeDecodeError as e:
+        raise EmbedscopeError(f"{path}: is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                              "save the table as UTF-8") from None
     except Exception as e:  # noqa: BLE001 - any parse failure is one line
         raise EmbedscopeError(f"{path}: cannot be read as a table ({e.__class__.__name__})") from None
+    if len(set(map(str, df.columns))) != len(df.columns):  # (a Parquet file may repeat a name)
+        raise EmbedscopeError(f"{path}: a column name occurs twice: give each property its own name")
     if "path" not in df.columns:
         raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))})")
     if len(df.columns) < 2:
