@@ -200,7 +200,7 @@ def test_property_bars_label_the_y_axis_in_plain_numbers_up_to_the_ceilings(ceil
 
     rows = [{"model": m, "property": f"p{i}", "NR-Prec": v, "ceiling": ceiling}
             for i, v in enumerate([0.55, 0.13, -0.25, 2.9, -1.2] * 8) for m in ("a", "b")]
-    fig = property_bars(rows)
+    fig = property_bars(rows, max_properties=None)  # all 40
     ax = fig.axes[0]
     ticks = _visible_yticks(ax)
     values = [float(text.replace("\u2212", "-")) for _, text in ticks]  # plain numbers, no 10^k mathtext
@@ -297,3 +297,29 @@ def test_property_table_headers_that_would_add_wrong_properties(tmp_path, header
         rc = main(["add-properties", str(f), str(t)])
     assert rc == 1 and message in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
     assert f.read_bytes() == before
+
+
+def test_property_bars_of_many_properties_show_the_highest_and_lowest():
+    """CUB's 312 attributes made a 60,000-pixel-wide figure: at most MAX_PROPERTIES are drawn, the
+    highest and lowest of the sorted rows, with one slot saying how many are left out."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from embedscope.viz.properties import MAX_PROPERTIES, property_bars
+
+    names = [f"has_{i:03d}" for i in range(312)]
+    rows = [{"model": m, "property": p, "NR-Prec": 10.0 - i * 0.05, "ceiling": 20.0}
+            for i, p in enumerate(names) for m in ("a", "b", "c")]
+    fig = property_bars(rows)
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    half = MAX_PROPERTIES // 2
+    assert ticks == names[:half] + [f"\u2026 {312 - 2 * half} more"] + names[-half:]
+    assert fig.get_size_inches()[0] < 0.6 * (MAX_PROPERTIES + 1) * 3 ** 0.5 + 2
+    assert "highest and lowest of 312" in fig.axes[0].get_xlabel()
+    plt.close(fig)
+    fig = property_bars(rows[:30], max_properties=None)  # ten properties: all, no gap
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == names[:10]
+    plt.close(fig)
+    fig = property_bars(rows, max_properties=None)
+    assert len(fig.axes[0].get_xticklabels()) == 312
+    plt.close(fig)

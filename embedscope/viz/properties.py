@@ -7,10 +7,19 @@ from typing import Any, Sequence
 import numpy as np
 
 
-def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
+#: the most properties drawn; with more (CUB's 312 attributes) the first and last MAX_PROPERTIES / 2 of
+#: the sorted rows are drawn, the others summed up in one gap slot (a bar per attribute made a
+#: 60,000-pixel-wide PNG; the table and CSV hold every property)
+MAX_PROPERTIES = 30
+
+
+def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
+                  max_properties: int | None = MAX_PROPERTIES):
     """Grouped bars of NR-Prec per property (models side by side), the paper's 2.576 line, ceilings as ticks.
 
-    ``rows`` as from :func:`embedscope.analyses.properties` (already sorted).
+    ``rows`` as from :func:`embedscope.analyses.properties` (already sorted, highest NR-Prec first).
+    More than ``max_properties`` properties (None: no limit): the highest and lowest
+    ``max_properties // 2`` each, with one slot between them that says how many are left out.
     Returns the matplotlib figure.
     """
     import matplotlib.pyplot as plt
@@ -18,7 +27,12 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
     from embedscope.metrics.properties import SIGNIFICANCE_Z
     from embedscope.viz.style import LEGEND_CHARS, PAPER_RC, TICK_CHARS, clean_figure, series_colors, short_text
 
-    props = list(dict.fromkeys(r["property"] for r in rows))
+    props: list[Any] = list(dict.fromkeys(r["property"] for r in rows))
+    left_out = 0
+    if max_properties is not None and len(props) > max(2, int(max_properties)):
+        half = max(1, int(max_properties) // 2)
+        left_out = len(props) - 2 * half
+        props = props[:half] + [None] + props[-half:]  # None: the gap
     models = list(dict.fromkeys(r["model"] for r in rows))
     val = {(r["model"], r["property"]): r for r in rows}
     with plt.rc_context(PAPER_RC):
@@ -26,6 +40,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         w = 0.8 / len(models)
         colors = series_colors(len(models))
         x = np.arange(len(props))
+        gap = np.array([p is None for p in props])
         handles, labels, ceiling = [], [], None
         for j, m in enumerate(models):
             ys = [val.get((m, p), {}).get("NR-Prec", np.nan) for p in props]
@@ -33,7 +48,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
             xs = x - 0.4 + w * (j + 0.5)
             ys = np.asarray(ys, dtype=float)
             handles.append(ax.bar(xs, np.nan_to_num(ys), w, color=colors[j]))
-            for xv in xs[~np.isfinite(ys)]:  # no value (e.g. too few images): say so, not a bar of height 0
+            for xv in xs[~np.isfinite(ys) & ~gap]:  # no value (e.g. too few images): say so, not a bar of height 0
                 ax.text(xv, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6, color="0.35")
             labels.append(short_text(m, LEGEND_CHARS))
             ceiling = ax.scatter(xs, cs, marker="_", s=120, color="0.3", zorder=3)
@@ -44,7 +59,8 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         labels.append("2.576 (Kobs' 1% rule)")
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xticks(x)
-        ax.set_xticklabels([short_text(p, TICK_CHARS) for p in props], rotation=35, ha="right")
+        ax.set_xticklabels([short_text(p, TICK_CHARS) if p is not None else f"\u2026 {left_out} more"
+                            for p in props], rotation=35, ha="right")
         ax.set_ylabel("NR-Prec (z, higher = more clustered)")
         ax.set_xlabel("image property")
         ax.set_yscale("symlog", linthresh=3.0)
@@ -57,6 +73,9 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None):
         ax.set_xlim(-0.5, len(props) - 0.5)  # matplotlib's 5% margins left ~n/20 empty slots at either end
         # handles and labels given explicitly: a model named "_..." is listed too (matplotlib would skip it)
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        if left_out:
+            ax.set_xlabel(f"image property (the {len(props) - 1} highest and lowest of {len(props) - 1 + left_out}; "
+                          "all in the table)")
         if title:  # over the whole figure: the axes is narrow beside its legend, a long title overran it
             fig.suptitle(title, fontsize=PAPER_RC["axes.titlesize"])
         clean_figure(fig)  # property and model names from files: control characters escaped
