@@ -303,7 +303,6 @@ def test_property_bars_of_many_properties_show_the_highest_and_lowest():
     """CUB's 312 attributes made a 60,000-pixel-wide figure: at most MAX_PROPERTIES are drawn, the
     highest and lowest of the sorted rows, with one slot saying how many are left out."""
     import matplotlib.pyplot as plt
-    import numpy as np
 
     from embedscope.viz.properties import MAX_PROPERTIES, property_bars
 

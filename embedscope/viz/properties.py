@@ -6,7 +6,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-
 #: the most properties drawn; with more (CUB's 312 attributes) the first and last MAX_PROPERTIES / 2 of
 #: the sorted rows are drawn, the others summed up in one gap slot (a bar per attribute made a
 #: 60,000-pixel-wide PNG; the table and CSV hold every property)
