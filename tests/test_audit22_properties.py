@@ -322,3 +322,18 @@ def test_property_bars_of_many_properties_show_the_highest_and_lowest():
     fig = property_bars(rows, max_properties=None)
     assert len(fig.axes[0].get_xticklabels()) == 312
     plt.close(fig)
+
+
+def test_properties_of_one_file_twice_is_refused_before_the_work(tmp_path, capsys):
+    import numpy as np
+
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet, save
+
+    f = tmp_path / "e.h5"
+    es = EmbeddingSet.from_arrays(np.random.default_rng(0).normal(size=(20, 3)).astype(np.float32),
+                                  np.arange(20) % 4, properties={"p": np.arange(20) % 2})
+    save(f, es, force=True)
+    rc = main(["properties", str(f), str(f), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "is given twice" in err and "[" not in err

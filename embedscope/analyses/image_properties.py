@@ -60,6 +60,9 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     if isinstance(properties, str):  # one property name, not its letters
         properties = [properties]
     names = unique_names(files, names)  # as evaluate and spectrum: file stems, full paths where stems clash
+    from embedscope.analyses.structure import check_not_repeated
+
+    check_not_repeated(names)  # the same file twice: refused before any work, as evaluate and spectrum
     rows: list[dict[str, Any]] = []
     provs: list[dict[str, Any]] = []
     for f, nm in zip(files, names):
