@@ -337,3 +337,19 @@ def test_properties_of_one_file_twice_is_refused_before_the_work(tmp_path, capsy
     rc = main(["properties", str(f), str(f), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "is given twice" in err and "[" not in err
+
+
+def test_properties_cosine_zero_row_names_the_file_and_split(tmp_path, capsys):
+    import numpy as np
+
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet, save
+
+    X = np.random.default_rng(0).normal(size=(20, 3)).astype(np.float32)
+    X[5] = 0
+    f = tmp_path / "z.h5"
+    save(f, EmbeddingSet.from_arrays(X, np.arange(20) % 4, properties={"p": np.arange(20) % 2}), force=True)
+    rc = main(["properties", str(f), "--metric", "cosine", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "z.h5: 1 test embedding(s) are all zeros (the test split's row 5 first)" in err
+    assert main(["properties", str(f), "--no-progress"]) == 0  # Euclidean: fine

@@ -90,6 +90,12 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
             props = {p: props[p] for p in properties}
         if not props:
             raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
+        if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
+            zero = np.flatnonzero(~np.any(es.embeddings != 0, axis=1))
+            if zero.size:
+                raise EmbedscopeError(f"{f}: {zero.size} {split} embedding(s) are all zeros (the {split} split's "
+                                      f"row {int(zero[0])} first): their cosine similarity is undefined "
+                                      "(use --metric euclidean)")
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
                                  progress=progress, permutations=permutations, seed=seed)
         fields = ROW_FIELDS[2:] + (PERM_FIELDS if permutations else ())
