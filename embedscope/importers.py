@@ -88,6 +88,9 @@ class Source:
         #: a CSV/TSV's cells as written (no number parsing, no "NA" -> NaN): labels, paths, split,
         #: class names and text properties are taken from these
         self.text = text or {}
+        #: a Parquet table's named index levels, read back as columns (a file of one column beside them
+        #: is still a one-column file for :func:`read_vector`)
+        self.index: list[str] = []
 
     def keys(self) -> list[str]:
         return list(self.columns)
@@ -127,7 +130,14 @@ def read_source(path: str | os.PathLike) -> Source:
             from embedscope.tables import read_parquet
 
             df = read_parquet(path)
-            return Source(path, fmt, {str(c): df[c].to_numpy() for c in df.columns}, table=True)
+            # a named index (``df.set_index("path").to_parquet()``) comes back as the frame's index, not a
+            # column: a column again, as ``to_csv`` writes it (an unnamed one, a row number, is dropped)
+            named = [n for n in df.index.names if n is not None]
+            if named:
+                df = df.reset_index(level=named)
+            src = Source(path, fmt, {str(c): df[c].to_numpy() for c in df.columns}, table=True)
+            src.index = [str(n) for n in named]
+            return src
         sep = "\t" if fmt == "tsv" else ","
         # numbers parsed exactly (pandas' default parser may be 1 ulp off); the cells as text too
         df = pd.read_csv(path, sep=sep, float_precision="round_trip")
@@ -257,7 +267,7 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
     header = None
     if path.suffix.lower() == ".txt":
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = path.read_text(encoding="utf-8-sig").splitlines()  # (a BOM is no part of the first value)
         except (OSError, UnicodeDecodeError) as e:
             raise EmbedscopeError(f"{path}: cannot read the {what} ({e.__class__.__name__})") from None
         while lines and not lines[-1].strip():
@@ -265,6 +275,8 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
         vals = np.array([s.strip() for s in lines], dtype=object)
         return ints_if_exact(vals), None
     src = read_source(path)
+    if len(src.columns) - len(src.index) == 1:  # one column beside a Parquet table's named index
+        src.columns = {k: v for k, v in src.columns.items() if k not in src.index}
     if src.matrix is not None:
         arr = src.matrix
     elif len(src.columns) == 1:
@@ -472,6 +484,9 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     if split_by_class is not None and not (0.0 < float(split_by_class) < 1.0):
         raise UsageError(f"--split-by-class must lie strictly between 0 and 1, got {split_by_class}")
     src = read_source(src_path)
+    if src.table and src.columns and all(len(v) == 0 for v in src.columns.values()):  # (not "no numeric columns")
+        why = " (its first line is read as the column names)" if src.fmt in ("csv", "tsv") else ""
+        raise EmbedscopeError(f"{src.path}: the table has no rows{why}")
     used: set[str] = set()
     origin: dict[str, tuple[Path, str | None]] = {}  # what -> the file of its own it was read from, its header
     y = _column(src, labels, LABEL_KEYS, "labels", used, origin)
@@ -554,12 +569,16 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         y = y.astype(np.int64)
     elif y.dtype.kind in "OUS":
         y = y.astype(str)
+    if cn is not None and y.dtype.kind in "iu" and (y.min() < 0 or y.max() >= len(cn)):  # (names the names' file)
+        raise EmbedscopeError(f"{where.get('class names', src.path)}: {len(cn)} class names, but the integer labels "
+                              f"(indices into them) run from {y.min()} to {y.max()}")
     if sp is not None:
         sp = np.asarray(sp).astype(str)
         unknown = sorted(set(np.unique(sp).tolist()) - set(SPLITS))
-        if unknown:
+        if unknown:  # (a value with spaces around it, kept as written, is quoted: ' test' shows its space)
+            shown = [f"'{_pretty(u)}'" if u != u.strip() else _pretty(u) for u in unknown[:5]]
             raise EmbedscopeError(f"{where.get('split', src.path)}: unknown split value(s) "
-                                  f"{', '.join(map(_pretty, unknown[:5]))} (allowed: {', '.join(SPLITS)})")
+                                  f"{', '.join(shown)} (allowed: {', '.join(SPLITS)})")
     attrs = {
         "imported": True,
         "import_source": str(src.path.resolve()),
