@@ -202,7 +202,9 @@ def neighbours_figure(source: Any, out, *, split: str = "test", reference_split:
     es = as_set(source)
     ex = neighbour_examples(es, split=split, reference_split=reference_split, queries=queries, paths=paths,
                             k=k, metric=metric, seed=seed, progress=progress)
-    dataset = es.attrs.get("dataset")
+    # an imported file's dataset is its source file's name (a 'digits.npz' of photos is not the built-in
+    # digits): its pictures are told by their paths only
+    dataset = None if es.attrs.get("imported") else es.attrs.get("dataset")
     root = root or es.attrs.get("root") or None
     qimgs, rimgs = neighbour_pictures(ex, dataset=dataset if isinstance(dataset, str) else None, root=root,
                                       progress=progress)

@@ -54,7 +54,8 @@ def _root(args, es) -> str | None:
     from embedscope.errors import EmbedscopeError, UsageError
     from embedscope.text import safe
 
-    dataset = es.attrs.get("dataset")
+    # (an imported file's dataset is its source's name: a 'digits.npy' of photos is no built-in digits)
+    dataset = None if es.attrs.get("imported") else es.attrs.get("dataset")
     if dataset == "digits" or (es.n and all(str(p).startswith("digits/") for p in es.paths)):
         return None
     if args.root is not None:

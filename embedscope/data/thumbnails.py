@@ -30,6 +30,8 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
         for p in paths:
             try:
                 i = int(str(p).split("/", 1)[1])
+                if i < 0:  # (images[-1] would be the last digit: a wrong picture, silently)
+                    raise IndexError(i)
                 out.append(images[i])
             except (IndexError, ValueError):
                 raise EmbedscopeError(f"{safe(p)} is not a digits item id (digits/NNNN)") from None
