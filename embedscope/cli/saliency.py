@@ -91,6 +91,8 @@ def run(args) -> int:
         unsafe_pickle=args.unsafe_pickle, name=args.name, figure=args.figure, force=args.force,
         progress=not args.no_progress, ema=args.ema,
     )
+    if args.amp != "none" and s["amp"] == "none":
+        print(f"note: --amp {args.amp} is CUDA autocast; not on CUDA, the maps were computed in float32")
     what = "pairs (query + nearest retrieval)" if s["pairs"] else "images"
     print(f"{s['n_images']} {what}: SmoothGrad of the {s['distance']} distance ({s['distance_source']}), "
           f"{args.n_samples} copies, noise {args.noise}, {s['order']} order, family {s['family']}; "

@@ -47,7 +47,8 @@ def run(args) -> int:
     unit = res["pair_rows"][0]["jsd_base"] if res["pair_rows"] else args.jsd_unit
     rows = [{"model a": r["model_a"], "model b": r["model_b"], "families": f"{r['family_a']}-{r['family_b']}",
              "r (Fisher-z mean)": r["r_mean"], "r spread": r["r_spread"], "undefined r": r["n_undefined_r"],
-             f"JSD ({unit})": r["jsd_mean"], "JSD std": r["jsd_std"]} for r in res["pair_rows"]]
+             f"JSD ({unit})": r["jsd_mean"], "JSD std": r["jsd_std"], "undefined JSD": r["n_undefined_jsd"]}
+            for r in res["pair_rows"]]
     print(format_table(rows, digits=4, title=f"saliency agreement on {res['n_images']} images (docs/methods.md §8)"))
     brows = [{"families": f"{b['family_a']}-{b['family_b']}", "model pairs": b["n_pairs"], "mean r": b["r_mean"],
               f"mean JSD ({unit})": b["jsd_mean"]} for b in res["blocks"]]

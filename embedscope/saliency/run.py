@@ -107,6 +107,17 @@ def _gradient_space(config: dict[str, Any]) -> str:
     return spec or "the transform's output (the model's input)"
 
 
+def _same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (:func:`os.path.samefile` when both exist, else the
+    same resolved path)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        pass
+    return Path(a).resolve() == Path(b).resolve()
+
+
 def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "test",
                      n_images: int | None = None, paths_file=None, order: str = "paper", pairs: bool = False,
                      distance: str | None = None, n_samples: int = 50, noise: float = 0.15,
@@ -135,12 +146,26 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     if order not in ORDERS:
         raise UsageError(f"unknown --order '{order}' (choose {', '.join(ORDERS)})")
     check_writable(out, force=force)
+    written = [out]
     if figure is not None:
         from embedscope.viz.figures import figure_paths
 
         for p in figure_paths(figure):
             check_writable(p, force=force)
+        written += list(figure_paths(figure))
+    # before the work: the figure's PNG / PDF naming the maps file would replace it (with force, silently)
+    if any(_same_file(a, b) for k, a in enumerate(written) for b in written[:k]):
+        raise UsageError("two outputs name the same file: give the maps file and the figure their own names")
+    for a in written:
+        for b in (checkpoint, paths_file):
+            if b is not None and _same_file(a, b):
+                raise UsageError(f"{a} is an input file: choose another output name")
     t0 = time.perf_counter()
+    from embedscope.device import resolve_device
+    from embedscope.saliency.smoothgrad import _resolve_amp
+
+    # the autocast actually used: --amp is a CUDA option, the CPU computes in float32 (docs/saliency.md)
+    amp_used = str(amp) if _resolve_amp(amp, resolve_device(device)) is not None else "none"
     model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle, ema=ema)
     untrained = is_untrained(config, info.get("extra"))
     if config.get("distance") not in (None, ""):
@@ -202,7 +227,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "root": str(Path(root).resolve()) if root else "",
         "selection": (f"paths file {paths_file}" if paths_file is not None
                       else f"{len(idx)} images chosen by seed {seed}"),
-        "amp": str(amp or "none"),
+        "amp": amp_used,
         "seconds": round(seconds, 3),
     }
     sm = SaliencyMaps(maps=maps, paths=ds.paths[idx], labels=ds.labels[idx], class_names=ds.class_names,
@@ -223,7 +248,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         finally:
             plt.close(fig)
     return {"output": str(out), "n_images": int(len(idx)), "distance": dist, "distance_source": dist_source,
-            "family": family, "order": order, "pairs": bool(pairs), "seconds": seconds,
+            "family": family, "order": order, "pairs": bool(pairs), "seconds": seconds, "amp": amp_used,
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
             "mean_pair_distance": float(np.mean(retrieval["distance"])) if retrieval else None,
             "pair_same_class": float(np.mean(ds.labels[idx] == retrieval["labels"])) if retrieval else None}
@@ -265,6 +290,9 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     outs += [Path(p) for p in (json_out, csv_out, per_image_csv) if p]
     if len({p.resolve() for p in outs}) != len(outs):
         raise UsageError("two outputs name the same file")
+    for p in outs:  # with force, an output naming a maps file would replace that input
+        if any(_same_file(p, f) for f in files):
+            raise UsageError(f"{p} is an input file: choose another output name")
     for p in outs:
         check_writable(p, force=force)
     items: list[MapsFile] = []
@@ -332,7 +360,8 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         pair_rows.append({"model_a": names[i], "model_b": names[j], "family_a": fams[i], "family_b": fams[j],
                           "n_images": pr["n_images"], "r_mean": pr["r_mean"], "r_spread": pr["r_spread"],
                           "n_undefined_r": pr["n_undefined_r"], "n_clipped_r": pr["n_clipped_r"],
-                          "jsd_mean": pr["jsd_mean"], "jsd_std": pr["jsd_std"], "jsd_base": pr["jsd_base"]})
+                          "jsd_mean": pr["jsd_mean"], "jsd_std": pr["jsd_std"],
+                          "n_undefined_jsd": pr["n_undefined_jsd"], "jsd_base": pr["jsd_base"]})
     res["pair_rows"] = pair_rows
     written = []
     if out is not None or grid is not None:

@@ -99,9 +99,12 @@ def smoothgrad_noise(image, n_samples: int, noise: float, seed: int, index, *, s
 def scale_map(g: np.ndarray, percentile: float = 99.0) -> np.ndarray:
     """clip((g − min g) / (p99 − min g), 0, 1) (docs/methods.md §8; numpy's linear percentile).
 
-    When p99 equals the minimum, 1 where g > min and 0 elsewhere.
+    When p99 equals the minimum, 1 where g > min and 0 elsewhere. NaN or inf in ``g`` is an error
+    (docs/methods.md §8), not a map: every comparison with NaN is false, which made it all zeros.
     """
     g = np.asarray(g, dtype=np.float64)
+    if not np.all(np.isfinite(g)):
+        raise EmbedscopeError("the gradient contains NaN or inf")
     lo = float(g.min())
     hi = float(np.percentile(g, percentile))
     if hi > lo:
@@ -127,7 +130,8 @@ def postprocess(acc: np.ndarray, order: str) -> np.ndarray:
 
 def _postprocess_torch(acc, order: str):
     """:func:`postprocess` on the device, in float64, without a host synchronisation (torch.quantile
-    interpolates linearly, as numpy's percentile)."""
+    interpolates linearly, as numpy's percentile). A gradient with NaN or inf gives an all-NaN map
+    (the caller's finiteness check turns it into an error; scaled, it would have become all zeros)."""
     import torch
 
     g = acc.double()
@@ -136,7 +140,8 @@ def _postprocess_torch(acc, order: str):
     hi = torch.quantile(g.flatten(), 0.99)
     span = hi - lo
     scaled = ((g - lo) / torch.where(span > 0, span, torch.ones_like(span))).clamp(0.0, 1.0)
-    return torch.where(span > 0, scaled, (g > lo).double())
+    out = torch.where(span > 0, scaled, (g > lo).double())
+    return torch.where(torch.isfinite(g).all(), out, torch.full_like(out, float("nan")))
 
 
 def black_image(kind: str, image_size: int):
@@ -402,7 +407,9 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
             pending.clear()
             bad = ~np.all(np.isfinite(maps), axis=(1, 2))
             if bad.any():
-                raise EmbedscopeError(f"image {idx[int(np.argmax(bad))]}: the gradient contains NaN or inf")
+                i = idx[int(np.argmax(bad))]
+                name = f" ({keys[i]})" if keys is not None and isinstance(keys[i], str) else ""
+                raise EmbedscopeError(f"image {i}{name}: the gradient contains NaN or inf")
             out[idx] = maps
             bar.update(len(idx))
 
