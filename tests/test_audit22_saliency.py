@@ -279,3 +279,27 @@ def test_photo_kind_command_map_equals_plain_autograd(tmp_path):
         np.testing.assert_allclose(sm.maps[k], want, atol=2e-3)
         pic = np.round(np.clip((x.permute(1, 2, 0).numpy() * STD + MEAN), 0, 1) * 255).astype(np.uint8)
         assert np.abs(sm.images[k].astype(int) - pic).max() <= 1
+
+
+def test_maps_of_different_data_sets_are_noted(tmp_path):
+    """Files are matched by image path: maps of two data sets (shapes made with another seed: the same
+    file names, other pictures) were compared without a word."""
+    from embedscope.saliency.run import agreement_of_files
+    from embedscope.store.saliency import SaliencyMaps, save_maps
+
+    rng = np.random.default_rng(0)
+    paths = [f"img/{i}.png" for i in range(6)]
+    files = []
+    for k, root in enumerate(("/data/shapes-seed0", "/data/shapes-seed1")):
+        sm = SaliencyMaps(maps=rng.random((6, 4, 4)).astype(np.float32), paths=paths, labels=np.zeros(6, np.int64),
+                          class_names=["a"], attrs={"name": f"m{k}", "family": "ranking", "order": "paper",
+                                                    "n_samples": 50, "noise": 0.15, "dataset": "shapes",
+                                                    "root": root})
+        files.append(save_maps(tmp_path / f"m{k}.h5", sm) or tmp_path / f"m{k}.h5")
+    res = agreement_of_files(files)
+    assert any("different data sets or folders" in n and "shapes-seed1" in n for n in res["notes"])
+    import shutil
+
+    shutil.copy(files[0], tmp_path / "copy.h5")
+    same = agreement_of_files([files[0], tmp_path / "copy.h5"], names=["a", "b"])
+    assert not any("different data sets" in n for n in same["notes"])

@@ -336,6 +336,11 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
     settings = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}
     if len(settings) > 1:
         notes.append("the files use different SmoothGrad settings (n_samples/noise)")
+    sources = {(str(sm.attrs.get("dataset", "")), str(sm.attrs.get("root", ""))) for sm in items}
+    if len(sources) > 1:  # images are matched by path: two data sets' files may share names, not pictures
+        shown = "; ".join(f"{d or '?'}" + (f" in {r}" if r else "") for d, r in sorted(sources))
+        notes.append(f"the files come from different data sets or folders ({shown}): their images are matched "
+                     "by path alone")
     idxs, info = match_rows(items, names)
     dropped = {k: v for k, v in info["n_dropped"].items() if v}
     if dropped:
