@@ -588,8 +588,10 @@ def nearest_retrievals(queries_z, refs_z, distance, *, exclude=None, block: int 
     """For each query embedding its nearest reference under ``distance`` (docs/methods.md §8's d_ℓ).
 
     ``exclude[i]``: a reference index never returned for query i (the query itself), or -1.
-    Returns (index [Q], distance value [Q]). Memory: one [block, D] x [N, D] pass at a time for
-    cosine / dot / Euclidean; SNR goes query by query (its pair form has no GEMM shortcut here).
+    Returns (index [Q], distance value [Q]). Query by query, each against every reference through
+    the distance's own pair form (one [N, D] pass at a time; the same values the maps' distance
+    takes, SNR included); ``block`` is accepted and unused. The queries are the maps' few images,
+    so no matrix product is needed.
     """
     import torch
 
