@@ -72,3 +72,17 @@ def test_cli_amp_choices(tmp_path, capsys):
     assert e.value.code == 2 and "--amp" in capsys.readouterr().err
     rc = main(["train", "-o", str(tmp_path / "m.pt"), "--epochs", "0", "--embed-dim", "8", "--amp", "none"])
     assert rc == 0 and torch.load(tmp_path / "m.pt", weights_only=True)["config"]["amp"] == "none"
+
+
+def test_embed_amp_bf16_on_the_cpu_says_float32(tmp_path, capsys):
+    rc = main(["train", "-o", str(tmp_path / "m.pt"), "--epochs", "0", "--embed-dim", "8", "--no-progress"])
+    assert rc == 0
+    capsys.readouterr()
+    rc = main(["embed", str(tmp_path / "m.pt"), "--dataset", "digits", "-o", str(tmp_path / "e.h5"), "--amp", "bf16",
+               "--no-progress", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "note: --amp bf16 is CUDA's bfloat16 autocast; on cpu the embeddings are computed in float32" in out
+    import h5py
+
+    with h5py.File(tmp_path / "e.h5") as f:
+        assert f.attrs["precision"] == "float32"
