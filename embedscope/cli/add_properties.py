@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force
-
 
 def add_parser(sub, parents):
     p = sub.add_parser("add-properties", parents=parents, help="store per-image properties from a CSV/Parquet table",
@@ -11,8 +9,8 @@ def add_parser(sub, parents):
                        "file's image paths and store every other column as /properties/<name> (the file is "
                        "rewritten atomically). Every image needs exactly one row.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5), updated in place")
-    p.add_argument("table", metavar="props.csv", help="table with a 'path' column")
-    add_force(p)
+    p.add_argument("table", metavar="TABLE", help="CSV, TSV or Parquet table with a 'path' column")
+    p.add_argument("--force", action="store_true", help="replace properties the file already has")
     p.set_defaults(func=run)
     return p
 

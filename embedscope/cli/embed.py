@@ -17,7 +17,8 @@ def add_parser(sub, parents):
                    "--trunk/--embedder, or with --arch for an ImageNet baseline (docs/checkpoint.md)")
     p.add_argument("--dataset", required=True, type=dataset_name,
                    help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
-    p.add_argument("--root", help="data set folder (official layout); not needed for digits")
+    p.add_argument("--root", help="data set folder (official layout); not needed for digits, nor for shapes (the default "
+                   "set is generated once and cached)")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
     p.add_argument("--train-classes", type=positive_int,
                    help="the first N classes (sorted) form the training split (default: the data set's own split)")
@@ -28,12 +29,12 @@ def add_parser(sub, parents):
                    help="ImageNet backbone weights from a local file (never downloaded), with --arch and no checkpoint")
     p.add_argument("--head", choices=["none", "random"],
                    help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
-                   "random normalised linear head (Roth et al. Table 2's baseline); default none")
+                   "random normalised linear head (Roth et al. Table 2's baseline) (default: none)")
     p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
     p.add_argument("--head-seed", type=seed_int, help="seed of --head random (default: 0)")
     p.add_argument("--ema", action="store_true",
-                   help="use the checkpoint's EMA weights (timm's state_dict_ema) instead of its state_dict, for a "
-                   "checkpoint or --weights; a file without them is an error")
+                   help="use the checkpoint's EMA weights (timm's state_dict_ema, else model_ema) instead of its "
+                   "state_dict, for a checkpoint or --weights; a file without them is an error")
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--no-transform-input", dest="transform_input", action="store_false", default=None,

@@ -7,8 +7,8 @@ from embedscope.cli.common import add_force, finite_float
 
 def add_parser(sub, parents):
     p = sub.add_parser(
-        "import", parents=parents, help="import embeddings made elsewhere (npy, npz, pt, safetensors, parquet, csv)",
-        description="Turn embeddings from another tool into an embedscope HDF5 file: .npy, .npz, .pt (tensors "
+        "import", parents=parents, help="import embeddings made elsewhere (npy, npz, pt, safetensors, parquet, csv, tsv)",
+        description="Turn embeddings from another tool into an embedscope HDF5 file: .npy, .npz, .pt/.pth (tensors "
         "or a dict of tensors, read without running code), .safetensors, .parquet, .csv, .tsv. Labels, split, "
         "paths and class names come from a key/column of the source or from a file (.npy, .txt one per line, "
         "one-column .csv). See docs/import.md.")
@@ -18,7 +18,8 @@ def add_parser(sub, parents):
                    help="key/column of the embeddings, or PREFIX* for numeric columns (default: embeddings, "
                    "features, X, ..., the only 2-D array, or a table's remaining numeric columns, less a "
                    "leading unnamed row-index column 0..N-1; the columns used are printed and recorded)")
-    p.add_argument("--labels", metavar="FILE|KEY", help="labels: a file or a key/column (default: labels, label, y)")
+    p.add_argument("--labels", metavar="FILE|KEY",
+                   help="labels: a file or a key/column (default: labels, label, y, targets, target, class, classes)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--split", metavar="FILE|KEY",
                    help="split per row (train, test, val, query, gallery): a file or a key/column "
@@ -27,7 +28,9 @@ def add_parser(sub, parents):
                    help="zero-shot split: of the C classes that have rows, the first ceil(FRACTION x C) (sorted, or in "
                    "--class-names order) train, the rest test (it replaces a split column of the source, and "
                    "says so on stderr)")
-    p.add_argument("--paths", metavar="FILE|KEY", help="item ids / image paths per row: a file or a key/column")
+    p.add_argument("--paths", metavar="FILE|KEY",
+                   help="item ids / image paths per row: a file or a key/column (default: paths, path, ids, id, "
+                   "filenames, filename; else 0, 1, ...)")
     p.add_argument("--class-names", metavar="FILE|KEY",
                    help="class names (labels are then integer indices into them): a file or a key")
     p.add_argument("--properties", nargs="+", default=[], metavar="COLUMN",

@@ -6,7 +6,7 @@ from __future__ import annotations
 def add_parser(sub, parents):
     p = sub.add_parser("info", parents=parents, help="summarise an embedding file",
                        description="Print N, D, classes, splits, properties and provenance of an HDF5 file.")
-    p.add_argument("file", help="embedding file (.h5)")
+    p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     p.set_defaults(func=run)
     return p
 

@@ -27,13 +27,13 @@ def add_parser(sub, parents):
     p.add_argument("--reference-split", choices=SPLIT_CHOICES,
                    help="split searched (default: the query split; gallery for --split query)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--queries", type=positive_int, default=None,
+    g.add_argument("--queries", type=positive_int, default=None, metavar="N",
                    help=f"number of random queries, one row each, at most {MAX_QUERIES} (default: {DEFAULT_QUERIES}; a split "
                    "with fewer rows gives them all)")
     g.add_argument("--paths-file", metavar="F",
                    help="the queries: one path per line, as stored in the file (read as saliency's: a line that "
                    "starts with # is a comment, a blank line is skipped; a # after a path is part of the path)")
-    p.add_argument("--n-retrievals", type=positive_int, default=5,
+    p.add_argument("--n-retrievals", type=positive_int, default=5, metavar="K",
                    help=f"retrievals per query, at most {MAX_RETRIEVALS} (default: 5)")
     p.add_argument("--root", metavar="DIR", help="data set folder (default: the file's root attribute)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")

@@ -31,7 +31,8 @@ def add_parser(sub, parents):
     p.add_argument("checkpoint", help="checkpoint file (embedscope format, or a bare state dict with --arch)")
     p.add_argument("--dataset", required=True, type=dataset_name,
                    help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
-    p.add_argument("--root", help="data set folder (official layout); not needed for digits")
+    p.add_argument("--root", help="data set folder (official layout); not needed for digits, nor for shapes (the default "
+                   "set is generated once and cached)")
     p.add_argument("--split", default="test", choices=["train", "test", "all"],
                    help="images to explain (default: test)")
     g = p.add_mutually_exclusive_group()

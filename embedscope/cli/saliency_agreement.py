@@ -16,7 +16,7 @@ def add_parser(sub, parents):
     p.add_argument("files", nargs="+", metavar="MAPS.h5", help="maps files, one per model (at least two)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="heat-maps of both matrices (PNG and PDF)")
     p.add_argument("--grid", metavar="GRID.png", help="image x model grid of the maps over the images")
-    p.add_argument("--grid-images", type=positive_int, default=6, help="images in --grid (default: 6)")
+    p.add_argument("--grid-images", type=positive_int, default=6, help="images in the --grid figure, with --grid (default: 6)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="model names, one per file (default: from the files)")
     p.add_argument("--families", nargs="+", metavar="FAMILY",
                    help="loss family per file (default: from each checkpoint's config: ranking, classification, "

@@ -18,13 +18,13 @@ def add_parser(sub, parents):
     p.add_argument("--by-class", action="store_true",
                    help="also plot class-conditioned spectra (mean +- s.d. over classes)")
     p.add_argument("--n-values", type=positive_int, default=35,
-                   help="values per class-conditioned spectrum (default 35, as Roth Fig. 11)")
-    p.add_argument("--center", action="store_true", help="mean-centre each class before its SVD")
+                   help="values per class-conditioned spectrum, with --by-class (default 35, as Roth Fig. 11)")
+    p.add_argument("--center", action="store_true", help="mean-centre each class before its SVD, with --by-class")
     p.add_argument("--names", nargs="+", metavar="NAME",
                    help="legend name of each file, in order (default: the file names)")
     p.add_argument("-o", "--output", metavar="OUT.png",
                    help="figure file: OUT.png and OUT.pdf are written (default: no figure)")
-    p.add_argument("--title", help="figure title")
+    p.add_argument("--title", help="figure title, with -o (default: Singular-value spectra (<split> split))")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_result_outputs(p, table_help="write the spectra (model, kind, k, value) to this CSV")
     add_force(p)

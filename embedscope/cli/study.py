@@ -39,7 +39,8 @@ def add_parser(sub, parents):
                    help="use an existing Dask scheduler (tcp://host:8786) and its workers instead of --workers; "
                    "relative paths are made absolute here (docs/studies.md)")
     p.add_argument("--cache-dir", metavar="DIR",
-                   help="embedding cache (default: $EMBEDSCOPE_CACHE or ~/.cache/embedscope/embeddings)")
+                   help="embedding cache (default: $EMBEDSCOPE_CACHE, else $XDG_CACHE_HOME/embedscope/embeddings, "
+                   "else ~/.cache/embedscope/embeddings)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"],
                    help="retrieval ranking distance (default: cosine)")
     p.add_argument("--seed", type=seed_int, default=1234, help="k-means and bootstrap seed (default 1234)")
