@@ -303,3 +303,15 @@ def test_maps_of_different_data_sets_are_noted(tmp_path):
     shutil.copy(files[0], tmp_path / "copy.h5")
     same = agreement_of_files([files[0], tmp_path / "copy.h5"], names=["a", "b"])
     assert not any("different data sets" in n for n in same["notes"])
+
+
+def test_grid_images_without_grid_is_a_usage_error(tmp_path, capsys):
+    """--grid-images without --grid exited 0 and did nothing."""
+    rng = np.random.default_rng(0)
+    paths = [f"img/{i}.png" for i in range(4)]
+    a = _maps_file(tmp_path / "a.h5", paths, rng.random((4, 4, 4)), name="a", family="ranking")
+    b = _maps_file(tmp_path / "b.h5", paths, rng.random((4, 4, 4)), name="b", family="ranking")
+    rc, _, err = _run(["saliency-agreement", a, b, "--grid-images", "3"])
+    assert rc == 2 and "--grid-images sets the images of the --grid figure" in err
+    rc, _, err = _run(["saliency-agreement", a, b])
+    assert rc == 0, err

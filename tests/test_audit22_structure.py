@@ -306,3 +306,22 @@ def test_collapsed_file_spectrum_command(tmp_path):
     assert png.exists() and png.with_suffix(".pdf").exists()
     values = json.loads(j.read_text())["values"]
     assert values["rho"] is None and values["pi_intra"] == 0.0  # NaN is null in JSON
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--center"], "--center shapes the class-conditioned spectra: give --by-class"),
+    (["--n-values", "5"], "--n-values shapes the class-conditioned spectra: give --by-class"),
+    (["--title", "T"], "--title is the figure's title: give -o OUT.png"),
+])
+def test_spectrum_options_that_did_nothing_alone_are_usage_errors(tmp_path, capsys, extra, message):
+    """--center / --n-values without --by-class and --title without -o exited 0 and did nothing."""
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet, save
+
+    f = tmp_path / "e.h5"
+    save(f, EmbeddingSet.from_arrays(np.random.default_rng(0).normal(size=(30, 4)).astype(np.float32),
+                                     np.arange(30) % 3, split="train"), force=True)
+    assert main(["spectrum", str(f), *extra]) == 2
+    assert message in capsys.readouterr().err
+    with_partner = ["--by-class"] if extra[0] != "--title" else ["-o", str(tmp_path / "s.png")]
+    assert main(["spectrum", str(f), *extra, *with_partner]) == 0

@@ -16,7 +16,7 @@ def add_parser(sub, parents):
     p.add_argument("files", nargs="+", metavar="MAPS.h5", help="maps files, one per model (at least two)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="heat-maps of both matrices (PNG and PDF)")
     p.add_argument("--grid", metavar="GRID.png", help="image x model grid of the maps over the images")
-    p.add_argument("--grid-images", type=positive_int, default=6, help="images in the --grid figure, with --grid (default: 6)")
+    p.add_argument("--grid-images", type=positive_int, default=None, help="images in the --grid figure, with --grid (default: 6)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="model names, one per file (default: from the files)")
     p.add_argument("--families", nargs="+", metavar="FAMILY",
                    help="loss family per file (default: from each checkpoint's config: ranking, classification, "
@@ -37,10 +37,14 @@ def run(args) -> int:
     from embedscope.tables import format_table
     from embedscope.text import safe
 
+    if args.grid_images is not None and args.grid is None:  # (it did nothing)
+        from embedscope.errors import UsageError
+
+        raise UsageError("--grid-images sets the images of the --grid figure: give --grid OUT.png")
     res = agreement_of_files(
         args.files, args.output, grid=args.grid, names=args.names, families=args.families,
         jsd_base=args.jsd_unit, json_out=args.json, csv_out=args.csv, per_image_csv=args.per_image_csv,
-        grid_images=args.grid_images, force=args.force,
+        grid_images=6 if args.grid_images is None else args.grid_images, force=args.force,
     )
     for note in res["notes"]:
         print(f"note: {safe(note)}")  # may name images (paths) of the files

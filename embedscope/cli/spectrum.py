@@ -17,7 +17,7 @@ def add_parser(sub, parents):
     add_measure_options(p)
     p.add_argument("--by-class", action="store_true",
                    help="also plot class-conditioned spectra (mean +- s.d. over classes)")
-    p.add_argument("--n-values", type=positive_int, default=35,
+    p.add_argument("--n-values", type=positive_int, default=None,
                    help="values per class-conditioned spectrum, with --by-class (default 35, as Roth Fig. 11)")
     p.add_argument("--center", action="store_true", help="mean-centre each class before its SVD, with --by-class")
     p.add_argument("--names", nargs="+", metavar="NAME",
@@ -37,8 +37,16 @@ def run(args) -> int:
     from embedscope.analyses.result import unique_names
     from embedscope.analyses.structure import check_not_repeated
     from embedscope.cli.output import check_result_outputs, measure_kwargs, print_wrote, save_and_close, write_result
+    from embedscope.errors import UsageError
     from embedscope.progress import progress_bar
 
+    # options of the class-conditioned spectra and of the figure, given without them, did nothing: refused
+    if not args.by_class and (args.center or args.n_values is not None):
+        raise UsageError(f"{'--center' if args.center else '--n-values'} shapes the class-conditioned spectra: "
+                         "give --by-class")
+    if args.title is not None and not args.output:
+        raise UsageError("--title is the figure's title: give -o OUT.png")
+    n_values = 35 if args.n_values is None else args.n_values
     args._inputs = args.files
     check_not_repeated(unique_names(args.files, args.names))  # --names, a file twice: before the progress bar
     figs = []
@@ -50,7 +58,7 @@ def run(args) -> int:
     bar = progress_bar(total=len(args.files), desc="spectra", unit="file",
                        enabled=not args.no_progress and len(args.files) > 1)
     try:
-        results = spectrum(args.files, names=args.names, by_class=args.by_class, k=args.n_values, center=args.center,
+        results = spectrum(args.files, names=args.names, by_class=args.by_class, k=n_values, center=args.center,
                            progress=lambda i, n: bar.update(1), **measure_kwargs(args))
     finally:
         bar.close()
