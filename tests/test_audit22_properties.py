@@ -353,3 +353,21 @@ def test_properties_cosine_zero_row_names_the_file_and_split(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 1 and "z.h5: 1 test embedding(s) are all zeros (the test split's row 5 first)" in err
     assert main(["properties", str(f), "--no-progress"]) == 0  # Euclidean: fine
+
+
+def test_add_properties_notes_a_column_of_distinct_values(tmp_path, capsys):
+    """A continuous column (every image its own value) gives NaN NR-Prec for want of shared values: said
+    when it is added."""
+    import numpy as np
+
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet, save
+
+    f = tmp_path / "e.h5"
+    save(f, EmbeddingSet.from_arrays(np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32),
+                                     np.arange(6) % 2, paths=np.array([str(i) for i in range(6)])), force=True)
+    t = tmp_path / "t.csv"
+    t.write_text("path,brightness,group\n" + "".join(f"{i},{0.1 * i + 0.05},{i % 3}\n" for i in range(6)))
+    assert main(["add-properties", str(f), str(t)]) == 0
+    out = capsys.readouterr().out
+    assert "note: every image has its own value of 'brightness'" in out and "'group'" not in out

@@ -22,4 +22,14 @@ def run(args) -> int:
     added = add_properties_to_file(args.file, args.table, force=args.force)
     # the names are the table's column names: control characters shown escaped
     print(f"{safe(args.file)}: added propert{'ies' if len(added) > 1 else 'y'} {', '.join(safe(a) for a in added)}")
+    import numpy as np
+
+    from embedscope.store import load
+
+    props = load(args.file).properties
+    for name in added:  # NR-Prec (docs/methods.md §9) ranks by shared values: a continuous column has none
+        values = np.asarray(props[name])
+        if len(values) > 1 and len(np.unique(values)) == len(values):
+            print(f"note: every image has its own value of '{safe(name)}': NR-Prec needs values shared by several "
+                  "images (bin it first, e.g. into quantiles)")
     return 0
