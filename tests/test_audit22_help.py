@@ -191,7 +191,13 @@ def test_study_cache_dir_default(monkeypatch, tmp_path):
     monkeypatch.delenv("EMBEDSCOPE_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_cache_dir() == tmp_path / "embedscope" / "embeddings"
-    assert "$XDG_CACHE_HOME/embedscope/embeddings" in h and "$EMBEDSCOPE_CACHE" in h
+    assert "$XDG_CACHE_HOME/embedscope/embeddings" in h and "$EMBEDSCOPE_CACHE/embeddings" in h
+    # $EMBEDSCOPE_CACHE is embedscope's cache folder for both caches (the embeddings were the folder itself,
+    # and the shapes set landed inside them)
+    from embedscope.data.shapes import default_cache_dir as shapes_cache
+
+    monkeypatch.setenv("EMBEDSCOPE_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c" / "embeddings" and shapes_cache() == tmp_path / "c" / "shapes"
 
 
 def test_file_metavars_are_consistent():

@@ -39,7 +39,7 @@ def add_parser(sub, parents):
                    help="use an existing Dask scheduler (tcp://host:8786) and its workers instead of --workers; "
                    "relative paths are made absolute here (docs/studies.md)")
     p.add_argument("--cache-dir", metavar="DIR",
-                   help="embedding cache (default: $EMBEDSCOPE_CACHE, else $XDG_CACHE_HOME/embedscope/embeddings, "
+                   help="embedding cache (default: $EMBEDSCOPE_CACHE/embeddings, else $XDG_CACHE_HOME/embedscope/embeddings, "
                    "else ~/.cache/embedscope/embeddings)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"],
                    help="retrieval ranking distance (default: cosine)")

@@ -42,9 +42,13 @@ SETTINGS_KEYS = ("source", "epoch", "dataset", "root", "metric", "seed", "device
 
 
 def default_cache_dir() -> Path:
-    """``$EMBEDSCOPE_CACHE``, else ``$XDG_CACHE_HOME/embedscope/embeddings`` (``~/.cache/...``)."""
+    """``$EMBEDSCOPE_CACHE/embeddings``, else ``$XDG_CACHE_HOME/embedscope/embeddings`` (``~/.cache/...``).
+
+    ``$EMBEDSCOPE_CACHE`` is embedscope's cache folder, as ``~/.cache/embedscope``: the embeddings in
+    ``embeddings/``, the generated shapes set in ``shapes/`` (it was the embeddings folder itself, so
+    that the shapes set landed inside it)."""
     if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
+        return Path(os.environ[CACHE_ENV]) / "embeddings"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "embedscope" / "embeddings"
 
