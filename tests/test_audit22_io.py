@@ -20,19 +20,12 @@
 import numpy as np
 import pandas as pd
 import pytest
+from test_import_audit_fixes import _error  # one line on stderr, no traceback, the exit code
 
 from embedscope import store
 from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
 from embedscope.importers import import_embeddings
-
-
-def _error(capsys, argv, rc=1):
-    assert main(argv) == rc
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    assert "Traceback" not in err
-    return err
 
 
 def _frame(n=12, d=3):
