@@ -112,7 +112,8 @@ def test_checkpoint_records_the_compute_threads_of_each_start_and_resume(tmp_pat
         torch.set_num_threads(1)
         train(opts, tmp_path / "m.pt", progress=False, echo=lambda s: None)
         one = read_checkpoint(tmp_path / "m.pt")["extra"]["compute"]
-        assert one == [{"from_epoch": 1, "device": "cpu", "torch_threads": 1, "torch": str(torch.__version__)}]
+        assert one == [{"from_epoch": 1, "device": "cpu", "precision": "float32", "torch_threads": 1,
+                        "torch": str(torch.__version__)}]
         torch.set_num_threads(2)
         train({"epochs": 2}, tmp_path / "m.pt", resume=True, progress=False, echo=lambda s: None)
     finally:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from embedscope.cli.common import add_force, positive_int
 from embedscope.cli.output import add_measure_options, add_result_outputs
 
+DEFAULT_N_VALUES = 35  # values per class-conditioned spectrum (Roth Fig. 11); --n-values needs --by-class
+
 
 def add_parser(sub, parents):
     p = sub.add_parser(
@@ -46,7 +48,7 @@ def run(args) -> int:
                          "give --by-class")
     if args.title is not None and not args.output:
         raise UsageError("--title is the figure's title: give -o OUT.png")
-    n_values = 35 if args.n_values is None else args.n_values
+    n_values = DEFAULT_N_VALUES if args.n_values is None else args.n_values
     args._inputs = args.files
     check_not_repeated(unique_names(args.files, args.names))  # --names, a file twice: before the progress bar
     figs = []
