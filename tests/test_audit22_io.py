@@ -144,3 +144,25 @@ def test_too_few_class_names_name_the_names_file(tmp_path, capsys):
     (tmp_path / "cn.txt").write_text("a\nb\nc\n")
     assert main(["import", str(tmp_path / "X.npy"), "--labels", str(tmp_path / "y.npy"), "--class-names",
                  str(tmp_path / "cn.txt"), "-o", str(tmp_path / "o.h5")]) == 0
+
+
+def test_report_runs_table_shows_the_users_tags_that_vary(tmp_path):
+    """A YAML study's own tags (``note``, ``lr_tag``, ...) were in runs.csv only: the report's runs
+    table shows each tag whose value differs between runs, escaped; a tag equal everywhere is not a column."""
+    html5lib = pytest.importorskip("html5lib")
+    from test_audit_report import _doc, _rows, _study, _table
+
+    from embedscope.study.report import build_report
+
+    rows = _rows(["a", "b"])
+    for k, r in enumerate(rows):
+        r["tag:note"] = "<b>warm</b>" if k % 2 else "cold & dry"
+        r["tag:site"] = "lab"  # the same everywhere
+    text = build_report(_study(tmp_path, rows))
+    parser = html5lib.HTMLParser(strict=True)
+    parser.parse(text)
+    assert not parser.errors and "<b>warm</b>" not in text
+    head, runs, _ = _table(_doc(text), "Runs")
+    assert "note" in head and "site" not in head
+    assert head.index("note") == head.index("objective") + 1
+    assert sorted({r[head.index("note")] for r in runs}) == ["<b>warm</b>", "cold & dry"]

@@ -539,7 +539,10 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
         cols.append(("status", "status"))
     if any_excl:
         cols.append(("excluded", "excluded"))
-    cols += [("objective", "objective"), ("selection", "selection"), ("epoch", "epoch"), ("seed", "seed"),
+    # the user's own tags that differ between runs (a YAML study's p_switch, note, ...): a column each
+    tags = [k for k in sorted(have) if k.startswith("tag:") and k != "tag:objective" and len(_distinct(runs, k)) > 1]
+    cols += [("objective", "objective"), *((k, k.removeprefix("tag:")) for k in tags),
+             ("selection", "selection"), ("epoch", "epoch"), ("seed", "seed"),
              ("normalize", "L2-normalised"), (target, f"{target} (test)"), ("untrained_target", f"untrained {target}"),
              ("beats_untrained", "beats untrained")]
     cols += [(m, f"{m} ({'test' if m == 'MAP@R' else 'train'})")
@@ -555,7 +558,7 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
             elif c in _INTS:
                 n = _count(val)
                 cells.append(DASH if n is None else str(n))
-            elif c in ("id", "objective", "selection", "status"):
+            elif c in ("id", "objective", "selection", "status") or c in tags:
                 cells.append(_text(val))
             else:
                 cells.append(_fixed(val, 4))
@@ -566,8 +569,8 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
         failed, excl = r.get("status", "ok") != "ok", _is_true(r.get("excluded"))
         worse = str(r.get("beats_untrained")).strip().lower() == "false"
         rc.append("bad" if failed or (worse and not excl) else "excl" if excl else "")
-    left = next((i for i, (c, _) in enumerate(cols) if c not in ("id", "status", "excluded", "objective", "selection")),
-                len(cols))
+    left = next((i for i, (c, _) in enumerate(cols)
+                 if c not in ("id", "status", "excluded", "objective", "selection") and c not in tags), len(cols))
     parts = ["<h2>Runs</h2>", _table([h for _, h in cols] + ["sha256 (first 12)"], rws, left=left, row_classes=rc)]
     legend = "Red rows: failed, or no better than the untrained network."
     if any_excl:
