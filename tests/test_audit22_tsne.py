@@ -47,6 +47,10 @@ def test_cli_tsne_of_one_dimensional_file_exits_1_without_valueerror(tmp_path):
     rc, _, err = _run(["tsne", f, "-o", str(tmp_path / "t.png"), "--no-progress"])
     assert rc == 1
     assert "at least 2 dimensions" in err and "ValueError" not in err and "Traceback" not in err
+    assert "d1.h5: t-SNE needs" in err  # the file, not the internal array's name
+    g = _save(tmp_path / "g.h5", np.random.default_rng(1).normal(size=(40, 1)), np.arange(40) % 4)
+    rc, _, err = _run(["yoke", f, g, "--names", "a", "b", "-o", str(tmp_path / "y.png"), "--no-progress"])
+    assert rc == 1 and "d1.h5: t-SNE needs" in err
     assert not list(tmp_path.glob("t.*"))
 
 

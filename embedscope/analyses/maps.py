@@ -7,6 +7,7 @@ coordinates) and whose ``arrays`` feed :mod:`embedscope.viz`.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -49,6 +50,14 @@ def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
     return perplexity, seed, n_iter, n_jobs, max_points
 
 
+
+def _check_dims(es, name) -> None:
+    """One-dimensional embeddings named by their file (openTSNE's PCA initialisation takes two
+    components; the map's own check names only its array)."""
+    if es.dim < 2:
+        what = name if isinstance(name, (str, os.PathLike)) else "the embeddings"
+        raise EmbedscopeError(f"{what}: t-SNE needs embeddings of at least 2 dimensions, got {es.dim}")
+
 def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_points: int | None = None,
          perplexity: float = 30.0, seed: int = 0, n_iter: int = 500, n_jobs: int = 1, progress: bool = False,
          name: str | None = None) -> Result:
@@ -67,6 +76,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     if split is not None:
         check_choice(split, "split", SPLIT_CHOICES)
     es = as_set(source)
+    _check_dims(es, source)
     common = dict(perplexity=perplexity, seed=seed, n_iter=n_iter, n_jobs=n_jobs, progress=progress,
                   return_info=True)
     names = es.class_names
@@ -127,6 +137,8 @@ def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", 
     K = len(sources)
     labels = unique_names(sources, names)
     sets = [as_set(src).subset(split) for src in sources]
+    for es, src, label in zip(sets, sources, labels):
+        _check_dims(es, src if isinstance(src, (str, os.PathLike)) else label)
     for k in range(1, K):  # every file's rows in the first file's order
         sets[0], sets[k] = match_by_path(sets[0], sets[k], labels[0], labels[k])
     a = sets[0]
