@@ -44,6 +44,20 @@ _DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
+def same_file(a, b) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: :func:`os.path.samefile` when both exist (symlinks,
+    hard links, relative paths), else the same resolved path (a file still to be written)."""
+    try:
+        if os.path.lexists(a) and os.path.lexists(b):
+            return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        pass
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
 def is_folder_name(path: str | os.PathLike) -> bool:
     """Whether ``path`` as the user wrote it names a folder (``dir/``, ``.``, ``..``): ``Path`` drops
     the trailing slash, so check the raw name before deriving other names from it."""

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 
 from embedscope.cli.common import add_split, nonnegative_int, positive_int, seed_int
+from embedscope.fileio import same_file  # noqa: F401 - the commands' name for it (cli.report imports it here)
 
 
 def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = None) -> None:
@@ -23,22 +24,6 @@ def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = N
 def result_paths(args) -> list[Path]:
     return [Path(x) for x in (getattr(args, "json", None), getattr(args, "csv", None),
                               getattr(args, "parquet", None), getattr(args, "table_csv", None)) if x]
-
-
-def same_file(a, b) -> bool:
-    """Whether paths ``a`` and ``b`` name one file: :func:`os.path.samefile` when both exist (symlinks,
-    hard links, relative paths), else the same resolved path (a file still to be written)."""
-    import os
-
-    try:
-        if os.path.lexists(a) and os.path.lexists(b):
-            return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        pass
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def within(path, folder) -> bool:

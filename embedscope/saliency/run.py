@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError, UsageError
-from embedscope.fileio import read_paths_file
+from embedscope.fileio import read_paths_file, same_file
 
 DEFAULT_N_IMAGES = 100
 #: Kobs et al.'s grouping of the losses they trained but this project does not (docs/methods.md §8).
@@ -107,17 +107,6 @@ def _gradient_space(config: dict[str, Any]) -> str:
     return spec or "the transform's output (the model's input)"
 
 
-def _same_file(a, b) -> bool:
-    """Whether paths ``a`` and ``b`` name one file (:func:`os.path.samefile` when both exist, else the
-    same resolved path)."""
-    try:
-        if os.path.exists(a) and os.path.exists(b):
-            return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        pass
-    return Path(a).resolve() == Path(b).resolve()
-
-
 def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "test",
                      n_images: int | None = None, paths_file=None, order: str = "paper", pairs: bool = False,
                      distance: str | None = None, n_samples: int = 50, noise: float = 0.15,
@@ -154,11 +143,11 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
             check_writable(p, force=force)
         written += list(figure_paths(figure))
     # before the work: the figure's PNG / PDF naming the maps file would replace it (with force, silently)
-    if any(_same_file(a, b) for k, a in enumerate(written) for b in written[:k]):
+    if any(same_file(a, b) for k, a in enumerate(written) for b in written[:k]):
         raise UsageError("two outputs name the same file: give the maps file and the figure their own names")
     for a in written:
         for b in (checkpoint, paths_file):
-            if b is not None and _same_file(a, b):
+            if b is not None and same_file(a, b):
                 raise UsageError(f"{a} is an input file: choose another output name")
     t0 = time.perf_counter()
     from embedscope.device import resolve_device
@@ -291,7 +280,7 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     if len({p.resolve() for p in outs}) != len(outs):
         raise UsageError("two outputs name the same file")
     for p in outs:  # with force, an output naming a maps file would replace that input
-        if any(_same_file(p, f) for f in files):
+        if any(same_file(p, f) for f in files):
             raise UsageError(f"{p} is an input file: choose another output name")
     for p in outs:
         check_writable(p, force=force)
