@@ -373,7 +373,7 @@ def _count_same_above(Kn: np.ndarray, act: np.ndarray, v32: np.ndarray, lo: np.n
     thr = np.full(len(act), -np.inf, dtype=np.float32)
     inside = lo < L
     thr[inside] = v32[act[inside], lo[inside]]
-    narrow = code.astype(_small_int(int(code.max(initial=0))), copy=False)
+    narrow = code.astype(np.min_scalar_type(int(code.max(initial=0))), copy=False)  # codes are >= 0
     out = np.empty(len(act), dtype=np.int64)
     step = max(1, (1 << 22) // max(Kn.shape[1], 1))  # rows per pass: a few MB of masks
     for a in range(0, len(act), step):
@@ -382,14 +382,6 @@ def _count_same_above(Kn: np.ndarray, act: np.ndarray, v32: np.ndarray, lo: np.n
         above &= narrow[None, :] == narrow[q[b], None]
         out[b] = above.view(np.uint8).sum(axis=1, dtype=np.int64)
     return out
-
-
-def _small_int(top: int):
-    """The narrowest signed integer type that holds 0..top."""
-    for t in (np.int8, np.int16, np.int32):
-        if top <= np.iinfo(t).max:
-            return t
-    return np.int64
 
 
 def _packed_descending(sub, buf=None) -> np.ndarray:
