@@ -572,8 +572,17 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     if cn is not None and y.dtype.kind in "iu" and (y.min() < 0 or y.max() >= len(cn)):  # (names the names' file)
         raise EmbedscopeError(f"{where.get('class names', src.path)}: {len(cn)} class names, but the integer labels "
                               f"(indices into them) run from {y.min()} to {y.max()}")
+    split_notes: list[str] = []
     if sp is not None:
         sp = np.asarray(sp).astype(str)
+        folded = {u: u.strip().lower() for u in np.unique(sp).tolist() if u not in SPLITS}
+        folded = {u: f for u, f in folded.items() if f in SPLITS}  # 'Train', ' test ': unambiguous
+        if folded:
+            sp = np.array([folded.get(v, v) for v in sp.tolist()])
+            written = ", ".join("'" + _pretty(u) + "'" for u in sorted(folded)[:5])
+            split_notes.append(f"split: {written}"
+                               f"{' ...' if len(folded) > 5 else ''} read as "
+                               f"{', '.join(sorted(set(folded.values())))} (case and spaces ignored)")
         unknown = sorted(set(np.unique(sp).tolist()) - set(SPLITS))
         if unknown:  # (a value with spaces around it, kept as written, is quoted: ' test' shows its space)
             shown = [f"'{_pretty(u)}'" if u != u.strip() else _pretty(u) for u in unknown[:5]]
@@ -608,6 +617,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         warnings.warn(SplitReplaced(f"{src.path}: its own '{_pretty(own_split[0])}' column was replaced by {how} "
                                     "(the output's split_source says so)"), stacklevel=2)
     if notes is not None:
+        notes.extend(split_notes)
         notes.extend(f"{what}: {f}: its first line, '{_pretty(h)}', was read as the column name"
                      for what, (f, h) in origin.items() if h is not None)
         ignored = [k for k in src.columns if k not in used and k not in info.get("columns", ())] if src.table else []

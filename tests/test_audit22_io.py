@@ -79,10 +79,21 @@ def test_txt_with_a_byte_order_mark(tmp_path, capsys):
 
 def test_split_values_with_spaces_are_quoted_in_the_error(tmp_path, capsys):
     df = _frame(4)
-    df["split"] = ["train", " test", "test", "train"]
+    df["split"] = ["train", " tst", "test", "train"]
     df.to_csv(tmp_path / "t.csv", index=False)
     err = _error(capsys, ["import", str(tmp_path / "t.csv"), "-o", str(tmp_path / "o.h5")])
-    assert "unknown split value(s) ' test' (allowed:" in err
+    assert "unknown split value(s) ' tst' (allowed:" in err
+
+
+def test_split_values_are_read_without_case_and_spaces(tmp_path, capsys):
+    """'Train', ' test', 'GALLERY ' are the splits they spell (a note says so); 'dev' stays an error."""
+    df = _frame(4)
+    df["split"] = ["Train", " test", "TEST", "train"]
+    df.to_csv(tmp_path / "t.csv", index=False)
+    assert main(["import", str(tmp_path / "t.csv"), "-o", str(tmp_path / "o.h5")]) == 0
+    assert list(store.load(tmp_path / "o.h5").split) == ["train", "test", "test", "train"]
+    out = capsys.readouterr().out
+    assert "split: ' test', 'TEST', 'Train' read as test, train (case and spaces ignored)" in out
 
 
 def test_a_csv_with_a_header_and_no_rows(tmp_path, capsys):
