@@ -28,7 +28,8 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
 
     The rows of ``split`` are queries and references at once (each query excluded from its own
     neighbours), or ``query_split`` rows search the ``reference_split`` rows (nothing excluded;
-    e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks`` (one k or several;
+    e.g. In-Shop's ``query`` vs ``gallery``). Values: R@k for every k of ``ks`` (one k or several,
+    listed in ascending k, each once, whatever order ``ks`` gives;
     default 1, 2, 4, 8 within the references available; a larger k is an error), P@1,
     R-Precision, MAP@R, mAP@C, mAP@1000, NMI, F1, and mAP@lim when named in ``include`` (which restricts
     them). Higher is better for every one.
@@ -64,7 +65,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if lone_queries != "exclude":
         kw["lone_queries"] = lone_queries
     t0 = time.perf_counter()
-    res = retrieval_metrics(q.embeddings, q.labels, ks=ks, metric=metric,
+    res = retrieval_metrics(q.embeddings, q.labels, ks=ascending_ks(ks), metric=metric,
                             include=include, device=device,
                             seed=seed, niter=niter, progress=progress, per_query=per_class, **kw)
     seconds = time.perf_counter() - t0
@@ -97,6 +98,25 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if per_class and per_query is not None:
         table = _per_class_rows(q, per_query, lone_score=0.0 if lone_queries == "zero" else None)
     return Result("evaluate", values, prov, table=table, model=model)
+
+
+def ascending_ks(ks):
+    """``ks`` in ascending order, each k once: the R@k of a result (its table, JSON, CSV and Parquet)
+    come as R@1, R@4, R@8 whatever order they were asked in (``--k 8 1 4``). Anything but integers is
+    passed on as given, for :func:`~embedscope.metrics.retrieval_metrics` to refuse with its message.
+
+    >>> ascending_ks([8, 1, 4, 8])
+    (1, 4, 8)
+    """
+    if ks is None or isinstance(ks, (str, bytes)):
+        return ks
+    try:
+        seq = list(ks)
+    except TypeError:  # one k
+        return ks
+    if not all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in seq):
+        return ks
+    return tuple(sorted(dict.fromkeys(int(k) for k in seq)))
 
 
 def _per_class_rows(q, per_query: dict, lone_score: float | None = None) -> list[dict[str, Any]]:

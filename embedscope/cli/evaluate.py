@@ -6,6 +6,11 @@ from embedscope.cli.common import add_device, add_force, positive_int, seed_int
 from embedscope.cli.output import add_result_outputs
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 
+#: decimals of the terminal tables (as every command but geometry and spectrum), and the most they
+#: grow to when a value is below 10^-DIGITS (:func:`table_digits`)
+DIGITS = 4
+MAX_DIGITS = 8
+
 KEY_CHOICES = ("R@k", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim", "NMI", "F1")
 
 
@@ -27,8 +32,8 @@ def add_parser(sub, parents):
     p.add_argument("--metric", default="cosine", choices=RETRIEVAL_METRICS,
                    help="ranking distance (default: cosine, rows L2-normalised)")
     p.add_argument("--k", nargs="+", type=positive_int, default=None, metavar="K",
-                   help="the k of R@k (default: 1 2 4 8, those up to the number of references of a query; "
-                   "a k given here beyond it is an error)")
+                   help="the k of R@k, listed in ascending order whatever order they are given in (default: 1 2 4 8, "
+                   "those up to the number of references of a query; a k given here beyond it is an error)")
     p.add_argument("--include", nargs="+", metavar="KEY",
                    help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; "
                         "default: all but mAP@lim, which is computed only when named)")
@@ -60,13 +65,34 @@ def include_keys(include, ks) -> list[str] | None:
             out += [f"R@{k}" for k in ks]
         elif key.startswith("R@") and key[2:].isdigit():
             if int(key[2:]) not in ks:
-                raise UsageError(f"--include {key}: {key[2:]} is not among --k {' '.join(map(str, ks))}")
+                raise UsageError(f"--include {key}: {key[2:]} is not among --k "
+                                 f"{' '.join(map(str, sorted(set(ks))))}")
             out.append(key)
         elif key in KEY_CHOICES:
             out.append(key)
         else:
             raise UsageError(f"--include: unknown metric '{key}' (choose from {', '.join(KEY_CHOICES)})")
     return list(dict.fromkeys(out))
+
+
+def table_digits(values, digits: int = DIGITS, most: int = MAX_DIGITS) -> int:
+    """Decimals of every number in evaluate's terminal tables: ``digits`` (4), or, when a value lies
+    below 10^-digits, enough for the smallest one to keep two significant digits (at most ``most``).
+
+    One number for all the tables of a run: a value such as MAP@R = 2.5e-05 was shown in scientific
+    notation beside 4-decimal values (``2.5e-05`` under ``0.0050``, two kinds of numbers in one
+    column); it reads ``0.000025`` beside ``0.005000``. The JSON, CSV and Parquet keep every digit.
+
+    >>> table_digits([0.5, 0.0123]), table_digits([0.005, 2.5e-05, 0.0]), table_digits([1e-12])
+    (4, 6, 8)
+    """
+    import math
+
+    small = [abs(float(v)) for v in values
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v != 0]
+    if not small or min(small) >= 10.0 ** -digits:
+        return digits
+    return int(min(most, max(digits, math.ceil(-math.log10(min(small))) + 1)))
 
 
 def run(args) -> int:
@@ -89,19 +115,23 @@ def run(args) -> int:
                             ks=tuple(args.k) if args.k else None,
                             include=include, lone_queries=args.lone_queries, seed=args.seed, niter=args.niter,
                             per_class=bool(args.per_class), device=args.device, progress=not args.no_progress)
+    worst = {r.model: worst_classes(r, "MAP@R", n=5) for r in results} if args.per_class else {}
+    digits = table_digits([v for r in results for v in r.values.values()]
+                          + [row[c] for rows in worst.values() for row in rows for c in ("R@1", "R-Precision", "MAP@R")
+                             if c in row])
     if len(results) == 1:
-        print(results[0].format())
+        print(results[0].format(digits=digits))
     else:
         first = results[0].provenance
-        print(results.format(title=f"{first['query_split']} queries vs "
+        print(results.format(digits=digits, title=f"{first['query_split']} queries vs "
                              f"{first['reference_split'] if first['query_split'] != first['reference_split'] else 'themselves'}"
                              f", {args.metric}; lone queries: {args.lone_queries}"))
     written = write_result(results, args)  # one file: its Result's layout
     if args.per_class:
         for r in results:
-            worst = worst_classes(r, "MAP@R", n=5)
-            what = f"the {len(worst)} classes" if len(worst) > 1 else "the class"
-            print(format_table(worst, ["class", "n", "R@1", "R-Precision", "MAP@R"],
+            rows = worst[r.model]
+            what = f"the {len(rows)} classes" if len(rows) > 1 else "the class"
+            print(format_table(rows, ["class", "n", "R@1", "R-Precision", "MAP@R"], digits=digits,
                                title=f"{r.model}: {what} with the lowest MAP@R"))
         results.to_csv(args.per_class, table=True, force=args.force)
         written.append(args.per_class)

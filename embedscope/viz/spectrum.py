@@ -47,9 +47,20 @@ def _rho_text(rho) -> str:
     return f" (ρ = {rho:.3f})" if np.isfinite(rho) else " (ρ = ∞)"
 
 
-#: the most curves whose legend sits inside the panel (upper right, where spectra are low); with
-#: more, the legends go beside the panels (14 entries covered the curves and the axis label)
+#: the most curves whose legend may sit inside the panel; with more, the legends go beside the panels
+#: (14 entries covered the curves and the axis label)
 MAX_INSIDE_LEGEND = 4
+
+#: where a legend of at most MAX_INSIDE_LEGEND curves may sit inside its panel, in order of preference
+#: (spectra fall from the upper left: the upper right or the lower left is free most often); the first
+#: place whose box no curve, ringed value, boundary line or s.d. band crosses is taken, and with none
+#: free the legend goes beside the panel. The upper right alone covered curves: long model names and
+#: curves of different lengths (D = 16, 64, 512 on one axis) leave no corner free for a wide legend.
+INSIDE_PLACES = ("upper right", "lower left", "lower right", "center right", "upper center", "lower center",
+                 "center left", "center", "upper left")
+
+#: the gap kept between a legend and the data (points)
+LEGEND_CLEARANCE = 2.0
 
 #: colour of the band marking the values ρ leaves out: a neutral pale grey (a pale orange was near
 #: the second curve's orange of the model palette)
@@ -73,6 +84,83 @@ def _mark_left_out(ax, entries, exclude_top: int, colors) -> tuple:
     return (band, ring), f"left out of ρ (top {exclude_top})"
 
 
+def _renderer(fig):
+    """The figure laid out (constrained layout run, nothing rendered) and its renderer."""
+    fig.draw_without_rendering()
+    get = getattr(fig.canvas, "get_renderer", None)
+    return get() if get is not None else fig._get_renderer()
+
+
+def _covers_data(ax, box, dpi: float) -> bool:
+    """Whether the display-space ``box`` (a legend's) meets anything drawn from data in ``ax``: a line
+    (its points and the segments between them, as thick as drawn), a marker, or a filled band."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.path import Path
+    from matplotlib.transforms import Bbox
+
+    px = dpi / 72.0
+    for ln in ax.lines:
+        if not ln.get_visible():
+            continue
+        xy = ln.get_transform().transform_path(ln.get_path()).vertices
+        marker = ln.get_marker() not in ("", " ", "None", "none", None)
+        pad = (max(ln.get_linewidth() / 2, ln.get_markersize() / 2 if marker else 0) + LEGEND_CLEARANCE) * px
+        grown = Bbox.from_extents(box.x0 - pad, box.y0 - pad, box.x1 + pad, box.y1 + pad)
+        finite = np.all(np.isfinite(xy), axis=1)
+        if np.any(finite & (xy[:, 0] > grown.x0) & (xy[:, 0] < grown.x1) & (xy[:, 1] > grown.y0)
+                  & (xy[:, 1] < grown.y1)):
+            return True
+        if ln.get_linestyle() in ("None", "", " ", "none"):
+            continue
+        # the segments between finite points (a NaN breaks the line)
+        breaks = np.flatnonzero(~finite)
+        for run in np.split(np.arange(len(xy)), breaks):
+            run = run[finite[run]]
+            if run.size > 1 and Path(xy[run]).intersects_bbox(grown, filled=False):
+                return True
+    for coll in ax.collections:
+        if isinstance(coll, PolyCollection) and coll.get_visible():
+            tr = coll.get_transform()
+            if any(tr.transform_path(p).intersects_bbox(box, filled=True) for p in coll.get_paths()):
+                return True
+    return False
+
+
+def _beside(fig, ax, leg, renderer) -> None:
+    """Move ``leg`` beside its panel (right of the axes) and widen the figure by its width."""
+    leg.set_loc("upper left")
+    leg.set_bbox_to_anchor((1.01, 1.0), transform=ax.transAxes)
+    width = leg.get_window_extent(renderer).width / fig.dpi
+    fig.set_figwidth(fig.get_figwidth() + width + 0.1)
+
+
+def _place_legends(fig, axes, free_from: dict) -> None:
+    """Each panel's legend at the first of :data:`INSIDE_PLACES` where it covers no data, else beside
+    the panel (the figure widened). ``free_from``: per panel, the axes fraction right of the band of
+    values ρ leaves out (a legend on the left starts after its boundary line, not across it).
+    Checked on the laid-out figure, in display coordinates; a legend moved beside a panel changes
+    the layout, so the others are checked again."""
+    inside = [ax for ax in axes if ax.get_legend() is not None]
+    for ax in inside:
+        x0 = free_from.get(ax, 0.0)
+        ax.get_legend().set_bbox_to_anchor((x0, 0.0, 1.0 - x0, 1.0), transform=ax.transAxes)
+    for _ in range(len(inside) + 1):
+        renderer = _renderer(fig)
+        moved = False
+        for ax in list(inside):
+            leg = ax.get_legend()
+            for place in INSIDE_PLACES:
+                leg.set_loc(place)
+                if not _covers_data(ax, leg.get_window_extent(renderer), fig.dpi):
+                    break
+            else:
+                _beside(fig, ax, leg, renderer)
+                inside.remove(ax)
+                moved = True
+        if not moved:
+            return
+
+
 def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: bool = False,
                  title: str | None = None):
     """Figure of normalised singular-value spectra, one line per entry, log y axis (docs/methods.md §2).
@@ -93,6 +181,10 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         Add a right-hand panel with the class-conditioned spectra (mean ± s.d. over classes).
     title : str, optional
         Figure title (suptitle).
+
+    Legends never cover data: with up to :data:`MAX_INSIDE_LEGEND` curves each sits at the first
+    place of :data:`INSIDE_PLACES` inside its panel where no curve runs, else beside the panel (the
+    figure widened); with more curves, beside the panels.
 
     Returns
     -------
@@ -132,7 +224,9 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             handles.append(h)
             texts.append(t)
         ax.set_yscale("log")
-        ax.set_xlim(0.5 - (0.02 * kmax if exclude_top > 0 else 0.0), kmax + 0.5)  # room for the rings
+        xlo, xhi = 0.5 - (0.02 * kmax if exclude_top > 0 else 0.0), kmax + 0.5  # room for the rings
+        ax.set_xlim(xlo, xhi)
+        free_from = {ax: min(0.5, max(0.0, (exclude_top + 0.5 - xlo) / (xhi - xlo)))} if exclude_top > 0 else {}
         ax.set_xlabel("singular value index k")
         ax.set_ylabel("normalised singular value  sₖ / Σ s")
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
@@ -174,4 +268,6 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         if title and by_class:
             fig.suptitle(title)
         clean_figure(fig)  # model names from files: control characters escaped
+        if not outside:  # after clean_figure: the legend is measured with the texts it will show
+            _place_legends(fig, axes, free_from)
     return fig
