@@ -65,7 +65,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if lone_queries != "exclude":
         kw["lone_queries"] = lone_queries
     t0 = time.perf_counter()
-    res = retrieval_metrics(q.embeddings, q.labels, ks=ascending_ks(ks), metric=metric,
+    res = retrieval_metrics(q.embeddings, q.labels, ks=ks, metric=metric,
                             include=include, device=device,
                             seed=seed, niter=niter, progress=progress, per_query=per_class, **kw)
     seconds = time.perf_counter() - t0
@@ -98,25 +98,6 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if per_class and per_query is not None:
         table = _per_class_rows(q, per_query, lone_score=0.0 if lone_queries == "zero" else None)
     return Result("evaluate", values, prov, table=table, model=model)
-
-
-def ascending_ks(ks):
-    """``ks`` in ascending order, each k once: the R@k of a result (its table, JSON, CSV and Parquet)
-    come as R@1, R@4, R@8 whatever order they were asked in (``--k 8 1 4``). Anything but integers is
-    passed on as given, for :func:`~embedscope.metrics.retrieval_metrics` to refuse with its message.
-
-    >>> ascending_ks([8, 1, 4, 8])
-    (1, 4, 8)
-    """
-    if ks is None or isinstance(ks, (str, bytes)):
-        return ks
-    try:
-        seq = list(ks)
-    except TypeError:  # one k
-        return ks
-    if not all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in seq):
-        return ks
-    return tuple(sorted(dict.fromkeys(int(k) for k in seq)))
 
 
 def _per_class_rows(q, per_query: dict, lone_score: float | None = None) -> list[dict[str, Any]]:

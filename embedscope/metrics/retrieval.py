@@ -136,7 +136,7 @@ def _check_ks(ks) -> tuple[int, ...]:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise EmbedscopeError(f"every k in ks must be a positive integer, got {k!r}")
         out.append(int(k))
-    return tuple(dict.fromkeys(out))
+    return tuple(sorted(set(out)))  # R@1, R@4, R@8 whatever order they were asked in, each once
 
 
 def _wanted(include, all_keys: list, default: list) -> list:
@@ -165,7 +165,7 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     rel_i(k) = [ℓ_i(k) = y_i], R_i = number of references labelled y_i (the query excluded),
     P_i(k) = Σ_{j≤k} rel_i(j) / k (all: higher is better):
 
-    - ``"R@k"`` = mean_i [∃ j ≤ k: rel_i(j)] (Roth Eq. 26; a hit rate), one key per k in ``ks``;
+    - ``"R@k"`` = mean_i [∃ j ≤ k: rel_i(j)] (Roth Eq. 26; a hit rate), one key per k in ``ks``, in ascending k (each once, whatever order ``ks`` gives);
     - ``"P@1"`` = mean_i rel_i(1) (Musgrave);
     - ``"R-Precision"`` = mean_i Σ_{k≤R_i} rel_i(k) / R_i (Musgrave);
     - ``"MAP@R"`` = mean_i (1/R_i) Σ_{k≤R_i} P_i(k) rel_i(k) (Musgrave; pytorch-metric-learning's
