@@ -256,8 +256,10 @@ def test_one_dimension_and_one_class():
     assert (d["pi_intra"], d["pi_inter"]) == (pytest.approx(1.0), 0.0) and d["pi_ratio"] == np.inf
     with pytest.raises(EmbedscopeError, match="two classes"):
         class_distances(np.eye(3), [0, 0, 0])
-    with pytest.raises(EmbedscopeError, match="single sample"):
-        geometry_report(np.eye(3), [0, 1, 2])
+    # every class a single sample: the class measures are NaN, with the reason; the rest reported
+    rep = geometry_report(np.eye(3), [0, 1, 2])
+    assert list(rep["undefined"]) == ["pi_intra", "pi_ratio", "alignment"]
+    assert all(np.isnan(rep[k]) for k in rep["undefined"]) and rep["pi_inter"] == pytest.approx(1.0)  # orthogonal means
     # alignment / uniformity need no second class
     rng = np.random.default_rng(11)
     X = rng.normal(size=(9, 3))

@@ -232,3 +232,25 @@ def test_zero_width_embeddings_refused(tmp_path):
         f.create_dataset("embeddings", data=np.zeros((3, 0), np.float32))
     with pytest.raises(EmbedscopeError, match="D = 0"):
         store.load(tmp_path / "z.h5")
+
+
+def test_load_finite_false_keeps_nonfinite_rows_as_stored(tmp_path):
+    """store.load refuses NaN / inf rows; finite=False (embedscope info) reads them as stored, every
+    other check standing."""
+    X = np.arange(12, dtype=np.float32).reshape(4, 3)
+    f = tmp_path / "e.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(X, [0, 1, 0, 1]))
+    with h5py.File(f, "a") as h:
+        h["embeddings"][1, 2] = np.nan
+        h["embeddings"][3, 0] = -np.inf
+    with pytest.raises(EmbedscopeError, match="2 embedding rows contain NaN or inf"):
+        store.load(f)
+    es = store.load(f, finite=False)
+    want = X.copy()
+    want[1, 2], want[3, 0] = np.nan, -np.inf
+    np.testing.assert_array_equal(es.embeddings, want)
+    assert es.labels.tolist() == [0, 1, 0, 1]
+    with h5py.File(f, "a") as h:
+        h["labels"][0] = 7  # beyond the class names: still refused
+    with pytest.raises(EmbedscopeError, match="labels must lie in"):
+        store.load(f, finite=False)

@@ -141,7 +141,8 @@ class Result:
         _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
-    def format(self, *, digits: int = 4, title: str | None = None) -> str:
+    def format(self, *, digits: int = 4, title: str | None = None, nan: str = "nan") -> str:
+        """The terminal table (:func:`embedscope.tables.format_table`; ``nan``: how NaN shows)."""
         from embedscope.tables import format_table
 
         with_meaning = bool(self.meanings)
@@ -152,7 +153,7 @@ class Result:
                 row["meaning"] = self.meanings.get(k, "")
             rows.append(row)
         cols = ["measure", "value"] + (["meaning"] if with_meaning else [])
-        return format_table(rows, cols, digits=digits, title=title if title is not None else self.title())
+        return format_table(rows, cols, digits=digits, title=title if title is not None else self.title(), nan=nan)
 
     def title(self) -> str:
         return self.provenance.get("title", f"{self.analysis}: {self.model}" if self.model else self.analysis)
@@ -224,11 +225,12 @@ class ResultSet:
         _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
-    def format(self, *, digits: int = 4, title: str | None = None) -> str:
+    def format(self, *, digits: int = 4, title: str | None = None, nan: str = "nan") -> str:
+        """One column per model (:meth:`Result.format` for one); ``nan``: how NaN shows."""
         from embedscope.tables import format_table
 
         if len(self.results) == 1:
-            return self.results[0].format(digits=digits, title=title)
+            return self.results[0].format(digits=digits, title=title, nan=nan)
         keys: list[str] = []
         for r in self.results:
             keys += [k for k in r.values if k not in keys]
@@ -236,7 +238,7 @@ class ResultSet:
         cols = ["measure"] + [f"{i}" for i in range(len(self.results))]
         rows = [{"measure": k, **{c: r.values.get(k, math.nan) for c, r in zip(cols[1:], self.results)}}
                 for k in keys]
-        return format_table(rows, cols, digits=digits, title=title, headers=["measure"] + self.models)
+        return format_table(rows, cols, digits=digits, title=title, headers=["measure"] + self.models, nan=nan)
 
     def __str__(self) -> str:
         return self.format()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +30,18 @@ MEANINGS = {
 VALUE_KEYS = tuple(MEANINGS)
 
 
+def undefined_note(undefined: Mapping[str, str]) -> str:
+    """One line naming the undefined measures (NaN in files, – in terminal tables) and why, measures
+    with the same reason together: ``"undefined (–): pi_intra, pi_ratio, alignment (every class has a
+    single sample: ...)"``; empty when every measure is defined."""
+    groups: dict[str, list[str]] = {}
+    for key, why in undefined.items():
+        groups.setdefault(str(why), []).append(str(key))
+    if not groups:
+        return ""
+    return "undefined (–): " + "; ".join(f"{', '.join(keys)} ({why})" for why, keys in groups.items())
+
+
 def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_components: int | None = None,
              max_pairs: int = 200_000, seed: int = 0, keep_spectrum: bool = False,
              name: str | None = None) -> Result:
@@ -38,6 +50,11 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
 
     Roth et al. take these on the *training* split (the default). ``keep_spectrum``: the singular
     values land in ``result.arrays["singular_values"]``.
+
+    A measure the split leaves undefined (every class a single sample: ``pi_intra``, ``pi_ratio``,
+    ``alignment``; one class: ``pi_inter``, ``pi_ratio``; a collapsed model: ``rho``, ``alpha``) is
+    NaN, and ``result.provenance["undefined"]`` maps it to the reason (:func:`undefined_note` makes
+    the line ``embedscope geometry`` prints); the other measures are reported as usual.
 
     >>> import numpy as np
     >>> from embedscope.store import EmbeddingSet
@@ -61,9 +78,11 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
         "split": split, "exclude_top": exclude_top, "n_components": n_components, "seed": seed,
         "max_pairs": max_pairs, "uniformity_pairs": int(rep["uniformity_pairs"]),
         "uniformity_exact": bool(rep["uniformity_exact"]),
+        "undefined": dict(rep["undefined"]),
         "title": f"{model} [{split}]",
         "note": (f"uniformity from {'all' if rep['uniformity_exact'] else 'a sample of'} "
-                 f"{rep['uniformity_pairs']} pairs; rho leaves out the top {exclude_top}"),
+                 f"{rep['uniformity_pairs']} pair{'' if rep['uniformity_pairs'] == 1 else 's'}; "
+                 f"rho leaves out the top {exclude_top}"),
     })
     arrays = {}
     if keep_spectrum:
@@ -95,8 +114,15 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
     the normalised per-class spectra, first ``k`` values, at most D: ``provenance["k_used"]``);
     ``arrays`` the same as numpy arrays for :func:`embedscope.viz.plot_spectra`. ``progress``: a
     callable ``progress(i, n)`` after each file.
+
+    The spectrum needs no classes: a split whose every class has a single sample gets its spectrum
+    and ρ, with the class measures NaN (``provenance["undefined"]``, as :func:`geometry`). With
+    ``by_class``, a file without class-conditioned spectra (no class of two samples; or, normalised,
+    every class spectrum all zero) has no ``class_mean`` / ``class_std``, ``n_classes_used`` 0 and
+    the reason in ``provenance["class_spectra_undefined"]``.
     """
     from embedscope.metrics import class_conditioned_spectra
+    from embedscope.metrics.spectral import UndefinedMeasure
 
     sources = as_sources(sources)  # a single path is a list of one file
     labels = unique_names(sources, names)
@@ -111,11 +137,16 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
         r.arrays["normalised"] = s / s.sum()
         if by_class:
             part = es.subset(split)
-            per_class, mean = class_conditioned_spectra(part.embeddings, part.labels, normalize=True,
-                                                        center=center, k=k)
-            r.arrays.update(class_mean=mean, class_std=per_class.std(axis=0))
-            r.provenance["n_classes_used"] = int(per_class.shape[0])
-            r.provenance["k_used"] = int(mean.shape[0])  # min(k, D): k asks for more than D values
+            try:
+                per_class, mean = class_conditioned_spectra(part.embeddings, part.labels, normalize=True,
+                                                            center=center, k=k)
+            except UndefinedMeasure as e:  # every class a single sample: the whole-set spectrum still stands
+                r.provenance["n_classes_used"] = 0
+                r.provenance["class_spectra_undefined"] = str(e)
+            else:
+                r.arrays.update(class_mean=mean, class_std=per_class.std(axis=0))
+                r.provenance["n_classes_used"] = int(per_class.shape[0])
+                r.provenance["k_used"] = int(mean.shape[0])  # min(k, D): k asks for more than D values
         r.provenance.update(by_class=by_class, k=k, center=center)
         r.table = [{"kind": kind, "k": j + 1, "value": float(v)}
                    for kind in ("singular_value", "normalised", "class_mean", "class_std")

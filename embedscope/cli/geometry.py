@@ -5,19 +5,39 @@ from __future__ import annotations
 from embedscope.cli.common import add_force
 from embedscope.cli.output import add_measure_options, add_result_outputs, measure_kwargs
 
+#: how the terminal table shows an undefined (NaN) measure; the files hold NaN (JSON null, an empty CSV cell)
+UNDEFINED = "–"
+
 
 def add_parser(sub, parents):
     p = sub.add_parser(
         "geometry", parents=parents, help="spectral decay rho, class distances pi and related measures",
         description="Table of the embedding-space geometry of one split: spectral decay rho, pi_intra, "
         "pi_inter, pi_ratio (Roth et al. 2020), effective rank (RankMe), alpha-ReQ, alignment and "
-        "uniformity (Wang & Isola). Definitions: docs/methods.md §2-§4.")
+        "uniformity (Wang & Isola). A measure the split leaves undefined (every class a single sample: "
+        "pi_intra, pi_ratio, alignment; one class: pi_inter, pi_ratio) shows as '–' with a note saying "
+        "why, and as NaN (JSON null) in the files. Definitions: docs/methods.md §2-§4.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     add_measure_options(p)
     add_result_outputs(p)
     add_force(p)
     p.set_defaults(func=run)
     return p
+
+
+def undefined_lines(results) -> list[str]:
+    """One line per result with undefined measures (naming the model when there are several), escaped."""
+    from embedscope.analyses.result import Result
+    from embedscope.analyses.structure import undefined_note
+    from embedscope.text import safe
+
+    results = [results] if isinstance(results, Result) else list(results)
+    out = []
+    for r in results:
+        note = undefined_note(r.provenance.get("undefined") or {})
+        if note:
+            out.append(safe(f"{r.model}: {note}" if len(results) > 1 else note))
+    return out
 
 
 def run(args) -> int:
@@ -28,7 +48,9 @@ def run(args) -> int:
     args._inputs = [args.file]
     check_result_outputs(args)
     r = geometry(args.file, **measure_kwargs(args))
-    print(r.format(digits=5))
+    print(r.format(digits=5, nan=UNDEFINED))
     print(safe(r.provenance["note"]))
+    for line in undefined_lines(r):
+        print(line)
     print_wrote(write_result(r, args))
     return 0

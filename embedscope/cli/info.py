@@ -5,7 +5,9 @@ from __future__ import annotations
 
 def add_parser(sub, parents):
     p = sub.add_parser("info", parents=parents, help="summarise an embedding file",
-                       description="Print N, D, classes, splits, properties and provenance of an HDF5 file.")
+                       description="Print N, D, classes, splits, properties and provenance of an HDF5 file. A file "
+                       "whose embeddings hold NaN or inf rows (written by another tool; every analysis "
+                       "refuses it) is summarised too, with a row counting those rows and naming the first.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     p.set_defaults(func=run)
     return p
@@ -15,28 +17,51 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def _nonfinite_row(es) -> dict | None:
+    """The row naming the embedding rows that hold NaN or inf (the first by index and path), or None."""
+    import numpy as np
+
+    X = es.embeddings
+    nan_rows = np.isnan(X).any(axis=1)
+    inf_rows = np.isinf(X).any(axis=1)
+    bad = np.flatnonzero(nan_rows | inf_rows)
+    if not bad.size:
+        return None
+    kinds = ", ".join(f"{int(m.sum())} with {w}" for m, w in ((nan_rows, "NaN"), (inf_rows, "inf")) if m.any())
+    i = int(bad[0])
+    return {"field": "non-finite rows", "value": f"{bad.size} of {es.n} ({kinds}); first: row {i}, path "
+            f"{es.paths[i]}; every analysis refuses the file"}
+
+
 def run(args) -> int:
+    import numpy as np
+
     from embedscope import store
     from embedscope.tables import format_table
     from embedscope.text import safe
 
-    es = store.load(args.file)
+    es = store.load(args.file, finite=False)  # NaN / inf rows (a foreign writer): info is how a user finds them
+    nonfinite = _nonfinite_row(es)
     s = es.summary()
+    norm = "–" if np.isnan(s["mean_norm"]) else f"{s['mean_norm']:.4f}"  # – : a file of no rows
+    if nonfinite is not None:  # the mean norm of the finite rows (the others' norm is NaN or inf)
+        ok = np.all(np.isfinite(es.embeddings), axis=1)
+        norms = np.linalg.norm(es.embeddings[ok].astype(np.float64), axis=1)
+        norm = f"{norms.mean():.4f} (over the {int(ok.sum())} finite rows)" if ok.any() else "– (no finite row)"
     rows = [
         {"field": "file", "value": args.file},
         {"field": "N x D", "value": f"{s['N']} x {s['D']}"},
         {"field": "dtype", "value": str(es.embeddings.dtype)},
+        *([nonfinite] if nonfinite is not None else []),
         # classes with at least one row; the file may name more (a data set's unused classes)
         {"field": "classes", "value": str(s["classes"]) + (
             f" ({len(es.class_names)} named)" if len(es.class_names) != s["classes"] else "")},
         # one row per split the file holds (train, test, val, query, gallery)
         *({"field": k[:-2], "value": _count(s[k], "image", "images") + ", "
            + _count(s[k[:-2] + "_classes"], "class", "classes")} for k in s if k.endswith("_N") and k != "N"),
-        {"field": "mean embedding norm", "value": f"{s['mean_norm']:.4f}"},
+        {"field": "mean embedding norm", "value": norm},
         {"field": "properties", "value": ", ".join(map(str, s["properties"])) or "-"},
     ]
-    import numpy as np
-
     uniq, counts = np.unique(es.paths, return_counts=True)
     if (counts > 1).any():  # files are matched by path (yoke, add-properties, query vs gallery): say so
         rows.append({"field": "repeated paths", "value": f"{int((counts > 1).sum())} path(s) name "

@@ -38,9 +38,11 @@ def run(args) -> int:
     from embedscope.analyses import spectrum
     from embedscope.analyses.result import unique_names
     from embedscope.analyses.structure import check_not_repeated
+    from embedscope.cli.geometry import UNDEFINED, undefined_lines
     from embedscope.cli.output import check_result_outputs, measure_kwargs, print_wrote, save_and_close, write_result
     from embedscope.errors import UsageError
     from embedscope.progress import progress_bar
+    from embedscope.text import safe
 
     # options of the class-conditioned spectra and of the figure, given without them, did nothing: refused
     if not args.by_class and (args.center or args.n_values is not None):
@@ -65,8 +67,16 @@ def run(args) -> int:
     finally:
         bar.close()
     model = f"{results[0].model} " if len(results) == 1 else ""  # one file: no column names the model
-    print(results.format(digits=5, title=f"{model}[{args.split}] rho leaves out the top {args.exclude_top} "
-                         "singular value(s)"))
+    print(results.format(digits=5, nan=UNDEFINED, title=f"{model}[{args.split}] rho leaves out the top "
+                         f"{args.exclude_top} singular value(s)"))
+    for line in undefined_lines(results):
+        print(line)
+    if args.by_class:  # a file without class-conditioned spectra: its whole-set spectrum is drawn alone
+        for r in results:
+            why = r.provenance.get("class_spectra_undefined")
+            if why:
+                print(safe(f"{r.model}: no class-conditioned spectrum (--by-class): {why}"
+                           if len(results) > 1 else f"no class-conditioned spectrum (--by-class): {why}"))
     written = []
     if args.output:
         from embedscope.viz.figures import use_agg

@@ -23,6 +23,7 @@ from embedscope.metrics.scale import pow2_rows
 from embedscope.metrics.spectral import (
     GRAM_RCOND,
     RANKME_EPS,
+    UndefinedMeasure,
     _alpha_fit,
     _kl_decay,
     _rankme,
@@ -152,38 +153,67 @@ def _mean_spread(M: np.ndarray) -> float:
     return max(float(np.einsum("ij,ij->", W, W)) - float(t @ t) / M.shape[0], 0.0)
 
 
-def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0) -> dict:
+#: why a measure is undefined (geometry_report's ``undefined``; the same text groups measures in one note)
+LONE_CLASSES = "every class has a single sample: no two samples of one class"
+ONE_CLASS = "one class only: no two class means"
+
+
+def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *, strict: bool = True,
+                  classes: np.ndarray | None = None) -> dict:
+    """π_intra, π_inter, π_ratio from the sums of :func:`_accumulate`. ``strict``: a π the data
+    leave undefined raises :class:`UndefinedMeasure` (as :func:`class_distances` always did); else it
+    is NaN and ``undefined`` maps its key to the reason (π_ratio takes the reason of its part)."""
     n = counts.astype(np.float64)
     C = counts.size
     multi = counts >= 2
+    undefined: dict[str, str] = {}
     if C < 2:
-        raise EmbedscopeError(f"class distances need at least two classes, got {C}")
+        if strict:
+            raise UndefinedMeasure(f"class distances need at least two classes, got {C}")
+        undefined["pi_inter"] = ONE_CLASS
     if not multi.any():
-        raise EmbedscopeError("π_intra is undefined: every class has a single sample")
+        if strict:
+            raise UndefinedMeasure("π_intra is undefined: every class has a single sample")
+        undefined["pi_intra"] = LONE_CLASSES
     # For unit rows Σ_{i≠j∈c} (1 − u_i·u_j) = n_c Σ_i ‖u_i − ū_c‖², and Σ_{i≠j} ‖x_i − x_j‖² =
     # 2 n_c Σ_i ‖x_i − x̄_c‖²; the spreads come from differences to a class member (_accumulate), as
     # do the class means (exact for a class of equal rows), and π_inter from the means' spread.
     intra = np.full(C, np.nan)
+    inter = float("nan")
     if metric == "cosine":
         spread = _spread(sums["unit_dev"], sums["unit_dev2"], n)
         intra[multi] = spread[multi] / (n[multi] - 1)
-        nonzero = np.any(sums["raw"], axis=1)
-        if not nonzero.all():
-            c = int(np.flatnonzero(~nonzero)[0])
-            raise EmbedscopeError(f"the mean of class index {c} is the zero vector: its cosine distance is undefined")
-        mu = _unit_rows(sums["raw"])
-        same = sums["unit_dev2"] == 0  # every unit row of the class equal: the mean's direction exactly
-        mu[same] = sums["unit_ref"][same]
-        inter = _mean_spread(mu) / (C - 1)
+        if C >= 2:
+            nonzero = np.any(sums["raw"], axis=1)
+            if not nonzero.all():
+                c = int(np.flatnonzero(~nonzero)[0])
+                name = f"class index {c}" if classes is None else f"class {classes[c]}"
+                why = f"the mean of {name} is the zero vector: its cosine distance is undefined"
+                if strict:
+                    raise UndefinedMeasure(why)
+                undefined["pi_inter"] = why
+            else:
+                mu = _unit_rows(sums["raw"])
+                same = sums["unit_dev2"] == 0  # every unit row of the class equal: the mean's direction exactly
+                mu[same] = sums["unit_ref"][same]
+                inter = _mean_spread(mu) / (C - 1)
     else:  # sqeuclidean
         spread = _spread(sums["raw_dev"], sums["raw_dev2"], n)
         intra[multi] = 2 * spread[multi] / (n[multi] - 1)
-        inter = 2 * _mean_spread(sums["raw_ref"] + sums["raw_dev"] / n[:, None]) / (C - 1)
-    pi_intra = float(np.mean(intra[multi]))
-    if inter > 0:
+        if C >= 2:
+            inter = 2 * _mean_spread(sums["raw_ref"] + sums["raw_dev"] / n[:, None]) / (C - 1)
+    pi_intra = float(np.mean(intra[multi])) if multi.any() else float("nan")
+    if "pi_intra" in undefined or "pi_inter" in undefined:
+        ratio = float("nan")
+        undefined["pi_ratio"] = undefined.get("pi_intra", undefined.get("pi_inter"))
+    elif inter > 0:
         ratio = pi_intra / inter
+    elif pi_intra > 0:
+        ratio = float("inf")
     else:
-        ratio = float("inf") if pi_intra > 0 else float("nan")
+        ratio = float("nan")
+        undefined["pi_ratio"] = ("pi_intra = pi_inter = 0, 0/0: a collapsed model, every row "
+                                 + ("in one direction" if metric == "cosine" else "on one point"))
     if metric == "sqeuclidean" and shift:  # squared distances of the rescaled rows: scale back
         with np.errstate(over="ignore", under="ignore"):
             intra, pi_intra, inter = np.ldexp(intra, 2 * shift), float(np.ldexp(pi_intra, 2 * shift)), \
@@ -195,6 +225,7 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0) -
         "intra_per_class": intra,
         "n_singleton": int(np.count_nonzero(~multi)),
         "n_classes": int(C),
+        "undefined": undefined,
     }
 
 
@@ -229,6 +260,13 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
     ``intra_per_class`` (array [C] in the order of ``classes``, NaN for singletons),
     ``classes`` (the sorted labels), ``counts``, ``n_singleton``, ``n_classes``.
 
+    Raises
+    ------
+    UndefinedMeasure
+        (an :class:`~embedscope.errors.EmbedscopeError`) when the data leave π_intra or π_inter
+        undefined: one class only, every class a single sample, or (cosine) a class whose mean is
+        the zero vector. :func:`geometry_report` reports such a π as NaN instead, with the reason.
+
     Examples
     --------
     Two classes on orthogonal axes, each a pair at 90° (cosine distance 1 within, 1 between the
@@ -248,6 +286,7 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
     sums = _accumulate(X, inv, classes.size, with_gram=False, need_unit=metric == "cosine",
                        need_raw_spread=metric == "sqeuclidean", shift=shift)
     out = _pi_from_sums(sums, counts, metric, shift)
+    del out["undefined"]  # strict: π_intra and π_inter are defined here (π_ratio's NaN is documented)
     out["classes"] = classes
     out["counts"] = counts
     return out
@@ -259,7 +298,7 @@ def _alignment_from_sums(sums: dict, counts: np.ndarray) -> float:
     n = counts.astype(np.float64)
     pairs = float(np.sum(n * n - n))
     if pairs == 0:
-        raise EmbedscopeError("alignment is undefined: no class has two or more samples")
+        raise UndefinedMeasure("alignment is undefined: no class has two or more samples")
     return float(np.sum(2 * n * _spread(sums["unit_dev"], sums["unit_dev2"], n)) / pairs)
 
 
@@ -439,7 +478,15 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
 
     Returns
     -------
-    dict with the keys of ``REPORT_KEYS`` plus ``uniformity_pairs`` and ``uniformity_exact``.
+    dict with the keys of ``REPORT_KEYS`` plus ``uniformity_pairs``, ``uniformity_exact`` and
+    ``undefined``: measure key -> why its value is NaN (empty when every value is defined).
+
+    A measure the data leave undefined is NaN and named in ``undefined``, not an error, so the others
+    are still reported: every class a single sample (an SOP-like query split) leaves ``pi_intra``,
+    ``pi_ratio`` and ``alignment`` undefined; one class only ``pi_inter`` and ``pi_ratio``; with
+    the cosine, a class whose mean is the zero vector ``pi_inter`` and ``pi_ratio``; a collapsed model
+    ``rho``, ``alpha`` and ``pi_ratio`` (0/0); N = 2 rows ``alpha``. Input that no measure can use
+    (fewer than 2 rows, a NaN/inf row, an all-zero row) and bad parameters stay one-line errors.
     """
     if metric not in ("cosine", "sqeuclidean"):
         raise EmbedscopeError(f"metric must be one of cosine, sqeuclidean, got '{metric}'")
@@ -471,24 +518,42 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     if lam is None:
         lam = _scaled_covariance_eigenvalues(X, True)[0]
 
-    pis = _pi_from_sums(sums, counts, metric, shift)
+    pis = _pi_from_sums(sums, counts, metric, shift, strict=False, classes=classes)
+    undefined = dict(pis["undefined"])
     unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed, shift=shift)
+    rho = _kl_decay(s, exclude_top, "uniform||s", n_components)
+    rho_all = _kl_decay(s, 0, "uniform||s", n_components)
+    for key, v, top in (("rho", rho, exclude_top), ("rho_all", rho_all, 0)):
+        if np.isnan(v):  # every value considered is 0: p = 0/0
+            undefined[key] = (f"the singular values after the top {top} are all 0: X of rank <= {top}, "
+                              "a collapsed model" if top else "every singular value is 0")
+    alpha = _alpha_fit(lam, k_min, k_max, 1e-12)
+    if np.isnan(alpha):
+        undefined["alpha"] = ("a single covariance eigenvalue, N = 2 rows or D = 1: no line to fit" if lam.size < 2
+                              else "fewer than two directions of variance, rows on one point or line: no line to fit")
+    if np.any(counts >= 2):
+        alignment = _alignment_from_sums(sums, counts)
+    else:
+        alignment = float("nan")
+        undefined["alignment"] = LONE_CLASSES
     out = {
         "n": int(n),
         "dim": int(d),
         "n_classes": pis["n_classes"],
         "n_singleton": pis["n_singleton"],
-        "rho": _kl_decay(s, exclude_top, "uniform||s", n_components),
-        "rho_all": _kl_decay(s, 0, "uniform||s", n_components),
+        "rho": rho,
+        "rho_all": rho_all,
         "pi_intra": pis["pi_intra"],
         "pi_inter": pis["pi_inter"],
         "pi_ratio": pis["pi_ratio"],
         "effective_rank": _rankme(s, RANKME_EPS),
-        "alpha": _alpha_fit(lam, k_min, k_max, 1e-12),
-        "alignment": _alignment_from_sums(sums, counts),
+        "alpha": alpha,
+        "alignment": alignment,
         "uniformity": unif,
         "uniformity_pairs": npairs,
         "uniformity_exact": exact,
+        # measure -> why it is NaN, in the order of REPORT_KEYS
+        "undefined": {k: undefined[k] for k in REPORT_KEYS if k in undefined},
     }
     if keep_spectrum:
         with np.errstate(over="ignore", under="ignore"):

@@ -34,7 +34,16 @@ __all__ = [
     "class_conditioned_spectra",
     "effective_rank",
     "alpha_req",
+    "UndefinedMeasure",
 ]
+
+
+class UndefinedMeasure(EmbedscopeError):
+    """A measure the data leave undefined (every class a single sample, one class only, a zero class
+    mean, no class spectrum), not a bad parameter: :func:`~embedscope.metrics.geometry_report` and the
+    analyses catch it and report that measure as NaN with the reason; a stand-alone function raises it
+    (an :class:`~embedscope.errors.EmbedscopeError`, one line)."""
+
 
 #: Below this eigenvalue ratio λ_min/λ_max of XᵀX the Gram route would lose more than ~1e-9
 #: relative accuracy on the smallest singular value, so an SVD of X is used instead.
@@ -274,6 +283,11 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
         not all zero), in label order.
     mean : ndarray [K]
         Mean over those rows.
+
+    Raises
+    ------
+    UndefinedMeasure
+        When no class is left (every class a single sample, or every class spectrum all zero).
     """
     X = check_matrix(X)
     y = check_labels(y, X.shape[0])
@@ -281,7 +295,8 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
     classes, inv, counts = np.unique(y, return_inverse=True, return_counts=True)
     keep = np.flatnonzero(counts >= 2)
     if keep.size == 0:
-        raise EmbedscopeError("class-conditioned spectra need at least one class with two or more samples")
+        raise UndefinedMeasure("class-conditioned spectra need at least one class with two or more samples "
+                               "(every class has a single sample)")
     order = np.argsort(inv, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)])
     rows = []
@@ -303,7 +318,7 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
         row[:m] = s[:m]
         rows.append(row)
     if not rows:
-        raise EmbedscopeError("class-conditioned spectra: every class of two or more samples has an all-zero "
+        raise UndefinedMeasure("class-conditioned spectra: every class of two or more samples has an all-zero "
                               f"spectrum (its rows {'all equal' if center else 'all zero'}), which cannot be normalised")
     per_class = np.vstack(rows)
     return per_class, per_class.mean(axis=0)
@@ -353,6 +368,8 @@ def _alpha_fit(lam: np.ndarray, k_min: int, k_max: int | None, rtol: float) -> f
     if hi > lam.size:
         raise EmbedscopeError(f"k_max={k_max} exceeds the number of eigenvalues ({lam.size})")
     idx = np.arange(k_min, hi + 1)
+    if k_max is None and k_min == 1 and lam.size < 2:  # one eigenvalue (N = 2 rows or D = 1): no line to fit
+        return float("nan")
     vals = lam[k_min - 1:hi]
     top = lam[0] if lam.size else 0.0
     ok = vals > rtol * top
@@ -411,8 +428,9 @@ def alpha_req(X, *, k_min: int = 1, k_max: int | None = None, center: bool = Tru
         Fitted index range; default 1 … K (K = min(N − 1, D) centred). With the default k_max,
         eigenvalues ≤ rtol·λ_1 (numerically zero: rank-deficient data) are left out of the fit;
         an explicit k_max that reaches such a value is an error. Data with fewer than two
-        directions of variance (all rows equal, or on one line: a collapsed model) leave no line
-        to fit: α is NaN (undefined), not an error.
+        directions of variance (all rows equal, or on one line: a collapsed model) or with a
+        single eigenvalue (N = 2 rows, or D = 1) leave no line to fit: with the default range α
+        is NaN (undefined), not an error.
     center : bool
         Mean-centre X first (covariance, default True).
     rtol : float

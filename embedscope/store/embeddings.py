@@ -667,8 +667,12 @@ def _write_bytes(tmp: Path, data, user_path) -> None:
         raise EmbedscopeError(f"{user_path}: could not be written ({e.strerror or e.__class__.__name__})") from None
 
 
-def load(path: str | os.PathLike) -> EmbeddingSet:
-    """Read and validate an embedding file; any problem is one :class:`EmbedscopeError` line."""
+def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
+    """Read and validate an embedding file; any problem is one :class:`EmbedscopeError` line.
+
+    ``finite=False`` accepts embedding rows holding NaN or inf (only another tool writes them; every
+    analysis refuses them): ``embedscope info`` reads such a file to say which rows they are. Every
+    other check stands."""
     import h5py
 
     if not isinstance(path, (str, os.PathLike)):
@@ -747,7 +751,13 @@ def load(path: str | os.PathLike) -> EmbeddingSet:
     if X.dtype.kind != "f":  # integers written by another tool: as floats that hold them exactly
         exact32 = X.dtype.itemsize <= 2 or not X.size or int(np.max(np.abs(X.astype(np.float64)))) <= FLOAT32_EXACT_INT
         kwargs["embeddings"] = X.astype(np.float32 if exact32 else np.float64)
+    X = kwargs["embeddings"]
+    bad = None if finite or X.ndim != 2 or not X.size else ~np.all(np.isfinite(X), axis=1)
+    if bad is not None and bad.any():  # the other fields checked with those rows zeroed, then kept as stored
+        kwargs["embeddings"] = np.where(bad[:, None], X.dtype.type(0), X)
     es = EmbeddingSet(**kwargs, source=str(path))
+    if bad is not None and bad.any():
+        es.embeddings = X
     # the file just read (a file written by an embedscope older than READ_ATTRS may name another)
     es.attrs["source_file"] = str(path)
     from embedscope.fileio import file_stat
