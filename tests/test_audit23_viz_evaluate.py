@@ -279,3 +279,20 @@ def test_evaluate_plain_tables_keep_four_decimals(two_files):
     out = cli_output(["evaluate", str(a), *PROTOCOL, "--k", "2", "1", "--no-progress"])
     cells = [c for c in _table_numbers(out) if "." in c]
     assert cells and all(len(c.split(".")[1]) == 4 for c in cells)
+
+
+def test_by_class_panel_names_files_without_class_spectra_and_an_empty_panel_has_no_ticks():
+    """A file whose classes are all single (no class spectrum) keeps a legend entry in the per-class
+    panel, marked; when no file has one, the panel shows the reason and no ticks that read as values."""
+    rng = np.random.default_rng(0)
+    s1 = np.sort(rng.random(8))[::-1] + 0.1
+    full = {"label": "grp", "spectrum": s1, "rho": 0.1,
+            "class_mean": s1 / s1.sum(), "class_std": np.zeros(8)}
+    lone = {"label": "lone", "spectrum": s1, "rho": 0.2}
+    fig = plot_spectra([lone, full], by_class=True)
+    texts = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert texts == ["grp", "lone (no class spectrum)"]
+    fig = plot_spectra([lone], by_class=True)
+    ax = fig.axes[1]
+    assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
+    assert any("no class-conditioned spectra" in t.get_text() for t in ax.texts)

@@ -165,7 +165,8 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     rel_i(k) = [ℓ_i(k) = y_i], R_i = number of references labelled y_i (the query excluded),
     P_i(k) = Σ_{j≤k} rel_i(j) / k (all: higher is better):
 
-    - ``"R@k"`` = mean_i [∃ j ≤ k: rel_i(j)] (Roth Eq. 26; a hit rate), one key per k in ``ks``, in ascending k (each once, whatever order ``ks`` gives);
+    - ``"R@k"`` = mean_i [∃ j ≤ k: rel_i(j)] (Roth Eq. 26; a hit rate), one key per k in ``ks``, in
+      ascending k (each once, whatever order ``ks`` gives);
     - ``"P@1"`` = mean_i rel_i(1) (Musgrave);
     - ``"R-Precision"`` = mean_i Σ_{k≤R_i} rel_i(k) / R_i (Musgrave);
     - ``"MAP@R"`` = mean_i (1/R_i) Σ_{k≤R_i} P_i(k) rel_i(k) (Musgrave; pytorch-metric-learning's

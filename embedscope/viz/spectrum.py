@@ -238,8 +238,10 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             ax = axes[1]
             class_handles, class_texts = [], []
             class_kmax = 1
+            lacking = []  # files without class spectra (no class of two rows): named in the legend
             for i, e in enumerate(entries):
                 if e.get("class_mean") is None:
+                    lacking.append(i)
                     continue
                 m = np.asarray(e["class_mean"], dtype=np.float64)
                 sd = np.asarray(e.get("class_std", np.zeros_like(m)), dtype=np.float64)
@@ -260,11 +262,20 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             ax.set_title("Per class (mean ± s.d. over classes)")
             ax.grid(True, which="major", alpha=0.3, lw=0.5)
             if class_handles:
+                from matplotlib.lines import Line2D
+
+                for i in lacking:  # a legend entry without a line: the file is not forgotten, it has none
+                    class_handles.append(Line2D([], [], ls="none"))
+                    class_texts.append(short_text(entries[i]["label"], LEGEND_CHARS) + " (no class spectrum)")
                 ax.legend(class_handles, class_texts, frameon=False,
                           **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if outside else {"loc": "upper right"}))
-            else:
-                ax.text(0.5, 0.5, "no class-conditioned spectra", transform=ax.transAxes, ha="center",
-                        va="center", color="0.4")
+            else:  # an empty panel: no ticks that would read as values
+                ax.set_xticks([])
+                ax.set_yticks([])
+                ax.minorticks_off()
+                ax.grid(False)
+                ax.text(0.5, 0.5, "no class-conditioned spectra:\nno class of two or more rows\nwith a nonzero spectrum",
+                        transform=ax.transAxes, ha="center", va="center", color="0.4")
         if title and by_class:
             fig.suptitle(title)
         clean_figure(fig)  # model names from files: control characters escaped
