@@ -296,3 +296,46 @@ def test_by_class_panel_names_files_without_class_spectra_and_an_empty_panel_has
     ax = fig.axes[1]
     assert list(ax.get_xticks()) == [] and list(ax.get_yticks()) == []
     assert any("no class-conditioned spectra" in t.get_text() for t in ax.texts)
+
+
+def _query_gallery(tmp_path):
+    """Queries of 3 classes (one, class 2, absent from the gallery) and a gallery of 2 classes."""
+    rng = np.random.default_rng(5)
+    yq, yg = np.repeat([0, 1, 2], 4), np.repeat([0, 1], 6)
+    C = 4 * rng.normal(size=(3, 6))
+    Xq, Xg = C[yq] + rng.normal(size=(12, 6)), C[yg] + rng.normal(size=(12, 6))
+    f = tmp_path / "qg.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(np.vstack([Xq, Xg]).astype(np.float32), np.concatenate([yq, yg]),
+                                                 split=["query"] * 12 + ["gallery"] * 12))
+    return f, Xq.astype(np.float32), yq, Xg.astype(np.float32), yg
+
+
+def test_evaluate_split_with_query_split_is_a_usage_error_not_ignored(tmp_path, capsys):
+    """--query-split query --split gallery searched the queries against themselves (--split unused,
+    the header said 'vs themselves'); now exit 2 naming --reference-split, which gives query vs gallery."""
+    from embedscope.cli import main
+
+    f, Xq, yq, Xg, yg = _query_gallery(tmp_path)
+    assert main(["evaluate", str(f), "--query-split", "query", "--split", "gallery"]) == 2
+    err = capsys.readouterr().err
+    assert "--reference-split gallery" in err and len(err.strip().splitlines()) == 1
+    out = cli_output(["evaluate", str(f), "--query-split", "query", "--reference-split", "gallery", "--no-progress",
+                      "--include", "R@1"])
+    # brute force: cosine, queries with a relevant gallery row (class 2 has none: left out)
+    Q = Xq / np.linalg.norm(Xq, axis=1, keepdims=True)
+    G = Xg / np.linalg.norm(Xg, axis=1, keepdims=True)
+    S = Q.astype(np.float64) @ G.T.astype(np.float64)
+    keep = yq != 2
+    r1 = float(np.mean(yg[np.argmax(S[keep], axis=1)] == yq[keep]))
+    assert re.search(rf"R@1\s+{r1:.4f}", out), out
+
+
+def test_evaluate_include_r_at_k_takes_the_default_ks_the_data_allow(tmp_path):
+    """--include R@k on a split of 5 rows (4 references a query): R@1, R@2, R@4 as the default run,
+    not 'unknown metric(s) R@8'."""
+    rng = np.random.default_rng(2)
+    f = tmp_path / "five.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(rng.normal(size=(5, 3)).astype(np.float32), [0, 0, 1, 1, 1]))
+    out = cli_output(["evaluate", str(f), "--include", "R@k", "P@1", "--no-progress"])
+    rows = [ln.split()[0] for ln in out.splitlines() if ln.startswith(("R@", "P@"))]
+    assert rows == ["R@1", "R@2", "R@4", "P@1"]

@@ -23,8 +23,9 @@ def add_parser(sub, parents):
         "one table, models side by side, the same protocol. Definitions: docs/methods.md §1.")
     p.add_argument("files", nargs="+", metavar="EMB.h5", help="embedding file(s) (.h5)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="display name of each file (default: file names)")
-    p.add_argument("--split", default="test", choices=SPLIT_CHOICES,
-                   help="rows that are both queries and references (default: test)")
+    p.add_argument("--split", default=None, choices=SPLIT_CHOICES,
+                   help="rows that are both queries and references (default: test; with --query-split, "
+                   "name the references with --reference-split instead)")
     p.add_argument("--query-split", choices=SPLIT_CHOICES,
                    help="query rows (default: --split); with --reference-split: separate sets")
     p.add_argument("--reference-split", choices=SPLIT_CHOICES,
@@ -54,19 +55,21 @@ def add_parser(sub, parents):
 
 
 def include_keys(include, ks) -> list[str] | None:
-    """--include names -> metric keys (``R@k`` expands to every --k)."""
+    """--include names -> metric keys (``R@k`` expands to every --k; without --k, ``ks`` None, it
+    stays ``R@k``: the default k within the references of the data, which only the search knows)."""
     from embedscope.errors import UsageError
+    from embedscope.metrics.retrieval import DEFAULT_KS
 
     if not include:
         return None
     out: list[str] = []
     for key in include:
         if key == "R@k":
-            out += [f"R@{k}" for k in ks]
+            out += ["R@k"] if ks is None else [f"R@{k}" for k in ks]
         elif key.startswith("R@") and key[2:].isdigit():
-            if int(key[2:]) not in ks:
+            if int(key[2:]) not in (DEFAULT_KS if ks is None else ks):
                 raise UsageError(f"--include {key}: {key[2:]} is not among --k "
-                                 f"{' '.join(map(str, sorted(set(ks))))}")
+                                 f"{' '.join(map(str, sorted(set(DEFAULT_KS if ks is None else ks))))}")
             out.append(key)
         elif key in KEY_CHOICES:
             out.append(key)
@@ -99,10 +102,14 @@ def run(args) -> int:
     from embedscope.analyses import evaluate_many, worst_classes
     from embedscope.cli.output import check_result_outputs, print_wrote, write_result
     from embedscope.errors import UsageError
-    from embedscope.metrics.retrieval import DEFAULT_KS
     from embedscope.tables import format_table
 
-    include = include_keys(args.include, args.k or DEFAULT_KS)
+    if args.split is not None and args.query_split is not None:  # --split was silently not used
+        raise UsageError(f"--split {args.split} with --query-split {args.query_split}: --split names rows that are "
+                         "queries and references at once; name the references with --reference-split "
+                         f"(e.g. --query-split {args.query_split} --reference-split {args.split})")
+    args.split = args.split or "test"
+    include = include_keys(args.include, args.k)
     if args.per_class and include is not None and all(k in ("NMI", "F1") for k in include):
         # the per-class table holds per-query retrieval scores: NMI / F1 alone rank nothing (it failed
         # after the whole computation with 'the result has no per-class table')

@@ -143,6 +143,8 @@ def _wanted(include, all_keys: list, default: list) -> list:
     if include is None:
         return default
     inc = [include] if isinstance(include, str) else list(include)
+    if "R@k" in inc:  # every R@k of ks (the default ks: those within the references available)
+        inc = [k for k in inc if k != "R@k"] + [k for k in all_keys if k.startswith("R@")]
     bad = [k for k in inc if k not in all_keys]
     if bad:
         raise EmbedscopeError(f"unknown metric(s) {', '.join(map(str, bad))} in include "
@@ -205,8 +207,8 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     X_ref, y_ref : arrays, optional
         A separate reference set (nothing excluded); give both or neither.
     include : sequence of str, optional
-        Keys to compute (e.g. ``["R@1", "MAP@R"]``); default all but ``"mAP@lim"`` (which is
-        computed only when named). NMI/F1 (k-means) and mAP@1000 / mAP@lim (a depth-1000
+        Keys to compute (e.g. ``["R@1", "MAP@R"]``; ``"R@k"``: every R@k of ``ks``); default all but
+        ``"mAP@lim"`` (which is computed only when named). NMI/F1 (k-means) and mAP@1000 / mAP@lim (a depth-1000
         search) cost the most.
     device : "auto" | "cpu" | "cuda"
     seed : int
