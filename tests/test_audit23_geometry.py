@@ -13,6 +13,7 @@ Every value is checked against a numpy computation written here from the definit
 import csv
 import json
 import math
+import re
 
 import h5py
 import numpy as np
@@ -393,3 +394,28 @@ def test_info_still_refuses_other_problems(tmp_path, capsys):
     assert main(["info", str(path)]) == 1
     err = capsys.readouterr().err
     assert "format_version 99 is newer" in err and len(err.strip().splitlines()) == 1
+
+
+def test_rho_of_one_dimension_is_undefined_not_an_error(tmp_path, capsys):
+    """D = 1: one singular value, none left once ρ leaves out the top one. ρ is NaN with the reason
+    and every other measure is reported (the whole file was refused); ρ with nothing left out is
+    KL(U‖P) of one value: 0."""
+    from embedscope.cli import main
+    from embedscope.metrics import geometry_report
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(40, 1))
+    y = np.arange(40) % 4
+    rep = geometry_report(X, y)
+    assert np.isnan(rep["rho"]) and rep["rho_all"] == 0.0
+    assert rep["undefined"]["rho"] == "1 singular value (N = 40, D = 1): none left after leaving out the top 1"
+    # the cosine of 1-D rows is 0 (same sign) or 2 (opposite): pi_intra from the signs, brute force
+    sg = np.sign(X[:, 0])
+    d = 1.0 - np.outer(sg, sg)
+    intra = [d[np.ix_(y == c, y == c)][~np.eye(10, dtype=bool)].mean() for c in range(4)]
+    assert rep["pi_intra"] == pytest.approx(np.mean(intra), abs=1e-12)
+    f = tmp_path / "d1.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(X.astype(np.float32), y, split="train"))
+    assert main(["geometry", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\nrho\s+–", out) and "undefined (–): rho (1 singular value" in out

@@ -521,10 +521,17 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     pis = _pi_from_sums(sums, counts, metric, shift, strict=False, classes=classes)
     undefined = dict(pis["undefined"])
     unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed, shift=shift)
-    rho = _kl_decay(s, exclude_top, "uniform||s", n_components)
     rho_all = _kl_decay(s, 0, "uniform||s", n_components)
+    try:
+        rho = _kl_decay(s, exclude_top, "uniform||s", n_components)
+    except UndefinedMeasure:  # D = 1 (or n_components) with the top value left out: none left
+        rho = float("nan")
+        m = s.size if n_components is None else n_components
+        undefined["rho"] = (f"{m} singular value{'' if m == 1 else 's'} "
+                            f"({f'N = {n}, D = {d}' if n_components is None else f'n_components = {m}'}): none left after leaving "
+                            f"out the top {exclude_top}")
     for key, v, top in (("rho", rho, exclude_top), ("rho_all", rho_all, 0)):
-        if np.isnan(v):  # every value considered is 0: p = 0/0
+        if np.isnan(v) and key not in undefined:  # every value considered is 0: p = 0/0
             undefined[key] = (f"the singular values after the top {top} are all 0: X of rank <= {top}, "
                               "a collapsed model" if top else "every singular value is 0")
     alpha = _alpha_fit(lam, k_min, k_max, 1e-12)

@@ -168,8 +168,8 @@ def _kl_decay(s: np.ndarray, exclude_top: int, direction: str, n_components: int
         s = s[:n_components]
     available = int(np.asarray(s).size)
     s = np.asarray(s[exclude_top:], dtype=np.float64)
-    if s.size == 0:
-        raise EmbedscopeError(
+    if s.size == 0:  # (the data's rank, not a bad setting: geometry_report reports ρ as NaN with this reason)
+        raise UndefinedMeasure(
             f"no singular values left after dropping the top {exclude_top} (only {available} available)")
     total = s.sum()
     if total == 0:  # X of rank <= exclude_top (a model collapsed to one point, or X = 0): p = 0/0
