@@ -527,8 +527,8 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     except UndefinedMeasure:  # D = 1 (or n_components) with the top value left out: none left
         rho = float("nan")
         m = s.size if n_components is None else n_components
-        undefined["rho"] = (f"{m} singular value{'' if m == 1 else 's'} "
-                            f"({f'N = {n}, D = {d}' if n_components is None else f'n_components = {m}'}): none left after leaving "
+        where = f"N = {n}, D = {d}" if n_components is None else f"n_components = {m}"
+        undefined["rho"] = (f"{m} singular value{'' if m == 1 else 's'} ({where}): none left after leaving "
                             f"out the top {exclude_top}")
     for key, v, top in (("rho", rho, exclude_top), ("rho_all", rho_all, 0)):
         if np.isnan(v) and key not in undefined:  # every value considered is 0: p = 0/0
