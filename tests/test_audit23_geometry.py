@@ -419,3 +419,22 @@ def test_rho_of_one_dimension_is_undefined_not_an_error(tmp_path, capsys):
     assert main(["geometry", str(f)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"\nrho\s+–", out) and "undefined (–): rho (1 singular value" in out
+
+
+def test_all_zero_rows_are_named_by_file_split_and_path(tmp_path, capsys):
+    """evaluate and geometry said 'row 0 of X is all zeros' (an array the user never sees); now the
+    file, the split, the count and the first row by position and path, and (evaluate) what to do."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(12, 4)).astype(np.float32)
+    X[[3, 7]] = 0
+    f = tmp_path / "z.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(X, np.arange(12) % 3, paths=[f"img{i}.jpg" for i in range(12)]))
+    assert main(["evaluate", str(f), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{f}: 2 test embedding(s) are all zeros (the test split's row 3 first, path 'img3.jpg'): "
+                        "their cosine similarity is undefined (use --metric euclidean)")
+    assert main(["evaluate", str(f), "--no-progress", "--metric", "euclidean", "--include", "P@1"]) == 0
+    capsys.readouterr()
+    assert main(["geometry", str(f), "--split", "all"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "2 embedding(s) are all zeros (the row 3 first, path 'img3.jpg')" in err and len(err.splitlines()) == 1

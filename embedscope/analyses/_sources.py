@@ -56,3 +56,20 @@ def as_sources(sources: Any, what: str = "embedding file") -> list:
     if not out:
         raise UsageError(f"give at least one {what}")
     return out
+
+
+def check_no_zero_rows(part, split: str, *, what: str = "cosine similarity", hint: str | None = "use --metric euclidean"
+                       ) -> None:
+    """A row of all zeros has no direction: its ``what`` is undefined. One line naming the file, the
+    split, how many rows, the first by row and path, and ``hint`` (what to do instead), where the
+    metrics alone can only say "row k of X"."""
+    import numpy as np
+
+    zero = np.flatnonzero(~np.any(part.embeddings != 0, axis=1))
+    if zero.size:
+        src = part.attrs.get("source_file")
+        i = int(zero[0])
+        which, where = ("", "row") if split == "all" else (f"{split} ", f"{split} split's row")
+        raise EmbedscopeError(f"{src + ': ' if src else ''}{zero.size} {which}embedding(s) are all zeros (the "
+                              f"{where} {i} first, path '{part.paths[i]}'): their {what} is undefined"
+                              + (f" ({hint})" if hint else ""))

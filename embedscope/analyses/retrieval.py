@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set, as_sources, check_disjoint
+from embedscope.analyses._sources import as_set, as_sources, check_disjoint, check_no_zero_rows
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
@@ -57,9 +57,13 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if separate and "all" in (q_split, r_split):
         raise UsageError("'all' overlaps the other split: give two different splits as query and reference sets")
     q = es.subset(q_split)
+    if metric == "cosine":
+        check_no_zero_rows(q, q_split)
     kw: dict[str, Any] = {}
     if separate:
         r = es.subset(r_split)
+        if metric == "cosine":
+            check_no_zero_rows(r, r_split)
         check_disjoint(q, r, q_split, r_split)
         kw = {"X_ref": r.embeddings, "y_ref": r.labels}
     if lone_queries != "exclude":

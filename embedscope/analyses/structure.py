@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set, as_sources
+from embedscope.analyses._sources import as_set, as_sources, check_no_zero_rows
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.names import SPLIT_CHOICES
 from embedscope.validation import check_choice, check_int
@@ -70,6 +70,7 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
     seed = check_int(seed, "seed", min=0)
     es = as_set(source)
     part = es.subset(split)
+    check_no_zero_rows(part, split, what="cosine distance (pi, alignment, uniformity)", hint=None)
     rep = geometry_report(part.embeddings, part.labels, exclude_top=exclude_top, n_components=n_components,
                           max_pairs=max_pairs, seed=seed, keep_spectrum=keep_spectrum)
     values = {k: rep[k] for k in VALUE_KEYS}

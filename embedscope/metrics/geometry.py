@@ -524,9 +524,11 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     rho_all = _kl_decay(s, 0, "uniform||s", n_components)
     try:
         rho = _kl_decay(s, exclude_top, "uniform||s", n_components)
-    except UndefinedMeasure:  # D = 1 (or n_components) with the top value left out: none left
-        rho = float("nan")
+    except UndefinedMeasure:  # D = 1 (or n_components = 1) with the top value left out: none left
         m = s.size if n_components is None else n_components
+        if m > 1:  # an exclude_top beyond the values there are: a setting to change, not the data's limit
+            raise
+        rho = float("nan")
         where = f"N = {n}, D = {d}" if n_components is None else f"n_components = {m}"
         undefined["rho"] = (f"{m} singular value{'' if m == 1 else 's'} ({where}): none left after leaving "
                             f"out the top {exclude_top}")
