@@ -36,6 +36,12 @@ def _fmt(v: Any, digits: int, nan: str = "nan") -> str:
     return str(v)
 
 
+def format_number(v: Any, digits: int = 4, nan: str = "nan") -> str:
+    """One number as :func:`format_table` shows it: ``digits`` decimals, or that many significant
+    digits when ``|v| >= 1e5`` or ``0 < |v| < 10**-digits`` (``1.235e+05``, ``5e-05``)."""
+    return _fmt(v, digits, nan)
+
+
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
                  *, digits: int = 4, title: str | None = None, headers: Sequence[str] | None = None,
                  nan: str = "nan") -> str:

@@ -438,3 +438,14 @@ def test_all_zero_rows_are_named_by_file_split_and_path(tmp_path, capsys):
     assert main(["geometry", str(f), "--split", "all"]) == 1
     err = capsys.readouterr().err.strip()
     assert "2 embedding(s) are all zeros (the row 3 first, path 'img3.jpg')" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("scale, shown", [(3e-30, "3e-30"), (2.5e30, "2.5e+30"), (0.5, "0.5000")])
+def test_info_mean_norm_keeps_tiny_and_huge_scales(tmp_path, capsys, scale, shown):
+    """A 1e-30 file showed 0.0000 (as an all-zero file) and a 1e30 file a 31-digit number."""
+    X = np.zeros((4, 3), np.float32)
+    X[:, 0] = scale  # every row's norm is exactly the scale (float32)
+    f = tmp_path / "s.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(X, [0, 0, 1, 1]))
+    assert main(["info", str(f)]) == 0
+    assert re.search(r"mean embedding norm\s+(\S+)\n", capsys.readouterr().out).group(1) == shown

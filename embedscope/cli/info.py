@@ -37,17 +37,18 @@ def run(args) -> int:
     import numpy as np
 
     from embedscope import store
-    from embedscope.tables import format_table
+    from embedscope.tables import format_number, format_table
     from embedscope.text import safe
 
     es = store.load(args.file, finite=False)  # NaN / inf rows (a foreign writer): info is how a user finds them
     nonfinite = _nonfinite_row(es)
     s = es.summary()
-    norm = "–" if np.isnan(s["mean_norm"]) else f"{s['mean_norm']:.4f}"  # – : a file of no rows
+    norm = format_number(float(s["mean_norm"]), nan="–")  # – : a file of no rows; 1e-30 not as 0.0000
     if nonfinite is not None:  # the mean norm of the finite rows (the others' norm is NaN or inf)
         ok = np.all(np.isfinite(es.embeddings), axis=1)
         norms = np.linalg.norm(es.embeddings[ok].astype(np.float64), axis=1)
-        norm = f"{norms.mean():.4f} (over the {int(ok.sum())} finite rows)" if ok.any() else "– (no finite row)"
+        norm = (f"{format_number(float(norms.mean()))} (over the {int(ok.sum())} finite rows)" if ok.any()
+                else "– (no finite row)")
     rows = [
         {"field": "file", "value": args.file},
         {"field": "N x D", "value": f"{s['N']} x {s['D']}"},
