@@ -23,9 +23,16 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     most similar different-class point (itself excluded, within the split; Xuan §2.4,
     docs/methods.md §10). Bounded memory.
 
-    ``result.values``: per split the share of points below the diagonal (``below_diagonal_<split>``,
-    which equals that split's R@1) and the points left out (no same-class partner);
-    ``result.table``: one row per point; ``result.arrays["panels"]``: ``{split: (s_same, s_diff)}``.
+    ``result.values``: per split the share of points strictly below the diagonal
+    (``below_diagonal_<split>``, s_diff < s_same), the number of tied points
+    (``tied_<split>``: s_same = s_diff exactly, on the diagonal), the share below or on it
+    (``below_or_tied_<split>``) and the points left out (``left_out_<split>``: no same-class partner).
+    The share below equals that split's R@1 when no point is tied. A tied point is counted as not
+    below the diagonal, while R@1 (docs/methods.md §1: ties to the lower reference index) counts it
+    a hit when its lowest-index nearest point is of its class, so with ties the split's R@1 lies
+    between ``below_diagonal`` and ``below_or_tied`` (the note in ``provenance["notes"]`` says so).
+    ``result.table``: one row per point (``below_diagonal`` and ``tied`` 1/0, NaN when left out);
+    ``result.arrays["panels"]``: ``{split: (s_same, s_diff)}``.
     """
     from embedscope.metrics import nearest_same_different, share_below_diagonal
 
@@ -33,7 +40,7 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     check_choice(split, "split", SPLIT_CHOICES)
     es = as_set(source)
     splits = [split] if split != "all" else es.splits
-    panels, rows, summary, values = {}, [], [], {}
+    panels, rows, summary, values, notes = {}, [], [], {}, []
     for s in splits:
         part = es.subset(s)
         n_cls = int(len(np.unique(part.labels)))
@@ -51,18 +58,34 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
         s_same, s_diff = nearest_same_different(part.embeddings, part.labels, metric=metric, progress=progress)
         panels[s] = (s_same, s_diff)
         share, lone = share_below_diagonal(s_same, s_diff)
+        ok = np.isfinite(s_same) & np.isfinite(s_diff)
+        tie = ok & (s_same == s_diff)  # exactly equal: on the diagonal, neither below nor above
+        n_ok, n_tied = int(ok.sum()), int(tie.sum())
+        upper = float(share + n_tied / n_ok) if n_ok else float("nan")
         summary.append({"split": s, "N": int(part.n), "classes": n_cls,
-                        "left_out": int(lone), "below_diagonal_R@1": float(share)})
+                        "left_out": int(lone), "below_diagonal_R@1": float(share), "tied": n_tied,
+                        "below_or_tied": upper})
         values[f"below_diagonal_{s}"] = float(share)
         values[f"left_out_{s}"] = int(lone)
-        ok = np.isfinite(s_same) & np.isfinite(s_diff)
+        values[f"tied_{s}"] = n_tied
+        values[f"below_or_tied_{s}"] = upper
+        if n_tied:
+            notes.append(f"{n_tied} of the {n_ok} {s} points are tied (nearest same-class and nearest other-class "
+                         f"similarity equal): they lie on the diagonal and are not counted below it, while R@1 "
+                         f"(ties to the lower reference index, docs/methods.md §1) may count them hits, so the {s} "
+                         f"R@1 lies between {share:.4f} and {upper:.4f}")
         for i in range(part.n):
             rows.append({"path": part.paths[i], "split": s, "label": int(part.labels[i]),
                          "class": es.class_names[part.labels[i]], "s_same": float(s_same[i]),
                          "s_diff": float(s_diff[i]),
-                         "below_diagonal": float(s_diff[i] < s_same[i]) if ok[i] else float("nan")})
+                         "below_diagonal": float(s_diff[i] < s_same[i]) if ok[i] else float("nan"),
+                         "tied": float(tie[i]) if ok[i] else float("nan")})
     model = model_name(es, name)
-    prov = provenance_of(es, extra={"metric": metric, "splits": summary, "title": f"{model}: {metric} similarity"})
+    extra = {"metric": metric, "splits": summary, "title": f"{model}: {metric} similarity",
+             "ties": "a point with s_same = s_diff exactly is tied: on the diagonal, not counted below it"}
+    if notes:
+        extra["notes"] = notes
+    prov = provenance_of(es, extra=extra)
     return Result("scatter", values, prov, table=rows, arrays={"panels": panels}, model=model)
 
 

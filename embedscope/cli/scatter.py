@@ -11,8 +11,10 @@ def add_parser(sub, parents):
     p = sub.add_parser("scatter", parents=parents, help="same-vs-different similarity scatter (train and test)",
                        description="For every point, the similarity to its most similar same-class point (x) and "
                        "to its most similar other-class point (y), within its split; points below the diagonal "
-                       "(cyan) are nearer their own class, the share of them is R@1 (docs/methods.md §10, Xuan "
-                       "§2.4). Writes OUT.png, OUT.pdf, the similarities as OUT.csv and the summary as OUT.json.")
+                       "(cyan) are nearer their own class, the share of them is R@1 when no point is tied; a point "
+                       "whose nearest same-class and other-class similarities are equal is tied (on the diagonal, "
+                       "purple diamond), counted apart and not below (docs/methods.md §10, Xuan §2.4). Writes OUT.png, "
+                       "OUT.pdf, the similarities as OUT.csv and the summary as OUT.json.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     p.add_argument("--split", default="all", choices=SPLIT_CHOICES,
                    help="panels to draw: one split, or all = every split present (default: all)")
@@ -41,6 +43,9 @@ def run(args) -> int:
     r.to_json(js, force=args.force)
     if pq is not None:
         r.to_parquet(pq, table=True, force=args.force)
-    print(format_table(r.provenance["splits"], ["split", "N", "classes", "left_out", "below_diagonal_R@1"]))
+    print(format_table(r.provenance["splits"], ["split", "N", "classes", "left_out", "tied", "below_diagonal_R@1",
+                                                "below_or_tied"]))
+    for note in r.provenance.get("notes", []):
+        print(f"note: {note}")
     print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0

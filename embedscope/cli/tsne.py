@@ -30,6 +30,20 @@ def add_parser(sub, parents):
     return p
 
 
+def perplexity_cap_notes(info: dict, n: int) -> tuple[dict, str | None]:
+    """The settings for the figure's note and the terminal's note line when the perplexity asked for
+    was capped at (N − 1)/3 (:func:`embedscope.tsne.perplexity_cap`): the figure then reads
+    ``perplexity=6.333 (capped: 50 asked, N = 20)``; otherwise ``(info, None)``."""
+    from embedscope.tsne import perplexity_cap
+
+    cap = perplexity_cap(info, n)
+    if cap is None:
+        return info, None
+    shown = dict(info)
+    shown["perplexity"] = f"{info['perplexity']:.4g} (capped: {info['perplexity_requested']:.4g} asked, N = {int(n)})"
+    return shown, f"note: perplexity {cap}"
+
+
 def run(args) -> int:
     from embedscope.analyses import tsne
     from embedscope.analyses.maps import SHOWN_TSNE
@@ -48,7 +62,8 @@ def run(args) -> int:
     r = tsne(args.file, joint=args.joint, split=args.split, max_points=args.max_points, perplexity=args.perplexity,
              seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, progress=not args.no_progress)
     use_agg()
-    a, info = r.arrays, r.provenance
+    a = r.arrays
+    info, cap_note = perplexity_cap_notes(r.provenance, r["points"])
     if args.joint:
         fig = plot_joint_tsne(a["Y_train"], a["Y_test"], a["labels_train"], a["labels_test"],
                               class_names=a["class_names"], info=info)
@@ -63,8 +78,10 @@ def run(args) -> int:
     r.to_json(js, force=args.force)
     if pq is not None:
         r.to_parquet(pq, table=True, force=args.force)
-    shown = {k: info[k] for k in SHOWN_TSNE if k in info}
+    shown = {k: r.provenance[k] for k in SHOWN_TSNE if k in r.provenance}
     shown["points"] = r["points"]
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
+    if cap_note:
+        print(cap_note)
     print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0

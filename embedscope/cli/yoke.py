@@ -84,11 +84,14 @@ def run(args) -> int:
     r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=args.max_points,
              perplexity=args.perplexity, seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, names=args.names,
              progress=not args.no_progress)
+    from embedscope.cli.tsne import perplexity_cap_notes
+
     a = r.arrays
     inset = _inset(args.inset_class, a["class_names"], a["labels"])
+    info, cap_note = perplexity_cap_notes(r.provenance, len(a["labels"]))
     use_agg()
     fig = plot_yoked_maps(a["Ys"], a["labels"], names=a["names"], class_names=a["class_names"],
-                          inset_class=inset, info=r.provenance, split=r.provenance["split"])
+                          inset_class=inset, info=info, split=r.provenance["split"])
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)
@@ -99,5 +102,7 @@ def run(args) -> int:
     if "kl" in shown:  # one KL per map, in file order
         shown["kl"] = ", ".join(f"{v:.4f}" for v in shown["kl"])
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
+    if cap_note:
+        print(cap_note)
     print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0

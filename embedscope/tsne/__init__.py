@@ -3,7 +3,7 @@
 Plain functions on arrays, nothing drawn here (the figures are in :mod:`embedscope.viz.tsne`):
 
 * :mod:`embedscope.tsne.joint` -- :func:`single_tsne`, :func:`joint_tsne` (openTSNE runs),
-  :func:`effective_perplexity`, :data:`TSNE_DEFAULTS`, :func:`prepare_tsne_input`;
+  :func:`effective_perplexity` (and :func:`perplexity_cap`, its note), :data:`TSNE_DEFAULTS`, :func:`prepare_tsne_input`;
 * :mod:`embedscope.tsne.yoked` -- :func:`yoked_tsne`, :func:`yoked_tsne_maps` (K maps, yoked
   by points or class centroids), :func:`yoke_penalty`, the objective and its gradient
   (:func:`yoked_tsne_exact_objective_and_grad`, :func:`yoked_tsne_objective_and_grad`,
@@ -24,6 +24,7 @@ _EXPORTS = {
     "joint_tsne": "embedscope.tsne.joint",
     "single_tsne": "embedscope.tsne.joint",
     "effective_perplexity": "embedscope.tsne.joint",
+    "perplexity_cap": "embedscope.tsne.joint",
     "prepare_tsne_input": "embedscope.tsne.joint",
     "TSNE_DEFAULTS": "embedscope.tsne.joint",
     # yoked t-SNE: objective, gradients, run

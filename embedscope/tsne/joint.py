@@ -177,6 +177,22 @@ def effective_perplexity(perplexity: float, n: int) -> float:
     return float(min(perplexity, (n - 1) / 3.0))
 
 
+def perplexity_cap(info: Any, n: int) -> str | None:
+    """When the perplexity used (``info["perplexity"]``) is below the one asked for
+    (``info["perplexity_requested"]``, :func:`effective_perplexity`'s cap at (N − 1)/3 for ``n``
+    points): ``"50 capped at 6.333 for 20 points"``; otherwise (or either value missing) None.
+
+    >>> perplexity_cap({"perplexity": 19 / 3, "perplexity_requested": 50.0}, 20)
+    '50 capped at 6.333 for 20 points (at most (N − 1)/3)'
+    >>> perplexity_cap({"perplexity": 30.0, "perplexity_requested": 30.0}, 200) is None
+    True
+    """
+    used, asked = (info or {}).get("perplexity"), (info or {}).get("perplexity_requested")
+    if not isinstance(used, (int, float)) or not isinstance(asked, (int, float)) or not used < asked:
+        return None
+    return f"{asked:.4g} capped at {used:.4g} for {int(n)} points (at most (N − 1)/3)"
+
+
 def prepare_tsne_input(X: Any, name: str = "X") -> tuple[np.ndarray, float]:
     """Rows ready for t-SNE: finite float64, not all identical, at a scale openTSNE can handle.
 
@@ -356,5 +372,5 @@ def single_tsne(X: Any, *, perplexity: float = 30, seed: int = 0, n_iter: int = 
     return (Y, info) if return_info else Y
 
 
-__all__ = ["TSNE_DEFAULTS", "effective_perplexity", "prepare_tsne_input", "check_map", "joint_tsne",
-           "single_tsne", "tsne_affinities", "tsne_threads", "numeric_platform"]
+__all__ = ["TSNE_DEFAULTS", "effective_perplexity", "perplexity_cap", "prepare_tsne_input", "check_map",
+           "joint_tsne", "single_tsne", "tsne_affinities", "tsne_threads", "numeric_platform"]
