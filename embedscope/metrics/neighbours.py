@@ -2,7 +2,9 @@
 
 :func:`nearest_same_different` gives, for every point, the similarity to its most similar
 same-class point and to its most similar different-class point (Xuan, Stylianou, Pless §2.4), in
-bounded memory; :func:`share_below_diagonal` the share of points nearer their own class (= R@1).
+bounded memory; :func:`share_below_diagonal` the share of points nearer their own class (= R@1
+when no point is tied: a point whose two similarities are equal is not counted, where R@1 breaks
+the tie by reference index).
 The figure is :func:`embedscope.viz.plot_same_different`.
 """
 
