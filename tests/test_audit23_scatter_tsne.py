@@ -345,3 +345,12 @@ def test_cli_yoke_says_the_perplexity_was_capped(tmp_path, capsys, monkeypatch):
     assert f"note: perplexity 50 capped at {used:.4g} for {n} points" in text
     footer = " ".join(seen["texts"]).replace("\n", " ")
     assert f"perplexity={used:.4g} (capped: 50 asked, N = {n})" in footer
+
+
+def test_python_api_footer_says_the_perplexity_was_capped():
+    """plot_tsne(info=result.provenance) in a notebook: the footer says the cap, as the command's."""
+    from embedscope.viz.style import settings_text
+
+    assert settings_text({"perplexity": 19 / 3, "perplexity_requested": 50.0, "seed": 0}, ("perplexity", "seed")) \
+        == "perplexity=6.333 (capped: 50 asked), seed=0"
+    assert settings_text({"perplexity": 30.0, "perplexity_requested": 30.0}, ("perplexity",)) == "perplexity=30"

@@ -301,7 +301,10 @@ def settings_text(info: Mapping | None, keys: Sequence[str]) -> str:
     for k in keys:
         if k in info:
             v = info[k]
-            parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+            asked = info.get(f"{k}_requested")  # a t-SNE perplexity capped at (N - 1)/3 says so
+            capped = f" (capped: {asked:.4g} asked)" if isinstance(v, float) and isinstance(asked, (int, float)) \
+                and v < asked else ""
+            parts.append(f"{k}={v:.4g}{capped}" if isinstance(v, float) else f"{k}={v}")
     return ", ".join(parts)
 
 
