@@ -96,13 +96,17 @@ def test_collapsed_hits_match_brute_force(kind, metric, max_r, monkeypatch):
     X, props = _dataset(kind, rng)
     calls = _spy(monkeypatch)
     res = property_precision(X, props, metric=metric, max_r=max_r)
-    assert sum(calls) > 0  # the union path was taken
     codes = np.stack([props_mod._encode(v, len(X), k) for k, v in props.items()])
     eng = props_mod._Engine(np.asarray(X, dtype=np.float64), metric)
     brute = [_brute_hits(X, v, metric, max_r) for v in props.values()]
     H = eng.hits(codes, np.stack([b[0] for b in brute]))
+    assert sum(calls) > 0  # the union path was taken
     for i, (name, vals) in enumerate(props.items()):
         np.testing.assert_array_equal(H[i], brute[i][1], err_msg=f"{kind} {metric} {max_r} {name}")
+        if kind == "equal":  # every row the same point: the hits are row order, R-Prec and NR-Prec undefined
+            assert np.isnan(res[name]["R-Prec"]) and np.isnan(res[name]["NR-Prec"])
+            assert "row order" in res[name]["undefined"]["NR-Prec"]
+            continue
         rp, nr = _brute(X, vals, metric, max_r, brute[i])
         assert res[name]["R-Prec"] == pytest.approx(rp, rel=1e-12, abs=1e-14)
         assert res[name]["NR-Prec"] == pytest.approx(nr, rel=1e-12, abs=1e-12, nan_ok=True)
@@ -192,18 +196,23 @@ def test_collapsed_permutation_test_matches_brute_force():
 
 
 def test_collapsed_large_is_fast():
-    """3,000 identical embeddings, two properties: the union path (5,000 took about 30 s ranking each
-    window alone). Every key ties, so the R nearest of q are the R lowest other indices."""
+    """3,000 identical embeddings, two properties: the engine's union path (5,000 took about 30 s ranking
+    each window alone). Every key ties, so the R nearest of q are the R lowest other indices (the hits
+    property_precision leaves uncounted: R-Prec is undefined, row order)."""
     import time
 
     rng = np.random.default_rng(0)
     n = 3000
     X = np.tile(POINTS[0], (n, 1))
     props = {"a": rng.integers(0, 3, n), "b": rng.integers(0, 50, n)}
+    codes = np.stack([props_mod._encode(v, n, k) for k, v in props.items()])
+    Rs = np.stack([np.bincount(v)[v] - 1 for v in props.values()])
     t = time.perf_counter()
-    res = property_precision(X, props)
+    H = props_mod._Engine(X, "euclidean").hits(codes, Rs)  # the engine: property_precision counts no hits here
     assert time.perf_counter() - t < 10
-    for name, vals in props.items():
+    res = property_precision(X, props)
+    for i, (name, vals) in enumerate(props.items()):
+        assert np.isnan(res[name]["R-Prec"]) and res[name]["repeated_rows"] == n - 1
         nv = np.bincount(vals)[vals]
         R = nv - 1
         before = np.zeros((vals.max() + 1, n + 1), dtype=np.int64)  # before[v, i]: images of value v among 0..i-1
@@ -211,7 +220,7 @@ def test_collapsed_large_is_fast():
         before = np.cumsum(before, axis=1)
         q = np.arange(n)
         h = np.where(q <= R, before[vals, np.minimum(R + 1, n)] - 1, before[vals, R])
-        assert res[name]["R-Prec"] == pytest.approx(np.mean(h / R), rel=1e-12)
+        np.testing.assert_array_equal(H[i], h)
 
 
 @pytest.mark.parametrize("kind", ["ties", "half", "three"])

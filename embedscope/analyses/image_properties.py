@@ -36,17 +36,18 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     permutation test (``perm_p_value``, ``perm_mean``, ``perm_sd``; seeded by ``seed``). Measure:
     docs/methods.md §9, :func:`embedscope.metrics.properties.property_precision`.
     """
-    rows, _ = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
-                                   metric=metric, normalize=normalize, with_class=with_class, progress=progress,
-                                   permutations=permutations, seed=seed, with_provenance=False)
+    rows = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
+                                metric=metric, normalize=normalize, with_class=with_class, progress=progress,
+                                permutations=permutations, seed=seed, with_provenance=False)[0]
     return rows
 
 
 def _rows_and_provenance(files, *, names, split, max_r, properties, metric, normalize, with_class, progress,
                          permutations, seed, with_provenance: bool = True
-                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """:func:`properties_of_files`'s rows and (``with_provenance``) each file's :func:`provenance_of`
-    (of the whole file, as read): every file is read once."""
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`properties_of_files`'s rows, (``with_provenance``) each file's :func:`provenance_of`
+    (of the whole file, as read) and each file's :func:`_explained` additions to it (``undefined``,
+    ``notes``): every file is read once."""
     from embedscope.analyses._sources import as_set
     from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import property_precision
@@ -65,6 +66,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     check_not_repeated(names)  # the same file twice: refused before any work, as evaluate and spectrum
     rows: list[dict[str, Any]] = []
     provs: list[dict[str, Any]] = []
+    extras: list[dict[str, Any]] = []
     for f, nm in zip(files, names):
         whole = as_set(f)
         if isinstance(f, EmbeddingSet):
@@ -77,10 +79,13 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
             # of that name (imports now refuse it) is shown beside them, renamed, not in their place
             props = {(CLASS_PROPERTY if k == "class" else k): v for k, v in props.items()}
-        # (a property equal to the label, e.g. shapes' `shape`, says it; 'class' asked for by name is
-        # measured all the same: it was "no property 'class'" on every shapes file)
-        if with_class and ("class" in (properties or ())
-                           or not any(np.array_equal(np.asarray(v), es.labels) for v in props.values())):
+        # a property that groups the images exactly as the label (shapes' `shape`; or by chance, e.g. one
+        # value on a split of one class) gives the class's numbers: it stands for the class, and a note
+        # says so (the class row was missing without a word); 'class' asked for by name is measured all
+        # the same (it was "no property 'class'" on every shapes file)
+        twin = next((k for k, v in props.items() if _same_grouping(v, es.labels)), None) if with_class else None
+        class_listed = with_class and ("class" in (properties or ()) or twin is None)
+        if class_listed:
             props = {"class": es.labels, **props}
         if properties:
             missing = [p for p in properties if p not in props]
@@ -105,6 +110,9 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         undefined = {"perm_p_value": np.nan, "perm_mean": np.nan, "perm_sd": np.nan, "permutations": permutations}
         for p, r in res.items():
             rows.append({"model": nm, "property": p, **{k: r.get(k, undefined.get(k)) for k in fields}})
+        extras.append(_explained(res, fields, n=len(es.labels), metric=metric, normalize=normalize,
+                                 dim=es.embeddings.shape[1], twin=twin if twin in res else None,
+                                 class_dropped=not class_listed and not properties))
     # by the first file's NR-Prec (descending, NaN last); a property the first file lacks by the NR-Prec of
     # the next file that has it (they kept the files' own listing order, unsorted)
     order: dict[str, int] = {}
@@ -114,7 +122,63 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
             order[p] = len(order)
     mi = {m: i for i, m in enumerate(names)}
     rows.sort(key=lambda r: (order[r["property"]], mi[r["model"]]))
-    return rows, provs
+    return rows, provs, extras
+
+
+def _same_grouping(values, labels) -> bool:
+    """Whether a property groups the images exactly as the labels do (the same partition, whatever the
+    values are called): then its R-Prec, NR-Prec and p-values are the class's, number for number."""
+    a, b = np.asarray(values), np.asarray(labels)
+    if a.shape != b.shape or a.ndim != 1:
+        return False
+    if a.size == 0:
+        return True
+    try:
+        ia, ib = (np.unique(x, return_inverse=True)[1].ravel().astype(np.int64) for x in (a, b))
+    except TypeError:  # values of mixed types: the measure refuses them, in one line
+        return False
+    na, nb = int(ia.max()) + 1, int(ib.max()) + 1
+    return na == nb and np.unique(ia * nb + ib).size == na
+
+
+#: the numbers the terminal table shows (with --permutations also perm_p_value): an undefined one is
+#: named in the note; the others (z, perm_mean, perm_sd) go with them and are named only for a reason of their own
+SHOWN = ("NR-Prec", "R-Prec", "ceiling", "p_value", "perm_p_value")
+
+
+def _explained(res: dict[str, dict[str, Any]], fields, *, n: int, metric: str, normalize: bool, dim: int,
+               twin: str | None, class_dropped: bool) -> dict[str, Any]:
+    """A file's provenance additions: ``undefined`` (property -> which numbers are NaN and why, from the
+    measure's own reasons; :func:`embedscope.analyses.structure.undefined_note` makes the line) and
+    ``notes`` (rows that repeat exactly, a property that is the class), each only when there is one."""
+    out: dict[str, Any] = {}
+    undefined: dict[str, str] = {}
+    for p, r in res.items():
+        why = r.get("undefined") or {}
+        shown = [f for f in SHOWN if f in fields and f in why]
+        said = {why[f] for f in shown}
+        named = shown + [f for f in fields if f in why and f not in SHOWN and why[f] not in said]
+        groups: dict[str, list[str]] = {}
+        for f in named:
+            groups.setdefault(why[f], []).append(f)
+        if groups:
+            undefined[p] = "; ".join(f"{', '.join(fs)}: {w}" for w, fs in groups.items())
+    if undefined:
+        out["undefined"] = undefined
+    notes = []
+    rep = int(next(iter(res.values())).get("repeated_rows", 0)) if res else 0
+    if 0 < rep < n - 1:  # every row the same point (rep = n - 1): the numbers are undefined, said above
+        as_ranked = " after L2 normalisation" if metric == "cosine" or normalize else ""
+        one_d = ("; one dimension under cosine: every row normalises to +1 or -1"
+                 if metric == "cosine" and dim == 1 else "")
+        notes.append(f"{rep} of {n} rows repeat another row exactly{as_ranked}: their tied neighbours are "
+                     f"ranked by row order (lower index first){one_d}")
+    if twin is not None:
+        notes.append(f"property '{twin}' groups the images exactly as the class labels: its numbers are the "
+                     "class's" + (" (no 'class' row; ask for 'class' by name to list it too)" if class_dropped else ""))
+    if notes:
+        out["notes"] = notes
+    return out
 
 
 def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, split: str = "test",
@@ -130,21 +194,27 @@ def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, spli
     clusters that property more), ``table`` = one row per property (NR-Prec, R-Prec, ceiling,
     p-value, counts), sorted by the first file's NR-Prec; ``provenance`` says whether R was capped.
     ``permutations > 0``: a permutation test beside the z-test (``perm_p_value``; seeded by ``seed``).
+    A number the data leave undefined is NaN and ``provenance["undefined"]`` maps its property to which
+    numbers and why (every value lone; one value, p = 1; every row the same point, a collapsed model:
+    the ranking would be the row order); ``provenance["notes"]`` says when rows repeat exactly (their
+    ties go by row order) and when a property groups the images as the class does (it then stands for
+    the class, which gets no row of its own unless asked for). Both keys only when there is something to say.
     """
     files = as_sources(files)  # a single path is a list of one file
-    rows, provs = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
-                                       metric=metric, normalize=normalize, with_class=with_class,
-                                       progress=progress, permutations=permutations, seed=seed)
+    rows, provs, extras = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
+                                               metric=metric, normalize=normalize, with_class=with_class,
+                                               progress=progress, permutations=permutations, seed=seed)
     from embedscope.analyses.result import unique_names
 
     results = []
     # each file's provenance with its own name, in the order the files were given (the rows are sorted
     # by NR-Prec: a file without the top property appears later in them)
-    for base, nm in zip(provs, unique_names(files, names)):
+    for base, extra, nm in zip(provs, extras, unique_names(files, names)):
         mine = [r for r in rows if r["model"] == nm]
         prov = {**base, "split": split, "max_r": max_r, "metric": metric, "permutations": permutations,
                 **({"permutation_seed": seed} if permutations else {}),
-                "cap": f"R capped at {max_r} (Kobs' code)" if max_r else "R uncapped (the paper's definition)"}
+                "cap": f"R capped at {max_r} (Kobs' code)" if max_r else "R uncapped (the paper's definition)",
+                **extra}
         results.append(Result("properties", {f"NR-Prec[{r['property']}]": r["NR-Prec"] for r in mine}, prov,
                               table=mine, model=nm))
     return combine(results)

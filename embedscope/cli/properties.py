@@ -16,7 +16,8 @@ def add_parser(sub, parents):
         "property of the files (and the class), with the ceiling of perfect clustering, a p-value "
         "against the hypergeometric null (queries taken as independent: approximate and liberal) and, with "
         "--permutations, a permutation test. Table sorted by NR-Prec; bar chart with the paper's 2.576 line. "
-        "Definitions: docs/methods.md section 9.")
+        "Numbers the data leave undefined (every value lone; one value; a collapsed model, every row the same "
+        "point) show '–' with one line saying why. Definitions: docs/methods.md section 9.")
     p.add_argument("files", nargs="+", metavar="EMB.h5", help="embedding file(s) (.h5)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="display name of each file (default: file names)")
     add_split(p, default="test", help="rows to use: train, test, val, query, gallery or all = every row (default: test)")
@@ -45,9 +46,20 @@ def add_parser(sub, parents):
     return p
 
 
+def note_lines(results) -> list[str]:
+    """The analysis' notes (rows repeated exactly, a property that is the class), one line each, naming
+    the model when there are several, escaped."""
+    from embedscope.text import safe
+
+    results = list(results)
+    return [safe(f"{r.model}: {note}" if len(results) > 1 else note)
+            for r in results for note in r.provenance.get("notes", ())]
+
+
 def run(args) -> int:
     from embedscope.analyses import properties
     from embedscope.analyses.image_properties import PERM_FIELDS, ROW_FIELDS
+    from embedscope.cli.geometry import UNDEFINED, undefined_lines
     from embedscope.cli.output import check_result_outputs, print_wrote, save_and_close, write_result
     from embedscope.tables import format_table, write_csv, write_parquet
 
@@ -75,7 +87,10 @@ def run(args) -> int:
     cap = results[0].provenance["cap"]
     perm = f"; permutation test: {args.permutations} shuffles, seed {args.seed}" if args.permutations else ""
     print(f"split {args.split}; {cap}; {args.metric} distance{perm}")
-    print(format_table(rows, COLUMNS + (["perm_p_value"] if args.permutations else [])))
+    # undefined numbers: – here (NaN in the files), and one line saying why (as geometry and spectrum)
+    print(format_table(rows, COLUMNS + (["perm_p_value"] if args.permutations else []), nan=UNDEFINED))
+    for line in undefined_lines(results) + note_lines(results):
+        print(line)
     written = []
     if args.output:
         from embedscope.viz.figures import use_agg

@@ -25,6 +25,10 @@ approximate and somewhat liberal (docs/methods.md §9). ``permutations=P`` adds 
 that holds whatever the dependence between queries: the values shuffled over the images, NR-Prec
 recomputed exactly by the same engine (each shuffled property is one more row of it).
 
+Undefined numbers are NaN, and each property's ``undefined`` says why (every value lone; one value
+holding every query, p = 1; every row of X the same point, as ranked: a collapsed model, whose hits
+would only measure the row order that breaks its ties).
+
 Engine: exact, in bounded memory, for any R (uncapped R can be n/3). Per block of queries the
 float32 key block (one GEMM, never N x N at once) gives each query's sorted top-L float32 keys
 (L = the block's largest R + 16): by ``torch.topk`` for short lists, by one SIMD partition and sort
@@ -90,6 +94,52 @@ def _pair_keys64(X64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -
     return pair_keys64(X64, X64, np.asarray(qi, dtype=np.int64), np.asarray(rj, dtype=np.int64), metric)
 
 
+REPEAT_CHUNK = 1 << 22  # entries of X gathered at once by _repeated_rows
+
+
+def _repeated_rows(A: np.ndarray) -> int:
+    """The number of rows of ``A`` equal to an earlier row, element for element (-0.0 = 0.0): n minus the
+    number of distinct rows. In O(n d) memory-light passes, never N x N: a 64-bit hash of each row's bits
+    (column blocks), the rows sorted by it, and rows of equal hash compared exactly; should two distinct
+    rows share a hash, the exact :func:`~embedscope.metrics.search.knn.identical_rows` decides."""
+    n, d = A.shape
+    if n < 2:
+        return 0
+    h = _row_hash(A)
+    o = np.argsort(h, kind="stable")
+    same = np.flatnonzero(h[o[1:]] == h[o[:-1]])
+    a, b = o[same], o[same + 1]
+    rows = max(1, REPEAT_CHUNK // max(d, 1))
+    for s in range(0, len(a), rows):
+        if not np.array_equal(A[a[s:s + rows]], A[b[s:s + rows]]):  # a hash collision: decide exactly
+            from embedscope.metrics.search.knn import identical_rows
+
+            return int(n - len(identical_rows(A + 0.0)[0]))
+    return int(len(same))  # equal hashes hold equal rows: a run of r equal rows counts r - 1
+
+
+def _row_hash(A: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row's float64 bits (-0.0 as 0.0), by column blocks of ``REPEAT_CHUNK`` entries:
+    equal rows hash alike (distinct rows almost never do; :func:`_repeated_rows` checks)."""
+    n, d = A.shape
+    mult = np.random.default_rng(0x5EED).integers(1, 1 << 62, size=d, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    h = np.zeros(n, dtype=np.uint64)
+    step = max(1, REPEAT_CHUNK // max(n, 1))
+    for c in range(0, d, step):
+        bits = np.ascontiguousarray(A[:, c:c + step] + 0.0, dtype=np.float64).view(np.uint64)  # + 0.0: -0.0 -> 0.0
+        h += (bits * mult[c:c + step]).sum(axis=1, dtype=np.uint64)  # arithmetic mod 2^64
+    return h
+
+
+def _collapsed_why(metric: str, d: int) -> str:
+    """Why a property's ranking numbers are undefined when every row (as ranked) is the same point."""
+    where = ("every row of X points in the same direction (cosine"
+             + ("; one dimension: every row normalises to +1 or -1" if d == 1 else "") + ")"
+             if metric == "cosine" else "every row of X is the same point")
+    return (f"{where}, so every distance ties and each query's neighbours are the lowest row indices: "
+            "the hits would measure row order (a collapsed model)")
+
+
 class _Engine:
     """Hit counts h[k, q] within each query's top R[k, q] (exact ranks, bounded memory)."""
 
@@ -120,6 +170,12 @@ class _Engine:
         self._table = None  # (row -> distinct row, keys between distinct rows), made when first needed
         self._kbuf = None  # the float32 key block (keys32), reused
         self._keybuf = None  # the packed keys of long top-L lists (_top), reused over blocks
+
+    def repeated_rows(self) -> int:
+        """How many rows repeat an earlier row exactly as they are ranked (:func:`_repeated_rows` of the
+        rows the keys come from: after the L2 normalisation of cosine), each such row's keys tie with its
+        twin's everywhere, and their order among a query's neighbours is the row order (docs/methods.md §1)."""
+        return _repeated_rows(self.X64)
 
     def _keys(self, qi: np.ndarray, rj: np.ndarray) -> np.ndarray:
         """:func:`_pair_keys64` of the pairs; where X has few distinct rows (a collapsed model), read from
@@ -501,7 +557,15 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         queries independent), ``z`` and ``p_value`` (one-sided), ``significant_2.576`` (the paper's
         rule), ``n_values``, ``lone_values``, ``lone_queries`` (dropped), ``queries``,
         ``max_r`` and ``capped`` (whether the cap changed any R); with ``permutations``:
-        ``perm_p_value``, ``perm_mean``, ``perm_sd``, ``permutations``.
+        ``perm_p_value``, ``perm_mean``, ``perm_sd``, ``permutations``; ``repeated_rows`` (the rows of X
+        equal to an earlier row as ranked, after the L2 normalisation of cosine: their ties with their
+        twins go by row order; the same for every property) and ``undefined``, a dict naming each NaN
+        number and why: every value lone (no query: every number); one value holding every query
+        (p = 1, sigma = 0: NR-Prec, ceiling, null, z, p-values); every row the same point
+        (``repeated_rows`` = n - 1, a collapsed model: the neighbours are the lowest row indices, so
+        R-Prec, NR-Prec, z and the p-values, which would measure row order, are NaN; the ceiling and the
+        null, numbers of the value counts, stay; no hits are counted and no shuffles drawn); one
+        shuffle (``perm_sd``). Empty when every number is defined.
 
     Notes
     -----
@@ -554,66 +618,95 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
             r = np.minimum(r, int(max_r))
         R[k] = r
     eng = _Engine(X, metric, block)
-    H = eng.hits(codes, R, progress=progress)
-    perm_nr = _permuted_nr_prec(eng, codes, R, Nv, permutations, seed, progress) if permutations else None
+    repeated = eng.repeated_rows()
+    # every row (as ranked) the same point: each query's neighbours are the lowest other row indices
+    # (ties to the lower index, docs/methods.md §1), so the hits would measure row order: not counted
+    collapsed = repeated == n - 1
+    if collapsed:
+        H = np.zeros((P, n), dtype=np.int64)
+        perm_nr = np.full((P, permutations), np.nan) if permutations else None
+    else:
+        H = eng.hits(codes, R, progress=progress)
+        perm_nr = _permuted_nr_prec(eng, codes, R, Nv, permutations, seed, progress) if permutations else None
+    return {name: _summary(k, codes, R, Nv, H, perm_nr, max_r, repeated,
+                           _collapsed_why(metric, X.shape[1]) if collapsed else None)
+            for k, name in enumerate(names)}
 
-    out: dict[str, dict[str, Any]] = {}
-    for k, name in enumerate(names):
-        cnt = np.bincount(codes[k])
-        q = R[k] > 0
-        nq = int(q.sum())
-        res: dict[str, Any] = {
-            "n_values": int((cnt > 0).sum()), "lone_values": int((cnt == 1).sum()),
-            "lone_queries": int(n - nq), "queries": nq, "max_r": None if max_r is None else int(max_r),
-            "capped": bool(max_r is not None and np.any(Nv[k][q] - 1 > max_r)),
-        }
-        nan = float("nan")
-        if nq == 0:
-            res.update({"R-Prec": nan, "NR-Prec": nan, "ceiling": nan, "null_mean": nan, "null_sd": nan,
-                        "z": nan, "p_value": nan, "significant_2.576": False})
-            if perm_nr is not None:  # every property has the same keys: NaN where NR-Prec is undefined
-                res.update(_perm_summary(nan, perm_nr[k]))
-            out[name] = res
-            continue
-        h = H[k][q].astype(np.float64)
-        r = R[k][q].astype(np.float64)
-        nv = Nv[k][q].astype(np.float64)
-        p = nv / nq
-        res["R-Prec"] = float(np.mean(h / r))
-        if np.all(p >= 1.0):  # one value only: z undefined
-            res.update({"NR-Prec": nan, "ceiling": nan, "null_mean": nan, "null_sd": nan, "z": nan,
-                        "p_value": nan, "significant_2.576": False})
-            if perm_nr is not None:
-                res.update(_perm_summary(nan, perm_nr[k]))
-            out[name] = res
-            continue
-        sig, z = _query_z(h, r, p)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ceil = np.sqrt(r * (1 - p) / p)
-            M, Kp = n - 1.0, nv - 1.0
-            eh = r * Kp / M
-            vh = r * Kp * (M - Kp) * (M - r) / (M * M * (M - 1)) if M > 1 else np.zeros_like(r)
-            ez = (eh - r * p) / sig
-            vz = vh / sig ** 2
-        ok = sig > 0
-        nr = float(np.mean(z[ok])) if ok.any() else nan
-        res["NR-Prec"] = nr
-        res["ceiling"] = float(np.mean(ceil[ok])) if ok.any() else nan
-        m0 = float(np.mean(ez[ok])) if ok.any() else nan
-        sd0 = float(math.sqrt(np.sum(vz[ok])) / ok.sum()) if ok.any() else nan
-        res["null_mean"], res["null_sd"] = m0, sd0
-        if sd0 > 0:
-            from scipy.stats import norm
 
-            zz = (nr - m0) / sd0
-            res["z"], res["p_value"] = float(zz), float(norm.sf(zz))
-        else:
-            res["z"], res["p_value"] = nan, nan
-        res["significant_2.576"] = bool(nr >= SIGNIFICANCE_Z)
-        if perm_nr is not None:
-            res.update(_perm_summary(nr, perm_nr[k]))
-        out[name] = res
-    return out
+#: a property's numbers that can be undefined (NaN), as ``undefined`` names them
+RANKING_FIELDS = ("R-Prec", "NR-Prec", "ceiling", "null_mean", "null_sd", "z", "p_value")
+PERM_KEYS = ("perm_p_value", "perm_mean", "perm_sd")
+
+
+def _summary(k: int, codes: np.ndarray, R: np.ndarray, Nv: np.ndarray, H: np.ndarray, perm_nr, max_r,
+             repeated: int, collapsed: str | None) -> dict[str, Any]:
+    """One property's numbers (:func:`property_precision`'s Returns), and in ``undefined`` why each
+    undefined one is NaN, the reason made where the NaN is."""
+    n = codes.shape[1]
+    cnt = np.bincount(codes[k])
+    q = R[k] > 0
+    nq = int(q.sum())
+    nan = float("nan")
+    res: dict[str, Any] = {
+        "n_values": int((cnt > 0).sum()), "lone_values": int((cnt == 1).sum()),
+        "lone_queries": int(n - nq), "queries": nq, "max_r": None if max_r is None else int(max_r),
+        "capped": bool(max_r is not None and np.any(Nv[k][q] - 1 > max_r)),
+        **dict.fromkeys(RANKING_FIELDS, nan), "significant_2.576": False, "repeated_rows": int(repeated),
+    }
+    if perm_nr is not None:  # every property has the same keys: NaN where NR-Prec is undefined
+        res.update(_perm_summary(nan, perm_nr[k]))
+    why: dict[str, str] = {}
+    res["undefined"] = why
+    perm = PERM_KEYS if perm_nr is not None else ()
+    if nq == 0:
+        why.update(dict.fromkeys(RANKING_FIELDS + perm, (
+            f"every value occurs once ({res['lone_values']} lone values): no image has another image of "
+            "its value, so there is no query")))
+        return res
+    r = R[k][q].astype(np.float64)
+    nv = Nv[k][q].astype(np.float64)
+    p = nv / nq
+    if np.all(p >= 1.0):  # one value holds every query: sigma = 0, z = 0/0
+        if collapsed and res["lone_values"]:
+            why["R-Prec"] = collapsed
+        else:  # the R nearest of every query are all of its value (with collapsed rows too: no other value)
+            res["R-Prec"] = float(np.mean(H[k][q] / r)) if not collapsed else 1.0
+        nl = res["lone_values"]
+        one = (f"only one value occurs more than once (besides {nl} lone value{'s' if nl > 1 else ''}, no "
+               f"quer{'ies' if nl > 1 else 'y'})" if nl else "one value only (every image has it)")
+        why.update(dict.fromkeys(RANKING_FIELDS[1:] + perm, (
+            f"{one}: p = N_v/n' = {nq}/{nq} = 1, so sigma = sqrt(R p (1 - p)) = 0 and every z is 0/0")))
+        return res
+    sig, z = _query_z(H[k][q].astype(np.float64), r, p)  # sigma > 0: two values at least, each with N_v < n'
+    with np.errstate(divide="ignore", invalid="ignore"):
+        M, Kp = n - 1.0, nv - 1.0
+        eh = r * Kp / M
+        vh = r * Kp * (M - Kp) * (M - r) / (M * M * (M - 1)) if M > 1 else np.zeros_like(r)
+        ez = (eh - r * p) / sig
+        vz = vh / sig ** 2
+    res["ceiling"] = float(np.mean(np.sqrt(r * (1 - p) / p)))
+    m0 = float(np.mean(ez))
+    sd0 = float(math.sqrt(np.sum(vz)) / nq)
+    res["null_mean"], res["null_sd"] = m0, sd0
+    if collapsed:  # the numbers of the counts stay (ceiling, null); the ranking's are row order
+        why.update(dict.fromkeys(("R-Prec", "NR-Prec", "z", "p_value") + perm, collapsed))
+        return res
+    res["R-Prec"] = float(np.mean(H[k][q] / r))
+    nr = float(np.mean(z))
+    res["NR-Prec"] = nr
+    if sd0 > 0:
+        from scipy.stats import norm
+
+        zz = (nr - m0) / sd0
+        res["z"], res["p_value"] = float(zz), float(norm.sf(zz))
+    else:
+        why.update(dict.fromkeys(("z", "p_value"), "the null spread of NR-Prec is 0"))
+    res["significant_2.576"] = bool(nr >= SIGNIFICANCE_Z)
+    if perm_nr is not None:
+        res.update(_perm_summary(nr, perm_nr[k]))
+        if not np.isfinite(res["perm_sd"]):
+            why["perm_sd"] = "one shuffle has no spread (give 2 permutations or more)"
+    return res
 
 
 def _nr_prec(h: np.ndarray, R: np.ndarray, Nv: np.ndarray) -> float:

@@ -19,7 +19,8 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
     ``rows`` as from :func:`embedscope.analyses.properties` (already sorted, highest NR-Prec first).
     More than ``max_properties`` properties (None: no limit): the highest and lowest
     ``max_properties // 2`` each, with one slot between them that says how many are left out.
-    Returns the matplotlib figure.
+    A NaN NR-Prec (undefined: every value lone, one value, a collapsed model) is written "n/a" where
+    its bar would stand, and the legend says so. Returns the matplotlib figure.
     """
     import matplotlib.pyplot as plt
 
@@ -40,7 +41,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
         colors = series_colors(len(models))
         x = np.arange(len(props))
         gap = np.array([p is None for p in props])
-        handles, labels, ceiling = [], [], None
+        handles, labels, ceiling, missing = [], [], None, False
         for j, m in enumerate(models):
             ys = [val.get((m, p), {}).get("NR-Prec", np.nan) for p in props]
             cs = [val.get((m, p), {}).get("ceiling", np.nan) for p in props]
@@ -49,6 +50,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
             handles.append(ax.bar(xs, np.nan_to_num(ys), w, color=colors[j]))
             for xv in xs[~np.isfinite(ys) & ~gap]:  # no value (e.g. too few images): say so, not a bar of height 0
                 ax.text(xv, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6, color="0.35")
+                missing = True
             labels.append(short_text(m, LEGEND_CHARS))
             ceiling = ax.scatter(xs, cs, marker="_", s=120, color="0.3", zorder=3)
         if ceiling is not None:
@@ -56,6 +58,11 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
             labels.append("ceiling (perfect clustering)")
         handles.append(ax.axhline(SIGNIFICANCE_Z, color="k", ls="--", lw=0.8))
         labels.append("2.576 (Kobs' 1% rule)")
+        if missing:  # what "n/a" means, and where the reason is (the table's "undefined (–)" line)
+            from matplotlib.lines import Line2D
+
+            handles.append(Line2D([], [], ls="none"))
+            labels.append("n/a: NR-Prec undefined\n(why: the table's note)")
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xticks(x)
         ax.set_xticklabels([short_text(p, TICK_CHARS) if p is not None else f"\u2026 {left_out} more"
