@@ -351,7 +351,7 @@ def test_properties_cosine_zero_row_names_the_file_and_split(tmp_path, capsys):
     save(f, EmbeddingSet.from_arrays(X, np.arange(20) % 4, properties={"p": np.arange(20) % 2}), force=True)
     rc = main(["properties", str(f), "--metric", "cosine", "--no-progress"])
     err = capsys.readouterr().err
-    assert rc == 1 and "z.h5: 1 test embedding(s) are all zeros (the test split's row 5 first)" in err
+    assert rc == 1 and "z.h5: 1 test embedding(s) are all zeros (the test split's row 5 first, path '5')" in err
     assert main(["properties", str(f), "--no-progress"]) == 0  # Euclidean: fine
 
 

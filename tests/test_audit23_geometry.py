@@ -449,3 +449,18 @@ def test_info_mean_norm_keeps_tiny_and_huge_scales(tmp_path, capsys, scale, show
     store.save(f, store.EmbeddingSet.from_arrays(X, [0, 0, 1, 1]))
     assert main(["info", str(f)]) == 0
     assert re.search(r"mean embedding norm\s+(\S+)\n", capsys.readouterr().out).group(1) == shown
+
+
+def test_neighbours_names_an_all_zero_row_by_file_and_path(tmp_path, capsys):
+    """neighbours said 'row 4 of Q is all zeros' (the 5th random query)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(12, 4)).astype(np.float32)
+    X[6] = 0
+    f = tmp_path / "z.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(X, np.arange(12) % 3, paths=[f"img{i}.jpg" for i in range(12)]))
+    (tmp_path / "img").mkdir()
+    assert main(["neighbours", str(f), "--root", str(tmp_path / "img"), "-o", str(tmp_path / "n.png"),
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "1 test embedding(s) are all zeros (the test split's row 6 first, path 'img6.jpg')" in err
+    assert not (tmp_path / "n.png").exists()

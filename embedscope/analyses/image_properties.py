@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_sources
+from embedscope.analyses._sources import as_sources, check_no_zero_rows
 from embedscope.analyses.result import Result, combine, provenance_of
 from embedscope.errors import EmbedscopeError
 from embedscope.names import SPLIT_CHOICES
@@ -96,11 +96,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         if not props:
             raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
         if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
-            zero = np.flatnonzero(~np.any(es.embeddings != 0, axis=1))
-            if zero.size:
-                raise EmbedscopeError(f"{f}: {zero.size} {split} embedding(s) are all zeros (the {split} split's "
-                                      f"row {int(zero[0])} first): their cosine similarity is undefined "
-                                      "(use --metric euclidean)")
+            check_no_zero_rows(es, split)
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
                                  progress=progress, permutations=permutations, seed=seed)
         fields = ROW_FIELDS[2:] + (PERM_FIELDS if permutations else ())

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set, check_disjoint
+from embedscope.analyses._sources import as_set, check_disjoint, check_no_zero_rows
 from embedscope.analyses.result import Result, model_name, provenance_of
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
@@ -50,11 +50,7 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
             raise EmbedscopeError(f"scatter needs a class with two or more images in each split; each of the "
                                   f"{n_cls} classes of the {s} split has one image")
         if metric == "cosine":  # as every other cosine analysis (the metric's 0 would hide a broken model)
-            zero = np.flatnonzero(~np.any(part.embeddings != 0, axis=1))
-            if zero.size:
-                raise EmbedscopeError(f"{zero.size} {s} embedding(s) are all zeros (the {s} split's row "
-                                      f"{int(zero[0])} first): their cosine similarity is undefined "
-                                      "(use --metric euclidean or dot)")
+            check_no_zero_rows(part, s, hint="use --metric euclidean or dot")
         s_same, s_diff = nearest_same_different(part.embeddings, part.labels, metric=metric, progress=progress)
         panels[s] = (s_same, s_diff)
         share, lone = share_below_diagonal(s_same, s_diff)
@@ -144,6 +140,10 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
         raise UsageError("'all' overlaps the other split: give two different splits as query and reference sets")
     if not same:
         check_disjoint(qset, rset, split, reference_split)
+    if metric == "cosine":  # named by file, split and path (the search says 'row 4 of Q')
+        check_no_zero_rows(qset, split)
+        if not same:
+            check_no_zero_rows(rset, reference_split)
     n_ref = rset.n - (1 if same else 0)
     if n_ref < k:
         raise EmbedscopeError(f"the '{reference_split}' split has {n_ref} candidate retrievals per query, fewer than "
