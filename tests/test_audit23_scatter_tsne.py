@@ -354,3 +354,17 @@ def test_python_api_footer_says_the_perplexity_was_capped():
     assert settings_text({"perplexity": 19 / 3, "perplexity_requested": 50.0, "seed": 0}, ("perplexity", "seed")) \
         == "perplexity=6.333 (capped: 50 asked), seed=0"
     assert settings_text({"perplexity": 30.0, "perplexity_requested": 30.0}, ("perplexity",)) == "perplexity=30"
+
+
+def test_yoke_names_the_collapsed_file(tmp_path, capsys):
+    """yoke of a collapsed model said 'X_b: all 200 rows are identical' (an array the user never sees)."""
+    from embedscope.cli import main
+
+    rng = np.random.default_rng(0)
+    paths = [f"i{i}.png" for i in range(30)]
+    a, b = tmp_path / "a.h5", tmp_path / "collapsed.h5"
+    store.save(a, store.EmbeddingSet.from_arrays(rng.normal(size=(30, 4)).astype(np.float32), np.arange(30) % 3,
+                                                 paths=paths))
+    store.save(b, store.EmbeddingSet.from_arrays(np.ones((30, 4), np.float32), np.arange(30) % 3, paths=paths))
+    assert main(["yoke", str(a), str(b), "-o", str(tmp_path / "y.png"), "--no-progress"]) == 1
+    assert f"{b}: all 30 rows are identical (a collapsed model)" in capsys.readouterr().err

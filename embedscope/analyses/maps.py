@@ -54,9 +54,14 @@ def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
 def _check_dims(es, name) -> None:
     """One-dimensional embeddings named by their file (openTSNE's PCA initialisation takes two
     components; the map's own check names only its array)."""
+    what = name if isinstance(name, (str, os.PathLike)) else "the embeddings"
     if es.dim < 2:
-        what = name if isinstance(name, (str, os.PathLike)) else "the embeddings"
         raise EmbedscopeError(f"{what}: t-SNE needs embeddings of at least 2 dimensions, got {es.dim}")
+    X = es.embeddings
+    if X.shape[0] > 1 and not np.any(X != X[:1]):  # (the map's own check says 'X_b')
+        raise EmbedscopeError(f"{what}: all {X.shape[0]} rows are identical (a collapsed model); t-SNE needs "
+                              "points that differ")
+
 
 def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_points: int | None = None,
          perplexity: float = 30.0, seed: int = 0, n_iter: int = 500, n_jobs: int = 1, progress: bool = False,
