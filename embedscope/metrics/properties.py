@@ -695,10 +695,8 @@ def _summary(k: int, codes: np.ndarray, R: np.ndarray, Nv: np.ndarray, H: np.nda
     nr = float(np.mean(z))
     res["NR-Prec"] = nr
     if sd0 > 0:
-        from scipy.stats import norm
-
-        zz = (nr - m0) / sd0
-        res["z"], res["p_value"] = float(zz), float(norm.sf(zz))
+        zz = (nr - m0) / sd0  # one-sided normal tail, as scipy.stats.norm.sf (whose import costs 0.6-0.8 s)
+        res["z"], res["p_value"] = float(zz), 0.5 * math.erfc(zz / math.sqrt(2.0))
     else:
         why.update(dict.fromkeys(("z", "p_value"), "the null spread of NR-Prec is 0"))
     res["significant_2.576"] = bool(nr >= SIGNIFICANCE_Z)
