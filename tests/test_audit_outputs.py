@@ -265,7 +265,7 @@ def test_scatter_files_api_and_metrics_agree(files, tmp_path):
     doc = _strict_json(out.with_suffix(".json"))
     assert doc["values"] == r.values and list(doc) == ["analysis", "model", "values", "provenance", "table"]
     rows = _csv_rows(out.with_suffix(".csv"))
-    assert list(rows[0]) == ["path", "split", "label", "class", "s_same", "s_diff", "below_diagonal"]
+    assert list(rows[0]) == ["path", "split", "label", "class", "s_same", "s_diff", "below_diagonal", "tied"]
     assert len(rows) == len(doc["table"]) == len(r.table) == es.n
     for row, jrow, t in zip(rows, doc["table"], r.table):
         assert row["path"] == jrow["path"] == t["path"] and row["class"] == jrow["class"] == t["class"]
@@ -291,7 +291,9 @@ def test_scatter_files_api_and_metrics_agree(files, tmp_path):
         for i in range(len(y)):
             assert np.max(S[i][y != y[i]]) == pytest.approx(diff[i], abs=1e-6)
         cells = _terminal_cells(text, [s])[s]
-        assert cells == [str(int(m.sum())), str(len(np.unique(y))), str(ref["n_lone"]), f"{ref['R@1']:.4f}"]
+        # N, classes, left out, tied (none in these rows), below diagonal (= R@1 without ties), below or tied
+        assert cells == [str(int(m.sum())), str(len(np.unique(y))), str(ref["n_lone"]), "0", f"{ref['R@1']:.4f}",
+                         f"{ref['R@1']:.4f}"]
 
 
 def test_neighbours_are_the_exact_top_k_and_the_printed_count(files, tmp_path):

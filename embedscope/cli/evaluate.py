@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from embedscope.cli.common import add_device, add_force, positive_int, seed_int
 from embedscope.cli.output import add_result_outputs
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
@@ -14,6 +16,15 @@ MAX_DIGITS = 8
 KEY_CHOICES = ("R@k", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim", "NMI", "F1")
 
 
+class _Given(argparse.Action):
+    """Store the value and note that the option was given (``args.<dest>_given``): --split with
+    --query-split was silently not used."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def add_parser(sub, parents):
     p = sub.add_parser(
         "evaluate", parents=parents, help="retrieval and clustering metrics (R@k, MAP@R, NMI, ...)",
@@ -23,7 +34,7 @@ def add_parser(sub, parents):
         "one table, models side by side, the same protocol. Definitions: docs/methods.md §1.")
     p.add_argument("files", nargs="+", metavar="EMB.h5", help="embedding file(s) (.h5)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="display name of each file (default: file names)")
-    p.add_argument("--split", default=None, choices=SPLIT_CHOICES,
+    p.add_argument("--split", default="test", choices=SPLIT_CHOICES, action=_Given,
                    help="rows that are both queries and references (default: test; with --query-split, "
                    "name the references with --reference-split instead)")
     p.add_argument("--query-split", choices=SPLIT_CHOICES,
@@ -104,11 +115,10 @@ def run(args) -> int:
     from embedscope.errors import UsageError
     from embedscope.tables import format_table
 
-    if args.split is not None and args.query_split is not None:  # --split was silently not used
+    if getattr(args, "split_given", False) and args.query_split is not None:  # --split was silently not used
         raise UsageError(f"--split {args.split} with --query-split {args.query_split}: --split names rows that are "
                          "queries and references at once; name the references with --reference-split "
                          f"(e.g. --query-split {args.query_split} --reference-split {args.split})")
-    args.split = args.split or "test"
     include = include_keys(args.include, args.k)
     if args.per_class and include is not None and all(k in ("NMI", "F1") for k in include):
         # the per-class table holds per-query retrieval scores: NMI / F1 alone rank nothing (it failed

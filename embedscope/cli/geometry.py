@@ -5,9 +5,6 @@ from __future__ import annotations
 from embedscope.cli.common import add_force
 from embedscope.cli.output import add_measure_options, add_result_outputs, measure_kwargs
 
-#: how the terminal table shows an undefined (NaN) measure; the files hold NaN (JSON null, an empty CSV cell)
-UNDEFINED = "–"
-
 
 def add_parser(sub, parents):
     p = sub.add_parser(
@@ -25,24 +22,9 @@ def add_parser(sub, parents):
     return p
 
 
-def undefined_lines(results) -> list[str]:
-    """One line per result with undefined measures (naming the model when there are several), escaped."""
-    from embedscope.analyses.result import Result
-    from embedscope.analyses.structure import undefined_note
-    from embedscope.text import safe
-
-    results = [results] if isinstance(results, Result) else list(results)
-    out = []
-    for r in results:
-        note = undefined_note(r.provenance.get("undefined") or {})
-        if note:
-            out.append(safe(f"{r.model}: {note}" if len(results) > 1 else note))
-    return out
-
-
 def run(args) -> int:
     from embedscope.analyses import geometry
-    from embedscope.cli.output import check_result_outputs, print_wrote, write_result
+    from embedscope.cli.output import UNDEFINED, check_result_outputs, print_wrote, undefined_lines, write_result
     from embedscope.text import safe
 
     args._inputs = [args.file]

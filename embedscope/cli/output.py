@@ -165,3 +165,34 @@ def measure_kwargs(args) -> dict:
                 max_pairs=args.max_pairs, seed=args.seed)
 
 
+#: how the terminal table shows an undefined (NaN) measure; the files hold NaN (JSON null, an empty CSV cell)
+UNDEFINED = "–"
+
+
+def undefined_lines(results) -> list[str]:
+    """One line per result with undefined measures (naming the model when there are several), escaped."""
+    from embedscope.analyses.result import Result
+    from embedscope.analyses.structure import undefined_note
+    from embedscope.text import safe
+
+    results = [results] if isinstance(results, Result) else list(results)
+    out = []
+    for r in results:
+        note = undefined_note(r.provenance.get("undefined") or {})
+        if note:
+            out.append(safe(f"{r.model}: {note}" if len(results) > 1 else note))
+    return out
+
+
+def perplexity_cap_notes(info: dict, n: int) -> tuple[dict, str | None]:
+    """The settings for the figure's note and the terminal's note line when the perplexity asked for
+    was capped at (N − 1)/3 (:func:`embedscope.tsne.perplexity_cap`): the figure then reads
+    ``perplexity=6.333 (capped: 50 asked, N = 20)``; otherwise ``(info, None)``."""
+    from embedscope.tsne import perplexity_cap
+
+    cap = perplexity_cap(info, n)
+    if cap is None:
+        return info, None
+    shown = dict(info)
+    shown["perplexity"] = f"{info['perplexity']:.4g} (capped: {info['perplexity_requested']:.4g} asked, N = {int(n)})"
+    return shown, f"note: perplexity {cap}"

@@ -59,8 +59,7 @@ def note_lines(results) -> list[str]:
 def run(args) -> int:
     from embedscope.analyses import properties
     from embedscope.analyses.image_properties import PERM_FIELDS, ROW_FIELDS
-    from embedscope.cli.geometry import UNDEFINED, undefined_lines
-    from embedscope.cli.output import check_result_outputs, print_wrote, save_and_close, write_result
+    from embedscope.cli.output import UNDEFINED, check_result_outputs, print_wrote, save_and_close, undefined_lines, write_result
     from embedscope.tables import format_table, write_csv, write_parquet
 
     args._inputs = args.files

@@ -38,8 +38,15 @@ def run(args) -> int:
     from embedscope.analyses import spectrum
     from embedscope.analyses.result import unique_names
     from embedscope.analyses.structure import check_not_repeated
-    from embedscope.cli.geometry import UNDEFINED, undefined_lines
-    from embedscope.cli.output import check_result_outputs, measure_kwargs, print_wrote, save_and_close, write_result
+    from embedscope.cli.output import (
+        UNDEFINED,
+        check_result_outputs,
+        measure_kwargs,
+        print_wrote,
+        save_and_close,
+        undefined_lines,
+        write_result,
+    )
     from embedscope.errors import UsageError
     from embedscope.progress import progress_bar
     from embedscope.text import safe

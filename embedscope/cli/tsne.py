@@ -30,24 +30,10 @@ def add_parser(sub, parents):
     return p
 
 
-def perplexity_cap_notes(info: dict, n: int) -> tuple[dict, str | None]:
-    """The settings for the figure's note and the terminal's note line when the perplexity asked for
-    was capped at (N − 1)/3 (:func:`embedscope.tsne.perplexity_cap`): the figure then reads
-    ``perplexity=6.333 (capped: 50 asked, N = 20)``; otherwise ``(info, None)``."""
-    from embedscope.tsne import perplexity_cap
-
-    cap = perplexity_cap(info, n)
-    if cap is None:
-        return info, None
-    shown = dict(info)
-    shown["perplexity"] = f"{info['perplexity']:.4g} (capped: {info['perplexity_requested']:.4g} asked, N = {int(n)})"
-    return shown, f"note: perplexity {cap}"
-
-
 def run(args) -> int:
     from embedscope.analyses import tsne
     from embedscope.analyses.maps import SHOWN_TSNE
-    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, save_and_close
+    from embedscope.cli.output import figure_outputs, parquet_output, perplexity_cap_notes, print_wrote, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
     from embedscope.viz import plot_joint_tsne, plot_tsne

@@ -84,7 +84,7 @@ def run(args) -> int:
     r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=args.max_points,
              perplexity=args.perplexity, seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, names=args.names,
              progress=not args.no_progress)
-    from embedscope.cli.tsne import perplexity_cap_notes
+    from embedscope.cli.output import perplexity_cap_notes
 
     a = r.arrays
     inset = _inset(args.inset_class, a["class_names"], a["labels"])
