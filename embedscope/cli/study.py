@@ -60,6 +60,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from embedscope.study.run import run_study
+    from embedscope.study.stats import study_notes
     from embedscope.tables import format_table
     from embedscope.text import safe
 
@@ -79,8 +80,19 @@ def run(args) -> int:
     order = {r["measure"]: i for i, r in enumerate(st["ranking"])}
     rows.sort(key=lambda r: order.get(r["measure"], 999))
     n = st["n_points"]
-    print(format_table(rows, title=f"study {safe(Path(args.output))}: {n['runs']} runs, {n['objectives']} objectives, "
-                       f"target test {st['target']} (ranked by |tau| over runs)", nan="–"))
+    if n["runs"] == 0 and n.get("excluded"):
+        # every run left out: a table of dashes would say nothing; the rows stay (nothing is measured again)
+        print(f"embedscope study: error: --exclude {' '.join(repr(e) for e in args.exclude)} leaves out every run "
+              f"(all {n['excluded']}): nothing to correlate; the measured rows are in "
+              f"{safe(Path(args.output) / 'runs.csv')} (excluded = True): run again with another --exclude "
+              "(nothing is measured again)", file=sys.stderr)
+        _say_failed(res, safe)
+        return 1
+    if n["runs"]:
+        print(format_table(rows, title=f"study {safe(Path(args.output))}: {n['runs']} runs, {n['objectives']} "
+                           f"objectives, target test {st['target']} (ranked by |tau| over runs)", nan="–"))
+    for line in study_notes(st):  # why a number is '–' (or says nothing): one line per reason
+        print(f"note: {safe(line)}")
     u = st["untrained"]
     print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
           f"{u.get('selected_compared', '?')}")
@@ -95,10 +107,17 @@ def run(args) -> int:
           + (f", figures/ ({', '.join(drawn)})" if drawn else ""))
     if not drawn and not args.no_figures:
         print("no figures: they need at least 2 objectives (points) after --exclude")
-    if res["errors"]:
-        rest = ("none was measured" if len(res["errors"]) >= len(res["rows"]) else "the rest were measured")
-        print(f"embedscope study: error: {len(res['errors'])} of {len(res['rows'])} checkpoints failed "
-              f"(e.g. {safe(res['errors'][0]['id'])}: {safe(res['errors'][0]['error'])}); {rest} — "
-              "see the status and error columns of runs.csv", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if _say_failed(res, safe) else 0
+
+
+def _say_failed(res, safe) -> bool:
+    """One line on stderr when checkpoints failed (-> True)."""
+    import sys
+
+    if not res["errors"]:
+        return False
+    rest = ("none was measured" if len(res["errors"]) >= len(res["rows"]) else "the rest were measured")
+    print(f"embedscope study: error: {len(res['errors'])} of {len(res['rows'])} checkpoints failed "
+          f"(e.g. {safe(res['errors'][0]['id'])}: {safe(res['errors'][0]['error'])}); {rest} — "
+          "see the status and error columns of runs.csv", file=sys.stderr)
+    return True

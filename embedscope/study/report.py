@@ -164,16 +164,19 @@ def png_size(data: bytes) -> tuple[int, int, float | None]:
 FIGURE_PX_PER_INCH = 120
 
 
-def _img(path: Path, alt: str) -> str:
+def _img(path: Path, alt: str, strict: bool = False) -> str:
     """A figure embedded as base64, shown at a size proportional to the size it was drawn for (its
     pixels over its dpi, at FIGURE_PX_PER_INCH), so that the text of every figure has the same size on
-    the page, smaller only where the page is narrower than the figure."""
+    the page, smaller only where the page is narrower than the figure. ``strict``: a file that is not
+    a PNG is a ValueError (else embedded without a size)."""
     raw = path.read_bytes()
     try:
         w, h, dpi = png_size(raw)
         scale = FIGURE_PX_PER_INCH / dpi if dpi else 1.0
         size = f' width="{round(w * scale)}" height="{round(h * scale)}"'
     except ValueError:
+        if strict:
+            raise
         size = ""
     data = base64.b64encode(raw).decode("ascii")
     return (f'<figure><img alt="{_e(alt)}"{size} src="data:image/png;base64,{data}">'
@@ -307,8 +310,22 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
     points = [(n, what) for n, what in ((_count(np_["objectives"]), "objectives"), (_count(np_["runs"]), "runs"))
               if n is not None]
     few = [(n, what) for n, what in points if n < 3]
+    if _count(np_["runs"]) == 0:  # nothing to correlate: say why, not "a correlation over two points is ±1"
+        n_ex = _count(np_["excluded"]) or 0
+        why = (f"--exclude {_e(', '.join(exclude))} left out all {n_ex} selected runs (grey in the runs table)"
+               if n_ex else "no checkpoint was measured (see the failures above)" if failed else "the study has no run")
+        parts.append(f'<p class="err"><b>No run enters the statistics</b>: {why}. Every correlation below is '
+                     f"{DASH}; run the same 'embedscope study' command with another --exclude (finished rows are "
+                     "not measured again).</p>")
+        few = []
+    const = sorted({str(r.get("note")) for r in stats["correlations"]
+                    if r.get("level") == "runs" and str(r.get("note") or "").startswith("not defined: test")})
+    if const:  # a constant target: no measure has a correlation with it, whatever the table looks like
+        parts.append(f'<p class="warn">Test {_e(target)} is the same in every run '
+                     f"({_e(const[0].rsplit('(', 1)[-1].rstrip(')'))}): no measure has a correlation with it "
+                     f"({DASH} throughout). The runs do not differ in what the study asks about.</p>")
     if few:
-        said = " and ".join(f"{n} {what}" for n, what in few)
+        said = " and ".join(f"{n} {what if n != 1 else what[:-1]}" for n, what in few)
         parts.append(f'<p class="warn">Only {_e(said)}: a correlation over two points is ±1 whatever the values, '
                      "without an interval or p-value, and over fewer it is not defined (–). These correlations "
                      "say nothing about the claim; a study needs at least 3 points, and many more for intervals "
@@ -410,17 +427,29 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
     target, np_ = stats["target"], stats["n_points"]
     rank = {r["measure"]: i + 1 for i, r in enumerate(stats.get("ranking", []))}
     rows = []
+    # a measure undefined for some points (ρ of a collapsed model) is correlated over fewer: its own n
+    fewer = any(_count(by[m].get(lv, {}).get("n")) not in (None, _count(np_[lv]))
+                for m in by for lv in ("objectives", "runs") if lv in by[m])
     for m in sorted(by, key=lambda m: rank.get(m, 999)):
         o, r = by[m].get("objectives", {}), by[m].get("runs", {})
-        rows.append([_e(m), _text(o.get("split") or r.get("split")), str(rank.get(m, DASH)),
-                     _ci(o, "pearson"), _ci(o, "spearman"), _ci(o, "kendall"),
-                     _ci(r, "pearson"), _ci(r, "spearman"), _ci(r, "kendall"), _r(r.get("granulated_tau"))])
+        cells = [_e(m), _text(o.get("split") or r.get("split")), str(rank.get(m, DASH))]
+        if fewer:
+            cells.append(f"{_num(o.get('n'))} / {_num(r.get('n'))}")
+        rows.append(cells + [_ci(o, "pearson"), _ci(o, "spearman"), _ci(o, "kendall"),
+                             _ci(r, "pearson"), _ci(r, "spearman"), _ci(r, "kendall"), _r(r.get("granulated_tau"))])
     head = ('<tr><th class="l" rowspan="2">measure</th><th class="l" rowspan="2">split</th>'
             '<th rowspan="2">rank by <span class="nw">|τ|</span></th>'
+            + ('<th rowspan="2">points (objectives / runs)</th>' if fewer else "") +
             f'<th class="c" colspan="3">over objectives (n = {_e(np_["objectives"])})</th>'
             f'<th class="c" colspan="3">over runs (n = {_e(np_["runs"])})</th><th rowspan="2">granulated τ</th></tr>'
             "<tr>" + "<th>Pearson r</th><th>Spearman</th><th>Kendall τ</th>" * 2 + "</tr>")
     parts = [f"<h2>Correlations with test {_e(target)}</h2>", _table([], rows, left=2, head=head)]
+    from embedscope.study.stats import study_notes
+
+    notes = study_notes(stats)
+    if notes:
+        parts.append('<div class="warn"><p><b>Why numbers are missing or say nothing:</b></p><ul>'
+                     + "".join(f"<li>{_e(x)}</li>" for x in notes) + "</ul></div>")
     if stats.get("identical_to_target"):
         parts.append(f'<p class="note">Left out, equal to the target in every run: '
                      f'{_e(", ".join(map(str, stats["identical_to_target"])))}.</p>')
@@ -519,11 +548,26 @@ def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
     drawn = stats.get("figures")  # the figures drawn with these statistics (figures/ may hold an earlier run's)
     if not isinstance(drawn, list):  # a study of an earlier version: the files on disk
         drawn = list(caps)
-    imgs = [(fig_dir / f"{k}.png", c) for k, c in caps.items() if k in drawn and (fig_dir / f"{k}.png").exists()]
-    if not imgs:
+    out, missing = [], []
+    for k, c in caps.items():
+        if k not in drawn:
+            continue
+        p = fig_dir / f"{k}.png"
+        try:
+            out.append(_img(p, c, strict=True))
+        except (OSError, ValueError) as e:  # deleted, a folder, unreadable or not a PNG since the study
+            why = ("missing" if not p.exists() and not p.is_symlink() else "a folder, not a file" if p.is_dir() else
+                   e.strerror if isinstance(e, OSError) and e.strerror else str(e) or "cannot be read")
+            missing.append(f"figures/{k}.png ({c.split(':')[0]}): {why}")
+    if not out and not missing:
         return []
-    return ["<h2>Figures</h2>"] + [_img(p, c) for p, c in imgs] + \
-        ['<p class="note">The same figures as PNG and PDF: <code>figures/</code> in the study folder.</p>']
+    parts = ["<h2>Figures</h2>"]
+    if missing:
+        parts.append('<p class="warn">Not shown, drawn by the study but not readable now: '
+                     + _e("; ".join(missing)) + ". Run the same 'embedscope study' command again to draw "
+                     "the figures again (nothing is measured again).</p>")
+    return parts + out + ['<p class="note">The same figures as PNG and PDF: <code>figures/</code> in the study '
+                          "folder.</p>"]
 
 
 _INTS = ("epoch", "seed")
@@ -547,6 +591,8 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
              ("beats_untrained", "beats untrained")]
     cols += [(m, f"{m} ({'test' if m == 'MAP@R' else 'train'})")
              for m in ("rho", "pi_ratio", "pi_intra", "pi_inter", "MAP@R") if m != target]
+    if any(str(r.get("undefined") or "").strip() for r in runs):  # why a measure of the row is –
+        cols.append(("undefined", "undefined measures (why: the notes under the correlations)"))
     cols = [(c, h) for c, h in cols if c in have]
     rws, rc = [], []
     for r in runs:
@@ -558,7 +604,7 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
             elif c in _INTS:
                 n = _count(val)
                 cells.append(DASH if n is None else str(n))
-            elif c in ("id", "objective", "selection", "status") or c in tags:
+            elif c in ("id", "objective", "selection", "status", "undefined") or c in tags:
                 cells.append(_text(val))
             else:
                 cells.append(_fixed(val, 4))
@@ -571,12 +617,17 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
         rc.append("bad" if failed or (worse and not excl) else "excl" if excl else "")
     left = next((i for i, (c, _) in enumerate(cols)
                  if c not in ("id", "status", "excluded", "objective", "selection") and c not in tags), len(cols))
-    parts = ["<h2>Runs</h2>", _table([h for _, h in cols] + ["sha256 (first 12)"], rws, left=left, row_classes=rc)]
+    wrap = tuple(i for i, (c, _) in enumerate(cols) if c == "undefined")
+    parts = ["<h2>Runs</h2>", _table([h for _, h in cols] + ["sha256 (first 12)"], rws, left=left, row_classes=rc,
+                                     wrap=wrap)]
     legend = "Red rows: failed, or no better than the untrained network."
     if any_excl:
         legend += " Grey rows: left out of the statistics by --exclude (whether or not they beat it)."
+    undef = (", nor a measure the run leaves undefined, named in the last column, the reasons under the "
+             "correlations") if any(c == "undefined" for c, _ in cols) else ""
     parts.append(f'<p class="note">{legend} {DASH}: no value (the untrained rows are the reference; a failed row '
-                 "has none). Every column: <code>runs.csv</code> / <code>runs.parquet</code> in the study folder.</p>")
+                 f"has none{undef}). Every column: <code>runs.csv</code> / <code>runs.parquet</code> in the study "
+                 "folder.</p>")
     return parts
 
 

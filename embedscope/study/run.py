@@ -24,6 +24,7 @@ import datetime as _dt
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import sys
@@ -269,6 +270,7 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     """
     from embedscope.study.measures import registry
     from embedscope.study.plan import CONFIG_COLUMNS
+    from embedscope.study.stats import UNDEFINED_KEY, group_reasons
 
     # ``path``: the checkpoint as the calling process sees it, made absolute there (a worker of a
     # scheduler runs in another folder, maybe on another machine); ``checkpoint`` as the study names it
@@ -315,16 +317,100 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
                            geometry_seed=GEOMETRY_SEED)
         c = info["config"]
         row.update({k: c.get(k, row.get(k)) for k in CONFIG_COLUMNS if c.get(k) is not None})
+        why = undefined_reasons(es, vals)
         row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_seconds": info["embed_seconds"],
                     "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
-                    "N_test": int((es.split == "test").sum()), "status": "ok", "error": ""})
-        row.update({k: float(v) for k, v in vals.items()})
+                    "N_test": int((es.split == "test").sum()), "status": "ok", "error": "",
+                    # which measures have no finite value, and why (runs.csv; the reasons also in correlations.json)
+                    "undefined": ", ".join(why),
+                    "undefined_why": "; ".join(f"{', '.join(ms)}: {w}" for w, ms in group_reasons(why).items()),
+                    UNDEFINED_KEY: why})
+        # a value that is not a finite number is a missing one (NaN; JSON null), with its reason in `undefined`
+        row.update({k: _finite(v) for k, v in vals.items()})
     except Exception as e:  # noqa: BLE001 - the row reports it, the study goes on
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if not isinstance(e, EmbedscopeError):
             msg = f"{e.__class__.__name__}: {msg}"
+        if "NaN or inf" in msg:  # a diverged run: say which weights, when the file shows it
+            msg += _nonfinite_weights(path)
         row.update(status="error", error=msg[:300])
     return row
+
+
+def _finite(v) -> float:
+    f = float(v)
+    return f if math.isfinite(f) else float("nan")
+
+
+def undefined_reasons(es, vals: dict[str, float]) -> dict[str, str]:
+    """{measure: why it has no finite value} for the measures of ``vals`` that are NaN or infinite.
+
+    The registry returns numbers only; the reasons are the measures' own (the geometry's
+    ``provenance["undefined"]``: ρ of a collapsed model, π_ratio = 0/0, ...; NR-Prec's ``undefined``),
+    asked again only for a row that has such a value (a collapsed model: rare, and small beside its
+    embedding). A reason that cannot be had is said as such; this never fails the row."""
+    from embedscope.study.measures import registry
+
+    bad = {k: float(v) for k, v in vals.items() if not math.isfinite(float(v))}
+    if not bad:
+        return {}
+    mreg, _, _ = registry()
+    out: dict[str, str] = {}
+    for k, v in bad.items():
+        out[k] = f"infinite ({v:+g})" if math.isinf(v) else "not defined (NaN)"
+    geo = {k for k in bad if k in mreg and mreg[k].family == "geometry"}
+    if geo:
+        try:
+            from embedscope.analyses.structure import geometry
+
+            splits = {mreg[k].split for k in geo}
+            for split in splits:
+                r = geometry(es, split=split, seed=GEOMETRY_SEED)
+                for k, w in (r.provenance.get("undefined") or {}).items():
+                    if k in bad and k in geo and mreg[k].split == split:
+                        out[k] = str(w)
+        except Exception:  # noqa: BLE001 - only the reason: the generic one stays
+            pass
+    for k in geo:
+        if k == "rho_all" and math.isinf(bad[k]):  # KL(U||s) with a zero singular value
+            out[k] = "infinite: some singular values are 0, KL(U||s) diverges (a collapsed or rank-deficient model)"
+    props = {k for k in bad if k in mreg and mreg[k].family == "properties"}
+    if props:
+        try:
+            from embedscope.metrics.properties import property_precision
+
+            for split in {mreg[k].split for k in props}:
+                sub = es.subset(split)
+                names = {k: k.split(":", 1)[1] for k in props if mreg[k].split == split}
+                res = property_precision(sub.embeddings, {p: sub.properties[p] for p in names.values()},
+                                         metric="euclidean", max_r=None)
+                for k, p in names.items():
+                    w = (res.get(p, {}).get("undefined") or {}).get("NR-Prec")
+                    if w:
+                        out[k] = str(w)
+        except Exception:  # noqa: BLE001 - only the reason
+            pass
+    return out
+
+
+def _nonfinite_weights(path) -> str:
+    """'; its weights hold NaN or inf (head.weight, …): a diverged training run' when the checkpoint's
+    state_dict holds non-finite values, else ''. Never raises."""
+    try:
+        import torch
+
+        from embedscope.models import read_checkpoint
+
+        obj = read_checkpoint(path)
+        sd = obj.get("state_dict") if isinstance(obj, dict) else None
+        names = [k for k, t in (sd or {}).items()
+                 if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    except Exception:  # noqa: BLE001 - only a hint
+        return ""
+    if not names:
+        return ""
+    more = f", … ({len(names) - 3} more)" if len(names) > 3 else ""
+    return f"; its weights hold NaN or inf ({', '.join(names[:3])}{more}): a diverged training run"
 
 
 def _versions() -> dict[str, str]:
@@ -804,8 +890,8 @@ _STATS_KEYS = {"target": str, "correlations": list, "ranking": list, "n_points":
 
 def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The statistics of an earlier run when its runs.csv holds exactly these rows (else None: also
-    when runs.csv or correlations.json cannot be read or are not a study's, so that they are
-    computed again from the rows)."""
+    when runs.csv or correlations.json cannot be read or are not a study's, or a figure they drew is
+    missing, so that they are computed again from the rows)."""
     import csv
 
     paths = [out_dir / f for f in ("runs.csv", "runs.parquet", "correlations.csv", "correlations.json")]
@@ -832,7 +918,24 @@ def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, An
         return None
     if not isinstance(stats["untrained"].get("selected_no_better"), list):
         return None
+    # the figures these statistics drew: one deleted (or replaced by other than a PNG / PDF) since is drawn again
+    drawn = stats.get("figures")
+    if isinstance(drawn, list) and not all(isinstance(f, str) and _is_figure(out_dir / "figures" / f"{f}.{ext}")
+                                           for f in drawn for ext in ("png", "pdf")):
+        return None
     return stats
+
+
+_MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF"}
+
+
+def _is_figure(path: Path) -> bool:
+    """Whether ``path`` is a file that starts as a PNG or PDF file of its suffix does."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8).startswith(_MAGIC[path.suffix[1:]])
+    except OSError:
+        return False
 
 
 def _integer_column(values: list) -> bool:

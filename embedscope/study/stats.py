@@ -12,7 +12,10 @@ Per measure m and a target t (default test R@1):
 
   at two levels: **objectives** (one point per objective = the mean over its seeds, as Roth Fig. 5)
   and **runs** (every checkpoint a point). A missing value drops its point for that measure only (an
-  objective's mean is over its seeds with a value); a constant side gives NaN, never 0.
+  objective's mean is over its seeds with a value; an infinite value is a missing one); a side
+  constant over the points, also only up to rounding (:func:`constant_rows`), gives NaN for every
+  statistic, never 0. Each correlation row says why in ``note`` and counts ``n_left_out``;
+  :func:`study_notes` makes the lines the terminal and the report print.
 * **Granulated Kendall τ** (Jiang, Neyshabur, Mobahi, Krishnan, Bengio, *Fantastic Generalization
   Measures and Where to Find Them*, ICLR 2020, Eq. 4): for each hyper-parameter axis i that varies
   in the study, τ of (m, t) within every group of runs that agree on all other axes (and the seed),
@@ -40,11 +43,26 @@ HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_d
 
 
 # ----------------------------------------------------------------------------------------- statistics
+def constant_rows(X: np.ndarray) -> np.ndarray:
+    """Whether each row of X [B, n] is constant up to rounding: a spread (sum of squared deviations)
+    of at most 1e-24 of its sum of squares, i.e. equal values up to the last bits (the mean of equal
+    values over 3 seeds and over 6 can differ in the last bit: 0.1 three times is 0.1, six times
+    0.10000000000000002). Such a row has no correlation of any kind (Pearson, Spearman, Kendall): its
+    ranks and pair signs would only measure rounding."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 1:
+        X = X[None]
+    xc = X - X.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (xc * xc).sum(1) <= 1e-24 * (X * X).sum(1)
+
+
 def pearson_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """Pearson r of each row pair of X, Y [B, n] (NaN where a row is constant).
 
     "Constant" is relative to the row's own scale (a spread of at most 1e-12 of its magnitude, i.e.
-    equal values up to rounding), so r does not depend on the units: x and 1e-14·x give the same r.
+    equal values up to rounding: :func:`constant_rows`), so r does not depend on the units: x and
+    1e-14·x give the same r.
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
@@ -62,10 +80,16 @@ def pearson_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
 
 
 def spearman_rows(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Spearman's rank correlation of each row pair (Pearson of average ranks, as scipy.stats.spearmanr)."""
+    """Spearman's rank correlation of each row pair (Pearson of average ranks, as scipy.stats.spearmanr);
+    NaN where a row is constant up to rounding (:func:`constant_rows`: its ranks would order rounding
+    errors), as Pearson's r."""
     from scipy.stats import rankdata
 
-    return pearson_rows(rankdata(X, axis=1), rankdata(Y, axis=1))
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    r = pearson_rows(rankdata(X, axis=1), rankdata(Y, axis=1))
+    r[constant_rows(X) | constant_rows(Y)] = np.nan
+    return r
 
 
 def _pair_signs(x: np.ndarray) -> np.ndarray:
@@ -82,7 +106,8 @@ def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int | None = None, *, y_si
     leave the pair out of that side's count): τ_b = (C − D) / sqrt((n0 − n_x)(n0 − n_y)).
 
     ``Y`` may have one row for all rows of ``X``; ``y_signs`` (``_pair_signs`` of ``Y``) skips
-    recomputing its pair signs. The counts are integers, so chunking never changes a value.
+    recomputing its pair signs. The counts are integers, so chunking never changes a value. A row
+    constant up to rounding (:func:`constant_rows`) has no τ: NaN, as Pearson's r.
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
@@ -94,7 +119,9 @@ def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int | None = None, *, y_si
         for i in range(X.shape[0]):
             t = kendalltau(X[i], Y[0] if Y.shape[0] == 1 else Y[i]).statistic
             rows.append(np.nan if t is None else t)
-        return np.clip(np.asarray(rows, dtype=np.float64), -1.0, 1.0)
+        out = np.clip(np.asarray(rows, dtype=np.float64), -1.0, 1.0)
+        out[constant_rows(X) | constant_rows(Y)] = np.nan
+        return out
     chunk = chunk or max(1, int(4_000_000 // max(n * n, 1)))
     out = np.empty(X.shape[0])
     shared = Y.shape[0] == 1 and X.shape[0] != 1
@@ -109,6 +136,8 @@ def kendall_rows(X: np.ndarray, Y: np.ndarray, chunk: int | None = None, *, y_si
         den = np.sqrt((nx * ny).astype(np.float64))
         with np.errstate(invalid="ignore", divide="ignore"):
             out[s:s + chunk] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+    # a side constant up to rounding has no τ (its pair signs would be those of rounding errors)
+    out[constant_rows(X) | constant_rows(Y)] = np.nan
     return np.clip(out, -1.0, 1.0)
 
 
@@ -127,6 +156,13 @@ def _pearson(x, y) -> float:
     """Pearson r of the finite pairs of (x, y) (NaN below 2 pairs or with a constant side)."""
     x, y = _finite_pairs(x, y)
     return float(pearson_rows(x[None], y[None])[0]) if x.size >= 2 else float("nan")
+
+
+def _pearson_3(x, y) -> float:
+    """:func:`_pearson` over at least 3 finite pairs, else NaN (a robustness number over two points
+    would be ±1 whatever the values)."""
+    x, y = _finite_pairs(x, y)
+    return _pearson(x, y) if x.size >= 3 else float("nan")
 
 
 def correlate(x, y, *, n_boot: int = 1000, seed: int = 1234) -> dict[str, Any]:
@@ -197,10 +233,13 @@ def correlate_many(X, y, *, n_boot: int = 1000, seed: int = 1234) -> list[dict[s
             idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
             yb = yy[idx]  # [B, n], the same for every row of the group
             yb_rank = rankdata(yb, axis=1)
+            yb_const = constant_rows(yb)  # (as spearman_rows: a side constant up to rounding has no ranks)
             yb_signs = _pair_signs(yb) if n_boot * n * n <= 64_000_000 and n <= _KENDALL_PAIRS_MAX_N else None
             for j in range(M):
                 xb = x[j][idx]
-                vals = {"pearson": pearson_rows(xb, yb), "spearman": pearson_rows(rankdata(xb, axis=1), yb_rank),
+                sp = pearson_rows(rankdata(xb, axis=1), yb_rank)
+                sp[yb_const | constant_rows(xb)] = np.nan
+                vals = {"pearson": pearson_rows(xb, yb), "spearman": sp,
                         "kendall": kendall_rows(xb, yb, y_signs=yb_signs)}
                 for name, v in vals.items():
                     v = v[np.isfinite(v)]
@@ -293,8 +332,8 @@ def check_exclude(exprs) -> list[tuple[str, str, Any, str]]:
 #: the columns every study row has besides its config (CONFIG_COLUMNS), tags and measures, and those
 #: the statistics add: what --exclude may name (checked before any work, :func:`check_exclude_columns`)
 ROW_COLUMNS = ("id", "run", "selection", "epoch", "checkpoint", "untrained", "status", "error", "sha256", "cached",
-               "embed_seconds", "measure_seconds", "N_train", "N_test", "objective", "primary", "excluded",
-               "beats_untrained", "untrained_target")
+               "embed_seconds", "measure_seconds", "N_train", "N_test", "undefined", "undefined_why", "objective", "primary",
+               "excluded", "beats_untrained", "untrained_target")
 
 
 def check_exclude_columns(exprs, tags: set[str], measures: set[str], patterns: tuple[str, ...] = ()) -> None:
@@ -351,6 +390,16 @@ def _num(v) -> float:
         return float("nan")
 
 
+def _value(v) -> float:
+    """A measured value for the statistics: a finite float, else NaN. An infinite value (ρ with every
+    singular value, KL(U||s), of a collapsed model is +inf) is a missing one, as docs/studies.md says:
+    it drops its point for that measure only, and an objective's mean is over its other seeds (a mean
+    with +inf would drop the whole objective, and a study's first run, from the rows in memory, would
+    differ from a later one, from the rows read back, where JSON holds it as null)."""
+    f = _num(v)
+    return f if math.isfinite(f) else float("nan")
+
+
 def _varying(df, cols) -> list[str]:
     out = []
     for c in cols:
@@ -398,6 +447,8 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     ``untrained_target`` and ``beats_untrained``.
     """
     df = df.copy()
+    # why a row's measures are NaN ({measure: reason}, from measure_entry): read here, not a column of the table
+    why_col = df.pop(UNDEFINED_KEY) if UNDEFINED_KEY in df.columns else None
     if "status" not in df.columns:
         df["status"] = "ok"
     for c in ("selection", "untrained", "run", "id"):
@@ -460,7 +511,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     P = df[use].sort_values("id", kind="mergesort")
     seed_col = "seed" if "seed" in P.columns else None
     for c in [target] + measures:
-        P[c] = P[c].map(_num)
+        P[c] = P[c].map(_value)
     grp = P.groupby("objective", sort=True)
     OB = grp[[target] + measures].mean()
     Osd = grp[[target] + measures].std(ddof=1)
@@ -476,9 +527,13 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     gran_all = granulated_tau_many(P, measures, target, [a for a in axes if a != "loss_family"], context) \
         if axes else {}
     for k, m in enumerate(measures):
-        for level in ("objectives", "runs"):
+        for level, tab in (("objectives", OB), ("runs", P)):
             c = per_level[level][k]
-            corr_rows.append({"measure": m, "split": splits.get(m, ""), "target": target, "level": level, **c})
+            x, y = tab[m].to_numpy(np.float64), tab[target].to_numpy(np.float64)
+            has = np.isfinite(x) & np.isfinite(y)
+            corr_rows.append({"measure": m, "split": splits.get(m, ""), "target": target, "level": level, **c,
+                              "n_left_out": int(len(tab) - has.sum()),
+                              "note": _why_undefined(x[has], y[has], target)})
         g = gran_all[m] if axes else {"psi": float("nan"), "per_axis": {}, "groups": {}}
         gran[m] = g
         for r in corr_rows[-2:]:
@@ -499,7 +554,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     if (df["selection"] == "best").any() and len(final_rows):
         F = final_rows.copy()
         for c in [target] + measures:
-            F[c] = F[c].map(_num)
+            F[c] = F[c].map(_value)
         FO = F.groupby("objective")[[target] + measures].mean()
     if "normalize" in P:
         normed = P[P["normalize"].map(lambda v: str(v) in ("True", "true", "1", "1.0")).to_numpy(dtype=bool)]
@@ -522,12 +577,13 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
                 worst = max(vals, key=lambda k: abs(vals[k] - full))
                 rr.update(loo_min=min(vals.values()), loo_max=max(vals.values()), loo_most_influential=worst,
                           loo_r_without_it=vals[worst])
+        # (over at least 3 objectives with both values: over two, r is ±1 whatever they are)
         if FO is not None and len(FO) >= 3:
-            rr["final_epoch_pearson"] = _pearson(FO[m], FO[target])
+            rr["final_epoch_pearson"] = _pearson_3(FO[m], FO[target])
         if 0 < len(normed) < len(P) and len(normed) >= 3:
             NO = normed.groupby("objective")[[target, m]].mean()
             if len(NO) >= 3:
-                rr["normalised_only_pearson"] = _pearson(NO[m], NO[target])
+                rr["normalised_only_pearson"] = _pearson_3(NO[m], NO[target])
                 rr["normalised_only_objectives"] = int(len(NO))
         # over the defined values only (a measure undefined for some runs: ρ of a collapsed model);
         # fewer than one (two) of them give NaN, without numpy's empty-slice warnings on the terminal
@@ -558,10 +614,15 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     if len(OB) >= 3:
         for i, a in enumerate(mnames):
             for j, b in enumerate(mnames):
-                mat[i, j] = _pearson(OB[a], OB[b])  # the objectives with both values, as the correlation table
+                # the objectives with both values, as the correlation table; at least 3 of them (over two
+                # points r is ±1 whatever the values: a metric undefined for a collapsed objective filled
+                # its row with ±1.00)
+                xa, xb = _finite_pairs(OB[a], OB[b])
+                mat[i, j] = _pearson(xa, xb) if xa.size >= 3 else np.nan
     return {
         "target": target,
         "exclude": list(exclude or []),
+        "undefined": _undefined_runs(P, [target] + measures, why_col),
         "n_boot": int(n_boot),
         "seed": int(seed),
         "axes": axes,
@@ -591,6 +652,99 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         "metric_matrix": {"names": mnames, "pearson": mat.tolist()},
         "_runs": df,
     }
+
+
+#: the key of a study row holding {measure: why it is NaN} (row JSON only; runs.csv has the text column
+#: ``undefined``)
+UNDEFINED_KEY = "_undefined"
+
+#: the notes of correlations.csv (``note``), one per reason a statistic is missing or degenerate
+NOTE_TOO_FEW = "not defined: fewer than 2 points with a value"
+NOTE_MEASURE_CONSTANT = "not defined: the measure is the same at every point"
+NOTE_TWO_POINTS = "2 points: ±1 whatever the values (no interval or p-value)"
+
+
+def _why_undefined(x: np.ndarray, y: np.ndarray, target: str) -> str:
+    """Why the correlation of the finite points (x, y) is not defined or says nothing ('' when it is fine)."""
+    if x.size < 2:
+        return NOTE_TOO_FEW
+    if constant_rows(y)[0]:
+        return f"not defined: test {target} is the same at every point ({y[0]:.4g})"
+    if constant_rows(x)[0]:
+        return NOTE_MEASURE_CONSTANT
+    if x.size == 2:
+        return NOTE_TWO_POINTS
+    return ""
+
+
+def _undefined_runs(P, names: list[str], why_col) -> dict[str, dict[str, Any]]:
+    """{measure: {"runs": ids, "reasons": {reason: ids}}} of the runs in the statistics where the measure has
+    no finite value (left out of its correlations), each with the reason measure_entry recorded."""
+    out: dict[str, dict[str, Any]] = {}
+    whys = why_col.reindex(P.index) if why_col is not None else None
+    for m in names:
+        bad = ~np.isfinite(P[m].to_numpy(np.float64))
+        if not bad.any():
+            continue
+        ids = [str(i) for i in P.loc[bad, "id"]]
+        reasons: dict[str, list[str]] = {}
+        for rid, w in zip(ids, (whys[bad] if whys is not None else [None] * len(ids))):
+            why = w.get(m) if isinstance(w, dict) else None
+            reasons.setdefault(str(why) if why else "no value", []).append(rid)
+        out[m] = {"runs": ids, "reasons": reasons}
+    return out
+
+
+def group_reasons(why: dict[str, str]) -> dict[str, list[str]]:
+    """{measure: reason} -> {reason: [measures]}, in the order of first appearance (a collapsed model
+    gives every NR-Prec:<property> the same reason: said once)."""
+    out: dict[str, list[str]] = {}
+    for m, r in why.items():
+        out.setdefault(str(r), []).append(m)
+    return out
+
+
+def _short_list(ids: list[str], k: int = 3) -> str:
+    return ", ".join(ids[:k]) + (f", … ({len(ids) - k} more)" if len(ids) > k else "")
+
+
+def study_notes(stats: dict[str, Any]) -> list[str]:
+    """The lines that say why numbers of a study are missing ('–') or say nothing: every run left out,
+    a constant target or measure, too few points, and the runs where a measure is undefined (with the
+    reasons the measures gave). The terminal and the report print the same lines."""
+    n = stats.get("n_points", {})
+    lines: list[str] = []
+    if n.get("runs", 0) == 0:
+        why = (f"--exclude left out all {n.get('excluded')}" if n.get("excluded") else
+               "no checkpoint was measured" if n.get("errors") else "the study has no run")
+        lines.append(f"no run enters the statistics ({why}): every correlation is not defined (–)")
+        return lines
+    corr = [r for r in stats.get("correlations") or [] if isinstance(r, dict)]
+    said: dict[tuple[str, str], list[str]] = {}  # (who, note) -> the levels it holds for
+    for level in ("objectives", "runs"):
+        rows = [str(r.get("measure")) for r in corr if r.get("level") == level]
+        groups: dict[str, list[str]] = {}
+        for r in corr:
+            if r.get("level") == level and r.get("note"):
+                groups.setdefault(str(r["note"]), []).append(str(r["measure"]))
+        for note, ms in groups.items():
+            rest = [m for m in rows if m not in ms]
+            who = (", ".join(ms) if len(ms) < 2 or len(rest) > 3 or len(rest) >= len(ms) else
+                   "every measure" + (f" but {', '.join(rest)}" if rest else ""))
+            said.setdefault((who, note), []).append(level)
+    for (who, note), levels in said.items():
+        lines.append(f"over {' and over '.join(levels)}: {who}: {note}")
+    und = stats.get("undefined") or {}
+    by_runs: dict[tuple, list[str]] = {}
+    for m, u in und.items():
+        if isinstance(u, dict) and isinstance(u.get("runs"), list):
+            by_runs.setdefault(tuple(u["runs"]), []).append(m)
+    for ids, ms in by_runs.items():
+        why = "; ".join(f"{', '.join(g)} ({r})" for r, g in group_reasons(
+            {m: " / ".join(und[m].get("reasons") or {"no value": 0}) for m in ms}).items())
+        lines.append(f"undefined in {len(ids)} of {n.get('runs')} runs ({_short_list(list(ids))}), left out of "
+                     f"these measures' correlations (an objective's mean is over its other seeds): {why}")
+    return lines
 
 
 def _f(v) -> float:

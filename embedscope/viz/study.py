@@ -46,6 +46,70 @@ def _fmt_ci(r: dict[str, Any], key: str = "pearson") -> str:
     return f"{v:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
+def _short_note(r: dict[str, Any], target: str, measure: str = "measure") -> str:
+    """The reason a panel's r is n/a (or says nothing), short enough for a panel title ('' when none)."""
+    from embedscope.study.stats import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINTS
+
+    note = str(r.get("note") or "")
+    if note == NOTE_TOO_FEW:
+        return "fewer than 2 points"
+    if note == NOTE_MEASURE_CONSTANT:
+        return f"{measure} constant"
+    if note == NOTE_TWO_POINTS:
+        return "2 points: ±1 always"
+    if note.startswith("not defined: test"):
+        return f"{target} constant"
+    return ""
+
+
+def _constant_view(ax, axis: str) -> None:
+    """An axis whose data are equal up to rounding (the mean of equal R@1 values over 3 and over 6
+    seeds differs in the last bit) gets a view of ±5% about them, not one zoomed into the rounding
+    (matplotlib then labelled it '1e-12 + 7.712e-1')."""
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    c = (lo + hi) / 2
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo > 1e-9 * abs(c):
+        return
+    d = max(0.05 * abs(c), 1e-3)
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(c - d, c + d)
+
+
+def _distinct_ticks():
+    """A tick formatter with as many decimals as the ticks need to be written exactly (the locator's
+    ticks are round numbers: 0.3271, 0.3271025, 0.327105 need 7): a measure that varies in its 5th
+    digit (ρ 0.327098 … 0.327106) had four ticks all labelled 0.327, and 3 significant digits
+    could write 0.3271025 as 0.327102. Very large or small magnitudes keep the shortest exact 'g'
+    form. (Made on call: matplotlib is imported only to draw.)"""
+    from matplotlib.ticker import Formatter
+
+    class ExactTicks(Formatter):
+        spec = ".3g"
+
+        def set_locs(self, locs):
+            super().set_locs(locs)
+            vals = sorted({float(v) for v in locs if math.isfinite(v)})
+            self.spec = ".3g"
+            if len(vals) < 2:
+                return
+            step = min(b - a for a, b in zip(vals, vals[1:]))
+            if step <= 0:
+                return
+            d = next((d for d in range(16) if all(abs(round(v, d) - v) <= step * 1e-6 for v in vals)), 15)
+            mag = max(abs(v) for v in vals)
+            if mag == 0 or 1e-4 <= mag < 1e6:
+                self.spec = f".{d}f"
+            else:  # the significant digits those decimals are at this magnitude
+                self.spec = f".{max(3, d + math.floor(math.log10(mag)) + 1)}g"
+
+        def __call__(self, x, pos=None):
+            t = format(x, self.spec)
+            if t.startswith("-") and not t.strip("-0.e+"):  # -0.000 is 0.000
+                t = t[1:]
+            return t.replace("-", "\u2212")
+
+    return ExactTicks()
+
+
 #: Fig.-5 point and error-bar style (points: markersize 4.5 pt; bars 0.8 pt wide with 2 pt caps)
 _MS, _ELW, _CAP, _MEW = 4.5, 0.8, 2.0, 1.0
 
@@ -112,7 +176,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     """One panel per training-set measure: one point per objective (mean over seeds, error bars = seed
     standard deviation), the least-squares line, Pearson r with its bootstrap 95% interval (Roth Fig. 5)."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    from matplotlib.ticker import MaxNLocator
 
     target = stats["target"]
     objs = stats["objectives"]
@@ -133,21 +197,33 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         ye = np.array([o.get(f"{target}_sd", np.nan) for o in objs], dtype=float)
         _points_with_bars(ax, x, y, xe, ye, rgba)
         ok = np.isfinite(x) & np.isfinite(y)
-        if ok.sum() >= 2 and np.ptp(x[ok]) > 0:
+        r = _corr(stats, m) or {}
+        rv = r.get("pearson")
+        # the least-squares line only where r is defined (no line through a constant target or measure)
+        if ok.sum() >= 2 and np.ptp(x[ok]) > 0 and rv is not None and math.isfinite(rv):
             a, b = np.polyfit(x[ok], y[ok], 1)
             xx = np.linspace(x[ok].min(), x[ok].max(), 20)
             ax.plot(xx, a * xx + b, color="0.3", lw=1.0, ls="--")
-        r = _corr(stats, m) or {}
         # objectives whose measure is undefined (ρ of a collapsed model is NaN) are said, not dropped silently
         undef = int(np.sum(~np.isfinite(x) & np.isfinite(y)))
-        ax.set_title(f"r = {_fmt_ci(r)}" + (f"  ({undef} undefined, not drawn)" if undef else ""), fontsize=8.5)
+        why = _short_note(r, target, pretty(m, "train").split(" (")[0])
+        head = f"r = {_fmt_ci(r)}" + (f" ({why})" if why else "")
+        tail = f"({undef} undefined, not drawn)" if undef else ""
+        # the count on a line of its own (on one line, 48 characters ran into the next panel's title)
+        ax.set_title(head + ("\n" + tail if tail else ""), fontsize=8.5)
         ax.set_xlabel(pretty(m, "train"))
         ax.set_ylabel(f"{target} (test)")
         ax.grid(alpha=0.25)
-        # at most 5 ticks, each in 3 significant digits: tiny π values (an untrained network's
-        # 0.0000 ... 0.0010, six ticks of six digits) ran into one another
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.3g}".replace("-", "\u2212")))
+        # at most 5 ticks, in as few significant digits (>= 3) as tell them apart: tiny π values (an
+        # untrained network's 0.0000 ... 0.0010, six ticks of six digits) ran into one another, and a
+        # measure varying in its 5th digit had every tick labelled alike
+        xs = x[np.isfinite(x)]
+        rel = np.ptp(xs) / np.max(np.abs(xs)) if xs.size and np.max(np.abs(xs)) > 0 else 1.0
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4 if rel >= 1e-2 else 3))  # long labels: fewer ticks
+        ax.xaxis.set_major_formatter(_distinct_ticks())
+        if ok.any():
+            _constant_view(ax, "x")
+            _constant_view(ax, "y")
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
     labels = [short_text(o["objective"], LEGEND_CHARS) for o in objs]
@@ -156,8 +232,10 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
+    few = ("\n2 objectives: every r is ±1 whatever the values (a line through two points)"
+           if len(objs) == 2 else "")
     fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective ({len(objs)}; "
-                 f"mean over seeds ± sd), Pearson r [bootstrap 95%]", fontsize=9.5)
+                 f"mean over seeds ± sd), Pearson r [bootstrap 95%]{few}", fontsize=9.5)
     nrow_leg = math.ceil(len(labels) / ncol) if handles else 0
     clean_figure(fig)  # objective names from checkpoints: control characters escaped
     # the legend's rows (8 pt, ~0.2 in each, and a margin) below the panels, not a fraction of the height
@@ -168,13 +246,16 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
 
 def fig4(stats: dict[str, Any], *, title: str | None = None):
     """Pearson correlation matrix between evaluation metrics across objectives (Roth Fig. 4)."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
     names = stats["metric_matrix"]["names"]
     M = np.array(stats["metric_matrix"]["pearson"], dtype=float)
     k = len(names)
     fig, ax = plt.subplots(figsize=(0.55 * k + 2.2, 0.5 * k + 1.6))
-    im = ax.imshow(M, vmin=-1, vmax=1, cmap="RdBu_r")
+    # an undefined entry is grey and says n/a: left blank it read as white, the colour of r = 0
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.82")
+    im = ax.imshow(np.ma.masked_invalid(M), vmin=-1, vmax=1, cmap=cmap)
     ax.set_xticks(range(k), [short_text(n, TICK_CHARS) for n in names], rotation=45, ha="right")
     ax.set_yticks(range(k), [short_text(n, TICK_CHARS) for n in names])
     for i in range(k):
@@ -182,8 +263,15 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
             if np.isfinite(M[i, j]):
                 ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=7.5,
                         color="white" if abs(M[i, j]) > 0.6 else "black")
+            else:
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="0.35")
     fig.colorbar(im, ax=ax, shrink=0.8, label="Pearson r over objectives")
-    ax.set_title(title or "Correlation between test metrics across objectives", fontsize=9.5)
+    n_obj = (stats.get("n_points") or {}).get("objectives")
+    ax.set_title(title or ("Correlation between test metrics across objectives"
+                           + (f" ({n_obj} objectives)" if isinstance(n_obj, int) else "")), fontsize=9.5)
+    if not np.isfinite(M).all():
+        ax.set_xlabel("grey, n/a: not defined (a metric constant over the objectives, or fewer than 3 "
+                      "objectives with a value of both)", fontsize=8)
     clean_figure(fig)
     fig.tight_layout()
     return fig
@@ -218,9 +306,13 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
     ax.set_yticks(ys, [short_text(pretty(r["measure"], r["split"]), TICK_CHARS + 8) for r in rk])
     ax.axvline(0, color="0.4", lw=0.8)
     ax.set_xlim(min(-0.05, ax.get_xlim()[0]), 1.02)
-    ax.set_xlabel(f"|Kendall τ| with test {stats['target']} over runs (blue: τ > 0, red: τ < 0;\n"
-                  "line: 95% interval; ◇: granulated τ, left of 0 where its sign differs from τ's)")
-    ax.set_title(title or "Measures ranked by |τ|", fontsize=9.5)
+    marks = (["line: 95% interval"] if np.isfinite(lo).any() else []) + \
+        (["◇: granulated τ, left of 0 where its sign differs from τ's"] if np.isfinite(gt).any() else [])
+    ax.set_xlabel(f"|Kendall τ| with test {stats['target']} over runs (blue: τ > 0, red: τ < 0"
+                  + (";\n" + "; ".join(marks) if marks else "") + ")")
+    n_runs = (stats.get("n_points") or {}).get("runs")
+    ax.set_title(title or ("Measures ranked by |τ|" + (f" over {n_runs} runs" if isinstance(n_runs, int) else "")
+                           + ("\n2 runs: every τ is ±1 whatever the values" if n_runs == 2 else "")), fontsize=9.5)
     ax.grid(axis="x", alpha=0.25)
     clean_figure(fig)
     fig.tight_layout()
@@ -236,7 +328,7 @@ def figure_names(stats: dict[str, Any]) -> list[str]:
     out = []
     for name, _ in FIGURES:
         if name == "fig4_metric_correlations" and len(stats["metric_matrix"]["names"]) < 2:
-            continue
+            continue  # (with fewer than 3 objectives every entry is n/a, drawn grey and said under it)
         if name == "ranking_by_tau" and not stats["ranking"]:
             continue
         out.append(name)
