@@ -339,3 +339,25 @@ def test_evaluate_include_r_at_k_takes_the_default_ks_the_data_allow(tmp_path):
     out = cli_output(["evaluate", str(f), "--include", "R@k", "P@1", "--no-progress"])
     rows = [ln.split()[0] for ln in out.splitlines() if ln.startswith(("R@", "P@"))]
     assert rows == ["R@1", "R@2", "R@4", "P@1"]
+
+
+def test_evaluate_of_a_collapsed_model_says_its_values_follow_row_order(tmp_path, capsys):
+    """Every row the same point: R@1 etc. are computed (ties to the lower index, as documented) and a
+    note says they only tell that the model is collapsed; an ordinary file has no such note."""
+    from embedscope.cli import main
+
+    f = tmp_path / "c.h5"
+    store.save(f, store.EmbeddingSet.from_arrays(np.tile([[0.5, -1.0, 2.0]], (12, 1)).astype(np.float32),
+                                                 np.arange(12) % 3))
+    out = cli_output(["evaluate", str(f), "--no-progress", "--include", "R@1"])
+    assert "note: every row is the same point (direction), a collapsed model" in out
+    # ties to the lower index: query i's nearest is row 0 (or row 1 for query 0): a hit when its class
+    y = np.arange(12) % 3
+    nearest = np.where(np.arange(12) == 0, 1, 0)
+    assert re.search(rf"R@1\s+{np.mean(y[nearest] == y):.4f}", out)
+    rng = np.random.default_rng(0)
+    g = tmp_path / "g.h5"
+    store.save(g, store.EmbeddingSet.from_arrays(rng.normal(size=(12, 3)).astype(np.float32), y))
+    assert "collapsed" not in cli_output(["evaluate", str(g), "--no-progress", "--include", "R@1"])
+    assert main(["evaluate", str(f), str(g), "--no-progress", "--include", "R@1"]) == 0
+    assert "note: c: every row is the same point" in capsys.readouterr().out

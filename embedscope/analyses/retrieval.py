@@ -93,6 +93,12 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
         "seconds": round(seconds, 3),
         **extra_info,
     })
+    rows = [q.embeddings] + ([kw["X_ref"]] if separate else [])
+    if _one_point(np.concatenate(rows), metric):  # the numbers are real, but they measure row order
+        prov["notes"] = [f"every {'query and reference' if separate else 'row'} is the same point"
+                         f"{' (direction)' if metric == 'cosine' else ''}, a collapsed model: every similarity "
+                         "ties, so the ranks follow row order (ties to the lower reference index) and these "
+                         "values say only that the model is collapsed"]
     model = model_name(es, name)
     lone_txt = ("lone queries left out" if lone_queries == "exclude" else "lone queries count as 0")
     prov["title"] = (f"{model}: {q_split} queries ({q.n}, {n_cls} {'class' if n_cls == 1 else 'classes'}) vs "
@@ -102,6 +108,16 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if per_class and per_query is not None:
         table = _per_class_rows(q, per_query, lone_score=0.0 if lone_queries == "zero" else None)
     return Result("evaluate", values, prov, table=table, model=model)
+
+
+def _one_point(X: np.ndarray, metric: str) -> bool:
+    """Whether every row is the same point (cosine: the same direction), exactly."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.shape[0] < 2:
+        return False
+    if metric == "cosine":
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return not np.any(X != X[:1])
 
 
 def _per_class_rows(q, per_query: dict, lone_score: float | None = None) -> list[dict[str, Any]]:

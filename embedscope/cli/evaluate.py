@@ -114,6 +114,7 @@ def run(args) -> int:
     from embedscope.cli.output import check_result_outputs, print_wrote, write_result
     from embedscope.errors import UsageError
     from embedscope.tables import format_table
+    from embedscope.text import safe
 
     if getattr(args, "split_given", False) and args.query_split is not None:  # --split was silently not used
         raise UsageError(f"--split {args.split} with --query-split {args.query_split}: --split names rows that are "
@@ -143,6 +144,9 @@ def run(args) -> int:
         print(results.format(digits=digits, title=f"{first['query_split']} queries vs "
                              f"{first['reference_split'] if first['query_split'] != first['reference_split'] else 'themselves'}"
                              f", {args.metric}; lone queries: {args.lone_queries}"))
+    for r in results:
+        for note in r.provenance.get("notes") or []:
+            print(safe(f"note: {r.model}: {note}" if len(results) > 1 else f"note: {note}"))
     written = write_result(results, args)  # one file: its Result's layout
     if args.per_class:
         for r in results:
