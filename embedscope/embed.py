@@ -14,6 +14,40 @@ from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.validation import check_int
 
 
+class NonFiniteEmbeddings(EmbedscopeError):
+    """The model produced NaN or inf embeddings (one line, exit 1): ``rows`` are the rows of the
+    output that hold them, of ``n`` in all. :func:`embed_images` names the first image."""
+
+    def __init__(self, message: str, rows=(), n: int = 0) -> None:
+        super().__init__(message)
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.n = int(n)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.rows.tolist(), self.n))
+
+
+def nonfinite_weights(model) -> str | None:
+    """The first parameter or buffer of ``model`` that holds NaN or inf, as ``"name (k of n values)"``;
+    None when every floating-point tensor is finite."""
+    import torch
+
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.is_floating_point() or t.is_complex():
+            ok = torch.isfinite(t.detach())
+            if not bool(ok.all()):
+                return f"{name} ({int((~ok).sum())} of {t.numel()} values)"
+    return None
+
+
+def zero_rows(X: np.ndarray) -> np.ndarray:
+    """Indices of the rows of ``X`` that are all zeros (no direction: their cosine is undefined)."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(~np.any(X != 0, axis=1))
+
+
 def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 128, num_workers: int = 0,
                  device: str = "auto", amp: bool | None = None, progress: bool = True,
                  desc: str = "embed") -> np.ndarray:
@@ -42,7 +76,18 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     it = start_workers(loader) if int(num_workers) > 0 else loader
     batches = ((x, idx.numpy()) for x, _, idx in progress_bar(it, total=len(loader), desc=desc, unit="batch",
                                                               enabled=progress))
-    return embed_batches(model, batches, len(ds), device=dev, amp=amp)
+    try:
+        return embed_batches(model, batches, len(ds), device=dev, amp=amp)
+    except NonFiniteEmbeddings as e:  # name the first image (the rows are the data set's)
+        from embedscope.text import safe
+
+        first = int(e.rows[0])
+        weights = nonfinite_weights(model)
+        why = (f"; the model's weights hold NaN or inf: {weights}" if weights
+               else "; its weights are finite: the NaN or inf arise in the computation (an overflow?)")
+        raise NonFiniteEmbeddings(
+            f"the model embeds {len(e.rows)} of {e.n} images of {safe(ds.name)} to NaN or inf (the first: row "
+            f"{first}, {safe(str(ds.paths[first]))}){why}", e.rows, e.n) from None
 
 
 def start_workers(loader):
@@ -143,8 +188,28 @@ def embed_batches(model, batches, n: int, *, device="cpu", amp: bool | None = No
                 out[rows] = model(x).float().cpu().numpy()
     finally:
         model.train(was_training)
-    if not np.all(np.isfinite(out)):
-        raise EmbedscopeError("the model produced NaN or inf embeddings")
+    bad = ~np.all(np.isfinite(out), axis=1)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise NonFiniteEmbeddings(f"the model produced NaN or inf embeddings for {len(rows)} of {n} inputs "
+                                  f"(the first: row {int(rows[0])})", rows, n)
+    return out
+
+
+def degenerate_notes(X: np.ndarray, paths) -> list[str]:
+    """What is degenerate about finite embeddings ``X`` (rows named by ``paths``), in words: rows that
+    are all zeros, and one embedding for every image (a collapsed model)."""
+    from embedscope.text import safe
+
+    X = np.asarray(X)
+    out = []
+    z = zero_rows(X)
+    if len(z):
+        out.append(f"{len(z)} of {len(X)} embeddings are all zeros (the first: {safe(str(paths[int(z[0])]))}): they "
+                   "have no direction, so cosine analyses refuse them (a Euclidean metric takes them)")
+    if len(X) > 1 and len(z) < len(X) and bool(np.all(X == X[:1])):
+        out.append(f"all {len(X)} images have the same embedding: the model's output does not depend on its input "
+                   "(a collapsed model): every retrieval is a tie, and its saliency maps are all zero (zero gradients)")
     return out
 
 
@@ -173,7 +238,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                   progress: bool = True, weights=None, head: str | None = None, embed_dim: int | None = None,
                   head_seed: int | None = None, trunk=None, embedder=None, amp: bool | None = None,
                   image_size: int | None = None, resize: int | None = None, ema: bool = False,
-                  transform_input: bool | None = None) -> Path:
+                  transform_input: bool | None = None, echo=None) -> Path:
     """Load a model (:func:`embedscope.models.load_model`: a checkpoint, a trunk/embedder pair or an
     ImageNet baseline), embed a data set's split and write the HDF5 store atomically.
 
@@ -187,7 +252,13 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     342 for torchvision's Inception-v3 preset; the file records the transform used.
 
     ``ema`` / ``transform_input``: as :func:`embedscope.models.load_model` (``--ema``,
-    ``--no-transform-input``)."""
+    ``--no-transform-input``).
+
+    A model whose output holds NaN or inf is refused before anything is written
+    (:class:`NonFiniteEmbeddings`: how many images, the first one, and the first weight that holds
+    NaN or inf). A degenerate but finite output is written, with a ``note:`` line to ``echo`` (when
+    given): rows that are all zeros (no direction: cosine analyses refuse them) and a model that
+    gives every image the same embedding (its output does not depend on the input; a collapsed model)."""
     import torch
 
     from embedscope import store
@@ -225,6 +296,9 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     use_amp = bool(amp) and dev.type == "cuda"
     X = embed_images(model, ds, transform=transform, batch_size=batch_size, num_workers=num_workers,
                      device=device, amp=use_amp, progress=progress, desc=f"embed {ds.name}/{split}")
+    if echo is not None:
+        for note in degenerate_notes(X, ds.paths):
+            echo(f"note: {note}")
     # the file the model came from; of a trunk/embedder pair the trunk's (info["path"] names both, joined by
     # " + ": split on that, a checkpoint named "run + aug.pt" was recorded as the path of "run")
     source = str(info.get("trunk") or info["path"] or "")

@@ -84,7 +84,7 @@ def run(args) -> int:
         device=args.device, unsafe_pickle=args.unsafe_pickle, force=args.force, progress=not args.no_progress,
         weights=args.weights, head=args.head, embed_dim=args.embed_dim, head_seed=args.head_seed,
         trunk=args.trunk, embedder=args.embedder, amp=args.amp == "bf16", image_size=args.image_size,
-        resize=args.resize, **model_options,
+        resize=args.resize, echo=lambda s: print(safe(s), flush=True), **model_options,
     )
     print(f"wrote {safe(out)}")
     return 0

@@ -100,6 +100,10 @@ def run(args) -> int:
           f"{s['seconds']:.1f} s")
     if s["pairs"]:
         print(f"nearest retrieval of the same class for {100 * s['pair_same_class']:.1f}% of the queries")
+    from embedscope.text import safe
+
+    for note in s.get("notes") or []:
+        print(f"note: {safe(note)}")
     from embedscope.cli.output import print_wrote
 
     print_wrote([s["output"], *(s["figure"] or [])])  # one line, as every command

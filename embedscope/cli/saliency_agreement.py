@@ -54,8 +54,13 @@ def run(args) -> int:
              f"JSD ({unit})": r["jsd_mean"], "JSD std": r["jsd_std"], "undefined JSD": r["n_undefined_jsd"]}
             for r in res["pair_rows"]]
     print(format_table(rows, digits=4, title=f"saliency agreement on {res['n_images']} images (docs/methods.md §8)"))
+    undefined = any(b.get("n_pairs_undefined_r") or b.get("n_pairs_undefined_jsd") for b in res["blocks"])
     brows = [{"families": f"{b['family_a']}-{b['family_b']}", "model pairs": b["n_pairs"], "mean r": b["r_mean"],
-              f"mean JSD ({unit})": b["jsd_mean"]} for b in res["blocks"]]
+              f"mean JSD ({unit})": b["jsd_mean"],
+              # pairs whose value is undefined (all-zero or constant maps) are left out of a block's mean
+              **({"pairs without r": b.get("n_pairs_undefined_r", 0),
+                  "pairs without JSD": b.get("n_pairs_undefined_jsd", 0)} if undefined else {})}
+             for b in res["blocks"]]
     print()
     print(format_table(brows, digits=4, title="block means by loss family (arithmetic over model pairs)"))
     print_wrote(res["written"])

@@ -132,5 +132,6 @@ def run(args) -> int:
     if best:
         print(f"best test R@1 {best['R@1']:.4f} at epoch {best['epoch']} (rho {best['rho']:.4f})")
     p = res["paths"]
-    print(f"wrote {safe(p['out'])} (final), {safe(p['dir'])}/ (last.pt for --resume, best.pt), log {safe(p['log'])}")
+    kept = "last.pt for --resume" + (", best.pt" if p["best"].is_file() else "")  # no best.pt without evaluations
+    print(f"wrote {safe(p['out'])} (final), {safe(p['dir'])}/ ({kept}), log {safe(p['log'])}")
     return 0

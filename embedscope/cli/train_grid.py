@@ -14,7 +14,9 @@ def add_parser(sub, parents):
         "interrupted ones; a stored run with other settings is refused (--force retrains it). Merges its "
         "rows into DIR/grid.csv (an existing DIR/grid.csv that train-grid did not write is refused before any "
         "training; --force replaces it): settings, best test R@1 / MAP@R and the training rho at that epoch, final "
-        "values, the untrained network's R@1, and the final and best checkpoints.")
+        "values, the untrained network's R@1, and the final and best checkpoints. A run that diverges (a loss or "
+        "weights of NaN/inf) is recorded with status 'diverged' (the reason in the column 'failure') and the "
+        "other runs go on; the command then exits with 1.")
     add_training_options(p, grid=True)
     p.add_argument("--losses", nargs="+", required=True, choices=LOSS_CHOICES, metavar="LOSS",
                    help=f"losses ({', '.join(LOSS_CHOICES)})")
@@ -62,4 +64,12 @@ def run(args) -> int:
                               "final_R@1", "final_rho", "untrained_R@1"],
                        title=f"train-grid ({len(rows)} combinations)"))
     print(f"wrote {safe(Path(args.output) / 'grid.csv')}" + (" (merged with its earlier rows)" if had_rows else ""))
+    bad = [r["name"] for r in rows if r.get("status") == "diverged"]
+    if bad:  # recorded in grid.csv, and the command says so by its exit status
+        from embedscope.errors import EmbedscopeError
+
+        raise EmbedscopeError(f"{len(bad)} of {len(rows)} runs diverged ({safe(', '.join(bad[:3]))}"
+                              f"{' ...' if len(bad) > 3 else ''}; status 'diverged' in grid.csv, the reason in its "
+                              "'failure' column)" + ("; the grid went on with the other runs" if len(bad) < len(rows)
+                                                     else ""))
     return 0

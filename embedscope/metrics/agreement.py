@@ -14,6 +14,13 @@ r = ±1 (identical or exactly anti-proportional maps) would give z = ±inf and t
 mean into ±1 or NaN (inf − inf). We clip r to ±(1 − 1e-7) before artanh (|z| <= 8.39) and report
 how many images were clipped (``n_clipped``). Undefined r (a constant map) are left out of the
 aggregate and counted (``n_undefined``), never dropped silently.
+
+An all-zero map (a zero gradient: a model whose output does not change with the image, e.g. a
+collapsed one) has neither r nor JSD. The matrices count, per model, its constant and all-zero
+maps (``n_constant_maps``, ``n_zero_maps``), so that an undefined cell has its reason; a model whose
+maps are all constant has no r even with itself (its diagonal r is NaN, not 1), one whose maps are
+all zero no JSD either (diagonal JSD NaN, not 0). A family block mean counts the model pairs it left
+out for an undefined value (``n_pairs_undefined_r``, ``n_pairs_undefined_jsd``).
 """
 
 from __future__ import annotations
@@ -210,10 +217,13 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
     Returns
     -------
     dict with ``names``, ``families``, matrices [M, M] ``r_mean``, ``r_spread``, ``jsd_mean``,
-    ``jsd_std``, ``n_undefined_r`` (diagonal: r = 1, JSD = 0 by definition, not computed), ``pairs``
+    ``jsd_std``, ``n_undefined_r`` (diagonal: r = 1, JSD = 0 by definition, not computed; NaN for a
+    model whose maps are all constant, resp. all zero; the diagonal of ``n_undefined_r`` counts the
+    model's constant maps), ``n_constant_maps`` and ``n_zero_maps`` (per model), ``pairs``
     (``(i, j) -> map_agreement`` for i < j) and ``blocks``: per pair of families the arithmetic mean
     over the model pairs (cells i ≠ j, each unordered pair once) of the cells' Fisher-z mean r and
-    mean JSD, as Kobs' block means (docs/methods.md §8).
+    mean JSD, as Kobs' block means (docs/methods.md §8), over the pairs where it is defined
+    (``n_pairs_undefined_r`` / ``n_pairs_undefined_jsd`` count the others).
     """
     M = len(maps)
     names, families = _names_families(M, names, families)
@@ -223,7 +233,20 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
             raise EmbedscopeError(
                 f"mismatched number of maps: {names[0]} has {shape0[0]}, {nm} has {np.asarray(m).shape[0]}")
     pairs = {(i, j): map_agreement(maps[i], maps[j], jsd_base=jsd_base) for i in range(M) for j in range(i + 1, M)}
-    return _matrices(pairs, names, families, int(shape0[0]))
+    counts = np.array([_degenerate_counts(m) for m in maps], dtype=np.int64).reshape(M, 2)
+    return _matrices(pairs, names, families, int(shape0[0]), counts)
+
+
+def _degenerate_counts(maps) -> tuple[int, int]:
+    """(constant maps, all-zero maps) among ``maps`` [N, H, W] (an all-zero map is also constant)."""
+    m = np.asarray(maps)
+    if m.ndim < 2 or m.shape[0] == 0:
+        return 0, 0
+    m = m.reshape(m.shape[0], -1)
+    if m.shape[1] == 0:
+        return int(m.shape[0]), int(m.shape[0])
+    hi, lo = m.max(axis=1), m.min(axis=1)
+    return int(np.count_nonzero(hi == lo)), int(np.count_nonzero((hi == 0) & (lo == 0)))
 
 
 def agreement_matrix_streamed(read_rows: Callable[[int, int], Sequence[np.ndarray]], n: int, n_models: int, *,
@@ -242,17 +265,20 @@ def agreement_matrix_streamed(read_rows: Callable[[int, int], Sequence[np.ndarra
     n, block = int(n), max(1, int(block))
     r = {(i, j): np.empty(n, dtype=np.float64) for i in range(M) for j in range(i + 1, M)}
     js = {key: np.empty(n, dtype=np.float64) for key in r}
+    counts = np.zeros((M, 2), dtype=np.int64)
     for s in range(0, n, block):
         e = min(n, s + block)
         rows = list(read_rows(s, e))
         if len(rows) != M:
             raise EmbedscopeError(f"read_rows gave {len(rows)} models' maps, expected {M}")
+        for k in range(M):
+            counts[k] += _degenerate_counts(rows[k])
         for (i, j) in r:
             r[(i, j)][s:e] = pearson_per_image(rows[i], rows[j])
             js[(i, j)][s:e] = jsd_per_image(rows[i], rows[j], base=jsd_base)
         del rows
     pairs = {key: _summary(r[key], js[key], jsd_base) for key in r}
-    return _matrices(pairs, names, families, n)
+    return _matrices(pairs, names, families, n, counts)
 
 
 def _names_families(M: int, names, families) -> tuple[list[str], list[str]]:
@@ -266,15 +292,22 @@ def _names_families(M: int, names, families) -> tuple[list[str], list[str]]:
 
 
 def _matrices(pairs: dict[tuple[int, int], dict[str, Any]], names: list[str], families: list[str],
-              n_images: int) -> dict[str, Any]:
-    """The matrices and family block means of :func:`agreement_matrix` from every pair's :func:`map_agreement`."""
+              n_images: int, counts=None) -> dict[str, Any]:
+    """The matrices and family block means of :func:`agreement_matrix` from every pair's :func:`map_agreement`;
+    ``counts`` [M, 2]: each model's constant and all-zero maps (:func:`_degenerate_counts`)."""
     M = len(names)
+    counts = np.zeros((M, 2), dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
     keys = ("r_mean", "r_spread", "jsd_mean", "jsd_std")
     mats = {k: np.full((M, M), np.nan) for k in keys}
     n_undef = np.zeros((M, M), dtype=np.int64)
     for i in range(M):
-        mats["r_mean"][i, i], mats["r_spread"][i, i] = 1.0, 0.0
-        mats["jsd_mean"][i, i], mats["jsd_std"][i, i] = 0.0, 0.0
+        # a map agrees with itself: r = 1 and JSD = 0 where they are defined (a map that varies; a map
+        # with a positive sum); a model without any such map has no r (or JSD) with itself either
+        if n_images == 0 or counts[i, 0] < n_images:
+            mats["r_mean"][i, i], mats["r_spread"][i, i] = 1.0, 0.0
+        if n_images == 0 or counts[i, 1] < n_images:
+            mats["jsd_mean"][i, i], mats["jsd_std"][i, i] = 0.0, 0.0
+        n_undef[i, i] = counts[i, 0]
     for (i, j), res in pairs.items():
         for k in keys:
             mats[k][i, j] = mats[k][j, i] = res[k]
@@ -291,9 +324,12 @@ def _matrices(pairs: dict[tuple[int, int], dict[str, Any]], names: list[str], fa
             js = np.array([mats["jsd_mean"][c] for c in cells])
             blocks.append({"family_a": fa, "family_b": fb, "n_pairs": len(cells),
                            "r_mean": float(np.nanmean(r)) if np.any(~np.isnan(r)) else float("nan"),
-                           "jsd_mean": float(np.nanmean(js)) if np.any(~np.isnan(js)) else float("nan")})
+                           "jsd_mean": float(np.nanmean(js)) if np.any(~np.isnan(js)) else float("nan"),
+                           "n_pairs_undefined_r": int(np.count_nonzero(np.isnan(r))),
+                           "n_pairs_undefined_jsd": int(np.count_nonzero(np.isnan(js)))})
     return {"names": names, "families": families, **mats, "n_undefined_r": n_undef, "pairs": pairs,
-            "blocks": blocks, "n_images": int(n_images)}
+            "blocks": blocks, "n_images": int(n_images), "n_constant_maps": [int(c) for c in counts[:, 0]],
+            "n_zero_maps": [int(c) for c in counts[:, 1]]}
 
 
 __all__ = ["R_CLIP", "FAMILY_ORDER", "pearson_per_image", "jsd_per_image", "fisher_z_mean", "map_agreement",

@@ -156,6 +156,14 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     # the autocast actually used: --amp is a CUDA option, the CPU computes in float32 (docs/saliency.md)
     amp_used = str(amp) if _resolve_amp(amp, resolve_device(device)) is not None else "none"
     model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle, ema=ema)
+    from embedscope.embed import nonfinite_weights
+
+    bad = nonfinite_weights(model)
+    if bad:  # its embeddings, and so every gradient, would be NaN: refused before the work
+        from embedscope.text import safe
+
+        raise EmbedscopeError(f"{safe(str(checkpoint))}: the model's weights hold NaN or inf ({bad}), so its "
+                              "embeddings and their gradients are undefined: no saliency maps")
     untrained = is_untrained(config, info.get("extra"))
     if config.get("distance") not in (None, ""):
         check_distance(config["distance"])  # a checkpoint naming an unknown distance is refused
@@ -184,6 +192,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         Z = embed_images(model, ds, transform=transform, device=device, progress=progress,
                          desc=f"embed {ds.name}/{split}")
         ridx, _ = nearest_retrievals(Z[idx], Z, dist, exclude=idx)
+        tied = len(Z) > 1 and bool(np.all(Z == Z[:1]))  # a collapsed model: every distance is the same
         res = pair_saliency_maps(model, images, _LazyImages(ds, ridx, transform), **common)
         maps = res["query"]
         retrieval = {"maps": res["retrieval"], "paths": ds.paths[ridx], "labels": ds.labels[ridx],
@@ -191,6 +200,10 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     else:
         maps = saliency_maps(model, images, baseline=black_image(ds.kind, size), **common)
     seconds = time.perf_counter() - t0
+    if not pairs:
+        tied = False
+    n_zero = _zero_maps(maps)
+    n_zero_retrieval = _zero_maps(retrieval["maps"]) if retrieval is not None else None
     family = family_for_config(config, info.get("extra"))
     attrs = {
         "name": name or Path(checkpoint).stem,
@@ -218,6 +231,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
                       else f"{len(idx)} images chosen by seed {seed}"),
         "amp": amp_used,
         "seconds": round(seconds, 3),
+        # maps of a zero gradient (the model's output does not change with the image): no r, no JSD
+        "n_zero_maps": int(n_zero),
+        **({"n_zero_retrieval_maps": int(n_zero_retrieval)} if n_zero_retrieval is not None else {}),
     }
     sm = SaliencyMaps(maps=maps, paths=ds.paths[idx], labels=ds.labels[idx], class_names=ds.class_names,
                       images=_display(images, ds.kind), retrieval=retrieval, attrs=attrs)
@@ -239,8 +255,37 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     return {"output": str(out), "n_images": int(len(idx)), "distance": dist, "distance_source": dist_source,
             "family": family, "order": order, "pairs": bool(pairs), "seconds": seconds, "amp": amp_used,
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
+            "n_zero_maps": int(n_zero), "n_zero_retrieval_maps": n_zero_retrieval,
+            "notes": _zero_map_notes(attrs["name"], len(idx), n_zero, n_zero_retrieval) + (
+                [f"every image of the {split} split has the same embedding: each query's nearest retrieval is a tie "
+                 "with all the others (the first in the split's order was taken)"] if tied else []),
             "mean_pair_distance": float(np.mean(retrieval["distance"])) if retrieval else None,
             "pair_same_class": float(np.mean(ds.labels[idx] == retrieval["labels"])) if retrieval else None}
+
+
+def _zero_maps(maps) -> int:
+    """How many of ``maps`` [N, H, W] are all zero (a zero gradient everywhere)."""
+    m = np.asarray(maps)
+    if m.ndim < 2 or m.shape[0] == 0:
+        return 0
+    return int(np.count_nonzero(~np.any(m.reshape(m.shape[0], -1) != 0, axis=1)))
+
+
+def _zero_map_notes(name: str, n: int, n_zero: int, n_zero_retrieval: int | None = None) -> list[str]:
+    """The note of ``saliency`` on all-zero maps (docs/saliency.md, "Degenerate images")."""
+    from embedscope.text import safe
+
+    out = []
+    for what, k in (("maps", n_zero), ("retrieval maps", n_zero_retrieval)):
+        if not k:
+            continue
+        if k == n:
+            head = (f"all {n} {what} of {safe(name)} are all zero: zero gradients, the model's embedding does not "
+                    "change with its input (a collapsed model?)")
+        else:
+            head = f"{k} of {n} {what} are all zero: zero gradients, the embedding does not change with those images"
+        out.append(head + "; saliency-agreement counts their r and JSD as undefined (NaN)")
+    return out
 
 
 def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[str] | None = None,
@@ -347,6 +392,7 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
     res = agreement_matrix_streamed(lambda s, e: [sm.read_maps(idx[s:e]) for sm, idx in zip(items, idxs)], n,
                                     len(items), block=block, names=names, families=fams, jsd_base=jsd_base)
     res["files"] = files
+    notes += _degenerate_notes(res)
     res["notes"] = notes
     res["paths"] = items[0].paths[idxs[0]]
     pair_rows = []
@@ -384,6 +430,8 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
                       "Fisher-z space (mean, population-std spread; |r| clipped at 1 - 1e-7), JSD mean +- std",
             "files": files, "names": names, "families": fams, "n_images": res["n_images"], "notes": notes,
             "matrices": {k: res[k] for k in ("r_mean", "r_spread", "jsd_mean", "jsd_std", "n_undefined_r")},
+            "n_constant_maps": dict(zip(names, res["n_constant_maps"])),
+            "n_zero_maps": dict(zip(names, res["n_zero_maps"])),
             "blocks": res["blocks"], "pairs": pair_rows, "paths": list(res["paths"]), "per_image": per_image,
         }, force=force)
         written.append(str(json_out))
@@ -400,6 +448,25 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         written.append(str(per_image_csv))
     res["written"] = written
     return res
+
+
+def _degenerate_notes(res: dict[str, Any]) -> list[str]:
+    """Why values are undefined: each model's all-zero maps (zero gradients) and other constant maps."""
+    n = int(res["n_images"])
+    out = []
+    for name, n_const, n_zero in zip(res["names"], res["n_constant_maps"], res["n_zero_maps"]):
+        if n_zero == n and n:
+            out.append(f"{name}: all {n} maps are all zero (zero gradients: its embedding does not change with the "
+                       "image, e.g. a collapsed model), so every r and JSD with it is undefined (NaN, counted as "
+                       "undefined)")
+            continue
+        if n_zero:
+            out.append(f"{name}: {n_zero} of {n} maps are all zero (zero gradients): r and JSD on those images are "
+                       "undefined (NaN, counted as undefined, left out of the means)")
+        if n_const > n_zero:
+            out.append(f"{name}: {n_const - n_zero} of {n} maps are constant: r on those images is undefined (NaN, "
+                       "counted as undefined, left out of the means)")
+    return out
 
 
 __all__ = ["is_untrained", "family_for_config", "select_images", "saliency_to_file", "agreement_of_files",

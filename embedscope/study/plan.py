@@ -104,6 +104,10 @@ def _sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str, Any]]
             for r in read_grid_csv(grid):
                 if r.get("status") == "n/a":
                     continue
+                if r.get("status") == "diverged":  # no final checkpoint: an error row of the study, said
+                    why = str(r.get("failure") or "").strip() or "see its train-grid row"
+                    out.append((p / str(r["name"]), r["name"], {"_diverged": f"the run diverged in train-grid: {why}"}))
+                    continue
                 # train-grid writes every checkpoint into its folder: the path in grid.csv is as given
                 # to train-grid (relative to where it ran), so it is read from this folder, never
                 # resolved against the working folder (another grid there would be measured instead)
@@ -236,6 +240,14 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
     ref_weights: dict[str, str | None] = {}  # the weights' sha256 each reference's runs recorded
     seen: set[str] = set()
     for final, run, tags in _sources(source):
+        if "_diverged" in tags:  # a train-grid run without a checkpoint: one error row
+            eid = _safe(f"{run}@diverged")
+            while eid in seen:
+                eid += "+"
+            seen.add(eid)
+            entries.append(Entry(id=eid, checkpoint=str(final), run=run, selection="given", epoch=None, config={},
+                                 tags={}, error=tags["_diverged"]))
+            continue
         try:
             trainer_run = final.suffix == ".pt" or final.with_name(final.name + ".train").is_dir()
             files = _run_files(final, epoch) if trainer_run else [(final, "given")]

@@ -9,6 +9,11 @@ of :mod:`embedscope.train.trainer` (its working files beside it, see ``docs/trai
   retrains it.
 * A combination with an unfinished run (``<name>.pt.train/last.pt``) of the same settings is resumed.
 * ``p_switch > 0`` applies only to tuple losses: those combinations are skipped for the others.
+* A run that diverges (:class:`~embedscope.train.trainer.TrainingDiverged`: a loss or weights of NaN
+  or inf, embeddings collapsed to the zero vector) is recorded with status ``diverged`` (its epochs
+  before the failure summarised, ``failure`` the trainer's one line, no ``checkpoint``) and the grid
+  goes on with the other runs; the command then ends with exit 1 naming them. Any other error stops
+  the grid, as before. A later call trains a diverged run again (from its last good epoch).
 
 The summary ``grid.csv`` lists every model of the folder: rows of earlier calls are kept (a row of
 this call replaces the row of the same name) while their checkpoints are: a row whose checkpoint is
@@ -31,7 +36,7 @@ from embedscope.errors import EmbedscopeError, UsageError
 
 SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "status", "epochs",
                    "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1", "final_MAP@R", "final_rho",
-                   "untrained_R@1", "checkpoint", "best_checkpoint"]
+                   "untrained_R@1", "checkpoint", "best_checkpoint", "failure"]
 
 #: the columns every train-grid has written into grid.csv: a file whose header lacks one of them is
 #: no train-grid table (refused before any training unless --force, then replaced, its rows not merged)
@@ -250,7 +255,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     from embedscope.fileio import check_writable
     from embedscope.tables import write_csv
     from embedscope.train.losses import loss_spec
-    from embedscope.train.trainer import resolve_config, run_paths, train
+    from embedscope.train.trainer import TrainingDiverged, resolve_config, run_paths, train
 
     say = echo or print
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -329,6 +334,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                          "retrained" if kind == "other" else ("resumed" if resume else "trained")))
         rows.append(row)
     finished: dict[int, dict[str, Any]] = {}
+    diverged: dict[int, TrainingDiverged] = {}  # runs that diverged: recorded, the grid goes on
     parallel = workers > 1 and len(jobs) > 1
     if parallel:
         from embedscope.device import compute_device
@@ -338,15 +344,27 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                 "context and its own memory); on one GPU --workers 1 is usually faster")
     try:
         if parallel:
-            _train_parallel(jobs, finished, workers, keep_epochs, say, progress)
+            _train_parallel(jobs, finished, workers, keep_epochs, say, progress, diverged)
         else:
             for j in jobs:
                 say(j.head)
-                finished[j.at] = train(j.opts, j.ckpt, resume=j.resume, force=j.force, progress=progress,
-                                       echo=say, keep_epochs=keep_epochs)
+                try:
+                    finished[j.at] = train(j.opts, j.ckpt, resume=j.resume, force=j.force, progress=progress,
+                                           echo=say, keep_epochs=keep_epochs)
+                except TrainingDiverged as e:
+                    diverged[j.at] = e
+                    say(f"{j.ckpt.stem}: {e} -- recorded as diverged, the grid goes on")
     finally:  # the rows of every finished run are merged, also when a run failed or the grid was stopped
+        from embedscope.train.trainer import _best
+
         for j in jobs:
             res = finished.get(j.at)
+            if j.at in diverged:
+                e = diverged[j.at]
+                rows[j.at] = {**rows[j.at], "status": "diverged", "checkpoint": "",
+                              **_summary({"history": e.history, "metrics": {"best": _best(e.history)}}, j.ckpt),
+                              "failure": str(e)}
+                continue
             rows[j.at] = None if res is None else {
                 **rows[j.at], "status": j.status,
                 **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, j.ckpt)}
@@ -380,6 +398,9 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
         if r.get("status") == "n/a":  # no checkpoint: a p_switch that the loss does not take
             out.append(r)
             continue
+        if r.get("status") == "diverged" and not ckpt.exists():  # no checkpoint: the run diverged
+            out.append(r)
+            continue
         try:
             changed = ckpt.stat().st_mtime_ns > written
         except OSError:
@@ -393,6 +414,8 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
             cfg = done.get("config") or {}
             r = {**r, "embed_dim": cfg.get("embed_dim"), "normalize": cfg.get("normalize"),
                  **_summary(done.get("extra") or {}, ckpt)}
+            if r.get("status") == "diverged":  # trained to the end since (outside the grid)
+                r.update(status="trained", failure="", checkpoint=str(ckpt))
             again.append(r["name"])
         out.append(r)
     from embedscope.text import safe
@@ -504,19 +527,22 @@ def _children_ignore_ctrl_c():
 
 
 def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], workers: int, keep_epochs: bool,
-                    say: Callable[[str], None], progress: bool = True) -> None:
+                    say: Callable[[str], None], progress: bool = True,
+                    diverged: dict[int, BaseException] | None = None) -> None:
     """Train ``todo`` in spawned processes, at most ``workers`` at a time, each run in a process of
     its own with (CPUs / workers) compute threads. The runs' messages reach ``say`` prefixed with
     their names. After a run fails (or its process dies: killed, out of memory) no further run
     starts; the running ones finish, then the first error is raised. Stopped (Ctrl-C, SIGTERM): the
     processes are terminated (each run keeps its last finished epoch, ``last.pt``, and resumes from
     it). Spawned processes import the caller's main module: a script that calls this needs Python's
-    ``if __name__ == "__main__":`` guard (the CLI and notebooks have it)."""
+    ``if __name__ == "__main__":`` guard (the CLI and notebooks have it). A run that diverges
+    (:class:`~embedscope.train.trainer.TrainingDiverged`) goes to ``diverged`` and the others go on."""
     import multiprocessing as mp
     import queue
 
     from embedscope.device import available_cpus
     from embedscope.progress import check_signals, progress_bar
+    from embedscope.train.trainer import TrainingDiverged
 
     n = min(workers, len(todo))
     threads = max(1, available_cpus() // n)
@@ -539,6 +565,9 @@ def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], worke
             return
         if msg[0] == "done":
             finished[msg[1]] = msg[2]
+        elif diverged is not None and isinstance(msg[2], TrainingDiverged):
+            diverged[msg[1]] = msg[2]
+            say(f"{names[msg[1]]}: {msg[2]} -- recorded as diverged, the grid goes on")
         else:
             failed[msg[1]] = msg[2]
         bar.update(1)
@@ -568,7 +597,7 @@ def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], worke
                 p.join()
                 drain()  # what it sent before it ended is in the queue by now
                 del procs[at]
-                if at not in finished and at not in failed:
+                if at not in finished and at not in failed and at not in (diverged or {}):
                     how = (f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exit code {p.exitcode}")
                     failed[at] = EmbedscopeError(f"{names[at]}: its training process ended without a result "
                                                  f"({how}; out of memory?)")

@@ -36,6 +36,33 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError, UsageError
 
+
+class TrainingDiverged(EmbedscopeError):
+    """The run diverged or collapsed: a loss or weights of NaN / inf, an optimiser step that
+    overflowed, or embeddings of the test images that are NaN, inf or the zero vector (docs/training.md,
+    "A run that diverges"). One line (exit 1) that names the epoch (and batch) and what was kept: the
+    checkpoint of the last good epoch (``last.pt``) stays, nothing of the failed epoch is written.
+
+    ``epoch``: the epoch that failed; ``history``: the log rows of the epochs saved before it (epoch 0
+    = untrained), for ``train-grid``'s row of the run."""
+
+    def __init__(self, message: str, epoch: int | None = None, history: list | None = None) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+        self.history = list(history or [])
+
+    def __reduce__(self):  # travels from a train-grid worker process with its epoch and history
+        return (type(self), (str(self), self.epoch, self.history))
+
+
+class _Diverged(Exception):
+    """Inside the loop: what went wrong, and in which batch (:func:`_run` adds the epoch and what was kept)."""
+
+    def __init__(self, message: str, batch: tuple[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.batch = batch
+
+
 # Options of a run; None = chosen from the data set / loss (resolve_config).
 OPTION_DEFAULTS: dict[str, Any] = {
     "dataset": "digits",
@@ -342,13 +369,15 @@ def _write_log(path: Path, history: list[dict[str, Any]], cfg: dict[str, Any] | 
 
 
 def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
-              progress: bool = False) -> dict[str, float]:
+              progress: bool = False, notes: list[str] | None = None) -> dict[str, float]:
     """Test R@1 and MAP@R (docs/methods.md §1) and ρ of the training embeddings (docs/methods.md §2, exclude_top=1).
 
     ``transform``: the evaluation input of the run's checkpoint (:func:`embedscope.embed.checkpoint_input`,
     the one ``embed`` uses later), so that the logged numbers are those of the saved model.
     ``progress``: a passing bar while the two splits are embedded, on a terminal only (the epoch's
-    line in a log file already reports the evaluation).
+    line in a log file already reports the evaluation). ``notes``: where to add what is degenerate
+    about the embedding (every test image at one point: R@1 and MAP@R then follow the tie rule).
+    Embeddings of NaN or inf, or test embeddings that are the zero vector, raise :class:`_Diverged`.
     """
     import sys
 
@@ -360,12 +389,25 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
 
     progress = bool(progress) and _is_tty(sys.stderr)
 
+    from embedscope.embed import NonFiniteEmbeddings, zero_rows
+    from embedscope.text import safe
+
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training's random stream
-        Xte = embed_images(model, test_ds, transform=transform, batch_size=batch_size, device=str(device),
-                           progress=progress, desc="evaluate: embed test")
-        Xtr = embed_images(model, train_ds, transform=transform, batch_size=batch_size, device=str(device),
-                           progress=progress, desc="evaluate: embed train")
+        try:
+            Xte = embed_images(model, test_ds, transform=transform, batch_size=batch_size, device=str(device),
+                               progress=progress, desc="evaluate: embed test")
+            Xtr = embed_images(model, train_ds, transform=transform, batch_size=batch_size, device=str(device),
+                               progress=progress, desc="evaluate: embed train")
+        except NonFiniteEmbeddings as e:  # a diverged model (a BatchNorm statistic that overflowed, ...)
+            raise _Diverged(str(e)) from None
+    z = zero_rows(Xte)
+    if len(z):  # no direction: R@1 and MAP@R by cosine are undefined (the retrieval refuses such rows)
+        raise _Diverged(f"the model embeds {len(z)} of {len(Xte)} test images to the zero vector (the first: "
+                        f"{safe(str(test_ds.paths[int(z[0])]))}), so test R@1 is undefined (a collapsed model)")
+    if notes is not None and len(Xte) > 1 and bool(np.all(Xte == Xte[:1])):
+        notes.append("every test image has the same embedding (the network collapsed to one point; a lower --lr?): "
+                     "R@1 and MAP@R are those of a full tie (ties go to the lower index), rho is undefined")
     m = retrieval_metrics(Xte, test_ds.labels, include=["R@1", "MAP@R"])
     rho = float(spectral_decay(Xtr))
     return {"R@1": float(m["R@1"]), "MAP@R": float(m["MAP@R"]), "rho": rho}
@@ -694,8 +736,43 @@ def _load_data(cfg: dict[str, Any]):
                 else "")
         raise EmbedscopeError(f"{cfg['dataset']}: training needs at least 2 training and 2 test classes, got "
                               f"{len(classes)} and {n_test}{hint}")
+    _, test_sizes = np.unique(test_ds.labels, return_counts=True)
+    if cfg["eval_every"] > 0 and not np.any(test_sizes >= 2):
+        # every test query is alone in its class: R@1 and MAP@R have nothing to retrieve (before, the
+        # untrained network's evaluation stopped with the retrieval's own words, naming no split)
+        raise EmbedscopeError(f"{cfg['dataset']}: every one of the {n_test} test classes holds a single image, so "
+                              "test R@1 and MAP@R are undefined: give the test classes more images, choose another "
+                              "--train-classes, or train without evaluation (--eval-every 0)")
     ytrain = np.searchsorted(classes, train_ds.labels)  # training labels 0 .. C-1
     return ds, train_ds, test_ds, ytrain, classes
+
+
+#: images per class of a sampler's batches (SPC-n; the embedded samplers draw SPC-2 candidates)
+_PER_CLASS = {"spc-2": 2, "spc-4": 4, "spc-8": 8, "gc": 2, "ddm": 2, "frd": 2}
+
+
+def sampler_notes(sampler: str, ytrain: np.ndarray, class_names=None) -> list[str]:
+    """What the training classes' sizes mean for the batches (docs/training.md, "Batch samplers"): SPC-n
+    classes smaller than n repeat their images within a batch (a class of one image gives its only
+    positive as a copy of itself), and ``random`` batches hold no same-class pair when every class has
+    one image (the loss is 0, nothing is learnt)."""
+    from embedscope.text import safe
+
+    _, sizes = np.unique(ytrain, return_counts=True)
+    out = []
+    n = _PER_CLASS.get(sampler)
+    if n is not None:
+        small = np.flatnonzero(sizes < n)
+        if len(small):
+            k = int(small[np.argmin(sizes[small])])
+            name = safe(str(class_names[k])) if class_names is not None else str(k)
+            out.append(f"{len(small)} of {len(sizes)} training classes have fewer than {n} images (the smallest: "
+                       f"{name}, {int(sizes[k])}): a --sampler {sampler} batch repeats their images"
+                       + (" (a class of one image is its own positive)" if sizes.min() == 1 else ""))
+    elif sampler == "random" and sizes.max() < 2:
+        out.append("every training class holds a single image: --sampler random batches have no same-class pair, "
+                   "so the loss is 0 and nothing is learnt (use an spc sampler, or more images per class)")
+    return out
 
 
 def _build(cfg: dict[str, Any], state, n_classes: int, dev, unsafe_pickle: bool):
@@ -787,12 +864,17 @@ def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, 
         tuples = miner(z, yb) if miner is not None else None
         loss = loss_fn(z, yb, tuples)
         if not torch.isfinite(loss):
-            raise EmbedscopeError(f"the loss became {loss.item()} at epoch {epoch}, batch {nb + 1} "
-                                  "(try a lower --lr)")
+            raise _Diverged(f"the loss became {loss.item()}", (nb + 1, len(loader)))
         opt.zero_grad(set_to_none=True)
         if loss.requires_grad:
             loss.backward()
-            opt.step()
+            try:
+                opt.step()
+            except RuntimeError as e:  # Adam's step size lr / (1 - beta1^t) beyond float32 (--lr 1e38)
+                if "overflow" not in str(e):
+                    raise
+                raise _Diverged(f"the optimiser step overflowed ({str(e).strip().splitlines()[0]})",
+                                (nb + 1, len(loader))) from None
         if sampler.needs_bank:
             sampler.update(idx, z.detach())
         if hasattr(miner, "last_stats"):
@@ -1052,6 +1134,8 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     inputs["compute"] = compute_record(dev, start_epoch, state, cfg.get("amp", "auto"))
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
+    train_names = [ds.class_names[int(c)] for c in classes] if getattr(ds, "class_names", None) is not None else None
+    notes += [n for n in sampler_notes(cfg["sampler"], ytrain, train_names) if n not in notes]
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
     from embedscope.embed import quiet_worker
 
@@ -1084,7 +1168,10 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     else:
         row0: dict[str, Any] = {"epoch": 0, "loss": None, "R@1": None, "MAP@R": None, "rho": None, "seconds": 0.0}
         if cfg["eval_every"] > 0:
-            row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress))
+            try:
+                row0.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress))
+            except _Diverged as e:  # nothing trained yet: the network itself (its --weights) is broken
+                raise EmbedscopeError(f"the untrained network (epoch 0): {e}; nothing was written") from None
         history.append(row0)
         say(_epoch_message(row0, cfg["epochs"]))
         tb.row(row0)
@@ -1109,15 +1196,31 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
             sampler.init_bank(embed_images(model, train_ds, transform=eval_tf, batch_size=eval_bs, device=str(dev),
                                            progress=False))
 
+    saved = start_epoch if state is not None else None  # the latest epoch in last.pt
+    eval_notes: list[str] = []
+    said_collapse = False
     for epoch in range(start_epoch + 1, cfg["epochs"] + 1):
-        loss, seconds = _train_epoch(epoch, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler, ytrain_t,
-                                     dev, stats, progress)
-        row: dict[str, Any] = {"epoch": epoch, "loss": loss, "R@1": None, "MAP@R": None, "rho": None,
-                               "seconds": seconds}
-        if cfg["eval_every"] > 0 and (epoch % cfg["eval_every"] == 0 or epoch == cfg["epochs"]):
-            row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress))
+        try:
+            loss, seconds = _train_epoch(epoch, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler,
+                                         ytrain_t, dev, stats, progress)
+            from embedscope.embed import nonfinite_weights
+
+            bad = nonfinite_weights(model) or nonfinite_weights(loss_fn)
+            if bad:  # a step after the last finite loss, or a statistic (BatchNorm's) that overflowed
+                raise _Diverged(f"the weights became NaN or inf: {bad}")
+            row: dict[str, Any] = {"epoch": epoch, "loss": loss, "R@1": None, "MAP@R": None, "rho": None,
+                                   "seconds": seconds}
+            if cfg["eval_every"] > 0 and (epoch % cfg["eval_every"] == 0 or epoch == cfg["epochs"]):
+                row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress, eval_notes))
+        except _Diverged as e:
+            raise TrainingDiverged(_diverged_message(e, epoch, cfg, paths, saved, replacing, keep_epochs),
+                                   epoch, history) from None
         history.append(row)
         say(_epoch_message(row, cfg["epochs"]))
+        if eval_notes and not said_collapse:  # once per run: the model rarely leaves that point again
+            say(f"note: epoch {epoch}: {eval_notes[0]}")
+            said_collapse = True
+        eval_notes.clear()
         tb.row(row)
         extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev, inputs)
         best = extra["metrics"]["best"]
@@ -1130,10 +1233,32 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
             _write_log(paths["log"], history, cfg, notes)
             if epoch == cfg["epochs"]:
                 save_checkpoint(paths["out"], model, cfg, extra=extra, force=True)
+        saved = epoch
         if callback is not None:
             callback(epoch, row)
     return {"history": history, "best": _best(history), "config": cfg, "paths": paths, "notes": notes,
             "resumed_from": start_epoch if state else None}
+
+
+def _diverged_message(e: _Diverged, epoch: int, cfg: dict[str, Any], paths: dict[str, Path], saved: int | None,
+                      replacing: _Replacement, keep_epochs: bool) -> str:
+    """The one line of a run that diverged in ``epoch``: where, what, and what was kept (``saved``: the
+    epoch ``last.pt`` holds, None when no epoch was saved; the failed epoch is never written)."""
+    from embedscope.text import safe
+
+    where = f"epoch {epoch}" + (f", batch {e.batch[0]} of {e.batch[1]}" if e.batch else "")
+    if saved is not None:
+        kept = f"{safe(paths['last'])} keeps epoch {saved}, the last good one"
+    elif replacing.pending and _run_files(paths):
+        kept = f"nothing was written: the earlier run of {safe(paths['out'])} is kept as it was"
+    elif keep_epochs and (paths["dir"] / "epoch-000.pt").is_file():
+        kept = f"only {safe(paths['dir'] / 'epoch-000.pt')} (the untrained network) was written"
+    else:
+        kept = "no epoch had finished, nothing was written"
+    if not kept.startswith("nothing was written: the earlier run"):
+        kept += (f"; {safe(paths['out'])} stays as it was" if paths["out"].exists()
+                 else f"; no final checkpoint {safe(paths['out'])}")
+    return f"training diverged in {where}: {e}; {kept}. Try a lower --lr (this run's: {cfg['lr']:g})"
 
 
 def _best(history: list[dict[str, Any]]) -> dict[str, Any] | None:

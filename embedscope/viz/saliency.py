@@ -101,15 +101,48 @@ def agreement_heatmaps(res: dict[str, Any]):
         for b in res.get("blocks", []):
             r, jsd = (f"{v:.{d}f}" if np.isfinite(v) else "n/a"  # n/a, as in the cells (all-zero maps)
                       for v, d in ((float(b["r_mean"]), 3), (float(b["jsd_mean"]), 4)))
+            # pairs without a value are left out of the block's mean: say how many
+            left = max(int(b.get("n_pairs_undefined_r", 0)), int(b.get("n_pairs_undefined_jsd", 0)))
+            left_txt = f", {left} n/a" if left and left < b["n_pairs"] else ""
             lines.append(f"{b['family_a']}–{b['family_b']}: r {r}, JSD {jsd} "
-                         f"({b['n_pairs']} pair{'s' if b['n_pairs'] != 1 else ''})")
+                         f"({b['n_pairs']} pair{'s' if b['n_pairs'] != 1 else ''}{left_txt})")
         legend = ", ".join(f"{f}" for f in dict.fromkeys(fams))
         caption = (f"families (label colour): {legend}.   Block means (arithmetic over model pairs): "
                    + "; ".join(lines))
+        why = _undefined_reason(res)
+        if why:
+            caption += "   " + why
         fig.text(0.5, 0.005, _wrap(caption, 150), ha="center", va="bottom", fontsize=7.5)
         clean_figure(fig)  # model names from maps files: control characters escaped
         fig.tight_layout(rect=(0, 0.07 + 0.02 * max(0, len(lines) - 3), 1, 1))
     return fig
+
+
+def _undefined_reason(res: dict[str, Any]) -> str:
+    """The caption's words for n/a cells: which models' maps are all zero or constant (no r, no JSD)."""
+    n = int(res.get("n_images", 0))
+    zero = res.get("n_zero_maps") or []
+    const = res.get("n_constant_maps") or []
+    parts = []
+    for name, k_const, k_zero in zip(res["names"], const, zero):
+        if k_zero:
+            parts.append(f"{short_text(name, 18)}: " + (f"all {n} maps" if k_zero == n else f"{k_zero} of {n} maps")
+                         + " all zero")
+        elif k_const:
+            parts.append(f"{short_text(name, 18)}: {k_const} of {n} maps constant")
+    if not parts:
+        return ""
+    return ("n/a = undefined (no image where both maps vary; all-zero maps = zero gradients, a model whose "
+            "output does not change with the image): " + "; ".join(parts) + ".")
+
+
+def _mark_zero(ax, m) -> None:
+    """Say on a panel that its map is all zero (a zero gradient), which the overlay alone cannot show."""
+    if np.any(np.asarray(m) != 0):
+        return
+    ax.text(0.5, 0.04, "all zero\n(zero gradient)", transform=ax.transAxes, ha="center", va="bottom",
+            fontsize=6.5, color="white", bbox={"boxstyle": "round,pad=0.2", "fc": "#333333", "ec": "none",
+                                               "alpha": 0.85})
 
 
 def _wrap(s: str, width: int) -> str:
@@ -209,6 +242,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
                 c0 = 1
             for k, sm in enumerate(items):
                 _overlay(axes[r, c0 + k], img, sm.maps[r].astype(np.float32), alpha)
+                _mark_zero(axes[r, c0 + k], sm.maps[r])
             label = f"{short_text(first.class_names[first.labels[r]], 16)}\n{_short(first.paths[r], 16)}"
             axes[r, 0].set_ylabel(label, fontsize=7)
         if has_img:
@@ -245,8 +279,10 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
             ri = r["images"][k] if r.get("images") is not None else None
             _picture(axes[k, 0], qi)
             _overlay(axes[k, 1], qi, sm.maps[k].astype(np.float32), alpha)
+            _mark_zero(axes[k, 1], sm.maps[k])
             _picture(axes[k, 2], ri)
             _overlay(axes[k, 3], ri, r["maps"][k].astype(np.float32), alpha)
+            _mark_zero(axes[k, 3], r["maps"][k])
             cq = short_text(sm.class_names[sm.labels[k]], 16)
             cr = short_text(sm.class_names[r["labels"][k]], 16)
             same = int(sm.labels[k]) == int(r["labels"][k])  # by label: shortened names may coincide
