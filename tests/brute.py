@@ -1,5 +1,7 @@
 """Brute-force references shared by the tests: written from the formulas, full float64 matrices."""
 
+import math
+
 import numpy as np
 
 
@@ -21,3 +23,42 @@ def ranked_references(X, y, Xr=None, yr=None, metric="cosine"):
         cand = np.array([j for j in range(len(R)) if not (same and j == i)])
         orders.append(cand[np.lexsort((cand, key[i, cand]))])
     return orders, yr
+
+
+def nr_prec(X, vals, metric="euclidean", max_r=None):
+    """Kobs et al.'s R-Prec and NR-Prec (Eq. 4 / Eq. 5) literally: every query's full float64 ranking
+    (ties to the lower index), lone values dropped as queries, R = N_v - 1 (or ``max_r`` at most);
+    the z-test's p from the exact hypergeometric mean and variance of each query's z. One value (p = 1):
+    z = 0/0 = NaN, as the definition."""
+    from scipy.stats import norm
+
+    X = np.asarray(X, dtype=np.float64)
+    if metric == "cosine":
+        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
+        d = -(X @ X.T)
+    else:
+        d = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))  # (rows at equal distances tie)
+    vals = np.asarray(vals).astype(str)
+    n = len(X)
+    _, inv, cnt = np.unique(vals, return_inverse=True, return_counts=True)
+    nv = cnt[inv.ravel()]
+    queries = np.flatnonzero(nv > 1)
+    nq = len(queries)
+    rp, z, ceil, ez, vz = [], [], [], [], []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for q in queries:
+            others = np.array([j for j in range(n) if j != q])
+            order = others[np.lexsort((others, d[q, others]))]
+            R = nv[q] - 1 if max_r is None else min(nv[q] - 1, max_r)
+            h = int((vals[order[:R]] == vals[q]).sum())
+            p = nv[q] / nq
+            s = np.sqrt(np.float64(R * p * (1 - p)))
+            rp.append(h / R)
+            z.append((h - R * p) / s)
+            ceil.append(np.sqrt(np.float64(R * (1 - p) / p)))
+            M, K = n - 1, nv[q] - 1
+            ez.append((R * K / M - R * p) / s)
+            vz.append(R * K * (M - K) * (M - R) / (M * M * (M - 1)) / s ** 2)
+        nr = float(np.mean(z))
+        return {"NR-Prec": nr, "R-Prec": float(np.mean(rp)), "ceiling": float(np.mean(ceil)),
+                "p_value": float(norm.sf((nr - np.mean(ez)) / (math.sqrt(sum(vz)) / len(vz))))}

@@ -5,11 +5,10 @@ the figure's axes."""
 from __future__ import annotations
 
 import csv
-import math
 
 import numpy as np
 import pytest
-from scipy.stats import norm
+from brute import nr_prec
 
 from embedscope.cli import main
 
@@ -39,36 +38,6 @@ def _imported(tmp_path, X, labels, name="e", **columns):
     return h5
 
 
-def _brute(X, vals, max_r=None):
-    """Eq. 4 / Eq. 5 literally: every query's full float64 ranking (ties to the lower index), lone values
-    dropped as queries; the z-test's p from the exact hypergeometric mean and variance of each query."""
-    X = np.asarray(X, dtype=np.float64)
-    vals = np.asarray(vals).astype(str)
-    n = len(X)
-    d = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
-    _, inv, cnt = np.unique(vals, return_inverse=True, return_counts=True)
-    nv = cnt[inv]
-    queries = np.flatnonzero(nv > 1)
-    nq = len(queries)
-    rp, z, ceil, ez, vz = [], [], [], [], []
-    for q in queries:
-        others = np.array([j for j in range(n) if j != q])
-        order = others[np.lexsort((others, d[q, others]))]
-        R = nv[q] - 1 if max_r is None else min(nv[q] - 1, max_r)
-        h = int((vals[order[:R]] == vals[q]).sum())
-        p = nv[q] / nq
-        s = math.sqrt(R * p * (1 - p))
-        rp.append(h / R)
-        z.append((h - R * p) / s)
-        ceil.append(math.sqrt(R * (1 - p) / p))
-        M, K = n - 1, nv[q] - 1
-        ez.append((R * K / M - R * p) / s)
-        vz.append(R * K * (M - K) * (M - R) / (M * M * (M - 1)) / s ** 2)
-    nr = float(np.mean(z))
-    return {"NR-Prec": nr, "R-Prec": float(np.mean(rp)), "ceiling": float(np.mean(ceil)),
-            "p_value": float(norm.sf((nr - np.mean(ez)) / (math.sqrt(sum(vz)) / len(vz))))}
-
-
 def test_command_csv_matches_the_formulas_with_ties_lone_values_cap_and_permutations(tmp_path, capsys):
     """NR-Prec, R-Prec, ceiling and the z-test's p of the command's CSV equal a brute force from
     docs/methods.md §9 (integer embeddings: many exact distance ties; a lone value); the permutation
@@ -94,10 +63,10 @@ def test_command_csv_matches_the_formulas_with_ties_lone_values_cap_and_permutat
         perm = np.random.default_rng(seed)
         shuffles = [perm.permutation(n) for _ in range(P)]
         for name, vals in {"colour": colour, "size": size, "part": part}.items():
-            ref = _brute(X, vals, max_r)
+            ref = nr_prec(X, vals, max_r=max_r)
             for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
                 assert float(rows[name][k]) == pytest.approx(ref[k], rel=1e-9, abs=1e-12), (name, k, max_r)
-            null = np.array([_brute(X, np.asarray(vals)[s], max_r)["NR-Prec"] for s in shuffles])
+            null = np.array([nr_prec(X, np.asarray(vals)[s], max_r=max_r)["NR-Prec"] for s in shuffles])
             want = (1 + np.count_nonzero(null >= ref["NR-Prec"] - 1e-12)) / (1 + P)
             got = float(rows[name]["perm_p_value"])
             assert got == pytest.approx(want) and 1 / (P + 1) <= got <= 1, (name, max_r)

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import norm
+from brute import nr_prec
 
 from embedscope.cli import main
 
@@ -36,44 +36,6 @@ def _file(path, X, labels, **props):
                                         properties={k: np.asarray(v) for k, v in props.items()})
     store.save(path, es)
     return path
-
-
-def _brute(X, vals, metric="euclidean"):
-    """Eq. 4 / 5 literally, per query the full float64 ranking (ties to the lower index), lone values dropped;
-    the z-test's p from the exact hypergeometric mean and variance of each query's z."""
-    X = np.asarray(X, dtype=np.float64)
-    if metric == "cosine":
-        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
-        d = -(X @ X.T)
-    else:
-        d = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
-    vals = np.asarray(vals).astype(str)
-    n = len(X)
-    _, inv, cnt = np.unique(vals, return_inverse=True, return_counts=True)
-    nv = cnt[inv.ravel()]
-    queries = np.flatnonzero(nv > 1)
-    nq = len(queries)
-    rp, z, ceil, ez, vz = [], [], [], [], []
-    err = np.errstate(divide="ignore", invalid="ignore")  # p = 1 (one value): z = 0/0, as the definition
-    err.__enter__()
-    for q in queries:
-        others = np.array([j for j in range(n) if j != q])
-        order = others[np.lexsort((others, d[q, others]))]
-        R = nv[q] - 1
-        h = int((vals[order[:R]] == vals[q]).sum())
-        p = nv[q] / nq
-        s = math.sqrt(R * p * (1 - p))
-        rp.append(h / R)
-        z.append((h - R * p) / s)
-        ceil.append(math.sqrt(R * (1 - p) / p))
-        M, K = n - 1, nv[q] - 1
-        ez.append((R * K / M - R * p) / s)
-        vz.append(R * K * (M - K) * (M - R) / (M * M * (M - 1)) / s ** 2)
-    nr = float(np.mean(z))
-    out = {"NR-Prec": nr, "R-Prec": float(np.mean(rp)), "ceiling": float(np.mean(ceil)),
-           "p_value": float(norm.sf((nr - np.mean(ez)) / (math.sqrt(sum(vz)) / len(vz))))}
-    err.__exit__(None, None, None)
-    return out
 
 
 def _ceiling(vals):
@@ -139,7 +101,7 @@ def test_a_collapsed_model_has_no_ranking_numbers_and_says_why(tmp_path, capsys)
         assert r["NR-Prec"] == r["R-Prec"] == r["p_value"] == r["z"] == r["perm_p_value"] == r["perm_mean"] == ""
         assert float(r["ceiling"]) == pytest.approx(_ceiling(vals), rel=1e-12)
         assert r["significant_2.576"] == "False"
-        want = _brute(Xok, vals)  # the healthy file: its numbers as before
+        want = nr_prec(Xok, vals)  # the healthy file: its numbers as before
         got = rows[("ok", prop)]
         for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
             assert float(got[k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
@@ -166,7 +128,7 @@ def test_collapsed_by_direction_only_under_cosine(tmp_path, capsys):
     text = capsys.readouterr().out
     euc = _csv(tmp_path / "e.csv")
     for prop, vals in (("class", labels), ("colour", colour)):
-        want = _brute(X, vals)
+        want = nr_prec(X, vals)
         for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
             assert float(euc[("dir", prop)][k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
     assert "repeat" in text  # many rows are equal points (2^k takes 7 values): said, the numbers kept
@@ -195,7 +157,7 @@ def test_one_dimension_under_cosine(tmp_path, capsys):
     text = capsys.readouterr().out
     rows = _csv(tmp_path / "b.csv")
     for prop, vals in (("class", labels), ("colour", colour)):
-        want = _brute(X.astype(np.float32), vals, "cosine")
+        want = nr_prec(X.astype(np.float32), vals, "cosine")
         for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
             assert float(rows[("both", prop)][k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
     assert (f"{n - 2} of {n} rows repeat another row exactly after L2 normalisation: their tied neighbours are "
@@ -218,7 +180,7 @@ def test_rows_that_repeat_keep_their_numbers_and_say_so(tmp_path, capsys):
     text = capsys.readouterr().out
     rows = _csv(tmp_path / "h.csv")
     for prop, vals in (("class", labels), ("colour", colour)):
-        want = _brute(X, vals)
+        want = nr_prec(X, vals)
         for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
             assert float(rows[("half", prop)][k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
     k = _repeats(X)
@@ -254,10 +216,10 @@ def test_undefined_numbers_of_the_value_counts_show_a_dash_and_their_reason(tmp_
         others = np.delete(np.arange(n), q)
         h.append(28 - int(n - 1 in others[np.lexsort((others, d[q, others]))][:28]))
     rows = _csv(tmp_path / "v.csv")
-    assert float(rows[("v", "c1")]["R-Prec"]) == pytest.approx(_brute(X, c1)["R-Prec"], rel=1e-12)
+    assert float(rows[("v", "c1")]["R-Prec"]) == pytest.approx(nr_prec(X, c1)["R-Prec"], rel=1e-12)
     assert float(rows[("v", "c1")]["R-Prec"]) == pytest.approx(np.mean(np.array(h) / 28), rel=1e-12)
     assert [table[("v", "lone")][c] for c in ("NR-Prec", "R-Prec", "ceiling", "p_value")] == [DASH] * 4
-    assert float(rows[("v", "class")]["NR-Prec"]) == pytest.approx(_brute(X, labels)["NR-Prec"], rel=1e-9)
+    assert float(rows[("v", "class")]["NR-Prec"]) == pytest.approx(nr_prec(X, labels)["NR-Prec"], rel=1e-9)
     notes = [ln for ln in text.splitlines() if ln.startswith("undefined (" + DASH + "): ")]
     assert len(notes) == 1
     assert ("one (NR-Prec, ceiling, p_value, perm_p_value: one value only (every image has it): "
@@ -299,7 +261,7 @@ def test_property_precision_names_every_nan_and_why():
         assert c["a"]["repeated_rows"] == 29 and "row order" in c["a"]["undefined"]["NR-Prec"]
         assert c["k"]["R-Prec"] == 1.0 and "one value only" in c["k"]["undefined"]["NR-Prec"]  # whatever the order
     e = property_precision(one, {"a": props["a"]})["a"]  # Euclidean, raw: distinct points
-    assert e["undefined"] == {} and e["NR-Prec"] == pytest.approx(_brute(one, props["a"])["NR-Prec"], rel=1e-9)
+    assert e["undefined"] == {} and e["NR-Prec"] == pytest.approx(nr_prec(one, props["a"])["NR-Prec"], rel=1e-9)
 
 
 def test_repeated_rows_is_exact_when_hashes_collide(monkeypatch):
@@ -334,7 +296,7 @@ def test_a_property_that_groups_as_the_class_stands_for_it_and_says_so(tmp_path,
     text = capsys.readouterr().out
     rows = _csv(tmp_path / "a.csv")
     assert set(p for _, p in rows) == {"shape", "hue"}
-    assert float(rows[("s", "shape")]["NR-Prec"]) == pytest.approx(_brute(X, labels)["NR-Prec"], rel=1e-9)
+    assert float(rows[("s", "shape")]["NR-Prec"]) == pytest.approx(nr_prec(X, labels)["NR-Prec"], rel=1e-9)
     assert ("property 'shape' groups the images exactly as the class labels: its numbers are the class's "
             "(no 'class' row; ask for 'class' by name to list it too)") in text.splitlines()
     assert _run(["properties", str(h5), "--properties", "class,shape", "--csv", str(tmp_path / "b.csv"),
