@@ -28,3 +28,8 @@ MINERS: tuple[str, ...] = ("distance", "semihard", "random", "softhard")
 SAMPLERS: tuple[str, ...] = ("spc-2", "spc-4", "spc-8", "spc-r", "random", "gc", "ddm", "frd")
 #: Named architectures of ``embedscope train`` (``embed`` also takes torchvision / timm names).
 ARCHS: tuple[str, ...] = ("resnet50", "resnet18", "googlenet", "bninception", "digits_cnn", "shapes_cnn")
+#: the notes of a study's correlations.csv (``note``), one per reason a statistic is missing or
+#: degenerate (embedscope.study.stats writes them, embedscope.viz.study reads them)
+NOTE_TOO_FEW = "not defined: fewer than 2 points with a value"
+NOTE_MEASURE_CONSTANT = "not defined: the measure is the same at every point"
+NOTE_TWO_POINTS = "2 points: ±1 whatever the values (no interval or p-value)"

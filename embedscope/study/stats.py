@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from embedscope.names import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINTS
+
 HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize", "batch_size", "lr",
                  "epochs", "arch", "dataset"]
 
@@ -658,10 +660,8 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
 #: ``undefined``)
 UNDEFINED_KEY = "_undefined"
 
-#: the notes of correlations.csv (``note``), one per reason a statistic is missing or degenerate
-NOTE_TOO_FEW = "not defined: fewer than 2 points with a value"
-NOTE_MEASURE_CONSTANT = "not defined: the measure is the same at every point"
-NOTE_TWO_POINTS = "2 points: ±1 whatever the values (no interval or p-value)"
+# the notes of correlations.csv (``note``): NOTE_TOO_FEW, NOTE_MEASURE_CONSTANT, NOTE_TWO_POINTS, in
+# embedscope.names (the study figures read them too)
 
 
 def _why_undefined(x: np.ndarray, y: np.ndarray, target: str) -> str:

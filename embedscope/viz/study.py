@@ -48,7 +48,7 @@ def _fmt_ci(r: dict[str, Any], key: str = "pearson") -> str:
 
 def _short_note(r: dict[str, Any], target: str, measure: str = "measure") -> str:
     """The reason a panel's r is n/a (or says nothing), short enough for a panel title ('' when none)."""
-    from embedscope.study.stats import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINTS
+    from embedscope.names import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINTS
 
     note = str(r.get("note") or "")
     if note == NOTE_TOO_FEW:
