@@ -40,14 +40,6 @@ def nonfinite_weights(model) -> str | None:
     return None
 
 
-def zero_rows(X: np.ndarray) -> np.ndarray:
-    """Indices of the rows of ``X`` that are all zeros (no direction: their cosine is undefined)."""
-    X = np.asarray(X)
-    if X.ndim != 2 or X.shape[0] == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(~np.any(X != 0, axis=1))
-
-
 def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 128, num_workers: int = 0,
                  device: str = "auto", amp: bool | None = None, progress: bool = True,
                  desc: str = "embed") -> np.ndarray:
@@ -200,6 +192,7 @@ def degenerate_notes(X: np.ndarray, paths) -> list[str]:
     """What is degenerate about finite embeddings ``X`` (rows named by ``paths``), in words: rows that
     are all zeros, and one embedding for every image (a collapsed model)."""
     from embedscope.text import safe
+    from embedscope.validation import one_point, zero_rows
 
     X = np.asarray(X)
     out = []
@@ -207,7 +200,7 @@ def degenerate_notes(X: np.ndarray, paths) -> list[str]:
     if len(z):
         out.append(f"{len(z)} of {len(X)} embeddings are all zeros (the first: {safe(str(paths[int(z[0])]))}): they "
                    "have no direction, so cosine analyses refuse them (a Euclidean metric takes them)")
-    if len(X) > 1 and len(z) < len(X) and bool(np.all(X == X[:1])):
+    if len(z) < len(X) and one_point(X):
         out.append(f"all {len(X)} images have the same embedding: the model's output does not depend on its input "
                    "(a collapsed model): every retrieval is a tie, and its saliency maps are all zero (zero gradients)")
     return out

@@ -5,7 +5,9 @@
 * :func:`check_labels` -- one label per row (integers, integral floats or strings, encoded);
 * :func:`check_int` / :func:`check_number` -- a scalar parameter in range;
 * :func:`check_choice` -- one of a fixed set of names;
-* :func:`check_rows` -- a boolean mask or row indices into N rows.
+* :func:`check_rows` -- a boolean mask or row indices into N rows;
+* :func:`zero_rows` / :func:`one_point` -- rows without a direction, and a collapsed model (every row
+  one point), which several analyses say or refuse in their own words.
 
 Every failure is an :class:`~embedscope.errors.EmbedscopeError` (exit code 1 from the command
 line) whose text names the parameter, so a user sees in one line what to change.
@@ -213,3 +215,23 @@ def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
     if value not in choices:
         raise EmbedscopeError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
     return value
+
+
+def zero_rows(X) -> np.ndarray:
+    """Indices of the rows of the 2-D ``X`` that are all zeros (no direction: their cosine is undefined)."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(~np.any(X != 0, axis=1))
+
+
+def one_point(X, metric: str | None = None) -> bool:
+    """Whether the 2-D ``X`` has two or more rows, all the same point exactly (a collapsed model); with
+    ``metric="cosine"`` the same direction (the rows L2-normalised first; rows must not be all zero)."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] < 2:
+        return False
+    if metric == "cosine":
+        X = X.astype(np.float64)
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return not np.any(X != X[:1])

@@ -464,3 +464,15 @@ def test_neighbours_names_an_all_zero_row_by_file_and_path(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "1 test embedding(s) are all zeros (the test split's row 6 first, path 'img6.jpg')" in err
     assert not (tmp_path / "n.png").exists()
+
+
+def test_shared_row_checks():
+    """validation.zero_rows / one_point, which evaluate, embed, train, t-SNE and saliency share."""
+    from embedscope.validation import one_point, zero_rows
+
+    X = np.array([[0.0, 0.0], [1.0, 2.0], [-0.0, 0.0]])
+    assert zero_rows(X).tolist() == [0, 2] and zero_rows(np.zeros((0, 3))).size == 0
+    assert one_point(np.tile([1.0, 2.0], (3, 1))) and not one_point(np.array([[1.0, 2.0]]))
+    assert not one_point(np.array([[1.0, 2.0], [2.0, 4.0]]))
+    assert one_point(np.array([[1.0, 2.0], [2.0, 4.0]]), "cosine")  # one direction (2 = 2^1: exact)
+    assert not one_point(np.array([[1.0, 2.0], [-1.0, -2.0]]), "cosine")

@@ -63,9 +63,9 @@ def check_no_zero_rows(part, split: str, *, what: str = "cosine similarity", hin
     """A row of all zeros has no direction: its ``what`` is undefined. One line naming the file, the
     split, how many rows, the first by row and path, and ``hint`` (what to do instead), where the
     metrics alone can only say "row k of X"."""
-    import numpy as np
+    from embedscope.validation import zero_rows
 
-    zero = np.flatnonzero(~np.any(part.embeddings != 0, axis=1))
+    zero = zero_rows(part.embeddings)
     if zero.size:
         src = part.attrs.get("source_file")
         i = int(zero[0])

@@ -16,7 +16,7 @@ from embedscope.analyses._sources import as_set
 from embedscope.analyses.result import Result, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SPLIT_CHOICES
-from embedscope.validation import check_choice, check_int, check_number
+from embedscope.validation import check_choice, check_int, check_number, one_point
 
 SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
               "n_iter", "kl_divergence")
@@ -58,7 +58,7 @@ def _check_dims(es, name) -> None:
     if es.dim < 2:
         raise EmbedscopeError(f"{what}: t-SNE needs embeddings of at least 2 dimensions, got {es.dim}")
     X = es.embeddings
-    if X.shape[0] > 1 and not np.any(X != X[:1]):  # (the map's own check says 'X_b')
+    if one_point(X):  # (the map's own check says 'X_b')
         raise EmbedscopeError(f"{what}: all {X.shape[0]} rows are identical (a collapsed model); t-SNE needs "
                               "points that differ")
 

@@ -11,7 +11,7 @@ from embedscope.analyses._sources import as_set, as_sources, check_disjoint, che
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
-from embedscope.validation import check_choice, check_int
+from embedscope.validation import check_choice, check_int, one_point
 
 #: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (docs/methods.md §1).
 KMEANS_SEED = 1234
@@ -94,7 +94,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
         **extra_info,
     })
     rows = [q.embeddings] + ([kw["X_ref"]] if separate else [])
-    if _one_point(np.concatenate(rows), metric):  # the numbers are real, but they measure row order
+    if one_point(np.concatenate(rows), metric):  # the numbers are real, but they measure row order
         prov["notes"] = [f"every {'query and reference' if separate else 'row'} is the same point"
                          f"{' (direction)' if metric == 'cosine' else ''}, a collapsed model: every similarity "
                          "ties, so the ranks follow row order (ties to the lower reference index) and these "
@@ -108,16 +108,6 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if per_class and per_query is not None:
         table = _per_class_rows(q, per_query, lone_score=0.0 if lone_queries == "zero" else None)
     return Result("evaluate", values, prov, table=table, model=model)
-
-
-def _one_point(X: np.ndarray, metric: str) -> bool:
-    """Whether every row is the same point (cosine: the same direction), exactly."""
-    X = np.asarray(X, dtype=np.float64)
-    if X.shape[0] < 2:
-        return False
-    if metric == "cosine":
-        X = X / np.linalg.norm(X, axis=1, keepdims=True)
-    return not np.any(X != X[:1])
 
 
 def _per_class_rows(q, per_query: dict, lone_score: float | None = None) -> list[dict[str, Any]]:

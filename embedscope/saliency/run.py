@@ -17,6 +17,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import read_paths_file, same_file
+from embedscope.validation import zero_rows
 
 DEFAULT_N_IMAGES = 100
 #: Kobs et al.'s grouping of the losses they trained but this project does not (docs/methods.md §8).
@@ -268,7 +269,7 @@ def _zero_maps(maps) -> int:
     m = np.asarray(maps)
     if m.ndim < 2 or m.shape[0] == 0:
         return 0
-    return int(np.count_nonzero(~np.any(m.reshape(m.shape[0], -1) != 0, axis=1)))
+    return int(len(zero_rows(m.reshape(m.shape[0], -1))))
 
 
 def _zero_map_notes(name: str, n: int, n_zero: int, n_zero_retrieval: int | None = None) -> list[str]:

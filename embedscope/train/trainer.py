@@ -389,8 +389,9 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
 
     progress = bool(progress) and _is_tty(sys.stderr)
 
-    from embedscope.embed import NonFiniteEmbeddings, zero_rows
+    from embedscope.embed import NonFiniteEmbeddings
     from embedscope.text import safe
+    from embedscope.validation import one_point, zero_rows
 
     devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # evaluation never shifts the training's random stream
@@ -405,7 +406,7 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
     if len(z):  # no direction: R@1 and MAP@R by cosine are undefined (the retrieval refuses such rows)
         raise _Diverged(f"the model embeds {len(z)} of {len(Xte)} test images to the zero vector (the first: "
                         f"{safe(str(test_ds.paths[int(z[0])]))}), so test R@1 is undefined (a collapsed model)")
-    if notes is not None and len(Xte) > 1 and bool(np.all(Xte == Xte[:1])):
+    if notes is not None and one_point(Xte):
         notes.append("every test image has the same embedding (the network collapsed to one point; a lower --lr?): "
                      "R@1 and MAP@R are those of a full tie (ties go to the lower index), rho is undefined")
     m = retrieval_metrics(Xte, test_ds.labels, include=["R@1", "MAP@R"])
