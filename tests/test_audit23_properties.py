@@ -71,6 +71,14 @@ def _csv(path):
     return {(r["model"], r["property"]): r for r in csv.DictReader(open(path))}
 
 
+def _assert_brute(rows, model, X, props, metric="euclidean"):
+    """The CSV rows of ``model`` equal the brute force of every property of ``props`` (name -> values)."""
+    for prop, vals in props.items():
+        want = nr_prec(X, vals, metric)
+        for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
+            assert float(rows[(model, prop)][k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12), (model, prop, k)
+
+
 # ------------------------------------------------------------------------------------- collapsed model
 
 
@@ -101,10 +109,7 @@ def test_a_collapsed_model_has_no_ranking_numbers_and_says_why(tmp_path, capsys)
         assert r["NR-Prec"] == r["R-Prec"] == r["p_value"] == r["z"] == r["perm_p_value"] == r["perm_mean"] == ""
         assert float(r["ceiling"]) == pytest.approx(_ceiling(vals), rel=1e-12)
         assert r["significant_2.576"] == "False"
-        want = nr_prec(Xok, vals)  # the healthy file: its numbers as before
-        got = rows[("ok", prop)]
-        for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
-            assert float(got[k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
+        _assert_brute(rows, "ok", Xok, {prop: vals})  # the healthy file: its numbers as before
     notes = [ln for ln in text.splitlines() if "undefined (" + DASH + ")" in ln]
     assert len(notes) == 1 and notes[0].startswith("dup: undefined (" + DASH + "): class, colour, size (")
     assert "NR-Prec, R-Prec, p_value, perm_p_value: every row of X is the same point" in notes[0]
@@ -127,10 +132,7 @@ def test_collapsed_by_direction_only_under_cosine(tmp_path, capsys):
     assert _run(["properties", str(h5), "--csv", str(tmp_path / "e.csv"), "--no-progress"]) == 0
     text = capsys.readouterr().out
     euc = _csv(tmp_path / "e.csv")
-    for prop, vals in (("class", labels), ("colour", colour)):
-        want = nr_prec(X, vals)
-        for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
-            assert float(euc[("dir", prop)][k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
+    _assert_brute(euc, "dir", X, {"class": labels, "colour": colour})
     assert "repeat" in text  # many rows are equal points (2^k takes 7 values): said, the numbers kept
     assert _run(["properties", str(h5), "--metric", "cosine", "--csv", str(tmp_path / "c.csv"), "--no-progress"]) == 0
     text = capsys.readouterr().out
@@ -156,10 +158,7 @@ def test_one_dimension_under_cosine(tmp_path, capsys):
     assert _run(["properties", str(both), "--metric", "cosine", "--csv", str(tmp_path / "b.csv"), "--no-progress"]) == 0
     text = capsys.readouterr().out
     rows = _csv(tmp_path / "b.csv")
-    for prop, vals in (("class", labels), ("colour", colour)):
-        want = nr_prec(X.astype(np.float32), vals, "cosine")
-        for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
-            assert float(rows[("both", prop)][k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
+    _assert_brute(rows, "both", X.astype(np.float32), {"class": labels, "colour": colour}, "cosine")
     assert (f"{n - 2} of {n} rows repeat another row exactly after L2 normalisation: their tied neighbours are "
             "ranked by row order (lower index first); one dimension under cosine: every row normalises to +1 or -1"
             ) in text
@@ -179,10 +178,7 @@ def test_rows_that_repeat_keep_their_numbers_and_say_so(tmp_path, capsys):
     assert _run(["properties", str(h5), "--csv", str(tmp_path / "h.csv"), "--no-progress"]) == 0
     text = capsys.readouterr().out
     rows = _csv(tmp_path / "h.csv")
-    for prop, vals in (("class", labels), ("colour", colour)):
-        want = nr_prec(X, vals)
-        for k in ("NR-Prec", "R-Prec", "ceiling", "p_value"):
-            assert float(rows[("half", prop)][k]) == pytest.approx(want[k], rel=1e-9, abs=1e-12)
+    _assert_brute(rows, "half", X, {"class": labels, "colour": colour})
     k = _repeats(X)
     assert k == 26
     assert (f"{k} of {n} rows repeat another row exactly: their tied neighbours are ranked by row order "
