@@ -25,7 +25,12 @@ SHOWN_YOKE = ("yoke", "alpha", "alpha_times_n", "perplexity", "seed", "negative_
 
 
 def _by_split_key(es) -> np.ndarray:
-    return np.char.add(np.char.add(es.split.astype(str), ":"), es.labels.astype(str))
+    """One stratum per (split, class), numbered by split name, then label: within one split the
+    labels themselves, so ``yoke --max-points`` keeps the rows ``tsne --max-points`` keeps of that split
+    (text keys such as "test:10" sorted before "test:2" and drew other rows from 10 classes on)."""
+    _, s = np.unique(es.split.astype(str), return_inverse=True)
+    _, lab = np.unique(np.asarray(es.labels), return_inverse=True)  # label ranks: the same order, any sign
+    return s.astype(np.int64).ravel() * (int(lab.max(initial=0)) + 1) + lab.astype(np.int64).ravel()
 
 
 def _sample(es, max_points, seed, *, by_split: bool):
@@ -36,6 +41,15 @@ def _sample(es, max_points, seed, *, by_split: bool):
 
         return es.select(stratified_subsample(_by_split_key(es), max_points, seed=seed))
     return es.sample(max_points, seed=seed)
+
+
+def _check_enough(n: int, before: int, max_points: int | None, what: str = "t-SNE needs at least 6 points") -> None:
+    """The same minimum for every map (6 points), naming --max-points when the subsample made it too small."""
+    if n >= 6:
+        return
+    hint = (f" (--max-points {max_points} keeps {n} of {before})"
+            if max_points is not None and before > n else "")
+    raise EmbedscopeError(f"{what}, the selection has {n}{hint}")
 
 
 def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
@@ -89,16 +103,21 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
         for s in ("train", "test"):
             if not (es.split == s).any():
                 raise EmbedscopeError(f"a joint map needs train and test rows; the file has no {s} rows")
-        es = _sample(es.select(np.isin(es.split, ["train", "test"])), max_points, seed, by_split=True)
+        es = es.select(np.isin(es.split, ["train", "test"]))
+        before = es.n
+        es = _sample(es, max_points, seed, by_split=True)
+        _check_enough(es.n, before, max_points)
         tr, te = es.subset("train"), es.subset("test")
         Y_tr, Y_te, info = joint_tsne(tr.embeddings, te.embeddings, **common)
         parts = [(tr, Y_tr), (te, Y_te)]
         arrays = {"Y_train": Y_tr, "Y_test": Y_te, "labels_train": tr.labels, "labels_test": te.labels}
     else:
         split = split or "test"
-        es = _sample(es.subset(split), max_points, seed, by_split=False)
-        if es.n < 6:
-            raise EmbedscopeError(f"t-SNE needs at least 6 points, the selection has {es.n}")
+        # split "all": stratified by split and class, as --help says (by class alone, a split's share drifted)
+        es = es.subset(split)
+        before = es.n
+        es = _sample(es, max_points, seed, by_split=split == "all")
+        _check_enough(es.n, before, max_points)
         Y, info = single_tsne(es.embeddings, **common)
         parts = [(es, Y)]
         arrays = {"Y": Y, "labels": es.labels}
@@ -147,12 +166,12 @@ def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", 
     for k in range(1, K):  # every file's rows in the first file's order
         sets[0], sets[k] = match_by_path(sets[0], sets[k], labels[0], labels[k])
     a = sets[0]
+    before = a.n
     if max_points is not None and max_points < a.n:
         keep = np.isin(a.paths, _sample(a, max_points, seed, by_split=True).paths)
         sets = [es.select(keep) for es in sets]
         a = sets[0]
-    if a.n < 6:
-        raise EmbedscopeError(f"yoked t-SNE needs at least 6 images, the selection has {a.n}")
+    _check_enough(a.n, before, max_points, "yoked t-SNE needs at least 6 images")
     Ys, info = yoked_tsne_maps([es.embeddings for es in sets], yoke=yoke, labels=a.labels, alpha=alpha,
                                perplexity=perplexity, seed=seed, n_iter=n_iter, n_jobs=n_jobs, progress=progress,
                                return_info=True)

@@ -51,8 +51,12 @@ def add_parser(sub, parents):
     p.add_argument("--n-samples", type=positive_int, default=50, help="noisy copies l per image (default: 50)")
     p.add_argument("--noise", type=_nonneg_float, default=0.15,
                    help="sigma as a fraction of the image's value range (default: 0.15)")
-    p.add_argument("-o", "--output", required=True, metavar="MAPS.h5", help="output maps file")
-    p.add_argument("--figure", metavar="FIG.png", help="also draw the maps over the images (PNG and PDF)")
+    p.add_argument("-o", "--output", required=True, metavar="MAPS.h5", help="output maps file (HDF5)")
+    p.add_argument("--figure", metavar="FIG.png",
+                   help="also draw the first --figure-images maps over their images, or pairs with --pairs "
+                   "(PNG and PDF; every map is in the maps file)")
+    p.add_argument("--figure-images", type=positive_int, default=None, metavar="N",
+                   help="images (--pairs: pairs) drawn in the --figure figure, with --figure (default: 6)")
     p.add_argument("--name", help="model name in tables and figures (default: the checkpoint's file name)")
     p.add_argument("--arch", help="architecture of a bare state dict: "
                    f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
@@ -78,6 +82,10 @@ def run(args) -> int:
     from embedscope.cli.output import refuse_inputs
     from embedscope.saliency.run import saliency_to_file
 
+    if args.figure_images is not None and args.figure is None:  # (it would do nothing)
+        from embedscope.errors import UsageError
+
+        raise UsageError("--figure-images sets the images of the --figure figure: give --figure FIG.png")
     outputs = [args.output]
     if args.figure is not None:
         from embedscope.viz.figures import figure_paths
@@ -91,12 +99,17 @@ def run(args) -> int:
         amp=None if args.amp == "none" else args.amp, arch=args.arch, train_classes=args.train_classes,
         unsafe_pickle=args.unsafe_pickle, name=args.name, figure=args.figure, force=args.force,
         progress=not args.no_progress, ema=args.ema,
+        figure_images=6 if args.figure_images is None else args.figure_images,
     )
+    if args.noise == 0 and args.n_samples > 1:  # (--n-samples did nothing but repeat the work)
+        print(f"note: --noise 0: the {args.n_samples} copies of an image are the image itself, so each map is its "
+              "plain gradient's; --n-samples 1 gives the same maps (to rounding) with less work")
     if args.amp != "none" and s["amp"] == "none":
         print(f"note: --amp {args.amp} is CUDA autocast; not on CUDA, the maps were computed in float32")
     what = "pairs (query + nearest retrieval)" if s["pairs"] else "images"
+    copies = "copy" if args.n_samples == 1 else "copies"
     print(f"{s['n_images']} {what}: SmoothGrad of the {s['distance']} distance ({s['distance_source']}), "
-          f"{args.n_samples} copies, noise {args.noise}, {s['order']} order, family {s['family']}; "
+          f"{args.n_samples} {copies}, noise {args.noise}, {s['order']} order, family {s['family']}; "
           f"{s['seconds']:.1f} s")
     if s["pairs"]:
         print(f"nearest retrieval of the same class for {100 * s['pair_same_class']:.1f}% of the queries")
@@ -104,6 +117,10 @@ def run(args) -> int:
 
     for note in s.get("notes") or []:
         print(f"note: {safe(note)}")
+    if s.get("figure_images") is not None and s["figure_images"] < s["n_images"]:
+        what = "pairs" if s["pairs"] else "images"
+        print(f"note: the figure draws the first {s['figure_images']} of the {s['n_images']} {what} "
+              "(--figure-images; every map is in the maps file)")
     from embedscope.cli.output import print_wrote
 
     print_wrote([s["output"], *(s["figure"] or [])])  # one line, as every command

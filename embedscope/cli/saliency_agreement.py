@@ -19,8 +19,8 @@ def add_parser(sub, parents):
     p.add_argument("--grid-images", type=positive_int, default=None, help="images in the --grid figure, with --grid (default: 6)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="model names, one per file (default: from the files)")
     p.add_argument("--families", nargs="+", metavar="FAMILY",
-                   help="loss family per file (default: from each checkpoint's config: ranking, classification, "
-                   "untrained)")
+                   help="loss family per file: ranking, classification, untrained or other (another name forms "
+                   "a block of its own, with a note) (default: from each checkpoint's config)")
     p.add_argument("--jsd-unit", default="bits", choices=["bits", "nats"],
                    help="JSD in bits (the paper, <= 1) or nats (the reference code, <= ln 2) (default: bits)")
     p.add_argument("--json", metavar="OUT.json", help="matrices, block means and per-image values as JSON")

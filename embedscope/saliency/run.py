@@ -51,7 +51,11 @@ def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | Non
 
 def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int = 0) -> np.ndarray:
     """Row indices of ``ds`` to explain: the paths of ``paths_file`` (one per line; ``#`` comments), or
-    ``n_images`` rows chosen by ``seed`` (sorted; the same for every model on the same data and split)."""
+    ``n_images`` rows chosen by ``seed`` (sorted; the same for every model on the same data and split).
+
+    The choice is nested: the first ``n_images`` rows of one permutation of the split seeded by ``seed``,
+    so that a larger ``n_images`` keeps every image of a smaller one (maps files made with different
+    ``--n-images`` share the smaller one's images; docs/saliency.md)."""
     if paths_file is not None and n_images is not None:
         raise UsageError("give either --n-images or --paths-file, not both")
     if paths_file is not None:
@@ -69,8 +73,10 @@ def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int
     if n < 1:
         raise UsageError(f"--n-images must be positive, got {n}")
     n = min(n, len(ds))
-    rng = np.random.default_rng(int(seed))
-    return np.sort(rng.choice(len(ds), size=n, replace=False)).astype(np.int64)
+    # one permutation whatever n (rng.choice(N, n, replace=False) draws by an n-dependent algorithm:
+    # --n-images 8 and 16 picked unrelated images)
+    order = np.random.default_rng(int(seed)).permutation(len(ds))
+    return np.sort(order[:n]).astype(np.int64)
 
 
 class _LazyImages:
@@ -114,7 +120,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
                      batch_size: int | None = None, seed: int = 0, device: str = "auto", amp=None,
                      arch: str | None = None, train_classes=None, unsafe_pickle: bool = False,
                      name: str | None = None, figure=None, force: bool = False, progress: bool = True,
-                     ema: bool = False) -> dict[str, Any]:
+                     ema: bool = False, figure_images: int = 6) -> dict[str, Any]:
     """Saliency maps of one checkpoint on a data set's images -> a maps file (docs/methods.md §8).
 
     The distance is ``distance`` when given, else Euclidean for an untrained network
@@ -122,8 +128,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     else its loss's, else Euclidean: :func:`embedscope.models.distances.distance_for_config`).
     ``pairs``: for each chosen query its nearest other image of the split under that distance, and
     the saliency of their distance with respect to each (:func:`pair_saliency_maps`). ``figure``:
-    also draw the maps over the images (or the pairs side by side). ``ema``: the checkpoint's EMA
-    weights (``state_dict_ema``, :func:`embedscope.models.load_checkpoint`). Returns a summary dict.
+    also draw the first ``figure_images`` maps over their images (or pairs side by side). ``ema``:
+    the checkpoint's EMA weights (``state_dict_ema``, :func:`embedscope.models.load_checkpoint`).
+    Returns a summary dict.
     """
     from embedscope.data import get_dataset
     from embedscope.embed import checkpoint_input
@@ -135,6 +142,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 
     if order not in ORDERS:
         raise UsageError(f"unknown --order '{order}' (choose {', '.join(ORDERS)})")
+    figure_images = int(figure_images)
+    if figure_images < 1:
+        raise UsageError(f"--figure-images must be positive, got {figure_images}")
     check_writable(out, force=force)
     written = [out]
     if figure is not None:
@@ -150,6 +160,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         for b in (checkpoint, paths_file):
             if b is not None and same_file(a, b):
                 raise UsageError(f"{a} is an input file: choose another output name")
+    if Path(out).suffix.lower() in (".png", ".pdf"):  # the maps file is HDF5; the picture is --figure
+        raise UsageError(f"-o {out} names the maps file (HDF5, e.g. maps.h5); draw the figure with --figure "
+                         f"{Path(out).name}")
     t0 = time.perf_counter()
     from embedscope.device import resolve_device
     from embedscope.saliency.smoothgrad import _resolve_amp
@@ -227,6 +240,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "noise_key": "image path (pairs: the query's path), with --seed",
         "dataset": ds.name,
         "split": split,
+        # the split of the data set's classes (--train-classes; 0: the data set's own split)
+        "train_classes": int(train_classes or 0),
         "root": str(Path(root).resolve()) if root else "",
         "selection": (f"paths file {paths_file}" if paths_file is not None
                       else f"{len(idx)} images chosen by seed {seed}"),
@@ -248,7 +263,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 
         from embedscope.viz.saliency import overlay_grid, pairs_figure
 
-        fig = pairs_figure(sm) if pairs else overlay_grid([sm], names=[attrs["name"]])
+        fig = (pairs_figure(sm, n_pairs=figure_images) if pairs
+               else overlay_grid([sm], names=[attrs["name"]], n_images=figure_images))
         try:
             fig_paths = save_figure(fig, figure, force=force)
         finally:
@@ -256,6 +272,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     return {"output": str(out), "n_images": int(len(idx)), "distance": dist, "distance_source": dist_source,
             "family": family, "order": order, "pairs": bool(pairs), "seconds": seconds, "amp": amp_used,
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
+            "figure_images": min(figure_images, int(len(idx))) if fig_paths else None,
             "n_zero_maps": int(n_zero), "n_zero_retrieval_maps": n_zero_retrieval,
             "notes": _zero_map_notes(attrs["name"], len(idx), n_zero, n_zero_retrieval) + (
                 [f"every image of the {split} split has the same embedding: each query's nearest retrieval is a tie "
@@ -366,6 +383,10 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
     fams = list(families) if families is not None else [str(sm.attrs.get("family") or "other") for sm in items]
     orders = {str(sm.attrs.get("order", "")) for sm in items}
     notes = []
+    own = sorted({f for f in fams if f not in FAMILY_ORDER}) if families is not None else []
+    if own:  # a typo ('rankng') would otherwise form a block of its own without a word
+        notes.append(f"--families {', '.join(own)}: not one of {', '.join(FAMILY_ORDER)}; each forms a block of "
+                     "its own, after those")
     if len(orders) > 1:
         notes.append(f"the files use different post-processing orders ({', '.join(sorted(orders))})")
     settings = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}

@@ -12,7 +12,7 @@ Layout (``format = "embedscope-saliency"``, ``format_version`` 1)::
     /retrieval/maps, /retrieval/paths, /retrieval/labels, /retrieval/images, /retrieval/distance
     attrs: format, format_version, kind ("maps" | "pairs"), name, family, checkpoint,
            checkpoint_sha256, checkpoint_config (JSON), distance, n_samples, noise, order, seed,
-           input_size, transform, dataset, split, root, embedscope_version, created, ...
+           input_size, transform, dataset, split, train_classes, root, embedscope_version, created, ...
 
 Files of several models on the same images are matched by path (:func:`match_maps`).
 """
