@@ -20,7 +20,9 @@ def add_parser(sub, parents):
     p.add_argument("--epoch", default="best", choices=["best", "last", "all"],
                    help="which checkpoint of each run: best test R@1 (Roth's protocol; selects on the test set), "
                    "last, or all kept epochs (default: best)")
-    p.add_argument("--target", default="R@1", help="the measure the others are correlated with (default: R@1, test)")
+    p.add_argument("--target", default="R@1",
+                   help="the measure the others are correlated with, on its own split (default: R@1, test); "
+                   "--epoch best still selects by test R@1")
     p.add_argument("--exclude", action="append", default=[], metavar="EXPR",
                    help="leave matching runs out of the statistics, e.g. 'p_switch>0' (as Roth Fig. 5) or "
                    "'loss==lifted' (repeatable)")
@@ -34,7 +36,7 @@ def add_parser(sub, parents):
                    "core this process may use; 0 = serial in this process)")
     p.add_argument("--worker-processes", action="store_true",
                    help="the local Dask workers are processes (each imports torch: pays off for large checkpoints "
-                   "or long studies) instead of threads")
+                   "or long studies) instead of threads (not with --workers 0, which measures serially)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="use an existing Dask scheduler (tcp://host:8786) and its workers instead of --workers; "
                    "relative paths are made absolute here (docs/studies.md)")
@@ -72,14 +74,19 @@ def run(args) -> int:
                     progress=not args.no_progress, echo=(lambda s: None) if args.no_progress else print,
                     notice=lambda s: print(f"embedscope study: {safe(s)}", file=sys.stderr, flush=True))
     st = res["stats"]
+
+    def num(v):  # statistics read back from correlations.json hold a missing number as null: '–' as NaN is
+        return float("nan") if v is None else v
+
     tau = {x["measure"]: x.get("kendall") for x in st["correlations"] if x["level"] == "runs"}
-    rows = [{"measure": r["measure"], "split": r.get("split"), "r (objectives)": r.get("pearson"),
-             "lo": r.get("pearson_lo"), "hi": r.get("pearson_hi"), "tau (runs)": tau.get(r["measure"]),
-             "granulated tau": r.get("granulated_tau")}
+    rows = [{"measure": r["measure"], "split": r.get("split"), "r (objectives)": num(r.get("pearson")),
+             "lo": num(r.get("pearson_lo")), "hi": num(r.get("pearson_hi")), "tau (runs)": num(tau.get(r["measure"])),
+             "granulated tau": num(r.get("granulated_tau"))}
             for r in st["correlations"] if r["level"] == "objectives"]
     order = {r["measure"]: i for i, r in enumerate(st["ranking"])}
     rows.sort(key=lambda r: order.get(r["measure"], 999))
     n = st["n_points"]
+    tsplit = st.get("target_split") or "test"  # (statistics of an earlier version: every target was a test one)
     if n["runs"] == 0 and n.get("excluded"):
         # every run left out: a table of dashes would say nothing; the rows stay (nothing is measured again)
         print(f"embedscope study: error: --exclude {' '.join(repr(e) for e in args.exclude)} leaves out every run "
@@ -90,12 +97,19 @@ def run(args) -> int:
         return 1
     if n["runs"]:
         print(format_table(rows, title=f"study {safe(Path(args.output))}: {n['runs']} runs, {n['objectives']} "
-                           f"objectives, target test {st['target']} (ranked by |tau| over runs)", nan="–"))
+                           f"objectives, target {tsplit} {st['target']} (ranked by |tau| over runs)", nan="–"))
     for line in study_notes(st):  # why a number is '–' (or says nothing): one line per reason
         print(f"note: {safe(line)}")
+    same = [str(m) for m in st.get("identical_to_target") or []]
+    if same:  # (asked for with --measures, or by default: P@1 is R@1) and not in the table: said, as in the report
+        print(f"note: left out, equal to the target {safe(st['target'])} in every run: {safe(', '.join(same))}")
     u = st["untrained"]
-    print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
-          f"{u.get('selected_compared', '?')}")
+    if u.get("direction") == "none":
+        print(f"selected checkpoints against the untrained network: not compared (neither a higher nor a lower "
+              f"{st['target']} is better)")
+    else:
+        print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
+              f"{u.get('selected_compared', '?')}")
     n_reg = n.get("regularised_objectives", 0)
     if n_reg:
         print(f"{n_reg} of the objectives are rho-regularised (p_switch > 0), which Roth's Fig. 5 leaves out: "

@@ -131,6 +131,24 @@ def _sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str, Any]]
     return [(f, _run_name(f), {}) for f in files]
 
 
+def _refuse_run_folder_files(sources: list[tuple[Path, str, dict[str, Any]]]) -> None:
+    """Refuse a source list that names a trainer run's final checkpoint ``X.pt`` and also files of its
+    training folder ``X.pt.train/`` (a glob such as ``'grid/**/*.pt'``): ``--epoch`` picks that run's
+    best / final / kept epochs from the folder, so each file there would be the same run again (the
+    untrained ``epoch-000.pt`` as a trained one), counted as another run in every statistic."""
+    finals = {os.path.normcase(os.path.abspath(f)) for f, _, tags in sources if "_diverged" not in tags}
+    for f, _, tags in sources:
+        d = f.parent
+        if "_diverged" in tags or not d.name.endswith(".pt.train"):
+            continue
+        run = os.path.normcase(os.path.abspath(d.with_name(d.name[: -len(".train")])))
+        if run in finals:
+            raise UsageError(f"{f} is a file of the training folder of {d.with_name(d.name[: -len('.train')])}, "
+                             "which the source names too: --epoch picks from that folder, so it would be the same "
+                             "run again; name the final checkpoints only (e.g. 'DIR/*.pt'), or the folder's "
+                             "files only")
+
+
 def _run_name(f: Path) -> str:
     if f.parent.name.endswith(".pt.train"):
         return f.parent.name[: -len(".pt.train")] + "@" + f.stem
@@ -166,7 +184,7 @@ def parse_exclude(exprs) -> list[tuple[str, str, Any]]:
     """``["p_switch>0", "loss==lifted"]`` -> [(column, operator, value)] (operators > >= < <= == !=)."""
     out = []
     for e in exprs or []:
-        m = re.fullmatch(r"\s*([A-Za-z_][\w@.-]*)\s*(>=|<=|==|!=|>|<|=)\s*([^\s=<>!].*?)\s*", str(e))
+        m = re.fullmatch(r"\s*([A-Za-z_][\w@.:-]*)\s*(>=|<=|==|!=|>|<|=)\s*([^\s=<>!].*?)\s*", str(e))
         if not m:
             raise UsageError(f"--exclude '{e}': expected COLUMN OP VALUE, e.g. p_switch>0 or loss==lifted")
         col, op, val = m.groups()
@@ -239,7 +257,9 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
     refs: dict[str, Entry] = {}
     ref_weights: dict[str, str | None] = {}  # the weights' sha256 each reference's runs recorded
     seen: set[str] = set()
-    for final, run, tags in _sources(source):
+    sources = _sources(source)
+    _refuse_run_folder_files(sources)
+    for final, run, tags in sources:
         if "_diverged" in tags:  # a train-grid run without a checkpoint: one error row
             eid = _safe(f"{run}@diverged")
             while eid in seen:

@@ -281,8 +281,22 @@ def _is_true(v: Any) -> bool:
     return str(v).strip().lower() in ("true", "1", "1.0")
 
 
+def _target(stats: dict[str, Any]) -> str:
+    """The target with its split, as the page names it: ``test R@1``, ``train rho`` (statistics of an
+    earlier version do not say the split: the registry's, else test)."""
+    target = str(stats["target"])
+    split = stats.get("target_split")
+    if not isinstance(split, str) or not split:
+        from embedscope.study.measures import measure_splits
+
+        split = measure_splits([target]).get(target, "test")
+    return f"{split} {target}"
+
+
 def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     """Title, summary line, and the boxes that change how everything below reads."""
+    from embedscope.study.stats import is_constant_target_note
+
     s = meta.get("settings", {})
     target = stats["target"]
     np_ = stats["n_points"]
@@ -290,7 +304,7 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>embedscope study: {_e(Path(str(s.get('source', d))).name)}</title>",
              f"<style>{CSS}</style></head><body>",
-             f"<h1>Study: which measure of the training embeddings tracks test {_e(target)}?</h1>"]
+             f"<h1>Study: which measure of the training embeddings tracks {_e(_target(stats))}?</h1>"]
     exclude = [str(x) for x in stats.get("exclude") or []]
     n_excl = _count(np_["excluded"])
     excl = (f"{_e(np_['excluded'])} excluded by {_e(', '.join(exclude) or '--exclude')}"
@@ -319,9 +333,9 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
                      "not measured again).</p>")
         few = []
     const = sorted({str(r.get("note")) for r in stats["correlations"]
-                    if r.get("level") == "runs" and str(r.get("note") or "").startswith("not defined: test")})
+                    if r.get("level") == "runs" and is_constant_target_note(r.get("note"), target)})
     if const:  # a constant target: no measure has a correlation with it, whatever the table looks like
-        parts.append(f'<p class="warn">Test {_e(target)} is the same in every run '
+        parts.append(f'<p class="warn">{_e(_target(stats)[:1].upper() + _target(stats)[1:])} is the same in every run '
                      f"({_e(const[0].rsplit('(', 1)[-1].rstrip(')'))}): no measure has a correlation with it "
                      f"({DASH} throughout). The runs do not differ in what the study asks about.</p>")
     if few:
@@ -351,7 +365,6 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
 
     s = meta.get("settings", {})
     v = meta.get("versions", {})
-    target = stats["target"]
     ok = [r for r in runs if r.get("status", "ok") == "ok"]
     trained = [r for r in ok if r.get("selection") != "untrained"]
     sel = {}
@@ -379,7 +392,7 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
     rows = [("source", s.get("source", "")),
             ("epoch selection", f"{s.get('epoch', '')} (checkpoints: "
              + ", ".join(f"{n} {_SELECTION.get(k, k or '?')}" for k, n in sel.items()) + ")"),
-            ("data set", data), ("target", f"test {target}"), ("retrieval metric", s.get("metric", "")),
+            ("data set", data), ("target", _target(stats)), ("retrieval metric", s.get("metric", "")),
             ("hyper-parameter axes that vary", varying), ("seeds", ", ".join(_distinct(trained, "seed")) or DASH),
             ("training settings, the same in every run", ", ".join(fixed) or DASH),
             ("left out (--exclude)", ", ".join(map(str, stats.get("exclude") or [])) or "nothing"),
@@ -403,8 +416,10 @@ def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     target = stats["target"]
     u = stats.get("untrained", {})
     nb = [str(x) for x in u.get("selected_no_better") or []] if isinstance(u.get("selected_no_better"), list) else []
-    said = [f"Selected checkpoints no better than their untrained network on test {_e(target)}: "
+    said = [f"Selected checkpoints no better than their untrained network on {_e(_target(stats))}: "
             f"<b>{len(nb)} of {_e(u.get('selected_compared', 0))}</b>"]
+    if u.get("direction") == "none":  # (the registry gives the target no direction: nothing is compared)
+        said = [f"Not compared: neither a higher nor a lower {_e(target)} is better"]
     if _count(u.get("final_compared")) != 0:
         said.append(f"final checkpoints: <b>{_e(u.get('final_no_better', 0))} of {_e(u.get('final_compared', 0))}</b>")
     if any(r.get("selection") == "best" for r in runs):
@@ -424,7 +439,7 @@ def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
 
 
 def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
-    target, np_ = stats["target"], stats["n_points"]
+    np_ = stats["n_points"]
     rank = {r["measure"]: i + 1 for i, r in enumerate(stats.get("ranking", []))}
     rows = []
     # a measure undefined for some points (ρ of a collapsed model) is correlated over fewer: its own n
@@ -443,7 +458,7 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
             f'<th class="c" colspan="3">over objectives (n = {_e(np_["objectives"])})</th>'
             f'<th class="c" colspan="3">over runs (n = {_e(np_["runs"])})</th><th rowspan="2">granulated τ</th></tr>'
             "<tr>" + "<th>Pearson r</th><th>Spearman</th><th>Kendall τ</th>" * 2 + "</tr>")
-    parts = [f"<h2>Correlations with test {_e(target)}</h2>", _table([], rows, left=2, head=head)]
+    parts = [f"<h2>Correlations with {_e(_target(stats))}</h2>", _table([], rows, left=2, head=head)]
     from embedscope.study.stats import study_notes
 
     notes = study_notes(stats)
@@ -514,10 +529,10 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
         o = by.get(m, {}).get("objectives", {})
         prow.append([_e(m), f"{pub['CUB']:+.2f}", f"{pub['CARS']:+.2f}", f"{pub['SOP']:+.2f}", _ci(o, "pearson", below=False)])
     parts.append(_table(["measure vs test R@1 (Fig. 5)", "CUB200", "CARS196", "SOP",
-                         f"this study: r vs test {target} over objectives [95%]"], prow, left=1))
+                         f"this study: r vs {_target(stats)} over objectives [95%]"], prow, left=1))
     if target != "R@1":
         parts.append(f'<p class="warn">The published values are correlations with test R@1; this study\'s target '
-                     f"is test {_e(target)}, so the columns do not compare like with like.</p>")
+                     f"is {_e(_target(stats))}, so the columns do not compare like with like.</p>")
     n_reg = stats.get("n_points", {}).get("regularised_objectives", 0)
     if n_reg:
         parts.append(f'<p class="warn">This study keeps {_plural(n_reg, "ρ-regularised objective")} (p_switch &gt; 0), '
@@ -587,7 +602,8 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     tags = [k for k in sorted(have) if k.startswith("tag:") and k != "tag:objective" and len(_distinct(runs, k)) > 1]
     cols += [("objective", "objective"), *((k, k.removeprefix("tag:")) for k in tags),
              ("selection", "selection"), ("epoch", "epoch"), ("seed", "seed"),
-             ("normalize", "L2-normalised"), (target, f"{target} (test)"), ("untrained_target", f"untrained {target}"),
+             ("normalize", "L2-normalised"), (target, f"{target} ({_target(stats).split(' ', 1)[0]})"),
+             ("untrained_target", f"untrained {target}"),
              ("beats_untrained", "beats untrained")]
     cols += [(m, f"{m} ({'test' if m == 'MAP@R' else 'train'})")
              for m in ("rho", "pi_ratio", "pi_intra", "pi_inter", "MAP@R") if m != target]

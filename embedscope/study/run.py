@@ -595,6 +595,37 @@ def _check_dataset(name: str | None) -> None:
         raise UsageError(f"--dataset: unknown data set '{name}' (choose {', '.join(DATASETS)})")
 
 
+def _is_digits(name: Any) -> bool:
+    from embedscope.data import ALIASES
+
+    return isinstance(name, str) and ALIASES.get(name.lower(), name.lower()) == "digits"
+
+
+def _check_root_of_digits(entries) -> None:
+    """Refuse ``--root`` (a usage error, before any checkpoint is embedded) when every checkpoint of
+    the plan was trained on the digits, which come from scikit-learn: each row would fail with it."""
+    named = [(e.config or {}).get("dataset") for e in entries if e.config and e.selection != "untrained"]
+    if named and all(_is_digits(n) for n in named):
+        raise UsageError("--root: the checkpoints were trained on the digits, which come from scikit-learn, not "
+                         "from a folder; leave --root out")
+
+
+def _check_exclude_measured(exclude, measures: list[str]) -> None:
+    """Refuse (a usage error, before any work) an ``--exclude`` that names a measure of the registry
+    that ``--measures`` leaves out: no row would have that column."""
+    from embedscope.analyses.registry import PATTERNS
+    from embedscope.study.measures import registry
+    from embedscope.study.stats import check_exclude
+
+    mreg, _, _ = registry()
+    for col, _, _, expr in check_exclude(exclude):
+        if col in measures:
+            continue
+        if col in mreg or any(col.startswith(p) for p in PATTERNS):
+            raise UsageError(f"--exclude '{expr}': the measure {col} is not among --measures "
+                             f"({' '.join(measures)}): add it there, or exclude by another column")
+
+
 def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
               dataset: str | None = None, root: str | None = None, cache_dir: str | os.PathLike | None = None,
               workers: int | None = None, scheduler: str | None = None, worker_processes: bool = False,
@@ -628,6 +659,9 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     if scheduler is not None and (workers is not None or worker_processes):
         raise UsageError("--workers and --worker-processes set up a local cluster: not with --scheduler (the "
                          "scheduler's workers are started by 'dask worker', docs/studies.md)")
+    if worker_processes and workers is not None and not isinstance(workers, bool) and workers == 0:
+        raise UsageError("--worker-processes: not with --workers 0 (serial in this process, no workers): "
+                         "leave out one of them")
     box = _ClusterBox(workers, scheduler, processes=worker_processes)
     try:
         return _run_study(box, source, out_dir, epoch=epoch, dataset=dataset, root=root, cache_dir=cache_dir,
@@ -712,7 +746,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
     from embedscope.study.plan import plan_study
-    from embedscope.study.stats import check_exclude, check_exclude_columns
+    from embedscope.study.stats import check_exclude, check_exclude_columns, check_exclude_not_circular
 
     say = echo or print
     mreg0, _, _ = registry()
@@ -723,7 +757,13 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         if unknown:
             raise UsageError(f"--measures: unknown measure(s) {', '.join(unknown)} (known: {known_names()})")
         measures = list(dict.fromkeys([target, *measures]))
+        if measures == [target]:  # the statistics would be an empty table, after every checkpoint is embedded
+            raise UsageError(f"--measures names only the target ({target}, --target): name at least one other "
+                             "measure to correlate with it")
     check_exclude(exclude)  # refuse a bad expression before any work (an unknown column: once the rows are in)
+    check_exclude_not_circular(exclude)
+    if measures is not None:
+        _check_exclude_measured(exclude, measures)
     if workers is not None and int(workers) < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
     import numbers
@@ -732,6 +772,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         raise UsageError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {n_boot!r}")
     n_boot = int(n_boot)
     _check_dataset(dataset)
+    if root is not None and dataset is not None and _is_digits(dataset):
+        raise UsageError("--root: the digits (--dataset digits) come from scikit-learn, not from a folder; "
+                         "leave --root out")
     if scheduler is not None:
         check_scheduler_address(scheduler)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -773,12 +816,14 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         pass  # most likely a finished or resumed study: a cluster is started only if rows are left to measure
     else:
         box.start()  # the cluster comes up (and its workers import) while the study plans
-    entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
     # a column --exclude names that no row will have: refused now, not after every checkpoint is measured
     try:
+        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
         check_exclude_columns(exclude, {t for e in entries for t in (e.tags or {}) if not t.startswith("_")},
                               set(mreg), tuple(PATTERNS))
-    except UsageError:
+        if root is not None and dataset is None:
+            _check_root_of_digits(entries)
+    except EmbedscopeError:  # (also a source with nothing to measure)
         remove_empty_folders(created)  # (a new study folder is not left behind)
         raise
     meta = {"settings": settings, "target": target, "exclude": list(exclude or []), "n_boot": n_boot,

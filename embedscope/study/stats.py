@@ -25,7 +25,9 @@ Per measure m and a target t (default test R@1):
 * Robustness: leave-one-objective-out Pearson r (min, max, the objective that moves it most), r at
   the final epoch beside the best epoch, r over runs with L2-normalised outputs only, per-seed
   spread (mean within-objective std against the between-objective std), and the runs whose
-  selected checkpoint is **no better than the untrained network** on the target.
+  selected checkpoint is **no better than the untrained network** on the target (better: higher or
+  lower as the registry's ``direction`` of the target says; a target without a direction, such as
+  π_intra, compares none).
 
 Sign: every statistic is reported as measured; Roth's reading is "ρ lower, R@1 higher" (negative r)
 and "π_ratio higher, R@1 higher" (positive r) on CUB and CARS (docs/methods.md §6).
@@ -358,16 +360,36 @@ def _no_such_column(expr: str, col: str):
                       "embed_dim, a tag or a measure)")
 
 
+def _names_excluded(expr: str):
+    """The one-line error of an ``--exclude`` that names the column ``excluded``, which it makes."""
+    from embedscope.errors import UsageError
+
+    return UsageError(f"--exclude '{expr}': the column 'excluded' is what --exclude decides; name another column")
+
+
+def check_exclude_not_circular(exprs) -> None:
+    """Refuse (before any work) an ``--exclude`` on the column ``excluded``, which --exclude itself makes."""
+    for col, _, _, expr in check_exclude(exprs):
+        if col == "excluded":
+            raise _names_excluded(expr)
+
+
 def _exclude_mask(df, exprs) -> np.ndarray:
     from embedscope.errors import UsageError
 
     ops = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}
     m = np.zeros(len(df), dtype=bool)
     for col, op, val, expr in check_exclude(exprs):
+        if col == "excluded":
+            raise _names_excluded(expr)
         c = col if col in df.columns else f"tag:{col}"
         if c not in df.columns:
             raise _no_such_column(expr, col)
         v = df[c]
+        if c == col and f"tag:{col}" in df.columns:
+            # a YAML tag named like a config column (loss: margin for a checkpoint that records no loss):
+            # its value where the checkpoint has none (else 'loss==margin' left nothing out, silently)
+            v = v.where(v.map(_given).to_numpy(dtype=bool), df[f"tag:{col}"])
         if op in ops:
             num = np.array([_num(s) for s in v], dtype=np.float64)
             given = np.array([s is not None and str(s).strip() not in ("", "nan", "None") for s in v])
@@ -381,6 +403,11 @@ def _exclude_mask(df, exprs) -> np.ndarray:
             eq = eq.to_numpy(dtype=bool)
             m |= eq if op == "==" else ~eq
     return m
+
+
+def _given(v) -> bool:
+    """Whether a table cell holds a value (not None, NaN or empty)."""
+    return v is not None and not (isinstance(v, float) and v != v) and str(v).strip() not in ("", "nan", "None")
 
 
 def _num(v) -> float:
@@ -438,6 +465,25 @@ def _label(row, cols) -> str:
     return " ".join(parts) if parts else str(row.get("run", "?"))
 
 
+def _objectives(df, use: np.ndarray) -> tuple[list[str], list[str]]:
+    """(axes, the objective of every row of ``df``): the hyper-parameters that vary among the rows of
+    ``use`` (an axis fixed by another dropped; the epoch of ``--epoch all``), and each row's label of
+    those other than the seed (a user tag ``objective`` wins; an untrained row is ``untrained``)."""
+    P = df[use]
+    hyper = [c for c in HYPER_COLUMNS if c in df.columns] + sorted(
+        c for c in df.columns if c.startswith("tag:") and c not in ("tag:seed", "tag:objective"))
+    axes = _independent(P, _varying(P, hyper))
+    if "epoch" in P.columns and (P["selection"] == "epoch").any() and P["epoch"].nunique() > 1:
+        axes = axes + ["epoch"]
+    obj_cols = [a for a in axes if a != "loss_family"]
+    labels = [_label(r, obj_cols) if obj_cols else str(r["run"]) for _, r in df.iterrows()]
+    if "tag:objective" in df.columns:  # a run without the tag (a YAML entry that names none) keeps its label
+        labels = [lab if t is None or (isinstance(t, float) and t != t) or t == "" else str(t)
+                  for t, lab in zip(df["tag:objective"], labels)]
+    labels = ["untrained" if sel == "untrained" else lab for sel, lab in zip(df["selection"], labels)]
+    return axes, labels
+
+
 def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000, seed: int = 1234,
                      splits: dict[str, str] | None = None) -> dict[str, Any]:
     """Every statistic of a study table (one row per checkpoint) -> a JSON-able dict (+ ``_runs``).
@@ -457,6 +503,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         if c not in df.columns:
             df[c] = "given" if c == "selection" else ""
     splits = dict(splits or {})
+    target_split = splits.get(target) or "test"
     measures = [m for m in splits if m in df.columns and m != target]
     if target not in df.columns:
         from embedscope.errors import EmbedscopeError
@@ -477,36 +524,32 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
                                                                          rtol=0, atol=1e-12):
                 identical.append(m)
                 measures.remove(m)
-    # the untrained reference of each run
+    # the untrained reference of each run; better = in the target's direction (lower for rho, none for pi_intra)
+    direction = target_direction(target)
     tmap = {r["id"]: r[target] for _, r in df.iterrows() if r["selection"] == "untrained" and r["status"] == "ok"}
     df["untrained_target"] = [tmap.get(u, np.nan) if u else np.nan for u in df["untrained"].fillna("")]
     bt = []
     for _, r in df.iterrows():
-        if r["selection"] == "untrained" or r["status"] != "ok" or not np.isfinite(_num(r["untrained_target"])):
+        if (r["selection"] == "untrained" or r["status"] != "ok" or not np.isfinite(_num(r["untrained_target"]))
+                or direction == "none"):
             bt.append(None)
+        elif direction == "lower":
+            bt.append(bool(_num(r[target]) < _num(r["untrained_target"])))
         else:
             bt.append(bool(_num(r[target]) > _num(r["untrained_target"])))
     df["beats_untrained"] = bt
     primary = _primary_mask(df) & ok
-    excluded = _exclude_mask(df, exclude) if len(exclude or []) else np.zeros(len(df), bool)
-    use = primary & ~excluded
     df["primary"] = primary
-    df["excluded"] = excluded
-    P = df[use].copy()
-    hyper = [c for c in HYPER_COLUMNS if c in df.columns] + sorted(
-        c for c in df.columns if c.startswith("tag:") and c not in ("tag:seed", "tag:objective"))
-    axes = _independent(P, _varying(P, hyper))
-    if "epoch" in P.columns and (P["selection"] == "epoch").any() and P["epoch"].nunique() > 1:
-        axes = axes + ["epoch"]
-    # objective: the varying hyper-parameters other than the seed (a user tag 'objective' wins)
-    obj_cols = [a for a in axes if a != "loss_family"]
-    labels = [_label(r, obj_cols) if obj_cols else str(r["run"]) for _, r in df.iterrows()]
-    if "tag:objective" in df.columns:  # a run without the tag (a YAML entry that names none) keeps its label
-        df["objective"] = [lab if t is None or (isinstance(t, float) and t != t) or t == "" else str(t)
-                           for t, lab in zip(df["tag:objective"], labels)]
+    if len(exclude or []):
+        # --exclude may name the objective: as labelled over the selected runs before anything is left out
+        named = {c for c, _, _, _ in check_exclude(exclude)}
+        before = df.assign(objective=_objectives(df, primary)[1]) if "objective" in named else df
+        excluded = _exclude_mask(before, exclude)
     else:
-        df["objective"] = labels
-    df.loc[df["selection"] == "untrained", "objective"] = "untrained"
+        excluded = np.zeros(len(df), bool)
+    use = primary & ~excluded
+    df["excluded"] = excluded
+    axes, df["objective"] = _objectives(df, use)
     # the points over runs in the order of their ids (as those over objectives are in the order of their
     # labels): the bootstrap's resamples pick positions, so the same runs listed in another order
     # (grid.csv rows merged by several train-grid calls, a glob, a YAML file) give the same intervals
@@ -535,7 +578,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
             has = np.isfinite(x) & np.isfinite(y)
             corr_rows.append({"measure": m, "split": splits.get(m, ""), "target": target, "level": level, **c,
                               "n_left_out": int(len(tab) - has.sum()),
-                              "note": _why_undefined(x[has], y[has], target)})
+                              "note": _why_undefined(x[has], y[has], target, target_split)})
         g = gran_all[m] if axes else {"psi": float("nan"), "per_axis": {}, "groups": {}}
         gran[m] = g
         for r in corr_rows[-2:]:
@@ -623,6 +666,9 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
                 mat[i, j] = _pearson(xa, xb) if xa.size >= 3 else np.nan
     return {
         "target": target,
+        # the split the target is taken on (rho: train) and which way is better (the untrained comparison)
+        "target_split": target_split,
+        "target_direction": direction,
         "exclude": list(exclude or []),
         "undefined": _undefined_runs(P, [target] + measures, why_col),
         "n_boot": int(n_boot),
@@ -647,6 +693,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
                 lambda v: v is not None).sum()),
             "best_epoch_1": int(((sel_rows["selection"] == "best") & (sel_rows["epoch"].map(_num) == 1)).sum())
             if "epoch" in sel_rows else 0,
+            "direction": direction,
         },
         "normalisation": {str(k): int(v) for k, v in P["normalize"].astype(str).value_counts().items()}
         if "normalize" in P else {},
@@ -664,12 +711,26 @@ UNDEFINED_KEY = "_undefined"
 # embedscope.names (the study figures read them too)
 
 
-def _why_undefined(x: np.ndarray, y: np.ndarray, target: str) -> str:
+def target_direction(target: str) -> str:
+    """``higher``, ``lower`` or ``none``: which values of ``target`` are better (the registry's
+    ``direction``; a name the registry does not know, as in a table made by hand: higher)."""
+    from embedscope.analyses.registry import MEASURES
+
+    return MEASURES[target].direction if target in MEASURES else "higher"
+
+
+def is_constant_target_note(note: Any, target: str) -> bool:
+    """Whether a correlation row's ``note`` says that the target is the same at every point."""
+    return (isinstance(note, str) and note.startswith("not defined: ")
+            and f" {target} is the same at every point" in note)
+
+
+def _why_undefined(x: np.ndarray, y: np.ndarray, target: str, split: str = "test") -> str:
     """Why the correlation of the finite points (x, y) is not defined or says nothing ('' when it is fine)."""
     if x.size < 2:
         return NOTE_TOO_FEW
     if constant_rows(y)[0]:
-        return f"not defined: test {target} is the same at every point ({y[0]:.4g})"
+        return f"not defined: {split} {target} is the same at every point ({y[0]:.4g})"
     if constant_rows(x)[0]:
         return NOTE_MEASURE_CONSTANT
     if x.size == 2:

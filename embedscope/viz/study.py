@@ -46,6 +46,13 @@ def _fmt_ci(r: dict[str, Any], key: str = "pearson") -> str:
     return f"{v:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
+def _target_split(stats: dict[str, Any]) -> str:
+    """The split of the study's target (``test`` for R@1, ``train`` for rho; statistics of an earlier
+    version do not say it: test, the only split a target could then be labelled with)."""
+    split = stats.get("target_split")
+    return split if isinstance(split, str) and split else "test"
+
+
 def _short_note(r: dict[str, Any], target: str, measure: str = "measure") -> str:
     """The reason a panel's r is n/a (or says nothing), short enough for a panel title ('' when none)."""
     from embedscope.names import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINTS
@@ -57,7 +64,7 @@ def _short_note(r: dict[str, Any], target: str, measure: str = "measure") -> str
         return f"{measure} constant"
     if note == NOTE_TWO_POINTS:
         return "2 points: ±1 always"
-    if note.startswith("not defined: test"):
+    if note.startswith("not defined: ") and f" {target} is the same at every point" in note:
         return f"{target} constant"
     return ""
 
@@ -179,6 +186,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     from matplotlib.ticker import MaxNLocator
 
     target = stats["target"]
+    tsplit = _target_split(stats)
     objs = stats["objectives"]
     avail = [m for m in stats["measures"] if any(r["measure"] == m and r["split"] == "train"
                                                    for r in stats["correlations"])]
@@ -212,7 +220,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         # the count on a line of its own (on one line, 48 characters ran into the next panel's title)
         ax.set_title(head + ("\n" + tail if tail else ""), fontsize=8.5)
         ax.set_xlabel(pretty(m, "train"))
-        ax.set_ylabel(f"{target} (test)")
+        ax.set_ylabel(f"{target} ({tsplit})")
         ax.grid(alpha=0.25)
         # at most 5 ticks, in as few significant digits (>= 3) as tell them apart: tiny π values (an
         # untrained network's 0.0000 ... 0.0010, six ticks of six digits) ran into one another, and a
@@ -234,7 +242,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
                    bbox_to_anchor=(0.5, 0.0))
     few = ("\n2 objectives: every r is ±1 whatever the values (a line through two points)"
            if len(objs) == 2 else "")
-    fig.suptitle(title or f"Training-set structure vs test {target}: one point per objective ({len(objs)}; "
+    fig.suptitle(title or f"Training-set structure vs {tsplit} {target}: one point per objective ({len(objs)}; "
                  f"mean over seeds ± sd), Pearson r [bootstrap 95%]{few}", fontsize=9.5)
     nrow_leg = math.ceil(len(labels) / ncol) if handles else 0
     clean_figure(fig)  # objective names from checkpoints: control characters escaped
@@ -267,7 +275,9 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
                 ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="0.35")
     fig.colorbar(im, ax=ax, shrink=0.8, label="Pearson r over objectives")
     n_obj = (stats.get("n_points") or {}).get("objectives")
-    ax.set_title(title or ("Correlation between test metrics across objectives"
+    tsplit = _target_split(stats)  # the first name is the target: a training-set one is not a test metric
+    what = "test metrics" if tsplit == "test" else f"the target ({stats.get('target')}, {tsplit}) and test metrics"
+    ax.set_title(title or (f"Correlation between {what} across objectives"
                            + (f" ({n_obj} objectives)" if isinstance(n_obj, int) else "")), fontsize=9.5)
     if not np.isfinite(M).all():
         ax.set_xlabel("grey, n/a: not defined (a metric constant over the objectives, or fewer than 3 "
@@ -308,7 +318,7 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
     ax.set_xlim(min(-0.05, ax.get_xlim()[0]), 1.02)
     marks = (["line: 95% interval"] if np.isfinite(lo).any() else []) + \
         (["◇: granulated τ, left of 0 where its sign differs from τ's"] if np.isfinite(gt).any() else [])
-    ax.set_xlabel(f"|Kendall τ| with test {stats['target']} over runs (blue: τ > 0, red: τ < 0"
+    ax.set_xlabel(f"|Kendall τ| with {_target_split(stats)} {stats['target']} over runs (blue: τ > 0, red: τ < 0"
                   + (";\n" + "; ".join(marks) if marks else "") + ")")
     n_runs = (stats.get("n_points") or {}).get("runs")
     ax.set_title(title or ("Measures ranked by |τ|" + (f" over {n_runs} runs" if isinstance(n_runs, int) else "")
