@@ -47,7 +47,8 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """:func:`properties_of_files`'s rows, (``with_provenance``) each file's :func:`provenance_of`
     (of the whole file, as read) and each file's :func:`_explained` additions to it (``undefined``,
-    ``notes``): every file is read once."""
+    ``notes``): every file is read once for the measure (several files: each is read once more before
+    any work, to refuse a split or a property that a later file lacks up front)."""
     from embedscope.analyses._sources import as_set
     from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import property_precision
@@ -60,10 +61,25 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     check_choice(split, "split", SPLIT_CHOICES)
     if isinstance(properties, str):  # one property name, not its letters
         properties = [properties]
+    if properties is not None:
+        properties = list(properties)
+        twice = next((p for i, p in enumerate(properties) if p in properties[:i]), None)
+        if twice is not None:  # measured and listed once: the second mention was dropped without a word
+            raise EmbedscopeError(f"properties names {twice!r} twice: give each property once")
     names = unique_names(files, names)  # as evaluate and spectrum: file stems, full paths where stems clash
     from embedscope.analyses.structure import check_not_repeated
 
     check_not_repeated(names)  # the same file twice: refused before any work, as evaluate and spectrum
+    if len(files) > 1:  # a later file without the split or a property named: refused before any work (it
+        # failed after measuring the files before it, permutation tests and all); each file is read
+        # twice then, which costs little beside the measure (n^2 distances)
+        from embedscope.store import load
+
+        for f, nm in zip(files, names):
+            part = (f if isinstance(f, EmbeddingSet) else load(f)).subset(split)
+            _selected(part, nm if isinstance(f, EmbeddingSet) else f, split=split, properties=properties,
+                      metric=metric, normalize=normalize, with_class=with_class)
+            del part
     rows: list[dict[str, Any]] = []
     provs: list[dict[str, Any]] = []
     extras: list[dict[str, Any]] = []
@@ -75,28 +91,8 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
             provs.append(provenance_of(whole))
         es = whole.subset(split)
         del whole
-        props = dict(es.properties)
-        if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
-            # of that name (imports now refuse it) is shown beside them, renamed, not in their place
-            props = {(CLASS_PROPERTY if k == "class" else k): v for k, v in props.items()}
-        # a property that groups the images exactly as the label (shapes' `shape`; or by chance, e.g. one
-        # value on a split of one class) gives the class's numbers: it stands for the class, and a note
-        # says so (the class row was missing without a word); 'class' asked for by name is measured all
-        # the same (it was "no property 'class'" on every shapes file)
-        twin = next((k for k, v in props.items() if _same_grouping(v, es.labels)), None) if with_class else None
-        class_listed = with_class and ("class" in (properties or ()) or twin is None)
-        if class_listed:
-            props = {"class": es.labels, **props}
-        if properties:
-            missing = [p for p in properties if p not in props]
-            if missing:
-                raise EmbedscopeError(f"{f}: no property '{missing[0]}' (the file has: "
-                                      f"{', '.join(props) or 'none'})")
-            props = {p: props[p] for p in properties}
-        if not props:
-            raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
-        if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
-            check_no_zero_rows(es, split)
+        props, twin, class_listed = _selected(es, f, split=split, properties=properties, metric=metric,
+                                              normalize=normalize, with_class=with_class)
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
                                  progress=progress, permutations=permutations, seed=seed)
         fields = ROW_FIELDS[2:] + (PERM_FIELDS if permutations else ())
@@ -119,6 +115,35 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     mi = {m: i for i, m in enumerate(names)}
     rows.sort(key=lambda r: (order[r["property"]], mi[r["model"]]))
     return rows, provs, extras
+
+
+def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, with_class: bool):
+    """The properties of ``es`` (a file's rows of ``split``; ``f`` names the file in messages) to measure:
+    ``(props, twin, class_listed)``, or one error line (a property named that the file lacks, no
+    property at all, an all-zero row under cosine)."""
+    props = dict(es.properties)
+    if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
+        # of that name (imports now refuse it) is shown beside them, renamed, not in their place
+        props = {(CLASS_PROPERTY if k == "class" else k): v for k, v in props.items()}
+    # a property that groups the images exactly as the label (shapes' `shape`; or by chance, e.g. one
+    # value on a split of one class) gives the class's numbers: it stands for the class, and a note
+    # says so (the class row was missing without a word); 'class' asked for by name is measured all
+    # the same (it was "no property 'class'" on every shapes file)
+    twin = next((k for k, v in props.items() if _same_grouping(v, es.labels)), None) if with_class else None
+    class_listed = with_class and ("class" in (properties or ()) or twin is None)
+    if class_listed:
+        props = {"class": es.labels, **props}
+    if properties:
+        missing = [p for p in properties if p not in props]
+        if missing:
+            raise EmbedscopeError(f"{f}: no property '{missing[0]}' (the file has: "
+                                  f"{', '.join(props) or 'none'})")
+        props = {p: props[p] for p in properties}
+    if not props:
+        raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
+    if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
+        check_no_zero_rows(es, split)
+    return props, twin, class_listed
 
 
 def _same_grouping(values, labels) -> bool:
@@ -209,7 +234,8 @@ def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, spli
         mine = [r for r in rows if r["model"] == nm]
         prov = {**base, "split": split, "max_r": max_r, "metric": metric, "permutations": permutations,
                 **({"permutation_seed": seed} if permutations else {}),
-                "cap": f"R capped at {max_r} (Kobs' code)" if max_r else "R uncapped (the paper's definition)",
+                "cap": (f"R capped at {max_r}" + (" (Kobs' code)" if max_r == 1023 else "") if max_r
+                        else "R uncapped (the paper's definition)"),
                 **extra}
         results.append(Result("properties", {f"NR-Prec[{r['property']}]": r["NR-Prec"] for r in mine}, prov,
                               table=mine, model=nm))

@@ -23,14 +23,16 @@ def add_parser(sub, parents):
     add_split(p, default="test", help="rows to use: train, test, val, query, gallery or all = every row (default: test)")
     p.add_argument("--max-r", type=positive_int, metavar="N",
                    help="cap R at N (1023 reproduces Kobs' code and Table 6; default: no cap, the paper's definition)")
-    p.add_argument("--properties", metavar="a,b,...", help="only these properties (comma-separated; 'class' = label)")
+    p.add_argument("--properties", metavar="a,b,...",
+                   help="only these properties, each once (comma-separated; 'class' = label); every file must have "
+                   "them (default: each file's own properties and the class)")
     p.add_argument("--metric", default="euclidean", choices=["euclidean", "cosine"],
                    help="ranking distance (default: euclidean on the raw embeddings, as Kobs' code)")
     p.add_argument("--permutations", type=nonnegative_int, default=0, metavar="P",
                    help="also a permutation test: the values shuffled over the images P times, NR-Prec "
                    "recomputed each time (one-sided p = (1 + #{shuffled >= observed}) / (1 + P); costs about P "
                    "times the measure; default 0: none)")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the shuffles (default 0)")
+    p.add_argument("--seed", type=seed_int, help="seed of the shuffles of --permutations (default 0)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="bar chart (PNG and PDF are written)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", metavar="OUT.json",
@@ -56,12 +58,53 @@ def note_lines(results) -> list[str]:
             for r in results for note in r.provenance.get("notes", ())]
 
 
+def absent_lines(results) -> list[str]:
+    """With several files of different properties: one line per file that lacks some of the
+    properties measured on the others (no row in the table, an empty slot in the figure), escaped."""
+    from embedscope.text import safe
+
+    results = list(results)
+    if len(results) < 2:
+        return []
+    every = list(dict.fromkeys(row["property"] for r in results for row in r.table))
+    out = []
+    for r in results:
+        mine = {row["property"] for row in r.table}
+        # (no 'class' row: a property of the file stands for the class, which note_lines says)
+        lacks = [p for p in every if p not in mine and p != "class"]
+        if lacks:
+            out.append(safe(f"{r.model}: no property {', '.join(repr(p) for p in lacks)} in this file (no row)"))
+    return out
+
+
+def check_options(args) -> list[str] | None:
+    """Usage errors of option combinations, before any work; returns the --properties names (None: all)."""
+    from embedscope.errors import UsageError
+
+    if args.seed is not None and not args.permutations:  # it seeded nothing, without a word
+        raise UsageError(f"--seed {args.seed} seeds the shuffles of the permutation test: give --permutations P "
+                         "(or leave out --seed)")
+    if args.properties is None:
+        return None
+    props = [s.strip() for s in args.properties.split(",") if s.strip()]
+    if not props:  # '--properties ,' or '' named none: it measured every property as if the option were absent
+        raise UsageError("--properties names no property: give comma-separated names (e.g. --properties hue,yaw)")
+    twice = next((p for i, p in enumerate(props) if p in props[:i]), None)
+    if twice is not None:  # measured once, listed once: the second mention was dropped without a word
+        from embedscope.text import safe
+
+        raise UsageError(f"--properties names '{safe(twice)}' twice: give each property once")
+    return props
+
+
 def run(args) -> int:
     from embedscope.analyses import properties
     from embedscope.analyses.image_properties import PERM_FIELDS, ROW_FIELDS
     from embedscope.cli.output import UNDEFINED, check_result_outputs, print_wrote, save_and_close, undefined_lines, write_result
     from embedscope.tables import format_table, write_csv, write_parquet
 
+    props = check_options(args)
+    seed = 0 if args.seed is None else args.seed
     args._inputs = args.files
     figs = []
     if args.output:
@@ -69,14 +112,9 @@ def run(args) -> int:
 
         figs = list(figure_paths(args.output))
     check_result_outputs(args, extra=figs)  # existing outputs, one name twice, an input named as output
-    props = [s.strip() for s in args.properties.split(",") if s.strip()] if args.properties is not None else None
-    if props == []:  # '--properties ,' or '' named none: it measured every property as if the option were absent
-        from embedscope.errors import UsageError
-
-        raise UsageError("--properties names no property: give comma-separated names (e.g. --properties hue,yaw)")
     results = properties(args.files, names=args.names, split=args.split, max_r=args.max_r, properties=props,
                          metric=args.metric, progress=not args.no_progress, permutations=args.permutations,
-                         seed=args.seed)
+                         seed=seed)
     order: dict[str, int] = {}  # the analysis' order of the properties (the first file's, then the others')
     for r in results:
         for row in r.table:
@@ -84,11 +122,14 @@ def run(args) -> int:
     rows = sorted((row for r in results for row in r.table),
                   key=lambda row: (order[row["property"]], results.models.index(row["model"])))
     cap = results[0].provenance["cap"]
-    perm = f"; permutation test: {args.permutations} shuffles, seed {args.seed}" if args.permutations else ""
-    print(f"split {args.split}; {cap}; {args.metric} distance{perm}")
+    said = cap
+    if args.max_r is not None and not any(row["capped"] for row in rows):  # the cap changed nothing: say so
+        said += " (no R exceeds it here: the numbers are the uncapped ones)"
+    perm = f"; permutation test: {args.permutations} shuffles, seed {seed}" if args.permutations else ""
+    print(f"split {args.split}; {said}; {args.metric} distance{perm}")
     # undefined numbers: – here (NaN in the files), and one line saying why (as geometry and spectrum)
     print(format_table(rows, COLUMNS + (["perm_p_value"] if args.permutations else []), nan=UNDEFINED))
-    for line in undefined_lines(results) + note_lines(results):
+    for line in undefined_lines(results) + note_lines(results) + absent_lines(results):
         print(line)
     written = []
     if args.output:

@@ -33,15 +33,16 @@ Engine: exact, in bounded memory, for any R (uncapped R can be n/3). Per block o
 float32 key block (one GEMM, never N x N at once) gives each query's sorted top-L float32 keys
 (L = the block's largest R + 16): by ``torch.topk`` for short lists, by one SIMD partition and sort
 of whole rows packed with their columns for long ones (R deep: a property with few values and no
-cap). The exact R-th key t lies within delta of the
-R-th float32 key s (delta: a rigorous float32 error bound of the key), so everything above
-s + 2 delta is surely among the R nearest, everything below s - 2 delta surely not, and only the
-few references in the band are ranked by float64 keys computed pair by pair (lower index first on
-ties). A band that reaches the end of the list makes that row retry with a longer list. No kNN
-label matrix of all queries is kept; the places of the R-th key's band are found by binary
-search in the sorted lists, and where the sure hits run deep they are counted by one scan of the
-rows' float32 keys above the band, not through the lists' columns. Where a row's bands are wide (many equal keys: a collapsed
-model, whose every key ties), the union of its properties' bands is ranked once (``_union_rows``),
+cap); below ``NUMPY_BELOW`` rows the GEMM and the lists are numpy's (no torch import; the same
+hits). The exact R-th key t lies within delta of the R-th float32 key s (delta: a rigorous float32
+error bound of the key), so everything above s + 2 delta is surely among the R nearest, everything
+below s - 2 delta surely not, and only the few references in the band are ranked by float64 keys
+computed pair by pair (lower index first on ties). A band that reaches the end of the list makes
+that row retry with a longer list. No kNN label matrix of all queries is kept; the places of the
+R-th key's band are found by binary search in the sorted lists, and where the sure hits run deep
+they are counted by one scan of the rows' float32 keys above the band, not through the lists'
+columns. Where a row's bands are wide (many equal keys: a collapsed model, whose every key ties),
+the union of its properties' bands is ranked once (``_union_rows``),
 with the keys read from a table between the distinct rows when X has few of them.
 """
 
@@ -65,6 +66,10 @@ UNION_ENTRIES = 1 << 22  # rows x places of the top-L lists per pass of _Engine.
 LONG_LIST = 8  # a top-L list with LONG_LIST * L >= n comes from one sort of whole rows, not torch.topk (_Engine._top)
 DEEP_COUNT = 16  # sure hits up to a place W with DEEP_COUNT * W >= n are counted by a scan of the rows (_count_same_above)
 KEY_TABLE = 1 << 22  # largest table of float64 keys between distinct rows of X (few distinct rows: a collapsed model)
+# X with fewer rows than this: the engine's GEMM and top-L lists run in numpy, without importing torch (1.3 s of
+# a digits-sized `embedscope properties`); from it on, torch's (its topk is faster on long rows). The same hit
+# counts either way: the float32 keys only choose the candidates, the float64 keys rank (docs/PERFORMANCE.md)
+NUMPY_BELOW = 8192
 
 
 def _encode(values, n: int, name: str) -> np.ndarray:
@@ -144,9 +149,6 @@ class _Engine:
     """Hit counts h[k, q] within each query's top R[k, q] (exact ranks, bounded memory)."""
 
     def __init__(self, X: np.ndarray, metric: str, block: int | None = None):
-        import torch
-
-        self.torch = torch
         X64 = np.ascontiguousarray(X, dtype=np.float64)
         if metric == "cosine":
             nrm = np.sqrt(np.einsum("ij,ij->i", X64, X64))
@@ -160,9 +162,16 @@ class _Engine:
         ks = KeySpace(X64, X64, metric, True)
         self.X64, self.metric = ks.Q64, metric
         self.n, d = X64.shape
-        self.X32 = torch.from_numpy(ks.Q32)
+        # the float32 work in numpy below NUMPY_BELOW rows (no torch import), else in torch
+        self.torch = None
+        if self.n >= NUMPY_BELOW:
+            import torch
+
+            self.torch = torch
+        tensor = (lambda a: a) if self.torch is None else self.torch.from_numpy
+        self.X32 = tensor(ks.Q32)
         self.two = ks.two
-        self.rsub = None if ks.rsub32 is None else torch.from_numpy(ks.rsub32)
+        self.rsub = None if ks.rsub32 is None else tensor(ks.rsub32)
         self.qoff = None if ks.plain else ks.qoff  # a key is the float32 value less qoff
         # twice the forward-error bound of a float32 key (GEMM, norms, subtraction), whatever the order
         self.delta = 2.0 * ks.delta
@@ -205,8 +214,20 @@ class _Engine:
         """Float32 values of queries s..e against all (self = -inf): keys plus ``qoff`` (Euclidean:
         2 q.r - |r|^2; a centred search, see KeySpace, the same of its centred rows)."""
         torch = self.torch
+        rows = max(e - s, min(self.block, self.n))
+        if torch is None:  # numpy (a small X): the same steps, the same error bound (bits may differ)
+            if self._kbuf is None or self._kbuf.shape[0] < e - s:
+                self._kbuf = np.empty((rows, self.n), dtype=np.float32)
+            K = np.matmul(self.X32[s:e], self.X32.T, out=self._kbuf[:e - s])
+            if self.two != 1.0:
+                K *= np.float32(self.two)
+            if self.rsub is not None:
+                K -= self.rsub
+            ar = np.arange(e - s)
+            K[ar, ar + s] = -np.inf
+            return K
         if self._kbuf is None or self._kbuf.shape[0] < e - s:
-            self._kbuf = torch.empty((max(e - s, min(self.block, self.n)), self.n), dtype=torch.float32)
+            self._kbuf = torch.empty((rows, self.n), dtype=torch.float32)
         K = torch.matmul(self.X32[s:e], self.X32.T, out=self._kbuf[:e - s])  # reused: no page faults per block
         if self.two != 1.0:
             K.mul_(self.two)
@@ -246,24 +267,35 @@ class _Engine:
         A short list (L < n / LONG_LIST) by ``torch.topk``; a long one (deep R: a property with few values
         and no cap) by one SIMD partition and sort of whole rows, each value packed with its column into an int64 so
         that the sort carries the columns (equal values: lower column first): ~2x faster than
-        ``topk`` at L = n / 3 and no slower from L = n / 8 (measured, docs/PERFORMANCE.md)."""
+        ``topk`` at L = n / 3 and no slower from L = n / 8 (measured, docs/PERFORMANCE.md). Without torch
+        (``sub`` a numpy array: X smaller than NUMPY_BELOW) a short list by ``np.argpartition`` and a sort of
+        the L values: equal values may come in another order than topk's, which changes no count (the
+        sure hits are the values above a band, the band is ranked by float64 keys)."""
         torch = self.torch
         m, n = sub.shape
         if LONG_LIST * L < n:
+            if torch is None:
+                part = np.argpartition(sub, n - L, axis=1)[:, n - L:]  # the L largest, unordered
+                v32 = np.take_along_axis(sub, part, axis=1)
+                o = np.argsort(v32, axis=1)[:, ::-1]  # descending
+                return np.take_along_axis(v32, o, axis=1), np.take_along_axis(part, o, axis=1)
             v32, idx = torch.topk(sub, L, dim=1, largest=True, sorted=True)
             return v32.numpy(), idx.numpy()
         if self._keybuf is None or self._keybuf.shape[0] < m:
-            self._keybuf = torch.empty((max(m, min(self.block, self.n)), n), dtype=torch.int64)
+            shape = (max(m, min(self.block, self.n)), n)
+            self._keybuf = np.empty(shape, dtype=np.int64) if torch is None else torch.empty(shape, dtype=torch.int64)
         key = _packed_descending(sub, self._keybuf)
         _sort_rows(key, L)
         idx = key[:, :L]
         idx &= 0xFFFFFFFF  # the column (key's low half), in place: the sorted keys are not needed again
-        return _Listed(sub.numpy(), idx), idx
+        return _Listed(_as_numpy(sub), idx), idx
 
     def _rows(self, K, rows: np.ndarray, s: int, codes, R, H, L: int) -> np.ndarray:
         """Count hits of the given rows with top-L lists; return rows whose band reached the list end."""
-        torch = self.torch
-        sub = K[torch.from_numpy(rows - s)] if len(rows) != K.shape[0] else K
+        if len(rows) == K.shape[0]:
+            sub = K
+        else:
+            sub = K[rows - s] if self.torch is None else K[self.torch.from_numpy(rows - s)]
         v32, idx = self._top(sub, L)
         qoff = self.qoff[rows] if self.qoff is not None else None
         dl = self.delta[rows]
@@ -291,7 +323,7 @@ class _Engine:
             if DEEP_COUNT * W >= self.n:
                 # a deep list: count in the rows' float32 values above each row's place lo, not through
                 # the list's columns (a scan of the row beats gathering W codes per row)
-                H[k, rows[act]] = _count_same_above(sub.numpy(), act, v32, lo, codes[k], rows[act])
+                H[k, rows[act]] = _count_same_above(_as_numpy(sub), act, v32, lo, codes[k], rows[act])
             else:
                 same = codes[k][idx[act, :W]] == codes[k, rows[act]][:, None]
                 H[k, rows[act]] = (same & (np.arange(W)[None, :] < lo[:, None])).sum(1)
@@ -383,6 +415,11 @@ class _Engine:
         return np.argsort(rank * nr + ref)
 
 
+def _as_numpy(a) -> np.ndarray:
+    """A float32 key block as a numpy array (a torch tensor's own memory, or the array itself)."""
+    return a if isinstance(a, np.ndarray) else a.numpy()
+
+
 class _Listed:
     """The sorted float32 values of top-L lists read through their columns (``v[rows, places]``), so
     that a long list's values are never gathered whole: only the few places the windows look at."""
@@ -445,9 +482,24 @@ def _packed_descending(sub, buf=None) -> np.ndarray:
     equal values by column: (the value's order-reversed bits << 32) | column. Floats order as the
     signed integers i ^ ((i >> 31) & 0x7fffffff) of their bits; -0.0 just below 0.0, -inf lowest.
     ``buf``: an int64 tensor of at least that shape to write into (reused over blocks: a fresh
-    allocation of this size costs its page faults each time)."""
-    torch = __import__("torch")
+    allocation of this size costs its page faults each time). A numpy ``sub`` (and ``buf``): the same
+    keys, bit for bit, in numpy."""
     m, n = sub.shape
+    if isinstance(sub, np.ndarray):
+        i = sub.view(np.int32)
+        t = i >> 31
+        t &= 0x7FFFFFFF
+        t ^= i
+        np.invert(t, out=t)  # descending
+        if buf is None or buf.shape[1] != n or buf.shape[0] < m:
+            buf = np.empty((m, n), dtype=np.int64)
+        key = buf[:m]
+        key[...] = t  # sign-extended, as torch's copy_
+        del t
+        key <<= 32
+        key |= np.arange(n, dtype=np.int64)
+        return key
+    torch = __import__("torch")
     i = sub.view(torch.int32)
     t = i >> 31
     t &= 0x7FFFFFFF

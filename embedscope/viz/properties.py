@@ -20,7 +20,8 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
     More than ``max_properties`` properties (None: no limit): the highest and lowest
     ``max_properties // 2`` each, with one slot between them that says how many are left out.
     A NaN NR-Prec (undefined: every value lone, one value, a collapsed model) is written "n/a" where
-    its bar would stand, and the legend says so. Returns the matplotlib figure.
+    its bar would stand, and the legend says so; a property a model's file lacks (models of different
+    properties side by side) is written "absent" there, not "n/a". Returns the matplotlib figure.
     """
     import matplotlib.pyplot as plt
 
@@ -41,16 +42,20 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
         colors = series_colors(len(models))
         x = np.arange(len(props))
         gap = np.array([p is None for p in props])
-        handles, labels, ceiling, missing = [], [], None, False
+        handles, labels, ceiling, missing, absent = [], [], None, False, False
         for j, m in enumerate(models):
             ys = [val.get((m, p), {}).get("NR-Prec", np.nan) for p in props]
             cs = [val.get((m, p), {}).get("ceiling", np.nan) for p in props]
             xs = x - 0.4 + w * (j + 0.5)
             ys = np.asarray(ys, dtype=float)
             handles.append(ax.bar(xs, np.nan_to_num(ys), w, color=colors[j]))
-            for xv in xs[~np.isfinite(ys) & ~gap]:  # no value (e.g. too few images): say so, not a bar of height 0
+            no_row = np.array([p is not None and (m, p) not in val for p in props], dtype=bool)
+            for xv in xs[~np.isfinite(ys) & ~gap & ~no_row]:  # no value (e.g. too few images): say so, not a bar of height 0
                 ax.text(xv, 0, "n/a", rotation=90, ha="center", va="bottom", fontsize=6, color="0.35")
                 missing = True
+            for xv in xs[no_row]:  # no row: the file lacks the property (or a property stands for its class)
+                ax.text(xv, 0, "absent", rotation=90, ha="center", va="bottom", fontsize=6, color="0.35")
+                absent = True
             labels.append(short_text(m, LEGEND_CHARS))
             ceiling = ax.scatter(xs, cs, marker="_", s=120, color="0.3", zorder=3)
         if ceiling is not None:
@@ -63,6 +68,11 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
 
             handles.append(Line2D([], [], ls="none"))
             labels.append("n/a: NR-Prec undefined\n(why: the table's note)")
+        if absent:
+            from matplotlib.lines import Line2D
+
+            handles.append(Line2D([], [], ls="none"))
+            labels.append("absent: no row for that\nmodel (the table's notes)")
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xticks(x)
         ax.set_xticklabels([short_text(p, TICK_CHARS) if p is not None else f"\u2026 {left_out} more"
