@@ -400,10 +400,16 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
         return src.matrix
     if spec is not None and spec.endswith("*"):
         cols = [k for k in src.columns if k.startswith(spec[:-1]) and k not in used]
+        taken = [k for k in src.columns if k.startswith(spec[:-1]) and k in used]
         if not cols:
+            if taken:
+                raise EmbedscopeError(f"{src.path}: no column starting with '{_pretty(spec[:-1])}' is left for the "
+                                      f"embeddings: {_names(taken)} are taken as labels, split, paths or properties")
             raise EmbedscopeError(f"{src.path}: no columns start with '{_pretty(spec[:-1])}'")
         used.update(cols)
         info["columns"] = cols
+        if taken:  # (a --properties column matching the prefix left the embedding without a word)
+            info["prefix_taken"] = taken
         return np.column_stack([src.columns[c] for c in cols])
     names = [spec] if spec else [k for k in EMBEDDING_KEYS if k in src.columns]
     if spec and spec not in src.columns:
@@ -666,6 +672,8 @@ def _embedding_note(info: dict[str, Any], shape: tuple[int, ...], index_col: str
                 "(name another with --embeddings)")
     else:
         return ""
+    if info.get("prefix_taken"):
+        line += f"; left out {_names(info['prefix_taken'])}: taken as labels, split, paths or properties"
     if index_col is not None:
         line += (f"; left out '{_pretty(index_col)}': the row index 0..{n - 1} (pandas' to_csv without "
                  "index=False)")

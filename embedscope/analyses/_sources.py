@@ -73,3 +73,28 @@ def check_no_zero_rows(part, split: str, *, what: str = "cosine similarity", hin
         raise EmbedscopeError(f"{src + ': ' if src else ''}{zero.size} {which}embedding(s) are all zeros (the "
                               f"{where} {i} first, path '{part.paths[i]}'): their {what} is undefined"
                               + (f" ({hint})" if hint else ""))
+
+
+def check_splits_first(sources, splits) -> None:
+    """Several files: refuse, before any of them is analysed, a file that lacks one of ``splits``
+    (each file's split column is read alone; the error is the one the analysis of that file would
+    raise, after minutes spent on the files before it). ``None`` and ``"all"`` need no split;
+    sources that are not paths, and files the light read cannot take, are left to the analysis."""
+    import h5py
+    import numpy as np
+
+    wanted = {s for s in splits if s not in (None, "all")}
+    if len(sources) < 2 or not wanted:
+        return
+    for src in sources:
+        if not isinstance(src, (str, os.PathLike)):
+            continue
+        try:
+            with h5py.File(src, "r") as f:
+                raw = f["split"][()]
+            present = {v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.unique(raw)}
+        except Exception:  # noqa: BLE001 - whatever the light read cannot take, the full load reports
+            continue
+        missing = sorted(wanted - present)
+        if missing:
+            as_set(src).subset(missing[0])  # the analysis's own one-line error

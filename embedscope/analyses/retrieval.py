@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set, as_sources, check_disjoint, check_no_zero_rows
+from embedscope.analyses._sources import as_set, as_sources, check_disjoint, check_no_zero_rows, check_splits_first
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
@@ -99,6 +99,10 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
                          f"{' (direction)' if metric == 'cosine' else ''}, a collapsed model: every similarity "
                          "ties, so the ranks follow row order (ties to the lower reference index) and these "
                          "values say only that the model is collapsed"]
+    if q_split == "query" and not separate and "gallery" in set(es.split):  # (neighbours searches the gallery)
+        prov.setdefault("notes", []).append(
+            "the query rows are searched among themselves, not in the file's gallery rows (the In-Shop "
+            "protocol: --query-split query --reference-split gallery; reference_split='gallery' in Python)")
     model = model_name(es, name)
     lone_txt = ("lone queries left out" if lone_queries == "exclude" else "lone queries count as 0")
     prov["title"] = (f"{model}: {q_split} queries ({q.n}, {n_cls} {'class' if n_cls == 1 else 'classes'}) vs "
@@ -142,6 +146,9 @@ def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None,
     sources = as_sources(sources)
     labels = unique_names(sources, names)
     check_not_repeated(labels)  # the same file twice: refused before any work
+    query = kwargs.get("query_split") or kwargs.get("split", "test")
+    asked = [s for s in (query, kwargs.get("reference_split") or query) if isinstance(s, str) and s in SPLIT_CHOICES]
+    check_splits_first(sources, asked)  # a file without the split: refused before the files before it are computed
 
     def one(source, name):
         # several files: each one's progress bars and phase lines name it ("retrieval runs/a.h5: ...")

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set, as_sources, check_no_zero_rows
+from embedscope.analyses._sources import as_set, as_sources, check_no_zero_rows, check_splits_first
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.names import SPLIT_CHOICES
 from embedscope.validation import check_choice, check_int
@@ -42,6 +42,16 @@ def undefined_note(undefined: Mapping[str, str]) -> str:
     return "undefined (–): " + "; ".join(f"{', '.join(keys)} ({why})" for why, keys in groups.items())
 
 
+def infinite_note(infinite: Mapping[str, str]) -> str:
+    """One line naming the measures that are inf and why (``pi_ratio`` when π_inter = 0 < π_intra:
+    π_intra / 0; ``rho`` / ``rho_all`` when a singular value considered is 0). inf shows as ``inf``
+    in the terminal table, the CSV and the Parquet, and as ``null`` in the JSON (which has no inf;
+    ``provenance["infinite"]`` names it there); empty when no measure is inf (docs/geometry.md)."""
+    if not infinite:
+        return ""
+    return "infinite (inf; null in JSON): " + "; ".join(f"{k} ({why})" for k, why in infinite.items())
+
+
 def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_components: int | None = None,
              max_pairs: int = 200_000, seed: int = 0, keep_spectrum: bool = False,
              name: str | None = None) -> Result:
@@ -54,7 +64,9 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
     A measure the split leaves undefined (every class a single sample: ``pi_intra``, ``pi_ratio``,
     ``alignment``; one class: ``pi_inter``, ``pi_ratio``; a collapsed model: ``rho``, ``alpha``) is
     NaN, and ``result.provenance["undefined"]`` maps it to the reason (:func:`undefined_note` makes
-    the line ``embedscope geometry`` prints); the other measures are reported as usual.
+    the line ``embedscope geometry`` prints); the other measures are reported as usual. ``pi_ratio``
+    is inf when π_inter = 0 < π_intra (every class mean in one direction), and
+    ``result.provenance["infinite"]`` says so (:func:`infinite_note`).
 
     >>> import numpy as np
     >>> from embedscope.store import EmbeddingSet
@@ -71,6 +83,7 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
     es = as_set(source)
     part = es.subset(split)
     check_no_zero_rows(part, split, what="cosine distance (pi, alignment, uniformity)", hint=None)
+    _check_spectrum_options(part, split, exclude_top, n_components, es.attrs.get("source_file"))
     rep = geometry_report(part.embeddings, part.labels, exclude_top=exclude_top, n_components=n_components,
                           max_pairs=max_pairs, seed=seed, keep_spectrum=keep_spectrum)
     values = {k: rep[k] for k in VALUE_KEYS}
@@ -80,6 +93,7 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
         "max_pairs": max_pairs, "uniformity_pairs": int(rep["uniformity_pairs"]),
         "uniformity_exact": bool(rep["uniformity_exact"]),
         "undefined": dict(rep["undefined"]),
+        "infinite": dict(rep["infinite"]),
         "title": f"{model} [{split}]",
         "note": (f"uniformity from {'all' if rep['uniformity_exact'] else 'a sample of'} "
                  f"{rep['uniformity_pairs']} pair{'' if rep['uniformity_pairs'] == 1 else 's'}; "
@@ -89,6 +103,31 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
     if keep_spectrum:
         arrays = {"singular_values": rep["singular_values"], "covariance_eigenvalues": rep["covariance_eigenvalues"]}
     return Result("geometry", values, prov, arrays=arrays, model=model, meanings=dict(MEANINGS))
+
+
+def _check_spectrum_options(part, split: str, exclude_top: int, n_components: int | None,
+                            source: Any = None) -> None:
+    """Refuse, naming the option in both its forms, an ``n_components`` beyond the split's
+    min(N, D) singular values and an ``exclude_top`` that leaves none of them (with more than one):
+    the spectral functions' own messages named only the Python parameter ("n_components must be
+    an integer in [1, 16]")."""
+    from embedscope.errors import EmbedscopeError
+
+    if part.n < 2:  # (geometry_report's own one-line error: fewer than two rows)
+        return
+    m = min(part.n, part.dim)
+    of = f" of {source}" if source else ""  # (several files: which one)
+    where = (f"the {split} split{of} has {m} singular value{'' if m == 1 else 's'} "
+             f"(min(N, D) = min({part.n}, {part.dim}))")
+    if n_components is not None:
+        n_components = check_int(n_components, "n_components", min=1)
+        if n_components > m:
+            raise EmbedscopeError(f"n_components (--n-components) {n_components}: {where}")
+    kept = m if n_components is None else n_components
+    if kept > 1 and exclude_top >= kept:
+        kept_txt = where if n_components is None else f"--n-components keeps {kept}"
+        raise EmbedscopeError(f"exclude_top (--exclude-top) {exclude_top} leaves no singular value for rho: "
+                              f"{kept_txt}")
 
 
 def check_not_repeated(labels: Sequence[str]) -> None:
@@ -129,6 +168,8 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
     labels = unique_names(sources, names)
     check_not_repeated(labels)
     k = check_int(k, "k")
+    if isinstance(split, str) and split in SPLIT_CHOICES:  # (a bad name: geometry's own error)
+        check_splits_first(sources, [split])  # a file without the split: refused before any work
     results = []
     for i, (src, label) in enumerate(zip(sources, labels)):
         es = as_set(src)

@@ -17,7 +17,13 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     from embedscope.data.properties import add_properties_to_file
+    from embedscope.errors import UsageError
+    from embedscope.fileio import same_file
     from embedscope.text import safe
+
+    if same_file(args.table, args.file):  # it failed reading the HDF5 file as a table ("is not UTF-8 text")
+        raise UsageError(f"the table {safe(args.table)} is the embedding file itself: give the CSV, TSV or "
+                         "Parquet table of properties")
 
     added = add_properties_to_file(args.file, args.table, force=args.force)
     # the names are the table's column names: control characters shown escaped

@@ -18,7 +18,8 @@ KEY_CHOICES = ("R@k", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@l
 
 class _Given(argparse.Action):
     """Store the value and note that the option was given (``args.<dest>_given``): --split with
-    --query-split was silently not used."""
+    --query-split, and --seed / --niter / --lone-queries with an --include that leaves their metrics
+    out, were silently not used (refused only when given, not for their defaults)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values)
@@ -45,16 +46,18 @@ def add_parser(sub, parents):
                    help="ranking distance (default: cosine, rows L2-normalised)")
     p.add_argument("--k", nargs="+", type=positive_int, default=None, metavar="K",
                    help="the k of R@k, listed in ascending order whatever order they are given in (default: 1 2 4 8, "
-                   "those up to the number of references of a query; a k given here beyond it is an error)")
+                   "those up to the number of references of a query; a k given here beyond it is an error; "
+                   "with --include, it needs an R@k there)")
     p.add_argument("--include", nargs="+", metavar="KEY",
                    help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; "
                         "default: all but mAP@lim, which is computed only when named)")
-    p.add_argument("--lone-queries", default="exclude", choices=("exclude", "zero"),
+    p.add_argument("--lone-queries", default="exclude", choices=("exclude", "zero"), action=_Given,
                    help="queries without a relevant reference: exclude = left out (as pytorch-metric-learning), "
-                   "zero = counted as 0 (Roth et al.'s code) (default: exclude)")
-    p.add_argument("--seed", type=seed_int, default=1234,
-                   help="k-means seed (default: 1234, faiss's default, as Roth's code and PML)")
-    p.add_argument("--niter", type=positive_int, default=20, help="k-means iterations (default: 20)")
+                   "zero = counted as 0 (Roth et al.'s code) (default: exclude; retrieval metrics only)")
+    p.add_argument("--seed", type=seed_int, default=1234, action=_Given,
+                   help="k-means seed of NMI and F1 (default: 1234, faiss's default, as Roth's code and PML)")
+    p.add_argument("--niter", type=positive_int, default=20, action=_Given,
+                   help="k-means iterations of NMI and F1 (default: 20)")
     p.add_argument("--per-class", metavar="OUT.csv",
                    help="write R@1, R-Precision and MAP@R per class to this CSV and show the worst classes")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -89,6 +92,48 @@ def include_keys(include, ks) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
+def check_include_options(args, include) -> None:
+    """Refuse (a usage error, before any work) an option that shapes a metric --include leaves out:
+    --k without an R@k, --seed / --niter (the k-means) without NMI or F1, --lone-queries without a
+    retrieval metric. Each was silently not used."""
+    from embedscope.errors import UsageError
+
+    if include is None:
+        return
+    given = " ".join(args.include)
+    retrieval = [k for k in include if k not in ("NMI", "F1")]
+    if args.k is not None and not any(k == "R@k" or k.startswith("R@") for k in include):
+        raise UsageError(f"--k {' '.join(map(str, args.k))} sets the k of R@k: --include {given} names no R@k "
+                         "(add R@k, or leave out --k)")
+    if not any(k in ("NMI", "F1") for k in include):
+        for opt in ("seed", "niter"):
+            if getattr(args, f"{opt}_given", False):
+                raise UsageError(f"--{opt} {getattr(args, opt)} sets the k-means of NMI and F1: --include {given} "
+                                 f"names neither (add NMI or F1, or leave out --{opt})")
+    if getattr(args, "lone_queries_given", False) and not retrieval:
+        raise UsageError(f"--lone-queries {args.lone_queries} concerns the retrieval metrics: --include {given} "
+                         "names only clustering metrics (NMI, F1)")
+
+
+def missing_k_lines(results) -> list[str]:
+    """Several files: a note per file that lacks an R@k another file has (the default k stop at the
+    references of a query, fewer in a small file): its cell showed 'nan' with no word why."""
+    from embedscope.text import safe
+
+    if len(results) < 2:
+        return []
+    keys = list(dict.fromkeys(k for r in results for k in r.values))
+    out = []
+    for r in results:
+        missing = [k for k in keys if k.startswith("R@") and k not in r.values]
+        if missing:
+            p = r.provenance
+            refs = int(p.get("N_references", 0)) - (0 if p.get("query_split") != p.get("reference_split") else 1)
+            out.append(safe(f"note: {r.model}: no {', '.join(missing)} (–): a query has at most {refs} "
+                            f"reference{'' if refs == 1 else 's'}, and the default k stop there"))
+    return out
+
+
 def table_digits(values, digits: int = DIGITS, most: int = MAX_DIGITS) -> int:
     """Decimals of every number in evaluate's terminal tables: ``digits`` (4), or, when a value lies
     below 10^-digits, enough for the smallest one to keep two significant digits (at most ``most``).
@@ -111,7 +156,7 @@ def table_digits(values, digits: int = DIGITS, most: int = MAX_DIGITS) -> int:
 
 def run(args) -> int:
     from embedscope.analyses import evaluate_many, worst_classes
-    from embedscope.cli.output import check_result_outputs, print_wrote, write_result
+    from embedscope.cli.output import UNDEFINED, check_result_outputs, check_suffix, print_wrote, write_result
     from embedscope.errors import UsageError
     from embedscope.tables import format_table
     from embedscope.text import safe
@@ -121,13 +166,16 @@ def run(args) -> int:
                          "queries and references at once; name the references with --reference-split "
                          f"(e.g. --query-split {args.query_split} --reference-split {args.split})")
     include = include_keys(args.include, args.k)
+    check_include_options(args, include)
     if args.per_class and include is not None and all(k in ("NMI", "F1") for k in include):
         # the per-class table holds per-query retrieval scores: NMI / F1 alone rank nothing (it failed
         # after the whole computation with 'the result has no per-class table')
         raise UsageError("--per-class needs a retrieval metric (it writes R@1, R-Precision and MAP@R per class): "
                          "--include only clustering metrics (NMI, F1) ranks no query")
     args._inputs = args.files
-    check_result_outputs(args, extra=[args.per_class] if args.per_class else [])
+    check_result_outputs(args, extra=[args.per_class] if args.per_class else [],
+                         extra_options=["--per-class"] if args.per_class else [])
+    check_suffix(args.per_class, "--per-class", ".csv")
     results = evaluate_many(args.files, names=args.names, split=args.split, query_split=args.query_split,
                             reference_split=args.reference_split, metric=args.metric,
                             ks=tuple(args.k) if args.k else None,
@@ -141,12 +189,14 @@ def run(args) -> int:
         print(results[0].format(digits=digits))
     else:
         first = results[0].provenance
-        print(results.format(digits=digits, title=f"{first['query_split']} queries vs "
+        print(results.format(digits=digits, nan=UNDEFINED, title=f"{first['query_split']} queries vs "
                              f"{first['reference_split'] if first['query_split'] != first['reference_split'] else 'themselves'}"
                              f", {args.metric}; lone queries: {args.lone_queries}"))
     for r in results:
         for note in r.provenance.get("notes") or []:
             print(safe(f"note: {r.model}: {note}" if len(results) > 1 else f"note: {note}"))
+    for line in missing_k_lines(results):
+        print(line)
     written = write_result(results, args)  # one file: its Result's layout
     if args.per_class:
         for r in results:

@@ -43,12 +43,14 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from pathlib import Path
 
-    from embedscope.cli.output import refuse_inputs
+    from embedscope.cli.output import check_suffix, refuse_inputs
     from embedscope.importers import import_to_file
+
 
     # FILE|KEY options: those naming an existing file are read from it
     files = [x for x in (args.labels, args.split, args.paths, args.class_names) if x and Path(x).exists()]
     refuse_inputs([args.output], [args.source, *files])
+    check_suffix(args.output, "-o", ".h5")  # (-o out.csv wrote an HDF5 file under a CSV's name)
     import sys
     import warnings
 

@@ -25,7 +25,8 @@ def add_parser(sub, parents):
     p.add_argument("--split", default="test", choices=SPLIT_CHOICES,
                    help="split of the queries: train, test, val, query, gallery or all = every row (default: test)")
     p.add_argument("--reference-split", choices=SPLIT_CHOICES,
-                   help="split searched (default: the query split; gallery for --split query)")
+                   help="split searched (default: the query split; gallery for --split query when the file has "
+                   "gallery rows)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--queries", type=positive_int, default=None, metavar="N",
                    help=f"number of random queries, one row each, at most {MAX_QUERIES} (default: {DEFAULT_QUERIES}; a split "
@@ -35,9 +36,11 @@ def add_parser(sub, parents):
                    "starts with # is a comment, a blank line is skipped; a # after a path is part of the path)")
     p.add_argument("--n-retrievals", type=positive_int, default=5, metavar="K",
                    help=f"retrievals per query, at most {MAX_RETRIEVALS} (default: 5)")
-    p.add_argument("--root", metavar="DIR", help="data set folder (default: the file's root attribute)")
+    p.add_argument("--root", metavar="DIR", help="data set folder of the photos (default: the file's root "
+                   "attribute; the digits are drawn from their pixels and read no folder)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the random queries (default: 0)")
+    p.add_argument("--seed", type=seed_int, default=None,
+                   help="seed of the random queries (default: 0; not with --paths-file, which names them)")
     add_figure_output(p)
     p.set_defaults(func=run)
     return p
@@ -57,6 +60,8 @@ def _root(args, es) -> str | None:
     # (an imported file's dataset is its source's name: a 'digits.npy' of photos is no built-in digits)
     dataset = None if es.attrs.get("imported") else es.attrs.get("dataset")
     if dataset == "digits" or (es.n and all(str(p).startswith("digits/") for p in es.paths)):
+        if args.root is not None:  # it was silently not used
+            print(f"note: --root {safe(args.root)} is not read: the digits are drawn from their 8x8 pixels")
         return None
     if args.root is not None:
         if not Path(args.root).is_dir():
@@ -81,6 +86,11 @@ def run(args) -> int:
     from embedscope.viz.figures import figure_paths
 
     # the figure's size, then the outputs, before any work
+    if args.paths_file is not None and args.seed is not None:  # it was silently not used
+        raise UsageError(f"--seed {args.seed} draws random queries: --paths-file names the queries "
+                         "(leave out --seed)")
+    if args.seed is None:
+        args.seed = 0
     asked = args.queries is not None  # (the default, 8, says nothing when a split has fewer rows)
     if args.queries is None:
         args.queries = DEFAULT_QUERIES

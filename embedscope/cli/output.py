@@ -48,16 +48,65 @@ def refuse_inputs(outputs, inputs) -> None:
                 raise UsageError(f"{out} is an input file: choose another output name")
 
 
-def check_result_outputs(args, extra=()) -> None:
-    """Refuse (one line, before any work) outputs that exist without --force or that name one file twice."""
+def refuse_figure_inputs(output, inputs) -> None:
+    """Refuse (a usage error, before any work, even with --force) a figure command's outputs (the
+    PNG and PDF of ``-o`` and its CSV and JSON beside them) that name one of its input files:
+    ``tsne x.json -o x.png --force`` replaced the input ``x.json``."""
+    from embedscope.viz.figures import figure_paths
+
+    png, pdf = figure_paths(output)
+    refuse_inputs([png, pdf, png.with_suffix(".csv"), png.with_suffix(".json")], inputs)
+
+
+#: file suffixes of the formats embedscope reads or writes: an output option given a name with one of
+#: them that is not its own format's (``--json out.csv``, ``--csv emb.h5``) is refused; any other
+#: suffix (none, ``.txt``, ``.out``) is the user's choice
+FORMAT_SUFFIXES = {".json": "JSON", ".csv": "CSV", ".tsv": "TSV", ".parquet": "Parquet", ".png": "PNG",
+                   ".pdf": "PDF", ".svg": "SVG", ".h5": "HDF5", ".hdf5": "HDF5", ".npy": "NumPy", ".npz": "NumPy",
+                   ".pt": "PyTorch", ".pth": "PyTorch", ".safetensors": "safetensors", ".html": "HTML"}
+
+
+def check_suffix(path, option: str, suffix: str) -> None:
+    """Refuse (a usage error) an output ``path`` of ``option`` (written in the format of ``suffix``)
+    whose name ends in another format's suffix (:data:`FORMAT_SUFFIXES`): ``--json out.csv`` wrote
+    JSON into a .csv file, ``--csv run.h5 --force`` replaced an embedding file with a CSV."""
+    from embedscope.errors import UsageError
+    from embedscope.text import safe
+
+    if path is None or str(path) == "":
+        return
+    got = Path(str(path)).suffix.lower()
+    if got in FORMAT_SUFFIXES and got != suffix and FORMAT_SUFFIXES[got] != FORMAT_SUFFIXES.get(suffix):
+        raise UsageError(f"{option} {safe(path)}: {option} writes {FORMAT_SUFFIXES[suffix]}, not "
+                         f"{FORMAT_SUFFIXES[got]}: give a name ending in {suffix}")
+
+
+def _result_options(args) -> list[str]:
+    """The option of each path of :func:`result_paths`, in its order."""
+    return [opt for opt, dest in (("--json", "json"), ("--csv", "csv"), ("--parquet", "parquet"),
+                                  ("--table-csv", "table_csv")) if getattr(args, dest, None)]
+
+
+def check_result_outputs(args, extra=(), extra_options=None) -> None:
+    """Refuse (one line, before any work) outputs that exist without --force, that name one file twice
+    (the line names both options; ``extra_options``: the option of each ``extra`` path, e.g.
+    ``["--per-class"]``), or whose suffix names another format (:func:`check_suffix`)."""
     from embedscope.errors import UsageError
     from embedscope.fileio import check_writable
+    from embedscope.text import safe
 
+    extra = list(extra)
     paths = result_paths(args) + [Path(x) for x in extra]
+    options = _result_options(args) + list(extra_options or ["another output"] * len(extra))
     for i, p in enumerate(paths):
-        if any(same_file(p, q) for q in paths[:i]):
-            raise UsageError("two outputs name the same file: give each output its own name")
+        for j, q in enumerate(paths[:i]):
+            if same_file(p, q):
+                raise UsageError(f"two outputs name the same file ({options[j]} {safe(q)}, {options[i]} {safe(p)}): "
+                                 "give each output its own name")
     refuse_inputs(paths, getattr(args, "_inputs", []))
+    for option, dest, suffix in (("--json", "json", ".json"), ("--csv", "csv", ".csv"),
+                                 ("--parquet", "parquet", ".parquet"), ("--table-csv", "table_csv", ".csv")):
+        check_suffix(getattr(args, dest, None), option, suffix)
     for p in paths:
         check_writable(p, force=args.force)
 
@@ -157,12 +206,31 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
                    help="keep only the first K singular values (D-1 = the reference code's TruncatedSVD)")
     p.add_argument("--max-pairs", type=positive_int, default=200_000,
                    help="pairs for the uniformity: exact when N(N-1)/2 is at most this, else a sample (default 200000)")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the uniformity pair sample (default 0)")
+    p.add_argument("--seed", type=seed_int, default=None,
+                   help="seed of the uniformity pair sample (default 0; not used when the uniformity is exact)")
 
 
 def measure_kwargs(args) -> dict:
     return dict(split=args.split, exclude_top=args.exclude_top, n_components=args.n_components,
-                max_pairs=args.max_pairs, seed=args.seed)
+                max_pairs=args.max_pairs, seed=0 if args.seed is None else args.seed)
+
+
+def unused_seed_lines(args, results) -> list[str]:
+    """A note per result whose uniformity was exact (every pair, N(N-1)/2 <= --max-pairs) when --seed
+    was given: no pair was drawn, so the seed was not used (it was silently ignored)."""
+    from embedscope.analyses.result import Result
+    from embedscope.text import safe
+
+    if getattr(args, "seed", None) is None:
+        return []
+    results = [results] if isinstance(results, Result) else list(results)
+    out = []
+    for r in results:
+        if r.provenance.get("uniformity_exact"):
+            what = (f"--seed {args.seed} is not used: the uniformity is exact, over all "
+                    f"{r.provenance.get('uniformity_pairs')} pairs (at most --max-pairs {args.max_pairs})")
+            out.append(safe(f"note: {r.model}: {what}" if len(results) > 1 else f"note: {what}"))
+    return out
 
 
 #: how the terminal table shows an undefined (NaN) measure; the files hold NaN (JSON null, an empty CSV cell)
@@ -170,17 +238,20 @@ UNDEFINED = "–"
 
 
 def undefined_lines(results) -> list[str]:
-    """One line per result with undefined measures (naming the model when there are several), escaped."""
+    """One line per result with undefined measures (naming the model when there are several), and
+    one per result with infinite ones (``provenance["infinite"]``: pi_ratio when pi_inter = 0 <
+    pi_intra, inf in the table and CSV/Parquet, null in the JSON), escaped."""
     from embedscope.analyses.result import Result
-    from embedscope.analyses.structure import undefined_note
+    from embedscope.analyses.structure import infinite_note, undefined_note
     from embedscope.text import safe
 
     results = [results] if isinstance(results, Result) else list(results)
     out = []
     for r in results:
-        note = undefined_note(r.provenance.get("undefined") or {})
-        if note:
-            out.append(safe(f"{r.model}: {note}" if len(results) > 1 else note))
+        for note in (undefined_note(r.provenance.get("undefined") or {}),
+                     infinite_note(r.provenance.get("infinite") or {})):
+            if note:
+                out.append(safe(f"{r.model}: {note}" if len(results) > 1 else note))
     return out
 
 

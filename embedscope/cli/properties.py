@@ -111,7 +111,8 @@ def run(args) -> int:
         from embedscope.viz.figures import figure_paths
 
         figs = list(figure_paths(args.output))
-    check_result_outputs(args, extra=figs)  # existing outputs, one name twice, an input named as output
+    # existing outputs, one name twice (naming both options), an input named as output
+    check_result_outputs(args, extra=figs, extra_options=["-o"] * len(figs))
     results = properties(args.files, names=args.names, split=args.split, max_r=args.max_r, properties=props,
                          metric=args.metric, progress=not args.no_progress, permutations=args.permutations,
                          seed=seed)

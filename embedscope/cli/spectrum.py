@@ -45,6 +45,7 @@ def run(args) -> int:
         print_wrote,
         save_and_close,
         undefined_lines,
+        unused_seed_lines,
         write_result,
     )
     from embedscope.errors import UsageError
@@ -65,7 +66,7 @@ def run(args) -> int:
         from embedscope.viz.figures import figure_paths
 
         figs = list(figure_paths(args.output))
-    check_result_outputs(args, extra=figs)
+    check_result_outputs(args, extra=figs, extra_options=["-o"] * len(figs))
     bar = progress_bar(total=len(args.files), desc="spectra", unit="file",
                        enabled=not args.no_progress and len(args.files) > 1)
     try:
@@ -74,9 +75,10 @@ def run(args) -> int:
     finally:
         bar.close()
     model = f"{results[0].model} " if len(results) == 1 else ""  # one file: no column names the model
+    kept = "" if args.n_components is None else f" of the first {args.n_components} (--n-components)"
     print(results.format(digits=5, nan=UNDEFINED, title=f"{model}[{args.split}] rho leaves out the top "
-                         f"{args.exclude_top} singular value(s)"))
-    for line in undefined_lines(results):
+                         f"{args.exclude_top} singular value(s){kept}"))
+    for line in undefined_lines(results) + unused_seed_lines(args, results):
         print(line)
     if args.by_class:  # a file without class-conditioned spectra: its whole-set spectrum is drawn alone
         for r in results:
@@ -84,6 +86,10 @@ def run(args) -> int:
             if why:
                 print(safe(f"{r.model}: no class-conditioned spectrum (--by-class): {why}"
                            if len(results) > 1 else f"no class-conditioned spectrum (--by-class): {why}"))
+            used = r.provenance.get("k_used")
+            if args.n_values is not None and used is not None and used < n_values:  # it was silently cut to D
+                what = f"--n-values {n_values}: {used} values per class spectrum (at most D = {r['dim']:.0f})"
+                print(safe(f"note: {r.model}: {what}" if len(results) > 1 else f"note: {what}"))
     written = []
     if args.output:
         from embedscope.viz.figures import use_agg
@@ -93,7 +99,7 @@ def run(args) -> int:
         entries = [{"label": r.model, "spectrum": r.arrays["singular_values"], "rho": r["rho"],
                     **{k: r.arrays[k] for k in ("class_mean", "class_std") if k in r.arrays}} for r in results]
         fig = plot_spectra(entries, exclude_top=args.exclude_top, by_class=args.by_class,
-                           title=args.title or f"Singular-value spectra ({args.split} split)")
+                           n_components=args.n_components, title=args.title or f"Singular-value spectra ({args.split} split)")
         written += [str(p) for p in save_and_close(fig, args.output, force=args.force)]
     print_wrote(written + write_result(results, args))
     return 0

@@ -71,7 +71,13 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if len(set(map(str, df.columns))) != len(df.columns):  # (a Parquet file may repeat a name)
         raise EmbedscopeError(f"{path}: a column name occurs twice: give each property its own name")
     if "path" not in df.columns:
-        raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))})")
+        other = {",": "tab", "\t": "comma"}.get(sep) if text is not None else None
+        hint = ""
+        if other is not None and any((("\t" if other == "tab" else ",") in str(c)) for c in df.columns):
+            # a comma-separated .tsv (or a tab-separated .csv): the whole header line was one column name
+            hint = (f"; a {path.suffix} is read {'tab' if sep == chr(9) else 'comma'}-separated, and its header "
+                    f"looks {other}-separated: rename it .{'csv' if other == 'comma' else 'tsv'}")
+        raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))}){hint}")
     if len(df.columns) < 2:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
     from embedscope.importers import ints_if_exact

@@ -162,11 +162,13 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *
                   classes: np.ndarray | None = None) -> dict:
     """π_intra, π_inter, π_ratio from the sums of :func:`_accumulate`. ``strict``: a π the data
     leave undefined raises :class:`UndefinedMeasure` (as :func:`class_distances` always did); else it
-    is NaN and ``undefined`` maps its key to the reason (π_ratio takes the reason of its part)."""
+    is NaN and ``undefined`` maps its key to the reason (π_ratio takes the reason of its part).
+    ``infinite`` maps ``pi_ratio`` to the reason when it is inf (π_inter = 0 < π_intra)."""
     n = counts.astype(np.float64)
     C = counts.size
     multi = counts >= 2
     undefined: dict[str, str] = {}
+    infinite: dict[str, str] = {}
     if C < 2:
         if strict:
             raise UndefinedMeasure(f"class distances need at least two classes, got {C}")
@@ -208,8 +210,10 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *
         undefined["pi_ratio"] = undefined.get("pi_intra", undefined.get("pi_inter"))
     elif inter > 0:
         ratio = pi_intra / inter
-    elif pi_intra > 0:
+    elif pi_intra > 0:  # inf is what π_intra / 0 is; ``infinite`` says why (a note, not NaN)
         ratio = float("inf")
+        infinite["pi_ratio"] = ("pi_inter = 0 < pi_intra: the class means coincide"
+                                + (" in direction" if metric == "cosine" else "") + ", pi_intra / 0")
     else:
         ratio = float("nan")
         undefined["pi_ratio"] = ("pi_intra = pi_inter = 0, 0/0: a collapsed model, every row "
@@ -226,6 +230,7 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *
         "n_singleton": int(np.count_nonzero(~multi)),
         "n_classes": int(C),
         "undefined": undefined,
+        "infinite": infinite,
     }
 
 
@@ -287,6 +292,7 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
                        need_raw_spread=metric == "sqeuclidean", shift=shift)
     out = _pi_from_sums(sums, counts, metric, shift)
     del out["undefined"]  # strict: π_intra and π_inter are defined here (π_ratio's NaN is documented)
+    del out["infinite"]  # (π_ratio's inf is documented too)
     out["classes"] = classes
     out["counts"] = counts
     return out
@@ -478,8 +484,10 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
 
     Returns
     -------
-    dict with the keys of ``REPORT_KEYS`` plus ``uniformity_pairs``, ``uniformity_exact`` and
-    ``undefined``: measure key -> why its value is NaN (empty when every value is defined).
+    dict with the keys of ``REPORT_KEYS`` plus ``uniformity_pairs``, ``uniformity_exact``,
+    ``undefined``: measure key -> why its value is NaN (empty when every value is defined), and
+    ``infinite``: measure key -> why its value is inf (``rho`` / ``rho_all`` when a singular value
+    considered is 0; ``pi_ratio`` when π_inter = 0 < π_intra).
 
     A measure the data leave undefined is NaN and named in ``undefined``, not an error, so the others
     are still reported: every class a single sample (an SOP-like query split) leaves ``pi_intra``,
@@ -536,6 +544,11 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
         if np.isnan(v) and key not in undefined:  # every value considered is 0: p = 0/0
             undefined[key] = (f"the singular values after the top {top} are all 0: X of rank <= {top}, "
                               "a collapsed model" if top else "every singular value is 0")
+    infinite = dict(pis["infinite"])
+    for key, v, top in (("rho", rho, exclude_top), ("rho_all", rho_all, 0)):
+        if np.isinf(v):  # some value considered is 0 (X of lower rank): KL(U||s) has a log(1/0)
+            infinite[key] = ("a singular value " + (f"after the top {top} " if top else "")
+                             + "is 0, X of lower rank than the values considered: KL(U||s) has a log(1/0)")
     alpha = _alpha_fit(lam, k_min, k_max, 1e-12)
     if np.isnan(alpha):
         undefined["alpha"] = ("a single covariance eigenvalue, N = 2 rows or D = 1: no line to fit" if lam.size < 2
@@ -563,6 +576,8 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
         "uniformity_exact": exact,
         # measure -> why it is NaN, in the order of REPORT_KEYS
         "undefined": {k: undefined[k] for k in REPORT_KEYS if k in undefined},
+        # measure -> why it is inf (rho, rho_all with a zero singular value; pi_ratio when pi_inter = 0 < pi_intra)
+        "infinite": {k: infinite[k] for k in REPORT_KEYS if k in infinite},
     }
     if keep_spectrum:
         with np.errstate(over="ignore", under="ignore"):

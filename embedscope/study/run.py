@@ -369,6 +369,9 @@ def undefined_reasons(es, vals: dict[str, float]) -> dict[str, str]:
                 for k, w in (r.provenance.get("undefined") or {}).items():
                     if k in bad and k in geo and mreg[k].split == split:
                         out[k] = str(w)
+                for k, w in (r.provenance.get("infinite") or {}).items():  # pi_ratio with pi_inter = 0
+                    if k in bad and k in geo and mreg[k].split == split and math.isinf(bad[k]):
+                        out[k] = f"infinite: {w}"
         except Exception:  # noqa: BLE001 - only the reason: the generic one stays
             pass
     for k in geo:

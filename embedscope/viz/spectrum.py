@@ -67,12 +67,28 @@ LEGEND_CLEARANCE = 2.0
 LEFT_OUT_COLOR = "#e4e4e4"
 
 
-def _mark_left_out(ax, entries, exclude_top: int, colors) -> tuple:
+def _mark_left_out(ax, entries, exclude_top: int, colors, n_components: int | None = None,
+                   kmax: int = 0) -> tuple:
     """Mark the top ``exclude_top`` values that ρ leaves out: a shaded band, a dashed boundary at
     k = exclude_top + ½, and each curve's left-out values ringed (a band one index wide is a sliver
-    of a 128- or 512-wide axis)."""
-    band = ax.axvspan(0.5, exclude_top + 0.5, color=LEFT_OUT_COLOR, zorder=0, lw=0)
-    ax.axvline(exclude_top + 0.5, color="0.3", ls="--", lw=0.8, zorder=1)
+    of a 128- or 512-wide axis). With ``n_components`` K below ``kmax``, the values beyond K (which
+    ρ does not consider either) are shaded too, from a dashed boundary at k = K + ½."""
+    band = ax.axvspan(0.5, exclude_top + 0.5, color=LEFT_OUT_COLOR, zorder=0, lw=0) if exclude_top > 0 else None
+    if exclude_top > 0:
+        ax.axvline(exclude_top + 0.5, color="0.3", ls="--", lw=0.8, zorder=1)
+    beyond = n_components is not None and n_components < kmax
+    if beyond:
+        tail = ax.axvspan(n_components + 0.5, kmax + 0.5, color=LEFT_OUT_COLOR, zorder=0, lw=0)
+        ax.axvline(n_components + 0.5, color="0.3", ls="--", lw=0.8, zorder=1)
+        # the legend's swatch gets an outline: it may sit on the shaded tail, of its own colour
+        from matplotlib.patches import Patch
+
+        band = Patch(facecolor=LEFT_OUT_COLOR, edgecolor="0.5", lw=0.6)
+        del tail
+    parts = ([f"top {exclude_top}"] if exclude_top > 0 else []) + ([f"beyond {n_components}"] if beyond else [])
+    text = f"left out of ρ ({', '.join(parts)})"
+    if exclude_top == 0:
+        return band, text
     for i, e in enumerate(entries):
         p = normalized_spectrum(e["spectrum"])[:exclude_top]
         k = np.arange(1, p.size + 1)
@@ -81,7 +97,7 @@ def _mark_left_out(ax, entries, exclude_top: int, colors) -> tuple:
     from matplotlib.lines import Line2D
 
     ring = Line2D([], [], ls="", marker="o", ms=6, mfc="none", mec="0.3", mew=1.2)
-    return (band, ring), f"left out of ρ (top {exclude_top})"
+    return (band, ring), text
 
 
 def _renderer(fig):
@@ -162,7 +178,7 @@ def _place_legends(fig, axes, free_from: dict) -> None:
 
 
 def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: bool = False,
-                 title: str | None = None):
+                 title: str | None = None, n_components: int | None = None):
     """Figure of normalised singular-value spectra, one line per entry, log y axis (docs/methods.md §2).
 
     Layout of Roth et al. (ICML 2020) Fig. 7 (models with vs without ρ-regularisation) and, with
@@ -177,6 +193,9 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
     exclude_top : int
         How many leading values ρ leaves out; marked with a shaded band, a dashed boundary and
         ringed points.
+    n_components : int, optional
+        ρ keeps only the first K values (``--n-components``): the values beyond K are shaded as
+        left out too (the whole spectrum is still drawn).
     by_class : bool
         Add a right-hand panel with the class-conditioned spectra (mean ± s.d. over classes).
     title : str, optional
@@ -219,8 +238,8 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                             ms=4)
             handles.append(line)
             texts.append(label)  # given explicitly: a label starting with "_" is still listed
-        if exclude_top > 0:
-            h, t = _mark_left_out(ax, entries, exclude_top, colors)
+        if exclude_top > 0 or (n_components is not None and n_components < kmax):
+            h, t = _mark_left_out(ax, entries, exclude_top, colors, n_components, kmax)
             handles.append(h)
             texts.append(t)
         ax.set_yscale("log")
