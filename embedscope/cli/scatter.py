@@ -28,11 +28,12 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     from embedscope.analyses import scatter
-    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, save_and_close
+    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, refuse_figure_inputs, save_and_close
     from embedscope.tables import format_table
     from embedscope.viz import plot_same_different
     from embedscope.viz.figures import use_agg
 
+    refuse_figure_inputs(args.output, [args.file])
     png, pdf, csv, js = figure_outputs(args.output, args.force)
     pq = parquet_output(args, (png, pdf, csv, js))
     r = scatter(args.file, split=args.split, metric=args.metric, progress=not args.no_progress)

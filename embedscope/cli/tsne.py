@@ -33,7 +33,14 @@ def add_parser(sub, parents):
 def run(args) -> int:
     from embedscope.analyses import tsne
     from embedscope.analyses.maps import SHOWN_TSNE
-    from embedscope.cli.output import figure_outputs, parquet_output, perplexity_cap_notes, print_wrote, save_and_close
+    from embedscope.cli.output import (
+        figure_outputs,
+        parquet_output,
+        perplexity_cap_notes,
+        print_wrote,
+        refuse_figure_inputs,
+        save_and_close,
+    )
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
     from embedscope.viz import plot_joint_tsne, plot_tsne
@@ -43,6 +50,7 @@ def run(args) -> int:
         raise UsageError("--joint maps both splits; leave out --split")
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
+    refuse_figure_inputs(args.output, [args.file])
     png, pdf, csv, js = figure_outputs(args.output, args.force)
     pq = parquet_output(args, (png, pdf, csv, js))
     r = tsne(args.file, joint=args.joint, split=args.split, max_points=args.max_points, perplexity=args.perplexity,

@@ -18,13 +18,15 @@ def add_parser(sub, parents):
                    help="two or more embedding files of the same images, in sequence order (each map is yoked "
                    "to the next)")
     p.add_argument("--alpha", type=float,
-                   help="yoking strength alpha >= 0 (default: 0.01 / N; 0 gives independent maps)")
+                   help="yoking strength alpha >= 0 (default: 0.01 / N, N the images mapped (after --max-points); "
+                   "0 gives independent maps, whatever --yoke)")
     p.add_argument("--yoke", choices=["points", "centroids"], default="points",
                    help="what is yoked: each image to itself (points), or each class's mean (centroids: "
                    "the classes' layout agrees, the points within a class are free) (default: points)")
     add_split(p, default="test")
     p.add_argument("--max-points", type=positive_int, metavar="N",
-                   help="map at most N points (fixed-seed subsample, stratified by class)")
+                   help="map at most N points (fixed-seed subsample, stratified by class, and by split with "
+                   "--split all; the rows tsne --max-points keeps of a split)")
     p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500, help="iterations after early exaggeration (default: 500)")
@@ -60,7 +62,7 @@ def run(args) -> int:
 
     from embedscope.analyses import yoke
     from embedscope.analyses.maps import SHOWN_YOKE
-    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, save_and_close
+    from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, refuse_figure_inputs, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
     from embedscope.viz import plot_yoked_maps
@@ -74,6 +76,7 @@ def run(args) -> int:
         raise UsageError(f"--alpha must be a finite number >= 0, got {args.alpha}")
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
+    refuse_figure_inputs(args.output, args.files)
     png, pdf, csv, js = figure_outputs(args.output, args.force)
     pq = parquet_output(args, (png, pdf, csv, js))
     if args.inset_class is not None:  # a wrong class is refused before the maps, not after minutes of work
@@ -104,5 +107,15 @@ def run(args) -> int:
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
     if cap_note:
         print(cap_note)
+    from embedscope.fileio import same_file
+    from embedscope.text import safe
+
+    twice = [(i, j) for i in range(len(args.files)) for j in range(i + 1, len(args.files))
+             if same_file(args.files[i], args.files[j])]
+    for i, j in twice:  # allowed (a check of the yoke), but rarely meant
+        print(f"note: maps {i + 1} and {j + 1} are of one file ({safe(args.files[i])}): the same embeddings")
+    if args.alpha == 0 and args.yoke != "points":  # alpha 0 yokes nothing: what is yoked does not matter
+        print(f"note: --alpha 0 gives independent maps: --yoke {args.yoke} changes nothing (the same maps as "
+              "--yoke points)")
     print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0

@@ -188,6 +188,10 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     else:
         dist = distance_for_config(config)
         dist_source = "config" if config.get("distance") else ("loss" if config.get("loss") else "default (no loss)")
+    from embedscope.embed import checkpoint_train_classes
+
+    # the split the checkpoint was trained with (train --train-classes N), as embed and study take it
+    train_classes, split_note = checkpoint_train_classes(config, dataset, train_classes)
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
@@ -274,7 +278,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
             "figure_images": min(figure_images, int(len(idx))) if fig_paths else None,
             "n_zero_maps": int(n_zero), "n_zero_retrieval_maps": n_zero_retrieval,
-            "notes": _zero_map_notes(attrs["name"], len(idx), n_zero, n_zero_retrieval) + (
+            "notes": ([split_note] if split_note else []) + _zero_map_notes(attrs["name"], len(idx), n_zero,
+                                                                           n_zero_retrieval) + (
                 [f"every image of the {split} split has the same embedding: each query's nearest retrieval is a tie "
                  "with all the others (the first in the split's order was taken)"] if tied else []),
             "mean_pair_distance": float(np.mean(retrieval["distance"])) if retrieval else None,
