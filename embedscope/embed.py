@@ -225,6 +225,37 @@ def checkpoint_input(ds: ImageDataset, config: dict, *, verb: str = "embed"):
     return transform, size, describe_transform(ds.kind, train=False, image_size=size, resize=resize)
 
 
+def checkpoint_train_classes(config: dict, dataset: str, train_classes: int | None) -> tuple[int | None, str | None]:
+    """The ``--train-classes`` of an embedding -> ``(value, note or None)``.
+
+    A checkpoint trained with ``train --train-classes N`` on this data set (its config's
+    ``dataset`` and ``train_classes``) is embedded with that split by default, as ``study`` embeds
+    it and as its log's test R@1 was measured: the data set's own split would put some of its
+    training classes into the test split. A value given is kept (with a note when it differs from
+    the checkpoint's); any other checkpoint leaves the data set's own split.
+    """
+    from embedscope.data import ALIASES
+
+    tc = config.get("train_classes")
+    name = config.get("dataset")
+    if tc in (None, "") or not isinstance(name, str):
+        return train_classes, None
+
+    def key(s: str) -> str:
+        return ALIASES.get(s.lower(), s.lower())
+
+    if key(name) != key(str(dataset)):
+        return train_classes, None
+    tc = int(tc)
+    if train_classes is None:
+        return tc, (f"--train-classes {tc}, the split the checkpoint was trained with (its first {tc} classes "
+                    "train, the rest test; give --train-classes to choose another)")
+    if int(train_classes) != tc:
+        return train_classes, (f"the checkpoint was trained on the first {tc} classes (--train-classes {tc}); "
+                               f"with --train-classes {int(train_classes)} this file's split differs from its training's")
+    return train_classes, None
+
+
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
@@ -267,6 +298,11 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,
                                      unsafe_pickle=unsafe_pickle, ema=ema, transform_input=transform_input)
+    if checkpoint is None and trunk is None and embedder is None and arch:  # an --arch baseline (no checkpoint)
+        digits = str(dataset).lower() == "digits"
+        if digits != (arch == "digits_cnn"):  # before the data are read (else "a resnet18 checkpoint cannot ...")
+            raise UsageError(f"--arch {arch} does not fit the {dataset} images "
+                             f"({'8x8 digits need the digits_cnn' if digits else 'photos need an image backbone'})")
     if image_size is not None or resize is not None:
         config = dict(config)
         if image_size is not None:
@@ -279,6 +315,9 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                 raise UsageError(f"--resize {resize} is smaller than the crop size {size}: the centre crop "
                                  "would pad the image (pass --image-size too)")
             config["resize"] = resize
+    train_classes, split_note = checkpoint_train_classes(config, dataset, train_classes)
+    if split_note and echo is not None:
+        echo(f"note: {split_note}")
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")

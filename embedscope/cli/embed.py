@@ -21,7 +21,8 @@ def add_parser(sub, parents):
                    "set is generated once and cached)")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
     p.add_argument("--train-classes", type=positive_int,
-                   help="the first N classes (sorted) form the training split (default: the data set's own split)")
+                   help="the first N classes (sorted) form the training split (default: the checkpoint's, when it was "
+                   "trained with train --train-classes on this data set, else the data set's own split)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
     p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: "
                    f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
@@ -63,11 +64,12 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.cli.output import refuse_inputs
+    from embedscope.cli.output import check_suffix, refuse_inputs
     from embedscope.embed import embed_to_file
     from embedscope.text import safe
 
     refuse_inputs([args.output], [args.checkpoint, args.weights, args.trunk, args.embedder])
+    check_suffix(args.output, "-o", ".h5")  # the embedding file is HDF5 (.h5 or .hdf5)
     # given only when asked for (embed_to_file passes them to embedscope.models.load_model)
     model_options = {k: v for k, v in (("ema", args.ema or None), ("transform_input", args.transform_input))
                      if v is not None}
@@ -86,5 +88,9 @@ def run(args) -> int:
         trunk=args.trunk, embedder=args.embedder, amp=args.amp == "bf16", image_size=args.image_size,
         resize=args.resize, echo=lambda s: print(safe(s), flush=True), **model_options,
     )
+    if args.checkpoint is None and args.trunk is None and args.embedder is None and args.arch and args.weights is None:
+        # (--help calls this an ImageNet baseline: without the weights file it is not one)
+        print(f"note: --arch {safe(args.arch)} without --weights: the backbone keeps its random initialisation (an "
+              "untrained network, not a pretrained one; --weights FILE loads pretrained weights)")
     print(f"wrote {safe(out)}")
     return 0

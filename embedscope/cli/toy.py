@@ -31,6 +31,13 @@ def run(args) -> int:
 
     if not 0 <= args.p_switch <= 1:
         raise UsageError(f"--p-switch must lie in [0, 1], got {args.p_switch}")
+    last = args.first_seed + args.n_seeds - 1
+    if last >= 2**32:  # (each seed is one of [0, 2**32), as --first-seed itself)
+        raise UsageError(f"--first-seed {args.first_seed} with --n-seeds {args.n_seeds} reaches seed {last}, beyond "
+                         f"the largest seed 2**32 - 1: give --first-seed {2**32 - args.n_seeds} or less")
+    if args.p_switch == 0:  # the switch never fires: the regularised variants train as the baseline does
+        print("note: --p-switch 0 turns the rho-switch off: the 'paper' and 'code' variants are then the baseline "
+              "(the three rows are equal)")
     res = run_toy(args.output, seeds=args.n_seeds, first_seed=args.first_seed, p_switch=args.p_switch,
                   force=args.force, progress=not args.no_progress)
     one = args.n_seeds == 1  # (a spread of one value says nothing)

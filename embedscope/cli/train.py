@@ -119,6 +119,10 @@ def run(args) -> int:
         raise UsageError("the output checkpoint is missing: give -o CKPT.pt (or 'output:' in --config)")
     if resume and force:
         raise UsageError("--resume continues a run and --force starts it again: give one of them")
+    from embedscope.cli.output import check_suffix
+
+    check_suffix(out, "-o", ".pt")  # a checkpoint under a .h5/.csv name (the log's default is -o with .csv)
+    check_suffix(log, "--log", ".csv")
     _refuse_inputs(out, log, args.config, opts.get("weights"))
     res = train(opts, out, resume=resume, force=force, log=log, progress=not args.no_progress, keep_epochs=keep,
                 echo=lambda s: print(safe(s), flush=True), tensorboard=tensorboard,
@@ -133,5 +137,8 @@ def run(args) -> int:
         print(f"best test R@1 {best['R@1']:.4f} at epoch {best['epoch']} (rho {best['rho']:.4f})")
     p = res["paths"]
     kept = "last.pt for --resume" + (", best.pt" if p["best"].is_file() else "")  # no best.pt without evaluations
-    print(f"wrote {safe(p['out'])} (final), {safe(p['dir'])}/ ({kept}), log {safe(p['log'])}")
+    if res.get("final_written", True):
+        print(f"wrote {safe(p['out'])} (final), {safe(p['dir'])}/ ({kept}), log {safe(p['log'])}")
+    else:  # a finished run resumed with its own --epochs: its final checkpoint is the one it had
+        print(f"kept {safe(p['out'])} (final, as it was), {safe(p['dir'])}/ ({kept}), log {safe(p['log'])}")
     return 0

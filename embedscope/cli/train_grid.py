@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import positive_int, seed_int
+from embedscope.cli.common import positive_int, probability, seed_int
 from embedscope.cli.training_options import LOSS_CHOICES, add_training_options
 
 
@@ -20,7 +20,7 @@ def add_parser(sub, parents):
     add_training_options(p, grid=True)
     p.add_argument("--losses", nargs="+", required=True, choices=LOSS_CHOICES, metavar="LOSS",
                    help=f"losses ({', '.join(LOSS_CHOICES)})")
-    p.add_argument("--p-switch", nargs="+", type=float, default=[0.0], metavar="P",
+    p.add_argument("--p-switch", nargs="+", type=probability, default=[0.0], metavar="P",
                    help="rho-regularisation probabilities (default: 0); p > 0 only for tuple losses")
     p.add_argument("--seeds", nargs="+", type=seed_int, default=[0], metavar="SEED",
                    help="seeds, each an integer in [0, 2**32) as train --seed (default: 0)")

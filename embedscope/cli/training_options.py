@@ -51,7 +51,8 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
         p.add_argument("--loss", choices=LOSS_CHOICES, help="training objective (default: margin)")
     p.add_argument("--miner", choices=MINER_CHOICES,
                    help="tuple miner (default: the loss's: distance for margin/triplet/contrastive/snr; "
-                   "multisimilarity mines its own pairs; the rest use all pairs)")
+                   "multisimilarity mines its own pairs; the rest use all pairs; with --p-switch > 0 a tuple loss "
+                   "without a miner of its own gets distance)")
     if not grid:
         p.add_argument("--p-switch", type=probability, metavar="P",
                        help="rho-regularisation: probability of switching a negative for a same-class sample "
@@ -71,7 +72,8 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
     if not grid:
         p.add_argument("--seed", type=seed_int, help="random seed (default 0)")
     p.add_argument("--eval-every", type=nonnegative_int, metavar="N",
-                   help="evaluate test R@1 and training rho every N epochs (default 1; 0 = never)")
+                   help="evaluate test R@1 and training rho every N epochs, before training and at the last "
+                   "epoch (default 1; 0 = never)")
     p.add_argument("--device", type=device_name, help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--num-workers", type=nonnegative_int, help="data loader worker processes (default 0)")
     p.add_argument("--amp", choices=("auto", "bf16", "none"),

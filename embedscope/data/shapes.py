@@ -615,6 +615,11 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
         raise EmbedscopeError(f"{out / 'properties.csv'} already exists (use --force to replace the set)")
     if (out / "images").exists() and not (out / "images").is_dir():
         raise EmbedscopeError(f"{out / 'images'}: exists and is not a folder")
+    if not force and (out / "images").is_dir() and any((out / "images").iterdir()):
+        # no shapes set (no properties.csv) but files in images/: another data set's, or the user's own
+        # images/000000.png ... would be replaced (or mixed with the set's) without a word
+        raise EmbedscopeError(f"{out / 'images'} holds files already and {out} has no properties.csv (no shapes set): "
+                              "choose a new or empty folder, or --force to write the set into it")
     # before rendering: a file as a parent of the folder, or a folder that cannot be written
     check_writable(out / "properties.csv", force=True)
     images, props = generate(n, size, seed, progress=progress)

@@ -475,7 +475,10 @@ def load_model(checkpoint: str | os.PathLike | None = None, *, arch: str | None 
                         unsafe_pickle=unsafe_pickle, transform_input=transform_input)
     if checkpoint is not None:
         if weights is not None or head is not None:
-            raise UsageError("--weights and --head build a model without a checkpoint: give one or the other")
+            given = " and ".join(f for f, v in (("--weights", weights), ("--head", head)) if v is not None)
+            both = " and " in given
+            raise UsageError(f"{given} build{'' if both else 's'} a model without a checkpoint (an ImageNet baseline, "
+                             f"with --arch): with a checkpoint give {'neither' if both else 'no ' + given}")
         if embed_dim is not None or head_seed is not None:  # (a size other than the file's failed as a shape
             # mismatch, the same size and any --head-seed were ignored)
             flag = "--embed-dim" if embed_dim is not None else "--head-seed"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -267,12 +268,27 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     options = dict(options or {})
     for k in ("loss", "p_switch", "seed", "dataset"):
         options.pop(k, None)
+    for p in p_switches:  # also those only tuple-less losses meet (their runs are n/a, their names still used)
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
+            raise UsageError(f"--p-switch must lie in [0, 1], got {p!r}")
     combos = [(lo, float(p), int(s)) for lo in losses for p in p_switches for s in seeds]
     wanted: dict[tuple, dict[str, Any]] = {}
     for lo, p, s in combos:  # validate every combination before training any
         loss_spec(lo)
         if p == 0 or loss_spec(lo).tuple_loss:
             wanted[(lo, p, s)] = resolve_config({**options, "dataset": dataset, "loss": lo, "p_switch": p, "seed": s})
+    if combos and not wanted:  # every combination n/a: the call would train nothing and succeed
+        from embedscope.train.losses import LOSSES
+
+        tuple_losses = [name for name in LOSSES if loss_spec(name).tuple_loss]
+        raise UsageError(f"--p-switch {' '.join(f'{p:g}' for p in p_switches)} applies to tuple losses only, and "
+                         f"--losses {' '.join(losses)} take no mined tuples: no run would train (add 0 to --p-switch, "
+                         f"or a tuple loss: {', '.join(tuple_losses)})")
+    device = options.get("device")
+    if device not in (None, "auto", "cpu"):  # a missing GPU is one line before the output folder is made
+        from embedscope.device import resolve_device
+
+        resolve_device(device)
     # compare the settings of stored runs before training any, and what they were trained on
     stored: dict[tuple, tuple[str, dict | None]] = {}
     inputs = _Inputs()
@@ -303,7 +319,9 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         from embedscope.text import safe
 
         say(f"note: {safe(out_dir / 'grid.csv')} is not a train-grid table: --force replaces it (its rows are not kept)")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from embedscope.fileio import make_folders, remove_empty_folders
+
+    created = make_folders(out_dir, out_dir)  # removed again if this call leaves them empty (a first run that fails)
     rows: list[dict[str, Any] | None] = []
     jobs: list[_Job] = []
     for i, (lo, p, s) in enumerate(combos, 1):
@@ -376,6 +394,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         if merged:
             write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
         _remove_empty_run_folders(out_dir / f"{run_name(dataset, *key)}.pt" for key in wanted)
+        remove_empty_folders(created)
     return [r for r in rows if r is not None]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from embedscope import names
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, UsageError
 
 SAMPLER_NAMES = names.SAMPLERS
 
@@ -103,7 +103,7 @@ class SPCSampler(BatchSampler):
         self.n = int(n)
         self.name = f"spc-{n}"
         if self.batch_size % self.n:
-            raise EmbedscopeError(f"--sampler spc-{n} needs a batch size divisible by {n}, got {batch_size}")
+            raise UsageError(f"--sampler spc-{n} needs a --batch-size divisible by {n}, got {batch_size}")
         k = self.batch_size // self.n
         if k > len(self.classes):
             larger = [f"spc-{m}" for m in (4, 8) if m > self.n and self.batch_size % m == 0]
@@ -165,7 +165,7 @@ class EmbeddedSampler(BatchSampler):
         self.bigb = min(int(bigb), len(self.labels))
         self.m = int(m)
         if self.batch_size % self.n:
-            raise EmbedscopeError(f"--sampler {self.name} needs a batch size divisible by {self.n}, got {batch_size}")
+            raise UsageError(f"--sampler {self.name} needs a --batch-size divisible by {self.n}, got {batch_size}")
         self.bank = None
         self._k_of = np.searchsorted(self.classes, self.labels)
 

@@ -147,7 +147,8 @@ def _train_toy(variant, seed, p_switch, iterations, batch_size, lr, data):
 
 
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows per variant: mean ± std (ddof=1) over seeds of ρ (train) and R@1 (test, train)."""
+    """Rows per variant: mean ± std (ddof=1) over seeds of ρ (train) and R@1 (test, train); the std is
+    None for one seed."""
     rows = []
     for v in VARIANTS:
         rs = [r for r in results if r["variant"] == v]
@@ -157,7 +158,9 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key, name in (("rho", "rho_train"), ("r1_test", "R@1_test"), ("r1_train", "R@1_train")):
             vals = np.array([r[key] for r in rs])
             row[f"{name}_mean"] = float(vals.mean())
-            row[f"{name}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+            # one seed: no spread (the sample std is undefined; the terminal shows none): empty in the CSV, null
+            # in the JSON, not a 0 that reads as "no variation over seeds"
+            row[f"{name}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else None
         row["switch_rate"] = float(np.mean([r["switch_rate"] for r in rs]))
         rows.append(row)
     return rows

@@ -248,6 +248,9 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
         raise UsageError(f"unknown --arch {_show(opt['arch'])} (choose {', '.join(ARCHS)}, a torchvision "
                          "classification model such as efficientnet_b0, or timm:NAME)")
     _check_timm_name(opt["arch"])
+    if (opt["dataset"] == "digits") != (opt["arch"] == "digits_cnn"):  # (_load_data's check, before the data are read)
+        hint = "use --arch digits_cnn" if opt["dataset"] == "digits" else "photos need an image backbone"
+        raise UsageError(f"--arch {_show(opt['arch'])[1:-1]} does not fit the {opt['dataset']} images ({hint})")
     if opt["sampler"] not in SAMPLER_NAMES:
         raise UsageError(f"unknown --sampler '{opt['sampler']}' (choose {', '.join(SAMPLER_NAMES)})")
     if opt["miner"] is not None and opt["miner"] not in MINER_NAMES:
@@ -262,6 +265,11 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     opt["p_switch"] = p
     for k in ("batch_size", "embed_dim", "bigb"):
         opt[k] = _as_int(k, opt[k], 1)
+    per_class = _PER_CLASS.get(opt["sampler"])
+    if per_class and opt["batch_size"] % per_class:  # before any data are read (and before a grid trains any run)
+        given = "" if options.get("batch_size") is not None else f" (the {opt['dataset']} default)"
+        raise UsageError(f"--sampler {opt['sampler']} needs a --batch-size divisible by {per_class}, got "
+                         f"{opt['batch_size']}{given}")
     opt["epochs"] = _as_int("epochs", opt["epochs"], 0)  # 0: the untrained network is the checkpoint
     opt["eval_every"] = _as_int("eval_every", opt["eval_every"], 0)
     opt["num_workers"] = _as_int("num_workers", opt["num_workers"], 0)
@@ -292,6 +300,9 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
         model_over["frozen_bn"] = bool(opt["frozen_bn"])
     if opt["image_size"] is not None:
         model_over["image_size"] = _as_int("image_size", opt["image_size"], 1)
+        if opt["dataset"] == "digits" and model_over["image_size"] != 8:  # (else a 'checkpoint expects' error, exit 1)
+            raise UsageError(f"--image-size {model_over['image_size']} is for photos and shapes: the digits are "
+                             "used as they are (8x8)")
     model_cfg = default_config(opt["arch"], **model_over)
     cfg = {**opt, **model_cfg}
     cfg["arch"] = opt["arch"]
@@ -324,6 +335,19 @@ def lr_factor(schedule: str, epoch: int, epochs: int) -> float:
     if schedule == "step":
         return 0.1 ** ((epoch >= epochs * 0.5) + (epoch >= epochs * 0.75))
     return 1.0
+
+
+def schedule_change_note(schedule: str, done: int, before: int, now: int) -> str | None:
+    """What ``--resume --epochs`` does to a learning-rate schedule, in words; None when nothing.
+
+    :func:`lr_factor` spans the run's ``epochs``: a run that trained ``done`` epochs of ``before``
+    and goes on to ``now`` follows the schedule over ``now`` epochs from there on, and differs from
+    an uninterrupted ``now``-epoch run when one of its first ``done`` epochs had another factor."""
+    if before == now or all(lr_factor(schedule, e, before) == lr_factor(schedule, e, now) for e in range(done)):
+        return None
+    return (f"--lr-schedule {schedule} spans the run's --epochs: epochs 1-{done} followed it over {before} epochs, "
+            f"the rest follow it over {now}, so this run differs from an uninterrupted {now}-epoch run "
+            f"(--force trains that one)")
 
 
 def run_paths(out: str | os.PathLike, log: str | os.PathLike | None = None) -> dict[str, Path]:
@@ -776,6 +800,20 @@ def sampler_notes(sampler: str, ytrain: np.ndarray, class_names=None) -> list[st
     return out
 
 
+def input_size_notes(ds, cfg: dict[str, Any]) -> list[str]:
+    """A ``shapes`` set rendered at another size than the run's input (``--image-size``, default 64 for
+    shapes): every image is resampled to it, in training and in the evaluations (say a set of
+    ``make-shapes --size 32`` trained at 64 px), which one note says."""
+    size = ((getattr(ds, "info", None) or {}).get("generation") or {}).get("size")
+    if getattr(ds, "name", None) != "shapes" or not isinstance(size, int) or isinstance(size, bool):
+        return []
+    run = int(cfg["image_size"])
+    if size == run:
+        return []
+    return [f"the shapes set is rendered at {size} px and this run's input is {run} px (--image-size), so every "
+            f"image is {'up' if run > size else 'down'}sampled to it; --image-size {size} trains at the set's size"]
+
+
 def _build(cfg: dict[str, Any], state, n_classes: int, dev, unsafe_pickle: bool):
     """Model, loss and optimiser (restored from ``state`` on resume); returns them and the base lrs."""
     import torch
@@ -989,6 +1027,10 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
         say(f"resume: --keep-epochs keeps epoch-NNN.pt from epoch {start_epoch} on; the epochs before were not kept "
             "(the run started without --keep-epochs; --force trains it again with them all)")
     notes = config_notes(cfg)
+    if state and start_epoch < cfg["epochs"]:
+        moved = schedule_change_note(cfg["lr_schedule"], start_epoch, int(state["config"]["epochs"]), cfg["epochs"])
+        if moved:
+            say(f"note: {moved}")
     if state and start_epoch >= cfg["epochs"]:
         return _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_epochs)
     from embedscope.fileio import make_folders, remove_empty_folders
@@ -1040,12 +1082,13 @@ def _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_ep
     _complete_latest_epoch(state, paths, keep_epochs, model)
     if paths["log"].is_file():  # its last row, when the run stopped before writing it
         _write_log(paths["log"], state["extra"].get("history", []), cfg, notes)
-    if not paths["out"].exists() or force or not state["extra"].get("finished"):
+    final = not paths["out"].exists() or force or not state["extra"].get("finished")
+    if final:
         # finished at the epochs asked for now (say a run of 3 epochs stopped at 2, resumed with --epochs 2)
         save_checkpoint(paths["out"], model, cfg, extra={**state["extra"], "finished": True}, force=True)
     say(f"{paths['out']}: already trained for {start_epoch} epochs (nothing to do)")
     return {"history": state["extra"].get("history", []), "best": state["extra"].get("metrics", {}).get("best"),
-            "config": cfg, "paths": paths, "notes": notes, "resumed_from": start_epoch}
+            "config": cfg, "paths": paths, "notes": notes, "resumed_from": start_epoch, "final_written": final}
 
 
 def run_inputs(cfg: dict[str, Any], data: str, state: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -1136,7 +1179,8 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     train_names = [ds.class_names[int(c)] for c in classes] if getattr(ds, "class_names", None) is not None else None
-    notes += [n for n in sampler_notes(cfg["sampler"], ytrain, train_names) if n not in notes]
+    notes += [n for n in sampler_notes(cfg["sampler"], ytrain, train_names) + input_size_notes(ds, cfg)
+              if n not in notes]
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
     from embedscope.embed import quiet_worker
 
