@@ -68,7 +68,11 @@ def test_properties_reads_each_file_once(tmp_path, monkeypatch):
     monkeypatch.setattr(h5py, "File", SpyFile)
     res = properties(files)
     assert sorted(loads) == sorted(map(str, files))
-    assert sorted(opens) == sorted(map(str, files))
+    # each file is loaded once; with several files, each one's split column and property names are read
+    # before any is measured (one light open each: a later file lacking the split or a property is refused
+    # up front), so at most two opens per file and never a second load
+    assert sorted(set(opens)) == sorted(map(str, files))
+    assert all(opens.count(str(f)) <= 2 for f in files)
     for r, (nm, rows, prov) in zip(res, expected, strict=True):
         assert r.model == nm
         assert r.table == rows

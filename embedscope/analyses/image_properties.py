@@ -47,8 +47,8 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """:func:`properties_of_files`'s rows, (``with_provenance``) each file's :func:`provenance_of`
     (of the whole file, as read) and each file's :func:`_explained` additions to it (``undefined``,
-    ``notes``): every file is read once for the measure (several files: each is read once more before
-    any work, to refuse a split or a property that a later file lacks up front)."""
+    ``notes``): every file is read once (several files: each one's split column and property names are
+    read before any work, to refuse a split or a property that a later file lacks up front)."""
     from embedscope.analyses._sources import as_set
     from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import property_precision
@@ -71,15 +71,9 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
 
     check_not_repeated(names)  # the same file twice: refused before any work, as evaluate and spectrum
     if len(files) > 1:  # a later file without the split or a property named: refused before any work (it
-        # failed after measuring the files before it, permutation tests and all); each file is read
-        # twice then, which costs little beside the measure (n^2 distances)
-        from embedscope.store import load
-
-        for f, nm in zip(files, names):
-            part = (f if isinstance(f, EmbeddingSet) else load(f)).subset(split)
-            _selected(part, nm if isinstance(f, EmbeddingSet) else f, split=split, properties=properties,
-                      metric=metric, normalize=normalize, with_class=with_class)
-            del part
+        # failed after measuring the files before it, permutation tests and all)
+        _check_files_first(files, names, split=split, properties=properties, metric=metric, normalize=normalize,
+                           with_class=with_class)
     rows: list[dict[str, Any]] = []
     provs: list[dict[str, Any]] = []
     extras: list[dict[str, Any]] = []
@@ -115,6 +109,39 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     mi = {m: i for i, m in enumerate(names)}
     rows.sort(key=lambda r: (order[r["property"]], mi[r["model"]]))
     return rows, provs, extras
+
+
+def _check_files_first(files, names, *, split: str, properties, metric: str, normalize: bool,
+                       with_class: bool) -> None:
+    """Refuse, before any file is measured, a file that lacks ``split`` or a property named. Each file's
+    split column and property names are read alone (the whole file is read once, for its measure); a
+    file that fails this light check, or that it cannot take, is loaded to raise the measure's own error."""
+    import h5py
+
+    from embedscope.store import EmbeddingSet, load
+
+    for f, nm in zip(files, names):
+        if isinstance(f, EmbeddingSet):
+            part = f.subset(split)
+        else:
+            try:
+                with h5py.File(f, "r") as h:  # one light read: the split column and the property names
+                    keys = set(h["properties"].keys()) if "properties" in h else set()
+                    has_split = split in (None, "all") or split in {
+                        v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.unique(h["split"][()])}
+            except Exception:  # noqa: BLE001 - whatever the light read cannot take, the full load reports
+                keys, has_split = None, False
+            if keys is not None and has_split:
+                # as _selected names them: with the class row, a file's own 'class' is renamed
+                have = {(CLASS_PROPERTY if with_class and k == "class" else k) for k in keys}
+                if with_class:
+                    have.add("class")
+                if (all(p in have for p in properties) if properties else have):
+                    continue
+            part = load(f).subset(split)
+        _selected(part, nm if isinstance(f, EmbeddingSet) else f, split=split, properties=properties,
+                  metric=metric, normalize=normalize, with_class=with_class)
+        del part
 
 
 def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, with_class: bool):
