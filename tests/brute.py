@@ -62,3 +62,28 @@ def nr_prec(X, vals, metric="euclidean", max_r=None):
         nr = float(np.mean(z))
         return {"NR-Prec": nr, "R-Prec": float(np.mean(rp)), "ceiling": float(np.mean(ceil)),
                 "p_value": float(norm.sf((nr - np.mean(ez)) / (math.sqrt(sum(vz)) / len(vz))))}
+
+
+def property_hits(X, vals, metric="euclidean", max_r=None):
+    """(R, h, n_v) per image from the definition (docs/methods.md §9): every query's full float64 key row,
+    nearest first, ties to the lower index; R = n_v - 1 (capped at ``max_r``), h = the images of the
+    query's value among its R nearest. The float64 normalisation of cosine rows keeps exact ties."""
+    X = np.asarray(X, dtype=np.float64)
+    if metric == "cosine":
+        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
+    n = len(X)
+    _, codes, counts = np.unique(np.asarray(vals), return_inverse=True, return_counts=True)
+    codes = codes.ravel()
+    nv = counts[codes]
+    R = nv - 1 if max_r is None else np.minimum(nv - 1, max_r)
+    h = np.zeros(n, dtype=np.int64)
+    idx = np.arange(n)
+    for q in np.flatnonzero(R > 0):
+        if metric == "cosine":
+            dist = -np.einsum("ij,ij->i", np.repeat(X[q:q + 1], n, 0), X)
+        else:
+            dist = ((X - X[q]) ** 2).sum(1)
+        others = idx[idx != q]
+        order = others[np.lexsort((others, dist[others]))]
+        h[q] = int(np.sum(codes[order[:R[q]]] == codes[q]))
+    return R, h, nv

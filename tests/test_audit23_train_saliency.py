@@ -23,9 +23,7 @@ What was wrong before:
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import math
 import pickle
@@ -33,25 +31,15 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from cli_run import one_error_line, run_cli
 
-from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
 
 QUICK = {"dataset": "digits", "embed_dim": 8, "eval_every": 0}
 
 
-def _run(args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
-
-
-def _one_error_line(err: str, command: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"embedscope {command}: error: ") and "Traceback" not in err
-    return lines[0]
+_run = run_cli
+_one_error_line = one_error_line
 
 
 def _digits_batches(batch_size: int = 40) -> int:

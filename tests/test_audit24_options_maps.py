@@ -20,28 +20,14 @@ What was wrong before:
 
 from __future__ import annotations
 
-import contextlib
-import io
-
 import numpy as np
 import pytest
+from cli_run import one_error_line, run_cli
 
-from embedscope.cli import main
 from tests.conftest import save_digits_checkpoint
 
-
-def _run(args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
-
-
-def _one_error_line(err: str, command: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"embedscope {command}: error: ") and "Traceback" not in err
-    return lines[0]
+_run = run_cli
+_one_error_line = one_error_line
 
 
 class _Split:

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 import pytest
-from brute import nr_prec
+from brute import nr_prec, property_hits
 
 from embedscope.cli import main
 from embedscope.metrics import properties as mod
@@ -35,26 +35,7 @@ def _run(args) -> int:
 
 def _brute_hits(X, vals, metric, max_r):
     """(R, h) per image from the definition: every query's full float64 ranking, ties to the lower index."""
-    X = np.asarray(X, dtype=np.float64)
-    if metric == "cosine":
-        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
-    n = len(X)
-    _, codes, counts = np.unique(np.asarray(vals), return_inverse=True, return_counts=True)
-    codes = codes.ravel()
-    R = counts[codes] - 1
-    if max_r is not None:
-        R = np.minimum(R, max_r)
-    h = np.zeros(n, dtype=np.int64)
-    idx = np.arange(n)
-    for q in np.flatnonzero(R > 0):
-        if metric == "cosine":
-            dist = -np.einsum("ij,ij->i", np.repeat(X[q:q + 1], n, 0), X)
-        else:
-            dist = ((X - X[q]) ** 2).sum(1)
-        others = idx[idx != q]
-        order = others[np.lexsort((others, dist[others]))]
-        h[q] = int(np.sum(codes[order[:R[q]]] == codes[q]))
-    return R, h
+    return property_hits(X, vals, metric, max_r)[:2]
 
 
 POINTS = np.array([[0.5, 0.25, -0.75, 0.5], [-0.25, 1.0, 0.5, 0.0], [0.75, -0.5, 0.25, -1.0]])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from brute import property_hits
 
 from embedscope.metrics import properties as props_mod
 from embedscope.metrics import property_precision
@@ -16,26 +17,8 @@ POINTS = np.array([[0.5, 0.25, -0.75, 0.5], [-0.25, 1.0, 0.5, 0.0], [0.75, -0.5,
 
 
 def _brute_hits(X, vals, metric, max_r):
-    """(R, h) per image from the definition: full float64 key row, nearest first, ties to the lower index."""
-    X = np.asarray(X, dtype=np.float64)
-    if metric == "cosine":  # the float64 normalisation and pair reduction of the definition (§9): exact ties stay ties
-        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
-    n = len(X)
-    _, codes, counts = np.unique(np.asarray(vals), return_inverse=True, return_counts=True)
-    codes = codes.ravel()
-    nv = counts[codes]
-    R = nv - 1 if max_r is None else np.minimum(nv - 1, max_r)
-    h = np.zeros(n, dtype=np.int64)
-    idx = np.arange(n)
-    for q in np.flatnonzero(R > 0):
-        if metric == "cosine":
-            dist = -np.einsum("ij,ij->i", np.repeat(X[q:q + 1], n, 0), X)
-        else:
-            dist = ((X - X[q]) ** 2).sum(1)
-        others = idx[idx != q]
-        order = others[np.lexsort((others, dist[others]))]
-        h[q] = int(np.sum(codes[order[:R[q]]] == codes[q]))
-    return R, h, nv
+    """(R, h, n_v) per image from the definition: full float64 key row, nearest first, ties to the lower index."""
+    return property_hits(X, vals, metric, max_r)
 
 
 def _brute(X, vals, metric, max_r, hits=None):
