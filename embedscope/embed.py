@@ -256,6 +256,44 @@ def checkpoint_train_classes(config: dict, dataset: str, train_classes: int | No
     return train_classes, None
 
 
+def checkpoint_root(config: dict, dataset: str, root) -> tuple:
+    """The data set folder (``--root``) of ``embed`` -> ``(root, note or None)``; the rule of
+    ``saliency`` (:func:`embedscope.saliency.run.checkpoint_root`) and of ``study``.
+
+    A checkpoint trained with ``train --root DIR`` on this data set (its config's ``dataset`` and
+    ``root``) is embedded on that folder's images by default, as its ``--train-classes`` split is
+    (:func:`checkpoint_train_classes`): without it, ``shapes`` embedded the default generated set,
+    other images than the run's, and the file's R@1 was not its log's. The config's folder is taken
+    as written (relative to the working folder when it is relative); a folder not found is refused
+    (give ``--root``). A ``root`` given is kept, with a note when it is another folder than the
+    checkpoint's.
+    """
+    from embedscope.data import ALIASES
+    from embedscope.fileio import same_file
+    from embedscope.text import safe
+
+    rec = config.get("root")
+    name = config.get("dataset")
+    if not isinstance(rec, str) or not rec or not isinstance(name, str):
+        return root, None
+
+    def key(s: str) -> str:
+        return ALIASES.get(s.lower(), s.lower())
+
+    if key(name) != key(str(dataset)):
+        return root, None
+    if root is None:
+        if not Path(rec).is_dir():
+            raise EmbedscopeError(f"the checkpoint was trained on the {safe(name)} images in {safe(rec)}, which is "
+                                  f"not a folder from here: give --root (the folder of its images)")
+        return rec, (f"--root {safe(rec)}, the folder the checkpoint was trained on (give --root to embed "
+                     "another folder's images)")
+    if Path(rec).is_dir() and same_file(rec, root):
+        return root, None
+    return root, (f"the checkpoint was trained on the images in {safe(rec)}; this file holds the images in "
+                  f"{safe(str(root))}")
+
+
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
@@ -303,6 +341,11 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
         if digits != (arch == "digits_cnn"):  # before the data are read (else "a resnet18 checkpoint cannot ...")
             raise UsageError(f"--arch {arch} does not fit the {dataset} images "
                              f"({'8x8 digits need the digits_cnn' if digits else 'photos need an image backbone'})")
+    trained_size = config.get("image_size") if config.get("loss") else None  # a run of `train` (its input size)
+    if (image_size is not None and trained_size is not None and int(trained_size) != image_size
+            and echo is not None and str(dataset).lower() != "digits"):
+        echo(f"note: the checkpoint was trained on {int(trained_size)}x{int(trained_size)} inputs (its log's R@1 "
+             f"is of those); --image-size {image_size} embeds {image_size}x{image_size} crops")
     if image_size is not None or resize is not None:
         config = dict(config)
         if image_size is not None:
@@ -318,6 +361,10 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     train_classes, split_note = checkpoint_train_classes(config, dataset, train_classes)
     if split_note and echo is not None:
         echo(f"note: {split_note}")
+    # the folder the checkpoint was trained on (train --root DIR), as its split: the file's root records it
+    root, root_note = checkpoint_root(config, dataset, root)
+    if root_note and echo is not None:
+        echo(f"note: {root_note}")
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")

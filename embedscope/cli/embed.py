@@ -17,7 +17,8 @@ def add_parser(sub, parents):
                    "--trunk/--embedder, or with --arch for an ImageNet baseline (docs/checkpoint.md)")
     p.add_argument("--dataset", required=True, type=dataset_name,
                    help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
-    p.add_argument("--root", help="data set folder (official layout); not needed for digits, nor for shapes (the default "
+    p.add_argument("--root", help="data set folder (official layout) (default: the checkpoint's, when it was trained "
+                   "with train --root on this data set); not needed for digits, nor for shapes (the default "
                    "set is generated once and cached)")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
     p.add_argument("--train-classes", type=positive_int,

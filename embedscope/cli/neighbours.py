@@ -20,7 +20,8 @@ def add_parser(sub, parents):
                        description="Query images with their k nearest retrievals (the query itself excluded), "
                        "framed green for the query's class and red for another (Roth et al.'s sample recoveries). "
                        "Photos are read from the data set's folder (the file's root, or --root); the digits are "
-                       "drawn from their 8x8 pixels. Writes OUT.png and OUT.pdf.")
+                       "drawn from their 8x8 pixels, the generated shapes set from its cache. Writes OUT.png and "
+                       "OUT.pdf.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     p.add_argument("--split", default="test", choices=SPLIT_CHOICES,
                    help="split of the queries: train, test, val, query, gallery or all = every row (default: test)")
@@ -37,7 +38,8 @@ def add_parser(sub, parents):
     p.add_argument("--n-retrievals", type=positive_int, default=5, metavar="K",
                    help=f"retrievals per query, at most {MAX_RETRIEVALS} (default: 5)")
     p.add_argument("--root", metavar="DIR", help="data set folder of the photos (default: the file's root "
-                   "attribute; the digits are drawn from their pixels and read no folder)")
+                   "attribute; the digits are drawn from their pixels and read no folder, the generated shapes set from "
+                   "its cache)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"], help="ranking (default: cosine)")
     p.add_argument("--seed", type=seed_int, default=None,
                    help="seed of the random queries (default: 0; not with --paths-file, which names them)")
@@ -63,6 +65,16 @@ def _root(args, es) -> str | None:
         if args.root is not None:  # it was silently not used
             print(f"note: --root {safe(args.root)} is not read: the digits are drawn from their 8x8 pixels")
         return None
+    from embedscope.data.thumbnails import generated_shapes_key
+
+    if es.n and all(generated_shapes_key(p) is not None for p in es.paths):
+        # the generated shapes set (embed --dataset shapes without a made folder): its images live in the
+        # set's cache, not in a folder of files; the recorded root, when there is one, is that cache. It
+        # was refused ("the file does not record the images' folder"), with no folder a --root could name
+        root = args.root if args.root is not None else (es.attrs.get("root") or None)
+        if args.root is not None and not Path(args.root).is_dir():
+            raise EmbedscopeError(f"--root {safe(args.root)}: not a folder")
+        return str(root) if root and Path(str(root)).is_dir() else None
     if args.root is not None:
         if not Path(args.root).is_dir():
             raise EmbedscopeError(f"--root {safe(args.root)}: not a folder")

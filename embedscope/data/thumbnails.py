@@ -6,6 +6,7 @@ retrievals of a :class:`~embedscope.analyses.neighbours.NeighbourExamples` (``em
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,7 +16,9 @@ from embedscope.errors import EmbedscopeError, UsageError
 
 
 def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | None, size: int = 128) -> list[Any]:
-    """Pictures for ``paths``: digits from ``embedscope.data.digits`` (8 x 8 arrays), photos from ``root``.
+    """Pictures for ``paths``: digits from ``embedscope.data.digits`` (8 x 8 arrays), the generated
+    ``shapes`` set from its cache (:func:`generated_shapes_key`; ``root`` may name that cache), photos
+    from ``root``.
 
     A photo is returned as an RGB uint8 array, its longer side scaled to ``size`` pixels.
     """
@@ -36,6 +39,8 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
             except (IndexError, ValueError):
                 raise EmbedscopeError(f"{safe(p)} is not a digits item id (digits/NNNN)") from None
         return out
+    if paths and all(generated_shapes_key(p) is not None for p in paths):
+        return [_thumbnail(im, size) for im in _generated_shapes_images(paths, root)]
     if not root:
         raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
     rootp = Path(root)
@@ -54,6 +59,65 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
         except (OSError, ValueError) as e:
             raise EmbedscopeError(f"cannot read image {safe(f)}: {safe(getattr(e, 'strerror', None) or e)}") from None
     return out
+
+
+def generated_shapes_key(path) -> str | None:
+    """The cache key of a row of the generated ``shapes`` set (``shapes/<key>/NNNNNN``, no PNG behind
+    it: the images live in the set's cache, :func:`embedscope.data.shapes.load_shapes`), else None."""
+    parts = str(path).split("/")
+    if len(parts) != 3 or parts[0] != "shapes" or not parts[2].isdigit():
+        return None
+    m = _GENERATED_KEY.fullmatch(parts[1])
+    return parts[1] if m else None
+
+
+_GENERATED_KEY = re.compile(r"n(\d+)-s(\d+)-seed(\d+)-[0-9a-f]{8}")
+
+
+def _generated_shapes_images(paths: Sequence[str], root: str | None) -> list[np.ndarray]:
+    """The images of generated ``shapes`` rows, from the set's cache: the file's ``root`` (a cache
+    folder given to embed with ``--root``) when it holds the set, else the default cache; a set not
+    cached is rendered again (the same pixels: the renderer is seeded and versioned in the key)."""
+    from embedscope.data import shapes
+    from embedscope.text import safe
+
+    out = []
+    for p in paths:
+        key = generated_shapes_key(p)
+        n, size, seed = (int(x) for x in _GENERATED_KEY.fullmatch(key).groups())
+        if shapes.generation_key(n, size, seed) != key:
+            raise EmbedscopeError(f"{safe(p)}: a shapes image of another renderer version (this one draws "
+                                  f"{shapes.generation_key(n, size, seed)})")
+        images = _shapes_cache(n, size, seed, root)
+        i = int(str(p).rsplit("/", 1)[1])
+        if i >= n:
+            raise EmbedscopeError(f"{safe(p)} is not an item of the generated shapes set ({n} images)")
+        out.append(images[i])
+    return out
+
+
+def _shapes_cache(n: int, size: int, seed: int, root: str | None) -> np.ndarray:
+    from embedscope.data import shapes
+
+    key = (n, size, seed, root)
+    if key not in _SHAPES_IMAGES:
+        cache = (Path(root) if root and (Path(root) / shapes.generation_key(n, size, seed) / "shapes.npz").is_file()
+                 else None)
+        _SHAPES_IMAGES.clear()  # one set held at a time (4,800 images of 64 px: 59 MB)
+        _SHAPES_IMAGES[key] = shapes.load_shapes(cache, n=n, size=size, seed=seed, progress=False).images
+    return _SHAPES_IMAGES[key]
+
+
+_SHAPES_IMAGES: dict = {}
+
+
+def _thumbnail(image: np.ndarray, size: int) -> np.ndarray:
+    """An RGB uint8 array, its longer side scaled to ``size`` pixels (as a photo's)."""
+    from PIL import Image
+
+    im = Image.fromarray(np.asarray(image, dtype=np.uint8)).convert("RGB")
+    im.thumbnail((size, size))
+    return np.asarray(im)
 
 
 def neighbour_pictures(ex, *, dataset: str | None, root: str | None, progress: bool = False) -> tuple[list, list]:
