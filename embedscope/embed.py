@@ -256,9 +256,9 @@ def checkpoint_train_classes(config: dict, dataset: str, train_classes: int | No
     return train_classes, None
 
 
-def checkpoint_root(config: dict, dataset: str, root) -> tuple:
-    """The data set folder (``--root``) of ``embed`` -> ``(root, note or None)``; the rule of
-    ``saliency`` (:func:`embedscope.saliency.run.checkpoint_root`) and of ``study``.
+def checkpoint_root(config: dict, dataset: str, root, *, verb: str = "embed") -> tuple:
+    """The data set folder (``--root``) of ``embed`` (``verb="explain"``: of ``saliency``) -> ``(root,
+    note or None)``.
 
     A checkpoint trained with ``train --root DIR`` on this data set (its config's ``dataset`` and
     ``root``) is embedded on that folder's images by default, as its ``--train-classes`` split is
@@ -286,12 +286,12 @@ def checkpoint_root(config: dict, dataset: str, root) -> tuple:
         if not Path(rec).is_dir():
             raise EmbedscopeError(f"the checkpoint was trained on the {safe(name)} images in {safe(rec)}, which is "
                                   f"not a folder from here: give --root (the folder of its images)")
-        return rec, (f"--root {safe(rec)}, the folder the checkpoint was trained on (give --root to embed "
+        return rec, (f"--root {safe(rec)}, the folder the checkpoint was trained on (give --root to {verb} "
                      "another folder's images)")
     if Path(rec).is_dir() and same_file(rec, root):
         return root, None
-    return root, (f"the checkpoint was trained on the images in {safe(rec)}; this file holds the images in "
-                  f"{safe(str(root))}")
+    held = "this file holds" if verb == "embed" else "these maps are of"
+    return root, f"the checkpoint was trained on the images in {safe(rec)}; {held} the images in {safe(str(root))}"
 
 
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,

@@ -77,6 +77,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     rows: list[dict[str, Any]] = []
     provs: list[dict[str, Any]] = []
     extras: list[dict[str, Any]] = []
+    first_paths = None  # the first file's images of the split: the others' are compared with them
     for f, nm in zip(files, names):
         whole = as_set(f)
         if isinstance(f, EmbeddingSet):
@@ -84,6 +85,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         if with_provenance:
             provs.append(provenance_of(whole))
         es = whole.subset(split)
+        trained = (whole.attrs or {}).get("checkpoint_config")
         del whole
         props, twin, class_listed = _selected(es, f, split=split, properties=properties, metric=metric,
                                               normalize=normalize, with_class=with_class)
@@ -99,6 +101,16 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         extras.append(_explained(res, fields, n=len(es.labels), metric=metric, normalize=normalize,
                                  dim=es.embeddings.shape[1], twin=twin if twin in res else None,
                                  class_dropped=not class_listed and not properties))
+        other_metric = _trained_metric_note(trained, es.embeddings, metric=metric, normalize=normalize)
+        if other_metric:
+            extras[-1].setdefault("notes", []).append(other_metric)
+        if len(files) > 1:
+            if first_paths is None:
+                first_paths = es.paths
+            else:
+                other = _other_images_note(es.paths, first_paths, split, names[0])
+                if other:
+                    extras[-1].setdefault("notes", []).append(other)
     # by the first file's NR-Prec (descending, NaN last); a property the first file lacks by the NR-Prec of
     # the next file that has it (they kept the files' own listing order, unsorted)
     order: dict[str, int] = {}
@@ -109,6 +121,46 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     mi = {m: i for i, m in enumerate(names)}
     rows.sort(key=lambda r: (order[r["property"]], mi[r["model"]]))
     return rows, provs, extras
+
+
+def _trained_metric_note(config, X, *, metric: str, normalize: bool) -> str | None:
+    """The note of a file whose model was trained with the cosine distance (its checkpoint's config,
+    :func:`embedscope.models.distances.distance_for_config`) ranked here by the Euclidean distance of
+    raw rows of different norms: the ranking is then not the model's own (on unit rows both agree)."""
+    if (metric != "euclidean" or normalize or not isinstance(config, dict) or not config.get("loss")
+            or len(X) == 0):
+        return None
+    norms = np.linalg.norm(np.asarray(X, dtype=np.float64), axis=1)
+    lo, hi = float(norms.min()), float(norms.max())
+    if hi - lo <= 1e-3 * max(hi, 1e-12):  # unit (or equal-norm) rows: the same ranking as cosine
+        return None
+    # (only here: embedscope.models imports torch, which a small properties run does without)
+    from embedscope.models.distances import distance_for_config
+
+    try:
+        trained = distance_for_config(config)
+    except EmbedscopeError:  # an unknown loss: nothing to compare with
+        return None
+    if trained != "cosine":
+        return None
+    return (f"the model was trained with the cosine distance (its checkpoint's config), but its embeddings are "
+            f"ranked here by the Euclidean distance of raw rows of norms {lo:.3g} to {hi:.3g} (Kobs' code's "
+            "default): --metric cosine ranks the images as the model does")
+
+
+def _other_images_note(paths, first_paths, split: str, first: str) -> str | None:
+    """The note of a file whose ``split`` holds other images than the first file's (matched by path):
+    models side by side are then measured on different images (e.g. embedded with different
+    ``--train-classes``, which moves classes between train and test), or None when they are the same."""
+    mine, theirs = np.unique(np.asarray(paths).astype(str)), np.unique(np.asarray(first_paths).astype(str))
+    if len(mine) == len(theirs) and np.array_equal(mine, theirs):
+        return None
+    only_mine = np.setdiff1d(mine, theirs, assume_unique=True)
+    only_theirs = np.setdiff1d(theirs, mine, assume_unique=True)
+    eg = (only_mine if len(only_mine) else only_theirs)[0]
+    return (f"its {split} split holds other images than {first}'s ({len(only_mine)} of its {len(mine)} not in "
+            f"{first}, {len(only_theirs)} of {first}'s {len(theirs)} not in it; e.g. {eg}): their numbers are "
+            "measured on different images (files embedded with different --train-classes or data?)")
 
 
 def _check_files_first(files, names, *, split: str, properties, metric: str, normalize: bool,

@@ -188,10 +188,13 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     else:
         dist = distance_for_config(config)
         dist_source = "config" if config.get("distance") else ("loss" if config.get("loss") else "default (no loss)")
-    from embedscope.embed import checkpoint_train_classes
+    from embedscope.embed import checkpoint_root, checkpoint_train_classes
 
     # the split the checkpoint was trained with (train --train-classes N), as embed and study take it
     train_classes, split_note = checkpoint_train_classes(config, dataset, train_classes)
+    # the folder the checkpoint was trained on (train --root DIR), as its split: else the maps were of
+    # another image set (shapes: the default set) whose files may bear the same names
+    root, root_note = checkpoint_root(config, dataset, root, verb="explain")
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
@@ -278,7 +281,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
             "figure_images": min(figure_images, int(len(idx))) if fig_paths else None,
             "n_zero_maps": int(n_zero), "n_zero_retrieval_maps": n_zero_retrieval,
-            "notes": ([split_note] if split_note else []) + _zero_map_notes(attrs["name"], len(idx), n_zero,
+            "notes": [n for n in (root_note, split_note) if n] + _zero_map_notes(attrs["name"], len(idx), n_zero,
                                                                            n_zero_retrieval) + (
                 [f"every image of the {split} split has the same embedding: each query's nearest retrieval is a tie "
                  "with all the others (the first in the split's order was taken)"] if tied else []),
@@ -397,6 +400,11 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
     settings = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}
     if len(settings) > 1:
         notes.append("the files use different SmoothGrad settings (n_samples/noise)")
+    transforms = {str(sm.attrs.get("transform") or "") for sm in items}
+    if len(transforms) > 1:  # maps of one shape, but pixel (i, j) is another point of the picture in each
+        shown = "; ".join(f"{nm}: {sm.attrs.get('transform') or '?'}" for nm, sm in zip(names, items))
+        notes.append(f"the files' maps are of differently transformed images ({shown}): a pixel of one map is not "
+                     "the same point of the picture in another, which r and JSD compare pixel by pixel")
     sources = {(str(sm.attrs.get("dataset", "")), str(sm.attrs.get("root", ""))) for sm in items}
     if len(sources) > 1:  # images are matched by path: two data sets' files may share names, not pictures
         shown = "; ".join(f"{d or '?'}" + (f" in {r}" if r else "") for d, r in sorted(sources))
