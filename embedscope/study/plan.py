@@ -27,7 +27,11 @@ from embedscope.errors import EmbedscopeError, UsageError
 
 # configuration columns of every study row (from the checkpoint's stored config)
 CONFIG_COLUMNS = ["dataset", "arch", "loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize",
-                  "batch_size", "lr", "epochs", "seed"]
+                  "batch_size", "lr", "epochs", "seed",
+                  # the rest of what a run was trained with: runs that differ in one of these are other
+                  # objectives (another test split, input size, loss parameter ...), never seeds of one
+                  "train_classes", "image_size", "distance", "loss_params", "weight_decay", "optimizer",
+                  "lr_schedule", "weights", "frozen_bn"]
 EPOCH_MODES = ("best", "last", "all")
 _UNTRAINED_KEYS = ("dataset", "arch", "embed_dim", "normalize", "seed", "weights", "frozen_bn", "image_size",
                    "train_classes")
@@ -49,6 +53,19 @@ class Entry:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def config_columns(config: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`CONFIG_COLUMNS` of a checkpoint's config as a study row holds them: a value the
+    config lacks is None; a mapping (``loss_params``) is its JSON text with sorted keys, so that it
+    is one cell of runs.csv / runs.parquet and compares equal between runs with the same parameters."""
+    out: dict[str, Any] = {}
+    for c in CONFIG_COLUMNS:
+        v = config.get(c)
+        if isinstance(v, (dict, list, tuple)):
+            v = json.dumps(v, sort_keys=True, default=str)
+        out[c] = v
+    return out
 
 
 def _safe(s: str) -> str:
@@ -298,7 +315,8 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
                     path = zero if zero.exists() else udir / f"{key}.pt"
                     refs[key] = Entry(id=key, checkpoint=str(path), run=key, selection="untrained", epoch=0,
                                       config={**cfg, "loss": "untrained", "loss_family": "none", "p_switch": 0.0,
-                                              "miner": None, "epochs": 0})
+                                              "miner": None, "epochs": 0, "loss_params": None,
+                                              "distance": None})
                     ref_weights[key] = wsha
                 e.untrained = key
             entries.append(e)

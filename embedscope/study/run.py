@@ -191,6 +191,18 @@ def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transf
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
+def _same_dataset(asked: str | None, trained: Any) -> bool:
+    """Whether a study's ``--dataset`` (None: each checkpoint's own) is the data set a checkpoint was
+    trained on: only then do its recorded folder (``root``) and split (``train_classes``) apply."""
+    if asked is None:
+        return True
+    if not isinstance(trained, str):
+        return False
+    from embedscope.data import ALIASES
+
+    return ALIASES.get(asked.lower(), asked.lower()) == ALIASES.get(trained.lower(), trained.lower())
+
+
 def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, root: str | None = None,
                  cache_dir: str | os.PathLike | None = None, device: str = "auto",
                  generation: str | None = None) -> tuple[Any, dict[str, Any]]:
@@ -206,7 +218,7 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     """
     from embedscope import store
     from embedscope.device import resolve_device
-    from embedscope.embed import checkpoint_input, embed_images
+    from embedscope.embed import checkpoint_input, checkpoint_train_classes, embed_images
     from embedscope.models import load_checkpoint
 
     t0 = time.perf_counter()
@@ -214,9 +226,11 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     name = dataset or config.get("dataset")
     if not name:
         raise EmbedscopeError(f"{checkpoint}: the checkpoint names no data set: pass --dataset")
-    root = root if root is not None else (config.get("root") or None)
-    tc = config.get("train_classes")
-    tc = int(tc) if tc not in (None, "") else None
+    if root is None and _same_dataset(dataset, config.get("dataset")):
+        root = config.get("root") or None
+    # the split the checkpoint was trained with, on the data set it was trained on (as ``embed``
+    # takes it); another data set (--dataset) keeps its own split
+    tc = checkpoint_train_classes(config, str(name), None)[0]
     if generation is None:
         generation = _builtin_fingerprint(str(name), tc)
     if generation is None:  # a folder as it is now (listed once): its fingerprint names this process's decoded inputs
@@ -269,7 +283,7 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     Never raises: a failure gives a row with ``status = "error"`` and the one-line ``error``.
     """
     from embedscope.study.measures import registry
-    from embedscope.study.plan import CONFIG_COLUMNS
+    from embedscope.study.plan import config_columns
     from embedscope.study.stats import UNDEFINED_KEY, group_reasons
 
     # ``path``: the checkpoint as the calling process sees it, made absolute there (a worker of a
@@ -279,7 +293,7 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
                            "epoch": entry["epoch"], "checkpoint": entry["checkpoint"], "untrained": entry["untrained"],
                            STAT_KEY: file_stat(path)}  # before reading it
     cfg = entry.get("config") or {}
-    row.update({c: cfg.get(c) for c in CONFIG_COLUMNS})
+    row.update(config_columns(cfg))
     row.update({f"tag:{k}": v for k, v in (entry.get("tags") or {}).items() if not k.startswith("_")})
     if entry.get("error"):
         return {**row, "status": "error", "error": entry["error"]}
@@ -301,7 +315,9 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         if settings.get("remote") and not os.path.exists(path):
             raise EmbedscopeError(f"{path}: no such checkpoint file on the Dask worker {platform.node()} (the "
                                   "workers must see the checkpoints under the same paths, docs/studies.md)")
-        root = settings.get("root") if settings.get("root") is not None else entry.get("root")
+        root = settings.get("root")
+        if root is None and _same_dataset(settings.get("dataset"), cfg.get("dataset")):
+            root = entry.get("root")  # the checkpoint's folder, of its own data set only (not of --dataset's)
         es, info = embed_cached(path, dataset=settings.get("dataset"), root=root,
                                 cache_dir=settings["cache_dir"], device=settings.get("device", "auto"),
                                 generation=settings.get("generation"))
@@ -316,7 +332,9 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
                            seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"),
                            geometry_seed=GEOMETRY_SEED)
         c = info["config"]
-        row.update({k: c.get(k, row.get(k)) for k in CONFIG_COLUMNS if c.get(k) is not None})
+        if entry["selection"] != "untrained":  # a reference keeps its planned columns (loss "untrained", epochs 0),
+            # also when it is a run's epoch-000.pt, whose config names the run's loss and epochs
+            row.update({k: v for k, v in config_columns(c).items() if v is not None})
         why = undefined_reasons(es, vals)
         row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_seconds": info["embed_seconds"],
                     "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
@@ -748,7 +766,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
-    from embedscope.study.plan import plan_study
+    from embedscope.study.plan import config_columns, plan_study
     from embedscope.study.stats import check_exclude, check_exclude_columns, check_exclude_not_circular
 
     say = echo or print
@@ -858,6 +876,10 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 continue  # a damaged row is measured again
             if (isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id and _unchanged(r, e.checkpoint)
                     and same_data(r)):
+                # a row of an earlier version lacks the config columns added since: from the checkpoint's
+                # config as planned (else it would be another objective than the same run's new rows)
+                for k, v in config_columns(e.config or {}).items():
+                    r.setdefault(k, v)
                 done[e.id] = r
     same_data.report()
     todo = [_task(e) for e in entries if e.id not in done]

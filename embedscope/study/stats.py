@@ -43,7 +43,8 @@ import numpy as np
 from embedscope.names import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINTS
 
 HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize", "batch_size", "lr",
-                 "epochs", "arch", "dataset"]
+                 "epochs", "arch", "dataset", "train_classes", "image_size", "distance", "loss_params", "weight_decay",
+                 "optimizer", "lr_schedule", "weights", "frozen_bn"]
 
 
 # ----------------------------------------------------------------------------------------- statistics
@@ -458,6 +459,8 @@ def _label(row, cols) -> str:
         name = c[4:] if c.startswith("tag:") else c
         if c in ("loss",):
             parts.insert(0, str(v))
+        elif isinstance(v, float) and v != v:  # a setting a run's config lacks (train_classes: the data set's
+            parts.append(f"{name}=None")  # own split), in a number column: as in a text column, not 'nan'
         elif isinstance(v, float) and float(v).is_integer():
             parts.append(f"{name}={int(v)}")
         else:
