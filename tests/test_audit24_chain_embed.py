@@ -160,3 +160,27 @@ def test_embed_notes_an_image_size_other_than_the_training_one(shapes_run, tmp_p
                             "--no-progress"])
     assert rc == 0, err
     assert "trained on 32x32" not in out  # its own size: nothing to say
+
+
+def test_train_records_its_folder_absolute_and_resumes_from_the_relative_name(tmp_path, monkeypatch):
+    """train --root shp (relative) records the folder absolute, so that embed finds it from another working
+    folder; --resume with the same relative --root is the same run (not 'root differs')."""
+    from embedscope.models import read_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run_cli(["make-shapes", "-o", "shp", "--n-images", "40", "--size", "32", "--no-progress"])
+    assert rc == 0, err
+    common = ["train", "--dataset", "shapes", "--root", "shp", "--image-size", "32", "--embed-dim", "4",
+              "--batch-size", "16", "--eval-every", "0", "--no-progress", "-o", "run.pt"]
+    rc, _, err = run_cli([*common, "--epochs", "1"])
+    assert rc == 0, err
+    cfg = read_checkpoint(tmp_path / "run.pt")["config"]
+    assert cfg["root"] == str((tmp_path / "shp").resolve())
+    rc, out, err = run_cli([*common, "--epochs", "2", "--resume"])
+    assert rc == 0, (out, err)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    rc, out, err = run_cli(["embed", tmp_path / "run.pt", "--dataset", "shapes", "-o", "e.h5", "--no-progress"])
+    assert rc == 0, err
+    assert "the folder the checkpoint was trained on" in out

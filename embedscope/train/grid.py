@@ -35,7 +35,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from embedscope.errors import EmbedscopeError, UsageError
 
-SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "status", "epochs",
+SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "train_classes",
+                   "image_size", "status", "epochs",
                    "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1", "final_MAP@R", "final_rho",
                    "untrained_R@1", "checkpoint", "best_checkpoint", "failure"]
 
@@ -97,14 +98,19 @@ def _norm(v: Any) -> Any:
 def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The settings (``key: stored -> wanted``) in which a stored run's config differs from a request.
 
-    Keys of :data:`IGNORED_SETTINGS` (device, workers, evaluation frequency, precision) do not count.
+    Keys of :data:`IGNORED_SETTINGS` (device, workers, evaluation frequency, precision) do not count;
+    two names of one folder (``root``) are the same setting.
     """
+    from embedscope.train.trainer import _same_folder
+
     out = []
     for k in sorted(set(stored) | set(wanted)):
         if k in FLAG_SETTINGS:  # a flag kept only when true: absent means false, on either side
             a, b = bool(stored.get(k)), bool(wanted.get(k))
         elif k in IGNORED_SETTINGS or k not in wanted:
             continue
+        elif k == "root" and _same_folder(stored.get(k), wanted.get(k)):  # one folder (runs before this one
+            continue  # recorded --root as typed, relative; now absolute)
         else:
             a, b = _norm(stored.get(k)), _norm(wanted.get(k))
         if a != b:
@@ -334,7 +340,8 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             rows.append({**row, "status": "n/a"})
             continue
         cfg = wanted[(lo, p, s)]
-        row.update(embed_dim=cfg["embed_dim"], normalize=cfg["normalize"])
+        row.update(embed_dim=cfg["embed_dim"], normalize=cfg["normalize"], train_classes=cfg.get("train_classes"),
+                   image_size=cfg.get("image_size"))
         kind, done = stored.get((lo, p, s), ("", None))
         if kind == "finished" and not force:
             unkept = keep_epochs and not (run_paths(ckpt)["dir"] / "epoch-000.pt").is_file()
@@ -391,11 +398,37 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         for r in rows:
             if r is not None:
                 merged[r["name"]] = r
+        _say_mixed_splits(list(merged.values()), say)
         if merged:
             write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
         _remove_empty_run_folders(out_dir / f"{run_name(dataset, *key)}.pt" for key in wanted)
         remove_empty_folders(created)
     return [r for r in rows if r is not None]
+
+
+def _say_mixed_splits(rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """One line when the rows of grid.csv (this call's and the earlier ones merged with them) were
+    trained with other ``--train-classes`` or ``--image-size``: their test R@1 are taken on other test
+    splits or inputs, so the columns of grid.csv do not compare across them (``study`` keeps them
+    apart as other objectives). Rows of a grid.csv written before these columns are not compared."""
+    for col, opt in (("train_classes", "--train-classes"), ("image_size", "--image-size")):
+        vals = {("" if r.get(col) in (None, "") else str(_norm(_number(r.get(col)))))
+                for r in rows if col in r and r.get("status") != "n/a"}
+        if len(vals) > 1:
+            shown = ", ".join(sorted(v or "none (the data set's own split)" for v in vals))
+            say(f"grid.csv: its runs were trained with other {opt} ({shown}): their test R@1 are on other "
+                f"{'test splits' if col == 'train_classes' else 'inputs'} and do not compare (see the "
+                f"column {col}; a study keeps them apart)")
+
+
+def _number(v: Any) -> Any:
+    """A cell of grid.csv read back as text ('6', '6.0') as the number it holds; anything else as is."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
 
 
 def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -432,10 +465,15 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
                 continue
             cfg = done.get("config") or {}
             r = {**r, "embed_dim": cfg.get("embed_dim"), "normalize": cfg.get("normalize"),
+                 "train_classes": cfg.get("train_classes"), "image_size": cfg.get("image_size"),
                  **_summary(done.get("extra") or {}, ckpt)}
             if r.get("status") == "diverged":  # trained to the end since (outside the grid)
                 r.update(status="trained", failure="", checkpoint=str(ckpt))
             again.append(r["name"])
+        elif "train_classes" not in r or "image_size" not in r:  # a row of a grid.csv written before the columns
+            cfg = (_read(ckpt) or {}).get("config") or {}
+            if cfg:
+                r = {**r, "train_classes": cfg.get("train_classes"), "image_size": cfg.get("image_size")}
         out.append(r)
     from embedscope.text import safe
 

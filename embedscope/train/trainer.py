@@ -232,6 +232,10 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     for k in ("root", "weights", "miner"):
         if opt[k] is not None:
             _as_str(k, opt[k])
+    if opt["root"] is not None and Path(opt["root"]).is_dir():
+        # recorded absolute: embed, saliency and study take the folder a checkpoint was trained on, from
+        # wherever they run (a relative 'shp' was only found from the folder train ran in)
+        opt["root"] = str(Path(opt["root"]).resolve())
     ema = opt.pop("weights_ema")  # kept in the config only when true (the runs before it had no such key)
     if ema is not None and not isinstance(ema, (bool, np.bool_)):
         raise UsageError(f"weights_ema must be true or false, got {_show(ema)}")
@@ -515,6 +519,15 @@ class _TensorBoard:
             self.writer = None
 
 
+def _same_folder(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` name one existing folder (a relative and an absolute path of it)."""
+    try:
+        return (isinstance(a, str) and isinstance(b, str) and Path(a).is_dir() and Path(b).is_dir()
+                and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
 def _normalised(v: Any) -> Any:
     if isinstance(v, str):
         return v.lower()
@@ -561,6 +574,8 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
             if bool(v) != bool(saved.get(k)):
                 changed.append("--ema (the run started from the --weights file's "
                                f"{'EMA copy' if saved.get(k) else 'state_dict'})")
+            continue
+        if k == "root" and _same_folder(v, saved.get(k)):  # recorded absolute (runs before: as typed)
             continue
         if _normalised(v) != _normalised(saved.get(k)):
             changed.append(f"{_flag(k)} {_show(v)} (the run has {_show(saved.get(k))})")
