@@ -73,7 +73,8 @@ def absent_lines(results) -> list[str]:
         # (no 'class' row: a property of the file stands for the class, which note_lines says)
         lacks = [p for p in every if p not in mine and p != "class"]
         if lacks:
-            out.append(safe(f"{r.model}: no property {', '.join(repr(p) for p in lacks)} in this file (no row)"))
+            word = "property" if len(lacks) == 1 else "properties"
+            out.append(safe(f"{r.model}: no {word} {', '.join(repr(p) for p in lacks)} in this file (no row)"))
     return out
 
 
