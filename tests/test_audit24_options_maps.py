@@ -317,3 +317,27 @@ def test_saliency_takes_the_split_the_checkpoint_was_trained_with(tmp_path):
                          "-o", tmp_path / "m5.h5"])
     assert rc == 0, err
     assert "trained on the first 7 classes" in out and load_maps(tmp_path / "m5.h5").attrs["train_classes"] == 5
+
+
+def test_yoke_inset_class_the_subsample_drops_is_refused_before_the_maps(tmp_path, monkeypatch):
+    """yoke --max-points below the number of classes may keep no image of --inset-class: refused before any
+    map (it failed after the t-SNE work); a class the subsample keeps still runs."""
+    from embedscope.analyses.maps import subsample
+    from embedscope.store import save
+
+    es = _set(8, 0, 6)
+    save(tmp_path / "a.h5", es)
+    save(tmp_path / "b.h5", _set(8, 0, 6, seed=2))
+    kept = set(subsample(es.subset("test"), 6, 0, by_split=True).labels.tolist())
+    dropped, present = min(set(range(8)) - kept), min(kept)
+    import embedscope.analyses as analyses
+
+    calls = []
+    real = analyses.yoke
+    monkeypatch.setattr(analyses, "yoke", lambda *a, **k: calls.append(1) or real(*a, **k))
+    args = [tmp_path / "a.h5", tmp_path / "b.h5", "--max-points", "6", "--n-iter", "5", "--no-progress"]
+    rc, out, err = _run(["yoke", *args, "--inset-class", dropped, "-o", tmp_path / "y.png"])
+    assert rc == 2 and not calls
+    assert "--max-points 6 keeps none of its images" in _one_error_line(err, "yoke")
+    rc, out, err = _run(["yoke", *args, "--inset-class", present, "-o", tmp_path / "z.png"])
+    assert rc == 0, err

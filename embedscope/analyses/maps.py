@@ -33,6 +33,12 @@ def _by_split_key(es) -> np.ndarray:
     return s.astype(np.int64).ravel() * (int(lab.max(initial=0)) + 1) + lab.astype(np.int64).ravel()
 
 
+def subsample(es, max_points, seed, *, by_split: bool):
+    """The rows ``tsne``/``yoke`` map of ``es`` under ``--max-points`` (stratified by class, and by split with
+    ``by_split``; seeded): ``es`` itself when it has no more rows."""
+    return _sample(es, max_points, seed, by_split=by_split)
+
+
 def _sample(es, max_points, seed, *, by_split: bool):
     if max_points is None or max_points >= es.n:
         return es

@@ -65,6 +65,7 @@ def run(args) -> int:
     from embedscope.cli.output import figure_outputs, parquet_output, print_wrote, refuse_figure_inputs, save_and_close
     from embedscope.errors import UsageError
     from embedscope.tables import format_table, key_value_rows
+    from embedscope.text import safe
     from embedscope.viz import plot_yoked_maps
     from embedscope.viz.figures import use_agg
 
@@ -83,7 +84,15 @@ def run(args) -> int:
         from embedscope.store import load
 
         first = load(args.files[0]).subset(args.split)
-        _inset(args.inset_class, first.class_names, first.labels)
+        cls = _inset(args.inset_class, first.class_names, first.labels)
+        if args.max_points is not None and args.max_points < first.n:  # fewer points than classes: a class
+            # may keep no image, and the inset failed after the maps
+            from embedscope.analyses.maps import subsample
+
+            if not (subsample(first, args.max_points, args.seed, by_split=True).labels == cls).any():
+                raise UsageError(f"--inset-class {safe(args.inset_class)}: --max-points {args.max_points} keeps none "
+                                 f"of its images (fewer points than the split's {len(set(first.labels.tolist()))} "
+                                 "classes): raise --max-points or choose another class")
     r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=args.max_points,
              perplexity=args.perplexity, seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, names=args.names,
              progress=not args.no_progress)
@@ -108,7 +117,6 @@ def run(args) -> int:
     if cap_note:
         print(cap_note)
     from embedscope.fileio import same_file
-    from embedscope.text import safe
 
     twice = [(i, j) for i in range(len(args.files)) for j in range(i + 1, len(args.files))
              if same_file(args.files[i], args.files[j])]
