@@ -234,17 +234,11 @@ def checkpoint_train_classes(config: dict, dataset: str, train_classes: int | No
     training classes into the test split. A value given is kept (with a note when it differs from
     the checkpoint's); any other checkpoint leaves the data set's own split.
     """
-    from embedscope.data import ALIASES
+    from embedscope.data import same_dataset
 
     tc = config.get("train_classes")
     name = config.get("dataset")
-    if tc in (None, "") or not isinstance(name, str):
-        return train_classes, None
-
-    def key(s: str) -> str:
-        return ALIASES.get(s.lower(), s.lower())
-
-    if key(name) != key(str(dataset)):
+    if tc in (None, "") or not isinstance(name, str) or not same_dataset(name, str(dataset)):
         return train_classes, None
     tc = int(tc)
     if train_classes is None:
@@ -268,19 +262,13 @@ def checkpoint_root(config: dict, dataset: str, root, *, verb: str = "embed") ->
     (give ``--root``). A ``root`` given is kept, with a note when it is another folder than the
     checkpoint's.
     """
-    from embedscope.data import ALIASES
+    from embedscope.data import same_dataset
     from embedscope.fileio import same_file
     from embedscope.text import safe
 
     rec = config.get("root")
     name = config.get("dataset")
-    if not isinstance(rec, str) or not rec or not isinstance(name, str):
-        return root, None
-
-    def key(s: str) -> str:
-        return ALIASES.get(s.lower(), s.lower())
-
-    if key(name) != key(str(dataset)):
+    if not isinstance(rec, str) or not rec or not isinstance(name, str) or not same_dataset(name, str(dataset)):
         return root, None
     if root is None:
         if not Path(rec).is_dir():

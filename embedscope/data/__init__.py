@@ -24,6 +24,11 @@ ALIASES = {"cub": "cub200", "cub200-2011": "cub200", "cars": "cars196", "online_
 DATASETS = tuple(LOADERS)
 
 
+def same_dataset(a: str, b: str) -> bool:
+    """Whether two data set names (any case, or an alias such as ``cub``/``cub200``) name one data set."""
+    return ALIASES.get(a.lower(), a.lower()) == ALIASES.get(b.lower(), b.lower())
+
+
 def get_dataset(name: str, root=None, *, train_classes=None) -> ImageDataset:
     """Load a data set by name (``digits``, ``cub200``, ``cars196``, ``sop``, ``imagefolder``)."""
     key = ALIASES.get(name.lower(), name.lower())
@@ -34,4 +39,4 @@ def get_dataset(name: str, root=None, *, train_classes=None) -> ImageDataset:
     return loader(root, train_classes=train_classes)
 
 
-__all__ = ["ImageDataset", "TorchImages", "get_dataset", "image_transform", "describe_transform", "DATASETS"]
+__all__ = ["ImageDataset", "TorchImages", "get_dataset", "same_dataset", "image_transform", "describe_transform", "DATASETS"]

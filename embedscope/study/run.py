@@ -198,9 +198,9 @@ def _same_dataset(asked: str | None, trained: Any) -> bool:
         return True
     if not isinstance(trained, str):
         return False
-    from embedscope.data import ALIASES
+    from embedscope.data import same_dataset
 
-    return ALIASES.get(asked.lower(), asked.lower()) == ALIASES.get(trained.lower(), trained.lower())
+    return same_dataset(asked, trained)
 
 
 def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, root: str | None = None,
