@@ -75,13 +75,19 @@ def check_no_zero_rows(part, split: str, *, what: str = "cosine similarity", hin
                               + (f" ({hint})" if hint else ""))
 
 
+def split_values(h5file) -> set[str]:
+    """The split values present in an open embedding file (its ``split`` column alone, as text)."""
+    import numpy as np
+
+    return {v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.unique(h5file["split"][()])}
+
+
 def check_splits_first(sources, splits) -> None:
     """Several files: refuse, before any of them is analysed, a file that lacks one of ``splits``
     (each file's split column is read alone; the error is the one the analysis of that file would
     raise, after minutes spent on the files before it). ``None`` and ``"all"`` need no split;
     sources that are not paths, and files the light read cannot take, are left to the analysis."""
     import h5py
-    import numpy as np
 
     wanted = {s for s in splits if s not in (None, "all")}
     if len(sources) < 2 or not wanted:
@@ -91,8 +97,7 @@ def check_splits_first(sources, splits) -> None:
             continue
         try:
             with h5py.File(src, "r") as f:
-                raw = f["split"][()]
-            present = {v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.unique(raw)}
+                present = split_values(f)
         except Exception:  # noqa: BLE001 - whatever the light read cannot take, the full load reports
             continue
         missing = sorted(wanted - present)

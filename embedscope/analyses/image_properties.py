@@ -170,6 +170,7 @@ def _check_files_first(files, names, *, split: str, properties, metric: str, nor
     file that fails this light check, or that it cannot take, is loaded to raise the measure's own error."""
     import h5py
 
+    from embedscope.analyses._sources import split_values
     from embedscope.store import EmbeddingSet, load
 
     for f, nm in zip(files, names):
@@ -179,8 +180,7 @@ def _check_files_first(files, names, *, split: str, properties, metric: str, nor
             try:
                 with h5py.File(f, "r") as h:  # one light read: the split column and the property names
                     keys = set(h["properties"].keys()) if "properties" in h else set()
-                    has_split = split in (None, "all") or split in {
-                        v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.unique(h["split"][()])}
+                    has_split = split in (None, "all") or split in split_values(h)
             except Exception:  # noqa: BLE001 - whatever the light read cannot take, the full load reports
                 keys, has_split = None, False
             if keys is not None and has_split:
