@@ -423,7 +423,8 @@ def test_rho_of_one_dimension_is_undefined_not_an_error(tmp_path, capsys):
 
 def test_all_zero_rows_are_named_by_file_split_and_path(tmp_path, capsys):
     """evaluate and geometry said 'row 0 of X is all zeros' (an array the user never sees); now the
-    file, the split, the count and the first row by position and path, and (evaluate) what to do."""
+    file, the split, the count and the first row by position and path, and (evaluate) what to do;
+    geometry reports the measures that stay defined."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(12, 4)).astype(np.float32)
     X[[3, 7]] = 0
@@ -435,9 +436,11 @@ def test_all_zero_rows_are_named_by_file_split_and_path(tmp_path, capsys):
                         "their cosine similarity is undefined (use --metric euclidean)")
     assert main(["evaluate", str(f), "--no-progress", "--metric", "euclidean", "--include", "P@1"]) == 0
     capsys.readouterr()
-    assert main(["geometry", str(f), "--split", "all"]) == 1
-    err = capsys.readouterr().err.strip()
-    assert "2 embedding(s) are all zeros (the row 3 first, path 'img3.jpg')" in err and len(err.splitlines()) == 1
+    # (audit 25) geometry reports the measures zero rows leave defined, the cosine ones '–' with the reason
+    assert main(["geometry", str(f), "--split", "all"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\npi_intra\s+–", out)
+    assert "2 of the 12 rows are all zeros (the first: row 3, path 'img3.jpg')" in out
 
 
 @pytest.mark.parametrize("scale, shown", [(3e-30, "3e-30"), (2.5e30, "2.5e+30"), (0.5, "0.5000")])

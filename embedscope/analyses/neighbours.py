@@ -5,7 +5,7 @@ their top-k retrievals, for ``embedscope neighbours``; docs/methods.md §1)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -76,6 +76,13 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
                          "s_diff": float(s_diff[i]),
                          "below_diagonal": float(s_diff[i] < s_same[i]) if ok[i] else float("nan"),
                          "tied": float(tie[i]) if ok[i] else float("nan")})
+    from embedscope.analyses.retrieval import trained_distance_note
+
+    drawn = es if split == "all" else es.subset(split)
+    distance_note = trained_distance_note(es.attrs.get("checkpoint_config"), drawn.embeddings, metric=metric,
+                                          choices=SIMILARITY_METRICS)
+    if distance_note:  # an unnormalised model compared by another similarity than its own distance
+        notes.append(distance_note)
     model = model_name(es, name)
     extra = {"metric": metric, "splits": summary, "title": f"{model}: {metric} similarity",
              "ties": "a point with s_same = s_diff exactly is tied: on the diagonal, not counted below it"}
@@ -103,6 +110,9 @@ class NeighbourExamples:
     seed: int | None = None
     #: how the queries were chosen, in words (e.g. "8 random queries, seed 0")
     selection: str = ""
+    #: what the caller should know about the ranking (an unnormalised model ranked by another
+    #: distance than it was trained with: :func:`embedscope.analyses.retrieval.trained_distance_note`)
+    notes: list[str] = field(default_factory=list)
 
 
 def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
@@ -187,13 +197,19 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
         vals, idx = keep_v, keep_i
     else:
         vals, idx = knn_search(Q, rset.embeddings, k=k, metric=metric, device="cpu", progress=progress)
+    from embedscope.analyses.retrieval import trained_distance_note
+
+    note = trained_distance_note(es.attrs.get("checkpoint_config"),
+                                 qset.embeddings if same else np.concatenate([qset.embeddings, rset.embeddings]),
+                                 metric=metric)
     q_lab = qset.class_names[qset.labels[qidx]]
     r_lab = rset.class_names[rset.labels[idx]]
     sim = vals if metric == "cosine" else -vals
     return NeighbourExamples(
         query_paths=qset.paths[qidx], query_labels=q_lab, ref_paths=rset.paths[idx], ref_labels=r_lab,
         similarity=np.asarray(sim, dtype=np.float64), correct=(r_lab == q_lab[:, None]), query_split=split,
-        reference_split=reference_split, metric=metric, seed=drawn_with, selection=selection)
+        reference_split=reference_split, metric=metric, seed=drawn_with, selection=selection,
+        notes=[note] if note else [])
 
 
 def neighbours_figure(source: Any, out, *, split: str = "test", reference_split: str | None = None,

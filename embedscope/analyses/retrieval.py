@@ -99,6 +99,9 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
                          f"{' (direction)' if metric == 'cosine' else ''}, a collapsed model: every similarity "
                          "ties, so the ranks follow row order (ties to the lower reference index) and these "
                          "values say only that the model is collapsed"]
+    trained_note = trained_distance_note(es.attrs.get("checkpoint_config"), np.concatenate(rows), metric=metric)
+    if trained_note:  # an unnormalised model ranked by another distance than its own
+        prov.setdefault("notes", []).append(trained_note)
     if q_split == "query" and not separate and "gallery" in set(es.split):  # (neighbours searches the gallery)
         prov.setdefault("notes", []).append(
             "the query rows are searched among themselves, not in the file's gallery rows (the In-Shop "
@@ -112,6 +115,53 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     if per_class and per_query is not None:
         table = _per_class_rows(q, per_query, lone_score=0.0 if lone_queries == "zero" else None)
     return Result("evaluate", values, prov, table=table, model=model)
+
+
+def trained_distance_note(config: Any, X: np.ndarray, *, metric: str,
+                          choices: Sequence[str] = RETRIEVAL_METRICS) -> str | None:
+    """The note of a file whose model was trained with another distance than ``metric`` ranks by
+    (its checkpoint's config, :func:`embedscope.models.distances.distance_for_config`;
+    docs/methods.md §1), or None.
+
+    Only rows of different norms are ranked differently: on rows of one norm (every model embedscope
+    trains but N-pair and generalised lifted L2-normalises) cosine, Euclidean, squared Euclidean and
+    dot product give one order, and no note is made. An unnormalised model (N-pair: raw dot
+    products; generalised lifted: raw Euclidean) ranked by cosine, the trainer's log's protocol
+    (Musgrave et al.), is not ranked as it was trained: said, with the ``--metric`` that ranks as
+    trained (``euclidean`` for euclidean and sqeuclidean), or that none does (dot, snr, a distance
+    or loss embedscope does not know: a note, not an error). ``choices``: the command's ``--metric``
+    values (retrieval: cosine and euclidean; scatter's similarity adds dot).
+    A file without a checkpoint config naming a loss or distance (imported, untrained) gets none.
+    """
+    if not isinstance(config, dict) or not (config.get("distance") or config.get("loss")) or len(X) == 0:
+        return None
+    norms = np.linalg.norm(np.asarray(X, dtype=np.float64), axis=1)
+    lo, hi = float(norms.min()), float(norms.max())
+    if hi - lo <= 1e-3 * max(hi, 1e-12):  # rows of one norm (unit rows): every distance ranks as cosine
+        return None
+    # (only here: embedscope.models imports torch, which an evaluate of rows of one norm does without)
+    from embedscope.models.distances import distance_for_config
+
+    rows = f"its rows (norms {lo:.3g} to {hi:.3g}) are ranked here by {metric}" + (
+        " (the protocol of the trainer's log)" if metric == "cosine" else "")
+    try:
+        trained = distance_for_config(config)
+    except EmbedscopeError:  # a name embedscope does not know (a foreign writer): said, not refused
+        named = "distance" if config.get("distance") else "loss"
+        return (f"the model's checkpoint config names the {named} '{config[named]}', which embedscope does "
+                f"not know; {rows}, which may not be how the model was trained")  # (escaped where printed)
+    as_trained = {"euclidean": "euclidean", "sqeuclidean": "euclidean", "cosine": "cosine", "dot": "dot"}.get(trained)
+    if as_trained not in choices:
+        as_trained = None
+    if as_trained == metric:
+        return None
+    what = {"dot": "the dot product", "snr": "the SNR distance"}.get(trained, f"the {trained} distance")
+    head = f"the model was trained with {what} (its checkpoint's config), but {rows}"
+    if as_trained is None:
+        return (f"{head}: no --metric ranks by {what} (the choices are {' and '.join([', '.join(choices[:-1]), choices[-1]] if len(choices) > 1 else choices)}), "
+                "so these values are not the model's own ranking")
+    same = " (the order of the squared Euclidean distance)" if trained == "sqeuclidean" else ""
+    return f"{head}: --metric {as_trained} ranks them as the model was trained{same}"
 
 
 def _per_class_rows(q, per_query: dict, lone_score: float | None = None) -> list[dict[str, Any]]:

@@ -47,7 +47,7 @@ def add_parser(sub, parents):
     p.add_argument("--k", nargs="+", type=positive_int, default=None, metavar="K",
                    help="the k of R@k, listed in ascending order whatever order they are given in (default: 1 2 4 8, "
                    "those up to the number of references of a query; a k given here beyond it is an error; "
-                   "with --include, it needs an R@k there)")
+                   "with --include, each k needs R@k or its own R@<k> there)")
     p.add_argument("--include", nargs="+", metavar="KEY",
                    help=f"compute only these ({', '.join(KEY_CHOICES)}; R@k means every --k; "
                         "default: all but mAP@lim, which is computed only when named)")
@@ -94,8 +94,9 @@ def include_keys(include, ks) -> list[str] | None:
 
 def check_include_options(args, include) -> None:
     """Refuse (a usage error, before any work) an option that shapes a metric --include leaves out:
-    --k without an R@k, --seed / --niter (the k-means) without NMI or F1, --lone-queries without a
-    retrieval metric. Each was silently not used."""
+    --k without an R@k (or a k whose R@<k> an --include of R@<k> keys leaves out), --seed /
+    --niter (the k-means) without NMI or F1, --lone-queries without a retrieval metric. Each was
+    silently not used."""
     from embedscope.errors import UsageError
 
     if include is None:
@@ -105,6 +106,14 @@ def check_include_options(args, include) -> None:
     if args.k is not None and not any(k == "R@k" or k.startswith("R@") for k in include):
         raise UsageError(f"--k {' '.join(map(str, args.k))} sets the k of R@k: --include {given} names no R@k "
                          "(add R@k, or leave out --k)")
+    if args.k is not None and "R@k" not in args.include:  # R@1 named with --k 1 2: the 2 was silently not used
+        unused = [k for k in dict.fromkeys(sorted(args.k)) if f"R@{k}" not in include]
+        if unused:
+            named = " ".join(k for k in include if k.startswith("R@"))
+            raise UsageError(f"--k {' '.join(map(str, args.k))} with --include {given}: "
+                             f"{' and '.join(f'R@{k}' for k in unused)} {'is' if len(unused) == 1 else 'are'} not "
+                             f"computed (--include names {named}; add R@k for every --k, or leave "
+                             f"{' '.join(map(str, unused))} out of --k)")
     if not any(k in ("NMI", "F1") for k in include):
         for opt in ("seed", "niter"):
             if getattr(args, f"{opt}_given", False):

@@ -12,7 +12,8 @@ def add_parser(sub, parents):
         description="Table of the embedding-space geometry of one split: spectral decay rho, pi_intra, "
         "pi_inter, pi_ratio (Roth et al. 2020), effective rank (RankMe), alpha-ReQ, alignment and "
         "uniformity (Wang & Isola). A measure the split leaves undefined (every class a single sample: "
-        "pi_intra, pi_ratio, alignment; one class: pi_inter, pi_ratio) shows as '–' with a note saying "
+        "pi_intra, pi_ratio, alignment; one class: pi_inter, pi_ratio; rows of all zeros: the cosine measures pi, "
+        "alignment, uniformity) shows as '–' with a note saying "
         "why, and as NaN (JSON null) in the files; an infinite one (pi_ratio when pi_inter = 0 < pi_intra, rho "
         "with a zero singular value) shows as inf with a note saying why, inf in the CSV and Parquet, null in "
         "the JSON. Definitions: docs/methods.md §2-§4.")

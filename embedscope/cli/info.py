@@ -38,7 +38,6 @@ def run(args) -> int:
 
     from embedscope import store
     from embedscope.tables import format_number, format_table
-    from embedscope.text import safe
 
     es = store.load(args.file, finite=False)  # NaN / inf rows (a foreign writer): info is how a user finds them
     nonfinite = _nonfinite_row(es)
@@ -79,7 +78,7 @@ def run(args) -> int:
     if isinstance(cfg, dict):
         rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
             "arch", "embed_dim", "normalize", "loss", "dataset"))})
-    # strings from the file are shown with control characters escaped (no terminal escapes)
-    rows = [{"field": safe(r["field"]), "value": safe(r["value"])} for r in rows]
+    # strings from the file are shown with control characters escaped (no terminal escapes): format_table
+    # escapes every cell (escaped here too, a path's backslash was shown doubled twice)
     print(format_table(rows, ["field", "value"]))
     return 0

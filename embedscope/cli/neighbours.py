@@ -5,8 +5,9 @@ from __future__ import annotations
 from embedscope.cli.common import add_figure_output, positive_int, seed_int
 from embedscope.names import SPLIT_CHOICES
 
-#: the most query rows one figure holds: each row is a strip of pictures 1.6 inches high at 200 dpi,
-#: so 100 rows make a PNG of about 1540 x 28,600 pixels (half a minute to draw); beyond that the
+#: the most query rows one figure holds: each row is a strip of pictures and two-line captions about
+#: 1.55 inches high at 200 dpi, so 100 rows make a PNG of about 1540 x 31,000 pixels (half a minute to
+#: a minute to draw); beyond that the
 #: picture grows past what image viewers (and Pillow) open
 MAX_QUERIES = 100
 #: the queries of a figure unless --queries says otherwise
@@ -135,5 +136,7 @@ def run(args) -> int:
         what += f" ({args.queries} asked; {where} {n})"
     print(f"{what}, top-{k} in '{ex.reference_split}': "
           f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class{how}")
+    for note in ex.notes:  # (an unnormalised model ranked by another distance than its own)
+        print(safe(f"note: {note}"))
     print_wrote([png, pdf])
     return 0

@@ -24,6 +24,8 @@ RIGHT = SAME_CLASS_COLOR  # bluish green: the retrieval has the query's class
 WRONG = OTHER_CLASS_COLOR  # vermillion: another class
 RIGHT_MARK, WRONG_MARK = "✓", "✗"
 QUERY = "#404040"
+#: the most characters of a class name in a caption (7 pt text: about 0.9 inch, within a 1.25 inch cell)
+CAPTION_CHARS = 16
 
 
 def similarity_digits(sim: Any, lo: int = 2, hi: int = 5) -> int:
@@ -57,7 +59,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
 
     n, k = ex.correct.shape
     cell = 1.25
-    height = (cell + 0.35) * n + 1.1  # each row: the picture and its caption; plus title and legend
+    height = (cell + 0.45) * n + 1.1  # each row: the picture and its two-line caption; plus title and legend
     fig, axes = plt.subplots(n, k + 1, figsize=(cell * (k + 1) + 0.3, height), squeeze=False)
     sim_name = "cos" if ex.metric == "cosine" else "-d"
     digits = similarity_digits(ex.similarity)
@@ -82,12 +84,14 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
         ax.set_xlabel(caption, fontsize=7, labelpad=2)
 
     for r in range(n):
-        show(axes[r, 0], query_images[r], QUERY, f"query: {short_text(ex.query_labels[r], 14)}", 2.0)
+        # two lines a caption: class, then similarity (on one line, 20 retrievals' captions ran into
+        # each other); a class name cut to CAPTION_CHARS keeps a caption within its picture's width
+        show(axes[r, 0], query_images[r], QUERY, f"query\n{short_text(ex.query_labels[r], CAPTION_CHARS)}", 2.0)
         for j in range(k):
             ok = bool(ex.correct[r, j])
             show(axes[r, j + 1], ref_images[r][j], RIGHT if ok else WRONG,
-                 f"{RIGHT_MARK if ok else WRONG_MARK} {short_text(ex.ref_labels[r, j], 10)} {sim_name} "
-                 f"{ex.similarity[r, j]:.{digits}f}", 4.0)
+                 f"{RIGHT_MARK if ok else WRONG_MARK} {short_text(ex.ref_labels[r, j], CAPTION_CHARS)}\n"
+                 f"{sim_name} {ex.similarity[r, j]:.{digits}f}", 4.0)
     axes[0, 0].set_title("query", fontsize=8)
     for j in range(k):
         axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)
@@ -105,15 +109,33 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
                         Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label=f"{WRONG_MARK} other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
     clean_figure(fig)
-    # tight_layout keeps room for the suptitle itself; the pictures are square, so a row slot
-    # taller (or wider) than its picture leaves bands of empty canvas: fit the height to the slots
-    W, H = fig.get_size_inches()
-    for _ in range(4):
-        fig.tight_layout(rect=(0, 0.35 / H, 1, 1))
-        box = axes[0, 0].get_position(original=True)  # the slot (the picture is fitted inside it)
-        slack = box.height * H - box.width * W
-        if abs(slack) < 0.02:
-            break
-        H = max(H - n * slack, 1.0)
-        fig.set_size_inches(W, H)
+    fit_height(fig, axes, bottom=0.35)
     return fig
+
+
+def fit_height(fig, axes, *, bottom: float = 0.0) -> None:
+    """Set ``fig``'s height so that each row slot of the grid ``axes`` is as tall as it is wide (the
+    pictures are square: a taller or wider slot leaves bands of empty canvas), with tight_layout's
+    margins, and ``bottom`` inches kept free below the grid (the legend).
+
+    Direct, two layouts whatever the grid: the margins, the gaps between rows (captions, titles) and
+    the slots' width are lengths in inches that the height does not change, so one layout measures
+    them and the height follows (it was a loop of up to four layouts, each over every picture,
+    stopped when the slack fell below 0.02 inch; it rarely did, and its last resize had no layout).
+    """
+    n = axes.shape[0]
+    # measured with every picture filling its slot: a picture kept square inside a slot of another
+    # shape sits in its middle, with its caption, so the gaps measured would move with the slack
+    aspects = [ax.get_aspect() for ax in axes.flat]
+    for ax in axes.flat:
+        ax.set_aspect("auto")
+    W, H = fig.get_size_inches()
+    fig.tight_layout(rect=(0, bottom / H, 1, 1))
+    box = axes[0, 0].get_position(original=True)  # a slot (the picture is fitted inside it)
+    fixed = H - n * box.height * H  # the margins and the gaps between the rows, in inches
+    H_new = max(fixed + n * box.width * W, 1.0)
+    if abs(H_new - H) >= 1e-3:
+        fig.set_size_inches(W, H_new)
+        fig.tight_layout(rect=(0, bottom / H_new, 1, 1))
+    for ax, aspect in zip(axes.flat, aspects):  # (a picture that is not square keeps its shape)
+        ax.set_aspect(aspect)
