@@ -16,6 +16,7 @@ from embedscope.analyses._sources import as_set
 from embedscope.analyses.result import Result, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SPLIT_CHOICES
+from embedscope.tsne import DEFAULT_MAX_POINTS
 from embedscope.validation import check_choice, check_int, check_number, one_point
 
 SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
@@ -33,9 +34,20 @@ def _by_split_key(es) -> np.ndarray:
     return s.astype(np.int64).ravel() * (int(lab.max(initial=0)) + 1) + lab.astype(np.int64).ravel()
 
 
+def default_cap_note(points: int, selected: int, what: str = "points") -> str:
+    """The note of a command that mapped ``points`` of the ``selected`` rows because of the default
+    ``--max-points`` (:data:`embedscope.tsne.DEFAULT_MAX_POINTS`; a map's time grows with its points)."""
+    return (f"note: mapped a stratified subsample of {points} of the {selected} {what} (the default --max-points "
+            f"{DEFAULT_MAX_POINTS}; t-SNE of more takes many minutes): --max-points {selected} maps them all")
+
+
 def subsample(es, max_points, seed, *, by_split: bool):
     """The rows ``tsne``/``yoke`` map of ``es`` under ``--max-points`` (stratified by class, and by split with
-    ``by_split``; seeded): ``es`` itself when it has no more rows."""
+    ``by_split``; seeded): ``es`` itself when it has no more rows.
+
+    Nested: the rows kept for ``max_points`` are among those kept for ``max_points + 1`` (each
+    stratum's quota by Webster's divisor method, its rows the first of one seeded permutation;
+    :func:`embedscope.tsne.stratified_subsample`)."""
     return _sample(es, max_points, seed, by_split=by_split)
 
 
@@ -89,9 +101,13 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     """A t-SNE map of one split coloured by class, or with ``joint`` one map of the train and test
     splits together (Xuan §2; openTSNE's defaults, docs/methods.md §10).
 
-    ``result.table``: one row per point (path, split, label, class, x, y); ``result.arrays``:
-    ``Y`` and ``labels`` (single) or ``Y_train``, ``Y_test``, ``labels_train``, ``labels_test``
-    (joint), and ``class_names``; ``result.provenance``: the t-SNE settings.
+    ``max_points``: map a stratified, seeded subsample of at most that many points (None: every
+    row; the commands' default is
+    :data:`embedscope.tsne.DEFAULT_MAX_POINTS`), nested in ``max_points``
+    (:func:`subsample`). ``result.table``: one row per point (path, split, label, class, x, y);
+    ``result.arrays``: ``Y`` and ``labels`` (single) or ``Y_train``, ``Y_test``, ``labels_train``,
+    ``labels_test`` (joint), and ``class_names``; ``result.provenance``: the t-SNE settings (and
+    ``subsampled_from``, the rows selected, when ``max_points`` kept fewer).
     """
     from embedscope.tsne import joint_tsne, single_tsne
 
@@ -131,6 +147,8 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     rows = [{"path": p.paths[i], "split": p.split[i], "label": int(p.labels[i]), "class": names[p.labels[i]],
              "x": float(Y[i, 0]), "y": float(Y[i, 1])} for p, Y in parts for i in range(p.n)]
     info.update(max_points=max_points, joint=bool(joint), split=None if joint else split)
+    if len(rows) < before:  # a subsample: of how many rows
+        info["subsampled_from"] = int(before)
     values = {k: info[k] for k in ("kl_divergence",) if k in info}
     values["points"] = len(rows)
     model = model_name(es, name)
@@ -153,6 +171,8 @@ def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", 
     maps: ``x_1``, ``y_1``, …, ``x_K``, ``y_K``, ``displacement_1_2``, …); ``result.values``: each
     map's KL divergence (``kl_a``, ``kl_b`` or ``kl_1`` … ``kl_K``) and the mean displacement
     (and, yoking centroids, the mean centroid displacement); ``result.arrays["Ys"]``: the maps.
+    ``max_points``: as :func:`tsne`'s, the rows :func:`tsne` keeps of ``split`` (``provenance
+    ["subsampled_from"]``: the images matched, when it kept fewer).
     """
     from embedscope.store import match_by_path
     from embedscope.tsne import yoked_tsne_maps
@@ -195,6 +215,8 @@ def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", 
             row[nm] = float(d[i])
         rows.append(row)
     info.update(split=split, max_points=max_points, names=list(labels))
+    if a.n < before:  # a subsample: of how many images
+        info["subsampled_from"] = int(before)
     values = {f"kl_{t}": float(v) for t, v in zip(tags, info["kl"])}
     values["mean_displacement"] = info["mean_displacement"]
     if "mean_centroid_displacement" in info:

@@ -14,12 +14,15 @@ def add_parser(sub, parents):
                        "(cyan) are nearer their own class, the share of them is R@1 when no point is tied; a point "
                        "whose nearest same-class and other-class similarities are equal is tied (on the diagonal, "
                        "purple diamond), counted apart and not below (docs/methods.md §10, Xuan §2.4). Writes OUT.png, "
-                       "OUT.pdf, the similarities as OUT.csv and the summary as OUT.json.")
+                       "OUT.pdf, the similarities as OUT.csv (one row per point) and the summary per split, the settings "
+                       "and the same per-point rows as OUT.json.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     p.add_argument("--split", default="all", choices=SPLIT_CHOICES,
                    help="panels to draw: one split, or all = every split present (default: all)")
     p.add_argument("--metric", default="cosine", choices=SIMILARITY_METRICS,
-                   help="similarity (default: cosine; euclidean uses minus the distance)")
+                   help="similarity (default: cosine; euclidean uses minus the distance). A note says so when "
+                   "the rows differ in norm and the model's recorded distance (its checkpoint's config) ranks "
+                   "otherwise, e.g. dot for an N-pair model")
     add_figure_output(p)
     add_table_parquet(p)
     p.set_defaults(func=run)

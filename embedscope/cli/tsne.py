@@ -5,6 +5,7 @@ from __future__ import annotations
 from embedscope.cli.common import add_figure_output, positive_float, positive_int, seed_int
 from embedscope.cli.output import add_table_parquet
 from embedscope.names import SPLIT_CHOICES
+from embedscope.tsne import DEFAULT_MAX_POINTS
 
 
 def add_parser(sub, parents):
@@ -12,12 +13,15 @@ def add_parser(sub, parents):
                        description="t-SNE map (openTSNE, its defaults: perplexity 30, PCA initialisation) of one "
                        "split coloured by class, or with --joint one map of train and test together in three "
                        "panels: train by class, test by class, both (train black, test orange) (docs/methods.md §10). "
-                       "Writes OUT.png, OUT.pdf, the coordinates as OUT.csv and the settings as OUT.json.")
+                       "Writes OUT.png, OUT.pdf, the coordinates as OUT.csv (one row per point) and the settings, the KL "
+                       "divergence and the same per-point rows as OUT.json.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
     p.add_argument("--joint", action="store_true", help="one map of the train and test splits together")
     p.add_argument("--split", choices=SPLIT_CHOICES, help="rows to map without --joint (default: test)")
     p.add_argument("--max-points", type=positive_int, metavar="N",
-                   help="map at most N points (fixed-seed subsample, stratified by class and split)")
+                   help=f"map at most N points (default: {DEFAULT_MAX_POINTS}; a fixed-seed subsample, stratified "
+                   "by class and split, nested: the points of N are among those of N + 1); a note says when the "
+                   "default left points out")
     p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (subsample, PCA init, neighbours; default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500,
@@ -32,7 +36,7 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     from embedscope.analyses import tsne
-    from embedscope.analyses.maps import SHOWN_TSNE
+    from embedscope.analyses.maps import SHOWN_TSNE, default_cap_note
     from embedscope.cli.output import (
         figure_outputs,
         parquet_output,
@@ -53,7 +57,8 @@ def run(args) -> int:
     refuse_figure_inputs(args.output, [args.file])
     png, pdf, csv, js = figure_outputs(args.output, args.force)
     pq = parquet_output(args, (png, pdf, csv, js))
-    r = tsne(args.file, joint=args.joint, split=args.split, max_points=args.max_points, perplexity=args.perplexity,
+    max_points = args.max_points if args.max_points is not None else DEFAULT_MAX_POINTS
+    r = tsne(args.file, joint=args.joint, split=args.split, max_points=max_points, perplexity=args.perplexity,
              seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, progress=not args.no_progress)
     use_agg()
     a = r.arrays
@@ -77,5 +82,7 @@ def run(args) -> int:
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
     if cap_note:
         print(cap_note)
+    if args.max_points is None and "subsampled_from" in r.provenance:
+        print(default_cap_note(r["points"], r.provenance["subsampled_from"]))
     print_wrote([png, pdf, csv, js] + ([pq] if pq is not None else []))
     return 0

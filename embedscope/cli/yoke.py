@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from embedscope.cli.common import add_figure_output, add_split, positive_float, positive_int, seed_int
 from embedscope.cli.output import add_table_parquet
+from embedscope.tsne import DEFAULT_MAX_POINTS
 
 
 def add_parser(sub, parents):
@@ -13,7 +14,8 @@ def add_parser(sub, parents):
                        "alpha * sum_i |y_i^k - y_i^(k+1)|^2 between each map and the next, so that corresponding "
                        "points land near each other (--yoke centroids: the class means instead, "
                        "alpha * sum_c n_c |mu_c^k - mu_c^(k+1)|^2; docs/methods.md §10). Rows are matched by path. "
-                       "Writes OUT.png, OUT.pdf, the coordinates as OUT.csv and the settings as OUT.json.")
+                       "Writes OUT.png, OUT.pdf, the coordinates as OUT.csv (one row per image) and the settings, the "
+                       "KL divergences, the mean displacement and the same per-image rows as OUT.json.")
     p.add_argument("files", nargs="+", metavar="EMB.h5",
                    help="two or more embedding files of the same images, in sequence order (each map is yoked "
                    "to the next)")
@@ -25,8 +27,9 @@ def add_parser(sub, parents):
                    "the classes' layout agrees, the points within a class are free) (default: points)")
     add_split(p, default="test")
     p.add_argument("--max-points", type=positive_int, metavar="N",
-                   help="map at most N points (fixed-seed subsample, stratified by class, and by split with "
-                   "--split all; the rows tsne --max-points keeps of a split)")
+                   help=f"map at most N points (default: {DEFAULT_MAX_POINTS}; a fixed-seed subsample, stratified by "
+                   "class, and by split with --split all; the rows tsne --max-points keeps of a split; nested: the "
+                   "points of N are among those of N + 1); a note says when the default left points out")
     p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500, help="iterations after early exaggeration (default: 500)")
@@ -80,20 +83,21 @@ def run(args) -> int:
     refuse_figure_inputs(args.output, args.files)
     png, pdf, csv, js = figure_outputs(args.output, args.force)
     pq = parquet_output(args, (png, pdf, csv, js))
+    max_points = args.max_points if args.max_points is not None else DEFAULT_MAX_POINTS
     if args.inset_class is not None:  # a wrong class is refused before the maps, not after minutes of work
         from embedscope.store import load
 
         first = load(args.files[0]).subset(args.split)
         cls = _inset(args.inset_class, first.class_names, first.labels)
-        if args.max_points is not None and args.max_points < first.n:  # fewer points than classes: a class
+        if max_points < first.n:  # fewer points than classes: a class
             # may keep no image, and the inset failed after the maps
             from embedscope.analyses.maps import subsample
 
-            if not (subsample(first, args.max_points, args.seed, by_split=True).labels == cls).any():
-                raise UsageError(f"--inset-class {safe(args.inset_class)}: --max-points {args.max_points} keeps none "
+            if not (subsample(first, max_points, args.seed, by_split=True).labels == cls).any():
+                raise UsageError(f"--inset-class {safe(args.inset_class)}: --max-points {max_points} keeps none "
                                  f"of its images (fewer points than the split's {len(set(first.labels.tolist()))} "
                                  "classes): raise --max-points or choose another class")
-    r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=args.max_points,
+    r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=max_points,
              perplexity=args.perplexity, seed=args.seed, n_iter=args.n_iter, n_jobs=args.n_jobs, names=args.names,
              progress=not args.no_progress)
     from embedscope.cli.output import perplexity_cap_notes
@@ -116,6 +120,10 @@ def run(args) -> int:
     print(format_table(key_value_rows(shown, "setting"), ["setting", "value"]))
     if cap_note:
         print(cap_note)
+    if args.max_points is None and "subsampled_from" in r.provenance:
+        from embedscope.analyses.maps import default_cap_note
+
+        print(default_cap_note(r["n"], r.provenance["subsampled_from"], "images"))
     from embedscope.fileio import same_file
 
     twice = [(i, j) for i in range(len(args.files)) for j in range(i + 1, len(args.files))

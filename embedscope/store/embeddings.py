@@ -266,8 +266,9 @@ class EmbeddingSet:
     def sample(self, n: int | None, *, seed: int = 0, stratify: bool = True) -> "EmbeddingSet":
         """At most ``n`` rows drawn without replacement (row order kept); ``None`` or ``n >= N``: all rows.
 
-        ``stratify``: each class keeps its share of the rows (largest-remainder rounding, at least
-        one row per class while ``n`` allows), as the t-SNE figures sub-sample; otherwise a uniform
+        ``stratify``: each class keeps its share of the rows (Webster's divisor method, at least one
+        row per class while ``n`` allows; nested in ``n``: :func:`embedscope.tsne.stratified_subsample`),
+        as the t-SNE figures sub-sample; otherwise a uniform
         draw. Seeded with ``numpy.random.default_rng(seed)``: the same call gives the same rows.
         """
         if n is None or n >= self.n:

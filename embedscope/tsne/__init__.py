@@ -10,7 +10,9 @@ Plain functions on arrays, nothing drawn here (the figures are in :mod:`embedsco
   :class:`YokedObjective`), :func:`default_alpha`;
 * :mod:`embedscope.tsne.optimizer` -- :func:`gradient_descent` (takes the objective as a
   parameter) and its :class:`GradientDescentState`;
-* :mod:`embedscope.tsne.sampling` -- :func:`stratified_subsample`.
+* :mod:`embedscope.tsne.sampling` -- :func:`stratified_subsample` (nested in ``n``) and its
+  :func:`stratum_quotas`;
+* here: :data:`DEFAULT_MAX_POINTS`, the commands' default ``--max-points``.
 
 Imports are lazy: ``from embedscope.tsne import stratified_subsample`` does not load openTSNE.
 """
@@ -18,6 +20,12 @@ Imports are lazy: ``from embedscope.tsne import stratified_subsample`` does not 
 from __future__ import annotations
 
 from embedscope._lazy import lazy_exports
+
+#: ``embedscope tsne`` / ``yoke`` map at most this many points unless ``--max-points`` says otherwise
+#: (one openTSNE map of 50,000 64-d points took 204 s on one thread of a shared 2-core machine,
+#: docs/PERFORMANCE.md); the Python functions map every row unless ``max_points`` is given. Here, not
+#: in :mod:`embedscope.tsne.sampling`: the commands' ``--help`` reads it without importing numpy.
+DEFAULT_MAX_POINTS = 50_000
 
 _EXPORTS = {
     # openTSNE runs
@@ -40,6 +48,7 @@ _EXPORTS = {
     "GradientDescentState": "embedscope.tsne.optimizer",
     # sub-sampling
     "stratified_subsample": "embedscope.tsne.sampling",
+    "stratum_quotas": "embedscope.tsne.sampling",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
