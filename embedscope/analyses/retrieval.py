@@ -158,7 +158,8 @@ def trained_distance_note(config: Any, X: np.ndarray, *, metric: str,
     what = {"dot": "the dot product", "snr": "the SNR distance"}.get(trained, f"the {trained} distance")
     head = f"the model was trained with {what} (its checkpoint's config), but {rows}"
     if as_trained is None:
-        return (f"{head}: no --metric ranks by {what} (the choices are {' and '.join([', '.join(choices[:-1]), choices[-1]] if len(choices) > 1 else choices)}), "
+        listed = " and ".join([", ".join(choices[:-1]), choices[-1]] if len(choices) > 1 else list(choices))
+        return (f"{head}: no --metric ranks by {what} (the choices are {listed}), "
                 "so these values are not the model's own ranking")
     same = " (the order of the squared Euclidean distance)" if trained == "sqeuclidean" else ""
     return f"{head}: --metric {as_trained} ranks them as the model was trained{same}"
