@@ -25,7 +25,8 @@ CLASS_PROPERTY = "class (file property)"
 def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None,
                         split: str = "test", max_r: int | None = None, properties: Sequence[str] | None = None,
                         metric: str = "euclidean", normalize: bool = False, with_class: bool = True,
-                        progress: bool = False, permutations: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+                        progress: bool = False, permutations: int = 0, seed: int | None = None
+                        ) -> list[dict[str, Any]]:
     """Rows (model, property, NR-Prec, R-Prec, ceiling, p-value, ...) of each file's ``split``, sorted by NR-Prec.
 
     ``properties`` selects names (default: every ``/properties/<name>`` of the file, plus ``class``
@@ -33,7 +34,8 @@ def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[s
     ``properties`` does not name it).
     Rows are sorted by the first file's NR-Prec (descending; a property it lacks by the next file
     that has it), the files in the given order within a property. ``permutations > 0`` adds a
-    permutation test (``perm_p_value``, ``perm_mean``, ``perm_sd``; seeded by ``seed``). Measure:
+    permutation test (``perm_p_value``, ``perm_mean``, ``perm_sd``; seeded by ``seed``, default 0; a
+    ``seed`` without ``permutations`` seeds nothing and is refused). Measure:
     docs/methods.md §9, :func:`embedscope.metrics.properties.property_precision`.
     """
     rows = _rows_and_provenance(files, names=names, split=split, max_r=max_r, properties=properties,
@@ -51,9 +53,12 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     read before any work, to refuse a split or a property that a later file lacks up front)."""
     from embedscope.analyses._sources import as_set
     from embedscope.analyses.result import unique_names
-    from embedscope.metrics.properties import property_precision
+    from embedscope.metrics.properties import _check_seed, property_precision
     from embedscope.store import EmbeddingSet
 
+    # a seed without permutations seeded nothing, without a word (the command refuses --seed without
+    # --permutations): refused before any work, as there
+    seed = _check_seed(seed, permutations)
     files = as_sources(files)  # a single path is a list of one file
     for f in files:
         if not isinstance(f, (str, os.PathLike, EmbeddingSet)):
@@ -65,7 +70,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         properties = list(properties)
         twice = next((p for i, p in enumerate(properties) if p in properties[:i]), None)
         if twice is not None:  # measured and listed once: the second mention was dropped without a word
-            raise EmbedscopeError(f"properties names {twice!r} twice: give each property once")
+            raise EmbedscopeError(f"properties names '{twice}' twice: give each property once")
     names = unique_names(files, names)  # as evaluate and spectrum: file stems, full paths where stems clash
     from embedscope.analyses.structure import check_not_repeated
 
@@ -90,7 +95,8 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         props, twin, class_listed = _selected(es, f, split=split, properties=properties, metric=metric,
                                               normalize=normalize, with_class=with_class)
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
-                                 progress=progress, permutations=permutations, seed=seed)
+                                 progress=progress, permutations=permutations,
+                                 seed=seed if permutations else None)
         fields = ROW_FIELDS[2:] + (PERM_FIELDS if permutations else ())
         # a property without NR-Prec (every value lone, or one value: docs/methods.md §9) has no
         # permutation test either: its perm_* fields are NaN, as the other undefined numbers (every
@@ -284,7 +290,7 @@ def _explained(res: dict[str, dict[str, Any]], fields, *, n: int, metric: str, n
 def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, split: str = "test",
                max_r: int | None = None, properties: Sequence[str] | None = None, metric: str = "euclidean",
                normalize: bool = False, with_class: bool = True, progress: bool = False, permutations: int = 0,
-               seed: int = 0):
+               seed: int | None = None):
     """Normalized R-Precision of every property of one or more files, models side by side (docs/methods.md §9).
 
     ``files``: paths of embedding files or :class:`~embedscope.store.EmbeddingSet` objects (one, or a
@@ -293,7 +299,8 @@ def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, spli
     One :class:`Result` per file: ``values`` = ``NR-Prec[<property>]`` (higher = the embedding
     clusters that property more), ``table`` = one row per property (NR-Prec, R-Prec, ceiling,
     p-value, counts), sorted by the first file's NR-Prec; ``provenance`` says whether R was capped.
-    ``permutations > 0``: a permutation test beside the z-test (``perm_p_value``; seeded by ``seed``).
+    ``permutations > 0``: a permutation test beside the z-test (``perm_p_value``; seeded by ``seed``,
+    default 0; a ``seed`` without ``permutations`` would seed nothing and is refused, as the command's ``--seed``).
     A number the data leave undefined is NaN and ``provenance["undefined"]`` maps its property to which
     numbers and why (every value lone; one value, p = 1; every row the same point, a collapsed model:
     the ranking would be the row order); ``provenance["notes"]`` says when rows repeat exactly (their
@@ -312,7 +319,7 @@ def properties(files: Sequence[Any], *, names: Sequence[str] | None = None, spli
     for base, extra, nm in zip(provs, extras, unique_names(files, names)):
         mine = [r for r in rows if r["model"] == nm]
         prov = {**base, "split": split, "max_r": max_r, "metric": metric, "permutations": permutations,
-                **({"permutation_seed": seed} if permutations else {}),
+                **({"permutation_seed": 0 if seed is None else seed} if permutations else {}),
                 "cap": (f"R capped at {max_r}" + (" (Kobs' code)" if max_r == 1023 else "") if max_r
                         else "R uncapped (the paper's definition)"),
                 **extra}

@@ -22,7 +22,8 @@ def run(args) -> int:
     from embedscope.text import safe
 
     if same_file(args.table, args.file):  # it failed reading the HDF5 file as a table ("is not UTF-8 text")
-        raise UsageError(f"the table {safe(args.table)} is the embedding file itself: give the CSV, TSV or "
+        # (the path as given: the error line is escaped as a whole, once)
+        raise UsageError(f"the table {args.table} is the embedding file itself: give the CSV, TSV or "
                          "Parquet table of properties")
 
     added = add_properties_to_file(args.file, args.table, force=args.force)

@@ -74,7 +74,8 @@ def absent_lines(results) -> list[str]:
         lacks = [p for p in every if p not in mine and p != "class"]
         if lacks:
             word = "property" if len(lacks) == 1 else "properties"
-            out.append(safe(f"{r.model}: no {word} {', '.join(repr(p) for p in lacks)} in this file (no row)"))
+            named = ", ".join(f"'{p}'" for p in lacks)  # quoted, not repr'd: safe escapes the name, once
+            out.append(safe(f"{r.model}: no {word} {named} in this file (no row)"))
     return out
 
 
@@ -92,9 +93,8 @@ def check_options(args) -> list[str] | None:
         raise UsageError("--properties names no property: give comma-separated names (e.g. --properties hue,yaw)")
     twice = next((p for i, p in enumerate(props) if p in props[:i]), None)
     if twice is not None:  # measured once, listed once: the second mention was dropped without a word
-        from embedscope.text import safe
-
-        raise UsageError(f"--properties names '{safe(twice)}' twice: give each property once")
+        # (the name as given: the error line is escaped as a whole, once)
+        raise UsageError(f"--properties names '{twice}' twice: give each property once")
     return props
 
 
@@ -116,7 +116,7 @@ def run(args) -> int:
     check_result_outputs(args, extra=figs, extra_options=["-o"] * len(figs))
     results = properties(args.files, names=args.names, split=args.split, max_r=args.max_r, properties=props,
                          metric=args.metric, progress=not args.no_progress, permutations=args.permutations,
-                         seed=seed)
+                         seed=args.seed)  # None without --seed (check_options refused it without --permutations)
     order: dict[str, int] = {}  # the analysis' order of the properties (the first file's, then the others')
     for r in results:
         for row in r.table:

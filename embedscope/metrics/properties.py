@@ -27,7 +27,8 @@ recomputed exactly by the same engine (each shuffled property is one more row of
 
 Undefined numbers are NaN, and each property's ``undefined`` says why (every value lone; one value
 holding every query, p = 1; every row of X the same point, as ranked: a collapsed model, whose hits
-would only measure the row order that breaks its ties).
+would only measure the row order that breaks its ties; every row one of two points, as 1-D rows under
+cosine, +1 or -1, where the row order picks some query's hits of that property).
 
 Engine: exact, in bounded memory, for any R (uncapped R can be n/3). Per block of queries the
 float32 key block (one GEMM, never N x N at once) gives each query's sorted top-L float32 keys
@@ -66,6 +67,11 @@ UNION_ENTRIES = 1 << 22  # rows x places of the top-L lists per pass of _Engine.
 LONG_LIST = 8  # a top-L list with LONG_LIST * L >= n comes from one sort of whole rows, not torch.topk (_Engine._top)
 DEEP_COUNT = 16  # sure hits up to a place W with DEEP_COUNT * W >= n are counted by a scan of the rows (_count_same_above)
 KEY_TABLE = 1 << 22  # largest table of float64 keys between distinct rows of X (few distinct rows: a collapsed model)
+# X with at most this many distinct rows (as ranked): each query's hits are checked for a dependence on the row
+# order that breaks ties (_row_order_queries): a model collapsed to two points, as 1-D rows or collinear rows
+# under cosine (every row normalises to +u or -u), where each query's neighbours are two tied groups. With more
+# distinct rows, repeated rows keep the documented tie-break (lower index first, docs/methods.md §1) and a note
+FEW_ROWS = 2
 # X with fewer rows than this: the engine's GEMM and top-L lists run in numpy, without importing torch (1.3 s of
 # a digits-sized `embedscope properties`); from it on, torch's (its topk is faster on long rows). The same hit
 # counts either way: the float32 keys only choose the candidates, the float64 keys rank (docs/PERFORMANCE.md)
@@ -574,7 +580,7 @@ def _union(lo: np.ndarray, hi: np.ndarray, W1: int) -> tuple[np.ndarray, np.ndar
 
 def property_precision(X, properties: Mapping[str, Any], *, metric: str = "euclidean", max_r: int | None = None,
                        normalize: bool = False, block: int | None = None, progress: bool = False,
-                       permutations: int = 0, seed: int = 0) -> dict[str, dict[str, Any]]:
+                       permutations: int = 0, seed: int | None = None) -> dict[str, dict[str, Any]]:
     """R-Precision, Normalized R-Precision, ceiling and significance of each property (docs/methods.md §9).
 
     Parameters
@@ -597,8 +603,9 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         and ``perm_p_value`` = (1 + #{NR-Prec_perm >= NR-Prec}) / (1 + P), one-sided, exact for the
         shuffles drawn; ``perm_mean`` / ``perm_sd`` are the mean and spread of the shuffled
         NR-Precs. Costs about P times the measure itself. ``0`` (default): no test.
-    seed : int
-        Seed of the shuffles.
+    seed : int or None
+        Seed of the shuffles (``None``, the default: 0). Only with ``permutations > 0``: given without
+        them it would seed nothing, and is refused (as the command's ``--seed`` without ``--permutations``).
 
     Returns
     -------
@@ -616,8 +623,11 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         (p = 1, sigma = 0: NR-Prec, ceiling, null, z, p-values); every row the same point
         (``repeated_rows`` = n - 1, a collapsed model: the neighbours are the lowest row indices, so
         R-Prec, NR-Prec, z and the p-values, which would measure row order, are NaN; the ceiling and the
-        null, numbers of the value counts, stay; no hits are counted and no shuffles drawn); one
-        shuffle (``perm_sd``). Empty when every number is defined.
+        null, numbers of the value counts, stay; no hits are counted and no shuffles drawn); every row
+        one of two points (1-D rows under cosine normalise to +1 or -1; collinear rows to +u or -u), when
+        some query's R nearest end inside a tied group holding its value and others, so that the row
+        order picks its hits (R-Prec, NR-Prec, z, p-values; a property whose hits no tie decides, as the
+        sign of 1-D rows, keeps its numbers); one shuffle (``perm_sd``). Empty when every number is defined.
 
     Notes
     -----
@@ -653,7 +663,7 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         X = X / nrm[:, None]
     max_r = check_int(max_r, "max_r", allow_none=True)
     permutations = check_int(permutations, "permutations", min=0)
-    seed = check_int(seed, "seed", min=0)
+    seed = _check_seed(seed, permutations)
     if not properties:
         raise EmbedscopeError("no properties given")
     n = X.shape[0]
@@ -677,12 +687,93 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
     if collapsed:
         H = np.zeros((P, n), dtype=np.int64)
         perm_nr = np.full((P, permutations), np.nan) if permutations else None
+        tied = [None] * P
     else:
+        # few distinct rows (1-D cosine: +1 and -1): a query whose R-th neighbour falls inside a group of tied
+        # rows that mixes its value with others has hits picked by the row order: that property's ranking
+        # numbers are undefined, as a collapsed model's (they were numbers that changed when rows were reordered)
+        dep = _row_order_queries(eng, codes, R, n - repeated)
+        tied = [_tied_why(int(dep[k]), int((R[k] > 0).sum()), n - repeated, metric, X.shape[1]) if dep[k] else None
+                for k in range(P)]
         H = eng.hits(codes, R, progress=progress)
         perm_nr = _permuted_nr_prec(eng, codes, R, Nv, permutations, seed, progress) if permutations else None
     return {name: _summary(k, codes, R, Nv, H, perm_nr, max_r, repeated,
-                           _collapsed_why(metric, X.shape[1]) if collapsed else None)
+                           _collapsed_why(metric, X.shape[1]) if collapsed else tied[k])
             for k, name in enumerate(names)}
+
+
+def _row_order_queries(eng: _Engine, codes: np.ndarray, R: np.ndarray, distinct: int) -> np.ndarray:
+    """Per property, the number of queries whose hit count depends on the row order that breaks ties
+    (docs/methods.md §1), checked when X has at most ``FEW_ROWS`` distinct rows as ranked (else 0s).
+
+    A query's other rows fall into groups of equal float64 key (the rows of one distinct row, and distinct
+    rows at equal keys), taken nearest first; its R nearest end inside one group. If that group holds rows of
+    the query's value and rows of other values and is not taken whole, which of them are among the R nearest
+    is the row order's choice (lower index first): the hits, and R-Prec and NR-Prec, measure row order.
+    Queries of one distinct row and one value share their groups and R, so each such pair is checked once."""
+    P, n = codes.shape
+    out = np.zeros(P, dtype=np.int64)
+    if distinct > FEW_ROWS or distinct < 2:
+        return out
+    from embedscope.metrics.search.knn import identical_rows
+
+    first, uid = identical_rows(eng.X64)
+    nu = len(first)
+    tab = _pair_keys64(eng.X64, np.repeat(first, nu), np.tile(first, nu), eng.metric).reshape(nu, nu)
+    rows_of = np.bincount(uid, minlength=nu)  # rows per distinct row
+    for k in range(P):
+        nv = int(codes[k].max()) + 1
+        C = np.zeros((nu, nv), dtype=np.int64)  # rows of each distinct row holding each value
+        np.add.at(C, (uid, codes[k]), 1)
+        Rv = np.zeros(nv, dtype=np.int64)  # R of the queries of each value (N_v - 1, capped: one per value)
+        Rv[codes[k]] = R[k]
+        for i in range(nu):
+            vals = np.flatnonzero(C[i] > 0)  # the values of the queries at distinct row i
+            vals = vals[Rv[vals] > 0]
+            if not len(vals):
+                continue
+            key = tab[i]
+            o = np.argsort(-key, kind="stable")
+            start = np.r_[True, key[o[1:]] != key[o[:-1]]]
+            grp = np.cumsum(start) - 1  # the group (equal key, nearest first) of each distinct row in order o
+            ng = int(grp[-1]) + 1
+            size = np.bincount(grp, weights=rows_of[o], minlength=ng).astype(np.int64)
+            same = np.stack([np.bincount(grp, weights=C[o, v], minlength=ng) for v in vals]).astype(np.int64)
+            gi = grp[np.flatnonzero(o == i)[0]]  # the query itself is no neighbour of its own
+            size[gi] -= 1
+            same[:, gi] -= 1
+            end = np.cumsum(size)  # rows up to and including each group
+            r = Rv[vals]
+            g = np.searchsorted(end, r)  # the group holding the R-th nearest
+            before = np.where(g > 0, end[np.maximum(g - 1, 0)], 0)
+            part = r - before < size[g]  # the group is cut, not taken whole
+            s = same[np.arange(len(vals)), g]
+            mixed = (s > 0) & (s < size[g])
+            out[k] += int(C[i, vals][part & mixed].sum())
+    return out
+
+
+def _tied_why(m: int, nq: int, distinct: int, metric: str, d: int) -> str:
+    """Why a property's ranking numbers are undefined when ``m`` of its ``nq`` queries have hits that the row
+    order picks (:func:`_row_order_queries`)."""
+    how = ("one dimension under cosine: every row normalises to +1 or -1, so X has "
+           if metric == "cosine" and d == 1 else "X has only ")
+    as_ranked = " after L2 normalisation" if metric == "cosine" else ""
+    return (f"{how}{distinct} distinct rows{as_ranked}, and for {m} of {nq} queries the R nearest end inside a "
+            "group of tied rows holding their value and others: the row order (lower index first) picks which "
+            "are counted, so the hits would measure row order")
+
+
+def _check_seed(seed, permutations: int) -> int:
+    """The seed of the permutation test's shuffles: ``None`` -> 0; one given without ``permutations`` (it
+    would seed nothing, without a word; an explicit 0 is refused too) is an error."""
+    from embedscope.validation import check_int
+
+    seed = check_int(seed, "seed", min=0, allow_none=True)
+    if seed is not None and not permutations:
+        raise EmbedscopeError(f"seed={seed} seeds the shuffles of the permutation test: give permutations=P "
+                              "(or leave out seed)")
+    return 0 if seed is None else seed
 
 
 #: a property's numbers that can be undefined (NaN), as ``undefined`` names them
@@ -693,7 +784,9 @@ PERM_KEYS = ("perm_p_value", "perm_mean", "perm_sd")
 def _summary(k: int, codes: np.ndarray, R: np.ndarray, Nv: np.ndarray, H: np.ndarray, perm_nr, max_r,
              repeated: int, collapsed: str | None) -> dict[str, Any]:
     """One property's numbers (:func:`property_precision`'s Returns), and in ``undefined`` why each
-    undefined one is NaN, the reason made where the NaN is."""
+    undefined one is NaN, the reason made where the NaN is. ``collapsed``: why the ranking's numbers would
+    measure row order (a collapsed model, :func:`_collapsed_why`; hits picked by the row order, :func:`_tied_why`),
+    or None."""
     n = codes.shape[1]
     cnt = np.bincount(codes[k])
     q = R[k] > 0
@@ -848,7 +941,7 @@ def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: M
                                   f"got {type(arg).__name__}")
     bad = next((m for m in groups if not isinstance(values_by_model.get(m, {}), Mapping)), None)
     if bad is not None:
-        raise EmbedscopeError(f"compare_groups: values_by_model[{bad!r}] must map property names to values, "
+        raise EmbedscopeError(f"compare_groups: values_by_model['{bad}'] must map property names to values, "
                               f"got {type(values_by_model[bad]).__name__}")
     names = sorted(set(groups.values()))
     if len(names) != 2:

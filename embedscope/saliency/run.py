@@ -314,6 +314,26 @@ def _zero_map_notes(name: str, n: int, n_zero: int, n_zero_retrieval: int | None
     return out
 
 
+def _data_source(dataset: object, root: object) -> tuple[str, str]:
+    """A maps file's images as (data set, folder), comparable between files: the data set's name as
+    :func:`~embedscope.data.same_dataset` compares them (any case, aliases), and its ``root`` attribute
+    resolved (``os.path.realpath``: links, ``..``). An empty ``root`` (written when no ``--root`` was given:
+    the data set's default location) is that location resolved the same way (``shapes``: its default
+    cache folder, :func:`~embedscope.data.shapes.default_cache_dir`, where the writer's images came
+    from); a data set without a default folder (``digits``) keeps ""."""
+    from embedscope.data import ALIASES
+
+    name, folder = str(dataset or ""), str(root or "")
+    key = ALIASES.get(name.lower(), name.lower())
+    if not folder and key == "shapes":
+        from embedscope.data.shapes import default_cache_dir
+
+        folder = str(default_cache_dir())
+    if folder:
+        folder = os.path.realpath(folder)
+    return (key if name else "", folder)
+
+
 def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[str] | None = None,
                        families: Sequence[str] | None = None, jsd_base=2, json_out=None, csv_out=None,
                        per_image_csv=None, grid_images: int = 6, force: bool = False,
@@ -405,9 +425,14 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         shown = "; ".join(f"{nm}: {sm.attrs.get('transform') or '?'}" for nm, sm in zip(names, items))
         notes.append(f"the files' maps are of differently transformed images ({shown}): a pixel of one map is not "
                      "the same point of the picture in another, which r and JSD compare pixel by pixel")
-    sources = {(str(sm.attrs.get("dataset", "")), str(sm.attrs.get("root", ""))) for sm in items}
+    # compared as folders, not as strings: "" (no --root: the data set's default location) and that
+    # location's path, or two spellings of one folder (a link, ..), are the same images (a spurious note)
+    sources: dict[tuple[str, str], tuple[str, str]] = {}  # each source as its first file names it
+    for sm in items:
+        d, r = str(sm.attrs.get("dataset", "")), str(sm.attrs.get("root", ""))
+        sources.setdefault(_data_source(d, r), (d, r))
     if len(sources) > 1:  # images are matched by path: two data sets' files may share names, not pictures
-        shown = "; ".join(f"{d or '?'}" + (f" in {r}" if r else "") for d, r in sorted(sources))
+        shown = "; ".join(f"{d or '?'}" + (f" in {r}" if r else "") for d, r in sorted(sources.values()))
         notes.append(f"the files come from different data sets or folders ({shown}): their images are matched "
                      "by path alone")
     idxs, info = match_rows(items, names)
