@@ -312,7 +312,7 @@ def test_collapsed_and_diverged_checkpoints(degenerate, emb_cache, tmp_path, cap
     assert rc == 1 and "Traceback" not in se
     err = [x for x in se.splitlines() if x.strip()]
     assert len(err) == 1 and "1 of" in err[0] and "diverged_given" in err[0]
-    assert "its weights hold NaN or inf (head.weight): a diverged training run" in err[0]
+    assert "the model's weights hold NaN or inf: head.weight (1 of " in err[0]  # embed's own message (audit 25)
     df = pd.read_csv(out / "runs.csv").set_index("id")
     assert df.loc["diverged_given", "status"] == "error"
     assert "head.weight" in df.loc["diverged_given", "error"]

@@ -6,7 +6,7 @@ test set*; ``final``; ``epoch`` for ``--epoch all``; ``given`` for a file named 
 ``untrained`` for the reference network), its configuration columns and user tags.
 
 Every study also holds the **untrained network** of each distinct (architecture, D, normalisation,
-seed, data set, backbone weights) as a reference row: the trainer's ``epoch-000.pt`` when the run
+seed, data set, backbone weights, training folder) as a reference row: the trainer's ``epoch-000.pt`` when the run
 kept it, else the network built here exactly as :func:`embedscope.train.trainer.train` initialises
 it (``torch.manual_seed(seed)`` then :func:`embedscope.models.build_model`, backbone weights loaded
 when the config names them), saved once under ``<cache>/untrained/`` and reused by every study.
@@ -31,7 +31,10 @@ CONFIG_COLUMNS = ["dataset", "arch", "loss", "loss_family", "miner", "sampler", 
                   # the rest of what a run was trained with: runs that differ in one of these are other
                   # objectives (another test split, input size, loss parameter ...), never seeds of one
                   "train_classes", "image_size", "distance", "loss_params", "weight_decay", "optimizer",
-                  "lr_schedule", "weights", "frozen_bn"]
+                  "lr_schedule", "weights", "frozen_bn",
+                  # the data set folder the run was trained on (train --root, absolute): two shapes sets in
+                  # other folders (other seeds or sizes) are other objectives
+                  "root"]
 EPOCH_MODES = ("best", "last", "all")
 _UNTRAINED_KEYS = ("dataset", "arch", "embed_dim", "normalize", "seed", "weights", "frozen_bn", "image_size",
                    "train_classes")
@@ -58,14 +61,26 @@ class Entry:
 def config_columns(config: dict[str, Any]) -> dict[str, Any]:
     """The :data:`CONFIG_COLUMNS` of a checkpoint's config as a study row holds them: a value the
     config lacks is None; a mapping (``loss_params``) is its JSON text with sorted keys, so that it
-    is one cell of runs.csv / runs.parquet and compares equal between runs with the same parameters."""
+    is one cell of runs.csv / runs.parquet and compares equal between runs with the same parameters.
+    ``root`` (the folder the run was trained on, recorded by ``train --root``) is made absolute
+    against the working folder, as the study reads it (:func:`root_of`)."""
     out: dict[str, Any] = {}
     for c in CONFIG_COLUMNS:
         v = config.get(c)
         if isinstance(v, (dict, list, tuple)):
             v = json.dumps(v, sort_keys=True, default=str)
         out[c] = v
+    out["root"] = root_of(config)
     return out
+
+
+def root_of(config: dict[str, Any]) -> str | None:
+    """The data set folder a checkpoint's config records (``train --root``), absolute (a relative one
+    against this process's working folder, as the study reads it); None when it records none."""
+    r = config.get("root")
+    if not isinstance(r, str) or not r:
+        return None
+    return r if r.startswith("~") else os.path.abspath(r)
 
 
 def _safe(s: str) -> str:
@@ -223,6 +238,8 @@ def untrained_key(config: dict[str, Any], weights_sha256: str | None = None) -> 
         core["weights_ema"] = True
     if config.get("weights") and weights_sha256:
         core["weights_sha256"] = str(weights_sha256)
+    if root_of(config):  # only then (the names of the other references stay as they were): runs trained on
+        core["root"] = root_of(config)  # other folders start from references embedded on their own folders
     h = hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return _safe(f"untrained@{config.get('arch')}-D{config.get('embed_dim')}-"
                  f"{'norm' if config.get('normalize', True) else 'raw'}-s{config.get('seed', 0)}-{h}")

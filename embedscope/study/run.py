@@ -166,6 +166,32 @@ def _embed_inputs(model, inputs, batch_size: int):
                                  for s in range(0, n, batch_size)), n, device="cpu")
 
 
+def _embed_splits(model, ds, inputs, transform, batch_size: int, device: str):
+    """Every row of ``ds`` embedded -> float32 [N, D], each split on its own: the rows of a split in
+    the batches the trainer's evaluation embeds them in (``ds.subset(split)``, batches of
+    ``batch_size``), so that a row's ρ (train split) and R@1 (test split) are its training log's to the
+    last bit (a batch that mixed the splits changed the last bits of a convolution's output, and ρ by
+    ~1e-9 relative: docs/studies.md). ``inputs``: the data set's decoded images (:func:`_input_tensor`),
+    else the images are read by :func:`embedscope.embed.embed_images`."""
+    import numpy as np
+    import torch
+
+    from embedscope.embed import embed_images
+
+    X = None
+    for split in dict.fromkeys(np.asarray(ds.split).tolist()):
+        idx = np.flatnonzero(np.asarray(ds.split) == split)
+        if inputs is not None:
+            part = _embed_inputs(model, inputs[torch.from_numpy(idx)], batch_size)
+        else:
+            part = embed_images(model, ds.take(idx), transform=transform, batch_size=batch_size, device=device,
+                                progress=False)
+        if X is None:
+            X = np.empty((len(ds), part.shape[1]), dtype=np.float32)
+        X[idx] = part
+    return X if X is not None else np.empty((0, 0), dtype=np.float32)
+
+
 def _faiss_threads(n: int) -> None:
     """faiss's OpenMP team size for searches started from this thread (OpenMP keeps the count per
     thread: a worker thread's setting leaves the calling thread's alone). Worker processes get 1 from
@@ -185,9 +211,10 @@ def _described(m) -> dict[str, str]:
 def cache_key(sha256: str, dataset: str, root: str | None, train_classes, transform: str, device_kind: str,
               data: str = "") -> str:
     """Key of a cached embedding file: checkpoint bytes + data set (and its :func:`data_fingerprint`
-    ``data``) + transform + device kind."""
+    ``data``) + transform + device kind. ``v`` 3: each split embedded on its own (:func:`_embed_splits`);
+    the files of ``v`` 2, embedded all rows at once, differ from them in the last bits."""
     d = {"checkpoint_sha256": sha256, "dataset": dataset, "root": str(Path(root).resolve()) if root else "",
-         "train_classes": train_classes, "transform": transform, "device": device_kind, "data": data, "v": 2}
+         "train_classes": train_classes, "transform": transform, "device": device_kind, "data": data, "v": 3}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
@@ -218,7 +245,7 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     """
     from embedscope import store
     from embedscope.device import resolve_device
-    from embedscope.embed import checkpoint_input, checkpoint_train_classes, embed_images
+    from embedscope.embed import NonFiniteEmbeddings, checkpoint_input, checkpoint_train_classes, embed_images
     from embedscope.models import load_checkpoint
 
     t0 = time.perf_counter()
@@ -227,7 +254,10 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     if not name:
         raise EmbedscopeError(f"{checkpoint}: the checkpoint names no data set: pass --dataset")
     if root is None and _same_dataset(dataset, config.get("dataset")):
-        root = config.get("root") or None
+        # the folder the checkpoint was trained on, as ``embed`` takes it (a folder not found: its one-line error)
+        from embedscope.embed import checkpoint_root
+
+        root = checkpoint_root(config, str(name), None)[0]
     # the split the checkpoint was trained with, on the data set it was trained on (as ``embed``
     # takes it); another data set (--dataset) keeps its own split
     tc = checkpoint_train_classes(config, str(name), None)[0]
@@ -261,10 +291,13 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     with _one_cpu_thread(dev.type == "cpu"):
         inputs = (_input_tensor(str(name), root, tc, size, None if resize is None else int(resize), generation)
                   if dev.type == "cpu" and _fits(ds, size) else None)
-        if inputs is not None:  # the images decoded once per process, the same batches as embed_images
-            X = _embed_inputs(model, inputs, batch)
-        else:
-            X = embed_images(model, ds, transform=tf, batch_size=batch, device=str(dev), progress=False)
+        try:
+            X = _embed_splits(model, ds, inputs, tf, batch, str(dev))
+        except NonFiniteEmbeddings:
+            # a diverged model: embed's own error (which image, and which weight holds NaN or inf), from
+            # embed_images over the whole data set as ``embed`` embeds it
+            embed_images(model, ds, transform=tf, batch_size=batch, device=str(dev), progress=False)
+            raise
     es = store.EmbeddingSet(embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split,
                             class_names=ds.class_names, properties=ds.properties,
                             attrs={"dataset": ds.name, "root": str(Path(root).resolve()) if root else "",
@@ -294,6 +327,8 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
                            STAT_KEY: file_stat(path)}  # before reading it
     cfg = entry.get("config") or {}
     row.update(config_columns(cfg))
+    if entry.get("root"):  # the folder made absolute where the study runs (a worker elsewhere has another cwd)
+        row["root"] = entry["root"]
     row.update({f"tag:{k}": v for k, v in (entry.get("tags") or {}).items() if not k.startswith("_")})
     if entry.get("error"):
         return {**row, "status": "error", "error": entry["error"]}
@@ -334,7 +369,7 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         c = info["config"]
         if entry["selection"] != "untrained":  # a reference keeps its planned columns (loss "untrained", epochs 0),
             # also when it is a run's epoch-000.pt, whose config names the run's loss and epochs
-            row.update({k: v for k, v in config_columns(c).items() if v is not None})
+            row.update({k: v for k, v in config_columns(c).items() if v is not None and k != "root"})
         why = undefined_reasons(es, vals)
         row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_seconds": info["embed_seconds"],
                     "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
@@ -349,8 +384,6 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if not isinstance(e, EmbedscopeError):
             msg = f"{e.__class__.__name__}: {msg}"
-        if "NaN or inf" in msg:  # a diverged run: say which weights, when the file shows it
-            msg += _nonfinite_weights(path)
         row.update(status="error", error=msg[:300])
     return row
 
@@ -412,26 +445,6 @@ def undefined_reasons(es, vals: dict[str, float]) -> dict[str, str]:
         except Exception:  # noqa: BLE001 - only the reason
             pass
     return out
-
-
-def _nonfinite_weights(path) -> str:
-    """'; its weights hold NaN or inf (head.weight, …): a diverged training run' when the checkpoint's
-    state_dict holds non-finite values, else ''. Never raises."""
-    try:
-        import torch
-
-        from embedscope.models import read_checkpoint
-
-        obj = read_checkpoint(path)
-        sd = obj.get("state_dict") if isinstance(obj, dict) else None
-        names = [k for k, t in (sd or {}).items()
-                 if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())]
-    except Exception:  # noqa: BLE001 - only a hint
-        return ""
-    if not names:
-        return ""
-    more = f", … ({len(names) - 3} more)" if len(names) > 3 else ""
-    return f"; its weights hold NaN or inf ({', '.join(names[:3])}{more}): a diverged training run"
 
 
 def _versions() -> dict[str, str]:
@@ -631,6 +644,84 @@ def _check_root_of_digits(entries) -> None:
                          "from a folder; leave --root out")
 
 
+def fixed_properties(name: Any) -> tuple[str, ...] | None:
+    """The properties (``/properties/<name>``) an embedding of data set ``name`` holds whatever its
+    folder, when the code fixes them: none for the digits and an image folder, the scene properties of
+    ``shapes``, ``super_class`` of SOP. None when they depend on the files found (CUB's attributes and
+    boxes, Cars' boxes): known only once the images are embedded."""
+    from embedscope.data import ALIASES
+
+    if not isinstance(name, str):
+        return None
+    key = ALIASES.get(name.lower(), name.lower())
+    if key in ("digits", "imagefolder"):
+        return ()
+    if key == "shapes":
+        from embedscope.data.shapes import PROPERTY_NAMES
+
+        return tuple(PROPERTY_NAMES)
+    if key == "sop":
+        return ("super_class",)
+    return None
+
+
+def _check_properties(target: str, measures: list[str] | None, datasets: list[Any]) -> None:
+    """Refuse (a usage error, before any checkpoint is embedded) a ``--target`` or ``--measures``
+    ``NR-Prec:<property>`` that no data set of the study holds, when every one of them fixes its
+    properties (:func:`fixed_properties`); otherwise the rows tell (the statistics' error names it)."""
+    from embedscope.analyses.registry import PROPERTY_PREFIX
+    from embedscope.text import safe
+
+    names = sorted({str(d) for d in datasets if isinstance(d, str)})
+    fixed = [fixed_properties(d) for d in names]
+    if not names or any(f is None for f in fixed):
+        return
+    have = sorted({p for f in fixed for p in f})
+    for opt, ms in (("--target", [target]), ("--measures", measures or [])):
+        for m in ms:
+            if not m.startswith(PROPERTY_PREFIX) or m[len(PROPERTY_PREFIX):] in have:
+                continue
+            prop = m[len(PROPERTY_PREFIX):]
+            which = (f"the data set {safe(names[0])} has" if len(names) == 1 else
+                     f"the data sets of the study ({safe(', '.join(names))}) have")
+            raise UsageError(f"{opt} {safe(m)}: {which} no property '{safe(prop)}' ("
+                             + (f"properties: {safe(', '.join(have))}" if have else "no properties at all")
+                             + "); name a property it holds")
+
+
+def _check_roots(entries, dataset: str | None, root: str | None, out_dir: Path, say: Callable[[str], Any]) -> None:
+    """The data set folder each checkpoint was trained on (``train --root``), as ``embed`` takes it
+    (:func:`embedscope.embed.checkpoint_root`): its note (which folder, and why) once per folder, and
+    a checkpoint whose folder is not found an error row with embed's one-line error; refused before
+    any work when no checkpoint left to measure can be embedded so. With ``--root`` every row embeds
+    that folder: nothing to check."""
+    from embedscope.embed import checkpoint_root
+
+    if root is not None:
+        return
+    notes: dict[str, int] = {}
+    live = [e for e in entries if not e.error and e.config]
+    failed = []
+    for e in live:
+        name = dataset or e.config.get("dataset")
+        if not isinstance(name, str) or not name:
+            continue
+        try:
+            _, note = checkpoint_root(e.config, name, None)
+        except EmbedscopeError as ex:
+            e.error = str(ex)
+            failed.append(e)
+            continue
+        if note:
+            notes[note] = notes.get(note, 0) + 1
+    if failed and len(failed) == len(live) and not any(_row_path(out_dir, e.id).exists() for e in failed):
+        n = len(failed)
+        raise EmbedscopeError(failed[0].error + (f" (no folder of the study's {n} checkpoints is found)" if n > 1
+                                                 else ""))
+    for note, n in notes.items():
+        say(f"note: {n} checkpoint{'' if n == 1 else 's'}: {note}")
+
+
 def _check_exclude_measured(exclude, measures: list[str]) -> None:
     """Refuse (a usage error, before any work) an ``--exclude`` that names a measure of the registry
     that ``--measures`` leaves out: no row would have that column."""
@@ -793,6 +884,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         raise UsageError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {n_boot!r}")
     n_boot = int(n_boot)
     _check_dataset(dataset)
+    if dataset is not None:  # a property the data set has not: refused now (else after every row is measured)
+        _check_properties(target, measures, [dataset])
     if root is not None and dataset is not None and _is_digits(dataset):
         raise UsageError("--root: the digits (--dataset digits) come from scikit-learn, not from a folder; "
                          "leave --root out")
@@ -844,6 +937,10 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                               set(mreg), tuple(PATTERNS))
         if root is not None and dataset is None:
             _check_root_of_digits(entries)
+        if dataset is None:
+            _check_properties(target, measures, [(e.config or {}).get("dataset") for e in entries
+                                                 if e.config and not e.error])
+        _check_roots(entries, dataset, root, out_dir, say)
     except EmbedscopeError:  # (also a source with nothing to measure)
         remove_empty_folders(created)  # (a new study folder is not left behind)
         raise

@@ -44,7 +44,7 @@ from embedscope.names import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINT
 
 HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize", "batch_size", "lr",
                  "epochs", "arch", "dataset", "train_classes", "image_size", "distance", "loss_params", "weight_decay",
-                 "optimizer", "lr_schedule", "weights", "frozen_bn"]
+                 "optimizer", "lr_schedule", "weights", "frozen_bn", "root"]
 
 
 # ----------------------------------------------------------------------------------------- statistics
@@ -514,6 +514,15 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         if not (df["status"] == "ok").any():
             measures = []
             df[target] = np.nan
+        elif target.startswith("NR-Prec:"):
+            from embedscope.text import safe
+
+            # (a data set whose properties are fixed by the code is refused before any work: run_study)
+            have = sorted(c[len("NR-Prec:"):] for c in df.columns if isinstance(c, str) and c.startswith("NR-Prec:"))
+            raise EmbedscopeError(
+                f"--target {safe(target)}: no measured embedding holds the property '{safe(target[8:])}' ("
+                + (f"they hold: {safe(', '.join(have))}" if have else "they hold no properties")
+                + "; the properties of a cub200 or cars196 folder are known only once its images are embedded)")
         else:
             raise EmbedscopeError(f"--target {target}: no such measure in the study")
     ok = (df["status"] == "ok").to_numpy()
@@ -561,9 +570,13 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     for c in [target] + measures:
         P[c] = P[c].map(_value)
     grp = P.groupby("objective", sort=True)
-    OB = grp[[target] + measures].mean()
+    OB = grp[[target] + measures].mean()  # over the seeds with a value (NaN only when none has one)
     Osd = grp[[target] + measures].std(ddof=1)
     n_seeds = grp.size()
+    n_valued = grp[[target] + measures].count()  # the seeds each mean is over (said: objectives' <measure>_n)
+    # the seeds of each objective that failed (error rows, selected and not --exclude'd): in no mean
+    failed_rows = _primary_mask(df) & ~ok & ~excluded
+    n_failed = df.loc[failed_rows, "objective"].value_counts()
 
     corr_rows = []
     gran = {}
@@ -650,11 +663,15 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     final_nb = df[(df["selection"] == "final") & ok]["beats_untrained"].map(lambda v: v is False)
     objectives = []
     for o in OB.index:
-        rec = {"objective": o, "n_seeds": int(n_seeds[o]), target: float(OB.loc[o, target]),
-               f"{target}_sd": _f(Osd.loc[o, target])}
+        # n_seeds: the objective's runs in the statistics; <measure>_n: those with a value of the measure,
+        # which its mean and sd are over; n_failed: its runs that failed (error rows), in no mean
+        rec = {"objective": o, "n_seeds": int(n_seeds[o]), "n_failed": int(n_failed.get(o, 0)),
+               target: float(OB.loc[o, target]), f"{target}_sd": _f(Osd.loc[o, target]),
+               f"{target}_n": int(n_valued.loc[o, target])}
         for m in measures:
             rec[m] = float(OB.loc[o, m])
             rec[f"{m}_sd"] = _f(Osd.loc[o, m])
+            rec[f"{m}_n"] = int(n_valued.loc[o, m])
         objectives.append(rec)
     # Fig. 4: metric correlation matrix over objectives (test-split measures and the target)
     mnames = [target] + [m for m in measures if splits.get(m) == "test"]
@@ -808,7 +825,38 @@ def study_notes(stats: dict[str, Any]) -> list[str]:
             {m: " / ".join(und[m].get("reasons") or {"no value": 0}) for m in ms}).items())
         lines.append(f"undefined in {len(ids)} of {n.get('runs')} runs ({_short_list(list(ids))}), left out of "
                      f"these measures' correlations (an objective's mean is over its other seeds): {why}")
+    fewer = _fewer_seeds(stats)
+    if fewer:
+        one = len(fewer) == 1
+        lines.append(f"{len(fewer)} objective{'' if one else 's'} average{'s' if one else ''} fewer seeds than "
+                     f"{'it has' if one else 'they have'} (each mean and sd is over the seeds with a "
+                     f"value; correlations.json 'objectives': <measure>_n, n_failed): {_short_list(fewer)}")
     return lines
+
+
+def _fewer_seeds(stats: dict[str, Any]) -> list[str]:
+    """'objective (rho over 2 of 3 seeds; 1 more seed failed (error rows))' for every objective of ``stats`` whose mean of
+    some measure is over fewer seeds than it has, or that has failed seeds (error rows)."""
+    target = stats.get("target")
+    names = [target] + [m for m in stats.get("measures") or []]
+    out = []
+    for o in stats.get("objectives") or []:
+        if not isinstance(o, dict) or not isinstance(o.get("n_seeds"), int):
+            continue
+        k = o["n_seeds"]
+        short: dict[int, list[str]] = {}
+        for m in names:
+            v = o.get(f"{m}_n")
+            if isinstance(v, int) and v < k:
+                short.setdefault(v, []).append(str(m))
+        failed = o.get("n_failed") if isinstance(o.get("n_failed"), int) else 0
+        if not short and not failed:
+            continue
+        parts = [f"{', '.join(ms)} over {v} of {k} seed{'' if k == 1 else 's'}" for v, ms in sorted(short.items())]
+        if failed:
+            parts.append(f"{failed} more seed{'' if failed == 1 else 's'} failed (error rows)")
+        out.append(f"{o.get('objective')} ({'; '.join(parts)})")
+    return out
 
 
 def _f(v) -> float:
