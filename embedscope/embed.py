@@ -353,6 +353,16 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     root, root_note = checkpoint_root(config, dataset, root)
     if root_note and echo is not None:
         echo(f"note: {root_note}")
+    if (image_size is None and trained_size is None and config.get("arch") == "shapes_cnn"
+            and str(dataset).lower() == "shapes"):
+        # a shapes_cnn that no `train` run recorded an input size for (an --arch baseline, a bare state
+        # dict): the size the set was rendered at (make-shapes --size), as `train` takes by default
+        from embedscope.data.shapes import rendered_size
+
+        size = rendered_size(root)
+        if size is not None and size != config.get("image_size"):
+            config = {**config, "image_size": size}
+            config.pop("resize", None)
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")

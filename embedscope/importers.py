@@ -32,6 +32,9 @@ EMBEDDING_KEYS = ("embeddings", "embedding", "features", "feats", "X", "x", "emb
 LABEL_KEYS = ("labels", "label", "y", "targets", "target", "class", "classes")
 SPLIT_KEYS = ("split",)
 PATH_KEYS = ("paths", "path", "ids", "id", "filenames", "filename")
+#: ``--labels key:NAME`` (and --split, --paths, --class-names): the key/column NAME, never a file
+KEY_PREFIX = "key:"
+_OPTIONS = {"labels": "--labels", "split": "--split", "paths": "--paths", "class names": "--class-names"}
 
 
 class SplitReplaced(UserWarning):
@@ -372,24 +375,44 @@ def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, u
             origin: dict[str, tuple[Path, str | None]] | None = None) -> np.ndarray | None:
     """``spec`` names a key/column of the source or a file; None tries ``defaults``. A file it was
     read from is recorded in ``origin[what]``, with the column name its first line was read as (a
-    one-column CSV/TSV with a header; else None): errors about the values name that file."""
+    one-column CSV/TSV with a header; else None): errors about the values name that file.
+
+    ``key:NAME`` (:data:`KEY_PREFIX`) is always the key/column NAME. A plain ``spec`` that is both a
+    key/column and an existing file is refused (:class:`UsageError` naming both readings): ``key:NAME``
+    takes the column, ``./NAME`` or the file's full path the file (docs/import.md)."""
     if spec is None:
         for k in defaults:
             if k in src.columns:
                 used.add(k)
                 return _values(src, k, what)
         return None
-    if spec in src.columns:
-        used.add(spec)
-        return _values(src, spec, what)
-    if Path(spec).is_file():
+    spec = os.fspath(spec) if isinstance(spec, os.PathLike) else spec
+    key = _spec_key(spec)
+    option = _OPTIONS.get(what, what)
+    if key in src.columns:
+        if key == spec and Path(spec).is_file():
+            as_file = str(Path(spec).resolve()) if ("/" in str(spec) or os.sep in str(spec)) else f"./{spec}"
+            raise UsageError(f"{option} {_pretty(spec)} is both a key/column of {src.path} and a file: give "
+                             f"{option} {KEY_PREFIX}{_pretty(spec)} for the column, or {option} {_pretty(as_file)} "
+                             "for the file")
+        used.add(key)
+        return _values(src, key, what)
+    if key == spec and Path(spec).is_file():
         arr, header = _read_vector(spec, what)
         if origin is not None:
             origin[what] = (Path(spec), header)
         return arr
     keys = ", ".join(map(_pretty, src.keys())) or "none (the source is one array)"
+    if key != spec:
+        raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(key)}' for the {what} ({option} "
+                              f"{_pretty(spec)}: '{KEY_PREFIX}' names a key/column, never a file) (keys/columns: {keys})")
     raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(spec)}' for the {what}, and no such file "
                           f"(keys/columns: {keys})")
+
+
+def _spec_key(spec: str) -> str:
+    """The key/column a FILE|KEY value names when read as one: ``key:NAME`` -> NAME, else the value."""
+    return spec[len(KEY_PREFIX):] if isinstance(spec, str) and spec.startswith(KEY_PREFIX) else spec
 
 
 def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, Any]) -> np.ndarray | None:
@@ -397,6 +420,9 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
     ``columns`` (a table's columns), or ``key`` (a key or list-valued column) with ``others``, the
     other keys that could have been it."""
     if src.matrix is not None:
+        if spec is not None:  # (it named nothing and the one array was taken without a word)
+            raise EmbedscopeError(f"{src.path}: --embeddings {_pretty(spec)} names a key or column, but the source "
+                                  "is one array (no keys or columns): drop --embeddings")
         return src.matrix
     if spec is not None and spec.endswith("*"):
         cols = [k for k in src.columns if k.startswith(spec[:-1]) and k not in used]
@@ -504,7 +530,8 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         sp = _column(src, split, SPLIT_KEYS, "split", used, origin)
     else:  # the explicit flag wins: the source's own split column is not read, and the user is told
         sp = None
-    own_split = [k for k in SPLIT_KEYS if k in src.columns and k not in used and k != split]
+    own_split = [k for k in SPLIT_KEYS if k in src.columns and k not in used
+                 and (split is None or "split" in origin or k != _spec_key(split))]
     used.update(own_split)  # (never taken as an embedding column)
     pa = _column(src, paths, PATH_KEYS if src.table or src.matrix is None else (), "paths", used, origin)
     cn = None
@@ -614,7 +641,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     if split_by_class is not None:
         _split_by_class(es, float(split_by_class), split_by_class, cn is not None, own_split)
     elif sp is not None:
-        es.attrs["split_source"] = ("from the source" if split is None or split in src.columns
+        es.attrs["split_source"] = ("from the source" if "split" not in origin
                                     else f"from the file {split}")
         if own_split:
             es.attrs["split_source"] += f"; replaced the source's '{_pretty(own_split[0])}' column"

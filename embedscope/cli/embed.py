@@ -45,7 +45,8 @@ def add_parser(sub, parents):
                    "builds these with ImageNet weights")
     p.add_argument("--image-size", type=positive_int, metavar="N",
                    help="centre-crop size of the evaluation transform Resize(R) + CenterCrop(N) (default: the "
-                   "checkpoint's, else 224; e.g. 299 for torchvision's Inception-v3 preset)")
+                   "checkpoint's; a shapes_cnn without a train run's record on --dataset shapes: the size the set "
+                   "was rendered at; else 224; e.g. 299 for torchvision's Inception-v3 preset)")
     p.add_argument("--resize", type=positive_int, metavar="R",
                    help="shorter side before the crop (default: the checkpoint's, else round(N * 256 / 224); "
                    "e.g. 342 with --image-size 299)")

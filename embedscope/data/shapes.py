@@ -743,6 +743,29 @@ def _read_folder(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     return [r["path"] for r in rows], props
 
 
+def rendered_size(root=None) -> int | None:
+    """The image side (px) of the ``shapes`` set that ``--root`` names, without reading its images.
+
+    A make-shapes folder (one holding ``properties.csv``): the ``size`` its ``shapes.json`` records
+    (None when that file is missing or holds no valid size). No ``root``, or a folder that caches the
+    generated default set: :data:`DEFAULT_SIZE`. ``train`` and ``embed`` take it as the default
+    ``--image-size`` of a shapes run, so that a set made with ``make-shapes --size 32`` is trained and
+    embedded at 32 px rather than resampled to 64 (docs/training.md, ``--image-size``).
+    """
+    if root is None:
+        return DEFAULT_SIZE
+    base = Path(root)
+    if not (base / "properties.csv").exists():
+        return DEFAULT_SIZE if base.is_dir() else None  # (a cache of the default set; a missing root fails later)
+    try:
+        size = json.loads((base / "shapes.json").read_text(encoding="utf-8")).get("size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= 512:
+        return None
+    return size
+
+
 def load_shapes(root=None, train_classes: int | None = None, *, n: int | None = None, size: int | None = None,
                 seed: int | None = None, progress: bool = True) -> ImageDataset:
     """The ``shapes`` data set as an :class:`ImageDataset` whose ``properties`` are the scene properties.

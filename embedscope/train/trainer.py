@@ -133,7 +133,8 @@ def dataset_defaults(dataset: str) -> dict[str, Any]:
         return {"arch": "digits_cnn", "batch_size": 40, "sampler": "spc-8", "lr": 1e-3, "epochs": 15}
     if key == "shapes":
         # 12 training shapes rendered at 64 px: the small shapes_cnn trained from scratch (BatchNorm
-        # learns), SPC-8 batches of 64, Adam lr 1e-3 (docs/properties.md, "a recipe")
+        # learns), SPC-8 batches of 64, Adam lr 1e-3 (docs/properties.md, "a recipe"); a make-shapes
+        # set of another --size is trained at its own size (resolve_config)
         return {"arch": "shapes_cnn", "batch_size": 64, "sampler": "spc-8", "lr": 1e-3, "epochs": 12,
                 "image_size": 64, "frozen_bn": False}
     epochs = 100 if key in ("sop", "online_products") else 150
@@ -236,6 +237,14 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
         # recorded absolute: embed, saliency and study take the folder a checkpoint was trained on, from
         # wherever they run (a relative 'shp' was only found from the folder train ran in)
         opt["root"] = str(Path(opt["root"]).resolve())
+    if opt["dataset"] == "shapes" and options.get("image_size") is None:
+        # the size the set was rendered at (make-shapes --size, recorded in its shapes.json; 64 for the
+        # generated default set): a set of 32 px is trained at 32 px, not upsampled to the default 64
+        from embedscope.data.shapes import rendered_size
+
+        size = rendered_size(opt["root"])
+        if size is not None:
+            opt["image_size"] = size
     ema = opt.pop("weights_ema")  # kept in the config only when true (the runs before it had no such key)
     if ema is not None and not isinstance(ema, (bool, np.bool_)):
         raise UsageError(f"weights_ema must be true or false, got {_show(ema)}")
@@ -308,6 +317,11 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"--image-size {model_over['image_size']} is for photos and shapes: the digits are "
                              "used as they are (8x8)")
     model_cfg = default_config(opt["arch"], **model_over)
+    if model_cfg.get("resize") is not None and model_cfg["image_size"] != default_config(opt["arch"])["image_size"]:
+        # the arch's Resize belongs to its own crop (bninception: 256 for 227), as `embed --image-size` drops
+        # it: Resize(256) + CenterCrop(299) padded every evaluation image, CenterCrop(64) of a shapes scene kept
+        # its middle quarter; another size takes round(N * 256 / 224)
+        model_cfg.pop("resize")
     cfg = {**opt, **model_cfg}
     cfg["arch"] = opt["arch"]
     cfg["normalize"] = spec.normalize
@@ -322,9 +336,13 @@ def config_notes(cfg: dict[str, Any]) -> list[str]:
     notes = []
     spec = loss_spec(cfg["loss"])
     if cfg.get("p_switch", 0) > 0 and spec.default_miner is None and cfg.get("miner") == "distance":
-        notes.append(f"--p-switch {cfg['p_switch']:g}: the {cfg['loss']} loss's own pair mining is replaced by "
+        own = "own pair mining" if cfg["loss"] == "multisimilarity" else "use of every pair of the batch"
+        notes.append(f"--p-switch {cfg['p_switch']:g}: the {cfg['loss']} loss's {own} is replaced by "
                      "distance-weighted tuple mining (--miner distance), which the rho-switch acts on "
                      "(as Roth et al.'s reference code)")
+    elif spec.tuple_loss and spec.default_miner is None and cfg.get("miner") and cfg["loss"] == "multisimilarity":
+        notes.append(f"--miner {cfg['miner']}: the multisimilarity loss's own pair mining (its MultiSimilarityMiner) "
+                     "is replaced by these mined tuples (without --miner the loss mines its own pairs)")
     if cfg.get("frozen_bn") and not cfg.get("weights"):
         notes.append("BatchNorm is frozen (the photo protocol, meant for ImageNet --weights) in a randomly "
                      "initialised backbone: its layers stay at their initial identity and are not trained")
@@ -598,6 +616,63 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
     return cfg
 
 
+def log_record(paths: dict[str, Path]) -> str:
+    """The run's log as its checkpoints record it (``extra["log"]``): relative to the checkpoint's folder
+    (a run folder moved whole keeps it), absolute when no relative path leads there."""
+    log = Path(os.path.abspath(paths["log"]))
+    try:
+        return os.path.relpath(log, os.path.abspath(paths["out"].parent))
+    except ValueError:  # (another drive)
+        return str(log)
+
+
+def _is_training_log(path: Path) -> bool:
+    """Whether ``path`` begins with a header of a log :func:`_write_log` writes: ``epoch`` first, and only
+    the log's columns."""
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            first = fh.readline().strip("\r\n\ufeff")
+    except OSError:
+        return False
+    cols = first.split(",")
+    return cols[0] == "epoch" and set(cols) <= set(LOG_COLUMNS) | set(LOG_CONFIG_COLUMNS.values())
+
+
+def _recorded_log(state: dict[str, Any], paths: dict[str, Path]) -> Path | None:
+    """The log a saved run was written to (:func:`log_record`), or None for a run saved before it was recorded."""
+    rec = (state.get("extra") or {}).get("log")
+    return paths["out"].parent / rec if isinstance(rec, str) and rec else None
+
+
+def _check_resume_log(state: dict[str, Any], paths: dict[str, Path], log_given: bool,
+                      say: Callable[[str], None]) -> None:
+    """A resumed run continues in the log it was started with (``extra["log"]``, :func:`log_record`).
+
+    Another log (``--log``, or -o's default when the run was started with ``--log``) would leave that
+    one as it is, without the new epochs: refused, naming both, while it exists. When it is gone
+    (moved), the log asked for takes its place, with every epoch (the history is in the checkpoint),
+    and a line says so. An existing file that is no training log is never overwritten by a resume.
+    Runs saved before the log was recorded are not compared."""
+    from embedscope.fileio import same_file
+
+    new = paths["log"]
+    old = _recorded_log(state, paths)
+    if old is not None and not same_file(old, new):
+        asked = f"--log {new}" if log_given else f"the default log {new} (-o with .csv)"
+        if old.is_file():
+            default = same_file(old, run_paths(paths["out"])["log"])
+            keep = f"drop --log (or give --log {old})" if default else f"give --log {old}"
+            raise UsageError(f"--resume continues {paths['out']}, whose log is {old}; "
+                             f"{asked} would leave that one without the new epochs: {keep} to continue it, or move "
+                             f"it to {new} first")
+    if new.exists() and not (new.is_file() and _is_training_log(new)):
+        raise EmbedscopeError(f"{new} exists and is not a training log (its first line is not a log's header, "
+                              f"{','.join(LOG_COLUMNS)},...): a resume does not replace it; give --log another name")
+    if old is not None and not same_file(old, new):
+        say(f"resume: the run's log {old} is not there (moved?); {new} continues it, "
+            "with every epoch")
+
+
 def _prepare(config: dict[str, Any], paths: dict[str, Path], *, resume: bool, force: bool, log_given: bool,
              say: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Check the request before any work: the configuration (resolved, or the saved one on
@@ -611,6 +686,7 @@ def _prepare(config: dict[str, Any], paths: dict[str, Path], *, resume: bool, fo
         if not paths["last"].exists():
             raise EmbedscopeError(f"nothing to resume: {paths['last']} does not exist")
         state = read_checkpoint(paths["last"])
+        _check_resume_log(state, paths, log_given, say)
         return _resume_config(state, config, say, paths["out"]), state
     cfg = resolve_config(config)
     check_writable(paths["out"], force=force)
@@ -816,9 +892,10 @@ def sampler_notes(sampler: str, ytrain: np.ndarray, class_names=None) -> list[st
 
 
 def input_size_notes(ds, cfg: dict[str, Any]) -> list[str]:
-    """A ``shapes`` set rendered at another size than the run's input (``--image-size``, default 64 for
-    shapes): every image is resampled to it, in training and in the evaluations (say a set of
-    ``make-shapes --size 32`` trained at 64 px), which one note says."""
+    """A ``shapes`` set rendered at another size than the run's input (``--image-size``; its default is
+    the set's own size, :func:`embedscope.data.shapes.rendered_size`): every image is resampled to it, in
+    training and in the evaluations (say a set of ``make-shapes --size 32`` trained with ``--image-size
+    64``), which one note says."""
     size = ((getattr(ds, "info", None) or {}).get("generation") or {}).get("size")
     if getattr(ds, "name", None) != "shapes" or not isinstance(size, int) or isinstance(size, bool):
         return []
@@ -1095,7 +1172,11 @@ def _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_ep
     model = build_model(state["config"])
     model.load_state_dict(state["state_dict"])
     _complete_latest_epoch(state, paths, keep_epochs, model)
-    if paths["log"].is_file():  # its last row, when the run stopped before writing it
+    from embedscope.fileio import same_file
+
+    rec = _recorded_log(state, paths)
+    moved = rec is not None and not rec.is_file() and not same_file(rec, paths["log"])  # (_check_resume_log)
+    if paths["log"].is_file() or moved:  # its last row, when the run stopped before writing it; a moved log
         _write_log(paths["log"], state["extra"].get("history", []), cfg, notes)
     final = not paths["out"].exists() or force or not state["extra"].get("finished")
     if final:
@@ -1191,6 +1272,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     model, loss_fn, opt, base_lrs = _build(cfg, state, len(classes), dev, unsafe_pickle)
     inputs = run_inputs(cfg, data, state)  # after _build: a --weights file that cannot be read is its one-line error
     inputs["compute"] = compute_record(dev, start_epoch, state, cfg.get("amp", "auto"))
+    inputs["log"] = log_record(paths)  # where a --resume continues the log (_check_resume_log)
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     train_names = [ds.class_names[int(c)] for c in classes] if getattr(ds, "class_names", None) is not None else None
