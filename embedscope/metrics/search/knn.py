@@ -51,6 +51,14 @@ exact arithmetic (Euclidean distances do not move; cosine adds a term per refere
 query), and ``delta_i`` scales with the rows' spread instead of their norm, plus the float64
 rounding of the keys themselves. The float64 keys and therefore the ranks are those of the rows
 as given.
+
+The bound of a pair grows with its reference's distance from the mean, but ``delta_i`` is one
+half-width per query, taken at the farthest reference: a few references far from a nearly
+collapsed model's point (outliers) loosen every query's bound (and farther ones keep the search
+from being centred at all), and the windows fill with float64 keys. :func:`topk_exact` therefore
+searches such references apart (:func:`outlier_refs`, :func:`_knn_apart`): the rest by its own
+bound, the outliers' float64 keys directly, merged exactly (so do the relevant ranks,
+``ranks._ranks_apart``).
 """
 
 from __future__ import annotations
@@ -869,8 +877,111 @@ def _exact_topk_row(ks: KeySpace, qi: int, k: int):
     return key[order], cand[order]
 
 
+OUTLIERS = True  # a nearly collapsed model's few far references are searched apart (outlier_refs; False: never)
+OUTLIER_GAIN = 16.0  # a reference is an outlier when its centred norm exceeds this many times the bulk's,
+OUTLIER_DIV, OUTLIER_MAX = 64, 256  # ... the bulk's being the (m+1)-th largest, m = min(N / 64, 256) (at most m)
+
+
+def outlier_refs(ks: KeySpace) -> np.ndarray | None:
+    """The references of a (nearly) collapsed model far from the rest, or None: those whose
+    distance ‖r − c‖ from the references' mean c exceeds ``OUTLIER_GAIN`` times the (m+1)-th
+    largest (m = min(N / ``OUTLIER_DIV``, ``OUTLIER_MAX``): at most m of them). Only a search
+    that is centred (:func:`centre_of`), or whose rows' median distance from their mean is below
+    1 / ``CENTRE_GAIN`` of their median norm (asked of a sample of the rows first: usual embeddings
+    are turned down at its cost), is looked at; an estimate, only to decide (:func:`_knn_apart`
+    and ``ranks._ranks_apart`` then compare the bounds).
+
+    Why: the float32 error of one pair's tile value is at most (D + 16) u (‖q'‖ ‖r'‖ + 2 |c·r'|)
+    plus float64 terms (:meth:`KeySpace._centred_delta` with that pair's ‖r'‖ and |c·r'|; the
+    rows as given: (D + 16) u (‖r‖ + ‖q‖)²), and ``delta`` of a query is that bound at the largest
+    ‖r'‖ and |c·r'| of all references (``rmax_c``, ``bmax``; ``rmax``), since every pass compares a
+    query's tile values with one window half-width. A few references far from a nearly collapsed
+    model's point thus loosen every query's bound by their distance over the bulk's spread (10^4 at
+    1e-5 noise and outliers 0.1 away), and the windows (float64 keys) grow accordingly
+    (:func:`knn_search` at 2,000 x 128: 0.03 s -> 2.2 s); farther ones keep the search from being
+    centred at all. Searched without them, the rest has the bound of its own largest norms."""
+    if not OUTLIERS:
+        return None
+    R = ks.R64
+    n = R.shape[0]
+    m = min(n // OUTLIER_DIV, OUTLIER_MAX)
+    if m < 1:
+        return None
+    if ks.centre is None:  # collapsed, judged from a sample of the rows (as centre_of)
+        S = R[np.arange(0, n, max(1, n // CENTRE_SAMPLE))[:CENTRE_SAMPLE]]
+        Sc = S - S.mean(axis=0)
+        spread = float(np.median(np.sqrt(np.einsum("ij,ij->i", Sc, Sc))))
+        if CENTRE_GAIN * spread > float(np.median(np.sqrt(np.einsum("ij,ij->i", S, S)))):
+            return None
+    c = ks.centre if ks.centre is not None else R.mean(axis=0)
+    # ‖r − c‖² = ‖r‖² − 2 r·c + ‖c‖² (numpy's loops, no N x D temporary; an estimate, only to decide)
+    rn2 = ks.qsq if ks.same else np.einsum("ij,ij->i", R, R)
+    rho = np.sqrt(np.maximum(rn2 - 2.0 * np.einsum("ij,j->i", R, c) + float(np.einsum("i,i->", c, c)), 0.0))
+    base = float(np.partition(rho, n - 1 - m)[n - 1 - m])  # the (m+1)-th largest
+    far = np.flatnonzero(rho > OUTLIER_GAIN * base)
+    return far if far.size else None
+
+
+def _knn_apart(ks: KeySpace, far: np.ndarray, k: int, *, device, block, progress):
+    """:func:`topk_exact` of ``ks`` (scale 1) with the references ``far`` (:func:`outlier_refs`)
+    searched apart: the rest ("bulk", indices ``near``) by its own :class:`KeySpace` (and its own,
+    tighter bound), the outliers' float64 keys (:func:`pair_keys64`) against every query directly
+    (few x N keys), merged per query by (key desc, index asc). Or None where that does not pay:
+    the bulk's bound (median over its queries) is not ``OUTLIER_GAIN`` times tighter than that of
+    all references, its own search would not be scale 1, or too few references remain.
+
+    Exact, the same keys and indices bit for bit: every key is :func:`pair_keys64` of the same two
+    rows (the bulk's rows are copies, bit for bit, of the rows searched), and the order (key desc,
+    index asc) is total, so a reference among a query's first k of all references is, if in the
+    bulk, among the first k of the bulk (fewer than k bulk references precede it); the first k of
+    all are therefore the first k of (the bulk's first k) ∪ (the outliers). In a same-set search
+    (query i is reference i, left out) the bulk is searched as its own same set, and each outlier
+    query by its full float64 row (few x N keys)."""
+    nr = ks.R64.shape[0]
+    near = np.setdiff1d(np.arange(nr), far)
+    same = ks.same
+    if near.size < k + 2:
+        return None
+    R_in = ks.R64[near]
+    if same:
+        sub = KeySpace(R_in, R_in, ks.metric, True)
+        q_near = near
+    else:
+        sub = KeySpace(ks.Q64, R_in, ks.metric, False)
+        q_near = np.arange(ks.Q64.shape[0])
+    if sub.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub.delta)) > float(np.median(ks.delta[q_near])):
+        return None  # (no gain: the bulk's bound is not much tighter)
+    nq = ks.Q64.shape[0]
+    keys = np.empty((nq, k), dtype=np.float64)
+    idx = np.empty((nq, k), dtype=np.int64)
+    k_in, i_in = topk_exact(sub, k, device=device, block=block, progress=progress)
+    i_in = near[i_in]
+    nf = far.size
+    k_out = pair_keys64(ks.Q64, ks.R64, np.repeat(q_near, nf), np.tile(far, q_near.size), ks.metric)
+    K = np.hstack([k_in, k_out.reshape(q_near.size, nf)])
+    I = np.hstack([i_in, np.broadcast_to(far, (q_near.size, nf))])
+    o = _rowwise_lexsort(K, I)[:, :k]
+    keys[q_near] = np.take_along_axis(K, o, 1)
+    idx[q_near] = np.take_along_axis(I, o, 1)
+    if same:  # the outlier queries: their full rows, the query itself left out
+        refs = np.arange(nr)
+        for q in far:
+            row = pair_keys64(ks.Q64, ks.R64, np.full(nr, q), refs, ks.metric)
+            cand = refs[refs != q]
+            kc = row[cand]
+            order = np.lexsort((cand, -kc))[:k]
+            keys[q], idx[q] = kc[order], cand[order]
+    return keys, idx
+
+
 def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=False):
-    """Exact (float64 order, lower index first on ties) top-k keys and indices of every query."""
+    """Exact (float64 order, lower index first on ties) top-k keys and indices of every query; a
+    nearly collapsed model's few far references searched apart (:func:`outlier_refs`,
+    :func:`_knn_apart`: the same result bit for bit)."""
+    far = outlier_refs(ks) if ks.scale == 1.0 else None
+    got = None if far is None else _knn_apart(ks, far, int(k), device=device, block=block, progress=progress)
+    if got is not None:
+        return got
     if CPU_SELECT:
         from embedscope.device import compute_device
 

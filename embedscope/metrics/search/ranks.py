@@ -27,7 +27,9 @@ and nothing else:
   within the bound that are exactly before it in float64, lower index first on ties).
 
 Either way a pair whose rank cannot be certified from the float32 values (dense near-ties, or a
-floor estimate that came out too high) is resolved from its query's full row.
+floor estimate that came out too high) is resolved from its query's full row. A nearly collapsed
+model's few far references (:func:`~.knn.outlier_refs`) are searched apart, since they would set
+every query's error bound (:func:`_ranks_apart`).
 
 The result equals the ranking of a float64 distance matrix with ties broken by the lower
 reference index (docs/methods.md §1, "Protocol": ties). Memory: the relevant pairs (16 bytes each) plus one
@@ -51,6 +53,7 @@ from embedscope.metrics.search.knn import (
     check_metric,
     checked_rows,
     dense_windows,
+    outlier_refs,
     pair_keys64,
     prepare,
     tie_window_before,
@@ -370,6 +373,11 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", blo
     ks = KeySpace(Q64, R64, metric, sets.same)
     n_avail = sets.n_avail
     R = lay.R
+    if output == "ranks":
+        got = _ranks_apart(sets, ks, lay, metric, depth, device=device, block=block, progress=progress,
+                           compact=compact)
+        if got is not None:
+            return got
     if output == "hits":
         hits = _hits_at_R(ks, sets.y, sets.y_ref, R, block=block, progress=progress)
         return RelevantRanks(R=R, lone=R == 0, depth=int(R.max(initial=0)), n_avail=n_avail, hits_at_R=hits)
@@ -393,6 +401,140 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", blo
     np.cumsum(R, out=offsets[1:])
     return RelevantRanks(R=R, lone=R == 0, depth=int(depth), n_avail=n_avail, offsets=offsets,
                          ranks=rank, refs=rj, depth_q=depth_q)
+
+
+# ----------------------------------------------------------------------------- outliers apart
+APART_MAX_COMPARISONS = 1 << 28  # _ranks_apart: relevant pairs x outliers compared at most,
+APART_MAX_ROW_WORK = 1 << 33  # ... and relevant (query, outlier) pairs x bulk references x D (their rows)
+APART_ROW_ELEMS = 1 << 22  # ... outliers' relevant queries' float32 rows over the bulk, this many keys at a time
+
+
+def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, device, block, progress,
+                 compact: bool = False):
+    """:func:`compute_relevant_ranks` (``output="ranks"``) of a nearly collapsed model with a few far
+    references (:func:`~.knn.outlier_refs`) searched apart, or None where that does not pay (the
+    bulk's bound, median over its queries, not ``OUTLIER_GAIN`` times tighter than that of all
+    references; scale not 1; the outliers' comparisons beyond ``APART_MAX_COMPARISONS`` or their
+    relevant queries' rows beyond ``APART_MAX_ROW_WORK``). The far references set every query's bound
+    (see :func:`~.knn.outlier_refs`); the rest, the "bulk" (indices ``near``), is searched as its
+    own set, with its own bound, and the outliers are added exactly:
+
+    - a bulk pair (q, r)'s rank among all references is its rank among the bulk plus the outliers
+      o before it, (key(q, o), o) before (key(q, r), r) in the order (key desc, index asc), from
+      :func:`~.knn.pair_keys64` of both pairs (few per query); ranks only grow, so a pair beyond
+      the depth among the bulk is beyond it among all;
+    - an outlier o relevant to a bulk query q: 1 + the outliers before it + the bulk references
+      before it, counted from the bulk's float32 row of q (:meth:`KeySpace.rows_keys32`, within
+      the bulk's bound δ_q of every bulk key k: |k32 − k| ≤ δ_q): references with k32 > k(q, o) +
+      2 δ_q have k ≥ k32 − δ_q > k(q, o) + δ_q (before it), those with k32 < k(q, o) − 2 δ_q have
+      k ≤ k32 + δ_q < k(q, o) − δ_q (after it) (the second δ_q a margin far above the rounding
+      of the comparison's own sum); the ones between get float64 keys and are compared exactly
+      (ties to the lower index);
+    - in a same-set search, an outlier query: its full float64 row (few x N keys).
+
+    Every key is :func:`~.knn.pair_keys64` of the same two rows (the bulk's rows are copies, bit
+    for bit), so the ranks are those of the search of all references, bit for bit. ``compact``:
+    as :func:`compute_relevant_ranks` (compact where the bulk's search gave a compact result)."""
+    from embedscope.metrics.search.knn import OUTLIER_GAIN
+    from embedscope.metrics.search.threads import blas_single_thread
+
+    if ks.scale != 1.0:
+        return None
+    far = outlier_refs(ks)
+    if far is None:
+        return None
+    Q64, R64, same = ks.Q64, ks.R64, ks.same
+    nq, nr, nf = Q64.shape[0], R64.shape[0], far.size
+    near = np.setdiff1d(np.arange(nr), far)
+    q_near = near if same else np.arange(nq)
+    n_sub = near.size - (1 if same else 0)
+    y, y_ref = sets.y, sets.y_ref
+    n_rel_out = int(np.isin(y[q_near], y_ref[far]).sum()) * nf  # (a bound on the pairs of step 2)
+    if (n_sub < 1 or int(lay.R.sum()) * nf > APART_MAX_COMPARISONS
+            or n_rel_out * near.size * Q64.shape[1] > APART_MAX_ROW_WORK):
+        return None  # (the outliers' share of the work would outgrow the search's)
+    Qn = Q64[q_near]
+    Rn = Qn if same else R64[near]
+    sub_ks = KeySpace(Qn, Rn, metric, same)
+    if sub_ks.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub_ks.delta)) > float(np.median(ks.delta[q_near])):
+        return None
+    depth_q = np.asarray(depth, dtype=np.int64) if np.ndim(depth) else None
+    dq = depth_q if depth_q is not None else np.full(nq, int(depth), dtype=np.int64)
+    sub_depth = np.minimum(dq[q_near], n_sub).clip(1) if depth_q is not None else max(1, min(int(depth), n_sub))
+    sub = Sets(Qn, Rn, y[q_near], y_ref[near], same, (False, False), {metric: (Qn, Rn)})
+    rr = compute_relevant_ranks(sub, metric, sub_depth, device=device, block=block, progress=progress,
+                                compact=compact)
+    # 1. bulk pairs: their ranks among the bulk, plus the outliers before them
+    pos = rr.query_of_pair  # the query's place in q_near
+    qs, rs, rk = q_near[pos], near[rr.refs], rr.ranks.copy()
+    k_out = pair_keys64(Q64, R64, np.repeat(q_near, nf), np.tile(far, q_near.size), metric).reshape(q_near.size, nf)
+    fin = np.flatnonzero(np.isfinite(rk))
+    if fin.size:
+        kp = pair_keys64(Q64, R64, qs[fin], rs[fin], metric)
+        before = np.zeros(fin.size, dtype=np.int64)
+        pf, rf = pos[fin], rs[fin]
+        for j in range(nf):
+            ko = k_out[pf, j]
+            before += (ko > kp) | ((ko == kp) & (far[j] < rf))
+        rk[fin] += before
+    qi_, rj_, rank_ = [qs], [rs], [rk]
+    # 2. outliers relevant to bulk queries: the bulk references and the outliers before them
+    for j, o in enumerate(far):
+        qo = np.flatnonzero(y[q_near] == y_ref[o])  # places in q_near (in a same-set search never o itself)
+        if qo.size == 0:
+            continue
+        ko = k_out[qo, j]
+        n_before = np.empty(qo.size, dtype=np.int64)
+        step = max(1, APART_ROW_ELEMS // max(near.size, 1))
+        for a in range(0, qo.size, step):
+            b = min(qo.size, a + step)
+            with blas_single_thread():  # (a multi-threaded BLAS call spins against the search's threads)
+                row = sub_ks.rows_keys32(qo[a:b])  # (same set: the query itself -inf)
+            d2 = 2.0 * sub_ks.delta[qo[a:b], None]
+            kk = ko[a:b, None]
+            certain = (row > kk + d2).sum(axis=1)
+            wr, wc = np.nonzero(np.abs(row - kk) <= d2)
+            k64 = pair_keys64(Q64, R64, q_near[qo[a:b]][wr], near[wc], metric)
+            tie = (k64 > kk[wr, 0]) | ((k64 == kk[wr, 0]) & (near[wc] < o))
+            n_before[a:b] = certain + np.bincount(wr, weights=tie, minlength=b - a).astype(np.int64)
+        ko_all = k_out[qo]
+        n_before += ((ko_all > ko[:, None]) | ((ko_all == ko[:, None]) & (far < o)[None, :])).sum(axis=1)
+        qi_.append(q_near[qo])
+        rj_.append(np.full(qo.size, o))
+        rank_.append((1 + n_before).astype(np.float64))
+    # 3. same set: the outlier queries, from their full rows
+    if same:
+        refs = np.arange(nr)
+        for q in far:
+            rel = np.flatnonzero(y_ref == y[q])
+            rel = rel[rel != q]
+            if rel.size == 0:
+                continue
+            key = pair_keys64(Q64, R64, np.full(nr, q), refs, metric)
+            cand = refs[refs != q]
+            place = np.empty(nr)
+            place[cand[np.lexsort((cand, -key[cand]))]] = np.arange(1, cand.size + 1)
+            qi_.append(np.full(rel.size, q))
+            rj_.append(rel)
+            rank_.append(place[rel])
+    qi, rj, rank = np.concatenate(qi_), np.concatenate(rj_), np.concatenate(rank_)
+    rank[rank > dq[qi]] = np.inf
+    n_ranked = None
+    if rr.n_ranked is not None:  # compact: the ranks within the depth only (the bulk's others were not listed)
+        fin = np.isfinite(rank)
+        qi, rj, rank = qi[fin], rj[fin], rank[fin]
+        n_ranked = np.bincount(qi, minlength=nq).astype(np.int64)
+    order = np.lexsort((rj, rank, qi))
+    qi, rank, rj = qi[order], rank[order], rj[order]
+    R = lay.R
+    per_q = R if n_ranked is None else n_ranked
+    if n_ranked is None and qi.size != int(R.sum()):  # pragma: no cover - every relevant pair once
+        raise AssertionError("_ranks_apart: relevant pairs lost")
+    offsets = np.zeros(R.size + 1, dtype=np.int64)
+    np.cumsum(per_q, out=offsets[1:])
+    return RelevantRanks(R=R, lone=R == 0, depth=int(depth if depth_q is None else depth_q.max(initial=1)),
+                         n_avail=sets.n_avail, offsets=offsets, ranks=rank, refs=rj, depth_q=depth_q,
+                         n_ranked=n_ranked)
 
 
 # ----------------------------------------------------------------------------- ranks of the pairs

@@ -1,0 +1,116 @@
+"""A nearly collapsed model with a few outliers: the centred search's bound (docs/methods.md §1).
+
+A model collapsed to nearly one point is searched about its mean (``knn.centre_of``, ``KeySpace``
+centred): the float32 error bound then scales with the rows' spread. A few rows far from the
+point (outliers) set the largest centred reference norm ``rmax_c``, which enters the bound of
+every pair: the bound loosens for all queries and many more pairs go to the float64
+re-decision (still exact, slower). This prints, per cell, the time of embedscope's
+``retrieval_metrics`` (P@1, R-Precision, MAP@R; what ``embedscope evaluate`` computes) and of
+``knn_search`` (k = 10, same set) on nearly collapsed rows with ``--outliers`` rows moved
+``--far`` away from the point, against the same rows without outliers (ratio ``x clean``), and
+faiss's exact flat search (``IndexFlatIP``/``IndexFlatL2``, float32, not tie-exact) for
+reference. ``delta (all)``: the median float32 error bound of the search of all rows (what the
+outliers set; the searches now take them apart, ``knn.outlier_refs``). Times: the minimum of
+``--repeats``.
+
+    python benchmarks/centred_outliers.py                 # N 2,000 and 6,000, D 64 and 128
+    python benchmarks/centred_outliers.py --quick         # N 2,000, D 64, one repeat
+    python benchmarks/centred_outliers.py --far 1e-2 0.1 --metric euclidean
+    python benchmarks/centred_outliers.py --together      # outliers searched with the rest (as before)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def outlier_set(n: int, dim: int, n_out: int, far: float, noise: float = 1e-5, seed: int = 0):
+    """``n`` rows within ``noise`` (per coordinate) of one unit point, ``n_out`` of them moved to
+    distance ``far`` from it in random directions; labels: classes of 60 (CUB/CARS-like)."""
+    rng = np.random.default_rng(seed)
+    p = rng.standard_normal(dim)
+    p /= np.linalg.norm(p)
+    X = p + noise * rng.standard_normal((n, dim))
+    if n_out:
+        at = rng.choice(n, n_out, replace=False)
+        v = rng.standard_normal((n_out, dim))
+        X[at] = p + far * v / np.linalg.norm(v, axis=1, keepdims=True)
+    y = np.repeat(np.arange(-(-n // 60)), 60)[:n]
+    return X.astype(np.float32), y
+
+
+def best(fn, repeats: int) -> float:
+    t = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        t.append(time.perf_counter() - t0)
+    return min(t)
+
+
+def faiss_knn(X: np.ndarray, k: int, metric: str):
+    import faiss
+
+    A = np.ascontiguousarray(X, dtype=np.float32)
+    if metric == "cosine":
+        A = A / np.linalg.norm(A, axis=1, keepdims=True)
+    index = faiss.IndexFlatIP(A.shape[1]) if metric == "cosine" else faiss.IndexFlatL2(A.shape[1])
+    index.add(A)
+    return index.search(A, k + 1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, nargs="+", default=[2000, 6000])
+    ap.add_argument("--dim", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--outliers", type=int, default=5, help="rows moved away from the point")
+    ap.add_argument("--far", type=float, nargs="+", default=[1e-2, 0.1],
+                    help="their distance from the point (unit point; farther than ~0.5 the search is not centred)")
+    ap.add_argument("--noise", type=float, default=1e-5, help="per-coordinate noise of the other rows")
+    ap.add_argument("--metric", nargs="+", default=["cosine", "euclidean"], choices=["cosine", "euclidean"])
+    ap.add_argument("--k", type=int, default=10, help="neighbours of the knn_search column")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="N 2,000, D 64, one repeat")
+    ap.add_argument("--together", action="store_true",
+                    help="search the outliers with the rest, as before (knn.OUTLIERS = False), for comparison")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.dim, args.repeats = [2000], [64], 1
+
+    import embedscope.metrics.search.knn as knn
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.search import KeySpace, knn_search, prepare
+
+    knn.OUTLIERS = not args.together
+
+    keys = ["P@1", "R-Precision", "MAP@R"]
+    print(f"{args.outliers} outliers, noise {args.noise:.0e}, k = {args.k}; min of {args.repeats} (s); "
+          f"x clean: this cell's time / the same rows without outliers")
+    print(f"{'N':>6} {'D':>4} {'metric':>9} {'far':>6} {'centred':>7} {'delta (all)':>12} | "
+          f"{'evaluate':>8} {'x clean':>7} | {'knn':>7} {'x clean':>7} {'faiss':>7} {'knn/faiss':>9}")
+    for n in args.n:
+        for dim in args.dim:
+            for metric in args.metric:
+                clean = {}
+                for far in [0.0] + list(args.far):
+                    X, y = outlier_set(n, dim, args.outliers if far else 0, far, args.noise)
+                    Q = prepare(X.astype(np.float64), metric)
+                    ks = KeySpace(Q, Q, metric, True)
+                    t_ev = best(lambda X=X, y=y, m=metric: retrieval_metrics(X, y, metric=m, include=keys), args.repeats)
+                    t_kn = best(lambda X=X, m=metric: knn_search(X, k=args.k, metric=m, exclude_self=True), args.repeats)
+                    t_fa = best(lambda X=X, m=metric: faiss_knn(X, args.k, m), args.repeats)
+                    if far == 0.0:
+                        clean = {"ev": t_ev, "kn": t_kn}
+                    print(f"{n:>6} {dim:>4} {metric:>9} {far:6.0e} {'yes' if ks.centre is not None else 'no':>7} "
+                          f"{float(np.median(ks.delta)):12.2e} | {t_ev:8.3f} {t_ev / clean['ev']:7.2f} | "
+                          f"{t_kn:7.3f} {t_kn / clean['kn']:7.2f} {t_fa:7.3f} {t_kn / t_fa:9.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from _script import run  # a sibling module (benchmarks/ is the script's folder)
+
+    run(main)
