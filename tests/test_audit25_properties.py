@@ -17,19 +17,15 @@ import os
 
 import numpy as np
 import pytest
+from cli_run import exit_code
 
-from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics import properties as mod
 
 DASH = "\u2013"
 
 
-def _run(args) -> int:
-    try:
-        return main(args)
-    except SystemExit as e:  # argparse's usage errors
-        return e.code
+_run = exit_code  # the output left to capsys
 
 
 def _file(path, X, labels, *, paths=None, class_names=None, **props):

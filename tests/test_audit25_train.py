@@ -23,27 +23,17 @@ What was wrong before:
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 
 import numpy as np
 import pytest
-
-from embedscope.cli import main
+from cli_run import run_cli
 
 DIGITS = ["--dataset", "digits", "--embed-dim", "4", "--eval-every", "0", "--no-progress"]
 
 
-def _run(args) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main([str(a) for a in args])
-        except SystemExit as e:  # argparse's own usage errors
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
+_run = run_cli  # (exit code, stdout, stderr)
 
 
 def _error(args, rc: int, *words) -> str:
