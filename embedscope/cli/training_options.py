@@ -46,7 +46,8 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                    help="start from the EMA copy of the --weights file (timm's state_dict_ema, else model_ema)")
     p.add_argument("--embed-dim", type=positive_int, help="embedding dimension D (default 128)")
     p.add_argument("--image-size", type=positive_int,
-                   help="input size of the backbone (default: 224 for photos, 64 for shapes (a make-shapes folder: the size it was made at), 8 for digits)")
+                   help="input size of the backbone (default: 224 for photos, 64 for shapes (a make-shapes folder: "
+                   "the size it was made at), 8 for digits)")
     if not grid:
         p.add_argument("--loss", choices=LOSS_CHOICES, help="training objective (default: margin)")
     p.add_argument("--miner", choices=MINER_CHOICES,
