@@ -68,9 +68,8 @@ def resolve_device(device: str = "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
         return torch.device("cpu")
-    from embedscope.text import safe
 
-    shown = safe(str(device))[:40]
+    shown = str(device)[:40]  # raw: the error line escapes it
     if str(device).startswith("cuda"):
         try:
             dev = torch.device(device)

@@ -71,15 +71,14 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     try:
         return embed_batches(model, batches, len(ds), device=dev, amp=amp)
     except NonFiniteEmbeddings as e:  # name the first image (the rows are the data set's)
-        from embedscope.text import safe
 
         first = int(e.rows[0])
         weights = nonfinite_weights(model)
         why = (f"; the model's weights hold NaN or inf: {weights}" if weights
                else "; its weights are finite: the NaN or inf arise in the computation (an overflow?)")
         raise NonFiniteEmbeddings(
-            f"the model embeds {len(e.rows)} of {e.n} images of {safe(ds.name)} to NaN or inf (the first: row "
-            f"{first}, {safe(str(ds.paths[first]))}){why}", e.rows, e.n) from None
+            f"the model embeds {len(e.rows)} of {e.n} images of {ds.name} to NaN or inf (the first: row "
+            f"{first}, {str(ds.paths[first])}){why}", e.rows, e.n) from None
 
 
 def start_workers(loader):
@@ -191,14 +190,13 @@ def embed_batches(model, batches, n: int, *, device="cpu", amp: bool | None = No
 def degenerate_notes(X: np.ndarray, paths) -> list[str]:
     """What is degenerate about finite embeddings ``X`` (rows named by ``paths``), in words: rows that
     are all zeros, and one embedding for every image (a collapsed model)."""
-    from embedscope.text import safe
     from embedscope.validation import one_point, zero_rows
 
     X = np.asarray(X)
     out = []
     z = zero_rows(X)
     if len(z):
-        out.append(f"{len(z)} of {len(X)} embeddings are all zeros (the first: {safe(str(paths[int(z[0])]))}): they "
+        out.append(f"{len(z)} of {len(X)} embeddings are all zeros (the first: {paths[int(z[0])]}): they "
                    "have no direction, so cosine analyses refuse them (a Euclidean metric takes them)")
     if len(z) < len(X) and one_point(X):
         out.append(f"all {len(X)} images have the same embedding: the model's output does not depend on its input "
@@ -264,7 +262,6 @@ def checkpoint_root(config: dict, dataset: str, root, *, verb: str = "embed") ->
     """
     from embedscope.data import same_dataset
     from embedscope.fileio import same_file
-    from embedscope.text import safe
 
     rec = config.get("root")
     name = config.get("dataset")
@@ -272,14 +269,14 @@ def checkpoint_root(config: dict, dataset: str, root, *, verb: str = "embed") ->
         return root, None
     if root is None:
         if not Path(rec).is_dir():
-            raise EmbedscopeError(f"the checkpoint was trained on the {safe(name)} images in {safe(rec)}, which is "
+            raise EmbedscopeError(f"the checkpoint was trained on the {name} images in {rec}, which is "
                                   f"not a folder from here: give --root (the folder of its images)")
-        return rec, (f"--root {safe(rec)}, the folder the checkpoint was trained on (give --root to {verb} "
+        return rec, (f"--root {rec}, the folder the checkpoint was trained on (give --root to {verb} "
                      "another folder's images)")
     if Path(rec).is_dir() and same_file(rec, root):
         return root, None
     held = "this file holds" if verb == "embed" else "these maps are of"
-    return root, f"the checkpoint was trained on the images in {safe(rec)}; {held} the images in {safe(str(root))}"
+    return root, f"the checkpoint was trained on the images in {rec}; {held} the images in {root}"
 
 
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,

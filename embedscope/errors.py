@@ -10,8 +10,15 @@ import re
 _WORKER = re.compile(r"^Caught \w+ in DataLoader worker process \d+\.\nOriginal Traceback", re.S)
 
 
-def _worker_message(message: str) -> str:
-    """The original one-line message of an error re-raised from a DataLoader worker."""
+def _worker_message(message: str, cls: type | None = None) -> str:
+    """The original message of an error re-raised from a DataLoader worker: what follows the traceback's
+    last "module.ClassName: " of ``cls`` (the message may hold a line break, a file name's: raw, the error
+    line escapes it), else the traceback's last line."""
+    if cls is not None:
+        head = f"\n{cls.__module__}.{cls.__qualname__}: "
+        at = message.rfind(head)
+        if at >= 0:
+            return message[at + len(head):].rstrip("\n")
     last = message.rstrip().splitlines()[-1]
     # the traceback's last line is "module.ClassName: message"
     m = re.match(r"^[\w.]+: (.*)$", last)
@@ -29,7 +36,7 @@ class EmbedscopeError(Exception):
 
     def __init__(self, *args) -> None:
         if len(args) == 1 and isinstance(args[0], str) and _WORKER.match(args[0]):
-            args = (_worker_message(args[0]),)
+            args = (_worker_message(args[0], type(self)),)
         super().__init__(*args)
 
 

@@ -49,8 +49,8 @@ def _pretty(name: Any) -> str:
 
 
 def _message(msg: Any) -> str:
-    """A library's error message: escaped, one line, up to ~200 characters (its line numbers, "saw 4",
-    the byte that could not be decoded: the useful part is often at the end)."""
+    """A library's error message, up to ~200 characters (its line numbers, "saw 4", the byte that could
+    not be decoded: the useful part is often at the end); raw: the error line escapes it, as one line."""
     from embedscope.models.checkpoint import printable
 
     return printable(msg, 200)

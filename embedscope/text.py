@@ -2,16 +2,27 @@
 
 Strings read from a file (a data set's name, class names, paths, provenance) may hold control
 characters: an ANSI escape could clear the screen or forge output. :func:`safe` shows every
-non-printable character escaped; every command prints file-derived strings through it (the
-terminal tables of :func:`embedscope.tables.format_table` escape every cell, header and title).
-:func:`figure_text` is the same for text drawn in a figure (line breaks kept): matplotlib has no
-glyph for a control character and would warn with the raw byte in the message.
+non-printable character escaped, and a backslash doubled (as Python's ``unicode_escape`` shows it), so
+a name holding a backslash and an ``n`` is not shown like one holding a line break; every command
+prints file-derived strings through it (the terminal tables of :func:`embedscope.tables.format_table`
+escape every cell, header and title). :func:`figure_text` is the same for text drawn in a figure (line
+breaks and backslashes kept): matplotlib has no glyph for a control character and would warn with the
+raw byte in the message.
+
+A string is escaped once, where it is shown: the sinks are the CLI's error and warning line
+(``embedscope CMD: error: ...``), the note lines the commands print through :func:`safe`,
+:func:`~embedscope.tables.format_table` and the progress lines. Error messages and notes therefore
+carry the raw strings (a second escape would show every backslash doubled twice); an exception that
+reaches a user of the Python API holds the raw file name or class name (the command line escapes it;
+a Python traceback prints it as it is: pass a message through :func:`safe` before showing it).
 """
 
 from __future__ import annotations
 
 
 def _escape(ch: str) -> str:
+    if ch == "\\":
+        return "\\\\"
     o = ord(ch)
     if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a path (surrogateescape)
         return f"\\x{o - 0xDC00:02x}"
@@ -23,28 +34,44 @@ def _escape(ch: str) -> str:
 
 
 def safe(s: object, *, keep: str = "") -> str:
-    """``str(s)`` with every non-printable character escaped (one line, no terminal control).
+    """``str(s)`` with every non-printable character escaped and every backslash doubled (one line, no
+    terminal control; as ``s.encode("unicode_escape").decode("ascii")`` shows ASCII text).
 
     Control characters (C0, DEL, C1: ``\\x1b`` of ANSI escapes, newlines, carriage returns),
     Unicode format characters (bidirectional overrides), line separators and undecodable bytes
     of file names (``\\udcXX`` of ``surrogateescape``) become ``\\xNN`` / ``\\uNNNN``. Printable
-    text, including non-ASCII letters, is unchanged. Characters in ``keep`` (e.g. ``"\\n"``) are
-    left as they are.
+    text, including non-ASCII letters, is unchanged; a backslash is shown as two, so that the two
+    characters backslash and ``n`` of a file name are not shown like an escaped line break.
+    Characters in ``keep`` (e.g. ``"\\n"``) are left as they are.
 
-    >>> safe("cat\\x1b[2J")
-    'cat\\\\x1b[2J'
+    >>> print(safe("cat\\x1b[2J"))
+    cat\\x1b[2J
+    >>> print(safe("a\\\\nb"), safe("a\\nb"))
+    a\\\\nb a\\nb
     """
     s = str(s)
-    if s.isprintable():
+    if s.isprintable() and ("\\" not in s or "\\" in keep):
         return s
-    return "".join(ch if ch.isprintable() or ch in keep else _escape(ch) for ch in s)
+    return "".join(ch if (ch.isprintable() and ch != "\\") or ch in keep else _escape(ch) for ch in s)
 
 
 def figure_text(s: object) -> str:
-    """Text for a figure (title, legend, tick label, annotation): :func:`safe` with line breaks kept.
+    """Text for a figure (title, legend, tick label, annotation): :func:`safe` with line breaks and
+    backslashes kept (mathtext reads them; a figure shows no escapes of its own).
 
     >>> print(figure_text("cat\\x1b[31m\\nline 2"))
     cat\\x1b[31m
     line 2
     """
-    return safe(s, keep="\n")
+    return safe(s, keep="\n\\")
+
+
+def quoted(v: object) -> str:
+    """A value named in a message (``got 'abc'``): a string in single quotes as it is, anything else
+    as its ``repr``. ``repr`` would escape a string's backslashes and control characters, and the line
+    that shows the message escapes them again (:func:`safe`): a string is escaped once, where it is shown.
+
+    >>> print(quoted("a\\\\b"), quoted(3), quoted(None))
+    'a\\b' 3 None
+    """
+    return f"'{v}'" if isinstance(v, str) else repr(v)

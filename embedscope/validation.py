@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.text import quoted
 
 
 def as_numpy(X: Any) -> Any:
@@ -141,7 +142,7 @@ def check_int(value: Any, name: str, *, min: int | None = 1, max: int | None = N
         if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
             value = int(value)
         else:
-            raise EmbedscopeError(f"{name} must be an integer, got {value!r}")
+            raise EmbedscopeError(f"{name} must be an integer, got {quoted(value)}")
     value = int(value)
     if min is not None and value < min:
         what = "a positive integer" if min == 1 else f"an integer >= {min}"
@@ -157,13 +158,13 @@ def check_number(value: Any, name: str, *, min: float | None = None, max: float 
     if value is None and allow_none:
         return None
     if isinstance(value, (bool, np.bool_)):
-        raise EmbedscopeError(f"{name} must be a number, got {value!r}")
+        raise EmbedscopeError(f"{name} must be a number, got {quoted(value)}")
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise EmbedscopeError(f"{name} must be a number, got {value!r}") from None
+        raise EmbedscopeError(f"{name} must be a number, got {quoted(value)}") from None
     if not math.isfinite(v):
-        raise EmbedscopeError(f"{name} must be a finite number, got {value!r}")
+        raise EmbedscopeError(f"{name} must be a finite number, got {quoted(value)}")
     if min is not None and (v < min or (v == min and not min_inclusive)):
         rel = ">=" if min_inclusive else ">"
         raise EmbedscopeError(f"{name} must be {rel} {min:g}, got {v:g}")
@@ -213,7 +214,7 @@ def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
     """
     choices = tuple(choices)
     if value not in choices:
-        raise EmbedscopeError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        raise EmbedscopeError(f"{name} must be one of {', '.join(map(str, choices))}, got {quoted(value)}")
     return value
 
 

@@ -163,21 +163,19 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
         missing = [p for p in paths if p not in pos]
         if missing:
             from embedscope.store.embeddings import spelling_hint
-            from embedscope.text import safe
 
             raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
-                                  f"(e.g. {safe(missing[0])}{spelling_hint(missing, qset.paths)})")
+                                  f"(e.g. {missing[0]}{spelling_hint(missing, qset.paths)})")
         if not paths:
             raise UsageError("the paths file lists no query")
         if len(pos) < qset.n:  # a path that names several rows (pos kept the last): refused, not guessed
             from collections import Counter
 
-            from embedscope.text import safe
 
             rows_of = Counter(qset.paths.tolist())
             twice = [p for p in dict.fromkeys(paths) if rows_of[p] > 1]
             if twice:
-                raise EmbedscopeError(f"the query path {safe(twice[0])} names {rows_of[twice[0]]} "
+                raise EmbedscopeError(f"the query path {twice[0]} names {rows_of[twice[0]]} "
                                       f"rows of the '{split}' split (a path names one image)")
         qidx = np.array([pos[p] for p in paths], dtype=np.int64)
         selection, drawn_with = f"{len(qidx)} queries given by path", None

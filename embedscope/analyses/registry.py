@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from embedscope.errors import EmbedscopeError
+from embedscope.text import quoted
 
 
 @dataclass(frozen=True)
@@ -178,9 +179,9 @@ FAMILIES: dict[str, Callable[..., dict[str, float]]] = {
 def register(measure: Measure | MeasurePattern, family_fn: Callable[..., dict[str, float]] | None = None) -> None:
     """Add a measure or a :class:`MeasurePattern` (and, for a new family, the function computing it)."""
     if measure.direction not in ("higher", "lower", "none"):
-        raise EmbedscopeError(f"direction must be higher, lower or none, got {measure.direction!r}")
+        raise EmbedscopeError(f"direction must be higher, lower or none, got {quoted(measure.direction)}")
     if measure.family not in FAMILIES and family_fn is None:
-        raise EmbedscopeError(f"unknown measure family {measure.family!r}: give its function")
+        raise EmbedscopeError(f"unknown measure family {quoted(measure.family)}: give its function")
     if family_fn is not None:
         FAMILIES[measure.family] = family_fn
     if isinstance(measure, MeasurePattern):
@@ -229,7 +230,7 @@ def compute_measures(source: Any, names: Iterable[str] | None = None, *, metric:
         names = list(names)
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
-            raise EmbedscopeError(f"measure names must be strings, got {bad[0]!r}")
+            raise EmbedscopeError(f"measure names must be strings, got {quoted(bad[0])}")
     es = as_set(source)
     wanted = available(es) if names is None else list(dict.fromkeys(names))
     if names is not None and not wanted:

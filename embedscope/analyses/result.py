@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError, MissingKey
+from embedscope.text import quoted
 
 VALUE_COLUMNS = ["measure", "value", "model"]
 
@@ -41,7 +42,7 @@ def _scalar(v: Any) -> float | int:
     try:
         return float(v)
     except (TypeError, ValueError):
-        raise EmbedscopeError(f"result values must be numbers, got {v!r}") from None
+        raise EmbedscopeError(f"result values must be numbers, got {quoted(v)}") from None
 
 
 #: provenance entries that say how long a computation took: not part of what it computed
@@ -74,7 +75,7 @@ class Result:
         try:
             return self.values[key]
         except (KeyError, TypeError):
-            raise MissingKey(f"no value {key!r} in the {self.analysis} result (available: "
+            raise MissingKey(f"no value {quoted(key)} in the {self.analysis} result (available: "
                              f"{', '.join(self.values) or 'none'})") from None
 
     def __contains__(self, key: str) -> bool:
@@ -194,7 +195,7 @@ class ResultSet:
             for r in self.results:
                 if r.model == i:
                     return r
-            raise MissingKey(f"no model {i!r} in the results (available: {', '.join(self.models) or 'none'})")
+            raise MissingKey(f"no model {quoted(i)} in the results (available: {', '.join(self.models) or 'none'})")
         return self.results[i]
 
     def to_frame(self, *, table: bool = False):

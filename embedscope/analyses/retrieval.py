@@ -11,6 +11,7 @@ from embedscope.analyses._sources import as_set, as_sources, check_disjoint, che
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
+from embedscope.text import quoted
 from embedscope.validation import check_choice, check_int, one_point
 
 #: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (docs/methods.md §1).
@@ -223,6 +224,6 @@ def worst_classes(result: Result, key: str = "MAP@R", n: int = 10) -> list[dict[
                if all(isinstance(r.get(c, np.nan), (int, float, np.number)) for r in result.table)]
     if not isinstance(key, str) or key not in columns:
         raise EmbedscopeError(f"key must be one of the per-class table's columns ({', '.join(columns)}), "
-                              f"got {key!r}")
+                              f"got {quoted(key)}")
     rows = [r for r in result.table if np.isfinite(r.get(key, np.nan))]
     return sorted(rows, key=lambda r: (r[key], r["class"]))[:n]

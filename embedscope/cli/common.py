@@ -61,10 +61,9 @@ def dataset_name(s: str) -> str:
     """argparse type: a data set name ``get_dataset`` knows (or an alias); an unknown one is a usage
     error (exit 2) in every command, as an unknown choice is."""
     from embedscope.data import ALIASES, DATASETS, LOADERS
-    from embedscope.text import safe
 
     if ALIASES.get(s.lower(), s.lower()) not in LOADERS:
-        raise argparse.ArgumentTypeError(f"unknown data set '{safe(s)}' (choose {', '.join(DATASETS)})")
+        raise argparse.ArgumentTypeError(f"unknown data set '{s}' (choose {', '.join(DATASETS)})")
     return s
 
 

@@ -74,17 +74,17 @@ def _root(args, es) -> str | None:
         # was refused ("the file does not record the images' folder"), with no folder a --root could name
         root = args.root if args.root is not None else (es.attrs.get("root") or None)
         if args.root is not None and not Path(args.root).is_dir():
-            raise EmbedscopeError(f"--root {safe(args.root)}: not a folder")
+            raise EmbedscopeError(f"--root {args.root}: not a folder")
         return str(root) if root and Path(str(root)).is_dir() else None
     if args.root is not None:
         if not Path(args.root).is_dir():
-            raise EmbedscopeError(f"--root {safe(args.root)}: not a folder")
+            raise EmbedscopeError(f"--root {args.root}: not a folder")
         return args.root
     recorded = es.attrs.get("root") or None
     if not recorded:
         raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
     if not Path(str(recorded)).is_dir():
-        raise EmbedscopeError(f"the file's image root {safe(recorded)} (recorded at embed time) is not a folder: "
+        raise EmbedscopeError(f"the file's image root {recorded} (recorded at embed time) is not a folder: "
                               "give --root DIR")
     return str(recorded)
 
@@ -120,7 +120,7 @@ def run(args) -> int:
 
         paths = read_paths_file(args.paths_file)
         if len(paths) > MAX_QUERIES:
-            raise UsageError(f"--paths-file {safe(args.paths_file)} lists {len(paths)} queries: a figure holds "
+            raise UsageError(f"--paths-file {args.paths_file} lists {len(paths)} queries: a figure holds "
                              f"at most {MAX_QUERIES} (one row each)")
     es = as_set(args.file)
     png, pdf, ex = neighbours_figure(es, args.output, split=args.split, reference_split=args.reference_split,

@@ -71,13 +71,12 @@ def check_suffix(path, option: str, suffix: str) -> None:
     whose name ends in another format's suffix (:data:`FORMAT_SUFFIXES`): ``--json out.csv`` wrote
     JSON into a .csv file, ``--csv run.h5 --force`` replaced an embedding file with a CSV."""
     from embedscope.errors import UsageError
-    from embedscope.text import safe
 
     if path is None or str(path) == "":
         return
     got = Path(str(path)).suffix.lower()
     if got in FORMAT_SUFFIXES and got != suffix and FORMAT_SUFFIXES[got] != FORMAT_SUFFIXES.get(suffix):
-        raise UsageError(f"{option} {safe(path)}: {option} writes {FORMAT_SUFFIXES[suffix]}, not "
+        raise UsageError(f"{option} {path}: {option} writes {FORMAT_SUFFIXES[suffix]}, not "
                          f"{FORMAT_SUFFIXES[got]}: give a name ending in {suffix}")
 
 
@@ -93,7 +92,6 @@ def check_result_outputs(args, extra=(), extra_options=None) -> None:
     ``["--per-class"]``), or whose suffix names another format (:func:`check_suffix`)."""
     from embedscope.errors import UsageError
     from embedscope.fileio import check_writable
-    from embedscope.text import safe
 
     extra = list(extra)
     paths = result_paths(args) + [Path(x) for x in extra]
@@ -101,7 +99,7 @@ def check_result_outputs(args, extra=(), extra_options=None) -> None:
     for i, p in enumerate(paths):
         for j, q in enumerate(paths[:i]):
             if same_file(p, q):
-                raise UsageError(f"two outputs name the same file ({options[j]} {safe(q)}, {options[i]} {safe(p)}): "
+                raise UsageError(f"two outputs name the same file ({options[j]} {q}, {options[i]} {p}): "
                                  "give each output its own name")
     refuse_inputs(paths, getattr(args, "_inputs", []))
     for option, dest, suffix in (("--json", "json", ".json"), ("--csv", "csv", ".csv"),

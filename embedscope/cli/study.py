@@ -96,7 +96,7 @@ def run(args) -> int:
         _say_failed(res, safe)
         return 1
     if n["runs"]:
-        print(format_table(rows, title=f"study {safe(Path(args.output))}: {n['runs']} runs, {n['objectives']} "
+        print(format_table(rows, title=f"study {Path(args.output)}: {n['runs']} runs, {n['objectives']} "
                            f"objectives, target {tsplit} {st['target']} (ranked by |tau| over runs)", nan="–"))
     for line in study_notes(st):  # why a number is '–' (or says nothing): one line per reason
         print(f"note: {safe(line)}")

@@ -46,7 +46,7 @@ def read_yaml_options(path: str) -> dict:
     import yaml
 
     from embedscope.errors import EmbedscopeError, UsageError
-    from embedscope.text import safe
+    from embedscope.text import quoted
 
     f = Path(path)
     if f.is_dir():
@@ -56,7 +56,7 @@ def read_yaml_options(path: str) -> dict:
     try:
         data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
-        raise EmbedscopeError(f"{path}: not valid YAML ({safe(str(e).splitlines()[0])})") from None
+        raise EmbedscopeError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     except (UnicodeDecodeError, OSError) as e:
         raise EmbedscopeError(f"{path}: cannot be read as a UTF-8 text file ({e.__class__.__name__})") from None
     if not isinstance(data, dict):
@@ -65,12 +65,12 @@ def read_yaml_options(path: str) -> dict:
     for k, v in data.items():
         key = str(k).replace("-", "_")
         if key not in OPTION_DESTS and key not in FILE_ONLY:
-            raise UsageError(f"{path}: unknown option '{safe(k)}' "
+            raise UsageError(f"{path}: unknown option '{k}' "
                              f"(allowed: {', '.join(OPTION_DESTS + sorted(FILE_ONLY))})")
         if key in FILE_ONLY_BOOLS and not isinstance(v, bool):
-            raise UsageError(f"{path}: {safe(k)} must be true or false, got {safe(repr(v))}")
+            raise UsageError(f"{path}: {k} must be true or false, got {quoted(v)}")
         if key in ("output", "o", "log", "tensorboard") and not isinstance(v, str):
-            raise UsageError(f"{path}: {safe(k)} must be a file name, got {safe(repr(v))}")
+            raise UsageError(f"{path}: {k} must be a file name, got {quoted(v)}")
         out["output" if key == "o" else key] = v
     return out
 

@@ -68,7 +68,7 @@ def run(args) -> int:
     if bad:  # recorded in grid.csv, and the command says so by its exit status
         from embedscope.errors import EmbedscopeError
 
-        raise EmbedscopeError(f"{len(bad)} of {len(rows)} runs diverged ({safe(', '.join(bad[:3]))}"
+        raise EmbedscopeError(f"{len(bad)} of {len(rows)} runs diverged ({', '.join(bad[:3])}"
                               f"{' ...' if len(bad) > 3 else ''}; status 'diverged' in grid.csv, the reason in its "
                               "'failure' column)" + ("; the grid went on with the other runs" if len(bad) < len(rows)
                                                      else ""))

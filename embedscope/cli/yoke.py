@@ -94,7 +94,7 @@ def run(args) -> int:
             from embedscope.analyses.maps import subsample
 
             if not (subsample(first, max_points, args.seed, by_split=True).labels == cls).any():
-                raise UsageError(f"--inset-class {safe(args.inset_class)}: --max-points {max_points} keeps none "
+                raise UsageError(f"--inset-class {args.inset_class}: --max-points {max_points} keeps none "
                                  f"of its images (fewer points than the split's {len(set(first.labels.tolist()))} "
                                  "classes): raise --max-points or choose another class")
     r = yoke(*args.files, split=args.split, alpha=args.alpha, yoke=args.yoke, max_points=max_points,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.text import safe
+from embedscope.text import quoted
 
 if TYPE_CHECKING:
     import torch
@@ -70,7 +70,7 @@ class ImageDataset:
         if split in (None, "all"):
             return self
         if split not in SPLITS:
-            raise EmbedscopeError(f"unknown split {split!r} (choose {', '.join(SPLITS)} or all)")
+            raise EmbedscopeError(f"unknown split {quoted(split)} (choose {', '.join(SPLITS)} or all)")
         idx = np.flatnonzero(self.split == split)
         return self.take(idx)
 
@@ -106,13 +106,23 @@ class ImageDataset:
                 with Image.open(path) as im:
                     return im.convert("RGB")
         except Image.DecompressionBombError as e:
-            raise EmbedscopeError(f"cannot read image {safe(path)}: too many pixels, a possible decompression "
-                                  f"bomb ({safe(e)})") from None
+            raise EmbedscopeError(f"cannot read image {path}: too many pixels, a possible decompression "
+                                  f"bomb ({_reason(e, path)})") from None
         except (OSError, ValueError) as e:
-            raise EmbedscopeError(f"cannot read image {safe(path)}: {safe(e)}") from None
+            raise EmbedscopeError(f"cannot read image {path}: {_reason(e, path)}") from None
         except Exception as e:  # PIL's plugins raise SyntaxError, struct.error, IndexError on broken files
-            raise EmbedscopeError(f"cannot read image {safe(path)}: a corrupt or unsupported image "
-                                  f"({e.__class__.__name__}: {safe(e)})") from None
+            raise EmbedscopeError(f"cannot read image {path}: a corrupt or unsupported image "
+                                  f"({e.__class__.__name__}: {_reason(e, path)})") from None
+
+
+def _reason(e: BaseException, path: Path) -> str:
+    """An image library's reason without its ``repr`` of the path (``cannot identify image file '...'``,
+    ``[Errno 2] No such file or directory: '...'``): the message names the path once, raw, and the error
+    line escapes it once (a repr would show its backslashes doubled twice)."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    shown = repr(str(path))
+    return str(e).replace(f" {shown}", "").replace(shown, "the file")
 
 
 def digits_to_tensor(img) -> torch.Tensor:
@@ -188,9 +198,9 @@ def require_files(root: str | os.PathLike, names: list[str], dataset: str) -> Pa
         raise EmbedscopeError(f"{dataset} needs --root DIR (the folder of the official download)")
     root = Path(root)
     if root.exists() and not root.is_dir():
-        raise EmbedscopeError(f"{dataset}: --root {safe(root)} is a file, expected the data set's folder")
+        raise EmbedscopeError(f"{dataset}: --root {root} is a file, expected the data set's folder")
     if not root.is_dir():
-        raise EmbedscopeError(f"{dataset}: root folder {safe(root)} does not exist")
+        raise EmbedscopeError(f"{dataset}: root folder {root} does not exist")
     for n in names:
         if not (root / n).exists():
             raise EmbedscopeError(f"{dataset}: {root / n} is missing (not the official {dataset} layout)")

@@ -53,6 +53,7 @@ import numpy as np
 from embedscope.data.base import ImageDataset, class_split, read_text, require_files
 from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
+from embedscope.text import quoted
 
 NAME = "cars196"
 ANNOS = "cars_annos.mat"
@@ -337,14 +338,14 @@ def _read_kaggle_annos(path: Path, n_classes: int) -> list[tuple[str, list[int],
         except ValueError:
             nums = None
         if nums is None:
-            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: malformed line {line.strip()[:60]!r} "
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: malformed line {quoted(line.strip()[:60])} "
                                   "(expected '<file>,<x1>,<y1>,<x2>,<y2>,<class>')")
         c = nums[4]
         if not 1 <= c <= n_classes:
-            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: image {parts[0]!r} has class {c}, outside "
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: image {quoted(parts[0])} has class {c}, outside "
                                   f"1..{n_classes} (the classes of {KAGGLE_NAMES})")
         if parts[0] in seen:
-            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: image {parts[0]!r} is listed twice "
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: image {quoted(parts[0])} is listed twice "
                                   f"(first on line {seen[parts[0]]})")
         seen[parts[0]] = lineno
         rows.append((parts[0], nums[:4], c))

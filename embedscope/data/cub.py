@@ -39,6 +39,7 @@ import numpy as np
 from embedscope.data.base import ImageDataset, class_split, read_text, require_files
 from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
+from embedscope.text import quoted
 
 NAME = "cub200"
 FOLDER = "CUB_200_2011"
@@ -59,7 +60,7 @@ def read_pairs(path: Path, dataset: str, value_kind: str, *, int_value: bool) ->
             ok = parts[1].strip().isdigit()
         if not ok:
             raise EmbedscopeError(
-                f"{dataset}: {path}:{lineno}: malformed line {line.strip()[:60]!r} "
+                f"{dataset}: {path}:{lineno}: malformed line {quoted(line.strip()[:60])} "
                 f"(expected '<id> <{value_kind}>')"
             )
         key = int(parts[0])
@@ -96,7 +97,7 @@ def _read_rows(path: Path, min_fields: int, what: str) -> list[list[str]]:
         if not parts:
             continue
         if len(parts) < min_fields:
-            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: malformed line {line.strip()[:60]!r} (expected {what})")
+            raise EmbedscopeError(f"{NAME}: {path}:{lineno}: malformed line {quoted(line.strip()[:60])} (expected {what})")
         rows.append(parts)
     return rows
 
@@ -141,7 +142,7 @@ def _attribute_labels(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
         try:
             rows.append([int(x) for x in parts[:4]])
         except ValueError:
-            raise EmbedscopeError(f"{NAME}: {path}: non-integer field in {' '.join(parts)[:60]!r}") from None
+            raise EmbedscopeError(f"{NAME}: {path}: non-integer field in {quoted(' '.join(parts)[:60])}") from None
     arr = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
     return arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3]
 
@@ -188,7 +189,7 @@ def cub_properties(base: Path, ids: list[int], rel_paths: list[str], *,
                 iid = int(parts[0])
                 w, h = float(parts[3]), float(parts[4])
             except ValueError:
-                raise EmbedscopeError(f"{NAME}: {bb}: non-numeric field in {' '.join(parts)[:60]!r}") from None
+                raise EmbedscopeError(f"{NAME}: {bb}: non-numeric field in {quoted(' '.join(parts)[:60])}") from None
             if iid in row_of:
                 boxes[row_of[iid]] = (w, h)
         if np.isnan(boxes).any():

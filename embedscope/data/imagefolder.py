@@ -23,7 +23,6 @@ import numpy as np
 
 from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files  # noqa: F401
 from embedscope.errors import EmbedscopeError, EmbedscopeWarning
-from embedscope.text import safe
 
 
 class DatasetSizeWarning(EmbedscopeWarning):
@@ -165,7 +164,7 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
         bad = next((r for r in [name, *rel] if not _is_text(r)), None)
         if bad is not None:
             # an HDF5 file stores paths and class names as UTF-8 text: refused here, before any image is embedded
-            raise EmbedscopeError(f"imagefolder: {safe(root / bad)} has a name that is not valid UTF-8 text "
+            raise EmbedscopeError(f"imagefolder: {root / bad} has a name that is not valid UTF-8 text "
                                   "(an undecodable byte); rename it")
         paths.extend(rel)
         labels.extend([c] * len(files))

@@ -26,7 +26,6 @@ def _check_header(path: Path, sep: str) -> None:
 
     with open(path, newline="", encoding="utf-8-sig") as f:
         header = next(csv.reader(f, delimiter=sep), [])
-    from embedscope.text import safe
 
     seen = set()
     for i, name in enumerate(header):
@@ -34,9 +33,9 @@ def _check_header(path: Path, sep: str) -> None:
             hint = " (a row index written by pandas? write the table with index=False)" if i == 0 else ""
             raise EmbedscopeError(f"{path}: column {i + 1} of the header has no name{hint}")
         if name != name.strip():
-            raise EmbedscopeError(f"{path}: the column name '{safe(name)}' has spaces around it")
+            raise EmbedscopeError(f"{path}: the column name '{name}' has spaces around it")
         if name in seen:
-            raise EmbedscopeError(f"{path}: the column name '{safe(name)}' occurs twice: give each property "
+            raise EmbedscopeError(f"{path}: the column name '{name}' occurs twice: give each property "
                                   "its own name")
         seen.add(name)
 

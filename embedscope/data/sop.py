@@ -20,6 +20,7 @@ import numpy as np
 from embedscope.data.base import ImageDataset, class_split, read_text, require_files
 from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
+from embedscope.text import quoted
 
 NAME = "sop"
 FOLDER = "Stanford_Online_Products"
@@ -42,7 +43,7 @@ def _read_ebay(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
         parts = line.split()
         if len(parts) != 4 or not all(p.isdigit() for p in parts[:3]):
             raise EmbedscopeError(
-                f"{NAME}: {path}:{lineno}: malformed line {line.strip()[:60]!r} "
+                f"{NAME}: {path}:{lineno}: malformed line {quoted(line.strip()[:60])} "
                 "(expected '<image_id> <class_id> <super_class_id> <path>')"
             )
         cls.append(int(parts[1]))

@@ -22,7 +22,6 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
 
     A photo is returned as an RGB uint8 array, its longer side scaled to ``size`` pixels.
     """
-    from embedscope.text import safe
 
     paths = list(paths)
     if dataset == "digits" or (paths and all(str(p).startswith("digits/") for p in paths)):
@@ -37,7 +36,7 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
                     raise IndexError(i)
                 out.append(images[i])
             except (IndexError, ValueError):
-                raise EmbedscopeError(f"{safe(p)} is not a digits item id (digits/NNNN)") from None
+                raise EmbedscopeError(f"{p} is not a digits item id (digits/NNNN)") from None
         return out
     if paths and all(generated_shapes_key(p) is not None for p in paths):
         return [_thumbnail(im, size) for im in _generated_shapes_images(paths, root)]
@@ -45,7 +44,7 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
         raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
     rootp = Path(root)
     if not rootp.is_dir():
-        raise EmbedscopeError(f"--root {safe(root)}: not a folder")
+        raise EmbedscopeError(f"--root {root}: not a folder")
     from PIL import Image
 
     out = []
@@ -57,7 +56,9 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
                 im.thumbnail((size, size))
                 out.append(np.asarray(im))
         except (OSError, ValueError) as e:
-            raise EmbedscopeError(f"cannot read image {safe(f)}: {safe(getattr(e, 'strerror', None) or e)}") from None
+            from embedscope.data.base import _reason
+
+            raise EmbedscopeError(f"cannot read image {f}: {_reason(e, f)}") from None
     return out
 
 
@@ -79,19 +80,18 @@ def _generated_shapes_images(paths: Sequence[str], root: str | None) -> list[np.
     folder given to embed with ``--root``) when it holds the set, else the default cache; a set not
     cached is rendered again (the same pixels: the renderer is seeded and versioned in the key)."""
     from embedscope.data import shapes
-    from embedscope.text import safe
 
     out = []
     for p in paths:
         key = generated_shapes_key(p)
         n, size, seed = (int(x) for x in _GENERATED_KEY.fullmatch(key).groups())
         if shapes.generation_key(n, size, seed) != key:
-            raise EmbedscopeError(f"{safe(p)}: a shapes image of another renderer version (this one draws "
+            raise EmbedscopeError(f"{p}: a shapes image of another renderer version (this one draws "
                                   f"{shapes.generation_key(n, size, seed)})")
         images = _shapes_cache(n, size, seed, root)
         i = int(str(p).rsplit("/", 1)[1])
         if i >= n:
-            raise EmbedscopeError(f"{safe(p)} is not an item of the generated shapes set ({n} images)")
+            raise EmbedscopeError(f"{p} is not an item of the generated shapes set ({n} images)")
         out.append(images[i])
     return out
 

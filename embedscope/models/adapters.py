@@ -48,6 +48,7 @@ from embedscope.models.checkpoint import (
     read_checkpoint,
     strip_prefix,
 )
+from embedscope.text import quoted
 
 PML_FORMAT = "pytorch-metric-learning trunk+embedder"
 ROTH_FORMAT = "Roth et al. 2020 checkpoint"
@@ -354,7 +355,7 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
     opt_dim = embed_dim if embed_dim is not None else _opt(opt, "embed_dim")
     if opt_dim is not None:
         if isinstance(opt_dim, bool) or not isinstance(opt_dim, int):
-            raise EmbedscopeError(f"{path}: opt.embed_dim must be an integer, got {printable(repr(opt_dim), 40)}")
+            raise EmbedscopeError(f"{path}: opt.embed_dim must be an integer, got {printable(quoted(opt_dim), 40)}")
         if opt_dim != dim:
             raise EmbedscopeError(f"{path}: opt.embed_dim is {opt_dim} but model.last_linear has {dim} outputs")
     fmt = DMLB_FORMAT if dmlb else ROTH_FORMAT
@@ -414,7 +415,7 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
     if head == "none" and head_seed is not None:
         raise UsageError("--head-seed applies to --head random (--head none has no head to draw)")
     if embed_dim is not None and (isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1):
-        raise UsageError(f"--embed-dim must be a positive integer, got {embed_dim!r}")
+        raise UsageError(f"--embed-dim must be a positive integer, got {quoted(embed_dim)}")
     cfg = default_config(arch, head=head, normalize=bool(normalize), frozen_bn=False,
                          embed_dim=embed_dim if head == "random" else None,
                          head_seed=int(head_seed or 0),

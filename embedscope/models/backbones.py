@@ -32,6 +32,7 @@ from torch import nn
 
 from embedscope import names
 from embedscope.errors import EmbedscopeError
+from embedscope.text import quoted
 
 ARCHS = names.ARCHS
 HEADS = ("linear", "none", "random", "mlp")
@@ -120,7 +121,7 @@ class InputConvention(nn.Module):
         super().__init__()
         order = str(spec.get("order", "RGB")).upper()
         if order not in ("RGB", "BGR"):
-            raise EmbedscopeError(f"input convention: order must be RGB or BGR, got {order!r}")
+            raise EmbedscopeError(f"input convention: order must be RGB or BGR, got {quoted(order)}")
         rng = float(spec.get("range", 1.0))
         mean = torch.tensor([float(v) for v in spec.get("mean", IMAGENET_MEAN)], dtype=torch.float32)
         std = torch.tensor([float(v) for v in spec.get("std", IMAGENET_STD)], dtype=torch.float32)
@@ -259,7 +260,7 @@ def _mlp_head(layers: list[Any]) -> nn.Sequential:
         elif isinstance(item, (list, tuple)) and len(item) == 2:
             mods.append(nn.Linear(int(item[0]), int(item[1])))
         else:
-            raise EmbedscopeError(f"head_layers: expected 'relu' or [in, out], got {item!r}")
+            raise EmbedscopeError(f"head_layers: expected 'relu' or [in, out], got {quoted(item)}")
     return nn.Sequential(*mods)
 
 
@@ -304,7 +305,7 @@ class EmbeddingModel(nn.Module):
             self.embed_dim = int(lins[-1].out_features)
         else:
             if embed_dim is None or isinstance(embed_dim, bool) or int(embed_dim) != embed_dim or int(embed_dim) < 1:
-                raise EmbedscopeError(f"embed_dim must be a positive integer, got {embed_dim!r}")
+                raise EmbedscopeError(f"embed_dim must be a positive integer, got {quoted(embed_dim)}")
             self.embed_dim = int(embed_dim)
             if head == "random":
                 with torch.random.fork_rng(devices=[]):
@@ -377,13 +378,13 @@ def _int_field(config: dict[str, Any], key: str, default: Any, minimum: int = 1)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer, got {v!r}")
+        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer, got {quoted(v)}")
     try:
         f = float(v)
     except ValueError:
-        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer, got {v!r}") from None
+        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer, got {quoted(v)}") from None
     if not f.is_integer() or f < minimum:
-        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer >= {minimum}, got {v!r}")
+        raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer >= {minimum}, got {quoted(v)}")
     return int(f)
 
 
@@ -393,16 +394,16 @@ def build_model(config: dict[str, Any]) -> EmbeddingModel:
         raise EmbedscopeError(f"checkpoint config must be a dict, got {type(config).__name__}")
     arch = config.get("arch")
     if not isinstance(arch, str) or not arch:
-        raise EmbedscopeError(f"checkpoint config: 'arch' must name an architecture, got {arch!r}")
+        raise EmbedscopeError(f"checkpoint config: 'arch' must name an architecture, got {quoted(arch)}")
     head = config.get("head", "linear")
     if head not in HEADS:
-        raise EmbedscopeError(f"checkpoint config: unknown head {head!r} (choose {', '.join(HEADS)})")
+        raise EmbedscopeError(f"checkpoint config: unknown head {quoted(head)} (choose {', '.join(HEADS)})")
     input_space = config.get("input_space")
     if input_space is not None and not isinstance(input_space, dict):
-        raise EmbedscopeError(f"checkpoint config: 'input_space' must be a dict, got {input_space!r}")
+        raise EmbedscopeError(f"checkpoint config: 'input_space' must be a dict, got {quoted(input_space)}")
     head_layers = config.get("head_layers")
     if head_layers is not None and not isinstance(head_layers, (list, tuple)):
-        raise EmbedscopeError(f"checkpoint config: 'head_layers' must be a list, got {head_layers!r}")
+        raise EmbedscopeError(f"checkpoint config: 'head_layers' must be a list, got {quoted(head_layers)}")
     return EmbeddingModel(
         arch,
         _int_field(config, "embed_dim", 128) if head in ("linear", "random") else None,

@@ -30,6 +30,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from embedscope.text import quoted
+
 # (name, input channels, 1x1, 3x3 reduce, 3x3, double 3x3 reduce, double 3x3 (both), pool proj, pool)
 # A "reduction" block (stride 2) has no 1x1 branch and no pool projection (its pool is a max pool).
 _BLOCKS = [
@@ -64,7 +66,7 @@ class BNInception(nn.Module):
     def __init__(self, pool: str = "avg") -> None:
         super().__init__()
         if pool not in ("avg", "avg+max"):
-            raise ValueError(f"pool must be 'avg' or 'avg+max', got {pool!r}")
+            raise ValueError(f"pool must be 'avg' or 'avg+max', got {quoted(pool)}")
         self.pool = pool
         self._cbr("conv1_7x7_s2", 3, 64, 7, stride=2, padding=3)
         self._cbr("conv2_3x3_reduce", 64, 64, 1)

@@ -35,6 +35,7 @@ import torch
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import atomic_output, sha256_file
 from embedscope.models.backbones import EmbeddingModel, _int_field, build_model, default_config
+from embedscope.text import quoted
 
 FORMAT = "embedscope-checkpoint"
 FORMAT_VERSION = 1
@@ -44,10 +45,9 @@ FORMAT_VERSION = 1
 
 
 def printable(text: Any, limit: int = 160) -> str:
-    """``text`` with control characters escaped (:func:`embedscope.text.safe`), cut to ``limit`` characters."""
-    from embedscope.text import safe
-
-    s = safe(text)
+    """``str(text)`` cut to ``limit`` characters, for a message. Not escaped: the line that shows the
+    message escapes it (:func:`embedscope.text.safe`), once."""
+    s = str(text)
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
@@ -387,7 +387,7 @@ def check_state_dict(sd: Any, where: str) -> dict[str, torch.Tensor]:
         raise EmbedscopeError(f"{where}: the state dict is empty")
     for k, v in sd.items():
         if not isinstance(k, str):
-            raise EmbedscopeError(f"{where}: state dict key {printable(repr(k), 60)} is not a string")
+            raise EmbedscopeError(f"{where}: state dict key {printable(quoted(k), 60)} is not a string")
         if not isinstance(v, torch.Tensor):
             raise EmbedscopeError(
                 f"{where}: state dict entry '{printable(k, 60)}' is a {type(v).__name__}, not a tensor")
@@ -523,10 +523,10 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         extra = dict(extra) if isinstance(extra, dict) else {"extra": extra}
         if obj.get("format") not in (None, FORMAT):
             raise EmbedscopeError(
-                f"{path}: unknown format {printable(repr(obj.get('format')), 60)} (expected '{FORMAT}')")
+                f"{path}: unknown format {printable(quoted(obj.get('format')), 60)} (expected '{FORMAT}')")
         version = obj.get("format_version", FORMAT_VERSION)
         if isinstance(version, bool) or not isinstance(version, int):
-            raise EmbedscopeError(f"{path}: 'format_version' must be an integer, got {printable(repr(version), 40)}")
+            raise EmbedscopeError(f"{path}: 'format_version' must be an integer, got {printable(quoted(version), 40)}")
         if version > FORMAT_VERSION:
             raise EmbedscopeError(
                 f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
@@ -557,7 +557,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         config["embed_dim"] = embed_dim
     arch_name = config.pop("arch")
     if not isinstance(arch_name, str):
-        raise EmbedscopeError(f"{path}: config 'arch' must be a string, got {printable(repr(arch_name), 40)}")
+        raise EmbedscopeError(f"{path}: config 'arch' must be a string, got {printable(quoted(arch_name), 40)}")
     config = default_config(arch_name, **config)
     try:
         for k in ("image_size", "resize"):  # checked as embed_dim is (a 0 or a -5 failed deep in torchvision)

@@ -174,9 +174,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 
     bad = nonfinite_weights(model)
     if bad:  # its embeddings, and so every gradient, would be NaN: refused before the work
-        from embedscope.text import safe
 
-        raise EmbedscopeError(f"{safe(str(checkpoint))}: the model's weights hold NaN or inf ({bad}), so its "
+        raise EmbedscopeError(f"{str(checkpoint)}: the model's weights hold NaN or inf ({bad}), so its "
                               "embeddings and their gradients are undefined: no saliency maps")
     untrained = is_untrained(config, info.get("extra"))
     if config.get("distance") not in (None, ""):
@@ -299,14 +298,13 @@ def _zero_maps(maps) -> int:
 
 def _zero_map_notes(name: str, n: int, n_zero: int, n_zero_retrieval: int | None = None) -> list[str]:
     """The note of ``saliency`` on all-zero maps (docs/saliency.md, "Degenerate images")."""
-    from embedscope.text import safe
 
     out = []
     for what, k in (("maps", n_zero), ("retrieval maps", n_zero_retrieval)):
         if not k:
             continue
         if k == n:
-            head = (f"all {n} {what} of {safe(name)} are all zero: zero gradients, the model's embedding does not "
+            head = (f"all {n} {what} of {name} are all zero: zero gradients, the model's embedding does not "
                     "change with its input (a collapsed model?)")
         else:
             head = f"{k} of {n} {what} are all zero: zero gradients, the embedding does not change with those images"

@@ -27,6 +27,7 @@ import numpy as np
 from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
+from embedscope.text import quoted
 from embedscope.validation import as_numpy
 
 FORMAT_VERSION = 1
@@ -102,7 +103,7 @@ class EmbeddingSet:
         for what, given in (("class_names", class_names), ("paths", paths)):
             if isinstance(given, (str, bytes)):
                 raise EmbedscopeError(f"{what} must be a list of names (one per {'class' if what == 'class_names' else 'row'}), "
-                                      f"not one string ({given!r})")
+                                      f"not one string ({quoted(given)})")
         _check_present(y_arr, "labels")
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
@@ -214,7 +215,7 @@ class EmbeddingSet:
             )
         bad_split = set(np.unique(self.split).tolist()) - set(SPLITS)
         if bad_split:
-            shown = ", ".join(repr(str(s)) for s in sorted(bad_split)[:5])
+            shown = ", ".join(quoted(str(s)) for s in sorted(bad_split)[:5])
             raise EmbedscopeError(f"{source}: unknown split value(s) {shown} (allowed: {', '.join(SPLITS)})")
         for k, v in self.properties.items():
             _check_property_name(k, source)
@@ -243,7 +244,7 @@ class EmbeddingSet:
         if split in (None, "all"):
             return self
         if split not in SPLITS:
-            raise EmbedscopeError(f"unknown split {split!r} (choose {', '.join(SPLITS)} or all)")
+            raise EmbedscopeError(f"unknown split {quoted(split)} (choose {', '.join(SPLITS)} or all)")
         mask = self.split == split
         if not mask.any():
             present = ", ".join(self.splits) or "none"
@@ -336,7 +337,7 @@ def _check_present(values: np.ndarray, what: str) -> None:
         return  # integers and text hold no None or NaN
     for i, v in enumerate(values):
         if v is None or (isinstance(v, (float, np.floating)) and v != v):
-            raise EmbedscopeError(f"{what}: row {i} is missing ({v!r}); give every row a value")
+            raise EmbedscopeError(f"{what}: row {i} is missing ({quoted(v)}); give every row a value")
 
 
 def _labels_by_name(y: np.ndarray, names: list[str]) -> np.ndarray:
@@ -344,20 +345,20 @@ def _labels_by_name(y: np.ndarray, names: list[str]) -> np.ndarray:
     index: dict[str, int] = {}
     for i, c in enumerate(names):
         if c in index:
-            raise EmbedscopeError(f"class names repeat {c!r} (positions {index[c]} and {i})")
+            raise EmbedscopeError(f"class names repeat {quoted(c)} (positions {index[c]} and {i})")
         index[c] = i
     values, inverse = np.unique(y, return_inverse=True)
     unknown = [str(v) for v in values if v not in index]
     if unknown:
         raise EmbedscopeError(f"{len(unknown)} label(s) are not among the {len(names)} class names, e.g. "
-                              f"{', '.join(repr(u) for u in unknown[:3])}")
+                              f"{', '.join(quoted(u) for u in unknown[:3])}")
     return np.array([index[v] for v in values], dtype=np.int64)[inverse.reshape(-1)]
 
 
 def _check_property_name(name: str, source: str) -> None:
     """``/properties/<name>`` is an HDF5 path: "/" would make groups, "." and "" name no dataset."""
     if name in ("", ".", "..") or "/" in name or "\x00" in name:
-        raise EmbedscopeError(f"{source}: {name!r} cannot be a property name (no '/', NUL, '.' or empty "
+        raise EmbedscopeError(f"{source}: {quoted(name)} cannot be a property name (no '/', NUL, '.' or empty "
                               "name in HDF5)")
 
 
@@ -373,7 +374,7 @@ def _check_text(values: np.ndarray, what: str) -> None:
                 v.encode("utf-8")
             except UnicodeEncodeError:
                 raise EmbedscopeError(f"{what}: row {i} is not valid text (an undecodable byte, "
-                                      f"{v.encode('utf-8', 'backslashreplace').decode('ascii')!r})") from None
+                                      f"{quoted(v)})") from None
 
 
 def _spellings():
@@ -709,7 +710,7 @@ def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
                 version = int(np.asarray(version).item())
             except (TypeError, ValueError):
                 raise EmbedscopeError(f"{path}: format_version must be an integer, got "
-                                      f"{_from_attr(version)!r}") from None
+                                      f"{quoted(_from_attr(version))}") from None
             if version > FORMAT_VERSION:
                 raise EmbedscopeError(
                     f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")

@@ -36,6 +36,7 @@ from typing import Any, Callable
 from embedscope.device import available_cpus
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import file_stat
+from embedscope.text import quoted
 
 CACHE_ENV = "EMBEDSCOPE_CACHE"
 GEOMETRY_SEED = 0  # the seed of the geometry measures' sampled pairs in every row (the registry's default)
@@ -555,7 +556,7 @@ class _DataCheck:
                 self.now[key] = current_fingerprint(*key, self.generation)
             except EmbedscopeError as e:
                 self.now[key] = None
-                self.unlisted[key] = (0, str(e).splitlines()[0] if str(e) else "")
+                self.unlisted[key] = (0, str(e))  # one line: raw names, escaped by the notice
         if self.now[key] is None:
             n, msg = self.unlisted[key]
             self.unlisted[key] = (n + 1, msg)
@@ -566,14 +567,12 @@ class _DataCheck:
         return True
 
     def report(self) -> None:
-        from embedscope.text import safe
-
-        for (name, root, _), n in self.changed.items():
-            where = f" in {safe(root)}" if root else ""
-            self.say(f"study: the data set {safe(name)}{where} changed since {n} finished row(s) were measured "
+        for (name, root, _), n in self.changed.items():  # raw: say escapes them
+            where = f" in {root}" if root else ""
+            self.say(f"study: the data set {name}{where} changed since {n} finished row(s) were measured "
                      "(images added, removed, replaced or relabelled): they are measured again")
         for (name, _root, _), (n, msg) in self.unlisted.items():
-            self.say(f"study: the data set {safe(name)} cannot be listed now ({safe(msg)}): its {n} finished "
+            self.say(f"study: the data set {name} cannot be listed now ({msg}): its {n} finished "
                      "row(s) are kept as measured, unchecked")
 
 
@@ -670,7 +669,6 @@ def _check_properties(target: str, measures: list[str] | None, datasets: list[An
     ``NR-Prec:<property>`` that no data set of the study holds, when every one of them fixes its
     properties (:func:`fixed_properties`); otherwise the rows tell (the statistics' error names it)."""
     from embedscope.analyses.registry import PROPERTY_PREFIX
-    from embedscope.text import safe
 
     names = sorted({str(d) for d in datasets if isinstance(d, str)})
     fixed = [fixed_properties(d) for d in names]
@@ -682,10 +680,10 @@ def _check_properties(target: str, measures: list[str] | None, datasets: list[An
             if not m.startswith(PROPERTY_PREFIX) or m[len(PROPERTY_PREFIX):] in have:
                 continue
             prop = m[len(PROPERTY_PREFIX):]
-            which = (f"the data set {safe(names[0])} has" if len(names) == 1 else
-                     f"the data sets of the study ({safe(', '.join(names))}) have")
-            raise UsageError(f"{opt} {safe(m)}: {which} no property '{safe(prop)}' ("
-                             + (f"properties: {safe(', '.join(have))}" if have else "no properties at all")
+            which = (f"the data set {names[0]} has" if len(names) == 1 else
+                     f"the data sets of the study ({', '.join(names)}) have")
+            raise UsageError(f"{opt} {m}: {which} no property '{prop}' ("
+                             + (f"properties: {', '.join(have)}" if have else "no properties at all")
                              + "); name a property it holds")
 
 
@@ -812,7 +810,6 @@ def _empty_rows_folder(p: Path) -> bool:
 def check_scheduler_address(address: Any) -> None:
     """Refuse (a usage error, before any work) a ``--scheduler`` that is not a Dask address:
     ``tcp://host:8786`` (or ``host:8786``, ``tls://…``, ``ws://…``); whether it answers is asked later."""
-    from embedscope.text import safe
 
     if not isinstance(address, str) or not address.strip():
         raise UsageError("--scheduler: expected the address of a Dask scheduler, e.g. tcp://host:8786")
@@ -828,7 +825,7 @@ def check_scheduler_address(address: Any) -> None:
             pass
     except (ValueError, TypeError) as e:
         why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise UsageError(f"--scheduler {safe(address)}: not a Dask scheduler address ({safe(why)}); "
+        raise UsageError(f"--scheduler {address}: not a Dask scheduler address ({why}); "
                          "expected e.g. tcp://host:8786") from None
 
 
@@ -859,8 +856,11 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.study.measures import registry
     from embedscope.study.plan import config_columns, plan_study
     from embedscope.study.stats import check_exclude, check_exclude_columns, check_exclude_not_circular
+    from embedscope.text import safe
 
-    say = echo or print
+    def say(line: str) -> None:  # the study's lines name files and data sets: escaped here, once (text.py)
+        (echo or print)(safe(line))
+
     mreg0, _, _ = registry()
     if not isinstance(target, str) or target not in mreg0:
         raise UsageError(f"--target: unknown measure '{target}' (known: {known_names()})")
@@ -881,7 +881,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     import numbers
 
     if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 0:
-        raise UsageError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {n_boot!r}")
+        raise UsageError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {quoted(n_boot)}")
     n_boot = int(n_boot)
     _check_dataset(dataset)
     if dataset is not None:  # a property the data set has not: refused now (else after every row is measured)
@@ -999,10 +999,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         write_json(_row_path(out_dir, row["id"]), row, force=True)
         done[row["id"]] = row
         computed.append(row)
-        from embedscope.text import safe
-
-        status = "ok" if row["status"] == "ok" else f"ERROR {safe(row['error'])}"
-        say(f"[{len(done)}/{len(entries)}] {safe(row['id'])}: {status}")  # names from files: escaped
+        status = "ok" if row["status"] == "ok" else f"ERROR {row['error']}"
+        say(f"[{len(done)}/{len(entries)}] {row['id']}: {status}")  # names from files: raw, escaped by say
         bar.update(1)
         if on_row is not None:
             on_row(row)
@@ -1198,10 +1196,9 @@ def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
         try:
             client = Client(scheduler)
         except (OSError, TimeoutError, ValueError) as e:  # unreachable, timed out, or not an address
-            from embedscope.text import safe
 
             why = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-            raise EmbedscopeError(f"cannot connect to the Dask scheduler {safe(scheduler)} ({safe(why)})") from None
+            raise EmbedscopeError(f"cannot connect to the Dask scheduler {scheduler} ({why})") from None
     else:
         import dask
 

@@ -515,13 +515,12 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
             measures = []
             df[target] = np.nan
         elif target.startswith("NR-Prec:"):
-            from embedscope.text import safe
 
             # (a data set whose properties are fixed by the code is refused before any work: run_study)
             have = sorted(c[len("NR-Prec:"):] for c in df.columns if isinstance(c, str) and c.startswith("NR-Prec:"))
             raise EmbedscopeError(
-                f"--target {safe(target)}: no measured embedding holds the property '{safe(target[8:])}' ("
-                + (f"they hold: {safe(', '.join(have))}" if have else "they hold no properties")
+                f"--target {target}: no measured embedding holds the property '{target[8:]}' ("
+                + (f"they hold: {', '.join(have)}" if have else "they hold no properties")
                 + "; the properties of a cub200 or cars196 folder are known only once its images are embedded)")
         else:
             raise EmbedscopeError(f"--target {target}: no such measure in the study")

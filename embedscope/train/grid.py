@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.text import quoted
 
 SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "train_classes",
                    "image_size", "status", "epochs",
@@ -101,6 +102,7 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     Keys of :data:`IGNORED_SETTINGS` (device, workers, evaluation frequency, precision) do not count;
     two names of one folder (``root``) are the same setting.
     """
+    from embedscope.text import quoted
     from embedscope.train.trainer import _same_folder
 
     out = []
@@ -114,7 +116,7 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
         else:
             a, b = _norm(stored.get(k)), _norm(wanted.get(k))
         if a != b:
-            out.append(f"{k}: {a!r} -> {b!r}")
+            out.append(f"{k}: {quoted(a)} -> {quoted(b)}")
     return out
 
 
@@ -139,7 +141,7 @@ class _Inputs:
                 self.data[key] = data_fingerprint(get_dataset(key[0], key[1], train_classes=key[2]))
             except EmbedscopeError as e:
                 self.data[key] = None
-                self.unlisted[key] = [0, str(e).splitlines()[0] if str(e) else ""]
+                self.unlisted[key] = [0, str(e)]  # one line: raw names, escaped where said
         if self.data[key] is None:
             self.unlisted[key][0] += 1
         return self.data[key]
@@ -170,11 +172,10 @@ class _Inputs:
         return out
 
     def report(self, say: Callable[[str], None]) -> None:
-        from embedscope.text import safe
 
         for (name, _root, _tc), (n, msg) in self.unlisted.items():
             if n:
-                say(f"note: the data set {safe(name)} cannot be listed now ({safe(msg)}): its {n} stored run(s) "
+                say(f"note: the data set {name} cannot be listed now ({msg}): its {n} stored run(s) "
                     "are taken as trained, unchecked")
 
 
@@ -228,14 +229,13 @@ def check_grid_table(out_dir: str | os.PathLike, *, force: bool = False) -> bool
     """Before any training: ``out_dir/grid.csv``, when it exists, must be a train-grid table (its
     rows are merged with this call's). Another file is refused (:class:`EmbedscopeError`) unless
     ``force``; returns True when such a file is to be replaced (its rows not merged)."""
-    from embedscope.text import safe
 
     table = Path(out_dir) / "grid.csv"
     problem = grid_table_problem(table)
     if problem is None:
         return False
     if not force:
-        raise EmbedscopeError(f"{safe(table)} exists and is not a train-grid table ({problem}): move it or use --force")
+        raise EmbedscopeError(f"{table} exists and is not a train-grid table ({problem}): move it or use --force")
     return True
 
 
@@ -261,12 +261,13 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     """
     from embedscope.fileio import check_writable
     from embedscope.tables import write_csv
+    from embedscope.text import safe
     from embedscope.train.losses import loss_spec
     from embedscope.train.trainer import TrainingDiverged, resolve_config, run_paths, train
 
-    say = echo or print
+    say = echo or (lambda s: print(safe(s), flush=True))  # lines name files: escaped where shown, once
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise UsageError(f"workers must be a positive integer, got {workers!r}")
+        raise UsageError(f"workers must be a positive integer, got {quoted(workers)}")
     _refuse_duplicates(losses, p_switches, seeds)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -276,7 +277,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         options.pop(k, None)
     for p in p_switches:  # also those only tuple-less losses meet (their runs are n/a, their names still used)
         if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
-            raise UsageError(f"--p-switch must lie in [0, 1], got {p!r}")
+            raise UsageError(f"--p-switch must lie in [0, 1], got {quoted(p)}")
     combos = [(lo, float(p), int(s)) for lo in losses for p in p_switches for s in seeds]
     wanted: dict[tuple, dict[str, Any]] = {}
     for lo, p, s in combos:  # validate every combination before training any
@@ -322,9 +323,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     foreign = check_grid_table(out_dir, force=force)
     check_writable(out_dir / "grid.csv", force=True)
     if foreign:
-        from embedscope.text import safe
-
-        say(f"note: {safe(out_dir / 'grid.csv')} is not a train-grid table: --force replaces it (its rows are not kept)")
+        say(f"note: {out_dir / 'grid.csv'} is not a train-grid table: --force replaces it (its rows are not kept)")
     from embedscope.fileio import make_folders, remove_empty_folders
 
     created = make_folders(out_dir, out_dir)  # removed again if this call leaves them empty (a first run that fails)
@@ -475,14 +474,12 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
             if cfg:
                 r = {**r, "train_classes": cfg.get("train_classes"), "image_size": cfg.get("image_size")}
         out.append(r)
-    from embedscope.text import safe
-
     if gone:
         say(f"grid.csv: dropped {len(gone)} earlier row(s) whose checkpoint is gone or no finished run "
-            f"({safe(', '.join(gone[:3]))}{' ...' if len(gone) > 3 else ''})")
+            f"({', '.join(gone[:3])}{' ...' if len(gone) > 3 else ''})")
     if again:
         say(f"grid.csv: {len(again)} earlier row(s) summarised again from their checkpoint, changed since the "
-            f"table was written ({safe(', '.join(again[:3]))}{' ...' if len(again) > 3 else ''})")
+            f"table was written ({', '.join(again[:3])}{' ...' if len(again) > 3 else ''})")
     return out
 
 

@@ -152,12 +152,12 @@ def check_loss_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     import numbers
 
     from embedscope.errors import UsageError
-    from embedscope.text import safe
+    from embedscope.text import quoted
 
     spec = loss_spec(name)
     unknown = set(params) - set(spec.defaults)
     if unknown:
-        raise UsageError(f"loss '{name}' has no parameter(s) {safe(', '.join(sorted(map(str, unknown))))} "
+        raise UsageError(f"loss '{name}' has no parameter(s) {', '.join(sorted(map(str, unknown)))} "
                          f"(it has: {', '.join(spec.defaults) or 'none'})")
     out: dict[str, Any] = {}
     for k, v in params.items():
@@ -169,13 +169,13 @@ def check_loss_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
             if isinstance(v, str) and v.lower() in ("true", "false"):
                 v = v.lower() == "true"
             if not isinstance(v, bool):
-                raise UsageError(f"loss parameter {k} of '{name}' must be true or false, got {safe(repr(v))}")
+                raise UsageError(f"loss parameter {k} of '{name}' must be true or false, got {quoted(v)}")
         elif isinstance(d, (int, float)):
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
-                raise UsageError(f"loss parameter {k} of '{name}' must be a finite number, got {safe(repr(v))}")
+                raise UsageError(f"loss parameter {k} of '{name}' must be a finite number, got {quoted(v)}")
             if isinstance(d, int):
                 if not float(v).is_integer() or v < 1:
-                    raise UsageError(f"loss parameter {k} of '{name}' must be an integer >= 1, got {safe(repr(v))}")
+                    raise UsageError(f"loss parameter {k} of '{name}' must be an integer >= 1, got {quoted(v)}")
                 v = int(v)
             else:
                 v = float(v)

@@ -146,9 +146,9 @@ def _flag(k: str) -> str:
 
 
 def _show(v: Any) -> str:
-    from embedscope.text import safe
+    from embedscope.text import quoted
 
-    return safe(repr(v) if isinstance(v, str) else v)
+    return quoted(v)  # raw: the error line escapes it
 
 
 def _as_int(k: str, v: Any, minimum: int | None = None) -> int:
@@ -436,7 +436,6 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
     progress = bool(progress) and _is_tty(sys.stderr)
 
     from embedscope.embed import NonFiniteEmbeddings
-    from embedscope.text import safe
     from embedscope.validation import one_point, zero_rows
 
     devices = [device.index or 0] if device.type == "cuda" else []
@@ -451,7 +450,7 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
     z = zero_rows(Xte)
     if len(z):  # no direction: R@1 and MAP@R by cosine are undefined (the retrieval refuses such rows)
         raise _Diverged(f"the model embeds {len(z)} of {len(Xte)} test images to the zero vector (the first: "
-                        f"{safe(str(test_ds.paths[int(z[0])]))}), so test R@1 is undefined (a collapsed model)")
+                        f"{str(test_ds.paths[int(z[0])])}), so test R@1 is undefined (a collapsed model)")
     if notes is not None and one_point(Xte):
         notes.append("every test image has the same embedding (the network collapsed to one point; a lower --lr?): "
                      "R@1 and MAP@R are those of a full tie (ties go to the lower index), rho is undefined")
@@ -872,7 +871,6 @@ def sampler_notes(sampler: str, ytrain: np.ndarray, class_names=None) -> list[st
     classes smaller than n repeat their images within a batch (a class of one image gives its only
     positive as a copy of itself), and ``random`` batches hold no same-class pair when every class has
     one image (the loss is 0, nothing is learnt)."""
-    from embedscope.text import safe
 
     _, sizes = np.unique(ytrain, return_counts=True)
     out = []
@@ -881,7 +879,7 @@ def sampler_notes(sampler: str, ytrain: np.ndarray, class_names=None) -> list[st
         small = np.flatnonzero(sizes < n)
         if len(small):
             k = int(small[np.argmin(sizes[small])])
-            name = safe(str(class_names[k])) if class_names is not None else str(k)
+            name = str(class_names[k]) if class_names is not None else str(k)
             out.append(f"{len(small)} of {len(sizes)} training classes have fewer than {n} images (the smallest: "
                        f"{name}, {int(sizes[k])}): a --sampler {sampler} batch repeats their images"
                        + (" (a class of one image is its own positive)" if sizes.min() == 1 else ""))
@@ -1101,7 +1099,9 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     test split, ``rho`` (ρ, docs/methods.md §2) on the embedded training split, every ``eval_every``
     epochs (0 = never) and at epoch 0 (before training). ``epochs = 0`` writes the untrained network as the final checkpoint.
     """
-    say = echo or (lambda s: print(s, flush=True))
+    from embedscope.text import safe
+
+    say = echo or (lambda s: print(safe(s), flush=True))  # lines name files: escaped where shown, once
     from embedscope.fileio import is_folder_name
 
     for name, p in (("-o", out), ("--log", log)):
@@ -1230,10 +1230,8 @@ def compute_record(dev, start_epoch: int, state: dict[str, Any] | None = None,
 
 def data_changed_message(cfg: dict[str, Any], since: str = "was started") -> str:
     """"the data set NAME in ROOT changed since the run ``since`` (...)": one wording for resume and grid."""
-    from embedscope.text import safe
-
-    where = f" in {safe(cfg['root'])}" if cfg.get("root") else ""
-    return (f"the data set {safe(cfg['dataset'])}{where} changed since the run {since} (images added, "
+    where = f" in {cfg['root']}" if cfg.get("root") else ""
+    return (f"the data set {cfg['dataset']}{where} changed since the run {since} (images added, "
             "removed, replaced or relabelled)")
 
 
@@ -1386,20 +1384,18 @@ def _diverged_message(e: _Diverged, epoch: int, cfg: dict[str, Any], paths: dict
                       replacing: _Replacement, keep_epochs: bool) -> str:
     """The one line of a run that diverged in ``epoch``: where, what, and what was kept (``saved``: the
     epoch ``last.pt`` holds, None when no epoch was saved; the failed epoch is never written)."""
-    from embedscope.text import safe
-
     where = f"epoch {epoch}" + (f", batch {e.batch[0]} of {e.batch[1]}" if e.batch else "")
     if saved is not None:
-        kept = f"{safe(paths['last'])} keeps epoch {saved}, the last good one"
+        kept = f"{paths['last']} keeps epoch {saved}, the last good one"
     elif replacing.pending and _run_files(paths):
-        kept = f"nothing was written: the earlier run of {safe(paths['out'])} is kept as it was"
+        kept = f"nothing was written: the earlier run of {paths['out']} is kept as it was"
     elif keep_epochs and (paths["dir"] / "epoch-000.pt").is_file():
-        kept = f"only {safe(paths['dir'] / 'epoch-000.pt')} (the untrained network) was written"
+        kept = f"only {paths['dir'] / 'epoch-000.pt'} (the untrained network) was written"
     else:
         kept = "no epoch had finished, nothing was written"
     if not kept.startswith("nothing was written: the earlier run"):
-        kept += (f"; {safe(paths['out'])} stays as it was" if paths["out"].exists()
-                 else f"; no final checkpoint {safe(paths['out'])}")
+        kept += (f"; {paths['out']} stays as it was" if paths["out"].exists()
+                 else f"; no final checkpoint {paths['out']}")
     return f"training diverged in {where}: {e}; {kept}. Try a lower --lr (this run's: {cfg['lr']:g})"
 
 

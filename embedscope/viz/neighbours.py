@@ -54,7 +54,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from embedscope.text import safe
+    from embedscope.text import figure_text
     from embedscope.viz.style import clean_figure, short_text
 
     n, k = ex.correct.shape
@@ -104,7 +104,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     seed = getattr(ex, "seed", None)
     how = f" (drawn at random, seed {seed})" if seed is not None else (
         " (given by path)" if getattr(ex, "selection", "") else "")
-    fig.suptitle(f"{safe(head)}\nR@1 of {which}{how}: {hit:.2f}", fontsize=9, y=0.995)
+    fig.suptitle(f"{figure_text(head)}\nR@1 of {which}{how}: {hit:.2f}", fontsize=9, y=0.995)
     fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label=f"{RIGHT_MARK} same class"),
                         Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label=f"{WRONG_MARK} other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.text import figure_text
+from embedscope.text import figure_text, quoted
 
 PAPER_RC = {
     "font.size": 9,
@@ -171,7 +171,7 @@ class ClassPalette(Mapping):
         try:
             return self._colors[str(name)]
         except KeyError:
-            raise EmbedscopeError(f"class {name!r} is not in the colour map") from None
+            raise EmbedscopeError(f"class {quoted(name)} is not in the colour map") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)
