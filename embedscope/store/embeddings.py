@@ -421,9 +421,15 @@ def spelling_hint(only_a: Sequence[str], only_b: Sequence[str], limit: int = 200
                 break
     if not kinds:
         return ""
-    show = ascii if any("NFC" in k for k in kinds) else (lambda p: f"'{p}'")  # NFC vs NFD only seen escaped
-    return (f"; {len(hit)} of them differ only by {' or '.join(kinds)} (e.g. {show(example[0])} vs "
-            f"{show(example[1])}): paths are matched as written")
+    x, y = example
+    shown = f"'{x}' vs '{y}'"
+    if any("NFC" in k for k in kinds):  # NFC vs NFD look alike: their code points where they differ
+        i = len(os.path.commonprefix([x, y]))
+        j = len(os.path.commonprefix([x[i:][::-1], y[i:][::-1]]))
+        points = [" ".join(f"U+{ord(c):04X}" for c in p[i:len(p) - j]) for p in (x, y)]
+        shown += f", {points[0]} vs {points[1]}"
+    return (f"; {len(hit)} of them differ only by {' or '.join(kinds)} (e.g. {shown}): paths are matched "
+            "as written")
 
 
 def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: str = "b"
