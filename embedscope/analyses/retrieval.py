@@ -94,13 +94,13 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
         "seconds": round(seconds, 3),
         **extra_info,
     })
-    rows = [q.embeddings] + ([kw["X_ref"]] if separate else [])
-    if one_point(np.concatenate(rows), metric):  # the numbers are real, but they measure row order
+    rows = np.concatenate([q.embeddings, kw["X_ref"]]) if separate else q.embeddings  # (a copy only when two sets)
+    if one_point(rows, metric):  # the numbers are real, but they measure row order
         prov["notes"] = [f"every {'query and reference' if separate else 'row'} is the same point"
                          f"{' (direction)' if metric == 'cosine' else ''}, a collapsed model: every similarity "
                          "ties, so the ranks follow row order (ties to the lower reference index) and these "
                          "values say only that the model is collapsed"]
-    trained_note = trained_distance_note(es.attrs.get("checkpoint_config"), np.concatenate(rows), metric=metric)
+    trained_note = trained_distance_note(es.attrs.get("checkpoint_config"), rows, metric=metric)
     if trained_note:  # an unnormalised model ranked by another distance than its own
         prov.setdefault("notes", []).append(trained_note)
     if q_split == "query" and not separate and "gallery" in set(es.split):  # (neighbours searches the gallery)
@@ -136,7 +136,7 @@ def trained_distance_note(config: Any, X: np.ndarray, *, metric: str,
     """
     if not isinstance(config, dict) or not (config.get("distance") or config.get("loss")) or len(X) == 0:
         return None
-    norms = np.linalg.norm(np.asarray(X, dtype=np.float64), axis=1)
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64))  # (float64 sums, no float64 copy of X)
     lo, hi = float(norms.min()), float(norms.max())
     if hi - lo <= 1e-3 * max(hi, 1e-12):  # rows of one norm (unit rows): every distance ranks as cosine
         return None
