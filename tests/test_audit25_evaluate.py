@@ -106,6 +106,22 @@ def test_recorded_distances_no_metric_ranks_by_are_a_note_not_a_crash(tmp_path, 
     assert "\x1b" not in out  # a string from the file, escaped
 
 
+def test_an_snr_model_of_unit_rows_is_noted(tmp_path):
+    """SNR, var(b - a) / var(a) over the dimensions, also weighs the rows' means: unit rows are ranked
+    otherwise than by cosine (checked here by brute force), so an SNR model is noted whatever its norms."""
+    es = _raw_set({"loss": "snr"}, unit=True)
+    X = es.embeddings.astype(np.float64)
+    cos = X @ X.T
+    np.fill_diagonal(cos, -np.inf)
+    snr = np.array([[np.var(b - a) / np.var(a) for b in X] for a in X])
+    np.fill_diagonal(snr, np.inf)
+    assert (cos.argmax(1) != snr.argmin(1)).any()  # the two rank the nearest neighbour differently
+    f = store.save(tmp_path / "snr.h5", es)
+    notes = _notes(cli_output(["evaluate", str(f), "--include", "R@1", "--k", "1", "--no-progress"]))
+    assert len(notes) == 1 and "trained with the SNR distance" in notes[0] and "all of norm 1" in notes[0]
+    assert "no --metric ranks by the SNR distance" in notes[0]
+
+
 def test_cosine_model_ranked_by_euclidean_is_noted(tmp_path):
     f = store.save(tmp_path / "c.h5", _raw_set({"loss": "multisimilarity", "normalize": False}))
     assert _notes(cli_output(["evaluate", str(f), "--include", "R@1", "--k", "1", "--no-progress"])) == []

@@ -126,7 +126,9 @@ def trained_distance_note(config: Any, X: np.ndarray, *, metric: str,
 
     Only rows of different norms are ranked differently: on rows of one norm (every model embedscope
     trains but N-pair and generalised lifted L2-normalises) cosine, Euclidean, squared Euclidean and
-    dot product give one order, and no note is made. An unnormalised model (N-pair: raw dot
+    dot product give one order, and no note is made; the SNR distance (var(b − a) / var(a) over the
+    dimensions: it also weighs the rows' means) ranks unit rows otherwise too, so an SNR model is
+    noted whatever its norms. An unnormalised model (N-pair: raw dot
     products; generalised lifted: raw Euclidean) ranked by cosine, the trainer's log's protocol
     (Musgrave et al.), is not ranked as it was trained: said, with the ``--metric`` that ranks as
     trained (``euclidean`` for euclidean and sqeuclidean), or that none does (dot, snr, a distance
@@ -138,13 +140,15 @@ def trained_distance_note(config: Any, X: np.ndarray, *, metric: str,
         return None
     norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64))  # (float64 sums, no float64 copy of X)
     lo, hi = float(norms.min()), float(norms.max())
-    if hi - lo <= 1e-3 * max(hi, 1e-12):  # rows of one norm (unit rows): every distance ranks as cosine
+    one_norm = hi - lo <= 1e-3 * max(hi, 1e-12)
+    named = "".join(ch for ch in str(config.get("distance") or config.get("loss")).lower() if ch.isalnum())
+    if one_norm and named != "snr":  # rows of one norm (unit rows): every distance but SNR ranks as cosine
         return None
     # (only here: embedscope.models imports torch, which an evaluate of rows of one norm does without)
     from embedscope.models.distances import distance_for_config
 
-    rows = f"its rows (norms {lo:.3g} to {hi:.3g}) are ranked here by {metric}" + (
-        " (the protocol of the trainer's log)" if metric == "cosine" else "")
+    rows = (f"its rows (all of norm {hi:.3g})" if one_norm else f"its rows (norms {lo:.3g} to {hi:.3g})") + (
+        f" are ranked here by {metric}" + (" (the protocol of the trainer's log)" if metric == "cosine" else ""))
     try:
         trained = distance_for_config(config)
     except EmbedscopeError:  # a name embedscope does not know (a foreign writer): said, not refused
