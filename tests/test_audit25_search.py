@@ -56,17 +56,22 @@ def brute_knn(X, k, metric, Xr=None):
     return np.array(vals), np.array(idx)
 
 
-def spy_split(monkeypatch):
+def spy_apart(monkeypatch, module, name: str) -> list[bool]:
+    """Per call of ``module.name`` (the outliers-apart path), whether it took the split (not None)."""
     taken = []
-    real = knn._knn_apart
+    real = getattr(module, name)
 
     def spy(*a, **kw):
         out = real(*a, **kw)
         taken.append(out is not None)
         return out
 
-    monkeypatch.setattr(knn, "_knn_apart", spy)
+    monkeypatch.setattr(module, name, spy)
     return taken
+
+
+def spy_split(monkeypatch):
+    return spy_apart(monkeypatch, knn, "_knn_apart")
 
 
 def without_split(monkeypatch, *args, **kw):
@@ -204,16 +209,7 @@ def as_dicts(rr):
 
 
 def spy_ranks(monkeypatch):
-    taken = []
-    real = ranks._ranks_apart
-
-    def spy(*a, **kw):
-        out = real(*a, **kw)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(ranks, "_ranks_apart", spy)
-    return taken
+    return spy_apart(monkeypatch, ranks, "_ranks_apart")
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
