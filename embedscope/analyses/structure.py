@@ -90,16 +90,14 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
         where = "the file" if split == "all" else f"the {split} split"
         raise EmbedscopeError(f"{src + ': ' if src else ''}{where} has {part.n} row{'' if part.n == 1 else 's'}: "
                               "the geometry measures need at least two")
-    zero = zero_rows(part.embeddings)
-    if zero.size == part.n:  # no row with a direction: no measure to report (and no spectrum)
+    if zero_rows(part.embeddings).size == part.n:  # no row with a direction: no measure to report (no spectrum)
         check_no_zero_rows(part, split, what="cosine distance (pi, alignment, uniformity)", hint=None)
     _check_spectrum_options(part, split, exclude_top, n_components, es.attrs.get("source_file"))
-    if zero.size:  # the cosine measures undefined, the spectral ones reported (it refused the whole file)
-        rep = _report_with_zero_rows(part, zero, split, exclude_top=exclude_top, n_components=n_components,
-                                     keep_spectrum=keep_spectrum)
-    else:
-        rep = geometry_report(part.embeddings, part.labels, exclude_top=exclude_top, n_components=n_components,
-                              max_pairs=max_pairs, seed=seed, keep_spectrum=keep_spectrum)
+    # rows of all zeros among others: the cosine measures are NaN with the reason, which names the
+    # split's rows and the first zero row's path (the spectral measures take every row)
+    rep = geometry_report(part.embeddings, part.labels, exclude_top=exclude_top, n_components=n_components,
+                          max_pairs=max_pairs, seed=seed, keep_spectrum=keep_spectrum,
+                          rows="rows" if split == "all" else f"{split} rows", paths=part.paths)
     values = {k: rep[k] for k in VALUE_KEYS}
     model = model_name(es, name)
     pairs = int(rep["uniformity_pairs"])
@@ -118,66 +116,6 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
     if keep_spectrum:
         arrays = {"singular_values": rep["singular_values"], "covariance_eigenvalues": rep["covariance_eigenvalues"]}
     return Result("geometry", values, prov, arrays=arrays, model=model, meanings=dict(MEANINGS))
-
-
-def _report_with_zero_rows(part, zero: np.ndarray, split: str, *, exclude_top: int, n_components: int | None,
-                           keep_spectrum: bool) -> dict:
-    """:func:`embedscope.metrics.geometry_report`'s dict for a split with rows of all zeros (and
-    others): a zero row has no direction, so the cosine measures (π_intra, π_inter, π_ratio,
-    alignment, uniformity; docs/methods.md §3, §4) are NaN with the reason, while ρ, RankMe and
-    α-ReQ, which take the rows as they are (zero rows included: docs/methods.md §2, §4), are the
-    stand-alone functions' values (the report's own equal them). The whole split was refused."""
-    from embedscope.metrics.spectral import (
-        UndefinedMeasure,
-        alpha_req,
-        covariance_eigenvalues,
-        effective_rank,
-        singular_values,
-        spectral_decay,
-    )
-
-    X, n, d = part.embeddings, part.n, part.dim
-    undefined: dict[str, str] = {}
-    infinite: dict[str, str] = {}
-    i = int(zero[0])
-    rows = "rows" if split == "all" else f"{split} rows"
-    why = (f"{zero.size} of the {n} {rows} {'is' if zero.size == 1 else 'are'} all zeros (the first: row {i}, "
-           f"path '{part.paths[i]}'): no direction, so the cosine distance is undefined")
-    rhos = {}
-    for key, top in (("rho", exclude_top), ("rho_all", 0)):
-        try:
-            rhos[key] = spectral_decay(X, exclude_top=top, n_components=n_components)
-        except UndefinedMeasure:  # D = 1 (or n_components = 1) with the top value left out: none left
-            m = min(n, d) if n_components is None else n_components
-            rhos[key] = float("nan")
-            where = f"N = {n}, D = {d}" if n_components is None else f"n_components = {m}"
-            undefined[key] = (f"{m} singular value{'' if m == 1 else 's'} ({where}): none left after leaving "
-                              f"out the top {top}")
-            continue
-        if np.isnan(rhos[key]):  # every value considered is 0: p = 0/0
-            undefined[key] = (f"the singular values after the top {top} are all 0: X of rank <= {top}, "
-                              "a collapsed model" if top else "every singular value is 0")
-        elif np.isinf(rhos[key]):
-            infinite[key] = ("a singular value " + (f"after the top {top} " if top else "")
-                             + "is 0, X of lower rank than the values considered: KL(U||s) has a log(1/0)")
-    alpha = alpha_req(X)
-    if np.isnan(alpha):
-        undefined["alpha"] = ("a single covariance eigenvalue, N = 2 rows or D = 1: no line to fit"
-                              if min(n - 1, d) < 2 else
-                              "fewer than two directions of variance, rows on one point or line: no line to fit")
-    for key in ("pi_intra", "pi_inter", "pi_ratio", "alignment", "uniformity"):
-        undefined[key] = why
-    counts = np.unique(part.labels, return_counts=True)[1]
-    out = {"n": int(n), "dim": int(d), "n_classes": int(counts.size), "n_singleton": int((counts == 1).sum()),
-           **rhos, "effective_rank": effective_rank(X), "alpha": alpha,
-           **{k: float("nan") for k in ("pi_intra", "pi_inter", "pi_ratio", "alignment", "uniformity")},
-           "uniformity_pairs": 0, "uniformity_exact": False,
-           "undefined": {k: undefined[k] for k in VALUE_KEYS if k in undefined},
-           "infinite": {k: infinite[k] for k in VALUE_KEYS if k in infinite}}
-    if keep_spectrum:
-        out["singular_values"] = singular_values(X)
-        out["covariance_eigenvalues"] = covariance_eigenvalues(X)
-    return out
 
 
 def _check_spectrum_options(part, split: str, exclude_top: int, n_components: int | None,

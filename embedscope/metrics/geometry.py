@@ -16,6 +16,8 @@ loss of digits or a false "all zeros"); squared-Euclidean π are scaled back at 
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
@@ -64,7 +66,7 @@ def _encode(y, n: int):
 
 def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bool,
                 need_unit: bool = True, need_raw_spread: bool = True, block_rows: int | None = None,
-                shift: int = 0) -> dict:
+                shift: int = 0, allow_zero_rows: bool = False) -> dict:
     """One float64 pass over row blocks of 2^-shift·X (exact): XᵀX and the column sums (with
     ``with_gram``), the row norms, and per class: with ``need_raw_spread`` its first row
     (``raw_ref``), the sum of the rows' differences from it (``raw_dev``) and of their squared norms
@@ -72,7 +74,12 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
     unit rows (``unit_*``). Differences from a class member give the spread about the class mean
     without the cancellation of n² − ‖Σu‖² (a collapsed class gives exactly 0, where plain sums
     left rounding of 1e-16 that made π_ratio a random number), and the class mean exactly where a
-    class's rows are equal."""
+    class's rows are equal.
+
+    A row of all zeros has no unit vector: with ``need_unit`` it is refused, unless
+    ``allow_zero_rows``, which lists such rows in ``zero_rows`` (their indices, ascending) and
+    leaves the unit sums meaningless when there are any (the caller then reports the cosine
+    measures as undefined; the Gram matrix, column sums and raw sums hold every row)."""
     import scipy.sparse as sp
 
     n, d = X.shape
@@ -82,6 +89,7 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
     colsum = np.zeros(d)
     seen = np.zeros(n_classes, dtype=bool)
     buf = None
+    zero_found: list[np.ndarray] = []
     raw = np.zeros((n_classes, d))
     raw_ref, raw_dev, raw_dev2 = np.zeros((n_classes, d)), np.zeros((n_classes, d)), np.zeros(n_classes)
     unit_ref, unit_dev, unit_dev2 = np.zeros((n_classes, d)), np.zeros((n_classes, d)), np.zeros(n_classes)
@@ -108,9 +116,12 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
             else:
                 zero = tiny & ~np.any(b, axis=1)
                 if zero.any():
-                    i = s + int(np.flatnonzero(zero)[0])
-                    raise EmbedscopeError(f"row {i} of X is all zeros: its cosine distance is undefined")
-                u = b / np.where(tiny, 1.0, row_norms[s:s + m])[:, None]
+                    if not allow_zero_rows:
+                        i = s + int(np.flatnonzero(zero)[0])
+                        raise EmbedscopeError(f"row {i} of X is all zeros: its cosine distance is undefined")
+                    zero_found.append(s + np.flatnonzero(zero))
+                    tiny &= ~zero  # (a zero row's "unit vector" is left 0: the unit sums are not used then)
+                u = b / np.where(tiny | zero, 1.0, row_norms[s:s + m])[:, None]
                 u[tiny] = _unit_rows(b[tiny])
         cls, at = np.unique(ib, return_index=True)  # each class's first row: its reference
         new = ~seen[cls]
@@ -134,7 +145,8 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
             unit_dev2 += np.bincount(ib, weights=np.einsum("ij,ij->i", u, u), minlength=n_classes)
     out = {"colsum": colsum, "norms": row_norms, "raw": raw,
            "raw_ref": raw_ref, "raw_dev": raw_dev, "raw_dev2": raw_dev2,
-           "unit_ref": unit_ref, "unit_dev": unit_dev, "unit_dev2": unit_dev2}
+           "unit_ref": unit_ref, "unit_dev": unit_dev, "unit_dev2": unit_dev2,
+           "zero_rows": np.concatenate(zero_found) if zero_found else np.zeros(0, dtype=np.int64)}
     if with_gram:
         out["G"] = G
     return out
@@ -156,6 +168,17 @@ def _mean_spread(M: np.ndarray) -> float:
 #: why a measure is undefined (geometry_report's ``undefined``; the same text groups measures in one note)
 LONE_CLASSES = "every class has a single sample: no two samples of one class"
 ONE_CLASS = "one class only: no two class means"
+
+
+def zero_rows_reason(zero: np.ndarray, n: int, *, rows: str = "rows", paths: Sequence[str] | None = None) -> str:
+    """Why the cosine measures are undefined when the rows ``zero`` (indices, ascending) of the n
+    are all zeros: ``"2 of the 30 rows are all zeros (the first: row 4): no direction, so the cosine
+    distance is undefined"``; ``rows`` names the rows (``"train rows"``), ``paths`` (one per row)
+    adds the first one's path."""
+    i = int(zero[0])
+    first = f"row {i}" if paths is None else f"row {i}, path '{paths[i]}'"
+    return (f"{zero.size} of the {n} {rows} {'is' if zero.size == 1 else 'are'} all zeros (the first: {first}): "
+            "no direction, so the cosine distance is undefined")
 
 
 def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *, strict: bool = True,
@@ -453,7 +476,7 @@ REPORT_KEYS = (
 def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = None,
                     metric: str = "cosine", t: float = 2, max_pairs: int = DEFAULT_MAX_PAIRS,
                     seed: int = 0, k_min: int = 1, k_max: int | None = None,
-                    keep_spectrum: bool = False) -> dict:
+                    keep_spectrum: bool = False, rows: str = "rows", paths: Sequence[str] | None = None) -> dict:
     """Every scalar geometry measure of X in one pass (docs/methods.md §2, §3, §4).
 
     One blocked float64 pass accumulates XᵀX, the column sums and the per-class sums; from them:
@@ -481,6 +504,9 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     keep_spectrum : bool
         Also return the singular values (key ``singular_values``) and the covariance
         eigenvalues (``covariance_eigenvalues``), so a caller need not recompute them.
+    rows, paths : what the reason for rows of all zeros calls the rows (default ``"rows"``; e.g.
+        ``"train rows"``) and, one per row, the paths that name the first such row there
+        (:func:`zero_rows_reason`); nothing else reads them.
 
     Returns
     -------
@@ -493,8 +519,12 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     are still reported: every class a single sample (an SOP-like query split) leaves ``pi_intra``,
     ``pi_ratio`` and ``alignment`` undefined; one class only ``pi_inter`` and ``pi_ratio``; with
     the cosine, a class whose mean is the zero vector ``pi_inter`` and ``pi_ratio``; a collapsed model
-    ``rho``, ``alpha`` and ``pi_ratio`` (0/0); N = 2 rows ``alpha``. Input that no measure can use
-    (fewer than 2 rows, a NaN/inf row, an all-zero row) and bad parameters stay one-line errors.
+    ``rho``, ``alpha`` and ``pi_ratio`` (0/0); N = 2 rows ``alpha``; rows of all zeros among
+    others (no direction, no unit row) ``alignment``, ``uniformity`` (``uniformity_pairs`` 0) and,
+    with the cosine, ``pi_intra``, ``pi_inter``, ``pi_ratio``, the reason counting them and naming
+    the first, while ρ, RankMe and α-ReQ take every row as it is (docs/methods.md §2, §4) and the
+    squared-Euclidean π are defined. Input that no measure can use (fewer than 2 rows, a NaN/inf
+    row, every row all zeros) and bad parameters stay one-line errors.
     """
     if metric not in ("cosine", "sqeuclidean"):
         raise EmbedscopeError(f"metric must be one of cosine, sqeuclidean, got '{metric}'")
@@ -505,7 +535,14 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     use_gram = n >= d
     shift = pow2_shift(X)  # every value below is of 2^-shift·X; only the returned spectra are scaled back
     sums = _accumulate(X, inv, classes.size, with_gram=use_gram, need_raw_spread=metric == "sqeuclidean",
-                       shift=shift)
+                       shift=shift, allow_zero_rows=True)
+    zero = sums["zero_rows"]
+    if zero.size == n:  # no row with a direction, no spectrum: no measure to report
+        raise EmbedscopeError(f"every row of X is all zeros ({n} rows): no geometry measure is defined")
+    # rows of all zeros (no unit vector): the measures of unit rows are undefined, for this reason
+    zero_why = zero_rows_reason(zero, n, rows=rows, paths=paths) if zero.size else None
+    cosine_keys = ("pi_intra", "pi_inter", "pi_ratio", "alignment", "uniformity") if metric == "cosine" \
+        else ("alignment", "uniformity")
 
     # uncentred singular values (ρ, RankMe)
     s = None
@@ -526,9 +563,17 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     if lam is None:
         lam = _scaled_covariance_eigenvalues(X, True)[0]
 
-    pis = _pi_from_sums(sums, counts, metric, shift, strict=False, classes=classes)
+    if zero_why and metric == "cosine":  # (the unit sums are meaningless: no π of them)
+        pis = {"pi_intra": float("nan"), "pi_inter": float("nan"), "pi_ratio": float("nan"),
+               "n_classes": int(classes.size), "n_singleton": int(np.count_nonzero(counts < 2)),
+               "undefined": {}, "infinite": {}}
+    else:
+        pis = _pi_from_sums(sums, counts, metric, shift, strict=False, classes=classes)
     undefined = dict(pis["undefined"])
-    unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed, shift=shift)
+    if zero_why:
+        unif, npairs, exact = float("nan"), 0, False
+    else:
+        unif, npairs, exact = _uniformity(X, sums["norms"], float(t), int(max_pairs), seed, shift=shift)
     rho_all = _kl_decay(s, 0, "uniform||s", n_components)
     try:
         rho = _kl_decay(s, exclude_top, "uniform||s", n_components)
@@ -553,7 +598,10 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     if np.isnan(alpha):
         undefined["alpha"] = ("a single covariance eigenvalue, N = 2 rows or D = 1: no line to fit" if lam.size < 2
                               else "fewer than two directions of variance, rows on one point or line: no line to fit")
-    if np.any(counts >= 2):
+    if zero_why:
+        alignment = float("nan")
+        undefined.update(dict.fromkeys(cosine_keys, zero_why))
+    elif np.any(counts >= 2):
         alignment = _alignment_from_sums(sums, counts)
     else:
         alignment = float("nan")
