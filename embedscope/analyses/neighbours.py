@@ -16,6 +16,10 @@ from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
 from embedscope.validation import check_choice, check_int
 
+#: the columns of scatter's per-split summary (``provenance["splits"]``), in the one order of the
+#: terminal table, OUT_summary.csv, the Parquet and the JSON
+SCATTER_SUMMARY_COLUMNS = ("split", "N", "classes", "left_out", "tied", "below_diagonal_R@1", "below_or_tied")
+
 
 def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress: bool = False,
             name: str | None = None) -> Result:
@@ -31,6 +35,8 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     below the diagonal, while R@1 (docs/methods.md §1: ties to the lower reference index) counts it
     a hit when its lowest-index nearest point is of its class, so with ties the split's R@1 lies
     between ``below_diagonal`` and ``below_or_tied`` (the note in ``provenance["notes"]`` says so).
+    ``result.provenance["splits"]``: the same per split as one row each (the columns of
+    :data:`SCATTER_SUMMARY_COLUMNS`; ``embedscope scatter`` prints it and writes it as OUT_summary.csv);
     ``result.table``: one row per point (``below_diagonal`` and ``tied`` 1/0, NaN when left out);
     ``result.arrays["panels"]``: ``{split: (s_same, s_diff)}``.
     """
@@ -58,9 +64,8 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
         tie = ok & (s_same == s_diff)  # exactly equal: on the diagonal, neither below nor above
         n_ok, n_tied = int(ok.sum()), int(tie.sum())
         upper = float(share + n_tied / n_ok) if n_ok else float("nan")
-        summary.append({"split": s, "N": int(part.n), "classes": n_cls,
-                        "left_out": int(lone), "below_diagonal_R@1": float(share), "tied": n_tied,
-                        "below_or_tied": upper})
+        summary.append({"split": s, "N": int(part.n), "classes": n_cls, "left_out": int(lone), "tied": n_tied,
+                        "below_diagonal_R@1": float(share), "below_or_tied": upper})
         values[f"below_diagonal_{s}"] = float(share)
         values[f"left_out_{s}"] = int(lone)
         values[f"tied_{s}"] = n_tied
