@@ -252,17 +252,19 @@ def _plural(n: int | None, one: str, many: str | None = None) -> str:
     return f"{_e(n)} {one if n == 1 else (many or one + 's')}"
 
 
+def _cell(r: dict[str, Any], col: str) -> str:
+    """The value of ``col`` in the row ``r`` as :func:`_distinct` lists it ('' when it has none)."""
+    v = str(r.get(col, "")).strip()
+    f = _float(v)
+    if f is not None and f.is_integer() and abs(f) < 1e15:
+        v = str(int(f))
+    return "" if v in ("nan", "NaN", "None") else v
+
+
 def _distinct(runs: list[dict[str, str]], col: str) -> list[str]:
     """The distinct non-empty values of ``col`` in ``runs``, sorted (numbers by value; a whole number
     as such: a CSV column with an empty cell reads back 16 as 16.0)."""
-    vals = set()
-    for r in runs:
-        v = str(r.get(col, "")).strip()
-        f = _float(v)
-        if f is not None and f.is_integer() and abs(f) < 1e15:
-            v = str(int(f))
-        if v not in ("", "nan", "NaN", "None"):
-            vals.add(v)
+    vals = {v for v in (_cell(r, col) for r in runs) if v}
 
     def key(v: str):
         f = _float(v)
@@ -380,14 +382,21 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
     axes = [str(a) for a in stats.get("axes") or []]
     have = set(trained[0]) if trained else set()
     varying = "; ".join(f"{a}: {', '.join(_distinct(trained, a if a in have else 'tag:' + a))}" for a in axes) or "none"
-    fixed = []
+    fixed, follow = [], []
     for c in [c for c in CONFIG_COLUMNS if c not in ("dataset", "seed", "loss_family")] + \
              sorted(k for k in have if k.startswith("tag:")):
         if c in axes or c.removeprefix("tag:") in axes:
             continue
         vals = _distinct(trained, c)
-        if len(vals) == 1:
+        if len(vals) == 1 and all(_cell(r, c) for r in trained):
             fixed.append(f"{c} {vals[0]}")
+        elif vals:  # it differs between runs (a value in some, none in others: multisimilarity has no miner),
+            # fixed by the axes (the miner and the distance by the loss): which value goes with which objective
+            by_val: dict[str, set[str]] = {}
+            for r in trained:
+                by_val.setdefault(_cell(r, c) or DASH, set()).add(str(r.get("objective") or "").strip() or DASH)
+            follow.append(f"{c}: " + ", ".join(f"{v} ({', '.join(sorted(o))})" for v, o in sorted(
+                by_val.items(), key=lambda kv: (kv[0] == DASH, kv[0]))))
     measures = s.get("measures")
     rows = [("source", s.get("source", "")),
             ("epoch selection", f"{s.get('epoch', '')} (checkpoints: "
@@ -395,6 +404,8 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
             ("data set", data), ("target", _target(stats)), ("retrieval metric", s.get("metric", "")),
             ("hyper-parameter axes that vary", varying), ("seeds", ", ".join(_distinct(trained, "seed")) or DASH),
             ("training settings, the same in every run", ", ".join(fixed) or DASH),
+            *([("training settings that go with the objective (fixed by the axes; –: none)", "; ".join(follow))]
+              if follow else []),
             ("left out (--exclude)", ", ".join(map(str, stats.get("exclude") or [])) or "nothing"),
             ("measures", "every measure of the registry" if not measures else
              ", ".join(map(str, measures)) if isinstance(measures, list) else measures),
