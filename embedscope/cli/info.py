@@ -66,7 +66,10 @@ def run(args) -> int:
     if (counts > 1).any():  # files are matched by path (yoke, add-properties, query vs gallery): say so
         rows.append({"field": "repeated paths", "value": f"{int((counts > 1).sum())} path(s) name "
                      f"{int(counts[counts > 1].sum())} rows (e.g. {uniq[counts > 1][0]})"})
-    for k in ("dataset", "root", "transform", "checkpoint", "checkpoint_sha256", "split_selected", "split_source",
+    # where and how the rows were computed (docs/store.md): the device, the precision and, on the CPU, the
+    # thread count and torch's version decide the last bits, so two files of one checkpoint can differ by ~1e-7
+    for k in ("dataset", "root", "transform", "device", "precision", "torch_threads", "torch_version", "checkpoint",
+              "checkpoint_format", "checkpoint_sha256", "split_selected", "split_source",
               "import_source", "import_format", "import_sha256", "import_embedding_key", "import_embedding_columns",
               "embedscope_version", "created", "format_version"):
         if k in es.attrs and es.attrs[k] != "":
@@ -77,7 +80,7 @@ def run(args) -> int:
     cfg = es.attrs.get("checkpoint_config")
     if isinstance(cfg, dict):
         rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
-            "arch", "embed_dim", "normalize", "loss", "dataset"))})
+            "arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset"))})  # which run of a grid
     # strings from the file are shown with control characters escaped (no terminal escapes): format_table
     # escapes every cell (escaped here too, a path's backslash was shown doubled twice)
     print(format_table(rows, ["field", "value"]))
