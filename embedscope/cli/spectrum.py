@@ -98,7 +98,7 @@ def run(args) -> int:
         use_agg()
         entries = [{"label": r.model, "spectrum": r.arrays["singular_values"], "rho": r["rho"],
                     **{k: r.arrays[k] for k in ("class_mean", "class_std") if k in r.arrays}} for r in results]
-        fig = plot_spectra(entries, exclude_top=args.exclude_top, by_class=args.by_class,
+        fig = plot_spectra(entries, exclude_top=args.exclude_top, by_class=args.by_class, center=args.center,
                            n_components=args.n_components, title=args.title or f"Singular-value spectra ({args.split} split)")
         written += [str(p) for p in save_and_close(fig, args.output, force=args.force)]
     print_wrote(written + write_result(results, args))

@@ -178,7 +178,7 @@ def _place_legends(fig, axes, free_from: dict) -> None:
 
 
 def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: bool = False,
-                 title: str | None = None, n_components: int | None = None):
+                 title: str | None = None, n_components: int | None = None, center: bool = False):
     """Figure of normalised singular-value spectra, one line per entry, log y axis (docs/methods.md §2).
 
     Layout of Roth et al. (ICML 2020) Fig. 7 (models with vs without ρ-regularisation) and, with
@@ -198,6 +198,10 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         left out too (the whole spectrum is still drawn).
     by_class : bool
         Add a right-hand panel with the class-conditioned spectra (mean ± s.d. over classes).
+    center : bool
+        The class-conditioned spectra were taken of mean-centred classes (``--center``,
+        docs/methods.md §2): the panel's title says so (centred and uncentred spectra differ most
+        in their first value, and the figure alone could not tell them apart).
     title : str, optional
         Figure title (suptitle).
 
@@ -210,6 +214,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
     matplotlib Figure
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from embedscope.viz.style import LEGEND_CHARS, LINE_STYLES, PAPER_RC, clean_figure, series_colors, short_text
 
@@ -246,6 +251,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         xlo, xhi = 0.5 - (0.02 * kmax if exclude_top > 0 else 0.0), kmax + 0.5  # room for the rings
         ax.set_xlim(xlo, xhi)
         free_from = {ax: min(0.5, max(0.0, (exclude_top + 0.5 - xlo) / (xhi - xlo)))} if exclude_top > 0 else {}
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is an index: no tick at 2.5 or 7.5
         ax.set_xlabel("singular value index k")
         ax.set_ylabel("normalised singular value  sₖ / Σ s")
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
@@ -276,9 +282,10 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 ax.fill_between(k, lo, _positive(m + sd), color=c, alpha=0.2, lw=0)
             ax.set_yscale("log")
             ax.set_xlim(0.5, class_kmax + 0.5)  # as the left panel: not 0.96-1.04 around a single value
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("singular value index k")
             ax.set_ylabel("normalised singular value  sₖ / Σ s")
-            ax.set_title("Per class (mean ± s.d. over classes)")
+            ax.set_title(f"Per class{', centred' if center else ''} (mean ± s.d. over classes)")
             ax.grid(True, which="major", alpha=0.3, lw=0.5)
             if class_handles:
                 from matplotlib.lines import Line2D
