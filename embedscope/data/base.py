@@ -20,6 +20,7 @@ from embedscope.text import quoted
 
 if TYPE_CHECKING:
     import torch
+    from PIL import Image
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -98,21 +99,59 @@ class ImageDataset:
             if arr.ndim == 2:
                 return Image.fromarray(np.asarray(arr, dtype=np.float32), mode="F")
             return Image.fromarray(np.asarray(arr, dtype=np.uint8))
-        path = Path(self.root or ".") / self.paths[i]
-        try:
-            with warnings.catch_warnings():
-                # between PIL's limit and twice it PIL only warns: the image is read
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                with Image.open(path) as im:
-                    return im.convert("RGB")
-        except Image.DecompressionBombError as e:
-            raise EmbedscopeError(f"cannot read image {path}: too many pixels, a possible decompression "
-                                  f"bomb ({_reason(e, path)})") from None
-        except (OSError, ValueError) as e:
-            raise EmbedscopeError(f"cannot read image {path}: {_reason(e, path)}") from None
-        except Exception as e:  # PIL's plugins raise SyntaxError, struct.error, IndexError on broken files
-            raise EmbedscopeError(f"cannot read image {path}: a corrupt or unsupported image "
-                                  f"({e.__class__.__name__}: {_reason(e, path)})") from None
+        return open_rgb(Path(self.root or ".") / self.paths[i])
+
+
+#: Pillow's 16-bit grey modes; ``I`` (32-bit integer) holds 16-bit grey for these file formats
+_GREY16_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+_GREY16_FORMATS = ("PNG", "PPM")
+
+
+def to_rgb(im, path) -> "Image.Image":
+    """An opened PIL image as 8-bit RGB, each pixel value on its own scale.
+
+    PIL's ``convert("RGB")`` clips high-bit-depth grey at 255 instead of scaling it: a 16-bit PNG
+    (mode ``I;16``) came out almost white and a float image black. 16-bit grey (``I;16``, and ``I``
+    read from a PNG or PGM file) is scaled by 255/65535 (v/257, rounded); 32-bit integer or float
+    pixels of other files have no known range and are a one-line error. Every other mode (``L``,
+    ``P``, ``CMYK``, ``LA``, ``RGBA``, ...) is PIL's conversion, as torchvision's loader does it.
+    """
+    from PIL import Image
+
+    if im.mode in _GREY16_MODES or (im.mode == "I" and im.format in _GREY16_FORMATS):
+        a = np.asarray(im).astype(np.float64)
+        if a.size and (a.min() < 0 or a.max() > 65535):
+            raise EmbedscopeError(f"cannot read image {path}: 16-bit grey values outside 0..65535")
+        return Image.fromarray(np.rint(a / 257.0).astype(np.uint8)).convert("RGB")
+    if im.mode in ("I", "F") or im.mode.startswith("I;"):
+        kind = "floating-point" if im.mode == "F" else "32-bit integer"
+        raise EmbedscopeError(f"cannot read image {path}: {kind} pixels (mode {im.mode}) have no known 0-255 "
+                              "range; save the image with 8 or 16 bits per channel")
+    return im.convert("RGB")
+
+
+def open_rgb(path) -> "Image.Image":
+    """The image file ``path`` as 8-bit RGB (:func:`to_rgb`); an unreadable, corrupt, truncated or
+    oversized (decompression bomb) file is a one-line :class:`EmbedscopeError` naming it."""
+    from PIL import Image
+
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            # between PIL's limit and twice it PIL only warns: the image is read
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                return to_rgb(im, path)
+    except EmbedscopeError:
+        raise
+    except Image.DecompressionBombError as e:
+        raise EmbedscopeError(f"cannot read image {path}: too many pixels, a possible decompression "
+                              f"bomb ({_reason(e, path)})") from None
+    except (OSError, ValueError) as e:
+        raise EmbedscopeError(f"cannot read image {path}: {_reason(e, path)}") from None
+    except Exception as e:  # PIL's plugins raise SyntaxError, struct.error, IndexError on broken files
+        raise EmbedscopeError(f"cannot read image {path}: a corrupt or unsupported image "
+                              f"({e.__class__.__name__}: {_reason(e, path)})") from None
 
 
 def _reason(e: BaseException, path: Path) -> str:
@@ -183,9 +222,10 @@ class TorchImages:
         return self.transform(self.ds.load_image(i)), int(self.ds.labels[i]), i
 
 
-def read_text(path: Path, dataset: str, *, encoding: str = "utf-8") -> str:
-    """The text of a data set's annotation file (universal newlines); an unreadable or undecodable
-    file is a one-line error naming it."""
+def read_text(path: Path, dataset: str, *, encoding: str = "utf-8-sig") -> str:
+    """The text of a data set's annotation file (universal newlines; UTF-8, a byte-order mark at its
+    start dropped: a file saved by an editor that writes one read as "malformed line '\\ufeff1 ...'");
+    an unreadable or undecodable file is a one-line error naming it."""
     try:
         return Path(path).read_text(encoding=encoding)
     except (OSError, UnicodeDecodeError) as e:

@@ -45,20 +45,15 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
     rootp = Path(root)
     if not rootp.is_dir():
         raise EmbedscopeError(f"--root {root}: not a folder")
-    from PIL import Image
+    from embedscope.data.base import open_rgb
 
     out = []
     for p in paths:
-        f = rootp / str(p)
-        try:
-            with Image.open(f) as im:
-                im = im.convert("RGB")
-                im.thumbnail((size, size))
-                out.append(np.asarray(im))
-        except (OSError, ValueError) as e:
-            from embedscope.data.base import _reason
-
-            raise EmbedscopeError(f"cannot read image {f}: {_reason(e, f)}") from None
+        # as the data set reads it (16-bit grey scaled, not clipped; a corrupt file or a decompression bomb
+        # a one-line error)
+        im = open_rgb(rootp / str(p))
+        im.thumbnail((size, size))
+        out.append(np.asarray(im))
     return out
 
 
