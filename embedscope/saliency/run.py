@@ -64,8 +64,8 @@ def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int
         pos = {s: i for i, s in enumerate(ds.paths)}
         missing = [w for w in wanted if w not in pos]
         if missing:
-            raise EmbedscopeError(f"{p}: {len(missing)} of {len(wanted)} listed paths are not in the "
-                                  f"{ds.name} split (e.g. {missing[0]})")
+            raise EmbedscopeError(f"{p}: {len(missing)} of {len(wanted)} listed paths are not in "
+                                  f"{_split_name(ds)} (e.g. {missing[0]})")
         if len(set(wanted)) != len(wanted):
             raise EmbedscopeError(f"{p}: lists a path twice")
         return np.array([pos[w] for w in wanted], dtype=np.int64)
@@ -77,6 +77,12 @@ def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int
     # --n-images 8 and 16 picked unrelated images)
     order = np.random.default_rng(int(seed)).permutation(len(ds))
     return np.sort(order[:n]).astype(np.int64)
+
+
+def _split_name(ds) -> str:
+    """``the test split of digits`` (the rows of one split), or ``digits`` (every row)."""
+    splits = sorted(set(ds.split.tolist()))
+    return f"the {splits[0]} split of {ds.name}" if len(splits) == 1 else str(ds.name)
 
 
 class _LazyImages:
@@ -199,6 +205,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
     transform, size, input_text = checkpoint_input(ds, config, verb="explain")
     idx = select_images(ds, n_images=n_images, paths_file=paths_file, seed=seed)
+    few_note = None
+    if n_images is not None and int(n_images) > len(idx):  # every image of the split, not the number asked for
+        few_note = f"--n-images {int(n_images)}: {_split_name(ds)} holds {len(idx)} images; all {len(idx)} are explained"
     images = _LazyImages(ds, idx, transform)
     # the noise of an image (of a pair) is keyed by its path (the query's), not by its place in this run:
     # an image gets the same noise whichever other images are explained with it, in any order
@@ -280,8 +289,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
             "figure_images": min(figure_images, int(len(idx))) if fig_paths else None,
             "n_zero_maps": int(n_zero), "n_zero_retrieval_maps": n_zero_retrieval,
-            "notes": [n for n in (root_note, split_note) if n] + _zero_map_notes(attrs["name"], len(idx), n_zero,
-                                                                           n_zero_retrieval) + (
+            "notes": [n for n in (root_note, split_note, few_note) if n] + _zero_map_notes(
+                attrs["name"], len(idx), n_zero, n_zero_retrieval) + (
                 [f"every image of the {split} split has the same embedding: each query's nearest retrieval is a tie "
                  "with all the others (the first in the split's order was taken)"] if tied else []),
             "mean_pair_distance": float(np.mean(retrieval["distance"])) if retrieval else None,
