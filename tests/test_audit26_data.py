@@ -372,3 +372,17 @@ def test_imagefolder_non_ascii_names_and_the_class_split(tmp_path):
     assert list(ds.split) == ["train", "train", "test", "test"]
     assert list(ds.class_names) == ["Zebra", "apple", "Ähre", "Äpfel"] and ds.paths[1] == "apple/bild_2_ü.jpg"
     assert all(ds.load_image(i).mode == "RGB" for i in range(4))
+
+
+def test_image_sizes_names_an_unreadable_image_once(tmp_path):
+    """properties' image_sizes (CUB's bounding-box properties): PIL's reason repeats the path in
+    quotes; the message names it once."""
+    from embedscope.data.properties import image_sizes
+    from embedscope.errors import EmbedscopeError
+
+    (tmp_path / "a.jpg").write_bytes(b"not an image")
+    with pytest.raises(EmbedscopeError) as e:
+        image_sizes(tmp_path, ["a.jpg"])
+    msg = str(e.value)
+    assert msg.startswith(f"cannot read image {tmp_path / 'a.jpg'}: ")
+    assert msg.count("a.jpg") == 1, msg

@@ -177,15 +177,18 @@ def image_sizes(root: Path, paths) -> np.ndarray:
     """(width, height) of each image from its header (PIL opens lazily: no pixel decoding)."""
     from PIL import Image
 
+    from embedscope.data.base import _reason
+
     out = np.zeros((len(paths), 2), dtype=np.float64)
     for i, p in enumerate(paths):
+        f = Path(root) / p
         try:
-            with Image.open(Path(root) / p) as im:
+            with Image.open(f) as im:
                 out[i] = im.size
-        except (OSError, ValueError) as e:
-            raise EmbedscopeError(f"cannot read image {Path(root) / p}: {e}") from None
+        except (OSError, ValueError) as e:  # (the reason without PIL's second, quoted copy of the path)
+            raise EmbedscopeError(f"cannot read image {f}: {_reason(e, f)}") from None
         except Exception as e:  # noqa: BLE001 - PIL's DecompressionBombError, a plugin's SyntaxError: name the file
-            raise EmbedscopeError(f"cannot read image {Path(root) / p}: {e.__class__.__name__}: {e}") from None
+            raise EmbedscopeError(f"cannot read image {f}: {e.__class__.__name__}: {_reason(e, f)}") from None
     return out
 
 
