@@ -40,14 +40,62 @@ def nonfinite_weights(model) -> str | None:
     return None
 
 
+#: the batch size of ``train``'s evaluation (embedscope/train/trainer.py ``eval_bs``): the digits
+#: in batches of 256, every other data set in batches of 128
+EVALUATION_BATCH = {"digits": 256}
+
+
+def evaluation_batch_size(kind: str) -> int:
+    """The batch size in which ``train``'s evaluation embeds each split of a data set of ``kind``
+    (256 for the digits, 128 for photos): ``embed`` (without ``--batch-size``) and ``study`` embed in
+    it, so that a checkpoint's rows are those its training log's ρ and R@1 were computed from, to
+    the last bit (a convolution's last bits depend on the batch it runs in)."""
+    return EVALUATION_BATCH.get(kind, 128)
+
+
+def split_rows(split) -> list[np.ndarray]:
+    """The rows of each split of ``split`` (one value per row), in the order the splits first appear."""
+    split = np.asarray(split)
+    return [np.flatnonzero(split == s) for s in dict.fromkeys(split.tolist())]
+
+
+def nonfinite_message(model, ds: ImageDataset, rows, n: int | None = None) -> str:
+    """The one line of :class:`NonFiniteEmbeddings` for ``model`` on ``ds``, whose ``rows`` (of
+    ``n``, default ``len(ds)``) embedded to NaN or inf: how many images, the first one, and the
+    first weight that holds NaN or inf (:func:`nonfinite_weights`), else that the weights are finite.
+    Needs no embedding: the rows are those an embedding found."""
+    rows = np.asarray(rows)
+    n = len(ds) if n is None else int(n)
+    first = int(rows[0])
+    weights = nonfinite_weights(model)
+    why = (f"; the model's weights hold NaN or inf: {weights}" if weights
+           else "; its weights are finite: the NaN or inf arise in the computation (an overflow?)")
+    return (f"the model embeds {len(rows)} of {n} images of {ds.name} to NaN or inf (the first: row "
+            f"{first}, {str(ds.paths[first])}){why}")
+
+
 def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 128, num_workers: int = 0,
                  device: str = "auto", amp: bool | None = None, progress: bool = True,
-                 desc: str = "embed") -> np.ndarray:
-    """Embed every image of ``ds`` with ``model`` in evaluation mode -> float32 [N, D].
+                 desc: str = "embed", by_split: bool = False, inputs=None) -> np.ndarray:
+    """Embed every image of ``ds`` with ``model`` in evaluation mode -> float32 [N, D], rows in the
+    order of ``ds``.
 
     ``transform`` defaults to the evaluation transform of the data set's kind. float32 unless
     ``amp=True``: then bfloat16 autocast on CUDA (faster; rows move by ~1e-3 to 1e-2, enough to
     reorder near ties); the output is always float32.
+
+    ``by_split``: each split of ``ds`` embedded on its own, the rows of a split in the batches of
+    ``batch_size`` that ``ds.subset(split)`` gives (:func:`split_rows`), one progress bar for all:
+    what ``train``'s evaluation embeds (in :func:`evaluation_batch_size`), so that ρ (training split)
+    and R@1 (test split) of these rows are its log's to the last bit. A batch that mixed the splits
+    changed the last bits of a convolution's output (up to 7e-8) and ρ by ~1e-9 relative
+    (docs/studies.md). ``embed`` and ``study`` both embed this way.
+
+    ``inputs``: the images of ``ds`` already through ``transform``, stacked [N, C, H, W] (a study
+    decodes a small data set once per process); the batches are taken from it, the same numbers as
+    those read from ``ds``.
+
+    NaN or inf in the output is :class:`NonFiniteEmbeddings`, its line from :func:`nonfinite_message`.
     """
     import torch
 
@@ -56,29 +104,38 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
 
     if int(num_workers) < 0:
         raise EmbedscopeError(f"the number of data loader workers must be >= 0, got {num_workers}")
+    batch_size = int(batch_size)
     dev = resolve_device(device)
     if transform is None:
         size = 8 if ds.kind == "digits" else 224
         transform = image_transform(ds.kind, train=False, image_size=size)
-    loader = torch.utils.data.DataLoader(
-        TorchImages(ds, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
-        pin_memory=dev.type == "cuda", worker_init_fn=quiet_worker if int(num_workers) > 0 else None,
-    )
-    # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
-    it = start_workers(loader) if int(num_workers) > 0 else loader
-    batches = ((x, idx.numpy()) for x, _, idx in progress_bar(it, total=len(loader), desc=desc, unit="batch",
-                                                              enabled=progress))
+    groups = split_rows(ds.split) if by_split else [None]  # None: every row of ds, in one pass
+
+    def group_batches(rows):
+        """(inputs, rows of ds) of one group, in its own batches."""
+        if inputs is not None:
+            rows = np.arange(len(ds)) if rows is None else rows
+            for s in range(0, len(rows), batch_size):
+                part = rows[s:s + batch_size]
+                yield inputs[torch.from_numpy(part)], part
+            return
+        loader = torch.utils.data.DataLoader(
+            TorchImages(ds if rows is None else ds.take(rows), transform), batch_size=batch_size, shuffle=False,
+            num_workers=num_workers, pin_memory=dev.type == "cuda",
+            worker_init_fn=quiet_worker if int(num_workers) > 0 else None,
+        )
+        # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
+        for x, _, idx in (start_workers(loader) if int(num_workers) > 0 else loader):
+            yield x, (idx.numpy() if rows is None else rows[idx.numpy()])
+
+    sizes = [len(ds) if rows is None else len(rows) for rows in groups]
+    total = sum(-(-k // batch_size) for k in sizes)
+    batches = progress_bar((b for rows in groups for b in group_batches(rows)), total=total, desc=desc,
+                           unit="batch", enabled=progress)
     try:
         return embed_batches(model, batches, len(ds), device=dev, amp=amp)
     except NonFiniteEmbeddings as e:  # name the first image (the rows are the data set's)
-
-        first = int(e.rows[0])
-        weights = nonfinite_weights(model)
-        why = (f"; the model's weights hold NaN or inf: {weights}" if weights
-               else "; its weights are finite: the NaN or inf arise in the computation (an overflow?)")
-        raise NonFiniteEmbeddings(
-            f"the model embeds {len(e.rows)} of {e.n} images of {ds.name} to NaN or inf (the first: row "
-            f"{first}, {str(ds.paths[first])}){why}", e.rows, e.n) from None
+        raise NonFiniteEmbeddings(nonfinite_message(model, ds, e.rows, e.n), e.rows, e.n) from None
 
 
 def start_workers(loader):
@@ -280,7 +337,7 @@ def checkpoint_root(config: dict, dataset: str, root, *, verb: str = "embed") ->
 
 
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,
-                  split: str = "all", arch: str | None = None, train_classes=None, batch_size: int = 128,
+                  split: str = "all", arch: str | None = None, train_classes=None, batch_size: int | None = None,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
                   progress: bool = True, weights=None, head: str | None = None, embed_dim: int | None = None,
                   head_seed: int | None = None, trunk=None, embedder=None, amp: bool | None = None,
@@ -288,6 +345,13 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                   transform_input: bool | None = None, echo=None) -> Path:
     """Load a model (:func:`embedscope.models.load_model`: a checkpoint, a trunk/embedder pair or an
     ImageNet baseline), embed a data set's split and write the HDF5 store atomically.
+
+    Each split is embedded on its own (:func:`embed_images` ``by_split``), in batches of
+    ``batch_size``, by default :func:`evaluation_batch_size` (the batches of ``train``'s evaluation):
+    the rows of a checkpoint of ``train`` are then those its log's ρ and R@1 were computed from, to
+    the last bit on the same device and thread count. Another ``batch_size`` gives the same rows up to
+    the last bits of the convolutions (~1e-7), so ρ can differ from the log in its last digits
+    (docs/studies.md).
 
     ``amp`` as :func:`embed_images` (None or False: float32 everywhere, as evaluations are
     reported; True: bfloat16 autocast on CUDA). The attribute ``precision`` records which was used ("float32" or
@@ -368,8 +432,10 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     transform, _, input_text = checkpoint_input(ds, config)
     dev = resolve_device(device)
     use_amp = bool(amp) and dev.type == "cuda"
+    if batch_size is None:
+        batch_size = evaluation_batch_size(ds.kind)
     X = embed_images(model, ds, transform=transform, batch_size=batch_size, num_workers=num_workers,
-                     device=device, amp=use_amp, progress=progress, desc=f"embed {ds.name}/{split}")
+                     device=device, amp=use_amp, progress=progress, desc=f"embed {ds.name}/{split}", by_split=True)
     if echo is not None:
         for note in degenerate_notes(X, ds.paths):
             echo(f"note: {note}")

@@ -50,7 +50,10 @@ def add_parser(sub, parents):
     p.add_argument("--resize", type=positive_int, metavar="R",
                    help="shorter side before the crop (default: the checkpoint's, else round(N * 256 / 224); "
                    "e.g. 342 with --image-size 299)")
-    p.add_argument("--batch-size", type=positive_int, default=128, help="images per forward pass (default: 128)")
+    p.add_argument("--batch-size", type=positive_int,
+                   help="images per forward pass; each split is embedded on its own (default: the batches of train's "
+                   "evaluation, 256 for the digits, 128 otherwise, so that a trained checkpoint's rho and R@1 are its "
+                   "log's to the last bit; another size changes the embeddings' last bits, and rho's last digits)")
     p.add_argument("--amp", default="none", choices=["none", "bf16"],
                    help="none (default) = float32, as evaluations are reported; bf16 = bfloat16 autocast on CUDA "
                    "(faster; rows differ from float32 by ~1e-3 to 1e-2, enough to reorder near ties); the CPU "

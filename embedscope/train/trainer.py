@@ -1284,8 +1284,9 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
                                          num_workers=cfg["num_workers"], pin_memory=dev.type == "cuda",
                                          persistent_workers=False,
                                          worker_init_fn=quiet_worker if cfg["num_workers"] > 0 else None)
-    eval_bs = 256 if ds.kind == "digits" else 128
-    from embedscope.embed import checkpoint_input
+    from embedscope.embed import checkpoint_input, evaluation_batch_size
+
+    eval_bs = evaluation_batch_size(ds.kind)  # embed and study embed each split in these batches too
 
     eval_tf = checkpoint_input(ds, cfg, verb="evaluate")[0]  # the input size of the run, as `embed` uses it
     history: list[dict[str, Any]] = list(state["extra"].get("history", [])) if state else []
