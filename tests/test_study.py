@@ -260,14 +260,15 @@ def test_study_embeds_like_embed_images(grid):
     from embedscope.data import get_dataset
     from embedscope.embed import embed_images
     from embedscope.models import load_checkpoint
-    from embedscope.study.run import _embed_inputs, _input_tensor, _one_cpu_thread
+    from embedscope.study.run import _input_tensor, _one_cpu_thread
 
     model, _, _ = load_checkpoint(grid / "digits_contrastive_p0_s0.pt")
     before = torch.get_num_threads()
     with _one_cpu_thread():
         assert torch.get_num_threads() == 1
         ref = embed_images(model, get_dataset("digits"), progress=False, batch_size=256)
-        got = _embed_inputs(model, _input_tensor("digits", None, None, 8), 256)
+        got = embed_images(model, get_dataset("digits"), progress=False, batch_size=256,
+                           inputs=_input_tensor("digits", None, None, 8))
     assert torch.get_num_threads() == before
     assert got.dtype == np.float32 and np.array_equal(got, ref)
 

@@ -157,40 +157,17 @@ def _decoded_inputs(name: str, root: str | None, train_classes: int | None, size
     return torch.stack([tf(ds.load_image(i)) for i in range(len(ds))])
 
 
-def _embed_inputs(model, inputs, batch_size: int):
-    """``model`` on ``inputs`` in evaluation mode on the CPU, in the batches of
-    :func:`embedscope.embed.embed_images` (so the same numbers) -> float32 [N, D]."""
-    from embedscope.embed import embed_batches
-
-    n = len(inputs)
-    return embed_batches(model, ((inputs[s:s + batch_size], slice(s, s + batch_size))
-                                 for s in range(0, n, batch_size)), n, device="cpu")
-
-
 def _embed_splits(model, ds, inputs, transform, batch_size: int, device: str):
-    """Every row of ``ds`` embedded -> float32 [N, D], each split on its own: the rows of a split in
-    the batches the trainer's evaluation embeds them in (``ds.subset(split)``, batches of
-    ``batch_size``), so that a row's ρ (train split) and R@1 (test split) are its training log's to the
-    last bit (a batch that mixed the splits changed the last bits of a convolution's output, and ρ by
-    ~1e-9 relative: docs/studies.md). ``inputs``: the data set's decoded images (:func:`_input_tensor`),
-    else the images are read by :func:`embedscope.embed.embed_images`."""
-    import numpy as np
-    import torch
-
+    """Every row of ``ds`` embedded -> float32 [N, D], each split on its own in the batches of the
+    trainer's evaluation, as ``embed`` embeds them: :func:`embedscope.embed.embed_images` with
+    ``by_split`` (one function for both), so that a row's ρ (train split) and R@1 (test split) are
+    its training log's to the last bit (docs/studies.md). ``inputs``: the data set's decoded images
+    (:func:`_input_tensor`), else the images are read from ``ds``. A diverged model raises
+    ``embed``'s own :class:`embedscope.embed.NonFiniteEmbeddings` (which image, which weight)."""
     from embedscope.embed import embed_images
 
-    X = None
-    for split in dict.fromkeys(np.asarray(ds.split).tolist()):
-        idx = np.flatnonzero(np.asarray(ds.split) == split)
-        if inputs is not None:
-            part = _embed_inputs(model, inputs[torch.from_numpy(idx)], batch_size)
-        else:
-            part = embed_images(model, ds.take(idx), transform=transform, batch_size=batch_size, device=device,
-                                progress=False)
-        if X is None:
-            X = np.empty((len(ds), part.shape[1]), dtype=np.float32)
-        X[idx] = part
-    return X if X is not None else np.empty((0, 0), dtype=np.float32)
+    return embed_images(model, ds, transform=transform, batch_size=batch_size, device=device, progress=False,
+                        by_split=True, inputs=inputs)
 
 
 def _faiss_threads(n: int) -> None:
@@ -246,7 +223,7 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     """
     from embedscope import store
     from embedscope.device import resolve_device
-    from embedscope.embed import NonFiniteEmbeddings, checkpoint_input, checkpoint_train_classes, embed_images
+    from embedscope.embed import checkpoint_input, checkpoint_train_classes, evaluation_batch_size
     from embedscope.models import load_checkpoint
 
     t0 = time.perf_counter()
@@ -288,17 +265,12 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
             return es, out
         except EmbedscopeError:
             pass  # a damaged cache file: embed again and replace it
-    batch = 256 if ds.kind == "digits" else 128
     with _one_cpu_thread(dev.type == "cpu"):
         inputs = (_input_tensor(str(name), root, tc, size, None if resize is None else int(resize), generation)
                   if dev.type == "cpu" and _fits(ds, size) else None)
-        try:
-            X = _embed_splits(model, ds, inputs, tf, batch, str(dev))
-        except NonFiniteEmbeddings:
-            # a diverged model: embed's own error (which image, and which weight holds NaN or inf), from
-            # embed_images over the whole data set as ``embed`` embeds it
-            embed_images(model, ds, transform=tf, batch_size=batch, device=str(dev), progress=False)
-            raise
+        # a diverged model: embed's own error (which image, and which weight holds NaN or inf), from this
+        # one embedding (embedscope.embed.nonfinite_message)
+        X = _embed_splits(model, ds, inputs, tf, evaluation_batch_size(ds.kind), str(dev))
     es = store.EmbeddingSet(embeddings=X, labels=ds.labels, paths=ds.paths, split=ds.split,
                             class_names=ds.class_names, properties=ds.properties,
                             attrs={"dataset": ds.name, "root": str(Path(root).resolve()) if root else "",
@@ -458,7 +430,9 @@ def _versions() -> dict[str, str]:
 
     out = {"embedscope": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
            "torch": torch.__version__}
-    for name in ("dask", "scipy"):  # from the installed metadata: a serial study never imports dask (~0.1 s)
+    # from the installed metadata (a serial study never imports dask, ~0.1 s): the libraries whose numbers
+    # or files the study's outputs are (scikit-learn's digits: the data fingerprint names its version)
+    for name in ("dask", "scipy", "scikit-learn", "faiss-cpu", "matplotlib", "pandas", "pyarrow"):
         try:
             out[name] = version(name)
         except PackageNotFoundError:  # pragma: no cover

@@ -515,7 +515,6 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
             measures = []
             df[target] = np.nan
         elif target.startswith("NR-Prec:"):
-
             # (a data set whose properties are fixed by the code is refused before any work: run_study)
             have = sorted(c[len("NR-Prec:"):] for c in df.columns if isinstance(c, str) and c.startswith("NR-Prec:"))
             raise EmbedscopeError(
