@@ -58,7 +58,7 @@ collapsed model's point (outliers) loosen every query's bound (and farther ones 
 from being centred at all), and the windows fill with float64 keys. :func:`topk_exact` therefore
 searches such references apart (:func:`outlier_refs`, :func:`_knn_apart`): the rest by its own
 bound, the outliers' float64 keys directly, merged exactly (so do the relevant ranks,
-``ranks._ranks_apart``).
+``ranks._ranks_apart``, and their hits within the top R_i, ``ranks._hits_apart``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ and nothing else:
 Either way a pair whose rank cannot be certified from the float32 values (dense near-ties, or a
 floor estimate that came out too high) is resolved from its query's full row. A nearly collapsed
 model's few far references (:func:`~.knn.outlier_refs`) are searched apart, since they would set
-every query's error bound (:func:`_ranks_apart`).
+every query's error bound (:func:`_ranks_apart`; ``output="hits"``: :func:`_hits_apart`).
 
 The result equals the ranking of a float64 distance matrix with ties broken by the lower
 reference index (docs/methods.md §1, "Protocol": ties). Memory: the relevant pairs (16 bytes each) plus one
@@ -363,11 +363,15 @@ def relevant_ranks(X, y, *, X_ref=None, y_ref=None, metric: str = "cosine", dept
 
 
 def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", block=None,
-                           progress=False, output: str = "ranks", compact: bool = False) -> RelevantRanks:
+                           progress=False, output: str = "ranks", compact: bool = False,
+                           depth_over_R: int = 0) -> RelevantRanks:
     """:func:`relevant_ranks` on validated inputs (``depth`` an int ≤ the references available, or
     one such int per query: see :attr:`RelevantRanks.depth_q`). ``compact``: a compact result
     (:attr:`RelevantRanks.n_ranked`) where the search's plan gives one (classes of hundreds and
-    more on the CPU), else the full one."""
+    more on the CPU), else the full one. ``depth_over_R``: a depth up to this much beyond the largest
+    relevant set still counts as "no deeper than the relevant sets" when the pass is chosen
+    (:func:`_rows_plan`; :func:`_ranks_apart`'s bulk search, whose relevant sets lack the outliers:
+    the same ranks, only the choice of pass)."""
     lay = _Layout(sets.y, sets.y_ref, sets.same)
     Q64, R64 = sets.prepared(metric)
     ks = KeySpace(Q64, R64, metric, sets.same)
@@ -379,14 +383,16 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", blo
         if got is not None:
             return got
     if output == "hits":
-        hits = _hits_at_R(ks, sets.y, sets.y_ref, R, block=block, progress=progress)
+        hits = _hits_apart(sets, ks, lay, metric, block=block, progress=progress)
+        if hits is None:
+            hits = _hits_at_R(ks, sets.y, sets.y_ref, R, block=block, progress=progress)
         return RelevantRanks(R=R, lone=R == 0, depth=int(R.max(initial=0)), n_avail=n_avail, hits_at_R=hits)
     depth_q = None
     if np.ndim(depth):
         depth_q = np.asarray(depth, dtype=np.int64)
         depth = int(depth_q.max(initial=1))
     qi, rj, rank, ordered = _pair_ranks(ks, lay, sets.y, depth if depth_q is None else depth_q, device, block,
-                                        progress, compact=compact)
+                                        progress, compact=compact, depth_over_R=depth_over_R)
     if ordered == "compact":  # rank, rj: the ranks within the depth only; qi: their number per query
         offsets = np.zeros(R.size + 1, dtype=np.int64)
         np.cumsum(qi, out=offsets[1:])
@@ -405,7 +411,9 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", blo
 
 # ----------------------------------------------------------------------------- outliers apart
 APART_MAX_COMPARISONS = 1 << 28  # _ranks_apart: relevant pairs x outliers compared at most,
-APART_MAX_ROW_WORK = 1 << 33  # ... and relevant (query, outlier) pairs x bulk references x D (their rows)
+APART_MAX_ROW_WORK = 1 << 33  # ... and the outliers' relevant queries' rows over the bulk (their GEMM, queries x
+APART_ROW_RATIO = 2.0  # bulk references x D, + 8 x bulk references per relevant (query, outlier) pair) up to
+#                        this, or up to this many times the bulk search's GEMM (queries x bulk references x D)
 APART_ROW_ELEMS = 1 << 22  # ... outliers' relevant queries' float32 rows over the bulk, this many keys at a time
 
 
@@ -415,14 +423,18 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
     references (:func:`~.knn.outlier_refs`) searched apart, or None where that does not pay (the
     bulk's bound, median over its queries, not ``OUTLIER_GAIN`` times tighter than that of all
     references; scale not 1; the outliers' comparisons beyond ``APART_MAX_COMPARISONS`` or their
-    relevant queries' rows beyond ``APART_MAX_ROW_WORK``). The far references set every query's bound
+    relevant queries' rows beyond ``APART_MAX_ROW_WORK`` and ``APART_ROW_RATIO`` times the bulk
+    search's GEMM: at most one row per query, so only many outliers relevant to most queries reach
+    it). The far references set every query's bound
     (see :func:`~.knn.outlier_refs`); the rest, the "bulk" (indices ``near``), is searched as its
     own set, with its own bound, and the outliers are added exactly:
 
     - a bulk pair (q, r)'s rank among all references is its rank among the bulk plus the outliers
       o before it, (key(q, o), o) before (key(q, r), r) in the order (key desc, index asc), from
       :func:`~.knn.pair_keys64` of both pairs (few per query); ranks only grow, so a pair beyond
-      the depth among the bulk is beyond it among all;
+      the depth among the bulk is beyond it among all; an outlier before a pair is before the
+      query's last pair within the depth, so only the queries with an outlier before that one
+      compare their pairs (outliers far from the bulk's point come after every pair of most);
     - an outlier o relevant to a bulk query q: 1 + the outliers before it + the bulk references
       before it, counted from the bulk's float32 row of q (:meth:`KeySpace.rows_keys32`, within
       the bulk's bound δ_q of every bulk key k: |k32 − k| ≤ δ_q): references with k32 > k(q, o) +
@@ -449,9 +461,14 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
     q_near = near if same else np.arange(nq)
     n_sub = near.size - (1 if same else 0)
     y, y_ref = sets.y, sets.y_ref
-    n_rel_out = int(np.isin(y[q_near], y_ref[far]).sum()) * nf  # (a bound on the pairs of step 2)
+    lab, cnt = np.unique(y[q_near], return_counts=True)  # the (bulk query, outlier) pairs of step 2,
+    at = np.minimum(np.searchsorted(lab, y_ref[far]), lab.size - 1)
+    n_rel_out = int(np.where(lab[at] == y_ref[far], cnt[at], 0).sum())
+    n_rel_q = int(np.isin(y[q_near], y_ref[far]).sum())  # ... and their queries
+    dim = Q64.shape[1]
+    row_work = n_rel_q * near.size * dim + 8 * n_rel_out * near.size
     if (n_sub < 1 or int(lay.R.sum()) * nf > APART_MAX_COMPARISONS
-            or n_rel_out * near.size * Q64.shape[1] > APART_MAX_ROW_WORK):
+            or row_work > max(APART_MAX_ROW_WORK, APART_ROW_RATIO * q_near.size * near.size * dim)):
         return None  # (the outliers' share of the work would outgrow the search's)
     Qn = Q64[q_near]
     Rn = Qn if same else R64[near]
@@ -462,14 +479,28 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
     dq = depth_q if depth_q is not None else np.full(nq, int(depth), dtype=np.int64)
     sub_depth = np.minimum(dq[q_near], n_sub).clip(1) if depth_q is not None else max(1, min(int(depth), n_sub))
     sub = Sets(Qn, Rn, y[q_near], y_ref[near], same, (False, False), {metric: (Qn, Rn)})
+    # (its depth, R_i of all references, exceeds the bulk's own R_i by the outliers relevant to the
+    # query: at most nf beyond its largest relevant set, which must not send a search of classes of
+    # thousands from the tile pass to top-(depth + 16) candidate lists, 5x slower)
     rr = compute_relevant_ranks(sub, metric, sub_depth, device=device, block=block, progress=progress,
-                                compact=compact)
+                                compact=compact, depth_over_R=nf)
     # 1. bulk pairs: their ranks among the bulk, plus the outliers before them
     pos = rr.query_of_pair  # the query's place in q_near
     qs, rs, rk = q_near[pos], near[rr.refs], rr.ranks.copy()
     k_out = pair_keys64(Q64, R64, np.repeat(q_near, nf), np.tile(far, q_near.size), metric).reshape(q_near.size, nf)
-    fin = np.flatnonzero(np.isfinite(rk))
-    if fin.size:
+    # A query's pairs within the depth come first, in rank order (RelevantRanks): an outlier before
+    # one of them is before its last, so only the queries with an outlier before their last pair
+    # within the depth (few: outliers lie far from the bulk's point) compare every such pair.
+    n_fin = np.bincount(pos, weights=np.isfinite(rk), minlength=q_near.size).astype(np.int64)
+    has = np.flatnonzero(n_fin)
+    last = rr.offsets[has] + n_fin[has] - 1
+    k_last = pair_keys64(Q64, R64, q_near[has], rs[last], metric)
+    ko = k_out[has]
+    some = has[((ko > k_last[:, None]) | ((ko == k_last[:, None]) & (far[None, :] < rs[last][:, None]))).any(axis=1)]
+    if some.size:
+        m = np.zeros(q_near.size, dtype=bool)
+        m[some] = True
+        fin = np.flatnonzero(np.isfinite(rk) & m[pos])
         kp = pair_keys64(Q64, R64, qs[fin], rs[fin], metric)
         before = np.zeros(fin.size, dtype=np.int64)
         pf, rf = pos[fin], rs[fin]
@@ -478,30 +509,34 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
             before += (ko > kp) | ((ko == kp) & (far[j] < rf))
         rk[fin] += before
     qi_, rj_, rank_ = [qs], [rs], [rk]
-    # 2. outliers relevant to bulk queries: the bulk references and the outliers before them
-    for j, o in enumerate(far):
-        qo = np.flatnonzero(y[q_near] == y_ref[o])  # places in q_near (in a same-set search never o itself)
-        if qo.size == 0:
-            continue
-        ko = k_out[qo, j]
-        n_before = np.empty(qo.size, dtype=np.int64)
-        step = max(1, APART_ROW_ELEMS // max(near.size, 1))
-        for a in range(0, qo.size, step):
-            b = min(qo.size, a + step)
-            with blas_single_thread():  # (a multi-threaded BLAS call spins against the search's threads)
-                row = sub_ks.rows_keys32(qo[a:b])  # (same set: the query itself -inf)
-            d2 = 2.0 * sub_ks.delta[qo[a:b], None]
-            kk = ko[a:b, None]
-            certain = (row > kk + d2).sum(axis=1)
-            wr, wc = np.nonzero(np.abs(row - kk) <= d2)
-            k64 = pair_keys64(Q64, R64, q_near[qo[a:b]][wr], near[wc], metric)
+    # 2. outliers relevant to bulk queries: the bulk references and the outliers before them (each
+    # such query's float32 row over the bulk once, for all its relevant outliers)
+    rel_out = y[q_near][:, None] == y_ref[far][None, :]  # (in a same-set search never o itself)
+    q_rel = np.flatnonzero(rel_out.any(axis=1))  # places in q_near
+    step = max(1, APART_ROW_ELEMS // max(near.size, 1))
+    for a in range(0, q_rel.size, step):
+        qa = q_rel[a:a + step]
+        with blas_single_thread():  # (a multi-threaded BLAS call spins against the search's threads)
+            rows = sub_ks.rows_keys32(qa)  # (same set: the query itself -inf)
+        for j, o in enumerate(far):
+            sel = np.flatnonzero(rel_out[qa, j])
+            if sel.size == 0:
+                continue
+            qo = qa[sel]
+            row = rows[sel]
+            d2 = 2.0 * sub_ks.delta[qo, None]
+            kk = k_out[qo, j][:, None]
+            above = row > kk + d2
+            certain = above.sum(axis=1)
+            wr, wc = np.nonzero(~above & (row >= kk - d2))
+            k64 = pair_keys64(Q64, R64, q_near[qo][wr], near[wc], metric)
             tie = (k64 > kk[wr, 0]) | ((k64 == kk[wr, 0]) & (near[wc] < o))
-            n_before[a:b] = certain + np.bincount(wr, weights=tie, minlength=b - a).astype(np.int64)
-        ko_all = k_out[qo]
-        n_before += ((ko_all > ko[:, None]) | ((ko_all == ko[:, None]) & (far < o)[None, :])).sum(axis=1)
-        qi_.append(q_near[qo])
-        rj_.append(np.full(qo.size, o))
-        rank_.append((1 + n_before).astype(np.float64))
+            n_before = certain + np.bincount(wr, weights=tie, minlength=qo.size).astype(np.int64)
+            ko_all = k_out[qo]
+            n_before += ((ko_all > kk) | ((ko_all == kk) & (far < o)[None, :])).sum(axis=1)
+            qi_.append(q_near[qo])
+            rj_.append(np.full(qo.size, o))
+            rank_.append((1 + n_before).astype(np.float64))
     # 3. same set: the outlier queries, from their full rows
     if same:
         refs = np.arange(nr)
@@ -524,7 +559,12 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
         fin = np.isfinite(rank)
         qi, rj, rank = qi[fin], rj[fin], rank[fin]
         n_ranked = np.bincount(qi, minlength=nq).astype(np.int64)
-    order = np.lexsort((rj, rank, qi))
+    # (query, rank, reference) order by one stable sort of one integer key (the bulk's pairs are in
+    # that order already, the outliers' appended: nearly sorted, ~0.1 s for 10^7 pairs where a
+    # lexsort of the three took ~10 s); beyond the depth, in reference order
+    na = sets.n_avail
+    key = qi * (na + 2 + nr) + np.where(np.isfinite(rank), rank, na + 1 + rj).astype(np.int64)
+    order = np.argsort(key, kind="stable")
     qi, rank, rj = qi[order], rank[order], rj[order]
     R = lay.R
     per_q = R if n_ranked is None else n_ranked
@@ -729,12 +769,12 @@ def _pairs_and_keys(ks: KeySpace, lay: _Layout):
     return qi, rj, counting.pair_keys(ks.Q64, ks.R64, qi, rj, ks.metric), None
 
 
-def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
+def _rows_plan(device, depth, n_ref: int, R: np.ndarray, depth_over_R: int = 0) -> bool:
     """Whether the filtered tile pass with per-row counting (:mod:`embedscope.metrics.search.rows`)
     ranks this search: CPU; up to ``ROWS_MAX_REFS`` references; the largest depth below
     ``ROWS_MAX_DEPTH`` or no larger than the largest relevant set; relevant sets of similar sizes
     within blocks of queries (the pass pads each block's pairs to the block's largest R_i: those
-    tables at least ``ROWS_MIN_FILL`` full).
+    tables at least ``ROWS_MIN_FILL`` full). ``depth_over_R``: see :func:`compute_relevant_ranks`.
     Measured in docs/PERFORMANCE.md."""
     from embedscope.device import compute_device
 
@@ -745,7 +785,7 @@ def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
     # counting pass; a depth no deeper than the largest relevant set (R-Precision and MAP@R of classes
     # of thousands: 10 classes of 1,000) stays here: 4-5x faster than the candidate lists it got
     # before, the same ranks (measured in docs/PERFORMANCE.md, twelfth session).
-    if np.max(depth) >= ROWS_MAX_DEPTH and np.max(depth) > int(R.max()):
+    if np.max(depth) >= ROWS_MAX_DEPTH and np.max(depth) > int(R.max()) + depth_over_R:
         return False
     starts = np.arange(0, R.size, ROWS_FILL_BLOCK)
     sizes = np.diff(np.append(starts, R.size))
@@ -753,7 +793,8 @@ def _rows_plan(device, depth, n_ref: int, R: np.ndarray) -> bool:
     return float(R.sum()) >= ROWS_MIN_FILL * padded
 
 
-def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, compact: bool = False):
+def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, compact: bool = False,
+                depth_over_R: int = 0):
     """Per relevant pair (query, reference): exact rank (inf when beyond ``depth``); returns
     ``(qi, rj, rank, ordered)`` grouped by query (``ordered``: already in rank order within each
     query, beyond-depth pairs last in reference-index order; ``"compact"``, with ``compact`` where
@@ -771,7 +812,7 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
     n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
     device = compute_device(device)  # once, for every plan
-    if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R):
+    if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R, depth_over_R):
         from embedscope.metrics.search.rows import SurvivorOverflow, large_mode, relevant_ranks_by_rows
 
         if compact and large_mode(lay.R, ks.R64.shape[0]):  # only the keys (the pairs are read off the survivors)
@@ -858,7 +899,64 @@ def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):
 
 
 # ----------------------------------------------------------------------------- hits within top R_i
-def _hits_at_R(ks: KeySpace, y, y_ref, R, *, block=None, progress=False) -> np.ndarray:
+def _hits_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, *, block=None, progress=False):
+    """:func:`_hits_at_R` of a nearly collapsed model with a few far references
+    (:func:`~.knn.outlier_refs`) searched apart, or None where that does not pay (scale not 1; the
+    bulk's bound, median over its queries, not ``OUTLIER_GAIN`` times tighter than that of all
+    references; no bulk reference left). As :func:`_ranks_apart`, and without its limits (no
+    outlier is ranked against the bulk's rows here: the work beyond the bulk's own pass is few x N
+    float64 keys):
+
+    - a bulk query's row is its float32 row over the bulk (:class:`KeySpace` of the bulk, its own,
+      tighter bound δ_q) followed by its float64 keys to the outliers (:func:`~.knn.pair_keys64`,
+      no error at all); :func:`_hits_at_R`'s argument needs only that every entry of the row lie
+      within δ_q of its float64 key, so it selects the R_i-th entry and certifies the band around
+      it over both parts at once, the band's ties ordered by the references' own indices;
+    - in a same-set search, an outlier query: its full float64 row (few x N keys).
+
+    Every key is :func:`~.knn.pair_keys64` of the same two rows (the bulk's rows are copies, bit
+    for bit), so the hits are those of the search of all references, exactly."""
+    from embedscope.metrics.search.knn import OUTLIER_GAIN
+
+    if ks.scale != 1.0:
+        return None
+    far = outlier_refs(ks)
+    if far is None:
+        return None
+    Q64, R64, same = ks.Q64, ks.R64, ks.same
+    nq, nr = Q64.shape[0], R64.shape[0]
+    near = np.setdiff1d(np.arange(nr), far)
+    q_near = near if same else np.arange(nq)
+    if near.size - (1 if same else 0) < 1:
+        return None
+    Qn = Q64[q_near]
+    Rn = Qn if same else R64[near]
+    sub_ks = KeySpace(Qn, Rn, metric, same)
+    if sub_ks.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub_ks.delta)) > float(np.median(ks.delta[q_near])):
+        return None
+    y, y_ref, R = sets.y, sets.y_ref, lay.R
+    nf = far.size
+
+    def out_keys(s: int, e: int) -> np.ndarray:  # bulk queries s..e-1 (places in q_near) x the outliers
+        qs = q_near[s:e]
+        return pair_keys64(Q64, R64, np.repeat(qs, nf), np.tile(far, qs.size), metric).reshape(qs.size, nf)
+
+    hits = np.zeros(nq, dtype=np.int64)
+    hits[q_near] = _hits_at_R(sub_ks, y[q_near], np.concatenate([y_ref[near], y_ref[far]]), R[q_near],
+                              block=block, progress=progress, extra=(out_keys, np.concatenate([near, far])))
+    if same:  # the outlier queries, from their full rows
+        refs = np.arange(nr)
+        for q in far:
+            if R[q] == 0:
+                continue
+            key = pair_keys64(Q64, R64, np.full(nr, q), refs, metric)
+            cand = refs[refs != q]
+            top = cand[np.lexsort((cand, -key[cand]))[:int(R[q])]]
+            hits[q] = int(np.count_nonzero(y_ref[top] == y[q]))
+    return hits
+
+
+def _hits_at_R(ks: KeySpace, y, y_ref, R, *, block=None, progress=False, extra=None) -> np.ndarray:
     """Per query, the number of relevant references within its exact top R_i, without pairs.
 
     Per query block, one float32 GEMM; per row, v = the R_i-th largest float32 key. With δ_i the
@@ -867,23 +965,33 @@ def _hits_at_R(ks: KeySpace, y, y_ref, R, *, block=None, progress=False) -> np.n
     it in exact order has a float32 key > v), one below v − 2δ_i surely not; the few within ±2δ_i
     of v are ranked by their float64 keys, lower index first on ties, to fill the remaining
     places. Rows are grouped by R_i so that one ``np.partition`` serves many rows.
+
+    ``extra``: ``(keys_of, idx)``, references searched apart (:func:`_hits_apart`): ``keys_of(s, e)``
+    gives queries s..e-1's float64 keys (:func:`~.knn.pair_keys64`, exact) to references that follow
+    ``ks``'s in the rows (``y_ref`` then labels both, in that order), and ``idx`` is every column's
+    reference index, which breaks the ties. The argument above holds for such columns (within 0 of
+    their keys).
     """
     from embedscope.metrics.search.knn import _bar, default_block
 
     nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
+    idx = np.arange(nr) if extra is None else extra[1]
+    ncol = idx.size
     hits = np.zeros(nq, dtype=np.int64)
     blk = int(block or default_block(nr))
     bar = _bar(progress, nq, "hits@R")
     for s in range(0, nq, blk):
         e = min(nq, s + blk)
         S = ks.rows_keys32(np.arange(s, e))  # (the query itself −inf)
+        if extra is not None:
+            S = np.hstack([S, extra[0](s, e)])
         Rb = R[s:e]
         for r in np.unique(Rb):
             if r == 0:
                 continue
             rows = np.flatnonzero(Rb == r)
             Sr = S[rows]
-            v = np.partition(Sr, nr - r, axis=1)[:, nr - r]
+            v = np.partition(Sr, ncol - r, axis=1)[:, ncol - r]
             for t, i in enumerate(rows):
                 q = s + i
                 d2 = 2.0 * ks.delta[q]
@@ -897,8 +1005,10 @@ def _hits_at_R(ks: KeySpace, y, y_ref, R, *, block=None, progress=False) -> np.n
                 win = np.flatnonzero((row >= v[t] - d2) & ~sure)
                 need = int(r) - n_sure
                 if need > 0 and win.size:
-                    k64 = pair_keys64(ks.Q64, ks.R64, np.full(win.size, q), win, ks.metric)
-                    top = win[np.lexsort((win, -k64))[:need]]
+                    k64 = row[win]  # (the columns apart: their float64 keys already)
+                    own = win < nr
+                    k64[own] = pair_keys64(ks.Q64, ks.R64, np.full(int(own.sum()), q), win[own], ks.metric)
+                    top = win[np.lexsort((idx[win], -k64))[:need]]
                     h += int(np.count_nonzero(rel[top]))
                 hits[q] = h
         bar.update(e - s)
