@@ -361,3 +361,30 @@ def test_notebook03_quotes_the_untrained_pair_of_the_images_it_picks(tmp_path):
     jsd = (kl(p, mid) + kl(q, mid)) / 2
     assert float(quoted.group(1)) == round(float(np.tanh(np.arctanh(r).mean())), 3)
     assert float(quoted.group(2)) == round(float(jsd.mean()), 3)
+
+
+def test_rows_record_the_device_they_were_embedded_on_and_the_report_shows_it(tmp_path):
+    """runs.csv's embed_device (the device kind of the cache key) per row, and the report's device line
+    counts them; study.json's versions name the libraries of the outputs (scikit-learn's digits)."""
+    import csv
+    import json
+
+    from embedscope.cli import main
+    from embedscope.study.report import _devices
+
+    ck = tmp_path / "m.pt"
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--embed-dim", "8", "--seed", "0",
+                 "-o", str(ck), "--no-progress"]) == 0
+    out = tmp_path / "study"
+    assert main(["study", str(ck), "-o", str(out), "--workers", "0", "--measures", "R@1", "rho",
+                 "--bootstrap", "0", "--no-figures", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    with open(out / "runs.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["embed_device"] == "cpu" for r in rows if r["status"] == "ok")
+    versions = json.loads((out / "study.json").read_text())["versions"]
+    assert {"scikit-learn", "matplotlib", "pandas", "pyarrow"} <= set(versions)
+    n = sum(r["status"] == "ok" for r in rows)
+    assert _devices("auto", [r for r in rows if r["status"] == "ok"]) == f"auto; embedded on cpu ({n} row{'' if n == 1 else 's'})"
+    assert _devices("auto", [{"embed_device": ""}]) == "auto"  # rows of an older version
+    assert _devices("auto", [{"embed_device": "cpu"}, {"embed_device": "cuda/float32"}, {"embed_device": "cpu"}]) == \
+        "auto; embedded on cpu (2 rows), cuda/float32 (1 row)"

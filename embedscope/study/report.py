@@ -361,6 +361,20 @@ _SELECTION = {"best": "at the best epoch", "final": "final", "given": "taken as 
               "epoch": "kept epochs", "untrained": "untrained"}
 
 
+def _devices(asked: Any, ok: list[dict[str, str]]) -> str:
+    """The study's ``--device`` and, from runs.csv's ``embed_device``, the devices its rows were embedded
+    on with their counts (``auto; embedded on cpu (12 rows)``; rows of older versions have none)."""
+    counts: dict[str, int] = {}
+    for r in ok:
+        d = _cell(r, "embed_device")
+        if d:
+            counts[d] = counts.get(d, 0) + 1
+    if not counts:
+        return str(asked)
+    on = ", ".join(f"{d} ({n} row{'' if n == 1 else 's'})" for d, n in sorted(counts.items()))
+    return f"{asked}; embedded on {on}"
+
+
 def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     from embedscope import __version__
     from embedscope.study.plan import CONFIG_COLUMNS
@@ -411,7 +425,7 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
              ", ".join(map(str, measures)) if isinstance(measures, list) else measures),
             ("measures from", meta.get("measures_source", "")),
             ("seed (k-means, bootstrap)", s.get("seed", "")), ("bootstrap resamples", stats.get("n_boot", "")),
-            ("device", s.get("device", "")), ("embedding cache", meta.get("cache_dir", "")),
+            ("device", _devices(s.get("device", ""), ok)), ("embedding cache", meta.get("cache_dir", "")),
             ("versions", ", ".join(f"{k} {x}" for k, x in v.items()) if isinstance(v, dict) else v),
             ("statistics code (fingerprint)", meta.get("stats_code", "")),
             ("embedscope code (fingerprint)", meta.get("code", "")), ("host", meta.get("host", "")),

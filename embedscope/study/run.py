@@ -214,6 +214,7 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     """(EmbeddingSet of train + test, info) for a checkpoint, from the cache when present.
 
     ``info``: ``sha256``, ``config``, ``extra``, ``cached`` (bool), ``cache_file``, ``embed_seconds``,
+    ``device`` (the device kind the rows were embedded on, part of the cache key: ``cpu``, ``cuda/float32``),
     ``data`` (``[dataset, root, train_classes, fingerprint]``: the data embedded and its
     :func:`data_fingerprint`, part of the cache key, so a changed folder is embedded again).
     The data set is listed once per ``generation`` and process (:func:`run_study` passes a token of
@@ -252,12 +253,12 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     resize = config.get("resize")
     dev = resolve_device(device)
     # float32 on every device (GPU caches of embedscope versions that used bfloat16 there are not reused)
-    key = cache_key(info["sha256"], ds.name, root, tc, transform,
-                    dev.type if dev.type == "cpu" else f"{dev.type}/float32", data=fingerprint)
+    kind = dev.type if dev.type == "cpu" else f"{dev.type}/float32"  # the device the rows are (were) embedded on
+    key = cache_key(info["sha256"], ds.name, root, tc, transform, kind, data=fingerprint)
     cdir = Path(cache_dir) if cache_dir else default_cache_dir()
     path = cdir / f"{key}.h5"
     out = {"sha256": info["sha256"], "config": config, "extra": info["extra"], "cache_file": str(path),
-           "data": [str(name), root, tc, fingerprint]}
+           "data": [str(name), root, tc, fingerprint], "device": kind}
     if path.exists():
         try:
             es = store.load(path)
@@ -344,7 +345,8 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
             # also when it is a run's epoch-000.pt, whose config names the run's loss and epochs
             row.update({k: v for k, v in config_columns(c).items() if v is not None and k != "root"})
         why = undefined_reasons(es, vals)
-        row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_seconds": info["embed_seconds"],
+        row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_device": info["device"],
+                    "embed_seconds": info["embed_seconds"],
                     "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
                     "N_test": int((es.split == "test").sum()), "status": "ok", "error": "",
                     # which measures have no finite value, and why (runs.csv; the reasons also in correlations.json)
