@@ -300,8 +300,6 @@ def test_scatter_summary_never_replaces_the_input(tmp_path):
     assert rc == 2 and "one of the figure's own outputs" in one_error_line(err, "scatter")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the extra_outputs hook in embedscope/cli/__init__.py::_outputs "
-                                       "(OUT_summary.csv's stem is not -o's, so the output group does not own it)")
 def test_scatter_takes_back_its_summary_when_it_fails_after_writing_it(tmp_path, monkeypatch):
     """All or nothing: a failure after OUT_summary.csv is written (here the summary Parquet's write)
     takes back every output, the summary CSV too."""

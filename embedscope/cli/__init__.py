@@ -56,6 +56,7 @@ if _started_as_the_command() and _signal.getsignal(_signal.SIGINT) is _signal.de
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import importlib  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 
@@ -102,7 +103,42 @@ def _outputs(args) -> list[str]:
     outs = [getattr(args, d) for d in _OUTPUT_DESTS if isinstance(getattr(args, d, None), str)]
     if args.command == "add-properties" and isinstance(getattr(args, "file", None), str):
         outs.append(args.file)
+    # files a command writes beyond those its options name (scatter's OUT_summary.csv): its module's
+    # extra_outputs(args), so that they are taken back with the rest when the command fails
+    hook = getattr(sys.modules.get(getattr(args.func, "__module__", "")), "extra_outputs", None)
+    if hook is not None:
+        outs += hook(args)
     return outs
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, but an option whose ``{a,b,...}`` list would not fit the usage line (train's
+    ``[--loss {margin,triplet,...}]`` ran to 130 characters on an 80-column terminal) is shown with its
+    name as metavar (``--loss LOSS``), and its help then names the choices unless it names them already."""
+
+    def _long_choices(self, action) -> bool:
+        if action.metavar is not None or action.choices is None or not action.option_strings:
+            return False
+        braces = "{" + ",".join(map(str, action.choices)) + "}"
+        indent = len("usage: ") + len(self._prog) + 1
+        return indent + len(f"[{action.option_strings[0]} {braces}]") > self._width
+
+    def _metavar_formatter(self, action, default_metavar):
+        if self._long_choices(action):
+            import copy
+
+            action = copy.copy(action)
+            action.choices = None
+        return super()._metavar_formatter(action, default_metavar)
+
+    def _get_help_string(self, action):
+        text = super()._get_help_string(action) or ""
+        if self._long_choices(action):
+            names = [str(c) for c in action.choices]
+            if not all(re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", text) for c in names):
+                listed = ", ".join(c.replace("%", "%%") for c in names)
+                text = f"{text}; one of {listed}" if text else f"one of {listed}"
+        return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,12 +146,88 @@ class _Parser(argparse.ArgumentParser):
         # no abbreviated options: `--table` silently meant `--table-csv`, and a script or doc that abbreviates
         # would change meaning (or fail as ambiguous) the day another option shares the prefix
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    # argparse names a typed value with %r ("invalid choice: 'a\\\\b'"), and the error line escapes the message
+    # again (text.safe): a typed backslash showed four times. A typed value is named as every other message
+    # names a value (text.quoted: as typed, in quotes) and escaped once, by the error line (embedscope/text.py).
+    def _get_value(self, action, arg_string):
+        from embedscope.text import quoted
+
+        type_func = self._registry_get("type", action.type, action.type)
+        if not callable(type_func):
+            return super()._get_value(action, arg_string)
+        try:
+            return type_func(arg_string)
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentError(action, str(err)) from None
+        except (TypeError, ValueError):
+            name = getattr(action.type, "__name__", repr(action.type))
+            raise argparse.ArgumentError(action, f"invalid {name} value: {quoted(arg_string)}") from None
+
+    def _check_value(self, action, value):
+        from embedscope.text import quoted
+
+        if action.choices is not None and value not in action.choices:
+            choices = list(action.choices)
+            hint = ""
+            if isinstance(value, str) and all(isinstance(c, str) for c in choices):
+                import difflib
+
+                close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
+                if close:
+                    hint = f"did you mean {quoted(close[0])}? "
+            raise argparse.ArgumentError(action, f"invalid choice: {quoted(value)} "
+                                         f"({hint}choose from {', '.join(quoted(c) for c in choices)})")
+
+    def _print_message(self, message, file=None):
+        # argparse drops a failed write (`embedscope --help > /dev/full` exited 0 with nothing written): a
+        # failed write to stdout is raised (main: one line, exit 1; a closed pipe, 141), one to stderr ignored
+        if not message:
+            return
+        file = file or sys.stderr
+        if file is None:
+            return
+        if file is sys.stdout:
+            try:
+                file.write(message)
+            except BrokenPipeError:
+                raise
+            except OSError as e:
+                _stdout_gone()
+                raise EmbedscopeError(f"cannot write to standard output ({e.strerror or e})") from None
+            _flush_stdout()
+        else:
+            with contextlib.suppress(AttributeError, OSError):
+                file.write(message)
 
     def error(self, message: str):  # one line, exit 2
         from embedscope.text import safe
 
-        self.exit(2, f"{self.prog}: error: {safe(message)} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {safe(_unrepr(message))} (see '{self.prog} --help')\n")
+
+
+#: argparse messages that end in a typed value shown with %r, which no override reaches (the value
+#: an option that takes none was given: ``--force=x``, ``-hx``)
+_REPR_TAIL = re.compile(r"((?:argument [^:]*: )?ignored explicit argument )('.*'|\".*\")", re.DOTALL)
+
+
+def _unrepr(message: str) -> str:
+    """``message`` with the %r value of :data:`_REPR_TAIL` shown as :func:`embedscope.text.quoted` shows
+    it (as typed: the error line escapes it once)."""
+    m = _REPR_TAIL.fullmatch(message)
+    if m is None:
+        return message
+    import ast
+
+    from embedscope.text import quoted
+
+    try:
+        value = ast.literal_eval(m.group(2))
+    except (ValueError, SyntaxError):
+        return message
+    return m.group(1) + quoted(value) if isinstance(value, str) else message
 
 
 def common_parent() -> argparse.ArgumentParser:
@@ -205,6 +317,36 @@ def _stdout_gone() -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
+def _flush_stdout() -> None:
+    """Flush stdout at the end of a command (or after ``--help``): a failed write (``> /dev/full``, an
+    I/O error) is one line naming standard output, exit 1, not "OSError: [Errno 28] ..." as an unexpected
+    failure; the rest of the output is dropped. A reader gone away (``| head``) stays BrokenPipeError (141)."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        _stdout_gone()
+        raise EmbedscopeError(f"cannot write to standard output ({e.strerror or e})") from None
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" line, with the closest option of ``parser`` for a mistyped
+    one (``--spilt``: did you mean --split?)."""
+    import difflib
+
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for x in extras:
+        if x.startswith("--") and len(x) > 2:
+            close = difflib.get_close_matches(x.split("=", 1)[0], options, n=1, cutoff=0.75)
+            if close:
+                return f"{message} (did you mean {close[0]}?)"
+    return message
+
+
 def _error(command: str, message: str) -> None:
     from embedscope import progress
     from embedscope.text import safe
@@ -258,12 +400,16 @@ def main(argv: list[str] | None = None) -> int:
             args, extras = parser.parse_known_args(argv)
             if not getattr(args, "func", None):
                 if extras:
-                    parser.error(f"unrecognized arguments: {' '.join(extras)}")
+                    parser.error(_unrecognized(parser, extras))
                 parser.print_help(sys.stderr)
                 return 2
             if extras:  # point to the sub-command's help, not embedscope's
-                parser.command_parsers[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+                sub = parser.command_parsers[args.command]
+                sub.error(_unrecognized(sub, extras))
             command = args.command
+            if sys.stdout is None:  # `>&-`: refused before any work (its report would be lost; the flush at
+                # the end of the command failed with "AttributeError: 'NoneType' ..." and took its outputs back)
+                raise EmbedscopeError("standard output is closed (redirect it to /dev/null to discard the output)")
             debug = getattr(args, "debug", False)
             from embedscope.fileio import output_group
 
@@ -272,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             group = contextlib.nullcontext() if command in RESUMABLE else output_group(_outputs(args))
             with group, _warnings_as_lines(command):
                 rc = args.func(args)
-                sys.stdout.flush()
+                _flush_stdout()
         return int(rc or 0)
     except BrokenPipeError:
         _stdout_gone()
