@@ -743,26 +743,91 @@ def _read_folder(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     return [r["path"] for r in rows], props
 
 
-def rendered_size(root=None) -> int | None:
-    """The image side (px) of the ``shapes`` set that ``--root`` names, without reading its images.
-
-    A make-shapes folder (one holding ``properties.csv``): the ``size`` its ``shapes.json`` records
-    (None when that file is missing or holds no valid size). No ``root``, or a folder that caches the
-    generated default set: :data:`DEFAULT_SIZE`. ``train`` and ``embed`` take it as the default
-    ``--image-size`` of a shapes run, so that a set made with ``make-shapes --size 32`` is trained and
-    embedded at 32 px rather than resampled to 64 (docs/training.md, ``--image-size``).
-    """
-    if root is None:
-        return DEFAULT_SIZE
-    base = Path(root)
-    if not (base / "properties.csv").exists():
-        return DEFAULT_SIZE if base.is_dir() else None  # (a cache of the default set; a missing root fails later)
+def _recorded_size(base: Path) -> int | None:
+    """The ``size`` a make-shapes folder's ``shapes.json`` records; None when that file is missing,
+    unreadable or holds no valid size (an int in 16-512, the range of ``make-shapes --size``)."""
     try:
         size = json.loads((base / "shapes.json").read_text(encoding="utf-8")).get("size")
     except (OSError, ValueError, AttributeError):
         return None
     if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= 512:
         return None
+    return size
+
+
+def _first_image(base: Path) -> tuple[str, tuple[int, int]] | None:
+    """The first image ``properties.csv`` lists (its path there) and its (width, height), read from its header
+    (PIL opens lazily: no pixel is decoded); None when the table lists none or the file is missing or
+    no image (the loader names those itself)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with open(base / "properties.csv", newline="", encoding="utf-8") as fh:
+            if fh.readline() == INCOMPLETE:
+                return None
+            fh.seek(0)
+            row = next(csv.DictReader(fh), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if not row or not row.get("path"):
+        return None
+    try:
+        with Image.open(base / row["path"]) as im:
+            return row["path"], im.size
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError):
+        return None
+
+
+def folder_size(root) -> tuple[int | None, str]:
+    """The image side (px) of a make-shapes folder (one holding ``properties.csv``) and where it was
+    read: ``(size, "shapes.json")`` as its ``shapes.json`` records it; without a valid ``shapes.json``
+    ``(side, path)`` of the first image ``properties.csv`` lists (its header only; a side in 16-512);
+    ``(None, "")`` when neither tells. The first image is checked against ``shapes.json`` (make-shapes
+    renders every image square at ``--size``): an image of another size, or one that is not square, is
+    an error naming both (images copied in from another set), not a size silently taken from one of them."""
+    base = Path(root)
+    size = _recorded_size(base)
+    first = _first_image(base)
+    if first is None:
+        return (size, "shapes.json") if size is not None else (None, "")
+    path, (w, h) = first
+    f = base / path
+    if w != h:
+        raise EmbedscopeError(f"{NAME}: {f} is {w}x{h} px, not square: a make-shapes folder holds square "
+                              f"images of one size (make it again with embedscope make-shapes -o {base} --force)")
+    if size is not None and w != size:
+        raise EmbedscopeError(f"{NAME}: {base / 'shapes.json'} records images of {size} px but {f} is {w}x{h} px: "
+                              f"the images are not the set shapes.json describes (make it again with "
+                              f"embedscope make-shapes -o {base} --size N --force)")
+    if size is not None:
+        return size, "shapes.json"
+    return (w, path) if 16 <= w <= 512 else (None, "")  # (make-shapes' range, as of a recorded size)
+
+
+def rendered_size(root=None) -> int | None:
+    """The image side (px) of the ``shapes`` set that ``--root`` names, without decoding its images.
+
+    A make-shapes folder (one holding ``properties.csv``): the ``size`` its ``shapes.json`` records;
+    without a valid ``shapes.json``, the side of the first image (:func:`folder_size`; a warning says
+    so); None when neither tells. No ``root``, or a folder that caches the generated default set:
+    :data:`DEFAULT_SIZE`. ``train`` and ``embed`` take it as the default ``--image-size`` of a shapes
+    run, so that a set made with ``make-shapes --size 32`` is trained and embedded at 32 px rather
+    than resampled to 64 (docs/training.md, ``--image-size``; docs/datasets.md).
+    """
+    if root is None:
+        return DEFAULT_SIZE
+    base = Path(root)
+    if not (base / "properties.csv").exists():
+        return DEFAULT_SIZE if base.is_dir() else None  # (a cache of the default set; a missing root fails later)
+    size, source = folder_size(base)
+    if size is not None and source != "shapes.json":
+        import warnings
+
+        from embedscope.errors import EmbedscopeWarning
+
+        warnings.warn(EmbedscopeWarning(
+            f"{NAME}: {base} has no valid shapes.json (the settings make-shapes records): its image size, "
+            f"{size} px, is read from its first image ({source})"), stacklevel=2)
     return size
 
 
@@ -800,6 +865,11 @@ def load_shapes(root=None, train_classes: int | None = None, *, n: int | None = 
                 info["generation"] = json.loads(meta.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 pass
+        if not isinstance(info.get("generation"), dict):
+            info.pop("generation", None)
+        rendered, source = folder_size(base)  # the first image checked against shapes.json (one header)
+        if rendered is not None and source != "shapes.json":  # no valid shapes.json: the first image's side
+            info["generation"] = {**info.get("generation", {}), "size": rendered, "size_from": source}
         root_s = str(base)
     else:
         if root is not None:
