@@ -36,7 +36,7 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                    help="digits (default), shapes (embedscope make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits, nor for shapes (the default "
                    "set is generated once and cached)")
-    p.add_argument("--train-classes", type=positive_int, help="the first N classes train (default: the data set's own split)")
+    p.add_argument("--train-classes", type=positive_int, metavar="N", help="the first N classes train (default: the data set's own split)")
     p.add_argument("--arch", metavar="ARCH",
                    help=f"backbone: {', '.join(ARCH_CHOICES)}, a torchvision classification model (e.g. "
                    "efficientnet_b0, convnext_tiny) or timm:NAME (needs timm); default: digits_cnn for digits, "
@@ -45,7 +45,7 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
     p.add_argument("--ema", dest="weights_ema", action="store_true", default=None,
                    help="start from the EMA copy of the --weights file (timm's state_dict_ema, else model_ema)")
     p.add_argument("--embed-dim", type=positive_int, help="embedding dimension D (default 128)")
-    p.add_argument("--image-size", type=positive_int,
+    p.add_argument("--image-size", type=positive_int, metavar="N",
                    help="input size of the backbone (default: 224 for photos, 64 for shapes (a make-shapes folder: "
                    "the size it was made at), 8 for digits)")
     if not grid:
@@ -60,11 +60,11 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                        "(default 0 = off; the paper used 0.3-0.4 on CUB, 0.35 on CARS, 0.15 on SOP; its code defaults to 0.2)")
     p.add_argument("--sampler", choices=SAMPLER_CHOICES,
                    help="batch sampler (default: spc-2; digits spc-8, shapes spc-8)")
-    p.add_argument("--batch-size", type=positive_int, help="batch size b (default: 112; digits 40, shapes 64)")
+    p.add_argument("--batch-size", type=positive_int, metavar="B", help="batch size B (default: 112; digits 40, shapes 64)")
     p.add_argument("--epochs", type=nonnegative_int,
                    help="epochs (default: 150, SOP 100; digits 15, shapes 12; 0 = save the untrained network)")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: 1e-5; digits 1e-3, shapes 1e-3)")
-    p.add_argument("--weight-decay", type=nonnegative_float, help="weight decay (default 4e-4)")
+    p.add_argument("--weight-decay", type=nonnegative_float, metavar="W", help="weight decay (default 4e-4)")
     p.add_argument("--optimizer", choices=("adam", "adamw"), help="optimiser (default adam, as Roth et al.)")
     p.add_argument("--lr-schedule", choices=("none", "cosine", "step"),
                    help="learning-rate schedule (default none, as Roth et al.)")
