@@ -6,22 +6,25 @@ point (outliers) set the largest centred reference norm ``rmax_c``, which enters
 every pair: the bound loosens for all queries and many more pairs go to the float64
 re-decision (still exact, slower). This prints, per cell, the time of embedscope's
 ``retrieval_metrics`` (P@1, R-Precision, MAP@R; what ``embedscope evaluate`` computes), of
-``relevant_ranks(..., output="hits")`` (each query's relevant references in its exact top R_i) and
-of ``knn_search`` (k = 10, same set) on nearly collapsed rows with ``--outliers`` rows moved
+``relevant_ranks(..., output="hits")`` (each query's relevant references in its exact top R_i), of
+``property_precision`` (NR-Prec, docs/methods.md §9, of the class labels as one property: what
+``embedscope properties`` computes; column ``NR-Prec``) and of ``knn_search`` (k = 10, same set) on
+nearly collapsed rows with ``--outliers`` rows moved
 ``--far`` away from the point, against the same rows without outliers (ratio ``x clean``); for
 reference, faiss's exact flat search (``IndexFlatIP``/``IndexFlatL2``, float32, not tie-exact)
 beside ``knn_search``, and a plain float64 numpy brute force beside the hits (one float64 GEMM
 of all rows and a partition of each row at R_i: N x N float64 in memory, not tie-exact).
 ``--class-size``: classes of this many rows (60: CUB/CARS-like; 3,000: two classes, whose
 R-Precision and MAP@R go R_i = 2,999 deep). ``delta (all)``: the median float32 error bound of
-the search of all rows (what the outliers set; the searches now take them apart,
-``knn.outlier_refs``). Times: the minimum of ``--repeats``.
+the search of all rows (what the outliers set; the searches and the NR-Prec engine now take them
+apart, ``knn.outlier_refs``). Times: the minimum of ``--repeats``.
 
     python benchmarks/centred_outliers.py                 # N 2,000 and 6,000, D 64 and 128
     python benchmarks/centred_outliers.py --quick         # N 2,000, D 64, one repeat
     python benchmarks/centred_outliers.py --far 1e-2 0.1 --metric euclidean
     python benchmarks/centred_outliers.py --together      # outliers searched with the rest (as before)
     python benchmarks/centred_outliers.py --n 6000 --dim 128 --far 0.1 --class-size 3000 --no-knn
+    python benchmarks/centred_outliers.py --n 6000 --dim 128 --far 0.1 --no-knn --only-nrprec
 """
 
 from __future__ import annotations
@@ -106,6 +109,9 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=10, help="neighbours of the knn_search column")
     ap.add_argument("--class-size", type=int, default=60, help="rows per class (labels of the evaluate and hits columns)")
     ap.add_argument("--no-knn", action="store_true", help="leave out the knn_search and faiss columns")
+    ap.add_argument("--no-nrprec", action="store_true", help="leave out the NR-Prec (property_precision) column")
+    ap.add_argument("--only-nrprec", action="store_true",
+                    help="time only NR-Prec (property_precision): the evaluate, hits and np f64 columns show -")
     ap.add_argument("--median", action="store_true", help="under each row, the median of the repeats of each time")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="N 2,000, D 64, one repeat")
@@ -117,6 +123,7 @@ def main(argv=None):
 
     import embedscope.metrics.search.knn as knn
     from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.properties import property_precision
     from embedscope.metrics.search import KeySpace, knn_search, prepare, relevant_ranks
 
     knn.OUTLIERS = not args.together
@@ -126,6 +133,7 @@ def main(argv=None):
           f"min of {args.repeats} (s); x clean: this cell's time / the same rows without outliers")
     print(f"{'N':>6} {'D':>4} {'metric':>9} {'far':>6} {'centred':>7} {'delta (all)':>12} | "
           f"{'evaluate':>8} {'x clean':>7} | {'hits':>7} {'x clean':>7} {'np f64':>7} {'hits/np':>7}"
+          + ("" if args.no_nrprec and not args.only_nrprec else f" | {'NR-Prec':>7} {'x clean':>7}")
           + ("" if args.no_knn else f" | {'knn':>7} {'x clean':>7} {'faiss':>7} {'knn/faiss':>9}"))
     for n in args.n:
         for dim in args.dim:
@@ -137,16 +145,25 @@ def main(argv=None):
                     Q = prepare(X.astype(np.float64), metric)
                     ks = KeySpace(Q, Q, metric, True)
                     MEDIANS.clear()
-                    t_ev = best(lambda X=X, y=y, m=metric: retrieval_metrics(X, y, metric=m, include=keys), args.repeats,
-                                "evaluate")
-                    t_hi = best(lambda X=X, y=y, m=metric: relevant_ranks(X, y, metric=m, output="hits"), args.repeats,
-                                "hits")
-                    t_np = best(lambda X=X, y=y, m=metric: numpy_hits(X, y, m), args.repeats, "np f64")
-                    if far == 0.0:
-                        clean = {"ev": t_ev, "hi": t_hi}
                     line = (f"{n:>6} {dim:>4} {metric:>9} {far:6.0e} {'yes' if ks.centre is not None else 'no':>7} "
-                            f"{float(np.median(ks.delta)):12.2e} | {t_ev:8.3f} {t_ev / clean['ev']:7.2f} | "
-                            f"{t_hi:7.3f} {t_hi / clean['hi']:7.2f} {t_np:7.3f} {t_hi / t_np:7.2f}")
+                            f"{float(np.median(ks.delta)):12.2e} | ")
+                    if args.only_nrprec:
+                        line += f"{'-':>8} {'-':>7} | {'-':>7} {'-':>7} {'-':>7} {'-':>7}"
+                    else:
+                        t_ev = best(lambda X=X, y=y, m=metric: retrieval_metrics(X, y, metric=m, include=keys),
+                                    args.repeats, "evaluate")
+                        t_hi = best(lambda X=X, y=y, m=metric: relevant_ranks(X, y, metric=m, output="hits"),
+                                    args.repeats, "hits")
+                        t_np = best(lambda X=X, y=y, m=metric: numpy_hits(X, y, m), args.repeats, "np f64")
+                        if far == 0.0:
+                            clean.update(ev=t_ev, hi=t_hi)
+                        line += (f"{t_ev:8.3f} {t_ev / clean['ev']:7.2f} | "
+                                 f"{t_hi:7.3f} {t_hi / clean['hi']:7.2f} {t_np:7.3f} {t_hi / t_np:7.2f}")
+                    if not args.no_nrprec or args.only_nrprec:
+                        t_nr = best(lambda X=X, y=y, m=metric: property_precision(X, {"class": y}, metric=m),
+                                    args.repeats, "NR-Prec")
+                        clean.setdefault("nr", t_nr)
+                        line += f" | {t_nr:7.3f} {t_nr / clean['nr']:7.2f}"
                     if not args.no_knn:
                         t_kn = best(lambda X=X, m=metric: knn_search(X, k=args.k, metric=m, exclude_self=True),
                                     args.repeats, "knn")

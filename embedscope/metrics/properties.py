@@ -44,7 +44,12 @@ R-th key's band are found by binary search in the sorted lists, and where the su
 they are counted by one scan of the rows' float32 keys above the band, not through the lists'
 columns. Where a row's bands are wide (many equal keys: a collapsed model, whose every key ties),
 the union of its properties' bands is ranked once (``_union_rows``),
-with the keys read from a table between the distinct rows when X has few of them.
+with the keys read from a table between the distinct rows when X has few of them. A nearly collapsed
+model with a few far rows (outliers, :func:`~embedscope.metrics.search.knn.outlier_refs`), whose
+distance sets every query's bound (10^4 times the bulk's own at 1e-5 noise and outliers 0.1 away: 17-40x
+slower), is counted with the outliers apart (``_Engine._outliers_apart``), as the retrieval searches do:
+the other rows by their own bound, the outliers ranked among each query's neighbours from their exact
+float64 keys, the outlier queries from their full float64 rows; the same hits, bit for bit.
 """
 
 from __future__ import annotations
@@ -166,14 +171,18 @@ class _Engine:
         # collapsed model is measured about its mean, so that its keys separate); X64: the rows
         # ranked (as given, or Euclidean rows of extreme norms times a power of two: the same order)
         ks = KeySpace(X64, X64, metric, True)
-        self.X64, self.metric = ks.Q64, metric
-        self.n, d = X64.shape
         # the float32 work in numpy below NUMPY_BELOW rows (no torch import), else in torch
-        self.torch = None
-        if self.n >= NUMPY_BELOW:
+        torch = None
+        if X64.shape[0] >= NUMPY_BELOW:
             import torch
+        self._setup(ks, metric, block, torch)
+        self.apart = self._outliers_apart(ks, block)
 
-            self.torch = torch
+    def _setup(self, ks: KeySpace, metric: str, block: int | None, torch) -> None:
+        """The engine's rows, float32 copies and bound from the KeySpace ``ks`` (a same-set search)."""
+        self.X64, self.metric = ks.Q64, metric
+        self.n = ks.Q64.shape[0]
+        self.torch = torch
         tensor = (lambda a: a) if self.torch is None else self.torch.from_numpy
         self.X32 = tensor(ks.Q32)
         self.two = ks.two
@@ -185,6 +194,37 @@ class _Engine:
         self._table = None  # (row -> distinct row, keys between distinct rows), made when first needed
         self._kbuf = None  # the float32 key block (keys32), reused
         self._keybuf = None  # the packed keys of long top-L lists (_top), reused over blocks
+        self.apart = None  # the engine of the bulk where outliers are taken apart (_outliers_apart)
+        self.out = None  # (a bulk's engine) the rows of all X, the bulk's indices in it, the outliers'
+
+    def _outliers_apart(self, ks: KeySpace, block: int | None) -> "_Engine | None":
+        """The engine of the "bulk" of a nearly collapsed model whose few far rows (outliers,
+        :func:`~embedscope.metrics.search.knn.outlier_refs`) would loosen every query's float32 bound
+        by their distance over the bulk's spread (10^4 at 1e-5 noise and outliers 0.1 away), or None
+        (no outliers; scale not 1; the bulk's bound, median over its rows, not ``knn.OUTLIER_GAIN``
+        times tighter than the bound of all rows). Its rows are copies, bit for bit, of the bulk's rows
+        of ``self.X64`` (ascending indices, so that its columns break ties as the rows' indices do);
+        :meth:`hits` counts the bulk queries' hits with it (:meth:`_outliers_first`: the outliers ranked
+        among the bulk's rows exactly) and the outlier queries' from their full float64 rows: the same
+        hits as without it, exactly (every key the same :func:`_pair_keys64` of the same two rows)."""
+        from embedscope.metrics.search import knn
+
+        if ks.scale != 1.0:
+            return None
+        far = knn.outlier_refs(ks)
+        if far is None:
+            return None
+        near = np.setdiff1d(np.arange(self.n), far)
+        if near.size < 2:
+            return None
+        R_in = self.X64[near]
+        sub = KeySpace(R_in, R_in, self.metric, True)
+        if sub.scale != 1.0 or knn.OUTLIER_GAIN * float(np.median(sub.delta)) > float(np.median(ks.delta[near])):
+            return None  # (no gain: the bulk's bound is not much tighter)
+        bulk = _Engine.__new__(_Engine)
+        bulk._setup(sub, self.metric, block, self.torch)
+        bulk.out = (self.X64, near, far)
+        return bulk
 
     def repeated_rows(self) -> int:
         """How many rows repeat an earlier row exactly as they are ranked (:func:`_repeated_rows` of the
@@ -243,8 +283,12 @@ class _Engine:
         K[ar, ar + s] = -float("inf")
         return K
 
-    def hits(self, codes: np.ndarray, R: np.ndarray, progress: bool = False) -> np.ndarray:
-        """codes (P, n) value codes; R (P, n) depths (0 = not a query) -> hits (P, n)."""
+    def hits(self, codes: np.ndarray, R: np.ndarray, progress: bool = False, ocodes: np.ndarray | None = None
+             ) -> np.ndarray:
+        """codes (P, n) value codes; R (P, n) depths (0 = not a query) -> hits (P, n). ``ocodes``: (a bulk's
+        engine, :meth:`_outliers_apart`) the outliers' codes (P, outliers), ranked with every query."""
+        if self.apart is not None:
+            return self._hits_apart(codes, R, progress)
         P, n = codes.shape
         H = np.zeros((P, n), dtype=np.int64)
         bar = None
@@ -259,13 +303,92 @@ class _Engine:
                 rows = np.arange(s, e)
                 L = int(min(n - 1, R[:, s:e].max() + SLACK))
                 while len(rows):
-                    rows = self._rows(K, rows, s, codes, R, H, L)
+                    rows = self._rows(K, rows, s, codes, R, H, L, ocodes)
                     L = min(n - 1, 4 * L)
             if bar is not None:
                 bar.update(e - s)
         if bar is not None:
             bar.close()
         return H
+
+    def _hits_apart(self, codes: np.ndarray, R: np.ndarray, progress: bool) -> np.ndarray:
+        """:meth:`hits` with the outliers taken apart (:meth:`_outliers_apart`): the bulk queries by the
+        bulk's engine (the outliers ranked among their neighbours exactly), each outlier query from its
+        full float64 row (few x n keys; ties to the lower index)."""
+        bulk = self.apart
+        _, near, far = bulk.out
+        P, n = codes.shape
+        H = np.zeros((P, n), dtype=np.int64)
+        H[:, near] = bulk.hits(np.ascontiguousarray(codes[:, near]), np.ascontiguousarray(R[:, near]), progress,
+                               ocodes=np.ascontiguousarray(codes[:, far]))
+        refs = np.arange(n)
+        for q in far:
+            if not R[:, q].any():
+                continue
+            key = self._keys(np.full(n, q), refs)
+            cand = refs[refs != q]
+            top = cand[np.lexsort((cand, -key[cand]))]
+            for k in np.flatnonzero(R[:, q]):
+                H[k, q] = int(np.count_nonzero(codes[k][top[:int(R[k, q])]] == codes[k, q]))
+        return H
+
+    def _outliers_first(self, v32, idx: np.ndarray, rows: np.ndarray, codes: np.ndarray, Rr: np.ndarray,
+                        ocodes: np.ndarray, L: int, full: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(A bulk's engine, :meth:`_outliers_apart`.) The outliers among the nearest of bulk queries ``rows``
+        -> (the depths left to the bulk, (P, m); the outliers' hits, (P, m); the rows to retry with longer lists).
+
+        Per row, the outliers in the order (float64 key desc, index asc) (:func:`_pair_keys64`: exact); the j-th
+        (1-based) has the place j + B_j among all rows, B_j the bulk rows before it, counted as the bands are:
+        the list's float32 values above its key + 2 delta surely are, those below its key - 2 delta surely are
+        not, and the ones between get float64 keys (ties: the lower index first). B_j grows with j, so a row
+        stops at its first outlier past its deepest R. A property's top R are then the outliers with j + B_j
+        <= R (j* of them) and the bulk's top R - j*: the order is total, and its first R places hold a prefix
+        of each part. Where the band reaches the list's end (not the whole row) and the outlier may be within
+        the depth, the row is retried with a longer list."""
+        Xf, near, far = self.out
+        m, nf = len(rows), far.size
+        kap = _pair_keys64(Xf, np.repeat(near[rows], nf), np.tile(far, m), self.metric).reshape(m, nf)
+        o = np.argsort(-kap, axis=1, kind="stable")  # (far ascending: equal keys keep the lower index first)
+        kap = np.take_along_axis(kap, o, 1)
+        fo = far[o]
+        qoff = self.qoff[rows] if self.qoff is not None else None
+        dl = self.delta[rows]
+        deepest = Rr.max(axis=0)
+        place = np.full((m, nf), np.iinfo(np.int64).max)  # each outlier's place among all rows (past the depth: max)
+        retry = np.zeros(m, dtype=bool)
+        live = np.flatnonzero(deepest > 0)
+        for j in range(nf):
+            if not len(live):
+                break
+            c = kap[live, j]
+            qa = None if qoff is None else qoff[live]
+            cert = _count_above(v32, live, qa, c + 2 * dl[live], strict=True)
+            hi = _count_above(v32, live, qa, c - 2 * dl[live], strict=False)
+            before = cert.copy()
+            ln = hi - cert
+            w = np.flatnonzero(ln > 0)
+            if len(w):
+                lw = ln[w]
+                wr = np.repeat(w, lw)
+                at = np.repeat(cert[w], lw) + np.arange(int(lw.sum())) - np.repeat(np.cumsum(lw) - lw, lw)
+                ref = idx[live[wr], at]
+                k64 = self._keys(rows[live[wr]], ref)
+                tie = (k64 > c[wr]) | ((k64 == c[wr]) & (near[ref] < fo[live[wr], j]))
+                before += np.bincount(wr, weights=tie, minlength=len(live)).astype(np.int64)
+            pos = j + 1 + before
+            unsure = (hi >= L) & (not full) & (pos <= deepest[live])  # the band runs past the list
+            retry[live[unsure]] = True
+            inside = (pos <= deepest[live]) & ~unsure
+            place[live[inside], j] = pos[inside]
+            live = live[inside]
+        Rb = np.empty_like(Rr)
+        Ho = np.empty_like(Rr)
+        qc = codes[:, rows]
+        for k in range(codes.shape[0]):
+            top = place <= Rr[k][:, None]
+            Rb[k] = Rr[k] - top.sum(axis=1)
+            Ho[k] = (top & (ocodes[k][o] == qc[k][:, None])).sum(axis=1)
+        return Rb, Ho, retry
 
     def _top(self, sub, L: int) -> tuple[np.ndarray, np.ndarray]:
         """Each row's L largest float32 values, sorted (descending), and their columns.
@@ -296,8 +419,10 @@ class _Engine:
         idx &= 0xFFFFFFFF  # the column (key's low half), in place: the sorted keys are not needed again
         return _Listed(_as_numpy(sub), idx), idx
 
-    def _rows(self, K, rows: np.ndarray, s: int, codes, R, H, L: int) -> np.ndarray:
-        """Count hits of the given rows with top-L lists; return rows whose band reached the list end."""
+    def _rows(self, K, rows: np.ndarray, s: int, codes, R, H, L: int, ocodes=None) -> np.ndarray:
+        """Count hits of the given rows with top-L lists; return rows whose band reached the list end.
+        ``ocodes``: (a bulk's engine) the outliers' codes: each row's outliers within a property's depth
+        are counted first and the bulk's lists go the rest of the depth (:meth:`_outliers_first`)."""
         if len(rows) == K.shape[0]:
             sub = K
         else:
@@ -308,10 +433,13 @@ class _Engine:
         full = L >= self.n - 1
         retry = np.zeros(len(rows), dtype=bool)
         P, m = codes.shape[0], len(rows)
+        Rr, Ho = R[:, rows], None  # the depths the lists go (less the outliers within them: a bulk's engine)
+        if self.out is not None:
+            Rr, Ho, retry = self._outliers_first(v32, idx, rows, codes, Rr, ocodes, L, full)
         # per property and row: the window [lo, hi) of places to rank in float64, and how many of it are taken
         LO, HI, NEED = (np.zeros((P, m), dtype=np.int64) for _ in range(3))
         for k in range(P):
-            Rk = R[k, rows]
+            Rk = Rr[k]
             act = np.flatnonzero(Rk > 0)
             if not len(act):
                 continue
@@ -333,7 +461,7 @@ class _Engine:
             else:
                 same = codes[k][idx[act, :W]] == codes[k, rows[act]][:, None]
                 H[k, rows[act]] = (same & (np.arange(W)[None, :] < lo[:, None])).sum(1)
-            LO[k, act], HI[k, act], NEED[k, act] = lo, hi, R[k, rows[act]] - lo
+            LO[k, act], HI[k, act], NEED[k, act] = lo, hi, Rk[act] - lo
         lens = HI - LO
         lens[:, retry] = 0
         # rows with a large window (many float32 near-ties: a collapsed model) rank the union of their windows once
@@ -365,6 +493,8 @@ class _Engine:
             chosen = order[rank < bneed[order]]
             hit = codes[bk[chosen], ref[chosen]] == codes[bk[chosen], rows[bq[chosen]]]
             np.add.at(H, (bk[chosen], rows[bq[chosen]]), hit.astype(np.int64))
+        if Ho is not None:
+            H[:, rows] += Ho
         # rows to retry start from zero for every property
         H[:, rows[retry]] = 0
         return rows[retry]

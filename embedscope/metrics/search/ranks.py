@@ -401,12 +401,30 @@ def compute_relevant_ranks(sets: Sets, metric: str, depth, *, device="auto", blo
     if depth_q is not None and not ordered:  # the other paths searched to the largest depth
         rank[rank > depth_q[qi]] = np.inf
     if not ordered:
-        order = np.lexsort((rj, rank, qi))
+        order = _pair_order(qi, rank, rj, n_avail, sets.y_ref.size)
         rank, rj = rank[order], rj[order]
     offsets = np.zeros(R.size + 1, dtype=np.int64)
     np.cumsum(R, out=offsets[1:])
     return RelevantRanks(R=R, lone=R == 0, depth=int(depth), n_avail=n_avail, offsets=offsets,
                          ranks=rank, refs=rj, depth_q=depth_q)
+
+
+def _pair_order(qi: np.ndarray, rank: np.ndarray, rj: np.ndarray, n_avail: int, n_ref: int) -> np.ndarray:
+    """The order of relevant pairs by (query, rank, reference): ``np.lexsort((rj, rank, qi))``, the same
+    permutation, as one stable argsort of one int64 key (query · (n_avail + 2) + rank) · n_ref + reference,
+    a rank beyond the depth (inf) taken as n_avail + 1 (so those pairs come last, in reference order).
+    Ranks are whole numbers 1..n_avail, or inf; ~0.1-0.5 s for 10^7 pairs, where the lexsort of the three
+    took ~10 s (docs/PERFORMANCE.md). Where the key would not fit 63 bits, the lexsort itself."""
+    if qi.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    nq = int(qi.max()) + 1
+    if nq * (n_avail + 2) * max(n_ref, 1) >= 1 << 62:  # pragma: no cover - beyond 10^6 x 10^6 x 10^6
+        return np.lexsort((rj, rank, qi))
+    key = qi.astype(np.int64) * (n_avail + 2)
+    key += np.where(np.isfinite(rank), rank, n_avail + 1).astype(np.int64)
+    key *= max(n_ref, 1)
+    key += rj
+    return np.argsort(key, kind="stable")
 
 
 # ----------------------------------------------------------------------------- outliers apart
@@ -559,12 +577,9 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
         fin = np.isfinite(rank)
         qi, rj, rank = qi[fin], rj[fin], rank[fin]
         n_ranked = np.bincount(qi, minlength=nq).astype(np.int64)
-    # (query, rank, reference) order by one stable sort of one integer key (the bulk's pairs are in
-    # that order already, the outliers' appended: nearly sorted, ~0.1 s for 10^7 pairs where a
-    # lexsort of the three took ~10 s); beyond the depth, in reference order
-    na = sets.n_avail
-    key = qi * (na + 2 + nr) + np.where(np.isfinite(rank), rank, na + 1 + rj).astype(np.int64)
-    order = np.argsort(key, kind="stable")
+    # (query, rank, reference) order (the bulk's pairs are in that order already, the outliers'
+    # appended: nearly sorted); beyond the depth, in reference order
+    order = _pair_order(qi, rank, rj, sets.n_avail, nr)
     qi, rank, rj = qi[order], rank[order], rj[order]
     R = lay.R
     per_q = R if n_ranked is None else n_ranked
