@@ -336,6 +336,19 @@ def checkpoint_root(config: dict, dataset: str, root, *, verb: str = "embed") ->
     return root, f"the checkpoint was trained on the images in {rec}; {held} the images in {root}"
 
 
+def transfer_note(config: dict, dataset: str) -> str | None:
+    """A note when a checkpoint of ``train`` (its config names a loss and a data set) is embedded on
+    another data set: a transfer, whose R@1 is not the one its training log reports (the classes,
+    images and split are another set's). None for the same data set or a checkpoint that names none."""
+    from embedscope.data import same_dataset
+
+    name = config.get("dataset")
+    if not config.get("loss") or not isinstance(name, str) or not name or same_dataset(name, str(dataset)):
+        return None
+    return (f"the checkpoint was trained on {name}; this file holds the {dataset} images (a transfer: its R@1 "
+            "is not the one the training log reports)")
+
+
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int | None = None,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
@@ -414,6 +427,9 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     root, root_note = checkpoint_root(config, dataset, root)
     if root_note and echo is not None:
         echo(f"note: {root_note}")
+    transfer = transfer_note(config, dataset)
+    if transfer and echo is not None:
+        echo(f"note: {transfer}")
     if (image_size is None and trained_size is None and config.get("arch") == "shapes_cnn"
             and str(dataset).lower() == "shapes"):
         # a shapes_cnn that no `train` run recorded an input size for (an --arch baseline, a bare state

@@ -285,3 +285,32 @@ def test_a_diverged_checkpoint_is_embedded_once_and_its_row_says_embeds_line(div
     assert bad[0]["error"] == _expected_nan_line(model)[:300]
     # the diverged checkpoint is embedded once (before: twice, the second only for the message)
     assert calls["embed_images"].count(True) == 1 and calls["embed_batches"].count(True) == 1, calls
+
+
+def test_a_checkpoint_of_another_data_set_is_noted_as_a_transfer(tmp_path, monkeypatch):
+    """embed of a train checkpoint on another data set than its config's: one note (its R@1 is not the
+    log's); on its own data set, or a checkpoint of no loss (an ImageNet baseline), no such note."""
+    import torch
+
+    from embedscope.embed import transfer_note
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    folder = tmp_path / "shp"
+    rc, _, err = run_cli(["make-shapes", "-o", folder, "--n-images", "24", "--size", "16", "--no-progress"])
+    assert rc == 0, err
+    torch.manual_seed(0)
+    cfg = default_config("shapes_cnn", embed_dim=4, image_size=16, dataset="shapes")
+    for name, trained_on in (("cub", "cub200"), ("own", "shapes")):
+        ckpt = tmp_path / f"{name}.pt"
+        save_checkpoint(ckpt, build_model(cfg), {**cfg, "dataset": trained_on, "loss": "margin"})
+        rc, out, err = run_cli(["embed", ckpt, "--dataset", "shapes", "--root", folder, "-o", tmp_path / f"{name}.h5",
+                                "--no-progress"])
+        assert rc == 0, err
+        noted = [line for line in out.splitlines() if "a transfer" in line]
+        if trained_on == "cub200":
+            assert noted == ["note: the checkpoint was trained on cub200; this file holds the shapes images (a "
+                             "transfer: its R@1 is not the one the training log reports)"]
+        else:
+            assert noted == []
+    assert transfer_note({"dataset": "CUB", "loss": "margin"}, "cub200") is None  # an alias of one data set
+    assert transfer_note({"dataset": "cub200"}, "cars196") is None  # no loss: not a run of train
