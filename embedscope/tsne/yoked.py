@@ -581,6 +581,8 @@ def yoked_tsne_maps(
         method="yoked t-SNE (Rauber et al. 2016; Xuan §2.3)",
         yoke=yoke,
         n_maps=K,
+        # (openTSNE's "pca" alone did not say that map 2 onwards start rotated onto the map before)
+        initialization="pca; each map's rotated/reflected onto the one before (orthogonal Procrustes)",
         alpha=alpha,
         alpha_times_n=alpha * n,
         perplexity=perp,

@@ -49,7 +49,8 @@ def similarity_digits(sim: Any, lo: int = 2, hi: int = 5) -> int:
 def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_images: Sequence[Sequence[Any]],
                     *, title: str | None = None):
     """One row per query: the query (grey frame), then its retrievals in rank order, each framed
-    green (same class as the query) or red (another class) and captioned with class and similarity.
+    green (same class as the query) or red (another class) and captioned with class and similarity
+    (cosine: ``cos``; Euclidean: the distance ``d``, smallest first).
     Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -61,7 +62,9 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     cell = 1.25
     height = (cell + 0.45) * n + 1.1  # each row: the picture and its two-line caption; plus title and legend
     fig, axes = plt.subplots(n, k + 1, figsize=(cell * (k + 1) + 0.3, height), squeeze=False)
-    sim_name = "cos" if ex.metric == "cosine" else "-d"
+    # the Euclidean ranking's value is the distance d itself (the search's similarity is −d: the
+    # caption read "-d -0.1650", a double minus for d = 0.165)
+    sim_name, sign = ("cos", 1.0) if ex.metric == "cosine" else ("d", -1.0)
     digits = similarity_digits(ex.similarity)
 
     def show(ax, img, colour, caption, width):
@@ -91,7 +94,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
             ok = bool(ex.correct[r, j])
             show(axes[r, j + 1], ref_images[r][j], RIGHT if ok else WRONG,
                  f"{RIGHT_MARK if ok else WRONG_MARK} {short_text(ex.ref_labels[r, j], CAPTION_CHARS)}\n"
-                 f"{sim_name} {ex.similarity[r, j]:.{digits}f}", 4.0)
+                 f"{sim_name} {sign * ex.similarity[r, j] + 0.0:.{digits}f}", 4.0)
     axes[0, 0].set_title("query", fontsize=8)
     for j in range(k):
         axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)

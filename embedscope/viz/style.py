@@ -230,16 +230,41 @@ def short_text(s: object, n: int = LEGEND_CHARS) -> str:
     differ only at one end stay distinct. A line break is escaped as ``\\n``, as on the terminal
     (as a space, a class "b\\nc" could not be told from a class "b c").
 
+    A character the figure's fonts cannot draw is counted as the escape it is drawn as
+    (:func:`drawable_text`: ``鳥`` is drawn ``\\u9ce5``, six characters), and kept whole or left
+    out whole, as is an escaped control character (``\\x1b``): counted as one, a cut name of such
+    characters was drawn six times as wide as its room (``neighbours`` captions ran into the next
+    picture's).
+
     >>> short_text("a_very_long_class_name_number_17", 16)
     'a_very_l…mber_17'
     """
     from embedscope.text import safe
 
-    t = safe(s)
-    if len(t) <= n:
-        return t
-    head = n // 2
-    return t[:head] + "…" + t[len(t) - (n - 1 - head):]
+    raw = str(s)
+    t = safe(raw)
+    if t == raw and t.isascii():
+        if len(t) <= n:
+            return t
+        head = n // 2
+        return t[:head] + "…" + t[len(t) - (n - 1 - head):]
+    units = [drawable_text(safe(ch)) for ch in raw]  # what each character is drawn as
+    if sum(len(u) for u in units) <= n:
+        return "".join(units)
+    room = n - 1
+    head, used = [], 0
+    for u in units:
+        if used + len(u) > n // 2:
+            break
+        head.append(u)
+        used += len(u)
+    tail: list = []
+    for u in reversed(units[len(head):]):
+        if used + len(u) > room:
+            break
+        tail.append(u)
+        used += len(u)
+    return "".join(head) + "…" + "".join(reversed(tail))
 
 
 def legend_columns(labels: Sequence[str], width: float, *, max_cols: int = 10) -> int:

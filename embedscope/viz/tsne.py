@@ -235,6 +235,10 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
     return fig
 
 
+#: the height / width of a zoom panel of :func:`plot_yoked_maps` (its window is widened to this
+#: shape and drawn at equal scale on both axes, as the maps)
+ZOOM_ROW_RATIO = 0.85
+
 #: the most map panels in one row of :func:`plot_yoked_maps`; more maps wrap into balanced rows
 MAX_MAPS_PER_ROW = 4
 
@@ -293,8 +297,9 @@ def plot_yoked_maps(
     yoked, so a position means the same in all). ``split`` (e.g. ``"test"``): named in the figure
     title, "Yoked t-SNE, test split (N images)" (for K > 2 "Yoked t-SNE of K maps, ..."), unless
     ``title`` is given. ``inset_class`` (a label): a zoom row under each row of maps zooms into that
-    class in each map (the box around its central 96% of points, marked on the map above); other
-    classes in the box are drawn faded for context. ``info``: the settings note (α, α·N, the yoke,
+    class in each map (the box around its central 96% of points, widened to the zoom panel's shape
+    and drawn at equal scale on both axes, as the map; marked on the map above); other classes in
+    the box are drawn faded for context. ``info``: the settings note (α, α·N, the yoke,
     perplexity, seed, the KL of two maps, the mean displacement; lists such as K maps' KL values are
     not printed). Colours as :func:`plot_joint_tsne`. Fewer than 2 maps, maps of different shapes or
     a wrong number of names: :class:`~embedscope.errors.EmbedscopeError`. Returns the figure.
@@ -332,8 +337,8 @@ def plot_yoked_maps(
     extra_h = 0.75 + (0.3 if title else 0.0) + (0.17 if note else 0.0) + leg_h
     with plt.rc_context(PAPER_RC):
         if zoom:
-            height = nrows * (panel_w * (ratio + 0.85) + 0.5) + (nrows - 1) * 0.75 + extra_h
-            ratios = [ratio, 0.85] * nrows
+            height = nrows * (panel_w * (ratio + ZOOM_ROW_RATIO) + 0.5) + (nrows - 1) * 0.75 + extra_h
+            ratios = [ratio, ZOOM_ROW_RATIO] * nrows
         else:
             height = nrows * panel_w * ratio + (nrows - 1) * 0.75 + extra_h
             ratios = [1.0] * nrows
@@ -353,6 +358,7 @@ def plot_yoked_maps(
                 cells.extend(zip(row, zrow))
         starts = {sum(rows[:r]) for r in range(nrows)}  # the first panel of each row keeps its y label
         nm_c = (class_names[inset_class] if class_names is not None else inset_class) if zoom else None
+        boxes = []
         for i, ((ax, zax), Y, nm) in enumerate(zip(cells, maps, names)):
             _class_scatter(ax, Y, cnames, palette)
             _style_map_axes(ax, short_text(nm, title_chars))  # long names must not run into each other
@@ -366,19 +372,32 @@ def plot_yoked_maps(
             zhi = np.percentile(Y[sel], 98, axis=0)
             pad = 0.15 * np.maximum(zhi - zlo, 1e-9)
             zlo, zhi = zlo - pad, zhi + pad
-            ax.add_patch(Rectangle(tuple(zlo), *(zhi - zlo), fill=False, edgecolor="0.15", linewidth=0.9,
-                                   linestyle="--"))
-            near = np.all((Y >= zlo) & (Y <= zhi), axis=1)
+            # at the map's scale on both axes, as the map itself: the box widened in its short
+            # direction to the zoom cell's shape (ZOOM_ROW_RATIO; a class spread tall was drawn
+            # stretched sideways to fill a wide cell), the rest to the exact cell by finish_layout
+            zspan = zhi - zlo
+            want = np.array([max(zspan[0], zspan[1] / ZOOM_ROW_RATIO), max(zspan[1], zspan[0] * ZOOM_ROW_RATIO)])
+            zc = (zlo + zhi) / 2
+            zlo, zhi = zc - want / 2, zc + want / 2
+            boxes.append((ax.add_patch(Rectangle(tuple(zlo), *(zhi - zlo), fill=False, edgecolor="0.15",
+                                                 linewidth=0.9, linestyle="--")), zax))
+            # the context drawn with a margin: the layout may still widen the window a little
+            near = np.all((Y >= zlo - (zhi - zlo) / 2) & (Y <= zhi + (zhi - zlo) / 2), axis=1)
             _class_scatter(zax, Y[near & ~sel], cnames[near & ~sel], palette, size=7, alpha=0.3)
             _class_scatter(zax, Y[sel], cnames[sel], palette, size=9, alpha=0.9)
             zax.set_xlim(zlo[0], zhi[0])
             zax.set_ylim(zlo[1], zhi[1])
+            zax.set_aspect("equal", adjustable="box")  # its window fitted to the cell by finish_layout
             zax.set_xlabel("t-SNE 1")
             zax.set_ylabel("t-SNE 2" if i in starts else "")
             # two lines: on one, "... zoomed (dashed box above)" ran into the next panel's title
             zax.set_title(f"class {short_text(nm_c, title_chars - 15)} zoomed\n(dashed box above)")
         class_legend(fig, present, palette)
-        _finish(fig, note=note, legend_h=leg_h, title=title, fit_axes=[ax for ax, _ in cells])
+        _finish(fig, note=note, legend_h=leg_h, title=title,
+                fit_axes=[ax for ax, _ in cells] + [zax for _, zax in cells if zax is not None])
+        for box, zax in boxes:  # the dashed box: the zoom's window as laid out
+            (x0, x1), (y0, y1) = zax.get_xlim(), zax.get_ylim()
+            box.set_bounds(x0, y0, x1 - x0, y1 - y0)
     return fig
 
 
