@@ -107,12 +107,17 @@ def test_plot(tmp_path):
     assert "same-class" in axes[0].get_xlabel() and "other-class" in axes[0].get_ylabel()
     share = share_below_diagonal(*panels["test"])[0]
     assert f"{share:.1%} below diagonal (R@1)" in axes[1].get_title()
-    # cyan below the diagonal, orange above
+    # bluish green below the diagonal, vermillion above (the neighbours frames' colours, no class's)
     offsets = axes[0].collections[0].get_offsets()
     colors = axes[0].collections[0].get_facecolors()[:, :3]
     below = offsets[:, 1] < offsets[:, 0]
-    cyan = np.isclose(colors, [0x17 / 255, 0xBE / 255, 0xCF / 255], atol=1e-3).all(axis=1)
-    assert np.array_equal(below, cyan)
+    green = np.isclose(colors, [0x00 / 255, 0x9E / 255, 0x73 / 255], atol=1e-3).all(axis=1)
+    assert np.array_equal(below, green)
+    from matplotlib.colors import to_hex
+
+    from embedscope.viz.style import class_colors
+
+    assert not {"#009e73", "#d55e00"} & {to_hex(c) for c in class_colors(list(range(20))).values()}
     fig.savefig(tmp_path / "s.png")
     assert (tmp_path / "s.png").stat().st_size > 5000
     plt.close("all")

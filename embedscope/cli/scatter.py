@@ -13,7 +13,7 @@ def add_parser(sub, parents):
     p = sub.add_parser("scatter", parents=parents, help="same-vs-different similarity scatter (train and test)",
                        description="For every point, the similarity to its most similar same-class point (x) and "
                        "to its most similar other-class point (y), within its split; points below the diagonal "
-                       "(cyan) are nearer their own class, the share of them is R@1 when no point is tied; a point "
+                       "(bluish green) are nearer their own class, the share of them is R@1 when no point is tied; a point "
                        "whose nearest same-class and other-class similarities are equal is tied (on the diagonal, "
                        "purple diamond), counted apart and not below (docs/methods.md §10, Xuan §2.4). Writes OUT.png, "
                        "OUT.pdf, the similarities as OUT.csv (one row per point), the summary per split (the table "

@@ -110,7 +110,7 @@ def plot_same_different(
     (e.g. ``{"train": (s_same, s_diff), "test": (...)}``), side by side.
 
     x = similarity to the nearest same-class point, y = to the nearest different-class point; the
-    diagonal y = x; points below it (nearer their own class: 1-NN correct) cyan, above it orange,
+    diagonal y = x; points below it (nearer their own class: 1-NN correct) bluish green, above it vermillion,
     tied points (s_same = s_diff exactly, on the diagonal: a 1-NN query is right or wrong by the
     tie rule) purple diamonds drawn over the diagonal. Each title gives the share below the
     diagonal, which is the R@1 when no point is tied; with ties it gives their number too (the

@@ -54,14 +54,17 @@ TRAIN_COLOR = "#000000"  # black
 TEST_COLOR = "#e69f00"  # orange
 SPLIT_COLORS = {"train": TRAIN_COLOR, "test": TEST_COLOR, "val": "#2ca02c", "query": "#9467bd",
                 "gallery": "#8c564b"}
-BELOW_COLOR = "#17becf"  # cyan: nearer its own class (a 1-NN query would be right)
-ABOVE_COLOR = "#ff7f0e"  # orange: nearer another class
 LINE_STYLES = ("-", "--", "-.", ":")
 # a retrieval of the query's class / of another class (neighbours frames, saliency pairs): Okabe &
 # Ito's bluish green and vermillion, told apart with red-green colour blindness (a #1a9641 /
 # #d7191c pair is one brown to a deuteranope); figures add a mark or words, so colour is not the only cue
 SAME_CLASS_COLOR = "#009e73"
 OTHER_CLASS_COLOR = "#d55e00"
+# the same-vs-different scatter: below the diagonal (nearer its own class: a 1-NN query would be
+# right) / above it (nearer another class), the same meaning and colours as the neighbours frames;
+# no class's colour (they were tab10's cyan and orange, classes 9 and 1 of every t-SNE figure)
+BELOW_COLOR = SAME_CLASS_COLOR  # bluish green
+ABOVE_COLOR = OTHER_CLASS_COLOR  # vermillion
 
 RGBA = tuple
 
