@@ -1,13 +1,15 @@
 """Embeddings made elsewhere -> an embedscope HDF5 file (``embedscope import``, ``docs/import.md``).
 
-Sources: ``.npy`` (one N x D array), ``.npz`` / ``.pt`` / ``.safetensors`` (arrays by key; a
-``.pt`` may also be a single tensor; read with ``torch.load(weights_only=True)``: no code runs),
+Sources: ``.npy`` (one N x D array), ``.npz`` / ``.pt`` / ``.safetensors`` / ``.h5`` (arrays by key; a
+``.pt`` may also be a single tensor; read with ``torch.load(weights_only=True)``: no code runs; an
+HDF5 file's datasets are its keys, ``group/name`` inside groups, text datasets read as UTF-8),
 ``.parquet`` / ``.csv`` / ``.tsv`` (a table: the embedding is one list-valued column, or the
 numeric columns). Labels, split, paths and class names come from a key/column of the source or
 from a file of their own (``.npy``, ``.txt`` one value per line, a one-column ``.csv``/``.tsv``).
 ``split_by_class=f`` gives the zero-shot split: of the C classes that have rows, the first
 ``ceil(f * C)`` (sorted, or in ``class_names`` order) are "train", the rest "test". The file records
-where it came from (``imported``, ``import_source``, ``import_sha256``, ``import_format``) and what
+where it came from (``imported``, ``import_source``, ``import_sha256``, ``import_format``; the files
+labels, split, paths or class names were read from: ``import_labels_file``, ...) and what
 formed the embedding (``import_embedding_columns``: a table's columns; ``import_embedding_key``: the
 key or list-valued column). A table's leading unnamed column holding 0..N-1 (the row index that
 ``DataFrame.to_csv`` writes unless ``index=False``) is left out of the embedding.
@@ -27,7 +29,7 @@ import numpy as np
 from embedscope.errors import EmbedscopeError, UsageError
 
 FORMATS = {".npy": "npy", ".npz": "npz", ".pt": "pt", ".pth": "pt", ".safetensors": "safetensors",
-           ".parquet": "parquet", ".csv": "csv", ".tsv": "tsv"}
+           ".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".h5": "hdf5", ".hdf5": "hdf5"}
 EMBEDDING_KEYS = ("embeddings", "embedding", "features", "feats", "X", "x", "emb")
 LABEL_KEYS = ("labels", "label", "y", "targets", "target", "class", "classes")
 SPLIT_KEYS = ("split",)
@@ -127,6 +129,8 @@ def read_source(path: str | os.PathLike) -> Source:
             return _read_safetensors(path)
         if fmt == "pt":
             return _read_pt(path)
+        if fmt == "hdf5":
+            return _read_hdf5(path)
         import pandas as pd
 
         if fmt == "parquet":
@@ -160,8 +164,11 @@ def read_source(path: str | os.PathLike) -> Source:
 
 
 # the first bytes of each binary format, and those of formats a file is often mistaken for
-_SIGNATURES = {"npy": (b"\x93NUMPY",), "npz": (b"PK\x03\x04", b"PK\x05\x06"), "parquet": (b"PAR1",)}
-_KNOWN = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file, which embedscope's analyses read directly"),
+_HDF5 = b"\x89HDF\r\n\x1a\n"
+_SIGNATURES = {"npy": (b"\x93NUMPY",), "npz": (b"PK\x03\x04", b"PK\x05\x06"), "parquet": (b"PAR1",),
+               "hdf5": (_HDF5,)}
+_KNOWN = ((_HDF5, "an HDF5 file (embedscope's own is read directly by the analyses; another tool's: import "
+                  "it as .h5)"),
           (b"PK\x03\x04", "a zip archive (a .npz or a PyTorch file?)"), (b"\x93NUMPY", "a .npy array"),
           (b"PAR1", "a Parquet table"), (b"\x80", "a Python pickle"))
 
@@ -175,8 +182,14 @@ def _check_signature(path: Path, fmt: str) -> None:
         head = f.read(8)
     if any(head.startswith(s) for s in _SIGNATURES[fmt]):
         return
+    if fmt == "hdf5" and head:  # (an HDF5 file with a user block has its signature at byte 512, 1024, ...)
+        import h5py
+
+        if h5py.is_hdf5(str(path)):
+            return
     looks = next((what for sig, what in _KNOWN if head.startswith(sig)), "a format embedscope does not know")
-    raise EmbedscopeError(f"{path}: not a .{fmt} file: " + ("it is empty" if not head else f"it looks like {looks}"))
+    kind = "an HDF5 file" if fmt == "hdf5" else f"a .{fmt} file"
+    raise EmbedscopeError(f"{path}: not {kind}: " + ("it is empty" if not head else f"it looks like {looks}"))
 
 
 _DECIMAL_COMMA = re.compile(r"\s*[-+]?\d*,\d+\s*")
@@ -255,6 +268,38 @@ def _read_pt(path: Path) -> Source:
     raise EmbedscopeError(f"{path}: expected a tensor or a dict of tensors, got {type(obj).__name__}")
 
 
+def _read_hdf5(path: Path) -> Source:
+    """An HDF5 file of another tool: every dataset of one value per row or more is a key (``group/name``
+    inside groups, in the file's order). Text datasets (fixed or variable length) are read as UTF-8
+    (ASCII is a part of it), numbers as stored; scalars and compound datasets are no keys. An
+    embedscope embedding file is refused: the analyses read it as it is."""
+    import h5py
+
+    from embedscope.store.embeddings import REQUIRED
+
+    cols: dict[str, np.ndarray] = {}
+    with h5py.File(path, "r") as f:
+        if all(k in f for k in REQUIRED):
+            raise EmbedscopeError(f"{path}: already an embedscope embedding file: every analysis reads it as it is "
+                                  "(nothing to import; embedscope info shows what it holds)")
+        from embedscope.store.saliency import FORMAT as MAPS_FORMAT
+
+        fmt = f.attrs.get("format", "")
+        if (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else str(fmt)) == MAPS_FORMAT:
+            raise EmbedscopeError(f"{path}: a saliency-maps file (from 'embedscope saliency'), not embeddings")
+
+        def take(name: str, obj: Any) -> None:
+            if not isinstance(obj, h5py.Dataset) or obj.shape == () or obj.dtype.names is not None:
+                return
+            if h5py.check_string_dtype(obj.dtype) is not None:
+                cols[name] = np.asarray(obj.asstr(encoding="utf-8")[()], dtype=object)
+            elif obj.dtype.kind in "biuf":
+                cols[name] = obj[()]
+
+        f.visititems(take)
+    return Source(path, "hdf5", cols)
+
+
 def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
     """One value per row from a file of its own (``.npy``, ``.txt``, one-column ``.csv``/``.tsv``, ``.pt``).
 
@@ -296,7 +341,7 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
         arr = arr.reshape(-1)
     if arr.ndim != 1:
         raise EmbedscopeError(f"{path}: the {what} must be one value per row, got shape {arr.shape}")
-    return arr, header
+    return _decoded(arr, path, what), header
 
 
 def _number(cell: str, *, integer: bool) -> bool:
@@ -344,12 +389,28 @@ def ints_if_exact(text: np.ndarray) -> np.ndarray:
     return text
 
 
+def _decoded(arr: Any, where: Path, what: str) -> np.ndarray:
+    """Text stored as bytes (numpy ``S``: what ``np.char.encode`` and h5py write) -> str, read as UTF-8
+    (ASCII is a part of it). ``astype(str)`` read it as ASCII: a path ``café.jpg`` stopped with a bare
+    UnicodeDecodeError naming no file, and class names became ``"b'cat'"``."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind != "S":
+        return arr
+    out = np.empty(arr.shape, dtype=object)
+    for i, b in enumerate(arr.reshape(-1)):
+        try:
+            out.flat[i] = bytes(b).decode("utf-8")
+        except UnicodeDecodeError:
+            raise EmbedscopeError(f"{where}: {what}: row {i} is bytes that are not UTF-8 text") from None
+    return out
+
+
 def _values(src: Source, key: str, what: str) -> np.ndarray:
     """A column for labels, split, paths or class names: a CSV/TSV's as its cells are written
-    (integers when every cell is a plain integer), other sources' as stored."""
+    (integers when every cell is a plain integer), other sources' as stored (bytes read as UTF-8)."""
     if key in src.text:
         return ints_if_exact(src.text[key])
-    return np.asarray(src.columns[key])
+    return _decoded(src.columns[key], src.path, what)
 
 
 def _check_present(path: Path, what: str, arr: np.ndarray | None) -> None:
@@ -544,7 +605,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
             raise EmbedscopeError(f"{src.path}: no column '{_pretty(name)}' for --properties (columns: "
                                   f"{', '.join(map(_pretty, src.keys()))})")
         _check_property_name(name, str(src.path))
-        v = np.asarray(src.columns[name])
+        v = _decoded(src.columns[name], src.path, f"property '{_pretty(name)}'")
         if name in src.text and v.dtype.kind not in "iufb":
             v = src.text[name]  # text as written: "NA" stays "NA"
         _check_present(src.path, f"property '{_pretty(name)}'", v)
@@ -628,6 +689,8 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         "import_sha256": sha256_file(src.path),
         "dataset": src.path.stem,
     }
+    for what, (file, _) in origin.items():  # labels, paths, class names (and split) read from a file of their own
+        attrs[f"import_{what.replace(' ', '_')}_file"] = str(file.resolve())
     if "columns" in info:  # what formed the embedding (a list: written as JSON text, read back as a list)
         attrs["import_embedding_columns"] = [str(c) for c in info["columns"]]
     elif "key" in info:

@@ -118,8 +118,11 @@ def test_bad_input_one_line(tmp_path):
     with pytest.raises(EmbedscopeError, match="no key or column 'nope'"):
         import_embeddings(tmp_path / "s.npz", labels="nope")
     (tmp_path / "x.h5").write_bytes(b"")
-    with pytest.raises(UsageError, match="unknown file type"):
+    with pytest.raises(EmbedscopeError, match="x.h5: not an HDF5 file: it is empty"):
         import_embeddings(tmp_path / "x.h5")
+    (tmp_path / "x.mat").write_bytes(b"")
+    with pytest.raises(UsageError, match="unknown file type"):
+        import_embeddings(tmp_path / "x.mat")
     (tmp_path / "junk.npy").write_bytes(b"\x1b[2Jnot numpy")
     with pytest.raises(EmbedscopeError, match="not a .npy file: it looks like a format embedscope does not") as e:
         import_embeddings(tmp_path / "junk.npy", labels="y")

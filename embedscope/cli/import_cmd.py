@@ -7,12 +7,12 @@ from embedscope.cli.common import add_force, finite_float
 
 def add_parser(sub, parents):
     p = sub.add_parser(
-        "import", parents=parents, help="import embeddings made elsewhere (npy, npz, pt, safetensors, parquet, csv, tsv)",
+        "import", parents=parents, help="import embeddings made elsewhere (npy, npz, pt, safetensors, h5, parquet, csv, tsv)",
         description="Turn embeddings from another tool into an embedscope HDF5 file: .npy, .npz, .pt/.pth (tensors "
-        "or a dict of tensors, read without running code), .safetensors, .parquet, .csv, .tsv. Labels, split, "
-        "paths and class names come from a key/column of the source or from a file (.npy, .txt one per line, "
-        "one-column .csv); a FILE|KEY value that names both is refused: key:NAME is always the key/column, "
-        "./NAME the file. See docs/import.md.")
+        "or a dict of tensors, read without running code), .safetensors, .h5/.hdf5 (another tool's datasets), "
+        ".parquet, .csv, .tsv. Labels, split, paths and class names come from a key/column of the source or "
+        "from a file (.npy, .txt one per line, one-column .csv); a FILE|KEY value that names both is refused: "
+        "key:NAME is always the key/column, ./NAME the file. See docs/import.md.")
     p.add_argument("source", metavar="SRC", help="the embeddings file")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
     p.add_argument("--embeddings", metavar="KEY",

@@ -69,8 +69,9 @@ def run(args) -> int:
     # where and how the rows were computed (docs/store.md): the device, the precision and, on the CPU, the
     # thread count and torch's version decide the last bits, so two files of one checkpoint can differ by ~1e-7
     for k in ("dataset", "root", "transform", "device", "precision", "torch_threads", "torch_version", "checkpoint",
-              "checkpoint_format", "checkpoint_sha256", "split_selected", "split_source",
+              "checkpoint_embedder", "checkpoint_format", "checkpoint_sha256", "split_selected", "split_source",
               "import_source", "import_format", "import_sha256", "import_embedding_key", "import_embedding_columns",
+              "import_labels_file", "import_split_file", "import_paths_file", "import_class_names_file",
               "embedscope_version", "created", "format_version"):
         if k in es.attrs and es.attrs[k] != "":
             v = es.attrs[k]
