@@ -184,7 +184,8 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     computes it: a linear classifier left in the trunk (``fc.*``, ``last_linear.*``: not replaced by
     the identity) stays part of it, and an empty embedder file (the ``torch.nn.Identity()`` that
     ``BaseTrainer`` puts in place of a missing embedder) is the identity. A GoogLeNet / Inception-v3
-    trunk gets ``transform_input=True``, as torchvision builds it with ImageNet weights (the flag is
+    trunk's auxiliary classifiers (``aux1``, ``aux2``, ``AuxLogits``: unused in eval mode) are skipped; it
+    gets ``transform_input=True``, as torchvision builds it with ImageNet weights (the flag is
     not in the state dict); ``transform_input=False`` (``--no-transform-input``) is for such a trunk
     trained from scratch, built with ``transform_input=False``. Other trunks have no such step:
     ``transform_input`` given for them is a usage error.
@@ -207,6 +208,10 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
             extra_cfg["transform_input"] = True
     elif transform_input is not None:
         raise UsageError(f"--no-transform-input applies to a GoogLeNet / Inception-v3 trunk, not {printable(a, 40)}")
+    if a in ("googlenet", "inception_v3"):
+        # the auxiliary classifiers of a trunk built with aux_logits=True (torchvision's default without
+        # ImageNet weights): its forward in eval mode, as the tester runs it, never uses them
+        tsd = {k: v for k, v in tsd.items() if not k.startswith(("aux1.", "aux2.", "AuxLogits."))}
     probe = build_model(default_config(a, head="none", frozen_bn=False, **extra_cfg))
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
