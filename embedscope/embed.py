@@ -473,6 +473,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             "precision": "bfloat16 autocast" if use_amp else "float32",
             "transform": "; ".join(x for x in (input_text, describe_input(config)) if x),
             "checkpoint": source and str(Path(source).resolve()),
+            # a pytorch-metric-learning pair: the embedder's file too (its sha256 is in checkpoint_sha256)
+            **({"checkpoint_embedder": str(Path(info["embedder"]).resolve())} if info.get("embedder") else {}),
             "checkpoint_format": info["format"],
             "checkpoint_sha256": info["sha256"],
             "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str)),

@@ -275,6 +275,10 @@ def test_embed_cli_no_transform_input(tmp_path):
 
     want = embed_images(Direct(), ds, transform=checkpoint_input(ds, cfg)[0], device="cpu", progress=False)
     np.testing.assert_allclose(store.load(out).embeddings, want, rtol=0, atol=1e-5)
+    # both files of the pair are recorded (before: the trunk's path only)
+    attrs = store.load(out).attrs
+    assert attrs["checkpoint"] == str((folder / "trunk_best3.pth").resolve())
+    assert attrs["checkpoint_embedder"] == str((folder / "embedder_best3.pth").resolve())
 
 
 def test_saliency_with_ema_weights(tmp_path):
