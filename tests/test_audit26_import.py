@@ -83,8 +83,8 @@ def test_import_hdf5_bad_input_one_line(tmp_path, capsys):
         f.attrs["format"] = "embedscope-saliency"
         f["maps"] = np.zeros((6, 4, 4), dtype=np.float32)
         f["meta/y"] = np.arange(6) % 3
-    for name, msg in (("mine.h5", "already an embedscope embedding file"), ("maps.h5", "a saliency-maps file"), ("empty.h5", "empty.h5: not an HDF5 file: it is empty"),
-                      ("cut.h5", "cannot read as hdf5 (OSError")):
+    for name, msg in (("mine.h5", "already an embedscope embedding file"), ("maps.h5", "a saliency-maps file"),
+                      ("empty.h5", "empty.h5: not an HDF5 file: it is empty"), ("cut.h5", "cannot read as hdf5 (OSError")):
         capsys.readouterr()
         assert main(["import", str(tmp_path / name), "--labels", "meta/y", "-o", str(tmp_path / "o.h5")]) == 1
         err = capsys.readouterr().err.strip().splitlines()

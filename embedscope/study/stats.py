@@ -337,8 +337,8 @@ def check_exclude(exprs) -> list[tuple[str, str, Any, str]]:
 #: the columns every study row has besides its config (CONFIG_COLUMNS), tags and measures, and those
 #: the statistics add: what --exclude may name (checked before any work, :func:`check_exclude_columns`)
 ROW_COLUMNS = ("id", "run", "selection", "epoch", "checkpoint", "untrained", "status", "error", "sha256", "cached",
-               "embed_device", "embed_seconds", "measure_seconds", "N_train", "N_test", "undefined", "undefined_why", "objective", "primary",
-               "excluded", "beats_untrained", "untrained_target")
+               "embed_device", "embed_seconds", "measure_seconds", "N_train", "N_test", "undefined", "undefined_why",
+               "objective", "primary", "excluded", "beats_untrained", "untrained_target")
 
 
 def check_exclude_columns(exprs, tags: set[str], measures: set[str], patterns: tuple[str, ...] = ()) -> None:
