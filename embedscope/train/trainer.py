@@ -99,12 +99,13 @@ SCHEDULES = ("none", "cosine", "step")
 RESUME_OVERRIDABLE = ("epochs", "eval_every", "device", "num_workers", "amp")
 LOG_COLUMNS = ["epoch", "loss", "R@1", "MAP@R", "rho", "seconds"]
 # the run's configuration, repeated on every row of the CSV log (config key -> column)
-LOG_CONFIG_COLUMNS = {"dataset": "dataset", "arch": "arch", "embed_dim": "embed_dim", "normalize": "normalize",
+LOG_CONFIG_COLUMNS = {"dataset": "dataset", "root": "root", "arch": "arch", "embed_dim": "embed_dim",
+                      "normalize": "normalize",
                       "distance": "distance", "loss": "loss_name", "loss_params": "loss_params", "miner": "miner",
                       "p_switch": "p_switch", "sampler": "sampler", "batch_size": "batch_size", "epochs": "epochs",
                       "lr": "lr", "weight_decay": "weight_decay", "optimizer": "optimizer",
                       "lr_schedule": "lr_schedule", "seed": "seed", "train_classes": "train_classes",
-                      "weights": "weights", "notes": "notes"}
+                      "image_size": "image_size", "weights": "weights", "notes": "notes"}
 # the working files of a run folder that --force removes (nothing else is touched)
 _RUN_FILE_PATTERNS = ("last.pt", "best.pt", "epoch-*.pt", ".*.tmp")
 
@@ -573,6 +574,51 @@ def _saved_reduction(cfg: dict[str, Any], say: Callable[[str], None]) -> dict[st
     return lp
 
 
+def trained_loss_params(loss: Any, recorded: dict[str, Any] | None) -> dict[str, Any]:
+    """Every hyper-parameter a run of ``loss`` trained with, from the ``loss_params`` its config
+    recorded: the loss's defaults (docs/methods.md §5) with the recorded values over them; a
+    triplet/contrastive run saved before its reduction was recorded trained with PML's mean over the
+    non-zero terms (:func:`_saved_reduction`). ``{margin: 0.2}`` and ``{}`` of a margin run are one
+    setting. An unknown loss: the recorded values as they are."""
+    from embedscope.train.losses import LOSSES
+
+    spec = LOSSES.get(loss) if isinstance(loss, str) else None
+    lp = dict(recorded or {}) if isinstance(recorded, dict) else {}
+    if spec is None:
+        return lp
+    if REDUCTION_PARAM in spec.defaults and REDUCTION_PARAM not in lp:
+        lp[REDUCTION_PARAM] = True
+    return {**spec.defaults, **{k: v for k, v in lp.items() if v is not None}}
+
+
+def _changed_loss_params(given: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """The ``--loss-param`` values of a resume request that differ from the saved run's, each as
+    ``--loss-param K=V (the run has K=W)``. A value is compared with what the run trained with: its
+    recorded value, else the loss's default (a run records only the parameters it was given, and the
+    reduction of triplet/contrastive), each read as its default's kind (``squared=false`` is False,
+    ``margin=1`` is 1.0), so giving the run's own parameters again is no change."""
+    from embedscope.train.losses import LOSSES, check_loss_params
+
+    have = trained_loss_params(saved.get("loss"), saved.get("loss_params"))
+    if saved.get("loss") in LOSSES:
+        try:
+            given = check_loss_params(saved["loss"], dict(given))
+        except UsageError:  # not a parameter of the run's loss, or not of its kind: differs, as given
+            pass
+
+    def shown(v: Any) -> str:  # as typed on the command line: true/false, 0.3
+        return str(v).lower() if isinstance(v, bool) else f"{v}"
+
+    out = []
+    for k, v in given.items():
+        if v is None:  # (YAML's null: the default, as a new run reads it)
+            v = LOSSES[saved["loss"]].defaults.get(k) if saved.get("loss") in LOSSES else None
+        if k not in have or _normalised(v) != _normalised(have[k]):
+            was = f"{k}={shown(have[k])}" if k in have else f"no parameter {k}"
+            out.append(f"--loss-param {k}={shown(v)} (the run has {was})")
+    return out
+
+
 def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[[str], None],
                    out: Path) -> dict[str, Any]:
     """The saved configuration with the resume-safe options of ``config`` applied.
@@ -585,7 +631,9 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
     for k, v in config.items():
         if v is None or k in RESUME_OVERRIDABLE or k not in OPTION_DEFAULTS:
             continue
-        if k == "loss_params" and not v:
+        if k == "loss_params":
+            if v:
+                changed += _changed_loss_params(v, saved)
             continue
         if k == "weights_ema":  # kept only when true: absent means false
             if bool(v) != bool(saved.get(k)):
