@@ -103,7 +103,7 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     two names of one folder (``root``) are the same setting.
     """
     from embedscope.text import quoted
-    from embedscope.train.trainer import _same_folder
+    from embedscope.train.trainer import _same_folder, trained_loss_params
 
     out = []
     for k in sorted(set(stored) | set(wanted)):
@@ -113,6 +113,13 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
             continue
         elif k == "root" and _same_folder(stored.get(k), wanted.get(k)):  # one folder (runs before this one
             continue  # recorded --root as typed, relative; now absolute)
+        elif k == "loss_params":  # what each trained with: a default given explicitly is no other setting
+            a = _norm(trained_loss_params(stored.get("loss"), stored.get(k)))
+            b = _norm(trained_loss_params(wanted.get("loss"), wanted.get(k)))
+            if stored.get("loss") == wanted.get("loss"):  # (else the loss differs, named on its own)
+                out += [f"loss_params {p}: {quoted(a.get(p))} -> {quoted(b.get(p))}"
+                        for p in sorted(set(a) | set(b)) if a.get(p) != b.get(p)]
+            continue
         else:
             a, b = _norm(stored.get(k)), _norm(wanted.get(k))
         if a != b:
@@ -329,13 +336,22 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     created = make_folders(out_dir, out_dir)  # removed again if this call leaves them empty (a first run that fails)
     rows: list[dict[str, Any] | None] = []
     jobs: list[_Job] = []
+    # the lines of the runs this call does not train (n/a, finished already), said in the order of the
+    # combinations between the runs it trains, so that [i/N] lines come in order (also in a log file)
+    untrained: dict[int, str] = {}
+
+    def say_untrained(before: int | None = None) -> None:
+        for at in sorted(a for a in untrained if before is None or a < before):
+            say(untrained.pop(at))
+
     for i, (lo, p, s) in enumerate(combos, 1):
         name = run_name(dataset, lo, p, s)
         ckpt = out_dir / f"{name}.pt"
         row: dict[str, Any] = {"name": name, "loss": lo, "loss_family": loss_spec(lo).family, "p_switch": p,
                                "seed": s, "checkpoint": str(ckpt)}
         if (lo, p, s) not in wanted:
-            say(f"[{i}/{len(combos)}] {name}: skipped (the {lo} loss takes no mined tuples, p_switch n/a)")
+            untrained[len(rows)] = (f"[{i}/{len(combos)}] {name}: skipped (the {lo} loss takes no mined tuples, "
+                                    "p_switch n/a)")
             rows.append({**row, "status": "n/a"})
             continue
         cfg = wanted[(lo, p, s)]
@@ -344,7 +360,8 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         kind, done = stored.get((lo, p, s), ("", None))
         if kind == "finished" and not force:
             unkept = keep_epochs and not (run_paths(ckpt)["dir"] / "epoch-000.pt").is_file()
-            say(f"[{i}/{len(combos)}] {name}: finished already, skipped (same settings)"
+            untrained[len(rows)] = (
+                f"[{i}/{len(combos)}] {name}: finished already, skipped (same settings)"
                 + ("; it was trained without --keep-epochs and has no epoch-NNN.pt (--force retrains it with them)"
                    if unkept else ""))
             rows.append({**row, "status": "skipped", **_summary(done["extra"], ckpt)})
@@ -368,9 +385,11 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                 "context and its own memory); on one GPU --workers 1 is usually faster")
     try:
         if parallel:
+            say_untrained()
             _train_parallel(jobs, finished, workers, keep_epochs, say, progress, diverged)
         else:
             for j in jobs:
+                say_untrained(j.at)
                 say(j.head)
                 try:
                     finished[j.at] = train(j.opts, j.ckpt, resume=j.resume, force=j.force, progress=progress,
@@ -379,6 +398,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                     diverged[j.at] = e
                     say(f"{j.ckpt.stem}: {e} -- recorded as diverged, the grid goes on")
     finally:  # the rows of every finished run are merged, also when a run failed or the grid was stopped
+        say_untrained()
         from embedscope.train.trainer import _best
 
         for j in jobs:
