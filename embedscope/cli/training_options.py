@@ -36,7 +36,8 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                    help="digits (default), shapes (embedscope make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits, nor for shapes (the default "
                    "set is generated once and cached)")
-    p.add_argument("--train-classes", type=positive_int, metavar="N", help="the first N classes train (default: the data set's own split)")
+    p.add_argument("--train-classes", type=positive_int, metavar="N",
+                   help="the first N classes train (default: the data set's own split)")
     p.add_argument("--arch", metavar="ARCH",
                    help=f"backbone: {', '.join(ARCH_CHOICES)}, a torchvision classification model (e.g. "
                    "efficientnet_b0, convnext_tiny) or timm:NAME (needs timm); default: digits_cnn for digits, "
