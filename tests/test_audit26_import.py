@@ -158,3 +158,16 @@ def test_import_records_the_files_labels_and_paths_came_from(tmp_path):
     assert attrs["import_paths_file"] == str((tmp_path / "p.txt").resolve())
     assert attrs["import_class_names_file"] == str((tmp_path / "names.txt").resolve())
     assert "import_split_file" not in attrs
+
+
+def test_info_shows_the_files_labels_came_from(tmp_path):
+    """`embedscope info` lists import_labels_file (docs/import.md: "and info shows them")."""
+    from cli_run import run_cli
+
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32))
+    (tmp_path / "y.txt").write_text("".join(f"{i % 2}\n" for i in range(10)))
+    rc, _, err = run_cli(["import", tmp_path / "X.npy", "--labels", tmp_path / "y.txt", "-o", tmp_path / "e.h5"])
+    assert rc == 0, err
+    rc, out, err = run_cli(["info", tmp_path / "e.h5"])
+    assert rc == 0, err
+    assert any(line.split() == ["import_labels_file", str((tmp_path / "y.txt").resolve())] for line in out.splitlines())
