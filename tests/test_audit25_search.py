@@ -176,12 +176,11 @@ def test_the_bulk_bound_is_tighter_and_holds_for_its_pairs(metric):
 
 
 # ----------------------------------------------------------------------------- relevant ranks
-def brute_ranks(X, y, metric, depth, Xr=None, yr=None):
-    """Per query {relevant reference: rank} (inf beyond ``depth``), from every pair's float64 key
-    (``pair_keys64``), ties to the lower index, the query itself left out when ``Xr`` is None."""
+def brute_orders(X, metric, Xr=None):
+    """Per query, every reference in rank order: float64 keys of every pair, ties to the lower
+    index, the query itself left out when ``Xr`` is None."""
     Q = prepare(np.asarray(X, dtype=np.float64), metric)
     R = Q if Xr is None else prepare(np.asarray(Xr, dtype=np.float64), metric)
-    yr = y if Xr is None else yr
     nq, nr = len(Q), len(R)
     K = pair_keys64(Q, R, np.repeat(np.arange(nq), nr), np.tile(np.arange(nr), nq), metric).reshape(nq, nr)
     out = []
@@ -189,8 +188,18 @@ def brute_ranks(X, y, metric, depth, Xr=None, yr=None):
         cand = np.arange(nr)
         if Xr is None:
             cand = cand[cand != i]
+        out.append(cand[np.lexsort((cand, -K[i, cand]))])
+    return out
+
+
+def brute_ranks(X, y, metric, depth, Xr=None, yr=None):
+    """Per query {relevant reference: rank} (inf beyond ``depth``), from :func:`brute_orders`."""
+    yr = y if Xr is None else yr
+    nr = len(X) if Xr is None else len(Xr)
+    out = []
+    for i, order in enumerate(brute_orders(X, metric, Xr)):
         rank = np.full(nr, np.inf)
-        rank[cand[np.lexsort((cand, -K[i, cand]))]] = np.arange(1, cand.size + 1)
+        rank[order] = np.arange(1, order.size + 1)
         rel = np.flatnonzero(yr == y[i])
         if Xr is None:
             rel = rel[rel != i]

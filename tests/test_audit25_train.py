@@ -257,7 +257,8 @@ def test_resume_in_a_moved_log_continues_it_with_every_epoch(one_epoch, tmp_path
     assert "is not there" not in out
 
 
-def test_grid_resume_continues_the_runs_own_log(tmp_path):
+def interrupted_digits_run(grid, loss: str, **extra) -> None:
+    """A 2-epoch digits run of train-grid's name in ``grid``, stopped after epoch 1 (its last.pt kept)."""
     from embedscope.train.trainer import train
 
     class Stop(Exception):
@@ -267,12 +268,16 @@ def test_grid_resume_continues_the_runs_own_log(tmp_path):
         if epoch == 1:
             raise Stop
 
-    grid = tmp_path / "g"
-    grid.mkdir()
-    opts = {"dataset": "digits", "loss": "margin", "p_switch": 0.0, "seed": 0, "embed_dim": 4, "epochs": 2,
-            "eval_every": 0}
+    grid.mkdir(exist_ok=True)
+    opts = {"dataset": "digits", "loss": loss, "p_switch": 0.0, "seed": 0, "embed_dim": 4, "epochs": 2,
+            "eval_every": 0, **extra}
     with pytest.raises(Stop):
-        train(opts, grid / "digits_margin_p0_s0.pt", progress=False, callback=stop, echo=lambda s: None)
+        train(opts, grid / f"digits_{loss}_p0_s0.pt", progress=False, callback=stop, echo=lambda s: None)
+
+
+def test_grid_resume_continues_the_runs_own_log(tmp_path):
+    grid = tmp_path / "g"
+    interrupted_digits_run(grid, "margin")
     assert (grid / "digits_margin_p0_s0.pt.train" / "last.pt").is_file()
     rc, out, err = _run(["train-grid", *DIGITS, "--losses", "margin", "--epochs", "2", "-o", grid])
     assert rc == 0, err

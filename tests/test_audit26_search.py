@@ -16,11 +16,12 @@ outliers, R_i = 0, 1 and N - 1.
 
 import numpy as np
 import pytest
+from test_audit25_search import brute_orders, spy_apart  # (one copy of each)
 
 import embedscope.metrics.search.knn as knn
 import embedscope.metrics.search.ranks as ranks
 from embedscope.metrics import retrieval_metrics
-from embedscope.metrics.search import KeySpace, pair_keys64, prepare, relevant_ranks
+from embedscope.metrics.search import KeySpace, prepare, relevant_ranks
 
 
 def outlier_set(n, d=16, n_out=6, far=0.1, noise=1e-5, seed=0, dup=False):
@@ -38,22 +39,6 @@ def outlier_set(n, d=16, n_out=6, far=0.1, noise=1e-5, seed=0, dup=False):
         X[1] = X[2] = X[3]
         X[at[1]] = p - (X[at[2]] - p)
     return X.astype(np.float32), at
-
-
-def brute_orders(X, metric, Xr=None):
-    """Per query, every reference in rank order: float64 keys of every pair, ties to the lower
-    index, the query itself left out when ``Xr`` is None."""
-    Q = prepare(np.asarray(X, dtype=np.float64), metric)
-    R = Q if Xr is None else prepare(np.asarray(Xr, dtype=np.float64), metric)
-    nq, nr = len(Q), len(R)
-    K = pair_keys64(Q, R, np.repeat(np.arange(nq), nr), np.tile(np.arange(nr), nq), metric).reshape(nq, nr)
-    out = []
-    for i in range(nq):
-        cand = np.arange(nr)
-        if Xr is None:
-            cand = cand[cand != i]
-        out.append(cand[np.lexsort((cand, -K[i, cand]))])
-    return out
 
 
 def brute_hits(X, y, metric, Xr=None, yr=None):
@@ -87,20 +72,6 @@ def as_dicts(rr):
                      rr.ranks[rr.offsets[i]:rr.offsets[i + 1]].tolist())) for i in range(rr.n_queries)]
 
 
-def spy(monkeypatch, module, name):
-    """Per call of ``module.name``, whether it returned something (the split was taken)."""
-    taken = []
-    real = getattr(module, name)
-
-    def wrapped(*a, **kw):
-        out = real(*a, **kw)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(module, name, wrapped)
-    return taken
-
-
 def together(monkeypatch, fn, *a, **kw):
     """``fn`` with the outliers searched with the rest (the path before the split)."""
     with monkeypatch.context() as m:
@@ -117,7 +88,7 @@ def test_hits_with_outliers_apart_match_the_brute_force(metric, far, dup, monkey
     y[at[:3]] = y[at[3]]  # outliers relevant to one another and to bulk queries (and outlier queries)
     y[7] = 99  # a lone query (R_i = 0)
     y[at[5]] = 98  # a lone outlier
-    taken = spy(monkeypatch, ranks, "_hits_apart")
+    taken = spy_apart(monkeypatch, ranks, "_hits_apart")
     rr = relevant_ranks(X, y, metric=metric, output="hits", block=100)
     assert taken == [True]
     R, H = brute_hits(X, y, metric)
@@ -136,7 +107,7 @@ def test_hits_when_the_R_th_place_falls_among_tied_outliers(metric, monkeypatch)
     X[at[3]] = X[at[1]]
     y = np.zeros(400, dtype=np.int64)
     y[[at[1], 0]] = 1  # one of the twins and a bulk row: the other label
-    taken = spy(monkeypatch, ranks, "_hits_apart")
+    taken = spy_apart(monkeypatch, ranks, "_hits_apart")
     rr = relevant_ranks(X, y, metric=metric, output="hits")
     assert taken == [True]
     R, H = brute_hits(X, y, metric)
@@ -151,7 +122,7 @@ def test_hits_with_one_class_and_with_pairs(metric, monkeypatch):
     # R_i = N - 1 (every reference: hits = R_i) and R_i = 1 (pairs of rows)
     X, at = outlier_set(400, far=0.1, seed=5, dup=True)
     for y in (np.zeros(400, dtype=np.int64), np.arange(400) // 2):
-        taken = spy(monkeypatch, ranks, "_hits_apart")
+        taken = spy_apart(monkeypatch, ranks, "_hits_apart")
         rr = relevant_ranks(X, y, metric=metric, output="hits")
         assert taken == [True]
         R, H = brute_hits(X, y, metric)
@@ -174,7 +145,7 @@ def test_hits_with_separate_references(metric, monkeypatch):
     Xr[-3] = X[90] + np.float32(2e-3)
     Xr[75] = Xr[74]
     y, yr = np.arange(400) % 7, np.arange(300) % 7
-    taken = spy(monkeypatch, ranks, "_hits_apart")
+    taken = spy_apart(monkeypatch, ranks, "_hits_apart")
     rr = relevant_ranks(X, y, X_ref=Xr, y_ref=yr, metric=metric, output="hits")
     assert taken == [True]
     R, H = brute_hits(X, y, metric, Xr, yr)
@@ -189,7 +160,7 @@ def test_hits_of_usual_embeddings_are_not_split(monkeypatch):
     X = rng.standard_normal((600, 16))
     X[:3] *= 100.0
     y = rng.integers(0, 5, 600)
-    taken = spy(monkeypatch, ranks, "_hits_apart")
+    taken = spy_apart(monkeypatch, ranks, "_hits_apart")
     rr = relevant_ranks(X, y, metric="euclidean", output="hits")
     assert taken == [False]
     np.testing.assert_array_equal(rr.hits_at_R, brute_hits(X, y, "euclidean")[1])
@@ -215,7 +186,7 @@ def test_large_classes_with_outliers_keep_the_tile_pass(metric, monkeypatch):
     plans = []
     real = ranks._rows_plan
     monkeypatch.setattr(ranks, "_rows_plan", lambda *a, **k: plans.append(real(*a, **k)) or plans[-1])
-    taken = spy(monkeypatch, ranks, "_ranks_apart")
+    taken = spy_apart(monkeypatch, ranks, "_ranks_apart")
     keys = ["P@1", "R-Precision", "MAP@R"]
     got = retrieval_metrics(X, y, metric=metric, include=keys, per_query=True)
     assert any(taken) and plans and all(plans)
@@ -246,7 +217,7 @@ def test_per_query_depths_with_outliers_before_some_queries_last_pairs(metric, c
     rng = np.random.default_rng(1)
     depth = np.where(rng.random(420) < 0.3, 419, rng.integers(1, 70, 420))
     sets = ranks.check_sets(X, y)
-    taken = spy(monkeypatch, ranks, "_ranks_apart")
+    taken = spy_apart(monkeypatch, ranks, "_ranks_apart")
     rr = ranks.compute_relevant_ranks(sets, metric, depth, compact=compact)
     assert taken[-1]
     old = together(monkeypatch, ranks.compute_relevant_ranks, ranks.check_sets(X, y), metric, depth,
@@ -270,7 +241,7 @@ def test_outliers_of_large_classes_are_ranked_apart_within_the_row_budget(metric
     monkeypatch.setattr(ranks, "APART_MAX_ROW_WORK", 0)
     X, at = outlier_set(400, d=64, far=0.1, seed=23, dup=True)
     y = np.arange(400) % 2
-    taken = spy(monkeypatch, ranks, "_ranks_apart")
+    taken = spy_apart(monkeypatch, ranks, "_ranks_apart")
     rr = relevant_ranks(X, y, metric=metric, depth=250)
     assert taken[-1]
     assert as_dicts(rr) == brute_ranks(X, y, metric, 250)

@@ -69,21 +69,10 @@ def test_resume_of_a_run_saved_before_the_reduction_was_recorded():
 
 
 def test_grid_resumes_an_interrupted_run_with_loss_params(tmp_path):
-    from embedscope.train.trainer import train
-
-    class Stop(Exception):
-        pass
-
-    def stop(epoch, row):
-        if epoch == 1:
-            raise Stop
+    from test_audit25_train import interrupted_digits_run
 
     grid = tmp_path / "g"
-    grid.mkdir()
-    opts = {"dataset": "digits", "loss": "triplet", "p_switch": 0.0, "seed": 0, "embed_dim": 4, "epochs": 2,
-            "eval_every": 0, "loss_params": {"margin": 0.3}}
-    with pytest.raises(Stop):
-        train(opts, grid / "digits_triplet_p0_s0.pt", progress=False, callback=stop, echo=lambda s: None)
+    interrupted_digits_run(grid, "triplet", loss_params={"margin": 0.3})
     rc, out, err = run_cli(["train-grid", *DIGITS, "--losses", "triplet", "--epochs", "2",
                             "--loss-param", "margin=0.3", "-o", grid])
     assert rc == 0, err

@@ -428,6 +428,32 @@ def _pair_order(qi: np.ndarray, rank: np.ndarray, rj: np.ndarray, n_avail: int, 
 
 
 # ----------------------------------------------------------------------------- outliers apart
+def _outlier_split(ks: KeySpace):
+    """``(far, near, q_near)`` of a search whose few far references (:func:`~.knn.outlier_refs`) are
+    searched apart: the outliers, the other references (the "bulk") and the bulk's queries (the bulk
+    itself in a same-set search, else every query); None where there are none (or scale is not 1)."""
+    if ks.scale != 1.0:
+        return None
+    far = outlier_refs(ks)
+    if far is None:
+        return None
+    near = np.setdiff1d(np.arange(ks.R64.shape[0]), far)
+    return far, near, (near if ks.same else np.arange(ks.Q64.shape[0]))
+
+
+def _bulk_keyspace(ks: KeySpace, near: np.ndarray, q_near: np.ndarray) -> KeySpace | None:
+    """The :class:`KeySpace` of the bulk (its rows copies of ``ks``'s, bit for bit), or None where its
+    bound, median over its queries, is not ``OUTLIER_GAIN`` times tighter than that of all references
+    (or its scale is not 1): then searching apart does not pay."""
+    from embedscope.metrics.search.knn import OUTLIER_GAIN
+
+    Qn = ks.Q64[q_near]
+    sub = KeySpace(Qn, Qn if ks.same else ks.R64[near], ks.metric, ks.same)
+    if sub.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub.delta)) > float(np.median(ks.delta[q_near])):
+        return None
+    return sub
+
+
 APART_MAX_COMPARISONS = 1 << 28  # _ranks_apart: relevant pairs x outliers compared at most,
 APART_MAX_ROW_WORK = 1 << 33  # ... and the outliers' relevant queries' rows over the bulk (their GEMM, queries x
 APART_ROW_RATIO = 2.0  # bulk references x D, + 8 x bulk references per relevant (query, outlier) pair) up to
@@ -465,18 +491,14 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
     Every key is :func:`~.knn.pair_keys64` of the same two rows (the bulk's rows are copies, bit
     for bit), so the ranks are those of the search of all references, bit for bit. ``compact``:
     as :func:`compute_relevant_ranks` (compact where the bulk's search gave a compact result)."""
-    from embedscope.metrics.search.knn import OUTLIER_GAIN
     from embedscope.metrics.search.threads import blas_single_thread
 
-    if ks.scale != 1.0:
+    split = _outlier_split(ks)
+    if split is None:
         return None
-    far = outlier_refs(ks)
-    if far is None:
-        return None
+    far, near, q_near = split
     Q64, R64, same = ks.Q64, ks.R64, ks.same
     nq, nr, nf = Q64.shape[0], R64.shape[0], far.size
-    near = np.setdiff1d(np.arange(nr), far)
-    q_near = near if same else np.arange(nq)
     n_sub = near.size - (1 if same else 0)
     y, y_ref = sets.y, sets.y_ref
     lab, cnt = np.unique(y[q_near], return_counts=True)  # the (bulk query, outlier) pairs of step 2,
@@ -488,11 +510,10 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
     if (n_sub < 1 or int(lay.R.sum()) * nf > APART_MAX_COMPARISONS
             or row_work > max(APART_MAX_ROW_WORK, APART_ROW_RATIO * q_near.size * near.size * dim)):
         return None  # (the outliers' share of the work would outgrow the search's)
-    Qn = Q64[q_near]
-    Rn = Qn if same else R64[near]
-    sub_ks = KeySpace(Qn, Rn, metric, same)
-    if sub_ks.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub_ks.delta)) > float(np.median(ks.delta[q_near])):
+    sub_ks = _bulk_keyspace(ks, near, q_near)
+    if sub_ks is None:
         return None
+    Qn, Rn = sub_ks.Q64, sub_ks.R64
     depth_q = np.asarray(depth, dtype=np.int64) if np.ndim(depth) else None
     dq = depth_q if depth_q is not None else np.full(nq, int(depth), dtype=np.int64)
     sub_depth = np.minimum(dq[q_near], n_sub).clip(1) if depth_q is not None else max(1, min(int(depth), n_sub))
@@ -931,23 +952,16 @@ def _hits_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, *, block=No
 
     Every key is :func:`~.knn.pair_keys64` of the same two rows (the bulk's rows are copies, bit
     for bit), so the hits are those of the search of all references, exactly."""
-    from embedscope.metrics.search.knn import OUTLIER_GAIN
-
-    if ks.scale != 1.0:
+    split = _outlier_split(ks)
+    if split is None:
         return None
-    far = outlier_refs(ks)
-    if far is None:
-        return None
+    far, near, q_near = split
     Q64, R64, same = ks.Q64, ks.R64, ks.same
     nq, nr = Q64.shape[0], R64.shape[0]
-    near = np.setdiff1d(np.arange(nr), far)
-    q_near = near if same else np.arange(nq)
     if near.size - (1 if same else 0) < 1:
         return None
-    Qn = Q64[q_near]
-    Rn = Qn if same else R64[near]
-    sub_ks = KeySpace(Qn, Rn, metric, same)
-    if sub_ks.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub_ks.delta)) > float(np.median(ks.delta[q_near])):
+    sub_ks = _bulk_keyspace(ks, near, q_near)
+    if sub_ks is None:
         return None
     y, y_ref, R = sets.y, sets.y_ref, lay.R
     nf = far.size
