@@ -171,8 +171,12 @@ def test_frozen_bn_stays_eval():
     m.train()
     bns = [x for x in m.backbone.modules() if isinstance(x, torch.nn.BatchNorm2d)]
     assert bns and all(not b.training for b in bns)
-    assert all(not p.requires_grad for b in bns for p in b.parameters())
+    # the statistics are frozen (eval mode); gamma and beta train, as in Roth et al.'s and PML's code
+    assert all(p.requires_grad for b in bns for p in b.parameters())
     assert m.head.training
+    strict = EmbeddingModel("resnet18", 8, frozen_bn=True, freeze_bn_affine=True)  # train --freeze-bn-affine
+    assert all(not p.requires_grad for b in strict.backbone.modules() if isinstance(b, torch.nn.BatchNorm2d)
+               for p in b.parameters())
 
 
 def test_backbone_weights_from_local_file(tmp_path):

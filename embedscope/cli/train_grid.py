@@ -29,7 +29,7 @@ def add_parser(sub, parents):
                    help="keep every epoch's checkpoint (for 'embedscope study --epoch all')")
     p.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="train N runs at a time, each in a process of its own with (CPUs / N) threads "
-                   "(default 1). On a CPU, small models train faster this way than with every core on one run; "
+                   "(default: 1). On a CPU, small models train faster this way than with every core on one run; "
                    "on one GPU keep 1")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("--force", action="store_true",

@@ -273,20 +273,30 @@ class EmbeddingModel(nn.Module):
     (``head_layers``). ``input_space`` (a dict, see :class:`InputConvention`) converts embedscope's
     standard input to the backbone's own convention inside ``forward``.
 
-    ``frozen_bn=True`` keeps every BatchNorm layer in eval mode with fixed parameters, as in Roth
-    et al. and Musgrave et al.
+    ``frozen_bn=True`` keeps every BatchNorm layer of the backbone in eval mode while training: its
+    running statistics stay as loaded and normalise every batch, as Roth et al.'s code
+    (``architectures/resnet50.py``: the BatchNorm modules in eval mode) and Musgrave et al.'s
+    benchmarker (``set_layers_to_eval("BatchNorm")``). Their affine scale and shift (γ, β) are still
+    trained, as there. ``freeze_bn_affine=True`` (only with ``frozen_bn``) also keeps γ and β fixed
+    (``requires_grad`` off, so the trainer's optimiser leaves them out): what embedscope's frozen
+    BatchNorm did before the option existed (:func:`bn_affine_frozen` reads a config of that time).
     """
 
     def __init__(self, arch: str, embed_dim: int | None = 128, *, normalize: bool = True, frozen_bn: bool = False,
+                 freeze_bn_affine: bool = False,
                  head: str = "linear", head_seed: int = 0, head_layers: list[Any] | None = None,
                  input_space: dict[str, Any] | None = None, transform_input: bool = False,
                  pool: str = "avg") -> None:
         super().__init__()
         if head not in HEADS:
             raise EmbedscopeError(f"unknown head '{head}' (choose {', '.join(HEADS)})")
+        if freeze_bn_affine and not frozen_bn:
+            raise EmbedscopeError("freeze_bn_affine keeps the scale and shift of a frozen BatchNorm fixed: it needs "
+                                  "frozen_bn (a BatchNorm that trains its statistics trains its scale and shift too)")
         self.arch = arch
         self.normalize = bool(normalize)
         self.frozen_bn = bool(frozen_bn)
+        self.freeze_bn_affine = bool(freeze_bn_affine)
         self.head_kind = head
         self.backbone, self.feat_dim = make_backbone(arch, transform_input=transform_input, pool=pool)
         self.preprocess = InputConvention(input_space) if input_space else None
@@ -313,7 +323,7 @@ class EmbeddingModel(nn.Module):
                     self.head = nn.Linear(self.feat_dim, self.embed_dim)
             else:
                 self.head = nn.Linear(self.feat_dim, self.embed_dim)
-        if self.frozen_bn:
+        if self.freeze_bn_affine:  # (frozen_bn alone: eval mode in train(), γ and β still trained)
             for m in self.backbone.modules():
                 if isinstance(m, nn.modules.batchnorm._BatchNorm):
                     for p in m.parameters():
@@ -388,6 +398,16 @@ def _int_field(config: dict[str, Any], key: str, default: Any, minimum: int = 1)
     return int(f)
 
 
+def bn_affine_frozen(config: dict[str, Any]) -> bool:
+    """Whether a run of ``config`` keeps the scale and shift (γ, β) of its frozen BatchNorm fixed
+    (:class:`EmbeddingModel`'s ``freeze_bn_affine``): the config's ``freeze_bn_affine`` where it has one;
+    a config saved before the key existed trained with them fixed whenever BatchNorm was frozen
+    (``frozen_bn``), so it reads as that."""
+    if "freeze_bn_affine" in config and config["freeze_bn_affine"] is not None:
+        return bool(config["freeze_bn_affine"])
+    return bool(config.get("frozen_bn", False))
+
+
 def build_model(config: dict[str, Any]) -> EmbeddingModel:
     """An :class:`EmbeddingModel` from a checkpoint config (one-line error for a malformed config)."""
     if not isinstance(config, dict):
@@ -404,11 +424,16 @@ def build_model(config: dict[str, Any]) -> EmbeddingModel:
     head_layers = config.get("head_layers")
     if head_layers is not None and not isinstance(head_layers, (list, tuple)):
         raise EmbedscopeError(f"checkpoint config: 'head_layers' must be a list, got {quoted(head_layers)}")
+    affine = bn_affine_frozen(config)
+    if affine and not config.get("frozen_bn"):
+        raise EmbedscopeError("checkpoint config: 'freeze_bn_affine' is true but 'frozen_bn' is not (the scale and "
+                              "shift are kept fixed only in a frozen BatchNorm)")
     return EmbeddingModel(
         arch,
         _int_field(config, "embed_dim", 128) if head in ("linear", "random") else None,
         normalize=bool(config.get("normalize", True)),
         frozen_bn=bool(config.get("frozen_bn", False)),
+        freeze_bn_affine=affine,
         head=head,
         head_seed=_int_field(config, "head_seed", 0, minimum=0),
         head_layers=list(head_layers) if head_layers else None,

@@ -31,7 +31,7 @@ CONFIG_COLUMNS = ["dataset", "arch", "loss", "loss_family", "miner", "sampler", 
                   # the rest of what a run was trained with: runs that differ in one of these are other
                   # objectives (another test split, input size, loss parameter ...), never seeds of one
                   "train_classes", "image_size", "distance", "loss_params", "weight_decay", "optimizer",
-                  "lr_schedule", "weights", "frozen_bn",
+                  "lr_schedule", "weights", "frozen_bn", "freeze_bn_affine",
                   # the data set folder the run was trained on (train --root, absolute): two shapes sets in
                   # other folders (other seeds or sizes) are other objectives
                   "root"]
@@ -63,13 +63,17 @@ def config_columns(config: dict[str, Any]) -> dict[str, Any]:
     config lacks is None; a mapping (``loss_params``) is its JSON text with sorted keys, so that it
     is one cell of runs.csv / runs.parquet and compares equal between runs with the same parameters.
     ``root`` (the folder the run was trained on, recorded by ``train --root``) is made absolute
-    against the working folder, as the study reads it (:func:`root_of`)."""
+    against the working folder, as the study reads it (:func:`root_of`); ``freeze_bn_affine`` is what the
+    run trained with (:func:`~embedscope.models.backbones.bn_affine_frozen`)."""
+    from embedscope.models.backbones import bn_affine_frozen
+
     out: dict[str, Any] = {}
     for c in CONFIG_COLUMNS:
         v = config.get(c)
         if isinstance(v, (dict, list, tuple)):
             v = json.dumps(v, sort_keys=True, default=str)
         out[c] = v
+    out["freeze_bn_affine"] = bn_affine_frozen(config)  # as trained: a config saved before the key kept them fixed
     out["root"] = root_of(config)
     return out
 

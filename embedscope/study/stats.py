@@ -44,7 +44,7 @@ from embedscope.names import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINT
 
 HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize", "batch_size", "lr",
                  "epochs", "arch", "dataset", "train_classes", "image_size", "distance", "loss_params", "weight_decay",
-                 "optimizer", "lr_schedule", "weights", "frozen_bn", "root"]
+                 "optimizer", "lr_schedule", "weights", "frozen_bn", "freeze_bn_affine", "root"]
 
 
 # ----------------------------------------------------------------------------------------- statistics

@@ -7,8 +7,11 @@ of :mod:`embedscope.train.trainer` (its working files beside it, see ``docs/trai
   settings** is skipped. A finished (or unfinished) run with *other* settings (say ``--embed-dim 64``
   over a D = 32 run) is refused before anything trains, naming the settings that differ; ``force``
   retrains it.
-* A combination with an unfinished run (``<name>.pt.train/last.pt``) of the same settings is resumed.
-* ``p_switch > 0`` applies only to tuple losses: those combinations are skipped for the others.
+* A combination with an unfinished run (``<name>.pt.train/last.pt``) of the same settings is resumed;
+  also a finished run extended with ``train --resume --epochs N`` and stopped before epoch N (its final
+  checkpoint holds the earlier epochs, ``last.pt`` the extension's settings), by a grid of N epochs.
+* ``p_switch > 0`` applies only to tuple losses: those combinations are skipped for the others (status
+  ``n/a``, no checkpoint: the column is empty).
 * A run that diverges (:class:`~embedscope.train.trainer.TrainingDiverged`: a loss or weights of NaN
   or inf, embeddings collapsed to the zero vector) is recorded with status ``diverged`` (its epochs
   before the failure summarised, ``failure`` the trainer's one line, no ``checkpoint``) and the grid
@@ -21,7 +24,9 @@ gone is dropped, one whose checkpoint changed since the table was written is sum
 Per model: the settings, the best test R@1 (and MAP@R when the trainer logs it), the epoch of it
 and ρ of the training embeddings there (Roth §5 take both at the epoch of best test R@1,
 docs/methods.md §6), the final epoch's values, the untrained network's test R@1 (epoch 0 of the
-log), and the paths of the final and best checkpoints.
+log), the paths of the final and best checkpoints (empty where there is none) and the
+settings that make runs other objectives (``embed_dim``, ``normalize``, ``train_classes``, ``image_size``,
+``freeze_bn_affine``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.text import quoted
 
 SUMMARY_COLUMNS = ["name", "loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "train_classes",
-                   "image_size", "status", "epochs",
+                   "image_size", "freeze_bn_affine", "status", "epochs",
                    "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1", "final_MAP@R", "final_rho",
                    "untrained_R@1", "checkpoint", "best_checkpoint", "failure"]
 
@@ -100,8 +105,11 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The settings (``key: stored -> wanted``) in which a stored run's config differs from a request.
 
     Keys of :data:`IGNORED_SETTINGS` (device, workers, evaluation frequency, precision) do not count;
-    two names of one folder (``root``) are the same setting.
+    two names of one folder (``root``) are the same setting; ``freeze_bn_affine`` is compared as
+    trained (:func:`~embedscope.models.backbones.bn_affine_frozen`: a run saved before the key kept the
+    scale and shift of a frozen BatchNorm fixed).
     """
+    from embedscope.models.backbones import bn_affine_frozen
     from embedscope.text import quoted
     from embedscope.train.trainer import _same_folder, trained_loss_params
 
@@ -109,6 +117,8 @@ def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     for k in sorted(set(stored) | set(wanted)):
         if k in FLAG_SETTINGS:  # a flag kept only when true: absent means false, on either side
             a, b = bool(stored.get(k)), bool(wanted.get(k))
+        elif k == "freeze_bn_affine":  # what each trained with: a run saved before the key kept γ, β fixed
+            a, b = bn_affine_frozen(stored), bn_affine_frozen(wanted)  # in a frozen BatchNorm
         elif k in IGNORED_SETTINGS or k not in wanted:
             continue
         elif k == "root" and _same_folder(stored.get(k), wanted.get(k)):  # one folder (runs before this one
@@ -311,20 +321,32 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         ckpt = out_dir / f"{run_name(dataset, *key)}.pt"
         done = _finished(ckpt) if ckpt.exists() else None
         last = run_paths(ckpt)["last"]
-        state, kind = (done, "finished") if done is not None else (
-            (_read(last), "unfinished") if last.exists() else (None, ""))
-        if state is None:
+        # the finished run, then the state a resume continues (last.pt): a finished run extended with
+        # `train --resume --epochs N` and stopped before epoch N keeps its final checkpoint of the earlier
+        # epochs while last.pt holds the extension, whose settings (epochs N) a grid of N asks for
+        candidates = ([(done, "finished")] if done is not None else []) + (
+            [(_read(last), "unfinished")] if last.exists() else [])
+        candidates = [(state, kind) for state, kind in candidates if state is not None]
+        if not candidates:
             continue
-        diff = settings_diff(state.get("config") or {}, cfg) or inputs.diff(state.get("extra") or {}, cfg)
-        stored[key] = (kind, done)
-        if diff:
-            conflicts.append(f"{ckpt.name} ({kind}): {', '.join(diff)}")
+        differs = []
+        for state, kind in candidates:
+            diff = settings_diff(state.get("config") or {}, cfg) or inputs.diff(state.get("extra") or {}, cfg)
+            if not diff:
+                stored[key] = (kind, done)
+                break
+            differs.append(f"{ckpt.name} ({kind}): {', '.join(diff)}")
+        else:  # the finished run's differences are named (else the unfinished one's)
+            conflicts.append(differs[0])
             stored[key] = ("other", None)
     inputs.report(say)
     if conflicts and not force:
+        legacy = any("freeze_bn_affine: True -> False" in c for c in conflicts)
         raise EmbedscopeError(
             f"{len(conflicts)} run(s) in {out_dir} were trained with other settings or data — {'; '.join(conflicts[:3])}"
-            f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder")
+            f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder"
+            + ("; runs saved before embedscope trained a frozen BatchNorm's scale and shift kept them fixed: "
+               "--freeze-bn-affine continues them" if legacy else ""))
     # before any training: a grid.csv that train-grid did not write (kept unless force), a file as a
     # parent of the folder, or a folder that cannot be written
     foreign = check_grid_table(out_dir, force=force)
@@ -352,11 +374,11 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
         if (lo, p, s) not in wanted:
             untrained[len(rows)] = (f"[{i}/{len(combos)}] {name}: skipped (the {lo} loss takes no mined tuples, "
                                     "p_switch n/a)")
-            rows.append({**row, "status": "n/a"})
+            rows.append({**row, "status": "n/a", "checkpoint": ""})  # no run, no checkpoint to name
             continue
         cfg = wanted[(lo, p, s)]
         row.update(embed_dim=cfg["embed_dim"], normalize=cfg["normalize"], train_classes=cfg.get("train_classes"),
-                   image_size=cfg.get("image_size"))
+                   image_size=cfg.get("image_size"), freeze_bn_affine=cfg["freeze_bn_affine"])
         kind, done = stored.get((lo, p, s), ("", None))
         if kind == "finished" and not force:
             unkept = keep_epochs and not (run_paths(ckpt)["dir"] / "epoch-000.pt").is_file()
@@ -455,6 +477,8 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
     whose checkpoint is gone is dropped, and one whose checkpoint changed after the table was written
     (retrained outside the grid, say ``train --force``) is summarised again from it (dropped when it
     is no finished run any more); one line names what was dropped or refreshed."""
+    from embedscope.models.backbones import bn_affine_frozen
+
     table = out_dir / "grid.csv"
     rows = [r for r in read_grid_csv(table) if r.get("name") not in replaced]
     if not rows:
@@ -466,8 +490,8 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
             gone.append("(a row without a name)")
             continue
         ckpt = out_dir / f"{r['name']}.pt"
-        if r.get("status") == "n/a":  # no checkpoint: a p_switch that the loss does not take
-            out.append(r)
+        if r.get("status") == "n/a":  # no checkpoint: a p_switch that the loss does not take (a table written
+            out.append({**r, "checkpoint": "", "best_checkpoint": ""})  # before named one that never exists)
             continue
         if r.get("status") == "diverged" and not ckpt.exists():  # no checkpoint: the run diverged
             out.append(r)
@@ -485,14 +509,15 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
             cfg = done.get("config") or {}
             r = {**r, "embed_dim": cfg.get("embed_dim"), "normalize": cfg.get("normalize"),
                  "train_classes": cfg.get("train_classes"), "image_size": cfg.get("image_size"),
-                 **_summary(done.get("extra") or {}, ckpt)}
+                 "freeze_bn_affine": bn_affine_frozen(cfg), **_summary(done.get("extra") or {}, ckpt)}
             if r.get("status") == "diverged":  # trained to the end since (outside the grid)
                 r.update(status="trained", failure="", checkpoint=str(ckpt))
             again.append(r["name"])
-        elif "train_classes" not in r or "image_size" not in r:  # a row of a grid.csv written before the columns
+        elif not {"train_classes", "image_size", "freeze_bn_affine"} <= set(r):  # a grid.csv written before the columns
             cfg = (_read(ckpt) or {}).get("config") or {}
             if cfg:
-                r = {**r, "train_classes": cfg.get("train_classes"), "image_size": cfg.get("image_size")}
+                r = {**r, "train_classes": cfg.get("train_classes"), "image_size": cfg.get("image_size"),
+                     "freeze_bn_affine": bn_affine_frozen(cfg)}
         out.append(r)
     if gone:
         say(f"grid.csv: dropped {len(gone)} earlier row(s) whose checkpoint is gone or no finished run "

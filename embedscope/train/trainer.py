@@ -88,6 +88,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "device": "auto",
     "num_workers": 0,
     "frozen_bn": None,
+    "freeze_bn_affine": None,
     "image_size": None,
     "bigb": 1024,
     "amp": "auto",
@@ -105,7 +106,8 @@ LOG_CONFIG_COLUMNS = {"dataset": "dataset", "root": "root", "arch": "arch", "emb
                       "p_switch": "p_switch", "sampler": "sampler", "batch_size": "batch_size", "epochs": "epochs",
                       "lr": "lr", "weight_decay": "weight_decay", "optimizer": "optimizer",
                       "lr_schedule": "lr_schedule", "seed": "seed", "train_classes": "train_classes",
-                      "image_size": "image_size", "weights": "weights", "notes": "notes"}
+                      "image_size": "image_size", "frozen_bn": "frozen_bn", "freeze_bn_affine": "freeze_bn_affine",
+                      "weights": "weights", "notes": "notes"}
 # the working files of a run folder that --force removes (nothing else is touched)
 _RUN_FILE_PATTERNS = ("last.pt", "best.pt", "epoch-*.pt", ".*.tmp")
 
@@ -209,9 +211,9 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
 
     Fills data-set defaults (:func:`dataset_defaults`), the loss's family, normalisation, distance
     (docs/methods.md §8) and default miner (:mod:`embedscope.train.losses`), and the model config of the
-    foundation (:func:`embedscope.models.default_config`). The result is what every checkpoint
-    stores. Every value is checked for its type and range: a wrong one is a one-line
-    :class:`UsageError` naming the option.
+    foundation (:func:`embedscope.models.default_config`), with ``freeze_bn_affine`` always recorded
+    (true only with frozen BatchNorm). The result is what every checkpoint stores. Every value is
+    checked for its type and range: a wrong one is a one-line :class:`UsageError` naming the option.
     """
     from embedscope.models import ARCHS, default_config, is_known_arch
     from embedscope.train.losses import LOSSES, check_loss_params, loss_spec
@@ -312,6 +314,9 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(opt["frozen_bn"], (bool, np.bool_)):
             raise UsageError(f"frozen_bn must be true or false, got {_show(opt['frozen_bn'])}")
         model_over["frozen_bn"] = bool(opt["frozen_bn"])
+    affine = opt["freeze_bn_affine"]
+    if affine is not None and not isinstance(affine, (bool, np.bool_)):
+        raise UsageError(f"freeze_bn_affine must be true or false, got {_show(affine)}")
     if opt["image_size"] is not None:
         model_over["image_size"] = _as_int("image_size", opt["image_size"], 1)
         if opt["dataset"] == "digits" and model_over["image_size"] != 8:  # (else a 'checkpoint expects' error, exit 1)
@@ -323,7 +328,13 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
         # it: Resize(256) + CenterCrop(299) padded every evaluation image, CenterCrop(64) of a shapes scene kept
         # its middle quarter; another size takes round(N * 256 / 224)
         model_cfg.pop("resize")
+    if affine and not model_cfg["frozen_bn"]:
+        raise UsageError(f"--freeze-bn-affine keeps the scale and shift of a frozen BatchNorm fixed (the photo protocol); "
+                         f"this run's BatchNorm ({_show(opt['arch'])[1:-1]} on {opt['dataset']}) trains, its statistics too")
     cfg = {**opt, **model_cfg}
+    # recorded always: a config without it was saved before it existed (γ and β then stayed fixed in a
+    # frozen BatchNorm; embedscope.models.backbones.bn_affine_frozen)
+    cfg["freeze_bn_affine"] = bool(affine)
     cfg["arch"] = opt["arch"]
     cfg["normalize"] = spec.normalize
     cfg["distance"] = loss_distance(opt["loss"])
@@ -345,8 +356,12 @@ def config_notes(cfg: dict[str, Any]) -> list[str]:
         notes.append(f"--miner {cfg['miner']}: the multisimilarity loss's own pair mining (its MultiSimilarityMiner) "
                      "is replaced by these mined tuples (without --miner the loss mines its own pairs)")
     if cfg.get("frozen_bn") and not cfg.get("weights"):
+        what = ("its layers stay at their initial identity and are not trained (--freeze-bn-affine)"
+                if cfg.get("freeze_bn_affine") else
+                "its running statistics stay at their initial values (mean 0, variance 1); only the scale and "
+                "shift train")
         notes.append("BatchNorm is frozen (the photo protocol, meant for ImageNet --weights) in a randomly "
-                     "initialised backbone: its layers stay at their initial identity and are not trained")
+                     f"initialised backbone: {what}")
     return notes
 
 
@@ -624,8 +639,12 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
     """The saved configuration with the resume-safe options of ``config`` applied.
 
     Any other option that differs from the saved run is refused (a resumed run must be the run it
-    continues); options equal to the saved ones are fine.
+    continues); options equal to the saved ones are fine. A run saved before ``freeze_bn_affine``
+    existed kept the scale and shift of its frozen BatchNorm fixed: it continues so (the key is then
+    recorded, and a note says it), and ``freeze_bn_affine: false`` is refused as another setting.
     """
+    from embedscope.models.backbones import bn_affine_frozen
+
     saved = dict(state["config"])
     changed = []
     for k, v in config.items():
@@ -642,6 +661,13 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
             continue
         if k == "root" and _same_folder(v, saved.get(k)):  # recorded absolute (runs before: as typed)
             continue
+        if k == "freeze_bn_affine":  # compared with what the run trained with (a run saved before the key: γ, β
+            if bool(v) != bn_affine_frozen(saved):  # fixed in a frozen BatchNorm)
+                have = "fixed" if bn_affine_frozen(saved) else ("trained" if saved.get("frozen_bn") else
+                                                                "trained, BatchNorm not frozen")
+                asked = _flag(k) if v else "freeze_bn_affine: false"  # (false: only a YAML file says it)
+                changed.append(f"{asked} (the run's BatchNorm scale and shift are {have})")
+            continue
         if _normalised(v) != _normalised(saved.get(k)):
             changed.append(f"{_flag(k)} {_show(v)} (the run has {_show(saved.get(k))})")
     if changed:
@@ -650,6 +676,11 @@ def _resume_config(state: dict[str, Any], config: dict[str, Any], say: Callable[
                          "--num-workers and --amp may change)")
     cfg = dict(saved)
     cfg["loss_params"] = _saved_reduction(cfg, say)
+    if cfg.get("freeze_bn_affine") is None:  # saved before the option: it goes on as it trained, said once
+        cfg["freeze_bn_affine"] = bn_affine_frozen(cfg)
+        if cfg["freeze_bn_affine"]:
+            say("note: this run was saved before embedscope trained the scale and shift (gamma, beta) of a frozen "
+                "BatchNorm; it continues with them fixed, as it was trained (--freeze-bn-affine)")
     kept = []
     for k in RESUME_OVERRIDABLE:
         if config.get(k) is not None:
