@@ -89,7 +89,8 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     what ``train``'s evaluation embeds (in :func:`evaluation_batch_size`), so that ρ (training split)
     and R@1 (test split) of these rows are its log's to the last bit. A batch that mixed the splits
     changed the last bits of a convolution's output (up to 7e-8) and ρ by ~1e-9 relative
-    (docs/studies.md). ``embed`` and ``study`` both embed this way.
+    (docs/studies.md). ``embed`` and ``study`` both embed this way. One DataLoader serves every split
+    (its batch sampler the splits' batches in turn): ``num_workers`` processes start once, not per split.
 
     ``inputs``: the images of ``ds`` already through ``transform``, stacked [N, C, H, W] (a study
     decodes a small data set once per process); the batches are taken from it, the same numbers as
@@ -109,29 +110,30 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     if transform is None:
         size = 8 if ds.kind == "digits" else 224
         transform = image_transform(ds.kind, train=False, image_size=size)
-    groups = split_rows(ds.split) if by_split else [None]  # None: every row of ds, in one pass
+    groups = split_rows(ds.split) if by_split else [np.arange(len(ds))]
+    # each group in its own batches (a batch never mixes two splits), in the order of the groups
+    order = [rows[s:s + batch_size] for rows in groups for s in range(0, len(rows), batch_size)]
 
-    def group_batches(rows):
-        """(inputs, rows of ds) of one group, in its own batches."""
+    def loader_batches():
+        """(inputs, rows of ds) of every batch of ``order``: one DataLoader over all of ``ds`` whose
+        batch sampler is ``order``, so that its worker processes start once for the whole pass, not
+        once per split (the same images in the same batches as a loader per split)."""
         if inputs is not None:
-            rows = np.arange(len(ds)) if rows is None else rows
-            for s in range(0, len(rows), batch_size):
-                part = rows[s:s + batch_size]
+            for part in order:
                 yield inputs[torch.from_numpy(part)], part
             return
+        if not order:  # (no rows: no workers to start)
+            return
         loader = torch.utils.data.DataLoader(
-            TorchImages(ds if rows is None else ds.take(rows), transform), batch_size=batch_size, shuffle=False,
+            TorchImages(ds, transform), batch_sampler=[part.tolist() for part in order],
             num_workers=num_workers, pin_memory=dev.type == "cuda",
             worker_init_fn=quiet_worker if int(num_workers) > 0 else None,
         )
         # errors of worker processes reach here as the same one-line EmbedscopeError (errors.py)
         for x, _, idx in (start_workers(loader) if int(num_workers) > 0 else loader):
-            yield x, (idx.numpy() if rows is None else rows[idx.numpy()])
+            yield x, idx.numpy()
 
-    sizes = [len(ds) if rows is None else len(rows) for rows in groups]
-    total = sum(-(-k // batch_size) for k in sizes)
-    batches = progress_bar((b for rows in groups for b in group_batches(rows)), total=total, desc=desc,
-                           unit="batch", enabled=progress)
+    batches = progress_bar(loader_batches(), total=len(order), desc=desc, unit="batch", enabled=progress)
     try:
         return embed_batches(model, batches, len(ds), device=dev, amp=amp)
     except NonFiniteEmbeddings as e:  # name the first image (the rows are the data set's)
