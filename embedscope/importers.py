@@ -2,7 +2,8 @@
 
 Sources: ``.npy`` (one N x D array), ``.npz`` / ``.pt`` / ``.safetensors`` / ``.h5`` (arrays by key; a
 ``.pt`` may also be a single tensor; read with ``torch.load(weights_only=True)``: no code runs; an
-HDF5 file's datasets are its keys, ``group/name`` inside groups, text datasets read as UTF-8),
+HDF5 file's datasets are its keys, ``group/name`` inside groups, text datasets read as UTF-8; of an
+``.npz`` or ``.h5`` only the arrays used are read: :class:`_LazyColumns`),
 ``.parquet`` / ``.csv`` / ``.tsv`` (a table: the embedding is one list-valued column, or the
 numeric columns). Labels, split, paths and class names come from a key/column of the source or
 from a file of their own (``.npy``, ``.txt`` one value per line, a one-column ``.csv``/``.tsv``).
@@ -21,6 +22,7 @@ import math
 import os
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -85,7 +87,8 @@ def _to_numpy(v: Any) -> np.ndarray:
 
 
 class Source:
-    """A source file read into named columns (``columns``) and, for a bare array, ``matrix``."""
+    """A source file read into named columns (``columns``: of an ``.npz`` or ``.h5``, a :class:`_LazyColumns`
+    that reads an array when it is first used) and, for a bare array, ``matrix``."""
 
     def __init__(self, path: Path, fmt: str, columns: dict[str, Any], matrix: np.ndarray | None = None,
                  table: bool = False, text: dict[str, np.ndarray] | None = None) -> None:
@@ -99,6 +102,47 @@ class Source:
 
     def keys(self) -> list[str]:
         return list(self.columns)
+
+    def ndim(self, key: str) -> int:
+        """The number of dimensions of column ``key``; of a file read lazily, from its header (nothing read)."""
+        if isinstance(self.columns, _LazyColumns):
+            return self.columns.ndim(key)
+        return int(np.ndim(self.columns[key]))
+
+
+class _LazyColumns(Mapping):
+    """The arrays of an ``.npz`` or ``.h5`` source by key, each read when first asked for (then kept):
+    ``import`` reads only what it uses (a file that also holds its raw images is not read whole).
+    ``shapes``: every key's shape, from the file's headers. A read that fails is the one-line error
+    of :func:`read_source`, naming the file."""
+
+    def __init__(self, path: Path, fmt: str, shapes: dict[str, tuple[int, ...]], load) -> None:
+        self.path, self.fmt, self._shapes, self._load = path, fmt, shapes, load
+        self._got: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._got:
+            if key not in self._shapes:
+                raise KeyError(key)
+            try:
+                self._got[key] = self._load(key)
+            except EmbedscopeError:
+                raise
+            except Exception as e:  # noqa: BLE001 - as read_source: a bad file for the user
+                raise _cannot_read(self.path, self.fmt, e) from None
+        return self._got[key]
+
+    def __contains__(self, key: object) -> bool:  # (Mapping's would read the array)
+        return key in self._shapes
+
+    def __iter__(self):
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def ndim(self, key: str) -> int:
+        return len(self._shapes[key])
 
 
 def _fmt_of(path: Path) -> str:
@@ -123,8 +167,7 @@ def read_source(path: str | os.PathLike) -> Source:
             arr = np.load(path, allow_pickle=False)
             return Source(path, fmt, {}, matrix=arr)
         if fmt == "npz":
-            with np.load(path, allow_pickle=False) as z:
-                return Source(path, fmt, {k: z[k] for k in z.files})
+            return _read_npz(path)
         if fmt == "safetensors":
             return _read_safetensors(path)
         if fmt == "pt":
@@ -153,14 +196,59 @@ def read_source(path: str | os.PathLike) -> Source:
                       text={str(c): raw[c].to_numpy(dtype=object) for c in raw.columns})
     except EmbedscopeError:
         raise
-    except ValueError as e:
-        msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+    except Exception as e:  # noqa: BLE001 - any parser failure is a bad file for the user
+        raise _cannot_read(path, fmt, e) from None
+
+
+def _cannot_read(path: Path, fmt: str, e: Exception) -> EmbedscopeError:
+    """The one line of a source (or of one of its arrays, read lazily) that the parser refused."""
+    msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+    if isinstance(e, ValueError):
         if "allow_pickle" in msg or "Object arrays" in msg:
             msg = "holds Python objects (pickled); import reads plain arrays only"
-        raise EmbedscopeError(f"{path}: cannot read as {fmt}: {_message(msg)}") from None
-    except Exception as e:  # noqa: BLE001 - any parser failure is a bad file for the user
-        msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_message(msg)})") from None
+        return EmbedscopeError(f"{path}: cannot read as {fmt}: {_message(msg)}")
+    return EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_message(msg)})")
+
+
+def _read_npz(path: Path) -> Source:
+    """An ``.npz``: its arrays' shapes from their ``.npy`` headers, the arrays read when used
+    (``np.load(allow_pickle=False)``, one key at a time). An array of Python objects anywhere in the
+    file is refused as ``np.load`` refuses it (seen in its header: nothing is unpickled)."""
+    import zipfile
+
+    from numpy.lib import format as npf
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    with zipfile.ZipFile(path) as zf:
+        for member in zf.namelist():
+            key = member[:-4] if member.endswith(".npy") else member  # (NpzFile.files)
+            with zf.open(member) as fp:
+                if fp.read(len(npf.MAGIC_PREFIX)) != npf.MAGIC_PREFIX:
+                    shapes[key] = ()  # not an array: np.load gives its bytes
+                    continue
+                fp.seek(0)
+                shape, _, dtype = _npy_header(fp)
+            if dtype.hasobject:
+                raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
+            shapes[key] = tuple(shape)
+
+    def load(key: str) -> Any:
+        with np.load(path, allow_pickle=False) as z:
+            return z[key]
+
+    return Source(path, "npz", _LazyColumns(path, "npz", shapes, load))
+
+
+def _npy_header(fp) -> tuple:
+    """(shape, fortran_order, dtype) of the ``.npy`` array that ``fp`` starts, its data not read."""
+    from numpy.lib import format as npf
+
+    version = npf.read_magic(fp)
+    if version == (1, 0):
+        return npf.read_array_header_1_0(fp)
+    if version == (2, 0):
+        return npf.read_array_header_2_0(fp)
+    return npf._read_array_header(fp, version)  # (3.0: utf-8 field names; no public reader)
 
 
 # the first bytes of each binary format, and those of formats a file is often mistaken for
@@ -270,14 +358,14 @@ def _read_pt(path: Path) -> Source:
 
 def _read_hdf5(path: Path) -> Source:
     """An HDF5 file of another tool: every dataset of one value per row or more is a key (``group/name``
-    inside groups, in the file's order). Text datasets (fixed or variable length) are read as UTF-8
-    (ASCII is a part of it), numbers as stored; scalars and compound datasets are no keys. An
+    inside groups, in the file's order), read when used. Text datasets (fixed or variable length) are read
+    as UTF-8 (ASCII is a part of it), numbers as stored; scalars and compound datasets are no keys. An
     embedscope embedding file is refused: the analyses read it as it is."""
     import h5py
 
     from embedscope.store.embeddings import REQUIRED
 
-    cols: dict[str, np.ndarray] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     with h5py.File(path, "r") as f:
         if all(k in f for k in REQUIRED):
             raise EmbedscopeError(f"{path}: already an embedscope embedding file: every analysis reads it as it is "
@@ -291,13 +379,19 @@ def _read_hdf5(path: Path) -> Source:
         def take(name: str, obj: Any) -> None:
             if not isinstance(obj, h5py.Dataset) or obj.shape == () or obj.dtype.names is not None:
                 return
-            if h5py.check_string_dtype(obj.dtype) is not None:
-                cols[name] = np.asarray(obj.asstr(encoding="utf-8")[()], dtype=object)
-            elif obj.dtype.kind in "biuf":
-                cols[name] = obj[()]
+            if h5py.check_string_dtype(obj.dtype) is not None or obj.dtype.kind in "biuf":
+                shapes[name] = () if obj.shape is None else tuple(obj.shape)  # (None: an empty dataspace)
 
         f.visititems(take)
-    return Source(path, "hdf5", cols)
+
+    def load(name: str) -> np.ndarray:
+        with h5py.File(path, "r") as f:
+            obj = f[name]
+            if h5py.check_string_dtype(obj.dtype) is not None:
+                return np.asarray(obj.asstr(encoding="utf-8")[()], dtype=object)
+            return obj[()]
+
+    return Source(path, "hdf5", _LazyColumns(path, "hdf5", shapes, load))
 
 
 def read_vector(path: str | os.PathLike, what: str) -> np.ndarray:
@@ -507,8 +601,8 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
         used.add(names[0])
         info["key"] = names[0]
         if not spec:  # found by name: the other keys it could have been
-            info["others"] = names[1:] + [k for k, a in src.columns.items() if k not in names and k not in used
-                                          and not src.table and np.ndim(a) == 2]
+            info["others"] = names[1:] + [k for k in src.columns if k not in names and k not in used
+                                          and not src.table and src.ndim(k) == 2]
         if v.dtype == object:  # a list-valued table column
             try:
                 return np.stack([np.asarray(x, dtype=np.float64) for x in v])
@@ -517,7 +611,7 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
                                       "number lists") from None
         return v
     if not src.table:
-        two_d = [k for k, v in src.columns.items() if np.asarray(v).ndim == 2]
+        two_d = [k for k in src.columns if src.ndim(k) == 2]
         if len(two_d) == 1:
             used.add(two_d[0])
             info["key"] = two_d[0]

@@ -33,7 +33,8 @@ def add_parser(sub, parents):
                    help="item ids / image paths per row: a file or a key/column (default: paths, path, ids, id, "
                    "filenames, filename; else 0, 1, ...)")
     p.add_argument("--class-names", metavar="FILE|KEY",
-                   help="class names (labels are then integer indices into them): a file or a key")
+                   help="class names, a file or a key: integer labels index into them, text labels are looked up in them "
+                   "(default: none, the distinct labels sorted, each named by its value)")
     p.add_argument("--properties", nargs="+", default=[], metavar="COLUMN",
                    help="columns to keep as properties (not 'class': the labels are analysed under that name)")
     add_force(p)
