@@ -41,8 +41,8 @@ def add_parser(sub, parents):
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--no-transform-input", dest="transform_input", action="store_false", default=None,
                    help="a GoogLeNet / Inception-v3 trunk (or --weights) trained from scratch: run it without "
-                   "torchvision's ImageNet input transform (transform_input=False); default: on, as torchvision "
-                   "builds these with ImageNet weights")
+                   "torchvision's ImageNet input transform (transform_input=False) (default: on, as torchvision "
+                   "builds these with ImageNet weights)")
     p.add_argument("--image-size", type=positive_int, metavar="N",
                    help="centre-crop size of the evaluation transform Resize(R) + CenterCrop(N) (default: the "
                    "checkpoint's; a shapes_cnn without a train run's record on --dataset shapes: the size the set "
@@ -55,9 +55,9 @@ def add_parser(sub, parents):
                    "evaluation, 256 for the digits, 128 otherwise, so that a trained checkpoint's rho and R@1 are its "
                    "log's to the last bit; another size changes the embeddings' last bits, and rho's last digits)")
     p.add_argument("--amp", default="none", choices=["none", "bf16"],
-                   help="none (default) = float32, as evaluations are reported; bf16 = bfloat16 autocast on CUDA "
+                   help="none = float32, as evaluations are reported; bf16 = bfloat16 autocast on CUDA "
                    "(faster; rows differ from float32 by ~1e-3 to 1e-2, enough to reorder near ties); the CPU "
-                   "always runs float32. The file records it (attribute 'precision')")
+                   "always runs float32. The file records it (attribute 'precision') (default: none)")
     add_num_workers(p)
     p.add_argument("--unsafe-pickle", action="store_true",
                    help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")

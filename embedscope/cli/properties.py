@@ -22,7 +22,7 @@ def add_parser(sub, parents):
     p.add_argument("--names", nargs="+", metavar="NAME", help="display name of each file (default: file names)")
     add_split(p, default="test", help="rows to use: train, test, val, query, gallery or all = every row (default: test)")
     p.add_argument("--max-r", type=positive_int, metavar="N",
-                   help="cap R at N (1023 reproduces Kobs' code and Table 6; default: no cap, the paper's definition)")
+                   help="cap R at N (1023 reproduces Kobs' code and Table 6) (default: no cap, the paper's definition)")
     p.add_argument("--properties", metavar="a,b,...",
                    help="only these properties, each once (comma-separated; 'class' = label); every file must have "
                    "them (default: each file's own properties and the class)")
@@ -31,8 +31,8 @@ def add_parser(sub, parents):
     p.add_argument("--permutations", type=nonnegative_int, default=0, metavar="P",
                    help="also a permutation test: the values shuffled over the images P times, NR-Prec "
                    "recomputed each time (one-sided p = (1 + #{shuffled >= observed}) / (1 + P); costs about P "
-                   "times the measure; default 0: none)")
-    p.add_argument("--seed", type=seed_int, help="seed of the shuffles of --permutations (default 0)")
+                   "times the measure) (default: 0, none)")
+    p.add_argument("--seed", type=seed_int, help="seed of the shuffles of --permutations (default: 0)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="bar chart (PNG and PDF are written)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", metavar="OUT.json",

@@ -283,19 +283,28 @@ class _Engine:
         K[ar, ar + s] = -float("inf")
         return K
 
-    def hits(self, codes: np.ndarray, R: np.ndarray, progress: bool = False, ocodes: np.ndarray | None = None
-             ) -> np.ndarray:
-        """codes (P, n) value codes; R (P, n) depths (0 = not a query) -> hits (P, n). ``ocodes``: (a bulk's
-        engine, :meth:`_outliers_apart`) the outliers' codes (P, outliers), ranked with every query."""
-        if self.apart is not None:
-            return self._hits_apart(codes, R, progress)
-        P, n = codes.shape
-        H = np.zeros((P, n), dtype=np.int64)
+    def hits(self, codes: np.ndarray, R: np.ndarray, progress: bool = False) -> np.ndarray:
+        """codes (P, n) value codes; R (P, n) depths (0 = not a query) -> hits (P, n). ``progress``: one bar
+        over the n queries, which reaches n: with the outliers taken apart (:meth:`_outliers_apart`) the bulk
+        queries advance it as they are counted, and each outlier query by one."""
         bar = None
         if progress:
             from embedscope.progress import progress_bar
 
-            bar = progress_bar(total=n, desc="properties", unit="q")
+            bar = progress_bar(total=codes.shape[1], desc="properties", unit="q")
+        if self.apart is not None:
+            H = self._hits_apart(codes, R, bar)
+        else:
+            H = self._hits(codes, R, bar)
+        if bar is not None:
+            bar.close()
+        return H
+
+    def _hits(self, codes: np.ndarray, R: np.ndarray, bar=None, ocodes: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`hits` of this engine's own rows; ``bar`` advanced by each block's queries. ``ocodes``: (a
+        bulk's engine, :meth:`_outliers_apart`) the outliers' codes (P, outliers), ranked with every query."""
+        P, n = codes.shape
+        H = np.zeros((P, n), dtype=np.int64)
         for s in range(0, n, self.block):
             e = min(n, s + self.block)
             if R[:, s:e].max() > 0:
@@ -307,29 +316,29 @@ class _Engine:
                     L = min(n - 1, 4 * L)
             if bar is not None:
                 bar.update(e - s)
-        if bar is not None:
-            bar.close()
         return H
 
-    def _hits_apart(self, codes: np.ndarray, R: np.ndarray, progress: bool) -> np.ndarray:
+    def _hits_apart(self, codes: np.ndarray, R: np.ndarray, bar=None) -> np.ndarray:
         """:meth:`hits` with the outliers taken apart (:meth:`_outliers_apart`): the bulk queries by the
         bulk's engine (the outliers ranked among their neighbours exactly), each outlier query from its
-        full float64 row (few x n keys; ties to the lower index)."""
+        full float64 row (few x n keys; ties to the lower index). ``bar``: advanced by every query, bulk
+        and outlier, n in all."""
         bulk = self.apart
         _, near, far = bulk.out
         P, n = codes.shape
         H = np.zeros((P, n), dtype=np.int64)
-        H[:, near] = bulk.hits(np.ascontiguousarray(codes[:, near]), np.ascontiguousarray(R[:, near]), progress,
-                               ocodes=np.ascontiguousarray(codes[:, far]))
+        H[:, near] = bulk._hits(np.ascontiguousarray(codes[:, near]), np.ascontiguousarray(R[:, near]), bar,
+                                ocodes=np.ascontiguousarray(codes[:, far]))
         refs = np.arange(n)
         for q in far:
-            if not R[:, q].any():
-                continue
-            key = self._keys(np.full(n, q), refs)
-            cand = refs[refs != q]
-            top = cand[np.lexsort((cand, -key[cand]))]
-            for k in np.flatnonzero(R[:, q]):
-                H[k, q] = int(np.count_nonzero(codes[k][top[:int(R[k, q])]] == codes[k, q]))
+            if R[:, q].any():
+                key = self._keys(np.full(n, q), refs)
+                cand = refs[refs != q]
+                top = cand[np.lexsort((cand, -key[cand]))]
+                for k in np.flatnonzero(R[:, q]):
+                    H[k, q] = int(np.count_nonzero(codes[k][top[:int(R[k, q])]] == codes[k, q]))
+            if bar is not None:
+                bar.update(1)
         return H
 
     def _outliers_first(self, v32, idx: np.ndarray, rows: np.ndarray, codes: np.ndarray, Rr: np.ndarray,
