@@ -55,6 +55,7 @@ if _started_as_the_command() and _signal.getsignal(_signal.SIGINT) is _signal.de
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import errno  # noqa: E402
 import importlib  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
@@ -310,17 +311,101 @@ def _signals_as_exceptions():
                 signal.signal(sig, h)
 
 
-def _stdout_gone() -> None:
-    """The reader of our stdout went away (``| head``): silence the rest of the output."""
+def _stdout_gone(stream=None) -> None:
+    """The reader of our stdout went away (``| head``) or a write to it failed (``> /dev/full``): silence
+    the rest of the output (``stream``, default ``sys.stdout``), Python's flush at exit included."""
     with contextlib.suppress(Exception):
+        fd = (sys.stdout if stream is None else stream).fileno()
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+class _StdoutFailed(Exception):
+    """A write to stdout failed while a resumable command ran (:class:`_CheckedStdout` with ``stop``)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _stdout_line(error: OSError) -> str:
+    return f"cannot write to standard output ({error.strerror or error})"
+
+
+class _CheckedStdout:
+    """``sys.stdout`` while a command runs. A failed write or flush (a full disk, an I/O error, a reader
+    gone away: ``> /dev/full``, ``| head``) is recorded in :attr:`error` and the rest of the terminal
+    output dropped; the command goes on and finishes its output files, and :func:`main` then reports the
+    failure (one line naming standard output, exit 1; a closed pipe quietly, 141). It used to stop the
+    command wherever its ``print`` happened to fail (where depended on buffering: ``PYTHONUNBUFFERED``,
+    the size of a table), with "OSError: [Errno 28] ..." as an unexpected failure, and the files it had
+    written were taken back. ``stop`` (the resumable commands, which print as they go and keep their
+    finished parts: ``train | head`` ran on for hours with nothing shown) raises at the first failure
+    instead: BrokenPipeError for a closed pipe, else :class:`_StdoutFailed`; later writes are dropped."""
+
+    def __init__(self, stream, stop: bool = False) -> None:
+        self._stream = stream
+        self._stop = stop
+        self.error: OSError | None = None
+
+    def _failed(self, e: OSError) -> None:
+        if self.error is None:
+            self.error = e
+            _stdout_gone(self._stream)
+            if self._stop:
+                raise e if isinstance(e, BrokenPipeError) else _StdoutFailed(e)
+
+    def write(self, s: str) -> int:
+        if self.error is None:
+            try:
+                return self._stream.write(s)
+            except OSError as e:
+                self._failed(e)
+        return len(s)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                self._stream.flush()
+            except OSError as e:
+                self._failed(e)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _checked_stdout(stop: bool = False):
+    """Install :class:`_CheckedStdout` as ``sys.stdout`` for the block (flushed at its end); yield it."""
+    stream = sys.stdout
+    checked = _CheckedStdout(stream, stop)
+    sys.stdout = checked
+    try:
+        yield checked
+        checked.flush()
+    finally:
+        if sys.stdout is checked:
+            sys.stdout = stream
+
+
+def _stdout_error(error: OSError, written: list[str]) -> EmbedscopeError:
+    """The error line of a command whose terminal output could not be written (its files are complete)."""
+    message = _stdout_line(error)
+    if written:
+        message += "; the output files were written and are kept"
+    return EmbedscopeError(message)
 
 
 def _flush_stdout() -> None:
-    """Flush stdout at the end of a command (or after ``--help``): a failed write (``> /dev/full``, an
-    I/O error) is one line naming standard output, exit 1, not "OSError: [Errno 28] ..." as an unexpected
-    failure; the rest of the output is dropped. A reader gone away (``| head``) stays BrokenPipeError (141)."""
+    """Flush stdout after ``--help`` or ``--version`` (a command's stdout is :class:`_CheckedStdout`): a
+    failed write (``> /dev/full``, an I/O error) is one line naming standard output, exit 1, not "OSError:
+    [Errno 28] ..." as an unexpected failure; the rest of the output is dropped. A reader gone away
+    (``| head``) stays BrokenPipeError (141)."""
     if sys.stdout is None:
         return
     try:
@@ -330,6 +415,21 @@ def _flush_stdout() -> None:
     except OSError as e:
         _stdout_gone()
         raise EmbedscopeError(f"cannot write to standard output ({e.strerror or e})") from None
+
+
+#: errors of a named file that are the user's environment, not a bug: a file or folder not readable,
+#: missing, of the wrong kind, a full or read-only disk
+_ENVIRONMENT_ERRNOS = frozenset(getattr(errno, n) for n in (
+    "EACCES", "EPERM", "ENOENT", "ENOTDIR", "EISDIR", "ELOOP", "ENAMETOOLONG", "ENOSPC", "EDQUOT", "EROFS",
+    "EFBIG", "EMFILE", "ENFILE", "EIO") if hasattr(errno, n))
+
+
+def _os_error_line(e: OSError) -> str:
+    """An ``OSError`` of a named file that no command turned into its own line (a study folder that cannot be
+    read: "PermissionError: [Errno 13] Permission denied: 'runs/grid.csv' (run with --debug ...)") as the
+    Unix line ``runs/grid.csv: Permission denied``; the error line escapes the names."""
+    names = [os.fsdecode(f) if isinstance(f, bytes) else str(f) for f in (e.filename, e.filename2) if f is not None]
+    return f"{' -> '.join(names)}: {e.strerror or os.strerror(e.errno)}"
 
 
 def _unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
@@ -352,8 +452,11 @@ def _error(command: str, message: str) -> None:
     from embedscope.text import safe
 
     progress.clear()  # not glued to an unfinished progress bar
-    with contextlib.suppress(Exception):
+    try:
         sys.stdout.flush()
+    except Exception:  # a full or closed stdout: dropped, not "Exception ignored ..." when Python exits
+        with contextlib.suppress(Exception):
+            _stdout_gone()
     where = f"embedscope {command}" if command else "embedscope"
     # on a terminal, from the start of a cleared line: a Ctrl-C that lands while a bar is being
     # drawn can leave part of it on the line (tqdm's close then has nothing to erase)
@@ -416,13 +519,23 @@ def main(argv: list[str] | None = None) -> int:
             # all or nothing: a command that fails or is interrupted takes back the outputs it had already
             # published (a PNG without its PDF, a JSON without its CSV); resumable work keeps its finished parts
             group = contextlib.nullcontext() if command in RESUMABLE else output_group(_outputs(args))
-            with group, _warnings_as_lines(command):
+            # a failed write to stdout does not stop the command: its files are finished (and kept), then
+            # the failure is its error line (a closed pipe: 141, quietly); a resumable command stops there
+            with group, _warnings_as_lines(command), _checked_stdout(stop=command in RESUMABLE) as out:
                 rc = args.func(args)
-                _flush_stdout()
+            if out.error is not None and not rc:  # (a command that failed has said so)
+                if isinstance(out.error, BrokenPipeError):
+                    return 141
+                raise _stdout_error(out.error, [o for o in _outputs(args) if os.path.lexists(o)])
         return int(rc or 0)
     except BrokenPipeError:
         _stdout_gone()
         return 141
+    except _StdoutFailed as e:  # a resumable command stopped (its finished parts stay)
+        if debug:
+            raise
+        _error(command, f"error: {_stdout_line(e.error)}")
+        return 1
     except EmbedscopeError as e:
         if debug:
             raise
@@ -446,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
         if _WORKER.match(str(e)):  # raised in a DataLoader worker: the worker's own last line
             last = str(e).rstrip().splitlines()[-1].strip()
             _error(command, f"error: {last} (in a data loader worker; run with --debug for the traceback)")
+            return 1
+        if isinstance(e, OSError) and e.filename is not None and e.errno in _ENVIRONMENT_ERRNOS:
+            _error(command, f"error: {_os_error_line(e)}")
             return 1
         msg = str(e).splitlines()[0] if str(e) else ""
         _error(command, f"error: {e.__class__.__name__}: {msg} (run with --debug for the traceback)")

@@ -132,4 +132,4 @@ def add_no_progress(p: argparse.ArgumentParser) -> None:
 def add_num_workers(p: argparse.ArgumentParser, default: int | None = 0) -> None:
     """``--num-workers N`` (N >= 0) of the commands that load images."""
     p.add_argument("--num-workers", type=nonnegative_int, default=default, metavar="N",
-                   help="data loader worker processes (default 0)")
+                   help="data loader worker processes (default: 0)")

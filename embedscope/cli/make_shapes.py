@@ -18,11 +18,11 @@ def _size(s: str) -> int:
 def add_parser(sub, parents):
     p = sub.add_parser("make-shapes", parents=parents, help="render the property-controlled shapes image set",
                        description="Render the 'shapes' image set (one object per scene, every property drawn "
-                       "independently; docs/methods.md section 9) and write images/*.png, properties.csv and "
+                       "independently; docs/methods.md §9) and write images/*.png, properties.csv and "
                        "shapes.json (the generation settings) into DIR. DIR is then a valid --root of '--dataset shapes'.")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--n-images", type=positive_int, default=4800, help="number of scenes (default: 4800)")
-    p.add_argument("--size", type=_size, default=64, help="image side in pixels, 16-512 (default: 64)")
+    p.add_argument("--n-images", type=positive_int, default=4800, metavar="N", help="number of scenes (default: 4800)")
+    p.add_argument("--size", type=_size, default=64, metavar="PX", help="image side in pixels, 16-512 (default: 64)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed of the properties (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_force(p)

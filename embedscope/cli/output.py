@@ -198,14 +198,14 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
     """Options shared by `geometry` and `spectrum`."""
     add_split(p, default="train")
     p.add_argument("--exclude-top", type=nonnegative_int, default=1, metavar="M",
-                   help="leading singular values left out of rho (default 1: Roth's footnote and "
+                   help="leading singular values left out of rho (default: 1, Roth's footnote and "
                    "rho_spectrum@2; 0: rho_spectrum@1)")
     p.add_argument("--n-components", type=positive_int, metavar="K",
                    help="keep only the first K singular values (D-1 = the reference code's TruncatedSVD)")
-    p.add_argument("--max-pairs", type=positive_int, default=200_000,
-                   help="pairs for the uniformity: exact when N(N-1)/2 is at most this, else a sample (default 200000)")
+    p.add_argument("--max-pairs", type=positive_int, default=200_000, metavar="N",
+                   help="pairs for the uniformity: exact when N(N-1)/2 is at most this, else a sample (default: 200000)")
     p.add_argument("--seed", type=seed_int, default=None,
-                   help="seed of the uniformity pair sample (default 0; not used when the uniformity is exact)")
+                   help="seed of the uniformity pair sample (default: 0; not used when the uniformity is exact)")
 
 
 def measure_kwargs(args) -> dict:

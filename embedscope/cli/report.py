@@ -38,8 +38,13 @@ def check_output(study, output) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
+    from embedscope.errors import EmbedscopeError
     from embedscope.study.report import write_report
 
+    if not Path(args.study).exists():  # (was: "not a finished study folder (no study.json; ...)")
+        raise EmbedscopeError(f"{args.study}: no such folder (a study folder made by 'embedscope study')")
     check_output(args.study, args.output)
     path = write_report(args.study, args.output, force=args.force)
     from embedscope.text import safe

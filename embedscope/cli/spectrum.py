@@ -20,7 +20,7 @@ def add_parser(sub, parents):
     p.add_argument("--by-class", action="store_true",
                    help="also plot class-conditioned spectra (mean +- s.d. over classes)")
     p.add_argument("--n-values", type=positive_int, default=None,
-                   help="values per class-conditioned spectrum, with --by-class (default 35, as Roth Fig. 11)")
+                   help="values per class-conditioned spectrum, with --by-class (default: 35, as Roth Fig. 11)")
     p.add_argument("--center", action="store_true", help="mean-centre each class before its SVD, with --by-class")
     p.add_argument("--names", nargs="+", metavar="NAME",
                    help="legend name of each file, in order (default: the file names)")

@@ -45,9 +45,9 @@ def add_parser(sub, parents):
                    "else ~/.cache/embedscope/embeddings)")
     p.add_argument("--metric", default="cosine", choices=["cosine", "euclidean"],
                    help="retrieval ranking distance (default: cosine)")
-    p.add_argument("--seed", type=seed_int, default=1234, help="k-means and bootstrap seed (default 1234)")
+    p.add_argument("--seed", type=seed_int, default=1234, help="k-means and bootstrap seed (default: 1234)")
     p.add_argument("--bootstrap", type=nonnegative_int, default=1000, metavar="B",
-                   help="bootstrap resamples (default 1000; 0: no intervals)")
+                   help="bootstrap resamples (default: 1000; 0: no intervals)")
     p.add_argument("--device", default="auto", type=device_name,
                    help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")

@@ -13,8 +13,8 @@ def add_parser(sub, parents):
         "write DIR/fig6.png+pdf and a table of training rho (all singular values) and test R@1, mean +- std "
         "over seeds (DIR/toy_table.csv, .json).")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--n-seeds", type=positive_int, default=5, metavar="N", help="number of seeds, from --first-seed (default 5)")
-    p.add_argument("--first-seed", type=seed_int, default=1, metavar="S", help="first seed (default 1, the paper's)")
+    p.add_argument("--n-seeds", type=positive_int, default=5, metavar="N", help="number of seeds, from --first-seed (default: 5)")
+    p.add_argument("--first-seed", type=seed_int, default=1, metavar="S", help="first seed (default: 1, the paper's)")
     p.add_argument("--p-switch", type=probability, default=0.001, metavar="P",
                    help="switch probability of the regularised variants (default: 0.001)")
     add_no_progress(p)

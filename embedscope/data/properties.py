@@ -49,6 +49,8 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
+    if path.is_dir():
+        raise EmbedscopeError(f"{path} is a directory, expected a table (CSV, TSV or Parquet)")
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
             df = read_parquet(path)
@@ -65,6 +67,8 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except UnicodeDecodeError as e:
         raise EmbedscopeError(f"{path}: is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
                               "save the table as UTF-8") from None
+    except PermissionError as e:
+        raise EmbedscopeError(f"{path}: cannot read ({e.strerror or 'Permission denied'})") from None
     except Exception as e:  # noqa: BLE001 - any parse failure is one line
         raise EmbedscopeError(f"{path}: cannot be read as a table ({e.__class__.__name__})") from None
     if len(set(map(str, df.columns))) != len(df.columns):  # (a Parquet file may repeat a name)

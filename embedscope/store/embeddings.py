@@ -675,6 +675,35 @@ def _write_bytes(tmp: Path, data, user_path) -> None:
         raise EmbedscopeError(f"{user_path}: could not be written ({e.strerror or e.__class__.__name__})") from None
 
 
+def open_hdf5(path: Path, what: str):
+    """``h5py.File(path, "r")``, or one line saying why not: a folder, a file this user may not read, an
+    empty file, a file that is no HDF5 file, a damaged one (was "not a readable HDF5 file (OSError)" for
+    each but the folder, "(PermissionError)" for an unreadable one)."""
+    import h5py
+
+    if path.is_dir():
+        raise EmbedscopeError(f"{path} is a directory, expected {what}")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        error = e
+    try:
+        with open(path, "rb") as fh:
+            empty = not fh.read(1)
+    except OSError as e:
+        raise EmbedscopeError(f"{path}: cannot read ({e.strerror or e.__class__.__name__})") from None
+    if empty:
+        raise EmbedscopeError(f"{path}: not a readable HDF5 file: the file is empty (expected {what})")
+    try:
+        hdf5 = h5py.is_hdf5(path)
+    except OSError:
+        hdf5 = True
+    if not hdf5:
+        raise EmbedscopeError(f"{path}: not a readable HDF5 file: no HDF5 signature (expected {what})")
+    first = str(error).splitlines()[0] if str(error) else error.__class__.__name__
+    raise EmbedscopeError(f"{path}: not a readable HDF5 file: damaged or truncated ({first})")
+
+
 def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
     """Read and validate an embedding file; any problem is one :class:`EmbedscopeError` line.
 
@@ -688,12 +717,7 @@ def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
-    if path.is_dir():
-        raise EmbedscopeError(f"{path} is a directory, expected an embedding file (.h5)")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise EmbedscopeError(f"{path}: not a readable HDF5 file ({e.__class__.__name__})") from None
+    f = open_hdf5(path, "an embedding file (.h5)")
     with f:
         missing = [k for k in REQUIRED if k not in f]
         if missing:

@@ -29,7 +29,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output
-from embedscope.store.embeddings import _from_attr, read_attrs, write_attrs  # one encoding of attributes for both files
+from embedscope.store.embeddings import _from_attr, open_hdf5, read_attrs, write_attrs  # one attribute encoding for both
 
 FORMAT = "embedscope-saliency"
 FORMAT_VERSION = 1
@@ -241,17 +241,12 @@ def _check_header(f, path: Path) -> None:
 
 def load_maps(path: str | os.PathLike) -> SaliencyMaps:
     """Read and validate a maps file; any problem is one :class:`EmbedscopeError` line."""
-    import h5py
-
     if not isinstance(path, (str, os.PathLike)):
         raise EmbedscopeError(f"load_maps needs the path of a saliency-maps file (.h5), got {type(path).__name__}")
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise EmbedscopeError(f"{path}: not a readable HDF5 file ({e.__class__.__name__})") from None
+    f = open_hdf5(path, "a saliency-maps file (.h5)")
     with f:
         _check_header(f, path)
 
@@ -345,15 +340,10 @@ class MapsFile:
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
-        import h5py
-
         self.path = Path(path)
         if not self.path.exists():
             raise EmbedscopeError(f"{self.path}: no such file")
-        try:
-            self._f = h5py.File(self.path, "r")
-        except OSError as e:
-            raise EmbedscopeError(f"{self.path}: not a readable HDF5 file ({e.__class__.__name__})") from None
+        self._f = open_hdf5(self.path, "a saliency-maps file (.h5)")
         try:
             self._open()
         except BaseException:
