@@ -103,6 +103,10 @@ def test_dmlb_resnet50_normalised_unless_npair(tmp_path, loss):
     _save_dmlb(p, net, "resnet50", loss, 16)
     model, cfg, info = load_checkpoint(p)
     assert cfg["normalize"] == (loss != "npair") and cfg["frozen_bn"] and cfg["image_size"] == 224
+    # their code trains a frozen BatchNorm's scale and shift: a study or resume reads it so
+    assert cfg["freeze_bn_affine"] is False and not model.freeze_bn_affine
+    assert all(p.requires_grad for m in model.backbone.modules() if isinstance(m, nn.BatchNorm2d)
+               for p in m.parameters())
     assert info["format"] == "Roth et al. Deep-Metric-Learning-Baselines checkpoint"
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():

@@ -52,7 +52,7 @@ def test_safetensors_weights_and_trunk(tmp_path):
     with torch.no_grad():
         want = F.normalize(_features(net)(x), dim=1)
         torch.testing.assert_close(model(x), want)
-    assert info["format"] == "ImageNet backbone weights"
+    assert info["format"] == "backbone weights from a torchvision state dict (safetensors)"
     # a pytorch-metric-learning trunk / embedder pair stored as safetensors
     emb = nn.Linear(512, 8)
     save_file(emb.state_dict(), str(tmp_path / "embedder.safetensors"))

@@ -757,8 +757,8 @@ def _recorded_size(base: Path) -> int | None:
 
 def _first_image(base: Path) -> tuple[str, tuple[int, int]] | None:
     """The first image ``properties.csv`` lists (its path there) and its (width, height), read from its header
-    (PIL opens lazily: no pixel is decoded); None when the table lists none or the file is missing or
-    no image (the loader names those itself)."""
+    (PIL opens lazily: no pixel is decoded) once per image file (:data:`_HEADER_SIZES`); None when the table
+    lists none or the file is missing or no image (the loader names those itself)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -771,11 +771,34 @@ def _first_image(base: Path) -> tuple[str, tuple[int, int]] | None:
         return None
     if not row or not row.get("path"):
         return None
+    f = base / row["path"]
+    # the header is read once per folder and image: train and embed ask twice (the default --image-size,
+    # then the loader's check against shapes.json); a changed image (another inode, size or time) is read again
     try:
-        with Image.open(base / row["path"]) as im:
-            return row["path"], im.size
-    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError):
+        stat = f.stat()
+        key = (str(f.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    except (OSError, ValueError, RuntimeError):
         return None
+    size = _HEADER_SIZES.get(key)
+    if size is None:
+        try:
+            size = _image_size(f)
+        except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError):
+            return None
+        _HEADER_SIZES[key] = size
+    return row["path"], size
+
+
+#: (resolved path, inode, size, mtime_ns, ctime_ns) of a make-shapes folder's first image -> its (width, height)
+_HEADER_SIZES: dict[tuple, tuple[int, int]] = {}
+
+
+def _image_size(f: Path) -> tuple[int, int]:
+    """(width, height) of the image ``f`` from its header (PIL opens lazily: no pixel is decoded)."""
+    from PIL import Image
+
+    with Image.open(f) as im:
+        return im.size
 
 
 def folder_size(root) -> tuple[int | None, str]:

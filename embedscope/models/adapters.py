@@ -367,6 +367,7 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
     config: dict[str, Any] = {
         "embed_dim": dim, "normalize": ("normalize" in a) if not dmlb else _opt(opt, "loss") != "npair",
         "frozen_bn": "frozen" in a or dmlb,
+        "freeze_bn_affine": False,  # their code trains a frozen BatchNorm's scale and shift (eval mode only)
         "image_size": 227 if base == "googlenet" else 224, "resize": 256, "source_format": fmt,
         "roth_arch": roth_arch,
     }
@@ -437,11 +438,13 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
     cfg["embed_dim"] = model.embed_dim
     info: dict[str, Any] = {"extra": {}, "format": "backbone only", "path": ""}
     if weights is not None:
-        load_backbone_weights(model, weights, unsafe_pickle=unsafe_pickle, ema=ema)
+        fmt = load_backbone_weights(model, weights, unsafe_pickle=unsafe_pickle, ema=ema)
         cfg["weights"] = str(Path(weights).resolve())
         if ema:
             cfg["weights_ema"] = True
-        info.update(sha256=sha256_file(weights), path=str(weights), format="ImageNet backbone weights")
+        # the format read ("backbone weights from a timm training checkpoint (state_dict_ema)"), not
+        # "ImageNet backbone weights" whatever the file was
+        info.update(sha256=sha256_file(weights), path=str(weights), format=fmt)
     else:
         info["sha256"] = ""
     model.eval()

@@ -653,9 +653,47 @@ def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: i
     return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path), "format": PICKLED_FORMAT}
 
 
+#: The keys of a training checkpoint written by timm's ``train.py`` (its ``CheckpointSaver``), besides
+#: ``state_dict``: ``{"epoch", "arch", "optimizer", "version", "state_dict"[, "state_dict_ema", "args", ...]}``
+_TIMM_TRAINING_KEYS = ("epoch", "arch", "version")
+
+
+def _weights_layout(model: EmbeddingModel) -> str:
+    """Whose layer names a state dict that fits ``model``'s backbone has: "timm ", "torchvision " or ""."""
+    if str(getattr(model, "arch", "")).startswith("timm:"):
+        return "timm "
+    top = type(model.backbone).__module__.split(".")[0]
+    return f"{top} " if top in ("timm", "torchvision") else ""
+
+
+def _weights_format(obj: Any, path: Path, model: EmbeddingModel, ema_key: str | None) -> str:
+    """What ``--weights`` read, for the ``checkpoint_format`` of the files it makes (``info`` shows it):
+    "backbone weights from a timm training checkpoint (state_dict_ema)", "... from a torchvision state
+    dict", "... from a timm state dict (safetensors)". Every such file was "ImageNet backbone weights",
+    which named neither the format read (a timm training checkpoint, its EMA copy) and said ImageNet of
+    weights trained on anything."""
+    key = ema_key or "state_dict"
+    if isinstance(obj, dict) and (obj.get("state_dict") is not None or ema_key):
+        if all(k in obj for k in _TIMM_TRAINING_KEYS):
+            what = f"a timm training checkpoint ({key})"
+        elif obj.get("format") == FORMAT:
+            what = f"an embedscope checkpoint ({key}, its backbone)"
+        else:
+            what = f"a training checkpoint ({key})"
+    elif is_module_record(obj):
+        what = f"a pickled {_weights_layout(model)}module"
+    else:
+        what = f"a {_weights_layout(model)}state dict"
+        if _sniff(path) == "safetensors":
+            what += " (safetensors)"
+    return f"backbone weights from {what}"
+
+
 def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False,
-                          ema: bool = False) -> None:
-    """Load pretrained backbone weights (e.g. torchvision's ImageNet ResNet-50 file) from a local file.
+                          ema: bool = False) -> str:
+    """Load pretrained backbone weights (e.g. torchvision's ImageNet ResNet-50 file) from a local file;
+    return what was read, in words (:func:`_weights_format`: "backbone weights from a timm training
+    checkpoint (state_dict)", "backbone weights from a torchvision state dict", ...).
 
     The classifier (``fc.*``, ``last_linear.*``, ``classifier.*`` ... whatever layer the backbone
     replaced; for timm models the one ``pretrained_cfg["classifier"]`` names, e.g. ``head.fc``)
@@ -663,9 +701,11 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     A training checkpoint's ``state_dict`` is used, or with ``ema`` its EMA copy (timm's
     ``state_dict_ema``, :func:`ema_state_dict`; a file without one is a one-line error).
     """
-    obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    read = obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    ema_key = None
     if ema:
         obj = ema_state_dict(obj, path)
+        ema_key = next(k for k in EMA_KEYS if read.get(k) is not None)
     if is_module_record(obj):
         obj = module_state_dict(obj)
     if isinstance(obj, dict) and "state_dict" in obj:
@@ -682,3 +722,4 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     drop += [c + "." for c in classifier_names(model.backbone)]
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
     load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone")
+    return _weights_format(read, Path(path), model, ema_key)
