@@ -36,7 +36,8 @@ def add_parser(sub, parents):
     p.add_argument("--n-jobs", type=positive_int, default=1,
                    help="threads for the gradients (default: 1); the maps are the same for any count")
     p.add_argument("--inset-class", metavar="CLASS",
-                   help="add a zoom on this class (a class name, or a label number of the first file) below each map")
+                   help="add a zoom on this class (a class name, or a label number of the first file) below each map; "
+                   "a class spread over more than 60%% of a map is zoomed at its densest part")
     p.add_argument("--names", nargs="+", metavar="NAME", help="panel titles, one per file (default: file names)")
     add_figure_output(p)
     add_table_parquet(p)

@@ -69,14 +69,20 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
 
     def show(ax, img, colour, caption, width):
         arr = np.asarray(img)
-        # a white margin keeps the frame visible on pictures of the frame's own colour
-        pad = max(1, int(round(0.07 * max(arr.shape[:2]))))
+        # a white margin keeps the frame visible on pictures of the frame's own colour; a picture
+        # that is not square gets white bands in its short direction, so that every frame is square:
+        # framed tight, a wide photo's frame, title and caption sat lower than a tall one's in its row
+        h, w = arr.shape[:2]
+        pad = max(1, int(round(0.07 * max(h, w))))
+        side = max(h, w) + 2 * pad
+        ph, pw = side - h, side - w
+        bands = ((ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2))
         if arr.ndim == 2:
-            arr = np.pad(arr.astype(np.float32), pad, constant_values=0.0)
+            arr = np.pad(arr.astype(np.float32), bands, constant_values=0.0)
             ax.imshow(arr, cmap="gray_r", interpolation="nearest", vmin=0, vmax=max(float(arr.max()), 1e-9))
         else:
             white = 255 if np.issubdtype(arr.dtype, np.integer) else 1.0  # float pictures are in [0, 1]
-            arr = np.pad(arr, ((pad, pad), (pad, pad), (0, 0)), constant_values=white)
+            arr = np.pad(arr, (*bands, (0, 0)), constant_values=white)
             ax.imshow(arr, interpolation="none")  # (the PDF keeps the thumbnail's own pixels, the viewer
             # scales them: resampled at 200 dpi they cost 1.6 s and twice the bytes of PNG and PDF)
         ax.set_xticks([])
@@ -116,10 +122,11 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     return fig
 
 
-def fit_height(fig, axes, *, bottom: float = 0.0) -> None:
+def fit_height(fig, axes, *, bottom: float = 0.0, right: float = 1.0, w_pad: float | None = None) -> None:
     """Set ``fig``'s height so that each row slot of the grid ``axes`` is as tall as it is wide (the
     pictures are square: a taller or wider slot leaves bands of empty canvas), with tight_layout's
-    margins, and ``bottom`` inches kept free below the grid (the legend).
+    margins, ``bottom`` inches kept free below the grid (the legend), the grid within the left
+    ``right`` share of the width (a colour bar beside it) and ``w_pad`` between the columns.
 
     Direct, two layouts whatever the grid: the margins, the gaps between rows (captions, titles) and
     the slots' width are lengths in inches that the height does not change, so one layout measures
@@ -133,12 +140,12 @@ def fit_height(fig, axes, *, bottom: float = 0.0) -> None:
     for ax in axes.flat:
         ax.set_aspect("auto")
     W, H = fig.get_size_inches()
-    fig.tight_layout(rect=(0, bottom / H, 1, 1))
+    fig.tight_layout(rect=(0, bottom / H, right, 1), w_pad=w_pad)
     box = axes[0, 0].get_position(original=True)  # a slot (the picture is fitted inside it)
     fixed = H - n * box.height * H  # the margins and the gaps between the rows, in inches
     H_new = max(fixed + n * box.width * W, 1.0)
     if abs(H_new - H) >= 1e-3:
         fig.set_size_inches(W, H_new)
-        fig.tight_layout(rect=(0, bottom / H_new, 1, 1))
+        fig.tight_layout(rect=(0, bottom / H_new, right, 1), w_pad=w_pad)
     for ax, aspect in zip(axes.flat, aspects):  # (a picture that is not square keeps its shape)
         ax.set_aspect(aspect)

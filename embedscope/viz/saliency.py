@@ -267,6 +267,7 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
     import matplotlib.pyplot as plt
 
     from embedscope.viz.figures import PAPER_RC
+    from embedscope.viz.neighbours import fit_height
 
     r = sm.retrieval
     n = min(int(n_pairs), sm.n)
@@ -298,7 +299,9 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
         what = DISTANCE_WORDS.get(dist, dist)
         fig.suptitle(f"{sm.name}: why are these images near each other? (saliency of their {what})", fontsize=9)
         clean_figure(fig)
-        fig.tight_layout(rect=(0, 0, 0.88, 0.97), w_pad=3.0)
+        # rows as tall as the square pictures are wide: taller rows left the pictures in the middle of
+        # their slots, the column titles over them, and a band of empty canvas under the title
+        fit_height(fig, axes, right=0.88, w_pad=3.0)
         _overlay_colorbar(fig, (0.895, 0.15, 0.03, 0.7), alpha, sm.images is not None)
     return fig
 

@@ -177,6 +177,11 @@ def _place_legends(fig, axes, free_from: dict) -> None:
             return
 
 
+#: the y axis of both panels, on two lines: on one it was longer than the 2.7 inch figure's panel
+#: (drawn past the panel's top and bottom, up to the by-class figure's title)
+SPECTRUM_YLABEL = "normalised singular value\nsₖ / Σ s"
+
+
 def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: bool = False,
                  title: str | None = None, n_components: int | None = None, center: bool = False):
     """Figure of normalised singular-value spectra, one line per entry, log y axis (docs/methods.md §2).
@@ -253,7 +258,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         free_from = {ax: min(0.5, max(0.0, (exclude_top + 0.5 - xlo) / (xhi - xlo)))} if exclude_top > 0 else {}
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is an index: no tick at 2.5 or 7.5
         ax.set_xlabel("singular value index k")
-        ax.set_ylabel("normalised singular value  sₖ / Σ s")
+        ax.set_ylabel(SPECTRUM_YLABEL)
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
         ax.grid(True, which="major", alpha=0.3, lw=0.5)
         ax.legend(handles, texts, frameon=False,
@@ -284,7 +289,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             ax.set_xlim(0.5, class_kmax + 0.5)  # as the left panel: not 0.96-1.04 around a single value
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("singular value index k")
-            ax.set_ylabel("normalised singular value  sₖ / Σ s")
+            ax.set_ylabel(SPECTRUM_YLABEL)
             ax.set_title(f"Per class{', centred' if center else ''} (mean ± s.d. over classes)")
             ax.grid(True, which="major", alpha=0.3, lw=0.5)
             if class_handles:

@@ -275,6 +275,61 @@ def _yoked_inputs(Ys: Sequence[np.ndarray], labels: np.ndarray, names: Sequence[
     return maps, names
 
 
+#: the largest share of the map's area that a zoom's window shows; a class spread wider is zoomed
+#: at its densest part, through a window :data:`DENSEST_ZOOM_SHARE` of the map's width and height
+#: (:func:`_zoom_window`)
+MAX_ZOOM_AREA = 0.6
+DENSEST_ZOOM_SHARE = 0.5
+
+
+def _zoom_window(P: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(lo, hi, densest) of the zoom window of one class, whose points in a map are ``P``, in a map
+    window ``lo``..``hi``.
+
+    The box around the class's central 96% of points (2nd to 98th percentile on each axis), with a
+    15% margin, widened in its short direction to the zoom panel's shape (:data:`ZOOM_ROW_RATIO`;
+    the map's scale on both axes). A window of more than :data:`MAX_ZOOM_AREA` of the map's area
+    zooms (almost) nothing (a class spread over the whole map gave a zoom as large as the map): the
+    window is then the largest of the zoom's shape within :data:`DENSEST_ZOOM_SHARE` of the map's
+    width and height, centred on the class's densest part: on the one of the class's points (at most
+    2,000 of them, evenly spaced in row order) with the most of the class's points in a window a
+    third that size around it (then the most in the zoom's window; then the first), moved if need
+    be to lie within the map's window; ``densest`` is then True."""
+    P = np.asarray(P, dtype=np.float64).reshape(-1, 2)
+    P = P[np.all(np.isfinite(P), axis=1)]
+    if len(P) == 0:
+        c = (np.asarray(lo) + np.asarray(hi)) / 2
+        return c - 0.5, c + 0.5, False
+    zlo = np.percentile(P, 2, axis=0)
+    zhi = np.percentile(P, 98, axis=0)
+    pad = 0.15 * np.maximum(zhi - zlo, 1e-9)
+    zlo, zhi = zlo - pad, zhi + pad
+    # at the map's scale on both axes, as the map itself: the box widened in its short
+    # direction to the zoom cell's shape (ZOOM_ROW_RATIO; a class spread tall was drawn
+    # stretched sideways to fill a wide cell), the rest to the exact cell by finish_layout
+    zspan = zhi - zlo
+    want = np.array([max(zspan[0], zspan[1] / ZOOM_ROW_RATIO), max(zspan[1], zspan[0] * ZOOM_ROW_RATIO)])
+    span = np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)
+    if want[0] * want[1] <= MAX_ZOOM_AREA * span[0] * span[1] * (1 + 1e-9):
+        zc = (zlo + zhi) / 2
+        return zc - want / 2, zc + want / 2, False
+    room = DENSEST_ZOOM_SHARE * span
+    cap_w = min(room[0], room[1] / ZOOM_ROW_RATIO)
+    half = np.array([cap_w, cap_w * ZOOM_ROW_RATIO]) / 2
+    cand = P[np.unique(np.linspace(0, len(P) - 1, min(len(P), 2000)).round().astype(int))]
+    core = np.zeros(len(cand), dtype=np.int64)  # the class's points in a window a third the zoom's size
+    held = np.zeros(len(cand), dtype=np.int64)  # ... and in the zoom's window
+    step = max(1, 1_000_000 // len(P))  # (candidates x points x 2 differences: at most 16 MB at a time)
+    for s in range(0, len(cand), step):
+        gap = np.abs(P[None, :, :] - cand[s:s + step, None, :])
+        core[s:s + step] = np.all(gap <= half / 3, axis=2).sum(axis=1)
+        held[s:s + step] = np.all(gap <= half, axis=2).sum(axis=1)
+    zc = cand[int(np.lexsort((-held, -core))[0])]
+    # moved, if need be, to lie within the map's window (the dashed box ran off the map's edge)
+    zc = np.clip(zc, np.asarray(lo, dtype=np.float64) + half, np.asarray(hi, dtype=np.float64) - half)
+    return zc - half, zc + half, True
+
+
 def plot_yoked_maps(
     Ys: Sequence[np.ndarray],
     labels: Any,
@@ -298,7 +353,9 @@ def plot_yoked_maps(
     title, "Yoked t-SNE, test split (N images)" (for K > 2 "Yoked t-SNE of K maps, ..."), unless
     ``title`` is given. ``inset_class`` (a label): a zoom row under each row of maps zooms into that
     class in each map (the box around its central 96% of points, widened to the zoom panel's shape
-    and drawn at equal scale on both axes, as the map; marked on the map above); other classes in
+    and drawn at equal scale on both axes, as the map; marked on the map above, moved within the
+    map where it ran off an edge; at most :data:`MAX_ZOOM_AREA` of the map's area: a class spread wider is zoomed at its densest
+    part, :func:`_zoom_window`, and the zoom's title says so); other classes in
     the box are drawn faded for context. ``info``: the settings note (α, α·N, the yoke,
     perplexity, seed, the KL of two maps, the mean displacement; lists such as K maps' KL values are
     not printed). Colours as :func:`plot_joint_tsne`. Fewer than 2 maps, maps of different shapes or
@@ -368,19 +425,9 @@ def plot_yoked_maps(
             if zax is None:
                 continue
             sel = labels == inset_class
-            zlo = np.percentile(Y[sel], 2, axis=0)
-            zhi = np.percentile(Y[sel], 98, axis=0)
-            pad = 0.15 * np.maximum(zhi - zlo, 1e-9)
-            zlo, zhi = zlo - pad, zhi + pad
-            # at the map's scale on both axes, as the map itself: the box widened in its short
-            # direction to the zoom cell's shape (ZOOM_ROW_RATIO; a class spread tall was drawn
-            # stretched sideways to fill a wide cell), the rest to the exact cell by finish_layout
-            zspan = zhi - zlo
-            want = np.array([max(zspan[0], zspan[1] / ZOOM_ROW_RATIO), max(zspan[1], zspan[0] * ZOOM_ROW_RATIO)])
-            zc = (zlo + zhi) / 2
-            zlo, zhi = zc - want / 2, zc + want / 2
+            zlo, zhi, part = _zoom_window(Y[sel], lo, hi)
             boxes.append((ax.add_patch(Rectangle(tuple(zlo), *(zhi - zlo), fill=False, edgecolor="0.15",
-                                                 linewidth=0.9, linestyle="--")), zax))
+                                                 linewidth=0.9, linestyle="--")), zax, ax, part))
             # the context drawn with a margin: the layout may still widen the window a little
             near = np.all((Y >= zlo - (zhi - zlo) / 2) & (Y <= zhi + (zhi - zlo) / 2), axis=1)
             _class_scatter(zax, Y[near & ~sel], cnames[near & ~sel], palette, size=7, alpha=0.3)
@@ -391,11 +438,21 @@ def plot_yoked_maps(
             zax.set_xlabel("t-SNE 1")
             zax.set_ylabel("t-SNE 2" if i in starts else "")
             # two lines: on one, "... zoomed (dashed box above)" ran into the next panel's title
-            zax.set_title(f"class {short_text(nm_c, title_chars - 15)} zoomed\n(dashed box above)")
+            zax.set_title(f"class {short_text(nm_c, title_chars - 15)} zoomed\n"
+                          + ("(densest part: dashed box)" if part else "(dashed box above)"))
         class_legend(fig, present, palette)
         _finish(fig, note=note, legend_h=leg_h, title=title,
                 fit_axes=[ax for ax, _ in cells] + [zax for _, zax in cells if zax is not None])
-        for box, zax in boxes:  # the dashed box: the zoom's window as laid out
+        for box, zax, ax, _ in boxes:  # the dashed box: the zoom's window as laid out
+            # every window kept within the map's as laid out (the layout widens both; a box that ran off the
+            # map's edge hid a side): moving it toward the map keeps the class points it held (all are in the map)
+            for get, put, (m0, m1) in ((zax.get_xlim, zax.set_xlim, ax.get_xlim()),
+                                       (zax.get_ylim, zax.set_ylim, ax.get_ylim())):
+                z0, z1 = get()
+                m0, m1 = m0 + 0.01 * (m1 - m0), m1 - 0.01 * (m1 - m0)  # off the map's frame
+                if z1 - z0 <= m1 - m0:
+                    shift = max(m0 - z0, 0.0) + min(m1 - z1, 0.0)
+                    put(z0 + shift, z1 + shift)
             (x0, x1), (y0, y1) = zax.get_xlim(), zax.get_ylim()
             box.set_bounds(x0, y0, x1 - x0, y1 - y0)
     return fig
@@ -421,8 +478,9 @@ def plot_yoked_tsne(
     figure title, "Yoked t-SNE, test split (N images)", unless ``title`` is given. Both maps share
     one window, fitted to the points (the maps are yoked, so a position means the same in both).
     ``inset_class`` (a label): a second row zooms into that class in each map (the box around its
-    central 96% of points, marked on the map above); other classes in the box are drawn faded for
-    context. Colours as :func:`plot_joint_tsne`. Returns the figure.
+    central 96% of points, or the densest part of a class spread over more of the map,
+    :func:`_zoom_window`; marked on the map above); other classes in the box are drawn faded for context. Colours as
+    :func:`plot_joint_tsne`. Returns the figure.
     """
     return plot_yoked_maps([Y_a, Y_b], labels, names=names, class_names=class_names, inset_class=inset_class,
                            info=info, title=title, split=split, palette=palette)
