@@ -28,7 +28,8 @@ def add_parser(sub, parents):
     p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: "
                    f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
     p.add_argument("--weights", metavar="PATH",
-                   help="ImageNet backbone weights from a local file (never downloaded), with --arch and no checkpoint")
+                   help="backbone weights (a torchvision or timm file, e.g. ImageNet) from a local file (never downloaded), "
+                   "with --arch and no checkpoint")
     p.add_argument("--head", choices=["none", "random"],
                    help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
                    "random normalised linear head (Roth et al. Table 2's baseline) (default: none)")
