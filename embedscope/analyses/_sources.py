@@ -41,12 +41,14 @@ def check_disjoint(q, r, q_split: str, r_split: str) -> None:
 def as_sources(sources: Any, what: str = "embedding file") -> list:
     """The sources of a many-file analysis as a list: a single path (or set) is a list of one.
 
-    A string is one path, never a sequence of one-character paths. No source at all, or something
+    A string is one path, never a sequence of one-character paths, and a tuple ``(X, y)`` of an
+    N × D array and N labels (what :func:`as_set` takes) is one source, never the two sources X and
+    y (it failed with "expected an EmbeddingSet ..., got ndarray"). No source at all, or something
     that is not a collection of sources, is a one-line error.
     """
     from embedscope.store import EmbeddingSet
 
-    if isinstance(sources, (str, bytes, os.PathLike, EmbeddingSet)):
+    if isinstance(sources, (str, bytes, os.PathLike, EmbeddingSet)) or _arrays_pair(sources):
         return [sources]
     if sources is None:
         raise UsageError(f"give at least one {what}")
@@ -56,6 +58,22 @@ def as_sources(sources: Any, what: str = "embedding file") -> list:
     if not out:
         raise UsageError(f"give at least one {what}")
     return out
+
+
+def _arrays_pair(source: Any) -> bool:
+    """Whether ``source`` is a tuple ``(X, y)``: a 2-D array and a 1-D one of as many rows (numpy,
+    torch or nested lists), not two sources."""
+    import numpy as np
+
+    if not isinstance(source, tuple) or len(source) != 2:
+        return False
+    if not all(hasattr(s, "shape") or isinstance(s, (list, tuple)) for s in source):
+        return False  # (paths, sets and other sources: never converted to see their shape)
+    try:
+        shapes = [tuple(s.shape) if hasattr(s, "shape") else np.shape(s) for s in source]
+    except Exception:  # noqa: BLE001 - ragged or foreign objects: not an array pair
+        return False
+    return len(shapes[0]) == 2 and len(shapes[1]) == 1 and shapes[0][0] == shapes[1][0]
 
 
 def check_no_zero_rows(part, split: str, *, what: str = "cosine similarity", hint: str | None = "use --metric euclidean"

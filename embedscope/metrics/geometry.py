@@ -4,7 +4,8 @@ Everything here is computed from per-class sums, never from an N×N (or C×C) di
 for unit rows u_i, Σ_{i≠j∈c} (1 − u_i·u_j) = n_c Σ_{i∈c} ‖u_i − ū_c‖², so one pass over row blocks
 (float64 per block), summing each row's difference from its class's first row and its square,
 gives π_intra, π_inter and the alignment exactly (the spread without cancellation: a class of
-equal rows gives exactly 0). Only the uniformity needs pairs: all of them (blocked) for small N,
+equal rows gives exactly 0; a spread within the rounding of the rows' values, as rows on one ray
+have, is 0 too: :func:`_unit_spread`). Only the uniformity needs pairs: all of them (blocked) for small N,
 a fixed-seed sample of ``max_pairs`` otherwise.
 
 Scale: X is multiplied by a power of two (exact) when its largest |value| lies outside
@@ -146,10 +147,61 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
     out = {"colsum": colsum, "norms": row_norms, "raw": raw,
            "raw_ref": raw_ref, "raw_dev": raw_dev, "raw_dev2": raw_dev2,
            "unit_ref": unit_ref, "unit_dev": unit_dev, "unit_dev2": unit_dev2,
-           "zero_rows": np.concatenate(zero_found) if zero_found else np.zeros(0, dtype=np.int64)}
+           "zero_rows": np.concatenate(zero_found) if zero_found else np.zeros(0, dtype=np.int64),
+           # what rounding can do to a direction: the rows' own (X's dtype) and this pass's
+           "unit_round": _input_roundoff(X.dtype), "norm_sum": np.bincount(inv, weights=row_norms,
+                                                                          minlength=n_classes)}
     if with_gram:
         out["G"] = G
     return out
+
+
+def _input_roundoff(dtype) -> float:
+    """The unit roundoff of the rows as given: 2^-24 for float32, 2^-53 for float64 (and for
+    integers, taken as float64), 2^-11 for float16. Each value of X is known to that relative
+    precision, so each row's direction x/‖x‖ to 2× that in norm."""
+    dt = np.dtype(dtype)
+    return float(np.finfo(dt).eps) / 2 if np.issubdtype(dt, np.floating) else float(np.finfo(np.float64).eps) / 2
+
+
+def _direction_error(sums: dict, d: int) -> float:
+    """A bound on ‖û − u‖ for one computed unit row û: 2u (the rounding of the row's values, u of
+    its dtype) plus the float64 normalisation's (d + 4)·eps."""
+    return 2 * sums["unit_round"] + (d + 4) * float(np.finfo(np.float64).eps)
+
+
+def _unit_spread(sums: dict, n: np.ndarray) -> np.ndarray:
+    """Per class Σ_i ‖u_i − ū‖² of the unit rows (:func:`_spread`), 0 where it is within what the
+    rounding of the rows can make of rows of one direction (≤ n_c γ², γ = :func:`_direction_error`:
+    Σ_i ‖û_i − ū‖² ≤ Σ_i ‖û_i − u‖² ≤ n_c γ² for a class whose rows share the direction u). A class
+    of positive multiples of one vector (an unnormalised model collapsed to one ray, stored as
+    float32) kept a spread of ~1e-16 from that rounding, and π_ratio was a quotient of two such
+    noises (39.7 instead of undefined)."""
+    spread = _spread(sums["unit_dev"], sums["unit_dev2"], n)
+    gamma = _direction_error(sums, sums["unit_dev"].shape[1])
+    spread[spread <= n * gamma * gamma] = 0.0
+    return spread
+
+
+#: π_inter is taken as 0 within the rounding of the class means only where every mean's direction
+#: is known to this (:func:`_mean_direction_error`; float32 rows: a class sum not below ~1/80,000 of
+#: the sum of its rows' norms, float16 ~1/10): a sum that all but cancels has a direction of rounding,
+#: and its mean no more coincides with the others' than not
+MEAN_DIRECTION_KNOWN = 1e-2
+
+
+def _mean_direction_error(sums: dict, n: np.ndarray) -> np.ndarray:
+    """Per class a bound on ‖μ̂ − μ‖ for its computed unit mean: the rows' values (relative u each)
+    move the class sum by at most u Σ‖x_i‖ and its float64 summation by n_c eps Σ‖x_i‖, so its
+    direction moves by at most 2 (u + n_c eps) Σ‖x_i‖ / ‖Σ x_i‖, plus the normalisation's (d + 4) eps.
+    (inf where that quotient overflows: a sum that all but cancels.) The sums must be non-zero."""
+    eps = float(np.finfo(np.float64).eps)
+    raw = sums["raw"]
+    e = np.frexp(np.max(np.abs(raw), axis=1))[1]  # ‖Σ x_i‖ and Σ‖x_i‖ both times 2^-e (exact)
+    scaled = np.ldexp(raw, -e[:, None])
+    with np.errstate(over="ignore"):
+        quotient = np.ldexp(sums["norm_sum"], -e) / np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+    return 2 * (sums["unit_round"] + n * eps) * quotient + (raw.shape[1] + 4) * eps
 
 
 def _spread(dev: np.ndarray, dev2: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -206,7 +258,7 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *
     intra = np.full(C, np.nan)
     inter = float("nan")
     if metric == "cosine":
-        spread = _spread(sums["unit_dev"], sums["unit_dev2"], n)
+        spread = _unit_spread(sums, n)  # (0 within the rows' rounding of one direction)
         intra[multi] = spread[multi] / (n[multi] - 1)
         if C >= 2:
             nonzero = np.any(sums["raw"], axis=1)
@@ -221,7 +273,13 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *
                 mu = _unit_rows(sums["raw"])
                 same = sums["unit_dev2"] == 0  # every unit row of the class equal: the mean's direction exactly
                 mu[same] = sums["unit_ref"][same]
-                inter = _mean_spread(mu) / (C - 1)
+                inter = _mean_spread(mu)
+                gamma = _mean_direction_error(sums, n)
+                # 0 within what rounding can make of class means of one direction (Σ_k ‖μ̂_k − μ̄‖² ≤
+                # Σ_k γ_k², as in _unit_spread), when each mean's direction is known well (γ_k ≤
+                # MEAN_DIRECTION_KNOWN; a class sum that nearly cancels has a direction of rounding)
+                floor = float(np.sum(gamma * gamma))
+                inter = 0.0 if inter <= floor and np.all(gamma <= MEAN_DIRECTION_KNOWN) else inter / (C - 1)
     else:  # sqeuclidean
         spread = _spread(sums["raw_dev"], sums["raw_dev2"], n)
         intra[multi] = 2 * spread[multi] / (n[multi] - 1)
@@ -276,6 +334,12 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
     π_inter. ``metric="sqeuclidean"`` uses
     ‖a − b‖² on the raw rows and the raw (unnormalised) class means.
 
+    With the cosine, directions that differ by no more than the rounding of the rows' values (of
+    X's dtype: 2⁻²⁴ for float32) and of the float64 normalisation are one: a class spread within
+    that is 0, and so is π_inter when every class mean lies within its own rounding of one
+    direction. So a model collapsed to one ray (rows that are positive multiples of one vector)
+    has π_intra = π_inter = 0 and π_ratio NaN, as one collapsed to one point (docs/geometry.md).
+
     Parameters
     ----------
     X : array [N, D]
@@ -328,7 +392,7 @@ def _alignment_from_sums(sums: dict, counts: np.ndarray) -> float:
     pairs = float(np.sum(n * n - n))
     if pairs == 0:
         raise UndefinedMeasure("alignment is undefined: no class has two or more samples")
-    return float(np.sum(2 * n * _spread(sums["unit_dev"], sums["unit_dev2"], n)) / pairs)
+    return float(np.sum(2 * n * _unit_spread(sums, n)) / pairs)
 
 
 def _logmeanexp_update(state, a: np.ndarray):
