@@ -145,3 +145,17 @@ def test_an_arrays_pair_is_one_source_of_the_many_file_analyses():
     # two sets in a tuple stay two sources
     two = evaluate_many((EmbeddingSet.from_arrays(X, y), EmbeddingSet.from_arrays(2 * X, y)))
     assert len(two) == 2
+
+
+@pytest.mark.parametrize("lone, mode, want", [(1, "exclude", "1 lone query left out"),
+                                              (2, "exclude", "2 lone queries left out"),
+                                              (1, "zero", "1 lone query counts as 0"),
+                                              (0, "zero", "0 lone queries count as 0")])
+def test_evaluate_title_counts_lone_queries_in_words(lone, mode, want):
+    from embedscope.analyses import evaluate
+
+    rng = np.random.default_rng(0)
+    y = np.concatenate([np.repeat(np.arange(4), 5), 10 + np.arange(lone)])  # classes of one: lone queries
+    X = rng.normal(size=(len(y), 6))
+    title = evaluate((X, y), lone_queries=mode).provenance["title"]
+    assert title.endswith(want), title

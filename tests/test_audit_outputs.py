@@ -134,7 +134,7 @@ def test_evaluate_one_file_files_api_metric_and_terminal_agree(files, tmp_path):
     assert set(cells) == set(r.values)
     for k, v in r.values.items():
         assert cells[k] == [f"{v:.4f}"], (k, cells[k], v)
-    assert "1 lone queries left out" in text
+    assert "1 lone query left out" in text  # (one: singular)
 
 
 def test_evaluate_two_files_one_layout(files, tmp_path):

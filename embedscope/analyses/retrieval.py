@@ -108,10 +108,12 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
             "the query rows are searched among themselves, not in the file's gallery rows (the In-Shop "
             "protocol: --query-split query --reference-split gallery; reference_split='gallery' in Python)")
     model = model_name(es, name)
-    lone_txt = ("lone queries left out" if lone_queries == "exclude" else "lone queries count as 0")
+    n_lone = int(counts.get("n_lone", 0))
+    lone_txt = (f"lone {'query' if n_lone == 1 else 'queries'} "
+                + ("left out" if lone_queries == "exclude" else ("counts" if n_lone == 1 else "count") + " as 0"))
     prov["title"] = (f"{model}: {q_split} queries ({q.n}, {n_cls} {'class' if n_cls == 1 else 'classes'}) vs "
                      f"{r_split + ' references' if separate else 'themselves'}, {metric}; "
-                     f"{counts.get('n_lone', 0)} {lone_txt}")
+                     f"{n_lone} {lone_txt}")
     table = None
     if per_class and per_query is not None:
         table = _per_class_rows(q, per_query, lone_score=0.0 if lone_queries == "zero" else None)
