@@ -236,3 +236,25 @@ def one_point(X, metric: str | None = None) -> bool:
         X = X.astype(np.float64)
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
     return not np.any(X != X[:1])
+
+
+def one_direction_within_rounding(X) -> bool:
+    """Whether the 2-D ``X`` (two or more rows, none all zero) has every row's direction within the
+    rounding of its values of one direction, but not all exactly one (:func:`one_point` with the
+    cosine): rows that are positive multiples of one vector stored as float32 (an unnormalised model
+    collapsed to one ray) differ in direction by ~1e-8, so cosine ranks among them follow rounding.
+    Each computed unit row is within γ = 2u + (D + 4)·eps of the true direction (u the unit roundoff of
+    X's dtype; the float64 normalisation's error), so two such rows lie within 2γ of each other."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] < 2 or not np.issubdtype(X.dtype, np.number):
+        return False
+    dt = X.dtype if np.issubdtype(X.dtype, np.floating) else np.dtype(np.float64)
+    gamma = float(np.finfo(dt).eps) + (X.shape[1] + 4) * float(np.finfo(np.float64).eps)
+    U = X.astype(np.float64)
+    norms = np.linalg.norm(U, axis=1, keepdims=True)
+    if not np.all(norms > 0) or not np.all(np.isfinite(norms)):
+        return False
+    U = U / norms
+    if not np.any(U != U[:1]):
+        return False  # exactly one direction: one_point's case
+    return bool(np.max(np.linalg.norm(U - U[:1], axis=1)) <= 2 * gamma)

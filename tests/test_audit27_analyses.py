@@ -159,3 +159,29 @@ def test_evaluate_title_counts_lone_queries_in_words(lone, mode, want):
     X = rng.normal(size=(len(y), 6))
     title = evaluate((X, y), lone_queries=mode).provenance["title"]
     assert title.endswith(want), title
+
+
+def test_evaluate_notes_a_model_collapsed_to_one_ray_within_rounding():
+    """Rows that are positive multiples of one vector, stored as float32: their directions differ by
+    rounding only (~1e-8), so the cosine ranks follow rounding noise; evaluate says so (the exact
+    one-direction note did not fire: the rows are not exactly one direction)."""
+    from embedscope.analyses import evaluate
+    from embedscope.validation import one_direction_within_rounding, one_point
+
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=16)
+    y = np.repeat(np.arange(5), 20)
+    X = (rng.uniform(0.5, 2.0, size=(100, 1)) * v).astype(np.float32)
+    U = X.astype(np.float64) / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
+    assert np.any(U != U[:1]) and not one_point(X, "cosine") and one_direction_within_rounding(X)
+    notes = evaluate((X, y)).provenance.get("notes", [])
+    assert any("same direction within the rounding" in n for n in notes), notes
+    # the Euclidean ranks are real (the rows differ in length): no note
+    assert not any("rounding" in n for n in evaluate((X, y), metric="euclidean").provenance.get("notes", []))
+    # rows of real spread, however tight in float32 terms, are no ray
+    Xt = (v + 1e-5 * rng.normal(size=(100, 16))).astype(np.float32)
+    assert not one_direction_within_rounding(Xt)
+    assert not any("rounding" in n for n in evaluate((Xt, y)).provenance.get("notes", []))
+    # exactly one direction: the exact note, not this one
+    Xe = np.tile(v.astype(np.float32), (100, 1))
+    assert one_point(Xe, "cosine") and not one_direction_within_rounding(Xe)

@@ -12,7 +12,7 @@ from embedscope.analyses.result import Result, ResultSet, combine, model_name, p
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 from embedscope.text import quoted
-from embedscope.validation import check_choice, check_int, one_point
+from embedscope.validation import check_choice, check_int, one_direction_within_rounding, one_point
 
 #: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (docs/methods.md §1).
 KMEANS_SEED = 1234
@@ -100,6 +100,11 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
                          f"{' (direction)' if metric == 'cosine' else ''}, a collapsed model: every similarity "
                          "ties, so the ranks follow row order (ties to the lower reference index) and these "
                          "values say only that the model is collapsed"]
+    elif metric == "cosine" and one_direction_within_rounding(rows):
+        prov["notes"] = [f"every {'query and reference' if separate else 'row'} has the same direction within the "
+                         "rounding of its values (positive multiples of one vector: a model collapsed to one ray): "
+                         "the cosine ranks follow rounding noise and these values say only that the model is "
+                         "collapsed"]
     trained_note = trained_distance_note(es.attrs.get("checkpoint_config"), rows, metric=metric)
     if trained_note:  # an unnormalised model ranked by another distance than its own
         prov.setdefault("notes", []).append(trained_note)
