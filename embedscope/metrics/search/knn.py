@@ -233,6 +233,41 @@ def _row_keys64(q: np.ndarray, R64: np.ndarray, metric: str, chunk_bytes: int) -
     return out
 
 
+def cross_keys64(Q64: np.ndarray, R64: np.ndarray, qs: np.ndarray, rs: np.ndarray, metric: str, *,
+                 chunk_bytes: int = 1 << 20) -> np.ndarray:
+    """:func:`pair_keys64` of every query ``qs`` with every reference ``rs``, as a (len(qs), len(rs))
+    array, bitwise the same: each key the same reduction of the same row pair (numpy's einsum over
+    the contiguous dimension, the reference broadcast as in :func:`_row_keys64`), without gathering
+    a reference row per pair. For a few references (a nearly collapsed model's outliers) against
+    many queries: the queries gathered once per chunk that stays in cache, every reference against
+    it (6,000 queries x 600 outliers at D = 128: about 3x faster than the pair by pair gathers)."""
+    qs = np.asarray(qs, dtype=np.int64)
+    rs = np.asarray(rs, dtype=np.int64)
+    d = Q64.shape[1]
+    out = np.empty((qs.size, rs.size), dtype=np.float64)
+    if out.size == 0:
+        return out
+    _check_index(qs, Q64.shape[0], "qs")
+    _check_index(rs, R64.shape[0], "rs")
+    step = max(16, chunk_bytes // (8 * max(d, 1)))
+    A = np.empty((min(step, qs.size), d))
+    B = np.empty_like(A) if metric != "cosine" else None
+    col = np.empty(min(step, qs.size))
+    for c in range(0, qs.size, step):
+        m = min(step, qs.size - c)
+        a = np.take(Q64, qs[c:c + m], axis=0, out=A[:m], mode="clip")
+        o = col[:m]
+        for j, r in enumerate(rs):
+            if metric == "cosine":
+                np.einsum("ij,ij->i", a, np.broadcast_to(R64[r], a.shape), out=o)
+            else:
+                b = np.subtract(a, R64[r], out=B[:m])  # q - r, as the gathered rows are subtracted
+                np.einsum("ij,ij->i", b, b, out=o)
+                np.negative(o, out=o)
+            out[c:c + m, j] = o
+    return out
+
+
 def _check_index(i: np.ndarray, n: int, name: str) -> None:
     """Row indices must lie in [0, n): the gathers clip rather than check (see pair_keys64)."""
     if i.size and (int(i.min()) < 0 or int(i.max()) >= n):
@@ -880,12 +915,54 @@ def _exact_topk_row(ks: KeySpace, qi: int, k: int):
 OUTLIERS = True  # a nearly collapsed model's few far references are searched apart (outlier_refs; False: never)
 OUTLIER_GAIN = 16.0  # a reference is an outlier when its centred norm exceeds this many times the bulk's,
 OUTLIER_DIV, OUTLIER_MAX = 64, 256  # ... the bulk's being the (m+1)-th largest, m = min(N / 64, 256) (at most m)
+# More far rows (benchmarks/outliers_apart.py, docs/PERFORMANCE.md: at 6,000 x 128 the split still paid
+# 1.3-1.7x at N / 4 outliers 0.1 away, and lost 2-14x from N / 64 on with outliers just far enough to
+# count, whose loose bound still left the old path's windows narrow): up to N / OUTLIER_MOST_DIV of them,
+# at most OUTLIER_MAX_KEYS / (queries) (their float64 keys to every query are held at once), searched
+# apart only where the old path's windows would hold more keys per query than APART_WINDOW_RATIO times
+# the outliers (window_pays; this APART_WINDOW_RATIO for knn_search, ranks.APART_WINDOW_RATIO for the
+# ranks and the hits)
+OUTLIER_MOST_DIV, OUTLIER_MAX_KEYS = 4, 1 << 24
+APART_WINDOW_RATIO = 2.0  # knn: the old path's window keys per query over the outliers, from which the split pays
+WINDOW_SAMPLE = 32  # window_pays: bulk queries whose float32 rows estimate the old path's windows
 
 
-def outlier_refs(ks: KeySpace) -> np.ndarray | None:
+def outlier_most(n_ref: int, n_q: int) -> int:
+    """The most far references that a search with ``n_ref`` references and ``n_q`` queries takes
+    apart (:func:`outlier_refs`'s ``most``): min(N / ``OUTLIER_DIV``, ``OUTLIER_MAX``) as ever, and
+    up to N / ``OUTLIER_MOST_DIV`` (at most ``OUTLIER_MAX_KEYS`` / queries) where
+    :func:`window_pays`."""
+    free = min(n_ref // OUTLIER_DIV, OUTLIER_MAX)
+    return max(free, min(n_ref // OUTLIER_MOST_DIV, OUTLIER_MAX_KEYS // max(n_q, 1)))
+
+
+def window_pays(ks: KeySpace, sub: KeySpace, q_near: np.ndarray, n_far: int, cut, ratio: float) -> bool:
+    """Whether searching ``n_far`` outliers apart pays, beyond the few (min(N / ``OUTLIER_DIV``,
+    ``OUTLIER_MAX``)) that always do: the old path compares each query's keys within its loose bound
+    2 ``ks.delta`` (that of all references) of its cut in float64, the split adds about ``n_far``
+    float64 keys per query (the outliers' columns, and in a same-set search their rows). Estimated
+    from ``WINDOW_SAMPLE`` bulk queries' float32 rows over the bulk (``sub``: their own bound): w,
+    the mean number of a row's keys within 2 δ_q (all references) of its ``cut``-th largest; it pays
+    where w ≥ ``ratio`` · ``n_far``. True at once where ``n_far`` is within the few. Only a
+    decision: both paths give the same keys, ranks and hits, bit for bit."""
+    nr = ks.R64.shape[0]
+    if n_far <= min(nr // OUTLIER_DIV, OUTLIER_MAX):
+        return True
+    nb = sub.R64.shape[0]
+    pl = np.unique(np.linspace(0, q_near.size - 1, min(q_near.size, WINDOW_SAMPLE)).astype(np.int64))
+    rows = sub.rows_keys32(pl)  # (same set: the query itself -inf)
+    c = int(min(max(int(cut), 1), nb - (1 if sub.same else 0)))
+    v = np.partition(rows, nb - c, axis=1)[:, nb - c]
+    band = 2.0 * ks.delta[q_near[pl]]
+    w = float(np.count_nonzero(np.abs(rows - v[:, None]) <= band[:, None])) / pl.size
+    return w >= ratio * n_far
+
+
+def outlier_refs(ks: KeySpace, most: int | None = None) -> np.ndarray | None:
     """The references of a (nearly) collapsed model far from the rest, or None: those whose
     distance ‖r − c‖ from the references' mean c exceeds ``OUTLIER_GAIN`` times the (m+1)-th
-    largest (m = min(N / ``OUTLIER_DIV``, ``OUTLIER_MAX``): at most m of them). Only a search
+    largest (m = min(N / ``OUTLIER_DIV``, ``OUTLIER_MAX``): at most m of them; where there are none
+    and ``most`` (:func:`outlier_most`) is larger, the same at m = ``most``). Only a search
     that is centred (:func:`centre_of`), or whose rows' median distance from their mean is below
     1 / ``CENTRE_GAIN`` of their median norm (asked of a sample of the rows first: usual embeddings
     are turned down at its cost), is looked at; an estimate, only to decide (:func:`_knn_apart`
@@ -905,7 +982,8 @@ def outlier_refs(ks: KeySpace) -> np.ndarray | None:
     R = ks.R64
     n = R.shape[0]
     m = min(n // OUTLIER_DIV, OUTLIER_MAX)
-    if m < 1:
+    steps = [m] + ([min(int(most), n - 1)] if most is not None and min(int(most), n - 1) > m else [])
+    if steps[-1] < 1:
         return None
     if ks.centre is None:  # collapsed, judged from a sample of the rows (as centre_of)
         S = R[np.arange(0, n, max(1, n // CENTRE_SAMPLE))[:CENTRE_SAMPLE]]
@@ -917,9 +995,14 @@ def outlier_refs(ks: KeySpace) -> np.ndarray | None:
     # ‖r − c‖² = ‖r‖² − 2 r·c + ‖c‖² (numpy's loops, no N x D temporary; an estimate, only to decide)
     rn2 = ks.qsq if ks.same else np.einsum("ij,ij->i", R, R)
     rho = np.sqrt(np.maximum(rn2 - 2.0 * np.einsum("ij,j->i", R, c) + float(np.einsum("i,i->", c, c)), 0.0))
-    base = float(np.partition(rho, n - 1 - m)[n - 1 - m])  # the (m+1)-th largest
-    far = np.flatnonzero(rho > OUTLIER_GAIN * base)
-    return far if far.size else None
+    for m in steps:
+        if m < 1:
+            continue
+        base = float(np.partition(rho, n - 1 - m)[n - 1 - m])  # the (m+1)-th largest
+        far = np.flatnonzero(rho > OUTLIER_GAIN * base)
+        if far.size:
+            return far
+    return None
 
 
 def _knn_apart(ks: KeySpace, far: np.ndarray, k: int, *, device, block, progress):
@@ -928,7 +1011,9 @@ def _knn_apart(ks: KeySpace, far: np.ndarray, k: int, *, device, block, progress
     tighter bound), the outliers' float64 keys (:func:`pair_keys64`) against every query directly
     (few x N keys), merged per query by (key desc, index asc). Or None where that does not pay:
     the bulk's bound (median over its queries) is not ``OUTLIER_GAIN`` times tighter than that of
-    all references, its own search would not be scale 1, or too few references remain.
+    all references, its own search would not be scale 1, too few references remain, or the
+    outliers are many and the search of all references would keep narrow windows all the same
+    (:func:`window_pays`, ``APART_WINDOW_RATIO``).
 
     Exact, the same keys and indices bit for bit: every key is :func:`pair_keys64` of the same two
     rows (the bulk's rows are copies, bit for bit, of the rows searched), and the order (key desc,
@@ -951,14 +1036,16 @@ def _knn_apart(ks: KeySpace, far: np.ndarray, k: int, *, device, block, progress
         q_near = np.arange(ks.Q64.shape[0])
     if sub.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub.delta)) > float(np.median(ks.delta[q_near])):
         return None  # (no gain: the bulk's bound is not much tighter)
+    if not window_pays(ks, sub, q_near, far.size, k, APART_WINDOW_RATIO):
+        return None  # (many outliers, and the old path's windows narrow all the same)
     nq = ks.Q64.shape[0]
     keys = np.empty((nq, k), dtype=np.float64)
     idx = np.empty((nq, k), dtype=np.int64)
     k_in, i_in = topk_exact(sub, k, device=device, block=block, progress=progress)
     i_in = near[i_in]
     nf = far.size
-    k_out = pair_keys64(ks.Q64, ks.R64, np.repeat(q_near, nf), np.tile(far, q_near.size), ks.metric)
-    K = np.hstack([k_in, k_out.reshape(q_near.size, nf)])
+    k_out = cross_keys64(ks.Q64, ks.R64, q_near, far, ks.metric)
+    K = np.hstack([k_in, k_out])
     I = np.hstack([i_in, np.broadcast_to(far, (q_near.size, nf))])
     o = _rowwise_lexsort(K, I)[:, :k]
     keys[q_near] = np.take_along_axis(K, o, 1)
@@ -978,7 +1065,7 @@ def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=Fals
     """Exact (float64 order, lower index first on ties) top-k keys and indices of every query; a
     nearly collapsed model's few far references searched apart (:func:`outlier_refs`,
     :func:`_knn_apart`: the same result bit for bit)."""
-    far = outlier_refs(ks) if ks.scale == 1.0 else None
+    far = outlier_refs(ks, outlier_most(ks.R64.shape[0], ks.Q64.shape[0])) if ks.scale == 1.0 else None
     got = None if far is None else _knn_apart(ks, far, int(k), device=device, block=block, progress=progress)
     if got is not None:
         return got

@@ -52,7 +52,9 @@ from embedscope.metrics.search.knn import (
     candidate_blocks,
     check_metric,
     checked_rows,
+    cross_keys64,
     dense_windows,
+    outlier_most,
     outlier_refs,
     pair_keys64,
     prepare,
@@ -434,31 +436,39 @@ def _outlier_split(ks: KeySpace):
     itself in a same-set search, else every query); None where there are none (or scale is not 1)."""
     if ks.scale != 1.0:
         return None
-    far = outlier_refs(ks)
+    far = outlier_refs(ks, outlier_most(ks.R64.shape[0], ks.Q64.shape[0]))
     if far is None:
         return None
     near = np.setdiff1d(np.arange(ks.R64.shape[0]), far)
     return far, near, (near if ks.same else np.arange(ks.Q64.shape[0]))
 
 
-def _bulk_keyspace(ks: KeySpace, near: np.ndarray, q_near: np.ndarray) -> KeySpace | None:
+def _bulk_keyspace(ks: KeySpace, near: np.ndarray, q_near: np.ndarray, cut) -> KeySpace | None:
     """The :class:`KeySpace` of the bulk (its rows copies of ``ks``'s, bit for bit), or None where its
     bound, median over its queries, is not ``OUTLIER_GAIN`` times tighter than that of all references
-    (or its scale is not 1): then searching apart does not pay."""
-    from embedscope.metrics.search.knn import OUTLIER_GAIN
+    (or its scale is not 1), or where the outliers are many and the search of all references would
+    keep narrow windows around each query's ``cut``-th key all the same (:func:`~.knn.window_pays`,
+    ``APART_WINDOW_RATIO``): then searching apart does not pay."""
+    from embedscope.metrics.search.knn import OUTLIER_GAIN, window_pays
 
     Qn = ks.Q64[q_near]
     sub = KeySpace(Qn, Qn if ks.same else ks.R64[near], ks.metric, ks.same)
     if sub.scale != 1.0 or OUTLIER_GAIN * float(np.median(sub.delta)) > float(np.median(ks.delta[q_near])):
+        return None
+    if not window_pays(ks, sub, q_near, ks.R64.shape[0] - near.size, cut, APART_WINDOW_RATIO):
         return None
     return sub
 
 
 APART_MAX_COMPARISONS = 1 << 28  # _ranks_apart: relevant pairs x outliers compared at most,
 APART_MAX_ROW_WORK = 1 << 33  # ... and the outliers' relevant queries' rows over the bulk (their GEMM, queries x
-APART_ROW_RATIO = 2.0  # bulk references x D, + 8 x bulk references per relevant (query, outlier) pair) up to
+APART_ROW_RATIO = 3.0  # bulk references x D, + 8 x bulk references per relevant (query, outlier) pair) up to
 #                        this, or up to this many times the bulk search's GEMM (queries x bulk references x D)
+#                        (benchmarks/outliers_apart.py, 6,000 x 128, classes of 600 and 3,000: the split paid
+#                        1.2-5x at shares 1.6-2.9, 1.06x at 3.9, 1.01x at 4.7; docs/PERFORMANCE.md)
 APART_ROW_ELEMS = 1 << 22  # ... outliers' relevant queries' float32 rows over the bulk, this many keys at a time
+APART_WINDOW_RATIO = 1.0  # more outliers than min(N / 64, 256) (knn.outlier_most): apart where the old path's
+#                           window keys per query reach this many times the outliers (knn.window_pays)
 
 
 def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, device, block, progress,
@@ -510,7 +520,7 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
     if (n_sub < 1 or int(lay.R.sum()) * nf > APART_MAX_COMPARISONS
             or row_work > max(APART_MAX_ROW_WORK, APART_ROW_RATIO * q_near.size * near.size * dim)):
         return None  # (the outliers' share of the work would outgrow the search's)
-    sub_ks = _bulk_keyspace(ks, near, q_near)
+    sub_ks = _bulk_keyspace(ks, near, q_near, np.median(depth) if np.ndim(depth) else depth)
     if sub_ks is None:
         return None
     Qn, Rn = sub_ks.Q64, sub_ks.R64
@@ -526,7 +536,7 @@ def _ranks_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, depth, *, 
     # 1. bulk pairs: their ranks among the bulk, plus the outliers before them
     pos = rr.query_of_pair  # the query's place in q_near
     qs, rs, rk = q_near[pos], near[rr.refs], rr.ranks.copy()
-    k_out = pair_keys64(Q64, R64, np.repeat(q_near, nf), np.tile(far, q_near.size), metric).reshape(q_near.size, nf)
+    k_out = cross_keys64(Q64, R64, q_near, far, metric)
     # A query's pairs within the depth come first, in rank order (RelevantRanks): an outlier before
     # one of them is before its last, so only the queries with an outlier before their last pair
     # within the depth (few: outliers lie far from the bulk's point) compare every such pair.
@@ -960,15 +970,13 @@ def _hits_apart(sets: Sets, ks: KeySpace, lay: _Layout, metric: str, *, block=No
     nq, nr = Q64.shape[0], R64.shape[0]
     if near.size - (1 if same else 0) < 1:
         return None
-    sub_ks = _bulk_keyspace(ks, near, q_near)
+    y, y_ref, R = sets.y, sets.y_ref, lay.R
+    sub_ks = _bulk_keyspace(ks, near, q_near, np.median(R[q_near]))
     if sub_ks is None:
         return None
-    y, y_ref, R = sets.y, sets.y_ref, lay.R
-    nf = far.size
 
     def out_keys(s: int, e: int) -> np.ndarray:  # bulk queries s..e-1 (places in q_near) x the outliers
-        qs = q_near[s:e]
-        return pair_keys64(Q64, R64, np.repeat(qs, nf), np.tile(far, qs.size), metric).reshape(qs.size, nf)
+        return cross_keys64(Q64, R64, q_near[s:e], far, metric)
 
     hits = np.zeros(nq, dtype=np.int64)
     hits[q_near] = _hits_at_R(sub_ks, y[q_near], np.concatenate([y_ref[near], y_ref[far]]), R[q_near],
