@@ -114,7 +114,9 @@ def to_rgb(im, path) -> "Image.Image":
     (mode ``I;16``) came out almost white and a float image black. 16-bit grey (``I;16``, and ``I``
     read from a PNG or PGM file) is scaled by 255/65535 (v/257, rounded); 32-bit integer or float
     pixels of other files have no known range and are a one-line error. Every other mode (``L``,
-    ``P``, ``CMYK``, ``LA``, ``RGBA``, ...) is PIL's conversion, as torchvision's loader does it.
+    ``P``, ``CMYK``, ``LA``, ``RGBA``, ...) is PIL's conversion, as torchvision's loader does it (an alpha
+    channel dropped; a palette image with transparency through ``RGBA``: the same pixels, without PIL's
+    warning for each such image).
     """
     from PIL import Image
 
@@ -127,6 +129,11 @@ def to_rgb(im, path) -> "Image.Image":
         kind = "floating-point" if im.mode == "F" else "32-bit integer"
         raise EmbedscopeError(f"cannot read image {path}: {kind} pixels (mode {im.mode}) have no known 0-255 "
                               "range; save the image with 8 or 16 bits per channel")
+    if im.mode == "P" and "transparency" in im.info:
+        # a palette image with transparency (a PNG or GIF with a tRNS chunk): PIL's direct conversion to RGB
+        # warns "Palette images with Transparency ... should be converted to RGBA" for every image (a folder
+        # of them flooded stderr); through RGBA the same palette colours, alpha dropped as for RGBA files
+        im = im.convert("RGBA")
     return im.convert("RGB")
 
 
@@ -232,19 +239,52 @@ def read_text(path: Path, dataset: str, *, encoding: str = "utf-8-sig") -> str:
         raise EmbedscopeError(f"{dataset}: cannot read {path} ({e.__class__.__name__})") from None
 
 
+#: the downloads' archives (CUB_200_2011.tgz, car_ims.tgz, Stanford_Online_Products.zip, Kaggle's zip), given as --root
+ARCHIVE_ENDINGS = (".tgz", ".tar.gz", ".tar", ".zip", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".7z", ".rar")
+
+
+def check_root_given(root, dataset: str) -> None:
+    """Refuse a ``--root`` that is the empty string (``--root "$DATA"`` of an unset variable): ``Path("")``
+    is the working folder, which was read as the data set (an image folder's sub-folders as its classes)
+    and recorded as no folder at all."""
+    if root is not None and os.fspath(root) == "":
+        raise EmbedscopeError(f"{dataset}: --root is empty (an unset shell variable?): give the data set's "
+                              "folder (. for the working folder)")
+
+
 def require_files(root: str | os.PathLike, names: list[str], dataset: str) -> Path:
     """Check that ``root`` holds each of ``names``; a one-line error names the first missing one."""
     if root is None:
         raise EmbedscopeError(f"{dataset} needs --root DIR (the folder of the official download)")
+    check_root_given(root, dataset)
     root = Path(root)
     if root.exists() and not root.is_dir():
-        raise EmbedscopeError(f"{dataset}: --root {root} is a file, expected the data set's folder")
+        unpack = (" (an archive: unpack it and pass the folder it holds)"
+                  if root.name.lower().endswith(ARCHIVE_ENDINGS) else "")
+        raise EmbedscopeError(f"{dataset}: --root {root} is a file, expected the data set's folder{unpack}")
     if not root.is_dir():
         raise EmbedscopeError(f"{dataset}: root folder {root} does not exist")
     for n in names:
         if not (root / n).exists():
-            raise EmbedscopeError(f"{dataset}: {root / n} is missing (not the official {dataset} layout)")
+            raise EmbedscopeError(f"{dataset}: {root / n} is missing (not the official {dataset} layout"
+                                  f"{other_layout_hint(root, dataset)})")
     return root
+
+
+#: a file (relative to ``--root``) that marks another loader's layout -> that data set
+LAYOUT_MARKERS = (("images.txt", "cub200"), ("CUB_200_2011/images.txt", "cub200"), ("Ebay_train.txt", "sop"),
+                  ("Stanford_Online_Products/Ebay_train.txt", "sop"), ("cars_annos.mat", "cars196"),
+                  ("anno_train.csv", "cars196"), ("devkit/cars_meta.mat", "cars196"),
+                  ("stanford_cars/devkit/cars_meta.mat", "cars196"))
+
+
+def other_layout_hint(root, dataset: str) -> str:
+    """``; --root holds Ebay_train.txt, the sop layout: --dataset sop?`` when ``root`` holds the marker file of
+    another data set's layout (a command copied with only ``--root`` changed); "" otherwise."""
+    for marker, name in LAYOUT_MARKERS:
+        if name != dataset and (Path(root) / marker).is_file():
+            return f"; --root holds {marker}, the {name} layout: --dataset {name}?"
+    return ""
 
 
 def class_split(labels: np.ndarray, n_classes: int, train_classes: int | None, dataset: str) -> np.ndarray:

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, class_split, read_text, require_files
+from embedscope.data.base import ImageDataset, check_root_given, class_split, other_layout_hint, read_text, require_files
 from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
 from embedscope.text import quoted
@@ -98,7 +98,7 @@ BOX_FIELDS = ("bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2")
 def parse_class_name(name: str) -> tuple[str, str, int]:
     """(make, body type, year) of a CARS196 class name; year -1 when the name ends in no year."""
     words = name.split()
-    year = int(words[-1]) if words and words[-1].isdigit() and len(words[-1]) == 4 else -1
+    year = int(words[-1]) if words and words[-1].isdecimal() and len(words[-1]) == 4 else -1
     make = next((m for m in MULTI_WORD_MAKES if name.startswith(m + " ")), words[0] if words else "")
     body = next((b for w, b in BODY_TYPES if w in words), "other")
     return make, body, year
@@ -141,6 +141,7 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
     Zero-shot protocol of Roth et al. 2020 §4.1 and Musgrave et al. 2020; the results on these
     splits are in docs/methods.md §7 (reference numbers).
     """
+    check_root_given(root, NAME)
     r = Path(root) if root is not None else None
     if r is not None and r.is_dir() and not (r / ANNOS).exists():
         if (r / KAGGLE_NAMES).exists():
@@ -154,7 +155,8 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
             raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing{hint}")
         raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing (not the official {NAME} layout; nor the Kaggle "
                               f"layout, which has {KAGGLE_NAMES}, {KAGGLE_ANNOS[0]}, {KAGGLE_ANNOS[1]} and "
-                              f"{KAGGLE_IMAGES}/; nor the split download, which has {SPLIT_META})")
+                              f"{KAGGLE_IMAGES}/; nor the split download, which has {SPLIT_META}"
+                              f"{other_layout_hint(r, NAME)})")
     return _load_official(root, train_classes)
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, class_split, read_text, require_files
+from embedscope.data.base import ImageDataset, check_root_given, class_split, read_text, require_files
 from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
 from embedscope.text import quoted
@@ -55,9 +55,9 @@ def read_pairs(path: Path, dataset: str, value_kind: str, *, int_value: bool) ->
         if not line.strip():
             continue
         parts = line.split(None, 1)
-        ok = len(parts) == 2 and parts[0].isdigit()
+        ok = len(parts) == 2 and parts[0].isdecimal()
         if ok and int_value:
-            ok = parts[1].strip().isdigit()
+            ok = parts[1].strip().isdecimal()
         if not ok:
             raise EmbedscopeError(
                 f"{dataset}: {path}:{lineno}: malformed line {quoted(line.strip()[:60])} "
@@ -75,6 +75,7 @@ def read_pairs(path: Path, dataset: str, value_kind: str, *, int_value: bool) ->
 
 def _find_root(root) -> tuple[Path, str]:
     """The folder with images.txt and the prefix that makes image paths relative to the user's root."""
+    check_root_given(root, NAME)
     if root is not None:
         r = Path(root)
         if not (r / "images.txt").exists() and (r / FOLDER / "images.txt").exists():

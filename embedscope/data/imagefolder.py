@@ -21,7 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, check_images_exist, class_split, require_files  # noqa: F401
+from embedscope.data.base import (  # noqa: F401
+    ImageDataset,
+    check_images_exist,
+    class_split,
+    other_layout_hint,
+    require_files,
+)
 from embedscope.errors import EmbedscopeError, EmbedscopeWarning
 
 
@@ -84,25 +90,49 @@ def check_listed_images(root: Path, paths, dataset: str) -> None:
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 
-def _image_files(folder: Path) -> list[Path]:
-    """The image files under ``folder`` in sorted order; symbolic links to folders are followed, but a
-    folder reached a second time (a link loop, two links to one folder) is read once."""
-    out = []
+def _image_files(folder: Path, unreadable: list[Path] | None = None) -> list[Path]:
+    """The image files under ``folder`` in sorted order (a folder's files, then its sub-folders in
+    sorted order); symbolic links to folders are followed, but a folder reached a second time (a link
+    loop, two links to one folder) is read once. A listed name that is no file to read (a symbolic link
+    to nothing, a named pipe) is listed, and appended to ``unreadable``: found from the folder's
+    entries, without a ``stat`` of each regular file."""
+    out: list[Path] = []
     seen: set[tuple[int, int]] = set()
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+
+    def walk(d: str) -> None:
         try:
-            st = os.stat(dirpath)
-        except OSError:
-            dirnames[:] = []
-            continue
+            st = os.stat(d)
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError:  # (as os.walk: an unreadable folder holds nothing)
+            return
         if (st.st_dev, st.st_ino) in seen:
-            dirnames[:] = []
-            continue
+            return
         seen.add((st.st_dev, st.st_ino))
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for f in sorted(filenames):
-            if not f.startswith(".") and f.lower().endswith(IMG_EXTENSIONS):
-                out.append(Path(dirpath) / f)
+        files, subdirs = [], []
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            try:
+                is_dir = e.is_dir()  # (follows a symbolic link)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                subdirs.append(e.name)
+            elif e.name.lower().endswith(IMG_EXTENSIONS):
+                files.append(e)
+        for e in sorted(files, key=lambda e: e.name):
+            out.append(Path(d) / e.name)
+            try:
+                ok = e.is_file()  # from the entry's type for a regular file; a stat only for a link
+            except OSError:
+                ok = False
+            if not ok and unreadable is not None:
+                unreadable.append(out[-1])
+        for name in sorted(subdirs):
+            walk(os.path.join(d, name))
+
+    walk(os.fspath(folder))
     return out
 
 
@@ -114,12 +144,24 @@ def _is_text(name: str) -> bool:
     return True
 
 
+def _refuse_unreadable(unreadable: list[Path], n: int) -> None:
+    """One line naming the first listed image name that is no file to read: a symbolic link to nothing (its
+    target moved or deleted) or a special file (a pipe) with an image ending; found when the folder is
+    listed, before any image is embedded, not by the reader."""
+    if unreadable:
+        first = unreadable[0]
+        what = "a symbolic link to nothing" if first.is_symlink() else "not a regular file"
+        raise EmbedscopeError(f"imagefolder: image {first} is {what} ({len(unreadable)} of {n} image files "
+                              "cannot be read; remove or repair them)")
+
+
 def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
     """One sub-folder per class under ``root`` as an :class:`ImageDataset`.
 
     Classes are the sub-folders in sorted name order (hidden folders are skipped); images are the
     files with an ending in :data:`IMG_EXTENSIONS`, searched recursively inside each class folder
-    (symbolic links followed; a folder reached twice, as through a link loop, is read once).
+    (symbolic links followed; a folder reached twice, as through a link loop, is read once). A listed
+    name that is no file to read (a symbolic link to nothing, a named pipe) is an error naming it.
     A class or file name that is not valid UTF-8 (an undecodable byte) is an error: the HDF5 file
     stores names as text.
     Labels are the class indices 0..C-1 in that order. The first ``train_classes`` classes form the
@@ -151,14 +193,17 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
     root = require_files(root, [], "imagefolder")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     if not classes:
-        raise EmbedscopeError(f"imagefolder: {root} holds no class sub-folders (expected ROOT/<class>/<image>)")
+        raise EmbedscopeError(f"imagefolder: {root} holds no class sub-folders (expected ROOT/<class>/<image>"
+                              f"{other_layout_hint(root, 'imagefolder')})")
     paths: list[str] = []
     labels: list[int] = []
+    unreadable: list[Path] = []
     for c, name in enumerate(classes):
-        files = _image_files(root / name)
+        files = _image_files(root / name, unreadable)
         if not files:
             raise EmbedscopeError(
-                f"imagefolder: class folder {root / name} holds no image files ({', '.join(IMG_EXTENSIONS)})"
+                f"imagefolder: class folder {root / name} holds no image files ({', '.join(IMG_EXTENSIONS)}"
+                f"{other_layout_hint(root, 'imagefolder')})"
             )
         rel = [f.relative_to(root).as_posix() for f in files]
         bad = next((r for r in [name, *rel] if not _is_text(r)), None)
@@ -168,6 +213,7 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
                                   "(an undecodable byte); rename it")
         paths.extend(rel)
         labels.extend([c] * len(files))
+    _refuse_unreadable(unreadable, len(paths))
     labels_arr = np.asarray(labels, dtype=np.int64)
     return ImageDataset(
         name="imagefolder",

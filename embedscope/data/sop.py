@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, class_split, read_text, require_files
+from embedscope.data.base import ImageDataset, check_root_given, class_split, read_text, require_files
 from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
 from embedscope.errors import EmbedscopeError
 from embedscope.text import quoted
@@ -41,7 +41,7 @@ def _read_ebay(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) != 4 or not all(p.isdigit() for p in parts[:3]):
+        if len(parts) != 4 or not all(p.isdecimal() for p in parts[:3]):
             raise EmbedscopeError(
                 f"{NAME}: {path}:{lineno}: malformed line {quoted(line.strip()[:60])} "
                 "(expected '<image_id> <class_id> <super_class_id> <path>')"
@@ -55,6 +55,7 @@ def _read_ebay(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 def _find_root(root) -> tuple[Path, str]:
+    check_root_given(root, NAME)
     if root is not None:
         r = Path(root)
         if not (r / FILES[0]).exists() and (r / FOLDER / FILES[0]).exists():

@@ -24,7 +24,9 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
     """
 
     paths = list(paths)
-    if dataset == "digits" or (paths and all(str(p).startswith("digits/") for p in paths)):
+    # a file that does not name its data set (an imported one) holds the digits when every path is a digits
+    # item id: "digits/NNNN" exactly, not an image file of a class folder named "digits" ("digits/0.png")
+    if dataset == "digits" or (paths and all(_DIGITS_ID.fullmatch(str(p)) for p in paths)):
         from embedscope.data.digits import load_digits_dataset
 
         images = load_digits_dataset().images
@@ -57,11 +59,14 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
     return out
 
 
+_DIGITS_ID = re.compile(r"digits/[0-9]+")
+
+
 def generated_shapes_key(path) -> str | None:
     """The cache key of a row of the generated ``shapes`` set (``shapes/<key>/NNNNNN``, no PNG behind
     it: the images live in the set's cache, :func:`embedscope.data.shapes.load_shapes`), else None."""
     parts = str(path).split("/")
-    if len(parts) != 3 or parts[0] != "shapes" or not parts[2].isdigit():
+    if len(parts) != 3 or parts[0] != "shapes" or not parts[2].isdecimal():
         return None
     m = _GENERATED_KEY.fullmatch(parts[1])
     return parts[1] if m else None
