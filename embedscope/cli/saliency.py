@@ -9,14 +9,15 @@ from embedscope.names import DISTANCES
 
 def _nonneg_float(s: str) -> float:
     import argparse
+    import math
 
     try:
         v = float(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got '{s}'") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s}")
-    return v
+    if not (v >= 0 and math.isfinite(v)):  # (inf passed here and failed after the model and data were loaded)
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {s}")
+    return v + 0.0  # -0 as 0 (else 'noise -0.0' in the summary and the maps file)
 
 
 def add_parser(sub, parents):

@@ -246,7 +246,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "differentiated": ("d(f(query + noise), f(retrieval)) and d(f(query), f(retrieval + noise))" if pairs
                            else "d(f(image + noise), f(black image))"),
         "n_samples": int(n_samples),
-        "noise": float(noise),
+        "noise": float(noise) + 0.0,  # (-0 as 0)
         "order": order,
         "seed": int(seed),
         "input_size": size,
@@ -365,8 +365,11 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     files = [str(f) for f in files]
     if len(files) < 2:
         raise UsageError("saliency agreement needs at least two maps files")
-    if len(set(map(os.path.abspath, files))) != len(files):
-        raise UsageError("a maps file is given twice")
+    # one file under two names (a link, a hard link, another spelling) too: it would agree with itself (r = 1)
+    twice = next(((b, a) for k, a in enumerate(files) for b in files[:k] if same_file(a, b)), None)
+    if twice is not None:
+        both = twice[0] if twice[0] == twice[1] else f"{twice[0]} and {twice[1]} name one file"
+        raise UsageError(f"a maps file is given twice ({both})")
     outs = []
     if out is not None or grid is not None:
         from embedscope.viz.figures import figure_paths
@@ -414,7 +417,9 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         sm.check_values(block)
     names = list(names) if names is not None else [sm.name for sm in items]
     if len(set(names)) != len(names):
-        names = [f"{nm} ({Path(f).name})" for nm, f in zip(names, files)]
+        named = [f"{nm} ({Path(f).name})" for nm, f in zip(names, files)]
+        # files of one name in different folders: the paths as given (they differ: a file is not given twice)
+        names = named if len(set(named)) == len(named) else [f"{nm} ({f})" for nm, f in zip(names, files)]
     fams = list(families) if families is not None else [str(sm.attrs.get("family") or "other") for sm in items]
     orders = {str(sm.attrs.get("order", "")) for sm in items}
     notes = []

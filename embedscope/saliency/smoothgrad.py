@@ -90,7 +90,16 @@ def smoothgrad_noise(image, n_samples: int, noise: float, seed: int, index, *, s
     device = torch.device(device) if device is not None else image.device
     sigma = noise_sigma(image, noise)
     g = torch.Generator(device=device).manual_seed(image_seed(seed, index, stream))
-    eps = torch.randn((int(n_samples),) + tuple(image.shape), generator=g, device=device, dtype=torch.float32)
+    shape = (int(n_samples),) + tuple(image.shape)
+    try:  # an image's l copies are drawn at once (as NoiseTunnel's): l x C x H x W floats
+        eps = torch.randn(shape, generator=g, device=device, dtype=torch.float32)
+    except (RuntimeError, MemoryError) as e:  # (torch's allocator message, 'run with --debug')
+        if isinstance(e, RuntimeError) and "memory" not in str(e).lower():
+            raise
+        need = 4 * float(np.prod(shape, dtype=np.float64))
+        raise EmbedscopeError(f"{int(n_samples)} noisy copies of a {'x'.join(map(str, image.shape))} image need "
+                              f"{need / 2**30:.3g} GiB at once, more than can be allocated: fewer copies "
+                              "(n_samples, --n-samples)") from None
     if image.dtype == torch.float64:
         eps = eps.double()
     return eps * sigma, sigma
@@ -167,8 +176,9 @@ class _Images:
         self.dtype = dtype or torch.float32
         self.convert = convert  # e.g. the model's input convention (:func:`_native_input`)
         self.src = images
-        if isinstance(images, np.ndarray):
-            self.src = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
+        if isinstance(images, np.ndarray):  # float64 kept for a float64 model (as a float64 tensor is)
+            keep = images.dtype == np.float64 and self.dtype == torch.float64
+            self.src = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float64 if keep else np.float32))
         if isinstance(self.src, torch.Tensor):
             if self.src.ndim != 4:
                 raise EmbedscopeError(
@@ -186,7 +196,9 @@ class _Images:
 
         x = self.src[i]
         if not isinstance(x, torch.Tensor):
-            x = torch.as_tensor(np.asarray(x, dtype=np.float32))
+            x = np.asarray(x)
+            keep = x.dtype == np.float64 and self.dtype == torch.float64
+            x = torch.as_tensor(np.asarray(x, dtype=np.float64 if keep else np.float32))
         x = x.detach().to(self.dtype)
         if x.ndim != 3:
             raise EmbedscopeError(f"image {i}: expected C x H x W, got shape {tuple(x.shape)}")
