@@ -181,3 +181,13 @@ def test_too_many_copies_is_one_line_naming_n_samples(maps, tmp_path):
                        "-o", tmp_path / "m.h5", "--no-progress"])
     assert rc == 1 and "--n-samples" in err and "--debug" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "m.h5").exists()
+
+
+def test_a_paths_file_with_a_byte_order_mark(tmp_path):
+    """A paths file saved by a Windows editor starts with a BOM: it is no part of the first path
+    (was "\\ufeffdigits/0007": not found)."""
+    from embedscope.fileio import read_paths_file
+
+    f = tmp_path / "paths.txt"
+    f.write_bytes("\ufeffdigits/0007\n# a comment\ndigits/0012\n".encode("utf-8"))
+    assert read_paths_file(f) == ["digits/0007", "digits/0012"]
