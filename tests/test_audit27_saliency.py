@@ -191,3 +191,16 @@ def test_a_paths_file_with_a_byte_order_mark(tmp_path):
     f = tmp_path / "paths.txt"
     f.write_bytes("\ufeffdigits/0007\n# a comment\ndigits/0012\n".encode("utf-8"))
     assert read_paths_file(f) == ["digits/0007", "digits/0012"]
+
+
+@pytest.mark.parametrize("argv", [["saliency", "x.pt", "-o", "m.h5", "--figure", "f.png", "--figure-images", "65"],
+                                  ["saliency-agreement", "a.h5", "b.h5", "--grid", "g.png", "--grid-images", "300"]])
+def test_a_saliency_figure_of_too_many_images_is_a_usage_error(argv, capsys):
+    """300 images made a 900 x 93,125 px PNG in 3 minutes: a figure draws at most 64 (every map is in the file)."""
+    from embedscope.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "a figure draws at most 64 images" in err and "Traceback" not in err

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from embedscope import names
-from embedscope.cli.common import add_device, add_force, dataset_name, positive_int, seed_int
+from embedscope.cli.common import (
+    MAX_FIGURE_IMAGES,
+    add_device,
+    add_force,
+    dataset_name,
+    figure_images,
+    positive_int,
+    seed_int,
+)
 from embedscope.names import DISTANCES
 
 
@@ -56,8 +64,9 @@ def add_parser(sub, parents):
     p.add_argument("--figure", metavar="FIG.png",
                    help="also draw the first --figure-images maps over their images, or pairs with --pairs "
                    "(PNG and PDF; every map is in the maps file)")
-    p.add_argument("--figure-images", type=positive_int, default=None, metavar="N",
-                   help="images (--pairs: pairs) drawn in the --figure figure, with --figure (default: 6)")
+    p.add_argument("--figure-images", type=figure_images, default=None, metavar="N",
+                   help=f"images (--pairs: pairs) drawn in the --figure figure, with --figure, at most {MAX_FIGURE_IMAGES} "
+                   "(default: 6)")
     p.add_argument("--name", help="model name in tables and figures (default: the checkpoint's file name)")
     p.add_argument("--arch", help="architecture of a bare state dict: "
                    f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")

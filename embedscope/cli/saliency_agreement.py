@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, positive_int
+from embedscope.cli.common import MAX_FIGURE_IMAGES, add_force, figure_images
 
 
 def add_parser(sub, parents):
@@ -16,7 +16,8 @@ def add_parser(sub, parents):
     p.add_argument("files", nargs="+", metavar="MAPS.h5", help="maps files, one per model (at least two)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="heat-maps of both matrices (PNG and PDF)")
     p.add_argument("--grid", metavar="GRID.png", help="image x model grid of the maps over the images")
-    p.add_argument("--grid-images", type=positive_int, default=None, help="images in the --grid figure, with --grid (default: 6)")
+    p.add_argument("--grid-images", type=figure_images, default=None, metavar="N",
+                   help=f"images in the --grid figure, with --grid, at most {MAX_FIGURE_IMAGES} (default: 6)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="model names, one per file (default: from the files)")
     p.add_argument("--families", nargs="+", metavar="FAMILY",
                    help="loss family per file: ranking, classification, untrained or other (another name forms "
