@@ -470,3 +470,23 @@ def test_an_unreadable_file(emb, tmp_path):
             assert rc == 1 and one_error_line(err, command).endswith("u.h5: cannot read (Permission denied)")
     finally:
         f.chmod(0o644)
+
+
+def test_an_hdf5_file_given_as_the_checkpoint_is_named(emb, tmp_path):
+    """`embed x.h5` / `saliency x.h5` said "neither torch.save's zip format nor its legacy format";
+    the file's kind is named (an embedding file, a maps file, another HDF5 file)."""
+    import h5py
+
+    for command in (["embed", emb, "--dataset", "digits", "-o", tmp_path / "o.h5"],
+                    ["saliency", emb, "--dataset", "digits", "-o", tmp_path / "m.h5"]):
+        rc, _, err = run_cli(command)
+        line = one_error_line(err, command[0])
+        assert rc == 1 and "not a PyTorch checkpoint but an embedding file (from 'embedscope embed'" in line
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["x"] = np.zeros(3)
+    rc, _, err = run_cli(["embed", other, "--dataset", "digits", "-o", tmp_path / "o.h5"])
+    assert rc == 1 and one_error_line(err, "embed").endswith("other.h5: not a PyTorch checkpoint but an HDF5 file; "
+                                                             "this command reads a checkpoint (from 'embedscope "
+                                                             "train' or torch.save)")
+    assert not (tmp_path / "o.h5").exists()

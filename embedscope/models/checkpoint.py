@@ -280,7 +280,28 @@ def _sniff(path: Path) -> str:
         return "safetensors"
     if not head:
         raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (the file is empty)")
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        raise EmbedscopeError(f"{path}: not a PyTorch checkpoint but {_hdf5_kind(path)}; this command reads a "
+                              "checkpoint (from 'embedscope train' or torch.save)")
     raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (neither torch.save's zip format nor its legacy format)")
+
+
+def _hdf5_kind(path: Path) -> str:
+    """What an HDF5 file given as a checkpoint is, in words: embedscope's embedding or saliency-maps file
+    (by its ``format`` attribute or its datasets), else another tool's HDF5 file."""
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            fmt = f.attrs.get("format")
+            fmt = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt
+            if fmt == "embedscope-saliency":
+                return "a saliency-maps file (from 'embedscope saliency')"
+            if "embeddings" in f and "labels" in f:
+                return "an embedding file (from 'embedscope embed' or 'import')"
+    except Exception:  # noqa: BLE001 - only to name the file's kind
+        pass
+    return "an HDF5 file"
 
 
 def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> Any:
