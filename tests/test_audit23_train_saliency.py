@@ -392,6 +392,11 @@ def test_the_figures_say_which_maps_are_all_zero(tmp_path):
     fig = agreement_heatmaps(res)
     caption = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
     assert "n/a = undefined" in caption and "b: all 2 maps all zero" in caption
+    from matplotlib.colors import to_rgb
+
+    na = [t for ax in fig.axes for t in ax.texts if t.get_text() == "n/a"]
+    # dark text on the light grey of an undefined cell (it was white: unreadable)
+    assert na and all(sum(to_rgb(t.get_color())) < 1.5 for t in na)
     plt.close(fig)
     # a block mean over the defined pairs says how many it left out
     c = load_maps(_maps_file(tmp_path / "c.h5", paths, rng.random((2, 4, 4)), name="c")).maps

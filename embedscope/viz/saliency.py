@@ -81,7 +81,9 @@ def agreement_heatmaps(res: dict[str, Any]):
                         txt = f"{v:.3f}\n±{s:.3f}" if M <= 8 else f"{v:.3f}"
                     frac = (v - vmin) / (vmax - vmin) if np.isfinite(v) and vmax > vmin else 0.5
                     dark = frac < 0.55 if cmap == "viridis" else frac > 0.45
-                    ax.text(j, i, txt, ha="center", va="center", fontsize=fs, color="white" if dark else "black")
+                    # an n/a cell is drawn light grey (the colour map's "bad"): dark text on it (white was unreadable)
+                    colour = "#333333" if not np.isfinite(v) else ("white" if dark else "black")
+                    ax.text(j, i, txt, ha="center", va="center", fontsize=fs, color=colour)
             for s0, s1, _f in _blocks(fams):
                 for t0, t1, _g in _blocks(fams):
                     ax.add_patch(Rectangle((t0 - 0.5, s0 - 0.5), t1 - t0, s1 - s0, fill=False, lw=1.8,
