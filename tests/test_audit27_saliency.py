@@ -204,3 +204,23 @@ def test_a_saliency_figure_of_too_many_images_is_a_usage_error(argv, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "a figure draws at most 64 images" in err and "Traceback" not in err
+
+
+def test_info_summarises_a_saliency_maps_file(tmp_path, capsys):
+    """`info maps.h5` refused the file ("a saliency-maps file ..., not an embedding file"); it now
+    shows what the file holds and how it was made, with names from the file escaped."""
+    from embedscope.cli import main
+    from embedscope.store.saliency import SaliencyMaps, save_maps
+
+    rng = np.random.default_rng(0)
+    sm = SaliencyMaps(maps=rng.random((3, 5, 4)).astype(np.float32), paths=["a", "b", "c"],
+                      labels=np.array([0, 1, 1]), class_names=["x", "y"],
+                      attrs={"name": "m\x1b[31m", "family": "ranking", "order": "paper", "n_samples": 7,
+                             "noise": 0.2, "distance": "cosine"})
+    save_maps(tmp_path / "m.h5", sm)
+    assert main(["info", str(tmp_path / "m.h5")]) == 0
+    out = capsys.readouterr().out
+    rows = {ln[:19].strip(): ln[19:].strip() for ln in out.splitlines()[2:] if ln.strip()}  # (the field column)
+    assert rows["kind"] == "saliency maps of 3 images" and rows["map size"] == "5 x 4"
+    assert rows["classes"] == "2" and rows["n_samples"] == "7" and rows["noise"] == "0.2"
+    assert rows["distance"] == "cosine" and "\x1b" not in out and "m\\x1b[31m" in out

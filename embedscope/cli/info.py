@@ -4,11 +4,13 @@ from __future__ import annotations
 
 
 def add_parser(sub, parents):
-    p = sub.add_parser("info", parents=parents, help="summarise an embedding file",
+    p = sub.add_parser("info", parents=parents, help="summarise an embedding or saliency-maps file",
                        description="Print N, D, classes, splits, properties and provenance of an HDF5 file. A file "
                        "whose embeddings hold NaN or inf rows (written by another tool; every analysis "
-                       "refuses it) is summarised too, with a row counting those rows and naming the first.")
-    p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5)")
+                       "refuses it) is summarised too, with a row counting those rows and naming the first. A "
+                       "saliency-maps file ('embedscope saliency') is summarised as such: its images, map size "
+                       "and the SmoothGrad settings.")
+    p.add_argument("file", metavar="FILE.h5", help="embedding file or saliency-maps file (.h5)")
     p.set_defaults(func=run)
     return p
 
@@ -33,12 +35,58 @@ def _nonfinite_row(es) -> dict | None:
             f"{es.paths[i]}; every analysis refuses the file"}
 
 
+def _is_maps_file(path) -> bool:
+    """Whether ``path`` is a saliency-maps file (its ``format`` attribute; anything else: False)."""
+    from embedscope.store.saliency import FORMAT
+
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            fmt = f.attrs.get("format")
+    except Exception:  # noqa: BLE001 - store.load says what is wrong with the file
+        return False
+    return (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt) == FORMAT
+
+
+def _maps_rows(path) -> list[dict]:
+    """The rows of a saliency-maps file: what it holds, then its SmoothGrad settings and provenance."""
+    import numpy as np
+
+    from embedscope.store.saliency import load_maps
+
+    sm = load_maps(path)
+    a = sm.attrs
+    what = (_count(sm.n, "pair", "pairs") + " (query + nearest retrieval)" if sm.kind == "pairs"
+            else _count(sm.n, "image", "images"))
+    rows = [
+        {"field": "file", "value": str(path)},
+        {"field": "kind", "value": f"saliency maps of {what}"},
+        {"field": "map size", "value": " x ".join(map(str, sm.maps.shape[1:]))},
+        {"field": "classes", "value": str(len(np.unique(sm.labels)))},
+        {"field": "images stored", "value": "yes" if sm.images is not None else "no"},
+    ]
+    for k in ("name", "family", "distance", "n_samples", "noise", "order", "seed", "input_size", "transform",
+              "dataset", "split", "train_classes", "root", "device", "precision", "checkpoint", "checkpoint_sha256",
+              "embedscope_version", "created", "format_version"):
+        if k in a and a[k] not in ("", None):
+            rows.append({"field": k, "value": str(a[k])})
+    cfg = a.get("checkpoint_config")
+    if isinstance(cfg, dict):
+        rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
+            "arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset"))})
+    return rows
+
+
 def run(args) -> int:
     import numpy as np
 
     from embedscope import store
     from embedscope.tables import format_number, format_table
 
+    if _is_maps_file(args.file):
+        print(format_table(_maps_rows(args.file), ["field", "value"]))  # (every cell escaped)
+        return 0
     es = store.load(args.file, finite=False)  # NaN / inf rows (a foreign writer): info is how a user finds them
     nonfinite = _nonfinite_row(es)
     s = es.summary()
