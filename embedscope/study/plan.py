@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.text import quoted
 
 # configuration columns of every study row (from the checkpoint's stored config)
 CONFIG_COLUMNS = ["dataset", "arch", "loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize",
@@ -191,28 +192,116 @@ def _run_name(f: Path) -> str:
     return f.stem
 
 
+def _yaml_loader():
+    """PyYAML's SafeLoader refusing a key given twice in one mapping (PyYAML keeps the last silently:
+    an entry with two ``path:`` lines would measure the second file only)."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen: set[Any] = set()
+        for k, _ in node.value:
+            key = loader.construct_object(k, deep=deep)
+            try:
+                dup = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: PyYAML's own error below
+                dup = False
+            if dup:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {quoted(key)} is given twice in one "
+                                                        "mapping", k.start_mark)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return _Loader
+
+
+def _yaml_error(e) -> str:
+    """PyYAML's error in one line: what is wrong and where (line, column), not its first line alone
+    ("while parsing a block mapping") nor the name of the string it read."""
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    if not problem:
+        return " ".join(str(e).split())
+    return " ".join(str(problem).split()) + (f" at line {mark.line + 1}, column {mark.column + 1}" if mark else "")
+
+
+_YAML_KINDS = {dict: "a mapping", list: "a list", type(None): "empty (null)"}
+
+
 def _yaml_sources(path: Path) -> list[tuple[Path, str, dict[str, Any]]]:
+    """(checkpoint, run name, tags) of a YAML list. Refused with one line naming the item: a file that is
+    not UTF-8 text, a key given twice, top-level keys other than ``checkpoints``, an item without a
+    ``path`` or whose ``path`` / ``name`` is not one value, ``tags`` that are not a mapping, a tag whose
+    name is not text or whose value is not one value (a mapping is most often ``tag:`` for ``tags:``),
+    and two items that name the same checkpoint file (it would count as two runs of the statistics).
+    A date tag (``2024-05-01``) is its ISO text."""
+    import datetime
+
     import yaml
 
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EmbedscopeError(f"{path}: is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                              "save the YAML file as UTF-8") from None
+    except OSError as e:
+        raise EmbedscopeError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        doc = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
-        raise EmbedscopeError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise EmbedscopeError(f"{path}: not valid YAML ({_yaml_error(e)})") from None
+    if isinstance(doc, dict):
+        other = [k for k in doc if k != "checkpoints"]
+        if other:
+            raise EmbedscopeError(f"{path}: unknown key {quoted(other[0])} (a study list has one key, 'checkpoints', "
+                                  "holding the list of checkpoints)")
     items = doc.get("checkpoints") if isinstance(doc, dict) else doc
     if not isinstance(items, list) or not items:
         raise EmbedscopeError(f"{path}: expected a list of checkpoints (or a 'checkpoints:' list)")
+
+    def kind(v: Any) -> str:  # a value named in a message: a scalar as it is, else what it is
+        return quoted(v) if isinstance(v, (str, int, float, bool)) else _YAML_KINDS.get(type(v), f"a {type(v).__name__}")
+
+    def scalar(v: Any) -> bool:  # (null: no value, as a config column the checkpoint lacks)
+        return v is None or isinstance(v, (str, int, float, bool))
+
     out = []
-    for i, it in enumerate(items):
+    files: dict[str, int] = {}
+    for i, it in enumerate(items, 1):
         if isinstance(it, str):
             it = {"path": it}
         if not isinstance(it, dict) or "path" not in it:
-            raise EmbedscopeError(f"{path}: item {i + 1} needs a 'path'")
-        tags = dict(it.get("tags") or {})
+            raise EmbedscopeError(f"{path}: item {i} needs a 'path'")
+        if not isinstance(it["path"], str) or not it["path"].strip():
+            raise EmbedscopeError(f"{path}: item {i}: 'path' must be the checkpoint's file path, got {kind(it['path'])}")
+        if "name" in it and not (isinstance(it["name"], (str, int, float)) and str(it["name"]).strip()):
+            raise EmbedscopeError(f"{path}: item {i}: 'name' must be the run's name (text), got {kind(it['name'])}")
+        raw_tags = it.get("tags")
+        if raw_tags is not None and not isinstance(raw_tags, dict):
+            raise EmbedscopeError(f"{path}: item {i}: 'tags' must be a mapping (name: value), got {kind(raw_tags)}")
+        tags = dict(raw_tags or {})
         tags.update({k: v for k, v in it.items() if k not in ("path", "tags", "name")})
-        ck = Path(os.path.expanduser(str(it["path"])))
+        for k, v in tags.items():
+            if isinstance(v, datetime.date):
+                tags[k] = v = v.isoformat()
+            if not isinstance(k, str) or not k.strip():
+                raise EmbedscopeError(f"{path}: item {i}: a tag is named by text, got the key {quoted(k)}")
+            if not scalar(v):
+                hint = " (for several tags write 'tags:')" if k == "tag" and isinstance(v, dict) else ""
+                raise EmbedscopeError(f"{path}: item {i}: the tag {quoted(k)} must be one value (text or a "
+                                      f"number), got {kind(v)}{hint}")
+        ck = Path(os.path.expanduser(it["path"]))
         if not ck.is_absolute():
             ck = path.parent / ck
-        out.append((ck, str(it.get("name") or ck.stem), tags))
+        name = str(it.get("name") or ck.stem)
+        same = os.path.normcase(os.path.realpath(ck))
+        if same in files:
+            raise EmbedscopeError(f"{path}: items {files[same]} and {i} name the same checkpoint file {ck}: it would "
+                                  "count as two runs; list each checkpoint once")
+        files[same] = i
+        out.append((ck, name, tags))
     return out
 
 

@@ -582,7 +582,9 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
 
 def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
     fig_dir = d / "figures"
-    caps = {"fig5_structure_vs_target": "Fig. 5 layout: training-set structure vs test target, one point per objective",
+    # (the target as the page names it: 'train rho' is no test target)
+    caps = {"fig5_structure_vs_target": f"Fig. 5 layout: training-set structure vs {_target(stats)}, one point per "
+                                        "objective",
             "fig4_metric_correlations": "Fig. 4 layout: correlation between test metrics across objectives",
             "ranking_by_tau": "Measures ranked by |Kendall τ| over runs"}
     drawn = stats.get("figures")  # the figures drawn with these statistics (figures/ may hold an earlier run's)
@@ -623,8 +625,11 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
         cols.append(("status", "status"))
     if any_excl:
         cols.append(("excluded", "excluded"))
-    # the user's own tags that differ between runs (a YAML study's p_switch, note, ...): a column each
-    tags = [k for k in sorted(have) if k.startswith("tag:") and k != "tag:objective" and len(_distinct(runs, k)) > 1]
+    # the user's own tags that differ between runs (a YAML study's p_switch, note, ...): a column each; also a
+    # tag that only some runs have, which tells objectives apart as well (an axis: its value or none)
+    axes = {str(a) for a in stats.get("axes") or []}
+    tags = [k for k in sorted(have) if k.startswith("tag:") and k != "tag:objective"
+            and (len(_distinct(runs, k)) > 1 or k in axes)]
     cols += [("objective", "objective"), *((k, k.removeprefix("tag:")) for k in tags),
              ("selection", "selection"), ("epoch", "epoch"), ("seed", "seed"),
              ("normalize", "L2-normalised"), (target, f"{target} ({_target(stats).split(' ', 1)[0]})"),
@@ -708,6 +713,10 @@ def build_report(study_dir: str | os.PathLike) -> str:
         raise EmbedscopeError(f"{d}: is a file, expected a study folder")
     for f in ("study.json", "correlations.json", "runs.csv"):
         if not (d / f).exists():
+            if f != "study.json" and (d / "rows").is_dir():  # a study stopped before its tables (Ctrl-C)
+                n = sum(1 for _ in (d / "rows").glob("*.json"))
+                raise EmbedscopeError(f"{d}: an unfinished study ({n} row{'' if n == 1 else 's'} measured, no {f}): "
+                                      "run the same 'embedscope study' command again to finish it")
             raise EmbedscopeError(f"{d}: not a finished study folder (no {f}; run 'embedscope study' first)")
     meta, stats, runs = _read_study(d)
     by: dict[str, dict[str, Any]] = {}

@@ -375,7 +375,8 @@ def check_exclude_not_circular(exprs) -> None:
             raise _names_excluded(expr)
 
 
-def _exclude_mask(df, exprs) -> np.ndarray:
+def _exclude_mask(df, exprs, each: list | None = None) -> np.ndarray:
+    """The rows that ``exprs`` leave out; ``each`` (a list) receives (expression, column, operator, its own mask)."""
     from embedscope.errors import UsageError
 
     ops = {">": np.greater, ">=": np.greater_equal, "<": np.less, "<=": np.less_equal}
@@ -398,12 +399,25 @@ def _exclude_mask(df, exprs) -> np.ndarray:
                 raise UsageError(f"--exclude '{expr}': the column '{col}' holds text, not numbers: compare it "
                                  "with == or !=")
             with np.errstate(invalid="ignore"):
-                m |= ops[op](num, val) & np.isfinite(num)
+                mi = ops[op](num, val) & np.isfinite(num)
         else:
-            eq = v.map(lambda s, val=val: _num(s) == val if isinstance(val, float) else str(s) == str(val))
-            eq = eq.to_numpy(dtype=bool)
-            m |= eq if op == "==" else ~eq
+            eq = v.map(lambda s, val=val: _equals(s, val)).to_numpy(dtype=bool)
+            mi = eq if op == "==" else ~eq
+        m |= mi
+        if each is not None:
+            each.append((expr, c, op, mi))
     return m
+
+
+def _equals(cell, val) -> bool:
+    """A cell against an ``--exclude`` value: a number as a number; a true/false column (normalize,
+    frozen_bn, freeze_bn_affine) against true/false in any case ('normalize==true', as YAML and JSON
+    write it, left nothing out: the cell reads 'True'); else as text."""
+    if isinstance(val, float):
+        return _num(cell) == val
+    if str(cell) in ("True", "False") and str(val).lower() in ("true", "false"):
+        return str(cell).lower() == str(val).lower()
+    return str(cell) == str(val)
 
 
 def _given(v) -> bool:
@@ -439,12 +453,17 @@ def _varying(df, cols) -> list[str]:
 
 
 def _independent(df, cols: list[str]) -> list[str]:
-    """Drop an axis whose value is fixed by an earlier one (e.g. the miner and loss family by the loss)."""
+    """Drop an axis whose value is fixed by an earlier one (e.g. the miner and loss family by the loss).
+    A missing value (None, NaN: a setting some configs lack) is a value of its own, as in :func:`_varying`
+    (pandas 3 keeps it missing through ``astype(str)``, and ``nunique`` and ``groupby`` left it out: a
+    loss trained with and without ``weights`` had the weights dropped as "fixed by the loss", and its
+    runs were averaged into one objective)."""
     keep: list[str] = []
     for c in cols:
         dependent = False
         for a in keep:
-            if df.groupby(df[a].astype(str))[c].apply(lambda v: v.astype(str).nunique()).max() <= 1:
+            if df.groupby(df[a].astype(str), dropna=False)[c].apply(
+                    lambda v: v.astype(str).nunique(dropna=False)).max() <= 1:
                 dependent = True
                 break
         if not dependent:
@@ -550,11 +569,23 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
     df["beats_untrained"] = bt
     primary = _primary_mask(df) & ok
     df["primary"] = primary
+    unmatched: dict[str, dict[str, Any]] = {}
     if len(exclude or []):
         # --exclude may name the objective: as labelled over the selected runs before anything is left out
         named = {c for c, _, _, _ in check_exclude(exclude)}
         before = df.assign(objective=_objectives(df, primary)[1]) if "objective" in named else df
-        excluded = _exclude_mask(before, exclude)
+        each: list = []
+        excluded = _exclude_mask(before, exclude, each)
+        for expr, col, op, mi in each:  # one that leaves no run out (a misspelt value): said, with the runs' values
+            if not (mi & primary).any():
+                cells = before.loc[primary, col]
+                if op in ("==", "!="):
+                    vals = sorted({str(v) for v in cells if _given(v)})
+                    unmatched[expr] = {"column": col, "values": vals if len(vals) <= 8 else []}
+                else:  # a comparison: the range of the values
+                    num = np.array([_num(v) for v in cells], dtype=np.float64)
+                    num = num[np.isfinite(num)]
+                    unmatched[expr] = {"column": col, "range": [float(num.min()), float(num.max())] if num.size else []}
     else:
         excluded = np.zeros(len(df), bool)
     use = primary & ~excluded
@@ -652,6 +683,8 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         obs = OB[m].to_numpy(np.float64)
         obs = obs[np.isfinite(obs)]
         between = float(np.std(obs, ddof=1)) if obs.size > 1 else float("nan")
+        if obs.size > 1 and constant_rows(obs)[0]:  # the same at every objective up to rounding (the means of
+            between = 0.0  # equal values over other seeds): no spread between them, not a ratio of 1e14
         rr.update(seed_sd_within=within, sd_between_objectives=between,
                   seed_spread_ratio=(within / between if between and np.isfinite(between) and between > 0
                                      else float("nan")))
@@ -688,6 +721,8 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         "target_split": target_split,
         "target_direction": direction,
         "exclude": list(exclude or []),
+        # each --exclude that leaves out no selected run: its column and the values the runs hold there
+        "exclude_unmatched": unmatched,
         "undefined": _undefined_runs(P, [target] + measures, why_col),
         "n_boot": int(n_boot),
         "seed": int(seed),
@@ -793,6 +828,13 @@ def study_notes(stats: dict[str, Any]) -> list[str]:
     reasons the measures gave). The terminal and the report print the same lines."""
     n = stats.get("n_points", {})
     lines: list[str] = []
+    for expr, u in (stats.get("exclude_unmatched") or {}).items():
+        u = u if isinstance(u, dict) else {}
+        vals = [str(v) for v in u.get("values") or []]
+        rng = u.get("range") if isinstance(u.get("range"), list) and len(u.get("range")) == 2 else None
+        lines.append(f"--exclude '{expr}' leaves out no run" + (
+            f" (the runs' values of {u.get('column')}: {', '.join(vals)})" if vals else
+            f" (the runs' {u.get('column')} is from {_g(rng[0])} to {_g(rng[1])})" if rng else ""))
     if n.get("runs", 0) == 0:
         why = (f"--exclude left out all {n.get('excluded')}" if n.get("excluded") else
                "no checkpoint was measured" if n.get("errors") else "the study has no run")
@@ -830,6 +872,13 @@ def study_notes(stats: dict[str, Any]) -> list[str]:
                      f"{'it has' if one else 'they have'} (each mean and sd is over the seeds with a "
                      f"value; correlations.json 'objectives': <measure>_n, n_failed): {_short_list(fewer)}")
     return lines
+
+
+def _g(v) -> str:
+    try:
+        return f"{float(v):.4g}"
+    except (TypeError, ValueError):
+        return str(v)
 
 
 def _fewer_seeds(stats: dict[str, Any]) -> list[str]:
