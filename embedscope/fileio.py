@@ -440,9 +440,10 @@ def write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> Pa
 
 def read_paths_file(path) -> list[str]:
     """The paths listed in a paths file (``saliency --paths-file``, ``neighbours --paths-file``): one
-    per line, UTF-8 (a leading byte-order mark ignored), the spaces around each removed; a blank line is skipped and a line that starts
-    with ``#`` is a comment (a ``#`` after a path is part of the path). One-line errors: no such
-    file, an unreadable one, one that is not UTF-8, one that lists no path."""
+    per line, UTF-8 (a leading byte-order mark ignored), the spaces around each removed; a blank line
+    is skipped and a line that starts with ``#`` is a comment (a ``#`` after a path is part of the
+    path). One-line errors: no such file, an unreadable one, one that is not UTF-8, one that lists no
+    path."""
     p = Path(path)
     if not p.is_file():
         raise EmbedscopeError(f"{p}: no such paths file")
