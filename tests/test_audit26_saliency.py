@@ -28,7 +28,10 @@ from embedscope.cli import main
 def _run(args):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([str(a) for a in args])
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's usage errors
+            rc = e.code
     return rc, out.getvalue(), err.getvalue()
 
 

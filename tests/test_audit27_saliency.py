@@ -20,37 +20,16 @@ the files, the JSON and the CSVs. Bugs found here, each with its test below:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 
 import numpy as np
 import pytest
 import torch
+from test_audit26_saliency import _ckpt, _run
 
 from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
-
-
-def _run(args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main([str(a) for a in args])
-        except SystemExit as e:  # argparse's usage errors
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def _ckpt(path, seed, **config):
-    from embedscope.models import build_model, default_config, save_checkpoint
-
-    torch.manual_seed(seed)
-    cfg = default_config("digits_cnn", embed_dim=8)
-    cfg.update(config)
-    save_checkpoint(path, build_model(cfg), cfg)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +176,6 @@ def test_a_paths_file_with_a_byte_order_mark(tmp_path):
                                   ["saliency-agreement", "a.h5", "b.h5", "--grid", "g.png", "--grid-images", "300"]])
 def test_a_saliency_figure_of_too_many_images_is_a_usage_error(argv, capsys):
     """300 images made a 900 x 93,125 px PNG in 3 minutes: a figure draws at most 64 (every map is in the file)."""
-    from embedscope.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -209,7 +187,6 @@ def test_a_saliency_figure_of_too_many_images_is_a_usage_error(argv, capsys):
 def test_info_summarises_a_saliency_maps_file(tmp_path, capsys):
     """`info maps.h5` refused the file ("a saliency-maps file ..., not an embedding file"); it now
     shows what the file holds and how it was made, with names from the file escaped."""
-    from embedscope.cli import main
     from embedscope.store.saliency import SaliencyMaps, save_maps
 
     rng = np.random.default_rng(0)

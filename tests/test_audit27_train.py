@@ -25,16 +25,7 @@ import numpy as np
 import pytest
 import torch
 from cli_run import run_cli
-
-DIGITS = ["--dataset", "digits", "--embed-dim", "4", "--eval-every", "0", "--no-progress"]
-
-
-def _error_line(args, rc: int) -> str:
-    code, out, err = run_cli(args)
-    assert code == rc, (code, out, err)
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
-    return lines[0]
+from test_audit26_train import DIGITS, _error_line
 
 
 def _rows(path):

@@ -292,17 +292,11 @@ def test_saliency_pairs_rows_fit_their_square_pictures(n):
     1.6 in tall in slots narrower than that, so the pictures sat in the middle of their slots and
     half an inch of empty canvas lay between the title and the column titles); the captions stay
     clear of the query's map and the colour bar of the pictures."""
-    from embedscope.store.saliency import SaliencyMaps
+    from test_audit_figures import pairs_maps
+
     from embedscope.viz.saliency import pairs_figure
 
-    rng = np.random.default_rng(0)
-    maps = rng.uniform(size=(n, 8, 8)).astype(np.float32)
-    imgs = rng.integers(0, 255, size=(n, 8, 8)).astype(np.uint8)
-    sm = SaliencyMaps(maps=maps, paths=[f"digits/{i:04d}" for i in range(n)], labels=np.arange(n) % 3,
-                      class_names=["6", "8", "9"], images=imgs,
-                      retrieval={"maps": maps, "paths": [f"digits/{i + 1000:04d}" for i in range(n)],
-                                 "labels": (np.arange(n) + 1) % 3, "images": imgs, "distance": np.full(n, 0.379)},
-                      attrs={"distance": "euclidean"})
+    sm = pairs_maps(n)
     fig = pairs_figure(sm, n_pairs=n)
     fig.canvas.draw()
     r = fig.canvas.get_renderer()

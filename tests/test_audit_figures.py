@@ -323,18 +323,24 @@ def test_saliency_pairs_retrieval_caption_clears_the_query_map():
         _pairs_captions_clear(n)
 
 
-def _pairs_captions_clear(n: int) -> None:
+def pairs_maps(n: int):
+    """A pairs maps file's contents of ``n`` digits-sized queries and their retrievals (random maps)."""
     from embedscope.store.saliency import SaliencyMaps
-    from embedscope.viz.saliency import pairs_figure
 
     rng = np.random.default_rng(0)
     maps = rng.uniform(size=(n, 8, 8)).astype(np.float32)
     imgs = rng.integers(0, 255, size=(n, 8, 8)).astype(np.uint8)
-    sm = SaliencyMaps(maps=maps, paths=[f"digits/{i:04d}" for i in range(n)], labels=np.arange(n) % 3,
-                      class_names=["6", "8", "9"], images=imgs,
-                      retrieval={"maps": maps, "paths": [f"digits/{i + 1000:04d}" for i in range(n)],
-                                 "labels": (np.arange(n) + 1) % 3, "images": imgs, "distance": np.full(n, 0.379)},
-                      attrs={"distance": "euclidean"})
+    return SaliencyMaps(maps=maps, paths=[f"digits/{i:04d}" for i in range(n)], labels=np.arange(n) % 3,
+                        class_names=["6", "8", "9"], images=imgs,
+                        retrieval={"maps": maps, "paths": [f"digits/{i + 1000:04d}" for i in range(n)],
+                                   "labels": (np.arange(n) + 1) % 3, "images": imgs, "distance": np.full(n, 0.379)},
+                        attrs={"distance": "euclidean"})
+
+
+def _pairs_captions_clear(n: int) -> None:
+    from embedscope.viz.saliency import pairs_figure
+
+    sm = pairs_maps(n)
     fig = pairs_figure(sm, n_pairs=n)
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
