@@ -226,15 +226,21 @@ def test_densest_part_box_lies_within_the_map_as_drawn(knot):
     maps = [ax for ax in fig.axes if ax not in zooms]
     for ax, zax in zip(maps, zooms):
         assert "densest part" in zax.get_title()
-        box = [p for p in ax.patches if isinstance(p, Rectangle)][0]
-        (mx0, mx1), (my0, my1) = ax.get_xlim(), ax.get_ylim()
-        x0, y0 = box.get_xy()
-        x1, y1 = x0 + box.get_width(), y0 + box.get_height()
-        assert mx0 < x0 < x1 < mx1 and my0 < y0 < y1 < my1
-        assert (x0, x1, y0, y1) == pytest.approx((*zax.get_xlim(), *zax.get_ylim()), rel=1e-12)
+        x0, x1, y0, y1 = _box_within_map(ax, zax)
         bb = zax.get_window_extent()
         assert (x1 - x0) / bb.width == pytest.approx((y1 - y0) / bb.height, rel=0.02)
 
+
+def _box_within_map(ax, zax):
+    """The dashed box on map ``ax`` (x0, x1, y0, y1): inside the map's window (all four sides seen) and
+    exactly the zoom ``zax``'s window."""
+    box = [p for p in ax.patches if isinstance(p, Rectangle)][0]
+    (mx0, mx1), (my0, my1) = ax.get_xlim(), ax.get_ylim()
+    x0, y0 = box.get_xy()
+    x1, y1 = x0 + box.get_width(), y0 + box.get_height()
+    assert mx0 < x0 < x1 < mx1 and my0 < y0 < y1 < my1
+    assert (x0, x1, y0, y1) == pytest.approx((*zax.get_xlim(), *zax.get_ylim()), rel=1e-12)
+    return x0, x1, y0, y1
 
 
 def test_compact_class_box_at_the_map_edge_lies_within_the_map_as_drawn():
@@ -255,12 +261,7 @@ def test_compact_class_box_at_the_map_edge_lies_within_the_map_as_drawn():
     maps = [ax for ax in fig.axes if ax not in zooms]
     for ax, zax in zip(maps, zooms):
         assert "densest part" not in zax.get_title()
-        box = [p for p in ax.patches if isinstance(p, Rectangle)][0]
-        (mx0, mx1), (my0, my1) = ax.get_xlim(), ax.get_ylim()
-        x0, y0 = box.get_xy()
-        x1, y1 = x0 + box.get_width(), y0 + box.get_height()
-        assert mx0 < x0 < x1 < mx1 and my0 < y0 < y1 < my1
-        assert (x0, x1, y0, y1) == pytest.approx((*zax.get_xlim(), *zax.get_ylim()), rel=1e-12)
+        x0, x1, y0, y1 = _box_within_map(ax, zax)
         off = 0.2 if ax is maps[1] else 0.0
         C = Y[lab == 2] + off
         assert np.mean((C[:, 0] >= x0) & (C[:, 0] <= x1) & (C[:, 1] >= y0) & (C[:, 1] <= y1)) > 0.97  # (its 2-98% box)
