@@ -10,7 +10,7 @@ def add_parser(sub, parents):
                        "refuses it) is summarised too, with a row counting those rows and naming the first. A "
                        "saliency-maps file ('embedscope saliency') is summarised as such: its images, map size "
                        "and the SmoothGrad settings.")
-    p.add_argument("file", metavar="FILE.h5", help="embedding file or saliency-maps file (.h5)")
+    p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5), or a saliency-maps file")
     p.set_defaults(func=run)
     return p
 
