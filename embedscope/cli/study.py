@@ -52,7 +52,9 @@ def add_parser(sub, parents):
                    help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     p.add_argument("--no-progress", action="store_true", help="no progress bar, and fewer lines")
-    p.add_argument("--force", action="store_true", help="recompute finished rows / reuse a folder with other settings")
+    p.add_argument("--force", action="store_true",
+                   help="start the study again: remove its finished rows and measure every checkpoint "
+                   "(also in a folder with other settings)")
     p.set_defaults(func=run)
     return p
 

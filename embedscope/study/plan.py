@@ -129,7 +129,14 @@ def _run_files(final: Path, mode: str) -> list[tuple[Path, str]]:
 
 
 def _sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str, Any]]]:
-    """(checkpoint, run name, user tags) of a grid folder, a YAML list or a glob."""
+    """(checkpoint, run name, user tags) of a grid folder, a YAML list or a glob; the run names that
+    come from file names made unique (:func:`_unique_run_names`)."""
+    return _unique_run_names(_named_sources(source))
+
+
+def _named_sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str, Any], bool]]:
+    """(checkpoint, run name, user tags, whether the name is given: a train-grid run's, a YAML ``name``)
+    of a grid folder, a YAML list or a glob."""
     src = str(source)
     p = Path(src)
     if p.is_dir():
@@ -143,29 +150,30 @@ def _sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str, Any]]
                     continue
                 if r.get("status") == "diverged":  # no final checkpoint: an error row of the study, said
                     why = str(r.get("failure") or "").strip() or "see its train-grid row"
-                    out.append((p / str(r["name"]), r["name"], {"_diverged": f"the run diverged in train-grid: {why}"}))
+                    out.append((p / str(r["name"]), r["name"], {"_diverged": f"the run diverged in train-grid: {why}"},
+                                True))
                     continue
                 # train-grid writes every checkpoint into its folder: the path in grid.csv is as given
                 # to train-grid (relative to where it ran), so it is read from this folder, never
                 # resolved against the working folder (another grid there would be measured instead)
                 ck = p / Path(str(r["checkpoint"]).replace("\\", "/")).name
-                out.append((ck, r["name"], {}))
+                out.append((ck, r["name"], {}, True))
             if not out:
                 raise EmbedscopeError(f"{grid}: no trained runs listed")
             return out
         files = sorted(p.glob("*.pt"))
         if not files:
             raise EmbedscopeError(f"{p}: no grid.csv and no *.pt checkpoints in the folder")
-        return [(f, f.stem, {}) for f in files]
+        return [(f, f.stem, {}, False) for f in files]
     if p.suffix.lower() in (".yaml", ".yml") and p.exists():
         return _yaml_sources(p)
     if p.is_file():
-        return [(p, p.stem, {})]
+        return [(p, p.stem, {}, False)]
     files = sorted(Path(f) for f in _glob.glob(src, recursive=True))
     files = [f for f in files if f.is_file()]
     if not files:
         raise EmbedscopeError(f"{src}: no such folder, YAML file or matching checkpoint")
-    return [(f, _run_name(f), {}) for f in files]
+    return [(f, _run_name(f), {}, False) for f in files]
 
 
 def _refuse_run_folder_files(sources: list[tuple[Path, str, dict[str, Any]]]) -> None:
@@ -190,6 +198,58 @@ def _run_name(f: Path) -> str:
     if f.parent.name.endswith(".pt.train"):
         return f.parent.name[: -len(".pt.train")] + "@" + f.stem
     return f.stem
+
+
+def _unique_run_names(items: list[tuple[Path, str, dict[str, Any], bool]]) -> list[tuple[Path, str, dict[str, Any]]]:
+    """(checkpoint, run name, tags) of ``items`` with every run name taken from a file name unique.
+
+    Two checkpoints of one file name in other folders (``a/model.pt`` and ``b/model.pt``: a glob
+    ``'*/model.pt'``, a YAML list without ``name``) would be one run name, and where no setting varies
+    the run name is the objective's label (:func:`embedscope.study.stats._objectives`): two runs would
+    be averaged as seeds of one objective. Each group of such names takes the fewest parent folders
+    (of the absolute path, ``/``-joined) that tell its files apart and from every other name:
+    ``a/model``, ``b/model``; files of one folder that differ in their extension only keep it
+    (``model.pt``, ``model.pth``). A name that is given (a train-grid run's, a YAML ``name``) and a
+    name that is unique already stay as they are, so the entries, and the rows a study resumes,
+    of such sources keep their ids."""
+    names = [n for _, n, _, _ in items]
+    count: dict[str, int] = {}
+    for n in names:
+        count[n] = count.get(n, 0) + 1
+    renamed = [i for i, (_, n, _, given) in enumerate(items) if not given and count[n] > 1]
+    if not renamed:
+        return [(f, n, t) for f, n, t, _ in items]
+    keep = {n for i, n in enumerate(names) if i not in set(renamed)}
+    groups: dict[str, list[int]] = {}
+    for i in renamed:
+        groups.setdefault(names[i], []).append(i)
+
+    def folders(f: Path) -> tuple[str, ...]:  # the folders above the run's file (its .pt.train folder's), nearest first
+        a = Path(os.path.abspath(f))
+        base = a.parent.parent if a.parent.name.endswith(".pt.train") else a.parent
+        return tuple(reversed(base.parts[1:] if base.anchor else base.parts))
+
+    def with_suffix(f: Path, n: str) -> str:  # the name with the file's extension (files of one folder)
+        return n + f.suffix if f.suffix else n
+
+    out = list(names)
+    for n, idx in groups.items():
+        depth = max(len(folders(items[i][0])) for i in idx)
+        levels = [(k, False) for k in range(1, depth + 1)] + [(k, True) for k in range(depth + 1)]
+        for k, suffix in levels:
+            cand = []
+            for i in idx:
+                f = items[i][0]
+                last = with_suffix(f, n) if suffix else n
+                cand.append("/".join([*reversed(folders(f)[:k]), last]))
+            if len(set(cand)) == len(cand) and not keep.intersection(cand):
+                break
+        else:  # (only a given name equal to every candidate) numbered, in the source's order
+            cand = [f"{n}#{j}" for j, _ in enumerate(idx, 1)]
+        for i, c in zip(idx, cand):
+            out[i] = c
+        keep.update(cand)
+    return [(f, out[i], t) for i, (f, _, t, _) in enumerate(items)]
 
 
 def _yaml_loader():
@@ -230,13 +290,13 @@ def _yaml_error(e) -> str:
 _YAML_KINDS = {dict: "a mapping", list: "a list", type(None): "empty (null)"}
 
 
-def _yaml_sources(path: Path) -> list[tuple[Path, str, dict[str, Any]]]:
-    """(checkpoint, run name, tags) of a YAML list. Refused with one line naming the item: a file that is
-    not UTF-8 text, a key given twice, top-level keys other than ``checkpoints``, an item without a
-    ``path`` or whose ``path`` / ``name`` is not one value, ``tags`` that are not a mapping, a tag whose
-    name is not text or whose value is not one value (a mapping is most often ``tag:`` for ``tags:``),
-    and two items that name the same checkpoint file (it would count as two runs of the statistics).
-    A date tag (``2024-05-01``) is its ISO text."""
+def _yaml_sources(path: Path) -> list[tuple[Path, str, dict[str, Any], bool]]:
+    """(checkpoint, run name, tags, whether the item names the run) of a YAML list. Refused with one
+    line naming the item: a file that is not UTF-8 text, a key given twice, top-level keys other than
+    ``checkpoints``, an item without a ``path`` or whose ``path`` / ``name`` is not one value, ``tags``
+    that are not a mapping, a tag whose name is not text or whose value is not one value (a mapping is
+    most often ``tag:`` for ``tags:``), and two items that name the same checkpoint file (it would
+    count as two runs of the statistics). A date tag (``2024-05-01``) is its ISO text."""
     import datetime
 
     import yaml
@@ -301,7 +361,7 @@ def _yaml_sources(path: Path) -> list[tuple[Path, str, dict[str, Any]]]:
             raise EmbedscopeError(f"{path}: items {files[same]} and {i} name the same checkpoint file {ck}: it would "
                                   "count as two runs; list each checkpoint once")
         files[same] = i
-        out.append((ck, name, tags))
+        out.append((ck, name, tags, bool(it.get("name"))))
     return out
 
 

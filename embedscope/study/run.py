@@ -556,6 +556,33 @@ def _row_path(out_dir: Path, eid: str) -> Path:
     return out_dir / "rows" / f"{eid}.json"
 
 
+def _remove_rows(rows_dir: Path) -> list[Path]:
+    """Remove the rows a study wrote in ``rows_dir`` (``--force``: the study starts again, every row is
+    measured again) -> the files removed. A row is ``<id>.json`` holding a JSON object with that ``id``,
+    its ``run`` and ``status``; any other file (another name, other content, a damaged row, a folder) is
+    left as it is. Left behind, the rows of a study with other settings would clutter the folder and,
+    with the same ids, be read back as finished rows when the forced study is stopped and resumed."""
+    gone: list[Path] = []
+    try:
+        files = sorted(rows_dir.glob("*.json"))
+    except OSError:
+        return gone
+    for f in files:
+        try:
+            if not f.is_file() or f.is_symlink():
+                continue
+            r = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(r, dict) and r.get("id") == f.stem and "run" in r and "status" in r:
+            try:
+                f.unlink()
+            except FileNotFoundError:
+                continue
+            gone.append(f)
+    return gone
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON value of ``path``; a file that cannot be read or is not valid JSON is one
     :class:`EmbedscopeError` line naming it and what is wrong."""
@@ -730,7 +757,8 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
     worker_processes : the local workers are processes (one per worker, each importing torch) instead
         of single-threaded worker threads in this process (the default).
     scheduler : address of an existing Dask scheduler (``tcp://host:8786``) instead of a local cluster.
-    force : recompute finished rows (the embedding cache is still used; it is keyed by content).
+    force : start again: the finished rows in ``rows/`` are removed and every row is measured again (the
+        embedding cache is still used; it is keyed by content).
     target, exclude, n_boot, seed : statistics (:func:`embedscope.study.stats.study_statistics`).
     on_row : called in this process with each row as it is written (tests stop a study here).
     progress : on a terminal (stderr), a bar over the checkpoints to measure; ``echo`` prints the lines.
@@ -931,6 +959,10 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                             if measures is None or any(m.startswith(p) for m in measures)}},
             "versions": _versions(), "stats_code": _stats_code(), "code": code_fingerprint(), "host": platform.node(),
             "started": started, "entries": len(entries)}
+    if force:  # the study starts again: no row of the study it replaces is left to be read back (before study.json)
+        gone = _remove_rows(out_dir / "rows")
+        if gone:
+            say(f"study: --force: removed the {len(gone)} row(s) of the study in {out_dir} (every row is measured again)")
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
 
     import uuid
@@ -947,8 +979,10 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 r = json.loads(rp.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # a damaged row is measured again
-            if (isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id and _unchanged(r, e.checkpoint)
-                    and same_data(r)):
+            # (the run too: two run names can make one id, "a/model" and "a_model", and an earlier version
+            # named the files a/model.pt and b/model.pt both "model")
+            if (isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id
+                    and r.get("run", e.run) == e.run and _unchanged(r, e.checkpoint) and same_data(r)):
                 # a row of an earlier version lacks the config columns added since: from the checkpoint's
                 # config as planned (else it would be another objective than the same run's new rows)
                 for k, v in config_columns(e.config or {}).items():
