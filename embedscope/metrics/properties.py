@@ -47,7 +47,9 @@ the union of its properties' bands is ranked once (``_union_rows``),
 with the keys read from a table between the distinct rows when X has few of them. A nearly collapsed
 model with a few far rows (outliers, :func:`~embedscope.metrics.search.knn.outlier_refs`), whose
 distance sets every query's bound (10^4 times the bulk's own at 1e-5 noise and outliers 0.1 away: 17-40x
-slower), is counted with the outliers apart (``_Engine._outliers_apart``), as the retrieval searches do:
+slower), is counted with the outliers apart (``_Engine._outliers_apart``; up to N/64, at most 256, and more, up to
+N/4, where a sample of rows shows that the loose bound would fill the windows about the deepest R with
+float64 keys), as the retrieval searches do:
 the other rows by their own bound, the outliers ranked among each query's neighbours from their exact
 float64 keys, the outlier queries from their full float64 rows; the same hits, bit for bit.
 """
@@ -81,6 +83,12 @@ FEW_ROWS = 2
 # a digits-sized `embedscope properties`); from it on, torch's (its topk is faster on long rows). The same hit
 # counts either way: the float32 keys only choose the candidates, the float64 keys rank (docs/PERFORMANCE.md)
 NUMPY_BELOW = 8192
+# more far rows than min(N / 64, 256) (up to N / 4, knn.outlier_most) are taken apart (_Engine._outliers_apart)
+# where the engine of all rows would hold more float64 keys per row in its windows about the deepest R than
+# this many times the outliers (knn.window_pays). Measured (6,000 x 128, 94-600 outliers, docs/PERFORMANCE.md):
+# apart paid 1.4-2.2x at 0.42-1.4 and 6-13x at 9-63, broke even (0.96-1.15x) at 0.21 and lost 0.45-0.64x at
+# 0.02-0.04 (classes of 60 only)
+APART_WINDOW_RATIO = 0.3
 
 
 def _encode(values, n: int, name: str) -> np.ndarray:
@@ -159,7 +167,10 @@ def _collapsed_why(metric: str, d: int) -> str:
 class _Engine:
     """Hit counts h[k, q] within each query's top R[k, q] (exact ranks, bounded memory)."""
 
-    def __init__(self, X: np.ndarray, metric: str, block: int | None = None):
+    def __init__(self, X: np.ndarray, metric: str, block: int | None = None, cut: int | None = None):
+        """``cut``: the depth R at which more outliers than min(N / 64, 256) are weighed
+        (:meth:`_outliers_apart`; property_precision: the deepest R, whose windows cost most); None: only
+        those few, as before."""
         X64 = np.ascontiguousarray(X, dtype=np.float64)
         if metric == "cosine":
             nrm = np.sqrt(np.einsum("ij,ij->i", X64, X64))
@@ -176,7 +187,7 @@ class _Engine:
         if X64.shape[0] >= NUMPY_BELOW:
             import torch
         self._setup(ks, metric, block, torch)
-        self.apart = self._outliers_apart(ks, block)
+        self.apart = self._outliers_apart(ks, block, cut)
 
     def _setup(self, ks: KeySpace, metric: str, block: int | None, torch) -> None:
         """The engine's rows, float32 copies and bound from the KeySpace ``ks`` (a same-set search)."""
@@ -197,13 +208,17 @@ class _Engine:
         self.apart = None  # the engine of the bulk where outliers are taken apart (_outliers_apart)
         self.out = None  # (a bulk's engine) the rows of all X, the bulk's indices in it, the outliers'
 
-    def _outliers_apart(self, ks: KeySpace, block: int | None) -> "_Engine | None":
+    def _outliers_apart(self, ks: KeySpace, block: int | None, cut: int | None = None) -> "_Engine | None":
         """The engine of the "bulk" of a nearly collapsed model whose few far rows (outliers,
         :func:`~embedscope.metrics.search.knn.outlier_refs`) would loosen every query's float32 bound
         by their distance over the bulk's spread (10^4 at 1e-5 noise and outliers 0.1 away), or None
         (no outliers; scale not 1; the bulk's bound, median over its rows, not ``knn.OUTLIER_GAIN``
-        times tighter than the bound of all rows). Its rows are copies, bit for bit, of the bulk's rows
-        of ``self.X64`` (ascending indices, so that its columns break ties as the rows' indices do);
+        times tighter than the bound of all rows; more than min(N / 64, 256) outliers, up to N / 4
+        (:func:`~embedscope.metrics.search.knn.outlier_most`, only with a ``cut``), where the engine of
+        all rows would not fill its windows about each row's ``cut``-th key with float64 keys all the
+        same: :func:`~embedscope.metrics.search.knn.window_pays`, ``APART_WINDOW_RATIO``). Its rows are
+        copies, bit for bit, of the bulk's rows of ``self.X64`` (ascending indices, so that its columns
+        break ties as the rows' indices do);
         :meth:`hits` counts the bulk queries' hits with it (:meth:`_outliers_first`: the outliers ranked
         among the bulk's rows exactly) and the outlier queries' from their full float64 rows: the same
         hits as without it, exactly (every key the same :func:`_pair_keys64` of the same two rows)."""
@@ -211,7 +226,7 @@ class _Engine:
 
         if ks.scale != 1.0:
             return None
-        far = knn.outlier_refs(ks)
+        far = knn.outlier_refs(ks, None if cut is None else knn.outlier_most(self.n, self.n))
         if far is None:
             return None
         near = np.setdiff1d(np.arange(self.n), far)
@@ -221,6 +236,8 @@ class _Engine:
         sub = KeySpace(R_in, R_in, self.metric, True)
         if sub.scale != 1.0 or knn.OUTLIER_GAIN * float(np.median(sub.delta)) > float(np.median(ks.delta[near])):
             return None  # (no gain: the bulk's bound is not much tighter)
+        if not knn.window_pays(ks, sub, near, far.size, 1 if cut is None else cut, APART_WINDOW_RATIO):
+            return None  # (many outliers, and the windows of all rows narrow all the same)
         bulk = _Engine.__new__(_Engine)
         bulk._setup(sub, self.metric, block, self.torch)
         bulk.out = (self.X64, near, far)
@@ -818,7 +835,7 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         if max_r is not None:
             r = np.minimum(r, int(max_r))
         R[k] = r
-    eng = _Engine(X, metric, block)
+    eng = _Engine(X, metric, block, cut=max(int(R.max()), 1))
     repeated = eng.repeated_rows()
     # every row (as ranked) the same point: each query's neighbours are the lowest other row indices
     # (ties to the lower index, docs/methods.md §1), so the hits would measure row order: not counted
