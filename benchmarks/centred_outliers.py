@@ -39,17 +39,12 @@ def outlier_set(n: int, dim: int, n_out: int, far: float, noise: float = 1e-5, s
                 class_size: int = 60):
     """``n`` rows within ``noise`` (per coordinate) of one unit point, ``n_out`` of them moved to
     distance ``far`` from it in random directions; labels: classes of ``class_size`` rows (60:
-    CUB/CARS-like)."""
-    rng = np.random.default_rng(seed)
-    p = rng.standard_normal(dim)
-    p /= np.linalg.norm(p)
-    X = p + noise * rng.standard_normal((n, dim))
-    if n_out:
-        at = rng.choice(n, n_out, replace=False)
-        v = rng.standard_normal((n_out, dim))
-        X[at] = p + far * v / np.linalg.norm(v, axis=1, keepdims=True)
+    CUB/CARS-like); the rows of ``embedscope.synthetic.nearly_collapsed``."""
+    from embedscope.synthetic import nearly_collapsed
+
+    X, _ = nearly_collapsed(n, dim, n_out, far, noise=noise, seed=seed, sort=False)
     y = np.repeat(np.arange(-(-n // class_size)), class_size)[:n]
-    return X.astype(np.float32), y
+    return X, y
 
 
 MEDIANS: list = []  # (column, median) of the last row's timings, printed under it with --median

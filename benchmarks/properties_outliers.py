@@ -29,14 +29,11 @@ import numpy as np
 
 
 def collapsed(n: int, d: int, k: int, far: float, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    p = rng.standard_normal(d)
-    p /= np.linalg.norm(p)
-    X = p + 1e-5 * rng.standard_normal((n, d))
-    at = np.sort(rng.choice(n, k, replace=False))
-    v = rng.standard_normal((k, d))
-    X[at] = p + far * v / np.linalg.norm(v, axis=1, keepdims=True)
-    return X
+    """``n`` float64 rows within 1e-5 of one unit point, ``k`` of them ``far`` from it
+    (``embedscope.synthetic.nearly_collapsed``)."""
+    from embedscope.synthetic import nearly_collapsed
+
+    return nearly_collapsed(n, d, k, far, seed=seed, dtype=np.float64)[0]
 
 
 def properties(n: int, which, seed: int = 1) -> dict:

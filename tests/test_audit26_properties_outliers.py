@@ -13,6 +13,7 @@ import pytest
 from embedscope.metrics import properties as props_mod
 from embedscope.metrics.search import knn
 from embedscope.metrics.search import ranks as ranks_mod
+from embedscope.synthetic import nearly_collapsed
 
 
 def _same(a: dict, b: dict) -> None:
@@ -21,21 +22,13 @@ def _same(a: dict, b: dict) -> None:
     assert repr(a) == repr(b)
 
 
-def _collapsed(n: int, d: int, n_out: int, far: float, seed: int, twins: bool = True) -> np.ndarray:
+def _collapsed(n: int, d: int, n_out: int, far: float, seed: int,
+               twins: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``n`` rows within 1e-5 of one unit point, ``n_out`` of them (the first ones after a shuffle)
     moved ``far`` away; with ``twins`` the second outlier is a copy of the first (their keys tie for
     every query) and the fourth mirrors the third through the point (ties under some queries)."""
-    rng = np.random.default_rng(seed)
-    p = rng.standard_normal(d)
-    p /= np.linalg.norm(p)
-    X = p + 1e-5 * rng.standard_normal((n, d))
-    at = np.sort(rng.choice(n, n_out, replace=False))
-    v = rng.standard_normal((n_out, d))
-    X[at] = p + far * v / np.linalg.norm(v, axis=1, keepdims=True)
-    if twins and n_out >= 4:
-        X[at[1]] = X[at[0]]
-        X[at[3]] = 2 * p - X[at[2]]
-    return X, at
+    ties = dict(copies=[(1, 0)], mirrors=[(3, 2)]) if twins and n_out >= 4 else {}
+    return nearly_collapsed(n, d, n_out, far, seed=seed, dtype=np.float64, **ties)
 
 
 def _brute_keys(X: np.ndarray, metric: str) -> np.ndarray:

@@ -22,23 +22,14 @@ import embedscope.metrics.search.knn as knn
 import embedscope.metrics.search.ranks as ranks
 from embedscope.metrics import retrieval_metrics
 from embedscope.metrics.search import KeySpace, prepare, relevant_ranks
+from embedscope.synthetic import nearly_collapsed
 
 
 def outlier_set(n, d=16, n_out=6, far=0.1, noise=1e-5, seed=0, dup=False):
     """``n`` rows within ``noise`` of one unit point, ``n_out`` of them (returned, sorted) moved
     ``far`` from it; ``dup``: an outlier twice, a bulk row three times, an outlier's mirror image."""
-    rng = np.random.default_rng(seed)
-    p = rng.standard_normal(d)
-    p /= np.linalg.norm(p)
-    X = p + noise * rng.standard_normal((n, d))
-    at = np.sort(rng.choice(n, n_out, replace=False))
-    v = rng.standard_normal((n_out, d))
-    X[at] = p + far * v / np.linalg.norm(v, axis=1, keepdims=True)
-    if dup:
-        X[at[-1]] = X[at[0]]
-        X[1] = X[2] = X[3]
-        X[at[1]] = p - (X[at[2]] - p)
-    return X.astype(np.float32), at
+    ties = dict(copies=[(-1, 0)], mirrors=[(1, 2)], bulk_copies=[(1, 3), (2, 3)]) if dup else {}
+    return nearly_collapsed(n, d, n_out, far, noise=noise, seed=seed, **ties)
 
 
 def brute_hits(X, y, metric, Xr=None, yr=None):

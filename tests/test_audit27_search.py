@@ -23,25 +23,15 @@ import embedscope.metrics.search.knn as knn
 import embedscope.metrics.search.ranks as ranks
 from embedscope.metrics.search import KeySpace, knn_search, prepare, relevant_ranks
 from embedscope.metrics.search.knn import pair_keys64
+from embedscope.synthetic import nearly_collapsed
 
 
 def far_rows(n, n_out, d=16, far=0.1, noise=1e-5, seed=0):
     """``n`` rows within ``noise`` of one unit point, ``n_out`` (returned, sorted) moved ``far``
     from it, with ties: two outliers twice (equal rows), a bulk row three times, an outlier's
     mirror image through the point."""
-    rng = np.random.default_rng(seed)
-    p = rng.standard_normal(d)
-    p /= np.linalg.norm(p)
-    X = p + noise * rng.standard_normal((n, d))
-    at = np.sort(rng.choice(n, n_out, replace=False))
-    v = rng.standard_normal((n_out, d))
-    X[at] = p + far * v / np.linalg.norm(v, axis=1, keepdims=True)
-    X[at[-1]] = X[at[0]]
-    X[at[-2]] = X[at[1]]
-    X[at[2]] = p - (X[at[3]] - p)
-    bulk = np.setdiff1d(np.arange(n), at)[:3]
-    X[bulk[1:]] = X[bulk[0]]
-    return X.astype(np.float32), at
+    return nearly_collapsed(n, d, n_out, far, noise=noise, seed=seed, copies=[(-1, 0), (-2, 1)],
+                            mirrors=[(2, 3)], bulk_copies=[(1, 0), (2, 0)])
 
 
 def free(n):
