@@ -15,17 +15,21 @@ from embedscope.cli.common import (
 from embedscope.names import DISTANCES
 
 
-def _nonneg_float(s: str) -> float:
+def _noise_level(s: str) -> float:
+    """argparse type of --noise: :func:`embedscope.saliency.smoothgrad.check_noise`'s range, as a usage error."""
     import argparse
-    import math
+
+    from embedscope.errors import EmbedscopeError
+    from embedscope.saliency.smoothgrad import NOISE_RANGE, check_noise
 
     try:
         v = float(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got '{s}'") from None
-    if not (v >= 0 and math.isfinite(v)):  # (inf passed here and failed after the model and data were loaded)
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {s}")
-    return v + 0.0  # -0 as 0 (else 'noise -0.0' in the summary and the maps file)
+    try:  # (inf passed here and failed after the model and data were loaded; 1e308 failed as a NaN gradient)
+        return check_noise(v)  # -0 as 0 (else 'noise -0.0' in the summary and the maps file)
+    except EmbedscopeError:
+        raise argparse.ArgumentTypeError(f"expected {NOISE_RANGE}, got {s}") from None
 
 
 def add_parser(sub, parents):
@@ -58,8 +62,8 @@ def add_parser(sub, parents):
                    help="d_l to differentiate (default: euclidean for an untrained network, else the checkpoint's: its config, "
                         "else its loss, else euclidean)")
     p.add_argument("--n-samples", type=positive_int, default=50, help="noisy copies l per image (default: 50)")
-    p.add_argument("--noise", type=_nonneg_float, default=0.15,
-                   help="sigma as a fraction of the image's value range (default: 0.15)")
+    p.add_argument("--noise", type=_noise_level, default=0.15,
+                   help="sigma as a fraction of the image's value range, 0 to 1 (default: 0.15)")
     p.add_argument("-o", "--output", required=True, metavar="MAPS.h5", help="output maps file (HDF5)")
     p.add_argument("--figure", metavar="FIG.png",
                    help="also draw the first --figure-images maps over their images, or pairs with --pairs "
@@ -111,11 +115,6 @@ def run(args) -> int:
         progress=not args.no_progress, ema=args.ema,
         figure_images=6 if args.figure_images is None else args.figure_images,
     )
-    if args.noise == 0 and args.n_samples > 1:  # (--n-samples did nothing but repeat the work)
-        print(f"note: --noise 0: the {args.n_samples} copies of an image are the image itself, so each map is its "
-              "plain gradient's; --n-samples 1 gives the same maps (to rounding) with less work")
-    if args.amp != "none" and s["amp"] == "none":
-        print(f"note: --amp {args.amp} is CUDA autocast; not on CUDA, the maps were computed in float32")
     what = "pairs (query + nearest retrieval)" if s["pairs"] else "images"
     copies = "copy" if args.n_samples == 1 else "copies"
     print(f"{s['n_images']} {what}: SmoothGrad of the {s['distance']} distance ({s['distance_source']}), "
@@ -125,8 +124,14 @@ def run(args) -> int:
         print(f"nearest retrieval of the same class for {100 * s['pair_same_class']:.1f}% of the queries")
     from embedscope.text import safe
 
+    # the notes after the summary, before the 'wrote' line (as evaluate and geometry print them)
     for note in s.get("notes") or []:
         print(f"note: {safe(note)}")
+    if args.noise == 0 and args.n_samples > 1:  # (--n-samples did nothing but repeat the work)
+        print(f"note: --noise 0: the {args.n_samples} copies of an image are the image itself, so each map is its "
+              "plain gradient's; --n-samples 1 gives the same maps (to rounding) with less work")
+    if args.amp != "none" and s["amp"] == "none":
+        print(f"note: --amp {args.amp} is CUDA autocast; not on CUDA, the maps were computed in float32")
     if s.get("figure_images") is not None and s["figure_images"] < s["n_images"]:
         what = "pairs" if s["pairs"] else "images"
         print(f"note: the figure draws the first {s['figure_images']} of the {s['n_images']} {what} "

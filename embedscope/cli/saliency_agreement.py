@@ -33,7 +33,7 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.cli.output import print_wrote
+    from embedscope.cli.output import UNDEFINED, print_wrote
     from embedscope.saliency.run import agreement_of_files
     from embedscope.tables import format_table
     from embedscope.text import safe
@@ -47,14 +47,14 @@ def run(args) -> int:
         jsd_base=args.jsd_unit, json_out=args.json, csv_out=args.csv, per_image_csv=args.per_image_csv,
         grid_images=6 if args.grid_images is None else args.grid_images, force=args.force,
     )
-    for note in res["notes"]:
-        print(f"note: {safe(note)}")  # may name images (paths) of the files
     unit = res["pair_rows"][0]["jsd_base"] if res["pair_rows"] else args.jsd_unit
     rows = [{"model a": r["model_a"], "model b": r["model_b"], "families": f"{r['family_a']}-{r['family_b']}",
              "r (Fisher-z mean)": r["r_mean"], "r spread": r["r_spread"], "undefined r": r["n_undefined_r"],
              f"JSD ({unit})": r["jsd_mean"], "JSD std": r["jsd_std"], "undefined JSD": r["n_undefined_jsd"]}
             for r in res["pair_rows"]]
-    print(format_table(rows, digits=4, title=f"saliency agreement on {res['n_images']} images (docs/methods.md §8)"))
+    # an undefined value (all-zero or constant maps: the notes say whose) shows as '–', as in evaluate's tables
+    print(format_table(rows, digits=4, nan=UNDEFINED,
+                       title=f"saliency agreement on {res['n_images']} images (docs/methods.md §8)"))
     undefined = any(b.get("n_pairs_undefined_r") or b.get("n_pairs_undefined_jsd") for b in res["blocks"])
     brows = [{"families": f"{b['family_a']}-{b['family_b']}", "model pairs": b["n_pairs"], "mean r": b["r_mean"],
               f"mean JSD ({unit})": b["jsd_mean"],
@@ -63,6 +63,9 @@ def run(args) -> int:
                   "pairs without JSD": b.get("n_pairs_undefined_jsd", 0)} if undefined else {})}
              for b in res["blocks"]]
     print()
-    print(format_table(brows, digits=4, title="block means by loss family (arithmetic over model pairs)"))
+    print(format_table(brows, digits=4, nan=UNDEFINED, title="block means by loss family (arithmetic over model pairs)"))
+    # the notes after the tables, before the 'wrote' line (as evaluate and geometry print them)
+    for note in res["notes"]:
+        print(f"note: {safe(note)}")  # may name images (paths) of the files
     print_wrote(res["written"])
     return 0

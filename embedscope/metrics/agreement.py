@@ -12,7 +12,8 @@ Pure functions on arrays of **post-processed** maps [N, H, W] (values >= 0, e.g.
 
 r = ±1 (identical or exactly anti-proportional maps) would give z = ±inf and turn the Fisher-z
 mean into ±1 or NaN (inf − inf). We clip r to ±(1 − 1e-7) before artanh (|z| <= 8.39) and report
-how many images were clipped (``n_clipped``). Undefined r (a constant map) are left out of the
+how many images were clipped (``n_clipped``); when every r is the same (identical maps: all r = 1) the
+mean is that r and the spread 0 exactly, no clip needed. Undefined r (a constant map) are left out of the
 aggregate and counted (``n_undefined``), never dropped silently.
 
 An all-zero map (a zero gradient: a model whose output does not change with the image, e.g. a
@@ -71,8 +72,8 @@ def pearson_per_image(maps_a, maps_b) -> np.ndarray:
     r = Σ (a − ā)(b − b̄) / sqrt(Σ (a − ā)² Σ (b − b̄)²), computed in float64 (each map first
     multiplied by a power of two, exact, so that maps of any finite scale give the same r). Higher =
     more agreement. A map is constant when all its values are equal (an all-zero map included): r
-    is then undefined (0/0) and NaN, also against another constant map. NaN or inf in a map is an
-    error.
+    is then undefined (0/0) and NaN, also against another constant map. Two equal maps that vary have
+    r = 1 exactly. NaN or inf in a map is an error.
     """
     a, b = _check_pair(maps_a, maps_b)
     out = np.empty(a.shape[0], dtype=np.float64)
@@ -82,6 +83,8 @@ def pearson_per_image(maps_a, maps_b) -> np.ndarray:
         # a constant map has no r; decided on the values themselves, not on x - mean(x), which
         # is not exactly 0 when the mean of n copies of v rounds to a float other than v
         const = (x.max(axis=1) == x.min(axis=1)) | (y.max(axis=1) == y.min(axis=1))
+        # two equal maps (the same model twice) have r = 1 exactly, whatever the sums' rounding
+        same = np.all(x == y, axis=1)
         x -= x.mean(axis=1, keepdims=True)
         y -= y.mean(axis=1, keepdims=True)
         num = np.einsum("ij,ij->i", x, y)
@@ -89,6 +92,7 @@ def pearson_per_image(maps_a, maps_b) -> np.ndarray:
         ok = ~const & (den > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
             r = np.where(ok, num / np.where(ok, den, 1.0), np.nan)
+        r[same & ~const] = 1.0
         out[s] = np.clip(r, -1.0, 1.0)
     return out
 
@@ -144,8 +148,10 @@ def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
 
     mean = tanh(mean_i artanh r_i), spread = tanh(std_i artanh r_i) (population std, ddof 0), over
     the defined r (NaN = a constant map: counted in ``n_undefined``, left out). r is clipped to
-    ±``clip`` first so that r = ±1 gives a finite z (counted in ``n_clipped``). NaN mean and spread
-    when no r is defined.
+    ±``clip`` first so that r = ±1 gives a finite z (counted in ``n_clipped``). When every defined r is
+    the same value (e.g. identical maps: all r = 1) the mean is that value and the spread 0, exactly
+    (the clipped z gave 0.9999999 and, the mean of n equal z rounding, a spread of ~1e-15). NaN mean
+    and spread when no r is defined.
     """
     r = np.asarray(r, dtype=np.float64).ravel()
     ok = ~np.isnan(r)
@@ -153,9 +159,13 @@ def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
     n_clipped = int(np.count_nonzero(np.abs(rv) > clip))
     if rv.size == 0:
         return {"mean": float("nan"), "spread": float("nan"), "n": 0, "n_undefined": int(r.size), "n_clipped": 0}
-    z = np.arctanh(np.clip(rv, -clip, clip))
-    return {"mean": float(np.tanh(z.mean())), "spread": float(np.tanh(z.std(ddof=0))), "n": int(rv.size),
-            "n_undefined": int(r.size - rv.size), "n_clipped": n_clipped}
+    if rv.min() == rv.max():  # tanh(artanh r) = r and std 0, without the clip's and the mean's rounding
+        mean, spread = float(rv[0]), 0.0
+    else:
+        z = np.arctanh(np.clip(rv, -clip, clip))
+        mean, spread = float(np.tanh(z.mean())), float(np.tanh(z.std(ddof=0)))
+    return {"mean": mean, "spread": spread, "n": int(rv.size), "n_undefined": int(r.size - rv.size),
+            "n_clipped": n_clipped}
 
 
 def map_agreement(maps_a, maps_b, *, jsd_base=2) -> dict[str, Any]:
@@ -173,8 +183,8 @@ def map_agreement(maps_a, maps_b, *, jsd_base=2) -> dict[str, Any]:
     --------
     >>> import numpy as np
     >>> a = np.random.default_rng(0).random((4, 8, 8))
-    >>> round(map_agreement(a, a)["r_mean"], 6), map_agreement(a, a)["jsd_mean"]
-    (1.0, 0.0)
+    >>> map_agreement(a, a)["r_mean"], map_agreement(a, a)["r_spread"], map_agreement(a, a)["jsd_mean"]
+    (1.0, 0.0, 0.0)
     """
     r = pearson_per_image(maps_a, maps_b)
     j = jsd_per_image(maps_a, maps_b, base=jsd_base)

@@ -143,11 +143,12 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     from embedscope.fileio import check_writable
     from embedscope.models import load_checkpoint
     from embedscope.models.distances import check_distance, distance_for_config
-    from embedscope.saliency.smoothgrad import ORDERS, black_image, pair_saliency_maps, saliency_maps
+    from embedscope.saliency.smoothgrad import ORDERS, black_image, check_noise, pair_saliency_maps, saliency_maps
     from embedscope.store.saliency import SaliencyMaps, save_maps
 
     if order not in ORDERS:
         raise UsageError(f"unknown --order '{order}' (choose {', '.join(ORDERS)})")
+    noise = check_noise(noise)  # before the checkpoint and the data are loaded (saliency_maps' own check)
     figure_images = int(figure_images)
     if figure_images < 1:
         raise UsageError(f"--figure-images must be positive, got {figure_images}")
@@ -246,7 +247,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "differentiated": ("d(f(query + noise), f(retrieval)) and d(f(query), f(retrieval + noise))" if pairs
                            else "d(f(image + noise), f(black image))"),
         "n_samples": int(n_samples),
-        "noise": float(noise) + 0.0,  # (-0 as 0)
+        "noise": noise,  # (check_noise: -0 as 0)
         "order": order,
         "seed": int(seed),
         "input_size": size,
@@ -427,11 +428,13 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
     if own:  # a typo ('rankng') would otherwise form a block of its own without a word
         notes.append(f"--families {', '.join(own)}: not one of {', '.join(FAMILY_ORDER)}; each forms a block of "
                      "its own, after those")
-    if len(orders) > 1:
-        notes.append(f"the files use different post-processing orders ({', '.join(sorted(orders))})")
-    settings = {str(sm.attrs.get("n_samples", "")) + "/" + str(sm.attrs.get("noise", "")) for sm in items}
-    if len(settings) > 1:
-        notes.append("the files use different SmoothGrad settings (n_samples/noise)")
+    if len(orders) > 1:  # which model has which (the maps of the code order are smoother: higher r)
+        each = [str(sm.attrs.get("order", "")) or "?" for sm in items]
+        notes.append(f"the files use different post-processing orders ({_grouped(names, each)}): compare maps of "
+                     "one order (docs/saliency.md)")
+    settings = [f"l = {sm.attrs.get('n_samples', '?')}, noise {sm.attrs.get('noise', '?')}" for sm in items]
+    if len(set(settings)) > 1:
+        notes.append(f"the files use different SmoothGrad settings ({_grouped(names, settings)})")
     transforms = {str(sm.attrs.get("transform") or "") for sm in items}
     if len(transforms) > 1:  # maps of one shape, but pixel (i, j) is another point of the picture in each
         shown = "; ".join(f"{nm}: {sm.attrs.get('transform') or '?'}" for nm, sm in zip(names, items))
@@ -520,6 +523,15 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         written.append(str(per_image_csv))
     res["written"] = written
     return res
+
+
+def _grouped(names: Sequence[str], values: Sequence[str]) -> str:
+    """``value: name, name; value: name`` (the values in the order of their first model): which models a
+    note's differing setting belongs to."""
+    groups: dict[str, list[str]] = {}
+    for nm, v in zip(names, values):
+        groups.setdefault(v, []).append(str(nm))
+    return "; ".join(f"{v}: {', '.join(nms)}" for v, nms in groups.items())
 
 
 def _degenerate_notes(res: dict[str, Any]) -> list[str]:

@@ -73,6 +73,31 @@ def image_seed(seed: int, index, stream: int = 0) -> int:
     return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(index), int(stream)]).generate_state(1)[0])
 
 
+#: The largest noise level: σ = noise × (max − min) of the image, so 1 = noise as wide as the image's whole
+#: value range (Smilkov et al. found 0.1–0.2 best; Kobs et al. use 0.15). More drowns the image: at 1e7 its
+#: float32 values are lost under the noise's rounding, and the copies overflow float32 long before 1e308.
+MAX_NOISE = 1.0
+#: What a noise level must be (the error of :func:`check_noise`; ``embedscope saliency --noise`` says the same).
+NOISE_RANGE = "a finite number >= 0 and at most 1 (sigma as a fraction of each image's value range)"
+
+
+def check_noise(noise, name: str = "noise") -> float:
+    """``noise`` as a float in [0, :data:`MAX_NOISE`] (-0 as 0); anything else is an :class:`EmbedscopeError`
+    naming ``name`` and the range (docs/saliency.md: a noise level beyond the image's value range is refused,
+    not computed: its maps would be of the noise, or NaN where the copies overflow)."""
+    import math
+
+    try:
+        v = float(noise)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if isinstance(noise, (bool, np.bool_)) or not (math.isfinite(v) and 0 <= v <= MAX_NOISE):
+        from embedscope.text import quoted
+
+        raise EmbedscopeError(f"{name} must be {NOISE_RANGE}, got {quoted(noise)}")
+    return v + 0.0
+
+
 def noise_sigma(image, noise: float) -> float:
     """σ = ``noise`` × (max − min) of the preprocessed image tensor (docs/methods.md §8)."""
     return float(noise) * float(image.max() - image.min())
@@ -298,8 +323,7 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
     n_samples = int(n_samples)
     if n_samples < 1:
         raise EmbedscopeError(f"n_samples must be at least 1, got {n_samples}")
-    if not (np.isfinite(noise) and noise >= 0):
-        raise EmbedscopeError(f"noise must be a finite number >= 0, got {noise}")
+    noise = check_noise(noise)
     dev = resolve_device(device)
     amp_dtype = _resolve_amp(amp, dev)
     imgs = images if isinstance(images, _Images) else _Images(images)
@@ -511,7 +535,8 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
     n_samples : int
         l, the number of noisy copies (50 as the reference code); the clean image is not one.
     noise : float
-        σ = noise × (max − min) of each image's tensor (0.15 as the reference code).
+        σ = noise × (max − min) of each image's tensor (0.15 as the reference code); from 0 to 1
+        (:func:`check_noise`: more is refused, the image would drown in the noise).
     order : "paper" or "code"
         Post-processing order (module docstring).
     batch_size : int, optional
@@ -629,5 +654,5 @@ def nearest_retrievals(queries_z, refs_z, distance, *, exclude=None, block: int 
 
 
 __all__ = ["ORDERS", "AMP_CHOICES", "saliency_maps", "pair_saliency_maps", "nearest_retrievals", "postprocess",
-           "scale_map", "smoothgrad_noise", "image_seed", "noise_sigma", "black_image", "embed_clean",
+           "scale_map", "smoothgrad_noise", "image_seed", "noise_sigma", "check_noise", "MAX_NOISE", "black_image", "embed_clean",
            "auto_batch_size"]

@@ -60,7 +60,9 @@ def agreement_heatmaps(res: dict[str, Any]):
             if key == "r_mean":
                 vmin, vmax = (min(0.0, float(off.min())) if off.size else 0.0), 1.0
             else:
-                vmin, vmax = 0.0, (max(float(off.max()) * 1.05, 1e-6) if off.size else 1.0)
+                # every pair identical (JSD 0): a scale to 0.01, not to 1e-6 (a bar labelled "1e−6")
+                top = float(off.max()) if off.size else 0.0
+                vmin, vmax = 0.0, (top * 1.05 if top > 0 else (0.01 if off.size else 1.0))
             shown = A.copy()
             np.fill_diagonal(shown, np.nan)
             cm = plt.get_cmap(cmap).with_extremes(bad="#e6e6e6")
@@ -185,14 +187,68 @@ def _overlay(ax, img, m, alpha: float = 0.8):
 _DIM = 1.6  # images are drawn dimmed: white shows as grey 1/_DIM, so that the map stands out
 
 
-def _overlay_colorbar(fig, rect, alpha: float, over_images: bool) -> None:
+_BAR_WIDTH_IN = 0.24  # the colour bar of the maps: at least this wide (its two columns' ticks stay apart)
+_BAR_MAX_IN = 6.0  # and at most this tall (from the top of the panels: a tall grid's bar stays in view)
+_NB = "\xa0"  # a space where _fit_label does not break a line
+_SCALE_WORDS = f"(0{_NB}={_NB}none, 1{_NB}={_NB}≥{_NB}99th{_NB}percentile)"
+
+
+def _fit_label(text: str, length_pt: float, size: float, min_size: float = 6.0) -> tuple[str, float]:
+    """``text`` broken into lines (at most 4) and, where that is not enough, made smaller (down to
+    ``min_size`` points) so that its longest line is at most ``length_pt`` long: a colour bar's label
+    no longer than its bar, whatever the figure's height (a 1-row figure has a short bar). Lines break
+    at spaces, not at no-break spaces (:data:`_NB`: drawn as spaces). Measured with the font's advance
+    widths (backend-independent), with 5% to spare for the drawn glyphs' extent. Returns (text with
+    line breaks, font size)."""
+    import textwrap
+
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    measure, widths = TextToPath(), {}
+
+    def width(line: str, fs: float) -> float:
+        if (line, fs) not in widths:
+            widths[(line, fs)] = measure.get_text_width_height_descent(line, FontProperties(size=fs), ismath=False)[0]
+        return widths[(line, fs)]
+
+    wraps = []  # each distinct way of breaking the text, fewest lines first
+    for w in range(len(text), 9, -1):
+        lines = tuple(ln.replace(_NB, " ") for ln in textwrap.wrap(text, w, break_long_words=False))
+        if len(lines) > 4:
+            break
+        if lines not in wraps:
+            wraps.append(lines)
+    fs = float(size)
+    while True:
+        for lines in wraps:
+            if max(width(ln, fs) for ln in lines) <= 0.95 * length_pt:
+                return "\n".join(lines), fs
+        if fs - 0.5 < min_size - 1e-9:
+            return "\n".join(wraps[-1]) if wraps else text.replace(_NB, " "), fs
+        fs -= 0.5
+
+
+def _overlay_colorbar(fig, axes, x: float, alpha: float, over_images: bool) -> None:
     """The colour bar of :func:`_overlay`. Over images a pixel's colour is the map's blended onto
     the dimmed image with opacity ``alpha`` × saliency, so the bar shows that blend in two columns,
     over the darkest and over the brightest image pixel: the colours as seen, not the opaque
-    colour map (which a weakly salient pixel never shows). Without images, the map is opaque."""
-    import matplotlib.pyplot as plt
+    colour map (which a weakly salient pixel never shows). Without images, the map is opaque.
 
-    cax = fig.add_axes(rect)
+    Placed at figure x ``x``, right of the panels ``axes``, as tall as they are (at most
+    :data:`_BAR_MAX_IN`, from their top) and at least :data:`_BAR_WIDTH_IN` wide; its label is wrapped
+    (and, on a short bar, made smaller) to be no longer than the bar (:func:`_fit_label`)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.font_manager import FontProperties
+
+    W, H = fig.get_size_inches()
+    boxes = []
+    for ax in np.ravel(axes):
+        ax.apply_aspect()  # the picture's own box (square), not its slot
+        boxes.append(ax.get_position())
+    y0, y1 = min(b.y0 for b in boxes), max(b.y1 for b in boxes)
+    height = min(y1 - y0, _BAR_MAX_IN / H)
+    cax = fig.add_axes((x, y1 - height, max(0.03, _BAR_WIDTH_IN / W), height))
     s = np.linspace(0.0, 1.0, 256)
     top = plt.get_cmap(MAP_CMAP)(s)[:, :3]
     if over_images:
@@ -203,16 +259,18 @@ def _overlay_colorbar(fig, rect, alpha: float, over_images: bool) -> None:
         bar = np.stack(cols, axis=1)
         cax.set_xticks([0, 1], ["dark", "bright"], fontsize=6, rotation=90)
         cax.set_xlabel("image pixel", fontsize=6)
-        label = "saliency (0 = none, 1 = ≥ 99th percentile),\nas blended over the image"
+        label = f"saliency {_SCALE_WORDS}, as{_NB}blended over the{_NB}image"
     else:
         bar = top[:, None, :]
         cax.set_xticks([])
-        label = "saliency (0 = none, 1 = ≥ 99th percentile)"
+        label = f"saliency {_SCALE_WORDS}"
     cax.imshow(bar, origin="lower", aspect="auto", extent=(-0.5, bar.shape[1] - 0.5, 0, 1),
                interpolation="nearest")
     cax.yaxis.tick_right()
     cax.yaxis.set_label_position("right")
-    cax.set_ylabel(label)
+    size = FontProperties(size=plt.rcParams["axes.labelsize"]).get_size_in_points()
+    text, fs = _fit_label(label, height * H * 72.0, size)
+    cax.set_ylabel(text, fontsize=fs)
 
 
 def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequence[str] | None = None,
@@ -259,7 +317,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
             ax.set_yticks([])
         clean_figure(fig)  # model and class names, paths from maps files: control characters escaped
         fig.tight_layout(rect=(0, 0, 0.9, 1))
-        _overlay_colorbar(fig, (0.915, 0.15, 0.03, 0.7), alpha, has_img)
+        _overlay_colorbar(fig, axes, 0.915, alpha, has_img)
     return fig
 
 
@@ -304,7 +362,7 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
         # rows as tall as the square pictures are wide: taller rows left the pictures in the middle of
         # their slots, the column titles over them, and a band of empty canvas under the title
         fit_height(fig, axes, right=0.88, w_pad=3.0)
-        _overlay_colorbar(fig, (0.895, 0.15, 0.03, 0.7), alpha, sm.images is not None)
+        _overlay_colorbar(fig, axes, 0.895, alpha, sm.images is not None)
     return fig
 
 
