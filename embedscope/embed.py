@@ -405,11 +405,14 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
         if digits != (arch == "digits_cnn"):  # before the data are read (else "a resnet18 checkpoint cannot ...")
             raise UsageError(f"--arch {arch} does not fit the {dataset} images "
                              f"({'8x8 digits need the digits_cnn' if digits else 'photos need an image backbone'})")
+    # notes on the checkpoint and the data, said once the data are read (a wrong --root is one error line,
+    # not notes on a transfer to images that are not there, then the error)
+    notes: list[str] = []
     trained_size = config.get("image_size") if config.get("loss") else None  # a run of `train` (its input size)
     if (image_size is not None and trained_size is not None and int(trained_size) != image_size
-            and echo is not None and str(dataset).lower() != "digits"):
-        echo(f"note: the checkpoint was trained on {int(trained_size)}x{int(trained_size)} inputs (its log's R@1 "
-             f"is of those); --image-size {image_size} embeds {image_size}x{image_size} crops")
+            and str(dataset).lower() != "digits"):
+        notes.append(f"the checkpoint was trained on {int(trained_size)}x{int(trained_size)} inputs (its log's R@1 "
+                     f"is of those); --image-size {image_size} embeds {image_size}x{image_size} crops")
     if image_size is not None or resize is not None:
         config = dict(config)
         if image_size is not None:
@@ -423,15 +426,15 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                                  "would pad the image (pass --image-size too)")
             config["resize"] = resize
     train_classes, split_note = checkpoint_train_classes(config, dataset, train_classes)
-    if split_note and echo is not None:
-        echo(f"note: {split_note}")
+    if split_note:
+        notes.append(split_note)
     # the folder the checkpoint was trained on (train --root DIR), as its split: the file's root records it
     root, root_note = checkpoint_root(config, dataset, root)
-    if root_note and echo is not None:
-        echo(f"note: {root_note}")
+    if root_note:
+        notes.append(root_note)
     transfer = transfer_note(config, dataset)
-    if transfer and echo is not None:
-        echo(f"note: {transfer}")
+    if transfer:
+        notes.append(transfer)
     if (image_size is None and trained_size is None and config.get("arch") == "shapes_cnn"
             and str(dataset).lower() == "shapes"):
         # a shapes_cnn that no `train` run recorded an input size for (an --arch baseline, a bare state
@@ -445,6 +448,9 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
+    if echo is not None:
+        for note in notes:
+            echo(f"note: {note}")
     if ds.kind == "digits" and (image_size is not None or resize is not None):
         raise UsageError("--image-size and --resize are for photos: the digits are used as they are (8x8)")
     transform, _, input_text = checkpoint_input(ds, config)

@@ -51,7 +51,7 @@ def read_yaml_options(path: str) -> dict:
     f = Path(path)
     if f.is_dir():
         raise EmbedscopeError(f"{path}: is a folder, expected a YAML config file")
-    if not f.is_file():
+    if not f.exists():  # (not `is_file`: /dev/null and a shell's <(...) pipe are read as they are)
         raise EmbedscopeError(f"{path}: no such config file")
     try:
         data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
