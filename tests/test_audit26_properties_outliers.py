@@ -262,8 +262,9 @@ def test_outliers_apart_tie_rule_on_coarse_keys(metric, monkeypatch):
     make (outliers lie far beyond the bulk): the keys floored to a grid of 0.02 (every pair), every
     float32 bound blown up to 1 (so that the float64 keys decide everything: a bound need only hold): the
     outliers taken apart give the brute force's hits (ties to the lower index), as the one engine does."""
-    real = props_mod._pair_keys64
+    real, cross = props_mod._pair_keys64, props_mod._cross_keys64
     monkeypatch.setattr(props_mod, "_pair_keys64", lambda X64, qi, rj, m: np.floor(real(X64, qi, rj, m) / 0.02) * 0.02)
+    monkeypatch.setattr(props_mod, "_cross_keys64", lambda X64, qs, rs, m: np.floor(cross(X64, qs, rs, m) / 0.02) * 0.02)
     n = 640
     X, at = _collapsed(n, 8, 6, 0.1, seed=13)
     props = {k: v for k, v in _properties(n, at, seed=14).items() if k != "deep"}

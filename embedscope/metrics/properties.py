@@ -51,7 +51,8 @@ slower), is counted with the outliers apart (``_Engine._outliers_apart``; up to 
 N/4, where a sample of rows shows that the loose bound would fill the windows about the deepest R with
 float64 keys), as the retrieval searches do:
 the other rows by their own bound, the outliers ranked among each query's neighbours from their exact
-float64 keys, the outlier queries from their full float64 rows; the same hits, bit for bit.
+float64 keys, the outlier queries from their full float64 rows (the keys between the bulk and the outliers
+computed once for both: a key of (q, r) is that of (r, q)); the same hits, bit for bit.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.search.knn import KeySpace, padded_row_order, pair_keys64, union_places
+from embedscope.metrics.search.knn import KeySpace, cross_keys64, padded_row_order, pair_keys64, union_places
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
@@ -89,6 +90,12 @@ NUMPY_BELOW = 8192
 # apart paid 1.4-2.2x at 0.42-1.4 and 6-13x at 9-63, broke even (0.96-1.15x) at 0.21 and lost 0.45-0.64x at
 # 0.02-0.04 (classes of 60 only)
 APART_WINDOW_RATIO = 0.3
+# the float64 keys between the bulk's rows and the outliers (_Engine._outliers_apart) are computed once and
+# held where there are at most this many (knn.OUTLIER_MAX_KEYS, as the kNN search holds them: 128 MiB), and
+# serve both the bulk queries (read by rows) and the outlier queries (by columns: a key of (q, r) is that of
+# (r, q)); beyond it (at most 256 outliers and N > 65,536), per block of bulk queries and per outlier query
+APART_KEYS = 1 << 24
+FAR_ROW_ENTRIES = 1 << 20  # outlier queries x n float64 keys ranked per pass (_Engine._hits_apart; ~50 MB)
 
 
 def _encode(values, n: int, name: str) -> np.ndarray:
@@ -116,6 +123,14 @@ def _pair_keys64(X64: np.ndarray, qi: np.ndarray, rj: np.ndarray, metric: str) -
     :func:`~embedscope.metrics.search.knn.pair_keys64` (gathers into reused buffers; bitwise the
     same keys as the retrieval measures give the same pairs)."""
     return pair_keys64(X64, X64, np.asarray(qi, dtype=np.int64), np.asarray(rj, dtype=np.int64), metric)
+
+
+def _cross_keys64(X64: np.ndarray, qs: np.ndarray, rs: np.ndarray, metric: str) -> np.ndarray:
+    """:func:`_pair_keys64` of every row ``qs`` with every row ``rs``, as a (len(qs), len(rs)) array, bit
+    for bit (:func:`~embedscope.metrics.search.knn.cross_keys64`: no gathered row per pair). The key of
+    (q, r) is also that of (r, q), bit for bit (the same products or squared differences, summed in the
+    same order; what the searches' window-key reuse relies on too)."""
+    return cross_keys64(X64, X64, qs, rs, metric)
 
 
 REPEAT_CHUNK = 1 << 22  # entries of X gathered at once by _repeated_rows
@@ -207,6 +222,7 @@ class _Engine:
         self._keybuf = None  # the packed keys of long top-L lists (_top), reused over blocks
         self.apart = None  # the engine of the bulk where outliers are taken apart (_outliers_apart)
         self.out = None  # (a bulk's engine) the rows of all X, the bulk's indices in it, the outliers'
+        self._kap = None  # (a bulk's engine) its rows' float64 keys against the outliers, held (APART_KEYS)
 
     def _outliers_apart(self, ks: KeySpace, block: int | None, cut: int | None = None) -> "_Engine | None":
         """The engine of the "bulk" of a nearly collapsed model whose few far rows (outliers,
@@ -339,23 +355,51 @@ class _Engine:
         """:meth:`hits` with the outliers taken apart (:meth:`_outliers_apart`): the bulk queries by the
         bulk's engine (the outliers ranked among their neighbours exactly), each outlier query from its
         full float64 row (few x n keys; ties to the lower index). ``bar``: advanced by every query, bulk
-        and outlier, n in all."""
+        and outlier, n in all.
+
+        Where some outliers are queries and the keys between the bulk's rows and the outliers fit
+        ``APART_KEYS``, these keys are computed once (:func:`_cross_keys64`) and kept by the bulk's engine
+        (for later calls too: the permutation test's): its queries read their rows, the outlier queries
+        their columns (the key of (q, r) is that of (r, q), bit for bit), so that an outlier query computes
+        only its keys to the outliers; each outlier query's first places by :func:`_first_places`."""
         bulk = self.apart
         _, near, far = bulk.out
         P, n = codes.shape
         H = np.zeros((P, n), dtype=np.int64)
+        asked = np.flatnonzero(R[:, far].any(axis=0))  # the outliers that are queries (places in far)
+        if bulk._kap is None and asked.size and near.size * far.size <= APART_KEYS:
+            bulk._kap = _cross_keys64(self.X64, near, far, self.metric)
         H[:, near] = bulk._hits(np.ascontiguousarray(codes[:, near]), np.ascontiguousarray(R[:, near]), bar,
                                 ocodes=np.ascontiguousarray(codes[:, far]))
-        refs = np.arange(n)
-        for q in far:
-            if R[:, q].any():
-                key = self._keys(np.full(n, q), refs)
-                cand = refs[refs != q]
-                top = cand[np.lexsort((cand, -key[cand]))]
-                for k in np.flatnonzero(R[:, q]):
-                    H[k, q] = int(np.count_nonzero(codes[k][top[:int(R[k, q])]] == codes[k, q]))
-            if bar is not None:
+        if bar is not None:
+            for _ in range(far.size - asked.size):  # (the others: nothing to count)
                 bar.update(1)
+        step = max(1, FAR_ROW_ENTRIES // n)
+        refs = np.arange(n)
+        for a in range(0, asked.size, step):
+            g = asked[a:a + step]
+            q = far[g]
+            if bulk._kap is not None:  # rows of the held keys' columns, and the keys among the outliers
+                key = np.empty((g.size, n))
+                key[:, near] = bulk._kap[:, g].T
+                key[:, far] = _cross_keys64(self.X64, q, far, self.metric)
+            else:  # each query's row at once (knn.pair_keys64's long runs: the query broadcast, no gathers)
+                key = np.empty((g.size, n))
+                for i, qi in enumerate(q):
+                    key[i] = self._keys(np.full(n, qi), refs)
+            top = _first_places(key, q, int(R[:, q].max()))
+            for k in range(P):
+                Rk = R[k, q]
+                act = np.flatnonzero(Rk > 0)
+                if not len(act):
+                    continue
+                W = int(Rk[act].max())
+                same = codes[k][top[act, :W]] == codes[k, q[act]][:, None]
+                same &= np.arange(W)[None, :] < Rk[act][:, None]
+                H[k, q[act]] = same.sum(axis=1)
+            if bar is not None:
+                for _ in range(g.size):
+                    bar.update(1)
         return H
 
     def _outliers_first(self, v32, idx: np.ndarray, rows: np.ndarray, codes: np.ndarray, Rr: np.ndarray,
@@ -373,8 +417,8 @@ class _Engine:
         the depth, the row is retried with a longer list."""
         Xf, near, far = self.out
         m, nf = len(rows), far.size
-        kap = _pair_keys64(Xf, np.repeat(near[rows], nf), np.tile(far, m), self.metric).reshape(m, nf)
-        o = np.argsort(-kap, axis=1, kind="stable")  # (far ascending: equal keys keep the lower index first)
+        kap = self._kap[rows] if self._kap is not None else _cross_keys64(Xf, near[rows], far, self.metric)
+        o = _stable_argsort(-kap)  # (far ascending: equal keys keep the lower index first)
         kap = np.take_along_axis(kap, o, 1)
         fo = far[o]
         qoff = self.qoff[rows] if self.qoff is not None else None
@@ -575,6 +619,41 @@ class _Engine:
         if nd * nr >= 1 << 62:
             return np.lexsort((ref, -k64, ru))
         return np.argsort(rank * nr + ref)
+
+
+def _first_places(key: np.ndarray, q: np.ndarray, W: int) -> np.ndarray:
+    """The first ``W`` references of each row of float64 keys ``key`` (g, n) in the order (key desc, index
+    asc), the row's query ``q[i]`` left out -> (g, W): those of np.lexsort((refs, -key)) over the other
+    references, without sorting whole rows. The W-th value t of each row (np.partition; the query +inf,
+    never among the first n - 1) splits it: every key above t and, of those equal to t (0.0 and -0.0 too,
+    as in a sort), the lowest indices, W in all, taken in index order and sorted by key (stably in the
+    rows that hold equal keys)."""
+    g, n = key.shape
+    nk = np.negative(key)  # ascending = key descending
+    rg = np.arange(g)
+    nk[rg, q] = np.inf
+    t = np.partition(nk, W - 1, axis=1)[:, W - 1:W]
+    sel = nk < t
+    eq = nk == t
+    eq[rg, q] = False  # (t is +inf only where fewer than W others are finite: the query stays out)
+    need = W - np.count_nonzero(sel, axis=1)
+    cut = np.flatnonzero(np.count_nonzero(eq, axis=1) > need)  # rows with more ties at t than places left
+    if cut.size:  # the lowest indices of their ties
+        eq[cut] &= np.cumsum(eq[cut], axis=1) <= need[cut, None]
+    sel |= eq
+    cols = (np.flatnonzero(sel) % n).reshape(g, W)  # W per row, ascending index
+    return np.take_along_axis(cols, _stable_argsort(np.take_along_axis(nk, cols, 1)), 1)
+
+
+def _stable_argsort(v: np.ndarray) -> np.ndarray:
+    """np.argsort(v, axis=1, kind="stable") of a 2-D float array without NaN: numpy's SIMD quicksort, and
+    the stable sort only in the rows that hold equal values (0.0 and -0.0 too), whose order it decides."""
+    o = np.argsort(v, axis=1)
+    s = np.take_along_axis(v, o, 1)
+    tied = np.flatnonzero((s[:, 1:] == s[:, :-1]).any(axis=1))
+    if tied.size:
+        o[tied] = np.argsort(v[tied], axis=1, kind="stable")
+    return o
 
 
 def _as_numpy(a) -> np.ndarray:
