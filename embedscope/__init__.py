@@ -8,13 +8,18 @@ One data path: data -> model -> embed -> store (HDF5) -> analyses -> figures/rep
 
 The front doors ``embedscope.store``, ``embedscope.analyses``, ``embedscope.metrics`` and
 ``embedscope.viz`` load on first use, as do ``load``, ``save`` and ``EmbeddingSet`` (from
-``embedscope.store``).
+``embedscope.store``), and every other module as ``embedscope.<name>`` (``synthetic``, ``data``,
+``models``, ``train``, ``study``, ``saliency``, ``tsne`` ...; docs/architecture.md), without an
+import of its own.
 """
 
 __version__ = "0.1.0"
 
 _SUBPACKAGES = ("store", "analyses", "metrics", "viz")
 _STORE_NAMES = ("EmbeddingSet", "load", "save")
+#: the other rooms a notebook reaches as ``embedscope.<name>`` (listed by ``dir``; any module of the
+#: package loads so, but the command line's ``cli``, which takes Ctrl-C over when imported)
+_MORE_MODULES = ("synthetic", "data", "train", "study", "saliency", "tsne")  # (not models: torch)
 __all__ = ["__version__", "EmbedscopeError", "UsageError", *_SUBPACKAGES, *_STORE_NAMES]
 
 
@@ -31,8 +36,12 @@ def __getattr__(name: str):
         return importlib.import_module(f"embedscope.{name}")
     if name in _STORE_NAMES:
         return getattr(importlib.import_module("embedscope.store"), name)
-    raise AttributeError(f"module 'embedscope' has no attribute '{name}'")
+    # embedscope.synthetic, embedscope.train ... after a bare `import embedscope` (an AttributeError
+    # until the module had been imported by name); never embedscope.cli
+    from embedscope._lazy import module_getattr
+
+    return module_getattr("embedscope")(name)
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | set(_MORE_MODULES))

@@ -22,6 +22,8 @@ def as_set(source: Any):
         return es
     if isinstance(source, tuple) and len(source) == 2:
         return EmbeddingSet.from_arrays(*source)
+    if isinstance(source, list) and _arrays_pair(tuple(source)):  # (a list is several sources elsewhere)
+        raise EmbedscopeError("give the embeddings and their labels as a tuple (X, y), got a list [X, y]")
     raise EmbedscopeError(f"expected an EmbeddingSet, a path to an embedding file or (X, y), got "
                           f"{type(source).__name__}")
 

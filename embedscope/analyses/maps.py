@@ -72,7 +72,7 @@ def _check_enough(n: int, before: int, max_points: int | None, what: str = "t-SN
 
 def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
     """The settings openTSNE / joblib would reject (or silently misuse), as one-line errors."""
-    check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)  # (the number: "30" was kept)
     seed = check_int(seed, "seed", min=0)
     n_iter = check_int(n_iter, "n_iter", min=1)
     max_points = check_int(max_points, "max_points", min=1, allow_none=True)
@@ -179,7 +179,7 @@ def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", 
     from embedscope.tsne.yoked import YOKES
 
     if alpha is not None:
-        check_number(alpha, "alpha", min=0)
+        alpha = check_number(alpha, "alpha", min=0)
     perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)
     check_choice(split, "split", SPLIT_CHOICES)
     check_choice(yoke, "yoke", YOKES)

@@ -14,6 +14,7 @@ from embedscope.analyses._sources import as_set, check_disjoint, check_no_zero_r
 from embedscope.analyses.result import Result, model_name, provenance_of
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
+from embedscope.text import quoted
 from embedscope.validation import check_choice, check_int
 
 #: the columns of scatter's per-split summary (``provenance["splits"]``), in the one order of the
@@ -97,9 +98,18 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     return Result("scatter", values, prov, table=rows, arrays={"panels": panels}, model=model)
 
 
-@dataclass
+#: the columns of :meth:`NeighbourExamples.to_frame` / :meth:`NeighbourExamples.rows`, one row per query and rank
+NEIGHBOUR_COLUMNS = ("query", "query_class", "rank", "path", "class", "similarity", "correct")
+
+
+@dataclass(eq=False, repr=False)
 class NeighbourExamples:
-    """Queries (rows of the query set) and their k retrievals (rows of the reference set)."""
+    """Queries (rows of the query set) and their k retrievals (rows of the reference set).
+
+    ``repr`` is one line; in IPython / Jupyter it shows as :meth:`format` (one row per query and
+    rank); :meth:`to_frame` gives those rows as a pandas frame (columns :data:`NEIGHBOUR_COLUMNS`).
+    ``a == b`` compares every field (arrays by value). Retrievals: docs/methods.md §1.
+    """
 
     query_paths: np.ndarray      # [n]
     query_labels: np.ndarray     # [n] class names
@@ -118,6 +128,53 @@ class NeighbourExamples:
     #: what the caller should know about the ranking (an unnormalised model ranked by another
     #: distance than it was trained with: :func:`embedscope.analyses.retrieval.trained_distance_note`)
     notes: list[str] = field(default_factory=list)
+
+    def __eq__(self, other: object) -> bool:  # (the dataclass's == raised numpy's "truth value ... ambiguous")
+        if not isinstance(other, NeighbourExamples):
+            return NotImplemented
+        from dataclasses import fields
+
+        from embedscope.store.embeddings import same_values
+
+        return all(same_values(getattr(self, f.name), getattr(other, f.name)) for f in fields(self))
+
+    __hash__ = None  # mutable, compared by value
+
+    def __repr__(self) -> str:  # one line (the dataclass's printed every array)
+        n, k = np.shape(self.ref_paths) if np.ndim(self.ref_paths) == 2 else (len(self.query_paths), 0)
+        hits = int(np.asarray(self.correct).sum())
+        return (f"NeighbourExamples({n} quer{'y' if n == 1 else 'ies'} of {self.query_split!r}, top-{k} in "
+                f"{self.reference_split!r}, {self.metric}: {hits} of {n * k} retrievals of the query's class; "
+                f"{self.selection!r})")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per query and rank (1 = nearest): the query's path and class, the retrieval's path,
+        class, similarity (cosine, or minus the Euclidean distance) and whether its class is the query's."""
+        return [{"query": str(q), "query_class": str(qc), "rank": j + 1, "path": str(self.ref_paths[i, j]),
+                 "class": str(self.ref_labels[i, j]), "similarity": float(self.similarity[i, j]),
+                 "correct": bool(self.correct[i, j])}
+                for i, (q, qc) in enumerate(zip(self.query_paths, self.query_labels))
+                for j in range(np.shape(self.ref_paths)[1])]
+
+    def to_frame(self):
+        """:meth:`rows` as a pandas DataFrame (columns :data:`NEIGHBOUR_COLUMNS`)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows(), columns=list(NEIGHBOUR_COLUMNS))
+
+    def format(self, *, digits: int = 4) -> str:
+        """The rows as an aligned terminal table (:func:`embedscope.tables.format_table`; names escaped)."""
+        from embedscope.tables import format_table
+
+        title = (f"{self.selection}: top-{np.shape(self.ref_paths)[1]} of the '{self.query_split}' queries in "
+                 f"'{self.reference_split}', {self.metric}")
+        return format_table(self.rows(), list(NEIGHBOUR_COLUMNS), digits=digits, title=title)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython / Jupyter: the table
+        p.text(repr(self) if cycle else self.format())
 
 
 def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
@@ -143,8 +200,19 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     check_choice(split, "split", SPLIT_CHOICES)
     if reference_split is not None:
         check_choice(reference_split, "reference_split", SPLIT_CHOICES)
-    if isinstance(paths, (str, os.PathLike)):
+    if isinstance(paths, (str, bytes, os.PathLike)):
         raise EmbedscopeError("paths must be a list of query paths, not one string")
+    if paths is not None:  # a list, tuple, numpy array or generator of paths, read once (an array's truth
+        # value raised numpy's ValueError; a generator was consumed by the first look at it)
+        if isinstance(paths, dict) or not hasattr(paths, "__iter__"):
+            raise EmbedscopeError(f"paths must be a list of query paths, got {type(paths).__name__}")
+        paths = [os.fspath(p) if isinstance(p, os.PathLike) else p.item() if isinstance(p, np.generic) else p
+                 for p in paths]
+        bad = next((p for p in paths if not isinstance(p, str)), None)
+        if bad is not None:
+            raise EmbedscopeError(f"query paths must be strings (the file's paths), got {quoted(bad)}")
+        if not paths:
+            raise UsageError("give at least one query path (paths is empty)")
     es = as_set(source)
     if reference_split is None:
         reference_split = "gallery" if split == "query" and "gallery" in set(es.split) else split
@@ -171,8 +239,6 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
 
             raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
                                   f"(e.g. {missing[0]}{spelling_hint(missing, qset.paths)})")
-        if not paths:
-            raise UsageError("the paths file lists no query")
         if len(pos) < qset.n:  # a path that names several rows (pos kept the last): refused, not guessed
             from collections import Counter
 

@@ -20,12 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, MissingKey
 from embedscope.text import quoted
 
 
 @dataclass(frozen=True)
 class Measure:
+    """One scalar measure a study can correlate: its ``name``, the ``family`` (analysis) computing it,
+    the ``split`` it reads, its ``direction`` (``"higher"``, ``"lower"`` or ``"none"``) and a one-line
+    ``meaning`` (definitions: docs/methods.md §1-§4, §9)."""
+
     name: str
     family: str
     split: str
@@ -78,8 +82,8 @@ class MeasureTable(dict):
 
     def __missing__(self, name: str) -> Measure:
         pat = _pattern_of(name)
-        if pat is None:
-            raise KeyError(name)
+        if pat is None:  # one line naming the known measures (a KeyError still: ``except KeyError`` works)
+            raise MissingKey(f"unknown measure {quoted(name)} (known: {known_names()})")
         return pat.measure(name)
 
     def get(self, name, default=None):

@@ -48,6 +48,15 @@ def _scalar(v: Any) -> float | int:
 #: provenance entries that say how long a computation took: not part of what it computed
 TIMING_KEYS = ("seconds",)
 
+#: decimals of an analysis's terminal table (``print(result)``, the notebook display) where they are
+#: not the 4 of every other table: the commands print these with as many (docs/architecture.md)
+DIGITS = {"geometry": 5, "spectrum": 5}
+
+
+def display_digits(analysis: str, digits: int | None) -> int:
+    """``digits`` when given, else the decimals the command of ``analysis`` prints (:data:`DIGITS`, else 4)."""
+    return DIGITS.get(analysis, 4) if digits is None else digits
+
 
 @dataclass(eq=False, repr=False)
 class Result:
@@ -68,6 +77,9 @@ class Result:
     meanings: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.values, Mapping):
+            raise EmbedscopeError(f"result values must be a mapping of measure names to numbers, got "
+                                  f"{type(self.values).__name__}")
         self.values = {str(k): _scalar(v) for k, v in self.values.items()}
 
     # ---------------------------------------------------------------- access
@@ -111,15 +123,19 @@ class Result:
 
     # ---------------------------------------------------------------- tables
     def to_frame(self, *, table: bool = False):
-        """Tidy pandas DataFrame of the values (``measure, value, model``), or the per-row table."""
+        """Tidy pandas DataFrame of the values (``measure, value, model``), or (``table=True``) the
+        per-row table (a result without one: a one-line error, as :meth:`to_csv`)."""
         import pandas as pd
 
+        _check_table(self, table)
         if table:
             return pd.DataFrame(self.table or [])
         return pd.DataFrame([{"measure": k, "value": v, "model": self.model} for k, v in self.values.items()],
                             columns=VALUE_COLUMNS).astype({"value": float})
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"analysis", "model", "values", "provenance", "table"?}`` as computed (numpy values and NaN
+        kept; :meth:`to_json` gives what the JSON file holds)."""
         out: dict[str, Any] = {"analysis": self.analysis, "model": self.model, "values": dict(self.values),
                                "provenance": self.provenance}
         if self.table is not None:
@@ -142,10 +158,12 @@ class Result:
         _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
-    def format(self, *, digits: int = 4, title: str | None = None, nan: str = "nan") -> str:
-        """The terminal table (:func:`embedscope.tables.format_table`; ``nan``: how NaN shows)."""
+    def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan") -> str:
+        """The terminal table (:func:`embedscope.tables.format_table`; ``digits``: decimals, by default
+        those of the analysis's command, 5 for geometry and spectrum, else 4; ``nan``: how NaN shows)."""
         from embedscope.tables import format_table
 
+        digits = display_digits(self.analysis, digits)
         with_meaning = bool(self.meanings)
         rows = []
         for k, v in self.values.items():
@@ -199,11 +217,14 @@ class ResultSet:
         return self.results[i]
 
     def to_frame(self, *, table: bool = False):
+        """As :meth:`Result.to_frame`, the models one below the other (the per-row tables gain a ``model``
+        column first)."""
         import pandas as pd
 
+        _check_table(self, table)
         frames = []
         for r in self.results:
-            f = r.to_frame(table=table)
+            f = pd.DataFrame() if table and r.table is None else r.to_frame(table=table)
             if table and "model" not in f.columns:
                 f.insert(0, "model", r.model)
             frames.append(f)
@@ -212,6 +233,7 @@ class ResultSet:
         return pd.concat(frames, ignore_index=True)
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"analysis", "models": [each result's :meth:`Result.to_dict`]}``."""
         return {"analysis": self.analysis, "models": [r.to_dict() for r in self.results]}
 
     def to_json(self, path=None, *, force: bool = False) -> dict[str, Any]:
@@ -226,10 +248,11 @@ class ResultSet:
         _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
-    def format(self, *, digits: int = 4, title: str | None = None, nan: str = "nan") -> str:
-        """One column per model (:meth:`Result.format` for one); ``nan``: how NaN shows."""
+    def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan") -> str:
+        """One column per model (:meth:`Result.format` for one; ``digits`` as there); ``nan``: how NaN shows."""
         from embedscope.tables import format_table
 
+        digits = display_digits(self.analysis, digits)
         if len(self.results) == 1:
             return self.results[0].format(digits=digits, title=title, nan=nan)
         keys: list[str] = []
@@ -257,11 +280,12 @@ def combine(results: Iterable[Result]) -> ResultSet:
     bad = [r for r in results if not isinstance(r, Result)]
     if bad:
         raise EmbedscopeError(f"combine needs Results (of an analysis), got {type(bad[0]).__name__}")
+    analyses = list(dict.fromkeys(r.analysis for r in results))
+    if len(analyses) > 1:  # (checked first: results of two analyses of one file share its model name)
+        raise EmbedscopeError(f"results of different analyses cannot be combined, got {', '.join(analyses)}")
     names = [r.model for r in results]
     if len(set(names)) != len(names):
         raise EmbedscopeError(f"model names must differ to compare results side by side, got {names}")
-    if len({r.analysis for r in results}) > 1:
-        raise EmbedscopeError("results of different analyses cannot be combined")
     return ResultSet(results)
 
 
@@ -358,8 +382,14 @@ def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[st
 
     if isinstance(given, str):  # one name, not its letters
         given = [given]
+    if given is not None and (isinstance(given, Mapping) or not hasattr(given, "__iter__")):
+        raise UsageError(f"names must be a list of names, one per file, got {type(given).__name__}")
+    if given is not None:
+        given = [str(g) if isinstance(g, os.PathLike) else g for g in given]
+        bad = next((g for g in given if not isinstance(g, str)), None)
+        if bad is not None:
+            raise UsageError(f"names must be strings, got {quoted(bad)}")
     if given:
-        given = list(given)
         if len(given) != len(sources):
             raise UsageError(f"--names gives {len(given)} name(s) for {len(sources)} file(s): give one per file")
         if len(set(given)) != len(given):

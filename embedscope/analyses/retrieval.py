@@ -48,7 +48,8 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
 
     check_choice(metric, "metric", RETRIEVAL_METRICS)
     check_choice(lone_queries, "lone_queries", LONE_QUERIES)
-    for nm, s in (("split", split), ("query_split", query_split), ("reference_split", reference_split)):
+    check_choice(split, "split", SPLIT_CHOICES)  # (None took every row, where the other analyses refuse it)
+    for nm, s in (("query_split", query_split), ("reference_split", reference_split)):
         if s is not None:
             check_choice(s, nm, SPLIT_CHOICES)
     es = as_set(source)

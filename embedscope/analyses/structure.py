@@ -166,7 +166,8 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
     ``normalised`` (s / Σs), and with ``by_class`` ``class_mean`` / ``class_std`` (over classes of
     the normalised per-class spectra, first ``k`` values, at most D: ``provenance["k_used"]``);
     ``arrays`` the same as numpy arrays for :func:`embedscope.viz.plot_spectra`. ``progress``: a
-    callable ``progress(i, n)`` after each file.
+    callable ``progress(i, n)`` after each file, or ``True`` for a progress bar over the files (as
+    the other analyses' ``progress=True``; ``False`` / ``None``: none).
 
     The spectrum needs no classes: a split whose every class has a single sample gets its spectrum
     and ρ, with the class measures NaN (``provenance["undefined"]``, as :func:`geometry`). With
@@ -174,15 +175,40 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
     every class spectrum all zero) has no ``class_mean`` / ``class_std``, ``n_classes_used`` 0 and
     the reason in ``provenance["class_spectra_undefined"]``.
     """
-    from embedscope.metrics import class_conditioned_spectra
-    from embedscope.metrics.spectral import UndefinedMeasure
-
     sources = as_sources(sources)  # a single path is a list of one file
     labels = unique_names(sources, names)
     check_not_repeated(labels)
     k = check_int(k, "k")
     if isinstance(split, str) and split in SPLIT_CHOICES:  # (a bad name: geometry's own error)
         check_splits_first(sources, [split])  # a file without the split: refused before any work
+    bar = None
+    if progress is None or isinstance(progress, (bool, np.bool_)):  # (True was called: "'bool' object is not
+        # callable", where every other analysis takes progress=True)
+        if progress:
+            from embedscope.progress import progress_bar
+
+            bar = progress_bar(total=len(sources), desc="spectra", unit="file", enabled=len(sources) > 1)
+        progress = None
+    elif not callable(progress):
+        from embedscope.errors import EmbedscopeError
+
+        raise EmbedscopeError(f"progress must be True, False or a callable progress(i, n), got "
+                              f"{type(progress).__name__}")
+    try:
+        return _spectra(sources, labels, split=split, by_class=by_class, k=k, center=center,
+                        exclude_top=exclude_top, n_components=n_components, max_pairs=max_pairs, seed=seed,
+                        progress=progress if bar is None else (lambda i, n: bar.update(1)))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _spectra(sources, labels, *, split, by_class, k, center, exclude_top, n_components, max_pairs, seed,
+             progress) -> ResultSet:
+    """:func:`spectrum`'s work, its arguments checked."""
+    from embedscope.metrics import class_conditioned_spectra
+    from embedscope.metrics.spectral import UndefinedMeasure
+
     results = []
     for i, (src, label) in enumerate(zip(sources, labels)):
         es = as_set(src)
