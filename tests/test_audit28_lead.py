@@ -52,3 +52,40 @@ def test_train_config_from_dev_null_and_from_a_pipe():
 def test_train_config_missing_is_still_refused(tmp_path):
     rc, out, err = run_cli(["train", "--config", tmp_path / "none.yaml", "-o", tmp_path / "x.pt"])
     assert rc == 1 and err.strip().endswith("none.yaml: no such config file"), err
+
+
+def test_modules_of_study_and_data_load_as_attributes():
+    """After a bare `import embedscope`, embedscope.study.run and embedscope.data.shapes load on first use
+    (they were AttributeErrors until imported by name); embedscope.cli never loads so."""
+    import subprocess
+    import sys
+
+    code = ("import embedscope, sys\n"
+            "assert 'embedscope.study.run' not in sys.modules\n"
+            "print(embedscope.study.run.__name__, embedscope.data.shapes.__name__, embedscope.study.stats.__name__)\n"
+            "try:\n    embedscope.data.nosuch\nexcept AttributeError as e:\n    print('AttributeError', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["embedscope.study.run embedscope.data.shapes embedscope.study.stats",
+                                       "AttributeError module 'embedscope.data' has no attribute 'nosuch'"]
+
+
+def test_api_argument_mistakes_are_one_clear_error(tmp_path):
+    import numpy as np
+    import pytest
+
+    from embedscope.data import get_dataset
+    from embedscope.errors import EmbedscopeError
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.store import EmbeddingSet, save
+
+    X = np.random.default_rng(0).standard_normal((20, 4)).astype(np.float32)
+    y = np.repeat(np.arange(5), 4)
+    with pytest.raises(EmbedscopeError, match="include must be a metric name or a list of them, got int"):
+        retrieval_metrics(X, y, include=5)  # was "'int' object is not iterable"
+    es = EmbeddingSet.from_arrays(X, y)
+    with pytest.raises(EmbedscopeError, match=r"takes the path first: save\(path, es\)"):
+        save(es, tmp_path / "x.h5")  # was "needs an EmbeddingSet ..., got str"
+    assert not (tmp_path / "x.h5").exists()
+    with pytest.raises(EmbedscopeError, match="data set name must be a string"):
+        get_dataset(3)  # was "'int' object has no attribute 'lower'"

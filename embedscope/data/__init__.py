@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from embedscope._lazy import module_getattr
 from embedscope.data.base import ImageDataset, TorchImages, describe_transform, image_transform
 from embedscope.errors import EmbedscopeError
 
@@ -31,6 +32,8 @@ def same_dataset(a: str, b: str) -> bool:
 
 def get_dataset(name: str, root=None, *, train_classes=None) -> ImageDataset:
     """Load a data set by name (``digits``, ``cub200``, ``cars196``, ``sop``, ``imagefolder``)."""
+    if not isinstance(name, str):
+        raise EmbedscopeError(f"the data set name must be a string (choose {', '.join(DATASETS)}), got {type(name).__name__}")
     key = ALIASES.get(name.lower(), name.lower())
     if key not in LOADERS:
         raise EmbedscopeError(f"unknown data set '{name}' (choose {', '.join(DATASETS)})")
@@ -40,3 +43,4 @@ def get_dataset(name: str, root=None, *, train_classes=None) -> ImageDataset:
 
 
 __all__ = ["ImageDataset", "TorchImages", "get_dataset", "same_dataset", "image_transform", "describe_transform", "DATASETS"]
+__getattr__ = module_getattr(__name__)  # embedscope.data.shapes ... after a bare `import embedscope`

@@ -142,6 +142,8 @@ def _check_ks(ks) -> tuple[int, ...]:
 def _wanted(include, all_keys: list, default: list) -> list:
     if include is None:
         return default
+    if not isinstance(include, str) and (isinstance(include, dict) or not hasattr(include, "__iter__")):
+        raise EmbedscopeError(f"include must be a metric name or a list of them, got {type(include).__name__}")
     inc = [include] if isinstance(include, str) else list(include)
     if "R@k" in inc:  # every R@k of ks (the default ks: those within the references available)
         inc = [k for k in inc if k != "R@k"] + [k for k in all_keys if k.startswith("R@")]

@@ -567,6 +567,8 @@ def save(
     from embedscope import __version__
 
     if not isinstance(es, EmbeddingSet):
+        if isinstance(path, EmbeddingSet):  # save(es, path): the arguments swapped
+            raise EmbedscopeError("store.save takes the path first: save(path, es)")
         raise EmbedscopeError(f"store.save needs an EmbeddingSet (EmbeddingSet.from_arrays(X, y) builds one "
                               f"from arrays), got {type(es).__name__}")
     es.validate()
