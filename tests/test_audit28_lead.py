@@ -89,3 +89,21 @@ def test_api_argument_mistakes_are_one_clear_error(tmp_path):
     assert not (tmp_path / "x.h5").exists()
     with pytest.raises(EmbedscopeError, match="data set name must be a string"):
         get_dataset(3)  # was "'int' object has no attribute 'lower'"
+
+
+def test_evaluate_of_one_file_shows_an_undefined_value_as_a_dash(tmp_path, monkeypatch):
+    """One file's table printed 'nan' where several files' (and geometry's) print '–'."""
+    import numpy as np
+
+    import embedscope.metrics.clustering as clustering
+    from embedscope.store import EmbeddingSet, save
+
+    X = np.random.default_rng(0).standard_normal((40, 4)).astype(np.float32)
+    y = np.repeat(np.arange(8), 5)
+    save(tmp_path / "e.h5", EmbeddingSet.from_arrays(X, y))
+    monkeypatch.setattr(clustering, "kmeans_nmi_f1", lambda *a, **k: {"NMI": float("nan"), "F1": 0.5})
+    rc, out, err = run_cli(["evaluate", tmp_path / "e.h5", "--split", "all", "--include", "R@1", "NMI", "F1",
+                            "--no-progress"])
+    assert rc == 0, err
+    nmi = [ln for ln in out.splitlines() if ln.startswith("NMI")]
+    assert len(nmi) == 1 and nmi[0].split()[1] == "–", out

@@ -195,7 +195,7 @@ def run(args) -> int:
                           + [row[c] for rows in worst.values() for row in rows for c in ("R@1", "R-Precision", "MAP@R")
                              if c in row])
     if len(results) == 1:
-        print(results[0].format(digits=digits))
+        print(results[0].format(digits=digits, nan=UNDEFINED))  # undefined as "–", as with several files
     else:
         first = results[0].provenance
         print(results.format(digits=digits, nan=UNDEFINED, title=f"{first['query_split']} queries vs "
