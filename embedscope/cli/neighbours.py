@@ -112,7 +112,7 @@ def run(args) -> int:
     if args.n_retrievals > MAX_RETRIEVALS:
         raise UsageError(f"--n-retrievals {args.n_retrievals}: a figure holds at most {MAX_RETRIEVALS} "
                          "retrievals per query")
-    for p in figure_paths(args.output):
+    for p in figure_paths(args.output, option="-o"):
         check_writable(p, force=args.force)
     paths = None
     if args.paths_file is not None:  # read as saliency's: blank lines skipped, a line starting with # a comment

@@ -252,10 +252,13 @@ def check_root_given(root, dataset: str) -> None:
                               "folder (. for the working folder)")
 
 
-def require_files(root: str | os.PathLike, names: list[str], dataset: str) -> Path:
-    """Check that ``root`` holds each of ``names``; a one-line error names the first missing one."""
+def require_files(root: str | os.PathLike, names: list[str], dataset: str, *,
+                  folder: str = "the folder of the official download") -> Path:
+    """Check that ``root`` holds each of ``names``; a one-line error names the first missing one.
+    ``folder`` says what ``--root`` names when it is not given (``imagefolder``: a folder of class
+    sub-folders, which has no official download)."""
     if root is None:
-        raise EmbedscopeError(f"{dataset} needs --root DIR (the folder of the official download)")
+        raise EmbedscopeError(f"{dataset} needs --root DIR ({folder})")
     check_root_given(root, dataset)
     root = Path(root)
     if root.exists() and not root.is_dir():

@@ -155,6 +155,37 @@ def _refuse_unreadable(unreadable: list[Path], n: int) -> None:
                               "cannot be read; remove or repair them)")
 
 
+def _images_here_hint(root: Path) -> str:
+    """``; photos/cat holds 6 image files itself: a class's folder? --root names the folder of the class
+    folders (--root photos?)`` when ``root``, which has no sub-folders, holds image files: a class folder
+    (or a flat folder of images) given as ``--root``. "" otherwise."""
+    try:
+        with os.scandir(root) as it:
+            n = sum(1 for e in it if not e.name.startswith(".") and e.name.lower().endswith(IMG_EXTENSIONS))
+    except OSError:
+        return ""
+    if not n:
+        return ""
+    parent = root.parent if root.name not in ("", ".", "..") else root / ".."
+    return (f"; {root} holds {n} image file{'s' if n != 1 else ''} itself: a class's folder? --root names the "
+            f"folder of the class folders (--root {parent}?)")
+
+
+def _other_files_hint(folder: Path) -> str:
+    """``; it holds 12 other files, e.g. IMG_0001.HEIC`` for a class folder without image files: photos in
+    a format that is not read (HEIC from a phone, RAW) are named, not only the endings that are. "" when it
+    holds no (visible) files, below it too (links to folders not followed)."""
+    n, first = 0, None
+    for d, subdirs, files in os.walk(folder):
+        subdirs[:] = sorted(x for x in subdirs if not x.startswith("."))
+        for f in sorted(x for x in files if not x.startswith(".")):
+            n += 1
+            first = first or os.path.relpath(os.path.join(d, f), folder)
+    if not n:
+        return ""
+    return f"; it holds {n:,} other file{'s' if n != 1 else ''}, e.g. {first}"
+
+
 def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
     """One sub-folder per class under ``root`` as an :class:`ImageDataset`.
 
@@ -190,11 +221,11 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
     Zero-shot protocol of Roth et al. 2020 §4.1 and Musgrave et al. 2020; the results on these
     splits are in docs/methods.md §7 (reference numbers).
     """
-    root = require_files(root, [], "imagefolder")
+    root = require_files(root, [], "imagefolder", folder="the folder of class sub-folders, ROOT/<class>/<image>")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     if not classes:
         raise EmbedscopeError(f"imagefolder: {root} holds no class sub-folders (expected ROOT/<class>/<image>"
-                              f"{other_layout_hint(root, 'imagefolder')})")
+                              f"{_images_here_hint(root)}{other_layout_hint(root, 'imagefolder')})")
     paths: list[str] = []
     labels: list[int] = []
     unreadable: list[Path] = []
@@ -203,7 +234,7 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
         if not files:
             raise EmbedscopeError(
                 f"imagefolder: class folder {root / name} holds no image files ({', '.join(IMG_EXTENSIONS)}"
-                f"{other_layout_hint(root, 'imagefolder')})"
+                f"{_other_files_hint(root / name)}{other_layout_hint(root, 'imagefolder')})"
             )
         rel = [f.relative_to(root).as_posix() for f in files]
         bad = next((r for r in [name, *rel] if not _is_text(r)), None)

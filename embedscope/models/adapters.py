@@ -39,7 +39,9 @@ from embedscope.models.checkpoint import (
     Record,
     _keys_preview,
     check_state_dict,
+    children_keys,
     classifier_names,
+    is_children_sequential,
     is_module_record,
     load_backbone_weights,
     load_into,
@@ -86,6 +88,25 @@ def detect_arch(sd: dict[str, torch.Tensor]) -> str | None:
                 return None
         return name
     return None
+
+
+#: the children of a torchvision ResNet, in order (nn.Sequential(*list(resnet.children())[:-1]) numbers them)
+_RESNET_CHILDREN = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool", "fc")
+
+
+def detect_numbered_arch(sd: dict[str, torch.Tensor]) -> str | None:
+    """The torchvision ResNet whose children an ``nn.Sequential`` state dict (``0.weight``, ``4.0.conv1.weight``,
+    ...: :func:`~embedscope.models.checkpoint.is_children_sequential`) numbers, by :func:`detect_arch` of its
+    keys renamed; None for any other layout."""
+    if not is_children_sequential(sd):
+        return None
+    named = {}
+    for k, v in sd.items():
+        i, _, rest = k.partition(".")
+        if int(i) >= len(_RESNET_CHILDREN):
+            return None
+        named[f"{_RESNET_CHILDREN[int(i)]}.{rest}"] = v
+    return detect_arch(named)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +201,8 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     """A pytorch-metric-learning trunk + embedder pair -> (model in eval mode, config, info).
 
     ``arch`` is read from the trunk's keys (torchvision ResNet-18/34/50/101/152, GoogLeNet, the
-    Cadene BN-Inception) unless given. Embedding = ``embedder(trunk(x))``, as the library's tester
+    Cadene BN-Inception; a ResNet's also when numbered as ``nn.Sequential(*list(resnet.children())[:-1])``,
+    :func:`~embedscope.models.checkpoint.children_keys`) unless given. Embedding = ``embedder(trunk(x))``, as the library's tester
     computes it: a linear classifier left in the trunk (``fc.*``, ``last_linear.*``: not replaced by
     the identity) stays part of it, and an empty embedder file (the ``torch.nn.Identity()`` that
     ``BaseTrainer`` puts in place of a missing embedder) is the identity. A GoogLeNet / Inception-v3
@@ -193,15 +215,17 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     trunk, embedder = Path(trunk), Path(embedder)
     tsd = _read_state_dict(trunk, "trunk", unsafe_pickle)
     esd = _read_state_dict(embedder, "embedder", unsafe_pickle, allow_empty=True)
-    a = arch or detect_arch(tsd)
+    a = arch or detect_arch(tsd) or detect_numbered_arch(tsd)
     if not a:
         if any(k.startswith("backbone.") for k in tsd) and any(k.startswith("head.") for k in tsd):
             raise EmbedscopeError(f"{trunk}: holds a whole embedscope model (backbone.* and head.* keys), not a "
                                   "trunk: give it as the checkpoint (with --arch if it has no config), without "
                                   "--trunk/--embedder")
+        numbered = (" (its layers are numbered: an nn.Sequential of a model's children, e.g. "
+                    "nn.Sequential(*list(resnet.children())[:-1]))" if is_children_sequential(tsd) else "")
         raise EmbedscopeError(
-            f"{trunk}: cannot tell the trunk's architecture from its keys (found {_keys_preview(sorted(tsd))}): "
-            "name it with --arch")
+            f"{trunk}: cannot tell the trunk's architecture from its keys (found {_keys_preview(sorted(tsd))})"
+            f"{numbered}: name it with --arch")
     extra_cfg: dict[str, Any] = {}
     if a in ("googlenet", "inception_v3"):
         if transform_input is None or transform_input:
@@ -213,6 +237,9 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
         # ImageNet weights): its forward in eval mode, as the tester runs it, never uses them
         tsd = {k: v for k, v in tsd.items() if not k.startswith(("aux1.", "aux2.", "AuxLogits."))}
     probe = build_model(default_config(a, head="none", frozen_bn=False, **extra_cfg))
+    numbered = children_keys(tsd, probe.backbone) if not set(tsd) & set(probe.backbone.state_dict()) else None
+    if numbered is not None:  # nn.Sequential(*list(model.children())[:-1]): its layers by number
+        tsd = numbered
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
     tsd = {k: v for k, v in tsd.items() if k not in fc_sd}

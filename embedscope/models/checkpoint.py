@@ -26,13 +26,14 @@ import os
 import pickle
 import re
 import types
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.errors import EmbedscopeError, EmbedscopeWarning, UsageError
 from embedscope.fileio import atomic_output, sha256_file
 from embedscope.models.backbones import EmbeddingModel, _int_field, build_model, default_config
 from embedscope.text import quoted
@@ -400,6 +401,32 @@ def strip_prefix(sd: dict[str, Any]) -> dict[str, Any]:
 _strip_prefix = strip_prefix  # the earlier private name
 
 
+def is_children_sequential(sd: dict[str, Any]) -> bool:
+    """Every key starts with a number: the state dict of ``nn.Sequential(*list(model.children())[:-1])``
+    (a feature extractor as retrieval code often builds it), whose layers are numbered, not named."""
+    return bool(sd) and all(k.partition(".")[0].isdigit() and k.partition(".")[2] for k in sd)
+
+
+def children_keys(sd: dict[str, Any], module: torch.nn.Module) -> dict[str, Any] | None:
+    """The keys of ``nn.Sequential(*list(model.children())[:k])`` renamed to ``module``'s (``0.weight`` ->
+    ``conv1.weight``, ``4.0.conv1.weight`` -> ``layer1.0.conv1.weight`` for a ResNet): the i-th child of
+    the Sequential is the i-th child of the model (parameter-free children, a ReLU, a pooling, keep their
+    numbers). None when ``sd`` is not numbered so, names a child ``module`` does not have, or does not hold
+    every tensor of ``module`` once renamed; a tensor of another shape is caught by :func:`load_into`."""
+    if not is_children_sequential(sd):
+        return None
+    names = [n for n, _ in module.named_children()]
+    out = {}
+    for k, v in sd.items():
+        i, _, rest = k.partition(".")
+        if int(i) >= len(names):
+            return None
+        out[f"{names[int(i)]}.{rest}"] = v
+    # only a whole match: else the error names the file's own keys (a part of a model, another model)
+    needed = {k for k in module.state_dict() if not k.endswith("num_batches_tracked")}
+    return out if needed <= set(out) else None
+
+
 def check_state_dict(sd: Any, where: str) -> dict[str, torch.Tensor]:
     """A dict of string keys -> tensors, else a one-line error naming the problem."""
     if not isinstance(sd, dict):
@@ -603,6 +630,12 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
 
     a = detect_arch(sd)
     if a:
+        own = trained_last_layers(sd, ["fc.", "last_linear."])
+        if own:  # (--weights would drop it: the user's embedding layer, most likely)
+            name, n_in, n_out = own[0]
+            return (f"its keys are those of a {a} backbone whose {printable(name, 40)} layer ({n_in} -> {n_out}) is "
+                    f"not an ImageNet classifier's size: {keep_layer_hint(path)}; --arch {a} --weights "
+                    f"{printable(path, 1000)} --head none|random embeds the {n_in}-d features before it")
         return (f"its keys are those of a {a} backbone (a torchvision / pytorch-metric-learning trunk file): embed "
                 f"it with no checkpoint as --arch {a} --weights {printable(path, 1000)} --head none|random, or as "
                 "--trunk with --embedder")
@@ -610,8 +643,50 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
         return (f"it looks like a timm training checkpoint of {printable(obj['arch'], 60)}: embed it with no "
                 f"checkpoint as --arch timm:{printable(obj['arch'], 60)} --weights {printable(path, 1000)} "
                 "--head none|random")
+    if is_children_sequential(sd):
+        from embedscope.models.adapters import detect_numbered_arch
+
+        a = detect_numbered_arch(sd)
+        model = f"a {a}'s" if a else "a model's"
+        return (f"its layers are numbered (0.weight, ...: an nn.Sequential of {model} children, e.g. "
+                "nn.Sequential(*list(resnet.children())[:-1])): embed it with no checkpoint as --arch "
+                f"{a or 'NAME'} --weights {printable(path, 1000)} --head none|random, or as --trunk with --embedder")
     return ("for backbone weights alone use --weights with --arch and --head none|random, for a "
             "pytorch-metric-learning trunk use --trunk/--embedder")
+
+
+#: the output sizes of the classifiers of released ImageNet weights: ImageNet-1k (1001 with TensorFlow's
+#: background class), ImageNet-21k-P (11221, 11821) and ImageNet-22k (21841, 21843). A layer that
+#: ``--weights`` drops with another output size may be a user's own layer (an embedding layer put in
+#: place of ``fc``): :func:`load_backbone_weights` warns, naming it.
+IMAGENET_CLASSES = (1000, 1001, 11221, 11821, 21841, 21843)
+
+
+class DroppedLayerWarning(EmbedscopeWarning):
+    """``--weights`` dropped a last linear layer that is not an ImageNet classifier (another output size):
+    perhaps the user's own embedding layer; the backbone's features are embedded without it."""
+
+
+def trained_last_layers(sd: dict[str, torch.Tensor], prefixes) -> list[tuple[str, int, int]]:
+    """``(name, in, out)`` of each linear layer of ``sd`` under ``prefixes`` (the classifier names that
+    ``--weights`` drops: ``fc.``, ``last_linear.``, ``head.fc.``, ...) whose output size is no ImageNet
+    classifier's (:data:`IMAGENET_CLASSES`): a layer a user put in place of the classifier (``model.fc =
+    nn.Linear(512, 128)``, an embedding layer) or a classifier of their own classes."""
+    out = []
+    for pre in dict.fromkeys(prefixes):
+        w = sd.get(pre + "weight")
+        if isinstance(w, torch.Tensor) and w.ndim == 2 and int(w.shape[0]) not in IMAGENET_CLASSES:
+            out.append((pre[:-1], int(w.shape[1]), int(w.shape[0])))
+    return out
+
+
+def keep_layer_hint(path, arch: str | None = None) -> str:
+    """How to embed a backbone file with its last linear layer kept: as a pytorch-metric-learning trunk
+    (whose linear layer stays in the model) with an empty embedder (the identity); ``arch`` when the
+    trunk's keys may not say it (a timm model)."""
+    named = f" --arch {printable(arch, 60)}" if arch else ""
+    return (f"to embed with that layer, give the file as --trunk {printable(path, 1000)}{named} with an empty "
+            "--embedder (torch.save({}, 'identity.pth'))")
 
 
 #: torchvision's released DenseNet files keep the pre-0.4 module names ``denselayerN.norm.1``,
@@ -721,7 +796,13 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     and auxiliary classifiers are dropped; every backbone tensor must match. There is no download.
     A training checkpoint's ``state_dict`` is used, or with ``ema`` its EMA copy (timm's
     ``state_dict_ema``, :func:`ema_state_dict`; a file without one is a one-line error).
+    A dropped last linear layer of another output size than an ImageNet classifier's (perhaps the
+    user's embedding layer) gives a :class:`DroppedLayerWarning` naming it (:func:`trained_last_layers`).
+    The state dict of ``nn.Sequential(*list(model.children())[:-1])``, its layers numbered, is read
+    as the model's own layers (:func:`children_keys`).
     """
+    from embedscope.models.adapters import detect_arch
+
     read = obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
     ema_key = None
     if ema:
@@ -738,9 +819,24 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         raise EmbedscopeError(f"{path}: no tensors found (keys: {_keys_preview(list(map(str, obj)))})")
     if any(k.startswith("backbone.") for k in sd):
         sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
+    numbered = children_keys(sd, model.backbone) if not set(sd) & set(model.backbone.state_dict()) else None
+    if numbered is not None:  # nn.Sequential(*list(model.children())[:-1]): its layers by number
+        sd = numbered
     sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
+    # a last linear layer of another size than an ImageNet classifier's: perhaps the user's embedding layer,
+    # dropped as a classifier would be (the file was embedded as the features before it, silently)
+    own = trained_last_layers(sd, [c + "." for c in classifier_names(model.backbone)] + ["fc.", "last_linear."])
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
     load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone")
-    return _weights_format(read, Path(path), model, ema_key)
+    if own:
+        name, n_in, n_out = own[0]
+        warnings.warn(DroppedLayerWarning(
+            f"{printable(path, 1000)}: its {printable(name, 40)} layer ({n_in} -> {n_out}, not an ImageNet "
+            f"classifier's size) is not loaded: --weights reads the backbone, the {n_in}-d features before it"
+            # the trunk route reads a file's state_dict (not its EMA copy) into torchvision's models
+            + ("" if ema or str(model.arch).startswith("timm:")
+               else f"; {keep_layer_hint(path, None if detect_arch(sd) else model.arch)}")), stacklevel=2)
+    fmt = _weights_format(read, Path(path), model, ema_key)
+    return fmt + " (numbered as an nn.Sequential of the model's children)" if numbered is not None else fmt
