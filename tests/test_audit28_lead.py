@@ -107,3 +107,17 @@ def test_evaluate_of_one_file_shows_an_undefined_value_as_a_dash(tmp_path, monke
     assert rc == 0, err
     nmi = [ln for ln in out.splitlines() if ln.startswith("NMI")]
     assert len(nmi) == 1 and nmi[0].split()[1] == "–", out
+
+
+def test_a_wrong_figure_name_names_its_option(tmp_path):
+    """'figure name x.jpg must end in .png or .pdf' did not say which output: now '-o x.jpg: ...'."""
+    import numpy as np
+
+    from embedscope.store import EmbeddingSet, save
+
+    X = np.random.default_rng(0).standard_normal((40, 4)).astype(np.float32)
+    save(tmp_path / "e.h5", EmbeddingSet.from_arrays(X, np.repeat(np.arange(8), 5)))
+    for cmd in (["tsne"], ["spectrum"], ["scatter"]):
+        rc, out, err = run_cli([*cmd, tmp_path / "e.h5", "--split", "all", "-o", tmp_path / "x.jpg", "--no-progress"])
+        assert rc == 2, (cmd, err)
+        assert f"-o {tmp_path / 'x.jpg'}: a figure name must end in .png or .pdf" in err, (cmd, err)

@@ -54,7 +54,7 @@ def refuse_figure_inputs(output, inputs) -> None:
     ``tsne x.json -o x.png --force`` replaced the input ``x.json``."""
     from embedscope.viz.figures import figure_paths
 
-    png, pdf = figure_paths(output)
+    png, pdf = figure_paths(output, option="-o")
     refuse_inputs([png, pdf, png.with_suffix(".csv"), png.with_suffix(".json")], inputs)
 
 
@@ -142,7 +142,7 @@ def figure_outputs(out, force: bool):
     from embedscope.fileio import check_writable
     from embedscope.viz.figures import figure_paths
 
-    png, pdf = figure_paths(out)
+    png, pdf = figure_paths(out, option="-o")
     csv, js = png.with_suffix(".csv"), png.with_suffix(".json")
     for p in (png, pdf, csv, js):
         check_writable(p, force=force)

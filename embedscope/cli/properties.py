@@ -111,7 +111,7 @@ def run(args) -> int:
     if args.output:
         from embedscope.viz.figures import figure_paths
 
-        figs = list(figure_paths(args.output))
+        figs = list(figure_paths(args.output, option="-o"))
     # existing outputs, one name twice (naming both options), an input named as output
     check_result_outputs(args, extra=figs, extra_options=["-o"] * len(figs))
     results = properties(args.files, names=args.names, split=args.split, max_r=args.max_r, properties=props,

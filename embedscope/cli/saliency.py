@@ -104,7 +104,7 @@ def run(args) -> int:
     if args.figure is not None:
         from embedscope.viz.figures import figure_paths
 
-        outputs += list(figure_paths(args.figure))
+        outputs += list(figure_paths(args.figure, option="--figure"))
     refuse_inputs(outputs, [args.checkpoint, args.paths_file])
     s = saliency_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, n_images=args.n_images,

@@ -65,7 +65,7 @@ def run(args) -> int:
     if args.output:
         from embedscope.viz.figures import figure_paths
 
-        figs = list(figure_paths(args.output))
+        figs = list(figure_paths(args.output, option="-o"))
     check_result_outputs(args, extra=figs, extra_options=["-o"] * len(figs))
     bar = progress_bar(total=len(args.files), desc="spectra", unit="file",
                        enabled=not args.no_progress and len(args.files) > 1)

@@ -157,9 +157,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     if figure is not None:
         from embedscope.viz.figures import figure_paths
 
-        for p in figure_paths(figure):
+        for p in figure_paths(figure, option="--figure"):
             check_writable(p, force=force)
-        written += list(figure_paths(figure))
+        written += list(figure_paths(figure, option="--figure"))
     # before the work: the figure's PNG / PDF naming the maps file would replace it (with force, silently)
     if any(same_file(a, b) for k, a in enumerate(written) for b in written[:k]):
         raise UsageError("two outputs name the same file: give the maps file and the figure their own names")
@@ -375,9 +375,9 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     if out is not None or grid is not None:
         from embedscope.viz.figures import figure_paths
 
-        for f in (out, grid):
+        for f, option in ((out, "-o"), (grid, "--grid")):
             if f is not None:
-                outs += list(figure_paths(f))
+                outs += list(figure_paths(f, option=option))
     outs += [Path(p) for p in (json_out, csv_out, per_image_csv) if p]
     if len({p.resolve() for p in outs}) != len(outs):
         raise UsageError("two outputs name the same file")
