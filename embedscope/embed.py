@@ -477,6 +477,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             # on the CPU the last bits of a convolution depend on how many threads split it (the
             # digits: up to 9e-8 between 1 and 2 threads): what a rerun needs to give the same bits
             **({"torch_threads": int(torch.get_num_threads())} if dev.type == "cpu" else {}),
+            # so do the batch's size (the digits: 37% of the values differ, by up to 3e-7, at 7 vs 256)
+            "batch_size": int(batch_size),
             "torch_version": str(torch.__version__),
             "precision": "bfloat16 autocast" if use_amp else "float32",
             "transform": "; ".join(x for x in (input_text, describe_input(config)) if x),
