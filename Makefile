@@ -19,14 +19,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
+# whole files to each worker, in tests/conftest.py's order (longest first), not xdist's (most tests first)
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow tests
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -m "slow or not slow" -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -m "slow or not slow" -n 2 --dist loadfile --no-loadscope-reorder tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check embedscope tests benchmarks scripts

@@ -8,13 +8,44 @@ import pytest  # noqa: E402
 matplotlib.use("Agg", force=True)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # two workers on two cores: one thread each avoids oversubscription
+    # two workers on two cores: one thread each avoids oversubscription, in the workers and in the
+    # processes their tests start (embedscope train/embed/study..., notebooks, docs' shell blocks):
+    # torch's and BLAS's thread pools read these when they start; a 2-thread pool per process on 2
+    # busy cores spent 3-4x the CPU time of one thread on the small models the tests train
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
     try:
         import torch
 
         torch.set_num_threads(1)
     except ImportError:  # pragma: no cover
         pass
+
+# `make test` (--dist loadfile --no-loadscope-reorder) hands each xdist worker whole files in
+# collection order: the longest files first, so that short ones fill the end and both workers finish
+# together (xdist's own order, by number of tests, left the 2-test README walk-through, one of the
+# longest, to the very end). Longest first by a `make test` run's per-file time; other files follow
+# in their usual order. A stale list costs only balance.
+LONGEST_FILES = (
+    "test_audit_ux2", "test_readme", "test_trainer", "test_notebooks_exec", "test_audit23_viz_evaluate",
+    "test_benchmarks_cli", "test_audit23_train_saliency", "test_audit_ux", "test_docs_examples",
+    "test_cli_foundation", "test_retrieval_collapsed", "test_viz_yoked_maps", "test_audit27_cli", "test_grid",
+    "test_retrieval", "test_properties_collapsed", "test_audit25_study", "test_audit_figures", "test_audit25_maps",
+    "test_audit27_viz", "test_audit_study_stats", "test_audit_matching", "test_cli_audit_fixes",
+    "test_audit_retrieval", "test_audit24_options_training", "test_audit25_search", "test_audit25_evaluate",
+    "test_audit24_properties", "test_escapes", "test_tsne", "test_audit23_scatter_tsne", "test_audit24_options_maps",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a run in one process keeps the usual order
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+
+    def key(item):  # stable: the tests of a file keep their order
+        return rank.get(item.path.stem, len(rank))
+
+    items.sort(key=key)
 
 
 def snapshot(folder, *, inodes: bool = False):

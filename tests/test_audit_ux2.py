@@ -309,7 +309,7 @@ def test_ctrl_c_of_embed_with_workers_is_one_line(tmp_path):
 # ------------------------------------------------------------------ train-grid --workers: no empty run folders
 def _grid_argv(out):
     return [sys.executable, "-m", "embedscope", "train-grid", "--dataset", "digits", "--losses", "margin", "triplet",
-            "--seeds", "0", "1", "--epochs", "4", "--embed-dim", "8", "--workers", "2", "-o", str(out)]
+            "--seeds", "0", "1", "--epochs", "2", "--embed-dim", "8", "--workers", "2", "-o", str(out)]
 
 
 def _stop_when(argv, ready, sig, to_group):

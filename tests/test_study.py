@@ -195,9 +195,15 @@ def test_yaml_list_on_two_dask_workers_equals_serial(grid, tmp_path, processes):
                  f"  - path: {grid / 'digits_softmax_p0_s0.pt'}\n    family: classes\n")
     kw = {"measures": MEASURED, "epoch": "last", "n_boot": 20, "echo": lambda s: None}
     ser = run_study(y, tmp_path / "serial", workers=0, cache_dir=tmp_path / "c1", **kw)
-    blas, threads = _blas_threads(), torch.get_num_threads()
-    par = run_study(y, tmp_path / "dask", workers=2, worker_processes=processes, cache_dir=tmp_path / "c2", **kw)
-    after = _blas_threads()  # (a BLAS first loaded by the study, e.g. faiss's own, is new: compare the others)
+    from threadpoolctl import threadpool_limits
+
+    # BLAS on two threads, whatever the environment started it with (one under xdist, tests/conftest.py):
+    # a count the study leaves at one shows
+    with threadpool_limits(limits=2, user_api="blas"):
+        blas, threads = _blas_threads(), torch.get_num_threads()
+        assert set(blas.values()) == {2}, blas
+        par = run_study(y, tmp_path / "dask", workers=2, worker_processes=processes, cache_dir=tmp_path / "c2", **kw)
+        after = _blas_threads()  # (a BLAS first loaded by the study, e.g. faiss's own, is new: compare the others)
     assert {k: after[k] for k in blas} == blas and torch.get_num_threads() == threads
     assert not ser["errors"] and not par["errors"]
     assert not any(r["cached"] for r in par["computed"])  # really measured by the workers
