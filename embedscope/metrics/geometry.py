@@ -458,10 +458,18 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
         if max_pairs <= SAMPLE_DRAW:
             i, j = draw(max_pairs)
         # float32 rows of moderate scale: dot products in float32 (~1e-7, far below the sampling
-        # error; twice as fast); anything else (float16, whose products overflow at |x| ~ 11 for
-        # D = 512, extreme scales, float64) from float64 unit rows
+        # error; twice as fast), except pairs so close that the float32 error bound would exceed
+        # 1/1024 of their squared distance (rows of a nearly collapsed model: 2 − 2cos came out
+        # 1e-7 for 4e-12); those, and anything else (float16, whose products overflow at |x| ~ 11
+        # for D = 512, extreme scales, float64), from the difference of the float64 unit rows
         fast = X.dtype == np.float32 and shift == 0 and bool(np.all(norms < 2.0 ** 40)) and bool(
             np.all(norms > 2.0 ** -30))
+        close = 1024 * 4 * (X.shape[1] + 8) * float(np.finfo(np.float32).eps)
+
+        def d2_exact(ii, jj):
+            diff = unit(ii) - unit(jj)
+            return np.einsum("ij,ij->i", diff, diff)
+
         for s in range(0, max_pairs, chunk):
             if max_pairs <= SAMPLE_DRAW:
                 ii, jj = i[s:s + chunk], j[s:s + chunk]
@@ -469,9 +477,12 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
                 ii, jj = draw(min(chunk, max_pairs - s))
             if fast:
                 cos = np.einsum("ij,ij->i", X[ii], X[jj]).astype(np.float64) / (norms[ii] * norms[jj])
+                d2 = np.clip(2.0 - 2.0 * cos, 0.0, None)
+                near = np.flatnonzero(d2 < close)
+                if near.size:
+                    d2[near] = d2_exact(ii[near], jj[near])
             else:
-                cos = np.einsum("ij,ij->i", unit(ii), unit(jj))
-            d2 = np.clip(2.0 - 2.0 * cos, 0.0, None)
+                d2 = d2_exact(ii, jj)
             state = _logmeanexp_update(state, -t * d2)
         exact, npairs = False, max_pairs
     mx, tot, cnt = state

@@ -57,14 +57,18 @@ def nearest_same_different(
     class is a contiguous range of columns (its best column found there, then masked: the best of
     the rest is the nearest other-class point); no N × N matrix is formed.
     The search runs in float64 for float64 input, in float32 for anything else; the value returned
-    for each point is then the similarity of the pair it chose recomputed in float64 from the two
-    rows (exact to rounding: a duplicate is at distance 0). With float32 search, a near-tie within
-    float32 rounding may pick a pair whose exact similarity is a little lower (cosine, dot: about
-    1e-7 relative; Euclidean keys carry an absolute error of about eps·‖x‖², so distances closer
-    than about sqrt(eps)·‖x‖ may be confused). Rows at extreme scales
-    (largest |value| beyond 2^±40, e.g. 1e30 in float32, whose squares overflow) are multiplied by
-    a power of two first (exact; per row for cosine, which ignores row scale) and the
-    similarities scaled back in float64; similarities beyond the float64 range are refused.
+    for each point is the largest float64 similarity, recomputed from the two rows (exact to
+    rounding: a duplicate is at distance 0), among the pairs whose search key lies within the
+    search's proven rounding bound of the best key (twice γ_D = D·u per product; Euclidean keys
+    2 x·y − ‖y‖², whose error grows with ‖x‖² however close the pair). So near-duplicates that the
+    search's precision cannot order (float32 rows a few units in the last place apart: their
+    Euclidean distances came out up to 100% off, and the share below the diagonal 0.57 where R@1
+    was 0.25) get the values of the formula; many such candidates (a collapsed model) are
+    re-decided by float64 keys (Euclidean: about the rows' mean), rows equal to each other taken
+    once. Rows at extreme scales (largest |value| beyond 2^±40, e.g. 1e30 in float32, whose
+    squares overflow) are multiplied by a power of two first (exact; per row for cosine, which
+    ignores row scale) and the similarities scaled back in float64; similarities beyond the
+    float64 range are refused.
 
     Parameters
     ----------
@@ -159,6 +163,10 @@ def nearest_same_different(
 
         blocks = progress_bar(blocks, desc="nearest same/different", unit="block")
     XsT = Xs.T
+    # the nearest of each row by its float64 similarity, the search's keys certified (_certified_best)
+    ctx = {"X64": X64, "exact": exact, "metric": metric, "euclidean": metric == "euclidean", "dim": Xs.shape[1],
+           "err": _key_error(metric, dtype, Xs.shape[1]), "first": None,
+           "norms": None if metric == "cosine" else np.sqrt(np.einsum("ij,ij->i", X64, X64))}
     for q0 in blocks:
         q1 = min(q0 + block_size, n)
         rows = np.arange(q1 - q0)
@@ -168,25 +176,19 @@ def nearest_same_different(
             S -= sq[None, :]
         S[rows, q0 + rows] = -np.inf  # the query itself
         # rows are sorted by class: the block's queries hold a few consecutive classes, each a
-        # contiguous range of columns. Per class: the best own-class column, then those columns
-        # masked, the best of the rest is the nearest different-class point.
-        j_same = np.zeros(q1 - q0, dtype=np.int64)
-        has_same = np.zeros(q1 - q0, dtype=bool)
+        # contiguous range of columns. Per class: the nearest own-class column, then those columns
+        # masked, the nearest of the rest is the nearest different-class point.
+        out_same[q0:q1] = -np.inf
         for c in np.unique(cls[q0:q1]):
             r = np.flatnonzero(cls[q0:q1] == c)
             lo, hi = starts[c], ends[c]
             sub = S[r[0]:r[-1] + 1, lo:hi]
-            j_same[r] = lo + np.argmax(sub, axis=1)
-            has_same[r] = hi - lo > 1
+            if hi - lo > 1:
+                out_same[q0 + r[0]:q0 + r[-1] + 1] = _certified_best(sub, q0 + r[0], lo, ctx)
             sub[...] = -np.inf
-        # the value of each winner is recomputed in float64 from the pair itself: the search's
-        # float32 (and the Euclidean expansion 2 x.y - |y|^2, which cancels for close pairs:
-        # exact duplicates came out at distance 5e-3 in float32, 4e-8 in float64) only chooses it
-        out_same[q0:q1] = -np.inf
-        out_same[q0 + rows[has_same]] = exact(q0 + rows[has_same], j_same[has_same])
         out_diff[q0:q1] = -np.inf
         if n_classes > 1:
-            out_diff[q0:q1] = exact(q0 + rows, np.argmax(S, axis=1))
+            out_diff[q0:q1] = _certified_best(S, q0, 0, ctx)
     if shift:
         # undo the rescaling in float64: distances scale by 2^shift, inner products by 4^shift
         power = shift if metric == "euclidean" else 2 * shift
@@ -205,15 +207,131 @@ def nearest_same_different(
     return s_same, s_diff
 
 
+#: candidate pairs whose float64 similarity is computed at once (bounded memory: pairs x D floats)
+_PAIR_ELEMENTS = 1 << 22
+#: a chunk of query rows with more candidate pairs than this per row (near-ties in the search's
+#: precision: near-duplicate or collapsed rows) has them re-decided by float64 keys first
+_FEW_PER_ROW = 4
+
+
+def _key_error(metric: str, dtype, d: int) -> tuple[float, float]:
+    """A bound (a, b) on |key − exact key| of keys computed in ``dtype`` from rows of D values:
+    cosine (unit rows: the rounding of both rows' normalisation and of their product) a alone;
+    dot b‖x_i‖‖x_j‖; Euclidean keys 2 x_i·x_j − ‖x_j‖² b(2‖x_i‖ + ‖x_j‖)‖x_j‖ (the product's and the
+    squared norm's). b = 2(D + 8)u, twice a dot product's γ_D = D·u (u: the unit roundoff); a adds
+    the subnormal floor of D products."""
+    fi = np.finfo(dtype)
+    gamma = (d + 8) * float(fi.eps)  # 2 (D + 8) u
+    floor = 4 * (d + 2) * float(fi.smallest_subnormal)
+    return (3 * gamma + floor, 0.0) if metric == "cosine" else (floor, gamma)
+
+
+def _candidates(keys: np.ndarray, err: tuple[float, float], qn, cn, euclidean: bool, *,
+                per_column: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Mask of the columns whose exact key may be the row's largest: key + its bound ≥ the best key
+    − its bound (excluded columns have key −inf), and each row's column of the largest key. ``qn``,
+    ``cn``: the row and column norms the bound scales with (None for cosine); the columns' bound
+    taken at the largest column norm (one threshold per row), or with ``per_column`` at each one's
+    (a row far from the others no longer widens every row's threshold)."""
+    a, b = err
+    best = np.argmax(keys, axis=1)
+    top = keys[np.arange(keys.shape[0]), best].astype(np.float64)
+    if qn is None:
+        return keys >= (top - 2 * a)[:, None], best
+    cb = cn[best]
+    low = top - (a + b * ((2 * qn + cb) * cb if euclidean else qn * cb))
+    if per_column:
+        slack = a + b * ((2 * qn[:, None] + cn[None, :]) * cn[None, :] if euclidean else qn[:, None] * cn[None, :])
+        return (keys + slack >= low[:, None]) & np.isfinite(keys), best
+    cmax = float(cn.max())
+    return keys >= (low - (a + b * ((2 * qn + cmax) * cmax if euclidean else qn * cmax)))[:, None], best
+
+
+def _certified_best(S: np.ndarray, q_first: int, c_first: int, ctx: dict, *, chunk_rows: int = 64) -> np.ndarray:
+    """Per row of the search keys ``S`` (rows ``q_first``.., columns ``c_first``.. of the sorted rows;
+    excluded columns −inf) the largest float64 similarity ``ctx["exact"](i, j)`` over its columns.
+
+    The search's keys are rounded (its dtype's GEMM; Euclidean keys 2 x·y − ‖y‖² cancel for close
+    pairs), so the column of the largest key need not be the nearest: every column within the key
+    error (:func:`_key_error`) of the best is a candidate. One candidate per row (the usual case)
+    costs one pair. A chunk of rows with many (near-duplicates, a collapsed model) takes rows equal to
+    each other once (equal rows, equal similarities), recomputes its candidates' keys in float64
+    (Euclidean: about the chunk's mean, so that close rows do not cancel) and re-decides them with
+    the float64 bound; the survivors' similarities decide (cosine: where many survive, near-parallel
+    rows whose cosines tie within a float64 cosine's own rounding, the best key's pair)."""
+    X64, exact, euclid, d = ctx["X64"], ctx["exact"], ctx["euclidean"], ctx["dim"]
+    m, w = S.shape
+    norms = ctx["norms"]  # None for cosine
+    cn = None if norms is None else norms[c_first:c_first + w]
+    out = np.full(m, -np.inf)
+    step = max(1024, _PAIR_ELEMENTS // max(1, d))
+    chunk_rows = max(chunk_rows, _PAIR_ELEMENTS // max(1, w))  # (a heavy chunk gathers its columns once)
+    for r0 in range(0, m, chunk_rows):
+        blk = S[r0:r0 + chunk_rows]
+        nb = blk.shape[0]
+        qi = q_first + r0 + np.arange(nb)
+        mask, best = _candidates(blk, ctx["err"], None if norms is None else norms[qi], cn, euclid)
+        count = np.count_nonzero(mask, axis=1)
+        if count.sum() > _FEW_PER_ROW * nb and norms is not None:  # each column's own bound
+            mask, best = _candidates(blk, ctx["err"], norms[qi], cn, euclid, per_column=True)
+            count = np.count_nonzero(mask, axis=1)
+        if np.all(count <= 1):  # one candidate per row (the usual case): the largest key's column
+            out[r0:r0 + nb] = exact(qi, c_first + best)
+            continue
+        if count.sum() <= _FEW_PER_ROW * nb:
+            ri, cj = np.nonzero(mask)
+            cabs = c_first + cj
+        else:  # near-ties in the search's precision: distinct rows once, then float64 keys decide
+            cols = np.flatnonzero(mask.any(axis=0))
+            if ctx["first"] is None:  # the first sorted row equal to each row (equal rows, equal similarities)
+                _, idx, inv = np.unique(X64, axis=0, return_index=True, return_inverse=True)
+                ctx["first"] = idx[inv.reshape(-1)]
+            reps, group = np.unique(ctx["first"][c_first + cols], return_inverse=True)
+            order = np.argsort(group, kind="stable")
+            bounds = np.flatnonzero(np.r_[True, np.diff(group[order]) != 0])
+            has = np.logical_or.reduceat(mask[:, cols[order]], bounds, axis=1)  # row x distinct row
+            Q, R = X64[qi], X64[reps]
+            if euclid:  # about the chunk's mean: the bound scales with the centred norms
+                centre = Q.mean(axis=0)
+                Q = Q - centre
+                R = R - centre
+                k64 = 2 * (Q @ R.T) - np.einsum("ij,ij->i", R, R)[None, :]
+            else:
+                k64 = Q @ R.T
+            k64[~has] = -np.inf
+            qn = None if norms is None else np.sqrt(np.einsum("ij,ij->i", Q, Q))
+            rn = None if norms is None else np.sqrt(np.einsum("ij,ij->i", R, R))
+            sub, top = _candidates(k64, _key_error(ctx["metric"], np.float64, d), qn, rn, euclid, per_column=True)
+            sub &= has
+            if ctx["metric"] == "cosine" and np.count_nonzero(sub) > _FEW_PER_ROW * nb:
+                # cosines of near-parallel rows tied within the float64 rounding of a cosine itself
+                # (the float64 similarity's own bound): the best key's pair is the nearest to it
+                out[r0:r0 + nb] = exact(qi, reps[top])
+                continue
+            ri, k = np.nonzero(sub)
+            cabs = reps[k]  # (a row equal to a candidate: its similarity is the candidate's)
+        seg = out[r0:r0 + nb]
+        for p0 in range(0, ri.size, step):
+            v = exact(qi[ri[p0:p0 + step]], cabs[p0:p0 + step])
+            np.maximum.at(seg, ri[p0:p0 + step], v)
+    return out
+
+
 def _similarities(a: Any, name: str) -> np.ndarray:
-    """A 1-D numeric array of similarities (NaN allowed: lone points) as float64."""
-    return numeric_array(a, name, 1, "a 1-D array (one value per point)").astype(np.float64)
+    """A 1-D numeric array of similarities (NaN allowed: lone points) as float64; ±inf is no
+    similarity (it was counted as a lone point, left out) and is refused."""
+    a = numeric_array(a, name, 1, "a 1-D array (one value per point)").astype(np.float64)
+    if np.isinf(a).any():
+        i = int(np.flatnonzero(np.isinf(a))[0])
+        raise EmbedscopeError(f"{name} holds an infinite value (the first at position {i}): similarities are "
+                              "finite, NaN marks a point without one")
+    return a
 
 
 def share_below_diagonal(s_same: Any, s_diff: Any) -> tuple[float, int]:
     """Share of points with s_diff < s_same (strictly below the diagonal; = R@1 when no point is tied,
     docs/methods.md §10; a tie is on the diagonal, not below it) among those with both values
-    defined, and the number left out (NaN: lone points). Higher is better.
+    defined, and the number left out (NaN: lone points; ±inf is an error). Higher is better.
 
     >>> share_below_diagonal([0.9, 0.8, np.nan], [0.5, 0.85, 0.1])
     (0.5, 1)
