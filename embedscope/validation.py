@@ -218,6 +218,20 @@ def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
     return value
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a bool: True, False (numpy's too) or the integers 1 and 0; anything else, a string
+    such as ``"no"`` above all (truthy: it would switch the option on), is a one-line error.
+
+    >>> check_bool(np.True_, "center")
+    True
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        return bool(value)
+    raise EmbedscopeError(f"{name} must be True or False, got {quoted(value)}")
+
+
 def zero_rows(X) -> np.ndarray:
     """Indices of the rows of the 2-D ``X`` that are all zeros (no direction: their cosine is undefined)."""
     X = np.asarray(X)

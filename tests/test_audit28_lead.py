@@ -127,7 +127,6 @@ def test_embed_records_its_batch_size(tmp_path):
     """The batch's size changes the last bits of a convolution on the CPU (the digits: 37% of the values
     by up to 3e-7 at 7 vs 256): the file records it, as it records the thread count."""
     import h5py
-
     from conftest import save_digits_checkpoint
 
     ck = save_digits_checkpoint(tmp_path / "m.pt")
@@ -137,3 +136,33 @@ def test_embed_records_its_batch_size(tmp_path):
         assert rc == 0, err
         with h5py.File(tmp_path / f"b{b}.h5") as f:
             assert int(f.attrs["batch_size"]) == b
+
+
+def test_boolean_options_of_the_analyses_refuse_strings():
+    """spectrum(center="no") centred the classes ("no" is truthy); every yes/no option of an analysis
+    takes True/False (numpy's, 0 and 1 too) and refuses anything else in one line."""
+    import numpy as np
+    import pytest
+
+    from embedscope.analyses import evaluate, properties, spectrum, tsne
+    from embedscope.errors import EmbedscopeError
+    from embedscope.store import EmbeddingSet
+    from embedscope.validation import check_bool
+
+    X = np.random.default_rng(0).standard_normal((40, 4)).astype(np.float32)
+    es = EmbeddingSet.from_arrays(X, np.repeat(np.arange(8), 5))
+    es.properties["p"] = np.arange(40) % 3
+    for call, name in ((lambda: spectrum([es], split="all", center="no"), "center"),
+                       (lambda: spectrum([es], split="all", by_class="yes"), "by_class"),
+                       (lambda: evaluate(es, split="all", per_class="no"), "per_class"),
+                       (lambda: properties([es], split="all", with_class="no"), "with_class"),
+                       (lambda: properties([es], split="all", normalize="false"), "normalize"),
+                       (lambda: tsne(es, joint="no"), "joint")):
+        with pytest.raises(EmbedscopeError, match=f"^{name} must be True or False, got '"):
+            call()
+    assert [check_bool(v, "x") for v in (True, False, np.True_, np.False_, 1, 0, np.int64(1))] == \
+        [True, False, True, False, True, False, True]
+    with pytest.raises(EmbedscopeError):
+        check_bool(2, "x")
+    with pytest.raises(EmbedscopeError):
+        check_bool(None, "x")

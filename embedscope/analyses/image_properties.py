@@ -11,7 +11,7 @@ from embedscope.analyses._sources import as_sources, check_no_zero_rows
 from embedscope.analyses.result import Result, combine, provenance_of
 from embedscope.errors import EmbedscopeError
 from embedscope.names import SPLIT_CHOICES
-from embedscope.validation import check_choice
+from embedscope.validation import check_bool, check_choice
 
 ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z", "significant_2.576",
               "n_values", "queries", "lone_queries", "lone_values", "max_r", "capped")
@@ -64,6 +64,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         if not isinstance(f, (str, os.PathLike, EmbeddingSet)):
             raise EmbedscopeError(f"properties reads embedding files or EmbeddingSets, got {type(f).__name__}")
     check_choice(split, "split", SPLIT_CHOICES)
+    normalize, with_class = check_bool(normalize, "normalize"), check_bool(with_class, "with_class")
     if isinstance(properties, str):  # one property name, not its letters
         properties = [properties]
     if properties is not None:

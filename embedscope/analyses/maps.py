@@ -17,7 +17,7 @@ from embedscope.analyses.result import Result, model_name, provenance_of, unique
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SPLIT_CHOICES
 from embedscope.tsne import DEFAULT_MAX_POINTS
-from embedscope.validation import check_choice, check_int, check_number, one_point
+from embedscope.validation import check_bool, check_choice, check_int, check_number, one_point
 
 SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
               "n_iter", "kl_divergence")
@@ -111,6 +111,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     """
     from embedscope.tsne import joint_tsne, single_tsne
 
+    joint = check_bool(joint, "joint")
     if joint and split is not None:
         raise UsageError("a joint map uses both splits; leave out split")
     perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)

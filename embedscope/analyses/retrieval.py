@@ -12,7 +12,7 @@ from embedscope.analyses.result import Result, ResultSet, combine, model_name, p
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 from embedscope.text import quoted
-from embedscope.validation import check_choice, check_int, one_direction_within_rounding, one_point
+from embedscope.validation import check_bool, check_choice, check_int, one_direction_within_rounding, one_point
 
 #: k-means seed: faiss's default, which Roth's code and pytorch-metric-learning use (docs/methods.md §1).
 KMEANS_SEED = 1234
@@ -48,6 +48,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
 
     check_choice(metric, "metric", RETRIEVAL_METRICS)
     check_choice(lone_queries, "lone_queries", LONE_QUERIES)
+    per_class = check_bool(per_class, "per_class")
     check_choice(split, "split", SPLIT_CHOICES)  # (None took every row, where the other analyses refuse it)
     for nm, s in (("query_split", query_split), ("reference_split", reference_split)):
         if s is not None:

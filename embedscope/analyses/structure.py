@@ -9,7 +9,7 @@ import numpy as np
 from embedscope.analyses._sources import as_set, as_sources, check_no_zero_rows, check_splits_first
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.names import SPLIT_CHOICES
-from embedscope.validation import check_choice, check_int, zero_rows
+from embedscope.validation import check_bool, check_choice, check_int, zero_rows
 
 #: measure -> one-line meaning (definitions: docs/methods.md; docs/methods.md §2-§4)
 MEANINGS = {
@@ -179,6 +179,7 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
     labels = unique_names(sources, names)
     check_not_repeated(labels)
     k = check_int(k, "k")
+    by_class, center = check_bool(by_class, "by_class"), check_bool(center, "center")
     if isinstance(split, str) and split in SPLIT_CHOICES:  # (a bad name: geometry's own error)
         check_splits_first(sources, [split])  # a file without the split: refused before any work
     bar = None
