@@ -21,6 +21,9 @@ def run(args) -> int:
     from embedscope.fileio import same_file
     from embedscope.text import safe
 
+    for what, name in (("embedding file", args.file), ("table", args.table)):
+        if name == "":  # (was "the table  is the embedding file itself": both were the current folder)
+            raise UsageError(f"the {what}'s name is empty (an unset shell variable?)")
     if same_file(args.table, args.file):  # it failed reading the HDF5 file as a table ("is not UTF-8 text")
         # (the path as given: the error line is escaped as a whole, once)
         raise UsageError(f"the table {args.table} is the embedding file itself: give the CSV, TSV or "
@@ -28,15 +31,27 @@ def run(args) -> int:
 
     added = add_properties_to_file(args.file, args.table, force=args.force)
     # the names are the table's column names: control characters shown escaped
-    print(f"{safe(args.file)}: added propert{'ies' if len(added) > 1 else 'y'} {', '.join(safe(a) for a in added)}")
+    print(f"{safe(args.file)}: added propert{'ies' if len(added) > 1 else 'y'} {_names(added)}")
     import numpy as np
 
     from embedscope.store import load
 
     props = load(args.file).properties
-    for name in added:  # NR-Prec (docs/methods.md §9) ranks by shared values: a continuous column has none
-        values = np.asarray(props[name])
-        if len(values) > 1 and len(np.unique(values)) == len(values):
-            print(f"note: every image has its own value of '{safe(name)}': NR-Prec needs values shared by several "
-                  "images (bin it first, e.g. into quantiles)")
+    # NR-Prec (docs/methods.md §9) ranks by shared values: a continuous column has none (one note for all
+    # such columns: a table of 1000 measurements printed 1000 notes)
+    own = [name for name in added if len(props[name]) > 1 and len(np.unique(np.asarray(props[name]))) == len(props[name])]
+    if own:
+        print(f"note: every image has its own value of {_names(own, 'properties', quote=True)}: NR-Prec needs values "
+              f"shared by several images (bin {'it' if len(own) == 1 else 'them'} first, e.g. into quantiles)")
     return 0
+
+
+def _names(names: list[str], what: str = "", *, quote: bool = False, most: int = 12) -> str:
+    """``a, b`` / ``c0, c1, ..., c2999 (3000 properties)`` (a wide table: not every name on one line;
+    ``embedscope info`` lists them), escaped for the terminal."""
+    from embedscope.text import safe
+
+    shown = [f"'{safe(n)}'" if quote else safe(n) for n in names]
+    if len(shown) <= most:
+        return ", ".join(shown)
+    return ", ".join([*shown[:most - 2], "...", shown[-1]]) + f" ({len(names)}{' ' + what if what else ''})"

@@ -35,6 +35,47 @@ def _nonfinite_row(es) -> dict | None:
             f"{es.paths[i]}; every analysis refuses the file"}
 
 
+def _model_line(cfg) -> str:
+    """The model row: the config's arch, embed_dim, normalize, loss, p_switch, seed and dataset, those it
+    sets (an ``--arch`` baseline records ``dataset`` as null: no 'dataset=None')."""
+    if not isinstance(cfg, dict):
+        return ""
+    return ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
+        "arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset") and cfg[k] not in (None, ""))
+
+
+def _check_not_other_kind(path) -> None:
+    """One line naming what a study folder, a train-grid folder or a checkpoint given to info is and the
+    command that reads it (was "is a directory" / "not a readable HDF5 file: no HDF5 signature")."""
+    from pathlib import Path
+
+    from embedscope.errors import EmbedscopeError
+
+    p = Path(path)
+    if p.is_dir():
+        if (p / "study.json").is_file():
+            raise EmbedscopeError(f"{path} is a study folder ('embedscope study'), not an embedding file: its "
+                                  f"summary is 'embedscope report {path} -o page.html'")
+        if (p / "grid.csv").is_file():
+            raise EmbedscopeError(f"{path} is a train-grid folder, not an embedding file: 'embedscope study {path}' "
+                                  "measures its runs, 'embedscope embed CHECKPOINT' embeds one")
+        return  # (store.load: "is a directory")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return  # (store.load says why)
+    if head.startswith(b"\x89HDF"):
+        return
+    # torch.save writes a zip (PK..) or, before torch 1.6, a pickle (0x80 then the protocol); safetensors
+    # and Roth et al.'s checkpoint*.pth.tar are named so
+    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80" or p.name.endswith(
+            (".pt", ".pth", ".pth.tar", ".ckpt", ".safetensors")):
+        raise EmbedscopeError(f"{path} looks like a model checkpoint, not an embedding file: embed a data set "
+                              f"with it first ('embedscope embed {path} --dataset ... -o EMB.h5'), then run info "
+                              "on EMB.h5")
+
+
 def _is_maps_file(path) -> bool:
     """Whether ``path`` is a saliency-maps file (its ``format`` attribute; anything else: False)."""
     from embedscope.store.saliency import FORMAT
@@ -71,10 +112,9 @@ def _maps_rows(path) -> list[dict]:
               "embedscope_version", "created", "format_version"):
         if k in a and a[k] not in ("", None):
             rows.append({"field": k, "value": str(a[k])})
-    cfg = a.get("checkpoint_config")
-    if isinstance(cfg, dict):
-        rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
-            "arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset"))})
+    model = _model_line(a.get("checkpoint_config"))
+    if model:
+        rows.append({"field": "model", "value": model})
     return rows
 
 
@@ -82,8 +122,12 @@ def run(args) -> int:
     import numpy as np
 
     from embedscope import store
+    from embedscope.errors import UsageError
     from embedscope.tables import format_number, format_table
 
+    if args.file == "":  # (was ". is a directory": Path("") is the current folder)
+        raise UsageError("the file name is empty (an unset shell variable?)")
+    _check_not_other_kind(args.file)
     if _is_maps_file(args.file):
         print(format_table(_maps_rows(args.file), ["field", "value"]))  # (every cell escaped)
         return 0
@@ -115,9 +159,10 @@ def run(args) -> int:
         rows.append({"field": "repeated paths", "value": f"{int((counts > 1).sum())} path(s) name "
                      f"{int(counts[counts > 1].sum())} rows (e.g. {uniq[counts > 1][0]})"})
     # where and how the rows were computed (docs/store.md): the device, the precision and, on the CPU, the
-    # thread count and torch's version decide the last bits, so two files of one checkpoint can differ by ~1e-7
-    for k in ("dataset", "root", "transform", "device", "precision", "torch_threads", "torch_version", "checkpoint",
-              "checkpoint_embedder", "checkpoint_format", "checkpoint_sha256", "split_selected", "split_source",
+    # thread count, the batch size and torch's version decide the last bits, so two files of one checkpoint can
+    # differ by ~1e-7
+    for k in ("dataset", "root", "transform", "device", "precision", "torch_threads", "batch_size", "torch_version",
+              "checkpoint", "checkpoint_embedder", "checkpoint_format", "checkpoint_sha256", "split_selected", "split_source",
               "import_source", "import_format", "import_sha256", "import_embedding_key", "import_embedding_columns",
               "import_labels_file", "import_split_file", "import_paths_file", "import_class_names_file",
               "embedscope_version", "created", "format_version"):
@@ -126,10 +171,9 @@ def run(args) -> int:
             if isinstance(v, (list, tuple)):  # the table columns an import took as the embedding
                 v = ", ".join(map(str, v)) if len(v) <= 8 else ", ".join(map(str, v[:4])) + f", ..., {v[-1]} ({len(v)})"
             rows.append({"field": k, "value": str(v)})
-    cfg = es.attrs.get("checkpoint_config")
-    if isinstance(cfg, dict):
-        rows.append({"field": "model", "value": ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
-            "arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset"))})  # which run of a grid
+    model = _model_line(es.attrs.get("checkpoint_config"))  # which run of a grid
+    if model:
+        rows.append({"field": "model", "value": model})
     # strings from the file are shown with control characters escaped (no terminal escapes): format_table
     # escapes every cell (escaped here too, a path's backslash was shown doubled twice)
     print(format_table(rows, ["field", "value"]))

@@ -25,7 +25,10 @@ def _check_header(path: Path, sep: str) -> None:
     import csv
 
     with open(path, newline="", encoding="utf-8-sig") as f:
-        header = next(csv.reader(f, delimiter=sep), [])
+        header = next(csv.reader(f, delimiter=sep), None)
+    if header is None:  # (pandas: "cannot be read as a table (EmptyDataError)")
+        raise EmbedscopeError(f"{path}: the file is empty (expected a header line with a 'path' column, then "
+                              "one row per image)")
 
     seen = set()
     for i, name in enumerate(header):
@@ -40,6 +43,34 @@ def _check_header(path: Path, sep: str) -> None:
         seen.add(name)
 
 
+def _check_not_binary(path: Path) -> None:
+    """One line for an HDF5 file or an Excel workbook given as the table (was "is not UTF-8 text (byte
+    0x89 at offset 0)" for an embedding file, the same for an .xlsx)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return  # (the reader says why)
+    if head == b"\x89HDF\r\n\x1a\n":
+        raise EmbedscopeError(f"{path}: is an HDF5 file, not a table: give a CSV, TSV or Parquet table with a "
+                              "'path' column")
+    if head[:2] == b"\x1f\x8b":  # (a .csv.gz: the header check read it as text, "is not UTF-8 text")
+        raise EmbedscopeError(f"{path}: is gzip-compressed: give the table uncompressed (gunzip it)")
+    if path.suffix.lower() in (".xlsx", ".xlsm", ".xls", ".ods") or head[:4] == b"PK\x03\x04":
+        raise EmbedscopeError(f"{path}: is a spreadsheet or zip file, not a table: save it as CSV (UTF-8) or "
+                              "Parquet")
+
+
+def _exact_floats(pd) -> dict:
+    """``read_csv``'s option for numbers parsed exactly: ``float_precision="round_trip"`` before pandas 3,
+    whose default parser is exact and which deprecates the option (a Pandas4Warning on every table)."""
+    try:
+        major = int(pd.__version__.split(".")[0])
+    except ValueError:
+        major = 3
+    return {} if major >= 3 else {"float_precision": "round_trip"}
+
+
 def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """A per-image table (CSV, TSV or Parquet) with a ``path`` column -> columns as arrays."""
     import pandas as pd
@@ -51,6 +82,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise EmbedscopeError(f"{path}: no such file")
     if path.is_dir():
         raise EmbedscopeError(f"{path} is a directory, expected a table (CSV, TSV or Parquet)")
+    _check_not_binary(path)
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
             df = read_parquet(path)
@@ -61,7 +93,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             # the cells as written (a path "0001" is not the number 1, a value "NA" is not missing) and,
             # for numeric columns, the numbers parsed exactly
             text = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
-            df = pd.read_csv(path, sep=sep, float_precision="round_trip")
+            df = pd.read_csv(path, sep=sep, **_exact_floats(pd))
     except EmbedscopeError:
         raise
     except UnicodeDecodeError as e:
@@ -83,6 +115,8 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))}){hint}")
     if len(df.columns) < 2:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
+    if len(df) == 0:  # (was "N image(s) of the file have no row": every image, for a header alone)
+        raise EmbedscopeError(f"{path}: the table has no rows: give one row per image")
     from embedscope.importers import ints_if_exact
 
     out = {}
@@ -97,7 +131,10 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         empty = int(sum(v.strip() == "" for v in cells))
         if empty:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
-        ints = ints_if_exact(cells)
+        try:
+            ints = ints_if_exact(cells)
+        except OverflowError:  # an integer beyond int64 (a 30-digit id): kept as written (was a bare
+            ints = cells       # "OverflowError: Python int too large to convert to C long")
         if c == "path" or ints.dtype.kind == "i":
             out[str(c)] = cells if c == "path" else ints
         elif df[c].dtype.kind == "f" and not df[c].isna().any():
@@ -145,15 +182,18 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
 
     es = store.load(h5)
     new = join_properties(es.paths, read_property_table(table_path), str(table_path))
-    for k in new:  # 'class' is the labels' name in the analyses: such a property would take their place
+    for k in new:
+        # /properties/<name> is an HDF5 path ('/' makes groups, '.' and '' name no dataset): named here
+        # with the table (the store's own check named the "embedding set")
+        if k in ("", ".", "..") or "/" in k or "\x00" in k:
+            raise EmbedscopeError(f"{table_path}: column name '{k}' cannot be a property name (no '/', NUL, "
+                                  "'.' or empty name in HDF5)")
+        # 'class' is the labels' name in the analyses: such a property would take their place
         check_property_not_reserved(k, table_path)
     clash = [k for k in new if k in es.properties]
     if clash and not force:
         raise EmbedscopeError(f"{h5} already has the propert{'ies' if len(clash) > 1 else 'y'} "
-                              f"{', '.join(clash[:3])} (use --force to replace)")
-    for k in new:
-        if not k or "/" in k:
-            raise EmbedscopeError(f"{table_path}: column name '{k}' cannot be a property name")
+                              f"{', '.join(clash[:3])}{', ...' if len(clash) > 3 else ''} (use --force to replace)")
     es.properties = {**es.properties, **new}
     from embedscope.store.embeddings import update_properties
 

@@ -581,9 +581,32 @@ def default_cache_dir() -> Path:
     return Path(base) / "embedscope" / "shapes"
 
 
+def _physical_memory() -> int | None:
+    """The machine's memory in bytes (None where the system does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_memory(n: int, size: int) -> None:
+    """Refuse a set whose images (held in memory as one uint8 array, n x size x size x 3) exceed the
+    machine's memory, before any work: ``--n-images 100000000`` was a MemoryError naming a 71.5 TiB array,
+    and a set just above the memory was rendered for hours until the system killed the process."""
+    if n < 1:
+        return  # (draw_properties says so)
+    need = n * size * size * 3
+    total = _physical_memory()
+    if total is not None and need > total:
+        raise EmbedscopeError(f"shapes: {n} images of {size} x {size} pixels need {need / 2**30:.1f} GiB of memory "
+                              f"(they are rendered in memory), more than this machine's {total / 2**30:.1f} GiB: "
+                              "make fewer or smaller images")
+
+
 def generate(n: int = DEFAULT_N, size: int = DEFAULT_SIZE, seed: int = DEFAULT_SEED, *, progress: bool = False
              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Draw the properties of ``n`` scenes from ``seed`` and render them: (uint8 images, properties)."""
+    _check_memory(n, size)
     props = draw_properties(n, seed)
     return render(props, size, progress=progress), props
 

@@ -166,6 +166,18 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _angles(E: np.ndarray) -> np.ndarray:
+    """Angles (degrees) of 2-D embeddings, the circle cut in its largest empty arc: a class around
+    ±180° is one cluster (170°, 190°), not two at the ends of the axis (170°, -170°). Unchanged when the
+    largest gap already spans ±180°."""
+    ang = np.degrees(np.arctan2(E[:, 1], E[:, 0]))
+    if len(ang) < 2:
+        return ang
+    s = np.sort(ang)
+    lo = s[(int(np.argmax(np.diff(np.r_[s, s[0] + 360.0]))) + 1) % len(s)]  # the first angle after the gap
+    return (ang - lo) % 360.0 + lo
+
+
 def toy_figure(results: list[dict[str, Any]], seed: int):
     """Fig. 6 of Roth et al. for one seed: data, embeddings of the three variants, their spectra."""
     import matplotlib.pyplot as plt
@@ -198,14 +210,17 @@ def toy_figure(results: list[dict[str, Any]], seed: int):
         ax.set(title="Spectra of training embeddings", xlabel="singular value index k",
                ylabel="sₖ / Σ s", xticks=[1, 2], ylim=(0, 1.45), yticks=[0, 0.25, 0.5, 0.75, 1.0])
         ax.legend(fontsize=7, loc="upper center", ncol=1, frameon=False)  # above the bars (they reach <= 1)
-        titles = {"baseline": "baseline", "paper": "paper: p=0.001, attraction kept",
-                  "code": "code: p=0.001, no attraction"}
+        # the switch probability the runs had (--p-switch; was 0.001 whatever it was); with p = 0 the
+        # 'code' variant keeps its attraction term (_train_toy drops it only with the switch on)
+        p = by_v["paper"]["p_switch"]
+        titles = {"baseline": "baseline", "paper": f"paper: p={p:g}, attraction kept",
+                  "code": f"code: p={p:g}, {'no attraction' if by_v['code']['p_switch'] > 0 else 'attraction kept'}"}
         for j, v in enumerate(VARIANTS):
             r = by_v[v]
             for row, (E, y, split, off) in enumerate([(r["emb_train"], data["ytr"], "train", 0),
                                                       (r["emb_test"], data["yte"], "test", 4)]):
                 ax = axes[row, j + 1]
-                ang = np.degrees(np.arctan2(E[:, 1], E[:, 0]))
+                ang = _angles(E)
                 for k in range(4):
                     m = y == k
                     ax.scatter(ang[m], np.full(m.sum(), k + 1), s=14, color=colors[k + off],
