@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from embedscope.data.properties import _exact_floats
 from embedscope.errors import EmbedscopeError, UsageError
 
 FORMATS = {".npy": "npy", ".npz": "npz", ".pt": "pt", ".pth": "pt", ".safetensors": "safetensors",
@@ -190,7 +191,7 @@ def read_source(path: str | os.PathLike) -> Source:
             return src
         sep = "\t" if fmt == "tsv" else ","
         # numbers parsed exactly (pandas' default parser may be 1 ulp off); the cells as text too
-        df = pd.read_csv(path, sep=sep, float_precision="round_trip")
+        df = pd.read_csv(path, sep=sep, **_exact_floats(pd))
         raw = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
         return Source(path, fmt, {str(c): df[c].to_numpy() for c in df.columns}, table=True,
                       text={str(c): raw[c].to_numpy(dtype=object) for c in raw.columns})
@@ -464,7 +465,7 @@ def _read_headerless(path: Path, fmt: str) -> np.ndarray:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", header=None, float_precision="round_trip")
+        df = pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", header=None, **_exact_floats(pd))
     except Exception as e:  # noqa: BLE001 - read once already: only a file changed meanwhile gets here
         raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_message(e)})") from None
     return df[df.columns[0]].to_numpy()
@@ -478,9 +479,9 @@ def ints_if_exact(text: np.ndarray) -> np.ndarray:
         ints = [int(v) for v in text]
     except (TypeError, ValueError):
         return text
-    if all(str(i) == v for i, v in zip(ints, text)):
+    if all(str(i) == v for i, v in zip(ints, text)) and all(-2**63 <= i < 2**63 for i in ints):
         return np.array(ints, dtype=np.int64)
-    return text
+    return text  # (an integer beyond int64, a 30-digit id, was "OverflowError: Python int too large ...")
 
 
 def _decoded(arr: Any, where: Path, what: str) -> np.ndarray:

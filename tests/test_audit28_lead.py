@@ -166,3 +166,20 @@ def test_boolean_options_of_the_analyses_refuse_strings():
         check_bool(2, "x")
     with pytest.raises(EmbedscopeError):
         check_bool(None, "x")
+
+
+def test_import_labels_beyond_int64_stay_text_and_head_none_records_no_seed():
+    """A 30-digit label was a bare 'OverflowError: Python int too large to convert to C long'; a baseline
+    with --head none recorded head_seed 0 for a head it never drew."""
+    import numpy as np
+
+    from embedscope.importers import ints_if_exact
+    from embedscope.models.adapters import build_pretrained
+
+    big = np.array(["123456789012345678901234567890", "7"], dtype=object)
+    assert list(ints_if_exact(big)) == ["123456789012345678901234567890", "7"]
+    assert ints_if_exact(np.array(["9223372036854775807", "-9223372036854775808"], dtype=object)).dtype == np.int64
+    _, cfg, _ = build_pretrained("digits_cnn", head="none")
+    assert "head_seed" not in cfg
+    _, cfg, _ = build_pretrained("digits_cnn", head="random", embed_dim=4)
+    assert cfg["head_seed"] == 0

@@ -100,6 +100,15 @@ RESUMABLE = frozenset({"train", "train-grid", "study"})
 _OUTPUT_DESTS = ("output", "json", "csv", "parquet", "table_csv", "figure", "grid", "per_class", "per_image_csv")
 
 
+def _refuse_empty_names(sub, args) -> None:
+    """An output named by an empty string (``-o "$OUT"`` with the variable unset) is a usage error: as a
+    path, "" is the working folder, where ``make-shapes``, ``toy`` and ``train-grid`` wrote their files."""
+    names = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
+    for d in (*_OUTPUT_DESTS, "log", "tensorboard"):
+        if getattr(args, d, None) == "":
+            sub.error(f"{names.get(d, d)}: the name is empty (an unset shell variable?)")
+
+
 def _outputs(args) -> list[str]:
     outs = [getattr(args, d) for d in _OUTPUT_DESTS if isinstance(getattr(args, d, None), str)]
     if args.command == "add-properties" and isinstance(getattr(args, "file", None), str):
@@ -510,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                 sub = parser.command_parsers[args.command]
                 sub.error(_unrecognized(sub, extras))
             command = args.command
+            _refuse_empty_names(parser.command_parsers[command], args)
             if sys.stdout is None:  # `>&-`: refused before any work (its report would be lost; the flush at
                 # the end of the command failed with "AttributeError: 'NoneType' ..." and took its outputs back)
                 raise EmbedscopeError("standard output is closed (redirect it to /dev/null to discard the output)")

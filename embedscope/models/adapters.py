@@ -451,7 +451,8 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
         raise UsageError(f"--embed-dim must be a positive integer, got {quoted(embed_dim)}")
     cfg = default_config(arch, head=head, normalize=bool(normalize), frozen_bn=False,
                          embed_dim=embed_dim if head == "random" else None,
-                         head_seed=int(head_seed or 0),
+                         # (--head none draws no head: no head_seed recorded, info and the file's config said 0)
+                         head_seed=int(head_seed or 0) if head == "random" else None,
                          source_format="imagenet-baseline")
     if ema and weights is None:
         raise UsageError("--ema picks the EMA weights of a file: give --weights (or a checkpoint)")
