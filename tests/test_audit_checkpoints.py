@@ -103,6 +103,7 @@ class _HeadNormFc(nn.Module):
         return self.head.fc(self.head.norm(self.stem(x).mean((2, 3))))
 
 
+@pytest.mark.filterwarnings("ignore::embedscope.models.checkpoint.DroppedLayerWarning")  # its stand-in head: 10 classes
 def test_timm_training_checkpoint_classifier_named_by_pretrained_cfg(tmp_path, monkeypatch):
     """A timm classifier that is not called fc (convnext head.fc, vit head, efficientnet classifier) is
     dropped: its name comes from the model's pretrained_cfg (here a stand-in timm module)."""

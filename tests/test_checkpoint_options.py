@@ -73,6 +73,7 @@ def _direct(sd):
     return net.eval()
 
 
+@pytest.mark.filterwarnings("ignore::embedscope.models.checkpoint.DroppedLayerWarning")  # its stand-in head: 10 classes
 @pytest.mark.parametrize("ema_key", ["state_dict_ema", "model_ema"])
 def test_ema_weights_of_a_timm_training_checkpoint(tmp_path, fake_timm, ema_key):
     """--weights read the state_dict only; with ema the EMA copy is used (timm's validate.py --use-ema)."""
