@@ -34,14 +34,7 @@ from embedscope.errors import EmbedscopeError  # noqa: E402
 RANGE = "a finite number >= 0 and at most 1 (sigma as a fraction of each image's value range)"
 
 
-def _ckpt(path, seed=0, **config):
-    from embedscope.models import build_model, default_config, save_checkpoint
-
-    torch.manual_seed(seed)
-    cfg = default_config("digits_cnn", embed_dim=8)
-    cfg.update(config)
-    save_checkpoint(path, build_model(cfg), cfg)
-    return path
+from test_audit_saliency import _ckpt  # noqa: E402  (a digits_cnn checkpoint of a seed)
 
 
 def _maps_file(path, maps, *, n_samples=50, name="m"):
@@ -216,17 +209,7 @@ def test_mixed_orders_note_names_each_models_order(tmp_path):
 
 
 # ---------------------------------------------------------------- 4. the colour bar's label fits its bar
-def _pairs(n: int):
-    from embedscope.store.saliency import SaliencyMaps
-
-    rng = np.random.default_rng(0)
-    maps = rng.uniform(size=(n, 8, 8)).astype(np.float32)
-    imgs = rng.integers(0, 255, size=(n, 8, 8)).astype(np.uint8)
-    return SaliencyMaps(maps=maps, paths=[f"digits/{i:04d}" for i in range(n)], labels=np.arange(n) % 3,
-                        class_names=["6", "8", "9"], images=imgs,
-                        retrieval={"maps": maps, "paths": [f"digits/{i + 1000:04d}" for i in range(n)],
-                                   "labels": (np.arange(n) + 1) % 3, "images": imgs, "distance": np.full(n, 0.4)},
-                        attrs={"distance": "euclidean", "name": "m"})
+from test_audit_figures import pairs_maps as _pairs  # noqa: E402  (a pairs maps file of n random maps)
 
 
 @pytest.mark.parametrize(("figure", "n"), [("pairs", 1), ("pairs", 2), ("pairs", 8), ("grid", 1), ("grid", 2)])

@@ -48,6 +48,7 @@ from embedscope.models.checkpoint import (
     module_state_dict,
     printable,
     read_checkpoint,
+    renamed_children,
     strip_prefix,
 )
 from embedscope.text import quoted
@@ -98,15 +99,8 @@ def detect_numbered_arch(sd: dict[str, torch.Tensor]) -> str | None:
     """The torchvision ResNet whose children an ``nn.Sequential`` state dict (``0.weight``, ``4.0.conv1.weight``,
     ...: :func:`~embedscope.models.checkpoint.is_children_sequential`) numbers, by :func:`detect_arch` of its
     keys renamed; None for any other layout."""
-    if not is_children_sequential(sd):
-        return None
-    named = {}
-    for k, v in sd.items():
-        i, _, rest = k.partition(".")
-        if int(i) >= len(_RESNET_CHILDREN):
-            return None
-        named[f"{_RESNET_CHILDREN[int(i)]}.{rest}"] = v
-    return detect_arch(named)
+    named = renamed_children(sd, _RESNET_CHILDREN)
+    return None if named is None else detect_arch(named)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -407,21 +407,30 @@ def is_children_sequential(sd: dict[str, Any]) -> bool:
     return bool(sd) and all(k.partition(".")[0].isdigit() and k.partition(".")[2] for k in sd)
 
 
-def children_keys(sd: dict[str, Any], module: torch.nn.Module) -> dict[str, Any] | None:
-    """The keys of ``nn.Sequential(*list(model.children())[:k])`` renamed to ``module``'s (``0.weight`` ->
-    ``conv1.weight``, ``4.0.conv1.weight`` -> ``layer1.0.conv1.weight`` for a ResNet): the i-th child of
-    the Sequential is the i-th child of the model (parameter-free children, a ReLU, a pooling, keep their
-    numbers). None when ``sd`` is not numbered so, names a child ``module`` does not have, or does not hold
-    every tensor of ``module`` once renamed; a tensor of another shape is caught by :func:`load_into`."""
+def renamed_children(sd: dict[str, Any], names) -> dict[str, Any] | None:
+    """``sd``'s numbered keys (:func:`is_children_sequential`) with each child's number replaced by its
+    name in ``names`` (``0.weight`` -> ``names[0].weight``); None when ``sd`` is not numbered so or
+    numbers a child beyond ``names``."""
     if not is_children_sequential(sd):
         return None
-    names = [n for n, _ in module.named_children()]
     out = {}
     for k, v in sd.items():
         i, _, rest = k.partition(".")
         if int(i) >= len(names):
             return None
         out[f"{names[int(i)]}.{rest}"] = v
+    return out
+
+
+def children_keys(sd: dict[str, Any], module: torch.nn.Module) -> dict[str, Any] | None:
+    """The keys of ``nn.Sequential(*list(model.children())[:k])`` renamed to ``module``'s (``0.weight`` ->
+    ``conv1.weight``, ``4.0.conv1.weight`` -> ``layer1.0.conv1.weight`` for a ResNet): the i-th child of
+    the Sequential is the i-th child of the model (parameter-free children, a ReLU, a pooling, keep their
+    numbers). None when ``sd`` is not numbered so, names a child ``module`` does not have, or does not hold
+    every tensor of ``module`` once renamed; a tensor of another shape is caught by :func:`load_into`."""
+    out = renamed_children(sd, [n for n, _ in module.named_children()])
+    if out is None:
+        return None
     # only a whole match: else the error names the file's own keys (a part of a model, another model)
     needed = {k for k in module.state_dict() if not k.endswith("num_batches_tracked")}
     return out if needed <= set(out) else None
