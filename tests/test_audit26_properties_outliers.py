@@ -256,12 +256,15 @@ def test_relevant_ranks_unsorted_paths_use_pair_order(monkeypatch):
         np.testing.assert_array_equal(rr.refs[sl], rel[o])
 
 
+@pytest.mark.parametrize("held", [True, False])  # the bulk x outlier keys held once (APART_KEYS) or per block
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_outliers_apart_tie_rule_on_coarse_keys(metric, monkeypatch):
+def test_outliers_apart_tie_rule_on_coarse_keys(metric, held, monkeypatch):
     """Ties between outliers and bulk rows, between outliers and among bulk rows, which real rows do not
     make (outliers lie far beyond the bulk): the keys floored to a grid of 0.02 (every pair), every
     float32 bound blown up to 1 (so that the float64 keys decide everything: a bound need only hold): the
     outliers taken apart give the brute force's hits (ties to the lower index), as the one engine does."""
+    if not held:
+        monkeypatch.setattr(props_mod, "APART_KEYS", 0)
     real, cross = props_mod._pair_keys64, props_mod._cross_keys64
     monkeypatch.setattr(props_mod, "_pair_keys64", lambda X64, qi, rj, m: np.floor(real(X64, qi, rj, m) / 0.02) * 0.02)
     monkeypatch.setattr(props_mod, "_cross_keys64", lambda X64, qs, rs, m: np.floor(cross(X64, qs, rs, m) / 0.02) * 0.02)
@@ -274,6 +277,7 @@ def test_outliers_apart_tie_rule_on_coarse_keys(metric, monkeypatch):
     assert apart.apart is not None
     apart.apart.delta = np.ones_like(apart.apart.delta)
     np.testing.assert_array_equal(apart.hits(codes, R), expect)
+    assert (apart.apart._kap is not None) == held
     monkeypatch.setattr(knn, "OUTLIERS", False)
     together = props_mod._Engine(X, metric)
     together.delta = np.ones_like(together.delta)

@@ -183,15 +183,9 @@ def test_datasets_page_names_and_files_exist():
     text = _doc("docs/datasets.md")
     assert "`DatasetSizeWarning` (`embedscope.data.imagefolder`)" in text
     assert issubclass(importlib.import_module("embedscope.data.imagefolder").DatasetSizeWarning, Warning)
-    for dotted in set(re.findall(r"(?<![\w/.])(embedscope(?:\.[A-Za-z_]\w*)+)", text)):
-        parts = dotted.split(".")
-        for i in range(len(parts), 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:i]))
-            except ModuleNotFoundError:
-                continue
-            for p in parts[i:]:
-                obj = getattr(obj, p)
-            break
+    from test_audit_docs import resolve_dotted
+
+    for dotted in sorted(set(re.findall(r"(?<![\w/.])(embedscope(?:\.[A-Za-z_]\w*)+)", text))):
+        resolve_dotted(dotted)
     files = re.findall(r"`(tests/\w+\.py)`", text)
     assert files and all((ROOT / f).is_file() for f in files), files

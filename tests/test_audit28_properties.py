@@ -69,27 +69,6 @@ def test_outliers_apart_held_or_per_block_keys_match_brute_force(metric, held, m
     assert (eng.apart._kap is not None) == held
 
 
-@pytest.mark.parametrize("held", [True, False])
-def test_outliers_apart_tie_rule_on_coarse_keys_both_key_paths(held, monkeypatch):
-    """Keys floored to a grid of 0.02 (ties between outliers and bulk rows everywhere), every bound 1: the
-    held keys and the per-block ones give the brute force's hits (ties to the lower index)."""
-    if not held:
-        monkeypatch.setattr(props_mod, "APART_KEYS", 0)
-    real, cross = props_mod._pair_keys64, props_mod._cross_keys64
-    monkeypatch.setattr(props_mod, "_pair_keys64", lambda X64, qi, rj, m: np.floor(real(X64, qi, rj, m) / 0.02) * 0.02)
-    monkeypatch.setattr(props_mod, "_cross_keys64", lambda X64, qs, rs, m: np.floor(cross(X64, qs, rs, m) / 0.02) * 0.02)
-    n = 640
-    X, at = _collapsed(n, 8, 6, 0.1, seed=13)
-    props = {k: v for k, v in _properties(n, at, seed=14).items() if k != "deep"}
-    codes, R = _codes_R(props, n)
-    eng = props_mod._Engine(X, "euclidean")
-    assert eng.apart is not None
-    eng.apart.delta = np.ones_like(eng.apart.delta)
-    np.testing.assert_array_equal(eng.hits(codes, R), _brute_hits(np.floor(_brute_keys(X, "euclidean") / 0.02) * 0.02,
-                                                                  codes, R))
-    assert (eng.apart._kap is not None) == held
-
-
 def test_outlier_keys_computed_once_and_rows_are_the_pair_keys(monkeypatch):
     """The keys between bulk rows and outliers: once per engine (two calls of hits, as the permutation test
     makes), none pair by pair; an outlier query's row, assembled from the held columns and its keys to the

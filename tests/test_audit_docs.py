@@ -291,6 +291,21 @@ def test_import_default_keys_are_the_importers():
         assert re.findall(r"`([^`]+)`", listed.group(1)) == list(keys), flag
 
 
+def resolve_dotted(dotted: str) -> None:
+    """``embedscope.a.b.c`` resolved: the longest importable module, then attributes (an assertion names
+    the first missing one)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for p in parts[i:]:
+            assert hasattr(obj, p), f"{dotted}: no {p!r}"
+            obj = getattr(obj, p)
+        break
+
+
 def test_python_names_the_docs_cite_exist():
     """Every `embedscope.a.b` the docs name resolves (a module, then attributes)."""
     names = set()
@@ -298,16 +313,7 @@ def test_python_names_the_docs_cite_exist():
         names |= set(re.findall(r"(?<![\w/.])(embedscope(?:\.[A-Za-z_]\w*)+)", doc.read_text(encoding="utf-8")))
     assert len(names) >= 40
     for dotted in sorted(names):
-        parts = dotted.split(".")
-        for i in range(len(parts), 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:i]))
-            except ModuleNotFoundError:
-                continue
-            for p in parts[i:]:
-                assert hasattr(obj, p), f"{dotted}: no {p!r}"
-                obj = getattr(obj, p)
-            break
+        resolve_dotted(dotted)
 
 
 def test_files_the_docs_cite_exist():
