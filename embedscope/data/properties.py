@@ -131,10 +131,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         empty = int(sum(v.strip() == "" for v in cells))
         if empty:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
-        try:
-            ints = ints_if_exact(cells)
-        except OverflowError:  # an integer beyond int64 (a 30-digit id): kept as written (was a bare
-            ints = cells       # "OverflowError: Python int too large to convert to C long")
+        ints = ints_if_exact(cells)  # (an integer beyond int64, a 30-digit id, stays as written)
         if c == "path" or ints.dtype.kind == "i":
             out[str(c)] = cells if c == "path" else ints
         elif df[c].dtype.kind == "f" and not df[c].isna().any():
