@@ -150,12 +150,8 @@ def test_cub_superscript_digit_is_a_malformed_line(tmp_path):
 
 
 def test_sop_superscript_digit_is_a_malformed_line(tmp_path):
-    base = tmp_path / "Stanford_Online_Products"
+    base = _sop(tmp_path)
     head = "image_id class_id super_class_id path\n"
-    _rgb(base / "bicycle_final" / "1_0.JPG", 1)
-    _rgb(base / "toaster_final" / "2_0.JPG", 2)
-    (base / "Ebay_train.txt").write_text(head + "1 1 1 bicycle_final/1_0.JPG\n")
-    (base / "Ebay_test.txt").write_text(head + "2 2 12 toaster_final/2_0.JPG\n")
     assert get_dataset("sop", tmp_path).class_names.tolist() == ["bicycle_1", "toaster_2"]
     (base / "Ebay_test.txt").write_text(head + "2 2 1\u00b2 toaster_final/2_0.JPG\n")
     with pytest.raises(EmbedscopeError) as e:
