@@ -396,15 +396,30 @@ def _alignment_from_sums(sums: dict, counts: np.ndarray) -> float:
 
 
 def _logmeanexp_update(state, a: np.ndarray):
-    """Running log-sum-exp (max, sum of exp(a - max), count)."""
+    """Running log-mean-exp: ``(max m, Σ exp(a − m), Σ expm1(a − m), count)``.
+
+    Both sums, because :func:`_logmeanexp` takes the logarithm of the mean of ``exp(a − m)`` from the
+    one that keeps its digits: near 1 (every ``a`` close to the max: the uniformity of a nearly
+    collapsed model, −1e-11, where ``log`` of 1 − 1e-11 had lost 5 of 16 digits) ``log1p`` of the
+    mean of ``expm1``; otherwise ``log`` of the mean of ``exp`` (whose small terms ``expm1`` + 1
+    would round away)."""
     if a.size == 0:
         return state
     m_new = float(a.max())
-    mx, tot, cnt = state
+    mx, tot, tot1, cnt = state
     if m_new > mx:
-        tot = tot * np.exp(mx - m_new) if cnt else 0.0
+        if cnt:  # rescale to the new max: exp(a − m_new) = exp(a − m) f, expm1(...) = (1 + e) f − 1
+            f, f1 = float(np.exp(mx - m_new)), float(np.expm1(mx - m_new))
+            tot, tot1 = tot * f, tot1 * f + cnt * f1
         mx = m_new
-    return mx, tot + float(np.exp(a - mx).sum()), cnt + a.size
+    a = a - mx
+    return mx, tot + float(np.exp(a).sum()), tot1 + float(np.expm1(a).sum()), cnt + a.size
+
+
+def _logmeanexp(state) -> float:
+    mx, tot, tot1, cnt = state
+    mean = tot / cnt
+    return float(mx + (np.log1p(tot1 / cnt) if mean > 0.5 else np.log(mean)))
 
 
 def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed: int,
@@ -414,7 +429,7 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
     so that a block's work arrays (block rows × N) stay bounded whatever N."""
     n = X.shape[0]
     all_pairs = n * (n - 1) // 2
-    state = (-np.inf, 0.0, 0)
+    state = (-np.inf, 0.0, 0.0, 0)
     tiny = norms * norms < _TINY_SQ
 
     def unit(idx) -> np.ndarray:
@@ -427,14 +442,38 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
             u[tb] = _unit_rows(b[tb])
         return u
 
+    chunk = 32768
+
+    step = max(1, (1 << 22) // max(1, X.shape[1]))  # ≤ 4M entries (32 MB) per work array, whatever D
+
+    def d2_exact(ii, jj, U=None):
+        """‖u_i − u_j‖² from the difference of the float64 unit rows (no cancellation in 2 − 2 u_i·u_j)."""
+        out = np.empty(len(ii))
+        for c in range(0, len(ii), step):
+            a, b = ii[c:c + step], jj[c:c + step]
+            diff = unit(a) - unit(b) if U is None else U[a] - U[b]
+            out[c:c + step] = np.einsum("ij,ij->i", diff, diff)
+        return out
+
     if all_pairs <= max_pairs:
         U = unit(np.arange(n))
+        # pairs whose 2 − 2g (error ≲ 4 (D + 8) ε of the float64 products) would be off by more than
+        # ~1e-9 of itself: a nearly collapsed model's pairs (d2 ~ 1e-12 came out 1e-4 relative off)
+        close = 2.0 ** 30 * 4 * (X.shape[1] + 8) * float(np.finfo(np.float64).eps)
         rows = block_rows or max(1, min(1024, UNIFORMITY_BLOCK_ENTRIES // n))
         for s in range(0, n, rows):
             blk = U[s:s + rows]
             g = blk @ U[s:].T  # rows s.., columns s..: keep j > i
-            # the pairs j > i in row-major order (as np.triu_indices, without its two int64 index arrays)
+            # the pairs j > i (as np.triu_indices, without its two int64 index arrays)
             upper = np.arange(g.shape[1])[None, :] > np.arange(blk.shape[0])[:, None]
+            near = upper & (g > 1.0 - 0.5 * close)
+            if near.any():  # 2 − 2g has lost digits: from the difference of the rows, chunk by chunk
+                ri, ci = np.nonzero(near)
+                upper &= ~near
+                for c in range(0, ri.size, chunk):
+                    state = _logmeanexp_update(state, -t * d2_exact(s + ri[c:c + chunk], s + ci[c:c + chunk], U))
+                del ri, ci
+            del near
             d2 = g[upper]
             del g, upper
             d2 *= -2.0
@@ -445,7 +484,6 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
         exact, npairs = True, all_pairs
     else:
         rng = np.random.default_rng(seed)
-        chunk = 32768
 
         def draw(m: int) -> tuple[np.ndarray, np.ndarray]:
             i = rng.integers(0, n, size=m)
@@ -466,10 +504,6 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
             np.all(norms > 2.0 ** -30))
         close = 1024 * 4 * (X.shape[1] + 8) * float(np.finfo(np.float32).eps)
 
-        def d2_exact(ii, jj):
-            diff = unit(ii) - unit(jj)
-            return np.einsum("ij,ij->i", diff, diff)
-
         for s in range(0, max_pairs, chunk):
             if max_pairs <= SAMPLE_DRAW:
                 ii, jj = i[s:s + chunk], j[s:s + chunk]
@@ -485,8 +519,7 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
                 d2 = d2_exact(ii, jj)
             state = _logmeanexp_update(state, -t * d2)
         exact, npairs = False, max_pairs
-    mx, tot, cnt = state
-    return float(mx + np.log(tot / cnt)), npairs, exact
+    return _logmeanexp(state), npairs, exact
 
 
 def _check_au_args(t, max_pairs, seed):
