@@ -69,22 +69,18 @@ def test_exact_uniformity_default_blocks_scale_with_n():
 
 
 @pytest.mark.parametrize("n", [7, 1500, 2049])
-def test_exact_uniformity_unchanged_where_blocks_are_1024_rows(n):
-    """The same blocks, bit for bit the former computation (np.triu_indices, 2 - 2g): up to
-    N = 2048 the blocks are 1024 rows, as before the change."""
+def test_exact_uniformity_in_blocks_of_1024_rows_is_the_formula(n, monkeypatch):
+    """Blocks of 1024 rows up to N = 2048 (one or two here), 1023 at N = 2049 (three, the last short);
+    every pair counted once, whatever the blocks: the same value with blocks of 1 and 3 rows, and
+    the brute force's."""
     X, y = _unit_rows(n, 5, n)
     got = alignment_uniformity(X, y, max_pairs=n * n)
-    U = X.astype(np.float64)
-    U /= np.sqrt(np.einsum("ij,ij->i", U, U))[:, None]
-    state = (-np.inf, 0.0, 0.0, 0)
-    rows = max(1, min(1024, geometry_mod.UNIFORMITY_BLOCK_ENTRIES // n))
-    for s in range(0, n, rows):  # the former loop, with its np.triu_indices
-        blk = U[s:s + rows]
-        g = blk @ U[s:].T
-        iu = np.triu_indices(blk.shape[0], k=1, m=g.shape[1])
-        state = geometry_mod._logmeanexp_update(state, -2.0 * np.clip(2.0 - 2.0 * g[iu], 0.0, None))
-    assert got["uniformity"] == geometry_mod._logmeanexp(state)  # (no pair near enough to be taken apart)
-    assert got["uniformity"] == pytest.approx(_brute_uniformity(X), rel=1e-12, abs=1e-12)
+    assert got["uniformity_pairs"] == n * (n - 1) // 2 and got["uniformity_exact"]
+    assert got["uniformity"] == pytest.approx(_brute_uniformity(X), rel=1e-12, abs=0)
+    if n == 7:
+        for rows in (1, 3):
+            monkeypatch.setattr(geometry_mod, "UNIFORMITY_BLOCK_ENTRIES", rows * n)
+            assert alignment_uniformity(X, y, max_pairs=n * n)["uniformity"] == pytest.approx(got["uniformity"], rel=1e-14, abs=0)
 
 
 # ----------------------------------------------------------------------------- sampled uniformity

@@ -457,27 +457,34 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
 
     if all_pairs <= max_pairs:
         U = unit(np.arange(n))
-        # pairs whose 2 − 2g (error ≲ 4 (D + 8) ε of the float64 products) would be off by more than
-        # ~1e-9 of itself: a nearly collapsed model's pairs (d2 ~ 1e-12 came out 1e-4 relative off)
+        # d² = ‖w_i‖² + ‖w_j‖² − 2 w_i·w_j about the coordinate-wise median c (w = u − c): its error,
+        # ≲ 4 (D + 8) ε (‖w_i‖² + ‖w_j‖²), is relative to the rows' spread about c, not to 1 as in
+        # 2 − 2 u_i·u_j (a nearly collapsed model's d² ~ 1e-12 came out 1e-4 relative off; the median,
+        # not the mean: its far rows do not move it). Pairs where that bound is above 2^-30 of d²
+        # (near-duplicates) come from the difference of their unit rows.
+        W = U - np.median(U, axis=0)
+        sq = np.einsum("ij,ij->i", W, W)
         close = 2.0 ** 30 * 4 * (X.shape[1] + 8) * float(np.finfo(np.float64).eps)
         rows = block_rows or max(1, min(1024, UNIFORMITY_BLOCK_ENTRIES // n))
         for s in range(0, n, rows):
-            blk = U[s:s + rows]
-            g = blk @ U[s:].T  # rows s.., columns s..: keep j > i
+            e = min(n, s + rows)
+            d2 = W[s:e] @ W[s:].T  # rows s.., columns s..: keep j > i
+            d2 *= -2.0
+            d2 += sq[s:e, None]
+            d2 += sq[None, s:]
             # the pairs j > i (as np.triu_indices, without its two int64 index arrays)
-            upper = np.arange(g.shape[1])[None, :] > np.arange(blk.shape[0])[:, None]
-            near = upper & (g > 1.0 - 0.5 * close)
-            if near.any():  # 2 − 2g has lost digits: from the difference of the rows, chunk by chunk
+            upper = np.arange(d2.shape[1])[None, :] > np.arange(e - s)[:, None]
+            near = d2 < (sq[s:e, None] + sq[None, s:]) * close
+            near &= upper
+            if near.any():
                 ri, ci = np.nonzero(near)
                 upper &= ~near
                 for c in range(0, ri.size, chunk):
                     state = _logmeanexp_update(state, -t * d2_exact(s + ri[c:c + chunk], s + ci[c:c + chunk], U))
                 del ri, ci
             del near
-            d2 = g[upper]
-            del g, upper
-            d2 *= -2.0
-            d2 += 2.0
+            d2 = d2[upper]
+            del upper
             np.clip(d2, 0.0, None, out=d2)
             d2 *= -t
             state = _logmeanexp_update(state, d2)
