@@ -18,21 +18,17 @@ import embedscope.metrics.search.knn as knn
 import embedscope.metrics.search.ranks as ranks
 from embedscope.metrics import retrieval_metrics
 from embedscope.metrics.search import KeySpace, knn_search, pair_keys64, prepare, relevant_ranks
+from embedscope.synthetic import nearly_collapsed
 
 
 def outlier_set(n, d=16, n_out=4, far=0.1, noise=1e-5, seed=0, dup=False):
-    rng = np.random.default_rng(seed)
-    p = rng.standard_normal(d)
-    p /= np.linalg.norm(p)
-    X = p + noise * rng.standard_normal((n, d))
-    at = rng.choice(n, n_out, replace=False)
-    v = rng.standard_normal((n_out, d))
-    X[at] = p + far * v / np.linalg.norm(v, axis=1, keepdims=True)
-    if dup:  # ties: an outlier twice, a bulk row three times, an outlier's mirror image about p
-        X[at[-1]] = X[at[0]]
-        X[1] = X[2] = X[3]
-        X[at[1]] = p - (X[at[2]] - p)
-    return X.astype(np.float32), np.sort(at)
+    """``n`` rows within ``noise`` of one unit point, ``n_out`` of them (returned, sorted) moved ``far``
+    from it: ``embedscope.synthetic.nearly_collapsed``, the ties placed in the drawn order of the far
+    rows. ``dup``: ties: the last outlier drawn a copy of the first, the second the mirror image of the
+    third through the point, two bulk rows copies of a third (rows among the bulk: never an outlier)."""
+    ties = dict(copies=[(-1, 0)], mirrors=[(1, 2)], bulk_copies=[(1, 3), (2, 3)]) if dup else {}
+    X, at = nearly_collapsed(n, d, n_out, far, noise=noise, seed=seed, sort=False, **ties)
+    return X, np.sort(at)
 
 
 def brute_knn(X, k, metric, Xr=None):
@@ -90,6 +86,8 @@ def assert_bitwise(a, b):
 @pytest.mark.parametrize("dup", [False, True])
 def test_outliers_searched_apart_match_the_brute_force(metric, far, dup, monkeypatch):
     X, at = outlier_set(500, far=far, dup=dup, seed=int(far * 100) + dup)
+    Q = prepare(X.astype(np.float64), metric)  # every row of `at` one of the outliers searched apart (ties too)
+    np.testing.assert_array_equal(knn.outlier_refs(KeySpace(Q, Q, metric, True)), at)
     taken = spy_split(monkeypatch)
     for k in (1, 7, 40):
         got = knn_search(X, k=k, metric=metric, exclude_self=True)

@@ -470,7 +470,7 @@ def test_training_block_digits_lines_and_toy(tmp_path):
     # the toy table: the code variant's numbers, the same on both machines the page names
     row = re.search(r"^\| code \(attraction dropped\) \| 0\.001 \| ([\d.]+) ± ([\d.]+) \| ([\d.]+) ± ([\d.]+) \|",
                     (DOCS / "training.md").read_text(), flags=re.M)
-    m = re.search(r"^code +0\.0010 +([\d.]+) ± ([\d.]+) +([\d.]+) ± ([\d.]+)", out, flags=re.M)
+    m = re.search(r"^code +0\.001 +([\d.]+) ± ([\d.]+) +([\d.]+) ± ([\d.]+)", out, flags=re.M)
     assert row and m and m.groups() == row.groups(), (row, m)
 
 

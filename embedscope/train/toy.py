@@ -30,6 +30,13 @@ import numpy as np
 from embedscope.errors import EmbedscopeError
 
 VARIANTS = ("baseline", "paper", "code")
+#: How :func:`toy_figure` draws each variant's bars: black and white, told apart by fill and hatching,
+#: because every colour of the figure is a class's (tab10's first four the training classes, the next
+#: four the test classes): a coloured variant read as a class (the paper's bars were training class 1's
+#: blue, the code's class 4's red, the baseline's grey test class 4's)
+VARIANT_BARS = {"baseline": {"facecolor": "white", "edgecolor": "black"},
+                "paper": {"facecolor": "white", "edgecolor": "black", "hatch": "////"},
+                "code": {"facecolor": "black", "edgecolor": "black"}}
 TRAIN_RANGES = ((0.1, 0.3), (0.35, 0.55), (0.6, 0.8), (0.85, 1.05))
 MARGIN = 0.1
 
@@ -197,8 +204,8 @@ def toy_figure(results: list[dict[str, Any]], seed: int):
             ax.scatter(*data["Xte"][m].T, s=14, color=colors[k + 4], marker="x")
         from matplotlib.lines import Line2D
 
-        handles = [Line2D([], [], ls="", marker="o", color="0.3", label="train"),
-                   Line2D([], [], ls="", marker="x", color="0.3", label="test")]
+        handles = [Line2D([], [], ls="", marker="o", color="black", label="train"),  # (black: no class's colour)
+                   Line2D([], [], ls="", marker="x", color="black", label="test")]
         ax.legend(handles=handles, fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 0.24))
         ax.set(title="Data", xlabel="x₁", ylabel="x₂", aspect="equal", xlim=(0, 1.1), ylim=(0, 1.1))
         ax = axes[1, 0]
@@ -206,7 +213,7 @@ def toy_figure(results: list[dict[str, Any]], seed: int):
         for j, v in enumerate(VARIANTS):
             s = by_v[v]["singular_values"]
             ax.bar(np.arange(1, len(s) + 1) + (j - 1) * width, s / s.sum(), width,
-                   label=f"{v} (ρ={by_v[v]['rho']:.3f})", color=("0.4", "tab:blue", "tab:red")[j])
+                   label=f"{v} (ρ={by_v[v]['rho']:.3f})", linewidth=0.8, **VARIANT_BARS[v])
         ax.set(title="Spectra of training embeddings", xlabel="singular value index k",
                ylabel="sₖ / Σ s", xticks=[1, 2], ylim=(0, 1.45), yticks=[0, 0.25, 0.5, 0.75, 1.0])
         ax.legend(fontsize=7, loc="upper center", ncol=1, frameon=False)  # above the bars (they reach <= 1)
