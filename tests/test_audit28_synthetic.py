@@ -1,7 +1,8 @@
 """``embedscope.synthetic.nearly_collapsed``: the one builder of a nearly collapsed set with far rows
 (tests/test_audit26_search.py, tests/test_audit27_search.py, tests/test_audit26_properties_outliers.py,
-benchmarks/centred_outliers.py, benchmarks/properties_outliers.py). Their thresholds were tuned on its
-rows, so the rows are checked here bit for bit against the recipe written out once more."""
+tests/test_audit25_search.py, benchmarks/centred_outliers.py, benchmarks/properties_outliers.py). Their
+thresholds were tuned on its rows, so the rows are checked here bit for bit against the recipe written
+out once more."""
 
 import numpy as np
 import pytest
