@@ -40,7 +40,16 @@ def __getattr__(name: str):
     # until the module had been imported by name); never embedscope.cli
     from embedscope._lazy import module_getattr
 
-    return module_getattr("embedscope")(name)
+    try:
+        return module_getattr("embedscope")(name)
+    except AttributeError:
+        from embedscope.analyses import _EXPORTS  # (a name only: no analysis module is imported)
+
+        if name in _EXPORTS:  # embedscope.evaluate(...): the analyses are one package down
+            raise AttributeError(f"module 'embedscope' has no attribute '{name}': the analyses are in "
+                                 f"embedscope.analyses (embedscope.analyses.{name}, or from embedscope.analyses "
+                                 f"import {name})") from None
+        raise
 
 
 def __dir__():

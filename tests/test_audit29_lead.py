@@ -65,3 +65,15 @@ def test_log_mean_exp_of_values_near_zero_and_far_below():
     far = np.concatenate([np.array([0.0]), np.full(999, -30.0)])
     state = _logmeanexp_update(_logmeanexp_update((-np.inf, 0.0, 0.0, 0), far[500:]), far[:500])
     assert _logmeanexp(state) == pytest.approx(np.log((1 + 999 * np.exp(-30.0)) / 1000), rel=1e-14)
+
+
+def test_an_analysis_asked_of_the_top_package_names_where_it_is():
+    """``embedscope.evaluate(...)`` was a bare AttributeError; it now names embedscope.analyses (and a
+    name that is no analysis keeps the plain message)."""
+    import embedscope
+
+    with pytest.raises(AttributeError, match=r"embedscope\.analyses\.evaluate"):
+        embedscope.evaluate  # noqa: B018
+    with pytest.raises(AttributeError) as e:
+        embedscope.no_such_name  # noqa: B018
+    assert "analyses" not in str(e.value)

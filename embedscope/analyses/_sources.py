@@ -25,7 +25,26 @@ def as_set(source: Any):
     if isinstance(source, list) and _arrays_pair(tuple(source)):  # (a list is several sources elsewhere)
         raise EmbedscopeError("give the embeddings and their labels as a tuple (X, y), got a list [X, y]")
     raise EmbedscopeError(f"expected an EmbeddingSet, a path to an embedding file or (X, y), got "
-                          f"{type(source).__name__}")
+                          f"{type(source).__name__}{source_hint(source)}")
+
+
+def source_hint(source: Any) -> str:
+    """What to give instead of ``source``, for the one-line error of an analysis that cannot read it:
+    a result (an analysis's answer, where its input is wanted) names the file it was computed from;
+    an array alone (no labels) asks for ``(X, y)``; anything else, nothing."""
+    from embedscope.analyses.result import Result, ResultSet
+
+    if isinstance(source, (Result, ResultSet)):
+        results = source.results if isinstance(source, ResultSet) else [source]
+        files = [str(r.provenance["file"]) for r in results if r.provenance.get("file")]
+        what = f"the result of {source.analysis}" if source.analysis else "a result"
+        where = (f": give the file it was computed from, '{files[0]}' (its provenance['file'])" if len(files) == 1
+                 else f": give the files it was computed from ({', '.join(repr(f) for f in files)})" if files
+                 else ": give the embeddings it was computed from")
+        return f" ({what}, not embeddings{where})"
+    if hasattr(source, "shape") and hasattr(source, "ndim") and getattr(source, "ndim", 0) == 2:
+        return " (embeddings without labels: give the tuple (X, y), or EmbeddingSet.from_arrays(X, y, split=...))"
+    return ""
 
 
 def check_disjoint(q, r, q_split: str, r_split: str) -> None:
@@ -54,8 +73,11 @@ def as_sources(sources: Any, what: str = "embedding file") -> list:
         return [sources]
     if sources is None:
         raise UsageError(f"give at least one {what}")
-    if isinstance(sources, dict) or not hasattr(sources, "__iter__"):
-        raise EmbedscopeError(f"expected a list of {what}s, got {type(sources).__name__}")
+    from embedscope.analyses.result import ResultSet
+
+    if isinstance(sources, (dict, ResultSet)) or not hasattr(sources, "__iter__"):  # (a ResultSet iterates
+        # its Results: refused as one, naming its files, not as its first Result)
+        raise EmbedscopeError(f"expected a list of {what}s, got {type(sources).__name__}{source_hint(sources)}")
     out = list(sources)
     if not out:
         raise UsageError(f"give at least one {what}")

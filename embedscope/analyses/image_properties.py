@@ -51,7 +51,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     (of the whole file, as read) and each file's :func:`_explained` additions to it (``undefined``,
     ``notes``): every file is read once (several files: each one's split column and property names are
     read before any work, to refuse a split or a property that a later file lacks up front)."""
-    from embedscope.analyses._sources import as_set
+    from embedscope.analyses._sources import _arrays_pair, as_set, source_hint
     from embedscope.analyses.result import unique_names
     from embedscope.metrics.properties import _check_seed, property_precision
     from embedscope.store import EmbeddingSet
@@ -62,9 +62,13 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
     files = as_sources(files)  # a single path is a list of one file
     for f in files:
         if not isinstance(f, (str, os.PathLike, EmbeddingSet)):
-            raise EmbedscopeError(f"properties reads embedding files or EmbeddingSets, got {type(f).__name__}")
+            pair = isinstance(f, tuple) and _arrays_pair(f)  # (X, y), which every other analysis takes
+            raise EmbedscopeError(f"properties reads embedding files or EmbeddingSets, got {type(f).__name__}"
+                                  + (": (X, y) holds no properties; give EmbeddingSet.from_arrays(X, y, split=..., "
+                                     "properties={name: values})" if pair else source_hint(f)))
     check_choice(split, "split", SPLIT_CHOICES)
     normalize, with_class = check_bool(normalize, "normalize"), check_bool(with_class, "with_class")
+    progress = check_bool(progress, "progress")  # ("no" is truthy: it drew a bar)
     if isinstance(properties, str):  # one property name, not its letters
         properties = [properties]
     if properties is not None:

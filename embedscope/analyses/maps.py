@@ -111,7 +111,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     """
     from embedscope.tsne import joint_tsne, single_tsne
 
-    joint = check_bool(joint, "joint")
+    joint, progress = check_bool(joint, "joint"), check_bool(progress, "progress")
     if joint and split is not None:
         raise UsageError("a joint map uses both splits; leave out split")
     perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)
@@ -157,13 +157,16 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     return Result("tsne", values, prov, table=rows, arrays=arrays, model=model)
 
 
-def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", alpha: float | None = None,
+def yoke(source_a: Any, source_b: Any = None, *more_sources: Any, split: str = "test", alpha: float | None = None,
          yoke: str = "points", max_points: int | None = None, perplexity: float = 30.0, seed: int = 0,
          n_iter: int = 500, n_jobs: int = 1, names: Sequence[str] | None = None, progress: bool = False) -> Result:
     """Yoked t-SNE of the same images under two or more embeddings (Xuan §2.3, docs/methods.md §10):
     two models, or a sequence such as the checkpoints of successive epochs, each map yoked to the
     next (:func:`embedscope.tsne.yoked_tsne_maps`).
 
+    The embeddings: ``yoke(a, b, ...)`` or one list ``yoke([a, b, ...])`` (as
+    :func:`~embedscope.analyses.spectrum` and :func:`~embedscope.analyses.properties` take them),
+    each a path, an :class:`~embedscope.store.EmbeddingSet` or ``(X, y)``.
     Rows are matched by path (every file must hold the same images of ``split``); ``alpha``
     defaults to 0.01 / N (0: independent maps); ``yoke``: ``"points"`` (each image to itself) or
     ``"centroids"`` (each class's mean to itself: the classes' layout agrees, the points within a
@@ -184,7 +187,17 @@ def yoke(source_a: Any, source_b: Any, *more_sources: Any, split: str = "test", 
     perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)
     check_choice(split, "split", SPLIT_CHOICES)
     check_choice(yoke, "yoke", YOKES)
+    progress = check_bool(progress, "progress")
     sources = [source_a, source_b, *more_sources]
+    if source_b is None and not more_sources:  # one list of them, as spectrum and properties take them
+        from embedscope.analyses._sources import as_sources
+
+        sources = as_sources(source_a)
+        if len(sources) < 2:
+            raise UsageError(f"yoke needs two or more embeddings (yoke(a, b, ...) or yoke([a, b, ...])), got "
+                             f"{len(sources)}")
+    elif any(s is None for s in sources):
+        raise UsageError("yoke needs two or more embeddings (yoke(a, b, ...) or yoke([a, b, ...])), got None")
     K = len(sources)
     labels = unique_names(sources, names)
     sets = [as_set(src).subset(split) for src in sources]

@@ -15,7 +15,7 @@ from embedscope.analyses.result import Result, model_name, provenance_of
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import SIMILARITY_METRICS, SPLIT_CHOICES
 from embedscope.text import quoted
-from embedscope.validation import check_choice, check_int
+from embedscope.validation import check_bool, check_choice, check_int
 
 #: the columns of scatter's per-split summary (``provenance["splits"]``), in the one order of the
 #: terminal table, OUT_summary.csv, the Parquet and the JSON
@@ -45,6 +45,7 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
 
     check_choice(metric, "metric", SIMILARITY_METRICS)
     check_choice(split, "split", SPLIT_CHOICES)
+    progress = check_bool(progress, "progress")  # ("no" is truthy: it drew a bar)
     es = as_set(source)
     splits = [split] if split != "all" else es.splits
     panels, rows, summary, values, notes = {}, [], [], {}, []
@@ -106,8 +107,10 @@ NEIGHBOUR_COLUMNS = ("query", "query_class", "rank", "path", "class", "similarit
 class NeighbourExamples:
     """Queries (rows of the query set) and their k retrievals (rows of the reference set).
 
-    ``repr`` is one line; in IPython / Jupyter it shows as :meth:`format` (one row per query and
-    rank); :meth:`to_frame` gives those rows as a pandas frame (columns :data:`NEIGHBOUR_COLUMNS`).
+    ``repr`` is one line; ``print`` and IPython / Jupyter show :meth:`format` (one row per query and
+    rank) bounded as every result (at most 40 rows, long paths shortened in the middle) and the
+    notes; :meth:`to_frame` gives those rows as a pandas frame (columns :data:`NEIGHBOUR_COLUMNS`),
+    :meth:`to_csv`, :meth:`to_parquet` and :meth:`to_json` write them as a result's methods do.
     ``a == b`` compares every field (arrays by value). Retrievals: docs/methods.md §1.
     """
 
@@ -162,19 +165,60 @@ class NeighbourExamples:
 
         return pd.DataFrame(self.rows(), columns=list(NEIGHBOUR_COLUMNS))
 
-    def format(self, *, digits: int = 4) -> str:
-        """The rows as an aligned terminal table (:func:`embedscope.tables.format_table`; names escaped)."""
+    def to_csv(self, path: str | os.PathLike, *, force: bool = False):
+        """Write :meth:`to_frame` as CSV, atomically (an existing file only with ``force``), as
+        :meth:`embedscope.analyses.Result.to_csv`; returns the path."""
+        from embedscope.analyses.result import _write_frame
+
+        return _write_frame(self.to_frame(), path, "csv", force)
+
+    def to_parquet(self, path: str | os.PathLike, *, force: bool = False):
+        """Write :meth:`to_frame` as Parquet, atomically, as :meth:`embedscope.analyses.Result.to_parquet`."""
+        from embedscope.analyses.result import _write_frame
+
+        return _write_frame(self.to_frame(), path, "parquet", force)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"analysis": "neighbours", "query_split", "reference_split", "metric", "seed", "selection",
+        "notes", "table"}`` (``table``: :meth:`rows`)."""
+        return {"analysis": "neighbours", "query_split": self.query_split, "reference_split": self.reference_split,
+                "metric": self.metric, "seed": self.seed, "selection": self.selection, "notes": list(self.notes),
+                "table": self.rows()}
+
+    def to_json(self, path: str | os.PathLike | None = None, *, force: bool = False) -> dict[str, Any]:
+        """:meth:`to_dict` as the JSON file holds it (written atomically to ``path`` when given), as
+        :meth:`embedscope.analyses.Result.to_json`."""
+        from embedscope.analyses.result import _to_json
+
+        return _to_json(self.to_dict(), path, force)
+
+    def format(self, *, digits: int = 4, max_rows: int | None = None, max_cell: int | None = None) -> str:
+        """The rows as an aligned terminal table (:func:`embedscope.tables.format_table`; names escaped);
+        ``max_rows`` and ``max_cell`` as :meth:`embedscope.analyses.Result.format`'s (default: every row,
+        whole paths)."""
+        from embedscope.analyses.result import _cut
         from embedscope.tables import format_table
 
         title = (f"{self.selection}: top-{np.shape(self.ref_paths)[1]} of the '{self.query_split}' queries in "
                  f"'{self.reference_split}', {self.metric}")
-        return format_table(self.rows(), list(NEIGHBOUR_COLUMNS), digits=digits, title=title)
+        rows, more = _cut(self.rows(), max_rows, max_cell)
+        text = format_table(rows, list(NEIGHBOUR_COLUMNS), digits=digits, title=title)
+        return text + (f"\n… {more} more row{'' if more == 1 else 's'} (every one: to_frame())" if more else "")
+
+    def note_lines(self) -> list[str]:
+        """The notes (:attr:`notes`), one line each, as ``embedscope neighbours`` prints them (raw text)."""
+        return [f"note: {n}" for n in self.notes]
 
     def __str__(self) -> str:
-        return self.format()
+        """:meth:`format` bounded as ``print(result)`` of every analysis (at most
+        :data:`~embedscope.analyses.result.DISPLAY_ROWS` rows, long paths shortened in the middle),
+        then the notes, escaped."""
+        from embedscope.analyses.result import DISPLAY_CELL, DISPLAY_ROWS, _with_notes
 
-    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython / Jupyter: the table
-        p.text(repr(self) if cycle else self.format())
+        return _with_notes(self.format(max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL), self.note_lines())
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython / Jupyter: what print shows
+        p.text(repr(self) if cycle else str(self))
 
 
 def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
@@ -197,6 +241,7 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     k = check_int(k, "k")
     queries = check_int(queries, "queries")
     seed = check_int(seed, "seed", min=0)
+    progress = check_bool(progress, "progress")
     check_choice(split, "split", SPLIT_CHOICES)
     if reference_split is not None:
         check_choice(reference_split, "reference_split", SPLIT_CHOICES)

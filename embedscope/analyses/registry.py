@@ -235,6 +235,7 @@ def compute_measures(source: Any, names: Iterable[str] | None = None, *, metric:
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
             raise EmbedscopeError(f"measure names must be strings, got {quoted(bad[0])}")
+        names = [str(n) for n in names]  # (numpy's str_ of an array of names: the dict's keys were np.str_('rho'))
     es = as_set(source)
     wanted = available(es) if names is None else list(dict.fromkeys(names))
     if names is not None and not wanted:

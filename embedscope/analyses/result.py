@@ -10,7 +10,13 @@ layout for every result file:
 * ``to_csv(path)`` / ``to_parquet(path)`` -- that frame; ``table=True`` writes the per-row table
   instead;
 * ``to_json(path)`` -- ``{"analysis", "model", "values", "provenance", "table"}``;
-* ``format()`` / ``print(result)`` -- an aligned terminal table.
+* ``format()`` -- an aligned terminal table of the result's main numbers, as its command prints them
+  (the values; ``properties``: a row per property, NR-Prec, R-Prec, ceiling, p-value ...; ``scatter``:
+  the summary per split; ``tsne`` / ``yoke``: the settings and values);
+* ``print(result)`` and the IPython / Jupyter display -- that table bounded (at most
+  :data:`DISPLAY_ROWS` rows and :data:`DISPLAY_MODELS` models, long names shortened in the middle,
+  a last line saying what was left out), undefined numbers shown ``–``, then the notes the command
+  prints (undefined and infinite measures and why, a collapsed model, a capped perplexity ...).
 
 Several results of the same analysis (models side by side) combine with :func:`combine` into a
 :class:`ResultSet` with the same methods (its frame gains one row per model and measure, its
@@ -53,6 +59,19 @@ TIMING_KEYS = ("seconds",)
 DIGITS = {"geometry": 5, "spectrum": 5}
 
 
+#: how an undefined number (NaN) shows in ``print(result)`` and the notebook display, as in the commands'
+#: tables (the notes say why it is undefined: "undefined (–): ...")
+UNDEFINED = "–"
+#: at most this many rows in ``print(result)`` / the notebook display (``format()`` shows every one)
+DISPLAY_ROWS = 40
+#: at most this many models side by side there (one column each)
+DISPLAY_MODELS = 8
+#: a text cell (a path, a class or property name) longer than this is shortened in the middle there
+DISPLAY_CELL = 36
+#: models side by side there: as many as fit this many characters (at least one)
+DISPLAY_WIDTH = 120
+
+
 def display_digits(analysis: str, digits: int | None) -> int:
     """``digits`` when given, else the decimals the command of ``analysis`` prints (:data:`DIGITS`, else 4)."""
     return DIGITS.get(analysis, 4) if digits is None else digits
@@ -62,8 +81,9 @@ def display_digits(analysis: str, digits: int | None) -> int:
 class Result:
     """One analysis of one embedding file (or one pair of files).
 
-    ``repr`` is one line (the values, the table's size); in IPython / Jupyter a result shows as its
-    terminal table (``print(result)``). ``a == b`` compares what was computed: analysis, model,
+    ``repr`` is one line (the values, the table's size); ``print(result)`` and the IPython / Jupyter
+    display show :meth:`format`'s table of the main numbers, bounded, and the result's notes
+    (:meth:`note_lines`). ``a == b`` compares what was computed: analysis, model,
     values, table, arrays and provenance (NaN equals NaN), but not the time it took (``seconds``).
     Results pickle.
     """
@@ -115,8 +135,8 @@ class Result:
         arrays = f", arrays={sorted(self.arrays)}" if self.arrays else ""
         return f"Result({self.analysis!r}, model={self.model!r}, values={{{vals}}}{table}{arrays})"
 
-    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython / Jupyter: the terminal table
-        p.text(repr(self) if cycle else self.format())
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython / Jupyter: what print shows
+        p.text(repr(self) if cycle else str(self))
 
     def keys(self):
         return self.values.keys()
@@ -158,33 +178,60 @@ class Result:
         _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
-    def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan") -> str:
-        """The terminal table (:func:`embedscope.tables.format_table`; ``digits``: decimals, by default
-        those of the analysis's command, 5 for geometry and spectrum, else 4; ``nan``: how NaN shows)."""
+    def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan",
+               max_rows: int | None = None, max_cell: int | None = None) -> str:
+        """The terminal table of the main numbers (:func:`embedscope.tables.format_table`): the values
+        (with their meanings where the analysis has them), or the table the analysis's command prints
+        (``properties``: one row per property; ``scatter``: one row per split; ``tsne`` / ``yoke``: the
+        settings and the values). ``digits``: decimals, by default those of the analysis's command, 5
+        for geometry and spectrum, else 4; ``nan``: how NaN shows; ``max_rows``: at most that many rows,
+        then a line saying how many more (default: every row); ``max_cell``: text cells longer than
+        that shortened in the middle (default: whole)."""
         from embedscope.tables import format_table
 
-        digits = display_digits(self.analysis, digits)
-        with_meaning = bool(self.meanings)
-        rows = []
-        for k, v in self.values.items():
-            row = {"measure": k, "value": v}
-            if with_meaning:
-                row["meaning"] = self.meanings.get(k, "")
-            rows.append(row)
-        cols = ["measure", "value"] + (["meaning"] if with_meaning else [])
-        return format_table(rows, cols, digits=digits, title=title if title is not None else self.title(), nan=nan)
+        rows, cols, default_title, whole = display_table(self)
+        rows, more = _cut(rows, max_rows, max_cell)
+        text = format_table(rows, cols, digits=display_digits(self.analysis, digits),
+                            title=title if title is not None else default_title, nan=nan)
+        return text + (f"\n… {more} more row{'' if more == 1 else 's'} (every one: {whole})" if more else "")
+
+    def note_lines(self) -> list[str]:
+        """What the result's command prints under its table, one line each (raw text; ``print(result)``
+        escapes it): undefined and infinite measures and why, the notes (``provenance["notes"]``: a
+        collapsed model, ties, another distance than the model's own ...), a capped perplexity."""
+        from embedscope.analyses.structure import infinite_note, undefined_note
+
+        out = [line for line in (undefined_note(_mapping(self.provenance.get("undefined"))),
+                                 infinite_note(_mapping(self.provenance.get("infinite")))) if line]
+        why = self.provenance.get("class_spectra_undefined")
+        if why:
+            out.append(f"note: no class-conditioned spectrum (by_class): {why}")
+        notes = self.provenance.get("notes") or []
+        said = "" if self.analysis == "properties" else "note: "  # (as each command prints them)
+        out += [f"{said}{n}" for n in ([notes] if isinstance(notes, str) else notes)]
+        if self.analysis in ("tsne", "yoke"):
+            from embedscope.tsne.joint import perplexity_cap
+
+            n = self.values.get("points", self.values.get("n"))
+            cap = perplexity_cap(self.provenance, n) if isinstance(n, int) else None
+            if cap:
+                out.append(f"note: perplexity {cap}")
+        return out
 
     def title(self) -> str:
         return self.provenance.get("title", f"{self.analysis}: {self.model}" if self.model else self.analysis)
 
     def __str__(self) -> str:
-        return self.format()
+        """:meth:`format` bounded (:data:`DISPLAY_ROWS`, :data:`DISPLAY_CELL`; NaN shown ``–``), then
+        :meth:`note_lines`, escaped: what ``print(result)`` and the notebook show."""
+        return _with_notes(self.format(nan=UNDEFINED, max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL),
+                           self.note_lines())
 
 
 @dataclass(repr=False)
 class ResultSet:
-    """Results of one analysis for several models, side by side (``repr``, ``==`` and the notebook
-    display as :class:`Result`'s)."""
+    """Results of one analysis for several models, side by side (``repr``, ``==``, ``print`` and the
+    notebook display as :class:`Result`'s: at most :data:`DISPLAY_MODELS` models shown side by side)."""
 
     results: list[Result]
 
@@ -206,7 +253,7 @@ class ResultSet:
         return f"ResultSet({self.analysis!r}, models={self.models!r})"
 
     def _repr_pretty_(self, p, cycle: bool) -> None:
-        p.text(repr(self) if cycle else self.format())
+        p.text(repr(self) if cycle else str(self))
 
     def __getitem__(self, i):
         if isinstance(i, str):
@@ -218,7 +265,8 @@ class ResultSet:
 
     def to_frame(self, *, table: bool = False):
         """As :meth:`Result.to_frame`, the models one below the other (the per-row tables gain a ``model``
-        column first)."""
+        column first). ``properties``' per-row table in the rows' order of ``embedscope properties --csv``:
+        by property (the first model's NR-Prec, descending), the models in order within a property."""
         import pandas as pd
 
         _check_table(self, table)
@@ -230,7 +278,14 @@ class ResultSet:
             frames.append(f)
         if not frames:
             return pd.DataFrame(columns=VALUE_COLUMNS)
-        return pd.concat(frames, ignore_index=True)
+        frame = pd.concat(frames, ignore_index=True)
+        if table and self.analysis == "properties" and "property" in frame.columns and len(self.results) > 1:
+            order = {p: i for i, p in enumerate(dict.fromkeys(frame["property"]))}
+            models = {m: i for i, m in enumerate(self.models)}
+            key = sorted(range(len(frame)), key=lambda i: (order[frame["property"].iat[i]],
+                                                           models.get(frame["model"].iat[i], len(models))))
+            frame = frame.iloc[key].reset_index(drop=True)
+        return frame
 
     def to_dict(self) -> dict[str, Any]:
         """``{"analysis", "models": [each result's :meth:`Result.to_dict`]}``."""
@@ -248,24 +303,67 @@ class ResultSet:
         _check_table(self, table)
         return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
-    def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan") -> str:
-        """One column per model (:meth:`Result.format` for one; ``digits`` as there); ``nan``: how NaN shows."""
+    def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan",
+               max_rows: int | None = None, max_cell: int | None = None, max_models: int | None = None,
+               max_width: int | None = None) -> str:
+        """One column per model (:meth:`Result.format` for one; ``digits``, ``nan``, ``max_rows`` and
+        ``max_cell`` as there); ``properties``: the rows of every model, a ``model`` column first, as
+        the command prints them. ``max_models`` / ``max_width``: at most that many models side by side,
+        and only as many as fit ``max_width`` characters (at least one), then a line saying how many
+        more (default: every one)."""
         from embedscope.tables import format_table
 
         digits = display_digits(self.analysis, digits)
         if len(self.results) == 1:
-            return self.results[0].format(digits=digits, title=title, nan=nan)
-        keys: list[str] = []
-        for r in self.results:
-            keys += [k for k in r.values if k not in keys]
-        # positional keys: a model named "measure" (or like another column) must not overwrite a cell
-        cols = ["measure"] + [f"{i}" for i in range(len(self.results))]
-        rows = [{"measure": k, **{c: r.values.get(k, math.nan) for c, r in zip(cols[1:], self.results)}}
-                for k in keys]
-        return format_table(rows, cols, digits=digits, title=title, headers=["measure"] + self.models, nan=nan)
+            return self.results[0].format(digits=digits, title=title, nan=nan, max_rows=max_rows, max_cell=max_cell)
+        if self.analysis == "properties" and all(r.table is not None for r in self.results):
+            rows, cols, default_title, whole = _properties_table(self.results)
+            rows, more = _cut(rows, max_rows, max_cell)
+            text = format_table(rows, cols, digits=digits, title=title if title is not None else default_title,
+                                nan=nan)
+            return text + (f"\n… {more} more row{'' if more == 1 else 's'} (every one: {whole})" if more else "")
+        n = len(self.results) if max_models is None else max(1, min(max_models, len(self.results)))
+        while True:
+            shown = self.results[:n]
+            keys: list[str] = []
+            for r in shown:
+                keys += [k for k in r.values if k not in keys]
+            # positional keys: a model named "measure" (or like another column) must not overwrite a cell
+            cols = ["measure"] + [f"{i}" for i in range(len(shown))]
+            rows = [{"measure": k, **{c: r.values.get(k, math.nan) for c, r in zip(cols[1:], shown)}}
+                    for k in keys]
+            rows, more = _cut(rows, max_rows, max_cell)
+            headers = ["measure"] + [_short(m, max_cell) for m in self.models[:len(shown)]]
+            text = format_table(rows, cols, digits=digits, title=title, headers=headers, nan=nan)
+            if max_width is None or n == 1 or max(map(len, text.splitlines()[1:])) <= max_width:
+                break
+            n -= 1  # (the title may be longer: it is one line of text, not a column)
+        if more:
+            text += f"\n… {more} more row{'' if more == 1 else 's'} (every one: to_frame())"
+        left = len(self.results) - len(shown)
+        if left:
+            text += f"\n… {left} more model{'' if left == 1 else 's'} (every one: to_frame(); one: results['name'])"
+        return text
+
+    def note_lines(self) -> list[str]:
+        """Every result's :meth:`Result.note_lines`, each naming its model when there are several;
+        ``properties``: then one line per model that lacks a property measured on another (no row)."""
+        several = len(self.results) > 1
+        out = [f"{r.model}: {line}" if several else line for r in self.results for line in r.note_lines()]
+        if several and self.analysis == "properties" and all(r.table is not None for r in self.results):
+            every = list(dict.fromkeys(row.get("property") for r in self.results for row in r.table))
+            for r in self.results:
+                mine = {row.get("property") for row in r.table}
+                # (no 'class' row: a property of the file stands for the class, which its notes say)
+                lacks = [p for p in every if p not in mine and p != "class"]
+                if lacks:
+                    named = ", ".join(f"'{p}'" for p in lacks)
+                    out.append(f"{r.model}: no propert{'y' if len(lacks) == 1 else 'ies'} {named} in this file (no row)")
+        return out
 
     def __str__(self) -> str:
-        return self.format()
+        return _with_notes(self.format(nan=UNDEFINED, max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL,
+                                       max_models=DISPLAY_MODELS, max_width=DISPLAY_WIDTH), self.note_lines())
 
 
 def combine(results: Iterable[Result]) -> ResultSet:
@@ -287,6 +385,100 @@ def combine(results: Iterable[Result]) -> ResultSet:
     if len(set(names)) != len(names):
         raise EmbedscopeError(f"model names must differ to compare results side by side, got {names}")
     return ResultSet(results)
+
+
+def display_table(result: Result) -> tuple[list[dict[str, Any]], list[str], str, str]:
+    """``(rows, columns, title, where every row is)`` of :meth:`Result.format`: the table the analysis's
+    command prints (``properties``, ``scatter``, ``tsne``, ``yoke``), else the values (with a
+    ``meaning`` column where the analysis has meanings)."""
+    prov = result.provenance
+    if result.analysis == "properties" and result.table is not None:
+        return _properties_table([result])
+    if result.analysis == "scatter" and isinstance(prov.get("splits"), list):
+        from embedscope.analyses.neighbours import SCATTER_SUMMARY_COLUMNS
+
+        return (prov["splits"], list(SCATTER_SUMMARY_COLUMNS), result.title(),
+                "result.provenance['splits']")
+    if result.analysis in ("tsne", "yoke"):
+        from embedscope.analyses.maps import SHOWN_TSNE, SHOWN_YOKE
+
+        shown = SHOWN_TSNE if result.analysis == "tsne" else SHOWN_YOKE
+        settings = {k: prov[k] for k in shown if k in prov and k not in result.values and k != "kl"
+                    and (isinstance(prov[k], (str, int, float)) or prov[k] is None)}
+        rows = [{"setting": k, "value": v} for k, v in {**settings, **result.values}.items()]
+        return rows, ["setting", "value"], result.title(), "result.provenance and result.values"
+    rows = []
+    for k, v in result.values.items():
+        row = {"measure": k, "value": v}
+        if result.meanings:
+            row["meaning"] = result.meanings.get(k, "")
+        rows.append(row)
+    return rows, ["measure", "value"] + (["meaning"] if result.meanings else []), result.title(), "to_frame()"
+
+
+#: the columns of the properties table (``print(result)``, ``format()``; with a permutation test also
+#: ``perm_p_value``): those of ``embedscope properties``'s terminal table
+PROPERTY_COLUMNS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "n_values", "lone_queries")
+
+
+def _properties_table(results: Sequence[Result]):
+    """The properties rows of ``results`` as ``embedscope properties`` prints them: the first model's
+    order of the properties (its NR-Prec, descending), the models in order within a property; a
+    ``model`` column when there are several."""
+    order: dict[str, int] = {}
+    for r in results:
+        for row in r.table or []:
+            order.setdefault(row.get("property"), len(order))
+    models = [r.model for r in results]
+    rows = sorted(((r.model, row) for r in results for row in (r.table or [])),
+                  key=lambda mr: (order[mr[1].get("property")], models.index(mr[0])))
+    prov = results[0].provenance
+    cols = list(PROPERTY_COLUMNS if len(results) > 1 else PROPERTY_COLUMNS[1:])
+    if any("perm_p_value" in row for _, row in rows):
+        cols.append("perm_p_value")
+    split, cap, metric = prov.get("split"), prov.get("cap"), prov.get("metric")
+    perm = prov.get("permutations")
+    if prov.get("max_r") is not None and cap and not any(row.get("capped") for _, row in rows):
+        cap = f"{cap} (no R exceeds it here: the numbers are the uncapped ones)"  # (as the command says)
+    title = (f"{results[0].model}: " if len(results) == 1 else "") + "; ".join(str(t) for t in (
+        f"split {split}", cap,
+        f"{metric} distance" if metric else None,
+        f"permutation test: {perm} shuffles, seed {prov.get('permutation_seed', 0)}" if perm else None) if t)
+    return ([{c: (m if c == "model" else row.get(c, math.nan)) for c in cols} for m, row in rows], cols, title,
+            "to_frame(table=True)")
+
+
+def _mapping(v: Any) -> Mapping:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _short(v: Any, n: int | None) -> Any:
+    """A text longer than ``n`` characters shortened in the middle (``head…tail``: a path keeps its
+    file name); anything else as it is."""
+    if n is None or not isinstance(v, str) or len(v) <= n:
+        return v
+    n = max(n, 5)
+    tail = (n - 1) * 2 // 3
+    return v[:n - 1 - tail] + "…" + v[len(v) - tail:]
+
+
+def _cut(rows: list[dict[str, Any]], max_rows: int | None, max_cell: int | None):
+    """``(the rows shown, how many left out)``: at most ``max_rows`` rows, text cells at most ``max_cell``
+    characters (a ``meaning`` column, embedscope's own words, whole)."""
+    more = 0
+    if max_rows is not None and len(rows) > max(1, max_rows):
+        more = len(rows) - max(1, max_rows)
+        rows = rows[:max(1, max_rows)]
+    if max_cell is not None:
+        rows = [{c: (v if c == "meaning" else _short(v, max_cell)) for c, v in r.items()} for r in rows]
+    return rows, more
+
+
+def _with_notes(text: str, notes: Sequence[str]) -> str:
+    """``text`` and the note lines under it, each escaped (:func:`embedscope.text.safe`)."""
+    from embedscope.text import safe
+
+    return "\n".join([text, *(safe(n) for n in notes)])
 
 
 def _check_table(result, table: bool) -> None:

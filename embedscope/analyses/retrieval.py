@@ -49,6 +49,7 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
     check_choice(metric, "metric", RETRIEVAL_METRICS)
     check_choice(lone_queries, "lone_queries", LONE_QUERIES)
     per_class = check_bool(per_class, "per_class")
+    progress = check_bool(progress, "progress")  # ("no" is truthy: it drew a bar)
     check_choice(split, "split", SPLIT_CHOICES)  # (None took every row, where the other analyses refuse it)
     for nm, s in (("query_split", query_split), ("reference_split", reference_split)):
         if s is not None:

@@ -81,6 +81,7 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
     check_choice(split, "split", SPLIT_CHOICES)
     check_int(exclude_top, "exclude_top", min=0)
     seed = check_int(seed, "seed", min=0)
+    keep_spectrum = check_bool(keep_spectrum, "keep_spectrum")  # ("no" is truthy: it kept the spectrum)
     es = as_set(source)
     part = es.subset(split)
     if part.n < 2:  # no measure of one row (it said "X needs at least 2 row(s)", an array the user never sees)
