@@ -47,6 +47,86 @@ class SplitReplaced(UserWarning):
     column or a file) replaced it: ``embedscope import`` says so in one line on stderr."""
 
 
+#: column names (lower case, without spaces, '_', '-' and '.') that hold image paths or item ids by another
+#: spelling than "path" / :data:`PATH_KEYS`, most likely first
+_PATH_LIKE = ("path", "paths", "filepath", "filepaths", "imagepath", "imagepaths", "imgpath", "relpath",
+              "relativepath", "fullpath", "filename", "filenames", "fname", "file", "files", "imagename",
+              "imagefile", "imagefilename", "image", "images", "img", "imageid", "imgid", "id", "ids")
+
+
+def path_column_candidates(columns: Sequence[Any], exact: Sequence[str] = PATH_KEYS, most: int = 3) -> list[str]:
+    """The columns of a table that look like its column of image paths (or item ids) spelled otherwise:
+    ``Path``, ``PATH``, `` path``, ``image_path``, ``filename``, ``Image ID``; a name holding "path" or
+    "file" comes next. The names ``exact`` are not candidates (the command finds them as they are:
+    :data:`PATH_KEYS` for import, "path" for add-properties).
+    Used by ``add-properties`` ("no 'path' column (did you mean 'Path'?)") and ``import`` (a column that
+    was not read as the paths). Most likely first, at most ``most``."""
+    found = []
+    for c in columns:
+        name = str(c)
+        if name in exact:
+            continue
+        key = re.sub(r"[\s_\-.]+", "", name.casefold())
+        if key in _PATH_LIKE:
+            found.append((_PATH_LIKE.index(key), name))
+        elif "path" in key or "file" in key:
+            found.append((len(_PATH_LIKE), name))
+    return [name for _, name in sorted(found, key=lambda t: t[0])[:most]]
+
+
+#: the separators a table's header may be written with, as a user names them
+_SEPARATORS = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}
+
+
+def separator_hint(path: Path, sep: str, columns: Sequence[Any]) -> str:
+    """``"; a .csv is read comma-separated, and its header looks tab-separated: rename it .tsv"`` when a
+    CSV/TSV's header was read as columns holding another separator (a spreadsheet's semicolon CSV: the
+    whole header one column, ``path;w``), else ``""``."""
+    names = [str(c) for c in columns]
+    for other, word in _SEPARATORS.items():
+        if other != sep and any(other in n for n in names) and (len(names) == 1 or other in "\t,"):
+            suffix = path.suffix or "table"
+            fix = {"\t": "rename it .tsv", ",": "rename it .csv"}.get(other, "save it comma-separated (CSV)")
+            return f"; a {suffix} is read {_SEPARATORS[sep]}-separated, and its header looks {word}-separated: {fix}"
+    return ""
+
+
+def table_columns(path: Path, fmt: str) -> list[str] | None:
+    """The column names of a CSV/TSV's header line as written (pandas renames a repeated ``w`` to
+    ``w.1``) or of a Parquet file's schema (read from its footer only); None for other formats or a file
+    with no header line."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with open(path, "rb") as fh:
+            return [str(n) for n in pq.read_schema(fh).names]
+    if fmt not in ("csv", "tsv"):
+        return None
+    import csv
+
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        return next(csv.reader(f, delimiter="\t" if fmt == "tsv" else ","), None)
+
+
+def check_unique_columns(path: Path, names: Sequence[str] | None, what: str = "column") -> None:
+    """One line for a table that repeats a column name: pandas read a CSV's second ``w`` as ``w.1`` (a
+    column the file does not have), pyarrow refused a Parquet file's ("Multiple matches for FieldRef")."""
+    seen: set[str] = set()
+    for n in names or ():
+        if n in seen:
+            raise EmbedscopeError(f"{path}: the column name '{_pretty(n)}' occurs twice: give each {what} "
+                                  "its own name")
+        seen.add(n)
+
+
+def did_you_mean(names: Sequence[str]) -> str:
+    """``did you mean 'a'?`` / ``did you mean 'a' or 'b'?`` (names escaped by the error line), or ""."""
+    if not names:
+        return ""
+    shown = [f"'{_pretty(n)}'" for n in names]
+    return "did you mean " + (shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]) + "?"
+
+
 def _pretty(name: Any) -> str:
     from embedscope.models.checkpoint import printable
 
@@ -177,6 +257,12 @@ def read_source(path: str | os.PathLike) -> Source:
             return _read_hdf5(path)
         import pandas as pd
 
+        header = table_columns(path, fmt)
+        check_unique_columns(path, header)
+        if fmt in ("csv", "tsv") and header is not None and len(header) == 1:
+            hint = separator_hint(path, "\t" if fmt == "tsv" else ",", header)
+            if hint:  # (was "no labels: ... found path;label;e0")
+                raise EmbedscopeError(f"{path}: the header is one column, '{_pretty(header[0])}'{hint}")
         if fmt == "parquet":
             from embedscope.tables import read_parquet
 
@@ -559,11 +645,22 @@ def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, u
             origin[what] = (Path(spec), header)
         return arr
     keys = ", ".join(map(_pretty, src.keys())) or "none (the source is one array)"
+    mean = did_you_mean(_close_keys(key, list(src.keys())))  # (--paths path for a column 'Path')
+    mean = f"{mean} " if mean else ""
     if key != spec:
         raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(key)}' for the {what} ({option} "
-                              f"{_pretty(spec)}: '{KEY_PREFIX}' names a key/column, never a file) (keys/columns: {keys})")
+                              f"{_pretty(spec)}: '{KEY_PREFIX}' names a key/column, never a file) ({mean}keys/columns: "
+                              f"{keys})")
     raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(spec)}' for the {what}, and no such file "
-                          f"(keys/columns: {keys})")
+                          f"({mean}keys/columns: {keys})")
+
+
+def _close_keys(key: str, keys: list[str]) -> list[str]:
+    """The keys spelled like ``key`` but for letter case and spaces around it, else those difflib finds close."""
+    import difflib
+
+    folded = [k for k in keys if str(k).strip().casefold() == str(key).strip().casefold()]
+    return folded or difflib.get_close_matches(str(key), [str(k) for k in keys], n=2, cutoff=0.75)
 
 
 def _spec_key(spec: str) -> str:
@@ -595,8 +692,9 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
         return np.column_stack([src.columns[c] for c in cols])
     names = [spec] if spec else [k for k in EMBEDDING_KEYS if k in src.columns]
     if spec and spec not in src.columns:
-        raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(spec)}' (keys/columns: "
-                              f"{', '.join(map(_pretty, src.keys()))})")
+        mean = did_you_mean(_close_keys(spec, list(src.keys())))
+        raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(spec)}' ({mean + ' ' if mean else ''}"
+                              f"keys/columns: {', '.join(map(_pretty, src.keys()))})")
     if names:
         v = src.columns[names[0]]
         used.add(names[0])
@@ -697,8 +795,9 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     for name in properties:
         check_property_not_reserved(name, src.path)
         if name not in src.columns:
-            raise EmbedscopeError(f"{src.path}: no column '{_pretty(name)}' for --properties (columns: "
-                                  f"{', '.join(map(_pretty, src.keys()))})")
+            mean = did_you_mean(_close_keys(name, list(src.keys())))
+            raise EmbedscopeError(f"{src.path}: no column '{_pretty(name)}' for --properties ({mean + ' ' if mean else ''}"
+                                  f"columns: {', '.join(map(_pretty, src.keys()))})")
         _check_property_name(name, str(src.path))
         v = _decoded(src.columns[name], src.path, f"property '{_pretty(name)}'")
         if name in src.text and v.dtype.kind not in "iufb":
@@ -815,6 +914,17 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         line = _embedding_note(info, X.shape, index_col, ignored, src.table)
         if line:
             notes.append(line)
+        if pa is None and paths is None:  # a column of paths spelled otherwise (Path, image_path): not read
+            cand = path_column_candidates([k for k in src.columns if k not in used or k in info.get("columns", ())])
+            if cand:
+                import shlex
+
+                taken = [f"'{_pretty(c)}'" for c in cand if c in info.get("columns", ())]
+                took = (f"; {', '.join(taken)} {'was' if len(taken) == 1 else 'were'} taken as "
+                        f"{'an embedding column' if len(taken) == 1 else 'embedding columns'}" if taken else "")
+                notes.append(f"paths: no column {', '.join(PATH_KEYS[:-1])} or {PATH_KEYS[-1]}: the items are "
+                             f"numbered from 0; {did_you_mean(cand)} (--paths {_pretty(shlex.quote(cand[0]))} reads "
+                             f"it{took})")
         if "columns" in info and X.shape[0] > 1:  # a metadata column (epoch = 7) taken for a feature
             Xc = np.asarray(X, dtype=np.float64)
             const = [c for j, c in enumerate(info["columns"]) if Xc[0, j] != 0 and np.all(Xc[:, j] == Xc[0, j])]

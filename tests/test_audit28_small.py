@@ -222,9 +222,12 @@ def test_toy_angles_keep_a_class_around_180_degrees_together():
      "-o: the name is empty (an unset shell variable?) (see 'embedscope train-grid --help')"),  # wrote grid.csv here
     (["evaluate", "e.h5", "--json", ""],
      "--json: the name is empty (an unset shell variable?) (see 'embedscope evaluate --help')"),
-    (["info", ""], "the file name is empty (an unset shell variable?)"),  # ". is a directory"
-    (["add-properties", "", "t.csv"], "the embedding file's name is empty (an unset shell variable?)"),
-    (["add-properties", "e.h5", ""], "the table's name is empty (an unset shell variable?)"),
+    # inputs in the same words (test_audit29_info: every command's file arguments)
+    (["info", ""], "EMB.h5: the name is empty (an unset shell variable?) (see 'embedscope info --help')"),
+    (["add-properties", "", "t.csv"],
+     "EMB.h5: the name is empty (an unset shell variable?) (see 'embedscope add-properties --help')"),
+    (["add-properties", "e.h5", ""],
+     "TABLE: the name is empty (an unset shell variable?) (see 'embedscope add-properties --help')"),
 ])
 def test_an_empty_name_is_a_usage_error(tmp_path, monkeypatch, args, want):
     monkeypatch.chdir(tmp_path)

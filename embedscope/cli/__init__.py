@@ -100,13 +100,37 @@ RESUMABLE = frozenset({"train", "train-grid", "study"})
 _OUTPUT_DESTS = ("output", "json", "csv", "parquet", "table_csv", "figure", "grid", "per_class", "per_image_csv")
 
 
+#: Options that name an input file or folder, refused empty as the outputs are (``--config "$CFG"`` with the
+#: variable unset trained with the defaults; ``--weights ""`` read the working folder as the weights; ``--root ""``
+#: read it as the data set, or generated the shapes into it). A command module adds its own in
+#: ``NONEMPTY_OPTIONS`` (import's FILE|KEY options: no key and no file is named "").
+_INPUT_DESTS = ("config", "weights", "paths_file", "root", "cache_dir")
+
+
+def _ordinal(i: int) -> str:
+    return f"{i}{'th' if 10 <= i % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(i % 10, 'th')}"
+
+
 def _refuse_empty_names(sub, args) -> None:
-    """An output named by an empty string (``-o "$OUT"`` with the variable unset) is a usage error: as a
-    path, "" is the working folder, where ``make-shapes``, ``toy`` and ``train-grid`` wrote their files."""
+    """A file named by an empty string is a usage error (exit 2), in one wording for outputs and inputs:
+    ``EMB.h5: the name is empty (an unset shell variable?)``. As a path, "" is the working folder: an
+    output (``-o "$OUT"`` with the variable unset) was written there (``make-shapes``, ``toy`` and
+    ``train-grid`` wrote their files into it), an input read as it (". is a directory"). Checked: every
+    positional argument (the files a command reads; ``yoke "" ""``), the output options, the input
+    options of :data:`_INPUT_DESTS` and those a command's module lists in ``NONEMPTY_OPTIONS``."""
     names = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
-    for d in (*_OUTPUT_DESTS, "log", "tensorboard"):
-        if getattr(args, d, None) == "":
-            sub.error(f"{names.get(d, d)}: the name is empty (an unset shell variable?)")
+    hook = getattr(sys.modules.get(getattr(getattr(args, "func", None), "__module__", "")), "NONEMPTY_OPTIONS", ())
+    checked = [(names.get(d, d), getattr(args, d, None))
+               for d in (*_OUTPUT_DESTS, "log", "tensorboard", *_INPUT_DESTS, *hook) if d in names]
+    # positionals, in the order of the usage line (named as there: their metavar, else their dest)
+    checked += [(a.metavar if isinstance(a.metavar, str) else a.dest, getattr(args, a.dest, None))
+                for a in sub._actions if not a.option_strings and a.dest != argparse.SUPPRESS]
+    for name, value in checked:
+        values = value if isinstance(value, list) else [value]
+        for i, v in enumerate(values):
+            if v == "":
+                where = f" ({_ordinal(i + 1)} of {len(values)})" if len(values) > 1 else ""
+                sub.error(f"{name}{where}: the name is empty (an unset shell variable?)")
 
 
 def _outputs(args) -> list[str]:

@@ -16,29 +16,29 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.data.properties import add_properties_to_file
+    from embedscope.data.properties import _add_properties
     from embedscope.errors import UsageError
     from embedscope.fileio import same_file
     from embedscope.text import safe
 
-    for what, name in (("embedding file", args.file), ("table", args.table)):
-        if name == "":  # (was "the table  is the embedding file itself": both were the current folder)
-            raise UsageError(f"the {what}'s name is empty (an unset shell variable?)")
+    # (an empty name: a usage error before this, embedscope.cli._refuse_empty_names)
     if same_file(args.table, args.file):  # it failed reading the HDF5 file as a table ("is not UTF-8 text")
         # (the path as given: the error line is escaped as a whole, once)
         raise UsageError(f"the table {args.table} is the embedding file itself: give the CSV, TSV or "
                          "Parquet table of properties")
 
-    added = add_properties_to_file(args.file, args.table, force=args.force)
-    # the names are the table's column names: control characters shown escaped
-    print(f"{safe(args.file)}: added propert{'ies' if len(added) > 1 else 'y'} {_names(added)}")
+    props, replaced = _add_properties(args.file, args.table, force=args.force)
+    added = list(props)
+    # what happened to each name, in one line ("added" said so of a property --force replaced); the names
+    # are the table's column names: control characters shown escaped
+    parts = [f"{verb} propert{'ies' if len(names) > 1 else 'y'} {_names(names)}"
+             for verb, names in (("added", [n for n in added if n not in replaced]), ("replaced", replaced)) if names]
+    print(f"{safe(args.file)}: {'; '.join(parts)}")
     import numpy as np
 
-    from embedscope.store import load
-
-    props = load(args.file).properties
     # NR-Prec (docs/methods.md §9) ranks by shared values: a continuous column has none (one note for all
-    # such columns: a table of 1000 measurements printed 1000 notes)
+    # such columns: a table of 1000 measurements printed 1000 notes). (The values stored: the file is not
+    # read again.)
     own = [name for name in added if len(props[name]) > 1 and len(np.unique(np.asarray(props[name]))) == len(props[name])]
     if own:
         print(f"note: every image has its own value of {_names(own, 'properties', quote=True)}: NR-Prec needs values "

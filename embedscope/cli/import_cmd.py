@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from embedscope.cli.common import add_force, finite_float
 
+#: options refused empty, as the file names are (embedscope.cli._refuse_empty_names): "" names no key or
+#: column and no file (``--embeddings ""`` was ignored, the default embeddings taken without a word)
+NONEMPTY_OPTIONS = ("embeddings", "labels", "split", "paths", "class_names", "properties")
+
 
 def add_parser(sub, parents):
     p = sub.add_parser(

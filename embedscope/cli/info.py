@@ -9,7 +9,8 @@ def add_parser(sub, parents):
                        "whose embeddings hold NaN or inf rows (written by another tool; every analysis "
                        "refuses it) is summarised too, with a row counting those rows and naming the first. A "
                        "saliency-maps file ('embedscope saliency') is summarised as such: its images, map size "
-                       "and the SmoothGrad settings.")
+                       "and the SmoothGrad settings. Datasets and attributes that a user or another tool added "
+                       "to the file are listed (at most 12 of each, then their count).")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5), or a saliency-maps file")
     p.set_defaults(func=run)
     return p
@@ -76,27 +77,11 @@ def _check_not_other_kind(path) -> None:
                               "on EMB.h5")
 
 
-def _is_maps_file(path) -> bool:
-    """Whether ``path`` is a saliency-maps file (its ``format`` attribute; anything else: False)."""
-    from embedscope.store.saliency import FORMAT
-
-    try:
-        import h5py
-
-        with h5py.File(path, "r") as f:
-            fmt = f.attrs.get("format")
-    except Exception:  # noqa: BLE001 - store.load says what is wrong with the file
-        return False
-    return (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt) == FORMAT
-
-
-def _maps_rows(path) -> list[dict]:
-    """The rows of a saliency-maps file: what it holds, then its SmoothGrad settings and provenance."""
+def _maps_rows(sm, path) -> list[dict]:
+    """The rows of a saliency-maps file (``sm``, read): what it holds, then its SmoothGrad settings and
+    provenance."""
     import numpy as np
 
-    from embedscope.store.saliency import load_maps
-
-    sm = load_maps(path)
     a = sm.attrs
     what = (_count(sm.n, "pair", "pairs") + " (query + nearest retrieval)" if sm.kind == "pairs"
             else _count(sm.n, "image", "images"))
@@ -107,9 +92,7 @@ def _maps_rows(path) -> list[dict]:
         {"field": "classes", "value": str(len(np.unique(sm.labels)))},
         {"field": "images stored", "value": "yes" if sm.images is not None else "no"},
     ]
-    for k in ("name", "family", "distance", "n_samples", "noise", "order", "seed", "input_size", "transform",
-              "dataset", "split", "train_classes", "root", "device", "precision", "checkpoint", "checkpoint_sha256",
-              "embedscope_version", "created", "format_version"):
+    for k in _MAPS_SHOWN:
         if k in a and a[k] not in ("", None):
             rows.append({"field": k, "value": str(a[k])})
     model = _model_line(a.get("checkpoint_config"))
@@ -118,20 +101,184 @@ def _maps_rows(path) -> list[dict]:
     return rows
 
 
-def run(args) -> int:
+#: the attributes of an embedding file shown (in this order): where and how the rows were computed
+#: (docs/store.md): the device, the precision and, on the CPU, the thread count, the batch size and torch's
+#: version decide the last bits, so two files of one checkpoint can differ by ~1e-7
+_PROVENANCE = ("dataset", "root", "transform", "device", "precision", "torch_threads", "batch_size", "torch_version",
+               "checkpoint", "checkpoint_embedder", "checkpoint_format", "checkpoint_sha256", "split_selected",
+               "split_source", "import_source", "import_format", "import_sha256", "import_embedding_key",
+               "import_embedding_columns", "import_labels_file", "import_split_file", "import_paths_file",
+               "import_class_names_file", "embedscope_version", "created", "format_version")
+#: embedscope's own attributes of an embedding file not shown above (checkpoint_config: the model row)
+_OWN_ATTRS = frozenset({*_PROVENANCE, "checkpoint_config", "imported", "source_file", "_source_stat", "_sha256"})
+#: the datasets and groups of an embedding file (docs/store.md)
+_SCHEMA = frozenset({"embeddings", "labels", "paths", "split", "class_names", "properties"})
+
+#: the attributes of a saliency-maps file shown
+_MAPS_SHOWN = ("name", "family", "distance", "n_samples", "noise", "order", "seed", "input_size", "transform",
+               "dataset", "split", "train_classes", "root", "device", "precision", "checkpoint", "checkpoint_sha256",
+               "embedscope_version", "created", "format_version")
+#: every attribute embedscope writes into a maps file (embedscope.saliency.run, store.saliency.save_maps)
+_MAPS_OWN_ATTRS = frozenset({*_MAPS_SHOWN, "format", "kind", "loss", "checkpoint_config", "distance_source",
+                             "differentiated", "gradient_space", "noise_key", "selection", "amp", "seconds",
+                             "n_zero_maps", "n_zero_retrieval_maps", "source_file"})
+#: its datasets and groups (``retrieval`` holds those of the nearest retrievals of a pairs file)
+_MAPS_SCHEMA = frozenset({"maps", "paths", "labels", "images", "class_names", "retrieval", "retrieval/maps",
+                          "retrieval/paths", "retrieval/labels", "retrieval/images", "retrieval/distance"})
+
+#: the most extra datasets and attributes listed (a file another tool filled with thousands: their count)
+_MOST_EXTRAS = 12
+#: the most objects walked to count them (a file of a million datasets: "more than ...")
+_WALK_LIMIT = 100_000
+
+
+def _short(value, most: int = 60) -> str:
+    """An attribute's value on one short line (the table escapes it): text cut to ``most`` characters, an
+    array of more than a few values as its shape and type."""
     import numpy as np
 
-    from embedscope import store
-    from embedscope.errors import UsageError
-    from embedscope.tables import format_number, format_table
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        value = f"array {_shape(value.shape)} {value.dtype}" if value.size > 8 else value.tolist()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    text = value if isinstance(value, str) else repr(value) if not isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
 
-    if args.file == "":  # (was ". is a directory": Path("") is the current folder)
-        raise UsageError("the file name is empty (an unset shell variable?)")
-    _check_not_other_kind(args.file)
-    if _is_maps_file(args.file):
-        print(format_table(_maps_rows(args.file), ["field", "value"]))  # (every cell escaped)
-        return 0
-    es = store.load(args.file, finite=False)  # NaN / inf rows (a foreign writer): info is how a user finds them
+
+def _shape(shape) -> str:
+    return " x ".join(map(str, shape)) if shape else "scalar"
+
+
+def _dtype(ds) -> str:
+    import h5py
+
+    try:
+        text = h5py.check_string_dtype(ds.dtype)
+    except Exception:  # noqa: BLE001 - a type h5py cannot describe: named as it prints
+        text = None
+    return f"{text.encoding} text" if text is not None else str(ds.dtype)
+
+
+def _extra_rows(f, schema: frozenset, own_attrs: frozenset, attrs: dict) -> list[dict]:
+    """Rows for what another tool (or a user, with h5py) added to the file: its datasets and groups outside
+    ``schema`` (name, shape, type; links named with their target, never followed: an external link would
+    open another file), then the root attributes ``attrs`` outside ``own_attrs`` and any attribute of a
+    dataset or group (embedscope writes none), each ``name: short value``. At most :data:`_MOST_EXTRAS`
+    of each, then how many there are in all."""
+    import h5py
+
+    objects: list[str] = []
+    object_attrs: list[str] = []
+    count = 0
+
+    def walk(g, prefix: str) -> None:
+        nonlocal count
+        for name in g:
+            if count >= _WALK_LIMIT:
+                return
+            path = f"{prefix}{name}"
+            link = g.get(name, getlink=True)
+            own = path in schema or (prefix == "properties/" and "properties" in schema)
+            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+                count += 1
+                target = (link.path if isinstance(link, h5py.SoftLink)
+                          else f"{link.filename}:{link.path}")
+                objects.append(f"/{path}: a link to {target}")
+                continue
+            try:
+                obj = g[name]
+            except Exception:  # noqa: BLE001 - an object HDF5 cannot open here: named, not described
+                count += 1
+                objects.append(f"/{path}: cannot be read")
+                continue
+            object_attrs.extend(f"{k} (of /{path}): {_short(_attr(obj, k))}" for k in obj.attrs)
+            if isinstance(obj, h5py.Group):
+                if not own and not len(obj):
+                    count += 1
+                    objects.append(f"/{path}: an empty group")
+                walk(obj, path + "/")
+            elif not own:
+                count += 1
+                objects.append(f"/{path}: {_shape(obj.shape)} {_dtype(obj)}")
+
+    walk(f, "")
+    root = [f"{k}: {_short(v)}" for k, v in attrs.items() if k not in own_attrs]
+    rows = []
+    for field, items, n in (("other dataset", objects, count), ("other attribute", root + object_attrs, None)):
+        n = len(items) if n is None else n
+        rows += [{"field": field, "value": v} for v in items[:_MOST_EXTRAS]]
+        if n > _MOST_EXTRAS:  # (the walk stopped at _WALK_LIMIT: "over" that many)
+            total = f"over {n}" if n >= _WALK_LIMIT else str(n)
+            rows.append({"field": field, "value": f"... and {n - _MOST_EXTRAS} more ({total} in all)"})
+    return rows
+
+
+def _attr(obj, key):
+    """An attribute of ``obj``, or what stopped it being read (a type h5py cannot convert)."""
+    try:
+        return obj.attrs[key]
+    except Exception as e:  # noqa: BLE001 - shown as unreadable, the rest of the summary stands
+        return f"(cannot be read: {e.__class__.__name__})"
+
+
+def _names(names, most: int = 12) -> str:
+    """Property names for one row: all up to ``most``, else the first few, ..., the last and the count."""
+    names = [str(n) for n in names]
+    if len(names) <= most:
+        return ", ".join(names)
+    return ", ".join([*names[:most - 2], "...", names[-1]]) + f" ({len(names)} properties)"
+
+
+def _open(path: str):
+    """The file opened once (h5py, read); a folder, a checkpoint or another file that is no HDF5 file:
+    the line naming what it is and the command that reads it, else the store's line saying why not."""
+    from pathlib import Path
+
+    from embedscope.errors import EmbedscopeError
+    from embedscope.store.embeddings import open_hdf5
+
+    p = Path(path)
+    if not p.exists():
+        raise EmbedscopeError(f"{p}: no such file")
+    try:
+        return open_hdf5(p, "an embedding file (.h5)")
+    except EmbedscopeError:
+        _check_not_other_kind(path)  # (read only then: a file HDF5 opens is none of these)
+        raise
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from embedscope.store.embeddings import read_open
+    from embedscope.store.saliency import FORMAT as MAPS_FORMAT
+    from embedscope.store.saliency import read_maps_open
+    from embedscope.tables import format_table
+
+    path = Path(args.file)
+    with _open(args.file) as f:  # one opening: the kind of file, its contents and what else it holds
+        fmt = f.attrs.get("format")
+        if (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt) == MAPS_FORMAT:
+            sm = read_maps_open(f, path)
+            rows = _maps_rows(sm, args.file) + _extra_rows(f, _MAPS_SCHEMA, _MAPS_OWN_ATTRS, sm.attrs)
+        else:
+            # NaN / inf rows (a foreign writer): info is how a user finds them
+            es = read_open(f, path, finite=False)
+            rows = _embedding_rows(es, args.file) + _extra_rows(f, _SCHEMA, _OWN_ATTRS, es.attrs)
+    # strings from the file are shown with control characters escaped (no terminal escapes): format_table
+    # escapes every cell (escaped here too, a path's backslash was shown doubled twice)
+    print(format_table(rows, ["field", "value"]))
+    return 0
+
+
+def _embedding_rows(es, name: str) -> list[dict]:
+    """The rows of an embedding file: N x D, classes, splits, properties, then its provenance."""
+    import numpy as np
+
+    from embedscope.tables import format_number
+
     nonfinite = _nonfinite_row(es)
     s = es.summary()
     norm = format_number(float(s["mean_norm"]), nan="–")  # – : a file of no rows; 1e-30 not as 0.0000
@@ -141,7 +288,7 @@ def run(args) -> int:
         norm = (f"{format_number(float(norms.mean()))} (over the {int(ok.sum())} finite rows)" if ok.any()
                 else "– (no finite row)")
     rows = [
-        {"field": "file", "value": args.file},
+        {"field": "file", "value": name},
         {"field": "N x D", "value": f"{s['N']} x {s['D']}"},
         {"field": "dtype", "value": str(es.embeddings.dtype)},
         *([nonfinite] if nonfinite is not None else []),
@@ -152,20 +299,14 @@ def run(args) -> int:
         *({"field": k[:-2], "value": _count(s[k], "image", "images") + ", "
            + _count(s[k[:-2] + "_classes"], "class", "classes")} for k in s if k.endswith("_N") and k != "N"),
         {"field": "mean embedding norm", "value": norm},
-        {"field": "properties", "value": ", ".join(map(str, s["properties"])) or "-"},
+        # (a table of 3000 measurements: not every name on one line)
+        {"field": "properties", "value": _names(s["properties"]) or "-"},
     ]
     uniq, counts = np.unique(es.paths, return_counts=True)
     if (counts > 1).any():  # files are matched by path (yoke, add-properties, query vs gallery): say so
         rows.append({"field": "repeated paths", "value": f"{int((counts > 1).sum())} path(s) name "
                      f"{int(counts[counts > 1].sum())} rows (e.g. {uniq[counts > 1][0]})"})
-    # where and how the rows were computed (docs/store.md): the device, the precision and, on the CPU, the
-    # thread count, the batch size and torch's version decide the last bits, so two files of one checkpoint can
-    # differ by ~1e-7
-    for k in ("dataset", "root", "transform", "device", "precision", "torch_threads", "batch_size", "torch_version",
-              "checkpoint", "checkpoint_embedder", "checkpoint_format", "checkpoint_sha256", "split_selected", "split_source",
-              "import_source", "import_format", "import_sha256", "import_embedding_key", "import_embedding_columns",
-              "import_labels_file", "import_split_file", "import_paths_file", "import_class_names_file",
-              "embedscope_version", "created", "format_version"):
+    for k in _PROVENANCE:
         if k in es.attrs and es.attrs[k] != "":
             v = es.attrs[k]
             if isinstance(v, (list, tuple)):  # the table columns an import took as the embedding
@@ -174,7 +315,4 @@ def run(args) -> int:
     model = _model_line(es.attrs.get("checkpoint_config"))  # which run of a grid
     if model:
         rows.append({"field": "model", "value": model})
-    # strings from the file are shown with control characters escaped (no terminal escapes): format_table
-    # escapes every cell (escaped here too, a path's backslash was shown doubled twice)
-    print(format_table(rows, ["field", "value"]))
-    return 0
+    return rows

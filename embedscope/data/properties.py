@@ -29,7 +29,12 @@ def _check_header(path: Path, sep: str) -> None:
     if header is None:  # (pandas: "cannot be read as a table (EmptyDataError)")
         raise EmbedscopeError(f"{path}: the file is empty (expected a header line with a 'path' column, then "
                               "one row per image)")
+    _check_names(path, header)
 
+
+def _check_names(path: Path, header) -> None:
+    """:func:`_check_header`'s checks of the names (a Parquet table's too: its ``w `` and ``w`` were stored
+    as two properties that print alike, a repeated name was "cannot be read as a table (ArrowInvalid)")."""
     seen = set()
     for i, name in enumerate(header):
         if name.strip() == "":
@@ -85,7 +90,15 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     _check_not_binary(path)
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
+            from embedscope.importers import table_columns
+
+            _check_names(path, table_columns(path, "parquet"))  # (read from the file's footer)
             df = read_parquet(path)
+            # a named index (``df.set_index("path").to_parquet()``) as a column again, as import reads it (it
+            # was "no 'path' column (columns: w)"); an unnamed one, a row number, is dropped
+            named = [n for n in df.index.names if n is not None]
+            if named:
+                df = df.reset_index(level=named)
             text = None
         else:
             sep = "\t" if path.suffix.lower() == ".tsv" else ","
@@ -106,13 +119,18 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if len(set(map(str, df.columns))) != len(df.columns):  # (a Parquet file may repeat a name)
         raise EmbedscopeError(f"{path}: a column name occurs twice: give each property its own name")
     if "path" not in df.columns:
-        other = {",": "tab", "\t": "comma"}.get(sep) if text is not None else None
-        hint = ""
-        if other is not None and any((("\t" if other == "tab" else ",") in str(c)) for c in df.columns):
-            # a comma-separated .tsv (or a tab-separated .csv): the whole header line was one column name
-            hint = (f"; a {path.suffix} is read {'tab' if sep == chr(9) else 'comma'}-separated, and its header "
-                    f"looks {other}-separated: rename it .{'csv' if other == 'comma' else 'tsv'}")
-        raise EmbedscopeError(f"{path}: no 'path' column (columns: {', '.join(map(str, df.columns[:8]))}){hint}")
+        from embedscope.importers import did_you_mean, path_column_candidates, separator_hint
+
+        # a comma-separated .tsv, a tab- or semicolon-separated .csv: the whole header line was one column name
+        hint = separator_hint(path, sep, list(df.columns)) if text is not None else ""
+        # else a column of paths spelled otherwise (Path, image_path, filename): named, as import names it
+        mean = "" if hint else did_you_mean(path_column_candidates(list(df.columns), exact=("path",)))
+        if mean:
+            hint = f"; the images are joined on a column named exactly 'path'{hint}"
+        cols = [str(c) for c in df.columns]
+        listed = ", ".join(cols if len(cols) <= 8 else [*cols[:6], "...", cols[-1]]) + (
+            f" ({len(cols)} columns)" if len(cols) > 8 else "")
+        raise EmbedscopeError(f"{path}: no 'path' column ({mean + ' ' if mean else ''}columns: {listed}){hint}")
     if len(df.columns) < 2:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
     if len(df) == 0:  # (was "N image(s) of the file have no row": every image, for a header alone)
@@ -167,13 +185,24 @@ def join_properties(paths: np.ndarray, table: dict[str, np.ndarray], source: str
     return {k: np.asarray(v)[idx] for k, v in table.items() if k != "path"}
 
 
-def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike, *, force: bool = False) -> list[str]:
+def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike, *, force: bool = False,
+                           replaced: list[str] | None = None) -> list[str]:
     """Join a per-image table on ``path`` and store its columns as ``/properties/<name>`` of ``h5``.
 
     The file is rewritten atomically, keeping everything else in it (groups, datasets and attributes
     outside the schema too). A property that already exists is an error unless ``force``.
-    Returns the names added.
+    Returns the names stored (the table's columns, in its order); ``replaced``, when given, is extended
+    with those of them the file already had (``force``: their old values are gone).
     """
+    new, clash = _add_properties(h5, table_path, force=force)
+    if replaced is not None:
+        replaced.extend(clash)
+    return list(new)
+
+
+def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarray], list[str]]:
+    """:func:`add_properties_to_file` -> (the values stored by name, the names that replaced a property):
+    ``embedscope add-properties`` words its line and its note from them (it read the file again)."""
     from embedscope import store
     from embedscope.importers import check_property_not_reserved
 
@@ -195,7 +224,7 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
     from embedscope.store.embeddings import update_properties
 
     update_properties(h5, es, list(new))
-    return list(new)
+    return new, clash
 
 
 # ----------------------------------------------------------------------------- helpers for the loaders

@@ -525,8 +525,10 @@ def read_attrs(source) -> dict[str, Any]:
 
 
 def _plain_attr(value: Any) -> Any:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8")
+    if isinstance(value, bytes):  # another tool's text in another encoding (latin-1 b"caf\xe9"): its bytes
+        # kept as a file name's undecodable bytes are (shown \xe9, written back escaped), not a
+        # UnicodeDecodeError from every command that reads the file
+        value = value.decode("utf-8", "surrogateescape")
     if isinstance(value, np.generic):
         value = value.item()
     return value
@@ -712,75 +714,81 @@ def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
     ``finite=False`` accepts embedding rows holding NaN or inf (only another tool writes them; every
     analysis refuses them): ``embedscope info`` reads such a file to say which rows they are. Every
     other check stands."""
-    import h5py
-
     if not isinstance(path, (str, os.PathLike)):
         raise EmbedscopeError(f"store.load needs the path of an embedding file (.h5), got {type(path).__name__}")
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
-    f = open_hdf5(path, "an embedding file (.h5)")
-    with f:
-        missing = [k for k in REQUIRED if k not in f]
-        if missing:
-            from embedscope.store.saliency import FORMAT as MAPS_FORMAT
+    with open_hdf5(path, "an embedding file (.h5)") as f:
+        return read_open(f, path, finite=finite)
 
-            fmt = f.attrs.get("format", "")
-            if (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else str(fmt)) == MAPS_FORMAT:
-                raise EmbedscopeError(f"{path}: a saliency-maps file (from 'embedscope saliency'), not an embedding "
-                                      "file: this command reads embeddings ('embedscope embed' or 'import')")
-            raise EmbedscopeError(f"{path}: not an embedscope embedding file, missing dataset(s) {', '.join(missing)}")
-        for k in REQUIRED:
-            if not isinstance(f[k], h5py.Dataset):
-                raise EmbedscopeError(f"{path}: '{k}' is an HDF5 group, expected a dataset")
-        for k in ("embeddings", "labels", "paths", "split"):
-            if k in f and isinstance(f[k], h5py.Dataset) and f[k].shape == ():
-                raise EmbedscopeError(f"{path}: '{k}' is a single value, expected one per row")
-        version = f.attrs.get("format_version")
-        if version is not None:
-            try:
-                version = int(np.asarray(version).item())
-            except (TypeError, ValueError):
-                raise EmbedscopeError(f"{path}: format_version must be an integer, got "
-                                      f"{quoted(_from_attr(version))}") from None
-            if version > FORMAT_VERSION:
-                raise EmbedscopeError(
-                    f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
 
-        def strings(values, name: str) -> np.ndarray:
-            try:
-                return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in values],
-                                dtype=object)
-            except UnicodeDecodeError:
-                raise EmbedscopeError(f"{path}: '{name}' holds invalid UTF-8 text") from None
+def read_open(f, path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
+    """:func:`load` of a file already open (``h5py.File``, read): ``embedscope info`` reads the set and
+    what else the file holds in one opening. ``path`` names the file in errors and ``source_file``."""
+    import h5py
 
-        def numbers(name: str, kind: str) -> np.ndarray:
-            v = f[name][()]
-            if not isinstance(v, np.ndarray) or v.dtype.kind not in kind:
-                raise EmbedscopeError(f"{path}: '{name}' must be a numeric array, got "
-                                      f"{getattr(v, 'dtype', type(v).__name__)}")
-            return v
+    path = Path(path)
+    missing = [k for k in REQUIRED if k not in f]
+    if missing:
+        from embedscope.store.saliency import FORMAT as MAPS_FORMAT
 
-        props = {}
-        if "properties" in f:
-            if not isinstance(f["properties"], h5py.Group):
-                raise EmbedscopeError(f"{path}: 'properties' must be an HDF5 group")
-            for k, ds in f["properties"].items():
-                if not isinstance(ds, h5py.Dataset):
-                    raise EmbedscopeError(f"{path}: property '{k}' is an HDF5 group, expected a dataset")
-                v = ds[()]
-                if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
-                    v = strings(v, f"properties/{k}")
-                props[k] = v
-        kwargs = dict(
-            embeddings=numbers("embeddings", "fiu"),
-            labels=numbers("labels", "fiu"),
-            paths=strings(f["paths"][()], "paths"),
-            split=strings(f["split"][()], "split"),
-            class_names=strings(f["class_names"][()], "class_names"),
-            properties=props,
-            attrs=read_attrs(f.attrs),
-        )
+        fmt = f.attrs.get("format", "")
+        if (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else str(fmt)) == MAPS_FORMAT:
+            raise EmbedscopeError(f"{path}: a saliency-maps file (from 'embedscope saliency'), not an embedding "
+                                  "file: this command reads embeddings ('embedscope embed' or 'import')")
+        raise EmbedscopeError(f"{path}: not an embedscope embedding file, missing dataset(s) {', '.join(missing)}")
+    for k in REQUIRED:
+        if not isinstance(f[k], h5py.Dataset):
+            raise EmbedscopeError(f"{path}: '{k}' is an HDF5 group, expected a dataset")
+    for k in ("embeddings", "labels", "paths", "split"):
+        if k in f and isinstance(f[k], h5py.Dataset) and f[k].shape == ():
+            raise EmbedscopeError(f"{path}: '{k}' is a single value, expected one per row")
+    version = f.attrs.get("format_version")
+    if version is not None:
+        try:
+            version = int(np.asarray(version).item())
+        except (TypeError, ValueError):
+            raise EmbedscopeError(f"{path}: format_version must be an integer, got "
+                                  f"{quoted(_from_attr(version))}") from None
+        if version > FORMAT_VERSION:
+            raise EmbedscopeError(
+                f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
+
+    def strings(values, name: str) -> np.ndarray:
+        try:
+            return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in values],
+                            dtype=object)
+        except UnicodeDecodeError:
+            raise EmbedscopeError(f"{path}: '{name}' holds invalid UTF-8 text") from None
+
+    def numbers(name: str, kind: str) -> np.ndarray:
+        v = f[name][()]
+        if not isinstance(v, np.ndarray) or v.dtype.kind not in kind:
+            raise EmbedscopeError(f"{path}: '{name}' must be a numeric array, got "
+                                  f"{getattr(v, 'dtype', type(v).__name__)}")
+        return v
+
+    props = {}
+    if "properties" in f:
+        if not isinstance(f["properties"], h5py.Group):
+            raise EmbedscopeError(f"{path}: 'properties' must be an HDF5 group")
+        for k, ds in f["properties"].items():
+            if not isinstance(ds, h5py.Dataset):
+                raise EmbedscopeError(f"{path}: property '{k}' is an HDF5 group, expected a dataset")
+            v = ds[()]
+            if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
+                v = strings(v, f"properties/{k}")
+            props[k] = v
+    kwargs = dict(
+        embeddings=numbers("embeddings", "fiu"),
+        labels=numbers("labels", "fiu"),
+        paths=strings(f["paths"][()], "paths"),
+        split=strings(f["split"][()], "split"),
+        class_names=strings(f["class_names"][()], "class_names"),
+        properties=props,
+        attrs=read_attrs(f.attrs),
+    )
     X = kwargs["embeddings"]
     if X.dtype.kind != "f":  # integers written by another tool: as floats that hold them exactly
         exact32 = X.dtype.itemsize <= 2 or not X.size or int(np.max(np.abs(X.astype(np.float64)))) <= FLOAT32_EXACT_INT

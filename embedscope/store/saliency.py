@@ -246,22 +246,28 @@ def load_maps(path: str | os.PathLike) -> SaliencyMaps:
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
-    f = open_hdf5(path, "a saliency-maps file (.h5)")
-    with f:
-        _check_header(f, path)
+    with open_hdf5(path, "a saliency-maps file (.h5)") as f:
+        return read_maps_open(f, path)
 
-        def part(g):
-            return dict(maps=g["maps"][()].astype(np.float32), paths=_strings(g["paths"]), labels=g["labels"][()],
-                        images=g["images"][()] if "images" in g else None)
 
-        main = part(f)
-        retrieval = None
-        if "retrieval" in f:
-            g = f["retrieval"]
-            retrieval = part(g)
-            retrieval["distance"] = g["distance"][()] if "distance" in g else np.full(len(retrieval["paths"]), np.nan)
-        class_names = _strings(f["class_names"])
-        attrs = read_attrs(f.attrs)
+def read_maps_open(f, path: str | os.PathLike) -> SaliencyMaps:
+    """:func:`load_maps` of a file already open (``h5py.File``, read): ``embedscope info`` reads the maps
+    and what else the file holds in one opening. ``path`` names the file in errors and ``source_file``."""
+    path = Path(path)
+    _check_header(f, path)
+
+    def part(g):
+        return dict(maps=g["maps"][()].astype(np.float32), paths=_strings(g["paths"]), labels=g["labels"][()],
+                    images=g["images"][()] if "images" in g else None)
+
+    main = part(f)
+    retrieval = None
+    if "retrieval" in f:
+        g = f["retrieval"]
+        retrieval = part(g)
+        retrieval["distance"] = g["distance"][()] if "distance" in g else np.full(len(retrieval["paths"]), np.nan)
+    class_names = _strings(f["class_names"])
+    attrs = read_attrs(f.attrs)
     attrs["source_file"] = str(path)
     try:
         return SaliencyMaps(class_names=class_names, retrieval=retrieval, attrs=attrs, **main)
