@@ -3,7 +3,8 @@
 ``a/model.pt`` and ``b/model.pt`` (a glob ``'*/model.pt'``, a YAML list without names) were one run
 name, and where no setting varies the run name is the objective's label: two runs averaged as seeds
 of one objective. They are ``a/model`` and ``b/model`` now; a study resumes its rows under those
-names, and a study folder of the earlier naming is measured again under them, never mixed. A
+names, and a study folder of the earlier naming reads its rows back under them (each checkpoint's
+own row, audit 29). A
 train-grid folder's names are unchanged. ``--force`` removes the rows of the study it replaces (only
 rows: ``<id>.json`` with that id), so that none is read back when the forced study is stopped and
 resumed, and none is left to mislead in ``rows/``."""
@@ -45,7 +46,7 @@ def test_files_of_one_name_in_other_folders_take_their_folder(tmp_path):
         (tmp_path / rel).write_bytes(b"x")
     got = {str(f.relative_to(tmp_path)): n for f, n, _ in _sources(str(tmp_path / "**" / "*.pt*"))}
     assert got == {"a/model.pt": "a/model", "b/model.pt": "b/model", "c/other.pt": "other",
-                   "p/x/net.pt": "p/x/net", "q/x/net.pt": "q/x/net", "r/y/net.pt": "r/y/net",
+                   "p/x/net.pt": "p/x/net", "q/x/net.pt": "q/x/net", "r/y/net.pt": "y/net",
                    "s/m.pt": "m.pt", "s/m.pth": "m.pth"}, got
     # a file of a training folder: the run's folders, not the .pt.train folder
     for rel in ("g1/run.pt.train/best.pt", "g2/run.pt.train/best.pt"):
@@ -101,8 +102,8 @@ def test_two_checkpoints_of_one_name_are_two_objectives_and_resume(two_models, e
     assert again["computed"] == [] and sorted(r["id"] for r in again["rows"]) == sorted(r["id"] for r in res["rows"])
 
 
-def test_a_study_of_the_earlier_naming_is_measured_again_never_mixed(two_models, emb_cache, tmp_path,
-                                                                      monkeypatch):
+def test_a_study_of_the_earlier_naming_is_read_back_under_the_new_names(two_models, emb_cache, tmp_path,
+                                                                         monkeypatch):
     out = tmp_path / "study"
     src = str(two_models / "*" / "model.pt")
     with monkeypatch.context() as m:
@@ -111,12 +112,15 @@ def test_a_study_of_the_earlier_naming_is_measured_again_never_mixed(two_models,
     assert sorted(r["run"] for r in old["rows"] if r["selection"] != "untrained") == ["model", "model"]
     assert old["stats"]["n_points"]["objectives"] == 1  # the bug: two runs, one objective
     # a row of the earlier naming whose id is a new one (the lossy id of 'a/model' is 'a_model_given',
-    # as that of a file a_model.pt): its run differs, so it is measured again, not read back
+    # as that of a file a_model.pt): its run differs; it is read back as the row of its checkpoint, under
+    # the run's name now, as the rows of the other names are (nothing measured again; audit 29)
     row = json.loads((out / "rows" / "model_given.json").read_text())
     assert row["checkpoint"].endswith("a/model.pt")
     (out / "rows" / "a_model_given.json").write_text(json.dumps({**row, "id": "a_model_given"}))
     res = run_study(src, out, cache_dir=emb_cache, **FAST)
-    assert sorted(r["id"] for r in res["computed"]) == ["a_model_given", "b_model_given"]
+    assert res["computed"] == []
+    r1 = {r["checkpoint"]: r["R@1"] for r in old["rows"]}
+    assert all(r["R@1"] == r1[r["checkpoint"]] for r in res["rows"])  # each checkpoint's own row
     assert sorted(r["run"] for r in res["rows"] if r["selection"] != "untrained") == ["a/model", "b/model"]
     assert res["stats"]["n_points"]["objectives"] == 2
     assert json.loads((out / "rows" / "a_model_given.json").read_text())["run"] == "a/model"

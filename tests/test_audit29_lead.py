@@ -77,3 +77,31 @@ def test_an_analysis_asked_of_the_top_package_names_where_it_is():
     with pytest.raises(AttributeError) as e:
         embedscope.no_such_name  # noqa: B018
     assert "analyses" not in str(e.value)
+
+
+@pytest.mark.parametrize("command", [["embed", "m.pt", "--dataset", "shapes", "-o", "e.h5"], ["train", "-o", "m.pt"],
+                                     ["saliency", "m.pt", "-o", "s.h5", "--dataset", "shapes"],
+                                     ["neighbours", "e.h5", "-o", "n.png"], ["study", "g", "-o", "s"]])
+def test_an_empty_root_is_a_usage_error_for_every_command(tmp_path, monkeypatch, command):
+    """``--root "$DATA"`` with the variable unset: the working folder was read as the data set (train:
+    recorded as the checkpoint's folder; shapes: the whole set generated into it). One wording, exit 2,
+    before anything is read."""
+    from cli_run import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run_cli([*command, "--root", ""])
+    assert rc == 2 and "--root: the name is empty (an unset shell variable?)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_train_config_with_an_empty_root_is_refused_and_digits_take_it_as_none(tmp_path, monkeypatch):
+    """The API / a config file: ``root: ""`` became the working folder's absolute path before any loader
+    saw it (shapes, cub200 read the working folder); the digits need no folder and take it as none."""
+    from embedscope.errors import EmbedscopeError
+    from embedscope.train.trainer import resolve_config
+
+    monkeypatch.chdir(tmp_path)
+    for ds in ("shapes", "cub200"):
+        with pytest.raises(EmbedscopeError, match="--root is empty"):
+            resolve_config({"dataset": ds, "root": ""})
+    assert resolve_config({"dataset": "digits", "root": ""})["root"] is None

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from embedscope.cli.common import dataset_name, device_name, nonnegative_int, seed_int
 
+#: refused empty, as the file names (embedscope.cli._refuse_empty_names): --root "$DATA" of an unset variable
+#: embedded the working folder's images (or none), --cache-dir "$CACHE" used the default cache silently
+NONEMPTY_OPTIONS = ("root", "cache_dir")
+
 
 def add_parser(sub, parents):
     p = sub.add_parser(
@@ -102,6 +106,13 @@ def run(args) -> int:
                            f"objectives, target {tsplit} {st['target']} (ranked by |tau| over runs)", nan="–"))
     for line in study_notes(st):  # why a number is '–' (or says nothing): one line per reason
         print(f"note: {safe(line)}")
+    k = n.get("objectives")
+    if rows and args.bootstrap and isinstance(k, int) and 3 <= k < 5:  # as the report warns: lo and hi say little
+        from embedscope.study.report import _degenerate_share
+
+        print(f"note: only {k} objectives: {_degenerate_share(k):.0%} of the bootstrap resamples of {k} points hold "
+              "at most two distinct points (r = ±1, or not defined), so lo and hi over objectives are not "
+              "meaningful; read the correlations over objectives as a sketch")
     same = [str(m) for m in st.get("identical_to_target") or []]
     if same:  # (asked for with --measures, or by default: P@1 is R@1) and not in the table: said, as in the report
         print(f"note: left out, equal to the target {safe(st['target'])} in every run: {safe(', '.join(same))}")

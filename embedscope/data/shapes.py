@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from embedscope.data.base import ImageDataset, class_split
+from embedscope.data.base import ImageDataset, check_root_given, class_split
 from embedscope.device import torch_threads
 from embedscope.errors import EmbedscopeError
 
@@ -862,6 +862,8 @@ def rendered_size(root=None) -> int | None:
     """
     if root is None:
         return DEFAULT_SIZE
+    if os.fspath(root) == "":
+        return None  # (not the working folder's set: the loader refuses an empty --root)
     base = Path(root)
     if not (base / "properties.csv").exists():
         return DEFAULT_SIZE if base.is_dir() else None  # (a cache of the default set; a missing root fails later)
@@ -892,6 +894,9 @@ def load_shapes(root=None, train_classes: int | None = None, *, n: int | None = 
     ``embed`` stores them as ``/properties/<name>`` and ``embedscope properties`` can measure them
     (docs/methods.md §9).
     """
+    # "" (--root "$DATA" of an unset variable) is the working folder as a path: it was read as the set (a
+    # make-shapes folder there) or filled with the generated one, and recorded as no folder at all
+    check_root_given(root, NAME)
     n = DEFAULT_N if n is None else int(n)
     size = DEFAULT_SIZE if size is None else int(size)
     seed = DEFAULT_SEED if seed is None else int(seed)

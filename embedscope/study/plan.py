@@ -206,11 +206,14 @@ def _unique_run_names(items: list[tuple[Path, str, dict[str, Any], bool]]) -> li
     Two checkpoints of one file name in other folders (``a/model.pt`` and ``b/model.pt``: a glob
     ``'*/model.pt'``, a YAML list without ``name``) would be one run name, and where no setting varies
     the run name is the objective's label (:func:`embedscope.study.stats._objectives`): two runs would
-    be averaged as seeds of one objective. Each group of such names takes the fewest parent folders
-    (of the absolute path, ``/``-joined) that tell its files apart and from every other name:
-    ``a/model``, ``b/model``; files of one folder that differ in their extension only keep it
-    (``model.pt``, ``model.pth``). A name that is given (a train-grid run's, a YAML ``name``) and a
-    name that is unique already stay as they are, so the entries, and the rows a study resumes,
+    be averaged as seeds of one objective. Each file of such a group takes the fewest parent folders
+    (of the absolute path, ``/``-joined) that tell it apart from the other files of its name and from
+    every other name: ``a/model``, ``b/model``; beside ``p/x/net`` and ``q/x/net``, ``y/net`` (a file takes
+    more folders only where another file shares them, so that a file added to the source renames only
+    the files it clashes with, and a study reads the rows of a renamed file back by its checkpoint:
+    :func:`embedscope.study.run._adopt_renamed_rows`); files of one folder that differ in their extension
+    only keep it (``model.pt``, ``model.pth``). A name that is given (a train-grid run's, a YAML ``name``)
+    and a name that is unique already stay as they are, so the entries, and the rows a study resumes,
     of such sources keep their ids."""
     names = [n for _, n, _, _ in items]
     count: dict[str, int] = {}
@@ -236,15 +239,27 @@ def _unique_run_names(items: list[tuple[Path, str, dict[str, Any], bool]]) -> li
     for n, idx in groups.items():
         depth = max(len(folders(items[i][0])) for i in idx)
         levels = [(k, False) for k in range(1, depth + 1)] + [(k, True) for k in range(depth + 1)]
-        for k, suffix in levels:
-            cand = []
-            for i in idx:
-                f = items[i][0]
-                last = with_suffix(f, n) if suffix else n
-                cand.append("/".join([*reversed(folders(f)[:k]), last]))
-            if len(set(cand)) == len(cand) and not keep.intersection(cand):
+
+        def name_at(i: int, level: tuple[int, bool], n: str = n) -> str:
+            f = items[i][0]
+            k, suffix = level
+            return "/".join([*reversed(folders(f)[:k]), with_suffix(f, n) if suffix else n])
+
+        # each file its own shortest name: the first level at which no other file of the group has its
+        # name (at that level) and no other run is so named; a file that shares no folder with the others
+        # keeps one folder even when two others need more (p/x/net, q/x/net, y/net)
+        at = {lv: [name_at(i, lv) for i in idx] for lv in levels}
+        cand = []
+        for j in range(len(idx)):
+            for lv in levels:
+                c = at[lv][j]
+                if at[lv].count(c) == 1 and c not in keep:
+                    cand.append(c)
+                    break
+            else:
                 break
-        else:  # (only a given name equal to every candidate) numbered, in the source's order
+        if len(cand) != len(idx) or len(set(cand)) != len(cand):
+            # (only a given name equal to every candidate) numbered, in the source's order
             cand = [f"{n}#{j}" for j, _ in enumerate(idx, 1)]
         for i, c in zip(idx, cand):
             out[i] = c

@@ -324,7 +324,7 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         if settings.get("remote") and not os.path.exists(path):
             raise EmbedscopeError(f"{path}: no such checkpoint file on the Dask worker {platform.node()} (the "
                                   "workers must see the checkpoints under the same paths, docs/studies.md)")
-        root = settings.get("root")
+        root = no_root(settings.get("root"))
         if root is None and _same_dataset(settings.get("dataset"), cfg.get("dataset")):
             root = entry.get("root")  # the checkpoint's folder, of its own data set only (not of --dataset's)
         es, info = embed_cached(path, dataset=settings.get("dataset"), root=root,
@@ -526,7 +526,7 @@ class _DataCheck:
         d = row.get(DATA_KEY)
         if not (isinstance(d, list) and len(d) == 4):
             return True
-        key = (str(d[0]), d[1] if d[1] is None else str(d[1]), d[2] if d[2] is None else int(d[2]))
+        key = (str(d[0]), no_root(d[1]), d[2] if d[2] is None else int(d[2]))
         if key not in self.now:
             try:
                 self.now[key] = current_fingerprint(*key, self.generation)
@@ -583,6 +583,96 @@ def _remove_rows(rows_dir: Path) -> list[Path]:
     return gone
 
 
+def _entry_tags(e) -> dict[str, Any]:
+    """The ``tag:<name>`` columns of an entry's row, as its row file holds them (a NaN as null)."""
+    from embedscope.tables import _jsonable
+
+    return {f"tag:{k}": _jsonable(v) for k, v in (e.tags or {}).items() if not k.startswith("_")}
+
+
+def _row_tags(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in r.items() if k.startswith("tag:")}
+
+
+def _as_entry(r: dict[str, Any], e) -> dict[str, Any]:
+    """A finished row ``r`` of the checkpoint of entry ``e``, with the columns that name the entry (id, run,
+    selection, epoch, checkpoint, untrained reference, tags) as ``e`` has them now, in the order of a row
+    measured now (:func:`measure_entry`: the entry, the config, the tags, the measures)."""
+    from embedscope.study.plan import config_columns
+
+    row: dict[str, Any] = {"id": e.id, "run": e.run, "selection": e.selection, "epoch": e.epoch,
+                           "checkpoint": e.checkpoint, "untrained": e.untrained}
+    if STAT_KEY in r:
+        row[STAT_KEY] = r[STAT_KEY]
+    row.update({k: r.get(k, v) for k, v in config_columns(e.config or {}).items()})
+    row.update(_entry_tags(e))
+    row.update({k: v for k, v in r.items() if k not in row and not k.startswith("tag:")})
+    return row
+
+
+def _adopt_renamed_rows(out_dir: Path, entries, done: dict[str, dict[str, Any]], same_data: Callable[[dict], bool],
+                        say: Callable[[str], Any]) -> None:
+    """Read back, under its entry's id and run name now, the finished row of a checkpoint that the study
+    names otherwise than when it was measured (a file of one name added to or removed from the source,
+    whose folders then tell the files apart differently; the naming of an earlier version): the row of
+    the same checkpoint (as the study names it), selection and epoch, unchanged since (size and time, else
+    sha256) and of the data as they are now. Its file is renamed to the new id. What was measured is the
+    checkpoint's, whatever its run's name; the columns that name the entry (id, run, tags) are the entry's
+    now. Nothing else is adopted: another checkpoint's row is never read back."""
+    from embedscope.tables import write_json
+
+    wanted: dict[tuple, list] = {}
+    for e in entries:
+        if e.id not in done and not e.error and e.selection != "untrained":
+            wanted.setdefault((e.checkpoint, e.selection, e.epoch), []).append(e)
+    if not wanted:
+        return
+    rows_dir = out_dir / "rows"
+    try:
+        files = sorted(rows_dir.glob("*.json"))
+    except OSError:
+        return
+    runs = {e.id: e.run for e in entries}
+    moved: list[tuple[str, str]] = []
+    for f in files:
+        if f.stem in done:
+            continue  # the row of an entry of this study, read back under its own id
+        try:
+            if not f.is_file() or f.is_symlink():
+                continue
+            r = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not (isinstance(r, dict) and r.get("id") == f.stem and r.get("status") == "ok" and "run" in r):
+            continue
+        if f.stem in runs and r["run"] == runs[f.stem]:
+            continue  # the row of that entry, not read back for its checkpoint or data (judged once, above)
+        key = (r.get("checkpoint"), r.get("selection"), r.get("epoch"))
+        try:
+            cands = wanted.get(key)
+        except TypeError:  # (an unhashable value: not a row of a study)
+            continue
+        if not cands or len(cands) != 1 or cands[0].id in done:
+            continue
+        e = cands[0]
+        if not (_unchanged(r, e.checkpoint) and same_data(r)):
+            continue
+        row = _as_entry(r, e)
+        new = _row_path(out_dir, e.id)
+        try:
+            write_json(new, row, force=True)
+            if f != new:
+                f.unlink()
+        except (OSError, EmbedscopeError):
+            continue  # (read-only rows: it is measured again, from the embedding cache)
+        done[e.id] = row
+        moved.append((str(r.get("run")), e.run))
+    if moved:
+        (old, now), n = moved[0], len(moved)
+        say(f"study: {n} finished row{'' if n == 1 else 's'} of checkpoints named otherwise when measured "
+            f"read back under their names now (e.g. run {old} -> {now}), not measured again")
+
+
 def read_json(path: str | os.PathLike) -> Any:
     """The JSON value of ``path``; a file that cannot be read or is not valid JSON is one
     :class:`EmbedscopeError` line naming it and what is wrong."""
@@ -619,6 +709,15 @@ def _refuse_file_in_the_way(folder: Path, label: str) -> None:
     if not anc.is_dir():
         raise EmbedscopeError(f"{label}: exists and is not a folder" if anc == folder
                               else f"{label}: {anc} is a file, not a folder")
+
+
+def no_root(root: Any) -> str | None:
+    """A data set folder as a study reads it back (study.json's settings, a row's data, a task): None for
+    none, also for "", which a study of an earlier version could hold for it (a path of "" is the working
+    folder, which the loaders refuse as --root: an unset shell variable); other folders as text."""
+    if root is None or root == "":
+        return None
+    return str(root)
 
 
 def _check_dataset(name: str | None) -> None:
@@ -888,6 +987,12 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         raise UsageError(f"--bootstrap must be an integer >= 0 (0: no intervals), got {quoted(n_boot)}")
     n_boot = int(n_boot)
     _check_dataset(dataset)
+    if root is not None and os.fspath(root) == "":  # (the command line refuses it as an empty name)
+        raise UsageError("--root is empty (an unset shell variable?): give the data set's folder, or leave "
+                         "--root out to embed the folder each checkpoint was trained on")
+    if cache_dir is not None and os.fspath(cache_dir) == "":  # (it was the default cache, silently)
+        raise UsageError("--cache-dir is empty (an unset shell variable?): give the cache folder, or leave "
+                         "--cache-dir out for the default one")
     if dataset is not None:  # a property the data set has not: refused now (else after every row is measured)
         _check_properties(target, measures, [dataset])
     if root is not None and dataset is not None and _is_digits(dataset):
@@ -915,7 +1020,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             if not force:
                 raise EmbedscopeError(f"{e}; use --force to start the study again, or another folder") from None
             old_meta = {}  # --force: the study starts again
-        old = old_meta.get("settings", {})
+        old = dict(old_meta.get("settings", {}))
+        old["root"] = no_root(old.get("root"))  # ("": no folder, as a study of an earlier version may hold it)
         diff = [k for k in SETTINGS_KEYS if old.get(k) != settings.get(k)]
         if diff and not force:
             raise EmbedscopeError(
@@ -972,6 +1078,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     generation = uuid.uuid4().hex
     same_data = _DataCheck(generation, say)
     done: dict[str, dict[str, Any]] = {}
+    retagged: list[str] = []  # finished rows whose tags the source changed since
+    from embedscope.tables import write_json
     for e in entries:
         rp = _row_path(out_dir, e.id)
         if rp.exists() and not force:
@@ -987,7 +1095,22 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 # config as planned (else it would be another objective than the same run's new rows)
                 for k, v in config_columns(e.config or {}).items():
                     r.setdefault(k, v)
+                if _row_tags(r) != _entry_tags(e):  # tags edited in the YAML list since: the row takes them
+                    # (they group the runs into objectives; nothing measured depends on them)
+                    r = _as_entry(r, e)
+                    try:
+                        write_json(rp, r, force=True)
+                    except (OSError, EmbedscopeError):
+                        pass  # (read-only rows: this run's tables still take the tags now)
+                    retagged.append(e.run)
                 done[e.id] = r
+    if not force:
+        _adopt_renamed_rows(out_dir, entries, done, same_data, say)
+    if retagged:
+        n = len(retagged)
+        say(f"study: the tags of {n} finished row{'' if n == 1 else 's'} changed in the source since "
+            f"{'it was' if n == 1 else 'they were'} measured (e.g. run {retagged[0]}): "
+            f"{'its row takes' if n == 1 else 'their rows take'} the tags now (nothing is measured again)")
     same_data.report()
     todo = [_task(e) for e in entries if e.id not in done]
     say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
@@ -1039,7 +1162,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     meta["ended"] = ended
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
     errors = [r for r in rows if r.get("status") != "ok"]
-    same_stats = (not force and not computed and old_meta.get("target") == target and old_meta.get("n_boot") == n_boot
+    same_stats = (not force and not computed and not retagged and old_meta.get("target") == target
+                  and old_meta.get("n_boot") == n_boot
                   and old_meta.get("exclude") == list(exclude or []) and old_meta.get("figures", True) == figures
                   and (old_meta.get("versions") or {}).get("embedscope") == meta["versions"]["embedscope"]
                   and old_meta.get("stats_code") == meta["stats_code"])

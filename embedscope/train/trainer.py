@@ -236,6 +236,14 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     for k in ("root", "weights", "miner"):
         if opt[k] is not None:
             _as_str(k, opt[k])
+    if opt["root"] == "":  # --root "$DATA" of an unset variable: "" is the working folder as a path, recorded
+        # absolute below and read as the data set (shapes: its make-shapes folder, or the generated set cached there)
+        if opt["dataset"] == "digits":
+            opt["root"] = None  # (the digits come from no folder: "" is no --root, as get_dataset takes it)
+        else:
+            from embedscope.data.base import check_root_given
+
+            check_root_given(opt["root"], opt["dataset"])
     if opt["root"] is not None and Path(opt["root"]).is_dir():
         # recorded absolute: embed, saliency and study take the folder a checkpoint was trained on, from
         # wherever they run (a relative 'shp' was only found from the folder train ran in)
