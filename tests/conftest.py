@@ -3,9 +3,30 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import matplotlib  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 matplotlib.use("Agg", force=True)
+
+_approx = pytest.approx
+
+
+def _strict_approx(expected, rel=None, abs=None, nan_ok=False):
+    """``pytest.approx`` that refuses to compare a tiny non-zero value under its default ``abs=1e-12``:
+    that tolerance passed anything near a π of 1e-12, a uniformity of −3.7e-12 or a p-value of
+    5.6e-184, whatever ``rel`` said. Such a comparison must name its ``abs`` (``abs=0``: relative only)."""
+    if abs is None:
+        try:
+            v = np.abs(np.asarray(list(expected.values()) if isinstance(expected, dict) else expected, dtype=float))
+        except (TypeError, ValueError):
+            v = None
+        if v is not None and np.any((v > 0) & (v < 1e-9)):
+            raise AssertionError(f"pytest.approx of a value below 1e-9 ({float(np.min(v[v > 0])):.3g}) under the "
+                                 "default abs=1e-12: give abs= (abs=0 compares relatively)")
+    return _approx(expected, rel=rel, abs=abs, nan_ok=nan_ok)
+
+
+pytest.approx = _strict_approx
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # two workers on two cores: one thread each avoids oversubscription, in the workers and in the

@@ -105,3 +105,13 @@ def test_a_train_config_with_an_empty_root_is_refused_and_digits_take_it_as_none
         with pytest.raises(EmbedscopeError, match="--root is empty"):
             resolve_config({"dataset": ds, "root": ""})
     assert resolve_config({"dataset": "digits", "root": ""})["root"] is None
+
+
+def test_a_tiny_value_under_approx_default_abs_is_refused():
+    """tests/conftest.py: pytest.approx of a value below 1e-9 without abs= is an error (its default
+    abs=1e-12 made such comparisons pass anything near the value)."""
+    with pytest.raises(AssertionError, match="give abs="):
+        assert 3e-12 == pytest.approx(3.7e-12, rel=1e-9)
+    assert 3.7e-12 == pytest.approx(3.7e-12, rel=1e-9, abs=0)
+    assert 3.7e-12 != pytest.approx(3e-12, rel=1e-9, abs=0)
+    assert 0.5 == pytest.approx(0.5) and [0.0, 1.0] == pytest.approx([0.0, 1.0])
