@@ -20,13 +20,12 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _nonfinite_row(es) -> dict | None:
-    """The row naming the embedding rows that hold NaN or inf (the first by index and path), or None."""
+def _nonfinite_row(es, stats) -> dict | None:
+    """The row naming the embedding rows that hold NaN or inf (the first by index and path), or None
+    (``stats``: the :class:`~embedscope.store.embeddings.RowStats` of ``es``'s rows)."""
     import numpy as np
 
-    X = es.embeddings
-    nan_rows = np.isnan(X).any(axis=1)
-    inf_rows = np.isinf(X).any(axis=1)
+    nan_rows, inf_rows = stats.nan, stats.inf
     bad = np.flatnonzero(nan_rows | inf_rows)
     if not bad.size:
         return None
@@ -252,7 +251,7 @@ def _open(path: str):
 def run(args) -> int:
     from pathlib import Path
 
-    from embedscope.store.embeddings import read_open
+    from embedscope.store.embeddings import scan_open
     from embedscope.store.saliency import FORMAT as MAPS_FORMAT
     from embedscope.store.saliency import read_maps_open
     from embedscope.tables import format_table
@@ -264,27 +263,31 @@ def run(args) -> int:
             sm = read_maps_open(f, path)
             rows = _maps_rows(sm, args.file) + _extra_rows(f, _MAPS_SCHEMA, _MAPS_OWN_ATTRS, sm.attrs)
         else:
-            # NaN / inf rows (a foreign writer): info is how a user finds them
-            es = read_open(f, path, finite=False)
-            rows = _embedding_rows(es, args.file) + _extra_rows(f, _SCHEMA, _OWN_ATTRS, es.attrs)
+            # NaN / inf rows (a foreign writer): info is how a user finds them. The embeddings are read a
+            # block of rows at a time (memory bounded whatever N x D) and only measured: the set holds a
+            # stand-in for them
+            es, stats = scan_open(f, path, finite=False)
+            rows = _embedding_rows(es, stats, args.file) + _extra_rows(f, _SCHEMA, _OWN_ATTRS, es.attrs)
     # strings from the file are shown with control characters escaped (no terminal escapes): format_table
     # escapes every cell (escaped here too, a path's backslash was shown doubled twice)
     print(format_table(rows, ["field", "value"]))
     return 0
 
 
-def _embedding_rows(es, name: str) -> list[dict]:
-    """The rows of an embedding file: N x D, classes, splits, properties, then its provenance."""
+def _embedding_rows(es, stats, name: str) -> list[dict]:
+    """The rows of an embedding file: N x D, classes, splits, properties, then its provenance (``es``, read
+    by :func:`~embedscope.store.embeddings.scan_open`: its embeddings' type and shape, their rows'
+    ``stats``)."""
     import numpy as np
 
     from embedscope.tables import format_number
 
-    nonfinite = _nonfinite_row(es)
-    s = es.summary()
+    nonfinite = _nonfinite_row(es, stats)
+    s = es.summary(norms=stats.norms)
     norm = format_number(float(s["mean_norm"]), nan="–")  # – : a file of no rows; 1e-30 not as 0.0000
     if nonfinite is not None:  # the mean norm of the finite rows (the others' norm is NaN or inf)
-        ok = np.all(np.isfinite(es.embeddings), axis=1)
-        norms = np.linalg.norm(es.embeddings[ok].astype(np.float64), axis=1)
+        ok = stats.finite
+        norms = stats.norms[ok]
         norm = (f"{format_number(float(norms.mean()))} (over the {int(ok.sum())} finite rows)" if ok.any()
                 else "– (no finite row)")
     rows = [

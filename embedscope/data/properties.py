@@ -190,7 +190,9 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
     """Join a per-image table on ``path`` and store its columns as ``/properties/<name>`` of ``h5``.
 
     The file is rewritten atomically, keeping everything else in it (groups, datasets and attributes
-    outside the schema too). A property that already exists is an error unless ``force``.
+    outside the schema too), in memory bounded whatever its size (its embeddings are checked a block of
+    rows at a time and copied by the kernel, :func:`embedscope.store.embeddings.update_properties`).
+    A property that already exists is an error unless ``force``.
     Returns the names stored (the table's columns, in its order); ``replaced``, when given, is extended
     with those of them the file already had (``force``: their old values are gone).
     """
@@ -203,10 +205,12 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
 def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarray], list[str]]:
     """:func:`add_properties_to_file` -> (the values stored by name, the names that replaced a property):
     ``embedscope add-properties`` words its line and its note from them (it read the file again)."""
-    from embedscope import store
     from embedscope.importers import check_property_not_reserved
+    from embedscope.store.embeddings import scan
 
-    es = store.load(h5)
+    # every check of store.load, but the embeddings read a block of rows at a time and not kept (a file can
+    # be 100k x 2048 float32, 800 MB): the rewrite copies them as they are
+    es, _ = scan(h5)
     new = join_properties(es.paths, read_property_table(table_path), str(table_path))
     for k in new:
         # /properties/<name> is an HDF5 path ('/' makes groups, '.' and '' name no dataset): named here

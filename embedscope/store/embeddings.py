@@ -205,8 +205,8 @@ class EmbeddingSet:
                 raise EmbedscopeError(f"{source}: labels must be integers, got {self.labels.dtype} "
                                       "(EmbeddingSet.from_arrays encodes string labels)")
         self.labels = self.labels.astype(np.int64, copy=False)
-        if n and not np.all(np.isfinite(X)):
-            rows = np.flatnonzero(~np.all(np.isfinite(X), axis=1))
+        rows = _nonfinite_rows(X) if n else ()
+        if len(rows):
             raise EmbedscopeError(f"{source}: {rows.size} embedding rows contain NaN or inf (first: row {int(rows[0])})")
         if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
             raise EmbedscopeError(
@@ -285,14 +285,16 @@ class EmbeddingSet:
             idx = np.sort(np.random.default_rng(seed).choice(self.n, size=n, replace=False))
         return self.select(idx)
 
-    def summary(self) -> dict[str, Any]:
-        """Counts for ``embedscope info``."""
+    def summary(self, *, norms: np.ndarray | None = None) -> dict[str, Any]:
+        """Counts for ``embedscope info``. ``norms``: the rows' Euclidean norms when already measured
+        (``info`` measures them in blocks of rows, :func:`scan_open`); else they are computed here."""
         out: dict[str, Any] = {"N": self.n, "D": self.dim, "classes": int(len(self.classes))}
         for s in self.splits or ["train", "test"]:
             m = self.split == s
             out[f"{s}_N"] = int(m.sum())
             out[f"{s}_classes"] = int(len(np.unique(self.labels[m])))
-        norms = np.linalg.norm(self.embeddings.astype(np.float64), axis=1) if self.n else np.zeros(0)
+        if norms is None:
+            norms = _row_norms(self.embeddings) if self.n else np.zeros(0)
         out["mean_norm"] = float(norms.mean()) if self.n else float("nan")
         out["properties"] = sorted(self.properties)
         return out
@@ -375,6 +377,86 @@ def _check_text(values: np.ndarray, what: str) -> None:
             except UnicodeEncodeError:
                 raise EmbedscopeError(f"{what}: row {i} is not valid text (an undecodable byte, "
                                       f"{quoted(v)})") from None
+
+
+#: the most values read from a file's embeddings at a time (``embedscope info``, ``add-properties``: a
+#: file of 100k x 2048 float32 is 800 MB), rounded down to whole HDF5 chunks of rows where they fit
+_BLOCK_VALUES = 1 << 20
+#: the most values converted to float64 at a time (the norms' and the NaN checks' temporaries)
+_MATH_VALUES = 1 << 16
+
+
+def _row_blocks(shape: tuple[int, ...], chunks: tuple[int, ...] | None = None, most: int = _BLOCK_VALUES):
+    """Slices of the rows of an N x D array, about ``most`` values each (at least one row): whole HDF5
+    chunks of rows (``chunks``, a dataset's chunk shape) when a row of chunks holds no more than ``most``
+    values, so that each chunk is read once."""
+    n, d = int(shape[0]), max(int(shape[1]) if len(shape) > 1 else 1, 1)
+    rows = max(1, most // d)
+    if chunks and 1 < chunks[0] <= rows:
+        rows -= rows % chunks[0]
+    for i in range(0, n, rows):
+        yield slice(i, min(n, i + rows))
+
+
+def _row_norms(X) -> np.ndarray:
+    """The Euclidean norm of each row of ``X`` (2-D), in float64, a block of rows at a time (no N x D
+    float64 copy): the same values, bit for bit, as ``np.linalg.norm(X.astype(np.float64), axis=1)``."""
+    out = np.empty(X.shape[0], dtype=np.float64)
+    for b in _row_blocks(X.shape, most=_MATH_VALUES):
+        out[b] = np.linalg.norm(np.asarray(X[b]).astype(np.float64), axis=1)
+    return out
+
+
+def _nonfinite_rows(X) -> np.ndarray:
+    """The indices of the rows of ``X`` (2-D) holding NaN or inf, checked a block of rows at a time (no
+    N x D temporary)."""
+    found = [np.flatnonzero(~np.isfinite(X[b]).all(axis=1)) + b.start
+             for b in _row_blocks(X.shape, most=_MATH_VALUES)]
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+@dataclass(eq=False)
+class RowStats:
+    """What :func:`scan_open` measured of each embedding row while it checked them, a block at a time."""
+
+    #: bool [N]: the row holds a NaN
+    nan: np.ndarray
+    #: bool [N]: the row holds an inf
+    inf: np.ndarray
+    #: float64 [N]: the row's Euclidean norm, computed in float64 (as :meth:`EmbeddingSet.summary`)
+    norms: np.ndarray
+
+    @property
+    def finite(self) -> np.ndarray:
+        """bool [N]: the row holds neither NaN nor inf."""
+        return ~(self.nan | self.inf)
+
+
+def _scan_embeddings(ds) -> tuple[np.dtype, RowStats]:
+    """Read the 2-D numeric dataset ``ds`` (``/embeddings``) a block of rows at a time: the type
+    :func:`load` gives it (floats as stored; integers as float32 when every one is a float32, else
+    float64) and its :class:`RowStats`. Memory: one block (:data:`_BLOCK_VALUES` values) and the
+    per-row results."""
+    n = int(ds.shape[0])
+    stats = RowStats(np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.float64))
+    dtype = ds.dtype
+    biggest = 0.0  # integers: the largest magnitude (load's test of float32 holding them exactly)
+    if ds.size:
+        for b in _row_blocks(ds.shape, ds.chunks):
+            block = ds[b]
+            for s in _row_blocks(block.shape, most=_MATH_VALUES):
+                part = block[s]
+                rows = slice(b.start + s.start, b.start + s.stop)
+                if dtype.kind == "f":
+                    stats.nan[rows] = np.isnan(part).any(axis=1)
+                    stats.inf[rows] = np.isinf(part).any(axis=1)
+                else:
+                    biggest = max(biggest, float(np.max(np.abs(part.astype(np.float64)))))
+                stats.norms[rows] = np.linalg.norm(part.astype(np.float64), axis=1)
+    if dtype.kind != "f":  # (as read_open converts them)
+        exact32 = dtype.itemsize <= 2 or not ds.size or int(biggest) <= FLOAT32_EXACT_INT
+        dtype = np.dtype(np.float32 if exact32 else np.float64)
+    return dtype, stats
 
 
 def _spellings():
@@ -645,9 +727,15 @@ def _write_property(g, name: str, v: np.ndarray) -> None:
 
 
 def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence[str]) -> Path:
-    """Write ``es.properties[name]`` for ``names`` into the existing file ``path`` (read as ``es``),
-    atomically, keeping everything else in it: other groups, datasets and attributes that other
-    tools wrote with plain h5py survive (:func:`save` would write the schema only)."""
+    """Write ``es.properties[name]`` for ``names`` into the existing file ``path`` (read as ``es``, by
+    :func:`load` or :func:`scan`), atomically, keeping everything else in it: other groups, datasets and
+    attributes that other tools wrote with plain h5py survive (:func:`save` would write the schema only).
+
+    The file is copied into a temporary file beside it (by the kernel, a block at a time: memory bounded
+    whatever its size), the properties are written into the copy, which then replaces the file (its
+    mode kept); on any failure, Ctrl-C included, the file is left as it was and the copy removed."""
+    import shutil
+
     import h5py
 
     es.validate()
@@ -655,28 +743,55 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
         if es.properties[k].dtype.kind in "OUS":
             _check_text(es.properties[k].reshape(-1), f"{path}: property '{k}'")
     src = Path(path)
-    image = io.BytesIO(src.read_bytes())
     with atomic_output(path, force=True) as tmp:
-        with h5py.File(image, "r+") as f:
-            g = f.require_group("properties")
-            for k in names:
-                _write_property(g, k, es.properties[k])
-        _write_bytes(tmp, image.getbuffer(), path)
+        try:
+            shutil.copyfile(src, tmp)
+            # h5py writes through the Python file object: a full disk is an OSError here (HDF5's own
+            # writer can crash the process on ENOSPC)
+            with open(tmp, "r+b") as fh:
+                with h5py.File(fh, "r+") as f:
+                    g = f.require_group("properties")
+                    for k in names:
+                        _write_property(g, k, es.properties[k])
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as e:
+            stop = _stopped_by(e)
+            if stop is not None:  # Ctrl-C (SIGTERM) while h5py wrote: it reports an OSError of its own
+                raise stop from None
+            raise _write_error(e, path) from None
     return src
 
 
-def _write_bytes(tmp: Path, data, user_path) -> None:
-    import errno
+def _stopped_by(e: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt (or the command line's Terminated) among the causes of ``e``, if any."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if not isinstance(e, Exception):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
+
+def _write_bytes(tmp: Path, data, user_path) -> None:
     try:
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise EmbedscopeError(f"{user_path}: no space left on device") from None
-        raise EmbedscopeError(f"{user_path}: could not be written ({e.strerror or e.__class__.__name__})") from None
+        raise _write_error(e, user_path) from None
+
+
+def _write_error(e: OSError, user_path) -> EmbedscopeError:
+    """The one line for an OSError met writing ``user_path``'s temporary file (a full disk also when h5py
+    reports it as its own error: "driver write request failed", the ENOSPC its cause)."""
+    from embedscope.fileio import _disk_full
+
+    if _disk_full(e, Path(user_path).parent):
+        return EmbedscopeError(f"{user_path}: no space left on device")
+    return EmbedscopeError(f"{user_path}: could not be written ({e.strerror or e.__class__.__name__})")
 
 
 def open_hdf5(path: Path, what: str):
@@ -724,8 +839,35 @@ def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
 
 
 def read_open(f, path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
-    """:func:`load` of a file already open (``h5py.File``, read): ``embedscope info`` reads the set and
-    what else the file holds in one opening. ``path`` names the file in errors and ``source_file``."""
+    """:func:`load` of a file already open (``h5py.File``, read). ``path`` names the file in errors and
+    ``source_file``."""
+    return _read_open(f, path, finite=finite, scanned=False)[0]
+
+
+def scan(path: str | os.PathLike, *, finite: bool = True) -> tuple[EmbeddingSet, RowStats]:
+    """:func:`scan_open` of the file ``path`` (opened and closed here)."""
+    path = Path(path)
+    if not path.exists():
+        raise EmbedscopeError(f"{path}: no such file")
+    with open_hdf5(path, "an embedding file (.h5)") as f:
+        return scan_open(f, path, finite=finite)
+
+
+def scan_open(f, path: str | os.PathLike, *, finite: bool = True) -> tuple[EmbeddingSet, RowStats]:
+    """:func:`read_open` in memory bounded whatever N x D, for the commands that read everything in a
+    file but its embeddings' values (``embedscope info`` reads the set and what else the file holds in
+    one opening; ``add-properties`` rewrites it): every check of :func:`load` is made, the embeddings'
+    a block of rows at a time, and what was measured of each row on the way is returned
+    (:class:`RowStats`: NaN and inf rows, norms).
+
+    The set's ``embeddings`` are a read-only stand-in (zeros, one per row repeated along it: N values)
+    of the stored shape and of the type :func:`load` gives them, not their values: not a set to
+    analyse. A file refused is refused as :func:`load` refuses it, in the same words."""
+    return _read_open(f, path, finite=finite, scanned=True)
+
+
+def _read_open(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet, RowStats | None]:
+    """:func:`read_open` (``scanned=False``) and :func:`scan_open` (``scanned=True``)."""
     import h5py
 
     path = Path(path)
@@ -780,8 +922,26 @@ def read_open(f, path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSe
             if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
                 v = strings(v, f"properties/{k}")
             props[k] = v
+
+    def scanned_embeddings() -> tuple[np.ndarray, RowStats | None]:
+        ds = f["embeddings"]
+        if ds.dtype.kind not in "fiu":
+            raise EmbedscopeError(f"{path}: 'embeddings' must be a numeric array, got {ds.dtype}")
+        if ds.ndim != 2:  # (refused by the set's checks: must be 2-D)
+            return np.broadcast_to(np.zeros((), np.float32), ds.shape), None
+        dtype, stats = _scan_embeddings(ds)
+        # one value per row, repeated along it: NaN in the rows the set's checks must refuse (so they
+        # refuse them where load does, in the same words), zero elsewhere
+        column = np.zeros(ds.shape[0], dtype)
+        if finite:
+            column[~stats.finite] = np.nan
+        return np.broadcast_to(column[:, None], ds.shape), stats
+
+    stats = None
+    if scanned:
+        stand_in, stats = scanned_embeddings()
     kwargs = dict(
-        embeddings=numbers("embeddings", "fiu"),
+        embeddings=stand_in if scanned else numbers("embeddings", "fiu"),
         labels=numbers("labels", "fiu"),
         paths=strings(f["paths"][()], "paths"),
         split=strings(f["split"][()], "split"),
@@ -789,6 +949,8 @@ def read_open(f, path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSe
         properties=props,
         attrs=read_attrs(f.attrs),
     )
+    if scanned:
+        return _noted(EmbeddingSet(**kwargs, source=str(path)), path), stats
     X = kwargs["embeddings"]
     if X.dtype.kind != "f":  # integers written by another tool: as floats that hold them exactly
         exact32 = X.dtype.itemsize <= 2 or not X.size or int(np.max(np.abs(X.astype(np.float64)))) <= FLOAT32_EXACT_INT
@@ -800,9 +962,14 @@ def read_open(f, path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSe
     es = EmbeddingSet(**kwargs, source=str(path))
     if bad is not None and bad.any():
         es.embeddings = X
-    # the file just read (a file written by an embedscope older than READ_ATTRS may name another)
-    es.attrs["source_file"] = str(path)
+    return _noted(es, path), None
+
+
+def _noted(es: EmbeddingSet, path) -> EmbeddingSet:
+    """``es`` with the file just read noted (a file written by an embedscope older than READ_ATTRS may
+    name another)."""
     from embedscope.fileio import file_stat
 
+    es.attrs["source_file"] = str(path)
     es.attrs["_source_stat"] = file_stat(path)
     return es
