@@ -159,24 +159,30 @@ class NeighbourExamples:
                 for i, (q, qc) in enumerate(zip(self.query_paths, self.query_labels))
                 for j in range(np.shape(self.ref_paths)[1])]
 
-    def to_frame(self):
-        """:meth:`rows` as a pandas DataFrame (columns :data:`NEIGHBOUR_COLUMNS`)."""
+    def to_frame(self, *, table: bool = False):
+        """:meth:`rows` as a pandas DataFrame (columns :data:`NEIGHBOUR_COLUMNS`).
+
+        ``table`` is accepted as by every :class:`~embedscope.analyses.Result` (``to_frame(table=True)``:
+        the per-row table): these rows (one per query and rank) are the result's only table, so
+        ``table=True`` and ``table=False`` give the same frame."""
         import pandas as pd
 
+        check_bool(table, "table")
         return pd.DataFrame(self.rows(), columns=list(NEIGHBOUR_COLUMNS))
 
-    def to_csv(self, path: str | os.PathLike, *, force: bool = False):
+    def to_csv(self, path: str | os.PathLike, *, table: bool = False, force: bool = False):
         """Write :meth:`to_frame` as CSV, atomically (an existing file only with ``force``), as
-        :meth:`embedscope.analyses.Result.to_csv`; returns the path."""
+        :meth:`embedscope.analyses.Result.to_csv`; returns the path. ``table``: as :meth:`to_frame`'s."""
         from embedscope.analyses.result import _write_frame
 
-        return _write_frame(self.to_frame(), path, "csv", force)
+        return _write_frame(self.to_frame(table=table), path, "csv", force)
 
-    def to_parquet(self, path: str | os.PathLike, *, force: bool = False):
-        """Write :meth:`to_frame` as Parquet, atomically, as :meth:`embedscope.analyses.Result.to_parquet`."""
+    def to_parquet(self, path: str | os.PathLike, *, table: bool = False, force: bool = False):
+        """Write :meth:`to_frame` as Parquet, atomically, as :meth:`embedscope.analyses.Result.to_parquet`.
+        ``table``: as :meth:`to_frame`'s."""
         from embedscope.analyses.result import _write_frame
 
-        return _write_frame(self.to_frame(), path, "parquet", force)
+        return _write_frame(self.to_frame(table=table), path, "parquet", force)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"analysis": "neighbours", "query_split", "reference_split", "metric", "seed", "selection",

@@ -223,9 +223,10 @@ class Result:
 
     def __str__(self) -> str:
         """:meth:`format` bounded (:data:`DISPLAY_ROWS`, :data:`DISPLAY_CELL`; NaN shown ``–``), then
-        :meth:`note_lines`, escaped: what ``print(result)`` and the notebook show."""
-        return _with_notes(self.format(nan=UNDEFINED, max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL),
-                           self.note_lines())
+        :meth:`note_lines`, escaped, then (``evaluate(..., per_class=True)``) the classes with the lowest
+        MAP@R as ``embedscope evaluate --per-class`` prints them: what ``print(result)`` and the notebook show."""
+        return "\n".join([_with_notes(self.format(nan=UNDEFINED, max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL),
+                                       self.note_lines()), *_worst_tables([self])])
 
 
 @dataclass(repr=False)
@@ -362,8 +363,9 @@ class ResultSet:
         return out
 
     def __str__(self) -> str:
-        return _with_notes(self.format(nan=UNDEFINED, max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL,
-                                       max_models=DISPLAY_MODELS, max_width=DISPLAY_WIDTH), self.note_lines())
+        return "\n".join([_with_notes(self.format(nan=UNDEFINED, max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL,
+                                                   max_models=DISPLAY_MODELS, max_width=DISPLAY_WIDTH),
+                                       self.note_lines()), *_worst_tables(self.results)])
 
 
 def combine(results: Iterable[Result]) -> ResultSet:
@@ -472,6 +474,37 @@ def _cut(rows: list[dict[str, Any]], max_rows: int | None, max_cell: int | None)
     if max_cell is not None:
         rows = [{c: (v if c == "meaning" else _short(v, max_cell)) for c, v in r.items()} for r in rows]
     return rows, more
+
+
+#: the classes with the lowest MAP@R that ``print(result)`` of ``evaluate(..., per_class=True)`` shows,
+#: as ``embedscope evaluate --per-class`` prints them
+WORST_SHOWN = 5
+
+
+def _worst_tables(results: Sequence[Result]) -> list[str]:
+    """Per result of ``evaluate(..., per_class=True)``: the table of its :data:`WORST_SHOWN` classes with
+    the lowest MAP@R that ``embedscope evaluate --per-class`` prints (names escaped and shortened as in
+    ``print(result)``), and where every class is; nothing for another result."""
+    from embedscope.analyses.retrieval import worst_classes
+    from embedscope.tables import format_table
+
+    out = []
+    for r in results:
+        if r.analysis != "evaluate" or not r.table or not all(isinstance(x, dict) and "class" in x for x in r.table):
+            continue
+        try:
+            rows = worst_classes(r, "MAP@R", n=WORST_SHOWN)
+        except EmbedscopeError:  # no MAP@R column: nothing ranks the classes
+            continue
+        if not rows:  # no class with a defined MAP@R
+            continue
+        rows, _ = _cut(rows, None, DISPLAY_CELL)
+        what = f"the {len(rows)} classes" if len(rows) > 1 else "the class"
+        cols = [c for c in ("class", "n", "R@1", "R-Precision", "MAP@R") if any(c in x for x in rows)]
+        out.append(format_table(rows, cols, digits=display_digits(r.analysis, None), nan=UNDEFINED,
+                                title=f"{r.model}: {what} with the lowest MAP@R")
+                   + f"\n(every class: to_frame(table=True), {len(r.table)} rows)")
+    return out
 
 
 def _with_notes(text: str, notes: Sequence[str]) -> str:

@@ -133,8 +133,17 @@ def run(args) -> int:
     print(f"wrote {safe(Path(args.output) / 'runs.csv')}, runs.parquet, correlations.csv, correlations.json"
           + (f", figures/ ({', '.join(drawn)})" if drawn else ""))
     if not drawn and not args.no_figures:
-        print("no figures: they need at least 2 objectives (points) after --exclude")
+        print(no_figures_line(n))
     return 1 if _say_failed(res, safe) else 0
+
+
+def no_figures_line(n: dict) -> str:
+    """The line saying why a study drew no figure, from its ``n_points``
+    (:func:`embedscope.study.report.no_figures_reason`; the report says the same)."""
+    from embedscope.study.report import no_figures_reason
+
+    why = no_figures_reason(n)  # (None: statistics of an earlier version, whose figures are not on disk)
+    return f"no figures: {why or 'none on disk for these statistics (run the same command again to draw them)'}"
 
 
 def _say_failed(res, safe) -> bool:

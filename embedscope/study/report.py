@@ -18,7 +18,7 @@ import html
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from embedscope.errors import EmbedscopeError
 
@@ -580,6 +580,22 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
     return parts
 
 
+def no_figures_reason(n: Any) -> str | None:
+    """Why a study's statistics call for no figure, from their ``n_points`` (None: they would have
+    figures): fewer than 2 objectives (points), after --exclude when it left runs out, in the study
+    itself when nothing was excluded (``embedscope study`` said "after --exclude" in both cases)."""
+    if not isinstance(n, Mapping):
+        return None
+    k, excluded = _count(n.get("objectives")), _count(n.get("excluded"))
+    if k is None or k >= 2:
+        return None
+    have = f"{k} objective{'' if k == 1 else 's'}"
+    if excluded:
+        return (f"they need at least 2 objectives (points); {have} left after --exclude "
+                f"({excluded} run{'' if excluded == 1 else 's'} excluded)")
+    return f"they need at least 2 objectives (points); the study has {have}"
+
+
 def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
     fig_dir = d / "figures"
     # (the target as the page names it: 'train rho' is no test target)
@@ -602,7 +618,8 @@ def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
                    e.strerror if isinstance(e, OSError) and e.strerror else str(e) or "cannot be read")
             missing.append(f"figures/{k}.png ({c.split(':')[0]}): {why}")
     if not out and not missing:
-        return []
+        why = no_figures_reason(stats.get("n_points")) if isinstance(stats.get("figures"), list) else None
+        return ["<h2>Figures</h2>", f'<p class="note">No figures: {_e(why)}.</p>'] if why else []
     parts = ["<h2>Figures</h2>"]
     if missing:
         parts.append('<p class="warn">Not shown, drawn by the study but not readable now: '

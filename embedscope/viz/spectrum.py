@@ -47,15 +47,16 @@ def _rho_text(rho) -> str:
     return f" (ρ = {rho:.3f})" if np.isfinite(rho) else " (ρ = ∞)"
 
 
-#: the most curves whose legend may sit inside the panel; with more, the legends go beside the panels
-#: (14 entries covered the curves and the axis label)
+#: the most curves whose legend may sit inside the panel (14 entries covered the curves and the axis
+#: label); with more, the legend goes beside the panel (below both panels in the two-panel figure: :func:`_below`)
 MAX_INSIDE_LEGEND = 4
 
 #: where a legend of at most MAX_INSIDE_LEGEND curves may sit inside its panel, in order of preference
 #: (spectra fall from the upper left: the upper right or the lower left is free most often); the first
 #: place whose box no curve, ringed value, boundary line or s.d. band crosses is taken, and with none
-#: free the legend goes beside the panel. The upper right alone covered curves: long model names and
-#: curves of different lengths (D = 16, 64, 512 on one axis) leave no corner free for a wide legend.
+#: free the legend goes beside the panel (below the panels in the two-panel figure). The upper right
+#: alone covered curves: long model names and curves of different lengths (D = 16, 64, 512 on one
+#: axis) leave no corner free for a wide legend.
 INSIDE_PLACES = ("upper right", "lower left", "lower right", "center right", "upper center", "lower center",
                  "center left", "center", "upper left")
 
@@ -150,12 +151,53 @@ def _beside(fig, ax, leg, renderer) -> None:
     fig.set_figwidth(fig.get_figwidth() + width + 0.1)
 
 
-def _place_legends(fig, axes, free_from: dict) -> None:
+#: the most columns of a legend below its panel (as many as fit the panel's width)
+MAX_BELOW_COLUMNS = 3
+
+#: the gap between a panel's x axis label and the legend below it (points)
+BELOW_GAP = 4.0
+
+
+def _below(fig, legends: dict) -> None:
+    """Move each panel's legend under its x axis label, centred under the panel and its y axis labels,
+    in as many columns (at most :data:`MAX_BELOW_COLUMNS`) as fit that width, and make the figure
+    taller by the tallest of them: the panels keep their size. ``legends``: panel -> (handles, texts)
+    of its legend.
+
+    The two-panel figure's legends go here, not beside the panels: a legend beside the left panel
+    stood between the two panels with empty space under it (three models: an inch of blank canvas
+    across the whole height of the figure)."""
+    from matplotlib.transforms import ScaledTranslation
+
+    from embedscope.viz.style import clean_figure
+
+    renderer = _renderer(fig)
+    tallest = 0.0
+    for ax, (handles, _) in legends.items():
+        texts = [t.get_text() for t in ax.get_legend().get_texts()]  # as shown: escaped by clean_figure
+        drop = (ax.bbox.y0 - ax.xaxis.get_tightbbox(renderer).y0) / fig.dpi + BELOW_GAP / 72  # inches
+        left = min(ax.bbox.x0, ax.yaxis.get_tightbbox(renderer).x0)  # the y axis labels' left edge
+        width = ax.bbox.x1 - left
+        # the middle of panel and y labels (fixed in inches from the panel's middle: a taller figure keeps it)
+        under = ax.transAxes + ScaledTranslation((left - ax.bbox.x0) / 2 / fig.dpi, -drop, fig.dpi_scale_trans)
+        for ncols in range(min(MAX_BELOW_COLUMNS, len(handles)), 0, -1):
+            leg = ax.legend(handles, texts, frameon=False, ncols=ncols, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                            bbox_transform=under, borderaxespad=0.0, columnspacing=1.2)
+            clean_figure(fig)  # (the new legend's texts: drawn without mathtext, as the old one's)
+            if leg.get_window_extent(renderer).width <= width + 1:
+                break
+        tallest = max(tallest, leg.get_window_extent(renderer).height / fig.dpi + BELOW_GAP / 72)
+    fig.set_figheight(fig.get_figheight() + tallest)
+
+
+def _place_legends(fig, axes, free_from: dict, legends: dict | None = None) -> None:
     """Each panel's legend at the first of :data:`INSIDE_PLACES` where it covers no data, else beside
-    the panel (the figure widened). ``free_from``: per panel, the axes fraction right of the band of
-    values ρ leaves out (a legend on the left starts after its boundary line, not across it).
-    Checked on the laid-out figure, in display coordinates; a legend moved beside a panel changes
-    the layout, so the others are checked again."""
+    the panel (the figure widened); in a figure of two panels (``legends`` given: panel -> (handles,
+    texts)), when one legend finds no free place, both go below their panels (:func:`_below`): their
+    rows side by side, no empty space between the panels. ``free_from``: per panel, the axes fraction
+    right of the band of values ρ leaves out (a legend on the left starts after its boundary line, not
+    across it). Checked on the laid-out figure, in display coordinates; a legend moved beside a panel
+    changes the layout, so the others are checked again."""
     inside = [ax for ax in axes if ax.get_legend() is not None]
     for ax in inside:
         x0 = free_from.get(ax, 0.0)
@@ -170,6 +212,9 @@ def _place_legends(fig, axes, free_from: dict) -> None:
                 if not _covers_data(ax, leg.get_window_extent(renderer), fig.dpi):
                     break
             else:
+                if legends:
+                    _below(fig, legends)
+                    return
                 _beside(fig, ax, leg, renderer)
                 inside.remove(ax)
                 moved = True
@@ -211,8 +256,10 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         Figure title (suptitle).
 
     Legends never cover data: with up to :data:`MAX_INSIDE_LEGEND` curves each sits at the first
-    place of :data:`INSIDE_PLACES` inside its panel where no curve runs, else beside the panel (the
-    figure widened); with more curves, beside the panels.
+    place of :data:`INSIDE_PLACES` inside its panel where no curve runs, else outside; with more
+    curves, outside. Outside: beside the panel (the figure widened) when it is the only one; with
+    ``by_class``, both legends below their panels, in as many columns as fit (the figure taller, the
+    panels their size), not between the two panels.
 
     Returns
     -------
@@ -225,10 +272,12 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
 
     with plt.rc_context(PAPER_RC):
         ncols = 2 if by_class else 1
-        # more curves than fit in a corner of the panel: legends beside the panels (the figure widened)
+        # more curves than fit in a corner of the panel: the legend beside the panel (the figure widened);
+        # of two panels, below them (the figure made taller, after the layout: _below)
         outside = len(entries) > MAX_INSIDE_LEGEND
         longest = max((len(short_text(e["label"], LEGEND_CHARS)) for e in entries), default=0) + 12  # " (ρ = 0.123)"
-        extra_w = (0.45 + 0.065 * longest) * ncols if outside else 0.0
+        extra_w = (0.45 + 0.065 * longest) if outside and not by_class else 0.0
+        legends = {}  # panel -> (handles, texts) of its legend (to lay it out again below the panel)
         fig, axes = plt.subplots(1, ncols, figsize=(3.5 * ncols + extra_w, 2.7), squeeze=False,
                                  layout="constrained")
         axes = axes[0]
@@ -261,13 +310,16 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         ax.set_ylabel(SPECTRUM_YLABEL)
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
         ax.grid(True, which="major", alpha=0.3, lw=0.5)
+        beside = outside and not by_class
         ax.legend(handles, texts, frameon=False,
-                  **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if outside else {"loc": "upper right"}))
+                  **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if beside else {"loc": "upper right"}))
+        legends[ax] = (handles, texts)
 
         if by_class:
             ax = axes[1]
             class_handles, class_texts = [], []
             class_kmax = 1
+            class_last = 0  # the last k where a file's mean class spectrum is above zero
             lacking = []  # files without class spectra (no class of two rows): named in the legend
             for i, e in enumerate(entries):
                 if e.get("class_mean") is None:
@@ -278,6 +330,8 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 k = np.arange(1, m.size + 1)
                 c = colors[i % len(colors)]
                 class_kmax = max(class_kmax, m.size)
+                nonzero = np.flatnonzero(np.isfinite(m) & (m > 0))
+                class_last = max(class_last, int(nonzero[-1]) + 1 if nonzero.size else 0)
                 line, = ax.plot(k, _positive(m), color=c, ls=styles[(i // 10) % 4], lw=1.4,
                                 marker=_marker(_positive(m)), ms=4)
                 class_handles.append(line)
@@ -286,9 +340,13 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 lo = np.where(np.isnan(lo), np.nanmin(_positive(m)) / 10 if np.any(m > 0) else np.nan, lo)
                 ax.fill_between(k, lo, _positive(m + sd), color=c, alpha=0.2, lw=0)
             ax.set_yscale("log")
-            ax.set_xlim(0.5, class_kmax + 0.5)  # as the left panel: not 0.96-1.04 around a single value
+            # classes of few rows (SOP: ~5 images a class, D = 128) have as many nonzero values: the axis
+            # ends at the last one (a log axis shows no zero: the curves filled 3 of 16 indices, the rest
+            # of the panel empty), and the x label says the rest are zero
+            zero_tail = 0 < class_last < class_kmax
+            ax.set_xlim(0.5, (class_last if zero_tail else class_kmax) + 0.5)  # not 0.96-1.04 around one value
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("singular value index k")
+            ax.set_xlabel("singular value index k" + (f"\n(k > {class_last}: zero in every class)" if zero_tail else ""))
             ax.set_ylabel(SPECTRUM_YLABEL)
             ax.set_title(f"Per class{', centred' if center else ''} (mean ± s.d. over classes)")
             ax.grid(True, which="major", alpha=0.3, lw=0.5)
@@ -298,8 +356,8 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
                 for i in lacking:  # a legend entry without a line: the file is not forgotten, it has none
                     class_handles.append(Line2D([], [], ls="none"))
                     class_texts.append(short_text(entries[i]["label"], LEGEND_CHARS) + " (no class spectrum)")
-                ax.legend(class_handles, class_texts, frameon=False,
-                          **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if outside else {"loc": "upper right"}))
+                ax.legend(class_handles, class_texts, frameon=False, loc="upper right")
+                legends[ax] = (class_handles, class_texts)
             else:  # an empty panel: no ticks that would read as values
                 ax.set_xticks([])
                 ax.set_yticks([])
@@ -310,6 +368,9 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         if title and by_class:
             fig.suptitle(title)
         clean_figure(fig)  # model names from files: control characters escaped
-        if not outside:  # after clean_figure: the legend is measured with the texts it will show
-            _place_legends(fig, axes, free_from)
+        # after clean_figure: the legend is measured with the texts it will show
+        if by_class and outside:
+            _below(fig, legends)
+        elif not outside:
+            _place_legends(fig, axes, free_from, legends if by_class else None)
     return fig

@@ -232,6 +232,10 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         if ok.any():
             _constant_view(ax, "x")
             _constant_view(ax, "y")
+        else:  # no point to draw (the measure undefined for every objective): no 0-1 ticks that read as values
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
     labels = [short_text(o["objective"], LEGEND_CHARS) for o in objs]
@@ -248,7 +252,9 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     clean_figure(fig)  # objective names from checkpoints: control characters escaped
     # the legend's rows (8 pt, ~0.2 in each, and a margin) below the panels, not a fraction of the height
     h = fig.get_figheight()
-    fig.tight_layout(rect=(0, (0.1 + 0.2 * nrow_leg) / h if nrow_leg else 0, 1, 1 - 0.35 / h))
+    # (the top: tight_layout keeps the panels below the suptitle itself; a margin reserved for it as
+    # well left half an inch of empty canvas between the title and the panels)
+    fig.tight_layout(rect=(0, (0.1 + 0.2 * nrow_leg) / h if nrow_leg else 0, 1, 1))
     return fig
 
 
