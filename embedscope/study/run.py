@@ -556,6 +556,27 @@ def _row_path(out_dir: Path, eid: str) -> Path:
     return out_dir / "rows" / f"{eid}.json"
 
 
+def _row_files(rows_dir: Path, skip=()):
+    """``(file, row)`` of each ``<id>.json`` in ``rows_dir`` (sorted) that is a plain file holding a JSON
+    object whose ``id`` is its name, ``id`` not in ``skip``; anything else (another name, a link, a
+    folder, a damaged or unreadable file) is passed over."""
+    try:
+        files = sorted(rows_dir.glob("*.json"))
+    except OSError:
+        return
+    for f in files:
+        if f.stem in skip:
+            continue
+        try:
+            if not f.is_file() or f.is_symlink():
+                continue
+            r = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(r, dict) and r.get("id") == f.stem:
+            yield f, r
+
+
 def _remove_rows(rows_dir: Path) -> list[Path]:
     """Remove the rows a study wrote in ``rows_dir`` (``--force``: the study starts again, every row is
     measured again) -> the files removed. A row is ``<id>.json`` holding a JSON object with that ``id``,
@@ -563,18 +584,8 @@ def _remove_rows(rows_dir: Path) -> list[Path]:
     left as it is. Left behind, the rows of a study with other settings would clutter the folder and,
     with the same ids, be read back as finished rows when the forced study is stopped and resumed."""
     gone: list[Path] = []
-    try:
-        files = sorted(rows_dir.glob("*.json"))
-    except OSError:
-        return gone
-    for f in files:
-        try:
-            if not f.is_file() or f.is_symlink():
-                continue
-            r = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(r, dict) and r.get("id") == f.stem and "run" in r and "status" in r:
+    for f, r in _row_files(rows_dir):
+        if "run" in r and "status" in r:
             try:
                 f.unlink()
             except FileNotFoundError:
@@ -627,23 +638,11 @@ def _adopt_renamed_rows(out_dir: Path, entries, done: dict[str, dict[str, Any]],
             wanted.setdefault((e.checkpoint, e.selection, e.epoch), []).append(e)
     if not wanted:
         return
-    rows_dir = out_dir / "rows"
-    try:
-        files = sorted(rows_dir.glob("*.json"))
-    except OSError:
-        return
     runs = {e.id: e.run for e in entries}
     moved: list[tuple[str, str]] = []
-    for f in files:
-        if f.stem in done:
-            continue  # the row of an entry of this study, read back under its own id
-        try:
-            if not f.is_file() or f.is_symlink():
-                continue
-            r = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not (isinstance(r, dict) and r.get("id") == f.stem and r.get("status") == "ok" and "run" in r):
+    # (the row of an entry of this study is read back under its own id: skipped)
+    for f, r in _row_files(out_dir / "rows", skip=done):
+        if not (r.get("status") == "ok" and "run" in r):
             continue
         if f.stem in runs and r["run"] == runs[f.stem]:
             continue  # the row of that entry, not read back for its checkpoint or data (judged once, above)
