@@ -88,8 +88,9 @@ NUMPY_BELOW = 8192
 # where the engine of all rows would hold more float64 keys per row in its windows about the deepest R than
 # this many times the outliers (knn.window_pays). Measured (6,000 x 128, 94-600 outliers, docs/PERFORMANCE.md):
 # apart paid 1.4-2.2x at 0.42-1.4 and 6-13x at 9-63, broke even (0.96-1.15x) at 0.21 and lost 0.45-0.64x at
-# 0.02-0.04 (classes of 60 only)
-APART_WINDOW_RATIO = 0.3
+# 0.02-0.04 (classes of 60 only); since the far rows' keys are held once (twenty-eighth session), quiet:
+# 1.75x at 0.42, 1.44x at 0.21, 1.15x at 0.13, 0.81x at 0.10 (900-1,200 far rows 2e-3 away)
+APART_WINDOW_RATIO = 0.15
 # the float64 keys between the bulk's rows and the outliers (_Engine._outliers_apart) are computed once and
 # held where there are at most this many (knn.OUTLIER_MAX_KEYS, as the kNN search holds them: 128 MiB), and
 # serve both the bulk queries (read by rows) and the outlier queries (by columns: a key of (q, r) is that of
