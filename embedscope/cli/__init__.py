@@ -102,7 +102,8 @@ _OUTPUT_DESTS = ("output", "json", "csv", "parquet", "table_csv", "figure", "gri
 
 #: Options that name an input file or folder, refused empty as the outputs are (``--config "$CFG"`` with the
 #: variable unset trained with the defaults; ``--weights ""`` read the working folder as the weights; ``--root ""``
-#: read it as the data set, or generated the shapes into it). A command module adds its own in
+#: read it as the data set, or generated the shapes into it; ``--cache-dir ""`` of study used the default cache
+#: silently). A command module adds its own in
 #: ``NONEMPTY_OPTIONS`` (import's FILE|KEY options: no key and no file is named "").
 _INPUT_DESTS = ("config", "weights", "paths_file", "root", "cache_dir")
 

@@ -231,8 +231,9 @@ def unused_seed_lines(args, results) -> list[str]:
     return out
 
 
-#: how the terminal table shows an undefined (NaN) measure; the files hold NaN (JSON null, an empty CSV cell)
-UNDEFINED = "–"
+#: how the terminal table shows an undefined (NaN) measure (as print(result) of the API); the files hold NaN
+#: (JSON null, an empty CSV cell)
+from embedscope.analyses.result import UNDEFINED  # noqa: E402, F401 (re-exported: the commands import it from here)
 
 
 def undefined_lines(results) -> list[str]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from embedscope.analyses.result import PROPERTY_COLUMNS
 from embedscope.cli.common import add_force, add_split, nonnegative_int, positive_int, seed_int
 
-COLUMNS = ["model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "n_values", "lone_queries"]
+COLUMNS = list(PROPERTY_COLUMNS)  # the terminal table's columns, as print(result) of the API shows them
 
 
 def add_parser(sub, parents):

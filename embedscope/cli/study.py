@@ -4,10 +4,6 @@ from __future__ import annotations
 
 from embedscope.cli.common import dataset_name, device_name, nonnegative_int, seed_int
 
-#: refused empty, as the file names (embedscope.cli._refuse_empty_names): --root "$DATA" of an unset variable
-#: embedded the working folder's images (or none), --cache-dir "$CACHE" used the default cache silently
-NONEMPTY_OPTIONS = ("root", "cache_dir")
-
 
 def add_parser(sub, parents):
     p = sub.add_parser(
