@@ -284,6 +284,15 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     return es, out
 
 
+#: the columns that name a row's entry, first in every row (measured, failed, or read back renamed)
+ENTRY_COLUMNS = ("id", "run", "selection", "epoch", "checkpoint", "untrained")
+
+
+def _entry_columns(entry) -> dict[str, Any]:
+    """The :data:`ENTRY_COLUMNS` of an entry: a task (a dict, :func:`_task`) or a plan's entry object."""
+    return {k: entry[k] if isinstance(entry, dict) else getattr(entry, k) for k in ENTRY_COLUMNS}
+
+
 def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Embed one entry's checkpoint (cached) and take every registry measure on its split -> a row.
 
@@ -296,9 +305,7 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     # ``path``: the checkpoint as the calling process sees it, made absolute there (a worker of a
     # scheduler runs in another folder, maybe on another machine); ``checkpoint`` as the study names it
     path = entry.get("path") or entry["checkpoint"]
-    row: dict[str, Any] = {"id": entry["id"], "run": entry["run"], "selection": entry["selection"],
-                           "epoch": entry["epoch"], "checkpoint": entry["checkpoint"], "untrained": entry["untrained"],
-                           STAT_KEY: file_stat(path)}  # before reading it
+    row: dict[str, Any] = {**_entry_columns(entry), STAT_KEY: file_stat(path)}  # (the stat before reading it)
     cfg = entry.get("config") or {}
     row.update(config_columns(cfg))
     if entry.get("root"):  # the folder made absolute where the study runs (a worker elsewhere has another cwd)
@@ -611,8 +618,7 @@ def _as_entry(r: dict[str, Any], e) -> dict[str, Any]:
     measured now (:func:`measure_entry`: the entry, the config, the tags, the measures)."""
     from embedscope.study.plan import config_columns
 
-    row: dict[str, Any] = {"id": e.id, "run": e.run, "selection": e.selection, "epoch": e.epoch,
-                           "checkpoint": e.checkpoint, "untrained": e.untrained}
+    row: dict[str, Any] = _entry_columns(e)
     if STAT_KEY in r:
         row[STAT_KEY] = r[STAT_KEY]
     row.update({k: r.get(k, v) for k, v in config_columns(e.config or {}).items()})
@@ -1437,8 +1443,7 @@ def _run_dask(todo, task_settings, client, keep, threads: bool = False) -> None:
             except Exception as e:  # noqa: BLE001 - a worker died: report the row, go on
                 eid = fut.key.split("embedscope-study-", 1)[1].rsplit("-", 1)[0]
                 ent = next(x for x in todo if x["id"] == eid)
-                row = {"id": eid, "run": ent["run"], "selection": ent["selection"], "epoch": ent["epoch"],
-                       "checkpoint": ent["checkpoint"], "untrained": ent["untrained"], "status": "error",
+                row = {**_entry_columns(ent), "status": "error",
                        "error": f"worker failed: {e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
             keep(row)
 
