@@ -334,7 +334,7 @@ class ResultSet:
             rows = [{"measure": k, **{c: r.values.get(k, math.nan) for c, r in zip(cols[1:], shown)}}
                     for k in keys]
             rows, more = _cut(rows, max_rows, max_cell)
-            headers = ["measure"] + [_short(m, max_cell) for m in self.models[:len(shown)]]
+            headers = ["measure"] + _short_unique(self.models[:len(shown)], max_cell)
             text = format_table(rows, cols, digits=digits, title=title, headers=headers, nan=nan)
             if max_width is None or n == 1 or max(map(len, text.splitlines()[1:])) <= max_width:
                 break
@@ -462,6 +462,24 @@ def _short(v: Any, n: int | None) -> Any:
     n = max(n, 5)
     tail = (n - 1) * 2 // 3
     return v[:n - 1 - tail] + "…" + v[len(v) - tail:]
+
+
+def _short_unique(names: Sequence[str], n: int | None) -> list[str]:
+    """Each name :func:`_short` to ``n`` characters, those that would then read alike (``run…/net``
+    for two runs) each kept a little longer until they differ (or whole)."""
+    names = [str(v) for v in names]
+    widths = [n] * len(names)
+    while True:
+        shown = [_short(v, w) for v, w in zip(names, widths)]
+        seen: dict[str, list[int]] = {}
+        for i, v in enumerate(shown):
+            seen.setdefault(v, []).append(i)
+        grow = [i for group in seen.values() if len(group) > 1 for i in group
+                if widths[i] is not None and widths[i] < len(names[i])]
+        if not grow:
+            return shown
+        for i in grow:
+            widths[i] += 4
 
 
 def _cut(rows: list[dict[str, Any]], max_rows: int | None, max_cell: int | None):

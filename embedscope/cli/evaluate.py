@@ -165,7 +165,7 @@ def table_digits(values, digits: int = DIGITS, most: int = MAX_DIGITS) -> int:
 
 def run(args) -> int:
     from embedscope.analyses import evaluate_many, worst_classes
-    from embedscope.cli.output import UNDEFINED, check_result_outputs, check_suffix, print_wrote, write_result
+    from embedscope.cli.output import DISPLAY_CELL, UNDEFINED, check_result_outputs, check_suffix, print_wrote, write_result
     from embedscope.errors import UsageError
     from embedscope.tables import format_table
     from embedscope.text import safe
@@ -198,7 +198,8 @@ def run(args) -> int:
         print(results[0].format(digits=digits, nan=UNDEFINED))  # undefined as "–", as with several files
     else:
         first = results[0].provenance
-        print(results.format(digits=digits, nan=UNDEFINED, title=f"{first['query_split']} queries vs "
+        # the models' columns named shortened (the files' names whole in -o/--csv/--json)
+        print(results.format(digits=digits, nan=UNDEFINED, max_cell=DISPLAY_CELL, title=f"{first['query_split']} queries vs "
                              f"{first['reference_split'] if first['query_split'] != first['reference_split'] else 'themselves'}"
                              f", {args.metric}; lone queries: {args.lone_queries}"))
     for r in results:

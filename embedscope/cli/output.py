@@ -233,7 +233,7 @@ def unused_seed_lines(args, results) -> list[str]:
 
 #: how the terminal table shows an undefined (NaN) measure (as print(result) of the API); the files hold NaN
 #: (JSON null, an empty CSV cell)
-from embedscope.analyses.result import UNDEFINED  # noqa: E402, F401 (re-exported: the commands import it from here)
+from embedscope.analyses.result import DISPLAY_CELL, UNDEFINED  # noqa: E402, F401 (re-exported: the commands import them from here)
 
 
 def undefined_lines(results) -> list[str]:

@@ -36,7 +36,7 @@ def add_parser(sub, parents):
 
 def run(args) -> int:
     from embedscope.analyses import spectrum
-    from embedscope.analyses.result import unique_names
+    from embedscope.analyses.result import DISPLAY_CELL, unique_names
     from embedscope.analyses.structure import check_not_repeated
     from embedscope.cli.output import (
         UNDEFINED,
@@ -76,7 +76,7 @@ def run(args) -> int:
         bar.close()
     model = f"{results[0].model} " if len(results) == 1 else ""  # one file: no column names the model
     kept = "" if args.n_components is None else f" of the first {args.n_components} (--n-components)"
-    print(results.format(digits=5, nan=UNDEFINED, title=f"{model}[{args.split}] rho leaves out the top "
+    print(results.format(digits=5, nan=UNDEFINED, max_cell=DISPLAY_CELL, title=f"{model}[{args.split}] rho leaves out the top "
                          f"{args.exclude_top} singular value(s){kept}"))
     for line in undefined_lines(results) + unused_seed_lines(args, results):
         print(line)

@@ -378,7 +378,59 @@ def clean_figure(fig) -> Any:
                 t.set_text(shown)
         if "$" in s and id(t) not in ticks:
             t.set_parse_math(False)
+    _fit_titles(fig)
     return fig
+
+
+def _fit_titles(fig) -> None:
+    """Wrap a figure title (``suptitle``) or panel title wider than the canvas at word boundaries, so
+    that a long user title (``--title``) is drawn on several lines instead of widening the saved
+    image (``bbox_inches="tight"``) or running off its edge. A wrapped panel title spans at most the
+    width its centre leaves on both sides of the canvas; a title narrower than the canvas is left as
+    it is."""
+    import textwrap
+
+    canvas = fig.canvas
+    get_renderer = getattr(canvas, "get_renderer", None)
+    if get_renderer is None:
+        return
+    try:
+        renderer = get_renderer()
+    except (AttributeError, TypeError, RuntimeError):  # a backend without a renderer before drawing
+        return
+    W = fig.get_figwidth() * fig.dpi
+    titles = [(fig._suptitle, W)] if getattr(fig, "_suptitle", None) is not None else []
+    for ax in fig.axes:
+        box = ax.get_position()
+        cx = (box.x0 + box.x1) / 2
+        titles += [(t, max(box.width, 2 * min(cx, 1 - cx)) * W) for t in (ax.title, ax._left_title, ax._right_title)]
+    for t, room in titles:
+        whole = getattr(t, "_embedscope_whole", None)  # a title wrapped by an earlier pass
+        s = whole if whole is not None else t.get_text()
+        # only a title wider than the canvas: clean_figure runs between layout passes, where a panel
+        # is narrower than it ends up, and a title that tight_layout makes room for is left alone;
+        # one wrapped before is wrapped again from its whole text for where its panel is now
+        if not s or not t.get_visible() or (whole is None and t.get_window_extent(renderer).width <= W):
+            continue
+        t._embedscope_whole = s
+        t.set_text(s)
+        room *= 0.97  # wrapped with a margin: the layout may still move the panel a little
+        lines = []
+        for line in s.split("\n"):
+            t.set_text(line)
+            width = t.get_window_extent(renderer).width
+            if width <= room:
+                lines.append(line)
+                continue
+            n = max(8, int(len(line) * room / width))
+            while True:  # the widest wrapped line is measured: proportional fonts, narrower than the mean
+                wrapped = textwrap.wrap(line, n, break_long_words=True, break_on_hyphens=False) or [line]
+                t.set_text("\n".join(wrapped))
+                if t.get_window_extent(renderer).width <= room or n <= 8:
+                    break
+                n = max(8, int(n * 0.92))
+            lines += wrapped
+        t.set_text("\n".join(lines))
 
 
 _FONT_CHARS: dict = {}

@@ -1,0 +1,75 @@
+"""Thirtieth session (lead): long model names in the command tables, long figure titles."""
+
+import numpy as np
+import pytest
+from cli_run import cli_output
+
+from embedscope.analyses.result import DISPLAY_CELL, _short_unique
+from embedscope.store import save
+from embedscope.store.embeddings import EmbeddingSet
+
+
+def test_names_shortened_alike_are_kept_longer_until_they_differ():
+    a = "runs/" + "x" * 40 + "/seed0/" + "y" * 40 + "/net"
+    b = "runs/" + "x" * 40 + "/seed1/" + "y" * 40 + "/net"
+    plain = [a[:11] + "…" + a[-24:], b[:11] + "…" + b[-24:]]
+    assert plain[0] == plain[1]  # the middle-cut names would read alike
+    shown = _short_unique([a, b, "short"], DISPLAY_CELL)
+    assert shown[0] != shown[1] and shown[2] == "short"
+    assert all("…" in s and len(s) < len(a) for s in shown[:2])
+    # whole names when nothing else tells them apart; equal names stay equal (no endless growth)
+    assert _short_unique([a, a], 10) == [a, a]
+    assert _short_unique([a, b], None) == [a, b]
+
+
+def _set(path, seed):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(6), 10)
+    es = EmbeddingSet(rng.normal(size=(60, 8)).astype(np.float32), y, np.array([f"i{i}.png" for i in range(60)]),
+                      np.where(y < 3, "train", "test"), np.array([str(c) for c in range(6)]))
+    save(path, es)
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--no-progress"], ["spectrum", "--split", "test"]])
+def test_long_model_names_are_shortened_in_the_command_table_and_whole_in_the_csv(tmp_path, command):
+    long1 = tmp_path / ("model_" + "a" * 80 + "_one.h5")
+    long2 = tmp_path / ("model_" + "a" * 80 + "_two.h5")
+    _set(long1, 0)
+    _set(long2, 1)
+    csv = tmp_path / "t.csv"
+    out = cli_output([command[0], str(long1), str(long2), *command[1:], "--csv", str(csv)])
+    header = next(ln for ln in out.splitlines() if ln.startswith("measure"))
+    assert long1.stem not in header and long2.stem not in header
+    assert "one" in header and "two" in header and len(header) < 2 * DISPLAY_CELL + 30
+    text = csv.read_text()
+    assert long1.stem in text and long2.stem in text
+
+
+def test_a_title_wider_than_the_figure_is_wrapped_not_widening_the_image():
+    import io
+
+    from PIL import Image
+
+    from embedscope.viz.figures import use_agg
+    from embedscope.viz.spectrum import plot_spectra
+    from embedscope.viz.style import clean_figure
+
+    use_agg()
+    s = np.linspace(1.0, 0.1, 16)
+    entries = [{"label": "m", "spectrum": s, "rho": 0.1, "class_mean": s, "class_std": 0.1 * s}]
+    widths = {}
+    for by_class in (False, True):
+        for name, title in (("short", "Spectra"), ("long", "A very long title " * 15)):
+            fig = plot_spectra(entries, by_class=by_class, title=title)
+            texts = [fig._suptitle] if by_class else [fig.axes[0].title]
+            shown = texts[0].get_text()
+            if name == "long":
+                assert shown.count("\n") >= 1 and shown.replace("\n", " ").split() == title.split()
+            else:
+                assert shown == title
+            clean_figure(fig)  # as save_figure does, after the layout: a wrapped title is fitted again
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=60, bbox_inches="tight")  # as save_figure, at a low dpi
+            widths[name, by_class] = Image.open(buf).size[0]
+        # (before: the 270-character title made the saved image 2-3 times wider than the figure)
+        assert widths["long", by_class] <= widths["short", by_class] * 1.05
