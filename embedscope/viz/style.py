@@ -410,8 +410,13 @@ def _fit_titles(fig) -> None:
         # only a title wider than the canvas: clean_figure runs between layout passes, where a panel
         # is narrower than it ends up, and a title that tight_layout makes room for is left alone;
         # one wrapped before is wrapped again from its whole text for where its panel is now
-        if not s or not t.get_visible() or (whole is None and t.get_window_extent(renderer).width <= W):
+        if not s or not t.get_visible():
             continue
+        if whole is None:
+            em = t.get_fontsize() * fig.dpi / 72  # no glyph is wider than ~1.2 em: a short title is not measured
+            longest = max(len(line) for line in s.split("\n"))
+            if longest * 1.2 * em <= W or t.get_window_extent(renderer).width <= W:
+                continue
         t._embedscope_whole = s
         t.set_text(s)
         room *= 0.97  # wrapped with a margin: the layout may still move the panel a little
