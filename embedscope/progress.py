@@ -71,6 +71,22 @@ def _is_tty(stream) -> bool:
         return False
 
 
+#: units the phase lines keep as they are whatever the count (abbreviations, as tqdm shows them)
+_ABBREVIATED = frozenset({"it", "img", "q", "perm", "B", "kB", "MB"})
+
+
+def _plural(unit: str, count: int) -> str:
+    """``unit`` as an English noun for ``count`` things (``1 file``, ``2 files``, ``8 batches``,
+    ``3 queries``); abbreviations (:data:`_ABBREVIATED`) and non-words as they are."""
+    if count == 1 or unit in _ABBREVIATED or not unit.isalpha() or not unit.islower():
+        return unit
+    if unit.endswith(("s", "x", "ch", "sh")):
+        return unit + "es"
+    if unit.endswith("y") and unit[-2:-1] not in "aeiou":
+        return unit[:-1] + "ies"
+    return unit + "s"
+
+
 class LineProgress:
     """The non-terminal stand-in of a tqdm bar: same small API, one line at the end (or none)."""
 
@@ -126,7 +142,8 @@ class LineProgress:
         if not self.lines:
             return
         of = f"/{self.total}" if self.total is not None else ""
-        line = f"{self.desc}: {self.n}{of} {self.unit} in {time.perf_counter() - self.t0:.1f} s"
+        count = self.total if self.total is not None else self.n
+        line = f"{self.desc}: {self.n}{of} {_plural(self.unit, count)} in {time.perf_counter() - self.t0:.1f} s"
         if self.postfix:
             line += f" ({self.postfix})"
         print(line, file=self.stream or sys.stderr, flush=True)

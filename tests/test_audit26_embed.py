@@ -85,7 +85,7 @@ def test_embed_gives_the_training_logs_rho_and_r1_to_the_last_bit(run2, tmp_path
     assert _r1(es.embeddings[te], es.labels[te]) == r1
     # one phase line, over both splits' batches: ceil(901 / 256) + ceil(896 / 256) = 8
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("embed digits/all: 8/8 batch in "), stderr
+    assert len(lines) == 1 and lines[0].startswith("embed digits/all: 8/8 batches in "), stderr
 
 
 def test_the_rows_are_each_splits_own_in_the_trainers_batches(run2, tmp_path):

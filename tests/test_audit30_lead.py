@@ -73,3 +73,23 @@ def test_a_title_wider_than_the_figure_is_wrapped_not_widening_the_image():
             widths[name, by_class] = Image.open(buf).size[0]
         # (before: the 270-character title made the saved image 2-3 times wider than the figure)
         assert widths["long", by_class] <= widths["short", by_class] * 1.05
+
+
+def test_the_phase_line_counts_in_english():
+    import io
+
+    from embedscope.progress import LineProgress
+
+    def line(unit, n, total):
+        out = io.StringIO()
+        bar = LineProgress(total=total, desc="phase", unit=unit, stream=out)
+        bar.update(n)
+        bar.close()
+        return out.getvalue().split(" in ")[0]
+
+    assert line("file", 2, 2) == "phase: 2/2 files"
+    assert line("file", 1, 1) == "phase: 1/1 file"
+    assert line("batch", 8, 8) == "phase: 8/8 batches"
+    assert line("query", 3, None) == "phase: 3 queries"
+    assert line("img", 5, 5) == "phase: 5/5 img"  # an abbreviation as tqdm shows it
+    assert line("checkpoint", 0, 2) == "phase: 0/2 checkpoints"

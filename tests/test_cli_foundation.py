@@ -199,7 +199,7 @@ def test_progress_is_one_line_per_phase_without_a_terminal(capsys):
     for _ in progress_bar(range(50), desc="embed digits/test", unit="batch", stream=buf):
         pass
     lines = buf.getvalue().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("embed digits/test: 50/50 batch in ")
+    assert len(lines) == 1 and lines[0].startswith("embed digits/test: 50/50 batches in ")
     buf = io.StringIO()
     for _ in progress_bar(range(50), desc="x", stream=buf, lines=False):
         pass
@@ -215,7 +215,7 @@ def test_embed_log_has_no_redraws(ckpt, tmp_path):
                         "-o", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "\r" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert r.stderr.startswith("embed digits/all: 29/29 batch in ")
+    assert r.stderr.startswith("embed digits/all: 29/29 batches in ")
 
 
 def _tmpfs(folder, options):
