@@ -93,3 +93,12 @@ def test_the_phase_line_counts_in_english():
     assert line("query", 3, None) == "phase: 3 queries"
     assert line("img", 5, 5) == "phase: 5/5 img"  # an abbreviation as tqdm shows it
     assert line("checkpoint", 0, 2) == "phase: 0/2 checkpoints"
+
+
+def test_the_row_blocks_read_their_size_at_each_call(monkeypatch):
+    """(A module default bound at definition had made tests that patch _BLOCK_VALUES read one block.)"""
+    from embedscope.store import embeddings as emb
+
+    assert len(list(emb._row_blocks((50, 6)))) == 1
+    monkeypatch.setattr(emb, "_BLOCK_VALUES", 12)
+    assert [(s.start, s.stop) for s in emb._row_blocks((5, 6))] == [(0, 2), (2, 4), (4, 5)]

@@ -77,7 +77,8 @@ def _check_not_other_kind(path) -> None:
 
 
 def _maps_rows(sm, path) -> list[dict]:
-    """The rows of a saliency-maps file (``sm``, read): what it holds, then its SmoothGrad settings and
+    """The rows of a saliency-maps file (``sm``: its :class:`~embedscope.store.saliency.MapsSummary`, the
+    maps checked a block of rows at a time, not held): what it holds, then its SmoothGrad settings and
     provenance."""
     import numpy as np
 
@@ -87,10 +88,14 @@ def _maps_rows(sm, path) -> list[dict]:
     rows = [
         {"field": "file", "value": str(path)},
         {"field": "kind", "value": f"saliency maps of {what}"},
-        {"field": "map size", "value": " x ".join(map(str, sm.maps.shape[1:]))},
+        {"field": "map size", "value": " x ".join(map(str, sm.map_shape))},
         {"field": "classes", "value": str(len(np.unique(sm.labels)))},
-        {"field": "images stored", "value": "yes" if sm.images is not None else "no"},
+        {"field": "images stored", "value": _images_stored(sm)},
     ]
+    if sm.n_zero or sm.n_zero_retrieval:  # a collapsed model's maps (docs/saliency.md): the figures show bare images
+        counts = (f"{sm.n_zero} of {sm.n}" if sm.n_zero_retrieval is None
+                  else f"queries {sm.n_zero} of {sm.n}, retrievals {sm.n_zero_retrieval} of {sm.n}")
+        rows.append({"field": "all-zero maps", "value": f"{counts} (zero gradients)"})
     for k in _MAPS_SHOWN:
         if k in a and a[k] not in ("", None):
             rows.append({"field": k, "value": str(a[k])})
@@ -98,6 +103,14 @@ def _maps_rows(sm, path) -> list[dict]:
     if model:
         rows.append({"field": "model", "value": model})
     return rows
+
+
+def _images_stored(sm) -> str:
+    """yes / no; a pairs file holding the images of only its queries or only its retrievals says which
+    (was "yes" for either)."""
+    if sm.retrieval_has_images is None or sm.retrieval_has_images == sm.has_images:
+        return "yes" if sm.has_images else "no"
+    return "the queries' only" if sm.has_images else "the retrievals' only"
 
 
 #: the attributes of an embedding file shown (in this order): where and how the rows were computed
@@ -253,14 +266,16 @@ def run(args) -> int:
 
     from embedscope.store.embeddings import scan_open
     from embedscope.store.saliency import FORMAT as MAPS_FORMAT
-    from embedscope.store.saliency import read_maps_open
+    from embedscope.store.saliency import scan_maps_open
     from embedscope.tables import format_table
 
     path = Path(args.file)
     with _open(args.file) as f:  # one opening: the kind of file, its contents and what else it holds
         fmt = f.attrs.get("format")
         if (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt) == MAPS_FORMAT:
-            sm = read_maps_open(f, path)
+            # every check of load_maps, the maps read a block of rows at a time and the images not at all
+            # (5,000 maps of 224 x 224 and their images: about 1 GB was read to print this summary)
+            sm = scan_maps_open(f, path)
             rows = _maps_rows(sm, args.file) + _extra_rows(f, _MAPS_SCHEMA, _MAPS_OWN_ATTRS, sm.attrs)
         else:
             # NaN / inf rows (a foreign writer): info is how a user finds them. The embeddings are read a

@@ -191,7 +191,8 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
 
     The file is rewritten atomically, keeping everything else in it (groups, datasets and attributes
     outside the schema too), in memory bounded whatever its size (its embeddings are checked a block of
-    rows at a time and copied by the kernel, :func:`embedscope.store.embeddings.update_properties`).
+    rows at a time; the file copied by the kernel, or rebuilt by HDF5 when a property is replaced, so
+    that the file does not grow: :func:`embedscope.store.embeddings.update_properties`).
     A property that already exists is an error unless ``force``.
     Returns the names stored (the table's columns, in its order); ``replaced``, when given, is extended
     with those of them the file already had (``force``: their old values are gone).

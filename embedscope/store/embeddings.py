@@ -386,10 +386,11 @@ _BLOCK_VALUES = 1 << 20
 _MATH_VALUES = 1 << 16
 
 
-def _row_blocks(shape: tuple[int, ...], chunks: tuple[int, ...] | None = None, most: int = _BLOCK_VALUES):
+def _row_blocks(shape: tuple[int, ...], chunks: tuple[int, ...] | None = None, most: int | None = None):
     """Slices of the rows of an N x D array, about ``most`` values each (at least one row): whole HDF5
     chunks of rows (``chunks``, a dataset's chunk shape) when a row of chunks holds no more than ``most``
-    values, so that each chunk is read once."""
+    values, so that each chunk is read once. ``most``: default :data:`_BLOCK_VALUES`, read at each call."""
+    most = _BLOCK_VALUES if most is None else most
     n, d = int(shape[0]), max(int(shape[1]) if len(shape) > 1 else 1, 1)
     rows = max(1, most // d)
     if chunks and 1 < chunks[0] <= rows:
@@ -731,9 +732,15 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     :func:`load` or :func:`scan`), atomically, keeping everything else in it: other groups, datasets and
     attributes that other tools wrote with plain h5py survive (:func:`save` would write the schema only).
 
-    The file is copied into a temporary file beside it (by the kernel, a block at a time: memory bounded
-    whatever its size), the properties are written into the copy, which then replaces the file (its
-    mode kept); on any failure, Ctrl-C included, the file is left as it was and the copy removed."""
+    Properties added: the file is copied into a temporary file beside it (by the kernel, a block at a
+    time: memory bounded whatever its size) and they are written into the copy. Properties replaced:
+    HDF5 does not give back a deleted dataset's space to the file (a text property's strings stay in
+    its global heap: each replacement grew the file by their size, the old values readable in it), so
+    the temporary file is built afresh
+    (:func:`_rebuilt_without`): every object but the replaced properties copied by HDF5 (H5Ocopy: their
+    storage, chunks, filters, types and attributes as they are, a chunk at a time), then the properties
+    written. Either file then replaces the file (its mode kept); on any failure, Ctrl-C included, the
+    file is left as it was and the copy removed."""
     import shutil
 
     import h5py
@@ -743,12 +750,18 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
         if es.properties[k].dtype.kind in "OUS":
             _check_text(es.properties[k].reshape(-1), f"{path}: property '{k}'")
     src = Path(path)
+    with h5py.File(src, "r") as f:
+        g = f.get("properties")
+        replaced = [k for k in names if isinstance(g, h5py.Group) and k in g]
     with atomic_output(path, force=True) as tmp:
         try:
-            shutil.copyfile(src, tmp)
+            if not replaced:
+                shutil.copyfile(src, tmp)
             # h5py writes through the Python file object: a full disk is an OSError here (HDF5's own
             # writer can crash the process on ENOSPC)
             with open(tmp, "r+b") as fh:
+                if replaced:
+                    _rebuilt_without(src, fh, set(replaced))
                 with h5py.File(fh, "r+") as f:
                     g = f.require_group("properties")
                     for k in names:
@@ -761,6 +774,62 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
                 raise stop from None
             raise _write_error(e, path) from None
     return src
+
+
+def _rebuilt_without(src: Path, fh, dropped: set[str]) -> None:
+    """Write into the open, empty file ``fh`` the HDF5 file ``src`` less the properties ``dropped``
+    (``/properties/<name>``): the root's and the properties group's attributes (type and shape as
+    stored), every other object copied by HDF5 (H5Ocopy: a dataset's storage, chunking, filters, fill
+    value and attributes as they are, read and written a chunk at a time, never whole), links as links
+    (a soft or external link is not followed), an object with several names copied once, and the user
+    block, the groups' link-creation order kept."""
+    import h5py
+
+    def order(g) -> bool:
+        return bool(g.id.get_create_plist().get_link_creation_order())
+
+    def copy_attrs(a, b) -> None:
+        for name in a.attrs:
+            aid = a.attrs.get_id(name)
+            b.attrs.create(name, a.attrs[name], shape=aid.shape, dtype=aid.dtype)
+
+    with h5py.File(src, "r") as fs:
+        userblock = fs.userblock_size
+        with h5py.File(fh, "w", userblock_size=userblock or None, track_order=order(fs)) as fd:
+            copy_attrs(fs, fd)
+            copied: dict[Any, str] = {}  # object -> its first name in the new file (hard links)
+
+            def copy(a, b, name: str) -> None:
+                link = a.get(name, getlink=True)
+                if isinstance(link, h5py.SoftLink):
+                    b[name] = h5py.SoftLink(link.path)
+                elif isinstance(link, h5py.ExternalLink):
+                    b[name] = h5py.ExternalLink(link.filename, link.path)
+                else:
+                    key = a[name].id
+                    if key in copied:
+                        b[name] = fd[copied[key]]
+                    else:
+                        a.copy(name, b, name=name)
+                        copied[key] = f"{b.name.rstrip('/')}/{name}"
+
+            for name in fs:
+                props = fs.get(name, getlink=True)
+                if name == "properties" and isinstance(props, h5py.HardLink) and isinstance(fs[name], h5py.Group):
+                    gs = fs[name]
+                    gd = fd.create_group(name, track_order=order(gs))
+                    copy_attrs(gs, gd)
+                    for k in gs:
+                        if k not in dropped:
+                            copy(gs, gd, k)
+                else:
+                    copy(fs, fd, name)
+    if userblock:  # (HDF5 leaves it zeroed: another tool's header, kept)
+        with open(src, "rb") as f:
+            head = f.read(userblock)
+        fh.seek(0)
+        fh.write(head)
+        fh.seek(0)
 
 
 def _stopped_by(e: BaseException) -> BaseException | None:

@@ -34,7 +34,8 @@ from embedscope.store.embeddings import _from_attr, open_hdf5, read_attrs, write
 FORMAT = "embedscope-saliency"
 FORMAT_VERSION = 1
 KINDS = ("maps", "pairs")
-#: Map values per block when files are read by rows (:class:`MapsFile`): 2 Mi values, 8 MiB in float32.
+#: Map values per block when files are read by rows (:class:`MapsFile`, :func:`scan_maps_open`): 2 Mi values,
+#: 8 MiB in float32.
 STREAM_ELEMENTS = 1 << 21
 #: Bytes per HDF5 chunk of the maps and images that :func:`save_maps` writes (whole rows per chunk).
 CHUNK_BYTES = 1 << 16
@@ -110,29 +111,8 @@ class SaliencyMaps:
 
     def validate(self, source: str = "saliency maps") -> None:
         """One-line :class:`EmbedscopeError` when fields disagree or values are bad."""
-        M = self.maps
-        if M.ndim != 3:
-            raise EmbedscopeError(f"{source}: maps must be 3-D (N x H x W), got shape {M.shape}")
-        if not np.issubdtype(M.dtype, np.floating):
-            raise EmbedscopeError(f"{source}: maps must be floating point, got {M.dtype}")
-        n = M.shape[0]
-        self.labels = _checked_rows(n, self.paths, self.labels, self.class_names, source)
-        if n and not np.all(np.isfinite(M)):
-            raise EmbedscopeError(f"{source}: maps contain NaN or inf")
-        if n and (float(M.min()) < -1e-3 or float(M.max()) > 1 + 1e-3):
-            raise EmbedscopeError(
-                f"{source}: maps must lie in [0, 1], got [{float(M.min()):.3g}, {float(M.max()):.3g}]")
-        _check_images(self.images, M.shape, source)
-        if self.retrieval is not None:
-            r = self.retrieval
-            if r["maps"].shape != M.shape:
-                raise EmbedscopeError(f"{source}: retrieval maps have shape {r['maps'].shape}, query maps {M.shape}")
-            for k in ("paths", "labels", "distance"):
-                if r[k].shape != (n,):
-                    raise EmbedscopeError(f"{source}: retrieval {k} has shape {r[k].shape}, expected ({n},)")
-            if n and not np.all(np.isfinite(r["maps"])):
-                raise EmbedscopeError(f"{source}: retrieval maps contain NaN or inf")
-            _check_images(r.get("images"), M.shape, source + " (retrieval)")
+        self.labels = _validate_fields(self.maps, self.paths, self.labels, self.class_names, self.images,
+                                       self.retrieval, source)
 
     def select(self, idx) -> "SaliencyMaps":
         """A new set of maps with the rows picked by a boolean mask or row indices."""
@@ -147,12 +127,97 @@ class SaliencyMaps:
                             retrieval=ret, attrs=dict(self.attrs))
 
 
+def _validate_fields(M, paths, labels, class_names, images, retrieval, source: str) -> np.ndarray:
+    """The checks of :meth:`SaliencyMaps.validate`, in its order, of maps held in memory or read from a
+    file a block of rows at a time (``M`` and ``retrieval["maps"]``: arrays or :class:`_ScannedMaps`;
+    ``images``: arrays or h5py datasets, only their type and shape are looked at). Returns the labels
+    as int64."""
+    if M.ndim != 3:
+        raise EmbedscopeError(f"{source}: maps must be 3-D (N x H x W), got shape {M.shape}")
+    if not np.issubdtype(M.dtype, np.floating):
+        raise EmbedscopeError(f"{source}: maps must be floating point, got {M.dtype}")
+    n = M.shape[0]
+    labels = _checked_rows(n, paths, labels, class_names, source)
+    if n:
+        finite, lo, hi = _values(M)
+        if not finite:
+            raise EmbedscopeError(f"{source}: maps contain NaN or inf")
+        if lo < -1e-3 or hi > 1 + 1e-3:
+            raise EmbedscopeError(f"{source}: maps must lie in [0, 1], got [{lo:.3g}, {hi:.3g}]")
+    _check_images(images, M.shape, source)
+    if retrieval is not None:
+        r = retrieval
+        if r["maps"].shape != M.shape:
+            raise EmbedscopeError(f"{source}: retrieval maps have shape {r['maps'].shape}, query maps {M.shape}")
+        for k in ("paths", "labels", "distance"):
+            if r[k].shape != (n,):
+                raise EmbedscopeError(f"{source}: retrieval {k} has shape {r[k].shape}, expected ({n},)")
+        if n:
+            finite, lo, hi = _values(r["maps"])
+            if not finite:
+                raise EmbedscopeError(f"{source}: retrieval maps contain NaN or inf")
+            if lo < -1e-3 or hi > 1 + 1e-3:  # (were not checked: a file of retrieval maps in [0, 7] was read)
+                raise EmbedscopeError(f"{source}: retrieval maps must lie in [0, 1], got [{lo:.3g}, {hi:.3g}]")
+        _check_images(r.get("images"), M.shape, source + " (retrieval)")
+    return labels
+
+
+def _values(M) -> tuple[bool, float, float]:
+    """Whether every value of the maps ``M`` (3-D, at least one row) is finite and, if so, the least and
+    the largest (NaN otherwise)."""
+    if isinstance(M, _ScannedMaps):
+        return M.values()
+    if not np.all(np.isfinite(M)):
+        return False, np.nan, np.nan
+    return True, float(M.min()), float(M.max())
+
+
+class _ScannedMaps:
+    """The maps of a file (an h5py dataset) as :func:`_validate_fields` sees them without reading them
+    all: their shape, the type :func:`read_maps_open` gives them (float32), and :meth:`values`, measured
+    a block of rows at a time (:data:`STREAM_ELEMENTS` values, whole chunks: memory bounded whatever
+    N x H x W)."""
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, ds) -> None:
+        self._ds = ds
+        self.shape = tuple(int(x) for x in ds.shape)
+        self.ndim = len(self.shape)
+        self._values: tuple[bool, float, float] | None = None
+        #: the all-zero maps (a zero gradient), counted by :meth:`values` (0 before)
+        self.n_zero = 0
+
+    def values(self) -> tuple[bool, float, float]:
+        """:func:`_values` of the maps as float32, read (once) a block of rows at a time; stops at the
+        first block holding NaN or inf. Counts the all-zero maps on the way (:attr:`n_zero`)."""
+        if self._values is None:
+            from embedscope.store.embeddings import _row_blocks
+
+            n, row = self.shape[0], int(np.prod(self.shape[1:], dtype=np.int64))
+            finite, lo, hi = True, np.inf, -np.inf
+            for b in _row_blocks((n, row), self._ds.chunks, most=STREAM_ELEMENTS):
+                m = self._ds[b].astype(np.float32)
+                if not np.all(np.isfinite(m)):
+                    finite, lo, hi = False, np.nan, np.nan
+                    break
+                if m.size:
+                    lo, hi = min(lo, float(m.min())), max(hi, float(m.max()))
+                    self.n_zero += int(np.count_nonzero(~m.reshape(len(m), -1).any(axis=1)))
+            self._values = (finite, lo, hi)
+        return self._values
+
+
 def _checked_rows(n: int, paths, labels, class_names, source: str):
     """The per-map fields of ``n`` maps checked (one path and one label each, integer labels that index
     ``class_names``, no path twice); returns the labels as int64."""
-    if paths.ndim != 1 or paths.shape[0] != n:
+    if paths.ndim != 1:  # (a single value: was an IndexError, or its characters taken as paths)
+        raise EmbedscopeError(f"{source}: paths must hold one path per map, got shape {paths.shape}")
+    if paths.shape[0] != n:
         raise EmbedscopeError(f"{source}: {paths.shape[0]} paths for {n} maps")
-    if labels.ndim != 1 or labels.shape[0] != n:
+    if labels.ndim != 1:
+        raise EmbedscopeError(f"{source}: labels must hold one label per map, got shape {labels.shape}")
+    if labels.shape[0] != n:
         raise EmbedscopeError(f"{source}: {labels.shape[0]} labels for {n} maps")
     if not np.issubdtype(labels.dtype, np.integer):
         raise EmbedscopeError(f"{source}: labels must be integers, got {labels.dtype}")
@@ -221,8 +286,68 @@ def save_maps(path: str | os.PathLike, sm: SaliencyMaps, *, force: bool = False)
     return Path(path)
 
 
-def _strings(ds) -> np.ndarray:
-    return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in ds[()]], dtype=object)
+def _strings(ds, path: Path) -> np.ndarray:
+    """The text dataset ``ds`` as an object array of str (a single value: a 0-d one, refused by the
+    checks that follow); one line naming it when it holds a byte that is not UTF-8."""
+    v = ds[()]
+    if not isinstance(v, np.ndarray) or v.ndim == 0:  # (a single text was read one character at a time)
+        v = np.asarray(v, dtype=object)
+        items, shape = [v.item()], ()
+    else:
+        items, shape = v.reshape(-1), v.shape
+    try:
+        out = np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in items], dtype=object)
+    except UnicodeDecodeError:
+        raise EmbedscopeError(f"{path}: '{ds.name.lstrip('/')}' holds invalid UTF-8 text") from None
+    return out.reshape(shape)
+
+
+def _dataset(g, name: str, path: Path):
+    """``g[name]``, an HDF5 dataset, else one line (missing, or a group: was a TypeError of h5py's)."""
+    import h5py
+
+    where = f"{g.name.strip('/')}/{name}".lstrip("/")
+    if name not in g:
+        raise EmbedscopeError(f"{path}: damaged saliency-maps file, missing {where}")
+    ds = g[name]
+    if not isinstance(ds, h5py.Dataset):
+        raise EmbedscopeError(f"{path}: '{where}' is an HDF5 group, expected a dataset")
+    return ds
+
+
+def _read_fields(f, path: Path, *, scanned: bool) -> dict[str, Any]:
+    """The fields of a :class:`SaliencyMaps` read from the open file ``f``, as its constructor converts
+    them: the maps as float32 (``scanned``: a :class:`_ScannedMaps` of them, nothing read) and the images
+    (``scanned``: their h5py dataset), the per-row fields, the retrieval pairs, the attributes."""
+    import h5py
+
+    _check_header(f, path)
+
+    def part(g) -> dict[str, Any]:
+        maps = _dataset(g, "maps", path)
+        if maps.dtype.kind not in "biuf":  # (text was converted, complex numbers cut to their real part)
+            where = "retrieval maps" if g.name != "/" else "maps"
+            raise EmbedscopeError(f"{path}: saliency maps: {where} must be floating point, got {maps.dtype}")
+        images = _dataset(g, "images", path) if "images" in g else None
+        return dict(maps=_ScannedMaps(maps) if scanned else maps[()].astype(np.float32),
+                    paths=_strings(_dataset(g, "paths", path), path).astype(str),
+                    labels=np.asarray(_dataset(g, "labels", path)[()]),
+                    images=images if scanned or images is None else images[()])
+
+    main = part(f)
+    retrieval = None
+    if "retrieval" in f:
+        g = f["retrieval"]
+        if not isinstance(g, h5py.Group):
+            raise EmbedscopeError(f"{path}: 'retrieval' is an HDF5 dataset, expected a group (of the pairs' "
+                                  "retrieved images)")
+        retrieval = part(g)
+        retrieval["distance"] = np.asarray(_dataset(g, "distance", path)[()] if "distance" in g
+                                           else np.full(len(retrieval["paths"]), np.nan), dtype=np.float32)
+    class_names = _strings(_dataset(f, "class_names", path), path).astype(str)
+    attrs = read_attrs(f.attrs)
+    attrs["source_file"] = str(path)
+    return dict(class_names=class_names, retrieval=retrieval, attrs=attrs, **main)
 
 
 def _check_header(f, path: Path) -> None:
@@ -231,9 +356,17 @@ def _check_header(f, path: Path) -> None:
         hint = " (an embedding file? saliency maps come from 'embedscope saliency')" if "embeddings" in f else ""
         raise EmbedscopeError(f"{path}: not an embedscope saliency-maps file{hint}")
     version = f.attrs.get("format_version")
-    if version is not None and int(version) > FORMAT_VERSION:
-        raise EmbedscopeError(f"{path}: format_version {int(version)} is newer than this embedscope reads "
-                              f"({FORMAT_VERSION})")
+    if version is not None:
+        try:  # (text or an array: was a ValueError's or TypeError's one-liner)
+            version = int(np.asarray(version).item())
+        except (TypeError, ValueError):
+            from embedscope.text import quoted
+
+            raise EmbedscopeError(f"{path}: format_version must be an integer, got "
+                                  f"{quoted(_from_attr(version))}") from None
+        if version > FORMAT_VERSION:
+            raise EmbedscopeError(f"{path}: format_version {version} is newer than this embedscope reads "
+                                  f"({FORMAT_VERSION})")
     missing = [k for k in ("maps", "paths", "labels", "class_names") if k not in f]
     if missing:
         raise EmbedscopeError(f"{path}: damaged saliency-maps file, missing {', '.join(missing)}")
@@ -251,28 +384,54 @@ def load_maps(path: str | os.PathLike) -> SaliencyMaps:
 
 
 def read_maps_open(f, path: str | os.PathLike) -> SaliencyMaps:
-    """:func:`load_maps` of a file already open (``h5py.File``, read): ``embedscope info`` reads the maps
-    and what else the file holds in one opening. ``path`` names the file in errors and ``source_file``."""
+    """:func:`load_maps` of a file already open (``h5py.File``, read). ``path`` names the file in errors
+    and ``source_file``."""
     path = Path(path)
-    _check_header(f, path)
-
-    def part(g):
-        return dict(maps=g["maps"][()].astype(np.float32), paths=_strings(g["paths"]), labels=g["labels"][()],
-                    images=g["images"][()] if "images" in g else None)
-
-    main = part(f)
-    retrieval = None
-    if "retrieval" in f:
-        g = f["retrieval"]
-        retrieval = part(g)
-        retrieval["distance"] = g["distance"][()] if "distance" in g else np.full(len(retrieval["paths"]), np.nan)
-    class_names = _strings(f["class_names"])
-    attrs = read_attrs(f.attrs)
-    attrs["source_file"] = str(path)
+    fields = _read_fields(f, path, scanned=False)
     try:
-        return SaliencyMaps(class_names=class_names, retrieval=retrieval, attrs=attrs, **main)
+        return SaliencyMaps(**fields)
     except EmbedscopeError as e:
         raise EmbedscopeError(f"{path}: {e}") from None
+
+
+@dataclass(eq=False, repr=False)
+class MapsSummary:
+    """What :func:`scan_maps_open` read of a maps file: everything but the maps' and images' values (of
+    which the all-zero maps are counted)."""
+
+    n: int
+    kind: str  # "maps" | "pairs"
+    map_shape: tuple[int, ...]
+    paths: np.ndarray
+    labels: np.ndarray  # int64, checked
+    class_names: np.ndarray
+    has_images: bool
+    retrieval_has_images: bool | None  # None: not a pairs file
+    attrs: dict[str, Any]
+    n_zero: int = 0  # the all-zero maps (a zero gradient everywhere: docs/saliency.md)
+    n_zero_retrieval: int | None = None  # of the retrievals (None: not a pairs file)
+
+
+def scan_maps_open(f, path: str | os.PathLike) -> MapsSummary:
+    """:func:`read_maps_open` in memory bounded whatever the number of maps (``embedscope info``: 5,000
+    maps of 224 x 224 and their images were read, about 1 GB, to print a summary): every check of
+    :func:`load_maps` is made, in its order and words, the maps' values a block of rows at a time; the
+    images are not read (their type and shape are checked). Memory: the per-row paths, labels and
+    distances, and one block."""
+    path = Path(path)
+    fields = _read_fields(f, path, scanned=True)
+    maps, retrieval = fields["maps"], fields["retrieval"]
+    try:
+        labels = _validate_fields(maps, fields["paths"], fields["labels"], fields["class_names"], fields["images"],
+                                  retrieval, "saliency maps")
+    except EmbedscopeError as e:
+        raise EmbedscopeError(f"{path}: {e}") from None
+    return MapsSummary(n=maps.shape[0], kind="pairs" if retrieval is not None else "maps",
+                       map_shape=maps.shape[1:], paths=fields["paths"], labels=labels,
+                       class_names=fields["class_names"], has_images=fields["images"] is not None,
+                       retrieval_has_images=None if retrieval is None else retrieval["images"] is not None,
+                       attrs=fields["attrs"], n_zero=maps.n_zero,
+                       n_zero_retrieval=None if retrieval is None else retrieval["maps"].n_zero)
 
 
 def match_rows(items: Sequence[Any], names: list[str] | None = None) -> tuple[list[np.ndarray], dict[str, Any]]:
@@ -359,14 +518,15 @@ class MapsFile:
     def _open(self) -> None:
         f, path = self._f, self.path
         _check_header(f, path)
-        self.class_names = _strings(f["class_names"])
-        self.paths = _strings(f["paths"]).astype(str)
-        self.labels = np.asarray(f["labels"][()])
+        self.class_names = _strings(_dataset(f, "class_names", path), path)
+        self.paths = _strings(_dataset(f, "paths", path), path).astype(str)
+        self.labels = np.asarray(_dataset(f, "labels", path)[()])
         self.attrs = read_attrs(f.attrs)
         self.attrs["source_file"] = str(path)
         self.kind = "pairs" if "retrieval" in f else "maps"
-        ds = f["maps"]
+        ds = _dataset(f, "maps", path)
         self._maps = ds
+        self._images = _dataset(f, "images", path) if "images" in f else None
         src = "saliency maps"
         try:
             if ds.ndim != 3:
@@ -374,7 +534,6 @@ class MapsFile:
             if np.dtype(ds.dtype).kind not in "biuf":  # load_maps reads any number as float32
                 raise EmbedscopeError(f"{src}: maps must be floating point, got {np.dtype(ds.dtype)}")
             self.labels = _checked_rows(int(ds.shape[0]), self.paths, self.labels, self.class_names, src)
-            self._images = f["images"] if "images" in f else None
             _check_images(self._images, tuple(ds.shape), src)  # an h5py dataset: its dtype and shape only
         except EmbedscopeError as e:
             raise EmbedscopeError(f"{path}: {e}") from None
@@ -466,5 +625,5 @@ def display_images(x, kind: str) -> np.ndarray:
     return pic[:, 0] if pic.shape[1] == 1 else np.moveaxis(pic, 1, -1)
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "SaliencyMaps", "MapsFile", "save_maps", "load_maps", "match_maps", "match_rows",
-           "display_images"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "SaliencyMaps", "MapsFile", "MapsSummary", "save_maps", "load_maps",
+           "scan_maps_open", "match_maps", "match_rows", "display_images"]
