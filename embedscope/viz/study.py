@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +267,9 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
     names = stats["metric_matrix"]["names"]
     M = np.array(stats["metric_matrix"]["pearson"], dtype=float)
     k = len(names)
-    fig, ax = plt.subplots(figsize=(0.55 * k + 2.2, 0.5 * k + 1.6))
+    # at least 4.8 x 3.4 in: with one to three metrics the colour bar's label ran into the title and
+    # the note below was twice the figure's width
+    fig, ax = plt.subplots(figsize=(max(0.55 * k + 2.2, 4.8), max(0.5 * k + 1.6, 3.4)))
     # an undefined entry is grey and says n/a: left blank it read as white, the colour of r = 0
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.82")
     im = ax.imshow(np.ma.masked_invalid(M), vmin=-1, vmax=1, cmap=cmap)
@@ -286,8 +289,10 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
     ax.set_title(title or (f"Correlation between {what} across objectives"
                            + (f" ({n_obj} objectives)" if isinstance(n_obj, int) else "")), fontsize=9.5)
     if not np.isfinite(M).all():
-        ax.set_xlabel("grey, n/a: not defined (a metric constant over the objectives, or fewer than 3 "
-                      "objectives with a value of both)", fontsize=8)
+        note = ("grey, n/a: not defined (a metric constant over the objectives, or fewer than 3 objectives "
+                "with a value of both)")
+        # wrapped to the figure (8-pt characters average ~0.075 in)
+        ax.set_xlabel("\n".join(textwrap.wrap(note, max(40, int(fig.get_figwidth() / 0.075)))), fontsize=8)
     clean_figure(fig)
     fig.tight_layout()
     return fig
