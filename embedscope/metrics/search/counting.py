@@ -544,9 +544,10 @@ def relevant_ranks_by_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: n
 
     n_threads = int(threads or min(len(tasks), n_search_threads()))
     if n_threads <= 1:
-        for t in tasks:
-            run(t)
-            bar.update(1)
+        with blas_single_thread():  # (as the workers below: a multi-threaded BLAS on small tiles only spins)
+            for t in tasks:
+                run(t)
+                bar.update(1)
     else:
         with blas_single_thread(), ThreadPoolExecutor(n_threads) as pool:
             for _ in pool.map(run, tasks):

@@ -8,10 +8,12 @@ flat search) and never sorts a row of N keys:
 
 1. **A floor per query**, ``τ_i = max(floor_i, lowest relevant key_i − 2w_i)``: ``floor_i`` is the
    j-th largest key of query i against a uniform sample of ``ns`` references (``ns`` about
-   ``SAMPLE_MEAN`` × N / d, at most a share of N that shrinks with the mean depth; j from the
-   expected cost of the survivors vs. a recount, :func:`_sample_ranks`), an estimate of the d_i-th
-   largest key, taken from the maxima of column groups of the sample (a value at most the j-th
-   largest sampled key, usually equal, at a fraction of a partition's cost).
+   ``SAMPLE_MEAN`` × N / d, at most a share of N that shrinks with the mean depth, or at CUB-like
+   depths the larger size that balances the sample's cost against the survivors' (:func:`_small_sample`,
+   up to N/4 of a small set); j from the expected cost of the survivors vs. a recount,
+   :func:`_sample_ranks`), an estimate of the d_i-th largest key, taken from the maxima of column
+   groups of the sample (a value at most the j-th largest sampled key, usually equal, at a fraction
+   of a partition's cost).
 2. **Tiles.** One float32 GEMM per tile (a same-set cosine search multiplies each pair of query
    blocks once and filters the tile both ways); the references whose float32 key exceeds ``τ_i``
    ("survivors", about 1.5–2 × d_i per query) are kept, everything else is dropped at once.
@@ -70,13 +72,22 @@ class SurvivorOverflow(Exception):
     kept far more than ~2 × depth references per query, as it must where most keys tie (a collapsed
     model keeps whole rows: N² survivors). The caller ranks the search by a pass of bounded memory."""
 
-BLOCK = 1024  # queries per block (a symmetric search's tiles are BLOCK x BLOCK; at most 32,767)
+BLOCK = 512  # queries per block (a symmetric search's tiles are BLOCK x BLOCK; at most 32,767): 1,024 cost
+# 8-11% more CPU at CUB-like 6,000 rows (2 threads) and 25-30% at 2,000 on one thread, 5-7% at 60,000 x 128
+# (the same at 12,000 x 512, 6,000 x 2,048, 10 classes of 1,000): a 512-row block's tile (1 MB) and sorted
+# survivors stay within a core's L2 (docs/PERFORMANCE.md, thirtieth session)
 REF_TILE = 2048  # references per tile when the search is not symmetric
 SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample), at
 # D <= 128; times sqrt(128 / D) above (the sample's GEMM grows with D, the survivors' cost does not)
 SAMPLE_MAX_FRAC = 1 / 16  # ... from at most this share of the references (small depths: a looser floor),
 SAMPLE_FRAC_PER_DEPTH = 1 / 128  # ... and at most (mean depth) x this share (SOP-like depths of ~5: ~1/30;
 SAMPLE_MIN_FRAC = 1 / 64  # the floor's GEMM and partition cost more than the extra survivors), at least this
+SMALL_SURVIVOR_NS = 300.0  # ... or, where larger, the sample that balances the floors' cost against a survivor's
+# end to end (its share of the tile's mask and gathers, the padded per-row sort and the counting), this many
+# ns at ROW_NS per sampled reference (_small_sample; docs/PERFORMANCE.md, thirtieth session), at most
+SMALL_SAMPLE_MAX_FRAC = 1 / 4  # this share: CUB-like 2,000-12,000 rows, where the share above left ~2.1-2.5 x
+# the depth surviving per row (0 turns it off), for mean depths of at least
+SMALL_SAMPLE_MIN_DEPTH = 16.0  # this (SOP-like depths of ~5: j of a few, μ < 1, no gain measured)
 SURVIVOR_NS = 50.0  # the floor's sample rank (_sample_ranks) balances the cost of one survivor (ns) ...
 ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension),
 PAIR_NS = 100.0  # ... plus its count again: its survivors (SURVIVOR_NS each) and its relevant pairs (ns each)
@@ -181,6 +192,23 @@ def _sample_ranks(depth: np.ndarray, ns: int, nr: int, dim: int, pairs: np.ndarr
         cost = js * (nr / ns) * SURVIVOR_NS + sf[js] * recount
         out[t] = js[int(np.argmin(cost))]
     return out[inv].reshape(depth.shape)
+
+
+def _small_sample(depth_mean: float, nr: int, dim: int) -> int:
+    """The floors' sample size that minimises, per query, the sample's cost (``ns`` references at
+    ``ROW_NS`` each: GEMM and partition) plus that of the survivors beyond the depth: a floor at
+    the j-th of ``ns`` sampled keys, j about μ + 2.5·√μ with μ = depth·ns/nr (:func:`_sample_ranks`),
+    lets through about depth + 2.5·√(depth·nr/ns) references, ``SMALL_SURVIVOR_NS`` each; the
+    minimum lies at ns = (1.25·SMALL_SURVIVOR_NS·√(depth·nr) / row_ns)^(2/3). It grows like nr^(1/3):
+    a larger share of a small set (2,000 CUB-like rows at D = 64: ~500 of them where ``SAMPLE_MAX_FRAC``
+    gave 125), about that share's sample at 12,000 rows and below it beyond (60,000 × 128: 1,372
+    against 3,750, which then stands). At most ``SMALL_SAMPLE_MAX_FRAC`` of
+    the references; 0 (no such sample) for mean depths below ``SMALL_SAMPLE_MIN_DEPTH``."""
+    if SMALL_SAMPLE_MAX_FRAC <= 0 or depth_mean < SMALL_SAMPLE_MIN_DEPTH:
+        return 0
+    row_ns = ROW_NS[0] + ROW_NS[1] * dim
+    ns = (1.25 * SMALL_SURVIVOR_NS * math.sqrt(max(depth_mean, 1.0) * nr) / row_ns) ** (2.0 / 3.0)
+    return int(min(ns, SMALL_SAMPLE_MAX_FRAC * nr))
 
 
 def _kth_largest_lower(A: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -318,6 +346,8 @@ class _Rows:
         # GEMM and partition; on 1,000-4,000 SOP-like rows at D = 16-2,048 the capped sample made
         # the call 1.1-2.5x faster (same values)
         ns = min(ns, int(math.ceil(frac * nr)))
+        if self.labels is None:  # (classes of hundreds: LARGE_SAMPLE_MEAN's tighter floors already)
+            ns = max(ns, _small_sample(dm, nr, ks.Q32.shape[1]))
         if ns >= nr / 2:  # tiny sets
             ns = nr
             self.sample, self.j = np.arange(nr), np.minimum(depth, n_avail)
@@ -918,15 +948,18 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
         return sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
 
     try:
-        if n_threads == 1:  # the calling thread runs every GEMM: one torch thread for the bfloat16 ones
-            with torch_threads(1) if st.floor_bf16 else contextlib.nullcontext():
-                for sp in st.floor_spans:
-                    floors(sp)
-            st.set_thresholds()
-            with torch_threads(1) if st.cthr is not None else contextlib.nullcontext():
-                for t in st.tasks:
-                    run(t)
-                    bar.update(1)
+        if n_threads == 1:  # the calling thread runs every GEMM: one torch thread for the bfloat16 ones, and
+            # one BLAS thread (as the workers below and knn's single-thread pass: a multi-threaded BLAS on
+            # 512-row tiles spun: 2-2.8x the CPU time at CUB-like 2,000-6,000 rows with search_threads(1))
+            with blas_single_thread():
+                with torch_threads(1) if st.floor_bf16 else contextlib.nullcontext():
+                    for sp in st.floor_spans:
+                        floors(sp)
+                st.set_thresholds()
+                with torch_threads(1) if st.cthr is not None else contextlib.nullcontext():
+                    for t in st.tasks:
+                        run(t)
+                        bar.update(1)
         else:
             # torch keeps its OpenMP thread count per thread (each worker sets 1 for itself) and takes
             # the last count set as the default of threads started later: the caller's is put back.
