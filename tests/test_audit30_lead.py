@@ -102,3 +102,42 @@ def test_the_row_blocks_read_their_size_at_each_call(monkeypatch):
     assert len(list(emb._row_blocks((50, 6)))) == 1
     monkeypatch.setattr(emb, "_BLOCK_VALUES", 12)
     assert [(s.start, s.stop) for s in emb._row_blocks((5, 6))] == [(0, 2), (2, 4), (4, 5)]
+
+
+def test_the_untrained_count_says_how_many_of_its_runs_exclude_left_out():
+    """`study --exclude`: 'no better than the untrained network: 2 of 16' beside a table of 8 runs, with no
+    word that the count took the excluded runs too."""
+    from test_audit24_options_study import SPLITS, _table
+
+    from embedscope.study.stats import study_statistics
+
+    df = _table([0.2, 0.6, 0.3, 0.9], [0.5, 0.5])  # rho: l0_s1 and l1_s1 no better than their untrained
+    s = study_statistics(df, target="rho", n_boot=0, splits=SPLITS, exclude=["loss==softmax"])
+    u = s["untrained"]
+    runs = s["_runs"].set_index("id")
+    out = [i for i in ("l0_s0", "l0_s1", "l1_s0", "l1_s1") if runs.loc[i, "excluded"]]
+    assert out == ["l1_s0", "l1_s1"]  # brute force: the softmax runs
+    assert u["selected_no_better"] == ["l0_s1", "l1_s1"] and u["selected_compared"] == 4
+    assert (u["excluded_no_better"], u["excluded_compared"]) == (1, 2)
+    s = study_statistics(df, target="rho", n_boot=0, splits=SPLITS)
+    assert (s["untrained"]["excluded_no_better"], s["untrained"]["excluded_compared"]) == (0, 0)
+
+
+def test_study_and_report_say_the_excluded_share_of_the_untrained_count(tmp_path, monkeypatch, capsys):
+    import embedscope.study.run as study_run
+    from embedscope.cli import main
+    from embedscope.study.report import _untrained
+
+    u = {"selected_no_better": ["a", "b"], "selected_compared": 16, "excluded_no_better": 1, "excluded_compared": 8,
+         "direction": "higher"}
+    stats = {"correlations": [], "ranking": [], "n_points": {"runs": 0, "objectives": 0}, "target": "R@1",
+             "untrained": u, "figures": []}
+    monkeypatch.setattr(study_run, "run_study", lambda *a, **k: {"stats": stats, "errors": [], "rows": []})
+    (tmp_path / "ckpts").mkdir()
+    assert main(["study", str(tmp_path / "ckpts"), "-o", str(tmp_path / "st"), "--no-progress"]) == 0
+    assert ("selected checkpoints no better than the untrained network: 2 of 16, of which 1 of the 8 left out "
+            "by --exclude") in capsys.readouterr().out
+    assert "of which 1 of the 8 left out by the exclusions" in "".join(_untrained(stats, []))
+    u.update(excluded_no_better=0, excluded_compared=0)
+    assert main(["study", str(tmp_path / "ckpts"), "-o", str(tmp_path / "st2"), "--no-progress"]) == 0
+    assert capsys.readouterr().out.count("untrained network: 2 of 16\n") == 1

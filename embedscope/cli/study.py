@@ -117,8 +117,10 @@ def run(args) -> int:
         print(f"selected checkpoints against the untrained network: not compared (neither a higher nor a lower "
               f"{st['target']} is better)")
     else:
+        out = u.get("excluded_compared") or 0  # (the runs --exclude left out are counted too: said)
         print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "
-              f"{u.get('selected_compared', '?')}")
+              f"{u.get('selected_compared', '?')}" + (f", of which {u.get('excluded_no_better', 0)} of the {out} "
+                                                       "left out by --exclude" if out else ""))
     n_reg = n.get("regularised_objectives", 0)
     if n_reg:
         print(f"{n_reg} of the objectives are rho-regularised (p_switch > 0), which Roth's Fig. 5 leaves out: "

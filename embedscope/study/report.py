@@ -441,8 +441,11 @@ def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     target = stats["target"]
     u = stats.get("untrained", {})
     nb = [str(x) for x in u.get("selected_no_better") or []] if isinstance(u.get("selected_no_better"), list) else []
+    out = _count(u.get("excluded_compared")) or 0
     said = [f"Selected checkpoints no better than their untrained network on {_e(_target(stats))}: "
-            f"<b>{len(nb)} of {_e(u.get('selected_compared', 0))}</b>"]
+            f"<b>{len(nb)} of {_e(u.get('selected_compared', 0))}</b>"
+            + (f", of which {_e(u.get('excluded_no_better', 0))} of the {_e(out)} left out by the exclusions"
+               if out else "")]
     if u.get("direction") == "none":  # (the registry gives the target no direction: nothing is compared)
         said = [f"Not compared: neither a higher nor a lower {_e(target)} is better"]
     if _count(u.get("final_compared")) != 0:

@@ -690,7 +690,11 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
                                      else float("nan")))
         robust[m] = rr
     sel_rows = df[primary]
-    no_better = sel_rows[sel_rows["beats_untrained"].map(lambda v: v is False).to_numpy(dtype=bool)]
+    nb_mask = sel_rows["beats_untrained"].map(lambda v: v is False).to_numpy(dtype=bool)
+    no_better = sel_rows[nb_mask]
+    # the selected runs --exclude left out are compared too (the counts above): how many of them, said
+    sel_out = sel_rows["excluded"].to_numpy(dtype=bool)
+    sel_cmp = sel_rows["beats_untrained"].map(lambda v: v is not None).to_numpy(dtype=bool)
     final_nb = df[(df["selection"] == "final") & ok]["beats_untrained"].map(lambda v: v is False)
     objectives = []
     for o in OB.index:
@@ -740,7 +744,10 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         "robustness": robust,
         "untrained": {
             "selected_no_better": sorted(no_better["id"].tolist()),
-            "selected_compared": int(sel_rows["beats_untrained"].map(lambda v: v is not None).sum()),
+            "selected_compared": int(sel_cmp.sum()),
+            # of those: the runs --exclude leaves out of the statistics
+            "excluded_no_better": int((nb_mask & sel_out).sum()),
+            "excluded_compared": int((sel_cmp & sel_out).sum()),
             "final_no_better": int(final_nb.sum()),
             "final_compared": int(df[(df["selection"] == "final") & ok]["beats_untrained"].map(
                 lambda v: v is not None).sum()),
