@@ -141,3 +141,85 @@ def test_study_and_report_say_the_excluded_share_of_the_untrained_count(tmp_path
     u.update(excluded_no_better=0, excluded_compared=0)
     assert main(["study", str(tmp_path / "ckpts"), "-o", str(tmp_path / "st2"), "--no-progress"]) == 0
     assert capsys.readouterr().out.count("untrained network: 2 of 16\n") == 1
+
+
+
+def test_overlapping_single_thread_blas_blocks_of_two_threads_restore_the_count(monkeypatch):
+    """A opens, B opens, A closes, B closes: each block restoring its own saved count left the process
+    on one BLAS thread for good (B saved the 1 that A had set). A stand-in for threadpoolctl's controller
+    holds the process-wide count (the bundled OpenBLAS ignores a count set from a thread other than the
+    main one, so the real library cannot show it here)."""
+    import sys
+    import threading
+
+    from embedscope.metrics.search import threads
+
+    state = {"n": 2, "sets": 0}
+
+    class Limit:
+        def __init__(self):
+            self.saved, state["n"] = state["n"], 1
+            state["sets"] += 1
+
+        def restore_original_limits(self):
+            state["n"] = self.saved
+
+        def __enter__(self):  # (threadpoolctl's limiter is a context too)
+            return self
+
+        def __exit__(self, *exc):
+            self.restore_original_limits()
+
+    class Controller:
+        def limit(self, limits, user_api):
+            assert (limits, user_api) == (1, "blas")
+            return Limit()
+
+    monkeypatch.setattr(threads, "_BLAS", Controller())
+    monkeypatch.setattr(threads, "_BLAS_MODULES", len(sys.modules))
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with threads.blas_single_thread():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def b():
+        a_in.wait(5)
+        with threads.blas_single_thread():
+            b_in.set()
+            a_out.wait(5)
+            seen["B, after A closed"] = state["n"]  # still one thread: B's block is open
+
+    ts = [threading.Thread(target=f) for f in (a, b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    assert seen == {"B, after A closed": 1} and state == {"n": 2, "sets": 1}
+    with threads.blas_single_thread():  # nested in one thread: the same
+        with threads.blas_single_thread():
+            assert state["n"] == 1
+        assert state["n"] == 1
+    assert state == {"n": 2, "sets": 2}
+
+
+def test_single_thread_blas_from_the_main_thread_is_one_thread_and_restored():
+    import numpy as np  # noqa: F401 (its BLAS loaded)
+    from threadpoolctl import ThreadpoolController, threadpool_limits
+
+    from embedscope.metrics.search.threads import blas_single_thread
+
+    def blas_threads():
+        return {m["num_threads"] for m in ThreadpoolController().select(user_api="blas").info()}
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        if blas_threads() != {2}:  # pragma: no cover - a BLAS without thread control
+            pytest.skip("no BLAS whose threads threadpoolctl sets")
+        with blas_single_thread():
+            with blas_single_thread():
+                assert blas_threads() == {1}
+            assert blas_threads() == {1}
+        assert blas_threads() == {2}

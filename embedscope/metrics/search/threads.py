@@ -23,7 +23,11 @@ from embedscope.device import available_cpus
 __all__ = ["search_threads", "n_search_threads", "blas_single_thread"]
 
 _LOCAL = threading.local()
-_BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms)
+_BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms) ...
+_BLAS_MODULES = -1  # ... built when sys.modules held this many modules (a library loaded since: rebuilt)
+_BLAS_LOCK = threading.Lock()
+_BLAS_USERS = 0  # the blas_single_thread blocks open in this process, of any thread
+_BLAS_LIMIT = None  # the limiter of the first of them: the others share it, the last one restores
 
 
 def n_search_threads() -> int:
@@ -48,12 +52,36 @@ def search_threads(n: int):
         _LOCAL.n = prev
 
 
+@contextlib.contextmanager
 def blas_single_thread():
     """A context in which BLAS runs one thread (small GEMMs, or GEMM tiles in worker threads).
-    BLAS thread counts are process-wide (threadpoolctl)."""
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
 
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
+    BLAS thread counts are process-wide (threadpoolctl), so the blocks of every thread share one
+    limit: the first to open sets one thread, the last to close restores the count from before the
+    first. (Each block setting and restoring its own, two threads' blocks that overlapped as A opens,
+    B opens, A closes, B closes left the whole process on one BLAS thread for good: B restored the
+    count A had set.) The BLAS libraries are looked up again when modules were imported since the
+    last lookup (one loaded later, e.g. scipy's own OpenBLAS, was left unlimited).
+
+    The OpenBLAS that numpy bundles (scipy-openblas 0.3.x) ignores a count set from a thread other
+    than the main one: a search called from a worker thread is limited only if the main thread set
+    the limit (as a study's thread workers do: ``study.run._process_state_for_threads``)."""
+    global _BLAS, _BLAS_MODULES, _BLAS_USERS, _BLAS_LIMIT
+    import sys
+
+    with _BLAS_LOCK:
+        if _BLAS_USERS == 0:
+            if _BLAS is None or _BLAS_MODULES != len(sys.modules):
+                from threadpoolctl import ThreadpoolController
+
+                _BLAS, _BLAS_MODULES = ThreadpoolController(), len(sys.modules)
+            _BLAS_LIMIT = _BLAS.limit(limits=1, user_api="blas")
+        _BLAS_USERS += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _BLAS_USERS -= 1
+            if _BLAS_USERS == 0:
+                limit, _BLAS_LIMIT = _BLAS_LIMIT, None
+                limit.restore_original_limits()
