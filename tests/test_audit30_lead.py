@@ -223,3 +223,15 @@ def test_single_thread_blas_from_the_main_thread_is_one_thread_and_restored():
                 assert blas_threads() == {1}
             assert blas_threads() == {1}
         assert blas_threads() == {2}
+
+
+@pytest.mark.parametrize("given,shown", [(0, "the data set's own split"), (3, "3")])
+def test_info_of_a_maps_file_says_what_train_classes_0_means(tmp_path, given, shown):
+    from embedscope.store.saliency import SaliencyMaps, save_maps
+
+    sm = SaliencyMaps(maps=np.full((2, 4, 4), 0.5, np.float32), paths=np.array(["a.png", "b.png"]),
+                      labels=np.array([0, 1]), class_names=np.array(["x", "y"]),
+                      attrs={"train_classes": given, "split": "test"})
+    save_maps(tmp_path / "m.h5", sm)
+    rows = [ln.split(None, 1) for ln in cli_output(["info", str(tmp_path / "m.h5")]).splitlines()]
+    assert ["train_classes", shown] in rows

@@ -98,7 +98,10 @@ def _maps_rows(sm, path) -> list[dict]:
         rows.append({"field": "all-zero maps", "value": f"{counts} (zero gradients)"})
     for k in _MAPS_SHOWN:
         if k in a and a[k] not in ("", None):
-            rows.append({"field": k, "value": str(a[k])})
+            v = a[k]
+            if k == "train_classes" and str(v) == "0":  # (0 stands for no --train-classes: docs/saliency.md)
+                v = "the data set's own split"
+            rows.append({"field": k, "value": str(v)})
     model = _model_line(a.get("checkpoint_config"))
     if model:
         rows.append({"field": "model", "value": model})
