@@ -235,3 +235,19 @@ def test_info_of_a_maps_file_says_what_train_classes_0_means(tmp_path, given, sh
     save_maps(tmp_path / "m.h5", sm)
     rows = [ln.split(None, 1) for ln in cli_output(["info", str(tmp_path / "m.h5")]).splitlines()]
     assert ["train_classes", shown] in rows
+
+
+@pytest.mark.parametrize("loc", ["left", "center", "right"])
+def test_a_long_panel_title_is_wrapped_inside_the_canvas_wherever_it_is_anchored(loc):
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.style import clean_figure
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    try:
+        t = ax.set_title("word " * 60, loc=loc)
+        clean_figure(fig)
+        e = t.get_window_extent(fig.canvas.get_renderer())
+        assert t.get_text().count("\n") >= 3 and 0 <= e.x0 and e.x1 <= fig.bbox.width
+    finally:
+        plt.close(fig)

@@ -403,7 +403,9 @@ def _fit_titles(fig) -> None:
     for ax in fig.axes:
         box = ax.get_position()
         cx = (box.x0 + box.x1) / 2
-        titles += [(t, max(box.width, 2 * min(cx, 1 - cx)) * W) for t in (ax.title, ax._left_title, ax._right_title)]
+        # a centred title spans about its centre, a left one from the panel's left edge, a right one up to its right
+        titles += [(ax.title, max(box.width, 2 * min(cx, 1 - cx)) * W), (ax._left_title, (1 - box.x0) * W),
+                   (ax._right_title, box.x1 * W)]
     for t, room in titles:
         whole = getattr(t, "_embedscope_whole", None)  # a title wrapped by an earlier pass
         s = whole if whole is not None else t.get_text()
