@@ -87,6 +87,7 @@ def test_small_set_sample_fewer_survivors_same_ranks(cub_brute, monkeypatch):
     monkeypatch.setattr(rows._Rows, "_sample", sample)
     monkeypatch.setattr(rows._Rows, "_count", count)
     monkeypatch.setattr(rows._Rows, "set_thresholds", thresholds)
+    monkeypatch.setattr(rows, "LARGE_PAIRS_PER_QUERY", 256)  # (_count; the labels mode: test_audit30_floor.py)
     out = {}
     for frac in (0.0, rows.SMALL_SAMPLE_MAX_FRAC):  # 0: the old share alone
         monkeypatch.setattr(rows, "SMALL_SAMPLE_MAX_FRAC", frac)

@@ -244,6 +244,9 @@ def rows_spy(monkeypatch):
 
     calls = {"pass": 0, "recounted": 0}
     orig_pass, orig_count = rows.relevant_ranks_by_rows, rows._Rows._count
+    # classes of ~30-40 through _count (each pair placed by a binary search), as these tests are meant;
+    # from LARGE_PAIRS_PER_QUERY pairs on they go to _count_large (tests/test_audit30_floor.py)
+    monkeypatch.setattr(rows, "LARGE_PAIRS_PER_QUERY", 256)
 
     def spy_pass(*a, **k):
         calls["pass"] += 1
@@ -493,6 +496,7 @@ def test_full_row_tiles_order_from_the_key_order(metric, monkeypatch):
         return orig(self, s, e)
 
     monkeypatch.setattr(rows._Rows, "_order_sorted", spy)
+    monkeypatch.setattr(rows, "LARGE_PAIRS_PER_QUERY", 256)  # (classes of ~37: _count, which orders the pairs)
     rng = np.random.default_rng(21)
     X = rng.standard_normal((330, 6))
     y = rng.integers(0, 9, 330)

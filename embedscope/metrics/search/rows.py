@@ -33,11 +33,16 @@ flat search) and never sorts a row of N keys:
    windows hold many survivors (many equal keys: a collapsed model, whose every key ties), a
    block's windows are counted from their union instead, one float64 key per group of identical
    reference rows (:func:`~.knn.tie_window_before`): the same counts without N³ comparisons.
+   With labels and classes of tens or more (``LARGE_PAIRS_PER_QUERY`` relevant pairs per query:
+   CUB-like classes of 60-80, hundreds) the relevant pairs are read off the sorted survivors
+   instead (:meth:`_Rows._count_large`: a relevant survivor's rank is its place in the row), and
+   only those with a second survivor within ±w_i are counted as above.
 4. **Certification.** A pair with ``k − w_i > τ_i`` has all its predecessors among the survivors:
    its rank is exact. A pair below is beyond d_i when d_i survivors lie above ``τ_i + 2w_i``.
    Otherwise (the floor estimate was too high: a few rows in a thousand) the row is recomputed
-   (one small GEMM) and counted again from its exact d_i-th float32 key: the floor is a speed
-   knob, never a risk to exactness.
+   (one small GEMM) and counted again from its exact d_i-th float32 key (with labels, the rows of
+   every block at once once the tiles are done, :meth:`_Rows.recount_deferred`): the floor is a
+   speed knob, never a risk to exactness.
 
 The ranks equal those of a float64 distance matrix with ties to the lower reference index; the
 pairs come out in rank order per query. Memory: per worker thread one tile and its boolean mask,
@@ -95,7 +100,9 @@ SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
 FLOOR_GROUPS_PER_J = 16  # a floor is the j-th largest of the maxima of 16 j column groups of the sample
 FLOOR_BF16_MIN_SAVING = 0.05  # the floors' sample GEMM in bfloat16 when that saves this much (seconds)
-LARGE_PAIRS_PER_QUERY = 256  # from this many relevant pairs per query: _count_large
+LARGE_PAIRS_PER_QUERY = 16  # from this many relevant pairs per query: _count_large (256 before: CUB-like classes
+# of 60-80 then placed each pair by a binary search, 7-21% more single-thread CPU at 2,000-6,000 rows; classes
+# of 16-48 5-20%; equal below 16; docs/PERFORMANCE.md, thirtieth session)
 LARGE_SAMPLE_MEAN = 48.0  # ... and SAMPLE_MEAN this large (a tighter floor: fewer survivors per row)
 _SLOT_MASK = np.int64((1 << 29) - 1)  # the float64 mantissa bits below a float32's precision
 SURVIVOR_BUDGET = (32.0, 1 << 26, 1 << 24)  # survivors held at once: at most 32 x the sum of the depths
@@ -273,8 +280,8 @@ class _Rows:
             self.kmin[has] = np.minimum.reduceat(keys, self.off[:-1][has])
             low[has] = self.kmin[has] - 2.0 * self.w[has]
         self.low = low
-        # classes of hundreds and more: the relevant pairs are found among the sorted survivors
-        # (_count_large); a pair's index from its reference's place among those of its label (pic)
+        # classes of tens and more (CUB-like 60-80, hundreds): the relevant pairs are found among the sorted
+        # survivors (_count_large); a pair's index from its reference's place among those of its label (pic)
         self.labels = None
         if labels is not None and large_mode(self.cnt, nr):
             y, y_ref = (np.asarray(a, dtype=np.int64) for a in labels[:2])
@@ -315,6 +322,7 @@ class _Rows:
         self.overflow = False  # set once the budget is passed: the remaining tiles return at once
         self.pool = None  # the worker pool, when there is one: finish() hands it half a block
         self.extra: list = []  # ... and those halves' futures
+        self.deferred: list = []  # the labels mode's rows to recount, all at the end (recount_deferred)
         self.lock = threading.Lock()
         # compact output (with labels): per query only its ranks within the depth, as (queries, counts,
         # ranks, refs) pieces of each counted set of rows, put in query order at the end
@@ -346,8 +354,7 @@ class _Rows:
         # GEMM and partition; on 1,000-4,000 SOP-like rows at D = 16-2,048 the capped sample made
         # the call 1.1-2.5x faster (same values)
         ns = min(ns, int(math.ceil(frac * nr)))
-        if self.labels is None:  # (classes of hundreds: LARGE_SAMPLE_MEAN's tighter floors already)
-            ns = max(ns, _small_sample(dm, nr, ks.Q32.shape[1]))
+        ns = max(ns, _small_sample(dm, nr, ks.Q32.shape[1]))
         if ns >= nr / 2:  # tiny sets
             ns = nr
             self.sample, self.j = np.arange(nr), np.minimum(depth, n_avail)
@@ -439,11 +446,14 @@ class _Rows:
             if c is not None:  # block c's rows: the transposed mask, in row order of block c
                 M2 = mbuf2[:b * w].reshape(b, w)
                 np.greater(T, filt[None, r0:r1], out=M2)
-                f = np.flatnonzero(M2.T)
-                cq = f // b
-                ar = f - cq * b
-                done.append(self._add(c, (cq.astype(np.int16), (ar + s).astype(np.int32), T.ravel()[ar * w + cq],
-                                          True)))
+                # the tile's mask read in place (its transpose's flatnonzero copied 256 KB per tile, against
+                # the GEMM's 6-8 ms per 512 x 512 x 128 tile: ~0.15 ms), grouped by block c's row by a stable
+                # radix sort of the int16 columns: the same order as the transpose's
+                f = np.flatnonzero(M2)
+                ar = f // w
+                cq = (f - ar * w).astype(np.int16)
+                o = np.argsort(cq, kind="stable")
+                done.append(self._add(c, (cq[o], (ar[o] + s).astype(np.int32), T.ravel()[f[o]], True)))
             for blk in done:
                 if blk is not None:
                     self.finish(blk)
@@ -490,7 +500,8 @@ class _Rows:
     # ------------------------------------------------------------------ ranks of one block
     def finish(self, blk: int):
         """Rank block ``blk``'s pairs from its survivors, recount the rows whose floor was too
-        high, and write the block's pairs in rank order."""
+        high (with labels: at the end, :meth:`recount_deferred`), and write the block's pairs in
+        rank order."""
         s, e = self.blocks[blk]
         with self.lock:
             parts, self.pending[blk] = self.pending[blk], None
@@ -533,22 +544,43 @@ class _Rows:
             fail = self._count_parts(s, rows, self.tau[s + h0:s + h1], parts)
         else:
             fail = self._count(s, rows, self.tau[s + h0:s + h1], r, ids, v)
-        if fail.size:  # recount these rows from their exact depth-th key (one small GEMM)
-            q = s + fail
-            nr = self.nr
-            T = self.gemm(q, 0, nr, np.empty(self.gemm.buffer_elems(q.size, nr), np.float32))
-            kth = _kth_largest(T, self.depth[q]) - self.qoff[q]
-            tau = kth - 2.0 * (self.w[q] + self.eta) - np.abs(kth) * 2.0 ** -40 - 1e-300
-            thr = np.nextafter((tau + self.qoff[q]).astype(np.float32), np.float32(-np.inf))
-            f = np.flatnonzero(T > thr[:, None])
-            rr = f // nr
-            if self.labels is not None:  # (rr: sorted)
-                again = self._count_parts(s, fail, tau, [(rr, f - rr * nr, T.ravel()[f])])
+        if fail.size:
+            if self.labels is not None:  # (the pairs are written per row: recounted all at once at the end)
+                with self.lock:
+                    self.deferred.append(s + fail)
             else:
-                again = self._count(s, fail, tau, rr, f - rr * nr, T.ravel()[f])
-            assert again.size == 0, "a recount from the exact floor cannot fail"
+                self._recount(s, fail)
         if self.labels is None:  # (_count_large writes the pairs in rank order itself)
             self._order(s + h0, s + h1)
+
+    def _recount(self, s: int, fail: np.ndarray):
+        """Rank the pairs of queries s + ``fail`` (rows whose floor came out too high) again from their
+        exact depth-th float32 key (one small GEMM)."""
+        q = s + fail
+        nr = self.nr
+        T = self.gemm(q, 0, nr, np.empty(self.gemm.buffer_elems(q.size, nr), np.float32))
+        kth = _kth_largest(T, self.depth[q]) - self.qoff[q]
+        tau = kth - 2.0 * (self.w[q] + self.eta) - np.abs(kth) * 2.0 ** -40 - 1e-300
+        thr = np.nextafter((tau + self.qoff[q]).astype(np.float32), np.float32(-np.inf))
+        f = np.flatnonzero(T > thr[:, None])
+        rr = f // nr
+        if self.labels is not None:  # (rr: sorted)
+            again = self._count_parts(s, fail, tau, [(rr, f - rr * nr, T.ravel()[f])])
+        else:
+            again = self._count(s, fail, tau, rr, f - rr * nr, T.ravel()[f])
+        assert again.size == 0, "a recount from the exact floor cannot fail"
+
+    def recount_deferred(self):
+        """The labels mode's recounts (:meth:`_finish_rows`), once every block is ranked: the rows of
+        every block at once, in batches of at most a block's rows (a recount per block cost ~1.5 ms of
+        fixed numpy work for its few rows: 7 of them at CUB-like 6,000 x 128)."""
+        if not self.deferred:
+            return
+        q = np.sort(np.concatenate(self.deferred))
+        self.deferred = []
+        step = max(1, self.blocks[0][1] - self.blocks[0][0])
+        for c0 in range(0, q.size, step):
+            self._recount(0, q[c0:c0 + step])
 
     def _count(self, s, rows, tau, r, ids, v):
         """Rank the pairs of the block's rows ``rows`` (queries s + rows) from their survivors:
@@ -689,8 +721,8 @@ class _Rows:
         return self._count_large(s, rows, tau, S.ravel(), smax, n_surv, ref_at)
 
     def _count_large(self, s, rows, tau, g, smax, n_surv, ref_at):
-        """:meth:`_count` for classes of hundreds and more, from the survivors' side: the relevant
-        survivors are read off each row's sorted survivors (their labels), each one's survivors
+        """:meth:`_count` for classes of tens and more (``LARGE_PAIRS_PER_QUERY``), from the survivors'
+        side: the relevant survivors are read off each row's sorted survivors (their labels), each one's survivors
         above are its place in the row, and only where another survivor lies within ±w of its key
         (a float32 near-tie: ~12% of them at 10,000 x 10) is the pair ranked as :meth:`_count` does
         (the survivors surely before, the window in float64; a relevant window member's key from
@@ -892,7 +924,7 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     ``BLOCK``, fewer so that each thread gets work); ``threads``: worker threads (default:
     :func:`~.threads.n_search_threads`). ``labels``: ``(y, y_ref)``, integer labels of the queries and
     references such that the pairs are exactly those of equal labels (the query itself excluded in
-    a same-set search), in the order above; with classes of hundreds and more (``LARGE_PAIRS_PER_QUERY``
+    a same-set search), in the order above; with classes of tens and more (``LARGE_PAIRS_PER_QUERY``
     pairs per query, :func:`large_mode`; a third entry, the pairs per query, lets ``qi`` and ``rj`` be
     None with ``compact``) the pass then finds the relevant pairs among the sorted survivors
     (:meth:`_Rows._count_large`) instead of searching each pair's place among them; and with
@@ -960,6 +992,7 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
                     for t in st.tasks:
                         run(t)
                         bar.update(1)
+                    st.recount_deferred()
         else:
             # torch keeps its OpenMP thread count per thread (each worker sets 1 for itself) and takes
             # the last count set as the default of threads started later: the caller's is put back.
@@ -976,6 +1009,7 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
                         bar.update(1)
                     for fut in st.extra:  # every tile is done, so every half block has been handed out
                         fut.result()
+                    st.recount_deferred()
             finally:
                 if torch_before is not None and (st.floor_bf16 or st.cthr is not None):
                     sys.modules["torch"].set_num_threads(torch_before)
