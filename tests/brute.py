@@ -25,6 +25,32 @@ def ranked_references(X, y, Xr=None, yr=None, metric="cosine"):
     return orders, yr
 
 
+def relevant_ranks_reference(X, y, metric="cosine"):
+    """Per query of a same-set search: ``(ranks, refs)`` of its same-label references in rank order
+    (1-based ranks among all references, :func:`ranked_references`)."""
+    orders, yr = ranked_references(X, y, metric=metric)
+    out = []
+    for i, order in enumerate(orders):
+        pos = np.flatnonzero(yr[order] == np.asarray(y)[i])
+        out.append((pos + 1.0, order[pos]))
+    return out
+
+
+def assert_ranks_within_depth(rr, ref, depth=None, queries=None):
+    """``rr`` (a :class:`~embedscope.metrics.search.RelevantRanks`) equals ``ref``
+    (:func:`relevant_ranks_reference`) for every pair within ``depth`` (default: max R_i), for the
+    ``queries`` given (default: all); ``depth`` None also checks that the pairs beyond are inf."""
+    d = int(rr.R.max()) if depth is None else depth
+    for i in (range(len(ref)) if queries is None else queries):
+        rk, rf = ref[i]
+        a, b = rr.offsets[i], rr.offsets[i + 1]
+        within = rk <= d
+        np.testing.assert_array_equal(rr.ranks[a:b][within], rk[within])
+        np.testing.assert_array_equal(rr.refs[a:b][within], rf[within])
+        if depth is None:
+            assert np.all(np.isinf(rr.ranks[a:b][~within]))
+
+
 def nr_prec(X, vals, metric="euclidean", max_r=None):
     """Kobs et al.'s R-Prec and NR-Prec (Eq. 4 / Eq. 5) literally: every query's full float64 ranking
     (ties to the lower index), lone values dropped as queries, R = N_v - 1 (or ``max_r`` at most);

@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 import pytest
 from cli_run import cli_output
+from faults import fail_writes
 
 from embedscope import store
 from embedscope.errors import EmbedscopeError
@@ -211,28 +212,7 @@ def test_a_stop_met_by_hdf5_writing_into_the_copy(big, tmp_path, monkeypatch, st
     _, _, tiny, tiny_table = big
     p = shutil.copy(tiny, tmp_path / "e.h5")
     raw = p.read_bytes()
-    real_open = open
-
-    class Full:  # the temporary file, on a disk that has no room for the properties
-        def __init__(self, fh):
-            self.fh = fh
-
-        def __getattr__(self, name):
-            return getattr(self.fh, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            self.fh.close()
-
-        def write(self, data):
-            raise stop
-
-    def fake_open(path, mode="r", *a, **k):
-        fh = real_open(path, mode, *a, **k)
-        return Full(fh) if mode == "r+b" else fh
-    monkeypatch.setattr(emb, "open", fake_open, raising=False)
+    fail_writes(monkeypatch, emb, stop)  # the temporary file, on a disk that has no room for the properties
     with pytest.raises(KeyboardInterrupt if stop is KeyboardInterrupt else EmbedscopeError) as e:
         _add(p, tiny_table)
     if stop is not KeyboardInterrupt:

@@ -6,7 +6,7 @@ all at once at the end. Every rank is the float64 brute force's (ties to the low
 
 import numpy as np
 import pytest
-from brute import ranked_references
+from brute import assert_ranks_within_depth, relevant_ranks_reference
 
 from embedscope.metrics import relevant_ranks, retrieval_metrics
 from embedscope.metrics.search import rows, search_threads
@@ -28,23 +28,8 @@ def cub():
     X, y = _cub_like()
     out = {}
     for metric in ("cosine", "euclidean"):
-        orders, yr = ranked_references(X, y, metric=metric)
-        ref = []
-        for i, order in enumerate(orders):
-            pos = np.flatnonzero(yr[order] == y[i])
-            ref.append((pos + 1.0, order[pos]))
-        out[metric] = ref
+        out[metric] = relevant_ranks_reference(X, y, metric=metric)
     return X, y, out
-
-
-def _check(rr, ref):
-    d = int(rr.R.max())
-    for i, (rk, rf) in enumerate(ref):
-        a, b = rr.offsets[i], rr.offsets[i + 1]
-        within = rk <= d
-        np.testing.assert_array_equal(rr.ranks[a:b][within], rk[within])
-        np.testing.assert_array_equal(rr.refs[a:b][within], rf[within])
-        assert np.all(np.isinf(rr.ranks[a:b][~within]))
 
 
 def test_large_mode_from_tens_of_pairs():
@@ -99,7 +84,7 @@ def test_cub_like_labels_mode_equals_brute_force(cub, metric, threads, monkeypat
         rr = relevant_ranks(X, y, metric=metric, block=128, device="cpu")
         m = retrieval_metrics(X, y, metric=metric, include=["P@1", "R-Precision", "MAP@R"], device="cpu",
                               block=128)
-    _check(rr, ref[metric])
+    assert_ranks_within_depth(rr, ref[metric])
     assert seen["large"] >= 5 and seen["count"] == 0
     assert seen["parts"] >= (15 if metric == "cosine" else 5)  # (5 blocks: 15 symmetric tiles, 10 both ways)
     depth = float(rr.R.max())
@@ -141,7 +126,7 @@ def test_recounts_deferred_to_one_batch_at_the_end(cub, threads, monkeypatch):
     monkeypatch.setattr(rows._Rows, "set_thresholds", thresholds)
     with search_threads(threads):
         rr = relevant_ranks(X, y, block=128, device="cpu")
-    _check(rr, ref["cosine"])
+    assert_ranks_within_depth(rr, ref["cosine"])
     assert len(calls) == 1
     s, fail, remaining = calls[0]
     assert s == 0 and all(r == 0 for r in remaining)  # at the end: every block complete
@@ -153,7 +138,7 @@ def test_recounts_deferred_to_one_batch_at_the_end(cub, threads, monkeypatch):
     calls.clear()
     with search_threads(threads):
         rr = relevant_ranks(X, y, block=128, device="cpu")
-    _check(rr, ref["cosine"])
+    assert_ranks_within_depth(rr, ref["cosine"])
     n_rows = sum(c[1].size for c in calls)
     assert n_rows > 128 and len(calls) == -(-n_rows // 128)
     assert all(c[1].size == 128 for c in calls[:-1]) and all(r == 0 for c in calls for r in c[2])

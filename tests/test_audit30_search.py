@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from brute import ranked_references
+from brute import assert_ranks_within_depth, relevant_ranks_reference
 
 from embedscope.metrics import relevant_ranks
 from embedscope.metrics.search import rows, search_threads
@@ -54,12 +54,7 @@ def _cub_like(n=1200, dim=24, seed=3):
 @pytest.fixture(scope="module")
 def cub_brute():
     X, y = _cub_like()
-    orders, yr = ranked_references(X, y)
-    ref = []
-    for i, order in enumerate(orders):
-        pos = np.flatnonzero(yr[order] == y[i])
-        ref.append((pos + 1.0, order[pos]))
-    return X, y, ref
+    return X, y, relevant_ranks_reference(X, y)
 
 
 def test_small_set_sample_fewer_survivors_same_ranks(cub_brute, monkeypatch):
@@ -95,12 +90,7 @@ def test_small_set_sample_fewer_survivors_same_ranks(cub_brute, monkeypatch):
         with search_threads(1):
             rr = relevant_ranks(X, y, device="cpu")
         out[frac] = dict(seen)
-        d = int(rr.R.max())
-        for i, (rk, rf) in enumerate(ref):
-            a, b = rr.offsets[i], rr.offsets[i + 1]
-            within = rk <= d
-            np.testing.assert_array_equal(rr.ranks[a:b][within], rk[within])
-            np.testing.assert_array_equal(rr.refs[a:b][within], rf[within])
+        assert_ranks_within_depth(rr, ref)
     depth = float(max(len(r[0]) for r in ref))  # (depth None: max R_i for every query)
     old_ns = min(math.ceil(rows.SAMPLE_MEAN * len(X) / depth), math.ceil(rows.SAMPLE_MAX_FRAC * len(X)))
     assert out[0.0]["blocks"] == [(0, 512), (512, 1024), (1024, 1200)]
@@ -152,11 +142,4 @@ def test_one_search_thread_runs_its_gemms_on_one_blas_thread(pass_, monkeypatch)
     assert passes == [pass_]
     assert seen == [1]
     assert after == 2
-    orders, yr = ranked_references(X, y)
-    for i in range(0, len(X), 7):
-        pos = np.flatnonzero(yr[orders[i]] == y[i])
-        rk, rf = pos + 1.0, orders[i][pos]
-        a, b = rr.offsets[i], rr.offsets[i + 1]
-        within = rk <= 30
-        np.testing.assert_array_equal(rr.ranks[a:b][within], rk[within])
-        np.testing.assert_array_equal(rr.refs[a:b][within], rf[within])
+    assert_ranks_within_depth(rr, relevant_ranks_reference(X, y), depth=30, queries=range(0, len(X), 7))

@@ -29,6 +29,7 @@ import h5py
 import numpy as np
 import pytest
 from cli_run import cli_output, run_cli
+from faults import fail_writes
 
 from embedscope import store
 from embedscope.errors import EmbedscopeError
@@ -346,32 +347,7 @@ def test_a_replacement_stopped_while_hdf5_copies_leaves_the_file_as_it_was(tmp_p
     _add(p, _props_table(tmp_path / "t0.csv", 400, 0))
     os.chmod(p, 0o640)
     raw = p.read_bytes()
-    real_open = open
-    writes = []
-
-    class Full:
-        def __init__(self, fh):
-            self.fh = fh
-
-        def __getattr__(self, name):
-            return getattr(self.fh, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *a):
-            self.fh.close()
-
-        def write(self, data):
-            writes.append(len(data))
-            if len(writes) > 3:  # (the copy under way)
-                raise stop
-            return self.fh.write(data)
-
-    def fake_open(path, mode="r", *a, **k):
-        fh = real_open(path, mode, *a, **k)
-        return Full(fh) if mode == "r+b" else fh
-    monkeypatch.setattr(emb, "open", fake_open, raising=False)
+    fail_writes(monkeypatch, emb, stop, after=3)  # (the copy under way)
     with pytest.raises(KeyboardInterrupt if stop is KeyboardInterrupt else EmbedscopeError) as e:
         _add(p, _props_table(tmp_path / "t1.csv", 400, 1), force=True)
     if stop is not KeyboardInterrupt:
