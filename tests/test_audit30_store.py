@@ -18,18 +18,15 @@ not grow the file.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import gc
-import io
 import os
-import tracemalloc
 
 import h5py
 import numpy as np
 import pytest
 from cli_run import cli_output, run_cli
 from faults import fail_writes
+from test_audit29_memory import _peak_mib
 
 from embedscope import store
 from embedscope.errors import EmbedscopeError
@@ -104,17 +101,6 @@ def _big_maps(path, n=2000, h=32, w=32):
                          dtype=h5py.string_dtype())
         emb.write_attrs(f.attrs, {"format": sal.FORMAT, "format_version": 1, "kind": "maps", "name": "big"})
     return path
-
-
-def _peak_mib(fn) -> float:
-    gc.collect()
-    tracemalloc.start()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            fn()
-        return tracemalloc.get_traced_memory()[1] / 2 ** 20
-    finally:
-        tracemalloc.stop()
 
 
 def test_info_of_a_maps_file_holds_neither_the_maps_nor_the_images(tmp_path, monkeypatch):
