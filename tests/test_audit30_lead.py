@@ -251,3 +251,22 @@ def test_a_long_panel_title_is_wrapped_inside_the_canvas_wherever_it_is_anchored
         assert t.get_text().count("\n") >= 3 and 0 <= e.x0 and e.x1 <= fig.bbox.width
     finally:
         plt.close(fig)
+
+
+def test_a_title_set_again_after_its_wrap_is_taken_as_given():
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.style import clean_figure
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    try:
+        ax.set_title("word " * 60)
+        clean_figure(fig)
+        assert "\n" in ax.get_title()
+        clean_figure(fig)  # again: wrapped from the whole text, the same
+        assert ax.get_title().replace("\n", " ").split() == ["word"] * 60
+        ax.set_title("short")  # another text since: not the earlier one back
+        clean_figure(fig)
+        assert ax.get_title() == "short"
+    finally:
+        plt.close(fig)

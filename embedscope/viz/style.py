@@ -407,7 +407,10 @@ def _fit_titles(fig) -> None:
         titles += [(ax.title, max(box.width, 2 * min(cx, 1 - cx)) * W), (ax._left_title, (1 - box.x0) * W),
                    (ax._right_title, box.x1 * W)]
     for t, room in titles:
-        whole = getattr(t, "_embedscope_whole", None)  # a title wrapped by an earlier pass
+        # a title wrapped by an earlier pass, unless it has been given another text since
+        whole, wrapped = getattr(t, "_embedscope_wrap", (None, None))
+        if whole is not None and t.get_text() != wrapped:
+            whole = None
         s = whole if whole is not None else t.get_text()
         # only a title wider than the canvas: clean_figure runs between layout passes, where a panel
         # is narrower than it ends up, and a title that tight_layout makes room for is left alone;
@@ -419,7 +422,6 @@ def _fit_titles(fig) -> None:
             longest = max(len(line) for line in s.split("\n"))
             if longest * 1.2 * em <= W or t.get_window_extent(renderer).width <= W:
                 continue
-        t._embedscope_whole = s
         t.set_text(s)
         room *= 0.97  # wrapped with a margin: the layout may still move the panel a little
         lines = []
@@ -438,6 +440,7 @@ def _fit_titles(fig) -> None:
                 n = max(8, int(n * 0.92))
             lines += wrapped
         t.set_text("\n".join(lines))
+        t._embedscope_wrap = (s, t.get_text())
 
 
 _FONT_CHARS: dict = {}
