@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR, clean_figure, short_text
+from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR, clean_figure, short_text, wrap_text
 
 MAP_CMAP = "turbo"
 DISTANCE_WORDS = {"euclidean": "Euclidean distance", "sqeuclidean": "squared Euclidean distance",
@@ -116,7 +116,7 @@ def agreement_heatmaps(res: dict[str, Any]):
         why = _undefined_reason(res)
         if why:
             caption += "   " + why
-        fig.text(0.5, 0.005, _wrap(caption, 150), ha="center", va="bottom", fontsize=7.5)
+        fig.text(0.5, 0.005, wrap_text(caption, 150), ha="center", va="bottom", fontsize=7.5)
         clean_figure(fig)  # model names from maps files: control characters escaped
         fig.tight_layout(rect=(0, 0.07 + 0.02 * max(0, len(lines) - 3), 1, 1))
     return fig
@@ -147,12 +147,6 @@ def _mark_zero(ax, m) -> None:
     ax.text(0.5, 0.04, "all zero\n(zero gradient)", transform=ax.transAxes, ha="center", va="bottom",
             fontsize=6.5, color="white", bbox={"boxstyle": "round,pad=0.2", "fc": "#333333", "ec": "none",
                                                "alpha": 0.85})
-
-
-def _wrap(s: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(s, width))
 
 
 def _picture(ax, img) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from embedscope.viz.style import (
     distinct_colors,
     legend_columns,
     short_text,
+    wrap_text,
 )
 
 ROTH_FIG5 = ("rho", "pi_ratio", "pi_intra", "pi_inter")
@@ -292,7 +292,7 @@ def fig4(stats: dict[str, Any], *, title: str | None = None):
         note = ("grey, n/a: not defined (a metric constant over the objectives, or fewer than 3 objectives "
                 "with a value of both)")
         # wrapped to the figure (8-pt characters average ~0.075 in)
-        ax.set_xlabel("\n".join(textwrap.wrap(note, max(40, int(fig.get_figwidth() / 0.075)))), fontsize=8)
+        ax.set_xlabel(wrap_text(note, max(40, int(fig.get_figwidth() / 0.075))), fontsize=8)
     clean_figure(fig)
     fig.tight_layout()
     return fig

@@ -382,6 +382,13 @@ def clean_figure(fig) -> Any:
     return fig
 
 
+def wrap_text(s: str, width: int) -> str:
+    """``s`` broken into lines of at most ``width`` characters at word boundaries."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(s, width))
+
+
 def _fit_titles(fig) -> None:
     """Wrap a figure title (``suptitle``) or panel title wider than the canvas at word boundaries, so
     that a long user title (``--title``) is drawn on several lines instead of widening the saved
@@ -571,4 +578,4 @@ __all__ = ["PAPER_RC", "TRAIN_COLOR", "TEST_COLOR", "SPLIT_COLORS", "BELOW_COLOR
            "palette_colors", "distinct_colors", "series_colors", "ClassPalette", "class_colors", "label_names", "marker_size",
            "class_legend", "legend_height", "class_legend_layout", "legend_columns", "legend_note", "short_text",
            "LEGEND_CHARS", "TITLE_CHARS", "TICK_CHARS", "MAX_LEGEND_ENTRIES", "settings_text", "figure_text", "drawable_text",
-           "clean_figure", "finish_layout"]
+           "clean_figure", "finish_layout", "wrap_text"]
