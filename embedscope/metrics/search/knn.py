@@ -560,7 +560,18 @@ CENTRE_SAMPLE = 1024  # rows of a large search that answer first (a no there is 
 
 def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: np.ndarray) -> np.ndarray | None:
     """The point about which :class:`KeySpace` measures the rows (the references' mean), or None
-    where that would not help. A model collapsed to nearly one point (one point plus noise) is
+    where that would not help: :func:`centre_and_spread` without its second value."""
+    return centre_and_spread(Q64, R64, metric, same, delta)[0]
+
+
+def centre_and_spread(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: np.ndarray, *,
+                      q2: np.ndarray | None = None, r2: np.ndarray | None = None):
+    """``(centre, spread)``: the point about which :class:`KeySpace` measures the rows (the
+    references' mean), or None where that would not help; and ``(median ‖r − c‖, median ‖r‖)`` of
+    the references looked at (c their mean: all of them, or the sample that answered), which
+    :func:`outlier_refs` asks of a search that is not centred (None where no rows were looked at).
+    ``q2``, ``r2``: the rows' squared norms where the caller has them (``einsum("ij,ij->i")``; else
+    computed here). A model collapsed to nearly one point (one point plus noise) is
     centred: there the bound ``delta`` of the rows as given exceeds every difference between
     keys, and each pass would compare every pair in float64.
 
@@ -574,38 +585,46 @@ def centre_of(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, delta: 
     norms by the identity ‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖² (two matrix-vector products; an
     estimate, only to decide)."""
     if not CENTRE or Q64.shape[0] == 0 or R64.shape[0] == 0:
-        return None
+        return None, None
     n = R64.shape[0]
+    if r2 is None:
+        r2 = np.einsum("ij,ij->i", R64, R64)
     if n > 2 * CENTRE_SAMPLE:  # the same question of a sample of the rows first: usual embeddings
         # are turned down at a fraction of the cost (150 ms at 120,000 x 512 for all rows)
         pick = np.arange(0, n, n // CENTRE_SAMPLE)[:CENTRE_SAMPLE]
         S = R64[pick]
-        if _centre_of(S, S, metric, True, delta[pick] if same else delta[:CENTRE_SAMPLE], n) is None:
-            return None
-    return _centre_of(Q64, R64, metric, same, delta, n)
+        c, spread = _centre_of(S, S, metric, True, delta[pick] if same else delta[:CENTRE_SAMPLE], n,
+                               r2[pick], r2[pick])
+        if c is None:
+            return None, spread
+    if q2 is None:
+        q2 = r2 if same else np.einsum("ij,ij->i", Q64, Q64)
+    return _centre_of(Q64, R64, metric, same, delta, n, q2, r2)
 
 
-def _centre_of(Q64, R64, metric, same, delta, n_ref):
-    """:func:`centre_of` of these rows (``n_ref``: the references of the whole search)."""
+def _centre_of(Q64, R64, metric, same, delta, n_ref, qn2, rn2):
+    """:func:`centre_and_spread` of these rows (``n_ref``: the references of the whole search;
+    ``qn2``, ``rn2``: the rows' squared norms)."""
     # (numpy's own loops, not BLAS: a multi-threaded BLAS call here leaves its threads spinning
     # against the search's worker threads that start next, ~30 ms at 6,000 x 128)
     c = R64.mean(axis=0)
     cc = float(np.einsum("i,i->", c, c))
     rc = np.einsum("ij,j->i", R64, c)
-    rn2 = np.einsum("ij,ij->i", R64, R64)
-    qc, qn2 = (rc, rn2) if same else (np.einsum("ij,j->i", Q64, c), np.einsum("ij,ij->i", Q64, Q64))
-    rmax_c = float(np.sqrt(max(float(np.max(rn2 - 2.0 * rc + cc)), 0.0)))
+    qc = rc if same else np.einsum("ij,j->i", Q64, c)
+    rn_c2 = rn2 - 2.0 * rc + cc
+    spread_refs = (float(np.median(np.sqrt(np.maximum(rn_c2, 0.0)))), float(np.median(np.sqrt(rn2))))
+    rmax_c = float(np.sqrt(max(float(np.max(rn_c2)), 0.0)))
     qn_c = np.sqrt(np.maximum(qn2 - 2.0 * qc + cc, 0.0))
     d = Q64.shape[1]
     plain = float(np.median(delta))
     if metric == "euclidean":  # (its float64 rounding scales with the spread too)
         est = (d + 16) * U32 * 1.05 * float(np.median(qn_c) + rmax_c) ** 2
-        return c if CENTRE_GAIN * est <= plain else None
+        return (c if CENTRE_GAIN * est <= plain else None), spread_refs
     spread = float(np.median(qn_c)) * rmax_c + 2.0 * float(np.max(np.abs(rc - cc)))  # of a row's keys, about
     f64 = (d + 4) * 2.0 ** -53 * 8.0 * (1.0 + cc)  # the float64 rounding of the keys themselves, about
     est = (d + 16) * U32 * 1.05 * spread + f64
     crowded = n_ref * plain >= CENTRE_WINDOW * spread
-    return c if crowded and CENTRE_GAIN * est <= plain and spread >= CENTRE_RESOLVED * f64 else None
+    return (c if crowded and CENTRE_GAIN * est <= plain and spread >= CENTRE_RESOLVED * f64 else None), spread_refs
 
 
 class KeySpace:
@@ -637,24 +656,31 @@ class KeySpace:
     def __init__(self, Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool, *, centre: bool | None = None):
         self.metric = metric
         self.same = same
-        qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
-        rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
+        q2 = np.einsum("ij,ij->i", Q64, Q64)  # squared norms (centre_and_spread's too)
+        r2 = q2 if same else np.einsum("ij,ij->i", R64, R64)
+        qn = np.sqrt(q2)
+        rn = qn if same else np.sqrt(r2)
         # Euclidean rows with norms far from 1 are searched scaled by a power of two (exact; see
         # euclidean_scale): keys are then scale² times the keys of the rows as given
         self.scale = euclidean_scale(Q64, R64, qn, rn) if metric == "euclidean" else 1.0
         if self.scale != 1.0:
             Q64 = Q64 * self.scale
             R64 = Q64 if same else R64 * self.scale
-            qn = np.sqrt(np.einsum("ij,ij->i", Q64, Q64))
-            rn = qn if same else np.sqrt(np.einsum("ij,ij->i", R64, R64))
+            q2 = np.einsum("ij,ij->i", Q64, Q64)
+            r2 = q2 if same else np.einsum("ij,ij->i", R64, R64)
+            qn = np.sqrt(q2)
+            rn = qn if same else np.sqrt(r2)
         self.Q64, self.R64 = Q64, R64
         self.rmax = rmax = float(rn.max())  # largest reference norm (float64)
         self.qsq = qn * qn  # float64 ‖q‖² of the rows searched
         d = Q64.shape[1]
         self.two = 2.0 if metric == "euclidean" else 1.0
         self.delta = (d + 16) * U32 * 1.05 * (rmax * rmax + 2.0 * qn * rmax + qn * qn) + 1e-300
-        c = centre_of(Q64, R64, metric, same, self.delta) if centre is None else (
-            R64.mean(axis=0) if centre else None)
+        self.ref_spread = None  # (median ‖r − c‖, median ‖r‖) of the references centre_and_spread looked at
+        if centre is None:
+            c, self.ref_spread = centre_and_spread(Q64, R64, metric, same, self.delta, q2=q2, r2=r2)
+        else:
+            c = R64.mean(axis=0) if centre else None
         self.centre = c
         self.plain = metric == "cosine" and c is None  # the tile is the key itself (symmetric, chunked, bfloat16)
         if c is None:
@@ -985,11 +1011,16 @@ def outlier_refs(ks: KeySpace, most: int | None = None) -> np.ndarray | None:
     steps = [m] + ([min(int(most), n - 1)] if most is not None and min(int(most), n - 1) > m else [])
     if steps[-1] < 1:
         return None
-    if ks.centre is None:  # collapsed, judged from a sample of the rows (as centre_of)
-        S = R[np.arange(0, n, max(1, n // CENTRE_SAMPLE))[:CENTRE_SAMPLE]]
-        Sc = S - S.mean(axis=0)
-        spread = float(np.median(np.sqrt(np.einsum("ij,ij->i", Sc, Sc))))
-        if CENTRE_GAIN * spread > float(np.median(np.sqrt(np.einsum("ij,ij->i", S, S)))):
+    if ks.centre is None:  # collapsed? Judged from the references centre_and_spread looked at (all of
+        # them or its sample; read off its sums: a separate look cost 6-20 ms at 2,000 x 2,048), else a sample
+        if ks.ref_spread is not None:
+            spread, norm = ks.ref_spread
+        else:
+            S = R[np.arange(0, n, max(1, n // CENTRE_SAMPLE))[:CENTRE_SAMPLE]]
+            Sc = S - S.mean(axis=0)
+            spread = float(np.median(np.sqrt(np.einsum("ij,ij->i", Sc, Sc))))
+            norm = float(np.median(np.sqrt(np.einsum("ij,ij->i", S, S))))
+        if CENTRE_GAIN * spread > norm:
             return None
     c = ks.centre if ks.centre is not None else R.mean(axis=0)
     # ‖r − c‖² = ‖r‖² − 2 r·c + ‖c‖² (numpy's loops, no N x D temporary; an estimate, only to decide)

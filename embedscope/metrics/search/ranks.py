@@ -754,10 +754,14 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
             if centred:  # the keys' differences survive only in the centred rows
                 G = ks.centred_keys64(qs, refs)
             else:
-                A = ks.Q64[qs]
+                # a class whose queries are consecutive rows (data sets stored class by class, as
+                # CUB's and CARS's test sets): a view, no gather (2 x 2,000 x 2,048 float64: 2-4 ms)
+                A = ks.Q64[qs[0]:qs[-1] + 1] if qs[-1] - qs[0] + 1 == qs.size else ks.Q64[qs]
                 # same set: the class's queries are its references (one gather; numpy multiplies
                 # A A^T as a symmetric product, half the float64 GEMM, within the same bound)
-                G = A @ (A if ks.same and np.array_equal(qs, refs) else ks.R64[refs]).T
+                B = A if ks.same and np.array_equal(qs, refs) else (
+                    ks.R64[refs[0]:refs[-1] + 1] if refs[-1] - refs[0] + 1 == refs.size else ks.R64[refs])
+                G = A @ B.T
                 if rsq is not None:  # −‖q − r‖² = 2 q·r − ‖r‖² − ‖q‖²
                     G = 2.0 * G - rsq[refs] - ks.qsq[qs][:, None]
             n = cnt[qs]

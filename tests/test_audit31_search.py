@@ -1,0 +1,118 @@
+"""Audit 31, retrieval's fixed costs at CUB-like 2,000 x 2,048 (issue 18): the collapsed-model check
+of ``knn.outlier_refs`` read off the sums ``KeySpace`` made for ``centre_of`` (no second look at the
+rows), and the per-class float64 pair keys of ``ranks._pair_keys_by_class`` from views where a
+class's rows are consecutive."""
+
+import numpy as np
+import pytest
+from brute import assert_ranks_within_depth, relevant_ranks_reference
+
+from embedscope.metrics import relevant_ranks
+from embedscope.metrics.search import knn, ranks
+from embedscope.metrics.search.knn import KeySpace, pair_keys64, prepare
+
+
+def _spread_brute(R: np.ndarray):
+    """(median ‖r − c‖, median ‖r‖), c the rows' mean, written out."""
+    c = R.mean(axis=0)
+    return float(np.median(np.linalg.norm(R - c, axis=1))), float(np.median(np.linalg.norm(R, axis=1)))
+
+
+def _cub_like(n, dim, seed=0, collapsed=False):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(n // 50 + 1), 50)[:n]
+    centres = rng.standard_normal((y.max() + 1, dim))
+    X = centres[y] + 1.5 * rng.standard_normal((n, dim))
+    if collapsed:  # one point plus noise of 1e-5
+        X = rng.standard_normal(dim) + 1e-5 * X
+    return X, y
+
+
+@pytest.mark.parametrize("n", [300, 2048, 2500])
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_keyspace_spread_equals_the_formula(n, metric):
+    """``KeySpace.ref_spread``: the median distance from the mean and the median norm of the references
+    centre_of looked at: all of them up to 2 x CENTRE_SAMPLE, else its sample of CENTRE_SAMPLE rows."""
+    X, _ = _cub_like(n, 24, seed=n)
+    Q = prepare(X, metric)
+    ks = KeySpace(Q, Q, metric, True)
+    assert ks.centre is None
+    looked = Q if n <= 2 * knn.CENTRE_SAMPLE else Q[np.arange(0, n, n // knn.CENTRE_SAMPLE)[:knn.CENTRE_SAMPLE]]
+    np.testing.assert_allclose(ks.ref_spread, _spread_brute(looked), rtol=1e-9)
+    # a separate reference set: the references' spread, not the queries'
+    Xr, _ = _cub_like(400, 24, seed=n + 1)
+    R = prepare(3.0 * Xr + 5.0, metric)
+    ks2 = KeySpace(Q, R, metric, False)
+    np.testing.assert_allclose(ks2.ref_spread, _spread_brute(R), rtol=1e-9)
+
+
+class _ShapeOnly:
+    """Rows that answer their shape and nothing else: a second look at them fails."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+@pytest.mark.parametrize("n", [2000, 5000])
+def test_outlier_check_of_usual_rows_reads_no_row(n):
+    """A search that is not collapsed is turned down from KeySpace's sums alone: before, outlier_refs
+    gathered, centred and summed a sample of up to 1,024 rows again (6-20 ms at 2,000 x 2,048, 15% of the
+    whole retrieval call there)."""
+    X, _ = _cub_like(n, 16, seed=3)
+    Q = prepare(X, "cosine")
+    ks = KeySpace(Q, Q, "cosine", True)
+    ks.R64 = _ShapeOnly(Q.shape)
+    assert knn.outlier_refs(ks, knn.outlier_most(n, n)) is None
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_outlier_decisions_unchanged(metric):
+    """The same outliers found as by the check that looked at the rows again (forced by clearing the
+    KeySpace's spread): a nearly collapsed set with 5 far rows, and usual embeddings (none)."""
+    X, _ = _cub_like(600, 32, seed=5, collapsed=True)
+    far = np.array([3, 100, 101, 377, 599])
+    X[far] += 0.5 * np.random.default_rng(9).standard_normal((far.size, X.shape[1]))
+    for rows_ in (X, _cub_like(600, 32, seed=6)[0]):
+        Q = prepare(rows_.copy(), metric)
+        ks = KeySpace(Q, Q, metric, True)
+        got = knn.outlier_refs(ks, knn.outlier_most(600, 600))
+        ks.ref_spread = None
+        again = knn.outlier_refs(ks, knn.outlier_most(600, 600))
+        assert (got is None) == (again is None)
+        if got is not None:
+            np.testing.assert_array_equal(got, again)
+    Q = prepare(X.copy(), metric)
+    np.testing.assert_array_equal(knn.outlier_refs(KeySpace(Q, Q, metric, True)), far)
+
+
+@pytest.mark.parametrize("order", ["by class", "shuffled", "by class, a separate reference set"])
+def test_class_pair_keys_from_views(order):
+    """The class GEMMs' float64 keys (views of consecutive rows, or gathers) within their bound of
+    pair_keys64's, pair for pair, in _relevant_pairs' order."""
+    rng = np.random.default_rng(11)
+    X, y = _cub_like(700, 48, seed=11)
+    if order == "shuffled":
+        p = rng.permutation(len(y))
+        X, y = X[p], y[p]
+    sets = ranks.check_sets(X, y) if "separate" not in order else ranks.check_sets(
+        X[:300], y[:300], X[300:], y[300:])
+    Q64, R64 = sets.prepared("cosine")
+    ks = KeySpace(Q64, R64, "cosine", sets.same)
+    lay = ranks._Layout(sets.y, sets.y_ref, sets.same)
+    qi, rj = ranks._relevant_pairs(lay, 0, Q64.shape[0], sets.same)
+    est, err = ranks._pair_keys_by_class(ks, lay, qi, rj, threads=2)
+    exact = pair_keys64(Q64, R64, qi, rj, "cosine")
+    assert np.all(np.abs(est - exact) <= err[qi])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_ranks_at_large_dim_match_the_brute_force(shuffle):
+    """Relevant ranks of a CUB-like set at D = 2,048 (chunked tiles, views of consecutive classes)
+    equal a float64 brute force."""
+    X, y = _cub_like(600, 2048, seed=21)
+    if shuffle:
+        p = np.random.default_rng(2).permutation(len(y))
+        X, y = X[p], y[p]
+    rr = relevant_ranks(X.astype(np.float32), y)
+    ref = relevant_ranks_reference(X.astype(np.float32), y)
+    assert_ranks_within_depth(rr, ref)
