@@ -116,3 +116,19 @@ def test_ranks_at_large_dim_match_the_brute_force(shuffle):
     rr = relevant_ranks(X.astype(np.float32), y)
     ref = relevant_ranks_reference(X.astype(np.float32), y)
     assert_ranks_within_depth(rr, ref)
+
+
+@pytest.mark.parametrize("n", [500, 3000])
+def test_centre_of_alone_agrees_with_keyspace(n):
+    """``centre_of`` without the squared norms (its own sums) decides as KeySpace, which hands them in:
+    None for usual embeddings, the references' mean for a nearly collapsed set."""
+    for collapsed in (False, True):
+        X, _ = _cub_like(n, 24, seed=n, collapsed=collapsed)
+        Q = prepare(X, "euclidean")
+        ks = KeySpace(Q, Q, "euclidean", True)
+        plain = KeySpace(Q, Q, "euclidean", True, centre=False).delta  # the bound of the rows as given
+        c = knn.centre_of(Q, Q, "euclidean", True, plain)
+        assert (c is None) == (not collapsed) == (ks.centre is None)
+        if collapsed:
+            np.testing.assert_array_equal(c, ks.centre)
+            np.testing.assert_array_equal(c, Q.mean(axis=0))

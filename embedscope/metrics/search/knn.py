@@ -587,16 +587,16 @@ def centre_and_spread(Q64: np.ndarray, R64: np.ndarray, metric: str, same: bool,
     if not CENTRE or Q64.shape[0] == 0 or R64.shape[0] == 0:
         return None, None
     n = R64.shape[0]
-    if r2 is None:
-        r2 = np.einsum("ij,ij->i", R64, R64)
     if n > 2 * CENTRE_SAMPLE:  # the same question of a sample of the rows first: usual embeddings
         # are turned down at a fraction of the cost (150 ms at 120,000 x 512 for all rows)
         pick = np.arange(0, n, n // CENTRE_SAMPLE)[:CENTRE_SAMPLE]
         S = R64[pick]
-        c, spread = _centre_of(S, S, metric, True, delta[pick] if same else delta[:CENTRE_SAMPLE], n,
-                               r2[pick], r2[pick])
+        s2 = np.einsum("ij,ij->i", S, S) if r2 is None else r2[pick]
+        c, spread = _centre_of(S, S, metric, True, delta[pick] if same else delta[:CENTRE_SAMPLE], n, s2, s2)
         if c is None:
             return None, spread
+    if r2 is None:
+        r2 = np.einsum("ij,ij->i", R64, R64)
     if q2 is None:
         q2 = r2 if same else np.einsum("ij,ij->i", Q64, Q64)
     return _centre_of(Q64, R64, metric, same, delta, n, q2, r2)
