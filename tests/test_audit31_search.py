@@ -132,3 +132,79 @@ def test_centre_of_alone_agrees_with_keyspace(n):
         if collapsed:
             np.testing.assert_array_equal(c, ks.centre)
             np.testing.assert_array_equal(c, Q.mean(axis=0))
+
+
+def _class_keys_written_out(ks, y, y_ref, same, metric):
+    """The relevant pairs' float64 keys, class by class, as the GEMM of the class's gathered rows (the query
+    itself left out), in the order of _relevant_pairs: per query, its references in index order
+    (Euclidean: 2 q·r − ‖r‖² − ‖q‖² with the KeySpace's ‖q‖² and the references' squared norms)."""
+    Q64, R64 = ks.Q64, ks.R64
+    rsq = np.einsum("ij,ij->i", R64, R64)
+    out = []
+    for q in range(Q64.shape[0]):
+        refs = np.flatnonzero(y_ref == y[q])
+        if same:
+            refs = refs[refs != q]
+        cls_q = np.flatnonzero(y == y[q])
+        cls_r = np.flatnonzero(y_ref == y[q])
+        A = Q64[cls_q]
+        G = A @ (A if same else R64[cls_r]).T  # (same set: a symmetric product, as the search's)
+        if metric == "euclidean":
+            G = 2.0 * G - rsq[cls_r] - ks.qsq[cls_q][:, None]
+        row = G[np.searchsorted(cls_q, q)]
+        out.append(row[np.isin(cls_r, refs)])
+    return np.concatenate(out) if out else np.empty(0)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("order", ["by class", "shuffled", "separate"])
+def test_class_pair_keys_bitwise(metric, order, monkeypatch):
+    """A class of consecutive rows of a same-set search is one symmetric product of its rows' view, its
+    diagonal dropped in place: the same keys, bit for bit, as the class's gathered rows multiplied and
+    masked; with one worker thread or two (CLASS_KEYS_THREADED_MIN) alike. Classes of 1 (no pairs) and 2."""
+    rng = np.random.default_rng(31)
+    X, y = _cub_like(400, 40, seed=31)
+    y = y.copy()
+    y[:1] = 1000  # a lone query
+    y[1:3] = 1001  # a class of 2
+    if order == "shuffled":
+        p = rng.permutation(len(y))
+        X, y = X[p], y[p]
+    sets = ranks.check_sets(X, y) if order != "separate" else ranks.check_sets(X[:150], y[:150], X[150:], y[150:])
+    Q64, R64 = sets.prepared(metric)
+    ks = KeySpace(Q64, R64, metric, sets.same)
+    assert ks.centre is None
+    lay = ranks._Layout(sets.y, sets.y_ref, sets.same)
+    want = _class_keys_written_out(ks, sets.y, sets.y_ref, sets.same, metric)
+    got = {}
+    for thr in (0, 1 << 60):
+        monkeypatch.setattr(ranks, "CLASS_KEYS_THREADED_MIN", thr)
+        got[thr] = ranks._pair_keys_by_class(ks, lay, None, None, threads=2)[0]
+    np.testing.assert_array_equal(got[0], got[1 << 60])
+    np.testing.assert_array_equal(got[0], want)
+
+
+def test_small_class_keys_run_on_one_thread(monkeypatch):
+    """Class GEMMs below CLASS_KEYS_THREADED_MIN multiply-adds run on the calling thread (two worker threads
+    only contended for the GIL there: 2x slower at CUB-like 2,000 x 64); above it, on the workers."""
+    import concurrent.futures
+
+    X, y = _cub_like(600, 32, seed=4)
+    sets = ranks.check_sets(X, y)
+    Q64, R64 = sets.prepared("cosine")
+    ks = KeySpace(Q64, R64, "cosine", True)
+    lay = ranks._Layout(sets.y, sets.y_ref, True)
+    started = []
+    real = concurrent.futures.ThreadPoolExecutor
+
+    def spy(*a, **k):
+        started.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", spy)
+    one = ranks._pair_keys_by_class(ks, lay, None, None, threads=2)[0]
+    assert not started
+    monkeypatch.setattr(ranks, "CLASS_KEYS_THREADED_MIN", 0)
+    two = ranks._pair_keys_by_class(ks, lay, None, None, threads=2)[0]
+    assert started
+    np.testing.assert_array_equal(one, two)

@@ -712,6 +712,12 @@ def _relevant_pairs(lay: _Layout, s: int, e: int, same: bool):
     return qi, rj
 
 
+CLASS_KEYS_THREADED_MIN = 1 << 26  # _pair_keys_by_class: worker threads from this many multiply-adds of its
+# class GEMMs (Σ queries x references x D) on; below, one thread: the classes' small numpy steps hold the GIL and
+# two threads contend for it (CUB-like 2,000 x 64: 1.6 ms on 2 threads, 0.8 on one; 6,000 x 128: 4.9 and 4.0;
+# even at 2,000 x 512 and 12,000 x 128; 2 threads 1.4-1.7x faster from 6,000 x 512 and 2,000 x 2,048 on)
+
+
 def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarray, threads: int | None = None):
     """Float64 keys of the relevant pairs from one small float64 GEMM per class (no per-pair
     gather of rows), and a per-query bound on their difference from :func:`pair_keys64`'s
@@ -751,12 +757,23 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
         for t in idx:
             c, qs = ucls[t], qo[first[t]:last[t]]
             refs = lay.ref_order[starts[c]:ends[c]]
+            m = qs.size
+            if (ks.same and not centred and refs.size == m and qs[-1] - qs[0] + 1 == m
+                    and refs[0] == qs[0] and refs[-1] == qs[-1]):
+                # a class of consecutive rows of a same-set search (data sets stored class by class, as
+                # CUB's and CARS's test sets): its rows as a view, one symmetric product, and its queries'
+                # pairs one run of est, the GEMM less its diagonal (the query itself) in row order
+                s0 = int(qs[0])
+                A = ks.Q64[s0:s0 + m]
+                G = A @ A.T
+                if rsq is not None:  # −‖q − r‖² = 2 q·r − ‖r‖² − ‖q‖²
+                    G = 2.0 * G - rsq[s0:s0 + m] - ks.qsq[s0:s0 + m][:, None]
+                est[off[s0]:off[s0 + m]] = G.ravel()[1:].reshape(m - 1, m + 1)[:, :m].ravel()
+                continue
             if centred:  # the keys' differences survive only in the centred rows
                 G = ks.centred_keys64(qs, refs)
             else:
-                # a class whose queries are consecutive rows (data sets stored class by class, as
-                # CUB's and CARS's test sets): a view, no gather (2 x 2,000 x 2,048 float64: 2-4 ms)
-                A = ks.Q64[qs[0]:qs[-1] + 1] if qs[-1] - qs[0] + 1 == qs.size else ks.Q64[qs]
+                A = ks.Q64[qs[0]:qs[-1] + 1] if qs[-1] - qs[0] + 1 == m else ks.Q64[qs]
                 # same set: the class's queries are its references (one gather; numpy multiplies
                 # A A^T as a symmetric product, half the float64 GEMM, within the same bound)
                 B = A if ks.same and np.array_equal(qs, refs) else (
@@ -774,6 +791,8 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
 
     n_threads = int(threads or n_search_threads())
     work_per_cls = (last - first) * (ends[ucls] - starts[ucls])
+    if float(work_per_cls.sum()) * ks.Q64.shape[1] < CLASS_KEYS_THREADED_MIN:
+        n_threads = 1  # small GEMMs: the classes' numpy work holds the GIL, two threads only contend for it
     if n_threads <= 1 or ucls.size < 2:
         with blas_single_thread():  # small GEMMs: threads only add wake-up latency
             work(range(ucls.size))
