@@ -730,7 +730,8 @@ def _pair_keys_by_class(ks: KeySpace, lay: _Layout, qi: np.ndarray, rj: np.ndarr
     pairs): a class's GEMM is then written in place,
     row by row (the query itself left out in a same-set search). Classes are shared among
     ``threads`` workers (default: :func:`~.threads.n_search_threads`), each running its GEMMs with
-    one BLAS thread."""
+    one BLAS thread, where the GEMMs hold ``CLASS_KEYS_THREADED_MIN`` multiply-adds or more (below,
+    the calling thread computes them all)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
