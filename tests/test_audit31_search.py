@@ -208,3 +208,60 @@ def test_small_class_keys_run_on_one_thread(monkeypatch):
     two = ranks._pair_keys_by_class(ks, lay, None, None, threads=2)[0]
     assert started
     np.testing.assert_array_equal(one, two)
+
+
+def _spy_recounts(monkeypatch):
+    from embedscope.metrics.search import rows
+
+    rec = []
+    orig = rows._Rows._recount
+
+    def spy(self, s, fail):
+        rec.append(int(fail.size))
+        return orig(self, s, fail)
+
+    monkeypatch.setattr(rows._Rows, "_recount", spy)
+    return rec
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("classes", [5, 40])
+def test_deep_searches_count_each_row_once(metric, classes, monkeypatch):
+    """A depth of every reference (mAP@1000 of a set of fewer than 1,001 rows) gets no floor: its rows are
+    counted once. Before, the floors' sample estimated such a depth from its j = 1st key and every row was
+    counted twice (the digits' test set: 898 references, the whole retrieval_metrics call 1.6x slower).
+    Deep depths short of every reference keep their floors (a row whose floor came out too high is
+    recounted, as at any depth). Ranks equal a float64 brute force; with ties."""
+    from test_search_ranks import _check, brute_ranks
+
+    rng = np.random.default_rng(classes)
+    X, y = _cub_like(500, 16, seed=classes)
+    y = rng.integers(0, classes, len(y))
+    X[7] = X[8]  # an exact tie
+    rec = _spy_recounts(monkeypatch)
+    ref = brute_ranks(X, y, metric=metric)
+    for depth in ("all", 300, 250):
+        rr = relevant_ranks(X, y, metric=metric, depth=depth, device="cpu")
+        _check(rr, ref, len(X) - 1 if depth == "all" else depth)
+        if depth == "all":
+            assert rec == []
+
+
+def test_mixed_depths_floor_only_the_shallow_rows(monkeypatch):
+    """Per-query depths, some of every reference (no floor) and some shallow (a floor from the sample):
+    each query's ranks exact within its own depth."""
+    from test_search_ranks import brute_ranks
+
+    from embedscope.metrics.search.ranks import check_sets, compute_relevant_ranks
+
+    X, y = _cub_like(600, 12, seed=8)
+    y = np.random.default_rng(8).integers(0, 30, len(y))
+    depth = np.where(np.arange(len(y)) % 3 == 0, 599, 25)
+    rr = compute_relevant_ranks(check_sets(X, y), "cosine", depth, device="cpu")
+    ref = brute_ranks(X, y)
+    for i, (rk, rf) in enumerate(ref):
+        a, b = rr.offsets[i], rr.offsets[i + 1]
+        within = rk <= depth[i]
+        np.testing.assert_array_equal(rr.ranks[a:b][within], rk[within])
+        np.testing.assert_array_equal(rr.refs[a:b][within], rf[within])
+        assert np.all(np.isinf(rr.ranks[a:b][~within]))

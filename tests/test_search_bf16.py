@@ -59,13 +59,15 @@ def test_rows_pass_with_the_bf16_prefilter_equals_brute_force(forced, monkeypatc
         rr = relevant_ranks(X, y, depth=depth, block=45, device="cpu")
         d = {None: int(rr.R.max()), 5: 5, "all": len(X) - 1}[depth]
         _check(rr, ref, d)
-    assert forced["passes"] == forced["bf16"] == forced["floors"] == 3
-    assert forced["int16_blocks"] > 0 and forced["float_blocks"] == 0  # thresholds > 0: bit patterns
+    assert forced["passes"] == forced["bf16"] == 3
+    assert forced["floors"] == 2  # depth "all" ranks every reference: no floor, so no sample (rows._sample)
+    assert forced["int16_blocks"] > 0  # thresholds > 0: bit patterns
     # floors from the lowest sampled key: thresholds below 0, compared as float32 after conversion
     monkeypatch.setattr(rows, "_sample_ranks", lambda depth, ns, nr, dim, pairs=None: np.full(depth.shape, ns))
-    rr = relevant_ranks(X, y, depth="all", block=45, device="cpu")
-    _check(rr, ref, len(X) - 1)
-    assert forced["bf16"] == 4 and forced["float_blocks"] > 0
+    before = forced["float_blocks"]
+    rr = relevant_ranks(X, y, depth=150, block=45, device="cpu")
+    _check(rr, ref, 150)
+    assert forced["bf16"] == 4 and forced["float_blocks"] > before
 
 
 def test_bf16_prefilter_with_two_workers_keeps_the_callers_torch_threads(forced):
