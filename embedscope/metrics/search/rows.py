@@ -97,7 +97,9 @@ SMALL_SAMPLE_MIN_DEPTH = 16.0  # this (SOP-like depths of ~5: j of a few, μ < 1
 SURVIVOR_NS = 50.0  # the floor's sample rank (_sample_ranks) balances the cost of one survivor (ns) ...
 ROW_NS = (10.0, 0.04)  # ... against a recount's per reference: partition + GEMM (ns, + per dimension),
 PAIR_NS = 100.0  # ... plus its count again: its survivors (SURVIVOR_NS each) and its relevant pairs (ns each)
-SPLIT_MIN_ROWS = 128  # a completed block of at least twice this many queries is ranked in two halves
+SPLIT_MIN_ROWS = 512  # a completed block of at least twice this many queries is ranked in two halves (with
+# 128, every 512-row block was: 5-13% slower at CUB-like 2,000-12,000 rows and 9% at 60,000 x 128 on 2 threads,
+# whose counting steps then took turns at the GIL; docs/PERFORMANCE.md, thirty-first session)
 FLOOR_BLOCK = 4096  # queries per GEMM of the floor sample
 FLOOR_GROUPS_PER_J = 16  # a floor is the j-th largest of the maxima of 16 j column groups of the sample
 FLOOR_BF16_MIN_SAVING = 0.05  # the floors' sample GEMM in bfloat16 when that saves this much (seconds)
