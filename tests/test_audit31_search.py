@@ -268,7 +268,7 @@ def test_mixed_depths_floor_only_the_shallow_rows(monkeypatch):
 
 
 def test_default_blocks_are_counted_whole_on_two_threads(monkeypatch):
-    """With two worker threads a finished 512-row block is counted by one of them, not split in halves
+    """With two worker threads a finished block is counted by one of them, not split in halves
     between both (the halves' small numpy steps took turns at the GIL: 5-13% slower at CUB-like
     2,000-12,000 rows); the ranks equal a float64 brute force either way."""
     from test_search_ranks import _check, brute_ranks
@@ -288,4 +288,24 @@ def test_default_blocks_are_counted_whole_on_two_threads(monkeypatch):
         rr = relevant_ranks(X, y, device="cpu")
     _check(rr, brute_ranks(X, y), int(rr.R.max()))
     assert spans and all(h0 == 0 and h1 == e - s for h0, h1, (s, e) in spans)
-    assert max(e - s for _, _, (s, e) in spans) == 512
+    assert max(e - s for _, _, (s, e) in spans) == min(rows.BLOCK, -(-2100 // 4)) == 525  # (a quarter of the rows)
+
+
+@pytest.mark.parametrize("threads, want", [(1, 512), (2, 768)])
+def test_block_rows_by_thread_count(threads, want, monkeypatch):
+    """Query blocks of 768 rows with two worker threads (each finished block counted by one of them: 4-20%
+    faster than 512 from 6,000 rows on), 512 on one thread (768 cost 6% more CPU at 2,000 x 512 there)."""
+    from embedscope.metrics.search import rows, search_threads
+
+    seen = []
+    orig = rows._Rows.__init__
+
+    def spy(self, *a, **k):
+        orig(self, *a, **k)
+        seen.append(sorted({e - s for s, e in self.blocks}))
+
+    monkeypatch.setattr(rows._Rows, "__init__", spy)
+    X, y = _cub_like(3300, 8, seed=13)
+    with search_threads(threads):
+        relevant_ranks(X, y, device="cpu")
+    assert seen and max(seen[0]) == want

@@ -78,10 +78,14 @@ class SurvivorOverflow(Exception):
     kept far more than ~2 × depth references per query, as it must where most keys tie (a collapsed
     model keeps whole rows: N² survivors). The caller ranks the search by a pass of bounded memory."""
 
-BLOCK = 512  # queries per block (a symmetric search's tiles are BLOCK x BLOCK; at most 32,767): 1,024 cost
-# 8-11% more CPU at CUB-like 6,000 rows (2 threads) and 25-30% at 2,000 on one thread, 5-7% at 60,000 x 128
-# (the same at 12,000 x 512, 6,000 x 2,048, 10 classes of 1,000): a 512-row block's tile (1 MB) and sorted
-# survivors stay within a core's L2 (docs/PERFORMANCE.md, thirtieth session)
+BLOCK = 768  # queries per block with two or more worker threads (a symmetric search's tiles are BLOCK x BLOCK; at
+# most 32,767): with each finished block counted by one worker (SPLIT_MIN_ROWS), 768 against 512 was 4-10% faster at
+# CUB-like 6,000-12,000 rows, 8% at 60,000 x 128, 11-20% SOP-like at 12,000-60,000 x 128, equal at 6,000 x 2,048
+# (2 threads; docs/PERFORMANCE.md, thirty-first session); 1,024 was slower again. Sets of fewer than 4 x BLOCK
+# rows get blocks of a quarter of them (each thread gets work).
+BLOCK_ONE_THREAD = 512  # ... and on one thread: 1,024 cost 25-30% more CPU at 2,000 rows, 768 +6% at 2,000 x 512
+# (and 8-11% more CPU at CUB-like 6,000 rows, 5-7% at 60,000 x 128, before); a 512-row block's tile (1 MB) and sorted
+# survivors stay within a core's L2 (docs/PERFORMANCE.md, thirtieth and thirty-first sessions)
 REF_TILE = 2048  # references per tile when the search is not symmetric
 SAMPLE_MEAN = 12.0  # expected sampled references among a query's top `depth` (the floor's sample), at
 # D <= 128; times sqrt(128 / D) above (the sample's GEMM grows with D, the survivors' cost does not)
@@ -942,7 +946,7 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     Returns ``(ranks, refs)``: per query (in the order of ``qi``), its relevant references in
     rank order, ranks increasing, those beyond the depth last (``inf``) in reference-index order.
     Every pair is ranked (see the module docstring). ``block``: queries per block (default
-    ``BLOCK``, fewer so that each thread gets work); ``threads``: worker threads (default:
+    ``BLOCK``, on one thread ``BLOCK_ONE_THREAD``, fewer so that each thread gets work); ``threads``: worker threads (default:
     :func:`~.threads.n_search_threads`). ``labels``: ``(y, y_ref)``, integer labels of the queries and
     references such that the pairs are exactly those of equal labels (the query itself excluded in
     a same-set search), in the order above; with classes of tens and more (``LARGE_PAIRS_PER_QUERY``
@@ -955,7 +959,7 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     nq = ks.Q32.shape[0]
     n_threads = int(threads or n_search_threads())
     if block is None:
-        block = max(128, min(BLOCK, -(-nq // (2 * n_threads))))
+        block = max(128, min(BLOCK if n_threads > 1 else BLOCK_ONE_THREAD, -(-nq // (2 * n_threads))))
     block = int(min(block, 32_767))  # rows within a block are kept as int16
     st = _Rows(ks, qi, rj, keys, key_err, depth, seed, block, n_threads, bf16=bf16, labels=labels, compact=compact)
     n_threads = max(1, min(n_threads, len(st.tasks)))
