@@ -358,8 +358,9 @@ class _Rows:
         # test set, mAP@1000 over its 898 references (retrieval_metrics 1.6x slower). Deep but not full
         # depths (0.3-0.9 of the references at 500 rows) recounted no row and keep their floors.
         self.no_floor = depth >= n_avail
+        self.j = np.ones(depth.size, dtype=np.int64)  # (rows without a floor: their floors are set to −inf)
         if self.no_floor.all():
-            self.sample, self.j = np.arange(0), np.zeros(depth.size, dtype=np.int64)
+            self.sample = np.arange(0)
             self.RsT = np.ascontiguousarray(Ra[:0].T)
             return
         depth = depth[~self.no_floor]
@@ -374,7 +375,6 @@ class _Rows:
         # the call 1.1-2.5x faster (same values)
         ns = min(ns, int(math.ceil(frac * nr)))
         ns = max(ns, _small_sample(dm, nr, ks.Q32.shape[1]))
-        self.j = np.zeros(self.depth.size, dtype=np.int64)  # (rows without a floor: 1, never read)
         if ns >= nr / 2:  # tiny sets
             ns = nr
             self.sample = np.arange(nr)
@@ -382,7 +382,6 @@ class _Rows:
         else:
             self.sample = np.sort(np.random.default_rng(seed).choice(nr, ns, replace=False))
             self.j[~self.no_floor] = _sample_ranks(depth, ns, nr, ks.Q32.shape[1], self.cnt[~self.no_floor])
-        self.j[self.no_floor] = 1
         self.RsT = np.ascontiguousarray(Ra[self.sample].T)
 
     def floor_chunk(self, span):
@@ -946,15 +945,16 @@ def relevant_ranks_by_rows(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, keys: n
     Returns ``(ranks, refs)``: per query (in the order of ``qi``), its relevant references in
     rank order, ranks increasing, those beyond the depth last (``inf``) in reference-index order.
     Every pair is ranked (see the module docstring). ``block``: queries per block (default
-    ``BLOCK``, on one thread ``BLOCK_ONE_THREAD``, fewer so that each thread gets work); ``threads``: worker threads (default:
-    :func:`~.threads.n_search_threads`). ``labels``: ``(y, y_ref)``, integer labels of the queries and
-    references such that the pairs are exactly those of equal labels (the query itself excluded in
-    a same-set search), in the order above; with classes of tens and more (``LARGE_PAIRS_PER_QUERY``
-    pairs per query, :func:`large_mode`; a third entry, the pairs per query, lets ``qi`` and ``rj`` be
-    None with ``compact``) the pass then finds the relevant pairs among the sorted survivors
-    (:meth:`_Rows._count_large`) instead of searching each pair's place among them; and with
-    ``compact`` it returns ``(ranks, refs, n_ranked)``: per query only its ``n_ranked[i]`` relevant
-    references within the depth, in rank order (the others, beyond the depth, are not listed).
+    ``BLOCK``, on one thread ``BLOCK_ONE_THREAD``, fewer so that each thread gets work);
+    ``threads``: worker threads (default: :func:`~.threads.n_search_threads`). ``labels``:
+    ``(y, y_ref)``, integer labels of the queries and references such that the pairs are exactly those of
+    equal labels (the query itself excluded in a same-set search), in the order above; with classes
+    of tens and more (``LARGE_PAIRS_PER_QUERY`` pairs per query, :func:`large_mode`; a third entry,
+    the pairs per query, lets ``qi`` and ``rj`` be None with ``compact``) the pass then finds the
+    relevant pairs among the sorted survivors (:meth:`_Rows._count_large`) instead of searching each
+    pair's place among them; and with ``compact`` it returns ``(ranks, refs, n_ranked)``: per query
+    only its ``n_ranked[i]`` relevant references within the depth, in rank order (the others, beyond
+    the depth, are not listed).
     """
     nq = ks.Q32.shape[0]
     n_threads = int(threads or n_search_threads())
