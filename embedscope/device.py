@@ -100,3 +100,53 @@ def torch_threads(n: int):
     finally:
         if before != n:
             torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def ieee_float32():
+    """torch's float32 matrix products in IEEE float32 inside, the caller's setting again after.
+
+    The searches certify their float32 keys by float32's rounding error (docs/methods.md §1). A
+    script that asked for faster, rounder products — ``torch.backends.cuda.matmul.allow_tf32 =
+    True`` or ``torch.set_float32_matmul_precision("high")`` (TF32 on CUDA: 10 mantissa bits), or
+    ``"medium"`` (reduced precision in oneDNN on CPUs with bfloat16) — would break that bound, and
+    with it the ranks. torch has two APIs for this setting and refuses to read the global one once
+    the per-backend one (``fp32_precision``) was used: the API the caller used is the one changed.
+    """
+    import torch
+
+    try:
+        legacy = torch.get_float32_matmul_precision()
+        tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+    except RuntimeError:  # the per-backend API was used
+        legacy = tf32 = None
+    if legacy is not None:
+        mkl = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+        cpu_reduced = legacy == "medium" or getattr(mkl, "fp32_precision", "none") not in ("none", "ieee")
+        if cpu_reduced:  # every backend's setting, restored as the caller made it
+            torch.set_float32_matmul_precision("highest")
+            try:
+                yield
+            finally:
+                torch.set_float32_matmul_precision(legacy)
+                if bool(torch.backends.cuda.matmul.allow_tf32) != tf32:
+                    torch.backends.cuda.matmul.allow_tf32 = tf32
+        elif tf32:  # only CUDA's flag (the global call would change the CPU's too)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            try:
+                yield
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = True
+        else:
+            yield
+        return
+    backends = [b for b in (torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None))
+                if b is not None and hasattr(b, "fp32_precision")]
+    before = [b.fp32_precision for b in backends]
+    for b in backends:
+        b.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        for b, p in zip(backends, before):
+            b.fp32_precision = p

@@ -62,6 +62,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from embedscope.device import ieee_float32
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.knn import KeySpace, cross_keys64, padded_row_order, pair_keys64, union_places
 
@@ -308,7 +309,8 @@ class _Engine:
             return K
         if self._kbuf is None or self._kbuf.shape[0] < e - s:
             self._kbuf = torch.empty((rows, self.n), dtype=torch.float32)
-        K = torch.matmul(self.X32[s:e], self.X32.T, out=self._kbuf[:e - s])  # reused: no page faults per block
+        with ieee_float32():  # the bound is float32's: never a reduced-precision product
+            K = torch.matmul(self.X32[s:e], self.X32.T, out=self._kbuf[:e - s])  # reused: no page faults per block
         if self.two != 1.0:
             K.mul_(self.two)
         if self.rsub is not None:

@@ -819,12 +819,15 @@ def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, 
     if dev.type == "cpu" and L > FAISS_MIN_L:
         yield from _faiss_blocks(ks, L, progress, desc)
         return
+    from embedscope.device import ieee_float32
+
     torch, Qt, Rt, rsub = _torch_setup(ks, dev)
     bar = _bar(progress, nq, desc)
     with torch.no_grad():
         for s in range(0, nq, block):
             e = min(nq, s + block)
-            S = Qt[s:e] @ Rt.T
+            with ieee_float32():  # the certification's bound is float32's: never TF32
+                S = Qt[s:e] @ Rt.T
             if ks.two != 1.0:
                 S.mul_(ks.two)
             if rsub is not None:

@@ -1,0 +1,89 @@
+"""``embedscope.device.ieee_float32``: the searches' float32 products in IEEE float32 whatever the
+caller asked of torch (TF32 on CUDA, reduced precision in oneDNN), and the caller's setting as it
+was afterwards, through either of torch's two APIs (which torch refuses to mix)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SCRIPT = r"""
+import sys, torch
+from embedscope.device import ieee_float32
+
+def state():
+    out = []
+    for f in (torch.get_float32_matmul_precision, lambda: torch.backends.cuda.matmul.allow_tf32,
+              lambda: torch.backends.cuda.matmul.fp32_precision, lambda: torch.backends.mkldnn.matmul.fp32_precision):
+        try:
+            out.append(f())
+        except (RuntimeError, AttributeError):
+            out.append("refused")
+    return out
+
+mode = sys.argv[1]
+if mode == "legacy_high": torch.set_float32_matmul_precision("high")
+if mode == "legacy_medium": torch.set_float32_matmul_precision("medium")
+if mode == "flag": torch.backends.cuda.matmul.allow_tf32 = True
+if mode == "new_cuda": torch.backends.cuda.matmul.fp32_precision = "tf32"
+if mode == "new_mkldnn": torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+before = state()
+with ieee_float32():
+    inside = state()
+after = state()
+print(repr((before, inside, after)))
+"""
+
+
+@pytest.mark.parametrize("mode", ["none", "legacy_high", "legacy_medium", "flag", "new_cuda", "new_mkldnn"])
+def test_ieee_inside_and_the_callers_setting_after(mode):
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision") and mode.startswith("new"):
+        pytest.skip("this torch has no per-backend precision API")
+    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-1500:]
+    before, inside, after = eval(out.stdout.strip().splitlines()[-1])
+    assert after == before
+    assert inside[1] is False  # no TF32 for CUDA's products
+    assert inside[3] in ("ieee", "none", "refused")  # no reduced precision on the CPU
+    if mode == "none":
+        assert inside == before  # nothing to change
+    else:
+        assert inside[2] in ("ieee", "refused") and before != inside  # the caller's setting did ask for less
+
+
+def test_the_searches_multiply_in_ieee_float32(monkeypatch):
+    # the torch GEMM of the candidate lists (on the CPU: short lists) runs inside ieee_float32, so
+    # that a caller's torch.set_float32_matmul_precision("medium") does not reach it
+    import embedscope.device as D
+    import embedscope.metrics.search.knn as K
+    from embedscope.metrics.search.knn import KeySpace, candidate_blocks
+
+    monkeypatch.setattr(K, "FAISS_MIN_L", 1000)  # the torch path (CUDA's) on the CPU
+
+    seen = []
+    real = D.ieee_float32
+
+    class Spy:
+        def __enter__(self):
+            self.cm = real()
+            self.cm.__enter__()
+            seen.append(torch.get_float32_matmul_precision())
+
+        def __exit__(self, *exc):
+            return self.cm.__exit__(*exc)
+
+    monkeypatch.setattr(D, "ieee_float32", Spy)
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        X = np.random.default_rng(0).standard_normal((300, 16))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        blocks = list(candidate_blocks(KeySpace(X, X, "cosine", True), 5, device="cpu", block=128))
+        assert len(blocks) == 3
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(prev)
+    assert seen and set(seen) == {"highest"}
