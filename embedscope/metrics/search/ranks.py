@@ -73,6 +73,10 @@ SHALLOW_SAMPLE = 1 / 16  # ... of this fraction of the references (sample_top [1
 DEEP_SAMPLE_TOP = 32.0  # mAP@1000: floor keys at the depth itself from a 32/depth sample
 ESTIMATE_MIN_PAIRS_PER_QUERY = 8  # from this many relevant pairs per query, float32 pair-key estimates
 USE_ROWS = True  # the filtered tile pass with per-row counting where _rows_plan chooses it (False: never)
+COUNT_ON_DEVICE = False  # CUDA: the relevant pairs ranked by counting (device_count.py) instead of candidate
+# lists: off until measured faster (docs/PERFORMANCE.md, thirty-second session: 2.6-11x slower before its
+# depth cut-off; benchmarks/retrieval_cuda.py --counting times it)
+COUNT_ON_CPU = False  # the device counting pass on the CPU too (tests only)
 ROWS_MAX_REFS = 200_000  # CPU: the filtered tile pass with per-row counting (rows.py) up to this many references
 ROWS_MAX_DEPTH = 1_000  # ... when the depth is below this ...
 ROWS_MIN_FILL = 0.25  # ... and the relevant pairs fill this share of the padded (query x max R_i) tables
@@ -825,6 +829,18 @@ def _counting_plan(device, depth: int, n_avail: int):
     return floor_depth, sample_top
 
 
+def _device_count_plan(device, R: np.ndarray) -> bool:
+    """Whether the relevant pairs are ranked by counting on the device
+    (:mod:`embedscope.metrics.search.device_count`): with ``COUNT_ON_DEVICE``, on CUDA (the CPU too with
+    ``COUNT_ON_CPU``, for the tests), up to ``PAIRS_MOST`` relevant pairs. Measured in
+    docs/PERFORMANCE.md (off: the candidate lists were faster on an H200)."""
+    from embedscope.metrics.search.device_count import PAIRS_MOST
+
+    if not COUNT_ON_DEVICE or (device.type == "cpu" and not COUNT_ON_CPU):
+        return False
+    return 0 < int(R.sum()) <= PAIRS_MOST
+
+
 def _pairs_and_keys(ks: KeySpace, lay: _Layout):
     """Every relevant pair (:func:`_relevant_pairs`) and its float64 key: from one float64 GEMM per
     class when classes are large (estimates, with their error bound), else pair by pair (exact,
@@ -913,6 +929,14 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
             k64[unresolved] = pair_keys64(ks.Q64, ks.R64, qi[unresolved], rj[unresolved], ks.metric)
             _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
         return qi, rj, rank, False
+    if _device_count_plan(device, lay.R):
+        from embedscope.metrics.search.device_count import relevant_ranks_by_device_count
+
+        qi, rj = _relevant_pairs(lay, 0, ks.Q64.shape[0], ks.same)
+        k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
+        rank = relevant_ranks_by_device_count(ks, qi, rj, k64, depth, device=device, block=block, progress=progress)
+        if rank is not None:
+            return qi, rj, rank, False
     L = min(depth + SLACK, n_avail)
     all_q, all_r, all_rank = [], [], []
     for s, e, vals, cand in candidate_blocks(ks, L, device=device, block=block, progress=progress,
