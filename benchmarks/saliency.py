@@ -51,7 +51,7 @@ def main() -> None:
     import torch
     from captum.attr import NoiseTunnel, Saliency
 
-    from embedscope.device import compute_device
+    from embedscope.device import resolve_device
     from embedscope.models import build_model, default_config
     from embedscope.models.distances import euclidean
     from embedscope.saliency.smoothgrad import (
@@ -66,7 +66,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    dev = compute_device(args.device)  # one line, exit 1, where --device cuda has no GPU
+    dev = resolve_device(args.device)  # a torch.device; one line, exit 1, where --device cuda has no GPU
     torch.manual_seed(0)
     model = build_model(default_config(args.arch, embed_dim=128, image_size=args.size)).eval().to(dev)
     g = torch.Generator().manual_seed(1)

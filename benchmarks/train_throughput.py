@@ -21,13 +21,19 @@ import numpy as np
 import torch
 
 
-def plain_epoch(ds_train, labels, cfg, model, loss_fn, opt, dev, batches, amp: str = "auto"):
-    """The reference loop: DataLoader over the same SPC batches, model, PML loss, Adam step."""
+def plain_loader(ds_train, cfg, dev, batches, num_workers: int = 0):
+    """The reference loop's DataLoader over the same SPC batches, made once, PyTorch's defaults
+    otherwise: its workers, if any, start again each epoch (as the trainer's, whose augmentation
+    draws then do not depend on where a run was resumed)."""
     from embedscope.data import TorchImages, image_transform
 
     tf = image_transform(ds_train.kind, train=True, image_size=int(cfg["image_size"]))
-    loader = torch.utils.data.DataLoader(TorchImages(ds_train, tf), batch_sampler=batches,
-                                         pin_memory=dev.type == "cuda")
+    return torch.utils.data.DataLoader(TorchImages(ds_train, tf), batch_sampler=batches,
+                                       pin_memory=dev.type == "cuda", num_workers=num_workers)
+
+
+def plain_epoch(loader, labels, model, loss_fn, opt, dev, amp: str = "auto"):
+    """The reference loop: the DataLoader's batches, model, PML loss, Adam step."""
     yt = torch.as_tensor(labels)
     use_amp = dev.type == "cuda" and amp != "none"
     n = 0
@@ -68,6 +74,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--amp", default="auto", choices=["auto", "bf16", "none"],
                     help="both loops: bfloat16 autocast on CUDA (auto, bf16) or float32 (none)")
+    ap.add_argument("--num-workers", type=int, default=0, help="DataLoader workers of both loops (default 0)")
     args = ap.parse_args()
 
     from embedscope.data import get_dataset
@@ -104,10 +111,10 @@ def main() -> None:
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     model.train()
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=0)
-    plain_epoch(train_ds, ytrain, cfg, model, loss_fn, opt, dev, sampler, args.amp)  # warm-up
+    loader = plain_loader(train_ds, cfg, dev, sampler, args.num_workers)
+    plain_epoch(loader, ytrain, model, loss_fn, opt, dev, args.amp)  # warm-up
     t0 = time.perf_counter()
-    n_plain = sum(plain_epoch(train_ds, ytrain, cfg, model, loss_fn, opt, dev, sampler, args.amp)
-                  for _ in range(epochs))
+    n_plain = sum(plain_epoch(loader, ytrain, model, loss_fn, opt, dev, args.amp) for _ in range(epochs))
     t_plain = time.perf_counter() - t0
 
     # --- embedscope trainer (per-epoch seconds from its log; the first epoch is the warm-up)
@@ -121,7 +128,8 @@ def main() -> None:
         res = train({**{k: v for k, v in cfg.items() if k in ("dataset", "arch", "batch_size", "sampler", "lr",
                                                                  "embed_dim", "weight_decay")},
                      "loss": "multisimilarity", "epochs": epochs + 1, "eval_every": 0,
-                     "device": str(dev), "amp": args.amp}, Path(tmp) / "b.pt", progress=False, echo=lambda s: None)
+                     "device": str(dev), "amp": args.amp, "num_workers": args.num_workers},
+                    Path(tmp) / "b.pt", progress=False, echo=lambda s: None)
     if args.arch != "digits_cnn":
         edata.get_dataset = real_get
     secs = [r["seconds"] for r in res["history"] if int(r["epoch"]) > 1]
@@ -133,7 +141,8 @@ def main() -> None:
           + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""))
     precision = "bfloat16 autocast" if dev.type == "cuda" and args.amp != "none" else "float32"
     print(f"arch {args.arch}, loss multisimilarity, batch {cfg['batch_size']}, sampler {cfg['sampler']}, "
-          f"{epochs} timed epoch(s) of {len(sampler)} batches, {precision}")
+          f"{epochs} timed epoch(s) of {len(sampler)} batches, {precision}, "
+          f"{args.num_workers} loader workers")
     print(f"plain PyTorch+PML : {ips_plain:10.1f} images/s  ({t_plain:.2f} s)")
     print(f"embedscope train  : {ips_es:10.1f} images/s  ({t_es:.2f} s)")
     print(f"ratio (embedscope time / plain time): {ips_plain / ips_es:.3f}  "

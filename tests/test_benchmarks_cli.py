@@ -27,6 +27,8 @@ def test_benchmark_offers_quick(script):
     ("saliency.py", ["--device", "cuda", "--quick"]),
     ("embed_throughput.py", ["--device", "cuda", "--quick"]),
     ("train_throughput.py", ["--device", "cuda", "--quick"]),
+    ("retrieval_cuda.py", ["--device", "cuda", "--n", "300", "--dims", "8", "--repeats", "1"]),
+    ("conv_precision.py", ["--device", "cuda", "--size", "32", "--batch", "2"]),
 ])
 def test_gpu_commands_say_in_one_line_that_there_is_no_gpu(script, args):
     # the GPU commands of docs/PERFORMANCE.md, "ready to run", on a machine without CUDA: one line, exit 1
@@ -39,3 +41,21 @@ def test_gpu_commands_say_in_one_line_that_there_is_no_gpu(script, args):
     assert out.returncode == 1, out.stderr[-800:]
     assert out.stderr.strip().splitlines() == [f"{script}: error: --device cuda was asked for, but no CUDA GPU "
                                                "is available (use --device auto or cpu)"]
+
+
+@pytest.mark.parametrize("script, args", [
+    ("saliency.py", ["--device", "cpu", "--quick"]),
+    ("embed_throughput.py", ["--device", "cpu", "--quick"]),
+    ("train_throughput.py", ["--device", "cpu", "--quick", "--num-workers", "1"]),
+    ("retrieval_cuda.py", ["--device", "cpu", "--n", "1500", "--dims", "16", "--repeats", "1", "--check"]),
+    ("conv_precision.py", ["--device", "cpu", "--quick"]),
+])
+def test_gpu_benchmarks_run_on_the_cpu(script, args):
+    # the GPU benchmarks' code runs where CI runs (the saliency benchmark once passed compute_device's
+    # CPU, which is no torch.device, to Module.to, and failed with a TypeError on every device)
+    path = BENCH[0].parent / script
+    out = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=300,
+                         cwd=path.parent)
+    assert out.returncode == 0, out.stderr[-1500:]
+    if script == "retrieval_cuda.py":
+        assert "largest |cpu - cpu| 0.0e+00" in out.stdout
