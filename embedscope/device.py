@@ -150,3 +150,28 @@ def ieee_float32():
     finally:
         for b, p in zip(backends, before):
             b.fp32_precision = p
+
+
+def precision_name(dev, autocast: bool = False) -> str:
+    """How a network's forward passes computed on ``dev``, as files record it (``precision``):
+    "bfloat16 autocast", else "float32" — on CUDA with what PyTorch's settings let cuDNN and cuBLAS
+    round to TF32 (10 mantissa bits): "float32 (TF32 convolutions)" under PyTorch's default
+    (``torch.backends.cudnn.allow_tf32``), "float32 (TF32 convolutions and products)" with
+    ``torch.backends.cuda.matmul.allow_tf32`` too. On an H200 a ResNet-50's TF32 rows are ~6e-4 (relative)
+    from the CPU's float32 ones and 2.9x faster than IEEE float32 (docs/PERFORMANCE.md)."""
+    if autocast:
+        return "bfloat16 autocast"
+    if getattr(dev, "type", str(dev)) != "cuda":
+        return "float32"
+    import torch
+
+    try:
+        mm = bool(torch.backends.cuda.matmul.allow_tf32)
+    except RuntimeError:  # the per-backend API was used
+        mm = getattr(torch.backends.cuda.matmul, "fp32_precision", "ieee") == "tf32"
+    try:
+        conv = bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:
+        conv = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", "ieee") == "tf32"
+    what = [w for w, on in (("convolutions", conv), ("products", mm)) if on]
+    return f"float32 (TF32 {' and '.join(what)})" if what else "float32"

@@ -369,9 +369,11 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     (docs/studies.md).
 
     ``amp`` as :func:`embed_images` (None or False: float32 everywhere, as evaluations are
-    reported; True: bfloat16 autocast on CUDA). The attribute ``precision`` records which was used ("float32" or
-    "bfloat16 autocast"), with ``device`` the device type: bfloat16 rows differ from float32 ones
-    by ~1e-3 to 1e-2 (ResNet-50, 128-d unit rows: up to 6.6e-3 in norm, cosine 0.997).
+    reported; True: bfloat16 autocast on CUDA). The attribute ``precision`` records which was used
+    (:func:`embedscope.device.precision_name`: "float32", on CUDA "float32 (TF32 convolutions)" under
+    PyTorch's default, or "bfloat16 autocast"), with ``device`` the device type: bfloat16 rows differ
+    from float32 ones by ~1e-3 to 1e-2 (ResNet-50, 128-d unit rows: up to 6.6e-3 in norm, cosine 0.997);
+    TF32 convolutions by ~6e-4 (ResNet-50 on an H200, relative to the largest value).
 
     ``image_size`` / ``resize``: the evaluation transform Resize(resize) + CenterCrop(image_size)
     instead of the checkpoint's (its config's, else 224 and round(224 * 256 / 224) = 256), e.g. 299 /
@@ -388,7 +390,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     import torch
 
     from embedscope import store
-    from embedscope.device import resolve_device
+    from embedscope.device import precision_name, resolve_device
     from embedscope.fileio import check_writable
     from embedscope.models import describe_input, load_model
 
@@ -480,7 +482,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             # so do the batch's size (the digits: 37% of the values differ, by up to 3e-7, at 7 vs 256)
             "batch_size": int(batch_size),
             "torch_version": str(torch.__version__),
-            "precision": "bfloat16 autocast" if use_amp else "float32",
+            "precision": precision_name(dev, use_amp),
             "transform": "; ".join(x for x in (input_text, describe_input(config)) if x),
             "checkpoint": source and str(Path(source).resolve()),
             # a pytorch-metric-learning pair: the embedder's file too (its sha256 is in checkpoint_sha256)

@@ -165,6 +165,8 @@ def test_cli_train_embed_evaluate_saliency_on_cuda(tmp_path):
 
     g, c = EmbeddingSet.load(tmp_path / "g.h5"), EmbeddingSet.load(tmp_path / "c.h5")
     assert np.abs(g.embeddings - c.embeddings).max() <= 5e-3 * np.abs(c.embeddings).max()
+    assert c.attrs["precision"] == "float32"
+    assert g.attrs["precision"] == ("float32 (TF32 convolutions)" if GPU == "cuda" else "float32")
     es("evaluate", tmp_path / "g.h5", "--device", GPU, "--json", tmp_path / "eg.json")
     es("evaluate", tmp_path / "g.h5", "--device", "cpu", "--json", tmp_path / "ec.json")
     values = [json.loads((tmp_path / f).read_text())["values"] for f in ("eg.json", "ec.json")]

@@ -87,3 +87,21 @@ def test_the_searches_multiply_in_ieee_float32(monkeypatch):
     finally:
         torch.set_float32_matmul_precision(prev)
     assert seen and set(seen) == {"highest"}
+
+
+def test_precision_name_says_what_cuda_rounds_to_tf32():
+    from embedscope.device import CPU, precision_name
+
+    cuda = torch.device("cuda")  # a name only: nothing runs on it
+    assert precision_name(CPU) == precision_name(torch.device("cpu")) == "float32"
+    assert precision_name(CPU, autocast=True) == precision_name(cuda, True) == "bfloat16 autocast"
+    conv, mm = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        want = {(True, False): "float32 (TF32 convolutions)",  # PyTorch's default
+                (True, True): "float32 (TF32 convolutions and products)",
+                (False, True): "float32 (TF32 products)", (False, False): "float32"}
+        for (c, m), name in want.items():
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = c, m
+            assert precision_name(cuda) == name
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, mm

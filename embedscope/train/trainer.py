@@ -1308,8 +1308,10 @@ def compute_record(dev, start_epoch: int, state: dict[str, Any] | None = None,
     split it; docs/training.md), so reproducing a run needs it: the seed alone does not say it."""
     import torch
 
+    from embedscope.device import precision_name
+
     here = {"from_epoch": int(start_epoch) + 1, "device": str(dev),
-            "precision": "bfloat16 autocast" if autocast_dtype(amp, dev) is not None else "float32",
+            "precision": precision_name(dev, autocast_dtype(amp, dev) is not None),
             "torch_threads": int(torch.get_num_threads()), "torch": str(torch.__version__)}
     earlier = list((state or {}).get("extra", {}).get("compute") or [])
     return earlier + [here]
