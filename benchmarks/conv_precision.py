@@ -8,6 +8,7 @@ device) and the largest |device − CPU| / max |CPU| over the embeddings of the 
 
     python benchmarks/conv_precision.py --device cuda
     python benchmarks/conv_precision.py --quick          # smoke run (resnet18, 64 px, CPU without a GPU)
+    python benchmarks/conv_precision.py                  # CUDA when present, else the CPU (batch 16)
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import time
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="auto", help="auto (CUDA when present), cuda or cpu")
     ap.add_argument("--arch", default="resnet50", choices=["resnet50", "resnet18"])
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=None, help="images per batch (default 256 on CUDA, 16 on the CPU)")
+    ap.add_argument("--repeats", type=int, default=None, help="timed batches (default 5 on CUDA, 2 on the CPU)")
     ap.add_argument("--quick", action="store_true", help="smoke run: resnet18, 64 px, batch 16, one repeat")
     args = ap.parse_args(argv)
 
@@ -36,6 +37,10 @@ def main(argv=None) -> int:
         if args.device == "cuda" and not torch.cuda.is_available():
             args.device = "cpu"
     dev = resolve_device(args.device)
+    if args.batch is None:
+        args.batch = 256 if dev.type == "cuda" else 16
+    if args.repeats is None:
+        args.repeats = 5 if dev.type == "cuda" else 2
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     torch.manual_seed(0)
     model = build_model(default_config(args.arch, embed_dim=128, image_size=args.size)).eval()

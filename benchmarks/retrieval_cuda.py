@@ -68,11 +68,12 @@ def floor_time(X, device: str, L: int = 28, block: int = 8192, sort: bool = Fals
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, nargs="+", default=[60000, 120000])
+    ap.add_argument("--n", type=int, nargs="+", default=None, help="rows (default 60,000 and 120,000; "
+                    "12,000 where the device is the CPU)")
     ap.add_argument("--dims", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--difficulty", default="hard", choices=["easy", "hard"])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="auto", help="auto (CUDA when present), cuda or cpu")
     ap.add_argument("--kmeans", action="store_true", help="also time the default keys (+ NMI, F1), once")
     ap.add_argument("--check", action="store_true", help="also compute the keys on the CPU and compare")
     ap.add_argument("--counting", action="store_true",
@@ -96,6 +97,8 @@ def main(argv=None) -> int:
         if args.device == "cuda" and not torch.cuda.is_available():
             args.device = "cpu"
     dev = resolve_device(args.device)
+    if args.n is None:  # `make bench` on a machine without a GPU: a size the CPU answers in minutes
+        args.n = [60000, 120000] if dev.type == "cuda" else [12000]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
     print(f"device {dev} ({name}), torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "

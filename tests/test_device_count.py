@@ -24,6 +24,7 @@ def on_cpu(monkeypatch):
         calls.append(out is not None)
         return out
 
+    monkeypatch.setattr(R, "COUNT_ON_DEVICE", True)  # off by default (docs/PERFORMANCE.md)
     monkeypatch.setattr(R, "COUNT_ON_CPU", True)
     monkeypatch.setattr(R, "USE_ROWS", False)
     monkeypatch.setattr(R, "COUNT_MIN_REFS", 10 ** 12)

@@ -32,7 +32,8 @@ at a time, never ``N x N``.
 
 The candidates are then **certified** in float64. The float32 value of a ranking key differs from
 its float64 value by at most ``delta_i`` (a rigorous forward-error bound of a length-D dot product,
-``(D + 16) u (‖r‖max² + 2 ‖q_i‖ ‖r‖max + ‖q_i‖²)``, u = 2⁻²⁴, whatever the summation order); the
+whatever the summation order, u = 2⁻²⁴: ``(D + 16) u ‖q_i‖ ‖r‖max`` for cosine keys, ``(D + 16) u
+(‖r‖max² + 2 ‖q_i‖ ‖r‖max + ‖q_i‖²)`` for Euclidean ones, 2 q·r − ‖r‖² − ‖q‖²); the
 candidates' keys are recomputed pair by pair in float64 and sorted by (key desc, reference index
 asc). If the smallest float32 candidate key plus ``delta_i`` is below the k-th exact key, no
 reference outside the candidates can enter the top k and the result is exact; otherwise (many
@@ -683,6 +684,12 @@ class KeySpace:
             c = R64.mean(axis=0) if centre else None
         self.centre = c
         self.plain = metric == "cosine" and c is None  # the tile is the key itself (symmetric, chunked, bfloat16)
+        if self.plain:
+            # the key is q·r alone: |fl32(q32·r32) − q·r| ≤ γ_D Σ|q_k r_k| + (2u + u²) Σ|q_k r_k| (the rows'
+            # rounding to float32), and Σ|q_k r_k| ≤ ‖q‖ ‖r‖ (Cauchy–Schwarz): (D + 16) u ‖q‖ ‖r‖max, a
+            # quarter of the general bound above for unit rows (whose ‖r‖² and ‖q‖² terms are the Euclidean
+            # tile's, 2q·r − ‖r‖²). The centring was judged on the general bound, as before.
+            self.delta = (d + 16) * U32 * 1.05 * qn * rmax + 1e-300
         if c is None:
             self.Q32 = np.ascontiguousarray(Q64, dtype=np.float32)
             self.R32 = self.Q32 if same else np.ascontiguousarray(R64, dtype=np.float32)
@@ -999,8 +1006,9 @@ def outlier_refs(ks: KeySpace, most: int | None = None) -> np.ndarray | None:
 
     Why: the float32 error of one pair's tile value is at most (D + 16) u (‖q'‖ ‖r'‖ + 2 |c·r'|)
     plus float64 terms (:meth:`KeySpace._centred_delta` with that pair's ‖r'‖ and |c·r'|; the
-    rows as given: (D + 16) u (‖r‖ + ‖q‖)²), and ``delta`` of a query is that bound at the largest
-    ‖r'‖ and |c·r'| of all references (``rmax_c``, ``bmax``; ``rmax``), since every pass compares a
+    rows as given: (D + 16) u ‖q‖ ‖r‖ for cosine, (D + 16) u (‖r‖ + ‖q‖)² for Euclidean), and
+    ``delta`` of a query is that bound at the largest ‖r'‖ and |c·r'| of all references (``rmax_c``,
+    ``bmax``; ``rmax``), since every pass compares a
     query's tile values with one window half-width. A few references far from a nearly collapsed
     model's point thus loosen every query's bound by their distance over the bulk's spread (10^4 at
     1e-5 noise and outliers 0.1 away), and the windows (float64 keys) grow accordingly
