@@ -105,3 +105,19 @@ def test_precision_name_says_what_cuda_rounds_to_tf32():
             assert precision_name(cuda) == name
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, mm
+
+
+def test_a_studys_cache_keeps_tf32_rows_apart():
+    from embedscope.device import CPU
+    from embedscope.study.run import device_kind
+
+    assert device_kind(CPU) == device_kind(torch.device("cpu")) == "cpu"
+    conv = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        on = device_kind(torch.device("cuda"))
+        torch.backends.cudnn.allow_tf32 = False
+        off = device_kind(torch.device("cuda"))
+    finally:
+        torch.backends.cudnn.allow_tf32 = conv
+    assert (on, off) == ("cuda/float32 (TF32 convolutions)", "cuda/float32")

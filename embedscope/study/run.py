@@ -208,13 +208,24 @@ def _same_dataset(asked: str | None, trained: Any) -> bool:
     return same_dataset(asked, trained)
 
 
+def device_kind(dev) -> str:
+    """The device kind of a study's rows, part of their cache key: ``cpu``, or on a GPU its type and
+    :func:`~embedscope.device.precision_name` (``cuda/float32 (TF32 convolutions)`` under PyTorch's
+    default): float32 on every device (GPU caches of embedscope versions that used bfloat16 there are not
+    reused), and rows made with TF32 (~6e-4 from the CPU's) never mixed with rows made without."""
+    from embedscope.device import precision_name
+
+    return dev.type if dev.type == "cpu" else f"{dev.type}/{precision_name(dev)}"
+
+
 def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, root: str | None = None,
                  cache_dir: str | os.PathLike | None = None, device: str = "auto",
                  generation: str | None = None) -> tuple[Any, dict[str, Any]]:
     """(EmbeddingSet of train + test, info) for a checkpoint, from the cache when present.
 
     ``info``: ``sha256``, ``config``, ``extra``, ``cached`` (bool), ``cache_file``, ``embed_seconds``,
-    ``device`` (the device kind the rows were embedded on, part of the cache key: ``cpu``, ``cuda/float32``),
+    ``device`` (the device kind the rows were embedded on, part of the cache key: ``cpu``, ``cuda/float32 (TF32
+    convolutions)`` under PyTorch's default, ``cuda/float32``),
     ``data`` (``[dataset, root, train_classes, fingerprint]``: the data embedded and its
     :func:`data_fingerprint`, part of the cache key, so a changed folder is embedded again).
     The data set is listed once per ``generation`` and process (:func:`run_study` passes a token of
@@ -252,8 +263,7 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     tf, size, transform = checkpoint_input(ds, config)
     resize = config.get("resize")
     dev = resolve_device(device)
-    # float32 on every device (GPU caches of embedscope versions that used bfloat16 there are not reused)
-    kind = dev.type if dev.type == "cpu" else f"{dev.type}/float32"  # the device the rows are (were) embedded on
+    kind = device_kind(dev)  # where the rows are (were) embedded
     key = cache_key(info["sha256"], ds.name, root, tc, transform, kind, data=fingerprint)
     cdir = Path(cache_dir) if cache_dir else default_cache_dir()
     path = cdir / f"{key}.h5"
