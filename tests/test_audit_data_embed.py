@@ -473,7 +473,9 @@ def test_embed_records_its_precision_and_passes_amp(cub_folder, tmp_path, monkey
 
     monkeypatch.setattr(embedscope.device, "resolve_device", lambda d="auto": torch.device("cuda"))
     monkeypatch.setattr(embedscope.embed, "embed_images", fake_embed_images)
-    for flag, amp, text in ((["--amp", "none"], False, "float32"), ([], False, "float32"),
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)  # PyTorch's default: recorded as such
+    f32 = "float32 (TF32 convolutions)"
+    for flag, amp, text in ((["--amp", "none"], False, f32), ([], False, f32),
                             (["--amp", "bf16"], True, "bfloat16 autocast")):
         out = tmp_path / f"cuda{len(seen)}.h5"
         assert main(["embed", str(ckpts[True][0]), "--dataset", "cub200", "--root", str(base), "-o", str(out),
