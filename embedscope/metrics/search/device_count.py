@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embedscope.metrics.search.knn import KeySpace, _bar, _torch_setup, default_block, pair_keys64
+from embedscope.metrics.search.knn import KeySpace, _bar, _torch_setup, default_block, pair_keys64, tile_block
 
 #: Relevant pairs up to which the counting pass is used (their float64 keys are computed on the CPU
 #: first: beyond, classes of thousands, the candidate lists stay).
@@ -57,8 +57,6 @@ def relevant_ranks_by_device_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray,
     """Exact ranks (float64; ``inf`` beyond ``depth``) of the pairs (``qi``, ``rj``) of float64 keys
     ``k64`` (``qi`` ascending), counted on ``device`` (a torch device); None where the windows are too
     large (:data:`WINDOW_MOST`: a collapsed model), for the candidate lists to take over."""
-    from embedscope.device import ieee_float32
-
     torch, Qt, Rt, rsub = _torch_setup(ks, device)
     nq, nr = ks.Q32.shape[0], ks.R32.shape[0]
     if block is None:
@@ -78,15 +76,7 @@ def relevant_ranks_by_device_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray,
             if p0 == p1:
                 bar.update(e - s)
                 continue
-            with ieee_float32():  # the bound is float32's: never TF32
-                S = Qt[s:e] @ Rt.T
-            if ks.two != 1.0:
-                S.mul_(ks.two)
-            if rsub is not None:
-                S.sub_(rsub)
-            if ks.same:
-                ar = torch.arange(e - s, device=S.device)
-                S[ar, ar + s] = -float("inf")
+            S = tile_block(ks, Qt, Rt, rsub, s, e)
             rows = qi[p0:p1] - s
             slot = np.arange(p1 - p0) - (bounds[qi[p0:p1]] - p0)
             m = int(slot.max()) + 1

@@ -810,6 +810,26 @@ def _torch_setup(ks: KeySpace, device):
     return torch, Qt, Rt, rsub
 
 
+def tile_block(ks: KeySpace, Qt, Rt, rsub, s: int, e: int):
+    """The float32 tile values of queries s..e−1 against every reference, on the tensors' device
+    (:func:`_torch_setup`): ``two · (Q32 · R32ᵀ) − rsub32``, the products in IEEE float32 (the
+    certification's bound is float32's: never TF32), a query's own value −inf in a same-set search."""
+    import torch
+
+    from embedscope.device import ieee_float32
+
+    with ieee_float32():
+        S = Qt[s:e] @ Rt.T
+    if ks.two != 1.0:
+        S.mul_(ks.two)
+    if rsub is not None:
+        S.sub_(rsub)
+    if ks.same:
+        ar = torch.arange(e - s, device=S.device)
+        S[ar, ar + s] = -float("inf")
+    return S
+
+
 def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, progress: bool = False,
                      desc: str = "kNN"):
     """Yield ``(start, stop, keys32, idx)`` per query block: each query's top ``L`` float32 keys
@@ -826,22 +846,12 @@ def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, 
     if dev.type == "cpu" and L > FAISS_MIN_L:
         yield from _faiss_blocks(ks, L, progress, desc)
         return
-    from embedscope.device import ieee_float32
-
     torch, Qt, Rt, rsub = _torch_setup(ks, dev)
     bar = _bar(progress, nq, desc)
     with torch.no_grad():
         for s in range(0, nq, block):
             e = min(nq, s + block)
-            with ieee_float32():  # the certification's bound is float32's: never TF32
-                S = Qt[s:e] @ Rt.T
-            if ks.two != 1.0:
-                S.mul_(ks.two)
-            if rsub is not None:
-                S.sub_(rsub)
-            if ks.same:
-                ar = torch.arange(e - s, device=S.device)
-                S[ar, ar + s] = -float("inf")
+            S = tile_block(ks, Qt, Rt, rsub, s, e)
             v, i = torch.topk(S, L, dim=1, largest=True, sorted=True)
             yield s, e, _keys_to64(ks, v.cpu().numpy(), s, e), i.cpu().numpy().astype(np.int64)
             bar.update(e - s)
