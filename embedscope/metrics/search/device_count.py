@@ -1,4 +1,4 @@
-"""Exact ranks of the relevant pairs on a GPU by counting (docs/methods.md §1, "CUDA").
+"""Exact ranks of the relevant pairs on a GPU by counting (docs/methods.md §1).
 
 For a block of queries, the device multiplies the float32 block ``S`` of tile values (IEEE float32,
 never TF32: :func:`embedscope.device.ieee_float32`) and sorts each row. A relevant pair (q, r) of
@@ -18,8 +18,10 @@ pair is ranked whatever its depth (no candidate lists: nothing deeper than the d
 ``Nq × (depth + 16)`` lists travel to the host). Memory: one float32 block of at most 1 GiB, its
 sorted copy and the torch sort's workspace on the device; never ``Nq × Nr``.
 
-The same code runs on any torch device; the searches use it on CUDA (``ranks._pair_ranks``), and the
-tests run it on the CPU against the CPU's passes.
+The same code runs on any torch device. The searches use it on CUDA only with ``ranks.COUNT_ON_DEVICE``
+(off: on an H200 it was slower than the candidate lists, docs/PERFORMANCE.md, thirty-second session;
+``benchmarks/retrieval_cuda.py --counting`` times it); the tests run it on the CPU against the CPU's
+passes.
 """
 
 from __future__ import annotations
