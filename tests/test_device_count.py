@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 import embedscope.metrics.search.device_count as DC  # noqa: E402
+import embedscope.metrics.search.knn as knn  # noqa: E402
 import embedscope.metrics.search.ranks as R  # noqa: E402
 from embedscope.metrics.search import relevant_ranks  # noqa: E402
 
@@ -156,7 +157,7 @@ def test_too_many_window_members_fall_back_to_the_candidate_lists(on_cpu, monkey
 
 def test_float32_rounding_of_the_thresholds():
     t = np.array([0.1, -0.1, 1.0, 1e-30, -3.3333333333333335, 0.0])
-    lo, hi = DC.down32(t), DC.up32(t)
+    lo, hi = knn.down32(t), knn.up32(t)
     assert lo.dtype == hi.dtype == np.float32
     assert np.all(lo.astype(np.float64) <= t) and np.all(hi.astype(np.float64) >= t)
     assert np.all(np.nextafter(lo, np.float32(np.inf)).astype(np.float64) > t)  # the largest float32 <= t

@@ -28,7 +28,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from embedscope.metrics.search.knn import KeySpace, _bar, _torch_setup, default_block, pair_keys64, tile_block
+from embedscope.metrics.search.knn import (
+    KeySpace,
+    _bar,
+    _torch_setup,
+    default_block,
+    down32,
+    pair_keys64,
+    tile_block,
+    up32,
+)
 
 #: Relevant pairs up to which the counting pass is used (their float64 keys are computed on the CPU
 #: first: beyond, classes of thousands, the candidate lists stay).
@@ -36,22 +45,6 @@ PAIRS_MOST = 1 << 25
 #: Window members (references within a pair's bound) in one block beyond which the pass gives up
 #: (a collapsed model whose keys nearly all tie): the candidate lists take over.
 WINDOW_MOST = 1 << 24
-
-
-def down32(t: np.ndarray) -> np.ndarray:
-    """float64 -> the largest float32 ≤ t (``v > t`` ⟺ ``v > down32(t)`` for every float32 v)."""
-    f = np.asarray(t, dtype=np.float64).astype(np.float32)
-    over = f.astype(np.float64) > t
-    f[over] = np.nextafter(f[over], np.float32(-np.inf))
-    return f
-
-
-def up32(t: np.ndarray) -> np.ndarray:
-    """float64 -> the smallest float32 ≥ t (``v ≥ t`` ⟺ ``v ≥ up32(t)`` for every float32 v)."""
-    f = np.asarray(t, dtype=np.float64).astype(np.float32)
-    under = f.astype(np.float64) < t
-    f[under] = np.nextafter(f[under], np.float32(np.inf))
-    return f
 
 
 def relevant_ranks_by_device_count(ks: KeySpace, qi: np.ndarray, rj: np.ndarray, k64: np.ndarray, depth: int, *,

@@ -810,6 +810,22 @@ def _torch_setup(ks: KeySpace, device):
     return torch, Qt, Rt, rsub
 
 
+def down32(t: np.ndarray) -> np.ndarray:
+    """float64 -> the largest float32 ≤ t (``v > t`` ⟺ ``v > down32(t)`` for every float32 v)."""
+    f = np.asarray(t, dtype=np.float64).astype(np.float32)
+    over = f.astype(np.float64) > t
+    f[over] = np.nextafter(f[over], np.float32(-np.inf))
+    return f
+
+
+def up32(t: np.ndarray) -> np.ndarray:
+    """float64 -> the smallest float32 ≥ t (``v ≥ t`` ⟺ ``v ≥ up32(t)`` for every float32 v)."""
+    f = np.asarray(t, dtype=np.float64).astype(np.float32)
+    under = f.astype(np.float64) < t
+    f[under] = np.nextafter(f[under], np.float32(np.inf))
+    return f
+
+
 def tile_block(ks: KeySpace, Qt, Rt, rsub, s: int, e: int):
     """The float32 tile values of queries s..e−1 against every reference, on the tensors' device
     (:func:`_torch_setup`): ``two · (Q32 · R32ᵀ) − rsub32``, the products in IEEE float32 (the
@@ -1221,9 +1237,7 @@ class _CpuSearch:
             Ts[r, p[r]] = -np.inf
         x = np.partition(Ts, m - j, axis=1)[:, m - j]
         t = x.astype(np.float64) - 2.0 * ks.delta[s:e]
-        t32 = t.astype(np.float32)
-        t32 = np.where(t32.astype(np.float64) > t, np.nextafter(t32, np.float32(-np.inf)), t32)
-        return np.maximum(t32, np.float32(np.finfo(np.float32).min))  # -inf (the query itself) never passes
+        return np.maximum(down32(t), np.float32(np.finfo(np.float32).min))  # -inf (the query itself) never passes
 
     def window_keys(self, s: int, e: int, qr: np.ndarray, rc: np.ndarray) -> np.ndarray:
         """Float64 keys of the window pairs (query s + qr[p], reference rc[p]) of the block s..e−1
