@@ -43,27 +43,14 @@ def timed(fn, sync):
 
 
 def floor_time(X, device: str, L: int = 28, block: int = 8192, sort: bool = False) -> float:
-    """The device's float32 Gram GEMM (IEEE) + a top-L per row (``sort``: a sort of each row, as the
-    counting pass does), over ``block``-row blocks."""
+    """The device's float32 Gram GEMM (IEEE; ``retrieval_scaling.gpu_gram_time``) + a top-L per row
+    (``sort``: a sort of each row, as the counting pass does), over ``block``-row blocks."""
     import torch
+    from retrieval_scaling import gpu_gram_time  # the same script folder
 
-    from embedscope.device import ieee_float32
-
-    Xt = torch.from_numpy(X).to(device)
-    out = torch.empty((min(block, len(X)), len(X)), dtype=torch.float32, device=Xt.device)
-    sync = torch.cuda.synchronize if Xt.is_cuda else (lambda: None)
-    sync()
-    with torch.no_grad(), ieee_float32():
-        t = time.perf_counter()
-        for s in range(0, len(X), block):
-            e = min(len(X), s + block)
-            torch.mm(Xt[s:e], Xt.T, out=out[:e - s])
-            if sort:
-                torch.sort(out[:e - s], dim=1)
-            else:
-                torch.topk(out[:e - s], L, dim=1)
-        sync()
-        return time.perf_counter() - t
+    if sort:
+        return gpu_gram_time(X, device, block=block, then=lambda B: torch.sort(B, dim=1))
+    return gpu_gram_time(X, device, block=block, then=lambda B: torch.topk(B, L, dim=1))
 
 
 def main(argv=None) -> int:

@@ -73,10 +73,11 @@ def bf16_gram_time(X, block: int = 2048) -> float:
     return torch_gram_time(torch.from_numpy(X).to(torch.bfloat16), block)
 
 
-def gpu_gram_time(X, device: str, bf16: bool = False, block: int = 8192) -> float:
-    """The full Gram GEMM on the GPU (``--device cuda``): float32 in IEEE float32 (no TF32, as
-    embedscope's search multiplies), or bfloat16, over ``block``-row blocks into one reused output,
-    the data already on the GPU (embedscope's time includes copying it there); synchronised."""
+def gpu_gram_time(X, device: str, bf16: bool = False, block: int = 8192, then=None) -> float:
+    """The full Gram GEMM on the GPU (``--device cuda``; any torch device): float32 in IEEE float32
+    (no TF32, as embedscope's search multiplies), or bfloat16, over ``block``-row blocks into one
+    reused output, ``then(out_block)`` after each block if given (``retrieval_cuda.py``'s floors), the
+    data already on the device (embedscope's time includes copying it there); synchronised."""
     import torch
 
     from embedscope.device import ieee_float32
@@ -85,13 +86,16 @@ def gpu_gram_time(X, device: str, bf16: bool = False, block: int = 8192) -> floa
     if bf16:
         Xt = Xt.to(torch.bfloat16)
     out = torch.empty((min(block, len(X)), len(X)), dtype=Xt.dtype, device=Xt.device)
-    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if Xt.is_cuda else (lambda: None)
+    sync()
     with torch.no_grad(), ieee_float32():
         t = time.perf_counter()
         for s in range(0, len(X), block):
             e = min(len(X), s + block)
             torch.mm(Xt[s:e], Xt.T, out=out[:e - s])
-        torch.cuda.synchronize()
+            if then is not None:
+                then(out[:e - s])
+        sync()
         return time.perf_counter() - t
 
 
