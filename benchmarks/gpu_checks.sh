@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The GPU checks and benchmarks of issue 18 (goal 4), in one run on a machine with a CUDA GPU:
-#   bash benchmarks/gpu_checks.sh [OUT_DIR]          (default OUT_DIR: gpu-checks/)
+#   bash benchmarks/gpu_checks.sh [OUT_DIR [STEP ...]]   (default OUT_DIR: gpu-checks/; default: every step)
+# e.g. `bash benchmarks/gpu_checks.sh out tests retrieval kmeans` runs those three steps only (the whole
+# run takes ~12 minutes on an H200: more than a short loan of a GPU holds).
 # from the repository's root, with a python3 that has embedscope's dependencies (or the repository on
 # PYTHONPATH). Writes everything to OUT_DIR/log.txt (one file) and the end of each step's output to the
 # terminal; each step has its own time limit, so that one slow step does not cost the others.
 # Results: docs/PERFORMANCE.md.
 set -u
 OUT=${1:-gpu-checks}
+shift $(( $# > 0 ? 1 : 0 ))
+ONLY=" $* "  # the steps to run (blank: all)
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 STEPS=$(mktemp -d)
@@ -15,6 +19,7 @@ W=$(( $(nproc) > 12 ? 12 : $(nproc) ))  # DataLoader workers
 
 step() {  # step NAME SECONDS COMMAND...: run, time and log one step
     local name=$1 limit=$2; shift 2
+    [[ "$ONLY" == "  " || "$ONLY" == *" $name "* ]] || return 0
     echo "=== $name ($(date -u +%H:%M:%S), limit ${limit}s): $*" | tee -a "$OUT/log.txt"
     local t0=$SECONDS
     timeout "$limit" "$@" 2>&1 | tee "$STEPS/$name.log" >> "$OUT/log.txt"  # the log grows as the step runs
@@ -26,7 +31,9 @@ step() {  # step NAME SECONDS COMMAND...: run, time and log one step
 step machine 60 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; \
   nproc; $PY -c 'import torch, numpy, sys; print(sys.version.split()[0], torch.__version__, numpy.__version__, \
   torch.cuda.get_device_name(0), \"cudnn.allow_tf32\", torch.backends.cudnn.allow_tf32)'"
-step tests 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_device_count.py -rs -s
+step tests 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_device_count.py \
+  tests/test_kmeans_device.py -rs -s
+step kmeans 180 $PY benchmarks/kmeans.py --device cuda --dims 128 512 --repeats 2
 step conv_precision 90 $PY benchmarks/conv_precision.py --device cuda
 step retrieval 120 $PY benchmarks/retrieval_cuda.py --device cuda --n 60000 120000 --dims 128 512 --repeats 3
 step retrieval_counting 60 $PY benchmarks/retrieval_cuda.py --device cuda --n 60000 --dims 128 512 --repeats 2 \

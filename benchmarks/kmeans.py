@@ -14,6 +14,7 @@ identical labels, the number of assignment steps, and NMI of both (PML's NMI is 
     python benchmarks/kmeans.py                 # full size, 3 repeats (minutes)
     python benchmarks/kmeans.py --quick         # 1,000 classes, smoke run
     python benchmarks/kmeans.py --quick --collapsed 0 1e-7   # a collapsed model: one point (+ noise)
+    python benchmarks/kmeans.py --device cuda   # also embedscope's k-means on a GPU (same labels checked)
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def main():
                          "size (0: identical rows), as a collapsed model gives; one run per value")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for both (faiss OpenMP and the BLAS); default: as installed")
+    ap.add_argument("--device", default="cpu",
+                    help="also time embedscope's exact k-means on this device (cuda, cuda:N): its steps' GEMMs "
+                         "and updates there, its labels checked equal to the CPU's")
     args = ap.parse_args()
 
     import faiss
@@ -88,17 +92,24 @@ def main():
             what = f", rows collapsed to one point + noise {noise:g}"
         print(f"\n== D = {dim}: N = {len(X)}, k = {k} ({k} classes of "
               f"{np.bincount(y).min()}-{np.bincount(y).max()}){what}", flush=True)
-        t_f, t_e, t_p = [], [], []
+        t_f, t_e, t_p, t_g = [], [], [], []
         for r in range(repeats):
             t = time.perf_counter()
             lab_f, it_f = faiss_kmeans(X, k, args.niter, args.seed)
             t_f.append(time.perf_counter() - t)
             t = time.perf_counter()
             lab_e, info = kmeans_labels(X, k, seed=args.seed, niter=args.niter, metric="euclidean",
-                                        return_info=True)
+                                        return_info=True, device="cpu")
             t_e.append(time.perf_counter() - t)
             line = f"  repeat {r + 1}: faiss {t_f[-1]:7.2f} s ({it_f} iterations)   embedscope exact " \
                    f"{t_e[-1]:7.2f} s ({info['n_steps']} assignment steps)"
+            if args.device != "cpu":
+                if r == 0:  # the device's start-up (context, kernels) outside the timing
+                    kmeans_labels(X[:4096], 64, niter=2, metric="euclidean", device=args.device)
+                t = time.perf_counter()
+                lab_g = kmeans_labels(X, k, seed=args.seed, niter=args.niter, metric="euclidean", device=args.device)
+                t_g.append(time.perf_counter() - t)
+                line += f"   on {args.device} {t_g[-1]:7.2f} s, same labels: {np.array_equal(lab_g, lab_e)}"
             if args.plain:
                 from embedscope.metrics.kmeans import lloyd_kmeans
 
@@ -114,6 +125,10 @@ def main():
         if t_p:
             print(f"embedscope plain Lloyd  min {min(t_p):7.2f} s  median {statistics.median(t_p):7.2f} s")
         print(f"faiss / embedscope: {mf / me:.2f}x (min), {df / de:.2f}x (median)")
+        if t_g:
+            mg, dg = min(t_g), statistics.median(t_g)
+            print(f"embedscope on {args.device:<9} min {mg:7.2f} s  median {dg:7.2f} s; faiss / it {mf / mg:.2f}x, "
+                  f"embedscope CPU / it {me / mg:.2f}x (min)")
         agree = float(np.mean(lab_f == lab_e))
         n_f, n_e = nmi(y, lab_f), nmi(y, lab_e)
         print(f"identical labels: {agree:.6f} ({int(np.sum(lab_f != lab_e))} differ); "

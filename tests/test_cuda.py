@@ -95,6 +95,44 @@ def test_the_counting_pass_on_cuda_equals_the_cpu(monkeypatch, depth):
     np.testing.assert_array_equal(gpu.refs, cpu.refs)
 
 
+@pytest.mark.parametrize("n, dim, sizes, tf32", [
+    (8000, 128, (2, 12), False),    # SOP-like: k ~ N / 5, the device's dense steps
+    (4000, 512, (2, 12), True),     # the caller allowed TF32 products: the k-means keeps IEEE float32
+    (3000, 64, (60, 80), False),    # CUB-like: fewer clusters than points per cluster (the CPU's update)
+])
+def test_kmeans_on_cuda_equals_the_cpu(monkeypatch, n, dim, sizes, tf32):
+    # the same labels and centroids bit for bit (float32 adds and products are IEEE on both devices)
+    from embedscope.metrics import kmeans as km
+
+    if GPU == "cpu":  # the dry run: the device engine on the CPU's torch
+        monkeypatch.setattr(km, "TORCH_ON_CPU", True)
+    X, y = _set(n, dim, sizes, noise=1.5, seed=5)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    k = int(np.unique(y).size)
+    cpu = km.lloyd_kmeans(X, k, device="cpu" if GPU == "cuda" else None)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        gpu = km.lloyd_kmeans(X, k, device=GPU)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert gpu["stats"][0][2] == "device"
+    np.testing.assert_array_equal(gpu["labels"], cpu["labels"])
+    np.testing.assert_array_equal(gpu["centroids"], cpu["centroids"])
+    assert gpu["n_steps"] == cpu["n_steps"]
+
+
+def test_nmi_f1_on_cuda_equal_the_cpu(monkeypatch):
+    from embedscope.metrics import kmeans as km
+    from embedscope.metrics import retrieval_metrics
+
+    if GPU == "cpu":
+        monkeypatch.setattr(km, "TORCH_ON_CPU", True)
+    X, y = _set(6000, 256, (2, 12), noise=2.0, seed=6)
+    keys = ["NMI", "F1", "MAP@R"]
+    assert retrieval_metrics(X, y, include=keys, device=GPU) == retrieval_metrics(X, y, include=keys, device="cpu")
+
+
 @pytest.mark.parametrize("k", [10, 300])
 def test_knn_search_on_cuda_equals_the_cpu(k):
     from embedscope.metrics import knn_search

@@ -154,7 +154,7 @@ def _in_float32_range(X64: np.ndarray) -> np.ndarray:
 
 def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metric: str = "cosine",
                   method: str = "exact", assign: str = "euclidean", return_info: bool = False,
-                  prepared: bool = False):
+                  prepared: bool = False, device="auto"):
     """The k-means cluster of every row (docs/methods.md §1; see the module docstring).
 
     Parameters
@@ -172,6 +172,9 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
         :func:`embedscope.metrics.search.knn.prepare`, as :func:`retrieval_metrics` has them):
         used as they are, not normalised a second time (which costs an N x D copy and may move
         a value by an ulp).
+    device : where ``method="exact"`` runs its steps: "auto" (a CUDA GPU where torch sees one),
+        "cpu", "cuda" or "cuda:N"; the labels are the same on every device
+        (:func:`embedscope.metrics.kmeans.lloyd_kmeans`). faiss's engine runs on the CPU.
     """
     from embedscope.metrics.search.knn import check_metric, prepared_rows
     from embedscope.validation import check_choice, check_int, check_matrix
@@ -195,7 +198,7 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
     else:
         from embedscope.metrics.kmeans import lloyd_kmeans
 
-        r = lloyd_kmeans(x, int(n_clusters), niter=niter, seed=seed)
+        r = lloyd_kmeans(x, int(n_clusters), niter=niter, seed=seed, device=device)
         lab, C = r["labels"], r["centroids"]
         info.update(n_steps=r["n_steps"], converged=r["converged"], n_split=r["n_split"])
     if assign == "roth_cosine":
@@ -205,7 +208,7 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
 
 def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, niter: int = 20,
                   metric: str = "cosine", method: str = "exact", assign: str = "euclidean",
-                  return_labels: bool = False, prepared: bool = False) -> dict:
+                  return_labels: bool = False, prepared: bool = False, device="auto") -> dict:
     """NMI and F1 of a k-means clustering of the embeddings against the classes (docs/methods.md §1).
 
     k-means (see :func:`kmeans_labels`: faiss's initialisation from ``seed`` = 1234, ``niter`` = 20
@@ -221,7 +224,7 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, nite
     dict
         ``"NMI"``, ``"F1"``, ``"F1_precision"``, ``"F1_recall"``, ``"n_clusters"``, ``"niter"``,
         ``"seed"``, ``"method"``, ``"assign"`` (and ``"labels"``, the cluster of each row, when
-        ``return_labels``). ``prepared``: see :func:`kmeans_labels`.
+        ``return_labels``). ``prepared``, ``device``: see :func:`kmeans_labels`.
     """
     from embedscope.validation import check_labels, check_matrix
 
@@ -230,7 +233,7 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, nite
     n_cls = len(np.unique(yy))
     k = n_cls if n_clusters is None else n_clusters
     lab = kmeans_labels(X64, k, seed=seed, niter=niter, metric=metric, method=method, assign=assign,
-                        prepared=prepared)
+                        prepared=prepared, device=device)
     f = pairwise_f1(yy, lab)
     out = {"NMI": nmi(yy, lab), "F1": f["F1"], "F1_precision": f["precision"], "F1_recall": f["recall"],
            "n_clusters": int(k), "niter": int(niter), "seed": int(seed), "method": method, "assign": assign}

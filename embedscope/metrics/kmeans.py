@@ -47,6 +47,10 @@ N = 16,384 one float32 GEMM per step (still certified) is faster and is used ins
 Memory: the bounds are N × G float64 with G ≤ ``LB_MAX_ELEMS`` / N (groups are merged beyond), and
 every (rows × centroids) or (rows × groups) work array is taken in row blocks: never N × k.
 Measurements: docs/PERFORMANCE.md, "Exact k-means (issue 18)"; ``benchmarks/kmeans.py``.
+
+On a CUDA GPU (``lloyd_kmeans(..., device="cuda")``; "auto" picks one where torch sees it) the
+assignment GEMMs and the updates run there (:mod:`embedscope.metrics.kmeans_device`: one dense GEMM
+per step, no bounds), with the same labels and centroids bit for bit.
 """
 
 from __future__ import annotations
@@ -140,36 +144,65 @@ def _split_clusters(C: np.ndarray, hassign: np.ndarray, n: int) -> int:
     return int(empty.size)
 
 
+def _sum_plan(assign: np.ndarray, k: int):
+    """How faiss's sequential per-cluster sums are taken: the clusters' sizes ``cnt`` and, for
+    ``p = 0, 1, …``, the row indices ``rows_p`` of the p-th point (in row order) of every cluster
+    with more than p points, those clusters in the order ``by_size`` (largest first, so that they
+    are the first ``len(rows_p)`` of it). Returns ``(cnt, order, start, by_size, steps)``: the
+    rows sorted by cluster (stable) and each cluster's first place in that order; ``steps()``
+    yields ``(m_p, rows_p)``; adding ``x[rows_p]`` to the first ``m_p`` sums for p = 0, 1, … adds each
+    cluster's points in row order, as faiss's loop does."""
+    cnt = np.bincount(assign, minlength=k)
+    order = np.argsort(assign, kind="stable")
+    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    by_size = np.argsort(-cnt, kind="stable")
+    sizes = cnt[by_size]
+    base = start[by_size]
+
+    def steps():
+        for p in range(int(sizes[0]) if k else 0):
+            m = int(np.count_nonzero(sizes > p))
+            yield m, order[base[:m] + p]
+
+    return cnt, order, start, by_size, steps
+
+
+def _few_large_clusters(cnt: np.ndarray, k: int) -> bool:
+    """Fewer clusters than the largest one's points: its sums are taken cluster by cluster
+    (a running float32 sum along each cluster's rows) instead of point by point."""
+    return bool(k) and k < int(cnt.max())
+
+
 def update_centroids(x32: np.ndarray, assign: np.ndarray, k: int) -> tuple[np.ndarray, int]:
     """faiss's centroid update (float32 sums in row order, times float32 ``1/count``) followed by
     faiss's split of empty clusters. Returns the float32 centroids and the number of splits."""
     n, d = x32.shape
-    cnt = np.bincount(assign, minlength=k)
-    order = np.argsort(assign, kind="stable")
-    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-    xs = x32[order]
-    by_size = np.argsort(-cnt, kind="stable")
-    sizes = cnt[by_size]
-    if k and k < int(sizes[0]):
-        # few large clusters: each one's rows in row order by one running float32 sum (cumsum is
-        # sequential), + 0 as faiss's sum starts from zero (a lone −0.0 becomes +0.0)
+    cnt, order, start, by_size, steps = _sum_plan(assign, k)
+    if _few_large_clusters(cnt, k):
+        # each cluster's rows in row order by one running float32 sum (cumsum is sequential),
+        # + 0 as faiss's sum starts from zero (a lone −0.0 becomes +0.0)
         C = np.zeros((k, d), dtype=np.float32)
         for c in np.flatnonzero(cnt):
-            C[c] = np.cumsum(xs[start[c]:start[c] + cnt[c]], axis=0, dtype=np.float32)[-1]
+            C[c] = np.cumsum(x32[order[start[c]:start[c] + cnt[c]]], axis=0, dtype=np.float32)[-1]
         C += np.float32(0)
     else:
         acc = np.zeros((k, d), dtype=np.float32)
-        # row p of every cluster with more than p points, added in row order: faiss's sequential sums
-        for p in range(int(sizes[0]) if k else 0):
-            m = int(np.count_nonzero(sizes > p))
-            acc[:m] += xs[start[by_size[:m]] + p]
+        for m, rows in steps():  # row p of every cluster with more than p points: faiss's sequential sums
+            acc[:m] += x32[rows]
         C = np.empty_like(acc)
         C[by_size] = acc
     hassign = cnt.astype(np.float32)
-    nz = cnt > 0
-    C[nz] *= (np.float32(1) / hassign[nz])[:, None]
+    C *= inverse_counts(hassign)[:, None]
     nsplit = _split_clusters(C, hassign, n)
     return C, nsplit
+
+
+def inverse_counts(hassign: np.ndarray) -> np.ndarray:
+    """faiss's float32 ``1 / count`` of each cluster (1 for an empty one, whose zero row it leaves as it is)."""
+    out = np.ones_like(hassign)
+    nz = hassign > 0
+    out[nz] = np.float32(1) / hassign[nz]
+    return out
 
 
 def _group_centroids(C: np.ndarray, n_groups: int) -> np.ndarray:
@@ -523,6 +556,26 @@ class _Assigner:
         return self.order[self.a]
 
 
+#: run the device engine on the CPU's torch (tests: its code without a GPU); off, the CPU runs numpy
+TORCH_ON_CPU = False
+
+
+def _kmeans_device(device):
+    """The ``torch.device`` k-means runs its steps on, or None for numpy on the CPU."""
+    if device is None:
+        return None
+    from embedscope.device import compute_device
+
+    dev = compute_device(device)
+    if getattr(dev, "type", "cpu") == "cuda":
+        return dev
+    if TORCH_ON_CPU:
+        import torch
+
+        return torch.device("cpu")
+    return None
+
+
 def exact_assign(x32: np.ndarray, C32: np.ndarray) -> np.ndarray:
     """Exact nearest centroid of every row (float32 GEMM, float64-certified; ties to the lower
     index): one full assignment step, no bounds."""
@@ -531,7 +584,7 @@ def exact_assign(x32: np.ndarray, C32: np.ndarray) -> np.ndarray:
 
 
 def lloyd_kmeans(x32: np.ndarray, k: int, *, niter: int = 20, seed: int = 1234, bounds: bool | None = None,
-                 group_size: int = 64, init: np.ndarray | None = None) -> dict:
+                 group_size: int = 64, init: np.ndarray | None = None, device=None) -> dict:
     """Exact Lloyd k-means from faiss's initialisation (see the module docstring).
 
     Parameters
@@ -545,6 +598,10 @@ def lloyd_kmeans(x32: np.ndarray, k: int, *, niter: int = 20, seed: int = 1234, 
         pay; below, one GEMM per step is faster). The labels are the same either way.
     group_size : centroids per Yinyang group (speed only).
     init : optional (k, D) initial centroids instead of faiss's random rows.
+    device : None or "cpu" (numpy on the CPU), "auto" (a CUDA GPU where torch sees one), "cuda",
+        "cuda:N" or a ``torch.device``: on a CUDA device the assignment GEMMs and the centroid
+        updates run there (:mod:`embedscope.metrics.kmeans_device`; no bounds), with the same
+        labels and centroids bit for bit.
 
     Returns
     -------
@@ -553,6 +610,13 @@ def lloyd_kmeans(x32: np.ndarray, k: int, *, niter: int = 20, seed: int = 1234, 
     """
     x32 = np.ascontiguousarray(x32, dtype=np.float32)
     n = x32.shape[0]
+    dev = _kmeans_device(device)
+    if dev is not None:
+        if bounds:
+            raise EmbedscopeError("k-means: bounds=True runs on the CPU (device='cpu'); on a GPU every step is one GEMM")
+        from embedscope.metrics.kmeans_device import device_lloyd_kmeans
+
+        return device_lloyd_kmeans(x32, k, niter=niter, seed=seed, init=init, dev=dev)
     if bounds is None:
         bounds = k >= 4096 and n >= 16384
     if init is None:

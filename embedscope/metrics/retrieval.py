@@ -213,6 +213,8 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         ``"mAP@lim"`` (which is computed only when named). NMI/F1 (k-means) and mAP@1000 / mAP@lim (a depth-1000
         search) cost the most.
     device : "auto" | "cpu" | "cuda"
+        Where the float32 GEMMs of the searches and of k-means (NMI/F1) run; the values are the
+        same on every device.
     seed : int
         k-means seed (default 1234, faiss's default, as Roth's code and pytorch-metric-learning).
     per_query : bool
@@ -317,7 +319,8 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         from embedscope.metrics.clustering import kmeans_nmi_f1
 
         # the rows the ranks used, normalised once (kmeans_nmi_f1 of X itself gives the same labels)
-        cl = kmeans_nmi_f1(sets.prepared(metric)[0], sets.y, seed=seed, niter=niter, metric=metric, prepared=True)
+        cl = kmeans_nmi_f1(sets.prepared(metric)[0], sets.y, seed=seed, niter=niter, metric=metric, prepared=True,
+                            device=device)
         for k in CLUSTER_KEYS:
             if k in want:
                 out[k] = cl[k]

@@ -1,0 +1,182 @@
+"""k-means with its steps on a device (embedscope.metrics.kmeans_device; issue 18, goal 4), run here
+on the CPU's torch (``kmeans.TORCH_ON_CPU``): the same labels and centroids as the numpy engine,
+bit for bit, and as a reference written from the definition. ``tests/test_cuda.py`` runs it on a GPU."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def torch_engine(monkeypatch):
+    from embedscope.metrics import kmeans as km
+
+    monkeypatch.setattr(km, "TORCH_ON_CPU", True)
+    return km
+
+
+def _sop_like(n_classes, dim, seed=0, noise=1.2):
+    rng = np.random.default_rng(seed)
+    sizes = 2 + rng.binomial(10, 0.335, n_classes)
+    y = np.repeat(np.arange(n_classes), sizes)
+    X = rng.standard_normal((n_classes, dim)).astype(np.float32)[y]
+    X += noise * rng.standard_normal((y.size, dim)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X, y
+
+
+def _case(case):
+    rng = np.random.default_rng(5)
+    if case == "sop":
+        return _sop_like(300, 24, seed=2)[0], 300
+    if case == "grid_ties":  # small integers: exact ties between centroids, duplicate rows
+        return rng.integers(0, 4, (600, 3)).astype(np.float32), 40
+    if case == "cub_like":  # fewer clusters than the largest one's points: the CPU's sequential cumsum
+        y = np.repeat(np.arange(12), 70)
+        return (rng.standard_normal((12, 16))[y] * 3 + rng.standard_normal((840, 16))).astype(np.float32), 12
+    if case == "collapsed":  # every row one point: clusters emptied and split at every step
+        return np.tile(rng.standard_normal(6), (400, 1)).astype(np.float32), 50
+    if case == "nearly_collapsed":  # every float32 distance within the error bound: settled in float64
+        x = np.tile(rng.standard_normal(6), (400, 1)) + 1e-6 * rng.standard_normal((400, 6))
+        return x.astype(np.float32), 50
+    if case == "one_cluster":
+        return rng.standard_normal((200, 5)).astype(np.float32), 1
+    if case == "k_equals_n":
+        return rng.standard_normal((60, 5)).astype(np.float32), 60
+    raise AssertionError(case)
+
+
+CASES = ["sop", "grid_ties", "cub_like", "collapsed", "nearly_collapsed", "one_cluster", "k_equals_n"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_device_engine_equals_the_numpy_engine(torch_engine, case):
+    km = torch_engine
+    x, k = _case(case)
+    dev = km.lloyd_kmeans(x, k, niter=20, seed=1234, device="cpu")
+    assert dev["stats"] and all(s[2] == "device" for s in dev["stats"])  # the device engine ran
+    for bounds in (False, None):
+        cpu = km.lloyd_kmeans(x, k, niter=20, seed=1234, bounds=bounds)
+        np.testing.assert_array_equal(dev["labels"], cpu["labels"])
+        np.testing.assert_array_equal(dev["centroids"], cpu["centroids"])  # bit for bit
+        assert (dev["n_steps"], dev["n_split"], dev["converged"]) == (cpu["n_steps"], cpu["n_split"], cpu["converged"])
+
+
+def _sequential_update(x, a, k):
+    """faiss's update from its definition: each cluster's points added one at a time in row order in
+    float32, times the float32 1/count; empty clusters split as faiss does (its random draws:
+    ``_split_clusters``, bit-equal to faiss's in tests/test_clustering.py)."""
+    from embedscope.metrics.kmeans import _split_clusters
+
+    C = np.zeros((k, x.shape[1]), dtype=np.float32)
+    for i in range(x.shape[0]):
+        C[a[i]] = C[a[i]] + x[i]
+    cnt = np.bincount(a, minlength=k).astype(np.float32)
+    nz = cnt > 0
+    C[nz] = C[nz] * (np.float32(1) / cnt[nz])[:, None]
+    _split_clusters(C, cnt, x.shape[0])
+    return C
+
+
+def _nearest(x, C):
+    """Nearest centroid from the definition: float64 Σ (x − c)², ties to the lower index."""
+    d = ((x.astype(np.float64)[:, None, :] - C.astype(np.float64)[None]) ** 2).sum(-1)
+    return d.argmin(1)
+
+
+@pytest.mark.parametrize("case", ["sop", "grid_ties", "cub_like"])
+def test_device_engine_equals_a_reference_from_the_definition(torch_engine, case):
+    km = torch_engine
+    x, k = _case(case)
+    C = x[km.faiss_random_init(len(x), k, 1234)].copy()
+    prev = None
+    for _ in range(20):
+        a = _nearest(x, C)
+        if prev is not None and np.array_equal(a, prev):
+            break
+        C = _sequential_update(x, a, k)
+        prev = a
+    else:
+        a = _nearest(x, C)
+    r = km.lloyd_kmeans(x, k, niter=20, seed=1234, device="cpu")
+    np.testing.assert_array_equal(r["labels"], a)
+    np.testing.assert_array_equal(r["centroids"], C)
+
+
+def test_device_update_is_the_sequential_float32_sum(torch_engine):
+    from embedscope.metrics.kmeans_device import _device_update
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3000, 7)) * 10 ** rng.uniform(-3, 3, (3000, 1))).astype(np.float32)  # rounding shows
+    k = 700
+    a = rng.permutation(np.arange(3000) % k)  # every cluster non-empty, 4-5 points each
+    C, ns = _device_update(x, torch.from_numpy(x), a, k)
+    assert ns == 0
+    np.testing.assert_array_equal(C.numpy(), _sequential_update(x, a, k))
+
+
+def test_exact_ties_are_settled_in_float64_to_the_lower_index(torch_engine):
+    from embedscope.metrics.kmeans_device import _DeviceAssigner
+
+    # rows midway between centroid pairs (exactly equal distances) and rows near them
+    C = np.array([[0, 0], [2, 0], [0, 2], [2, 2]], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.array([[1, 0], [0, 1], [1, 1], [2, 1], [1, 2]], dtype=np.float32),
+                        (rng.uniform(0, 2, (300, 2))).astype(np.float32)])
+    eng = _DeviceAssigner(x, 4, torch.device("cpu"))
+    a = eng.assign(torch.from_numpy(C))
+    assert eng.n_ties >= 5
+    np.testing.assert_array_equal(a, _nearest(x, C))
+    assert list(a[:5]) == [0, 0, 0, 1, 2]
+
+
+def test_the_callers_float32_precision_is_kept(torch_engine):
+    km = torch_engine
+    x, k = _case("sop")
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        r = km.lloyd_kmeans(x, k, device="cpu")
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    np.testing.assert_array_equal(r["labels"], km.lloyd_kmeans(x, k)["labels"])
+
+
+def test_retrieval_and_nmi_pass_their_device_to_kmeans(torch_engine, monkeypatch):
+    import embedscope.metrics.kmeans_device as kd
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.clustering import kmeans_nmi_f1
+
+    x, y = _sop_like(200, 16, seed=4)
+    calls = []
+    real = kd.device_lloyd_kmeans
+    monkeypatch.setattr(kd, "device_lloyd_kmeans", lambda *a, **kw: calls.append(kw["dev"]) or real(*a, **kw))
+    on = kmeans_nmi_f1(x, y, device="cpu")
+    got = retrieval_metrics(x, y, include=["NMI", "F1"], device="cpu")
+    assert len(calls) == 2
+    monkeypatch.setattr(torch_engine, "TORCH_ON_CPU", False)
+    off = kmeans_nmi_f1(x, y, device="cpu")
+    assert len(calls) == 2  # numpy's engine
+    assert (on["NMI"], on["F1"]) == (off["NMI"], off["F1"]) == (got["NMI"], got["F1"])
+
+
+def test_device_errors_are_clear():
+    from embedscope.errors import EmbedscopeError
+    from embedscope.metrics import kmeans as km
+
+    x, k = _case("sop")
+    if not torch.cuda.is_available():
+        with pytest.raises(EmbedscopeError, match="no CUDA GPU is available"):
+            km.lloyd_kmeans(x, k, device="cuda")
+    with pytest.raises(EmbedscopeError, match="unknown device"):
+        km.lloyd_kmeans(x, k, device="tpu")
+
+
+def test_bounds_are_the_cpus(torch_engine):
+    from embedscope.errors import EmbedscopeError
+
+    x, k = _case("sop")
+    with pytest.raises(EmbedscopeError, match="bounds=True runs on the CPU"):
+        torch_engine.lloyd_kmeans(x, k, bounds=True, device="cpu")
