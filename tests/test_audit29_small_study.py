@@ -40,7 +40,18 @@ def test_fig5_panel_of_an_undefined_measure_has_no_ticks():
     try:
         empty, drawn = [ax for ax in fig.axes if ax.axison]
         assert empty.get_xlabel() == "ρ (train)" and "undefined" in empty.get_title()
-        assert len(empty.get_xticks()) == 0 and len(empty.get_yticks()) == 0
+        assert len(empty.get_xticks()) == 0
         assert len(drawn.get_xticks()) > 0 and len(drawn.get_yticks()) > 0
+        # the row's y scale (the target's, shared: the drawn panel's points) labelled at its left
+        assert list(empty.get_yticks()) == list(drawn.get_yticks())
+        assert empty.yaxis.get_tick_params()["labelleft"] and not drawn.yaxis.get_tick_params()["labelleft"]
+    finally:
+        plt.close(fig)
+    for o in stats["objectives"]:  # no panel of the row with a point: no y ticks that read as values
+        o["pi_ratio"] = float("nan")
+    fig = fig5(stats)
+    try:
+        for ax in (ax for ax in fig.axes if ax.axison):
+            assert len(ax.get_xticks()) == 0 and len(ax.get_yticks()) == 0
     finally:
         plt.close(fig)

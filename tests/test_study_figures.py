@@ -56,7 +56,9 @@ def test_fig5_points_bars_and_legend_keep_each_objective_colour():
         want = {o: tuple(cmap(i)) for i, o in enumerate(OBJS)}
         panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
         assert [ax.get_xlabel() for ax in panels] == ["ρ (train)", "π_ratio (train)"]
-        assert all(ax.get_ylabel() == "R@1 (test)" for ax in panels)
+        # one y scale per row of panels (the target's), labelled at the row's left
+        assert [ax.get_ylabel() for ax in panels] == ["R@1 (test)", ""]
+        assert panels[0].get_shared_y_axes().joined(panels[0], panels[1])
         for ax, m in zip(panels, ("rho", "pi_ratio")):
             # the points: one per objective at (mean m, mean R@1), filled in the objective's colour
             pts = [c for c in ax.collections if isinstance(c, PathCollection) and len(c.get_offsets()) == len(OBJS)

@@ -53,9 +53,36 @@ def save_figure(fig, out: str | os.PathLike, *, force: bool = False,
     for p in (png, pdf):
         check_writable(p, force=force)
     clean_figure(fig)
+    box = _tight_box(fig, PAPER_RC["savefig.dpi"])
     for p, fmt in ((png, "png"), (pdf, "pdf")):
         with atomic_output(p, force=force) as tmp:
             # no creation date in the PDF: the same figure gives the same bytes (the PNG has none)
-            fig.savefig(tmp, format=fmt, dpi=PAPER_RC["savefig.dpi"], bbox_inches="tight",
+            fig.savefig(tmp, format=fmt, dpi=PAPER_RC["savefig.dpi"], bbox_inches=box,
                         metadata={"CreationDate": None} if fmt == "pdf" else None)
     return png, pdf
+
+
+def _tight_box(fig, dpi: float):
+    """The figure's tight bounding box (inches, padded by ``savefig.pad_inches``), measured once for
+    both files, or ``"tight"`` (each ``savefig`` measures its own).
+
+    ``bbox_inches="tight"`` lays the figure out and measures it in every ``savefig`` — for a PNG and a
+    PDF, four passes over every artist, the text layout most of a study's figure time. A figure laid
+    out already (``tight_layout``, or no layout engine) is measured here once, at the PNG's resolution,
+    and saved without a layout engine (one pass per file: the same picture, its edge within a pixel).
+    A figure whose engine lays it out at every draw (constrained layout) keeps ``"tight"``."""
+    import matplotlib
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    engine = fig.get_layout_engine()
+    if not (engine is None or isinstance(engine, PlaceHolderLayoutEngine)) or not hasattr(fig.canvas, "get_renderer"):
+        return "tight"
+    fig.set_layout_engine(None)  # (a placeholder: tight_layout ran; None makes savefig skip its measuring pass)
+    dpi0 = fig.dpi
+    fig.set_dpi(dpi)
+    try:
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+    finally:
+        fig.set_dpi(dpi0)
+    pad = matplotlib.rcParams["savefig.pad_inches"]
+    return box.padded(pad)

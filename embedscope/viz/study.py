@@ -196,7 +196,10 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     n = max(len(measures), 1)
     cols = 3 if n in (5, 6, 9) else min(4, n)  # rows as full as they can be
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows + 0.9), squeeze=False)
+    # every panel has the target on its y axis: one scale per row of panels, labelled at its left
+    # (as Roth's Fig. 5; and a third of the tick labels to lay out)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows + 0.9), squeeze=False, sharey="row")
+    drawn = [False] * rows  # a row with points to draw (its shared y ticks are values)
     rgba = np.array(_objective_colors([o["objective"] for o in objs]), dtype=float).reshape(-1, 4)  # objective i's
     for k, m in enumerate(measures):
         ax = axes[k // cols][k % cols]
@@ -221,7 +224,8 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         # the count on a line of its own (on one line, 48 characters ran into the next panel's title)
         ax.set_title(head + ("\n" + tail if tail else ""), fontsize=8.5)
         ax.set_xlabel(pretty(m, "train"))
-        ax.set_ylabel(f"{target} ({tsplit})")
+        if k % cols == 0:
+            ax.set_ylabel(f"{target} ({tsplit})")
         ax.grid(alpha=0.25)
         # at most 5 ticks, in as few significant digits (>= 3) as tell them apart: tiny π values (an
         # untrained network's 0.0000 ... 0.0010, six ticks of six digits) ran into one another, and a
@@ -231,12 +235,15 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4 if rel >= 1e-2 else 3))  # long labels: fewer ticks
         ax.xaxis.set_major_formatter(_distinct_ticks())
         if ok.any():
+            drawn[k // cols] = True
             _constant_view(ax, "x")
             _constant_view(ax, "y")
         else:  # no point to draw (the measure undefined for every objective): no 0-1 ticks that read as values
             ax.set_xticks([])
-            ax.set_yticks([])
             ax.grid(False)
+    for i in range(rows):
+        if not drawn[i]:  # (y is the row's: its ticks go only where no panel of the row has a point)
+            axes[i][0].set_yticks([])
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
     labels = [short_text(o["objective"], LEGEND_CHARS) for o in objs]
