@@ -174,3 +174,41 @@ def test_colours_do_not_depend_on_the_order_a_file_lists_its_classes():
 
     assert colours(f1) == colours(f2)
     plt.close("all")
+
+
+def _distinct_from_the_definition(n):
+    """tab10, then greedily the candidate farthest (CIELAB) from every colour chosen so far, among the
+    15-level sRGB grid of lightness 35-82 and chroma >= 25; the whole sequence, repeated past its end."""
+    from embedscope.viz.style import _lab
+
+    g = np.linspace(0.0, 1.0, 15)
+    cand = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    lab = _lab(cand)
+    ok = (lab[:, 0] >= 35) & (lab[:, 0] <= 82) & (np.hypot(lab[:, 1], lab[:, 2]) >= 25)
+    cand, lab = cand[ok], lab[ok]
+    chosen = [np.array(matplotlib.colormaps["tab10"](i)[:3]) for i in range(10)]
+    left = list(range(len(cand)))
+    d = np.array([min(np.linalg.norm(lab[c] - _lab(s[None])[0]) for s in chosen) for c in range(len(cand))])
+    while left:
+        j = int(np.argmax(d))
+        if d[j] <= 0:
+            break
+        chosen.append(cand[j])
+        left.remove(j)
+        d = np.minimum(d, np.linalg.norm(lab - lab[j], axis=1))
+    seq = [(float(c[0]), float(c[1]), float(c[2]), 1.0) for c in chosen]
+    return [seq[i % len(seq)] for i in range(n)]
+
+
+def test_distinct_colours_are_made_as_far_as_asked_and_equal_the_whole_sequence(monkeypatch):
+    import embedscope.viz.style as st
+
+    monkeypatch.setattr(st, "_DISTINCT", [])
+    monkeypatch.setattr(st, "_GREEDY", {})
+    ref = _distinct_from_the_definition(2500)
+    assert st.distinct_colors(3) == ref[:3]
+    assert len(st._DISTINCT) == 10  # tab10 only: nothing more was needed
+    assert st.distinct_colors(40) == ref[:40] and len(st._DISTINCT) == 40
+    assert st.distinct_colors(12) == ref[:12]
+    assert st.distinct_colors(2500) == ref  # the whole sequence (~2,000), then repeated
+    assert len(set(ref)) < 2500 and ref[len(set(ref))] == ref[0]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -91,15 +92,25 @@ def _lab(rgb: np.ndarray) -> np.ndarray:
     return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
 
 
-_DISTINCT: list = []
+_DISTINCT: list = []  # the sequence's colours so far (RGBA)
+_GREEDY: dict = {}     # its candidates, and each one's distance to the nearest colour chosen
+_GREEDY_LOCK = threading.Lock()  # (threads drawing at once extend it one at a time)
 
 
 def distinct_colors(n: int) -> list:
     """``n`` RGBA colours, each as far (CIELAB distance) from all the earlier ones as possible:
     tab10 first, then greedily the farthest of the sRGB colours of lightness 35–82 and chroma ≥ 25
     (visible on white, not grey). The list is one fixed sequence (colour i does not depend on
-    ``n``); past its ~2,000 colours it repeats."""
-    if not _DISTINCT:
+    ``n``), made as far as it is asked for (a study's handful of colours: a few steps, not the
+    0.12 s of all of them); past its ~2,000 colours it repeats."""
+    with _GREEDY_LOCK:
+        _extend_distinct(n)
+    return [_DISTINCT[i % len(_DISTINCT)] for i in range(n)]
+
+
+def _extend_distinct(n: int) -> None:
+    """Make :func:`distinct_colors`'s sequence at least ``n`` long (or whole)."""
+    if not _GREEDY:
         import matplotlib
 
         g = np.linspace(0.0, 1.0, 15)
@@ -108,16 +119,18 @@ def distinct_colors(n: int) -> list:
         keep = (lab[:, 0] >= 35) & (lab[:, 0] <= 82) & (np.hypot(lab[:, 1], lab[:, 2]) >= 25)
         cand, lab = cand[keep], lab[keep]
         seed = np.array([matplotlib.colormaps["tab10"](i)[:3] for i in range(10)])
-        chosen = [tuple(c) for c in seed]
         d = np.min(np.linalg.norm(lab[:, None, :] - _lab(seed)[None, :, :], axis=2), axis=1)
-        for _ in range(len(cand)):
-            j = int(np.argmax(d))
-            if d[j] <= 0:
-                break
-            chosen.append(tuple(cand[j]))
-            d = np.minimum(d, np.linalg.norm(lab - lab[j], axis=1))
-        _DISTINCT.extend((float(r), float(g_), float(b), 1.0) for r, g_, b in chosen)
-    return [_DISTINCT[i % len(_DISTINCT)] for i in range(n)]
+        _DISTINCT.extend((float(r), float(g_), float(b), 1.0) for r, g_, b in seed)
+        _GREEDY.update(cand=cand, lab=lab, d=d, done=False)
+    st = _GREEDY
+    while len(_DISTINCT) < n and not st["done"]:
+        j = int(np.argmax(st["d"]))
+        if st["d"][j] <= 0:  # every candidate chosen
+            st["done"] = True
+            break
+        r, g_, b = st["cand"][j]
+        _DISTINCT.append((float(r), float(g_), float(b), 1.0))
+        st["d"] = np.minimum(st["d"], np.linalg.norm(st["lab"] - st["lab"][j], axis=1))
 
 
 def series_colors(n: int) -> list:
