@@ -216,17 +216,52 @@ def describe_transform(kind: str, train: bool, *, image_size: int = 224, resize:
 
 
 class TorchImages:
-    """A ``torch.utils.data.Dataset`` view: item i -> (image tensor, label, i)."""
+    """A ``torch.utils.data.Dataset`` view: item i -> (image tensor, label, i).
 
-    def __init__(self, ds: ImageDataset, transform: Callable) -> None:
+    With ``seed``, an item may be asked for as ``(epoch, i)`` (:class:`embedscope.train.samplers.EpochTagged`):
+    its transform then draws from torch's CPU generator seeded by :func:`augment_seed` (seed, epoch, i),
+    and the caller's generator state is restored after. Each image's augmentation in an epoch is then
+    the same whichever process draws it — the main process or any of any number of loader workers,
+    kept across epochs or not — and a resumed run draws what the uninterrupted run drew. (The
+    transforms draw from torch's generator only, as torchvision's do.)"""
+
+    def __init__(self, ds: ImageDataset, transform: Callable, seed: int | None = None) -> None:
         self.ds = ds
         self.transform = transform
+        self.seed = seed
 
     def __len__(self) -> int:
         return len(self.ds)
 
-    def __getitem__(self, i: int):
-        return self.transform(self.ds.load_image(i)), int(self.ds.labels[i]), i
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            epoch, i = key
+            img = self.ds.load_image(i)
+            import torch
+
+            with torch.random.fork_rng(devices=[]):  # the CPU generator's state restored after
+                torch.default_generator.manual_seed(augment_seed(self.seed or 0, epoch, i))
+                x = self.transform(img)
+            return x, int(self.ds.labels[i]), i
+        return self.transform(self.ds.load_image(key)), int(self.ds.labels[key]), key
+
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def augment_seed(seed: int, epoch: int, i: int) -> int:
+    """The seed of image ``i``'s augmentation in ``epoch`` of a run with ``seed``: splitmix64 of the
+    three, chained (nearby seeds, epochs and images give unrelated streams), folded to the 32 bits
+    that torch's CPU generator (mt19937) keeps of a seed."""
+    h = _splitmix64(_splitmix64(_splitmix64(int(seed) & _M64) ^ (int(epoch) & _M64)) ^ (int(i) & _M64))
+    return (h ^ (h >> 32)) & 0xFFFFFFFF
 
 
 def read_text(path: Path, dataset: str, *, encoding: str = "utf-8-sig") -> str:

@@ -335,3 +335,22 @@ def build_sampler(name: str, labels, batch_size: int, *, seed: int | None = 0, b
     if cls is None:
         raise EmbedscopeError(f"unknown sampler '{name}' (choose {', '.join(SAMPLER_NAMES)})")
     return cls(labels, batch_size, seed, n=n, bigb=bigb, m=m)
+
+
+class EpochTagged:
+    """A batch sampler's batches with the epoch on each index: ``[(epoch, i), …]``, for a dataset
+    that draws each image's augmentation from (run seed, epoch, index) (:class:`embedscope.data.TorchImages`
+    with ``seed``). Set :attr:`epoch` before each ``iter(loader)``: the DataLoader iterates its batch
+    sampler in the main process, so workers (persistent across epochs) receive the epoch with the indices."""
+
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        e = int(self.epoch)
+        for batch in self.sampler:
+            yield [(e, int(i)) for i in batch]

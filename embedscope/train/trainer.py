@@ -1046,6 +1046,20 @@ class _Stats:
         return (self.done / self.eligible) if self.eligible else None
 
 
+@contextlib.contextmanager
+def _workers_closed(loader):
+    """The training loader's worker processes (kept from one epoch to the next) shut down on the way
+    out, also when the run fails or is stopped (a traceback that holds the loader would keep them)."""
+    try:
+        yield
+    finally:
+        it = getattr(loader, "_iterator", None)
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if callable(shutdown):
+            with contextlib.suppress(Exception):
+                shutdown()
+
+
 def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler, ytrain_t, dev, stats,
                  progress: bool) -> tuple[float, float]:
     """One epoch of minimisation (docs/methods.md §5); returns (mean batch loss, seconds)."""
@@ -1065,6 +1079,7 @@ def _train_epoch(epoch: int, cfg, model, loss_fn, opt, base_lrs, loader, miner, 
     # a redrawing bar on a terminal; without one, the epoch's own line (printed by the caller) only
     from embedscope.embed import start_workers
 
+    loader.batch_sampler.epoch = epoch  # (the draws of each image in this epoch: TorchImages, EpochTagged)
     # a Ctrl-C while the worker processes start waits for them to be up (embed.start_workers)
     batches = start_workers(loader) if loader.num_workers > 0 else loader
     bar = progress_bar(batches, total=len(loader), desc=f"epoch {epoch}/{cfg['epochs']}", unit="batch",
@@ -1367,11 +1382,18 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
               if n not in notes]
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
     from embedscope.embed import quiet_worker
+    from embedscope.train.samplers import EpochTagged
 
-    # worker processes stay quiet when the run is stopped (embed.quiet_worker; they start in _train_epoch)
-    loader = torch.utils.data.DataLoader(TorchImages(train_ds, transform), batch_sampler=sampler,
+    # each image's augmentation drawn from (seed, epoch, index) wherever it is drawn (TorchImages with a
+    # seed): the worker processes start once and serve every epoch, their number does not change the
+    # draws, and a resumed run draws what the uninterrupted one did. The loader's own generator only
+    # seeds the workers (unused by the draws), apart from the run's, which the model and loss draw from.
+    # The workers stay quiet when the run is stopped (embed.quiet_worker; they start in _train_epoch).
+    loader = torch.utils.data.DataLoader(TorchImages(train_ds, transform, seed=cfg["seed"]),
+                                         batch_sampler=EpochTagged(sampler),
                                          num_workers=cfg["num_workers"], pin_memory=dev.type == "cuda",
-                                         persistent_workers=False,
+                                         persistent_workers=cfg["num_workers"] > 0,
+                                         generator=torch.Generator().manual_seed(int(cfg["seed"]) & 0xFFFFFFFF),
                                          worker_init_fn=quiet_worker if cfg["num_workers"] > 0 else None)
     from embedscope.embed import checkpoint_input, evaluation_batch_size
 
@@ -1429,43 +1451,44 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     saved = start_epoch if state is not None else None  # the latest epoch in last.pt
     eval_notes: list[str] = []
     said_collapse = False
-    for epoch in range(start_epoch + 1, cfg["epochs"] + 1):
-        try:
-            loss, seconds = _train_epoch(epoch, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler,
-                                         ytrain_t, dev, stats, progress)
-            from embedscope.embed import nonfinite_weights
+    with _workers_closed(loader):  # (kept across epochs: shut down when the run ends, or fails)
+        for epoch in range(start_epoch + 1, cfg["epochs"] + 1):
+            try:
+                loss, seconds = _train_epoch(epoch, cfg, model, loss_fn, opt, base_lrs, loader, miner, sampler,
+                                             ytrain_t, dev, stats, progress)
+                from embedscope.embed import nonfinite_weights
 
-            bad = nonfinite_weights(model) or nonfinite_weights(loss_fn)
-            if bad:  # a step after the last finite loss, or a statistic (BatchNorm's) that overflowed
-                raise _Diverged(f"the weights became NaN or inf: {bad}")
-            row: dict[str, Any] = {"epoch": epoch, "loss": loss, "R@1": None, "MAP@R": None, "rho": None,
-                                   "seconds": seconds}
-            if cfg["eval_every"] > 0 and (epoch % cfg["eval_every"] == 0 or epoch == cfg["epochs"]):
-                row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress, eval_notes))
-        except _Diverged as e:
-            raise TrainingDiverged(_diverged_message(e, epoch, cfg, paths, saved, replacing, keep_epochs),
-                                   epoch, history) from None
-        history.append(row)
-        say(_epoch_message(row, cfg["epochs"]))
-        if eval_notes and not said_collapse:  # once per run: the model rarely leaves that point again
-            say(f"note: epoch {epoch}: {eval_notes[0]}")
-            said_collapse = True
-        eval_notes.clear()
-        tb.row(row)
-        extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev, inputs)
-        best = extra["metrics"]["best"]
-        with replacing.writing():
-            save_checkpoint(paths["last"], model, cfg, extra=extra, force=True)
-            if best is not None and best["epoch"] == epoch:
-                save_checkpoint(paths["best"], model, cfg, extra=extra, force=True)
-            if keep_epochs:
-                save_checkpoint(paths["dir"] / f"epoch-{epoch:03d}.pt", model, cfg, extra=extra, force=True)
-            _write_log(paths["log"], history, cfg, notes)
-            if epoch == cfg["epochs"]:
-                save_checkpoint(paths["out"], model, cfg, extra=extra, force=True)
-        saved = epoch
-        if callback is not None:
-            callback(epoch, row)
+                bad = nonfinite_weights(model) or nonfinite_weights(loss_fn)
+                if bad:  # a step after the last finite loss, or a statistic (BatchNorm's) that overflowed
+                    raise _Diverged(f"the weights became NaN or inf: {bad}")
+                row: dict[str, Any] = {"epoch": epoch, "loss": loss, "R@1": None, "MAP@R": None, "rho": None,
+                                       "seconds": seconds}
+                if cfg["eval_every"] > 0 and (epoch % cfg["eval_every"] == 0 or epoch == cfg["epochs"]):
+                    row.update(_evaluate(model, train_ds, test_ds, dev, eval_bs, eval_tf, progress, eval_notes))
+            except _Diverged as e:
+                raise TrainingDiverged(_diverged_message(e, epoch, cfg, paths, saved, replacing, keep_epochs),
+                                       epoch, history) from None
+            history.append(row)
+            say(_epoch_message(row, cfg["epochs"]))
+            if eval_notes and not said_collapse:  # once per run: the model rarely leaves that point again
+                say(f"note: epoch {epoch}: {eval_notes[0]}")
+                said_collapse = True
+            eval_notes.clear()
+            tb.row(row)
+            extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev, inputs)
+            best = extra["metrics"]["best"]
+            with replacing.writing():
+                save_checkpoint(paths["last"], model, cfg, extra=extra, force=True)
+                if best is not None and best["epoch"] == epoch:
+                    save_checkpoint(paths["best"], model, cfg, extra=extra, force=True)
+                if keep_epochs:
+                    save_checkpoint(paths["dir"] / f"epoch-{epoch:03d}.pt", model, cfg, extra=extra, force=True)
+                _write_log(paths["log"], history, cfg, notes)
+                if epoch == cfg["epochs"]:
+                    save_checkpoint(paths["out"], model, cfg, extra=extra, force=True)
+            saved = epoch
+            if callback is not None:
+                callback(epoch, row)
     return {"history": history, "best": _best(history), "config": cfg, "paths": paths, "notes": notes,
             "resumed_from": start_epoch if state else None}
 
