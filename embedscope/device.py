@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 
 from embedscope.errors import EmbedscopeError
 
@@ -102,6 +103,10 @@ def torch_threads(n: int):
             torch.set_num_threads(before)
 
 
+_IEEE_LOCK = threading.Lock()
+_IEEE_HELD: list = []  # the exit of the outermost ieee_float32 of any thread (the setting is process-wide)
+
+
 @contextlib.contextmanager
 def ieee_float32():
     """torch's float32 matrix products in IEEE float32 inside, the caller's setting again after.
@@ -112,7 +117,30 @@ def ieee_float32():
     ``"medium"`` (reduced precision in oneDNN on CPUs with bfloat16) — would break that bound, and
     with it the ranks. torch has two APIs for this setting and refuses to read the global one once
     the per-backend one (``fp32_precision``) was used: the API the caller used is the one changed.
+
+    The setting is the process's, so the contexts of all threads count as one: the first to enter
+    sets it, the last to leave restores it (two searches in two threads — a study's worker threads,
+    k-means beside the ranks — never leave one of them multiplying under the caller's TF32).
     """
+    with _IEEE_LOCK:
+        if not _IEEE_HELD:
+            cm = _ieee_float32_once()
+            cm.__enter__()
+            _IEEE_HELD.append([cm, 0])
+        _IEEE_HELD[0][1] += 1
+    try:
+        yield
+    finally:
+        with _IEEE_LOCK:
+            _IEEE_HELD[0][1] -= 1
+            if _IEEE_HELD[0][1] == 0:
+                cm = _IEEE_HELD.pop()[0]
+                cm.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _ieee_float32_once():
+    """:func:`ieee_float32`'s change of the setting, and its restoration."""
     import torch
 
     try:

@@ -121,3 +121,43 @@ def test_a_studys_cache_keeps_tf32_rows_apart():
     finally:
         torch.backends.cudnn.allow_tf32 = conv
     assert (on, off) == ("cuda/float32 (TF32 convolutions)", "cuda/float32")
+
+
+THREADS = r"""
+import threading, torch
+from embedscope.device import ieee_float32
+
+torch.set_float32_matmul_precision("high")
+a_in, b_in, a_out, b_check = (threading.Event() for _ in range(4))
+seen = {}
+
+def a():
+    with ieee_float32():
+        a_in.set()
+        b_in.wait()
+    a_out.set()          # A left while B is still inside
+
+def b():
+    a_in.wait()
+    with ieee_float32():
+        b_in.set()
+        a_out.wait()
+        seen["b inside, a gone"] = torch.get_float32_matmul_precision()
+        with ieee_float32():  # nested in one thread
+            pass
+        seen["b after its nested one"] = torch.get_float32_matmul_precision()
+
+ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+ta.start(); tb.start(); ta.join(); tb.join()
+seen["after both"] = torch.get_float32_matmul_precision()
+print(repr(seen))
+"""
+
+
+def test_threads_share_one_ieee_setting_and_the_last_out_restores():
+    # before: B saved A's "highest" as the caller's, A's exit restored "high" under B (TF32 on CUDA
+    # inside B's search), and B's exit left "highest" for the caller
+    out = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-1500:]
+    seen = eval(out.stdout.strip().splitlines()[-1])
+    assert seen == {"b inside, a gone": "highest", "b after its nested one": "highest", "after both": "high"}

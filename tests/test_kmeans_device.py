@@ -180,3 +180,67 @@ def test_bounds_are_the_cpus(torch_engine):
     x, k = _case("sop")
     with pytest.raises(EmbedscopeError, match="bounds=True runs on the CPU"):
         torch_engine.lloyd_kmeans(x, k, bounds=True, device="cpu")
+
+
+def _beside_set():
+    return _sop_like(400, 16, seed=9)
+
+
+def test_kmeans_beside_the_ranks_gives_the_same_values(monkeypatch):
+    # on a GPU, NMI/F1's k-means runs in a thread beside the ranks (here forced on the CPU)
+    import embedscope.metrics.retrieval as rt
+
+    x, y = _beside_set()
+    keys = ["P@1", "MAP@R", "mAP@1000", "NMI", "F1"]
+    monkeypatch.setattr(rt, "_kmeans_beside", lambda device: False)
+    alone = rt.retrieval_metrics(x, y, include=keys, device="cpu")
+    threads = []
+    real = rt._Beside
+
+    class Spy(real):
+        def __init__(self, fn):
+            super().__init__(fn)
+            threads.append(self._thread)
+
+    monkeypatch.setattr(rt, "_Beside", Spy)
+    monkeypatch.setattr(rt, "_kmeans_beside", lambda device: True)
+    beside = rt.retrieval_metrics(x, y, include=keys, device="cpu")
+    assert len(threads) == 1 and not threads[0].is_alive()
+    assert beside == alone
+    # only NMI/F1 asked: no thread (nothing to run beside)
+    rt.retrieval_metrics(x, y, include=["NMI"], device="cpu")
+    assert len(threads) == 1
+
+
+def test_errors_beside_the_ranks_reach_the_caller(monkeypatch):
+    import threading
+
+    import embedscope.metrics.retrieval as rt
+    from embedscope.errors import EmbedscopeError
+
+    x, y = _beside_set()
+    monkeypatch.setattr(rt, "_kmeans_beside", lambda device: True)
+    real = rt._clusters
+
+    def broken(*a, **k):
+        raise EmbedscopeError("k-means broke")
+
+    monkeypatch.setattr(rt, "_clusters", broken)
+    with pytest.raises(EmbedscopeError, match="k-means broke"):
+        rt.retrieval_metrics(x, y, include=["P@1", "NMI"], device="cpu")
+    # the ranks fail while k-means runs: their error, and the thread finished before it is raised
+    done = threading.Event()
+
+    def slow(*a, **k):
+        out = real(*a, **k)
+        done.set()
+        return out
+
+    def ranks_broken(*a, **k):
+        raise EmbedscopeError("ranks broke")
+
+    monkeypatch.setattr(rt, "_clusters", slow)
+    monkeypatch.setattr(rt, "_ranks_by_query_blocks", ranks_broken)
+    with pytest.raises(EmbedscopeError, match="ranks broke"):
+        rt.retrieval_metrics(x, y, include=["MAP@R", "NMI"], device="cpu")
+    assert done.is_set()

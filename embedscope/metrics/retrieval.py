@@ -278,49 +278,56 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         raise EmbedscopeError(f"R@{too_deep[0]}: k = {too_deep[0]} exceeds the {n_avail} references available "
                               f"to each query (ks must be at most {n_avail})")
 
+    # on a GPU, k-means (NMI/F1) runs in a thread beside the ranks: its steps are mostly the GPU's,
+    # the ranks' certification mostly the CPU's (the same values either way)
     R = relevant_counts(sets)
     lone = R <= 0
     n_lone, nq = int(lone.sum()), R.size
     out: dict = {}
     depth = 0
-    if want_ret:
-        if n_lone == nq:
-            raise EmbedscopeError("no query has another member of its class among the references: "
-                                  "retrieval metrics are undefined")
-        needs = [int(k[2:]) if k.startswith("R@") else _DEPTH[k](R) for k in want_ret]
-        if per_query:  # the per-query arrays hold R@1, R-Precision and MAP@R
-            needs += [R, 1]
-        # each query's ranks only as deep as its measures read (R_i for R-Precision and MAP@R)
-        depth_q = np.minimum(np.max([np.broadcast_to(n, R.shape) for n in needs], axis=0), n_avail).clip(1)
-        depth = int(depth_q.max())
-        evaluated = ~lone if lone_queries == "exclude" else np.ones(nq, dtype=bool)
-        n_ev = int(evaluated.sum())
-        extra = {"R@1": lambda rr: r_at_k(rr, 1), "R-Precision": r_precision, "MAP@R": map_at_r} if per_query else {}
-        cols: dict = {}
-        top_only = all(k == "P@1" or k.startswith("R@") for k in want_ret) and not per_query
-        if top_only and depth <= KNN_MAX_K and (depth == 1 or float(R.mean()) >= KNN_MIN_R_PER_K * depth):
-            cols = _hits_in_top_k(sets, metric, want_ret, depth, device=device, block=block, progress=progress)
-        for rr in ([] if cols else _ranks_by_query_blocks(sets, metric, R, depth_q, device=device, block=block,
-                                                           progress=progress)):
+    if want_ret and n_lone == nq:
+        raise EmbedscopeError("no query has another member of its class among the references: "
+                              "retrieval metrics are undefined")
+    beside = None
+    if want_ret and any(k in want for k in CLUSTER_KEYS) and _kmeans_beside(device):
+        sets.prepared(metric)  # (normalised once, here, before two threads read the rows)
+        beside = _Beside(lambda: _clusters(sets, metric, seed, niter, device))
+    try:
+        if want_ret:
+            needs = [int(k[2:]) if k.startswith("R@") else _DEPTH[k](R) for k in want_ret]
+            if per_query:  # the per-query arrays hold R@1, R-Precision and MAP@R
+                needs += [R, 1]
+            # each query's ranks only as deep as its measures read (R_i for R-Precision and MAP@R)
+            depth_q = np.minimum(np.max([np.broadcast_to(n, R.shape) for n in needs], axis=0), n_avail).clip(1)
+            depth = int(depth_q.max())
+            evaluated = ~lone if lone_queries == "exclude" else np.ones(nq, dtype=bool)
+            n_ev = int(evaluated.sum())
+            extra = {"R@1": lambda rr: r_at_k(rr, 1), "R-Precision": r_precision, "MAP@R": map_at_r} if per_query else {}
+            cols: dict = {}
+            top_only = all(k == "P@1" or k.startswith("R@") for k in want_ret) and not per_query
+            if top_only and depth <= KNN_MAX_K and (depth == 1 or float(R.mean()) >= KNN_MIN_R_PER_K * depth):
+                cols = _hits_in_top_k(sets, metric, want_ret, depth, device=device, block=block, progress=progress)
+            for rr in ([] if cols else _ranks_by_query_blocks(sets, metric, R, depth_q, device=device, block=block,
+                                                               progress=progress)):
+                for key in want_ret:
+                    cols.setdefault(key, []).append(r_at_k(rr, int(key[2:])) if key.startswith("R@") else _MEASURES[key](rr))
+                for key, fn in extra.items():
+                    if key not in want_ret:  # the per-query arrays hold R@1, R-Precision and MAP@R
+                        cols.setdefault(key, []).append(fn(rr))
+                del rr
+            per_q = {k: np.concatenate(v) for k, v in cols.items()}
             for key in want_ret:
-                cols.setdefault(key, []).append(r_at_k(rr, int(key[2:])) if key.startswith("R@") else _MEASURES[key](rr))
-            for key, fn in extra.items():
-                if key not in want_ret:  # the per-query arrays hold R@1, R-Precision and MAP@R
-                    cols.setdefault(key, []).append(fn(rr))
-            del rr
-        per_q = {k: np.concatenate(v) for k, v in cols.items()}
-        for key in want_ret:
-            out[key] = float(per_q[key][evaluated].sum() / n_ev)
-        if per_query:
-            nan = np.where(lone, np.nan, 1.0)
-            out["per_query"] = {k: per_q[k] * nan for k in ("R@1", "R-Precision", "MAP@R")}
+                out[key] = float(per_q[key][evaluated].sum() / n_ev)
+            if per_query:
+                nan = np.where(lone, np.nan, 1.0)
+                out["per_query"] = {k: per_q[k] * nan for k in ("R@1", "R-Precision", "MAP@R")}
+    except BaseException:
+        if beside is not None:
+            beside.wait()  # (its result unused; nothing left running)
+        raise
 
     if any(k in want for k in CLUSTER_KEYS):
-        from embedscope.metrics.clustering import kmeans_nmi_f1
-
-        # the rows the ranks used, normalised once (kmeans_nmi_f1 of X itself gives the same labels)
-        cl = kmeans_nmi_f1(sets.prepared(metric)[0], sets.y, seed=seed, niter=niter, metric=metric, prepared=True,
-                            device=device)
+        cl = beside.result() if beside is not None else _clusters(sets, metric, seed, niter, device)
         for k in CLUSTER_KEYS:
             if k in want:
                 out[k] = cl[k]
@@ -330,6 +337,49 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     if per_query and "per_query" in out:
         result["per_query"] = out["per_query"]
     return result
+
+
+def _clusters(sets: Sets, metric: str, seed: int, niter: int, device) -> dict:
+    """NMI/F1 of the queries' k-means, on the rows the ranks used (normalised once: ``kmeans_nmi_f1``
+    of the raw rows gives the same labels)."""
+    from embedscope.metrics.clustering import kmeans_nmi_f1
+
+    return kmeans_nmi_f1(sets.prepared(metric)[0], sets.y, seed=seed, niter=niter, metric=metric, prepared=True,
+                         device=device)
+
+
+def _kmeans_beside(device) -> bool:
+    """k-means runs beside the ranks where its steps run on a GPU (on the CPU both want the same cores)."""
+    from embedscope.device import compute_device
+
+    return getattr(compute_device(device), "type", "cpu") == "cuda"
+
+
+class _Beside:
+    """A call run in a thread of its own while the caller works; :meth:`result` waits for it and
+    returns its value or raises its exception."""
+
+    def __init__(self, fn) -> None:
+        import threading
+
+        self._value = self._error = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), name="embedscope-beside", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn) -> None:
+        try:
+            self._value = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+            self._error = e
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self):
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _hits_in_top_k(sets: Sets, metric: str, keys: list, k: int, *, device, block, progress) -> dict:
