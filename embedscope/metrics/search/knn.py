@@ -864,14 +864,48 @@ def candidate_blocks(ks: KeySpace, L: int, *, device, block: int | None = None, 
         return
     torch, Qt, Rt, rsub = _torch_setup(ks, dev)
     bar = _bar(progress, nq, desc)
+    # one block ahead: block i's GEMM and top-L are queued on the device (and its lists copied to the
+    # host as they finish) before block i - 1 is handed over, so a GPU computes while the caller
+    # certifies the lists it has (CUDA runs queued work asynchronously; on a CPU it is the same work
+    # in the same order of blocks)
+    ahead = None
     with torch.no_grad():
         for s in range(0, nq, block):
             e = min(nq, s + block)
             S = tile_block(ks, Qt, Rt, rsub, s, e)
             v, i = torch.topk(S, L, dim=1, largest=True, sorted=True)
-            yield s, e, _keys_to64(ks, v.cpu().numpy(), s, e), i.cpu().numpy().astype(np.int64)
-            bar.update(e - s)
+            del S  # (one block's tile on the device at a time)
+            queued = (s, e, _to_host_async(v), _to_host_async(i))
+            if ahead is not None:
+                yield _handed(ks, *ahead)
+                bar.update(ahead[1] - ahead[0])
+            ahead = queued
+        if ahead is not None:
+            yield _handed(ks, *ahead)
+            bar.update(ahead[1] - ahead[0])
     bar.close()
+
+
+def _to_host_async(t):
+    """``t``'s copy to the host: queued (into page-locked memory, with an event to wait on) from a
+    CUDA device, ``t`` itself on the CPU."""
+    import torch
+
+    if t.device.type != "cuda":
+        return t, None
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    return host, done
+
+
+def _handed(ks: KeySpace, s: int, e: int, v, i):
+    """A block of :func:`candidate_blocks` as it is yielded, once its copies (:func:`_to_host_async`) are done."""
+    for _, done in (v, i):
+        if done is not None:
+            done.synchronize()
+    return s, e, _keys_to64(ks, v[0].numpy(), s, e), i[0].numpy().astype(np.int64)
 
 
 def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 4096):
