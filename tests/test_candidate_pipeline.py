@@ -62,3 +62,34 @@ def test_knn_from_lists_handed_one_block_late(monkeypatch, torch_lists):
     v0, i0 = knn_search(X, k=12, exclude_self=True, device="cpu", block=900)
     np.testing.assert_array_equal(i, i0)
     np.testing.assert_array_equal(v, v0)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_lists_certified_in_worker_threads_give_the_same_ranks(monkeypatch, torch_lists, threads):
+    # on a GPU the CPU's cores certify several blocks at once (forced here on the CPU)
+    import threading
+
+    import embedscope.metrics.search.ranks as R
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.search.threads import search_threads
+
+    X, y = _set(2)
+    keys = ["P@1", "R-Precision", "MAP@R", "mAP@1000"]
+    ref = retrieval_metrics(X, y, include=keys, device="cpu", block=500)  # (the lists' path, one thread)
+    names = []
+    real = R._certify_lists
+
+    def spy(*a):
+        names.append(threading.current_thread().name)
+        return real(*a)
+
+    monkeypatch.setattr(R, "_certify_lists", spy)
+    monkeypatch.setattr(R, "CERTIFY_THREADS_ON_CPU", True)
+    with search_threads(threads):
+        got = retrieval_metrics(X, y, include=keys, device="cpu", block=500)
+    assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}
+    assert len(names) == 8  # 4,000 queries in blocks of 500
+    workers = {n for n in names if n.startswith("embedscope-certify")}
+    assert (len(workers) >= 1) == (threads > 1) and len(workers) <= threads
+    assert torch.get_num_threads() >= 1 and not any(t.name.startswith("embedscope-certify")
+                                                     for t in threading.enumerate())

@@ -939,29 +939,84 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
             return qi, rj, rank, False
     L = min(depth + SLACK, n_avail)
     all_q, all_r, all_rank = [], [], []
-    for s, e, vals, cand in candidate_blocks(ks, L, device=device, block=block, progress=progress,
-                                             desc="retrieval"):
-        complete = np.full(e - s, vals.shape[1] >= n_avail)
-        qi, rj = _relevant_pairs(lay, s, e, ks.same)
-        k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
-        rank = np.empty(qi.size)
-        unresolved = np.zeros(qi.size, dtype=bool)
-        # chunk by pairs, on query boundaries (pairs are grouped by query)
-        bounds = np.searchsorted(qi, np.arange(s, e + 1))
-        c0 = 0
-        while c0 < e - s:
-            c1 = int(np.searchsorted(bounds, bounds[c0] + _PAIRS_PER_CHUNK, side="right")) - 1
-            c1 = max(c1, c0 + 1)
-            p0, p1 = bounds[c0], bounds[c1]
-            rk, un = _resolve(vals[c0:c1], cand[c0:c1], qi[p0:p1] - s - c0, rj[p0:p1], k64[p0:p1],
-                              ks.delta[s + c0:s + c1], complete[c0:c1], depth, np.arange(s + c0, s + c1), ks)
-            rank[p0:p1], unresolved[p0:p1] = rk, un
-            c0 = c1
-        _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
+    lists = candidate_blocks(ks, L, device=device, block=block, progress=progress, desc="retrieval")
+    for qi, rj, rank in _certified_blocks(lists, lambda b: _certify_lists(ks, lay, depth, n_avail, *b), device):
         all_q.append(qi)
         all_r.append(rj)
         all_rank.append(rank)
     return np.concatenate(all_q), np.concatenate(all_r), np.concatenate(all_rank), False
+
+
+#: certify the candidate lists of a CPU search in worker threads too (tests; on the CPU faiss makes
+#: the lists on every core already, and the certification stays on the calling thread)
+CERTIFY_THREADS_ON_CPU = False
+
+
+def _certified_blocks(lists, certify, device):
+    """``certify(block)`` of each block of ``lists``, in order. Where a GPU makes the lists, the CPU's
+    cores certify several blocks at once (:func:`~.threads.n_search_threads` worker threads, one BLAS
+    and one torch thread each, at most twice as many blocks held as threads) while the GPU makes the
+    next; the results are the same as one block after the other."""
+    from embedscope.metrics.search.threads import n_search_threads
+
+    n = n_search_threads()
+    if n < 2 or not (getattr(device, "type", "cpu") == "cuda" or CERTIFY_THREADS_ON_CPU):
+        for b in lists:
+            yield certify(b)
+        return
+    import collections
+    import contextlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from embedscope.metrics.search.threads import blas_single_thread
+
+    def work(b):
+        with blas_single_thread():
+            return certify(b)
+
+    held: collections.deque = collections.deque()
+    # torch's thread count is a thread's, and the default of the threads started after it is set: the
+    # workers' searchsorted calls run one torch thread each
+    ctx = contextlib.nullcontext()
+    if "torch" in sys.modules:
+        from embedscope.device import torch_threads
+
+        ctx = torch_threads(1)
+    with ctx, ThreadPoolExecutor(n, thread_name_prefix="embedscope-certify") as pool:
+        try:
+            for b in lists:
+                held.append(pool.submit(work, b))
+                if len(held) >= 2 * n:
+                    yield held.popleft().result()
+            while held:
+                yield held.popleft().result()
+        finally:
+            for f in held:
+                f.cancel()
+
+
+def _certify_lists(ks: KeySpace, lay: _Layout, depth: int, n_avail: int, s: int, e: int, vals: np.ndarray,
+                   cand: np.ndarray):
+    """Exact ranks of the relevant pairs of queries s..e−1 from their candidate lists ``vals`` /
+    ``cand`` (:func:`~.knn.candidate_blocks`): (query, reference, rank) of each pair."""
+    complete = np.full(e - s, vals.shape[1] >= n_avail)
+    qi, rj = _relevant_pairs(lay, s, e, ks.same)
+    k64 = pair_keys64(ks.Q64, ks.R64, qi, rj, ks.metric)
+    rank = np.empty(qi.size)
+    unresolved = np.zeros(qi.size, dtype=bool)
+    # chunk by pairs, on query boundaries (pairs are grouped by query)
+    bounds = np.searchsorted(qi, np.arange(s, e + 1))
+    c0 = 0
+    while c0 < e - s:
+        c1 = int(np.searchsorted(bounds, bounds[c0] + _PAIRS_PER_CHUNK, side="right")) - 1
+        c1 = max(c1, c0 + 1)
+        p0, p1 = bounds[c0], bounds[c1]
+        rk, un = _resolve(vals[c0:c1], cand[c0:c1], qi[p0:p1] - s - c0, rj[p0:p1], k64[p0:p1],
+                          ks.delta[s + c0:s + c1], complete[c0:c1], depth, np.arange(s + c0, s + c1), ks)
+        rank[p0:p1], unresolved[p0:p1] = rk, un
+        c0 = c1
+    _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth)
+    return qi, rj, rank
 
 
 def _full_row_fallback(ks, qi, rj, k64, rank, unresolved, depth):
