@@ -905,7 +905,7 @@ def _handed(ks: KeySpace, s: int, e: int, v, i):
     for _, done in (v, i):
         if done is not None:
             done.synchronize()
-    return s, e, _keys_to64(ks, v[0].numpy(), s, e), i[0].numpy().astype(np.int64)
+    return s, e, _keys_to64(ks, v[0].numpy(), s, e), i[0].numpy().astype(np.int64, copy=False)
 
 
 def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 4096):
@@ -926,7 +926,7 @@ def _faiss_blocks(ks: KeySpace, L: int, progress: bool, desc: str, block: int = 
             keep[np.arange(e - s), drop] = False
             v = v[keep].reshape(e - s, L)
             i = i[keep].reshape(e - s, L)
-        yield s, e, v, i.astype(np.int64)
+        yield s, e, v, i.astype(np.int64, copy=False)
         bar.update(e - s)
     bar.close()
 
