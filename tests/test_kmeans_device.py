@@ -7,6 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_clustering import _sop_like  # noqa: E402 - SOP-like class sizes, as the CPU engine's tests
+
 
 @pytest.fixture
 def torch_engine(monkeypatch):
@@ -14,16 +16,6 @@ def torch_engine(monkeypatch):
 
     monkeypatch.setattr(km, "TORCH_ON_CPU", True)
     return km
-
-
-def _sop_like(n_classes, dim, seed=0, noise=1.2):
-    rng = np.random.default_rng(seed)
-    sizes = 2 + rng.binomial(10, 0.335, n_classes)
-    y = np.repeat(np.arange(n_classes), sizes)
-    X = rng.standard_normal((n_classes, dim)).astype(np.float32)[y]
-    X += noise * rng.standard_normal((y.size, dim)).astype(np.float32)
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    return X, y
 
 
 def _case(case):

@@ -628,18 +628,23 @@ def lloyd_kmeans(x32: np.ndarray, k: int, *, niter: int = 20, seed: int = 1234, 
         eng = _Assigner(x32, k, group_size, bounds=False)
         return {"labels": eng.assign(C), "centroids": C, "n_steps": 1, "n_split": 0, "converged": True}
     eng = _Assigner(x32, k, group_size, bounds)
-    prev = None
-    n_split = 0
-    converged = False
-    for _ in range(niter):
-        lab = eng.assign(C)
-        if prev is not None and np.array_equal(lab, prev):
-            converged = True
-            break
-        C, ns = update_centroids(x32, lab, k)
-        n_split += ns
-        prev = lab
-    if not converged:
-        lab = eng.assign(C)
+    lab, C, n_split, converged = lloyd_steps(eng.assign, lambda lab: update_centroids(x32, lab, k), C, niter)
     return {"labels": lab, "centroids": C, "n_steps": len(eng.stats), "n_split": n_split,
             "converged": converged, "stats": eng.stats, "moved": eng.stats_moved}
+
+
+def lloyd_steps(assign, update, C, niter: int):
+    """Lloyd's iterations as faiss runs them: ``niter`` times an assignment and an update (the
+    update also splits empty clusters), stopping at a fixed point (the assignment unchanged), then
+    the final assignment to the last centroids where it did not stop. ``assign(C) -> labels``
+    (numpy), ``update(labels) -> (C, splits)``. Returns (labels, centroids, splits, converged)."""
+    prev = None
+    n_split = 0
+    for _ in range(niter):
+        lab = assign(C)
+        if prev is not None and np.array_equal(lab, prev):
+            return lab, C, n_split, True
+        C, ns = update(lab)
+        n_split += ns
+        prev = lab
+    return assign(C), C, n_split, False

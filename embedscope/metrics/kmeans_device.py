@@ -34,6 +34,7 @@ from embedscope.metrics.kmeans import (
     _sum_plan,
     faiss_random_init,
     inverse_counts,
+    lloyd_steps,
     update_centroids,
 )
 
@@ -142,18 +143,6 @@ def device_lloyd_kmeans(x32: np.ndarray, k: int, *, niter: int, seed: int, init,
         lab = eng.assign(C)
         return {"labels": lab, "centroids": x32.copy(), "n_steps": 1, "n_split": 0, "converged": True,
                 "stats": eng.stats, "moved": []}
-    prev = None
-    n_split = 0
-    converged = False
-    for _ in range(niter):
-        lab = eng.assign(C)
-        if prev is not None and np.array_equal(lab, prev):
-            converged = True
-            break
-        C, ns = _device_update(x32, eng.x, lab, k)
-        n_split += ns
-        prev = lab
-    if not converged:
-        lab = eng.assign(C)
+    lab, C, n_split, converged = lloyd_steps(eng.assign, lambda lab: _device_update(x32, eng.x, lab, k), C, niter)
     return {"labels": lab, "centroids": C.cpu().numpy(), "n_steps": len(eng.stats), "n_split": n_split,
             "converged": converged, "stats": eng.stats, "moved": []}
