@@ -70,6 +70,7 @@ def test_lists_certified_in_worker_threads_give_the_same_ranks(monkeypatch, torc
     import threading
 
     import embedscope.metrics.search.ranks as R
+    import embedscope.metrics.search.threads as T
     from embedscope.metrics import retrieval_metrics
     from embedscope.metrics.search.threads import search_threads
 
@@ -84,7 +85,7 @@ def test_lists_certified_in_worker_threads_give_the_same_ranks(monkeypatch, torc
         return real(*a)
 
     monkeypatch.setattr(R, "_certify_lists", spy)
-    monkeypatch.setattr(R, "CERTIFY_THREADS_ON_CPU", True)
+    monkeypatch.setattr(T, "CERTIFY_THREADS_ON_CPU", True)
     with search_threads(threads):
         got = retrieval_metrics(X, y, include=keys, device="cpu", block=500)
     assert {k: got[k] for k in keys} == {k: ref[k] for k in keys}
@@ -93,3 +94,22 @@ def test_lists_certified_in_worker_threads_give_the_same_ranks(monkeypatch, torc
     assert (len(workers) >= 1) == (threads > 1) and len(workers) <= threads
     assert torch.get_num_threads() >= 1 and not any(t.name.startswith("embedscope-certify")
                                                      for t in threading.enumerate())
+
+
+def test_knn_lists_checked_in_worker_threads(monkeypatch, torch_lists):
+    import embedscope.metrics.search.knn as K
+    import embedscope.metrics.search.threads as T
+    from embedscope.metrics import knn_search
+    from embedscope.metrics.search.threads import search_threads
+
+    X, _ = _set(3)
+    v1, i1 = knn_search(X, k=20, exclude_self=True, device="cpu", block=600)
+    monkeypatch.setattr(T, "CERTIFY_THREADS_ON_CPU", True)
+    with search_threads(2):
+        v2, i2 = knn_search(X, k=20, exclude_self=True, device="cpu", block=600)
+    np.testing.assert_array_equal(i1, i2)
+    np.testing.assert_array_equal(v1, v2)
+    monkeypatch.undo()
+    assert K.FAISS_MIN_L == 0 and not T.CERTIFY_THREADS_ON_CPU
+    v0, i0 = knn_search(X, k=20, exclude_self=True, device="cpu", block=600)
+    np.testing.assert_array_equal(i0, i2)

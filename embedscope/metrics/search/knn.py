@@ -1171,31 +1171,38 @@ def topk_exact(ks: KeySpace, k: int, *, device="auto", block=None, progress=Fals
     got = None if far is None else _knn_apart(ks, far, int(k), device=device, block=block, progress=progress)
     if got is not None:
         return got
-    if CPU_SELECT:
-        from embedscope.device import compute_device
+    from embedscope.device import compute_device
+    from embedscope.metrics.search.threads import blocks_in_threads
 
-        dev = compute_device(device)
-        if dev.type == "cpu":
-            return _topk_exact_cpu(ks, int(k), block=block, progress=progress)
+    dev = compute_device(device)
+    if CPU_SELECT and dev.type == "cpu":
+        return _topk_exact_cpu(ks, int(k), block=block, progress=progress)
     nq = ks.Q64.shape[0]
     keys = np.empty((nq, k), dtype=np.float64)
     idx = np.empty((nq, k), dtype=np.int64)
-    for s, e, v32, cand in candidate_blocks(ks, k + SLACK, device=device, block=block, progress=progress):
-        b, L = cand.shape
-        k64 = block_keys64(ks.Q64, ks.R64, s, cand, ks.metric)
-        # sort each row by (key desc, index asc)
-        order = _rowwise_lexsort(k64, cand)
-        k64s = np.take_along_axis(k64, order, 1)[:, :k]
-        cs = np.take_along_axis(cand, order, 1)[:, :k]
-        n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
-        if L < n_avail:
-            ok = v32[:, -1] + ks.delta[s:e] < k64s[:, -1]
-        else:
-            ok = np.ones(b, dtype=bool)
-        for r in np.flatnonzero(~ok):
-            k64s[r], cs[r] = _exact_topk_row(ks, s + r, k)
+    lists = candidate_blocks(ks, k + SLACK, device=device, block=block, progress=progress)
+    for s, e, k64s, cs in blocks_in_threads(lists, lambda b: _certify_topk(ks, k, *b), dev):
         keys[s:e], idx[s:e] = k64s, cs
     return keys, idx
+
+
+def _certify_topk(ks: KeySpace, k: int, s: int, e: int, v32: np.ndarray, cand: np.ndarray):
+    """The exact top ``k`` of queries s..e−1 from their candidate lists (:func:`candidate_blocks`):
+    (s, e, keys, indices), each row by key, then lower index."""
+    b, L = cand.shape
+    k64 = block_keys64(ks.Q64, ks.R64, s, cand, ks.metric)
+    # sort each row by (key desc, index asc)
+    order = _rowwise_lexsort(k64, cand)
+    k64s = np.take_along_axis(k64, order, 1)[:, :k]
+    cs = np.take_along_axis(cand, order, 1)[:, :k]
+    n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
+    if L < n_avail:
+        ok = v32[:, -1] + ks.delta[s:e] < k64s[:, -1]
+    else:
+        ok = np.ones(b, dtype=bool)
+    for r in np.flatnonzero(~ok):
+        k64s[r], cs[r] = _exact_topk_row(ks, s + r, k)
+    return s, e, k64s, cs
 
 
 # ----------------------------------------------------------------------------- exact top-k, CPU

@@ -60,6 +60,7 @@ from embedscope.metrics.search.knn import (
     prepare,
     tie_window_before,
 )
+from embedscope.metrics.search.threads import blocks_in_threads
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -940,59 +941,11 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
     L = min(depth + SLACK, n_avail)
     all_q, all_r, all_rank = [], [], []
     lists = candidate_blocks(ks, L, device=device, block=block, progress=progress, desc="retrieval")
-    for qi, rj, rank in _certified_blocks(lists, lambda b: _certify_lists(ks, lay, depth, n_avail, *b), device):
+    for qi, rj, rank in blocks_in_threads(lists, lambda b: _certify_lists(ks, lay, depth, n_avail, *b), device):
         all_q.append(qi)
         all_r.append(rj)
         all_rank.append(rank)
     return np.concatenate(all_q), np.concatenate(all_r), np.concatenate(all_rank), False
-
-
-#: certify the candidate lists of a CPU search in worker threads too (tests; on the CPU faiss makes
-#: the lists on every core already, and the certification stays on the calling thread)
-CERTIFY_THREADS_ON_CPU = False
-
-
-def _certified_blocks(lists, certify, device):
-    """``certify(block)`` of each block of ``lists``, in order. Where a GPU makes the lists, the CPU's
-    cores certify several blocks at once (:func:`~.threads.n_search_threads` worker threads, one BLAS
-    and one torch thread each, at most twice as many blocks held as threads) while the GPU makes the
-    next; the results are the same as one block after the other."""
-    from embedscope.metrics.search.threads import n_search_threads
-
-    n = n_search_threads()
-    if n < 2 or not (getattr(device, "type", "cpu") == "cuda" or CERTIFY_THREADS_ON_CPU):
-        for b in lists:
-            yield certify(b)
-        return
-    import collections
-    import contextlib
-    from concurrent.futures import ThreadPoolExecutor
-
-    from embedscope.metrics.search.threads import blas_single_thread
-
-    def work(b):
-        with blas_single_thread():
-            return certify(b)
-
-    held: collections.deque = collections.deque()
-    # torch's thread count is a thread's, and the default of the threads started after it is set: the
-    # workers' searchsorted calls run one torch thread each
-    ctx = contextlib.nullcontext()
-    if "torch" in sys.modules:
-        from embedscope.device import torch_threads
-
-        ctx = torch_threads(1)
-    with ctx, ThreadPoolExecutor(n, thread_name_prefix="embedscope-certify") as pool:
-        try:
-            for b in lists:
-                held.append(pool.submit(work, b))
-                if len(held) >= 2 * n:
-                    yield held.popleft().result()
-            while held:
-                yield held.popleft().result()
-        finally:
-            for f in held:
-                f.cancel()
 
 
 def _certify_lists(ks: KeySpace, lay: _Layout, depth: int, n_avail: int, s: int, e: int, vals: np.ndarray,

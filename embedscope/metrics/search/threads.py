@@ -20,7 +20,7 @@ import threading
 
 from embedscope.device import available_cpus
 
-__all__ = ["search_threads", "n_search_threads", "blas_single_thread"]
+__all__ = ["search_threads", "n_search_threads", "blas_single_thread", "blocks_in_threads"]
 
 _LOCAL = threading.local()
 _BLAS = None  # a cached threadpoolctl controller (building one scans the loaded libraries: ~10 ms) ...
@@ -85,3 +85,48 @@ def blas_single_thread():
             if _BLAS_USERS == 0:
                 limit, _BLAS_LIMIT = _BLAS_LIMIT, None
                 limit.restore_original_limits()
+
+
+#: certify a CPU search's candidate lists in worker threads too (tests; on the CPU faiss makes the lists
+#: on every core already, and the certification stays on the calling thread)
+CERTIFY_THREADS_ON_CPU = False
+
+
+def blocks_in_threads(blocks, work, device):
+    """``work(block)`` of each of ``blocks`` (an iterator the calling thread drives: a GPU's candidate
+    lists), in order. Where a GPU makes the blocks, the CPU's cores work on several at once
+    (:func:`n_search_threads` worker threads, one BLAS and one torch thread each, at most twice as
+    many blocks held as threads) while the GPU makes the next; the results are those of one block
+    after the other."""
+    n = n_search_threads()
+    if n < 2 or not (getattr(device, "type", "cpu") == "cuda" or CERTIFY_THREADS_ON_CPU):
+        for b in blocks:
+            yield work(b)
+        return
+    import collections
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(b):
+        with blas_single_thread():
+            return work(b)
+
+    held: collections.deque = collections.deque()
+    # torch's thread count is a thread's, and the default of the threads started after it is set: the
+    # workers' torch calls (searchsorted) run one torch thread each
+    ctx = contextlib.nullcontext()
+    if "torch" in sys.modules:
+        from embedscope.device import torch_threads
+
+        ctx = torch_threads(1)
+    with ctx, ThreadPoolExecutor(n, thread_name_prefix="embedscope-certify") as pool:
+        try:
+            for b in blocks:
+                held.append(pool.submit(one, b))
+                if len(held) >= 2 * n:
+                    yield held.popleft().result()
+            while held:
+                yield held.popleft().result()
+        finally:
+            for f in held:
+                f.cancel()
