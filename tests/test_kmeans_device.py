@@ -180,28 +180,32 @@ def _beside_set():
 
 def test_kmeans_beside_the_ranks_gives_the_same_values(monkeypatch):
     # on a GPU, NMI/F1's k-means runs in a thread beside the ranks (here forced on the CPU)
+    import threading
+
     import embedscope.metrics.retrieval as rt
 
     x, y = _beside_set()
     keys = ["P@1", "MAP@R", "mAP@1000", "NMI", "F1"]
+    ran_in = []
+    real = rt._clusters
+
+    def spy(*a, **k):
+        ran_in.append(threading.current_thread().name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(rt, "_clusters", spy)
     monkeypatch.setattr(rt, "_kmeans_beside", lambda device: False)
     alone = rt.retrieval_metrics(x, y, include=keys, device="cpu")
-    threads = []
-    real = rt._Beside
-
-    class Spy(real):
-        def __init__(self, fn):
-            super().__init__(fn)
-            threads.append(self._thread)
-
-    monkeypatch.setattr(rt, "_Beside", Spy)
     monkeypatch.setattr(rt, "_kmeans_beside", lambda device: True)
     beside = rt.retrieval_metrics(x, y, include=keys, device="cpu")
-    assert len(threads) == 1 and not threads[0].is_alive()
     assert beside == alone
-    # only NMI/F1 asked: no thread (nothing to run beside)
-    rt.retrieval_metrics(x, y, include=["NMI"], device="cpu")
-    assert len(threads) == 1
+    rt.retrieval_metrics(x, y, include=["NMI"], device="cpu")  # only NMI: nothing to run beside
+    assert ran_in[0] == ran_in[2] == threading.current_thread().name
+    assert ran_in[1].startswith("embedscope-beside")
+    for t in threading.enumerate():  # the thread ends with its task (it may still be on its way out)
+        if t.name.startswith("embedscope-beside"):
+            t.join(timeout=30)
+    assert not any(t.name.startswith("embedscope-beside") for t in threading.enumerate())
 
 
 def test_errors_beside_the_ranks_reach_the_caller(monkeypatch):

@@ -278,8 +278,6 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         raise EmbedscopeError(f"R@{too_deep[0]}: k = {too_deep[0]} exceeds the {n_avail} references available "
                               f"to each query (ks must be at most {n_avail})")
 
-    # on a GPU, k-means (NMI/F1) runs in a thread beside the ranks: its steps are mostly the GPU's,
-    # the ranks' certification mostly the CPU's (the same values either way)
     R = relevant_counts(sets)
     lone = R <= 0
     n_lone, nq = int(lone.sum()), R.size
@@ -288,10 +286,16 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     if want_ret and n_lone == nq:
         raise EmbedscopeError("no query has another member of its class among the references: "
                               "retrieval metrics are undefined")
+    # on a GPU, k-means (NMI/F1) runs in a thread beside the ranks: its steps are mostly the GPU's,
+    # the ranks' certification mostly the CPU's (the same values either way)
     beside = None
     if want_ret and any(k in want for k in CLUSTER_KEYS) and _kmeans_beside(device):
+        from concurrent.futures import ThreadPoolExecutor
+
         sets.prepared(metric)  # (normalised once, here, before two threads read the rows)
-        beside = _Beside(lambda: _clusters(sets, metric, seed, niter, device))
+        pool = ThreadPoolExecutor(1, thread_name_prefix="embedscope-beside")
+        beside = pool.submit(_clusters, sets, metric, seed, niter, device)
+        pool.shutdown(wait=False)  # (its thread ends with the task)
     try:
         if want_ret:
             needs = [int(k[2:]) if k.startswith("R@") else _DEPTH[k](R) for k in want_ret]
@@ -323,7 +327,7 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
                 out["per_query"] = {k: per_q[k] * nan for k in ("R@1", "R-Precision", "MAP@R")}
     except BaseException:
         if beside is not None:
-            beside.wait()  # (its result unused; nothing left running)
+            beside.exception()  # waited for (its result unused): nothing left running
         raise
 
     if any(k in want for k in CLUSTER_KEYS):
@@ -353,33 +357,6 @@ def _kmeans_beside(device) -> bool:
     from embedscope.device import compute_device
 
     return getattr(compute_device(device), "type", "cpu") == "cuda"
-
-
-class _Beside:
-    """A call run in a thread of its own while the caller works; :meth:`result` waits for it and
-    returns its value or raises its exception."""
-
-    def __init__(self, fn) -> None:
-        import threading
-
-        self._value = self._error = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), name="embedscope-beside", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn) -> None:
-        try:
-            self._value = fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
-            self._error = e
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self):
-        self.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def _hits_in_top_k(sets: Sets, metric: str, keys: list, k: int, *, device, block, progress) -> dict:
