@@ -1304,16 +1304,19 @@ class _ClusterBox:
             return
         fut, self._fut = self._fut, None
         try:
-            cluster, client = fut.result()
+            cluster, client, loud = fut.result()
         except Exception:  # noqa: BLE001 - it never came up: nothing to close
             return
         finally:
             self._pool.shutdown(wait=False)
-        client.close()
-        if cluster is not None:
-            if self.processes:
-                _stop_workers(cluster)
-            cluster.close()
+        try:
+            client.close()
+            if cluster is not None:
+                if self.processes:
+                    _stop_workers(cluster)
+                cluster.close()
+        finally:
+            loud()
 
 
 def _stop_workers(cluster, timeout: float = 0.5) -> None:
@@ -1331,14 +1334,49 @@ def _stop_workers(cluster, timeout: float = 0.5) -> None:
         pass
 
 
+def _quiet_dask_logs() -> Callable[[], None]:
+    """Dask's own log lines (its ``distributed`` logger's stream handlers, on stderr) at ERROR from now
+    until the returned function is called; it puts back the levels found.
+
+    A local cluster silences them only while it is open: its ``close()`` puts them back before its event
+    loop stops, and a worker's stream still sending then logged "Batched Comm Closed" with a
+    ``CommClosedError`` traceback at INFO (seen once in several studies run from Python, in no run of the
+    CLI). A study keeps them quiet from the start of its cluster (or client) to the end of its close."""
+    import logging
+
+    changed = []
+    for h in logging.getLogger("distributed").handlers:
+        if isinstance(h, logging.StreamHandler) and h.level < logging.ERROR:
+            changed.append((h, h.level))
+            h.setLevel(logging.ERROR)
+
+    def loud() -> None:
+        for h, level in changed:
+            if h.level == logging.ERROR:  # (unless changed since by someone else)
+                h.setLevel(level)
+
+    return loud
+
+
 def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
-    """(cluster or None, client): a local cluster of single-threaded workers (threads of this process,
+    """(cluster or None, client, loud): a local cluster of single-threaded workers (threads of this process,
     or ``processes``), or ``scheduler``; worker processes import what a study task needs before the
-    first task arrives."""
+    first task arrives. ``loud()`` puts back Dask's log levels after the cluster is closed
+    (:func:`_quiet_dask_logs`)."""
+    from dask.distributed import Client, LocalCluster
+
+    loud = _quiet_dask_logs()
+    try:
+        cluster, client = _connect_quietly(n_workers, scheduler, processes, Client, LocalCluster)
+    except BaseException:
+        loud()
+        raise
+    return cluster, client, loud
+
+
+def _connect_quietly(n_workers, scheduler, processes, Client, LocalCluster):
     import logging
     import warnings
-
-    from dask.distributed import Client, LocalCluster
 
     cluster = None
     if scheduler:
