@@ -256,3 +256,19 @@ def test_one_panel_keeps_its_legend_inside_the_figure():
                 assert leg.y1 <= ax.xaxis.label.get_window_extent(r).y0 + 1
         finally:
             plt.close(fig)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+def test_rows_of_one_and_of_several_candidates_in_one_chunk(metric):
+    """A chunk of rows where most rows have one candidate and a few several (exact duplicates among
+    their neighbours: equal float32 keys): every row the brute force's value, none lost or swapped
+    (the rows of one candidate take their best column, the others their mask's)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(90, 6)).astype(np.float32)
+    X[60:70] = X[10]  # ten copies of row 10 (class 0 and 1 alike): ties for rows near it
+    X[70:75] = X[20]
+    y = np.arange(90) % 3
+    s_same, s_diff = nearest_same_different(X, y, metric=metric)  # one block, one chunk
+    r_same, r_diff = _brute(X, y, metric)
+    np.testing.assert_allclose(s_same, r_same, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s_diff, r_diff, rtol=1e-6, atol=1e-6)

@@ -234,17 +234,43 @@ def _candidates(keys: np.ndarray, err: tuple[float, float], qn, cn, euclidean: b
     taken at the largest column norm (one threshold per row), or with ``per_column`` at each one's
     (a row far from the others no longer widens every row's threshold)."""
     a, b = err
+    if qn is None or not per_column:
+        best, thr = _row_thresholds(keys, err, qn, cn, euclidean)
+        return keys >= thr[:, None], best
+    best = np.argmax(keys, axis=1)
+    top = keys[np.arange(keys.shape[0]), best].astype(np.float64)
+    cb = cn[best]
+    low = top - (a + b * ((2 * qn + cb) * cb if euclidean else qn * cb))
+    slack = a + b * ((2 * qn[:, None] + cn[None, :]) * cn[None, :] if euclidean else qn[:, None] * cn[None, :])
+    return (keys + slack >= low[:, None]) & np.isfinite(keys), best
+
+
+def _row_thresholds(keys: np.ndarray, err: tuple[float, float], qn, cn, euclidean: bool):
+    """Each row's column of the largest key and the threshold (float64) at or above which a key is a
+    candidate (:func:`_candidates` without ``per_column``)."""
+    a, b = err
     best = np.argmax(keys, axis=1)
     top = keys[np.arange(keys.shape[0]), best].astype(np.float64)
     if qn is None:
-        return keys >= (top - 2 * a)[:, None], best
+        return best, top - 2 * a
     cb = cn[best]
     low = top - (a + b * ((2 * qn + cb) * cb if euclidean else qn * cb))
-    if per_column:
-        slack = a + b * ((2 * qn[:, None] + cn[None, :]) * cn[None, :] if euclidean else qn[:, None] * cn[None, :])
-        return (keys + slack >= low[:, None]) & np.isfinite(keys), best
     cmax = float(cn.max())
-    return keys >= (low - (a + b * ((2 * qn + cmax) * cmax if euclidean else qn * cmax)))[:, None], best
+    return best, low - (a + b * ((2 * qn + cmax) * cmax if euclidean else qn * cmax))
+
+
+def _runner_up_at_least(keys: np.ndarray, best: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """Per row, whether a column other than ``best`` has a key ≥ ``thr`` (more than one candidate):
+    the largest key with the best's put aside for a moment (two reading passes over the keys, where
+    the candidates' mask and its count are a written and two read passes)."""
+    rows = np.arange(keys.shape[0])
+    top = keys[rows, best]
+    keys[rows, best] = -np.inf
+    try:
+        second = np.max(keys, axis=1)
+    finally:
+        keys[rows, best] = top
+    return second >= thr
 
 
 def _certified_best(S: np.ndarray, q_first: int, c_first: int, ctx: dict, *, chunk_rows: int = 64) -> np.ndarray:
@@ -270,7 +296,13 @@ def _certified_best(S: np.ndarray, q_first: int, c_first: int, ctx: dict, *, chu
         blk = S[r0:r0 + chunk_rows]
         nb = blk.shape[0]
         qi = q_first + r0 + np.arange(nb)
-        mask, best = _candidates(blk, ctx["err"], None if norms is None else norms[qi], cn, euclid)
+        qn = None if norms is None else norms[qi]
+        best, thr = _row_thresholds(blk, ctx["err"], qn, cn, euclid)
+        multi = _runner_up_at_least(blk, best, thr)
+        if not multi.any():  # one candidate per row (the usual case): the largest key's column
+            out[r0:r0 + nb] = exact(qi, c_first + best)
+            continue
+        mask = blk >= thr[:, None]
         count = np.count_nonzero(mask, axis=1)
         if count.sum() > _FEW_PER_ROW * nb and norms is not None:  # each column's own bound
             mask, best = _candidates(blk, ctx["err"], norms[qi], cn, euclid, per_column=True)
@@ -279,8 +311,12 @@ def _certified_best(S: np.ndarray, q_first: int, c_first: int, ctx: dict, *, chu
             out[r0:r0 + nb] = exact(qi, c_first + best)
             continue
         if count.sum() <= _FEW_PER_ROW * nb:
-            ri, cj = np.nonzero(mask)
-            cabs = c_first + cj
+            # the rows of one candidate: their best column; the others' candidates from their rows of the mask
+            many = np.flatnonzero(count > 1)
+            one = np.flatnonzero(count == 1)  # (its one candidate is the best column)
+            rm, cm = np.nonzero(mask[many])
+            ri = np.concatenate([one, many[rm]])
+            cabs = c_first + np.concatenate([best[one], cm])
         else:  # near-ties in the search's precision: distinct rows once, then float64 keys decide
             cols = np.flatnonzero(mask.any(axis=0))
             if ctx["first"] is None:  # the first sorted row equal to each row (equal rows, equal similarities)
