@@ -53,8 +53,8 @@ def test_single_measure_name(h5):
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"n_jobs": 0}, "n_jobs must be -1"),
-    ({"n_jobs": -2}, "n_jobs must be -1"),
+    ({"n_jobs": 0}, "n_jobs must be None"),
+    ({"n_jobs": -2}, "n_jobs must be None"),
     ({"n_iter": 0}, "n_iter must be a positive integer"),
     ({"seed": -1}, "seed must be"),
     ({"max_points": 0}, "max_points must be a positive integer"),

@@ -35,7 +35,7 @@ def test_tsne_info_records_the_thread_count(n_jobs, expected):
 def test_tsne_and_yoke_results_record_the_thread_count_in_their_provenance():
     es = embedding_set(80, 6, 4, seed=1)
     assert tsne(es, n_jobs=2, n_iter=10).provenance["n_jobs"] == 2
-    assert tsne(es, joint=True, n_iter=10).provenance["n_jobs"] == 1
+    assert tsne(es, joint=True, n_iter=10).provenance["n_jobs"] == 1  # (80 points: one thread by default)
     assert yoke(es, embedding_set(80, 6, 4, seed=2), n_jobs=2, n_iter=10).provenance["n_jobs"] == 2
 
 
@@ -229,3 +229,22 @@ def test_embed_records_the_torch_threads_its_bits_depend_on(tmp_path):
         torch.set_num_threads(before)
     attrs = store.load(tmp_path / "e.h5").attrs
     assert attrs["torch_threads"] == 1 and attrs["torch_version"] == torch.__version__ and attrs["device"] == "cpu"
+
+
+def test_tsne_and_yoke_take_every_core_by_default_from_1000_points(monkeypatch):
+    """n_jobs None (the commands' default): every core this process may use for a map of at least
+    AUTO_JOBS_MIN_POINTS points, one thread below; the map is the same either way."""
+    import embedscope.device
+    import embedscope.tsne.joint as joint
+
+    monkeypatch.setattr(embedscope.device, "available_cpus", lambda: 3)
+    assert joint.auto_jobs(None, 999) == 1 and joint.auto_jobs(None, 1000) == 3 and joint.auto_jobs(2, 10**6) == 2
+    es = embedding_set(80, 6, 4, seed=1)
+    small = tsne(es, n_iter=10)
+    assert small.provenance["n_jobs"] == 1
+    monkeypatch.setattr(joint, "AUTO_JOBS_MIN_POINTS", 40)  # (80 points count as a large map)
+    big = tsne(es, n_iter=10)
+    assert big.provenance["n_jobs"] == 3
+    assert np.array_equal(big.arrays["Y"], small.arrays["Y"])
+    assert tsne(es, joint=True, n_iter=10).provenance["n_jobs"] == 3
+    assert yoke(es, embedding_set(80, 6, 4, seed=2), n_iter=10).provenance["n_jobs"] == 3

@@ -76,9 +76,9 @@ def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
     seed = check_int(seed, "seed", min=0)
     n_iter = check_int(n_iter, "n_iter", min=1)
     max_points = check_int(max_points, "max_points", min=1, allow_none=True)
-    n_jobs = check_int(n_jobs, "n_jobs", min=None)
-    if n_jobs != -1 and n_jobs < 1:  # joblib: 0 has no meaning, -2 ... would leave cores out
-        raise EmbedscopeError(f"n_jobs must be -1 (every core) or a positive integer, got {n_jobs}")
+    n_jobs = check_int(n_jobs, "n_jobs", min=None, allow_none=True)  # None: auto_jobs (after sampling)
+    if n_jobs is not None and n_jobs != -1 and n_jobs < 1:  # joblib: 0 has no meaning, -2 ... would leave cores out
+        raise EmbedscopeError(f"n_jobs must be None (auto), -1 (every core) or a positive integer, got {n_jobs}")
     return perplexity, seed, n_iter, n_jobs, max_points
 
 
@@ -96,8 +96,8 @@ def _check_dims(es, name) -> None:
 
 
 def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_points: int | None = None,
-         perplexity: float = 30.0, seed: int = 0, n_iter: int = 500, n_jobs: int = 1, progress: bool = False,
-         name: str | None = None) -> Result:
+         perplexity: float = 30.0, seed: int = 0, n_iter: int = 500, n_jobs: int | None = None,
+         progress: bool = False, name: str | None = None) -> Result:
     """A t-SNE map of one split coloured by class, or with ``joint`` one map of the train and test
     splits together (Xuan §2; openTSNE's defaults, docs/methods.md §10).
 
@@ -107,9 +107,12 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     (:func:`subsample`). ``result.table``: one row per point (path, split, label, class, x, y);
     ``result.arrays``: ``Y`` and ``labels`` (single) or ``Y_train``, ``Y_test``, ``labels_train``,
     ``labels_test`` (joint), and ``class_names``; ``result.provenance``: the t-SNE settings (and
-    ``subsampled_from``, the rows selected, when ``max_points`` kept fewer).
+    ``subsampled_from``, the rows selected, when ``max_points`` kept fewer). ``n_jobs``: openTSNE's
+    threads; None: every core from 1,000 points, else one (:func:`embedscope.tsne.joint.auto_jobs`;
+    the map is the same for any count).
     """
     from embedscope.tsne import joint_tsne, single_tsne
+    from embedscope.tsne.joint import auto_jobs
 
     joint, progress = check_bool(joint, "joint"), check_bool(progress, "progress")
     if joint and split is not None:
@@ -131,6 +134,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
         es = _sample(es, max_points, seed, by_split=True)
         _check_enough(es.n, before, max_points)
         tr, te = es.subset("train"), es.subset("test")
+        common["n_jobs"] = auto_jobs(n_jobs, es.n)
         Y_tr, Y_te, info = joint_tsne(tr.embeddings, te.embeddings, **common)
         parts = [(tr, Y_tr), (te, Y_te)]
         arrays = {"Y_train": Y_tr, "Y_test": Y_te, "labels_train": tr.labels, "labels_test": te.labels}
@@ -141,6 +145,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
         before = es.n
         es = _sample(es, max_points, seed, by_split=split == "all")
         _check_enough(es.n, before, max_points)
+        common["n_jobs"] = auto_jobs(n_jobs, es.n)
         Y, info = single_tsne(es.embeddings, **common)
         parts = [(es, Y)]
         arrays = {"Y": Y, "labels": es.labels}
@@ -159,7 +164,8 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
 
 def yoke(source_a: Any, source_b: Any = None, *more_sources: Any, split: str = "test", alpha: float | None = None,
          yoke: str = "points", max_points: int | None = None, perplexity: float = 30.0, seed: int = 0,
-         n_iter: int = 500, n_jobs: int = 1, names: Sequence[str] | None = None, progress: bool = False) -> Result:
+         n_iter: int = 500, n_jobs: int | None = None, names: Sequence[str] | None = None,
+         progress: bool = False) -> Result:
     """Yoked t-SNE of the same images under two or more embeddings (Xuan §2.3, docs/methods.md §10):
     two models, or a sequence such as the checkpoints of successive epochs, each map yoked to the
     next (:func:`embedscope.tsne.yoked_tsne_maps`).
@@ -176,10 +182,12 @@ def yoke(source_a: Any, source_b: Any = None, *more_sources: Any, split: str = "
     map's KL divergence (``kl_a``, ``kl_b`` or ``kl_1`` … ``kl_K``) and the mean displacement
     (and, yoking centroids, the mean centroid displacement); ``result.arrays["Ys"]``: the maps.
     ``max_points``: as :func:`tsne`'s, the rows :func:`tsne` keeps of ``split`` (``provenance
-    ["subsampled_from"]``: the images matched, when it kept fewer).
+    ["subsampled_from"]``: the images matched, when it kept fewer). ``n_jobs``: as :func:`tsne`'s
+    (None: every core from 1,000 images).
     """
     from embedscope.store import match_by_path
     from embedscope.tsne import yoked_tsne_maps
+    from embedscope.tsne.joint import auto_jobs
     from embedscope.tsne.yoked import YOKES
 
     if alpha is not None:
@@ -213,8 +221,8 @@ def yoke(source_a: Any, source_b: Any = None, *more_sources: Any, split: str = "
         a = sets[0]
     _check_enough(a.n, before, max_points, "yoked t-SNE needs at least 6 images")
     Ys, info = yoked_tsne_maps([es.embeddings for es in sets], yoke=yoke, labels=a.labels, alpha=alpha,
-                               perplexity=perplexity, seed=seed, n_iter=n_iter, n_jobs=n_jobs, progress=progress,
-                               return_info=True)
+                               perplexity=perplexity, seed=seed, n_iter=n_iter, n_jobs=auto_jobs(n_jobs, a.n),
+                               progress=progress, return_info=True)
     tags = ["a", "b"] if K == 2 else [str(k + 1) for k in range(K)]
     disp = [np.linalg.norm(Ys[k] - Ys[k + 1], axis=1) for k in range(K - 1)]
     dnames = ["displacement"] if K == 2 else [f"displacement_{k + 1}_{k + 2}" for k in range(K - 1)]

@@ -26,8 +26,9 @@ def add_parser(sub, parents):
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (subsample, PCA init, neighbours; default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500,
                    help="iterations after early exaggeration (default: 500, openTSNE's)")
-    p.add_argument("--n-jobs", type=positive_int, default=1,
-                   help="threads for openTSNE's gradients (default: 1); the map is the same for any count")
+    p.add_argument("--n-jobs", type=positive_int,
+                   help="threads for openTSNE (default: every core this process may use, from 1,000 points; "
+                   "one below); the map is the same for any count")
     add_figure_output(p)
     add_table_parquet(p)
     p.set_defaults(func=run)
