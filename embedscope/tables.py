@@ -111,6 +111,15 @@ def _jsonable(v: Any) -> Any:
     numpy scalars and arrays are converted first and then checked like Python floats: a NaN held as
     ``np.float64`` or inside an array was written as the non-JSON literal ``NaN`` / ``Infinity``.
     """
+    t = type(v)  # the plain types first (a table of 100,000 rows: ~10^6 values)
+    if t is str or t is int or t is bool or v is None:
+        return v
+    if t is float:
+        return v if math.isfinite(v) else None
+    if t is dict:
+        return {k if type(k) is str else str(k): _jsonable(x) for k, x in v.items()}
+    if t is list:
+        return [_jsonable(x) for x in v]
     try:
         import numpy as np
 

@@ -543,9 +543,10 @@ def _check_table(result, table: bool) -> None:
 def _to_json(d: dict[str, Any], path, force: bool) -> dict[str, Any]:
     from embedscope.tables import _jsonable, write_json
 
+    j = _jsonable(d)  # (converted once: write_json's conversion of it changes nothing)
     if path is not None:
-        write_json(path, d, force=force)
-    return _jsonable(d)
+        write_json(path, j, force=force)
+    return j
 
 
 def _csv_ready(frame, results):
