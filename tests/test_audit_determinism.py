@@ -231,14 +231,23 @@ def test_embed_records_the_torch_threads_its_bits_depend_on(tmp_path):
     assert attrs["torch_threads"] == 1 and attrs["torch_version"] == torch.__version__ and attrs["device"] == "cpu"
 
 
-def test_tsne_and_yoke_take_every_core_by_default_from_1000_points(monkeypatch):
-    """n_jobs None (the commands' default): every core this process may use for a map of at least
-    AUTO_JOBS_MIN_POINTS points, one thread below; the map is the same either way."""
+def test_tsne_and_yoke_take_the_idle_cores_by_default_from_1000_points(monkeypatch):
+    """n_jobs None (the commands' default): the cores this process may use less the busy ones (the
+    1-minute load average) for a map of at least AUTO_JOBS_MIN_POINTS points, one thread below; the
+    map is the same either way."""
+    import os
+
     import embedscope.device
     import embedscope.tsne.joint as joint
 
     monkeypatch.setattr(embedscope.device, "available_cpus", lambda: 3)
-    assert joint.auto_jobs(None, 999) == 1 and joint.auto_jobs(None, 1000) == 3 and joint.auto_jobs(2, 10**6) == 2
+    for load, jobs in ((0.0, 3), (0.4, 3), (0.6, 2), (1.6, 1), (2.2, 1), (7.0, 1)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert joint.auto_jobs(None, 1000) == jobs, load
+    assert joint.auto_jobs(None, 999) == 1 and joint.auto_jobs(2, 10**6) == 2
+    monkeypatch.delattr(os, "getloadavg")  # (Windows)
+    assert joint.auto_jobs(None, 1000) == 3
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0), raising=False)
     es = embedding_set(80, 6, 4, seed=1)
     small = tsne(es, n_iter=10)
     assert small.provenance["n_jobs"] == 1

@@ -108,7 +108,7 @@ def tsne(source: Any, *, joint: bool = False, split: str | None = None, max_poin
     ``result.arrays``: ``Y`` and ``labels`` (single) or ``Y_train``, ``Y_test``, ``labels_train``,
     ``labels_test`` (joint), and ``class_names``; ``result.provenance``: the t-SNE settings (and
     ``subsampled_from``, the rows selected, when ``max_points`` kept fewer). ``n_jobs``: openTSNE's
-    threads; None: every core from 1,000 points, else one (:func:`embedscope.tsne.joint.auto_jobs`;
+    threads; None: the idle cores from 1,000 points, else one (:func:`embedscope.tsne.joint.auto_jobs`;
     the map is the same for any count).
     """
     from embedscope.tsne import joint_tsne, single_tsne
@@ -183,7 +183,7 @@ def yoke(source_a: Any, source_b: Any = None, *more_sources: Any, split: str = "
     (and, yoking centroids, the mean centroid displacement); ``result.arrays["Ys"]``: the maps.
     ``max_points``: as :func:`tsne`'s, the rows :func:`tsne` keeps of ``split`` (``provenance
     ["subsampled_from"]``: the images matched, when it kept fewer). ``n_jobs``: as :func:`tsne`'s
-    (None: every core from 1,000 images).
+    (None: the idle cores from 1,000 images).
     """
     from embedscope.store import match_by_path
     from embedscope.tsne import yoked_tsne_maps

@@ -27,8 +27,8 @@ def add_parser(sub, parents):
     p.add_argument("--n-iter", type=positive_int, default=500,
                    help="iterations after early exaggeration (default: 500, openTSNE's)")
     p.add_argument("--n-jobs", type=positive_int,
-                   help="threads for openTSNE (default: every core this process may use, from 1,000 points; "
-                   "one below); the map is the same for any count")
+                   help="threads for openTSNE (default: the cores this process may use less the busy ones, by "
+                   "the 1-minute load average, from 1,000 points; one below); the map is the same for any count")
     add_figure_output(p)
     add_table_parquet(p)
     p.set_defaults(func=run)

@@ -34,8 +34,8 @@ def add_parser(sub, parents):
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500, help="iterations after early exaggeration (default: 500)")
     p.add_argument("--n-jobs", type=positive_int,
-                   help="threads for the gradients (default: every core this process may use, from 1,000 images; "
-                   "one below); the maps are the same for any count")
+                   help="threads for the gradients (default: the cores this process may use less the busy ones, by "
+                   "the 1-minute load average, from 1,000 images; one below); the maps are the same for any count")
     p.add_argument("--inset-class", metavar="CLASS",
                    help="add a zoom on this class (a class name, or a label number of the first file) below each map; "
                    "a class spread over more than 60%% of a map is zoomed at its densest part")

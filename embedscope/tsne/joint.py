@@ -17,6 +17,8 @@ Degenerate input is refused up front and extreme scales are handled exactly
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 import numpy as np
@@ -61,16 +63,25 @@ AUTO_JOBS_MIN_POINTS = 1000
 
 
 def auto_jobs(n_jobs: int | None, n_points: int) -> int:
-    """``n_jobs`` as given, or for ``None`` (the commands' default) every core this process may use
-    (:func:`embedscope.device.available_cpus`) for a map of at least :data:`AUTO_JOBS_MIN_POINTS`
-    points, one thread below (a small map's seconds gain little, and several small maps at once, as
-    in a test run, would share the cores). The map is the same for any count (:func:`tsne_affinities`):
-    a 50,000-point map took 96 s on one thread and 70 s on two (docs/PERFORMANCE.md)."""
+    """``n_jobs`` as given, or for ``None`` (the commands' default) the cores this process may use
+    (:func:`embedscope.device.available_cpus`) less those already busy (the 1-minute load average,
+    rounded; at least one) for a map of at least :data:`AUTO_JOBS_MIN_POINTS` points, one thread
+    below. The map is the same for any count (:func:`tsne_affinities`); only the time changes: a
+    50,000-point map took 96 s on one thread and 70 s on two of an idle 2-core machine, while a
+    1,797-point map beside another busy process took 7.6 s on one thread and 10.3 s on two (threads
+    that wait for a busy core; docs/PERFORMANCE.md), hence the load; a small map gains little."""
     if n_jobs is not None:
         return n_jobs
+    if n_points < AUTO_JOBS_MIN_POINTS:
+        return 1
     from embedscope.device import available_cpus
 
-    return available_cpus() if n_points >= AUTO_JOBS_MIN_POINTS else 1
+    cpus = available_cpus()
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average (Windows)
+        busy = 0.0
+    return max(1, min(cpus, int(math.floor(cpus - busy + 0.5))))
 
 
 def numeric_platform() -> str:
