@@ -70,3 +70,17 @@ def test_a_cluster_that_does_not_start_gives_the_levels_back(monkeypatch, dask_s
         run_study(str(two_checkpoints / "*.pt"), tmp_path / "s", workers=2, cache_dir=tmp_path / "c",
                   epoch="last", n_boot=10, figures=False, measures=MEASURED, progress=False, echo=lambda s: None)
     assert dask_stderr.handler.level == logging.NOTSET
+
+
+def test_a_users_scheduler_keeps_dask_warnings(dask_stderr):
+    """With ``--scheduler`` (a user's cluster) Dask's INFO lines are held back during the study, its
+    warnings not (a lost worker, memory pressure: the user's to see); the levels come back after."""
+    from embedscope.study.run import _quiet_dask_logs
+
+    loud = _quiet_dask_logs(logging.WARNING)
+    log = logging.getLogger("distributed.batched")
+    log.info("an info line")
+    log.warning("a warning line")
+    loud()
+    assert "a warning line" in dask_stderr.getvalue() and "an info line" not in dask_stderr.getvalue()
+    assert dask_stderr.handler.level == logging.NOTSET

@@ -1334,9 +1334,10 @@ def _stop_workers(cluster, timeout: float = 0.5) -> None:
         pass
 
 
-def _quiet_dask_logs() -> Callable[[], None]:
-    """Dask's own log lines (its ``distributed`` logger's stream handlers, on stderr) at ERROR from now
-    until the returned function is called; it puts back the levels found.
+def _quiet_dask_logs(level: int) -> Callable[[], None]:
+    """Dask's own log lines (its ``distributed`` logger's stream handlers, on stderr) at ``level`` (a
+    local cluster: ERROR, as LocalCluster's ``silence_logs``; a user's scheduler: WARNING, its warnings
+    kept) from now until the returned function is called; it puts back the levels found.
 
     A local cluster silences them only while it is open: its ``close()`` puts them back before its event
     loop stops, and a worker's stream still sending then logged "Batched Comm Closed" with a
@@ -1346,14 +1347,14 @@ def _quiet_dask_logs() -> Callable[[], None]:
 
     changed = []
     for h in logging.getLogger("distributed").handlers:
-        if isinstance(h, logging.StreamHandler) and h.level < logging.ERROR:
+        if isinstance(h, logging.StreamHandler) and h.level < level:
             changed.append((h, h.level))
-            h.setLevel(logging.ERROR)
+            h.setLevel(level)
 
     def loud() -> None:
-        for h, level in changed:
-            if h.level == logging.ERROR:  # (unless changed since by someone else)
-                h.setLevel(level)
+        for h, before in changed:
+            if h.level == level:  # (unless changed since by someone else)
+                h.setLevel(before)
 
     return loud
 
@@ -1363,9 +1364,11 @@ def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
     or ``processes``), or ``scheduler``; worker processes import what a study task needs before the
     first task arrives. ``loud()`` puts back Dask's log levels after the cluster is closed
     (:func:`_quiet_dask_logs`)."""
+    import logging
+
     from dask.distributed import Client, LocalCluster
 
-    loud = _quiet_dask_logs()
+    loud = _quiet_dask_logs(logging.WARNING if scheduler else logging.ERROR)
     try:
         cluster, client = _connect_quietly(n_workers, scheduler, processes, Client, LocalCluster)
     except BaseException:
