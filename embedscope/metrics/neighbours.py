@@ -302,22 +302,28 @@ def _certified_best(S: np.ndarray, q_first: int, c_first: int, ctx: dict, *, chu
         if not multi.any():  # one candidate per row (the usual case): the largest key's column
             out[r0:r0 + nb] = exact(qi, c_first + best)
             continue
-        mask = blk >= thr[:, None]
-        count = np.count_nonzero(mask, axis=1)
+        # the candidates' mask of the rows of several (the others' one candidate is their best column)
+        many = np.flatnonzero(multi)
+        mask_many = blk[many] >= thr[many, None]
+        count = np.ones(nb, dtype=np.int64)
+        count[many] = np.count_nonzero(mask_many, axis=1)
+        mask = None  # (the whole chunk's, where needed)
         if count.sum() > _FEW_PER_ROW * nb and norms is not None:  # each column's own bound
             mask, best = _candidates(blk, ctx["err"], norms[qi], cn, euclid, per_column=True)
             count = np.count_nonzero(mask, axis=1)
+            many = np.flatnonzero(count > 1)
+            mask_many = mask[many]
         if np.all(count <= 1):  # one candidate per row (the usual case): the largest key's column
             out[r0:r0 + nb] = exact(qi, c_first + best)
             continue
         if count.sum() <= _FEW_PER_ROW * nb:
-            # the rows of one candidate: their best column; the others' candidates from their rows of the mask
-            many = np.flatnonzero(count > 1)
             one = np.flatnonzero(count == 1)  # (its one candidate is the best column)
-            rm, cm = np.nonzero(mask[many])
+            rm, cm = np.nonzero(mask_many)
             ri = np.concatenate([one, many[rm]])
             cabs = c_first + np.concatenate([best[one], cm])
         else:  # near-ties in the search's precision: distinct rows once, then float64 keys decide
+            if mask is None:
+                mask = blk >= thr[:, None]
             cols = np.flatnonzero(mask.any(axis=0))
             if ctx["first"] is None:  # the first sorted row equal to each row (equal rows, equal similarities)
                 _, idx, inv = np.unique(X64, axis=0, return_index=True, return_inverse=True)
