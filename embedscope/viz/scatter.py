@@ -155,11 +155,11 @@ def plot_same_different(
             ax.set_xlim(x0, x1)
             ax.set_ylim(y0, y1)
             share = float(below.mean()) if len(a) else float("nan")
-            extra = f", {left_out} lone left out" if left_out else ""
+            extra = f", {left_out:,} lone left out" if left_out else ""
             if len(a) and n_tied:  # the share below is not the R@1: say how many are on the diagonal
-                ttl = f"{name} (N = {len(a)}{extra})\n{share:.1%} below diagonal, {n_tied} tied"
+                ttl = f"{name} (N = {len(a):,}{extra})\n{share:.1%} below diagonal, {n_tied:,} tied"
             elif len(a):
-                ttl = f"{name} (N = {len(a)}{extra})\n{share:.1%} below diagonal (R@1)"
+                ttl = f"{name} (N = {len(a):,}{extra})\n{share:.1%} below diagonal (R@1)"
             else:  # every point lone (or NaN): say how many were left out
                 ttl = f"{name}: no points" + (f" ({left_out} lone left out)" if left_out else "")
             ax.set_title(ttl)
