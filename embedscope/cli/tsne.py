@@ -71,8 +71,8 @@ def run(args) -> int:
         import numpy as np
 
         fig = plot_tsne(a["Y"], a["labels"], class_names=a["class_names"], info=info,
-                        title=f"{r.provenance['split']}: {len(a['labels'])} points, "
-                        f"{len(np.unique(a['labels']))} classes")
+                        title=f"{r.provenance['split']}: {len(a['labels']):,} points, "
+                        f"{len(np.unique(a['labels'])):,} classes")
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)

@@ -296,7 +296,7 @@ def legend_note(n_classes: int, max_entries: int = MAX_LEGEND_ENTRIES) -> str:
     """The note of a figure whose class legend was left out (too many classes), else ``""``."""
     if n_classes <= max_entries:
         return ""
-    return f"{n_classes} classes: too many for a legend (colours by class; the class of each point is in the CSV)"
+    return f"{n_classes:,} classes: too many for a legend (colours by class; the class of each point is in the CSV)"
 
 
 def marker_size(n: int, *, lo: float = 1.0, hi: float = 14.0, area: float = 4000.0) -> float:
