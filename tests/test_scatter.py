@@ -272,3 +272,30 @@ def test_rows_of_one_and_of_several_candidates_in_one_chunk(metric):
     r_same, r_diff = _brute(X, y, metric)
     np.testing.assert_allclose(s_same, r_same, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(s_diff, r_diff, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("block_size", [5, 16, 64])
+def test_symmetric_pass_matches_brute_force(metric, block_size, monkeypatch):
+    """From SYMMETRIC_MIN_ROWS rows each pair's similarity is computed once (a row block against the rows
+    from its own on, read by rows and by columns): forced here on small sets whose classes span several
+    blocks, with a class of one, duplicates (near-ties: searched again row by row) and unsorted labels."""
+    import embedscope.metrics.neighbours as nb
+
+    monkeypatch.setattr(nb, "SYMMETRIC_MIN_ROWS", 0)
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 4, 150)
+    y[17] = 9  # a class of one
+    X = rng.normal(size=(150, 5)) + y[:, None] * 0.3
+    X[100:104] = X[3]  # duplicates, of both classes
+    X[110:120] = X[5] + 1e-6 * rng.normal(size=(10, 5))  # near-duplicates: float32 keys cannot order them
+    X = X.astype(np.float32)
+    s_same, s_diff = nearest_same_different(X, y, metric=metric, block_size=block_size)
+    r_same, r_diff = _brute(X, y, metric)
+    np.testing.assert_allclose(s_same, r_same, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s_diff, r_diff, rtol=1e-6, atol=1e-6)
+    assert np.isnan(s_same[17]) and np.isnan(s_same).sum() == 1
+    # the same values as the row blocks' search, bit for bit
+    monkeypatch.setattr(nb, "SYMMETRIC_MIN_ROWS", 10**9)
+    t_same, t_diff = nearest_same_different(X, y, metric=metric, block_size=block_size)
+    assert np.array_equal(s_same, t_same, equal_nan=True) and np.array_equal(s_diff, t_diff, equal_nan=True)

@@ -52,10 +52,13 @@ def nearest_same_different(
     counts the points below), while R@1 (§1: ties to the lower reference index) may count it a
     hit. Higher s_same and lower s_diff are better.
 
-    Memory is bounded: queries are processed in blocks of ``block_size`` rows against all N
-    references (one GEMM per block, about 256 MB), rows sorted by class so that a query's own
-    class is a contiguous range of columns (its best column found there, then masked: the best of
-    the rest is the nearest other-class point); no N × N matrix is formed.
+    Memory is bounded: rows are processed in blocks of ``block_size`` rows (one GEMM per block, about
+    256 MB), rows sorted by class so that a row's own class is a contiguous range of columns (its
+    best column found there, then masked: the best of the rest is the nearest other-class point); no
+    N × N matrix is formed. From ``SYMMETRIC_MIN_ROWS`` rows each block is multiplied with the rows from
+    its own on only, each pair's similarity computed once and read for both of its rows (half the
+    GEMM); rows whose nearest that cannot prove (near-ties) are searched again against every row. The
+    values are the same either way.
     The search runs in float64 for float64 input, in float32 for anything else; the value returned
     for each point is the largest float64 similarity, recomputed from the two rows (exact to
     rounding: a duplicate is at distance 0), among the pairs whose search key lies within the
@@ -152,43 +155,23 @@ def nearest_same_different(
             return -np.sqrt(np.einsum("ij,ij->i", d, d))
         return np.einsum("ij,ij->i", X64[i], X64[j])
 
-    if block_size is None:
-        block_size = max(1, _BLOCK_BYTES // (np.dtype(dtype).itemsize * n))
-
-    out_same = np.empty(n, dtype=np.float64)
-    out_diff = np.empty(n, dtype=np.float64)
-    blocks = range(0, n, block_size)
-    if progress:
-        from embedscope.progress import progress_bar
-
-        blocks = progress_bar(blocks, desc="nearest same/different", unit="block")
-    XsT = Xs.T
     # the nearest of each row by its float64 similarity, the search's keys certified (_certified_best)
     ctx = {"X64": X64, "exact": exact, "metric": metric, "euclidean": metric == "euclidean", "dim": Xs.shape[1],
            "err": _key_error(metric, dtype, Xs.shape[1]), "first": None,
-           "norms": None if metric == "cosine" else np.sqrt(np.einsum("ij,ij->i", X64, X64))}
-    for q0 in blocks:
-        q1 = min(q0 + block_size, n)
-        rows = np.arange(q1 - q0)
-        S = Xs[q0:q1] @ XsT  # (B, N) similarities (euclidean: 2 x_i.x_j - |x_j|^2, same argmax)
-        if metric == "euclidean":
-            S *= 2
-            S -= sq[None, :]
-        S[rows, q0 + rows] = -np.inf  # the query itself
-        # rows are sorted by class: the block's queries hold a few consecutive classes, each a
-        # contiguous range of columns. Per class: the nearest own-class column, then those columns
-        # masked, the nearest of the rest is the nearest different-class point.
-        out_same[q0:q1] = -np.inf
-        for c in np.unique(cls[q0:q1]):
-            r = np.flatnonzero(cls[q0:q1] == c)
-            lo, hi = starts[c], ends[c]
-            sub = S[r[0]:r[-1] + 1, lo:hi]
-            if hi - lo > 1:
-                out_same[q0 + r[0]:q0 + r[-1] + 1] = _certified_best(sub, q0 + r[0], lo, ctx)
-            sub[...] = -np.inf
-        out_diff[q0:q1] = -np.inf
-        if n_classes > 1:
-            out_diff[q0:q1] = _certified_best(S, q0, 0, ctx)
+           "norms": None if metric == "cosine" else np.sqrt(np.einsum("ij,ij->i", X64, X64)),
+           "Xs": Xs, "sq": sq, "cls": cls, "starts": starts, "ends": ends, "n_classes": n_classes}
+    out_same = np.full(n, -np.inf)
+    out_diff = np.full(n, -np.inf)
+    if n >= SYMMETRIC_MIN_ROWS:
+        # each pair's similarity computed once (each row block against the rows from its own on); the rows
+        # whose nearest it cannot certify alone (near-ties) searched again row by row below
+        rows_per_block = block_size or max(1, _BLOCK_BYTES // ((8 if metric == "euclidean" else 4) * n))
+        rest = _symmetric_pass(ctx, rows_per_block, out_same, out_diff, progress)
+        progress = False
+    else:
+        rest = np.arange(n)
+    _rows_pass(rest, block_size or max(1, _BLOCK_BYTES // (np.dtype(dtype).itemsize * n)), ctx, out_same,
+               out_diff, progress)
     if shift:
         # undo the rescaling in float64: distances scale by 2^shift, inner products by 4^shift
         power = shift if metric == "euclidean" else 2 * shift
@@ -205,6 +188,171 @@ def nearest_same_different(
     s_same[order] = out_same
     s_diff[order] = out_diff
     return s_same, s_diff
+
+
+#: from this many rows the similarities are computed once per pair, each row block against the rows
+#: from its own on (:func:`_symmetric_pass`); below, row blocks against every row (:func:`_rows_pass`)
+SYMMETRIC_MIN_ROWS = 4096
+
+
+def _rows_pass(R: np.ndarray, block_size: int, ctx: dict, out_same: np.ndarray, out_diff: np.ndarray,
+               progress: bool = False) -> None:
+    """The nearest same- and other-class similarity of the sorted rows ``R`` (increasing), each block of
+    them against every row: one GEMM per block, then per class the nearest own-class column
+    (:func:`_certified_best`), those columns masked, and the nearest of the rest."""
+    Xs, sq, cls, starts, ends = ctx["Xs"], ctx["sq"], ctx["cls"], ctx["starts"], ctx["ends"]
+    XsT = Xs.T
+    blocks = range(0, len(R), block_size)
+    if progress:
+        from embedscope.progress import progress_bar
+
+        blocks = progress_bar(blocks, desc="nearest same/different", unit="block")
+    for k0 in blocks:
+        Rc = R[k0:k0 + block_size]
+        rows = np.arange(Rc.size)
+        consecutive = int(Rc[-1]) - int(Rc[0]) + 1 == Rc.size
+        S = (Xs[Rc[0]:Rc[-1] + 1] if consecutive else Xs[Rc]) @ XsT  # (B, N) (euclidean: 2 x_i.x_j - |x_j|^2)
+        if ctx["euclidean"]:
+            S *= 2
+            S -= sq[None, :]
+        S[rows, Rc] = -np.inf  # the query itself
+        # rows are sorted by class: the block's queries hold a few consecutive classes, each a
+        # contiguous range of columns (and of the block's rows). Per class: the nearest own-class column,
+        # then those columns masked, the nearest of the rest is the nearest different-class point.
+        cr = cls[Rc]
+        out_same[Rc] = -np.inf
+        for c in np.unique(cr):
+            r = np.flatnonzero(cr == c)
+            lo, hi = starts[c], ends[c]
+            sub = S[r[0]:r[-1] + 1, lo:hi]
+            if hi - lo > 1:
+                out_same[Rc[r[0]:r[-1] + 1]] = _certified_best(sub, Rc[r[0]:r[-1] + 1], lo, ctx)
+            sub[...] = -np.inf
+        out_diff[Rc] = -np.inf
+        if ctx["n_classes"] > 1:
+            out_diff[Rc] = _certified_best(S, Rc, 0, ctx)
+
+
+def _row_top2(M: np.ndarray):
+    """Per row of ``M``: the largest value, its first column, and the largest of the others."""
+    rows = np.arange(M.shape[0])
+    b = np.argmax(M, axis=1)
+    t1 = M[rows, b]
+    M[rows, b] = -np.inf
+    try:
+        t2 = np.max(M, axis=1)
+    finally:
+        M[rows, b] = t1
+    return t1, b, t2
+
+
+def _col_top2(M: np.ndarray, buf: np.ndarray | None = None):
+    """Per column of ``M`` (rows contiguous): the largest value, its first row, and the largest of the
+    others (numpy's arg-maximum along the rows reads a column at a time: ~25x a row's; here the
+    positions of the maxima are found by one comparison of the whole block, into ``buf``: booleans, at
+    least the size of ``M``, reused from block to block)."""
+    w = M.shape[1]
+    t1 = np.max(M, axis=0)
+    eq = np.equal(M, t1[None, :], out=None if buf is None else buf[:M.size].reshape(M.shape))
+    f = np.flatnonzero(eq)
+    r = f // w
+    _, first = np.unique(f - r * w, return_index=True)  # (f in row order: each column's first row)
+    b = r[first]
+    cols = np.arange(w)
+    M[b, cols] = -np.inf
+    try:
+        t2 = np.max(M, axis=0)
+    finally:
+        M[b, cols] = t1
+    return t1, b, t2
+
+
+def _merge_top2(st, s: slice, t1, b, t2) -> None:
+    """Fold one tile's per-row (largest, its column, runner-up) into the running ones ``st`` of rows ``s``
+    (a tie with the largest so far makes the runner-up equal to it)."""
+    v1, i1, v2 = st
+    c1 = v1[s]
+    better = t1 > c1
+    v2[s] = np.where(better, np.maximum(c1, t2), np.maximum(v2[s], t1))
+    i1[s] = np.where(better, b, i1[s])
+    v1[s] = np.where(better, t1, c1)
+
+
+def _symmetric_pass(ctx: dict, tile: int, out_same: np.ndarray, out_diff: np.ndarray, progress: bool) -> np.ndarray:
+    """Each row's largest same-class and other-class keys (and their columns, and the runner-ups) from
+    each block of ``tile`` rows multiplied with the rows from its own on, each pair's similarity
+    computed once and read by both of its rows; a row whose runner-up lies below its candidates' threshold
+    (:func:`_row_thresholds`: the keys' rounding bound) has its nearest proven, and its float64
+    similarity is written. Returns the rows left (near-ties: several candidates), increasing, for
+    :func:`_rows_pass`. The keys come from the same float32 operations as the row blocks' (a product's
+    rounding may differ with the order of its operands; the bound holds either way), so a row proven here
+    has the nearest point the row blocks find, and the same float64 value."""
+    Xs, sq, cls, starts, ends = ctx["Xs"], ctx["sq"], ctx["cls"], ctx["starts"], ctx["ends"]
+    euclid, norms, exact = ctx["euclidean"], ctx["norms"], ctx["exact"]
+    n = Xs.shape[0]
+    top = {k: (np.full(n, -np.inf, dtype=Xs.dtype), np.zeros(n, dtype=np.int64), np.full(n, -np.inf, dtype=Xs.dtype))
+           for k in ("same", "diff")}
+    blocks = range(0, n, tile)
+    if progress:
+        from embedscope.progress import progress_bar
+
+        blocks = progress_bar(blocks, desc="nearest same/different", unit="block")
+    buf = None
+    for i0 in blocks:
+        # rows i0..i1 against the rows from i0 on: one wide GEMM (a square tile's GEMM took 2.5x the time
+        # per value); its first h columns hold both orderings of the block's own pairs, the rest are read
+        # by rows (for rows i) and by columns (for the rows after the block)
+        i1 = min(n, i0 + tile)
+        h = i1 - i0
+        G = Xs[i0:i1] @ Xs[i0:].T
+        if euclid:  # keys 2 x.y - |y|^2 of the rows i (columns j) and of the rows j > i1 (columns i)
+            Kc = G[:, h:] * 2 - sq[i0:i1, None]
+            Kr = G
+            Kr *= 2
+            Kr -= sq[None, i0:]
+        else:
+            Kr = G
+            Kc = G[:, h:]
+        d = np.arange(h)
+        Kr[d, d] = -np.inf  # the row itself
+        # the block's classes (rows sorted by class): their rectangles, then masked
+        for c in range(cls[i0], cls[i1 - 1] + 1):
+            ra, rb = max(starts[c], i0), min(ends[c], i1)
+            cb = ends[c]
+            sub = Kr[ra - i0:rb - i0, ra - i0:cb - i0]
+            t1, b, t2 = _row_top2(sub)
+            _merge_top2(top["same"], slice(ra, rb), t1, b + ra, t2)
+            if cb > i1:  # the class goes on after the block: its later rows read the block's columns
+                subc = Kc[ra - i0:rb - i0, :cb - i1]
+                t1, b, t2 = _col_top2(subc)
+                _merge_top2(top["same"], slice(i1, cb), t1, b + ra, t2)
+                subc[...] = -np.inf
+            sub[...] = -np.inf
+        t1, b, t2 = _row_top2(Kr)
+        _merge_top2(top["diff"], slice(i0, i1), t1, b + i0, t2)
+        if i1 < n:
+            if buf is None:  # (the first block's is the largest)
+                buf = np.empty(Kc.size, dtype=bool)
+            t1, b, t2 = _col_top2(Kc, buf)
+            _merge_top2(top["diff"], slice(i1, n), t1, b + i0, t2)
+    a, bnd = ctx["err"]
+    rows = np.arange(n)
+    redo = np.zeros(n, dtype=bool)
+    for kind, out in (("same", out_same), ("diff", out_diff)):
+        v1, best, v2 = top[kind]
+        have = np.isfinite(v1)  # (none: a class of one, or a single class)
+        t64 = v1.astype(np.float64)
+        if norms is None:
+            thr = t64 - 2 * a
+        else:  # as _row_thresholds: the columns' bound at the largest norm among the columns searched
+            cb = norms[best]
+            low = t64 - (a + bnd * ((2 * norms + cb) * cb if euclid else norms * cb))
+            cmax = np.maximum.reduceat(norms, starts)[cls] if kind == "same" else float(norms.max())
+            thr = low - (a + bnd * ((2 * norms + cmax) * cmax if euclid else norms * cmax))
+        one = have & (v2 < thr)
+        out[one] = exact(rows[one], best[one])
+        redo |= have & ~one
+    return np.flatnonzero(redo)
 
 
 #: candidate pairs whose float64 similarity is computed at once (bounded memory: pairs x D floats)
@@ -273,8 +421,8 @@ def _runner_up_at_least(keys: np.ndarray, best: np.ndarray, thr: np.ndarray) -> 
     return second >= thr
 
 
-def _certified_best(S: np.ndarray, q_first: int, c_first: int, ctx: dict, *, chunk_rows: int = 64) -> np.ndarray:
-    """Per row of the search keys ``S`` (rows ``q_first``.., columns ``c_first``.. of the sorted rows;
+def _certified_best(S: np.ndarray, q_rows: np.ndarray, c_first: int, ctx: dict, *, chunk_rows: int = 64) -> np.ndarray:
+    """Per row of the search keys ``S`` (rows ``q_rows``, columns ``c_first``.. of the sorted rows;
     excluded columns −inf) the largest float64 similarity ``ctx["exact"](i, j)`` over its columns.
 
     The search's keys are rounded (its dtype's GEMM; Euclidean keys 2 x·y − ‖y‖² cancel for close
@@ -295,7 +443,7 @@ def _certified_best(S: np.ndarray, q_first: int, c_first: int, ctx: dict, *, chu
     for r0 in range(0, m, chunk_rows):
         blk = S[r0:r0 + chunk_rows]
         nb = blk.shape[0]
-        qi = q_first + r0 + np.arange(nb)
+        qi = q_rows[r0:r0 + nb]
         qn = None if norms is None else norms[qi]
         best, thr = _row_thresholds(blk, ctx["err"], qn, cn, euclid)
         multi = _runner_up_at_least(blk, best, thr)
