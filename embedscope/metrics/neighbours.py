@@ -231,6 +231,7 @@ def _rows_pass(R: np.ndarray, block_size: int, ctx: dict, out_same: np.ndarray, 
         out_diff[Rc] = -np.inf
         if ctx["n_classes"] > 1:
             out_diff[Rc] = _certified_best(S, Rc, 0, ctx)
+        S = sub = None  # (one block held at a time, views included)
 
 
 def _row_top2(M: np.ndarray):
@@ -335,6 +336,7 @@ def _symmetric_pass(ctx: dict, tile: int, out_same: np.ndarray, out_diff: np.nda
                 buf = np.empty(Kc.size, dtype=bool)
             t1, b, t2 = _col_top2(Kc, buf)
             _merge_top2(top["diff"], slice(i1, n), t1, b + i0, t2)
+        G = Kr = Kc = sub = subc = None  # (one block's keys held at a time, views included)
     a, bnd = ctx["err"]
     rows = np.arange(n)
     redo = np.zeros(n, dtype=bool)
