@@ -236,15 +236,22 @@ def _rows_pass(R: np.ndarray, block_size: int, ctx: dict, out_same: np.ndarray, 
 
 def _row_top2(M: np.ndarray):
     """Per row of ``M``: the largest value, its first column, and the largest of the others."""
-    rows = np.arange(M.shape[0])
     b = np.argmax(M, axis=1)
+    t1, t2 = _max_without(M, b)
+    return t1, b, t2
+
+
+def _max_without(M: np.ndarray, b: np.ndarray):
+    """Per row of ``M``: the value in column ``b[row]`` and the largest of the others (that column put
+    aside for a moment: one more reading pass, where a mask of the candidates is a written one)."""
+    rows = np.arange(M.shape[0])
     t1 = M[rows, b]
     M[rows, b] = -np.inf
     try:
         t2 = np.max(M, axis=1)
     finally:
         M[rows, b] = t1
-    return t1, b, t2
+    return t1, t2
 
 
 def _col_top2(M: np.ndarray, buf: np.ndarray | None = None):
@@ -410,17 +417,8 @@ def _row_thresholds(keys: np.ndarray, err: tuple[float, float], qn, cn, euclidea
 
 
 def _runner_up_at_least(keys: np.ndarray, best: np.ndarray, thr: np.ndarray) -> np.ndarray:
-    """Per row, whether a column other than ``best`` has a key ≥ ``thr`` (more than one candidate):
-    the largest key with the best's put aside for a moment (two reading passes over the keys, where
-    the candidates' mask and its count are a written and two read passes)."""
-    rows = np.arange(keys.shape[0])
-    top = keys[rows, best]
-    keys[rows, best] = -np.inf
-    try:
-        second = np.max(keys, axis=1)
-    finally:
-        keys[rows, best] = top
-    return second >= thr
+    """Per row, whether a column other than ``best`` has a key ≥ ``thr`` (more than one candidate)."""
+    return _max_without(keys, best)[1] >= thr
 
 
 def _certified_best(S: np.ndarray, q_rows: np.ndarray, c_first: int, ctx: dict, *, chunk_rows: int = 64) -> np.ndarray:
