@@ -344,7 +344,6 @@ def _symmetric_pass(ctx: dict, tile: int, out_same: np.ndarray, out_diff: np.nda
             t1, b, t2 = _col_top2(Kc, buf)
             _merge_top2(top["diff"], slice(i1, n), t1, b + i0, t2)
         G = Kr = Kc = sub = subc = None  # (one block's keys held at a time, views included)
-    a, bnd = ctx["err"]
     rows = np.arange(n)
     redo = np.zeros(n, dtype=bool)
     for kind, out in (("same", out_same), ("diff", out_diff)):
@@ -352,12 +351,10 @@ def _symmetric_pass(ctx: dict, tile: int, out_same: np.ndarray, out_diff: np.nda
         have = np.isfinite(v1)  # (none: a class of one, or a single class)
         t64 = v1.astype(np.float64)
         if norms is None:
-            thr = t64 - 2 * a
-        else:  # as _row_thresholds: the columns' bound at the largest norm among the columns searched
-            cb = norms[best]
-            low = t64 - (a + bnd * ((2 * norms + cb) * cb if euclid else norms * cb))
+            thr = _threshold(t64, ctx["err"], None, None, None, euclid)
+        else:  # as the row blocks': the columns' bound at the largest norm among the columns searched
             cmax = np.maximum.reduceat(norms, starts)[cls] if kind == "same" else float(norms.max())
-            thr = low - (a + bnd * ((2 * norms + cmax) * cmax if euclid else norms * cmax))
+            thr = _threshold(t64, ctx["err"], norms, norms[best], cmax, euclid)
         one = have & (v2 < thr)
         out[one] = exact(rows[one], best[one])
         redo |= have & ~one
@@ -405,15 +402,22 @@ def _candidates(keys: np.ndarray, err: tuple[float, float], qn, cn, euclidean: b
 def _row_thresholds(keys: np.ndarray, err: tuple[float, float], qn, cn, euclidean: bool):
     """Each row's column of the largest key and the threshold (float64) at or above which a key is a
     candidate (:func:`_candidates` without ``per_column``)."""
-    a, b = err
     best = np.argmax(keys, axis=1)
     top = keys[np.arange(keys.shape[0]), best].astype(np.float64)
     if qn is None:
-        return best, top - 2 * a
-    cb = cn[best]
+        return best, _threshold(top, err, None, None, None, euclidean)
+    return best, _threshold(top, err, qn, cn[best], float(cn.max()), euclidean)
+
+
+def _threshold(top: np.ndarray, err: tuple[float, float], qn, cb, cmax, euclidean: bool) -> np.ndarray:
+    """The candidates' threshold of rows whose largest key is ``top`` (float64): ``top`` less the bound
+    of its own key (its column's norm ``cb``) and of any other (at the largest column norm ``cmax``);
+    ``qn``: the rows' norms (None for cosine: unit rows, the bound ``a`` each)."""
+    a, b = err
+    if qn is None:
+        return top - 2 * a
     low = top - (a + b * ((2 * qn + cb) * cb if euclidean else qn * cb))
-    cmax = float(cn.max())
-    return best, low - (a + b * ((2 * qn + cmax) * cmax if euclidean else qn * cmax))
+    return low - (a + b * ((2 * qn + cmax) * cmax if euclidean else qn * cmax))
 
 
 def _runner_up_at_least(keys: np.ndarray, best: np.ndarray, thr: np.ndarray) -> np.ndarray:
