@@ -1366,20 +1366,23 @@ def _connect(n_workers: int, scheduler: str | None, processes: bool = False):
     (:func:`_quiet_dask_logs`)."""
     import logging
 
-    from dask.distributed import Client, LocalCluster
+    import distributed  # noqa: F401 - Dask's log handlers set up, to be quieted
 
     loud = _quiet_dask_logs(logging.WARNING if scheduler else logging.ERROR)
     try:
-        cluster, client = _connect_quietly(n_workers, scheduler, processes, Client, LocalCluster)
+        cluster, client = _connect_quietly(n_workers, scheduler, processes)
     except BaseException:
         loud()
         raise
     return cluster, client, loud
 
 
-def _connect_quietly(n_workers, scheduler, processes, Client, LocalCluster):
+def _connect_quietly(n_workers: int, scheduler: str | None, processes: bool):
+    """:func:`_connect`'s (cluster or None, client)."""
     import logging
     import warnings
+
+    from dask.distributed import Client, LocalCluster
 
     cluster = None
     if scheduler:
