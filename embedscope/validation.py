@@ -94,8 +94,9 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
                  min_classes: int = 1) -> np.ndarray:
     """One label per row -> int64 array.
 
-    Integers pass as they are; floats must be finite and integral; strings (or other sortable
-    hashables) are encoded as their index in the sorted unique values. ``encode=True`` always
+    Integers pass as they are; floats must be finite and integral (those beyond the int64 range, as
+    1e19, are encoded as strings are); strings (or other sortable hashables) are encoded as their index
+    in the sorted unique values. ``encode=True`` always
     returns codes 0..C-1 (sorted unique order). ``n`` given: the length must be ``n``.
     ``min_classes``: at least that many distinct labels.
 
@@ -115,7 +116,11 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
     elif np.issubdtype(a.dtype, np.floating):
         if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
             raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values)")
-        out = a.astype(np.int64)
+        if a.size and float(np.max(np.abs(a))) >= 2.0 ** 63:  # beyond int64: encoded as strings are,
+            out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)  # not all cast to one value
+            encode = False  # already codes
+        else:
+            out = a.astype(np.int64)
     else:
         try:
             out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
@@ -247,8 +252,9 @@ def one_point(X, metric: str | None = None) -> bool:
     if X.ndim != 2 or X.shape[0] < 2:
         return False
     if metric == "cosine":
-        X = X.astype(np.float64)
-        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        from embedscope.metrics.scale import unit_rows  # (rows of extreme scale normalised exactly)
+
+        X = unit_rows(X.astype(np.float64))[0]
     return not np.any(X != X[:1])
 
 
@@ -265,10 +271,13 @@ def one_direction_within_rounding(X) -> bool:
     dt = X.dtype if np.issubdtype(X.dtype, np.floating) else np.dtype(np.float64)
     gamma = float(np.finfo(dt).eps) + (X.shape[1] + 4) * float(np.finfo(np.float64).eps)
     U = X.astype(np.float64)
-    norms = np.linalg.norm(U, axis=1, keepdims=True)
-    if not np.all(norms > 0) or not np.all(np.isfinite(norms)):
+    if not np.all(np.isfinite(U)):
         return False
-    U = U / norms
+    from embedscope.metrics.scale import unit_rows  # (rows of extreme scale normalised exactly)
+
+    U, zero = unit_rows(U)
+    if zero.any():
+        return False
     if not np.any(U != U[:1]):
         return False  # exactly one direction: one_point's case
     return bool(np.max(np.linalg.norm(U - U[:1], axis=1)) <= 2 * gamma)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.scale import pow2_rows, pow2_shift
+from embedscope.metrics.scale import pow2_rows_outside, pow2_shift
 from embedscope.validation import check_int, check_labels, check_matrix, numeric_array
 
 METRICS = ("cosine", "dot", "euclidean")
@@ -118,13 +118,13 @@ def nearest_same_different(
             raise EmbedscopeError("X contains NaN or inf (or values beyond the float32 range)")
 
     # extreme scales: an exact power-of-two rescaling (similarities are scaled back at the end)
-    shift = pow2_shift(X, _SCALE_LIMIT)
-    if shift:
-        if metric == "cosine":  # cosine ignores each row's scale: bring every row's largest |value| near 1
-            X = pow2_rows(X).astype(dtype, copy=False)
-            shift = 0
-        else:
-            X = np.ldexp(X, -shift).astype(dtype, copy=False)
+    # (cosine ignores each row's scale: every row of extreme scale brought near 1, whatever the others':
+    # a row at 1e-25 in float32 would otherwise have its squares, and so its norm, underflow)
+    shift = 0 if metric == "cosine" else pow2_shift(X, _SCALE_LIMIT)
+    if metric == "cosine":
+        X = pow2_rows_outside(X, _SCALE_LIMIT).astype(dtype, copy=False)
+    elif shift:
+        X = np.ldexp(X, -shift).astype(dtype, copy=False)
 
     # classes numbered by first appearance: the computation (and so every rounding) depends only on
     # the partition of the rows, not on how the labels are spelled (integers, names)

@@ -64,7 +64,8 @@ import numpy as np
 
 from embedscope.device import ieee_float32
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.search.knn import KeySpace, cross_keys64, padded_row_order, pair_keys64, union_places
+from embedscope.metrics.scale import unit_rows
+from embedscope.metrics.search.knn import KeySpace, cross_keys64, padded_row_order, pair_keys64, prepare, union_places
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
@@ -189,12 +190,8 @@ class _Engine:
         (:meth:`_outliers_apart`; property_precision: the deepest R, whose windows cost most); None: only
         those few, as before."""
         X64 = np.ascontiguousarray(X, dtype=np.float64)
-        if metric == "cosine":
-            nrm = np.sqrt(np.einsum("ij,ij->i", X64, X64))
-            if np.any(nrm == 0):
-                raise EmbedscopeError(f"row {int(np.flatnonzero(nrm == 0)[0])} of X is all zeros: "
-                                      "its cosine similarity is undefined")
-            X64 = X64 / nrm[:, None]
+        if metric == "cosine":  # (rows of extreme scale normalised exactly: knn.prepare)
+            X64 = prepare(X64, "cosine", "X")
         # the float32 copies and their bound as the retrieval searches keep them (KeySpace: a nearly
         # collapsed model is measured about its mean, so that its keys separate); X64: the rows
         # ranked (as given, or Euclidean rows of extreme norms times a power of two: the same order)
@@ -895,10 +892,9 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
                               f"got {type(properties).__name__}")
     X = check_matrix(X, "X", min_rows=2, dtype=np.float64)
     if normalize:
-        nrm = np.linalg.norm(X, axis=1)
-        if np.any(nrm == 0):
+        X, zero = unit_rows(X)  # (rows of extreme scale normalised exactly)
+        if zero.any():
             raise EmbedscopeError("X has an all-zero row: it cannot be L2-normalised")
-        X = X / nrm[:, None]
     max_r = check_int(max_r, "max_r", allow_none=True)
     permutations = check_int(permutations, "permutations", min=0)
     seed = _check_seed(seed, permutations)

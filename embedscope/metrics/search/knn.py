@@ -67,7 +67,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.scale import pow2_rows
+from embedscope.metrics.scale import unit_rows
 from embedscope.metrics.search.threads import blas_single_thread
 from embedscope.validation import check_int, check_matrix
 
@@ -88,7 +88,6 @@ GROUP_REFS = 512  # window keys computed per range of this many references (wind
 REUSE_KEYS = True  # same set: a finished block hands each window key to the block of its reference
 REUSE_MAX_BLOCK = 2048  # ... with blocks up to this many queries (a b x b int32 table per thread),
 REUSE_MAX_BYTES = 1 << 30  # ... holding at most this many bytes of handed-over keys at a time (12 per pair)
-COSINE_NORM_SAFE = (2.0 ** -480, 2.0 ** 480)  # rows whose norm lies outside: ‖x‖² may under/overflow (prepare)
 EUCLIDEAN_NORM_SAFE = (2.0 ** -32, 2.0 ** 32)  # largest norms outside: float32 keys may under/overflow (KeySpace)
 
 
@@ -102,19 +101,11 @@ def check_metric(metric: str) -> str:
 def prepare(A64: np.ndarray, metric: str, name: str = "X", *, inplace: bool = False) -> np.ndarray:
     """Rows L2-normalised (float64) for cosine; unchanged for Euclidean. ``inplace``: divide
     ``A64`` itself (a private copy, see :func:`checked_rows`; the same values bit for bit)."""
-    if metric == "cosine":
-        nrm = np.sqrt(np.einsum("ij,ij->i", A64, A64))
-        odd = np.flatnonzero(~((nrm > COSINE_NORM_SAFE[0]) & (nrm < COSINE_NORM_SAFE[1])))
-        if odd.size:  # ‖x‖² under- or overflows: such rows scaled by a power of two first (exact)
-            A64 = A64 if inplace else A64.copy()
-            inplace = True
-            m = np.abs(A64[odd]).max(axis=1)
-            if np.any(m == 0):
-                i = int(odd[np.flatnonzero(m == 0)[0]])
-                raise EmbedscopeError(f"row {i} of {name} is all zeros: its cosine similarity is undefined")
-            A64[odd] = pow2_rows(A64[odd])
-            nrm[odd] = np.sqrt(np.einsum("ij,ij->i", A64[odd], A64[odd]))
-        A64 = np.divide(A64, nrm[:, None], out=A64 if inplace else None)
+    if metric == "cosine":  # rows whose ‖x‖² under- or overflows: scaled by a power of two first (exact)
+        A64, zero = unit_rows(A64, inplace=inplace)
+        if zero.any():
+            i = int(np.flatnonzero(zero)[0])
+            raise EmbedscopeError(f"row {i} of {name} is all zeros: its cosine similarity is undefined")
     return A64
 
 
