@@ -104,3 +104,17 @@ def test_float_labels_beyond_int64_stay_distinct():
     X = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
     s_same, s_diff = nearest_same_different(X, np.array([1e19, 1e19, 2e19, 2e19]), metric="dot")
     assert s_diff.round(6).tolist() == [0.1, 0.18, 0.1, 0.18]
+
+
+def test_roth_cosine_assignment_ignores_a_single_rows_scale():
+    from embedscope.metrics.clustering import _roth_cosine_assign
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((30, 4))
+    C = rng.standard_normal((5, 4))
+    S = X.copy()
+    S[4] = np.ldexp(X[4], -1040)  # its squares underflow to 0 (was: the zero row's assignment, cluster 0)
+    Cs = C.copy()
+    Cs[2] = np.ldexp(C[2], 700)  # a centroid's squares overflow
+    want = _roth_cosine_assign(X, C)
+    assert np.array_equal(_roth_cosine_assign(S, Cs), want)

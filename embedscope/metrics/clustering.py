@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.scale import pow2_shift
+from embedscope.metrics.scale import pow2_shift, unit_rows
 
 __all__ = ["kmeans_nmi_f1", "kmeans_labels", "nmi", "pairwise_f1"]
 
@@ -127,13 +127,10 @@ def _faiss_kmeans(x: np.ndarray, k: int, seed: int, niter: int) -> tuple[np.ndar
 
 def _roth_cosine_assign(X64: np.ndarray, C: np.ndarray) -> np.ndarray:
     """Roth's c_nmi assignment: argmax_c <x/‖x‖, c/‖c‖> (float64, ties to the lower index)."""
-    C64 = np.asarray(C, dtype=np.float64)
-    cn = np.sqrt(np.einsum("ij,ij->i", C64, C64))
-    Cn = C64 / np.where(cn > 0, cn, 1.0)[:, None]
-    xn = np.sqrt(np.einsum("ij,ij->i", X64, X64))
-    Xn = X64 / np.where(xn > 0, xn, 1.0)[:, None]
+    Cn = unit_rows(np.asarray(C, dtype=np.float64))[0]  # (zero rows stay zero; rows of extreme scale exact)
+    Xn = unit_rows(X64)[0]
     out = np.empty(len(X64), dtype=np.int64)
-    step = max(64, (1 << 22) // max(1, len(C64)))
+    step = max(64, (1 << 22) // max(1, len(Cn)))
     for s in range(0, len(X64), step):
         out[s:s + step] = (Xn[s:s + step] @ Cn.T).argmax(1)
     return out
