@@ -118,3 +118,17 @@ def test_roth_cosine_assignment_ignores_a_single_rows_scale():
     Cs[2] = np.ldexp(C[2], 700)  # a centroid's squares overflow
     want = _roth_cosine_assign(X, C)
     assert np.array_equal(_roth_cosine_assign(S, Cs), want)
+
+
+def test_retrieval_with_float_labels_beyond_int64():
+    X = np.array([[0.0], [1.0], [10.0], [11.0], [20.0], [21.0]])
+    keys = ["P@1", "R-Precision", "MAP@R", "NMI"]
+    ints = retrieval_metrics(X, [0, 1, 0, 1, 3, 3], include=keys, metric="euclidean", device="cpu")
+    huge = retrieval_metrics(X, [1e19, 2e19, 1e19, 2e19, 3, 3], include=keys, metric="euclidean", device="cpu")
+    assert huge == ints and ints["P@1"] == pytest.approx(1 / 3)
+    # a separate reference set: the values of both sets encoded together (equal values match)
+    sep = retrieval_metrics(X[:3], np.array([1e19, 2e19, 1e19]), X_ref=X[3:], y_ref=np.array([2e19, 1e19, 1e19]),
+                            include=["P@1", "R-Precision"], metric="euclidean", device="cpu")
+    ref = retrieval_metrics(X[:3], np.array([1, 2, 1]), X_ref=X[3:], y_ref=np.array([2, 1, 1]),
+                            include=["P@1", "R-Precision"], metric="euclidean", device="cpu")
+    assert sep == ref

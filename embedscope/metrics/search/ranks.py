@@ -245,6 +245,11 @@ class Sets:
         return self._prep[metric]
 
 
+def _beyond_int64(a: np.ndarray) -> bool:
+    """Whether the float labels ``a`` hold a value outside the int64 range (1e19: one class once cast)."""
+    return bool(a.size) and np.issubdtype(a.dtype, np.floating) and float(np.max(np.abs(a))) >= 2.0 ** 63
+
+
 def _labels(y, n: int, name: str) -> np.ndarray:
     a = np.asarray(y)
     if a.ndim != 1 or a.shape[0] != n:
@@ -254,8 +259,9 @@ def _labels(y, n: int, name: str) -> np.ndarray:
     if np.issubdtype(a.dtype, np.floating):
         if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
             raise EmbedscopeError(f"{name} must be integer class labels")
-        return a.astype(np.int64)
-    # strings or other hashables: encode
+        if not _beyond_int64(a):
+            return a.astype(np.int64)
+    # strings or other hashables (or integral floats beyond int64, which would all cast to -2^63): encode
     try:
         return np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
     except TypeError:
@@ -274,10 +280,14 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     if R64.shape[1] != X64.shape[1]:
         raise EmbedscopeError(f"X and X_ref differ in dimension: {X64.shape[1]} vs {R64.shape[1]}")
     yref = _labels(y_ref, R64.shape[0], "y_ref")
-    if not (np.issubdtype(np.asarray(y).dtype, np.number) and np.issubdtype(np.asarray(y_ref).dtype, np.number)):
+    a, b = np.asarray(y), np.asarray(y_ref)
+    if not (np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
         # string labels: encode jointly so equal names match
-        both = np.concatenate([np.asarray(y).astype(str), np.asarray(y_ref).astype(str)])
+        both = np.concatenate([a.astype(str), b.astype(str)])
         enc = np.unique(both, return_inverse=True)[1].reshape(-1)
+        ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
+    elif _beyond_int64(a) or _beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
+        enc = np.unique(np.concatenate([a, b]), return_inverse=True)[1].reshape(-1).astype(np.int64)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
     return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
 
