@@ -150,14 +150,14 @@ def _named_sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str,
                     continue
                 if r.get("status") == "diverged":  # no final checkpoint: an error row of the study, said
                     why = str(r.get("failure") or "").strip() or "see its train-grid row"
-                    out.append((p / str(r["name"]), r["name"], {"_diverged": f"the run diverged in train-grid: {why}"},
-                                True))
+                    out.append((p / str(r["name"]), r["name"], {"_diverged": f"the run diverged in train-grid: {why}",
+                                                                 "_grid": _grid_settings(r)}, True))
                     continue
                 # train-grid writes every checkpoint into its folder: the path in grid.csv is as given
                 # to train-grid (relative to where it ran), so it is read from this folder, never
                 # resolved against the working folder (another grid there would be measured instead)
                 ck = p / Path(str(r["checkpoint"]).replace("\\", "/")).name
-                out.append((ck, r["name"], {}, True))
+                out.append((ck, r["name"], {"_grid": _grid_settings(r)}, True))
             if not out:
                 raise EmbedscopeError(f"{grid}: no trained runs listed")
             return out
@@ -174,6 +174,33 @@ def _named_sources(source: str | os.PathLike) -> list[tuple[Path, str, dict[str,
     if not files:
         raise EmbedscopeError(f"{src}: no such folder, YAML file or matching checkpoint")
     return [(f, _run_name(f), {}, False) for f in files]
+
+
+#: the settings of a run that grid.csv records (train-grid's summary), for an error row whose checkpoint
+#: cannot be read: its objective and seed, so that its failure counts against its objective
+GRID_SETTINGS = ("loss", "loss_family", "p_switch", "seed", "embed_dim", "normalize", "image_size")
+
+
+def _grid_settings(r: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`GRID_SETTINGS` of a grid.csv row (text as stored) as a checkpoint's config holds them:
+    numbers as numbers, True/False as booleans; empty cells left out."""
+    out: dict[str, Any] = {}
+    for k in GRID_SETTINGS:
+        v = str(r.get(k) if r.get(k) is not None else "").strip()
+        if not v:
+            continue
+        if v in ("True", "False"):
+            out[k] = v == "True"
+            continue
+        for kind in (int, float):
+            try:
+                out[k] = kind(v)
+                break
+            except ValueError:
+                continue
+        else:
+            out[k] = v
+    return out
 
 
 def _refuse_run_folder_files(sources: list[tuple[Path, str, dict[str, Any]]]) -> None:
@@ -462,13 +489,15 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
     sources = _sources(source)
     _refuse_run_folder_files(sources)
     for final, run, tags in sources:
+        tags = dict(tags)
+        grid_cfg = tags.pop("_grid", None) or {}  # (what grid.csv says of the run: an error row's settings)
         if "_diverged" in tags:  # a train-grid run without a checkpoint: one error row
             eid = _safe(f"{run}@diverged")
             while eid in seen:
                 eid += "+"
             seen.add(eid)
-            entries.append(Entry(id=eid, checkpoint=str(final), run=run, selection="given", epoch=None, config={},
-                                 tags={}, error=tags["_diverged"]))
+            entries.append(Entry(id=eid, checkpoint=str(final), run=run, selection="given", epoch=None,
+                                 config=dict(grid_cfg), tags={}, error=tags["_diverged"]))
             continue
         try:
             trainer_run = final.suffix == ".pt" or final.with_name(final.name + ".train").is_dir()
@@ -476,23 +505,29 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
         except OSError as e:  # pragma: no cover - unreadable folder
             files = [(final, "given")]
             tags = {**tags, "_error": str(e)}
+        read = []
         for f, sel in files:
-            eid_base = _safe(f"{run}@{sel}")
             try:
                 if not f.exists():
                     raise EmbedscopeError(f"{f}: no such checkpoint file")
                 cfg, extra = _read_config(f)
-                ep = _epoch_of(extra, sel)
-                err = ""
+                read.append((f, sel, cfg, extra, _epoch_of(extra, sel), ""))
             except EmbedscopeError as e:
-                cfg, extra, ep, err = {}, {}, None, str(e)
+                read.append((f, sel, {}, {}, None, str(e)))
+        # a file that cannot be read keeps its run's settings (another file of the run, else grid.csv), so
+        # that its error row names its objective and counts against it (was: no settings, "nan p_switch=None")
+        run_cfg = next((r[2] for r in read if not r[5]), None) or grid_cfg
+        for f, sel, cfg, extra, ep, err in read:
+            if err:
+                cfg = dict(run_cfg)
+            eid_base = _safe(f"{run}@{sel}")
             eid = eid_base + (f"-e{ep:03d}" if sel == "epoch" and ep is not None else "")
             while eid in seen:
                 eid += "+"
             seen.add(eid)
             e = Entry(id=eid, checkpoint=str(f), run=run, selection=sel, epoch=ep, config=cfg, tags=dict(tags),
                       error=err)
-            if untrained and cfg and cfg.get("arch"):
+            if untrained and not err and cfg and cfg.get("arch"):
                 wsha = (extra or {}).get("weights_sha256")
                 key = untrained_key(cfg, wsha)
                 if key not in refs:

@@ -477,7 +477,9 @@ def _label(row, cols) -> str:
         v = row[c]
         name = c[4:] if c.startswith("tag:") else c
         if c in ("loss",):
-            parts.insert(0, str(v))
+            if not isinstance(v, str):  # an error row whose checkpoint, and every file of its run, could not
+                return f"{row.get('run', '?')} (settings unread)"  # be read: not an objective (was 'nan p_switch=None')
+            parts.insert(0, v)
         elif isinstance(v, float) and v != v:  # a setting a run's config lacks (train_classes: the data set's
             parts.append(f"{name}=None")  # own split), in a number column: as in a text column, not 'nan'
         elif isinstance(v, float) and float(v).is_integer():
