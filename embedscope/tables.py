@@ -148,12 +148,22 @@ def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] | None = None, *, force: bool = False) -> None:
     """Atomically write rows of dicts as CSV."""
     columns = list(columns or (rows[0].keys() if rows else []))
+    values = [{c: _jsonable(r.get(c, "")) for c in columns} for r in rows]
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator=csv_line_end(
+        [*columns, *(v for r in values for v in r.values() if type(v) is str)]))
     w.writeheader()
-    for r in rows:
-        w.writerow({c: _jsonable(r.get(c, "")) for c in columns})
+    w.writerows(values)
     write_text(path, buf.getvalue(), force=force)
+
+
+def csv_line_end(texts) -> str:
+    """The line end of a CSV file holding ``texts`` (its text cells and header): "\n", or "\r\n" (RFC
+    4180's) when a text holds a carriage return. Python's csv writer quotes a cell holding the
+    delimiter, the quote or a character of the line end only: a lone "\r" in a cell of a "\n" file was
+    written bare, and readers split the row there (a class name "a\rb": one more row in the CSV than in
+    the Parquet or JSON of the same table)."""
+    return "\r\n" if any("\r" in t for t in texts) else "\n"
 
 
 def write_parquet(path: str | os.PathLike, frame, *, force: bool = False) -> None:

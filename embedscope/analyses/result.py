@@ -570,8 +570,14 @@ def _write_frame(frame, path, fmt: str, force: bool) -> Path:
     from embedscope.tables import write_parquet
 
     if fmt == "csv":
+        from embedscope.tables import csv_line_end
+
+        texts = [str(c) for c in frame.columns]
+        for c in frame.columns:
+            if frame[c].dtype.kind not in "biufcmM":  # (text: object or string dtype)
+                texts += [v for v in frame[c] if type(v) is str and "\r" in v][:1]
         with atomic_output(path, force=force) as tmp:
-            frame.to_csv(tmp, index=False)
+            frame.to_csv(tmp, index=False, lineterminator=csv_line_end(texts))
     else:
         write_parquet(path, frame, force=force)
     return Path(path)
