@@ -267,14 +267,14 @@ def _open(path: str):
 def run(args) -> int:
     from pathlib import Path
 
-    from embedscope.store.embeddings import scan_open
+    from embedscope.store.embeddings import readable, scan_open
     from embedscope.store.saliency import FORMAT as MAPS_FORMAT
     from embedscope.store.saliency import scan_maps_open
     from embedscope.tables import format_table
 
     path = Path(args.file)
-    with _open(args.file) as f:  # one opening: the kind of file, its contents and what else it holds
-        fmt = f.attrs.get("format")
+    with _open(args.file) as f, readable(path):  # one opening: the kind of file, its contents and what else
+        fmt = f.attrs.get("format")  # it holds (h5py's errors of a file damaged inside: one line naming it)
         if (fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt) == MAPS_FORMAT:
             # every check of load_maps, the maps read a block of rows at a time and the images not at all
             # (5,000 maps of 224 x 224 and their images: about 1 GB was read to print this summary)

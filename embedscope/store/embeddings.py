@@ -14,6 +14,7 @@ Layout (``format_version`` 1)::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import io
 import json
@@ -937,6 +938,27 @@ def scan_open(f, path: str | os.PathLike, *, finite: bool = True) -> tuple[Embed
 
 def _read_open(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet, RowStats | None]:
     """:func:`read_open` (``scanned=False``) and :func:`scan_open` (``scanned=True``)."""
+    with readable(path):
+        return _read_fields(f, path, finite=finite, scanned=scanned)
+
+
+@contextlib.contextmanager
+def readable(path):
+    """Within the block, h5py's errors of a file that opened but whose contents it cannot read (bytes
+    overwritten inside: "bad symbol table node signature", "ran off end of input buffer while decoding")
+    are one line naming the file (was "OSError: Can't synchronously read data (...)": with two files
+    given, no telling which)."""
+    try:
+        yield
+    except (OSError, RuntimeError, KeyError) as e:
+        text = (str(e.args[0]) if e.args else "") if isinstance(e, KeyError) else str(e)  # (KeyError's str quotes)
+        if isinstance(e, KeyError) and not text.startswith("Unable to"):  # (h5py's words; not a key of ours)
+            raise
+        first = text.splitlines()[0] if text else e.__class__.__name__
+        raise EmbedscopeError(f"{path}: not a readable HDF5 file: damaged ({first})") from None
+
+
+def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet, RowStats | None]:
     import h5py
 
     path = Path(path)

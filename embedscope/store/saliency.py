@@ -29,7 +29,13 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output
-from embedscope.store.embeddings import _from_attr, open_hdf5, read_attrs, write_attrs  # one attribute encoding for both
+from embedscope.store.embeddings import (  # one attribute encoding for both
+    _from_attr,
+    open_hdf5,
+    read_attrs,
+    readable,
+    write_attrs,
+)
 
 FORMAT = "embedscope-saliency"
 FORMAT_VERSION = 1
@@ -319,6 +325,11 @@ def _read_fields(f, path: Path, *, scanned: bool) -> dict[str, Any]:
     """The fields of a :class:`SaliencyMaps` read from the open file ``f``, as its constructor converts
     them: the maps as float32 (``scanned``: a :class:`_ScannedMaps` of them, nothing read) and the images
     (``scanned``: their h5py dataset), the per-row fields, the retrieval pairs, the attributes."""
+    with readable(path):
+        return _read_fields_of(f, path, scanned=scanned)
+
+
+def _read_fields_of(f, path: Path, *, scanned: bool) -> dict[str, Any]:
     import h5py
 
     _check_header(f, path)
@@ -510,7 +521,8 @@ class MapsFile:
             raise EmbedscopeError(f"{self.path}: no such file")
         self._f = open_hdf5(self.path, "a saliency-maps file (.h5)")
         try:
-            self._open()
+            with readable(self.path):
+                self._open()
         except BaseException:
             self._f.close()
             raise
@@ -563,6 +575,10 @@ class MapsFile:
         self._f.close()
 
     def _rows(self, ds, idx) -> np.ndarray:
+        with readable(self.path):
+            return self._read_rows(ds, idx)
+
+    def _read_rows(self, ds, idx) -> np.ndarray:
         idx = np.asarray(idx, dtype=np.int64)
         if idx.size == 0:
             return ds[0:0]
