@@ -45,7 +45,10 @@ def run(args) -> int:
 
     if not Path(args.study).exists():  # (was: "not a finished study folder (no study.json; ...)")
         raise EmbedscopeError(f"{args.study}: no such folder (a study folder made by 'embedscope study')")
+    from embedscope.cli.output import check_suffix
+
     check_output(args.study, args.output)
+    check_suffix(args.output, "-o", ".html")  # (-o emb.h5 --force replaced an HDF5 file with the page)
     path = write_report(args.study, args.output, force=args.force)
     from embedscope.text import safe
 

@@ -93,7 +93,9 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.cli.output import refuse_inputs
+    from pathlib import PurePath
+
+    from embedscope.cli.output import check_suffix, refuse_inputs
     from embedscope.saliency.run import saliency_to_file
 
     if args.figure_images is not None and args.figure is None:  # (it would do nothing)
@@ -106,6 +108,8 @@ def run(args) -> int:
 
         outputs += list(figure_paths(args.figure, option="--figure"))
     refuse_inputs(outputs, [args.checkpoint, args.paths_file])
+    if PurePath(str(args.output)).suffix.lower() not in (".png", ".pdf", ".svg"):  # (a figure's name: said below)
+        check_suffix(args.output, "-o", ".h5")  # the maps file is HDF5 (-o maps.csv wrote HDF5 under a CSV's name)
     s = saliency_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, n_images=args.n_images,
         paths_file=args.paths_file, order=args.order, pairs=args.pairs, distance=args.distance,

@@ -33,10 +33,15 @@ def add_parser(sub, parents):
 
 
 def run(args) -> int:
-    from embedscope.cli.output import UNDEFINED, print_wrote
+    from embedscope.cli.output import UNDEFINED, check_suffix, print_wrote, same_file
     from embedscope.saliency.run import agreement_of_files
     from embedscope.tables import format_table
     from embedscope.text import safe
+
+    for option, path, suffix in (("--json", args.json, ".json"), ("--csv", args.csv, ".csv"),
+                                 ("--per-image-csv", args.per_image_csv, ".csv")):
+        if path is not None and not any(same_file(path, f) for f in args.files):  # (an input: said as such below)
+            check_suffix(path, option, suffix)  # (--csv other.h5 --force replaced an HDF5 file with a table)
 
     if args.grid_images is not None and args.grid is None:  # (it did nothing)
         from embedscope.errors import UsageError
