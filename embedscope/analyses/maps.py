@@ -19,6 +19,10 @@ from embedscope.names import SPLIT_CHOICES
 from embedscope.tsne import DEFAULT_MAX_POINTS
 from embedscope.validation import check_bool, check_choice, check_int, check_number, one_point
 
+#: the most threads a map may ask for (``n_jobs``, ``--n-jobs``): past the cores they only wait; 100,000 started
+#: threads until the system refused one
+MAX_JOBS = 1024
+
 SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
               "n_iter", "kl_divergence")
 SHOWN_YOKE = ("yoke", "alpha", "alpha_times_n", "perplexity", "seed", "negative_gradient_method", "kl_a", "kl_b",
@@ -77,8 +81,10 @@ def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
     n_iter = check_int(n_iter, "n_iter", min=1)
     max_points = check_int(max_points, "max_points", min=1, allow_none=True)
     n_jobs = check_int(n_jobs, "n_jobs", min=None, allow_none=True)  # None: auto_jobs (after sampling)
-    if n_jobs is not None and n_jobs != -1 and n_jobs < 1:  # joblib: 0 has no meaning, -2 ... would leave cores out
-        raise EmbedscopeError(f"n_jobs must be None (auto), -1 (every core) or a positive integer, got {n_jobs}")
+    if n_jobs is not None and n_jobs != -1 and not 1 <= n_jobs <= MAX_JOBS:  # joblib: 0 has no meaning, -2 ...
+        # would leave cores out; 100,000 started threads until the system refused one
+        raise EmbedscopeError(f"n_jobs must be None (auto), -1 (every core) or an integer in 1..{MAX_JOBS}, "
+                              f"got {n_jobs}")
     return perplexity, seed, n_iter, n_jobs, max_points
 
 
@@ -191,7 +197,9 @@ def yoke(source_a: Any, source_b: Any = None, *more_sources: Any, split: str = "
     from embedscope.tsne.yoked import YOKES
 
     if alpha is not None:
-        alpha = check_number(alpha, "alpha", min=0)
+        from embedscope.tsne.yoked import MAX_ALPHA
+
+        alpha = check_number(alpha, "alpha", min=0, max=MAX_ALPHA)
     perplexity, seed, n_iter, n_jobs, max_points = _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points)
     check_choice(split, "split", SPLIT_CHOICES)
     check_choice(yoke, "yoke", YOKES)

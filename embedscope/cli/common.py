@@ -72,6 +72,17 @@ def positive_int(s: str) -> int:
     return _int_at_least(s, 1, "a positive integer")
 
 
+def thread_count(s: str) -> int:
+    """argparse type of ``--n-jobs``: an integer in 1 .. :data:`embedscope.analyses.maps.MAX_JOBS`
+    (``--n-jobs 100000`` started threads until the system refused one, then failed inside joblib)."""
+    from embedscope.analyses.maps import MAX_JOBS
+
+    v = _int_at_least(s, 1, "a positive integer")
+    if v > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_JOBS} threads, got {v}")
+    return v
+
+
 #: the most images (rows) one saliency figure draws (``saliency --figure-images``, ``saliency-agreement
 #: --grid-images``): 300 made a 900 x 93,125 px PNG in 3 minutes; every map is in the maps file
 MAX_FIGURE_IMAGES = 64

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_figure_output, positive_float, positive_int, seed_int
+from embedscope.cli.common import add_figure_output, positive_float, positive_int, seed_int, thread_count
 from embedscope.cli.output import add_table_parquet
 from embedscope.names import SPLIT_CHOICES
 from embedscope.tsne import DEFAULT_MAX_POINTS
@@ -26,7 +26,7 @@ def add_parser(sub, parents):
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (subsample, PCA init, neighbours; default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500,
                    help="iterations after early exaggeration (default: 500, openTSNE's)")
-    p.add_argument("--n-jobs", type=positive_int,
+    p.add_argument("--n-jobs", type=thread_count,
                    help="threads for openTSNE (default: the cores this process may use less the busy ones, by "
                    "the 1-minute load average, from 1,000 points; one below); the map is the same for any count")
     add_figure_output(p)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_figure_output, add_split, positive_float, positive_int, seed_int
+from embedscope.cli.common import add_figure_output, add_split, positive_float, positive_int, seed_int, thread_count
 from embedscope.cli.output import add_table_parquet
 from embedscope.tsne import DEFAULT_MAX_POINTS
 
@@ -33,7 +33,7 @@ def add_parser(sub, parents):
     p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500, help="iterations after early exaggeration (default: 500)")
-    p.add_argument("--n-jobs", type=positive_int,
+    p.add_argument("--n-jobs", type=thread_count,
                    help="threads for the gradients (default: the cores this process may use less the busy ones, by "
                    "the 1-minute load average, from 1,000 images; one below); the maps are the same for any count")
     p.add_argument("--inset-class", metavar="CLASS",
@@ -80,6 +80,10 @@ def run(args) -> int:
         raise UsageError(f"--names needs one name per file: {len(args.files)} files, {len(args.names)} names")
     if args.alpha is not None and not (args.alpha >= 0 and math.isfinite(args.alpha)):
         raise UsageError(f"--alpha must be a finite number >= 0, got {args.alpha}")
+    from embedscope.tsne.yoked import MAX_ALPHA
+
+    if args.alpha is not None and args.alpha > MAX_ALPHA:  # (1e308 overflowed into NaN maps)
+        raise UsageError(f"--alpha must be at most {MAX_ALPHA:g}, got {args.alpha:g}")
     if not args.perplexity > 0:
         raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
     refuse_figure_inputs(args.output, args.files)

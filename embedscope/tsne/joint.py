@@ -290,6 +290,8 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
         # again on one thread, as openTSNE's n_jobs = 1 run reports it
         kl = emb.optimize(0, n_jobs=1, callbacks=None).kl_divergence if tsne_threads(n_jobs) > 1 \
             else emb.kl_divergence
+        if report is not None and done[0] < total:  # (the callbacks come every 10 iterations of each phase:
+            report(total, total, {"KL": float(kl)})  # --n-iter 1 ended the line at "250/251 it")
     finally:
         close()
     info = dict(TSNE_DEFAULTS)

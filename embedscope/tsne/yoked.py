@@ -362,6 +362,11 @@ def _procrustes_align(Y: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return A @ (U @ Vt)
 
 
+#: the largest yoking strength α: from ~1e30 (N·α far beyond the KL gradients) the maps are held together as
+#: tightly as they can be; 2α times a step overflowed float64 at α = 1e308 (NaN coordinates)
+MAX_ALPHA = 1e100
+
+
 def default_alpha(n: int) -> float:
     """The default yoking strength α = 0.01 / N (Rauber et al.'s λ/(2N) with λ = 0.02).
 
@@ -523,6 +528,9 @@ def yoked_tsne_maps(
     alpha = float(alpha)
     if not (alpha >= 0 and math.isfinite(alpha)):
         raise EmbedscopeError(f"alpha must be a finite number >= 0, got {alpha}")
+    if alpha > MAX_ALPHA:
+        raise EmbedscopeError(f"alpha must be at most {MAX_ALPHA:g}, got {alpha:g} ({MAX_ALPHA:g} already holds "
+                              "the maps together as tightly as any larger value; beyond, the yoke's step overflows)")
     method = negative_gradient_method
     if method == "auto":
         method = "bh" if n < 10_000 else "fft"
