@@ -132,3 +132,41 @@ def test_retrieval_with_float_labels_beyond_int64():
     ref = retrieval_metrics(X[:3], np.array([1, 2, 1]), X_ref=X[3:], y_ref=np.array([2, 1, 1]),
                             include=["P@1", "R-Precision"], metric="euclidean", device="cpu")
     assert sep == ref
+
+
+def _cov_reference(X):
+    """Covariance eigenvalues from the definition, in exact rationals' float image: the centred rows
+    scaled by a power of two that brings them near 1, the eigenvalues scaled back (float64 holds them)."""
+    C = X - X.mean(axis=0)
+    e = int(np.frexp(np.abs(C).max())[1])
+    s = np.linalg.svd(np.ldexp(C, -e), compute_uv=False)
+    return np.ldexp(s ** 2 / (len(X) - 1), 2 * e)
+
+
+@pytest.mark.parametrize("scale,offset", [(1e-78, 1e-70), (1e77, 0.0), (1e-150, 1.0)])
+def test_covariance_eigenvalues_of_centred_rows_far_below_or_above_the_rows(scale, offset):
+    """The centred rows' own power-of-two shift was taken and never scaled back (eigenvalues ~1e156 off)."""
+    from embedscope.metrics import geometry_report
+    from embedscope.metrics.spectral import covariance_eigenvalues
+
+    rng = np.random.default_rng(4)
+    X = offset + scale * rng.standard_normal((6, 3))
+    want = _cov_reference(X)
+    assert np.allclose(covariance_eigenvalues(X), want, rtol=1e-10, atol=0)
+    X8 = offset + scale * rng.standard_normal((3, 5))  # N < D: geometry_report takes the SVD route
+    got = geometry_report(X8, np.array([0, 0, 1]), keep_spectrum=True)["covariance_eigenvalues"]
+    assert np.allclose(got, _cov_reference(X8)[:2], rtol=1e-10, atol=0)
+
+
+def test_centred_spectra_leave_out_a_float64_class_of_equal_rows():
+    from embedscope.metrics import class_conditioned_spectra
+    from embedscope.metrics.spectral import covariance_eigenvalues
+
+    rng = np.random.default_rng(5)
+    X = np.vstack([np.tile([0.1, 0.7, 0.3, 1 / 3], (10, 1)), rng.standard_normal((3, 4))])
+    y = np.array([0] * 10 + [1] * 3)
+    per_class, mean = class_conditioned_spectra(X, y, center=True, k=4)
+    assert per_class.shape[0] == 1  # class 0 (rows all equal) has no spectrum: left out, as documented
+    alone, _ = class_conditioned_spectra(X[10:], y[10:], center=True, k=4)
+    assert np.array_equal(per_class, alone)
+    assert not covariance_eigenvalues(X[:10]).any()  # (was rounding noise, ~1e-32)

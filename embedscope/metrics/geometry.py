@@ -668,7 +668,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     if s is None:
         s = _svd_values(X, shift)
     # covariance eigenvalues (α-ReQ)
-    lam = None
+    lam, lam_shift = None, shift  # (lam: the eigenvalues of 2^-lam_shift·X's covariance)
     if use_gram:
         mean = sums["colsum"] / n
         cov = (sums["G"] - n * np.outer(mean, mean)) / (n - 1)
@@ -677,7 +677,7 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
         if ev[0] > 0 and ev[-1] >= GRAM_RCOND * scale:
             lam = ev
     if lam is None:
-        lam = _scaled_covariance_eigenvalues(X, True)[0]
+        lam, lam_shift = _scaled_covariance_eigenvalues(X, True)
 
     if zero_why and metric == "cosine":  # (the unit sums are meaningless: no π of them)
         pis = {"pi_intra": float("nan"), "pi_inter": float("nan"), "pi_ratio": float("nan"),
@@ -746,5 +746,5 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     if keep_spectrum:
         with np.errstate(over="ignore", under="ignore"):
             out["singular_values"] = np.ldexp(s, shift) if shift else s
-            out["covariance_eigenvalues"] = np.ldexp(lam, 2 * shift) if shift else lam
+            out["covariance_eigenvalues"] = np.ldexp(lam, 2 * lam_shift) if lam_shift else lam
     return out

@@ -303,7 +303,7 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
     for c in keep:
         Xc = X[order[starts[c]:starts[c + 1]]]
         if center:
-            Xc = Xc.astype(np.float64) - Xc.mean(axis=0, dtype=np.float64)
+            Xc = _centred(Xc)
         s, shift = _scaled_singular_values(check_matrix(Xc))
         if normalize:
             tot = s.sum()
@@ -398,14 +398,31 @@ def covariance_eigenvalues(X, *, center: bool = True) -> np.ndarray:
     return lam
 
 
+def _centred(A: np.ndarray) -> np.ndarray:
+    """``A`` less its column means, in float64; a column equal in every row is exactly 0 (its float64
+    mean may round: ten rows of 0.1 centred to ~1e-17 each, a rank-1 "spectrum" of rounding noise that
+    kept a class of equal rows in :func:`class_conditioned_spectra` instead of leaving it out)."""
+    A = np.asarray(A, dtype=np.float64)
+    C = A - A.mean(axis=0)
+    const = np.all(A == A[:1], axis=0)
+    if const.any():
+        C[:, const] = 0.0
+    return C
+
+
 def _scaled_covariance_eigenvalues(X: np.ndarray, center: bool) -> tuple[np.ndarray, int]:
-    """Covariance eigenvalues of 2^-shift·X and the shift (:func:`pow2_shift`); X checked."""
+    """Covariance eigenvalues of 2^-shift·X and the shift; X checked. The shift is :func:`pow2_shift`'s
+    of X, plus, when centred, that of the centred rows (values of 1 ± 1e-300 centre to ~1e-300: their
+    eigenvalues, ~1e-600, are kept as those of the centred rows scaled up, the shift saying by how much;
+    the shift of the centred rows was taken and never scaled back: eigenvalues 1e156 times too large)."""
     n, d = X.shape
     shift = pow2_shift(X)
     A = np.ldexp(np.asarray(X, dtype=np.float64), -shift) if shift else X
     if center:
-        Ac = A.astype(np.float64) - A.mean(axis=0, dtype=np.float64)
-        s = _scaled_singular_values(Ac)[0][: min(n - 1, d)]  # |values| <= 2: no second shift
+        Ac = _centred(A)
+        s, inner = _scaled_singular_values(Ac)  # (|values| <= 2, but they may be far smaller)
+        s = s[: min(n - 1, d)]
+        shift += inner
     else:
         s = _scaled_singular_values(A)[0]
     return s ** 2 / (n - 1), shift
