@@ -345,10 +345,16 @@ def class_split(labels: np.ndarray, n_classes: int, train_classes: int | None, d
 
 
 def check_images_exist(root: Path, paths, dataset: str) -> None:
-    """Raise one line naming the first listed image that is not a file under ``root``."""
+    """Raise one line naming the first listed image that is not a file under ``root``, or that a list
+    names outside it (an absolute path, or one through ``..``: the official lists name every image
+    relative to the data set's folder; such a path was read, and stored as given, from anywhere)."""
     missing = 0
     first = None
     for p in paths:
+        t = str(p).replace("\\", "/")
+        if t.startswith("/") or t == ".." or t.startswith("../") or "/../" in t or t.endswith("/.."):
+            raise EmbedscopeError(f"{dataset}: the listed image {quoted(str(p))} is not a path inside the data set's "
+                                  f"folder {root} (absolute, or through '..'): the lists name images relative to it")
         if not os.path.isfile(root / p):
             missing += 1
             if first is None:

@@ -69,6 +69,17 @@ SPLIT_FOLDER = "stanford_cars"  # torchvision's root holds it
 OFFICIAL = {"classes": 196, "images": 16185}
 
 
+
+def _class_number(v) -> int:
+    """An annotation's class as an integer: MATLAB stores it as a 1 x 1 number (uint8 in the official
+    files, double when written by another tool); a value that is not integral (1.7, NaN) raises
+    ValueError (was truncated to 1: another class, silently)."""
+    x = np.asarray(v).ravel()[0]
+    f = float(x)
+    if not f.is_integer():
+        raise ValueError(f"class {x!r} is not an integer")
+    return int(f)
+
 def _read_mat(path: Path) -> dict:
     from scipy.io import loadmat
 
@@ -194,7 +205,7 @@ def _load_official(root, train_classes: int | None) -> ImageDataset:
     for k, a in enumerate(annos):
         p = _text(a["relative_im_path"]).strip()
         try:
-            c = int(np.asarray(a["class"]).ravel()[0])
+            c = _class_number(a["class"])
         except (ValueError, TypeError, IndexError):
             raise EmbedscopeError(f"{NAME}: {mat_path}: annotation {k + 1} has no integer class") from None
         if not p:
@@ -269,7 +280,7 @@ def _load_split_download(root: Path, train_classes: int | None, prefix: str) -> 
         for k, a in enumerate(annos):
             fname = _text(a["fname"]).strip()
             try:
-                c = int(np.asarray(a["class"]).ravel()[0])
+                c = _class_number(a["class"])
                 box = [float(np.asarray(a[f]).ravel()[0]) for f in BOX_FIELDS]
             except (ValueError, TypeError, IndexError):
                 raise EmbedscopeError(f"{NAME}: {mat_path}: annotation {k + 1} has no integer class or "

@@ -81,7 +81,7 @@ def check_listed_images(root: Path, paths, dataset: str) -> None:
     except EmbedscopeError as e:
         first = next((p for p in paths if not os.path.isfile(root / p)), None)
         top = str(first).split("/", 1)[0] if first is not None else ""
-        if top and os.path.isfile(root / top / first):
+        if top not in ("", ".", "..") and os.path.isfile(root / top / first):
             raise EmbedscopeError(f"{e} ({root / top / first} exists: the folder {top}/ holds another {top}/; "
                                   "move its contents up one level)") from None
         raise

@@ -46,6 +46,7 @@ import numpy as np
 from embedscope.data.base import ImageDataset, check_root_given, class_split
 from embedscope.device import torch_threads
 from embedscope.errors import EmbedscopeError
+from embedscope.text import quoted
 
 NAME = "shapes"
 RENDER_VERSION = 1  # bump when the images change: it is part of the cache key
@@ -751,18 +752,29 @@ def _read_folder(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     if not rows or any(c not in rows[0] for c in need):
         missing = [c for c in need if not rows or c not in rows[0]]
         raise EmbedscopeError(f"{NAME}: {f} lacks the column(s) {', '.join(missing) or '(no rows)'}")
+    # (line numbers: the header is line 1; DictReader fills the cells a short row lacks with None and puts
+    # a long row's extra cells under the key None)
+    for i, r in enumerate(rows):
+        if None in r or any(v is None for v in r.values()):
+            cells = sum(v is not None for k, v in r.items() if k is not None) + len(r.get(None) or [])
+            raise EmbedscopeError(f"{NAME}: {f}:{i + 2}: malformed line ({cells} cells where the header has "
+                                  f"{len([k for k in r if k is not None])})")
     index = {s: i for i, s in enumerate(SHAPE_NAMES)}
     props: dict[str, np.ndarray] = {}
-    bad = [r["shape"] for r in rows if r["shape"] not in index]
+    bad = [(i, r["shape"]) for i, r in enumerate(rows) if r["shape"] not in index]
     if bad:
-        raise EmbedscopeError(f"{NAME}: {f}: unknown shape '{bad[0]}'")
+        raise EmbedscopeError(f"{NAME}: {f}:{bad[0][0] + 2}: unknown shape {quoted(bad[0][1])}")
     props["shape"] = np.array([index[r["shape"]] for r in rows], dtype=np.int64)
     for k, vals in PROPERTY_VALUES.items():
         typ = int if isinstance(vals[0], int) else float
-        try:
-            props[k] = np.array([typ(r[k]) for r in rows])
-        except ValueError:
-            raise EmbedscopeError(f"{NAME}: {f}: column '{k}' holds a non-numeric value") from None
+        out = []
+        for i, r in enumerate(rows):
+            try:
+                out.append(typ(r[k]))
+            except ValueError:
+                raise EmbedscopeError(f"{NAME}: {f}:{i + 2}: column '{k}' holds a non-numeric value "
+                                      f"{quoted(r[k])}") from None
+        props[k] = np.array(out)
     return [r["path"] for r in rows], props
 
 
