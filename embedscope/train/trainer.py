@@ -953,14 +953,25 @@ def _load_data(cfg: dict[str, Any]):
 _PER_CLASS = {"spc-2": 2, "spc-4": 4, "spc-8": 8, "gc": 2, "ddm": 2, "frd": 2}
 
 
-def sampler_notes(sampler: str, ytrain: np.ndarray, class_names=None) -> list[str]:
+def sampler_notes(sampler: str, ytrain: np.ndarray, class_names=None, *, batch_size: int | None = None,
+                  loss: str | None = None) -> list[str]:
     """What the training classes' sizes mean for the batches (docs/training.md, "Batch samplers"): SPC-n
     classes smaller than n repeat their images within a batch (a class of one image gives its only
-    positive as a copy of itself), and ``random`` batches hold no same-class pair when every class has
-    one image (the loss is 0, nothing is learnt)."""
+    positive as a copy of itself), ``random`` batches hold no same-class pair when every class has
+    one image (the loss is 0, nothing is learnt), and batches of a single class (``spc-n`` with
+    ``batch_size`` n, ``spc-r`` with 2) give a tuple ``loss`` no negative (the loss is 0 again)."""
 
     _, sizes = np.unique(ytrain, return_counts=True)
     out = []
+    one = {"spc-r": 2, **{k: v for k, v in _PER_CLASS.items() if k.startswith("spc-")}}.get(sampler)
+    if batch_size is not None and one is not None and batch_size <= one and loss is not None:
+        from embedscope.train.losses import LOSSES
+
+        spec = LOSSES.get(loss)
+        if spec is not None and spec.family == "ranking":
+            out.append(f"--sampler {sampler} with --batch-size {batch_size}: every batch holds images of one class, "
+                       f"so the {loss} loss has no negative pair (it is 0 and nothing is learnt): use a --batch-size "
+                       f"of at least {2 * one}")
     n = _PER_CLASS.get(sampler)
     if n is not None:
         small = np.flatnonzero(sizes < n)
@@ -1378,7 +1389,8 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
     miner = build_miner(cfg["miner"], p_switch=cfg["p_switch"], seed=cfg["seed"] + 1)
     sampler = build_sampler(cfg["sampler"], ytrain, cfg["batch_size"], seed=cfg["seed"] + 2, bigb=cfg["bigb"])
     train_names = [ds.class_names[int(c)] for c in classes] if getattr(ds, "class_names", None) is not None else None
-    notes += [n for n in sampler_notes(cfg["sampler"], ytrain, train_names) + input_size_notes(ds, cfg)
+    notes += [n for n in sampler_notes(cfg["sampler"], ytrain, train_names, batch_size=int(cfg["batch_size"]),
+                                       loss=cfg.get("loss")) + input_size_notes(ds, cfg)
               if n not in notes]
     transform = train_transform(ds, int(cfg["image_size"]), image_transform)
     from embedscope.embed import quiet_worker
