@@ -26,7 +26,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
     import matplotlib.pyplot as plt
 
     from embedscope.metrics.properties import SIGNIFICANCE_Z
-    from embedscope.viz.style import LEGEND_CHARS, PAPER_RC, TICK_CHARS, clean_figure, series_colors, short_text
+    from embedscope.viz.style import LEGEND_CHARS, PAPER_RC, TICK_CHARS, clean_figure, series_colors, short_text, short_texts
 
     props: list[Any] = list(dict.fromkeys(r["property"] for r in rows))
     left_out = 0
@@ -35,6 +35,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
         left_out = len(props) - 2 * half
         props = props[:half] + [None] + props[-half:]  # None: the gap
     models = list(dict.fromkeys(r["model"] for r in rows))
+    model_texts = short_texts(models, LEGEND_CHARS)  # (names cut alike kept apart)
     val = {(r["model"], r["property"]): r for r in rows}
     with plt.rc_context(PAPER_RC):
         fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(props) * max(1, len(models)) ** 0.5 + 1.5), 3.2))
@@ -56,7 +57,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
             for xv in xs[no_row]:  # no row: the file lacks the property (or a property stands for its class)
                 ax.text(xv, 0, "absent", rotation=90, ha="center", va="bottom", fontsize=6, color="0.35")
                 absent = True
-            labels.append(short_text(m, LEGEND_CHARS))
+            labels.append(model_texts[j])
             ceiling = ax.scatter(xs, cs, marker="_", s=120, color="0.3", zorder=3)
         if ceiling is not None:
             handles.append(ceiling)

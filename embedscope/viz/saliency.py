@@ -46,11 +46,14 @@ def agreement_heatmaps(res: dict[str, Any]):
     cell = 0.62 if M <= 8 else 0.45
     side = max(2.6, cell * M + 1.2)
     unit = res["pairs"][next(iter(res["pairs"]))]["jsd_base"] if res["pairs"] else "bits"
+    # the tick labels (model names, up to 18 characters) take room from the panels: each colour bar's
+    # label is on two lines, so that it stays within the bar of a small panel (it ran into the title)
+    ticks = max((len(short_text(n, 18)) for n in names), default=0)
     with plt.rc_context(PAPER_RC):
-        fig, axes = plt.subplots(1, 2, figsize=(2 * side + 2.2, side + 1.0))
+        fig, axes = plt.subplots(1, 2, figsize=(2 * side + 2.2 + 0.09 * ticks, side + 1.0 + 0.045 * ticks))
         panels = [("r_mean", "r_spread", f"Pearson r (Fisher-z mean ± spread, {res['n_images']} images)",
-                   "viridis", "higher = more agreement"),
-                  ("jsd_mean", "jsd_std", f"JSD ({unit}, mean ± std)", "viridis_r", "lower = more agreement")]
+                   "viridis", "higher =\nmore agreement"),
+                  ("jsd_mean", "jsd_std", f"JSD ({unit}, mean ± std)", "viridis_r", "lower =\nmore agreement")]
         fs = 8 if M <= 6 else (6.5 if M <= 10 else 5)
         for ax, (key, spread_key, title, cmap, direction) in zip(axes, panels):
             A = np.array(res[key], dtype=float)

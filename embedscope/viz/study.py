@@ -16,6 +16,7 @@ from embedscope.viz.style import (
     distinct_colors,
     legend_columns,
     short_text,
+    short_texts,
     wrap_text,
 )
 
@@ -246,7 +247,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
             axes[i][0].set_yticks([])
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
-    labels = [short_text(o["objective"], LEGEND_CHARS) for o in objs]
+    labels = short_texts([o["objective"] for o in objs], LEGEND_CHARS)  # (kept apart when cut alike)
     handles = [_legend_handle(c, t) for c, t in zip(rgba, labels)]
     ncol = legend_columns(labels, fig.get_figwidth(), max_cols=6)  # 8-pt legend text
     if handles:

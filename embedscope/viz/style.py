@@ -26,6 +26,7 @@ Nothing here computes a measure.
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -209,9 +210,9 @@ class ClassPalette(Mapping):
         from matplotlib.lines import Line2D
 
         wanted = {str(n) for n in names}
-        return [Line2D([], [], marker="o", linestyle="", markersize=markersize, color=self[n],
-                       label=short_text(n, LEGEND_CHARS))
-                for n in self.names if n in wanted]
+        shown = [n for n in self.names if n in wanted]
+        return [Line2D([], [], marker="o", linestyle="", markersize=markersize, color=self[n], label=t)
+                for n, t in zip(shown, short_texts(shown, LEGEND_CHARS))]
 
 
 def class_colors(class_names: Iterable[Any]) -> dict:
@@ -281,6 +282,44 @@ def short_text(s: object, n: int = LEGEND_CHARS) -> str:
         tail.append(u)
         used += len(u)
     return "".join(head) + "…" + "".join(reversed(tail))
+
+
+def short_texts(names: Sequence[Any], n: int = LEGEND_CHARS) -> list[str]:
+    """:func:`short_text` of each of ``names``, kept apart where cutting would make two alike: names that
+    differ only inside what the cut removes (``Species_number_7_with_a_long_latin_name`` and ``..._8_...``
+    both became ``Species_number…ng_latin_name``, forty legend entries alike) show the part where they
+    differ, between ellipses (``Spec…r_7_wi…_name``); names that would still be alike get ``#k``."""
+    out = [short_text(v, n) for v in names]
+    groups: dict[str, list[int]] = {}
+    for i, t in enumerate(out):
+        groups.setdefault(t, []).append(i)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        full = [short_text(names[i], 1 << 30) for i in idx]  # escaped, whole
+        if len(set(full)) < len(full):
+            continue  # the same name twice: nothing tells them apart
+        p = len(os.path.commonprefix(full))
+        q = len(os.path.commonprefix([f[::-1] for f in full]))
+        q = min(q, min(len(f) for f in full) - p)  # (the suffix may not eat into the prefix)
+        for i, f in zip(idx, full):
+            start = max(0, p - 4)  # a little of the common part on each side of the difference
+            end = min(len(f), len(f) - q + 4)
+            room = n - 2 - 4 - 5  # the ellipses, the name's start (4) and end (5)
+            core = f[start:end]
+            if len(core) > room:
+                core = core[:room]
+            out[i] = (f[:4] + "…" if start > 4 else f[:start]) + core + ("…" + f[-5:] if end < len(f) - 5
+                                                                         else f[end:])
+    seen: dict[str, int] = {}
+    for t in out:  # (still alike: numbered)
+        seen[t] = seen.get(t, 0) + 1
+    count: dict[str, int] = {}
+    for i, t in enumerate(out):
+        if seen[t] > 1:
+            count[t] = count.get(t, 0) + 1
+            out[i] = short_text(t, n - 4) + f" #{count[t]}"
+    return out
 
 
 def legend_columns(labels: Sequence[str], width: float, *, max_cols: int = 10) -> int:
