@@ -75,7 +75,8 @@ def add_parser(sub, parents):
     p.add_argument("--arch", help="architecture of a bare state dict: "
                    f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
     p.add_argument("--train-classes", type=positive_int,
-                   help="the first N classes (sorted) form the training split (default: the data set's own split)")
+                   help="the first N classes (sorted) form the training split (default: the checkpoint's, when it was "
+                   "trained with train --train-classes on this data set, else the data set's own split)")
     p.add_argument("--batch-size", type=positive_int,
                    help="noisy copies per forward/backward pass (default: by input size and device)")
     p.add_argument("--seed", type=seed_int, default=0, help="image choice and noise (default: 0)")
