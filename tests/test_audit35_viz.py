@@ -3,7 +3,6 @@ removes a middle part were alike (forty "Species_number…ng_latin_name"); the a
 colour-bar label ran into the panel title when long model names made the panels small."""
 
 import numpy as np
-import pytest
 
 from embedscope.viz.style import LEGEND_CHARS, ClassPalette, short_text, short_texts
 
