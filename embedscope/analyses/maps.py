@@ -77,7 +77,7 @@ def _check_enough(n: int, before: int, max_points: int | None, what: str = "t-SN
 def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
     """The settings openTSNE / joblib would reject (or silently misuse), as one-line errors."""
     perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)  # (the number: "30" was kept)
-    seed = check_int(seed, "seed", min=0)
+    seed = check_int(seed, "seed", min=0, max=2 ** 32 - 1)  # (scikit-learn's PCA refused 2**32 deep inside)
     n_iter = check_int(n_iter, "n_iter", min=1)
     max_points = check_int(max_points, "max_points", min=1, allow_none=True)
     n_jobs = check_int(n_jobs, "n_jobs", min=None, allow_none=True)  # None: auto_jobs (after sampling)

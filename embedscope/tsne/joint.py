@@ -264,6 +264,17 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
     """openTSNE.TSNE(...).fit(X), progress through openTSNE's callbacks; returns (Y, settings)."""
     from openTSNE import TSNE
 
+    from embedscope.validation import check_int, check_number
+
+    # what openTSNE, joblib or scikit-learn would refuse deep inside (or take: a negative exaggeration length)
+    seed = check_int(seed, "seed", min=0, max=2 ** 32 - 1)
+    n_iter = check_int(n_iter, "n_iter", min=0)
+    early_exaggeration_iter = check_int(early_exaggeration_iter, "early_exaggeration_iter", min=0)
+    n_jobs = check_int(n_jobs, "n_jobs", min=None)
+    if n_jobs != -1 and not 1 <= n_jobs <= 1024:
+        raise EmbedscopeError(f"n_jobs must be -1 (every core) or an integer in 1..1024, got {n_jobs}")
+    perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+
     perp = effective_perplexity(perplexity, X.shape[0])
     total = int(early_exaggeration_iter + n_iter)
     report, close = progress_reporter(progress, total, desc)

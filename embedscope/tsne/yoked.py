@@ -522,12 +522,25 @@ def yoked_tsne_maps(
         if labels is None:
             raise EmbedscopeError("yoke='centroids' needs the labels of the points")
         _class_index(labels, n)  # checked here, before any work
+    from embedscope.validation import check_int, check_number
+
+    seed = check_int(seed, "seed", min=0, max=2 ** 32 - 1)  # (scikit-learn's PCA refused others deep inside)
+    n_iter = check_int(n_iter, "n_iter", min=0)
+    early_exaggeration_iter = check_int(early_exaggeration_iter, "early_exaggeration_iter", min=0)
+    n_jobs = check_int(n_jobs, "n_jobs", min=None)
+    if n_jobs != -1 and not 1 <= n_jobs <= 1024:
+        raise EmbedscopeError(f"n_jobs must be -1 (every core) or an integer in 1..1024, got {n_jobs}")
+    early_exaggeration = check_number(early_exaggeration, "early_exaggeration", min=0, min_inclusive=False)
+    momentum = check_number(momentum, "momentum", min=0, max=1)
+    theta = check_number(theta, "theta", min=0)
+    max_step_norm = check_number(max_step_norm, "max_step_norm", min=0, min_inclusive=False, allow_none=True)
+    if learning_rate != "auto":
+        learning_rate = check_number(learning_rate, "learning_rate", min=0, min_inclusive=False)
+    perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)
     perp = effective_perplexity(perplexity, n)
     if alpha is None:
         alpha = default_alpha(n)
-    alpha = float(alpha)
-    if not (alpha >= 0 and math.isfinite(alpha)):
-        raise EmbedscopeError(f"alpha must be a finite number >= 0, got {alpha}")
+    alpha = check_number(alpha, "alpha", min=0)  # ("x" was a raw ValueError)
     if alpha > MAX_ALPHA:
         raise EmbedscopeError(f"alpha must be at most {MAX_ALPHA:g}, got {alpha:g} ({MAX_ALPHA:g} already holds "
                               "the maps together as tightly as any larger value; beyond, the yoke's step overflows)")
