@@ -118,6 +118,8 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise EmbedscopeError(f"an output must be named by a file path (str or pathlib.Path), got "
                               f"{type(path).__name__} {path!r}"[:200])
+    if isinstance(force, str) or force not in (True, False):  # ("no" is truthy: it replaced the file)
+        raise EmbedscopeError(f"force must be True or False, got {force!r}"[:200])
     if is_folder_name(path):
         raise EmbedscopeError(f"{user}: is a folder name, expected a file name")
     path = Path(path)

@@ -533,7 +533,11 @@ def _with_notes(text: str, notes: Sequence[str]) -> str:
 
 
 def _check_table(result, table: bool) -> None:
-    """``table=True`` of a result without a per-row table would write an empty file: one line instead."""
+    """``table=True`` of a result without a per-row table would write an empty file: one line instead;
+    ``table`` not a bool (``"no"``, truthy) a one-line error."""
+    from embedscope.validation import check_bool
+
+    table = check_bool(table, "table")
     results = result.results if isinstance(result, ResultSet) else [result]
     if table and all(r.table is None for r in results):
         raise EmbedscopeError(f"the {result.analysis} result has no per-row table to write (its values are "

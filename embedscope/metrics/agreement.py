@@ -153,7 +153,17 @@ def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
     (the clipped z gave 0.9999999 and, the mean of n equal z rounding, a spread of ~1e-15). NaN mean
     and spread when no r is defined.
     """
-    r = np.asarray(r, dtype=np.float64).ravel()
+    from embedscope.validation import check_number
+
+    clip = check_number(clip, "clip", min=0, max=1, min_inclusive=False)
+    if r is None or isinstance(r, (str, bytes)):
+        raise EmbedscopeError(f"r must hold correlations (numbers), got {type(r).__name__}")
+    try:
+        r = np.asarray(r, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise EmbedscopeError(f"r must hold correlations (numbers), got {type(r).__name__}") from None
+    if r.dtype == object or np.any(np.isinf(r)) or np.any(np.abs(r[~np.isnan(r)]) > 1):
+        raise EmbedscopeError("r must hold correlations in [-1, 1] (NaN for an undefined one)")
     ok = ~np.isnan(r)
     rv = r[ok]
     n_clipped = int(np.count_nonzero(np.abs(rv) > clip))
@@ -235,6 +245,13 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
     mean JSD, as Kobs' block means (docs/methods.md §8), over the pairs where it is defined
     (``n_pairs_undefined_r`` / ``n_pairs_undefined_jsd`` count the others).
     """
+    if (isinstance(maps, (str, bytes, np.ndarray)) and np.ndim(maps) != 4) or not hasattr(maps, "__len__"):
+        raise EmbedscopeError(f"maps must be a sequence of each model's maps [N, H, W], got {type(maps).__name__}")
+    maps = list(maps)
+    for i, m in enumerate(maps):
+        if np.ndim(m) != 3 or not np.issubdtype(np.asarray(m).dtype, np.number):
+            raise EmbedscopeError(f"maps[{i}] must be an array of maps [N, H, W], got "
+                                  f"{type(m).__name__} of shape {np.shape(m)}")
     M = len(maps)
     names, families = _names_families(M, names, families)
     shape0 = np.asarray(maps[0]).shape
@@ -298,6 +315,9 @@ def _names_families(M: int, names, families) -> tuple[list[str], list[str]]:
     families = list(families) if families is not None else ["other"] * M
     if len(names) != M or len(families) != M:
         raise EmbedscopeError(f"{M} maps but {len(names)} names and {len(families)} families")
+    for what, vals in (("names", names), ("families", families)):
+        if not all(isinstance(v, str) for v in vals):
+            raise EmbedscopeError(f"{what} must be texts, got {', '.join(sorted({type(v).__name__ for v in vals}))}")
     return names, families
 
 

@@ -174,7 +174,9 @@ def kmeans_labels(X, n_clusters: int, *, seed: int = 1234, niter: int = 20, metr
         (:func:`embedscope.metrics.kmeans.lloyd_kmeans`). faiss's engine runs on the CPU.
     """
     from embedscope.metrics.search.knn import check_metric, prepared_rows
-    from embedscope.validation import check_choice, check_int, check_matrix
+    from embedscope.validation import check_bool, check_choice, check_int, check_matrix
+
+    return_info = check_bool(return_info, "return_info")
 
     check_metric(metric)
     check_choice(method, "method", _METHODS)
@@ -223,7 +225,9 @@ def kmeans_nmi_f1(X, y, *, n_clusters: int | None = None, seed: int = 1234, nite
         ``"seed"``, ``"method"``, ``"assign"`` (and ``"labels"``, the cluster of each row, when
         ``return_labels``). ``prepared``, ``device``: see :func:`kmeans_labels`.
     """
-    from embedscope.validation import check_labels, check_matrix
+    from embedscope.validation import check_bool, check_labels, check_matrix
+
+    prepared = check_bool(prepared, "prepared")
 
     X64 = check_matrix(X, "X", dtype=np.float64)
     yy = check_labels(y, X64.shape[0], "class labels", min_classes=2)

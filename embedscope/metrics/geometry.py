@@ -36,7 +36,7 @@ from embedscope.metrics.spectral import (
     block_rows_for,
     pow2_shift,
 )
-from embedscope.validation import check_int, check_labels, check_matrix, check_number
+from embedscope.validation import check_bool, check_int, check_labels, check_matrix, check_number
 
 __all__ = ["class_distances", "alignment_uniformity", "geometry_report"]
 
@@ -642,11 +642,18 @@ def geometry_report(X, y, *, exclude_top: int = 1, n_components: int | None = No
     squared-Euclidean π are defined. Input that no measure can use (fewer than 2 rows, a NaN/inf
     row, every row all zeros) and bad parameters stay one-line errors.
     """
+    keep_spectrum = check_bool(keep_spectrum, "keep_spectrum")
+    if not isinstance(rows, str):
+        raise EmbedscopeError(f"rows must be a text (what the rows are called, e.g. 'train rows'), got "
+                              f"{type(rows).__name__}")
     if metric not in ("cosine", "sqeuclidean"):
         raise EmbedscopeError(f"metric must be one of cosine, sqeuclidean, got '{metric}'")
     _check_au_args(t, max_pairs, seed)
     X = check_matrix(X, min_rows=2, check_finite=False)  # _accumulate checks every row
     n, d = X.shape
+    if paths is not None and (isinstance(paths, (str, bytes)) or np.ndim(paths) != 1 or len(paths) != n):
+        raise EmbedscopeError(f"paths must hold one path per row ({n}), got "
+                              f"{type(paths).__name__} of shape {np.shape(paths)}")
     classes, inv, counts = _encode(y, n)
     use_gram = n >= d
     shift = pow2_shift(X)  # every value below is of 2^-shift·X; only the returned spectra are scaled back

@@ -101,6 +101,10 @@ APART_KEYS = 1 << 24
 FAR_ROW_ENTRIES = 1 << 20  # outlier queries x n float64 keys ranked per pass (_Engine._hits_apart; ~50 MB)
 
 
+#: the most permutations ``property_precision`` draws (each is a full NR-Prec pass: 10**7 would take days)
+MAX_PERMUTATIONS = 1_000_000
+
+
 def _missing(x) -> bool:
     """Whether the value ``x`` of an object array is a missing value: None, a NaN of any float type
     (numpy's float32 NaN is no Python float), NaT (numpy's or pandas'), pandas' NA."""
@@ -897,7 +901,9 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
     >>> r["side"]["R-Prec"], r["side"]["NR-Prec"] == r["side"]["ceiling"]
     (1.0, True)
     """
-    from embedscope.validation import check_int, check_matrix
+    from embedscope.validation import check_bool, check_int, check_matrix
+
+    normalize = check_bool(normalize, "normalize")
 
     if metric not in ("euclidean", "cosine"):
         raise EmbedscopeError(f"unknown metric '{metric}' (choose euclidean or cosine)")
@@ -911,7 +917,9 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         if zero.any():
             raise EmbedscopeError("X has an all-zero row: it cannot be L2-normalised")
     max_r = check_int(max_r, "max_r", allow_none=True)
-    permutations = check_int(permutations, "permutations", min=0)
+    if max_r is not None:
+        max_r = min(max_r, X.shape[0])  # (a cap beyond the rows caps nothing; 10**30 overflowed inside)
+    permutations = check_int(permutations, "permutations", min=0, max=MAX_PERMUTATIONS)
     seed = _check_seed(seed, permutations)
     if not properties:
         raise EmbedscopeError("no properties given")

@@ -21,7 +21,7 @@ import numpy as np
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.knn import KeySpace, _bar, check_metric, topk_exact
 from embedscope.metrics.search.ranks import RelevantRanks, Sets, check_sets, compute_relevant_ranks, relevant_counts
-from embedscope.validation import check_int
+from embedscope.validation import check_bool, check_int
 
 __all__ = ["retrieval_metrics", "RETRIEVAL_KEYS", "ALL_KEYS", "r_at_k", "precision_at_1", "r_precision",
            "map_at_r", "map_at_c", "map_at_1000", "map_at_lim"]
@@ -250,6 +250,7 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
     >>> retrieval_metrics(X, y, metric="euclidean", include=["P@1"], lone_queries="zero")["P@1"]
     0.8
     """
+    per_query = check_bool(per_query, "per_query")
     check_metric(metric)
     ks_ = None if ks is None else _check_ks(ks)
     block = check_int(block, "block (queries per block)", allow_none=True)

@@ -26,7 +26,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics import scale
-from embedscope.validation import check_int, check_labels, check_matrix, check_number
+from embedscope.validation import check_bool, check_int, check_labels, check_matrix, check_number
 
 __all__ = [
     "singular_values",
@@ -289,6 +289,7 @@ def class_conditioned_spectra(X, y, *, normalize: bool = True, center: bool = Fa
     UndefinedMeasure
         When no class is left (every class a single sample, or every class spectrum all zero).
     """
+    normalize, center = check_bool(normalize, "normalize"), check_bool(center, "center")
     X = check_matrix(X)
     y = check_labels(y, X.shape[0])
     K = min(check_int(k, "k"), X.shape[1])
@@ -367,6 +368,8 @@ def _alpha_fit(lam: np.ndarray, k_min: int, k_max: int | None, rtol: float) -> f
     hi = lam.size if k_max is None else k_max
     if hi > lam.size:
         raise EmbedscopeError(f"k_max={k_max} exceeds the number of eigenvalues ({lam.size})")
+    if k_min > max(lam.size, 1):
+        raise EmbedscopeError(f"k_min={k_min} exceeds the number of eigenvalues ({lam.size})")
     idx = np.arange(k_min, hi + 1)
     if k_max is None and k_min == 1 and lam.size < 2:  # one eigenvalue (N = 2 rows or D = 1): no line to fit
         return float("nan")
@@ -457,5 +460,6 @@ def alpha_req(X, *, k_min: int = 1, k_max: int | None = None, center: bool = Tru
     -------
     float
     """
+    center = check_bool(center, "center")
     X = check_matrix(X, min_rows=2)
     return _alpha_fit(_scaled_covariance_eigenvalues(X, center)[0], k_min, k_max, rtol)

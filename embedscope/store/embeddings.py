@@ -29,7 +29,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import as_numpy
+from embedscope.validation import as_numpy, check_bool
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
@@ -105,6 +105,13 @@ class EmbeddingSet:
             if isinstance(given, (str, bytes)):
                 raise EmbedscopeError(f"{what} must be a list of names (one per {'class' if what == 'class_names' else 'row'}), "
                                       f"not one string ({quoted(given)})")
+            if given is not None and np.ndim(as_numpy(given)) != 1:  # (6: "'int' object is not iterable";
+                raise EmbedscopeError(f"{what} must be a list of names (one per "  # [["a"]] * 6 stored "['a']")
+                                      f"{'class' if what == 'class_names' else 'row'}), got "
+                                      f"{type(given).__name__} of shape {np.shape(as_numpy(given))}")
+        for what, given in (("properties", properties), ("attrs", attrs)):
+            if given is not None and not isinstance(given, Mapping):
+                raise EmbedscopeError(f"{what} must be a mapping (name -> value), got {type(given).__name__}")
         _check_present(y_arr, "labels")
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
@@ -220,8 +227,11 @@ class EmbeddingSet:
             raise EmbedscopeError(f"{source}: unknown split value(s) {shown} (allowed: {', '.join(SPLITS)})")
         for k, v in self.properties.items():
             _check_property_name(k, source)
-            if v.shape[:1] != (n,):
+            if v.shape[:1] != (n,):  # (one value per row; a value may be several numbers: N x k)
                 raise EmbedscopeError(f"{source}: property '{k}' has shape {v.shape}, expected ({n},)")
+            if v.dtype.kind not in "biufOUS":  # (dates: h5py's "No conversion path for dtype <M8")
+                raise EmbedscopeError(f"{source}: property '{k}' holds {v.dtype} values: give numbers or text "
+                                      "(e.g. dates as ISO text)")
 
     # ------------------------------------------------------------------ selection
     def select(self, mask_or_index: np.ndarray) -> "EmbeddingSet":
@@ -273,11 +283,11 @@ class EmbeddingSet:
         as the t-SNE figures sub-sample; otherwise a uniform
         draw. Seeded with ``numpy.random.default_rng(seed)``: the same call gives the same rows.
         """
-        if n is None or n >= self.n:
-            return self
         from embedscope.validation import check_int
 
-        n = check_int(n, "the number of rows to keep")
+        n = check_int(n, "the number of rows to keep", allow_none=True)  # (before comparing: "3" >= 60)
+        if n is None or n >= self.n:
+            return self
         if stratify:
             from embedscope.tsne import stratified_subsample
 
@@ -657,6 +667,8 @@ def save(
             raise EmbedscopeError("store.save takes the path first: save(path, es)")
         raise EmbedscopeError(f"store.save needs an EmbeddingSet (EmbeddingSet.from_arrays(X, y) builds one "
                               f"from arrays), got {type(es).__name__}")
+    if attrs is not None and not isinstance(attrs, Mapping):
+        raise EmbedscopeError(f"attrs must be a mapping (name -> value), got {type(attrs).__name__}")
     es.validate()
     X32 = _as_stored(es.embeddings, path)
     for what, values in (("paths", es.paths), ("split", es.split), ("class_names", es.class_names),
@@ -901,6 +913,7 @@ def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
     other check stands."""
     if not isinstance(path, (str, os.PathLike)):
         raise EmbedscopeError(f"store.load needs the path of an embedding file (.h5), got {type(path).__name__}")
+    finite = check_bool(finite, "finite")
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")

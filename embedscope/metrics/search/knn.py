@@ -69,7 +69,7 @@ import numpy as np
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.scale import unit_rows
 from embedscope.metrics.search.threads import blas_single_thread
-from embedscope.validation import check_int, check_matrix
+from embedscope.validation import check_bool, check_int, check_matrix
 
 __all__ = ["knn_search"]
 
@@ -1591,6 +1591,7 @@ def knn_search(Q, R=None, k: int = 1, *, metric: str = "cosine", exclude_self: b
     about those of a quarter of the queries, 14 bytes each); on CUDA one
     ``block x Nr`` float32 block plus ``Nq x (k + 16)`` candidates. Never ``Nq x Nr``.
     """
+    exclude_self = check_bool(exclude_self, "exclude_self")
     check_metric(metric)
     block = check_int(block, "block (queries per block)", allow_none=True)
     same = R is None or R is Q

@@ -61,6 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
+from embedscope.validation import check_int
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -363,6 +364,7 @@ def relevant_ranks(X, y, *, X_ref=None, y_ref=None, metric: str = "cosine", dept
     check_metric(metric)
     if output not in ("ranks", "hits"):
         raise EmbedscopeError(f"output must be 'ranks' or 'hits', got {output!r}")
+    block = check_int(block, "block (queries per block)", allow_none=True)  # (0 was "range() arg 3 ...")
     sets = check_sets(X, y, X_ref, y_ref)
     if sets.n_avail < 1:
         raise EmbedscopeError("need at least 2 rows to retrieve anything")
