@@ -138,3 +138,49 @@ def test_tsne_settings_are_one_line(call, match):
 
     with pytest.raises(EmbedscopeError, match=match):
         call(T)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda T: T.stratified_subsample(None, 10), "labels"),
+    (lambda T: T.stratified_subsample([None] * 60, 10), "labels"),
+    (lambda T: T.stratified_subsample(Y, None), "points to keep"),
+    (lambda T: T.stratified_subsample(Y, float("nan")), "points to keep"),
+    (lambda T: T.stratified_subsample(Y, 10, "3"), "seed"),
+    (lambda T: T.stratum_quotas(None, 3), "counts"),
+    (lambda T: T.stratum_quotas([-1, 5], 3), "counts"),
+    (lambda T: T.stratum_quotas([5, 5], -1), "rows to keep"),
+    (lambda T: T.effective_perplexity(None, 100), "perplexity"),
+    (lambda T: T.effective_perplexity(30, float("nan")), "points"),
+    (lambda T: T.default_alpha(0), "points"),
+    (lambda T: T.yoke_penalty(None, 1.0), "two or more maps"),
+    (lambda T: T.yoke_penalty([np.zeros((4, 2))], 1.0), "two or more maps"),
+    (lambda T: T.yoke_penalty([np.zeros((4, 2)), np.zeros((3, 2))], 1.0), "one shape"),
+    (lambda T: T.yoke_penalty([np.zeros((4, 2))] * 2, -1), "alpha"),
+])
+def test_tsne_helpers_are_one_line(call, match):
+    from embedscope import tsne as T
+
+    with pytest.raises(EmbedscopeError, match=match):
+        call(T)
+
+
+def test_tsne_helpers_keep_their_values():
+    from embedscope import tsne as T
+
+    assert T.stratum_quotas([50, 30, 20], 10).tolist() == [5, 3, 2]
+    assert T.effective_perplexity(30, 20) == pytest.approx(19 / 3) and T.default_alpha(100) == 0.0001
+    Ys = [np.zeros((4, 2)), np.ones((4, 2))]
+    assert T.yoke_penalty(Ys, 0.5)[0] == 0.5 * 8
+
+
+def test_compare_groups_values_and_groups():
+    from embedscope.metrics import compare_groups
+
+    V = {f"m{i}": {"p": float(i)} for i in range(6)}
+    G = {f"m{i}": "ab"[i % 2] for i in range(6)}
+    assert compare_groups(V, G)["p"]["p_value"] == pytest.approx(0.7)
+    for bad in ("x", [1, 2], 1j, float("inf")):
+        with pytest.raises(EmbedscopeError, match="must be a number"):
+            compare_groups({**V, "m0": {"p": bad}}, G)
+    with pytest.raises(EmbedscopeError, match="group names must be texts"):
+        compare_groups(V, {**G, "m0": None})

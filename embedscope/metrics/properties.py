@@ -66,6 +66,7 @@ from embedscope.device import ieee_float32
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.scale import unit_rows
 from embedscope.metrics.search.knn import KeySpace, cross_keys64, padded_row_order, pair_keys64, prepare, union_places
+from embedscope.text import quoted
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
@@ -1200,6 +1201,9 @@ def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: M
     if bad is not None:
         raise EmbedscopeError(f"compare_groups: values_by_model['{bad}'] must map property names to values, "
                               f"got {type(values_by_model[bad]).__name__}")
+    bad = [g for g in groups.values() if not isinstance(g, str)]
+    if bad:
+        raise EmbedscopeError(f"compare_groups: group names must be texts, got {quoted(bad[0])}")
     names = sorted(set(groups.values()))
     if len(names) != 2:
         raise EmbedscopeError(f"compare_groups needs exactly two groups, got {len(names)} ({', '.join(names)})")
@@ -1207,6 +1211,12 @@ def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: M
     if missing:
         raise EmbedscopeError(f"no values for model(s) {', '.join(missing[:3])}")
     props = sorted(set.intersection(*(set(values_by_model[m]) for m in groups)))
+    for prop in props:
+        for m in groups:
+            v = values_by_model[m][prop]
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or np.isinf(v):
+                raise EmbedscopeError(f"compare_groups: values_by_model[{quoted(m)}][{quoted(prop)}] must be a number "
+                                      f"(NaN: undefined), got {quoted(v)}")
     out = {}
     for prop in props:
         a = np.array([values_by_model[m][prop] for m in groups if groups[m] == names[0]], dtype=float)

@@ -198,8 +198,10 @@ def tsne_affinities(X: np.ndarray, perplexity: float, *, seed: int, n_jobs: int 
 def effective_perplexity(perplexity: float, n: int) -> float:
     """The perplexity actually used: ``min(perplexity, (n - 1) / 3)`` (openTSNE needs 3·perplexity
     neighbours per point)."""
-    if not perplexity > 0:
-        raise EmbedscopeError(f"perplexity must be positive, got {perplexity}")
+    from embedscope.validation import check_int, check_number
+
+    perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    n = check_int(n, "n (points)", min=0)
     if n < 5:
         raise EmbedscopeError(f"t-SNE needs at least 5 points, got {n}")
     return float(min(perplexity, (n - 1) / 3.0))

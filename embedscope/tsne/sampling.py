@@ -23,8 +23,16 @@ def stratum_quotas(counts: Any, n: int) -> np.ndarray:
     >>> stratum_quotas([50, 30, 20], 10).tolist()
     [5, 3, 2]
     """
-    counts = np.asarray(counts, dtype=np.int64).ravel()
-    n = int(min(max(n, 0), int(counts.sum())))
+    from embedscope.validation import check_int
+
+    try:
+        counts = np.asarray(counts, dtype=np.int64)
+    except (TypeError, ValueError):
+        raise EmbedscopeError(f"counts must be the strata's sizes (integers), got {type(counts).__name__}") from None
+    if counts.ndim != 1 or np.any(counts < 0):
+        raise EmbedscopeError("counts must be a 1-D list of the strata's sizes (integers >= 0)")
+    n = check_int(n, "n (rows to keep)", min=0)
+    n = int(min(n, int(counts.sum())))
     stratum = np.repeat(np.arange(len(counts)), counts)  # one entry per row: its stratum ...
     k = np.arange(len(stratum)) - np.repeat(np.cumsum(counts) - counts, counts)  # ... and its rank in it
     size = counts[stratum].astype(np.float64)
@@ -46,14 +54,21 @@ def stratified_subsample(labels: Any, n: int, seed: int = 0) -> np.ndarray:
     >>> stratified_subsample([0, 0, 0, 0, 1, 1], 3, seed=0).size
     3
     """
+    from embedscope.validation import check_int
+
     labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise EmbedscopeError(f"labels must be 1-D (one per row), got {type(labels).__name__} of shape {labels.shape}")
     N = labels.shape[0]
+    n = check_int(n, "the number of points to keep")
+    seed = check_int(seed, "seed", min=0)
     if n >= N:
         return np.arange(N)
-    if n <= 0:
-        raise EmbedscopeError(f"the number of points to keep must be positive, got {n}")
     rng = np.random.default_rng(seed)
-    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    try:
+        _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    except TypeError:
+        raise EmbedscopeError("labels must hold class labels of one type (integers or strings)") from None
     inverse = inverse.ravel()
     take = stratum_quotas(counts, n)
     by_stratum = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])  # each class's rows

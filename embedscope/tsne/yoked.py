@@ -277,7 +277,17 @@ def yoke_penalty(Ys: Sequence[np.ndarray], alpha: float, *, yoke: str = "points"
     larger), and moves each point by its class's gradient 2α (L μ)_c^k, L the chain's Laplacian.
     ``labels`` (N,): the classes, needed for ``yoke="centroids"``.
     """
-    Y = np.stack([np.asarray(y, dtype=np.float64) for y in Ys])
+    from embedscope.validation import check_number
+
+    alpha = check_number(alpha, "alpha", min=0)
+    if isinstance(Ys, (str, bytes)) or not hasattr(Ys, "__len__") or len(Ys) < 2:
+        raise EmbedscopeError("yoke_penalty needs a sequence of two or more maps [N, 2] of the same points")
+    try:
+        Y = np.stack([np.asarray(y, dtype=np.float64) for y in Ys])
+    except (TypeError, ValueError):
+        raise EmbedscopeError("yoke_penalty needs maps of numbers, all of one shape [N, 2]") from None
+    if Y.ndim != 3:
+        raise EmbedscopeError(f"yoke_penalty needs maps [N, 2], got shape {Y.shape[1:]}")
     if yoke == "points":
         d = Y[:-1] - Y[1:]
         return float(alpha) * float(np.sum(d * d)), list(2.0 * float(alpha) * _chain_laplacian(Y))
@@ -373,7 +383,9 @@ def default_alpha(n: int) -> float:
     α multiplies Σ_i ‖y_i^a − y_i^b‖², a sum over N points, while each point's share of the KL
     gradient shrinks like 1/N; α·N is therefore the size-free strength.
     """
-    return 0.01 / max(int(n), 1)
+    from embedscope.validation import check_int
+
+    return 0.01 / check_int(n, "n (points)")
 
 
 def yoked_tsne(
