@@ -184,3 +184,16 @@ def test_compare_groups_values_and_groups():
             compare_groups({**V, "m0": {"p": bad}}, G)
     with pytest.raises(EmbedscopeError, match="group names must be texts"):
         compare_groups(V, {**G, "m0": None})
+
+
+def test_match_by_path_and_summary_check_their_arguments():
+    from embedscope.store import match_by_path
+
+    es = EmbeddingSet.from_arrays(X, Y)
+    with pytest.raises(EmbedscopeError, match="two EmbeddingSets"):
+        match_by_path(es, None)
+    with pytest.raises(EmbedscopeError, match="norms must hold one number per row"):
+        es.summary(norms=np.ones(3))
+    with pytest.raises(EmbedscopeError, match="norms must hold one number per row"):
+        es.summary(norms="x")
+    assert es.summary()["mean_norm"] == es.summary(norms=np.linalg.norm(X.astype(np.float64), axis=1))["mean_norm"]

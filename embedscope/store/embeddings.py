@@ -306,6 +306,10 @@ class EmbeddingSet:
             out[f"{s}_classes"] = int(len(np.unique(self.labels[m])))
         if norms is None:
             norms = _row_norms(self.embeddings) if self.n else np.zeros(0)
+        elif np.shape(norms) != (self.n,) or not np.issubdtype(np.asarray(norms).dtype, np.number):
+            raise EmbedscopeError(f"norms must hold one number per row ({self.n}), got {type(norms).__name__} "
+                                  f"of shape {np.shape(norms)}")
+        norms = np.asarray(norms, dtype=np.float64)
         out["mean_norm"] = float(norms.mean()) if self.n else float("nan")
         out["properties"] = sorted(self.properties)
         return out
@@ -533,6 +537,9 @@ def match_by_path(a: EmbeddingSet, b: EmbeddingSet, name_a: str = "a", name_b: s
     One-line :class:`EmbedscopeError` when a file repeats a path, the image sets differ, or the two
     files give an image different classes.
     """
+    for es, nm in ((a, name_a), (b, name_b)):
+        if not isinstance(es, EmbeddingSet):
+            raise EmbedscopeError(f"match_by_path needs two EmbeddingSets, got {type(es).__name__} for {nm}")
     for es, nm in ((a, name_a), (b, name_b)):
         if len(np.unique(es.paths)) != es.n:
             raise EmbedscopeError(f"{nm}: duplicate paths, cannot match rows by path")
