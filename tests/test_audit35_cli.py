@@ -73,7 +73,7 @@ def test_report_and_saliency_outputs_of_another_format_are_usage_errors(tmp_path
 # ----------------------------------------------------------------------------- bounds
 def test_n_jobs_and_alpha_bounds(tmp_path, capsys):
     from embedscope.analyses import tsne, yoke
-    from embedscope.analyses.maps import MAX_JOBS
+    from embedscope.tsne.joint import MAX_JOBS
     from embedscope.tsne.yoked import MAX_ALPHA
 
     f = tmp_path / "e.h5"

@@ -19,10 +19,6 @@ from embedscope.names import SPLIT_CHOICES
 from embedscope.tsne import DEFAULT_MAX_POINTS
 from embedscope.validation import check_bool, check_choice, check_int, check_number, one_point
 
-#: the most threads a map may ask for (``n_jobs``, ``--n-jobs``): past the cores they only wait; 100,000 started
-#: threads until the system refused one
-MAX_JOBS = 1024
-
 SHOWN_TSNE = ("method", "perplexity", "seed", "initialization", "early_exaggeration", "early_exaggeration_iter",
               "n_iter", "kl_divergence")
 SHOWN_YOKE = ("yoke", "alpha", "alpha_times_n", "perplexity", "seed", "negative_gradient_method", "kl_a", "kl_b",
@@ -77,14 +73,12 @@ def _check_enough(n: int, before: int, max_points: int | None, what: str = "t-SN
 def _check_tsne_settings(perplexity, seed, n_iter, n_jobs, max_points) -> tuple:
     """The settings openTSNE / joblib would reject (or silently misuse), as one-line errors."""
     perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)  # (the number: "30" was kept)
-    seed = check_int(seed, "seed", min=0, max=2 ** 32 - 1)  # (scikit-learn's PCA refused 2**32 deep inside)
+    from embedscope.tsne.joint import MAX_SEED, check_n_jobs
+
+    seed = check_int(seed, "seed", min=0, max=MAX_SEED)  # (scikit-learn's PCA refused 2**32 deep inside)
     n_iter = check_int(n_iter, "n_iter", min=1)
     max_points = check_int(max_points, "max_points", min=1, allow_none=True)
-    n_jobs = check_int(n_jobs, "n_jobs", min=None, allow_none=True)  # None: auto_jobs (after sampling)
-    if n_jobs is not None and n_jobs != -1 and not 1 <= n_jobs <= MAX_JOBS:  # joblib: 0 has no meaning, -2 ...
-        # would leave cores out; 100,000 started threads until the system refused one
-        raise EmbedscopeError(f"n_jobs must be None (auto), -1 (every core) or an integer in 1..{MAX_JOBS}, "
-                              f"got {n_jobs}")
+    n_jobs = check_n_jobs(n_jobs, allow_none=True)  # None: auto_jobs (after sampling)
     return perplexity, seed, n_iter, n_jobs, max_points
 
 

@@ -73,9 +73,9 @@ def positive_int(s: str) -> int:
 
 
 def thread_count(s: str) -> int:
-    """argparse type of ``--n-jobs``: an integer in 1 .. :data:`embedscope.analyses.maps.MAX_JOBS`
+    """argparse type of ``--n-jobs``: an integer in 1 .. :data:`embedscope.tsne.joint.MAX_JOBS`
     (``--n-jobs 100000`` started threads until the system refused one, then failed inside joblib)."""
-    from embedscope.analyses.maps import MAX_JOBS
+    from embedscope.tsne.joint import MAX_JOBS
 
     v = _int_at_least(s, 1, "a positive integer")
     if v > MAX_JOBS:

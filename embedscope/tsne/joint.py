@@ -62,6 +62,26 @@ def tsne_threads(n_jobs: int) -> int:
 AUTO_JOBS_MIN_POINTS = 1000
 
 
+#: the most threads a map may ask for (``n_jobs``, ``--n-jobs``): past the cores they only wait; 100,000 started
+#: threads until the system refused one
+MAX_JOBS = 1024
+#: the largest seed of a map: scikit-learn's PCA (the initialisation) takes 0 .. 2^32 - 1
+MAX_SEED = 2 ** 32 - 1
+
+
+def check_n_jobs(n_jobs, *, allow_none: bool = False) -> int | None:
+    """``n_jobs`` of a map: -1 (every core, joblib's), an integer in 1 .. :data:`MAX_JOBS`, or (``allow_none``)
+    None (:func:`auto_jobs`); anything else a one-line error (0 has no meaning to joblib; -2 ... would
+    leave cores out)."""
+    from embedscope.validation import check_int
+
+    n_jobs = check_int(n_jobs, "n_jobs", min=None, allow_none=allow_none)
+    if n_jobs is not None and n_jobs != -1 and not 1 <= n_jobs <= MAX_JOBS:
+        raise EmbedscopeError(f"n_jobs must be {'None (auto), ' if allow_none else ''}-1 (every core) or an integer "
+                              f"in 1..{MAX_JOBS}, got {n_jobs}")
+    return n_jobs
+
+
 def auto_jobs(n_jobs: int | None, n_points: int) -> int:
     """``n_jobs`` as given, or for ``None`` (the commands' default) the cores this process may use
     (:func:`embedscope.device.available_cpus`) less those already busy (the 1-minute load average,
@@ -269,12 +289,10 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
     from embedscope.validation import check_int, check_number
 
     # what openTSNE, joblib or scikit-learn would refuse deep inside (or take: a negative exaggeration length)
-    seed = check_int(seed, "seed", min=0, max=2 ** 32 - 1)
+    seed = check_int(seed, "seed", min=0, max=MAX_SEED)
     n_iter = check_int(n_iter, "n_iter", min=0)
     early_exaggeration_iter = check_int(early_exaggeration_iter, "early_exaggeration_iter", min=0)
-    n_jobs = check_int(n_jobs, "n_jobs", min=None)
-    if n_jobs != -1 and not 1 <= n_jobs <= 1024:
-        raise EmbedscopeError(f"n_jobs must be -1 (every core) or an integer in 1..1024, got {n_jobs}")
+    n_jobs = check_n_jobs(n_jobs)
     perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)
 
     perp = effective_perplexity(perplexity, X.shape[0])

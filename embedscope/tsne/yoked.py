@@ -27,8 +27,10 @@ import numpy as np
 from embedscope.errors import EmbedscopeError
 from embedscope.tsne._progress import ProgressFn, progress_reporter
 from embedscope.tsne.joint import (
+    MAX_SEED,
     TSNE_DEFAULTS,
     check_map,
+    check_n_jobs,
     effective_perplexity,
     numeric_platform,
     prepare_tsne_input,
@@ -536,12 +538,10 @@ def yoked_tsne_maps(
         _class_index(labels, n)  # checked here, before any work
     from embedscope.validation import check_int, check_number
 
-    seed = check_int(seed, "seed", min=0, max=2 ** 32 - 1)  # (scikit-learn's PCA refused others deep inside)
+    seed = check_int(seed, "seed", min=0, max=MAX_SEED)  # (scikit-learn's PCA refused others deep inside)
     n_iter = check_int(n_iter, "n_iter", min=0)
     early_exaggeration_iter = check_int(early_exaggeration_iter, "early_exaggeration_iter", min=0)
-    n_jobs = check_int(n_jobs, "n_jobs", min=None)
-    if n_jobs != -1 and not 1 <= n_jobs <= 1024:
-        raise EmbedscopeError(f"n_jobs must be -1 (every core) or an integer in 1..1024, got {n_jobs}")
+    n_jobs = check_n_jobs(n_jobs)
     early_exaggeration = check_number(early_exaggeration, "early_exaggeration", min=0, min_inclusive=False)
     momentum = check_number(momentum, "momentum", min=0, max=1)
     theta = check_number(theta, "theta", min=0)
