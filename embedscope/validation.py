@@ -90,6 +90,12 @@ def _check_finite(A: np.ndarray, name: str) -> None:
         raise EmbedscopeError(f"{name}: {rows.size} row(s) contain NaN or inf (first: row {int(rows[0])})")
 
 
+def beyond_int64(a: np.ndarray) -> bool:
+    """Whether the float labels ``a`` hold a value outside the int64 range (1e19, 2e19: cast to int64,
+    every such value becomes -2^63, one class): such labels are encoded instead."""
+    return bool(a.size) and np.issubdtype(a.dtype, np.floating) and float(np.max(np.abs(a))) >= 2.0 ** 63
+
+
 def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool = False,
                  min_classes: int = 1) -> np.ndarray:
     """One label per row -> int64 array.
@@ -116,7 +122,7 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
     elif np.issubdtype(a.dtype, np.floating):
         if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
             raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values)")
-        if a.size and float(np.max(np.abs(a))) >= 2.0 ** 63:  # beyond int64: encoded as strings are,
+        if beyond_int64(a):  # encoded as strings are,
             out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)  # not all cast to one value
             encode = False  # already codes
         else:

@@ -61,7 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
-from embedscope.validation import check_int
+from embedscope.validation import beyond_int64, check_int
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -246,11 +246,6 @@ class Sets:
         return self._prep[metric]
 
 
-def _beyond_int64(a: np.ndarray) -> bool:
-    """Whether the float labels ``a`` hold a value outside the int64 range (1e19: one class once cast)."""
-    return bool(a.size) and np.issubdtype(a.dtype, np.floating) and float(np.max(np.abs(a))) >= 2.0 ** 63
-
-
 def _labels(y, n: int, name: str) -> np.ndarray:
     a = np.asarray(y)
     if a.ndim != 1 or a.shape[0] != n:
@@ -260,7 +255,7 @@ def _labels(y, n: int, name: str) -> np.ndarray:
     if np.issubdtype(a.dtype, np.floating):
         if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
             raise EmbedscopeError(f"{name} must be integer class labels")
-        if not _beyond_int64(a):
+        if not beyond_int64(a):
             return a.astype(np.int64)
     # strings or other hashables (or integral floats beyond int64, which would all cast to -2^63): encode
     try:
@@ -287,7 +282,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         both = np.concatenate([a.astype(str), b.astype(str)])
         enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
-    elif _beyond_int64(a) or _beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
+    elif beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
         enc = np.unique(np.concatenate([a, b]), return_inverse=True)[1].reshape(-1).astype(np.int64)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
     return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
