@@ -288,7 +288,7 @@ def short_texts(names: Sequence[Any], n: int = LEGEND_CHARS) -> list[str]:
     """:func:`short_text` of each of ``names``, kept apart where cutting would make two alike: names that
     differ only inside what the cut removes (``Species_number_7_with_a_long_latin_name`` and ``..._8_...``
     both became ``Species_number…ng_latin_name``, forty legend entries alike) show the part where they
-    differ, between ellipses (``Spec…r_7_wi…_name``); names that would still be alike get ``#k``."""
+    differ, between ellipses (``Spec…ber_7_wit…_name``); names that would still be alike get ``#k``."""
     out = [short_text(v, n) for v in names]
     groups: dict[str, list[int]] = {}
     for i, t in enumerate(out):
