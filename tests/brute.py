@@ -5,6 +5,14 @@ import math
 import numpy as np
 
 
+def unit_rows(A):
+    """Rows scaled to unit L2 norm as docs/methods.md §1 defines them for cosine: x / max|x| first, then
+    / sqrt(Σ y²), so that parallel rows (x and c·x, c > 0) get the same unit row bit for bit."""
+    A = np.asarray(A, dtype=np.float64)
+    A = A / np.max(np.abs(A), axis=1, keepdims=True)
+    return A / np.sqrt(np.einsum("ij,ij->i", A, A))[:, None]
+
+
 def ranked_references(X, y, Xr=None, yr=None, metric="cosine"):
     """Per query: the reference indices in rank order (float64 keys, ties to the lower index; the
     query itself left out when ``Xr`` is None) and the reference labels -> ``(orders, yr)``."""
@@ -13,8 +21,7 @@ def ranked_references(X, y, Xr=None, yr=None, metric="cosine"):
     R = Q if same else np.asarray(Xr, dtype=np.float64)
     yr = np.asarray(y) if same else np.asarray(yr)
     if metric == "cosine":
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-        R = R / np.linalg.norm(R, axis=1, keepdims=True)
+        Q, R = unit_rows(Q), unit_rows(R)
         key = -(Q @ R.T)
     else:
         key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
@@ -60,7 +67,7 @@ def nr_prec(X, vals, metric="euclidean", max_r=None):
 
     X = np.asarray(X, dtype=np.float64)
     if metric == "cosine":
-        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
+        X = unit_rows(X)
         d = -(X @ X.T)
     else:
         d = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))  # (rows at equal distances tie)
@@ -96,7 +103,7 @@ def property_hits(X, vals, metric="euclidean", max_r=None):
     query's value among its R nearest. The float64 normalisation of cosine rows keeps exact ties."""
     X = np.asarray(X, dtype=np.float64)
     if metric == "cosine":
-        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
+        X = unit_rows(X)
     n = len(X)
     _, codes, counts = np.unique(np.asarray(vals), return_inverse=True, return_counts=True)
     codes = codes.ravel()

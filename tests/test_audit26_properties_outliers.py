@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from brute import unit_rows
 
 from embedscope.metrics import properties as props_mod
 from embedscope.metrics.search import knn
@@ -36,7 +37,7 @@ def _brute_keys(X: np.ndarray, metric: str) -> np.ndarray:
     L2-normalised rows; Euclidean, minus the squared distance; each pair reduced on its own."""
     A = np.asarray(X, dtype=np.float64)
     if metric == "cosine":
-        A = A / np.sqrt(np.einsum("ij,ij->i", A, A))[:, None]
+        A = unit_rows(A)  # (docs/methods.md §1: x / max|x|, then / sqrt(Σ y²))
     n = A.shape[0]
     K = np.empty((n, n))
     for q in range(n):

@@ -60,8 +60,9 @@ def test_rows_of_ordinary_scale_keep_their_bits():
     assert 0.5 <= np.abs(T[3]).max() < 1 and np.array_equal(S[3], X[3] * np.float32(2.0 ** -60))  # input kept
     U, zero = unit_rows(np.vstack([X.astype(np.float64), np.zeros((1, 8))]))
     assert zero.tolist() == [False] * 50 + [True] and not U[50].any()
-    ref = X.astype(np.float64) / np.sqrt(np.einsum("ij,ij->i", X.astype(np.float64), X.astype(np.float64)))[:, None]
-    assert np.array_equal(U[:50], ref)  # the bits of a plain division for ordinary rows
+    Y = X.astype(np.float64) / np.abs(X.astype(np.float64)).max(axis=1, keepdims=True)
+    ref = Y / np.sqrt(np.einsum("ij,ij->i", Y, Y))[:, None]
+    assert np.array_equal(U[:50], ref)  # the bits of the two documented divisions (x / max|x|, then / norm)
 
 
 @pytest.mark.parametrize("exp", [-560, -1000, 560])

@@ -7,8 +7,8 @@ index), the query itself left out in a same-set search. "The ranking of a float6
 matrix" depends on how each float64 key is evaluated wherever two keys are equal in exact
 arithmetic but not representable (e.g. embeddings rounded to 0.1): ``Q @ R.T`` and
 ``Σ_k (q_k − r_k)²`` may then differ in the last bit from embedscope's per-pair keys
-(``pair_keys64``: rows normalised by x / sqrt(Σ x²), then Σ_k q_k r_k, or Σ_k (q_k − r_k)², in
-index order). So the tie-heavy data here are dyadic (every Euclidean key exact, whatever the
+(``pair_keys64``: rows normalised by x / max|x|, then / sqrt(Σ y²), then Σ_k q_k r_k, or Σ_k (q_k − r_k)²,
+in index order). So the tie-heavy data here are dyadic (every Euclidean key exact, whatever the
 formula) or drawn from a palette of rows (every cosine tie an exact tie), and the one test on
 rounded decimals evaluates the keys in that per-pair order.
 """
@@ -24,14 +24,20 @@ RANK_KEYS = ["P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim"]
 
 
 # ----------------------------------------------------------------------------- brute force
+def _unit(A):
+    """Unit rows as docs/methods.md §1 defines them: x / max|x|, then / sqrt(Σ y²) (parallel rows
+    get the same unit row, bit for bit)."""
+    A = A / np.max(np.abs(A), axis=1, keepdims=True)
+    return A / np.sqrt(np.einsum("ij,ij->i", A, A))[:, None]
+
+
 def _keys(X, Xr, metric):
     """Distance-like keys (smaller = nearer), float64, per pair in index order (see the module
     docstring)."""
     Q = np.asarray(X, dtype=np.float64)
     R = np.asarray(Xr, dtype=np.float64)
     if metric == "cosine":
-        Q = Q / np.sqrt(np.einsum("ij,ij->i", Q, Q))[:, None]
-        R = R / np.sqrt(np.einsum("ij,ij->i", R, R))[:, None]
+        Q, R = _unit(Q), _unit(R)
         return -np.stack([np.einsum("jk,jk->j", R, np.broadcast_to(q, R.shape)) for q in Q])
     return np.stack([np.einsum("jk,jk->j", R - q, R - q) for q in Q])
 

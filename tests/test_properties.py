@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from brute import unit_rows
 from scipy.stats import hypergeom, mannwhitneyu
 
 from embedscope.errors import EmbedscopeError
@@ -16,7 +17,7 @@ def brute(X, props, metric="euclidean", max_r=None):
     n = len(X)
     if metric == "cosine":
         # the same float64 normalisation and pair reduction as the engine: exact ties stay ties
-        X = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
+        X = unit_rows(X)  # (docs/methods.md §1: x / max|x|, then / sqrt(Σ y²))
     out = {}
     orders = []
     for q in range(n):

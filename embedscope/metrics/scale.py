@@ -46,25 +46,39 @@ def pow2_rows_outside(x: np.ndarray, limit: int) -> np.ndarray:
     return x
 
 
-NORM_SAFE = (2.0 ** -480, 2.0 ** 480)  # float64 row norms outside: ‖x‖² may under- or overflow
+UNIT_CHUNK_BYTES = 1 << 20  # rows normalised a chunk of about this many bytes at a time (cache-resident)
 
 
 def unit_rows(x64: np.ndarray, *, inplace: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """``(U, zero)``: the float64 rows of ``x64`` divided by their L2 norms sqrt(Σ x²), and the mask of
-    all-zero rows (left zero). A row whose norm lies outside ``NORM_SAFE`` (its squares under- or
-    overflow: values below ~1e-145 or above ~1e145) is first scaled by :func:`pow2_rows` (exact), so
-    that it gets its true direction instead of zeros, NaN or a rounding of subnormals; the other rows'
-    bits are those of ``x64 / sqrt(einsum('ij,ij->i', x64, x64))``. ``inplace``: ``x64`` is the
-    caller's private copy and is divided in place."""
-    nrm = np.sqrt(np.einsum("ij,ij->i", x64, x64))
-    odd = np.flatnonzero(~((nrm > NORM_SAFE[0]) & (nrm < NORM_SAFE[1])))
-    if odd.size:
-        if not inplace:
-            x64 = x64.copy()
-            inplace = True
-        x64[odd] = pow2_rows(x64[odd])
-        nrm[odd] = np.sqrt(np.einsum("ij,ij->i", x64[odd], x64[odd]))
-    zero = nrm == 0
-    if zero.any():
-        nrm[zero] = 1.0
-    return np.divide(x64, nrm[:, None], out=x64 if inplace else None), zero
+    """``(U, zero)``: the float64 rows of ``x64`` scaled to unit L2 norm, and the mask of all-zero rows
+    (left zero).
+
+    Each row is first divided by its largest |value| (so that its largest entry is exactly ±1), then by
+    the norm of that: ``y = x / max|x|``, ``U = y / sqrt(Σ y²)``. Two steps, so that rows pointing in
+    exactly the same direction get the **same unit row, bit for bit**: for x' = c·x with c > 0 each
+    quotient x'_i / max|x'| is the same real number as x_i / max|x| and so rounds the same, where one
+    division by the norm (x / ‖x‖) rounds the two rows' norms differently, and their cosines with
+    every other row then differ in the last bit — a tie of equal cosines broken by rounding instead of
+    by the lower index (docs/methods.md §1). No square under- or overflows either, whatever the row's
+    scale (Σ y² lies in [1, D]): rows of values near 1e-300 or 1e300 get their true direction."""
+    if not inplace:
+        x64 = np.array(x64, dtype=np.float64, copy=True)
+    n, d = x64.shape
+    zero = np.zeros(n, dtype=bool)
+    if n == 0 or d == 0:
+        zero[:] = True
+        return x64, zero
+    step = max(1, UNIT_CHUNK_BYTES // (8 * d))
+    for s in range(0, n, step):
+        x = x64[s:s + step]
+        top = np.maximum(x.max(axis=1), -x.min(axis=1))
+        z = top == 0
+        if z.any():
+            zero[s:s + step] = z
+            top[z] = 1.0
+        np.divide(x, top[:, None], out=x)
+        nrm = np.sqrt(np.einsum("ij,ij->i", x, x))
+        if z.any():
+            nrm[z] = 1.0
+        np.divide(x, nrm[:, None], out=x)
+    return x64, zero
