@@ -181,7 +181,7 @@ def test_add_properties_pairs_a_shuffled_table_by_path(tmp_path, variant):
     ("dot", "12 of them differ only by a leading './'"),
     ("space", "12 of them differ only by spaces around them"),
     ("case", "12 of them differ only by letter case"),
-    ("root", r"12 of them differ only by a data root \(absolute vs relative paths\)"),
+    ("root", r"12 of them differ only by a leading folder \(a data root one side gives and the other leaves out\)"),
     ("missing", r"1 image\(s\) of the file have no row, e.g. img/café_1.png$"),
     ("extra", r"1 row\(s\) match no image of the file, e.g. img/other.png"),
     ("duplicate", r"1 duplicate path\(s\), e.g. img/café_3.png"),

@@ -18,6 +18,17 @@ ROW_FIELDS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "z
 PERM_FIELDS = ("perm_p_value", "perm_mean", "perm_sd", "permutations")  # with permutations > 0
 
 
+def typed_table(frame):
+    """The per-row table as written to Parquet: ``max_r`` an integer column with or without a cap
+    (empty without one, which Arrow would otherwise type "null")."""
+    if "max_r" in frame.columns:
+        import pandas as pd
+
+        frame = frame.copy()
+        frame["max_r"] = pd.array([None if v is None or v != v else int(v) for v in frame["max_r"]], dtype="Int64")
+    return frame
+
+
 #: the name under which a file's own property called 'class' is shown (the label is 'class')
 CLASS_PROPERTY = "class (file property)"
 

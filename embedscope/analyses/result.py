@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError, MissingKey
+from embedscope.fileio import escape_undecodable
 from embedscope.text import quoted
 
 VALUE_COLUMNS = ["measure", "value", "model"]
@@ -176,7 +177,7 @@ class Result:
     def to_parquet(self, path: str | os.PathLike, *, table: bool = False, force: bool = False) -> Path:
         """Write :meth:`to_frame` (or the per-row table) as Parquet, atomically."""
         _check_table(self, table)
-        return _write_frame(self.to_frame(table=table), path, "parquet", force)
+        return _write_frame(_parquet_ready(self.to_frame(table=table), self.analysis, table), path, "parquet", force)
 
     def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan",
                max_rows: int | None = None, max_cell: int | None = None) -> str:
@@ -201,7 +202,9 @@ class Result:
         collapsed model, ties, another distance than the model's own ...), a capped perplexity."""
         from embedscope.analyses.structure import infinite_note, undefined_note
 
-        out = [line for line in (undefined_note(_mapping(self.provenance.get("undefined"))),
+        head = self.provenance.get("note")  # (geometry: how uniformity was taken, what rho leaves out)
+        out = [line for line in (head if isinstance(head, str) else None,
+                                 undefined_note(_mapping(self.provenance.get("undefined"))),
                                  infinite_note(_mapping(self.provenance.get("infinite")))) if line]
         why = self.provenance.get("class_spectra_undefined")
         if why:
@@ -302,7 +305,7 @@ class ResultSet:
 
     def to_parquet(self, path, *, table: bool = False, force: bool = False) -> Path:
         _check_table(self, table)
-        return _write_frame(self.to_frame(table=table), path, "parquet", force)
+        return _write_frame(_parquet_ready(self.to_frame(table=table), self.analysis, table), path, "parquet", force)
 
     def format(self, *, digits: int | None = None, title: str | None = None, nan: str = "nan",
                max_rows: int | None = None, max_cell: int | None = None, max_models: int | None = None,
@@ -360,12 +363,32 @@ class ResultSet:
                 if lacks:
                     named = ", ".join(f"'{p}'" for p in lacks)
                     out.append(f"{r.model}: no propert{'y' if len(lacks) == 1 else 'ies'} {named} in this file (no row)")
+        if several and self.analysis == "evaluate":
+            out += missing_k_notes(self.results)
         return out
 
     def __str__(self) -> str:
         return "\n".join([_with_notes(self.format(nan=UNDEFINED, max_rows=DISPLAY_ROWS, max_cell=DISPLAY_CELL,
                                                    max_models=DISPLAY_MODELS, max_width=DISPLAY_WIDTH),
                                        self.note_lines()), *_worst_tables(self.results)])
+
+
+def missing_k_notes(results: Sequence[Result]) -> list[str]:
+    """``evaluate`` of several files: a note per file that lacks an R@k another file has (the default k
+    stop at the references of a query, fewer in a small file), whose cell shows '–' with no word why
+    (raw text: what ``embedscope evaluate`` prints escaped)."""
+    if len(results) < 2:
+        return []
+    keys = list(dict.fromkeys(k for r in results for k in r.values))
+    out = []
+    for r in results:
+        missing = [k for k in keys if k.startswith("R@") and k not in r.values]
+        if missing:
+            p = r.provenance
+            refs = int(p.get("N_references", 0)) - (0 if p.get("query_split") != p.get("reference_split") else 1)
+            out.append(f"note: {r.model}: no {', '.join(missing)} (–): a query has at most {refs} "
+                       f"reference{'' if refs == 1 else 's'}, and the default k stop there")
+    return out
 
 
 def combine(results: Iterable[Result]) -> ResultSet:
@@ -569,6 +592,15 @@ def _csv_ready(frame, results):
     return frame
 
 
+def _parquet_ready(frame, analysis: str, table: bool):
+    """``properties``' per-row table with its integer ``max_r`` column (:func:`~.image_properties.typed_table`)."""
+    if table and analysis == "properties":
+        from embedscope.analyses.image_properties import typed_table
+
+        return typed_table(frame)
+    return frame
+
+
 def _write_frame(frame, path, fmt: str, force: bool) -> Path:
     from embedscope.fileio import atomic_output
     from embedscope.tables import write_parquet
@@ -626,7 +658,7 @@ def model_name(es, given: str | None = None) -> str:
     if given:
         return str(given)
     src = es.attrs.get("source_file")
-    return Path(src).stem if src else "embeddings"
+    return escape_undecodable(Path(src).stem) if src else "embeddings"
 
 
 def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[str]:
@@ -652,13 +684,13 @@ def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[st
     stems = [_display_name(s, i) for i, s in enumerate(sources)]
     if len(set(stems)) == len(stems):
         return stems
-    return [str(s) if isinstance(s, (str, os.PathLike)) else f"set{i}" for i, s in enumerate(sources)]
+    return [escape_undecodable(str(s)) if isinstance(s, (str, os.PathLike)) else f"set{i}" for i, s in enumerate(sources)]
 
 
 def _display_name(source: Any, i: int) -> str:
     """A file's stem; an in-memory set's :func:`model_name` (its file's stem, else "embeddings"); else setI."""
-    if isinstance(source, (str, os.PathLike)):
-        return Path(str(source)).stem
+    if isinstance(source, (str, os.PathLike)):  # (a name's undecodable byte written \xff: tables hold UTF-8)
+        return escape_undecodable(Path(str(source)).stem)
     if hasattr(source, "attrs") and hasattr(source, "embeddings"):
         return model_name(source)
     return f"set{i}"

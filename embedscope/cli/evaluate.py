@@ -125,22 +125,12 @@ def check_include_options(args, include) -> None:
 
 
 def missing_k_lines(results) -> list[str]:
-    """Several files: a note per file that lacks an R@k another file has (the default k stop at the
-    references of a query, fewer in a small file): its cell showed 'nan' with no word why."""
+    """Several files: a note per file that lacks an R@k another file has
+    (:func:`~embedscope.analyses.result.missing_k_notes`), escaped for the terminal."""
+    from embedscope.analyses.result import missing_k_notes
     from embedscope.text import safe
 
-    if len(results) < 2:
-        return []
-    keys = list(dict.fromkeys(k for r in results for k in r.values))
-    out = []
-    for r in results:
-        missing = [k for k in keys if k.startswith("R@") and k not in r.values]
-        if missing:
-            p = r.provenance
-            refs = int(p.get("N_references", 0)) - (0 if p.get("query_split") != p.get("reference_split") else 1)
-            out.append(safe(f"note: {r.model}: no {', '.join(missing)} (–): a query has at most {refs} "
-                            f"reference{'' if refs == 1 else 's'}, and the default k stop there"))
-    return out
+    return [safe(line) for line in missing_k_notes(results)]
 
 
 def table_digits(values, digits: int = DIGITS, most: int = MAX_DIGITS) -> int:

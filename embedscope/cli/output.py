@@ -163,6 +163,7 @@ def parquet_output(args, taken) -> Path | None:
 
     if not getattr(args, "parquet", None):
         return None
+    check_suffix(args.parquet, "--parquet", ".parquet")
     pq = Path(args.parquet)
     if any(same_file(pq, t) for t in taken):
         raise UsageError(f"--parquet {args.parquet} is one of the figure's own outputs: choose another name")

@@ -101,7 +101,7 @@ def check_options(args) -> list[str] | None:
 
 def run(args) -> int:
     from embedscope.analyses import properties
-    from embedscope.analyses.image_properties import PERM_FIELDS, ROW_FIELDS
+    from embedscope.analyses.image_properties import PERM_FIELDS, ROW_FIELDS, typed_table
     from embedscope.cli.output import UNDEFINED, check_result_outputs, print_wrote, save_and_close, undefined_lines, write_result
     from embedscope.tables import format_table, write_csv, write_parquet
 
@@ -152,8 +152,8 @@ def run(args) -> int:
     if args.parquet:
         import pandas as pd
 
-        write_parquet(args.parquet, pd.DataFrame([{c: row.get(c) for c in fields} for row in rows], columns=fields),
-                      force=args.force)
+        frame = pd.DataFrame([{c: row.get(c) for c in fields} for row in rows], columns=fields)
+        write_parquet(args.parquet, typed_table(frame), force=args.force)
         written.append(args.parquet)
     print_wrote(written)
     return 0

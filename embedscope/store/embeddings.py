@@ -514,7 +514,7 @@ def spelling_hint(only_a: Sequence[str], only_b: Sequence[str], limit: int = 200
                 if tail is not None:
                     hits.append((tail, p) if flip else (p, tail))
             if hits:
-                kinds.append("a data root (absolute vs relative paths)")
+                kinds.append("a leading folder (a data root one side gives and the other leaves out)")
                 hit, example = {p for p, _ in hits}, hits[0]
                 break
     if not kinds:

@@ -1599,6 +1599,7 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
 
     ``client``: the Dask client of a local cluster; its workers draw figures side by side with this process.
     """
+    import numpy as np
     import pandas as pd
 
     from embedscope.fileio import escape_undecodable
@@ -1638,7 +1639,13 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
         pq[c] = pd.array([r[c] for r in recs], dtype="Int64")
     for c in pq.columns:  # parquet needs one type per column
         if pq[c].dtype == object:
-            pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
+            vals = [v for v in pq[c] if not (v is None or (isinstance(v, float) and v != v))]
+            if vals and all(isinstance(v, (bool, np.bool_)) for v in vals):  # (beats_untrained: None in the
+                # untrained reference rows) a nullable boolean, not the texts 'True' / 'False'
+                pq[c] = pd.array([None if v is None or (isinstance(v, float) and v != v) else bool(v) for v in pq[c]],
+                                 dtype="boolean")
+            else:
+                pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
     write_parquet(out_dir / "runs.parquet", pq, force=True)
     write_csv(out_dir / "correlations.csv", stats["correlations"],
               list(stats["correlations"][0]) if stats["correlations"] else ["measure"], force=True)

@@ -31,12 +31,13 @@ def figure_paths(out: str | os.PathLike, *, option: str | None = None) -> tuple[
     if is_folder_name(out) or Path(out).is_dir():
         raise UsageError(f"{given}: is a folder, expected a figure file name (OUT.png; PNG and PDF are written)")
     out = Path(out)
+    base = out.name
     if out.suffix.lower() in (".png", ".pdf"):
-        out = out.with_suffix("")
+        base = base[:-4]  # only that suffix: the dots before it are the name's (fig_p0.3.png -> fig_p0.3)
     elif out.suffix:
         raise UsageError(f"{option} {out}: a figure name must end in .png or .pdf (both are written)" if option
                          else f"figure name {out} must end in .png or .pdf (both are written)")
-    return out.with_suffix(".png"), out.with_suffix(".pdf")
+    return out.with_name(base + ".png"), out.with_name(base + ".pdf")
 
 
 def save_figure(fig, out: str | os.PathLike, *, force: bool = False,
