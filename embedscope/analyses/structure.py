@@ -205,6 +205,16 @@ def spectrum(sources: Sequence[Any], *, names: Sequence[str] | None = None, spli
             bar.close()
 
 
+def _normalised(s: np.ndarray) -> np.ndarray:
+    """s / Σs, the sum taken on the values scaled by a power of two (exact), so that singular values near
+    the float64 limit (whose sum overflows) or below it (whose sum underflows) keep their shares."""
+    from embedscope.metrics.scale import pow2_shift
+
+    e = pow2_shift(s, 64)
+    t = np.ldexp(s, -e) if e else s
+    return t / t.sum()
+
+
 def _spectra(sources, labels, *, split, by_class, k, center, exclude_top, n_components, max_pairs, seed,
              progress) -> ResultSet:
     """:func:`spectrum`'s work, its arguments checked."""
@@ -217,7 +227,7 @@ def _spectra(sources, labels, *, split, by_class, k, center, exclude_top, n_comp
         r = geometry(es, split=split, exclude_top=exclude_top, n_components=n_components, max_pairs=max_pairs,
                      seed=seed, keep_spectrum=True, name=label)
         s = np.asarray(r.arrays["singular_values"], dtype=np.float64)
-        r.arrays["normalised"] = s / s.sum()
+        r.arrays["normalised"] = _normalised(s)
         if by_class:
             part = es.subset(split)
             try:
