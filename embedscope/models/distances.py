@@ -142,17 +142,83 @@ def distance_for_loss(loss: str | None) -> str:
     return LOSS_DISTANCES[key]
 
 
-def distance_for_config(config: Mapping[str, Any] | None) -> str:
-    """The distance of a checkpoint (docs/methods.md §8): its config's explicit ``distance`` field if
-    present, else the distance of its ``loss``, else Euclidean (a foreign or untrained checkpoint).
+#: the loss names of Roth et al.'s code that are spelled otherwise here
+ROTH_LOSS_NAMES = {"softtriplet": "softtriple"}
+#: source formats of checkpoints without DML training (ImageNet features, or a random head on them)
+UNTRAINED_FORMATS = ("imagenet-baseline",)
 
-    An unknown distance name or loss name raises a one-line :class:`EmbedscopeError`.
-    """
+
+def trained_loss(config: Mapping[str, Any] | None) -> str | None:
+    """The loss a checkpoint was trained with: its config's ``loss``, else the ``loss`` option of Roth et
+    al.'s checkpoint (kept as ``roth_loss``, their spelling mapped to ours: ``softtriplet`` ->
+    ``softtriple``), else None (a foreign checkpoint that does not say, or no DML training)."""
+    config = config or {}
+    loss = config.get("loss")
+    if loss not in (None, ""):
+        return str(loss)
+    roth = config.get("roth_loss")
+    if isinstance(roth, str) and roth:
+        return ROTH_LOSS_NAMES.get(_loss_key(roth), roth)
+    return None
+
+
+def is_untrained(config: Mapping[str, Any] | None, extra: Mapping[str, Any] | None = None) -> bool:
+    """True for a network without DML training: ``embedscope train --epochs 0`` or a checkpoint of
+    epoch 0 (``extra``: the checkpoint's ``extra`` dict, :func:`~embedscope.models.load_checkpoint`'s
+    ``info["extra"]``), loss ``untrained``, an ImageNet backbone (``embed --arch``: its features or a
+    random head), or a config that names no loss, no distance and no source (``{}``). A foreign trained checkpoint
+    (Roth et al.'s, whose loss is known; pytorch-metric-learning's, whose is not) is not untrained."""
+    config, extra = config or {}, extra or {}
+    if str(config.get("epochs")) == "0" or str(extra.get("epoch")) == "0":
+        return True
+    loss = config.get("loss")
+    if loss in ("untrained", "none"):
+        return True
+    if loss not in (None, "") or trained_loss(config) is not None or config.get("distance") not in (None, ""):
+        return False  # (a config that names the distance the model was trained with is of a trained model)
+    fmt = config.get("source_format")
+    return fmt in (None, "") or fmt in UNTRAINED_FORMATS
+
+
+def distance_and_source(config: Mapping[str, Any] | None, extra: Mapping[str, Any] | None = None
+                        ) -> tuple[str, str]:
+    """:func:`distance_for_config` and where it comes from: ``"untrained network"``, ``"config"`` (its
+    ``distance`` field), ``"loss"``, ``"Roth's loss option"``, or ``"default: ..."`` (Euclidean for a
+    trained checkpoint whose loss is not stated, or not one this table knows)."""
     config = dict(config or {})
-    if config.get("distance") not in (None, ""):
-        return check_distance(config["distance"])
-    return distance_for_loss(config.get("loss"))
+    explicit = config.get("distance") not in (None, "")
+    named = check_distance(config["distance"]) if explicit else None  # (an unknown name refused either way)
+    if is_untrained(config, extra):
+        return "euclidean", "untrained network"
+    if explicit:
+        return named, "config"
+    if config.get("loss") not in (None, ""):
+        return distance_for_loss(config["loss"]), "loss"
+    loss = trained_loss(config)
+    if loss is None:
+        return "euclidean", "default: the checkpoint names no loss"
+    try:
+        return distance_for_loss(loss), "Roth's loss option"
+    except EmbedscopeError:  # a loss of their code with no distance here (histogram, angular, ...)
+        from embedscope.text import quoted
+
+        return "euclidean", f"default: Roth's loss {quoted(loss[:40])} has no known distance"
+
+
+def distance_for_config(config: Mapping[str, Any] | None, extra: Mapping[str, Any] | None = None) -> str:
+    """The distance of a checkpoint (docs/methods.md §8): Euclidean for a network without DML training
+    (:func:`is_untrained`: ``--epochs 0``, an epoch-0 checkpoint, an ImageNet backbone, whatever loss it
+    was set up for), else its config's explicit ``distance`` field if present, else the distance of its
+    loss (:func:`trained_loss`: Roth et al.'s loss option for their checkpoints), else Euclidean (a
+    foreign checkpoint that names no loss). Pass the checkpoint's ``extra``
+    (``load_checkpoint(...)[2]["extra"]``) so that an epoch-0 checkpoint of a training run counts as
+    untrained, as ``embedscope saliency`` counts it.
+
+    An unknown distance name or loss name in the config raises a one-line :class:`EmbedscopeError`.
+    """
+    return distance_and_source(config, extra)[0]
 
 
 __all__ = ["DISTANCES", "LOSS_DISTANCES", "CLOSER_IS", "euclidean", "sqeuclidean", "cosine", "dot", "snr",
-           "check_distance", "get_distance", "distance_for_loss", "distance_for_config"]
+           "check_distance", "get_distance", "distance_for_loss", "distance_for_config", "distance_and_source",
+           "is_untrained", "trained_loss"]

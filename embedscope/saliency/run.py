@@ -25,23 +25,17 @@ _KOBS_ONLY_FAMILIES = {"fastap": "ranking", "ntxent": "ranking", "cosface": "cla
                        "normalizedsoftmax": "classification"}
 
 
-def is_untrained(config: dict[str, Any] | None, extra: dict[str, Any] | None = None) -> bool:
-    """True for a network without DML training: no ``loss`` in its config (a foreign or untrained
-    network), ``epochs = 0`` (``embedscope train --epochs 0``) or a checkpoint of epoch 0."""
-    config, extra = config or {}, extra or {}
-    if config.get("loss") in (None, "", "untrained", "none"):
-        return True
-    return str(config.get("epochs")) == "0" or str(extra.get("epoch")) == "0"
-
-
 def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | None = None) -> str:
     """Kobs' loss family of a checkpoint: ``ranking`` / ``classification`` (proxy losses count as
     classification, docs/methods.md §8) from its config's ``loss``; ``untrained`` for a network without
-    DML training (:func:`is_untrained`); ``other`` for an unknown loss."""
+    DML training (:func:`~embedscope.models.distances.is_untrained`); ``other`` for an unknown loss or a
+    foreign checkpoint that names none (pytorch-metric-learning's)."""
+    from embedscope.models.distances import is_untrained, trained_loss
+    from embedscope.train.losses import LOSSES, kobs_group
+
     if is_untrained(config, extra):
         return "untrained"
-    loss = (config or {}).get("loss")
-    from embedscope.train.losses import LOSSES, kobs_group
+    loss = trained_loss(config)  # (Roth et al.'s checkpoints: their loss option; None: a foreign file that does not say)
 
     key = "".join(ch for ch in str(loss).lower() if ch.isalnum())
     if key in LOSSES:
@@ -130,8 +124,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     """Saliency maps of one checkpoint on a data set's images -> a maps file (docs/methods.md §8).
 
     The distance is ``distance`` when given, else Euclidean for an untrained network
-    (:func:`is_untrained`, docs/methods.md §8), else the checkpoint's (its config's ``distance`` field,
-    else its loss's, else Euclidean: :func:`embedscope.models.distances.distance_for_config`).
+    (:func:`~embedscope.models.distances.is_untrained`, docs/methods.md §8), else the checkpoint's (its
+    config's ``distance`` field, else its loss's — Roth et al.'s loss option for their checkpoints —, else
+    Euclidean: :func:`embedscope.models.distances.distance_for_config`).
     ``pairs``: for each chosen query its nearest other image of the split under that distance, and
     the saliency of their distance with respect to each (:func:`pair_saliency_maps`). ``figure``:
     also draw the first ``figure_images`` maps over their images (or pairs side by side). ``ema``:
@@ -142,7 +137,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     from embedscope.embed import checkpoint_input
     from embedscope.fileio import check_writable
     from embedscope.models import load_checkpoint
-    from embedscope.models.distances import check_distance, distance_for_config
+    from embedscope.models.distances import check_distance, distance_and_source, trained_loss
     from embedscope.saliency.smoothgrad import ORDERS, black_image, check_noise, pair_saliency_maps, saliency_maps
     from embedscope.store.saliency import SaliencyMaps, save_maps
 
@@ -184,16 +179,13 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 
         raise EmbedscopeError(f"{str(checkpoint)}: the model's weights hold NaN or inf ({bad}), so its "
                               "embeddings and their gradients are undefined: no saliency maps")
-    untrained = is_untrained(config, info.get("extra"))
-    if config.get("distance") not in (None, ""):
-        check_distance(config["distance"])  # a checkpoint naming an unknown distance is refused
+    # docs/methods.md §8: Euclidean for the untrained network, whatever loss it was set up for; else the
+    # config's distance, its loss's (Roth et al.'s loss option for their checkpoints), else Euclidean
+    auto, auto_source = distance_and_source(config, info.get("extra"))  # (an unknown distance name refused)
     if distance is not None:
         dist, dist_source = check_distance(distance), "--distance"
-    elif untrained:  # docs/methods.md §8: Euclidean for the untrained network, whatever loss it was set up for
-        dist, dist_source = "euclidean", "untrained network"
     else:
-        dist = distance_for_config(config)
-        dist_source = "config" if config.get("distance") else ("loss" if config.get("loss") else "default (no loss)")
+        dist, dist_source = auto, auto_source
     from embedscope.embed import checkpoint_root, checkpoint_train_classes
 
     # the split the checkpoint was trained with (train --train-classes N), as embed and study take it
@@ -238,7 +230,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     attrs = {
         "name": name or Path(checkpoint).stem,
         "family": family,
-        "loss": config.get("loss") or "",
+        "loss": trained_loss(config) or "",  # (Roth et al.'s checkpoints: their loss option)
         "checkpoint": str(Path(checkpoint).resolve()),
         "checkpoint_sha256": info["sha256"],
         "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str)),
@@ -553,5 +545,5 @@ def _degenerate_notes(res: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["is_untrained", "family_for_config", "select_images", "saliency_to_file", "agreement_of_files",
+__all__ = ["family_for_config", "select_images", "saliency_to_file", "agreement_of_files",
            "DEFAULT_N_IMAGES"]
