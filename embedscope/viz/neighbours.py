@@ -56,7 +56,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     from matplotlib.patches import Patch
 
     from embedscope.text import figure_text
-    from embedscope.viz.style import clean_figure, short_text
+    from embedscope.viz.style import clean_figure, short_texts
 
     n, k = ex.correct.shape
     cell = 1.25
@@ -92,14 +92,19 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
             s.set_linewidth(width)
         ax.set_xlabel(caption, fontsize=7, labelpad=2)
 
+    # a class name cut to CAPTION_CHARS keeps a caption within its picture's width; names cut alike
+    # ("Chevrole…ab 2012" for two Silverado models) are kept apart where they differ (short_texts)
+    shown = list(dict.fromkeys(str(v) for v in [*np.asarray(ex.query_labels[:n]).ravel(),
+                                                 *np.asarray(ex.ref_labels[:n, :k]).ravel()]))
+    cut = dict(zip(shown, short_texts(shown, CAPTION_CHARS)))
     for r in range(n):
         # two lines a caption: class, then similarity (on one line, 20 retrievals' captions ran into
-        # each other); a class name cut to CAPTION_CHARS keeps a caption within its picture's width
-        show(axes[r, 0], query_images[r], QUERY, f"query\n{short_text(ex.query_labels[r], CAPTION_CHARS)}", 2.0)
+        # each other)
+        show(axes[r, 0], query_images[r], QUERY, f"query\n{cut[str(ex.query_labels[r])]}", 2.0)
         for j in range(k):
             ok = bool(ex.correct[r, j])
             show(axes[r, j + 1], ref_images[r][j], RIGHT if ok else WRONG,
-                 f"{RIGHT_MARK if ok else WRONG_MARK} {short_text(ex.ref_labels[r, j], CAPTION_CHARS)}\n"
+                 f"{RIGHT_MARK if ok else WRONG_MARK} {cut[str(ex.ref_labels[r, j])]}\n"
                  f"{sim_name} {sign * ex.similarity[r, j] + 0.0:.{digits}f}", 4.0)
     axes[0, 0].set_title("query", fontsize=8)
     for j in range(k):

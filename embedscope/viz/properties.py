@@ -26,7 +26,7 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
     import matplotlib.pyplot as plt
 
     from embedscope.metrics.properties import SIGNIFICANCE_Z
-    from embedscope.viz.style import LEGEND_CHARS, PAPER_RC, TICK_CHARS, clean_figure, series_colors, short_text, short_texts
+    from embedscope.viz.style import LEGEND_CHARS, PAPER_RC, TICK_CHARS, clean_figure, series_colors, short_texts
 
     props: list[Any] = list(dict.fromkeys(r["property"] for r in rows))
     left_out = 0
@@ -76,8 +76,10 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
             labels.append("absent: no row for that\nmodel (the table's notes)")
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xticks(x)
-        ax.set_xticklabels([short_text(p, TICK_CHARS) if p is not None else f"\u2026 {left_out} more"
-                            for p in props], rotation=35, ha="right")
+        named = [p for p in props if p is not None]  # (names cut alike kept apart: short_texts)
+        cut = dict(zip(named, short_texts(named, TICK_CHARS)))
+        ax.set_xticklabels([cut[p] if p is not None else f"\u2026 {left_out} more" for p in props],
+                           rotation=35, ha="right")
         ax.set_ylabel("NR-Prec (z, higher = more clustered)")
         ax.set_xlabel("image property")
         ax.set_yscale("symlog", linthresh=3.0)

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR, clean_figure, short_text, wrap_text
+from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR, clean_figure, short_text, short_texts, wrap_text
 
 MAP_CMAP = "turbo"
 DISTANCE_WORDS = {"euclidean": "Euclidean distance", "sqeuclidean": "squared Euclidean distance",
@@ -95,8 +95,9 @@ def agreement_heatmaps(res: dict[str, Any]):
                                            ec="black"))
             ax.set_xticks(range(M))
             ax.set_yticks(range(M))
-            ax.set_xticklabels([short_text(n, 18) for n in names], rotation=40, ha="right")
-            ax.set_yticklabels([short_text(n, 18) for n in names])
+            ticks = short_texts(names, 18)  # (model names cut alike kept apart)
+            ax.set_xticklabels(ticks, rotation=40, ha="right")
+            ax.set_yticklabels(ticks)
             for lab, f in zip(ax.get_xticklabels(), fams):
                 lab.set_color(FAMILY_COLOURS.get(f, "black"))
             for lab, f in zip(ax.get_yticklabels(), fams):
@@ -291,6 +292,8 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
     size = 1.55
     with plt.rc_context(PAPER_RC):
         fig, axes = plt.subplots(n, cols, figsize=(size * cols + 0.9, size * n + 0.7), squeeze=False)
+        # class names cut to 16 characters, those cut alike kept apart where they differ (short_texts)
+        cut = _cut_names([first.class_names[first.labels[r]] for r in range(n)], 16)
         for r in range(n):
             img = first.images[r] if has_img else None
             c0 = 0
@@ -300,13 +303,13 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
             for k, sm in enumerate(items):
                 _overlay(axes[r, c0 + k], img, sm.maps[r].astype(np.float32), alpha)
                 _mark_zero(axes[r, c0 + k], sm.maps[r])
-            label = f"{short_text(first.class_names[first.labels[r]], 16)}\n{_short(first.paths[r], 16)}"
+            label = f"{cut[str(first.class_names[first.labels[r]])]}\n{_short(first.paths[r], 16)}"
             axes[r, 0].set_ylabel(label, fontsize=7)
         if has_img:
             axes[0, 0].set_title("image", fontsize=8)
-        for k, nm in enumerate(names):
+        for k, nm in enumerate(short_texts(names, 20)):
             fam = f"\n({families[k]})" if families and families[k] else ""
-            axes[0, k + (1 if has_img else 0)].set_title(short_text(nm, 20) + fam, fontsize=8,
+            axes[0, k + (1 if has_img else 0)].set_title(nm + fam, fontsize=8,
                                                         color=FAMILY_COLOURS.get(families[k], "black")
                                                         if families else "black")
         for ax in axes.ravel():
@@ -316,6 +319,13 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
         fig.tight_layout(rect=(0, 0, 0.9, 1))
         _overlay_colorbar(fig, axes, 0.915, alpha, has_img)
     return fig
+
+
+def _cut_names(names, n: int) -> dict[str, str]:
+    """Each distinct name -> its text cut to ``n`` characters, names cut alike kept apart
+    (:func:`~embedscope.viz.style.short_texts`)."""
+    distinct = list(dict.fromkeys(str(v) for v in names))
+    return dict(zip(distinct, short_texts(distinct, n)))
 
 
 def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
@@ -332,6 +342,8 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
     dist = str(sm.attrs.get("distance", "distance"))
     with plt.rc_context(PAPER_RC):
         fig, axes = plt.subplots(n, 4, figsize=(size * 4 + 1.6, size * n + 0.8), squeeze=False)
+        cut = _cut_names([sm.class_names[sm.labels[k]] for k in range(n)]
+                         + [sm.class_names[r["labels"][k]] for k in range(n)], 16)
         for k in range(n):
             qi = sm.images[k] if sm.images is not None else None
             ri = r["images"][k] if r.get("images") is not None else None
@@ -341,8 +353,8 @@ def pairs_figure(sm, *, n_pairs: int = 6, alpha: float = 0.8):
             _picture(axes[k, 2], ri)
             _overlay(axes[k, 3], ri, r["maps"][k].astype(np.float32), alpha)
             _mark_zero(axes[k, 3], r["maps"][k])
-            cq = short_text(sm.class_names[sm.labels[k]], 16)
-            cr = short_text(sm.class_names[r["labels"][k]], 16)
+            cq = cut[str(sm.class_names[sm.labels[k]])]
+            cr = cut[str(sm.class_names[r["labels"][k]])]
             same = int(sm.labels[k]) == int(r["labels"][k])  # by label: shortened names may coincide
             axes[k, 0].set_ylabel(f"{cq}\n{_short(sm.paths[k], 16)}", fontsize=7)
             axes[k, 2].set_ylabel(f"{cr}{'' if same else ' (other class)'}\n{_short(r['paths'][k], 16)}\n"
