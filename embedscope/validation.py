@@ -91,9 +91,23 @@ def _check_finite(A: np.ndarray, name: str) -> None:
 
 
 def beyond_int64(a: np.ndarray) -> bool:
-    """Whether the float labels ``a`` hold a value outside the int64 range (1e19, 2e19: cast to int64,
-    every such value becomes -2^63, one class): such labels are encoded instead."""
-    return bool(a.size) and np.issubdtype(a.dtype, np.floating) and float(np.max(np.abs(a))) >= 2.0 ** 63
+    """Whether the labels ``a`` hold a value outside the int64 range: floats (1e19, 2e19: cast to int64,
+    every such value becomes -2^63, one class) or uint64 from 2^63 (cast, they wrap to negative values,
+    which a separate reference set's own labels may hold): such labels are encoded instead."""
+    if not a.size:
+        return False
+    if np.issubdtype(a.dtype, np.unsignedinteger):
+        return int(a.max()) >= 2 ** 63
+    return np.issubdtype(a.dtype, np.floating) and float(np.max(np.abs(a))) >= 2.0 ** 63
+
+
+def joint_codes(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integral labels of two sets (one of them :func:`beyond_int64`) encoded jointly as int64 codes,
+    equal values equal codes: compared as Python integers (numpy would compare uint64 with int64, or
+    with floats, as float64, where 2^63 and 2^63 + 1 are one value)."""
+    both = np.array([int(v) for v in a.tolist()] + [int(v) for v in b.tolist()], dtype=object)
+    enc = np.unique(both, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return enc[:len(a)], enc[len(a):]
 
 
 def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool = False,
@@ -117,7 +131,7 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
         raise EmbedscopeError(f"{name} must be {want}, got shape {a.shape}")
     if np.issubdtype(a.dtype, np.bool_):
         a = a.astype(np.int64)
-    if np.issubdtype(a.dtype, np.integer):
+    if np.issubdtype(a.dtype, np.integer) and not beyond_int64(a):
         out = a.astype(np.int64, copy=False)
     elif np.issubdtype(a.dtype, np.floating):
         if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.metrics.scale import pow2_rows_outside, pow2_shift
+from embedscope.metrics.scale import pow2_rows_outside, pow2_shift, unit_rows
 from embedscope.validation import check_int, check_labels, check_matrix, numeric_array
 
 METRICS = ("cosine", "dot", "euclidean")
@@ -141,9 +141,8 @@ def nearest_same_different(
 
     # float64 rows for the exact value of each chosen pair (cosine: float64 unit rows)
     X64 = Xs.astype(np.float64)
-    if metric == "cosine":
-        n64 = np.linalg.norm(X64, axis=1, keepdims=True)
-        X64 /= np.where(n64 > 0, n64, 1.0)
+    if metric == "cosine":  # (the unit rows of §1: parallel rows get the same unit row, so they tie exactly)
+        X64 = unit_rows(X64, inplace=True)[0]
         norms = np.linalg.norm(Xs, axis=1, keepdims=True)
         Xs = Xs / np.where(norms > 0, norms, 1).astype(dtype)
     sq = np.einsum("ij,ij->i", Xs, Xs) if metric == "euclidean" else None

@@ -274,6 +274,9 @@ def retrieval_metrics(X, y, *, ks=None, metric: str = "cosine", X_ref=None, y_re
         raise EmbedscopeError("NMI and F1 cluster the queries: their labels must hold at least 2 classes, "
                               "got 1 (leave them out of include= / --include)")
     want_ret = [k for k in want if k not in CLUSTER_KEYS]
+    if per_query and not want_ret:  # (the per-query arrays are retrieval's R@1, R-Precision, MAP@R)
+        raise EmbedscopeError("per_query=True gives per-query retrieval values (R@1, R-Precision, MAP@R): include "
+                              "names only clustering metrics (NMI, F1), which have none")
     too_deep = [int(k[2:]) for k in want_ret if k.startswith("R@") and int(k[2:]) > n_avail]
     if too_deep:  # as knn_search: a list of n_avail references has no k-th entry (R@k would read 1.0)
         raise EmbedscopeError(f"R@{too_deep[0]}: k = {too_deep[0]} exceeds the {n_avail} references available "

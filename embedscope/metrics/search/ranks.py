@@ -61,7 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
-from embedscope.validation import beyond_int64, check_int
+from embedscope.validation import beyond_int64, check_int, joint_codes
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -250,7 +250,7 @@ def _labels(y, n: int, name: str) -> np.ndarray:
     a = np.asarray(y)
     if a.ndim != 1 or a.shape[0] != n:
         raise EmbedscopeError(f"{name} must be 1-D with {n} entries (one per row), got shape {a.shape}")
-    if np.issubdtype(a.dtype, np.integer):
+    if np.issubdtype(a.dtype, np.integer) and not beyond_int64(a):
         return a.astype(np.int64)
     if np.issubdtype(a.dtype, np.floating):
         if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
@@ -283,8 +283,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
     elif beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
-        enc = np.unique(np.concatenate([a, b]), return_inverse=True)[1].reshape(-1).astype(np.int64)
-        ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
+        ylab, yref = joint_codes(a, b)
     return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
 
 
