@@ -48,3 +48,34 @@ def test_scatter_parallel_rows_tie_exactly():
     tied = np.mean(s_diff == s_same)
     r1 = retrieval_metrics(X, y, include=["R@1"], ks=[1])["R@1"]
     assert below <= r1 <= below + tied  # §10: the share below the diagonal is R@1 up to the tied points
+
+
+def test_one_far_row_euclidean_ranks_the_others_exactly_or_is_refused():
+    from brute import ranked_references
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(60, 4))
+    y = rng.integers(0, 6, 60)
+    for far, ok in ((1e100, True), (1e200, False)):
+        Xf = np.vstack([X, np.full((1, 4), far)])
+        yf = np.r_[y, 99]
+        if not ok:  # the others' squared distances would underflow at the far row's scale: all tied
+            with pytest.raises(EmbedscopeError, match="span"):
+                retrieval_metrics(Xf, yf, metric="euclidean", include=["R@1"], ks=[1])
+            with pytest.raises(EmbedscopeError, match="span"):
+                nearest_same_different(Xf, yf, metric="euclidean")
+            continue
+        orders, yr = ranked_references(Xf, yf, metric="euclidean")
+        want = np.mean([float(yr[o[0]] == yf[i]) for i, o in enumerate(orders) if np.sum(yf == yf[i]) > 1])
+        assert retrieval_metrics(Xf, yf, metric="euclidean", include=["R@1"], ks=[1])["R@1"] == want
+
+
+def test_scatter_of_float32_rows_with_one_far_row_keeps_the_others_digits():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(40, 3)).astype(np.float32)
+    y = np.arange(40) % 4
+    a, _ = nearest_same_different(X.astype(np.float64), y, metric="euclidean")  # (the rows' exact values)
+    Xf = np.vstack([X, np.full((1, 3), 3e38, dtype=np.float32)])
+    b, _ = nearest_same_different(Xf, np.r_[y, 9], metric="euclidean")
+    # (scaled to the far row in float32, the others were subnormals: off by ~3e-7)
+    np.testing.assert_allclose(b[:40], a, rtol=1e-13)

@@ -121,6 +121,19 @@ def nearest_same_different(
     # (cosine ignores each row's scale: every row of extreme scale brought near 1, whatever the others':
     # a row at 1e-25 in float32 would otherwise have its squares, and so its norm, underflow)
     shift = 0 if metric == "cosine" else pow2_shift(X, _SCALE_LIMIT)
+    if shift > 0:  # one row far larger than the others: scaled to its size, the others' may lose their digits
+        from embedscope.metrics.search.knn import EUCLIDEAN_SPAN_LIMIT, smallest_row_scale
+
+        lo = smallest_row_scale(X)
+        span = shift - int(np.frexp(lo)[1]) if lo > 0 else 0
+        if span > EUCLIDEAN_SPAN_LIMIT:
+            raise EmbedscopeError(
+                f"the rows' scales span {lo:.3g} to {float(np.abs(X).max()):.3g}: {metric} similarities that far "
+                "apart cannot be computed together in float64 (the small rows' products underflow to 0): "
+                "rescale the rows or leave out the outlying ones")
+        if dtype == np.float32 and span > _FLOAT32_SPAN:  # (scaled, float32 rows would be subnormal)
+            dtype = np.float64
+            X = X.astype(np.float64)
     if metric == "cosine":
         X = pow2_rows_outside(X, _SCALE_LIMIT).astype(dtype, copy=False)
     elif shift:
@@ -365,6 +378,11 @@ _PAIR_ELEMENTS = 1 << 22
 #: a chunk of query rows with more candidate pairs than this per row (near-ties in the search's
 #: precision: near-duplicate or collapsed rows) has them re-decided by float64 keys first
 _FEW_PER_ROW = 4
+
+
+#: binary orders of magnitude between the largest and the smallest non-zero row from which a float32
+#: search scaled to the largest row runs in float64 (the small rows would be float32 subnormals)
+_FLOAT32_SPAN = 60
 
 
 def _key_error(metric: str, dtype, d: int) -> tuple[float, float]:

@@ -123,7 +123,28 @@ def euclidean_scale(Q64: np.ndarray, R64: np.ndarray, qn: np.ndarray, rn: np.nda
     m = max(float(np.abs(Q64).max(initial=0.0)), float(np.abs(R64).max(initial=0.0)))
     if m == 0.0:  # every row zero: all keys 0, nothing to scale
         return 1.0
-    return float(np.ldexp(1.0, -int(np.frexp(m)[1])))
+    e = int(np.frexp(m)[1])
+    lo = min(smallest_row_scale(Q64), smallest_row_scale(R64))
+    if lo > 0 and e - int(np.frexp(lo)[1]) > EUCLIDEAN_SPAN_LIMIT:
+        raise EmbedscopeError(
+            f"the rows' scales span {lo:.3g} to {m:.3g}: squared Euclidean distances that far apart cannot be "
+            "ranked together in float64 (at the scale the largest row needs, the others' underflow to 0 and "
+            "tie): rescale the rows or leave out the outlying ones")
+    return float(np.ldexp(1.0, -e))
+
+
+#: the most binary orders of magnitude between the largest and the smallest non-zero row (largest
+#: entries) that a scaled Euclidean search ranks: beyond, the small rows' squared differences underflow
+EUCLIDEAN_SPAN_LIMIT = 400
+
+
+def smallest_row_scale(A: np.ndarray) -> float:
+    """The smallest largest-|entry| of the non-zero rows of ``A`` (0.0 when every row is zero)."""
+    if A.size == 0:
+        return 0.0
+    top = np.maximum(A.max(axis=1), -A.min(axis=1))
+    top = top[top > 0]
+    return float(top.min()) if top.size else 0.0
 
 
 def checked_rows(X, name: str) -> tuple[np.ndarray, bool]:
