@@ -151,10 +151,20 @@ def _geometry_family(es, names: list[str], split: str, opts: dict) -> dict[str, 
 def _retrieval_family(es, names: list[str], split: str, opts: dict) -> dict[str, float]:
     from embedscope.analyses.retrieval import evaluate
 
-    ks = tuple(sorted({int(n[2:]) for n in names if n.startswith("R@")})) or RETRIEVAL_KS
-    r = evaluate(es, split=split, include=names, ks=ks, metric=opts.get("metric", "cosine"),
-                 seed=opts.get("seed", 1234), device=opts.get("device", "auto"))
-    return {k: r.values[k] for k in names}
+    # an R@k beyond the references a query has (a split of k rows or fewer) is not defined: NaN, as
+    # evaluate's default k stop there (the study says why: study.run.undefined_reasons), not an error
+    # that would fail the whole row
+    n_avail = len(es.subset(split)) - 1
+    deep = {n for n in names if n.startswith("R@") and int(n[2:]) > n_avail}
+    asked = [n for n in names if n not in deep]
+    out = dict.fromkeys(deep, float("nan"))
+    if asked:
+        ks = tuple(sorted({int(n[2:]) for n in asked if n.startswith("R@")})) or tuple(
+            k for k in RETRIEVAL_KS if k <= n_avail)
+        r = evaluate(es, split=split, include=asked, ks=ks, metric=opts.get("metric", "cosine"),
+                     seed=opts.get("seed", 1234), device=opts.get("device", "auto"))
+        out.update({k: r.values[k] for k in asked})
+    return {k: out[k] for k in names}
 
 
 def _properties_family(es, names: list[str], split: str, opts: dict) -> dict[str, float]:

@@ -420,6 +420,12 @@ def undefined_reasons(es, vals: dict[str, float]) -> dict[str, str]:
     for k in geo:
         if k == "rho_all" and math.isinf(bad[k]):  # KL(U||s) with a zero singular value
             out[k] = "infinite: some singular values are 0, KL(U||s) diverges (a collapsed or rank-deficient model)"
+    for k in bad:  # R@k of a split with k rows or fewer (registry._retrieval_family)
+        if k in mreg and mreg[k].family == "retrieval" and k.startswith("R@") and k[2:].isdigit():
+            refs = len(es.subset(mreg[k].split)) - 1
+            if int(k[2:]) > refs:
+                out[k] = (f"k = {k[2:]} exceeds the {refs} reference{'' if refs == 1 else 's'} of each "
+                          f"{mreg[k].split} query (the split's rows but itself)")
     props = {k for k in bad if k in mreg and mreg[k].family == "properties"}
     if props:
         try:
