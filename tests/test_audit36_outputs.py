@@ -139,3 +139,33 @@ def test_print_result_has_the_lines_the_command_prints(small_h5, tmp_path):
     assert rc == 0, err
     note = [line for line in out.splitlines() if "no R@8" in line]
     assert note and note[0] in str(evaluate_many(files)).splitlines()
+
+
+def test_a_dash_is_not_taken_for_a_file_named_dash(small_h5, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for args in (["evaluate", str(small_h5), "--json", "-"], ["geometry", str(small_h5), "--csv", "-"],
+                 ["scatter", str(small_h5), "-o", "-"]):
+        rc, out, err = cli_output(args)
+        assert rc == 2 and "standard output" in err, (args, err)
+    assert not (tmp_path / "-").exists()
+
+
+def test_neighbours_of_absolute_image_paths_needs_no_root(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(12):
+        p = tmp_path / "img" / f"{i}.png"
+        p.parent.mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    y = np.repeat(np.arange(3), 4)
+    np.savez(tmp_path / "abs.npz", embeddings=(rng.normal(size=(12, 4)) + y[:, None]).astype(np.float32),
+             labels=y, paths=np.array(paths))
+    rc, _, err = cli_output(["import", str(tmp_path / "abs.npz"), "-o", str(tmp_path / "abs.h5")])
+    assert rc == 0, err
+    rc, out, err = cli_output(["neighbours", str(tmp_path / "abs.h5"), "--queries", "2", "-o",
+                               str(tmp_path / "nb.png"), "--no-progress"])
+    assert rc == 0, err
+    assert (tmp_path / "nb.png").exists()

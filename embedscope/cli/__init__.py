@@ -132,6 +132,12 @@ def _refuse_empty_names(sub, args) -> None:
             if v == "":
                 where = f" ({_ordinal(i + 1)} of {len(values)})" if len(values) > 1 else ""
                 sub.error(f"{name}{where}: the name is empty (an unset shell variable?)")
+    # "-" as an output: the convention for standard output, which these commands do not write to (their
+    # table goes there already); it wrote a file named "-" in the working folder
+    for d in _OUTPUT_DESTS:
+        if d in names and getattr(args, d, None) == "-":
+            sub.error(f"{names[d]} -: standard output is not one of this command's outputs (its table is printed "
+                      "there): give a file name (./- for a file named '-')")
 
 
 def _outputs(args) -> list[str]:

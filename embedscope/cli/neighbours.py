@@ -81,6 +81,8 @@ def _root(args, es) -> str | None:
             raise EmbedscopeError(f"--root {args.root}: not a folder")
         return args.root
     recorded = es.attrs.get("root") or None
+    if not recorded and es.n and all(Path(str(p)).is_absolute() for p in es.paths):
+        return str(Path(str(es.paths[0])).anchor)  # (absolute image paths, e.g. an imported file's: no root needed)
     if not recorded:
         raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
     if not Path(str(recorded)).is_dir():

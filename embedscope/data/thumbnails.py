@@ -42,6 +42,8 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
         return out
     if paths and all(generated_shapes_key(p) is not None for p in paths):
         return [_thumbnail(im, size) for im in _generated_shapes_images(paths, root)]
+    if not root and paths and all(Path(str(p)).is_absolute() for p in paths):
+        root = Path(str(paths[0])).anchor  # absolute image paths: read where they point
     if not root:
         raise UsageError("the file does not record the images' folder: give --root DIR (the data set's root)")
     rootp = Path(root)
