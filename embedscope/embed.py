@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -351,6 +352,33 @@ def transfer_note(config: dict, dataset: str) -> str | None:
             "is not the one the training log reports)")
 
 
+def input_size_override(config: dict[str, Any], dataset: str, image_size: int | None, resize: int | None,
+                        verb: str = "embeds") -> tuple[dict[str, Any], list[str]]:
+    """``--image-size`` / ``--resize`` over a checkpoint's evaluation transform -> (config, notes): the
+    crop (its own resize dropped: it belonged to its own crop) and the shorter side; a note when a run of
+    ``train`` was trained on another size (its log's R@1 is of those); a resize below the crop refused.
+    The digits take neither (refused once their data set is read: :func:`embed_to_file`)."""
+    notes: list[str] = []
+    trained_size = config.get("image_size") if config.get("loss") else None  # a run of `train` (its input size)
+    if (image_size is not None and trained_size is not None and int(trained_size) != image_size
+            and str(dataset).lower() != "digits"):
+        notes.append(f"the checkpoint was trained on {int(trained_size)}x{int(trained_size)} inputs (its log's R@1 "
+                     f"is of those); --image-size {image_size} {verb} {image_size}x{image_size} crops")
+    if image_size is not None or resize is not None:
+        config = dict(config)
+        if image_size is not None:
+            config["image_size"] = image_size
+            if resize is None:  # the checkpoint's resize belonged to its own crop size
+                config.pop("resize", None)
+        if resize is not None:
+            size = int(config.get("image_size", 224))
+            if resize < size:
+                raise UsageError(f"--resize {resize} is smaller than the crop size {size}: the centre crop "
+                                 "would pad the image (pass --image-size too)")
+            config["resize"] = resize
+    return config, notes
+
+
 def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str | os.PathLike, *, root=None,
                   split: str = "all", arch: str | None = None, train_classes=None, batch_size: int | None = None,
                   num_workers: int = 0, device: str = "auto", unsafe_pickle: bool = False, force: bool = False,
@@ -409,24 +437,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
                              f"({'8x8 digits need the digits_cnn' if digits else 'photos need an image backbone'})")
     # notes on the checkpoint and the data, said once the data are read (a wrong --root is one error line,
     # not notes on a transfer to images that are not there, then the error)
-    notes: list[str] = []
     trained_size = config.get("image_size") if config.get("loss") else None  # a run of `train` (its input size)
-    if (image_size is not None and trained_size is not None and int(trained_size) != image_size
-            and str(dataset).lower() != "digits"):
-        notes.append(f"the checkpoint was trained on {int(trained_size)}x{int(trained_size)} inputs (its log's R@1 "
-                     f"is of those); --image-size {image_size} embeds {image_size}x{image_size} crops")
-    if image_size is not None or resize is not None:
-        config = dict(config)
-        if image_size is not None:
-            config["image_size"] = image_size
-            if resize is None:  # the checkpoint's resize belonged to its own crop size
-                config.pop("resize", None)
-        if resize is not None:
-            size = int(config.get("image_size", 224))
-            if resize < size:
-                raise UsageError(f"--resize {resize} is smaller than the crop size {size}: the centre crop "
-                                 "would pad the image (pass --image-size too)")
-            config["resize"] = resize
+    config, notes = input_size_override(config, dataset, image_size, resize)
     train_classes, split_note = checkpoint_train_classes(config, dataset, train_classes)
     if split_note:
         notes.append(split_note)

@@ -41,7 +41,10 @@ def add_parser(sub, parents):
         "--seed, or --paths-file), so that maps files of several models match by path "
         "(embedscope saliency-agreement). --pairs: for each image, the saliency of its distance to its nearest "
         "other image (why are these two near each other?).")
-    p.add_argument("checkpoint", help="checkpoint file (embedscope format, or a bare state dict with --arch)")
+    p.add_argument("checkpoint", nargs="?",
+                   help="checkpoint, as embed takes it: embedscope format, a bare state dict (with --arch), Roth et "
+                   "al.'s checkpoint*.pth.tar, or a pytorch-metric-learning saved_models folder; omit it with "
+                   "--trunk/--embedder, or with --arch for an ImageNet baseline (--weights, --head)")
     p.add_argument("--dataset", required=True, type=dataset_name,
                    help="digits, shapes (make-shapes), cub200, cars196, sop or imagefolder")
     p.add_argument("--root", help="data set folder (official layout); not needed for digits, nor for shapes (the default "
@@ -72,7 +75,7 @@ def add_parser(sub, parents):
                    help=f"images (--pairs: pairs) drawn in the --figure figure, with --figure, at most {MAX_FIGURE_IMAGES} "
                    "(default: 6)")
     p.add_argument("--name", help="model name in tables and figures (default: the checkpoint's file name)")
-    p.add_argument("--arch", help="architecture of a bare state dict: "
+    p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: "
                    f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
     p.add_argument("--train-classes", type=positive_int,
                    help="the first N classes (sorted) form the training split (default: the checkpoint's, when it was "
@@ -82,6 +85,9 @@ def add_parser(sub, parents):
     p.add_argument("--seed", type=seed_int, default=0, help="image choice and noise (default: 0)")
     p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
                    help="CUDA autocast for the gradient passes (default: none = float32)")
+    from embedscope.cli.embed import add_model_sources
+
+    add_model_sources(p)
     p.add_argument("--unsafe-pickle", action="store_true",
                    help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
     p.add_argument("--ema", action="store_true",
@@ -108,7 +114,12 @@ def run(args) -> int:
         from embedscope.viz.figures import figure_paths
 
         outputs += list(figure_paths(args.figure, option="--figure"))
-    refuse_inputs(outputs, [args.checkpoint, args.paths_file])
+    if args.checkpoint is None and args.trunk is None and args.embedder is None and not args.arch:
+        from embedscope.errors import UsageError
+
+        raise UsageError("name the model: a checkpoint, --trunk with --embedder, or --arch (with --weights) for an "
+                         "ImageNet baseline")
+    refuse_inputs(outputs, [args.checkpoint, args.paths_file, args.weights, args.trunk, args.embedder])
     if PurePath(str(args.output)).suffix.lower() not in (".png", ".pdf", ".svg"):  # (a figure's name: said below)
         check_suffix(args.output, "-o", ".h5")  # the maps file is HDF5 (-o maps.csv wrote HDF5 under a CSV's name)
     s = saliency_to_file(
@@ -117,7 +128,9 @@ def run(args) -> int:
         n_samples=args.n_samples, noise=args.noise, batch_size=args.batch_size, seed=args.seed, device=args.device,
         amp=None if args.amp == "none" else args.amp, arch=args.arch, train_classes=args.train_classes,
         unsafe_pickle=args.unsafe_pickle, name=args.name, figure=args.figure, force=args.force,
-        progress=not args.no_progress, ema=args.ema,
+        progress=not args.no_progress, ema=args.ema, weights=args.weights, head=args.head,
+        embed_dim=args.embed_dim, head_seed=args.head_seed, trunk=args.trunk, embedder=args.embedder,
+        transform_input=args.transform_input, image_size=args.image_size, resize=args.resize,
         figure_images=6 if args.figure_images is None else args.figure_images,
     )
     what = "pairs (query + nearest retrieval)" if s["pairs"] else "images"

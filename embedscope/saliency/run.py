@@ -17,7 +17,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import read_paths_file, same_file
-from embedscope.validation import zero_rows
+from embedscope.validation import check_int, zero_rows
 
 DEFAULT_N_IMAGES = 100
 #: Kobs et al.'s grouping of the losses they trained but this project does not (docs/methods.md §8).
@@ -120,8 +120,17 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
                      batch_size: int | None = None, seed: int = 0, device: str = "auto", amp=None,
                      arch: str | None = None, train_classes=None, unsafe_pickle: bool = False,
                      name: str | None = None, figure=None, force: bool = False, progress: bool = True,
-                     ema: bool = False, figure_images: int = 6) -> dict[str, Any]:
+                     ema: bool = False, figure_images: int = 6, weights=None, head: str | None = None,
+                     embed_dim: int | None = None, head_seed: int | None = None, trunk=None, embedder=None,
+                     transform_input: bool | None = None, image_size: int | None = None,
+                     resize: int | None = None) -> dict[str, Any]:
     """Saliency maps of one checkpoint on a data set's images -> a maps file (docs/methods.md §8).
+
+    The model comes from what ``embed`` takes (:func:`embedscope.models.load_model`): a ``checkpoint``
+    (embedscope format, a bare state dict with ``arch``, Roth et al.'s file, a pytorch-metric-learning
+    ``saved_models`` folder), a ``trunk`` + ``embedder`` pair, or ``arch`` alone (an ImageNet baseline:
+    ``weights``, ``head`` none | random, ``embed_dim``, ``head_seed``); ``image_size`` / ``resize``: the
+    evaluation transform's crop and shorter side instead of the checkpoint's (as ``embed``'s).
 
     The distance is ``distance`` when given, else Euclidean for an untrained network
     (:func:`~embedscope.models.distances.is_untrained`, docs/methods.md §8), else the checkpoint's (its
@@ -136,7 +145,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     from embedscope.data import get_dataset
     from embedscope.embed import checkpoint_input
     from embedscope.fileio import check_writable
-    from embedscope.models import load_checkpoint
+    from embedscope.models import load_model
     from embedscope.models.distances import check_distance, distance_and_source, trained_loss
     from embedscope.saliency.smoothgrad import ORDERS, black_image, check_noise, pair_saliency_maps, saliency_maps
     from embedscope.store.saliency import SaliencyMaps, save_maps
@@ -159,7 +168,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     if any(same_file(a, b) for k, a in enumerate(written) for b in written[:k]):
         raise UsageError("two outputs name the same file: give the maps file and the figure their own names")
     for a in written:
-        for b in (checkpoint, paths_file):
+        for b in (checkpoint, paths_file, weights, trunk, embedder):
             if b is not None and same_file(a, b):
                 raise UsageError(f"{a} is an input file: choose another output name")
     if Path(out).suffix.lower() in (".png", ".pdf"):  # the maps file is HDF5; the picture is --figure
@@ -171,13 +180,23 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 
     # the autocast actually used: --amp is a CUDA option, the CPU computes in float32 (docs/saliency.md)
     amp_used = str(amp) if _resolve_amp(amp, resolve_device(device)) is not None else "none"
-    model, config, info = load_checkpoint(checkpoint, arch=arch, unsafe_pickle=unsafe_pickle, ema=ema)
+    from embedscope.embed import input_size_override
+
+    if image_size is not None:
+        image_size = check_int(image_size, "image_size", min=1)
+    if resize is not None:
+        resize = check_int(resize, "resize", min=1)
+    model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
+                                     head_seed=head_seed, trunk=trunk, embedder=embedder,
+                                     unsafe_pickle=unsafe_pickle, ema=ema, transform_input=transform_input)
+    source = checkpoint if checkpoint is not None else (trunk if trunk is not None else weights)
+    config, size_notes = input_size_override(config, dataset, image_size, resize, verb="explains")
     from embedscope.embed import nonfinite_weights
 
     bad = nonfinite_weights(model)
     if bad:  # its embeddings, and so every gradient, would be NaN: refused before the work
 
-        raise EmbedscopeError(f"{str(checkpoint)}: the model's weights hold NaN or inf ({bad}), so its "
+        raise EmbedscopeError(f"{str(source or arch)}: the model's weights hold NaN or inf ({bad}), so its "
                               "embeddings and their gradients are undefined: no saliency maps")
     # docs/methods.md §8: Euclidean for the untrained network, whatever loss it was set up for; else the
     # config's distance, its loss's (Roth et al.'s loss option for their checkpoints), else Euclidean
@@ -196,6 +215,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
+    if ds.kind == "digits" and (image_size is not None or resize is not None):
+        raise UsageError("--image-size and --resize are for photos: the digits are used as they are (8x8)")
     transform, size, input_text = checkpoint_input(ds, config, verb="explain")
     idx = select_images(ds, n_images=n_images, paths_file=paths_file, seed=seed)
     few_note = None
@@ -228,11 +249,11 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     n_zero_retrieval = _zero_maps(retrieval["maps"]) if retrieval is not None else None
     family = family_for_config(config, info.get("extra"))
     attrs = {
-        "name": name or Path(checkpoint).stem,
+        "name": name or (Path(source).stem if source is not None else f"{arch}-{head or 'none'}"),
         "family": family,
         "loss": trained_loss(config) or "",  # (Roth et al.'s checkpoints: their loss option)
-        "checkpoint": str(Path(checkpoint).resolve()),
-        "checkpoint_sha256": info["sha256"],
+        "checkpoint": str(Path(source).resolve()) if source is not None else "",  # (an --arch baseline: none)
+        "checkpoint_sha256": info.get("sha256", ""),
         "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str)),
         "distance": dist,
         "distance_source": dist_source,
@@ -282,7 +303,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
             "figure_images": min(figure_images, int(len(idx))) if fig_paths else None,
             "n_zero_maps": int(n_zero), "n_zero_retrieval_maps": n_zero_retrieval,
-            "notes": [n for n in (root_note, split_note, few_note) if n] + _zero_map_notes(
+            "notes": [n for n in (*size_notes, root_note, split_note, few_note) if n] + _zero_map_notes(
                 attrs["name"], len(idx), n_zero, n_zero_retrieval) + (
                 [f"every image of the {split} split has the same embedding: each query's nearest retrieval is a tie "
                  "with all the others (the first in the split's order was taken)"] if tied else []),
