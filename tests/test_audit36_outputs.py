@@ -169,3 +169,23 @@ def test_neighbours_of_absolute_image_paths_needs_no_root(tmp_path):
                                str(tmp_path / "nb.png"), "--no-progress"])
     assert rc == 0, err
     assert (tmp_path / "nb.png").exists()
+
+
+def test_models_side_by_side_on_different_images_are_said_so(tmp_path):
+    rng = np.random.default_rng(2)
+    y = np.repeat(np.arange(4), 5)
+    for name, shift in (("a", 0), ("b", 3)):  # b's test rows are other images (paths) than a's
+        paths = np.array([f"img/{i + shift}.jpg" for i in range(20)])
+        np.savez(tmp_path / f"{name}.npz", embeddings=(rng.normal(size=(20, 5)) + y[:, None]).astype(np.float32),
+                 labels=y, paths=paths)
+        rc, _, err = cli_output(["import", str(tmp_path / f"{name}.npz"), "-o", str(tmp_path / f"{name}.h5")])
+        assert rc == 0, err
+    files = [str(tmp_path / "a.h5"), str(tmp_path / "b.h5")]
+    for cmd in (["evaluate", *files, "--no-progress"], ["spectrum", *files, "--split", "test"]):
+        rc, out, err = cli_output(cmd)
+        assert rc == 0, err
+        notes = [line for line in out.splitlines() if "other images than a's" in line]
+        assert len(notes) == 1 and notes[0].startswith("note: b: "), out
+    rc, out, err = cli_output(["evaluate", files[0], files[0].replace("a.h5", "a.h5"), "--names", "x", "y",
+                               "--no-progress"])
+    assert rc == 0 and "other images" not in out  # the same images: no note

@@ -145,3 +145,20 @@ def check_splits_first(sources, splits) -> None:
         missing = sorted(wanted - present)
         if missing:
             as_set(src).subset(missing[0])  # the analysis's own one-line error
+
+
+def other_images_note(paths, first_paths, split: str, first: str) -> str | None:
+    """The note of a file whose ``split`` holds other images than the first file's (matched by path):
+    models side by side are then measured on different images (e.g. embedded with different
+    ``--train-classes``, which moves classes between train and test), or None when they are the same."""
+    import numpy as np
+
+    mine, theirs = np.unique(np.asarray(paths).astype(str)), np.unique(np.asarray(first_paths).astype(str))
+    if len(mine) == len(theirs) and np.array_equal(mine, theirs):
+        return None
+    only_mine = np.setdiff1d(mine, theirs, assume_unique=True)
+    only_theirs = np.setdiff1d(theirs, mine, assume_unique=True)
+    eg = (only_mine if len(only_mine) else only_theirs)[0]
+    return (f"its {split} split holds other images than {first}'s ({len(only_mine)} of its {len(mine)} not in "
+            f"{first}, {len(only_theirs)} of {first}'s {len(theirs)} not in it; e.g. {eg}): their numbers are "
+            "measured on different images (files embedded with different --train-classes or data?)")

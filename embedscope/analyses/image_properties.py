@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.analyses._sources import as_sources, check_no_zero_rows
+from embedscope.analyses._sources import other_images_note as _other_images_note
 from embedscope.analyses.result import Result, combine, provenance_of
 from embedscope.errors import EmbedscopeError
 from embedscope.names import SPLIT_CHOICES
@@ -168,21 +169,6 @@ def _trained_metric_note(config, X, *, metric: str, normalize: bool) -> str | No
     return (f"the model was trained with the cosine distance (its checkpoint's config), but its embeddings are "
             f"ranked here by the Euclidean distance of raw rows of norms {lo:.3g} to {hi:.3g} (Kobs' code's "
             "default): --metric cosine ranks the images as the model does")
-
-
-def _other_images_note(paths, first_paths, split: str, first: str) -> str | None:
-    """The note of a file whose ``split`` holds other images than the first file's (matched by path):
-    models side by side are then measured on different images (e.g. embedded with different
-    ``--train-classes``, which moves classes between train and test), or None when they are the same."""
-    mine, theirs = np.unique(np.asarray(paths).astype(str)), np.unique(np.asarray(first_paths).astype(str))
-    if len(mine) == len(theirs) and np.array_equal(mine, theirs):
-        return None
-    only_mine = np.setdiff1d(mine, theirs, assume_unique=True)
-    only_theirs = np.setdiff1d(theirs, mine, assume_unique=True)
-    eg = (only_mine if len(only_mine) else only_theirs)[0]
-    return (f"its {split} split holds other images than {first}'s ({len(only_mine)} of its {len(mine)} not in "
-            f"{first}, {len(only_theirs)} of {first}'s {len(theirs)} not in it; e.g. {eg}): their numbers are "
-            "measured on different images (files embedded with different --train-classes or data?)")
 
 
 def _check_files_first(files, names, *, split: str, properties, metric: str, normalize: bool,

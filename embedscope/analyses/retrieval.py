@@ -7,7 +7,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_set, as_sources, check_disjoint, check_no_zero_rows, check_splits_first
+from embedscope.analyses._sources import (
+    as_set,
+    as_sources,
+    check_disjoint,
+    check_no_zero_rows,
+    check_splits_first,
+    other_images_note,
+)
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
@@ -216,11 +223,25 @@ def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None,
     asked = [s for s in (query, kwargs.get("reference_split") or query) if isinstance(s, str) and s in SPLIT_CHOICES]
     check_splits_first(sources, asked)  # a file without the split: refused before the files before it are computed
 
+    first: list = []  # the first file's query rows' paths (several files: the others' are compared with them)
+
     def one(source, name):
         # several files: each one's progress bars and phase lines name it ("retrieval runs/a.h5: ...")
         tag = (str(source) if isinstance(source, (str, os.PathLike)) else name) if len(sources) > 1 else None
+        if len(sources) < 2:
+            with labelled(tag) if tag else contextlib.nullcontext():
+                return evaluate(source, name=name, **kwargs)
+        es = as_set(source)  # (read once: its paths, then its measures)
         with labelled(tag) if tag else contextlib.nullcontext():
-            return evaluate(source, name=name, **kwargs)
+            r = evaluate(es, name=name, **kwargs)
+        paths = es.subset(query).paths
+        if not first:
+            first.append(paths)
+        else:  # models side by side on different images (other --train-classes, data): said, as properties says it
+            other = other_images_note(paths, first[0], query, labels[0])
+            if other:
+                r.provenance.setdefault("notes", []).append(other)
+        return r
 
     return combine(one(s, n) for s, n in zip(sources, labels))
 

@@ -218,14 +218,24 @@ def _normalised(s: np.ndarray) -> np.ndarray:
 def _spectra(sources, labels, *, split, by_class, k, center, exclude_top, n_components, max_pairs, seed,
              progress) -> ResultSet:
     """:func:`spectrum`'s work, its arguments checked."""
+    from embedscope.analyses._sources import other_images_note
     from embedscope.metrics import class_conditioned_spectra
     from embedscope.metrics.spectral import UndefinedMeasure
 
     results = []
+    first_paths = None
     for i, (src, label) in enumerate(zip(sources, labels)):
         es = as_set(src)
         r = geometry(es, split=split, exclude_top=exclude_top, n_components=n_components, max_pairs=max_pairs,
                      seed=seed, keep_spectrum=True, name=label)
+        if len(sources) > 1:  # spectra side by side of different images (other --train-classes, data): said
+            paths = es.subset(split).paths
+            if first_paths is None:
+                first_paths = paths
+            else:
+                other = other_images_note(paths, first_paths, split, labels[0])
+                if other:
+                    r.provenance.setdefault("notes", []).append(other)
         s = np.asarray(r.arrays["singular_values"], dtype=np.float64)
         r.arrays["normalised"] = _normalised(s)
         if by_class:

@@ -80,6 +80,9 @@ def run(args) -> int:
                          f"{args.exclude_top} singular value(s){kept}"))
     for line in undefined_lines(results) + unused_seed_lines(args, results):
         print(line)
+    for r in results:  # (several files of different images: said)
+        for note in r.provenance.get("notes") or []:
+            print(safe(f"note: {r.model}: {note}" if len(results) > 1 else f"note: {note}"))
     if args.by_class:  # a file without class-conditioned spectra: its whole-set spectrum is drawn alone
         for r in results:
             why = r.provenance.get("class_spectra_undefined")
