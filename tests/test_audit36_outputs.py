@@ -189,3 +189,17 @@ def test_models_side_by_side_on_different_images_are_said_so(tmp_path):
     rc, out, err = cli_output(["evaluate", files[0], files[0].replace("a.h5", "a.h5"), "--names", "x", "y",
                                "--no-progress"])
     assert rc == 0 and "other images" not in out  # the same images: no note
+
+
+def test_every_property_that_groups_as_the_classes_is_named():
+    from embedscope.analyses import properties
+    from embedscope.store import EmbeddingSet
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 6)
+    es = EmbeddingSet.from_arrays(rng.normal(size=(18, 4)).astype(np.float32), y, split="test",
+                                  properties={"make": np.array(["a", "b", "c"])[y], "body": y + 10,
+                                              "colour": rng.integers(0, 2, 18)})
+    notes = properties([es]).note_lines()
+    said = [n for n in notes if "group the images exactly as the class labels" in n]
+    assert len(said) == 1 and "'make', 'body'" in said[0], notes

@@ -109,7 +109,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         es = whole.subset(split)
         trained = (whole.attrs or {}).get("checkpoint_config")
         del whole
-        props, twin, class_listed = _selected(es, f, split=split, properties=properties, metric=metric,
+        props, twins, class_listed = _selected(es, f, split=split, properties=properties, metric=metric,
                                               normalize=normalize, with_class=with_class)
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
                                  progress=progress, permutations=permutations,
@@ -122,7 +122,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         for p, r in res.items():
             rows.append({"model": nm, "property": p, **{k: r.get(k, undefined.get(k)) for k in fields}})
         extras.append(_explained(res, fields, n=len(es.labels), metric=metric, normalize=normalize,
-                                 dim=es.embeddings.shape[1], twin=twin if twin in res else None,
+                                 dim=es.embeddings.shape[1], twins=[t for t in twins if t in res],
                                  class_dropped=not class_listed and not properties))
         other_metric = _trained_metric_note(trained, es.embeddings, metric=metric, normalize=normalize)
         if other_metric:
@@ -206,7 +206,8 @@ def _check_files_first(files, names, *, split: str, properties, metric: str, nor
 
 def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, with_class: bool):
     """The properties of ``es`` (a file's rows of ``split``; ``f`` names the file in messages) to measure:
-    ``(props, twin, class_listed)``, or one error line (a property named that the file lacks, no
+    ``(props, twins, class_listed)`` (``twins``: the properties that group the images as the labels), or one
+    error line (a property named that the file lacks, no
     property at all, an all-zero row under cosine)."""
     props = dict(es.properties)
     if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
@@ -216,8 +217,8 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
     # value on a split of one class) gives the class's numbers: it stands for the class, and a note
     # says so (the class row was missing without a word); 'class' asked for by name is measured all
     # the same (it was "no property 'class'" on every shapes file)
-    twin = next((k for k, v in props.items() if _same_grouping(v, es.labels)), None) if with_class else None
-    class_listed = with_class and ("class" in (properties or ()) or twin is None)
+    twins = [k for k, v in props.items() if _same_grouping(v, es.labels)] if with_class else []
+    class_listed = with_class and ("class" in (properties or ()) or not twins)
     if class_listed:
         props = {"class": es.labels, **props}
     if properties:
@@ -230,7 +231,7 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
         raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
     if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
         check_no_zero_rows(es, split)
-    return props, twin, class_listed
+    return props, twins, class_listed
 
 
 def _same_grouping(values, labels) -> bool:
@@ -255,7 +256,7 @@ SHOWN = ("NR-Prec", "R-Prec", "ceiling", "p_value", "perm_p_value")
 
 
 def _explained(res: dict[str, dict[str, Any]], fields, *, n: int, metric: str, normalize: bool, dim: int,
-               twin: str | None, class_dropped: bool) -> dict[str, Any]:
+               twins: list[str], class_dropped: bool) -> dict[str, Any]:
     """A file's provenance additions: ``undefined`` (property -> which numbers are NaN and why, from the
     measure's own reasons; :func:`embedscope.analyses.structure.undefined_note` makes the line) and
     ``notes`` (rows that repeat exactly, a property that is the class), each only when there is one."""
@@ -281,9 +282,12 @@ def _explained(res: dict[str, dict[str, Any]], fields, *, n: int, metric: str, n
                  if metric == "cosine" and dim == 1 else "")
         notes.append(f"{rep} of {n} rows repeat another row exactly{as_ranked}: their tied neighbours are "
                      f"ranked by row order (lower index first){one_d}")
-    if twin is not None:
-        notes.append(f"property '{twin}' groups the images exactly as the class labels: its numbers are the "
-                     "class's" + (" (no 'class' row; ask for 'class' by name to list it too)" if class_dropped else ""))
+    if twins:
+        named = ", ".join(f"'{t}'" for t in twins)
+        one = len(twins) == 1
+        notes.append(f"propert{'y' if one else 'ies'} {named} group{'s' if one else ''} the images exactly as the "
+                     f"class labels: {'its' if one else 'their'} numbers are the class's"
+                     + (" (no 'class' row; ask for 'class' by name to list it too)" if class_dropped else ""))
     if notes:
         out["notes"] = notes
     return out
