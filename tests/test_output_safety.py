@@ -29,7 +29,9 @@ def assert_refused(args, capsys, folder):
     rc, err = run_main(args, capsys)
     assert rc == 2, (rc, err)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert "is an input file: choose another output name" in err, err
+    # an input file, or a new file in the study's own folders (figures/, rows/), which is no input: said so
+    assert ("is an input file: choose another output name" in err
+            or ("folder, which the study writes" in err and "choose another output name" in err)), err
     assert snapshot(folder) == before, "an input was changed"
 
 
@@ -116,6 +118,11 @@ def study(tmp_path):
                                   "rows/a.json", "figures/../runs.csv"])
 def test_report_refuses_the_study_files(study, capsys, name):
     assert_refused(["report", study, "-o", f"{study}/{name}", "--force"], capsys, study)
+
+
+def test_report_in_the_study_figures_folder_is_not_called_an_input(study, capsys):
+    rc, err = run_main(["report", study, "-o", f"{study}/figures/new.html"], capsys)
+    assert rc == 2 and "is in the study's figures/ folder" in err and "input file" not in err, err
 
 
 def test_report_refuses_through_a_symlink(study, tmp_path, capsys):

@@ -33,8 +33,12 @@ def check_output(study, output) -> None:
 
     d = Path(study)
     refuse_inputs([output], [d / f for f in STUDY_FILES])
-    if same_file(output, d) or any(same_file(output, d / f) or within(output, d / f) for f in STUDY_FOLDERS):
-        raise UsageError(f"{output} is an input file: choose another output name")
+    if same_file(output, d):
+        raise UsageError(f"{output} is the study folder: choose another output name")
+    inside = next((f for f in STUDY_FOLDERS if same_file(output, d / f) or within(output, d / f)), None)
+    if inside is not None:
+        raise UsageError(f"{output} is in the study's {inside}/ folder, which the study writes (a rerun would find "
+                         "a stranger there): choose another output name, e.g. in the study folder itself")
 
 
 def run(args) -> int:
