@@ -283,6 +283,17 @@ def checkpoint_input(ds: ImageDataset, config: dict, *, verb: str = "embed"):
     return transform, size, describe_transform(ds.kind, train=False, image_size=size, resize=resize)
 
 
+def check_fixed_input(model, size: int) -> None:
+    """Refuse (a usage error) an input size that a model built for one size cannot take: torchvision's
+    Vision Transformers (``vit_b_16``, ...) assert their own ``image_size`` in every forward pass, which
+    was a raw "AssertionError: Wrong image height! Expected 224 but got 32!" after the data were read."""
+    for m in model.modules():
+        fixed = getattr(m, "image_size", None)
+        if type(m).__name__ == "VisionTransformer" and isinstance(fixed, int) and fixed != int(size):
+            raise UsageError(f"--image-size {int(size)}: this Vision Transformer takes {fixed}x{fixed} inputs only "
+                             f"(its position embeddings are of that size): leave --image-size out or give {fixed}")
+
+
 def checkpoint_train_classes(config: dict, dataset: str, train_classes: int | None) -> tuple[int | None, str | None]:
     """The ``--train-classes`` of an embedding -> ``(value, note or None)``.
 
@@ -467,7 +478,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
             echo(f"note: {note}")
     if ds.kind == "digits" and (image_size is not None or resize is not None):
         raise UsageError("--image-size and --resize are for photos: the digits are used as they are (8x8)")
-    transform, _, input_text = checkpoint_input(ds, config)
+    transform, size, input_text = checkpoint_input(ds, config)
+    check_fixed_input(model, size)
     dev = resolve_device(device)
     use_amp = bool(amp) and dev.type == "cuda"
     if batch_size is None:

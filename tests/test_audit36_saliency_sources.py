@@ -57,3 +57,15 @@ def test_saliency_of_weights_at_an_image_size(tmp_path, size):
     m = load_maps(out)
     assert m.maps.shape == (2, size, size) and m.attrs["name"] == "r18"
     assert m.attrs["checkpoint"].endswith("r18.pth")
+
+
+def test_a_vision_transformer_takes_its_own_input_size_only():
+    from torchvision.models import VisionTransformer
+
+    from embedscope.embed import check_fixed_input
+    from embedscope.errors import UsageError
+
+    vit = VisionTransformer(image_size=32, patch_size=16, num_layers=1, num_heads=1, hidden_dim=8, mlp_dim=8)
+    check_fixed_input(torch.nn.Sequential(vit), 32)
+    with pytest.raises(UsageError, match="takes 32x32 inputs only"):
+        check_fixed_input(torch.nn.Sequential(vit), 48)  # (its forward: "AssertionError: Wrong image height!")

@@ -143,7 +143,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     Returns a summary dict.
     """
     from embedscope.data import get_dataset
-    from embedscope.embed import checkpoint_input
+    from embedscope.embed import check_fixed_input, checkpoint_input
     from embedscope.fileio import check_writable
     from embedscope.models import load_model
     from embedscope.models.distances import check_distance, distance_and_source, trained_loss
@@ -218,6 +218,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     if ds.kind == "digits" and (image_size is not None or resize is not None):
         raise UsageError("--image-size and --resize are for photos: the digits are used as they are (8x8)")
     transform, size, input_text = checkpoint_input(ds, config, verb="explain")
+    check_fixed_input(model, size)
     idx = select_images(ds, n_images=n_images, paths_file=paths_file, seed=seed)
     few_note = None
     if n_images is not None and int(n_images) > len(idx):  # every image of the split, not the number asked for
