@@ -11,6 +11,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from brute import unit_rows
 
 from embedscope.metrics import properties as props_mod
 from embedscope.metrics import retrieval as retrieval_mod
@@ -124,7 +125,7 @@ def test_retrieval_query_blocks_equal_one_search_and_brute_force(monkeypatch, me
     for k in ref["per_query"]:
         np.testing.assert_array_equal(got["per_query"][k], ref["per_query"][k])
     assert {k: v for k, v in got.items() if k != "per_query"} == {k: v for k, v in ref.items() if k != "per_query"}
-    Q = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None] if metric == "cosine" else X
+    Q = unit_rows(X) if metric == "cosine" else X  # (docs/methods.md §1's unit rows: parallel rows tie exactly)
     for i in range(3, len(y), 7):
         # float64 keys pair by pair (as the rank engine defines them), ties to the lower index
         key = -np.einsum("jk,jk->j", Q, np.broadcast_to(Q[i], Q.shape)) if metric == "cosine" else \

@@ -158,3 +158,30 @@ def add_num_workers(p: argparse.ArgumentParser, default: int | None = 0) -> None
     """``--num-workers N`` (N >= 0) of the commands that load images."""
     p.add_argument("--num-workers", type=nonnegative_int, default=default, metavar="N",
                    help="data loader worker processes (default: 0)")
+
+
+def add_model_sources(p) -> None:
+    """The model sources besides a checkpoint (``--weights`` / ``--head`` of an ImageNet baseline with
+    ``--arch``, a pytorch-metric-learning ``--trunk`` / ``--embedder`` pair) and the evaluation transform's
+    ``--image-size`` / ``--resize``: the same for ``embed`` and ``saliency``."""
+    p.add_argument("--weights", metavar="PATH",
+                   help="backbone weights (a torchvision or timm file, e.g. ImageNet) from a local file (never downloaded), "
+                   "with --arch and no checkpoint")
+    p.add_argument("--head", choices=["none", "random"],
+                   help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
+                   "random normalised linear head (Roth et al. Table 2's baseline) (default: none)")
+    p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
+    p.add_argument("--head-seed", type=seed_int, help="seed of --head random (default: 0)")
+    p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
+    p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
+    p.add_argument("--no-transform-input", dest="transform_input", action="store_false", default=None,
+                   help="a GoogLeNet / Inception-v3 trunk (or --weights) trained from scratch: run it without "
+                   "torchvision's ImageNet input transform (transform_input=False) (default: on, as torchvision "
+                   "builds these with ImageNet weights)")
+    p.add_argument("--image-size", type=positive_int, metavar="N",
+                   help="centre-crop size of the evaluation transform Resize(R) + CenterCrop(N) (default: the "
+                   "checkpoint's; a shapes_cnn without a train run's record on --dataset shapes: the size the set "
+                   "was rendered at; else 224; e.g. 299 for torchvision's Inception-v3 preset)")
+    p.add_argument("--resize", type=positive_int, metavar="R",
+                   help="shorter side before the crop (default: the checkpoint's, else round(N * 256 / 224); "
+                   "e.g. 342 with --image-size 299)")

@@ -166,9 +166,9 @@ def parquet_output(args, taken) -> Path | None:
     pq = Path(args.parquet)
     if any(same_file(pq, t) for t in taken):
         raise UsageError(f"--parquet {args.parquet} is one of the figure's own outputs: choose another name")
-    check_suffix(args.parquet, "--parquet", ".parquet")
     refuse_inputs([pq], getattr(args, "_inputs", None) or [getattr(args, "file", None),
                                                           *(getattr(args, "files", None) or [])])
+    check_suffix(args.parquet, "--parquet", ".parquet")
     check_writable(pq, force=args.force)
     return pq
 

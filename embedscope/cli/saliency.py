@@ -7,6 +7,7 @@ from embedscope.cli.common import (
     MAX_FIGURE_IMAGES,
     add_device,
     add_force,
+    add_model_sources,
     dataset_name,
     figure_images,
     positive_int,
@@ -85,8 +86,6 @@ def add_parser(sub, parents):
     p.add_argument("--seed", type=seed_int, default=0, help="image choice and noise (default: 0)")
     p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
                    help="CUDA autocast for the gradient passes (default: none = float32)")
-    from embedscope.cli.embed import add_model_sources
-
     add_model_sources(p)
     p.add_argument("--unsafe-pickle", action="store_true",
                    help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
