@@ -363,6 +363,12 @@ def transfer_note(config: dict, dataset: str) -> str | None:
             "is not the one the training log reports)")
 
 
+def checked_sizes(image_size, resize) -> tuple[int | None, int | None]:
+    """``image_size`` and ``resize`` checked (positive integers, or None), before a model is loaded."""
+    return (None if image_size is None else check_int(image_size, "image_size", min=1),
+            None if resize is None else check_int(resize, "resize", min=1))
+
+
 def input_size_override(config: dict[str, Any], dataset: str, image_size: int | None, resize: int | None,
                         verb: str = "embeds") -> tuple[dict[str, Any], list[str]]:
     """``--image-size`` / ``--resize`` over a checkpoint's evaluation transform -> (config, notes): the
@@ -434,10 +440,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     from embedscope.models import describe_input, load_model
 
     check_writable(out, force=force)  # fail before the long work
-    if image_size is not None:
-        image_size = check_int(image_size, "image_size", min=1)
-    if resize is not None:
-        resize = check_int(resize, "resize", min=1)
+    image_size, resize = checked_sizes(image_size, resize)
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,
                                      unsafe_pickle=unsafe_pickle, ema=ema, transform_input=transform_input)

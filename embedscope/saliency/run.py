@@ -17,7 +17,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import read_paths_file, same_file
-from embedscope.validation import check_int, zero_rows
+from embedscope.validation import zero_rows
 
 DEFAULT_N_IMAGES = 100
 #: Kobs et al.'s grouping of the losses they trained but this project does not (docs/methods.md §8).
@@ -180,12 +180,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
 
     # the autocast actually used: --amp is a CUDA option, the CPU computes in float32 (docs/saliency.md)
     amp_used = str(amp) if _resolve_amp(amp, resolve_device(device)) is not None else "none"
-    from embedscope.embed import input_size_override
+    from embedscope.embed import checked_sizes, input_size_override
 
-    if image_size is not None:
-        image_size = check_int(image_size, "image_size", min=1)
-    if resize is not None:
-        resize = check_int(resize, "resize", min=1)
+    image_size, resize = checked_sizes(image_size, resize)
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,
                                      unsafe_pickle=unsafe_pickle, ema=ema, transform_input=transform_input)
