@@ -7,8 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from embedscope.analyses._sources import as_sources, check_no_zero_rows
-from embedscope.analyses._sources import other_images_note as _other_images_note
+from embedscope.analyses._sources import as_sources, check_no_zero_rows, other_images_note
 from embedscope.analyses.result import Result, combine, provenance_of
 from embedscope.errors import EmbedscopeError
 from embedscope.names import SPLIT_CHOICES
@@ -131,7 +130,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
             if first_paths is None:
                 first_paths = es.paths
             else:
-                other = _other_images_note(es.paths, first_paths, split, names[0])
+                other = other_images_note(es.paths, first_paths, split, names[0])
                 if other:
                     extras[-1].setdefault("notes", []).append(other)
     # by the first file's NR-Prec (descending, NaN last); a property the first file lacks by the NR-Prec of

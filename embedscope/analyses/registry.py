@@ -154,7 +154,7 @@ def _retrieval_family(es, names: list[str], split: str, opts: dict) -> dict[str,
     # an R@k beyond the references a query has (a split of k rows or fewer) is not defined: NaN, as
     # evaluate's default k stop there (the study says why: study.run.undefined_reasons), not an error
     # that would fail the whole row
-    n_avail = len(es.subset(split)) - 1
+    n_avail = (len(es.labels) if split in (None, "all") else int((es.split == split).sum())) - 1  # (no copy)
     deep = {n for n in names if n.startswith("R@") and int(n[2:]) > n_avail}
     asked = [n for n in names if n not in deep]
     out = dict.fromkeys(deep, float("nan"))
