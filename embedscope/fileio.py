@@ -125,6 +125,10 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
     path = Path(path)
     if path.is_dir():
         raise EmbedscopeError(f"{user} is a directory, expected a file name")
+    if path.exists() and not path.is_file():  # a device (/dev/null), a named pipe, a socket: --force renamed a
+        # file over it (as root, /dev/null itself became a regular file)
+        raise EmbedscopeError(f"{user} is not a regular file (a device, a named pipe or a socket): outputs are "
+                              "written to files, give a file name")
     if path.exists() and not force:
         raise EmbedscopeError(exists_message(user))
     anc = existing_ancestor(path.parent)

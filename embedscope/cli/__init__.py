@@ -528,12 +528,26 @@ def _warnings_as_lines(command: str):
         warnings.showwarning = shown
 
 
+def _escape_unencodable_output() -> None:
+    """A standard output whose encoding cannot hold a character the command prints (a latin-1 or ASCII
+    terminal: ρ, π, the undefined mark –, a class named 猫) writes it escaped (backslashreplace, as Python
+    writes stderr), instead of failing the command with a UnicodeEncodeError after its work and taking
+    back its files."""
+    stream = sys.stdout
+    if stream is None or str(getattr(stream, "errors", "strict")) not in ("strict", "surrogateescape"):
+        return  # (surrogateescape: Python's choice under the C locale without UTF-8 mode, strict for the rest)
+    with contextlib.suppress(Exception):  # (a stream that cannot be reconfigured: a test's capture)
+        if str(getattr(stream, "encoding", "utf-8")).lower().replace("-", "") not in ("utf8", "utf8sig"):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (0 ok, 1 error, 2 usage error, 130 Ctrl-C,
     143 SIGTERM, 141 when the reader of stdout went away)."""
     from embedscope import progress
 
     progress.clear_signals()
+    _escape_unencodable_output()
     command = ""  # named in the error line once parsed
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)  # until parsed
     try:

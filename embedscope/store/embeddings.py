@@ -769,11 +769,13 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     for k in names:
         if es.properties[k].dtype.kind in "OUS":
             _check_text(es.properties[k].reshape(-1), f"{path}: property '{k}'")
-    src = Path(path)
+    # a file named through a symbolic link is updated where it is (the link kept): replacing the link with
+    # an updated copy left the file itself without the properties
+    src = Path(os.path.realpath(path))
     with h5py.File(src, "r") as f:
         g = f.get("properties")
         replaced = [k for k in names if isinstance(g, h5py.Group) and k in g]
-    with atomic_output(path, force=True) as tmp:
+    with atomic_output(src, force=True) as tmp:
         try:
             if not replaced:
                 shutil.copyfile(src, tmp)
