@@ -72,6 +72,24 @@ def exists_message(user_path) -> str:
     return f"{user_path} already exists (use --force to replace it; in Python: force=True)"
 
 
+def cache_root() -> Path:
+    """embedscope's cache folder: ``$EMBEDSCOPE_CACHE``, else ``$XDG_CACHE_HOME/embedscope`` (an absolute
+    one: the XDG rule leaves a relative value out), else ``~/.cache/embedscope``. Without a home folder
+    (HOME unset and no passwd entry, as a container's random user id) one line says what to set: the
+    cache was a folder literally named "~" in the working folder, or a raw RuntimeError."""
+    env = os.environ.get("EMBEDSCOPE_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "embedscope"
+    home = os.path.expanduser("~")
+    if not os.path.isabs(home):
+        raise EmbedscopeError("no home folder to keep embedscope's cache in (HOME is not set and the user has no "
+                              "home in the password database): set EMBEDSCOPE_CACHE (or XDG_CACHE_HOME) to a folder")
+    return Path(home) / ".cache" / "embedscope"
+
+
 def existing_ancestor(folder: Path) -> Path:
     """The nearest folder of ``folder``'s ancestry (itself included) that exists."""
     p = folder

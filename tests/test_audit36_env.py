@@ -60,3 +60,44 @@ def test_a_stdout_that_cannot_hold_a_character_escapes_it(h5, tmp_path, encoding
     assert b"\\u732b" in p.stdout  # the class named 猫, escaped
     p = subprocess.run([ES, "geometry", str(h5), "--split", "test"], capture_output=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr.decode(errors="replace")
+
+
+def test_no_home_folder_is_one_line_not_a_folder_named_tilde(monkeypatch, tmp_path):
+    from embedscope.errors import EmbedscopeError
+    from embedscope.fileio import cache_root
+
+    for k in ("HOME", "XDG_CACHE_HOME", "EMBEDSCOPE_CACHE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # (no HOME and no passwd entry: "~" comes back)
+    with pytest.raises(EmbedscopeError, match="set EMBEDSCOPE_CACHE"):
+        cache_root()
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # relative: left out (the XDG rule)
+    with pytest.raises(EmbedscopeError, match="no home folder"):
+        cache_root()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "embedscope"
+
+
+def test_a_study_with_a_cache_it_cannot_write_measures_every_row(monkeypatch, tmp_path):
+    from conftest import save_digits_checkpoint
+
+    import embedscope.study.run as run_mod
+
+    save_digits_checkpoint(tmp_path / "m.pt")
+    monkeypatch.setattr(run_mod, "_can_write", lambda folder: False)
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    import embedscope.store as store_mod
+
+    monkeypatch.setattr(store_mod, "save", refuse)  # (the cache's writes: as a read-only folder)
+    lines = []
+    run_mod.run_study(str(tmp_path / "m.pt"), tmp_path / "st", cache_dir=tmp_path / "cache",
+                            measures=["R@1", "rho"], figures=False, n_boot=0, workers=0, echo=lines.append)
+    import pandas as pd
+
+    runs = pd.read_csv(tmp_path / "st" / "runs.csv")
+    assert (runs["status"] == "ok").all() and len(runs) >= 2, runs[["id", "status", "error"]]
+    assert any("cannot be written" in line for line in lines), lines
+    assert not (tmp_path / "cache" / "untrained").exists() and (tmp_path / "st" / "untrained").is_dir()

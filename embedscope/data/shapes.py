@@ -576,10 +576,9 @@ def generation_key(n: int, size: int, seed: int) -> str:
 
 def default_cache_dir() -> Path:
     """``$EMBEDSCOPE_CACHE/shapes``, else ``$XDG_CACHE_HOME/embedscope/shapes``, else ``~/.cache/embedscope/shapes``."""
-    if os.environ.get("EMBEDSCOPE_CACHE"):
-        return Path(os.environ["EMBEDSCOPE_CACHE"]) / "shapes"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "embedscope" / "shapes"
+    from embedscope.fileio import cache_root
+
+    return cache_root() / "shapes"
 
 
 def _physical_memory() -> int | None:

@@ -49,10 +49,9 @@ def default_cache_dir() -> Path:
     ``$EMBEDSCOPE_CACHE`` is embedscope's cache folder, as ``~/.cache/embedscope``: the embeddings in
     ``embeddings/``, the generated shapes set in ``shapes/`` (it was the embeddings folder itself, so
     that the shapes set landed inside it)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]) / "embeddings"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "embedscope" / "embeddings"
+    from embedscope.fileio import cache_root
+
+    return cache_root() / "embeddings"
 
 
 _INPUT_LOCK = threading.RLock()  # worker threads of one process load and decode a data set once, not side by side
@@ -288,8 +287,12 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
                                    "transform": transform, "checkpoint": str(Path(checkpoint).resolve()),
                                    "checkpoint_sha256": info["sha256"],
                                    "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str))})
-    cdir.mkdir(parents=True, exist_ok=True)
-    store.save(path, es, force=True)  # atomic: a concurrent writer of the same key writes the same bytes
+    try:
+        cdir.mkdir(parents=True, exist_ok=True)
+        store.save(path, es, force=True)  # atomic: a concurrent writer of the same key writes the same bytes
+    except (OSError, EmbedscopeError):  # a cache that cannot be written (read-only, no space; the study says so
+        # once): the row is measured all the same, its embedding not kept (every row failed with a PermissionError)
+        out["cache_file"] = ""
     out.update(cached=False, embed_seconds=time.perf_counter() - t0)
     return es, out
 
@@ -721,6 +724,17 @@ def check_study_meta(meta: Any, path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
+def _can_write(folder: Path) -> bool:
+    """Whether files can be created in ``folder`` (or, not there yet, in its nearest existing ancestor)."""
+    from embedscope.fileio import existing_ancestor, probe_folder
+
+    try:
+        probe_folder(existing_ancestor(folder), folder)
+        return True
+    except EmbedscopeError:
+        return False
+
+
 def _refuse_file_in_the_way(folder: Path, label: str) -> None:
     """A file given as ``folder`` or as one of its parents: one :class:`EmbedscopeError` line naming
     ``label``. Whether the folder is writable is not asked (a read-only cache can serve every row)."""
@@ -1025,6 +1039,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     # a file in the way of the cache fails every row: refused now (a read-only cache that holds every
     # embedding is fine, so its writability is not required)
     _refuse_file_in_the_way(cache, f"--cache-dir {cache}" if cache_dir else f"embedding cache {cache}")
+    cache_ok = _can_write(cache)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected a study folder")
@@ -1063,7 +1078,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         box.start()  # the cluster comes up (and its workers import) while the study plans
     # a column --exclude names that no row will have: refused now, not after every checkpoint is measured
     try:
-        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained")
+        # a cache that cannot be written (read-only, no home): the untrained references in the study folder
+        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained" if cache_ok else None)
         check_exclude_columns(exclude, {t for e in entries for t in (e.tags or {}) if not t.startswith("_")},
                               set(mreg), tuple(PATTERNS))
         if root is not None and dataset is None:
@@ -1135,6 +1151,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     same_data.report()
     todo = [_task(e) for e in entries if e.id not in done]
     say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
+    if todo and not cache_ok:
+        say(f"note: the embedding cache {cache} cannot be written: embeddings found there are read, the others are "
+            "measured but not kept (--cache-dir DIR or EMBEDSCOPE_CACHE names a writable folder)")
     # the paths a task reads are absolute: a scheduler's workers run in another folder (the same
     # files as a serial study: relative paths are taken from this process's working folder)
     task_settings = {"dataset": dataset, "root": _absolute(root), "cache_dir": os.path.abspath(cache),
