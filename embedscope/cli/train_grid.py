@@ -60,9 +60,11 @@ def run(args) -> int:
     rows = train_grid(dataset, args.losses, args.p_switch, args.seeds, args.output, options=opts,
                       force=args.force, keep_epochs=args.keep_epochs, progress=not args.no_progress,
                       workers=args.workers, echo=lambda s: print(safe(s), flush=True))
-    print(format_table(rows, ["name", "status", "epochs", "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best",
-                              "final_R@1", "final_rho", "untrained_R@1"],
-                       title=f"train-grid ({len(rows)} combinations)"))
+    cols = ["name", "status", "epochs", "best_epoch", "best_R@1", "best_MAP@R", "rho_at_best", "final_R@1",
+            "final_rho", "untrained_R@1"]
+    # an empty cell of grid.csv (no evaluation: --eval-every 0, a diverged run) shown empty, not "None"
+    shown = [{c: ("" if r.get(c) is None else r.get(c)) for c in cols} for r in rows]
+    print(format_table(shown, cols, title=f"train-grid ({len(rows)} combinations)"))
     print(f"wrote {safe(Path(args.output) / 'grid.csv')}" + (" (merged with its earlier rows)" if had_rows else ""))
     bad = [r["name"] for r in rows if r.get("status") == "diverged"]
     if bad:  # recorded in grid.csv, and the command says so by its exit status

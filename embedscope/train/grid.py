@@ -507,6 +507,16 @@ def _earlier_rows(out_dir: Path, replaced: set[str], say: Callable[[str], None])
                 gone.append(r["name"])
                 continue
             cfg = done.get("config") or {}
+            # the settings of the run as trained now (retrained outside the grid: another loss, p_switch, seed
+            # kept the old row's, beside the new run's numbers)
+            for k in ("loss", "p_switch", "seed"):
+                if cfg.get(k) is not None:
+                    r = {**r, k: cfg[k]}
+            if cfg.get("loss") is not None:
+                from embedscope.train.losses import loss_spec
+
+                with contextlib.suppress(Exception):  # (a loss this version does not know keeps its family)
+                    r["loss_family"] = loss_spec(cfg["loss"]).family
             r = {**r, "embed_dim": cfg.get("embed_dim"), "normalize": cfg.get("normalize"),
                  "train_classes": cfg.get("train_classes"), "image_size": cfg.get("image_size"),
                  "freeze_bn_affine": bn_affine_frozen(cfg), **_summary(done.get("extra") or {}, ckpt)}

@@ -479,7 +479,15 @@ def _evaluate(model, train_ds, test_ds, device, batch_size: int, transform=None,
         notes.append("every test image has the same embedding (the network collapsed to one point; a lower --lr?): "
                      "R@1 and MAP@R are those of a full tie (ties go to the lower index), rho is undefined")
     m = retrieval_metrics(Xte, test_ds.labels, include=["R@1", "MAP@R"])
-    rho = float(spectral_decay(Xtr))
+    from embedscope.metrics.spectral import UndefinedMeasure
+
+    try:
+        rho = float(spectral_decay(Xtr))
+    except UndefinedMeasure as e:  # --embed-dim 1: no singular value left after the top one (the log's rho
+        # is empty where undefined; the run stopped at its epoch-0 evaluation)
+        rho = float("nan")
+        if notes is not None:
+            notes.append(f"rho is undefined: {e}")
     return {"R@1": float(m["R@1"]), "MAP@R": float(m["MAP@R"]), "rho": rho}
 
 
