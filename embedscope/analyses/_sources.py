@@ -147,6 +147,12 @@ def check_splits_first(sources, splits) -> None:
             as_set(src).subset(missing[0])  # the analysis's own one-line error
 
 
+def split_paths(es, split: str | None):
+    """The paths of ``es``'s rows of ``split`` (None or "all": every row), without copying its embeddings
+    as ``es.subset(split).paths`` does (the split was checked by the analysis already)."""
+    return es.paths if split in (None, "all") else es.paths[es.split == split]
+
+
 def other_images_note(paths, first_paths, split: str, first: str) -> str | None:
     """The note of a file whose ``split`` holds other images than the first file's (matched by path):
     models side by side are then measured on different images (e.g. embedded with different

@@ -14,6 +14,7 @@ from embedscope.analyses._sources import (
     check_no_zero_rows,
     check_splits_first,
     other_images_note,
+    split_paths,
 )
 from embedscope.analyses.result import Result, ResultSet, combine, model_name, provenance_of, unique_names
 from embedscope.errors import EmbedscopeError, UsageError
@@ -234,7 +235,7 @@ def evaluate_many(sources: Sequence[Any], *, names: Sequence[str] | None = None,
         es = as_set(source)  # (read once: its paths, then its measures)
         with labelled(tag) if tag else contextlib.nullcontext():
             r = evaluate(es, name=name, **kwargs)
-        paths = es.subset(query).paths
+        paths = split_paths(es, query)
         if not first:
             first.append(paths)
         else:  # models side by side on different images (other --train-classes, data): said, as properties says it

@@ -218,7 +218,7 @@ def _normalised(s: np.ndarray) -> np.ndarray:
 def _spectra(sources, labels, *, split, by_class, k, center, exclude_top, n_components, max_pairs, seed,
              progress) -> ResultSet:
     """:func:`spectrum`'s work, its arguments checked."""
-    from embedscope.analyses._sources import other_images_note
+    from embedscope.analyses._sources import other_images_note, split_paths
     from embedscope.metrics import class_conditioned_spectra
     from embedscope.metrics.spectral import UndefinedMeasure
 
@@ -229,7 +229,7 @@ def _spectra(sources, labels, *, split, by_class, k, center, exclude_top, n_comp
         r = geometry(es, split=split, exclude_top=exclude_top, n_components=n_components, max_pairs=max_pairs,
                      seed=seed, keep_spectrum=True, name=label)
         if len(sources) > 1:  # spectra side by side of different images (other --train-classes, data): said
-            paths = es.subset(split).paths
+            paths = split_paths(es, split)
             if first_paths is None:
                 first_paths = paths
             else:
