@@ -83,13 +83,17 @@ def check_n_jobs(n_jobs, *, allow_none: bool = False) -> int | None:
 
 
 def auto_jobs(n_jobs: int | None, n_points: int) -> int:
-    """``n_jobs`` as given, or for ``None`` (the commands' default) the cores this process may use
+    """``n_jobs`` as given (-1: the cores this process may use), or for ``None`` (the commands' default) the cores this process may use
     (:func:`embedscope.device.available_cpus`) less those already busy (the 1-minute load average,
     rounded; at least one) for a map of at least :data:`AUTO_JOBS_MIN_POINTS` points, one thread
     below. The map is the same for any count (:func:`tsne_affinities`); only the time changes: a
     50,000-point map took 96 s on one thread and 70 s on two of an idle 2-core machine, while a
     1,797-point map beside another busy process took 7.6 s on one thread and 10.3 s on two (threads
     that wait for a busy core; docs/PERFORMANCE.md), hence the load; a small map gains little."""
+    if n_jobs == -1:  # every core this process may use (openTSNE's -1 counts the machine's, outside an affinity mask)
+        from embedscope.device import available_cpus
+
+        return available_cpus()
     if n_jobs is not None:
         return n_jobs
     if n_points < AUTO_JOBS_MIN_POINTS:
