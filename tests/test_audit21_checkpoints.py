@@ -283,8 +283,13 @@ def test_embed_dim_or_head_seed_with_a_checkpoint_is_a_usage_error(tmp_path, cap
         load_model(trunk=tmp_path / "d.pt", embedder=tmp_path / "d.pt", embed_dim=4)
     with pytest.raises(UsageError, match="--head-seed"):
         load_model(trunk=tmp_path / "d.pt", embedder=tmp_path / "d.pt", head_seed=0)
-    with pytest.raises(UsageError, match="--head-seed applies to --head random"):
-        load_model(arch="resnet18", head="none", head_seed=1)
+    # without --weights the seed draws the backbone too (session 37: it came from torch's global generator)
+    n1, ncfg, _ = load_model(arch="resnet18", head="none", head_seed=1)
+    n1b, _, _ = load_model(arch="resnet18", head="none", head_seed=1)
+    n0, _, _ = load_model(arch="resnet18", head="none")
+    assert ncfg["backbone_seed"] == 1
+    w1, w1b, w0 = (next(m.backbone.parameters()) for m in (n1, n1b, n0))
+    assert torch.equal(w1, w1b) and not torch.equal(w1, w0)
     # the default seed is 0: no --head-seed and --head-seed 0 draw the same head
     a, cfg, _ = load_model(arch="resnet18", head="random", embed_dim=4)
     b, _, _ = load_model(arch="resnet18", head="random", embed_dim=4, head_seed=0)

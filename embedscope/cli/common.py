@@ -83,6 +83,18 @@ def thread_count(s: str) -> int:
     return v
 
 
+def random_backbone_note(args) -> str | None:
+    """The note of ``embed`` / ``saliency --arch NAME`` without ``--weights`` (``--help`` calls ``--arch`` an
+    ImageNet baseline: without the weights file it is not one), else None."""
+    if args.checkpoint is None and args.trunk is None and args.embedder is None and args.arch and args.weights is None:
+        from embedscope.text import safe
+
+        return (f"note: --arch {safe(args.arch)} without --weights: the backbone keeps its random initialisation, "
+                f"drawn from seed {args.head_seed or 0} (an untrained network, not a pretrained one; --weights FILE "
+                "loads pretrained weights)")
+    return None
+
+
 #: the most images (rows) one saliency figure draws (``saliency --figure-images``, ``saliency-agreement
 #: --grid-images``): 300 made a 900 x 93,125 px PNG in 3 minutes; every map is in the maps file
 MAX_FIGURE_IMAGES = 64
@@ -171,7 +183,8 @@ def add_model_sources(p) -> None:
                    help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
                    "random normalised linear head (Roth et al. Table 2's baseline) (default: none)")
     p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
-    p.add_argument("--head-seed", type=seed_int, help="seed of --head random (default: 0)")
+    p.add_argument("--head-seed", type=seed_int, help="seed of --head random, and of the backbone's random initialisation without --weights "
+                   "(default: 0)")
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--no-transform-input", dest="transform_input", action="store_false", default=None,

@@ -11,6 +11,7 @@ from embedscope.cli.common import (
     add_num_workers,
     dataset_name,
     positive_int,
+    random_backbone_note,
 )
 
 
@@ -84,9 +85,8 @@ def run(args) -> int:
         trunk=args.trunk, embedder=args.embedder, amp=args.amp == "bf16", image_size=args.image_size,
         resize=args.resize, echo=lambda s: print(safe(s), flush=True), **model_options,
     )
-    if args.checkpoint is None and args.trunk is None and args.embedder is None and args.arch and args.weights is None:
-        # (--help calls this an ImageNet baseline: without the weights file it is not one)
-        print(f"note: --arch {safe(args.arch)} without --weights: the backbone keeps its random initialisation (an "
-              "untrained network, not a pretrained one; --weights FILE loads pretrained weights)")
+    note = random_backbone_note(args)
+    if note:
+        print(note)
     print(f"wrote {safe(out)}")
     return 0

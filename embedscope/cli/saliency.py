@@ -147,6 +147,11 @@ def run(args) -> int:
     if args.noise == 0 and args.n_samples > 1:  # (--n-samples did nothing but repeat the work)
         print(f"note: --noise 0: the {args.n_samples} copies of an image are the image itself, so each map is its "
               "plain gradient's; --n-samples 1 gives the same maps (to rounding) with less work")
+    from embedscope.cli.common import random_backbone_note
+
+    note = random_backbone_note(args)
+    if note:
+        print(note)
     if args.amp != "none" and s["amp"] == "none":
         print(f"note: --amp {args.amp} is CUDA autocast; not on CUDA, the maps were computed in float32")
     if s.get("figure_images") is not None and s["figure_images"] < s["n_images"]:

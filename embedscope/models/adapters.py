@@ -429,7 +429,8 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
     ``head="none"``: the pooled features ("ImageNet features"); ``head="random"``: a linear layer
     drawn from ``torch.manual_seed(head_seed)`` (default 0) with PyTorch's default initialisation, output
     L2-normalised (Roth et al. Table 2, "ImageNet + random normalised head", docs/methods.md §7).
-    Without ``weights`` the backbone keeps its random initialisation (an untrained baseline).
+    Without ``weights`` the backbone keeps its random initialisation (an untrained baseline), drawn from
+    ``torch.manual_seed(head_seed)`` (0 by default; recorded as ``backbone_seed``): the same network each run.
     ``ema``: the EMA copy of a training checkpoint's weights (timm's ``state_dict_ema``,
     :func:`~embedscope.models.checkpoint.load_backbone_weights`). GoogLeNet / Inception-v3 with
     ``weights`` run with ``transform_input=True`` (torchvision's ImageNet files expect it) unless
@@ -439,8 +440,9 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
         raise UsageError(f"--head {head} needs a trained checkpoint; without one use --head none or --head random")
     if head == "none" and embed_dim is not None:
         raise UsageError("--embed-dim applies to --head random (--head none keeps the backbone's feature size)")
-    if head == "none" and head_seed is not None:
-        raise UsageError("--head-seed applies to --head random (--head none has no head to draw)")
+    if head == "none" and head_seed is not None and weights is not None:
+        raise UsageError("--head-seed applies to --head random, or to a backbone without --weights (--head none has no "
+                         "head to draw)")
     if embed_dim is not None and (isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1):
         raise UsageError(f"--embed-dim must be a positive integer, got {quoted(embed_dim)}")
     cfg = default_config(arch, head=head, normalize=bool(normalize), frozen_bn=False,
@@ -456,7 +458,17 @@ def build_pretrained(arch: str, *, weights: str | os.PathLike | None = None, hea
         cfg["transform_input"] = True  # torchvision's ImageNet weights for these expect it
     if head == "none":
         cfg.pop("embed_dim", None)
-    model = build_model(cfg)
+    if weights is None:
+        # an untrained baseline: the backbone's random initialisation drawn from a recorded seed (the head
+        # seed, 0 by default), so that the same command builds the same network (it came from torch's unseeded
+        # global generator: two runs of one command gave other embeddings and maps); torch's global state is
+        # left as it was
+        cfg["backbone_seed"] = int(head_seed or 0)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg["backbone_seed"])
+            model = build_model(cfg)
+    else:
+        model = build_model(cfg)
     cfg["embed_dim"] = model.embed_dim
     info: dict[str, Any] = {"extra": {}, "format": "backbone only", "path": ""}
     if weights is not None:
