@@ -570,6 +570,20 @@ def ints_if_exact(text: np.ndarray) -> np.ndarray:
     return text  # (an integer beyond int64, a 30-digit id, was "OverflowError: Python int too large ...")
 
 
+def property_cells(cells: np.ndarray, parsed: np.ndarray) -> np.ndarray:
+    """A CSV/TSV property column from its cells as written and as pandas parsed them: integers when every
+    cell is a plainly written integer (:func:`ints_if_exact`), floats when pandas read every cell as a
+    number and some is not an integer (``1.5``, ``1e-3``: parsed exactly), else the text as written (``0001``
+    and ``1`` stay two values, as ``add-properties`` reads them)."""
+    ints = ints_if_exact(cells)
+    if ints.dtype.kind == "i":
+        return ints
+    parsed = np.asarray(parsed)
+    if parsed.dtype.kind == "f" and not np.isnan(parsed).any():
+        return parsed
+    return cells
+
+
 def _decoded(arr: Any, where: Path, what: str) -> np.ndarray:
     """Text stored as bytes (numpy ``S``: what ``np.char.encode`` and h5py write) -> str, read as UTF-8
     (ASCII is a part of it). ``astype(str)`` read it as ASCII: a path ``café.jpg`` stopped with a bare
@@ -800,8 +814,8 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
                                   f"columns: {', '.join(map(_pretty, src.keys()))})")
         _check_property_name(name, str(src.path))
         v = _decoded(src.columns[name], src.path, f"property '{_pretty(name)}'")
-        if name in src.text and v.dtype.kind not in "iufb":
-            v = src.text[name]  # text as written: "NA" stays "NA"
+        if name in src.text:  # text as written ("NA" stays "NA", "0001" is not 1), integers, or numbers
+            v = property_cells(np.asarray(src.text[name], dtype=object), v)
         _check_present(src.path, f"property '{_pretty(name)}'", v)
         props[name] = v
         used.add(name)

@@ -135,7 +135,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
     if len(df) == 0:  # (was "N image(s) of the file have no row": every image, for a header alone)
         raise EmbedscopeError(f"{path}: the table has no rows: give one row per image")
-    from embedscope.importers import ints_if_exact
+    from embedscope.importers import property_cells
 
     out = {}
     for c in df.columns:
@@ -149,13 +149,8 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         empty = int(sum(v.strip() == "" for v in cells))
         if empty:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
-        ints = ints_if_exact(cells)  # (an integer beyond int64, a 30-digit id, stays as written)
-        if c == "path" or ints.dtype.kind == "i":
-            out[str(c)] = cells if c == "path" else ints
-        elif df[c].dtype.kind == "f" and not df[c].isna().any():
-            out[str(c)] = df[c].to_numpy()  # every cell a number (1.5, 1e-3): parsed exactly
-        else:
-            out[str(c)] = cells
+        # (an integer beyond int64, a 30-digit id, stays as written; every cell a number, 1.5, 1e-3: parsed exactly)
+        out[str(c)] = cells if c == "path" else property_cells(cells, df[c].to_numpy())
     return out
 
 
