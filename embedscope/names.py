@@ -6,6 +6,8 @@ that module is torch-free), never from copies.
 
 from __future__ import annotations
 
+import re
+
 #: Values of the ``split`` field of an embedding file. train/test: the zero-shot split of the
 #: papers; val: a validation split; query/gallery: In-Shop-style retrieval protocols.
 SPLITS: tuple[str, ...] = ("train", "test", "val", "query", "gallery")
@@ -33,3 +35,24 @@ ARCHS: tuple[str, ...] = ("resnet50", "resnet18", "googlenet", "bninception", "d
 NOTE_TOO_FEW = "not defined: fewer than 2 points with a value"
 NOTE_MEASURE_CONSTANT = "not defined: the measure is the same at every point"
 NOTE_TWO_POINTS = "2 points: ±1 whatever the values (no interval or p-value)"
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key of a class name with its digit runs compared as numbers (``"class 2"`` before
+    ``"class 10"``), letters case-insensitively, the name itself last (a total order)."""
+    parts = re.split(r"(\d+)", name)
+    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t.casefold()) for t in parts if t), name
+
+
+def class_name_ranks(labels, class_names):
+    """Each row's class as its rank among ``class_names`` in natural order (:func:`natural_key`): a key of the
+    class by its *name*, the same whatever order a file lists its classes in (``labels`` index
+    ``class_names``). The t-SNE subsample draws each class's rows in this order, so that two files of the
+    same images whose class lists differ in order keep the same rows."""
+    import numpy as np
+
+    names = [str(c) for c in class_names]
+    order = sorted(range(len(names)), key=lambda i: natural_key(names[i]))
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[order] = np.arange(len(names))
+    return rank[np.asarray(labels, dtype=np.int64)] if len(names) else np.zeros(len(labels), dtype=np.int64)

@@ -26,12 +26,17 @@ SHOWN_YOKE = ("yoke", "alpha", "alpha_times_n", "perplexity", "seed", "negative_
 
 
 def _by_split_key(es) -> np.ndarray:
-    """One stratum per (split, class), numbered by split name, then label: within one split the
-    labels themselves, so ``yoke --max-points`` keeps the rows ``tsne --max-points`` keeps of that split
-    (text keys such as "test:10" sorted before "test:2" and drew other rows from 10 classes on)."""
+    """One stratum per (split, class), numbered by split name, then class name (natural order): within one
+    split the classes' order of :meth:`~embedscope.store.EmbeddingSet.sample`, so ``yoke --max-points``
+    keeps the rows ``tsne --max-points`` keeps of that split (text keys such as "test:10" sorted before
+    "test:2" and drew other rows from 10 classes on)."""
+    from embedscope.names import class_name_ranks
+
     _, s = np.unique(es.split.astype(str), return_inverse=True)
-    _, lab = np.unique(np.asarray(es.labels), return_inverse=True)  # label ranks: the same order, any sign
-    return s.astype(np.int64).ravel() * (int(lab.max(initial=0)) + 1) + lab.astype(np.int64).ravel()
+    # each class by its name's rank (natural order), not by its label: a file listing the same classes in
+    # another order keeps the same rows (its labels numbered the classes otherwise and drew other rows)
+    lab = class_name_ranks(es.labels, es.class_names)
+    return s.astype(np.int64).ravel() * (int(lab.max(initial=0)) + 1) + lab
 
 
 def default_cap_note(points: int, selected: int, what: str = "points") -> str:

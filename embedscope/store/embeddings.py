@@ -279,7 +279,9 @@ class EmbeddingSet:
         """At most ``n`` rows drawn without replacement (row order kept); ``None`` or ``n >= N``: all rows.
 
         ``stratify``: each class keeps its share of the rows (Webster's divisor method, at least one
-        row per class while ``n`` allows; nested in ``n``: :func:`embedscope.tsne.stratified_subsample`),
+        row per class while ``n`` allows; nested in ``n``: :func:`embedscope.tsne.stratified_subsample`; the
+        classes drawn in the natural order of their names, so the same images under another class list keep the
+        same rows),
         as the t-SNE figures sub-sample; otherwise a uniform
         draw. Seeded with ``numpy.random.default_rng(seed)``: the same call gives the same rows.
         """
@@ -291,7 +293,10 @@ class EmbeddingSet:
         if stratify:
             from embedscope.tsne import stratified_subsample
 
-            idx = stratified_subsample(self.labels, n, seed=seed)
+            from embedscope.names import class_name_ranks
+
+            # the classes by name (natural order), whatever order the file lists them in
+            idx = stratified_subsample(class_name_ranks(self.labels, self.class_names), n, seed=seed)
         else:
             idx = np.sort(np.random.default_rng(seed).choice(self.n, size=n, replace=False))
         return self.select(idx)

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.names import natural_key  # noqa: F401 - (re-exported: the palette's order)
 from embedscope.text import figure_text, quoted
 
 PAPER_RC = {
@@ -139,13 +139,6 @@ def series_colors(n: int) -> list:
     import matplotlib
 
     return [tuple(matplotlib.colormaps["tab10"](i % 10)) for i in range(n)]
-
-
-def natural_key(name: str) -> tuple:
-    """Sort key of a class name with its digit runs compared as numbers (``"class 2"`` before
-    ``"class 10"``), letters case-insensitively, the name itself last (a total order)."""
-    parts = re.split(r"(\d+)", name)
-    return tuple((0, int(t), "") if t.isdigit() else (1, 0, t.casefold()) for t in parts if t), name
 
 
 class ClassPalette(Mapping):
