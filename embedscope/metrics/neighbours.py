@@ -121,17 +121,18 @@ def nearest_same_different(
     # (cosine ignores each row's scale: every row of extreme scale brought near 1, whatever the others':
     # a row at 1e-25 in float32 would otherwise have its squares, and so its norm, underflow)
     shift = 0 if metric == "cosine" else pow2_shift(X, _SCALE_LIMIT)
-    if shift > 0:  # one row far larger than the others: scaled to its size, the others' may lose their digits
+    if metric != "cosine":  # rows far apart in scale (scaled or not): the small ones' products may lose their digits
         from embedscope.metrics.search.knn import EUCLIDEAN_SPAN_LIMIT, smallest_row_scale
 
         lo = smallest_row_scale(X)
-        span = shift - int(np.frexp(lo)[1]) if lo > 0 else 0
+        top = float(np.abs(X).max(initial=0.0))
+        span = int(np.frexp(top)[1]) - int(np.frexp(lo)[1]) if lo > 0 else 0
         if span > EUCLIDEAN_SPAN_LIMIT:
             raise EmbedscopeError(
-                f"the rows' scales span {lo:.3g} to {float(np.abs(X).max()):.3g}: {metric} similarities that far "
+                f"the rows' scales span {lo:.3g} to {top:.3g}: {metric} similarities that far "
                 "apart cannot be computed together in float64 (the small rows' products underflow to 0): "
                 "rescale the rows or leave out the outlying ones")
-        if dtype == np.float32 and span > _FLOAT32_SPAN:  # (scaled, float32 rows would be subnormal)
+        if dtype == np.float32 and span > _FLOAT32_SPAN:  # (the small float32 rows' products would be subnormal)
             dtype = np.float64
             X = X.astype(np.float64)
     if metric == "cosine":

@@ -117,19 +117,21 @@ def euclidean_scale(Q64: np.ndarray, R64: np.ndarray, qn: np.ndarray, rn: np.nda
     far below the largest), so the ranking is that of the rows as given; it keeps the float32 keys
     of the bulk GEMMs, squared norms included, away from float32 overflow (norms from ~2^64 on)
     and underflow (below ~2^-62, where their error bound no longer holds)."""
-    top = max(float(qn.max(initial=0.0)), float(rn.max(initial=0.0)))
-    if EUCLIDEAN_NORM_SAFE[0] < top < EUCLIDEAN_NORM_SAFE[1]:
-        return 1.0
     m = max(float(np.abs(Q64).max(initial=0.0)), float(np.abs(R64).max(initial=0.0)))
     if m == 0.0:  # every row zero: all keys 0, nothing to scale
         return 1.0
     e = int(np.frexp(m)[1])
+    # the span is checked whatever the largest row's scale (also unscaled, largest norm near 1: rows of 1e-170
+    # beside rows of 1 have squared differences that underflow and tie all the same)
     lo = min(smallest_row_scale(Q64), smallest_row_scale(R64))
     if lo > 0 and e - int(np.frexp(lo)[1]) > EUCLIDEAN_SPAN_LIMIT:
         raise EmbedscopeError(
             f"the rows' scales span {lo:.3g} to {m:.3g}: squared Euclidean distances that far apart cannot be "
-            "ranked together in float64 (at the scale the largest row needs, the others' underflow to 0 and "
-            "tie): rescale the rows or leave out the outlying ones")
+            "ranked together in float64 (beside the largest rows, the others' underflow to 0 and tie): rescale "
+            "the rows or leave out the outlying ones")
+    top = max(float(qn.max(initial=0.0)), float(rn.max(initial=0.0)))
+    if EUCLIDEAN_NORM_SAFE[0] < top < EUCLIDEAN_NORM_SAFE[1]:
+        return 1.0
     return float(np.ldexp(1.0, -e))
 
 
