@@ -188,6 +188,10 @@ def _unit_spread(sums: dict, n: np.ndarray) -> np.ndarray:
 #: the sum of its rows' norms, float16 ~1/10): a sum that all but cancels has a direction of rounding,
 #: and its mean no more coincides with the others' than not
 MEAN_DIRECTION_KNOWN = 1e-2
+#: a class mean whose direction error bound (:func:`_mean_direction_error`) exceeds this is the zero vector
+#: within rounding: its cosine distance to the other means is undefined (a sum of exactly 0 came out of
+#: float64 summation as 2.8e-17, a direction of noise, and π_inter was a number, π_ratio inf)
+MEAN_DIRECTION_LOST = 1.0
 
 
 def _mean_direction_error(sums: dict, n: np.ndarray) -> np.ndarray:
@@ -262,19 +266,23 @@ def _pi_from_sums(sums: dict, counts: np.ndarray, metric: str, shift: int = 0, *
         intra[multi] = spread[multi] / (n[multi] - 1)
         if C >= 2:
             nonzero = np.any(sums["raw"], axis=1)
-            if not nonzero.all():
-                c = int(np.flatnonzero(~nonzero)[0])
+            gamma = _mean_direction_error(sums, n) if nonzero.all() else None
+            same = sums["unit_dev2"] == 0  # every unit row of the class equal: the mean's direction exactly
+            # a class sum of exactly 0, or one that cancels to within its rounding (a direction of noise)
+            bad = ~nonzero if gamma is None else (gamma > MEAN_DIRECTION_LOST) & ~same
+            if bad.any():
+                c = int(np.flatnonzero(bad)[0])
                 name = f"class index {c}" if classes is None else f"class {classes[c]}"
-                why = f"the mean of {name} is the zero vector: its cosine distance is undefined"
+                why = (f"the mean of {name} is the zero vector: its cosine distance is undefined" if gamma is None else
+                       f"the mean of {name} is the zero vector within rounding (its rows cancel): its direction, and "
+                       "so its cosine distance, is undefined")
                 if strict:
                     raise UndefinedMeasure(why)
                 undefined["pi_inter"] = why
             else:
                 mu = _unit_rows(sums["raw"])
-                same = sums["unit_dev2"] == 0  # every unit row of the class equal: the mean's direction exactly
                 mu[same] = sums["unit_ref"][same]
                 inter = _mean_spread(mu)
-                gamma = _mean_direction_error(sums, n)
                 # 0 within what rounding can make of class means of one direction (Σ_k ‖μ̂_k − μ̄‖² ≤
                 # Σ_k γ_k², as in _unit_spread), when each mean's direction is known well (γ_k ≤
                 # MEAN_DIRECTION_KNOWN; a class sum that nearly cancels has a direction of rounding)
@@ -357,7 +365,8 @@ def class_distances(X, y, *, metric: str = "cosine") -> dict:
     UndefinedMeasure
         (an :class:`~embedscope.errors.EmbedscopeError`) when the data leave π_intra or π_inter
         undefined: one class only, every class a single sample, or (cosine) a class whose mean is
-        the zero vector. :func:`geometry_report` reports such a π as NaN instead, with the reason.
+        the zero vector (or is within the rounding of its sum: rows that cancel). :func:`geometry_report`
+        reports such a π as NaN instead, with the reason.
 
     Examples
     --------
