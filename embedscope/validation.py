@@ -178,8 +178,9 @@ def check_int(value: Any, name: str, *, min: int | None = 1, max: int | None = N
 
 
 def check_number(value: Any, name: str, *, min: float | None = None, max: float | None = None,
-                 min_inclusive: bool = True, allow_none: bool = False) -> float | None:
-    """A finite real parameter in range (``min_inclusive=False``: strictly above ``min``)."""
+                 min_inclusive: bool = True, max_inclusive: bool = True, allow_none: bool = False) -> float | None:
+    """A finite real parameter in range (``min_inclusive=False``: strictly above ``min``; ``max_inclusive=False``:
+    strictly below ``max``)."""
     if value is None and allow_none:
         return None
     if isinstance(value, (bool, np.bool_)):
@@ -193,8 +194,9 @@ def check_number(value: Any, name: str, *, min: float | None = None, max: float 
     if min is not None and (v < min or (v == min and not min_inclusive)):
         rel = ">=" if min_inclusive else ">"
         raise EmbedscopeError(f"{name} must be {rel} {min:g}, got {v:g}")
-    if max is not None and v > max:
-        raise EmbedscopeError(f"{name} must be <= {max:g}, got {v:g}")
+    if max is not None and (v > max or (v == max and not max_inclusive)):
+        rel = "<=" if max_inclusive else "<"
+        raise EmbedscopeError(f"{name} must be {rel} {max:g}, got {v:g}")
     return v
 
 

@@ -50,6 +50,7 @@ def _check_pair(a, b) -> tuple[np.ndarray, np.ndarray]:
         raise EmbedscopeError(f"mismatched number of maps: {a.shape[0]} vs {b.shape[0]}")
     if a.shape[1:] != b.shape[1:]:
         raise EmbedscopeError(f"maps of different sizes: {a.shape[1:]} vs {b.shape[1:]}")
+    _check_sizes(a.shape[0], a.shape[1:])
     a, b = a.reshape(a.shape[0], -1), b.reshape(b.shape[0], -1)
     for name, m in (("first", a), ("second", b)):
         if m.dtype.kind not in "biuf":
@@ -58,6 +59,14 @@ def _check_pair(a, b) -> tuple[np.ndarray, np.ndarray]:
             bad = int(np.count_nonzero(~np.all(np.isfinite(m), axis=1)))
             raise EmbedscopeError(f"the {name} maps contain NaN or inf ({bad} map(s))")
     return a, b
+
+
+def _check_sizes(n: int, pixels: tuple) -> None:
+    """One-line errors for no maps at all and for maps of no pixel (a numpy reshape or reduction error before)."""
+    if n == 0:
+        raise EmbedscopeError("no maps to compare: 0 images")
+    if int(np.prod(pixels)) == 0:
+        raise EmbedscopeError(f"maps of no pixel: shape {tuple(pixels)} per image")
 
 
 def _chunks(n: int, p: int):
@@ -155,7 +164,8 @@ def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
     """
     from embedscope.validation import check_number
 
-    clip = check_number(clip, "clip", min=0, max=1, min_inclusive=False)
+    # (clip 1 left r = ±1 at z = ±inf: a mean and spread of NaN that n_undefined did not count)
+    clip = check_number(clip, "clip", min=0, max=1, min_inclusive=False, max_inclusive=False)
     if r is None or isinstance(r, (str, bytes)):
         raise EmbedscopeError(f"r must hold correlations (numbers), got {type(r).__name__}")
     try:
@@ -290,6 +300,8 @@ def agreement_matrix_streamed(read_rows: Callable[[int, int], Sequence[np.ndarra
     M = int(n_models)
     names, families = _names_families(M, names, families)
     n, block = int(n), max(1, int(block))
+    if n == 0:  # (as agreement_matrix on arrays of 0 images)
+        _check_sizes(0, ())
     r = {(i, j): np.empty(n, dtype=np.float64) for i in range(M) for j in range(i + 1, M)}
     js = {key: np.empty(n, dtype=np.float64) for key in r}
     counts = np.zeros((M, 2), dtype=np.int64)
