@@ -448,8 +448,8 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
 
     from embedscope.models import build_model, load_backbone_weights, save_checkpoint
 
-    if out.exists():
-        return out
+    if out.exists() and _readable_checkpoint(out):
+        return out  # (a damaged one, a truncated write or a zero-byte file, is built again: it failed every study's row)
     if config.get("weights") and weights_sha256:
         from embedscope.fileio import sha256_file
 
@@ -466,6 +466,17 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
         load_backbone_weights(model, config["weights"], ema=bool(config.get("weights_ema")))
     save_checkpoint(out, model, config, extra={"epoch": 0, "finished": False, "untrained": True}, force=True)
     return out
+
+
+def _readable_checkpoint(path: Path) -> bool:
+    """Whether ``path`` loads as a checkpoint (tensors only, never code)."""
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - any damage: built again
+        return False
+    return isinstance(obj, dict)
 
 
 def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",

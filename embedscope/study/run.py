@@ -1255,6 +1255,8 @@ def _finished_outputs(out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, An
         return None
     if not all(k in stats["n_points"] for k in ("runs", "objectives")):
         return None
+    if stats.get("rows_sha256") != _rows_hash(rows):  # (statistics of other rows than runs.csv's: an interrupted run)
+        return None
     if not isinstance(stats["untrained"].get("selected_no_better"), list):
         return None
     # the figures these statistics drew: one deleted (or replaced by other than a PNG / PDF) since is drawn again
@@ -1674,9 +1676,19 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     write_parquet(out_dir / "runs.parquet", pq, force=True)
     write_csv(out_dir / "correlations.csv", stats["correlations"],
               list(stats["correlations"][0]) if stats["correlations"] else ["measure"], force=True)
-    write_json(out_dir / "correlations.json", stats, force=True)
     paths = {"runs_csv": out_dir / "runs.csv", "runs_parquet": out_dir / "runs.parquet",
              "correlations_csv": out_dir / "correlations.csv", "correlations_json": out_dir / "correlations.json"}
     if draw is not None:
         paths.update(draw())
+    # last, naming the rows it was computed from: a study stopped before this line (disk full, Ctrl-C, killed)
+    # after runs.csv held new rows left an earlier run's correlations.json, which a rerun took as up to date
+    stats["rows_sha256"] = _rows_hash(rows)
+    write_json(out_dir / "correlations.json", stats, force=True)
     return {"stats": stats, "paths": paths}
+
+
+def _rows_hash(rows) -> str:
+    """sha256 of the sorted ids of a study's rows: what ``correlations.json`` was computed from."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(str(r["id"]) for r in rows)).encode("utf-8", "surrogateescape")).hexdigest()
