@@ -111,6 +111,16 @@ def probe_folder(folder: Path, user_path) -> None:
         os.unlink(name)
 
 
+def _same_file_name(name, tmp) -> bool:
+    """Whether an OSError's ``filename`` is the temporary file ``tmp``."""
+    if name is None:
+        return False
+    try:
+        return os.fsdecode(name) == os.fsdecode(tmp)
+    except (TypeError, ValueError):
+        return False
+
+
 def _os_error(e: OSError, user_path, folder: Path | None = None) -> EmbedscopeError:
     """One line naming the user's output for an OSError met while writing it."""
     if e.errno in _DISK_FULL:
@@ -233,6 +243,56 @@ def _missing_folders(folder: Path) -> list[Path]:
         missing.append(p)
         p = p.parent
     return missing[::-1]
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, what: str):
+    """Hold an exclusive lock of ``folder`` (``fcntl.flock`` on the folder itself: no file is made, and the
+    kernel releases it when the block ends or the process dies, a SIGKILL included) while one writer works
+    there; a second writer gets a one-line error naming ``what`` at once (two ``train`` runs into one new
+    ``-o`` both passed the checks before either wrote, and mixed their checkpoints). Where the platform
+    has no ``flock`` (Windows), nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise EmbedscopeError(f"{what}: another process is writing it now (it holds the lock of {folder}); "
+                                  "wait for it to finish or stop it") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def update_lock(path: Path):
+    """Serialise the read-modify-replace updates of one file (``add-properties``): an exclusive ``flock``
+    of the file's folder, waited for (no file is made; the kernel releases it when the block ends or the
+    process dies). Two updates of one file at the same time each copied the file without the other's
+    change and the later replace won (one property lost); the second now waits, then copies the file the
+    first one wrote. (Not the file itself: HDF5 takes its own ``flock`` of it, and the update replaces
+    it.) Updates of other files in the folder wait their turn too. Where the platform has no ``flock``
+    (Windows), nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    folder = Path(path).parent
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise _os_error(e, path, folder) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def make_folders(folder: Path, user_path) -> list[Path]:
@@ -424,12 +484,17 @@ def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[P
         except OSError as e:
             if _disk_full(e, path.parent):
                 raise EmbedscopeError(f"{user}: no space left on device") from None
-            if e.errno in _NOT_WRITABLE:
+            # (a file-size limit, EFBIG: "OSError: [Errno 27] File too large" named no file; an error of the
+            # temporary file itself names the output; another file's error, an input read, stays as it is)
+            if e.errno in _NOT_WRITABLE or e.errno == errno.EFBIG or _same_file_name(e.filename, tmp):
                 raise _os_error(e, user, path.parent) from None
             raise
         except RuntimeError as e:  # torch's zip writer: "[enforce fail at inline_container.cc] ..."
             if _disk_full(e, path.parent):
                 raise EmbedscopeError(f"{user}: no space left on device") from None
+            if "inline_container" in str(e):  # its write failed short ("unexpected pos"): a size limit, an I/O error
+                raise EmbedscopeError(f"{user}: cannot be written (the write stopped short of the file's end: "
+                                      "a file-size limit or an I/O error)") from None
             raise
         ok = True
     finally:

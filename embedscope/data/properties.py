@@ -223,7 +223,7 @@ def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarra
     es.properties = {**es.properties, **new}
     from embedscope.store.embeddings import update_properties
 
-    update_properties(h5, es, list(new))
+    update_properties(h5, es, list(new), absent=[] if force else list(new))
     return new, clash
 
 

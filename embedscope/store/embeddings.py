@@ -752,7 +752,8 @@ def _write_property(g, name: str, v: np.ndarray) -> None:
         g.create_dataset(name, data=v)
 
 
-def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence[str]) -> Path:
+def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence[str], *,
+                      absent: Sequence[str] = ()) -> Path:
     """Write ``es.properties[name]`` for ``names`` into the existing file ``path`` (read as ``es``, by
     :func:`load` or :func:`scan`), atomically, keeping everything else in it: other groups, datasets and
     attributes that other tools wrote with plain h5py survive (:func:`save` would write the schema only).
@@ -765,9 +766,9 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     (:func:`_rebuilt_without`): every object but the replaced properties copied by HDF5 (H5Ocopy: their
     storage, chunks, filters, types and attributes as they are, a chunk at a time), then the properties
     written. Either file then replaces the file (its mode kept); on any failure, Ctrl-C included, the
-    file is left as it was and the copy removed."""
-    import shutil
-
+    file is left as it was and the copy removed. Updates of one file by several processes take turns
+    (:func:`embedscope.fileio.update_lock`): each keeps the others' properties. ``absent``: names that must
+    not exist when the update starts (one-line error: another process added them meanwhile)."""
     import h5py
 
     es.validate()
@@ -777,9 +778,26 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     # a file named through a symbolic link is updated where it is (the link kept): replacing the link with
     # an updated copy left the file itself without the properties
     src = Path(os.path.realpath(path))
-    with h5py.File(src, "r") as f:
-        g = f.get("properties")
-        replaced = [k for k in names if isinstance(g, h5py.Group) and k in g]
+    from embedscope.fileio import update_lock
+
+    with update_lock(src):
+        with h5py.File(src, "r") as f:
+            g = f.get("properties")
+            replaced = [k for k in names if isinstance(g, h5py.Group) and k in g]
+        late = [k for k in absent if k in replaced]
+        if late:
+            raise EmbedscopeError(f"{path}: another process added the propert{'ies' if len(late) > 1 else 'y'} "
+                                  f"{', '.join(late[:3])} meanwhile (use --force to replace)")
+        _replace_with_properties(src, path, es, names, replaced)
+    return src
+
+
+def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[str], replaced: list[str]) -> None:
+    """:func:`update_properties`' copy (or rebuild) of ``src`` with the properties, replacing it."""
+    import shutil
+
+    import h5py
+
     with atomic_output(src, force=True) as tmp:
         try:
             if not replaced:
@@ -800,7 +818,6 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
             if stop is not None:  # Ctrl-C (SIGTERM) while h5py wrote: it reports an OSError of its own
                 raise stop from None
             raise _write_error(e, path) from None
-    return src
 
 
 def _rebuilt_without(src: Path, fh, dropped: set[str]) -> None:

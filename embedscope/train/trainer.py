@@ -1246,12 +1246,17 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
             say(f"note: {moved}")
     if state and start_epoch >= cfg["epochs"]:
         return _finished_already(state, cfg, paths, force, say, start_epoch, notes, keep_epochs)
-    from embedscope.fileio import make_folders, remove_empty_folders
+    from embedscope.fileio import folder_lock, make_folders, remove_empty_folders
 
     created = make_folders(paths["dir"], paths["out"]) if state is None else []
     try:
-        return _run(cfg, state, paths, start_epoch, notes, tb, say=say, force=force, progress=progress,
-                    keep_epochs=keep_epochs, callback=callback, unsafe_pickle=unsafe_pickle)
+        with folder_lock(paths["dir"], f"the run {paths['out']}"):  # one writer of a run at a time
+            if state is None and not force and (paths["last"].exists() or paths["out"].exists()):
+                # (another train into the same -o wrote between this one's checks and its lock)
+                raise EmbedscopeError(f"{paths['out']}: another run into it started meanwhile; use --resume to "
+                                      "continue it or --force to start again")
+            return _run(cfg, state, paths, start_epoch, notes, tb, say=say, force=force, progress=progress,
+                        keep_epochs=keep_epochs, callback=callback, unsafe_pickle=unsafe_pickle)
     except BaseException:
         remove_empty_folders(created)  # a run that wrote nothing leaves no empty folder
         raise
