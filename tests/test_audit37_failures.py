@@ -124,3 +124,18 @@ def test_two_add_properties_at_once_keep_both(tmp_path):
         shutil.copyfile(h5, tmp_path / "y")
         save(h5, es, force=True)  # without the properties again
         (tmp_path / "y").unlink()
+
+
+def test_a_checkpoint_that_cannot_be_loaded_for_memory_or_a_read_error_says_so(tmp_path, monkeypatch):
+    import torch
+
+    from embedscope.models.checkpoint import read_checkpoint
+
+    ck = save_digits_checkpoint(tmp_path / "c.pt")
+    for exc, want in ((MemoryError(), "not enough memory to load this checkpoint"),
+                      (OSError(errno.EIO, "Input/output error"), "cannot be read (Input/output error)")):
+        def boom(*a, _e=exc, **k):
+            raise _e
+        monkeypatch.setattr(torch, "load", boom)
+        with pytest.raises(EmbedscopeError, match=want.replace("(", r"\(").replace(")", r"\)")):
+            read_checkpoint(ck)

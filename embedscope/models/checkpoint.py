@@ -226,8 +226,7 @@ def safe_load(path: str | os.PathLike) -> Any:
     except EmbedscopeError:
         raise
     except Exception as e:  # noqa: BLE001 - anything else means the bytes are not a checkpoint we can read
-        raise EmbedscopeError(
-            f"{path}: not a PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})") from None
+        raise _load_failure(path, e) from None
     bad = [c for c in log.calls if c not in _DATA_CALLS]
     if bad:
         raise EmbedscopeError(
@@ -305,6 +304,17 @@ def _hdf5_kind(path: Path) -> str:
     return "an HDF5 file"
 
 
+def _load_failure(path: Path, e: Exception) -> EmbedscopeError:
+    """The one line for a checkpoint ``torch.load`` could not read: no memory for it and a read error
+    (EIO) are said as such (they were "not a PyTorch checkpoint (MemoryError)"), anything else is bytes
+    that are no checkpoint."""
+    if isinstance(e, MemoryError):
+        return EmbedscopeError(f"{path}: not enough memory to load this checkpoint")
+    if isinstance(e, OSError) and e.errno is not None:
+        return EmbedscopeError(f"{path}: cannot be read ({e.strerror or e.__class__.__name__})")
+    return EmbedscopeError(f"{path}: not a PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})")
+
+
 def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> Any:
     """Read a ``torch.save`` file without running its code (see the module docstring).
 
@@ -321,8 +331,7 @@ def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> 
     except pickle.UnpicklingError:
         pass  # needs more than tensors: below
     except Exception as e:  # noqa: BLE001 - any other failure means the bytes are not a checkpoint
-        raise EmbedscopeError(
-            f"{path}: not a PyTorch checkpoint ({e.__class__.__name__}: {printable(_first_line(e), 100)})") from None
+        raise _load_failure(path, e) from None
     if not unsafe_pickle:
         return safe_load(path)
     try:
