@@ -10,8 +10,8 @@ import threading
 
 import numpy as np
 import pytest
-
 from conftest import save_digits_checkpoint
+
 from embedscope.errors import EmbedscopeError
 
 FAST = {"measures": ["R@1", "rho"], "figures": False, "n_boot": 0, "workers": 0}

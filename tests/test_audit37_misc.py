@@ -53,9 +53,9 @@ def _csv(path, header, rows):
 def test_import_properties_keep_cells_as_written_as_add_properties_does(tmp_path):
     """`import --properties` read 0001 as the number 1 (it merged with 1); add-properties kept '0001'."""
     import numpy as np
+    from cli_run import run_cli
 
     from embedscope.store import EmbeddingSet
-    from cli_run import run_cli
 
     vals = ["0001", "1", "2"] * 4
     rows = [f"p{i},0.{i % 7}1,0.{i % 5}2,{i % 2},{vals[i]},{1.5 if i % 2 else 2},{'NA' if i == 3 else 'x'}"

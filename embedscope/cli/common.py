@@ -183,8 +183,8 @@ def add_model_sources(p) -> None:
                    help="without a checkpoint: none = the pooled features (ImageNet features), random = a seeded "
                    "random normalised linear head (Roth et al. Table 2's baseline) (default: none)")
     p.add_argument("--embed-dim", type=positive_int, help="output size of --head random (default: 128)")
-    p.add_argument("--head-seed", type=seed_int, help="seed of --head random, and of the backbone's random initialisation without --weights "
-                   "(default: 0)")
+    p.add_argument("--head-seed", type=seed_int, help="seed of --head random, and of the backbone's random "
+                   "initialisation without --weights (default: 0)")
     p.add_argument("--trunk", metavar="F", help="pytorch-metric-learning trunk state dict (with --embedder)")
     p.add_argument("--embedder", metavar="F", help="pytorch-metric-learning embedder state dict (with --trunk)")
     p.add_argument("--no-transform-input", dest="transform_input", action="store_false", default=None,

@@ -291,9 +291,8 @@ class EmbeddingSet:
         if n is None or n >= self.n:
             return self
         if stratify:
-            from embedscope.tsne import stratified_subsample
-
             from embedscope.names import class_name_ranks
+            from embedscope.tsne import stratified_subsample
 
             # the classes by name (natural order), whatever order the file lists them in
             idx = stratified_subsample(class_name_ranks(self.labels, self.class_names), n, seed=seed)

@@ -83,8 +83,8 @@ def check_n_jobs(n_jobs, *, allow_none: bool = False) -> int | None:
 
 
 def auto_jobs(n_jobs: int | None, n_points: int) -> int:
-    """``n_jobs`` as given (-1: the cores this process may use), or for ``None`` (the commands' default) the cores this process may use
-    (:func:`embedscope.device.available_cpus`) less those already busy (the 1-minute load average,
+    """``n_jobs`` as given (-1: the cores this process may use), or for ``None`` (the commands' default)
+    the cores this process may use (:func:`embedscope.device.available_cpus`) less those already busy (the 1-minute load average,
     rounded; at least one) for a map of at least :data:`AUTO_JOBS_MIN_POINTS` points, one thread
     below. The map is the same for any count (:func:`tsne_affinities`); only the time changes: a
     50,000-point map took 96 s on one thread and 70 s on two of an idle 2-core machine, while a
