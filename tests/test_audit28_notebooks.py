@@ -39,7 +39,8 @@ def test_rho_notebook_prints_the_readme_demo_numbers_of_both_machines():
     ref = re.search(r"lower training ρ \((\d\.\d+) vs (\d\.\d+)\) and reached a higher test R@1 "
                     r"\((\d\.\d+) vs (\d\.\d+); the untrained network: (\d\.\d+)\)", readme)
     other = re.search(r"AMD EPYC machine gave (\d\.\d+) vs (\d\.\d+) and (\d\.\d+) vs (\d\.\d+) \(", readme)
-    assert ref and other, "README's demo sentences changed: update this test and notebook 02 together"
+    drawn = re.search(r"drawn per image \([^)]*\) (\d\.\d+) vs (\d\.\d+) and (\d\.\d+) vs (\d\.\d+)", readme)
+    assert ref and other and drawn, "README's demo sentences changed: update this test and notebook 02 together"
     book = nbformat.read(ROOT / "notebooks" / "02_rho_regularisation.ipynb", as_version=4)
     code = "\n".join(c.source for c in book.cells if c.cell_type == "code")
     tree = ast.parse("\n".join(ln for ln in code.splitlines() if not ln.startswith("%")))
@@ -50,7 +51,9 @@ def test_rho_notebook_prints_the_readme_demo_numbers_of_both_machines():
     want_ref = {"rho": f(ref.groups()[:2]), "R@1": f(ref.groups()[2:])}
     # the other machine's untrained network is the reference machine's (it does not train)
     want_other = {"rho": f(other.groups()[:2]), "R@1": f(other.groups()[2:]) + [float(ref.group(5))]}
-    assert [{k: list(v) for k, v in q.items()} for q in quoted] == [want_ref, want_other]
+    # and the same machine's since the augmentations are drawn per image (session 37)
+    want_drawn = {"rho": f(drawn.groups()[:2]), "R@1": f(drawn.groups()[2:]) + [float(ref.group(5))]}
+    assert [{k: list(v) for k, v in q.items()} for q in quoted] == [want_ref, want_other, want_drawn]
     text = _flat(" ".join(c.source for c in book.cells if c.cell_type == "markdown"))
     rho_o, rho_p, r1_o, r1_p = other.groups()
     assert f"ρ {rho_o} vs {rho_p} and R@1 {r1_o} vs {r1_p}" in text
