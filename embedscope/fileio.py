@@ -246,22 +246,27 @@ def _missing_folders(folder: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def folder_lock(folder: Path, what: str):
-    """Hold an exclusive lock of ``folder`` (``fcntl.flock`` on the folder itself: no file is made, and the
-    kernel releases it when the block ends or the process dies, a SIGKILL included) while one writer works
-    there; a second writer gets a one-line error naming ``what`` at once (two ``train`` runs into one new
-    ``-o`` both passed the checks before either wrote, and mixed their checkpoints). Where the platform
-    has no ``flock`` (Windows), nothing is locked."""
+def _folder_flock(folder: Path, *, wait: bool, what: str = ""):
+    """An exclusive ``fcntl.flock`` of ``folder`` itself (no file is made; the kernel releases it when the
+    block ends or the process dies, a SIGKILL included): waited for with ``wait``, else a one-line error
+    naming ``what`` when another process holds it. Unlocked where the platform has no ``flock`` (Windows)
+    and, with ``wait``, where the folder cannot be opened (one this user may write but not list)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
         yield
         return
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        if not wait:
+            raise
+        yield
+        return
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             raise EmbedscopeError(f"{what}: another process is writing it now (it holds the lock of {folder}); "
                                   "wait for it to finish or stop it") from None
         yield
@@ -269,31 +274,20 @@ def folder_lock(folder: Path, what: str):
         os.close(fd)
 
 
-@contextlib.contextmanager
+def folder_lock(folder: Path, what: str):
+    """Hold an exclusive lock of ``folder`` while one writer works there; a second writer gets a one-line
+    error naming ``what`` at once (two ``train`` runs into one new ``-o`` both passed the checks before
+    either wrote, and mixed their checkpoints). :func:`_folder_flock`."""
+    return _folder_flock(folder, wait=False, what=what)
+
+
 def update_lock(path: Path):
-    """Serialise the read-modify-replace updates of one file (``add-properties``): an exclusive ``flock``
-    of the file's folder, waited for (no file is made; the kernel releases it when the block ends or the
-    process dies). Two updates of one file at the same time each copied the file without the other's
+    """Serialise the read-modify-replace updates of one file (``add-properties``): a lock of the file's
+    folder, waited for. Two updates of one file at the same time each copied the file without the other's
     change and the later replace won (one property lost); the second now waits, then copies the file the
-    first one wrote. (Not the file itself: HDF5 takes its own ``flock`` of it, and the update replaces
-    it.) Updates of other files in the folder wait their turn too. Where the platform has no ``flock``
-    (Windows), nothing is locked."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    folder = Path(path).parent
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # (a folder this user may write but not list: unlocked, as before; the write says the rest)
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    first one wrote. (Not the file itself: HDF5 takes its own ``flock`` of it, and the update replaces it.)
+    Updates of other files in the folder wait their turn too. :func:`_folder_flock`."""
+    return _folder_flock(Path(path).parent, wait=True)
 
 
 def make_folders(folder: Path, user_path) -> list[Path]:
