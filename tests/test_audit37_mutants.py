@@ -165,3 +165,30 @@ def test_other_train_images_give_no_note_on_the_test_split():
                                              split=split, paths=paths))
     rs = evaluate_many(sets, names=["a", "b"], progress=False)
     assert all(not r.provenance.get("notes") for r in rs.results), [r.provenance.get("notes") for r in rs.results]
+
+
+def test_alignment_lower_is_better():
+    """Wang & Isola 2020: alignment is E‖u − u'‖² over positive pairs, lower = better aligned (the
+    untrained comparison of a study with --target alignment reads this direction)."""
+    from embedscope.study.stats import target_direction
+
+    assert target_direction("alignment") == "lower"
+
+
+def test_euclidean_search_of_tiny_rows_is_scale_invariant():
+    """Rows of norm ~2^-80 (float32 squared norms ~2^-160 would underflow) are ranked as the rows given: the
+    same keys as the unscaled rows, and the same neighbours. (Dropping EUCLIDEAN_NORM_SAFE's lower bound, so that
+    such rows are not rescaled, still passes: the certification then ranks the tied float32 keys in float64; it
+    only costs time.)"""
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.search.knn import knn_search
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 5))
+    y = rng.integers(0, 6, 80)
+    tiny = np.ldexp(X, -80)  # exact: every distance times 2^-80, the same ranking
+    keys = ["P@1", "R-Precision", "MAP@R"]
+    assert retrieval_metrics(tiny, y, metric="euclidean", include=keys) == retrieval_metrics(
+        X, y, metric="euclidean", include=keys)
+    np.testing.assert_array_equal(knn_search(tiny, tiny, 5, metric="euclidean")[1],
+                                  knn_search(X, X, 5, metric="euclidean")[1])
