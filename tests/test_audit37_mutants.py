@@ -12,7 +12,7 @@ from embedscope.errors import EmbedscopeError
 # ------------------------------------------------------------------ the Euclidean scale span
 @pytest.mark.parametrize("case", ["negative", "zero_row"])
 def test_euclidean_span_refused_whatever_the_small_rows(case):
-    """smallest_row_scale read max(row) (all-negative rows: -0.1 < 0, left out) and kept zero rows (lo = 0:
+    """The smallest row scale read max(row) (all-negative rows: -0.1 < 0, left out) and kept zero rows (lo = 0:
     no check); either way 60 ordinary rows beside one of 1e200 were ranked on underflowed distances."""
     from embedscope.metrics import retrieval_metrics
 

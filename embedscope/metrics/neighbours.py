@@ -122,10 +122,9 @@ def nearest_same_different(
     # a row at 1e-25 in float32 would otherwise have its squares, and so its norm, underflow)
     shift = 0 if metric == "cosine" else pow2_shift(X, _SCALE_LIMIT)
     if metric != "cosine":  # rows far apart in scale (scaled or not): the small ones' products may lose their digits
-        from embedscope.metrics.search.knn import EUCLIDEAN_SPAN_LIMIT, smallest_row_scale
+        from embedscope.metrics.search.knn import EUCLIDEAN_SPAN_LIMIT, row_scales
 
-        lo = smallest_row_scale(X)
-        top = float(np.abs(X).max(initial=0.0))
+        lo, top = row_scales(X)
         span = int(np.frexp(top)[1]) - int(np.frexp(lo)[1]) if lo > 0 else 0
         if span > EUCLIDEAN_SPAN_LIMIT:
             raise EmbedscopeError(

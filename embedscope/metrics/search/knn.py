@@ -117,16 +117,13 @@ def euclidean_scale(Q64: np.ndarray, R64: np.ndarray, qn: np.ndarray, rn: np.nda
     far below the largest), so the ranking is that of the rows as given; it keeps the float32 keys
     of the bulk GEMMs, squared norms included, away from float32 overflow (norms from ~2^64 on)
     and underflow (below ~2^-62, where their error bound no longer holds)."""
-    # each row's largest |entry|, once per set (one pass of two row reductions, no |X| temporary)
-    tops = [_row_tops(Q64)] + ([] if R64 is Q64 else [_row_tops(R64)])
-    m = max(float(t.max(initial=0.0)) for t in tops)
+    lo, m = row_scales(Q64) if R64 is Q64 else row_scales(Q64, R64)
     if m == 0.0:  # every row zero: all keys 0, nothing to scale
         return 1.0
     e = int(np.frexp(m)[1])
     # the span is checked whatever the largest row's scale (also unscaled, largest norm near 1: rows of 1e-170
     # beside rows of 1 have squared differences that underflow and tie all the same)
-    lo = min(float(t[t > 0].min(initial=np.inf)) for t in tops)
-    if lo < np.inf and e - int(np.frexp(lo)[1]) > EUCLIDEAN_SPAN_LIMIT:
+    if lo > 0 and e - int(np.frexp(lo)[1]) > EUCLIDEAN_SPAN_LIMIT:
         raise EmbedscopeError(
             f"the rows' scales span {lo:.3g} to {m:.3g}: squared Euclidean distances that far apart cannot be "
             "ranked together in float64 (beside the largest rows, the others' underflow to 0 and tie): rescale "
@@ -142,18 +139,19 @@ def euclidean_scale(Q64: np.ndarray, R64: np.ndarray, qn: np.ndarray, rn: np.nda
 EUCLIDEAN_SPAN_LIMIT = 400
 
 
-def _row_tops(A: np.ndarray) -> np.ndarray:
-    """Each row's largest |entry| (empty for an empty array)."""
-    if A.size == 0:
-        return np.zeros(0)
-    return np.maximum(A.max(axis=1), -A.min(axis=1))
-
-
-def smallest_row_scale(A: np.ndarray) -> float:
-    """The smallest largest-|entry| of the non-zero rows of ``A`` (0.0 when every row is zero)."""
-    top = _row_tops(A)
-    top = top[top > 0]
-    return float(top.min()) if top.size else 0.0
+def row_scales(*arrays: np.ndarray) -> tuple[float, float]:
+    """``(smallest, largest)`` over the rows of ``arrays`` of each row's largest |entry|, the smallest over
+    the non-zero rows (0.0 when every row is zero): one pass of two row reductions per array, no |X|
+    temporary. The scale span of :func:`euclidean_scale` and of the scatter's Euclidean and dot similarities
+    (:func:`embedscope.metrics.neighbours.nearest_same_different`)."""
+    lo, top = np.inf, 0.0
+    for A in arrays:
+        if A.size == 0:
+            continue
+        t = np.maximum(A.max(axis=1), -A.min(axis=1))
+        top = max(top, float(t.max()))
+        lo = min(lo, float(t[t > 0].min(initial=np.inf)))
+    return (0.0 if lo == np.inf else lo), top
 
 
 def checked_rows(X, name: str) -> tuple[np.ndarray, bool]:
