@@ -163,6 +163,8 @@ def _short(value, most: int = 60) -> str:
 
 
 def _shape(shape) -> str:
+    if shape is None:  # a null dataspace (h5py.Empty): no value at all
+        return "empty (null dataspace)"
     return " x ".join(map(str, shape)) if shape else "scalar"
 
 
@@ -214,6 +216,9 @@ def _extra_rows(f, schema: frozenset, own_attrs: frozenset, attrs: dict) -> list
                     count += 1
                     objects.append(f"/{path}: an empty group")
                 walk(obj, path + "/")
+            elif isinstance(obj, h5py.Datatype):  # a named (committed) type: no shape (was an AttributeError)
+                count += 1
+                objects.append(f"/{path}: a named datatype {_dtype(obj)}")
             elif not own:
                 count += 1
                 objects.append(f"/{path}: {_shape(obj.shape)} {_dtype(obj)}")

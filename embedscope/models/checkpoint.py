@@ -533,8 +533,12 @@ def save_checkpoint(path: str | os.PathLike, model: EmbeddingModel, config: dict
     return Path(path)
 
 
+#: the keys under which training scripts commonly save their model's weights beside the optimizer's
+TRAINING_STATE_KEYS = ("model_state_dict", "model")
+
 _LAYOUTS = ("an embedscope checkpoint ('format', 'state_dict', 'config'), a bare state dict "
-            "('backbone.*', 'head.*' with --arch), Roth et al.'s ('state_dict', 'opt') or a "
+            "('backbone.*', 'head.*' with --arch; also under 'model_state_dict' or 'model'), Roth et al.'s "
+            "('state_dict', 'opt') or a "
             "pytorch-metric-learning trunk/embedder pair (--trunk/--embedder)")
 
 
@@ -577,7 +581,14 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
                               f"expected {_LAYOUTS}")
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: expected a dict with 'state_dict' and 'config', got {type(obj).__name__}")
-    if "state_dict" in obj:
+    wrapped = [k for k in TRAINING_STATE_KEYS if isinstance(obj.get(k), dict) and obj[k]
+               and all(isinstance(v, torch.Tensor) for v in obj[k].values())]
+    if "state_dict" not in obj and len(wrapped) == 1:
+        # a training script's own checkpoint: {'model_state_dict': ..., 'optimizer_state_dict': ..., 'epoch': ...}
+        # or {'model': ...}: its weights as a bare state dict (--arch names the model)
+        sd, config, extra, fmt = (check_state_dict(obj[wrapped[0]], str(path)), {}, {},
+                                  f"training checkpoint ('{wrapped[0]}')")
+    elif "state_dict" in obj:
         sd = check_state_dict(obj["state_dict"], str(path))
         config = obj.get("config") or {}
         if not isinstance(config, dict):
@@ -590,6 +601,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         if obj.get("format") not in (None, FORMAT):
             raise EmbedscopeError(
                 f"{path}: unknown format {printable(quoted(obj.get('format')), 60)} (expected '{FORMAT}')")
+        if obj.get("format") is None and "config" not in obj:  # another tool's {'state_dict', 'optimizer', ...}
+            fmt = "training checkpoint ('state_dict')"
         version = obj.get("format_version", FORMAT_VERSION)
         if isinstance(version, bool) or not isinstance(version, int):
             raise EmbedscopeError(f"{path}: 'format_version' must be an integer, got {printable(quoted(version), 40)}")
@@ -610,8 +623,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if arch:
         config["arch"] = arch
     if "arch" not in config:
-        if fmt == "bare state dict":
-            raise EmbedscopeError(f"{path}: a bare state dict has no config: name the architecture with --arch")
+        if fmt == "bare state dict" or fmt.startswith("training checkpoint"):
+            raise EmbedscopeError(f"{path}: a {fmt} has no config: name the architecture with --arch")
         if not obj.get("config"):
             raise EmbedscopeError(f"{path}: the checkpoint has no config: name the architecture with --arch")
         raise EmbedscopeError(f"{path}: its config names no architecture ('arch' is missing): name it with --arch")

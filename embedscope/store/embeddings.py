@@ -932,6 +932,11 @@ def open_hdf5(path: Path, what: str):
     if not hdf5:
         raise EmbedscopeError(f"{path}: not a readable HDF5 file: no HDF5 signature (expected {what})")
     first = str(error).splitlines()[0] if str(error) else error.__class__.__name__
+    if "unable to lock file" in first or "already open for write" in first:
+        # HDF5's file lock: another process has the file open for writing (or SWMR writing); the file
+        # is not damaged, and HDF5's own hint (h5clear) is wrong while that writer runs
+        raise EmbedscopeError(f"{path}: open for writing by another process (HDF5 file lock): read it when "
+                              "that process has finished, or read a copy")
     raise EmbedscopeError(f"{path}: not a readable HDF5 file: damaged or truncated ({first})")
 
 
@@ -1001,11 +1006,42 @@ def readable(path):
         raise EmbedscopeError(f"{path}: not a readable HDF5 file: damaged ({first})") from None
 
 
+def hdf5_object_kind(group, name: str) -> str:
+    """What ``group[name]`` is, for an error line: "a dataset", "an HDF5 group", "a named HDF5
+    datatype", a soft or external link that leads nowhere (named with its target), or "missing" (no
+    link of that name). A dangling link was "missing dataset(s)" or "an HDF5 group", a named datatype
+    "an HDF5 group" too."""
+    import h5py
+
+    try:
+        link = group.get(name, getlink=True)
+    except (KeyError, OSError, ValueError):
+        link = None
+    if link is None:
+        return "missing"
+    try:
+        obj = group.get(name)
+    except (KeyError, OSError, ValueError):
+        obj = None
+    if isinstance(obj, h5py.Dataset):
+        return "a dataset"
+    if isinstance(obj, h5py.Group):
+        return "an HDF5 group"
+    if isinstance(obj, h5py.Datatype):
+        return "a named HDF5 datatype"
+    if isinstance(link, h5py.SoftLink):
+        return f"a soft link to {link.path} that leads to nothing"
+    if isinstance(link, h5py.ExternalLink):
+        return f"an external link to {link.filename}:{link.path} that cannot be opened (is the file there?)"
+    return "an HDF5 object that cannot be opened"
+
+
 def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet, RowStats | None]:
     import h5py
 
     path = Path(path)
-    missing = [k for k in REQUIRED if k not in f]
+    kinds = {k: hdf5_object_kind(f, k) for k in REQUIRED}
+    missing = [k for k in REQUIRED if kinds[k] == "missing"]
     if missing:
         from embedscope.store.saliency import FORMAT as MAPS_FORMAT
 
@@ -1015,8 +1051,8 @@ def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet,
                                   "file: this command reads embeddings ('embedscope embed' or 'import')")
         raise EmbedscopeError(f"{path}: not an embedscope embedding file, missing dataset(s) {', '.join(missing)}")
     for k in REQUIRED:
-        if not isinstance(f[k], h5py.Dataset):
-            raise EmbedscopeError(f"{path}: '{k}' is an HDF5 group, expected a dataset")
+        if kinds[k] != "a dataset":
+            raise EmbedscopeError(f"{path}: '{k}' is {kinds[k]}, expected a dataset")
     for k in ("embeddings", "labels", "paths", "split"):
         if k in f and isinstance(f[k], h5py.Dataset) and f[k].shape == ():
             raise EmbedscopeError(f"{path}: '{k}' is a single value, expected one per row")
@@ -1046,13 +1082,16 @@ def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet,
         return v
 
     props = {}
-    if "properties" in f:
-        if not isinstance(f["properties"], h5py.Group):
-            raise EmbedscopeError(f"{path}: 'properties' must be an HDF5 group")
-        for k, ds in f["properties"].items():
-            if not isinstance(ds, h5py.Dataset):
-                raise EmbedscopeError(f"{path}: property '{k}' is an HDF5 group, expected a dataset")
-            v = ds[()]
+    props_kind = hdf5_object_kind(f, "properties")  # a dangling link is said, not read as no properties
+    if props_kind != "missing":
+        if props_kind != "an HDF5 group":
+            raise EmbedscopeError(f"{path}: 'properties' is {props_kind}, "
+                                  "expected an HDF5 group")
+        for k in f["properties"]:
+            kind = hdf5_object_kind(f["properties"], k)
+            if kind != "a dataset":
+                raise EmbedscopeError(f"{path}: property '{k}' is {kind}, expected a dataset")
+            v = f["properties"][k][()]
             if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
                 v = strings(v, f"properties/{k}")
             props[k] = v

@@ -310,15 +310,15 @@ def _strings(ds, path: Path) -> np.ndarray:
 
 def _dataset(g, name: str, path: Path):
     """``g[name]``, an HDF5 dataset, else one line (missing, or a group: was a TypeError of h5py's)."""
-    import h5py
+    from embedscope.store.embeddings import hdf5_object_kind
 
     where = f"{g.name.strip('/')}/{name}".lstrip("/")
-    if name not in g:
+    kind = hdf5_object_kind(g, name)
+    if kind == "missing":
         raise EmbedscopeError(f"{path}: damaged saliency-maps file, missing {where}")
-    ds = g[name]
-    if not isinstance(ds, h5py.Dataset):
-        raise EmbedscopeError(f"{path}: '{where}' is an HDF5 group, expected a dataset")
-    return ds
+    if kind != "a dataset":
+        raise EmbedscopeError(f"{path}: '{where}' is {kind}, expected a dataset")
+    return g[name]
 
 
 def _read_fields(f, path: Path, *, scanned: bool) -> dict[str, Any]:
