@@ -777,7 +777,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     """
     from embedscope.fileio import sha256_file
     from embedscope.store import SPLITS, EmbeddingSet
-    from embedscope.store.embeddings import _check_property_name
+    from embedscope.store.embeddings import _check_property_name, check_distinct_names
 
     if split is not None and split_by_class is not None:
         raise UsageError("--split and --split-by-class exclude each other")
@@ -805,6 +805,10 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     cn = None
     if class_names is not None:
         cn = _column(src, class_names, (), "class names", used, origin)
+        try:
+            check_distinct_names(cn)
+        except EmbedscopeError as e:  # named by the file they came from (docs/import.md)
+            raise EmbedscopeError(f"{origin.get('class names', (src.path,))[0]}: {e}") from None
     props = {}
     for name in properties:
         check_property_not_reserved(name, src.path)

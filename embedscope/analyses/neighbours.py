@@ -5,6 +5,7 @@ their top-k retrievals, for ``embedscope neighbours``; docs/methods.md §1)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -131,6 +132,18 @@ class NeighbourExamples:
     #: what the caller should know about the ranking (an unnormalised model ranked by another
     #: distance than it was trained with: :func:`embedscope.analyses.retrieval.trained_distance_note`)
     notes: list[str] = field(default_factory=list)
+    #: [n] bool: the query's class has no other row among the references (a lone query, docs/methods.md
+    #: §1): no retrieval can be right; the figure's R@1 leaves them out, as ``evaluate`` does by default
+    lone: np.ndarray | None = None
+
+    def hit_rate(self) -> tuple[float | None, int]:
+        """``(R@1 of the queries that are not lone, number of lone queries)``: the share whose first
+        retrieval is of their class, over the queries with a same-class reference (``evaluate``'s
+        default ``--lone-queries exclude``); None when every query is lone."""
+        correct = np.asarray(self.correct, dtype=bool)
+        lone = np.zeros(len(correct), dtype=bool) if self.lone is None else np.asarray(self.lone, dtype=bool)
+        kept = correct[~lone, 0] if correct.ndim == 2 and correct.shape[1] else np.zeros(0, dtype=bool)
+        return (float(kept.mean()) if kept.size else None), int(lone.sum())
 
     def __eq__(self, other: object) -> bool:  # (the dataclass's == raised numpy's "truth value ... ambiguous")
         if not isinstance(other, NeighbourExamples):
@@ -291,9 +304,6 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
             raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
                                   f"(e.g. {missing[0]}{spelling_hint(missing, qset.paths)})")
         if len(pos) < qset.n:  # a path that names several rows (pos kept the last): refused, not guessed
-            from collections import Counter
-
-
             rows_of = Counter(qset.paths.tolist())
             twice = [p for p in dict.fromkeys(paths) if rows_of[p] > 1]
             if twice:
@@ -325,11 +335,18 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
     q_lab = qset.class_names[qset.labels[qidx]]
     r_lab = rset.class_names[rset.labels[idx]]
     sim = vals if metric == "cosine" else -vals
+    members = Counter(rset.class_names[rset.labels].tolist())  # (by name: the two splits' own class lists)
+    lone = np.array([members[c] - (1 if same else 0) < 1 for c in q_lab.tolist()], dtype=bool)
+    notes = [note] if note else []
+    if lone.any():
+        notes.append(f"{int(lone.sum())} of the {len(lone)} queries have no other image of their class among the "
+                     f"'{reference_split}' references (lone queries): no retrieval can be right, and the "
+                     "figure's R@1 leaves them out, as evaluate does (--lone-queries exclude)")
     return NeighbourExamples(
         query_paths=qset.paths[qidx], query_labels=q_lab, ref_paths=rset.paths[idx], ref_labels=r_lab,
         similarity=np.asarray(sim, dtype=np.float64), correct=(r_lab == q_lab[:, None]), query_split=split,
         reference_split=reference_split, metric=metric, seed=drawn_with, selection=selection,
-        notes=[note] if note else [])
+        notes=notes, lone=lone)
 
 
 def neighbours_figure(source: Any, out, *, split: str = "test", reference_split: str | None = None,

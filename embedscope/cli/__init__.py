@@ -499,8 +499,9 @@ def _error(command: str, message: str) -> None:
             _stdout_gone()
     where = f"embedscope {command}" if command else "embedscope"
     # on a terminal, from the start of a cleared line: a Ctrl-C that lands while a bar is being
-    # drawn can leave part of it on the line (tqdm's close then has nothing to erase)
-    start = "\r\x1b[K" if progress._is_tty(sys.stderr) else ""
+    # drawn can leave part of it on the line (tqdm's close then has nothing to erase); TERM=dumb has no
+    # erase-line sequence: a plain carriage return there
+    start = ("\r" if os.environ.get("TERM") == "dumb" else "\r\x1b[K") if progress._is_tty(sys.stderr) else ""
     print(f"{start}{where}: {safe(message)}", file=sys.stderr, flush=True)
 
 
@@ -546,6 +547,17 @@ def main(argv: list[str] | None = None) -> int:
     143 SIGTERM, 141 when the reader of stdout went away)."""
     from embedscope import progress
 
+    if sys.stderr is None:  # `2>&-`: print(file=None) writes to stdout: the bars and the error line went into
+        sys.stderr = open(os.devnull, "w")  # the command's output (a closed stdout is refused below)
+    # the command line draws figures into files only (viz.figures.use_agg); a user's MPLBACKEND naming no
+    # backend made `import matplotlib` fail after the work, with a traceback from the study's figure child
+    os.environ["MPLBACKEND"] = "Agg"
+    try:
+        os.getcwd()
+    except OSError:  # (torch's import then died with "Intel oneMKL FATAL ERROR" and exit code 2)
+        print("embedscope: error: the current folder no longer exists (deleted or moved away): cd into a folder "
+              "and run the command again", file=sys.stderr)
+        return 1
     progress.clear_signals()
     _escape_unencodable_output()
     command = ""  # named in the error line once parsed

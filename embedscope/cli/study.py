@@ -59,6 +59,13 @@ def add_parser(sub, parents):
     return p
 
 
+def _notes_only(line: str) -> None:
+    """``--no-progress``'s echo: no per-phase lines, but the ``note:`` lines (a cache that cannot be
+    written, checkpoints read as another format) stand, as docs/studies.md says (they were dropped)."""
+    if line.startswith("note: "):
+        print(line)
+
+
 def run(args) -> int:
     import sys
     from pathlib import Path
@@ -73,7 +80,7 @@ def run(args) -> int:
                     worker_processes=args.worker_processes, force=args.force,
                     target=args.target, exclude=args.exclude, metric=args.metric, seed=args.seed,
                     n_boot=args.bootstrap, device=args.device, measures=args.measures, figures=not args.no_figures,
-                    progress=not args.no_progress, echo=(lambda s: None) if args.no_progress else print,
+                    progress=not args.no_progress, echo=_notes_only if args.no_progress else print,
                     notice=lambda s: print(f"embedscope study: {safe(s)}", file=sys.stderr, flush=True))
     st = res["stats"]
 

@@ -216,6 +216,10 @@ class EmbeddingSet:
         rows = _nonfinite_rows(X) if n else ()
         if len(rows):
             raise EmbedscopeError(f"{source}: {rows.size} embedding rows contain NaN or inf (first: row {int(rows[0])})")
+        try:
+            check_distinct_names(self.class_names)
+        except EmbedscopeError as e:
+            raise EmbedscopeError(f"{source}: {e}") from None
         if n and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
             raise EmbedscopeError(
                 f"{source}: labels must lie in [0, {len(self.class_names)}) to index class_names, "
@@ -361,13 +365,22 @@ def _check_present(values: np.ndarray, what: str) -> None:
             raise EmbedscopeError(f"{what}: row {i} is missing ({quoted(v)}); give every row a value")
 
 
-def _labels_by_name(y: np.ndarray, names: list[str]) -> np.ndarray:
-    """String labels -> their index in ``names`` (one-line errors for repeated names, unknown labels)."""
+def check_distinct_names(names) -> dict[str, int]:
+    """``{name: position}`` of the class names, or one line naming the first repeated one: two classes
+    of one name would be one in every table and figure that names them (was refused for string labels
+    only; integer labels with ``--class-names`` took the repeat silently)."""
     index: dict[str, int] = {}
     for i, c in enumerate(names):
+        c = str(c)
         if c in index:
             raise EmbedscopeError(f"class names repeat {quoted(c)} (positions {index[c]} and {i})")
         index[c] = i
+    return index
+
+
+def _labels_by_name(y: np.ndarray, names: list[str]) -> np.ndarray:
+    """String labels -> their index in ``names`` (one-line errors for repeated names, unknown labels)."""
+    index = check_distinct_names(names)
     values, inverse = np.unique(y, return_inverse=True)
     unknown = [str(v) for v in values if v not in index]
     if unknown:

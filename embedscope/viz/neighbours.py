@@ -109,7 +109,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     axes[0, 0].set_title("query", fontsize=8)
     for j in range(k):
         axes[0, j + 1].set_title(f"rank {j + 1}", fontsize=8)
-    hit = float(ex.correct[:, 0].mean())
+    hit, n_lone = ex.hit_rate()
     where = ("queries among all rows" if ex.query_split == ex.reference_split == "all"  # (not "all queries in all")
              else f"{ex.query_split} queries in {ex.reference_split}")
     head = title or f"top-{k} retrievals: {where} ({ex.metric})"
@@ -118,7 +118,13 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     seed = getattr(ex, "seed", None)
     how = f" (drawn at random, seed {seed})" if seed is not None else (
         " (given by path)" if getattr(ex, "selection", "") else "")
-    fig.suptitle(f"{figure_text(head)}\nR@1 of {which}{how}: {hit:.2f}", fontsize=9, y=0.995)
+    if n_lone:  # lone queries (no same-class reference) left out, as evaluate's default
+        lone = f"{n_lone} lone quer{'y' if n_lone == 1 else 'ies'}"  # evaluate's words and rule
+        score = ("undefined (every query is lone: no image of its class among the references)" if hit is None
+                 else f"{hit:.2f} ({lone} left out, as evaluate does)")
+    else:
+        score = f"{hit:.2f}"
+    fig.suptitle(f"{figure_text(head)}\nR@1 of {which}{how}: {score}", fontsize=9, y=0.995)
     fig.legend(handles=[Patch(facecolor="none", edgecolor=RIGHT, linewidth=3, label=f"{RIGHT_MARK} same class"),
                         Patch(facecolor="none", edgecolor=WRONG, linewidth=3, label=f"{WRONG_MARK} other class")],
                loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
