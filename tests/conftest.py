@@ -47,18 +47,102 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # together (xdist's own order, by number of tests, left the 2-test README walk-through, one of the
 # longest, to the very end). Longest first by a `make test` run's per-file time; other files follow
 # in their usual order. A stale list costs only balance.
-LONGEST_FILES = (
-    "test_audit_ux2", "test_readme", "test_trainer", "test_notebooks_exec", "test_audit23_viz_evaluate",
-    "test_benchmarks_cli", "test_audit23_train_saliency", "test_audit_ux", "test_docs_examples",
-    "test_cli_foundation", "test_retrieval_collapsed", "test_viz_yoked_maps", "test_audit27_cli", "test_grid",
-    "test_retrieval", "test_properties_collapsed", "test_audit25_study", "test_audit_figures", "test_audit25_maps",
-    "test_audit27_viz", "test_audit_study_stats", "test_audit_matching", "test_cli_audit_fixes",
-    "test_audit_retrieval", "test_audit24_options_training", "test_audit25_search", "test_audit25_evaluate",
-    "test_audit24_properties", "test_escapes", "test_tsne", "test_audit23_scatter_tsne", "test_audit24_options_maps",
+LONGEST_FILES = (  # (2026-11-30, after the tests of SLOW_IN_MAKE_TEST below left it)
+    "test_notebooks_exec", "test_readme", "test_docs_examples", "test_trainer", "test_retrieval_collapsed",
+    "test_audit_retrieval", "test_audit25_maps", "test_grid", "test_adapters", "test_audit25_study",
+    "test_viz_yoked_maps", "test_audit27_cli", "test_benchmarks_cli", "test_properties_collapsed", "test_tsne",
+    "test_audit23_viz_evaluate", "test_audit24_properties", "test_cli_foundation", "test_audit_study_stats",
+    "test_audit25_search", "test_audit_matching", "test_escapes", "test_audit_figures", "test_audit24_options_training",
+    "test_audit23_train_saliency", "test_audit24_options_maps", "test_audit_state", "test_audit21_checkpoints",
+    "test_audit25_evaluate", "test_audit27_viz", "test_cli_audit_fixes", "test_audit23_scatter_tsne",
 )
 
 
+# Tests that `make test` leaves to `make test-slow` (pytest -m slow): each is a second path of a kind a faster
+# test of `make test` keeps (another signal, parameter or worker count, a figure's other size, the GPU scripts
+# on the CPU but one, a grid stopped or killed mid-way), or a terminal or robustness check of many CPU-seconds
+# on the test machine's 2 cores. Chosen by `pytest --durations` of `make test` (2026-11-30: 946 s of pytest on
+# a machine that had run it in ~600 s, over the 15-minute budget with the set-up): 2.6-53 s each, ~485 s in
+# all. A name listed here that no longer names a collected test is an error (a renamed test would slip back
+# into `make test`, or out of both).
+SLOW_IN_MAKE_TEST = (
+    "test_audit_ux2.py::test_stopped_parallel_grid_leaves_no_empty_run_folders_and_resumes",
+    "test_audit_ux2.py::test_ctrl_c_of_embed_with_workers_is_one_line",
+    "test_audit_ux2.py::test_study_shows_a_bar_on_a_terminal_and_its_lines_in_a_log",
+    "test_study.py::test_yaml_list_on_two_dask_workers_equals_serial[processes]",  # [threads] stays
+    "test_study.py::test_figures_without_a_forked_child_are_the_same",
+    "test_retrieval.py::test_counting_pass_is_used_at_scale_and_equals_the_candidate_path",
+    "test_audit23_viz_evaluate.py::test_spectrum_cli_figure_with_long_names_and_dimensions",
+    "test_audit23_viz_evaluate.py::test_spectrum_legend_covers_no_curve[True-dims0]",
+    "test_audit23_viz_evaluate.py::test_spectrum_legend_covers_no_curve[True-dims2]",
+    "test_audit23_train_saliency.py::test_parallel_train_grid_starts_the_runs_after_a_diverged_one",
+    "test_audit_ux.py::test_train_evaluation_shows_a_bar_on_a_terminal_only",
+    "test_audit_ux.py::test_make_shapes_reports_writing_the_images",
+    "test_grid.py::test_grid_workers_a_killed_worker_is_an_error_not_a_hang",
+    "test_grid.py::test_more_workers_than_cpus_says_they_share_them",
+    "test_grid.py::test_grid_workers_a_failed_run_keeps_the_finished_rows",
+    "test_study_scheduler.py::test_study_on_an_existing_scheduler_equals_serial",
+    "test_augment_draws.py::test_workers_and_resume_do_not_change_the_draws",
+    "test_audit26_report.py::test_notebook03_quotes_the_untrained_pair_of_the_images_it_picks",
+    "test_benchmarks_cli.py::test_gpu_benchmarks_run_on_the_cpu[saliency.py-args0]",  # retrieval_cuda stays
+    "test_benchmarks_cli.py::test_gpu_benchmarks_run_on_the_cpu[embed_throughput.py-args1]",
+    "test_benchmarks_cli.py::test_gpu_benchmarks_run_on_the_cpu[train_throughput.py-args2]",
+    "test_benchmarks_cli.py::test_gpu_benchmarks_run_on_the_cpu[conv_precision.py-args4]",
+    "test_benchmarks_cli.py::test_gpu_commands_say_in_one_line_that_there_is_no_gpu[retrieval_scaling.py-args0]",
+    "test_benchmarks_cli.py::test_gpu_commands_say_in_one_line_that_there_is_no_gpu[saliency.py-args1]",
+    "test_benchmarks_cli.py::test_gpu_commands_say_in_one_line_that_there_is_no_gpu[retrieval_cuda.py-args4]",
+    "test_benchmarks_cli.py::test_gpu_commands_say_in_one_line_that_there_is_no_gpu[conv_precision.py-args5]",
+    "test_benchmarks_cli.py::test_benchmark_offers_quick[embed_throughput]",
+    "test_audit35_cli.py::test_a_damaged_file_names_itself_in_the_cli",
+    "test_audit27_cli.py::test_a_resumable_command_stops_at_a_full_stdout",  # a closed pipe stays
+    "test_knn.py::test_same_set_search_past_65536_rows[None]",  # [1000] stays
+    "test_tsne_threads.py::test_tsne_command_writes_the_same_coordinates_with_n_jobs_1_and_2",
+    "test_tsne_threads.py::test_single_map_and_kl_the_same_for_any_thread_count[fft]",  # [bh] stays
+    "test_audit_determinism.py::test_tsne_of_1000_points_same_map_whatever_the_thread_count",
+    "test_viz_yoked_maps.py::test_zoom_row_under_each_row_of_maps[6]",
+    "test_viz_yoked_maps.py::test_long_names_and_zoom_titles_neither_collide_nor_leave_the_figure[5]",
+    "test_ieee_float32.py::test_ieee_inside_and_the_callers_setting_after[new_cuda]",
+    "test_ieee_float32.py::test_ieee_inside_and_the_callers_setting_after[legacy_high]",
+    "test_ieee_float32.py::test_ieee_inside_and_the_callers_setting_after[new_mkldnn]",
+    "test_ieee_float32.py::test_ieee_inside_and_the_callers_setting_after[legacy_medium]",
+    "test_cli_foundation.py::test_killed_embed_leaves_no_output[2]",  # [15] stays
+    "test_cli_foundation.py::test_killed_embed_leaves_no_output[9]",
+    "test_cli_foundation.py::test_signal_swallowed_by_a_library_still_stops[2]",
+    "test_properties_collapsed.py::test_long_lists_and_deep_counts_on_every_path[cosine-half]",
+    "test_properties_collapsed.py::test_long_lists_and_deep_counts_on_every_path[euclidean-three]",
+    "test_audit26_report.py::test_spectrum_index_axis_has_whole_number_ticks",
+    "test_audit25_escapes.py::test_data_loader_error_line_names_the_class_folder_once[line-break-0]",
+    "test_cli_audit_fixes.py::test_neighbours_says_when_the_split_has_fewer_queries_than_asked",
+    "test_audit23_viz_evaluate.py::test_spectrum_legend_of_flat_long_spectra_goes_beside_the_panel",
+    "test_audit23_viz_evaluate.py::test_spectrum_legend_covers_no_curve[False-dims1]",
+    "test_audit23_viz_evaluate.py::test_spectrum_legend_covers_no_curve[False-dims2]",
+    "test_audit36_train.py::test_grid_row_summarised_again_takes_the_settings_of_the_run_as_trained",
+    "test_audit23_study.py::test_a_deleted_figure_is_said_in_the_report_and_drawn_again_by_the_study",
+    "test_audit24_options_maps.py::test_yoke_alpha_zero_with_centroids_says_yoke_changes_nothing",
+    "test_audit24_options_maps.py::test_yoke_of_one_file_twice_says_so",
+    "test_tsne_threads.py::test_yoked_maps_kl_and_objective_the_same_for_any_thread_count",
+    "test_audit_state.py::test_killed_make_shapes_force_leaves_no_set_to_load",
+    "test_study_scheduler.py::test_relative_paths_reach_a_worker_in_another_folder",
+    "test_cli_foundation.py::test_embed_log_has_no_redraws",
+    "test_audit29_small.py::test_two_panel_spectrum_legends_go_below_the_panels_not_between_them[3]",
+    "test_audit23_scatter_tsne.py::test_cli_tsne_says_the_perplexity_was_capped[split1]",
+    "test_audit_determinism.py::test_checkpoint_records_the_compute_threads_of_each_start_and_resume",
+    "test_audit27_study2.py::test_a_train_grid_folders_names_are_unchanged",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config, items):
+    slow = {f"tests/{name}" for name in SLOW_IN_MAKE_TEST}
+    files = set()
+    for item in items:
+        files.add(item.nodeid.split("::")[0])
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
+            slow.discard(item.nodeid)
+    missing = sorted(n for n in slow if n.split("::")[0] in files)
+    if missing:
+        raise pytest.UsageError(f"conftest.SLOW_IN_MAKE_TEST names no collected test: {missing}")
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return  # a run in one process keeps the usual order
     rank = {name: i for i, name in enumerate(LONGEST_FILES)}
