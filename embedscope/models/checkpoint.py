@@ -623,7 +623,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if arch:
         config["arch"] = arch
     if "arch" not in config:
-        if fmt == "bare state dict" or fmt.startswith("training checkpoint"):
+        if fmt == "bare state dict" or (fmt.startswith("training checkpoint") and "state_dict" not in obj):
             raise EmbedscopeError(f"{path}: a {fmt} has no config: name the architecture with --arch")
         if not obj.get("config"):
             raise EmbedscopeError(f"{path}: the checkpoint has no config: name the architecture with --arch")
