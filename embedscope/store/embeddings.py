@@ -1098,8 +1098,7 @@ def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet,
     props_kind = hdf5_object_kind(f, "properties")  # a dangling link is said, not read as no properties
     if props_kind != "missing":
         if props_kind != "an HDF5 group":
-            raise EmbedscopeError(f"{path}: 'properties' is {props_kind}, "
-                                  "expected an HDF5 group")
+            raise EmbedscopeError(f"{path}: 'properties' is {props_kind}, expected an HDF5 group")
         for k in f["properties"]:
             kind = hdf5_object_kind(f["properties"], k)
             if kind != "a dataset":
