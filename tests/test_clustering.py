@@ -309,3 +309,37 @@ def test_prepared_rows_are_used_as_given_and_retrieval_normalises_once(monkeypat
     assert calls == ["X"]  # the ranks' rows, reused by k-means
     ref = kmeans_nmi_f1(X, y)
     assert (r["NMI"], r["F1"]) == (ref["NMI"], ref["F1"])
+
+
+@pytest.mark.parametrize("spread", [True, False])
+def test_float64_settling_translates_only_where_it_helps(spread):
+    """Rows settled in float64 are taken about one of them only where that shrinks the scale (a
+    collapsed model); for rows spread over the sphere a few centroids' distances rule it out, and no
+    translated (k, D) copy of the centroids is made (measured by tracemalloc). The nearest centroid is
+    the definition's either way (float64 Σ (x − c)², ties to the lower index)."""
+    import tracemalloc
+
+    from embedscope.metrics.kmeans import _Assigner
+
+    rng = np.random.default_rng(4)
+    k, d = 20000, 64
+    if spread:
+        x = rng.standard_normal((300, d)).astype(np.float32)
+        C = rng.standard_normal((k, d)).astype(np.float32)
+    else:  # every row and centroid within 1e-5 of one point
+        p = rng.standard_normal(d)
+        x = (p + 1e-6 * rng.standard_normal((300, d))).astype(np.float32)
+        C = (p + 1e-6 * rng.standard_normal((k, d))).astype(np.float32)
+    eng = _Assigner(x, k, 1 << 30, bounds=False)
+    eng._setup_groups(np.zeros((k, 1), dtype=np.float32))
+    C64 = C.astype(np.float64)
+    cc64 = np.einsum("ij,ij->i", C64, C64)
+    rows = np.array([3, 50, 299])
+    tracemalloc.start()
+    a = eng._exact_rows(rows, C64, cc64, float(np.sqrt(cc64.max())))[0]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    ref = ((x[rows].astype(np.float64)[:, None] - C64[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(a, ref)
+    copy = k * d * 8  # one translated float64 copy of the centroids
+    assert (peak < copy / 2) if spread else (peak >= copy)

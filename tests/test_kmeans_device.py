@@ -123,6 +123,30 @@ def test_exact_ties_are_settled_in_float64_to_the_lower_index(torch_engine):
     assert list(a[:5]) == [0, 0, 0, 1, 2]
 
 
+def test_the_second_smallest_value_decides_which_rows_are_settled(torch_engine):
+    """The device keeps each row's smallest and second-smallest value (a min, then a min with the first
+    set to +inf): exactly the rows midway between two centroids are settled in float64, those far from
+    every midpoint are proven by the float32 values, with k = 2 and the tied pair anywhere in the row."""
+    from embedscope.metrics.kmeans_device import _DeviceAssigner
+
+    rng = np.random.default_rng(1)
+    C = np.array([[0], [8], [2], [6], [4]], dtype=np.float32)  # pairs tie at 1, 3, 5 and 7
+    mid = np.array([[1], [3], [5], [7]], dtype=np.float32)
+    far = rng.choice(np.array([0, 0.2, 1.8, 2.3, 3.7, 4.1, 5.9, 6.2, 7.8, 8.5, -3, 11]), 200).astype(np.float32)[:, None]
+    x = np.concatenate([far[:100], mid, far[100:]])
+    eng = _DeviceAssigner(x, 5, torch.device("cpu"))
+    a = eng.assign(torch.from_numpy(C))
+    assert eng.n_ties == 4  # the midway rows alone
+    np.testing.assert_array_equal(a, _nearest(x, C))
+    np.testing.assert_array_equal(a[100:104], [0, 2, 3, 1])  # ties: the lower index (C[0]/C[2] at 1, ...)
+    eng2 = _DeviceAssigner(np.array([[1], [1.5], [-4]], dtype=np.float32), 2, torch.device("cpu"))
+    np.testing.assert_array_equal(eng2.assign(torch.from_numpy(np.array([[2], [0]], dtype=np.float32))), [0, 0, 1])
+    assert eng2.n_ties == 1
+    eng1 = _DeviceAssigner(x, 1, torch.device("cpu"))
+    np.testing.assert_array_equal(eng1.assign(torch.from_numpy(C[:1])), np.zeros(len(x)))
+    assert eng1.n_ties == 0
+
+
 def test_the_callers_float32_precision_is_kept(torch_engine):
     km = torch_engine
     x, k = _case("sop")

@@ -64,6 +64,7 @@ __all__ = ["faiss_random_init", "update_centroids", "exact_assign", "lloyd_kmean
 
 _SPLIT_EPS = np.float32(1.0 / 1024.0)
 _TIE_REL = 1e-9  # float64 window (relative to (‖x‖ + max‖c‖)²) re-evaluated directly
+_TRANSLATION_PROBE = 64  # centroids whose distances decide cheaply that a settling block needs no translation
 _SLACK = 1e-12   # absolute slack (times the scale) on the bounds, for float64 rounding
 _MOVED_FRAC = 0.5  # at most this share of moved centroids: group bounds from their exact distances
 #: Memory bounds (speed only: the labels depend neither on the grouping nor on the blocks). The
@@ -326,10 +327,23 @@ class _Assigner:
             # the block's float64 distances about one of its rows (translation leaves them unchanged;
             # the window is relative to the scale, which a collapsed model's tiny spread about its
             # point makes far smaller: a handful of candidates per row instead of every centroid)
-            xc, Cc = x64 - x64[0], C64 - x64[0]
-            xcn2, ccn2 = np.einsum("ij,ij->i", xc, xc), np.einsum("ij,ij->i", Cc, Cc)
-            scale = np.sqrt(xcn2) + np.sqrt(ccn2.max())
-            if float(scale.max()) < float((self.xn[r] + cmax).min()):
+            xc = x64 - x64[0]
+            xcn2 = np.einsum("ij,ij->i", xc, xc)
+            lim = float((self.xn[r] + cmax).min())
+            # the translation helps only where max‖x − x₀‖ + max‖c − x₀‖ < min(‖x‖) + max‖c‖; a few
+            # centroids' distances from x₀ bound the second max from below, and where they already rule
+            # the translation out (rows spread over the sphere: every step of a trained model), the
+            # (k, D) translated copy is not made; the 1e-9 margin covers any rounding of that bound
+            few = C64[:_TRANSLATION_PROBE] - x64[0]
+            if float(np.sqrt(xcn2.max())) + float(np.sqrt(np.einsum("ij,ij->i", few, few).max())) \
+                    < lim * (1.0 + 1e-9):
+                Cc = C64 - x64[0]
+                ccn2 = np.einsum("ij,ij->i", Cc, Cc)
+                scale = np.sqrt(xcn2) + np.sqrt(ccn2.max())
+            else:
+                Cc = ccn2 = None
+                scale = None
+            if scale is not None and float(scale.max()) < lim:
                 s = xcn2[:, None] + ccn2[None, :] - 2.0 * (xc @ Cc.T)
             else:
                 s = self.xx[r, None] + cc64[None, :] - 2.0 * (x64 @ C64.T)
