@@ -542,6 +542,52 @@ def _escape_unencodable_output() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _creatable(path: str) -> bool:
+    """Whether ``path`` is a writable folder or could be made one: the first of its missing folders is
+    made and removed again (``access`` says yes to root in /proc and the like, where mkdir fails)."""
+    p = os.path.abspath(path)
+    missing = None
+    while not os.path.lexists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            return False
+        missing, p = p, parent
+    if missing is None:
+        return os.path.isdir(p) and os.access(p, os.W_OK | os.X_OK)
+    try:
+        os.mkdir(missing, 0o700)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        os.rmdir(missing)
+    return True
+
+
+def _matplotlib_folder() -> None:
+    """Where matplotlib's settings and font-cache folders (``$XDG_CONFIG_HOME`` or ``~/.config``, and
+    ``$XDG_CACHE_HOME`` or ``~/.cache``, each ``/matplotlib``) cannot be written (a container's
+    read-only home, HOME unset), a private temporary folder for this run (``MPLCONFIGDIR``, removed at
+    exit): matplotlib's own fallback printed two lines of warning at its import."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    try:
+        home = os.path.expanduser("~")
+        ok = home != "~" and all(
+            _creatable(os.path.join(os.environ.get(var) or os.path.join(home, sub), "matplotlib"))
+            for var, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache")))
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        import atexit
+        import shutil
+        import tempfile
+
+        with contextlib.suppress(OSError):
+            folder = tempfile.mkdtemp(prefix="embedscope-matplotlib-")
+            atexit.register(shutil.rmtree, folder, True)
+            os.environ["MPLCONFIGDIR"] = folder
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (0 ok, 1 error, 2 usage error, 130 Ctrl-C,
     143 SIGTERM, 141 when the reader of stdout went away)."""
@@ -552,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     # the command line draws figures into files only (viz.figures.use_agg); a user's MPLBACKEND naming no
     # backend made `import matplotlib` fail after the work, with a traceback from the study's figure child
     os.environ["MPLBACKEND"] = "Agg"
+    _matplotlib_folder()
     try:
         os.getcwd()
     except OSError:  # (torch's import then died with "Intel oneMKL FATAL ERROR" and exit code 2)
