@@ -113,6 +113,10 @@ def geometry(source: Any, *, split: str = "train", exclude_top: int = 1, n_compo
                   f"{pairs} pair{'' if pairs == 1 else 's'}; " if pairs else "")
                  + f"rho leaves out the top {exclude_top}"),
     })
+    kept = min(part.n, part.dim) if n_components is None else n_components
+    if kept - exclude_top == 1 and values["rho"] == 0:  # (--embed-dim 2: it read as a perfectly spread model)
+        prov["notes"] = [f"rho is 0 by construction: leaving out the top {exclude_top} of {kept} singular values "
+                         "leaves one, and one value is its own uniform spectrum (rho_all keeps them all)"]
     arrays = {}
     if keep_spectrum:
         arrays = {"singular_values": rep["singular_values"], "covariance_eigenvalues": rep["covariance_eigenvalues"]}

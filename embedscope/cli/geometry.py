@@ -42,6 +42,8 @@ def run(args) -> int:
     r = geometry(args.file, **measure_kwargs(args))
     print(r.format(digits=5, nan=UNDEFINED))
     print(safe(r.provenance["note"]))
+    for note in r.provenance.get("notes") or []:
+        print(safe(f"note: {note}"))
     for line in undefined_lines(r) + unused_seed_lines(args, r):
         print(line)
     print_wrote(write_result(r, args))
