@@ -26,3 +26,13 @@ def test_rho_of_one_kept_singular_value_says_it_is_zero_by_construction(tmp_path
     assert rc == 0 and "note: rho is 0 by construction" in out, err
     rc, out, err = run_cli(["spectrum", str(tmp_path / "e.h5")])
     assert rc == 0 and out.count("rho is 0 by construction") == 1, err
+
+
+def test_training_at_embed_dim_2_says_rho_is_zero_by_construction(tmp_path):
+    rc, out, err = run_cli(["train", "--dataset", "digits", "--embed-dim", "2", "--epochs", "0", "--no-progress",
+                            "-o", str(tmp_path / "m.pt")])
+    assert rc == 0, err
+    assert out.count("note: rho is 0 by construction at --embed-dim 2") == 1
+    rc, out, err = run_cli(["train", "--dataset", "digits", "--embed-dim", "3", "--epochs", "0", "--no-progress",
+                            "-o", str(tmp_path / "m3.pt")])
+    assert rc == 0 and "by construction" not in out, err

@@ -132,6 +132,8 @@ def run(args) -> int:
     if rows:
         print(format_table(rows, ["epoch", "loss", "R@1", "MAP@R", "rho", "seconds"],
                            title="evaluations (test R@1 and MAP@R, training rho; epoch 0 = untrained)"))
+        if (res.get("config") or {}).get("embed_dim") == 2:  # (it read as a perfectly spread model)
+            print("note: rho is 0 by construction at --embed-dim 2: leaving out the top singular value leaves one")
     best = res["best"]
     if best:
         print(f"best test R@1 {best['R@1']:.4f} at epoch {best['epoch']} (rho {best['rho']:.4f})")
