@@ -1688,7 +1688,12 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
 
 
 def _rows_hash(rows) -> str:
-    """sha256 of the sorted ids of a study's rows: what ``correlations.json`` was computed from."""
-    import hashlib
+    """sha256 of a study's rows, their values too, in the form ``rows/<id>.json`` keeps them (sorted keys,
+    by id): what ``correlations.json`` was computed from. (The ids alone missed a row measured again
+    under its id, a failed row that now succeeds or a retrained checkpoint, in a run stopped between
+    runs.csv and correlations.json: the next run took the old statistics as up to date.)"""
+    from embedscope.tables import _jsonable
 
-    return hashlib.sha256("\n".join(sorted(str(r["id"]) for r in rows)).encode("utf-8", "surrogateescape")).hexdigest()
+    text = "\n".join(json.dumps(_jsonable(r), sort_keys=True, allow_nan=False)
+                      for r in sorted(rows, key=lambda r: str(r["id"])))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
