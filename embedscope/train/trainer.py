@@ -1249,8 +1249,10 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     from embedscope.fileio import folder_lock, make_folders, remove_empty_folders
 
     created = make_folders(paths["dir"], paths["out"]) if state is None else []
+    locked = False
     try:
         with folder_lock(paths["dir"], f"the run {paths['out']}"):  # one writer of a run at a time
+            locked = True
             if state is None and not force and (paths["last"].exists() or paths["out"].exists()):
                 # (another train into the same -o wrote between this one's checks and its lock)
                 raise EmbedscopeError(f"{paths['out']}: another run into it started meanwhile; use --resume to "
@@ -1258,7 +1260,11 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
             return _run(cfg, state, paths, start_epoch, notes, tb, say=say, force=force, progress=progress,
                         keep_epochs=keep_epochs, callback=callback, unsafe_pickle=unsafe_pickle)
     except BaseException:
-        remove_empty_folders(created)  # a run that wrote nothing leaves no empty folder
+        # a run that wrote nothing leaves no empty folder; but not when the lock was refused: the folder this
+        # run made is then the other run's, which holds its lock and had not written yet (removed under it,
+        # that run's first checkpoint failed)
+        if locked:
+            remove_empty_folders(created)
         raise
     finally:
         tb.close()
