@@ -123,8 +123,11 @@ def test_a_file_open_for_writing_elsewhere_is_not_called_damaged(emb, tmp_path, 
             pytest.skip("HDF5 file locking is off here (HDF5_USE_FILE_LOCKING or the file system)")
         with pytest.raises(EmbedscopeError) as e:
             store.load(emb)
-        assert "open for writing by another process" in str(e.value)
-        assert "damaged" not in str(e.value) and "h5clear" not in str(e.value)
+        if swmr:  # (HDF5's consistency flags, which a writer stopped without closing the file leaves too)
+            assert "marked open for writing" in str(e.value) and "if none is running" in str(e.value)
+        else:
+            assert "open for writing by another process" in str(e.value) and "h5clear" not in str(e.value)
+        assert "damaged" not in str(e.value)
     finally:
         p.stdin.close()
         p.wait(timeout=60)

@@ -1,6 +1,7 @@
 """Thirty-ninth session's small fixes, each failing on the code before it."""
 
 import numpy as np
+import pytest
 from cli_run import run_cli
 
 from embedscope.analyses import geometry
@@ -36,3 +37,77 @@ def test_training_at_embed_dim_2_says_rho_is_zero_by_construction(tmp_path):
     rc, out, err = run_cli(["train", "--dataset", "digits", "--embed-dim", "3", "--epochs", "0", "--no-progress",
                             "-o", str(tmp_path / "m3.pt")])
     assert rc == 0 and "by construction" not in out, err
+
+
+def test_a_train_refused_the_run_lock_keeps_the_other_runs_new_folder(tmp_path, monkeypatch):
+    """Run A makes <-o>.train/, run B (which found it there) takes its lock first: A's refusal removed the
+    still-empty folder under B, whose first checkpoint write then failed."""
+    import pytest
+
+    import embedscope.fileio as F
+    from embedscope.errors import EmbedscopeError
+    from embedscope.train.trainer import run_paths, train
+
+    out = tmp_path / "r.pt"
+    run_dir = run_paths(out, None)["dir"]
+    held = []
+    made = F.make_folders
+
+    def make_then_other_locks(folder, user_path):
+        created = made(folder, user_path)
+        lock = F.folder_lock(folder, "the other run")
+        lock.__enter__()  # run B, between A's mkdir and A's lock
+        held.append(lock)
+        return created
+
+    monkeypatch.setattr(F, "make_folders", make_then_other_locks)
+    try:
+        with pytest.raises(EmbedscopeError, match="another process is writing it now"):
+            train({"dataset": "digits", "embed_dim": 4, "epochs": 1, "eval_every": 0}, out, progress=False,
+                  echo=lambda s: None)
+        assert run_dir.is_dir()  # B's folder, B still holding it
+    finally:
+        for lock in held:
+            lock.__exit__(None, None, None)
+
+
+def test_a_file_whose_writer_was_killed_names_h5clear(tmp_path):
+    """A writer with the newest superblock stopped without closing the file leaves HDF5's consistency flags
+    set: no process holds the file, and HDF5's hint (h5clear) is the way to read it; it was called 'open for
+    writing by another process ... read a copy' (a copy carries the flags too)."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    from embedscope.errors import EmbedscopeError
+    from embedscope.store import load
+
+    path = tmp_path / "crash.h5"
+    killed = ("import h5py, os, numpy as np\n"
+              f"f = h5py.File({str(path)!r}, 'w', libver='latest'); f['embeddings'] = np.zeros((3, 2)); f.flush()\n"
+              "os._exit(0)")
+    subprocess.run([sys.executable, "-c", killed], check=True)
+    with pytest.raises(EmbedscopeError) as e:
+        load(path)
+    msg = str(e.value)
+    assert "marked open for writing" in msg and "stopped without closing it" in msg
+    assert f"h5clear -s {path}" in msg and "damaged" not in msg
+
+
+@pytest.mark.parametrize("code, expect", [
+    (11, "open for writing by another process"),
+    (38, "set HDF5_USE_FILE_LOCKING=FALSE"),
+    (37, "set HDF5_USE_FILE_LOCKING=FALSE"),
+])
+def test_hdf5_lock_failures_by_errno(tmp_path, code, expect):
+    """HDF5's 'unable to lock file' is another process's lock only for EAGAIN; ENOSYS / ENOLCK come from a
+    file system without locks, where no other process is the cause."""
+    from embedscope.store.embeddings import _open_failure
+
+    first = (f"Unable to synchronously open file (unable to lock file, errno = {code}, error message = "
+             "'whatever')")
+    line = _open_failure(tmp_path / "x.h5", first)
+    assert expect in line and "damaged" not in line
+    if code != 11:
+        assert f"errno = {code}" in line and "another process" not in line

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import io
 import json
 import os
@@ -945,12 +946,29 @@ def open_hdf5(path: Path, what: str):
     if not hdf5:
         raise EmbedscopeError(f"{path}: not a readable HDF5 file: no HDF5 signature (expected {what})")
     first = str(error).splitlines()[0] if str(error) else error.__class__.__name__
-    if "unable to lock file" in first or "already open for write" in first:
-        # HDF5's file lock: another process has the file open for writing (or SWMR writing); the file
-        # is not damaged, and HDF5's own hint (h5clear) is wrong while that writer runs
-        raise EmbedscopeError(f"{path}: open for writing by another process (HDF5 file lock): read it when "
-                              "that process has finished, or read a copy")
-    raise EmbedscopeError(f"{path}: not a readable HDF5 file: damaged or truncated ({first})")
+    raise EmbedscopeError(_open_failure(path, first))
+
+
+def _open_failure(path: Path, first: str) -> str:
+    """The line for a file with an HDF5 signature that HDF5 would not open (its message ``first``)."""
+    import re
+
+    if "unable to lock file" in first:
+        code = re.search(r"errno = (\d+)", first)
+        if code is None or int(code.group(1)) in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            # HDF5's file lock held: another process has the file open for writing; the file is not damaged
+            return (f"{path}: open for writing by another process (HDF5 file lock): read it when that process "
+                    "has finished, or read a copy")
+        # (ENOSYS, ENOLCK, EOPNOTSUPP: a file system without locks, where no other process is the cause)
+        return (f"{path}: HDF5 could not lock the file ({first[first.index('unable to lock file'):].rstrip(')')}"
+                "): this file system may not support file locks; set HDF5_USE_FILE_LOCKING=FALSE to read it")
+    if "already open for write" in first:
+        # the superblock's consistency flags: set by a writer in SWMR mode while it runs, and left behind by
+        # one stopped without closing the file (killed, crashed); a reader cannot tell the two apart
+        return (f"{path}: marked open for writing (HDF5's file-consistency flags): a process writing it in "
+                "SWMR mode, or one stopped without closing it (killed, crashed); read it when that writer has "
+                f"finished, or, if none is running, clear the flags with `h5clear -s {path}`")
+    return f"{path}: not a readable HDF5 file: damaged or truncated ({first})"
 
 
 def load(path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSet:
