@@ -111,3 +111,30 @@ def test_hdf5_lock_failures_by_errno(tmp_path, code, expect):
     assert expect in line and "damaged" not in line
     if code != 11:
         assert f"errno = {code}" in line and "another process" not in line
+
+
+def test_each_kind_of_evaluation_note_is_said_once_per_run(tmp_path, monkeypatch):
+    """--embed-dim 1's 'rho is undefined' note took the run's one note slot at the first evaluation, and a
+    later 'every test image has the same embedding' (a collapse) was never said."""
+    import embedscope.train.trainer as T
+
+    calls = []
+
+    def fake_evaluate(model, train_ds, test_ds, device, batch_size, transform=None, progress=False, notes=None):
+        if notes is None:  # the untrained model's evaluation (epoch 0)
+            return {"R@1": 0.5, "MAP@R": 0.25, "rho": float("nan")}
+        calls.append(1)
+        if len(calls) >= 2:  # epoch 2 on
+            notes.append("every test image has the same embedding (the network collapsed to one point): ...")
+        notes.append("rho is undefined: no singular value left")
+        return {"R@1": 0.5, "MAP@R": 0.25, "rho": float("nan")}
+
+    monkeypatch.setattr(T, "_evaluate", fake_evaluate)
+    monkeypatch.setattr(T, "_train_epoch", lambda *a, **k: (0.5, 0.0))
+    lines = []
+    T.train({"dataset": "digits", "embed_dim": 4, "epochs": 3, "eval_every": 1}, tmp_path / "m.pt",
+            progress=False, echo=lines.append)
+    notes = [ln for ln in lines if ln.startswith("note: epoch")]
+    assert len(notes) == 2, lines
+    assert notes[0].startswith("note: epoch 1: rho is undefined")
+    assert notes[1].startswith("note: epoch 2: every test image has the same embedding")

@@ -1481,7 +1481,7 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
 
     saved = start_epoch if state is not None else None  # the latest epoch in last.pt
     eval_notes: list[str] = []
-    said_collapse = False
+    said: set[str] = set()  # the kinds of evaluation note said (each once per run)
     with _workers_closed(loader):  # (kept across epochs: shut down when the run ends, or fails)
         for epoch in range(start_epoch + 1, cfg["epochs"] + 1):
             try:
@@ -1501,9 +1501,11 @@ def _run(cfg, state, paths, start_epoch, notes, tb, *, say, force, progress, kee
                                        epoch, history) from None
             history.append(row)
             say(_epoch_message(row, cfg["epochs"]))
-            if eval_notes and not said_collapse:  # once per run: the model rarely leaves that point again
-                say(f"note: epoch {epoch}: {eval_notes[0]}")
-                said_collapse = True
+            for note in eval_notes:  # each kind once per run: the model rarely leaves that point again (one slot
+                kind = note.split(" (")[0].split(":")[0]  # for all: --embed-dim 1's rho note hid a later collapse)
+                if kind not in said:
+                    say(f"note: epoch {epoch}: {note}")
+                    said.add(kind)
             eval_notes.clear()
             tb.row(row)
             extra = _extra(epoch, cfg, history, row, stats, opt, loss_fn, sampler, miner, dev, inputs)
