@@ -128,9 +128,10 @@ def nearest_same_different(
         span = int(np.frexp(top)[1]) - int(np.frexp(lo)[1]) if lo > 0 else 0
         if span > EUCLIDEAN_SPAN_LIMIT:
             raise EmbedscopeError(
-                f"the rows' scales span {lo:.3g} to {top:.3g}: {metric} similarities that far "
-                "apart cannot be computed together in float64 (the small rows' products underflow to 0): "
-                "rescale the rows or leave out the outlying ones")
+                f"the rows' scales span {lo:.3g} to {top:.3g} (more than 2^{EUCLIDEAN_SPAN_LIMIT}): {metric} "
+                "similarities that far apart are not computed together (the small rows' products come near "
+                "float64's underflow, where they lose their digits, then vanish): rescale the rows or leave out "
+                "the outlying ones")
         if dtype == np.float32 and span > _FLOAT32_SPAN:  # (the small float32 rows' products would be subnormal)
             dtype = np.float64
             X = X.astype(np.float64)

@@ -125,9 +125,9 @@ def euclidean_scale(Q64: np.ndarray, R64: np.ndarray, qn: np.ndarray, rn: np.nda
     # beside rows of 1 have squared differences that underflow and tie all the same)
     if lo > 0 and e - int(np.frexp(lo)[1]) > EUCLIDEAN_SPAN_LIMIT:
         raise EmbedscopeError(
-            f"the rows' scales span {lo:.3g} to {m:.3g}: squared Euclidean distances that far apart cannot be "
-            "ranked together in float64 (beside the largest rows, the others' underflow to 0 and tie): rescale "
-            "the rows or leave out the outlying ones")
+            f"the rows' scales span {lo:.3g} to {m:.3g} (more than 2^{EUCLIDEAN_SPAN_LIMIT}): squared Euclidean "
+            "distances that far apart are not ranked together (the small rows' come near float64's underflow, "
+            "where they lose their digits, then tie at 0): rescale the rows or leave out the outlying ones")
     top = max(float(qn.max(initial=0.0)), float(rn.max(initial=0.0)))
     if EUCLIDEAN_NORM_SAFE[0] < top < EUCLIDEAN_NORM_SAFE[1]:
         return 1.0
