@@ -35,3 +35,35 @@ def test_statistics_of_a_row_measured_again_under_its_id_are_not_taken_as_up_to_
     lines = []  # a finished study read back from its rows' files is still served as it is
     run_study(str(ck / "*.pt"), out, cache_dir=emb_cache, echo=lines.append, **FAST)
     assert any("up to date" in ln for ln in lines), lines
+
+
+def test_a_cache_that_fills_during_a_study_is_said_once(tmp_path, monkeypatch):
+    """A cache writable at the start whose writes then fail (a disk that fills) kept no embeddings without a
+    word (the note promised for a cache that cannot be written came only from the check at the start)."""
+    import errno
+
+    import embedscope.store
+    from embedscope.study.run import run_study
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for i, name in enumerate("ab"):
+        save_digits_checkpoint(ck / f"{name}.pt", seed=i + 1)
+    cache = tmp_path / "cache"
+    real = embedscope.store.save
+
+    def full(path, *a, **k):
+        if str(path).startswith(str(cache)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(embedscope.store, "save", full)
+    lines = []
+    out = tmp_path / "study"
+    res = run_study(str(ck / "*.pt"), out, cache_dir=cache, echo=lines.append, **FAST)
+    notes = [ln for ln in lines if "could not be written to the cache" in ln]
+    assert len(notes) == 1 and "embeddings measured in this run" in notes[0], lines
+    assert "No space left on device" in notes[0]
+    assert all(r["status"] == "ok" for r in res["rows"])
+    assert "_cache_error" not in (out / "runs.csv").read_text()
+    assert not any("_cache_error" in f.read_text() for f in (out / "rows").glob("*.json"))

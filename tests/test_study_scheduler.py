@@ -85,6 +85,9 @@ def test_an_unreachable_scheduler_is_one_line(two_checkpoints, tmp_path, capsys)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     import dask
+    import distributed  # noqa: F401 - its config defaults first: a dask.config.set of a 'distributed.*' key
+    # made before them restores 'distributed' as absent at its exit, and the module's later Client(...) failed
+    # with KeyError: 'distributed' (the next test's scheduler fixture)
 
     with dask.config.set({"distributed.comm.timeouts.connect": "3s"}):  # Dask's default waits 30 s
         rc = main(["study", str(two_checkpoints / "*.pt"), "-o", str(tmp_path / "st"), "--scheduler",

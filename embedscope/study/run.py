@@ -290,9 +290,10 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     try:
         cdir.mkdir(parents=True, exist_ok=True)
         store.save(path, es, force=True)  # atomic: a concurrent writer of the same key writes the same bytes
-    except (OSError, EmbedscopeError):  # a cache that cannot be written (read-only, no space; the study says so
-        # once): the row is measured all the same, its embedding not kept (every row failed with a PermissionError)
+    except (OSError, EmbedscopeError) as e:  # a cache that cannot be written (read-only, no space; the study says
+        # so once): the row is measured all the same, its embedding not kept (every row failed with a PermissionError)
         out["cache_file"] = ""
+        out["cache_error"] = str(e) if isinstance(e, EmbedscopeError) else (e.strerror or e.__class__.__name__)
     out.update(cached=False, embed_seconds=time.perf_counter() - t0)
     return es, out
 
@@ -365,6 +366,8 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
             # also when it is a run's epoch-000.pt, whose config names the run's loss and epochs
             row.update({k: v for k, v in config_columns(c).items() if v is not None and k != "root"})
         why = undefined_reasons(es, vals)
+        if info.get("cache_error"):  # (said once by the study, then dropped: not a column of runs.csv)
+            row[CACHE_ERROR_KEY] = info["cache_error"]
         row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_device": info["device"],
                     "embed_seconds": info["embed_seconds"],
                     "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
@@ -517,6 +520,7 @@ def _settings_of(source, epoch, dataset, root, metric, seed, device, measures=No
 
 STAT_KEY = "_checkpoint_stat"  # [size, mtime_ns] of the checkpoint a row measured (not a runs.csv column)
 DATA_KEY = "_data"  # [dataset, root, train_classes, data_fingerprint] a row measured (not a runs.csv column)
+CACHE_ERROR_KEY = "_cache_error"  # why a row's embedding could not be written to the cache (said, never stored)
 
 
 def _unchanged(row: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
@@ -1165,10 +1169,14 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
 
         task_settings.update(code=code_fingerprint(), version=__version__)
     computed: list[dict[str, Any]] = []
+    unkept: list[str] = []  # why embeddings measured in this run could not be cached (one note at the end)
 
     def keep(row: dict[str, Any]) -> None:
         from embedscope.tables import write_json
 
+        why = row.pop(CACHE_ERROR_KEY, None)
+        if why:
+            unkept.append(str(why))
         write_json(_row_path(out_dir, row["id"]), row, force=True)
         done[row["id"]] = row
         computed.append(row)
@@ -1197,6 +1205,11 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             bar.close()
     if box.threads:
         box.close()  # worker threads have nothing left to do (and the figures' fork then copies no idle threads)
+    if unkept and cache_ok:  # (a cache found unwritable at the start was said then) e.g. a disk that filled
+        n = len(unkept)
+        say(f"note: {n} embedding{'' if n == 1 else 's'} measured in this run could not be written to the cache "
+            f"{cache} (the first: {unkept[0]}): {'its row is' if n == 1 else 'their rows are'} measured all the "
+            "same, the embeddings are not kept")
     rows = [done[e.id] for e in entries if e.id in done]
     ended = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     meta["ended"] = ended
