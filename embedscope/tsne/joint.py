@@ -47,14 +47,15 @@ SCALE_EXPONENT_LIMIT = 40
 
 
 def tsne_threads(n_jobs: int) -> int:
-    """The thread count openTSNE's gradients run with for ``n_jobs`` (−1: every core of this
-    machine, as openTSNE resolves it); recorded as ``info["n_jobs"]``. It changes the speed only,
-    not the map (:func:`tsne_affinities`)."""
-    import multiprocessing
+    """The thread count a map runs with for ``n_jobs`` (−1: every core this process may use,
+    :func:`embedscope.device.available_cpus`, where openTSNE's own −1 counts the machine's, outside a
+    container's or a scheduler's CPU mask; −2 one fewer, ...); passed to openTSNE resolved and recorded
+    as ``info["n_jobs"]``. It changes the speed only, not the map (:func:`tsne_affinities`)."""
+    from embedscope.device import available_cpus
 
     n = int(n_jobs)
     if n < 0:
-        n = multiprocessing.cpu_count() + n + 1
+        n = available_cpus() + n + 1
     return max(n, 1)
 
 
@@ -70,7 +71,7 @@ MAX_SEED = 2 ** 32 - 1
 
 
 def check_n_jobs(n_jobs, *, allow_none: bool = False) -> int | None:
-    """``n_jobs`` of a map: -1 (every core, joblib's), an integer in 1 .. :data:`MAX_JOBS`, or (``allow_none``)
+    """``n_jobs`` of a map: -1 (every core this process may use), an integer in 1 .. :data:`MAX_JOBS`, or (``allow_none``)
     None (:func:`auto_jobs`); anything else a one-line error (0 has no meaning to joblib; -2 ... would
     leave cores out)."""
     from embedscope.validation import check_int
@@ -296,7 +297,7 @@ def _run_opentsne(X: np.ndarray, *, perplexity: float, seed: int, n_iter: int, e
     seed = check_int(seed, "seed", min=0, max=MAX_SEED)
     n_iter = check_int(n_iter, "n_iter", min=0)
     early_exaggeration_iter = check_int(early_exaggeration_iter, "early_exaggeration_iter", min=0)
-    n_jobs = check_n_jobs(n_jobs)
+    n_jobs = tsne_threads(check_n_jobs(n_jobs))  # (-1 resolved here: openTSNE's counts the machine's cores)
     perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)
 
     perp = effective_perplexity(perplexity, X.shape[0])

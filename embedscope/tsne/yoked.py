@@ -541,7 +541,7 @@ def yoked_tsne_maps(
     seed = check_int(seed, "seed", min=0, max=MAX_SEED)  # (scikit-learn's PCA refused others deep inside)
     n_iter = check_int(n_iter, "n_iter", min=0)
     early_exaggeration_iter = check_int(early_exaggeration_iter, "early_exaggeration_iter", min=0)
-    n_jobs = check_n_jobs(n_jobs)
+    n_jobs = tsne_threads(check_n_jobs(n_jobs))  # (-1 resolved here: openTSNE's counts the machine's cores)
     early_exaggeration = check_number(early_exaggeration, "early_exaggeration", min=0, min_inclusive=False)
     momentum = check_number(momentum, "momentum", min=0, max=1)
     theta = check_number(theta, "theta", min=0)
