@@ -39,3 +39,16 @@ def test_an_unwritable_home_gives_no_matplotlib_warning(tmp_path):
     assert "matplotlib" not in r.stderr.lower(), r.stderr
     assert (tmp_path / "sp.png").exists() and (tmp_path / "sp.pdf").exists()
     assert not any(p.name.startswith("embedscope-matplotlib-") for p in tmp.iterdir())  # removed at exit
+
+
+def test_main_gives_the_callers_environment_back(tmp_path, monkeypatch):
+    """main() called from Python (a notebook, a test) set MPLBACKEND=Agg for good."""
+    from embedscope.cli import main
+
+    monkeypatch.setenv("MPLBACKEND", "module://my_backend")
+    monkeypatch.delenv("MPLCONFIGDIR", raising=False)
+    assert main(["info", str(tmp_path / "none.h5")]) == 1
+    assert os.environ["MPLBACKEND"] == "module://my_backend" and "MPLCONFIGDIR" not in os.environ
+    monkeypatch.delenv("MPLBACKEND")
+    main(["info", str(tmp_path / "none.h5")])
+    assert "MPLBACKEND" not in os.environ

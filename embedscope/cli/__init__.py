@@ -590,7 +590,21 @@ def _matplotlib_folder() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit code (0 ok, 1 error, 2 usage error, 130 Ctrl-C,
-    143 SIGTERM, 141 when the reader of stdout went away)."""
+    143 SIGTERM, 141 when the reader of stdout went away). The environment variables it sets for the
+    command (``MPLBACKEND``, and ``MPLCONFIGDIR`` where the home cannot be written) are the caller's
+    again when it returns (a notebook or a test calling it)."""
+    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "MPLCONFIGDIR")}
+    try:
+        return _main(argv)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _main(argv: list[str] | None) -> int:
     from embedscope import progress
 
     if sys.stderr is None:  # `2>&-`: print(file=None) writes to stdout: the bars and the error line went into
