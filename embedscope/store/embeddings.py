@@ -705,7 +705,12 @@ def save(
     all_attrs.setdefault("embedscope_version", __version__)
     all_attrs.setdefault("created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     str_dt = h5py.string_dtype("utf-8")
-    with atomic_output(path, force=force) as tmp:
+    # a file replaced (force) waits for an update of it under way (add-properties: a copy of the file published
+    # after this one's rename took its place, with the old rows)
+    from embedscope.fileio import update_lock
+
+    turn = update_lock(Path(os.path.realpath(path))) if force and os.path.lexists(path) else contextlib.nullcontext()
+    with turn, atomic_output(path, force=force) as tmp:
         # The file is built in memory and written with ordinary file I/O: a full disk is then a
         # clean OSError here (HDF5's own writer can crash the process on ENOSPC).
         image = io.BytesIO()
@@ -797,12 +802,30 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
         with h5py.File(src, "r") as f:
             g = f.get("properties")
             replaced = [k for k in names if isinstance(g, h5py.Group) and k in g]
+            same_rows = _same_paths(f, es.paths)
+        if not same_rows:  # replaced since it was read (embed / import --force): the values are matched to other rows
+            raise EmbedscopeError(f"{path}: the file was replaced while the properties were being added (its rows are "
+                                  "not those the values were matched to): nothing was written; run the command again")
         late = [k for k in absent if k in replaced]
         if late:
             raise EmbedscopeError(f"{path}: another process added the propert{'ies' if len(late) > 1 else 'y'} "
                                   f"{', '.join(late[:3])} meanwhile (use --force to replace)")
         _replace_with_properties(src, path, es, names, replaced)
     return src
+
+
+def _same_paths(f, paths: np.ndarray) -> bool:
+    """Whether the open file ``f`` holds the image paths ``paths``, in that order."""
+    import h5py
+
+    ds = f.get("paths")
+    if not isinstance(ds, h5py.Dataset) or ds.shape != (len(paths),):
+        return False
+    try:
+        now = [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in ds[()]]
+    except (UnicodeDecodeError, OSError):
+        return False
+    return now == list(paths)
 
 
 def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[str], replaced: list[str]) -> None:

@@ -1,0 +1,65 @@
+"""Thirty-ninth session, concurrent invocations (each test fails on the code before its fix)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from embedscope.errors import EmbedscopeError
+from embedscope.store import EmbeddingSet, load, save
+
+
+def _set(order, prop=None):
+    paths = np.array([f"img{i}.png" for i in range(30)], dtype=object)[order]
+    es = EmbeddingSet.from_arrays(np.random.default_rng(0).normal(size=(len(paths), 3)), np.arange(len(paths)) % 3,
+                                  paths=list(paths))
+    if prop is not None:
+        es.properties = {"pa": np.asarray(prop)}
+    return es
+
+
+def test_add_properties_to_a_file_replaced_meanwhile_writes_nothing(tmp_path):
+    """add-properties matched its table to the rows it read, then (its turn come) wrote the values into
+    whatever file was there: a file re-embedded meanwhile got them in the wrong rows, or of the wrong length."""
+    from embedscope.store.embeddings import scan, update_properties
+
+    h5 = save(tmp_path / "x.h5", _set(np.arange(30)))
+    es, _ = scan(h5)
+    es.properties = {"pa": np.arange(30)}  # matched to the rows as read
+    save(h5, _set(np.arange(30)[::-1]), force=True)  # embed --force: the same images, another order
+    with pytest.raises(EmbedscopeError, match="replaced while the properties were being added"):
+        update_properties(h5, es, ["pa"])
+    assert "pa" not in load(h5).properties
+    save(h5, _set(np.arange(20)), force=True)  # fewer rows
+    with pytest.raises(EmbedscopeError, match="replaced while the properties were being added"):
+        update_properties(h5, es, ["pa"])
+    assert len(load(h5).paths) == 20
+
+
+def test_a_forced_save_waits_for_an_update_of_the_file_under_way(tmp_path):
+    """embed --force published while add-properties copied the file; add-properties' copy (the old rows)
+    then took the new file's place, and embed's output was gone though it said 'wrote'."""
+    from embedscope.fileio import update_lock
+
+    h5 = save(tmp_path / "x.h5", _set(np.arange(30)))
+    old_copy = tmp_path / "old.h5"
+    shutil.copyfile(h5, old_copy)
+    held = threading.Event()
+
+    def update():  # an add-properties holding its turn: it publishes its copy of the old file last
+        with update_lock(h5):
+            held.set()
+            time.sleep(0.5)
+            shutil.copyfile(old_copy, tmp_path / "x.h5.tmp-update")
+            (tmp_path / "x.h5.tmp-update").replace(h5)
+
+    t = threading.Thread(target=update)
+    t.start()
+    held.wait(10)
+    save(h5, _set(np.arange(30)[::-1]), force=True)  # embed --force, meanwhile
+    t.join()
+    assert list(load(h5).paths) == [f"img{i}.png" for i in range(30)][::-1]  # the later save's file stands
