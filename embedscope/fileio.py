@@ -281,6 +281,32 @@ def folder_lock(folder: Path, what: str):
     return _folder_flock(folder, wait=False, what=what)
 
 
+@contextlib.contextmanager
+def reading_lock(folder: Path, refused: str):
+    """A shared lock of ``folder`` while a reader reads several files of it that one writer, holding
+    :func:`folder_lock`, writes in turn (a study's study.json, runs.csv, correlations.json, figures): readers
+    share it, a writer at work refuses it (one :class:`EmbedscopeError` line, ``refused``). Unlocked where the
+    platform has no ``flock`` or the folder cannot be opened."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EmbedscopeError(refused) from None
+        yield
+    finally:
+        os.close(fd)
+
+
 def update_lock(path: Path):
     """Serialise the read-modify-replace updates of one file (``add-properties``): a lock of the file's
     folder, waited for. Two updates of one file at the same time each copied the file without the other's

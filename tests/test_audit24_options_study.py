@@ -242,7 +242,8 @@ def test_a_training_set_target_serial_and_on_2_workers(grid, emb_cache, tmp_path
     assert rc2 == 0, err2
     _same_rows(serial, par)
     cs, cp = (json.loads((d / "correlations.json").read_text()) for d in (serial, par))
-    cs.pop("figures"), cp.pop("figures")
+    for c in (cs, cp):  # (the figures drawn, and the rows hashed with their timings, differ)
+        c.pop("figures"), c.pop("rows_sha256")
     assert cs == cp and cs["target_split"] == "train"
     df = pd.read_csv(serial / "runs.csv").set_index("id")
     trained = df[df["selection"] != "untrained"]

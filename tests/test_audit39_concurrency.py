@@ -63,3 +63,37 @@ def test_a_forced_save_waits_for_an_update_of_the_file_under_way(tmp_path):
     save(h5, _set(np.arange(30)[::-1]), force=True)  # embed --force, meanwhile
     t.join()
     assert list(load(h5).paths) == [f"img{i}.png" for i in range(30)][::-1]  # the later save's file stands
+
+
+FAST = {"measures": ["R@1", "rho"], "figures": False, "n_boot": 0, "workers": 0}
+
+
+def test_a_study_folder_has_one_writer_and_its_report_waits_for_it(tmp_path, emb_cache):
+    """Two studies into one folder at once both passed the checks of study.json and mixed their settings'
+    rows and statistics (exit 0 both); a report read during a study --force mixed two runs' files."""
+    from conftest import save_digits_checkpoint
+
+    from embedscope.errors import UsageError
+    from embedscope.fileio import folder_lock, reading_lock
+    from embedscope.study.report import build_report
+    from embedscope.study.run import run_study
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    save_digits_checkpoint(ck / "a.pt", seed=1)
+    save_digits_checkpoint(ck / "b.pt", seed=2)
+    out = tmp_path / "study"
+    out.mkdir()
+    with folder_lock(out, "another study"):  # another study writing the folder
+        with pytest.raises(EmbedscopeError, match="another process is writing it now"):
+            run_study(str(ck / "*.pt"), out, cache_dir=emb_cache, echo=lambda s: None, **FAST)
+    assert out.is_dir() and not (out / "study.json").exists()
+    run_study(str(ck / "*.pt"), out, cache_dir=emb_cache, echo=lambda s: None, **FAST)
+    assert "<html" in build_report(out)
+    with folder_lock(out, "a study --force"):
+        with pytest.raises(EmbedscopeError, match="a study is writing this folder now"):
+            build_report(out)
+    with reading_lock(out, "x"):  # another report reading it: reports share the folder
+        assert "<html" in build_report(out)
+    with pytest.raises(UsageError, match="is the study folder itself"):
+        run_study(str(ck / "*.pt"), out, cache_dir=out, echo=lambda s: None, **FAST)

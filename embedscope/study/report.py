@@ -727,10 +727,19 @@ def _glossary(meta: dict[str, Any], stats: dict[str, Any]) -> list[str]:
 
 
 def build_report(study_dir: str | os.PathLike) -> str:
-    """The HTML text of the report of a finished study folder."""
+    """The HTML text of the report of a finished study folder (refused while a study writes it: its
+    files, rewritten one at a time, then belong to two runs)."""
+    from embedscope.fileio import reading_lock
+
     d = Path(study_dir)
     if d.exists() and not d.is_dir():
         raise EmbedscopeError(f"{d}: is a file, expected a study folder")
+    with reading_lock(d, f"{d}: a study is writing this folder now (another process holds its lock): run the "
+                         "report when it has finished"):
+        return _build_report(d)
+
+
+def _build_report(d: Path) -> str:
     for f in ("study.json", "correlations.json", "runs.csv"):
         if not (d / f).exists():
             if f != "study.json" and (d / "rows").is_dir():  # a study stopped before its tables (Ctrl-C)

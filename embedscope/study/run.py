@@ -915,13 +915,18 @@ def run_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: s
         raise UsageError("--worker-processes: not with --workers 0 (serial in this process, no workers): "
                          "leave out one of them")
     box = _ClusterBox(workers, scheduler, processes=worker_processes)
+    held = contextlib.ExitStack()  # the study folder's lock, once taken, until the study ends
     try:
         return _run_study(box, source, out_dir, epoch=epoch, dataset=dataset, root=root, cache_dir=cache_dir,
                           workers=workers, scheduler=scheduler, force=force, target=target, exclude=exclude,
                           metric=metric, seed=seed, n_boot=n_boot, device=device, measures=measures,
-                          figures=figures, progress=progress, echo=echo, on_row=on_row, notice=notice or _warn)
+                          figures=figures, progress=progress, echo=echo, on_row=on_row, notice=notice or _warn,
+                          hold=held.enter_context)
     finally:
-        box.close()
+        try:
+            box.close()
+        finally:
+            held.close()
 
 
 def _absolute(path: str | None) -> str | None:
@@ -992,7 +997,7 @@ def _warn(message: str) -> None:
 
 def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache_dir, workers, scheduler, force,
                target, exclude, metric, seed, n_boot, device, measures, figures, progress, echo,
-               on_row, notice) -> dict[str, Any]:
+               on_row, notice, hold) -> dict[str, Any]:
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
@@ -1047,33 +1052,46 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise EmbedscopeError(f"{out_dir} is a file, expected a study folder")
+    if os.path.realpath(cache) == os.path.realpath(out_dir):  # (its files are the study's, and the study holds
+        # the folder's lock while a replaced cache file waits for it)
+        raise UsageError(f"--cache-dir {cache} is the study folder itself: give a folder inside or beside it")
     check_writable(out_dir / "study.json", force=True)  # as train-grid and make-shapes: before any work
     if (out_dir / "rows").exists() and not (out_dir / "rows").is_dir():
         raise EmbedscopeError(f"{out_dir} is not a study folder ({out_dir / 'rows'} is a file); use another folder")
     settings = _settings_of(source, epoch, dataset, root, metric, seed, device, measures)
     meta_path = out_dir / "study.json"
     old_meta: dict[str, Any] = {}
-    if meta_path.exists():
-        try:
-            old_meta = check_study_meta(read_json(meta_path), meta_path)
-        except EmbedscopeError as e:
-            if not force:
-                raise EmbedscopeError(f"{e}; use --force to start the study again, or another folder") from None
-            old_meta = {}  # --force: the study starts again
-        old = dict(old_meta.get("settings", {}))
-        old["root"] = no_root(old.get("root"))  # ("": no folder, as a study of an earlier version may hold it)
-        diff = [k for k in SETTINGS_KEYS if old.get(k) != settings.get(k)]
-        if diff and not force:
-            raise EmbedscopeError(
-                f"{out_dir} holds a study with other settings "
-                f"({', '.join(f'{k}: {old.get(k)} -> {settings.get(k)}' for k in diff)}); "
-                "use --force to start it again, or another folder")
-    elif out_dir.exists() and not force and any(p for p in out_dir.iterdir() if not _empty_rows_folder(p)):
-        # (a study stopped before it wrote study.json leaves its empty rows/: the same command goes on)
-        raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
-    from embedscope.fileio import make_folders, remove_empty_folders
+    from embedscope.fileio import folder_lock, make_folders, remove_empty_folders
 
     created = make_folders(out_dir / "rows", out_dir)
+    locked = False
+    try:
+        # one study writes a folder at a time, from its checks of study.json to its last file: two at once
+        # both passed the checks and mixed their settings' rows and statistics
+        hold(folder_lock(out_dir, f"the study {out_dir}"))
+        locked = True
+        if meta_path.exists():
+            try:
+                old_meta = check_study_meta(read_json(meta_path), meta_path)
+            except EmbedscopeError as e:
+                if not force:
+                    raise EmbedscopeError(f"{e}; use --force to start the study again, or another folder") from None
+                old_meta = {}  # --force: the study starts again
+            old = dict(old_meta.get("settings", {}))
+            old["root"] = no_root(old.get("root"))  # ("": no folder, as a study of an earlier version may hold it)
+            diff = [k for k in SETTINGS_KEYS if old.get(k) != settings.get(k)]
+            if diff and not force:
+                raise EmbedscopeError(
+                    f"{out_dir} holds a study with other settings "
+                    f"({', '.join(f'{k}: {old.get(k)} -> {settings.get(k)}' for k in diff)}); "
+                    "use --force to start it again, or another folder")
+        elif not force and any(p for p in out_dir.iterdir() if not _empty_rows_folder(p)):
+            # (a study stopped before it wrote study.json leaves its empty rows/: the same command goes on)
+            raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
+    except BaseException:
+        if locked:  # (refused the lock: the folders this run made are the other study's now)
+            remove_empty_folders(created)
+        raise
     mreg, _, msource = registry()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     if not force and old_meta and any((out_dir / "rows").glob("*.json")):
