@@ -138,3 +138,22 @@ def test_each_kind_of_evaluation_note_is_said_once_per_run(tmp_path, monkeypatch
     assert len(notes) == 2, lines
     assert notes[0].startswith("note: epoch 1: rho is undefined")
     assert notes[1].startswith("note: epoch 2: every test image has the same embedding")
+
+
+@pytest.mark.parametrize("layout", ["bare", "model_state_dict"])
+def test_another_tools_weights_are_not_an_untrained_network(tmp_path, layout):
+    """A bare state dict (or a training script's {'model_state_dict': ...}) loaded with --arch had a config
+    naming no loss and no source: saliency called it 'untrained' (Euclidean, 'untrained network') and grouped
+    it with the random networks, though such a file usually holds a trained model."""
+    import torch
+
+    from embedscope.models import build_model, default_config, load_checkpoint
+    from embedscope.models.distances import distance_and_source, is_untrained
+
+    sd = build_model(default_config("digits_cnn", embed_dim=8)).state_dict()
+    path = tmp_path / "w.pt"
+    torch.save(sd if layout == "bare" else {"model_state_dict": sd, "epoch": 7}, path)
+    _, config, info = load_checkpoint(path, arch="digits_cnn")
+    assert not is_untrained(config, info["extra"])
+    assert distance_and_source(config, info["extra"])[1] == "default: the checkpoint names no loss"
+    assert config["source_format"] == info["format"]

@@ -637,6 +637,10 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     arch_name = config.pop("arch")
     if not isinstance(arch_name, str):
         raise EmbedscopeError(f"{path}: config 'arch' must be a string, got {printable(quoted(arch_name), 40)}")
+    if fmt == "bare state dict" or fmt.startswith("training checkpoint"):
+        # another tool's weights: trained with a loss the file does not name (no config said 'untrained':
+        # saliency's family 'other', "names no loss", not 'untrained' with the random networks)
+        config.setdefault("source_format", fmt)
     config = default_config(arch_name, **config)
     try:
         for k in ("image_size", "resize"):  # checked as embed_dim is (a 0 or a -5 failed deep in torchvision)
