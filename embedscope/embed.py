@@ -292,6 +292,14 @@ def check_fixed_input(model, size: int) -> None:
         if type(m).__name__ == "VisionTransformer" and isinstance(fixed, int) and fixed != int(size):
             raise UsageError(f"--image-size {int(size)}: this Vision Transformer takes {fixed}x{fixed} inputs only "
                              f"(its position embeddings are of that size): leave --image-size out or give {fixed}")
+        # timm's ViTs (timm:vit_*): the patch embedding asserts its img_size unless built dynamic or not strict
+        img = getattr(m, "img_size", None)
+        if (type(m).__name__ == "PatchEmbed" and isinstance(img, tuple) and len(img) == 2
+                and getattr(m, "strict_img_size", False) and not getattr(m, "dynamic_img_size", False)
+                and tuple(int(v) for v in img) != (int(size), int(size))):
+            h, w = (int(v) for v in img)
+            raise UsageError(f"--image-size {int(size)}: this Vision Transformer takes {h}x{w} inputs only (its "
+                             f"position embeddings are of that size): leave --image-size out or give {h}")
 
 
 def checkpoint_train_classes(config: dict, dataset: str, train_classes: int | None) -> tuple[int | None, str | None]:

@@ -157,3 +157,24 @@ def test_another_tools_weights_are_not_an_untrained_network(tmp_path, layout):
     assert not is_untrained(config, info["extra"])
     assert distance_and_source(config, info["extra"])[1] == "default: the checkpoint names no loss"
     assert config["source_format"] == info["format"]
+
+
+def test_a_timm_vision_transformer_of_another_input_size_is_a_usage_error():
+    """timm's ViT keeps its size in patch_embed.img_size (a tuple) and asserts it in the forward pass: an
+    AssertionError after the data were read, where torchvision's ViT was already refused up front."""
+    import torch
+
+    from embedscope.embed import check_fixed_input
+    from embedscope.errors import UsageError
+
+    class PatchEmbed(torch.nn.Module):  # timm's attributes (timm.layers.PatchEmbed)
+        def __init__(self, strict=True, dynamic=False):
+            super().__init__()
+            self.img_size, self.strict_img_size, self.dynamic_img_size = (224, 224), strict, dynamic
+
+    model = torch.nn.Sequential(PatchEmbed())
+    with pytest.raises(UsageError, match="takes 224x224 inputs only"):
+        check_fixed_input(model, 32)
+    check_fixed_input(model, 224)
+    check_fixed_input(torch.nn.Sequential(PatchEmbed(strict=False)), 32)  # not strict: any size
+    check_fixed_input(torch.nn.Sequential(PatchEmbed(dynamic=True)), 32)  # dynamic size
