@@ -178,3 +178,20 @@ def test_a_timm_vision_transformer_of_another_input_size_is_a_usage_error():
     check_fixed_input(model, 224)
     check_fixed_input(torch.nn.Sequential(PatchEmbed(strict=False)), 32)  # not strict: any size
     check_fixed_input(torch.nn.Sequential(PatchEmbed(dynamic=True)), 32)  # dynamic size
+
+
+def test_short_texts_are_always_told_apart():
+    """Two texts cut to the same stem were both numbered #1 and #2 (numbered per text, labelled by the cut):
+    legend entries alike. Any list of names now gives distinct labels (fuzzed, the alphabet small so that
+    cuts meet)."""
+    from embedscope.viz.style import short_texts
+
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        k = int(rng.integers(2, 9))
+        n = int(rng.integers(8, 30))
+        stem = "".join(rng.choice(list("ab_"), int(rng.integers(0, 30))))
+        names = [stem + "".join(rng.choice(list("ab_"), int(rng.integers(1, 12)))) for _ in range(k)]
+        names += [t for t in names if rng.random() < 0.5]  # names given twice
+        out = short_texts(names, n)
+        assert len(set(out)) == len(out), (names, n, out)

@@ -309,9 +309,18 @@ def short_texts(names: Sequence[Any], n: int = LEGEND_CHARS) -> list[str]:
         seen[t] = seen.get(t, 0) + 1
     count: dict[str, int] = {}
     for i, t in enumerate(out):
-        if seen[t] > 1:
-            count[t] = count.get(t, 0) + 1
-            out[i] = short_text(t, n - 4) + f" #{count[t]}"
+        if seen[t] > 1:  # numbered by the text as cut (two texts cut to the same stem were both #1 and #2)
+            cut = short_text(t, n - 4)
+            count[cut] = count.get(cut, 0) + 1
+            out[i] = f"{cut} #{count[cut]}"
+    if len(set(out)) < len(out):  # (a numbered label equal to another one: every such label by its position)
+        seen = {}
+        for t in out:
+            seen[t] = seen.get(t, 0) + 1
+        for i, t in enumerate(out):
+            if seen[t] > 1:
+                tag = f" #{i + 1}"
+                out[i] = short_text(t.rsplit(" #", 1)[0], max(n - len(tag), 2)) + tag
     return out
 
 
