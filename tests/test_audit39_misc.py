@@ -195,3 +195,29 @@ def test_short_texts_are_always_told_apart():
         names += [t for t in names if rng.random() < 0.5]  # names given twice
         out = short_texts(names, n)
         assert len(set(out)) == len(out), (names, n, out)
+
+
+def test_saliency_maps_record_device_and_precision(tmp_path):
+    """embed and train record where and how the network ran (TF32 on CUDA by default); saliency maps did not,
+    though `info` lists both for a maps file."""
+    from conftest import save_digits_checkpoint
+
+    from embedscope.store.saliency import load_maps
+
+    ck = save_digits_checkpoint(tmp_path / "c.pt", seed=1)
+    rc, out, err = run_cli(["saliency", str(ck), "--dataset", "digits", "--n-images", "2", "--n-samples", "2",
+                            "-o", str(tmp_path / "m.h5"), "--no-progress"])
+    assert rc == 0, err
+    a = load_maps(tmp_path / "m.h5").attrs
+    assert (a["device"], a["precision"]) == ("cpu", "float32")
+    rc, out, err = run_cli(["info", str(tmp_path / "m.h5")])
+    assert rc == 0 and "precision" in out and "float32" in out, err
+
+
+def test_a_numbered_key_of_a_non_ascii_digit_is_one_line(tmp_path):
+    """'²'.isdigit() is True and int('²') fails: a state dict keyed '².weight' was a ValueError traceback."""
+    import torch
+
+    torch.save({"\u00b2.weight": torch.zeros(2, 2), "0.bias": torch.zeros(2)}, tmp_path / "w.pt")
+    rc, out, err = run_cli(["embed", str(tmp_path / "w.pt"), "--dataset", "digits", "-o", str(tmp_path / "e.h5")])
+    assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -142,7 +142,7 @@ def embedder_layers(sd: dict[str, torch.Tensor], where: str) -> tuple[list[Any],
     idx: dict[int, dict[str, torch.Tensor]] = {}
     for k, v in net.items():
         i, _, name = k.partition(".")
-        if not i.isdigit() or name not in ("weight", "bias"):
+        if not (i.isascii() and i.isdigit()) or name not in ("weight", "bias"):
             raise EmbedscopeError(f"{where}: unexpected embedder key 'net.{printable(k, 60)}' (an MLP has "
                                   "linear layers and ReLUs only)")
         idx.setdefault(int(i), {})[name] = v

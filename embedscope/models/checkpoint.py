@@ -413,7 +413,9 @@ _strip_prefix = strip_prefix  # the earlier private name
 def is_children_sequential(sd: dict[str, Any]) -> bool:
     """Every key starts with a number: the state dict of ``nn.Sequential(*list(model.children())[:-1])``
     (a feature extractor as retrieval code often builds it), whose layers are numbered, not named."""
-    return bool(sd) and all(k.partition(".")[0].isdigit() and k.partition(".")[2] for k in sd)
+    # ASCII digits only: '²'.isdigit() is True, and int('²') then failed with a traceback
+    return bool(sd) and all(k.partition(".")[0].isascii() and k.partition(".")[0].isdigit() and k.partition(".")[2]
+                            for k in sd)
 
 
 def renamed_children(sd: dict[str, Any], names) -> dict[str, Any] | None:

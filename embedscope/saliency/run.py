@@ -175,7 +175,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         raise UsageError(f"-o {out} names the maps file (HDF5, e.g. maps.h5); draw the figure with --figure "
                          f"{Path(out).name}")
     t0 = time.perf_counter()
-    from embedscope.device import resolve_device
+    from embedscope.device import precision_name, resolve_device
     from embedscope.saliency.smoothgrad import _resolve_amp
 
     # the autocast actually used: --amp is a CUDA option, the CPU computes in float32 (docs/saliency.md)
@@ -273,6 +273,10 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
         "selection": (f"paths file {paths_file}" if paths_file is not None
                       else f"{len(idx)} images chosen by seed {seed}"),
         "amp": amp_used,
+        # where and how the gradients' forward passes ran (as embed and train record it: TF32 convolutions on CUDA
+        # under PyTorch's default)
+        "device": resolve_device(device).type,
+        "precision": precision_name(resolve_device(device), amp_used != "none"),
         "seconds": round(seconds, 3),
         # maps of a zero gradient (the model's output does not change with the image): no r, no JSD
         "n_zero_maps": int(n_zero),

@@ -81,8 +81,8 @@ class SurvivorOverflow(Exception):
 BLOCK = 768  # queries per block with two or more worker threads (a symmetric search's tiles are BLOCK x BLOCK; at
 # most 32,767): with each finished block counted by one worker (SPLIT_MIN_ROWS), 768 against 512 was 4-10% faster at
 # CUB-like 6,000-12,000 rows, 8% at 60,000 x 128, 11-20% SOP-like at 12,000-60,000 x 128, equal at 6,000 x 2,048
-# (2 threads; docs/PERFORMANCE.md, thirty-first session); 1,024 was slower again. Sets of fewer than 4 x BLOCK
-# rows get blocks of a quarter of them (each thread gets work).
+# (2 threads; docs/PERFORMANCE.md, thirty-first session); 1,024 was slower again. Smaller sets get blocks of
+# nq / (2 x threads) rows, at least 128 (each thread gets work: a quarter of them on 2 threads).
 BLOCK_ONE_THREAD = 512  # ... and on one thread: 1,024 cost 25-30% more CPU at 2,000 rows, 768 +6% at 2,000 x 512
 # (and 8-11% more CPU at CUB-like 6,000 rows, 5-7% at 60,000 x 128, before); a 512-row block's tile (1 MB) and sorted
 # survivors stay within a core's L2 (docs/PERFORMANCE.md, thirtieth and thirty-first sessions)
