@@ -97,3 +97,29 @@ def test_a_study_folder_has_one_writer_and_its_report_waits_for_it(tmp_path, emb
         assert "<html" in build_report(out)
     with pytest.raises(UsageError, match="is the study folder itself"):
         run_study(str(ck / "*.pt"), out, cache_dir=out, echo=lambda s: None, **FAST)
+
+
+def test_two_new_runs_with_one_log_the_second_is_refused(tmp_path, monkeypatch):
+    """Two train runs into other -o with one --log both passed the log's check, then each epoch's log of one
+    replaced the other's (both exit 0, both naming the log): the log is claimed when the run starts."""
+    import embedscope.fileio as F
+    from embedscope.train.trainer import train
+
+    log = tmp_path / "shared.csv"
+    made = F.make_folders
+
+    def other_run_claims_the_log(folder, user_path):  # the other run, between this one's checks and its lock
+        log.write_text("epoch,loss\n0,1.0\n")
+        return made(folder, user_path)
+
+    monkeypatch.setattr(F, "make_folders", other_run_claims_the_log)
+    with pytest.raises(EmbedscopeError, match="another run made this log meanwhile"):
+        train({"dataset": "digits", "embed_dim": 4, "epochs": 1, "eval_every": 0}, tmp_path / "b.pt", log=log,
+              progress=False, echo=lambda s: None)
+    assert log.read_text() == "epoch,loss\n0,1.0\n"  # the other run's log, untouched
+    monkeypatch.setattr(F, "make_folders", made)
+    monkeypatch.setattr("embedscope.train.trainer._train_epoch", lambda *a, **k: (0.5, 0.0))
+    out = tmp_path / "c.pt"  # a run alone: its log as before
+    train({"dataset": "digits", "embed_dim": 4, "epochs": 1, "eval_every": 0}, out, progress=False,
+          echo=lambda s: None)
+    assert out.with_suffix(".csv").read_text().startswith("epoch")

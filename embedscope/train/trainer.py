@@ -1250,6 +1250,7 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
 
     created = make_folders(paths["dir"], paths["out"]) if state is None else []
     locked = False
+    claimed = False  # the log, made empty by this run (a new run: its own from the start)
     try:
         with folder_lock(paths["dir"], f"the run {paths['out']}"):  # one writer of a run at a time
             locked = True
@@ -1257,12 +1258,27 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
                 # (another train into the same -o wrote between this one's checks and its lock)
                 raise EmbedscopeError(f"{paths['out']}: another run into it started meanwhile; use --resume to "
                                       "continue it or --force to start again")
+            if state is None and not force:
+                # two new runs into other -o with one --log both passed the log's check, and each epoch's log
+                # of one replaced the other's (both said 'log X'): the log is claimed now, made empty
+                try:
+                    os.close(os.open(paths["log"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                    claimed = True
+                except FileExistsError:
+                    raise EmbedscopeError(f"{paths['log']}: another run made this log meanwhile (two runs with one "
+                                          "--log): give each run its own --log") from None
+                except OSError:
+                    pass  # (written, or refused with its own line, where the log is written)
             return _run(cfg, state, paths, start_epoch, notes, tb, say=say, force=force, progress=progress,
                         keep_epochs=keep_epochs, callback=callback, unsafe_pickle=unsafe_pickle)
     except BaseException:
         # a run that wrote nothing leaves no empty folder; but not when the lock was refused: the folder this
         # run made is then the other run's, which holds its lock and had not written yet (removed under it,
         # that run's first checkpoint failed)
+        if claimed:  # (an empty log is this run's claim, not yet written: not left behind)
+            with contextlib.suppress(OSError):
+                if paths["log"].is_file() and paths["log"].stat().st_size == 0:
+                    paths["log"].unlink()
         if locked:
             remove_empty_folders(created)
         raise
