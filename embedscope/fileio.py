@@ -435,6 +435,14 @@ def track_new_folders(folder: str | os.PathLike) -> list[Path]:
     return missing
 
 
+def forget_new_folders(folders: list[Path]) -> None:
+    """Take ``folders`` (from :func:`track_new_folders`) off the current :func:`output_group`'s list: folders
+    another process now holds (a lock refused), which this command's failure must not remove."""
+    if _GROUPS:
+        kept = _GROUPS[-1].folders
+        kept[:] = [f for f in kept if f not in folders]
+
+
 @contextlib.contextmanager
 def output_group(outputs=None) -> Iterator[None]:
     """All or nothing for the outputs that :func:`atomic_output` publishes inside the block.

@@ -123,3 +123,28 @@ def test_two_new_runs_with_one_log_the_second_is_refused(tmp_path, monkeypatch):
     train({"dataset": "digits", "embed_dim": 4, "epochs": 1, "eval_every": 0}, out, progress=False,
           echo=lambda s: None)
     assert out.with_suffix(".csv").read_text().startswith("epoch")
+
+
+def test_make_shapes_has_one_writer_of_a_folder(tmp_path, monkeypatch):
+    """Two make-shapes into one folder both passed the 'already exists' check, then both wrote the set
+    (exit 0 both; the folder held whichever finished last, images and table possibly of two seeds)."""
+    import embedscope.data.shapes as S
+    from embedscope.fileio import folder_lock
+
+    out = tmp_path / "sh"
+    out.mkdir()
+    with folder_lock(out, "another make-shapes"):
+        with pytest.raises(EmbedscopeError, match="another process is writing it now"):
+            S.write_folder(out, n=20, size=32)
+    assert out.is_dir() and not (out / "properties.csv").exists()
+    real = S.generate
+
+    def other_finishes_meanwhile(*a, **k):
+        r = real(*a, **k)
+        (out / "properties.csv").write_text("path,shape\n")  # another make-shapes finished while this one drew
+        return r
+
+    monkeypatch.setattr(S, "generate", other_finishes_meanwhile)
+    with pytest.raises(EmbedscopeError, match="already exists"):
+        S.write_folder(out, n=20, size=32)
+    assert (out / "properties.csv").read_text() == "path,shape\n" and not (out / "images").exists()

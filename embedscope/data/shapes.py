@@ -32,6 +32,7 @@ writes PNGs and ``properties.csv`` for inspection (that folder is also a valid `
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -629,7 +630,14 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     The folder is a valid ``--root`` of ``--dataset shapes``. Without ``force`` an existing
     ``properties.csv`` in ``out`` is an error.
     """
-    from embedscope.fileio import check_writable, output_group, track_new_folders, write_text
+    from embedscope.fileio import (
+        check_writable,
+        folder_lock,
+        forget_new_folders,
+        output_group,
+        track_new_folders,
+        write_text,
+    )
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -646,8 +654,16 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     # before rendering: a file as a parent of the folder, or a folder that cannot be written
     check_writable(out / "properties.csv", force=True)
     images, props = generate(n, size, seed, progress=progress)
-    with output_group([out]):  # all or nothing (within the command line's own group, that one)
-        track_new_folders(out / "images")
+    with output_group([out]), contextlib.ExitStack() as held:  # all or nothing (within the command line's own group)
+        new = track_new_folders(out / "images")
+        out.mkdir(parents=True, exist_ok=True)
+        try:  # one writer of a set at a time: two make-shapes into one folder both passed the checks above
+            held.enter_context(folder_lock(out, f"the shapes set {out}"))
+        except (EmbedscopeError, OSError):
+            forget_new_folders(new)  # (the other writer's folders now: not removed by this one's failure)
+            raise
+        if (out / "properties.csv").exists() and not force:  # (written by another make-shapes meanwhile)
+            raise EmbedscopeError(f"{out / 'properties.csv'} already exists (use --force to replace the set)")
         if force and (out / "properties.csv").exists():
             # the earlier set's table is marked before its first image is replaced (and put back if
             # this call fails): a process killed midway leaves no table labelling another set's images
