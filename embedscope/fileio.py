@@ -246,11 +246,12 @@ def _missing_folders(folder: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _folder_flock(folder: Path, *, wait: bool, what: str = ""):
-    """An exclusive ``fcntl.flock`` of ``folder`` itself (no file is made; the kernel releases it when the
-    block ends or the process dies, a SIGKILL included): waited for with ``wait``, else a one-line error
-    naming ``what`` when another process holds it. Unlocked where the platform has no ``flock`` (Windows)
-    and, with ``wait``, where the folder cannot be opened (one this user may write but not list)."""
+def _folder_flock(folder: Path, *, wait: bool, what: str = "", shared: bool = False, refused: str | None = None):
+    """An exclusive (``shared``: shared) ``fcntl.flock`` of ``folder`` itself (no file is made; the kernel
+    releases it when the block ends or the process dies, a SIGKILL included): waited for with ``wait``, else
+    a one-line error (``refused``, or naming ``what``) when another process holds it. Unlocked where the
+    platform has no ``flock`` (Windows) and, with ``wait`` or ``shared``, where the folder cannot be opened
+    (one this user may write but not list)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
@@ -259,16 +260,16 @@ def _folder_flock(folder: Path, *, wait: bool, what: str = ""):
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
-        if not wait:
+        if not (wait or shared):
             raise
         yield
         return
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            raise EmbedscopeError(f"{what}: another process is writing it now (it holds the lock of {folder}); "
-                                  "wait for it to finish or stop it") from None
+            raise EmbedscopeError(refused or f"{what}: another process is writing it now (it holds the lock of "
+                                  f"{folder}); wait for it to finish or stop it") from None
         yield
     finally:
         os.close(fd)
@@ -281,30 +282,11 @@ def folder_lock(folder: Path, what: str):
     return _folder_flock(folder, wait=False, what=what)
 
 
-@contextlib.contextmanager
 def reading_lock(folder: Path, refused: str):
     """A shared lock of ``folder`` while a reader reads several files of it that one writer, holding
     :func:`folder_lock`, writes in turn (a study's study.json, runs.csv, correlations.json, figures): readers
-    share it, a writer at work refuses it (one :class:`EmbedscopeError` line, ``refused``). Unlocked where the
-    platform has no ``flock`` or the folder cannot be opened."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise EmbedscopeError(refused) from None
-        yield
-    finally:
-        os.close(fd)
+    share it, a writer at work refuses it (one :class:`EmbedscopeError` line, ``refused``). :func:`_folder_flock`."""
+    return _folder_flock(folder, wait=False, shared=True, refused=refused)
 
 
 def update_lock(path: Path):
