@@ -148,3 +148,34 @@ def test_make_shapes_has_one_writer_of_a_folder(tmp_path, monkeypatch):
     with pytest.raises(EmbedscopeError, match="already exists"):
         S.write_folder(out, n=20, size=32)
     assert (out / "properties.csv").read_text() == "path,shape\n" and not (out / "images").exists()
+
+
+def test_train_grid_merges_its_table_under_the_folder_lock(tmp_path, monkeypatch):
+    """Two train-grids of other combinations into one folder at the same moment each read grid.csv without
+    the other's rows, and the later write dropped them: the read-merge-write now holds the folder's update
+    lock (seen held from inside the merge)."""
+    import errno as _errno
+    import fcntl
+    import os
+
+    import embedscope.train.grid as G
+
+    held = []
+    real = G._earlier_rows
+
+    def earlier(out_dir, replaced, say):
+        fd = os.open(out_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except OSError as e:
+            held.append(e.errno in (_errno.EAGAIN, _errno.EWOULDBLOCK))
+        finally:
+            os.close(fd)
+        return real(out_dir, replaced, say)
+
+    monkeypatch.setattr(G, "_earlier_rows", earlier)
+    monkeypatch.setattr("embedscope.train.trainer._train_epoch", lambda *a, **k: (0.5, 0.0))
+    G.train_grid("digits", ["contrastive"], [0.0], [0], tmp_path / "g", options={"epochs": 1, "eval_every": 0,
+                 "embed_dim": 4}, progress=False, echo=lambda s: None)
+    assert held == [True]

@@ -435,13 +435,18 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
                 **rows[j.at], "status": j.status,
                 **_summary({"history": res["history"], "metrics": {"best": res["best"]}}, j.ckpt)}
         mine = {r["name"] for r in rows if r is not None}
-        merged = {} if foreign else {r["name"]: r for r in _earlier_rows(out_dir, mine, say)}
-        for r in rows:
-            if r is not None:
-                merged[r["name"]] = r
-        _say_mixed_splits(list(merged.values()), say)
-        if merged:
-            write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
+        from embedscope.fileio import update_lock
+
+        # read, merged and written in turn with another train-grid into the folder (other combinations, at
+        # the same moment: each read the table without the other's rows, and the later write dropped them)
+        with update_lock(out_dir / "grid.csv"):
+            merged = {} if foreign else {r["name"]: r for r in _earlier_rows(out_dir, mine, say)}
+            for r in rows:
+                if r is not None:
+                    merged[r["name"]] = r
+            _say_mixed_splits(list(merged.values()), say)
+            if merged:
+                write_csv(out_dir / "grid.csv", list(merged.values()), SUMMARY_COLUMNS, force=True)
         _remove_empty_run_folders(out_dir / f"{run_name(dataset, *key)}.pt" for key in wanted)
         remove_empty_folders(created)
     return [r for r in rows if r is not None]
