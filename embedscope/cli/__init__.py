@@ -543,23 +543,18 @@ def _escape_unencodable_output() -> None:
 
 
 def _creatable(path: str) -> bool:
-    """Whether ``path`` is a writable folder or could be made one: the first of its missing folders is
-    made and removed again (``access`` says yes to root in /proc and the like, where mkdir fails)."""
-    p = os.path.abspath(path)
-    missing = None
-    while not os.path.lexists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            return False
-        missing, p = p, parent
-    if missing is None:
-        return os.path.isdir(p) and os.access(p, os.W_OK | os.X_OK)
+    """Whether ``path`` is a writable folder or could be made one: a file made and removed in its nearest
+    existing folder (:func:`embedscope.fileio.probe_folder`; ``access`` says yes to root in /proc and the
+    like, where nothing can be made)."""
+    from pathlib import Path
+
+    from embedscope.errors import EmbedscopeError
+    from embedscope.fileio import existing_ancestor, probe_folder
+
     try:
-        os.mkdir(missing, 0o700)
-    except OSError:
+        probe_folder(existing_ancestor(Path(path)), path)
+    except (EmbedscopeError, OSError):
         return False
-    with contextlib.suppress(OSError):
-        os.rmdir(missing)
     return True
 
 
