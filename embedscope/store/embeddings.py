@@ -822,10 +822,19 @@ def _same_paths(f, paths: np.ndarray) -> bool:
     if not isinstance(ds, h5py.Dataset) or ds.shape != (len(paths),):
         return False
     try:
-        now = [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in ds[()]]
-    except (UnicodeDecodeError, OSError):
+        now = _texts(ds[()], "paths")
+    except (EmbedscopeError, OSError):
         return False
-    return now == list(paths)
+    return list(now) == list(paths)
+
+
+def _texts(values, where: str) -> np.ndarray:
+    """The text values of an HDF5 dataset as read by h5py (bytes or str) as an object array of str;
+    invalid UTF-8 is a one-line error naming ``where``."""
+    try:
+        return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in values], dtype=object)
+    except UnicodeDecodeError:
+        raise EmbedscopeError(f"{where} holds invalid UTF-8 text") from None
 
 
 def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[str], replaced: list[str]) -> None:
@@ -1122,11 +1131,7 @@ def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet,
                 f"{path}: format_version {version} is newer than this embedscope reads ({FORMAT_VERSION})")
 
     def strings(values, name: str) -> np.ndarray:
-        try:
-            return np.array([s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in values],
-                            dtype=object)
-        except UnicodeDecodeError:
-            raise EmbedscopeError(f"{path}: '{name}' holds invalid UTF-8 text") from None
+        return _texts(values, f"{path}: '{name}'")
 
     def numbers(name: str, kind: str) -> np.ndarray:
         v = f[name][()]
