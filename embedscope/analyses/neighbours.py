@@ -272,9 +272,9 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
             raise EmbedscopeError(f"paths must be a list of query paths, got {type(paths).__name__}")
         paths = [os.fspath(p) if isinstance(p, os.PathLike) else p.item() if isinstance(p, np.generic) else p
                  for p in paths]
-        bad = next((p for p in paths if not isinstance(p, str)), None)
-        if bad is not None:
-            raise EmbedscopeError(f"query paths must be strings (the file's paths), got {quoted(bad)}")
+        bad = [p for p in paths if not isinstance(p, str)]  # (a list: None is a bad path too)
+        if bad:
+            raise EmbedscopeError(f"query paths must be strings (the file's paths), got {quoted(bad[0])}")
         if not paths:
             raise UsageError("give at least one query path (paths is empty)")
     es = as_set(source)
@@ -310,11 +310,11 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
                 raise EmbedscopeError(f"the query path {twice[0]} names {rows_of[twice[0]]} "
                                       f"rows of the '{split}' split (a path names one image)")
         qidx = np.array([pos[p] for p in paths], dtype=np.int64)
-        selection, drawn_with = f"{len(qidx)} queries given by path", None
+        selection, drawn_with = f"{len(qidx)} quer{'y' if len(qidx) == 1 else 'ies'} given by path", None
     else:
         rng = np.random.default_rng(seed)
         qidx = np.sort(rng.choice(qset.n, size=min(queries, qset.n), replace=False))
-        selection, drawn_with = f"{len(qidx)} random queries, seed {seed}", seed
+        selection, drawn_with = f"{len(qidx)} random quer{'y' if len(qidx) == 1 else 'ies'}, seed {seed}", seed
     Q = qset.embeddings[qidx]
     if same:
         # search the whole split and drop each query's own row (exact: k + 1 then remove self)

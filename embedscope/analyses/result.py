@@ -480,9 +480,11 @@ def _mapping(v: Any) -> Mapping:
 def _short(v: Any, n: int | None) -> Any:
     """A text longer than ``n`` characters shortened in the middle (``head…tail``: a path keeps its
     file name); anything else as it is."""
-    if n is None or not isinstance(v, str) or len(v) <= n:
+    if n is None or not isinstance(v, str):
         return v
-    n = max(n, 5)
+    n = max(n, 5)  # (before the length test: a narrower cap lengthened a short text, 'ab' -> 'ab…ab')
+    if len(v) <= n:
+        return v
     tail = (n - 1) * 2 // 3
     return v[:n - 1 - tail] + "…" + v[len(v) - tail:]
 
@@ -672,9 +674,9 @@ def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[st
         raise UsageError(f"names must be a list of names, one per file, got {type(given).__name__}")
     if given is not None:
         given = [str(g) if isinstance(g, os.PathLike) else g for g in given]
-        bad = next((g for g in given if not isinstance(g, str)), None)
-        if bad is not None:
-            raise UsageError(f"names must be strings, got {quoted(bad)}")
+        bad = [g for g in given if not isinstance(g, str)]  # (a list: None is a bad name too)
+        if bad:
+            raise UsageError(f"names must be strings, got {quoted(bad[0])}")
     if given:
         if len(given) != len(sources):
             raise UsageError(f"--names gives {len(given)} name(s) for {len(sources)} file(s): give one per file")

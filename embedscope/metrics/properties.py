@@ -1200,10 +1200,10 @@ def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: M
         if not isinstance(arg, Mapping):
             raise EmbedscopeError(f"compare_groups: {what} must be a mapping keyed by model name, "
                                   f"got {type(arg).__name__}")
-    bad = next((m for m in groups if not isinstance(values_by_model.get(m, {}), Mapping)), None)
-    if bad is not None:
-        raise EmbedscopeError(f"compare_groups: values_by_model['{bad}'] must map property names to values, "
-                              f"got {type(values_by_model[bad]).__name__}")
+    bad = [m for m in groups if not isinstance(values_by_model.get(m, {}), Mapping)]  # (a list: a key may be None)
+    if bad:
+        raise EmbedscopeError(f"compare_groups: values_by_model[{quoted(bad[0])}] must map property names to values, "
+                              f"got {type(values_by_model[bad[0]]).__name__}")
     bad = [g for g in groups.values() if not isinstance(g, str)]
     if bad:
         raise EmbedscopeError(f"compare_groups: group names must be texts, got {quoted(bad[0])}")

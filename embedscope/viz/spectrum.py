@@ -268,8 +268,13 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
+    from embedscope.errors import EmbedscopeError
     from embedscope.viz.style import LEGEND_CHARS, LINE_STYLES, PAPER_RC, clean_figure, series_colors, short_text
 
+    if entries and not any(np.any(np.isfinite(_positive(normalized_spectrum(e["spectrum"])))) for e in entries):
+        # (a log axis of nothing: matplotlib's "Data cannot be log-scaled" after the figure was made)
+        raise EmbedscopeError("plot_spectra: no spectrum has a finite singular value above zero (all zero, NaN or "
+                              "infinite): nothing to draw on a log axis")
     with plt.rc_context(PAPER_RC):
         ncols = 2 if by_class else 1
         # more curves than fit in a corner of the panel: the legend beside the panel (the figure widened);
@@ -322,10 +327,10 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             class_last = 0  # the last k where a file's mean class spectrum is above zero
             lacking = []  # files without class spectra (no class of two rows): named in the legend
             for i, e in enumerate(entries):
-                if e.get("class_mean") is None:
+                m = None if e.get("class_mean") is None else np.asarray(e["class_mean"], dtype=np.float64)
+                if m is None or not np.any(np.isfinite(_positive(m))):  # none, or no value a log axis shows
                     lacking.append(i)
                     continue
-                m = np.asarray(e["class_mean"], dtype=np.float64)
                 sd = np.asarray(e.get("class_std", np.zeros_like(m)), dtype=np.float64)
                 k = np.arange(1, m.size + 1)
                 c = colors[i % len(colors)]

@@ -443,11 +443,46 @@ def wrap_text(s: str, width: int) -> str:
     return "\n".join(textwrap.wrap(s, width))
 
 
+#: the least number of lines a wrapped title may take; it may take more while they fill at most
+#: :data:`MAX_TITLE_SHARE` of the figure's height. A longer one ends its last line with the end of its text
+#: after "…" (a path keeps its file name): unbounded, a title of a few hundred characters squashed the panels
+MAX_TITLE_LINES = 4
+MAX_TITLE_SHARE = 0.3
+
+
+def _title_rooms(fig) -> list:
+    """(title, room in pixels) of the figure's title and of each panel's three titles. A panel's slot
+    reaches halfway to the next panel of its row on either side (the canvas edge where there is none;
+    colour bars are not panels): a centred title spans at most twice the distance from its centre to
+    the nearer end of the slot, a left one from the panel's left edge to the slot's end, a right one
+    up to its right edge. (The whole canvas, as before, let a middle panel's wrapped title run over
+    its neighbours' titles.)"""
+    W = fig.get_figwidth() * fig.dpi
+    titles = [(fig._suptitle, W)] if getattr(fig, "_suptitle", None) is not None else []
+    panels = [ax for ax in fig.axes if ax.get_visible() and getattr(ax, "_colorbar", None) is None]
+    boxes = {ax: ax.get_position() for ax in fig.axes}
+    for ax in fig.axes:
+        box = boxes[ax]
+        lo, hi = 0.0, 1.0
+        for other in panels:
+            o = boxes[other]
+            if other is ax or min(box.y1, o.y1) <= max(box.y0, o.y0):  # not in this panel's row
+                continue
+            if o.x1 <= box.x0:
+                lo = max(lo, (o.x1 + box.x0) / 2)
+            elif o.x0 >= box.x1:
+                hi = min(hi, (box.x1 + o.x0) / 2)
+        cx = (box.x0 + box.x1) / 2
+        titles += [(ax.title, max(box.width, 2 * min(cx - lo, hi - cx)) * W), (ax._left_title, (hi - box.x0) * W),
+                   (ax._right_title, (box.x1 - lo) * W)]
+    return titles
+
+
 def _fit_titles(fig) -> None:
-    """Wrap a figure title (``suptitle``) or panel title wider than the canvas at word boundaries, so
-    that a long user title (``--title``) is drawn on several lines instead of widening the saved
-    image (``bbox_inches="tight"``) or running off its edge. A wrapped panel title spans at most the
-    width its centre leaves on both sides of the canvas; a title narrower than the canvas is left as
+    """Wrap a figure title (``suptitle``) or panel title wider than the room it has at word
+    boundaries (:func:`_title_rooms`), so that a long user title (``--title``) is drawn on several
+    lines instead of widening the saved image (``bbox_inches="tight"``), running off its edge or over
+    a neighbouring panel's title; at most :data:`MAX_TITLE_LINES` lines. A title that fits is left as
     it is."""
     import textwrap
 
@@ -459,29 +494,39 @@ def _fit_titles(fig) -> None:
         renderer = get_renderer()
     except (AttributeError, TypeError, RuntimeError):  # a backend without a renderer before drawing
         return
-    W = fig.get_figwidth() * fig.dpi
-    titles = [(fig._suptitle, W)] if getattr(fig, "_suptitle", None) is not None else []
-    for ax in fig.axes:
-        box = ax.get_position()
-        cx = (box.x0 + box.x1) / 2
-        # a centred title spans about its centre, a left one from the panel's left edge, a right one up to its right
-        titles += [(ax.title, max(box.width, 2 * min(cx, 1 - cx)) * W), (ax._left_title, (1 - box.x0) * W),
-                   (ax._right_title, box.x1 * W)]
-    for t, room in titles:
+    todo = []  # (index in _title_rooms, whole text): the titles that may not fit, measured below
+    rooms = _title_rooms(fig)
+    for i, (t, room) in enumerate(rooms):
         # a title wrapped by an earlier pass, unless it has been given another text since
         whole, wrapped = getattr(t, "_embedscope_wrap", (None, None))
         if whole is not None and t.get_text() != wrapped:
             whole = None
         s = whole if whole is not None else t.get_text()
-        # only a title wider than the canvas: clean_figure runs between layout passes, where a panel
-        # is narrower than it ends up, and a title that tight_layout makes room for is left alone;
         # one wrapped before is wrapped again from its whole text for where its panel is now
         if not s or not t.get_visible():
             continue
-        if whole is None:
-            em = t.get_fontsize() * fig.dpi / 72  # no glyph is wider than ~1.2 em: a short title is not measured
-            longest = max(len(line) for line in s.split("\n"))
-            if longest * 1.2 * em <= W or t.get_window_extent(renderer).width <= W:
+        em = t.get_fontsize() * fig.dpi / 72
+        # DejaVu Sans' widest glyphs are ~1.75 em (‱, some symbols): a title shorter than that bound is not measured
+        if whole is not None or max(len(line) for line in s.split("\n")) * 1.8 * em > room:
+            todo.append((i, s, whole is not None))
+    engine = fig.get_layout_engine()
+    if todo and engine is not None:
+        # the panels where the layout puts them (a y label moves a lone panel right): measured where
+        # they were, a title centred on the panel wrapped for the canvas's middle and ran off its right edge
+        import warnings
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (tight_layout's "not applied": the panels stay where they are)
+                engine.execute(fig)
+            rooms = _title_rooms(fig)
+        except Exception:  # noqa: BLE001 - an optimisation of where the panels are; measured where they were
+            pass
+    for i, s, rewrap in todo:
+        t, room = rooms[i]
+        if not rewrap:
+            t.set_text(s)
+            if t.get_window_extent(renderer).width <= room:
                 continue
         t.set_text(s)
         room *= 0.97  # wrapped with a margin: the layout may still move the panel a little
@@ -500,6 +545,19 @@ def _fit_titles(fig) -> None:
                     break
                 n = max(8, int(n * 0.92))
             lines += wrapped
+        line_px = t.get_fontsize() * fig.dpi / 72 * 1.2  # (matplotlib's line spacing: 1.2)
+        most = max(MAX_TITLE_LINES, int(MAX_TITLE_SHARE * fig.get_figheight() * fig.dpi / line_px))
+        if len(lines) > most:
+            flat = " ".join(s.split("\n")).rstrip()  # (the text's own characters: no space where a long word was broken)
+            shown = sum(len(line) for line in lines[:most - 1])  # (at most a space a line short of where the rest starts)
+            n = max(len(line) for line in lines)
+            while True:  # the last line: "…" and the end of the rest, as many characters as fit
+                last = "…" + flat[max(shown, len(flat) - max(n - 1, 1)):]
+                t.set_text(last)
+                if t.get_window_extent(renderer).width <= room or n <= 2:
+                    break
+                n -= max(1, n // 10)
+            lines = lines[:most - 1] + [last]
         t.set_text("\n".join(lines))
         t._embedscope_wrap = (s, t.get_text())
 
