@@ -45,6 +45,12 @@ def as_numpy(X: Any) -> Any:
 def numeric_array(X, name: str, ndim: int, what: str) -> np.ndarray:
     """``X`` as a numpy array of ``ndim`` dimensions holding integers or floats (torch tensors
     accepted, :func:`as_numpy`); else one :class:`EmbedscopeError` line saying it must be ``what``."""
+    if np.ma.is_masked(X):  # np.asarray reads the values under the mask as if they were data
+        raise EmbedscopeError(f"{name} is a masked array with masked entries: fill them or drop their rows first "
+                              "(X.filled(...), or X[~X.mask.any(axis=1)])")
+    if type(X).__module__.startswith("scipy.sparse"):  # (np.asarray made a 0-d object array: "got shape ()")
+        raise EmbedscopeError(f"{name} is a scipy sparse matrix ({getattr(X, 'shape', '?')}): give a dense array "
+                              "(X.toarray())")
     try:
         A = np.asarray(as_numpy(X))
     except Exception as e:  # noqa: BLE001 - ragged lists, exotic objects

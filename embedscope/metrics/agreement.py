@@ -33,6 +33,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.scale import pow2_rows
+from embedscope.validation import as_numpy
 
 #: r is clipped to ±R_CLIP before the Fisher transform (z = artanh r stays finite, |z| <= 8.39).
 R_CLIP = 1.0 - 1e-7
@@ -42,8 +43,8 @@ _CHUNK_ELEMENTS = 1 << 24  # float64 work arrays of at most ~128 MiB
 
 
 def _check_pair(a, b) -> tuple[np.ndarray, np.ndarray]:
-    a = np.asarray(a)
-    b = np.asarray(b)
+    a = np.asarray(as_numpy(a))  # (torch maps that require grad, or of bfloat16: numpy cannot take them as they are)
+    b = np.asarray(as_numpy(b))
     if a.ndim < 2 or b.ndim < 2:
         raise EmbedscopeError(f"maps must be N x H x W (or N x P) arrays, got shapes {a.shape} and {b.shape}")
     if a.shape[0] != b.shape[0]:
@@ -169,7 +170,7 @@ def fisher_z_mean(r, *, clip: float = R_CLIP) -> dict[str, Any]:
     if r is None or isinstance(r, (str, bytes)):
         raise EmbedscopeError(f"r must hold correlations (numbers), got {type(r).__name__}")
     try:
-        r = np.asarray(r, dtype=np.float64).ravel()
+        r = np.asarray(as_numpy(r), dtype=np.float64).ravel()
     except (TypeError, ValueError):
         raise EmbedscopeError(f"r must hold correlations (numbers), got {type(r).__name__}") from None
     if r.dtype == object or np.any(np.isinf(r)) or np.any(np.abs(r[~np.isnan(r)]) > 1):
@@ -257,9 +258,9 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
     """
     if (isinstance(maps, (str, bytes, np.ndarray)) and np.ndim(maps) != 4) or not hasattr(maps, "__len__"):
         raise EmbedscopeError(f"maps must be a sequence of each model's maps [N, H, W], got {type(maps).__name__}")
-    maps = list(maps)
+    maps = [as_numpy(m) for m in maps]
     for i, m in enumerate(maps):
-        if np.ndim(m) != 3 or not np.issubdtype(np.asarray(m).dtype, np.number):
+        if np.ndim(m) != 3 or np.asarray(m).dtype.kind not in "biuf":  # (bool maps too, as map_agreement takes them)
             raise EmbedscopeError(f"maps[{i}] must be an array of maps [N, H, W], got "
                                   f"{type(m).__name__} of shape {np.shape(m)}")
     M = len(maps)

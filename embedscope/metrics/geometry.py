@@ -36,7 +36,7 @@ from embedscope.metrics.spectral import (
     block_rows_for,
     pow2_shift,
 )
-from embedscope.validation import check_bool, check_int, check_labels, check_matrix, check_number
+from embedscope.validation import as_numpy, beyond_int64, check_bool, check_int, check_labels, check_matrix, check_number
 
 __all__ = ["class_distances", "alignment_uniformity", "geometry_report"]
 
@@ -60,8 +60,13 @@ def _unit_rows(b: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- one pass over X
 def _encode(y, n: int):
-    y = check_labels(y, n)
-    classes, inv, counts = np.unique(y, return_inverse=True, return_counts=True)
+    """(the sorted distinct labels, each row's class index, the class sizes). The labels as given:
+    texts as texts (``check_labels`` encodes them as codes 0..C-1, which were returned as the classes)."""
+    codes = check_labels(y, n)
+    classes, first, inv, counts = np.unique(codes, return_index=True, return_inverse=True, return_counts=True)
+    a = np.asarray(as_numpy(y))
+    if a.dtype.kind not in "iuf" or beyond_int64(a):  # codes, not the labels' values
+        classes = a[first]
     return classes, inv.reshape(-1), counts
 
 

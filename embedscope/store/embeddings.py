@@ -114,6 +114,12 @@ class EmbeddingSet:
             if given is not None and not isinstance(given, Mapping):
                 raise EmbedscopeError(f"{what} must be a mapping (name -> value), got {type(given).__name__}")
         _check_present(y_arr, "labels")
+        if y_arr.dtype == object and y_arr.size and all(
+                isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+                for v in y_arr.tolist()):
+            # numbers held as objects (a pandas object column): numbers, not texts ("1.0" a class of its own
+            # beside "1", and integers looked up by name in class_names rather than indexing it)
+            y_arr = np.array(y_arr.tolist())
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:
@@ -130,7 +136,7 @@ class EmbeddingSet:
                 raise EmbedscopeError("labels must hold class labels (integers or strings)") from None
             labels, names = codes.reshape(-1).astype(np.int64), [str(v) for v in values]
         else:
-            names = [str(c) for c in class_names]
+            names = list(_texts(np.asarray(as_numpy(class_names), dtype=object).tolist(), "class_names"))  # bytes decoded
             if y_arr.dtype.kind in "OUS":
                 labels = _labels_by_name(y_arr.astype(str), names)
             else:

@@ -61,7 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
-from embedscope.validation import beyond_int64, check_int, joint_codes
+from embedscope.validation import as_numpy, beyond_int64, check_int, joint_codes
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -247,7 +247,7 @@ class Sets:
 
 
 def _labels(y, n: int, name: str) -> np.ndarray:
-    a = np.asarray(y)
+    a = np.asarray(as_numpy(y))  # (a torch tensor that requires grad, or of bfloat16: as the rows are read)
     if a.ndim != 1 or a.shape[0] != n:
         raise EmbedscopeError(f"{name} must be 1-D with {n} entries (one per row), got shape {a.shape}")
     if np.issubdtype(a.dtype, np.integer) and not beyond_int64(a):
@@ -276,15 +276,33 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     if R64.shape[1] != X64.shape[1]:
         raise EmbedscopeError(f"X and X_ref differ in dimension: {X64.shape[1]} vs {R64.shape[1]}")
     yref = _labels(y_ref, R64.shape[0], "y_ref")
-    a, b = np.asarray(y), np.asarray(y_ref)
-    if not (np.issubdtype(a.dtype, np.number) and np.issubdtype(b.dtype, np.number)):
-        # string labels: encode jointly so equal names match
+    a, b = np.asarray(as_numpy(y)), np.asarray(as_numpy(y_ref))
+    if a.dtype.kind in "iuf" and b.dtype.kind in "iuf":
+        if beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
+            ylab, yref = joint_codes(a, b)
+    elif a.dtype.kind in "US" and b.dtype.kind in "US":  # texts: encoded jointly, so equal names match
         both = np.concatenate([a.astype(str), b.astype(str)])
         enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
-    elif beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
-        ylab, yref = joint_codes(a, b)
+    else:
+        # labels held as objects (a pandas column), bools, or one set's numbers and the other's texts: encoded
+        # jointly by value, as one set's own labels are (0.0 == 0, True == 1). By their text, 0.0 ('0.0') was
+        # not 0 ('0'), and a class of one set silently had no member in the other
+        both = np.concatenate([a.astype(object), b.astype(object)])
+        try:
+            enc = np.unique(both, return_inverse=True)[1].reshape(-1)
+        except TypeError:  # numbers beside texts: no order, and no label of one equals one of the other
+            raise EmbedscopeError(f"y and y_ref hold labels of different kinds ({_kinds(a)} vs {_kinds(b)}): "
+                                  "give both sets the same kind of class labels (integers or names)") from None
+        ylab, yref = enc[:X64.shape[0]].astype(np.int64), enc[X64.shape[0]:].astype(np.int64)
     return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
+
+
+def _kinds(a: np.ndarray) -> str:
+    """What the labels ``a`` hold, in words: "numbers", "texts" or "numbers and texts"."""
+    vals = a.tolist() if a.dtype == object else a[:1].tolist()
+    kinds = {"texts" if isinstance(v, (str, bytes)) else "numbers" for v in vals}
+    return " and ".join(sorted(kinds)) or "nothing"
 
 
 class _Layout:
