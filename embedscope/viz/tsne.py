@@ -94,8 +94,9 @@ def _finish(fig, *, note: str, legend_h: float, title: str | None, fit_axes) -> 
 
 
 def _count(n: int, what: str) -> str:
-    """``"1 class"``, ``"3 classes"``, ``"1 point"``, ``"2 points"``."""
-    return f"{n} {what}" if n == 1 else f"{n} {what}{'es' if what.endswith('s') else 's'}"
+    """``"1 class"``, ``"3 classes"``, ``"1 point"``, ``"1,797 points"`` (thousands separated, as the
+    command's other counts)."""
+    return f"{n:,} {what}" if n == 1 else f"{n:,} {what}{'es' if what.endswith('s') else 's'}"
 
 
 def _notes(*parts: str) -> str:
@@ -144,6 +145,63 @@ def _present(names: np.ndarray, palette: ClassPalette) -> list:
     return [n for n in palette.names if n in have]
 
 
+#: the settings in the note of every t-SNE map figure (one split and joint alike: the single map
+#: left out n_iter, which the joint figure showed)
+TSNE_NOTE_KEYS = ("perplexity", "seed", "initialization", "n_iter", "kl_divergence")
+
+#: where the train/test legend of the joint figure's third panel may sit inside it, in order of
+#: preference: the corners, then the middles of the sides (not the middle of the map, where a reader
+#: looks). The first place whose box holds no point is taken (:func:`_place_split_legend`); with none
+#: free the legend goes beside the panel. matplotlib's "best" only minimises the points covered: with
+#: many small clusters no corner is free, and it hid whole clusters (all 12 points of a class).
+SPLIT_LEGEND_PLACES = ("upper right", "upper left", "lower left", "lower right", "center right", "center left",
+                       "upper center", "lower center")
+
+#: the gap kept between a legend and the edge of a point's marker (points)
+LEGEND_CLEARANCE = 2.0
+
+
+def _points_under(ax, box, dpi: float) -> int:
+    """How many points of ``ax``'s scatters have a marker (grown by :data:`LEGEND_CLEARANCE`) that meets
+    the display-space ``box`` (a legend's window extent)."""
+    hit = 0
+    for coll in ax.collections:
+        offsets = np.asarray(coll.get_offsets(), dtype=np.float64).reshape(-1, 2)
+        if not coll.get_visible() or len(offsets) == 0:
+            continue
+        xy = coll.get_offset_transform().transform(offsets)
+        sizes = np.asarray(coll.get_sizes(), dtype=np.float64)  # marker areas (points^2), cycled over the points
+        radius = np.sqrt(np.resize(sizes if sizes.size else np.zeros(1), len(xy))) / 2
+        pad = (radius + LEGEND_CLEARANCE) * dpi / 72.0
+        ok = np.all(np.isfinite(xy), axis=1)
+        hit += int(np.sum(ok & (xy[:, 0] > box.x0 - pad) & (xy[:, 0] < box.x1 + pad)
+                          & (xy[:, 1] > box.y0 - pad) & (xy[:, 1] < box.y1 + pad)))
+    return hit
+
+
+def _renderer(fig):
+    """The figure laid out (nothing rendered) and its renderer (a canvas without ``get_renderer``:
+    the figure's own)."""
+    fig.draw_without_rendering()
+    get = getattr(fig.canvas, "get_renderer", None)
+    return get() if get is not None else fig._get_renderer()
+
+
+def _place_split_legend(fig, ax) -> bool:
+    """Move ``ax``'s legend (laid out already) to the first of :data:`SPLIT_LEGEND_PLACES` where it
+    covers no point (:func:`_points_under`) -> True, or -> False when none is free (the legend left
+    at the first place: the caller draws the figure again with the legend beside the panel).
+    Checked on the laid-out figure, in display coordinates."""
+    leg = ax.get_legend()
+    renderer = _renderer(fig)
+    for place in SPLIT_LEGEND_PLACES:
+        leg.set_loc(place)
+        if not _points_under(ax, leg.get_window_extent(renderer), fig.dpi):
+            return True
+    leg.set_loc(SPLIT_LEGEND_PLACES[0])
+    return False
+
+
 def plot_joint_tsne(
     Y_train: np.ndarray,
     Y_test: np.ndarray,
@@ -160,7 +218,10 @@ def plot_joint_tsne(
     no class takes from tab10), all in the joint map's coordinates (the same window).
 
     ``labels_*`` index ``class_names`` (the file's full class list) when given; colours come from
-    ``palette`` (default: :meth:`ClassPalette.from_labels` of the full list). Returns the figure.
+    ``palette`` (default: :meth:`ClassPalette.from_labels` of the full list). The third panel's
+    train/test legend never covers a point: it takes the first of :data:`SPLIT_LEGEND_PLACES` that no
+    point lies under, else it goes beside the panel (the figure widened by the legend's width, the
+    panels keep their size). Returns the figure.
     """
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
@@ -174,9 +235,15 @@ def plot_joint_tsne(
     lo, hi = _map_window([Y_train, Y_test])
     ratio = _panel_ratio(lo, hi)
     panel_w = 2.25
-    _, leg_h = class_legend_layout(present, palette, 3 * panel_w + 0.5)
-    with plt.rc_context(PAPER_RC):
-        fig, axes = plt.subplots(1, 3, figsize=(3 * panel_w + 0.5, panel_w * ratio + 1.1 + leg_h))
+    note = settings_text(info, TSNE_NOTE_KEYS)
+    note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
+
+    def draw(beside: float):
+        """The figure, the split legend inside the third panel (``beside`` 0) or beside it, the
+        figure ``beside`` inches wider for it."""
+        width = 3 * panel_w + 0.5 + beside
+        _, leg_h = class_legend_layout(present, palette, width)
+        fig, axes = plt.subplots(1, 3, figsize=(width, panel_w * ratio + 1.1 + leg_h))
         _class_scatter(axes[0], Y_train, nt, palette)
         _style_map_axes(axes[0], f"train\n{_count(len(lt), 'point')}, {_count(len(np.unique(lt)), 'class')}")
         _class_scatter(axes[1], Y_test, ne, palette)
@@ -188,24 +255,38 @@ def plot_joint_tsne(
         axes[2].scatter(both[order, 0], both[order, 1], c=col[order], s=s, linewidths=0, alpha=0.6,
                         rasterized=True)
         _style_map_axes(axes[2], "train and test\n(same coordinates)")
+        where = (dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0) if beside else
+                 dict(loc=SPLIT_LEGEND_PLACES[0]))  # (placed where no point lies once laid out)
         axes[2].legend(handles=[Line2D([], [], marker="o", linestyle="", color=TRAIN_COLOR, label="train"),
                                 Line2D([], [], marker="o", linestyle="", color=TEST_COLOR, label="test")],
-                       loc="best", frameon=True, framealpha=0.8, handletextpad=0.2, borderpad=0.3)
+                       frameon=True, framealpha=0.8, handletextpad=0.2, borderpad=0.3, **where)
         for ax in axes:  # the same window in all three panels: a point sits at the same place
             _set_window(ax, lo, hi)
         for ax in axes[1:]:
             ax.set_ylabel("")
         class_legend(fig, present, palette, title="class (train and test panels)")
-        note = settings_text(info, ("perplexity", "seed", "initialization", "n_iter", "kl_divergence"))
-        note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
         _finish(fig, note=note, legend_h=leg_h, title=title, fit_axes=axes)
+        return fig, axes
+
+    with plt.rc_context(PAPER_RC):
+        fig, axes = draw(0.0)
+        if not _place_split_legend(fig, axes[2]):
+            # no free place inside: drawn again with the legend beside the panel, the figure widened by
+            # the legend's width (and its gap) so the panels keep their size; a layout made for the
+            # legend inside cannot simply be widened afterwards (finish_layout fits the height too)
+            leg_w = axes[2].get_legend().get_window_extent(_renderer(fig)).width / fig.dpi
+            plt.close(fig)
+            fig, axes = draw(leg_w + 0.1)
     return fig
 
 
 def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None = None, info: dict | None = None,
-              title: str | None = None, palette: ClassPalette | None = None):
+              title: str | None = None, palette: ClassPalette | None = None, split: str | None = None):
     """One t-SNE map coloured by class (docs/methods.md §10), the class legend on the right (up to 20
-    classes). Colours as :func:`plot_joint_tsne`. Returns the figure."""
+    classes). The panel's title: ``title``, else the counts, "1,797 points, 10 classes" ("1 class"
+    for one), after the ``split`` when given ("test: 30 points, 1 class"). The note names the same
+    settings as :func:`plot_joint_tsne`'s (:data:`TSNE_NOTE_KEYS`). Colours as :func:`plot_joint_tsne`.
+    Returns the figure."""
     import matplotlib.pyplot as plt
 
     Y = np.asarray(Y, dtype=np.float64).reshape(-1, 2)
@@ -222,14 +303,15 @@ def plot_tsne(Y: np.ndarray, labels: Any, *, class_names: Sequence[str] | None =
     with plt.rc_context(PAPER_RC):
         fig, ax = plt.subplots(figsize=(3.2 + legend_w, 3.2 * ratio + 0.75))
         _class_scatter(ax, Y, names, palette)
-        _style_map_axes(ax, title or f"{_count(len(labels), 'point')}, {_count(len(present), 'class')}")
+        counts = f"{_count(len(labels), 'point')}, {_count(len(present), 'class')}"
+        _style_map_axes(ax, title or (f"{split}: {counts}" if split else counts))
         _set_window(ax, lo, hi)
         if legend_w:
             handles = palette.handles(present)
             # labels given explicitly: matplotlib leaves out a handle whose own label starts with "_"
             ax.legend(handles, [h.get_label() for h in handles], title="class", loc="center left",
                       bbox_to_anchor=(1.01, 0.5), frameon=False, handletextpad=0.2, ncol=ncol, columnspacing=0.8)
-        note = settings_text(info, ("perplexity", "seed", "initialization", "kl_divergence"))
+        note = settings_text(info, TSNE_NOTE_KEYS)
         note = _notes(legend_note(len(present)), "openTSNE: " + note if note else "")
         _finish(fig, note=note, legend_h=0.0, title=None, fit_axes=[ax])
     return fig
