@@ -117,6 +117,15 @@ def test_joint_split_legend_on_a_map_with_no_free_place():
         plt.close(free)
 
 
+def test_single_split_title_counts_one_class_and_note_names_n_iter(tmp_path, monkeypatch, capsys):
+    h5 = _dataset(tmp_path, 6, 30, 16, 0.8, "c6")
+    seen = _figure_of(monkeypatch, tmp_path, [h5, "--split", "test"])
+    assert seen["axes"][0][1] == "test: 30 points, 1 class"
+    assert "n_iter=500" in seen["note"]
+    joint = _figure_of(monkeypatch, tmp_path, [h5, "--joint", "--force"])
+    assert "n_iter=500" in joint["note"]
+
+
 @pytest.mark.parametrize("n", [1, 1200])
 def test_plot_tsne_counts(n):
     """The counts in words and with thousands separators, whoever calls it; ``split`` leads the title."""

@@ -67,12 +67,8 @@ def run(args) -> int:
     if args.joint:
         fig = plot_joint_tsne(a["Y_train"], a["Y_test"], a["labels_train"], a["labels_test"],
                               class_names=a["class_names"], info=info)
-    else:
-        import numpy as np
-
-        fig = plot_tsne(a["Y"], a["labels"], class_names=a["class_names"], info=info,
-                        title=f"{r.provenance['split']}: {len(a['labels']):,} points, "
-                        f"{len(np.unique(a['labels'])):,} classes")
+    else:  # the title ("test: 30 points, 1 class") made by the figure, as the joint figure's
+        fig = plot_tsne(a["Y"], a["labels"], class_names=a["class_names"], info=info, split=r.provenance["split"])
     save_and_close(fig, png, force=args.force)
     r.to_csv(csv, table=True, force=args.force)
     r.to_json(js, force=args.force)
