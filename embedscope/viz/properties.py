@@ -10,6 +10,12 @@ import numpy as np
 #: the sorted rows are drawn, the others summed up in one gap slot (a bar per attribute made a
 #: 60,000-pixel-wide PNG; the table and CSV hold every property)
 MAX_PROPERTIES = 30
+#: the least size of the bars' panel, in inches: its height, and its width per property slot (times the
+#: square root of the number of models, as the figure's width); the figure grows by what long property
+#: names, slanted under the panel, take (28-character names left a panel 1.3 inches tall in a 3.2-inch
+#: figure; narrower than 0.34 inches a slot, the slanted names run into each other)
+PLOT_HEIGHT = 2.0
+SLOT_WIDTH = 0.34
 
 
 def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
@@ -21,7 +27,9 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
     ``max_properties // 2`` each, with one slot between them that says how many are left out.
     A NaN NR-Prec (undefined: every value lone, one value, a collapsed model) is written "n/a" where
     its bar would stand, and the legend says so; a property a model's file lacks (models of different
-    properties side by side) is written "absent" there, not "n/a". Returns the matplotlib figure.
+    properties side by side) is written "absent" there, not "n/a". Property names are cut in the middle
+    to ``TICK_CHARS`` under the bars, slanted; the figure grows by what they take (the panel keeps
+    :data:`PLOT_HEIGHT` inches, :data:`SLOT_WIDTH` a slot). Returns the matplotlib figure.
     """
     import matplotlib.pyplot as plt
 
@@ -80,7 +88,8 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
         cut = dict(zip(named, short_texts(named, TICK_CHARS)))
         ax.set_xticklabels([cut[p] if p is not None else f"\u2026 {left_out} more" for p in props],
                            rotation=35, ha="right")
-        ax.set_ylabel("NR-Prec (z, higher = more clustered)")
+        # on two lines: on one (2.4 in) it ran above and below a panel of 2 in
+        ax.set_ylabel("NR-Prec (z,\nhigher = more clustered)")
         ax.set_xlabel("image property")
         ax.set_yscale("symlog", linthresh=3.0)
         tops = [v for r in rows for v in (r.get("NR-Prec"), r.get("ceiling"))
@@ -99,7 +108,23 @@ def property_bars(rows: Sequence[dict[str, Any]], *, title: str | None = None,
             fig.suptitle(title, fontsize=PAPER_RC["axes.titlesize"])
         clean_figure(fig)  # property and model names from files: control characters escaped
         fig.tight_layout()
+        _fit_panel(fig, ax, max(1.3, SLOT_WIDTH * len(props) * max(1, len(models)) ** 0.5))
     return fig
+
+
+def _fit_panel(fig, ax, width: float) -> None:
+    """Make the figure larger (laid out again) until its panel is :data:`PLOT_HEIGHT` inches tall and
+    ``width`` inches wide: ``tight_layout`` keeps the slanted tick labels, the x label and the legend
+    inside a figure of fixed size by squeezing the panel (to 40% of the figure's height under
+    28-character names)."""
+    for _ in range(3):  # (the labels keep their size: one step, unless the layout rounds)
+        W, H = fig.get_size_inches()
+        box = ax.get_position()
+        short_w, short_h = width - box.width * W, PLOT_HEIGHT - box.height * H
+        if short_w < 0.01 and short_h < 0.01:
+            break
+        fig.set_size_inches(W + max(short_w, 0.0), H + max(short_h, 0.0))
+        fig.tight_layout()
 
 
 def _label_y(ax) -> None:
