@@ -164,3 +164,47 @@ def test_a_spectrum_with_nothing_to_show_is_one_line(spectrum):
 
     with pytest.raises(EmbedscopeError, match="no spectrum has a finite singular value above zero"):
         plot_spectra([{"label": "n", "spectrum": spectrum}])
+
+
+def test_a_one_index_spectrum_axis_has_one_integer_tick_and_its_ring_shows_around_the_dot():
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.spectrum import plot_spectra
+
+    s = np.r_[1.0, np.zeros(15)]  # a collapsed model: one nonzero value, in every class too
+    m = np.r_[1.0, np.zeros(15)]
+    fig = plot_spectra([{"label": "c", "spectrum": s, "class_mean": m, "class_std": np.zeros(16)}], by_class=True)
+    try:
+        fig.canvas.draw()
+        assert list(fig.axes[1].get_xticks()) == [1.0]  # (before: 0.5, 0.6, ..., 1.5 on an index axis)
+        rings = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "o" and ln.get_markerfacecolor() == "none"]
+        dots = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "o" and ln.get_markerfacecolor() != "none"]
+        assert rings and dots and rings[0].get_markersize() > dots[0].get_markersize() + 2
+    finally:
+        plt.close(fig)
+
+
+def test_scatter_checks_every_split_first_and_names_the_one_it_can_draw():
+    import embedscope.analyses as A
+    from embedscope.store import EmbeddingSet
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.repeat(np.arange(5), 6), np.zeros(6, int) + 5]
+    X = rng.normal(size=(36, 8))
+    es = EmbeddingSet.from_arrays(X, y, split=["train"] * 30 + ["test"] * 6)
+    calls = []
+    import embedscope.metrics as M
+
+    real = M.nearest_same_different
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    M.nearest_same_different = spy
+    try:
+        with pytest.raises(EmbedscopeError, match=r"the test split has 1 \(draw the train split alone: --split train"):
+            A.scatter(es, split="all")
+    finally:
+        M.nearest_same_different = real
+    assert not calls  # (before: the train split searched, then the error)

@@ -8,6 +8,7 @@ marked by a band, a dashed boundary and ringed points, visible even at D = 512.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -91,14 +92,29 @@ def _mark_left_out(ax, entries, exclude_top: int, colors, n_components: int | No
     if exclude_top == 0:
         return band, text
     for i, e in enumerate(entries):
-        p = normalized_spectrum(e["spectrum"])[:exclude_top]
+        whole = normalized_spectrum(e["spectrum"])
+        p = whole[:exclude_top]
         k = np.arange(1, p.size + 1)
-        ax.plot(k, _positive(p), ls="", marker="o", ms=6, mfc="none", mec=colors[i % len(colors)], mew=1.2,
+        # around a curve's own dot (a curve of one value shows one: :func:`_marker`) a wider ring: one of
+        # the dot's size and colour read as a bigger filled dot, not as the legend's ring
+        ms = 9 if _marker(_positive(whole)) else 6
+        ax.plot(k, _positive(p), ls="", marker="o", ms=ms, mfc="none", mec=colors[i % len(colors)], mew=1.2,
                 zorder=4)
     from matplotlib.lines import Line2D
 
     ring = Line2D([], [], ls="", marker="o", ms=6, mfc="none", mec="0.3", mew=1.2)
     return (band, ring), text
+
+
+def _index_axis(ax, lo: float, hi: float) -> None:
+    """The x axis of singular-value indices from ``lo`` to ``hi``: integer ticks (k is an index: no
+    tick at 2.5), and the one index where the window holds a single one (an integer locator then fell
+    back to 0.5, 0.6, ... 1.5)."""
+    from matplotlib.ticker import FixedLocator, MaxNLocator
+
+    ax.set_xlim(lo, hi)
+    inside = np.arange(math.ceil(lo), math.floor(hi) + 1)
+    ax.xaxis.set_major_locator(FixedLocator(inside) if inside.size == 1 else MaxNLocator(integer=True))
 
 
 def _renderer(fig):
@@ -266,7 +282,6 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
     matplotlib Figure
     """
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     from embedscope.errors import EmbedscopeError
     from embedscope.viz.style import LEGEND_CHARS, LINE_STYLES, PAPER_RC, clean_figure, series_colors, short_text
@@ -308,9 +323,8 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             texts.append(t)
         ax.set_yscale("log")
         xlo, xhi = 0.5 - (0.02 * kmax if exclude_top > 0 else 0.0), kmax + 0.5  # room for the rings
-        ax.set_xlim(xlo, xhi)
+        _index_axis(ax, xlo, xhi)
         free_from = {ax: min(0.5, max(0.0, (exclude_top + 0.5 - xlo) / (xhi - xlo)))} if exclude_top > 0 else {}
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # k is an index: no tick at 2.5 or 7.5
         ax.set_xlabel("singular value index k")
         ax.set_ylabel(SPECTRUM_YLABEL)
         ax.set_title("Whole set" if by_class else (title or "Normalised singular-value spectrum"))
@@ -349,8 +363,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
             # ends at the last one (a log axis shows no zero: the curves filled 3 of 16 indices, the rest
             # of the panel empty), and the x label says the rest are zero
             zero_tail = 0 < class_last < class_kmax
-            ax.set_xlim(0.5, (class_last if zero_tail else class_kmax) + 0.5)  # not 0.96-1.04 around one value
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            _index_axis(ax, 0.5, (class_last if zero_tail else class_kmax) + 0.5)  # not 0.96-1.04 around one value
             ax.set_xlabel("singular value index k" + (f"\n(k > {class_last}: zero in every class)" if zero_tail else ""))
             ax.set_ylabel(SPECTRUM_YLABEL)
             ax.set_title(f"Per class{', centred' if center else ''} (mean ± s.d. over classes)")
