@@ -50,20 +50,26 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
     es = as_set(source)
     splits = [split] if split != "all" else es.splits
     panels, rows, summary, values, notes = {}, [], [], {}, []
-    def drawable(part) -> bool:
-        return len(np.unique(part.labels)) >= 2 and np.bincount(part.labels).max() >= 2
+    # every split checked before any is searched (a bad second split: no work done first); the labels
+    # alone (a subset copies its split's embeddings)
+    split_labels = {s: es.labels[es.split == s] if s != "all" else es.labels for s in splits}
 
-    for s in splits:  # every split checked before any is searched (a bad second split: no work done first)
-        part = es.subset(s)
-        n_cls = int(len(np.unique(part.labels)))
-        others = [o for o in splits if o != s and drawable(es.subset(o))] if len(splits) > 1 else []
-        # (all splits asked for: the error names those that can be drawn alone)
+    def drawable(labels) -> bool:
+        return len(np.unique(labels)) >= 2 and np.bincount(labels).max() >= 2
+
+    for s in splits:
+        labels = split_labels[s]
+        if drawable(labels):
+            continue
+        n_cls = int(len(np.unique(labels)))
+        others = [o for o in splits if o != s and drawable(split_labels[o])]
+        # (all splits asked for: the error names one that can be drawn alone)
         hint = f" (draw the {others[0]} split alone: --split {others[0]}, split='{others[0]}')" if others else ""
         if n_cls < 2:  # no different-class partner anywhere: every point would be left out
             raise EmbedscopeError(f"scatter needs at least two classes in each split, the {s} split has {n_cls}{hint}")
-        if np.bincount(part.labels).max() < 2:  # no same-class partner anywhere: every point would be left out
-            raise EmbedscopeError(f"scatter needs a class with two or more images in each split; each of the "
-                                  f"{n_cls} classes of the {s} split has one image{hint}")
+        # no same-class partner anywhere: every point would be left out
+        raise EmbedscopeError(f"scatter needs a class with two or more images in each split; each of the "
+                              f"{n_cls} classes of the {s} split has one image{hint}")
     for s in splits:
         part = es.subset(s)
         n_cls = int(len(np.unique(part.labels)))

@@ -118,8 +118,13 @@ class EmbeddingSet:
                 isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
                 for v in y_arr.tolist()):
             # numbers held as objects (a pandas object column): numbers, not texts ("1.0" a class of its own
-            # beside "1", and integers looked up by name in class_names rather than indexing it)
-            y_arr = np.array(y_arr.tolist())
+            # beside "1", and integers looked up by name in class_names rather than indexing it); not ids
+            # beyond int64 (2^63, 1e19), which stay named by their value
+            from embedscope.validation import beyond_int64
+
+            numeric = np.array(y_arr.tolist())
+            if numeric.dtype.kind in "iuf" and not beyond_int64(numeric):
+                y_arr = numeric
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:

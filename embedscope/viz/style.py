@@ -447,31 +447,52 @@ def wrap_text(s: str, width: int) -> str:
 #: :data:`MAX_TITLE_SHARE` of the figure's height. A longer one ends its last line with the end of its text
 #: after "…" (a path keeps its file name): unbounded, a title of a few hundred characters squashed the panels
 MAX_TITLE_LINES = 4
-MAX_TITLE_SHARE = 0.3
+MAX_TITLE_SHARE = 0.35
+#: how far (a share of the canvas's width) a panel's title may run past the canvas's side (:func:`_title_rooms`)
+EDGE_SLACK = 0.02
 
 
-def _title_rooms(fig) -> list:
-    """(title, room in pixels) of the figure's title and of each panel's three titles. A panel's slot
-    reaches halfway to the next panel of its row on either side (the canvas edge where there is none;
-    colour bars are not panels): a centred title spans at most twice the distance from its centre to
-    the nearer end of the slot, a left one from the panel's left edge to the slot's end, a right one
-    up to its right edge. (The whole canvas, as before, let a middle panel's wrapped title run over
-    its neighbours' titles.)"""
+def _title_rooms(fig, slots: bool = True, renderer=None) -> list:
+    """(title, room in pixels) of the figure's title and of each panel's three titles: a centred title
+    spans at most twice the distance from its centre to the nearer end of the room, a left one from the
+    panel's left edge to the room's end, a right one up to its right edge. Without ``slots`` the room
+    is the canvas. With ``slots`` (and the ``renderer``), the neighbouring panels of the row bound it:
+    each at the nearer of the midpoint between the two panels and the edge of the neighbour's own title
+    text (a gap of half an em kept), so a title may reach over a neighbour whose title is short but
+    never past the middle of the gap when the neighbour's title is long too. Colour bars are not
+    panels. (The canvas alone let a middle panel's wrapped title run over its neighbours' titles.)"""
     W = fig.get_figwidth() * fig.dpi
     titles = [(fig._suptitle, W)] if getattr(fig, "_suptitle", None) is not None else []
-    panels = [ax for ax in fig.axes if ax.get_visible() and getattr(ax, "_colorbar", None) is None]
+    panels = [ax for ax in fig.axes if slots and ax.get_visible() and getattr(ax, "_colorbar", None) is None]
     boxes = {ax: ax.get_position() for ax in fig.axes}
+    edges: dict = {}  # panel -> (left, right) of its titles' texts, figure fraction (None: no title)
+
+    def text_edges(ax):
+        if ax not in edges:
+            ext = [t.get_window_extent(renderer) for t in (ax.title, ax._left_title, ax._right_title)
+                   if renderer is not None and t.get_visible() and t.get_text()]
+            edges[ax] = (min(e.x0 for e in ext) / W, max(e.x1 for e in ext) / W) if ext else None
+        return edges[ax]
+
     for ax in fig.axes:
         box = boxes[ax]
-        lo, hi = 0.0, 1.0
+        # the canvas's edges, give or take 2% of its width: a title a few pixels past the edge widens the
+        # saved image that much (bbox_inches), better than wrapping its last few characters onto a line
+        lo, hi = -EDGE_SLACK, 1.0 + EDGE_SLACK
         for other in panels:
             o = boxes[other]
             if other is ax or min(box.y1, o.y1) <= max(box.y0, o.y0):  # not in this panel's row
                 continue
+            if o.x1 > box.x0 and o.x0 < box.x1:  # (an inset, or a panel over this one: not beside it)
+                continue
+            e = text_edges(other)
+            if e is None:  # a neighbour without a title: nothing for a title to run into
+                continue
+            gap = 0.5 * ax.title.get_fontsize() * fig.dpi / 72 / W
             if o.x1 <= box.x0:
-                lo = max(lo, (o.x1 + box.x0) / 2)
-            elif o.x0 >= box.x1:
-                hi = min(hi, (box.x1 + o.x0) / 2)
+                lo = max(lo, min((o.x1 + box.x0) / 2, e[1] + gap))
+            else:
+                hi = min(hi, max((box.x1 + o.x0) / 2, e[0] - gap))
         cx = (box.x0 + box.x1) / 2
         titles += [(ax.title, max(box.width, 2 * min(cx - lo, hi - cx)) * W), (ax._left_title, (hi - box.x0) * W),
                    (ax._right_title, (box.x1 - lo) * W)]
@@ -479,11 +500,20 @@ def _title_rooms(fig) -> list:
 
 
 def _fit_titles(fig) -> None:
-    """Wrap a figure title (``suptitle``) or panel title wider than the room it has at word
-    boundaries (:func:`_title_rooms`), so that a long user title (``--title``) is drawn on several
-    lines instead of widening the saved image (``bbox_inches="tight"``), running off its edge or over
-    a neighbouring panel's title; at most :data:`MAX_TITLE_LINES` lines. A title that fits is left as
-    it is."""
+    """Wrap a figure title (``suptitle``) or panel title that does not fit at word boundaries, so that
+    a long user title (``--title``) is drawn on several lines instead of widening the saved image
+    (``bbox_inches="tight"``), running off its edge or over a neighbouring panel's title; at least
+    :data:`MAX_TITLE_LINES` lines, more while they fill at most :data:`MAX_TITLE_SHARE` of the
+    figure's height (a longer one ends with "…" and the end of its text). A title that fits is left
+    as it is.
+
+    With a layout engine (constrained or tight layout) a title fits when it is no wider than its
+    slot in its row of panels (:func:`_title_rooms`), measured where the engine puts the panels (it
+    runs once more here, only when a title is wider than its slot where the panels stand before it:
+    an engine run costs a third of a second on a 4 x 6 grid). Without one the panels may still move
+    (``tight_layout`` after this): a title is wrapped only when wider than the canvas, to the room
+    its centre leaves on the canvas, as the wrapped title will be measured again when the figure is
+    saved (:func:`embedscope.viz.figures.save_figure`)."""
     import textwrap
 
     canvas = fig.canvas
@@ -494,8 +524,14 @@ def _fit_titles(fig) -> None:
         renderer = get_renderer()
     except (AttributeError, TypeError, RuntimeError):  # a backend without a renderer before drawing
         return
-    todo = []  # (index in _title_rooms, whole text): the titles that may not fit, measured below
-    rooms = _title_rooms(fig)
+    engine = fig.get_layout_engine()
+    W = fig.get_figwidth() * fig.dpi
+
+    def limit(room: float) -> float:
+        return room if engine is not None else W
+
+    todo = []  # (index in _title_rooms, the whole text, whether it was wrapped by an earlier pass)
+    rooms = _title_rooms(fig, slots=engine is not None, renderer=renderer)
     for i, (t, room) in enumerate(rooms):
         # a title wrapped by an earlier pass, unless it has been given another text since
         whole, wrapped = getattr(t, "_embedscope_wrap", (None, None))
@@ -507,27 +543,34 @@ def _fit_titles(fig) -> None:
             continue
         em = t.get_fontsize() * fig.dpi / 72
         # DejaVu Sans' widest glyphs are ~1.75 em (‱, some symbols): a title shorter than that bound is not measured
-        if whole is not None or max(len(line) for line in s.split("\n")) * 1.8 * em > room:
+        if whole is not None or max(len(line) for line in s.split("\n")) * 1.8 * em > limit(room):
             todo.append((i, s, whole is not None))
-    engine = fig.get_layout_engine()
+
+    def too_wide(items) -> list:
+        out = []
+        for i, s, rewrap in items:
+            t, room = rooms[i]
+            t.set_text(s)  # (one wrapped by an earlier pass: whole again where it fits its room now)
+            if t.get_window_extent(renderer).width > (room if rewrap else limit(room)):
+                out.append((i, s, rewrap))
+        return out
+
+    todo = too_wide(todo)
     if todo and engine is not None:
         # the panels where the layout puts them (a y label moves a lone panel right): measured where
-        # they were, a title centred on the panel wrapped for the canvas's middle and ran off its right edge
+        # they stood, a title centred on the panel wrapped for the canvas's middle and ran off its right edge
         import warnings
 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (tight_layout's "not applied": the panels stay where they are)
                 engine.execute(fig)
-            rooms = _title_rooms(fig)
+            rooms = _title_rooms(fig, renderer=renderer)
+            todo = too_wide(todo)
         except Exception:  # noqa: BLE001 - an optimisation of where the panels are; measured where they were
             pass
-    for i, s, rewrap in todo:
+    for i, s, _ in todo:
         t, room = rooms[i]
-        if not rewrap:
-            t.set_text(s)
-            if t.get_window_extent(renderer).width <= room:
-                continue
         t.set_text(s)
         room *= 0.97  # wrapped with a margin: the layout may still move the panel a little
         lines = []
@@ -548,11 +591,16 @@ def _fit_titles(fig) -> None:
         line_px = t.get_fontsize() * fig.dpi / 72 * 1.2  # (matplotlib's line spacing: 1.2)
         most = max(MAX_TITLE_LINES, int(MAX_TITLE_SHARE * fig.get_figheight() * fig.dpi / line_px))
         if len(lines) > most:
-            flat = " ".join(s.split("\n")).rstrip()  # (the text's own characters: no space where a long word was broken)
-            shown = sum(len(line) for line in lines[:most - 1])  # (at most a space a line short of where the rest starts)
+            flat = " ".join(s.split("\n")).rstrip()
+            shown = 0  # where the lines kept end in the text (textwrap drops the spaces at its breaks)
+            for line in lines[:most - 1]:
+                at = flat.find(line, shown)
+                shown = at + len(line) if at >= 0 else shown + len(line)
             n = max(len(line) for line in lines)
             while True:  # the last line: "…" and the end of the rest, as many characters as fit
-                last = "…" + flat[max(shown, len(flat) - max(n - 1, 1)):]
+                tail = flat[max(shown, len(flat) - max(n - 1, 1)):]
+                cut = max(tail.find(" ") + 1, 0) if " " in tail.strip() else tail.find("/")  # at a word or folder
+                last = "…" + (tail[cut:] if 0 < cut < len(tail) - 1 else tail).lstrip()
                 t.set_text(last)
                 if t.get_window_extent(renderer).width <= room or n <= 2:
                     break

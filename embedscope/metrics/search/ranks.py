@@ -61,6 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
+from embedscope.text import quoted
 from embedscope.validation import as_numpy, beyond_int64, check_int, joint_codes
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
@@ -259,9 +260,25 @@ def _labels(y, n: int, name: str) -> np.ndarray:
             return a.astype(np.int64)
     # strings or other hashables (or integral floats beyond int64, which would all cast to -2^63): encode
     try:
-        return np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        return np.unique(_label_values(a, name), return_inverse=True)[1].reshape(-1).astype(np.int64)
     except TypeError:
         raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
+
+
+def _label_values(a: np.ndarray, name: str) -> np.ndarray:
+    """Labels held as objects or bytes, as the values they compare by: bytes decoded as UTF-8 (what
+    h5py reads from a file: b"cat" is the name "cat"); a missing label (None, NaN, pandas' NA or NaT)
+    refused, naming its row (NaN equals nothing, itself included: sorted among other values it split
+    a class in two). Other arrays as they are."""
+    if a.dtype.kind != "S" and a.dtype != object:
+        return a
+    vals = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in a.tolist()]
+    for i, v in enumerate(vals):
+        if v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType"):
+            raise EmbedscopeError(f"{name} holds a missing label ({quoted(v)}) at row {i}: every row needs its class")
+    out = np.empty(len(vals), dtype=object)
+    out[:] = vals
+    return out
 
 
 def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
@@ -280,28 +297,32 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     if a.dtype.kind in "iuf" and b.dtype.kind in "iuf":
         if beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
             ylab, yref = joint_codes(a, b)
-    elif a.dtype.kind in "US" and b.dtype.kind in "US":  # texts: encoded jointly, so equal names match
-        both = np.concatenate([a.astype(str), b.astype(str)])
-        enc = np.unique(both, return_inverse=True)[1].reshape(-1)
+    elif a.dtype.kind == "U" and b.dtype.kind == "U":  # texts: encoded jointly, so equal names match
+        enc = np.unique(np.concatenate([a, b]), return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
     else:
-        # labels held as objects (a pandas column), bools, or one set's numbers and the other's texts: encoded
-        # jointly by value, as one set's own labels are (0.0 == 0, True == 1). By their text, 0.0 ('0.0') was
-        # not 0 ('0'), and a class of one set silently had no member in the other
-        both = np.concatenate([a.astype(object), b.astype(object)])
+        # labels held as objects (a pandas column) or bytes, bools, or one set's numbers and the other's texts:
+        # encoded jointly by value, as one set's own labels are (0.0 == 0, True == 1, b"cat" == "cat"). By their
+        # text, 0.0 ('0.0') was not 0 ('0'), and a class of one set silently had no member in the other
+        both = np.concatenate([_label_values(a, "y").astype(object), _label_values(b, "y_ref").astype(object)])
         try:
             enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         except TypeError:  # numbers beside texts: no order, and no label of one equals one of the other
-            raise EmbedscopeError(f"y and y_ref hold labels of different kinds ({_kinds(a)} vs {_kinds(b)}): "
-                                  "give both sets the same kind of class labels (integers or names)") from None
+            ka, kb = _kinds(a), _kinds(b)
+            what = f"of different kinds ({ka} vs {kb})" if ka != kb else f"that cannot be ordered ({ka})"
+            raise EmbedscopeError(f"y and y_ref hold labels {what}: give both sets the same kind of class "
+                                  "labels (integers or names)") from None
         ylab, yref = enc[:X64.shape[0]].astype(np.int64), enc[X64.shape[0]:].astype(np.int64)
     return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
 
 
 def _kinds(a: np.ndarray) -> str:
-    """What the labels ``a`` hold, in words: "numbers", "texts" or "numbers and texts"."""
+    """What the labels ``a`` hold, in words: "numbers", "texts", another type's name, or several."""
+    import numbers
+
     vals = a.tolist() if a.dtype == object else a[:1].tolist()
-    kinds = {"texts" if isinstance(v, (str, bytes)) else "numbers" for v in vals}
+    kinds = {"texts" if isinstance(v, (str, bytes)) else "numbers" if isinstance(v, numbers.Number)
+             else type(v).__name__ for v in vals}
     return " and ".join(sorted(kinds)) or "nothing"
 
 
