@@ -161,7 +161,7 @@ def load_cars196(root, train_classes: int | None = None) -> ImageDataset:
             return _load_split_download(r, train_classes, "")
         if (r / SPLIT_FOLDER / SPLIT_META).exists():  # torchvision's root
             return _load_split_download(r, train_classes, f"{SPLIT_FOLDER}/")
-        hint = layout_hint(r, (ANNOS, KAGGLE_NAMES, SPLIT_META))
+        hint = layout_hint(r, (ANNOS, KAGGLE_NAMES, SPLIT_META), beside={SPLIT_META: ("cars_train", "cars_test")})
         if hint:  # a parent folder, a folder unpacked into one of its own name, car_ims/ itself
             raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing{hint}")
         raise EmbedscopeError(f"{NAME}: {r / ANNOS} is missing (not the official {NAME} layout; nor the Kaggle "

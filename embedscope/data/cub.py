@@ -38,7 +38,7 @@ import numpy as np
 
 from embedscope.data.base import ImageDataset, check_root_given, class_split, read_text, require_files
 from embedscope.data.imagefolder import check_listed_images, layout_hint, warn_unofficial_counts
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, EmbedscopeWarning
 from embedscope.text import quoted
 
 NAME = "cub200"
@@ -158,9 +158,10 @@ def cub_properties(base: Path, ids: list[int], rel_paths: list[str], *,
     adir = base / "attributes"
     names_file = attribute_names_file(base)
     if (adir / "image_attribute_labels.txt").exists() and names_file is None:
-        warnings.warn(f"{NAME}: {adir / 'image_attribute_labels.txt'} is present but attributes.txt (the attribute "
-                      f"names) is in none of {', '.join(str(p) for p in _attribute_names_candidates(base))}: "
-                      "the images get no attr:<name> properties", stacklevel=3)
+        warnings.warn(EmbedscopeWarning(  # (the command line's one-line warning, not Python's two-line format)
+            f"{NAME}: {adir / 'image_attribute_labels.txt'} is present but attributes.txt (the attribute "
+            f"names) is in none of {', '.join(str(p) for p in _attribute_names_candidates(base))}: "
+            "the images get no attr:<name> properties"), stacklevel=3)
     if names_file is not None and (adir / "image_attribute_labels.txt").exists():
         names = read_pairs(names_file, NAME, "attribute name", int_value=False)
         aid = np.asarray(sorted(names), dtype=np.int64)

@@ -55,10 +55,12 @@ def _subdirs(folder: Path, limit: int) -> list[Path]:
     return out[:limit]
 
 
-def layout_hint(root, markers: tuple[str, ...], *, limit: int = 64) -> str:
+def layout_hint(root, markers: tuple[str, ...], *, limit: int = 64, beside: dict | None = None) -> str:
     """`` (found DIR/MARKER: pass --root DIR)`` when a file of ``markers`` is in a folder one or two levels
     below ``root`` (an archive unpacked into a folder of its own name, a parent folder) or in the parent of
-    ``root`` (``--root`` pointing into the data set); "" when none is found or ``root`` is no folder."""
+    ``root`` (``--root`` pointing into the data set); "" when none is found or ``root`` is no folder.
+    ``beside``: marker -> the folders its layout also needs next to it (relative to DIR): a folder holding
+    the marker without them is not named (a devkit unpacked on its own is no --root to pass)."""
     root = Path(root)
     if not root.is_dir():
         return ""
@@ -68,7 +70,7 @@ def layout_hint(root, markers: tuple[str, ...], *, limit: int = 64) -> str:
         candidates.append(root.parent)
     for d in candidates:
         for m in markers:
-            if (d / m).is_file():
+            if (d / m).is_file() and all((d / f).is_dir() for f in (beside or {}).get(m, ())):
                 return f" (found {d / m}: pass --root {d})"
     return ""
 
