@@ -52,6 +52,12 @@ class EmbedscopeWarning(UserWarning):
     ``embedscope CMD: warning: ...``; a Python caller gets a normal warning."""
 
 
+class Interrupted(EmbedscopeError):
+    """A signal the command line received, raised in a thread other than the main one (a study's Dask
+    worker thread): an ordinary exception there, so that the task fails cleanly while the main thread
+    stops the command (:func:`embedscope.progress.check_signals`)."""
+
+
 class Terminated(BaseException):
     """SIGTERM / SIGHUP turned into an exception by the command line, so that ``finally`` blocks
     (temporary files, half-written outputs) run before the process ends."""

@@ -52,11 +52,20 @@ def clear_signals() -> None:
 
 
 def check_signals() -> None:
-    """Raise again for a recorded signal: ``KeyboardInterrupt`` for SIGINT, else ``Terminated``."""
+    """Raise again for a recorded signal: ``KeyboardInterrupt`` for SIGINT, else ``Terminated``; in a
+    thread other than the main one, :class:`~embedscope.errors.Interrupted` (an ordinary exception): the
+    main thread stops the command, and a worker thread's task ends as a failed task. (A study's Dask
+    worker thread that raised KeyboardInterrupt broke its worker: the cluster's close then waited 60 s
+    and printed Dask's tracebacks, in 2 of 15 Ctrl-C's.)"""
     if _PENDING:
         import signal
+        import threading
 
         sig = _PENDING[-1]
+        if threading.current_thread() is not threading.main_thread():
+            from embedscope.errors import Interrupted
+
+            raise Interrupted(f"stopped: the command received signal {sig}")
         if sig == signal.SIGINT:
             raise KeyboardInterrupt
         from embedscope.errors import Terminated

@@ -134,6 +134,11 @@ def test_study_statistics_levels_exclude_and_untrained_flags():
     full = pd.concat([df, refs, extra, bad], ignore_index=True)
     s = study_statistics(full, target="R@1", exclude=["p_switch>0"], n_boot=200, seed=5, splits=SPLITS)
     assert s["axes"] == ["loss", "embed_dim"]
+    runs_tab = s["_runs"].set_index("id")
+    # the row left out is labelled as before anything was left out (p_switch varied then), not as the kept
+    # runs of its loss and D (session 40: 'loss0 embed_dim=8' beside the kept p_switch=0 runs of that label)
+    assert "p_switch=0.3" in runs_tab.loc["reg", "objective"]
+    assert runs_tab.loc["reg", "objective"] not in set(runs_tab.loc[~runs_tab["excluded"], "objective"])
     assert s["n_points"] == {"objectives": 8, "runs": 24, "rows": 29, "errors": 1, "excluded": 1,
                              "regularised_runs": 0, "regularised_objectives": 0}
     kept = study_statistics(full, target="R@1", n_boot=20, seed=5, splits=SPLITS)["n_points"]  # nothing excluded

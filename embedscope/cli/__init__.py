@@ -646,6 +646,10 @@ def _main(argv: list[str] | None) -> int:
             # the failure is its error line (a closed pipe: 141, quietly); a resumable command stops there
             with group, _warnings_as_lines(command), _checked_stdout(stop=command in RESUMABLE) as out:
                 rc = args.func(args)
+                # a signal whose exception was swallowed on the way and no progress step after it to raise it
+                # again (Ctrl-C during a study's fork of its figure child, inside logging's at-fork lock
+                # release: "Exception ignored", and the study went on to exit 0): raised now, not lost
+                progress.check_signals()
             if out.error is not None and not rc:  # (a command that failed has said so)
                 if isinstance(out.error, BrokenPipeError):
                     return 141

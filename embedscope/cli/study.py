@@ -139,6 +139,13 @@ def run(args) -> int:
           + (f", figures/ ({', '.join(drawn)})" if drawn else ""))
     if not drawn and not args.no_figures:
         print(no_figures_line(n))
+    from embedscope.study.run import stale_figures
+
+    old = stale_figures(Path(args.output) / "figures", drawn)
+    if old:  # (kept, as every output already written; but not of these statistics: a Fig. 5 of another target)
+        print(f"note: {safe(Path(args.output) / 'figures')} still holds {', '.join(old)} of an earlier run of this "
+              "study, not drawn from these statistics (the report leaves them out; delete them, or run without "
+              "--no-figures to draw them again)")
     return 1 if _say_failed(res, safe) else 0
 
 

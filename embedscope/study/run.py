@@ -1367,14 +1367,44 @@ class _ClusterBox:
             return
         finally:
             self._pool.shutdown(wait=False)
+        import asyncio
+
+        stop = None  # an interrupt (Ctrl-C, SIGTERM) met while closing: raised once the cluster is closed too
+
+        def attempt(close) -> None:
+            nonlocal stop
+            try:
+                close()
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - (Ctrl-C: a task's interrupt cancelled it)
+                pass
+            except BaseException as e:  # noqa: BLE001 - the cluster is still closed below, then this raised
+                stop = stop or e
+
+        def close_client() -> None:
+            try:
+                client.close()
+            except BaseException:
+                # the client stays "closing", and its __del__ at exit closed it again on a stopped event loop:
+                # 60 s, then "timed out" (seen in 2 of 15 Ctrl-C's of a study on worker threads); and the
+                # cluster below was never closed, its log lines loud again at exit
+                with contextlib.suppress(Exception):
+                    client.status = "closed"
+                    client._loop_runner.stop()
+                raise
+
+        def close_cluster() -> None:
+            if self.processes:
+                _stop_workers(cluster)
+            cluster.close(timeout=10)
+
         try:
-            client.close()
+            attempt(close_client)
             if cluster is not None:
-                if self.processes:
-                    _stop_workers(cluster)
-                cluster.close()
+                attempt(close_cluster)
         finally:
             loud()
+        if stop is not None:
+            raise stop
 
 
 def _stop_workers(cluster, timeout: float = 0.5) -> None:
@@ -1649,6 +1679,18 @@ def _start_figures(stats: dict[str, Any], fig_dir: Path, *, client=None):
         return {name: out[name] for name in names}
 
     return finish
+
+
+#: the figures a study draws (embedscope.viz.study.FIGURES' names, without importing matplotlib)
+STUDY_FIGURES = ("fig5_structure_vs_target", "fig4_metric_correlations", "ranking_by_tau")
+
+
+def stale_figures(fig_dir: Path, drawn) -> list[str]:
+    """The study figures in ``fig_dir`` (PNG or PDF) that these statistics did not draw (``drawn``): an
+    earlier run's (``--no-figures``, or fewer objectives now). They are kept (an output already written
+    is not deleted); the command line and the report say they are not of these statistics."""
+    return [f"{name}.{ext}" for name in STUDY_FIGURES if name not in drawn for ext in ("png", "pdf")
+            if (fig_dir / f"{name}.{ext}").is_file()]
 
 
 def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, target: str = "R@1", exclude=(),

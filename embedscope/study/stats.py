@@ -42,9 +42,12 @@ import numpy as np
 
 from embedscope.names import NOTE_MEASURE_CONSTANT, NOTE_TOO_FEW, NOTE_TWO_POINTS
 
-HYPER_COLUMNS = ["loss", "loss_family", "miner", "sampler", "p_switch", "embed_dim", "normalize", "batch_size", "lr",
-                 "epochs", "arch", "dataset", "train_classes", "image_size", "distance", "loss_params", "weight_decay",
-                 "optimizer", "lr_schedule", "weights", "frozen_bn", "freeze_bn_affine", "root"]
+#: in the order an objective's label names them; a column fixed by an earlier one is no axis of its own
+#: (:func:`_independent`): the data set comes before the settings that go with it (a shapes run beside
+#: digits runs was labelled by its batch size)
+HYPER_COLUMNS = ["loss", "loss_family", "dataset", "miner", "sampler", "p_switch", "embed_dim", "normalize",
+                 "batch_size", "lr", "epochs", "arch", "train_classes", "image_size", "distance", "loss_params",
+                 "weight_decay", "optimizer", "lr_schedule", "weights", "frozen_bn", "freeze_bn_affine", "root"]
 
 
 # ----------------------------------------------------------------------------------------- statistics
@@ -592,7 +595,12 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         excluded = np.zeros(len(df), bool)
     use = primary & ~excluded
     df["excluded"] = excluded
-    axes, df["objective"] = _objectives(df, use)
+    axes, labels = _objectives(df, use)
+    if excluded.any():
+        # a row left out is labelled as before anything was left out (as --exclude names it): labelled over the
+        # runs kept, a p_switch=0.3 run read 'margin' beside the kept p_switch=0 runs that are 'margin'
+        labels = [was if out else now for now, was, out in zip(labels, _objectives(df, primary)[1], excluded)]
+    df["objective"] = labels
     # the points over runs in the order of their ids (as those over objectives are in the order of their
     # labels): the bootstrap's resamples pick positions, so the same runs listed in another order
     # (grid.csv rows merged by several train-grid calls, a glob, a YAML file) give the same intervals
@@ -740,6 +748,8 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
                      "regularised_objectives": int(P.loc[reg, "objective"].nunique())},
         "measures": measures,
         "identical_to_target": identical,
+        # the data sets of the runs in the statistics, when more than one: their targets do not compare
+        "datasets": sorted({str(v) for v in P["dataset"] if _given(v)}) if "dataset" in P.columns else [],
         "correlations": corr_rows,
         "granulated": gran,
         "ranking": ranking,
@@ -849,6 +859,11 @@ def study_notes(stats: dict[str, Any]) -> list[str]:
                "no checkpoint was measured" if n.get("errors") else "the study has no run")
         lines.append(f"no run enters the statistics ({why}): every correlation is not defined (–)")
         return lines
+    sets = [str(d) for d in stats.get("datasets") or []]
+    if len(sets) > 1:  # (one data set's R@1 beside another's: a correlation of the data sets, not of the models)
+        lines.append(f"the runs come from {len(sets)} data sets ({', '.join(sets)}): a target measured on one does "
+                     f"not compare with another's; correlate each data set's runs on their own "
+                     f"(--exclude 'dataset!={sets[0]}')")
     corr = [r for r in stats.get("correlations") or [] if isinstance(r, dict)]
     said: dict[tuple[str, str], list[str]] = {}  # (who, note) -> the levels it holds for
     for level in ("objectives", "runs"):
