@@ -55,7 +55,16 @@ class EmbedscopeWarning(UserWarning):
 class Interrupted(EmbedscopeError):
     """A signal the command line received, raised in a thread other than the main one (a study's Dask
     worker thread): an ordinary exception there, so that the task fails cleanly while the main thread
-    stops the command (:func:`embedscope.progress.check_signals`)."""
+    stops the command (:func:`embedscope.progress.check_signals`). Reaching the command line (a pool
+    thread's work re-raised in the main one) it ends the command as the signal does: "interrupted"
+    and 130 for SIGINT, "terminated" and 128 + its number otherwise."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = int(signum)
+        name = "Ctrl-C" if self.signum == signal.SIGINT else f"signal {self.signum}"
+        super().__init__(f"stopped by {name} before this work was done")
 
 
 class Terminated(BaseException):

@@ -65,7 +65,7 @@ def check_signals() -> None:
         if threading.current_thread() is not threading.main_thread():
             from embedscope.errors import Interrupted
 
-            raise Interrupted(f"stopped: the command received signal {sig}")
+            raise Interrupted(sig)
         if sig == signal.SIGINT:
             raise KeyboardInterrupt
         from embedscope.errors import Terminated

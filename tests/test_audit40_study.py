@@ -102,3 +102,65 @@ def test_a_swallowed_ctrl_c_still_ends_the_command_as_interrupted(monkeypatch, t
     monkeypatch.setattr(info, "run", run)
     assert main(["info", str(tmp_path / "x.h5")]) == 130  # (before: 0, the interrupt lost)
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_worker_threads_interrupt_reaching_the_command_line_is_an_interrupt(monkeypatch, tmp_path, capsys):
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    import embedscope.cli.info as info
+    from embedscope import progress
+    from embedscope.cli import main
+
+    def run(args):  # a swallowed Ctrl-C, then a pool thread's progress step re-raised here (kNN tiles)
+        progress.note_signal(signal.SIGINT)
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(progress.check_signals).result()
+        return 0
+
+    monkeypatch.setattr(info, "run", run)
+    assert main(["info", str(tmp_path / "x.h5")]) == 130  # (before this fix: 'error: stopped ...', 1)
+    assert capsys.readouterr().err.strip().endswith("interrupted")
+
+
+def test_runs_trained_on_two_data_sets_but_measured_on_one_compare(tmp_path):
+    from embedscope.study.run import DATA_KEY, finish_study
+
+    rows = _rows(("cub200", "cars196"))
+    for r in rows:  # study --dataset cub200: every run measured on CUB
+        r[DATA_KEY] = ["cub200", "/data/cub", None, "f" * 16]
+    d = tmp_path / "study"
+    d.mkdir()
+    st = finish_study(d, rows, n_boot=0, seed=1, figures=False)["stats"]
+    assert st["datasets"] == ["cub200"] and not any("data sets" in line for line in study_notes(st))
+
+
+def test_a_title_that_fitted_before_the_layout_is_measured_after_it():
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.style import EDGE_SLACK, clean_figure
+
+    for n in range(4, 10):
+        fig, ax = plt.subplots(figsize=(6, 3), layout="constrained")
+        try:
+            ax.plot([0, 1], [0, 1])
+            ax.set_yticks([0, 1])
+            ax.set_yticklabels(["a very very long tick label", "b"])  # the layout moves the panel right
+            ax.set_title(" ".join(f"word{i:02d}" for i in range(n)))
+            clean_figure(fig)
+            fig.canvas.draw()
+            e = ax.title.get_window_extent(fig.canvas.get_renderer())
+            assert e.x1 <= fig.bbox.width * (1 + EDGE_SLACK)  # (before: 5-11% past the right edge)
+        finally:
+            plt.close(fig)
+
+
+def test_label_values_of_bytes_and_of_float32_nan():
+    import pytest
+
+    from embedscope.errors import EmbedscopeError
+    from embedscope.metrics.search.ranks import _labels
+
+    assert _labels(np.array([b"caf\xc3\xa9", b"x", b"\xff", b"x"]), 4, "y").tolist() == [0, 1, 2, 1]
+    with pytest.raises(EmbedscopeError, match="missing label"):
+        _labels(np.array([1, 1, np.float32("nan"), 2], dtype=object), 4, "y")  # (not a float: was a class)

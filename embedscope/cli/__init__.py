@@ -62,7 +62,7 @@ import signal  # noqa: E402
 import threading  # noqa: E402
 
 from embedscope import __version__  # noqa: E402
-from embedscope.errors import EmbedscopeError, Terminated  # noqa: E402
+from embedscope.errors import EmbedscopeError, Interrupted, Terminated  # noqa: E402
 
 # Order = order in `embedscope --help`. A module missing from an installation is skipped.
 COMMANDS = [
@@ -663,6 +663,16 @@ def _main(argv: list[str] | None) -> int:
             raise
         _error(command, f"error: {_stdout_line(e.error)}")
         return 1
+    except Interrupted as e:  # a worker thread's signal, re-raised in this one: as the signal itself
+        if debug:
+            raise
+        import signal
+
+        if e.signum == signal.SIGINT:
+            _error(command, "interrupted")
+            return 130
+        _error(command, "terminated")
+        return 128 + e.signum
     except EmbedscopeError as e:
         if debug:
             raise

@@ -1715,6 +1715,14 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
                         if k not in (STAT_KEY, DATA_KEY)} for r in rows])
     stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
     df = stats.pop("_runs")
+    # the data sets the runs in the statistics were *measured* on (the dataset column is the one each was
+    # trained on: with --dataset every run is measured on one, and their targets compare)
+    measured = {r.get("id"): (r.get(DATA_KEY) or [None])[0] for r in rows}
+    if {"primary", "excluded", "id"} <= set(df.columns):
+        used = df[df["primary"].astype(bool) & ~df["excluded"].astype(bool)]
+        trained = used["dataset"] if "dataset" in used.columns else [None] * len(used)
+        stats["datasets"] = sorted({str(measured.get(i) or d) for i, d in zip(used["id"], trained)
+                                    if isinstance(measured.get(i) or d, str)})
     draw = None
     if figures and stats["n_points"]["objectives"] >= 2:
         from embedscope.viz.study import figure_names

@@ -509,8 +509,7 @@ def _fit_titles(fig) -> None:
 
     With a layout engine (constrained or tight layout) a title fits when it is no wider than its
     slot in its row of panels (:func:`_title_rooms`), measured where the engine puts the panels (it
-    runs once more here, only when a title is wider than its slot where the panels stand before it:
-    an engine run costs a third of a second on a 4 x 6 grid). Without one the panels may still move
+    runs once more here when a title may not fit by the bound on its length). Without one the panels may still move
     (``tight_layout`` after this): a title is wrapped only when wider than the canvas, to the room
     its centre leaves on the canvas, as the wrapped title will be measured again when the figure is
     saved (:func:`embedscope.viz.figures.save_figure`)."""
@@ -555,10 +554,11 @@ def _fit_titles(fig) -> None:
                 out.append((i, s, rewrap))
         return out
 
-    todo = too_wide(todo)
     if todo and engine is not None:
         # the panels where the layout puts them (a y label moves a lone panel right): measured where
-        # they stood, a title centred on the panel wrapped for the canvas's middle and ran off its right edge
+        # they stood, a title centred on the panel wrapped for the canvas's middle and ran off its right
+        # edge; and one that fitted where the panel stood may not fit where it goes (measured only there,
+        # a title ran 5-11% past the edge: every candidate is measured after the layout)
         import warnings
 
         try:
@@ -566,9 +566,9 @@ def _fit_titles(fig) -> None:
                 warnings.simplefilter("ignore")  # (tight_layout's "not applied": the panels stay where they are)
                 engine.execute(fig)
             rooms = _title_rooms(fig, renderer=renderer)
-            todo = too_wide(todo)
         except Exception:  # noqa: BLE001 - an optimisation of where the panels are; measured where they were
             pass
+    todo = too_wide(todo)
     for i, s, _ in todo:
         t, room = rooms[i]
         t.set_text(s)

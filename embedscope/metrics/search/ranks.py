@@ -267,18 +267,25 @@ def _labels(y, n: int, name: str) -> np.ndarray:
 
 def _label_values(a: np.ndarray, name: str) -> np.ndarray:
     """Labels held as objects or bytes, as the values they compare by: bytes decoded as UTF-8 (what
-    h5py reads from a file: b"cat" is the name "cat"); a missing label (None, NaN, pandas' NA or NaT)
-    refused, naming its row (NaN equals nothing, itself included: sorted among other values it split
-    a class in two). Other arrays as they are."""
-    if a.dtype.kind != "S" and a.dtype != object:
+    h5py reads from a file: b"cat" is the name "cat"); a missing label (None, NaN of any float type,
+    pandas' NA or NaT) refused, naming its row (NaN equals nothing, itself included: sorted among other
+    values it split a class in two). Other arrays as they are."""
+    if a.dtype.kind == "S":  # a text array, no missing value possible; each distinct value decoded once
+        uniq, inv = np.unique(a, return_inverse=True)
+        return np.char.decode(uniq, "utf-8", "surrogateescape")[inv.reshape(-1)]
+    if a.dtype != object:
         return a
-    vals = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in a.tolist()]
-    for i, v in enumerate(vals):
-        if v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType"):
-            raise EmbedscopeError(f"{name} holds a missing label ({quoted(v)}) at row {i}: every row needs its class")
-    out = np.empty(len(vals), dtype=object)
-    out[:] = vals
-    return out
+    import pandas as pd
+
+    missing = np.asarray(pd.isna(a), dtype=bool)
+    if missing.any():
+        i = int(np.argmax(missing))
+        raise EmbedscopeError(f"{name} holds a missing label ({quoted(a[i])}) at row {i}: every row needs its class")
+    if bytes in set(map(type, a)):
+        out = np.empty(a.shape[0], dtype=object)
+        out[:] = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in a.tolist()]
+        return out
+    return a
 
 
 def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
@@ -297,8 +304,9 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     if a.dtype.kind in "iuf" and b.dtype.kind in "iuf":
         if beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
             ylab, yref = joint_codes(a, b)
-    elif a.dtype.kind == "U" and b.dtype.kind == "U":  # texts: encoded jointly, so equal names match
-        enc = np.unique(np.concatenate([a, b]), return_inverse=True)[1].reshape(-1)
+    elif a.dtype.kind in "US" and b.dtype.kind in "US":  # texts (bytes decoded): encoded jointly, equal names match
+        both = np.concatenate([_label_values(a, "y"), _label_values(b, "y_ref")])
+        enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
     else:
         # labels held as objects (a pandas column) or bytes, bools, or one set's numbers and the other's texts:
