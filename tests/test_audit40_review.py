@@ -91,8 +91,10 @@ def test_a_title_wider_than_its_panel_but_not_the_canvas_is_wrapped():
         fig.savefig(buf, format="png", bbox_inches="tight")
         from PIL import Image
 
+        from embedscope.viz.style import EDGE_SLACK
+
         assert "\n" in t.get_text()
-        assert Image.open(buf).size[0] <= 700 + 25  # (before: 852 px, the title past the right edge)
+        assert Image.open(buf).size[0] <= 700 * (1 + EDGE_SLACK) + 10  # (before: 852 px, the title past the edge)
     finally:
         plt.close(fig)
 

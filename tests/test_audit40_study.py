@@ -164,3 +164,34 @@ def test_label_values_of_bytes_and_of_float32_nan():
     assert _labels(np.array([b"caf\xc3\xa9", b"x", b"\xff", b"x"]), 4, "y").tolist() == [0, 1, 2, 1]
     with pytest.raises(EmbedscopeError, match="missing label"):
         _labels(np.array([1, 1, np.float32("nan"), 2], dtype=object), 4, "y")  # (not a float: was a class)
+
+
+def test_after_a_signal_the_command_line_prints_no_unraisable_tracebacks(capsys):
+    import signal
+    import types
+
+    from embedscope import progress
+    from embedscope.cli import _unraisable_after_a_stop
+
+    try:
+        raise AttributeError("'StorageWeakRef' object has no attribute '_free_weak_ref'")
+    except AttributeError as e:
+        err = e
+    u = types.SimpleNamespace(exc_type=AttributeError, exc_value=err, exc_traceback=err.__traceback__,
+                              err_msg="Exception ignored in", object=None)
+    import sys
+
+    seen = []
+    real = sys.__unraisablehook__
+    sys.__unraisablehook__ = seen.append  # (Python's own hook takes its C struct only)
+    try:
+        _unraisable_after_a_stop(u)  # no signal: handed to Python's hook
+    finally:
+        sys.__unraisablehook__ = real
+    assert seen == [u]
+    progress.note_signal(signal.SIGINT)
+    try:
+        _unraisable_after_a_stop(u)  # (before: a traceback after the command's "interrupted" line)
+        assert capsys.readouterr().err == ""
+    finally:
+        progress.clear_signals()

@@ -589,14 +589,38 @@ def main(argv: list[str] | None = None) -> int:
     command (``MPLBACKEND``, and ``MPLCONFIGDIR`` where the home cannot be written) are the caller's
     again when it returns (a notebook or a test calling it)."""
     saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "MPLCONFIGDIR")}
+    if argv is None and "--debug" not in sys.argv[1:]:  # the command line's own process (not a caller's)
+        sys.unraisablehook = _unraisable_after_a_stop
     try:
-        return _main(argv)
+        rc = _main(argv)
+        if rc in (130, 143, 129):  # stopped by a signal: what is torn down now may be half built
+            global _STOPPED
+            _STOPPED = True
+        return rc
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+#: the command was stopped by a signal (Ctrl-C, SIGTERM): see :func:`_unraisable_after_a_stop`
+_STOPPED = False
+
+
+def _unraisable_after_a_stop(unraisable) -> None:
+    """The command line's ``sys.unraisablehook``: an exception Python cannot raise (in a ``__del__``, a
+    weakref callback, an at-fork hook) is printed as Python does, except once a signal arrived. Then it
+    is an object the interrupt left half built (torch's ``StorageWeakRef`` caught between its
+    ``__new__`` and its attributes while a loader worker's batch came in: "Exception ignored ...
+    AttributeError" after the "interrupted" line), or the interrupt itself raised inside such a hook:
+    the command's one line stands alone. ``--debug`` keeps Python's own hook."""
+    from embedscope import progress
+
+    if _STOPPED or progress._PENDING:
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _main(argv: list[str] | None) -> int:

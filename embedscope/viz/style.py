@@ -449,7 +449,7 @@ def wrap_text(s: str, width: int) -> str:
 MAX_TITLE_LINES = 4
 MAX_TITLE_SHARE = 0.35
 #: how far (a share of the canvas's width) a panel's title may run past the canvas's side (:func:`_title_rooms`)
-EDGE_SLACK = 0.02
+EDGE_SLACK = 0.04
 
 
 def _title_rooms(fig, slots: bool = True, renderer=None) -> list:
@@ -476,7 +476,7 @@ def _title_rooms(fig, slots: bool = True, renderer=None) -> list:
 
     for ax in fig.axes:
         box = boxes[ax]
-        # the canvas's edges, give or take 2% of its width: a title a few pixels past the edge widens the
+        # the canvas's edges, give or take 4% of its width: a title a few pixels past the edge widens the
         # saved image that much (bbox_inches), better than wrapping its last few characters onto a line
         lo, hi = -EDGE_SLACK, 1.0 + EDGE_SLACK
         for other in panels:
