@@ -166,12 +166,15 @@ def test_label_values_of_bytes_and_of_float32_nan():
         _labels(np.array([1, 1, np.float32("nan"), 2], dtype=object), 4, "y")  # (not a float: was a class)
 
 
-def test_after_a_signal_the_command_line_prints_no_unraisable_tracebacks(capsys):
+def test_after_a_signal_the_command_line_prints_no_unraisable_tracebacks(capsys, monkeypatch):
     import signal
     import types
 
+    import embedscope.cli as cli
     from embedscope import progress
     from embedscope.cli import _unraisable_after_a_stop
+
+    monkeypatch.setattr(cli, "_STOPPED", False)  # (no command of this process was stopped by a signal)
 
     try:
         raise AttributeError("'StorageWeakRef' object has no attribute '_free_weak_ref'")

@@ -589,11 +589,12 @@ def main(argv: list[str] | None = None) -> int:
     command (``MPLBACKEND``, and ``MPLCONFIGDIR`` where the home cannot be written) are the caller's
     again when it returns (a notebook or a test calling it)."""
     saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "MPLCONFIGDIR")}
-    if argv is None and "--debug" not in sys.argv[1:]:  # the command line's own process (not a caller's)
+    own = argv is None and "--debug" not in sys.argv[1:]  # the command line's own process (not a caller's)
+    if own:
         sys.unraisablehook = _unraisable_after_a_stop
     try:
         rc = _main(argv)
-        if rc in (130, 143, 129):  # stopped by a signal: what is torn down now may be half built
+        if own and rc in (130, 143, 129):  # stopped by a signal: what is torn down now may be half built
             global _STOPPED
             _STOPPED = True
         return rc
