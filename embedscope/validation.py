@@ -96,6 +96,37 @@ def _check_finite(A: np.ndarray, name: str) -> None:
         raise EmbedscopeError(f"{name}: {rows.size} row(s) contain NaN or inf (first: row {int(rows[0])})")
 
 
+def missing_entries(values: Any) -> np.ndarray:
+    """Which entries of the array ``values`` are missing values, as a boolean array of its shape: NaN of
+    any float (or complex) type, NaT (datetime64 and timedelta64), and among objects also None, pandas'
+    NA and NaT, and NaN of any type (numpy's float32 and float16 NaN are no Python floats). Integers,
+    booleans and texts hold none. Vectorised: an object array is read by pandas' ``isna`` (one C loop)."""
+    a = np.asarray(values)
+    kind = a.dtype.kind
+    if kind in "fc":
+        return np.isnan(a)
+    if kind in "mM":
+        return np.isnat(a)
+    if kind == "O":
+        import pandas as pd
+
+        return np.asarray(pd.isna(a), dtype=bool).reshape(a.shape)
+    return np.zeros(a.shape, dtype=bool)
+
+
+def first_missing(values: Any) -> tuple[int, str] | None:
+    """The flat index of the first missing entry of ``values`` (:func:`missing_entries`) and the value
+    as a message shows it ("nan", "NaT", else its :func:`~embedscope.text.quoted` form: None, <NA>,
+    np.float32(nan)); ``None`` where every entry is present."""
+    a = np.asarray(values).reshape(-1)
+    miss = missing_entries(a)
+    if not miss.any():
+        return None
+    i = int(np.argmax(miss))
+    shown = "nan" if a.dtype.kind in "fc" else "NaT" if a.dtype.kind in "mM" else quoted(a[i])
+    return i, shown
+
+
 def beyond_int64(a: np.ndarray) -> bool:
     """Whether the labels ``a`` hold a value outside the int64 range: floats (1e19, 2e19: cast to int64,
     every such value becomes -2^63, one class) or uint64 from 2^63 (cast, they wrap to negative values,
@@ -148,6 +179,9 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
         else:
             out = a.astype(np.int64)
     else:
+        found = first_missing(a)  # (None, pandas' NA and NaT among objects, NaT of dates: a class of their own,
+        if found is not None:  # or no order at all; NaN among objects one class per NaN)
+            raise EmbedscopeError(f"{name} holds a missing label ({found[1]}) at row {found[0]}: every row needs its class")
         try:
             out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
         except TypeError:

@@ -67,7 +67,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.metrics.scale import unit_rows
 from embedscope.metrics.search.knn import KeySpace, cross_keys64, padded_row_order, pair_keys64, prepare, union_places
 from embedscope.text import quoted
-from embedscope.validation import as_numpy
+from embedscope.validation import as_numpy, missing_entries
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
@@ -107,30 +107,16 @@ FAR_ROW_ENTRIES = 1 << 20  # outlier queries x n float64 keys ranked per pass (_
 MAX_PERMUTATIONS = 1_000_000
 
 
-def _missing(x) -> bool:
-    """Whether the value ``x`` of an object array is a missing value: None, a NaN of any float type
-    (numpy's float32 NaN is no Python float), NaT (numpy's or pandas'), pandas' NA."""
-    if x is None:
-        return True
-    if isinstance(x, (float, np.floating)):
-        return x != x
-    if isinstance(x, (np.datetime64, np.timedelta64)):
-        return bool(np.isnat(x))
-    kind = type(x).__name__
-    return kind in ("NaTType", "NAType")  # (pandas' NaT and NA, without importing pandas)
-
-
 def _encode(values, n: int, name: str) -> np.ndarray:
     v = np.asarray(as_numpy(values))  # (a torch tensor that requires grad, or of bfloat16)
     if v.ndim != 1 or v.shape[0] != n:
         raise EmbedscopeError(f"property '{name}' has shape {v.shape}, expected ({n},) to match X")
     if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
         raise EmbedscopeError(f"property '{name}' holds NaN or inf values")
-    if v.dtype.kind in "mM" and np.any(np.isnat(v)):  # (a datetime column with gaps: NaT was one shared value)
-        raise EmbedscopeError(f"property '{name}' holds missing values (NaT)")
+    if v.dtype.kind in "mMO" and missing_entries(v).any():  # (a datetime column with gaps: NaT was one shared value)
+        what = "NaT" if v.dtype.kind in "mM" else "None, NaN, NaT or NA"
+        raise EmbedscopeError(f"property '{name}' holds missing values ({what})")
     if v.dtype.kind == "O":  # values compare as they are (1 and "1", None and "None" were equal as strings)
-        if any(_missing(x) for x in v):
-            raise EmbedscopeError(f"property '{name}' holds missing values (None, NaN, NaT or NA)")
         try:
             _, codes = np.unique(v, return_inverse=True)
         except TypeError:

@@ -30,7 +30,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import as_numpy, check_bool
+from embedscope.validation import as_numpy, check_bool, first_missing
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
@@ -362,19 +362,12 @@ def same_values(a: Any, b: Any) -> bool:
 
 
 def _check_present(values: np.ndarray, what: str) -> None:
-    """No missing value (None, NaN) among ``values``: it would become a class or an item called
-    "None" or "nan" (``embedscope import`` refuses them too). One line naming the first such row."""
-    values = values.reshape(-1)
-    if values.dtype.kind in "fc":
-        bad = np.flatnonzero(np.isnan(values))
-        if bad.size:
-            raise EmbedscopeError(f"{what}: row {int(bad[0])} is missing (nan); give every row a value")
-        return
-    if values.dtype.kind != "O":
-        return  # integers and text hold no None or NaN
-    for i, v in enumerate(values):
-        if v is None or (isinstance(v, (float, np.floating)) and v != v):
-            raise EmbedscopeError(f"{what}: row {i} is missing ({quoted(v)}); give every row a value")
+    """No missing value (None, NaN, NaT, pandas' NA) among ``values``: it would become a class or an item
+    called "None", "nan" or "<NA>", NaT a class of its own (``embedscope import`` refuses them too). One line
+    naming the first such row."""
+    found = first_missing(values)
+    if found is not None:
+        raise EmbedscopeError(f"{what}: row {found[0]} is missing ({found[1]}); give every row a value")
 
 
 def check_distinct_names(names) -> dict[str, int]:

@@ -61,8 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
-from embedscope.text import quoted
-from embedscope.validation import as_numpy, beyond_int64, check_int, joint_codes
+from embedscope.validation import as_numpy, beyond_int64, check_int, first_missing, joint_codes
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -268,19 +267,19 @@ def _labels(y, n: int, name: str) -> np.ndarray:
 def _label_values(a: np.ndarray, name: str) -> np.ndarray:
     """Labels held as objects or bytes, as the values they compare by: bytes decoded as UTF-8 (what
     h5py reads from a file: b"cat" is the name "cat"); a missing label (None, NaN of any float type,
-    pandas' NA or NaT) refused, naming its row (NaN equals nothing, itself included: sorted among other
-    values it split a class in two). Other arrays as they are."""
+    pandas' NA or NaT, NaT of a datetime64 or timedelta64 array) refused, naming its row (NaN equals
+    nothing, itself included: sorted among other values it split a class in two; NaTs were one class of
+    their own, or made two sets' labels "cannot be ordered"). Other arrays as they are."""
     if a.dtype.kind == "S":  # a text array, no missing value possible; each distinct value decoded once
         uniq, inv = np.unique(a, return_inverse=True)
         return np.char.decode(uniq, "utf-8", "surrogateescape")[inv.reshape(-1)]
+    if a.dtype.kind not in "OmM":
+        return a
+    found = first_missing(a)
+    if found is not None:
+        raise EmbedscopeError(f"{name} holds a missing label ({found[1]}) at row {found[0]}: every row needs its class")
     if a.dtype != object:
         return a
-    import pandas as pd
-
-    missing = np.asarray(pd.isna(a), dtype=bool)
-    if missing.any():
-        i = int(np.argmax(missing))
-        raise EmbedscopeError(f"{name} holds a missing label ({quoted(a[i])}) at row {i}: every row needs its class")
     if bytes in set(map(type, a)):
         out = np.empty(a.shape[0], dtype=object)
         out[:] = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in a.tolist()]

@@ -1,0 +1,83 @@
+"""Forty-first audit: labels and missing values.
+
+1. One finder of missing entries (``validation.missing_entries``) for from_arrays, the retrieval measures'
+   labels and property_precision: from_arrays took pandas' NA and NaT (numpy's too) among object labels or
+   paths as the classes or items "<NA>" and "NaT".
+2. from_arrays: numbers held as objects compared by value when some are ids beyond int64 (1 and 1.0 beside
+   2^63 were the classes "1" and "1.0"), and exactly (2^62 + 1 and 2^62 beside 1.0 were one class, as float64).
+3. datetime64 labels: NaT refused with one line naming its row, in one set and in two (one set: the NaTs were
+   a class; two: "cannot be ordered"); dates of two sets matched by their instant whatever their units (a day
+   and a second's resolution were "of different kinds"), never by the integers numpy holds them as.
+"""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embedscope.errors import EmbedscopeError
+from embedscope.metrics import retrieval_metrics
+from embedscope.store import EmbeddingSet
+
+RNG = np.random.default_rng(41)
+
+
+def _same_class_pairs(values) -> set[tuple[int, int]]:
+    """Brute force: the pairs of rows whose values are equal as Python compares them (exactly)."""
+    return {(i, j) for i, j in itertools.combinations(range(len(values)), 2) if values[i] == values[j]}
+
+
+def _pairs_of(labels) -> set[tuple[int, int]]:
+    labels = list(labels)
+    return {(i, j) for i, j in itertools.combinations(range(len(labels)), 2) if labels[i] == labels[j]}
+
+
+# ----------------------------------------------------------------------------- 1. missing entries
+def test_missing_entries_finds_every_kind_of_missing_value():
+    from embedscope.validation import first_missing, missing_entries
+
+    objs = np.array(["a", None, 1, np.nan, np.float32("nan"), np.float16("nan"), pd.NA, pd.NaT,
+                     np.datetime64("NaT"), np.timedelta64("NaT"), b"x", np.datetime64("2020-01-01"), 0.0, "nan"],
+                    dtype=object)
+    want = [False, True, False, True, True, True, True, True, True, True, False, False, False, False]
+    assert missing_entries(objs).tolist() == want
+    assert missing_entries(np.array([1.0, np.nan], dtype=np.float16)).tolist() == [False, True]
+    assert missing_entries(np.array([1.0, np.nan], dtype=np.float32)).tolist() == [False, True]
+    assert missing_entries(np.array(["2020-01-01", "NaT"], dtype="datetime64[D]")).tolist() == [False, True]
+    assert missing_entries(np.array([1, "NaT"], dtype="timedelta64[s]")).tolist() == [False, True]
+    assert missing_entries(np.array(["nan", "None"])).tolist() == [False, False]  # texts that read so are values
+    assert missing_entries(np.arange(3)).tolist() == [False] * 3
+    assert first_missing(np.array(["a", "b", pd.NA], dtype=object)) == (2, "<NA>")
+    assert first_missing(np.array(["2020-01-01", "NaT"], dtype="datetime64[D]")) == (1, "NaT")
+    assert first_missing(np.array([0.5, np.nan])) == (1, "nan")
+    assert first_missing(np.array(["a", "b"], dtype=object)) is None
+
+
+@pytest.mark.parametrize("gap", [pd.NA, pd.NaT, np.datetime64("NaT"), np.timedelta64("NaT")],
+                         ids=["pd.NA", "pd.NaT", "datetime64 NaT", "timedelta64 NaT"])
+def test_from_arrays_refuses_missing_labels_and_paths_of_every_kind(gap):
+    X = np.eye(3)
+    with pytest.raises(EmbedscopeError, match=r"^labels: row 1 is missing \(.+\); give every row a value$"):
+        EmbeddingSet.from_arrays(X, np.array(["a", gap, "b"], dtype=object))  # (before: a class "<NA>" or "NaT")
+    with pytest.raises(EmbedscopeError, match=r"^paths: row 2 is missing"):
+        EmbeddingSet.from_arrays(X, [0, 1, 0], paths=np.array(["p", "q", gap], dtype=object))
+
+
+# ----------------------------------------------------------------------------- 3. dates
+def test_nat_labels_are_refused_in_one_set_and_in_two():
+    X = RNG.normal(size=(4, 3))
+    dates = np.array(["2020-01-01", "NaT", "2020-01-02", "NaT"], dtype="datetime64[D]")
+    clean = np.array(["2020-01-01", "2020-01-02"] * 2, dtype="datetime64[D]")
+    with pytest.raises(EmbedscopeError, match=r"^labels: row 1 is missing \(NaT\); give every row a value$"):
+        EmbeddingSet.from_arrays(X, dates)  # (before: the NaTs one class)
+    with pytest.raises(EmbedscopeError, match=r"^y holds a missing label \(NaT\) at row 1: every row needs its class$"):
+        retrieval_metrics(X, dates)  # (before: the NaTs one class)
+    with pytest.raises(EmbedscopeError, match=r"^y holds a missing label \(NaT\) at row 1"):
+        retrieval_metrics(X, dates, X_ref=X, y_ref=clean)  # (before: "cannot be ordered (date)")
+    with pytest.raises(EmbedscopeError, match=r"^y_ref holds a missing label \(NaT\) at row 1"):
+        retrieval_metrics(X, clean, X_ref=X, y_ref=dates)
+    with pytest.raises(EmbedscopeError, match=r"^y holds a missing label \(NaT\) at row 1"):
+        from embedscope.metrics.neighbours import nearest_same_different
+
+        nearest_same_different(X, dates)  # (check_labels: the NaTs one class)
