@@ -64,6 +64,38 @@ def test_from_arrays_refuses_missing_labels_and_paths_of_every_kind(gap):
         EmbeddingSet.from_arrays(X, [0, 1, 0], paths=np.array(["p", "q", gap], dtype=object))
 
 
+# ----------------------------------------------------------------------------- 2. numbers beyond int64
+def test_from_arrays_numbers_beside_ids_beyond_int64_compare_by_value():
+    X = np.eye(5)
+    y = [1, 1.0, 2 ** 63, 2 ** 63 + 1, float(2 ** 63)]
+    es = EmbeddingSet.from_arrays(X, np.array(y, dtype=object))
+    assert _pairs_of(es.labels) == _same_class_pairs(y) == {(0, 1), (2, 4)}
+    # named by value, in the order of the values; an id beyond int64 by its exact integer
+    assert es.class_names.tolist() == ["1", "9223372036854775808", "9223372036854775809"]
+    assert es.labels.tolist() == [0, 0, 1, 2, 1]
+    # the task's three labels: two classes
+    es = EmbeddingSet.from_arrays(np.eye(3), np.array([1, 1.0, 2 ** 63], dtype=object))
+    assert es.labels.tolist() == [0, 0, 1] and es.class_names.tolist() == ["1", "9223372036854775808"]
+    # within int64, integers beside a float compared exactly (as float64, 2^62 + 1 was 2^62: one class)
+    y = [2 ** 62 + 1, 2 ** 62, 1.0]
+    es = EmbeddingSet.from_arrays(np.eye(3), np.array(y, dtype=object))
+    assert _pairs_of(es.labels) == _same_class_pairs(y) == set()
+    assert es.class_names.tolist() == ["1", str(2 ** 62), str(2 ** 62 + 1)]
+    with pytest.raises(EmbedscopeError, match="integer class labels"):  # (before: a class "1.5" beside 2^63)
+        EmbeddingSet.from_arrays(np.eye(2), np.array([1.5, 2 ** 63], dtype=object))
+
+
+def test_retrieval_of_two_sets_matches_mixed_numbers_by_value():
+    """The two-set path (ranks._label_values) already compared 1 == 1.0 beside 2^63: pinned here."""
+    Xq, Xr = RNG.normal(size=(6, 3)), RNG.normal(size=(6, 3))
+    yq = np.array([1, 1.0, 2 ** 63, 1, 2 ** 63, 1.0], dtype=object)
+    yr = np.array([float(2 ** 63), 1, 1.0, 2 ** 63, 1, 2 ** 63], dtype=object)
+    by_hand_q, by_hand_r = [0, 0, 1, 0, 1, 0], [1, 0, 0, 1, 0, 1]  # 1 -> 0, 2^63 -> 1
+    got = retrieval_metrics(Xq, yq, X_ref=Xr, y_ref=yr)
+    want = retrieval_metrics(Xq, np.array(by_hand_q), X_ref=Xr, y_ref=np.array(by_hand_r))
+    assert got["R@1"] == want["R@1"] and got["MAP@R"] == want["MAP@R"]
+
+
 # ----------------------------------------------------------------------------- 3. dates
 def test_nat_labels_are_refused_in_one_set_and_in_two():
     X = RNG.normal(size=(4, 3))

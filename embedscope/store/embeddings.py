@@ -19,6 +19,7 @@ import datetime as _dt
 import errno
 import io
 import json
+import math
 import os
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
@@ -114,23 +115,31 @@ class EmbeddingSet:
             if given is not None and not isinstance(given, Mapping):
                 raise EmbedscopeError(f"{what} must be a mapping (name -> value), got {type(given).__name__}")
         _check_present(y_arr, "labels")
+        big = None  # ids beyond int64 held as objects: (codes, names)
         if y_arr.dtype == object and y_arr.size and all(
                 isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
                 for v in y_arr.tolist()):
             # numbers held as objects (a pandas object column): numbers, not texts ("1.0" a class of its own
-            # beside "1", and integers looked up by name in class_names rather than indexing it); not ids
-            # beyond int64 (2^63, 1e19), which stay named by their value
-            from embedscope.validation import beyond_int64
-
-            numeric = np.array(y_arr.tolist())
-            if numeric.dtype.kind in "iuf" and not beyond_int64(numeric):
-                y_arr = numeric
+            # beside "1", and integers looked up by name in class_names rather than indexing it); ids beyond
+            # int64 (2^63, 1e19) compared by value too (1 and 1.0 beside 2^63 were the classes "1" and "1.0")
+            # and named by their value, exactly
+            values = [v.item() if isinstance(v, np.generic) else v for v in y_arr.tolist()]
+            if not all(isinstance(v, int) or (math.isfinite(v) and v == round(v)) for v in values):
+                raise EmbedscopeError("labels must be integer class labels (found non-integral or NaN values)")
+            keys = [int(v) for v in values]  # (exact: as float64, 2^62 + 1 was 2^62)
+            if all(-2 ** 63 <= k < 2 ** 63 for k in keys):
+                y_arr = np.array(keys, dtype=np.int64)
+            else:
+                big = _big_ids(values, keys)
+                y_arr = big[1][big[0]]  # each row's class name, for a lookup in class_names
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:
                 arr = np.asarray(as_numpy(given))
                 _check_present(arr if arr.dtype.kind != "U" else arr.astype(object), what)
-        if class_names is None:
+        if class_names is None and big is not None:
+            labels, names = big[0], big[1].tolist()
+        elif class_names is None:
             if y_arr.dtype.kind in "OUS":
                 y_arr = y_arr.astype(str)
             else:
@@ -368,6 +377,25 @@ def _check_present(values: np.ndarray, what: str) -> None:
     found = first_missing(values)
     if found is not None:
         raise EmbedscopeError(f"{what}: row {found[0]} is missing ({found[1]}); give every row a value")
+
+
+def _big_ids(values: list, keys: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Integral numbers ``values`` (Python ints and floats; ``keys``: each as an int), some beyond the int64
+    range, as codes 0..C-1 in the order of their values and the classes' names: equal values one class
+    (1 == 1.0, 2^63 == 2.0^63), compared exactly, as Python integers (as float64, 2^63 and 2^63 + 1 were
+    one value). A class is named by an integer of it where it holds one (exactly: "9223372036854775808"),
+    else by its float: "1" for 1.0 within int64 (as the labels 1.0 and 2.0 are named "1" and "2"),
+    "1e+19" beyond it."""
+    distinct = sorted(set(keys))
+    code = {k: i for i, k in enumerate(distinct)}
+    named: dict[int, str] = {}
+    for v, k in zip(values, keys):
+        if isinstance(v, int):
+            named[k] = str(v)
+        elif k not in named:
+            named[k] = str(k) if -2 ** 63 <= k < 2 ** 63 else str(v)
+    return (np.array([code[k] for k in keys], dtype=np.int64),
+            np.array([named[k] for k in distinct], dtype=object))
 
 
 def check_distinct_names(names) -> dict[str, int]:
