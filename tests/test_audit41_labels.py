@@ -113,3 +113,30 @@ def test_nat_labels_are_refused_in_one_set_and_in_two():
         from embedscope.metrics.neighbours import nearest_same_different
 
         nearest_same_different(X, dates)  # (check_labels: the NaTs one class)
+
+
+def test_dates_are_classes_by_their_instant_in_one_set_and_in_two():
+    Xq, Xr = RNG.normal(size=(6, 3)), RNG.normal(size=(6, 3))
+    days = ["2020-01-01", "2020-01-02", "2020-01-01", "2020-01-03", "2020-01-02", "2020-01-01"]
+    yq = np.array(days, dtype="datetime64[D]")
+    yr = np.array([d + "T00:00:00" for d in days[::-1]], dtype="datetime64[s]")  # the same instants, in seconds
+    by_hand_q = [int(d[-1]) for d in days]  # 2020-01-0k -> k
+    by_hand_r = by_hand_q[::-1]
+    got = retrieval_metrics(Xq, yq, X_ref=Xr, y_ref=yr)  # (before: "of different kinds (date vs datetime)")
+    want = retrieval_metrics(Xq, np.array(by_hand_q), X_ref=Xr, y_ref=np.array(by_hand_r))
+    assert got["R@1"] == want["R@1"] and got["MAP@R"] == want["MAP@R"]
+    stamps = pd.Series(pd.to_datetime(days[::-1])).astype(object).to_numpy()  # pandas' Timestamps, as objects
+    got = retrieval_metrics(Xq, yq.astype("datetime64[ns]"), X_ref=Xr, y_ref=stamps)  # (before: ns as integers)
+    assert got["R@1"] == want["R@1"] and got["MAP@R"] == want["MAP@R"]
+    one = retrieval_metrics(Xq, yq)
+    assert one["R@1"] == retrieval_metrics(Xq, np.array(by_hand_q))["R@1"]
+    es = EmbeddingSet.from_arrays(Xq, yq)
+    assert _pairs_of(es.labels) == _pairs_of(by_hand_q)
+    assert es.class_names.tolist() == ["2020-01-01", "2020-01-02", "2020-01-03"]  # (before: "0", "1", "2")
+
+
+def test_dates_are_never_matched_with_numbers():
+    X = RNG.normal(size=(4, 3))
+    ns = np.array([1, 2, 1, 2], dtype="datetime64[ns]")  # as objects: the integers 1 and 2
+    with pytest.raises(EmbedscopeError, match=r"of different kinds \(dates vs numbers\)"):
+        retrieval_metrics(X, ns, X_ref=X, y_ref=np.array([1, 2, 1, 2]))  # (before: 1 ns matched the label 1)

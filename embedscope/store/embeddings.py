@@ -139,6 +139,9 @@ class EmbeddingSet:
                 _check_present(arr if arr.dtype.kind != "U" else arr.astype(object), what)
         if class_names is None and big is not None:
             labels, names = big[0], big[1].tolist()
+        elif class_names is None and y_arr.dtype.kind in "mM":  # dates or durations: named by their value
+            values, codes = np.unique(y_arr, return_inverse=True)  # (NaT refused above: _check_present)
+            labels, names = codes.reshape(-1).astype(np.int64), [str(v) for v in values]
         elif class_names is None:
             if y_arr.dtype.kind in "OUS":
                 y_arr = y_arr.astype(str)

@@ -307,6 +307,14 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         both = np.concatenate([_label_values(a, "y"), _label_values(b, "y_ref")])
         enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
+    elif a.dtype.kind in "mM" or b.dtype.kind in "mM":  # dates or durations: by their instant, units reconciled
+        kind = a.dtype.kind if a.dtype.kind in "mM" else b.dtype.kind  # (as objects, datetime64[D] was dates and
+        ta, tb = _as_times(a, kind), _as_times(b, kind)  # [s] datetimes, never equal, [ns] integers: 1 matched 1 ns)
+        if ta is None or tb is None:
+            raise EmbedscopeError(f"y and y_ref hold labels of different kinds ({_kinds(a)} vs {_kinds(b)}): give both "
+                                  "sets the same kind of class labels (integers or names)")
+        enc = np.unique(np.concatenate([ta, tb]), return_inverse=True)[1].reshape(-1).astype(np.int64)
+        ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
     else:
         # labels held as objects (a pandas column) or bytes, bools, or one set's numbers and the other's texts:
         # encoded jointly by value, as one set's own labels are (0.0 == 0, True == 1, b"cat" == "cat"). By their
@@ -323,10 +331,30 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
 
 
+def _as_times(a: np.ndarray, kind: str) -> np.ndarray | None:
+    """Labels ``a`` as a numpy array of ``kind`` ("M": datetime64, "m": timedelta64): as they are if they are
+    one; objects all dates (durations) that numpy holds exactly, converted; else ``None`` (another kind)."""
+    if a.dtype.kind == kind:
+        return a
+    if a.dtype != object or not a.size:
+        return None
+    import datetime
+
+    typ = (datetime.date, np.datetime64) if kind == "M" else (datetime.timedelta, np.timedelta64)
+    vals = a.tolist()
+    if not all(isinstance(v, typ) and getattr(v, "tzinfo", None) is None and not getattr(v, "nanosecond", 0)
+               and not getattr(v, "nanoseconds", 0) for v in vals):  # (pandas' nanoseconds: numpy's would drop them)
+        return None
+    return np.array(vals, dtype=f"{kind}8")
+
+
 def _kinds(a: np.ndarray) -> str:
-    """What the labels ``a`` hold, in words: "numbers", "texts", another type's name, or several."""
+    """What the labels ``a`` hold, in words: "numbers", "texts", "dates", "durations", another type's name,
+    or several."""
     import numbers
 
+    if a.dtype.kind in "mM":  # (as a list: dates, datetimes or integers, by the unit)
+        return "dates" if a.dtype.kind == "M" else "durations"
     vals = a.tolist() if a.dtype == object else a[:1].tolist()
     kinds = {"texts" if isinstance(v, (str, bytes)) else "numbers" if isinstance(v, numbers.Number)
              else type(v).__name__ for v in vals}
