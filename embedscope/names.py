@@ -56,3 +56,9 @@ def class_name_ranks(labels, class_names):
     rank = np.empty(len(names), dtype=np.int64)
     rank[order] = np.arange(len(names))
     return rank[np.asarray(labels, dtype=np.int64)] if len(names) else np.zeros(len(labels), dtype=np.int64)
+
+
+#: the figures a study draws, largest first (file names in its figures/ folder): the names of
+#: :data:`embedscope.viz.study.FIGURES`, which takes them from here; the command line
+#: (:func:`embedscope.study.run.stale_figures`) reads them without importing matplotlib
+STUDY_FIGURES: tuple[str, ...] = ("fig5_structure_vs_target", "fig4_metric_correlations", "ranking_by_tau")

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from embedscope import names
 from embedscope.device import available_cpus
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.fileio import file_stat
@@ -1681,8 +1682,9 @@ def _start_figures(stats: dict[str, Any], fig_dir: Path, *, client=None):
     return finish
 
 
-#: the figures a study draws (embedscope.viz.study.FIGURES' names, without importing matplotlib)
-STUDY_FIGURES = ("fig5_structure_vs_target", "fig4_metric_correlations", "ranking_by_tau")
+#: the figures a study draws (:data:`embedscope.names.STUDY_FIGURES`, the names of
+#: :data:`embedscope.viz.study.FIGURES`), read without importing matplotlib
+STUDY_FIGURES = names.STUDY_FIGURES
 
 
 def stale_figures(fig_dir: Path, drawn) -> list[str]:

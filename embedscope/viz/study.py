@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from embedscope.names import STUDY_FIGURES
 from embedscope.viz.style import (
     LEGEND_CHARS,
     TICK_CHARS,
@@ -348,8 +349,9 @@ def ranking_chart(stats: dict[str, Any], *, title: str | None = None):
     return fig
 
 
-#: the figures of a study, largest first: (file name, drawing function)
-FIGURES = (("fig5_structure_vs_target", fig5), ("fig4_metric_correlations", fig4), ("ranking_by_tau", ranking_chart))
+#: the figures of a study, largest first: (file name, drawing function). The names are
+#: :data:`embedscope.names.STUDY_FIGURES` (one list, which the command line reads without matplotlib)
+FIGURES = tuple(zip(STUDY_FIGURES, (fig5, fig4, ranking_chart), strict=True))
 
 
 def figure_names(stats: dict[str, Any]) -> list[str]:
