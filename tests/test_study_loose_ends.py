@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
+
+from embedscope.study.stats import study_notes, study_statistics
 
 
 def _rows(datasets=("digits",), losses=("margin", "triplet", "contrastive"), seeds=(0, 1), seed=0):
@@ -46,5 +49,22 @@ def test_the_figure_names_are_one_list_and_the_command_line_imports_no_matplotli
     import embedscope.viz.study as viz
 
     assert '"fig5_structure_vs_target"' not in inspect.getsource(viz)
+
+
+# ------------------------------------------------------------------------------- measured data sets
+def test_study_statistics_takes_the_data_sets_the_runs_were_measured_on():
+    rows = _rows(("cub200", "cars196"))
+    trained = study_statistics(pd.DataFrame(rows), n_boot=0, splits=SPLITS)
+    assert trained["datasets"] == ["cars196", "cub200"]
+    assert any("2 data sets" in line for line in study_notes(trained))
+    # study --dataset cub200: every run measured on CUB (before: study_statistics took no such argument,
+    # and finish_study replaced what it computed)
+    one = study_statistics(pd.DataFrame(rows), n_boot=0, splits=SPLITS,
+                           measured={r["id"]: "cub200" for r in rows})
+    assert one["datasets"] == ["cub200"] and not any("data sets" in line for line in study_notes(one))
+    # a run left out by --exclude is not counted; a row that does not say (None) counts as trained
+    part = study_statistics(pd.DataFrame(rows), n_boot=0, splits=SPLITS, exclude=["dataset==cars196"],
+                            measured={r["id"]: (None if r["dataset"] == "cub200" else "shapes") for r in rows})
+    assert part["datasets"] == ["cub200"]
 
 

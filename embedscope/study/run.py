@@ -1715,16 +1715,12 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     # a checkpoint path with an undecodable byte (a lone surrogate) cannot enter an Arrow string column
     df = pd.DataFrame([{k: escape_undecodable(v) if isinstance(v, str) else v for k, v in r.items()
                         if k not in (STAT_KEY, DATA_KEY)} for r in rows])
-    stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits)
+    # the data sets the rows were *measured* on (the dataset column is the one each was trained on: with
+    # --dataset every run is measured on one, and their targets compare)
+    measured = {r.get("id"): _measured_on(r) for r in rows}
+    stats = study_statistics(df, target=target, exclude=exclude, n_boot=n_boot, seed=seed, splits=splits,
+                             measured=measured)
     df = stats.pop("_runs")
-    # the data sets the runs in the statistics were *measured* on (the dataset column is the one each was
-    # trained on: with --dataset every run is measured on one, and their targets compare)
-    measured = {r.get("id"): (r.get(DATA_KEY) or [None])[0] for r in rows}
-    if {"primary", "excluded", "id"} <= set(df.columns):
-        used = df[df["primary"].astype(bool) & ~df["excluded"].astype(bool)]
-        trained = used["dataset"] if "dataset" in used.columns else [None] * len(used)
-        stats["datasets"] = sorted({str(measured.get(i) or d) for i, d in zip(used["id"], trained)
-                                    if isinstance(measured.get(i) or d, str)})
     draw = None
     if figures and stats["n_points"]["objectives"] >= 2:
         from embedscope.viz.study import figure_names
@@ -1768,6 +1764,13 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     stats["rows_sha256"] = _rows_hash(rows)
     write_json(out_dir / "correlations.json", stats, force=True)
     return {"stats": stats, "paths": paths}
+
+
+def _measured_on(row: dict[str, Any]) -> str | None:
+    """The data set a row was measured on (its :data:`DATA_KEY`), None when it does not say (a failed
+    row, a row of an earlier version)."""
+    d = row.get(DATA_KEY)
+    return d[0] if isinstance(d, list) and d and isinstance(d[0], str) and d[0] else None
 
 
 def _rows_hash(rows) -> str:

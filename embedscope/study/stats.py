@@ -512,13 +512,16 @@ def _objectives(df, use: np.ndarray) -> tuple[list[str], list[str]]:
 
 
 def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000, seed: int = 1234,
-                     splits: dict[str, str] | None = None) -> dict[str, Any]:
+                     splits: dict[str, str] | None = None, measured: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every statistic of a study table (one row per checkpoint) -> a JSON-able dict (+ ``_runs``).
 
     ``splits`` maps measure names to their split (the registry's); the measures are the columns of
-    ``df`` named there. Rows with ``status != "ok"``, untrained reference rows, companion final-epoch
-    rows (when the study selected best epochs) and rows matching ``exclude`` take no part in the
-    correlations. ``_runs`` is ``df`` with the added columns ``objective``, ``primary``, ``excluded``,
+    ``df`` named there. ``measured`` maps a row's ``id`` to the data set it was measured on (a study
+    with ``--dataset`` measures every run on that one); a row not in it (or without one) counts as
+    measured on the data set it was trained on (its ``dataset`` column): ``datasets`` lists them.
+    Rows with ``status != "ok"``, untrained reference rows, companion final-epoch rows (when the
+    study selected best epochs) and rows matching ``exclude`` take no part in the correlations.
+    ``_runs`` is ``df`` with the added columns ``objective``, ``primary``, ``excluded``,
     ``untrained_target`` and ``beats_untrained``.
     """
     df = df.copy()
@@ -749,7 +752,7 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         "measures": measures,
         "identical_to_target": identical,
         # the data sets of the runs in the statistics, when more than one: their targets do not compare
-        "datasets": sorted({str(v) for v in P["dataset"] if _given(v)}) if "dataset" in P.columns else [],
+        "datasets": _measured_datasets(P, measured),
         "correlations": corr_rows,
         "granulated": gran,
         "ranking": ranking,
@@ -773,6 +776,19 @@ def study_statistics(df, *, target: str = "R@1", exclude=(), n_boot: int = 1000,
         "metric_matrix": {"names": mnames, "pearson": mat.tolist()},
         "_runs": df,
     }
+
+
+def _measured_datasets(P, measured: dict[str, Any] | None) -> list[str]:
+    """The data sets the runs ``P`` were measured on (``measured``: by id), else trained on (``dataset``)."""
+    measured = measured or {}
+    trained = P["dataset"] if "dataset" in P.columns else [None] * len(P)
+    sets = set()
+    for i, d in zip(P["id"], trained):
+        m = measured.get(i)
+        v = m if _given(m) else d
+        if _given(v):
+            sets.add(str(v))
+    return sorted(sets)
 
 
 #: the key of a study row holding {measure: why it is NaN} (row JSON only; runs.csv has the text column
