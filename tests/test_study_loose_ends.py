@@ -3,6 +3,7 @@ says it pins behaviour kept)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -66,5 +67,23 @@ def test_study_statistics_takes_the_data_sets_the_runs_were_measured_on():
     part = study_statistics(pd.DataFrame(rows), n_boot=0, splits=SPLITS, exclude=["dataset==cars196"],
                             measured={r["id"]: (None if r["dataset"] == "cub200" else "shapes") for r in rows})
     assert part["datasets"] == ["cub200"]
+
+
+# ------------------------------------------------------------------------ the report's stale figures
+def test_the_report_names_the_figures_of_an_earlier_run(tmp_path):
+    from embedscope.study.report import build_report
+    from embedscope.study.run import STUDY_FIGURES, finish_study
+
+    d = tmp_path / "study"
+    d.mkdir()
+    finish_study(d, _rows(), n_boot=0, seed=1, figures=True)
+    finish_study(d, _rows(seed=1), n_boot=0, seed=1, figures=False)  # the same study again, --no-figures
+    (d / "study.json").write_text(json.dumps({"settings": {"source": "runs/", "epoch": "best", "metric": "cosine",
+                                                           "seed": 1, "device": "cpu"}, "versions": {}}))
+    page = build_report(d)
+    assert "<img" not in page  # (left out, as before)
+    # (before: not named at all)
+    assert f"figures/ also holds {STUDY_FIGURES[0]}.png, {STUDY_FIGURES[0]}.pdf" in page
+    assert "not drawn from these statistics" in page
 
 

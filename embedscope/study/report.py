@@ -620,16 +620,26 @@ def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
             why = ("missing" if not p.exists() and not p.is_symlink() else "a folder, not a file" if p.is_dir() else
                    e.strerror if isinstance(e, OSError) and e.strerror else str(e) or "cannot be read")
             missing.append(f"figures/{k}.png ({c.split(':')[0]}): {why}")
+    stale = []
+    if isinstance(stats.get("figures"), list):  # (a study of an earlier version: the files on disk are its own)
+        from embedscope.study.run import stale_figures
+
+        stale = stale_figures(fig_dir, drawn)
+    # figures of an earlier run of the study (--no-figures now, or fewer objectives): named, not shown
+    old = ([f'<p class="note">Not shown: figures/ also holds {_e(", ".join(stale))} of an earlier run of this '
+            "study, not drawn from these statistics.</p>"] if stale else [])
     if not out and not missing:
         why = no_figures_reason(stats.get("n_points")) if isinstance(stats.get("figures"), list) else None
-        return ["<h2>Figures</h2>", f'<p class="note">No figures: {_e(why)}.</p>'] if why else []
+        if not why and not old:
+            return []
+        return ["<h2>Figures</h2>"] + ([f'<p class="note">No figures: {_e(why)}.</p>'] if why else []) + old
     parts = ["<h2>Figures</h2>"]
     if missing:
         parts.append('<p class="warn">Not shown, drawn by the study but not readable now: '
                      + _e("; ".join(missing)) + ". Run the same 'embedscope study' command again to draw "
                      "the figures again (nothing is measured again).</p>")
     return parts + out + ['<p class="note">The same figures as PNG and PDF: <code>figures/</code> in the study '
-                          "folder.</p>"]
+                          "folder.</p>"] + old
 
 
 _INTS = ("epoch", "seed")

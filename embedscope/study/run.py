@@ -1690,7 +1690,7 @@ STUDY_FIGURES = names.STUDY_FIGURES
 def stale_figures(fig_dir: Path, drawn) -> list[str]:
     """The study figures in ``fig_dir`` (PNG or PDF) that these statistics did not draw (``drawn``): an
     earlier run's (``--no-figures``, or fewer objectives now). They are kept (an output already written
-    is not deleted); the command line and the report say they are not of these statistics."""
+    is not deleted); the command line and the report name them as not of these statistics."""
     return [f"{name}.{ext}" for name in STUDY_FIGURES if name not in drawn for ext in ("png", "pdf")
             if (fig_dir / f"{name}.{ext}").is_file()]
 
