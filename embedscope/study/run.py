@@ -1385,12 +1385,7 @@ class _ClusterBox:
             try:
                 client.close()
             except BaseException:
-                # the client stays "closing", and its __del__ at exit closed it again on a stopped event loop:
-                # 60 s, then "timed out" (seen in 2 of 15 Ctrl-C's of a study on worker threads); and the
-                # cluster below was never closed, its log lines loud again at exit
-                with contextlib.suppress(Exception):
-                    client.status = "closed"
-                    client._loop_runner.stop()
+                _mark_client_closed(client)
                 raise
 
         def close_cluster() -> None:
@@ -1406,6 +1401,23 @@ class _ClusterBox:
             loud()
         if stop is not None:
             raise stop
+
+
+def _mark_client_closed(client) -> None:
+    """After a failed ``client.close()``: mark the client closed and stop its event-loop runner, so that
+    its ``__del__`` at exit does not close it again. Left "closing", it closed itself again on a stopped
+    event loop at exit: 60 s, then "timed out" (seen in 2 of 15 Ctrl-C's of a study on worker threads).
+
+    Both are private to distributed (``Client.status``, ``Client._loop_runner``): each is used only
+    where the client has it, and on its own (a version without one still gets the other), never
+    raising; a version without either is left as it is (at worst the wait at exit again)."""
+    if hasattr(client, "status"):
+        with contextlib.suppress(Exception):
+            client.status = "closed"
+    stop = getattr(getattr(client, "_loop_runner", None), "stop", None)
+    if callable(stop):
+        with contextlib.suppress(Exception):
+            stop()
 
 
 def _stop_workers(cluster, timeout: float = 0.5) -> None:
