@@ -164,3 +164,56 @@ def test_the_private_attributes_of_a_client_are_each_used_only_where_they_are():
     assert cluster.closed and loud == [True]
 
 
+# ------------------------------------------------------------------------------------ Ctrl-C's rows
+def test_a_task_stopped_by_ctrl_c_in_a_worker_thread_is_not_an_error_row(monkeypatch):
+    import signal
+    import threading
+
+    import embedscope.study.run as run_mod
+    from embedscope import progress
+
+    def embed_cached(*a, **k):  # a progress step of the embedding, in the worker thread
+        progress.check_signals()
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(run_mod, "embed_cached", embed_cached)
+    task = {"id": "a@best", "run": "a", "selection": "best", "epoch": 1, "checkpoint": "/nowhere/a.pt",
+            "untrained": None, "config": {"dataset": "digits"}}
+    got = []
+    progress.note_signal(signal.SIGINT)
+    try:
+        t = threading.Thread(target=lambda: got.append(run_mod.measure_entry(task, {"cache_dir": "/nowhere"})))
+        t.start()
+        t.join()
+    finally:
+        progress.clear_signals()
+    assert got[0]["status"] == run_mod.STOPPED  # (before: "error", "stopped by Ctrl-C before this work was done")
+
+
+def test_a_study_stopped_by_ctrl_c_writes_no_error_row_for_it(two_checkpoints, tmp_path, monkeypatch):
+    import signal
+    import threading
+
+    import embedscope.study.run as run_mod
+    from embedscope import progress
+
+    real = run_mod.measure_entry
+
+    def measure_entry(task, settings):  # the Ctrl-C arrives while a worker thread measures the first row
+        progress.note_signal(signal.SIGINT)
+        out = []
+        t = threading.Thread(target=lambda: out.append(real(task, settings)))
+        t.start()
+        t.join()
+        return out[0]
+
+    monkeypatch.setattr(run_mod, "measure_entry", measure_entry)
+    d = tmp_path / "study"
+    try:
+        with pytest.raises(KeyboardInterrupt):  # (before: an error row per checkpoint, and the study went on)
+            run_mod.run_study(str(two_checkpoints / "*.pt"), d, workers=0, cache_dir=tmp_path / "cache", n_boot=0,
+                              measures=["R@1", "rho"], figures=False, progress=False, echo=lambda s: None)
+    finally:
+        progress.clear_signals()
+    assert list((d / "rows").glob("*.json")) == []
+    assert not (d / "runs.csv").exists()

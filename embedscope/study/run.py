@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from embedscope import names
 from embedscope.device import available_cpus
-from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.errors import EmbedscopeError, Interrupted, UsageError
 from embedscope.fileio import file_stat
 from embedscope.text import quoted
 
@@ -311,7 +311,9 @@ def _entry_columns(entry) -> dict[str, Any]:
 def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Embed one entry's checkpoint (cached) and take every registry measure on its split -> a row.
 
-    Never raises: a failure gives a row with ``status = "error"`` and the one-line ``error``.
+    Never raises: a failure gives a row with ``status = "error"`` and the one-line ``error``; a task
+    stopped by a signal in a worker thread (Ctrl-C: :class:`~embedscope.errors.Interrupted`) a row with
+    ``status =`` :data:`STOPPED`, which the study never writes (:func:`_stop_if_signalled`).
     """
     from embedscope.study.measures import registry
     from embedscope.study.plan import config_columns
@@ -379,12 +381,28 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
                     UNDEFINED_KEY: why})
         # a value that is not a finite number is a missing one (NaN; JSON null), with its reason in `undefined`
         row.update({k: _finite(v) for k, v in vals.items()})
+    except Interrupted as e:  # a signal (Ctrl-C) seen in a worker thread: the study stops, this is no failure
+        row.update(status=STOPPED, error=str(e), **{STOPPED_KEY: e.signum})
     except Exception as e:  # noqa: BLE001 - the row reports it, the study goes on
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if not isinstance(e, EmbedscopeError):
             msg = f"{e.__class__.__name__}: {msg}"
         row.update(status="error", error=msg[:300])
     return row
+
+
+def _stop_if_signalled(row: dict[str, Any]) -> None:
+    """Stop the study (in the main thread) instead of keeping a row that failed while it was being
+    stopped: a worker thread's task ended by Ctrl-C (:data:`STOPPED`), or any task that failed once a
+    signal arrived. Such a row would be written as an error (``ERROR stopped by Ctrl-C ...``) before
+    the main thread stopped: no result, and not one of runs.csv; the same command measures it."""
+    from embedscope import progress
+
+    progress.check_signals()  # a signal the command line received: raised again here (the main thread)
+    if row.get("status") == STOPPED:  # (no signal recorded: raised as what stopped the task)
+        import signal
+
+        raise Interrupted(int(row.get(STOPPED_KEY) or signal.SIGINT))
 
 
 def _finite(v) -> float:
@@ -522,6 +540,10 @@ def _settings_of(source, epoch, dataset, root, metric, seed, device, measures=No
 STAT_KEY = "_checkpoint_stat"  # [size, mtime_ns] of the checkpoint a row measured (not a runs.csv column)
 DATA_KEY = "_data"  # [dataset, root, train_classes, data_fingerprint] a row measured (not a runs.csv column)
 CACHE_ERROR_KEY = "_cache_error"  # why a row's embedding could not be written to the cache (said, never stored)
+#: the status of a row whose task was stopped by a signal (Ctrl-C) in a worker thread: never written (the
+#: study stops; the same command measures it), nor an error
+STOPPED = "stopped"
+STOPPED_KEY = "_stopped_by"  # the signal's number in a STOPPED row (never stored)
 
 
 def _unchanged(row: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
@@ -1193,6 +1215,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     def keep(row: dict[str, Any]) -> None:
         from embedscope.tables import write_json
 
+        if row.get("status") != "ok":
+            _stop_if_signalled(row)  # a row that failed because the study is stopping is no result
         why = row.pop(CACHE_ERROR_KEY, None)
         if why:
             unkept.append(str(why))
