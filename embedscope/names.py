@@ -62,3 +62,14 @@ def class_name_ranks(labels, class_names):
 #: :data:`embedscope.viz.study.FIGURES`, which takes them from here; the command line
 #: (:func:`embedscope.study.run.stale_figures`) reads them without importing matplotlib
 STUDY_FIGURES: tuple[str, ...] = ("fig5_structure_vs_target", "fig4_metric_correlations", "ranking_by_tau")
+
+
+def bn_affine_frozen(config: dict) -> bool:
+    """Whether a run of ``config`` keeps the scale and shift (γ, β) of its frozen BatchNorm fixed
+    (:class:`embedscope.models.backbones.EmbeddingModel`'s
+    ``freeze_bn_affine``): the config's ``freeze_bn_affine`` where it has one;
+    a config saved before the key existed trained with them fixed whenever BatchNorm was frozen
+    (``frozen_bn``), so it reads as that."""
+    if "freeze_bn_affine" in config and config["freeze_bn_affine"] is not None:
+        return bool(config["freeze_bn_affine"])
+    return bool(config.get("frozen_bn", False))

@@ -217,3 +217,87 @@ def test_a_study_stopped_by_ctrl_c_writes_no_error_row_for_it(two_checkpoints, t
         progress.clear_signals()
     assert list((d / "rows").glob("*.json")) == []
     assert not (d / "runs.csv").exists()
+
+
+# ------------------------------------------------------------------- checkpoint configs read once
+def test_a_plan_reads_a_checkpoint_config_again_only_when_its_file_changed(tmp_path, monkeypatch):
+    import os
+
+    from conftest import save_digits_checkpoint
+
+    import embedscope.study.plan as plan
+
+    d = tmp_path / "ck"
+    d.mkdir()
+    for seed in (1, 2):
+        save_digits_checkpoint(d / f"net{seed}.pt", seed=seed)
+    reads, builds = [], []
+    real_read, real_build = plan._read_config, plan.build_untrained
+    monkeypatch.setattr(plan, "_read_config", lambda p: reads.append(p.name) or real_read(p))
+    monkeypatch.setattr(plan, "build_untrained", lambda *a: builds.append(a[1].name) or real_build(*a))
+    known: dict = {}
+    src, out, udir = str(d / "*.pt"), tmp_path / "study", tmp_path / "untrained"
+    first = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    assert sorted(reads) == ["net1.pt", "net2.pt"] and len(builds) == 1  # (one untrained network: seed 0)
+    known = json.loads(json.dumps(known))  # (as the study folder keeps it)
+    reads.clear(), builds.clear()
+    again = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    assert again == first and reads == [] and builds == []  # nothing loaded (before: every file, with torch)
+    # net2.pt written over in place with another config of the same size, its modification time put
+    # back (same inode, size and mtime: only its ctime tells): read again, its new config taken
+    import torch
+
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(2)
+    cfg = default_config("digits_cnn", embed_dim=8)
+    save_checkpoint(tmp_path / "other.pt", build_model(cfg), {**cfg, "loss": "xxxxxxxx"})
+    st = os.stat(d / "net2.pt")
+    new = (tmp_path / "other.pt").read_bytes()
+    assert len(new) == st.st_size
+    with open(d / "net2.pt", "r+b") as f:
+        f.write(new)
+    os.utime(d / "net2.pt", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(d / "net2.pt").st_ino == st.st_ino
+    after = {e.run: e for e in plan.plan_study(src, out, untrained_dir=udir, known=known)}
+    assert reads == ["net2.pt"]
+    assert after["net2"].config["loss"] == "xxxxxxxx" and after["net1"].config.get("loss") != "xxxxxxxx"
+    # an untrained network deleted since: built again
+    reads.clear(), builds.clear()
+    for f in udir.glob("*.pt"):
+        f.unlink()
+    plan.plan_study(src, out, untrained_dir=udir, known=known)
+    assert reads == [] and len(builds) == 1
+
+
+def test_what_a_plan_keeps_of_extra_selects_the_same_epoch():
+    from embedscope.study.plan import _epoch_of, _slim_extra
+
+    for extra in ({}, {"epoch": 3}, {"epoch": 3, "metrics": {"best": {"epoch": 2, "R@1": 0.5}, "last": {}}},
+                  {"epoch": 3, "metrics": {"best": {}}}, {"epoch": 3, "metrics": {"best": {"epoch": None}}},
+                  {"epoch": 4, "metrics": {}, "weights_sha256": "ab", "history": [1, 2]}):
+        slim = _slim_extra(extra)
+        assert slim is not None and json.loads(json.dumps(slim)) == slim
+        for sel in ("best", "final", "epoch"):
+            assert _epoch_of(slim, sel) == _epoch_of(extra, sel)
+        assert slim.get("weights_sha256") == extra.get("weights_sha256")
+    assert _slim_extra({"metrics": [1]}) is None
+
+
+def test_a_study_run_again_with_nothing_to_measure_imports_no_torch(two_checkpoints, tmp_path):
+    code = ("import sys\n"
+            "from embedscope.study.run import run_study\n"
+            f"res = run_study({str(two_checkpoints / '*.pt')!r}, {str(tmp_path / 'st')!r}, workers=0, "
+            f"cache_dir={str(tmp_path / 'cache')!r}, n_boot=0, measures=['R@1', 'rho'], figures=False, "
+            "progress=False, echo=lambda s: None)\n"
+            "print(len(res['rows']), len(res['computed']), 'torch' in sys.modules)\n")
+    run = [sys.executable, "-c", code]
+    first = subprocess.run(run, capture_output=True, text=True, check=True).stdout.split()
+    assert first == ["3", "3", "True"]  # (two checkpoints and their untrained network)
+    again = subprocess.run(run, capture_output=True, text=True, check=True).stdout.split()
+    assert again == ["3", "0", "False"]  # (before: True, ~2 s of a 3 s run importing torch to read configs)
+    assert (tmp_path / "st" / "checkpoint_configs.json").is_file()
+    meta = json.loads((tmp_path / "st" / "study.json").read_text())
+    import torch
+
+    assert meta["versions"]["torch"] == str(torch.__version__)  # (read without importing it)

@@ -32,6 +32,7 @@ from torch import nn
 
 from embedscope import names
 from embedscope.errors import EmbedscopeError
+from embedscope.names import bn_affine_frozen  # (torch-free, there: a study's plan reads it)
 from embedscope.text import quoted
 
 ARCHS = names.ARCHS
@@ -396,16 +397,6 @@ def _int_field(config: dict[str, Any], key: str, default: Any, minimum: int = 1)
     if not f.is_integer() or f < minimum:
         raise EmbedscopeError(f"checkpoint config: '{key}' must be an integer >= {minimum}, got {quoted(v)}")
     return int(f)
-
-
-def bn_affine_frozen(config: dict[str, Any]) -> bool:
-    """Whether a run of ``config`` keeps the scale and shift (γ, β) of its frozen BatchNorm fixed
-    (:class:`EmbeddingModel`'s ``freeze_bn_affine``): the config's ``freeze_bn_affine`` where it has one;
-    a config saved before the key existed trained with them fixed whenever BatchNorm was frozen
-    (``frozen_bn``), so it reads as that."""
-    if "freeze_bn_affine" in config and config["freeze_bn_affine"] is not None:
-        return bool(config["freeze_bn_affine"])
-    return bool(config.get("frozen_bn", False))
 
 
 def build_model(config: dict[str, Any]) -> EmbeddingModel:

@@ -65,8 +65,8 @@ def config_columns(config: dict[str, Any]) -> dict[str, Any]:
     is one cell of runs.csv / runs.parquet and compares equal between runs with the same parameters.
     ``root`` (the folder the run was trained on, recorded by ``train --root``) is made absolute
     against the working folder, as the study reads it (:func:`root_of`); ``freeze_bn_affine`` is what the
-    run trained with (:func:`~embedscope.models.backbones.bn_affine_frozen`)."""
-    from embedscope.models.backbones import bn_affine_frozen
+    run trained with (:func:`~embedscope.names.bn_affine_frozen`, torch-free)."""
+    from embedscope.names import bn_affine_frozen
 
     out: dict[str, Any] = {}
     for c in CONFIG_COLUMNS:
@@ -101,6 +101,79 @@ def _read_config(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if "state_dict" not in obj:
         raise EmbedscopeError(f"{path}: no 'state_dict' in the checkpoint")
     return dict(obj.get("config") or {}), dict(obj.get("extra") or {})
+
+
+#: a study folder's record of the checkpoint configs it read (:func:`plan_study`'s ``known``)
+CONFIGS_FILE = "checkpoint_configs.json"
+
+
+def file_fingerprint(path: str | os.PathLike) -> list[int] | None:
+    """``[size, mtime_ns, ctime_ns, inode, device]`` of a file (None when it cannot be stat'ed): a file
+    replaced (a new inode), rewritten (its times) or copied over keeps none of them all."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino), int(st.st_dev)]
+
+
+def _exact_json(v: Any) -> bool:
+    """Whether ``v`` reads back from JSON as it is (no tuple made a list, no key made a string, no NaN)."""
+    try:
+        return json.loads(json.dumps(v, allow_nan=False)) == v
+    except (TypeError, ValueError):
+        return False
+
+
+def _slim_extra(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """What a plan reads of a checkpoint's ``extra`` (:func:`_epoch_of`, ``weights_sha256``), in a form
+    that gives the same answers; None when it cannot be kept so."""
+    out = {k: extra[k] for k in ("epoch", "weights_sha256") if k in extra}
+    metrics = extra.get("metrics")
+    if metrics:
+        if not isinstance(metrics, dict):
+            return None
+        best = metrics.get("best")
+        if best:
+            if not isinstance(best, dict):
+                return None
+            out["metrics"] = {"best": {"epoch": best.get("epoch")}}
+    return out
+
+
+def _copy(v: Any) -> Any:
+    return json.loads(json.dumps(v))
+
+
+def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`_read_config`, from ``known`` when it holds the file with the same :func:`file_fingerprint`
+    (reading a checkpoint imports torch: ~2 s of a study run again with nothing to measure); a file
+    read is recorded there (when its config reads back from JSON as it is and it did not change while
+    read). ``known``: None reads every file."""
+    if known is None:
+        return _read_config(path)
+    key = os.path.abspath(path)
+    before = file_fingerprint(path)
+    hit = known.get(key)
+    if (before is not None and isinstance(hit, dict) and hit.get("stat") == before
+            and isinstance(hit.get("config"), dict) and isinstance(hit.get("extra"), dict)):
+        return _copy(hit["config"]), _copy(hit["extra"])
+    known.pop(key, None)
+    cfg, extra = _read_config(path)
+    slim = _slim_extra(extra)
+    if (before is not None and slim is not None and file_fingerprint(path) == before and _exact_json(cfg)
+            and _exact_json(slim)):
+        known[key] = {"stat": before, "config": _copy(cfg), "extra": slim}
+    return cfg, extra
+
+
+def read_known(path: str | os.PathLike) -> dict[str, Any]:
+    """A study folder's :data:`CONFIGS_FILE` (empty when missing, unreadable or not one)."""
+    try:
+        v = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return v.get("files", {}) if isinstance(v, dict) and v.get("v") == 1 and isinstance(v.get("files"), dict) else {}
 
 
 def _epoch_of(extra: dict[str, Any], selection: str) -> int | None:
@@ -480,7 +553,8 @@ def _readable_checkpoint(path: Path) -> bool:
 
 
 def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
-               untrained: bool = True, untrained_dir: str | os.PathLike | None = None) -> list[Entry]:
+               untrained: bool = True, untrained_dir: str | os.PathLike | None = None,
+               known: dict[str, Any] | None = None) -> list[Entry]:
     """The entries of a study over ``source`` (a train-grid folder, a glob, a YAML file).
 
     ``epoch``: ``best`` (each run's checkpoint of best test R@1, plus its final checkpoint as a
@@ -488,6 +562,8 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
     that cannot be read becomes an entry with ``error`` set (the rest of the study goes on).
     Untrained networks built here go to ``untrained_dir`` (default ``<out_dir>/untrained``; a study
     passes its embedding cache's ``untrained/`` folder so that they, and their embeddings, are reused).
+    ``known``: the configs read earlier, by file (:func:`_read_config_known`; a study keeps them in its
+    :data:`CONFIGS_FILE`), and the untrained networks found readable: updated with those read now.
     """
     if epoch not in EPOCH_MODES:
         raise UsageError(f"--epoch must be one of {', '.join(EPOCH_MODES)}, got '{epoch}'")
@@ -521,7 +597,7 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
             try:
                 if not f.exists():
                     raise EmbedscopeError(f"{f}: no such checkpoint file")
-                cfg, extra = _read_config(f)
+                cfg, extra = _read_config_known(f, known)
                 read.append((f, sel, cfg, extra, _epoch_of(extra, sel), ""))
             except EmbedscopeError as e:
                 read.append((f, sel, {}, {}, None, str(e)))
@@ -553,9 +629,19 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
             entries.append(e)
     for ref in refs.values():
         if Path(ref.checkpoint).parent == udir:
+            key = os.path.abspath(ref.checkpoint)
+            now = file_fingerprint(ref.checkpoint)
+            hit = (known or {}).get(key)
+            if now is not None and isinstance(hit, dict) and hit.get("stat") == now and hit.get("untrained"):
+                entries.append(ref)  # built (or found readable) earlier, unchanged since: nothing to load
+                continue
             try:
                 build_untrained(ref.config, Path(ref.checkpoint), ref_weights.get(ref.id))
+                if known is not None:
+                    known[key] = {"stat": file_fingerprint(ref.checkpoint), "untrained": True}
             except Exception as ex:  # noqa: BLE001 - the reference fails, the study goes on
                 ref.error = f"untrained network: {ex}"
+                if known is not None:
+                    known.pop(key, None)
         entries.append(ref)
     return entries

@@ -3,6 +3,7 @@
 Layout of a study folder ``STUDY/`` (``docs/studies.md``)::
 
     study.json              settings and provenance (versions, source, measures, cache folder)
+    checkpoint_configs.json the checkpoint configs read, by file (size, times, inode): not read again
     rows/<entry>.json       one finished row per checkpoint (written atomically as each finishes)
     runs.csv, runs.parquet  every row (checkpoint, config, tags, measures, status, error)
     correlations.csv/.json  statistics (:mod:`embedscope.study.stats`)
@@ -474,12 +475,11 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     import numpy
-    import torch
 
     from embedscope import __version__
 
     out = {"embedscope": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-           "torch": torch.__version__}
+           "torch": _torch_version()}
     # from the installed metadata (a serial study never imports dask, ~0.1 s): the libraries whose numbers
     # or files the study's outputs are (scikit-learn's digits: the data fingerprint names its version)
     for name in ("dask", "scipy", "scikit-learn", "faiss-cpu", "matplotlib", "pandas", "pyarrow"):
@@ -488,6 +488,30 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:  # pragma: no cover
             pass
     return out
+
+
+def _torch_version() -> str:
+    """``torch.__version__`` (``2.14.1+cu130``: the installed metadata lacks the build tag), without
+    importing torch (~2 s) when nothing imported it yet: the literal of the installed torch/version.py."""
+    if "torch" not in sys.modules:
+        try:
+            import ast
+            import importlib.util
+
+            spec = importlib.util.find_spec("torch")  # (a top-level package: found, not imported)
+            for loc in (spec.submodule_search_locations or []) if spec else []:
+                for node in ast.parse(Path(loc, "version.py").read_text(encoding="utf-8")).body:
+                    targets = (node.targets if isinstance(node, ast.Assign) else
+                               [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+                    if any(isinstance(t, ast.Name) and t.id == "__version__" for t in targets):
+                        v = ast.literal_eval(node.value)
+                        if isinstance(v, str) and v:
+                            return v
+        except Exception:  # noqa: BLE001 - another layout: asked of torch itself
+            pass
+    import torch
+
+    return str(torch.__version__)
 
 
 # the code that turns finished rows into the study's tables, statistics and figures: a finished
@@ -1024,7 +1048,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
-    from embedscope.study.plan import config_columns, plan_study
+    from embedscope.study.plan import CONFIGS_FILE, config_columns, plan_study, read_known
     from embedscope.study.stats import check_exclude, check_exclude_columns, check_exclude_not_circular
     from embedscope.text import safe
 
@@ -1123,8 +1147,13 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         box.start()  # the cluster comes up (and its workers import) while the study plans
     # a column --exclude names that no row will have: refused now, not after every checkpoint is measured
     try:
+        # the checkpoint configs read by an earlier run, by file (size, times, inode): one unchanged is not
+        # read again (reading it imports torch, ~2 s of a study run again with nothing left to measure)
+        known = {} if force else read_known(out_dir / CONFIGS_FILE)
+        known_before = json.dumps(known, sort_keys=True)
         # a cache that cannot be written (read-only, no home): the untrained references in the study folder
-        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained" if cache_ok else None)
+        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained" if cache_ok else None,
+                             known=known)
         check_exclude_columns(exclude, {t for e in entries for t in (e.tags or {}) if not t.startswith("_")},
                               set(mreg), tuple(PATTERNS))
         if root is not None and dataset is None:
@@ -1152,6 +1181,12 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         if gone:
             say(f"study: --force: removed the {len(gone)} row(s) of the study in {out_dir} (every row is measured again)")
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
+    if json.dumps(known, sort_keys=True) != known_before or (force and (out_dir / CONFIGS_FILE).exists()):
+        try:  # (after study.json: a folder holding it alone is no study folder)
+            write_text(out_dir / CONFIGS_FILE, json.dumps({"v": 1, "files": known}, sort_keys=True) + "\n",
+                       force=True)
+        except (OSError, ValueError, EmbedscopeError):  # (read-only; a path that is no text)
+            pass  # only a saving of time: the configs are read again next time
 
     import uuid
 
