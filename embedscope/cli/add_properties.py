@@ -10,7 +10,10 @@ def add_parser(sub, parents):
                        "rewritten atomically). Every image needs exactly one row.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5), updated in place")
     p.add_argument("table", metavar="TABLE", help="CSV, TSV or Parquet table with a 'path' column")
-    p.add_argument("--force", action="store_true", help="replace properties the file already has")
+    p.add_argument("--force", action="store_true",
+                   help="replace properties the file already has (a replaced property keeps the HDF5 attributes "
+                   "its old dataset had, e.g. units or a description another tool wrote: the table gives none; "
+                   "the command names them)")
     p.set_defaults(func=run)
     return p
 
@@ -27,13 +30,19 @@ def run(args) -> int:
         raise UsageError(f"the table {args.table} is the embedding file itself: give the CSV, TSV or "
                          "Parquet table of properties")
 
-    props, replaced = _add_properties(args.file, args.table, force=args.force)
+    props, replaced, kept = _add_properties(args.file, args.table, force=args.force)
     added = list(props)
     # what happened to each name, in one line ("added" said so of a property --force replaced); the names
     # are the table's column names: control characters shown escaped
     parts = [f"{verb} propert{'ies' if len(names) > 1 else 'y'} {_names(names)}"
              for verb, names in (("added", [n for n in added if n not in replaced]), ("replaced", replaced)) if names]
     print(f"{safe(args.file)}: {'; '.join(parts)}")
+    if kept:  # (attributes of the old datasets, kept: they may describe the old values only)
+        shown = [f"'{safe(k)}' ({_names(a, 'attributes')})" for k, a in kept.items()]
+        more = f", ... ({len(shown)} properties)" if len(shown) > 6 else ""
+        word = "property keeps its" if len(kept) == 1 else "properties keep their"
+        print(f"note: the replaced {word} HDF5 attributes: {', '.join(shown[:6])}{more} (remove any that "
+              "described the old values only)")
     import numpy as np
 
     # NR-Prec (docs/methods.md §9) ranks by shared values: a continuous column has none (one note for all

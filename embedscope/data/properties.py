@@ -188,19 +188,21 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
     outside the schema too), in memory bounded whatever its size (its embeddings are checked a block of
     rows at a time; the file copied by the kernel, or rebuilt by HDF5 when a property is replaced, so
     that the file does not grow: :func:`embedscope.store.embeddings.update_properties`).
-    A property that already exists is an error unless ``force``.
+    A property that already exists is an error unless ``force``; replaced, it keeps the HDF5 attributes
+    the old dataset had (a table gives none: another tool's units or description stay with the name).
     Returns the names stored (the table's columns, in its order); ``replaced``, when given, is extended
     with those of them the file already had (``force``: their old values are gone).
     """
-    new, clash = _add_properties(h5, table_path, force=force)
+    new, clash, _ = _add_properties(h5, table_path, force=force)
     if replaced is not None:
         replaced.extend(clash)
     return list(new)
 
 
-def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarray], list[str]]:
-    """:func:`add_properties_to_file` -> (the values stored by name, the names that replaced a property):
-    ``embedscope add-properties`` words its line and its note from them (it read the file again)."""
+def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarray], list[str], dict[str, list[str]]]:
+    """:func:`add_properties_to_file` -> (the values stored by name, the names that replaced a property,
+    the attributes each replaced property kept): ``embedscope add-properties`` words its lines and its
+    note from them (it read the file again)."""
     from embedscope.importers import check_property_not_reserved
     from embedscope.store.embeddings import scan
 
@@ -223,8 +225,9 @@ def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarra
     es.properties = {**es.properties, **new}
     from embedscope.store.embeddings import update_properties
 
-    update_properties(h5, es, list(new), absent=[] if force else list(new))
-    return new, clash
+    kept: dict[str, list[str]] = {}
+    update_properties(h5, es, list(new), absent=[] if force else list(new), kept=kept)
+    return new, clash, kept
 
 
 # ----------------------------------------------------------------------------- helpers for the loaders

@@ -806,7 +806,7 @@ def _write_property(g, name: str, v: np.ndarray) -> None:
 
 
 def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence[str], *,
-                      absent: Sequence[str] = ()) -> Path:
+                      absent: Sequence[str] = (), kept: dict[str, list[str]] | None = None) -> Path:
     """Write ``es.properties[name]`` for ``names`` into the existing file ``path`` (read as ``es``, by
     :func:`load` or :func:`scan`), atomically, keeping everything else in it: other groups, datasets and
     attributes that other tools wrote with plain h5py survive (:func:`save` would write the schema only).
@@ -821,7 +821,12 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     written. Either file then replaces the file (its mode kept); on any failure, Ctrl-C included, the
     file is left as it was and the copy removed. Updates of one file by several processes take turns
     (:func:`embedscope.fileio.update_lock`): each keeps the others' properties. ``absent``: names that must
-    not exist when the update starts (one-line error: another process added them meanwhile)."""
+    not exist when the update starts (one-line error: another process added them meanwhile).
+
+    A property replaced keeps the HDF5 attributes the old dataset had (units, a description, written by
+    another tool: the values are new, what they are is not); ``kept``, when given, is filled with the
+    names of those attributes by property (the command line says which, so that stale ones can be
+    removed)."""
     import h5py
 
     es.validate()
@@ -845,7 +850,9 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
         if late:
             raise EmbedscopeError(f"{path}: another process added the propert{'ies' if len(late) > 1 else 'y'} "
                                   f"{', '.join(late[:3])} meanwhile (use --force to replace)")
-        _replace_with_properties(src, path, es, names, replaced)
+        carried = _replace_with_properties(src, path, es, names, replaced)
+    if kept is not None:
+        kept.update(carried)
     return src
 
 
@@ -872,12 +879,15 @@ def _texts(values, where: str) -> np.ndarray:
         raise EmbedscopeError(f"{where} holds invalid UTF-8 text") from None
 
 
-def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[str], replaced: list[str]) -> None:
-    """:func:`update_properties`' copy (or rebuild) of ``src`` with the properties, replacing it."""
+def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[str],
+                             replaced: list[str]) -> dict[str, list[str]]:
+    """:func:`update_properties`' copy (or rebuild) of ``src`` with the properties, replacing it; returns
+    the names of the attributes each replaced property kept (those it had: none are dropped)."""
     import shutil
 
     import h5py
 
+    kept: dict[str, list[str]] = {}
     with atomic_output(src, force=True) as tmp:
         try:
             if not replaced:
@@ -891,6 +901,13 @@ def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[
                     g = f.require_group("properties")
                     for k in names:
                         _write_property(g, k, es.properties[k])
+                    if replaced:  # (the old datasets' attributes: the new values' units, description, ...)
+                        with h5py.File(src, "r") as fs:
+                            for k in replaced:
+                                old = fs["properties"][k]
+                                if len(old.attrs):
+                                    _copy_attrs(old, g[k])
+                                    kept[k] = list(old.attrs)
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as e:
@@ -898,6 +915,14 @@ def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[
             if stop is not None:  # Ctrl-C (SIGTERM) while h5py wrote: it reports an OSError of its own
                 raise stop from None
             raise _write_error(e, path) from None
+    return kept
+
+
+def _copy_attrs(a, b) -> None:
+    """The attributes of the HDF5 object ``a`` onto ``b``, each of the type and shape it is stored as."""
+    for name in a.attrs:
+        aid = a.attrs.get_id(name)
+        b.attrs.create(name, a.attrs[name], shape=aid.shape, dtype=aid.dtype)
 
 
 def _rebuilt_without(src: Path, fh, dropped: set[str]) -> None:
@@ -912,15 +937,10 @@ def _rebuilt_without(src: Path, fh, dropped: set[str]) -> None:
     def order(g) -> bool:
         return bool(g.id.get_create_plist().get_link_creation_order())
 
-    def copy_attrs(a, b) -> None:
-        for name in a.attrs:
-            aid = a.attrs.get_id(name)
-            b.attrs.create(name, a.attrs[name], shape=aid.shape, dtype=aid.dtype)
-
     with h5py.File(src, "r") as fs:
         userblock = fs.userblock_size
         with h5py.File(fh, "w", userblock_size=userblock or None, track_order=order(fs)) as fd:
-            copy_attrs(fs, fd)
+            _copy_attrs(fs, fd)
             copied: dict[Any, str] = {}  # object -> its first name in the new file (hard links)
 
             def copy(a, b, name: str) -> None:
@@ -942,7 +962,7 @@ def _rebuilt_without(src: Path, fh, dropped: set[str]) -> None:
                 if name == "properties" and isinstance(props, h5py.HardLink) and isinstance(fs[name], h5py.Group):
                     gs = fs[name]
                     gd = fd.create_group(name, track_order=order(gs))
-                    copy_attrs(gs, gd)
+                    _copy_attrs(gs, gd)
                     for k in gs:
                         if k not in dropped:
                             copy(gs, gd, k)
