@@ -3,13 +3,16 @@
 * ``--force`` replacing a property dropped the HDF5 attributes its old dataset had (units, a description
   another tool wrote): the table gives none, so the replaced property now keeps them, each of its stored
   type and shape, and the command names them in a note;
+* a Latin-1 table was "is not UTF-8 text (byte 0xe9 at offset 3)" for a byte 43,928 bytes into the file
+  (the decoder's offset within its block): the line and the offset in the file are named now, and a
+  UTF-16 table is said to be one;
 """
 
 from __future__ import annotations
 
 import h5py
 import numpy as np
-from cli_run import run_cli
+from cli_run import one_error_line, run_cli
 
 from embedscope import store
 
@@ -65,3 +68,29 @@ def test_force_keeps_the_replaced_propertys_attributes(tmp_path):
     assert rc == 0 and "attributes" not in out, out
     with h5py.File(h5, "r") as f:
         assert dict(f["properties/w"].attrs) == {} and f["properties/w"][()].tolist() == [4] * N
+
+
+# ----------------------------------------------------------------------------- text that is not UTF-8
+
+
+def test_latin1_table_names_its_line_and_the_bytes_offset_in_the_file(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    before = h5.read_bytes()
+    # 3,000 rows of UTF-8 (more than one block of the decoder), then a latin-1 'café' on one row
+    many = [f"x{i}" for i in range(3000)]
+    body = b"path,w\n" + b"".join(f"other/{i}.jpg,{v}\n".encode() for i, v in enumerate(many))
+    bad_row = b"img/0.jpg,caf\xe9\n"
+    raw = body + bad_row + b"".join(f"{p},x\n".encode() for p in PATHS[1:])
+    table = _csv(tmp_path / "latin1.csv", "", [], raw=raw)
+    at = raw.index(b"\xe9")
+    line = raw[:at].count(b"\n") + 1  # 1-based, the header being line 1
+    assert line == 3002
+    rc, out, err = run_cli(["add-properties", h5, table])
+    assert rc == 1
+    msg = one_error_line(err, "add-properties")
+    assert f"latin1.csv: line {line} is not UTF-8 text (byte 0xe9 at offset {at} of the file" in msg
+    assert h5.read_bytes() == before  # nothing written
+    # UTF-16 (a spreadsheet's "Unicode text"): said so
+    utf16 = _csv(tmp_path / "u.csv", "", [], raw=("path,w\n" + "".join(f"{p},a\n" for p in PATHS)).encode("utf-16"))
+    rc, out, err = run_cli(["add-properties", h5, utf16])
+    assert rc == 1 and one_error_line(err, "add-properties").endswith("u.csv: is UTF-16 text: save the table as UTF-8")

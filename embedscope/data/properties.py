@@ -66,6 +66,28 @@ def _check_not_binary(path: Path) -> None:
                               "Parquet")
 
 
+def _not_utf8(path: Path, e: UnicodeDecodeError) -> str:
+    """The one line for a text table that is not UTF-8, naming the line and the byte's offset in the file
+    (the decoder's offset counts from the block it was decoding: a latin-1 ``café`` on line 3003 was said
+    to be "at offset 3"). A line is decoded on its own: a UTF-8 sequence never holds a newline byte."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) in (b"\xff\xfe", b"\xfe\xff"):
+                return f"{path}: is UTF-16 text: save the table as UTF-8"
+            f.seek(0)
+            offset = 0
+            for number, line in enumerate(f, 1):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    return (f"{path}: line {number} is not UTF-8 text (byte 0x{line[bad.start]:02x} at offset "
+                            f"{offset + bad.start} of the file; Latin-1 or Windows-1252?): save the table as UTF-8")
+                offset += len(line)
+    except OSError:
+        pass
+    return f"{path}: is not UTF-8 text (byte 0x{e.object[e.start]:02x}): save the table as UTF-8"
+
+
 def _exact_floats(pd) -> dict:
     """``read_csv``'s option for numbers parsed exactly: ``float_precision="round_trip"`` before pandas 3,
     whose default parser is exact and which deprecates the option (a Pandas4Warning on every table)."""
@@ -110,8 +132,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except EmbedscopeError:
         raise
     except UnicodeDecodeError as e:
-        raise EmbedscopeError(f"{path}: is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                              "save the table as UTF-8") from None
+        raise EmbedscopeError(_not_utf8(path, e)) from None
     except PermissionError as e:
         raise EmbedscopeError(f"{path}: cannot read ({e.strerror or 'Permission denied'})") from None
     except Exception as e:  # noqa: BLE001 - any parse failure is one line
