@@ -574,14 +574,19 @@ def property_cells(cells: np.ndarray, parsed: np.ndarray) -> np.ndarray:
     """A CSV/TSV property column from its cells as written and as pandas parsed them: integers when every
     cell is a plainly written integer (:func:`ints_if_exact`), floats when pandas read every cell as a
     number and some is not an integer (``1.5``, ``1e-3``: parsed exactly), else the text as written (``0001``
-    and ``1`` stay two values, as ``add-properties`` reads them)."""
+    and ``1`` stay two values, as ``add-properties`` reads them). A zero-padded cell (``0001``, ``-007``)
+    keeps its column text beside a ``1.5`` too: ids ``0001``, ``0002``, ``12E3`` were the numbers 1.0, 2.0
+    and 12000.0."""
     ints = ints_if_exact(cells)
     if ints.dtype.kind == "i":
         return ints
     parsed = np.asarray(parsed)
-    if parsed.dtype.kind == "f" and not np.isnan(parsed).any():
+    if parsed.dtype.kind == "f" and not np.isnan(parsed).any() and not any(_PADDED.match(str(v)) for v in cells):
         return parsed
     return cells
+
+
+_PADDED = re.compile(r"\s*[+-]?0[0-9]")  # a zero-padded number as written (0.5 is not)
 
 
 def _decoded(arr: Any, where: Path, what: str) -> np.ndarray:

@@ -6,6 +6,8 @@
 * a Latin-1 table was "is not UTF-8 text (byte 0xe9 at offset 3)" for a byte 43,928 bytes into the file
   (the decoder's offset within its block): the line and the offset in the file are named now, and a
   UTF-16 table is said to be one;
+* a zero-padded cell kept its column text only when every cell was an integer: beside a ``1.5`` or a
+  ``12E3`` the ids ``0001``, ``0002`` became the numbers 1.0 and 2.0 (the docs: "``0001`` stays ``0001``");
 """
 
 from __future__ import annotations
@@ -94,3 +96,21 @@ def test_latin1_table_names_its_line_and_the_bytes_offset_in_the_file(tmp_path):
     utf16 = _csv(tmp_path / "u.csv", "", [], raw=("path,w\n" + "".join(f"{p},a\n" for p in PATHS)).encode("utf-16"))
     rc, out, err = run_cli(["add-properties", h5, utf16])
     assert rc == 1 and one_error_line(err, "add-properties").endswith("u.csv: is UTF-16 text: save the table as UTF-8")
+
+
+# ----------------------------------------------------------------------------- zero-padded cells
+
+
+def test_zero_padded_cells_stay_text_beside_other_numbers(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    ids = ["0001", "0002", "0001", "12E3", "1.5", "-007"]
+    padded = ["0001", "0002", "0001", "0002", "0001", "0002"]  # every cell an integer written padded
+    floats = ["0.5", "1.5", "0.5", "1e3", "-2.25", "+0.0"]  # numbers: 0.5 is not zero-padded
+    table = _csv(tmp_path / "t.csv", "path,id,padded,f",
+                 [f"{a},{b},{c}" for a, b, c in zip(ids, padded, floats)])
+    rc, out, err = run_cli(["add-properties", h5, table])
+    assert rc == 0, err
+    props = store.load(h5).properties
+    assert props["id"].dtype.kind == "O" and list(props["id"]) == ids  # as written
+    assert list(props["padded"]) == padded
+    assert props["f"].dtype == np.float64 and props["f"].tolist() == [float(v) for v in floats]
