@@ -8,6 +8,10 @@
   UTF-16 table is said to be one;
 * a zero-padded cell kept its column text only when every cell was an integer: beside a ``1.5`` or a
   ``12E3`` the ids ``0001``, ``0002`` became the numbers 1.0 and 2.0 (the docs: "``0001`` stays ``0001``");
+* inf in a CSV or Parquet column was stored, and ``embedscope properties`` then refused the whole file
+  ("property 'w' holds NaN or inf values", no file named): refused when the table is read, naming the
+  column and the first image; a Parquet column of bytes that are not UTF-8 was a bare
+  ``UnicodeDecodeError`` line, and one of lists was stored as the text ``[1 2]``: one line each;
 """
 
 from __future__ import annotations
@@ -114,3 +118,56 @@ def test_zero_padded_cells_stay_text_beside_other_numbers(tmp_path):
     assert props["id"].dtype.kind == "O" and list(props["id"]) == ids  # as written
     assert list(props["padded"]) == padded
     assert props["f"].dtype == np.float64 and props["f"].tolist() == [float(v) for v in floats]
+
+
+# ----------------------------------------------------------------------------- values a property cannot hold
+
+
+def _rows_with(value_of_row):
+    return [value_of_row(i) for i in range(N)]
+
+
+def test_inf_is_refused_when_the_table_is_read(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    before = h5.read_bytes()
+    for cell, shown in (("inf", "inf"), ("-inf", "-inf"), ("Infinity", "inf")):
+        table = _csv(tmp_path / "t.csv", "path,w", _rows_with(lambda i, cell=cell: cell if i in (2, 4) else f"{i}.5"))
+        rc, out, err = run_cli(["add-properties", h5, table])
+        assert rc == 1, (cell, out)
+        assert one_error_line(err, "add-properties").endswith(
+            f"t.csv: column 'w' holds 2 value(s) that are not finite (first: {shown} for img/2.jpg): a property "
+            "needs finite numbers or text")
+    import pandas as pd
+
+    pq = tmp_path / "t.parquet"
+    pd.DataFrame({"path": PATHS[::-1], "w": np.array([1.5, np.inf, 2.5, 3.5, 4.5, 5.5], dtype=np.float32)}).to_parquet(pq)
+    rc, out, err = run_cli(["add-properties", h5, pq])
+    assert rc == 1 and "column 'w' holds 1 value(s) that are not finite (first: inf for img/4.jpg)" in err
+    assert h5.read_bytes() == before
+    # the finite column beside it is measured as before: the file still analyses
+    rc, out, err = run_cli(["properties", h5, "--no-progress"])
+    assert rc == 0, err
+
+
+def test_parquet_bytes_and_nested_values(tmp_path):
+    import pandas as pd
+
+    h5 = _h5(tmp_path / "e.h5")
+    before = h5.read_bytes()
+    pq = tmp_path / "b.parquet"
+    pd.DataFrame({"path": PATHS, "w": [b"ok", b"caf\xe9"] * 3}).to_parquet(pq)
+    rc, out, err = run_cli(["add-properties", h5, pq])
+    assert rc == 1
+    assert one_error_line(err, "add-properties").endswith(
+        "b.parquet: column 'w', row 2: bytes that are not UTF-8 text (byte 0xe9 at position 3): store text, or decode the "
+        "bytes first")
+    pd.DataFrame({"path": PATHS, "w": [[1, 2]] * N}).to_parquet(pq)
+    rc, out, err = run_cli(["add-properties", h5, pq])
+    assert rc == 1 and one_error_line(err, "add-properties").endswith(
+        "b.parquet: column 'w' holds list values (row 1): a property is one number or text per image")
+    assert h5.read_bytes() == before
+    # bytes that are UTF-8 (paths too) are text
+    pd.DataFrame({"path": [p.encode() for p in PATHS], "w": ["café".encode(), b"x"] * 3}).to_parquet(pq)
+    rc, out, err = run_cli(["add-properties", h5, pq])
+    assert rc == 0, err
+    assert list(store.load(h5).properties["w"]) == ["café", "x"] * 3

@@ -164,7 +164,12 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             col = df[c]
             if col.isna().any():
                 raise EmbedscopeError(f"{path}: column '{c}' has {int(col.isna().sum())} empty value(s)")
-            out[str(c)] = col.to_numpy() if col.dtype.kind in "iufb" else col.astype(str).to_numpy(dtype=object)
+            if col.dtype.kind in "iufb":
+                out[str(c)] = col.to_numpy()
+            elif col.dtype.kind == "O":  # (text, bytes, lists: each cell looked at)
+                out[str(c)] = _parquet_texts(path, str(c), col.to_numpy(dtype=object))
+            else:  # (dates, categories: as text)
+                out[str(c)] = col.astype(str).to_numpy(dtype=object)
             continue
         cells = text[c].to_numpy(dtype=object)
         empty = int(sum(v.strip() == "" for v in cells))
@@ -172,7 +177,43 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
         # (an integer beyond int64, a 30-digit id, stays as written; every cell a number, 1.5, 1e-3: parsed exactly)
         out[str(c)] = cells if c == "path" else property_cells(cells, df[c].to_numpy())
+    _check_finite(path, out)
     return out
+
+
+def _parquet_texts(path: Path, name: str, cells: np.ndarray) -> np.ndarray:
+    """A Parquet column of objects as text: bytes read as UTF-8 (those that are not: one line naming the
+    row; they were a bare UnicodeDecodeError), nested values (lists, maps, arrays) refused (a list was
+    stored as the text ``[1 2]``)."""
+    out = np.empty(len(cells), dtype=object)
+    for i, v in enumerate(cells):
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            try:
+                v = bytes(v).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise EmbedscopeError(f"{path}: column '{name}', row {i + 1}: bytes that are not UTF-8 text (byte "
+                                      f"0x{e.object[e.start]:02x} at position {e.start}): store text, or decode the "
+                                      "bytes first") from None
+        elif isinstance(v, (list, tuple, dict, set, np.ndarray)):
+            kind = "list" if isinstance(v, (list, tuple, np.ndarray)) else type(v).__name__
+            raise EmbedscopeError(f"{path}: column '{name}' holds {kind} values (row {i + 1}): a property is one "
+                                  "number or text per image")
+        out[i] = str(v)
+    return out
+
+
+def _check_finite(path: Path, columns: dict[str, np.ndarray]) -> None:
+    """Refuse inf (and a NaN a check before let through) in a numeric column: the analyses refuse a
+    property holding one (``embedscope properties`` then measured no property of the file at all)."""
+    for name, v in columns.items():
+        if name == "path" or v.dtype.kind != "f":
+            continue
+        bad = ~np.isfinite(v)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise EmbedscopeError(f"{path}: column '{name}' holds {int(bad.sum())} value(s) that are not finite "
+                                  f"(first: {v[i]} for {columns['path'][i]}): a property needs finite numbers "
+                                  "or text")
 
 
 def join_properties(paths: np.ndarray, table: dict[str, np.ndarray], source: str = "table") -> dict[str, np.ndarray]:
