@@ -12,6 +12,8 @@
   ("property 'w' holds NaN or inf values", no file named): refused when the table is read, naming the
   column and the first image; a Parquet column of bytes that are not UTF-8 was a bare
   ``UnicodeDecodeError`` line, and one of lists was stored as the text ``[1 2]``: one line each;
+* ``embedscope properties`` on a file another tool gave a NaN or inf property: the error now names the
+  file and the way around it (``--properties``), and the other properties are measured when named;
 """
 
 from __future__ import annotations
@@ -171,3 +173,18 @@ def test_parquet_bytes_and_nested_values(tmp_path):
     rc, out, err = run_cli(["add-properties", h5, pq])
     assert rc == 0, err
     assert list(store.load(h5).properties["w"]) == ["café", "x"] * 3
+
+
+def test_properties_names_the_file_of_a_nan_or_inf_property(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    with h5py.File(h5, "r+") as f:  # another tool's property
+        f["properties/w"] = np.array([1.5, np.inf, np.nan, 1.5, 2.5, 2.5])
+        f["properties/v"] = np.array([1, 2, 1, 2, 1, 2])
+    rc, out, err = run_cli(["properties", h5, "--no-progress"])
+    assert rc == 1
+    assert one_error_line(err, "properties").endswith(
+        f"{h5}: property 'w' holds NaN or inf (2 of the 6 images of split test): leave it out by naming the "
+        "properties to measure (--properties)")
+    rc, out, err = run_cli(["properties", h5, "--no-progress", "--properties", "v,class"])
+    assert rc == 0, err
+    assert sorted(ln.split()[1] for ln in out.splitlines()[3:5]) == ["class", "v"]  # (sorted by NR-Prec)

@@ -228,6 +228,12 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
         props = {p: props[p] for p in properties}
     if not props:
         raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
+    for k, v in props.items():  # (the measure's own error named neither the file nor a way around it)
+        v = np.asarray(v)
+        if v.dtype.kind == "f" and v.ndim == 1 and not np.all(np.isfinite(v)):
+            bad = int(np.count_nonzero(~np.isfinite(v)))
+            raise EmbedscopeError(f"{f}: property '{k}' holds NaN or inf ({bad} of the {len(v)} images of split "
+                                  f"{split}): leave it out by naming the properties to measure (--properties)")
     if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
         check_no_zero_rows(es, split)
     return props, twins, class_listed
