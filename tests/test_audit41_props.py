@@ -14,6 +14,9 @@
   ``UnicodeDecodeError`` line, and one of lists was stored as the text ``[1 2]``: one line each;
 * ``embedscope properties`` on a file another tool gave a NaN or inf property: the error now names the
   file and the way around it (``--properties``), and the other properties are measured when named;
+* a row of more cells than the header: one such row was "cannot be read as a table (ParserError)", every
+  row one cell more made pandas take the paths as a row index ("1 duplicate path(s), e.g. 1"); both now
+  name the line; a NUL in a cell was refused naming the embedding file's property and row 0, not the table;
 """
 
 from __future__ import annotations
@@ -188,3 +191,37 @@ def test_properties_names_the_file_of_a_nan_or_inf_property(tmp_path):
     rc, out, err = run_cli(["properties", h5, "--no-progress", "--properties", "v,class"])
     assert rc == 0, err
     assert sorted(ln.split()[1] for ln in out.splitlines()[3:5]) == ["class", "v"]  # (sorted by NR-Prec)
+
+
+# ----------------------------------------------------------------------------- rows the header does not fit
+
+
+def test_rows_of_more_cells_than_the_header_name_the_line(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    before = h5.read_bytes()
+    # one row with a decimal comma, unquoted: line 5 (the header is line 1)
+    cells = ["1.5", "2.5", "3.5", "3,5", "1.5", "2.5"]
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "one.csv", "path,w", cells)])
+    assert rc == 1
+    assert one_error_line(err, "add-properties").endswith(
+        "one.csv: line 5 has 3 cells, the header 2 names (a value with the separator ',' in it needs quotes)")
+    # every row so (European decimals): pandas took the paths as the index
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "all.csv", "path,w", ["1,5"] * N)])
+    assert rc == 1
+    assert one_error_line(err, "add-properties").endswith(
+        "all.csv: line 2 has 3 cells, the header 2 names (a value with the separator ',' in it needs quotes)")
+    raw = ("path\tw\n" + "".join(f"{p}\t1\t2\n" for p in PATHS)).encode()
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "t.tsv", "", [], raw=raw)])
+    assert rc == 1 and "t.tsv: line 2 has 3 cells, the header 2 names" in one_error_line(err, "add-properties")
+    # quoted, the comma is a value's
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "q.csv", "path,w", ['"1,5"'] * N)])
+    assert rc == 0, err
+    assert list(store.load(h5).properties["w"]) == ["1,5"] * N
+    h5.write_bytes(before)
+    # a NUL in a cell: the table's column and row named (the store named the embedding file's row 0)
+    raw = b"path,w\n" + b"".join(p.encode() + (b",a\x00b\n" if i == 3 else b",ab\n") for i, p in enumerate(PATHS))
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "nul.csv", "", [], raw=raw)])
+    assert rc == 1
+    assert one_error_line(err, "add-properties").endswith(
+        "nul.csv: column 'w' holds a NUL character (row 4, path img/3.jpg), which HDF5 text cannot store")
+    assert h5.read_bytes() == before

@@ -128,6 +128,12 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             # the cells as written (a path "0001" is not the number 1, a value "NA" is not missing) and,
             # for numeric columns, the numbers parsed exactly
             text = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
+            if not isinstance(text.index, pd.RangeIndex):  # every row a cell more than the header: pandas took
+                # the first as a row index (the paths then read as the next column's values, "1 duplicate
+                # path(s), e.g. 1")
+                raise EmbedscopeError(f"{path}: line 2 has {len(text.columns) + text.index.nlevels} cells, the "
+                                      f"header {len(text.columns)} names (a value with the separator '{sep}' "
+                                      "in it needs quotes)")
             df = pd.read_csv(path, sep=sep, **_exact_floats(pd))
     except EmbedscopeError:
         raise
@@ -136,6 +142,14 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     except PermissionError as e:
         raise EmbedscopeError(f"{path}: cannot read ({e.strerror or 'Permission denied'})") from None
     except Exception as e:  # noqa: BLE001 - any parse failure is one line
+        import re
+
+        # a row of more cells than the header (pandas' "Expected 2 fields in line 8, saw 3"): its line named
+        ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e))
+        if ragged:
+            want, line, saw = ragged.groups()
+            raise EmbedscopeError(f"{path}: line {line} has {saw} cells, the header {want} names (a value with "
+                                  f"the separator '{sep}' in it needs quotes)") from None
         raise EmbedscopeError(f"{path}: cannot be read as a table ({e.__class__.__name__})") from None
     if len(set(map(str, df.columns))) != len(df.columns):  # (a Parquet file may repeat a name)
         raise EmbedscopeError(f"{path}: a column name occurs twice: give each property its own name")
@@ -175,6 +189,10 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         empty = int(sum(v.strip() == "" for v in cells))
         if empty:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
+        nul = next((i for i, v in enumerate(cells) if "\x00" in v), None)
+        if nul is not None:  # (was refused by the store naming the embedding file's property and its row)
+            raise EmbedscopeError(f"{path}: column '{c}' holds a NUL character (row {nul + 1}, path "
+                                  f"{text['path'].iloc[nul] if 'path' in text else '?'}), which HDF5 text cannot store")
         # (an integer beyond int64, a 30-digit id, stays as written; every cell a number, 1.5, 1e-3: parsed exactly)
         out[str(c)] = cells if c == "path" else property_cells(cells, df[c].to_numpy())
     _check_finite(path, out)
