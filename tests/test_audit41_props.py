@@ -17,6 +17,8 @@
 * a row of more cells than the header: one such row was "cannot be read as a table (ParserError)", every
   row one cell more made pandas take the paths as a row index ("1 duplicate path(s), e.g. 1"); both now
   name the line; a NUL in a cell was refused naming the embedding file's property and row 0, not the table;
+* a blank line before the header (pandas skips it) made the header check read the blank line: a name
+  repeated in the real header was stored as two properties, ``w`` and ``w.1``;
 """
 
 from __future__ import annotations
@@ -225,3 +227,23 @@ def test_rows_of_more_cells_than_the_header_name_the_line(tmp_path):
     assert one_error_line(err, "add-properties").endswith(
         "nul.csv: column 'w' holds a NUL character (row 4, path img/3.jpg), which HDF5 text cannot store")
     assert h5.read_bytes() == before
+
+
+def test_blank_lines_before_the_header_do_not_hide_a_repeated_name(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    before = h5.read_bytes()
+    raw = b"\n  \npath,w,w\n" + b"".join(p.encode() + b",1,2\n" for p in PATHS)
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "t.csv", "", [], raw=raw)])
+    assert rc == 1
+    assert one_error_line(err, "add-properties").endswith(
+        "t.csv: the column name 'w' occurs twice: give each property its own name")
+    assert h5.read_bytes() == before
+    # the ragged row's line counted from the header's own (line 3 here)
+    raw = b"\n\npath,w\n" + b"".join(p.encode() + b",1,5\n" for p in PATHS)
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "t.csv", "", [], raw=raw)])
+    assert rc == 1 and "t.csv: line 4 has 3 cells, the header 2 names" in one_error_line(err, "add-properties")
+    # a blank line before a good header is fine
+    raw = b"\npath,w\n" + b"".join(p.encode() + b",7\n" for p in PATHS)
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "t.csv", "", [], raw=raw)])
+    assert rc == 0, err
+    assert store.load(h5).properties["w"].tolist() == [7] * N

@@ -18,18 +18,22 @@ from embedscope.errors import EmbedscopeError
 # ----------------------------------------------------------------------------- bring your own
 
 
-def _check_header(path: Path, sep: str) -> None:
+def _check_header(path: Path, sep: str) -> int:
     """Refuse a text table whose header repeats a name (pandas renamed the second ``w`` to ``w.1``,
     silently adding a property), leaves a name empty (``Unnamed: 1``) or pads one with spaces
-    (``w `` and ``w`` are two properties that print alike)."""
+    (``w `` and ``w`` are two properties that print alike). Returns the header's line number."""
     import csv
 
     with open(path, newline="", encoding="utf-8-sig") as f:
-        header = next(csv.reader(f, delimiter=sep), None)
+        # the first line that is not blank, as pandas takes it (blank lines before the header skipped: a
+        # repeated name after one was not checked, and became a property 'w.1')
+        reader = csv.reader(f, delimiter=sep)
+        header = next((row for row in reader if len(row) > 1 or "".join(row).strip()), None)
     if header is None:  # (pandas: "cannot be read as a table (EmptyDataError)")
         raise EmbedscopeError(f"{path}: the file is empty (expected a header line with a 'path' column, then "
                               "one row per image)")
     _check_names(path, header)
+    return reader.line_num
 
 
 def _check_names(path: Path, header) -> None:
@@ -124,14 +128,14 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             text = None
         else:
             sep = "\t" if path.suffix.lower() == ".tsv" else ","
-            _check_header(path, sep)
+            header_line = _check_header(path, sep)
             # the cells as written (a path "0001" is not the number 1, a value "NA" is not missing) and,
             # for numeric columns, the numbers parsed exactly
             text = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
             if not isinstance(text.index, pd.RangeIndex):  # every row a cell more than the header: pandas took
                 # the first as a row index (the paths then read as the next column's values, "1 duplicate
                 # path(s), e.g. 1")
-                raise EmbedscopeError(f"{path}: line 2 has {len(text.columns) + text.index.nlevels} cells, the "
+                raise EmbedscopeError(f"{path}: line {header_line + 1} has {len(text.columns) + text.index.nlevels} cells, the "
                                       f"header {len(text.columns)} names (a value with the separator '{sep}' "
                                       "in it needs quotes)")
             df = pd.read_csv(path, sep=sep, **_exact_floats(pd))
