@@ -2,7 +2,8 @@
 
 * ``--force`` replacing a property dropped the HDF5 attributes its old dataset had (units, a description
   another tool wrote): the table gives none, so the replaced property now keeps them, each of its stored
-  type and shape, and the command names them in a note;
+  type and shape, and the command names them in a note (HDF5 references, which would point into the old
+  file, left out and named);
 * a Latin-1 table was "is not UTF-8 text (byte 0xe9 at offset 3)" for a byte 43,928 bytes into the file
   (the decoder's offset within its block): the line and the offset in the file are named now, and a
   UTF-16 table is said to be one;
@@ -81,6 +82,24 @@ def test_force_keeps_the_replaced_propertys_attributes(tmp_path):
     assert rc == 0 and "attributes" not in out, out
     with h5py.File(h5, "r") as f:
         assert dict(f["properties/w"].attrs) == {} and f["properties/w"][()].tolist() == [4] * N
+
+
+
+def test_force_leaves_out_references_into_the_old_file(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    with h5py.File(h5, "r+") as f:
+        f["idx"] = np.arange(N)
+        f["idx"].make_scale("row")
+        f["properties/old"].dims[0].attach_scale(f["idx"])  # DIMENSION_LIST: references
+        f["properties/old"].attrs["ref"] = f["idx"].ref
+        f["properties/old"].attrs["units"] = "px"
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "t.csv", "path,old", [2] * N), "--force"])
+    assert rc == 0, err
+    assert "keeps its HDF5 attributes: 'old' (units)" in out
+    assert "HDF5 references of the replaced property not kept: 'old' (DIMENSION_LIST, ref)" in out
+    with h5py.File(h5, "r") as f:
+        assert dict(f["properties/old"].attrs) == {"units": "px"}
+        assert f["properties/old"][()].tolist() == [2] * N
 
 
 # ----------------------------------------------------------------------------- text that is not UTF-8

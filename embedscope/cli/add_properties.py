@@ -30,7 +30,7 @@ def run(args) -> int:
         raise UsageError(f"the table {args.table} is the embedding file itself: give the CSV, TSV or "
                          "Parquet table of properties")
 
-    props, replaced, kept = _add_properties(args.file, args.table, force=args.force)
+    props, replaced, kept, not_kept = _add_properties(args.file, args.table, force=args.force)
     added = list(props)
     # what happened to each name, in one line ("added" said so of a property --force replaced); the names
     # are the table's column names: control characters shown escaped
@@ -43,6 +43,11 @@ def run(args) -> int:
         word = "property keeps its" if len(kept) == 1 else "properties keep their"
         print(f"note: the replaced {word} HDF5 attributes: {', '.join(shown[:6])}{more} (remove any that "
               "described the old values only)")
+    if not_kept:  # (object references point into the old file: copied, they named nothing or another object)
+        shown = [f"'{safe(k)}' ({_names(a, 'attributes')})" for k, a in not_kept.items()]
+        more = f", ... ({len(shown)} properties)" if len(shown) > 6 else ""
+        print(f"note: HDF5 references of the replaced propert{'y' if len(not_kept) == 1 else 'ies'} not kept: "
+              f"{', '.join(shown[:6])}{more} (they point into the old file; a dimension scale must be attached again)")
     import numpy as np
 
     # NR-Prec (docs/methods.md §9) ranks by shared values: a continuous column has none (one note for all

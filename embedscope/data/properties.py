@@ -277,16 +277,17 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
     Returns the names stored (the table's columns, in its order); ``replaced``, when given, is extended
     with those of them the file already had (``force``: their old values are gone).
     """
-    new, clash, _ = _add_properties(h5, table_path, force=force)
+    new, clash, _, _ = _add_properties(h5, table_path, force=force)
     if replaced is not None:
         replaced.extend(clash)
     return list(new)
 
 
-def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarray], list[str], dict[str, list[str]]]:
+def _add_properties(h5, table_path, *, force: bool
+                    ) -> tuple[dict[str, np.ndarray], list[str], dict[str, list[str]], dict[str, list[str]]]:
     """:func:`add_properties_to_file` -> (the values stored by name, the names that replaced a property,
-    the attributes each replaced property kept): ``embedscope add-properties`` words its lines and its
-    note from them (it read the file again)."""
+    the attributes each replaced property kept, those it could not keep: references): ``embedscope
+    add-properties`` words its lines and its notes from them (it read the file again)."""
     from embedscope.importers import check_property_not_reserved
     from embedscope.store.embeddings import scan
 
@@ -310,8 +311,9 @@ def _add_properties(h5, table_path, *, force: bool) -> tuple[dict[str, np.ndarra
     from embedscope.store.embeddings import update_properties
 
     kept: dict[str, list[str]] = {}
-    update_properties(h5, es, list(new), absent=[] if force else list(new), kept=kept)
-    return new, clash, kept
+    not_kept: dict[str, list[str]] = {}
+    update_properties(h5, es, list(new), absent=[] if force else list(new), kept=kept, not_kept=not_kept)
+    return new, clash, kept, not_kept
 
 
 # ----------------------------------------------------------------------------- helpers for the loaders

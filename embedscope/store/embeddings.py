@@ -806,7 +806,8 @@ def _write_property(g, name: str, v: np.ndarray) -> None:
 
 
 def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence[str], *,
-                      absent: Sequence[str] = (), kept: dict[str, list[str]] | None = None) -> Path:
+                      absent: Sequence[str] = (), kept: dict[str, list[str]] | None = None,
+                      not_kept: dict[str, list[str]] | None = None) -> Path:
     """Write ``es.properties[name]`` for ``names`` into the existing file ``path`` (read as ``es``, by
     :func:`load` or :func:`scan`), atomically, keeping everything else in it: other groups, datasets and
     attributes that other tools wrote with plain h5py survive (:func:`save` would write the schema only).
@@ -826,7 +827,8 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     A property replaced keeps the HDF5 attributes the old dataset had (units, a description, written by
     another tool: the values are new, what they are is not); ``kept``, when given, is filled with the
     names of those attributes by property (the command line says which, so that stale ones can be
-    removed)."""
+    removed); ``not_kept`` with those that could not be (object or region references, a dimension scale's
+    ``DIMENSION_LIST``: they point into the old file)."""
     import h5py
 
     es.validate()
@@ -850,9 +852,11 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
         if late:
             raise EmbedscopeError(f"{path}: another process added the propert{'ies' if len(late) > 1 else 'y'} "
                                   f"{', '.join(late[:3])} meanwhile (use --force to replace)")
-        carried = _replace_with_properties(src, path, es, names, replaced)
+        carried, left = _replace_with_properties(src, path, es, names, replaced)
     if kept is not None:
         kept.update(carried)
+    if not_kept is not None:
+        not_kept.update(left)
     return src
 
 
@@ -880,14 +884,15 @@ def _texts(values, where: str) -> np.ndarray:
 
 
 def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[str],
-                             replaced: list[str]) -> dict[str, list[str]]:
+                             replaced: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """:func:`update_properties`' copy (or rebuild) of ``src`` with the properties, replacing it; returns
-    the names of the attributes each replaced property kept (those it had: none are dropped)."""
+    the names of the attributes each replaced property kept and of those it could not keep (references)."""
     import shutil
 
     import h5py
 
     kept: dict[str, list[str]] = {}
+    left: dict[str, list[str]] = {}
     with atomic_output(src, force=True) as tmp:
         try:
             if not replaced:
@@ -905,9 +910,11 @@ def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[
                         with h5py.File(src, "r") as fs:
                             for k in replaced:
                                 old = fs["properties"][k]
-                                if len(old.attrs):
-                                    _copy_attrs(old, g[k])
-                                    kept[k] = list(old.attrs)
+                                skipped = _copy_attrs(old, g[k], refs=False)
+                                if skipped:
+                                    left[k] = skipped
+                                if len(old.attrs) > len(skipped):
+                                    kept[k] = [a for a in old.attrs if a not in skipped]
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as e:
@@ -915,14 +922,36 @@ def _replace_with_properties(src: Path, path, es: EmbeddingSet, names: Sequence[
             if stop is not None:  # Ctrl-C (SIGTERM) while h5py wrote: it reports an OSError of its own
                 raise stop from None
             raise _write_error(e, path) from None
-    return kept
+    return kept, left
 
 
-def _copy_attrs(a, b) -> None:
-    """The attributes of the HDF5 object ``a`` onto ``b``, each of the type and shape it is stored as."""
+def _copy_attrs(a, b, *, refs: bool = True) -> list[str]:
+    """The attributes of the HDF5 object ``a`` onto ``b``, each of the type and shape it is stored as;
+    ``refs=False``: those holding object or region references left out (into another file they point
+    at nothing, or at another object: a dimension scale's ``DIMENSION_LIST``), their names returned."""
+    skipped = []
     for name in a.attrs:
         aid = a.attrs.get_id(name)
+        if not refs and _holds_refs(aid.dtype):
+            skipped.append(name)
+            continue
         b.attrs.create(name, a.attrs[name], shape=aid.shape, dtype=aid.dtype)
+    return skipped
+
+
+def _holds_refs(dt) -> bool:
+    """Whether the h5py dtype ``dt`` holds HDF5 references (itself, as a variable-length sequence's
+    items, a compound's fields or an array's items)."""
+    import h5py
+
+    if h5py.check_dtype(ref=dt) is not None:
+        return True
+    base = h5py.check_dtype(vlen=dt)
+    if base is not None and base is not str and base is not bytes and _holds_refs(np.dtype(base)):
+        return True
+    if dt.fields:
+        return any(_holds_refs(f[0]) for f in dt.fields.values())
+    return dt.subdtype is not None and _holds_refs(dt.subdtype[0])
 
 
 def _rebuilt_without(src: Path, fh, dropped: set[str]) -> None:
