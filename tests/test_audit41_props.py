@@ -20,6 +20,8 @@
   name the line; a NUL in a cell was refused naming the embedding file's property and row 0, not the table;
 * a blank line before the header (pandas skips it) made the header check read the blank line: a name
   repeated in the real header was stored as two properties, ``w`` and ``w.1``;
+* a column named ``x,y`` was stored, and ``properties --properties x,y`` then asked for ``x`` and ``y``
+  ("no property 'x'"): such a name is refused, as a ``/`` is;
 """
 
 from __future__ import annotations
@@ -266,3 +268,14 @@ def test_blank_lines_before_the_header_do_not_hide_a_repeated_name(tmp_path):
     rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "t.csv", "", [], raw=raw)])
     assert rc == 0, err
     assert store.load(h5).properties["w"].tolist() == [7] * N
+
+
+def test_a_name_with_a_comma_is_refused(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    before = h5.read_bytes()
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "t.csv", 'path,w,"x,y"', ["1,2"] * N)])
+    assert rc == 1
+    assert one_error_line(err, "add-properties").endswith(
+        "t.csv: column name 'x,y' has a comma: 'embedscope properties --properties' (comma-separated) could not "
+        "name it; rename the column")
+    assert h5.read_bytes() == before

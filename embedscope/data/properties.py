@@ -301,6 +301,9 @@ def _add_properties(h5, table_path, *, force: bool
         if k in ("", ".", "..") or "/" in k or "\x00" in k:
             raise EmbedscopeError(f"{table_path}: column name '{k}' cannot be a property name (no '/', NUL, "
                                   "'.' or empty name in HDF5)")
+        if "," in k:  # stored, it was measured but could not be named: --properties x,y asked for 'x' and 'y'
+            raise EmbedscopeError(f"{table_path}: column name '{k}' has a comma: 'embedscope properties "
+                                  "--properties' (comma-separated) could not name it; rename the column")
         # 'class' is the labels' name in the analyses: such a property would take their place
         check_property_not_reserved(k, table_path)
     clash = [k for k in new if k in es.properties]
