@@ -22,6 +22,9 @@
   repeated in the real header was stored as two properties, ``w`` and ``w.1``;
 * a column named ``x,y`` was stored, and ``properties --properties x,y`` then asked for ``x`` and ``y``
   ("no property 'x'"): such a name is refused, as a ``/`` is;
+* a file whose text property another tool wrote in Latin-1 was refused by every command, ``add-properties
+  --force`` too, which could replace it: that property is now replaced (its attributes kept), and the
+  refusal of any other command's says how;
 """
 
 from __future__ import annotations
@@ -279,3 +282,28 @@ def test_a_name_with_a_comma_is_refused(tmp_path):
         "t.csv: column name 'x,y' has a comma: 'embedscope properties --properties' (comma-separated) could not "
         "name it; rename the column")
     assert h5.read_bytes() == before
+
+
+def test_force_replaces_a_property_of_text_that_is_not_utf8(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    with h5py.File(h5, "r+") as f:  # another tool's latin-1 bytes
+        f["properties/lat"] = np.array([b"caf\xe9"] * N)
+        f["properties/lat"].attrs["units"] = "words"
+    before = h5.read_bytes()
+    other = _csv(tmp_path / "w.csv", "path,w", [1] * N)
+    rc, out, err = run_cli(["add-properties", h5, other])
+    assert rc == 1
+    assert one_error_line(err, "add-properties").endswith(
+        f"{h5}: 'properties/lat' holds invalid UTF-8 text (a table with a column 'lat' and --force replaces it)")
+    table = _csv(tmp_path / "t.csv", "path,lat", ["café", "tea"] * 3)
+    rc, out, err = run_cli(["add-properties", h5, table])
+    assert rc == 1 and one_error_line(err, "add-properties").endswith(
+        f"{h5} already has the property lat (use --force to replace)")
+    assert h5.read_bytes() == before
+    rc, out, err = run_cli(["add-properties", h5, table, "--force"])
+    assert rc == 0, err
+    assert "replaced property lat" in out
+    es = store.load(h5)
+    assert list(es.properties["lat"]) == ["café", "tea"] * 3 and es.properties["old"].tolist() == list(range(N))
+    with h5py.File(h5, "r") as f:
+        assert f["properties/lat"].attrs["units"] == "words"

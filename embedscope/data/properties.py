@@ -293,7 +293,8 @@ def _add_properties(h5, table_path, *, force: bool
 
     # every check of store.load, but the embeddings read a block of rows at a time and not kept (a file can
     # be 100k x 2048 float32, 800 MB): the rewrite copies them as they are
-    es, _ = scan(h5)
+    unreadable: dict[str, str] = {}  # another tool's property of text that is not UTF-8: --force replaces it
+    es, _ = scan(h5, unreadable=unreadable)
     new = join_properties(es.paths, read_property_table(table_path), str(table_path))
     for k in new:
         # /properties/<name> is an HDF5 path ('/' makes groups, '.' and '' name no dataset): named here
@@ -306,7 +307,10 @@ def _add_properties(h5, table_path, *, force: bool
                                   "--properties' (comma-separated) could not name it; rename the column")
         # 'class' is the labels' name in the analyses: such a property would take their place
         check_property_not_reserved(k, table_path)
-    clash = [k for k in new if k in es.properties]
+    left = [k for k in unreadable if k not in new]
+    if left:  # (every command refused the file, this one too: the way to repair it said)
+        raise EmbedscopeError(f"{unreadable[left[0]]} (a table with a column '{left[0]}' and --force replaces it)")
+    clash = [k for k in new if k in es.properties or k in unreadable]
     if clash and not force:
         raise EmbedscopeError(f"{h5} already has the propert{'ies' if len(clash) > 1 else 'y'} "
                               f"{', '.join(clash[:3])}{', ...' if len(clash) > 3 else ''} (use --force to replace)")

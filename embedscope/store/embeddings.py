@@ -1109,16 +1109,18 @@ def read_open(f, path: str | os.PathLike, *, finite: bool = True) -> EmbeddingSe
     return _read_open(f, path, finite=finite, scanned=False)[0]
 
 
-def scan(path: str | os.PathLike, *, finite: bool = True) -> tuple[EmbeddingSet, RowStats]:
+def scan(path: str | os.PathLike, *, finite: bool = True,
+         unreadable: dict[str, str] | None = None) -> tuple[EmbeddingSet, RowStats]:
     """:func:`scan_open` of the file ``path`` (opened and closed here)."""
     path = Path(path)
     if not path.exists():
         raise EmbedscopeError(f"{path}: no such file")
     with open_hdf5(path, "an embedding file (.h5)") as f:
-        return scan_open(f, path, finite=finite)
+        return scan_open(f, path, finite=finite, unreadable=unreadable)
 
 
-def scan_open(f, path: str | os.PathLike, *, finite: bool = True) -> tuple[EmbeddingSet, RowStats]:
+def scan_open(f, path: str | os.PathLike, *, finite: bool = True,
+              unreadable: dict[str, str] | None = None) -> tuple[EmbeddingSet, RowStats]:
     """:func:`read_open` in memory bounded whatever N x D, for the commands that read everything in a
     file but its embeddings' values (``embedscope info`` reads the set and what else the file holds in
     one opening; ``add-properties`` rewrites it): every check of :func:`load` is made, the embeddings'
@@ -1127,14 +1129,17 @@ def scan_open(f, path: str | os.PathLike, *, finite: bool = True) -> tuple[Embed
 
     The set's ``embeddings`` are a read-only stand-in (zeros, one per row repeated along it: N values)
     of the stored shape and of the type :func:`load` gives them, not their values: not a set to
-    analyse. A file refused is refused as :func:`load` refuses it, in the same words."""
-    return _read_open(f, path, finite=finite, scanned=True)
+    analyse. A file refused is refused as :func:`load` refuses it, in the same words; but with
+    ``unreadable`` (a dict), a property whose text is not UTF-8 is left out of the set, its error line
+    recorded there by name (``add-properties --force`` replaces such a property another tool wrote)."""
+    return _read_open(f, path, finite=finite, scanned=True, unreadable=unreadable)
 
 
-def _read_open(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet, RowStats | None]:
+def _read_open(f, path, *, finite: bool, scanned: bool,
+               unreadable: dict[str, str] | None = None) -> tuple[EmbeddingSet, RowStats | None]:
     """:func:`read_open` (``scanned=False``) and :func:`scan_open` (``scanned=True``)."""
     with readable(path):
-        return _read_fields(f, path, finite=finite, scanned=scanned)
+        return _read_fields(f, path, finite=finite, scanned=scanned, unreadable=unreadable)
 
 
 @contextlib.contextmanager
@@ -1183,7 +1188,8 @@ def hdf5_object_kind(group, name: str) -> str:
     return "an HDF5 object that cannot be opened"
 
 
-def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet, RowStats | None]:
+def _read_fields(f, path, *, finite: bool, scanned: bool,
+                 unreadable: dict[str, str] | None = None) -> tuple[EmbeddingSet, RowStats | None]:
     import h5py
 
     path = Path(path)
@@ -1235,7 +1241,13 @@ def _read_fields(f, path, *, finite: bool, scanned: bool) -> tuple[EmbeddingSet,
                 raise EmbedscopeError(f"{path}: property '{k}' is {kind}, expected a dataset")
             v = f["properties"][k][()]
             if isinstance(v, np.ndarray) and v.dtype.kind in "OS":
-                v = strings(v, f"properties/{k}")
+                try:
+                    v = strings(v, f"properties/{k}")
+                except EmbedscopeError as e:
+                    if unreadable is None:
+                        raise
+                    unreadable[k] = str(e)
+                    continue
             props[k] = v
 
     def scanned_embeddings() -> tuple[np.ndarray, RowStats | None]:
