@@ -25,6 +25,9 @@
 * a file whose text property another tool wrote in Latin-1 was refused by every command, ``add-properties
   --force`` too, which could replace it: that property is now replaced (its attributes kept), and the
   refusal of any other command's says how;
+* a property of several numbers per image (N x k, which docs/store.md allows: "NR-Prec reads those of one
+  value per image") made ``properties`` refuse the whole file ("property 'two' has shape (6, 2)", no file
+  named): it is left out with a note, and refused naming the file only when asked for by name;
 """
 
 from __future__ import annotations
@@ -307,3 +310,19 @@ def test_force_replaces_a_property_of_text_that_is_not_utf8(tmp_path):
     assert list(es.properties["lat"]) == ["café", "tea"] * 3 and es.properties["old"].tolist() == list(range(N))
     with h5py.File(h5, "r") as f:
         assert f["properties/lat"].attrs["units"] == "words"
+
+
+def test_properties_leaves_out_a_property_of_several_values_per_image(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    with h5py.File(h5, "r+") as f:
+        f["properties/two"] = np.zeros((N, 2))
+        f["properties/v"] = np.array([1, 2, 1, 2, 1, 2])
+    rc, out, err = run_cli(["properties", h5, "--no-progress"])
+    assert rc == 0, err
+    measured = {ln.split()[1] for ln in out.splitlines()[3:] if ln.startswith("e ")}
+    assert measured == {"v", "class", "old"}
+    assert "property 'two' holds several values per image: not measured (NR-Prec takes one value per image)" in out
+    rc, out, err = run_cli(["properties", h5, "--no-progress", "--properties", "two"])
+    assert rc == 1
+    assert one_error_line(err, "properties").endswith(
+        f"{h5}: property 'two' holds several values per image (shape (6, 2)): NR-Prec takes one value per image")

@@ -108,8 +108,8 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         es = whole.subset(split)
         trained = (whole.attrs or {}).get("checkpoint_config")
         del whole
-        props, twins, class_listed = _selected(es, f, split=split, properties=properties, metric=metric,
-                                              normalize=normalize, with_class=with_class)
+        props, twins, class_listed, several = _selected(es, f, split=split, properties=properties, metric=metric,
+                                                        normalize=normalize, with_class=with_class)
         res = property_precision(es.embeddings, props, metric=metric, max_r=max_r, normalize=normalize,
                                  progress=progress, permutations=permutations,
                                  seed=seed if permutations else None)
@@ -123,6 +123,11 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
         extras.append(_explained(res, fields, n=len(es.labels), metric=metric, normalize=normalize,
                                  dim=es.embeddings.shape[1], twins=[t for t in twins if t in res],
                                  class_dropped=not class_listed and not properties))
+        if several:  # (N x k properties: the whole file was refused, "property 'v' has shape (6, 2)", no file named)
+            named = ", ".join(f"'{k}'" for k in several)
+            extras[-1].setdefault("notes", []).append(
+                f"propert{'y' if len(several) == 1 else 'ies'} {named} {'holds' if len(several) == 1 else 'hold'} "
+                "several values per image: not measured (NR-Prec takes one value per image)")
         other_metric = _trained_metric_note(trained, es.embeddings, metric=metric, normalize=normalize)
         if other_metric:
             extras[-1].setdefault("notes", []).append(other_metric)
@@ -205,10 +210,17 @@ def _check_files_first(files, names, *, split: str, properties, metric: str, nor
 
 def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, with_class: bool):
     """The properties of ``es`` (a file's rows of ``split``; ``f`` names the file in messages) to measure:
-    ``(props, twins, class_listed)`` (``twins``: the properties that group the images as the labels), or one
-    error line (a property named that the file lacks, no
+    ``(props, twins, class_listed, several)`` (``twins``: the properties that group the images as the
+    labels; ``several``: those of several values per image, N x k, left out when not named), or one
+    error line (a property named that the file lacks or holds several values per image, no
     property at all, an all-zero row under cosine)."""
     props = dict(es.properties)
+    several = [k for k, v in props.items() if np.ndim(v) != 1]
+    for k in several:
+        if properties and k in properties:
+            raise EmbedscopeError(f"{f}: property '{k}' holds several values per image (shape "
+                                  f"{tuple(np.shape(props[k]))}): NR-Prec takes one value per image")
+        del props[k]
     if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
         # of that name (imports now refuse it) is shown beside them, renamed, not in their place
         props = {(CLASS_PROPERTY if k == "class" else k): v for k, v in props.items()}
@@ -236,7 +248,7 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
                                   f"{split}): leave it out by naming the properties to measure (--properties)")
     if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
         check_no_zero_rows(es, split)
-    return props, twins, class_listed
+    return props, twins, class_listed, several
 
 
 def _same_grouping(values, labels) -> bool:
