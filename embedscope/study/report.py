@@ -238,9 +238,12 @@ def _stats_problem(stats: Any) -> str:
     for k in ("untrained", "normalisation", "robustness", "metric_matrix"):
         if not isinstance(stats.get(k, {}), dict):
             return f"'{k}' is not an object"
+    for k in ("exclude_unmatched", "undefined"):  # (read as 'or {}', as the terminal's notes read them)
+        if not isinstance(stats.get(k) or {}, dict):
+            return f"'{k}' is not an object"
     if not all(isinstance(x, dict) for x in stats.get("robustness", {}).values()):
         return "'robustness' holds other than objects"
-    for k in ("ranking", "exclude", "axes", "identical_to_target"):
+    for k in ("ranking", "exclude", "axes", "identical_to_target", "measures", "datasets", "objectives"):
         if not isinstance(stats.get(k) or [], list):
             return f"'{k}' is not a list"
     if not all(isinstance(r, dict) and isinstance(r.get("measure"), str) for r in stats.get("ranking") or []):
@@ -248,8 +251,9 @@ def _stats_problem(stats: Any) -> str:
     return ""
 
 
-def _plural(n: int | None, one: str, many: str | None = None) -> str:
-    return f"{_e(n)} {one if n == 1 else (many or one + 's')}"
+def _plural(n: Any, one: str, many: str | None = None) -> str:
+    """``n`` with ``one`` or ``many`` (``one`` + s) after it: '1 run', '3 runs' (a count read back as 1.0 is one)."""
+    return f"{_e(n)} {one if _count(n) == 1 else (many or one + 's')}"
 
 
 def _cell(r: dict[str, Any], col: str) -> str:
@@ -311,14 +315,14 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
     n_excl = _count(np_["excluded"])
     excl = (f"{_e(np_['excluded'])} excluded by {_e(', '.join(exclude) or '--exclude')}"
             if exclude or n_excl != 0 else "none excluded")
-    parts.append(f'<p class="note">{_e(np_["runs"])} runs in {_e(np_["objectives"])} objectives '
-                 f'({_e(np_["rows"])} checkpoints measured, {_e(np_["errors"])} failed, {excl}). '
+    parts.append(f'<p class="note">{_plural(np_["runs"], "run")} in {_plural(np_["objectives"], "objective")} '
+                 f'({_plural(np_["rows"], "checkpoint")} measured, {_e(np_["errors"])} failed, {excl}). '
                  "Protocol: docs/methods.md §6 (Roth et al. 2020, Fig. 4, Fig. 5).</p>")
     failed = [r for r in runs if r.get("status", "ok") != "ok"]
     if failed:
         parts.append(f'<div class="err"><p><b>{_plural(len(failed), "checkpoint")} of {len(runs)} failed</b> and '
-                     "enter no statistic; the next run of the same 'embedscope study' command tries "
-                     f"{'it' if len(failed) == 1 else 'them'} again.</p>")
+                     f"{'enters' if len(failed) == 1 else 'enter'} no statistic; the next run of the same "
+                     f"'embedscope study' command tries {'it' if len(failed) == 1 else 'them'} again.</p>")
         parts.append(_table(["id", "checkpoint", "error"],
                             [[_text(r.get("id")), _text(r.get("checkpoint")), _text(r.get("error"))] for r in failed],
                             left=1, wrap=(1, 2)))
@@ -383,6 +387,9 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
     v = meta.get("versions", {})
     ok = [r for r in runs if r.get("status", "ok") == "ok"]
     trained = [r for r in ok if r.get("selection") != "untrained"]
+    # the settings of the runs that enter the statistics (as the axes are): the runs left out by --exclude
+    # made p_switch a setting 'that goes with the objective' of a study that kept p_switch 0 only
+    used = [r for r in trained if not _is_true(r.get("excluded"))] or trained
     sel = {}
     for r in runs:
         sel[r.get("selection", "")] = sel.get(r.get("selection", ""), 0) + 1
@@ -395,19 +402,27 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
         data += f", root {s['root']}"
     axes = [str(a) for a in stats.get("axes") or []]
     have = set(trained[0]) if trained else set()
-    varying = "; ".join(f"{a}: {', '.join(_distinct(trained, a if a in have else 'tag:' + a))}" for a in axes) or "none"
+
+    def values(a: str) -> str:
+        """The values of the axis ``a`` over the runs; a run without one (multisimilarity has no miner) is
+        None, as in the objectives' names ('multisimilarity miner=None'), not left out."""
+        col = a if a in have else "tag:" + a
+        vals = _distinct(used, col) + (["None"] if any(not _cell(r, col) for r in used) else [])
+        return ", ".join(vals)
+
+    varying = "; ".join(f"{a}: {values(a)}" for a in axes) or "none"
     fixed, follow = [], []
     for c in [c for c in CONFIG_COLUMNS if c not in ("dataset", "seed", "loss_family")] + \
              sorted(k for k in have if k.startswith("tag:")):
         if c in axes or c.removeprefix("tag:") in axes:
             continue
-        vals = _distinct(trained, c)
-        if len(vals) == 1 and all(_cell(r, c) for r in trained):
+        vals = _distinct(used, c)
+        if len(vals) == 1 and all(_cell(r, c) for r in used):
             fixed.append(f"{c} {vals[0]}")
         elif vals:  # it differs between runs (a value in some, none in others: multisimilarity has no miner),
             # fixed by the axes (the miner and the distance by the loss): which value goes with which objective
             by_val: dict[str, set[str]] = {}
-            for r in trained:
+            for r in used:
                 by_val.setdefault(_cell(r, c) or DASH, set()).add(str(r.get("objective") or "").strip() or DASH)
             follow.append(f"{c}: " + ", ".join(f"{v} ({', '.join(sorted(o))})" for v, o in sorted(
                 by_val.items(), key=lambda kv: (kv[0] == DASH, kv[0]))))
@@ -416,7 +431,7 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
             ("epoch selection", f"{s.get('epoch', '')} (checkpoints: "
              + ", ".join(f"{n} {_SELECTION.get(k, k or '?')}" for k, n in sel.items()) + ")"),
             ("data set", data), ("target", _target(stats)), ("retrieval metric", s.get("metric", "")),
-            ("hyper-parameter axes that vary", varying), ("seeds", ", ".join(_distinct(trained, "seed")) or DASH),
+            ("hyper-parameter axes that vary", varying), ("seeds", ", ".join(_distinct(used, "seed")) or DASH),
             ("training settings, the same in every run", ", ".join(fixed) or DASH),
             *([("training settings that go with the objective (fixed by the axes; –: none)", "; ".join(follow))]
               if follow else []),
@@ -468,7 +483,7 @@ def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
 
 def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
     np_ = stats["n_points"]
-    rank = {r["measure"]: i + 1 for i, r in enumerate(stats.get("ranking", []))}
+    rank = {r["measure"]: i + 1 for i, r in enumerate(stats.get("ranking") or [])}
     rows = []
     # a measure undefined for some points (ρ of a collapsed model) is correlated over fewer: its own n
     fewer = any(_count(by[m].get(lv, {}).get("n")) not in (None, _count(np_[lv]))
@@ -572,7 +587,7 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
     for (a, b), val in PUBLISHED_FIG4.items():
         try:
             ours = mat[names.index(a)][names.index(b)] if a in names and b in names else None
-        except (IndexError, TypeError, AttributeError):  # a matrix that is not names × names
+        except (LookupError, TypeError, AttributeError):  # a matrix that is not names × names
             ours = None
         frow.append([_e(f"{a} – {b}"), f"{val:+.2f}", _r(ours, 2)])
     parts.append(_table(["metric pair (Fig. 4, CUB)", "Roth", "this study"], frow, left=1))

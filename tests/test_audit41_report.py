@@ -1,0 +1,174 @@
+"""`embedscope report` read as a demanding user reads it (audit 41): the page of a study parsed with the
+standard library's html.parser (every tag closed, nothing fetched), the summary's counts in the singular,
+the settings of the runs that enter the statistics (not of the runs --exclude left out), an axis that a
+run has no value of (multisimilarity has no miner), and a hand-edited correlations.json refused in one
+line instead of a traceback. Studies built from synthetic rows (fast, no training)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+MEASURES = ("R@1", "MAP@R", "rho", "pi_ratio", "pi_intra", "pi_inter", "NMI", "mAP@C", "F1")
+VOID = {"meta", "img", "br", "wbr", "hr", "link", "input"}
+
+
+def _row(k, *, loss="margin", miner="distance", p_switch=0.0, seed=0, name=None, status="ok"):
+    rng = np.random.default_rng(k)
+    name = name or f"{loss}_{miner}_p{p_switch}_s{seed}"
+    row = {"id": name, "run": name, "selection": "given", "status": status, "loss": loss, "miner": miner,
+           "p_switch": p_switch, "seed": seed, "normalize": True, "untrained": "", "epoch": 3, "dataset": "digits",
+           "arch": "digits_cnn", "embed_dim": 16, "checkpoint": f"ckpts/{name}.pt", "sha256": f"{k:02x}" * 32,
+           "N_train": 901, "N_test": 896}
+    if status == "ok":
+        row.update({m: float(rng.uniform(0.2, 0.9)) for m in MEASURES})
+    else:
+        row["error"] = f"ckpts/{name}.pt: not a PyTorch checkpoint"
+    return row
+
+
+def _grid():
+    """margin and multisimilarity x p_switch 0 / 0.3, 2 seeds; multisimilarity without a miner at p_switch 0
+    (as train-grid writes it), so that the miner is an axis of its own (as in the demo's grid)."""
+    rows, k = [], 0
+    for loss in ("margin", "multisimilarity", "triplet"):
+        for p in (0.0, 0.3):
+            for s in (0, 1):
+                miner = None if (loss == "multisimilarity" and p == 0.0) else "distance"
+                rows.append(_row(k, loss=loss, miner=miner, p_switch=p, seed=s))
+                k += 1
+    return rows
+
+
+def _study(tmp_path, rows, *, exclude=(), name="study"):
+    from embedscope.study.run import finish_study
+
+    d = tmp_path / name
+    d.mkdir()
+    finish_study(d, rows, exclude=exclude, n_boot=50, seed=1, figures=False)
+    (d / "study.json").write_text(json.dumps({
+        "settings": {"source": "runs/", "epoch": "best", "metric": "cosine", "seed": 1, "device": "cpu"},
+        "versions": {"embedscope": "x"}, "host": "node7"}))
+    return d
+
+
+class _Closed(HTMLParser):
+    """Every element closed in the order it was opened (void elements aside); <script>, external src."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.errors, self.external = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("script", "link", "iframe"):
+            self.errors.append(f"<{tag}> in the page")
+        for k, v in attrs:
+            if k in ("src", "href") and v and not v.startswith("data:image/png;base64,"):
+                self.external.append(v)
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'} at {self.getpos()}")
+        else:
+            self.stack.pop()
+
+
+def _page(d):
+    from embedscope.study.report import build_report
+
+    text = build_report(d)
+    p = _Closed()
+    p.feed(text)
+    p.close()
+    assert not p.errors and not p.stack and not p.external, (p.errors, p.stack, p.external)
+    return text
+
+
+def _setting(text, name):
+    """The text of the value cell of the settings row ``name``."""
+    m = re.search(r'<tr><td class="l">' + re.escape(name) + r'</td><td class="w">(.*?)</td></tr>', text)
+    assert m, name
+    return html.unescape(re.sub(r"<[^>]+>", "", m.group(1)))
+
+
+def test_the_page_is_well_formed_for_hostile_names_and_a_failed_checkpoint(tmp_path):
+    """html.parser: every tag closed, no script, no URL but the embedded PNGs, for names with markup, '&',
+    quotes and non-ASCII in the run names, paths and errors."""
+    rows = [_row(0, loss="<script>alert(1)</script>", name="a<b>&\"'é"), _row(1, loss="x & y", name="naïve ü"),
+            _row(2, loss="q\"uote", name="<i>"), _row(3, loss="z", name="</td></tr>broken", status="error")]
+    text = _page(_study(tmp_path, rows))
+    assert "<script>" not in text and "</td></tr>broken" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "naïve ü" in text and "a&lt;b&gt;&amp;&quot;&#x27;é" in text
+
+
+def test_the_summary_counts_one_run_and_one_objective_in_the_singular(tmp_path):
+    """A study of one checkpoint and a failed one: '1 run in 1 objective', '1 checkpoint ... enters' (was
+    '1 runs in 1 objectives', '1 checkpoint of 2 failed and enter no statistic')."""
+    text = _page(_study(tmp_path, [_row(0), _row(1, loss="triplet", status="error")]))
+    summary = html.unescape(re.sub(r"<[^>]+>", "", re.search(r'<p class="note">(.*?)</p>', text).group(1)))
+    assert summary.startswith("1 run in 1 objective (2 checkpoints measured, 1 failed"), summary
+    assert "1 checkpoint of 2 failed</b> and enters no statistic" in text
+    many = _page(_study(tmp_path, _grid(), name="grid"))
+    assert "12 runs in 6 objectives (12 checkpoints measured" in many
+
+
+def test_an_axis_a_run_has_no_value_of_lists_none_as_the_objectives_do(tmp_path):
+    """multisimilarity has no miner: the miner varies (an axis: 'multisimilarity miner=None p_switch=0'), and
+    the settings said 'miner: distance', one value of an axis that varies."""
+    text = _page(_study(tmp_path, _grid()))
+    assert "multisimilarity miner=None p_switch=0" in text
+    axes = _setting(text, "hyper-parameter axes that vary")
+    assert "miner: distance, None" in axes, axes
+
+
+def test_settings_are_those_of_the_runs_the_statistics_keep(tmp_path):
+    """--exclude 'p_switch>0': every run in the statistics has p_switch 0, which is a setting 'the same in
+    every run'; it was listed as a setting 'that goes with the objective' (0 for some objectives, 0.3 for
+    the objectives left out), and the miner, which the axes no longer hold, beside the left-out objectives."""
+    text = _page(_study(tmp_path, _grid(), exclude=("p_switch>0",)))
+    assert _setting(text, "hyper-parameter axes that vary") == "loss: margin, multisimilarity, triplet"
+    same = _setting(text, "training settings, the same in every run")
+    assert "p_switch 0" in same.split(", "), same
+    follow = _setting(text, "training settings that go with the objective (fixed by the axes; –: none)")
+    assert "p_switch" not in follow and "0.3" not in follow, follow
+    assert follow == "miner: distance (margin, triplet), – (multisimilarity)", follow
+    assert _setting(text, "left out (--exclude)") == "p_switch>0"
+
+
+@pytest.mark.parametrize("key, value", [("exclude_unmatched", "x"), ("undefined", "x"), ("measures", 5),
+                                        ("datasets", 5), ("objectives", 5), ("ranking", None)])
+def test_a_hand_edited_statistics_file_is_one_line_not_a_traceback(tmp_path, key, value):
+    """A correlations.json whose entry has another type: an EmbedscopeError naming the file (or, for an
+    empty ranking, the page without ranks), not an AttributeError/TypeError from deep inside the page."""
+    from embedscope.errors import EmbedscopeError
+    from embedscope.study.report import build_report
+
+    d = _study(tmp_path, _grid())
+    stats = json.loads((d / "correlations.json").read_text())
+    stats[key] = value
+    (d / "correlations.json").write_text(json.dumps(stats))
+    if value is None:
+        text = _page(d)
+        assert "rank by" in text
+        return
+    with pytest.raises(EmbedscopeError, match=rf"correlations\.json: not the statistics of a study \('{key}'"):
+        build_report(d)
+
+
+def test_a_metric_matrix_that_is_not_a_list_of_rows_shows_a_dash(tmp_path):
+    """metric_matrix.pearson as an object (a hand edit): the Fig. 4 comparison shows – (was a KeyError)."""
+    d = _study(tmp_path, _grid())
+    stats = json.loads((d / "correlations.json").read_text())
+    stats["metric_matrix"]["pearson"] = {}
+    (d / "correlations.json").write_text(json.dumps(stats))
+    text = _page(d)
+    assert re.search(r'<td class="l">R@1 – NMI</td><td>\+0\.86</td><td>–</td>', text)
