@@ -172,3 +172,39 @@ def test_a_metric_matrix_that_is_not_a_list_of_rows_shows_a_dash(tmp_path):
     (d / "correlations.json").write_text(json.dumps(stats))
     text = _page(d)
     assert re.search(r'<td class="l">R@1 – NMI</td><td>\+0\.86</td><td>–</td>', text)
+
+
+def test_a_study_stopped_before_it_ended_is_said_at_the_top(tmp_path):
+    """study.json is written when a study starts and again, with 'ended', when it has finished: without
+    'ended' the last run was stopped, and the tables may be an earlier run's. Said before any number; the
+    provenance row showed 'started / ' with an empty end."""
+    d = _study(tmp_path, _grid())
+    meta = json.loads((d / "study.json").read_text())
+    (d / "study.json").write_text(json.dumps({**meta, "started": "2026-11-30T10:00:00+00:00"}))
+    text = _page(d)
+    top = text[:text.index("<h2>")]
+    assert "did not finish (started 2026-11-30T10:00:00+00:00, no end recorded)" in top
+    assert _setting(text, "started / ended") == "2026-11-30T10:00:00+00:00 / – (not finished)"
+    (d / "study.json").write_text(json.dumps({**meta, "started": "2026-11-30T10:00:00+00:00",
+                                              "ended": "2026-11-30T10:05:00+00:00"}))
+    text = _page(d)
+    assert "did not finish" not in text
+    assert _setting(text, "started / ended") == "2026-11-30T10:00:00+00:00 / 2026-11-30T10:05:00+00:00"
+
+
+def test_runs_table_and_statistics_of_two_runs_of_the_study_are_refused(tmp_path, capsys):
+    """runs.csv with a checkpoint more than correlations.json was computed from (a study stopped between
+    the two files): one line and exit 1, not a page of one run's rows beside the other's numbers (the
+    summary said '12 checkpoints measured' above a runs table of 13)."""
+    from embedscope.cli import main
+    from embedscope.study.run import finish_study
+
+    d = _study(tmp_path, _grid())
+    stats = (d / "correlations.json").read_text()
+    finish_study(d, _grid() + [_row(99, loss="contrastive")], n_boot=50, seed=1, figures=False)
+    (d / "correlations.json").write_text(stats)  # the earlier run's statistics left
+    out = tmp_path / "page.html"
+    assert main(["report", str(d), "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "runs.csv holds 13 rows" in err and "computed from 12" in err, err
+    assert not out.exists()

@@ -318,6 +318,11 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
     parts.append(f'<p class="note">{_plural(np_["runs"], "run")} in {_plural(np_["objectives"], "objective")} '
                  f'({_plural(np_["rows"], "checkpoint")} measured, {_e(np_["errors"])} failed, {excl}). '
                  "Protocol: docs/methods.md §6 (Roth et al. 2020, Fig. 4, Fig. 5).</p>")
+    if meta.get("started") and not meta.get("ended"):  # (study.json is written at the start, 'ended' last)
+        parts.append(f'<p class="warn">The last run of \'embedscope study\' in this folder did not finish (started '
+                     f"{_e(meta['started'])}, no end recorded): the tables below may be an earlier run's, and the "
+                     "settings above them this one's. Run the same 'embedscope study' command again to finish "
+                     "it (finished rows are not measured again).</p>")
     failed = [r for r in runs if r.get("status", "ok") != "ok"]
     if failed:
         parts.append(f'<div class="err"><p><b>{_plural(len(failed), "checkpoint")} of {len(runs)} failed</b> and '
@@ -444,7 +449,7 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
             ("versions", ", ".join(f"{k} {x}" for k, x in v.items()) if isinstance(v, dict) else v),
             ("statistics code (fingerprint)", meta.get("stats_code", "")),
             ("embedscope code (fingerprint)", meta.get("code", "")), ("host", meta.get("host", "")),
-            ("started / ended", f"{meta.get('started', '')} / {meta.get('ended', '')}"),
+            ("started / ended", f"{meta.get('started') or DASH} / {meta.get('ended') or DASH + ' (not finished)'}"),
             ("this page written by", f"embedscope {__version__}"),
             ("checkpoint hashes", "sha256 of every file: the table Checkpoints, below")]
     out = ["<h2>Settings and provenance</h2>",
@@ -773,6 +778,12 @@ def _build_report(d: Path) -> str:
                                       "run the same 'embedscope study' command again to finish it")
             raise EmbedscopeError(f"{d}: not a finished study folder (no {f}; run 'embedscope study' first)")
     meta, stats, runs = _read_study(d)
+    n_rows = _count(stats["n_points"]["rows"])
+    if n_rows is not None and n_rows != len(runs):  # runs.csv of a later run, correlations.json of an earlier
+        # one (a study stopped between the two files): the page showed the one's rows beside the other's numbers
+        raise EmbedscopeError(f"{d}: runs.csv holds {len(runs)} row{'' if len(runs) == 1 else 's'}, the statistics "
+                              f"(correlations.json) were computed from {n_rows}: they are of two runs of the study; "
+                              f"{_AGAIN}")
     by: dict[str, dict[str, Any]] = {}
     for r in stats["correlations"]:
         by.setdefault(r["measure"], {})[r["level"]] = r
