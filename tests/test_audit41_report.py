@@ -208,3 +208,30 @@ def test_runs_table_and_statistics_of_two_runs_of_the_study_are_refused(tmp_path
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "runs.csv holds 13 rows" in err and "computed from 12" in err, err
     assert not out.exists()
+
+
+def test_fig5_legend_names_the_objectives_whole_where_the_legend_has_room(tmp_path):
+    """The demo grid's Fig. 5 (embedded in the page): the legend cut every name to 28 characters,
+    'multisimilarit…ne p_switch=0' and 'margin miner=d…ce p_switch=0', the miner that tells the objectives
+    apart hidden, in a legend with room for longer names in as many rows (two). The legend stays inside
+    the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.study import fig5
+
+    d = _study(tmp_path, _grid())
+    stats = json.loads((d / "correlations.json").read_text())
+    fig = fig5(stats)
+    try:
+        leg = fig.legends[0]
+        texts = [t.get_text() for t in leg.get_texts()]
+        assert "multisimilarity miner=None p_switch=0" in texts and "margin miner=distance p_switch=0.3" in texts
+        assert leg._ncols == 3  # two rows of three, as the 28-character labels took (four columns)
+        fig.canvas.draw()
+        box = leg.get_window_extent()
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width + 1, (box, fig.bbox)
+    finally:
+        plt.close(fig)

@@ -248,9 +248,8 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
             axes[i][0].set_yticks([])
     for k in range(len(measures), rows * cols):
         axes[k // cols][k % cols].axis("off")
-    labels = short_texts([o["objective"] for o in objs], LEGEND_CHARS)  # (kept apart when cut alike)
+    labels, ncol = _legend_labels([o["objective"] for o in objs], fig.get_figwidth())
     handles = [_legend_handle(c, t) for c, t in zip(rgba, labels)]
-    ncol = legend_columns(labels, fig.get_figwidth(), max_cols=6)  # 8-pt legend text
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
                    bbox_to_anchor=(0.5, 0.0))
@@ -266,6 +265,24 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     # well left half an inch of empty canvas between the title and the panels)
     fig.tight_layout(rect=(0, (0.1 + 0.2 * nrow_leg) / h if nrow_leg else 0, 1, 1))
     return fig
+
+
+def _legend_labels(names: list[Any], width: float, max_cols: int = 6) -> tuple[list[str], int]:
+    """(the legend's labels of ``names``, its columns) in a figure ``width`` inches wide: cut to
+    LEGEND_CHARS, or longer where the longer labels take no more rows of the legend (the demo grid's
+    'margin miner=d…ce p_switch=0' and 'multisimilarit…ne p_switch=0' hid the miner that tells the
+    objectives apart, in a legend with room for 40 characters a label in as many rows)."""
+    labels = short_texts(names, LEGEND_CHARS)  # (kept apart when cut alike)
+    ncol = legend_columns(labels, width, max_cols=max_cols)  # 8-pt legend text
+    rows = math.ceil(len(labels) / ncol) if labels else 0
+    for n in (72, 60, 48, 40, 34):
+        if n <= LEGEND_CHARS:
+            break
+        longer = short_texts(names, n)
+        k = legend_columns(longer, width, max_cols=max_cols)
+        if math.ceil(len(longer) / k) <= rows:
+            return longer, k
+    return labels, ncol
 
 
 def fig4(stats: dict[str, Any], *, title: str | None = None):
