@@ -235,3 +235,76 @@ def test_fig5_legend_names_the_objectives_whole_where_the_legend_has_room(tmp_pa
         assert box.x0 >= 0 and box.x1 <= fig.bbox.width + 1, (box, fig.bbox)
     finally:
         plt.close(fig)
+    # one panel (--measures rho), 3.1 in wide: longer names only as far as the figure is wide
+    narrow = json.loads((_study(tmp_path, _only(_grid(), {"R@1", "rho"}), name="narrow") / "correlations.json")
+                        .read_text())
+    long = [{**o, "objective": o["objective"] + " lr=0.001 embed_dim=128 weight_decay=0.0004"}
+            for o in narrow["objectives"]]
+    fig = fig5({**narrow, "objectives": long})
+    try:
+        fig.canvas.draw()
+        box = fig.legends[0].get_window_extent()
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width + 1, (box, fig.bbox)
+    finally:
+        plt.close(fig)
+
+
+def test_the_runs_table_shows_the_names_the_user_gave_beside_their_ids(tmp_path):
+    """A YAML study's names ('ms ✓ bell', 'm<script>…') are made safe for file names in the ids
+    (ms_bell_given): the runs table showed only the ids, the user's own names nowhere on the page. Shown,
+    escaped, where an id does not start with its run's name; a train-grid study (ids = name + selection)
+    keeps its one id column."""
+    rows = [_row(0, loss="margin"), _row(1, loss="triplet"), _row(2, loss="multisimilarity")]
+    for r, (rid, run) in zip(rows, [("ms_bell_given", "ms ✓ bell"), ("m_script_given", "m<script>x</script>"),
+                                    ("plain_given", "plain")]):
+        r["id"], r["run"] = rid, run
+    text = _page(_study(tmp_path, rows))
+    head = re.search(r"<h2>Runs</h2>.*?</thead>", text, re.S).group(0)
+    assert "run (as named)" in head
+    assert "<td class=\"l\">ms ✓ bell</td>" in text and "m&lt;script&gt;x&lt;/script&gt;" in text
+    grid = _grid()
+    for r in grid:
+        r["id"] = r["run"] + "_given"
+    assert "run (as named)" not in _page(_study(tmp_path, grid, name="grid"))
+
+
+def _only(rows, keep):
+    for r in rows:
+        for m in MEASURES:
+            if m not in keep:
+                r.pop(m, None)
+    return rows
+
+
+def test_a_study_of_no_measure_but_the_target_says_so_instead_of_an_empty_table(tmp_path):
+    """--measures P@1 (P@1 is R@1): the correlation table was its header rows alone, Fig. 5 a figure of
+    no panel (a legend alone) embedded in the page. Said instead, and no Fig. 5 drawn."""
+    from embedscope.viz.study import figure_names
+
+    rows = _only(_grid(), {"R@1"})
+    for r in rows:
+        r["P@1"] = r["R@1"]
+    d = _study(tmp_path, rows)
+    stats = json.loads((d / "correlations.json").read_text())
+    assert "fig5_structure_vs_target" not in figure_names(stats)
+    text = _page(d)
+    section = text[text.index("<h2>Correlations"):text.index("<h2>Robustness")]
+    assert "<table" not in section
+    assert "No measure is correlated with test R@1: the study's other measures (P@1) equal the target" in section
+    assert "No figures: no measure is correlated with the target" in text
+    bare = _page(_study(tmp_path, _only(_grid(), {"R@1"}), name="bare"))
+    assert "the study measured no other measure (--measures)" in bare
+
+
+def test_published_values_of_measures_the_study_did_not_measure_say_not_measured(tmp_path):
+    """--measures rho: the π rows of the Fig. 5 comparison and the Fig. 4 pairs (NMI, mAP@C, F1) showed –,
+    'not defined (fewer than 3 objectives, or a constant)' by the note, of measures never measured."""
+    text = _page(_study(tmp_path, _only(_grid(), {"R@1", "rho"})))
+    section = text[text.index("<h2>Published"):text.index("<h2>Runs")]
+    cells = {m: re.search(r'<td class="l">' + re.escape(m) + r"</td>(?:<td>[^<]*</td>){3}<td>(.*?)</td>", section)
+             .group(1) for m in ("rho", "pi_ratio", "pi_intra", "pi_inter")}
+    assert cells["rho"].startswith(("+", "-")) and {cells[m] for m in ("pi_ratio", "pi_intra", "pi_inter")} == {
+        "not measured"}, cells
+    assert '<td class="l">R@1 – NMI</td><td>+0.86</td><td>not measured</td>' in section
+    full = _page(_study(tmp_path, _grid(), name="full"))
+    assert "<td>not measured</td>" not in full

@@ -33,6 +33,7 @@ PUBLISHED_FIG5 = {
 PUBLISHED_FIG4 = {("R@1", "NMI"): 0.86, ("R@1", "mAP@C"): 0.76, ("NMI", "F1"): 0.99}
 
 DASH = "–"  # a number that is missing or not defined
+NOT_MEASURED = "not measured"  # a measure of the published values that the study left out (--measures)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;
@@ -506,7 +507,15 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
             f'<th class="c" colspan="3">over objectives (n = {_e(np_["objectives"])})</th>'
             f'<th class="c" colspan="3">over runs (n = {_e(np_["runs"])})</th><th rowspan="2">granulated τ</th></tr>'
             "<tr>" + "<th>Pearson r</th><th>Spearman</th><th>Kendall τ</th>" * 2 + "</tr>")
-    parts = [f"<h2>Correlations with {_e(_target(stats))}</h2>", _table([], rows, left=2, head=head)]
+    parts = [f"<h2>Correlations with {_e(_target(stats))}</h2>"]
+    if rows:
+        parts.append(_table([], rows, left=2, head=head))
+    else:  # (--measures P@1: a table of headers alone)
+        same = [str(x) for x in stats.get("identical_to_target") or []]
+        parts.append(f'<p class="warn">No measure is correlated with {_e(_target(stats))}: '
+                     + (f"the study's other measures ({_e(', '.join(same))}) equal the target in every run"
+                        if same else "the study measured no other measure (--measures)")
+                     + ". Run 'embedscope study' with other --measures (into another folder, or with --force).</p>")
     from embedscope.study.stats import study_notes
 
     notes = study_notes(stats)
@@ -575,7 +584,8 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
     prow = []
     for m, pub in PUBLISHED_FIG5.items():
         o = by.get(m, {}).get("objectives", {})
-        prow.append([_e(m), f"{pub['CUB']:+.2f}", f"{pub['CARS']:+.2f}", f"{pub['SOP']:+.2f}", _ci(o, "pearson", below=False)])
+        prow.append([_e(m), f"{pub['CUB']:+.2f}", f"{pub['CARS']:+.2f}", f"{pub['SOP']:+.2f}",
+                     _ci(o, "pearson", below=False) if m in by else NOT_MEASURED])
     parts.append(_table(["measure vs test R@1 (Fig. 5)", "CUB200", "CARS196", "SOP",
                          f"this study: r vs {_target(stats)} over objectives [95%]"], prow, left=1))
     if target != "R@1":
@@ -594,12 +604,14 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
             ours = mat[names.index(a)][names.index(b)] if a in names and b in names else None
         except (LookupError, TypeError, AttributeError):  # a matrix that is not names × names
             ours = None
-        frow.append([_e(f"{a} – {b}"), f"{val:+.2f}", _r(ours, 2)])
+        frow.append([_e(f"{a} – {b}"), f"{val:+.2f}",
+                     _r(ours, 2) if isinstance(names, list) and a in names and b in names else NOT_MEASURED])
     parts.append(_table(["metric pair (Fig. 4, CUB)", "Roth", "this study"], frow, left=1))
     parts.append('<p class="note">Roth et al.: one point per objective (mean over 5 seeds), ResNet-50 at D = 128, '
                  "regularised runs excluded; paper text: ρ correlation ≤ −0.63 on all three data sets. "
                  f"Ours: Pearson r over this study's objectives, {DASH} where it is not defined (fewer than 3 "
-                 "objectives for the metric matrix, or a constant).</p>")
+                 f"objectives for the metric matrix, or a constant); {NOT_MEASURED}: a measure the study did not "
+                 "measure (--measures).</p>")
     return parts
 
 
@@ -650,6 +662,8 @@ def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
             "study, not drawn from these statistics.</p>"] if stale else [])
     if not out and not missing:
         why = no_figures_reason(stats.get("n_points")) if isinstance(stats.get("figures"), list) else None
+        if why is None and isinstance(stats.get("figures"), list) and not stats["correlations"]:
+            why = "no measure is correlated with the target (above)"
         if not why and not old:
             return []
         return ["<h2>Figures</h2>"] + ([f'<p class="note">No figures: {_e(why)}.</p>'] if why else []) + old
@@ -671,6 +685,10 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     any_failed = any(r.get("status", "ok") != "ok" for r in runs)
     any_excl = any(_is_true(r.get("excluded")) for r in runs)
     cols = [("id", "id")]
+    # the names the user gave (a YAML 'name', a file's): the id is that name made safe for a file name
+    # ('ms ✓ bell' is ms_bell_given, 'm<script>…' m_script_…): shown beside it where the id does not start with it
+    if any(not _cell(r, "id").startswith(_cell(r, "run")) for r in runs if _cell(r, "run")):
+        cols.append(("run", "run (as named)"))
     if any_failed:
         cols.append(("status", "status"))
     if any_excl:
@@ -700,7 +718,7 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
             elif c in _INTS:
                 n = _count(val)
                 cells.append(DASH if n is None else str(n))
-            elif c in ("id", "objective", "selection", "status", "undefined") or c in tags:
+            elif c in ("id", "run", "objective", "selection", "status", "undefined") or c in tags:
                 cells.append(_text(val))
             else:
                 cells.append(_fixed(val, 4))
@@ -712,7 +730,7 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
         worse = str(r.get("beats_untrained")).strip().lower() == "false"
         rc.append("bad" if failed or (worse and not excl) else "excl" if excl else "")
     left = next((i for i, (c, _) in enumerate(cols)
-                 if c not in ("id", "status", "excluded", "objective", "selection") and c not in tags), len(cols))
+                 if c not in ("id", "run", "status", "excluded", "objective", "selection") and c not in tags), len(cols))
     wrap = tuple(i for i, (c, _) in enumerate(cols) if c == "undefined")
     parts = ["<h2>Runs</h2>", _table([h for _, h in cols] + ["sha256 (first 12)"], rws, left=left, row_classes=rc,
                                      wrap=wrap)]

@@ -191,8 +191,7 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     target = stats["target"]
     tsplit = _target_split(stats)
     objs = stats["objectives"]
-    avail = [m for m in stats["measures"] if any(r["measure"] == m and r["split"] == "train"
-                                                   for r in stats["correlations"])]
+    avail = _train_measures(stats)
     if measures is None:  # every training measure: Roth's four first
         measures = [m for m in ROTH_FIG5 if m in avail] + [m for m in avail if m not in ROTH_FIG5]
     n = max(len(measures), 1)
@@ -267,6 +266,12 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     return fig
 
 
+def _train_measures(stats: dict[str, Any]) -> list[str]:
+    """The measures of ``stats`` correlated over the training split: Fig. 5's panels."""
+    return [m for m in stats["measures"] if any(r["measure"] == m and r["split"] == "train"
+                                                for r in stats["correlations"])]
+
+
 def _legend_labels(names: list[Any], width: float, max_cols: int = 6) -> tuple[list[str], int]:
     """(the legend's labels of ``names``, its columns) in a figure ``width`` inches wide: cut to
     LEGEND_CHARS, or longer where the longer labels take no more rows of the legend (the demo grid's
@@ -274,13 +279,16 @@ def _legend_labels(names: list[Any], width: float, max_cols: int = 6) -> tuple[l
     objectives apart, in a legend with room for 40 characters a label in as many rows)."""
     labels = short_texts(names, LEGEND_CHARS)  # (kept apart when cut alike)
     ncol = legend_columns(labels, width, max_cols=max_cols)  # 8-pt legend text
-    rows = math.ceil(len(labels) / ncol) if labels else 0
+    if not labels:
+        return labels, ncol
+    rows = math.ceil(len(labels) / ncol)
     for n in (72, 60, 48, 40, 34):
         if n <= LEGEND_CHARS:
             break
         longer = short_texts(names, n)
         k = legend_columns(longer, width, max_cols=max_cols)
-        if math.ceil(len(longer) / k) <= rows:
+        # (legend_columns' own measure of a label: one that is wider than the figure is one column too)
+        if width >= 0.34 + 0.065 * max(len(t) for t in longer) and math.ceil(len(longer) / k) <= rows:
             return longer, k
     return labels, ncol
 
@@ -375,6 +383,8 @@ def figure_names(stats: dict[str, Any]) -> list[str]:
     """The figures a study's statistics call for (the Fig. 4 matrix needs 2 metrics, the ranking a τ)."""
     out = []
     for name, _ in FIGURES:
+        if name == "fig5_structure_vs_target" and not _train_measures(stats):
+            continue  # (a study of test metrics only, --measures P@1: a figure of no panel, a legend alone)
         if name == "fig4_metric_correlations" and len(stats["metric_matrix"]["names"]) < 2:
             continue  # (with fewer than 3 objectives every entry is n/a, drawn grey and said under it)
         if name == "ranking_by_tau" and not stats["ranking"]:
