@@ -308,3 +308,13 @@ def test_published_values_of_measures_the_study_did_not_measure_say_not_measured
     assert '<td class="l">R@1 – NMI</td><td>+0.86</td><td>not measured</td>' in section
     full = _page(_study(tmp_path, _grid(), name="full"))
     assert "<td>not measured</td>" not in full
+
+
+def test_best_epoch_one_is_counted_in_the_singular(tmp_path):
+    """'best epoch = epoch 1 in 1 runs' (the untrained section)."""
+    rows = _grid()
+    for k, r in enumerate(rows):
+        r["selection"], r["epoch"] = "best", 1 if k == 0 else 3
+    text = _page(_study(tmp_path, rows))
+    assert "best epoch = epoch 1 in 1 run." in text or "best epoch = epoch 1 in 1 run;" in text, \
+        re.search(r"best epoch = [^.;]*", text).group(0)

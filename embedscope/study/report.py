@@ -472,7 +472,7 @@ def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     if _count(u.get("final_compared")) != 0:
         said.append(f"final checkpoints: <b>{_e(u.get('final_no_better', 0))} of {_e(u.get('final_compared', 0))}</b>")
     if any(r.get("selection") == "best" for r in runs):
-        said.append(f"best epoch = epoch 1 in {_e(u.get('best_epoch_1', 0))} runs")
+        said.append(f"best epoch = epoch 1 in {_plural(u.get('best_epoch_1', 0), 'run')}")
     parts = ["<h2>Against the untrained network</h2>",
              "<p>" + "; ".join(said) + ". "
              + ("A study of models that do not beat their initialisation does not test the claim." if nb else "")
