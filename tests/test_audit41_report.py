@@ -292,6 +292,9 @@ def test_a_study_of_no_measure_but_the_target_says_so_instead_of_an_empty_table(
     assert "<table" not in section
     assert "No measure is correlated with test R@1: the study's other measures (P@1) equal the target" in section
     assert "No figures: no measure is correlated with the target" in text
+    robust = text[text.index("<h2>Robustness"):text.index("<h2>Published")]
+    assert "No robustness check: no measure is correlated with the target" in robust
+    assert "needs at least 4 objectives" not in robust  # (the study has 6)
     bare = _page(_study(tmp_path, _only(_grid(), {"R@1"}), name="bare"))
     assert "the study measured no other measure (--measures)" in bare
 

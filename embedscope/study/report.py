@@ -568,6 +568,9 @@ def _robustness(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[st
     most = [i + 2 for i, (k, _) in enumerate(cols) if k == "loo_most_influential"]
     missing = [why for k, _, why in _ROBUST if why and k not in present]
     parts = ["<h2>Robustness</h2>"]
+    if not rob and not stats["correlations"]:  # (not 'needs at least 4 objectives' of a study of 6)
+        parts.append("<p>No robustness check: no measure is correlated with the target (above).</p>")
+        return parts
     if not cols:
         parts.append("<p>No robustness check applies to this study: " + _e("; ".join(missing)) + ".</p>")
         return parts
