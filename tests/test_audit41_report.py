@@ -321,3 +321,16 @@ def test_best_epoch_one_is_counted_in_the_singular(tmp_path):
     text = _page(_study(tmp_path, rows))
     assert "best epoch = epoch 1 in 1 run." in text or "best epoch = epoch 1 in 1 run;" in text, \
         re.search(r"best epoch = [^.;]*", text).group(0)
+
+
+def test_a_study_whose_every_checkpoint_failed_is_not_said_to_lack_measures(tmp_path):
+    """Every checkpoint failed: no measure is correlated because no run was measured, not because of
+    --measures ('the study measured no other measure', 'not measured' in the published values), and the
+    advice is to run the study again, not 'with another --exclude'."""
+    text = _page(_study(tmp_path, [_row(0, status="error"), _row(1, loss="triplet", status="error")]))
+    assert "No run enters the statistics</b>: no checkpoint was measured" in text
+    assert "tries the failed checkpoints again" in text and "another --exclude" not in text
+    assert "--measures" not in text and "not measured" not in text
+    assert "No measure is correlated with test R@1: no run enters the statistics (above)" in text
+    published = text[text.index("<h2>Published"):text.index("<h2>Figures")]
+    assert re.search(r'<td class="l">rho</td>(?:<td>[^<]*</td>){3}<td>–</td>', published)

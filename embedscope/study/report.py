@@ -340,9 +340,12 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
         n_ex = _count(np_["excluded"]) or 0
         why = (f"--exclude {_e(', '.join(exclude))} left out all {n_ex} selected runs (grey in the runs table)"
                if n_ex else "no checkpoint was measured (see the failures above)" if failed else "the study has no run")
+        # (the advice of --exclude only where --exclude left the runs out: not for checkpoints that failed)
+        todo = ("run the same 'embedscope study' command with another --exclude (finished rows are not measured "
+                "again)" if n_ex else "the next run of the same 'embedscope study' command tries the failed "
+                "checkpoints again" if failed else "give the study checkpoints to measure")
         parts.append(f'<p class="err"><b>No run enters the statistics</b>: {why}. Every correlation below is '
-                     f"{DASH}; run the same 'embedscope study' command with another --exclude (finished rows are "
-                     "not measured again).</p>")
+                     f"{DASH}; {todo}.</p>")
         few = []
     const = sorted({str(r.get("note")) for r in stats["correlations"]
                     if r.get("level") == "runs" and is_constant_target_note(r.get("note"), target)})
@@ -510,6 +513,9 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
     parts = [f"<h2>Correlations with {_e(_target(stats))}</h2>"]
     if rows:
         parts.append(_table([], rows, left=2, head=head))
+    elif _count(np_["runs"]) == 0:  # (said at the top: no run, so no measure)
+        parts.append(f'<p class="note">No measure is correlated with {_e(_target(stats))}: no run enters the '
+                     "statistics (above).</p>")
     else:  # (--measures P@1: a table of headers alone)
         same = [str(x) for x in stats.get("identical_to_target") or []]
         parts.append(f'<p class="warn">No measure is correlated with {_e(_target(stats))}: '
@@ -583,12 +589,15 @@ def _robustness(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[st
 
 def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str]:
     target = stats["target"]
+    # a measure the study left out (--measures) is 'not measured'; of a study whose runs all failed or were
+    # excluded, every measure is only not defined (–)
+    unmeasured = NOT_MEASURED if _count(stats["n_points"]["runs"]) != 0 else DASH
     parts = ["<h2>Published values (docs/methods.md §6) beside ours</h2>"]
     prow = []
     for m, pub in PUBLISHED_FIG5.items():
         o = by.get(m, {}).get("objectives", {})
         prow.append([_e(m), f"{pub['CUB']:+.2f}", f"{pub['CARS']:+.2f}", f"{pub['SOP']:+.2f}",
-                     _ci(o, "pearson", below=False) if m in by else NOT_MEASURED])
+                     _ci(o, "pearson", below=False) if m in by else unmeasured])
     parts.append(_table(["measure vs test R@1 (Fig. 5)", "CUB200", "CARS196", "SOP",
                          f"this study: r vs {_target(stats)} over objectives [95%]"], prow, left=1))
     if target != "R@1":
@@ -608,13 +617,14 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
         except (LookupError, TypeError, AttributeError):  # a matrix that is not names × names
             ours = None
         frow.append([_e(f"{a} – {b}"), f"{val:+.2f}",
-                     _r(ours, 2) if isinstance(names, list) and a in names and b in names else NOT_MEASURED])
+                     _r(ours, 2) if isinstance(names, list) and a in names and b in names else unmeasured])
     parts.append(_table(["metric pair (Fig. 4, CUB)", "Roth", "this study"], frow, left=1))
     parts.append('<p class="note">Roth et al.: one point per objective (mean over 5 seeds), ResNet-50 at D = 128, '
                  "regularised runs excluded; paper text: ρ correlation ≤ −0.63 on all three data sets. "
                  f"Ours: Pearson r over this study's objectives, {DASH} where it is not defined (fewer than 3 "
-                 f"objectives for the metric matrix, or a constant); {NOT_MEASURED}: a measure the study did not "
-                 "measure (--measures).</p>")
+                 "objectives for the metric matrix, or a constant)"
+                 + (f"; {NOT_MEASURED}: a measure the study did not measure (--measures)"
+                    if any(NOT_MEASURED in r for r in prow + frow) else "") + ".</p>")
     return parts
 
 
