@@ -382,12 +382,12 @@ FIGURES = tuple(zip(STUDY_FIGURES, (fig5, fig4, ranking_chart), strict=True))
 def figure_names(stats: dict[str, Any]) -> list[str]:
     """The figures a study's statistics call for (the Fig. 4 matrix needs 2 metrics, the ranking a τ)."""
     out = []
-    for name, _ in FIGURES:
-        if name == "fig5_structure_vs_target" and not _train_measures(stats):
+    for name, draw in FIGURES:
+        if draw is fig5 and not _train_measures(stats):
             continue  # (a study of test metrics only, --measures P@1: a figure of no panel, a legend alone)
-        if name == "fig4_metric_correlations" and len(stats["metric_matrix"]["names"]) < 2:
+        if draw is fig4 and len(stats["metric_matrix"]["names"]) < 2:
             continue  # (with fewer than 3 objectives every entry is n/a, drawn grey and said under it)
-        if name == "ranking_by_tau" and not stats["ranking"]:
+        if draw is ranking_chart and not stats["ranking"]:
             continue
         out.append(name)
     return out
