@@ -313,8 +313,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         if ta is None or tb is None:
             raise EmbedscopeError(f"y and y_ref hold labels of different kinds ({_kinds(a)} vs {_kinds(b)}): give both "
                                   "sets the same kind of class labels (integers or names)")
-        enc = np.unique(np.concatenate([ta, tb]), return_inverse=True)[1].reshape(-1).astype(np.int64)
-        ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
+        ylab, yref = _joint_times(ta, tb)
     else:
         # labels held as objects (a pandas column) or bytes, bools, or one set's numbers and the other's texts:
         # encoded jointly by value, as one set's own labels are (0.0 == 0, True == 1, b"cat" == "cat"). By their
@@ -341,11 +340,35 @@ def _as_times(a: np.ndarray, kind: str) -> np.ndarray | None:
     import datetime
 
     typ = (datetime.date, np.datetime64) if kind == "M" else (datetime.timedelta, np.timedelta64)
-    vals = a.tolist()
-    if not all(isinstance(v, typ) and getattr(v, "tzinfo", None) is None and not getattr(v, "nanosecond", 0)
-               and not getattr(v, "nanoseconds", 0) for v in vals):  # (pandas' nanoseconds: numpy's would drop them)
+    exact = "to_datetime64" if kind == "M" else "to_timedelta64"  # (pandas' own: as Python's, numpy dropped the
+    vals = a.tolist()  # nanoseconds of a Timestamp, and a [ns] set's labels never matched one that has them)
+    if not all(isinstance(v, typ) and getattr(v, "tzinfo", None) is None for v in vals):
         return None
-    return np.array(vals, dtype=f"{kind}8")
+    return np.array([getattr(v, exact)() if hasattr(v, exact) else v for v in vals], dtype=f"{kind}8")
+
+
+def _joint_times(ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dates (or durations) of two sets, perhaps of different units, encoded jointly as int64 codes: equal
+    instants equal codes. Compared in numpy's common unit, to which a cast wraps silently a value beyond its
+    range (datetime64[D] 3000-01-01 as [ns] is 1830-11-23T00:50:52.580896768, which then matched that label of
+    the other set) or floors one it cannot hold (a month as weeks): a value that does not come back from the
+    cast equals none of the other set, and is a class of its own (by its own value); such values in both
+    sets are refused (numpy's common unit is one of the two: not seen)."""
+    unit = np.promote_types(ta.dtype, tb.dtype)
+    ca, cb = ta.astype(unit), tb.astype(unit)
+    oa, ob = ca.astype(ta.dtype) != ta, cb.astype(tb.dtype) != tb  # (a wrapped value does not come back)
+    if oa.any() and ob.any():
+        raise EmbedscopeError(f"y and y_ref hold labels that numpy cannot compare: {ta[oa][0]} of y and "
+                              f"{tb[ob][0]} of y_ref lie beyond the range of {unit}")
+    both = np.concatenate([ca, cb]).view(np.int64)
+    over = np.concatenate([oa, ob])
+    enc = np.empty(both.shape[0], dtype=np.int64)
+    fits = np.unique(both[~over], return_inverse=True)
+    enc[~over] = fits[1].reshape(-1)
+    if over.any():  # one set's values beyond the range, compared in their own unit
+        beyond = ta[oa] if oa.any() else tb[ob]
+        enc[over] = fits[0].shape[0] + np.unique(beyond.view(np.int64), return_inverse=True)[1].reshape(-1)
+    return enc[:ta.shape[0]], enc[ta.shape[0]:]
 
 
 def _kinds(a: np.ndarray) -> str:

@@ -1,0 +1,75 @@
+"""Forty-first audit, second reading of the label commits (8d73345, bf13582, e7fc7ac).
+
+1. Dates of two sets in different units: compared in numpy's common unit, to which a cast silently wraps a
+   date beyond its range (datetime64[D] 3000-01-01 as [ns] is 1830-11-23T00:50:52.580896768) or floors one
+   it cannot hold (a month as weeks): such a date matched another instant of the other set.
+2. pandas' Timestamps (Timedeltas) with nanoseconds beside datetime64[ns] labels: refused as "of different
+   kinds (dates vs Timestamp)" though they are the same instants.
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embedscope.errors import EmbedscopeError
+from embedscope.metrics.search.ranks import check_sets
+
+RNG = np.random.default_rng(412)
+
+
+def _sets(y, y_ref):
+    X, R = RNG.normal(size=(len(y), 3)), RNG.normal(size=(len(y_ref), 3))
+    s = check_sets(X, y, R, y_ref)
+    return s.y.tolist(), s.y_ref.tolist()
+
+
+def _matches(y, y_ref) -> set[tuple[int, int]]:
+    """The (query, reference) pairs of one class."""
+    return {(i, j) for i, a in enumerate(y) for j, b in enumerate(y_ref) if a == b}
+
+
+# ----------------------------------------------------------------------------- 1. beyond the common unit
+def test_a_date_beyond_the_finer_units_range_matches_no_other_instant():
+    wrapped = np.datetime64("3000-01-01", "D").astype("datetime64[ns]")  # what numpy's cast makes of it
+    assert str(wrapped) == "1830-11-23T00:50:52.580896768"
+    days = np.array(["3000-01-01", "2020-01-01", "3000-01-01"], dtype="datetime64[D]")
+    ns = np.array(["2020-01-01", str(wrapped), "2020-01-01"], dtype="datetime64[ns]")
+    want = {(1, 0), (1, 2)}  # only 2020-01-01 is in both sets (before: 3000-01-01 matched 1830-11-23...)
+    y, y_ref = _sets(days, ns)
+    assert _matches(y, y_ref) == want
+    assert y[0] == y[2]  # the two 3000-01-01 one class
+    y_ref2, y2 = _sets(ns, days)  # either set may be the finer one
+    assert _matches(y2, y_ref2) == want
+
+
+def test_a_month_is_not_the_week_it_falls_in():
+    months = np.array(["1970-02", "1970-01"], dtype="datetime64[M]")  # 1970-01-01 is a Thursday: a week's start
+    weeks = months.astype("datetime64[W]")  # 1970-02-01 (a Sunday) floored to the week of 1970-01-29
+    assert str(weeks[0].astype("datetime64[D]")) == "1970-01-29"
+    y, y_ref = _sets(months, weeks)
+    assert _matches(y, y_ref) == {(1, 1)}  # (before: February matched the week of 29 January too)
+
+
+# ----------------------------------------------------------------------------- 2. pandas' nanoseconds
+def test_timestamps_with_nanoseconds_match_datetime64_ns_labels():
+    ns = np.array(["2020-01-01T00:00:00.000000001", "2020-01-02", "2020-01-01"], dtype="datetime64[ns]")
+    stamps = pd.Series(ns[::-1]).astype(object).to_numpy()  # pandas' Timestamps, one with its nanosecond
+    assert stamps[2].nanosecond == 1
+    y, y_ref = _sets(ns, stamps)  # (before: "of different kinds (dates vs Timestamp)")
+    assert _matches(y, y_ref) == {(0, 2), (1, 1), (2, 0)}
+    y_ref2, y2 = _sets(stamps, ns)
+    assert _matches(y2, y_ref2) == {(0, 2), (1, 1), (2, 0)}
+
+
+def test_timedeltas_with_nanoseconds_match_timedelta64_labels():
+    durations = np.array([1, 86_400_000_000_000], dtype="timedelta64[ns]")
+    objs = np.array([pd.Timedelta(1, "D"), pd.Timedelta(1, "ns")], dtype=object)
+    y, y_ref = _sets(durations, objs)  # (before: "of different kinds (durations vs Timedelta)")
+    assert _matches(y, y_ref) == {(0, 1), (1, 0)}
+
+
+def test_time_zone_aware_timestamps_beside_naive_dates_still_refused():
+    days = np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[D]")
+    aware = np.array([pd.Timestamp("2020-01-01", tz="UTC")] * 2, dtype=object)
+    with pytest.raises(EmbedscopeError, match="different kinds"):
+        _sets(days, aware)
