@@ -5,6 +5,8 @@
    it cannot hold (a month as weeks): such a date matched another instant of the other set.
 2. pandas' Timestamps (Timedeltas) with nanoseconds beside datetime64[ns] labels: refused as "of different
    kinds (dates vs Timestamp)" though they are the same instants.
+3. from_arrays: uint64 or float labels beyond int64 (2^63, 1e19) named by check_labels' codes: the label 1
+   was the class "0", 2^63 the class "1" (docs/store.md: an id beyond int64 keeps its exact name).
 """
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics.search.ranks import check_sets
+from embedscope.store import EmbeddingSet
 
 RNG = np.random.default_rng(412)
 
@@ -73,3 +76,24 @@ def test_time_zone_aware_timestamps_beside_naive_dates_still_refused():
     aware = np.array([pd.Timestamp("2020-01-01", tz="UTC")] * 2, dtype=object)
     with pytest.raises(EmbedscopeError, match="different kinds"):
         _sets(days, aware)
+
+
+# ----------------------------------------------------------------------------- 3. from_arrays: ids beyond int64
+@pytest.mark.parametrize("dtype", [np.uint64, np.float64])
+def test_from_arrays_names_ids_beyond_int64_of_a_numeric_array_by_their_value(dtype):
+    y = np.array([1, 2 ** 63, 2 ** 64 - 2 ** 11, 1], dtype=dtype)  # (2^64 - 2^11: a float64 too)
+    es = EmbeddingSet.from_arrays(np.eye(4), y)
+    assert es.labels.tolist() == [0, 1, 2, 0]
+    want = [str(v) for v in np.unique(y).tolist()]  # "1", "9223372036854775808", "18446744073709549568"
+    if dtype is np.float64:
+        want = ["1", str(2.0 ** 63), str(2.0 ** 64 - 2 ** 11)]  # an integral float within int64 named "1"
+    assert es.class_names.tolist() == want  # (before: "0", "1", "2")
+    # the same ids held as objects are named alike
+    assert EmbeddingSet.from_arrays(np.eye(4), y.astype(object)).class_names.tolist() == want
+    with pytest.raises(EmbedscopeError, match="integer class labels"):
+        EmbeddingSet.from_arrays(np.eye(2), np.array([1.5, 1e19]))
+
+
+def test_from_arrays_ids_beyond_int64_with_class_names_still_index_them():
+    es = EmbeddingSet.from_arrays(np.eye(3), np.array([1, 2 ** 63, 1], dtype=np.uint64), class_names=["a", "b"])
+    assert es.labels.tolist() == [0, 1, 0] and es.class_names.tolist() == ["a", "b"]

@@ -31,7 +31,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import as_numpy, check_bool, first_missing
+from embedscope.validation import as_numpy, beyond_int64, check_bool, first_missing
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
@@ -132,6 +132,12 @@ class EmbeddingSet:
             else:
                 big = _big_ids(values, keys)
                 y_arr = big[1][big[0]]  # each row's class name, for a lookup in class_names
+        elif class_names is None and y_arr.dtype.kind in "uf" and beyond_int64(y_arr):
+            # uint64 or float ids beyond int64 (2^63, 1e19) named by their value, as those held as objects are
+            # (check_labels' codes were their names: the labels 1 and 2^63 the classes "0" and "1")
+            check_labels(y_arr, n)  # (a non-integral or infinite one refused)
+            values = y_arr.tolist()
+            big = _big_ids(values, [int(v) for v in values])
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:
