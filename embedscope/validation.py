@@ -99,8 +99,9 @@ def _check_finite(A: np.ndarray, name: str) -> None:
 def missing_entries(values: Any) -> np.ndarray:
     """Which entries of the array ``values`` are missing values, as a boolean array of its shape: NaN of
     any float (or complex) type, NaT (datetime64 and timedelta64), and among objects also None, pandas'
-    NA and NaT, and NaN of any type (numpy's float32 and float16 NaN are no Python floats). Integers,
-    booleans and texts hold none. Vectorised: an object array is read by pandas' ``isna`` (one C loop)."""
+    NA and NaT, and NaN of any type (numpy's float32 and float16 NaN are no Python floats; Decimal's, its
+    signalling one too). Integers, booleans and texts hold none. Vectorised: an object array is read by
+    pandas' ``isna`` (one C loop)."""
     a = np.asarray(values)
     kind = a.dtype.kind
     if kind in "fc":
@@ -110,7 +111,16 @@ def missing_entries(values: Any) -> np.ndarray:
     if kind == "O":
         import pandas as pd
 
-        return np.asarray(pd.isna(a), dtype=bool).reshape(a.shape)
+        try:
+            return np.asarray(pd.isna(a), dtype=bool).reshape(a.shape)
+        except ArithmeticError:  # a signalling NaN, Decimal("sNaN"): pandas compares it with itself, which raises
+            import decimal  # (decimal.InvalidOperation out of from_arrays, check_labels, ...)
+
+            flat = a.reshape(-1)
+            snan = np.array([isinstance(v, decimal.Decimal) and v.is_snan() for v in flat.tolist()], dtype=bool)
+            rest = flat.copy()
+            rest[snan] = None  # missing, as the sNaN is
+            return np.asarray(pd.isna(rest), dtype=bool).reshape(a.shape)
     return np.zeros(a.shape, dtype=bool)
 
 

@@ -97,3 +97,22 @@ def test_from_arrays_names_ids_beyond_int64_of_a_numeric_array_by_their_value(dt
 def test_from_arrays_ids_beyond_int64_with_class_names_still_index_them():
     es = EmbeddingSet.from_arrays(np.eye(3), np.array([1, 2 ** 63, 1], dtype=np.uint64), class_names=["a", "b"])
     assert es.labels.tolist() == [0, 1, 0] and es.class_names.tolist() == ["a", "b"]
+
+
+# ----------------------------------------------------------------------------- 4. Decimal("sNaN")
+def test_a_signalling_decimal_nan_is_a_missing_value_not_a_traceback():
+    import decimal
+
+    from embedscope.validation import check_labels, first_missing
+
+    snan = decimal.Decimal("sNaN")
+    values = np.array(["a", snan, decimal.Decimal("NaN"), None], dtype=object)
+    assert first_missing(values) == (1, "Decimal('sNaN')")  # (before: decimal.InvalidOperation out of pandas)
+    X = np.eye(3)
+    with pytest.raises(EmbedscopeError, match=r"^labels: row 1 is missing \(Decimal\('sNaN'\)\)"):
+        EmbeddingSet.from_arrays(X, np.array([1, snan, 2], dtype=object))
+    with pytest.raises(EmbedscopeError, match=r"^paths: row 0 is missing"):
+        EmbeddingSet.from_arrays(X, [0, 1, 0], paths=np.array([snan, "q", "r"], dtype=object))
+    with pytest.raises(EmbedscopeError, match=r"^labels holds a missing label \(Decimal\('sNaN'\)\) at row 2"):
+        check_labels(np.array(["a", "b", snan], dtype=object))
+    assert first_missing(np.array([decimal.Decimal(1), "x"], dtype=object)) is None
