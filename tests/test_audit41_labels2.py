@@ -116,3 +116,41 @@ def test_a_signalling_decimal_nan_is_a_missing_value_not_a_traceback():
     with pytest.raises(EmbedscopeError, match=r"^labels holds a missing label \(Decimal\('sNaN'\)\) at row 2"):
         check_labels(np.array(["a", "b", snan], dtype=object))
     assert first_missing(np.array([decimal.Decimal(1), "x"], dtype=object)) is None
+
+
+# ----------------------------------------------------------------------------- 5. from_arrays: numbers by value
+def _pairs_of(labels) -> set[tuple[int, int]]:
+    labels = list(labels)
+    return {(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels)) if labels[i] == labels[j]}
+
+
+def test_from_arrays_takes_booleans_beside_numbers_decimals_and_fractions_by_value():
+    import decimal
+    import fractions
+
+    cases = [
+        [True, 1, 0, False, np.True_, np.int64(0)],  # (before: the classes "True", "1", "0" and "False")
+        [decimal.Decimal("1.0"), 1, fractions.Fraction(2), 2.0, decimal.Decimal("2")],  # ("1.0" and "1")
+        [decimal.Decimal("1E+19"), 10 ** 19, 1, fractions.Fraction(10 ** 19, 1)],  # ("1E+19" beside 10^19)
+    ]
+    for y in cases:
+        arr = np.empty(len(y), dtype=object)
+        arr[:] = y
+        X = RNG.normal(size=(len(y), 3))
+        es = EmbeddingSet.from_arrays(X, arr)
+        want = {(i, j) for i in range(len(y)) for j in range(i + 1, len(y)) if y[i] == y[j]}  # Python's ==
+        assert _pairs_of(es.labels) == want
+        # as the retrieval measures and check_labels take them
+        from embedscope.validation import check_labels
+
+        assert _pairs_of(check_labels(arr)) == want
+        s = check_sets(X, arr, X, arr)
+        assert _pairs_of(s.y) == want
+    es = EmbeddingSet.from_arrays(np.eye(4), np.array([True, 1, 0, False], dtype=object))
+    assert es.class_names.tolist() == ["0", "1"]
+    es = EmbeddingSet.from_arrays(np.eye(2), np.array([True, False], dtype=object))
+    assert es.class_names.tolist() == ["False", "True"]  # booleans alone keep their names
+    with pytest.raises(EmbedscopeError, match="integer class labels"):  # as the float 1.5 is
+        EmbeddingSet.from_arrays(np.eye(2), np.array([decimal.Decimal("1.5"), 1], dtype=object))
+    with pytest.raises(EmbedscopeError, match="integer class labels"):
+        EmbeddingSet.from_arrays(np.eye(2), np.array([fractions.Fraction(1, 2), 1], dtype=object))

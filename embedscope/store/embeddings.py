@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import decimal
 import errno
 import io
 import json
 import math
+import numbers
 import os
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
@@ -116,15 +118,17 @@ class EmbeddingSet:
                 raise EmbedscopeError(f"{what} must be a mapping (name -> value), got {type(given).__name__}")
         _check_present(y_arr, "labels")
         big = None  # ids beyond int64 held as objects: (codes, names)
-        if y_arr.dtype == object and y_arr.size and all(
-                isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-                for v in y_arr.tolist()):
+        listed = y_arr.tolist() if y_arr.dtype == object else []
+        if listed and all(isinstance(v, _NUMBERS) for v in listed) and not all(
+                isinstance(v, (bool, np.bool_)) for v in listed):
             # numbers held as objects (a pandas object column): numbers, not texts ("1.0" a class of its own
             # beside "1", and integers looked up by name in class_names rather than indexing it); ids beyond
             # int64 (2^63, 1e19) compared by value too (1 and 1.0 beside 2^63 were the classes "1" and "1.0")
-            # and named by their value, exactly
-            values = [v.item() if isinstance(v, np.generic) else v for v in y_arr.tolist()]
-            if not all(isinstance(v, int) or (math.isfinite(v) and v == round(v)) for v in values):
+            # and named by their value, exactly. Booleans beside numbers, Decimals and Fractions are numbers
+            # too (True and 1, Decimal("1.0") and 1 were two classes, which the retrieval measures and
+            # check_labels take as one); booleans alone keep their names "False" and "True"
+            values = [v.item() if isinstance(v, np.generic) else v for v in listed]
+            if not all(_integral(v) for v in values):
                 raise EmbedscopeError("labels must be integer class labels (found non-integral or NaN values)")
             keys = [int(v) for v in values]  # (exact: as float64, 2^62 + 1 was 2^62)
             if all(-2 ** 63 <= k < 2 ** 63 for k in keys):
@@ -386,6 +390,21 @@ def _check_present(values: np.ndarray, what: str) -> None:
     found = first_missing(values)
     if found is not None:
         raise EmbedscopeError(f"{what}: row {found[0]} is missing ({found[1]}); give every row a value")
+
+
+_NUMBERS = (int, float, np.integer, np.floating, np.bool_, decimal.Decimal, numbers.Rational)
+
+
+def _integral(v) -> bool:
+    """Whether the number ``v`` (a Python int, float, Decimal or Fraction, or numpy's longdouble) is a finite
+    integer."""
+    if isinstance(v, int):
+        return True
+    if isinstance(v, decimal.Decimal):  # (as a float, Decimal("1e400") was infinite)
+        return v.is_finite() and v == v.to_integral_value()
+    if isinstance(v, numbers.Rational):
+        return v.denominator == 1
+    return math.isfinite(v) and v == round(v)
 
 
 def _big_ids(values: list, keys: list[int]) -> tuple[np.ndarray, np.ndarray]:
