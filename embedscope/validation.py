@@ -194,7 +194,7 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
             raise EmbedscopeError(f"{name} holds a missing label ({found[1]}) at row {found[0]}: every row needs its class")
         try:
             out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        except TypeError:
+        except (TypeError, ValueError):  # (arrays held as objects: "the truth value of an array ... is ambiguous")
             raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
         encode = False  # already codes
     if encode:

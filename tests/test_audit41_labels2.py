@@ -154,3 +154,29 @@ def test_from_arrays_takes_booleans_beside_numbers_decimals_and_fractions_by_val
         EmbeddingSet.from_arrays(np.eye(2), np.array([decimal.Decimal("1.5"), 1], dtype=object))
     with pytest.raises(EmbedscopeError, match="integer class labels"):
         EmbeddingSet.from_arrays(np.eye(2), np.array([fractions.Fraction(1, 2), 1], dtype=object))
+
+
+# ----------------------------------------------------------------------------- 6. sequences as labels
+def _held(*values) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def test_arrays_or_tuples_held_as_labels_are_one_line_not_a_traceback():
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.validation import check_labels
+
+    arrays = _held(np.array([1, 2]), np.array([3, 4]), np.array([1, 2]))
+    X = RNG.normal(size=(3, 3))
+    with pytest.raises(EmbedscopeError, match=r"^labels must hold class labels"):  # (before: ValueError, "the
+        check_labels(arrays)  # truth value of an array with more than one element is ambiguous")
+    with pytest.raises(EmbedscopeError, match=r"^y must hold class labels"):
+        retrieval_metrics(X, arrays)
+    with pytest.raises(EmbedscopeError, match=r"^labels must hold class labels .*got a ndarray at row 0$"):
+        EmbeddingSet.from_arrays(X, arrays)  # (before: ValueError, "setting an array element with a sequence")
+    tuples = _held("a", (3,), (1, 2))
+    with pytest.raises(EmbedscopeError, match=r"got a tuple at row 1$"):
+        EmbeddingSet.from_arrays(X, tuples)
+    with pytest.raises(EmbedscopeError, match=r"got a tuple at row 1$"):
+        EmbeddingSet.from_arrays(X, tuples, class_names=["a"])

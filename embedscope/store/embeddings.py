@@ -154,7 +154,7 @@ class EmbeddingSet:
             labels, names = codes.reshape(-1).astype(np.int64), [str(v) for v in values]
         elif class_names is None:
             if y_arr.dtype.kind in "OUS":
-                y_arr = y_arr.astype(str)
+                y_arr = _label_texts(y_arr)
             else:
                 y_arr = check_labels(y_arr, n)
             try:
@@ -165,7 +165,7 @@ class EmbeddingSet:
         else:
             names = list(_texts(np.asarray(as_numpy(class_names), dtype=object).tolist(), "class_names"))  # bytes decoded
             if y_arr.dtype.kind in "OUS":
-                labels = _labels_by_name(y_arr.astype(str), names)
+                labels = _labels_by_name(_label_texts(y_arr), names)
             else:
                 labels = check_labels(y_arr, n)
         attrs = dict(attrs or {})
@@ -390,6 +390,17 @@ def _check_present(values: np.ndarray, what: str) -> None:
     found = first_missing(values)
     if found is not None:
         raise EmbedscopeError(f"{what}: row {found[0]} is missing ({found[1]}); give every row a value")
+
+
+def _label_texts(y_arr: np.ndarray) -> np.ndarray:
+    """Labels held as texts or objects as their texts; one line naming the first label that is a sequence
+    (a list, tuple or array per row: numpy's "setting an array element with a sequence" was the traceback)."""
+    try:
+        return y_arr.astype(str)
+    except ValueError:
+        i = next((i for i, v in enumerate(y_arr.tolist()) if np.ndim(v) > 0), 0)
+        raise EmbedscopeError(f"labels must hold class labels (integers or strings), got a "
+                              f"{type(y_arr[i]).__name__} at row {i}") from None
 
 
 _NUMBERS = (int, float, np.integer, np.floating, np.bool_, decimal.Decimal, numbers.Rational)

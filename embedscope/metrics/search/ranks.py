@@ -260,7 +260,7 @@ def _labels(y, n: int, name: str) -> np.ndarray:
     # strings or other hashables (or integral floats beyond int64, which would all cast to -2^63): encode
     try:
         return np.unique(_label_values(a, name), return_inverse=True)[1].reshape(-1).astype(np.int64)
-    except TypeError:
+    except (TypeError, ValueError):  # (arrays held as objects: "the truth value of an array ... is ambiguous")
         raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
 
 
@@ -321,7 +321,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         both = np.concatenate([_label_values(a, "y").astype(object), _label_values(b, "y_ref").astype(object)])
         try:
             enc = np.unique(both, return_inverse=True)[1].reshape(-1)
-        except TypeError:  # numbers beside texts: no order, and no label of one equals one of the other
+        except (TypeError, ValueError):  # numbers beside texts: no order, and no label of one equals one of the other
             ka, kb = _kinds(a), _kinds(b)
             what = f"of different kinds ({ka} vs {kb})" if ka != kb else f"that cannot be ordered ({ka})"
             raise EmbedscopeError(f"y and y_ref hold labels {what}: give both sets the same kind of class "
