@@ -137,6 +137,25 @@ def first_missing(values: Any) -> tuple[int, str] | None:
     return i, shown
 
 
+def as_values(values: Any) -> np.ndarray:
+    """One value per row (labels, item ids, a property) as a numpy array, as ``np.asarray`` reads it, except
+    that a list or tuple of texts beside a missing value is kept as objects: numpy writes the float NaN
+    among texts as the text "nan" (``df["label"].tolist()`` of a column with a gap: the class "nan"), and
+    pandas' NA as "<NA>", which no finder of missing values could tell from a name."""
+    a = np.asarray(as_numpy(values))
+    if a.dtype.kind in "US" and a.ndim == 1 and isinstance(values, (list, tuple)):
+        texts = [t if a.dtype.kind == "U" else t.encode() for t in _MISSING_TEXTS]
+        rows = np.flatnonzero(np.logical_or.reduce([a == t for t in texts]))  # (vectorised: texts only looked at)
+        if any(not isinstance(values[i], (str, bytes)) for i in rows.tolist()):
+            held = np.empty(a.shape[0], dtype=object)
+            held[:] = list(values)
+            return held
+    return a
+
+
+_MISSING_TEXTS = ("nan", "NaN", "sNaN", "<NA>", "NaT")  # numpy's texts of NaN (float, Decimal), pandas' NA, NaT
+
+
 def beyond_int64(a: np.ndarray) -> bool:
     """Whether the labels ``a`` hold a value outside the int64 range: floats (1e19, 2e19: cast to int64,
     every such value becomes -2^63, one class) or uint64 from 2^63 (cast, they wrap to negative values,
@@ -172,7 +191,7 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
     >>> check_labels(["b", "a", "b"]).tolist()
     [1, 0, 1]
     """
-    a = np.asarray(as_numpy(y))
+    a = as_values(y)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
     if a.ndim != 1 or (n is not None and a.shape[0] != n):
         want = f"1-D with {n} entries (one per row)" if n is not None else "1-D"
         raise EmbedscopeError(f"{name} must be {want}, got shape {a.shape}")

@@ -180,3 +180,39 @@ def test_arrays_or_tuples_held_as_labels_are_one_line_not_a_traceback():
         EmbeddingSet.from_arrays(X, tuples)
     with pytest.raises(EmbedscopeError, match=r"got a tuple at row 1$"):
         EmbeddingSet.from_arrays(X, tuples, class_names=["a"])
+
+
+# ----------------------------------------------------------------------------- 7. lists of texts with a gap
+@pytest.mark.parametrize("gap", [float("nan"), np.float32("nan"), pd.NA, pd.NaT], ids=["nan", "float32 nan", "NA", "NaT"])
+def test_a_list_of_texts_with_a_gap_is_refused_not_the_class_nan(gap):
+    """numpy reads ["a", nan] as the texts "a" and "nan" (df["label"].tolist() of a column with a gap): the
+    gap was a class "nan" (or "<NA>", "NaT") in from_arrays, check_labels and the retrieval measures."""
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.properties import property_precision
+    from embedscope.validation import check_labels
+
+    X = RNG.normal(size=(3, 3))
+    with pytest.raises(EmbedscopeError, match=r"^labels: row 1 is missing"):
+        EmbeddingSet.from_arrays(X, ["a", gap, "b"])
+    with pytest.raises(EmbedscopeError, match=r"^paths: row 2 is missing"):
+        EmbeddingSet.from_arrays(X, ["a", "b", "a"], paths=["p", "q", gap])
+    with pytest.raises(EmbedscopeError, match=r"^class_names: row 0 is missing"):
+        EmbeddingSet.from_arrays(X, [0, 1, 0], class_names=[gap, "b"])
+    with pytest.raises(EmbedscopeError, match=r"^property 'c': row 1 is missing"):
+        EmbeddingSet.from_arrays(X, [0, 1, 0], properties={"c": ("p", gap, "q")})
+    with pytest.raises(EmbedscopeError, match=r"^labels holds a missing label \(.+\) at row 1"):
+        check_labels(["a", gap, "a"])
+    with pytest.raises(EmbedscopeError, match=r"^y holds a missing label \(.+\) at row 1"):
+        retrieval_metrics(X, ["a", gap, "a"])
+    with pytest.raises(EmbedscopeError, match=r"^y_ref holds a missing label \(.+\) at row 2"):
+        retrieval_metrics(X, ["a", "b", "a"], X_ref=X, y_ref=("a", "b", gap))
+    with pytest.raises(EmbedscopeError, match=r"^property 'c' holds missing values"):
+        property_precision(X, {"c": ["p", gap, "p"]})
+
+
+def test_texts_that_read_nan_are_names():
+    from embedscope.validation import check_labels
+
+    es = EmbeddingSet.from_arrays(np.eye(3), ["nan", "<NA>", "nan"])
+    assert es.class_names.tolist() == ["<NA>", "nan"] and es.labels.tolist() == [1, 0, 1]
+    assert check_labels(["a", "nan", "a", 1.0]).tolist() == [1, 2, 1, 0]  # (a number beside texts: as before)

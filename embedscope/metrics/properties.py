@@ -67,7 +67,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.metrics.scale import unit_rows
 from embedscope.metrics.search.knn import KeySpace, cross_keys64, padded_row_order, pair_keys64, prepare, union_places
 from embedscope.text import quoted
-from embedscope.validation import as_numpy, missing_entries
+from embedscope.validation import as_values, missing_entries
 
 __all__ = ["property_precision", "compare_groups", "SIGNIFICANCE_Z"]
 
@@ -108,7 +108,7 @@ MAX_PERMUTATIONS = 1_000_000
 
 
 def _encode(values, n: int, name: str) -> np.ndarray:
-    v = np.asarray(as_numpy(values))  # (a torch tensor that requires grad, or of bfloat16)
+    v = as_values(values)  # (a torch tensor that requires grad, or of bfloat16; ["a", nan] as objects)
     if v.ndim != 1 or v.shape[0] != n:
         raise EmbedscopeError(f"property '{name}' has shape {v.shape}, expected ({n},) to match X")
     if v.dtype.kind == "f" and not np.all(np.isfinite(v)):

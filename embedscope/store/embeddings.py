@@ -33,7 +33,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import as_numpy, beyond_int64, check_bool, first_missing
+from embedscope.validation import as_numpy, as_values, beyond_int64, check_bool, first_missing
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
@@ -101,7 +101,7 @@ class EmbeddingSet:
 
         X = check_matrix(X, "embeddings", check_finite=False)
         n = X.shape[0]
-        y_arr = np.asarray(as_numpy(y))
+        y_arr = as_values(y)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
         if y_arr.ndim != 1 or y_arr.shape[0] != n:
             raise EmbedscopeError(f"labels must be 1-D with {n} entries (one per embedding row), "
                                   f"got shape {y_arr.shape}")
@@ -145,7 +145,7 @@ class EmbeddingSet:
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:
-                arr = np.asarray(as_numpy(given))
+                arr = as_values(given)
                 _check_present(arr if arr.dtype.kind != "U" else arr.astype(object), what)
         if class_names is None and big is not None:
             labels, names = big[0], big[1].tolist()
