@@ -216,3 +216,10 @@ def test_texts_that_read_nan_are_names():
     es = EmbeddingSet.from_arrays(np.eye(3), ["nan", "<NA>", "nan"])
     assert es.class_names.tolist() == ["<NA>", "nan"] and es.labels.tolist() == [1, 0, 1]
     assert check_labels(["a", "nan", "a", 1.0]).tolist() == [1, 2, 1, 0]  # (a number beside texts: as before)
+
+
+def test_time_zone_aware_labels_are_named_so_beside_dates():
+    days = np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[D]")
+    aware = np.array([pd.Timestamp("2020-01-01", tz="UTC")] * 2, dtype=object)
+    with pytest.raises(EmbedscopeError, match=r"different kinds \(dates vs dates with a time zone\)"):
+        _sets(days, aware)  # (before: "(dates vs Timestamp)", as if Timestamps were no dates)

@@ -373,15 +373,16 @@ def _joint_times(ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _kinds(a: np.ndarray) -> str:
-    """What the labels ``a`` hold, in words: "numbers", "texts", "dates", "durations", another type's name,
-    or several."""
+    """What the labels ``a`` hold, in words: "numbers", "texts", "dates", "durations", "dates with a time
+    zone", another type's name, or several."""
     import numbers
 
     if a.dtype.kind in "mM":  # (as a list: dates, datetimes or integers, by the unit)
         return "dates" if a.dtype.kind == "M" else "durations"
     vals = a.tolist() if a.dtype == object else a[:1].tolist()
     kinds = {"texts" if isinstance(v, (str, bytes)) else "numbers" if isinstance(v, numbers.Number)
-             else type(v).__name__ for v in vals}
+             else "dates with a time zone" if getattr(v, "tzinfo", None) is not None  # (beside dates without
+             else type(v).__name__ for v in vals}  # one: "dates vs Timestamp")
     return " and ".join(sorted(kinds)) or "nothing"
 
 
