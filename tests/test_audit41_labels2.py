@@ -148,6 +148,8 @@ def test_from_arrays_takes_booleans_beside_numbers_decimals_and_fractions_by_val
         assert _pairs_of(s.y) == want
     es = EmbeddingSet.from_arrays(np.eye(4), np.array([True, 1, 0, False], dtype=object))
     assert es.class_names.tolist() == ["0", "1"]
+    es = EmbeddingSet.from_arrays(np.eye(3), np.array([True, 2 ** 63, np.False_], dtype=object))
+    assert es.class_names.tolist() == ["0", "1", "9223372036854775808"]  # (not "True" beside ids beyond int64)
     es = EmbeddingSet.from_arrays(np.eye(2), np.array([True, False], dtype=object))
     assert es.class_names.tolist() == ["False", "True"]  # booleans alone keep their names
     with pytest.raises(EmbedscopeError, match="integer class labels"):  # as the float 1.5 is

@@ -429,8 +429,8 @@ def _big_ids(values: list, keys: list[int]) -> tuple[np.ndarray, np.ndarray]:
     code = {k: i for i, k in enumerate(distinct)}
     named: dict[int, str] = {}
     for v, k in zip(values, keys):
-        if isinstance(v, int):
-            named[k] = str(v)
+        if isinstance(v, int):  # (str(k): True beside 2^63 is the class "1", as beside 0 alone)
+            named[k] = str(k)
         elif k not in named:
             named[k] = str(k) if -2 ** 63 <= k < 2 ** 63 else str(v)
     return (np.array([code[k] for k in keys], dtype=np.int64),
