@@ -137,12 +137,17 @@ def first_missing(values: Any) -> tuple[int, str] | None:
     return i, shown
 
 
-def as_values(values: Any) -> np.ndarray:
+def as_values(values: Any, name: str = "labels") -> np.ndarray:
     """One value per row (labels, item ids, a property) as a numpy array, as ``np.asarray`` reads it, except
     that a list or tuple of texts beside a missing value is kept as objects: numpy writes the float NaN
     among texts as the text "nan" (``df["label"].tolist()`` of a column with a gap: the class "nan"), and
-    pandas' NA as "<NA>", which no finder of missing values could tell from a name."""
-    a = np.asarray(as_numpy(values))
+    pandas' NA as "<NA>", which no finder of missing values could tell from a name. Nested lists of
+    different lengths: one line naming ``name`` (numpy's ValueError, "inhomogeneous shape", was the traceback)."""
+    try:
+        a = np.asarray(as_numpy(values))
+    except ValueError as e:
+        what = "nested lists of different lengths" if "inhomogeneous" in str(e) else type(e).__name__
+        raise EmbedscopeError(f"{name} must hold one value per row, could not be read as an array ({what})") from None
     if a.dtype.kind in "US" and a.ndim == 1 and isinstance(values, (list, tuple)):
         texts = [t if a.dtype.kind == "U" else t.encode() for t in _MISSING_TEXTS]
         rows = np.flatnonzero(np.logical_or.reduce([a == t for t in texts]))  # (vectorised: texts only looked at)
@@ -191,7 +196,7 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
     >>> check_labels(["b", "a", "b"]).tolist()
     [1, 0, 1]
     """
-    a = as_values(y)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
+    a = as_values(y, name)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
     if a.ndim != 1 or (n is not None and a.shape[0] != n):
         want = f"1-D with {n} entries (one per row)" if n is not None else "1-D"
         raise EmbedscopeError(f"{name} must be {want}, got shape {a.shape}")

@@ -225,3 +225,27 @@ def test_time_zone_aware_labels_are_named_so_beside_dates():
     aware = np.array([pd.Timestamp("2020-01-01", tz="UTC")] * 2, dtype=object)
     with pytest.raises(EmbedscopeError, match=r"different kinds \(dates vs dates with a time zone\)"):
         _sets(days, aware)  # (before: "(dates vs Timestamp)", as if Timestamps were no dates)
+
+
+def test_nested_lists_of_different_lengths_are_one_line_not_a_traceback():
+    from embedscope.metrics import retrieval_metrics
+    from embedscope.metrics.properties import property_precision
+    from embedscope.validation import check_labels
+
+    X = RNG.normal(size=(3, 3))
+    ragged = [[1, 2], [3], [1]]  # (before: numpy's ValueError, "... inhomogeneous shape after 1 dimensions ...")
+    msg = r"must hold one value per row, could not be read as an array \(nested lists of different lengths\)$"
+    with pytest.raises(EmbedscopeError, match=r"^labels " + msg):
+        EmbeddingSet.from_arrays(X, ragged)
+    with pytest.raises(EmbedscopeError, match=r"^paths " + msg):
+        EmbeddingSet.from_arrays(X, [1, 2, 1], paths=ragged)
+    with pytest.raises(EmbedscopeError, match=r"^property 'c' " + msg):
+        EmbeddingSet.from_arrays(X, [1, 2, 1], properties={"c": ragged})
+    with pytest.raises(EmbedscopeError, match=r"^labels " + msg):
+        check_labels(ragged)
+    with pytest.raises(EmbedscopeError, match=r"^y_ref " + msg):
+        retrieval_metrics(X, [1, 2, 1], X_ref=X, y_ref=ragged)
+    with pytest.raises(EmbedscopeError, match=r"^property 'c' " + msg):
+        property_precision(X, {"c": ragged})
+    with pytest.raises(EmbedscopeError, match=r"^labels must be 1-D"):  # lists of one length: as before
+        EmbeddingSet.from_arrays(X, [[1], [2], [1]])

@@ -108,7 +108,7 @@ MAX_PERMUTATIONS = 1_000_000
 
 
 def _encode(values, n: int, name: str) -> np.ndarray:
-    v = as_values(values)  # (a torch tensor that requires grad, or of bfloat16; ["a", nan] as objects)
+    v = as_values(values, f"property '{name}'")  # (a torch tensor that requires grad, or of bfloat16; ["a", nan] as objects)
     if v.ndim != 1 or v.shape[0] != n:
         raise EmbedscopeError(f"property '{name}' has shape {v.shape}, expected ({n},) to match X")
     if v.dtype.kind == "f" and not np.all(np.isfinite(v)):

@@ -101,7 +101,7 @@ class EmbeddingSet:
 
         X = check_matrix(X, "embeddings", check_finite=False)
         n = X.shape[0]
-        y_arr = as_values(y)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
+        y_arr = as_values(y, "labels")  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
         if y_arr.ndim != 1 or y_arr.shape[0] != n:
             raise EmbedscopeError(f"labels must be 1-D with {n} entries (one per embedding row), "
                                   f"got shape {y_arr.shape}")
@@ -109,10 +109,10 @@ class EmbeddingSet:
             if isinstance(given, (str, bytes)):
                 raise EmbedscopeError(f"{what} must be a list of names (one per {'class' if what == 'class_names' else 'row'}), "
                                       f"not one string ({quoted(given)})")
-            if given is not None and np.ndim(as_numpy(given)) != 1:  # (6: "'int' object is not iterable";
+            if given is not None and as_values(given, what).ndim != 1:  # (6: "'int' object is not iterable";
                 raise EmbedscopeError(f"{what} must be a list of names (one per "  # [["a"]] * 6 stored "['a']")
                                       f"{'class' if what == 'class_names' else 'row'}), got "
-                                      f"{type(given).__name__} of shape {np.shape(as_numpy(given))}")
+                                      f"{type(given).__name__} of shape {as_values(given, what).shape}")
         for what, given in (("properties", properties), ("attrs", attrs)):
             if given is not None and not isinstance(given, Mapping):
                 raise EmbedscopeError(f"{what} must be a mapping (name -> value), got {type(given).__name__}")
@@ -145,7 +145,7 @@ class EmbeddingSet:
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:
-                arr = as_values(given)
+                arr = as_values(given, what)
                 _check_present(arr if arr.dtype.kind != "U" else arr.astype(object), what)
         if class_names is None and big is not None:
             labels, names = big[0], big[1].tolist()

@@ -247,7 +247,7 @@ class Sets:
 
 
 def _labels(y, n: int, name: str) -> np.ndarray:
-    a = as_values(y)  # (a torch tensor that requires grad, or of bfloat16: as the rows are read; ["a", nan]
+    a = as_values(y, name)  # (a torch tensor that requires grad, or of bfloat16: as the rows are read; ["a", nan]
     # as objects, where numpy's texts made the NaN the class "nan")
     if a.ndim != 1 or a.shape[0] != n:
         raise EmbedscopeError(f"{name} must be 1-D with {n} entries (one per row), got shape {a.shape}")
@@ -300,7 +300,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     if R64.shape[1] != X64.shape[1]:
         raise EmbedscopeError(f"X and X_ref differ in dimension: {X64.shape[1]} vs {R64.shape[1]}")
     yref = _labels(y_ref, R64.shape[0], "y_ref")
-    a, b = as_values(y), as_values(y_ref)
+    a, b = as_values(y, "y"), as_values(y_ref, "y_ref")
     if a.dtype.kind in "iuf" and b.dtype.kind in "iuf":
         if beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
             ylab, yref = joint_codes(a, b)
