@@ -249,3 +249,21 @@ def test_nested_lists_of_different_lengths_are_one_line_not_a_traceback():
         property_precision(X, {"c": ragged})
     with pytest.raises(EmbedscopeError, match=r"^labels must be 1-D"):  # lists of one length: as before
         EmbeddingSet.from_arrays(X, [[1], [2], [1]])
+
+
+# ----------------------------------------------------------------------------- 8. from_arrays: numbers' fast path
+@pytest.mark.parametrize("y", [
+    [2 ** 53 + 1, 2 ** 53, 1.0],  # as float64 one value: where numpy's one array cannot hold them, exact
+    [-(2 ** 53) - 1, -(2 ** 53), np.float32(1)],
+    [np.uint64(2 ** 63), np.int64(-1), np.uint64(2 ** 63), 1.0],  # numpy: float64
+    [np.int64(3), 3.0, np.uint8(3), True, np.float16(1)],
+    [2 ** 70, 2 ** 70 + 1, 1],
+], ids=["2^53+1", "-2^53-1", "uint64 and int64", "numpy types", "beyond uint64"])
+def test_from_arrays_numbers_held_as_objects_compare_exactly(y):
+    arr = np.empty(len(y), dtype=object)
+    arr[:] = y
+    es = EmbeddingSet.from_arrays(np.eye(len(y)), arr)
+    want = {(i, j) for i in range(len(y)) for j in range(i + 1, len(y)) if y[i] == y[j]}
+    assert _pairs_of(es.labels) == want
+    names = [es.class_names[c] for c in es.labels]
+    assert all(int(name) == y[i] for i, name in enumerate(names))  # each named by its value, exactly
