@@ -50,6 +50,7 @@ from embedscope.models.checkpoint import (
     read_checkpoint,
     renamed_children,
     strip_prefix,
+    training_state_key,
 )
 from embedscope.text import quoted
 
@@ -114,6 +115,8 @@ def _read_state_dict(path: Path, what: str, unsafe_pickle: bool, *,
         obj = module_state_dict(obj)
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
+    elif training_state_key(obj) is not None:  # {'model_state_dict': ..., 'optimizer_state_dict': ...}
+        obj = obj[training_state_key(obj)]
     if isinstance(obj, Record):
         raise EmbedscopeError(f"{path}: the {what} file holds a {printable(obj.qualname, 60)} object, not a state dict")
     if not isinstance(obj, dict):

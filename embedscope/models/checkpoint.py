@@ -538,6 +538,18 @@ def save_checkpoint(path: str | os.PathLike, model: EmbeddingModel, config: dict
 #: the keys under which training scripts commonly save their model's weights beside the optimizer's
 TRAINING_STATE_KEYS = ("model_state_dict", "model")
 
+
+def training_state_key(obj: Any) -> str | None:
+    """The key of :data:`TRAINING_STATE_KEYS` under which a training script's checkpoint without a
+    ``state_dict`` keeps its model's weights (``{'model_state_dict': ..., 'optimizer_state_dict': ...}``,
+    torchvision's reference scripts' ``{'model': ..., 'optimizer': ..., 'args': ...}``): the one such key
+    holding a non-empty dict of tensors; None for any other layout."""
+    if not isinstance(obj, dict) or "state_dict" in obj:
+        return None
+    wrapped = [k for k in TRAINING_STATE_KEYS if isinstance(obj.get(k), dict) and obj[k]
+               and all(isinstance(v, torch.Tensor) for v in obj[k].values())]
+    return wrapped[0] if len(wrapped) == 1 else None
+
 _LAYOUTS = ("an embedscope checkpoint ('format', 'state_dict', 'config'), a bare state dict "
             "('backbone.*', 'head.*' with --arch; also under 'model_state_dict' or 'model'), Roth et al.'s "
             "('state_dict', 'opt') or a "
@@ -583,13 +595,12 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
                               f"expected {_LAYOUTS}")
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: expected a dict with 'state_dict' and 'config', got {type(obj).__name__}")
-    wrapped = [k for k in TRAINING_STATE_KEYS if isinstance(obj.get(k), dict) and obj[k]
-               and all(isinstance(v, torch.Tensor) for v in obj[k].values())]
-    if "state_dict" not in obj and len(wrapped) == 1:
+    wrapped = training_state_key(obj)
+    if wrapped is not None:
         # a training script's own checkpoint: {'model_state_dict': ..., 'optimizer_state_dict': ..., 'epoch': ...}
         # or {'model': ...}: its weights as a bare state dict (--arch names the model)
-        sd, config, extra, fmt = (check_state_dict(obj[wrapped[0]], str(path)), {}, {},
-                                  f"training checkpoint ('{wrapped[0]}')")
+        sd, config, extra, fmt = (check_state_dict(obj[wrapped], str(path)), {}, {},
+                                  f"training checkpoint ('{wrapped}')")
     elif "state_dict" in obj:
         sd = check_state_dict(obj["state_dict"], str(path))
         config = obj.get("config") or {}
@@ -813,6 +824,8 @@ def _weights_format(obj: Any, path: Path, model: EmbeddingModel, ema_key: str | 
             what = f"an embedscope checkpoint ({key}, its backbone)"
         else:
             what = f"a training checkpoint ({key})"
+    elif not ema_key and training_state_key(obj) is not None:
+        what = f"a training checkpoint ({training_state_key(obj)})"
     elif is_module_record(obj):
         what = f"a pickled {_weights_layout(model)}module"
     else:
@@ -849,6 +862,8 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         obj = module_state_dict(obj)
     if isinstance(obj, dict) and "state_dict" in obj:
         obj = obj["state_dict"]
+    elif training_state_key(obj) is not None:  # {'model': ..., 'optimizer': ...} (torchvision's references)
+        obj = obj[training_state_key(obj)]
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: expected a state dict of backbone weights, got {type(obj).__name__}")
     sd = strip_prefix({k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)})

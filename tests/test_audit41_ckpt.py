@@ -1,0 +1,112 @@
+"""Audit 41: checkpoints made elsewhere, brought to ``embedscope embed``.
+
+What was wrong before:
+
+- ``--weights`` and ``--trunk`` did not look under ``model`` / ``model_state_dict``: a torchvision
+  reference script's checkpoint (``{'model': ..., 'optimizer': ..., 'epoch': ..., 'args': ...}``) or a
+  tutorial's ``{'model_state_dict': ..., 'optimizer_state_dict': ...}`` stopped with "no tensors found"
+  (``--weights``) or "state dict entry 'model_state_dict' is a OrderedDict, not a tensor" (``--trunk``),
+  although the same file given as the checkpoint said to embed it with ``--arch … --weights FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from cli_run import one_error_line, run_cli
+from PIL import Image
+
+from embedscope.store import EmbeddingSet
+
+SIZE = 32
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("imgs")
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (root / c).mkdir()
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(root / c / f"{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def resnet18_sd():
+    torch.manual_seed(0)
+    return torchvision.models.resnet18().state_dict()
+
+
+def _embed(images, out, *args):
+    return run_cli(["embed", "--dataset", "imagefolder", "--root", str(images), "--image-size", str(SIZE),
+                    "--no-progress", "-o", str(out), *map(str, args)])
+
+
+def _reference(images, paths, sd, head=None):
+    """An independent forward pass: torchvision's ResNet-18 with the same weights, the documented
+    evaluation transform Resize(round(32 * 256 / 224)) + CenterCrop(32) + ImageNet normalisation,
+    the classifier replaced by the identity, [head], L2-normalised."""
+    import torchvision.transforms as T
+
+    m = torchvision.models.resnet18()
+    m.load_state_dict(sd)
+    m.fc = torch.nn.Identity()
+    m.eval()
+    tf = T.Compose([T.Resize(round(SIZE * 256 / 224)), T.CenterCrop(SIZE), T.ToTensor(), T.Normalize(MEAN, STD)])
+    x = torch.stack([tf(Image.open(os.path.join(images, p)).convert("RGB")) for p in paths])
+    with torch.no_grad():
+        y = m(x)
+        if head is not None:
+            y = head(y)
+    return torch.nn.functional.normalize(y, dim=1).numpy()
+
+
+def _read(out):
+    s = EmbeddingSet.load(out)
+    return s.embeddings, [str(p) for p in s.paths], s
+
+
+def test_weights_of_a_torchvision_reference_checkpoint(tmp_path, images, resnet18_sd):
+    ckpt = tmp_path / "checkpoint.pth"
+    torch.save({"model": resnet18_sd, "optimizer": {"state": {}, "param_groups": []}, "epoch": 3,
+                "args": argparse.Namespace(model="resnet18", lr=0.1)}, ckpt)
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", ckpt)
+    assert rc == 0, err
+    X, paths, s = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+    assert "training checkpoint (model)" in str(s.attrs.get("checkpoint_format"))
+
+
+def test_the_hint_for_a_wrapped_backbone_checkpoint_works(tmp_path, images, resnet18_sd):
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"model_state_dict": resnet18_sd, "optimizer_state_dict": {}, "epoch": 1}, ckpt)
+    rc, _, err = _embed(images, tmp_path / "x.h5", ckpt)
+    assert rc == 1
+    line = one_error_line(err, "embed")
+    assert f"--arch resnet18 --weights {ckpt}" in line
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", ckpt)  # what the line says to do
+    assert rc == 0, err
+    X, paths, _ = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+
+
+def test_trunk_under_model_state_dict(tmp_path, images, resnet18_sd):
+    trunk_sd = {k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")}
+    torch.manual_seed(1)
+    emb = torch.nn.Linear(512, 16)
+    torch.save({"model_state_dict": trunk_sd, "optimizer_state_dict": {}, "epoch": 2}, tmp_path / "trunk.pth")
+    torch.save(emb.state_dict(), tmp_path / "embedder.pth")
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--trunk", tmp_path / "trunk.pth", "--embedder", tmp_path / "embedder.pth")
+    assert rc == 0, err
+    X, paths, _ = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, emb), atol=1e-5)
