@@ -110,3 +110,29 @@ def test_trunk_under_model_state_dict(tmp_path, images, resnet18_sd):
     assert rc == 0, err
     X, paths, _ = _read(out)
     np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, emb), atol=1e-5)
+
+
+def test_ema_of_a_torchvision_reference_checkpoint(tmp_path, images, resnet18_sd):
+    """torchvision's reference scripts keep ``model_ema`` as a ``torch.optim.swa_utils.AveragedModel``'s
+    state dict: ``n_averaged`` beside ``module.*`` (was: missing 100 keys, unexpected 123)."""
+    from torch.optim.swa_utils import AveragedModel
+
+    net = torchvision.models.resnet18()
+    net.load_state_dict(resnet18_sd)
+    ema = AveragedModel(net)
+    with torch.no_grad():
+        for p in ema.parameters():
+            p.mul_(0.5)
+    ema_sd = {k[len("module."):]: v for k, v in ema.state_dict().items() if k.startswith("module.")}
+    ckpt = tmp_path / "checkpoint.pth"
+    torch.save({"model": resnet18_sd, "optimizer": {}, "epoch": 3, "model_ema": ema.state_dict()}, ckpt)
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", ckpt, "--ema")
+    assert rc == 0, err
+    X, paths, _ = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, ema_sd), atol=1e-5)
+    swa = tmp_path / "swa.pt"  # an SWA model's state dict saved alone
+    torch.save(ema.state_dict(), swa)
+    rc, _, err = _embed(images, tmp_path / "s.h5", "--arch", "resnet18", "--weights", swa)
+    assert rc == 0, err
+    np.testing.assert_allclose(_read(tmp_path / "s.h5")[0], X, atol=1e-6)

@@ -399,7 +399,13 @@ def _shared(sd: dict[str, Any], prefix: str) -> bool:
 
 def strip_prefix(sd: dict[str, Any]) -> dict[str, Any]:
     """Drop the wrappers' prefixes shared by every key: ``module.`` (DataParallel / DDP) and
-    ``_orig_mod.`` (``torch.compile``), in any nesting, then a ``model.`` prefix."""
+    ``_orig_mod.`` (``torch.compile``), in any nesting, then a ``model.`` prefix. The state dict of
+    PyTorch's ``torch.optim.swa_utils.AveragedModel`` (an SWA or EMA copy: torchvision's reference scripts
+    save their ``model_ema`` so) is its model's under ``module.`` beside a counter ``n_averaged``, which
+    is dropped (it kept ``module.`` on every key: "missing 100 key(s)", "unexpected 123 key(s)")."""
+    rest = {k: v for k, v in sd.items() if k != "n_averaged"}
+    if "n_averaged" in sd and _shared(rest, "module."):
+        sd = rest
     while (prefix := next((p for p in ("module.", "_orig_mod.") if _shared(sd, p)), None)) is not None:
         sd = {k[len(prefix):]: v for k, v in sd.items()}
     if _shared(sd, "model."):
