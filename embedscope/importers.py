@@ -133,6 +133,35 @@ def _pretty(name: Any) -> str:
     return printable(name, 60)
 
 
+#: how many keys/columns an error line names before "(+N more)": a 300-column table or a model's state
+#: dict (122 keys for a ResNet-18) given as the source made a line of thousands of characters
+KEYS_SHOWN = 20
+
+
+def _key_list(keys: Any, empty: str = "") -> str:
+    """``a, b, c`` of the first :data:`KEYS_SHOWN` keys (escaped), ``(+N more)`` after them."""
+    keys = list(keys)
+    text = ", ".join(map(_pretty, keys[:KEYS_SHOWN]))
+    if len(keys) > KEYS_SHOWN:
+        text += f" (+{len(keys) - KEYS_SHOWN} more)"
+    return text or empty
+
+
+_WEIGHT_SUFFIXES = (".weight", ".bias", ".running_mean", ".running_var", ".num_batches_tracked")
+
+
+def _weights_hint(src: "Source") -> str:
+    """``; it holds a model's weights ...`` for a PyTorch / safetensors source whose keys are those of a
+    state dict (most end in ``.weight``, ``.bias``, ...), else ""."""
+    keys = [str(k) for k in src.keys()]
+    if src.fmt not in ("pt", "safetensors") or len(keys) < 2 or any(k in EMBEDDING_KEYS for k in keys):
+        return ""
+    if sum(k.endswith(_WEIGHT_SUFFIXES) for k in keys) * 2 <= len(keys):
+        return ""
+    return ("; its keys are a model's weights (a state dict), not embeddings: embed images with it by "
+            "embedscope embed (docs/checkpoint.md)")
+
+
 def _message(msg: Any) -> str:
     """A library's error message, up to ~200 characters (its line numbers, "saw 4", the byte that could
     not be decoded: the useful part is often at the end); raw: the error line escapes it, as one line."""
@@ -516,7 +545,7 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
             header = str(name)
     else:
         raise EmbedscopeError(f"{path}: the {what} file must hold one column or array, found "
-                              f"{', '.join(map(_pretty, src.keys()))}")
+                              f"{_key_list(src.keys())}")
     arr = np.asarray(arr)
     if arr.ndim == 2 and 1 in arr.shape:
         arr = arr.reshape(-1)
@@ -663,7 +692,7 @@ def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, u
         if origin is not None:
             origin[what] = (Path(spec), header)
         return arr
-    keys = ", ".join(map(_pretty, src.keys())) or "none (the source is one array)"
+    keys = _key_list(src.keys(), "none (the source is one array)")
     mean = did_you_mean(_close_keys(key, list(src.keys())))  # (--paths path for a column 'Path')
     mean = f"{mean} " if mean else ""
     if key != spec:
@@ -713,7 +742,7 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
     if spec and spec not in src.columns:
         mean = did_you_mean(_close_keys(spec, list(src.keys())))
         raise EmbedscopeError(f"{src.path}: no key or column '{_pretty(spec)}' ({mean + ' ' if mean else ''}"
-                              f"keys/columns: {', '.join(map(_pretty, src.keys()))})")
+                              f"keys/columns: {_key_list(src.keys())})")
     if names:
         v = src.columns[names[0]]
         used.add(names[0])
@@ -735,7 +764,7 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
             info["key"] = two_d[0]
             return src.columns[two_d[0]]
         raise EmbedscopeError(f"{src.path}: which array holds the embeddings? name it with --embeddings "
-                              f"(keys: {', '.join(map(_pretty, src.keys()))})")
+                              f"(keys: {_key_list(src.keys())})")
     return None  # tables: the numeric columns left over, chosen by the caller
 
 
@@ -796,9 +825,9 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
     origin: dict[str, tuple[Path, str | None]] = {}  # what -> the file of its own it was read from, its header
     y = _column(src, labels, LABEL_KEYS, "labels", used, origin)
     if y is None:
-        keys = ", ".join(map(_pretty, src.keys())) or "none: the source is one array"
+        keys = _key_list(src.keys(), "none: the source is one array")
         raise EmbedscopeError(f"{src.path}: no labels: name them with --labels (a file, or a key/column; "
-                              f"found {keys})")
+                              f"found {keys}){_weights_hint(src)}")
     if split_by_class is None:
         sp = _column(src, split, SPLIT_KEYS, "split", used, origin)
     else:  # the explicit flag wins: the source's own split column is not read, and the user is told
@@ -820,7 +849,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         if name not in src.columns:
             mean = did_you_mean(_close_keys(name, list(src.keys())))
             raise EmbedscopeError(f"{src.path}: no column '{_pretty(name)}' for --properties ({mean + ' ' if mean else ''}"
-                                  f"columns: {', '.join(map(_pretty, src.keys()))})")
+                                  f"columns: {_key_list(src.keys())})")
         _check_property_name(name, str(src.path))
         v = _decoded(src.columns[name], src.path, f"property '{_pretty(name)}'")
         if name in src.text:  # text as written ("NA" stays "NA", "0001" is not 1), integers, or numbers

@@ -136,3 +136,26 @@ def test_ema_of_a_torchvision_reference_checkpoint(tmp_path, images, resnet18_sd
     rc, _, err = _embed(images, tmp_path / "s.h5", "--arch", "resnet18", "--weights", swa)
     assert rc == 0, err
     np.testing.assert_allclose(_read(tmp_path / "s.h5")[0], X, atol=1e-6)
+
+
+def test_import_of_a_state_dict_names_it_in_a_short_line(tmp_path, resnet18_sd):
+    """A model's state dict given to ``import`` listed its 122 keys (a 4,000-character line) and said
+    nothing of what the file is; a 300-column table listed its 300 columns."""
+    sd = tmp_path / "r18.pt"
+    torch.save(resnet18_sd, sd)
+    rc, _, err = run_cli(["import", str(sd), "-o", str(tmp_path / "x.h5")])
+    assert rc == 1
+    line = one_error_line(err, "import")
+    assert "(+102 more)" in line and len(line) < 1200
+    assert "a model's weights (a state dict), not embeddings" in line and "embedscope embed" in line
+    import pandas as pd
+
+    wide = tmp_path / "wide.csv"
+    pd.DataFrame(np.zeros((3, 300)), columns=[f"e{i}" for i in range(300)]).to_csv(wide, index=False)
+    rc, _, err = run_cli(["import", str(wide), "-o", str(tmp_path / "y.h5")])
+    line = one_error_line(err, "import")
+    assert rc == 1 and "e19 (+280 more)" in line and "e20" not in line and "model's weights" not in line
+    emb = tmp_path / "emb.pt"  # embeddings without labels: no word of weights
+    torch.save({"embeddings": torch.zeros(4, 3), "feats.weight": torch.zeros(4, 3)}, emb)
+    rc, _, err = run_cli(["import", str(emb), "-o", str(tmp_path / "z.h5")])
+    assert rc == 1 and "model's weights" not in one_error_line(err, "import")
