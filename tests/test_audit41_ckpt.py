@@ -159,3 +159,29 @@ def test_import_of_a_state_dict_names_it_in_a_short_line(tmp_path, resnet18_sd):
     torch.save({"embeddings": torch.zeros(4, 3), "feats.weight": torch.zeros(4, 3)}, emb)
     rc, _, err = run_cli(["import", str(emb), "-o", str(tmp_path / "z.h5")])
     assert rc == 1 and "model's weights" not in one_error_line(err, "import")
+
+
+def test_a_pml_pair_in_one_file(tmp_path, images, resnet18_sd):
+    """``torch.save({'trunk': trunk.state_dict(), 'embedder': embedder.state_dict()}, f)`` (the names of
+    pytorch-metric-learning's ``models`` dict) embeds as the two files do (was: unknown checkpoint layout)."""
+    trunk_sd = {k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")}
+    torch.manual_seed(2)
+    emb = torch.nn.Linear(512, 24)
+    both = tmp_path / "pair.pt"
+    torch.save({"trunk": {"module." + k: v for k, v in trunk_sd.items()}, "embedder": emb.state_dict(),
+                "epoch": 7}, both)
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, both)
+    assert rc == 0, err
+    X, paths, s = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, emb), atol=1e-5)
+    assert s.attrs["checkpoint"] == str(both.resolve())
+    assert "one file" in s.attrs["checkpoint_format"]
+    rc, _, err = _embed(images, tmp_path / "x.h5", "--trunk", both, "--embedder", both)
+    assert rc == 1 and "give it as the checkpoint" in one_error_line(err, "embed")
+    torch.save({"trunk": trunk_sd, "embedder": {}}, tmp_path / "id.pt")  # the identity embedder
+    rc, _, err = _embed(images, tmp_path / "i.h5", tmp_path / "id.pt")
+    assert rc == 0, err
+    X, paths, _ = _read(tmp_path / "i.h5")
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+

@@ -110,7 +110,14 @@ def detect_numbered_arch(sd: dict[str, torch.Tensor]) -> str | None:
 
 def _read_state_dict(path: Path, what: str, unsafe_pickle: bool, *,
                      allow_empty: bool = False) -> dict[str, torch.Tensor]:
-    obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    return _state_dict_of(read_checkpoint(path, unsafe_pickle=unsafe_pickle), path, what, allow_empty=allow_empty)
+
+
+def _state_dict_of(obj: Any, path: Any, what: str, *, allow_empty: bool = False) -> dict[str, torch.Tensor]:
+    """The trunk's or embedder's state dict in ``obj`` (a file's content, or one of its entries)."""
+    if is_pml_pair(obj):
+        raise EmbedscopeError(f"{path}: the {what} file holds both a trunk and an embedder ('trunk', 'embedder'): "
+                              "give it as the checkpoint, without --trunk/--embedder")
     if is_module_record(obj):
         obj = module_state_dict(obj)
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
@@ -212,6 +219,44 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     trunk, embedder = Path(trunk), Path(embedder)
     tsd = _read_state_dict(trunk, "trunk", unsafe_pickle)
     esd = _read_state_dict(embedder, "embedder", unsafe_pickle, allow_empty=True)
+    model, config = _pml_model(tsd, esd, trunk, embedder, arch=arch, normalize=normalize,
+                               transform_input=transform_input)
+    sha = f"trunk:{sha256_file(trunk)} embedder:{sha256_file(embedder)}"
+    return model, config, {"sha256": sha, "extra": {}, "path": f"{trunk} + {embedder}", "format": PML_FORMAT,
+                           "trunk": str(trunk), "embedder": str(embedder)}
+
+
+#: the keys of one file holding a pytorch-metric-learning pair (``torch.save({'trunk': trunk.state_dict(),
+#: 'embedder': embedder.state_dict()}, ...)``), as the library's own ``models`` dict names them
+PML_PAIR_KEYS = ("trunk", "embedder")
+
+
+def is_pml_pair(obj: Any) -> bool:
+    """One file holding a trunk and an embedder under ``trunk`` and ``embedder`` (state dicts or modules),
+    without a ``state_dict`` of its own."""
+    return (isinstance(obj, dict) and "state_dict" not in obj
+            and all(isinstance(obj.get(k), dict) or is_module_record(obj.get(k)) for k in PML_PAIR_KEYS))
+
+
+def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None = None,
+                  transform_input: bool | None = None) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
+    """:func:`load_pml` of one file's ``{'trunk': ..., 'embedder': ...}`` (:func:`is_pml_pair`)."""
+    path = Path(path)
+    where = {k: f"{path} ['{k}']" for k in PML_PAIR_KEYS}
+    tsd = _state_dict_of(obj["trunk"], where["trunk"], "trunk")
+    esd = _state_dict_of(obj["embedder"], where["embedder"], "embedder", allow_empty=True)
+    model, config = _pml_model(tsd, esd, where["trunk"], where["embedder"], arch=arch, normalize=True,
+                               transform_input=transform_input)
+    # (no "trunk" / "embedder" paths in the info: the one file is the checkpoint, read again by that path)
+    return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path),
+                           "format": PML_FORMAT + " (one file: 'trunk', 'embedder')"}
+
+
+def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk: Any, embedder: Any, *,
+               arch: str | None, normalize: bool, transform_input: bool | None
+               ) -> tuple[EmbeddingModel, dict[str, Any]]:
+    """The model of a trunk's and an embedder's state dicts; ``trunk``, ``embedder``: where they came
+    from, for the errors."""
     a = arch or detect_arch(tsd) or detect_numbered_arch(tsd)
     if not a:
         if any(k.startswith("backbone.") for k in tsd) and any(k.startswith("head.") for k in tsd):
@@ -264,9 +309,7 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     if hsd:
         load_into(model.head, hsd, str(embedder), "the embedder")
     model.eval()
-    sha = f"trunk:{sha256_file(trunk)} embedder:{sha256_file(embedder)}"
-    return model, config, {"sha256": sha, "extra": {}, "path": f"{trunk} + {embedder}", "format": PML_FORMAT,
-                           "trunk": str(trunk), "embedder": str(embedder)}
+    return model, config
 
 
 def find_pml_pair(folder: str | os.PathLike) -> tuple[Path, Path]:

@@ -559,7 +559,7 @@ def training_state_key(obj: Any) -> str | None:
 _LAYOUTS = ("an embedscope checkpoint ('format', 'state_dict', 'config'), a bare state dict "
             "('backbone.*', 'head.*' with --arch; also under 'model_state_dict' or 'model'), Roth et al.'s "
             "('state_dict', 'opt') or a "
-            "pytorch-metric-learning trunk/embedder pair (--trunk/--embedder)")
+            "pytorch-metric-learning trunk/embedder pair (--trunk/--embedder, or one file of 'trunk' and 'embedder')")
 
 
 def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_dim: int | None = None,
@@ -584,10 +584,13 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         if ema:
             raise UsageError(f"{path}: --ema: pytorch-metric-learning's trunk and embedder files hold no EMA weights")
         return adapters.load_pml_folder(path, arch=arch, unsafe_pickle=unsafe_pickle, transform_input=transform_input)
+    obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    if adapters.is_pml_pair(obj) and not ema:  # {'trunk': ..., 'embedder': ...}: a pair in one file
+        return adapters.load_pml_pair(obj, path, arch=arch, transform_input=transform_input)
     if transform_input is not None:
         raise UsageError("--no-transform-input applies to a pytorch-metric-learning trunk (--trunk, a saved_models "
-                         "folder) and to --weights; a checkpoint file records its own input handling")
-    obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+                         "folder, a file of 'trunk' and 'embedder') and to --weights; a checkpoint file records its "
+                         "own input handling")
     if ema:
         obj = {"state_dict": ema_state_dict(obj, path),
                **{k: obj[k] for k in ("format", "format_version", "config", "extra") if k in obj}}
