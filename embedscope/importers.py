@@ -147,6 +147,11 @@ def _key_list(keys: Any, empty: str = "") -> str:
     return text or empty
 
 
+#: top-level keys of model checkpoints (embedscope's, training scripts', Roth et al.'s, a
+#: pytorch-metric-learning pair in one file, timm's EMA copy): such a file given to import is named so
+_CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model", "trunk", "embedder", "state_dict_ema", "model_ema",
+                    "optimizer", "optimizer_state_dict")
+
 _WEIGHT_SUFFIXES = (".weight", ".bias", ".running_mean", ".running_var", ".num_batches_tracked")
 
 
@@ -469,6 +474,11 @@ def _read_pt(path: Path) -> Source:
                 cols[str(k)] = np.asarray(v)
         if cols:
             return Source(path, "pt", cols)
+        # (was "expected a tensor or a dict of tensors, got dict": a training checkpoint's nested dicts)
+        hint = ("; it looks like a model checkpoint, not embeddings: embed images with it by embedscope embed "
+                "(docs/checkpoint.md)" if any(str(k) in _CHECKPOINT_KEYS for k in obj) else "")
+        raise EmbedscopeError(f"{path}: expected a tensor or a dict of tensors, got a dict with no tensor at its top "
+                              f"level (keys: {_key_list(obj, 'none')}){hint}")
     raise EmbedscopeError(f"{path}: expected a tensor or a dict of tensors, got {type(obj).__name__}")
 
 

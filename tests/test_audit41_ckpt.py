@@ -185,3 +185,15 @@ def test_a_pml_pair_in_one_file(tmp_path, images, resnet18_sd):
     X, paths, _ = _read(tmp_path / "i.h5")
     np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
 
+
+@pytest.mark.parametrize("layout", ["state_dict", "model", "pair"])
+def test_import_of_a_checkpoint_says_what_it_is(tmp_path, layout):
+    """A training checkpoint given to ``import`` was "expected a tensor or a dict of tensors, got dict"."""
+    sd = {"fc.weight": torch.zeros(2, 3), "fc.bias": torch.zeros(2)}
+    obj = {"trunk": sd, "embedder": {}} if layout == "pair" else {layout: sd, "epoch": 3}
+    torch.save(obj, tmp_path / "ckpt.pth")
+    rc, _, err = run_cli(["import", str(tmp_path / "ckpt.pth"), "-o", str(tmp_path / "x.h5")])
+    line = one_error_line(err, "import")
+    assert rc == 1 and "got dict" not in line
+    assert "a model checkpoint, not embeddings" in line and "embedscope embed" in line
+    assert ("trunk, embedder" if layout == "pair" else f"{layout}, epoch") in line
