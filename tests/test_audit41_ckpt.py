@@ -197,3 +197,22 @@ def test_import_of_a_checkpoint_says_what_it_is(tmp_path, layout):
     assert rc == 1 and "got dict" not in line
     assert "a model checkpoint, not embeddings" in line and "embedscope embed" in line
     assert ("trunk, embedder" if layout == "pair" else f"{layout}, epoch") in line
+
+
+def test_a_run_folder_given_as_the_checkpoint_names_its_file(tmp_path, images):
+    """A run's folder (Roth et al.'s code saves checkpoint_Test_discriminative_e_recall@1.pth.tar in one)
+    given as the checkpoint was read as a pytorch-metric-learning saved_models folder: "found none", and
+    no word of the checkpoint file in it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint_Test_discriminative_e_recall@1.pth.tar").write_bytes(b"x")
+    (run / "\x1b[31mlog.pt").write_bytes(b"x")
+    (run / "notes.txt").write_text("x")
+    rc, _, err = _embed(images, tmp_path / "x.h5", run)
+    line = one_error_line(err, "embed")
+    assert rc == 1 and "give that file" in line and "checkpoint_Test_discriminative_e_recall@1.pth.tar" in line
+    assert "\x1b" not in line and "\\x1b[31mlog.pt" in line and "notes.txt" not in line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc, _, err = _embed(images, tmp_path / "y.h5", empty)
+    assert rc == 1 and "give that file" not in one_error_line(err, "embed")

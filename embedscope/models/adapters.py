@@ -312,6 +312,10 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     return model, config
 
 
+#: the names that checkpoint files commonly end with
+_CHECKPOINT_SUFFIXES = (".pth", ".pt", ".pth.tar", ".pt.tar", ".ckpt", ".bin", ".safetensors")
+
+
 def find_pml_pair(folder: str | os.PathLike) -> tuple[Path, Path]:
     """The ``trunk_best<N>.pth`` / ``embedder_best<N>.pth`` pair with the largest common N."""
     folder = Path(folder)
@@ -328,9 +332,15 @@ def find_pml_pair(folder: str | os.PathLike) -> tuple[Path, Path]:
     common = sorted(set(trunks) & set(embedders))
     if not common:
         found = sorted(p.name for p in folder.iterdir() if p.suffix == ".pth")
+        # a run's folder of one checkpoint (Roth et al.'s checkpoint_*.pth.tar, a training script's
+        # ckpt.pt): the file to give instead (was only "found none")
+        single = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.endswith(_CHECKPOINT_SUFFIXES)
+                        and not re.match(r"(trunk|embedder)_", p.name))
+        hint = (f"; to embed a checkpoint file of the folder, give that file (found {_keys_preview(single, 3)})"
+                if single else "")
         raise EmbedscopeError(
             f"{folder}: no trunk_best<N>.pth / embedder_best<N>.pth pair with the same N (found "
-            f"{_keys_preview(found)}); name the files with --trunk and --embedder")
+            f"{_keys_preview(found)}); name the files with --trunk and --embedder{hint}")
     return trunks[common[-1]], embedders[common[-1]]
 
 
