@@ -216,3 +216,25 @@ def test_a_run_folder_given_as_the_checkpoint_names_its_file(tmp_path, images):
     empty.mkdir()
     rc, _, err = _embed(images, tmp_path / "y.h5", empty)
     assert rc == 1 and "give that file" not in one_error_line(err, "embed")
+
+
+def test_weights_of_a_lightning_module_beside_its_loss(tmp_path, images, resnet18_sd):
+    """A PyTorch Lightning checkpoint whose module keeps the network under an attribute beside a loss
+    with weights (``net.*``, ``loss_fn.W``, as pytorch-metric-learning's ArcFaceLoss has) was refused:
+    "missing 100 key(s) e.g. conv1.weight; unexpected 123 key(s) e.g. net.conv1.weight"."""
+    ckpt = tmp_path / "epoch=3-step=10.ckpt"
+    torch.save({"epoch": 3, "global_step": 10, "pytorch-lightning_version": "2.1.0", "optimizer_states": [],
+                "state_dict": {**{"net." + k: v for k, v in resnet18_sd.items()}, "loss_fn.W": torch.zeros(512, 5)}},
+               ckpt)
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", ckpt)
+    assert rc == 0, err
+    assert "'net.*' keys" in err and "loss_fn.W" in err and len(err.strip().splitlines()) == 1
+    X, paths, s = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+    assert s.attrs["checkpoint_format"].endswith("(its 'net.*' keys)")
+    two = tmp_path / "two.ckpt"  # two networks that fit: which one is not guessed
+    torch.save({"state_dict": {**{"a." + k: v for k, v in resnet18_sd.items()},
+                               **{"b." + k: v for k, v in resnet18_sd.items()}}}, two)
+    rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", "--weights", two)
+    assert rc == 1 and "unexpected" in one_error_line(err, "embed")

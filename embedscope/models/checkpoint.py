@@ -844,6 +844,25 @@ def _weights_format(obj: Any, path: Path, model: EmbeddingModel, ema_key: str | 
     return f"backbone weights from {what}"
 
 
+class SubmoduleWarning(EmbedscopeWarning):
+    """``--weights`` read the backbone from the keys under one prefix of the file (a training module's
+    network, ``net.*``), leaving out keys under others (its loss's or classifier's weights)."""
+
+
+def submodule_prefix(sd: dict[str, Any], module: torch.nn.Module) -> str | None:
+    """The one key prefix (``net.``, ``model.encoder.``: up to three names deep) under which ``sd`` holds
+    every tensor of ``module``, when ``sd`` has none of ``module``'s keys as they are: the state dict of
+    a training module (PyTorch Lightning's ``{'state_dict': {'net.conv1.weight', ..., 'loss_fn.W'}}``)
+    whose network sits under an attribute beside other weights. None when no prefix, or several, fit."""
+    own = module.state_dict()
+    if set(sd) & set(own):
+        return None
+    needed = {k for k in own if not k.endswith("num_batches_tracked")}
+    prefixes = {".".join(k.split(".")[:i]) + "." for k in sd for i in range(1, 4) if k.count(".") >= i}
+    fits = [p for p in sorted(prefixes) if needed <= {k[len(p):] for k in sd if k.startswith(p)}]
+    return fits[0] if len(fits) == 1 else None
+
+
 def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False,
                           ema: bool = False) -> str:
     """Load pretrained backbone weights (e.g. torchvision's ImageNet ResNet-50 file) from a local file;
@@ -883,6 +902,14 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     numbered = children_keys(sd, model.backbone) if not set(sd) & set(model.backbone.state_dict()) else None
     if numbered is not None:  # nn.Sequential(*list(model.children())[:-1]): its layers by number
         sd = numbered
+    sub = submodule_prefix(sd, model.backbone) if numbered is None else None
+    if sub is not None:  # a Lightning module's network beside its loss's weights: {'net.*', 'loss_fn.W'}
+        left = [k for k in sd if not k.startswith(sub)]
+        sd = {k[len(sub):]: v for k, v in sd.items() if k.startswith(sub)}
+        if left:
+            warnings.warn(SubmoduleWarning(
+                f"{printable(path, 1000)}: the backbone was read from its '{printable(sub, 60)}*' keys; "
+                f"{len(left)} other key(s) left out: {_keys_preview(left, 3)}"), stacklevel=2)
     sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
@@ -900,4 +927,6 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
             + ("" if ema or str(model.arch).startswith("timm:")
                else f"; {keep_layer_hint(path, None if detect_arch(sd) else model.arch)}")), stacklevel=2)
     fmt = _weights_format(read, Path(path), model, ema_key)
+    if sub is not None:
+        fmt += f" (its '{printable(sub, 60)}*' keys)"
     return fmt + " (numbered as an nn.Sequential of the model's children)" if numbered is not None else fmt
