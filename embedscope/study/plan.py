@@ -145,6 +145,24 @@ def _copy(v: Any) -> Any:
     return json.loads(json.dumps(v))
 
 
+def _usable_record(hit: dict[str, Any]) -> bool:
+    """Whether a record of :data:`CONFIGS_FILE` holds a config and an ``extra`` in the form
+    :func:`_read_config_known` keeps them (:func:`_slim_extra`, epochs that :func:`_epoch_of` reads): a
+    record edited by hand (an epoch ``"x"``, a ``best`` that is no mapping) is not used, the file is read
+    again (it stopped the study: "ValueError: invalid literal for int()", until the record was removed)."""
+    config, extra = hit.get("config"), hit.get("extra")
+    if not isinstance(config, dict) or not isinstance(extra, dict):
+        return False
+    try:
+        if _slim_extra(extra) != extra:
+            return False
+        for selection in ("best", "final"):
+            _epoch_of(extra, selection)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return False
+    return True
+
+
 def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """:func:`_read_config`, from ``known`` when it holds the file with the same :func:`file_fingerprint`
     (reading a checkpoint imports torch: ~2 s of a study run again with nothing to measure); a file
@@ -155,8 +173,7 @@ def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[s
     key = os.path.abspath(path)
     before = file_fingerprint(path)
     hit = known.get(key)
-    if (before is not None and isinstance(hit, dict) and hit.get("stat") == before
-            and isinstance(hit.get("config"), dict) and isinstance(hit.get("extra"), dict)):
+    if before is not None and isinstance(hit, dict) and hit.get("stat") == before and _usable_record(hit):
         return _copy(hit["config"]), _copy(hit["extra"])
     known.pop(key, None)
     cfg, extra = _read_config(path)

@@ -1,0 +1,42 @@
+"""A second reading of a study's record of the checkpoint configs it read (checkpoint_configs.json):
+a record edited by hand is read again from the file, never used (nor a crash of the study)."""
+
+import json
+
+import pytest
+
+
+def _save(path, *, extra, seed=0):
+    import torch
+
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(seed)
+    cfg = default_config("digits_cnn", embed_dim=8)
+    save_checkpoint(path, build_model(cfg), cfg, extra=extra)
+    return path
+
+
+@pytest.mark.parametrize("edit", [
+    {"epoch": "two"},
+    {"epoch": 3, "metrics": {"best": {"epoch": "x"}}},
+    {"epoch": 3, "metrics": {"best": 5}},
+    {"epoch": 3, "metrics": [1]},
+    {"epoch": [3]},
+    {"epoch": 3, "metrics": {"best": {"epoch": 1}, "last": {"epoch": 3}}},  # (not what the study keeps)
+])
+def test_a_record_edited_by_hand_is_not_used_the_file_is_read_again(tmp_path, edit):
+    import embedscope.study.plan as plan
+
+    ck = _save(tmp_path / "net.pt", extra={"epoch": 3, "metrics": {"best": {"epoch": 2}}})
+    src, out, udir = str(ck), tmp_path / "study", tmp_path / "untrained"
+    known: dict = {}
+    first = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    assert known[str(ck)]["extra"] == {"epoch": 3, "metrics": {"best": {"epoch": 2}}}
+    known = json.loads(json.dumps(known))
+    known[str(ck)]["extra"] = edit
+    # (was: ValueError / AttributeError out of the plan, the study stopped until the file was removed;
+    # or, for a record of another form, its epochs taken)
+    again = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    assert again == first
+    assert known[str(ck)]["extra"] == {"epoch": 3, "metrics": {"best": {"epoch": 2}}}  # (recorded again)
