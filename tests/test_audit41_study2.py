@@ -40,3 +40,22 @@ def test_a_record_edited_by_hand_is_not_used_the_file_is_read_again(tmp_path, ed
     again = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
     assert again == first
     assert known[str(ck)]["extra"] == {"epoch": 3, "metrics": {"best": {"epoch": 2}}}  # (recorded again)
+
+
+@pytest.mark.parametrize("extra", [{"epoch": "two"}, {"epoch": [3]}, {"epoch": float("inf")}, "numpy"])
+def test_a_checkpoint_whose_recorded_epoch_is_no_integer_is_an_error_row_not_a_stopped_study(tmp_path, extra):
+    import numpy as np
+
+    import embedscope.study.plan as plan
+
+    if extra == "numpy":  # a script's numpy epoch: read back inertly, no int
+        extra = {"epoch": np.int64(3)}
+    d = tmp_path / "ck"
+    d.mkdir()
+    _save(d / "bad.pt", extra=extra)
+    _save(d / "good.pt", extra={"epoch": 3}, seed=1)
+    # (was: TypeError / ValueError out of the plan: no study at all)
+    entries = {e.run: e for e in plan.plan_study(str(d / "*.pt"), tmp_path / "study", untrained_dir=tmp_path / "u")}
+    assert "the epoch it records is not an integer" in entries["bad"].error
+    assert str(d / "bad.pt") in entries["bad"].error
+    assert not entries["good"].error and entries["good"].epoch == 3

@@ -201,6 +201,21 @@ def _epoch_of(extra: dict[str, Any], selection: str) -> int | None:
     return int(extra["epoch"]) if extra.get("epoch") is not None else None
 
 
+def _recorded_epoch(path: Path, extra: dict[str, Any], selection: str) -> int | None:
+    """:func:`_epoch_of` of a checkpoint's ``extra``; one that is no integer (a numpy scalar saved by a
+    script, a text) is a one-line error of that checkpoint: its row, not the whole study (was: ``TypeError:
+    int() argument must be ... not 'scalar'`` out of the plan)."""
+    try:
+        return _epoch_of(extra, selection)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        best = extra.get("metrics", {}).get("best") if isinstance(extra.get("metrics"), dict) else None
+        v = best.get("epoch") if selection == "best" and isinstance(best, dict) and best.get("epoch") is not None \
+            else extra.get("epoch")
+        what = quoted(v) if isinstance(v, (str, int, float)) else f"a {type(v).__name__}"
+        raise EmbedscopeError(f"{path}: the epoch it records is not an integer ({what}): save the checkpoint "
+                              "with the epoch as a Python int") from None
+
+
 def _run_files(final: Path, mode: str) -> list[tuple[Path, str]]:
     """(file, selection) of a trainer run with final checkpoint ``final`` for one ``--epoch`` mode."""
     d = final.with_name(final.name + ".train")
@@ -615,7 +630,7 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
                 if not f.exists():
                     raise EmbedscopeError(f"{f}: no such checkpoint file")
                 cfg, extra = _read_config_known(f, known)
-                read.append((f, sel, cfg, extra, _epoch_of(extra, sel), ""))
+                read.append((f, sel, cfg, extra, _recorded_epoch(f, extra, sel), ""))
             except EmbedscopeError as e:
                 read.append((f, sel, {}, {}, None, str(e)))
         # a file that cannot be read keeps its run's settings (another file of the run, else grid.csv), so
