@@ -59,3 +59,33 @@ def test_a_checkpoint_whose_recorded_epoch_is_no_integer_is_an_error_row_not_a_s
     assert "the epoch it records is not an integer" in entries["bad"].error
     assert str(d / "bad.pt") in entries["bad"].error
     assert not entries["good"].error and entries["good"].epoch == 3
+
+
+def test_an_untrained_network_built_again_from_a_recorded_config_is_the_same_file(two_checkpoints, tmp_path):
+    import hashlib
+
+    from embedscope.study.run import run_study
+
+    cache = tmp_path / "cache"
+
+    def study():
+        return run_study(str(two_checkpoints / "*.pt"), tmp_path / "st", workers=0, cache_dir=cache, n_boot=0,
+                         measures=["R@1", "rho"], figures=False, progress=False, echo=lambda s: None)
+
+    def sha(p):
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+
+    first = study()
+    (ref,) = cache.glob("untrained/*.pt")
+    before = sha(ref)
+    ref.unlink()  # (a cache cleaned, another study's --cache-dir): built again from the recorded config
+    again = study()
+    # (was: the record held the config's keys sorted, the network was pickled with them in that order: other
+    # bytes, another sha256, its embedding not found in the cache and its row measured again)
+    assert sha(ref) == before
+    assert again["computed"] == [] and len(again["rows"]) == len(first["rows"]) == 3
+    recorded = json.loads((tmp_path / "st" / "checkpoint_configs.json").read_text())["files"]
+    import torch
+
+    ck = str(two_checkpoints / "net1.pt")
+    assert list(recorded[ck]["config"]) == list(torch.load(ck, weights_only=True)["config"])  # (its key order)

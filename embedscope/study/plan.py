@@ -184,13 +184,28 @@ def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[s
     return cfg, extra
 
 
+#: the form of :data:`CONFIGS_FILE`: 2, each config in its checkpoint's key order (1, of one earlier
+#: version, sorted its keys: an untrained network built from such a config was saved with other bytes,
+#: another sha256 than the same network built from the checkpoint; it is read as no record)
+CONFIGS_VERSION = 2
+
+
 def read_known(path: str | os.PathLike) -> dict[str, Any]:
-    """A study folder's :data:`CONFIGS_FILE` (empty when missing, unreadable or not one)."""
+    """A study folder's :data:`CONFIGS_FILE` (empty when missing, unreadable, not one or of another
+    :data:`CONFIGS_VERSION`)."""
     try:
         v = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return v.get("files", {}) if isinstance(v, dict) and v.get("v") == 1 and isinstance(v.get("files"), dict) else {}
+    ok = isinstance(v, dict) and v.get("v") == CONFIGS_VERSION and isinstance(v.get("files"), dict)
+    return v["files"] if ok else {}
+
+
+def known_text(known: dict[str, Any]) -> str:
+    """The text of :data:`CONFIGS_FILE` holding ``known``: every config in the key order its checkpoint
+    has (never sorted: a config read from here builds an untrained network of the same bytes as one
+    read from the checkpoint, and lists its keys the same)."""
+    return json.dumps({"v": CONFIGS_VERSION, "files": known}) + "\n"
 
 
 def _epoch_of(extra: dict[str, Any], selection: str) -> int | None:

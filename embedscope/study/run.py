@@ -1048,7 +1048,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
-    from embedscope.study.plan import CONFIGS_FILE, config_columns, plan_study, read_known
+    from embedscope.study.plan import CONFIGS_FILE, config_columns, known_text, plan_study, read_known
     from embedscope.study.stats import check_exclude, check_exclude_columns, check_exclude_not_circular
     from embedscope.text import safe
 
@@ -1183,8 +1183,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
     if json.dumps(known, sort_keys=True) != known_before or (force and (out_dir / CONFIGS_FILE).exists()):
         try:  # (after study.json: a folder holding it alone is no study folder)
-            write_text(out_dir / CONFIGS_FILE, json.dumps({"v": 1, "files": known}, sort_keys=True) + "\n",
-                       force=True)
+            write_text(out_dir / CONFIGS_FILE, known_text(known), force=True)
         except (OSError, ValueError, EmbedscopeError):  # (read-only; a path that is no text)
             pass  # only a saving of time: the configs are read again next time
 
