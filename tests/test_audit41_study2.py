@@ -89,3 +89,31 @@ def test_an_untrained_network_built_again_from_a_recorded_config_is_the_same_fil
 
     ck = str(two_checkpoints / "net1.pt")
     assert list(recorded[ck]["config"]) == list(torch.load(ck, weights_only=True)["config"])  # (its key order)
+
+
+def test_a_config_holding_an_ordered_dict_builds_the_same_untrained_network_when_planned_again(tmp_path):
+    import collections
+    import hashlib
+
+    import torch
+
+    import embedscope.study.plan as plan
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = {**default_config("digits_cnn", embed_dim=8), "augment": collections.OrderedDict(flip=0.5, crop=8)}
+    save_checkpoint(tmp_path / "net.pt", build_model(cfg), cfg, extra={"epoch": 1})
+    assert type(torch.load(tmp_path / "net.pt", weights_only=True)["config"]["augment"]) is collections.OrderedDict
+    src, out, udir = str(tmp_path / "net.pt"), tmp_path / "study", tmp_path / "u"
+    known: dict = {}
+    first = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    (ref,) = udir.glob("*.pt")
+    before = hashlib.sha256(ref.read_bytes()).hexdigest()
+    ref.unlink()
+    (tmp_path / "k.json").write_text(plan.known_text(known))  # (as the study folder keeps it)
+    known = plan.read_known(tmp_path / "k.json")
+    again = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    # (was: the config recorded as JSON, equal to the OrderedDict but a dict: the network built again from it
+    # was pickled with other bytes, another sha256 than the same network built from the checkpoint)
+    assert hashlib.sha256(ref.read_bytes()).hexdigest() == before
+    assert again == first

@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -118,11 +119,18 @@ def file_fingerprint(path: str | os.PathLike) -> list[int] | None:
 
 
 def _exact_json(v: Any) -> bool:
-    """Whether ``v`` reads back from JSON as it is (no tuple made a list, no key made a string, no NaN)."""
-    try:
-        return json.loads(json.dumps(v, allow_nan=False)) == v
-    except (TypeError, ValueError):
-        return False
+    """Whether ``v`` reads back from JSON as it is, of the same types (no tuple made a list, no key made a
+    string, no NaN; no OrderedDict, numpy float or other subclass made a plain dict, float ...: equal, but
+    an untrained network built from it was pickled with other bytes, another sha256)."""
+    if v is None or type(v) in (str, bool, int):
+        return True
+    if type(v) is float:
+        return math.isfinite(v)
+    if type(v) is list:
+        return all(_exact_json(x) for x in v)
+    if type(v) is dict:
+        return all(type(k) is str and _exact_json(x) for k, x in v.items())
+    return False
 
 
 def _slim_extra(extra: dict[str, Any]) -> dict[str, Any] | None:
