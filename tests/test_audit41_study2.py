@@ -25,8 +25,10 @@ def _save(path, *, extra, seed=0):
     {"epoch": [3]},
     {"epoch": 3, "metrics": {"best": {"epoch": 1}, "last": {"epoch": 3}}},  # (not what the study keeps)
 ])
-def test_a_record_edited_by_hand_is_not_used_the_file_is_read_again(tmp_path, edit):
+def test_a_record_edited_by_hand_is_not_used_the_file_is_read_again(tmp_path, edit, monkeypatch):
     import embedscope.study.plan as plan
+
+    monkeypatch.setattr(plan, "RACY_NS", 0, raising=False)  # (a file just written recorded)
 
     ck = _save(tmp_path / "net.pt", extra={"epoch": 3, "metrics": {"best": {"epoch": 2}}})
     src, out, udir = str(ck), tmp_path / "study", tmp_path / "untrained"
@@ -61,9 +63,13 @@ def test_a_checkpoint_whose_recorded_epoch_is_no_integer_is_an_error_row_not_a_s
     assert not entries["good"].error and entries["good"].epoch == 3
 
 
-def test_an_untrained_network_built_again_from_a_recorded_config_is_the_same_file(two_checkpoints, tmp_path):
+def test_an_untrained_network_built_again_from_a_recorded_config_is_the_same_file(two_checkpoints, tmp_path,
+                                                                                    monkeypatch):
     import hashlib
 
+    import embedscope.study.plan as plan
+
+    monkeypatch.setattr(plan, "RACY_NS", 0, raising=False)  # (a file just written recorded)
     from embedscope.study.run import run_study
 
     cache = tmp_path / "cache"
@@ -91,7 +97,8 @@ def test_an_untrained_network_built_again_from_a_recorded_config_is_the_same_fil
     assert list(recorded[ck]["config"]) == list(torch.load(ck, weights_only=True)["config"])  # (its key order)
 
 
-def test_a_config_holding_an_ordered_dict_builds_the_same_untrained_network_when_planned_again(tmp_path):
+def test_a_config_holding_an_ordered_dict_builds_the_same_untrained_network_when_planned_again(tmp_path,
+                                                                                                 monkeypatch):
     import collections
     import hashlib
 
@@ -104,6 +111,7 @@ def test_a_config_holding_an_ordered_dict_builds_the_same_untrained_network_when
     cfg = {**default_config("digits_cnn", embed_dim=8), "augment": collections.OrderedDict(flip=0.5, crop=8)}
     save_checkpoint(tmp_path / "net.pt", build_model(cfg), cfg, extra={"epoch": 1})
     assert type(torch.load(tmp_path / "net.pt", weights_only=True)["config"]["augment"]) is collections.OrderedDict
+    monkeypatch.setattr(plan, "RACY_NS", 0, raising=False)  # (a file just written recorded, were it JSON as it is)
     src, out, udir = str(tmp_path / "net.pt"), tmp_path / "study", tmp_path / "u"
     known: dict = {}
     first = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
@@ -117,3 +125,41 @@ def test_a_config_holding_an_ordered_dict_builds_the_same_untrained_network_when
     # was pickled with other bytes, another sha256 than the same network built from the checkpoint)
     assert hashlib.sha256(ref.read_bytes()).hexdigest() == before
     assert again == first
+
+
+def test_a_checkpoint_written_over_in_the_clock_tick_it_was_read_in_is_read_again(tmp_path, monkeypatch):
+    import time
+
+    import embedscope.study.plan as plan
+
+    ck = _save(tmp_path / "net.pt", extra={"epoch": 3})
+    # a file system whose clock did not tick between the study's read and a write in place just after it
+    # (1-2 s times: FAT, HFS+, ext4 of small inodes; a few ms on others): the file's times stay as they were
+    tick = time.time_ns()
+    real = plan.file_fingerprint
+
+    def coarse(p):
+        fp = real(p)
+        return None if fp is None else [fp[0], tick, tick, fp[3], fp[4]]
+
+    monkeypatch.setattr(plan, "file_fingerprint", coarse)
+    monkeypatch.setattr(plan, "_now_ns", lambda: tick + 300_000_000, raising=False)  # (read 0.3 s into that tick)
+    known: dict = {}
+
+    def epoch():
+        (e,) = [e for e in plan.plan_study(str(ck), tmp_path / "study", untrained_dir=tmp_path / "u", known=known)
+                if e.run == "net"]
+        return e.epoch
+
+    assert epoch() == 3
+    new = _save(tmp_path / "other.pt", extra={"epoch": 4}).read_bytes()
+    assert len(new) == ck.stat().st_size
+    with open(ck, "r+b") as f:  # a script saving its next epoch in place (torch.save(obj, path))
+        f.write(new)
+    # (was: recorded as read, its fingerprint unchanged: epoch 3 for this file ever after)
+    assert epoch() == 4
+    # one that changed long enough before it was read is recorded (and taken from the record)
+    monkeypatch.setattr(plan, "_now_ns", lambda: tick + plan.RACY_NS)
+    assert epoch() == 4 and known[str(ck)]["extra"] == {"epoch": 4}
+    monkeypatch.setattr(plan, "_read_config", lambda p: pytest.fail(f"{p} read again"))
+    assert epoch() == 4

@@ -227,6 +227,7 @@ def test_a_plan_reads_a_checkpoint_config_again_only_when_its_file_changed(tmp_p
 
     import embedscope.study.plan as plan
 
+    monkeypatch.setattr(plan, "RACY_NS", 0)  # (files just written recorded: test_audit41_study2 for the margin)
     d = tmp_path / "ck"
     d.mkdir()
     for seed in (1, 2):
@@ -286,6 +287,8 @@ def test_what_a_plan_keeps_of_extra_selects_the_same_epoch():
 
 def test_a_study_run_again_with_nothing_to_measure_imports_no_torch(two_checkpoints, tmp_path):
     code = ("import sys\n"
+            "import embedscope.study.plan\n"
+            "embedscope.study.plan.RACY_NS = 0\n"  # (checkpoints written just before: recorded all the same)
             "from embedscope.study.run import run_study\n"
             f"res = run_study({str(two_checkpoints / '*.pt')!r}, {str(tmp_path / 'st')!r}, workers=0, "
             f"cache_dir={str(tmp_path / 'cache')!r}, n_boot=0, measures=['R@1', 'rho'], figures=False, "

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,14 +172,28 @@ def _usable_record(hit: dict[str, Any]) -> bool:
     return True
 
 
+#: a checkpoint whose change time (ctime) is less than this before it was read is not recorded: a write
+#: in place in the same tick of the file system's clock (1-2 s on some: FAT, HFS+, ext4 of small
+#: inodes, some network ones; a few ms on others) after the read leaves all of its fingerprint as it
+#: was (size, times, inode): recorded, the config read before that write stood for the file ever after
+#: (a script saving its epoch's checkpoint in place as the study planned: the epoch before). Read
+#: again by the next run, and recorded then.
+RACY_NS = 2_000_000_000
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
 def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """:func:`_read_config`, from ``known`` when it holds the file with the same :func:`file_fingerprint`
     (reading a checkpoint imports torch: ~2 s of a study run again with nothing to measure); a file
-    read is recorded there (when its config reads back from JSON as it is and it did not change while
-    read). ``known``: None reads every file."""
+    read is recorded there (when its config reads back from JSON as it is, it did not change while read,
+    and it last changed :data:`RACY_NS` or more before: see there). ``known``: None reads every file."""
     if known is None:
         return _read_config(path)
     key = os.path.abspath(path)
+    start = _now_ns()
     before = file_fingerprint(path)
     hit = known.get(key)
     if before is not None and isinstance(hit, dict) and hit.get("stat") == before and _usable_record(hit):
@@ -187,7 +202,7 @@ def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[s
     cfg, extra = _read_config(path)
     slim = _slim_extra(extra)
     if (before is not None and slim is not None and file_fingerprint(path) == before and _exact_json(cfg)
-            and _exact_json(slim)):
+            and _exact_json(slim) and start - before[2] >= RACY_NS):
         known[key] = {"stat": before, "config": _copy(cfg), "extra": slim}
     return cfg, extra
 
