@@ -163,3 +163,32 @@ def test_a_checkpoint_written_over_in_the_clock_tick_it_was_read_in_is_read_agai
     assert epoch() == 4 and known[str(ck)]["extra"] == {"epoch": 4}
     monkeypatch.setattr(plan, "_read_config", lambda p: pytest.fail(f"{p} read again"))
     assert epoch() == 4
+
+
+def test_an_untrained_network_built_again_from_a_recorded_config_holding_one_text_twice_is_the_same_file(
+        tmp_path, monkeypatch):
+    import hashlib
+
+    import torch
+
+    import embedscope.study.plan as plan
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    monkeypatch.setattr(plan, "RACY_NS", 0, raising=False)  # (a file just written recorded)
+    torch.manual_seed(0)
+    # (as the trainer's config: device and amp 'auto', one object, which the checkpoint's pickle holds once)
+    cfg = {**default_config("digits_cnn", embed_dim=8), "device": "auto", "amp": "auto"}
+    save_checkpoint(tmp_path / "net.pt", build_model(cfg), cfg, extra={"epoch": 1})
+    src, out, udir = str(tmp_path / "net.pt"), tmp_path / "study", tmp_path / "u"
+    known: dict = {}
+    first = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    assert str(tmp_path / "net.pt") in known
+    (ref,) = udir.glob("*.pt")
+    before = hashlib.sha256(ref.read_bytes()).hexdigest()
+    ref.unlink()  # (a cache cleaned)
+    known = json.loads(json.dumps(known))  # (as the study folder keeps it)
+    again = [e.to_dict() for e in plan.plan_study(src, out, untrained_dir=udir, known=known)]
+    # (was: built from the record's config, whose two 'auto' are two objects: pickled twice, other bytes, another
+    # sha256: its embedding not found in the cache, its row measured again, runs.csv's sha256 another)
+    assert hashlib.sha256(ref.read_bytes()).hexdigest() == before
+    assert again == first

@@ -23,7 +23,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from embedscope.errors import EmbedscopeError, UsageError
 from embedscope.text import quoted
@@ -185,11 +185,13 @@ def _now_ns() -> int:
     return time.time_ns()
 
 
-def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def _read_config_known(path: Path, known: dict[str, Any] | None,
+                       hits: set[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """:func:`_read_config`, from ``known`` when it holds the file with the same :func:`file_fingerprint`
     (reading a checkpoint imports torch: ~2 s of a study run again with nothing to measure); a file
     read is recorded there (when its config reads back from JSON as it is, it did not change while read,
-    and it last changed :data:`RACY_NS` or more before: see there). ``known``: None reads every file."""
+    and it last changed :data:`RACY_NS` or more before: see there). ``known``: None reads every file.
+    ``hits``: takes the path of a file whose config came from ``known``."""
     if known is None:
         return _read_config(path)
     key = os.path.abspath(path)
@@ -197,6 +199,8 @@ def _read_config_known(path: Path, known: dict[str, Any] | None) -> tuple[dict[s
     before = file_fingerprint(path)
     hit = known.get(key)
     if before is not None and isinstance(hit, dict) and hit.get("stat") == before and _usable_record(hit):
+        if hits is not None:
+            hits.add(str(path))
         return _copy(hit["config"]), _copy(hit["extra"])
     known.pop(key, None)
     cfg, extra = _read_config(path)
@@ -583,10 +587,32 @@ def untrained_key(config: dict[str, Any], weights_sha256: str | None = None) -> 
                  f"{'norm' if config.get('normalize', True) else 'raw'}-s{config.get('seed', 0)}-{h}")
 
 
-def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | None = None) -> Path:
+def _untrained_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config of the untrained reference of a run of config ``cfg`` (loss ``untrained``, epochs 0)."""
+    return {**cfg, "loss": "untrained", "loss_family": "none", "p_switch": 0.0, "miner": None, "epochs": 0,
+            "loss_params": None, "distance": None}
+
+
+def _config_as_read(path: Path, cfg: dict[str, Any], planned: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_untrained_config` of the config of checkpoint ``path`` read from the file now, when it is
+    still ``cfg`` (the one planned; else, or unreadable now, ``planned``): objects as ``torch.load`` gives
+    them, so that the network saved with it has the bytes of one built from a config read from the file
+    (a config read from JSON is equal, but two of its equal texts are two objects: pickled twice, where the
+    checkpoint's pickle holds one and refers to it)."""
+    try:
+        now, _ = _read_config(path)
+    except EmbedscopeError:
+        return planned
+    return _untrained_config(now) if now == cfg else planned
+
+
+def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | None = None, *,
+                    config_of: Callable[[], dict[str, Any]] | None = None) -> Path:
     """Save the network a run with ``config`` starts from (the trainer's initialisation) to ``out``.
     With ``weights_sha256`` (the run's record of its ``weights`` file), a file at that path with
-    other content is refused: the reference would not be the network the run started from."""
+    other content is refused: the reference would not be the network the run started from.
+    ``config_of``: gives the config to save instead of ``config`` (an equal one), called only when the
+    network is built (not when ``out`` is there and readable)."""
     import torch
 
     from embedscope.models import build_model, load_backbone_weights, save_checkpoint
@@ -603,6 +629,8 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
         if now != weights_sha256:
             raise EmbedscopeError(f"the weights file {config['weights']} holds other content than when the run "
                                   "was trained (sha256 differs): the network the run started from cannot be rebuilt")
+    if config_of is not None:
+        config = config_of()
     torch.manual_seed(int(config.get("seed", 0)))
     model = build_model(config)
     if config.get("weights"):
@@ -642,6 +670,8 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
     entries: list[Entry] = []
     refs: dict[str, Entry] = {}
     ref_weights: dict[str, str | None] = {}  # the weights' sha256 each reference's runs recorded
+    ref_source: dict[str, tuple[Path, dict[str, Any]]] = {}  # the checkpoint (and its config) each was planned from
+    recorded: set[str] = set()  # the checkpoints whose config came from ``known``
     seen: set[str] = set()
     sources = _sources(source)
     _refuse_run_folder_files(sources)
@@ -667,7 +697,7 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
             try:
                 if not f.exists():
                     raise EmbedscopeError(f"{f}: no such checkpoint file")
-                cfg, extra = _read_config_known(f, known)
+                cfg, extra = _read_config_known(f, known, recorded)
                 read.append((f, sel, cfg, extra, _recorded_epoch(f, extra, sel), ""))
             except EmbedscopeError as e:
                 read.append((f, sel, {}, {}, None, str(e)))
@@ -691,10 +721,9 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
                     zero = final.with_name(final.name + ".train") / "epoch-000.pt"
                     path = zero if zero.exists() else udir / f"{key}.pt"
                     refs[key] = Entry(id=key, checkpoint=str(path), run=key, selection="untrained", epoch=0,
-                                      config={**cfg, "loss": "untrained", "loss_family": "none", "p_switch": 0.0,
-                                              "miner": None, "epochs": 0, "loss_params": None,
-                                              "distance": None})
+                                      config=_untrained_config(cfg))
                     ref_weights[key] = wsha
+                    ref_source[key] = (f, cfg)
                 e.untrained = key
             entries.append(e)
     for ref in refs.values():
@@ -706,7 +735,12 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
                 entries.append(ref)  # built (or found readable) earlier, unchanged since: nothing to load
                 continue
             try:
-                build_untrained(ref.config, Path(ref.checkpoint), ref_weights.get(ref.id))
+                # (a config taken from ``known`` was read from JSON: equal, but pickled with other bytes, as its equal
+                # texts are not one object; the network is built from its checkpoint's own config, as the first time)
+                src = ref_source[ref.id]
+                fresh = ((lambda src=src, ref=ref: _config_as_read(*src, ref.config)) if str(src[0]) in recorded
+                         else None)
+                build_untrained(ref.config, Path(ref.checkpoint), ref_weights.get(ref.id), config_of=fresh)
                 if known is not None:
                     known[key] = {"stat": file_fingerprint(ref.checkpoint), "untrained": True}
             except Exception as ex:  # noqa: BLE001 - the reference fails, the study goes on
