@@ -181,10 +181,14 @@ RESERVED_PROPERTY = "class"
 
 
 def check_property_not_reserved(name: str, source: Any, what: str = "column") -> None:
-    """One line refusing a property named ``class`` (``import --properties``, ``add-properties``)."""
+    """One line refusing a property named ``class`` (``import --properties``, ``add-properties``), or a name
+    with a comma (``properties --properties x,y`` asks for ``x`` and ``y``: it could not be named)."""
     if name == RESERVED_PROPERTY:
         raise EmbedscopeError(f"{source}: {what} '{RESERVED_PROPERTY}' cannot be a property: '{RESERVED_PROPERTY}' is "
                               "the name under which the class labels are analysed; rename the column")
+    if "," in str(name):  # stored, it was measured but could not be named: --properties x,y asked for 'x' and 'y'
+        raise EmbedscopeError(f"{source}: {what} name '{name}' has a comma: 'embedscope properties --properties' "
+                              "(comma-separated) could not name it; rename the column")
 
 
 def _to_numpy(v: Any) -> np.ndarray:
@@ -865,6 +869,13 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         if name in src.text:  # text as written ("NA" stays "NA", "0001" is not 1), integers, or numbers
             v = property_cells(np.asarray(src.text[name], dtype=object), v)
         _check_present(src.path, f"property '{_pretty(name)}'", v)
+        # NaN was refused above; inf too (stored, it made 'embedscope properties' refuse the whole file;
+        # add-properties refuses it)
+        if np.ndim(v) == 1 and np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)):
+            first = int(np.flatnonzero(~np.isfinite(v))[0])
+            raise EmbedscopeError(f"{src.path}: property '{_pretty(name)}' holds {int(np.sum(~np.isfinite(v)))} value(s) "
+                                  f"that are not finite (first: {v[first]} at row {first}): a property needs finite "
+                                  "numbers or text")
         props[name] = v
         used.add(name)
     info: dict[str, Any] = {}

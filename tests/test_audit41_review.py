@@ -1,0 +1,55 @@
+"""Audit 41, second reading of the day's property and study-report commits.
+
+* ``import --properties`` stored a column named ``w,x`` (``add-properties`` refuses it since today:
+  ``properties --properties w,x`` asks for ``w`` and ``x``, so it could not be named) and a column
+  holding ``inf`` (``add-properties`` refuses it since today: stored, ``embedscope properties`` refused
+  the whole file): both refused by ``import`` too, in one line;
+"""
+
+from __future__ import annotations
+
+from cli_run import one_error_line, run_cli
+
+_ROWS = ("0.1,0.2,a,p0,{0}\n0.3,0.1,a,p1,{1}\n0.5,0.2,b,p2,{2}\n0.2,0.9,b,p3,{3}\n")
+
+
+def _import_csv(path, name: str, cells):
+    path.write_text(f'e0,e1,label,path,"{name}"\n' + _ROWS.format(*cells))
+    return path
+
+
+def test_import_refuses_a_property_name_with_a_comma(tmp_path):
+    src = _import_csv(tmp_path / "t.csv", "w,x", [1, 2, 2, 1])
+    rc, out, err = run_cli(["import", str(src), "--labels", "label", "--paths", "path", "--properties", "w,x",
+                            "-o", str(tmp_path / "t.h5")])
+    assert rc == 1
+    line = one_error_line(err, "import")
+    assert "'w,x' has a comma" in line and "rename the column" in line
+    assert not (tmp_path / "t.h5").exists()
+
+
+def test_import_refuses_an_inf_property(tmp_path):
+    src = _import_csv(tmp_path / "t.csv", "w", [1, "inf", 2, 3])
+    rc, out, err = run_cli(["import", str(src), "--labels", "label", "--paths", "path", "--properties", "w",
+                            "-o", str(tmp_path / "t.h5")])
+    assert rc == 1
+    line = one_error_line(err, "import")
+    assert "property 'w'" in line and "not finite" in line and "row 1" in line
+    assert not (tmp_path / "t.h5").exists()
+
+
+def test_import_keeps_finite_numbers_and_padded_ids(tmp_path):
+    import numpy as np
+
+    from embedscope import store
+
+    src = tmp_path / "t.csv"
+    src.write_text("e0,e1,label,path,w,z\n0.1,0.2,a,p0,0,0001\n0.3,0.1,a,p1,0.5,1.5\n0.5,0.2,b,p2,-0.5,2\n"
+                   "0.2,0.9,b,p3,1e-3,3\n")
+    rc, out, err = run_cli(["import", str(src), "--labels", "label", "--paths", "path", "--properties", "w", "z",
+                            "-o", str(tmp_path / "t.h5")])
+    assert rc == 0, err
+    es = store.load(tmp_path / "t.h5")
+    assert es.properties["w"].tolist() == [0.0, 0.5, -0.5, 1e-3]
+    assert [str(v) for v in es.properties["z"]] == ["0001", "1.5", "2", "3"]
+    assert np.asarray(es.properties["w"]).dtype.kind == "f"
