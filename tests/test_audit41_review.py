@@ -4,6 +4,9 @@
   ``properties --properties w,x`` asks for ``w`` and ``x``, so it could not be named) and a column
   holding ``inf`` (``add-properties`` refuses it since today: stored, ``embedscope properties`` refused
   the whole file): both refused by ``import`` too, in one line;
+* the report's provenance row said '– / – (not finished)' of a study.json that records neither a start nor
+  an end (a study written before those were recorded; the warning at the top, rightly, said nothing):
+  '(not finished)' only where a start is recorded and no end, as the warning;
 """
 
 from __future__ import annotations
@@ -53,3 +56,20 @@ def test_import_keeps_finite_numbers_and_padded_ids(tmp_path):
     assert es.properties["w"].tolist() == [0.0, 0.5, -0.5, 1e-3]
     assert [str(v) for v in es.properties["z"]] == ["0001", "1.5", "2", "3"]
     assert np.asarray(es.properties["w"]).dtype.kind == "f"
+
+
+def test_report_says_not_finished_only_where_a_start_is_recorded(tmp_path):
+    import json
+
+    from test_audit41_report import _grid, _page, _setting, _study
+
+    d = _study(tmp_path, _grid())
+    meta = json.loads((d / "study.json").read_text())
+    assert "started" not in meta and "ended" not in meta
+    text = _page(d)
+    assert "did not finish" not in text
+    assert _setting(text, "started / ended") == "– / –"
+    (d / "study.json").write_text(json.dumps({**meta, "started": "2026-11-30T10:00:00+00:00"}))
+    text = _page(d)
+    assert "did not finish" in text
+    assert _setting(text, "started / ended") == "2026-11-30T10:00:00+00:00 / – (not finished)"

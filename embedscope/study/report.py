@@ -453,7 +453,10 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
             ("versions", ", ".join(f"{k} {x}" for k, x in v.items()) if isinstance(v, dict) else v),
             ("statistics code (fingerprint)", meta.get("stats_code", "")),
             ("embedscope code (fingerprint)", meta.get("code", "")), ("host", meta.get("host", "")),
-            ("started / ended", f"{meta.get('started') or DASH} / {meta.get('ended') or DASH + ' (not finished)'}"),
+            # '(not finished)' as the warning at the top: a start recorded, no end (a study.json that records
+            # neither, an older study's, was '– / – (not finished)' under no warning)
+            ("started / ended", f"{meta.get('started') or DASH} / {meta.get('ended') or DASH}"
+                                f"{' (not finished)' if meta.get('started') and not meta.get('ended') else ''}"),
             ("this page written by", f"embedscope {__version__}"),
             ("checkpoint hashes", "sha256 of every file: the table Checkpoints, below")]
     out = ["<h2>Settings and provenance</h2>",
