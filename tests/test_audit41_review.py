@@ -7,6 +7,9 @@
 * the report's provenance row said '– / – (not finished)' of a study.json that records neither a start nor
   an end (a study written before those were recorded; the warning at the top, rightly, said nothing):
   '(not finished)' only where a start is recorded and no end, as the warning;
+* Fig. 5 of one panel (``--measures rho``) and 12 objectives drew its legend (12 rows) over the panel and
+  its title over the panel's r: the figure was as high for any legend; it now grows by the legend's rows
+  beyond two (the demo's two rows: as it was);
 """
 
 from __future__ import annotations
@@ -73,3 +76,45 @@ def test_report_says_not_finished_only_where_a_start_is_recorded(tmp_path):
     text = _page(d)
     assert "did not finish" in text
     assert _setting(text, "started / ended") == "2026-11-30T10:00:00+00:00 / – (not finished)"
+
+
+def test_fig5_of_one_panel_and_many_objectives_draws_its_legend_below_the_panel(tmp_path):
+    """--measures rho over 12 objectives: one panel 3.8 in high, and a legend of 12 rows (2.5 in) drawn
+    over it (the figure's height held two rows of legend; tight_layout gave up, the title ran over the
+    panel's r). The figure grows by the legend's rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from test_audit41_report import MEASURES, _row
+
+    from embedscope.study.run import finish_study
+    from embedscope.viz.study import fig5
+
+    rows, k = [], 0
+    for loss in ("multisimilarity", "margin", "triplet"):
+        for p in (0.0, 0.3):
+            for lr in (0.0001, 0.001):
+                for s in (0, 1):
+                    r = _row(k, loss=loss, p_switch=p, seed=s)
+                    r["lr"] = lr
+                    k += 1
+                    for m in MEASURES:
+                        if m not in ("R@1", "rho"):
+                            r.pop(m)
+                    rows.append(r)
+    d = tmp_path / "s"
+    d.mkdir()
+    stats = finish_study(d, rows, n_boot=10, seed=1, figures=False)["stats"]
+    assert len(stats["objectives"]) == 12
+    fig = fig5(stats)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    (ax,) = [a for a in fig.axes if a.get_visible() and a.axison]
+    panel = ax.get_tightbbox(r)
+    legend = fig.legends[0].get_window_extent(r)
+    title = fig._suptitle.get_window_extent(r)
+    assert legend.y1 <= panel.y0, (legend, panel)
+    assert title.y0 >= panel.y1, (title, panel)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -260,6 +260,10 @@ def fig5(stats: dict[str, Any], measures=None, *, title: str | None = None):
     clean_figure(fig)  # objective names from checkpoints: control characters escaped
     # the legend's rows (8 pt, ~0.2 in each, and a margin) below the panels, not a fraction of the height
     h = fig.get_figheight()
+    if nrow_leg > 2:  # (the height drawn for holds two rows: more took it from the panels, and a one-panel
+        # figure of 12 objectives drew its legend over the panel, its title over the panel's r)
+        h += 0.2 * (nrow_leg - 2)
+        fig.set_figheight(h)
     # (the top: tight_layout keeps the panels below the suptitle itself; a margin reserved for it as
     # well left half an inch of empty canvas between the title and the panels)
     fig.tight_layout(rect=(0, (0.1 + 0.2 * nrow_leg) / h if nrow_leg else 0, 1, 1))
