@@ -193,7 +193,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         empty = int(sum(v.strip() == "" for v in cells))
         if empty:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
-        nul = next((i for i, v in enumerate(cells) if "\x00" in v), None)
+        nul = next((i for i, v in enumerate(cells) if "\x00" in v), None) if "\x00" in "".join(cells) else None
         if nul is not None:  # (was refused by the store naming the embedding file's property and its row)
             raise EmbedscopeError(f"{path}: column '{c}' holds a NUL character (row {nul + 1}, path "
                                   f"{text['path'].iloc[nul] if 'path' in text else '?'}), which HDF5 text cannot store")
