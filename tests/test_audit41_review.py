@@ -10,6 +10,10 @@
 * Fig. 5 of one panel (``--measures rho``) and 12 objectives drew its legend (12 rows) over the panel and
   its title over the panel's r: the figure was as high for any legend; it now grows by the legend's rows
   beyond two (the demo's two rows: as it was);
+* a study whose every checkpoint failed, or that measured no other measure than the target (``--measures
+  P@1``), says "No measure is correlated" instead of the correlation table, and then explained the
+  table's cells anyway ("Below each value: its bootstrap 95% interval ... Rank: by |Kendall τ|"): that
+  legend only under a table;
 """
 
 from __future__ import annotations
@@ -138,3 +142,20 @@ def test_property_cells_finds_a_zero_padded_cell_anywhere_in_a_long_column():
     plain = ["0", "0.5", "-0.5", "1e-3", "+3", " 7 ", "0e0", "-0", ".5"]
     got = property_cells(np.array(plain, dtype=object), np.array([float(c) for c in plain]))
     assert got.dtype.kind == "f" and got.tolist() == [float(c) for c in plain]
+
+
+def test_no_correlation_table_no_legend_of_its_cells(tmp_path):
+    from test_audit41_report import MEASURES, _grid, _page, _row, _study
+
+    failed = _page(_study(tmp_path, [_row(0, status="error"), _row(1, loss="triplet", status="error")]))
+    assert "No measure is correlated with" in failed
+    assert "Below each value" not in failed
+    one = _grid()
+    for r in one:  # (a study of R@1 alone: --measures P@1)
+        for m in MEASURES:
+            if m != "R@1":
+                r.pop(m)
+    only = _page(_study(tmp_path, one, name="only"))
+    assert "No measure is correlated with" in only and "Below each value" not in only
+    table = _page(_study(tmp_path, _grid(), name="grid"))
+    assert "Below each value: its bootstrap 95% interval" in table

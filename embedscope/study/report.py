@@ -534,11 +534,12 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
     if stats.get("identical_to_target"):
         parts.append(f'<p class="note">Left out, equal to the target in every run: '
                      f'{_e(", ".join(map(str, stats["identical_to_target"])))}.</p>')
-    parts.append('<p class="note">Below each value: its bootstrap 95% interval [lo, hi] (resampling the points, '
-                 f"seeded; none with 2 points). {DASH}: not defined (a measure or target constant over the points, "
-                 "or fewer than 2 points). Granulated τ: Jiang et al., ICLR 2020, the mean over the varying axes of "
-                 "the mean τ within groups of runs that differ in that axis only. Rank: by |Kendall τ| over runs "
-                 "(measures without one are last).</p>")
+    if rows:  # (the table's legend: under a sentence saying there is no table, it explained cells not there)
+        parts.append('<p class="note">Below each value: its bootstrap 95% interval [lo, hi] (resampling the points, '
+                     f"seeded; none with 2 points). {DASH}: not defined (a measure or target constant over the points, "
+                     "or fewer than 2 points). Granulated τ: Jiang et al., ICLR 2020, the mean over the varying axes "
+                     "of the mean τ within groups of runs that differ in that axis only. Rank: by |Kendall τ| over runs "
+                     "(measures without one are last).</p>")
     return parts
 
 
