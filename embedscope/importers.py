@@ -658,6 +658,33 @@ def _values(src: Source, key: str, what: str) -> np.ndarray:
     return _decoded(src.columns[key], src.path, what)
 
 
+def _property_objects(path: Path, name: str, v: np.ndarray) -> np.ndarray:
+    """A property column of objects (a Parquet column of bytes or lists) as the store takes it: bytes read as
+    UTF-8 (those that are not: one line naming the row), nested values (lists, maps, arrays) refused. Both
+    were a bare error of the store's writer (``ValueError: setting an array element with a sequence``,
+    ``UnicodeDecodeError: 'ascii' codec ...``); ``add-properties`` refuses them alike."""
+    v = np.asarray(v)
+    if v.dtype.kind != "O" or v.ndim != 1:
+        return v
+    out = v
+    for i, x in enumerate(v):
+        if isinstance(x, (list, tuple, dict, set, np.ndarray)):
+            kind = "list" if isinstance(x, (list, tuple, np.ndarray)) else type(x).__name__
+            raise EmbedscopeError(f"{path}: property '{_pretty(name)}' holds {kind} values (first: row {i}): a "
+                                  "property is one number or text per row")
+        if isinstance(x, (bytes, bytearray, memoryview)):
+            try:
+                text = bytes(x).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise EmbedscopeError(f"{path}: property '{_pretty(name)}': row {i} is bytes that are not UTF-8 "
+                                      f"text (byte 0x{e.object[e.start]:02x} at position {e.start}): store text, or "
+                                      "decode the bytes first") from None
+            if out is v:
+                out = v.copy()
+            out[i] = text
+    return out
+
+
 def _check_present(path: Path, what: str, arr: np.ndarray | None) -> None:
     """No empty cells (None, NaN, ''): a missing label or path would otherwise become the class or
     the item "nan" / "None"."""
@@ -870,6 +897,7 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         v = _decoded(src.columns[name], src.path, f"property '{_pretty(name)}'")
         if name in src.text:  # text as written ("NA" stays "NA", "0001" is not 1), integers, or numbers
             v = property_cells(np.asarray(src.text[name], dtype=object), v)
+        v = _property_objects(src.path, name, v)
         _check_present(src.path, f"property '{_pretty(name)}'", v)
         # NaN was refused above; inf too (stored, it made 'embedscope properties' refuse the whole file;
         # add-properties refuses it)

@@ -3,7 +3,10 @@
 * ``import --properties`` stored a column named ``w,x`` (``add-properties`` refuses it since today:
   ``properties --properties w,x`` asks for ``w`` and ``x``, so it could not be named) and a column
   holding ``inf`` (``add-properties`` refuses it since today: stored, ``embedscope properties`` refused
-  the whole file): both refused by ``import`` too, in one line;
+  the whole file): both refused by ``import`` too, in one line; so are a Parquet property column of lists
+  and one of bytes that are not UTF-8 (bare "ValueError: setting an array element with a sequence" and
+  "UnicodeDecodeError: 'ascii' codec ..." from the store's writer), and bytes that are UTF-8 are text
+  (they were that UnicodeDecodeError too);
 * the report's provenance row said '– / – (not finished)' of a study.json that records neither a start nor
   an end (a study written before those were recorded; the warning at the top, rightly, said nothing):
   '(not finished)' only where a start is recorded and no end, as the warning;
@@ -18,6 +21,7 @@
 
 from __future__ import annotations
 
+import pytest
 from cli_run import one_error_line, run_cli
 
 _ROWS = ("0.1,0.2,a,p0,{0}\n0.3,0.1,a,p1,{1}\n0.5,0.2,b,p2,{2}\n0.2,0.9,b,p3,{3}\n")
@@ -159,3 +163,37 @@ def test_no_correlation_table_no_legend_of_its_cells(tmp_path):
     assert "No measure is correlated with" in only and "Below each value" not in only
     table = _page(_study(tmp_path, _grid(), name="grid"))
     assert "Below each value: its bootstrap 95% interval" in table
+
+
+def _parquet(path, prop):
+    import numpy as np
+    import pandas as pd
+
+    pytest.importorskip("pyarrow")
+    pd.DataFrame({"emb": [np.array([0.1, 0.2]), np.array([0.3, 0.1]), np.array([0.5, 0.2]), np.array([0.2, 0.9])],
+                  "label": ["a", "a", "b", "b"], "path": ["p0", "p1", "p2", "p3"], "w": prop}).to_parquet(path)
+    return str(path)
+
+
+def _import_parquet(tmp_path, prop):
+    src = _parquet(tmp_path / "t.parquet", prop)
+    return run_cli(["import", src, "--embeddings", "emb", "--labels", "label", "--paths", "path", "--properties", "w",
+                    "-o", str(tmp_path / "t.h5")])
+
+
+@pytest.mark.parametrize("prop, says", [([[1, 2], [1], [2], [3]], "'w' holds list values (first: row 0)"),
+                                        ([b"x", b"caf\xe9", b"y", b"z"], "'w': row 1 is bytes that are not UTF-8")])
+def test_import_refuses_a_parquet_property_of_lists_or_of_bytes_not_utf8(tmp_path, prop, says):
+    rc, out, err = _import_parquet(tmp_path, prop)
+    assert rc == 1
+    line = one_error_line(err, "import")
+    assert says in line and "Error" not in line, line
+    assert not (tmp_path / "t.h5").exists()
+
+
+def test_import_reads_a_parquet_property_of_utf8_bytes_as_text(tmp_path):
+    from embedscope import store
+
+    rc, out, err = _import_parquet(tmp_path, [b"caf\xc3\xa9", b"x", b"y", b"z"])
+    assert rc == 0, err
+    assert list(store.load(tmp_path / "t.h5").properties["w"]) == ["café", "x", "y", "z"]
