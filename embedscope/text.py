@@ -75,3 +75,20 @@ def quoted(v: object) -> str:
     'a\\b' 3 None
     """
     return f"'{v}'" if isinstance(v, str) else repr(v)
+
+
+def interval(lo: float, hi: float, d: int = 2) -> str:
+    """A confidence interval ``[lo, hi]`` shown with ``d`` signed decimals, rounded outwards (``lo``
+    down, ``hi`` up), so that the shown interval holds every value the exact one holds: rounded to the
+    nearest, r = +0.866 with the interval [0.866, 1] read "+0.866 [+0.87, +1.00]", its value outside its
+    own interval. A bound within 1e-9 of a shown value keeps it (0.87 held as 0.86999…).
+
+    >>> interval(0.8660, 1.0), interval(-0.123, 0.87), interval(-1.0, -0.5)
+    ('[+0.86, +1.00]', '[-0.13, +0.87]', '[-1.00, -0.50]')
+    """
+    import math
+
+    s = 10.0 ** d
+    down = math.floor(lo * s + 1e-9) / s
+    up = math.ceil(hi * s - 1e-9) / s
+    return f"[{down + 0.0:+.{d}f}, {up + 0.0:+.{d}f}]"

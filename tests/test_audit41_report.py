@@ -115,10 +115,10 @@ def test_the_summary_counts_one_run_and_one_objective_in_the_singular(tmp_path):
     '1 runs in 1 objectives', '1 checkpoint of 2 failed and enter no statistic')."""
     text = _page(_study(tmp_path, [_row(0), _row(1, loss="triplet", status="error")]))
     summary = html.unescape(re.sub(r"<[^>]+>", "", re.search(r'<p class="note">(.*?)</p>', text).group(1)))
-    assert summary.startswith("1 run in 1 objective (2 checkpoints measured, 1 failed"), summary
+    assert summary.startswith("1 run in 1 objective (2 checkpoints: 1 measured, 1 failed"), summary
     assert "1 checkpoint of 2 failed</b> and enters no statistic" in text
     many = _page(_study(tmp_path, _grid(), name="grid"))
-    assert "12 runs in 6 objectives (12 checkpoints measured" in many
+    assert "12 runs in 6 objectives (12 checkpoints: 12 measured, 0 failed" in many
 
 
 def test_an_axis_a_run_has_no_value_of_lists_none_as_the_objectives_do(tmp_path):
@@ -334,3 +334,42 @@ def test_a_study_whose_every_checkpoint_failed_is_not_said_to_lack_measures(tmp_
     assert "No measure is correlated with test R@1: no run enters the statistics (above)" in text
     published = text[text.index("<h2>Published"):text.index("<h2>Figures")]
     assert re.search(r'<td class="l">rho</td>(?:<td>[^<]*</td>){3}<td>–</td>', published)
+
+
+def test_an_interval_is_shown_rounded_outwards_so_that_it_holds_its_value(tmp_path):
+    """r = +0.866 with the bootstrap interval [0.866, 1]: rounded to the nearest the page read
+    '+0.866 [+0.87, +1.00]', the value outside its own interval; the shown interval now holds the exact
+    one (checked on random bounds against the decimals themselves) and the page shows [+0.86, +1.00]."""
+    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+    from embedscope.text import interval
+    from embedscope.viz.study import _fmt_ci
+
+    rng = np.random.default_rng(3)
+    for lo, hi in np.sort(rng.uniform(-1, 1, (500, 2)), axis=1):
+        want_lo = Decimal(repr(float(lo))).quantize(Decimal("0.01"), rounding=ROUND_FLOOR)
+        want_hi = Decimal(repr(float(hi))).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+        shown = interval(float(lo), float(hi))
+        got = [Decimal(x) for x in shown.strip("[]").split(", ")]
+        assert got == [want_lo, want_hi], (lo, hi, shown)
+    assert interval(0.87, 0.9) == "[+0.87, +0.90]" and interval(-0.0001, 0.0) == "[-0.01, +0.00]"
+    assert _fmt_ci({"pearson": 0.866, "pearson_lo": 0.866, "pearson_hi": 1.0}) == "+0.87 [+0.86, +1.00]"
+    d = _study(tmp_path, _grid())
+    stats = json.loads((d / "correlations.json").read_text())
+    stats["correlations"][0].update(pearson=0.866, pearson_lo=0.866, pearson_hi=1.0)
+    (d / "correlations.json").write_text(json.dumps(stats))
+    text = _page(d)
+    assert "+0.866 <span" in text and "[+0.86, +1.00]</span>" in text and "[+0.87, +1.00]" not in text
+
+
+def test_a_study_of_failed_checkpoints_and_no_untrained_network_says_what_it_counts(tmp_path):
+    """'2 checkpoints measured, 2 failed' of a study whose every checkpoint failed; 'Every correlation
+    below is –' above no correlation table; 'no better than their untrained network: 0 of 0' of a study
+    without untrained references."""
+    text = _page(_study(tmp_path, [_row(0, status="error"), _row(1, loss="triplet", status="error")]))
+    summary = html.unescape(re.sub(r"<[^>]+>", "", re.search(r'<p class="note">(.*?)</p>', text).group(1)))
+    assert "(2 checkpoints: 0 measured, 2 failed" in summary, summary
+    assert "Every correlation below" not in text and "No correlation is defined (–)" in text
+    grid = _page(_study(tmp_path, _grid(), name="grid"))
+    assert "0 of 0" not in grid
+    assert "No selected checkpoint has an untrained network measured to compare with" in grid

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from embedscope.errors import EmbedscopeError
+from embedscope.text import interval
 
 # docs/methods.md §6: Roth Fig. 5 (Pearson r over objectives, structure of the training set vs test R@1)
 PUBLISHED_FIG5 = {
@@ -111,7 +112,7 @@ def _ci(r: dict[str, Any], key: str, d: int = 3, below: bool = True) -> str:
     s = _r(r.get(key), d)
     lo, hi = _float(r.get(f"{key}_lo")), _float(r.get(f"{key}_hi"))
     if s != DASH and lo is not None and hi is not None:
-        s += f' <span class="{"ci" if below else "cin"}">[{lo:+.2f}, {hi:+.2f}]</span>'
+        s += f' <span class="{"ci" if below else "cin"}">{interval(lo, hi)}</span>'
     return s
 
 
@@ -317,7 +318,8 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
     excl = (f"{_e(np_['excluded'])} excluded by {_e(', '.join(exclude) or '--exclude')}"
             if exclude or n_excl != 0 else "none excluded")
     parts.append(f'<p class="note">{_plural(np_["runs"], "run")} in {_plural(np_["objectives"], "objective")} '
-                 f'({_plural(np_["rows"], "checkpoint")} measured, {_e(np_["errors"])} failed, {excl}). '
+                 f'({_plural(np_["rows"], "checkpoint")}: {_e(_measured(np_))} measured, {_e(np_["errors"])} failed, '
+                 f'{excl}). '
                  "Protocol: docs/methods.md §6 (Roth et al. 2020, Fig. 4, Fig. 5).</p>")
     if meta.get("started") and not meta.get("ended"):  # (study.json is written at the start, 'ended' last)
         parts.append(f'<p class="warn">The last run of \'embedscope study\' in this folder did not finish (started '
@@ -344,8 +346,8 @@ def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dic
         todo = ("run the same 'embedscope study' command with another --exclude (finished rows are not measured "
                 "again)" if n_ex else "the next run of the same 'embedscope study' command tries the failed "
                 "checkpoints again" if failed else "give the study checkpoints to measure")
-        parts.append(f'<p class="err"><b>No run enters the statistics</b>: {why}. Every correlation below is '
-                     f"{DASH}; {todo}.</p>")
+        parts.append(f'<p class="err"><b>No run enters the statistics</b>: {why}. No correlation is defined '
+                     f"({DASH}); {todo}.</p>")
         few = []
     const = sorted({str(r.get("note")) for r in stats["correlations"]
                     if r.get("level") == "runs" and is_constant_target_note(r.get("note"), target)})
@@ -464,6 +466,12 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
     return out
 
 
+def _measured(np_: Mapping[str, Any]) -> Any:
+    """The checkpoints measured: those of the rows less those that failed (– where either is not a count)."""
+    rows, errors = _count(np_.get("rows")), _count(np_.get("errors"))
+    return rows - errors if rows is not None and errors is not None and rows >= errors else DASH
+
+
 def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
     target = stats["target"]
     u = stats.get("untrained", {})
@@ -473,6 +481,9 @@ def _untrained(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
             f"<b>{len(nb)} of {_e(u.get('selected_compared', 0))}</b>"
             + (f", of which {_e(u.get('excluded_no_better', 0))} of the {_e(out)} left out by the exclusions"
                if out else "")]
+    if _count(u.get("selected_compared")) == 0 and not out and not nb:  # ('0 of 0': nothing was compared)
+        said = ["No selected checkpoint has an untrained network measured to compare with (a study without "
+                "untrained references, or theirs failed)"]
     if u.get("direction") == "none":  # (the registry gives the target no direction: nothing is compared)
         said = [f"Not compared: neither a higher nor a lower {_e(target)} is better"]
     if _count(u.get("final_compared")) != 0:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.names import STUDY_FIGURES
+from embedscope.text import interval
 from embedscope.viz.style import (
     LEGEND_CHARS,
     TICK_CHARS,
@@ -46,7 +47,7 @@ def _fmt_ci(r: dict[str, Any], key: str = "pearson") -> str:
         return "n/a"
     if lo is None or not (math.isfinite(lo) and math.isfinite(hi)):
         return f"{v:+.2f}"
-    return f"{v:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+    return f"{v:+.2f} {interval(lo, hi)}"
 
 
 def _target_split(stats: dict[str, Any]) -> str:
