@@ -19,6 +19,7 @@ import pytest
 from embedscope.errors import EmbedscopeError
 from embedscope.metrics import retrieval_metrics
 from embedscope.store import EmbeddingSet
+from embedscope.validation import check_labels
 
 RNG = np.random.default_rng(41)
 
@@ -140,3 +141,18 @@ def test_dates_are_never_matched_with_numbers():
     ns = np.array([1, 2, 1, 2], dtype="datetime64[ns]")  # as objects: the integers 1 and 2
     with pytest.raises(EmbedscopeError, match=r"of different kinds \(dates vs numbers\)"):
         retrieval_metrics(X, ns, X_ref=X, y_ref=np.array([1, 2, 1, 2]))  # (before: 1 ns matched the label 1)
+
+
+@pytest.mark.parametrize("y", [["1", 1, "2"], ("a", 2, "b"), np.array([True, "x", "y"], dtype=object),
+                               np.array(["7", 7.0, "8"], dtype=object)])
+def test_from_arrays_refuses_labels_that_mix_numbers_and_texts(y):
+    """["1", 1] was one class "1" (numpy made the list's 1 the text "1"; objects were compared by their
+    texts), while check_labels and the retrieval measures refuse such labels: now refused here too,
+    naming a number and a text and their rows. Texts alone, bytes beside texts and numbers alone still read."""
+    X = np.eye(3)
+    with pytest.raises(EmbedscopeError, match=r"labels mix numbers and texts \(.+ at row \d, '.+' at row \d\)"):
+        EmbeddingSet.from_arrays(X, y)
+    with pytest.raises(EmbedscopeError):
+        check_labels(np.asarray(y, dtype=object), 3)
+    assert EmbeddingSet.from_arrays(X, np.array(["a", b"a", "b"], dtype=object)).labels.tolist() == [0, 0, 1]
+    assert EmbeddingSet.from_arrays(X, [1, 2.0, 1]).class_names.tolist() == ["1", "2"]

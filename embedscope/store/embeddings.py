@@ -90,8 +90,9 @@ class EmbeddingSet:
         * ``paths``: one item id per row (default ``"0"``, ``"1"``, ...).
         * ``properties``: name -> one value per row (numbers or text).
 
-        A missing value (``None``, or NaN among text) in the labels, paths, class names or a
-        property is an error naming its row: stored, it would become the text "None" or "nan".
+        A missing value (``None``, NaN, pandas' ``NA`` or ``NaT``, numpy's ``NaT``) in the labels, paths,
+        class names or a property is an error naming its row: stored, it would become the text "None",
+        "nan", "<NA>" or "NaT". Labels that mix numbers and texts (``["1", 1]``) are an error too.
 
         >>> es = EmbeddingSet.from_arrays([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]], ["cat", "dog", "cat"])
         >>> es.labels.tolist(), es.class_names.tolist(), es.split.tolist()
@@ -119,6 +120,16 @@ class EmbeddingSet:
         _check_present(y_arr, "labels")
         big = None  # ids beyond int64 held as objects: (codes, names)
         listed = y_arr.tolist() if y_arr.dtype == object else []
+        given = (list(y) if isinstance(y, (list, tuple)) and y_arr.dtype.kind in "US" else listed)  # (numpy made
+        if given and not all(isinstance(v, _NUMBERS) for v in given):  # a list's numbers texts beside texts)
+            listed = given
+            num = next((i for i, v in enumerate(listed) if isinstance(v, _NUMBERS)), None)
+            txt = next((i for i, v in enumerate(listed) if isinstance(v, (str, bytes, np.str_, np.bytes_))), None)
+            if num is not None and txt is not None:  # (["1", 1] was one class "1" by their texts; the retrieval
+                raise EmbedscopeError(  # measures and check_labels refuse them: numbers are no texts)
+                    f"labels mix numbers and texts ({quoted(listed[num])} at row {num}, {quoted(listed[txt])} at "
+                    f"row {txt}): give every label as a number or every one as a text")
+            listed = y_arr.tolist() if y_arr.dtype == object else []
         if listed and all(isinstance(v, _NUMBERS) for v in listed) and not all(
                 isinstance(v, (bool, np.bool_)) for v in listed):
             # numbers held as objects (a pandas object column): numbers, not texts ("1.0" a class of its own
