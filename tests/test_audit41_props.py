@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
+import pytest
 from cli_run import one_error_line, run_cli
 
 from embedscope import store
+from embedscope.errors import EmbedscopeError
 
 N = 6
 PATHS = [f"img/{i}.jpg" for i in range(N)]
@@ -326,3 +328,19 @@ def test_properties_leaves_out_a_property_of_several_values_per_image(tmp_path):
     assert rc == 1
     assert one_error_line(err, "properties").endswith(
         f"{h5}: property 'two' holds several values per image (shape (6, 2)): NR-Prec takes one value per image")
+
+
+def test_a_ragged_row_is_named_by_the_line_it_is_on_after_quoted_line_breaks_and_blank_lines(tmp_path):
+    """pandas counts a quoted cell's line breaks, and blank lines, otherwise than the file's lines: a row of
+    three cells on line 6 was 'line 5'; every row of three cells below two blank lines, line 4, 'line 2'.
+    The lines here are counted by hand from the bytes written."""
+    from embedscope.data.properties import read_property_table
+
+    one = tmp_path / "one.csv"
+    one.write_bytes(b'path,w\na,"x\ny"\n\nb,1\nc,2,3\n')  # lines: 1 header, 2-3 a's cell, 4 blank, 5 b, 6 c
+    with pytest.raises(EmbedscopeError, match=r"one\.csv: line 6 has 3 cells, the header 2 names"):
+        read_property_table(one)
+    every = tmp_path / "every.csv"
+    every.write_bytes(b"path,w\n\n\na,1,5\nb,1,6\n")  # lines 2-3 blank: the first row on line 4
+    with pytest.raises(EmbedscopeError, match=r"every\.csv: line 4 has 3 cells, the header 2 names"):
+        read_property_table(every)

@@ -102,6 +102,27 @@ def _exact_floats(pd) -> dict:
     return {} if major >= 3 else {"float_precision": "round_trip"}
 
 
+def _ragged_line(path: Path, sep: str, want: int) -> int | None:
+    """The line of the file on which the first row of more than ``want`` cells starts (pandas counts a
+    quoted cell's line breaks, and blank lines between the rows, otherwise: "line 4" of a row on line 5);
+    None when it cannot be found so."""
+    import csv
+
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            reader = csv.reader(f, delimiter=sep)
+            start, seen_header = 1, False
+            for row in reader:
+                if row and not seen_header:
+                    seen_header = True
+                elif row and len(row) > want:
+                    return start
+                start = reader.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return None
+
+
 def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """A per-image table (CSV, TSV or Parquet) with a ``path`` column -> columns as arrays."""
     import pandas as pd
@@ -135,7 +156,8 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             if not isinstance(text.index, pd.RangeIndex):  # every row a cell more than the header: pandas took
                 # the first as a row index (the paths then read as the next column's values, "1 duplicate
                 # path(s), e.g. 1")
-                raise EmbedscopeError(f"{path}: line {header_line + 1} has {len(text.columns) + text.index.nlevels} cells, the "
+                line = _ragged_line(path, sep, len(text.columns)) or header_line + 1
+                raise EmbedscopeError(f"{path}: line {line} has {len(text.columns) + text.index.nlevels} cells, the "
                                       f"header {len(text.columns)} names (a value with the separator '{sep}' "
                                       "in it needs quotes)")
             df = pd.read_csv(path, sep=sep, **_exact_floats(pd))
@@ -152,6 +174,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e))
         if ragged:
             want, line, saw = ragged.groups()
+            line = _ragged_line(path, sep, int(want)) or line
             raise EmbedscopeError(f"{path}: line {line} has {saw} cells, the header {want} names (a value with "
                                   f"the separator '{sep}' in it needs quotes)") from None
         raise EmbedscopeError(f"{path}: cannot be read as a table ({e.__class__.__name__})") from None
