@@ -606,7 +606,7 @@ def _published(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[str
     target = stats["target"]
     # a measure the study left out (--measures) is 'not measured'; of a study whose runs all failed or were
     # excluded, every measure is only not defined (–)
-    unmeasured = NOT_MEASURED if _count(stats["n_points"]["runs"]) != 0 else DASH
+    unmeasured = NOT_MEASURED if _count((stats.get("n_points") or {}).get("runs")) != 0 else DASH
     parts = ["<h2>Published values (docs/methods.md §6) beside ours</h2>"]
     prow = []
     for m, pub in PUBLISHED_FIG5.items():
@@ -690,7 +690,7 @@ def _figures(d: Path, stats: dict[str, Any]) -> list[str]:
             "study, not drawn from these statistics.</p>"] if stale else [])
     if not out and not missing:
         why = no_figures_reason(stats.get("n_points")) if isinstance(stats.get("figures"), list) else None
-        if why is None and isinstance(stats.get("figures"), list) and not stats["correlations"]:
+        if why is None and isinstance(stats.get("figures"), list) and stats.get("correlations") == []:
             why = "no measure is correlated with the target (above)"
         if not why and not old:
             return []
