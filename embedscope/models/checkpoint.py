@@ -453,6 +453,19 @@ def children_keys(sd: dict[str, Any], module: torch.nn.Module) -> dict[str, Any]
     return out if needed <= set(out) else None
 
 
+#: the globals a pickled numpy array is rebuilt by (read inertly, as :class:`Record` s)
+_NUMPY_ARRAY = ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray")
+
+
+def is_numpy_array(v: Any) -> bool:
+    """A numpy array (real with --unsafe-pickle, else the inert record of one): not a tensor."""
+    return type(v).__module__ == "numpy" and type(v).__name__ == "ndarray" or (
+        isinstance(v, Record) and type(v).qualname in _NUMPY_ARRAY)
+
+
+NUMPY_HINT = ("save them as tensors: torch.save({k: torch.from_numpy(v) for k, v in sd.items()}, FILE)")
+
+
 def check_state_dict(sd: Any, where: str) -> dict[str, torch.Tensor]:
     """A dict of string keys -> tensors, else a one-line error naming the problem."""
     if not isinstance(sd, dict):
@@ -462,6 +475,9 @@ def check_state_dict(sd: Any, where: str) -> dict[str, torch.Tensor]:
     for k, v in sd.items():
         if not isinstance(k, str):
             raise EmbedscopeError(f"{where}: state dict key {printable(quoted(k), 60)} is not a string")
+        if is_numpy_array(v):
+            raise EmbedscopeError(f"{where}: state dict entry '{printable(k, 60)}' is a numpy array, not a tensor; "
+                                  + NUMPY_HINT)
         if not isinstance(v, torch.Tensor):
             raise EmbedscopeError(
                 f"{where}: state dict entry '{printable(k, 60)}' is a {type(v).__name__}, not a tensor")
@@ -895,6 +911,9 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: expected a state dict of backbone weights, got {type(obj).__name__}")
     sd = strip_prefix({k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)})
+    if not sd and obj and all(is_numpy_array(v) for v in obj.values()):
+        raise EmbedscopeError(f"{path}: no tensors found: its values are numpy arrays (keys: "
+                              f"{_keys_preview(list(map(str, obj)))}); {NUMPY_HINT}")
     if not sd:
         raise EmbedscopeError(f"{path}: no tensors found (keys: {_keys_preview(list(map(str, obj)))})")
     if any(k.startswith("backbone.") for k in sd):
