@@ -80,3 +80,29 @@ def test_a_state_dict_of_numpy_arrays_is_said_to_be_one(tmp_path, images, resnet
     assert rc == 1
     line = one_error_line(err, "embed")
     assert "is a numpy array, not a tensor" in line and "torch.from_numpy" in line
+
+
+def test_trunk_of_a_lightning_module_beside_its_loss(tmp_path, images, resnet18_sd):
+    """``--trunk`` reads the network under its one prefix as ``--weights`` does (was "cannot tell the trunk's
+    architecture from its keys (found loss_fn.W, net.bn1.bias, ...)", with --arch "missing 100 key(s)")."""
+    trunk_sd = {k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")}
+    ckpt = tmp_path / "epoch=3-step=10.ckpt"
+    torch.save({"epoch": 3, "pytorch-lightning_version": "2.1.0",
+                "state_dict": {**{"net." + k: v for k, v in trunk_sd.items()}, "loss_fn.W": torch.zeros(512, 5)}},
+               ckpt)
+    torch.manual_seed(1)
+    emb = torch.nn.Linear(512, 16)
+    torch.save(emb.state_dict(), tmp_path / "embedder.pth")
+    for arch in ((), ("--arch", "resnet18")):
+        out = tmp_path / f"e{len(arch)}.h5"
+        rc, _, err = _embed(images, out, *arch, "--trunk", ckpt, "--embedder", tmp_path / "embedder.pth")
+        assert rc == 0, err
+        assert "'net.*' keys" in err and "loss_fn.W" in err and len(err.strip().splitlines()) == 1
+        X, paths, _ = _read(out)
+        np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, emb), atol=1e-5)
+    two = tmp_path / "two.ckpt"  # two networks that fit: which one is not guessed
+    torch.save({"state_dict": {**{"a." + k: v for k, v in trunk_sd.items()},
+                               **{"b." + k: v for k, v in trunk_sd.items()}}}, two)
+    rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", "--trunk", two, "--embedder",
+                        tmp_path / "embedder.pth")
+    assert rc == 1

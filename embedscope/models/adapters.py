@@ -43,13 +43,16 @@ from embedscope.models.checkpoint import (
     classifier_names,
     is_children_sequential,
     is_module_record,
+    key_prefixes,
     load_backbone_weights,
     load_into,
     module_state_dict,
     printable,
     read_checkpoint,
+    read_submodule,
     renamed_children,
     strip_prefix,
+    submodule_prefix,
     training_state_key,
 )
 from embedscope.text import quoted
@@ -258,6 +261,10 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     """The model of a trunk's and an embedder's state dicts; ``trunk``, ``embedder``: where they came
     from, for the errors."""
     a = arch or detect_arch(tsd) or detect_numbered_arch(tsd)
+    if not a and not is_children_sequential(tsd):  # a training module's network under one prefix ('net.*')
+        named = {detect_arch({k[len(p):]: v for k, v in tsd.items() if k.startswith(p)}) for p in key_prefixes(tsd)}
+        named.discard(None)
+        a = named.pop() if len(named) == 1 else None
     if not a:
         if any(k.startswith("backbone.") for k in tsd) and any(k.startswith("head.") for k in tsd):
             raise EmbedscopeError(f"{trunk}: holds a whole embedscope model (backbone.* and head.* keys), not a "
@@ -282,6 +289,11 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     numbered = children_keys(tsd, probe.backbone) if not set(tsd) & set(probe.backbone.state_dict()) else None
     if numbered is not None:  # nn.Sequential(*list(model.children())[:-1]): its layers by number
         tsd = numbered
+    sub = submodule_prefix(tsd, probe.backbone) if numbered is None else None
+    if sub is not None:  # a Lightning module's network beside its loss's weights: {'net.*', 'loss_fn.W'}
+        tsd = read_submodule(tsd, sub, trunk, "trunk")
+        tsd = {k: v for k, v in tsd.items() if not k.startswith(("aux1.", "aux2.", "AuxLogits."))
+               or a not in ("googlenet", "inception_v3")}
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
     tsd = {k: v for k, v in tsd.items() if k not in fc_sd}

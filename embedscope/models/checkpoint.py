@@ -870,13 +870,33 @@ def submodule_prefix(sd: dict[str, Any], module: torch.nn.Module) -> str | None:
     every tensor of ``module``, when ``sd`` has none of ``module``'s keys as they are: the state dict of
     a training module (PyTorch Lightning's ``{'state_dict': {'net.conv1.weight', ..., 'loss_fn.W'}}``)
     whose network sits under an attribute beside other weights. None when no prefix, or several, fit."""
+    fits = fitting_prefixes(sd, module)
+    return fits[0] if len(fits) == 1 else None
+
+
+def key_prefixes(sd: dict[str, Any]) -> list[str]:
+    """The key prefixes of ``sd`` up to three names deep (``net.``, ``model.encoder.``), sorted."""
+    return sorted({".".join(k.split(".")[:i]) + "." for k in sd for i in range(1, 4) if k.count(".") >= i})
+
+
+def fitting_prefixes(sd: dict[str, Any], module: torch.nn.Module) -> list[str]:
+    """Every prefix of :func:`key_prefixes` under which ``sd`` holds every tensor of ``module`` by name;
+    none when ``sd`` has some of ``module``'s keys as they are."""
     own = module.state_dict()
     if set(sd) & set(own):
-        return None
+        return []
     needed = {k for k in own if not k.endswith("num_batches_tracked")}
-    prefixes = {".".join(k.split(".")[:i]) + "." for k in sd for i in range(1, 4) if k.count(".") >= i}
-    fits = [p for p in sorted(prefixes) if needed <= {k[len(p):] for k in sd if k.startswith(p)}]
-    return fits[0] if len(fits) == 1 else None
+    return [p for p in key_prefixes(sd) if needed <= {k[len(p):] for k in sd if k.startswith(p)}]
+
+
+def read_submodule(sd: dict[str, Any], sub: str, path: Any, what: str) -> dict[str, Any]:
+    """``sd``'s keys under ``sub`` without it; a :class:`SubmoduleWarning` names the keys left out."""
+    left = [k for k in sd if not k.startswith(sub)]
+    if left:
+        warnings.warn(SubmoduleWarning(
+            f"{printable(path, 1000)}: the {what} was read from its '{printable(sub, 60)}*' keys; "
+            f"{len(left)} other key(s) left out: {_keys_preview(left, 3)}"), stacklevel=3)
+    return {k[len(sub):]: v for k, v in sd.items() if k.startswith(sub)}
 
 
 def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, unsafe_pickle: bool = False,
@@ -923,12 +943,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         sd = numbered
     sub = submodule_prefix(sd, model.backbone) if numbered is None else None
     if sub is not None:  # a Lightning module's network beside its loss's weights: {'net.*', 'loss_fn.W'}
-        left = [k for k in sd if not k.startswith(sub)]
-        sd = {k[len(sub):]: v for k, v in sd.items() if k.startswith(sub)}
-        if left:
-            warnings.warn(SubmoduleWarning(
-                f"{printable(path, 1000)}: the backbone was read from its '{printable(sub, 60)}*' keys; "
-                f"{len(left)} other key(s) left out: {_keys_preview(left, 3)}"), stacklevel=2)
+        sd = read_submodule(sd, sub, path, "backbone")
     sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
