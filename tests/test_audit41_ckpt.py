@@ -237,4 +237,4 @@ def test_weights_of_a_lightning_module_beside_its_loss(tmp_path, images, resnet1
     torch.save({"state_dict": {**{"a." + k: v for k, v in resnet18_sd.items()},
                                **{"b." + k: v for k, v in resnet18_sd.items()}}}, two)
     rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", "--weights", two)
-    assert rc == 1 and "unexpected" in one_error_line(err, "embed")
+    assert rc == 1 and "not guessed" in one_error_line(err, "embed")

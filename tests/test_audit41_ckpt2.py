@@ -106,3 +106,21 @@ def test_trunk_of_a_lightning_module_beside_its_loss(tmp_path, images, resnet18_
     rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", "--trunk", two, "--embedder",
                         tmp_path / "embedder.pth")
     assert rc == 1
+
+
+@pytest.mark.parametrize("flag", ["--weights", "--trunk"])
+def test_two_fitting_prefixes_are_named(tmp_path, images, resnet18_sd, flag):
+    """A teacher and a student of the same architecture (or a network and its EMA copy) each hold the whole
+    backbone: none is guessed, and the line says why (was "missing 100 key(s) e.g. conv1.weight; unexpected
+    244 key(s) e.g. student.conv1.weight", not naming the two networks)."""
+    sd = {k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")}
+    ckpt = tmp_path / "distill.ckpt"
+    torch.save({"state_dict": {**{"student." + k: v for k, v in sd.items()},
+                               **{"teacher." + k: v + 1 for k, v in sd.items()}, "loss.T": torch.ones(1)}}, ckpt)
+    torch.save(torch.nn.Linear(512, 8).state_dict(), tmp_path / "emb.pth")
+    args = ["--weights", ckpt] if flag == "--weights" else ["--trunk", ckpt, "--embedder", tmp_path / "emb.pth"]
+    rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", *args)
+    assert rc == 1
+    line = one_error_line(err, "embed")
+    assert "'student.*', 'teacher.*'" in line and "not guessed" in line
+    assert "k.startswith('student.')" in line and "k[8:]" in line

@@ -38,6 +38,7 @@ from embedscope.models.backbones import EmbeddingModel, build_model, default_con
 from embedscope.models.checkpoint import (
     Record,
     _keys_preview,
+    check_one_prefix,
     check_state_dict,
     children_keys,
     classifier_names,
@@ -294,6 +295,8 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
         tsd = read_submodule(tsd, sub, trunk, "trunk")
         tsd = {k: v for k, v in tsd.items() if not k.startswith(("aux1.", "aux2.", "AuxLogits."))
                or a not in ("googlenet", "inception_v3")}
+    elif numbered is None:
+        check_one_prefix(tsd, probe.backbone, trunk, f"{printable(a, 40)} trunk")
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
     tsd = {k: v for k, v in tsd.items() if k not in fc_sd}

@@ -889,6 +889,20 @@ def fitting_prefixes(sd: dict[str, Any], module: torch.nn.Module) -> list[str]:
     return [p for p in key_prefixes(sd) if needed <= {k[len(p):] for k in sd if k.startswith(p)}]
 
 
+def check_one_prefix(sd: dict[str, Any], module: torch.nn.Module, path: Any, what: str) -> None:
+    """A one-line error when the keys under two or more prefixes each hold every tensor of ``module`` (a
+    network and its EMA copy, a teacher and a student): which one to read is not guessed."""
+    fits = fitting_prefixes(sd, module)
+    if len(fits) > 1:
+        names = ", ".join(f"'{printable(p, 60)}*'" for p in fits[:4]) + (f" (+{len(fits) - 4} more)" if len(fits) > 4
+                                                                         else "")
+        p = printable(fits[0], 60)
+        raise EmbedscopeError(
+            f"{path}: the keys under {len(fits)} prefixes each hold the whole {what} ({names}): which one to read "
+            f"is not guessed; save the one to embed alone, e.g. torch.save({{k[{len(fits[0])}:]: v for k, v in "
+            f"sd.items() if k.startswith('{p}')}}, FILE)")
+
+
 def read_submodule(sd: dict[str, Any], sub: str, path: Any, what: str) -> dict[str, Any]:
     """``sd``'s keys under ``sub`` without it; a :class:`SubmoduleWarning` names the keys left out."""
     left = [k for k in sd if not k.startswith(sub)]
@@ -944,6 +958,8 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     sub = submodule_prefix(sd, model.backbone) if numbered is None else None
     if sub is not None:  # a Lightning module's network beside its loss's weights: {'net.*', 'loss_fn.W'}
         sd = read_submodule(sd, sub, path, "backbone")
+    elif numbered is None:
+        check_one_prefix(sd, model.backbone, path, f"{printable(model.arch, 40)} backbone")
     sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
