@@ -124,3 +124,30 @@ def test_two_fitting_prefixes_are_named(tmp_path, images, resnet18_sd, flag):
     line = one_error_line(err, "embed")
     assert "'student.*', 'teacher.*'" in line and "not guessed" in line
     assert "k.startswith('student.')" in line and "k[8:]" in line
+
+
+def test_weights_of_an_embedscope_model_says_its_head_is_left_out(tmp_path, images, resnet18_sd):
+    """A bare state dict of an embedscope model (``backbone.*`` beside ``head.*``, its trained embedding
+    layer) given to ``--weights``: the head was left out without a word (a trained fc of another size than
+    an ImageNet classifier's is named, DroppedLayerWarning); the warning's advice embeds with the head."""
+    from embedscope.models.backbones import build_model, default_config
+
+    torch.manual_seed(2)
+    m = build_model(default_config("resnet18", embed_dim=16, frozen_bn=False))
+    m.backbone.load_state_dict({k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")}, strict=False)
+    sd = m.state_dict()
+    assert {k for k in sd if not k.startswith("backbone.")} == {"head.weight", "head.bias"}
+    ckpt = tmp_path / "model.pt"
+    torch.save(sd, ckpt)
+    rc, _, err = _embed(images, tmp_path / "w.h5", "--arch", "resnet18", "--weights", ckpt, "--head", "none")
+    assert rc == 0, err
+    assert "head.weight, head.bias" in err and "--arch resnet18" in err and len(err.strip().splitlines()) == 1
+    X, paths, _ = _read(tmp_path / "w.h5")
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+    out = tmp_path / "e.h5"  # what the warning says to do
+    rc, _, err = _embed(images, out, "--arch", "resnet18", ckpt)
+    assert rc == 0, err
+    head = torch.nn.Linear(512, 16)
+    head.load_state_dict({"weight": sd["head.weight"], "bias": sd["head.bias"]})
+    X, paths, _ = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, head), atol=1e-5)

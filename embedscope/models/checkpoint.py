@@ -951,7 +951,16 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     if not sd:
         raise EmbedscopeError(f"{path}: no tensors found (keys: {_keys_preview(list(map(str, obj)))})")
     if any(k.startswith("backbone.") for k in sd):
+        left = [k for k in sd if not k.startswith("backbone.")]
         sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
+        if left:  # an embedscope model's head (its trained embedding layer): was left out silently
+            how = " with --ema" if ema else ""
+            if not (isinstance(read, dict) and read.get("format") == FORMAT):
+                how += f" with --arch {printable(model.arch, 60)}"
+            warnings.warn(SubmoduleWarning(
+                f"{printable(path, 1000)}: --weights read its 'backbone.*' keys; {len(left)} other key(s) not "
+                f"loaded: {_keys_preview(left, 3)}; to embed with them (an embedscope model's head), give the file "
+                f"as the checkpoint{how}, without --weights"), stacklevel=2)
     numbered = children_keys(sd, model.backbone) if not set(sd) & set(model.backbone.state_dict()) else None
     if numbered is not None:  # nn.Sequential(*list(model.children())[:-1]): its layers by number
         sd = numbered
