@@ -151,3 +151,32 @@ def test_weights_of_an_embedscope_model_says_its_head_is_left_out(tmp_path, imag
     head.load_state_dict({"weight": sd["head.weight"], "bias": sd["head.bias"]})
     X, paths, _ = _read(out)
     np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, head), atol=1e-5)
+
+
+@pytest.mark.parametrize("how", ["weights", "trunk", "checkpoint"])
+def test_weights_under_both_model_and_model_state_dict_are_not_guessed(tmp_path, images, resnet18_sd, how):
+    """A file holding weights under both 'model_state_dict' and 'model' (two copies, which one is the
+    model?): one line naming both (was "no tensors found (keys: model, model_state_dict)", "state dict entry
+    'model' is a OrderedDict, not a tensor" or "unknown checkpoint layout")."""
+    sd = {k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")}
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"model_state_dict": sd, "model": {k: v + 1 for k, v in sd.items()}, "epoch": 1}, ckpt)
+    torch.save(torch.nn.Linear(512, 8).state_dict(), tmp_path / "emb.pth")
+    args = {"weights": ["--arch", "resnet18", "--weights", ckpt], "checkpoint": ["--arch", "resnet18", ckpt],
+            "trunk": ["--trunk", ckpt, "--embedder", tmp_path / "emb.pth"]}[how]
+    rc, _, err = _embed(images, tmp_path / "x.h5", *args)
+    assert rc == 1
+    line = one_error_line(err, "embed")
+    assert "both 'model_state_dict' and 'model'" in line and "not guessed" in line
+
+
+def test_state_dict_beside_model_is_read_and_named(tmp_path, images, resnet18_sd):
+    """'state_dict' beside 'model': 'state_dict' is read, always, and checkpoint_format says so."""
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"model": {k: v + 1 for k, v in resnet18_sd.items()}, "state_dict": resnet18_sd}, ckpt)
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", ckpt)
+    assert rc == 0, err
+    X, paths, s = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+    assert s.attrs["checkpoint_format"] == "backbone weights from a training checkpoint (state_dict)"

@@ -39,6 +39,7 @@ from embedscope.models.checkpoint import (
     Record,
     _keys_preview,
     check_one_prefix,
+    check_one_training_state,
     check_state_dict,
     children_keys,
     classifier_names,
@@ -124,6 +125,7 @@ def _state_dict_of(obj: Any, path: Any, what: str, *, allow_empty: bool = False)
                               "give it as the checkpoint, without --trunk/--embedder")
     if is_module_record(obj):
         obj = module_state_dict(obj)
+    check_one_training_state(obj, path)
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         obj = obj["state_dict"]
     elif training_state_key(obj) is not None:  # {'model_state_dict': ..., 'optimizer_state_dict': ...}

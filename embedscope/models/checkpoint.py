@@ -566,11 +566,27 @@ def training_state_key(obj: Any) -> str | None:
     ``state_dict`` keeps its model's weights (``{'model_state_dict': ..., 'optimizer_state_dict': ...}``,
     torchvision's reference scripts' ``{'model': ..., 'optimizer': ..., 'args': ...}``): the one such key
     holding a non-empty dict of tensors; None for any other layout."""
-    if not isinstance(obj, dict) or "state_dict" in obj:
-        return None
-    wrapped = [k for k in TRAINING_STATE_KEYS if isinstance(obj.get(k), dict) and obj[k]
-               and all(isinstance(v, torch.Tensor) for v in obj[k].values())]
+    wrapped = training_state_keys(obj)
     return wrapped[0] if len(wrapped) == 1 else None
+
+
+def training_state_keys(obj: Any) -> list[str]:
+    """Every key of :data:`TRAINING_STATE_KEYS` holding a non-empty dict of tensors in a checkpoint
+    without a ``state_dict``."""
+    if not isinstance(obj, dict) or "state_dict" in obj:
+        return []
+    return [k for k in TRAINING_STATE_KEYS if isinstance(obj.get(k), dict) and obj[k]
+            and all(isinstance(v, torch.Tensor) for v in obj[k].values())]
+
+
+def check_one_training_state(obj: Any, path: Any) -> None:
+    """A one-line error for a checkpoint holding weights under both ``model_state_dict`` and ``model``:
+    which one to read is not guessed (was "no tensors found" / "unknown checkpoint layout")."""
+    both = training_state_keys(obj)
+    if len(both) > 1:
+        raise EmbedscopeError(
+            f"{path}: holds weights under both {' and '.join(repr(k) for k in both)}: which one to read is not "
+            f"guessed; save the one to embed alone (torch.save(ckpt['{both[0]}'], FILE))")
 
 _LAYOUTS = ("an embedscope checkpoint ('format', 'state_dict', 'config'), a bare state dict "
             "('backbone.*', 'head.*' with --arch; also under 'model_state_dict' or 'model'), Roth et al.'s "
@@ -620,6 +636,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
                               f"expected {_LAYOUTS}")
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: expected a dict with 'state_dict' and 'config', got {type(obj).__name__}")
+    check_one_training_state(obj, path)
     wrapped = training_state_key(obj)
     if wrapped is not None:
         # a training script's own checkpoint: {'model_state_dict': ..., 'optimizer_state_dict': ..., 'epoch': ...}
@@ -938,6 +955,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         ema_key = next(k for k in EMA_KEYS if read.get(k) is not None)
     if is_module_record(obj):
         obj = module_state_dict(obj)
+    check_one_training_state(obj, path)
     if isinstance(obj, dict) and "state_dict" in obj:
         obj = obj["state_dict"]
     elif training_state_key(obj) is not None:  # {'model': ..., 'optimizer': ...} (torchvision's references)
