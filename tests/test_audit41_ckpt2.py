@@ -180,3 +180,55 @@ def test_state_dict_beside_model_is_read_and_named(tmp_path, images, resnet18_sd
     X, paths, s = _read(out)
     np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
     assert s.attrs["checkpoint_format"] == "backbone weights from a training checkpoint (state_dict)"
+
+
+def test_a_pml_pair_given_to_weights_says_to_give_it_as_the_checkpoint(tmp_path, images, resnet18_sd):
+    """One file of {'trunk', 'embedder'} given to --weights (was "no tensors found (keys: trunk, embedder)");
+    the advice works."""
+    trunk = {k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")}
+    torch.manual_seed(3)
+    emb = torch.nn.Linear(512, 8)
+    ckpt = tmp_path / "pair.pth"
+    torch.save({"trunk": trunk, "embedder": emb.state_dict()}, ckpt)
+    rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", "--weights", ckpt)
+    assert rc == 1
+    line = one_error_line(err, "embed")
+    assert "'trunk', 'embedder'" in line and "give it as the checkpoint, without --weights" in line
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, ckpt)
+    assert rc == 0, err
+    X, paths, _ = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, emb), atol=1e-5)
+
+
+def test_an_averaged_model_with_buffers_reads_its_averaged_buffers(tmp_path, images, resnet18_sd):
+    """An AveragedModel(use_buffers=True) (an EMA that averages BatchNorm's running stats too) as --weights
+    (alone, or as model_ema with --ema): its averaged buffers are the ones used, not the model's."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    torch.manual_seed(4)
+    net = torchvision.models.resnet18()
+    net.load_state_dict(resnet18_sd)
+    ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(0.5), use_buffers=True)
+    net.train()
+    for _ in range(2):
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+            net(torch.randn(4, 3, 32, 32))
+        ema.update_parameters(net)
+    ema_sd = {k[len("module."):]: v for k, v in ema.state_dict().items() if k.startswith("module.")}
+    assert not torch.equal(ema_sd["bn1.running_mean"], resnet18_sd["bn1.running_mean"])
+    assert not torch.equal(ema_sd["bn1.running_mean"], net.state_dict()["bn1.running_mean"])
+    ckpt = tmp_path / "checkpoint.pth"
+    torch.save({"model": net.state_dict(), "model_ema": ema.state_dict(), "epoch": 2}, ckpt)
+    swa = tmp_path / "swa.pth"
+    torch.save(ema.state_dict(), swa)
+    ref = None
+    for i, args in enumerate((["--arch", "resnet18", "--weights", ckpt, "--ema"], ["--arch", "resnet18", "--weights", swa])):
+        out = tmp_path / f"e{i}.h5"
+        rc, _, err = _embed(images, out, *args)
+        assert rc == 0, err
+        X, paths, _ = _read(out)
+        ref = _reference(images, paths, ema_sd) if ref is None else ref
+        np.testing.assert_allclose(X, ref, atol=1e-5)

@@ -946,9 +946,12 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     The state dict of ``nn.Sequential(*list(model.children())[:-1])``, its layers numbered, is read
     as the model's own layers (:func:`children_keys`).
     """
-    from embedscope.models.adapters import detect_arch
+    from embedscope.models.adapters import detect_arch, is_pml_pair
 
     read = obj = read_checkpoint(path, unsafe_pickle=unsafe_pickle)
+    if is_pml_pair(obj):  # (was "no tensors found (keys: trunk, embedder)")
+        raise EmbedscopeError(f"{path}: holds a pytorch-metric-learning trunk and embedder ('trunk', 'embedder'): "
+                              "give it as the checkpoint, without --weights")
     ema_key = None
     if ema:
         obj = ema_state_dict(obj, path)
