@@ -4,6 +4,15 @@ What was wrong before:
 
 - a state dict whose values are numpy arrays said "no tensors found" (``--weights``) or "state dict entry
   'conv1.weight' is a _reconstruct, not a tensor" (``--trunk``), not that they are numpy arrays.
+- ``--trunk`` did not read a network under one key prefix (``net.*`` beside ``loss_fn.W``) as ``--weights``
+  does; so the advice of ``--weights`` for such a file ending in an embedding layer (give it as ``--trunk``)
+  failed.
+- two prefixes that each hold the whole backbone (teacher/student, model/model_ema) were refused with
+  "missing 100 key(s) ... unexpected 241 key(s)", not naming them.
+- ``--weights`` of an embedscope model's bare state dict left its ``head.*`` (a trained embedding layer)
+  out without a word.
+- weights under both ``model_state_dict`` and ``model``: three unrelated errors, none naming the two keys.
+- one file of ``{'trunk', 'embedder'}`` given to ``--weights``: "no tensors found (keys: trunk, embedder)".
 """
 
 from __future__ import annotations
@@ -232,3 +241,23 @@ def test_an_averaged_model_with_buffers_reads_its_averaged_buffers(tmp_path, ima
         X, paths, _ = _read(out)
         ref = _reference(images, paths, ema_sd) if ref is None else ref
         np.testing.assert_allclose(X, ref, atol=1e-5)
+
+
+def test_the_keep_layer_hint_of_a_prefixed_file_works(tmp_path, images, resnet18_sd):
+    """--weights of a Lightning file whose network ends in an embedding layer (net.fc 512 -> 16) says to give
+    the file as --trunk with an empty embedder to keep that layer; that --trunk failed on the 'net.*' keys."""
+    torch.manual_seed(5)
+    fc = torch.nn.Linear(512, 16)
+    sd = {**{k: v for k, v in resnet18_sd.items() if not k.startswith("fc.")},
+          **{"fc." + k: v for k, v in fc.state_dict().items()}}
+    ckpt = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {**{"net." + k: v for k, v in sd.items()}, "loss_fn.W": torch.zeros(16, 5)}}, ckpt)
+    rc, _, err = _embed(images, tmp_path / "w.h5", "--arch", "resnet18", "--weights", ckpt)
+    assert rc == 0, err
+    assert f"give the file as --trunk {ckpt} with an empty --embedder" in err
+    torch.save({}, tmp_path / "identity.pth")
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--trunk", ckpt, "--embedder", tmp_path / "identity.pth")
+    assert rc == 0, err
+    X, paths, _ = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, fc), atol=1e-5)
