@@ -174,5 +174,6 @@ def test_two_candidate_weight_keys_are_not_guessed(tmp_path):
 
     sd, _ = _digits_state_dict(tmp_path)
     torch.save({"model": sd, "model_state_dict": sd}, tmp_path / "two.pt")
-    with pytest.raises(EmbedscopeError, match="unknown checkpoint layout"):
+    with pytest.raises(EmbedscopeError, match="holds weights under both 'model_state_dict' and 'model': which one "
+                                              "to read is not guessed"):
         load_checkpoint(tmp_path / "two.pt", arch="digits_cnn")

@@ -217,6 +217,20 @@ def test_granulated_tau_missing_values_and_the_study_axes():
 
 
 # ----------------------------------------------------------------------------------------- the study table
+def _down(v: float) -> str:
+    """A bootstrap bound as shown: rounded outwards to 2 decimals, the lower one down (decimal arithmetic)."""
+    from decimal import ROUND_FLOOR, Decimal
+
+    return f"{Decimal(repr(float(v))).quantize(Decimal('0.01'), rounding=ROUND_FLOOR):+.2f}"
+
+
+def _up(v: float) -> str:
+    """The upper bound as shown: rounded up to 2 decimals."""
+    from decimal import ROUND_CEILING, Decimal
+
+    return f"{Decimal(repr(float(v))).quantize(Decimal('0.01'), rounding=ROUND_CEILING):+.2f}"
+
+
 def _study(seed=0, n_loss=5, nan_seed=True, nan_objective=True):
     rng = np.random.default_rng(seed)
     rows = []
@@ -392,7 +406,7 @@ def test_fig5_fit_line_is_least_squares_and_the_panel_shows_r():
         np.testing.assert_allclose(yy, slope * xx + icpt, atol=1e-12)
         c = next(r for r in s["correlations"] if r["measure"] == "m" and r["level"] == "objectives")
         assert c["pearson"] == pytest.approx(st.pearsonr(om["m"], om["R@1"]).statistic, abs=1e-12)
-        assert ax.get_title() == f"r = {c['pearson']:+.2f} [{c['pearson_lo']:+.2f}, {c['pearson_hi']:+.2f}]"
+        assert ax.get_title() == f"r = {c['pearson']:+.2f} [{_down(c['pearson_lo'])}, {_up(c['pearson_hi'])}]"
     finally:
         plt.close(fig)
 
@@ -488,8 +502,8 @@ def test_report_published_values_are_those_of_methods_md_and_ours_are_correlatio
         row = pub[m]
         assert [float(v) for v in row[1:4]] == vals
         r = csv_rows[(m, "objectives")]
-        assert row[4] == (f"{float(r['pearson']):+.3f} [{float(r['pearson_lo']):+.2f}, "
-                          f"{float(r['pearson_hi']):+.2f}]")
+        assert row[4] == (f"{float(r['pearson']):+.3f} [{_down(float(r['pearson_lo']))}, "
+                          f"{_up(float(r['pearson_hi']))}]")
     names, mat = stats["metric_matrix"]["names"], stats["metric_matrix"]["pearson"]
     f4 = [r for r in _cells(text, "Published values") if "–" in r[0]]
     for row, ((a, b), val) in zip(f4, fig4.items()):
@@ -503,7 +517,7 @@ def test_report_published_values_are_those_of_methods_md_and_ours_are_correlatio
                                                                     ("pearson", "spearman", "kendall"))):
             r = csv_rows[(m, level)]
             v, lo, hi = (float(r[k]) for k in (stat, f"{stat}_lo", f"{stat}_hi"))
-            assert col == f"{v:+.3f} [{lo:+.2f}, {hi:+.2f}]", (m, level, stat)
+            assert col == f"{v:+.3f} [{_down(lo)}, {_up(hi)}]", (m, level, stat)
         g = float(csv_rows[(m, "runs")]["granulated_tau"])
         assert row[9] == ("–" if math.isnan(g) else f"{g:+.3f}")
     assert "Left out, equal" not in text

@@ -980,8 +980,8 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
                 how += f" with --arch {printable(model.arch, 60)}"
             warnings.warn(SubmoduleWarning(
                 f"{printable(path, 1000)}: --weights read its 'backbone.*' keys; {len(left)} other key(s) not "
-                f"loaded: {_keys_preview(left, 3)}; to embed with them (an embedscope model's head), give the file "
-                f"as the checkpoint{how}, without --weights"), stacklevel=2)
+                f"loaded: {_keys_preview(left, 3)} (an embedscope model's head: --weights gives a backbone only; to "
+                f"embed with the head, give the file as the checkpoint{how}, without --weights)"), stacklevel=2)
     numbered = children_keys(sd, model.backbone) if not set(sd) & set(model.backbone.state_dict()) else None
     if numbered is not None:  # nn.Sequential(*list(model.children())[:-1]): its layers by number
         sd = numbered
