@@ -513,8 +513,15 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
             finally:
                 plt.close(fig)
     if json_out:
-        per_image = {f"{names[i]} vs {names[j]}": {"pearson": pr["pearson"], "jsd": pr["jsd"]}
-                     for (i, j), pr in res["pairs"].items()}
+        # keyed "<a> vs <b>", each entry naming its pair as the per-image CSV does (model_a, model_b); where
+        # two pairs' keys read alike ("a vs b" with "c", "a" with "b vs c": the later pair's values
+        # replaced the earlier's) every name is quoted as JSON quotes it ('"a" vs "b vs c"')
+        pairs = [(names[i], names[j], pr) for (i, j), pr in res["pairs"].items()]
+        keys = [f"{a} vs {b}" for a, b, _ in pairs]
+        if len(set(keys)) < len(keys):
+            keys = [f"{json.dumps(a, ensure_ascii=False)} vs {json.dumps(b, ensure_ascii=False)}" for a, b, _ in pairs]
+        per_image = {k: {"model_a": a, "model_b": b, "pearson": pr["pearson"], "jsd": pr["jsd"]}
+                     for k, (a, b, pr) in zip(keys, pairs)}
         write_json(json_out, {
             "method": "Kobs et al. 2021 saliency agreement (docs/methods.md §8): Pearson r per image aggregated in "
                       "Fisher-z space (mean, population-std spread; |r| clipped at 1 - 1e-7), JSD mean +- std",
