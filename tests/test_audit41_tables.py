@@ -66,3 +66,28 @@ def test_saliency_agreement_json_keys_stay_plain_where_no_two_read_alike(tmp_pat
     doc = json.loads(js.read_text())
     assert list(doc["per_image"]) == ["m0 vs m1", "m0 vs m2", "m1 vs m2"]
     assert [(v["model_a"], v["model_b"]) for v in doc["per_image"].values()] == [("m0", "m1"), ("m0", "m2"), ("m1", "m2")]
+
+
+# ---------------------------------------------------------------- 2. study: runs.csv and runs.parquet alike
+def test_study_runs_parquet_reads_back_as_runs_csv(tmp_path):
+    from embedscope.study.run import finish_study
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for loss in ("margin", "triplet", "contrastive"):
+        for s in (0, 1):
+            rows.append({"id": f"{loss}_s{s}", "run": f"{loss}_s{s}", "selection": "best", "status": "ok", "error": "",
+                         "untrained": "untrained_s0", "loss": loss, "seed": s, "epoch": 2, "weights": None,
+                         "R@1": 0.5 + (0.1 if s else -0.1) + float(rng.uniform(0, 0.05)),
+                         "rho": float(rng.uniform(0.2, 0.9))})
+    rows.append({"id": "untrained_s0", "run": "untrained_s0", "selection": "untrained", "status": "ok", "error": "",
+                 "untrained": "", "loss": "untrained", "seed": 0, "epoch": 0, "weights": None, "R@1": 0.5, "rho": 0.5})
+    finish_study(tmp_path, rows, n_boot=0, seed=1, figures=False)
+    c = pd.read_csv(tmp_path / "runs.csv")
+    p = pd.read_parquet(tmp_path / "runs.parquet")
+    assert list(c.columns) == list(p.columns)
+    for col in ("error", "untrained", "weights"):  # '' in error and untrained, null in weights
+        assert p[col].isna().tolist() == c[col].isna().tolist(), col
+    assert p["error"].isna().all() and p["untrained"].isna().tolist() == [False] * 6 + [True]
+    pd.testing.assert_frame_equal(c.astype(object).where(c.notna(), None), p.astype(object).where(p.notna(), None),
+                                  check_dtype=False)

@@ -1814,14 +1814,16 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
     for c in ints:
         pq[c] = pd.array([r[c] for r in recs], dtype="Int64")
     for c in pq.columns:  # parquet needs one type per column
-        if pq[c].dtype == object:
+        if pq[c].dtype == object or pd.api.types.is_string_dtype(pq[c].dtype):
             vals = [v for v in pq[c] if not (v is None or (isinstance(v, float) and v != v))]
             if vals and all(isinstance(v, (bool, np.bool_)) for v in vals):  # (beats_untrained: None in the
                 # untrained reference rows) a nullable boolean, not the texts 'True' / 'False'
                 pq[c] = pd.array([None if v is None or (isinstance(v, float) and v != v) else bool(v) for v in pq[c]],
                                  dtype="boolean")
-            else:
-                pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) else str(v))
+            else:  # an empty text (no error, no untrained reference) null, as a missing one and as
+                # read_csv reads runs.csv's empty cell ('' in error, undefined, untrained beside null elsewhere)
+                pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) or v == ""
+                                  else str(v))
     write_parquet(out_dir / "runs.parquet", pq, force=True)
     write_csv(out_dir / "correlations.csv", stats["correlations"],
               list(stats["correlations"][0]) if stats["correlations"] else ["measure"], force=True)
