@@ -666,22 +666,32 @@ def _property_objects(path: Path, name: str, v: np.ndarray) -> np.ndarray:
     v = np.asarray(v)
     if v.dtype.kind != "O" or v.ndim != 1:
         return v
-    out = v
-    for i, x in enumerate(v):
+    return object_cells(path, f"property '{_pretty(name)}'", v, first_row=0)
+
+
+def object_cells(path: Path, what: str, cells: np.ndarray, *, first_row: int, as_text: bool = False) -> np.ndarray:
+    """A column of objects (``what``: "property 'w'", "column 'w'") as a property's cells: bytes read as UTF-8,
+    those that are not one line naming the row (counted from ``first_row``); nested values (lists, tuples,
+    maps, sets, arrays) refused in one line. ``as_text``: every other cell as its text (a table's column),
+    else as it is (a copy only where bytes were decoded). For ``import --properties`` and ``add-properties``."""
+    out = cells
+    for i, x in enumerate(cells):
         if isinstance(x, (list, tuple, dict, set, np.ndarray)):
             kind = "list" if isinstance(x, (list, tuple, np.ndarray)) else type(x).__name__
-            raise EmbedscopeError(f"{path}: property '{_pretty(name)}' holds {kind} values (first: row {i}): a "
-                                  "property is one number or text per row")
+            raise EmbedscopeError(f"{path}: {what} holds {kind} values (row {i + first_row}): a property is one "
+                                  "number or text per image")
         if isinstance(x, (bytes, bytearray, memoryview)):
             try:
-                text = bytes(x).decode("utf-8")
+                x = bytes(x).decode("utf-8")
             except UnicodeDecodeError as e:
-                raise EmbedscopeError(f"{path}: property '{_pretty(name)}': row {i} is bytes that are not UTF-8 "
-                                      f"text (byte 0x{e.object[e.start]:02x} at position {e.start}): store text, or "
-                                      "decode the bytes first") from None
-            if out is v:
-                out = v.copy()
-            out[i] = text
+                raise EmbedscopeError(f"{path}: {what}, row {i + first_row}: bytes that are not UTF-8 text (byte "
+                                      f"0x{e.object[e.start]:02x} at position {e.start}): store text, or decode the "
+                                      "bytes first") from None
+        elif not as_text:
+            continue
+        if out is cells:
+            out = np.array(cells, dtype=object, copy=True)
+        out[i] = x if isinstance(x, str) else str(x)
     return out
 
 

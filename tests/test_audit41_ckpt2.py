@@ -17,64 +17,16 @@ What was wrong before:
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+import test_audit41_ckpt as first
 import torch
 import torchvision
-from cli_run import one_error_line, run_cli
-from PIL import Image
+from cli_run import one_error_line
+from test_audit41_ckpt import MEAN, SIZE, STD, _embed, _read, _reference  # noqa: F401
 
-from embedscope.store import EmbeddingSet
-
-SIZE = 32
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    root = tmp_path_factory.mktemp("imgs")
-    rng = np.random.default_rng(0)
-    for c in ("a", "b"):
-        (root / c).mkdir()
-        for i in range(2):
-            Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(root / c / f"{i}.png")
-    return root
-
-
-@pytest.fixture(scope="module")
-def resnet18_sd():
-    torch.manual_seed(0)
-    return torchvision.models.resnet18().state_dict()
-
-
-def _embed(images, out, *args):
-    return run_cli(["embed", "--dataset", "imagefolder", "--root", str(images), "--image-size", str(SIZE),
-                    "--no-progress", "-o", str(out), *map(str, args)])
-
-
-def _reference(images, paths, sd, head=None):
-    """An independent forward pass: torchvision's ResNet-18 with the same weights, Resize + CenterCrop +
-    ImageNet normalisation, the classifier replaced by the identity, [head], L2-normalised."""
-    import torchvision.transforms as T
-
-    m = torchvision.models.resnet18()
-    m.load_state_dict(sd)
-    m.fc = torch.nn.Identity()
-    m.eval()
-    tf = T.Compose([T.Resize(round(SIZE * 256 / 224)), T.CenterCrop(SIZE), T.ToTensor(), T.Normalize(MEAN, STD)])
-    x = torch.stack([tf(Image.open(os.path.join(images, p)).convert("RGB")) for p in paths])
-    with torch.no_grad():
-        y = m(x)
-        if head is not None:
-            y = head(y)
-    return torch.nn.functional.normalize(y, dim=1).numpy()
-
-
-def _read(out):
-    s = EmbeddingSet.load(out)
-    return s.embeddings, [str(p) for p in s.paths], s
+# the images, weights, command and independent forward pass of the first reading's tests
+images, resnet18_sd = first.images, first.resnet18_sd  # (its module-scoped fixtures, shared)
 
 
 def test_a_state_dict_of_numpy_arrays_is_said_to_be_one(tmp_path, images, resnet18_sd):

@@ -181,8 +181,8 @@ def _import_parquet(tmp_path, prop):
                     "-o", str(tmp_path / "t.h5")])
 
 
-@pytest.mark.parametrize("prop, says", [([[1, 2], [1], [2], [3]], "'w' holds list values (first: row 0)"),
-                                        ([b"x", b"caf\xe9", b"y", b"z"], "'w': row 1 is bytes that are not UTF-8")])
+@pytest.mark.parametrize("prop, says", [([[1, 2], [1], [2], [3]], "'w' holds list values (row 0)"),
+                                        ([b"x", b"caf\xe9", b"y", b"z"], "'w', row 1: bytes that are not UTF-8")])
 def test_import_refuses_a_parquet_property_of_lists_or_of_bytes_not_utf8(tmp_path, prop, says):
     rc, out, err = _import_parquet(tmp_path, prop)
     assert rc == 1

@@ -7,26 +7,11 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pandas as pd
 import pytest
+from test_audit40_study import _rows  # (rows of a study over data sets, losses and seeds)
 
 from embedscope.study.stats import study_notes, study_statistics
-
-
-def _rows(datasets=("digits",), losses=("margin", "triplet", "contrastive"), seeds=(0, 1), seed=0):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for ds in datasets:
-        for loss in losses:
-            for s in seeds:
-                rows.append({"id": f"{ds}_{loss}_s{s}", "run": f"{ds}_{loss}_s{s}", "selection": "best",
-                             "status": "ok", "loss": loss, "seed": s, "normalize": True, "untrained": "", "epoch": 2,
-                             "dataset": ds, "embed_dim": 16, "checkpoint": f"/c/{ds}_{loss}_s{s}.pt",
-                             "sha256": "ab" * 32,
-                             **{m: float(rng.uniform(0.2, 0.9)) for m in ("R@1", "rho", "pi_ratio")}})
-    return rows
-
 
 SPLITS = {"rho": "train", "pi_ratio": "train"}
 

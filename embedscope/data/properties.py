@@ -197,7 +197,7 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
     if len(df) == 0:  # (was "N image(s) of the file have no row": every image, for a header alone)
         raise EmbedscopeError(f"{path}: the table has no rows: give one row per image")
-    from embedscope.importers import property_cells
+    from embedscope.importers import object_cells, property_cells
 
     out = {}
     for c in df.columns:
@@ -208,7 +208,9 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             if col.dtype.kind in "iufb":
                 out[str(c)] = col.to_numpy()
             elif col.dtype.kind == "O":  # (text, bytes, lists: each cell looked at)
-                out[str(c)] = _parquet_texts(path, str(c), col.to_numpy(dtype=object))
+                # bytes read as UTF-8 (those that are not: one line naming the row; a bare UnicodeDecodeError
+                # before), nested values refused (a list was stored as the text "[1 2]")
+                out[str(c)] = object_cells(path, f"column '{c}'", col.to_numpy(dtype=object), first_row=1, as_text=True)
             else:  # (dates, categories: as text)
                 out[str(c)] = col.astype(str).to_numpy(dtype=object)
             continue
@@ -226,25 +228,6 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return out
 
 
-def _parquet_texts(path: Path, name: str, cells: np.ndarray) -> np.ndarray:
-    """A Parquet column of objects as text: bytes read as UTF-8 (those that are not: one line naming the
-    row; they were a bare UnicodeDecodeError), nested values (lists, maps, arrays) refused (a list was
-    stored as the text ``[1 2]``)."""
-    out = np.empty(len(cells), dtype=object)
-    for i, v in enumerate(cells):
-        if isinstance(v, (bytes, bytearray, memoryview)):
-            try:
-                v = bytes(v).decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise EmbedscopeError(f"{path}: column '{name}', row {i + 1}: bytes that are not UTF-8 text (byte "
-                                      f"0x{e.object[e.start]:02x} at position {e.start}): store text, or decode the "
-                                      "bytes first") from None
-        elif isinstance(v, (list, tuple, dict, set, np.ndarray)):
-            kind = "list" if isinstance(v, (list, tuple, np.ndarray)) else type(v).__name__
-            raise EmbedscopeError(f"{path}: column '{name}' holds {kind} values (row {i + 1}): a property is one "
-                                  "number or text per image")
-        out[i] = str(v)
-    return out
 
 
 def _check_finite(path: Path, columns: dict[str, np.ndarray]) -> None:
