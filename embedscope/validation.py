@@ -206,7 +206,10 @@ def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool 
         out = a.astype(np.int64, copy=False)
     elif np.issubdtype(a.dtype, np.floating):
         if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
-            raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values)")
+            bad = ~np.isfinite(a) | (np.nan_to_num(a) != np.round(np.nan_to_num(a)))
+            i = int(np.argmax(bad))  # (the row: a pandas Int64 column's NA reads as NaN here)
+            raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values; "
+                                  f"first: {a[i]!s} at row {i})")
         if beyond_int64(a):  # encoded as strings are,
             out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)  # not all cast to one value
             encode = False  # already codes

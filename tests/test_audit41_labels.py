@@ -156,3 +156,12 @@ def test_from_arrays_refuses_labels_that_mix_numbers_and_texts(y):
         check_labels(np.asarray(y, dtype=object), 3)
     assert EmbeddingSet.from_arrays(X, np.array(["a", b"a", "b"], dtype=object)).labels.tolist() == [0, 0, 1]
     assert EmbeddingSet.from_arrays(X, [1, 2.0, 1]).class_names.tolist() == ["1", "2"]
+
+
+def test_check_labels_names_the_first_row_that_is_no_integer():
+    """A pandas Int64 column with NA (read as NaN), 2.5, inf: the message names the value and its row (it
+    named neither)."""
+    for y, shown, row in ((pd.array([1, None, 2], dtype="Int64"), "nan", 1), ([1, 2, 2.5], "2.5", 2),
+                          (np.array([np.inf, 1.0, 2.0]), "inf", 0)):
+        with pytest.raises(EmbedscopeError, match=rf"non-integral or NaN values; first: {shown} at row {row}\)"):
+            check_labels(y, 3)
