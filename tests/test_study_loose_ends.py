@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -286,6 +287,18 @@ def test_a_study_run_again_with_nothing_to_measure_imports_no_torch(two_checkpoi
     again = subprocess.run(run, capture_output=True, text=True, check=True).stdout.split()
     assert again == ["3", "0", "False"]  # (before: True, ~2 s of a 3 s run importing torch to read configs)
     assert (tmp_path / "st" / "checkpoint_configs.json").is_file()
+    from embedscope.study.plan import read_known
+
+    kept = set(read_known(tmp_path / "st" / "checkpoint_configs.json"))
+    gone = sorted(two_checkpoints.glob("*.pt"))[0]
+    assert str(gone.resolve()) in {str(Path(k).resolve()) for k in kept} and len(kept) == 3
+    gone.rename(gone.with_suffix(".moved"))  # a checkpoint no longer in the study: its record is dropped
+    try:
+        subprocess.run(run, capture_output=True, text=True, check=True)
+        left = {str(Path(k).resolve()) for k in read_known(tmp_path / "st" / "checkpoint_configs.json")}
+        assert str(gone.resolve()) not in left and len(left) == 2, left
+    finally:
+        gone.with_suffix(".moved").rename(gone)
     meta = json.loads((tmp_path / "st" / "study.json").read_text())
     import torch
 

@@ -1154,6 +1154,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         # a cache that cannot be written (read-only, no home): the untrained references in the study folder
         entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained" if cache_ok else None,
                              known=known)
+        planned = {os.path.abspath(e.checkpoint) for e in entries}  # (records of checkpoints no longer in the
+        known = {k: v for k, v in known.items() if k in planned}  # study, deleted or left out, are dropped)
         check_exclude_columns(exclude, {t for e in entries for t in (e.tags or {}) if not t.startswith("_")},
                               set(mreg), tuple(PATTERNS))
         if root is not None and dataset is None:
