@@ -143,6 +143,19 @@ def test_state_dict_beside_model_is_read_and_named(tmp_path, images, resnet18_sd
     assert s.attrs["checkpoint_format"] == "backbone weights from a training checkpoint (state_dict)"
 
 
+def test_a_state_dict_of_none_beside_model_reads_model(tmp_path, images, resnet18_sd):
+    """{'state_dict': None, 'model': sd} (a script that saves a state dict it may not have): 'model' is read
+    (was "expected a state dict of backbone weights, got NoneType")."""
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"state_dict": None, "model": resnet18_sd}, ckpt)
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", ckpt)
+    assert rc == 0, err
+    X, paths, s = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+    assert s.attrs["checkpoint_format"] == "backbone weights from a training checkpoint (model)"
+
+
 def test_a_pml_pair_given_to_weights_says_to_give_it_as_the_checkpoint(tmp_path, images, resnet18_sd):
     """One file of {'trunk', 'embedder'} given to --weights (was "no tensors found (keys: trunk, embedder)");
     the advice works."""

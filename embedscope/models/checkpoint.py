@@ -573,7 +573,7 @@ def training_state_key(obj: Any) -> str | None:
 def training_state_keys(obj: Any) -> list[str]:
     """Every key of :data:`TRAINING_STATE_KEYS` holding a non-empty dict of tensors in a checkpoint
     without a ``state_dict``."""
-    if not isinstance(obj, dict) or "state_dict" in obj:
+    if not isinstance(obj, dict) or obj.get("state_dict") is not None:  # (a 'state_dict' of None: unused)
         return []
     return [k for k in TRAINING_STATE_KEYS if isinstance(obj.get(k), dict) and obj[k]
             and all(isinstance(v, torch.Tensor) for v in obj[k].values())]
@@ -959,7 +959,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     if is_module_record(obj):
         obj = module_state_dict(obj)
     check_one_training_state(obj, path)
-    if isinstance(obj, dict) and "state_dict" in obj:
+    if isinstance(obj, dict) and obj.get("state_dict") is not None:  # ({'state_dict': None, 'model': ...}: model)
         obj = obj["state_dict"]
     elif training_state_key(obj) is not None:  # {'model': ..., 'optimizer': ...} (torchvision's references)
         obj = obj[training_state_key(obj)]
