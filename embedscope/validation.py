@@ -161,6 +161,35 @@ def as_values(values: Any, name: str = "labels") -> np.ndarray:
 _MISSING_TEXTS = ("nan", "NaN", "sNaN", "<NA>", "NaT")  # numpy's texts of NaN (float, Decimal), pandas' NA, NaT
 
 
+def as_times(a: np.ndarray, kind: str, name: str = "labels") -> np.ndarray | None:
+    """Labels ``a`` as a numpy array of ``kind`` ("M": datetime64, "m": timedelta64): as they are if they are
+    one; objects all dates (durations) that numpy holds exactly, converted (pandas' Timestamps with their
+    nanoseconds; a ``datetime.date`` is its midnight); else ``None`` (another kind, or a date with a time zone).
+    The retrieval measures and ``EmbeddingSet.from_arrays`` read date labels by it."""
+    if a.dtype.kind == kind:
+        return a
+    if a.dtype != object or not a.size:
+        return None
+    import datetime
+
+    typ = (datetime.date, np.datetime64) if kind == "M" else (datetime.timedelta, np.timedelta64)
+    exact = "to_datetime64" if kind == "M" else "to_timedelta64"  # (pandas' own: as Python's, numpy dropped the
+    vals = a.tolist()  # nanoseconds of a Timestamp, and a [ns] set's labels never matched one that has them)
+    if not all(isinstance(v, typ) and getattr(v, "tzinfo", None) is None for v in vals):
+        return None
+    own = [np.asarray(getattr(v, exact)() if hasattr(v, exact) else v, dtype=f"{kind}8") for v in vals]
+    out = np.array(own, dtype=f"{kind}8")  # (numpy's common unit: a value beyond its range wraps, silently)
+    for unit in {o.dtype for o in own}:
+        rows = np.flatnonzero([o.dtype == unit for o in own])
+        back = out[rows].astype(unit)
+        bad = np.flatnonzero(back != np.array([own[i] for i in rows], dtype=unit))
+        if bad.size:  # (datetime.date(3000, 1, 1) beside a Timestamp of nanoseconds was 1830-11-23T00:50:52...)
+            i = int(rows[bad[0]])
+            raise EmbedscopeError(f"{name}: {own[i]} at row {i} lies beyond the range of {out.dtype}, the unit "
+                                  "of the others: give the labels in one unit")
+    return out
+
+
 def beyond_int64(a: np.ndarray) -> bool:
     """Whether the labels ``a`` hold a value outside the int64 range: floats (1e19, 2e19: cast to int64,
     every such value becomes -2^63, one class) or uint64 from 2^63 (cast, they wrap to negative values,

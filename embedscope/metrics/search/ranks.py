@@ -61,7 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
-from embedscope.validation import as_values, beyond_int64, check_int, first_missing, joint_codes
+from embedscope.validation import as_times, as_values, beyond_int64, check_int, first_missing, joint_codes
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -310,7 +310,7 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
     elif a.dtype.kind in "mM" or b.dtype.kind in "mM":  # dates or durations: by their instant, units reconciled
         kind = a.dtype.kind if a.dtype.kind in "mM" else b.dtype.kind  # (as objects, datetime64[D] was dates and
-        ta, tb = _as_times(a, kind), _as_times(b, kind)  # [s] datetimes, never equal, [ns] integers: 1 matched 1 ns)
+        ta, tb = as_times(a, kind, "y"), as_times(b, kind, "y_ref")  # [s] datetimes, never equal, [ns] integers: 1 matched 1 ns)
         if ta is None or tb is None:
             raise EmbedscopeError(f"y and y_ref hold labels of different kinds ({_kinds(a)} vs {_kinds(b)}): give both "
                                   "sets the same kind of class labels (integers or names)")
@@ -329,23 +329,6 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
                                   "labels (integers or names)") from None
         ylab, yref = enc[:X64.shape[0]].astype(np.int64), enc[X64.shape[0]:].astype(np.int64)
     return Sets(X64, R64, ylab, yref, False, (own_x, own_r))
-
-
-def _as_times(a: np.ndarray, kind: str) -> np.ndarray | None:
-    """Labels ``a`` as a numpy array of ``kind`` ("M": datetime64, "m": timedelta64): as they are if they are
-    one; objects all dates (durations) that numpy holds exactly, converted; else ``None`` (another kind)."""
-    if a.dtype.kind == kind:
-        return a
-    if a.dtype != object or not a.size:
-        return None
-    import datetime
-
-    typ = (datetime.date, np.datetime64) if kind == "M" else (datetime.timedelta, np.timedelta64)
-    exact = "to_datetime64" if kind == "M" else "to_timedelta64"  # (pandas' own: as Python's, numpy dropped the
-    vals = a.tolist()  # nanoseconds of a Timestamp, and a [ns] set's labels never matched one that has them)
-    if not all(isinstance(v, typ) and getattr(v, "tzinfo", None) is None for v in vals):
-        return None
-    return np.array([getattr(v, exact)() if hasattr(v, exact) else v for v in vals], dtype=f"{kind}8")
 
 
 def _joint_times(ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
