@@ -33,7 +33,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import as_numpy, as_values, beyond_int64, check_bool, first_missing
+from embedscope.validation import as_numpy, as_times, as_values, beyond_int64, check_bool, first_missing
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
@@ -83,7 +83,10 @@ class EmbeddingSet:
         * ``y``: integers or strings. Without ``class_names`` the classes are the sorted distinct
           labels, named by their value (so label 7 keeps the name "7"); with ``class_names``,
           integer labels index into it and string labels are looked up in it (class i is
-          ``class_names[i]``, whatever the sorted order of the names).
+          ``class_names[i]``, whatever the sorted order of the names). Booleans alone are named
+          "False" and "True" and index ``class_names`` as 0 and 1; dates (datetime64, or objects:
+          ``pd.Timestamp``, ``np.datetime64``, ``datetime.date``) are one class per instant, named as
+          briefly as exact ("2020-01-01", "2020-01-02T12:30") and looked up in ``class_names`` by that name.
         * ``split``: one value per row (``train``, ``test``, ``val``, ``query``, ``gallery``), a
           single value for every row, or ``None``: every row is ``"test"`` (what ``evaluate``
           reads by default) and ``attrs["split_source"]`` says so.
@@ -145,6 +148,10 @@ class EmbeddingSet:
                 else:
                     big = _big_ids(values, keys)
                     y_arr = big[1][big[0]]  # each row's class name, for a lookup in class_names
+        elif listed and all(isinstance(v, (bool, np.bool_)) for v in listed):
+            y_arr = np.array(listed, dtype=bool)  # (as objects they were looked up by name in class_names)
+        elif y_arr.dtype == object and (times := as_times(y_arr, "M")) is not None:
+            y_arr = times  # (pd.Timestamp, datetime.date and np.datetime64 of one day were two classes, by their texts)
         elif class_names is None and y_arr.dtype.kind in "uf" and beyond_int64(y_arr):
             # uint64 or float ids beyond int64 (2^63, 1e19) named by their value, as those held as objects are
             # (check_labels' codes were their names: the labels 1 and 2^63 the classes "0" and "1")
@@ -158,9 +165,9 @@ class EmbeddingSet:
                 _check_present(arr if arr.dtype.kind != "U" else arr.astype(object), what)
         if class_names is None and big is not None:
             labels, names = big[0], big[1].tolist()
-        elif class_names is None and y_arr.dtype.kind in "mM":  # dates or durations: named by their value
+        elif class_names is None and y_arr.dtype.kind in "mMb":  # dates, durations or booleans: named by value
             values, codes = np.unique(y_arr, return_inverse=True)  # (NaT refused above: _check_present)
-            labels, names = codes.reshape(-1).astype(np.int64), [str(v) for v in values]
+            labels, names = codes.reshape(-1).astype(np.int64), _value_names(values)
         elif class_names is None:
             if y_arr.dtype.kind in "OUS":
                 y_arr = _label_texts(y_arr)
@@ -175,6 +182,9 @@ class EmbeddingSet:
             names = list(_texts(np.asarray(as_numpy(class_names), dtype=object).tolist(), "class_names"))  # bytes decoded
             if y_arr.dtype.kind in "OUS":
                 labels = _labels_by_name(_label_texts(y_arr), names)
+            elif y_arr.dtype.kind in "mM":  # looked up by their names (indexed by their sorted positions, silently)
+                values, codes = np.unique(y_arr, return_inverse=True)
+                labels = _labels_by_name(np.array(_value_names(values))[codes.reshape(-1)], names)
             else:
                 labels = check_labels(y_arr, n)
         attrs = dict(attrs or {})
@@ -423,6 +433,16 @@ def _label_texts(y_arr: np.ndarray) -> np.ndarray:
         i = next((i for i, v in enumerate(y_arr.tolist()) if np.ndim(v) > 0), 0)
         raise EmbedscopeError(f"labels must hold class labels (integers or strings), got a "
                               f"{type(y_arr[i]).__name__} at row {i}") from None
+
+
+def _value_names(values: np.ndarray) -> list[str]:
+    """The names of date, duration or boolean classes ``values``: a date by its instant, spelt as briefly as
+    it is exact, a day at least ("2020-01-01", "2020-01-02T12:30", whatever the unit: a datetime64[ns] day
+    was "2020-01-01T00:00:00.000000000", a pandas Timestamp "2020-01-01 00:00:00"); a duration as numpy
+    writes it ("1 days"); a boolean "False" or "True" (a numpy bool array's were "0" and "1")."""
+    if values.dtype.kind == "M":
+        return np.datetime_as_string(values, unit="auto").tolist()
+    return [str(v) for v in values]
 
 
 _NUMBERS = (int, float, np.integer, np.floating, np.bool_, decimal.Decimal, numbers.Rational)
