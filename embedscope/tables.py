@@ -146,15 +146,35 @@ def write_json(path: str | os.PathLike, obj: Any, *, force: bool = False) -> Non
 
 def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] | None = None, *, force: bool = False) -> None:
-    """Atomically write rows of dicts as CSV."""
+    """Atomically write rows of dicts as CSV: NaN (and None) an empty cell, +/-inf ``inf`` / ``-inf``
+    (as a Result's CSV spells them: docs/architecture.md; pandas' read_csv reads them back as floats),
+    floats with ``repr`` (every digit)."""
     columns = list(columns or (rows[0].keys() if rows else []))
-    values = [{c: _jsonable(r.get(c, "")) for c in columns} for r in rows]
+    values = [{c: _csv_cell(r.get(c, "")) for c in columns} for r in rows]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator=csv_line_end(
         [*columns, *(v for r in values for v in r.values() if type(v) is str)]))
     w.writeheader()
     w.writerows(values)
     write_text(path, buf.getvalue(), force=force)
+
+
+def _csv_cell(v: Any) -> Any:
+    """One cell of :func:`write_csv`: as :func:`_jsonable`, but an infinity spelled ``inf`` / ``-inf``
+    (it was an empty cell, read back as NaN: an infinite value and an undefined one read alike)."""
+    if isinstance(v, float) or (isinstance(v, _np_floating()) and v.ndim == 0):
+        f = float(v)
+        if math.isinf(f):
+            return "inf" if f > 0 else "-inf"
+    return _jsonable(v)
+
+
+def _np_floating() -> tuple:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        return ()
+    return (np.floating,)
 
 
 def csv_line_end(texts) -> str:

@@ -14,14 +14,14 @@ from embedscope import tables, text
 from embedscope.fileio import write_text
 
 
-def test_csv_writes_nan_and_inf_as_empty_cells_and_numpy_values_as_numbers(tmp_path):
+def test_csv_writes_nan_as_empty_cells_inf_spelled_and_numpy_values_as_numbers(tmp_path):
     """docs/properties.md, saliency.md, geometry.md: a NaN is an empty CSV cell (mutant: the raw value
-    written, ``nan``)."""
+    written, ``nan``); an infinity is ``inf`` / ``-inf``, as in a Result's CSV (docs/architecture.md)."""
     p = tmp_path / "t.csv"
     rows = [{"a": 1, "b": float("nan"), "c": np.float64("nan")},
             {"a": np.int64(2), "b": np.float32(0.5), "c": float("inf")}]
     tables.write_csv(p, rows)
-    assert p.read_text(encoding="utf-8") == "a,b,c\n1,,\n2,0.5,\n"
+    assert p.read_text(encoding="utf-8") == "a,b,c\n1,,\n2,0.5,inf\n"
 
 
 def test_csv_keeps_the_given_column_order(tmp_path):
