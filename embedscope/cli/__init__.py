@@ -97,7 +97,8 @@ RESUMABLE = frozenset({"train", "train-grid", "study"})
 
 #: The options that name a command's outputs (-o, --json, --figure, ...); add-properties rewrites its
 #: input file. A figure's PDF/CSV/JSON beside its PNG and the files of an output folder count as well.
-_OUTPUT_DESTS = ("output", "json", "csv", "parquet", "table_csv", "figure", "grid", "per_class", "per_image_csv")
+_OUTPUT_DESTS = ("output", "json", "csv", "parquet", "table_csv", "figure", "grid", "per_class", "per_image_csv",
+                 "per_image_parquet", "per_class_parquet", "table_parquet")
 
 
 #: Options that name an input file or folder, refused empty as the outputs are (``--config "$CFG"`` with the

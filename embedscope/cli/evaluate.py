@@ -60,6 +60,9 @@ def add_parser(sub, parents):
                    help="k-means iterations of NMI and F1 (default: 20)")
     p.add_argument("--per-class", metavar="OUT.csv",
                    help="write R@1, R-Precision and MAP@R per class to this CSV and show the worst classes")
+    p.add_argument("--per-class-parquet", metavar="OUT.parquet",
+                   help="write the per-class table of --per-class as Parquet (its columns and rows; with or "
+                   "without --per-class: the worst classes are shown either way)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     add_device(p)
     add_result_outputs(p)
@@ -166,21 +169,24 @@ def run(args) -> int:
                          f"(e.g. --query-split {args.query_split} --reference-split {args.split})")
     include = include_keys(args.include, args.k)
     check_include_options(args, include)
-    if args.per_class and include is not None and all(k in ("NMI", "F1") for k in include):
+    per_class = bool(args.per_class or args.per_class_parquet)
+    if per_class and include is not None and all(k in ("NMI", "F1") for k in include):
         # the per-class table holds per-query retrieval scores: NMI / F1 alone rank nothing (it failed
         # after the whole computation with 'the result has no per-class table')
-        raise UsageError("--per-class needs a retrieval metric (it writes R@1, R-Precision and MAP@R per class): "
+        option = "--per-class" if args.per_class else "--per-class-parquet"
+        raise UsageError(f"{option} needs a retrieval metric (it writes R@1, R-Precision and MAP@R per class): "
                          "--include only clustering metrics (NMI, F1) ranks no query")
     args._inputs = args.files
-    check_result_outputs(args, extra=[args.per_class] if args.per_class else [],
-                         extra_options=["--per-class"] if args.per_class else [])
+    extra = [(o, p) for o, p in (("--per-class", args.per_class), ("--per-class-parquet", args.per_class_parquet)) if p]
+    check_result_outputs(args, extra=[p for _, p in extra], extra_options=[o for o, _ in extra])
     check_suffix(args.per_class, "--per-class", ".csv")
+    check_suffix(args.per_class_parquet, "--per-class-parquet", ".parquet")
     results = evaluate_many(args.files, names=args.names, split=args.split, query_split=args.query_split,
                             reference_split=args.reference_split, metric=args.metric,
                             ks=tuple(args.k) if args.k else None,
                             include=include, lone_queries=args.lone_queries, seed=args.seed, niter=args.niter,
-                            per_class=bool(args.per_class), device=args.device, progress=not args.no_progress)
-    worst = {r.model: worst_classes(r, "MAP@R", n=5) for r in results} if args.per_class else {}
+                            per_class=per_class, device=args.device, progress=not args.no_progress)
+    worst = {r.model: worst_classes(r, "MAP@R", n=5) for r in results} if per_class else {}
     digits = table_digits([v for r in results for v in r.values.values()]
                           + [row[c] for rows in worst.values() for row in rows for c in ("R@1", "R-Precision", "MAP@R")
                              if c in row])
@@ -198,13 +204,17 @@ def run(args) -> int:
     for line in missing_k_lines(results):
         print(line)
     written = write_result(results, args)  # one file: its Result's layout
-    if args.per_class:
+    if per_class:
         for r in results:
             rows = worst[r.model]
             what = f"the {len(rows)} classes" if len(rows) > 1 else "the class"
             print(format_table(rows, ["class", "n", "R@1", "R-Precision", "MAP@R"], digits=digits,
                                title=f"{r.model}: {what} with the lowest MAP@R"))
+    if args.per_class:
         results.to_csv(args.per_class, table=True, force=args.force)
         written.append(args.per_class)
+    if args.per_class_parquet:
+        results.to_parquet(args.per_class_parquet, table=True, force=args.force)
+        written.append(args.per_class_parquet)
     print_wrote(written)
     return 0

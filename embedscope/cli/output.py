@@ -14,16 +14,21 @@ from embedscope.fileio import same_file  # noqa: F401 - the commands' name for i
 
 
 def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = None) -> None:
+    """--json, --csv and --parquet of the values; with ``table_help`` (the help of --table-csv) also
+    --table-csv and --table-parquet, the per-row table as CSV and as Parquet."""
     p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
     p.add_argument("--csv", metavar="OUT.csv", help="also write the results as CSV (columns measure, value, model)")
     p.add_argument("--parquet", metavar="OUT.parquet", help="also write the results as Parquet (as the CSV)")
     if table_help:
         p.add_argument("--table-csv", metavar="ROWS.csv", help=table_help)
+        p.add_argument("--table-parquet", metavar="ROWS.parquet",
+                       help="write the table of --table-csv as Parquet (its columns and rows)")
 
 
 def result_paths(args) -> list[Path]:
     return [Path(x) for x in (getattr(args, "json", None), getattr(args, "csv", None),
-                              getattr(args, "parquet", None), getattr(args, "table_csv", None)) if x]
+                              getattr(args, "parquet", None), getattr(args, "table_csv", None),
+                              getattr(args, "table_parquet", None)) if x]
 
 
 def within(path, folder) -> bool:
@@ -83,7 +88,8 @@ def check_suffix(path, option: str, suffix: str) -> None:
 def _result_options(args) -> list[str]:
     """The option of each path of :func:`result_paths`, in its order."""
     return [opt for opt, dest in (("--json", "json"), ("--csv", "csv"), ("--parquet", "parquet"),
-                                  ("--table-csv", "table_csv")) if getattr(args, dest, None)]
+                                  ("--table-csv", "table_csv"), ("--table-parquet", "table_parquet"))
+            if getattr(args, dest, None)]
 
 
 def check_result_outputs(args, extra=(), extra_options=None) -> None:
@@ -103,7 +109,8 @@ def check_result_outputs(args, extra=(), extra_options=None) -> None:
                                  "give each output its own name")
     refuse_inputs(paths, getattr(args, "_inputs", []))
     for option, dest, suffix in (("--json", "json", ".json"), ("--csv", "csv", ".csv"),
-                                 ("--parquet", "parquet", ".parquet"), ("--table-csv", "table_csv", ".csv")):
+                                 ("--parquet", "parquet", ".parquet"), ("--table-csv", "table_csv", ".csv"),
+                                 ("--table-parquet", "table_parquet", ".parquet")):
         check_suffix(getattr(args, dest, None), option, suffix)
     for p in paths:
         check_writable(p, force=args.force)
@@ -113,8 +120,8 @@ def write_result(result, args) -> list[str]:
     """Write the outputs named by the options; return the paths written.
 
     A :class:`ResultSet` of one file is written as that file's ``Result`` (the JSON layout of one
-    file, ``{"analysis", "model", ...}``, whichever command made it); per-row tables (``--table-csv``)
-    keep the ResultSet's ``model`` column.
+    file, ``{"analysis", "model", ...}``, whichever command made it); per-row tables (``--table-csv``,
+    ``--table-parquet``) keep the ResultSet's ``model`` column.
     """
     from embedscope.analyses.result import ResultSet
 
@@ -134,6 +141,9 @@ def write_result(result, args) -> list[str]:
     if getattr(args, "table_csv", None):
         table_source.to_csv(args.table_csv, table=True, force=args.force)
         written.append(args.table_csv)
+    if getattr(args, "table_parquet", None):
+        table_source.to_parquet(args.table_parquet, table=True, force=args.force)
+        written.append(args.table_parquet)
     return written
 
 

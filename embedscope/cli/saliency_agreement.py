@@ -27,6 +27,9 @@ def add_parser(sub, parents):
     p.add_argument("--json", metavar="OUT.json", help="matrices, block means and per-image values as JSON")
     p.add_argument("--csv", metavar="OUT.csv", help="one row per model pair as CSV")
     p.add_argument("--per-image-csv", metavar="OUT.csv", help="one row per model pair and image as CSV")
+    p.add_argument("--parquet", metavar="OUT.parquet", help="one row per model pair as Parquet (the columns of --csv)")
+    p.add_argument("--per-image-parquet", metavar="OUT.parquet",
+                   help="one row per model pair and image as Parquet (the columns of --per-image-csv)")
     add_force(p)
     p.set_defaults(func=run)
     return p
@@ -39,7 +42,9 @@ def run(args) -> int:
     from embedscope.text import safe
 
     for option, path, suffix in (("--json", args.json, ".json"), ("--csv", args.csv, ".csv"),
-                                 ("--per-image-csv", args.per_image_csv, ".csv")):
+                                 ("--per-image-csv", args.per_image_csv, ".csv"),
+                                 ("--parquet", args.parquet, ".parquet"),
+                                 ("--per-image-parquet", args.per_image_parquet, ".parquet")):
         if path is not None and not any(same_file(path, f) for f in args.files):  # (an input: said as such below)
             check_suffix(path, option, suffix)  # (--csv other.h5 --force replaced an HDF5 file with a table)
 
@@ -51,6 +56,7 @@ def run(args) -> int:
         args.files, args.output, grid=args.grid, names=args.names, families=args.families,
         jsd_base=args.jsd_unit, json_out=args.json, csv_out=args.csv, per_image_csv=args.per_image_csv,
         grid_images=6 if args.grid_images is None else args.grid_images, force=args.force,
+        parquet_out=args.parquet, per_image_parquet=args.per_image_parquet,
     )
     unit = res["pair_rows"][0]["jsd_base"] if res["pair_rows"] else args.jsd_unit
     rows = [{"model a": r["model_a"], "model b": r["model_b"], "families": f"{r['family_a']}-{r['family_b']}",

@@ -357,10 +357,35 @@ def _data_source(dataset: object, root: object) -> tuple[str, str]:
     return (key if name else "", folder)
 
 
+#: columns of the pair table (--csv, --parquet) and of the per-image table (--per-image-csv, --per-image-parquet)
+PAIR_COLUMNS = ("model_a", "model_b", "family_a", "family_b", "n_images", "r_mean", "r_spread", "n_undefined_r",
+                "n_clipped_r", "jsd_mean", "jsd_std", "n_undefined_jsd", "jsd_base")
+PER_IMAGE_COLUMNS = ("model_a", "model_b", "path", "pearson", "jsd")
+_INT_COLUMNS = ("n_images", "n_undefined_r", "n_clipped_r", "n_undefined_jsd")
+_FLOAT_COLUMNS = ("r_mean", "r_spread", "jsd_mean", "jsd_std", "pearson", "jsd")
+
+
+def _typed_frame(rows: Sequence[dict[str, Any]], columns: Sequence[str]):
+    """The rows of an agreement table as the Parquet holds them: one type per column (counts int64,
+    values float64 with NaN where undefined, names and paths text), the CSV's columns in its order."""
+    import pandas as pd
+
+    data = {}
+    for c in columns:
+        vals = [r.get(c) for r in rows]
+        if c in _INT_COLUMNS:
+            data[c] = pd.array([int(v) for v in vals], dtype="int64")
+        elif c in _FLOAT_COLUMNS:
+            data[c] = pd.array([float("nan") if v is None else float(v) for v in vals], dtype="float64")
+        else:
+            data[c] = pd.array([None if v is None else str(v) for v in vals], dtype=object)
+    return pd.DataFrame(data, columns=list(columns))
+
+
 def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[str] | None = None,
                        families: Sequence[str] | None = None, jsd_base=2, json_out=None, csv_out=None,
                        per_image_csv=None, grid_images: int = 6, force: bool = False,
-                       block: int | None = None) -> dict[str, Any]:
+                       block: int | None = None, parquet_out=None, per_image_parquet=None) -> dict[str, Any]:
     """Agreement of several models' maps files (docs/methods.md §8) -> matrices, block means, figures.
 
     Files are matched by path (the images they all hold, in the first file's order; a note counts
@@ -368,7 +393,8 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     others; the given order within a family). ``families`` overrides the families recorded in the
     files (taken from each checkpoint's config). Writes: ``out`` (heat-maps of both matrices,
     PNG + PDF), ``grid`` (image × model overlays), ``json_out`` (everything), ``csv_out`` (one row
-    per model pair), ``per_image_csv`` (one row per model pair and image).
+    per model pair), ``per_image_csv`` (one row per model pair and image); ``parquet_out`` and
+    ``per_image_parquet``: the same two tables as Parquet (the CSVs' columns and rows).
 
     The maps are read from the files ``block`` images at a time (default: about
     :data:`~embedscope.store.saliency.STREAM_ELEMENTS` map values of all the models together), never
@@ -393,7 +419,7 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
         for f, option in ((out, "-o"), (grid, "--grid")):
             if f is not None:
                 outs += list(figure_paths(f, option=option))
-    outs += [Path(p) for p in (json_out, csv_out, per_image_csv) if p]
+    outs += [Path(p) for p in (json_out, csv_out, per_image_csv, parquet_out, per_image_parquet) if p]
     if len({p.resolve() for p in outs}) != len(outs):
         raise UsageError("two outputs name the same file")
     for p in outs:  # with force, an output naming a maps file would replace that input
@@ -408,17 +434,18 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
         return _agreement_of_open_files(items, files, out, grid=grid, names=names, families=families,
                                         jsd_base=jsd_base, json_out=json_out, csv_out=csv_out,
                                         per_image_csv=per_image_csv, grid_images=grid_images, force=force,
-                                        block=block)
+                                        block=block, parquet_out=parquet_out, per_image_parquet=per_image_parquet)
     finally:
         for it in items:
             it.close()
 
 
 def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_base, json_out, csv_out,
-                             per_image_csv, grid_images, force, block) -> dict[str, Any]:
+                             per_image_csv, grid_images, force, block, parquet_out=None,
+                             per_image_parquet=None) -> dict[str, Any]:
     from embedscope.metrics.agreement import FAMILY_ORDER, agreement_matrix_streamed
     from embedscope.store.saliency import STREAM_ELEMENTS, match_rows
-    from embedscope.tables import write_csv, write_json
+    from embedscope.tables import write_csv, write_json, write_parquet
 
     for f, sm in zip(files, items):
         if sm.kind == "pairs":
@@ -533,16 +560,23 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         }, force=force)
         written.append(str(json_out))
     if csv_out:
-        write_csv(csv_out, pair_rows, force=force)
+        write_csv(csv_out, pair_rows, PAIR_COLUMNS, force=force)
         written.append(str(csv_out))
-    if per_image_csv:
+    if parquet_out:
+        write_parquet(parquet_out, _typed_frame(pair_rows, PAIR_COLUMNS), force=force)
+        written.append(str(parquet_out))
+    if per_image_csv or per_image_parquet:
         rows = []
         for (i, j), pr in res["pairs"].items():
             for k, p in enumerate(res["paths"]):
                 rows.append({"model_a": names[i], "model_b": names[j], "path": p, "pearson": pr["pearson"][k],
                              "jsd": pr["jsd"][k]})
-        write_csv(per_image_csv, rows, ["model_a", "model_b", "path", "pearson", "jsd"], force=force)
-        written.append(str(per_image_csv))
+        if per_image_csv:
+            write_csv(per_image_csv, rows, PER_IMAGE_COLUMNS, force=force)
+            written.append(str(per_image_csv))
+        if per_image_parquet:
+            write_parquet(per_image_parquet, _typed_frame(rows, PER_IMAGE_COLUMNS), force=force)
+            written.append(str(per_image_parquet))
     res["written"] = written
     return res
 
