@@ -192,3 +192,44 @@ def test_an_untrained_network_built_again_from_a_recorded_config_holding_one_tex
     # sha256: its embedding not found in the cache, its row measured again, runs.csv's sha256 another)
     assert hashlib.sha256(ref.read_bytes()).hexdigest() == before
     assert again == first
+
+
+def test_after_a_signal_the_command_line_drops_asyncio_lines_of_a_loop_cut_short(monkeypatch):
+    """A Ctrl-C while a Dask cluster closed after a finished study printed asyncio's "Future exception was
+    never retrieved ... TimeoutError: Timeout" after the results (asyncio logs it: the unraisable hook never
+    sees it). The command line's filter of the asyncio logger lets its lines through until a signal arrives,
+    then drops them; main() of the command line's own process installs it."""
+    import logging
+    import signal
+
+    import embedscope.cli as cli
+    from embedscope import progress
+
+    monkeypatch.setattr(cli, "_STOPPED", False)
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("asyncio-under-test")
+    log.propagate = False
+    log.addHandler(Keep())
+    log.addFilter(cli._logged_before_a_stop)
+    log.error("Future exception was never retrieved (before)")
+    progress.note_signal(signal.SIGINT)
+    try:
+        log.error("Future exception was never retrieved (after)")
+    finally:
+        progress.clear_signals()
+    monkeypatch.setattr(cli, "_STOPPED", True)  # (a command that ended as its signal: 130)
+    log.error("Future exception was never retrieved (after the command)")
+    assert seen == ["Future exception was never retrieved (before)"]
+    code = ("import logging, sys\nsys.argv = ['embedscope', '--version']\nimport embedscope.cli as c\n"
+            "try:\n    c.main()\nexcept SystemExit:\n    pass\n"
+            "print(c._logged_before_a_stop in logging.getLogger('asyncio').filters)\n")
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "True"

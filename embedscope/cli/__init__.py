@@ -593,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
     own = argv is None and "--debug" not in sys.argv[1:]  # the command line's own process (not a caller's)
     if own:
         sys.unraisablehook = _unraisable_after_a_stop
+        import logging  # (asyncio's "Future exception was never retrieved" of an event loop the stop cut short)
+
+        logging.getLogger("asyncio").addFilter(_logged_before_a_stop)
     try:
         rc = _main(argv)
         if own and rc in (130, 143, 129):  # stopped by a signal: what is torn down now may be half built
@@ -623,6 +626,16 @@ def _unraisable_after_a_stop(unraisable) -> None:
     if _STOPPED or progress._PENDING:
         return
     sys.__unraisablehook__(unraisable)
+
+
+def _logged_before_a_stop(record) -> bool:
+    """The command line's filter of the ``asyncio`` logger: its lines pass, except once a signal arrived.
+    Then they are of an event loop the interrupt cut short (a Dask cluster closing when Ctrl-C came:
+    "Future exception was never retrieved ... TimeoutError: Timeout" after the results), which
+    :func:`_unraisable_after_a_stop` does not see (asyncio logs them); ``--debug`` keeps them."""
+    from embedscope import progress
+
+    return not (_STOPPED or progress._PENDING)
 
 
 def _main(argv: list[str] | None) -> int:
