@@ -162,7 +162,7 @@ class EmbeddingSet:
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:
                 arr = as_values(given, what)
-                _check_present(arr if arr.dtype.kind != "U" else arr.astype(object), what)
+                _check_present(arr, what)  # (texts hold no missing value: no copy as objects)
         if class_names is None and big is not None:
             labels, names = big[0], big[1].tolist()
         elif class_names is None and y_arr.dtype.kind in "mMb":  # dates, durations or booleans: named by value
