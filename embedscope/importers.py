@@ -179,10 +179,29 @@ def _message(msg: Any) -> str:
 #: property of that name would take the labels' place
 RESERVED_PROPERTY = "class"
 
+#: the longest property name taken (``import --properties``, ``add-properties``), in characters: HDF5 takes
+#: a name of any length, but a 70,000-character header cell (a table with no line breaks, a pasted
+#: paragraph) was stored and printed whole in every line naming it (the properties table 70,000 wide)
+MAX_PROPERTY_NAME = 255
+
+
+def long_property_name(name: Any, source: Any, what: str = "column") -> str | None:
+    """The one line refusing a property name longer than :data:`MAX_PROPERTY_NAME` characters (the name
+    shortened in it), or None."""
+    name = str(name)
+    if len(name) <= MAX_PROPERTY_NAME:
+        return None
+    return (f"{source}: {what} name '{_pretty(name)}' is {len(name):,} characters long: a property name is at most "
+            f"{MAX_PROPERTY_NAME} characters; rename the column")
+
 
 def check_property_not_reserved(name: str, source: Any, what: str = "column") -> None:
-    """One line refusing a property named ``class`` (``import --properties``, ``add-properties``), or a name
-    with a comma (``properties --properties x,y`` asks for ``x`` and ``y``: it could not be named)."""
+    """One line refusing a property named ``class`` (``import --properties``, ``add-properties``), a name
+    with a comma (``properties --properties x,y`` asks for ``x`` and ``y``: it could not be named) or one
+    longer than :data:`MAX_PROPERTY_NAME` characters."""
+    long = long_property_name(name, source, what)
+    if long:
+        raise EmbedscopeError(long)
     if name == RESERVED_PROPERTY:
         raise EmbedscopeError(f"{source}: {what} '{RESERVED_PROPERTY}' cannot be a property: '{RESERVED_PROPERTY}' is "
                               "the name under which the class labels are analysed; rename the column")

@@ -36,6 +36,14 @@ def _check_header(path: Path, sep: str) -> int:
     return reader.line_num
 
 
+def _col(name) -> str:
+    """A column name as a message names it: whole up to 60 characters, else its start and end (a header cell
+    of 70,000 characters was printed whole; the end kept, a space after the name stays in view). Not escaped:
+    the line that shows the message escapes it (:func:`embedscope.text.safe`), once."""
+    name = str(name)
+    return name if len(name) <= 60 else f"{name[:40]}...{name[-17:]}"
+
+
 def _check_names(path: Path, header) -> None:
     """:func:`_check_header`'s checks of the names (a Parquet table's too: its ``w `` and ``w`` were stored
     as two properties that print alike, a repeated name was "cannot be read as a table (ArrowInvalid)")."""
@@ -45,9 +53,9 @@ def _check_names(path: Path, header) -> None:
             hint = " (a row index written by pandas? write the table with index=False)" if i == 0 else ""
             raise EmbedscopeError(f"{path}: column {i + 1} of the header has no name{hint}")
         if name != name.strip():
-            raise EmbedscopeError(f"{path}: the column name '{name}' has spaces around it")
+            raise EmbedscopeError(f"{path}: the column name '{_col(name)}' has spaces around it")
         if name in seen:
-            raise EmbedscopeError(f"{path}: the column name '{name}' occurs twice: give each property "
+            raise EmbedscopeError(f"{path}: the column name '{_col(name)}' occurs twice: give each property "
                                   "its own name")
         seen.add(name)
 
@@ -189,12 +197,17 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         mean = "" if hint else did_you_mean(path_column_candidates(list(df.columns), exact=("path",)))
         if mean:
             hint = f"; the images are joined on a column named exactly 'path'{hint}"
-        cols = [str(c) for c in df.columns]
+        cols = [_col(c) for c in df.columns]
         listed = ", ".join(cols if len(cols) <= 8 else [*cols[:6], "...", cols[-1]]) + (
             f" ({len(cols)} columns)" if len(cols) > 8 else "")
         raise EmbedscopeError(f"{path}: no 'path' column ({mean + ' ' if mean else ''}columns: {listed}){hint}")
     if len(df.columns) < 2:
         raise EmbedscopeError(f"{path}: no property columns besides 'path'")
+    from embedscope.importers import long_property_name
+
+    long = next((m for m in (long_property_name(c, path) for c in df.columns) if m), None)
+    if long:  # (after the 'path' check: a semicolon CSV's whole header, one long name, is said to be one)
+        raise EmbedscopeError(long)
     if len(df) == 0:  # (was "N image(s) of the file have no row": every image, for a header alone)
         raise EmbedscopeError(f"{path}: the table has no rows: give one row per image")
     from embedscope.importers import object_cells, property_cells

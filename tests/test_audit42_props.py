@@ -1,0 +1,88 @@
+"""Audit 42: per-image property tables (``add-properties``, ``import --properties``).
+
+* a 70,000-character column name was stored as a property and printed whole (the success line, then every
+  ``properties`` table 70,000 characters wide): a property name is at most 255 characters, a longer one
+  refused in one line naming it shortened; every column name a message of the table reader names is shortened
+"""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from cli_run import one_error_line, run_cli
+
+from embedscope import store
+from embedscope.data.properties import read_property_table
+from embedscope.errors import EmbedscopeError
+from embedscope.importers import import_embeddings
+
+N = 6
+PATHS = [f"img/{i}.jpg" for i in range(N)]
+MAX_PROPERTY_NAME = 255  # (embedscope.importers.MAX_PROPERTY_NAME, docs/properties.md)
+
+
+def _h5(path):
+    es = store.EmbeddingSet(embeddings=np.random.default_rng(0).normal(size=(N, 3)).astype(np.float32),
+                            labels=np.array([0, 0, 1, 1, 2, 2]), paths=PATHS, split=["test"] * N,
+                            class_names=["a", "b", "c"], properties={"old": np.arange(N)})
+    store.save(path, es)
+    return path
+
+
+def _csv(path, header: str, rows):
+    """``rows``: the cells after the path, one string per image (commas inside make more cells)."""
+    path.write_text(header + "\n" + "".join(f"{p},{r}\n" for p, r in zip(PATHS, rows)), encoding="utf-8")
+    return path
+
+
+def _props(h5):
+    with h5py.File(h5, "r") as f:
+        return sorted(f["properties"])
+
+
+# ----------------------------------------------------------------------------- 1. long names
+
+
+def test_a_very_long_column_name_is_refused_and_shortened(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    name = "w" * 70_000
+    table = _csv(tmp_path / "t.csv", f"path,{name}", ["0", "1"] * 3)
+    rc, out, err = run_cli(["add-properties", h5, table])
+    line = one_error_line(err, "add-properties")
+    assert rc == 1 and out == ""
+    assert "is 70,000 characters long: a property name is at most 255 characters" in line
+    assert len(line) < 400  # (was: stored, and the success line 70,022 characters)
+    assert _props(h5) == ["old"]
+    # the limit itself is taken
+    ok = _csv(tmp_path / "ok.csv", f"path,{'v' * MAX_PROPERTY_NAME}", ["0", "1"] * 3)
+    rc, out, err = run_cli(["add-properties", h5, ok])
+    assert rc == 0, err
+    assert _props(h5) == ["old", "v" * MAX_PROPERTY_NAME]
+
+
+def test_long_names_in_the_readers_other_messages_are_shortened(tmp_path):
+    # a long name with a space after it: shortened, its end (the space) kept in view
+    t = tmp_path / "s.csv"
+    t.write_text("path," + "w" * 70_000 + " \n" + "".join(f"{p},1\n" for p in PATHS))
+    with pytest.raises(EmbedscopeError) as e:
+        read_property_table(t)
+    assert "has spaces around it" in str(e.value) and len(str(e.value)) < 200
+    assert "w... " not in str(e.value) and "w ' has spaces" in str(e.value)
+    # no 'path' column: each name listed shortened
+    t = tmp_path / "n.csv"
+    t.write_text("file," + "x" * 70_000 + "\n" + "".join(f"{p},1\n" for p in PATHS))
+    with pytest.raises(EmbedscopeError, match="no 'path' column") as e:
+        read_property_table(t)
+    assert len(str(e.value)) < 300
+
+
+def test_import_refuses_a_long_property_name(tmp_path):
+    import pandas as pd
+
+    name = "p" * 300
+    df = pd.DataFrame({"label": [0, 1] * 3, name: [1, 2] * 3, "d0": np.arange(6.0), "d1": np.ones(6)})
+    df.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(EmbedscopeError, match="is 300 characters long: a property name is at most 255") as e:
+        import_embeddings(tmp_path / "t.csv", properties=[name], embeddings="d*")
+    assert len(str(e.value)) < 300
