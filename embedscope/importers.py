@@ -932,8 +932,10 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         # add-properties refuses it)
         if np.ndim(v) == 1 and np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)):
             first = int(np.flatnonzero(~np.isfinite(v))[0])
+            # (a CSV/TSV's cell as written: '1e999' was named "inf", which a search of the file does not find)
+            shown = f"'{src.text[name][first]}'" if name in src.text else str(v[first])
             raise EmbedscopeError(f"{src.path}: property '{_pretty(name)}' holds {int(np.sum(~np.isfinite(v)))} value(s) "
-                                  f"that are not finite (first: {v[first]} at row {first}): a property needs finite "
+                                  f"that are not finite (first: {shown} at row {first}): a property needs finite "
                                   "numbers or text")
         props[name] = v
         used.add(name)

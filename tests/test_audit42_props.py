@@ -2,7 +2,9 @@
 
 * a 70,000-character column name was stored as a property and printed whole (the success line, then every
   ``properties`` table 70,000 characters wide): a property name is at most 255 characters, a longer one
-  refused in one line naming it shortened; every column name a message of the table reader names is shortened
+  refused in one line naming it shortened; every column name a message of the table reader names is shortened;
+* ``1e999`` in a numeric column was refused as "first: inf", which a search of the file does not find: the
+  cell is quoted as written
 """
 
 from __future__ import annotations
@@ -86,3 +88,24 @@ def test_import_refuses_a_long_property_name(tmp_path):
     with pytest.raises(EmbedscopeError, match="is 300 characters long: a property name is at most 255") as e:
         import_embeddings(tmp_path / "t.csv", properties=[name], embeddings="d*")
     assert len(str(e.value)) < 300
+
+
+# ----------------------------------------------------------------------------- 2. inf named as written
+
+
+def test_an_infinite_value_is_named_as_written(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    table = _csv(tmp_path / "t.csv", "path,w", ["0.5", "0.25", "1e999", "1", "2", "-1E999"])
+    rc, _, err = run_cli(["add-properties", h5, table])
+    line = one_error_line(err, "add-properties")
+    assert rc == 1 and "column 'w' holds 2 value(s) that are not finite (first: '1e999' for img/2.jpg)" in line
+
+
+def test_import_names_an_infinite_value_as_written(tmp_path):
+    import pandas as pd
+
+    df = pd.DataFrame({"label": [0, 1] * 3, "w": ["0.5", "1e999", "1", "2", "3", "4"], "d0": np.arange(6.0)})
+    df.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(EmbedscopeError, match=r"property 'w' holds 1 value\(s\) that are not finite "
+                                              r"\(first: '1e999' at row 1\)"):
+        import_embeddings(tmp_path / "t.csv", properties=["w"], embeddings="d*")

@@ -237,23 +237,26 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
                                   f"{text['path'].iloc[nul] if 'path' in text else '?'}), which HDF5 text cannot store")
         # (an integer beyond int64, a 30-digit id, stays as written; every cell a number, 1.5, 1e-3: parsed exactly)
         out[str(c)] = cells if c == "path" else property_cells(cells, df[c].to_numpy())
-    _check_finite(path, out)
+    _check_finite(path, out, text)
     return out
 
 
 
 
-def _check_finite(path: Path, columns: dict[str, np.ndarray]) -> None:
+def _check_finite(path: Path, columns: dict[str, np.ndarray], text=None) -> None:
     """Refuse inf (and a NaN a check before let through) in a numeric column: the analyses refuse a
-    property holding one (``embedscope properties`` then measured no property of the file at all)."""
+    property holding one (``embedscope properties`` then measured no property of the file at all). The
+    value named as the CSV/TSV has it (``text``: its cells as written): ``1e999`` was named "inf", which
+    a search of the file does not find."""
     for name, v in columns.items():
         if name == "path" or v.dtype.kind != "f":
             continue
         bad = ~np.isfinite(v)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
+            first = f"'{text[name].iloc[i]}'" if text is not None and name in text else str(v[i])
             raise EmbedscopeError(f"{path}: column '{name}' holds {int(bad.sum())} value(s) that are not finite "
-                                  f"(first: {v[i]} for {columns['path'][i]}): a property needs finite numbers "
+                                  f"(first: {first} for {columns['path'][i]}): a property needs finite numbers "
                                   "or text")
 
 
