@@ -638,8 +638,12 @@ def property_cells(cells: np.ndarray, parsed: np.ndarray) -> np.ndarray:
     number and some is not an integer (``1.5``, ``1e-3``: parsed exactly), else the text as written (``0001``
     and ``1`` stay two values, as ``add-properties`` reads them). A zero-padded cell (``0001``, ``-007``)
     keeps its column text beside a ``1.5`` too: ids ``0001``, ``0002``, ``12E3`` were the numbers 1.0, 2.0
-    and 12000.0."""
+    and 12000.0. Spaces (and tabs) around a number are not a part of it, for integers as for floats, as
+    pandas parses them: `` 7 `` is 7 as `` 0.5`` is 0.5 (`` 7 `` stayed the text " 7 ", and a column of
+    ``7`` and `` 7 `` held two values); around text they are kept."""
     ints = ints_if_exact(cells)
+    if ints.dtype.kind != "i" and any(v != v.strip(_BLANKS) for v in cells if isinstance(v, str)):
+        ints = ints_if_exact(np.array([v.strip(_BLANKS) if isinstance(v, str) else v for v in cells], dtype=object))
     if ints.dtype.kind == "i":
         return ints
     parsed = np.asarray(parsed)
@@ -647,6 +651,9 @@ def property_cells(cells: np.ndarray, parsed: np.ndarray) -> np.ndarray:
         return parsed
     return cells
 
+
+#: what pandas' parser skips around a number (not a no-break space: " 7\xa0" stays text there)
+_BLANKS = " \t\f\v\r\n"
 
 # a zero-padded number as written (0.5 is not) at the start of a cell: the cells searched as one text, a
 # cell a line (a cell a regular expression matched one at a time took a third of reading a 100k-row table)

@@ -4,7 +4,9 @@
   ``properties`` table 70,000 characters wide): a property name is at most 255 characters, a longer one
   refused in one line naming it shortened; every column name a message of the table reader names is shortened;
 * ``1e999`` in a numeric column was refused as "first: inf", which a search of the file does not find: the
-  cell is quoted as written
+  cell is quoted as written;
+* `` 7 `` (spaces around an integer) stayed the text " 7 " while `` 0.5`` was the number 0.5 (and a column
+  of ``7`` and `` 7 `` held two values): spaces around a number are not a part of it, integers as floats
 """
 
 from __future__ import annotations
@@ -109,3 +111,23 @@ def test_import_names_an_infinite_value_as_written(tmp_path):
     with pytest.raises(EmbedscopeError, match=r"property 'w' holds 1 value\(s\) that are not finite "
                                               r"\(first: '1e999' at row 1\)"):
         import_embeddings(tmp_path / "t.csv", properties=["w"], embeddings="d*")
+
+
+# ----------------------------------------------------------------------------- 3. spaces around numbers
+
+
+def test_spaces_around_a_number_are_read_alike_for_integers_and_floats(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    rows = [f" {i % 2} , {i % 2}.5,{' 7' if i == 0 else '7'},\t3\t, 007 , cat " for i in range(N)]
+    table = _csv(tmp_path / "t.csv", "path,i,f,mixed,tab,padded,text", rows)
+    t = read_property_table(table)
+    assert t["i"].dtype == np.int64 and t["i"].tolist() == [0, 1] * 3  # was the text ' 0 ', ' 1 '
+    assert t["f"].dtype == np.float64 and t["f"].tolist() == [0.5, 1.5] * 3
+    assert t["mixed"].dtype == np.int64 and t["mixed"].tolist() == [7] * N  # was two values, ' 7' and '7'
+    assert t["tab"].tolist() == [3] * N
+    assert t["padded"].tolist() == [" 007 "] * N  # zero-padded: text, as written
+    assert t["text"].tolist() == [" cat "] * N  # text keeps its spaces
+    rc, _, err = run_cli(["add-properties", h5, table])
+    assert rc == 0, err
+    with h5py.File(h5, "r") as f:
+        assert f["properties/i"].dtype == np.int64
