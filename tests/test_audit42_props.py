@@ -6,10 +6,15 @@
 * ``1e999`` in a numeric column was refused as "first: inf", which a search of the file does not find: the
   cell is quoted as written;
 * `` 7 `` (spaces around an integer) stayed the text " 7 " while `` 0.5`` was the number 0.5 (and a column
-  of ``7`` and `` 7 `` held two values): spaces around a number are not a part of it, integers as floats
+  of ``7`` and `` 7 `` held two values): spaces around a number are not a part of it, integers as floats;
+* ``add-properties`` rewrote a file the user had made read-only (``chmod 444``: the copy is renamed over it,
+  which the folder allows): refused in one line, ``--force`` included (it replaces properties, not
+  permissions)
 """
 
 from __future__ import annotations
+
+import os
 
 import h5py
 import numpy as np
@@ -131,3 +136,27 @@ def test_spaces_around_a_number_are_read_alike_for_integers_and_floats(tmp_path)
     assert rc == 0, err
     with h5py.File(h5, "r") as f:
         assert f["properties/i"].dtype == np.int64
+
+
+# ----------------------------------------------------------------------------- 4. a read-only file
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_read_only_file_is_not_updated(tmp_path, force):
+    h5 = _h5(tmp_path / "e.h5")
+    table = _csv(tmp_path / "t.csv", "path,old,w", [f"{i},{i % 2}" for i in range(N)])
+    before = h5.read_bytes()
+    os.chmod(h5, 0o444)
+    try:
+        rc, out, err = run_cli(["add-properties", h5, table, *(["--force"] if force else [])])
+        assert rc == 1 and out == ""
+        assert one_error_line(err, "add-properties").endswith(
+            "e.h5: the file is read-only (no write permission): add-properties rewrites it; make it writable "
+            "first (chmod u+w) to add properties to it")
+        assert h5.read_bytes() == before and (h5.stat().st_mode & 0o777) == 0o444
+        assert sorted(os.listdir(tmp_path)) == ["e.h5", "t.csv"]  # no temporary left
+    finally:
+        os.chmod(h5, 0o644)
+    rc, _, err = run_cli(["add-properties", h5, table, "--force"])  # writable again: updated
+    assert rc == 0, err
+    assert _props(h5) == ["old", "w"]

@@ -9,7 +9,7 @@ def add_parser(sub, parents):
                        "file's image paths and store every other column as /properties/<name> (the file is "
                        "rewritten atomically). Every image needs exactly one row. A CSV/TSV is read as UTF-8, "
                        "its cells as written (0001 stays the text 0001; a column of numbers is numeric, inf "
-                       "refused); docs/properties.md.")
+                       "refused). A file without write permission is refused; docs/properties.md.")
     p.add_argument("file", metavar="EMB.h5", help="embedding file (.h5), updated in place")
     p.add_argument("table", metavar="TABLE", help="CSV, TSV or Parquet table with a 'path' column")
     p.add_argument("--force", action="store_true",

@@ -315,6 +315,7 @@ def _add_properties(h5, table_path, *, force: bool
 
     # every check of store.load, but the embeddings read a block of rows at a time and not kept (a file can
     # be 100k x 2048 float32, 800 MB): the rewrite copies them as they are
+    _check_updatable(h5)
     unreadable: dict[str, str] = {}  # another tool's property of text that is not UTF-8: --force replaces it
     es, _ = scan(h5, unreadable=unreadable)
     new = join_properties(es.paths, read_property_table(table_path), str(table_path))
@@ -343,6 +344,22 @@ def _add_properties(h5, table_path, *, force: bool
     not_kept: dict[str, list[str]] = {}
     update_properties(h5, es, list(new), absent=[] if force else list(new), kept=kept, not_kept=not_kept)
     return new, clash, kept, not_kept
+
+
+def _check_updatable(h5) -> None:
+    """Refuse a file without write permission (``chmod 444``, another user's file): the rewrite replaces the
+    file by a copy (a rename, which the folder's permission allows), and a file the user made read-only was
+    updated all the same (as root too: the mode's write bits are read, not only ``access``). ``--force``
+    (which replaces properties) does not override it: make the file writable first."""
+    import stat
+
+    try:
+        st = os.stat(h5)
+    except OSError:
+        return  # (the reader says why)
+    if stat.S_ISREG(st.st_mode) and (not st.st_mode & 0o222 or not os.access(h5, os.W_OK)):
+        raise EmbedscopeError(f"{h5}: the file is read-only (no write permission): add-properties rewrites it; "
+                              "make it writable first (chmod u+w) to add properties to it")
 
 
 # ----------------------------------------------------------------------------- helpers for the loaders
