@@ -166,7 +166,8 @@ def _rows_with(value_of_row):
 def test_inf_is_refused_when_the_table_is_read(tmp_path):
     h5 = _h5(tmp_path / "e.h5")
     before = h5.read_bytes()
-    for cell, shown in (("inf", "inf"), ("-inf", "-inf"), ("Infinity", "inf")):
+    # (the cell named as written, quoted: audit 42, '1e999' was named "inf")
+    for cell, shown in (("inf", "'inf'"), ("-inf", "'-inf'"), ("Infinity", "'Infinity'")):
         table = _csv(tmp_path / "t.csv", "path,w", _rows_with(lambda i, cell=cell: cell if i in (2, 4) else f"{i}.5"))
         rc, out, err = run_cli(["add-properties", h5, table])
         assert rc == 1, (cell, out)
