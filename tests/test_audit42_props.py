@@ -160,3 +160,24 @@ def test_a_read_only_file_is_not_updated(tmp_path, force):
     rc, _, err = run_cli(["add-properties", h5, table, "--force"])  # writable again: updated
     assert rc == 0, err
     assert _props(h5) == ["old", "w"]
+
+
+# ----------------------------------------------------------------------------- 5. another tool's long names
+
+
+def test_the_properties_table_shortens_another_tools_long_names(tmp_path):
+    import pandas as pd
+
+    h5 = _h5(tmp_path / "e.h5")
+    long_a, long_b = "w" * 70_000 + "a", "w" * 70_000 + "b" + "w" * 30  # (alike at both ends but for one letter)
+    with h5py.File(h5, "r+") as f:  # (add-properties refuses such names; another tool wrote them)
+        f["properties"].create_dataset(long_a, data=np.array([0, 1] * 3))
+        f["properties"].create_dataset(long_b, data=np.zeros(N, dtype=np.int64))  # undefined: one value
+    rc, out, err = run_cli(["properties", h5, "--no-progress", "--split", "all", "--csv", tmp_path / "p.csv"])
+    assert rc == 0, err
+    assert max(len(line) for line in out.splitlines()) < 1000  # (was 70,000 and more)
+    rows = [line for line in out.splitlines() if line.startswith("e ") and "…" in line]
+    assert len(rows) == 2 and rows[0].split()[1] != rows[1].split()[1]  # two names, shown apart
+    undefined = [line for line in out.splitlines() if line.startswith("undefined (–): ")]
+    assert len(undefined) == 1 and "…" in undefined[0]
+    assert {long_a, long_b} <= set(pd.read_csv(tmp_path / "p.csv", keep_default_na=False)["property"])  # kept whole

@@ -8,6 +8,9 @@ from embedscope.analyses.result import PROPERTY_COLUMNS
 from embedscope.cli.common import add_force, add_split, nonnegative_int, positive_int, seed_int
 
 COLUMNS = list(PROPERTY_COLUMNS)  # the terminal table's columns, as print(result) of the API shows them
+#: a property name longer than this is shortened in the middle in the terminal table and the lines under it
+#: (another tool's 70,000-character name made the table 70,000 characters wide); CSV, JSON and Parquet keep it
+SHOWN_NAME = 80
 
 
 def add_parser(sub, parents):
@@ -74,8 +77,10 @@ def absent_lines(results) -> list[str]:
         # (no 'class' row: a property of the file stands for the class, which note_lines says)
         lacks = [p for p in every if p not in mine and p != "class"]
         if lacks:
+            from embedscope.analyses.result import _short
+
             word = "property" if len(lacks) == 1 else "properties"
-            named = ", ".join(f"'{p}'" for p in lacks)  # quoted, not repr'd: safe escapes the name, once
+            named = ", ".join(f"'{_short(p, SHOWN_NAME)}'" for p in lacks)  # quoted, not repr'd: safe escapes the name, once
             out.append(safe(f"{r.model}: no {word} {named} in this file (no row)"))
     return out
 
@@ -131,8 +136,21 @@ def run(args) -> int:
     perm = f"; permutation test: {args.permutations} shuffles, seed {seed}" if args.permutations else ""
     print(f"split {args.split}; {said}; {args.metric} distance{perm}")
     # undefined numbers: – here (NaN in the files), and one line saying why (as geometry and spectrum)
-    print(format_table(rows, COLUMNS + (["perm_p_value"] if args.permutations else []), nan=UNDEFINED))
-    for line in undefined_lines(results) + note_lines(results) + absent_lines(results):
+    from embedscope.analyses.result import _short_unique
+
+    shown = dict(zip(order, _short_unique(list(order), SHOWN_NAME)))  # (two names never shown alike)
+    print(format_table([{**row, "property": shown[row["property"]]} for row in rows],
+                       COLUMNS + (["perm_p_value"] if args.permutations else []), nan=UNDEFINED))
+    from types import SimpleNamespace
+
+    from embedscope.analyses.result import _short
+
+    # (the undefined line names the properties as the table shows them)
+    named = [SimpleNamespace(model=r.model, provenance={
+        **r.provenance, "undefined": {shown.get(k, _short(k, SHOWN_NAME)): why
+                                      for k, why in (r.provenance.get("undefined") or {}).items()}})
+             for r in results]
+    for line in undefined_lines(named) + note_lines(results) + absent_lines(results):
         print(line)
     written = []
     if args.output:
