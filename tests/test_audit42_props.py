@@ -181,3 +181,27 @@ def test_the_properties_table_shortens_another_tools_long_names(tmp_path):
     undefined = [line for line in out.splitlines() if line.startswith("undefined (–): ")]
     assert len(undefined) == 1 and "…" in undefined[0]
     assert {long_a, long_b} <= set(pd.read_csv(tmp_path / "p.csv", keep_default_na=False)["property"])  # kept whole
+
+
+@pytest.mark.parametrize("extra", ["x" * 70_000, "dup"])
+def test_a_very_long_path_cell_is_shortened_in_the_message(tmp_path, extra):
+    h5 = _h5(tmp_path / "e.h5")
+    long = "y" * 70_000 + "/end.jpg"
+    rows = [*(f"{p},{i % 2}" for i, p in enumerate(PATHS)), f"{long},1"]
+    if extra == "dup":
+        rows.append(f"{long},0")
+    t = tmp_path / "t.csv"
+    t.write_text("path,w\n" + "\n".join(rows) + "\n")
+    rc, _, err = run_cli(["add-properties", h5, t])
+    line = one_error_line(err, "add-properties")
+    assert rc == 1 and len(line) < 500  # (was 70,000 characters and more)
+    assert ("duplicate path(s)" if extra == "dup" else "match no image of the file") in line
+    assert line.endswith("/end.jpg")  # the file name kept in view
+
+
+def test_a_very_long_infinite_cell_is_shortened_in_the_message(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    table = _csv(tmp_path / "t.csv", "path,w", ["0.5", "1" + "0" * 70_000 + ".5", "1", "2", "3", "4"])
+    rc, _, err = run_cli(["add-properties", h5, table])
+    line = one_error_line(err, "add-properties")
+    assert rc == 1 and "not finite (first: '1000" in line and len(line) < 400

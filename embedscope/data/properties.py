@@ -36,12 +36,20 @@ def _check_header(path: Path, sep: str) -> int:
     return reader.line_num
 
 
-def _col(name) -> str:
-    """A column name as a message names it: whole up to 60 characters, else its start and end (a header cell
-    of 70,000 characters was printed whole; the end kept, a space after the name stays in view). Not escaped:
-    the line that shows the message escapes it (:func:`embedscope.text.safe`), once."""
+def _col(name, most: int = 60) -> str:
+    """A column name (or a cell, ``most``) as a message names it: whole up to ``most`` characters, else its
+    start and end (a header cell of 70,000 characters was printed whole; the end kept, a space after the
+    name, a path's file name stays in view). Not escaped: the line that shows the message escapes it
+    (:func:`embedscope.text.safe`), once."""
     name = str(name)
-    return name if len(name) <= 60 else f"{name[:40]}...{name[-17:]}"
+    tail = (most - 3) // 3
+    return name if len(name) <= most else f"{name[:most - 3 - tail]}...{name[-tail:]}"
+
+
+def _paths(paths, most: int = 3) -> str:
+    """The first ``most`` paths a message names, each :func:`_col` to 200 characters (a path cell of
+    70,000 characters, a row of a broken table, was printed whole)."""
+    return ", ".join(_col(p, 200) for p in list(paths)[:most])
 
 
 def _check_names(path: Path, header) -> None:
@@ -233,8 +241,9 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
             raise EmbedscopeError(f"{path}: column '{c}' has {empty} empty value(s)")
         nul = next((i for i, v in enumerate(cells) if "\x00" in v), None) if "\x00" in "".join(cells) else None
         if nul is not None:  # (was refused by the store naming the embedding file's property and its row)
-            raise EmbedscopeError(f"{path}: column '{c}' holds a NUL character (row {nul + 1}, path "
-                                  f"{text['path'].iloc[nul] if 'path' in text else '?'}), which HDF5 text cannot store")
+            where = _col(text['path'].iloc[nul], 200) if 'path' in text else '?'
+            raise EmbedscopeError(f"{path}: column '{c}' holds a NUL character (row {nul + 1}, path {where}), "
+                                  "which HDF5 text cannot store")
         # (an integer beyond int64, a 30-digit id, stays as written; every cell a number, 1.5, 1e-3: parsed exactly)
         out[str(c)] = cells if c == "path" else property_cells(cells, df[c].to_numpy())
     _check_finite(path, out, text)
@@ -254,9 +263,9 @@ def _check_finite(path: Path, columns: dict[str, np.ndarray], text=None) -> None
         bad = ~np.isfinite(v)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            first = f"'{text[name].iloc[i]}'" if text is not None and name in text else str(v[i])
+            first = f"'{_col(text[name].iloc[i])}'" if text is not None and name in text else str(v[i])
             raise EmbedscopeError(f"{path}: column '{name}' holds {int(bad.sum())} value(s) that are not finite "
-                                  f"(first: {first} for {columns['path'][i]}): a property needs finite numbers "
+                                  f"(first: {first} for {_col(columns['path'][i], 200)}): a property needs finite numbers "
                                   "or text")
 
 
@@ -270,7 +279,7 @@ def join_properties(paths: np.ndarray, table: dict[str, np.ndarray], source: str
     uniq, counts = np.unique(tp, return_counts=True)
     dup = uniq[counts > 1]
     if len(dup):
-        raise EmbedscopeError(f"{source}: {len(dup)} duplicate path(s), e.g. {', '.join(dup[:3])}")
+        raise EmbedscopeError(f"{source}: {len(dup)} duplicate path(s), e.g. {_paths(dup)}")
     paths = np.asarray(paths).astype(str)
     pos = {p: i for i, p in enumerate(tp)}
     missing = [p for p in paths if p not in pos]
@@ -278,10 +287,10 @@ def join_properties(paths: np.ndarray, table: dict[str, np.ndarray], source: str
         from embedscope.store.embeddings import spelling_hint  # a path column spelled otherwise: say how
 
         raise EmbedscopeError(f"{source}: {len(missing)} image(s) of the file have no row, "
-                              f"e.g. {', '.join(missing[:3])}{spelling_hint(missing, np.setdiff1d(tp, paths))}")
+                              f"e.g. {_paths(missing)}{spelling_hint(missing, np.setdiff1d(tp, paths))}")
     extra = np.setdiff1d(tp, paths)
     if len(extra):
-        raise EmbedscopeError(f"{source}: {len(extra)} row(s) match no image of the file, e.g. {', '.join(extra[:3])}")
+        raise EmbedscopeError(f"{source}: {len(extra)} row(s) match no image of the file, e.g. {_paths(extra)}")
     idx = np.array([pos[p] for p in paths], dtype=np.int64)
     return {k: np.asarray(v)[idx] for k, v in table.items() if k != "path"}
 
