@@ -205,3 +205,17 @@ def test_a_very_long_infinite_cell_is_shortened_in_the_message(tmp_path):
     rc, _, err = run_cli(["add-properties", h5, table])
     line = one_error_line(err, "add-properties")
     assert rc == 1 and "not finite (first: '1000" in line and len(line) < 400
+
+
+def test_a_file_of_several_names_is_noted(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    os.link(h5, tmp_path / "same.h5")
+    table = _csv(tmp_path / "t.csv", "path,w", ["0", "1"] * 3)
+    rc, out, err = run_cli(["add-properties", h5, table])
+    assert rc == 0, err
+    # (the other name silently kept the old file)
+    assert ("e.h5 had 2 names (hard links): the update wrote a new file under this name, the other name still "
+            "names the old one, without these properties") in out
+    assert _props(h5) == ["old", "w"] and _props(tmp_path / "same.h5") == ["old"]
+    rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "u.csv", "path,u", ["0", "1"] * 3)])
+    assert rc == 0 and "hard links" not in out  # (one name now)

@@ -32,6 +32,12 @@ def run(args) -> int:
         raise UsageError(f"the table {args.table} is the embedding file itself: give the CSV, TSV or "
                          "Parquet table of properties")
 
+    import os
+
+    try:  # (a file of several names, hard links: the update writes a new file under this name only)
+        links = os.stat(args.file).st_nlink
+    except OSError:
+        links = 1  # (the reader says why)
     props, replaced, kept, not_kept = _add_properties(args.file, args.table, force=args.force)
     added = list(props)
     # what happened to each name, in one line ("added" said so of a property --force replaced); the names
@@ -50,6 +56,10 @@ def run(args) -> int:
         more = f", ... ({len(shown)} properties)" if len(shown) > 6 else ""
         print(f"note: HDF5 references of the replaced propert{'y' if len(not_kept) == 1 else 'ies'} not kept: "
               f"{', '.join(shown[:6])}{more} (they point into the old file; a dimension scale must be attached again)")
+    if links > 1:  # the other names kept the old file without a word
+        others = "the other name still names" if links == 2 else f"the other {links - 1} names still name"
+        print(f"note: {safe(args.file)} had {links} names (hard links): the update wrote a new file under this name, "
+              f"{others} the old one, without these properties")
     import numpy as np
 
     # NR-Prec (docs/methods.md §9) ranks by shared values: a continuous column has none (one note for all
