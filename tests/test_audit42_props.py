@@ -219,3 +219,17 @@ def test_a_file_of_several_names_is_noted(tmp_path):
     assert _props(h5) == ["old", "w"] and _props(tmp_path / "same.h5") == ["old"]
     rc, out, err = run_cli(["add-properties", h5, _csv(tmp_path / "u.csv", "path,u", ["0", "1"] * 3)])
     assert rc == 0 and "hard links" not in out  # (one name now)
+
+
+def test_a_long_parquet_column_name_and_spaced_integers_on_import(tmp_path):
+    import pandas as pd
+
+    h5 = _h5(tmp_path / "e.h5")
+    pd.DataFrame({"path": PATHS, "q" * 300: [0, 1] * 3}).to_parquet(tmp_path / "t.parquet")
+    rc, _, err = run_cli(["add-properties", h5, tmp_path / "t.parquet"])
+    assert rc == 1 and "is 300 characters long: a property name is at most 255" in one_error_line(err, "add-properties")
+    # import --properties reads a CSV's spaced integers as add-properties does
+    df = pd.DataFrame({"label": [0, 1] * 3, "w": [" 7 ", "7", "8 ", " 8", "7", "8"], "d0": np.arange(6.0)})
+    df.to_csv(tmp_path / "i.csv", index=False)
+    es = import_embeddings(tmp_path / "i.csv", properties=["w"], embeddings="d*")
+    assert es.properties["w"].dtype == np.int64 and es.properties["w"].tolist() == [7, 7, 8, 8, 7, 8]
