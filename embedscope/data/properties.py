@@ -306,7 +306,9 @@ def add_properties_to_file(h5: str | os.PathLike, table_path: str | os.PathLike,
     A property that already exists is an error unless ``force``; replaced, it keeps the HDF5 attributes
     the old dataset had (a table gives none: another tool's units or description stay with the name).
     Returns the names stored (the table's columns, in its order); ``replaced``, when given, is extended
-    with those of them the file already had (``force``: their old values are gone).
+    with those of them the file already had (``force``: their old values are gone). A file without write
+    permission is refused (``force`` included): the rename of the rewritten copy would replace it all the
+    same.
     """
     new, clash, _, _ = _add_properties(h5, table_path, force=force)
     if replaced is not None:
