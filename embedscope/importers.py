@@ -642,11 +642,14 @@ def property_cells(cells: np.ndarray, parsed: np.ndarray) -> np.ndarray:
     pandas parses them: `` 7 `` is 7 as `` 0.5`` is 0.5 (`` 7 `` stayed the text " 7 ", and a column of
     ``7`` and `` 7 `` held two values); around text they are kept."""
     ints = ints_if_exact(cells)
-    if ints.dtype.kind != "i" and any(v != v.strip(_BLANKS) for v in cells if isinstance(v, str)):
+    parsed = np.asarray(parsed)
+    # (stripped only where pandas read integers, which it does through the blanks: a column of floats or text
+    # is not gone through again)
+    if ints.dtype.kind != "i" and parsed.dtype.kind in "iu" and any(v != v.strip(_BLANKS) for v in cells
+                                                                     if isinstance(v, str)):
         ints = ints_if_exact(np.array([v.strip(_BLANKS) if isinstance(v, str) else v for v in cells], dtype=object))
     if ints.dtype.kind == "i":
         return ints
-    parsed = np.asarray(parsed)
     if parsed.dtype.kind == "f" and not np.isnan(parsed).any() and not _PADDED.search("\n".join(map(str, cells))):
         return parsed
     return cells
