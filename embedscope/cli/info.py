@@ -16,6 +16,23 @@ def add_parser(sub, parents):
     return p
 
 
+#: a name read from the file (a property, a dataset, an attribute, a class) longer than this is shown
+#: shortened in the middle (``head…tail``): another tool's 70,000-character property name was printed whole
+SHOWN_NAME = 80
+#: a value read from the file (a path, a provenance attribute, a type) longer than this: shortened so
+SHOWN_VALUE = 200
+#: the longest value cell printed, whatever made it (12 names of SHOWN_NAME characters fit)
+MOST_CELL = 1200
+
+
+def _cut(text, most: int = SHOWN_VALUE) -> str:
+    """``str(text)`` shortened in the middle to ``most`` characters (``head…tail``: a path keeps its file name;
+    :func:`embedscope.analyses.result._short`)."""
+    from embedscope.analyses.result import _short as middle
+
+    return middle(str(text), most)
+
+
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
@@ -32,7 +49,7 @@ def _nonfinite_row(es, stats) -> dict | None:
     kinds = ", ".join(f"{int(m.sum())} with {w}" for m, w in ((nan_rows, "NaN"), (inf_rows, "inf")) if m.any())
     i = int(bad[0])
     return {"field": "non-finite rows", "value": f"{bad.size} of {es.n} ({kinds}); first: row {i}, path "
-            f"{es.paths[i]}; every analysis refuses the file"}
+            f"{_cut(es.paths[i])}; every analysis refuses the file"}
 
 
 def _model_line(cfg) -> str:
@@ -40,7 +57,7 @@ def _model_line(cfg) -> str:
     sets (an ``--arch`` baseline records ``dataset`` as null: no 'dataset=None')."""
     if not isinstance(cfg, dict):
         return ""
-    return ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if k in (
+    return ", ".join(f"{k}={_cut(cfg[k], SHOWN_NAME)}" for k in sorted(cfg) if k in (
         "arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset") and cfg[k] not in (None, ""))
 
 
@@ -101,7 +118,7 @@ def _maps_rows(sm, path) -> list[dict]:
             v = a[k]
             if k == "train_classes" and str(v) == "0":  # (0 stands for no --train-classes: docs/saliency.md)
                 v = "the data set's own split"
-            rows.append({"field": k, "value": str(v)})
+            rows.append({"field": k, "value": _cut(v)})
     model = _model_line(a.get("checkpoint_config"))
     if model:
         rows.append({"field": "model", "value": model})
@@ -175,7 +192,8 @@ def _dtype(ds) -> str:
         text = h5py.check_string_dtype(ds.dtype)
     except Exception:  # noqa: BLE001 - a type h5py cannot describe: named as it prints
         text = None
-    return f"{text.encoding} text" if text is not None else str(ds.dtype)
+    # (a compound type names its fields: another tool's may be long)
+    return f"{text.encoding} text" if text is not None else _cut(ds.dtype)
 
 
 def _extra_rows(f, schema: frozenset, own_attrs: frozenset, attrs: dict) -> list[dict]:
@@ -202,29 +220,30 @@ def _extra_rows(f, schema: frozenset, own_attrs: frozenset, attrs: dict) -> list
                 count += 1
                 target = (link.path if isinstance(link, h5py.SoftLink)
                           else f"{link.filename}:{link.path}")
-                objects.append(f"/{path}: a link to {target}")
+                objects.append(f"{_cut('/' + path)}: a link to {_cut(target)}")
                 continue
             try:
                 obj = g[name]
             except Exception:  # noqa: BLE001 - an object HDF5 cannot open here: named, not described
                 count += 1
-                objects.append(f"/{path}: cannot be read")
+                objects.append(f"{_cut('/' + path)}: cannot be read")
                 continue
-            object_attrs.extend(f"{k} (of /{path}): {_short(_attr(obj, k))}" for k in obj.attrs)
+            object_attrs.extend(f"{_cut(k, SHOWN_NAME)} (of {_cut('/' + path)}): {_short(_attr(obj, k))}"
+                                for k in obj.attrs)
             if isinstance(obj, h5py.Group):
                 if not own and not len(obj):
                     count += 1
-                    objects.append(f"/{path}: an empty group")
+                    objects.append(f"{_cut('/' + path)}: an empty group")
                 walk(obj, path + "/")
             elif isinstance(obj, h5py.Datatype):  # a named (committed) type: no shape (was an AttributeError)
                 count += 1
-                objects.append(f"/{path}: a named datatype {_dtype(obj)}")
+                objects.append(f"{_cut('/' + path)}: a named datatype {_dtype(obj)}")
             elif not own:
                 count += 1
-                objects.append(f"/{path}: {_shape(obj.shape)} {_dtype(obj)}")
+                objects.append(f"{_cut('/' + path)}: {_shape(obj.shape)} {_dtype(obj)}")
 
     walk(f, "")
-    root = [f"{k}: {_short(v)}" for k, v in attrs.items() if k not in own_attrs]
+    root = [f"{_cut(k, SHOWN_NAME)}: {_short(v)}" for k, v in attrs.items() if k not in own_attrs]
     rows = []
     for field, items, n in (("other dataset", objects, count), ("other attribute", root + object_attrs, None)):
         n = len(items) if n is None else n
@@ -244,11 +263,16 @@ def _attr(obj, key):
 
 
 def _names(names, most: int = 12) -> str:
-    """Property names for one row: all up to ``most``, else the first few, ..., the last and the count."""
+    """Property names for one row: all up to ``most``, else the first few, ..., the last and the count;
+    a name longer than :data:`SHOWN_NAME` shortened in the middle (two names never shown alike)."""
+    from embedscope.analyses.result import _short_unique
+
     names = [str(n) for n in names]
-    if len(names) <= most:
-        return ", ".join(names)
-    return ", ".join([*names[:most - 2], "...", names[-1]]) + f" ({len(names)} properties)"
+    if len(names) > most:  # (only those shown: ..., and the last)
+        shown = _short_unique([*names[:most - 2], names[-1]], SHOWN_NAME)
+        return ", ".join([*shown[:-1], "...", shown[-1]]) + f" ({len(names)} properties)"
+    names = _short_unique(names, SHOWN_NAME)
+    return ", ".join(names)
 
 
 def _open(path: str):
@@ -293,7 +317,8 @@ def run(args) -> int:
             rows = _embedding_rows(es, stats, args.file) + _extra_rows(f, _SCHEMA, _OWN_ATTRS, es.attrs)
     # strings from the file are shown with control characters escaped (no terminal escapes): format_table
     # escapes every cell (escaped here too, a path's backslash was shown doubled twice)
-    print(format_table(rows, ["field", "value"]))
+    # (each long name and value was shortened where it was put in; no cell wider than MOST_CELL whatever made it)
+    print(format_table([{**r, "value": _cut(r["value"], MOST_CELL)} for r in rows], ["field", "value"]))
     return 0
 
 
@@ -331,13 +356,19 @@ def _embedding_rows(es, stats, name: str) -> list[dict]:
     uniq, counts = np.unique(es.paths, return_counts=True)
     if (counts > 1).any():  # files are matched by path (yoke, add-properties, query vs gallery): say so
         rows.append({"field": "repeated paths", "value": f"{int((counts > 1).sum())} path(s) name "
-                     f"{int(counts[counts > 1].sum())} rows (e.g. {uniq[counts > 1][0]})"})
+                     f"{int(counts[counts > 1].sum())} rows (e.g. {_cut(uniq[counts > 1][0])})"})
     for k in _PROVENANCE:
         if k in es.attrs and es.attrs[k] != "":
             v = es.attrs[k]
             if isinstance(v, (list, tuple)):  # the table columns an import took as the embedding
-                v = ", ".join(map(str, v)) if len(v) <= 8 else ", ".join(map(str, v[:4])) + f", ..., {v[-1]} ({len(v)})"
-            rows.append({"field": k, "value": str(v)})
+                from embedscope.analyses.result import _short_unique
+
+                # (each column name shortened, two never shown alike; the row is not cut again)
+                cols = _short_unique(v if len(v) <= 8 else [*v[:4], v[-1]], SHOWN_NAME)
+                v = ", ".join(cols) if len(v) <= 8 else ", ".join(cols[:4]) + f", ..., {cols[-1]} ({len(v)})"
+            else:
+                v = _cut(v)
+            rows.append({"field": k, "value": v})
     model = _model_line(es.attrs.get("checkpoint_config"))  # which run of a grid
     if model:
         rows.append({"field": "model", "value": model})

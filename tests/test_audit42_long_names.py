@@ -1,0 +1,115 @@
+"""Audit 42: long names and values read from a file, shown on a terminal.
+
+A file made by another tool can name a property (a dataset, an attribute, a class) with 70,000 characters;
+our importers refuse such names, but the commands that read a file show what is in it:
+
+* ``info`` printed such a property name whole, in the table and its rule (140 KB of output), and every other
+  string of the file (dataset and attribute names, provenance values, paths) as long as it was: each is
+  shortened in the middle (``head…tail``), two property names never shown alike;
+* ``properties``' notes (a property that is the class, one of several values per image) and its error lines
+  (the file's property names listed) named the names whole;
+* ``evaluate --per-class``'s table of the worst classes showed a class name whole.
+"""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+from cli_run import run_cli
+
+from embedscope import store
+
+N = 6
+PATHS = [f"img/{i}.jpg" for i in range(N)]
+LONG = 70_000
+ATTR = 10_000  # (an HDF5 attribute, name and value, is at most 64 KB)
+MOST_LINE = 1500  # (a readable line: the widest cell info prints is 1,200 characters)
+
+
+def _h5(path, *, attrs=None, class_names=("a", "b", "c"), paths=PATHS):
+    es = store.EmbeddingSet(embeddings=np.random.default_rng(0).normal(size=(N, 3)).astype(np.float32),
+                            labels=np.array([0, 0, 1, 1, 2, 2]), paths=list(paths), split=["test"] * N,
+                            class_names=list(class_names), properties={"old": np.arange(N)})
+    store.save(path, es, attrs=attrs)
+    return path
+
+
+def _widest(out: str) -> int:
+    return max(len(line) for line in out.splitlines())
+
+
+# ----------------------------------------------------------------------------- 1. info
+
+
+def test_info_shortens_another_tools_long_property_names(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    long_a, long_b = "w" * LONG + "a", "w" * LONG + "b"
+    with h5py.File(h5, "r+") as f:  # (add-properties refuses such names; another tool wrote them)
+        f["properties"].create_dataset(long_a, data=np.arange(N))
+        f["properties"].create_dataset(long_b, data=np.arange(N))
+    rc, out, err = run_cli(["info", h5])
+    assert rc == 0, err
+    assert _widest(out) < MOST_LINE  # (was 140,030: the row and the table's rule)
+    row = next(line for line in out.splitlines() if line.startswith("properties "))
+    names = row.split(None, 1)[1].split(", ")
+    assert names[0] == "old" and len(names) == 3 and names[1] != names[2]  # two names, shown apart
+    assert all("…" in n and len(n) <= 100 for n in names[1:]) and names[1].endswith("a") and names[2].endswith("b")
+
+
+def test_info_names_the_count_of_many_long_properties(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    with h5py.File(h5, "r+") as f:
+        for i in range(20):
+            f["properties"].create_dataset(f"{i:02d}" + "w" * LONG, data=np.arange(N))
+    rc, out, err = run_cli(["info", h5])
+    assert rc == 0, err
+    assert _widest(out) < MOST_LINE
+    row = next(line for line in out.splitlines() if line.startswith("properties "))
+    assert row.endswith(", ..., old (21 properties)") and row.count("…") == 10  # each shown shortened
+
+
+def test_info_shortens_long_strings_of_the_file(tmp_path):
+    long_path = "d" * LONG + "/img.jpg"
+    h5 = _h5(tmp_path / "e.h5", paths=[long_path, long_path, *PATHS[2:]],
+             attrs={"dataset": "x" * ATTR, "root": "/data/" + "r" * ATTR + "/end",
+                    "import_embedding_columns": ["c" * 2000 + str(i) for i in range(10)],
+                    "checkpoint_config": {"arch": "a" * ATTR, "seed": 3},
+                    "k" * ATTR: "v" * ATTR})
+    with h5py.File(h5, "r+") as f:
+        g = f.create_group("g" * LONG)
+        g.create_dataset("t" * LONG, data=np.zeros(2))
+        g.attrs["n" * ATTR] = "m" * ATTR
+        f["soft"] = h5py.SoftLink("/" + "s" * LONG)
+        f.create_dataset("compound", data=np.zeros(2, dtype=[("f" * ATTR, "f4")]))
+        f["embeddings"][0, 0] = np.nan  # (the non-finite row names its path)
+    rc, out, err = run_cli(["info", h5])
+    assert rc == 0, err
+    assert _widest(out) < MOST_LINE
+    lines = out.splitlines()
+    field = {}
+    for line in lines[2:]:
+        k, _, v = line.partition("  ")
+        field.setdefault(k.strip(), []).append(v.strip())
+    assert field["root"][0].startswith("/data/rrr") and field["root"][0].endswith("rrr/end")
+    assert field["repeated paths"][0].endswith("/img.jpg)")
+    assert "/img.jpg; every analysis" in field["non-finite rows"][0]
+    assert field["import_embedding_columns"][0].count("…") == 5  # 4, ..., the last: each name shortened
+    assert field["model"][0].endswith("seed=3")
+    assert any(v.startswith("/ggg") and v.endswith("ttt: 2 float64") for v in field["other dataset"])
+    assert any(v.startswith("/compound: 2 [('fff") and "…" in v for v in field["other dataset"])
+    assert any("a link to /sss" in v for v in field["other dataset"])
+    assert any(v.startswith("kkk") and v.endswith("vvv...") for v in field["other attribute"])
+
+
+def test_info_shortens_a_maps_files_long_attributes(tmp_path):
+    from embedscope.store.saliency import SaliencyMaps, save_maps
+
+    sm = SaliencyMaps(maps=np.random.default_rng(0).random((5, 4, 4)).astype(np.float32),
+                      paths=[f"img/{i}.png" for i in range(5)], labels=np.zeros(5, np.int64), class_names=["a"],
+                      attrs={"name": "n" * ATTR, "family": "ranking", "order": "paper", "n_samples": 50,
+                             "noise": 0.15, "transform": "t" * ATTR, "checkpoint_config": {"arch": "a" * ATTR}})
+    save_maps(tmp_path / "m.h5", sm)
+    rc, out, err = run_cli(["info", tmp_path / "m.h5"])
+    assert rc == 0, err
+    assert _widest(out) < MOST_LINE  # (was 10,000 and more)
+    assert "saliency maps of 5 images" in out and out.count("…") == 3
