@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
-from cli_run import run_cli
+from cli_run import one_error_line, run_cli
 
 from embedscope import store
 
@@ -113,3 +113,49 @@ def test_info_shortens_a_maps_files_long_attributes(tmp_path):
     assert rc == 0, err
     assert _widest(out) < MOST_LINE  # (was 10,000 and more)
     assert "saliency maps of 5 images" in out and out.count("…") == 3
+
+
+# ----------------------------------------------------------------------------- 2. properties' notes and errors
+
+
+def _long_props(h5, **props):
+    with h5py.File(h5, "r+") as f:  # (add-properties refuses such names; another tool wrote them)
+        for k, v in props.items():
+            f["properties"].create_dataset(k * LONG, data=v)
+    return h5
+
+
+def test_properties_notes_shorten_long_names(tmp_path):
+    h5 = _long_props(_h5(tmp_path / "e.h5"), t=np.array([5, 5, 6, 6, 7, 7]), s=np.zeros((N, 2)))
+    rc, out, err = run_cli(["properties", h5, "--no-progress", "--json", tmp_path / "p.json"])
+    assert rc == 0, err
+    assert _widest(out) < 300  # (the notes were 70,000 characters and more)
+    lines = out.splitlines()
+    twin = next(line for line in lines if "groups the images exactly as the class labels" in line)
+    several = next(line for line in lines if "holds several values per image: not measured" in line)
+    assert twin.startswith("property 'ttt") and "…" in twin
+    assert several.startswith("property 'sss") and "…" in several
+    import json
+
+    table = json.loads((tmp_path / "p.json").read_text())["table"]
+    assert "t" * LONG in {r["property"] for r in table}  # (the JSON keeps the name whole)
+
+
+def test_properties_errors_shorten_long_names(tmp_path):
+    h5 = _long_props(_h5(tmp_path / "e.h5"), f=np.array([0.0, 1, np.nan, 1, 0, 1]))
+    rc, out, err = run_cli(["properties", h5, "--no-progress"])
+    line = one_error_line(err, "properties")
+    assert rc == 1 and len(line) < 400 and "property 'fff" in line and "holds NaN or inf" in line
+    rc, out, err = run_cli(["properties", h5, "--no-progress", "--properties", "old,zzz"])
+    line = one_error_line(err, "properties")
+    assert rc == 1 and len(line) < 400 and "no property 'zzz' (the file has: class, fff" in line
+
+
+def test_properties_error_lists_at_most_twelve_names(tmp_path):
+    h5 = _h5(tmp_path / "e.h5")
+    with h5py.File(h5, "r+") as f:
+        for i in range(30):
+            f["properties"].create_dataset(f"p{i:02d}" + "w" * 1000, data=np.arange(N))
+    rc, out, err = run_cli(["properties", h5, "--no-progress", "--properties", "zzz"])
+    line = one_error_line(err, "properties")
+    assert rc == 1 and len(line) < 1500 and line.endswith(" and 20 more)") and line.count("…") == 10  # class, old, 10 of 30

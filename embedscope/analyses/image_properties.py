@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.analyses._sources import as_sources, check_no_zero_rows, other_images_note
-from embedscope.analyses.result import Result, combine, provenance_of
+from embedscope.analyses.result import Result, _short, _short_unique, combine, provenance_of
 from embedscope.errors import EmbedscopeError
 from embedscope.names import SPLIT_CHOICES
 from embedscope.validation import check_bool, check_choice
@@ -31,6 +31,21 @@ def typed_table(frame):
 
 #: the name under which a file's own property called 'class' is shown (the label is 'class')
 CLASS_PROPERTY = "class (file property)"
+#: a property name longer than this is shortened in the middle (``head…tail``) in the notes and error lines
+#: (another tool's can be 70,000 characters; as ``embedscope properties``' table, cli.properties.SHOWN_NAME)
+SHOWN_NAME = 80
+#: the most property names one note or error line lists (a file of 3,000 measurements: the first, then the count)
+MOST_NAMED = 12
+
+
+def _listed(names, *, quote: bool = True) -> str:
+    """Property names for a note or an error line: each longer than :data:`SHOWN_NAME` shortened in the
+    middle (two never shown alike), in single quotes unless not ``quote``, at most :data:`MOST_NAMED` of
+    them and then how many more (the table, CSV and JSON keep every name whole)."""
+    names = [str(k) for k in names]
+    shown = [f"'{n}'" if quote else n for n in _short_unique(names[:MOST_NAMED], SHOWN_NAME)]
+    more = f" and {len(names) - MOST_NAMED} more" if len(names) > MOST_NAMED else ""
+    return ", ".join(shown) + more
 
 
 def properties_of_files(files: Sequence[str | os.PathLike], *, names: Sequence[str] | None = None,
@@ -124,7 +139,7 @@ def _rows_and_provenance(files, *, names, split, max_r, properties, metric, norm
                                  dim=es.embeddings.shape[1], twins=[t for t in twins if t in res],
                                  class_dropped=not class_listed and not properties))
         if several:  # (N x k properties: the whole file was refused, "property 'v' has shape (6, 2)", no file named)
-            named = ", ".join(f"'{k}'" for k in several)
+            named = _listed(several)
             extras[-1].setdefault("notes", []).append(
                 f"propert{'y' if len(several) == 1 else 'ies'} {named} {'holds' if len(several) == 1 else 'hold'} "
                 "several values per image: not measured (NR-Prec takes one value per image)")
@@ -218,7 +233,7 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
     several = [k for k, v in props.items() if np.ndim(v) != 1]
     for k in several:
         if properties and k in properties:
-            raise EmbedscopeError(f"{f}: property '{k}' holds several values per image (shape "
+            raise EmbedscopeError(f"{f}: property '{_short(k, SHOWN_NAME)}' holds several values per image (shape "
                                   f"{tuple(np.shape(props[k]))}): NR-Prec takes one value per image")
         del props[k]
     if with_class and "class" in props:  # 'class' names the class labels here: the file's own property
@@ -235,8 +250,8 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
     if properties:
         missing = [p for p in properties if p not in props]
         if missing:
-            raise EmbedscopeError(f"{f}: no property '{missing[0]}' (the file has: "
-                                  f"{', '.join(props) or 'none'})")
+            raise EmbedscopeError(f"{f}: no property '{_short(missing[0], SHOWN_NAME)}' (the file has: "
+                                  f"{_listed(props, quote=False) or 'none'})")
         props = {p: props[p] for p in properties}
     if not props:
         raise EmbedscopeError(f"{f}: the file holds no properties (add some with 'embedscope add-properties')")
@@ -244,8 +259,9 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
         v = np.asarray(v)
         if v.dtype.kind == "f" and v.ndim == 1 and not np.all(np.isfinite(v)):
             bad = int(np.count_nonzero(~np.isfinite(v)))
-            raise EmbedscopeError(f"{f}: property '{k}' holds NaN or inf ({bad} of the {len(v)} images of split "
-                                  f"{split}): leave it out by naming the properties to measure (--properties)")
+            raise EmbedscopeError(f"{f}: property '{_short(k, SHOWN_NAME)}' holds NaN or inf ({bad} of the {len(v)} "
+                                  f"images of split {split}): leave it out by naming the properties to measure "
+                                  "(--properties)")
     if metric == "cosine" or normalize:  # named by file and split, as evaluate and scatter (not 'row k of X')
         check_no_zero_rows(es, split)
     return props, twins, class_listed, several
@@ -300,7 +316,7 @@ def _explained(res: dict[str, dict[str, Any]], fields, *, n: int, metric: str, n
         notes.append(f"{rep} of {n} rows repeat another row exactly{as_ranked}: their tied neighbours are "
                      f"ranked by row order (lower index first){one_d}")
     if twins:
-        named = ", ".join(f"'{t}'" for t in twins)
+        named = _listed(twins)
         one = len(twins) == 1
         notes.append(f"propert{'y' if one else 'ies'} {named} group{'s' if one else ''} the images exactly as the "
                      f"class labels: {'its' if one else 'their'} numbers are the class's"
