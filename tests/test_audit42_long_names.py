@@ -159,3 +159,31 @@ def test_properties_error_lists_at_most_twelve_names(tmp_path):
     rc, out, err = run_cli(["properties", h5, "--no-progress", "--properties", "zzz"])
     line = one_error_line(err, "properties")
     assert rc == 1 and len(line) < 1500 and line.endswith(" and 20 more)") and line.count("…") == 10  # class, old, 10 of 30
+
+
+def test_properties_error_of_several_values_shortens_the_name(tmp_path):
+    h5 = _long_props(_h5(tmp_path / "e.h5"), s=np.zeros((N, 2)))
+    rc, out, err = run_cli(["properties", h5, "--no-progress", "--properties", "s" * LONG])
+    line = one_error_line(err, "properties")
+    assert rc == 1 and len(line) < 400 and "holds several values per image (shape (6, 2))" in line
+
+
+# ----------------------------------------------------------------------------- 3. class names
+
+
+def test_evaluate_per_class_shortens_long_class_names(tmp_path):
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), 4)
+    names = ["a" * 10_000 + "1", "a" * 10_000 + "2", "c"]  # (alike at both ends but for one letter)
+    es = store.EmbeddingSet(embeddings=(rng.normal(size=(12, 4)) + labels[:, None]).astype(np.float32),
+                            labels=labels, paths=[f"img/{i}.jpg" for i in range(12)], split=["test"] * 12,
+                            class_names=names)
+    store.save(tmp_path / "c.h5", es)
+    rc, out, err = run_cli(["evaluate", tmp_path / "c.h5", "--no-progress", "--per-class", tmp_path / "pc.csv"])
+    assert rc == 0, err
+    assert _widest(out) < 200  # (was 10,034)
+    shown = [line.split()[0] for line in out.splitlines() if line.startswith("aaa")]
+    assert len(shown) == 2 and shown[0] != shown[1] and all("…" in s for s in shown)
+    assert set(names) <= set(pd.read_csv(tmp_path / "pc.csv", keep_default_na=False)["class"])  # kept whole

@@ -12,6 +12,9 @@ from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 #: grow to when a value is below 10^-DIGITS (:func:`table_digits`)
 DIGITS = 4
 MAX_DIGITS = 8
+#: a class name longer than this is shortened in the middle in the terminal table of the worst classes
+#: (another tool's class name of 10,000 characters made it 10,000 characters wide); the files keep it whole
+SHOWN_CLASS = 80
 
 KEY_CHOICES = ("R@k", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim", "NMI", "F1")
 
@@ -205,9 +208,15 @@ def run(args) -> int:
         print(line)
     written = write_result(results, args)  # one file: its Result's layout
     if per_class:
+        from embedscope.analyses.result import _short_unique
+
         for r in results:
             rows = worst[r.model]
             what = f"the {len(rows)} classes" if len(rows) > 1 else "the class"
+            # a class name longer than SHOWN_CLASS (another tool's: 10,000 characters) shortened in the
+            # middle, two never shown alike; the --per-class CSV and Parquet keep it whole
+            shown = _short_unique([row["class"] for row in rows], SHOWN_CLASS)
+            rows = [{**row, "class": c} for row, c in zip(rows, shown)]
             print(format_table(rows, ["class", "n", "R@1", "R-Precision", "MAP@R"], digits=digits,
                                title=f"{r.model}: {what} with the lowest MAP@R"))
     if args.per_class:
