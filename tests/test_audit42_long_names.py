@@ -187,3 +187,12 @@ def test_evaluate_per_class_shortens_long_class_names(tmp_path):
     shown = [line.split()[0] for line in out.splitlines() if line.startswith("aaa")]
     assert len(shown) == 2 and shown[0] != shown[1] and all("…" in s for s in shown)
     assert set(names) <= set(pd.read_csv(tmp_path / "pc.csv", keep_default_na=False)["class"])  # kept whole
+
+
+def test_the_note_of_files_of_other_images_shortens_a_long_path(tmp_path):
+    a = _h5(tmp_path / "a.h5")
+    b = _h5(tmp_path / "b.h5", paths=["d" * LONG + "/x.jpg", *PATHS[1:]])
+    rc, out, err = run_cli(["properties", a, b, "--no-progress"])
+    assert rc == 0, err
+    note = next(line for line in out.splitlines() if "holds other images than" in line)
+    assert len(note) < 500 and "…" in note and "/x.jpg)" in note  # (was 70,000 characters and more)

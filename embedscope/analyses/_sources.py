@@ -164,7 +164,10 @@ def other_images_note(paths, first_paths, split: str, first: str) -> str | None:
         return None
     only_mine = np.setdiff1d(mine, theirs, assume_unique=True)
     only_theirs = np.setdiff1d(theirs, mine, assume_unique=True)
-    eg = (only_mine if len(only_mine) else only_theirs)[0]
+    from embedscope.analyses.result import _short
+
+    # (a path another tool wrote can be 70,000 characters: shortened in the middle, its file name kept)
+    eg = _short(str((only_mine if len(only_mine) else only_theirs)[0]), 200)
     return (f"its {split} split holds other images than {first}'s ({len(only_mine)} of its {len(mine)} not in "
             f"{first}, {len(only_theirs)} of {first}'s {len(theirs)} not in it; e.g. {eg}): their numbers are "
             "measured on different images (files embedded with different --train-classes or data?)")
