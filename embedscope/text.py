@@ -19,6 +19,11 @@ a Python traceback prints it as it is: pass a message through :func:`safe` befor
 
 from __future__ import annotations
 
+#: a name read from a file (a property, a class, a dataset, an attribute) longer than this is shown shortened in
+#: the middle on a terminal and in notes (another tool's 70,000-character property name was printed whole); the
+#: table files (CSV, JSON, Parquet) keep it whole
+SHOWN_NAME = 80
+
 
 def _escape(ch: str) -> str:
     if ch == "\\":

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.analyses._sources import as_sources, check_no_zero_rows, other_images_note
-from embedscope.analyses.result import Result, _short, _short_unique, combine, provenance_of
+from embedscope.analyses.result import SHOWN_NAME, Result, _short, _short_unique, combine, provenance_of
 from embedscope.errors import EmbedscopeError
 from embedscope.names import SPLIT_CHOICES
 from embedscope.validation import check_bool, check_choice
@@ -31,9 +31,6 @@ def typed_table(frame):
 
 #: the name under which a file's own property called 'class' is shown (the label is 'class')
 CLASS_PROPERTY = "class (file property)"
-#: a property name longer than this is shortened in the middle (``head…tail``) in the notes and error lines
-#: (another tool's can be 70,000 characters; as ``embedscope properties``' table, cli.properties.SHOWN_NAME)
-SHOWN_NAME = 80
 #: the most property names one note or error line lists (a file of 3,000 measurements: the first, then the count)
 MOST_NAMED = 12
 

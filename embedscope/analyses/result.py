@@ -35,7 +35,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError, MissingKey
 from embedscope.fileio import escape_undecodable
-from embedscope.text import quoted
+from embedscope.text import SHOWN_NAME, quoted  # noqa: F401  (SHOWN_NAME: the analyses' notes shorten by it)
 
 VALUE_COLUMNS = ["measure", "value", "model"]
 

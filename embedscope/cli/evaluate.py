@@ -7,14 +7,12 @@ import argparse
 from embedscope.cli.common import add_device, add_force, positive_int, seed_int
 from embedscope.cli.output import add_result_outputs
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
+from embedscope.text import SHOWN_NAME  # (class names longer than it shortened in the worst-classes table)
 
 #: decimals of the terminal tables (as every command but geometry and spectrum), and the most they
 #: grow to when a value is below 10^-DIGITS (:func:`table_digits`)
 DIGITS = 4
 MAX_DIGITS = 8
-#: a class name longer than this is shortened in the middle in the terminal table of the worst classes
-#: (another tool's class name of 10,000 characters made it 10,000 characters wide); the files keep it whole
-SHOWN_CLASS = 80
 
 KEY_CHOICES = ("R@k", "P@1", "R-Precision", "MAP@R", "mAP@C", "mAP@1000", "mAP@lim", "NMI", "F1")
 
@@ -213,9 +211,9 @@ def run(args) -> int:
         for r in results:
             rows = worst[r.model]
             what = f"the {len(rows)} classes" if len(rows) > 1 else "the class"
-            # a class name longer than SHOWN_CLASS (another tool's: 10,000 characters) shortened in the
+            # a class name longer than SHOWN_NAME (another tool's: 10,000 characters) shortened in the
             # middle, two never shown alike; the --per-class CSV and Parquet keep it whole
-            shown = _short_unique([row["class"] for row in rows], SHOWN_CLASS)
+            shown = _short_unique([row["class"] for row in rows], SHOWN_NAME)
             rows = [{**row, "class": c} for row, c in zip(rows, shown)]
             print(format_table(rows, ["class", "n", "R@1", "R-Precision", "MAP@R"], digits=digits,
                                title=f"{r.model}: {what} with the lowest MAP@R"))

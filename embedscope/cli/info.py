@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from embedscope.text import SHOWN_NAME  # (names of the file longer than it shortened in the middle)
+
 
 def add_parser(sub, parents):
     p = sub.add_parser("info", parents=parents, help="summarise an embedding or saliency-maps file",
@@ -16,9 +18,6 @@ def add_parser(sub, parents):
     return p
 
 
-#: a name read from the file (a property, a dataset, an attribute, a class) longer than this is shown
-#: shortened in the middle (``head…tail``): another tool's 70,000-character property name was printed whole
-SHOWN_NAME = 80
 #: a value read from the file (a path, a provenance attribute, a type) longer than this: shortened so
 SHOWN_VALUE = 200
 #: the longest value cell printed, whatever made it (12 names of SHOWN_NAME characters fit)

@@ -6,11 +6,9 @@ import argparse
 
 from embedscope.analyses.result import PROPERTY_COLUMNS
 from embedscope.cli.common import add_force, add_split, nonnegative_int, positive_int, seed_int
+from embedscope.text import SHOWN_NAME  # (longer names shortened on the terminal)
 
 COLUMNS = list(PROPERTY_COLUMNS)  # the terminal table's columns, as print(result) of the API shows them
-#: a property name longer than this is shortened in the middle in the terminal table and the lines under it
-#: (another tool's 70,000-character name made the table 70,000 characters wide); CSV, JSON and Parquet keep it
-SHOWN_NAME = 80
 
 
 def add_parser(sub, parents):
