@@ -108,7 +108,7 @@ def test_a_collapsed_model_has_no_ranking_numbers_and_says_why(tmp_path, capsys)
         r = rows[("dup", prop)]
         assert r["NR-Prec"] == r["R-Prec"] == r["p_value"] == r["z"] == r["perm_p_value"] == r["perm_mean"] == ""
         assert float(r["ceiling"]) == pytest.approx(_ceiling(vals), rel=1e-12)
-        assert r["significant_2.576"] == "False"
+        assert r["significant_2.576"] == ""  # no verdict without NR-Prec (audit 42: it was False)
         _assert_brute(rows, "ok", Xok, {prop: vals})  # the healthy file: its numbers as before
     notes = [ln for ln in text.splitlines() if "undefined (" + DASH + ")" in ln]
     assert len(notes) == 1 and notes[0].startswith("dup: undefined (" + DASH + "): class, colour, size (")

@@ -20,12 +20,17 @@ PERM_FIELDS = ("perm_p_value", "perm_mean", "perm_sd", "permutations")  # with p
 
 def typed_table(frame):
     """The per-row table as written to Parquet: ``max_r`` an integer column with or without a cap
-    (empty without one, which Arrow would otherwise type "null")."""
-    if "max_r" in frame.columns:
-        import pandas as pd
+    (empty without one, which Arrow would otherwise type "null"); ``significant_2.576`` a nullable
+    boolean (missing where NR-Prec is undefined: not False, "not significant"; a column of booleans
+    and None was an object column, every cell missing typed "null")."""
+    import pandas as pd
 
-        frame = frame.copy()
+    frame = frame.copy()
+    if "max_r" in frame.columns:
         frame["max_r"] = pd.array([None if v is None or v != v else int(v) for v in frame["max_r"]], dtype="Int64")
+    if "significant_2.576" in frame.columns:
+        frame["significant_2.576"] = pd.array([None if v is None or v != v else bool(v)
+                                               for v in frame["significant_2.576"]], dtype="boolean")
     return frame
 
 

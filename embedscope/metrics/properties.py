@@ -856,7 +856,8 @@ def property_precision(X, properties: Mapping[str, Any], *, metric: str = "eucli
         (NR-Prec of perfect clustering, averaged like NR-Prec), ``null_mean`` / ``null_sd`` (exact
         mean and standard deviation of the mean z-score if every query's hits were hypergeometric,
         queries independent), ``z`` and ``p_value`` (one-sided), ``significant_2.576`` (the paper's
-        rule), ``n_values``, ``lone_values``, ``lone_queries`` (dropped), ``queries``,
+        rule, NR-Prec >= 2.576: True or False, None where NR-Prec is undefined), ``n_values``,
+        ``lone_values``, ``lone_queries`` (dropped), ``queries``,
         ``max_r`` and ``capped`` (whether the cap changed any R); with ``permutations``:
         ``perm_p_value``, ``perm_mean``, ``perm_sd``, ``permutations``; ``repeated_rows`` (the rows of X
         equal to an earlier row as ranked, after the L2 normalisation of cosine: their ties with their
@@ -1044,7 +1045,8 @@ def _summary(k: int, codes: np.ndarray, R: np.ndarray, Nv: np.ndarray, H: np.nda
         "n_values": int((cnt > 0).sum()), "lone_values": int((cnt == 1).sum()),
         "lone_queries": int(n - nq), "queries": nq, "max_r": None if max_r is None else int(max_r),
         "capped": bool(max_r is not None and np.any(Nv[k][q] - 1 > max_r)),
-        **dict.fromkeys(RANKING_FIELDS, nan), "significant_2.576": False, "repeated_rows": int(repeated),
+        # the rule's verdict is undefined (None) with NR-Prec: not "not significant"
+        **dict.fromkeys(RANKING_FIELDS, nan), "significant_2.576": None, "repeated_rows": int(repeated),
     }
     if perm_nr is not None:  # every property has the same keys: NaN where NR-Prec is undefined
         res.update(_perm_summary(nan, perm_nr[k]))

@@ -1,0 +1,95 @@
+"""Audit 42: result tables and the study report's text. An undefined significance verdict
+(``significant_2.576`` where NR-Prec is undefined) is missing, not False, in every file; the saliency
+agreement's undefined-JSD counts stand beside the undefined-r ones; the study report says yes / no
+for a setting that the runs table says yes / no for; texts that look like numbers ("007") stay texts."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+
+from embedscope.cli import main
+
+
+def _run(args) -> int:
+    try:
+        return main(args)
+    except SystemExit as e:  # argparse's usage errors
+        return e.code
+
+
+def _file(path, X, labels, **props):
+    from embedscope import store
+
+    X = np.asarray(X, dtype=np.float32)
+    n = len(X)
+    es = store.EmbeddingSet.from_arrays(X, np.asarray(labels), split="test", paths=[f"img/{i}.png" for i in range(n)],
+                                        properties={k: np.asarray(v) for k, v in props.items()})
+    store.save(path, es)
+    return path
+
+
+# ------------------------------------------------------------------ 1. significant_2.576 where NR-Prec is undefined
+
+
+def test_significance_is_undefined_where_nr_prec_is_and_a_verdict_where_it_is_defined():
+    """Every value lone (no query), one value for every image (p = 1) and a collapsed model (row order):
+    NR-Prec NaN, so the rule's verdict is None (it was False: "not significant"); a defined NR-Prec keeps
+    its True / False."""
+    from embedscope.metrics.properties import property_precision
+
+    rng = np.random.default_rng(0)
+    n = 40
+    X = rng.normal(size=(n, 4))
+    X[:20] += 6.0
+    r = property_precision(X, {"lone": np.arange(n), "one": np.zeros(n, int), "side": np.repeat([0, 1], 20),
+                               "noise": rng.integers(0, 2, n)})
+    assert math.isnan(r["lone"]["NR-Prec"]) and r["lone"]["significant_2.576"] is None
+    assert math.isnan(r["one"]["NR-Prec"]) and r["one"]["significant_2.576"] is None
+    assert r["side"]["significant_2.576"] is True and r["side"]["NR-Prec"] >= 2.576
+    assert r["noise"]["significant_2.576"] is (r["noise"]["NR-Prec"] >= 2.576)
+    collapsed = property_precision(np.ones((n, 3)), {"side": np.repeat([0, 1], 20)})["side"]
+    assert math.isnan(collapsed["NR-Prec"]) and collapsed["significant_2.576"] is None
+
+
+def test_properties_files_write_an_undefined_significance_as_missing(tmp_path, capsys):
+    """The command's CSV (empty cell), JSON (null), Parquet (a nullable boolean column: <NA>, not False)
+    and the API's frames and files: the collapsed file's rows have no verdict, the healthy file's have one."""
+    import pandas as pd
+
+    from embedscope.analyses import properties
+    from embedscope.tables import read_parquet
+
+    rng = np.random.default_rng(1)
+    n = 40
+    labels = np.repeat([0, 1], 20)
+    colour = rng.integers(0, 3, n)
+    Xok = rng.normal(size=(n, 4))
+    Xok[:20] += 6.0
+    dup = _file(tmp_path / "dup.h5", np.tile([0.5, -0.25, 1.0, 0.75], (n, 1)), labels, colour=colour)
+    ok = _file(tmp_path / "ok.h5", Xok, labels, colour=colour)
+    c, j, q = tmp_path / "p.csv", tmp_path / "p.json", tmp_path / "p.parquet"
+    assert _run(["properties", str(dup), str(ok), "--csv", str(c), "--json", str(j), "--parquet", str(q),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    rows = {(r["model"], r["property"]): r for r in csv.DictReader(open(c, newline=""))}
+    assert rows[("dup", "class")]["significant_2.576"] == "" and rows[("dup", "colour")]["significant_2.576"] == ""
+    assert rows[("ok", "class")]["significant_2.576"] == "True"
+    assert rows[("ok", "colour")]["significant_2.576"] in ("True", "False")
+    got = json.loads(j.read_text())
+    sig = {(m["model"], r["property"]): r["significant_2.576"] for m in got["models"] for r in m["table"]}
+    assert sig[("dup", "class")] is None and sig[("dup", "colour")] is None and sig[("ok", "class")] is True
+    pq = read_parquet(q)
+    assert str(pq["significant_2.576"].dtype) == "boolean"
+    by = {(m, p): v for m, p, v in zip(pq["model"], pq["property"], pq["significant_2.576"])}
+    assert by[("dup", "class")] is pd.NA and by[("dup", "colour")] is pd.NA and bool(by[("ok", "class")]) is True
+    # the API: one file's table as Parquet and CSV, every row undefined (Arrow typed such a column "null")
+    res = properties(str(dup))[0]
+    res.to_parquet(tmp_path / "api.parquet", table=True)
+    res.to_csv(tmp_path / "api.csv", table=True)
+    api = read_parquet(tmp_path / "api.parquet")
+    assert str(api["significant_2.576"].dtype) == "boolean" and api["significant_2.576"].isna().all()
+    assert [r["significant_2.576"] for r in csv.DictReader(open(tmp_path / "api.csv", newline=""))] == ["", ""]
