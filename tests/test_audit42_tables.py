@@ -93,3 +93,61 @@ def test_properties_files_write_an_undefined_significance_as_missing(tmp_path, c
     api = read_parquet(tmp_path / "api.parquet")
     assert str(api["significant_2.576"].dtype) == "boolean" and api["significant_2.576"].isna().all()
     assert [r["significant_2.576"] for r in csv.DictReader(open(tmp_path / "api.csv", newline=""))] == ["", ""]
+
+
+# ------------------------------------------------------------------ 2. n_undefined_jsd beside n_undefined_r
+
+
+def _maps_file(path, paths, maps, *, name, family="ranking"):
+    from embedscope.store.saliency import SaliencyMaps, save_maps
+
+    n = len(paths)
+    sm = SaliencyMaps(maps=np.asarray(maps, np.float32), paths=paths, labels=np.zeros(n, np.int64),
+                      class_names=["a"], attrs={"name": name, "family": family, "order": "paper", "n_samples": 50,
+                                                "noise": 0.15})
+    save_maps(path, sm)
+    return path
+
+
+def _three_models():
+    """a varies everywhere; b has 2 all-zero maps (no r, no JSD) and 1 constant non-zero map (no r, a JSD);
+    c has 1 all-zero map, on another image than b's."""
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.random((8, 4, 4)) for _ in range(3))
+    b[[1, 2]] = 0.0
+    b[5] = 0.25
+    c[6] = 0.0
+    return a, b, c
+
+
+def test_agreement_matrices_count_the_undefined_jsd_beside_the_undefined_r():
+    """The matrices had n_undefined_r only: a JSD left out of a cell's mean was counted in the pair's dict
+    and the CSV, not in the matrix. Off the diagonal each pair's count, on it the model's all-zero maps;
+    the streamed matrices equal the whole arrays'."""
+    from embedscope.metrics.agreement import agreement_matrix, agreement_matrix_streamed
+
+    a, b, c = _three_models()
+    res = agreement_matrix([a, b, c], names=["a", "b", "c"])
+    want_r = np.array([[0, 3, 1], [3, 3, 4], [1, 4, 1]])
+    want_jsd = np.array([[0, 2, 1], [2, 2, 3], [1, 3, 1]])
+    assert res["n_undefined_r"].tolist() == want_r.tolist()
+    assert res["n_undefined_jsd"].tolist() == want_jsd.tolist()
+    for (i, j), pr in res["pairs"].items():
+        assert res["n_undefined_jsd"][i, j] == pr["n_undefined_jsd"] == int(np.isnan(pr["jsd"]).sum())
+    st = agreement_matrix_streamed(lambda s, e: [m[s:e] for m in (a, b, c)], 8, 3, block=3, names=["a", "b", "c"])
+    assert st["n_undefined_jsd"].tolist() == want_jsd.tolist()
+
+
+def test_saliency_agreement_json_holds_the_undefined_jsd_matrix(tmp_path, capsys):
+    """The command's JSON: matrices.n_undefined_jsd beside matrices.n_undefined_r; the CSV and the pairs agree."""
+    a, b, c = _three_models()
+    paths = [f"p{k}.png" for k in range(8)]
+    files = [_maps_file(tmp_path / f"{n}.h5", paths, m, name=n) for n, m in zip("abc", (a, b, c))]
+    j, cs = tmp_path / "r.json", tmp_path / "r.csv"
+    assert _run(["saliency-agreement", *map(str, files), "--json", str(j), "--csv", str(cs)]) == 0
+    capsys.readouterr()
+    doc = json.loads(j.read_text())
+    assert doc["matrices"]["n_undefined_jsd"] == [[0, 2, 1], [2, 2, 3], [1, 3, 1]]
+    assert doc["matrices"]["n_undefined_r"] == [[0, 3, 1], [3, 3, 4], [1, 4, 1]]
+    rows = {(r["model_a"], r["model_b"]): r for r in csv.DictReader(open(cs, newline=""))}
+    assert rows[("a", "b")]["n_undefined_jsd"] == "2" and rows[("b", "c")]["n_undefined_jsd"] == "3"

@@ -248,9 +248,10 @@ def agreement_matrix(maps: Sequence[np.ndarray], *, names: Sequence[str] | None 
     Returns
     -------
     dict with ``names``, ``families``, matrices [M, M] ``r_mean``, ``r_spread``, ``jsd_mean``,
-    ``jsd_std``, ``n_undefined_r`` (diagonal: r = 1, JSD = 0 by definition, not computed; NaN for a
-    model whose maps are all constant, resp. all zero; the diagonal of ``n_undefined_r`` counts the
-    model's constant maps), ``n_constant_maps`` and ``n_zero_maps`` (per model), ``pairs``
+    ``jsd_std``, ``n_undefined_r`` and ``n_undefined_jsd`` (images whose r, resp. JSD, is undefined;
+    diagonal: r = 1, JSD = 0 by definition, not computed; NaN for a model whose maps are all constant,
+    resp. all zero; the diagonal of ``n_undefined_r`` counts the model's constant maps, that of
+    ``n_undefined_jsd`` its all-zero maps), ``n_constant_maps`` and ``n_zero_maps`` (per model), ``pairs``
     (``(i, j) -> map_agreement`` for i < j) and ``blocks``: per pair of families the arithmetic mean
     over the model pairs (cells i ≠ j, each unordered pair once) of the cells' Fisher-z mean r and
     mean JSD, as Kobs' block means (docs/methods.md §8), over the pairs where it is defined
@@ -343,6 +344,7 @@ def _matrices(pairs: dict[tuple[int, int], dict[str, Any]], names: list[str], fa
     keys = ("r_mean", "r_spread", "jsd_mean", "jsd_std")
     mats = {k: np.full((M, M), np.nan) for k in keys}
     n_undef = np.zeros((M, M), dtype=np.int64)
+    n_undef_jsd = np.zeros((M, M), dtype=np.int64)
     for i in range(M):
         # a map agrees with itself: r = 1 and JSD = 0 where they are defined (a map that varies; a map
         # with a positive sum); a model without any such map has no r (or JSD) with itself either
@@ -351,10 +353,12 @@ def _matrices(pairs: dict[tuple[int, int], dict[str, Any]], names: list[str], fa
         if n_images == 0 or counts[i, 1] < n_images:
             mats["jsd_mean"][i, i], mats["jsd_std"][i, i] = 0.0, 0.0
         n_undef[i, i] = counts[i, 0]
+        n_undef_jsd[i, i] = counts[i, 1]  # (an all-zero map has no JSD, with itself neither)
     for (i, j), res in pairs.items():
         for k in keys:
             mats[k][i, j] = mats[k][j, i] = res[k]
         n_undef[i, j] = n_undef[j, i] = res["n_undefined_r"]
+        n_undef_jsd[i, j] = n_undef_jsd[j, i] = res["n_undefined_jsd"]
     fams = sorted(set(families), key=lambda f: (FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER), f))
     blocks = []
     for a_i, fa in enumerate(fams):
@@ -370,7 +374,8 @@ def _matrices(pairs: dict[tuple[int, int], dict[str, Any]], names: list[str], fa
                            "jsd_mean": float(np.nanmean(js)) if np.any(~np.isnan(js)) else float("nan"),
                            "n_pairs_undefined_r": int(np.count_nonzero(np.isnan(r))),
                            "n_pairs_undefined_jsd": int(np.count_nonzero(np.isnan(js)))})
-    return {"names": names, "families": families, **mats, "n_undefined_r": n_undef, "pairs": pairs,
+    return {"names": names, "families": families, **mats, "n_undefined_r": n_undef, "n_undefined_jsd": n_undef_jsd,
+            "pairs": pairs,
             "blocks": blocks, "n_images": int(n_images), "n_constant_maps": [int(c) for c in counts[:, 0]],
             "n_zero_maps": [int(c) for c in counts[:, 1]]}
 

@@ -553,7 +553,8 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
             "method": "Kobs et al. 2021 saliency agreement (docs/methods.md §8): Pearson r per image aggregated in "
                       "Fisher-z space (mean, population-std spread; |r| clipped at 1 - 1e-7), JSD mean +- std",
             "files": files, "names": names, "families": fams, "n_images": res["n_images"], "notes": notes,
-            "matrices": {k: res[k] for k in ("r_mean", "r_spread", "jsd_mean", "jsd_std", "n_undefined_r")},
+            "matrices": {k: res[k] for k in ("r_mean", "r_spread", "jsd_mean", "jsd_std", "n_undefined_r",
+                                             "n_undefined_jsd")},
             "n_constant_maps": dict(zip(names, res["n_constant_maps"])),
             "n_zero_maps": dict(zip(names, res["n_zero_maps"])),
             "blocks": res["blocks"], "pairs": pair_rows, "paths": list(res["paths"]), "per_image": per_image,
