@@ -151,3 +151,68 @@ def test_saliency_agreement_json_holds_the_undefined_jsd_matrix(tmp_path, capsys
     assert doc["matrices"]["n_undefined_r"] == [[0, 3, 1], [3, 3, 4], [1, 4, 1]]
     rows = {(r["model_a"], r["model_b"]): r for r in csv.DictReader(open(cs, newline=""))}
     assert rows[("a", "b")]["n_undefined_jsd"] == "2" and rows[("b", "c")]["n_undefined_jsd"] == "3"
+
+
+# ------------------------------------------------------------------ 3, 4. the study report's settings
+
+
+def _report_study(tmp_path, *, tag):
+    """A study of synthetic rows (no training): normalize True in every run, frozen_bn False / True by
+    objective, and a tag 'note' of digits that differs between runs."""
+    from embedscope.study.run import finish_study
+
+    rows = []
+    for k, (loss, bn) in enumerate((("margin", False), ("triplet", True), ("contrastive", False))):
+        for s in (0, 1):
+            rng = np.random.default_rng(10 * k + s)
+            name = f"{loss}_s{s}"
+            row = {"id": name, "run": name, "selection": "given", "status": "ok", "loss": loss, "miner": "distance",
+                   "p_switch": 0.0, "seed": s, "normalize": True, "frozen_bn": bn, "untrained": "", "epoch": 3,
+                   "dataset": "digits", "arch": "digits_cnn", "embed_dim": 16, "checkpoint": f"ckpts/{name}.pt",
+                   "sha256": f"{k:02x}" * 32, "N_train": 901, "N_test": 896,
+                   "tag:note": tag[k]}
+            row.update({m: float(rng.uniform(0.2, 0.9)) for m in ("R@1", "MAP@R", "rho", "pi_ratio", "pi_intra",
+                                                                  "pi_inter", "NMI", "mAP@C", "F1")})
+            rows.append(row)
+    d = tmp_path / "study"
+    d.mkdir()
+    finish_study(d, rows, n_boot=20, seed=1, figures=False)
+    (d / "study.json").write_text(json.dumps({
+        "settings": {"source": "runs/", "epoch": "best", "metric": "cosine", "seed": 1, "device": "cpu"},
+        "versions": {"embedscope": "x"}, "host": "node7"}))
+    return d
+
+
+def _settings(text):
+    import html
+    import re
+
+    return {html.unescape(k): html.unescape(re.sub(r"<[^>]+>", "", v)) for k, v in
+            re.findall(r'<tr><td class="l">(.*?)</td><td class="w">(.*?)</td></tr>', text)}
+
+
+def test_report_settings_say_yes_no_as_the_runs_table_does(tmp_path):
+    """'normalize True' in the settings, 'yes' in the runs table's L2-normalised column: one wording, yes / no
+    (a setting that goes with the objective too); no Python True / False left on the page."""
+    import re
+
+    from embedscope.study.report import build_report
+
+    text = build_report(_report_study(tmp_path, tag=("a", "b", "c")))
+    st = _settings(text)
+    assert "normalize yes" in st["training settings, the same in every run"]
+    follow = st["training settings that go with the objective (fixed by the axes; \u2013: none)"]
+    assert "frozen_bn: no (contrastive, margin), yes (triplet)" in follow
+    plain = re.sub(r"<[^>]+>", " ", text)
+    assert not re.search(r"\b(True|False)\b", plain)
+
+
+def test_report_keeps_a_tag_of_digits_as_written(tmp_path):
+    """A tag '007' read back from runs.csv (text) was listed as 7 in the settings (a whole number tidied as
+    16.0 -> 16), while the runs table shows 007; '16.0' still reads 16."""
+    from embedscope.study.report import _cell, build_report
+
+    text = build_report(_report_study(tmp_path, tag=("007", "7", "0042")))
+    follow = _settings(text)["training settings that go with the objective (fixed by the axes; \u2013: none)"]
+    assert "tag:note: 0042 (contrastive), 007 (margin), 7 (triplet)" in follow, follow
+    assert _cell({"x": "16.0"}, "x") == "16" and _cell({"x": "007"}, "x") == "007" and _cell({"x": "-3"}, "x") == "-3"

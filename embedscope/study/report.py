@@ -259,12 +259,22 @@ def _plural(n: Any, one: str, many: str | None = None) -> str:
 
 
 def _cell(r: dict[str, Any], col: str) -> str:
-    """The value of ``col`` in the row ``r`` as :func:`_distinct` lists it ('' when it has none)."""
+    """The value of ``col`` in the row ``r`` as :func:`_distinct` lists it ('' when it has none): a whole
+    number written as a float (``16.0``) as the integer; a text of digits as written (a tag "007" is not
+    the number 7, and the runs table shows it "007")."""
     v = str(r.get(col, "")).strip()
     f = _float(v)
-    if f is not None and f.is_integer() and abs(f) < 1e15:
+    if f is not None and f.is_integer() and abs(f) < 1e15 and not v.lstrip("+-").isdigit():
         v = str(int(f))
     return "" if v in ("nan", "NaN", "None") else v
+
+
+def _setting(col: str, v: str) -> str:
+    """A value of a training setting ``col`` as the settings show it: a boolean (runs.csv writes Python's
+    ``True`` / ``False``) yes / no, as the runs table says it (``L2-normalised``); a tag of the user's as written."""
+    if not col.startswith("tag:") and v in ("True", "False"):
+        return "yes" if v == "True" else "no"
+    return v
 
 
 def _distinct(runs: list[dict[str, str]], col: str) -> list[str]:
@@ -418,7 +428,8 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
         """The values of the axis ``a`` over the runs; a run without one (multisimilarity has no miner) is
         None, as in the objectives' names ('multisimilarity miner=None'), not left out."""
         col = a if a in have else "tag:" + a
-        vals = _distinct(used, col) + (["None"] if any(not _cell(r, col) for r in used) else [])
+        vals = [_setting(col, v) for v in _distinct(used, col)] + (["None"] if any(not _cell(r, col) for r in used)
+                                                                   else [])
         return ", ".join(vals)
 
     varying = "; ".join(f"{a}: {values(a)}" for a in axes) or "none"
@@ -429,12 +440,12 @@ def _provenance(meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str
             continue
         vals = _distinct(used, c)
         if len(vals) == 1 and all(_cell(r, c) for r in used):
-            fixed.append(f"{c} {vals[0]}")
+            fixed.append(f"{c} {_setting(c, vals[0])}")
         elif vals:  # it differs between runs (a value in some, none in others: multisimilarity has no miner),
             # fixed by the axes (the miner and the distance by the loss): which value goes with which objective
             by_val: dict[str, set[str]] = {}
             for r in used:
-                by_val.setdefault(_cell(r, c) or DASH, set()).add(str(r.get("objective") or "").strip() or DASH)
+                by_val.setdefault(_setting(c, _cell(r, c)) or DASH, set()).add(str(r.get("objective") or "").strip() or DASH)
             follow.append(f"{c}: " + ", ".join(f"{v} ({', '.join(sorted(o))})" for v, o in sorted(
                 by_val.items(), key=lambda kv: (kv[0] == DASH, kv[0]))))
     measures = s.get("measures")
