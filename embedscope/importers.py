@@ -574,8 +574,9 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
         name, arr = next(iter(src.columns.items()))
         if src.fmt in ("csv", "tsv") and _header_is_a_value(name, src.text.get(name, ())):
             arr = _read_headerless(path, src.fmt)
-        elif src.fmt in ("csv", "tsv"):
+        elif src.fmt in ("csv", "tsv"):  # the cells as written where they are texts ("007" is not 7)
             header = str(name)
+            arr = property_cells(src.text[name], arr)
     else:
         raise EmbedscopeError(f"{path}: the {what} file must hold one column or array, found "
                               f"{_key_list(src.keys())}")
@@ -610,13 +611,17 @@ def _header_is_a_value(name: str, cells: Sequence[str]) -> bool:
 
 
 def _read_headerless(path: Path, fmt: str) -> np.ndarray:
+    """The one column of a CSV/TSV without a header line, as :func:`property_cells` reads a column: texts
+    as written (class names "007" and "7" were both the number 7), numbers as numbers."""
     import pandas as pd
 
+    sep = "\t" if fmt == "tsv" else ","
     try:
-        df = pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", header=None, **_exact_floats(pd))
+        df = pd.read_csv(path, sep=sep, header=None, **_exact_floats(pd))
+        raw = pd.read_csv(path, sep=sep, header=None, dtype=str, keep_default_na=False)
     except Exception as e:  # noqa: BLE001 - read once already: only a file changed meanwhile gets here
         raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_message(e)})") from None
-    return df[df.columns[0]].to_numpy()
+    return property_cells(raw[raw.columns[0]].to_numpy(dtype=object), df[df.columns[0]].to_numpy())
 
 
 def ints_if_exact(text: np.ndarray) -> np.ndarray:

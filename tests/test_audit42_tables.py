@@ -10,6 +10,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from embedscope.cli import main
 
@@ -216,3 +217,27 @@ def test_report_keeps_a_tag_of_digits_as_written(tmp_path):
     follow = _settings(text)["training settings that go with the objective (fixed by the axes; \u2013: none)"]
     assert "tag:note: 0042 (contrastive), 007 (margin), 7 (triplet)" in follow, follow
     assert _cell({"x": "16.0"}, "x") == "16" and _cell({"x": "007"}, "x") == "007" and _cell({"x": "-3"}, "x") == "-3"
+
+
+# ------------------------------------------------------------------ 4. texts that look like numbers stay texts
+
+
+@pytest.mark.parametrize("header", ["", "names\n"])
+def test_import_reads_class_names_of_digits_from_a_one_column_csv_as_written(tmp_path, header, capsys):
+    """--class-names FILE.csv (one column, with or without a header line): '007' and '7' were both read as the
+    number 7 by pandas ('class names repeat 7'); a labels file of '007' and '7' made one class of two. As a
+    column of a table is read (and add-properties reads one): the cells as written."""
+    from embedscope.importers import read_vector
+    from embedscope.store import load
+
+    (tmp_path / "e.csv").write_text("path,label,e0,e1\na.png,0,0.1,0.2\nb.png,1,0.3,0.4\nc.png,0,0.5,0.1\n")
+    (tmp_path / "cn.csv").write_text(header + "007\n7\n")
+    assert _run(["import", str(tmp_path / "e.csv"), "-o", str(tmp_path / "e.h5"), "--class-names",
+                 str(tmp_path / "cn.csv")]) == 0, capsys.readouterr().err
+    assert list(load(tmp_path / "e.h5").class_names) == ["007", "7"]
+    (tmp_path / "y.csv").write_text(header + "007\n7\n007\n")
+    assert list(read_vector(tmp_path / "y.csv", "labels")) == ["007", "7", "007"]
+    (tmp_path / "n.csv").write_text(header + "3\n7\n3\n")  # plain integers and numbers as before
+    assert read_vector(tmp_path / "n.csv", "labels").tolist() == [3, 7, 3]
+    (tmp_path / "f.csv").write_text(header + "0.5\n1.5\n")
+    assert read_vector(tmp_path / "f.csv", "labels").tolist() == [0.5, 1.5]
