@@ -152,6 +152,13 @@ def test_saliency_agreement_json_holds_the_undefined_jsd_matrix(tmp_path, capsys
     assert doc["matrices"]["n_undefined_r"] == [[0, 3, 1], [3, 3, 4], [1, 4, 1]]
     rows = {(r["model_a"], r["model_b"]): r for r in csv.DictReader(open(cs, newline=""))}
     assert rows[("a", "b")]["n_undefined_jsd"] == "2" and rows[("b", "c")]["n_undefined_jsd"] == "3"
+    # the notes count in the singular where there is one map ('1 of 8 maps are constant' before)
+    assert doc["notes"] == [
+        "b: 2 of 8 maps are all zero (zero gradients): r and JSD on those images are undefined (NaN, counted as "
+        "undefined, left out of the means)",
+        "b: 1 of 8 maps is constant: r on those images is undefined (NaN, counted as undefined, left out of the means)",
+        "c: 1 of 8 maps is all zero (zero gradients): r and JSD on those images are undefined (NaN, counted as "
+        "undefined, left out of the means)"]
 
 
 # ------------------------------------------------------------------ 3, 4. the study report's settings

@@ -602,10 +602,11 @@ def _degenerate_notes(res: dict[str, Any]) -> list[str]:
                        "undefined)")
             continue
         if n_zero:
-            out.append(f"{name}: {n_zero} of {n} maps are all zero (zero gradients): r and JSD on those images are "
-                       "undefined (NaN, counted as undefined, left out of the means)")
+            out.append(f"{name}: {n_zero} of {n} maps {'is' if n_zero == 1 else 'are'} all zero (zero gradients): r and "
+                       "JSD on those images are undefined (NaN, counted as undefined, left out of the means)")
         if n_const > n_zero:
-            out.append(f"{name}: {n_const - n_zero} of {n} maps are constant: r on those images is undefined (NaN, "
+            out.append(f"{name}: {n_const - n_zero} of {n} maps {'is' if n_const - n_zero == 1 else 'are'} constant: r "
+                       "on those images is undefined (NaN, "
                        "counted as undefined, left out of the means)")
     return out
 
