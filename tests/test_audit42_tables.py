@@ -91,6 +91,9 @@ def test_properties_files_write_an_undefined_significance_as_missing(tmp_path, c
     res = properties(str(dup))[0]
     res.to_parquet(tmp_path / "api.parquet", table=True)
     res.to_csv(tmp_path / "api.csv", table=True)
+    fr = properties([str(dup), str(ok)]).to_frame(table=True)  # the frame: a nullable boolean column too
+    assert str(fr["significant_2.576"].dtype) == "boolean"
+    assert fr["significant_2.576"].isna().tolist() == [m == "dup" for m in fr["model"]]
     api = read_parquet(tmp_path / "api.parquet")
     assert str(api["significant_2.576"].dtype) == "boolean" and api["significant_2.576"].isna().all()
     assert [r["significant_2.576"] for r in csv.DictReader(open(tmp_path / "api.csv", newline=""))] == ["", ""]

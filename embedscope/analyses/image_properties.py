@@ -29,7 +29,7 @@ def typed_table(frame):
     if "max_r" in frame.columns:
         frame["max_r"] = pd.array([None if v is None or v != v else int(v) for v in frame["max_r"]], dtype="Int64")
     if "significant_2.576" in frame.columns:
-        frame["significant_2.576"] = pd.array([None if v is None or v != v else bool(v)
+        frame["significant_2.576"] = pd.array([None if pd.isna(v) else bool(v)
                                                for v in frame["significant_2.576"]], dtype="boolean")
     return frame
 

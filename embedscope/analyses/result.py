@@ -150,7 +150,13 @@ class Result:
 
         _check_table(self, table)
         if table:
-            return pd.DataFrame(self.table or [])
+            frame = pd.DataFrame(self.table or [])
+            if self.analysis == "properties" and "significant_2.576" in frame.columns:
+                # a nullable boolean: no verdict where NR-Prec is undefined (None), not an object column
+                # that a mask (frame[frame["significant_2.576"]]) or ~ cannot take
+                frame["significant_2.576"] = pd.array([None if pd.isna(v) else bool(v)
+                                                       for v in frame["significant_2.576"]], dtype="boolean")
+            return frame
         return pd.DataFrame([{"measure": k, "value": v, "model": self.model} for k, v in self.values.items()],
                             columns=VALUE_COLUMNS).astype({"value": float})
 
