@@ -148,8 +148,9 @@ def write_csv(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]],
               columns: Sequence[str] | None = None, *, force: bool = False) -> None:
     """Atomically write rows of dicts as CSV: NaN (and None) an empty cell, +/-inf ``inf`` / ``-inf``
     (as a Result's CSV spells them: docs/architecture.md; pandas' read_csv reads them back as floats),
-    floats with ``repr`` (every digit)."""
-    columns = list(columns or (rows[0].keys() if rows else []))
+    floats with ``repr`` (every digit). The header: ``columns`` (a key no column names is left out), or
+    every row's keys in the order they first come (a key only a later row has was dropped without a word)."""
+    columns = list(columns or dict.fromkeys(k for r in rows for k in r))
     values = [{c: _csv_cell(r.get(c, "")) for c in columns} for r in rows]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator=csv_line_end(

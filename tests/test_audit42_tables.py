@@ -251,3 +251,20 @@ def test_import_reads_class_names_of_digits_from_a_one_column_csv_as_written(tmp
     assert read_vector(tmp_path / "n.csv", "labels").tolist() == [3, 7, 3]
     (tmp_path / "f.csv").write_text(header + "0.5\n1.5\n")
     assert read_vector(tmp_path / "f.csv", "labels").tolist() == [0.5, 1.5]
+
+
+# ------------------------------------------------------------------ 6. write_csv without columns
+
+
+def test_write_csv_without_columns_keeps_a_key_only_a_later_row_has(tmp_path):
+    """The header was the first row's keys: a later row's own key (a correlation row with a note, say) was
+    dropped without a word. Now every key, in the order they first come; given columns still choose."""
+    from embedscope.tables import write_csv
+
+    p = tmp_path / "t.csv"
+    write_csv(p, [{"z": 1, "a": 2}, {"a": 3, "note": "x", "z": 4}])
+    assert p.read_text(encoding="utf-8") == "z,a,note\n1,2,\n4,3,x\n"
+    write_csv(p, [{"z": 1, "a": 2}, {"a": 3, "note": "x"}], ["a"], force=True)
+    assert p.read_text(encoding="utf-8") == "a\n2\n3\n"
+    write_csv(p, [], force=True)
+    assert p.read_text(encoding="utf-8").strip() == ""
