@@ -49,8 +49,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
 
     Numbers: integers in full; floats with ``digits`` decimals (``f"{v:.{digits}f}"``), or ``digits``
     significant digits (``f"{v:.{digits}g}"``) when ``|v| >= 1e5`` or ``0 < |v| < 10**-digits``;
-    NaN shows ``nan`` (or the text ``nan``), infinities ``inf`` / ``-inf``. ``headers``: the names shown above ``columns``
-    (default: the column keys themselves).
+    NaN shows ``nan`` (or the text ``nan``), infinities ``inf`` / ``-inf``. ``columns``: default every row's keys, in
+    the order they first come; ``headers``: the names shown above ``columns`` (default: the column keys themselves).
 
     Every cell, header and the title go through :func:`embedscope.text.safe`: a class name, model
     name, property name or path read from a file shows its control characters escaped (no terminal
@@ -59,7 +59,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     title = safe(title) if title else title
     if not rows:
         return (title + "\n" if title else "") + "(no rows)"
-    keys = list(columns or rows[0].keys())
+    keys = list(columns or dict.fromkeys(k for r in rows for k in r))  # (a later row's own key too)
     if headers is not None and len(headers) != len(keys):
         raise ValueError(f"format_table: {len(headers)} headers for {len(keys)} columns")
     columns = [safe(c) for c in (keys if headers is None else headers)]

@@ -268,3 +268,10 @@ def test_write_csv_without_columns_keeps_a_key_only_a_later_row_has(tmp_path):
     assert p.read_text(encoding="utf-8") == "a\n2\n3\n"
     write_csv(p, [], force=True)
     assert p.read_text(encoding="utf-8").strip() == ""
+
+
+def test_format_table_without_columns_shows_a_key_only_a_later_row_has():
+    from embedscope.tables import format_table
+
+    lines = format_table([{"a": 1}, {"a": 2, "b": "x"}]).splitlines()
+    assert lines[0].split() == ["a", "b"] and lines[3].split() == ["2", "x"]
