@@ -106,7 +106,8 @@ def key_value_rows(d: Mapping[str, Any], key: str = "measure", value: str = "val
 
 
 def _jsonable(v: Any) -> Any:
-    """``v`` with numpy values as Python ones and NaN / ±inf as ``None`` (JSON ``null``), at any depth.
+    """``v`` with numpy values as Python ones and NaN / ±inf (and pandas' ``NA`` / ``NaT``) as ``None`` (JSON
+    ``null``), at any depth.
 
     numpy scalars and arrays are converted first and then checked like Python floats: a NaN held as
     ``np.float64`` or inside an array was written as the non-JSON literal ``NaN`` / ``Infinity``.
@@ -130,6 +131,8 @@ def _jsonable(v: Any) -> Any:
     except ImportError:  # pragma: no cover
         pass
     if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if type(v).__name__ in ("NAType", "NaTType"):  # pandas' missing value of a nullable column (a frame's rows)
         return None
     if isinstance(v, Mapping):
         return {str(k): _jsonable(x) for k, x in v.items()}

@@ -275,3 +275,19 @@ def test_format_table_without_columns_shows_a_key_only_a_later_row_has():
 
     lines = format_table([{"a": 1}, {"a": 2, "b": "x"}]).splitlines()
     assert lines[0].split() == ["a", "b"] and lines[3].split() == ["2", "x"]
+
+
+def test_pandas_missing_values_are_null_and_empty_cells(tmp_path):
+    """pandas' NA (a cell of a nullable column: frame.iat, .loc, a Series' values): write_json failed with a
+    traceback ('NAType is not JSON serializable'), write_csv wrote the text '<NA>'."""
+    import pandas as pd
+
+    from embedscope.tables import _csv_cell, _jsonable, write_csv, write_json
+
+    s = pd.array([True, None], dtype="boolean")
+    row = {"s": s[1], "t": s[0], "m": pd.array([None, 3], dtype="Int64")[0]}
+    assert json.dumps(_jsonable([row])) == '[{"s": null, "t": true, "m": null}]'
+    assert _csv_cell(pd.NA) is None and _csv_cell(pd.NaT) is None
+    write_json(tmp_path / "n.json", row)
+    write_csv(tmp_path / "n.csv", [row])
+    assert (tmp_path / "n.csv").read_text(encoding="utf-8") == "s,t,m\n,True,\n"
