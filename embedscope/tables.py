@@ -16,6 +16,8 @@ from embedscope.text import safe
 def _fmt(v: Any, digits: int, nan: str = "nan") -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
+    if type(v).__name__ in ("NAType", "NaTType"):  # pandas' missing value: undefined, as NaN ('<NA>' before)
+        return nan
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):

@@ -291,3 +291,12 @@ def test_pandas_missing_values_are_null_and_empty_cells(tmp_path):
     write_json(tmp_path / "n.json", row)
     write_csv(tmp_path / "n.csv", [row])
     assert (tmp_path / "n.csv").read_text(encoding="utf-8") == "s,t,m\n,True,\n"
+
+
+def test_format_table_shows_pandas_na_as_undefined():
+    import pandas as pd
+
+    from embedscope.tables import format_table
+
+    text = format_table([{"a": pd.NA, "b": 1.0}, {"a": 2, "b": float("nan")}], nan="-")
+    assert "<NA>" not in text and text.splitlines()[2].split() == ["-", "1.0000"]
