@@ -37,7 +37,6 @@ from typing import Any, Callable
 from embedscope import names
 from embedscope.device import available_cpus
 from embedscope.errors import EmbedscopeError, Interrupted, UsageError
-from embedscope.fileio import file_stat
 from embedscope.text import quoted
 
 CACHE_ENV = "EMBEDSCOPE_CACHE"
@@ -238,8 +237,10 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     from embedscope.device import resolve_device
     from embedscope.embed import checkpoint_input, checkpoint_train_classes, evaluation_batch_size
     from embedscope.models import load_checkpoint
+    from embedscope.study.plan import file_fingerprint
 
     t0 = time.perf_counter()
+    before = file_fingerprint(checkpoint)
     model, config, info = load_checkpoint(checkpoint)
     name = dataset or config.get("dataset")
     if not name:
@@ -289,6 +290,10 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
                                    "transform": transform, "checkpoint": str(Path(checkpoint).resolve()),
                                    "checkpoint_sha256": info["sha256"],
                                    "checkpoint_config": json.loads(json.dumps(config, sort_keys=True, default=str))})
+    if file_fingerprint(checkpoint) != before:  # its sha256 (the cache key, read after the load) and the network
+        # embedded may be of two files: kept under that key, every study would take the one's rows for the other's
+        raise EmbedscopeError(f"{checkpoint}: the checkpoint changed while it was embedded (written over?): "
+                              "embed it again when it is written")
     try:
         cdir.mkdir(parents=True, exist_ok=True)
         store.save(path, es, force=True)  # atomic: a concurrent writer of the same key writes the same bytes
@@ -323,7 +328,11 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     # ``path``: the checkpoint as the calling process sees it, made absolute there (a worker of a
     # scheduler runs in another folder, maybe on another machine); ``checkpoint`` as the study names it
     path = entry.get("path") or entry["checkpoint"]
-    row: dict[str, Any] = {**_entry_columns(entry), STAT_KEY: file_stat(path)}  # (the stat before reading it)
+    from embedscope.study import plan
+
+    start = plan._now_ns()
+    stat = plan.file_fingerprint(path)  # (before reading it)
+    row: dict[str, Any] = {**_entry_columns(entry), STAT_KEY: stat}
     cfg = entry.get("config") or {}
     row.update(config_columns(cfg))
     if entry.get("root"):  # the folder made absolute where the study runs (a worker elsewhere has another cwd)
@@ -355,6 +364,11 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
         es, info = embed_cached(path, dataset=settings.get("dataset"), root=root,
                                 cache_dir=settings["cache_dir"], device=settings.get("device", "auto"),
                                 generation=settings.get("generation"))
+        if plan.file_fingerprint(path) != stat:  # (its sha256 and what was measured may be of two files)
+            raise EmbedscopeError(f"{path}: the checkpoint changed while it was measured (written over?): "
+                                  "run the study again when it is written")
+        if stat is not None and start - stat[2] < plan.RACY_NS:  # a write in the same clock tick after the read
+            row[STAT_KEY] = None  # would leave its fingerprint as it was: the next run compares the sha256
         row[DATA_KEY] = info["data"]
         t1 = time.perf_counter()
         from embedscope.metrics.search.threads import search_threads
@@ -561,7 +575,10 @@ def _settings_of(source, epoch, dataset, root, metric, seed, device, measures=No
             "device": device, "measures": sorted(measures) if measures else None}
 
 
-STAT_KEY = "_checkpoint_stat"  # [size, mtime_ns] of the checkpoint a row measured (not a runs.csv column)
+#: the :func:`~embedscope.study.plan.file_fingerprint` (size, mtime_ns, ctime_ns, inode, device) of the checkpoint
+#: a row measured, null when it cannot tell the file (it changed less than ``plan.RACY_NS`` before it was read);
+#: ``[size, mtime_ns]`` in a row of an earlier version (not a runs.csv column)
+STAT_KEY = "_checkpoint_stat"
 DATA_KEY = "_data"  # [dataset, root, train_classes, data_fingerprint] a row measured (not a runs.csv column)
 CACHE_ERROR_KEY = "_cache_error"  # why a row's embedding could not be written to the cache (said, never stored)
 #: the status of a row whose task was stopped by a signal (Ctrl-C) in a worker thread: never written (the
@@ -571,20 +588,32 @@ STOPPED_KEY = "_stopped_by"  # the signal's number in a STOPPED row (never store
 
 
 def _unchanged(row: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
-    """Whether a finished row still describes ``checkpoint``: the file's size and modification time
-    as when it was measured, or else (touched, copied, or a row of an earlier version) the same sha256.
-    A retrained run at the same path is measured again, not served its old row."""
-    stat = file_stat(checkpoint)
-    if stat is None:
+    """Whether a finished row still describes ``checkpoint``: the file's fingerprint (size, modification and
+    change times, inode, device: :func:`~embedscope.study.plan.file_fingerprint`) as when it was measured, or
+    else the same sha256. A retrained run at the same path is measured again, not served its old row, also
+    one copied in with its size and times kept (``cp -p``, ``touch -r``: its change time or inode tells;
+    [size, mtime_ns] alone, compared before, did not). A file touched, copied with the same bytes, seen by a
+    Dask worker elsewhere (another device or inode), or a row of an earlier version (``[size, mtime_ns]``)
+    is hashed: the same bytes keep the row, whose fingerprint is then the file's as seen here (``row`` is
+    updated: the caller keeps it, so that the next run needs no hash) when the file last changed
+    ``plan.RACY_NS`` or more before (see there)."""
+    from embedscope.study import plan
+
+    start = plan._now_ns()
+    now = plan.file_fingerprint(checkpoint)
+    if now is None:
         return False
-    if row.get(STAT_KEY) == stat:
+    if row.get(STAT_KEY) == now:
         return True
     from embedscope.fileio import sha256_file
 
     try:
-        return bool(row.get("sha256")) and sha256_file(checkpoint) == row["sha256"]
+        same = bool(row.get("sha256")) and sha256_file(checkpoint) == row["sha256"]
     except OSError:
         return False
+    if same and plan.file_fingerprint(checkpoint) == now and start - now[2] >= plan.RACY_NS:
+        row[STAT_KEY] = now
+    return same
 
 
 class _DataCheck:
@@ -702,7 +731,7 @@ def _adopt_renamed_rows(out_dir: Path, entries, done: dict[str, dict[str, Any]],
     """Read back, under its entry's id and run name now, the finished row of a checkpoint that the study
     names otherwise than when it was measured (a file of one name added to or removed from the source,
     whose folders then tell the files apart differently; the naming of an earlier version): the row of
-    the same checkpoint (as the study names it), selection and epoch, unchanged since (size and time, else
+    the same checkpoint (as the study names it), selection and epoch, unchanged since (its fingerprint, else
     sha256) and of the data as they are now. Its file is renamed to the new id. What was measured is the
     checkpoint's, whatever its run's name; the columns that name the entry (id, run, tags) are the entry's
     now. Nothing else is adopted: another checkpoint's row is never read back."""
@@ -1205,6 +1234,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 r = json.loads(rp.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue  # a damaged row is measured again
+            stat = r.get(STAT_KEY) if isinstance(r, dict) else None
             # (the run too: two run names can make one id, "a/model" and "a_model", and an earlier version
             # named the files a/model.pt and b/model.pt both "model")
             if (isinstance(r, dict) and r.get("status") == "ok" and r.get("id") == e.id
@@ -1213,14 +1243,17 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
                 # config as planned (else it would be another objective than the same run's new rows)
                 for k, v in config_columns(e.config or {}).items():
                     r.setdefault(k, v)
+                write = r.get(STAT_KEY) != stat  # (the same bytes, hashed: their fingerprint now, for the next run)
                 if _row_tags(r) != _entry_tags(e):  # tags edited in the YAML list since: the row takes them
                     # (they group the runs into objectives; nothing measured depends on them)
                     r = _as_entry(r, e)
+                    write = True
+                    retagged.append(e.run)
+                if write:
                     try:
                         write_json(rp, r, force=True)
                     except (OSError, EmbedscopeError):
-                        pass  # (read-only rows: this run's tables still take the tags now)
-                    retagged.append(e.run)
+                        pass  # (read-only rows: this run's tables still take the tags now; hashed again next time)
                 done[e.id] = r
     if not force:
         _adopt_renamed_rows(out_dir, entries, done, same_data, say)
