@@ -143,3 +143,32 @@ def test_a_checkpoint_written_over_between_its_load_and_its_sha256_leaves_no_emb
         embed_cached(ck, cache_dir=tmp_path / "cache", device="cpu")
     assert list((tmp_path / "cache").glob("*.h5")) == []
 
+
+def test_a_config_record_of_a_newer_version_is_left_as_it_is_one_of_an_earlier_version_replaced(tmp_path,
+                                                                                                 monkeypatch):
+    """checkpoint_configs.json of a newer embedscope (a higher version) is read as no record and left alone
+    (was: written over with this version's records: the newer one read every checkpoint again); one of an
+    earlier version is replaced."""
+    import embedscope.study.plan as plan
+
+    monkeypatch.setattr(plan, "RACY_NS", 0)
+    d = tmp_path / "ck"
+    d.mkdir()
+    save_digits_checkpoint(d / "net.pt", seed=1)
+    out, cache = tmp_path / "st", tmp_path / "cache"
+    _study(d / "*.pt", out, cache)
+    path = out / plan.CONFIGS_FILE
+    assert len(plan.read_known(path)) == 2
+    newer = json.dumps({"v": plan.CONFIGS_VERSION + 1, "files": {"x": {"a new form": 1}}}) + "\n"
+    path.write_text(newer)
+    assert plan.newer_known(path) and plan.read_known(path) == {}
+    assert _study(d / "*.pt", out, cache)["computed"] == []
+    assert path.read_text() == newer
+    _study(d / "*.pt", out, cache, force=True)
+    assert path.read_text() == newer
+    for older in ({"v": plan.CONFIGS_VERSION - 1, "files": {}}, {"v": str(plan.CONFIGS_VERSION + 1)}, [1], "x"):
+        path.write_text(json.dumps(older))
+        assert not plan.newer_known(path)
+        assert _study(d / "*.pt", out, cache)["computed"] == []
+        assert json.loads(path.read_text())["v"] == plan.CONFIGS_VERSION and len(plan.read_known(path)) == 2
+

@@ -228,6 +228,19 @@ def read_known(path: str | os.PathLike) -> dict[str, Any]:
     return v["files"] if ok else {}
 
 
+def newer_known(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a :data:`CONFIGS_FILE` of a later :data:`CONFIGS_VERSION` (a newer embedscope's):
+    read as no record (:func:`read_known`), and left as it is, never written over with this version's
+    records (the newer embedscope would read every checkpoint again). One of an earlier version, or not
+    one at all, is replaced."""
+    try:
+        v = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    version = v.get("v") if isinstance(v, dict) else None
+    return type(version) is int and version > CONFIGS_VERSION
+
+
 def known_text(known: dict[str, Any]) -> str:
     """The text of :data:`CONFIGS_FILE` holding ``known``: every config in the key order its checkpoint
     has (never sorted: a config read from here builds an untrained network of the same bytes as one

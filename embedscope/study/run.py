@@ -1077,7 +1077,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
-    from embedscope.study.plan import CONFIGS_FILE, config_columns, known_text, plan_study, read_known
+    from embedscope.study.plan import CONFIGS_FILE, config_columns, known_text, newer_known, plan_study, read_known
     from embedscope.study.stats import check_exclude, check_exclude_columns, check_exclude_not_circular
     from embedscope.text import safe
 
@@ -1212,7 +1212,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         if gone:
             say(f"study: --force: removed the {len(gone)} row(s) of the study in {out_dir} (every row is measured again)")
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
-    if json.dumps(known, sort_keys=True) != known_before or (force and (out_dir / CONFIGS_FILE).exists()):
+    if ((json.dumps(known, sort_keys=True) != known_before or (force and (out_dir / CONFIGS_FILE).exists()))
+            and not newer_known(out_dir / CONFIGS_FILE)):  # (a newer embedscope's records: left as they are)
         try:  # (after study.json: a folder holding it alone is no study folder)
             write_text(out_dir / CONFIGS_FILE, known_text(known), force=True)
         except (OSError, ValueError, EmbedscopeError):  # (read-only; a path that is no text)
