@@ -172,3 +172,74 @@ def test_a_config_record_of_a_newer_version_is_left_as_it_is_one_of_an_earlier_v
         assert _study(d / "*.pt", out, cache)["computed"] == []
         assert json.loads(path.read_text())["v"] == plan.CONFIGS_VERSION and len(plan.read_known(path)) == 2
 
+
+def test_an_untrained_network_damaged_under_an_unchanged_fingerprint_is_built_again_when_measured(tmp_path,
+                                                                                                   monkeypatch):
+    """Bit rot in <cache>/untrained/: its fingerprint as recorded, other bytes. Its row to be measured again
+    (here: removed), the study measured the damaged network (was: nothing but --force rebuilt it, and only
+    when it no longer loaded); now its sha256, recorded when it was built, tells, and it is built again.
+    A row that is reused does not hash it."""
+    import hashlib
+
+    import embedscope.fileio as fileio
+    import embedscope.study.plan as plan
+
+    monkeypatch.setattr(plan, "RACY_NS", 0)
+    d = tmp_path / "ck"
+    d.mkdir()
+    save_digits_checkpoint(d / "net.pt", seed=1)
+    out, cache = tmp_path / "st", tmp_path / "cache"
+    lines: list[str] = []
+    first = _study(d / "*.pt", out, cache)
+    (ref,) = cache.glob("untrained/*.pt")
+    (ref_row,) = [r for r in first["rows"] if r["selection"] == "untrained"]
+    good = ref.read_bytes()
+    assert hashlib.sha256(good).hexdigest() == ref_row["sha256"]
+    known = plan.read_known(out / plan.CONFIGS_FILE)
+    assert known[str(ref)]["sha256"] == ref_row["sha256"]
+    # nothing to measure: the reference is not hashed
+    real = fileio.sha256_file
+    monkeypatch.setattr(fileio, "sha256_file", lambda p, *a: pytest.fail(f"{p} hashed"))
+    assert _study(d / "*.pt", out, cache)["computed"] == []
+    monkeypatch.setattr(fileio, "sha256_file", real)
+    # bit rot: one bit of a weight flipped, the fingerprint as recorded (a disk changes no time)
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x10
+    ref.write_bytes(bytes(bad))
+    known[str(ref)]["stat"] = plan.file_fingerprint(ref)
+    (out / plan.CONFIGS_FILE).write_text(plan.known_text(known))
+    (out / "rows" / f"{ref_row['id']}.json").unlink()  # (its row to be measured again)
+    from embedscope.study.run import run_study
+
+    again = run_study(str(d / "*.pt"), out, workers=0, cache_dir=cache, n_boot=0, measures=["R@1", "rho"],
+                      figures=False, progress=False, echo=lines.append)
+    assert [r["id"] for r in again["computed"]] == [ref_row["id"]]
+    assert ref.read_bytes() == good
+    assert _row(out, ref_row["id"])["sha256"] == ref_row["sha256"] and _row(out, ref_row["id"])["status"] == "ok"
+    assert any("no longer holds the bytes it was built with" in s for s in lines), lines
+    assert plan.read_known(out / plan.CONFIGS_FILE)[str(ref)] == {"stat": plan.file_fingerprint(ref),
+                                                                  "untrained": True, "sha256": ref_row["sha256"]}
+
+
+def test_an_untrained_record_of_an_earlier_version_takes_its_sha256_once(tmp_path, monkeypatch):
+    """A record of an untrained network without sha256 (written by an earlier version) is hashed once by the
+    plan and keeps it; an intact network whose row is to be measured is hashed, found the same, not built."""
+    import embedscope.study.plan as plan
+    from embedscope.fileio import sha256_file
+
+    monkeypatch.setattr(plan, "RACY_NS", 0)
+    ck = save_digits_checkpoint(tmp_path / "net.pt", seed=1)
+    known: dict = {}
+    entries = plan.plan_study(str(ck), tmp_path / "st", untrained_dir=tmp_path / "u", known=known)
+    (ref,) = [e for e in entries if e.selection == "untrained"]
+    key = os.path.abspath(ref.checkpoint)
+    assert known[key]["sha256"] == sha256_file(ref.checkpoint)
+    del known[key]["sha256"]  # (as an earlier version recorded it)
+    plan.plan_study(str(ck), tmp_path / "st", untrained_dir=tmp_path / "u", known=known)
+    assert known[key]["sha256"] == sha256_file(ref.checkpoint)
+    assert plan.damaged_untrained(entries, {ref.id}, known) == []
+    import embedscope.models as models
+
+    monkeypatch.setattr(models, "build_model", lambda *a: pytest.fail("built again"))
+    again = plan.plan_study(str(ck), tmp_path / "st", untrained_dir=tmp_path / "u", known=known, verify={ref.id})
+    assert [e.to_dict() for e in again] == [e.to_dict() for e in entries]

@@ -620,17 +620,18 @@ def _config_as_read(path: Path, cfg: dict[str, Any], planned: dict[str, Any]) ->
 
 
 def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | None = None, *,
-                    config_of: Callable[[], dict[str, Any]] | None = None) -> Path:
+                    config_of: Callable[[], dict[str, Any]] | None = None, expect_sha256: str | None = None) -> Path:
     """Save the network a run with ``config`` starts from (the trainer's initialisation) to ``out``.
     With ``weights_sha256`` (the run's record of its ``weights`` file), a file at that path with
     other content is refused: the reference would not be the network the run started from.
     ``config_of``: gives the config to save instead of ``config`` (an equal one), called only when the
-    network is built (not when ``out`` is there and readable)."""
+    network is built (not when ``out`` is there and readable). ``expect_sha256``: the sha256 ``out`` was
+    recorded with when it was built: one there with other bytes (damaged on disk) is built again."""
     import torch
 
     from embedscope.models import build_model, load_backbone_weights, save_checkpoint
 
-    if out.exists() and _readable_checkpoint(out):
+    if out.exists() and _readable_checkpoint(out) and (expect_sha256 is None or _sha256_or_none(out) == expect_sha256):
         return out  # (a damaged one, a truncated write or a zero-byte file, is built again: it failed every study's row)
     if config.get("weights") and weights_sha256:
         from embedscope.fileio import sha256_file
@@ -652,6 +653,44 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
     return out
 
 
+def _sha256_or_none(path: str | os.PathLike) -> str | None:
+    from embedscope.fileio import sha256_file
+
+    try:
+        return sha256_file(path)
+    except OSError:
+        return None
+
+
+def _untrained_record(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The record of :data:`CONFIGS_FILE` of an untrained network built (or found readable) at ``path``: its
+    :func:`file_fingerprint` and sha256 (the bytes it was built with, to tell bit rot under an unchanged
+    fingerprint when it is measured again: :func:`damaged_untrained`); None when it changed while hashed."""
+    before = file_fingerprint(path)
+    sha = _sha256_or_none(path)
+    if before is None or sha is None or file_fingerprint(path) != before:
+        return None
+    return {"stat": before, "untrained": True, "sha256": sha}
+
+
+def damaged_untrained(entries: list[Entry], ids: Any, known: dict[str, Any]) -> list[str]:
+    """The ids of the untrained references among ``ids`` (those a study is about to measure) whose file in
+    ``known`` (:data:`CONFIGS_FILE`) has its recorded fingerprint but not its recorded sha256: bytes changed
+    under an unchanged fingerprint (bit rot), that :func:`plan_study` with ``verify`` builds again. One hash
+    of each, only of a reference whose row is to be measured (which reads and hashes it all the same)."""
+    out = []
+    for e in entries:
+        if e.selection != "untrained" or e.id not in ids or e.error:
+            continue
+        hit = known.get(os.path.abspath(e.checkpoint))
+        if not (isinstance(hit, dict) and hit.get("untrained") and isinstance(hit.get("sha256"), str)):
+            continue
+        now = file_fingerprint(e.checkpoint)
+        if now is not None and hit.get("stat") == now and _sha256_or_none(e.checkpoint) != hit["sha256"]:
+            out.append(e.id)
+    return out
+
+
 def _readable_checkpoint(path: Path) -> bool:
     """Whether ``path`` loads as a checkpoint (tensors only, never code)."""
     import torch
@@ -665,7 +704,7 @@ def _readable_checkpoint(path: Path) -> bool:
 
 def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: str = "best",
                untrained: bool = True, untrained_dir: str | os.PathLike | None = None,
-               known: dict[str, Any] | None = None) -> list[Entry]:
+               known: dict[str, Any] | None = None, verify: Any = ()) -> list[Entry]:
     """The entries of a study over ``source`` (a train-grid folder, a glob, a YAML file).
 
     ``epoch``: ``best`` (each run's checkpoint of best test R@1, plus its final checkpoint as a
@@ -674,7 +713,10 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
     Untrained networks built here go to ``untrained_dir`` (default ``<out_dir>/untrained``; a study
     passes its embedding cache's ``untrained/`` folder so that they, and their embeddings, are reused).
     ``known``: the configs read earlier, by file (:func:`_read_config_known`; a study keeps them in its
-    :data:`CONFIGS_FILE`), and the untrained networks found readable: updated with those read now.
+    :data:`CONFIGS_FILE`), and the untrained networks found readable (their fingerprint and sha256): updated
+    with those read now. ``verify``: ids of untrained references whose file is checked against the sha256
+    ``known`` records even with its fingerprint unchanged, built again when its bytes differ
+    (:func:`damaged_untrained`).
     """
     if epoch not in EPOCH_MODES:
         raise UsageError(f"--epoch must be one of {', '.join(EPOCH_MODES)}, got '{epoch}'")
@@ -744,18 +786,27 @@ def plan_study(source: str | os.PathLike, out_dir: str | os.PathLike, *, epoch: 
             key = os.path.abspath(ref.checkpoint)
             now = file_fingerprint(ref.checkpoint)
             hit = (known or {}).get(key)
-            if now is not None and isinstance(hit, dict) and hit.get("stat") == now and hit.get("untrained"):
+            same = now is not None and isinstance(hit, dict) and hit.get("stat") == now and hit.get("untrained")
+            if same and ref.id not in verify:
+                if not isinstance(hit.get("sha256"), str):  # (a record of an earlier version: its bytes hashed once)
+                    known[key] = _untrained_record(ref.checkpoint) or hit
                 entries.append(ref)  # built (or found readable) earlier, unchanged since: nothing to load
                 continue
+            expect = hit.get("sha256") if same and isinstance(hit.get("sha256"), str) else None
             try:
                 # (a config taken from ``known`` was read from JSON: equal, but pickled with other bytes, as its equal
                 # texts are not one object; the network is built from its checkpoint's own config, as the first time)
                 src = ref_source[ref.id]
                 fresh = ((lambda src=src, ref=ref: _config_as_read(*src, ref.config)) if str(src[0]) in recorded
                          else None)
-                build_untrained(ref.config, Path(ref.checkpoint), ref_weights.get(ref.id), config_of=fresh)
+                build_untrained(ref.config, Path(ref.checkpoint), ref_weights.get(ref.id), config_of=fresh,
+                                expect_sha256=expect)
                 if known is not None:
-                    known[key] = {"stat": file_fingerprint(ref.checkpoint), "untrained": True}
+                    record = _untrained_record(ref.checkpoint)
+                    if record is None:
+                        known.pop(key, None)
+                    else:
+                        known[key] = record
             except Exception as ex:  # noqa: BLE001 - the reference fails, the study goes on
                 ref.error = f"untrained network: {ex}"
                 if known is not None:

@@ -1077,7 +1077,15 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.analyses.registry import PATTERNS, known_names
     from embedscope.fileio import check_writable, write_text
     from embedscope.study.measures import registry
-    from embedscope.study.plan import CONFIGS_FILE, config_columns, known_text, newer_known, plan_study, read_known
+    from embedscope.study.plan import (
+        CONFIGS_FILE,
+        config_columns,
+        damaged_untrained,
+        known_text,
+        newer_known,
+        plan_study,
+        read_known,
+    )
     from embedscope.study.stats import check_exclude, check_exclude_columns, check_exclude_not_circular
     from embedscope.text import safe
 
@@ -1181,8 +1189,8 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         known = {} if force else read_known(out_dir / CONFIGS_FILE)
         known_before = json.dumps(known, sort_keys=True)
         # a cache that cannot be written (read-only, no home): the untrained references in the study folder
-        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=cache / "untrained" if cache_ok else None,
-                             known=known)
+        udir = cache / "untrained" if cache_ok else None
+        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=udir, known=known)
         planned = {os.path.abspath(e.checkpoint) for e in entries}  # (records of checkpoints no longer in the
         known = {k: v for k, v in known.items() if k in planned}  # study, deleted or left out, are dropped)
         check_exclude_columns(exclude, {t for e in entries for t in (e.tags or {}) if not t.startswith("_")},
@@ -1212,12 +1220,16 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         if gone:
             say(f"study: --force: removed the {len(gone)} row(s) of the study in {out_dir} (every row is measured again)")
     write_text(meta_path, json.dumps(meta, indent=2, default=str) + "\n", force=True)
-    if ((json.dumps(known, sort_keys=True) != known_before or (force and (out_dir / CONFIGS_FILE).exists()))
-            and not newer_known(out_dir / CONFIGS_FILE)):  # (a newer embedscope's records: left as they are)
-        try:  # (after study.json: a folder holding it alone is no study folder)
-            write_text(out_dir / CONFIGS_FILE, known_text(known), force=True)
-        except (OSError, ValueError, EmbedscopeError):  # (read-only; a path that is no text)
-            pass  # only a saving of time: the configs are read again next time
+
+    def keep_known() -> None:
+        if ((json.dumps(known, sort_keys=True) != known_before or (force and (out_dir / CONFIGS_FILE).exists()))
+                and not newer_known(out_dir / CONFIGS_FILE)):  # (a newer embedscope's records: left as they are)
+            try:  # (after study.json: a folder holding it alone is no study folder)
+                write_text(out_dir / CONFIGS_FILE, known_text(known), force=True)
+            except (OSError, ValueError, EmbedscopeError):  # (read-only; a path that is no text)
+                pass  # only a saving of time: the configs are read again next time
+
+    keep_known()
 
     import uuid
 
@@ -1264,6 +1276,16 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             f"{'it was' if n == 1 else 'they were'} measured (e.g. run {retagged[0]}): "
             f"{'its row takes' if n == 1 else 'their rows take'} the tags now (nothing is measured again)")
     same_data.report()
+    # an untrained network whose row is to be measured, with its recorded fingerprint but other bytes than it
+    # was built with (bit rot): built again (hashed here, as measuring it would; never one whose row is reused)
+    damaged = damaged_untrained(entries, {e.id for e in entries if e.id not in done}, known)
+    if damaged:
+        n = len(damaged)
+        say(f"study: {n} untrained network{'' if n == 1 else 's'} (e.g. {damaged[0]}) no longer "
+            f"{'holds' if n == 1 else 'hold'} the bytes {'it was' if n == 1 else 'they were'} built with (sha256 "
+            "differs, its fingerprint unchanged: damaged on disk?): built again")
+        entries = plan_study(source, out_dir, epoch=epoch, untrained_dir=udir, known=known, verify=set(damaged))
+        keep_known()
     todo = [_task(e) for e in entries if e.id not in done]
     say(f"study: {len(entries)} checkpoints, {len(done)} finished earlier, {len(todo)} to measure")
     if todo and not cache_ok:
