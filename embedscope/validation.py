@@ -2,7 +2,9 @@
 
 * :func:`check_matrix` -- a 2-D numeric array (numpy, or a torch tensor on any device, any float
   dtype, with ``requires_grad``), finite;
-* :func:`check_labels` -- one label per row (integers, integral floats or strings, encoded);
+* :func:`check_labels` -- one label per row (integers, integral floats, strings, dates or durations,
+  encoded): the one encoder of class labels, the retrieval measures' too (:func:`label_values`,
+  :func:`label_codes`);
 * :func:`check_int` / :func:`check_number` -- a scalar parameter in range;
 * :func:`check_choice` -- one of a fixed set of names;
 * :func:`check_rows` -- a boolean mask or row indices into N rows;
@@ -210,50 +212,101 @@ def joint_codes(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return enc[:len(a)], enc[len(a):]
 
 
+def decoded(a: np.ndarray) -> np.ndarray:
+    """Labels (or names) ``a`` with bytes decoded as UTF-8, what h5py reads from a file (``b"cat"`` is the name
+    "cat"; an undecodable byte kept as a lone surrogate, ``surrogateescape``, so distinct bytes stay distinct):
+    a bytes array as a str array (each distinct value decoded once), objects holding bytes (numpy's too) as
+    objects holding str. Other arrays as they are."""
+    if a.dtype.kind == "S":
+        uniq, inv = np.unique(a, return_inverse=True)
+        return np.char.decode(uniq, "utf-8", "surrogateescape")[inv.reshape(-1)].reshape(a.shape)
+    if a.dtype == object and any(issubclass(t, bytes) for t in set(map(type, a.reshape(-1).tolist()))):
+        out = np.empty(a.shape, dtype=object)
+        out.reshape(-1)[:] = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v
+                              for v in a.reshape(-1).tolist()]
+        return out
+    return a
+
+
+def label_values(y, n: int | None = None, name: str = "labels") -> np.ndarray:
+    """One label per row (``n`` given: exactly ``n``) as a 1-D numpy array of the values they compare by, what
+    :func:`check_labels` and the retrieval measures (one set or two) encode: bytes decoded as UTF-8
+    (:func:`decoded`); objects all dates or all durations (``pd.Timestamp``, ``datetime.date``,
+    ``np.datetime64``; ``pd.Timedelta``, ``datetime.timedelta``, ``np.timedelta64``) as one datetime64 or
+    timedelta64 array (:func:`as_times`: one class per instant or exact duration, as
+    ``EmbeddingSet.from_arrays`` reads them); a missing label (None, NaN of any float type among objects,
+    pandas' NA or NaT, NaT of a datetime64 or timedelta64 array) refused, naming its row (NaN equals nothing,
+    itself included: sorted among other values it split a class in two; NaTs were one class of their own).
+    Numbers, booleans and texts as they are (a float array's NaN is :func:`label_codes`' to refuse)."""
+    a = as_values(y, name)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
+    if a.ndim != 1 or (n is not None and a.shape[0] != n):
+        want = f"1-D with {n} entries (one per row)" if n is not None else "1-D"
+        raise EmbedscopeError(f"{name} must be {want}, got shape {a.shape}")
+    if a.dtype.kind not in "OmMS":
+        return a
+    if a.dtype.kind != "S":  # (a bytes array holds no missing value)
+        found = first_missing(a)
+        if found is not None:
+            raise EmbedscopeError(f"{name} holds a missing label ({found[1]}) at row {found[0]}: "
+                                  "every row needs its class")
+    a = decoded(a)
+    if a.dtype == object:
+        for kind in "Mm":  # (pd.Timestamp and datetime.date of one day compared unequal, or could not be
+            times = as_times(a, kind, name)  # ordered: "must hold class labels"; durations likewise)
+            if times is not None:
+                return times
+    return a
+
+
+def label_codes(a: np.ndarray, name: str = "labels") -> np.ndarray:
+    """The labels ``a`` (as :func:`label_values` returns them) as int64, one class per distinct value:
+    integers (and booleans, as 0 and 1) as they are; floats must be finite and integral, and are their
+    integer (those beyond the int64 range, as 1e19, are encoded, as is uint64 from 2^63); texts, objects,
+    dates and durations are encoded as their index among the sorted distinct values."""
+    return _codes(a, name)[0]
+
+
+def _codes(a: np.ndarray, name: str) -> tuple[np.ndarray, bool]:
+    """:func:`label_codes` and whether they are codes 0..C-1 already (encoded here)."""
+    kind = a.dtype.kind
+    if kind == "b":
+        return a.astype(np.int64), False
+    if kind in "iu" and not beyond_int64(a):  # (not "m": durations are numpy integers, a NaT -2^63 among them)
+        return a.astype(np.int64, copy=False), False
+    if kind == "f":
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            bad = ~np.isfinite(a) | (np.nan_to_num(a) != np.round(np.nan_to_num(a)))
+            i = int(np.argmax(bad))  # (the row: a pandas Int64 column's NA reads as NaN here)
+            raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values; "
+                                  f"first: {a[i]!s} at row {i})")
+        if not beyond_int64(a):
+            return a.astype(np.int64), False
+    # texts, objects, dates, durations, or integral numbers beyond int64 (cast, every such float becomes
+    # -2^63, one class): encoded, equal values one code
+    try:
+        return np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64), True
+    except (TypeError, ValueError):  # (arrays held as objects: "the truth value of an array ... is ambiguous")
+        raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
+
+
 def check_labels(y, n: int | None = None, name: str = "labels", *, encode: bool = False,
                  min_classes: int = 1) -> np.ndarray:
     """One label per row -> int64 array.
 
-    Integers pass as they are; floats must be finite and integral (those beyond the int64 range, as
-    1e19, are encoded as strings are); strings (or other sortable hashables) are encoded as their index
-    in the sorted unique values. ``encode=True`` always
-    returns codes 0..C-1 (sorted unique order). ``n`` given: the length must be ``n``.
-    ``min_classes``: at least that many distinct labels.
+    Integers pass as they are (booleans as 0 and 1); floats must be finite and integral (those beyond the
+    int64 range, as 1e19, are encoded as strings are); strings (bytes decoded as UTF-8), dates, durations
+    (held as objects too: one class per instant or duration) or other sortable hashables are encoded as
+    their index in the sorted unique values (:func:`label_values`, :func:`label_codes`: what the retrieval
+    measures read). ``encode=True`` always returns codes 0..C-1 (sorted unique order). ``n`` given: the
+    length must be ``n``. ``min_classes``: at least that many distinct labels.
 
     >>> check_labels([3, 3, 7]).tolist()
     [3, 3, 7]
     >>> check_labels(["b", "a", "b"]).tolist()
     [1, 0, 1]
     """
-    a = as_values(y, name)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
-    if a.ndim != 1 or (n is not None and a.shape[0] != n):
-        want = f"1-D with {n} entries (one per row)" if n is not None else "1-D"
-        raise EmbedscopeError(f"{name} must be {want}, got shape {a.shape}")
-    if np.issubdtype(a.dtype, np.bool_):
-        a = a.astype(np.int64)
-    if np.issubdtype(a.dtype, np.integer) and not beyond_int64(a):
-        out = a.astype(np.int64, copy=False)
-    elif np.issubdtype(a.dtype, np.floating):
-        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
-            bad = ~np.isfinite(a) | (np.nan_to_num(a) != np.round(np.nan_to_num(a)))
-            i = int(np.argmax(bad))  # (the row: a pandas Int64 column's NA reads as NaN here)
-            raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values; "
-                                  f"first: {a[i]!s} at row {i})")
-        if beyond_int64(a):  # encoded as strings are,
-            out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)  # not all cast to one value
-            encode = False  # already codes
-        else:
-            out = a.astype(np.int64)
-    else:
-        found = first_missing(a)  # (None, pandas' NA and NaT among objects, NaT of dates: a class of their own,
-        if found is not None:  # or no order at all; NaN among objects one class per NaN)
-            raise EmbedscopeError(f"{name} holds a missing label ({found[1]}) at row {found[0]}: every row needs its class")
-        try:
-            out = np.unique(a, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        except (TypeError, ValueError):  # (arrays held as objects: "the truth value of an array ... is ambiguous")
-            raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
-        encode = False  # already codes
-    if encode:
+    out, coded = _codes(label_values(y, n, name), name)
+    if encode and not coded:
         out = np.unique(out, return_inverse=True)[1].reshape(-1).astype(np.int64)
     if min_classes > 1 and len(np.unique(out)) < min_classes:
         raise EmbedscopeError(f"{name} must hold at least {min_classes} classes, got {len(np.unique(out))}")

@@ -61,7 +61,7 @@ from embedscope.metrics.search.knn import (
     tie_window_before,
 )
 from embedscope.metrics.search.threads import blocks_in_threads
-from embedscope.validation import as_times, as_values, beyond_int64, check_int, first_missing, joint_codes
+from embedscope.validation import as_times, beyond_int64, check_int, check_labels, joint_codes, label_codes, label_values
 
 __all__ = ["relevant_ranks", "RelevantRanks", "check_sets", "compute_relevant_ranks"]
 
@@ -247,51 +247,16 @@ class Sets:
 
 
 def _labels(y, n: int, name: str) -> np.ndarray:
-    a = as_values(y, name)  # (a torch tensor that requires grad, or of bfloat16: as the rows are read; ["a", nan]
-    # as objects, where numpy's texts made the NaN the class "nan")
-    if a.ndim != 1 or a.shape[0] != n:
-        raise EmbedscopeError(f"{name} must be 1-D with {n} entries (one per row), got shape {a.shape}")
-    if np.issubdtype(a.dtype, np.integer) and not beyond_int64(a):
-        return a.astype(np.int64)
-    if np.issubdtype(a.dtype, np.floating):
-        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
-            raise EmbedscopeError(f"{name} must be integer class labels")
-        if not beyond_int64(a):
-            return a.astype(np.int64)
-    # strings or other hashables (or integral floats beyond int64, which would all cast to -2^63): encode
-    try:
-        return np.unique(_label_values(a, name), return_inverse=True)[1].reshape(-1).astype(np.int64)
-    except (TypeError, ValueError):  # (arrays held as objects: "the truth value of an array ... is ambiguous")
-        raise EmbedscopeError(f"{name} must hold class labels (integers or strings)") from None
-
-
-def _label_values(a: np.ndarray, name: str) -> np.ndarray:
-    """Labels held as objects or bytes, as the values they compare by: bytes decoded as UTF-8 (what
-    h5py reads from a file: b"cat" is the name "cat"); a missing label (None, NaN of any float type,
-    pandas' NA or NaT, NaT of a datetime64 or timedelta64 array) refused, naming its row (NaN equals
-    nothing, itself included: sorted among other values it split a class in two; NaTs were one class of
-    their own, or made two sets' labels "cannot be ordered"). Other arrays as they are."""
-    if a.dtype.kind == "S":  # a text array, no missing value possible; each distinct value decoded once
-        uniq, inv = np.unique(a, return_inverse=True)
-        return np.char.decode(uniq, "utf-8", "surrogateescape")[inv.reshape(-1)]
-    if a.dtype.kind not in "OmM":
-        return a
-    found = first_missing(a)
-    if found is not None:
-        raise EmbedscopeError(f"{name} holds a missing label ({found[1]}) at row {found[0]}: every row needs its class")
-    if a.dtype != object:
-        return a
-    if bytes in set(map(type, a)):
-        out = np.empty(a.shape[0], dtype=object)
-        out[:] = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v for v in a.tolist()]
-        return out
-    return a
+    """One set's labels as int64 codes: :func:`~embedscope.validation.check_labels`, the one encoder (a torch
+    tensor that requires grad, or of bfloat16, read as the rows are)."""
+    return check_labels(y, n, name)
 
 
 def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     """Validate queries ``X`` with labels ``y`` and the optional separate references."""
     X64, own_x = checked_rows(X, "X")
-    ylab = _labels(y, X64.shape[0], "y")
+    a = label_values(y, X64.shape[0], "y")
+    ylab = label_codes(a, "y")
     if (X_ref is None) != (y_ref is None):
         raise EmbedscopeError("give both X_ref and y_ref for a separate reference set, or neither")
     if X_ref is None:
@@ -299,27 +264,26 @@ def check_sets(X, y, X_ref=None, y_ref=None) -> Sets:
     R64, own_r = checked_rows(X_ref, "X_ref")
     if R64.shape[1] != X64.shape[1]:
         raise EmbedscopeError(f"X and X_ref differ in dimension: {X64.shape[1]} vs {R64.shape[1]}")
-    yref = _labels(y_ref, R64.shape[0], "y_ref")
-    a, b = as_values(y, "y"), as_values(y_ref, "y_ref")
+    b = label_values(y_ref, R64.shape[0], "y_ref")
+    yref = label_codes(b, "y_ref")
     if a.dtype.kind in "iuf" and b.dtype.kind in "iuf":
-        if beyond_int64(a) or beyond_int64(b):  # encoded (see _labels): jointly, so equal values match
+        if beyond_int64(a) or beyond_int64(b):  # encoded (see label_codes): jointly, so equal values match
             ylab, yref = joint_codes(a, b)
-    elif a.dtype.kind in "US" and b.dtype.kind in "US":  # texts (bytes decoded): encoded jointly, equal names match
-        both = np.concatenate([_label_values(a, "y"), _label_values(b, "y_ref")])
-        enc = np.unique(both, return_inverse=True)[1].reshape(-1)
+    elif a.dtype.kind == "U" and b.dtype.kind == "U":  # texts (bytes decoded): encoded jointly, equal names match
+        enc = np.unique(np.concatenate([a, b]), return_inverse=True)[1].reshape(-1).astype(np.int64)
         ylab, yref = enc[:X64.shape[0]], enc[X64.shape[0]:]
-    elif a.dtype.kind in "mM" or b.dtype.kind in "mM":  # dates or durations: by their instant, units reconciled
-        kind = a.dtype.kind if a.dtype.kind in "mM" else b.dtype.kind  # (as objects, datetime64[D] was dates and
-        ta, tb = as_times(a, kind, "y"), as_times(b, kind, "y_ref")  # [s] datetimes, never equal, [ns] integers: 1 matched 1 ns)
-        if ta is None or tb is None:
+    elif a.dtype.kind in "mM" or b.dtype.kind in "mM":  # dates or durations (held as objects too: label_values)
+        kind = a.dtype.kind if a.dtype.kind in "mM" else b.dtype.kind  # by their instant, units reconciled (as
+        ta, tb = as_times(a, kind, "y"), as_times(b, kind, "y_ref")  # objects, datetime64[D] was dates and [s]
+        if ta is None or tb is None:  # datetimes, never equal, [ns] integers: 1 matched 1 ns)
             raise EmbedscopeError(f"y and y_ref hold labels of different kinds ({_kinds(a)} vs {_kinds(b)}): give both "
                                   "sets the same kind of class labels (integers or names)")
         ylab, yref = _joint_times(ta, tb)
     else:
-        # labels held as objects (a pandas column) or bytes, bools, or one set's numbers and the other's texts:
-        # encoded jointly by value, as one set's own labels are (0.0 == 0, True == 1, b"cat" == "cat"). By their
-        # text, 0.0 ('0.0') was not 0 ('0'), and a class of one set silently had no member in the other
-        both = np.concatenate([_label_values(a, "y").astype(object), _label_values(b, "y_ref").astype(object)])
+        # labels held as objects (a pandas column), bools, or one set's numbers and the other's texts: encoded
+        # jointly by value, as one set's own labels are (0.0 == 0, True == 1, b"cat" == "cat"). By their text,
+        # 0.0 ('0.0') was not 0 ('0'), and a class of one set silently had no member in the other
+        both = np.concatenate([a.astype(object), b.astype(object)])
         try:
             enc = np.unique(both, return_inverse=True)[1].reshape(-1)
         except (TypeError, ValueError):  # numbers beside texts: no order, and no label of one equals one of the other

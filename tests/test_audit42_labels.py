@@ -1,0 +1,141 @@
+"""Forty-second audit: class labels, one encoder, and durations.
+
+1. ``validation.check_labels`` and the retrieval measures' ``ranks._labels`` / ``_label_values`` encoded
+   labels along near-twin paths: bytes beside texts (``b"cat"`` and ``"cat"``) one class in the retrieval
+   measures, refused by check_labels; booleans 0/1 in one and codes in the other; dates held as objects
+   (a Timestamp beside a ``datetime.date``) refused by both though ``from_arrays`` reads them; a NaT among
+   timedelta64 labels a class (-2^63) in both (a timedelta64 array is a numpy integer); the float message
+   named no row in the retrieval measures. Now one encoder (``validation.label_values`` / ``label_codes``)
+   serves both.
+2. ``EmbeddingSet.from_arrays``: durations held as objects (``pd.Timedelta(days=1)`` beside
+   ``np.timedelta64(1, "D")`` or ``datetime.timedelta(days=1)``) were classes by their texts ("1 days
+   00:00:00", "1 days", "1 day, 0:00:00"); np.timedelta64 objects were numbers (1 day and 24 hours the
+   classes "1" and "24"). Now one timedelta64 array: a class per exact duration, named canonically
+   ("1 days" whatever the unit: a timedelta64[s] day was "86400 seconds").
+3. Months beside days (no common unit): numpy's TypeError was the traceback, in every reader of labels.
+   from_arrays: bytes labels beyond ASCII (what h5py reads) refused ("got a bytes_ at row 0").
+"""
+
+import datetime
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embedscope.errors import EmbedscopeError
+from embedscope.metrics import retrieval_metrics
+from embedscope.metrics.search.ranks import _labels, check_sets
+from embedscope.store import EmbeddingSet
+from embedscope.validation import check_labels
+
+RNG = np.random.default_rng(42)
+
+
+def _held(*values) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _pairs_of(labels) -> set[tuple[int, int]]:
+    labels = list(labels)
+    return {(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels)) if labels[i] == labels[j]}
+
+
+def _outcome(f):
+    try:
+        return f().tolist()
+    except EmbedscopeError as e:
+        return str(e)
+
+
+# ----------------------------------------------------------------------------- 1. one encoder
+ONE_ENCODER_CASES = {
+    "ints": np.array([3, 3, 7]),
+    "integral floats": np.array([1.0, 5.0, 5.0]),
+    "floats beyond int64": np.array([1e19, 2e19, 1e19]),
+    "uint64 beyond int64": np.array([2 ** 63, 1, 2 ** 63], dtype=np.uint64),
+    "non-integral floats": np.array([1.0, 2.5, 1.0]),
+    "float NaN": np.array([1.0, np.nan, 1.0]),
+    "booleans": np.array([True, True, True]),
+    "texts": np.array(["b", "a", "b"]),
+    "bytes": np.array([b"caf\xc3\xa9", b"x", b"\xff"]),
+    "bytes beside texts": _held("cat", b"cat", "dog"),
+    "numpy bytes beside texts": _held("cat", np.bytes_(b"cat"), "dog"),
+    "non-ASCII bytes beside texts": _held("café", "café".encode(), "x"),
+    "None": _held("a", None, "a"),
+    "dates as objects": _held(pd.Timestamp("2020-01-01"), datetime.date(2020, 1, 1), np.datetime64("2020-01-02")),
+    "durations as objects": _held(pd.Timedelta(days=1), np.timedelta64(1, "D"), datetime.timedelta(hours=1)),
+    "timedelta64 NaT": np.array([1, "NaT", 1], dtype="timedelta64[s]"),
+    "datetime64 NaT": np.array(["2020-01-01", "NaT", "2020-01-01"], dtype="datetime64[D]"),
+    "arrays as labels": _held(np.array([1, 2]), np.array([3, 4]), np.array([1, 2])),
+}
+
+
+@pytest.mark.parametrize("y", ONE_ENCODER_CASES.values(), ids=ONE_ENCODER_CASES.keys())
+def test_check_labels_and_the_retrieval_measures_read_labels_alike(y):
+    """The same labels, the same codes or the same one-line error (named by the caller's parameter)."""
+    got = _outcome(lambda: _labels(y, 3, "labels"))
+    assert got == _outcome(lambda: check_labels(y, 3, "labels"))
+    assert got == _outcome(lambda: check_labels(y, 3))
+
+
+def test_bytes_beside_texts_are_one_class_for_check_labels():
+    assert check_labels(_held("cat", b"cat", "dog")).tolist() == [0, 0, 1]  # (before: "must hold class labels")
+    assert check_labels(_held("café", "café".encode("utf-8"), "x")).tolist() == [0, 0, 1]
+    from embedscope.metrics.neighbours import nearest_same_different
+
+    X = RNG.normal(size=(4, 3))
+    got = nearest_same_different(X, _held("cat", b"cat", "dog", b"dog"))
+    want = nearest_same_different(X, np.array(["cat", "cat", "dog", "dog"]))
+    assert np.array_equal(np.asarray(got[0]), np.asarray(want[0]), equal_nan=True)
+
+
+def test_numpy_bytes_held_as_objects_are_decoded_in_two_sets():
+    X = RNG.normal(size=(4, 3))
+    y, y_ref = _held(np.bytes_(b"cat"), "dog", "cat", "dog"), np.array(["dog", "cat", "dog", "cat"])
+    s = check_sets(X, y, X, y_ref)  # (before: np.bytes_ was no bytes: "cannot be ordered")
+    assert {(i, j) for i in range(4) for j in range(4) if s.y[i] == s.y_ref[j]} == \
+        {(i, j) for i in range(4) for j in range(4) if ["cat", "dog", "cat", "dog"][i] == y_ref[j]}
+
+
+def test_retrieval_measures_name_the_first_non_integral_label():
+    X = RNG.normal(size=(3, 3))
+    with pytest.raises(EmbedscopeError, match=r"^y must be integer class labels \(found non-integral or NaN values; "
+                                              r"first: 2\.5 at row 1\)$"):
+        retrieval_metrics(X, [1.0, 2.5, 1.0])  # (before: "y must be integer class labels", no value, no row)
+
+
+def test_a_nat_among_durations_is_refused_not_a_class():
+    X = RNG.normal(size=(4, 3))
+    durations = np.array([1, "NaT", 1, "NaT"], dtype="timedelta64[s]")
+    with pytest.raises(EmbedscopeError, match=r"^labels holds a missing label \(NaT\) at row 1"):
+        check_labels(durations)  # (before: the NaTs the class -2^63)
+    with pytest.raises(EmbedscopeError, match=r"^y holds a missing label \(NaT\) at row 1"):
+        retrieval_metrics(X, durations)
+
+
+def test_dates_held_as_objects_are_classes_by_instant_for_check_labels_and_retrieval():
+    X, R = RNG.normal(size=(4, 3)), RNG.normal(size=(4, 3))
+    y = _held(pd.Timestamp("2020-01-01"), datetime.date(2020, 1, 1), datetime.datetime(2020, 1, 2),
+              np.datetime64("2020-01-02T00:00"))
+    assert check_labels(y).tolist() == [0, 0, 1, 1]  # (before: "must hold class labels")
+    by_hand = np.array([0, 0, 1, 1])
+    got, want = retrieval_metrics(X, y), retrieval_metrics(X, by_hand)
+    assert got["R@1"] == want["R@1"] and got["MAP@R"] == want["MAP@R"]
+    y_ref = _held(datetime.date(2020, 1, 2), pd.Timestamp("2020-01-01"), np.datetime64("2020-01-01"),
+                  datetime.datetime(2020, 1, 2))
+    got = retrieval_metrics(X, y, X_ref=R, y_ref=y_ref)  # (before: "cannot be ordered")
+    want = retrieval_metrics(X, by_hand, X_ref=R, y_ref=np.array([1, 0, 0, 1]))
+    assert got["R@1"] == want["R@1"] and got["MAP@R"] == want["MAP@R"]
+    assert _pairs_of(EmbeddingSet.from_arrays(X, y).labels) == _pairs_of(by_hand)
+
+
+def test_booleans_are_0_and_1_in_the_retrieval_measures_as_in_check_labels():
+    y = np.array([True, True, True])
+    assert _labels(y, 3, "y").tolist() == check_labels(y).tolist() == [1, 1, 1]  # (before: codes [0, 0, 0])
+    X = RNG.normal(size=(6, 3))
+    yb = np.array([True, False] * 3)
+    got = retrieval_metrics(X, yb, X_ref=X, y_ref=np.array([1, 0] * 3))  # True == 1 across sets, as before
+    want = retrieval_metrics(X, np.array([1, 0] * 3), X_ref=X, y_ref=np.array([1, 0] * 3))
+    assert got["R@1"] == want["R@1"]
