@@ -180,7 +180,13 @@ def as_times(a: np.ndarray, kind: str, name: str = "labels") -> np.ndarray | Non
     if not all(isinstance(v, typ) and getattr(v, "tzinfo", None) is None for v in vals):
         return None
     own = [np.asarray(getattr(v, exact)() if hasattr(v, exact) else v, dtype=f"{kind}8") for v in vals]
-    out = np.array(own, dtype=f"{kind}8")  # (numpy's common unit: a value beyond its range wraps, silently)
+    try:
+        out = np.array(own, dtype=f"{kind}8")  # (numpy's common unit: a value beyond its range wraps, silently)
+    except TypeError:  # durations of months or years beside ones of days or seconds: no common unit (was numpy's
+        cal = [np.datetime_data(o.dtype)[0] in ("Y", "M") for o in own]  # TypeError, "incompatible nonlinear
+        i, j = cal.index(True), cal.index(False)  # base time units")
+        raise EmbedscopeError(f"{name}: {own[i]} at row {i} and {own[j]} at row {j} have no common unit (a month "
+                              "or a year has no fixed length): give the labels in one unit") from None
     for unit in {o.dtype for o in own}:
         rows = np.flatnonzero([o.dtype == unit for o in own])
         back = out[rows].astype(unit)

@@ -139,3 +139,74 @@ def test_booleans_are_0_and_1_in_the_retrieval_measures_as_in_check_labels():
     got = retrieval_metrics(X, yb, X_ref=X, y_ref=np.array([1, 0] * 3))  # True == 1 across sets, as before
     want = retrieval_metrics(X, np.array([1, 0] * 3), X_ref=X, y_ref=np.array([1, 0] * 3))
     assert got["R@1"] == want["R@1"]
+
+
+# ----------------------------------------------------------------------------- 2. durations
+def test_from_arrays_one_duration_held_three_ways_is_one_class():
+    y = _held(pd.Timedelta(days=1), np.timedelta64(1, "D"), datetime.timedelta(days=1), pd.Timedelta(hours=1),
+              np.timedelta64(24, "h"))
+    es = EmbeddingSet.from_arrays(np.eye(5), y)  # (before: 5 classes, "1 days 00:00:00", "1 days", "1 day, 0:00:00")
+    assert es.labels.tolist() == [1, 1, 1, 0, 1]
+    assert es.class_names.tolist() == ["1 hours", "1 days"]
+    es = EmbeddingSet.from_arrays(np.eye(2), [pd.Timedelta(1, "ns"), np.timedelta64(1, "ns")])
+    assert es.class_names.tolist() == ["1 nanoseconds"] and es.labels.tolist() == [0, 0]
+
+
+def test_numpy_durations_held_as_objects_are_no_numbers():
+    y = _held(np.timedelta64(1, "D"), np.timedelta64(24, "h"), np.timedelta64(90, "m"))
+    es = EmbeddingSet.from_arrays(np.eye(3), y)  # (before: the numbers 1, 24 and 90: three classes "1", "24", "90")
+    assert es.labels.tolist() == [1, 1, 0]
+    assert es.class_names.tolist() == ["90 minutes", "1 days"]
+
+
+def test_a_duration_is_named_alike_in_every_unit():
+    names = {unit: EmbeddingSet.from_arrays(np.eye(3), np.array([1, 2, 1], dtype="timedelta64[D]")
+                                            .astype(f"timedelta64[{unit}]")).class_names.tolist()
+             for unit in ("D", "h", "s", "ms", "ns")}
+    assert names == {unit: ["1 days", "2 days"] for unit in names}  # (before [s]: "86400 seconds", [ns]
+    # "86400000000000 nanoseconds")
+    es = EmbeddingSet.from_arrays(np.eye(3), np.array([90, 3600, 1], dtype="timedelta64[s]"))
+    assert es.class_names.tolist() == ["1 seconds", "90 seconds", "1 hours"]
+    weeks = EmbeddingSet.from_arrays(np.eye(2), np.array([1, 2], dtype="timedelta64[W]"))
+    assert weeks.class_names.tolist() == ["7 days", "14 days"]
+    months = EmbeddingSet.from_arrays(np.eye(2), np.array([12, 5], dtype="timedelta64[M]"))
+    assert months.class_names.tolist() == ["5 months", "1 years"]
+
+
+def test_durations_are_looked_up_in_class_names_by_their_canonical_names():
+    y = _held(pd.Timedelta(days=1), np.timedelta64(3600, "s"), datetime.timedelta(days=1))
+    es = EmbeddingSet.from_arrays(np.eye(3), y, class_names=["1 days", "1 hours"])
+    assert es.labels.tolist() == [0, 1, 0]
+    es = EmbeddingSet.from_arrays(np.eye(2), np.array([86400, 3600], dtype="timedelta64[s]"),
+                                  class_names=["1 hours", "1 days"])  # (before: "86400 seconds" not among them)
+    assert es.labels.tolist() == [1, 0]
+
+
+def test_retrieval_measures_and_from_arrays_take_durations_as_the_same_classes():
+    X, R = RNG.normal(size=(5, 3)), RNG.normal(size=(5, 3))
+    y = _held(pd.Timedelta(days=1), np.timedelta64(24, "h"), datetime.timedelta(hours=1), np.timedelta64(1, "D"),
+              pd.Timedelta(hours=1))
+    es = EmbeddingSet.from_arrays(X, y)
+    assert check_labels(y).tolist() == es.labels.tolist() == [1, 1, 0, 1, 0]
+    got, want = retrieval_metrics(X, y), retrieval_metrics(X, es.labels)
+    assert got["R@1"] == want["R@1"] and got["MAP@R"] == want["MAP@R"]
+    y_ref = np.array([3600, 86400, 86400, 7200, 3600], dtype="timedelta64[s]")
+    s = check_sets(X, y, R, y_ref)
+    names = es.class_names[es.labels].tolist()
+    ref_names = EmbeddingSet.from_arrays(R, y_ref).class_names[EmbeddingSet.from_arrays(R, y_ref).labels].tolist()
+    assert {(i, j) for i in range(5) for j in range(5) if s.y[i] == s.y_ref[j]} == \
+        {(i, j) for i in range(5) for j in range(5) if names[i] == ref_names[j]}
+
+
+def test_months_beside_days_are_one_line_not_a_traceback():
+    y = _held(np.timedelta64(1, "M"), np.timedelta64(30, "D"))
+    msg = r"1 months at row 0 and 30 days at row 1 have no common unit \(a month or a year has no fixed length\)"
+    with pytest.raises(EmbedscopeError, match=r"^labels: " + msg):
+        EmbeddingSet.from_arrays(np.eye(2), y)  # (before: TypeError "must be real number, not datetime.timedelta")
+    with pytest.raises(EmbedscopeError, match=r"^labels: " + msg):
+        check_labels(y)  # (before: numpy's TypeError, "incompatible nonlinear base time units")
+    X = RNG.normal(size=(2, 3))
+    with pytest.raises(EmbedscopeError, match=r"^y and y_ref hold durations of no common unit \(timedelta64\[M\] vs "
+                                              r"timedelta64\[D\]"):
+        retrieval_metrics(X, np.array([1, 2], dtype="timedelta64[M]"), X_ref=X,
+                          y_ref=np.array([30, 31], dtype="timedelta64[D]"))  # (before: numpy's TypeError)

@@ -125,6 +125,12 @@ class EmbeddingSet:
         listed = y_arr.tolist() if y_arr.dtype == object else []
         if listed or (isinstance(y, (list, tuple)) and y_arr.dtype.kind in "US"):  # (numpy made a list's numbers
             _refuse_numbers_beside_texts(listed or list(y))  # texts beside texts)
+        if listed and ((times := as_times(y_arr, "M")) is not None or (times := as_times(y_arr, "m")) is not None):
+            # dates or durations held as objects: one datetime64 (timedelta64) array, one class per instant or
+            # exact duration (pd.Timestamp, datetime.date and np.datetime64 of one day were three classes, by
+            # their texts; pd.Timedelta(days=1) and np.timedelta64(1, "D") the classes "1 days 00:00:00" and
+            # "1 days", and np.timedelta64 objects were numbers: 1 day and 24 hours the classes "1" and "24")
+            y_arr, listed = times, []
         if listed and all(isinstance(v, _NUMBERS) for v in listed) and not all(
                 isinstance(v, (bool, np.bool_)) for v in listed):
             # numbers held as objects (a pandas object column): numbers, not texts ("1.0" a class of its own
@@ -150,8 +156,6 @@ class EmbeddingSet:
                     y_arr = big[1][big[0]]  # each row's class name, for a lookup in class_names
         elif listed and all(isinstance(v, (bool, np.bool_)) for v in listed):
             y_arr = np.array(listed, dtype=bool)  # (as objects they were looked up by name in class_names)
-        elif y_arr.dtype == object and (times := as_times(y_arr, "M")) is not None:
-            y_arr = times  # (pd.Timestamp, datetime.date and np.datetime64 of one day were two classes, by their texts)
         elif class_names is None and y_arr.dtype.kind in "uf" and beyond_int64(y_arr):
             # uint64 or float ids beyond int64 (2^63, 1e19) named by their value, as those held as objects are
             # (check_labels' codes were their names: the labels 1 and 2^63 the classes "0" and "1")
@@ -439,10 +443,38 @@ def _value_names(values: np.ndarray) -> list[str]:
     """The names of date, duration or boolean classes ``values``: a date by its instant, spelt as briefly as
     it is exact, a day at least ("2020-01-01", "2020-01-02T12:30", whatever the unit: a datetime64[ns] day
     was "2020-01-01T00:00:00.000000000", a pandas Timestamp "2020-01-01 00:00:00"); a duration as numpy
-    writes it ("1 days"); a boolean "False" or "True" (a numpy bool array's were "0" and "1")."""
+    writes it in the coarsest unit that holds it exactly, days at most, whatever the array's unit ("1 days",
+    "90 minutes", "1 nanoseconds": a timedelta64[s] day was "86400 seconds", [ns] "86400000000000 nanoseconds");
+    a boolean "False" or "True" (a numpy bool array's were "0" and "1")."""
     if values.dtype.kind == "M":
         return np.datetime_as_string(values, unit="auto").tolist()
+    if values.dtype.kind == "m":
+        return _duration_names(values)
     return [str(v) for v in values]
+
+
+#: units of a duration, coarsest first, in attoseconds (months and years have no fixed length: in months)
+_FIXED_UNITS = {"D": 86_400 * 10 ** 18, "h": 3_600 * 10 ** 18, "m": 60 * 10 ** 18, "s": 10 ** 18, "ms": 10 ** 15,
+                "us": 10 ** 12, "ns": 10 ** 9, "ps": 10 ** 6, "fs": 10 ** 3, "as": 1}
+_CALENDAR_UNITS = {"Y": 12, "M": 1}
+
+
+def _duration_names(values: np.ndarray) -> list[str]:
+    """Durations (a timedelta64 array, no NaT) named as numpy writes them in the coarsest unit that holds each
+    exactly (:func:`_value_names`), so that one duration has one name whatever the unit it is held in."""
+    base, mult = np.datetime_data(values.dtype)
+    units = _CALENDAR_UNITS if base in _CALENDAR_UNITS else _FIXED_UNITS
+    if base not in units:  # (numpy's generic unit, or weeks: days and below)
+        if base != "W":
+            return [str(v) for v in values]
+        base, mult = "D", 7 * mult
+    step = units[base] * mult
+    names = []
+    for count in values.view(np.int64).tolist():
+        total = count * step  # (exact: Python integers)
+        unit = next(u for u, f in units.items() if total % f == 0)
+        names.append(str(np.timedelta64(total // units[unit], unit)))
+    return names
 
 
 _NUMBERS = (int, float, np.integer, np.floating, np.bool_, decimal.Decimal, numbers.Rational)

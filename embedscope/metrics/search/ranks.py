@@ -302,7 +302,12 @@ def _joint_times(ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, np.ndarray
     the other set) or floors one it cannot hold (a month as weeks): a value that does not come back from the
     cast equals none of the other set, and is a class of its own (by its own value); such values in both
     sets are refused (numpy's common unit is one of the two: not seen)."""
-    unit = np.promote_types(ta.dtype, tb.dtype)
+    try:
+        unit = np.promote_types(ta.dtype, tb.dtype)
+    except TypeError:  # durations of months or years in one set, of days or seconds in the other (was numpy's
+        raise EmbedscopeError(  # TypeError, "incompatible nonlinear base time units")
+            f"y and y_ref hold durations of no common unit ({ta.dtype} vs {tb.dtype}: a month or a year has no "
+            "fixed length): give both sets' labels in one unit") from None
     ca, cb = ta.astype(unit), tb.astype(unit)
     oa, ob = ca.astype(ta.dtype) != ta, cb.astype(tb.dtype) != tb  # (a wrapped value does not come back)
     if oa.any() and ob.any():
