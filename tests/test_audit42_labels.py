@@ -210,3 +210,13 @@ def test_months_beside_days_are_one_line_not_a_traceback():
                                               r"timedelta64\[D\]"):
         retrieval_metrics(X, np.array([1, 2], dtype="timedelta64[M]"), X_ref=X,
                           y_ref=np.array([30, 31], dtype="timedelta64[D]"))  # (before: numpy's TypeError)
+
+
+# ----------------------------------------------------------------------------- 3. from_arrays: bytes
+def test_from_arrays_decodes_bytes_labels_beyond_ascii():
+    es = EmbeddingSet.from_arrays(np.eye(3), np.array([b"caf\xc3\xa9", b"x", b"caf\xc3\xa9"]))
+    assert es.class_names.tolist() == ["café", "x"] and es.labels.tolist() == [0, 1, 0]  # (before: "got a bytes_")
+    es = EmbeddingSet.from_arrays(np.eye(3), _held("café", "café".encode(), "x"))
+    assert es.class_names.tolist() == ["café", "x"] and es.labels.tolist() == [0, 0, 1]  # (before: "got a str")
+    es = EmbeddingSet.from_arrays(np.eye(2), np.array([b"caf\xc3\xa9", b"x"]), class_names=["x", "café"])
+    assert es.labels.tolist() == [1, 0]

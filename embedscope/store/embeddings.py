@@ -33,7 +33,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import as_numpy, as_times, as_values, beyond_int64, check_bool, first_missing
+from embedscope.validation import as_numpy, as_times, as_values, beyond_int64, check_bool, decoded, first_missing
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
@@ -86,7 +86,10 @@ class EmbeddingSet:
           ``class_names[i]``, whatever the sorted order of the names). Booleans alone are named
           "False" and "True" and index ``class_names`` as 0 and 1; dates (datetime64, or objects:
           ``pd.Timestamp``, ``np.datetime64``, ``datetime.date``) are one class per instant, named as
-          briefly as exact ("2020-01-01", "2020-01-02T12:30") and looked up in ``class_names`` by that name.
+          briefly as exact ("2020-01-01", "2020-01-02T12:30") and looked up in ``class_names`` by that name;
+          durations (timedelta64, or objects: ``pd.Timedelta``, ``datetime.timedelta``, ``np.timedelta64``)
+          likewise one class per exact duration, named in the coarsest unit that holds it ("1 days",
+          "90 minutes"). Bytes are decoded as UTF-8.
         * ``split``: one value per row (``train``, ``test``, ``val``, ``query``, ``gallery``), a
           single value for every row, or ``None``: every row is ``"test"`` (what ``evaluate``
           reads by default) and ``attrs["split_source"]`` says so.
@@ -432,8 +435,8 @@ def _label_texts(y_arr: np.ndarray) -> np.ndarray:
     """Labels held as texts or objects as their texts; one line naming the first label that is a sequence
     (a list, tuple or array per row: numpy's "setting an array element with a sequence" was the traceback)."""
     try:
-        return y_arr.astype(str)
-    except ValueError:
+        return decoded(y_arr).astype(str)  # (bytes decoded as UTF-8, as the retrieval measures read them: non-ASCII
+    except ValueError:  # bytes were "got a bytes_ at row 0", or of a str beside them)
         i = next((i for i, v in enumerate(y_arr.tolist()) if np.ndim(v) > 0), 0)
         raise EmbedscopeError(f"labels must hold class labels (integers or strings), got a "
                               f"{type(y_arr[i]).__name__} at row {i}") from None
