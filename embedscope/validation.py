@@ -17,7 +17,9 @@ line) whose text names the parameter, so a user sees in one line what to change.
 
 from __future__ import annotations
 
+import decimal
 import math
+import numbers
 from typing import Any, Iterable
 
 import numpy as np
@@ -261,7 +263,30 @@ def label_values(y, n: int | None = None, name: str = "labels") -> np.ndarray:
             times = as_times(a, kind, name)  # ordered: "must hold class labels"; durations likewise)
             if times is not None:
                 return times
+        if a.size and all(issubclass(t, NUMBERS) for t in set(map(type, a.tolist()))):
+            # numbers held as objects (a pandas object column) are integers, as a float array's must be (1.5,
+            # inf or Decimal("1.5") were classes here, while the same floats as an array, and from_arrays,
+            # refuse them); compared exactly, as Python numbers (2^63 beside 2^63 + 1 two classes)
+            bad = next((i for i, v in enumerate(a.tolist()) if type(v) is not int and not integral(v)), None)
+            if bad is not None:
+                raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values; "
+                                      f"first: {a[bad]!s} at row {bad})")
     return a
+
+
+#: the types of numbers (Python's, numpy's, Decimal, Fraction; booleans with them) labels held as objects may be
+NUMBERS = (int, float, np.integer, np.floating, np.bool_, decimal.Decimal, numbers.Rational)
+
+
+def integral(v) -> bool:
+    """Whether the number ``v`` (a Python int, float, Decimal or Fraction, or numpy's) is a finite integer."""
+    if isinstance(v, (int, np.integer, np.bool_)):  # (numpy's bool has no round: a TypeError)
+        return True
+    if isinstance(v, decimal.Decimal):  # (as a float, Decimal("1e400") was infinite)
+        return v.is_finite() and v == v.to_integral_value()
+    if isinstance(v, numbers.Rational):
+        return v.denominator == 1
+    return math.isfinite(v) and v == round(v)
 
 
 def label_codes(a: np.ndarray, name: str = "labels") -> np.ndarray:

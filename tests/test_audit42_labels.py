@@ -220,3 +220,31 @@ def test_from_arrays_decodes_bytes_labels_beyond_ascii():
     assert es.class_names.tolist() == ["café", "x"] and es.labels.tolist() == [0, 0, 1]  # (before: "got a str")
     es = EmbeddingSet.from_arrays(np.eye(2), np.array([b"caf\xc3\xa9", b"x"]), class_names=["x", "café"])
     assert es.labels.tolist() == [1, 0]
+
+
+# ----------------------------------------------------------------------------- 3. numbers held as objects
+@pytest.mark.parametrize("y, shown", [
+    (_held(1.5, 2.5, 1.5), "1.5"), (_held(1, float("inf"), 1), "inf"),
+    (_held(1, 1, __import__("decimal").Decimal("2.5")), "2.5"), (_held(np.float32(0.5), 1, 1), "0.5"),
+], ids=["floats", "inf", "Decimal", "float32"])
+def test_non_integral_numbers_held_as_objects_are_refused_as_a_float_array_is(y, shown):
+    """A pandas object column of 1.5 and 2.5 was two classes for check_labels and the retrieval measures, while
+    the same floats as an array (and from_arrays) are refused: no class labels."""
+    row = next(i for i, v in enumerate(y.tolist()) if str(v) == shown)
+    msg = rf"must be integer class labels \(found non-integral or NaN values; first: {shown} at row {row}\)$"
+    with pytest.raises(EmbedscopeError, match=r"^labels " + msg):
+        check_labels(y)
+    X = RNG.normal(size=(3, 3))
+    with pytest.raises(EmbedscopeError, match=r"^y " + msg):
+        retrieval_metrics(X, y)
+    with pytest.raises(EmbedscopeError, match=r"^y_ref " + msg):
+        retrieval_metrics(X, [1, 2, 1], X_ref=X, y_ref=y)
+    with pytest.raises(EmbedscopeError, match="integer class labels"):
+        EmbeddingSet.from_arrays(X, y)
+
+
+def test_integral_numbers_held_as_objects_still_compare_exactly_by_value():
+    y = _held(np.True_, np.False_, 1, np.float32(2), 2, 2 ** 63, 2 ** 63 + 1, float(2 ** 63))
+    py = [v.item() if isinstance(v, np.generic) else v for v in y.tolist()]  # (as Python compares them, exactly)
+    assert _pairs_of(check_labels(y)) == _pairs_of(py) == {(0, 2), (3, 4), (5, 7)}
+    assert _pairs_of(check_labels(y)) == _pairs_of(EmbeddingSet.from_arrays(np.eye(8), y).labels)

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import decimal
 import errno
 import io
 import json
-import math
-import numbers
 import os
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
@@ -33,7 +30,8 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import as_numpy, as_times, as_values, beyond_int64, check_bool, decoded, first_missing
+from embedscope.validation import NUMBERS, as_numpy, as_times, as_values, beyond_int64, check_bool, decoded, first_missing
+from embedscope.validation import integral as _integral
 
 FORMAT_VERSION = 1
 REQUIRED = ("embeddings", "labels", "paths", "split", "class_names")
@@ -480,7 +478,7 @@ def _duration_names(values: np.ndarray) -> list[str]:
     return names
 
 
-_NUMBERS = (int, float, np.integer, np.floating, np.bool_, decimal.Decimal, numbers.Rational)
+_NUMBERS = NUMBERS
 
 
 def _exact_numbers(listed: list) -> np.ndarray | None:
@@ -498,18 +496,6 @@ def _exact_numbers(listed: list) -> np.ndarray | None:
     if a.dtype.kind == "f" and not float(np.max(np.abs(a))) < 2.0 ** 53:  # (inf too)
         return None
     return a
-
-
-def _integral(v) -> bool:
-    """Whether the number ``v`` (a Python int, float, Decimal or Fraction, or numpy's longdouble) is a finite
-    integer."""
-    if isinstance(v, int):
-        return True
-    if isinstance(v, decimal.Decimal):  # (as a float, Decimal("1e400") was infinite)
-        return v.is_finite() and v == v.to_integral_value()
-    if isinstance(v, numbers.Rational):
-        return v.denominator == 1
-    return math.isfinite(v) and v == round(v)
 
 
 def _big_ids(values: list, keys: list[int]) -> tuple[np.ndarray, np.ndarray]:
