@@ -257,20 +257,27 @@ def label_values(y, n: int | None = None, name: str = "labels") -> np.ndarray:
         if found is not None:
             raise EmbedscopeError(f"{name} holds a missing label ({found[1]}) at row {found[0]}: "
                                   "every row needs its class")
-    a = decoded(a)
-    if a.dtype == object:
-        for kind in "Mm":  # (pd.Timestamp and datetime.date of one day compared unequal, or could not be
-            times = as_times(a, kind, name)  # ordered: "must hold class labels"; durations likewise)
+    if a.dtype != object:
+        return decoded(a)
+    vals = a.tolist()  # (one pass over the values: a million objects cost as much as the encoding)
+    types = set(map(type, vals))
+    if any(issubclass(t, bytes) for t in types):
+        return decoded(a)
+    import datetime
+
+    for kind, typ in (("M", (datetime.date, np.datetime64)), ("m", (datetime.timedelta, np.timedelta64))):
+        if all(issubclass(t, typ) for t in types):  # (pd.Timestamp and datetime.date of one day compared unequal,
+            times = as_times(a, kind, name)  # or could not be ordered: "must hold class labels"; durations likewise)
             if times is not None:
                 return times
-        if a.size and all(issubclass(t, NUMBERS) for t in set(map(type, a.tolist()))):
-            # numbers held as objects (a pandas object column) are integers, as a float array's must be (1.5,
-            # inf or Decimal("1.5") were classes here, while the same floats as an array, and from_arrays,
-            # refuse them); compared exactly, as Python numbers (2^63 beside 2^63 + 1 two classes)
-            bad = next((i for i, v in enumerate(a.tolist()) if type(v) is not int and not integral(v)), None)
-            if bad is not None:
-                raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values; "
-                                      f"first: {a[bad]!s} at row {bad})")
+    if types and all(issubclass(t, NUMBERS) for t in types) and types != {int}:
+        # numbers held as objects (a pandas object column) are integers, as a float array's must be (1.5,
+        # inf or Decimal("1.5") were classes here, while the same floats as an array, and from_arrays,
+        # refuse them); compared exactly, as Python numbers (2^63 beside 2^63 + 1 two classes)
+        bad = next((i for i, v in enumerate(vals) if type(v) is not int and not integral(v)), None)
+        if bad is not None:
+            raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values; "
+                                  f"first: {a[bad]!s} at row {bad})")
     return a
 
 
