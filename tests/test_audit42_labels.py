@@ -248,3 +248,19 @@ def test_integral_numbers_held_as_objects_still_compare_exactly_by_value():
     py = [v.item() if isinstance(v, np.generic) else v for v in y.tolist()]  # (as Python compares them, exactly)
     assert _pairs_of(check_labels(y)) == _pairs_of(py) == {(0, 2), (3, 4), (5, 7)}
     assert _pairs_of(check_labels(y)) == _pairs_of(EmbeddingSet.from_arrays(np.eye(8), y).labels)
+
+
+# ----------------------------------------------------------------------------- 3. dates with a time zone
+def test_from_arrays_takes_one_instant_in_two_time_zones_as_one_class():
+    """check_labels and the retrieval measures compare dates with a time zone by instant (pandas' ==):
+    from_arrays named them by their texts, so 00:00 UTC and 01:00 in Paris were two classes there."""
+    y = _held(pd.Timestamp("2020-01-01 00:00", tz="UTC"), pd.Timestamp("2020-01-01 01:00", tz="Europe/Paris"),
+              pd.Timestamp("2020-01-02", tz="UTC"), datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc))
+    es = EmbeddingSet.from_arrays(np.eye(4), y)
+    assert _pairs_of(es.labels) == _pairs_of(check_labels(y)) == {(0, 1), (0, 3), (1, 3)}
+    assert es.class_names.tolist() == ["2020-01-01 00:00:00+00:00", "2020-01-02 00:00:00+00:00"]  # (its first row's)
+    es = EmbeddingSet.from_arrays(np.eye(4), y, class_names=["2020-01-02 00:00:00+00:00", "2020-01-01 00:00:00+00:00"])
+    assert es.labels.tolist() == [1, 1, 0, 1]
+    one_zone = _held(pd.Timestamp("2020-01-01 01:00", tz="Europe/Paris"), pd.Timestamp("2020-01-01", tz="Europe/Paris"))
+    assert EmbeddingSet.from_arrays(np.eye(2), one_zone).class_names.tolist() == [  # (one zone: as before)
+        "2020-01-01 00:00:00+01:00", "2020-01-01 01:00:00+01:00"]

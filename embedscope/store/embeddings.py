@@ -157,6 +157,9 @@ class EmbeddingSet:
                     y_arr = big[1][big[0]]  # each row's class name, for a lookup in class_names
         elif listed and all(isinstance(v, (bool, np.bool_)) for v in listed):
             y_arr = np.array(listed, dtype=bool)  # (as objects they were looked up by name in class_names)
+        elif listed and all(isinstance(v, _dt.datetime) and v.tzinfo is not None for v in listed):
+            y_arr = _instant_names(listed)  # dates with a time zone: one class per instant, as the retrieval measures
+            # and check_labels compare them (00:00 UTC and 01:00 +01:00 were two classes, by their texts)
         elif class_names is None and y_arr.dtype.kind in "uf" and beyond_int64(y_arr):
             # uint64 or float ids beyond int64 (2^63, 1e19) named by their value, as those held as objects are
             # (check_labels' codes were their names: the labels 1 and 2^63 the classes "0" and "1")
@@ -438,6 +441,24 @@ def _label_texts(y_arr: np.ndarray) -> np.ndarray:
         i = next((i for i, v in enumerate(y_arr.tolist()) if np.ndim(v) > 0), 0)
         raise EmbedscopeError(f"labels must hold class labels (integers or strings), got a "
                               f"{type(y_arr[i]).__name__} at row {i}") from None
+
+
+def _instant_names(values: list) -> np.ndarray:
+    """Dates with a time zone (``pd.Timestamp`` or ``datetime.datetime``) as the name of each one's class: one
+    class per instant (compared exactly: in UTC, with a Timestamp's nanoseconds), named by the text of its first
+    row's value, which is every row's text where the labels share one zone."""
+    utc = _dt.timezone.utc
+    first: dict[tuple, str] = {}
+    keys = []
+    for v in values:
+        u = v.astimezone(utc)
+        key = (_dt.datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond),
+               getattr(u, "nanosecond", 0))
+        first.setdefault(key, str(v))
+        keys.append(key)
+    out = np.empty(len(values), dtype=object)
+    out[:] = [first[k] for k in keys]
+    return out
 
 
 def _value_names(values: np.ndarray) -> list[str]:
