@@ -270,6 +270,8 @@ def label_values(y, n: int | None = None, name: str = "labels") -> np.ndarray:
             times = as_times(a, kind, name)  # or could not be ordered: "must hold class labels"; durations likewise)
             if times is not None:
                 return times
+            if kind == "M":
+                check_time_zones(vals, name)
     if types and all(issubclass(t, NUMBERS) for t in types) and types != {int}:
         # numbers held as objects (a pandas object column) are integers, as a float array's must be (1.5,
         # inf or Decimal("1.5") were classes here, while the same floats as an array, and from_arrays,
@@ -279,6 +281,18 @@ def label_values(y, n: int | None = None, name: str = "labels") -> np.ndarray:
             raise EmbedscopeError(f"{name} must be integer class labels (found non-integral or NaN values; "
                                   f"first: {a[bad]!s} at row {bad})")
     return a
+
+
+def check_time_zones(dates: list, name: str = "labels") -> None:
+    """Dates (``datetime.date``, ``pd.Timestamp``, ``np.datetime64``) all with a time zone or all without
+    one; else one line naming one of each and their rows (a date without a zone is no instant: it equals no
+    date with one, and pandas cannot order the two, "must hold class labels" in check_labels and the retrieval
+    measures, while from_arrays made each its own class by its text)."""
+    aware = [getattr(v, "tzinfo", None) is not None for v in dates]
+    if any(aware) and not all(aware):
+        i, j = aware.index(False), aware.index(True)
+        raise EmbedscopeError(f"{name} mix dates without and with a time zone ({dates[i]} at row {i}, {dates[j]} "
+                              f"at row {j}): give every date a time zone, or none")
 
 
 #: the types of numbers (Python's, numpy's, Decimal, Fraction; booleans with them) labels held as objects may be

@@ -264,3 +264,15 @@ def test_from_arrays_takes_one_instant_in_two_time_zones_as_one_class():
     one_zone = _held(pd.Timestamp("2020-01-01 01:00", tz="Europe/Paris"), pd.Timestamp("2020-01-01", tz="Europe/Paris"))
     assert EmbeddingSet.from_arrays(np.eye(2), one_zone).class_names.tolist() == [  # (one zone: as before)
         "2020-01-01 00:00:00+01:00", "2020-01-01 01:00:00+01:00"]
+
+
+def test_dates_without_and_with_a_time_zone_are_one_line_everywhere():
+    y = _held(pd.Timestamp("2020-01-01"), pd.Timestamp("2020-01-01", tz="UTC"), datetime.date(2020, 1, 2))
+    msg = (r"mix dates without and with a time zone \(2020-01-01 00:00:00 at row 0, 2020-01-01 00:00:00\+00:00 "
+           r"at row 1\): give every date a time zone, or none$")
+    with pytest.raises(EmbedscopeError, match=r"^labels " + msg):
+        EmbeddingSet.from_arrays(np.eye(3), y)  # (before: accepted, each a class by its text)
+    with pytest.raises(EmbedscopeError, match=r"^labels " + msg):
+        check_labels(y)  # (before: "labels must hold class labels (integers or strings)")
+    with pytest.raises(EmbedscopeError, match=r"^y_ref " + msg):
+        retrieval_metrics(np.eye(3), [1, 2, 1], X_ref=np.eye(3), y_ref=y)

@@ -30,7 +30,17 @@ from embedscope.errors import EmbedscopeError
 from embedscope.fileio import atomic_output, escape_undecodable
 from embedscope.names import SPLITS
 from embedscope.text import quoted
-from embedscope.validation import NUMBERS, as_numpy, as_times, as_values, beyond_int64, check_bool, decoded, first_missing
+from embedscope.validation import (
+    NUMBERS,
+    as_numpy,
+    as_times,
+    as_values,
+    beyond_int64,
+    check_bool,
+    check_time_zones,
+    decoded,
+    first_missing,
+)
 from embedscope.validation import integral as _integral
 
 FORMAT_VERSION = 1
@@ -126,6 +136,8 @@ class EmbeddingSet:
         listed = y_arr.tolist() if y_arr.dtype == object else []
         if listed or (isinstance(y, (list, tuple)) and y_arr.dtype.kind in "US"):  # (numpy made a list's numbers
             _refuse_numbers_beside_texts(listed or list(y))  # texts beside texts)
+        if listed and all(isinstance(v, (_dt.date, np.datetime64)) for v in listed):
+            check_time_zones(listed)  # (a date without a zone beside one with: each a class by its text)
         if listed and ((times := as_times(y_arr, "M")) is not None or (times := as_times(y_arr, "m")) is not None):
             # dates or durations held as objects: one datetime64 (timedelta64) array, one class per instant or
             # exact duration (pd.Timestamp, datetime.date and np.datetime64 of one day were three classes, by
