@@ -244,8 +244,10 @@ def label_values(y, n: int | None = None, name: str = "labels") -> np.ndarray:
     timedelta64 array (:func:`as_times`: one class per instant or exact duration, as
     ``EmbeddingSet.from_arrays`` reads them); a missing label (None, NaN of any float type among objects,
     pandas' NA or NaT, NaT of a datetime64 or timedelta64 array) refused, naming its row (NaN equals nothing,
-    itself included: sorted among other values it split a class in two; NaTs were one class of their own).
-    Numbers, booleans and texts as they are (a float array's NaN is :func:`label_codes`' to refuse)."""
+    itself included: sorted among other values it split a class in two; NaTs were one class of their own);
+    numbers held as objects must be integral (as a float array's must be: :func:`label_codes`), and dates
+    held as objects all with a time zone or all without (:func:`check_time_zones`). Numbers, booleans and
+    texts as they are (a float array's NaN is :func:`label_codes`' to refuse)."""
     a = as_values(y, name)  # (["a", nan] as objects: numpy's texts made the NaN the class "nan")
     if a.ndim != 1 or (n is not None and a.shape[0] != n):
         want = f"1-D with {n} entries (one per row)" if n is not None else "1-D"
