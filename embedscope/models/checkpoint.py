@@ -507,12 +507,28 @@ def _shape(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(int(n)) for n in t.shape) + "]"
 
 
+def _extra_prefixes(unexpected: list[str], own: dict[str, Any]) -> list[str]:
+    """For each unexpected key, its shortest module prefix under which the model has no key (``proj.`` of
+    ``proj.weight``; ``head.2.`` of ``head.2.weight`` beside the model's ``head.0.*``), in order, once each."""
+    out: dict[str, None] = {}
+    for k in unexpected:
+        parts = k.split(".")
+        for i in range(1, len(parts)):
+            p = ".".join(parts[:i]) + "."
+            if not any(o.startswith(p) for o in own):
+                out[p] = None
+                break
+    return list(out)
+
+
 def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str, hint: str = "") -> None:
     """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent.
 
-    Every problem is named in the one line: missing keys, unexpected keys and tensors of another
-    shape (``file [8, 128], model [8, 512]``; torch's own message was cut before the model's shape,
-    and a shape mismatch hid the missing and unexpected keys). ``hint``: what to do next, appended.
+    Every problem is named in the one line: missing keys, unexpected keys (the first three) and tensors
+    of another shape (``file [8, 128], model [8, 512]``; torch's own message was cut before the model's
+    shape, and a shape mismatch hid the missing and unexpected keys). Keys the model does not have, when
+    nothing else is wrong (a custom head, a loss's weights): the line says how to save the file without
+    them. ``hint``: what to do next, appended.
     """
     own = model.state_dict()
     missing = [k for k in own if k not in sd and not k.endswith("num_batches_tracked")]
@@ -522,13 +538,23 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
     if missing:
         parts.append(f"missing {len(missing)} key(s) e.g. {printable(missing[0], 60)}")
     if unexpected:
-        parts.append(f"unexpected {len(unexpected)} key(s) e.g. {printable(unexpected[0], 60)}")
+        parts.append(f"unexpected {len(unexpected)} key(s) e.g. {_keys_preview(unexpected, 3)}")
     if shapes:
         k = shapes[0]
         more = f" (+{len(shapes) - 1} more)" if len(shapes) > 1 else ""
         parts.append(f"size mismatch for {printable(k, 60)}: file {_shape(sd[k])}, model {_shape(own[k])}{more}")
     if parts:
-        raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)}){hint}")
+        extra = ""
+        if unexpected and not missing and not shapes:
+            # every tensor of the model is there: the others are layers it does not have (a custom head,
+            # a loss's weights), which a strict load refuses; say how to leave them out (was only the first key)
+            pre = _extra_prefixes(unexpected, own)
+            if pre:
+                shown = ", ".join(repr(printable(p, 40)) for p in pre[:4]) + ("," if len(pre) == 1 else "")
+                extra = (f"; the model has no such layers: to load the rest, save the state dict without them, "
+                         f"e.g. torch.save({{k: v for k, v in sd.items() if not k.startswith(({shown}))}}, FILE)"
+                         + (f" ({len(pre) - 4} more prefixes)" if len(pre) > 4 else ""))
+        raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)}){extra}{hint}")
     try:
         model.load_state_dict(sd, strict=False)
     except RuntimeError as e:  # anything the checks above did not foresee
