@@ -4,15 +4,19 @@ What was wrong before:
 
 - a file holding every tensor of the model plus a custom head was refused naming one key, with nothing
   on what to do.
+- an EMA copy of the parameters only (no BatchNorm statistics) was left out (correctly: the network is
+  read whole from the other prefix) without saying why; given to ``--ema``: "missing 40 key(s)" only.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import test_audit41_ckpt as first
 import torch
+import torchvision
 from cli_run import one_error_line
-from test_audit41_ckpt import _embed
+from test_audit41_ckpt import _embed, _read, _reference
 
 from embedscope.errors import EmbedscopeError
 from embedscope.models import load_model
@@ -54,3 +58,29 @@ def test_a_custom_head_beside_the_model_says_what_to_do(tmp_path, images):
                                               r"layers.*k.startswith\(\('arcface.',\)\)"):
         load_model(trunk=tmp_path / "t.pt", embedder=tmp_path / "id.pt")
 
+
+# --------------------------------------------------------------------------- 5. an EMA of the parameters only
+
+def test_an_ema_copy_without_batchnorm_statistics(tmp_path, images, resnet18_sd):
+    """The network is read whole from 'model.*' (never the EMA's parameters with the model's statistics), and
+    the warning says why the EMA copy was left out."""
+    sd = _trunk(resnet18_sd)
+    names = {n for n, _ in torchvision.models.resnet18().named_parameters()}
+    ema = {"model_ema." + k: v + 0.01 for k, v in sd.items() if k in names}
+    ckpt = tmp_path / "ema.ckpt"
+    torch.save({"state_dict": {**{"model." + k: v for k, v in sd.items()}, **ema}}, ckpt)
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", ckpt)
+    assert rc == 0, err
+    (line,) = _warning_lines(err)
+    assert "'model_ema.*' keys hold every parameter of the backbone but not its buffers" in line
+    assert "not mixed" in line
+    X, paths, _ = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+    # asked for with --ema (timm's key): refused, saying what is lacking
+    torch.save({"state_dict": sd, "state_dict_ema": {k[len("model_ema."):]: v for k, v in ema.items()}},
+               tmp_path / "t.ckpt")
+    rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", "--weights", tmp_path / "t.ckpt", "--ema")
+    assert rc == 1
+    line = one_error_line(err, "embed")
+    assert "missing 40 key(s)" in line and "BatchNorm's running statistics" in line

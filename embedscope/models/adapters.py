@@ -294,7 +294,7 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
         tsd = numbered
     sub = submodule_prefix(tsd, probe.backbone) if numbered is None else None
     if sub is not None:  # a Lightning module's network beside its loss's weights: {'net.*', 'loss_fn.W'}
-        tsd = read_submodule(tsd, sub, trunk, "trunk")
+        tsd = read_submodule(tsd, sub, trunk, "trunk", probe.backbone)
         tsd = {k: v for k, v in tsd.items() if not k.startswith(("aux1.", "aux2.", "AuxLogits."))
                or a not in ("googlenet", "inception_v3")}
     elif numbered is None:

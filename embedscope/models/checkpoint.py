@@ -545,7 +545,13 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
         parts.append(f"size mismatch for {printable(k, 60)}: file {_shape(sd[k])}, model {_shape(own[k])}{more}")
     if parts:
         extra = ""
-        if unexpected and not missing and not shapes:
+        buffers = {n for n, _ in model.named_buffers()}
+        if missing and not unexpected and not shapes and set(missing) <= buffers:
+            # (an EMA of the parameters only: BatchNorm's running statistics are not in it, and the model's own
+            # initial ones would have been mixed with the file's parameters)
+            extra = ("; the file holds every parameter but not these buffers (BatchNorm's running statistics: an "
+                     "EMA of the parameters only?): the model cannot be run without them")
+        elif unexpected and not missing and not shapes:
             # every tensor of the model is there: the others are layers it does not have (a custom head,
             # a loss's weights), which a strict load refuses; say how to leave them out (was only the first key)
             pre = _extra_prefixes(unexpected, own)
@@ -946,13 +952,28 @@ def check_one_prefix(sd: dict[str, Any], module: torch.nn.Module, path: Any, wha
             f"sd.items() if k.startswith('{p}')}}, FILE)")
 
 
-def read_submodule(sd: dict[str, Any], sub: str, path: Any, what: str) -> dict[str, Any]:
-    """``sd``'s keys under ``sub`` without it; a :class:`SubmoduleWarning` names the keys left out."""
+def read_submodule(sd: dict[str, Any], sub: str, path: Any, what: str,
+                   module: torch.nn.Module | None = None) -> dict[str, Any]:
+    """``sd``'s keys under ``sub`` without it; a :class:`SubmoduleWarning` names the keys left out. With
+    ``module`` (what is read), it also names another prefix under which the file holds every parameter of
+    ``module`` but not its buffers (BatchNorm's running statistics): an EMA copy of the parameters only,
+    which could not be read alone (its layers' statistics are not there) and so was left out."""
     left = [k for k in sd if not k.startswith(sub)]
     if left:
+        why = ""
+        if module is not None:
+            params = {n for n, _ in module.named_parameters()}
+            buffers = {n for n, _ in module.named_buffers() if not n.endswith("num_batches_tracked")}
+            partial = [p for p in key_prefixes({k: None for k in left}) if p != sub and buffers and params
+                       <= {k[len(p):] for k in left if k.startswith(p)}]
+            if partial:
+                p = printable(partial[0], 60)
+                why = (f"; its '{p}*' keys hold every parameter of the {what} but not its buffers (BatchNorm's "
+                       "running statistics: an EMA of the parameters only?): they cannot be read alone, and were "
+                       f"not mixed with the '{printable(sub, 60)}*' buffers")
         warnings.warn(SubmoduleWarning(
             f"{printable(path, 1000)}: the {what} was read from its '{printable(sub, 60)}*' keys; "
-            f"{len(left)} other key(s) left out: {_keys_preview(left, 3)}"), stacklevel=3)
+            f"{len(left)} other key(s) left out: {_keys_preview(left, 3)}{why}"), stacklevel=3)
     return {k[len(sub):]: v for k, v in sd.items() if k.startswith(sub)}
 
 
@@ -1013,7 +1034,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         sd = numbered
     sub = submodule_prefix(sd, model.backbone) if numbered is None else None
     if sub is not None:  # a Lightning module's network beside its loss's weights: {'net.*', 'loss_fn.W'}
-        sd = read_submodule(sd, sub, path, "backbone")
+        sd = read_submodule(sd, sub, path, "backbone", model.backbone)
     elif numbered is None:
         check_one_prefix(sd, model.backbone, path, f"{printable(model.arch, 40)} backbone")
     sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
