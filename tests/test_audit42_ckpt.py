@@ -2,6 +2,9 @@
 
 What was wrong before:
 
+- ``--weights`` took the ``backbone.*`` keys of any file having some: beside keys that held the whole
+  backbone too it read one of the two networks and called the other "an embedscope model's head"; a
+  loss's weights beside ``backbone.*`` were called so too.
 - a file holding every tensor of the model plus a custom head was refused naming one key, with nothing
   on what to do.
 - an EMA copy of the parameters only (no BatchNorm statistics) was left out (correctly: the network is
@@ -32,6 +35,30 @@ def _trunk(sd):
 
 def _warning_lines(err):
     return [ln for ln in err.strip().splitlines() if ln.strip()]
+
+
+# --------------------------------------------------------------------------- 3. backbone.* beside other keys
+
+def test_backbone_keys_beside_a_whole_backbone_are_not_guessed(tmp_path, images, resnet18_sd):
+    sd = _trunk(resnet18_sd)
+    torch.save({**{"backbone." + k: v + 1 for k, v in sd.items()}, **sd}, tmp_path / "two.pt")
+    rc, _, err = _embed(images, tmp_path / "x.h5", "--arch", "resnet18", "--weights", tmp_path / "two.pt")
+    assert rc == 1  # was: the backbone.* copy read, the other "an embedscope model's head" left out
+    line = one_error_line(err, "embed")
+    assert "'backbone.*' keys and its other keys hold the whole resnet18 backbone" in line and "not guessed" in line
+
+
+def test_backbone_keys_beside_a_loss_are_not_called_a_head(tmp_path, images, resnet18_sd):
+    sd = _trunk(resnet18_sd)
+    torch.save({**{"backbone." + k: v for k, v in sd.items()}, "loss.W": torch.zeros(512, 3)}, tmp_path / "l.pt")
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", tmp_path / "l.pt")
+    assert rc == 0, err
+    (line,) = _warning_lines(err)
+    assert "loss.W" in line and "not part of the backbone" in line and "head" not in line
+    X, paths, s = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd), atol=1e-5)
+    assert s.attrs["checkpoint_format"] == "backbone weights from a torchvision state dict (its 'backbone.*' keys)"
 
 
 # --------------------------------------------------------------------------- 4. extra layers: what to do

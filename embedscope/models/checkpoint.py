@@ -1018,17 +1018,33 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
                               f"{_keys_preview(list(map(str, obj)))}); {NUMPY_HINT}")
     if not sd:
         raise EmbedscopeError(f"{path}: no tensors found (keys: {_keys_preview(list(map(str, obj)))})")
+    bb_keys = False
     if any(k.startswith("backbone.") for k in sd):
+        # an embedscope model's state dict: its backbone under 'backbone.*'. Not when the keys as they are hold
+        # the whole backbone (a network with a layer named 'backbone': as they are), nor a guess when both do
+        # (the 'backbone.*' keys were read, the others left out with a warning calling them a model's head)
+        needed = {k for k in model.backbone.state_dict() if not k.endswith("num_batches_tracked")}
+        inner = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
         left = [k for k in sd if not k.startswith("backbone.")]
-        sd = {k[len("backbone."):]: v for k, v in sd.items() if k.startswith("backbone.")}
-        if left:  # an embedscope model's head (its trained embedding layer): was left out silently
-            how = " with --ema" if ema else ""
-            if not (isinstance(read, dict) and read.get("format") == FORMAT):
-                how += f" with --arch {printable(model.arch, 60)}"
-            warnings.warn(SubmoduleWarning(
-                f"{printable(path, 1000)}: --weights read its 'backbone.*' keys; {len(left)} other key(s) not "
-                f"loaded: {_keys_preview(left, 3)} (an embedscope model's head: --weights gives a backbone only; to "
-                f"embed with the head, give the file as the checkpoint{how}, without --weights)"), stacklevel=2)
+        if needed <= set(sd) and needed <= set(inner) and not any(k.startswith("backbone.") for k in needed):
+            raise EmbedscopeError(
+                f"{path}: both its 'backbone.*' keys and its other keys hold the whole "
+                f"{printable(model.arch, 40)} backbone: which one to read is not guessed; save the one to embed "
+                "alone, e.g. torch.save({k[9:]: v for k, v in sd.items() if k.startswith('backbone.')}, FILE)")
+        if not needed <= set(sd):
+            sd, bb_keys = inner, True
+            if left:
+                if any(k.startswith("head.") for k in left):  # an embedscope model's head (its embedding layer)
+                    how = " with --ema" if ema else ""
+                    if not (isinstance(read, dict) and read.get("format") == FORMAT):
+                        how += f" with --arch {printable(model.arch, 60)}"
+                    why = (f"an embedscope model's head: --weights gives a backbone only; to embed with the head, "
+                           f"give the file as the checkpoint{how}, without --weights")
+                else:  # (was said to be an embedscope model's head whatever they were: a loss's weights, ...)
+                    why = "not part of the backbone: --weights gives a backbone only"
+                warnings.warn(SubmoduleWarning(
+                    f"{printable(path, 1000)}: --weights read its 'backbone.*' keys; {len(left)} other key(s) not "
+                    f"loaded: {_keys_preview(left, 3)} ({why})"), stacklevel=2)
     numbered = children_keys(sd, model.backbone) if not set(sd) & set(model.backbone.state_dict()) else None
     if numbered is not None:  # nn.Sequential(*list(model.children())[:-1]): its layers by number
         sd = numbered
@@ -1054,6 +1070,8 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
             + ("" if ema or str(model.arch).startswith("timm:")
                else f"; {keep_layer_hint(path, None if detect_arch(sd) else model.arch)}")), stacklevel=2)
     fmt = _weights_format(read, Path(path), model, ema_key)
+    if bb_keys and not (isinstance(read, dict) and read.get("format") == FORMAT):  # (that one says "its backbone")
+        fmt += " (its 'backbone.*' keys)"
     if sub is not None:
         fmt += f" (its '{printable(sub, 60)}*' keys)"
     return fmt + " (numbered as an nn.Sequential of the model's children)" if numbered is not None else fmt
