@@ -2,6 +2,10 @@
 
 What was wrong before:
 
+- ``--trunk`` read a network under one key prefix (``net.*`` beside ``loss_fn.W``), numbered as an
+  ``nn.Sequential`` or under ``model`` / ``state_dict``, but the file's ``checkpoint_format`` said only
+  "pytorch-metric-learning trunk+embedder" (``--weights`` records "(its 'net.*' keys)"; docs/checkpoint.md
+  said the numbered trunk was recorded).
 - ``--weights`` took the ``backbone.*`` keys of any file having some: beside keys that held the whole
   backbone too it read one of the two networks and called the other "an embedscope model's head"; a
   loss's weights beside ``backbone.*`` were called so too.
@@ -13,6 +17,8 @@ What was wrong before:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import test_audit41_ckpt as first
@@ -22,7 +28,7 @@ from cli_run import one_error_line
 from test_audit41_ckpt import _embed, _read, _reference
 
 from embedscope.errors import EmbedscopeError
-from embedscope.models import load_model
+from embedscope.models import load_checkpoint, load_model
 from embedscope.models.backbones import build_model, default_config
 
 # the images, weights, command and independent forward pass of audit 41's tests
@@ -35,6 +41,50 @@ def _trunk(sd):
 
 def _warning_lines(err):
     return [ln for ln in err.strip().splitlines() if ln.strip()]
+
+
+# --------------------------------------------------------------------------- 1. --trunk records what it read
+
+def test_trunk_under_a_prefix_is_recorded(tmp_path, images, resnet18_sd):
+    ckpt = tmp_path / "epoch=3.ckpt"
+    torch.save({"epoch": 3, "state_dict": {**{"net." + k: v for k, v in _trunk(resnet18_sd).items()},
+                                           "loss_fn.W": torch.zeros(512, 5)}}, ckpt)
+    torch.manual_seed(1)
+    emb = torch.nn.Linear(512, 16)
+    torch.save(emb.state_dict(), tmp_path / "embedder.pth")
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--trunk", ckpt, "--embedder", tmp_path / "embedder.pth")
+    assert rc == 0, err
+    X, paths, s = _read(out)
+    np.testing.assert_allclose(X, _reference(images, paths, resnet18_sd, emb), atol=1e-5)
+    assert s.attrs["checkpoint_format"] == ("pytorch-metric-learning trunk+embedder (the trunk's 'net.*' keys "
+                                            "under 'state_dict')")
+
+
+def test_trunk_numbered_or_under_a_key_is_recorded(tmp_path, resnet18_sd):
+    torch.save({}, tmp_path / "id.pth")
+    net = torchvision.models.resnet18()
+    net.load_state_dict(resnet18_sd)
+    torch.save(torch.nn.Sequential(*list(net.children())[:-1]).state_dict(), tmp_path / "seq.pth")
+    info = load_model(trunk=tmp_path / "seq.pth", embedder=tmp_path / "id.pth")[2]
+    assert info["format"].endswith("(the trunk numbered as an nn.Sequential of the model's children)")
+    torch.save({"model": _trunk(resnet18_sd), "optimizer": {}, "epoch": 1}, tmp_path / "ref.pth")
+    torch.save({"state_dict": torch.nn.Linear(512, 4).state_dict()}, tmp_path / "emb.pth")
+    info = load_model(trunk=tmp_path / "ref.pth", embedder=tmp_path / "emb.pth")[2]
+    assert info["format"] == ("pytorch-metric-learning trunk+embedder (the trunk under 'model', the embedder "
+                              "under 'state_dict')")
+    # one file of both: the same words after its own
+    torch.save({"trunk": {"net." + k: v for k, v in _trunk(resnet18_sd).items()}, "embedder": {}},
+               tmp_path / "pair.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        info = load_checkpoint(tmp_path / "pair.pth")[2]
+    assert info["format"] == ("pytorch-metric-learning trunk+embedder (one file: 'trunk', 'embedder') "
+                              "(the trunk's 'net.*' keys)")
+    # a plain pair: as before
+    torch.save(_trunk(resnet18_sd), tmp_path / "t.pth")
+    assert load_model(trunk=tmp_path / "t.pth", embedder=tmp_path / "id.pth")[2]["format"] == \
+        "pytorch-metric-learning trunk+embedder"
 
 
 # --------------------------------------------------------------------------- 3. backbone.* beside other keys

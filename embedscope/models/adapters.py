@@ -113,23 +113,32 @@ def detect_numbered_arch(sd: dict[str, torch.Tensor]) -> str | None:
 # pytorch-metric-learning / powerful-benchmarker
 
 
-def _read_state_dict(path: Path, what: str, unsafe_pickle: bool, *,
-                     allow_empty: bool = False) -> dict[str, torch.Tensor]:
-    return _state_dict_of(read_checkpoint(path, unsafe_pickle=unsafe_pickle), path, what, allow_empty=allow_empty)
+def _read_state_dict(path: Path, what: str, unsafe_pickle: bool, *, allow_empty: bool = False,
+                     how: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+    return _state_dict_of(read_checkpoint(path, unsafe_pickle=unsafe_pickle), path, what, allow_empty=allow_empty,
+                          how=how)
 
 
-def _state_dict_of(obj: Any, path: Any, what: str, *, allow_empty: bool = False) -> dict[str, torch.Tensor]:
-    """The trunk's or embedder's state dict in ``obj`` (a file's content, or one of its entries)."""
+def _state_dict_of(obj: Any, path: Any, what: str, *, allow_empty: bool = False,
+                   how: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+    """The trunk's or embedder's state dict in ``obj`` (a file's content, or one of its entries); ``how``
+    (when given) gets the key it was read from under ``what`` (``{"trunk": "model_state_dict"}``), for the
+    ``checkpoint_format``."""
     if is_pml_pair(obj):
         raise EmbedscopeError(f"{path}: the {what} file holds both a trunk and an embedder ('trunk', 'embedder'): "
                               "give it as the checkpoint, without --trunk/--embedder")
     if is_module_record(obj):
         obj = module_state_dict(obj)
     check_one_training_state(obj, path)
+    key = None
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-        obj = obj["state_dict"]
+        key = "state_dict"
     elif training_state_key(obj) is not None:  # {'model_state_dict': ..., 'optimizer_state_dict': ...}
-        obj = obj[training_state_key(obj)]
+        key = training_state_key(obj)
+    if key is not None:
+        obj = obj[key]
+        if how is not None:
+            how[what] = key
     if isinstance(obj, Record):
         raise EmbedscopeError(f"{path}: the {what} file holds a {printable(obj.qualname, 60)} object, not a state dict")
     if not isinstance(obj, dict):
@@ -223,12 +232,13 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     ``transform_input`` given for them is a usage error.
     """
     trunk, embedder = Path(trunk), Path(embedder)
-    tsd = _read_state_dict(trunk, "trunk", unsafe_pickle)
-    esd = _read_state_dict(embedder, "embedder", unsafe_pickle, allow_empty=True)
-    model, config = _pml_model(tsd, esd, trunk, embedder, arch=arch, normalize=normalize,
-                               transform_input=transform_input)
+    how: dict[str, str] = {}
+    tsd = _read_state_dict(trunk, "trunk", unsafe_pickle, how=how)
+    esd = _read_state_dict(embedder, "embedder", unsafe_pickle, allow_empty=True, how=how)
+    model, config, read = _pml_model(tsd, esd, trunk, embedder, arch=arch, normalize=normalize,
+                                     transform_input=transform_input, how=how)
     sha = f"trunk:{sha256_file(trunk)} embedder:{sha256_file(embedder)}"
-    return model, config, {"sha256": sha, "extra": {}, "path": f"{trunk} + {embedder}", "format": PML_FORMAT,
+    return model, config, {"sha256": sha, "extra": {}, "path": f"{trunk} + {embedder}", "format": PML_FORMAT + read,
                            "trunk": str(trunk), "embedder": str(embedder)}
 
 
@@ -249,20 +259,26 @@ def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | N
     """:func:`load_pml` of one file's ``{'trunk': ..., 'embedder': ...}`` (:func:`is_pml_pair`)."""
     path = Path(path)
     where = {k: f"{path} ['{k}']" for k in PML_PAIR_KEYS}
-    tsd = _state_dict_of(obj["trunk"], where["trunk"], "trunk")
-    esd = _state_dict_of(obj["embedder"], where["embedder"], "embedder", allow_empty=True)
-    model, config = _pml_model(tsd, esd, where["trunk"], where["embedder"], arch=arch, normalize=True,
-                               transform_input=transform_input)
+    how: dict[str, str] = {}
+    tsd = _state_dict_of(obj["trunk"], where["trunk"], "trunk", how=how)
+    esd = _state_dict_of(obj["embedder"], where["embedder"], "embedder", allow_empty=True, how=how)
+    model, config, read = _pml_model(tsd, esd, where["trunk"], where["embedder"], arch=arch, normalize=True,
+                                     transform_input=transform_input, how=how)
     # (no "trunk" / "embedder" paths in the info: the one file is the checkpoint, read again by that path)
     return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path),
-                           "format": PML_FORMAT + " (one file: 'trunk', 'embedder')"}
+                           "format": PML_FORMAT + " (one file: 'trunk', 'embedder')" + read}
 
 
 def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk: Any, embedder: Any, *,
-               arch: str | None, normalize: bool, transform_input: bool | None
-               ) -> tuple[EmbeddingModel, dict[str, Any]]:
+               arch: str | None, normalize: bool, transform_input: bool | None, how: dict[str, str] | None = None
+               ) -> tuple[EmbeddingModel, dict[str, Any], str]:
     """The model of a trunk's and an embedder's state dicts; ``trunk``, ``embedder``: where they came
-    from, for the errors."""
+    from, for the errors. The third value is what to append to the ``checkpoint_format``: which part of
+    the files was read (``how``: the key each was under; the trunk's keys under one prefix, ``(the
+    trunk's 'net.*' keys)``, or numbered as an ``nn.Sequential``), "" for plain state dicts (the
+    --weights route records the same; the trunk route recorded none of it)."""
+    under = dict(how or {})
+    trunk_read = "the trunk"
     a = arch or detect_arch(tsd) or detect_numbered_arch(tsd)
     if not a and not is_children_sequential(tsd):  # a training module's network under one prefix ('net.*')
         named = {detect_arch({k[len(p):]: v for k, v in tsd.items() if k.startswith(p)}) for p in key_prefixes(tsd)}
@@ -297,7 +313,10 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
         tsd = read_submodule(tsd, sub, trunk, "trunk", probe.backbone)
         tsd = {k: v for k, v in tsd.items() if not k.startswith(("aux1.", "aux2.", "AuxLogits."))
                or a not in ("googlenet", "inception_v3")}
-    elif numbered is None:
+        trunk_read = f"the trunk's '{printable(sub, 60)}*' keys"
+    elif numbered is not None:
+        trunk_read = "the trunk numbered as an nn.Sequential of the model's children"
+    else:
         check_one_prefix(tsd, probe.backbone, trunk, f"{printable(a, 40)} trunk")
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
@@ -326,7 +345,11 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     if hsd:
         load_into(model.head, hsd, str(embedder), "the embedder")
     model.eval()
-    return model, config
+    parts = [trunk_read + (f" under '{printable(under['trunk'], 60)}'" if "trunk" in under else "")]
+    if "embedder" in under:
+        parts.append(f"the embedder under '{printable(under['embedder'], 60)}'")
+    read = f" ({', '.join(parts)})" if parts != ["the trunk"] else ""
+    return model, config, read
 
 
 #: the names that checkpoint files commonly end with
