@@ -6,6 +6,7 @@ What was wrong before:
   ``nn.Sequential`` or under ``model`` / ``state_dict``, but the file's ``checkpoint_format`` said only
   "pytorch-metric-learning trunk+embedder" (``--weights`` records "(its 'net.*' keys)"; docs/checkpoint.md
   said the numbered trunk was recorded).
+- float16 / bfloat16 weights were upcast to float32 without a word.
 - ``--weights`` took the ``backbone.*`` keys of any file having some: beside keys that held the whole
   backbone too it read one of the two networks and called the other "an embedscope model's head"; a
   loss's weights beside ``backbone.*`` were called so too.
@@ -85,6 +86,55 @@ def test_trunk_numbered_or_under_a_key_is_recorded(tmp_path, resnet18_sd):
     torch.save(_trunk(resnet18_sd), tmp_path / "t.pth")
     assert load_model(trunk=tmp_path / "t.pth", embedder=tmp_path / "id.pth")[2]["format"] == \
         "pytorch-metric-learning trunk+embedder"
+
+
+# --------------------------------------------------------------------------- 2. half precision is said
+
+def test_float16_weights_are_said_to_be_upcast(tmp_path, images, resnet18_sd):
+    half = {k: (v.half() if v.is_floating_point() else v) for k, v in resnet18_sd.items()}
+    torch.save(half, tmp_path / "h.pth")
+    out = tmp_path / "e.h5"
+    rc, _, err = _embed(images, out, "--arch", "resnet18", "--weights", tmp_path / "h.pth")
+    assert rc == 0, err
+    lines = _warning_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("embedscope embed: warning: ")
+    assert "its weights are float16: upcast to float32" in lines[0]
+    X, paths, s = _read(out)
+    assert s.attrs["checkpoint_format"] == ("backbone weights from a torchvision state dict (float16 weights, "
+                                            "upcast to float32)")
+    upcast = {k: v.float() if v.is_floating_point() else v for k, v in half.items()}
+    np.testing.assert_allclose(X, _reference(images, paths, upcast), atol=1e-5)
+    # float32 weights: no word, nothing recorded
+    torch.save(resnet18_sd, tmp_path / "f.pth")
+    rc, _, err = _embed(images, tmp_path / "f.h5", "--arch", "resnet18", "--weights", tmp_path / "f.pth")
+    assert rc == 0 and not err.strip(), err
+    assert _read(tmp_path / "f.h5")[2].attrs["checkpoint_format"] == "backbone weights from a torchvision state dict"
+
+
+def test_bfloat16_checkpoint_and_half_pair_warn_once(tmp_path, resnet18_sd):
+    from embedscope.models.checkpoint import PrecisionWarning
+
+    torch.manual_seed(3)
+    m = build_model(default_config("resnet18", embed_dim=8, frozen_bn=False))
+    torch.save({k: (v.bfloat16() if v.is_floating_point() else v) for k, v in m.state_dict().items()},
+               tmp_path / "b.pt")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        model, config, info = load_checkpoint(tmp_path / "b.pt", arch="resnet18")
+    assert [type(w.message) for w in got] == [PrecisionWarning]
+    assert "its weights are bfloat16" in str(got[0].message)
+    assert info["format"] == "bare state dict (bfloat16 weights, upcast to float32)"
+    assert config["source_format"] == "bare state dict"  # (what distances.is_untrained reads: unchanged)
+    assert model.head.weight.dtype == torch.float32
+    torch.testing.assert_close(model.head.weight, m.head.weight.bfloat16().float())
+    # a trunk and an embedder both in half precision: one warning for the model
+    torch.save({k: v.half() for k, v in _trunk(resnet18_sd).items() if v.is_floating_point()}, tmp_path / "t.pth")
+    torch.save(torch.nn.Linear(512, 4).half().state_dict(), tmp_path / "e.pth")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        info = load_model(trunk=tmp_path / "t.pth", embedder=tmp_path / "e.pth")[2]
+    assert [type(w.message) for w in got] == [PrecisionWarning]
+    assert info["format"] == "pytorch-metric-learning trunk+embedder (float16 weights, upcast to float32)"
 
 
 # --------------------------------------------------------------------------- 3. backbone.* beside other keys

@@ -53,6 +53,7 @@ from embedscope.models.checkpoint import (
     read_checkpoint,
     read_submodule,
     renamed_children,
+    say_upcast,
     strip_prefix,
     submodule_prefix,
     training_state_key,
@@ -263,20 +264,21 @@ def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | N
     tsd = _state_dict_of(obj["trunk"], where["trunk"], "trunk", how=how)
     esd = _state_dict_of(obj["embedder"], where["embedder"], "embedder", allow_empty=True, how=how)
     model, config, read = _pml_model(tsd, esd, where["trunk"], where["embedder"], arch=arch, normalize=True,
-                                     transform_input=transform_input, how=how)
+                                     transform_input=transform_input, how=how, where=path)
     # (no "trunk" / "embedder" paths in the info: the one file is the checkpoint, read again by that path)
     return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path),
                            "format": PML_FORMAT + " (one file: 'trunk', 'embedder')" + read}
 
 
 def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk: Any, embedder: Any, *,
-               arch: str | None, normalize: bool, transform_input: bool | None, how: dict[str, str] | None = None
-               ) -> tuple[EmbeddingModel, dict[str, Any], str]:
+               arch: str | None, normalize: bool, transform_input: bool | None, how: dict[str, str] | None = None,
+               where: Any = None) -> tuple[EmbeddingModel, dict[str, Any], str]:
     """The model of a trunk's and an embedder's state dicts; ``trunk``, ``embedder``: where they came
-    from, for the errors. The third value is what to append to the ``checkpoint_format``: which part of
-    the files was read (``how``: the key each was under; the trunk's keys under one prefix, ``(the
-    trunk's 'net.*' keys)``, or numbered as an ``nn.Sequential``), "" for plain state dicts (the
-    --weights route records the same; the trunk route recorded none of it)."""
+    from, for the errors (``where``: the one file of both, for the warning of weights upcast). The third
+    value is what to append to the ``checkpoint_format``: which part of the files was read (``how``: the
+    key each was under; the trunk's keys under one prefix, ``(the trunk's 'net.*' keys)``, or numbered as
+    an ``nn.Sequential``), and lower-precision weights upcast (:func:`~embedscope.models.checkpoint.say_upcast`),
+    "" for plain state dicts (the --weights route records the same; the trunk route recorded none of it)."""
     under = dict(how or {})
     trunk_read = "the trunk"
     a = arch or detect_arch(tsd) or detect_numbered_arch(tsd)
@@ -341,15 +343,17 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     except EmbedscopeError as e:  # e.g. an embedder that does not fit this trunk: name both files
         raise EmbedscopeError(f"{embedder} (with the trunk {trunk}): {e}") from None
     config["embed_dim"] = model.embed_dim
-    load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk")
+    upcast = load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk")
     if hsd:
-        load_into(model.head, hsd, str(embedder), "the embedder")
+        for k, n in load_into(model.head, hsd, str(embedder), "the embedder").items():
+            upcast[k] = upcast.get(k, 0) + n
     model.eval()
     parts = [trunk_read + (f" under '{printable(under['trunk'], 60)}'" if "trunk" in under else "")]
     if "embedder" in under:
         parts.append(f"the embedder under '{printable(under['embedder'], 60)}'")
     read = f" ({', '.join(parts)})" if parts != ["the trunk"] else ""
-    return model, config, read
+    return model, config, read + say_upcast(upcast, where if where is not None else f"{trunk} + {embedder}",
+                                            tsd, hsd)
 
 
 #: the names that checkpoint files commonly end with
@@ -504,7 +508,8 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
 
         config.update(input_space=dict(ROTH_INPUT), image_size=224)
     model = build_model(config)
-    load_into(model, {**backbone, **head}, str(path), f"a {base} model")
+    upcast = load_into(model, {**backbone, **head}, str(path), f"a {base} model")
+    fmt += say_upcast(upcast, path, backbone, head)
     model.eval()
     extra = {"roth_options": _opt_items(opt)}
     if isinstance(_opt(opt, "epoch"), int):

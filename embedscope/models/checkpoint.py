@@ -507,6 +507,44 @@ def _shape(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(int(n)) for n in t.shape) + "]"
 
 
+class PrecisionWarning(EmbedscopeWarning):
+    """Weights saved in a lower precision than the model's (float16, bfloat16) were upcast on load: the
+    model runs in float32, its embeddings come from the upcast weights."""
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def upcast_dtypes(sd: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> dict[str, int]:
+    """The floating dtypes of ``sd`` of lower precision than the tensors of ``own`` they load into
+    (``{"float16": 62}``: how many tensors of each): what ``load_state_dict`` upcasts without a word."""
+    found: dict[str, int] = {}
+    for k, v in sd.items():
+        t = own.get(k)
+        if (isinstance(v, torch.Tensor) and isinstance(t, torch.Tensor) and v.is_floating_point()
+                and t.is_floating_point() and v.dtype != t.dtype and v.element_size() < t.element_size()):
+            found[_dtype_name(v.dtype)] = found.get(_dtype_name(v.dtype), 0) + 1
+    return found
+
+
+def say_upcast(upcast: dict[str, int], where: Any, *sds: dict[str, torch.Tensor]) -> str:
+    """One :class:`PrecisionWarning` for the lower-precision tensors of a load (``upcast``: what
+    :func:`load_into` returned, summed over the files of one model; ``sds``: the state dicts loaded);
+    returns what to append to the ``checkpoint_format`` (``" (float16 weights, upcast to float32)"``),
+    "" when nothing was upcast."""
+    if not upcast:
+        return ""
+    total = sum(1 for sd in sds for v in sd.values() if isinstance(v, torch.Tensor) and v.is_floating_point())
+    names = " and ".join(sorted(upcast))
+    n = sum(upcast.values())
+    which = "its weights are" if n >= total else f"{n} of its {total} weight tensors are"
+    warnings.warn(PrecisionWarning(
+        f"{printable(where, 1000)}: {which} {names}: upcast to float32 on load (the model runs in float32; the "
+        "embeddings come from the upcast weights)"), stacklevel=3)
+    return f" ({names.replace(' and ', '/')} weights, upcast to float32)"
+
+
 def _extra_prefixes(unexpected: list[str], own: dict[str, Any]) -> list[str]:
     """For each unexpected key, its shortest module prefix under which the model has no key (``proj.`` of
     ``proj.weight``; ``head.2.`` of ``head.2.weight`` beside the model's ``head.0.*``), in order, once each."""
@@ -521,7 +559,8 @@ def _extra_prefixes(unexpected: list[str], own: dict[str, Any]) -> list[str]:
     return list(out)
 
 
-def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str, hint: str = "") -> None:
+def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str,
+              hint: str = "") -> dict[str, int]:
     """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent.
 
     Every problem is named in the one line: missing keys, unexpected keys (the first three) and tensors
@@ -529,6 +568,8 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
     shape, and a shape mismatch hid the missing and unexpected keys). Keys the model does not have, when
     nothing else is wrong (a custom head, a loss's weights): the line says how to save the file without
     them. ``hint``: what to do next, appended.
+
+    Returns the lower-precision dtypes that were upcast (:func:`upcast_dtypes`), for :func:`say_upcast`.
     """
     own = model.state_dict()
     missing = [k for k in own if k not in sd and not k.endswith("num_batches_tracked")]
@@ -561,11 +602,13 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
                          f"e.g. torch.save({{k: v for k, v in sd.items() if not k.startswith(({shown}))}}, FILE)"
                          + (f" ({len(pre) - 4} more prefixes)" if len(pre) > 4 else ""))
         raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)}){extra}{hint}")
+    upcast = upcast_dtypes(sd, own)
     try:
         model.load_state_dict(sd, strict=False)
     except RuntimeError as e:  # anything the checks above did not foresee
         first = str(e).strip().splitlines()[-1].strip()
         raise EmbedscopeError(f"{where}: weights do not fit {what} ({printable(first, 160)}){hint}") from None
+    return upcast
 
 
 # ---------------------------------------------------------------------------------------------
@@ -739,7 +782,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     hint = ""
     if arch and isinstance(file_arch, str) and file_arch != arch:
         hint = f"; the file's config names {printable(file_arch, 40)}, which --arch {printable(arch, 40)} replaced"
-    load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model", hint=hint)
+    upcast = load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model", hint=hint)
+    fmt += say_upcast(upcast, path, sd)
     model.eval()
     if ema:
         config["weights_ema"] = True  # the file's EMA weights, not its state_dict
@@ -1060,7 +1104,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     # dropped as a classifier would be (the file was embedded as the features before it, silently)
     own = trained_last_layers(sd, [c + "." for c in classifier_names(model.backbone)] + ["fc.", "last_linear."])
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
-    load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone")
+    upcast = load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone")
     if own:
         name, n_in, n_out = own[0]
         warnings.warn(DroppedLayerWarning(
@@ -1074,4 +1118,6 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         fmt += " (its 'backbone.*' keys)"
     if sub is not None:
         fmt += f" (its '{printable(sub, 60)}*' keys)"
-    return fmt + " (numbered as an nn.Sequential of the model's children)" if numbered is not None else fmt
+    if numbered is not None:
+        fmt += " (numbered as an nn.Sequential of the model's children)"
+    return fmt + say_upcast(upcast, path, sd)
