@@ -14,6 +14,7 @@ What was wrong before:
   on what to do.
 - an EMA copy of the parameters only (no BatchNorm statistics) was left out (correctly: the network is
   read whole from the other prefix) without saying why; given to ``--ema``: "missing 40 key(s)" only.
+- a checkpoint's EMA copy read with ``--ema`` was recorded as "training checkpoint ('state_dict')".
 """
 
 from __future__ import annotations
@@ -211,3 +212,27 @@ def test_an_ema_copy_without_batchnorm_statistics(tmp_path, images, resnet18_sd)
     assert rc == 1
     line = one_error_line(err, "embed")
     assert "missing 40 key(s)" in line and "BatchNorm's running statistics" in line
+
+
+# --------------------------------------------------------------------------- 6. --ema names the key it read
+
+@pytest.mark.parametrize("key", ["state_dict_ema", "model_ema"])
+def test_ema_of_a_checkpoint_names_the_key_read(tmp_path, key):
+    """A training checkpoint's EMA copy, given as the checkpoint with --ema, was recorded as "training
+    checkpoint ('state_dict')": the key that was not read."""
+    torch.manual_seed(5)
+    m = build_model(default_config("digits_cnn", embed_dim=8))
+    sd = m.state_dict()
+    ema = {k: v + 1 if v.is_floating_point() else v for k, v in sd.items()}
+    torch.save({"state_dict": sd, key: ema, "epoch": 3, "optimizer": {}}, tmp_path / "t.ckpt")
+    model, config, info = load_checkpoint(tmp_path / "t.ckpt", arch="digits_cnn", ema=True)
+    assert info["format"] == f"training checkpoint ('{key}')" and config["weights_ema"] is True
+    torch.testing.assert_close(model.head.weight, ema["head.weight"])
+    assert load_checkpoint(tmp_path / "t.ckpt", arch="digits_cnn")[2]["format"] == "training checkpoint ('state_dict')"
+    from embedscope.models.checkpoint import save_checkpoint
+
+    save_checkpoint(tmp_path / "e.pt", m, default_config("digits_cnn", embed_dim=8))
+    obj = torch.load(tmp_path / "e.pt", weights_only=True)
+    torch.save({**obj, key: ema}, tmp_path / "e2.pt")
+    assert load_checkpoint(tmp_path / "e2.pt", ema=True)[2]["format"] == f"embedscope ('{key}')"
+    assert load_checkpoint(tmp_path / "e2.pt")[2]["format"] == "embedscope"

@@ -698,9 +698,11 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         raise UsageError("--no-transform-input applies to a pytorch-metric-learning trunk (--trunk, a saved_models "
                          "folder, a file of 'trunk' and 'embedder') and to --weights; a checkpoint file records its "
                          "own input handling")
+    ema_key = None
     if ema:
-        obj = {"state_dict": ema_state_dict(obj, path),
-               **{k: obj[k] for k in ("format", "format_version", "config", "extra") if k in obj}}
+        ema_sd = ema_state_dict(obj, path)
+        ema_key = next(k for k in EMA_KEYS if obj.get(k) is not None)
+        obj = {"state_dict": ema_sd, **{k: obj[k] for k in ("format", "format_version", "config", "extra") if k in obj}}
     if adapters.is_roth_checkpoint(obj):
         return adapters.load_roth(obj, path, arch=arch, embed_dim=embed_dim)
     fmt = "embedscope"
@@ -744,6 +746,9 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     else:
         raise EmbedscopeError(f"{path}: unknown checkpoint layout: expected {_LAYOUTS}; found keys "
                               f"{_keys_preview(list(map(str, obj)))}")
+    if ema_key is not None:  # the EMA copy read, not the 'state_dict' (was "training checkpoint ('state_dict')")
+        fmt = (f"training checkpoint ('{ema_key}')" if fmt.startswith("training checkpoint")
+               else f"{fmt} ('{ema_key}')")
     sd = strip_prefix(sd)
     if not any(k.startswith(("backbone.", "head.")) for k in sd):  # before asking for --arch: it would not help
         raise EmbedscopeError(
