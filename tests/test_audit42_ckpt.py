@@ -15,6 +15,8 @@ What was wrong before:
 - an EMA copy of the parameters only (no BatchNorm statistics) was left out (correctly: the network is
   read whole from the other prefix) without saying why; given to ``--ema``: "missing 40 key(s)" only.
 - a checkpoint's EMA copy read with ``--ema`` was recorded as "training checkpoint ('state_dict')".
+- a whole embedscope model pickled in half precision (``--unsafe-pickle``) failed to embed: "Input type
+  (float) and bias type (c10::Half) should be the same".
 """
 
 from __future__ import annotations
@@ -236,3 +238,21 @@ def test_ema_of_a_checkpoint_names_the_key_read(tmp_path, key):
     torch.save({**obj, key: ema}, tmp_path / "e2.pt")
     assert load_checkpoint(tmp_path / "e2.pt", ema=True)[2]["format"] == f"embedscope ('{key}')"
     assert load_checkpoint(tmp_path / "e2.pt")[2]["format"] == "embedscope"
+
+
+def test_a_whole_model_pickled_in_half_precision_runs_in_float32(tmp_path):
+    from embedscope.models.checkpoint import PrecisionWarning
+
+    torch.manual_seed(6)
+    m = build_model(default_config("digits_cnn", embed_dim=6)).eval()
+    torch.save(m.half(), tmp_path / "whole16.pt")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        m2, _, info = load_checkpoint(tmp_path / "whole16.pt", unsafe_pickle=True)
+    assert [type(w.message) for w in got] == [PrecisionWarning]
+    assert info["format"] == "pickled embedscope model (--unsafe-pickle) (float16 weights, upcast to float32)"
+    x = torch.rand(3, 1, 8, 8)
+    with torch.no_grad():
+        y = m2(x)  # (was: RuntimeError, float input and half weights)
+        torch.testing.assert_close(y, m.float()(x))
+    assert y.dtype == torch.float32

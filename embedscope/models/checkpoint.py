@@ -917,7 +917,19 @@ def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: i
         config["head_layers"] = [[m.in_features, m.out_features] if isinstance(m, torch.nn.Linear) else "relu"
                                  for m in model.head]
     model.eval()
-    return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path), "format": PICKLED_FORMAT}
+    # a model pickled in half precision (model.half()): run in float32, as every other source is (it failed
+    # with "Input type (float) and bias type (c10::Half) should be the same"); said once and recorded
+    sd = model.state_dict()
+    low: dict[str, int] = {}
+    for v in sd.values():
+        if v.is_floating_point() and v.element_size() < 4:
+            low[_dtype_name(v.dtype)] = low.get(_dtype_name(v.dtype), 0) + 1
+    upcast = ""
+    if low:
+        model.float()
+        upcast = say_upcast(low, path, sd)
+    return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path),
+                           "format": PICKLED_FORMAT + upcast}
 
 
 #: The keys of a training checkpoint written by timm's ``train.py`` (its ``CheckpointSaver``), besides
