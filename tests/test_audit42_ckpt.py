@@ -189,6 +189,17 @@ def test_a_custom_head_beside_the_model_says_what_to_do(tmp_path, images):
         load_model(trunk=tmp_path / "t.pt", embedder=tmp_path / "id.pt")
 
 
+def test_a_larger_network_is_not_advised_to_be_cut(tmp_path):
+    """A ResNet-34 file given as a ResNet-18 holds every ResNet-18 tensor plus its extra blocks (layer1.2.*):
+    not layers to drop (that gives a wrong network) but another architecture, which the line says."""
+    torch.save(torchvision.models.resnet34().state_dict(), tmp_path / "r34.pth")
+    with pytest.raises(EmbedscopeError) as e:
+        load_model(arch="resnet18", weights=tmp_path / "r34.pth")
+    msg = str(e.value)
+    assert "unexpected 96 key(s) e.g. layer1.2.conv1.weight" in msg and "torch.save" not in msg
+    assert "inside the model's own modules (e.g. 'layer1.2.*')" in msg and "--arch" in msg
+
+
 # --------------------------------------------------------------------------- 5. an EMA of the parameters only
 
 def test_an_ema_copy_without_batchnorm_statistics(tmp_path, images, resnet18_sd):

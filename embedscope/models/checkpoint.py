@@ -596,7 +596,12 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
             # every tensor of the model is there: the others are layers it does not have (a custom head,
             # a loss's weights), which a strict load refuses; say how to leave them out (was only the first key)
             pre = _extra_prefixes(unexpected, own)
-            if pre:
+            nested = [p for p in pre if p.count(".") > 1]
+            if nested:  # inside the model's own modules (layer1.2.* of a ResNet-34 given as a ResNet-18): not
+                # a head to drop but another, larger network (dropping them gave a wrong network, as advised)
+                extra = (f"; these layers sit inside the model's own modules (e.g. '{printable(nested[0], 60)}*'): "
+                         f"the file holds a larger network than {what}? name its architecture with --arch")
+            elif pre:
                 shown = ", ".join(repr(printable(p, 40)) for p in pre[:4]) + ("," if len(pre) == 1 else "")
                 extra = (f"; the model has no such layers: to load the rest, save the state dict without them, "
                          f"e.g. torch.save({{k: v for k, v in sd.items() if not k.startswith(({shown}))}}, FILE)"
