@@ -17,6 +17,9 @@ What was wrong before:
 - a checkpoint's EMA copy read with ``--ema`` was recorded as "training checkpoint ('state_dict')".
 - a whole embedscope model pickled in half precision (``--unsafe-pickle``) failed to embed: "Input type
   (float) and bias type (c10::Half) should be the same".
+- an embedscope model kept under one prefix beside other weights (a Lightning module's ``model.backbone.*``,
+  ``model.head.*``, ``loss.W``) given as the checkpoint: "unknown key layout", advising ``--weights`` (which
+  leaves the head out); ``--weights`` and ``--trunk`` read such a prefix.
 """
 
 from __future__ import annotations
@@ -267,3 +270,25 @@ def test_a_whole_model_pickled_in_half_precision_runs_in_float32(tmp_path):
         y = m2(x)  # (was: RuntimeError, float input and half weights)
         torch.testing.assert_close(y, m.float()(x))
     assert y.dtype == torch.float32
+
+
+def test_an_embedscope_model_under_one_prefix_is_read_from_it(tmp_path):
+    from embedscope.models.checkpoint import SubmoduleWarning
+
+    torch.manual_seed(7)
+    m = build_model(default_config("digits_cnn", embed_dim=8)).eval()
+    torch.save({"epoch": 1, "optimizer_states": [], "state_dict": {
+        **{"model." + k: v for k, v in m.state_dict().items()}, "loss.W": torch.zeros(3)}}, tmp_path / "l.ckpt")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        m2, _, info = load_checkpoint(tmp_path / "l.ckpt", arch="digits_cnn")
+    assert [type(w.message) for w in got] == [SubmoduleWarning] and "loss.W" in str(got[0].message)
+    assert info["format"] == "training checkpoint ('state_dict') (its 'model.*' keys)"
+    x = torch.rand(3, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(m2(x), m(x))
+    sd = m.state_dict()  # two models: not guessed
+    torch.save({"state_dict": {**{"a." + k: v for k, v in sd.items()}, **{"b." + k: v for k, v in sd.items()}}},
+               tmp_path / "two.ckpt")
+    with pytest.raises(EmbedscopeError, match=r"2 prefixes each hold an embedscope model \('a\.\*', 'b\.\*'\)"):
+        load_checkpoint(tmp_path / "two.ckpt", arch="digits_cnn")

@@ -755,6 +755,22 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         fmt = (f"training checkpoint ('{ema_key}')" if fmt.startswith("training checkpoint")
                else f"{fmt} ('{ema_key}')")
     sd = strip_prefix(sd)
+    sub = None
+    if not any(k.startswith(("backbone.", "head.")) for k in sd):
+        # a training module's model under one attribute beside other weights ({'model.backbone.*', 'model.head.*',
+        # 'loss.W'}: a Lightning module's): read from that prefix, as --weights and --trunk read a backbone (was
+        # "unknown key layout", with advice to use --weights, which leaves the head out)
+        subs = [p for p in key_prefixes(sd) if any(k.startswith(p + "backbone.") for k in sd)
+                and any(k.startswith(p + "head.") for k in sd)]
+        if len(subs) > 1:
+            names = ", ".join(f"'{printable(p, 60)}*'" for p in subs[:4])
+            raise EmbedscopeError(
+                f"{path}: the keys under {len(subs)} prefixes each hold an embedscope model ({names}): which one to "
+                f"read is not guessed; save the one to embed alone, e.g. torch.save({{k[{len(subs[0])}:]: v for k, v "
+                f"in sd.items() if k.startswith('{printable(subs[0], 60)}')}}, FILE)")
+        if subs:
+            sub = subs[0]
+            sd = read_submodule(sd, sub, path, "model")
     if not any(k.startswith(("backbone.", "head.")) for k in sd):  # before asking for --arch: it would not help
         raise EmbedscopeError(
             f"{path}: unknown key layout for an embedscope model: expected 'backbone.*' and 'head.*' keys, found "
@@ -793,6 +809,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if arch and isinstance(file_arch, str) and file_arch != arch:
         hint = f"; the file's config names {printable(file_arch, 40)}, which --arch {printable(arch, 40)} replaced"
     upcast = load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model", hint=hint)
+    if sub is not None:
+        fmt += f" (its '{printable(sub, 60)}*' keys)"
     fmt += say_upcast(upcast, path, sd)
     model.eval()
     if ema:
