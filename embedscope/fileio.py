@@ -246,7 +246,8 @@ def _missing_folders(folder: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _folder_flock(folder: Path, *, wait: bool, what: str = "", shared: bool = False, refused: str | None = None):
+def _folder_flock(folder: Path, *, wait: bool, what: str = "", shared: bool = False, refused: str | None = None,
+                  made: list[Path] | None = None):
     """An exclusive (``shared``: shared) ``fcntl.flock`` of ``folder`` itself (no file is made; the kernel
     releases it when the block ends or the process dies, a SIGKILL included): waited for with ``wait``, else
     a one-line error (``refused``, or naming ``what``) when another process holds it. Unlocked where the
@@ -268,6 +269,9 @@ def _folder_flock(folder: Path, *, wait: bool, what: str = "", shared: bool = Fa
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
+            if made:  # (the other writer's folders now: see folder_lock)
+                forget_new_folders(made)
+                made.clear()
             raise EmbedscopeError(refused or f"{what}: another process is writing it now (it holds the lock of "
                                   f"{folder}); wait for it to finish or stop it") from None
         yield
@@ -275,11 +279,18 @@ def _folder_flock(folder: Path, *, wait: bool, what: str = "", shared: bool = Fa
         os.close(fd)
 
 
-def folder_lock(folder: Path, what: str):
+def folder_lock(folder: Path, what: str, made: list[Path] | None = None):
     """Hold an exclusive lock of ``folder`` while one writer works there; a second writer gets a one-line
     error naming ``what`` at once (two ``train`` runs into one new ``-o`` both passed the checks before
-    either wrote, and mixed their checkpoints). :func:`_folder_flock`."""
-    return _folder_flock(folder, wait=False, what=what)
+    either wrote, and mixed their checkpoints). :func:`_folder_flock`.
+
+    ``made``: the folders this writer has just created for ``folder`` (from :func:`make_folders` or
+    :func:`track_new_folders`), which it removes, when empty, if it fails. The refused-lock folder rule,
+    for every writer (``train``, ``study``, ``make-shapes``): when the lock is refused those folders are the
+    other writer's, which found them there and holds them before writing into them (one removed under it
+    failed its first write), so the list is emptied in place and taken off the current
+    :func:`output_group`: the refused writer's failure removes none of them. Taken, they stay this writer's."""
+    return _folder_flock(folder, wait=False, what=what, made=made)
 
 
 def reading_lock(folder: Path, refused: str):

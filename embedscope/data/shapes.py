@@ -633,7 +633,6 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     from embedscope.fileio import (
         check_writable,
         folder_lock,
-        forget_new_folders,
         output_group,
         track_new_folders,
         write_text,
@@ -657,11 +656,9 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     with output_group([out]), contextlib.ExitStack() as held:  # all or nothing (within the command line's own group)
         new = track_new_folders(out / "images")
         out.mkdir(parents=True, exist_ok=True)
-        try:  # one writer of a set at a time: two make-shapes into one folder both passed the checks above
-            held.enter_context(folder_lock(out, f"the shapes set {out}"))
-        except (EmbedscopeError, OSError):
-            forget_new_folders(new)  # (the other writer's folders now: not removed by this one's failure)
-            raise
+        # one writer of a set at a time: two make-shapes into one folder both passed the checks above (refused:
+        # the folders this one made are the other writer's, not removed by this one's failure: folder_lock)
+        held.enter_context(folder_lock(out, f"the shapes set {out}", made=new))
         if (out / "properties.csv").exists() and not force:  # (written by another make-shapes meanwhile)
             raise EmbedscopeError(f"{out / 'properties.csv'} already exists (use --force to replace the set)")
         if force and (out / "properties.csv").exists():

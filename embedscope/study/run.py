@@ -1148,12 +1148,10 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
     from embedscope.fileio import folder_lock, make_folders, remove_empty_folders
 
     created = make_folders(out_dir / "rows", out_dir)
-    locked = False
     try:
         # one study writes a folder at a time, from its checks of study.json to its last file: two at once
         # both passed the checks and mixed their settings' rows and statistics
-        hold(folder_lock(out_dir, f"the study {out_dir}"))
-        locked = True
+        hold(folder_lock(out_dir, f"the study {out_dir}", made=created))
         if meta_path.exists():
             try:
                 old_meta = check_study_meta(read_json(meta_path), meta_path)
@@ -1173,8 +1171,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
             # (a study stopped before it wrote study.json leaves its empty rows/: the same command goes on)
             raise EmbedscopeError(f"{out_dir} exists and is not a study folder (use --force or another folder)")
     except BaseException:
-        if locked:  # (refused the lock: the folders this run made are the other study's now)
-            remove_empty_folders(created)
+        remove_empty_folders(created)  # (none when the lock was refused: the other study's now, folder_lock)
         raise
     mreg, _, msource = registry()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -1249,11 +1249,9 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     from embedscope.fileio import folder_lock, make_folders, remove_empty_folders
 
     created = make_folders(paths["dir"], paths["out"]) if state is None else []
-    locked = False
     claimed = False  # the log, made empty by this run (a new run: its own from the start)
     try:
-        with folder_lock(paths["dir"], f"the run {paths['out']}"):  # one writer of a run at a time
-            locked = True
+        with folder_lock(paths["dir"], f"the run {paths['out']}", made=created):  # one writer of a run at a time
             if state is None and not force and (paths["last"].exists() or paths["out"].exists()):
                 # (another train into the same -o wrote between this one's checks and its lock)
                 raise EmbedscopeError(f"{paths['out']}: another run into it started meanwhile; use --resume to "
@@ -1273,14 +1271,12 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
                         keep_epochs=keep_epochs, callback=callback, unsafe_pickle=unsafe_pickle)
     except BaseException:
         # a run that wrote nothing leaves no empty folder; but not when the lock was refused: the folder this
-        # run made is then the other run's, which holds its lock and had not written yet (removed under it,
-        # that run's first checkpoint failed)
+        # run made is then the other run's (folder_lock's refused-lock folder rule has emptied ``created``)
         if claimed:  # (an empty log is this run's claim, not yet written: not left behind)
             with contextlib.suppress(OSError):
                 if paths["log"].is_file() and paths["log"].stat().st_size == 0:
                     paths["log"].unlink()
-        if locked:
-            remove_empty_folders(created)
+        remove_empty_folders(created)
         raise
     finally:
         tb.close()
