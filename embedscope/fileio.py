@@ -30,6 +30,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import secrets
 import socket
 import time
@@ -307,6 +308,40 @@ def update_lock(path: Path):
     first one wrote. (Not the file itself: HDF5 takes its own ``flock`` of it, and the update replaces it.)
     Updates of other files in the folder wait their turn too. :func:`_folder_flock`."""
     return _folder_flock(Path(path).parent, wait=True)
+
+
+#: errnos of a lock another process holds: flock's EWOULDBLOCK (EAGAIN), fcntl's EACCES
+_LOCK_HELD = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
+#: the texts of HDF5's failures to lock a file it opens: its own lock call's (1.10 to 2.0), and 1.10.x's
+#: ENOSYS, said apart ("file locking disabled on this file system (use HDF5_USE_FILE_LOCKING ...)")
+_HDF5_LOCK_TEXTS = ("unable to lock file", "unable to lock the file", "file locking disabled on this file system")
+
+
+def hdf5_lock_failure(path, first: str) -> str | None:
+    """The one line for HDF5's refusal to lock ``path`` as it opens it, from its message ``first`` (the first line
+    of h5py's OSError), or None when ``first`` is no lock failure. The errno is read from the text, where HDF5
+    writes it (``unable to lock file, errno = 11, error message = '...'``), else from h5py's ``[Errno 11]`` in
+    front of it. EAGAIN / EWOULDBLOCK / EACCES: another process holds the lock (has the file open for writing;
+    the file is not damaged). Another errno (ENOSYS, ENOLCK, EOPNOTSUPP, Linux's 524 of some network file
+    systems): a file system without locks, where no other process is the cause. No errno in either place (a
+    form of the message not known here): both causes named, as neither can be told."""
+    low = first.lower()
+    at = next((low.index(t) for t in _HDF5_LOCK_TEXTS if t in low), None)
+    if at is None:
+        return None
+    detail = first[at:]
+    if detail.endswith(")") and detail.count(")") > detail.count("("):  # (h5py's "... (HDF5's message)")
+        detail = detail[:-1]
+    code = re.search(r"errno\s*[=:]\s*(\d+)", detail) or re.match(r"\s*\[Errno (\d+)\]", first)
+    if code is not None and int(code.group(1)) in _LOCK_HELD and "locking disabled" not in low:
+        return (f"{path}: open for writing by another process (HDF5 file lock): read it when that process "
+                "has finished, or read a copy")
+    if code is not None or "locking disabled" in low:
+        return (f"{path}: HDF5 could not lock the file ({detail}): this file system may not support file locks; "
+                "set HDF5_USE_FILE_LOCKING=FALSE to read it")
+    return (f"{path}: HDF5 could not lock the file ({detail}): either another process has it open for writing "
+            "(read it when that process has finished, or read a copy), or this file system does not support file "
+            "locks (then set HDF5_USE_FILE_LOCKING=FALSE to read it)")
 
 
 def make_folders(folder: Path, user_path) -> list[Path]:

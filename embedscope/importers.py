@@ -347,6 +347,12 @@ def read_source(path: str | os.PathLike) -> Source:
 def _cannot_read(path: Path, fmt: str, e: Exception) -> EmbedscopeError:
     """The one line of a source (or of one of its arrays, read lazily) that the parser refused."""
     msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+    if fmt == "hdf5" and isinstance(e, OSError):  # (HDF5's file lock: was "cannot read as hdf5 (BlockingIOError: ...")
+        from embedscope.fileio import hdf5_lock_failure
+
+        locked = hdf5_lock_failure(path, msg)
+        if locked is not None:
+            return EmbedscopeError(locked)
     if isinstance(e, ValueError):
         if "allow_pickle" in msg or "Object arrays" in msg:
             msg = "holds Python objects (pickled); import reads plain arrays only"

@@ -3,6 +3,11 @@ fails on the code before it; the others pin a rule decided here (named so in the
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
 import pytest
 
 from embedscope.errors import EmbedscopeError
@@ -59,3 +64,88 @@ def test_a_study_refused_the_folder_lock_keeps_the_other_studys_new_folders(tmp_
     finally:
         for lock in held:
             lock.__exit__(None, None, None)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. HDF5's lock failure read from its message (h5py gives the errno only in the text and in "[Errno N]")
+
+
+@pytest.fixture(scope="module")
+def held_h5(tmp_path_factory):
+    """An HDF5 source (not an embedscope file) that another process holds open for writing; the message of
+    h5py's real error reading it."""
+    import h5py
+
+    path = tmp_path_factory.mktemp("held") / "src.h5"
+    with h5py.File(path, "w") as f:
+        f["emb"] = np.arange(12, dtype=np.float32).reshape(6, 2)
+        f["label"] = np.array([0, 0, 1, 1, 2, 2])
+    writer = textwrap.dedent(f"""
+        import sys, h5py
+        f = h5py.File({str(path)!r}, "a")
+        print("open", flush=True)
+        sys.stdin.read()
+    """)
+    p = subprocess.Popen([sys.executable, "-c", writer], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "open"
+        try:
+            with h5py.File(path, "r"):
+                message = None
+        except OSError as e:
+            message = str(e).splitlines()[0]
+        if message is None:
+            pytest.skip("HDF5 file locking is off here (HDF5_USE_FILE_LOCKING or the file system)")
+        yield path, message
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+
+
+def test_the_real_hdf5_lock_error_is_read_as_another_writer(held_h5, tmp_path):
+    """The installed h5py/HDF5's own message (h5py 3.16 / HDF5 2.0: "[Errno 11] Unable to synchronously open
+    file (unable to lock file, errno = 11, error message = 'Resource temporarily unavailable')")."""
+    from embedscope.fileio import hdf5_lock_failure
+
+    path, message = held_h5
+    line = hdf5_lock_failure(path, message)
+    assert line is not None and "open for writing by another process" in line and "LOCKING" not in line
+
+
+def test_import_of_an_hdf5_source_held_by_a_writer_says_so(held_h5):
+    """import read it as "cannot read as hdf5 (BlockingIOError: [Errno 11] Unable to synchronously open file
+    (unable to lock file, ...))", as if the file were the problem: now the line store.load gives."""
+    from embedscope.importers import import_embeddings
+
+    path, _ = held_h5
+    with pytest.raises(EmbedscopeError) as e:
+        import_embeddings(path, embeddings="emb", labels="label")
+    assert "open for writing by another process (HDF5 file lock)" in str(e.value)
+    assert "BlockingIOError" not in str(e.value)
+
+
+@pytest.mark.parametrize("first, expect, absent", [
+    # HDF5 1.10.x's ENOSYS has its own text, which was read as "damaged or truncated"
+    ("Unable to open file (file locking disabled on this file system (use HDF5_USE_FILE_LOCKING environment "
+     "variable to override), errno = 38, error message = 'Function not implemented')",
+     "this file system may not support file locks", "damaged"),
+    ("Unable to open file (file locking disabled on this file system (use HDF5_USE_FILE_LOCKING environment "
+     "variable to override))", "this file system may not support file locks", "another process"),
+    # no errno in the text: h5py's [Errno N] in front of it
+    ("[Errno 11] Unable to synchronously open file (unable to lock file)", "open for writing by another process",
+     "LOCKING"),
+    ("[Errno 37] Unable to synchronously open file (unable to lock file)", "HDF5_USE_FILE_LOCKING=FALSE",
+     "another process"),
+    # an unknown form, no errno anywhere: both causes (it was "another process" alone, a guess)
+    ("Unable to synchronously open file (unable to lock file: Resource temporarily unavailable)",
+     "either another process has it open for writing", "damaged"),
+    # Cray DVS: Linux's internal ENOTSUPP
+    ("[Errno 524] Unable to create file (unable to lock file, errno = 524, error message = 'Unknown error 524')",
+     "errno = 524, error message = 'Unknown error 524'): this file system", "another process"),
+])
+def test_hdf5_lock_failure_forms(tmp_path, first, expect, absent):
+    from embedscope.store.embeddings import _open_failure
+
+    line = _open_failure(tmp_path / "x.h5", first)
+    assert expect in line and absent not in line
+    assert "HDF5_USE_FILE_LOCKING=FALSE" not in line or "another process" not in line or "either" in line

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import errno
 import io
 import json
 import os
@@ -1216,17 +1215,11 @@ def open_hdf5(path: Path, what: str):
 
 def _open_failure(path: Path, first: str) -> str:
     """The line for a file with an HDF5 signature that HDF5 would not open (its message ``first``)."""
-    import re
+    from embedscope.fileio import hdf5_lock_failure
 
-    if "unable to lock file" in first:
-        code = re.search(r"errno = (\d+)", first)
-        if code is None or int(code.group(1)) in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-            # HDF5's file lock held: another process has the file open for writing; the file is not damaged
-            return (f"{path}: open for writing by another process (HDF5 file lock): read it when that process "
-                    "has finished, or read a copy")
-        # (ENOSYS, ENOLCK, EOPNOTSUPP: a file system without locks, where no other process is the cause)
-        return (f"{path}: HDF5 could not lock the file ({first[first.index('unable to lock file'):].rstrip(')')}"
-                "): this file system may not support file locks; set HDF5_USE_FILE_LOCKING=FALSE to read it")
+    locked = hdf5_lock_failure(path, first)  # (HDF5's file lock: held by another process, or none on this file system)
+    if locked is not None:
+        return locked
     if "already open for write" in first:
         # the superblock's consistency flags: set by a writer in SWMR mode while it runs, and left behind by
         # one stopped without closing the file (killed, crashed); a reader cannot tell the two apart
