@@ -632,8 +632,9 @@ def _read_headerless(path: Path, fmt: str) -> np.ndarray:
 
 def ints_if_exact(text: np.ndarray) -> np.ndarray:
     """Cells as written -> int64 when every one is an integer written plainly (``7``, ``-3``), else
-    the text itself: ``007``, ``+7``, ``1_000`` or ``NA`` stay as written (a class named "007" or
-    an item id "0042" is not the number 7 or 42)."""
+    the text itself: ``007``, ``+7``, ``-0``, ``1_000`` or ``NA`` stay as written (a class named "007" or
+    an item id "0042" is not the number 7 or 42; ``+7`` and ``-0`` read as integers would be one value with
+    ``7`` and ``0``: a cell is an integer only as Python writes that integer)."""
     try:
         ints = [int(v) for v in text]
     except (TypeError, ValueError):

@@ -149,3 +149,39 @@ def test_hdf5_lock_failure_forms(tmp_path, first, expect, absent):
     line = _open_failure(tmp_path / "x.h5", first)
     assert expect in line and absent not in line
     assert "HDF5_USE_FILE_LOCKING=FALSE" not in line or "another process" not in line or "either" in line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. a signed zero in a property column (decided: as the documented integer rule reads '+7'; no change)
+
+
+def _cells(*cells):
+    import io
+
+    import pandas as pd
+
+    text = "c\n" + "\n".join(cells) + "\n"
+    raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)["c"].to_numpy(dtype=object)
+    return raw, pd.read_csv(io.StringIO(text))["c"].to_numpy()
+
+
+@pytest.mark.parametrize("cells, expect", [
+    (("-0", "1"), ["-0", "1"]),  # an integer column: a cell is read as the integer it writes exactly; int()
+    (("+7", "1"), ["+7", "1"]),  # drops the sign of -0 as of +7 (two texts, '-0' and '0', are not one value)
+    (("0", "-0", "5"), ["0", "-0", "5"]),
+    (("-0", "1.5"), [-0.0, 1.5]),  # a float column: every number none zero-padded, '-0' and '+7' too
+    (("+7", "1.5"), [7.0, 1.5]),
+    (("-0.0", "1"), [-0.0, 1.0]),
+    (("-007", "1.5"), ["-007", "1.5"]),  # zero-padded: the column stays text (documented)
+    (("-00", "1"), ["-00", "1"]),
+])
+def test_a_signed_zero_is_read_by_the_documented_rules(cells, expect):
+    """Decided rule, no change: '-0' in a column of integers stays text as '+7' does (ints_if_exact: an integer
+    only when written as Python writes it, so that no two texts become one value); beside a float it is the
+    number -0.0 as '+7' is 7.0 (property_cells: every cell a number, none zero-padded); '-0.0' is a float."""
+    from embedscope.importers import property_cells
+
+    got = property_cells(*_cells(*cells))
+    assert got.tolist() == expect
+    if isinstance(expect[0], float):
+        assert got.dtype.kind == "f" and np.signbit(got[0]) == cells[0].startswith("-")
