@@ -579,10 +579,10 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
     elif len(src.columns) == 1:
         name, arr = next(iter(src.columns.items()))
         if src.fmt in ("csv", "tsv") and _header_is_a_value(name, src.text.get(name, ())):
-            arr = _read_headerless(path, src.fmt)
+            arr = _read_headerless(path, src.fmt, what)
         elif src.fmt in ("csv", "tsv"):  # the cells as written where they are texts ("007" is not 7)
             header = str(name)
-            arr = property_cells(src.text[name], arr)
+            arr = _file_cells(src.text[name], arr, what)
     else:
         raise EmbedscopeError(f"{path}: the {what} file must hold one column or array, found "
                               f"{_key_list(src.keys())}")
@@ -616,9 +616,9 @@ def _header_is_a_value(name: str, cells: Sequence[str]) -> bool:
     return first in set(cells)
 
 
-def _read_headerless(path: Path, fmt: str) -> np.ndarray:
-    """The one column of a CSV/TSV without a header line, as :func:`property_cells` reads a column: texts
-    as written (class names "007" and "7" were both the number 7), numbers as numbers."""
+def _read_headerless(path: Path, fmt: str, what: str) -> np.ndarray:
+    """The one column of a CSV/TSV without a header line, read as :func:`_file_cells` reads it with one: texts
+    as written (class names "007" and "7" were both the number 7), plain integers as integers."""
     import pandas as pd
 
     sep = "\t" if fmt == "tsv" else ","
@@ -627,7 +627,7 @@ def _read_headerless(path: Path, fmt: str) -> np.ndarray:
         raw = pd.read_csv(path, sep=sep, header=None, dtype=str, keep_default_na=False)
     except Exception as e:  # noqa: BLE001 - read once already: only a file changed meanwhile gets here
         raise EmbedscopeError(f"{path}: cannot read as {fmt} ({e.__class__.__name__}: {_message(e)})") from None
-    return property_cells(raw[raw.columns[0]].to_numpy(dtype=object), df[df.columns[0]].to_numpy())
+    return _file_cells(raw[raw.columns[0]].to_numpy(dtype=object), df[df.columns[0]].to_numpy(), what)
 
 
 def ints_if_exact(text: np.ndarray) -> np.ndarray:
@@ -653,18 +653,42 @@ def property_cells(cells: np.ndarray, parsed: np.ndarray) -> np.ndarray:
     and 12000.0. Spaces (and tabs) around a number are not a part of it, for integers as for floats, as
     pandas parses them: `` 7 `` is 7 as `` 0.5`` is 0.5 (`` 7 `` stayed the text " 7 ", and a column of
     ``7`` and `` 7 `` held two values); around text they are kept."""
-    ints = ints_if_exact(cells)
-    parsed = np.asarray(parsed)
-    # (stripped only where pandas read integers, which it does through the blanks: a column of floats or text
-    # is not gone through again)
-    if ints.dtype.kind != "i" and parsed.dtype.kind in "iu" and any(v != v.strip(_BLANKS) for v in cells
-                                                                     if isinstance(v, str)):
-        ints = ints_if_exact(np.array([v.strip(_BLANKS) if isinstance(v, str) else v for v in cells], dtype=object))
+    ints = _ints_through_blanks(cells, parsed)
     if ints.dtype.kind == "i":
         return ints
+    parsed = np.asarray(parsed)
     if parsed.dtype.kind == "f" and not np.isnan(parsed).any() and not _PADDED.search("\n".join(map(str, cells))):
         return parsed
     return cells
+
+
+def _ints_through_blanks(cells: np.ndarray, parsed: np.ndarray) -> np.ndarray:
+    """:func:`ints_if_exact` of the cells, the spaces (and tabs) around them left out where pandas read every
+    cell as an integer through them (`` 7 `` is 7), else the cells as they are."""
+    ints = ints_if_exact(cells)
+    # (stripped only where pandas read integers, which it does through the blanks: a column of floats or text
+    # is not gone through again)
+    if ints.dtype.kind != "i" and np.asarray(parsed).dtype.kind in "iu" and any(v != v.strip(_BLANKS) for v in cells
+                                                                                if isinstance(v, str)):
+        ints = ints_if_exact(np.array([v.strip(_BLANKS) if isinstance(v, str) else v for v in cells], dtype=object))
+    return ints
+
+
+def name_cells(cells: np.ndarray, parsed: np.ndarray, what: str) -> np.ndarray:
+    """A table's CSV/TSV column of labels, split, paths or class names (``what``), and a one-column file of paths
+    or class names, from its cells as written and as pandas parsed them: integers when every cell is a plainly
+    written integer, the spaces around it not a part of it as in a property column (`` 7 `` and ``7`` are one
+    class, as in a one-column file and a ``.txt``) but in paths, stored exactly as written; else the texts as
+    written, never floats (class names ``1.10`` and ``1.1`` were the number 1.1 twice, "class names repeat"; a
+    paths file's ``1e3`` became the path ``1000.0``, ``1.10`` became ``1.1``)."""
+    return ints_if_exact(cells) if what == "paths" else _ints_through_blanks(cells, parsed)
+
+
+def _file_cells(cells: np.ndarray, parsed: np.ndarray, what: str) -> np.ndarray:
+    """The cells of a one-column CSV/TSV of ``what``: paths and class names as :func:`name_cells` (names, stored
+    as text), labels and split as :func:`property_cells`: numbers when every cell is a number none zero-padded
+    (a labels file of ``1.0``, ``2.0`` is the classes 1 and 2; of ``0.5`` refused, not integers)."""
+    return name_cells(cells, parsed, what) if what in ("paths", "class names") else property_cells(cells, parsed)
 
 
 #: what pandas' parser skips around a number (not a no-break space: " 7\xa0" stays text there)
@@ -693,9 +717,10 @@ def _decoded(arr: Any, where: Path, what: str) -> np.ndarray:
 
 def _values(src: Source, key: str, what: str) -> np.ndarray:
     """A column for labels, split, paths or class names: a CSV/TSV's as its cells are written
-    (integers when every cell is a plain integer), other sources' as stored (bytes read as UTF-8)."""
+    (:func:`name_cells`: integers when every cell is a plain integer), other sources' as stored (bytes read
+    as UTF-8)."""
     if key in src.text:
-        return ints_if_exact(src.text[key])
+        return name_cells(src.text[key], src.columns[key], what)
     return _decoded(src.columns[key], src.path, what)
 
 

@@ -185,3 +185,46 @@ def test_a_signed_zero_is_read_by_the_documented_rules(cells, expect):
     assert got.tolist() == expect
     if isinstance(expect[0], float):
         assert got.dtype.kind == "f" and np.signbit(got[0]) == cells[0].startswith("-")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4. labels, split, paths and class names of a CSV/TSV: one rule for a table's column and a one-column file
+
+
+def _import(tmp_path, table, **files):
+    from embedscope.importers import import_embeddings
+
+    (tmp_path / "e.csv").write_text(table)
+    kw = {}
+    for opt, text in files.items():
+        name = {"labels": "y.csv", "paths": "p.csv", "class_names": "cn.csv", "labels_txt": "y.txt"}[opt]
+        (tmp_path / name).write_text(text)
+        kw["labels" if opt == "labels_txt" else opt] = str(tmp_path / name)
+    return import_embeddings(tmp_path / "e.csv", **kw)
+
+
+def test_an_integer_label_with_spaces_around_it_is_one_class_in_a_table_too(tmp_path):
+    """A table's label column of ' 7 ', '7', '3' made three classes (' 7 ' kept as text) where the same cells in
+    a one-column labels file, a .txt and a property column read 7: decided that spaces around an integer are no
+    part of a label (pandas reads the column as integers through them); around text they are kept."""
+    table = "path,label,e0\na.png, 7 ,0.1\nb.png,7,0.2\nc.png,3,0.3\n"
+    es = _import(tmp_path, table)
+    assert es.labels.tolist() == [1, 1, 0] and list(es.class_names) == ["3", "7"]
+    for opt, text in (("labels", "y\n 7 \n7\n3\n"), ("labels_txt", " 7 \n7\n3\n")):  # (as before)
+        es = _import(tmp_path, table.replace("path,label,e0", "path,lab,e0"), **{opt: text})
+        assert list(es.class_names) == ["3", "7"], opt
+    es = _import(tmp_path, "path,label,e0\na.png, cat ,0.1\nb.png,cat,0.2\nc.png,3,0.3\n")
+    assert sorted(es.class_names) == [" cat ", "3", "cat"]  # texts as written
+
+
+def test_one_column_files_of_names_are_not_read_as_floats(tmp_path):
+    """A one-column CSV of paths '1.10', '1e3' stored the paths '1.1' and '1000.0'; class names '1.10' and '1.1'
+    were the number 1.1 twice ('class names repeat'). Now as a table's column of them: texts as written. A labels
+    file keeps its numbers (test_import_audit_fixes: '0.5' refused; '1.0', '2.0' the classes 1 and 2)."""
+    table = "path,label,e0,e1\na.png,0,0.1,1\nb.png,1,0.2,2\nc.png,0,0.3,3\n"
+    es = _import(tmp_path, table.replace("path,", "id,"), paths="path\n1.10\n1e3\n 7 \n")
+    assert list(es.paths) == ["1.10", "1e3", " 7 "]  # (paths exactly as written, no space removed either)
+    es = _import(tmp_path, table, class_names="1.10\n1.1\n")
+    assert list(es.class_names) == ["1.10", "1.1"]
+    es = _import(tmp_path, "path,e0,e1\na.png,0.1,1\nb.png,0.2,2\nc.png,0.3,3\n", labels="1.0\n2.0\n1.0\n")
+    assert list(es.class_names) == ["1", "2"] and es.labels.tolist() == [0, 1, 0]  # (as before)
