@@ -586,15 +586,17 @@ def write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> Pa
 
 def read_paths_file(path) -> list[str]:
     """The paths listed in a paths file (``saliency --paths-file``, ``neighbours --paths-file``): one
-    per line, UTF-8 (a leading byte-order mark ignored), the spaces around each removed; a blank line
-    is skipped and a line that starts with ``#`` is a comment (a ``#`` after a path is part of the
-    path). One-line errors: no such file, an unreadable one, one that is not UTF-8, one that lists no
-    path."""
+    per line (a line ends at LF, CRLF or CR only, not at a form feed or U+0085 inside a name), UTF-8 (a leading
+    byte-order mark ignored), the spaces around each removed; a blank line is skipped and a line that starts
+    with ``#`` is a comment (a ``#`` after a path is part of the path). One-line errors: no such file, an
+    unreadable one, one that is not UTF-8, one that lists no path."""
     p = Path(path)
     if not p.is_file():
         raise EmbedscopeError(f"{p}: no such paths file")
     try:
-        lines = p.read_text(encoding="utf-8-sig").splitlines()  # (a BOM of a Windows editor is no part of a path)
+        # (a BOM of a Windows editor is no part of a path; lines end at a newline only, \r and \r\n read as one by
+        # the text mode: splitlines() also cut a path at \x0c, \x1c-\x1e, \x85 and \u2028, 'caf\x85.jpg' two paths)
+        lines = p.read_text(encoding="utf-8-sig").split("\n")
     except (OSError, UnicodeDecodeError) as e:
         raise EmbedscopeError(f"{p}: cannot read the paths ({e.__class__.__name__})") from None
     wanted = [ln.strip() for ln in lines]

@@ -564,7 +564,8 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
     header = None
     if path.suffix.lower() == ".txt":
         try:
-            lines = path.read_text(encoding="utf-8-sig").splitlines()  # (a BOM is no part of the first value)
+            # (a BOM is no part of the first value; a line ends at \n, \r\n or \r only, as read_paths_file's)
+            lines = path.read_text(encoding="utf-8-sig").split("\n")
         except (OSError, UnicodeDecodeError) as e:
             raise EmbedscopeError(f"{path}: cannot read the {what} ({e.__class__.__name__})") from None
         while lines and not lines[-1].strip():

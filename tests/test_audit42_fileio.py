@@ -228,3 +228,20 @@ def test_one_column_files_of_names_are_not_read_as_floats(tmp_path):
     assert list(es.class_names) == ["1.10", "1.1"]
     es = _import(tmp_path, "path,e0,e1\na.png,0.1,1\nb.png,0.2,2\nc.png,0.3,3\n", labels="1.0\n2.0\n1.0\n")
     assert list(es.class_names) == ["1", "2"] and es.labels.tolist() == [0, 1, 0]  # (as before)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. a paths file and a .txt of values: lines end at a newline only
+
+
+def test_a_line_of_a_paths_file_or_txt_ends_at_a_newline_only(tmp_path):
+    """str.splitlines() also cut at \\x0c, \\x1c-\\x1e, \\x85 and \\u2028: a file name 'caf\\x85.jpg' (a cp1252 '…'
+    read as Latin-1) became the two paths 'caf' and '.jpg'. CRLF and CR still end a line."""
+    from embedscope.fileio import read_paths_file
+    from embedscope.importers import read_vector
+
+    p = tmp_path / "paths.txt"
+    p.write_bytes("caf\u0085.jpg\nb\x0cc\u2028.jpg\r\nd.jpg\re.jpg\n\n".encode())
+    want = ["caf\u0085.jpg", "b\x0cc\u2028.jpg", "d.jpg", "e.jpg"]
+    assert read_paths_file(p) == want
+    assert read_vector(p, "paths").tolist() == want
