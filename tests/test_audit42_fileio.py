@@ -105,11 +105,16 @@ def held_h5(tmp_path_factory):
 def test_the_real_hdf5_lock_error_is_read_as_another_writer(held_h5, tmp_path):
     """The installed h5py/HDF5's own message (h5py 3.16 / HDF5 2.0: "[Errno 11] Unable to synchronously open
     file (unable to lock file, errno = 11, error message = 'Resource temporarily unavailable')")."""
+    import h5py
+
     from embedscope.fileio import hdf5_lock_failure
 
     path, message = held_h5
     line = hdf5_lock_failure(path, message)
     assert line is not None and "open for writing by another process" in line and "LOCKING" not in line
+    with pytest.raises(OSError) as e:  # a second writer: the same lock, the same line
+        h5py.File(path, "a")
+    assert hdf5_lock_failure(path, str(e.value).splitlines()[0]) == line
 
 
 def test_import_of_an_hdf5_source_held_by_a_writer_says_so(held_h5):
