@@ -341,68 +341,76 @@ def measure_entry(entry: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     if entry.get("error"):
         return {**row, "status": "error", "error": entry["error"]}
     threads = settings.get("threads")
-    try:
-        if threads:  # a Dask worker: this many torch threads (in this thread)
-            import torch
+    with _catch_warnings() as caught:  # (a worker never prints them: the row carries them)
+        try:
+            if threads:  # a Dask worker: this many torch threads (in this thread)
+                import torch
 
-            torch.set_num_threads(int(threads))
-        if settings.get("faiss_threads"):  # a worker thread of a local cluster
-            _faiss_threads(int(settings["faiss_threads"]))
-        if settings.get("code") and settings["code"] != code_fingerprint():
-            from embedscope import __version__
+                torch.set_num_threads(int(threads))
+            if settings.get("faiss_threads"):  # a worker thread of a local cluster
+                _faiss_threads(int(settings["faiss_threads"]))
+            if settings.get("code") and settings["code"] != code_fingerprint():
+                from embedscope import __version__
 
-            raise EmbedscopeError(f"the Dask worker {platform.node()} runs other embedscope code ({__version__}, "
-                                  f"fingerprint {code_fingerprint()}) than this study ({settings.get('version')}, "
-                                  f"{settings['code']}): install the same embedscope on every worker "
-                                  "(docs/studies.md)")
-        if settings.get("remote") and not os.path.exists(path):
-            raise EmbedscopeError(f"{path}: no such checkpoint file on the Dask worker {platform.node()} (the "
-                                  "workers must see the checkpoints under the same paths, docs/studies.md)")
-        root = no_root(settings.get("root"))
-        if root is None and _same_dataset(settings.get("dataset"), cfg.get("dataset")):
-            root = entry.get("root")  # the checkpoint's folder, of its own data set only (not of --dataset's)
-        es, info = embed_cached(path, dataset=settings.get("dataset"), root=root,
-                                cache_dir=settings["cache_dir"], device=settings.get("device", "auto"),
-                                generation=settings.get("generation"))
-        if plan.file_fingerprint(path) != stat:  # (its sha256 and what was measured may be of two files)
-            raise EmbedscopeError(f"{path}: the checkpoint changed while it was measured (written over?): "
-                                  "run the study again when it is written")
-        if stat is not None and start - stat[2] < plan.RACY_NS:  # a write in the same clock tick after the read
-            row[STAT_KEY] = None  # would leave its fingerprint as it was: the next run compares the sha256
-        row[DATA_KEY] = info["data"]
-        t1 = time.perf_counter()
-        from embedscope.metrics.search.threads import search_threads
+                raise EmbedscopeError(f"the Dask worker {platform.node()} runs other embedscope code ({__version__}, "
+                                      f"fingerprint {code_fingerprint()}) than this study ({settings.get('version')}, "
+                                      f"{settings['code']}): install the same embedscope on every worker "
+                                      "(docs/studies.md)")
+            if settings.get("remote") and not os.path.exists(path):
+                raise EmbedscopeError(f"{path}: no such checkpoint file on the Dask worker {platform.node()} (the "
+                                      "workers must see the checkpoints under the same paths, docs/studies.md)")
+            root = no_root(settings.get("root"))
+            if root is None and _same_dataset(settings.get("dataset"), cfg.get("dataset")):
+                root = entry.get("root")  # the checkpoint's folder, of its own data set only (not of --dataset's)
+            es, info = embed_cached(path, dataset=settings.get("dataset"), root=root,
+                                    cache_dir=settings["cache_dir"], device=settings.get("device", "auto"),
+                                    generation=settings.get("generation"))
+            if plan.file_fingerprint(path) != stat:  # (its sha256 and what was measured may be of two files)
+                raise EmbedscopeError(f"{path}: the checkpoint changed while it was measured (written over?): "
+                                      "run the study again when it is written")
+            if stat is not None and start - stat[2] < plan.RACY_NS:  # a write in the same clock tick after the read
+                row[STAT_KEY] = None  # would leave its fingerprint as it was: the next run compares the sha256
+            row[DATA_KEY] = info["data"]
+            t1 = time.perf_counter()
+            from embedscope.metrics.search.threads import search_threads
 
-        _, compute, _ = registry()
-        # a worker: its searches start as many threads as it may use (one task per core already)
-        with search_threads(int(threads)) if threads else contextlib.nullcontext():
-            vals = compute(es, settings.get("measures"), metric=settings.get("metric", "cosine"),
-                           seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"),
-                           geometry_seed=GEOMETRY_SEED)
-        c = info["config"]
-        if entry["selection"] != "untrained":  # a reference keeps its planned columns (loss "untrained", epochs 0),
-            # also when it is a run's epoch-000.pt, whose config names the run's loss and epochs
-            row.update({k: v for k, v in config_columns(c).items() if v is not None and k != "root"})
-        why = undefined_reasons(es, vals)
-        if info.get("cache_error"):  # (said once by the study, then dropped: not a column of runs.csv)
-            row[CACHE_ERROR_KEY] = info["cache_error"]
-        row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_device": info["device"],
-                    "embed_seconds": info["embed_seconds"],
-                    "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
-                    "N_test": int((es.split == "test").sum()), "status": "ok", "error": "",
-                    # which measures have no finite value, and why (runs.csv; the reasons also in correlations.json)
-                    "undefined": ", ".join(why),
-                    "undefined_why": "; ".join(f"{', '.join(ms)}: {w}" for w, ms in group_reasons(why).items()),
-                    UNDEFINED_KEY: why})
-        # a value that is not a finite number is a missing one (NaN; JSON null), with its reason in `undefined`
-        row.update({k: _finite(v) for k, v in vals.items()})
-    except Interrupted as e:  # a signal (Ctrl-C) seen in a worker thread: the study stops, this is no failure
-        row.update(status=STOPPED, error=str(e), **{STOPPED_KEY: e.signum})
-    except Exception as e:  # noqa: BLE001 - the row reports it, the study goes on
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        if not isinstance(e, EmbedscopeError):
-            msg = f"{e.__class__.__name__}: {msg}"
-        row.update(status="error", error=msg[:300])
+            _, compute, _ = registry()
+            # a worker: its searches start as many threads as it may use (one task per core already)
+            with search_threads(int(threads)) if threads else contextlib.nullcontext():
+                vals = compute(es, settings.get("measures"), metric=settings.get("metric", "cosine"),
+                               seed=int(settings.get("seed", 1234)), device=settings.get("device", "auto"),
+                               geometry_seed=GEOMETRY_SEED)
+            c = info["config"]
+            if entry["selection"] != "untrained":  # a reference keeps its planned columns (loss "untrained", epochs 0),
+                # also when it is a run's epoch-000.pt, whose config names the run's loss and epochs
+                row.update({k: v for k, v in config_columns(c).items() if v is not None and k != "root"})
+            why = undefined_reasons(es, vals)
+            if info.get("cache_error"):  # (said once by the study, then dropped: not a column of runs.csv)
+                row[CACHE_ERROR_KEY] = info["cache_error"]
+            row.update({"sha256": info["sha256"], "cached": info["cached"], "embed_device": info["device"],
+                        "embed_seconds": info["embed_seconds"],
+                        "measure_seconds": time.perf_counter() - t1, "N_train": int((es.split == "train").sum()),
+                        "N_test": int((es.split == "test").sum()), "status": "ok", "error": "",
+                        # which measures have no finite value, and why (runs.csv; the reasons also in correlations.json)
+                        "undefined": ", ".join(why),
+                        "undefined_why": "; ".join(f"{', '.join(ms)}: {w}" for w, ms in group_reasons(why).items()),
+                        UNDEFINED_KEY: why})
+            # a value that is not a finite number is a missing one (NaN; JSON null), with its reason in `undefined`
+            row.update({k: _finite(v) for k, v in vals.items()})
+        except Interrupted as e:  # a signal (Ctrl-C) seen in a worker thread: the study stops, this is no failure
+            row.update(status=STOPPED, error=str(e), **{STOPPED_KEY: e.signum})
+        except Exception as e:  # noqa: BLE001 - the row reports it, the study goes on
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if not isinstance(e, EmbedscopeError):
+                msg = f"{e.__class__.__name__}: {msg}"
+            row.update(status="error", error=msg[:300])
+    if caught:
+        row[WARNINGS_KEY] = caught
+        # those of reading the checkpoint (its weights upcast from float16, a head or an EMA copy left out): the
+        # row's own, in runs.csv, also once the study is resumed and nothing is loaded again
+        own = [t for m, _, t in caught if str(m).startswith("embedscope.models")]
+        if own:
+            row["warnings"] = "; ".join(own)
     return row
 
 
@@ -585,6 +593,84 @@ CACHE_ERROR_KEY = "_cache_error"  # why a row's embedding could not be written t
 #: study stops; the same command measures it), nor an error
 STOPPED = "stopped"
 STOPPED_KEY = "_stopped_by"  # the signal's number in a STOPPED row (never stored)
+#: the embedscope warnings a task raised ([module, class name, text] each): said by the study's process, once,
+#: never printed by a worker (never stored); those of loading the checkpoint are also the row's ``warnings``
+WARNINGS_KEY = "_warnings"
+
+
+_caught = threading.local()  # this thread's list of caught warnings while a task runs (:func:`_catch_warnings`)
+_hook_lock = threading.Lock()
+_hook: dict[str, Any] = {"users": 0, "inner": None}
+
+
+def _show_or_catch(message, category, filename, lineno, file=None, line=None):
+    """``warnings.showwarning`` while tasks run: an embedscope warning of a thread that catches them is
+    kept for its row (:func:`_catch_warnings`); anything else is shown as before."""
+    from embedscope.errors import EmbedscopeWarning
+
+    sink = getattr(_caught, "sink", None)
+    if sink is not None and isinstance(category, type) and issubclass(category, EmbedscopeWarning):
+        sink.append([category.__module__, category.__qualname__, str(message)])
+        return
+    inner = _hook["inner"]
+    if inner is not None:
+        inner(message, category, filename, lineno, file, line)
+
+
+@contextlib.contextmanager
+def _catch_warnings():
+    """The embedscope warnings raised in this thread inside (a checkpoint's weights upcast from float16, a
+    head left out, ...), kept in the list it yields instead of shown: a worker thread or process never
+    prints (the study's process says them, once, escaped, between its progress lines), and the row keeps
+    them. Thread-safe, unlike ``warnings.catch_warnings``: other threads' warnings are shown as before.
+    The filters stand (``-W error`` still raises, ``-W ignore`` still ignores); a warning already shown
+    in this process (Python's once per text and place) is raised again for the row."""
+    import warnings
+
+    from embedscope.errors import EmbedscopeWarning
+
+    sink: list[list[str]] = []
+    with _hook_lock:
+        if _hook["users"] == 0 or warnings.showwarning is not _show_or_catch:
+            if warnings.showwarning is not _show_or_catch:
+                _hook["inner"] = warnings.showwarning
+                warnings.showwarning = _show_or_catch
+        _hook["users"] += 1
+        # the action Python takes anyway (appended last, where no filter matches: "default"); adding it
+        # forgets which warnings were shown (their registries), so that a checkpoint loaded again in this
+        # process (a study run again with --force, a notebook) warns again and its row says so
+        warnings.filterwarnings("default", category=EmbedscopeWarning, append=True)
+    _caught.sink = sink
+    try:
+        yield sink
+    finally:
+        _caught.sink = None
+        with _hook_lock:
+            _hook["users"] -= 1
+            if _hook["users"] == 0 and warnings.showwarning is _show_or_catch:
+                warnings.showwarning = _hook["inner"]
+                _hook["inner"] = None
+
+
+def _say_warnings(caught, said: set) -> None:
+    """The warnings a task caught (:data:`WARNINGS_KEY`), raised again here, in the study's process (the
+    command line shows each as one escaped line), each text once per study."""
+    import importlib
+    import warnings
+
+    from embedscope.errors import EmbedscopeWarning
+
+    for mod, name, text in caught or ():
+        if text in said:
+            continue
+        said.add(text)
+        try:
+            cls = getattr(importlib.import_module(str(mod)), str(name))
+            if not (isinstance(cls, type) and issubclass(cls, EmbedscopeWarning)):
+                cls = EmbedscopeWarning
+        except Exception:  # noqa: BLE001 - a class this process cannot import: the base class
+            cls = EmbedscopeWarning
+        warnings.warn_explicit(cls(text), cls, __file__, 0, module=__name__, registry=None)
 
 
 def _unchanged(row: dict[str, Any], checkpoint: str | os.PathLike) -> bool:
@@ -1299,6 +1385,7 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
 
         task_settings.update(code=code_fingerprint(), version=__version__)
     computed: list[dict[str, Any]] = []
+    said: set[str] = set()  # the warnings of the tasks said so far (a data set's, caught by each worker: once)
     unkept: list[str] = []  # why embeddings measured in this run could not be cached (one note at the end)
 
     def keep(row: dict[str, Any]) -> None:
@@ -1309,6 +1396,9 @@ def _run_study(box: _ClusterBox, source, out_dir, *, epoch, dataset, root, cache
         why = row.pop(CACHE_ERROR_KEY, None)
         if why:
             unkept.append(str(why))
+        # what loading its checkpoint warned of (float16 weights upcast, a head left out), caught in the worker:
+        # said here, once, before the row's line (a worker thread's or process's print would break the bar)
+        _say_warnings(row.pop(WARNINGS_KEY, None), said)
         write_json(_row_path(out_dir, row["id"]), row, force=True)
         done[row["id"]] = row
         computed.append(row)
