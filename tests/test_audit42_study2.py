@@ -133,3 +133,29 @@ def test_a_checkpoint_loaded_again_in_the_process_is_caught_again(tmp_path):
             with _catch_warnings() as caught:
                 load_checkpoint(half)
             assert [c[1] for c in caught] == ["PrecisionWarning"]
+
+
+def test_correlations_csv_has_every_key_of_any_row(tmp_path, monkeypatch):
+    """Its columns are every key of the correlation rows in first-seen order (were the first row's: a key
+    that only a later row had was dropped without a word)."""
+    import embedscope.study.stats as stats
+    from embedscope.study.run import finish_study
+
+    d = tmp_path / "ck"
+    d.mkdir()
+    for s in (1, 2, 3):
+        save_digits_checkpoint(d / f"n{s}.pt", seed=s)
+    res = _study(d / "*.pt", tmp_path / "st", tmp_path / "cache")
+    real = stats.study_statistics
+
+    def later_key(*a, **k):
+        st = real(*a, **k)
+        st["correlations"][-1]["only_later"] = 7
+        return st
+
+    monkeypatch.setattr(stats, "study_statistics", later_key)
+    finish_study(tmp_path / "again", res["rows"], n_boot=0, figures=False)
+    with open(tmp_path / "again" / "correlations.csv", newline="") as fh:
+        recs = list(csv.DictReader(fh))
+    assert recs[-1]["only_later"] == "7" and recs[0]["only_later"] == ""
+    assert list(recs[0])[:4] == ["measure", "split", "target", "level"]

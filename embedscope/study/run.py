@@ -1970,8 +1970,9 @@ def finish_study(out_dir: str | os.PathLike, rows: list[dict[str, Any]], *, targ
                 pq[c] = pq[c].map(lambda v: None if v is None or (isinstance(v, float) and v != v) or v == ""
                                   else str(v))
     write_parquet(out_dir / "runs.parquet", pq, force=True)
+    # every key of any row, in the order they first come (a key only a later row had was dropped)
     write_csv(out_dir / "correlations.csv", stats["correlations"],
-              list(stats["correlations"][0]) if stats["correlations"] else ["measure"], force=True)
+              list(dict.fromkeys(k for r in stats["correlations"] for k in r)) or ["measure"], force=True)
     paths = {"runs_csv": out_dir / "runs.csv", "runs_parquet": out_dir / "runs.parquet",
              "correlations_csv": out_dir / "correlations.csv", "correlations_json": out_dir / "correlations.json"}
     if draw is not None:
