@@ -159,3 +159,32 @@ def test_correlations_csv_has_every_key_of_any_row(tmp_path, monkeypatch):
         recs = list(csv.DictReader(fh))
     assert recs[-1]["only_later"] == "7" and recs[0]["only_later"] == ""
     assert list(recs[0])[:4] == ["measure", "split", "target", "level"]
+
+
+def test_embed_cached_refuses_a_checkpoint_written_over_between_its_load_and_its_sha256(tmp_path, monkeypatch):
+    """The network read was the old file's, the sha256 (the cache key) the new one's: the new file's cached
+    embedding came back with the old file's config (was: returned; ``measure_entry`` alone refused it)."""
+    import shutil
+
+    import pytest
+
+    import embedscope.models as models
+    from embedscope.errors import EmbedscopeError
+    from embedscope.fileio import sha256_file
+    from embedscope.study.run import embed_cached
+
+    cache = tmp_path / "cache"
+    new = save_digits_checkpoint(tmp_path / "new.pt", embed_dim=4, seed=5)
+    es, info = embed_cached(new, cache_dir=cache)  # the new file's embedding, cached
+    assert es.embeddings.shape[1] == 4 and not info["cached"]
+    ck = save_digits_checkpoint(tmp_path / "ck.pt", embed_dim=8, seed=6)
+    real = models.load_checkpoint
+
+    def written_over_while_read(path, *a, **k):
+        model, config, inf = real(path, *a, **k)  # the old bytes read ...
+        shutil.copyfile(new, path)  # ... written over before they were hashed
+        return model, config, {**inf, "sha256": sha256_file(path)}
+
+    monkeypatch.setattr(models, "load_checkpoint", written_over_while_read)
+    with pytest.raises(EmbedscopeError, match="changed while it was read"):
+        embed_cached(ck, cache_dir=cache)

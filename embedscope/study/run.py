@@ -242,6 +242,10 @@ def embed_cached(checkpoint: str | os.PathLike, *, dataset: str | None = None, r
     t0 = time.perf_counter()
     before = file_fingerprint(checkpoint)
     model, config, info = load_checkpoint(checkpoint)
+    if file_fingerprint(checkpoint) != before:  # the network read and its sha256 (hashed after it, the cache key)
+        # may be of two files: the cached embedding of the new bytes would be returned with the old config
+        raise EmbedscopeError(f"{checkpoint}: the checkpoint changed while it was read (written over?): "
+                              "embed it again when it is written")
     name = dataset or config.get("dataset")
     if not name:
         raise EmbedscopeError(f"{checkpoint}: the checkpoint names no data set: pass --dataset")
