@@ -188,3 +188,20 @@ def test_embed_cached_refuses_a_checkpoint_written_over_between_its_load_and_its
     monkeypatch.setattr(models, "load_checkpoint", written_over_while_read)
     with pytest.raises(EmbedscopeError, match="changed while it was read"):
         embed_cached(ck, cache_dir=cache)
+
+
+def test_warnings_caught_inside_another_catch_leave_the_outer_one_catching():
+    """A task's catch inside another (measure_entry called by code that catches too): after the inner one,
+    the outer one catches again (was: nothing caught, the warning shown from the worker)."""
+    from embedscope.errors import EmbedscopeWarning
+    from embedscope.study.run import _catch_warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown = []
+        warnings.showwarning = lambda m, c, *a, **k: shown.append(str(m))
+        with _catch_warnings() as outer:
+            with _catch_warnings() as inner:
+                warnings.warn(EmbedscopeWarning("inner"), stacklevel=1)
+            warnings.warn(EmbedscopeWarning("outer"), stacklevel=1)
+    assert [w[2] for w in inner] == ["inner"] and [w[2] for w in outer] == ["outer"] and shown == []

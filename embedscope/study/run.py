@@ -644,11 +644,12 @@ def _catch_warnings():
         # forgets which warnings were shown (their registries), so that a checkpoint loaded again in this
         # process (a study run again with --force, a notebook) warns again and its row says so
         warnings.filterwarnings("default", category=EmbedscopeWarning, append=True)
+    outer = getattr(_caught, "sink", None)  # (one caught inside another: the outer one's again after it)
     _caught.sink = sink
     try:
         yield sink
     finally:
-        _caught.sink = None
+        _caught.sink = outer
         with _hook_lock:
             _hook["users"] -= 1
             if _hook["users"] == 0 and warnings.showwarning is _show_or_catch:
