@@ -139,7 +139,7 @@ def test_a_checkpoint_written_over_between_its_load_and_its_sha256_leaves_no_emb
         return model, config, real(path, *a, **k)[2]  # (the sha256 of the file now)
 
     monkeypatch.setattr(models, "load_checkpoint", load_then_written_over)
-    with pytest.raises(EmbedscopeError, match="changed while it was embedded"):
+    with pytest.raises(EmbedscopeError, match="changed while it was (read|embedded)"):  # (after the load or the embedding)
         embed_cached(ck, cache_dir=tmp_path / "cache", device="cpu")
     assert list((tmp_path / "cache").glob("*.h5")) == []
 
