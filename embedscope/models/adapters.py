@@ -54,7 +54,7 @@ from embedscope.models.checkpoint import (
     read_submodule,
     renamed_children,
     say_upcast,
-    strip_prefix,
+    split_prefix,
     submodule_prefix,
     training_state_key,
 )
@@ -146,7 +146,10 @@ def _state_dict_of(obj: Any, path: Any, what: str, *, allow_empty: bool = False,
         raise EmbedscopeError(f"{path}: the {what} file must hold a state dict, got {type(obj).__name__}")
     if allow_empty and not obj:
         return {}
-    return strip_prefix(check_state_dict(obj, str(path)))
+    removed, sd = split_prefix(check_state_dict(obj, str(path)))
+    if how is not None and removed:  # (for load_into's advice: the keys as they are in the file)
+        how[what + " prefix"] = removed
+    return sd
 
 
 def embedder_layers(sd: dict[str, torch.Tensor], where: str) -> tuple[list[Any], dict[str, torch.Tensor]]:
@@ -343,9 +346,10 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     except EmbedscopeError as e:  # e.g. an embedder that does not fit this trunk: name both files
         raise EmbedscopeError(f"{embedder} (with the trunk {trunk}): {e}") from None
     config["embed_dim"] = model.embed_dim
-    upcast = load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk")
-    if hsd:
-        for k, n in load_into(model.head, hsd, str(embedder), "the embedder").items():
+    upcast = load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk",
+                       key_prefix=None if numbered is not None else under.get("trunk prefix", "") + (sub or ""))
+    if hsd:  # (its layers renumbered: no advice naming its keys)
+        for k, n in load_into(model.head, hsd, str(embedder), "the embedder", key_prefix=None).items():
             upcast[k] = upcast.get(k, 0) + n
     model.eval()
     parts = [trunk_read + (f" under '{printable(under['trunk'], 60)}'" if "trunk" in under else "")]

@@ -403,14 +403,23 @@ def strip_prefix(sd: dict[str, Any]) -> dict[str, Any]:
     PyTorch's ``torch.optim.swa_utils.AveragedModel`` (an SWA or EMA copy: torchvision's reference scripts
     save their ``model_ema`` so) is its model's under ``module.`` beside a counter ``n_averaged``, which
     is dropped (it kept ``module.`` on every key: "missing 100 key(s)", "unexpected 123 key(s)")."""
+    return split_prefix(sd)[1]
+
+
+def split_prefix(sd: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(prefix, strip_prefix(sd))``: the prefix removed from every key (``"module."``,
+    ``"module._orig_mod.model."``; ``""`` when none), to name the file's keys as they are in it."""
     rest = {k: v for k, v in sd.items() if k != "n_averaged"}
     if "n_averaged" in sd and _shared(rest, "module."):
         sd = rest
+    removed = ""
     while (prefix := next((p for p in ("module.", "_orig_mod.") if _shared(sd, p)), None)) is not None:
         sd = {k[len(prefix):]: v for k, v in sd.items()}
+        removed += prefix
     if _shared(sd, "model."):
         sd = {k[len("model."):]: v for k, v in sd.items()}
-    return sd
+        removed += "model."
+    return removed, sd
 
 
 _strip_prefix = strip_prefix  # the earlier private name
@@ -560,14 +569,17 @@ def _extra_prefixes(unexpected: list[str], own: dict[str, Any]) -> list[str]:
 
 
 def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str,
-              hint: str = "") -> dict[str, int]:
+              hint: str = "", key_prefix: str | None = "") -> dict[str, int]:
     """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent.
 
     Every problem is named in the one line: missing keys, unexpected keys (the first three) and tensors
     of another shape (``file [8, 128], model [8, 512]``; torch's own message was cut before the model's
     shape, and a shape mismatch hid the missing and unexpected keys). Keys the model does not have, when
     nothing else is wrong (a custom head, a loss's weights): the line says how to save the file without
-    them. ``hint``: what to do next, appended.
+    them. ``hint``: what to do next, appended. ``key_prefix``: what the file's keys have in front of
+    ``sd``'s (``module.`` removed by :func:`strip_prefix`, ``net.`` by :func:`read_submodule`): that advice
+    names the keys as they are in the file (it named ``'proj.'`` for a file of ``module.proj.*`` keys,
+    which left them in); None when ``sd``'s keys were renamed (numbered layers named): no such advice.
 
     Returns the lower-precision dtypes that were upcast (:func:`upcast_dtypes`), for :func:`say_upcast`.
     """
@@ -601,8 +613,9 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
                 # a head to drop but another, larger network (dropping them gave a wrong network, as advised)
                 extra = (f"; these layers sit inside the model's own modules (e.g. '{printable(nested[0], 60)}*'): "
                          f"the file holds a larger network than {what}? name its architecture with --arch")
-            elif pre:
-                shown = ", ".join(repr(printable(p, 40)) for p in pre[:4]) + ("," if len(pre) == 1 else "")
+            elif pre and key_prefix is not None:
+                shown = ", ".join(repr(printable(key_prefix + p, 80)) for p in pre[:4]) + (
+                    "," if len(pre) == 1 else "")
                 extra = (f"; the model has no such layers: to load the rest, save the state dict without them, "
                          f"e.g. torch.save({{k: v for k, v in sd.items() if not k.startswith(({shown}))}}, FILE)"
                          + (f" ({len(pre) - 4} more prefixes)" if len(pre) > 4 else ""))
@@ -754,7 +767,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if ema_key is not None:  # the EMA copy read, not the 'state_dict' (was "training checkpoint ('state_dict')")
         fmt = (f"training checkpoint ('{ema_key}')" if fmt.startswith("training checkpoint")
                else f"{fmt} ('{ema_key}')")
-    sd = strip_prefix(sd)
+    removed, sd = split_prefix(sd)
     sub = None
     if not any(k.startswith(("backbone.", "head.")) for k in sd):
         # a training module's model under one attribute beside other weights ({'model.backbone.*', 'model.head.*',
@@ -808,7 +821,8 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     hint = ""
     if arch and isinstance(file_arch, str) and file_arch != arch:
         hint = f"; the file's config names {printable(file_arch, 40)}, which --arch {printable(arch, 40)} replaced"
-    upcast = load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model", hint=hint)
+    upcast = load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model", hint=hint,
+                       key_prefix=removed + (sub or ""))
     if sub is not None:
         fmt += f" (its '{printable(sub, 60)}*' keys)"
     fmt += say_upcast(upcast, path, sd)
@@ -1096,7 +1110,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         obj = obj[training_state_key(obj)]
     if not isinstance(obj, dict):
         raise EmbedscopeError(f"{path}: expected a state dict of backbone weights, got {type(obj).__name__}")
-    sd = strip_prefix({k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)})
+    removed, sd = split_prefix({k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)})
     if not sd and obj and all(is_numpy_array(v) for v in obj.values()):
         raise EmbedscopeError(f"{path}: no tensors found: its values are numpy arrays (keys: "
                               f"{_keys_preview(list(map(str, obj)))}); {NUMPY_HINT}")
@@ -1144,7 +1158,9 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     # dropped as a classifier would be (the file was embedded as the features before it, silently)
     own = trained_last_layers(sd, [c + "." for c in classifier_names(model.backbone)] + ["fc.", "last_linear."])
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
-    upcast = load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone")
+    upcast = load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone",
+                       key_prefix=None if numbered is not None else removed + ("backbone." if bb_keys else "")
+                       + (sub or ""))
     if own:
         name, n_in, n_out = own[0]
         warnings.warn(DroppedLayerWarning(

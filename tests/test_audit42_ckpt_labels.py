@@ -1,0 +1,96 @@
+"""Audit 42 (loose ends): checkpoint loading's advice and --ema, and from_arrays' text and duration labels.
+
+What was wrong before:
+
+1. A file holding every tensor of the model plus a custom head was refused with a ``torch.save(...)`` line
+   dropping the extra layers by ``k.startswith(('proj.',))``: the keys after the ``module.`` / ``model.``
+   prefixes (or a ``net.*`` / ``backbone.*`` prefix) were removed, so for a file saved from DataParallel
+   (``module.proj.weight``) the line, followed, dropped nothing.
+2. A Roth et al. checkpoint given with ``--ema``: its ``opt`` was dropped with its ``state_dict``, so it was
+   no longer read as Roth et al.'s ("the checkpoint has no config" for one with an EMA key; for one
+   without, nothing said that such files hold none).
+3. ``EmbeddingSet.from_arrays``: labels ``"a"`` and ``"a\\x00"`` (objects, a list, bytes) became one class
+   "a" (numpy's ``astype(str)`` cuts trailing NULs), while check_labels keeps two; HDF5 text cannot hold a
+   NUL at all.
+4. A unitless ``np.timedelta64(5)`` beside ``np.timedelta64(1, "D")`` held as objects was read by numpy as
+   5 days, silently.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torchvision
+
+from embedscope.errors import EmbedscopeError
+from embedscope.models import load_checkpoint, load_model
+from embedscope.models.backbones import build_model, default_config
+
+
+def _snippet(msg: str) -> str:
+    return msg[msg.index("torch.save("):msg.rindex(")") + 1]
+
+
+def _follow(snippet: str, sd: dict) -> dict:
+    """The state dict the advice saves."""
+    return eval(snippet.replace("torch.save(", "(").replace(", FILE)", ")"), {"sd": sd})
+
+
+# --------------------------------------------------------------------------- 1. the advice names the file's keys
+
+@pytest.mark.parametrize("prefix", ["module.", "module._orig_mod.", "model."])
+def test_drop_advice_names_the_keys_as_they_are_in_the_file(tmp_path, prefix):
+    torch.manual_seed(0)
+    m = build_model(default_config("digits_cnn", embed_dim=8)).eval()
+    sd = {prefix + k: v for k, v in {**m.state_dict(), "proj.weight": torch.zeros(3, 8)}.items()}
+    torch.save(sd, tmp_path / "p.pt")
+    with pytest.raises(EmbedscopeError) as e:
+        load_checkpoint(tmp_path / "p.pt", arch="digits_cnn")
+    snippet = _snippet(str(e.value))
+    assert f"k.startswith(('{prefix}proj.',))" in snippet  # (was 'proj.', which left module.proj.* in)
+    torch.save(_follow(snippet, sd), tmp_path / "ok.pt")  # the advice, followed, loads the model
+    m2 = load_checkpoint(tmp_path / "ok.pt", arch="digits_cnn")[0]
+    x = torch.rand(2, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(m2(x), m(x))
+
+
+def test_drop_advice_under_a_training_modules_prefix(tmp_path):
+    torch.manual_seed(1)
+    m = build_model(default_config("digits_cnn", embed_dim=8))
+    sd = {**{"module.net." + k: v for k, v in m.state_dict().items()}, "module.net.proj.weight": torch.zeros(2),
+          "module.loss.W": torch.zeros(3)}
+    torch.save({"state_dict": sd, "epoch": 1}, tmp_path / "l.ckpt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the loss's weights left out: said by a warning)
+        with pytest.raises(EmbedscopeError) as e:
+            load_checkpoint(tmp_path / "l.ckpt", arch="digits_cnn")
+    assert "k.startswith(('module.net.proj.',))" in _snippet(str(e.value))
+
+
+def test_weights_and_trunk_advice_name_the_files_keys(tmp_path):
+    torch.manual_seed(2)
+    own = {k: v for k, v in torchvision.models.resnet18().state_dict().items() if not k.startswith("fc.")}
+    sd = {"module." + k: v for k, v in {**own, "arcface.W": torch.zeros(512, 3)}.items()}
+    torch.save(sd, tmp_path / "w.pth")
+    with pytest.raises(EmbedscopeError) as e:
+        load_model(arch="resnet18", weights=tmp_path / "w.pth", head="none")
+    assert "k.startswith(('module.arcface.',))" in _snippet(str(e.value))
+    torch.save(_follow(_snippet(str(e.value)), sd), tmp_path / "ok.pth")
+    load_model(arch="resnet18", weights=tmp_path / "ok.pth", head="none")
+    # the same file as a trunk (read under 'state_dict')
+    torch.save({"state_dict": sd}, tmp_path / "t.pth")
+    torch.save({}, tmp_path / "id.pth")
+    with pytest.raises(EmbedscopeError) as e:
+        load_model(trunk=tmp_path / "t.pth", embedder=tmp_path / "id.pth")
+    assert "k.startswith(('module.arcface.',))" in _snippet(str(e.value))
+    # backbone.* keys under module.: their full prefix
+    bsd = {"module.backbone." + k: v for k, v in {**own, "extra.W": torch.zeros(2)}.items()}
+    torch.save(bsd, tmp_path / "b.pth")
+    with pytest.raises(EmbedscopeError) as e:
+        load_model(arch="resnet18", weights=tmp_path / "b.pth", head="none")
+    assert "k.startswith(('module.backbone.extra.',))" in _snippet(str(e.value))
+
+
