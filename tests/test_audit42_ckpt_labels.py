@@ -18,6 +18,7 @@ What was wrong before:
 
 from __future__ import annotations
 
+import argparse
 import warnings
 
 import pytest
@@ -94,3 +95,34 @@ def test_weights_and_trunk_advice_name_the_files_keys(tmp_path):
     assert "k.startswith(('module.backbone.extra.',))" in _snippet(str(e.value))
 
 
+# --------------------------------------------------------------------------- 2. Roth et al.'s file with --ema
+
+def _roth_sd(seed: int) -> dict:
+    """The state dict of Roth et al.'s GoogLeNet (torchvision's layout under 'model.', fc named last_linear)."""
+    torch.manual_seed(seed)
+    net = torchvision.models.googlenet(weights=None, aux_logits=False, init_weights=False, transform_input=False)
+    sd = {"model." + k: v for k, v in net.state_dict().items() if not k.startswith("fc.")}
+    return {**sd, "model.last_linear.weight": torch.randn(8, 1024), "model.last_linear.bias": torch.randn(8)}
+
+
+_OPT = argparse.Namespace(arch="googlenet_normalize", embed_dim=8, loss="margin", batch_mining="distance",
+                          dataset="cub200")
+
+
+def test_roth_checkpoint_with_ema_says_it_holds_none(tmp_path):
+    p = tmp_path / "checkpoint.pth.tar"
+    torch.save({"state_dict": {"model.conv1.weight": torch.zeros(1)}, "opt": _OPT, "progress": None}, p)
+    with pytest.raises(EmbedscopeError, match=r"--ema: a Roth et al\. checkpoint \('state_dict', 'opt'\) holds no "
+                                              r"EMA weights .*load it without --ema"):
+        load_checkpoint(p, ema=True)  # (was: "no EMA weights in the file": whose files hold none, unsaid)
+
+
+def test_roth_checkpoint_with_an_ema_key_reads_it_with_its_options(tmp_path):
+    sd, ema = _roth_sd(3), _roth_sd(4)
+    p = tmp_path / "checkpoint.pth.tar"
+    torch.save({"state_dict": sd, "state_dict_ema": ema, "opt": _OPT, "progress": None}, p)
+    model, config, info = load_checkpoint(p, ema=True)  # (was "the checkpoint has no config")
+    assert config["weights_ema"] is True and info["format"] == "Roth et al. 2020 checkpoint ('state_dict_ema')"
+    assert config["normalize"] and config["roth_arch"] == "googlenet_normalize"
+    torch.testing.assert_close(model.head.weight, ema["model.last_linear.weight"])
+    torch.testing.assert_close(model.backbone.conv1.conv.weight, ema["model.conv1.conv.weight"])

@@ -717,12 +717,23 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
                          "folder, a file of 'trunk' and 'embedder') and to --weights; a checkpoint file records its "
                          "own input handling")
     ema_key = None
+    roth = adapters.is_roth_checkpoint(obj)
     if ema:
+        if roth and not any(obj.get(k) is not None for k in EMA_KEYS):  # (was: "no EMA weights in the file", or
+            # with its 'opt' dropped below, "the checkpoint has no config": not named as Roth et al.'s)
+            raise EmbedscopeError(
+                f"{path}: --ema: a Roth et al. checkpoint ('state_dict', 'opt') holds no EMA weights (their code keeps "
+                "no EMA copy; no 'state_dict_ema' or 'model_ema' here): load it without --ema")
         ema_sd = ema_state_dict(obj, path)
         ema_key = next(k for k in EMA_KEYS if obj.get(k) is not None)
-        obj = {"state_dict": ema_sd, **{k: obj[k] for k in ("format", "format_version", "config", "extra") if k in obj}}
-    if adapters.is_roth_checkpoint(obj):
-        return adapters.load_roth(obj, path, arch=arch, embed_dim=embed_dim)
+        keep = [k for k in obj if k not in EMA_KEYS] if roth else ["format", "format_version", "config", "extra"]
+        obj = {**{k: obj[k] for k in keep if k in obj}, "state_dict": ema_sd}
+    if roth:  # (its 'opt' kept with --ema: the EMA copy is read with its options)
+        model, config, info = adapters.load_roth(obj, path, arch=arch, embed_dim=embed_dim)
+        if ema_key is not None:
+            config["weights_ema"] = True
+            info["format"] += f" ('{ema_key}')"
+        return model, config, info
     fmt = "embedscope"
     if is_module_record(obj):  # a whole pickled module (torch.save(model))
         return _load_pickled_module(obj, path, arch=arch, embed_dim=embed_dim, unsafe_pickle=unsafe_pickle)
