@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torchvision
@@ -28,6 +29,7 @@ import torchvision
 from embedscope.errors import EmbedscopeError
 from embedscope.models import load_checkpoint, load_model
 from embedscope.models.backbones import build_model, default_config
+from embedscope.store import EmbeddingSet
 
 
 def _snippet(msg: str) -> str:
@@ -126,3 +128,28 @@ def test_roth_checkpoint_with_an_ema_key_reads_it_with_its_options(tmp_path):
     assert config["normalize"] and config["roth_arch"] == "googlenet_normalize"
     torch.testing.assert_close(model.head.weight, ema["model.last_linear.weight"])
     torch.testing.assert_close(model.backbone.conv1.conv.weight, ema["model.conv1.conv.weight"])
+
+
+# --------------------------------------------------------------------------- 3. a NUL in a text label
+
+def _held(*values) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+@pytest.mark.parametrize("y", [_held("a", "a\x00", "b"), ["a", "a\x00", "b"], [b"a", b"a\x00", b"b"],
+                               _held("a", b"a\x00", "b"), np.array(["a", "a\x00b", "b"]),
+                               np.array([b"a", b"a\x00b", b"b"])])
+def test_a_nul_in_a_label_is_refused_naming_its_row(y):
+    with pytest.raises(EmbedscopeError, match=r"^labels: row 1 holds a NUL character, which HDF5 text cannot store$"):
+        EmbeddingSet.from_arrays(np.eye(3), y)  # (was: "a" and "a\x00" one class "a")
+    with pytest.raises(EmbedscopeError, match="row 1 holds a NUL"):
+        EmbeddingSet.from_arrays(np.eye(3), y, class_names=["a", "b", "a\x00b"])
+
+
+def test_labels_without_nul_are_read_as_before():
+    es = EmbeddingSet.from_arrays(np.eye(3), _held("a", "b", "a"))
+    assert es.labels.tolist() == [0, 1, 0] and es.class_names.tolist() == ["a", "b"]
+    es = EmbeddingSet.from_arrays(np.eye(3), ["x", "y", "y"], class_names=["y", "x"])
+    assert es.labels.tolist() == [1, 0, 0]

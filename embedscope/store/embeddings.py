@@ -96,7 +96,8 @@ class EmbeddingSet:
           briefly as exact ("2020-01-01", "2020-01-02T12:30") and looked up in ``class_names`` by that name;
           durations (timedelta64, or objects: ``pd.Timedelta``, ``datetime.timedelta``, ``np.timedelta64``)
           likewise one class per exact duration, named in the coarsest unit that holds it ("1 days",
-          "90 minutes"). Bytes are decoded as UTF-8.
+          "90 minutes"). Bytes are decoded as UTF-8. A text label holding a NUL (which HDF5 text cannot
+          store, and numpy cut when it trailed: "a" and "a\\x00" one class) is an error naming its row.
         * ``split``: one value per row (``train``, ``test``, ``val``, ``query``, ``gallery``), a
           single value for every row, or ``None``: every row is ``"test"`` (what ``evaluate``
           reads by default) and ``attrs["split_source"]`` says so.
@@ -135,6 +136,8 @@ class EmbeddingSet:
         listed = y_arr.tolist() if y_arr.dtype == object else []
         if listed or (isinstance(y, (list, tuple)) and y_arr.dtype.kind in "US"):  # (numpy made a list's numbers
             _refuse_numbers_beside_texts(listed or list(y))  # texts beside texts)
+            if not listed:  # (numpy's array of a list cut its texts' trailing NULs: "a" and "a\x00" one class)
+                _refuse_nul(np.array(list(y), dtype=object))
         if listed and all(isinstance(v, (_dt.date, np.datetime64)) for v in listed):
             check_time_zones(listed)  # (a date without a zone beside one with: each a class by its text)
         if listed and ((times := as_times(y_arr, "M")) is not None or (times := as_times(y_arr, "m")) is not None):
@@ -446,12 +449,31 @@ def _refuse_numbers_beside_texts(values: list) -> None:
 def _label_texts(y_arr: np.ndarray) -> np.ndarray:
     """Labels held as texts or objects as their texts; one line naming the first label that is a sequence
     (a list, tuple or array per row: numpy's "setting an array element with a sequence" was the traceback)."""
+    texts = decoded(y_arr)
+    _refuse_nul(texts)
     try:
-        return decoded(y_arr).astype(str)  # (bytes decoded as UTF-8, as the retrieval measures read them: non-ASCII
+        return texts.astype(str)  # (bytes decoded as UTF-8, as the retrieval measures read them: non-ASCII
     except ValueError:  # bytes were "got a bytes_ at row 0", or of a str beside them)
         i = next((i for i, v in enumerate(y_arr.tolist()) if np.ndim(v) > 0), 0)
         raise EmbedscopeError(f"labels must hold class labels (integers or strings), got a "
                               f"{type(y_arr[i]).__name__} at row {i}") from None
+
+
+def _refuse_nul(texts: np.ndarray, what: str = "labels") -> None:
+    """One line naming the first row of ``texts`` (str, or objects) holding a NUL, in :func:`_check_text`'s
+    words: HDF5 text cannot hold it, and as class names numpy's ``astype(str)`` cut trailing NULs, silently
+    ("a" and "a\\x00" one class "a", which check_labels and the retrieval measures keep apart)."""
+    if texts.dtype == object:  # (bytes too: a list's, before numpy's array cut their trailing NULs)
+        i = next((i for i, v in enumerate(texts.tolist())
+                  if (isinstance(v, str) and "\x00" in v) or (isinstance(v, bytes) and b"\x00" in v)), None)
+    elif texts.dtype.kind == "U" and texts.size:  # (numpy keeps a NUL inside a text: count the code points)
+        flat = texts.reshape(-1)
+        bad = np.flatnonzero((flat.view(np.uint32).reshape(flat.size, -1) != 0).sum(axis=1) < np.char.str_len(flat))
+        i = int(bad[0]) if bad.size else None
+    else:
+        i = None
+    if i is not None:
+        raise EmbedscopeError(f"{what}: row {i} holds a NUL character, which HDF5 text cannot store")
 
 
 def _instant_names(values: list) -> np.ndarray:
