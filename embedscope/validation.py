@@ -169,7 +169,8 @@ def as_times(a: np.ndarray, kind: str, name: str = "labels") -> np.ndarray | Non
     """Labels ``a`` as a numpy array of ``kind`` ("M": datetime64, "m": timedelta64): as they are if they are
     one; objects all dates (durations) that numpy holds exactly, converted (pandas' Timestamps with their
     nanoseconds; a ``datetime.date`` is its midnight); else ``None`` (another kind, or a date with a time zone).
-    The retrieval measures and ``EmbeddingSet.from_arrays`` read date labels by it."""
+    A duration without a unit (``np.timedelta64(5)``) beside ones with a unit is an error: numpy read it in
+    theirs. The retrieval measures and ``EmbeddingSet.from_arrays`` read date labels by it."""
     if a.dtype.kind == kind:
         return a
     if a.dtype != object or not a.size:
@@ -189,7 +190,14 @@ def as_times(a: np.ndarray, kind: str, name: str = "labels") -> np.ndarray | Non
         i, j = cal.index(True), cal.index(False)  # base time units")
         raise EmbedscopeError(f"{name}: {own[i]} at row {i} and {own[j]} at row {j} have no common unit (a month "
                               "or a year has no fixed length): give the labels in one unit") from None
-    for unit in {o.dtype for o in own}:
+    units = {o.dtype for o in own}
+    if len(units) > 1 and any(np.datetime_data(u)[0] == "generic" for u in units):
+        # np.timedelta64(5) beside np.timedelta64(1, "D"): numpy read the 5 in days, silently
+        i = next(k for k, o in enumerate(own) if np.datetime_data(o.dtype)[0] == "generic")
+        j = next(k for k, o in enumerate(own) if np.datetime_data(o.dtype)[0] != "generic")
+        raise EmbedscopeError(f"{name}: {vals[i]!r} at row {i} has no unit, beside {own[j]} at row {j} (numpy would "
+                              "read it in the other's unit): give every label a unit")
+    for unit in units:
         rows = np.flatnonzero([o.dtype == unit for o in own])
         back = out[rows].astype(unit)
         bad = np.flatnonzero(back != np.array([own[i] for i in rows], dtype=unit))

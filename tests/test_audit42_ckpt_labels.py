@@ -30,6 +30,7 @@ from embedscope.errors import EmbedscopeError
 from embedscope.models import load_checkpoint, load_model
 from embedscope.models.backbones import build_model, default_config
 from embedscope.store import EmbeddingSet
+from embedscope.validation import check_labels
 
 
 def _snippet(msg: str) -> str:
@@ -153,3 +154,15 @@ def test_labels_without_nul_are_read_as_before():
     assert es.labels.tolist() == [0, 1, 0] and es.class_names.tolist() == ["a", "b"]
     es = EmbeddingSet.from_arrays(np.eye(3), ["x", "y", "y"], class_names=["y", "x"])
     assert es.labels.tolist() == [1, 0, 0]
+
+
+# --------------------------------------------------------------------------- 4. unitless durations beside united
+
+@pytest.mark.parametrize("read", [lambda y: EmbeddingSet.from_arrays(np.eye(3), y), lambda y: check_labels(y)])
+def test_a_unitless_duration_beside_one_with_a_unit_is_refused(read):
+    y = _held(np.timedelta64(5), np.timedelta64(1, "D"), np.timedelta64(5, "D"))
+    with pytest.raises(EmbedscopeError, match=r"^labels: np\.timedelta64\(5\) at row 0 has no unit, beside 1 days "
+                                              r"at row 1 .*give every label a unit$"):
+        read(y)  # (was: 5 read as 5 days, one class with row 2)
+    # all without a unit: one unit, read as they are
+    assert check_labels(_held(np.timedelta64(5), np.timedelta64(2), np.timedelta64(5))).tolist() == [1, 0, 1]
