@@ -166,3 +166,27 @@ def test_a_unitless_duration_beside_one_with_a_unit_is_refused(read):
         read(y)  # (was: 5 read as 5 days, one class with row 2)
     # all without a unit: one unit, read as they are
     assert check_labels(_held(np.timedelta64(5), np.timedelta64(2), np.timedelta64(5))).tolist() == [1, 0, 1]
+
+
+# --------------------------------------------------------------------------- 5. "which one to read": the file's keys
+
+def test_two_networks_advice_names_the_keys_as_they_are_in_the_file(tmp_path):
+    """The line saving one of two networks alone named the keys after 'module.' was removed ('a.'): followed
+    on the file's own keys (module.a.*), it saved nothing."""
+    torch.manual_seed(5)
+    m = build_model(default_config("digits_cnn", embed_dim=8)).eval()
+    sd = {f"module.{p}{k}": v for p in ("a.", "b.") for k, v in m.state_dict().items()}
+    torch.save(sd, tmp_path / "two.pt")
+    with pytest.raises(EmbedscopeError, match=r"\('module\.a\.\*', 'module\.b\.\*'\)") as e:
+        load_checkpoint(tmp_path / "two.pt", arch="digits_cnn")
+    torch.save(_follow(_snippet(str(e.value)), sd), tmp_path / "one.pt")
+    m2 = load_checkpoint(tmp_path / "one.pt", arch="digits_cnn")[0]
+    torch.testing.assert_close(m2.head.weight, m.head.weight)
+    # --weights: two backbones under module.*, and backbone.* beside the whole backbone
+    own = {k: v for k, v in torchvision.models.resnet18().state_dict().items() if not k.startswith("fc.")}
+    for keys, want in ((("a.", "b."), "k[9:]: v for k, v in sd.items() if k.startswith('module.a.')"),
+                       (("backbone.", ""), "k[16:]: v for k, v in sd.items() if k.startswith('module.backbone.')")):
+        torch.save({f"module.{p}{k}": v for p in keys for k, v in own.items()}, tmp_path / "w.pth")
+        with pytest.raises(EmbedscopeError) as e:
+            load_model(arch="resnet18", weights=tmp_path / "w.pth", head="none")
+        assert want in str(e.value)

@@ -322,7 +322,7 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     elif numbered is not None:
         trunk_read = "the trunk numbered as an nn.Sequential of the model's children"
     else:
-        check_one_prefix(tsd, probe.backbone, trunk, f"{printable(a, 40)} trunk")
+        check_one_prefix(tsd, probe.backbone, trunk, f"{printable(a, 40)} trunk", under.get("trunk prefix", ""))
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
     tsd = {k: v for k, v in tsd.items() if k not in fc_sd}

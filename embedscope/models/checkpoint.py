@@ -787,11 +787,10 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         subs = [p for p in key_prefixes(sd) if any(k.startswith(p + "backbone.") for k in sd)
                 and any(k.startswith(p + "head.") for k in sd)]
         if len(subs) > 1:
-            names = ", ".join(f"'{printable(p, 60)}*'" for p in subs[:4])
+            names = ", ".join(f"'{printable(removed + p, 60)}*'" for p in subs[:4])
             raise EmbedscopeError(
                 f"{path}: the keys under {len(subs)} prefixes each hold an embedscope model ({names}): which one to "
-                f"read is not guessed; save the one to embed alone, e.g. torch.save({{k[{len(subs[0])}:]: v for k, v "
-                f"in sd.items() if k.startswith('{printable(subs[0], 60)}')}}, FILE)")
+                f"read is not guessed; save the one to embed alone, e.g. {save_one_hint(removed + subs[0])}")
         if subs:
             sub = subs[0]
             sd = read_submodule(sd, sub, path, "model")
@@ -1047,18 +1046,25 @@ def fitting_prefixes(sd: dict[str, Any], module: torch.nn.Module) -> list[str]:
     return [p for p in key_prefixes(sd) if needed <= {k[len(p):] for k in sd if k.startswith(p)}]
 
 
-def check_one_prefix(sd: dict[str, Any], module: torch.nn.Module, path: Any, what: str) -> None:
+def save_one_hint(prefix: str) -> str:
+    """The line that saves the keys under ``prefix`` alone, without it (``prefix``: as the file's keys have it,
+    the prefixes :func:`strip_prefix` removed included: the advice named ``'a.'`` for ``module.a.*`` keys,
+    which saved nothing)."""
+    return (f"torch.save({{k[{len(prefix)}:]: v for k, v in sd.items() if k.startswith({printable(prefix, 80)!r})}}, "
+            "FILE)")
+
+
+def check_one_prefix(sd: dict[str, Any], module: torch.nn.Module, path: Any, what: str, key_prefix: str = "") -> None:
     """A one-line error when the keys under two or more prefixes each hold every tensor of ``module`` (a
-    network and its EMA copy, a teacher and a student): which one to read is not guessed."""
-    fits = fitting_prefixes(sd, module)
+    network and its EMA copy, a teacher and a student): which one to read is not guessed. ``key_prefix``:
+    what the file's keys have in front of ``sd``'s (``module.``), named in the line."""
+    fits = [key_prefix + p for p in fitting_prefixes(sd, module)]
     if len(fits) > 1:
         names = ", ".join(f"'{printable(p, 60)}*'" for p in fits[:4]) + (f" (+{len(fits) - 4} more)" if len(fits) > 4
                                                                          else "")
-        p = printable(fits[0], 60)
         raise EmbedscopeError(
             f"{path}: the keys under {len(fits)} prefixes each hold the whole {what} ({names}): which one to read "
-            f"is not guessed; save the one to embed alone, e.g. torch.save({{k[{len(fits[0])}:]: v for k, v in "
-            f"sd.items() if k.startswith('{p}')}}, FILE)")
+            f"is not guessed; save the one to embed alone, e.g. {save_one_hint(fits[0])}")
 
 
 def read_submodule(sd: dict[str, Any], sub: str, path: Any, what: str,
@@ -1139,7 +1145,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
             raise EmbedscopeError(
                 f"{path}: both its 'backbone.*' keys and its other keys hold the whole "
                 f"{printable(model.arch, 40)} backbone: which one to read is not guessed; save the one to embed "
-                "alone, e.g. torch.save({k[9:]: v for k, v in sd.items() if k.startswith('backbone.')}, FILE)")
+                f"alone, e.g. {save_one_hint(removed + 'backbone.')}")
         if not needed <= set(sd):
             sd, bb_keys = inner, True
             if left:
@@ -1161,7 +1167,8 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     if sub is not None:  # a Lightning module's network beside its loss's weights: {'net.*', 'loss_fn.W'}
         sd = read_submodule(sd, sub, path, "backbone", model.backbone)
     elif numbered is None:
-        check_one_prefix(sd, model.backbone, path, f"{printable(model.arch, 40)} backbone")
+        check_one_prefix(sd, model.backbone, path, f"{printable(model.arch, 40)} backbone",
+                         removed + ("backbone." if bb_keys else ""))
     sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
