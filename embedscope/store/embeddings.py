@@ -73,9 +73,14 @@ class EmbeddingSet:
     def __post_init__(self, source: str = "embedding set") -> None:
         self.embeddings = np.asarray(as_numpy(self.embeddings))
         self.labels = np.asarray(as_numpy(self.labels))
+        for what in ("paths", "split", "class_names"):
+            _refuse_cut_nul(getattr(self, what), what)
         self.paths = np.asarray(self.paths, dtype=object).astype(str)
         self.split = np.asarray(self.split, dtype=object).astype(str)
         self.class_names = np.asarray(self.class_names, dtype=object).astype(str)
+        for k, v in (self.properties or {}).items():
+            if isinstance(v, (list, tuple)):  # (objects keep their NULs: refused where they are saved)
+                _refuse_cut_nul(v, f"property '{k}'")
         self.properties = {str(k): np.asarray(as_numpy(v)) for k, v in (self.properties or {}).items()}
         self.attrs = dict(self.attrs or {})
         self.validate(source=source if isinstance(source, str) else "embedding set")
@@ -472,6 +477,28 @@ def _refuse_nul(texts: np.ndarray, what: str = "labels") -> None:
         i = int(bad[0]) if bad.size else None
     else:
         i = None
+    if i is not None:
+        raise EmbedscopeError(f"{what}: row {i} holds a NUL character, which HDF5 text cannot store")
+
+
+def _refuse_cut_nul(values: Any, what: str) -> None:
+    """numpy's texts (``astype(str)``, the array of a list) cut a text's trailing NULs, silently (the paths "x"
+    and "x\\x00" one path, the class names "a" and "a\\x00" one name): one line naming the first row of
+    ``values`` (a list, a tuple or an object array) whose text ends in one, in :func:`_check_text`'s words. A
+    NUL inside a text is kept, and refused where the set is saved."""
+    if isinstance(values, np.ndarray):
+        if values.dtype != object:  # (a numpy text array has lost them already)
+            return
+        values = values.reshape(-1).tolist()
+    elif not isinstance(values, (list, tuple)):
+        return
+    try:
+        if "\x00" not in "".join(values):  # (one pass in C: a million paths)
+            return
+    except TypeError:  # (not all texts)
+        pass
+    i = next((i for i, v in enumerate(values) if (isinstance(v, str) and v.endswith("\x00"))
+              or (isinstance(v, bytes) and v.endswith(b"\x00"))), None)
     if i is not None:
         raise EmbedscopeError(f"{what}: row {i} holds a NUL character, which HDF5 text cannot store")
 
