@@ -118,6 +118,8 @@ def test_roth_checkpoint_with_ema_says_it_holds_none(tmp_path):
     with pytest.raises(EmbedscopeError, match=r"--ema: a Roth et al\. checkpoint \('state_dict', 'opt'\) holds no "
                                               r"EMA weights .*load it without --ema"):
         load_checkpoint(p, ema=True)  # (was: "no EMA weights in the file": whose files hold none, unsaid)
+    with pytest.raises(EmbedscopeError, match=r"--ema: a Roth et al\. checkpoint .* holds no EMA weights"):
+        load_model(arch="resnet18", weights=p, ema=True, head="none")  # (--weights F --ema: the same words)
 
 
 def test_roth_checkpoint_with_an_ema_key_reads_it_with_its_options(tmp_path):

@@ -506,9 +506,15 @@ def ema_state_dict(obj: Any, path: str | os.PathLike) -> Any:
             if obj.get(key) is not None:
                 found = obj[key]
                 return module_state_dict(found) if is_module_record(found) else found
+    from embedscope.models.adapters import is_roth_checkpoint
+
+    keys = " or ".join(f"'{k}'" for k in EMA_KEYS)
+    if is_roth_checkpoint(obj):  # (was "no EMA weights in the file" only; given as the checkpoint, with its 'opt'
+        # dropped, "the checkpoint has no config": not named as Roth et al.'s)
+        raise EmbedscopeError(f"{path}: --ema: a Roth et al. checkpoint ('state_dict', 'opt') holds no EMA weights "
+                              f"(their code keeps no EMA copy; no {keys} here): load it without --ema")
     what = (f"its keys: {_keys_preview(list(map(str, obj)))}" if isinstance(obj, dict)
             else f"it holds a {printable(getattr(obj, 'qualname', type(obj).__name__), 60)}")
-    keys = " or ".join(f"'{k}'" for k in EMA_KEYS)
     raise EmbedscopeError(f"{path}: --ema: no EMA weights in the file (no {keys}; {what})")
 
 
@@ -719,12 +725,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     ema_key = None
     roth = adapters.is_roth_checkpoint(obj)
     if ema:
-        if roth and not any(obj.get(k) is not None for k in EMA_KEYS):  # (was: "no EMA weights in the file", or
-            # with its 'opt' dropped below, "the checkpoint has no config": not named as Roth et al.'s)
-            raise EmbedscopeError(
-                f"{path}: --ema: a Roth et al. checkpoint ('state_dict', 'opt') holds no EMA weights (their code keeps "
-                "no EMA copy; no 'state_dict_ema' or 'model_ema' here): load it without --ema")
-        ema_sd = ema_state_dict(obj, path)
+        ema_sd = ema_state_dict(obj, path)  # (a Roth et al. file without one: said to be theirs)
         ema_key = next(k for k in EMA_KEYS if obj.get(k) is not None)
         keep = [k for k in obj if k not in EMA_KEYS] if roth else ["format", "format_version", "config", "extra"]
         obj = {**{k: obj[k] for k in keep if k in obj}, "state_dict": ema_sd}
