@@ -214,3 +214,14 @@ def test_a_trailing_nul_is_refused_not_cut(kw, what):
 def test_texts_without_a_trailing_nul_are_kept_as_before():
     es = EmbeddingSet.from_arrays(np.eye(3), [0, 1, 1], paths=["x", "a\x00b", "z"], properties={"p": [1, 2, 3]})
     assert es.paths.tolist() == ["x", "a\x00b", "z"]  # (a NUL inside: kept, refused by store.save, naming the row)
+
+
+def test_unitless_durations_of_one_set_beside_the_others_with_a_unit_are_refused():
+    from embedscope.metrics import retrieval_metrics
+
+    X = np.eye(3)
+    y = _held(np.timedelta64(5), np.timedelta64(5), np.timedelta64(2))
+    y_ref = _held(np.timedelta64(5, "D"), np.timedelta64(1, "D"), np.timedelta64(2, "D"))
+    with pytest.raises(EmbedscopeError, match=r"^y and y_ref: the labels of y are durations without a unit"):
+        retrieval_metrics(X, y, X_ref=X, y_ref=y_ref, ks=[1])  # (was: 5 matched 5 days)
+    retrieval_metrics(X, y_ref, X_ref=X, y_ref=y_ref.copy(), ks=[1])  # (units on both sides: as before)

@@ -308,6 +308,11 @@ def _joint_times(ta: np.ndarray, tb: np.ndarray) -> tuple[np.ndarray, np.ndarray
         raise EmbedscopeError(  # TypeError, "incompatible nonlinear base time units")
             f"y and y_ref hold durations of no common unit ({ta.dtype} vs {tb.dtype}: a month or a year has no "
             "fixed length): give both sets' labels in one unit") from None
+    generic = [np.datetime_data(t.dtype)[0] == "generic" for t in (ta, tb)]
+    if generic[0] != generic[1] and ta.size and tb.size:  # (np.timedelta64(5) of one set matched 5 days of the
+        raise EmbedscopeError(  # other's, silently: numpy read it in their unit, as within one set, refused there)
+            f"y and y_ref: the labels of {'y' if generic[0] else 'y_ref'} are durations without a unit, those of "
+            f"the other have one ({ta.dtype} vs {tb.dtype}; numpy would read them in it): give every label a unit")
     ca, cb = ta.astype(unit), tb.astype(unit)
     oa, ob = ca.astype(ta.dtype) != ta, cb.astype(tb.dtype) != tb  # (a wrapped value does not come back)
     if oa.any() and ob.any():
