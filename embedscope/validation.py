@@ -143,7 +143,8 @@ def first_missing(values: Any) -> tuple[int, str] | None:
 
 def as_values(values: Any, name: str = "labels") -> np.ndarray:
     """One value per row (labels, item ids, a property) as a numpy array, as ``np.asarray`` reads it, except
-    that a list or tuple of texts beside a missing value is kept as objects: numpy writes the float NaN
+    that a list or tuple of texts beside a missing value, or with a text holding a NUL (which numpy's texts cut
+    when it trails), is kept as objects: numpy writes the float NaN
     among texts as the text "nan" (``df["label"].tolist()`` of a column with a gap: the class "nan"), and
     pandas' NA as "<NA>", which no finder of missing values could tell from a name. Nested lists of
     different lengths: one line naming ``name`` (numpy's ValueError, "inhomogeneous shape", was the traceback)."""
@@ -155,11 +156,23 @@ def as_values(values: Any, name: str = "labels") -> np.ndarray:
     if a.dtype.kind in "US" and a.ndim == 1 and isinstance(values, (list, tuple)):
         texts = [t if a.dtype.kind == "U" else t.encode() for t in _MISSING_TEXTS]
         rows = np.flatnonzero(np.logical_or.reduce([a == t for t in texts]))  # (vectorised: texts only looked at)
-        if any(not isinstance(values[i], (str, bytes)) for i in rows.tolist()):
+        if any(not isinstance(values[i], (str, bytes)) for i in rows.tolist()) or _has_nul(values):
+            # (and texts holding a NUL: numpy's texts cut a trailing one, "a" and "a\x00" one label, while
+            # held as objects they are two)
             held = np.empty(a.shape[0], dtype=object)
             held[:] = list(values)
             return held
     return a
+
+
+def _has_nul(values: list | tuple) -> bool:
+    """Whether a text (or bytes) of ``values`` holds a NUL; one pass in C where all are of one kind."""
+    for sep, nul in (("", "\x00"), (b"", b"\x00")):
+        try:
+            return nul in sep.join(values)
+        except TypeError:
+            continue
+    return any((isinstance(v, str) and "\x00" in v) or (isinstance(v, bytes) and b"\x00" in v) for v in values)
 
 
 _MISSING_TEXTS = ("nan", "NaN", "sNaN", "<NA>", "NaT")  # numpy's texts of NaN (float, Decimal), pandas' NA, NaT

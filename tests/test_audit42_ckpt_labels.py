@@ -225,3 +225,10 @@ def test_unitless_durations_of_one_set_beside_the_others_with_a_unit_are_refused
     with pytest.raises(EmbedscopeError, match=r"^y and y_ref: the labels of y are durations without a unit"):
         retrieval_metrics(X, y, X_ref=X, y_ref=y_ref, ks=[1])  # (was: 5 matched 5 days)
     retrieval_metrics(X, y_ref, X_ref=X, y_ref=y_ref.copy(), ks=[1])  # (units on both sides: as before)
+
+
+@pytest.mark.parametrize("y", [["a", "a\x00", "a"], (b"a", b"a\x00", b"a")])
+def test_a_list_of_labels_with_a_nul_is_read_as_the_same_objects_are(y):
+    """check_labels and the retrieval measures read a list through numpy's texts, which cut the trailing NUL:
+    "a" and "a\\x00" one class, while held as objects they were two."""
+    assert check_labels(y).tolist() == check_labels(_held(*y)).tolist() == [0, 1, 0]
