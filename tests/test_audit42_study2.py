@@ -59,6 +59,11 @@ def test_a_half_precision_checkpoint_warns_once_per_run_and_its_row_says_so(tmp_
         recs = {r["id"]: r for r in csv.DictReader(fh)}
     assert "upcast to float32" in recs["half_given"]["warnings"] and recs["full_given"]["warnings"] == ""
     assert "_warnings" not in json.loads((out / "rows" / "half_given.json").read_text())  # (said, not stored)
+    from embedscope.study.report import build_report
+
+    page = build_report(out)  # the report's runs table shows the column (it showed no word of it)
+    runs = page[page.index("<h2>Runs</h2>"):]
+    assert "loading warned" in runs[:runs.index("</tr>")] and "upcast to float32" in runs
 
 
 def test_a_worker_thread_never_shows_the_warning_the_study_process_says_it(tmp_path):

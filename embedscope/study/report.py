@@ -746,6 +746,8 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
              for m in ("rho", "pi_ratio", "pi_intra", "pi_inter", "MAP@R") if m != target]
     if any(str(r.get("undefined") or "").strip() for r in runs):  # why a measure of the row is –
         cols.append(("undefined", "undefined measures (why: the notes under the correlations)"))
+    if any(str(r.get("warnings") or "").strip() for r in runs):  # what loading the checkpoint warned of (upcast
+        cols.append(("warnings", "loading warned"))  # half-precision weights, a head left out): runs.csv's warnings
     cols = [(c, h) for c, h in cols if c in have]
     rws, rc = [], []
     for r in runs:
@@ -757,7 +759,7 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
             elif c in _INTS:
                 n = _count(val)
                 cells.append(DASH if n is None else str(n))
-            elif c in ("id", "run", "objective", "selection", "status", "undefined") or c in tags:
+            elif c in ("id", "run", "objective", "selection", "status", "undefined", "warnings") or c in tags:
                 cells.append(_text(val))
             else:
                 cells.append(_fixed(val, 4))
@@ -770,7 +772,7 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
         rc.append("bad" if failed or (worse and not excl) else "excl" if excl else "")
     left = next((i for i, (c, _) in enumerate(cols)
                  if c not in ("id", "run", "status", "excluded", "objective", "selection") and c not in tags), len(cols))
-    wrap = tuple(i for i, (c, _) in enumerate(cols) if c == "undefined")
+    wrap = tuple(i for i, (c, _) in enumerate(cols) if c in ("undefined", "warnings"))
     parts = ["<h2>Runs</h2>", _table([h for _, h in cols] + ["sha256 (first 12)"], rws, left=left, row_classes=rc,
                                      wrap=wrap)]
     legend = "Red rows: failed, or no better than the untrained network."
