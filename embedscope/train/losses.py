@@ -78,6 +78,35 @@ LOSSES: dict[str, LossSpec] = {
                         "normalised softmax, temperature 0.05"),
 }
 LOSS_NAMES = tuple(LOSSES)
+
+# The range of each numeric hyper-parameter (checked by :func:`check_loss_params` before any work):
+# ">0" a divisor or scale (temperature 0 made the loss NaN, "training diverged ... try a lower --lr";
+# alpha/beta 0 of multisimilarity and gamma 0 of softtriple a ZeroDivisionError), ">=0" a learning
+# rate, a regulariser's weight or a margin (a negative beta_lr or param_lr_mult trained beta, the
+# proxies or the class weights by gradient *ascent*, silently; a negative nu rewarded large
+# embeddings); "arc" an angle in [0, pi) radians. Parameters not named here take any finite number.
+_RANGES: dict[str, dict[str, str]] = {
+    "margin": {"margin": ">=0", "beta": ">=0", "beta_lr": ">=0", "nu": ">=0"},
+    "triplet": {"margin": ">=0"},
+    "contrastive": {"pos_margin": ">=0", "neg_margin": ">=0"},
+    "multisimilarity": {"alpha": ">0", "beta": ">0"},
+    "npair": {"nu": ">=0"},
+    "lifted": {"neg_margin": ">=0", "pos_margin": ">=0", "nu": ">=0"},
+    "snr": {"margin": ">=0", "reg_lambda": ">=0"},
+    "proxynca": {"scale": ">0", "param_lr_mult": ">=0"},
+    "softtriple": {"la": ">0", "gamma": ">0", "margin": ">=0", "tau": ">=0", "param_lr_mult": ">=0"},
+    "arcface": {"margin": "arc", "scale": ">0", "param_lr_mult": ">=0"},
+    "softmax": {"temperature": ">0", "param_lr_mult": ">=0"},
+}
+_RANGE_WORDS = {">0": "a number > 0", ">=0": "a number >= 0", "arc": "an angle in [0, pi) radians"}
+
+
+def _in_range(rule: str, v: float) -> bool:
+    if rule == ">0":
+        return v > 0
+    if rule == ">=0":
+        return v >= 0
+    return 0 <= v < math.pi
 FAMILIES = ("ranking", "classification", "proxy")
 
 
@@ -146,7 +175,8 @@ class TrainLoss(nn.Module):
 
 def check_loss_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The overrides of loss ``name``'s defaults, checked before any work: known names, and each
-    value of its default's kind (a finite number, an integer for counts, true/false for flags).
+    value of its default's kind (a finite number, an integer for counts, true/false for flags) and
+    range (:data:`_RANGES`: > 0 for divisors and scales, >= 0 for learning rates, weights and margins).
     A wrong one is a one-line :class:`~embedscope.errors.UsageError` (``--loss-param margin=abc``
     failed in the first training step)."""
     import numbers
@@ -179,6 +209,9 @@ def check_loss_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
                 v = int(v)
             else:
                 v = float(v)
+            rule = _RANGES.get(name, {}).get(k)
+            if rule is not None and not _in_range(rule, v):
+                raise UsageError(f"loss parameter {k} of '{name}' must be {_RANGE_WORDS[rule]}, got {quoted(v)}")
         out[k] = v
     return out
 

@@ -1,0 +1,42 @@
+"""Audit 42 (a fresh user's audit of `train` and `train-grid` on the digits): loss hyper-parameters out of
+their range (a negative learning rate of the margin loss's beta or of the proxies, a temperature of 0, a
+multisimilarity alpha of 0) trained silently by gradient ascent, stopped as a "divergence" that blamed
+--lr, or ended in a bare ZeroDivisionError."""
+
+from __future__ import annotations
+
+import pytest
+from cli_run import one_error_line, run_cli
+
+from embedscope.errors import UsageError
+from embedscope.train.losses import LOSSES, check_loss_params
+
+
+@pytest.mark.parametrize("loss,param,value", [
+    ("margin", "beta_lr", -1.0),          # beta trained by gradient ascent (rc 0, loss 10.7 for 0.41)
+    ("softmax", "param_lr_mult", -2.0),   # the class weights likewise
+    ("softmax", "temperature", 0.0),      # the loss NaN: "training diverged ... Try a lower --lr"
+    ("multisimilarity", "alpha", 0.0),    # ZeroDivisionError
+    ("softtriple", "gamma", 0.0),         # ZeroDivisionError
+    ("arcface", "scale", -16.0),
+    ("lifted", "nu", -0.005),             # a norm penalty that rewards large embeddings
+])
+def test_loss_param_out_of_range_is_a_usage_error(loss, param, value):
+    with pytest.raises(UsageError, match=f"{param} of '{loss}' must be"):
+        check_loss_params(loss, {param: value})
+
+
+def test_defaults_and_edge_values_are_accepted():
+    for name, spec in LOSSES.items():
+        assert check_loss_params(name, dict(spec.defaults)) == spec.defaults
+    assert check_loss_params("margin", {"beta_lr": 0, "nu": 0})["beta_lr"] == 0.0  # 0: beta stays fixed
+    assert check_loss_params("proxynca", {"param_lr_mult": 0})["param_lr_mult"] == 0.0  # fixed proxies
+    assert check_loss_params("contrastive", {"neg_margin": 0.5, "pos_margin": 0.1})["pos_margin"] == 0.1
+
+
+def test_cli_refuses_a_negative_beta_lr_before_any_work(tmp_path):
+    rc, out, err = run_cli(["train", "--dataset", "digits", "--epochs", "1", "--embed-dim", "8", "--loss-param",
+                            "beta_lr=-1", "-o", str(tmp_path / "x.pt"), "--no-progress"])
+    line = one_error_line(err, "train")
+    assert rc == 2 and "beta_lr of 'margin' must be a number >= 0, got -1" in line, line
+    assert out == "" and not any(tmp_path.iterdir())
