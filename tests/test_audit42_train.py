@@ -40,3 +40,15 @@ def test_cli_refuses_a_negative_beta_lr_before_any_work(tmp_path):
     line = one_error_line(err, "train")
     assert rc == 2 and "beta_lr of 'margin' must be a number >= 0, got -1" in line, line
     assert out == "" and not any(tmp_path.iterdir())
+
+
+def test_force_help_says_what_force_replaces(capsys):
+    # --force replaces the run folder's checkpoints only (docs/training.md; _RUN_FILE_PATTERNS), not "the whole
+    # run folder <-o>.train/" as the help said: a user's own files kept there stay
+    from embedscope.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "whole run folder" not in text
+    assert "last.pt, best.pt, epoch-*.pt; nothing else there" in text

@@ -34,7 +34,8 @@ def add_parser(sub, parents):
                    help="allow --weights files that need arbitrary code to unpickle (only for trusted files)")
     add_no_progress(p)
     p.add_argument("--force", action="store_true",
-                   help="start again: replace the output, its log and the whole run folder <-o>.train/")
+                   help="start again: replace the final checkpoint -o, its log and the checkpoints of the run folder "
+                   "<-o>.train/ (last.pt, best.pt, epoch-*.pt; nothing else there) at the new run's first write")
     p.set_defaults(func=run)
     return p
 
