@@ -52,3 +52,20 @@ def test_force_help_says_what_force_replaces(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "whole run folder" not in text
     assert "last.pt, best.pt, epoch-*.pt; nothing else there" in text
+
+
+def test_yaml_loss_params_in_exponent_notation_are_numbers(tmp_path):
+    # YAML 1.1 reads 5e-4 (no dot) as the text '5e-4': `lr: 1e-3` was taken, `loss_params: {beta_lr: 5e-4}`
+    # refused ("must be a finite number, got '5e-4'")
+    import yaml
+
+    lp = yaml.safe_load("loss_params: {beta_lr: 5e-4, margin: 1e-1, nu: 0}")["loss_params"]
+    assert lp["beta_lr"] == "5e-4"  # (what PyYAML gives)
+    assert check_loss_params("margin", lp) == {"beta_lr": 5e-4, "margin": 0.1, "nu": 0.0}
+    assert check_loss_params("softtriple", {"centers_per_class": "3"}) == {"centers_per_class": 3}
+    for bad in ("abc", "nan", "-1e-3"):
+        with pytest.raises(UsageError, match="beta_lr of 'margin' must be"):
+            check_loss_params("margin", {"beta_lr": bad})
+    from embedscope.train.trainer import resolve_config
+
+    assert resolve_config({"dataset": "digits", "loss_params": lp})["loss_params"]["beta_lr"] == 5e-4

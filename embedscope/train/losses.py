@@ -201,6 +201,11 @@ def check_loss_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(v, bool):
                 raise UsageError(f"loss parameter {k} of '{name}' must be true or false, got {quoted(v)}")
         elif isinstance(d, (int, float)):
+            if isinstance(v, str):  # YAML reads 5e-4 (no dot) as text, as it does lr: 1e-3 (trainer._as_float)
+                try:
+                    v = float(v.strip())
+                except ValueError:
+                    raise UsageError(f"loss parameter {k} of '{name}' must be a finite number, got {quoted(v)}") from None
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
                 raise UsageError(f"loss parameter {k} of '{name}' must be a finite number, got {quoted(v)}")
             if isinstance(d, int):
