@@ -69,3 +69,31 @@ def test_yaml_loss_params_in_exponent_notation_are_numbers(tmp_path):
     from embedscope.train.trainer import resolve_config
 
     assert resolve_config({"dataset": "digits", "loss_params": lp})["loss_params"]["beta_lr"] == 5e-4
+
+
+def test_default_log_keeps_a_dotted_name_apart():
+    # -o r_p0.2 and -o r_p0.4 both logged to r_p0.csv (Path.with_suffix): the second run was refused
+    # ("r_p0.csv already exists (use --force ...)") and its --force replaced the first run's log
+    from embedscope.train.trainer import run_paths
+
+    assert run_paths("runs/r_p0.2")["log"].name == "r_p0.2.csv"
+    assert run_paths("runs/r_p0.2")["log"] != run_paths("runs/r_p0.4")["log"]
+    assert run_paths("m.v1")["log"].name == "m.v1.csv" and run_paths("run")["log"].name == "run.csv"
+    for name in ("x.pt", "x.pth", "x.ckpt", "x.PT"):  # a checkpoint's suffix is replaced, as before
+        assert run_paths(name)["log"].name == "x.csv"
+    assert run_paths("x.pt", "other.csv")["log"].name == "other.csv"
+
+
+def test_two_dotted_names_train_side_by_side_and_a_legacy_log_is_continued(tmp_path):
+    base = ["train", "--dataset", "digits", "--embed-dim", "8", "--epochs", "0", "--eval-every", "0", "--no-progress"]
+    for p in ("0.2", "0.4"):
+        rc, _, err = run_cli([*base, "-o", str(tmp_path / f"r_p{p}")])
+        assert rc == 0, err
+        assert (tmp_path / f"r_p{p}.csv").is_file()
+    assert not (tmp_path / "r_p0.csv").exists()
+    # a run started before (its log r.csv of -o r.v1, recorded in its checkpoints) resumes into that log
+    rc, _, err = run_cli([*base, "-o", str(tmp_path / "r.v1"), "--log", str(tmp_path / "r.csv")])
+    assert rc == 0, err
+    rc, out, err = run_cli([*base, "-o", str(tmp_path / "r.v1"), "--resume"])
+    assert rc == 0, err
+    assert f"log {tmp_path / 'r.csv'}" in out and not (tmp_path / "r.v1.csv").exists()

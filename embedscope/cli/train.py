@@ -24,7 +24,8 @@ def add_parser(sub, parents):
     p.add_argument("-o", "--output", metavar="CKPT.pt", help="final checkpoint (required unless in --config)")
     p.add_argument("--config", metavar="RUN.yaml", help="read options from a YAML file; flags given here override it")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from <-o>.train/last.pt")
-    p.add_argument("--log", metavar="LOG.csv", help="CSV log (default: -o with suffix .csv)")
+    p.add_argument("--log", metavar="LOG.csv", help="CSV log (default: -o with .csv for its .pt, .pth or .ckpt; another name "
+                   "with .csv appended: -o r_p0.35 logs to r_p0.35.csv)")
     p.add_argument("--keep-epochs", action="store_true",
                    help="also keep a checkpoint of every epoch in <-o>.train/ (epoch-000.pt = untrained)")
     p.add_argument("--tensorboard", metavar="DIR",

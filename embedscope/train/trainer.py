@@ -396,12 +396,28 @@ def schedule_change_note(schedule: str, done: int, before: int, now: int) -> str
             f"(--force trains that one)")
 
 
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt")  # a checkpoint's suffix, replaced by .csv in its default log
+
+
+def default_log(out: str | os.PathLike) -> Path:
+    """The log of a run without ``--log``: ``-o`` with its checkpoint suffix (:data:`CHECKPOINT_SUFFIXES`)
+    replaced by ``.csv``, any other name with ``.csv`` appended. (``-o r_p0.2`` and ``-o r_p0.4`` both
+    logged to ``r_p0.csv``: the second run was refused, and its ``--force`` replaced the first's log.)"""
+    out = Path(out)
+    return out.with_suffix(".csv") if out.suffix.lower() in CHECKPOINT_SUFFIXES else out.with_name(out.name + ".csv")
+
+
+def legacy_default_log(out: str | os.PathLike) -> Path:
+    """The default log of runs started before :func:`default_log` kept a name's other suffix."""
+    return Path(out).with_suffix(".csv")
+
+
 def run_paths(out: str | os.PathLike, log: str | os.PathLike | None = None) -> dict[str, Path]:
     """The files of a run with final checkpoint ``out`` (see the module docstring)."""
     out = Path(out)
     d = out.with_name(out.name + ".train")
     return {"out": out, "dir": d, "last": d / "last.pt", "best": d / "best.pt",
-            "log": Path(log) if log else out.with_suffix(".csv")}
+            "log": Path(log) if log else default_log(out)}
 
 
 def _check_paths(paths: dict[str, Path], log_given: bool) -> None:
@@ -415,7 +431,7 @@ def _check_paths(paths: dict[str, Path], log_given: bool) -> None:
         raise UsageError(f"--log {paths['log']} lies in the run folder {paths['dir']}; give it another place")
     if log == paths["out"].resolve():
         if not log_given:
-            raise UsageError(f"-o {paths['out']}: the default log (-o with suffix .csv) is the checkpoint "
+            raise UsageError(f"-o {paths['out']}: the default log (-o with .csv) is the checkpoint "
                              "itself; name the checkpoint CKPT.pt or give --log LOG.csv")
         raise UsageError(f"--log {paths['log']} is the same file as the checkpoint -o; give the log another name")
 
@@ -749,8 +765,11 @@ def _check_resume_log(state: dict[str, Any], paths: dict[str, Path], log_given: 
     Runs saved before the log was recorded are not compared."""
     from embedscope.fileio import same_file
 
-    new = paths["log"]
     old = _recorded_log(state, paths)
+    if (not log_given and old is not None and old.is_file() and not same_file(old, paths["log"])
+            and same_file(old, legacy_default_log(paths["out"]))):
+        paths["log"] = old  # a run started before default_log (-o m.v1 logged to m.csv): its log, as it was
+    new = paths["log"]
     if old is not None and not same_file(old, new):
         asked = f"--log {new}" if log_given else f"the default log {new} (-o with .csv)"
         if old.is_file():
