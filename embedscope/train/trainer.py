@@ -427,6 +427,10 @@ def _check_paths(paths: dict[str, Path], log_given: bool) -> None:
     if is_folder_name(paths["out"]) or paths["out"].is_dir():
         raise UsageError(f"-o {paths['out']}: is a folder, expected a checkpoint file name (CKPT.pt)")
     log = paths["log"].resolve()
+    if not log_given and paths["out"].suffix.lower() == ".csv":  # a checkpoint under a log's name (refused while the
+        # default log was -o with its suffix replaced: -o itself; now it would be x.csv.csv)
+        raise UsageError(f"-o {paths['out']}: a checkpoint named with the default log's suffix (.csv); name the "
+                         "checkpoint CKPT.pt or give --log LOG.csv")
     if paths["dir"].resolve() in log.parents:
         raise UsageError(f"--log {paths['log']} lies in the run folder {paths['dir']}; give it another place")
     if log == paths["out"].resolve():
