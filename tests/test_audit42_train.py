@@ -97,3 +97,19 @@ def test_two_dotted_names_train_side_by_side_and_a_legacy_log_is_continued(tmp_p
     rc, out, err = run_cli([*base, "-o", str(tmp_path / "r.v1"), "--resume"])
     assert rc == 0, err
     assert f"log {tmp_path / 'r.csv'}" in out and not (tmp_path / "r.v1.csv").exists()
+
+
+def test_grid_of_more_epochs_names_the_way_to_extend_its_runs(tmp_path):
+    # a grid asked for more --epochs than its finished runs was refused with only "--force to retrain them, or
+    # another output folder"; train --resume --epochs N extends each (docs/training.md), which it now says
+    grid = ["train-grid", "--dataset", "digits", "--losses", "margin", "--embed-dim", "8", "--eval-every", "0",
+            "-o", str(tmp_path / "g"), "--no-progress"]
+    rc, _, err = run_cli([*grid, "--epochs", "0"])
+    assert rc == 0, err
+    rc, _, err = run_cli([*grid, "--epochs", "1"])
+    line = one_error_line(err, "train-grid")
+    assert rc == 1 and "epochs: 0 -> 1" in line
+    assert "'embedscope train -o CKPT --resume --epochs 1'" in line, line
+    rc, _, err = run_cli([*grid, "--epochs", "0", "--lr", "0.01"])  # another setting: no such hint
+    line = one_error_line(err, "train-grid")
+    assert rc == 1 and "lr: 0.001 -> 0.01" in line and "--resume" not in line, line

@@ -101,6 +101,22 @@ def _norm(v: Any) -> Any:
     return v
 
 
+def _more_epochs_only(stored: dict[str, Any], wanted: dict[str, Any], diff: list[str]) -> bool:
+    """Whether a stored run differs from a request only in having fewer ``epochs`` (``train --resume --epochs N``
+    extends it; a grid refuses it as other settings)."""
+    try:
+        return (len(diff) == 1 and diff[0].startswith("epochs: ")
+                and int(stored.get("epochs")) < int(wanted.get("epochs")))
+    except (TypeError, ValueError):
+        return False
+
+
+def wanted_epochs(wanted: dict[tuple, dict[str, Any]]) -> int | None:
+    """The one ``epochs`` of a grid's resolved configurations (None when they differ, or there are none)."""
+    values = {int(c["epochs"]) for c in wanted.values()}
+    return values.pop() if len(values) == 1 else None
+
+
 def settings_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The settings (``key: stored -> wanted``) in which a stored run's config differs from a request.
 
@@ -317,6 +333,7 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
     stored: dict[tuple, tuple[str, dict | None]] = {}
     inputs = _Inputs()
     conflicts = []
+    extend_only = True  # every conflict is a run of fewer --epochs, else the same settings: it can be extended
     for key, cfg in wanted.items():
         ckpt = out_dir / f"{run_name(dataset, *key)}.pt"
         done = _finished(ckpt) if ckpt.exists() else None
@@ -335,9 +352,11 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             if not diff:
                 stored[key] = (kind, done)
                 break
-            differs.append(f"{ckpt.name} ({kind}): {', '.join(diff)}")
+            differs.append((f"{ckpt.name} ({kind}): {', '.join(diff)}",
+                            _more_epochs_only(state.get("config") or {}, cfg, diff)))
         else:  # the finished run's differences are named (else the unfinished one's)
-            conflicts.append(differs[0])
+            conflicts.append(differs[0][0])
+            extend_only = extend_only and differs[0][1]
             stored[key] = ("other", None)
     inputs.report(say)
     if conflicts and not force:
@@ -346,7 +365,10 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             f"{len(conflicts)} run(s) in {out_dir} were trained with other settings or data — {'; '.join(conflicts[:3])}"
             f"{' ...' if len(conflicts) > 3 else ''} — use --force to retrain them, or another output folder"
             + ("; runs saved before embedscope trained a frozen BatchNorm's scale and shift kept them fixed: "
-               "--freeze-bn-affine continues them" if legacy else ""))
+               "--freeze-bn-affine continues them" if legacy else "")
+            + (f"; to extend them to --epochs {wanted_epochs(wanted)} instead, continue each with 'embedscope train -o "
+               f"CKPT --resume --epochs {wanted_epochs(wanted)}' (this grid then skips them as finished, or resumes one "
+               "stopped on the way)" if extend_only and wanted_epochs(wanted) is not None else ""))
     # before any training: a grid.csv that train-grid did not write (kept unless force), a file as a
     # parent of the folder, or a folder that cannot be written
     foreign = check_grid_table(out_dir, force=force)
