@@ -113,3 +113,24 @@ def test_grid_of_more_epochs_names_the_way_to_extend_its_runs(tmp_path):
     rc, _, err = run_cli([*grid, "--epochs", "0", "--lr", "0.01"])  # another setting: no such hint
     line = one_error_line(err, "train-grid")
     assert rc == 1 and "lr: 0.001 -> 0.01" in line and "--resume" not in line, line
+
+
+def test_grid_row_of_an_untrained_run_has_its_final_values(tmp_path):
+    # --epochs 0: the final checkpoint is the untrained network, evaluated at epoch 0; grid.csv left final_R@1,
+    # final_MAP@R and final_rho empty beside its untrained_R@1
+    import csv
+
+    rc, _, err = run_cli(["train-grid", "--dataset", "digits", "--losses", "margin", "--embed-dim", "8", "--epochs",
+                          "0", "-o", str(tmp_path / "g"), "--no-progress"])
+    assert rc == 0, err
+    (row,) = list(csv.DictReader(open(tmp_path / "g" / "grid.csv")))
+    assert row["final_R@1"] and row["final_R@1"] == row["untrained_R@1"]
+    assert row["final_MAP@R"] and row["final_rho"] and row["best_R@1"] == ""  # (best: over trained epochs)
+
+
+def test_grid_row_of_a_run_diverged_in_epoch_1_has_no_final_values(tmp_path):
+    from embedscope.train.grid import _summary
+
+    row0 = {"epoch": 0, "loss": None, "R@1": 0.6, "MAP@R": 0.2, "rho": 0.1, "seconds": 0.0}
+    s = _summary({"history": [row0], "metrics": {"best": None}}, tmp_path / "x.pt", finished=False)
+    assert s["final_R@1"] is None and s["untrained_R@1"] == 0.6

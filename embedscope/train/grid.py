@@ -450,7 +450,8 @@ def train_grid(dataset: str, losses: Sequence[str], p_switches: Sequence[float],
             if j.at in diverged:
                 e = diverged[j.at]
                 rows[j.at] = {**rows[j.at], "status": "diverged", "checkpoint": "",
-                              **_summary({"history": e.history, "metrics": {"best": _best(e.history)}}, j.ckpt),
+                              **_summary({"history": e.history, "metrics": {"best": _best(e.history)}}, j.ckpt,
+                                         finished=False),
                               "failure": str(e)}
                 continue
             rows[j.at] = None if res is None else {
@@ -754,7 +755,9 @@ def _train_parallel(todo: list[_Job], finished: dict[int, dict[str, Any]], worke
         raise next(iter(failed.values()))
 
 
-def _summary(extra: dict[str, Any], ckpt: Path) -> dict[str, Any]:
+def _summary(extra: dict[str, Any], ckpt: Path, *, finished: bool = True) -> dict[str, Any]:
+    """A grid row's numbers from a run's history. ``finished``: the run has its final checkpoint (not a
+    diverged one): with ``--epochs 0`` that is the untrained network, whose evaluation is then the final one."""
     from embedscope.train.trainer import run_paths
 
     history = extra.get("history", [])
@@ -762,7 +765,7 @@ def _summary(extra: dict[str, Any], ckpt: Path) -> dict[str, Any]:
     zero = [r for r in history if int(r["epoch"]) == 0]
     best = (extra.get("metrics") or {}).get("best")
     evals = [r for r in hist if r.get("R@1") is not None]
-    last = evals[-1] if evals else {}
+    last = evals[-1] if evals else (zero[0] if finished and zero and not hist else {})
     best_ckpt = run_paths(ckpt)["best"]
     return {"epochs": hist[-1]["epoch"] if hist else 0,
             "best_epoch": best["epoch"] if best else None,
