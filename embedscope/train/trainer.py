@@ -1203,7 +1203,7 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
     ----------
     config : dict
         Options (keys of ``OPTION_DEFAULTS``), resolved with :func:`resolve_config`. On ``resume``
-        only ``epochs``, ``eval_every``, ``device`` and ``num_workers`` may differ from the saved
+        only ``epochs``, ``eval_every``, ``device``, ``num_workers`` and ``amp`` may differ from the saved
         run; any other option that differs is refused (:class:`UsageError` naming it).
     out : path
         The final checkpoint. The run's working files go to ``<out>.train/`` (:func:`run_paths`).
@@ -1215,7 +1215,7 @@ def train(config: dict[str, Any], out: str | os.PathLike, *, resume: bool = Fals
         at the new run's first write (:class:`_Replacement`); a run that fails before it leaves
         them untouched.
     log : path, optional
-        CSV log (default ``out`` with suffix ``.csv``; must differ from the checkpoints).
+        CSV log (default :func:`default_log`: ``out`` with ``.csv`` for its ``.pt``; must differ from the checkpoints).
     keep_epochs : bool
         Also keep ``epoch-NNN.pt`` for every epoch, ``epoch-000.pt`` (untrained) included.
     callback : callable(epoch, row), optional
