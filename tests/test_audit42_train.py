@@ -134,3 +134,17 @@ def test_grid_row_of_a_run_diverged_in_epoch_1_has_no_final_values(tmp_path):
     row0 = {"epoch": 0, "loss": None, "R@1": 0.6, "MAP@R": 0.2, "rho": 0.1, "seconds": 0.0}
     s = _summary({"history": [row0], "metrics": {"best": None}}, tmp_path / "x.pt", finished=False)
     assert s["final_R@1"] is None and s["untrained_R@1"] == 0.6
+
+
+def test_batch_size_1_is_a_usage_error_before_the_data_are_read(tmp_path, monkeypatch):
+    import embedscope.train.trainer as trainer
+
+    def no_data(cfg):
+        raise AssertionError("the data were read")
+
+    monkeypatch.setattr(trainer, "_load_data", no_data)
+    rc, _, err = run_cli(["train", "--dataset", "digits", "--sampler", "random", "--batch-size", "1", "--epochs", "1",
+                          "-o", str(tmp_path / "x.pt"), "--no-progress"])
+    line = one_error_line(err, "train")
+    assert rc == 2 and "--batch-size must be at least 2" in line, line
+

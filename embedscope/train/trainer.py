@@ -289,6 +289,8 @@ def resolve_config(options: dict[str, Any]) -> dict[str, Any]:
     opt["p_switch"] = p
     for k in ("batch_size", "embed_dim", "bigb"):
         opt[k] = _as_int(k, opt[k], 1)
+    if opt["batch_size"] < 2:  # (the sampler's own check came after the data were read: exit 1)
+        raise UsageError(f"--batch-size must be at least 2 (a pair for the loss), got {opt['batch_size']}")
     per_class = _PER_CLASS.get(opt["sampler"])
     if per_class and opt["batch_size"] % per_class:  # before any data are read (and before a grid trains any run)
         given = "" if options.get("batch_size") is not None else f" (the {opt['dataset']} default)"
