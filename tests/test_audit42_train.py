@@ -148,3 +148,18 @@ def test_batch_size_1_is_a_usage_error_before_the_data_are_read(tmp_path, monkey
     line = one_error_line(err, "train")
     assert rc == 2 and "--batch-size must be at least 2" in line, line
 
+
+def test_a_loss_parameter_that_does_not_act_is_named_in_a_note():
+    # --loss multisimilarity --p-switch 0.3 --loss-param epsilon=0.2 trained with distance mining: the epsilon
+    # given (and recorded in the config and log) acted on nothing, without a word
+    from embedscope.train.trainer import config_notes, resolve_config
+
+    def notes(**kw):
+        return " ".join(config_notes(resolve_config({"dataset": "digits", **kw})))
+
+    assert "epsilon=0.2 has no effect" in notes(loss="multisimilarity", p_switch=0.3, loss_params={"epsilon": 0.2})
+    assert "epsilon=0.2 has no effect" in notes(loss="multisimilarity", miner="semihard",
+                                                loss_params={"epsilon": 0.2})
+    assert "has no effect" not in notes(loss="multisimilarity", loss_params={"epsilon": 0.2})  # its own mining
+    assert "tau=0.5 has no effect" in notes(loss="softtriple", loss_params={"tau": 0.5, "centers_per_class": 1})
+    assert "has no effect" not in notes(loss="softtriple", loss_params={"tau": 0.5})

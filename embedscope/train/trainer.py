@@ -365,6 +365,14 @@ def config_notes(cfg: dict[str, Any]) -> list[str]:
     elif spec.tuple_loss and spec.default_miner is None and cfg.get("miner") and cfg["loss"] == "multisimilarity":
         notes.append(f"--miner {cfg['miner']}: the multisimilarity loss's own pair mining (its MultiSimilarityMiner) "
                      "is replaced by these mined tuples (without --miner the loss mines its own pairs)")
+    given = cfg.get("loss_params") or {}
+    if cfg["loss"] == "multisimilarity" and cfg.get("miner") and given.get("epsilon") is not None:
+        notes.append(f"--loss-param epsilon={given['epsilon']:g} has no effect: epsilon is the margin of the "
+                     f"multisimilarity loss's own pair mining, which --miner {cfg['miner']} replaces")
+    if (cfg["loss"] == "softtriple" and given.get("tau") is not None
+            and int(given.get("centers_per_class") or spec.defaults["centers_per_class"]) == 1):
+        notes.append(f"--loss-param tau={given['tau']:g} has no effect: tau weighs the regulariser of the "
+                     "centres of a class, which one centre per class (centers_per_class=1) does without")
     if cfg.get("frozen_bn") and not cfg.get("weights"):
         what = ("its layers stay at their initial identity and are not trained (--freeze-bn-affine)"
                 if cfg.get("freeze_bn_affine") else
