@@ -20,23 +20,13 @@ import h5py
 import numpy as np
 import pytest
 from cli_run import one_error_line, run_cli
+from test_audit41_props import PATHS, N, _h5  # (6 images, a store with a property 'old')
 
-from embedscope import store
 from embedscope.data.properties import read_property_table
 from embedscope.errors import EmbedscopeError
 from embedscope.importers import import_embeddings
 
-N = 6
-PATHS = [f"img/{i}.jpg" for i in range(N)]
 MAX_PROPERTY_NAME = 255  # (embedscope.importers.MAX_PROPERTY_NAME, docs/properties.md)
-
-
-def _h5(path):
-    es = store.EmbeddingSet(embeddings=np.random.default_rng(0).normal(size=(N, 3)).astype(np.float32),
-                            labels=np.array([0, 0, 1, 1, 2, 2]), paths=PATHS, split=["test"] * N,
-                            class_names=["a", "b", "c"], properties={"old": np.arange(N)})
-    store.save(path, es)
-    return path
 
 
 def _csv(path, header: str, rows):

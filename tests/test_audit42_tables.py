@@ -11,27 +11,8 @@ import math
 
 import numpy as np
 import pytest
-
-from embedscope.cli import main
-
-
-def _run(args) -> int:
-    try:
-        return main(args)
-    except SystemExit as e:  # argparse's usage errors
-        return e.code
-
-
-def _file(path, X, labels, **props):
-    from embedscope import store
-
-    X = np.asarray(X, dtype=np.float32)
-    n = len(X)
-    es = store.EmbeddingSet.from_arrays(X, np.asarray(labels), split="test", paths=[f"img/{i}.png" for i in range(n)],
-                                        properties={k: np.asarray(v) for k, v in props.items()})
-    store.save(path, es)
-    return path
-
+from test_audit23_properties import _file, _run  # (a small store; main() with usage errors' codes)
+from test_audit23_train_saliency import _maps_file  # (a small saliency-maps file)
 
 # ------------------------------------------------------------------ 1. significant_2.576 where NR-Prec is undefined
 
@@ -100,17 +81,6 @@ def test_properties_files_write_an_undefined_significance_as_missing(tmp_path, c
 
 
 # ------------------------------------------------------------------ 2. n_undefined_jsd beside n_undefined_r
-
-
-def _maps_file(path, paths, maps, *, name, family="ranking"):
-    from embedscope.store.saliency import SaliencyMaps, save_maps
-
-    n = len(paths)
-    sm = SaliencyMaps(maps=np.asarray(maps, np.float32), paths=paths, labels=np.zeros(n, np.int64),
-                      class_names=["a"], attrs={"name": name, "family": family, "order": "paper", "n_samples": 50,
-                                                "noise": 0.15})
-    save_maps(path, sm)
-    return path
 
 
 def _three_models():
