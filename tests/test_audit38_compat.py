@@ -3,16 +3,13 @@ holds open for writing, training scripts' checkpoint dicts (each test fails on t
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import h5py
 import numpy as np
 import pytest
 import torch
 from cli_run import one_error_line, run_cli
 from conftest import save_digits_checkpoint
+from held_file import held_for_writing
 
 from embedscope import store
 from embedscope.errors import EmbedscopeError
@@ -103,23 +100,8 @@ def test_a_file_open_for_writing_elsewhere_is_not_called_damaged(emb, tmp_path, 
                 src.copy(k, dst)
             dst.attrs.update(src.attrs)
         emb = latest
-    writer = textwrap.dedent(f"""
-        import sys, h5py
-        f = h5py.File({str(emb)!r}, "a", libver="latest")
-        if {swmr}:
-            f.swmr_mode = True
-        print("open", flush=True)
-        sys.stdin.read()
-    """)
-    p = subprocess.Popen([sys.executable, "-c", writer], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "open"
-        try:
-            with h5py.File(emb, "r"):
-                locked = False
-        except OSError:
-            locked = True
-        if not locked:
+    with held_for_writing(emb, libver="latest", swmr=swmr) as message:
+        if message is None:
             pytest.skip("HDF5 file locking is off here (HDF5_USE_FILE_LOCKING or the file system)")
         with pytest.raises(EmbedscopeError) as e:
             store.load(emb)
@@ -128,9 +110,6 @@ def test_a_file_open_for_writing_elsewhere_is_not_called_damaged(emb, tmp_path, 
         else:
             assert "open for writing by another process" in str(e.value) and "h5clear" not in str(e.value)
         assert "damaged" not in str(e.value)
-    finally:
-        p.stdin.close()
-        p.wait(timeout=60)
     assert store.load(emb).embeddings.shape == (40, 4)  # the file was intact all along
 
 

@@ -3,12 +3,9 @@ fails on the code before it; the others pin a rule decided here (named so in the
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
+from held_file import held_for_writing
 
 from embedscope.errors import EmbedscopeError
 
@@ -80,26 +77,10 @@ def held_h5(tmp_path_factory):
     with h5py.File(path, "w") as f:
         f["emb"] = np.arange(12, dtype=np.float32).reshape(6, 2)
         f["label"] = np.array([0, 0, 1, 1, 2, 2])
-    writer = textwrap.dedent(f"""
-        import sys, h5py
-        f = h5py.File({str(path)!r}, "a")
-        print("open", flush=True)
-        sys.stdin.read()
-    """)
-    p = subprocess.Popen([sys.executable, "-c", writer], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "open"
-        try:
-            with h5py.File(path, "r"):
-                message = None
-        except OSError as e:
-            message = str(e).splitlines()[0]
+    with held_for_writing(path) as message:
         if message is None:
             pytest.skip("HDF5 file locking is off here (HDF5_USE_FILE_LOCKING or the file system)")
         yield path, message
-    finally:
-        p.stdin.close()
-        p.wait(timeout=60)
 
 
 def test_the_real_hdf5_lock_error_is_read_as_another_writer(held_h5, tmp_path):
