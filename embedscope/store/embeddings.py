@@ -469,8 +469,13 @@ def _refuse_nul(texts: np.ndarray, what: str = "labels") -> None:
     words: HDF5 text cannot hold it, and as class names numpy's ``astype(str)`` cut trailing NULs, silently
     ("a" and "a\\x00" one class "a", which check_labels and the retrieval measures keep apart)."""
     if texts.dtype == object:  # (bytes too: a list's, before numpy's array cut their trailing NULs)
-        i = next((i for i, v in enumerate(texts.tolist())
-                  if (isinstance(v, str) and "\x00" in v) or (isinstance(v, bytes) and b"\x00" in v)), None)
+        values = texts.tolist()
+        try:  # (texts only: searched as one text, 0.03 s at 1M labels; a value at a time took 0.9 s)
+            clean = "\x00" not in "".join(values)
+        except TypeError:  # (bytes or other objects among them)
+            clean = False
+        i = None if clean else next((i for i, v in enumerate(values) if (isinstance(v, str) and "\x00" in v)
+                                     or (isinstance(v, bytes) and b"\x00" in v)), None)
     elif texts.dtype.kind == "U" and texts.size:  # (numpy keeps a NUL inside a text: count the code points)
         flat = texts.reshape(-1)
         bad = np.flatnonzero((flat.view(np.uint32).reshape(flat.size, -1) != 0).sum(axis=1) < np.char.str_len(flat))
