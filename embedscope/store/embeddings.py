@@ -74,13 +74,13 @@ class EmbeddingSet:
         self.embeddings = np.asarray(as_numpy(self.embeddings))
         self.labels = np.asarray(as_numpy(self.labels))
         for what in ("paths", "split", "class_names"):
-            _refuse_cut_nul(getattr(self, what), what)
+            _refuse_nul(getattr(self, what), what, trailing=True)
         self.paths = np.asarray(self.paths, dtype=object).astype(str)
         self.split = np.asarray(self.split, dtype=object).astype(str)
         self.class_names = np.asarray(self.class_names, dtype=object).astype(str)
         for k, v in (self.properties or {}).items():
             if isinstance(v, (list, tuple)):  # (objects keep their NULs: refused where they are saved)
-                _refuse_cut_nul(v, f"property '{k}'")
+                _refuse_nul(v, f"property '{k}'", trailing=True)
         self.properties = {str(k): np.asarray(as_numpy(v)) for k, v in (self.properties or {}).items()}
         self.attrs = dict(self.attrs or {})
         self.validate(source=source if isinstance(source, str) else "embedding set")
@@ -464,46 +464,39 @@ def _label_texts(y_arr: np.ndarray) -> np.ndarray:
                               f"{type(y_arr[i]).__name__} at row {i}") from None
 
 
-def _refuse_nul(texts: np.ndarray, what: str = "labels") -> None:
-    """One line naming the first row of ``texts`` (str, or objects) holding a NUL, in :func:`_check_text`'s
-    words: HDF5 text cannot hold it, and as class names numpy's ``astype(str)`` cut trailing NULs, silently
-    ("a" and "a\\x00" one class "a", which check_labels and the retrieval measures keep apart)."""
-    if texts.dtype == object:  # (bytes too: a list's, before numpy's array cut their trailing NULs)
-        values = texts.tolist()
-        try:  # (texts only: searched as one text, 0.03 s at 1M labels; a value at a time took 0.9 s)
-            clean = "\x00" not in "".join(values)
-        except TypeError:  # (bytes or other objects among them)
-            clean = False
-        i = None if clean else next((i for i, v in enumerate(values) if (isinstance(v, str) and "\x00" in v)
-                                     or (isinstance(v, bytes) and b"\x00" in v)), None)
-    elif texts.dtype.kind == "U" and texts.size:  # (numpy keeps a NUL inside a text: count the code points)
-        flat = texts.reshape(-1)
-        bad = np.flatnonzero((flat.view(np.uint32).reshape(flat.size, -1) != 0).sum(axis=1) < np.char.str_len(flat))
-        i = int(bad[0]) if bad.size else None
+def _refuse_nul(values: Any, what: str = "labels", *, trailing: bool = False) -> None:
+    """One line naming the first row of ``values`` (a list, a tuple, or an array of texts or objects) whose text
+    holds a NUL, in :func:`_check_text`'s words: HDF5 text cannot hold it, and numpy's texts (``astype(str)``,
+    the array of a list) cut trailing NULs, silently (the paths "x" and "x\\x00" one path; as class names "a"
+    and "a\\x00" one class "a", which check_labels and the retrieval measures keep apart). ``trailing``: only a
+    text that ends in one (a NUL inside a text is kept, and refused where the set is saved)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "U":
+        i = None  # (numpy's texts lost their trailing NULs already; one inside a text: count the code points)
+        if not trailing and values.size:
+            flat = values.reshape(-1)
+            bad = np.flatnonzero((flat.view(np.uint32).reshape(flat.size, -1) != 0).sum(axis=1)
+                                 < np.char.str_len(flat))
+            i = int(bad[0]) if bad.size else None
     else:
-        i = None
-    if i is not None:
-        raise EmbedscopeError(f"{what}: row {i} holds a NUL character, which HDF5 text cannot store")
-
-
-def _refuse_cut_nul(values: Any, what: str) -> None:
-    """numpy's texts (``astype(str)``, the array of a list) cut a text's trailing NULs, silently (the paths "x"
-    and "x\\x00" one path, the class names "a" and "a\\x00" one name): one line naming the first row of
-    ``values`` (a list, a tuple or an object array) whose text ends in one, in :func:`_check_text`'s words. A
-    NUL inside a text is kept, and refused where the set is saved."""
-    if isinstance(values, np.ndarray):
-        if values.dtype != object:  # (a numpy text array has lost them already)
+        if isinstance(values, np.ndarray):
+            if values.dtype != object:  # (bytes too, as objects: a list's, before numpy's array cut their NULs)
+                return
+            values = values.reshape(-1).tolist()
+        elif not isinstance(values, (list, tuple)):
             return
-        values = values.reshape(-1).tolist()
-    elif not isinstance(values, (list, tuple)):
-        return
-    try:
-        if "\x00" not in "".join(values):  # (one pass in C: a million paths)
-            return
-    except TypeError:  # (not all texts)
-        pass
-    i = next((i for i, v in enumerate(values) if (isinstance(v, str) and v.endswith("\x00"))
-              or (isinstance(v, bytes) and v.endswith(b"\x00"))), None)
+        try:  # (texts only: searched as one text, 0.03 s at a million; a value at a time took 0.9 s)
+            if "\x00" not in "".join(values):
+                return
+        except TypeError:  # (bytes or other objects among them)
+            pass
+
+        def holds(v) -> bool:
+            if not isinstance(v, (str, bytes)):
+                return False
+            nul = "\x00" if isinstance(v, str) else b"\x00"
+            return v.endswith(nul) if trailing else nul in v
+
+        i = next((i for i, v in enumerate(values) if holds(v)), None)
     if i is not None:
         raise EmbedscopeError(f"{what}: row {i} holds a NUL character, which HDF5 text cannot store")
 
