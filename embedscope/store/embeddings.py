@@ -39,6 +39,7 @@ from embedscope.validation import (
     check_time_zones,
     decoded,
     first_missing,
+    first_nul,
 )
 from embedscope.validation import integral as _integral
 
@@ -470,33 +471,7 @@ def _refuse_nul(values: Any, what: str = "labels", *, trailing: bool = False) ->
     the array of a list) cut trailing NULs, silently (the paths "x" and "x\\x00" one path; as class names "a"
     and "a\\x00" one class "a", which check_labels and the retrieval measures keep apart). ``trailing``: only a
     text that ends in one (a NUL inside a text is kept, and refused where the set is saved)."""
-    if isinstance(values, np.ndarray) and values.dtype.kind == "U":
-        i = None  # (numpy's texts lost their trailing NULs already; one inside a text: count the code points)
-        if not trailing and values.size:
-            flat = values.reshape(-1)
-            bad = np.flatnonzero((flat.view(np.uint32).reshape(flat.size, -1) != 0).sum(axis=1)
-                                 < np.char.str_len(flat))
-            i = int(bad[0]) if bad.size else None
-    else:
-        if isinstance(values, np.ndarray):
-            if values.dtype != object:  # (bytes too, as objects: a list's, before numpy's array cut their NULs)
-                return
-            values = values.reshape(-1).tolist()
-        elif not isinstance(values, (list, tuple)):
-            return
-        try:  # (texts only: searched as one text, 0.03 s at a million; a value at a time took 0.9 s)
-            if "\x00" not in "".join(values):
-                return
-        except TypeError:  # (bytes or other objects among them)
-            pass
-
-        def holds(v) -> bool:
-            if not isinstance(v, (str, bytes)):
-                return False
-            nul = "\x00" if isinstance(v, str) else b"\x00"
-            return v.endswith(nul) if trailing else nul in v
-
-        i = next((i for i, v in enumerate(values) if holds(v)), None)
+    i = first_nul(values, trailing=trailing)
     if i is not None:
         raise EmbedscopeError(f"{what}: row {i} holds a NUL character, which HDF5 text cannot store")
 
