@@ -51,6 +51,22 @@ def _contingency(a: np.ndarray, b: np.ndarray):
     return cells, np.bincount(ai).astype(np.float64), np.bincount(bi).astype(np.float64)
 
 
+def _labelings(labels_true, labels_pred) -> tuple[np.ndarray, np.ndarray]:
+    """Both labelings as int64 class codes (:func:`~embedscope.validation.check_labels`: 1-D, one label per
+    sample, no missing or non-integral label), of one length and not empty. A missing label (None, NaN),
+    labels that do not sort (dicts) or an empty labeling were a traceback, and NaN labels, a text ("abc") or
+    a 2-D array were read as classes (a number, not an error)."""
+    from embedscope.validation import check_labels
+
+    a = check_labels(labels_true, None, "labels_true")
+    b = check_labels(labels_pred, None, "labels_pred")
+    if a.size != b.size:
+        raise EmbedscopeError(f"labelings differ in length: {a.size} vs {b.size}")
+    if a.size == 0:
+        raise EmbedscopeError("no labels: both labelings are empty")
+    return a, b
+
+
 def _entropy(counts: np.ndarray, n: float) -> float:
     p = counts[counts > 0] / n
     return float(-(p * np.log(p)).sum())
@@ -60,9 +76,7 @@ def nmi(labels_true, labels_pred) -> float:
     """Normalised mutual information 2 I(Ω; Υ) / (H(Ω) + H(Υ)) (docs/methods.md §1; Roth, ICML 2020;
     Musgrave, ECCV 2020 Eq. 7) = ``sklearn.metrics.normalized_mutual_info_score`` with the
     arithmetic mean; natural logarithms; 1.0 when both labelings are a single cluster."""
-    a, b = np.asarray(labels_true).reshape(-1), np.asarray(labels_pred).reshape(-1)
-    if a.size != b.size:
-        raise EmbedscopeError(f"labelings differ in length: {a.size} vs {b.size}")
+    a, b = _labelings(labels_true, labels_pred)
     n = float(a.size)
     cells, ma, mb = _contingency(a, b)
     if ma.size == mb.size == 1:
@@ -88,9 +102,7 @@ def pairwise_f1(labels_true, labels_pred) -> dict:
     class), F1 = 2PR / (P + R); pairs counted as C(m, 2) from the contingency table.
 
     Returns ``{"F1", "precision", "recall"}`` (0 where a denominator is 0)."""
-    a, b = np.asarray(labels_true).reshape(-1), np.asarray(labels_pred).reshape(-1)
-    if a.size != b.size:
-        raise EmbedscopeError(f"labelings differ in length: {a.size} vs {b.size}")
+    a, b = _labelings(labels_true, labels_pred)
     cells, m_true, m_pred = _contingency(a, b)
 
     def c2(x):
