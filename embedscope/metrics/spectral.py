@@ -404,9 +404,13 @@ def covariance_eigenvalues(X, *, center: bool = True) -> np.ndarray:
 def _centred(A: np.ndarray) -> np.ndarray:
     """``A`` less its column means, in float64; a column equal in every row is exactly 0 (its float64
     mean may round: ten rows of 0.1 centred to ~1e-17 each, a rank-1 "spectrum" of rounding noise that
-    kept a class of equal rows in :func:`class_conditioned_spectra` instead of leaving it out)."""
+    kept a class of equal rows in :func:`class_conditioned_spectra` instead of leaving it out). Centred
+    twice, so that the rounding of a large mean leaves no bias in rows far from 0 that vary little."""
     A = np.asarray(A, dtype=np.float64)
     C = A - A.mean(axis=0)
+    # and again: the first mean's rounding (up to half an ulp of the values) is a bias of every deviation,
+    # n·δ² in each column's sum of squares; rows 1e14 + noise of spread ~1 had eigenvalues 2% off (α 0.006)
+    C -= C.mean(axis=0)
     const = np.all(A == A[:1], axis=0)
     if const.any():
         C[:, const] = 0.0
