@@ -99,3 +99,61 @@ def test_centred_spectra_of_rows_far_from_zero(offset):
     for row, c in zip(per_class, (0, 1)):
         want = np.linalg.svd(_exactly_centred(X[y == c]), compute_uv=False)
         assert row[:6] == pytest.approx(want, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- cosine π, alignment, uniformity
+def _pi_brute(X: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """π_intra and π_inter of docs/methods.md §3 by plain loops (float64 rows of ordinary scale)."""
+    def d(a, b):
+        return 1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+
+    intra, mus = [], []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        if idx.size >= 2:
+            intra.append(sum(d(X[i], X[j]) for i in idx for j in idx if i != j) / (idx.size ** 2 - idx.size))
+        mus.append(X[idx].mean(axis=0))
+    C = len(mus)
+    inter = sum(d(mus[k], mus[m]) for k in range(C) for m in range(C) if k != m) / (C * C - C)
+    return float(np.mean(intra)), inter
+
+
+def _au_brute(X: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    same, every = [], []
+    for i in range(len(X)):
+        for j in range(len(X)):
+            if i != j:
+                d2 = float(np.sum((U[i] - U[j]) ** 2))
+                every.append(np.exp(-2 * d2))
+                if y[i] == y[j]:
+                    same.append(d2)
+    return float(np.mean(same)), float(np.log(np.mean(every)))
+
+
+def test_cosine_measures_of_classes_far_apart_in_scale():
+    """Classes at 2^1000 and 2^-1000 (and 1) in one X: the cosine measures do not depend on a class's (or, for
+    alignment / uniformity, a row's) scale, so they are those of the classes brought to one scale. X was scaled
+    by one power of two for its largest value, which underflowed the 2^-1000 rows to 0: "row 3 of X is all
+    zeros" from class_distances and alignment_uniformity, and geometry_report called 4 of the 12 rows all zeros
+    and reported π, alignment and uniformity as undefined."""
+    from embedscope.metrics.geometry import alignment_uniformity, class_distances, geometry_report
+
+    rng = np.random.default_rng(6)
+    X0 = rng.normal(size=(12, 3))
+    y = np.arange(12) % 3
+    X = X0 * np.ldexp(1.0, np.array([1000, 0, -1000]))[y][:, None]  # (exact: each row times a power of two)
+    pi_intra, pi_inter = _pi_brute(X0, y)
+    alignment, uniformity = _au_brute(X0, y)
+    got = class_distances(X, y)
+    assert (got["pi_intra"], got["pi_inter"]) == pytest.approx((pi_intra, pi_inter), rel=1e-12)
+    au = alignment_uniformity(X, y)
+    assert (au["alignment"], au["uniformity"]) == pytest.approx((alignment, uniformity), rel=1e-12)
+    rep = geometry_report(X, y)
+    assert rep["undefined"] == {}
+    assert [rep[k] for k in ("pi_intra", "pi_inter", "alignment", "uniformity")] == pytest.approx(
+        [pi_intra, pi_inter, alignment, uniformity], rel=1e-12)
+    # a class mean is that of its rows as given: one row 2^-1000 beside one at 1 points where the larger does
+    X2 = np.array([[1.0, 0.0], [0.0, 2.0 ** -1000], [2.0 ** 1000, 0.0], [0.0, 2.0 ** 1000]])
+    got = class_distances(X2, [0, 0, 1, 1])
+    assert got["pi_inter"] == pytest.approx(1 - 2 ** -0.5, rel=1e-12)  # means along (1, 2^-1000) and (1, 1)

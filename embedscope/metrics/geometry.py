@@ -10,9 +10,11 @@ a fixed-seed sample of ``max_pairs`` otherwise.
 
 Scale: X is multiplied by a power of two (exact) when its largest |value| lies outside
 [2^-256, 2^256] (:func:`~embedscope.metrics.spectral.pow2_shift`), and the unit rows of rows far
-below the largest (squared norm < 2^-900) are formed after a per-row power-of-two rescaling, so
-rows of any finite scale give the values of the formulas (not an overflow to inf, a subnormal
-loss of digits or a false "all zeros"); squared-Euclidean π are scaled back at the end.
+below the largest (squared norm < 2^-900) are formed from the rows as given after a per-row
+power-of-two rescaling, and the class sums of the cosine π_inter at each class's own power of two
+(a class mean's direction is that of the class alone), so rows of any finite scale, also far apart
+in one X (1e-300 beside 1e300), give the values of the formulas (not an overflow to inf, a
+subnormal loss of digits or a false "all zeros"); squared-Euclidean π are scaled back at the end.
 """
 
 from __future__ import annotations
@@ -99,10 +101,14 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
     raw = np.zeros((n_classes, d))
     raw_ref, raw_dev, raw_dev2 = np.zeros((n_classes, d)), np.zeros((n_classes, d)), np.zeros(n_classes)
     unit_ref, unit_dev, unit_dev2 = np.zeros((n_classes, d)), np.zeros((n_classes, d)), np.zeros(n_classes)
+    norm_sum = np.zeros(n_classes)
+    # The class sums of the cosine (``raw``: the direction of each class mean) at each class's own power of
+    # two where X is scaled down: 2^-shift·X underflows rows far below the largest (1e-300 beside 1e300) to
+    # 0, and a class of such rows had a "zero" mean; a class mean's direction does not depend on its scale.
+    class_exp = _class_exponents(X, inv, n_classes, block_rows) if shift > 0 and not need_raw_spread else None
     for s in range(0, n, block_rows):
-        b = np.asarray(X[s:s + block_rows], dtype=np.float64)
-        if shift:
-            b = np.ldexp(b, -shift)
+        b0 = np.asarray(X[s:s + block_rows], dtype=np.float64)  # (the rows as given: directions, class sums)
+        b = np.ldexp(b0, -shift) if shift else b0
         ib = inv[s:s + block_rows]
         m = b.shape[0]
         onehot = sp.csr_matrix((np.ones(m), (ib, np.arange(m))), shape=(n_classes, m))
@@ -119,8 +125,8 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
             tiny = sqn < _TINY_SQ
             if not tiny.any():
                 u = b / row_norms[s:s + m, None]  # out of place: b may be a view of X
-            else:
-                zero = tiny & ~np.any(b, axis=1)
+            else:  # (tiny rows from the rows as given: scaled down, they may have lost digits or become 0)
+                zero = tiny & ~np.any(b0, axis=1)
                 if zero.any():
                     if not allow_zero_rows:
                         i = s + int(np.flatnonzero(zero)[0])
@@ -128,7 +134,7 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
                     zero_found.append(s + np.flatnonzero(zero))
                     tiny &= ~zero  # (a zero row's "unit vector" is left 0: the unit sums are not used then)
                 u = b / np.where(tiny | zero, 1.0, row_norms[s:s + m])[:, None]
-                u[tiny] = _unit_rows(b[tiny])
+                u[tiny] = _unit_rows(b0[tiny])
         cls, at = np.unique(ib, return_index=True)  # each class's first row: its reference
         new = ~seen[cls]
         seen[cls[new]] = True
@@ -143,6 +149,10 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
             np.subtract(v, np.take(raw_ref, ib, axis=0, out=buf[:m], mode="clip"), out=v)
             raw_dev += onehot @ v
             raw_dev2 += np.bincount(ib, weights=np.einsum("ij,ij->i", v, v), minlength=n_classes)
+        elif class_exp is not None:
+            bc = np.ldexp(b0, -class_exp[ib][:, None])
+            raw += onehot @ bc
+            norm_sum += np.bincount(ib, weights=np.sqrt(np.einsum("ij,ij->i", bc, bc)), minlength=n_classes)
         else:
             raw += onehot @ b
         if u is not None:
@@ -154,11 +164,22 @@ def _accumulate(X: np.ndarray, inv: np.ndarray, n_classes: int, *, with_gram: bo
            "unit_ref": unit_ref, "unit_dev": unit_dev, "unit_dev2": unit_dev2,
            "zero_rows": np.concatenate(zero_found) if zero_found else np.zeros(0, dtype=np.int64),
            # what rounding can do to a direction: the rows' own (X's dtype) and this pass's
-           "unit_round": _input_roundoff(X.dtype), "norm_sum": np.bincount(inv, weights=row_norms,
-                                                                          minlength=n_classes)}
+           "unit_round": _input_roundoff(X.dtype),
+           "norm_sum": norm_sum if class_exp is not None else np.bincount(inv, weights=row_norms, minlength=n_classes)}
     if with_gram:
         out["G"] = G
     return out
+
+
+def _class_exponents(X: np.ndarray, inv: np.ndarray, n_classes: int, block_rows: int) -> np.ndarray:
+    """Per class the exponent e with its largest |value| in [2^(e-1), 2^e) (0 for a class of zeros): its
+    rows times 2^-e have their largest |value| in [0.5, 1), exact."""
+    top = np.zeros(n_classes)
+    for s in range(0, X.shape[0], block_rows):
+        b = np.abs(np.asarray(X[s:s + block_rows], dtype=np.float64))
+        np.maximum.at(top, inv[s:s + block_rows], b.max(axis=1) if b.shape[1] else np.zeros(b.shape[0]))
+    top[~np.isfinite(top)] = 1.0  # (a NaN or inf row: refused by the pass that reads it)
+    return np.frexp(top)[1].astype(np.int64)
 
 
 def _input_roundoff(dtype) -> float:
@@ -447,13 +468,12 @@ def _uniformity(X: np.ndarray, norms: np.ndarray, t: float, max_pairs: int, seed
     tiny = norms * norms < _TINY_SQ
 
     def unit(idx) -> np.ndarray:
-        b = np.asarray(X[idx], dtype=np.float64)
-        if shift:
-            b = np.ldexp(b, -shift)
+        b0 = np.asarray(X[idx], dtype=np.float64)
+        b = np.ldexp(b0, -shift) if shift else b0
         tb = tiny[idx]
         u = b / np.where(tb, 1.0, norms[idx])[:, None]
-        if tb.any():
-            u[tb] = _unit_rows(b[tb])
+        if tb.any():  # (from the rows as given: scaled down, a row far below the largest may have become 0)
+            u[tb] = _unit_rows(b0[tb])
         return u
 
     chunk = 32768
