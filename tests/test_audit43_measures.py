@@ -157,3 +157,40 @@ def test_cosine_measures_of_classes_far_apart_in_scale():
     X2 = np.array([[1.0, 0.0], [0.0, 2.0 ** -1000], [2.0 ** 1000, 0.0], [0.0, 2.0 ** 1000]])
     got = class_distances(X2, [0, 0, 1, 1])
     assert got["pi_inter"] == pytest.approx(1 - 2 ** -0.5, rel=1e-12)  # means along (1, 2^-1000) and (1, 1)
+
+
+# ----------------------------------------------------------------------------- nearest same / other class (§10)
+def _nsd_brute(X: np.ndarray, y, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    n = len(X)
+    if metric == "cosine":
+        U = X / np.linalg.norm(X, axis=1, keepdims=True)
+        S = U @ U.T
+    elif metric == "dot":
+        S = X @ X.T
+    else:
+        S = -np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    same = np.array([max(S[i, j] for j in range(n) if j != i and y[j] == y[i]) for i in range(n)])
+    diff = np.array([max(S[i, j] for j in range(n) if y[j] != y[i]) for i in range(n)])
+    return same, diff
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "dot", "cosine"])
+def test_nearest_same_different_of_values_float32_cannot_hold(metric):
+    """Integers beyond 2^24 and float128 rows: the similarities are those of the rows as given. Every input but
+    float64 was converted to float32 first, so 16777217 and 16777216 became one value (two distinct rows a
+    duplicate: Euclidean s_diff 0 for -1) and float128 rows came back ~1e-9 relative off."""
+    from embedscope.metrics.neighbours import nearest_same_different
+
+    X = np.array([[16777217, 3], [16777216, 3], [-5, 2 ** 26 + 1], [7, 2 ** 26]], dtype=np.int64)
+    y = [0, 1, 0, 1]
+    got = nearest_same_different(X, y, metric=metric)
+    want = _nsd_brute(X, y, metric)
+    for g, w in zip(got, want):
+        assert g == pytest.approx(w, rel=1e-15, abs=0)
+    rng = np.random.default_rng(0)
+    X2 = rng.normal(size=(30, 4)) * 100
+    y2 = np.arange(30) % 3
+    for g, w in zip(nearest_same_different(X2.astype(np.longdouble), y2, metric=metric), _nsd_brute(X2, y2, metric)):
+        assert g == pytest.approx(w, rel=1e-14, abs=0)

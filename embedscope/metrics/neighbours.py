@@ -59,7 +59,8 @@ def nearest_same_different(
     its own on only, each pair's similarity computed once and read for both of its rows (half the
     GEMM); rows whose nearest that cannot prove (near-ties) are searched again against every row. The
     values are the same either way.
-    The search runs in float64 for float64 input, in float32 for anything else; the value returned
+    The search runs in float64 for float64 input and for input whose values float32 cannot hold
+    (integers beyond 2^24, float128), in float32 for anything else; the value returned
     for each point is the largest float64 similarity, recomputed from the two rows (exact to
     rounding: a duplicate is at distance 0), among the pairs whose search key lies within the
     search's proven rounding bound of the best key (twice γ_D = D·u per product; Euclidean keys
@@ -105,6 +106,14 @@ def nearest_same_different(
     X = numeric_array(X, "X", 2, "a 2-D array (N x D)")
     dtype = np.float64 if X.dtype == np.float64 else np.float32
     X = check_matrix(X, "X", min_rows=0)  # NaN and inf refused
+    if dtype == np.float32 and X.dtype not in (np.float32, np.float16) and X.size:
+        # values float32 cannot hold (integers beyond 2^24, float128 digits): searched in float64, since the
+        # values returned are those of the rows as given (in float32 they were the rounded rows': distinct
+        # rows became duplicates, similarities 1e-8 relative off)
+        with np.errstate(over="ignore", invalid="ignore"):
+            exact32 = bool(np.array_equal(X.astype(np.float32), X))
+        if not exact32:
+            dtype = np.float64
     y = check_labels(y, X.shape[0], "y")
     n = X.shape[0]
     s_same = np.full(n, np.nan)
