@@ -194,3 +194,25 @@ def test_nearest_same_different_of_values_float32_cannot_hold(metric):
     y2 = np.arange(30) % 3
     for g, w in zip(nearest_same_different(X2.astype(np.longdouble), y2, metric=metric), _nsd_brute(X2, y2, metric)):
         assert g == pytest.approx(w, rel=1e-14, abs=0)
+
+
+# ----------------------------------------------------------------------------- compare_groups (§9)
+def test_compare_groups_leaves_undefined_values_out():
+    """A model whose NR-Prec is undefined (NaN) is left out of the test and counted; one NaN made U, p and its
+    group's median NaN, with method 'exact' and the NaN model counted among the group's n."""
+    from scipy.stats import mannwhitneyu
+
+    from embedscope.metrics.properties import compare_groups
+
+    vals = {"r1": {"p": 1.0}, "r2": {"p": 2.0}, "r3": {"p": float("nan")},
+            "c1": {"p": 5.0}, "c2": {"p": 6.0}, "c3": {"p": 7.0}}
+    groups = {m: "ranking" if m[0] == "r" else "classification" for m in vals}
+    out = compare_groups(vals, groups)["p"]
+    want = mannwhitneyu([5.0, 6.0, 7.0], [1.0, 2.0], alternative="two-sided", method="exact")
+    assert (out["U"], out["p_value"], out["method"]) == (want.statistic, want.pvalue, "exact")
+    assert (out["median_ranking"], out["n_ranking"], out["n_undefined_ranking"]) == (1.5, 2, 1)
+    assert (out["median_classification"], out["n_classification"], out["n_undefined_classification"]) == (6.0, 3, 0)
+    vals["r1"]["p"] = vals["r2"]["p"] = float("nan")  # a group without values: no test
+    out = compare_groups(vals, groups)["p"]
+    assert np.isnan(out["U"]) and np.isnan(out["p_value"]) and out["method"] is None
+    assert (out["n_ranking"], out["n_undefined_ranking"]) == (0, 3)

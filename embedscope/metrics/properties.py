@@ -1177,7 +1177,9 @@ def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: M
     its folds); ``groups[model]`` names its group (exactly two groups). Per property: the
     Mann-Whitney U of the first group (sorted names), the two-sided p-value (scipy's exact
     distribution when there are no ties, else its asymptotic one; ``method`` says which), the
-    group medians and sizes.
+    group medians and sizes (``n_<group>``). A model whose value is NaN (undefined, e.g. the NR-Prec of a
+    collapsed model) is left out of that property's test and counted in ``n_undefined_<group>``; a group
+    left without values has U, p and its median NaN (``method`` None).
 
     The reference code (Kobs et al.) pools the four folds of each loss as independent samples and,
     under its pinned scipy 1.6, reports the one-sided p, so its "1%" is a two-sided 2% test; here
@@ -1213,10 +1215,19 @@ def compare_groups(values_by_model: Mapping[str, Mapping[str, float]], groups: M
     for prop in props:
         a = np.array([values_by_model[m][prop] for m in groups if groups[m] == names[0]], dtype=float)
         b = np.array([values_by_model[m][prop] for m in groups if groups[m] == names[1]], dtype=float)
-        ties = len(np.unique(np.concatenate([a, b]))) < len(a) + len(b)
-        method = "asymptotic" if ties else "exact"
-        r = mannwhitneyu(a, b, alternative="two-sided", method=method)
-        out[prop] = {"U": float(r.statistic), "p_value": float(r.pvalue), "method": method,
-                     f"median_{names[0]}": float(np.median(a)), f"median_{names[1]}": float(np.median(b)),
-                     f"n_{names[0]}": len(a), f"n_{names[1]}": len(b)}
+        # a model whose value is undefined (NaN) is left out and counted: one NaN made U, p and its group's
+        # median NaN, with "exact" as the method and the NaN model among the n
+        na, nb = int(np.isnan(a).sum()), int(np.isnan(b).sum())
+        a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+        res = {"U": float("nan"), "p_value": float("nan"), "method": None,
+               f"median_{names[0]}": float(np.median(a)) if a.size else float("nan"),
+               f"median_{names[1]}": float(np.median(b)) if b.size else float("nan"),
+               f"n_{names[0]}": len(a), f"n_{names[1]}": len(b),
+               f"n_undefined_{names[0]}": na, f"n_undefined_{names[1]}": nb}
+        if a.size and b.size:
+            ties = len(np.unique(np.concatenate([a, b]))) < len(a) + len(b)
+            method = "asymptotic" if ties else "exact"
+            r = mannwhitneyu(a, b, alternative="two-sided", method=method)
+            res.update(U=float(r.statistic), p_value=float(r.pvalue), method=method)
+        out[prop] = res
     return out
