@@ -75,7 +75,9 @@ def _entropy(counts: np.ndarray, n: float) -> float:
 def nmi(labels_true, labels_pred) -> float:
     """Normalised mutual information 2 I(Ω; Υ) / (H(Ω) + H(Υ)) (docs/methods.md §1; Roth, ICML 2020;
     Musgrave, ECCV 2020 Eq. 7) = ``sklearn.metrics.normalized_mutual_info_score`` with the
-    arithmetic mean; natural logarithms; 1.0 when both labelings are a single cluster."""
+    arithmetic mean; natural logarithms; 1.0 when both labelings are a single cluster. Both labelings are
+    class labels (:func:`~embedscope.validation.check_labels`: 1-D, integers, integral floats or texts, none
+    missing), of one length and not empty; anything else is a one-line error."""
     a, b = _labelings(labels_true, labels_pred)
     n = float(a.size)
     cells, ma, mb = _contingency(a, b)
@@ -101,7 +103,8 @@ def pairwise_f1(labels_true, labels_pred) -> dict:
     cluster and the same class, P = TP / (pairs in the same cluster), R = TP / (pairs in the same
     class), F1 = 2PR / (P + R); pairs counted as C(m, 2) from the contingency table.
 
-    Returns ``{"F1", "precision", "recall"}`` (0 where a denominator is 0)."""
+    Returns ``{"F1", "precision", "recall"}`` (0 where a denominator is 0). The labelings are checked as
+    :func:`nmi`'s."""
     a, b = _labelings(labels_true, labels_pred)
     cells, m_true, m_pred = _contingency(a, b)
 
