@@ -998,9 +998,14 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     another tool: the values are new, what they are is not); ``kept``, when given, is filled with the
     names of those attributes by property (the command line says which, so that stale ones can be
     removed); ``not_kept`` with those that could not be (object or region references, a dimension scale's
-    ``DIMENSION_LIST``: they point into the old file)."""
+    ``DIMENSION_LIST``: they point into the old file).
+
+    A file without write permission (``chmod 444``, another user's) is refused in one line, as
+    ``add-properties`` refuses it: the rename of the updated copy, which the folder allows, would replace it
+    all the same."""
     import h5py
 
+    _check_updatable(path)
     es.validate()
     for k in names:
         if es.properties[k].dtype.kind in "OUS":
@@ -1028,6 +1033,21 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     if not_kept is not None:
         not_kept.update(left)
     return src
+
+
+def _check_updatable(path) -> None:
+    """One line for a file :func:`update_properties` may not rewrite: one without write permission (the mode's
+    write bits are read, not only ``access``: root may write any file, and a file the user made read-only was
+    updated all the same). A file that cannot be stat'ed is left to the reader, which says why."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode) and (not st.st_mode & 0o222 or not os.access(path, os.W_OK)):
+        raise EmbedscopeError(f"{path}: the file is read-only (no write permission): updating its properties "
+                              "rewrites it; make it writable first (chmod u+w) to add properties to it")
 
 
 def _same_paths(f, paths: np.ndarray) -> bool:
