@@ -212,8 +212,11 @@ def test_a_trailing_nul_is_refused_not_cut(kw, what):
 
 
 def test_texts_without_a_trailing_nul_are_kept_as_before():
-    es = EmbeddingSet.from_arrays(np.eye(3), [0, 1, 1], paths=["x", "a\x00b", "z"], properties={"p": [1, 2, 3]})
-    assert es.paths.tolist() == ["x", "a\x00b", "z"]  # (a NUL inside: kept, refused by store.save, naming the row)
+    es = EmbeddingSet(embeddings=np.eye(3), labels=[0, 1, 1], paths=["x", "a\x00b", "z"], split=["test"] * 3,
+                      class_names=["a", "b"], properties={"p": [1, 2, 3]})
+    # (a NUL inside: kept by the constructor, refused by store.save, naming the row; from_arrays refuses it
+    # itself since audit 43, tests/test_audit43_leftovers.py)
+    assert es.paths.tolist() == ["x", "a\x00b", "z"]
 
 
 def test_unitless_durations_of_one_set_beside_the_others_with_a_unit_are_refused():

@@ -222,10 +222,12 @@ def test_unstorable_text_is_one_line_and_leaves_the_old_file(tmp_path, bad):
     good = EmbeddingSet.from_arrays(np.eye(3), [0, 1, 1])
     store.save(tmp_path / "e.h5", good)
     before = (tmp_path / "e.h5").read_bytes()
-    for kw in ({"paths": ["x", bad, "z"]}, {"properties": {"p": np.array(["x", "y", bad], dtype=object)}},
-               {"class_names": ["c", bad]}):
-        y = [0, 1, 1]
-        es = EmbeddingSet.from_arrays(np.eye(3), y, **kw)
+    for field, value in (("paths", ["x", bad, "z"]), ("properties", {"p": ["x", "y", bad]}),
+                         ("class_names", ["c", bad])):
+        es = EmbeddingSet.from_arrays(np.eye(3), [0, 1, 1])
+        # (set afterwards: from_arrays refuses a NUL itself, save is what refuses a set changed since)
+        setattr(es, field, {k: np.array(v, dtype=object) for k, v in value.items()} if field == "properties"
+                else np.array(value, dtype=object))
         with pytest.raises(EmbedscopeError, match=r"e\.h5: .*row [012]"):
             store.save(tmp_path / "e.h5", es, force=True)
     assert (tmp_path / "e.h5").read_bytes() == before

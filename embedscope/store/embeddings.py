@@ -103,7 +103,8 @@ class EmbeddingSet:
           durations (timedelta64, or objects: ``pd.Timedelta``, ``datetime.timedelta``, ``np.timedelta64``)
           likewise one class per exact duration, named in the coarsest unit that holds it ("1 days",
           "90 minutes"). Bytes are decoded as UTF-8. A text label holding a NUL (which HDF5 text cannot
-          store, and numpy cut when it trailed: "a" and "a\\x00" one class) is an error naming its row.
+          store, and numpy cut when it trailed: "a" and "a\\x00" one class) is an error naming its row; so is
+          a path, a split, a class name or a property text holding one (anywhere in it).
         * ``split``: one value per row (``train``, ``test``, ``val``, ``query``, ``gallery``), a
           single value for every row, or ``None``: every row is ``"test"`` (what ``evaluate``
           reads by default) and ``attrs["split_source"]`` says so.
@@ -186,10 +187,11 @@ class EmbeddingSet:
             check_labels(y_arr, n)  # (a non-integral or infinite one refused)
             values = y_arr.tolist()
             big = _big_ids(values, [int(v) for v in values])
+        read: dict[str, np.ndarray] = {}  # (each as_values' array, searched for a NUL below)
         for what, given in (("paths", paths), ("class_names", class_names),
                             *((f"property '{k}'", v) for k, v in (properties or {}).items())):
             if given is not None:
-                arr = as_values(given, what)
+                arr = read[what] = as_values(given, what)
                 _check_present(arr, what)  # (texts hold no missing value: no copy as objects)
         if class_names is None and big is not None:
             labels, names = big[0], big[1].tolist()
@@ -225,6 +227,15 @@ class EmbeddingSet:
             split_arr = np.asarray(as_numpy(split), dtype=object)
         if paths is None:
             paths = np.array([str(i) for i in range(n)], dtype=object)
+        # a NUL inside a text (not only a trailing one, which numpy's texts cut) refused here, naming its row, in
+        # the words of the trailing one: it passed, and only store.save refused the set
+        read["split"] = split_arr
+        if class_names is not None:
+            read["class_names"] = np.array(names, dtype=object)  # (decoded: bytes among them too)
+        for what in ("paths", "split", "class_names", *(f"property '{k}'" for k in (properties or {}))):
+            v = read.get(what)
+            if v is not None:  # (numpy's bytes keep a NUL inside: searched as objects)
+                _refuse_nul(v.astype(object) if v.dtype.kind == "S" else v, what)
         return cls(embeddings=X, labels=labels, paths=np.asarray(paths, dtype=object), split=split_arr,
                    class_names=np.asarray(names, dtype=object), properties=dict(properties or {}), attrs=attrs)
 
