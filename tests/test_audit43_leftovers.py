@@ -88,3 +88,85 @@ def test_texts_without_a_nul_are_kept_as_before():
                                   class_names=[b"a", "b"], properties={"p": ["x", "y", "z"], "q": [1, 2, 3]})
     assert es.paths.tolist() == ["x", "y", "z"] and es.class_names.tolist() == ["a", "b"]
     assert es.properties["p"].tolist() == ["x", "y", "z"]
+
+
+# ----------------------------------------------------------------------------- 2. long NR-Prec:<property> names
+
+
+LONG_A, LONG_B = "NR-Prec:" + "w" * 240 + "a", "NR-Prec:" + "w" * 240 + "b"  # (alike but for one letter)
+
+
+@pytest.fixture(scope="module")
+def long_study(tmp_path_factory):
+    """A study folder of synthetic rows (no training) that measured two properties of 241-character names."""
+    import itertools
+    import json
+
+    from embedscope.study.run import finish_study
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for k, (name, s) in enumerate(itertools.product(("a", "b", "c", "d"), (0, 1))):
+        rows.append({"id": f"{name}_s{s}", "run": f"{name}_s{s}", "selection": "final", "status": "ok", "loss": name,
+                     "seed": s, "normalize": True, "untrained": "", "epoch": 3, "dataset": "digits",
+                     "arch": "digits_cnn", "embed_dim": 16, "checkpoint": f"/ckpts/{name}_s{s}.pt",
+                     "sha256": f"{k:02x}" * 32, "N_train": 901, "N_test": 896,
+                     **{m: float(rng.uniform(0.2, 0.9)) for m in ("R@1", "MAP@R", "rho", LONG_A, LONG_B)}})
+    d = tmp_path_factory.mktemp("long") / "study"
+    d.mkdir()
+    finish_study(d, rows, n_boot=0, seed=1, figures=False)
+    (d / "study.json").write_text(json.dumps({
+        "settings": {"source": "runs/", "epoch": "final", "metric": "cosine", "seed": 1, "device": "cpu"},
+        "versions": {"embedscope": "x"}, "host": "h", "stats_code": "abc",
+        "measures": {m: {"split": "test", "direction": "higher", "meaning": "m"} for m in ("rho", LONG_A, LONG_B)}}))
+    return d
+
+
+def test_the_report_shortens_long_measure_names(long_study):
+    import re
+
+    from embedscope.study.report import build_report
+
+    stats_text = (long_study / "correlations.json").read_text()
+    assert LONG_A in stats_text and LONG_B in stats_text  # (the files keep them whole)
+    page = build_report(long_study)
+    shown = re.sub(r'title="[^"]*"', "", page)  # (each whole name is its shortened one's tooltip)
+    assert "w" * 100 not in shown  # (was: each name whole, in the correlation, robustness and measures tables)
+    assert f'title="{LONG_A}"' in page and f'title="{LONG_B}"' in page
+    a = [m for m in re.findall(r"NR-Prec:w+…w+a\b", shown)]
+    b = [m for m in re.findall(r"NR-Prec:w+…w+b\b", shown)]
+    assert a and b and max(map(len, a + b)) <= 80  # (two names, shown apart)
+
+
+def test_the_study_table_shortens_long_measure_names(long_study, tmp_path, monkeypatch, capsys):
+    import json
+
+    import embedscope.study.run as study_run
+    from embedscope.cli import main
+
+    stats = json.loads((long_study / "correlations.json").read_text())
+    monkeypatch.setattr(study_run, "run_study", lambda *a, **k: {"stats": stats, "errors": [], "rows": []})
+    (tmp_path / "ckpts").mkdir()
+    capsys.readouterr()
+    assert main(["study", str(tmp_path / "ckpts"), "-o", str(tmp_path / "st"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if not line.startswith(("note:", "study ", "wrote "))]
+    assert max(len(line) for line in table) < 200, out  # (was 241 characters and more per row)
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith("NR-Prec:")]
+    assert len(rows) == 2 and rows[0] != rows[1] and all("…" in r for r in rows)
+
+
+def test_the_study_notes_shorten_long_measure_names():
+    """The notes under the table (terminal and report) named them whole too."""
+    from embedscope.study.stats import study_notes
+
+    stats = {"n_points": {"runs": 4}, "target": "R@1", "measures": ["rho", LONG_A, LONG_B],
+             "correlations": [{"measure": LONG_A, "level": "runs", "note": "constant over the points"},
+                              {"measure": LONG_B, "level": "runs"}, {"measure": "rho", "level": "runs"}],
+             "undefined": {LONG_A: {"runs": ["a_s0"], "reasons": {"one value": 1}},
+                           LONG_B: {"runs": ["a_s0"], "reasons": {"two values": 1}}},
+             "objectives": [{"objective": "a", "n_seeds": 2, f"{LONG_A}_n": 1}]}
+    lines = study_notes(stats)
+    assert len(lines) == 3 and all("w" * 100 not in line for line in lines), lines
+    assert all("…" in line for line in lines)
+    assert lines[1].count("NR-Prec:") == 2  # (both named, shortened: apart)

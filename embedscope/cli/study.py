@@ -94,6 +94,13 @@ def run(args) -> int:
             for r in st["correlations"] if r["level"] == "objectives"]
     order = {r["measure"]: i for i, r in enumerate(st["ranking"])}
     rows.sort(key=lambda r: order.get(r["measure"], 999))
+    # a measure name longer than SHOWN_NAME (NR-Prec:<property>: a property name may have 255 characters) shortened
+    # in the middle, two never alike, as in the report; correlations.csv / .json keep them whole
+    from embedscope.study.report import _names
+
+    names = _names(st)
+    rows = [{**r, "measure": names.get(str(r["measure"]), r["measure"])} for r in rows]
+    target = names.get(str(st["target"]), st["target"])
     n = st["n_points"]
     tsplit = st.get("target_split") or "test"  # (statistics of an earlier version: every target was a test one)
     if n["runs"] == 0 and n.get("excluded"):
@@ -106,7 +113,7 @@ def run(args) -> int:
         return 1
     if n["runs"]:
         print(format_table(rows, title=f"study {Path(args.output)}: {n['runs']} runs, {n['objectives']} "
-                           f"objectives, target {tsplit} {st['target']} (ranked by |tau| over runs)", nan="–"))
+                           f"objectives, target {tsplit} {target} (ranked by |tau| over runs)", nan="–"))
     for line in study_notes(st):  # why a number is '–' (or says nothing): one line per reason
         print(f"note: {safe(line)}")
     k = n.get("objectives")
@@ -116,13 +123,13 @@ def run(args) -> int:
         print(f"note: only {k} objectives: {_degenerate_share(k):.0%} of the bootstrap resamples of {k} points hold "
               "at most two distinct points (r = ±1, or not defined), so lo and hi over objectives are not "
               "meaningful; read the correlations over objectives as a sketch")
-    same = [str(m) for m in st.get("identical_to_target") or []]
+    same = [names.get(str(m), str(m)) for m in st.get("identical_to_target") or []]
     if same:  # (asked for with --measures, or by default: P@1 is R@1) and not in the table: said, as in the report
-        print(f"note: left out, equal to the target {safe(st['target'])} in every run: {safe(', '.join(same))}")
+        print(f"note: left out, equal to the target {safe(target)} in every run: {safe(', '.join(same))}")
     u = st["untrained"]
     if u.get("direction") == "none":
         print(f"selected checkpoints against the untrained network: not compared (neither a higher nor a lower "
-              f"{st['target']} is better)")
+              f"{safe(target)} is better)")
     else:
         out = u.get("excluded_compared") or 0  # (the runs --exclude left out are counted too: said)
         print(f"selected checkpoints no better than the untrained network: {len(u['selected_no_better'])} of "

@@ -299,16 +299,41 @@ def _is_true(v: Any) -> bool:
     return str(v).strip().lower() in ("true", "1", "1.0")
 
 
+def _names(stats: dict[str, Any], more: Any = ()) -> dict[str, str]:
+    """Each measure name of the statistics (and ``more``) as the page shows it: one longer than
+    :data:`~embedscope.text.SHOWN_NAME` (``NR-Prec:<property>``: a property name may have 255 characters, the
+    table was as wide) shortened in the middle, two never shown alike; the study's files keep them whole."""
+    from embedscope.analyses.result import _short_unique
+    from embedscope.text import SHOWN_NAME
+
+    corr = stats.get("correlations") if isinstance(stats.get("correlations"), list) else []
+    rob = stats.get("robustness") if isinstance(stats.get("robustness"), dict) else {}
+    same = stats.get("identical_to_target") if isinstance(stats.get("identical_to_target"), list) else []
+    names = list(dict.fromkeys(str(m) for m in (stats.get("target"), *(r.get("measure") for r in corr
+                                                                          if isinstance(r, dict)),
+                                                *rob, *same, *more)))
+    return dict(zip(names, _short_unique(names, SHOWN_NAME)))
+
+
+def _m(m: Any, names: Mapping[str, str]) -> str:
+    """A measure name for the page (HTML): shortened as :func:`_names` shows it, the whole name its tooltip."""
+    from embedscope.analyses.result import _short
+    from embedscope.text import SHOWN_NAME
+
+    shown = names.get(str(m)) or _short(str(m), SHOWN_NAME)
+    return _e(shown) if shown == str(m) else f'<span title="{_e(m)}">{_e(shown)}</span>'
+
+
 def _target(stats: dict[str, Any]) -> str:
     """The target with its split, as the page names it: ``test R@1``, ``train rho`` (statistics of an
-    earlier version do not say the split: the registry's, else test)."""
+    earlier version do not say the split: the registry's, else test); a long target name shortened (:func:`_names`)."""
     target = str(stats["target"])
     split = stats.get("target_split")
     if not isinstance(split, str) or not split:
         from embedscope.study.measures import measure_splits
 
         split = measure_splits([target]).get(target, "test")
-    return f"{split} {target}"
+    return f"{split} {_names(stats).get(target, target)}"
 
 
 def _header(d: Path, meta: dict[str, Any], stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
@@ -522,9 +547,10 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
     # a measure undefined for some points (ρ of a collapsed model) is correlated over fewer: its own n
     fewer = any(_count(by[m].get(lv, {}).get("n")) not in (None, _count(np_[lv]))
                 for m in by for lv in ("objectives", "runs") if lv in by[m])
+    names = _names(stats)
     for m in sorted(by, key=lambda m: rank.get(m, 999)):
         o, r = by[m].get("objectives", {}), by[m].get("runs", {})
-        cells = [_e(m), _text(o.get("split") or r.get("split")), str(rank.get(m, DASH))]
+        cells = [_m(m, names), _text(o.get("split") or r.get("split")), str(rank.get(m, DASH))]
         if fewer:
             cells.append(f"{_num(o.get('n'))} / {_num(r.get('n'))}")
         rows.append(cells + [_ci(o, "pearson"), _ci(o, "spearman"), _ci(o, "kendall"),
@@ -544,7 +570,8 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
     else:  # (--measures P@1: a table of headers alone)
         same = [str(x) for x in stats.get("identical_to_target") or []]
         parts.append(f'<p class="warn">No measure is correlated with {_e(_target(stats))}: '
-                     + (f"the study's other measures ({_e(', '.join(same))}) equal the target in every run"
+                     + (f"the study's other measures ({', '.join(_m(x, names) for x in same)}) equal the target in "
+                        "every run"
                         if same else "the study measured no other measure (--measures)")
                      + ". Run 'embedscope study' with other --measures (into another folder, or with --force).</p>")
     from embedscope.study.stats import study_notes
@@ -555,7 +582,7 @@ def _correlations(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[
                      + "".join(f"<li>{_e(x)}</li>" for x in notes) + "</ul></div>")
     if stats.get("identical_to_target"):
         parts.append(f'<p class="note">Left out, equal to the target in every run: '
-                     f'{_e(", ".join(map(str, stats["identical_to_target"])))}.</p>')
+                     f'{", ".join(_m(x, names) for x in stats["identical_to_target"])}.</p>')
     if rows:  # (the table's legend: under a sentence saying there is no table, it explained cells not there)
         parts.append('<p class="note">Below each value: its bootstrap 95% interval [lo, hi] (resampling the points, '
                      f"seeded; none with 2 points). {DASH}: not defined (a measure or target constant over the points, "
@@ -590,9 +617,10 @@ def _robustness(stats: dict[str, Any], by: dict[str, dict[str, Any]]) -> list[st
         present -= {"loo_max", "loo_most_influential"}
     cols = [(k, h) for k, h, _ in _ROBUST if k in present]
     rows = []
+    names = _names(stats)
     for m in order:
         x = rob[m]
-        cells = [_e(m), _r(by.get(m, {}).get("objectives", {}).get("pearson"))]
+        cells = [_m(m, names), _r(by.get(m, {}).get("objectives", {}).get("pearson"))]
         for k, _ in cols:
             cells.append(_text(x.get(k)) if k == "loo_most_influential" else _r(x.get(k)) if k != "seed_spread_ratio"
                          else _num(x.get(k), 3))
@@ -739,8 +767,9 @@ def _runs(stats: dict[str, Any], runs: list[dict[str, str]]) -> list[str]:
             and (len(_distinct(runs, k)) > 1 or k in axes)]
     cols += [("objective", "objective"), *((k, k.removeprefix("tag:")) for k in tags),
              ("selection", "selection"), ("epoch", "epoch"), ("seed", "seed"),
-             ("normalize", "L2-normalised"), (target, f"{target} ({_target(stats).split(' ', 1)[0]})"),
-             ("untrained_target", f"untrained {target}"),
+             ("normalize", "L2-normalised"), (target, _target(stats).split(" ", 1)[1] + " ("
+                                                 + _target(stats).split(" ", 1)[0] + ")"),
+             ("untrained_target", f"untrained {_target(stats).split(' ', 1)[1]}"),
              ("beats_untrained", "beats untrained")]
     cols += [(m, f"{m} ({'test' if m == 'MAP@R' else 'train'})")
              for m in ("rho", "pi_ratio", "pi_intra", "pi_inter", "MAP@R") if m != target]
@@ -804,10 +833,11 @@ def _glossary(meta: dict[str, Any], stats: dict[str, Any]) -> list[str]:
     shown = set(map(str, stats.get("measures") or [])) | {stats["target"]}
     better = {"higher": "higher", "lower": "lower", "none": "not established"}
     rows = []
+    names = _names(stats, ms)
     for name, info in ms.items():
         if name not in shown or not isinstance(info, dict):
             continue
-        rows.append([_e(name), _e(PRETTY.get(name, name)), _text(info.get("split")),
+        rows.append([_m(name, names), _m(PRETTY[name], {}) if name in PRETTY else _m(name, names), _text(info.get("split")),
                      _text(better.get(str(info.get("direction")), info.get("direction"))), _text(info.get("meaning"))])
     if not rows:
         return []

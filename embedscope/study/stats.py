@@ -863,6 +863,7 @@ def study_notes(stats: dict[str, Any]) -> list[str]:
     reasons the measures gave). The terminal and the report print the same lines."""
     n = stats.get("n_points", {})
     lines: list[str] = []
+    shown = _shown_measures(stats)
     for expr, u in (stats.get("exclude_unmatched") or {}).items():
         u = u if isinstance(u, dict) else {}
         vals = [str(v) for v in u.get("values") or []]
@@ -890,6 +891,7 @@ def study_notes(stats: dict[str, Any]) -> list[str]:
                 groups.setdefault(str(r["note"]), []).append(str(r["measure"]))
         for note, ms in groups.items():
             rest = [m for m in rows if m not in ms]
+            ms, rest = [shown.get(m, m) for m in ms], [shown.get(m, m) for m in rest]
             who = (", ".join(ms) if len(ms) < 2 or len(rest) > 3 or len(rest) >= len(ms) else
                    "every measure" + (f" but {', '.join(rest)}" if rest else ""))
             said.setdefault((who, note), []).append(level)
@@ -901,11 +903,11 @@ def study_notes(stats: dict[str, Any]) -> list[str]:
         if isinstance(u, dict) and isinstance(u.get("runs"), list):
             by_runs.setdefault(tuple(u["runs"]), []).append(m)
     for ids, ms in by_runs.items():
-        why = "; ".join(f"{', '.join(g)} ({r})" for r, g in group_reasons(
+        why = "; ".join(f"{', '.join(shown.get(str(m), str(m)) for m in g)} ({r})" for r, g in group_reasons(
             {m: " / ".join(und[m].get("reasons") or {"no value": 0}) for m in ms}).items())
         lines.append(f"undefined in {len(ids)} of {n.get('runs')} runs ({_short_list(list(ids))}), left out of "
                      f"these measures' correlations (an objective's mean is over its other seeds): {why}")
-    fewer = _fewer_seeds(stats)
+    fewer = _fewer_seeds(stats, shown)
     if fewer:
         one = len(fewer) == 1
         lines.append(f"{len(fewer)} objective{'' if one else 's'} average{'s' if one else ''} fewer seeds than "
@@ -921,9 +923,27 @@ def _g(v) -> str:
         return str(v)
 
 
-def _fewer_seeds(stats: dict[str, Any]) -> list[str]:
+def _shown_measures(stats: dict[str, Any]) -> dict[str, str]:
+    """Each measure name of ``stats`` as a note shows it: one longer than :data:`~embedscope.text.SHOWN_NAME`
+    (``NR-Prec:<property>``: a property name may have 255 characters) shortened in the middle, two never alike
+    (the terminal and the report print the notes; the study's files keep the names whole)."""
+    from embedscope.analyses.result import _short_unique
+    from embedscope.text import SHOWN_NAME
+
+    def listed(v) -> list:
+        return list(v) if isinstance(v, (list, dict)) else []
+
+    names = list(dict.fromkeys(str(m) for m in (
+        stats.get("target"), *listed(stats.get("measures")), *listed(stats.get("undefined")),
+        *(r.get("measure") for r in listed(stats.get("correlations")) if isinstance(r, dict)))))
+    return dict(zip(names, _short_unique(names, SHOWN_NAME)))
+
+
+def _fewer_seeds(stats: dict[str, Any], shown: dict[str, str] | None = None) -> list[str]:
     """'objective (rho over 2 of 3 seeds; 1 more seed failed (error rows))' for every objective of ``stats`` whose mean of
-    some measure is over fewer seeds than it has, or that has failed seeds (error rows)."""
+    some measure is over fewer seeds than it has, or that has failed seeds (error rows); ``shown``: the measures'
+    names as the notes show them (:func:`_shown_measures`)."""
+    shown = shown or {}
     target = stats.get("target")
     names = [target] + [m for m in stats.get("measures") or []]
     out = []
@@ -935,7 +955,7 @@ def _fewer_seeds(stats: dict[str, Any]) -> list[str]:
         for m in names:
             v = o.get(f"{m}_n")
             if isinstance(v, int) and v < k:
-                short.setdefault(v, []).append(str(m))
+                short.setdefault(v, []).append(shown.get(str(m), str(m)))
         failed = o.get("n_failed") if isinstance(o.get("n_failed"), int) else 0
         if not short and not failed:
             continue
