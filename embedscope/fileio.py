@@ -11,6 +11,10 @@ Every command that writes a result goes through :func:`atomic_output`, so
   succeeds and the other gets "already exists";
 * new outputs get the usual permissions (``0666`` minus the umask, as any editor would create
   them) and ``force`` keeps an existing file's mode;
+* an output that is a symbolic link is written through it, as ``cp`` and a shell's ``>`` do: ``force``
+  replaces the file the link points to (the temporary file made in that file's folder), and the link stays
+  (it was replaced by a regular file, the file it named left as it was); without ``force`` a link, even one
+  to nothing, is an existing output;
 * a full disk, a read-only or immutable folder and a folder given as the output are one line
   naming the user's path, and :func:`check_writable` finds the last two *before* the work.
 
@@ -20,8 +24,9 @@ Every command that writes a result goes through :func:`atomic_output`, so
   restored), so that an interrupted ``tsne`` leaves neither a PNG without its PDF nor a JSON that a
   second run refuses to replace.
 
-Temporary files are named ``.NAME.<host>.<pid>.<random>.tmp`` in the output's folder (so are the
-backups of replaced files that an output group keeps until the command ends).
+Temporary files are named ``.NAME.<host>.<pid>.<random>.tmp`` in the folder of the file written (the
+output's, or that of the file an output link points to; so are the backups of replaced files that an output
+group keeps until the command ends).
 """
 
 from __future__ import annotations
@@ -139,7 +144,9 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
 
     Refuses a folder given as the output (``dir`` or ``dir/``), an existing file unless
     ``force``, and an output whose folder (or, for a folder that does not exist yet, the nearest
-    existing ancestor, where it will be created) is not writable. Creates nothing: missing folders
+    existing ancestor, where it will be created) is not writable; an output that is a symbolic link is an
+    existing one (to nothing too), and with ``force`` the folder checked is that of the file it points to
+    (:func:`link_target`). Creates nothing: missing folders
     are made by :func:`atomic_output` when the output is written. Also removes stale temporary
     files of this output left by killed processes.
     """
@@ -158,15 +165,31 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
         # file over it (as root, /dev/null itself became a regular file)
         raise EmbedscopeError(f"{user} is not a regular file (a device, a named pipe or a socket): outputs are "
                               "written to files, give a file name")
-    if path.exists() and not force:
-        raise EmbedscopeError(exists_message(user))
-    anc = existing_ancestor(path.parent)
+    if (path.exists() or os.path.islink(path)) and not force:  # (a link to nothing too: without force it was
+        raise EmbedscopeError(exists_message(user))  # refused only after the work, as it was published)
+    real = link_target(path, user)  # (a link: the file it points to is the one written)
+    anc = existing_ancestor(real.parent)
     if not anc.is_dir():
         raise EmbedscopeError(f"{user}: {anc} is a file, not a folder")
     probe_folder(anc, user)
-    if anc == path.parent:
-        sweep_stale_temporaries(path)
+    if anc == real.parent:
+        sweep_stale_temporaries(real)
     return path
+
+
+def link_target(path: Path, user_path) -> Path:
+    """The file an output ``path`` names: itself, or, for a symbolic link, the file the link points to
+    (through every link of a chain; one that need not exist yet, in a folder that must). A link that loops,
+    or one to a file in a folder that does not exist, is one line naming ``user_path``."""
+    if not os.path.islink(path):
+        return path
+    real = Path(os.path.realpath(path))
+    if os.path.islink(real):
+        raise EmbedscopeError(f"{user_path}: a symbolic link that loops (its chain of links never reaches a file)")
+    if not real.parent.is_dir():
+        raise EmbedscopeError(f"{user_path}: a symbolic link to {real}, whose folder does not exist (or is not a "
+                              "folder): outputs are written through a link to the file it names")
+    return real
 
 
 def _temp_name(path: Path) -> Path:
@@ -512,11 +535,14 @@ def atomic_output(path: str | os.PathLike, *, force: bool = False) -> Iterator[P
     temporary file and the folders this call created are removed and ``path`` is left untouched.
     Without ``force`` an output that appeared meanwhile is not replaced (one writer wins). A full
     disk or an unwritable folder becomes one :class:`EmbedscopeError` line naming ``path``.
+    ``path`` a symbolic link (``force``): the file it points to is written, the temporary file made in
+    that file's folder, and the link kept (:func:`link_target`).
     """
     user = path
-    path = check_writable(path, force=force)
+    named = check_writable(path, force=force)
+    path = link_target(named, user)
     created = make_folders(path.parent, user)
-    group = _GROUPS[-1] if _GROUPS and _GROUPS[-1].owns(path) else None
+    group = _GROUPS[-1] if _GROUPS and _GROUPS[-1].owns(named) else None
     if group is not None:
         group.folders.extend(created)
     tmp = _temp_name(path)

@@ -170,3 +170,69 @@ def test_the_study_notes_shorten_long_measure_names():
     assert len(lines) == 3 and all("w" * 100 not in line for line in lines), lines
     assert all("…" in line for line in lines)
     assert lines[1].count("NR-Prec:") == 2  # (both named, shortened: apart)
+
+
+# ----------------------------------------------------------------------------- 4. an output that is a link
+
+
+def test_force_writes_through_a_symbolic_link(tmp_path):
+    """The link was replaced by a regular file holding the output, the file it named left as it was; now the
+    file it names is written, as cp and a shell's > do, its temporary file in that file's folder."""
+    from embedscope import fileio
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").mkdir()
+    target = tmp_path / "elsewhere" / "t.txt"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+    link = tmp_path / "out" / "link.txt"
+    os.symlink("../elsewhere/t.txt", link)
+    with fileio.atomic_output(link, force=True) as tmp:
+        assert tmp.parent == target.parent  # (a rename across file systems would fail)
+        tmp.write_text("new")
+    assert os.readlink(link) == "../elsewhere/t.txt" and target.read_text() == "new"
+    assert (target.stat().st_mode & 0o777) == 0o640  # (the replaced file's mode kept)
+    assert os.listdir(tmp_path / "out") == ["link.txt"] and os.listdir(tmp_path / "elsewhere") == ["t.txt"]
+    # a link to a link (and a folder's link on the way): the last file
+    os.symlink("link.txt", tmp_path / "out" / "link2.txt")
+    fileio.write_text(tmp_path / "out" / "link2.txt", "newer", force=True)
+    assert target.read_text() == "newer" and os.path.islink(tmp_path / "out" / "link2.txt")
+
+
+def test_a_link_to_nothing_is_an_existing_output_and_written_with_force(tmp_path):
+    from embedscope import fileio
+
+    link = tmp_path / "link.txt"
+    os.symlink("t.txt", link)
+    with pytest.raises(EmbedscopeError, match=r"link\.txt already exists \(use --force"):
+        fileio.check_writable(link)  # (before the work: it was refused only as the output was published)
+    fileio.write_text(link, "new", force=True)
+    assert os.readlink(link) == "t.txt" and (tmp_path / "t.txt").read_text() == "new"
+
+
+def test_a_link_that_loops_or_leads_nowhere_is_one_line(tmp_path):
+    from embedscope import fileio
+
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    with pytest.raises(EmbedscopeError, match=r"a: a symbolic link that loops"):
+        fileio.write_text(tmp_path / "a", "x", force=True)
+    os.symlink("no/such/folder/t.txt", tmp_path / "c")
+    with pytest.raises(EmbedscopeError, match=r"c: a symbolic link to .*no/such/folder/t\.txt, whose folder does "
+                                              r"not exist"):
+        fileio.write_text(tmp_path / "c", "x", force=True)
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "c"]
+
+
+def test_an_output_group_puts_back_the_file_a_link_names(tmp_path):
+    from embedscope import fileio
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "t.txt").write_text("old")
+    os.symlink("d/t.txt", tmp_path / "link.txt")
+    with pytest.raises(KeyboardInterrupt), fileio.output_group([tmp_path / "link.txt"]):
+        fileio.write_text(tmp_path / "link.txt", "new", force=True)
+        assert (tmp_path / "d" / "t.txt").read_text() == "new"
+        raise KeyboardInterrupt
+    assert (tmp_path / "d" / "t.txt").read_text() == "old" and os.readlink(tmp_path / "link.txt") == "d/t.txt"
+    assert os.listdir(tmp_path / "d") == ["t.txt"]
