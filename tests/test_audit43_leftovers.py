@@ -236,3 +236,24 @@ def test_an_output_group_puts_back_the_file_a_link_names(tmp_path):
         raise KeyboardInterrupt
     assert (tmp_path / "d" / "t.txt").read_text() == "old" and os.readlink(tmp_path / "link.txt") == "d/t.txt"
     assert os.listdir(tmp_path / "d") == ["t.txt"]
+
+
+# ----------------------------------------------------------------------------- 6. update_properties, a held file
+
+
+def test_update_properties_of_a_file_another_process_holds_is_one_line(tmp_path):
+    """Its own read of the file (under the update lock) passed h5py's BlockingIOError through raw: "[Errno 11]
+    Unable to synchronously open file (unable to lock file, ...)"."""
+    from held_file import held_for_writing
+
+    from embedscope.store.embeddings import load, update_properties
+
+    h5 = _h5(tmp_path / "e.h5")
+    es = load(h5)
+    es.properties = {"w": np.arange(N)}
+    with held_for_writing(h5) as message:
+        if message is None:
+            pytest.skip("HDF5 file locking is off here")
+        with pytest.raises(EmbedscopeError, match=r"e\.h5: open for writing by another process \(HDF5 file lock\)"):
+            update_properties(h5, es, ["w"])
+    assert os.listdir(tmp_path) == ["e.h5"]

@@ -1027,7 +1027,9 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
     from embedscope.fileio import update_lock
 
     with update_lock(src):
-        with h5py.File(src, "r") as f:
+        # (one line where HDF5 will not open it: another process holding it for writing was h5py's raw
+        # BlockingIOError, "[Errno 11] Unable to synchronously open file (unable to lock file, ...)")
+        with open_hdf5(Path(path), "an embedding file") as f:
             g = f.get("properties")
             replaced = [k for k in names if isinstance(g, h5py.Group) and k in g]
             same_rows = _same_paths(f, es.paths)
