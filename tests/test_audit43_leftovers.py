@@ -257,3 +257,26 @@ def test_update_properties_of_a_file_another_process_holds_is_one_line(tmp_path)
         with pytest.raises(EmbedscopeError, match=r"e\.h5: open for writing by another process \(HDF5 file lock\)"):
             update_properties(h5, es, ["w"])
     assert os.listdir(tmp_path) == ["e.h5"]
+
+
+# ----------------------------------------------------------------------------- 3. the light reads, a held file
+
+
+def test_several_files_one_held_by_another_process_is_refused_before_any_work(tmp_path, monkeypatch):
+    """evaluate / spectrum of several files read each one's split column first, to refuse a file before the
+    files before it are computed; a file another process held for writing was skipped there (h5py's lock
+    error swallowed) and refused only once the analysis reached it."""
+    from held_file import held_for_writing
+
+    import embedscope.analyses.retrieval as retrieval
+
+    a, b = _h5(tmp_path / "a.h5"), _h5(tmp_path / "b.h5")
+    computed = []
+    real = retrieval.evaluate
+    monkeypatch.setattr(retrieval, "evaluate", lambda es, **kw: computed.append(kw.get("name")) or real(es, **kw))
+    with held_for_writing(b) as message:
+        if message is None:
+            pytest.skip("HDF5 file locking is off here")
+        with pytest.raises(EmbedscopeError, match=r"^.*b\.h5: open for writing by another process \(HDF5 file lock\)"):
+            retrieval.evaluate_many([a, b], split="test")
+    assert computed == []  # (was: a.h5 computed first)

@@ -128,8 +128,11 @@ def check_splits_first(sources, splits) -> None:
     """Several files: refuse, before any of them is analysed, a file that lacks one of ``splits``
     (each file's split column is read alone; the error is the one the analysis of that file would
     raise, after minutes spent on the files before it). ``None`` and ``"all"`` need no split;
-    sources that are not paths, and files the light read cannot take, are left to the analysis."""
+    sources that are not paths, and files the light read cannot take, are left to the analysis, but for a
+    file HDF5 would not lock (another process writing it): its one line now, not after the files before it."""
     import h5py
+
+    from embedscope.fileio import hdf5_lock_failure
 
     wanted = {s for s in splits if s not in (None, "all")}
     if len(sources) < 2 or not wanted:
@@ -140,6 +143,11 @@ def check_splits_first(sources, splits) -> None:
         try:
             with h5py.File(src, "r") as f:
                 present = split_values(f)
+        except OSError as e:  # (the lock failure was skipped, and said when the analysis reached the file)
+            locked = hdf5_lock_failure(src, str(e).splitlines()[0] if str(e) else "")
+            if locked is not None:
+                raise EmbedscopeError(locked) from None
+            continue  # (whatever else the light read cannot take, the full load reports)
         except Exception:  # noqa: BLE001 - whatever the light read cannot take, the full load reports
             continue
         missing = sorted(wanted - present)
