@@ -4,6 +4,16 @@ What was wrong before:
 
 1. ``store.update_properties`` called from Python rewrote a file without write permission (``chmod 444``):
    only ``add-properties`` refused it;
+2. a study's measure ``NR-Prec:<property>`` (a property name may have 255 characters) was shown whole in the
+   terminal table, its notes and the report's tables, where other long names are shortened (``SHOWN_NAME``);
+3. ``evaluate`` / ``spectrum`` of several files: the light read of each file's split column swallowed h5py's
+   lock error (a file another process writes), so the file was refused only after the files before it;
+4. ``atomic_output(..., force=True)`` on a symbolic link replaced the link by a regular file, leaving the file it
+   named as it was (``cp`` and a shell's ``>`` write the target); a link to nothing passed ``check_writable``
+   without force and was refused only after the work;
+5. a NUL inside (not at the end of) a path, split, class name or property text passed ``from_arrays`` and was
+   refused only by ``store.save``;
+6. ``update_properties``' own read of the file passed h5py's lock error through raw (``BlockingIOError``).
 """
 
 from __future__ import annotations
