@@ -290,3 +290,18 @@ def test_several_files_one_held_by_another_process_is_refused_before_any_work(tm
         with pytest.raises(EmbedscopeError, match=r"^.*b\.h5: open for writing by another process \(HDF5 file lock\)"):
             retrieval.evaluate_many([a, b], split="test")
     assert computed == []  # (was: a.h5 computed first)
+
+
+def test_update_properties_takes_one_name_and_refuses_a_name_the_set_lacks(tmp_path):
+    """A name as a string was iterated by letter (``"colour"``: KeyError 'c'); a name the set does not hold was
+    a KeyError."""
+    from embedscope.store.embeddings import load, update_properties
+
+    h5 = _h5(tmp_path / "e.h5")
+    es = load(h5)
+    es.properties = {"colour": np.arange(N)}
+    with pytest.raises(EmbedscopeError, match=r"e\.h5: no property 'missing' in the set to write"):
+        update_properties(h5, es, ["missing"])
+    update_properties(h5, es, "colour")
+    with h5py.File(h5, "r") as f:
+        assert sorted(f["properties"]) == ["colour"]

@@ -1018,6 +1018,13 @@ def update_properties(path: str | os.PathLike, es: EmbeddingSet, names: Sequence
 
     _check_updatable(path)
     es.validate()
+    if isinstance(names, str):  # one name, not its letters ('colour' was KeyError: 'c')
+        names = [names]
+    names = list(names)
+    lacking = next((k for k in names if k not in es.properties), None)
+    if lacking is not None:  # (was KeyError: 'w')
+        raise EmbedscopeError(f"{path}: no property {quoted(lacking)} in the set to write (names: the keys of "
+                              "es.properties to write into the file)")
     for k in names:
         if es.properties[k].dtype.kind in "OUS":
             _check_text(es.properties[k].reshape(-1), f"{path}: property '{k}'")
