@@ -13,7 +13,8 @@ What was wrong before:
    without force and was refused only after the work;
 5. a NUL inside (not at the end of) a path, split, class name or property text passed ``from_arrays`` and was
    refused only by ``store.save``;
-6. ``update_properties``' own read of the file passed h5py's lock error through raw (``BlockingIOError``).
+6. ``update_properties``' own read of the file passed h5py's lock error through raw (``BlockingIOError``); one
+   name given as a string was iterated by letter, and a name the set lacks was a KeyError.
 """
 
 from __future__ import annotations
@@ -140,6 +141,10 @@ def test_the_report_shortens_long_measure_names(long_study):
     stats_text = (long_study / "correlations.json").read_text()
     assert LONG_A in stats_text and LONG_B in stats_text  # (the files keep them whole)
     page = build_report(long_study)
+    html5lib = pytest.importorskip("html5lib")
+    parser = html5lib.HTMLParser(strict=True)
+    parser.parse(page)
+    assert not parser.errors  # (the tooltips' spans are HTML as the page's)
     shown = re.sub(r'title="[^"]*"', "", page)  # (each whole name is its shortened one's tooltip)
     assert "w" * 100 not in shown  # (was: each name whole, in the correlation, robustness and measures tables)
     assert f'title="{LONG_A}"' in page and f'title="{LONG_B}"' in page
@@ -305,3 +310,4 @@ def test_update_properties_takes_one_name_and_refuses_a_name_the_set_lacks(tmp_p
     update_properties(h5, es, "colour")
     with h5py.File(h5, "r") as f:
         assert sorted(f["properties"]) == ["colour"]
+
