@@ -156,6 +156,9 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
                               f"{type(path).__name__} {path!r}"[:200])
     if isinstance(force, str) or force not in (True, False):  # ("no" is truthy: it replaced the file)
         raise EmbedscopeError(f"force must be True or False, got {force!r}"[:200])
+    raw = os.fspath(path)
+    if ("\x00" if isinstance(raw, str) else b"\x00") in raw:  # (os.open's ValueError "embedded null byte" was the
+        raise EmbedscopeError(f"{user}: a file name cannot hold a NUL character")  # traceback, from Python)
     if is_folder_name(path):
         raise EmbedscopeError(f"{user}: is a folder name, expected a file name")
     path = Path(path)

@@ -311,3 +311,14 @@ def test_update_properties_takes_one_name_and_refuses_a_name_the_set_lacks(tmp_p
     with h5py.File(h5, "r") as f:
         assert sorted(f["properties"]) == ["colour"]
 
+
+
+def test_an_output_path_holding_a_nul_is_one_line(tmp_path):
+    """os.open's ValueError "embedded null byte" came out of write_text / store.save called from Python."""
+    from embedscope import fileio
+
+    with pytest.raises(EmbedscopeError, match=r"a file name cannot hold a NUL character$"):
+        fileio.write_text(tmp_path / "a\x00b.txt", "x")
+    with pytest.raises(EmbedscopeError, match=r"a file name cannot hold a NUL character$"):
+        store.save(str(tmp_path / "a\x00b.h5"), EmbeddingSet.from_arrays(np.eye(3), [0, 1, 1]), force=True)
+    assert os.listdir(tmp_path) == []
