@@ -322,3 +322,27 @@ def test_an_output_path_holding_a_nul_is_one_line(tmp_path):
     with pytest.raises(EmbedscopeError, match=r"a file name cannot hold a NUL character$"):
         store.save(str(tmp_path / "a\x00b.h5"), EmbeddingSet.from_arrays(np.eye(3), [0, 1, 1]), force=True)
     assert os.listdir(tmp_path) == []
+
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_named_pipe_given_as_an_embedding_file_is_one_line_not_a_wait(tmp_path):
+    """HDF5's open of a named pipe waited for a writer, for ever (store.load, load_maps, info, every command
+    reading an embedding file). In a child process: the wait would hang the test run."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "e.h5"
+    os.mkfifo(fifo)
+    code = ("import sys\nfrom embedscope import store\nfrom embedscope.cli import main\n"
+            "from embedscope.store import load_maps\n"
+            "for f in (store.load, load_maps):\n"
+            "    try:\n        f(sys.argv[1])\n    except Exception as e:\n        print(e)\n"
+            "print(main(['info', sys.argv[1]]))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert p.stdout.splitlines() == [
+        f"{fifo} is not a regular file (a device, a named pipe or a socket), expected an embedding file (.h5)",
+        f"{fifo} is not a regular file (a device, a named pipe or a socket), expected a saliency-maps file (.h5)",
+        "1"], p.stderr
+    assert p.stderr.startswith("embedscope info: error: ") and "is not a regular file" in p.stderr

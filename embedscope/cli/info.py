@@ -288,7 +288,8 @@ def _open(path: str):
     try:
         return open_hdf5(p, "an embedding file (.h5)")
     except EmbedscopeError:
-        _check_not_other_kind(path)  # (read only then: a file HDF5 opens is none of these)
+        if p.is_file() or p.is_dir():  # (a named pipe is not read: that waited for a writer, for ever)
+            _check_not_other_kind(path)  # (read only then: a file HDF5 opens is none of these)
         raise
 
 

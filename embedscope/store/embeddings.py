@@ -1247,13 +1247,22 @@ def _write_error(e: OSError, user_path) -> EmbedscopeError:
 
 
 def open_hdf5(path: Path, what: str):
-    """``h5py.File(path, "r")``, or one line saying why not: a folder, a file this user may not read, an
+    """``h5py.File(path, "r")``, or one line saying why not: a folder, a named pipe or a device, a file this user
+    may not read, an
     empty file, a file that is no HDF5 file, a damaged one (was "not a readable HDF5 file (OSError)" for
     each but the folder, "(PermissionError)" for an unreadable one)."""
+    import stat
+
     import h5py
 
     if path.is_dir():
         raise EmbedscopeError(f"{path} is a directory, expected {what}")
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        mode = None  # (the opening below says why)
+    if mode is not None and not stat.S_ISREG(mode):  # a named pipe: HDF5's open waited for a writer, for ever
+        raise EmbedscopeError(f"{path} is not a regular file (a device, a named pipe or a socket), expected {what}")
     try:
         return h5py.File(path, "r")
     except OSError as e:
