@@ -620,8 +620,9 @@ def read_paths_file(path) -> list[str]:
     with ``#`` is a comment (a ``#`` after a path is part of the path). One-line errors: no such file, an
     unreadable one, one that is not UTF-8, one that lists no path."""
     p = Path(path)
-    if not p.is_file():
-        raise EmbedscopeError(f"{p}: no such paths file")
+    if not p.is_file():  # (a folder or a named pipe was "no such paths file", which it is not)
+        raise EmbedscopeError(f"{p}: no such paths file" if not p.exists() else
+                              f"{p} is not a regular file (a folder, a device or a named pipe), expected a paths file")
     try:
         # (a BOM of a Windows editor is no part of a path; lines end at a newline only, \r and \r\n read as one by
         # the text mode: splitlines() also cut a path at \x0c, \x1c-\x1e, \x85 and \u2028, 'caf\x85.jpg' two paths)

@@ -346,3 +346,14 @@ def test_a_named_pipe_given_as_an_embedding_file_is_one_line_not_a_wait(tmp_path
         f"{fifo} is not a regular file (a device, a named pipe or a socket), expected a saliency-maps file (.h5)",
         "1"], p.stderr
     assert p.stderr.startswith("embedscope info: error: ") and "is not a regular file" in p.stderr
+
+
+def test_a_paths_file_that_is_a_folder_is_named_so(tmp_path):
+    """It was "no such paths file", for a folder that is there."""
+    from embedscope.fileio import read_paths_file
+
+    with pytest.raises(EmbedscopeError, match=r"is not a regular file \(a folder, a device or a named pipe\), "
+                                              r"expected a paths file$"):
+        read_paths_file(tmp_path)
+    with pytest.raises(EmbedscopeError, match=r"nope\.txt: no such paths file$"):
+        read_paths_file(tmp_path / "nope.txt")
