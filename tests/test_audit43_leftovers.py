@@ -14,7 +14,9 @@ What was wrong before:
 5. a NUL inside (not at the end of) a path, split, class name or property text passed ``from_arrays`` and was
    refused only by ``store.save``;
 6. ``update_properties``' own read of the file passed h5py's lock error through raw (``BlockingIOError``); one
-   name given as a string was iterated by letter, and a name the set lacks was a KeyError.
+   name given as a string was iterated by letter, and a name the set lacks was a KeyError; an output path
+   holding a NUL was os.open's ValueError; a named pipe given as an embedding or maps file hung (HDF5 waited
+   for a writer); a folder given as a paths file was "no such paths file".
 """
 
 from __future__ import annotations
