@@ -575,7 +575,8 @@ def _extra_prefixes(unexpected: list[str], own: dict[str, Any]) -> list[str]:
 
 
 def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str,
-              hint: str = "", key_prefix: str | None = "") -> dict[str, int]:
+              hint: str = "", key_prefix: str | None = "", container: tuple[str, ...] | None = None
+              ) -> dict[str, int]:
     """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent.
 
     Every problem is named in the one line: missing keys, unexpected keys (the first three) and tensors
@@ -585,7 +586,9 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
     them. ``hint``: what to do next, appended. ``key_prefix``: what the file's keys have in front of
     ``sd``'s (``module.`` removed by :func:`strip_prefix`, ``net.`` by :func:`read_submodule`): that advice
     names the keys as they are in the file (it named ``'proj.'`` for a file of ``module.proj.*`` keys,
-    which left them in); None when ``sd``'s keys were renamed (numbered layers named): no such advice.
+    which left them in; the unexpected keys are named so too); None when ``sd``'s keys were renamed (numbered
+    layers named): no such advice. ``container``: the keys under which the file keeps ``sd`` (``("state_dict",)``
+    of an embedscope checkpoint): the advice then saves the whole file, its config kept (:func:`resave_hint`).
 
     Returns the lower-precision dtypes that were upcast (:func:`upcast_dtypes`), for :func:`say_upcast`.
     """
@@ -597,7 +600,9 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
     if missing:
         parts.append(f"missing {len(missing)} key(s) e.g. {printable(missing[0], 60)}")
     if unexpected:
-        parts.append(f"unexpected {len(unexpected)} key(s) e.g. {_keys_preview(unexpected, 3)}")
+        # the file's own keys (the prefix removed in front: the advice below names them so)
+        named = unexpected if key_prefix is None else [key_prefix + k for k in unexpected]
+        parts.append(f"unexpected {len(unexpected)} key(s) e.g. {_keys_preview(named, 3)}")
     if shapes:
         k = shapes[0]
         more = f" (+{len(shapes) - 1} more)" if len(shapes) > 1 else ""
@@ -620,10 +625,16 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
                 extra = (f"; these layers sit inside the model's own modules (e.g. '{printable(nested[0], 60)}*'): "
                          f"the file holds a larger network than {what}? name its architecture with --arch")
             elif pre and key_prefix is not None:
-                shown = ", ".join(repr(printable(key_prefix + p, 80)) for p in pre[:4]) + (
-                    "," if len(pre) == 1 else "")
-                extra = (f"; the model has no such layers: to load the rest, save the state dict without them, "
-                         f"e.g. torch.save({{k: v for k, v in sd.items() if not k.startswith(({shown}))}}, FILE)"
+                drop = [key_prefix + p for p in pre]
+                long = _too_long(drop[:4])
+                what_saved = "the checkpoint (its config kept)" if container else "the state dict"
+                if long is not None:  # (no command: one naming it shortened would match no key)
+                    how = f" (the keys under {long}" + (" and others)" if len(drop) > 1 else ")")
+                else:
+                    shown = ", ".join(py_str(p) for p in drop[:4]) + ("," if len(drop) == 1 else "")
+                    how = ", e.g. " + resave_hint(
+                        lambda sd: f"{{k: v for k, v in {sd}.items() if not k.startswith(({shown}))}}", container)
+                extra = (f"; the model has no such layers: to load the rest, save {what_saved} without them{how}"
                          + (f" ({len(pre) - 4} more prefixes)" if len(pre) > 4 else ""))
         raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)}){extra}{hint}")
     upcast = upcast_dtypes(sd, own)
@@ -724,6 +735,12 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
                          "own input handling")
     ema_key = None
     roth = adapters.is_roth_checkpoint(obj)
+    # where an embedscope checkpoint keeps the state dict read: the advice that saves it changed keeps the rest
+    # of the file (its config: saved as a bare state dict, as advised, it needed --arch)
+    container = None
+    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        key = next((k for k in EMA_KEYS if obj.get(k) is not None), None) if ema else "state_dict"
+        container = (key,) if key is not None and isinstance(obj.get(key), dict) else None
     if ema:
         ema_sd = ema_state_dict(obj, path)  # (a Roth et al. file without one: said to be theirs)
         ema_key = next(k for k in EMA_KEYS if obj.get(k) is not None)
@@ -791,7 +808,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
             names = ", ".join(f"'{printable(removed + p, 60)}*'" for p in subs[:4])
             raise EmbedscopeError(
                 f"{path}: the keys under {len(subs)} prefixes each hold an embedscope model ({names}): which one to "
-                f"read is not guessed; save the one to embed alone, e.g. {save_one_hint(removed + subs[0])}")
+                f"read is not guessed; save the one to embed alone, e.g. {save_one_hint(removed + subs[0], container)}")
         if subs:
             sub = subs[0]
             sd = read_submodule(sd, sub, path, "model")
@@ -833,7 +850,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     if arch and isinstance(file_arch, str) and file_arch != arch:
         hint = f"; the file's config names {printable(file_arch, 40)}, which --arch {printable(arch, 40)} replaced"
     upcast = load_into(model, sd, str(path), f"a {printable(config['arch'], 40)} model", hint=hint,
-                       key_prefix=removed + (sub or ""))
+                       key_prefix=removed + (sub or ""), container=container)
     if sub is not None:
         fmt += f" (its '{printable(sub, 60)}*' keys)"
     fmt += say_upcast(upcast, path, sd)
@@ -1047,12 +1064,52 @@ def fitting_prefixes(sd: dict[str, Any], module: torch.nn.Module) -> list[str]:
     return [p for p in key_prefixes(sd) if needed <= {k[len(p):] for k in sd if k.startswith(p)}]
 
 
-def save_one_hint(prefix: str) -> str:
+#: a key prefix up to this long is spelled whole in the advice's command (a command naming a shortened prefix
+#: matched none of the file's keys); a longer one (no network's names are so long) gets no command
+SPELLED_PREFIX = 1000
+
+
+def py_str(s: str) -> str:
+    """A Python string literal of ``s`` as the advice's commands show it: its characters as they are, in quotes
+    that ``s`` does not hold (``'a' "'" 'b'`` when it holds both kinds). The line that shows the message escapes
+    it once (:func:`embedscope.text.safe`: a control character as ``\\x1b``, a backslash doubled), which is then
+    the same literal; ``repr`` escaped it first, and shown so a backslash of the key was four (a command naming
+    another key)."""
+    if "'" not in s:
+        return f"'{s}'"
+    if '"' not in s:
+        return f'"{s}"'
+    return " \"'\" ".join(f"'{part}'" for part in s.split("'"))
+
+
+def resave_hint(comprehension, container: tuple[str, ...] | None = None) -> str:
+    """The command that saves a file's state dict changed by ``comprehension`` (a function of the expression
+    naming the state dict, giving the new one's). ``container``: the keys under which the file keeps the state
+    dict (``("state_dict",)`` of an embedscope checkpoint): the command then keeps the rest of the file (its
+    ``config``, ``format``: saved as a bare state dict it lost them and needed ``--arch``); none: the file is
+    the state dict (``sd``)."""
+    if not container:
+        return f"torch.save({comprehension('sd')}, FILE)"
+    where = "ckpt" + "".join(f"[{py_str(k)}]" for k in container)
+    return f"ckpt = torch.load(FILE); {where} = {comprehension(where)}; torch.save(ckpt, NEW_FILE)"
+
+
+def _too_long(prefixes) -> str | None:
+    """The words for a prefix too long to spell in a command (:data:`SPELLED_PREFIX`); None when none is."""
+    long = next((p for p in prefixes if len(p) > SPELLED_PREFIX), None)
+    return None if long is None else f"its {len(long)}-character prefix '{printable(long, 60)}*'"
+
+
+def save_one_hint(prefix: str, container: tuple[str, ...] | None = None) -> str:
     """The line that saves the keys under ``prefix`` alone, without it (``prefix``: as the file's keys have it,
     the prefixes :func:`strip_prefix` removed included: the advice named ``'a.'`` for ``module.a.*`` keys,
-    which saved nothing)."""
-    return (f"torch.save({{k[{len(prefix)}:]: v for k, v in sd.items() if k.startswith({printable(prefix, 80)!r})}}, "
-            "FILE)")
+    which saved nothing). The prefix is spelled whole (shortened, the command matched no key); one longer than
+    :data:`SPELLED_PREFIX` gets words, no command. ``container``: see :func:`resave_hint`."""
+    long = _too_long([prefix])
+    if long is not None:
+        return f"the keys under {long} without it"
+    return resave_hint(lambda sd: f"{{k[{len(prefix)}:]: v for k, v in {sd}.items() if k.startswith({py_str(prefix)})}}",
+                       container)
 
 
 def check_one_prefix(sd: dict[str, Any], module: torch.nn.Module, path: Any, what: str, key_prefix: str = "") -> None:
