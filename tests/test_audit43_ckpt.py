@@ -141,3 +141,13 @@ def test_two_models_in_an_embedscope_checkpoint_the_one_saved_alone_keeps_the_co
     assert "not guessed" in line
     model, config, _ = load_checkpoint(_follow(line, None, tmp_path, src=tmp_path / "st.pt"))
     assert config["arch"] == "digits_cnn"
+
+
+# --------------------------------------------------------------------------- 4. --ema of a one-file pair
+
+def test_ema_of_a_one_file_trunk_and_embedder_says_what_the_file_holds(tmp_path):
+    m, _ = _digits()
+    torch.save({"trunk": m.backbone.state_dict(), "embedder": {}}, tmp_path / "pair.pt")
+    line = _error(tmp_path / "pair.pt", ema=True)
+    assert "--ema: holds a pytorch-metric-learning trunk and embedder ('trunk', 'embedder')" in line
+    assert "load it without --ema" in line

@@ -506,9 +506,12 @@ def ema_state_dict(obj: Any, path: str | os.PathLike) -> Any:
             if obj.get(key) is not None:
                 found = obj[key]
                 return module_state_dict(found) if is_module_record(found) else found
-    from embedscope.models.adapters import is_roth_checkpoint
+    from embedscope.models.adapters import is_pml_pair, is_roth_checkpoint
 
     keys = " or ".join(f"'{k}'" for k in EMA_KEYS)
+    if is_pml_pair(obj):  # (was the generic line, "its keys: trunk, embedder", not saying what the file holds)
+        raise EmbedscopeError(f"{path}: --ema: holds a pytorch-metric-learning trunk and embedder ('trunk', "
+                              f"'embedder'), which hold no EMA weights (no {keys} here): load it without --ema")
     if is_roth_checkpoint(obj):  # (was "no EMA weights in the file" only; given as the checkpoint, with its 'opt'
         # dropped, "the checkpoint has no config": not named as Roth et al.'s)
         raise EmbedscopeError(f"{path}: --ema: a Roth et al. checkpoint ('state_dict', 'opt') holds no EMA weights "
