@@ -151,3 +151,36 @@ def test_ema_of_a_one_file_trunk_and_embedder_says_what_the_file_holds(tmp_path)
     line = _error(tmp_path / "pair.pt", ema=True)
     assert "--ema: holds a pytorch-metric-learning trunk and embedder ('trunk', 'embedder')" in line
     assert "load it without --ema" in line
+
+
+# --------------------------------------------------------------------------- 5. the untrained networks' sha256
+
+def test_a_damaged_untrained_network_is_built_again_by_a_study_folder_without_its_record(tmp_path, monkeypatch):
+    """Its sha256 lived only in each study folder's checkpoint_configs.json: a new study folder (or --force) took a
+    damaged file that still loads as it was. The sha256 written beside it when it was built tells now."""
+    from conftest import save_digits_checkpoint
+
+    import embedscope.study.plan as plan
+    from embedscope.fileio import sha256_file
+
+    monkeypatch.setattr(plan, "RACY_NS", 0)
+    ck = save_digits_checkpoint(tmp_path / "net.pt", seed=1)
+    entries = plan.plan_study(str(ck), tmp_path / "st", untrained_dir=tmp_path / "u", known={})
+    (ref,) = [e for e in entries if e.selection == "untrained"]
+    good = open(ref.checkpoint, "rb").read()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x10  # one bit of a weight: it still loads
+    open(ref.checkpoint, "wb").write(bytes(bad))
+    assert plan._readable_checkpoint(plan.Path(ref.checkpoint))
+    known: dict = {}  # another study folder: no record of it
+    plan.plan_study(str(ck), tmp_path / "st2", untrained_dir=tmp_path / "u", known=known)
+    assert open(ref.checkpoint, "rb").read() == good
+    assert known[plan.os.path.abspath(ref.checkpoint)]["sha256"] == sha256_file(ref.checkpoint)
+    assert plan.built_sha256(ref.checkpoint) == sha256_file(ref.checkpoint)
+    # intact: not built again; one of an earlier version (no sha256 beside it) is taken as it is
+    import embedscope.models as models
+
+    monkeypatch.setattr(models, "build_model", lambda *a: pytest.fail("built again"))
+    plan.plan_study(str(ck), tmp_path / "st3", untrained_dir=tmp_path / "u", known={})
+    plan.sha256_path(ref.checkpoint).unlink()
+    plan.plan_study(str(ck), tmp_path / "st4", untrained_dir=tmp_path / "u", known={})

@@ -626,13 +626,21 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
     other content is refused: the reference would not be the network the run started from.
     ``config_of``: gives the config to save instead of ``config`` (an equal one), called only when the
     network is built (not when ``out`` is there and readable). ``expect_sha256``: the sha256 ``out`` was
-    recorded with when it was built: one there with other bytes (damaged on disk) is built again."""
+    recorded with when it was built: one there with other bytes (damaged on disk) is built again. Without it
+    (a study folder that has no record of ``out``: a new one, ``--force``), the sha256 written beside ``out``
+    when it was built (:func:`built_sha256`) tells the same; a file written before those were kept is taken
+    as it is."""
     import torch
 
+    from embedscope.fileio import sha256_file, write_text
     from embedscope.models import build_model, load_backbone_weights, save_checkpoint
 
-    if out.exists() and _readable_checkpoint(out) and (expect_sha256 is None or _sha256_or_none(out) == expect_sha256):
-        return out  # (a damaged one, a truncated write or a zero-byte file, is built again: it failed every study's row)
+    if out.exists() and _readable_checkpoint(out):
+        # (a damaged one, a truncated write or a zero-byte file, is built again: it failed every study's row; one
+        # that still loads with other bytes than it was built with was measured as it was by a new study folder)
+        expect = expect_sha256 if expect_sha256 is not None else built_sha256(out)
+        if expect is None or _sha256_or_none(out) == expect:
+            return out
     if config.get("weights") and weights_sha256:
         from embedscope.fileio import sha256_file
 
@@ -650,7 +658,30 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
     if config.get("weights"):
         load_backbone_weights(model, config["weights"], ema=bool(config.get("weights_ema")))
     save_checkpoint(out, model, config, extra={"epoch": 0, "finished": False, "untrained": True}, force=True)
+    try:
+        write_text(sha256_path(out), sha256_file(out) + "\n", force=True)
+    except (OSError, EmbedscopeError):  # (the network is sound: only no check when it is reused; an older
+        pass  # sha256 left there differs from it, and it is built again then)
     return out
+
+
+def sha256_path(out: str | os.PathLike) -> Path:
+    """The file beside an untrained network ``out`` that keeps the sha256 of the bytes it was built with
+    (``<key>.pt.sha256``): every study reusing it checks it, not only one whose folder recorded it."""
+    out = Path(out)
+    return out.with_name(out.name + ".sha256")
+
+
+def built_sha256(out: str | os.PathLike) -> str | None:
+    """The sha256 :func:`build_untrained` wrote beside ``out``; None when there is none (built by an earlier
+    version, or the file cannot be read: nothing to check against); "" when it holds no sha256 (damaged too:
+    matches no file, so the network is built again)."""
+    try:
+        text = sha256_path(out).read_bytes()
+    except OSError:
+        return None
+    text = text.strip()
+    return text.decode("ascii") if re.fullmatch(rb"[0-9a-f]{64}", text) else ""
 
 
 def _sha256_or_none(path: str | os.PathLike) -> str | None:
