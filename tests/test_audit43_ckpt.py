@@ -184,3 +184,19 @@ def test_a_damaged_untrained_network_is_built_again_by_a_study_folder_without_it
     plan.plan_study(str(ck), tmp_path / "st3", untrained_dir=tmp_path / "u", known={})
     plan.sha256_path(ref.checkpoint).unlink()
     plan.plan_study(str(ck), tmp_path / "st4", untrained_dir=tmp_path / "u", known={})
+
+
+# --------------------------------------------------------------------------- 6. a one-file pair keeps its embedder
+
+@pytest.mark.parametrize("under", [None, "state_dict"])
+def test_the_advice_for_a_one_file_pair_keeps_the_embedder(tmp_path, under):
+    """Followed, it saved the trunk's state dict alone: the embedder was lost."""
+    m, _ = _digits()
+    trunk = {**m.backbone.state_dict(), "proj.weight": torch.zeros(2, 8)}
+    emb = torch.nn.Linear(int(m.backbone(torch.zeros(1, 1, 8, 8)).shape[1]), 4).state_dict()
+    torch.save({"trunk": trunk if under is None else {under: trunk}, "embedder": emb}, tmp_path / "pair.pt")
+    line = _error(tmp_path / "pair.pt", arch="digits_cnn")
+    where = "ckpt['trunk']" + ("" if under is None else f"['{under}']")
+    assert f"{where} = {{k: v for k, v in {where}.items() if not k.startswith(('proj.',))}}" in line
+    model, config, info = load_checkpoint(_follow(line, None, tmp_path, src=tmp_path / "pair.pt"), arch="digits_cnn")
+    assert config["embed_dim"] == 4 and info["format"].startswith("pytorch-metric-learning trunk+embedder (one file")

@@ -266,8 +266,11 @@ def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | N
     how: dict[str, str] = {}
     tsd = _state_dict_of(obj["trunk"], where["trunk"], "trunk", how=how)
     esd = _state_dict_of(obj["embedder"], where["embedder"], "embedder", allow_empty=True, how=how)
+    # where the file keeps the trunk's state dict: the advice that saves it changed keeps the embedder (it saved
+    # the trunk's state dict alone)
+    container = (("trunk",) + ((how["trunk"],) if "trunk" in how else ())) if isinstance(obj["trunk"], dict) else None
     model, config, read = _pml_model(tsd, esd, where["trunk"], where["embedder"], arch=arch, normalize=True,
-                                     transform_input=transform_input, how=how, where=path)
+                                     transform_input=transform_input, how=how, where=path, container=container)
     # (no "trunk" / "embedder" paths in the info: the one file is the checkpoint, read again by that path)
     return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path),
                            "format": PML_FORMAT + " (one file: 'trunk', 'embedder')" + read}
@@ -275,13 +278,16 @@ def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | N
 
 def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk: Any, embedder: Any, *,
                arch: str | None, normalize: bool, transform_input: bool | None, how: dict[str, str] | None = None,
-               where: Any = None) -> tuple[EmbeddingModel, dict[str, Any], str]:
+               where: Any = None, container: tuple[str, ...] | None = None
+               ) -> tuple[EmbeddingModel, dict[str, Any], str]:
     """The model of a trunk's and an embedder's state dicts; ``trunk``, ``embedder``: where they came
     from, for the errors (``where``: the one file of both, for the warning of weights upcast). The third
     value is what to append to the ``checkpoint_format``: which part of the files was read (``how``: the
     key each was under; the trunk's keys under one prefix, ``(the trunk's 'net.*' keys)``, or numbered as
     an ``nn.Sequential``), and lower-precision weights upcast (:func:`~embedscope.models.checkpoint.say_upcast`),
-    "" for plain state dicts (the --weights route records the same; the trunk route recorded none of it)."""
+    "" for plain state dicts (the --weights route records the same; the trunk route recorded none of it).
+    ``container``: where the one file of both keeps the trunk's state dict (``("trunk",)``), for the advice that
+    saves it changed (:func:`~embedscope.models.checkpoint.resave_hint`)."""
     under = dict(how or {})
     trunk_read = "the trunk"
     a = arch or detect_arch(tsd) or detect_numbered_arch(tsd)
@@ -322,7 +328,8 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     elif numbered is not None:
         trunk_read = "the trunk numbered as an nn.Sequential of the model's children"
     else:
-        check_one_prefix(tsd, probe.backbone, trunk, f"{printable(a, 40)} trunk", under.get("trunk prefix", ""))
+        check_one_prefix(tsd, probe.backbone, trunk, f"{printable(a, 40)} trunk", under.get("trunk prefix", ""),
+                         container)
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
     tsd = {k: v for k, v in tsd.items() if k not in fc_sd}
@@ -347,7 +354,8 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
         raise EmbedscopeError(f"{embedder} (with the trunk {trunk}): {e}") from None
     config["embed_dim"] = model.embed_dim
     upcast = load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk",
-                       key_prefix=None if numbered is not None else under.get("trunk prefix", "") + (sub or ""))
+                       key_prefix=None if numbered is not None else under.get("trunk prefix", "") + (sub or ""),
+                       container=container)
     if hsd:  # (its layers renumbered: no advice naming its keys)
         for k, n in load_into(model.head, hsd, str(embedder), "the embedder", key_prefix=None).items():
             upcast[k] = upcast.get(k, 0) + n

@@ -630,14 +630,14 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
             elif pre and key_prefix is not None:
                 drop = [key_prefix + p for p in pre]
                 long = _too_long(drop[:4])
-                what_saved = "the checkpoint (its config kept)" if container else "the state dict"
+                what_saved = "the file without them, the rest of it kept" if container else "the state dict without them"
                 if long is not None:  # (no command: one naming it shortened would match no key)
                     how = f" (the keys under {long}" + (" and others)" if len(drop) > 1 else ")")
                 else:
                     shown = ", ".join(py_str(p) for p in drop[:4]) + ("," if len(drop) == 1 else "")
                     how = ", e.g. " + resave_hint(
                         lambda sd: f"{{k: v for k, v in {sd}.items() if not k.startswith(({shown}))}}", container)
-                extra = (f"; the model has no such layers: to load the rest, save {what_saved} without them{how}"
+                extra = (f"; the model has no such layers: to load the rest, save {what_saved}{how}"
                          + (f" ({len(pre) - 4} more prefixes)" if len(pre) > 4 else ""))
         raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)}){extra}{hint}")
     upcast = upcast_dtypes(sd, own)
@@ -1115,17 +1115,19 @@ def save_one_hint(prefix: str, container: tuple[str, ...] | None = None) -> str:
                        container)
 
 
-def check_one_prefix(sd: dict[str, Any], module: torch.nn.Module, path: Any, what: str, key_prefix: str = "") -> None:
+def check_one_prefix(sd: dict[str, Any], module: torch.nn.Module, path: Any, what: str, key_prefix: str = "",
+                     container: tuple[str, ...] | None = None) -> None:
     """A one-line error when the keys under two or more prefixes each hold every tensor of ``module`` (a
     network and its EMA copy, a teacher and a student): which one to read is not guessed. ``key_prefix``:
-    what the file's keys have in front of ``sd``'s (``module.``), named in the line."""
+    what the file's keys have in front of ``sd``'s (``module.``), named in the line; ``container``: where the
+    file keeps ``sd`` (:func:`resave_hint`)."""
     fits = [key_prefix + p for p in fitting_prefixes(sd, module)]
     if len(fits) > 1:
         names = ", ".join(f"'{printable(p, 60)}*'" for p in fits[:4]) + (f" (+{len(fits) - 4} more)" if len(fits) > 4
                                                                          else "")
         raise EmbedscopeError(
             f"{path}: the keys under {len(fits)} prefixes each hold the whole {what} ({names}): which one to read "
-            f"is not guessed; save the one to embed alone, e.g. {save_one_hint(fits[0])}")
+            f"is not guessed; save the one to embed alone, e.g. {save_one_hint(fits[0], container)}")
 
 
 def read_submodule(sd: dict[str, Any], sub: str, path: Any, what: str,
