@@ -23,7 +23,7 @@ import re
 import pytest
 import torch
 
-from embedscope.errors import EmbedscopeError
+from embedscope.errors import EmbedscopeError, EmbedscopeWarning
 from embedscope.models import build_model, default_config, load_checkpoint
 from embedscope.models.checkpoint import save_checkpoint
 from embedscope.text import safe
@@ -173,7 +173,8 @@ def test_a_damaged_untrained_network_is_built_again_by_a_study_folder_without_it
     open(ref.checkpoint, "wb").write(bytes(bad))
     assert plan._readable_checkpoint(plan.Path(ref.checkpoint))
     known: dict = {}  # another study folder: no record of it
-    plan.plan_study(str(ck), tmp_path / "st2", untrained_dir=tmp_path / "u", known=known)
+    with pytest.warns(EmbedscopeWarning, match="no longer holds the bytes it was built with .*: built again"):
+        plan.plan_study(str(ck), tmp_path / "st2", untrained_dir=tmp_path / "u", known=known)
     assert open(ref.checkpoint, "rb").read() == good
     assert known[plan.os.path.abspath(ref.checkpoint)]["sha256"] == sha256_file(ref.checkpoint)
     assert plan.built_sha256(ref.checkpoint) == sha256_file(ref.checkpoint)

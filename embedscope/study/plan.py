@@ -641,6 +641,14 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
         expect = expect_sha256 if expect_sha256 is not None else built_sha256(out)
         if expect is None or _sha256_or_none(out) == expect:
             return out
+        if expect_sha256 is None:  # (the study says so itself when its own record told)
+            import warnings
+
+            from embedscope.errors import EmbedscopeWarning
+
+            warnings.warn(EmbedscopeWarning(
+                f"{out}: the untrained network no longer holds the bytes it was built with (sha256 differs from "
+                f"the one beside it, {sha256_path(out).name}: damaged on disk?): built again"), stacklevel=2)
     if config.get("weights") and weights_sha256:
         from embedscope.fileio import sha256_file
 
