@@ -93,7 +93,7 @@ def test_the_advice_is_a_correct_literal_once_the_line_escapes_it(tmp_path):
     """A key with a backslash, an escape character and both quotes: the command, as the terminal shows it,
     drops exactly its keys (repr escaped them first: shown with four backslashes, naming another key)."""
     m, _ = _digits()
-    for odd in ("x\\y\x1b.", "it's \"q\"\\."):
+    for odd in ("x\\y\x1b.", "it's \"q\"\\.", "na\udc80me."):  # (the last: an undecodable byte of a file name)
         sd = {**m.state_dict(), odd + "w": torch.zeros(2)}
         torch.save(sd, tmp_path / "o.pt")
         line = _error(tmp_path / "o.pt", arch="digits_cnn")

@@ -1077,7 +1077,11 @@ def py_str(s: str) -> str:
     that ``s`` does not hold (``'a' "'" 'b'`` when it holds both kinds). The line that shows the message escapes
     it once (:func:`embedscope.text.safe`: a control character as ``\\x1b``, a backslash doubled), which is then
     the same literal; ``repr`` escaped it first, and shown so a backslash of the key was four (a command naming
-    another key)."""
+    another key). A lone surrogate (a key made of an undecodable file name) is ``chr(0xdc80)``: the line shows
+    it as the byte, ``\\x80``, which in a literal is another character."""
+    parts = re.split(r"([\ud800-\udfff])", s)
+    if len(parts) > 1:
+        return " + ".join(f"chr({ord(p):#x})" if i % 2 else py_str(p) for i, p in enumerate(parts) if p)
     if "'" not in s:
         return f"'{s}'"
     if '"' not in s:
