@@ -650,8 +650,6 @@ def build_untrained(config: dict[str, Any], out: Path, weights_sha256: str | Non
                 f"{out}: the untrained network no longer holds the bytes it was built with (sha256 differs from "
                 f"the one beside it, {sha256_path(out).name}: damaged on disk?): built again"), stacklevel=2)
     if config.get("weights") and weights_sha256:
-        from embedscope.fileio import sha256_file
-
         try:
             now = sha256_file(config["weights"])
         except OSError as e:
