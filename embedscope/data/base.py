@@ -347,14 +347,26 @@ def class_split(labels: np.ndarray, n_classes: int, train_classes: int | None, d
 def check_images_exist(root: Path, paths, dataset: str) -> None:
     """Raise one line naming the first listed image that is not a file under ``root``, or that a list
     names outside it (an absolute path, or one through ``..``: the official lists name every image
-    relative to the data set's folder; such a path was read, and stored as given, from anywhere)."""
+    relative to the data set's folder; such a path was read, and stored as given, from anywhere), or
+    that a list names twice (``a/b.jpg`` and ``a//b.jpg`` or ``./a/b.jpg`` are one image): a row that
+    repeats an image is its twin's nearest neighbour at distance 0 (R@1 counted a hit, or a miss when
+    the two rows carry different classes), and files matched by path (``yoke``, saliency maps) refused
+    the file only later."""
+    import posixpath
+
     missing = 0
     first = None
-    for p in paths:
+    seen: dict[str, int] = {}
+    twice: list[tuple[int, int]] = []
+    for k, p in enumerate(paths):
         t = str(p).replace("\\", "/")
         if t.startswith("/") or t == ".." or t.startswith("../") or "/../" in t or t.endswith("/.."):
             raise EmbedscopeError(f"{dataset}: the listed image {quoted(str(p))} is not a path inside the data set's "
                                   f"folder {root} (absolute, or through '..'): the lists name images relative to it")
+        key = posixpath.normpath(t) if ("//" in t or "./" in t or t.endswith("/.")) else t
+        j = seen.setdefault(key, k)
+        if j != k:
+            twice.append((j, k))
         if not os.path.isfile(root / p):
             missing += 1
             if first is None:
@@ -362,6 +374,14 @@ def check_images_exist(root: Path, paths, dataset: str) -> None:
     if missing:
         raise EmbedscopeError(
             f"{dataset}: image {first} is missing ({missing} of {len(paths)} listed images are absent)"
+        )
+    if twice:
+        j, k = twice[0]
+        same = "" if str(paths[j]) == str(paths[k]) else f" (as {quoted(str(paths[j]))} first)"
+        raise EmbedscopeError(
+            f"{dataset}: the image {quoted(str(paths[k]))} is listed twice{same}: listed images {j + 1} and "
+            f"{k + 1} of {len(paths)} ({len(twice)} listed image(s) repeat an earlier one); each image must be "
+            "listed once (a repeated image is its own nearest neighbour)"
         )
 
 

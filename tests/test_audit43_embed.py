@@ -1,0 +1,159 @@
+"""Audit 43: a fresh user's pass over ``embedscope embed`` and the data loaders, with tiny folders in the
+official layouts (CUB_200_2011, Stanford_Online_Products, cars_annos.mat + car_ims/).
+
+Bugs found here: an image that a list names twice (CUB's images.txt under two ids, SOP's Ebay files,
+cars_annos.mat) was embedded as two rows, each the other's nearest neighbour at distance 0 (R@1 a
+hit, or a miss when the two lines gave different classes), and the file was refused only later by
+the commands that match rows by path; ``--image-size 32 --resize 20`` was refused with the hint
+"pass --image-size too", which had been passed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from embedscope.data import get_dataset
+from embedscope.embed import input_size_override
+from embedscope.errors import EmbedscopeError, UsageError
+
+
+def _jpeg(path: Path, seed: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(path, "JPEG")
+
+
+def _cub(top: Path, extra: list[tuple[str, int]] = ()) -> Path:
+    """CUB_200_2011/ with 4 classes of 2 images (ids 1..8), then ``extra`` lines (path, class id) under
+    ids 9, 10, ... naming images already listed."""
+    base = top / "CUB_200_2011"
+    img, lab, cls = [], [], []
+    iid = 0
+    for c in range(1, 5):
+        cls.append(f"{c} {c:03d}.Bird_{c}")
+        for k in range(2):
+            iid += 1
+            rel = f"{c:03d}.Bird_{c}/Bird_{c}_{k}.jpg"
+            _jpeg(base / "images" / rel, iid)
+            img.append(f"{iid} {rel}")
+            lab.append(f"{iid} {c}")
+    for rel, c in extra:
+        iid += 1
+        img.append(f"{iid} {rel}")
+        lab.append(f"{iid} {c}")
+    for name, lines in (("images.txt", img), ("image_class_labels.txt", lab), ("classes.txt", cls)):
+        (base / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return top
+
+
+def _sop(top: Path, extra_test: list[str] = ()) -> Path:
+    """Stanford_Online_Products/ with classes 1-2 in Ebay_train.txt and 3-4 in Ebay_test.txt, 2 images
+    each, then ``extra_test`` lines of Ebay_test.txt (class 4)."""
+    base = top / "Stanford_Online_Products"
+    rows: dict[str, list[str]] = {"train": [], "test": []}
+    iid = 0
+    for cid in range(1, 5):
+        for k in range(2):
+            iid += 1
+            rel = f"bicycle_final/{cid}_{k}.JPG"
+            _jpeg(base / rel, iid)
+            rows["train" if cid <= 2 else "test"].append(f"{iid} {cid} 1 {rel}")
+    for rel in extra_test:
+        iid += 1
+        rows["test"].append(f"{iid} 4 1 {rel}")
+    for split, lines in rows.items():
+        (base / f"Ebay_{split}.txt").write_text("image_id class_id super_class_id path\n" + "\n".join(lines) + "\n",
+                                                encoding="utf-8")
+    return top
+
+
+def _cars(root: Path, rels: list[str], classes: list[int]) -> Path:
+    """cars_annos.mat over ``rels`` (of classes 1..4) and the images car_ims/ holds."""
+    from scipy.io import savemat
+
+    fields = ["relative_im_path", "bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class", "test"]
+    annos = np.zeros((1, len(rels)), dtype=[(f, "O") for f in fields])
+    for i, (rel, c) in enumerate(zip(rels, classes)):
+        if not (root / rel).exists():
+            _jpeg(root / rel, i)
+        one = np.array([[1]], np.uint8)
+        annos[0, i] = (np.array([rel]), one, one, np.array([[4]], np.uint8), np.array([[3]], np.uint8),
+                       np.array([[c]], np.uint8), np.array([[0]], np.uint8))
+    cell = np.empty((1, 4), dtype=object)
+    cell[0, :] = [np.array([f"Maker Model{c} Sedan 2012"]) for c in range(1, 5)]
+    savemat(root / "cars_annos.mat", {"annotations": annos, "class_names": cell})
+    return root
+
+
+def _one_line(e) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+# ------------------------------------------------------------------------------- an image listed twice
+
+
+def test_cub_image_listed_twice_under_two_ids_is_refused(tmp_path):
+    """Regression: images.txt naming 001.Bird_1/Bird_1_0.jpg again as image 9 of class 3 gave 9 rows, two of
+    them one image with two classes (a sure R@1 miss for both, and a file `yoke` refuses by path)."""
+    get_dataset("cub200", _cub(tmp_path / "ok"))  # the plain folder loads
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset("cub200", _cub(tmp_path / "dup", [("001.Bird_1/Bird_1_0.jpg", 3)]))
+    msg = _one_line(e)
+    assert msg.startswith("cub200: the image 'images/001.Bird_1/Bird_1_0.jpg' is listed twice:"), msg
+    assert "listed images 1 and 9 of 9" in msg
+
+
+def test_cub_same_image_spelt_two_ways_is_one_image(tmp_path):
+    """``a//b.jpg`` and ``./a/b.jpg`` name the file ``a/b.jpg`` names: listed twice all the same."""
+    for spelt in ("002.Bird_2//Bird_2_1.jpg", "./002.Bird_2/Bird_2_1.jpg", "002.Bird_2/./Bird_2_1.jpg"):
+        with pytest.raises(EmbedscopeError) as e:
+            get_dataset("cub200", _cub(tmp_path / str(len(spelt)), [(spelt, 2)]))
+        msg = _one_line(e)
+        assert "is listed twice (as 'images/002.Bird_2/Bird_2_1.jpg' first): listed images 4 and 9" in msg
+
+
+def test_sop_image_listed_in_train_and_again_in_test_is_refused(tmp_path):
+    get_dataset("sop", _sop(tmp_path / "ok"))
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset("sop", _sop(tmp_path / "dup", ["bicycle_final/4_1.JPG"]))
+    msg = _one_line(e)
+    assert msg.startswith("sop: the image 'bicycle_final/4_1.JPG' is listed twice: listed images 8 and 9 of 9 "
+                          "(1 listed image(s) repeat an earlier one)"), msg
+
+
+def test_cars_annos_naming_one_image_twice_is_refused(tmp_path):
+    rels = [f"car_ims/{i:06d}.jpg" for i in range(1, 9)]
+    ds = get_dataset("cars196", _cars(tmp_path / "ok", rels, [1, 1, 2, 2, 3, 3, 4, 4]))
+    assert list(ds.paths) == rels
+    (tmp_path / "dup").mkdir()
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset("cars196", _cars(tmp_path / "dup", rels + ["car_ims/000003.jpg"], [1, 1, 2, 2, 3, 3, 4, 4, 4]))
+    assert "cars196: the image 'car_ims/000003.jpg' is listed twice: listed images 3 and 9 of 9" in _one_line(e)
+
+
+def test_a_missing_image_is_still_named_first(tmp_path):
+    """A list that both repeats an image and names one not on disk: the missing image is the error (with
+    the hint for an archive unpacked one folder too deep, which a duplicate must not get)."""
+    top = _cub(tmp_path, [("001.Bird_1/Bird_1_0.jpg", 1)])
+    (top / "CUB_200_2011" / "images" / "004.Bird_4" / "Bird_4_1.jpg").unlink()
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset("cub200", top)
+    assert "Bird_4_1.jpg is missing (1 of 9 listed images are absent)" in _one_line(e)
+
+
+# ------------------------------------------------------------------------------- --resize below the crop
+
+
+def test_resize_below_a_given_image_size_does_not_ask_for_image_size():
+    """Regression: --image-size 32 --resize 20 said "(pass --image-size too)"; it was passed."""
+    with pytest.raises(UsageError) as e:
+        input_size_override({"arch": "resnet18"}, "cub200", 32, 20)
+    msg = str(e.value)
+    assert "--resize 20 is smaller than the crop size 32" in msg and "pass --image-size too" not in msg
+    with pytest.raises(UsageError, match=r"smaller than the crop size 224: .*\(pass --image-size too\)$"):
+        input_size_override({"arch": "resnet18"}, "cub200", None, 20)
