@@ -398,8 +398,10 @@ def input_size_override(config: dict[str, Any], dataset: str, image_size: int | 
         if resize is not None:
             size = int(config.get("image_size", 224))
             if resize < size:
+                # (the hint to give --image-size only when it was not given: the crop is then the checkpoint's)
+                hint = " (pass --image-size too)" if image_size is None else " (give --resize at least --image-size)"
                 raise UsageError(f"--resize {resize} is smaller than the crop size {size}: the centre crop "
-                                 "would pad the image (pass --image-size too)")
+                                 f"would pad the image{hint}")
             config["resize"] = resize
     return config, notes
 
