@@ -193,7 +193,8 @@ def load_imagefolder(root, train_classes: int | None = None) -> ImageDataset:
 
     Classes are the sub-folders in sorted name order (hidden folders are skipped); images are the
     files with an ending in :data:`IMG_EXTENSIONS`, searched recursively inside each class folder
-    (symbolic links followed; a folder reached twice, as through a link loop, is read once). A listed
+    (symbolic links followed; a folder reached twice within one class folder, as through a link loop, is
+    read once; a link into another class's folder is read, its images then rows of both classes). A listed
     name that is no file to read (a symbolic link to nothing, a named pipe) is an error naming it.
     A class or file name that is not valid UTF-8 (an undecodable byte) is an error: the HDF5 file
     stores names as text.
