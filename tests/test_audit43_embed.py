@@ -157,3 +157,37 @@ def test_resize_below_a_given_image_size_does_not_ask_for_image_size():
     assert "--resize 20 is smaller than the crop size 32" in msg and "pass --image-size too" not in msg
     with pytest.raises(UsageError, match=r"smaller than the crop size 224: .*\(pass --image-size too\)$"):
         input_size_override({"arch": "resnet18"}, "cub200", None, 20)
+
+
+# ------------------------------------------------------------------------------- lists that are not UTF-8
+
+
+@pytest.mark.parametrize("dataset, name", [("cub200", "CUB_200_2011/images.txt"),
+                                           ("sop", "Stanford_Online_Products/Ebay_test.txt")])
+def test_a_list_saved_as_latin1_or_utf16_names_the_line(tmp_path, dataset, name):
+    """Regression: was "cannot read .../images.txt (UnicodeDecodeError)", naming neither line nor cause."""
+    top = (_cub if dataset == "cub200" else _sop)(tmp_path)
+    f = tmp_path / name
+    lines = f.read_text(encoding="utf-8").splitlines()
+    lines[2] = lines[2].replace(".", "_café.", 1)
+    f.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("latin-1") + b"\r\n")  # a BOM: the offset counts it
+    at = f.read_bytes().index(b"\xe9")
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset(dataset, top)
+    assert _one_line(e) == (f"{dataset}: {f}: line 3 is not UTF-8 text (byte 0xe9 at offset {at} of the file; "
+                            "Latin-1 or Windows-1252?): save it as UTF-8")
+    f.write_text("\n".join(lines), encoding="utf-16")
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset(dataset, top)
+    assert _one_line(e) == f"{dataset}: {f} is UTF-16 text: save it as UTF-8"
+
+
+def test_lists_with_crlf_a_bom_and_blank_lines_read_as_plain_ones(tmp_path):
+    plain = get_dataset("cub200", _cub(tmp_path / "plain"))
+    top = _cub(tmp_path / "crlf")
+    for name in ("images.txt", "image_class_labels.txt", "classes.txt"):
+        f = top / "CUB_200_2011" / name
+        f.write_bytes(b"\xef\xbb\xbf" + f.read_bytes().replace(b"\n", b"\r\n\r\n") + b"\r\n")
+    ds = get_dataset("cub200", top)
+    assert list(ds.paths) == list(plain.paths) and list(ds.class_names) == list(plain.class_names)
+    np.testing.assert_array_equal(ds.labels, plain.labels)

@@ -267,11 +267,22 @@ def augment_seed(seed: int, epoch: int, i: int) -> int:
 def read_text(path: Path, dataset: str, *, encoding: str = "utf-8-sig") -> str:
     """The text of a data set's annotation file (universal newlines; UTF-8, a byte-order mark at its
     start dropped: a file saved by an editor that writes one read as "malformed line '\\ufeff1 ...'");
-    an unreadable or undecodable file is a one-line error naming it."""
+    an unreadable file is a one-line error naming it; so is one that is not UTF-8 text, with the line and the
+    byte (it was "cannot read ... (UnicodeDecodeError)": a list re-saved as Latin-1 or UTF-16 on Windows)."""
     try:
-        return Path(path).read_text(encoding=encoding)
-    except (OSError, UnicodeDecodeError) as e:
+        data = Path(path).read_bytes()
+    except OSError as e:
         raise EmbedscopeError(f"{dataset}: cannot read {path} ({e.__class__.__name__})") from None
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as e:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            raise EmbedscopeError(f"{dataset}: {path} is UTF-16 text: save it as UTF-8") from None
+        at = e.start + len(data) - len(e.object)  # (utf-8-sig decodes the bytes after a byte-order mark)
+        line = data.count(b"\n", 0, at) + 1
+        raise EmbedscopeError(f"{dataset}: {path}: line {line} is not UTF-8 text (byte 0x{data[at]:02x} at "
+                              f"offset {at} of the file; Latin-1 or Windows-1252?): save it as UTF-8") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # (universal newlines, as open() reads text)
 
 
 #: the downloads' archives (CUB_200_2011.tgz, car_ims.tgz, Stanford_Online_Products.zip, Kaggle's zip), given as --root
