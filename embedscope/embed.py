@@ -454,11 +454,18 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,
                                      unsafe_pickle=unsafe_pickle, ema=ema, transform_input=transform_input)
+    digits = str(dataset).lower() == "digits"
+    need = "8x8 digits need the digits_cnn" if digits else "photos need an image backbone"
     if checkpoint is None and trunk is None and embedder is None and arch:  # an --arch baseline (no checkpoint)
-        digits = str(dataset).lower() == "digits"
         if digits != (arch == "digits_cnn"):  # before the data are read (else "a resnet18 checkpoint cannot ...")
-            raise UsageError(f"--arch {arch} does not fit the {dataset} images "
-                             f"({'8x8 digits need the digits_cnn' if digits else 'photos need an image backbone'})")
+            raise UsageError(f"--arch {arch} does not fit the {dataset} images ({need})")
+    elif digits != (config.get("arch") == "digits_cnn"):
+        # checkpoint_input's refusal, before the data are read: a digits checkpoint on --dataset shapes rendered
+        # the default set (4,800 images), on sop listed 120,053 images, and said notes on a transfer, then this
+        from embedscope.data import ALIASES
+
+        raise EmbedscopeError(f"a {config.get('arch')} checkpoint cannot embed the "
+                              f"{ALIASES.get(str(dataset).lower(), str(dataset).lower())} images ({need})")
     # notes on the checkpoint and the data, said once the data are read (a wrong --root is one error line,
     # not notes on a transfer to images that are not there, then the error)
     trained_size = config.get("image_size") if config.get("loss") else None  # a run of `train` (its input size)
@@ -486,13 +493,13 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
     if len(ds) == 0:
         raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
-    if echo is not None:
-        for note in notes:
-            echo(f"note: {note}")
     if ds.kind == "digits" and (image_size is not None or resize is not None):
         raise UsageError("--image-size and --resize are for photos: the digits are used as they are (8x8)")
     transform, size, input_text = checkpoint_input(ds, config)
     check_fixed_input(model, size)
+    if echo is not None:  # (after every refusal: notes on a file that is not written were noise before its error)
+        for note in notes:
+            echo(f"note: {note}")
     dev = resolve_device(device)
     use_amp = bool(amp) and dev.type == "cuda"
     if batch_size is None:

@@ -191,3 +191,59 @@ def test_lists_with_crlf_a_bom_and_blank_lines_read_as_plain_ones(tmp_path):
     ds = get_dataset("cub200", top)
     assert list(ds.paths) == list(plain.paths) and list(ds.class_names) == list(plain.class_names)
     np.testing.assert_array_equal(ds.labels, plain.labels)
+
+
+# ------------------------------------------------------------------------------- a checkpoint of the other kind
+
+
+def _digits_run_checkpoint(path: Path) -> Path:
+    """An untrained digits_cnn checkpoint whose config says `train` made it on the digits (a loss named):
+    embedded on photos it is a transfer, which a note would say."""
+    import torch
+
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = default_config("digits_cnn", embed_dim=4)
+    save_checkpoint(path, build_model(cfg), {**cfg, "dataset": "digits", "loss": "margin"})
+    return path
+
+
+def test_a_digits_checkpoint_on_photos_is_refused_before_the_data_are_read(tmp_path, monkeypatch):
+    """Regression: the data set was read first (`--dataset shapes` without --root rendered the default set of
+    4,800 images, `sop` listed its 120,053 files), a note said the file held a transfer, then the refusal."""
+    import embedscope.embed as embed
+
+    ck = _digits_run_checkpoint(tmp_path / "d.pt")
+
+    def no_reading(*a, **k):
+        raise AssertionError("the data set was read")
+
+    monkeypatch.setattr(embed, "get_dataset", no_reading)
+    said: list[str] = []
+    for dataset in ("shapes", "cub", "sop"):
+        with pytest.raises(EmbedscopeError) as e:
+            embed.embed_to_file(ck, dataset, tmp_path / "x.h5", echo=said.append, progress=False)
+        want = "cub200" if dataset == "cub" else dataset
+        assert str(e.value) == f"a digits_cnn checkpoint cannot embed the {want} images (photos need an image backbone)"
+    assert said == [] and not (tmp_path / "x.h5").exists()
+
+
+def test_notes_are_said_only_when_the_file_is_written(tmp_path):
+    """Regression: a refusal found once the data are read (--image-size on the digits) came after the notes
+    on the file it did not write (here: the checkpoint's --train-classes)."""
+    import torch
+
+    from embedscope.embed import embed_to_file
+    from embedscope.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = default_config("digits_cnn", embed_dim=4)
+    save_checkpoint(tmp_path / "d.pt", build_model(cfg), {**cfg, "dataset": "digits", "loss": "margin",
+                                                           "train_classes": 4})
+    said: list[str] = []
+    with pytest.raises(UsageError, match="are for photos"):
+        embed_to_file(tmp_path / "d.pt", "digits", tmp_path / "x.h5", image_size=8, echo=said.append, progress=False)
+    assert said == []
+    out = embed_to_file(tmp_path / "d.pt", "digits", tmp_path / "x.h5", echo=said.append, progress=False)
+    assert out.exists() and len(said) == 1 and said[0].startswith("note: --train-classes 4, the split the checkpoint")
