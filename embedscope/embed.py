@@ -451,6 +451,7 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
 
     check_writable(out, force=force)  # fail before the long work
     image_size, resize = checked_sizes(image_size, resize)
+    dev = resolve_device(device)  # a --device this machine has not: refused before the model and the data are read
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,
                                      unsafe_pickle=unsafe_pickle, ema=ema, transform_input=transform_input)
@@ -500,7 +501,6 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     if echo is not None:  # (after every refusal: notes on a file that is not written were noise before its error)
         for note in notes:
             echo(f"note: {note}")
-    dev = resolve_device(device)
     use_amp = bool(amp) and dev.type == "cuda"
     if batch_size is None:
         batch_size = evaluation_batch_size(ds.kind)

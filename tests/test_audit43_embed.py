@@ -247,3 +247,18 @@ def test_notes_are_said_only_when_the_file_is_written(tmp_path):
     assert said == []
     out = embed_to_file(tmp_path / "d.pt", "digits", tmp_path / "x.h5", echo=said.append, progress=False)
     assert out.exists() and len(said) == 1 and said[0].startswith("note: --train-classes 4, the split the checkpoint")
+
+
+def test_a_device_the_machine_has_not_is_refused_before_the_model_and_the_data(tmp_path, monkeypatch):
+    """Regression: `--device cuda` on a machine without a GPU was said once the checkpoint was loaded and the
+    data set listed (SOP: 120,053 images checked on disk first). cuda:99: no machine here has 100 GPUs."""
+    import embedscope.embed as embed
+    import embedscope.models
+
+    def no_reading(*a, **k):
+        raise AssertionError("read before the device was checked")
+
+    monkeypatch.setattr(embed, "get_dataset", no_reading)
+    monkeypatch.setattr(embedscope.models, "load_model", no_reading)
+    with pytest.raises(EmbedscopeError, match=r"^--device cuda:99"):
+        embed.embed_to_file(None, "digits", tmp_path / "x.h5", arch="digits_cnn", device="cuda:99", progress=False)
