@@ -104,9 +104,9 @@ def embed_images(model, ds: ImageDataset, *, transform=None, batch_size: int = 1
     from embedscope.device import resolve_device
     from embedscope.progress import progress_bar
 
-    if int(num_workers) < 0:
-        raise EmbedscopeError(f"the number of data loader workers must be >= 0, got {num_workers}")
-    batch_size = int(batch_size)
+    # (a batch_size of 0 was range()'s bare ValueError, 2.5 was taken as 2, silently)
+    num_workers = check_int(num_workers, "num_workers", min=0)
+    batch_size = check_int(batch_size, "batch_size", min=1)
     dev = resolve_device(device)
     if transform is None:
         size = 8 if ds.kind == "digits" else 224
@@ -451,6 +451,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
 
     check_writable(out, force=force)  # fail before the long work
     image_size, resize = checked_sizes(image_size, resize)
+    batch_size = check_int(batch_size, "batch_size", min=1, allow_none=True)  # (before the model and the data)
+    num_workers = check_int(num_workers, "num_workers", min=0)
     dev = resolve_device(device)  # a --device this machine has not: refused before the model and the data are read
     model, config, info = load_model(checkpoint, arch=arch, weights=weights, head=head, embed_dim=embed_dim,
                                      head_seed=head_seed, trunk=trunk, embedder=embedder,

@@ -262,3 +262,28 @@ def test_a_device_the_machine_has_not_is_refused_before_the_model_and_the_data(t
     monkeypatch.setattr(embedscope.models, "load_model", no_reading)
     with pytest.raises(EmbedscopeError, match=r"^--device cuda:99"):
         embed.embed_to_file(None, "digits", tmp_path / "x.h5", arch="digits_cnn", device="cuda:99", progress=False)
+
+
+@pytest.mark.parametrize("kw, msg", [({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+                                     ({"batch_size": 2.5}, "batch_size must be an integer, got 2.5"),
+                                     ({"num_workers": -1}, "num_workers must be an integer >= 0, got -1")])
+def test_python_batch_size_and_workers_are_checked_first(tmp_path, monkeypatch, kw, msg):
+    """Regression: embed_to_file(batch_size=0) was range()'s bare "ValueError: range() arg 3 must not be
+    zero" after the model was loaded and the data read; batch_size=2.5 embedded in batches of 2 silently."""
+    import embedscope.embed as embed
+    import embedscope.models
+
+    def no_reading(*a, **k):
+        raise AssertionError("read before the options were checked")
+
+    monkeypatch.setattr(embed, "get_dataset", no_reading)
+    monkeypatch.setattr(embedscope.models, "load_model", no_reading)
+    with pytest.raises(EmbedscopeError) as e:
+        embed.embed_to_file(None, "digits", tmp_path / "x.h5", arch="digits_cnn", progress=False, **kw)
+    assert str(e.value) == msg and not (tmp_path / "x.h5").exists()
+    monkeypatch.undo()
+    from embedscope.data import get_dataset as real_get_dataset
+
+    ds = real_get_dataset("digits").take(np.arange(4))
+    with pytest.raises(EmbedscopeError, match=f"^{msg}$"):
+        embed.embed_images(None, ds, progress=False, **kw)
