@@ -287,3 +287,11 @@ def test_python_batch_size_and_workers_are_checked_first(tmp_path, monkeypatch, 
     ds = real_get_dataset("digits").take(np.arange(4))
     with pytest.raises(EmbedscopeError, match=f"^{msg}$"):
         embed.embed_images(None, ds, progress=False, **kw)
+
+
+@pytest.mark.parametrize("value", [2.5, True])
+def test_get_dataset_train_classes_must_be_an_integer(value):
+    """Regression: get_dataset("digits", train_classes=2.5) split after 2 classes, True after 1, silently."""
+    with pytest.raises(EmbedscopeError, match=f"^train_classes must be an integer, got {value}$"):
+        get_dataset("digits", train_classes=value)
+    assert get_dataset("digits", train_classes=3.0).subset("train").num_classes == 3

@@ -17,6 +17,7 @@ import numpy as np
 
 from embedscope.errors import EmbedscopeError
 from embedscope.text import quoted
+from embedscope.validation import check_int
 
 if TYPE_CHECKING:
     import torch
@@ -346,7 +347,8 @@ def class_split(labels: np.ndarray, n_classes: int, train_classes: int | None, d
         raise EmbedscopeError(
             f"{dataset}: {n_classes} class(es) found; the zero-shot train/test split needs at least 2"
         )
-    n = (n_classes + 1) // 2 if train_classes is None else int(train_classes)
+    # (a train_classes of 2.5 was taken as 2, True as 1)
+    n = (n_classes + 1) // 2 if train_classes is None else check_int(train_classes, "train_classes", min=None)
     if not 1 <= n < n_classes:
         raise EmbedscopeError(
             f"{dataset}: --train-classes {n} must be between 1 and {n_classes - 1} "
