@@ -62,9 +62,12 @@ def compute_device(device="auto"):
 
 
 def resolve_device(device: str = "auto"):
-    """A ``torch.device`` for "auto" | "cpu" | "cuda" (or "cuda:N")."""
+    """A ``torch.device`` for "auto" | "cpu" | "cuda" (or "cuda:N"), or for a ``torch.device`` (or
+    :data:`CPU`) given (``torch.device("cpu")`` was "unknown device 'cpu'"); a CUDA one checked as its name."""
     import torch
 
+    if hasattr(device, "type") and not isinstance(device, str):
+        device = str(device)
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":

@@ -295,3 +295,22 @@ def test_get_dataset_train_classes_must_be_an_integer(value):
     with pytest.raises(EmbedscopeError, match=f"^train_classes must be an integer, got {value}$"):
         get_dataset("digits", train_classes=value)
     assert get_dataset("digits", train_classes=3.0).subset("train").num_classes == 3
+
+
+def test_a_torch_device_is_a_device(tmp_path):
+    """Regression: embed_images(..., device=torch.device("cpu")) (a device as torch code holds it) was
+    "unknown device 'cpu' (choose auto, cpu or cuda)"."""
+    import torch
+
+    from embedscope.device import CPU, resolve_device
+    from embedscope.embed import embed_images
+    from embedscope.models import build_model, default_config
+
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu") and resolve_device(CPU) == torch.device("cpu")
+    with pytest.raises(EmbedscopeError, match=r"^--device cuda:99"):
+        resolve_device(torch.device("cuda", 99))
+    torch.manual_seed(0)
+    model = build_model(default_config("digits_cnn", embed_dim=4))
+    ds = get_dataset("digits").take(np.arange(5))
+    np.testing.assert_array_equal(embed_images(model, ds, device=torch.device("cpu"), progress=False),
+                                  embed_images(model, ds, device="cpu", progress=False))
