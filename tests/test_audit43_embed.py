@@ -314,3 +314,26 @@ def test_a_torch_device_is_a_device(tmp_path):
     ds = get_dataset("digits").take(np.arange(5))
     np.testing.assert_array_equal(embed_images(model, ds, device=torch.device("cpu"), progress=False),
                                   embed_images(model, ds, device="cpu", progress=False))
+
+
+def test_a_listed_name_on_disk_in_the_other_unicode_spelling_is_said(tmp_path):
+    """A list naming 'Café.jpg' composed (NFC) and the file decomposed (NFD, copied from a Mac): 'missing' of a
+    file that `ls` shows was all the error said."""
+    import unicodedata
+
+    top = _sop(tmp_path)
+    base = top / "Stanford_Online_Products"
+    nfc = unicodedata.normalize("NFC", "bicycle_final/Café_1.JPG")
+    nfd = unicodedata.normalize("NFD", nfc)
+    (base / "bicycle_final" / "4_1.JPG").rename(base / nfd)
+    f = base / "Ebay_test.txt"
+    f.write_text(f.read_text(encoding="utf-8").replace("bicycle_final/4_1.JPG", nfc), encoding="utf-8")
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset("sop", top)
+    assert _one_line(e) == (f"sop: image {base / nfc} is missing (1 of 8 listed images are absent; the folder "
+                            "holds it with its name in another Unicode spelling, NFD (a copy made on a Mac?): "
+                            "rename the files or the lists to one spelling)")
+    (base / nfd).unlink()
+    with pytest.raises(EmbedscopeError) as e:
+        get_dataset("sop", top)
+    assert _one_line(e).endswith("(1 of 8 listed images are absent)")

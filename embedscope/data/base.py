@@ -368,7 +368,7 @@ def check_images_exist(root: Path, paths, dataset: str) -> None:
     import posixpath
 
     missing = 0
-    first = None
+    first, first_listed = None, ""
     seen: dict[str, int] = {}
     twice: list[tuple[int, int]] = []
     for k, p in enumerate(paths):
@@ -383,10 +383,11 @@ def check_images_exist(root: Path, paths, dataset: str) -> None:
         if not os.path.isfile(root / p):
             missing += 1
             if first is None:
-                first = root / p
+                first, first_listed = root / p, str(p)
     if missing:
         raise EmbedscopeError(
-            f"{dataset}: image {first} is missing ({missing} of {len(paths)} listed images are absent)"
+            f"{dataset}: image {first} is missing ({missing} of {len(paths)} listed images are absent"
+            f"{_other_spelling(root, first_listed)})"
         )
     if twice:
         j, k = twice[0]
@@ -396,6 +397,22 @@ def check_images_exist(root: Path, paths, dataset: str) -> None:
             f"{k + 1} of {len(paths)} ({len(twice)} listed image(s) repeat an earlier one); each image must be "
             "listed once (a repeated image is its own nearest neighbour)"
         )
+
+
+def _other_spelling(root: Path, listed: str) -> str:
+    """``; the folder holds it with its name in another Unicode spelling ...`` when the listed path, not found, is on disk
+    in the other Unicode normalisation (``é`` as one character or as ``e`` + an accent): names copied from a
+    Mac (a zip made there) are decomposed, lists typed elsewhere composed, and the file looked present."""
+    import unicodedata
+
+    if listed.isascii():
+        return ""
+    for form in ("NFD", "NFC"):
+        other = unicodedata.normalize(form, listed)
+        if other != listed and os.path.isfile(root / other):
+            return (f"; the folder holds it with its name in another Unicode spelling, {form} (a copy made on "
+                    "a Mac?): rename the files or the lists to one spelling")
+    return ""
 
 
 def data_fingerprint(ds: ImageDataset) -> str:
