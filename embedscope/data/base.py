@@ -400,9 +400,10 @@ def check_images_exist(root: Path, paths, dataset: str) -> None:
 
 
 def _other_spelling(root: Path, listed: str) -> str:
-    """``; the folder holds it with its name in another Unicode spelling ...`` when the listed path, not found, is on disk
-    in the other Unicode normalisation (``é`` as one character or as ``e`` + an accent): names copied from a
-    Mac (a zip made there) are decomposed, lists typed elsewhere composed, and the file looked present."""
+    """``; the folder holds it with its name in another Unicode spelling ...`` when the listed path, not
+    found, is on disk in the other Unicode normalisation (``é`` as one character or as ``e`` + an accent):
+    names copied from a Mac (a zip made there) are decomposed, lists typed elsewhere composed, and the
+    file looked present."""
     import unicodedata
 
     if listed.isascii():
