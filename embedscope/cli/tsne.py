@@ -5,7 +5,7 @@ from __future__ import annotations
 from embedscope.cli.common import add_figure_output, positive_float, positive_int, seed_int, thread_count
 from embedscope.cli.output import add_table_parquet
 from embedscope.names import SPLIT_CHOICES
-from embedscope.tsne import DEFAULT_MAX_POINTS
+from embedscope.tsne import DEFAULT_MAX_POINTS, MIN_PERPLEXITY
 
 
 def add_parser(sub, parents):
@@ -22,7 +22,7 @@ def add_parser(sub, parents):
                    help=f"map at most N points (default: {DEFAULT_MAX_POINTS}; a fixed-seed subsample, stratified "
                    "by class and split, nested: the points of N are among those of N + 1); a note says when the "
                    "default left points out")
-    p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity (default: 30)")
+    p.add_argument("--perplexity", type=positive_float, default=30.0, help="t-SNE perplexity, at least 1 (default: 30)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed (subsample, PCA init, neighbours; default: 0)")
     p.add_argument("--n-iter", type=positive_int, default=500,
                    help="iterations after early exaggeration (default: 500, openTSNE's)")
@@ -53,8 +53,8 @@ def run(args) -> int:
 
     if args.joint and args.split is not None:
         raise UsageError("--joint maps both splits; leave out --split")
-    if not args.perplexity > 0:
-        raise UsageError(f"--perplexity must be positive, got {args.perplexity}")
+    if not args.perplexity >= MIN_PERPLEXITY:  # (below 1 openTSNE failed or gave one map for all)
+        raise UsageError(f"--perplexity must be at least {MIN_PERPLEXITY:g}, got {args.perplexity:g}")
     refuse_figure_inputs(args.output, [args.file])
     png, pdf, csv, js = figure_outputs(args.output, args.force)
     pq = parquet_output(args, (png, pdf, csv, js))

@@ -12,7 +12,8 @@ Plain functions on arrays, nothing drawn here (the figures are in :mod:`embedsco
   parameter) and its :class:`GradientDescentState`;
 * :mod:`embedscope.tsne.sampling` -- :func:`stratified_subsample` (nested in ``n``) and its
   :func:`stratum_quotas`;
-* here: :data:`DEFAULT_MAX_POINTS`, the commands' default ``--max-points``.
+* here: :data:`DEFAULT_MAX_POINTS`, the commands' default ``--max-points``, and
+  :data:`MIN_PERPLEXITY`.
 
 Imports are lazy: ``from embedscope.tsne import stratified_subsample`` does not load openTSNE.
 """
@@ -26,6 +27,12 @@ from embedscope._lazy import lazy_exports
 #: docs/PERFORMANCE.md); the Python functions map every row unless ``max_points`` is given. Here, not
 #: in :mod:`embedscope.tsne.sampling`: the commands' ``--help`` reads it without importing numpy.
 DEFAULT_MAX_POINTS = 50_000
+
+#: the smallest perplexity a map can have: 2 to the entropy of a point's neighbour distribution, 1
+#: when all of it is on one neighbour. openTSNE does not refuse less: below 1/3 its neighbour search
+#: failed (3·perplexity < 1 neighbour), and from 1/3 to 1 every value gave the affinities of its
+#: one or two neighbours, one map recorded under different perplexities. Here too (no numpy: --help).
+MIN_PERPLEXITY = 1.0
 
 _EXPORTS = {
     # openTSNE runs

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
+from embedscope.tsne import MIN_PERPLEXITY
 from embedscope.tsne._progress import ProgressFn, progress_reporter
 from embedscope.validation import check_matrix
 
@@ -222,10 +223,13 @@ def tsne_affinities(X: np.ndarray, perplexity: float, *, seed: int, n_jobs: int 
 
 def effective_perplexity(perplexity: float, n: int) -> float:
     """The perplexity actually used: ``min(perplexity, (n - 1) / 3)`` (openTSNE needs 3·perplexity
-    neighbours per point)."""
+    neighbours per point). A perplexity below :data:`~embedscope.tsne.MIN_PERPLEXITY` (1) is refused."""
     from embedscope.validation import check_int, check_number
 
     perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)
+    if perplexity < MIN_PERPLEXITY:  # (openTSNE's search failed below 1/3; 1/3 to 1 gave one map for all)
+        raise EmbedscopeError(f"perplexity must be at least {MIN_PERPLEXITY:g} (2 to the entropy of a point's "
+                              f"neighbour distribution), got {perplexity:g}")
     n = check_int(n, "n (points)", min=0)
     if n < 5:
         raise EmbedscopeError(f"t-SNE needs at least 5 points, got {n}")
