@@ -38,3 +38,40 @@ def test_cli_perplexity_below_one_is_a_usage_error(command, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--perplexity must be at least 1, got 0.01" in err and "ValueError" not in err
     assert not list(tmp_path.iterdir())
+
+
+def _beside_title(fig):
+    """(axes title, y-axis multiplier) pairs where the multiplier is not wholly below the title once
+    drawn: beside its last line it read as part of it ("1e-9" + "3 points" -> "1e-93 points")."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    bad = []
+    for ax in fig.axes:
+        off, ttl = ax.yaxis.get_offset_text(), ax.title
+        if off.get_text() and ttl.get_text() and off.get_window_extent(r).y1 > ttl.get_window_extent(r).y0 + 0.5:
+            bad.append((ttl.get_text(), off.get_text()))
+    return bad
+
+
+@pytest.mark.parametrize("scale", [1e-9])
+def test_map_titles_clear_of_the_axis_multiplier(scale):
+    # a map of tiny or huge coordinates (a few iterations, a strong yoke) has a y multiplier ("1e-9")
+    # above the panel, at the height of the title's last line: the joint map read "1e-93 points, ..."
+    from embedscope.viz import plot_joint_tsne, plot_tsne, plot_yoked_maps
+    from embedscope.viz.figures import use_agg
+
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    Y = (rng.normal(size=(8, 2)) + 5) * scale
+    lab = np.arange(8) % 3
+    figs = [plot_joint_tsne(Y[:3], Y[3:], lab[:3], lab[3:]), plot_tsne(Y, lab, split="test"),
+            plot_yoked_maps([Y, Y * 1.01], lab, names=["a", "b"], inset_class=1, split="test")]
+    try:
+        for fig in figs:
+            assert any(ax.yaxis.get_offset_text().get_text() for ax in fig.axes)  # (the case under test)
+            assert _beside_title(fig) == []
+    finally:
+        for fig in figs:
+            plt.close(fig)

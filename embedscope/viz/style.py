@@ -673,6 +673,23 @@ def _printable_func(func):
     return printable
 
 
+def _raise_titles_over_multipliers(fig) -> bool:
+    """Raise the title of each panel whose y axis shows a multiplier (``1e−9``: a t-SNE map of tiny or
+    huge coordinates) above it, as :func:`~embedscope.viz.scatter.plot_same_different` does: the
+    multiplier sits above the panel at the height of the title's last line, and matplotlib moves the
+    title only when the two overlap, so beside it they read as one ("1e−93 points, 3 classes").
+    Call after a layout (which sets the multipliers' texts); True when a title was raised."""
+    import matplotlib.pyplot as plt
+
+    raised = False
+    for ax in fig.axes:
+        off = ax.yaxis.get_offset_text()
+        if off.get_visible() and off.get_text() and ax.get_title():
+            ax.set_title(ax.get_title(), pad=plt.rcParams["axes.titlepad"] + 1.3 * off.get_fontsize())
+            raised = True
+    return raised
+
+
 def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | None = None,
                   fit_axes: Sequence | None = None) -> None:
     """Lay out inside the canvas (never relying on ``bbox_inches="tight"``): from the bottom up,
@@ -682,7 +699,8 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
     limits hold the window to show. The figure keeps its width and its height is fitted so that
     each such panel's cell has the window's shape; what is left is taken up by widening the window
     (centred) in its short direction, so the window is shown whole and no band of empty canvas is
-    left beside or above the panel.
+    left beside or above the panel. A panel title is raised above its y axis's multiplier
+    (:func:`_raise_titles_over_multipliers`).
     """
     if note:
         fig.text(0.995, 0.005, note, ha="right", va="bottom", fontsize=6, color="0.4")
@@ -719,6 +737,8 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
             fill_cells()
 
     layout()
+    if _raise_titles_over_multipliers(fig):
+        layout()
     for _ in range(6 if fit_axes else 0):
         W, H = fig.get_size_inches()
         need = []
