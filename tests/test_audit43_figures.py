@@ -75,3 +75,28 @@ def test_map_titles_clear_of_the_axis_multiplier(scale):
     finally:
         for fig in figs:
             plt.close(fig)
+
+
+def test_zoom_of_a_class_of_one_image_shows_its_neighbourhood():
+    # a class of one image (or of images at one place): the zoom's window was 1e-9 wide, its ticks
+    # read "1e-10+5.72360685e-1" over the axis label, the dashed box on the map was invisible and no
+    # neighbour was in view
+    from embedscope.viz import plot_yoked_maps
+    from embedscope.viz.figures import use_agg
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(1)
+    Y = rng.normal(size=(41, 2)) * 5
+    lab = np.array([0] * 20 + [1] * 20 + [2])
+    fig = plot_yoked_maps([Y, Y + 0.1], lab, names=["a", "b"], inset_class=2)
+    try:
+        zooms = [ax for ax in fig.axes if "zoomed" in ax.get_title()]
+        maps = [ax for ax in fig.axes if ax not in zooms]
+        assert len(zooms) == 2
+        for ax, zax in zip(maps, zooms):
+            map_span = max(np.ptp(ax.get_xlim()), np.ptp(ax.get_ylim()))
+            assert min(np.ptp(zax.get_xlim()), np.ptp(zax.get_ylim())) >= 0.02 * map_span * 0.99  # MIN_ZOOM_SHARE (docs: 2%)
+            assert zax.yaxis.get_offset_text().get_text() == "" and zax.xaxis.get_offset_text().get_text() == ""
+    finally:
+        plt.close(fig)

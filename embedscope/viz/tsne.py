@@ -363,21 +363,25 @@ def _yoked_inputs(Ys: Sequence[np.ndarray], labels: np.ndarray, names: Sequence[
 #: (:func:`_zoom_window`)
 MAX_ZOOM_AREA = 0.6
 DENSEST_ZOOM_SHARE = 0.5
+#: the smallest side of a zoom's window, as a share of the map window's larger side (a class of one
+#: image, or of images at one place, had a window a billionth of the map's); small enough that a
+#: compact class's own box (its points with a 15% margin) is hardly ever widened
+MIN_ZOOM_SHARE = 0.02
 
 
 def _zoom_window(P: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     """(lo, hi, densest) of the zoom window of one class, whose points in a map are ``P``, in a map
     window ``lo``..``hi``.
 
-    The box around the class's central 96% of points (2nd to 98th percentile on each axis), with a
-    15% margin, widened in its short direction to the zoom panel's shape (:data:`ZOOM_ROW_RATIO`;
-    the map's scale on both axes). A window of more than :data:`MAX_ZOOM_AREA` of the map's area
-    zooms (almost) nothing (a class spread over the whole map gave a zoom as large as the map): the
-    window is then the largest of the zoom's shape within :data:`DENSEST_ZOOM_SHARE` of the map's
-    width and height, centred on the class's densest part: on the one of the class's points (at most
-    2,000 of them, evenly spaced in row order) with the most of the class's points in a window a
-    third that size around it (then the most in the zoom's window; then the first), moved if need
-    be to lie within the map's window; ``densest`` is then True."""
+    The box around the class's central 96% of points (2nd to 98th percentile on each axis), with a 15%
+    margin, each side at least :data:`MIN_ZOOM_SHARE` of the map's larger side, widened in its short
+    direction to the zoom panel's shape (:data:`ZOOM_ROW_RATIO`; the map's scale on both axes). A window
+    of more than :data:`MAX_ZOOM_AREA` of the map's area zooms (almost) nothing (a class spread over the
+    whole map gave a zoom as large as the map): the window is then the largest of the zoom's shape within
+    :data:`DENSEST_ZOOM_SHARE` of the map's width and height, centred on the class's densest part: on the
+    one of the class's points (at most 2,000 of them, evenly spaced in row order) with the most of the
+    class's points in a window a third that size around it (then the most in the zoom's window; then the
+    first), moved if need be to lie within the map's window; ``densest`` is then True."""
     P = np.asarray(P, dtype=np.float64).reshape(-1, 2)
     P = P[np.all(np.isfinite(P), axis=1)]
     if len(P) == 0:
@@ -385,8 +389,13 @@ def _zoom_window(P: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndar
         return c - 0.5, c + 0.5, False
     zlo = np.percentile(P, 2, axis=0)
     zhi = np.percentile(P, 98, axis=0)
-    pad = 0.15 * np.maximum(zhi - zlo, 1e-9)
+    pad = 0.15 * (zhi - zlo)
     zlo, zhi = zlo - pad, zhi + pad
+    # at least MIN_ZOOM_SHARE of the map's larger side, centred: a class of one image (or of images at
+    # one place) had a window 1e-9 wide (ticks "1e-10+5.72e-1" over the axis label, an invisible box)
+    least = MIN_ZOOM_SHARE * float(np.max(np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)))
+    grow = np.maximum(least - (zhi - zlo), 0.0) / 2
+    zlo, zhi = zlo - grow, zhi + grow
     # at the map's scale on both axes, as the map itself: the box widened in its short
     # direction to the zoom cell's shape (ZOOM_ROW_RATIO; a class spread tall was drawn
     # stretched sideways to fill a wide cell), the rest to the exact cell by finish_layout
