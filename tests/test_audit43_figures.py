@@ -100,3 +100,19 @@ def test_zoom_of_a_class_of_one_image_shows_its_neighbourhood():
             assert zax.yaxis.get_offset_text().get_text() == "" and zax.xaxis.get_offset_text().get_text() == ""
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e12])
+def test_map_window_fits_a_map_of_tiny_coordinates(scale):
+    # after a few iterations a map's coordinates may be ~1e-12: the window had an absolute floor of
+    # 1e-9 and the whole map was one dot in the middle of an empty panel
+    from embedscope.viz.tsne import _map_window
+
+    rng = np.random.default_rng(0)
+    Y = rng.normal(size=(50, 2)) * scale
+    lo, hi = _map_window([Y])
+    assert np.all(hi - lo <= 1.5 * np.ptp(Y, axis=0).max())
+    assert np.all(lo <= Y.min(0)) and np.all(hi >= Y.max(0))
+    lo, hi = _map_window([np.full((5, 2), 3 * scale)])  # every point at one place: a window around it
+    assert np.all(hi > lo) and np.all(lo < 3 * scale) and np.all(hi > 3 * scale)
+    assert np.all(hi - lo < 3 * scale)

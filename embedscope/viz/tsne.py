@@ -45,7 +45,10 @@ def _map_window(Ys: Sequence[np.ndarray], *, pad: float = 0.04,
     if len(pts) == 0:
         return np.array([-1.0, -1.0]), np.array([1.0, 1.0])
     lo, hi = pts.min(0), pts.max(0)
-    span = np.maximum(hi - lo, 1e-9 * max(1.0, float(np.abs(pts).max())))
+    # a floor relative to the map's scale (all points at one place): an absolute 1e-9 drew a map of
+    # ~1e-12 coordinates (a few iterations) as one dot in the middle of an empty panel
+    top = float(np.abs(pts).max())
+    span = np.maximum(hi - lo, 1e-9 * (top if top > 0 else 1.0))
     span = np.maximum(span, span.max() / max_ratio)  # not too elongated
     centre = (lo + hi) / 2
     half = span * (0.5 + pad)
