@@ -116,3 +116,53 @@ def test_map_window_fits_a_map_of_tiny_coordinates(scale):
     lo, hi = _map_window([np.full((5, 2), 3 * scale)])  # every point at one place: a window around it
     assert np.all(hi > lo) and np.all(lo < 3 * scale) and np.all(hi > 3 * scale)
     assert np.all(hi - lo < 3 * scale)
+
+
+def _labelled_y_ticks(fig, ax):
+    fig.canvas.draw()
+    lo, hi = sorted(ax.get_ylim())
+    return [t.get_text() for t in ax.yaxis.get_ticklabels(which="both")
+            if t.get_text() and lo <= t.get_position()[1] <= hi]
+
+
+def test_spectrum_log_axis_has_two_labelled_ticks():
+    # a spectrum from 0.075 to 0.19 (one.h5's test split: 0.077 to 0.196) showed one labelled tick, 10^-1: matplotlib
+    # labels 2, 3, 4, 6 x 10^k between decades, none of which lay in view, so no value could be read
+    from embedscope.viz.figures import use_agg
+    from embedscope.viz.spectrum import plot_spectra
+
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    s = np.array([0.19, 0.16, 0.14, 0.115, 0.11, 0.105, 0.105, 0.075])  # sums to 1: s / sum s as given
+    fig = plot_spectra([{"label": "m", "spectrum": s, "class_mean": s, "class_std": s / 50}], by_class=True)
+    try:
+        for ax in fig.axes[:2]:
+            assert len(_labelled_y_ticks(fig, ax)) >= 2
+    finally:
+        plt.close(fig)
+    wide = np.geomspace(1, 1e-3, 16)  # three decades: the default labels (the powers of 10) stay
+    fig = plot_spectra([{"label": "m", "spectrum": wide}], exclude_top=0)
+    try:
+        assert all("times" not in t for t in _labelled_y_ticks(fig, fig.axes[0]))
+    finally:
+        plt.close(fig)
+
+
+def test_spectrum_of_names_with_dollars(tmp_path):
+    # names from files or --names are drawn as text, never as mathtext ("$\beta$ (ρ = 0.113)" failed
+    # with "ValueError:" once the axis check laid the figure out before the names were cleaned)
+    from embedscope.viz.figures import save_figure, use_agg
+    from embedscope.viz.spectrum import plot_spectra
+
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    s = np.array([0.19, 0.16, 0.14, 0.115, 0.11, 0.105, 0.105, 0.075])
+    fig = plot_spectra([{"label": "$\\beta$", "spectrum": s, "rho": 0.1, "class_mean": s, "class_std": s / 50},
+                        {"label": "50% $", "spectrum": s[::-1].copy()}], by_class=True, title="a $b$")
+    try:
+        save_figure(fig, tmp_path / "s.png")
+        assert (tmp_path / "s.png").stat().st_size and (tmp_path / "s.pdf").stat().st_size
+    finally:
+        plt.close(fig)

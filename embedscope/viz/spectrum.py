@@ -174,6 +174,28 @@ MAX_BELOW_COLUMNS = 3
 BELOW_GAP = 4.0
 
 
+def _readable_log_axes(fig, axes) -> None:
+    """Label every minor tick of a log y axis that shows fewer than two labelled ticks in view.
+
+    matplotlib labels the powers of 10 and, over less than a decade, 2, 3, 4 and 6 × 10^k between them
+    (every multiple under 0.4 decades): a spectrum from 0.077 to 0.196 (40 rows, D = 8) showed 10⁻¹ alone,
+    and no value could be read off the axis. Labelling all of 1..9 × 10^k is left to such narrow views
+    (under about half a decade), where the labels stay apart."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    renderer = None
+    for ax in axes:
+        if ax.get_yscale() != "log" or not ax.yaxis.get_visible():
+            continue
+        if renderer is None:
+            renderer = _renderer(fig)  # (tick labels are set when the figure is laid out)
+        lo, hi = sorted(ax.get_ylim())
+        shown = [t for t in ax.yaxis.get_ticklabels(which="both")
+                 if t.get_text() and lo <= t.get_position()[1] <= hi]
+        if len(shown) < 2 and ax.yaxis.get_ticklocs(minor=True).size:
+            ax.yaxis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False, minor_thresholds=(1, 1)))
+
+
 def _below(fig, legends: dict) -> None:
     """Move each panel's legend under its x axis label, centred under the panel and its y axis labels,
     in as many columns (at most :data:`MAX_BELOW_COLUMNS`) as fit that width, and make the figure
@@ -386,6 +408,7 @@ def plot_spectra(entries: Sequence[Mapping], *, exclude_top: int = 1, by_class: 
         if title and by_class:
             fig.suptitle(title)
         clean_figure(fig)  # model names from files: control characters escaped
+        _readable_log_axes(fig, axes)  # (after clean_figure: a name "$\\beta$" laid out as mathtext failed)
         # after clean_figure: the legend is measured with the texts it will show
         if by_class and outside:
             _below(fig, legends)
