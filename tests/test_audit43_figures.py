@@ -166,3 +166,40 @@ def test_spectrum_of_names_with_dollars(tmp_path):
         assert (tmp_path / "s.png").stat().st_size and (tmp_path / "s.pdf").stat().st_size
     finally:
         plt.close(fig)
+
+
+def _touching_tick_labels(fig):
+    """(panel title, label, next label) where two neighbouring x tick labels of a panel meet."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    bad = []
+    for ax in fig.axes:
+        lo, hi = sorted(ax.get_xlim())
+        labels = sorted((t for t in ax.xaxis.get_ticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi),
+                        key=lambda t: t.get_position()[0])
+        boxes = [t.get_window_extent(r) for t in labels]
+        gap = 2 * fig.dpi / 72  # 2 pt: closer, "-0.0025 0.0000" read as one number
+        bad += [(ax.get_title(), a.get_text(), b.get_text()) for a, b, ba, bb in
+                zip(labels, labels[1:], boxes, boxes[1:]) if bb.x0 - ba.x1 < gap]
+    return bad
+
+
+def test_map_tick_labels_do_not_run_together():
+    # a map of ~1e-3 coordinates (few iterations) in the narrow zoom panels of yoked maps: matplotlib
+    # chose ticks without looking at their labels' widths, "-0.0025" ran into "0.0000"
+    from embedscope.viz import plot_yoked_maps
+    from embedscope.viz.figures import use_agg
+
+    use_agg()
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    lab = np.arange(60) % 3
+    mean = np.array([[0.005, -0.003], [0.0113, 0.0065], [-0.0173, -0.0036]])
+    sd = np.array([[0.0028, 0.0009], [0.0029, 0.0013], [0.0046, 0.0011]])
+    Y = mean[lab] + rng.normal(size=(60, 2)) * sd[lab]  # (a 20-iteration yoke of 60 points)
+    fig = plot_yoked_maps([Y, Y * 1.02], lab, names=["a", "b"], inset_class=0)
+    try:
+        assert _touching_tick_labels(fig) == []
+    finally:
+        plt.close(fig)

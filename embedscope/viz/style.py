@@ -673,6 +673,43 @@ def _printable_func(func):
     return printable
 
 
+#: the least gap between two neighbouring x tick labels of a map panel (points)
+TICK_LABEL_GAP = 2.0
+
+
+def _crowded_x_ticks(ax, renderer, dpi: float) -> int:
+    """The number of ``ax``'s x tick labels in view when two neighbours are closer than
+    :data:`TICK_LABEL_GAP`, else 0."""
+    lo, hi = sorted(ax.get_xlim())
+    shown = sorted((t for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()
+                    and lo <= t.get_position()[0] <= hi), key=lambda t: t.get_position()[0])
+    boxes = [t.get_window_extent(renderer) for t in shown]
+    gap = TICK_LABEL_GAP * dpi / 72
+    return len(shown) if any(b.x0 - a.x1 < gap for a, b in zip(boxes, boxes[1:])) else 0
+
+
+def _thin_crowded_ticks(fig, axes) -> bool:
+    """Fewer x ticks on each map panel whose tick labels run together: matplotlib chooses the ticks by
+    the axis's length, not by its labels' widths, and a map of ~1e-3 coordinates in a narrow zoom
+    panel read "−0.00250.0000". The ticks are halved (``MaxNLocator``) until the labels stand apart.
+    Call after a layout; True when a panel's ticks changed."""
+    from matplotlib.ticker import MaxNLocator
+
+    changed = False
+    axes = list(axes)
+    for _ in range(4):  # (one draw a round, for every panel: a yoke of 6 maps and zooms has 12)
+        if not axes:
+            break
+        fig.draw_without_rendering()  # (the labels of the limits as laid out)
+        renderer = fig.canvas.get_renderer()
+        crowded = [(ax, n) for ax in axes if (n := _crowded_x_ticks(ax, renderer, fig.dpi))]
+        for ax, n in crowded:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=max(1, n // 2), steps=[1, 2, 2.5, 5, 10]))
+        changed = changed or bool(crowded)
+        axes = [ax for ax, _ in crowded]
+    return changed
+
+
 def _raise_titles_over_multipliers(fig) -> bool:
     """Raise the title of each panel whose y axis shows a multiplier (``1e−9``: a t-SNE map of tiny or
     huge coordinates) above it, as :func:`~embedscope.viz.scatter.plot_same_different` does: the
@@ -700,7 +737,8 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
     each such panel's cell has the window's shape; what is left is taken up by widening the window
     (centred) in its short direction, so the window is shown whole and no band of empty canvas is
     left beside or above the panel. A panel title is raised above its y axis's multiplier
-    (:func:`_raise_titles_over_multipliers`).
+    (:func:`_raise_titles_over_multipliers`); a map panel whose x tick labels run together gets
+    fewer ticks (:func:`_thin_crowded_ticks`).
     """
     if note:
         fig.text(0.995, 0.005, note, ha="right", va="bottom", fontsize=6, color="0.4")
@@ -737,6 +775,8 @@ def finish_layout(fig, *, note: str = "", legend_h: float = 0.0, title: str | No
             fill_cells()
 
     layout()
+    if _thin_crowded_ticks(fig, fit_axes):
+        layout()
     if _raise_titles_over_multipliers(fig):
         layout()
     for _ in range(6 if fit_axes else 0):
