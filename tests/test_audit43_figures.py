@@ -203,3 +203,13 @@ def test_map_tick_labels_do_not_run_together():
         assert _touching_tick_labels(fig) == []
     finally:
         plt.close(fig)
+
+
+def test_cli_yoke_refuses_an_empty_name(tmp_path, capsys):
+    # --names "" b drew the first map without a title (the JSON's names: ['', 'b'])
+    from embedscope.cli import main
+
+    rc = main(["yoke", "a.h5", "b.h5", "--names", " ", "b", "-o", str(tmp_path / "m.png")])
+    assert rc == 2
+    assert "--names: name 1 is empty" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

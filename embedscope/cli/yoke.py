@@ -78,6 +78,9 @@ def run(args) -> int:
         raise UsageError("yoke needs two or more embedding files (each map is yoked to the next)")
     if args.names is not None and len(args.names) != len(args.files):
         raise UsageError(f"--names needs one name per file: {len(args.files)} files, {len(args.names)} names")
+    if args.names is not None and any(not n.strip() for n in args.names):  # (a panel without a title)
+        i = next(i for i, n in enumerate(args.names) if not n.strip())
+        raise UsageError(f"--names: name {i + 1} is empty: give each map a name (the title of its panel)")
     if args.alpha is not None and not (args.alpha >= 0 and math.isfinite(args.alpha)):
         raise UsageError(f"--alpha must be a finite number >= 0, got {args.alpha}")
     from embedscope.tsne.yoked import MAX_ALPHA
