@@ -213,3 +213,12 @@ def test_cli_yoke_refuses_an_empty_name(tmp_path, capsys):
     assert rc == 2
     assert "--names: name 1 is empty" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_spectrum_legend_gives_a_small_rho_two_significant_digits():
+    # rho of a 4-d embedding is ~0.002: ".3f" showed one digit, 0.0021 and 0.0024 both read "0.002"
+    from embedscope.viz.spectrum import _rho_text
+
+    assert _rho_text(0.00214) == " (ρ = 0.0021)" and _rho_text(0.00236) == " (ρ = 0.0024)"
+    assert _rho_text(0.041) == " (ρ = 0.041)" and _rho_text(0.1) == " (ρ = 0.100)"  # as before from 0.01
+    assert _rho_text(0.0) == " (ρ = 0.000)"  # 0 by construction (one value left)

@@ -38,14 +38,17 @@ def _marker(v) -> str:
 
 
 def _rho_text(rho) -> str:
-    """The legend's ρ: a number, ∞ (an exactly rank-deficient X) or undefined (NaN: no value left to
-    normalise), docs/methods.md §2; None: no ρ given."""
+    """The legend's ρ: a number (three decimals; below 0.01 two significant digits, 0.0021: a 4-d
+    embedding's ρ of 0.0021 and 0.0024 both read 0.002), ∞ (an exactly rank-deficient X) or undefined
+    (NaN: no value left to normalise), docs/methods.md §2; None: no ρ given."""
     if rho is None:
         return ""
     rho = float(rho)
     if np.isnan(rho):
         return " (ρ undefined)"
-    return f" (ρ = {rho:.3f})" if np.isfinite(rho) else " (ρ = ∞)"
+    if not np.isfinite(rho):
+        return " (ρ = ∞)"
+    return f" (ρ = {rho:.2g})" if 0 < abs(rho) < 0.01 else f" (ρ = {rho:.3f})"
 
 
 #: the most curves whose legend may sit inside the panel (14 entries covered the curves and the axis
