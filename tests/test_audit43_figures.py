@@ -222,3 +222,19 @@ def test_spectrum_legend_gives_a_small_rho_two_significant_digits():
     assert _rho_text(0.00214) == " (ρ = 0.0021)" and _rho_text(0.00236) == " (ρ = 0.0024)"
     assert _rho_text(0.041) == " (ρ = 0.041)" and _rho_text(0.1) == " (ρ = 0.100)"  # as before from 0.01
     assert _rho_text(0.0) == " (ρ = 0.000)"  # 0 by construction (one value left)
+
+
+def test_cli_spectrum_file_without_the_split_is_one_line(tmp_path, capsys):
+    # the first file lacks the train split: its error came after a progress line "spectra: 0/2 files"
+    from embedscope import store
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet
+
+    X, y = _blobs(12, 4)
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    store.save(a, EmbeddingSet.from_arrays(X, y))  # every row 'test'
+    store.save(b, EmbeddingSet.from_arrays(X, y, split=["train", "test"] * 6))
+    rc = main(["spectrum", str(a), str(b)])
+    out = capsys.readouterr()
+    assert rc == 1 and "no 'train' rows" in out.err
+    assert "files" not in out.out + out.err.split("error:")[0]

@@ -67,6 +67,9 @@ def run(args) -> int:
 
         figs = list(figure_paths(args.output, option="-o"))
     check_result_outputs(args, extra=figs, extra_options=["-o"] * len(figs))
+    from embedscope.analyses._sources import check_splits_first
+
+    check_splits_first(args.files, [args.split])  # (a file without the split: its error alone, no "0/2 files" line)
     bar = progress_bar(total=len(args.files), desc="spectra", unit="file",
                        enabled=not args.no_progress and len(args.files) > 1)
     try:
