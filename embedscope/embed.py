@@ -264,6 +264,29 @@ def degenerate_notes(X: np.ndarray, paths) -> list[str]:
     return out
 
 
+def empty_classes_note(ds: ImageDataset, split: str = "all") -> str | None:
+    """What a data set whose class list names classes without images (a CUB ``classes.txt`` or a CARS
+    ``class_names`` longer than the images, a copy trimmed to some classes) gives: how many classes have
+    no images, the first of them, and how many images and classes each split of ``split`` (of ``ds``,
+    the whole data set) then holds. The zero-shot split counts the listed classes (the first half
+    train), so such a copy can leave a split with no images, which ``evaluate`` found only later
+    ("no 'test' rows"). None when every listed class has images."""
+    from embedscope.text import quoted
+
+    n = len(ds.class_names)
+    empty = np.setdiff1d(np.arange(n), np.unique(np.asarray(ds.labels)))
+    if not len(empty):
+        return None
+    held = []
+    for s in (("train", "test") if split in (None, "all") else (split,)):
+        rows = np.asarray(ds.split) == s
+        k = len(np.unique(np.asarray(ds.labels)[rows]))
+        held.append(f"'{s}' holds {int(rows.sum())} images of {k} classes" if rows.any() else f"'{s}' holds none")
+    return (f"{len(empty)} of the {n} classes the data set lists have no images (the first: "
+            f"{quoted(str(ds.class_names[int(empty[0])]))}); the split is by the listed classes: "
+            f"{', '.join(held)}")
+
+
 def checkpoint_input(ds: ImageDataset, config: dict, *, verb: str = "embed"):
     """The evaluation input a checkpoint expects on ``ds``: ``(transform, size, description)``.
 
@@ -493,9 +516,13 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
         if size is not None and size != config.get("image_size"):
             config = {**config, "image_size": size}
             config.pop("resize", None)
-    ds = get_dataset(dataset, root, train_classes=train_classes).subset(split)
+    full = get_dataset(dataset, root, train_classes=train_classes)
+    ds = full.subset(split)
+    empty = empty_classes_note(full, split)
     if len(ds) == 0:
-        raise EmbedscopeError(f"{dataset}: the '{split}' split is empty")
+        raise EmbedscopeError(f"{dataset}: the '{split}' split is empty" + (f" ({empty})" if empty else ""))
+    if empty:  # (a CUB or CARS folder whose classes.txt / class_names lists classes without images)
+        notes.append(empty)
     if ds.kind == "digits" and (image_size is not None or resize is not None):
         raise UsageError("--image-size and --resize are for photos: the digits are used as they are (8x8)")
     transform, size, input_text = checkpoint_input(ds, config)

@@ -1,0 +1,75 @@
+"""Audit 43 (I): the embed audit's leftovers, then a fresh user's pass over ``toy``, ``make-shapes`` and the
+notebooks.
+
+Bugs found here: a CUB copy whose classes.txt lists classes without images was embedded with no test
+rows without a word (``evaluate`` said only later that there were no 'test' rows); ``embed --amp bf16``
+on the CPU said its float32 note before a later refusal; a signed 16-bit TIFF (raw mode ``I;16S``,
+opened by PIL as mode ``I``) was refused as "32-bit integer pixels"; ``embed --help`` showed
+``--train-classes TRAIN_CLASSES`` and ``--batch-size BATCH_SIZE`` where ``train --help`` shows ``N`` and ``B``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from embedscope.errors import EmbedscopeError
+
+
+def _jpeg(path: Path, seed: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(path, "JPEG")
+
+
+def _cub(top: Path, n_classes: int = 4, with_images: int = 2) -> Path:
+    """CUB_200_2011/ whose classes.txt lists ``n_classes`` classes, the first ``with_images`` of them with
+    two images each (a copy trimmed to a few classes, its classes.txt kept whole)."""
+    base = top / "CUB_200_2011"
+    img, lab = [], []
+    iid = 0
+    for c in range(1, with_images + 1):
+        for k in range(2):
+            iid += 1
+            rel = f"{c:03d}.Bird_{c}/Bird_{c}_{k}.jpg"
+            _jpeg(base / "images" / rel, iid)
+            img.append(f"{iid} {rel}")
+            lab.append(f"{iid} {c}")
+    cls = [f"{c} {c:03d}.Bird_{c}" for c in range(1, n_classes + 1)]
+    for name, lines in (("images.txt", img), ("image_class_labels.txt", lab), ("classes.txt", cls)):
+        (base / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return top
+
+
+# ------------------------------------------------------------------------------- classes listed without images
+
+
+def test_classes_listed_without_images_are_said_when_the_file_is_written(tmp_path):
+    """Regression: classes.txt listing 4 classes, images of the first 2 only: the split (first half of the
+    listed classes) put every image in 'train', and `embed --split all` wrote a file with no test rows
+    without a word; `--split test` said only "the 'test' split is empty"."""
+    from embedscope import store
+    from embedscope.embed import embed_to_file
+
+    top = _cub(tmp_path / "cub")
+    said: list[str] = []
+    out = embed_to_file(None, "cub200", tmp_path / "x.h5", root=top, arch="shapes_cnn", image_size=16,
+                        echo=said.append, progress=False, device="cpu")
+    assert said == ["note: 2 of the 4 classes the data set lists have no images (the first: 'Bird_3'); the split "
+                    "is by the listed classes: 'train' holds 4 images of 2 classes, 'test' holds none"]
+    assert list(store.load(out).split) == ["train"] * 4
+    with pytest.raises(EmbedscopeError) as e:
+        embed_to_file(None, "cub200", tmp_path / "y.h5", root=top, arch="shapes_cnn", image_size=16,
+                      split="test", progress=False, device="cpu")
+    assert str(e.value) == ("cub200: the 'test' split is empty (2 of the 4 classes the data set lists have no "
+                            "images (the first: 'Bird_3'); the split is by the listed classes: 'test' holds none)")
+    assert not (tmp_path / "y.h5").exists()
+
+
+def test_a_data_set_whose_classes_all_have_images_gets_no_note():
+    from embedscope.data import get_dataset
+    from embedscope.embed import empty_classes_note
+
+    assert empty_classes_note(get_dataset("digits")) is None
