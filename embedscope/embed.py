@@ -446,12 +446,13 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     the last bits of the convolutions (~1e-7), so ρ can differ from the log in its last digits
     (docs/studies.md).
 
-    ``amp`` as :func:`embed_images` (None or False: float32 everywhere, as evaluations are
-    reported; True: bfloat16 autocast on CUDA). The attribute ``precision`` records which was used
-    (:func:`embedscope.device.precision_name`: "float32", on CUDA "float32 (TF32 convolutions)" under
-    PyTorch's default, or "bfloat16 autocast"), with ``device`` the device type: bfloat16 rows differ
-    from float32 ones by ~1e-3 to 1e-2 (ResNet-50, 128-d unit rows: up to 6.6e-3 in norm, cosine 0.997);
-    TF32 convolutions by ~6e-4 (ResNet-50 on an H200, relative to the largest value).
+    ``amp`` as :func:`embed_images` (None or False: float32 everywhere, as evaluations are reported;
+    True: bfloat16 autocast on CUDA, float32 elsewhere, with a note to ``echo``). The attribute
+    ``precision`` records which was used (:func:`embedscope.device.precision_name`: "float32", on CUDA
+    "float32 (TF32 convolutions)" under PyTorch's default, or "bfloat16 autocast"), with ``device`` the
+    device type: bfloat16 rows differ from float32 ones by ~1e-3 to 1e-2 (ResNet-50, 128-d unit rows: up
+    to 6.6e-3 in norm, cosine 0.997); TF32 convolutions by ~6e-4 (ResNet-50 on an H200, relative to the
+    largest value).
 
     ``image_size`` / ``resize``: the evaluation transform Resize(resize) + CenterCrop(image_size)
     instead of the checkpoint's (its config's, else 224 and round(224 * 256 / 224) = 256), e.g. 299 /
@@ -506,6 +507,8 @@ def embed_to_file(checkpoint: str | os.PathLike | None, dataset: str, out: str |
     transfer = transfer_note(config, dataset)
     if transfer:
         notes.append(transfer)
+    if amp and dev.type != "cuda":  # as train and saliency: the file records float32 (said with the other notes)
+        notes.append(f"--amp bf16 is CUDA's bfloat16 autocast; on {dev.type} the embeddings are computed in float32")
     if (image_size is None and trained_size is None and config.get("arch") == "shapes_cnn"
             and str(dataset).lower() == "shapes"):
         # a shapes_cnn that no `train` run recorded an input size for (an --arch baseline, a bare state

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
 
 
@@ -73,3 +74,17 @@ def test_a_data_set_whose_classes_all_have_images_gets_no_note():
     from embedscope.embed import empty_classes_note
 
     assert empty_classes_note(get_dataset("digits")) is None
+
+
+# ------------------------------------------------------------------------------- --amp bf16 on the CPU
+
+
+def test_amp_note_is_not_said_before_a_refusal(tmp_path, capsys):
+    """Regression: `embed --amp bf16` on the CPU printed "note: --amp bf16 is CUDA's bfloat16 autocast; on cpu
+    ..." and then the refusal of --image-size on the digits (the file was never written)."""
+    args = ["embed", "--arch", "digits_cnn", "--dataset", "digits", "-o", str(tmp_path / "x.h5"), "--amp", "bf16",
+            "--device", "cpu", "--no-progress"]
+    assert main(args + ["--image-size", "8"]) == 2
+    out, err = capsys.readouterr()
+    assert "note:" not in out + err and "are for photos" in err
+    assert not (tmp_path / "x.h5").exists()

@@ -70,13 +70,6 @@ def run(args) -> int:
     # given only when asked for (embed_to_file passes them to embedscope.models.load_model)
     model_options = {k: v for k, v in (("ema", args.ema or None), ("transform_input", args.transform_input))
                      if v is not None}
-    if args.amp == "bf16":
-        from embedscope.device import resolve_device
-
-        dev = resolve_device(args.device)
-        if dev.type != "cuda":  # as train and saliency: the file records float32
-            print(f"note: --amp bf16 is CUDA's bfloat16 autocast; on {dev.type} the embeddings are computed in "
-                  "float32")
     out = embed_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, arch=args.arch,
         train_classes=args.train_classes, batch_size=args.batch_size, num_workers=args.num_workers,
