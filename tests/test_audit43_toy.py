@@ -88,3 +88,25 @@ def test_amp_note_is_not_said_before_a_refusal(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "note:" not in out + err and "are for photos" in err
     assert not (tmp_path / "x.h5").exists()
+
+
+# ------------------------------------------------------------------------------- a signed 16-bit image
+
+
+def test_a_signed_16_bit_tiff_is_said_to_be_one(tmp_path):
+    """Regression: a TIFF of signed 16-bit grey (SampleFormat 2; PIL opens it as mode I from raw mode I;16S)
+    was refused as "32-bit integer pixels (mode I)"."""
+    from embedscope.data.base import open_rgb
+
+    a = np.array([[-5, 100], [300, 32000]], dtype="<i2")
+    Image.fromarray(a.view("<u2")).save(tmp_path / "s.tif", tiffinfo={339: 2})  # 339: SampleFormat, 2 = signed
+    with Image.open(tmp_path / "s.tif") as im:
+        assert im.mode == "I" and np.asarray(im).min() == -5  # (as PIL reads it)
+    with pytest.raises(EmbedscopeError) as e:
+        open_rgb(tmp_path / "s.tif")
+    assert str(e.value) == (f"cannot read image {tmp_path / 's.tif'}: signed 16-bit integer pixels (mode I, stored "
+                            "as I;16S) have no known 0-255 range; save the image with 8 or 16 bits per channel "
+                            "(unsigned)")
+    Image.fromarray(np.arange(4, dtype=np.int32).reshape(2, 2)).save(tmp_path / "i.tif")
+    with pytest.raises(EmbedscopeError, match=r": 32-bit integer pixels \(mode I\) have no known"):
+        open_rgb(tmp_path / "i.tif")

@@ -7,6 +7,7 @@ train and test splits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -114,7 +115,8 @@ def to_rgb(im, path) -> "Image.Image":
     PIL's ``convert("RGB")`` clips high-bit-depth grey at 255 instead of scaling it: a 16-bit PNG
     (mode ``I;16``) came out almost white and a float image black. 16-bit grey (``I;16``, and ``I``
     read from a PNG or PGM file) is scaled by 255/65535 (v/257, rounded); 32-bit integer or float
-    pixels of other files have no known range and are a one-line error. Every other mode (``L``,
+    pixels of other files, and signed 16-bit ones (a TIFF's ``I;16S``, which PIL opens as ``I``), have
+    no known range and are a one-line error naming what they are. Every other mode (``L``,
     ``P``, ``CMYK``, ``LA``, ``RGBA``, ...) is PIL's conversion, as torchvision's loader does it (an alpha
     channel dropped; a palette image with transparency through ``RGBA``: the same pixels, without PIL's
     warning for each such image).
@@ -127,15 +129,33 @@ def to_rgb(im, path) -> "Image.Image":
             raise EmbedscopeError(f"cannot read image {path}: 16-bit grey values outside 0..65535")
         return Image.fromarray(np.rint(a / 257.0).astype(np.uint8)).convert("RGB")
     if im.mode in ("I", "F") or im.mode.startswith("I;"):
-        kind = "floating-point" if im.mode == "F" else "32-bit integer"
-        raise EmbedscopeError(f"cannot read image {path}: {kind} pixels (mode {im.mode}) have no known 0-255 "
-                              "range; save the image with 8 or 16 bits per channel")
+        kind, raw = ("floating-point", im.mode) if im.mode == "F" else _integer_pixels(im)
+        mode = im.mode if raw == im.mode else f"{im.mode}, stored as {raw}"
+        raise EmbedscopeError(f"cannot read image {path}: {kind} pixels (mode {mode}) have no known 0-255 "
+                              "range; save the image with 8 or 16 bits per channel (unsigned)")
     if im.mode == "P" and "transparency" in im.info:
         # a palette image with transparency (a PNG or GIF with a tRNS chunk): PIL's direct conversion to RGB
         # warns "Palette images with Transparency ... should be converted to RGBA" for every image (a folder
         # of them flooded stderr); through RGBA the same palette colours, alpha dropped as for RGBA files
         im = im.convert("RGBA")
     return im.convert("RGB")
+
+
+def _integer_pixels(im) -> tuple[str, str]:
+    """(what the integer pixels of ``im`` are, the mode that says it): the file's own pixel layout (its
+    raw mode) when PIL widened it to ``I`` (a signed 16-bit TIFF, ``I;16S``, opens as mode ``I``
+    and was refused as "32-bit integer pixels"), else ``I``'s 32 bits."""
+    import re
+
+    raw = im.mode
+    if im.mode == "I":
+        with contextlib.suppress(Exception):  # (the first tile's decoder arguments start with the raw mode)
+            args = im.tile[0][3] if len(im.tile[0]) > 3 else ()
+            raw = str(args[0] if isinstance(args, tuple) and args else args or im.mode)
+    m = re.fullmatch(r"I;(\d+)[BLN]?(S?)", raw)
+    if m is None or m.group(1) == "32":
+        return "32-bit integer", im.mode
+    return f"{'signed ' if m.group(2) else ''}{m.group(1)}-bit integer", raw
 
 
 def open_rgb(path) -> "Image.Image":
