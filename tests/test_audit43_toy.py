@@ -110,3 +110,19 @@ def test_a_signed_16_bit_tiff_is_said_to_be_one(tmp_path):
     Image.fromarray(np.arange(4, dtype=np.int32).reshape(2, 2)).save(tmp_path / "i.tif")
     with pytest.raises(EmbedscopeError, match=r": 32-bit integer pixels \(mode I\) have no known"):
         open_rgb(tmp_path / "i.tif")
+
+
+# ------------------------------------------------------------------------------- embed --help
+
+
+def test_embed_help_names_its_values_as_train_does(capsys):
+    """Regression: `embed --help` showed --train-classes TRAIN_CLASSES and --batch-size BATCH_SIZE; `train
+    --help` shows --train-classes N and --batch-size B."""
+    helps = {}
+    for cmd in ("embed", "train"):
+        with pytest.raises(SystemExit):
+            main([cmd, "--help"])
+        helps[cmd] = " ".join(capsys.readouterr().out.split())
+    for opt in ("--train-classes N", "--batch-size B"):
+        assert opt in helps["train"] and opt in helps["embed"], opt
+    assert "TRAIN_CLASSES" not in helps["embed"] and "BATCH_SIZE" not in helps["embed"]

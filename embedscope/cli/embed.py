@@ -30,7 +30,7 @@ def add_parser(sub, parents):
                    "with train --root on this data set); not needed for digits, nor for shapes (the default "
                    "set is generated once and cached)")
     p.add_argument("--split", default="all", choices=["train", "test", "all"], help="rows to embed (default: all)")
-    p.add_argument("--train-classes", type=positive_int,
+    p.add_argument("--train-classes", type=positive_int, metavar="N",
                    help="the first N classes (sorted) form the training split (default: the checkpoint's, when it was "
                    "trained with train --train-classes on this data set, else the data set's own split)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="output HDF5 file")
@@ -40,7 +40,7 @@ def add_parser(sub, parents):
                    help="use the checkpoint's EMA weights (timm's state_dict_ema, else model_ema) instead of its "
                    "state_dict, for a checkpoint or --weights; a file without them is an error")
     add_model_sources(p)
-    p.add_argument("--batch-size", type=positive_int,
+    p.add_argument("--batch-size", type=positive_int, metavar="B",
                    help="images per forward pass; each split is embedded on its own (default: the batches of train's "
                    "evaluation, 256 for the digits, 128 otherwise, so that a trained checkpoint's rho and R@1 are its "
                    "log's to the last bit; another size changes the embeddings' last bits, and rho's last digits)")
