@@ -126,3 +126,30 @@ def test_embed_help_names_its_values_as_train_does(capsys):
     for opt in ("--train-classes N", "--batch-size B"):
         assert opt in helps["train"] and opt in helps["embed"], opt
     assert "TRAIN_CLASSES" not in helps["embed"] and "BATCH_SIZE" not in helps["embed"]
+
+
+# ------------------------------------------------------------------------------- make-shapes
+
+
+def test_make_shapes_refuses_a_folder_named_shapes_json_before_rendering(tmp_path, monkeypatch):
+    """Regression: a folder in the place of DIR/shapes.json was refused only once every image had been
+    rendered (90 s of CPU for the default set) and written."""
+    import embedscope.data.shapes as shapes
+
+    (tmp_path / "s" / "shapes.json").mkdir(parents=True)
+
+    def no_rendering(*a, **k):
+        raise AssertionError("rendered before the outputs were checked")
+
+    monkeypatch.setattr(shapes, "generate", no_rendering)
+    with pytest.raises(EmbedscopeError, match=r"shapes\.json is a directory"):
+        shapes.write_folder(tmp_path / "s", 2, 16, 0)
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["shapes.json"]
+
+
+def test_make_shapes_help_says_what_no_progress_hides(capsys):
+    """Regression: "hide the progress bar" (make-shapes shows two, rendering then writing; without a terminal one
+    line per phase, as the other commands' --no-progress says)."""
+    with pytest.raises(SystemExit):
+        main(["make-shapes", "--help"])
+    assert "hide the progress bars (without a terminal: one line per phase)" in " ".join(capsys.readouterr().out.split())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, positive_int, seed_int
+from embedscope.cli.common import add_force, add_no_progress, positive_int, seed_int
 
 
 def _size(s: str) -> int:
@@ -24,7 +24,7 @@ def add_parser(sub, parents):
     p.add_argument("--n-images", type=positive_int, default=4800, metavar="N", help="number of scenes (default: 4800)")
     p.add_argument("--size", type=_size, default=64, metavar="PX", help="image side in pixels, 16-512 (default: 64)")
     p.add_argument("--seed", type=seed_int, default=0, help="random seed of the properties (default: 0)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_no_progress(p)  # (two bars: rendering, then writing the images)
     add_force(p)
     p.set_defaults(func=run)
     return p

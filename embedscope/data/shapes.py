@@ -650,8 +650,10 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
         # images/000000.png ... would be replaced (or mixed with the set's) without a word
         raise EmbedscopeError(f"{out / 'images'} holds files already and {out} has no properties.csv (no shapes set): "
                               "choose a new or empty folder, or --force to write the set into it")
-    # before rendering: a file as a parent of the folder, or a folder that cannot be written
+    # before rendering: a file as a parent of the folder, or a folder that cannot be written; a folder in
+    # the place of shapes.json (written last but one) was refused only once every image was rendered and written
     check_writable(out / "properties.csv", force=True)
+    check_writable(out / "shapes.json", force=True)
     images, props = generate(n, size, seed, progress=progress)
     with output_group([out]), contextlib.ExitStack() as held:  # all or nothing (within the command line's own group)
         new = track_new_folders(out / "images")
