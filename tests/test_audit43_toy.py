@@ -153,3 +153,17 @@ def test_make_shapes_help_says_what_no_progress_hides(capsys):
     with pytest.raises(SystemExit):
         main(["make-shapes", "--help"])
     assert "hide the progress bars (without a terminal: one line per phase)" in " ".join(capsys.readouterr().out.split())
+
+
+# ------------------------------------------------------------------------------- toy
+
+
+def test_toy_p_switch_zero_note_is_not_said_before_a_refusal(tmp_path, capsys):
+    """Regression: `toy --p-switch 0` into a folder holding fig6.png printed its note on the three equal rows,
+    then "fig6.png already exists" (nothing was trained or written)."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "fig6.png").write_bytes(b"mine")
+    assert main(["toy", "-o", str(tmp_path / "t"), "--p-switch", "0", "--n-seeds", "1", "--no-progress"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "fig6.png already exists" in err
+    assert (tmp_path / "t" / "fig6.png").read_bytes() == b"mine"
