@@ -167,3 +167,21 @@ def test_toy_p_switch_zero_note_is_not_said_before_a_refusal(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and "fig6.png already exists" in err
     assert (tmp_path / "t" / "fig6.png").read_bytes() == b"mine"
+
+
+def test_make_shapes_into_a_link_to_nothing_is_one_line_before_rendering(tmp_path, monkeypatch):
+    """Regression: -o naming a symbolic link to a folder that does not exist rendered the whole set, then
+    failed with "FileExistsError: [Errno 17] File exists: 'DIR'"."""
+    import embedscope.data.shapes as shapes
+
+    (tmp_path / "s").symlink_to(tmp_path / "nowhere")
+
+    def no_rendering(*a, **k):
+        raise AssertionError("rendered before the output folder was checked")
+
+    monkeypatch.setattr(shapes, "generate", no_rendering)
+    with pytest.raises(EmbedscopeError) as e:
+        shapes.write_folder(tmp_path / "s", 2, 16, 0)
+    assert str(e.value) == (f"{tmp_path / 's'}: a symbolic link to {tmp_path / 'nowhere'}, which does not exist: "
+                            "create the folder it names, or give another folder")
+    assert not (tmp_path / "nowhere").exists()
