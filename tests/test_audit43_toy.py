@@ -170,8 +170,8 @@ def test_toy_p_switch_zero_note_is_not_said_before_a_refusal(tmp_path, capsys):
 
 
 def test_make_shapes_into_a_link_to_nothing_is_one_line_before_rendering(tmp_path, monkeypatch):
-    """Regression: -o naming a symbolic link to a folder that does not exist rendered the whole set, then
-    failed with "FileExistsError: [Errno 17] File exists: 'DIR'"."""
+    """Regression: -o naming a symbolic link to a folder that does not exist (or DIR/images such a link)
+    rendered the whole set, then failed with "FileExistsError: [Errno 17] File exists: 'DIR'"."""
     import embedscope.data.shapes as shapes
 
     (tmp_path / "s").symlink_to(tmp_path / "nowhere")
@@ -185,3 +185,7 @@ def test_make_shapes_into_a_link_to_nothing_is_one_line_before_rendering(tmp_pat
     assert str(e.value) == (f"{tmp_path / 's'}: a symbolic link to {tmp_path / 'nowhere'}, which does not exist: "
                             "create the folder it names, or give another folder")
     assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "t").mkdir()  # the same for DIR/images
+    (tmp_path / "t" / "images").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(EmbedscopeError, match=r"/t/images: a symbolic link to .*nowhere, which does not exist"):
+        shapes.write_folder(tmp_path / "t", 2, 16, 0)

@@ -639,9 +639,10 @@ def write_folder(out: str | os.PathLike, n: int = DEFAULT_N, size: int = DEFAULT
     )
 
     out = Path(out)
-    if out.is_symlink() and not out.exists():  # (was "FileExistsError: [Errno 17] File exists", once rendered)
-        raise EmbedscopeError(f"{out}: a symbolic link to {os.readlink(out)}, which does not exist: create the "
-                              "folder it names, or give another folder")
+    for d in (out, out / "images"):  # (was "FileExistsError: [Errno 17] File exists", once the set was rendered)
+        if d.is_symlink() and not d.exists():
+            raise EmbedscopeError(f"{d}: a symbolic link to {os.readlink(d)}, which does not exist: create the "
+                                  "folder it names, or give another folder")
     if out.exists() and not out.is_dir():
         raise EmbedscopeError(f"{out}: exists and is not a folder")
     if (out / "properties.csv").exists() and not force:
