@@ -189,3 +189,21 @@ def test_make_shapes_into_a_link_to_nothing_is_one_line_before_rendering(tmp_pat
     (tmp_path / "t" / "images").symlink_to(tmp_path / "nowhere")
     with pytest.raises(EmbedscopeError, match=r"/t/images: a symbolic link to .*nowhere, which does not exist"):
         shapes.write_folder(tmp_path / "t", 2, 16, 0)
+
+
+# ------------------------------------------------------------------------------- notebooks
+
+
+def test_notebook_04_says_its_small_settings_as_its_parameters_set_them():
+    """Regression: the closing reading said the small test settings train "two epochs on a few dozen images";
+    they render 192 scenes at 32 px (about a hundred images in each split)."""
+    import json
+    import re
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "04_properties.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"]]
+    small = re.search(r"if SMALL:\n\s+N_IMAGES, SIZE, EPOCHS, \w+, \w+ = (\d+), (\d+), (\d+),", "\n".join(cells))
+    n, size, epochs = small.groups()
+    said = [c for c in cells if "At the small test settings" in c]
+    assert len(said) == 1 and f"{n} scenes at {size} px" in said[0] and "a few dozen" not in said[0]
+    assert f"{n} scenes at {size} px, {epochs} epochs" in cells[0]
