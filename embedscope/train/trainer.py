@@ -835,9 +835,24 @@ def _run_files(paths: dict[str, Path]) -> list[Path]:
     return files
 
 
-def _clear_run(paths: dict[str, Path]) -> None:
-    """Remove the run's files (:func:`_run_files`), so that nothing stale stays beside a new run."""
+def _real_run_files(paths: dict[str, Path]) -> list[Path]:
+    """The files that hold the run (:func:`_run_files`), as absolute paths: a symbolic link among them
+    stands for the file it points to, which is the one the run writes (:func:`embedscope.fileio.atomic_output`
+    writes through a link and keeps it); a link to nothing holds nothing yet."""
+    from embedscope.fileio import link_target
+
+    files: list[Path] = []
     for f in _run_files(paths):
+        real = Path(os.path.abspath(link_target(f, f)))
+        if (real.is_file() or real == Path(os.path.abspath(f))) and real not in files:
+            files.append(real)
+    return files
+
+
+def _clear_run(paths: dict[str, Path]) -> None:
+    """Remove the run's files (:func:`_real_run_files`: through a link, the file it points to; the link
+    stays), so that nothing stale stays beside a new run."""
+    for f in _real_run_files(paths):
         with contextlib.suppress(FileNotFoundError):
             f.unlink()
 
@@ -850,7 +865,9 @@ class _Replacement:
 
     Its first write (:meth:`writing`, the epoch-0 or epoch-1 checkpoint and log) moves the earlier
     files aside (renamed, ``.NAME.<pid>.<random>.old`` beside them), writes the new ones, and only then
-    deletes the old ones. Should that first write fail (or be interrupted), what it wrote is removed
+    deletes the old ones. A file of the run that is a symbolic link is written through it, as every
+    output is (:func:`embedscope.fileio.atomic_output`): the file it points to is the one set aside and
+    replaced, and the link stays. Should that first write fail (or be interrupted), what it wrote is removed
     and the earlier files are put back; a run that fails before it (bad options, a data error, Ctrl-C
     during the first epoch) leaves the earlier run exactly as it was. A process killed outright
     (SIGKILL, power loss) during that first write leaves a journal (``.replacing.json`` in the run
@@ -873,9 +890,10 @@ class _Replacement:
 
         journal = self.paths["dir"] / _JOURNAL
         aside: list[tuple[Path, Path]] = []
+        started = False  # the new run's first write began: every earlier file is set aside
         try:
             plan = []
-            for f in _run_files(self.paths):
+            for f in _real_run_files(self.paths):
                 if f.name.startswith(".") and f.name.endswith(".tmp"):  # a killed process's temporary file
                     with contextlib.suppress(FileNotFoundError):
                         f.unlink()
@@ -889,10 +907,12 @@ class _Replacement:
             for b, f in plan:
                 os.replace(f, b)
                 aside.append((b, f))
+            started = True
             yield
         except BaseException:
-            with contextlib.suppress(OSError):
-                _clear_run(self.paths)  # the new run's partial first write
+            if started:  # (before, an earlier file not yet set aside, the journal's write failing, was deleted)
+                with contextlib.suppress(OSError):
+                    _clear_run(self.paths)  # the new run's partial first write
             for b, f in reversed(aside):
                 with contextlib.suppress(OSError):
                     os.replace(b, f)
@@ -928,8 +948,8 @@ def _recover_replacement(paths: dict[str, Path], say: Callable[[str], None]) -> 
     if rec.get("host", socket.gethostname()) != socket.gethostname() or pid_alive(pid):
         raise EmbedscopeError(f"another train (process {pid}) is replacing this run right now "
                               f"(journal {journal}); wait for it, or remove the journal if that process is not ours")
-    earlier = {f for _, f in pairs}
-    for f in _run_files(paths):  # written by the killed process (the earlier run's files were all set aside)
+    earlier = {Path(os.path.abspath(f)) for _, f in pairs}
+    for f in _real_run_files(paths):  # written by the killed process (the earlier run's files were all set aside)
         if f not in earlier:
             with contextlib.suppress(FileNotFoundError):
                 f.unlink()

@@ -1,0 +1,106 @@
+"""Audit 43, a fresh user's audit of ``import``, ``evaluate``, ``info``, ``add-properties``, ``properties``
+and three leftovers.
+
+What was wrong before:
+
+1. ``train --force`` whose output (or log, or a file of its run folder) is a symbolic link replaced the link
+   by the new file and left the file it named as it was, where every other output (``atomic_output``) is
+   written through the link; and a failing write of its journal (a full disk) before the earlier run's files
+   were set aside deleted them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+from conftest import snapshot
+
+from embedscope import fileio
+from embedscope.train import trainer
+
+
+# ------------------------------------------------------------------ 1. train --force through a link
+@pytest.fixture
+def linked_run(tmp_path):
+    """An earlier run whose checkpoint and log are symbolic links to files in real/, and its run folder."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "m.pt").write_text("old checkpoint")
+    (tmp_path / "real" / "m.csv").write_text("old log")
+    os.symlink("real/m.pt", tmp_path / "link.pt")
+    os.symlink("real/m.csv", tmp_path / "link.csv")
+    paths = trainer.run_paths(tmp_path / "link.pt")
+    paths["dir"].mkdir()
+    paths["last"].write_text("old last")
+    return paths
+
+
+def _first_write(paths, fail=False):
+    with trainer._Replacement(paths, True).writing():
+        fileio.write_text(paths["last"], "new last", force=True)  # as the trainer writes: atomic_output
+        fileio.write_text(paths["log"], "new log", force=True)
+        fileio.write_text(paths["out"], "new checkpoint", force=True)
+        if fail:
+            raise KeyboardInterrupt
+
+
+def test_train_force_writes_through_a_link_and_keeps_it(linked_run):
+    root = linked_run["out"].parent
+    _first_write(linked_run)
+    assert os.readlink(root / "link.pt") == "real/m.pt" and os.readlink(root / "link.csv") == "real/m.csv"
+    assert (root / "real" / "m.pt").read_text() == "new checkpoint"
+    assert (root / "real" / "m.csv").read_text() == "new log"
+    assert linked_run["last"].read_text() == "new last"
+    assert not [k for k in snapshot(root) if k.endswith((".old", ".tmp", ".json"))], snapshot(root)
+
+
+def test_a_failed_train_force_through_a_link_puts_the_earlier_files_back(linked_run):
+    root = linked_run["out"].parent
+    before = snapshot(root)
+    with pytest.raises(KeyboardInterrupt):
+        _first_write(linked_run, fail=True)
+    assert snapshot(root) == before
+    assert os.path.islink(root / "link.pt") and os.path.islink(root / "link.csv")
+
+
+def test_a_killed_train_force_through_a_link_is_put_back(linked_run, monkeypatch):
+    """The journal names the files set aside (the links' targets); the recovery puts them back."""
+    root = linked_run["out"].parent
+    before = snapshot(root)
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*a, **k):  # the process 'dies' during its rollback: nothing is put back by it
+        raise Killed
+
+    with pytest.raises(Killed):
+        with trainer._Replacement(linked_run, True).writing():
+            fileio.write_text(linked_run["out"], "partial", force=True)
+            monkeypatch.setattr(trainer, "_clear_run", killed)
+            raise KeyboardInterrupt
+    monkeypatch.setattr(fileio, "pid_alive", lambda pid: False)  # (this process stands for the killed one)
+    assert (root / "real" / "m.pt").read_text() == "partial"
+    notes = []
+    trainer._recover_replacement(linked_run, notes.append)
+    assert notes and snapshot(root) == before
+    assert os.path.islink(root / "link.pt")
+
+
+def test_train_force_whose_journal_cannot_be_written_keeps_the_earlier_run(tmp_path, monkeypatch):
+    paths = trainer.run_paths(tmp_path / "m.pt")
+    paths["out"].write_text("old checkpoint")
+    paths["log"].write_text("old log")
+    paths["dir"].mkdir()
+    paths["last"].write_text("old last")
+    before = snapshot(tmp_path)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileio, "write_text", full)
+    with pytest.raises(OSError):
+        with trainer._Replacement(paths, True).writing():
+            pass
+    assert snapshot(tmp_path) == before
