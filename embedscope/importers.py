@@ -563,6 +563,8 @@ def _read_vector(path: str | os.PathLike, what: str) -> tuple[np.ndarray, str | 
     path = Path(path)
     header = None
     if path.suffix.lower() == ".txt":
+        if path.exists() and not path.is_file():  # (a named pipe's read waited for a writer)
+            raise EmbedscopeError(f"{path}: not a regular file (a folder, a device or a named pipe), expected the {what}")
         try:
             # (a BOM is no part of the first value; a line ends at \n, \r\n or \r only, as read_paths_file's)
             lines = path.read_text(encoding="utf-8-sig").split("\n")
@@ -812,6 +814,11 @@ def _column(src: Source, spec: str | None, defaults: Sequence[str], what: str, u
         if origin is not None:
             origin[what] = (Path(spec), header)
         return arr
+    if key == spec and os.path.exists(spec):  # a folder, a named pipe, a device (a pipe's read waited for a
+        # writer, for ever; both were "no such file")
+        what_is = "a directory" if os.path.isdir(spec) else "not a regular file (a device, a named pipe or a socket)"
+        raise EmbedscopeError(f"{option} {_pretty(spec)}: {what_is}, expected a file of the {what} (or a key/column "
+                              f"of {src.path})")
     keys = _key_list(src.keys(), "none (the source is one array)")
     mean = did_you_mean(_close_keys(key, list(src.keys())))  # (--paths path for a column 'Path')
     mean = f"{mean} " if mean else ""

@@ -7,6 +7,9 @@ What was wrong before:
    by the new file and left the file it named as it was, where every other output (``atomic_output``) is
    written through the link; and a failing write of its journal (a full disk) before the earlier run's files
    were set aside deleted them.
+2. ``import``'s labels/split/paths/class-names given as a named pipe, a folder or a device: "no such file"
+   (they exist), where the source itself is "not a regular file"; a ``.txt`` pipe read by ``read_vector``
+   waited for a writer, for ever.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from __future__ import annotations
 import errno
 import os
 
+import numpy as np
 import pytest
 from conftest import snapshot
 
 from embedscope import fileio
+from embedscope.errors import EmbedscopeError
 from embedscope.train import trainer
 
 
@@ -104,3 +109,51 @@ def test_train_force_whose_journal_cannot_be_written_keeps_the_earlier_run(tmp_p
         with trainer._Replacement(paths, True).writing():
             pass
     assert snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------ 2. import: a side file that is no regular file
+@pytest.fixture
+def arrays(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save("X.npy", np.eye(4, 3, dtype=np.float32))
+    np.save("y.npy", np.array([0, 0, 1, 1]))
+    return tmp_path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+@pytest.mark.parametrize("option", ["labels", "split", "paths", "class_names"])
+def test_import_names_a_side_file_that_is_no_regular_file(arrays, kind, option):
+    from embedscope.importers import import_embeddings
+
+    side = "side.txt"
+    os.mkfifo(side) if kind == "fifo" else os.mkdir(side)
+    kw = {"labels": "y.npy", option: side}
+    with pytest.raises(EmbedscopeError) as e:
+        import_embeddings("X.npy", **kw)
+    msg = str(e.value)
+    assert "no such file" not in msg and side in msg, msg
+    assert ("a directory" if kind == "folder" else "not a regular file") in msg, msg
+
+
+def test_read_vector_refuses_a_named_pipe(arrays):
+    import threading
+
+    from embedscope.importers import read_vector
+
+    os.mkfifo("y.txt")  # (its read waited for a writer, for ever)
+    got = []
+
+    def read():
+        try:
+            read_vector("y.txt", "labels")
+        except EmbedscopeError as e:
+            got.append(str(e))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # waiting: a writer that closes at once lets it end
+        os.close(os.open("y.txt", os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("read_vector waited on a named pipe")
+    assert got and "not a regular file" in got[0], got
