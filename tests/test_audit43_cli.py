@@ -10,6 +10,8 @@ What was wrong before:
 2. ``import``'s labels/split/paths/class-names given as a named pipe, a folder or a device: "no such file"
    (they exist), where the source itself is "not a regular file"; a ``.txt`` pipe read by ``read_vector``
    waited for a writer, for ever.
+3. ``add-properties`` kept a read-only check of its own beside ``store.update_properties``' one: now one rule
+   (the store's), in the command's words.
 """
 
 from __future__ import annotations
@@ -157,3 +159,21 @@ def test_read_vector_refuses_a_named_pipe(arrays):
         t.join(10)
         pytest.fail("read_vector waited on a named pipe")
     assert got and "not a regular file" in got[0], got
+
+
+# ------------------------------------------------------------------ 3. add-properties: one read-only rule
+def test_add_properties_uses_the_stores_read_only_rule(tmp_path, monkeypatch):
+    """The store's check decides (here it refuses a writable file); the command's wording is kept."""
+    from embedscope.data import properties as props
+    from embedscope.store import embeddings as emb
+
+    h5 = tmp_path / "e.h5"
+    h5.write_bytes(b"")
+
+    def refuse(path):
+        raise EmbedscopeError(f"{path}: refused by the store")
+
+    monkeypatch.setattr(emb, "_check_updatable", refuse)
+    with pytest.raises(EmbedscopeError, match=r"e\.h5: the file is read-only \(no write permission\): "
+                                              r"add-properties rewrites it"):
+        props._check_updatable(h5)

@@ -361,16 +361,17 @@ def _check_updatable(h5) -> None:
     """Refuse a file without write permission (``chmod 444``, another user's file): the rewrite replaces the
     file by a copy (a rename, which the folder's permission allows), and a file the user made read-only was
     updated all the same (as root too: the mode's write bits are read, not only ``access``). ``--force``
-    (which replaces properties) does not override it: make the file writable first."""
-    import stat
+    (which replaces properties) does not override it: make the file writable first.
+
+    The check is :func:`embedscope.store.embeddings.update_properties`' own (one rule for both), made here
+    before the table is read, in the command's words."""
+    from embedscope.store.embeddings import _check_updatable as store_check
 
     try:
-        st = os.stat(h5)
-    except OSError:
-        return  # (the reader says why)
-    if stat.S_ISREG(st.st_mode) and (not st.st_mode & 0o222 or not os.access(h5, os.W_OK)):
+        store_check(h5)
+    except EmbedscopeError:
         raise EmbedscopeError(f"{h5}: the file is read-only (no write permission): add-properties rewrites it; "
-                              "make it writable first (chmod u+w) to add properties to it")
+                              "make it writable first (chmod u+w) to add properties to it") from None
 
 
 # ----------------------------------------------------------------------------- helpers for the loaders
