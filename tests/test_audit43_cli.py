@@ -12,6 +12,8 @@ What was wrong before:
    waited for a writer, for ever.
 3. ``add-properties`` kept a read-only check of its own beside ``store.update_properties``' one: now one rule
    (the store's), in the command's words.
+4. ``properties`` of a split holding one image: "X needs at least 2 row(s) and 1 column, got shape (1, D)",
+   naming no file.
 """
 
 from __future__ import annotations
@@ -177,3 +179,18 @@ def test_add_properties_uses_the_stores_read_only_rule(tmp_path, monkeypatch):
     with pytest.raises(EmbedscopeError, match=r"e\.h5: the file is read-only \(no write permission\): "
                                               r"add-properties rewrites it"):
         props._check_updatable(h5)
+
+
+# ------------------------------------------------------------------ 4. properties of a split of one image
+@pytest.mark.parametrize("split, where", [("test", "its test split holds 1 image"), ("all", "the file holds 1 image")])
+def test_properties_of_a_single_image_names_the_file(tmp_path, split, where):
+    from embedscope import store
+    from embedscope.analyses.image_properties import properties_of_files
+    from embedscope.store.embeddings import EmbeddingSet
+
+    h5 = tmp_path / "one.h5"
+    store.save(h5, EmbeddingSet.from_arrays(np.eye(1, 3, dtype=np.float32), np.array([0]), split=["test"],
+                                        properties={"w": np.array([1])}))
+    with pytest.raises(EmbedscopeError) as e:  # (was "X needs at least 2 row(s) and 1 column, got shape (1, 3)")
+        properties_of_files([h5], split=split)
+    assert str(e.value).startswith(f"{h5}: {where}: NR-Prec ranks"), e.value

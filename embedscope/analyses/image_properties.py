@@ -231,6 +231,10 @@ def _selected(es, f, *, split: str, properties, metric: str, normalize: bool, wi
     labels; ``several``: those of several values per image, N x k, left out when not named), or one
     error line (a property named that the file lacks or holds several values per image, no
     property at all, an all-zero row under cosine)."""
+    if len(es.labels) < 2:  # (was "X needs at least 2 row(s) and 1 column, got shape (1, D)", naming no file)
+        where = "the file holds" if split == "all" else f"its {split} split holds"
+        raise EmbedscopeError(f"{f}: {where} {len(es.labels)} image: NR-Prec ranks each image's neighbours, which "
+                              "needs at least 2 images" + ("" if split == "all" else " (another split?)"))
     props = dict(es.properties)
     several = [k for k, v in props.items() if np.ndim(v) != 1]
     for k in several:
