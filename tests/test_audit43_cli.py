@@ -14,6 +14,8 @@ What was wrong before:
    (the store's), in the command's words.
 4. ``properties`` of a split holding one image: "X needs at least 2 row(s) and 1 column, got shape (1, D)",
    naming no file.
+5. ``evaluate`` of several files, one of them (or its reference split) of a single class: "the query labels must
+   hold at least 2 classes, got 1", naming no file.
 """
 
 from __future__ import annotations
@@ -194,3 +196,28 @@ def test_properties_of_a_single_image_names_the_file(tmp_path, split, where):
     with pytest.raises(EmbedscopeError) as e:  # (was "X needs at least 2 row(s) and 1 column, got shape (1, 3)")
         properties_of_files([h5], split=split)
     assert str(e.value).startswith(f"{h5}: {where}: NR-Prec ranks"), e.value
+
+
+# ------------------------------------------------------------------ 5. evaluate: a file of one class among several
+def _save(path, labels, split=None):
+    from embedscope import store
+    from embedscope.store.embeddings import EmbeddingSet
+
+    rng = np.random.default_rng(0)
+    n = len(labels)
+    store.save(path, EmbeddingSet.from_arrays(rng.normal(size=(n, 3)).astype(np.float32), np.asarray(labels),
+                                              split=split or ["test"] * n))
+    return path
+
+
+def test_evaluate_names_the_file_whose_split_holds_one_class(tmp_path):
+    from embedscope.analyses.retrieval import evaluate_many
+
+    good = _save(tmp_path / "good.h5", [0, 0, 1, 1])
+    one = _save(tmp_path / "one.h5", [0, 0, 0, 0])
+    with pytest.raises(EmbedscopeError) as e:  # (was "the query labels must hold at least 2 classes, got 1")
+        evaluate_many([good, one], include=["R@1"])
+    assert str(e.value).startswith(f"{one}: its test split holds one class only"), e.value
+    sep = _save(tmp_path / "sep.h5", [0, 1, 0, 0], split=["query", "query", "gallery", "gallery"])
+    with pytest.raises(EmbedscopeError, match=r"sep\.h5: its gallery split holds one class only: every reference"):
+        evaluate_many([sep], query_split="query", reference_split="gallery", include=["R@1"])

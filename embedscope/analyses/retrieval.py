@@ -78,6 +78,16 @@ def evaluate(source: Any, *, split: str = "test", query_split: str | None = None
             check_no_zero_rows(r, r_split)
         check_disjoint(q, r, q_split, r_split)
         kw = {"X_ref": r.embeddings, "y_ref": r.labels}
+    # one class: every reference relevant (the metrics' own line, "the query labels must hold at least 2
+    # classes", named no file: which of several was it?)
+    one_class = r if separate else q
+    if len(np.unique(one_class.labels)) < 2:
+        src = one_class.attrs.get("source_file")
+        role = r_split if separate else q_split
+        where = "the file holds" if role == "all" else f"its {role} split holds"
+        raise EmbedscopeError(f"{src + ': ' if src else ''}{where} one class only: every "
+                              f"{'reference' if separate else 'other row'} is relevant to every query, so each "
+                              "retrieval measure would read 1.0; evaluate needs at least 2 classes")
     if lone_queries != "exclude":
         kw["lone_queries"] = lone_queries
     t0 = time.perf_counter()
