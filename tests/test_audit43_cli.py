@@ -16,6 +16,7 @@ What was wrong before:
    naming no file.
 5. ``evaluate`` of several files, one of them (or its reference split) of a single class: "the query labels must
    hold at least 2 classes, got 1", naming no file.
+6. ``add-properties`` whose table is a named pipe waited for a writer, for ever.
 """
 
 from __future__ import annotations
@@ -221,3 +222,31 @@ def test_evaluate_names_the_file_whose_split_holds_one_class(tmp_path):
     sep = _save(tmp_path / "sep.h5", [0, 1, 0, 0], split=["query", "query", "gallery", "gallery"])
     with pytest.raises(EmbedscopeError, match=r"sep\.h5: its gallery split holds one class only: every reference"):
         evaluate_many([sep], query_split="query", reference_split="gallery", include=["R@1"])
+
+
+# ------------------------------------------------------------------ 6. add-properties: a table that is a named pipe
+def test_add_properties_refuses_a_table_that_is_a_named_pipe(tmp_path):
+    """(Its first read, of the table's signature, waited for a writer, for ever.)"""
+    import threading
+
+    from embedscope.data.properties import read_property_table
+
+    fifo = tmp_path / "t.csv"
+    os.mkfifo(fifo)
+    got = []
+
+    def read():
+        try:
+            read_property_table(fifo)
+        except EmbedscopeError as e:
+            got.append(str(e))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # waiting: a writer that closes at once lets it end
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail("read_property_table waited on a named pipe")
+    assert got == [f"{fifo} is not a regular file (a device, a named pipe or a socket), expected a table "
+                   "(CSV, TSV or Parquet)"], got

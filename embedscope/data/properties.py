@@ -150,6 +150,9 @@ def read_property_table(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise EmbedscopeError(f"{path}: no such file")
     if path.is_dir():
         raise EmbedscopeError(f"{path} is a directory, expected a table (CSV, TSV or Parquet)")
+    if not path.is_file():  # a named pipe: its read waited for a writer, for ever
+        raise EmbedscopeError(f"{path} is not a regular file (a device, a named pipe or a socket), expected a table "
+                              "(CSV, TSV or Parquet)")
     _check_not_binary(path)
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
