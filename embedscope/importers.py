@@ -1034,10 +1034,11 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
                                   f"{arr.shape}")
         if arr is not None and arr.shape[0] != n:
             m = arr.shape[0] if arr.ndim else 0
+            have = "have" if what in ("labels", "paths") else "has"  # (was "split have", "property 'w' have")
             if file is None:
-                raise EmbedscopeError(f"{src.path}: {what} have {m} entries but there are {n} embedding rows")
+                raise EmbedscopeError(f"{src.path}: {what} {have} {m} entries but there are {n} embedding rows")
             hint = "" if header is None else f" (its first line, '{_pretty(header)}', was read as the column name)"
-            raise EmbedscopeError(f"{file}: {what} have {m} entries but there are {n} embedding rows in "
+            raise EmbedscopeError(f"{file}: {what} {have} {m} entries but there are {n} embedding rows in "
                                   f"{src.path}{hint}")
     if y.dtype.kind == "f":
         if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)):

@@ -17,6 +17,7 @@ What was wrong before:
 5. ``evaluate`` of several files, one of them (or its reference split) of a single class: "the query labels must
    hold at least 2 classes, got 1", naming no file.
 6. ``add-properties`` whose table is a named pipe waited for a writer, for ever.
+7. ``import``: "split have 3 entries", "property 'w' have 3 entries" (the labels and paths "have").
 """
 
 from __future__ import annotations
@@ -250,3 +251,22 @@ def test_add_properties_refuses_a_table_that_is_a_named_pipe(tmp_path):
         pytest.fail("read_property_table waited on a named pipe")
     assert got == [f"{fifo} is not a regular file (a device, a named pipe or a socket), expected a table "
                    "(CSV, TSV or Parquet)"], got
+
+
+# ------------------------------------------------------------------ 7. import: a split or property of another length
+@pytest.mark.parametrize("what, kw, said", [
+    ("split", {"split": "s"}, "split has 3 entries"),
+    ("property", {"properties": ["w"]}, "property 'w' has 3 entries"),
+    ("labels", {}, "labels have 3 entries"),
+])
+def test_import_length_messages_agree_in_number(tmp_path, what, kw, said):
+    from embedscope.importers import import_embeddings
+
+    src = tmp_path / "s.npz"
+    y = np.array([0, 0, 1, 1])
+    arrays = {"embeddings": np.eye(4, 2, dtype=np.float32), "labels": y[:3] if what == "labels" else y,
+              "s": np.array(["test"] * 3), "w": np.arange(3)}
+    np.savez(src, **arrays)
+    with pytest.raises(EmbedscopeError) as e:  # (was "split have 3 entries", "property 'w' have 3 entries")
+        import_embeddings(src, **kw)
+    assert f"{said} but there are 4 embedding rows" in str(e.value), e.value
