@@ -860,6 +860,11 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
                 raise EmbedscopeError(f"{src.path}: no column starting with '{_pretty(spec[:-1])}' is left for the "
                                       f"embeddings: {_names(taken)} are taken as labels, split, paths or properties")
             raise EmbedscopeError(f"{src.path}: no columns start with '{_pretty(spec[:-1])}'")
+        text = [c for c in cols if np.asarray(src.columns[c]).dtype.kind not in "fiu"]
+        if text:  # (was "the embeddings must be numbers, got object", naming no column)
+            raise EmbedscopeError(f"{src.path}: --embeddings {_pretty(spec)} takes {_names(text)} too, which "
+                                  f"{'is' if len(text) == 1 else 'are'} not numeric: name the embedding columns "
+                                  "by a prefix that only they share")
         used.update(cols)
         info["columns"] = cols
         if taken:  # (a --properties column matching the prefix left the embedding without a word)

@@ -18,6 +18,8 @@ What was wrong before:
    hold at least 2 classes, got 1", naming no file.
 6. ``add-properties`` whose table is a named pipe waited for a writer, for ever.
 7. ``import``: "split have 3 entries", "property 'w' have 3 entries" (the labels and paths "have").
+8. ``import --embeddings PREFIX*`` matching a text column: "the embeddings must be numbers, got object", naming no
+   column.
 """
 
 from __future__ import annotations
@@ -270,3 +272,20 @@ def test_import_length_messages_agree_in_number(tmp_path, what, kw, said):
     with pytest.raises(EmbedscopeError) as e:  # (was "split have 3 entries", "property 'w' have 3 entries")
         import_embeddings(src, **kw)
     assert f"{said} but there are 4 embedding rows" in str(e.value), e.value
+
+
+# ------------------------------------------------------------------ 8. import --embeddings PREFIX* over a text column
+def test_import_prefix_over_a_text_column_names_it(tmp_path):
+    import pandas as pd
+
+    from embedscope.importers import import_embeddings
+
+    src = tmp_path / "t.csv"
+    pd.DataFrame({"path": list("abcd"), "label": [0, 0, 1, 1], "c0": [1.0, 2, 3, 4], "c1": [0.5, 1, 2, 3],
+                  "colour": ["red", "red", "blue", "blue"]}).to_csv(src, index=False)
+    with pytest.raises(EmbedscopeError) as e:  # (was "the embeddings must be numbers, got object")
+        import_embeddings(src, embeddings="c*")
+    assert str(e.value) == (f"{src}: --embeddings c* takes colour too, which is not numeric: name the embedding "
+                            "columns by a prefix that only they share"), e.value
+    es = import_embeddings(src, embeddings="c0*")  # the prefix of the numeric ones only: fine
+    assert es.embeddings.shape == (4, 1)
