@@ -20,6 +20,7 @@ list of data constructors (a ``__reduce__`` payload such as ``os.system``). ``un
 
 from __future__ import annotations
 
+import collections
 import importlib
 import io
 import os
@@ -641,9 +642,14 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
                          + (f" ({len(pre) - 4} more prefixes)" if len(pre) > 4 else ""))
         raise EmbedscopeError(f"{where}: weights do not fit {what} ({'; '.join(parts)}){extra}{hint}")
     upcast = upcast_dtypes(sd, own)
+    # the checks above found the model's own key names: the file is read as its current version. A module's
+    # version travels in a state dict's ``_metadata``, which every dict made of the file's (a prefix removed,
+    # keys renamed) lost: torchvision's MNASNet refused a version of None with a ValueError (a traceback)
+    sd = collections.OrderedDict(sd)
+    sd._metadata = getattr(own, "_metadata", None)  # type: ignore[attr-defined]
     try:
         model.load_state_dict(sd, strict=False)
-    except RuntimeError as e:  # anything the checks above did not foresee
+    except (RuntimeError, ValueError) as e:  # anything the checks above did not foresee
         first = str(e).strip().splitlines()[-1].strip()
         raise EmbedscopeError(f"{where}: weights do not fit {what} ({printable(first, 160)}){hint}") from None
     return upcast
