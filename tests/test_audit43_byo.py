@@ -5,6 +5,10 @@ What was wrong before:
 - torchvision's MNASNet files given to ``--weights`` (or any route that loads a state dict) ended in a traceback
   (``ValueError: version should be set to 1 or 2 instead of None``): the module's version travels in the state
   dict's ``_metadata``, which the dicts made of the file's keys lost;
+- a Roth et al. file's keys are read as embedscope's (``model.*`` as ``backbone.*``, ``model.last_linear`` as
+  ``head``): its unexpected keys and the "larger network" line named ``backbone.…``, keys the file does not have;
+- an old torchvision DenseNet file's keys are read with their new names (``norm.1`` as ``norm1``): an unexpected
+  key inside a dense layer was named in the new form;
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import torch
 from torchvision import models as tvm
 
 from embedscope.errors import EmbedscopeError
-from embedscope.models import build_pretrained
+from embedscope.models import build_pretrained, load_checkpoint
 from embedscope.text import safe
 
 
@@ -61,3 +65,49 @@ def test_a_mnasnet_file_loads_and_embeds_as_torchvision_runs_it(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model.features(x), _features(net, x))
     assert info["format"] == "backbone weights from a torchvision state dict"
+
+
+# --------------------------------------------------------------------------- leftovers 1 and 2: the file's own keys
+
+def _roth_googlenet(extra: dict, dp: str = "") -> dict:
+    import argparse
+
+    torch.manual_seed(0)
+    net = tvm.googlenet(weights=None, aux_logits=False, init_weights=False)
+    sd = {f"{dp}model.{k}": v for k, v in net.state_dict().items() if not k.startswith("fc.")}
+    sd[f"{dp}model.last_linear.weight"], sd[f"{dp}model.last_linear.bias"] = torch.zeros(8, 1024), torch.zeros(8)
+    return {"state_dict": {**sd, **extra}, "opt": argparse.Namespace(arch="googlenet", embed_dim=8)}
+
+
+@pytest.mark.parametrize("dp", ["", "module."])
+def test_a_roth_file_s_unexpected_keys_are_named_as_the_file_has_them(tmp_path, dp):
+    """They were named as embedscope reads them, ``backbone.inception3a.extra.weight``."""
+    torch.save(_roth_googlenet({f"{dp}model.inception3a.extra.weight": torch.zeros(3)}, dp), tmp_path / "r.pth.tar")
+    line = _error(load_checkpoint, tmp_path / "r.pth.tar")
+    assert f"unexpected 1 key(s) e.g. {dp}model.inception3a.extra.weight)" in line
+    assert f"own modules (e.g. '{dp}model.inception3a.extra.*')" in line and "backbone." not in line
+    torch.save(_roth_googlenet({f"{dp}model.last_linear.extra": torch.zeros(3)}, dp), tmp_path / "h.pth.tar")
+    assert f"e.g. {dp}model.last_linear.extra)" in _error(load_checkpoint, tmp_path / "h.pth.tar")
+
+
+def _old_densenet(net: torch.nn.Module) -> dict:
+    """torchvision's released DenseNet files: the pre-0.4 names (``denselayer1.norm.1``)."""
+    import re
+
+    return {re.sub(r"(denselayer\d+\.(?:norm|relu|conv))([12])\.", r"\1.\2.", k): v
+            for k, v in net.state_dict().items()}
+
+
+def test_an_old_densenet_file_loads_and_its_unexpected_key_is_named_in_its_own_form(tmp_path):
+    torch.manual_seed(0)
+    net = _stats(tvm.densenet121(weights=None))
+    old = _old_densenet(net)
+    assert "features.denseblock1.denselayer1.norm.1.weight" in old
+    torch.save({"module." + k: v for k, v in old.items()}, tmp_path / "d.pth")
+    model = build_pretrained("densenet121", weights=tmp_path / "d.pth")[0]
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.features(x), _features(net, x))
+    torch.save({**old, "features.denseblock1.denselayer1.norm.1.extra": torch.zeros(2)}, tmp_path / "x.pth")
+    line = _error(build_pretrained, "densenet121", weights=tmp_path / "x.pth")
+    assert "unexpected 1 key(s) e.g. features.denseblock1.denselayer1.norm.1.extra)" in line  # (was norm1.extra)

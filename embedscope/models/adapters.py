@@ -466,7 +466,8 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
     # runs its layers one by one, so torchvision's transform_input is never applied
     dmlb = (base == a and _opt(opt, "batch_mining") is None and _opt(opt, "sampling") is not None)
     sd = check_state_dict(obj["state_dict"], str(path))
-    if all(k.startswith("module.") for k in sd):  # saved from a DataParallel model
+    dp = "module." if all(k.startswith("module.") for k in sd) else ""
+    if dp:  # saved from a DataParallel model
         sd = {k[len("module."):]: v for k, v in sd.items()}
     if not any(k.startswith("model.") for k in sd):
         raise EmbedscopeError(f"{path}: unknown key layout for a Roth et al. checkpoint: expected 'model.*' keys, "
@@ -520,7 +521,13 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
 
         config.update(input_space=dict(ROTH_INPUT), image_size=224)
     model = build_model(config)
-    upcast = load_into(model, {**backbone, **head}, str(path), f"a {base} model")
+    def file_key(k: str) -> str:  # a key (or prefix) read as embedscope's, named as the file has it
+        if k.startswith("head."):
+            return f"{dp}model.last_linear.{k[len('head.'):]}"
+        return dp + "model." + k[len("backbone."):] if k.startswith("backbone.") else dp + k
+
+    # (named as the file's keys: they were named as embedscope's, 'backbone.*', which the file does not hold)
+    upcast = load_into(model, {**backbone, **head}, str(path), f"a {base} model", file_key=file_key)
     fmt += say_upcast(upcast, path, backbone, head)
     model.eval()
     extra = {"roth_options": _opt_items(opt)}

@@ -30,7 +30,7 @@ import types
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -579,8 +579,8 @@ def _extra_prefixes(unexpected: list[str], own: dict[str, Any]) -> list[str]:
 
 
 def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, what: str,
-              hint: str = "", key_prefix: str | None = "", container: tuple[str, ...] | None = None
-              ) -> dict[str, int]:
+              hint: str = "", key_prefix: str | None = "", container: tuple[str, ...] | None = None,
+              file_key: Callable[[str], str] | None = None) -> dict[str, int]:
     """``load_state_dict`` with one-line errors; BatchNorm's ``num_batches_tracked`` may be absent.
 
     Every problem is named in the one line: missing keys, unexpected keys (the first three) and tensors
@@ -593,6 +593,9 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
     which left them in; the unexpected keys are named so too); None when ``sd``'s keys were renamed (numbered
     layers named): no such advice. ``container``: the keys under which the file keeps ``sd`` (``("state_dict",)``
     of an embedscope checkpoint): the advice then saves the whole file, its config kept (:func:`resave_hint`).
+    ``file_key``: for ``sd``'s keys renamed from the file's (Roth et al.'s ``model.*`` read as ``backbone.*``, an
+    old DenseNet's ``norm.1`` as ``norm1``), the file's name of a key or a key prefix of ``sd``: the unexpected keys
+    and the layers of a larger network are named so (``key_prefix`` is then not used to name them).
 
     Returns the lower-precision dtypes that were upcast (:func:`upcast_dtypes`), for :func:`say_upcast`.
     """
@@ -605,7 +608,8 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
         parts.append(f"missing {len(missing)} key(s) e.g. {printable(missing[0], 60)}")
     if unexpected:
         # the file's own keys (the prefix removed in front: the advice below names them so)
-        named = unexpected if key_prefix is None else [key_prefix + k for k in unexpected]
+        named = ([file_key(k) for k in unexpected] if file_key is not None
+                 else unexpected if key_prefix is None else [key_prefix + k for k in unexpected])
         parts.append(f"unexpected {len(unexpected)} key(s) e.g. {_keys_preview(named, 3)}")
     if shapes:
         k = shapes[0]
@@ -626,10 +630,11 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str, w
             nested = [p for p in pre if p.count(".") > 1]
             if nested:  # inside the model's own modules (layer1.2.* of a ResNet-34 given as a ResNet-18): not
                 # a head to drop but another, larger network (dropping them gave a wrong network, as advised)
-                extra = (f"; these layers sit inside the model's own modules (e.g. '{printable(nested[0], 60)}*'): "
+                shown = file_key(nested[0]) if file_key is not None else (key_prefix or "") + nested[0]
+                extra = (f"; these layers sit inside the model's own modules (e.g. '{printable(shown, 60)}*'): "
                          f"the file holds a larger network than {what}? name its architecture with --arch")
             elif pre and key_prefix is not None:
-                drop = [key_prefix + p for p in pre]
+                drop = [file_key(p) if file_key is not None else key_prefix + p for p in pre]
                 long = _too_long(drop[:4])
                 what_saved = "the file without them, the rest of it kept" if container else "the state dict without them"
                 if long is not None:  # (no command: one naming it shortened would match no key)
@@ -937,6 +942,8 @@ def keep_layer_hint(path, arch: str | None = None) -> str:
 #: torchvision's released DenseNet files keep the pre-0.4 module names ``denselayerN.norm.1``,
 #: ``.conv.2``, ... that torchvision renames to ``norm1``, ``conv2`` when it loads them.
 _DENSE_OLD = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.([12])\.")
+#: those names as torchvision has them now (``norm1``), to name a file's key in its old form again
+_DENSE_NEW = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))([12])\.")
 
 
 def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
@@ -1242,6 +1249,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     elif numbered is None:
         check_one_prefix(sd, model.backbone, path, f"{printable(model.arch, 40)} backbone",
                          removed + ("backbone." if bb_keys else ""))
+    renamed = {_DENSE_OLD.sub(r"\1\2.", k): k for k in sd}  # (renamed key -> the file's)
     sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
@@ -1249,9 +1257,15 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     # dropped as a classifier would be (the file was embedded as the features before it, silently)
     own = trained_last_layers(sd, [c + "." for c in classifier_names(model.backbone)] + ["fc.", "last_linear."])
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
+    key_prefix = None if numbered is not None else removed + ("backbone." if bb_keys else "") + (sub or "")
+    file_key = None
+    if key_prefix is not None and any(k != v for k, v in renamed.items()):
+        # an old DenseNet's keys (norm.1) read as torchvision's (norm1): the errors name the file's (the key
+        # itself, or a prefix spelled back)
+        def file_key(k: str) -> str:
+            return key_prefix + renamed.get(k, _DENSE_NEW.sub(r"\1.\2.", k))
     upcast = load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone",
-                       key_prefix=None if numbered is not None else removed + ("backbone." if bb_keys else "")
-                       + (sub or ""))
+                       key_prefix=key_prefix, file_key=file_key)
     if own:
         name, n_in, n_out = own[0]
         warnings.warn(DroppedLayerWarning(
