@@ -9,6 +9,8 @@ What was wrong before:
   ``head``): its unexpected keys and the "larger network" line named ``backbone.…``, keys the file does not have;
 - an old torchvision DenseNet file's keys are read with their new names (``norm.1`` as ``norm1``): an unexpected
   key inside a dense layer was named in the new form;
+- the paths (and ``--arch`` names) in the commands the advice suggests were not shell-quoted: a space or a ``$``
+  broke the pasted command; they are quoted for the line as the terminal shows it (escaped once);
 """
 
 from __future__ import annotations
@@ -111,3 +113,36 @@ def test_an_old_densenet_file_loads_and_its_unexpected_key_is_named_in_its_own_f
     torch.save({**old, "features.denseblock1.denselayer1.norm.1.extra": torch.zeros(2)}, tmp_path / "x.pth")
     line = _error(build_pretrained, "densenet121", weights=tmp_path / "x.pth")
     assert "unexpected 1 key(s) e.g. features.denseblock1.denselayer1.norm.1.extra)" in line  # (was norm1.extra)
+
+
+# --------------------------------------------------------------------------- leftover 3: pasteable commands
+
+def _shell_words(arg: str) -> bytes:
+    """What a POSIX shell (bash) makes of one argument pasted from the line."""
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    return subprocess.run(["bash", "-c", "printf %s " + arg], capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("name", ["my run $HOME/r'18 (best).pth", "tab\tback\\slash\x1b'q\udc80.pth"])
+def test_the_suggested_commands_quote_the_path(tmp_path, name):
+    import os
+    import re
+
+    torch.manual_seed(0)
+    sd = tvm.resnet18(weights=None, num_classes=1000).state_dict()
+    path = tmp_path / name
+    path.parent.mkdir(exist_ok=True)
+    torch.save(sd, path)
+    line = _error(load_checkpoint, path)  # as the terminal shows it
+    arg = re.search(r"--weights (.*?) --head none", line).group(1)
+    assert _shell_words(arg) == os.fsencode(str(path))
+    sd["fc.weight"], sd["fc.bias"] = torch.zeros(128, 512), torch.zeros(128)  # the user's embedding layer
+    torch.save(sd, path)
+    line = _error(load_checkpoint, path)
+    for flag in ("--trunk", "--weights"):
+        arg = re.search(rf"{flag} (.*?) (with an empty|--head none)", line).group(1)
+        assert _shell_words(arg) == os.fsencode(str(path))

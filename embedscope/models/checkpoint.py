@@ -885,13 +885,15 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
             name, n_in, n_out = own[0]
             return (f"its keys are those of a {a} backbone whose {printable(name, 40)} layer ({n_in} -> {n_out}) is "
                     f"not an ImageNet classifier's size: {keep_layer_hint(path)}; --arch {a} --weights "
-                    f"{printable(path, 1000)} --head none|random embeds the {n_in}-d features before it")
+                    f"{sh_arg(path)} --head none|random embeds the {n_in}-d features before it")
         return (f"its keys are those of a {a} backbone (a torchvision / pytorch-metric-learning trunk file): embed "
-                f"it with no checkpoint as --arch {a} --weights {printable(path, 1000)} --head none|random, or as "
+                f"it with no checkpoint as --arch {a} --weights {sh_arg(path)} --head none|random, or as "
                 "--trunk with --embedder")
     if isinstance(obj, dict) and isinstance(obj.get("arch"), str) and "args" in obj:  # timm's train.py
+        # (the file's name, whole in the command: a name of hundreds of characters is no timm model's)
+        named = sh_arg("timm:" + obj["arch"]) if len(obj["arch"]) <= 200 else "timm:NAME"
         return (f"it looks like a timm training checkpoint of {printable(obj['arch'], 60)}: embed it with no "
-                f"checkpoint as --arch timm:{printable(obj['arch'], 60)} --weights {printable(path, 1000)} "
+                f"checkpoint as --arch {named} --weights {sh_arg(path)} "
                 "--head none|random")
     if is_children_sequential(sd):
         from embedscope.models.adapters import detect_numbered_arch
@@ -900,7 +902,7 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
         model = f"a {a}'s" if a else "a model's"
         return (f"its layers are numbered (0.weight, ...: an nn.Sequential of {model} children, e.g. "
                 "nn.Sequential(*list(resnet.children())[:-1])): embed it with no checkpoint as --arch "
-                f"{a or 'NAME'} --weights {printable(path, 1000)} --head none|random, or as --trunk with --embedder")
+                f"{a or 'NAME'} --weights {sh_arg(path)} --head none|random, or as --trunk with --embedder")
     return ("for backbone weights alone use --weights with --arch and --head none|random, for a "
             "pytorch-metric-learning trunk use --trunk/--embedder")
 
@@ -934,8 +936,8 @@ def keep_layer_hint(path, arch: str | None = None) -> str:
     """How to embed a backbone file with its last linear layer kept: as a pytorch-metric-learning trunk
     (whose linear layer stays in the model) with an empty embedder (the identity); ``arch`` when the
     trunk's keys may not say it (a timm model)."""
-    named = f" --arch {printable(arch, 60)}" if arch else ""
-    return (f"to embed with that layer, give the file as --trunk {printable(path, 1000)}{named} with an empty "
+    named = f" --arch {sh_arg(arch)}" if arch else ""
+    return (f"to embed with that layer, give the file as --trunk {sh_arg(path)}{named} with an empty "
             "--embedder (torch.save({}, 'identity.pth'))")
 
 
@@ -1102,6 +1104,23 @@ def py_str(s: str) -> str:
     return " \"'\" ".join(f"'{part}'" for part in s.split("'"))
 
 
+def sh_arg(s: Any) -> str:
+    """One argument of a command line the advice suggests (``--weights PATH``), quoted for a POSIX shell as the
+    line that shows it (escaped once, :func:`embedscope.text.safe`) will have it: a string :func:`safe` leaves
+    as it is gets :func:`shlex.quote` (a space or a ``$`` of a path broke the pasted command); one it escapes
+    (a backslash doubled, a control character or an undecodable file-name byte as ``\\x1b``, ``\\x80``) is
+    in bash's ``$'...'`` quotes, which read those escapes back as the characters (in single quotes the
+    escaped backslash was two), a ``'`` of it spelled ``"'"`` between them."""
+    import shlex
+
+    from embedscope.text import safe
+
+    s = str(s)
+    if safe(s) == s:
+        return shlex.quote(s)
+    return "\"'\"".join(f"$'{part}'" if part else "" for part in s.split("'"))
+
+
 def resave_hint(comprehension, container: tuple[str, ...] | None = None) -> str:
     """The command that saves a file's state dict changed by ``comprehension`` (a function of the expression
     naming the state dict, giving the new one's). ``container``: the keys under which the file keeps the state
@@ -1232,7 +1251,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
                 if any(k.startswith("head.") for k in left):  # an embedscope model's head (its embedding layer)
                     how = " with --ema" if ema else ""
                     if not (isinstance(read, dict) and read.get("format") == FORMAT):
-                        how += f" with --arch {printable(model.arch, 60)}"
+                        how += f" with --arch {sh_arg(model.arch)}"
                     why = (f"an embedscope model's head: --weights gives a backbone only; to embed with the head, "
                            f"give the file as the checkpoint{how}, without --weights")
                 else:  # (was said to be an embedscope model's head whatever they were: a loss's weights, ...)
