@@ -324,7 +324,8 @@ def test_timm_training_checkpoint_as_the_checkpoint_names_timm(tmp_path, capsys)
                 "args": argparse.Namespace(model="convnext_atto"), "version": 2}, f)
     err = _one_line_error(*_run(["embed", f, "--dataset", "digits", "-o", tmp_path / "e.h5", "--no-progress"],
                                 capsys))
-    assert "timm training checkpoint" in err and "--arch timm:convnext_\\x1b[31matto --weights" in err
+    # (quoted for a shell as shown: bash's $'...' reads the escape back, audit 43)
+    assert "timm training checkpoint" in err and "--arch $'timm:convnext_\\x1b[31matto' --weights" in err
     assert "\x1b" not in err
 
 
