@@ -11,6 +11,10 @@ What was wrong before:
   key inside a dense layer was named in the new form;
 - the paths (and ``--arch`` names) in the commands the advice suggests were not shell-quoted: a space or a ``$``
   broke the pasted command; they are quoted for the line as the terminal shows it (escaped once);
+- a whole pickled ``DataParallel`` of an embedscope model (``torch.save(model)`` of a model trained on several
+  GPUs) was refused as "not an embedscope model", with ``--unsafe-pickle`` too: the network inside is read;
+- ``load_checkpoint(embed_dim=...)`` of a Roth et al. file of another size said the file's ``opt.embed_dim`` was
+  the size asked for;
 """
 
 from __future__ import annotations
@@ -146,3 +150,26 @@ def test_the_suggested_commands_quote_the_path(tmp_path, name):
     for flag in ("--trunk", "--weights"):
         arg = re.search(rf"{flag} (.*?) (with an empty|--head none)", line).group(1)
         assert _shell_words(arg) == os.fsencode(str(path))
+
+
+# --------------------------------------------------------------------------- whole pickled models
+
+def test_a_pickled_data_parallel_embedscope_model_is_read_with_unsafe_pickle(tmp_path):
+    from embedscope.models import build_model, default_config
+
+    torch.manual_seed(0)
+    em = build_model(default_config("digits_cnn", embed_dim=8)).eval()
+    torch.save(torch.nn.DataParallel(em), tmp_path / "dp.pth")
+    line = _error(load_checkpoint, tmp_path / "dp.pth")  # (nothing run: a one-line refusal naming the way)
+    assert "a whole pickled embedscope model" in line and "--unsafe-pickle" in line
+    model, config, info = load_checkpoint(tmp_path / "dp.pth", unsafe_pickle=True)
+    x = torch.randn(3, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), em(x))
+    assert config["embed_dim"] == 8 and info["format"].startswith("pickled embedscope model")
+
+
+def test_a_roth_file_of_another_size_than_asked_names_the_size_asked(tmp_path):
+    torch.save(_roth_googlenet({}), tmp_path / "r.pth.tar")
+    line = _error(load_checkpoint, tmp_path / "r.pth.tar", embed_dim=16)
+    assert "embed_dim 16 was asked for but model.last_linear has 8 outputs" in line  # (was "opt.embed_dim is 16")

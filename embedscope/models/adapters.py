@@ -495,8 +495,9 @@ def load_roth(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | None 
     if opt_dim is not None:
         if isinstance(opt_dim, bool) or not isinstance(opt_dim, int):
             raise EmbedscopeError(f"{path}: opt.embed_dim must be an integer, got {printable(quoted(opt_dim), 40)}")
-        if opt_dim != dim:
-            raise EmbedscopeError(f"{path}: opt.embed_dim is {opt_dim} but model.last_linear has {dim} outputs")
+        if opt_dim != dim:  # (an embed_dim asked for was called the file's opt.embed_dim)
+            said = f"embed_dim {opt_dim} was asked for" if embed_dim is not None else f"opt.embed_dim is {opt_dim}"
+            raise EmbedscopeError(f"{path}: {said} but model.last_linear has {dim} outputs")
     fmt = DMLB_FORMAT if dmlb else ROTH_FORMAT
     config: dict[str, Any] = {
         "embed_dim": dim, "normalize": ("normalize" in a) if not dmlb else _opt(opt, "loss") != "npair",

@@ -957,6 +957,25 @@ def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
 PICKLED_FORMAT = "pickled embedscope model (--unsafe-pickle)"
 
 
+#: the wrappers a model is trained in, its network as their ``module`` (``torch.save(model)`` of a model trained
+#: on several GPUs pickles the wrapper)
+_PARALLEL = ("torch.nn.parallel.data_parallel.DataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+
+
+def _unwrap_parallel(obj: Any) -> Any:
+    """The network inside a pickled ``DataParallel`` / ``DistributedDataParallel`` (real, or an inert
+    :class:`Record` of one), in any nesting; ``obj`` itself otherwise (it was refused as "not an embedscope
+    model" however it was an embedscope model inside)."""
+    while True:
+        if isinstance(obj, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+            obj = obj.module
+        elif isinstance(obj, Record) and type(obj).qualname in _PARALLEL and is_module_record(
+                (obj.get("_modules") or {}).get("module")):
+            obj = obj.get("_modules")["module"]
+        else:
+            return obj
+
+
 def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: int | None,
                          unsafe_pickle: bool = False) -> tuple[EmbeddingModel, dict[str, Any], dict[str, Any]]:
     """A whole pickled module as a checkpoint.
@@ -966,6 +985,7 @@ def _load_pickled_module(obj: Any, path: Path, *, arch: str | None, embed_dim: i
     so the file is refused. With ``--unsafe-pickle`` an embedscope :class:`EmbeddingModel` is used as
     it is; other modules are refused (embedscope cannot tell what their forward computes).
     """
+    obj = _unwrap_parallel(obj)
     qual = obj.qualname if isinstance(obj, Record) else f"{type(obj).__module__}.{type(obj).__qualname__}"
     if isinstance(obj, Record) and qual == f"{EmbeddingModel.__module__}.{EmbeddingModel.__qualname__}":
         if unsafe_pickle:  # read inertly all the same: a class inside it is not importable here
