@@ -13,6 +13,9 @@ What was wrong before:
   broke the pasted command; they are quoted for the line as the terminal shows it (escaped once);
 - a whole pickled ``DataParallel`` of an embedscope model (``torch.save(model)`` of a model trained on several
   GPUs) was refused as "not an embedscope model", with ``--unsafe-pickle`` too: the network inside is read;
+- a state dict whose classifier is named ``head`` (torchvision's Swin, timm's ViT and ConvNeXt) was read as an
+  embedscope model: "has no config: name the architecture with --arch", and with ``--arch`` every backbone key
+  was missing; timm's key names given as a torchvision model got no word that they are timm's;
 - ``load_checkpoint(embed_dim=...)`` of a Roth et al. file of another size said the file's ``opt.embed_dim`` was
   the size asked for;
 """
@@ -173,3 +176,35 @@ def test_a_roth_file_of_another_size_than_asked_names_the_size_asked(tmp_path):
     torch.save(_roth_googlenet({}), tmp_path / "r.pth.tar")
     line = _error(load_checkpoint, tmp_path / "r.pth.tar", embed_dim=16)
     assert "embed_dim 16 was asked for but model.last_linear has 8 outputs" in line  # (was "opt.embed_dim is 16")
+
+
+# --------------------------------------------------------------------------- another library's key names
+
+def _timm_convnext() -> dict:
+    """The first keys of timm's ConvNeXt (timm is not installed: by hand, as the loader reads names)."""
+    return {"stem.0.weight": torch.zeros(96, 3, 4, 4), "stem.0.bias": torch.zeros(96),
+            "stages.0.blocks.0.conv_dw.weight": torch.zeros(96, 1, 7, 7), "head.norm.weight": torch.zeros(768),
+            "head.fc.weight": torch.zeros(1000, 768), "head.fc.bias": torch.zeros(1000)}
+
+
+@pytest.mark.parametrize("arch", [None, "convnext_tiny"])
+def test_a_state_dict_with_a_head_layer_is_not_read_as_an_embedscope_model(tmp_path, arch):
+    """Its 'head.*' keys made it an embedscope model: "name the architecture with --arch", then (given) every
+    'backbone.*' key missing. Now: what the keys are, and the way to embed them."""
+    torch.save(_timm_convnext(), tmp_path / "t.pth")
+    line = _error(load_checkpoint, tmp_path / "t.pth", arch=arch)
+    assert "unknown key layout for an embedscope model" in line and "missing" not in line
+    assert "key names are timm's (e.g. stages.0.blocks.0.conv_dw.weight)" in line and "--arch timm:NAME" in line
+    # torchvision's Swin names its classifier 'head' too
+    torch.save({"features.0.0.weight": torch.zeros(96, 3, 4, 4), "head.weight": torch.zeros(1000, 768),
+                "head.bias": torch.zeros(1000)}, tmp_path / "swin.pth")
+    line = _error(load_checkpoint, tmp_path / "swin.pth", arch=arch and "resnet18")
+    assert "unknown key layout" in line and "use --weights with --arch" in line
+
+
+def test_timm_names_given_as_a_torchvision_model_are_said_to_be_timm_s(tmp_path):
+    sd = {"conv_stem.weight": torch.zeros(16, 3, 3, 3), "bn1.weight": torch.zeros(16), "classifier.weight":
+          torch.zeros(1000, 1024), "classifier.bias": torch.zeros(1000)}  # timm's MobileNet-V3 / EfficientNet
+    torch.save(sd, tmp_path / "m.pth")
+    line = _error(build_pretrained, "mobilenet_v3_small", weights=tmp_path / "m.pth")
+    assert "its key names are timm's (e.g. conv_stem.weight)" in line and "--arch timm:NAME" in line

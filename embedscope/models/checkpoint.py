@@ -812,7 +812,10 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
                else f"{fmt} ('{ema_key}')")
     removed, sd = split_prefix(sd)
     sub = None
-    if not any(k.startswith(("backbone.", "head.")) for k in sd):
+    # an embedscope model's keys: its backbone's under 'backbone.*' (a model of head 'none' has no 'head.*'). A file
+    # of 'head.*' keys without them is another network's (torchvision's Swin and timm's ViT name their classifier
+    # 'head'): it was read as an embedscope model that "has no config", then, --arch given, missed every backbone key
+    if not any(k.startswith("backbone.") for k in sd):
         # a training module's model under one attribute beside other weights ({'model.backbone.*', 'model.head.*',
         # 'loss.W'}: a Lightning module's): read from that prefix, as --weights and --trunk read a backbone (was
         # "unknown key layout", with advice to use --weights, which leaves the head out)
@@ -826,7 +829,7 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
         if subs:
             sub = subs[0]
             sd = read_submodule(sd, sub, path, "model")
-    if not any(k.startswith(("backbone.", "head.")) for k in sd):  # before asking for --arch: it would not help
+    if not any(k.startswith("backbone.") for k in sd):  # before asking for --arch: it would not help
         raise EmbedscopeError(
             f"{path}: unknown key layout for an embedscope model: expected 'backbone.*' and 'head.*' keys, found "
             f"{_keys_preview(list(sd))}; {_foreign_state_dict_hint(sd, path, obj)}")
@@ -874,6 +877,17 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, embed_d
     return model, config, {"sha256": sha256_file(path), "extra": extra, "path": str(path), "format": fmt}
 
 
+#: the first names of keys that timm's models have and torchvision's do not (ViT's ``patch_embed``, ``cls_token``,
+#: ``pos_embed``; ConvNeXt's, RegNet's and NFNet's ``stages``; EfficientNet's and MobileNet's ``conv_stem``)
+_TIMM_TOPS = ("patch_embed", "cls_token", "pos_embed", "stages", "conv_stem")
+
+
+def timm_key(sd: dict[str, Any]) -> str | None:
+    """A key of ``sd`` named as timm names its models' layers and no torchvision model does (:data:`_TIMM_TOPS`);
+    None when none is."""
+    return next((k for k in sd if isinstance(k, str) and k.split(".")[0] in _TIMM_TOPS), None)
+
+
 def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any = None) -> str:
     """What to do with a state dict that is not an embedscope model's (the end of a one-line error)."""
     from embedscope.models.adapters import detect_arch
@@ -895,6 +909,10 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
         return (f"it looks like a timm training checkpoint of {printable(obj['arch'], 60)}: embed it with no "
                 f"checkpoint as --arch {named} --weights {sh_arg(path)} "
                 "--head none|random")
+    timm = timm_key(sd)
+    if timm is not None:
+        return (f"its key names are timm's (e.g. {printable(timm, 60)}), not torchvision's: embed it with no checkpoint "
+                f"as --arch timm:NAME --weights {sh_arg(path)} --head none|random (needs the timm package)")
     if is_children_sequential(sd):
         from embedscope.models.adapters import detect_numbered_arch
 
@@ -1303,7 +1321,13 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
         # itself, or a prefix spelled back)
         def file_key(k: str) -> str:
             return key_prefix + renamed.get(k, _DENSE_NEW.sub(r"\1.\2.", k))
-    upcast = load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone",
+    hint = ""
+    timm = timm_key(sd) if not str(model.arch).startswith("timm:") else None
+    if timm is not None and not set(sd) & set(model.backbone.state_dict()):
+        # (the torchvision model of the same name has other key names: every key missing, every one unexpected)
+        hint = (f"; its key names are timm's (e.g. {printable(timm, 60)}), not torchvision's {printable(model.arch, 40)}"
+                f"'s: give it as --arch timm:NAME (needs the timm package)")
+    upcast = load_into(model.backbone, sd, str(path), f"the {printable(model.arch, 40)} backbone", hint=hint,
                        key_prefix=key_prefix, file_key=file_key)
     if own:
         name, n_in, n_out = own[0]
