@@ -32,18 +32,21 @@ from embedscope.text import safe
 
 
 def _features(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """torchvision's own forward with its last linear layer (the classifier) the identity: brute force."""
-    import copy
-
-    net = copy.deepcopy(net).eval()
+    """torchvision's own forward with its last linear layer (the classifier) the identity: brute force (the
+    layer is put back after, the network in eval mode)."""
+    net.eval()
     name = [n for n, m in net.named_modules() if isinstance(m, torch.nn.Linear)][-1]
     parent = net
     *path, last = name.split(".")
     for p in path:
         parent = getattr(parent, p)
+    classifier = getattr(parent, last)
     setattr(parent, last, torch.nn.Identity())
-    with torch.no_grad():
-        return net(x).flatten(1)
+    try:
+        with torch.no_grad():
+            return net(x).flatten(1)
+    finally:
+        setattr(parent, last, classifier)
 
 
 def _stats(net: torch.nn.Module) -> torch.nn.Module:
@@ -74,6 +77,40 @@ def test_a_mnasnet_file_loads_and_embeds_as_torchvision_runs_it(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model.features(x), _features(net, x))
     assert info["format"] == "backbone weights from a torchvision state dict"
+
+
+def test_a_resnet18_in_the_layouts_of_other_code_embeds_as_torchvision_runs_it(tmp_path):
+    """One network saved as torchvision under DataParallel, timm's train.py (its EMA copy too) and a
+    pytorch-metric-learning trunk + embedder save it: each read gives torchvision's own forward (brute force)."""
+    import argparse
+
+    import torch.nn.functional as F
+
+    from embedscope.models import load_model
+
+    torch.manual_seed(0)
+    net = _stats(tvm.resnet18(weights=None))
+    sd = {k: v.clone() for k, v in net.state_dict().items()}
+    ema = {k: v + 0.01 if v.is_floating_point() else v for k, v in sd.items()}
+    x = torch.randn(2, 3, 32, 32)
+    ref = _features(net, x)
+    torch.save({"module." + k: v for k, v in sd.items()}, tmp_path / "dp.pth")
+    torch.save({"epoch": 3, "arch": "resnet18", "version": 2, "state_dict": sd, "state_dict_ema": ema,
+                "optimizer": {}, "args": argparse.Namespace(lr=0.1)}, tmp_path / "model_best.pth.tar")
+    model = build_pretrained("resnet18", weights=tmp_path / "dp.pth")[0]
+    with torch.no_grad():
+        torch.testing.assert_close(model.features(x), ref)
+    model, _, info = build_pretrained("resnet18", weights=tmp_path / "model_best.pth.tar", ema=True)
+    net.load_state_dict(ema)
+    with torch.no_grad():
+        torch.testing.assert_close(model.features(x), _features(net, x))
+    assert info["format"] == "backbone weights from a timm training checkpoint (state_dict_ema)"
+    emb = torch.nn.Linear(512, 16)
+    torch.save({k: v for k, v in sd.items() if not k.startswith("fc.")}, tmp_path / "trunk_best3.pth")
+    torch.save(emb.state_dict(), tmp_path / "embedder_best3.pth")
+    model = load_model(tmp_path)[0]  # (a saved_models folder)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), F.normalize(emb(ref)))
 
 
 # --------------------------------------------------------------------------- leftovers 1 and 2: the file's own keys
