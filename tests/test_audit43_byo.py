@@ -13,6 +13,9 @@ What was wrong before:
   broke the pasted command; they are quoted for the line as the terminal shows it (escaped once);
 - a whole pickled ``DataParallel`` of an embedscope model (``torch.save(model)`` of a model trained on several
   GPUs) was refused as "not an embedscope model", with ``--unsafe-pickle`` too: the network inside is read;
+- torchvision's ViT files of before 0.13 (its released ``vit_*`` weights) name each block's MLP layers
+  ``mlp.linear_1`` / ``mlp.linear_2``, which torchvision's loader renames ``mlp.0`` / ``mlp.3``: ``--weights``
+  refused them (missing and unexpected keys);
 - a state dict whose classifier is named ``head`` (torchvision's Swin, timm's ViT and ConvNeXt) was read as an
   embedscope model: "has no config: name the architecture with --arch", and with ``--arch`` every backbone key
   was missing; timm's key names given as a torchvision model got no word that they are timm's;
@@ -245,3 +248,29 @@ def test_timm_names_given_as_a_torchvision_model_are_said_to_be_timm_s(tmp_path)
     torch.save(sd, tmp_path / "m.pth")
     line = _error(build_pretrained, "mobilenet_v3_small", weights=tmp_path / "m.pth")
     assert "its key names are timm's (e.g. conv_stem.weight)" in line and "--arch timm:NAME" in line
+
+
+def test_a_vit_file_of_torchvision_s_old_mlp_names_loads(tmp_path, monkeypatch):
+    """A tiny ViT under vit_b_16's name (the renaming is of key names; the real one is 86 M parameters)."""
+    import re
+
+    import torchvision
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    def tiny(name, **kw):
+        return VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16)
+
+    monkeypatch.setattr(torchvision.models, "get_model", tiny)
+    torch.manual_seed(0)
+    net = tiny("vit_b_16")
+    old = {re.sub(r"mlp\.([03])\.", lambda m: f"mlp.linear_{1 if m.group(1) == '0' else 2}.", k): v
+           for k, v in net.state_dict().items()}
+    assert "encoder.layers.encoder_layer_1.mlp.linear_2.weight" in old
+    torch.save(old, tmp_path / "vit.pth")
+    model = build_pretrained("vit_b_16", weights=tmp_path / "vit.pth")[0]
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.features(x), _features(net, x))
+    torch.save({**old, "encoder.layers.encoder_layer_1.mlp.linear_2.extra": torch.zeros(2)}, tmp_path / "x.pth")
+    line = _error(build_pretrained, "vit_b_16", weights=tmp_path / "x.pth")
+    assert "e.g. encoder.layers.encoder_layer_1.mlp.linear_2.extra)" in line  # (the file's name)

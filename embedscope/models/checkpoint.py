@@ -964,6 +964,17 @@ def keep_layer_hint(path, arch: str | None = None) -> str:
 _DENSE_OLD = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.([12])\.")
 #: those names as torchvision has them now (``norm1``), to name a file's key in its old form again
 _DENSE_NEW = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))([12])\.")
+#: torchvision's ViT files of before 0.13 (its released ``vit_*`` weights among them) name the two linear layers
+#: of each encoder block's MLP ``mlp.linear_1`` / ``mlp.linear_2``; torchvision renames them ``mlp.0`` / ``mlp.3``
+#: when it loads such a file (a module version below 2)
+_VIT_OLD = re.compile(r"(encoder_layer_\d+\.mlp\.)linear_([12])\.")
+
+
+def torchvision_name(key: str) -> str:
+    """A key of a torchvision file as torchvision names it now, as its own loader renames it (:data:`_DENSE_OLD`,
+    :data:`_VIT_OLD`); other keys as they are."""
+    key = _DENSE_OLD.sub(r"\1\2.", key)
+    return _VIT_OLD.sub(lambda m: f"{m.group(1)}{0 if m.group(2) == '1' else 3}.", key)
 
 
 def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
@@ -1306,8 +1317,8 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     elif numbered is None:
         check_one_prefix(sd, model.backbone, path, f"{printable(model.arch, 40)} backbone",
                          removed + ("backbone." if bb_keys else ""))
-    renamed = {_DENSE_OLD.sub(r"\1\2.", k): k for k in sd}  # (renamed key -> the file's)
-    sd = {_DENSE_OLD.sub(r"\1\2.", k): v for k, v in sd.items()}
+    renamed = {torchvision_name(k): k for k in sd}  # (renamed key -> the file's)
+    sd = {torchvision_name(k): v for k, v in sd.items()}
     drop = ["fc.", "last_linear.", "aux1.", "aux2.", "AuxLogits."]
     drop += [c + "." for c in classifier_names(model.backbone)]
     # a last linear layer of another size than an ImageNet classifier's: perhaps the user's embedding layer,
@@ -1317,8 +1328,8 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     key_prefix = None if numbered is not None else removed + ("backbone." if bb_keys else "") + (sub or "")
     file_key = None
     if key_prefix is not None and any(k != v for k, v in renamed.items()):
-        # an old DenseNet's keys (norm.1) read as torchvision's (norm1): the errors name the file's (the key
-        # itself, or a prefix spelled back)
+        # an old DenseNet's (norm.1) or ViT's keys (mlp.linear_1) read as torchvision's (norm1, mlp.0): the errors
+        # name the file's (the key itself, or a DenseNet prefix spelled back)
         def file_key(k: str) -> str:
             return key_prefix + renamed.get(k, _DENSE_NEW.sub(r"\1.\2.", k))
     hint = ""
