@@ -13,7 +13,7 @@ What was wrong before:
   broke the pasted command; they are quoted for the line as the terminal shows it (escaped once);
 - a whole pickled ``DataParallel`` of an embedscope model (``torch.save(model)`` of a model trained on several
   GPUs) was refused as "not an embedscope model", with ``--unsafe-pickle`` too: the network inside is read;
-- torchvision's ViT files of before 0.13 (its released ``vit_*`` weights) name each block's MLP layers
+- ViT files saved by torchvision before 0.13 name each block's MLP layers
   ``mlp.linear_1`` / ``mlp.linear_2``, which torchvision's loader renames ``mlp.0`` / ``mlp.3``: ``--weights``
   refused them (missing and unexpected keys);
 - a state dict whose classifier is named ``head`` (torchvision's Swin, timm's ViT and ConvNeXt) was read as an

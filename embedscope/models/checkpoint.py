@@ -964,7 +964,7 @@ def keep_layer_hint(path, arch: str | None = None) -> str:
 _DENSE_OLD = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))\.([12])\.")
 #: those names as torchvision has them now (``norm1``), to name a file's key in its old form again
 _DENSE_NEW = re.compile(r"(denselayer\d+\.(?:norm|relu|conv))([12])\.")
-#: torchvision's ViT files of before 0.13 (its released ``vit_*`` weights among them) name the two linear layers
+#: ViT files saved by torchvision before 0.13 name the two linear layers
 #: of each encoder block's MLP ``mlp.linear_1`` / ``mlp.linear_2``; torchvision renames them ``mlp.0`` / ``mlp.3``
 #: when it loads such a file (a module version below 2)
 _VIT_OLD = re.compile(r"(encoder_layer_\d+\.mlp\.)linear_([12])\.")
