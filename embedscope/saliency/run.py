@@ -153,6 +153,15 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     if order not in ORDERS:
         raise UsageError(f"unknown --order '{order}' (choose {', '.join(ORDERS)})")
     noise = check_noise(noise)  # before the checkpoint and the data are loaded (saliency_maps' own check)
+    from embedscope.saliency.smoothgrad import MAX_SEED
+    from embedscope.validation import check_int
+
+    # as saliency_maps checks them, before the work (seed=-1 was numpy's ValueError in the image choice, 2**32 chose
+    # other images than seed 0 but drew its noise; n_images=2.5 explained 2)
+    seed = check_int(seed, "seed", min=0, max=MAX_SEED)
+    n_samples = check_int(n_samples, "n_samples", min=1)
+    batch_size = check_int(batch_size, "batch_size", min=1, allow_none=True)
+    n_images = check_int(n_images, "n_images", min=1, allow_none=True)
     figure_images = int(figure_images)
     if figure_images < 1:
         raise UsageError(f"--figure-images must be positive, got {figure_images}")

@@ -73,6 +73,9 @@ def image_seed(seed: int, index, stream: int = 0) -> int:
     return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(index), int(stream)]).generate_state(1)[0])
 
 
+#: The largest seed (``--seed``'s range, [0, 2**32)): :func:`image_seed` keeps a seed's lowest 32 bits, so a
+#: larger one would repeat a smaller one's noise.
+MAX_SEED = 2**32 - 1
 #: The largest noise level: σ = noise × (max − min) of the image, so 1 = noise as wide as the image's whole
 #: value range (Smilkov et al. found 0.1–0.2 best; Kobs et al. use 0.15). More drowns the image: at 1e7 its
 #: float32 values are lost under the noise's rounding, and the copies overflow float32 long before 1e308.
@@ -320,9 +323,12 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
 
     if order not in ORDERS:
         raise EmbedscopeError(f"unknown order '{order}' (choose {', '.join(ORDERS)})")
-    n_samples = int(n_samples)
-    if n_samples < 1:
-        raise EmbedscopeError(f"n_samples must be at least 1, got {n_samples}")
+    from embedscope.validation import check_int
+
+    # integers, checked (int() truncated n_samples=2.5 to 2 and 0.5 to 0, and a seed beyond 2**32 or below 0
+    # wrapped: seed=2**32 drew seed 0's noise, seed=-1 that of 2**32 - 1)
+    n_samples = check_int(n_samples, "n_samples", min=1)
+    seed = check_int(seed, "seed", min=0, max=MAX_SEED)
     noise = check_noise(noise)
     dev = resolve_device(device)
     amp_dtype = _resolve_amp(amp, dev)
@@ -341,9 +347,7 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
             raise EmbedscopeError(f"images are {H}x{W} but the model expects {want[0]}x{want[1]} inputs")
     if batch_size is None:
         batch_size = auto_batch_size((C, H, W), n_samples, dev.type)
-    batch_size = int(batch_size)
-    if batch_size < 1:
-        raise EmbedscopeError(f"batch_size must be positive, got {batch_size}")
+    batch_size = check_int(batch_size, "batch_size", min=1)
     refs = refs.detach().to(dtype).to(dev)
     if refs.shape[0] not in (1, n):
         raise EmbedscopeError(f"{refs.shape[0]} reference embeddings for {n} images")
@@ -544,7 +548,9 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
         input-element budget (:func:`auto_batch_size`). The maps do not depend on it beyond float
         rounding.
     seed : int
-        Image i's noise depends only on (seed, i): the same call gives the same maps.
+        Image i's noise depends only on (seed, i): the same call gives the same maps. From 0 to 2**32 − 1
+        (``--seed``'s range, :data:`MAX_SEED`); ``seed``, ``n_samples`` and ``batch_size`` are integers, else
+        an :class:`EmbedscopeError` (a float was truncated, a seed beyond the range repeated another's noise).
     noise_keys : sequence, optional
         One key per image (e.g. its path) used instead of its position i for the noise seed
         (:func:`image_seed`): the same image then gets the same noise in any call and at any place.

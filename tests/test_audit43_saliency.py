@@ -1,0 +1,67 @@
+"""Audit 43 of `embedscope saliency` / `saliency-agreement` (a fresh user's pass; docs/saliency.md).
+
+Each test failed on the code before its fix. Tiny data: a 4-pixel-wide model, 8x8 digits, 1-2 noisy copies.
+"""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from embedscope.errors import EmbedscopeError
+from embedscope.saliency.smoothgrad import pair_saliency_maps, saliency_maps
+
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.lin(x.flatten(1))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return _Tiny(), torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("kw, msg", [
+    # a seed beyond --seed's range [0, 2**32) wrapped to a smaller one's noise: seed=2**32 gave seed 0's maps
+    ({"seed": 2**32}, "seed must be at most 4294967295"),
+    ({"seed": -1}, "seed must be an integer >= 0"),
+    ({"seed": 1.5}, "seed must be an integer, got 1.5"),
+    ({"seed": "a"}, "seed must be an integer, got 'a'"),  # (a ValueError traceback)
+    # int() truncated: n_samples=2.5 computed 2 copies, 0.5 said 'got 0'; None was a TypeError
+    ({"n_samples": 2.5}, "n_samples must be an integer, got 2.5"),
+    ({"n_samples": 0.5}, "n_samples must be an integer, got 0.5"),
+    ({"n_samples": None}, "n_samples must be an integer, got None"),
+    ({"n_samples": True}, "n_samples must be an integer, got True"),
+    ({"n_samples": 2, "batch_size": 1.5}, "batch_size must be an integer, got 1.5"),
+])
+def test_saliency_maps_checks_seed_and_counts(tiny, kw, msg):
+    model, x = tiny
+    args = {"n_samples": 1, **kw}
+    with pytest.raises(EmbedscopeError, match=msg):
+        saliency_maps(model, x, **args)
+    with pytest.raises(EmbedscopeError, match=msg):
+        pair_saliency_maps(model, x, x.flip(0), **args)
+
+
+def test_saliency_to_file_checks_seed_and_counts_before_the_work(tmp_path, monkeypatch):
+    from embedscope.saliency import run
+
+    def no_model(*a, **k):  # the checks come before the checkpoint is loaded
+        raise AssertionError("loaded the model")
+
+    monkeypatch.setattr("embedscope.models.load_model", no_model)
+    out = tmp_path / "maps.h5"
+    for kw, msg in (({"seed": -1}, "seed must be an integer >= 0"),  # (numpy's ValueError in the image choice)
+                    ({"seed": 2**32}, "seed must be at most"),  # (other images than seed 0, seed 0's noise)
+                    ({"n_images": 2.5}, "n_images must be an integer, got 2.5"),  # (explained 2)
+                    ({"n_samples": "x"}, "n_samples must be an integer, got 'x'"),
+                    ({"batch_size": 0}, "batch_size must be a positive integer, got 0")):
+        with pytest.raises(EmbedscopeError, match=msg):
+            run.saliency_to_file("nope.pt", "digits", out, **{"n_images": 2, "n_samples": 1, **kw})
+    assert not out.exists()
