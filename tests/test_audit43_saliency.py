@@ -3,7 +3,6 @@
 Each test failed on the code before its fix. Tiny data: a 4-pixel-wide model, 8x8 digits, 1-2 noisy copies.
 """
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -65,3 +64,15 @@ def test_saliency_to_file_checks_seed_and_counts_before_the_work(tmp_path, monke
         with pytest.raises(EmbedscopeError, match=msg):
             run.saliency_to_file("nope.pt", "digits", out, **{"n_images": 2, "n_samples": 1, **kw})
     assert not out.exists()
+
+
+def test_paths_file_names_the_path_listed_twice(tmp_path):
+    """'lists a path twice' did not say which (in a list of hundreds of paths)."""
+    from embedscope.data import get_dataset
+    from embedscope.saliency.run import select_images
+
+    ds = get_dataset("digits").subset("test")
+    f = tmp_path / "paths.txt"
+    f.write_text(f"{ds.paths[0]}\n{ds.paths[3]}\n# c\n{ds.paths[1]}\n{ds.paths[3]}\n")
+    with pytest.raises(EmbedscopeError, match=f"lists {ds.paths[3]} twice"):
+        select_images(ds, paths_file=f)

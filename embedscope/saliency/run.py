@@ -60,8 +60,11 @@ def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int
         if missing:
             raise EmbedscopeError(f"{p}: {len(missing)} of {len(wanted)} listed paths are not in "
                                   f"{_split_name(ds)} (e.g. {missing[0]})")
-        if len(set(wanted)) != len(wanted):
-            raise EmbedscopeError(f"{p}: lists a path twice")
+        seen: set[str] = set()
+        for w in wanted:  # which path ('lists a path twice' left the user to search a long list)
+            if w in seen:
+                raise EmbedscopeError(f"{p}: lists {w} twice (each image has one map: list it once)")
+            seen.add(w)
         return np.array([pos[w] for w in wanted], dtype=np.int64)
     n = DEFAULT_N_IMAGES if n_images is None else int(n_images)
     if n < 1:
