@@ -76,3 +76,36 @@ def test_paths_file_names_the_path_listed_twice(tmp_path):
     f.write_text(f"{ds.paths[0]}\n{ds.paths[3]}\n# c\n{ds.paths[1]}\n{ds.paths[3]}\n")
     with pytest.raises(EmbedscopeError, match=f"lists {ds.paths[3]} twice"):
         select_images(ds, paths_file=f)
+
+
+def _maps_file(path, paths, seed, attrs=None):
+    import numpy as np
+
+    from embedscope.store.saliency import SaliencyMaps, save_maps
+
+    maps = np.random.default_rng(seed).random((len(paths), 4, 4)).astype(np.float32)
+    save_maps(path, SaliencyMaps(maps=maps, paths=np.array(paths), labels=np.zeros(len(paths), dtype=np.int64),
+                                 class_names=np.array(["c"]), attrs={"name": path.stem, **(attrs or {})}))
+    return path
+
+
+def test_one_image_is_said_in_the_singular(tmp_path, monkeypatch):
+    """'saliency agreement on 1 images', '1 images in common', and saliency's '1 images: SmoothGrad ...'."""
+    from cli_run import cli_output
+
+    a = _maps_file(tmp_path / "a.h5", ["x/1", "x/2"], 0)
+    b = _maps_file(tmp_path / "b.h5", ["x/2", "x/3"], 1)
+    out = cli_output(["saliency-agreement", str(a), str(b)])
+    assert "saliency agreement on 1 image (" in out and "note: 1 image in common; left out: 1 of a, 1 of b" in out, out
+
+    from embedscope.saliency import run
+
+    def fake(*a, pairs=False, **k):  # the summary line of one explained image (pair)
+        return {"output": str(tmp_path / "m.h5"), "n_images": 1, "distance": "euclidean", "distance_source": "config",
+                "family": "ranking", "order": "paper", "pairs": pairs, "seconds": 0.0, "amp": "none", "figure": None,
+                "figure_images": None, "notes": [], "pair_same_class": 1.0}
+
+    monkeypatch.setattr(run, "saliency_to_file", fake)
+    for extra, head in (([], "1 image: SmoothGrad"), (["--pairs"], "1 pair (query + nearest retrieval): SmoothGrad")):
+        out = cli_output(["saliency", "ck.pt", "--dataset", "digits", "-o", str(tmp_path / "m.h5"), *extra])
+        assert out.startswith(head), out

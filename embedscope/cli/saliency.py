@@ -132,7 +132,8 @@ def run(args) -> int:
         transform_input=args.transform_input, image_size=args.image_size, resize=args.resize,
         figure_images=6 if args.figure_images is None else args.figure_images,
     )
-    what = "pairs (query + nearest retrieval)" if s["pairs"] else "images"
+    one = s["n_images"] == 1  # ('1 images:')
+    what = ("pair" if one else "pairs") + " (query + nearest retrieval)" if s["pairs"] else ("image" if one else "images")
     copies = "copy" if args.n_samples == 1 else "copies"
     print(f"{s['n_images']} {what}: SmoothGrad of the {s['distance']} distance ({s['distance_source']}), "
           f"{args.n_samples} {copies}, noise {args.noise}, {s['order']} order, family {s['family']}; "

@@ -65,7 +65,8 @@ def run(args) -> int:
             for r in res["pair_rows"]]
     # an undefined value (all-zero or constant maps: the notes say whose) shows as '–', as in evaluate's tables
     print(format_table(rows, digits=4, nan=UNDEFINED,
-                       title=f"saliency agreement on {res['n_images']} images (docs/methods.md §8)"))
+                       title=f"saliency agreement on {res['n_images']} image{'' if res['n_images'] == 1 else 's'} "
+                       "(docs/methods.md §8)"))
     undefined = any(b.get("n_pairs_undefined_r") or b.get("n_pairs_undefined_jsd") for b in res["blocks"])
     brows = [{"families": f"{b['family_a']}-{b['family_b']}", "model pairs": b["n_pairs"], "mean r": b["r_mean"],
               f"mean JSD ({unit})": b["jsd_mean"],

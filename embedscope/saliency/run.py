@@ -507,7 +507,7 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
     idxs, info = match_rows(items, names)
     dropped = {k: v for k, v in info["n_dropped"].items() if v}
     if dropped:
-        notes.append(f"{info['n_common']} images in common; left out: "
+        notes.append(f"{info['n_common']} image{'' if info['n_common'] == 1 else 's'} in common; left out: "
                      + ", ".join(f"{v} of {k}" for k, v in dropped.items()) + info.get("spelling", ""))
     # group by family (stable)
     rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
