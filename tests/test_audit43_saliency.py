@@ -109,3 +109,20 @@ def test_one_image_is_said_in_the_singular(tmp_path, monkeypatch):
     for extra, head in (([], "1 image: SmoothGrad"), (["--pairs"], "1 pair (query + nearest retrieval): SmoothGrad")):
         out = cli_output(["saliency", "ck.pt", "--dataset", "digits", "-o", str(tmp_path / "m.h5"), *extra])
         assert out.startswith(head), out
+
+
+def test_maps_file_named_svg_is_refused(tmp_path, monkeypatch):
+    """`saliency -o maps.svg` wrote the HDF5 maps file under an SVG picture's name (the CLI let .svg through
+    for saliency_to_file to refuse, which refused only .png and .pdf)."""
+    from cli_run import one_error_line, run_cli
+
+    from embedscope.errors import UsageError
+    from embedscope.saliency import run
+
+    monkeypatch.setattr("embedscope.models.load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    out = tmp_path / "maps.svg"
+    rc, _, err = run_cli(["saliency", "ck.pt", "--dataset", "digits", "-o", str(out)])
+    assert rc == 2 and "writes HDF5, not SVG" in one_error_line(err, "saliency")
+    with pytest.raises(UsageError, match="names the maps file .*not an SVG picture"):
+        run.saliency_to_file("ck.pt", "digits", out, n_images=1, n_samples=1)
+    assert not out.exists()

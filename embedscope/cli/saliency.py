@@ -119,7 +119,8 @@ def run(args) -> int:
         raise UsageError("name the model: a checkpoint, --trunk with --embedder, or --arch (with --weights) for an "
                          "ImageNet baseline")
     refuse_inputs(outputs, [args.checkpoint, args.paths_file, args.weights, args.trunk, args.embedder])
-    if PurePath(str(args.output)).suffix.lower() not in (".png", ".pdf", ".svg"):  # (a figure's name: said below)
+    # (a figure's name: said below; .svg, which --figure does not draw, was let through and written as HDF5)
+    if PurePath(str(args.output)).suffix.lower() not in (".png", ".pdf"):
         check_suffix(args.output, "-o", ".h5")  # the maps file is HDF5 (-o maps.csv wrote HDF5 under a CSV's name)
     s = saliency_to_file(
         args.checkpoint, args.dataset, args.output, root=args.root, split=args.split, n_images=args.n_images,

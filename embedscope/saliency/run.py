@@ -186,6 +186,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     if Path(out).suffix.lower() in (".png", ".pdf"):  # the maps file is HDF5; the picture is --figure
         raise UsageError(f"-o {out} names the maps file (HDF5, e.g. maps.h5); draw the figure with --figure "
                          f"{Path(out).name}")
+    if Path(out).suffix.lower() == ".svg":  # (HDF5 was written under the picture's name; --figure draws PNG and PDF)
+        raise UsageError(f"-o {out} names the maps file (HDF5, e.g. maps.h5), not an SVG picture (--figure FIG.png "
+                         "draws the maps in PNG and PDF)")
     t0 = time.perf_counter()
     from embedscope.device import precision_name, resolve_device
     from embedscope.saliency.smoothgrad import _resolve_amp
