@@ -126,3 +126,23 @@ def test_maps_file_named_svg_is_refused(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="names the maps file .*not an SVG picture"):
         run.saliency_to_file("ck.pt", "digits", out, n_images=1, n_samples=1)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("value, msg", [(0, "must be a positive integer, got 0"), (-1, "must be a positive integer, got -1"),
+                                        (2.5, "must be an integer, got 2.5"), (65, "must be at most 64, got 65")])
+def test_figure_image_counts_checked_in_python(tmp_path, monkeypatch, value, msg):
+    """agreement_of_files(grid_images=0) was matplotlib's ValueError after the work (2.5: a TypeError), and
+    saliency_to_file truncated figure_images=2.5 to 2 and drew any number (the command lines allow 1 to 64)."""
+    from embedscope.errors import UsageError
+    from embedscope.saliency import run
+
+    a = _maps_file(tmp_path / "a.h5", ["x/1", "x/2"], 0)
+    b = _maps_file(tmp_path / "b.h5", ["x/1", "x/2"], 1)
+    grid = tmp_path / "grid.png"
+    with pytest.raises(UsageError, match=f"grid_images {msg}"):
+        run.agreement_of_files([a, b], grid=grid, grid_images=value)
+    assert not grid.exists()
+    monkeypatch.setattr("embedscope.models.load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    with pytest.raises(UsageError, match=f"figure_images {msg}"):
+        run.saliency_to_file("ck.pt", "digits", tmp_path / "m.h5", n_images=1, n_samples=1, figure=tmp_path / "f.png",
+                             figure_images=value)

@@ -165,9 +165,7 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     n_samples = check_int(n_samples, "n_samples", min=1)
     batch_size = check_int(batch_size, "batch_size", min=1, allow_none=True)
     n_images = check_int(n_images, "n_images", min=1, allow_none=True)
-    figure_images = int(figure_images)
-    if figure_images < 1:
-        raise UsageError(f"--figure-images must be positive, got {figure_images}")
+    figure_images = _figure_images(figure_images, "figure_images")
     check_writable(out, force=force)
     written = [out]
     if figure is not None:
@@ -419,6 +417,8 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     from embedscope.fileio import check_writable
     from embedscope.store.saliency import MapsFile
 
+    # (0 or -1 was matplotlib's ValueError after the work, 2.5 a TypeError; the command line's --grid-images checks it)
+    grid_images = _figure_images(grid_images, "grid_images")
     files = [str(f) for f in files]
     if len(files) < 2:
         raise UsageError("saliency agreement needs at least two maps files")
@@ -595,6 +595,18 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
             written.append(str(per_image_parquet))
     res["written"] = written
     return res
+
+
+def _figure_images(value, name: str) -> int:
+    """The images of a saliency figure: an integer from 1 to ``MAX_FIGURE_IMAGES`` (64), as ``--figure-images`` and
+    ``--grid-images`` take it (a :class:`UsageError` otherwise, before any work)."""
+    from embedscope.cli.common import MAX_FIGURE_IMAGES
+    from embedscope.validation import check_int
+
+    try:
+        return check_int(value, name, min=1, max=MAX_FIGURE_IMAGES)
+    except EmbedscopeError as e:
+        raise UsageError(f"{e} (a figure draws 1 to {MAX_FIGURE_IMAGES} images; every map is in the maps file)") from None
 
 
 def _grouped(names: Sequence[str], values: Sequence[str]) -> str:
