@@ -146,3 +146,35 @@ def test_figure_image_counts_checked_in_python(tmp_path, monkeypatch, value, msg
     with pytest.raises(UsageError, match=f"figure_images {msg}"):
         run.saliency_to_file("ck.pt", "digits", tmp_path / "m.h5", n_images=1, n_samples=1, figure=tmp_path / "f.png",
                              figure_images=value)
+
+
+def test_agreement_of_files_takes_lists_not_letters(tmp_path):
+    """A string where a list goes was iterated letter by letter: agreement_of_files("a.h5") read the files 'a',
+    '.', ... ("a: no such file"), names="xy" named the models 'x' and 'y'; families=[1, 2] was a TypeError,
+    block="a" another."""
+    from embedscope.errors import UsageError
+    from embedscope.saliency import run
+
+    a = _maps_file(tmp_path / "a.h5", ["x/1", "x/2"], 0)
+    b = _maps_file(tmp_path / "b.h5", ["x/1", "x/2"], 1)
+    for files in (str(a), a):
+        with pytest.raises(UsageError, match="needs a list of at least two maps files, got"):
+            run.agreement_of_files(files)
+    with pytest.raises(UsageError, match="2 files but 1 --names"):
+        run.agreement_of_files([a, b], names="xy")
+    with pytest.raises(UsageError, match="families must be texts, one per file, got 1"):
+        run.agreement_of_files([a, b], families=[1, 2])
+    with pytest.raises(EmbedscopeError, match="block must be an integer, got 'a'"):
+        run.agreement_of_files([a, b], block="a")
+    assert run.agreement_of_files((a, b), names=("x", "y"), block=1)["names"] == ["x", "y"]
+
+
+@pytest.mark.parametrize("switch", ["pairs", "unsafe_pickle", "ema", "progress"])
+def test_saliency_to_file_switches_are_bools(tmp_path, monkeypatch, switch):
+    """A string is truthy: pairs="no" computed pair maps, and unsafe_pickle="no" reached the checkpoint reader as
+    permission for the full unpickler (it tests `if not unsafe_pickle`)."""
+    from embedscope.saliency import run
+
+    monkeypatch.setattr("embedscope.models.load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    with pytest.raises(EmbedscopeError, match=f"{switch} must be True or False, got 'no'"):
+        run.saliency_to_file("ck.pt", "digits", tmp_path / "m.h5", n_images=1, n_samples=1, **{switch: "no"})

@@ -165,6 +165,11 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     n_samples = check_int(n_samples, "n_samples", min=1)
     batch_size = check_int(batch_size, "batch_size", min=1, allow_none=True)
     n_images = check_int(n_images, "n_images", min=1, allow_none=True)
+    from embedscope.validation import check_bool
+
+    # switches as bools: a string is truthy ("no" computed --pairs maps; unsafe_pickle="no" allowed the full unpickler)
+    pairs, unsafe_pickle, ema, progress = (check_bool(v, k) for k, v in (
+        ("pairs", pairs), ("unsafe_pickle", unsafe_pickle), ("ema", ema), ("progress", progress)))
     figure_images = _figure_images(figure_images, "figure_images")
     check_writable(out, force=force)
     written = [out]
@@ -419,9 +424,22 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
 
     # (0 or -1 was matplotlib's ValueError after the work, 2.5 a TypeError; the command line's --grid-images checks it)
     grid_images = _figure_images(grid_images, "grid_images")
+    # one file, not its letters ('s_m.h5' was read as the files 's', '_', ...: "s: no such file"); a name or a
+    # family, not its letters (names="ab" named the two models 'a' and 'b'); texts (families=[1, 2]: a TypeError)
+    if isinstance(files, (str, bytes, os.PathLike)) or not hasattr(files, "__iter__"):
+        raise UsageError(f"saliency agreement needs a list of at least two maps files, got {files!r}")
     files = [str(f) for f in files]
     if len(files) < 2:
         raise UsageError("saliency agreement needs at least two maps files")
+    names, families = (None if v is None else [v] if isinstance(v, str) else list(v) for v in (names, families))
+    for what, vals in (("names", names), ("families", families)):
+        bad = [v for v in vals or () if not isinstance(v, str)]
+        if bad:
+            raise UsageError(f"{what} must be texts, one per file, got {bad[0]!r}")
+    if block is not None:
+        from embedscope.validation import check_int
+
+        block = check_int(block, "block", min=1)
     # one file under two names (a link, a hard link, another spelling) too: it would agree with itself (r = 1)
     twice = next(((b, a) for k, a in enumerate(files) for b in files[:k] if same_file(a, b)), None)
     if twice is not None:
