@@ -178,3 +178,26 @@ def test_saliency_to_file_switches_are_bools(tmp_path, monkeypatch, switch):
     monkeypatch.setattr("embedscope.models.load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
     with pytest.raises(EmbedscopeError, match=f"{switch} must be True or False, got 'no'"):
         run.saliency_to_file("ck.pt", "digits", tmp_path / "m.h5", n_images=1, n_samples=1, **{switch: "no"})
+
+
+def test_a_setting_a_file_does_not_record_is_not_a_difference(tmp_path):
+    """A maps file without the settings (written by save_maps from Python) was counted as differing from every
+    other file: four notes 'different post-processing orders (paper: a; ?: b)', SmoothGrad settings, 'differently
+    transformed images (...; b: ?)' and 'different data sets (?; digits)'. Now one note names what it lacks, and
+    files that record a setting are still compared on it."""
+    from embedscope.saliency.run import agreement_of_files
+
+    full = {"order": "paper", "n_samples": 5, "noise": 0.15, "transform": "digits: x/16 as 1x8x8", "dataset": "digits"}
+    a = _maps_file(tmp_path / "a.h5", ["x/1", "x/2"], 0, full)
+    b = _maps_file(tmp_path / "b.h5", ["x/1", "x/2"], 1)
+    c = _maps_file(tmp_path / "c.h5", ["x/1", "x/2"], 2, {**full, "order": "code", "transform": ""})
+    notes = agreement_of_files([a, b])["notes"]
+    assert notes == ["b: its file does not record its post-processing order, SmoothGrad settings, input transform and "
+                     "data set, so whether they match the other files' is not known (a maps file not written by "
+                     "embedscope saliency?)"], notes
+    notes = agreement_of_files([a, b, c])["notes"]
+    assert "the files use different post-processing orders (paper: a; code: c): compare maps of one order " \
+           "(docs/saliency.md)" in notes, notes
+    assert not any("differently transformed" in n or "different data sets" in n or "SmoothGrad settings (" in n
+                   for n in notes), notes
+    assert any(n.startswith("c: its file does not record its input transform, so whether it matches") for n in notes)

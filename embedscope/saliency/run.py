@@ -497,34 +497,52 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         # files of one name in different folders: the paths as given (they differ: a file is not given twice)
         names = named if len(set(named)) == len(named) else [f"{nm} ({f})" for nm, f in zip(names, files)]
     fams = list(families) if families is not None else [str(sm.attrs.get("family") or "other") for sm in items]
-    orders = {str(sm.attrs.get("order", "")) for sm in items}
     notes = []
     own = sorted({f for f in fams if f not in FAMILY_ORDER}) if families is not None else []
     if own:  # a typo ('rankng') would otherwise form a block of its own without a word
         notes.append(f"--families {', '.join(own)}: not one of {', '.join(FAMILY_ORDER)}; each forms a block of "
                      "its own, after those")
-    if len(orders) > 1:  # which model has which (the maps of the code order are smoother: higher r)
-        each = [str(sm.attrs.get("order", "")) or "?" for sm in items]
-        notes.append(f"the files use different post-processing orders ({_grouped(names, each)}): compare maps of "
-                     "one order (docs/saliency.md)")
-    settings = [f"l = {sm.attrs.get('n_samples', '?')}, noise {sm.attrs.get('noise', '?')}" for sm in items]
+
+    def has(sm, *keys) -> bool:  # a setting the file records (one written by Python's save_maps may record none)
+        return all(str(sm.attrs.get(k, "")) != "" for k in keys)
+
+    # the settings are compared between the files that record them; a file that does not is named in one note
+    # below (it was counted as differing from all others: 'different post-processing orders (paper: a; ?: b)')
+    unrecorded: dict[str, list[str]] = {}
+    for what, keys in (("post-processing order", ("order",)), ("SmoothGrad settings", ("n_samples", "noise")),
+                       ("input transform", ("transform",)), ("data set", ("dataset",))):
+        for nm, sm in zip(names, items):
+            if not has(sm, *keys):
+                unrecorded.setdefault(nm, []).append(what)
+    named = [(nm, sm) for nm, sm in zip(names, items) if has(sm, "order")]
+    if len({str(sm.attrs["order"]) for _, sm in named}) > 1:  # which model has which (code order: smoother, higher r)
+        notes.append(f"the files use different post-processing orders "
+                     f"({_grouped([nm for nm, _ in named], [str(sm.attrs['order']) for _, sm in named])}): compare "
+                     "maps of one order (docs/saliency.md)")
+    named = [(nm, sm) for nm, sm in zip(names, items) if has(sm, "n_samples", "noise")]
+    settings = [f"l = {sm.attrs['n_samples']}, noise {sm.attrs['noise']}" for _, sm in named]
     if len(set(settings)) > 1:
-        notes.append(f"the files use different SmoothGrad settings ({_grouped(names, settings)})")
-    transforms = {str(sm.attrs.get("transform") or "") for sm in items}
-    if len(transforms) > 1:  # maps of one shape, but pixel (i, j) is another point of the picture in each
-        shown = "; ".join(f"{nm}: {sm.attrs.get('transform') or '?'}" for nm, sm in zip(names, items))
+        notes.append(f"the files use different SmoothGrad settings ({_grouped([nm for nm, _ in named], settings)})")
+    named = [(nm, sm) for nm, sm in zip(names, items) if has(sm, "transform")]
+    if len({str(sm.attrs["transform"]) for _, sm in named}) > 1:  # one shape, but pixel (i, j) is another point
+        shown = "; ".join(f"{nm}: {sm.attrs['transform']}" for nm, sm in named)
         notes.append(f"the files' maps are of differently transformed images ({shown}): a pixel of one map is not "
                      "the same point of the picture in another, which r and JSD compare pixel by pixel")
     # compared as folders, not as strings: "" (no --root: the data set's default location) and that
     # location's path, or two spellings of one folder (a link, ..), are the same images (a spurious note)
     sources: dict[tuple[str, str], tuple[str, str]] = {}  # each source as its first file names it
     for sm in items:
-        d, r = str(sm.attrs.get("dataset", "")), str(sm.attrs.get("root", ""))
-        sources.setdefault(_data_source(d, r), (d, r))
+        if has(sm, "dataset"):
+            d, r = str(sm.attrs.get("dataset", "")), str(sm.attrs.get("root", ""))
+            sources.setdefault(_data_source(d, r), (d, r))
     if len(sources) > 1:  # images are matched by path: two data sets' files may share names, not pictures
-        shown = "; ".join(f"{d or '?'}" + (f" in {r}" if r else "") for d, r in sorted(sources.values()))
+        shown = "; ".join(f"{d}" + (f" in {r}" if r else "") for d, r in sorted(sources.values()))
         notes.append(f"the files come from different data sets or folders ({shown}): their images are matched "
                      "by path alone")
+    for nm, whats in unrecorded.items():
+        said = whats[0] if len(whats) == 1 else f"{', '.join(whats[:-1])} and {whats[-1]}"
+        notes.append(f"{nm}: its file does not record its {said}, so whether {'it matches' if len(whats) == 1 else 'they match'} "
+                     "the other files' is not known (a maps file not written by embedscope saliency?)")
     idxs, info = match_rows(items, names)
     dropped = {k: v for k, v in info["n_dropped"].items() if v}
     if dropped:
