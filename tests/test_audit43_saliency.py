@@ -201,3 +201,18 @@ def test_a_setting_a_file_does_not_record_is_not_a_difference(tmp_path):
     assert not any("differently transformed" in n or "different data sets" in n or "SmoothGrad settings (" in n
                    for n in notes), notes
     assert any(n.startswith("c: its file does not record its input transform, so whether it matches") for n in notes)
+
+
+def test_agreement_names_the_two_outputs_on_one_file(tmp_path):
+    """It said only 'two outputs name the same file' (evaluate, spectrum, geometry name both options)."""
+    from cli_run import one_error_line, run_cli
+
+    a = _maps_file(tmp_path / "a.h5", ["x/1", "x/2"], 0)
+    b = _maps_file(tmp_path / "b.h5", ["x/1", "x/2"], 1)
+    d = tmp_path
+    for args, needle in ((["--csv", f"{d}/t.csv", "--per-image-csv", f"{d}/t.csv"],
+                          f"(--csv {d}/t.csv, --per-image-csv {d}/t.csv)"),
+                         (["-o", f"{d}/f.png", "--grid", f"{d}/f.png"], f"(-o {d}/f.png, --grid {d}/f.png)")):
+        rc, _, err = run_cli(["saliency-agreement", str(a), str(b), *args])
+        assert rc == 2 and f"two outputs name the same file {needle}" in one_error_line(err, "saliency-agreement")
+    assert sorted(p.name for p in d.iterdir()) == ["a.h5", "b.h5"]

@@ -445,16 +445,24 @@ def agreement_of_files(files: Sequence, out=None, *, grid=None, names: Sequence[
     if twice is not None:
         both = twice[0] if twice[0] == twice[1] else f"{twice[0]} and {twice[1]} name one file"
         raise UsageError(f"a maps file is given twice ({both})")
-    outs = []
+    outs, options = [], []
     if out is not None or grid is not None:
         from embedscope.viz.figures import figure_paths
 
         for f, option in ((out, "-o"), (grid, "--grid")):
             if f is not None:
                 outs += list(figure_paths(f, option=option))
-    outs += [Path(p) for p in (json_out, csv_out, per_image_csv, parquet_out, per_image_parquet) if p]
-    if len({p.resolve() for p in outs}) != len(outs):
-        raise UsageError("two outputs name the same file")
+                options += [option] * (len(outs) - len(options))
+    for p, option in ((json_out, "--json"), (csv_out, "--csv"), (per_image_csv, "--per-image-csv"),
+                      (parquet_out, "--parquet"), (per_image_parquet, "--per-image-parquet")):
+        if p:
+            outs.append(Path(p))
+            options.append(option)
+    for i, p in enumerate(outs):  # which two ('two outputs name the same file' left the user to find them)
+        for j in range(i):
+            if p.resolve() == outs[j].resolve() or same_file(p, outs[j]):
+                raise UsageError(f"two outputs name the same file ({options[j]} {outs[j]}, {options[i]} {p}): give "
+                                 "each output its own name")
     for p in outs:  # with force, an output naming a maps file would replace that input
         if any(same_file(p, f) for f in files):
             raise UsageError(f"{p} is an input file: choose another output name")
