@@ -216,3 +216,15 @@ def test_agreement_names_the_two_outputs_on_one_file(tmp_path):
         rc, _, err = run_cli(["saliency-agreement", str(a), str(b), *args])
         assert rc == 2 and f"two outputs name the same file {needle}" in one_error_line(err, "saliency-agreement")
     assert sorted(p.name for p in d.iterdir()) == ["a.h5", "b.h5"]
+
+
+def test_agreement_grid_says_when_it_draws_fewer_images(tmp_path):
+    """saliency --figure notes that it draws the first 6 of N maps; saliency-agreement --grid drew 6 of N silently."""
+    from embedscope.saliency.run import agreement_of_files
+
+    a = _maps_file(tmp_path / "a.h5", [f"x/{i}" for i in range(3)], 0)
+    b = _maps_file(tmp_path / "b.h5", [f"x/{i}" for i in range(3)], 1)
+    res = agreement_of_files([a, b], grid=tmp_path / "g.png", grid_images=2)
+    assert "the grid draws the first 2 of the 3 images (--grid-images; every map is in the maps files)" in res["notes"]
+    res = agreement_of_files([a, b], grid=tmp_path / "h.png", grid_images=3)
+    assert not any("grid draws" in n for n in res["notes"])

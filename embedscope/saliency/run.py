@@ -569,6 +569,9 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
                                     len(items), block=block, names=names, families=fams, jsd_base=jsd_base)
     res["files"] = files
     notes += _degenerate_notes(res)
+    if grid is not None and n > grid_images:  # (as saliency --figure says it: the grid is not every image)
+        notes.append(f"the grid draws the first {grid_images} of the {n} images (--grid-images; every map is in the maps "
+                     "files)")
     res["notes"] = notes
     res["paths"] = items[0].paths[idxs[0]]
     pair_rows = []
