@@ -228,3 +228,19 @@ def test_agreement_grid_says_when_it_draws_fewer_images(tmp_path):
     assert "the grid draws the first 2 of the 3 images (--grid-images; every map is in the maps files)" in res["notes"]
     res = agreement_of_files([a, b], grid=tmp_path / "h.png", grid_images=3)
     assert not any("grid draws" in n for n in res["notes"])
+
+
+def test_select_images_checks_its_count_and_seed():
+    """select_images (the notebook's image choice) truncated n_images=2.5 to 2 and raised numpy's ValueError for
+    seed=-1."""
+    from embedscope.data import get_dataset
+    from embedscope.saliency.run import select_images
+
+    ds = get_dataset("digits").subset("test")
+    for kw, msg in (({"n_images": 2.5}, "n_images must be an integer, got 2.5"),
+                    ({"n_images": 0}, "n_images must be a positive integer, got 0"),
+                    ({"n_images": 2, "seed": -1}, "seed must be an integer >= 0, got -1"),
+                    ({"n_images": 2, "seed": 2**32}, "seed must be at most 4294967295")):
+        with pytest.raises(EmbedscopeError, match=msg):
+            select_images(ds, **kw)
+    assert len(select_images(ds, n_images=2, seed=2**32 - 1)) == 2

@@ -66,9 +66,12 @@ def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int
                 raise EmbedscopeError(f"{p}: lists {w} twice (each image has one map: list it once)")
             seen.add(w)
         return np.array([pos[w] for w in wanted], dtype=np.int64)
-    n = DEFAULT_N_IMAGES if n_images is None else int(n_images)
-    if n < 1:
-        raise UsageError(f"--n-images must be positive, got {n}")
+    from embedscope.saliency.smoothgrad import MAX_SEED
+    from embedscope.validation import check_int
+
+    # (int() truncated n_images=2.5 to 2; seed=-1 was numpy's ValueError, 2**32 a seed saliency_maps refuses)
+    seed = check_int(seed, "seed", min=0, max=MAX_SEED)
+    n = DEFAULT_N_IMAGES if n_images is None else check_int(n_images, "n_images", min=1)
     n = min(n, len(ds))
     # one permutation whatever n (rng.choice(N, n, replace=False) draws by an n-dependent algorithm:
     # --n-images 8 and 16 picked unrelated images)
