@@ -323,7 +323,12 @@ def read_checkpoint(path: str | os.PathLike, *, unsafe_pickle: bool = False) -> 
     ``torch.load(weights_only=True)`` first; a file with other objects goes through
     :func:`safe_load` (inert records, calls refused) unless ``unsafe_pickle`` allows a full
     ``torch.load``. Random bytes, empty or truncated files: "not a PyTorch checkpoint".
+    ``unsafe_pickle`` must be True or False (a string such as ``"no"`` is truthy: it allowed the full
+    unpickler, which runs a file's code).
     """
+    from embedscope.validation import check_bool
+
+    unsafe_pickle = check_bool(unsafe_pickle, "unsafe_pickle")
     path = Path(path)
     if _sniff(path) == "safetensors":
         return _read_safetensors(path)

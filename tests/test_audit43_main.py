@@ -1,0 +1,34 @@
+"""Fixes made while integrating the forty-third session's audits (each test failed before its fix)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from embedscope.errors import EmbedscopeError
+from embedscope.models import build_model, default_config
+from embedscope.models.checkpoint import load_backbone_weights, load_checkpoint, read_checkpoint
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("value", ["no", "False", "0", 2, None])
+def test_unsafe_pickle_must_be_a_bool_before_any_code_runs(tmp_path, value):
+    # unsafe_pickle="no" (a truthy string) allowed the full unpickler: the file's payload ran
+    cfg = default_config("digits_cnn", embed_dim=8)
+    marker = tmp_path / "ran"
+    p = tmp_path / "evil.pt"
+    torch.save({"state_dict": build_model(cfg).state_dict(), "config": cfg, "extra": {"obj": _Payload(marker)}}, p)
+    for call in (lambda: read_checkpoint(p, unsafe_pickle=value), lambda: load_checkpoint(p, unsafe_pickle=value),
+                 lambda: load_backbone_weights(build_model(cfg), p, unsafe_pickle=value)):
+        with pytest.raises(EmbedscopeError, match="unsafe_pickle must be True or False"):
+            call()
+    assert not marker.exists()
