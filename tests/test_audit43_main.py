@@ -32,3 +32,18 @@ def test_unsafe_pickle_must_be_a_bool_before_any_code_runs(tmp_path, value):
         with pytest.raises(EmbedscopeError, match="unsafe_pickle must be True or False"):
             call()
     assert not marker.exists()
+
+
+def test_maps_files_sharing_no_image_count_each_in_its_number():
+    # "(a: 1, b: 2 images" read as if both counts were of images in the plural, "1 images"
+    from types import SimpleNamespace
+
+    from embedscope.store.saliency import match_rows
+
+    def maps(name, paths):
+        return SimpleNamespace(name=name, paths=paths, labels=[0] * len(paths), class_names=["c"], n=len(paths),
+                               map_shape=(8, 8))
+
+    with pytest.raises(EmbedscopeError) as e:
+        match_rows([maps("a", ["x/1.png"]), maps("b", ["y/1.png", "y/2.png"])])
+    assert "(a: 1 image, b: 2 images" in str(e.value)

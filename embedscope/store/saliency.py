@@ -469,8 +469,9 @@ def match_rows(items: Sequence[Any], names: list[str] | None = None) -> tuple[li
         from embedscope.store.embeddings import spelling_hint
 
         other = next((sm for sm in items[1:] if not set(sm.paths) & set(items[0].paths)), items[-1])
+        counts = ", ".join(f"{nm}: {sm.n} image{'' if sm.n == 1 else 's'}" for nm, sm in zip(names, items))
         raise EmbedscopeError(
-            f"the maps files share no image ({', '.join(f'{nm}: {sm.n}' for nm, sm in zip(names, items))} images"
+            f"the maps files share no image ({counts}"
             f"{spelling_hint(items[0].paths, other.paths)}); "
             "compute every model's maps on the same images (same --seed and --n-images, or one --paths-file)")
     order = [p for p in items[0].paths if p in common]
