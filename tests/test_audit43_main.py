@@ -47,3 +47,14 @@ def test_maps_files_sharing_no_image_count_each_in_its_number():
     with pytest.raises(EmbedscopeError) as e:
         match_rows([maps("a", ["x/1.png"]), maps("b", ["y/1.png", "y/2.png"])])
     assert "(a: 1 image, b: 2 images" in str(e.value)
+
+
+def test_a_safetensors_name_that_is_no_safetensors_file_says_so(tmp_path):
+    p = tmp_path / "w.safetensors"
+    p.write_bytes(b"<html>a download error page</html>")
+    with pytest.raises(EmbedscopeError, match="not a safetensors file"):
+        read_checkpoint(p)
+    q = tmp_path / "w.pt"
+    q.write_bytes(p.read_bytes())
+    with pytest.raises(EmbedscopeError, match="neither torch.save's zip format"):
+        read_checkpoint(q)

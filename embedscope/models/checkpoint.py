@@ -284,6 +284,8 @@ def _sniff(path: Path) -> str:
     if head.startswith(b"\x89HDF\r\n\x1a\n"):
         raise EmbedscopeError(f"{path}: not a PyTorch checkpoint but {_hdf5_kind(path)}; this command reads a "
                               "checkpoint (from 'embedscope train' or torch.save)")
+    if path.suffix.lower() == ".safetensors":  # (named so, but not one: the message named torch.save's formats alone)
+        raise EmbedscopeError(f"{path}: not a safetensors file (no valid safetensors header) nor a PyTorch checkpoint")
     raise EmbedscopeError(f"{path}: not a PyTorch checkpoint (neither torch.save's zip format nor its legacy format)")
 
 
