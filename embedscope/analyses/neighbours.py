@@ -61,6 +61,8 @@ def scatter(source: Any, *, split: str = "all", metric: str = "cosine", progress
         labels = split_labels[s]
         if drawable(labels):
             continue
+        if labels.size == 0:  # the file's own error ("has no 'val' rows"), as every other command's
+            es.subset(s)
         n_cls = int(len(np.unique(labels)))
         others = [o for o in splits if o != s and drawable(split_labels[o])]
         # (all splits asked for: the error names one that can be drawn alone)
