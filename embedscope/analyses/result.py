@@ -683,6 +683,9 @@ def unique_names(sources: Sequence[Any], given: Sequence[str] | None) -> list[st
         bad = [g for g in given if not isinstance(g, str)]  # (a list: None is a bad name too)
         if bad:
             raise UsageError(f"names must be strings, got {quoted(bad[0])}")
+        empty = [i for i, g in enumerate(given) if not g.strip()]  # (spectrum's legend fell back to the file
+        if empty:  # name while yoke refused it: one rule, every command's --names)
+            raise UsageError(f"--names: name {empty[0] + 1} is empty: give each file a name")
     if given:
         if len(given) != len(sources):
             raise UsageError(f"--names gives {len(given)} name(s) for {len(sources)} file(s): give one per file")
