@@ -66,10 +66,14 @@ def _sample(es, max_points, seed, *, by_split: bool):
     return es.sample(max_points, seed=seed)
 
 
-def _check_enough(n: int, before: int, max_points: int | None, what: str = "t-SNE needs at least 6 points") -> None:
-    """The same minimum for every map (6 points), naming --max-points when the subsample made it too small."""
-    if n >= 6:
+def _check_enough(n: int, before: int, max_points: int | None, what: str = "t-SNE needs at least {} points") -> None:
+    """The same minimum for every map (:data:`embedscope.tsne.MIN_POINTS`, 6 points, as
+    :func:`embedscope.tsne.effective_perplexity`), naming --max-points when the subsample made it too small."""
+    from embedscope.tsne import MIN_POINTS
+
+    if n >= MIN_POINTS:
         return
+    what = what.format(MIN_POINTS)
     hint = (f" (--max-points {max_points} keeps {n} of {before})"
             if max_points is not None and before > n else "")
     raise EmbedscopeError(f"{what}, the selection has {n}{hint}")
@@ -226,7 +230,7 @@ def yoke(source_a: Any, source_b: Any = None, *more_sources: Any, split: str = "
         keep = np.isin(a.paths, _sample(a, max_points, seed, by_split=True).paths)
         sets = [es.select(keep) for es in sets]
         a = sets[0]
-    _check_enough(a.n, before, max_points, "yoked t-SNE needs at least 6 images")
+    _check_enough(a.n, before, max_points, "yoked t-SNE needs at least {} images")
     Ys, info = yoked_tsne_maps([es.embeddings for es in sets], yoke=yoke, labels=a.labels, alpha=alpha,
                                perplexity=perplexity, seed=seed, n_iter=n_iter, n_jobs=auto_jobs(n_jobs, a.n),
                                progress=progress, return_info=True)

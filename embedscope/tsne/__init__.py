@@ -13,7 +13,7 @@ Plain functions on arrays, nothing drawn here (the figures are in :mod:`embedsco
 * :mod:`embedscope.tsne.sampling` -- :func:`stratified_subsample` (nested in ``n``) and its
   :func:`stratum_quotas`;
 * here: :data:`DEFAULT_MAX_POINTS`, the commands' default ``--max-points``, and
-  :data:`MIN_PERPLEXITY`.
+  :data:`MIN_PERPLEXITY` and :data:`MIN_POINTS`.
 
 Imports are lazy: ``from embedscope.tsne import stratified_subsample`` does not load openTSNE.
 """
@@ -33,6 +33,10 @@ DEFAULT_MAX_POINTS = 50_000
 #: failed (3·perplexity < 1 neighbour), and from 1/3 to 1 every value gave the affinities of its
 #: one or two neighbours, one map recorded under different perplexities. Here too (no numpy: --help).
 MIN_PERPLEXITY = 1.0
+
+#: the fewest points a map is made of, by the commands, the analyses and the functions here alike
+#: (:func:`effective_perplexity` said 5 where the analyses said 6: one rule, one message)
+MIN_POINTS = 6
 
 _EXPORTS = {
     # openTSNE runs

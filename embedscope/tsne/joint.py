@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from embedscope.errors import EmbedscopeError
-from embedscope.tsne import MIN_PERPLEXITY
+from embedscope.tsne import MIN_PERPLEXITY, MIN_POINTS
 from embedscope.tsne._progress import ProgressFn, progress_reporter
 from embedscope.validation import check_matrix
 
@@ -223,7 +223,8 @@ def tsne_affinities(X: np.ndarray, perplexity: float, *, seed: int, n_jobs: int 
 
 def effective_perplexity(perplexity: float, n: int) -> float:
     """The perplexity actually used: ``min(perplexity, (n - 1) / 3)`` (openTSNE needs 3·perplexity
-    neighbours per point). A perplexity below :data:`~embedscope.tsne.MIN_PERPLEXITY` (1) is refused."""
+    neighbours per point). A perplexity below :data:`~embedscope.tsne.MIN_PERPLEXITY` (1) is refused,
+    and so are fewer than :data:`~embedscope.tsne.MIN_POINTS` (6) points."""
     from embedscope.validation import check_int, check_number
 
     perplexity = check_number(perplexity, "perplexity", min=0, min_inclusive=False)
@@ -231,8 +232,8 @@ def effective_perplexity(perplexity: float, n: int) -> float:
         raise EmbedscopeError(f"perplexity must be at least {MIN_PERPLEXITY:g} (2 to the entropy of a point's "
                               f"neighbour distribution), got {perplexity:g}")
     n = check_int(n, "n (points)", min=0)
-    if n < 5:
-        raise EmbedscopeError(f"t-SNE needs at least 5 points, got {n}")
+    if n < MIN_POINTS:
+        raise EmbedscopeError(f"t-SNE needs at least {MIN_POINTS} points, got {n}")
     return float(min(perplexity, (n - 1) / 3.0))
 
 
