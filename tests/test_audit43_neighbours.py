@@ -49,3 +49,77 @@ def test_one_minimum_of_points_for_every_map():
     with pytest.raises(EmbedscopeError, match="at least 6 points"):
         single_tsne(X, perplexity=30, n_iter=1, early_exaggeration_iter=1)
     assert effective_perplexity(30, 6) == pytest.approx(5 / 3)
+
+
+# ------------------------------------------------------------------ embedscope neighbours
+def _tied_set():
+    """Rows with exact ties: duplicates and parallel rows (cosine keys equal bit for bit, docs/methods.md
+    §1) and small-integer rows (exact Euclidean keys), unnormalised, in two splits."""
+    rng = np.random.default_rng(5)
+    base = rng.integers(-2, 3, size=(6, 3)).astype(np.float32)
+    base[np.all(base == 0, axis=1)] = 1
+    X = np.concatenate([base, base * 3, base, base * 0.5])  # every direction four times, at scales 1, 3, 1, 0.5
+    y = np.arange(len(X)) % 3
+    split = np.where(np.arange(len(X)) % 4 == 3, "train", "test")
+    from embedscope.store import EmbeddingSet
+
+    return EmbeddingSet.from_arrays(X, y, split=split.tolist(), paths=[f"p{i:02d}" for i in range(len(X))])
+
+
+def _unit(a):  # the cosine key's unit row of docs/methods.md §1 (two divisions)
+    a = np.asarray(a, dtype=np.float64)
+    a = a / np.abs(a).max(axis=-1, keepdims=True)
+    return a / np.sqrt((a * a).sum(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("reference", [None, "train"])
+def test_neighbours_with_ties_equal_a_brute_force_ranking(metric, reference):
+    # the retrievals (and the captions drawn) are the brute-force top-k, ties to the lower reference index
+    import matplotlib.pyplot as plt
+
+    from embedscope.analyses.neighbours import neighbour_examples
+    from embedscope.viz.neighbours import draw_neighbours
+
+    es = _tied_set()
+    k = 4
+    ex = neighbour_examples(es, split="test", reference_split=reference, queries=6, k=k, metric=metric, seed=1)
+    q = es.subset("test")
+    r = q if reference is None else es.subset(reference)
+    ties = 0
+    for i, qp in enumerate(ex.query_paths):
+        qi = list(q.paths).index(qp)
+        if metric == "cosine":
+            key = np.array([(_unit(q.embeddings[qi]) * _unit(r.embeddings[j])).sum() for j in range(r.n)])
+        else:
+            key = -np.array([((q.embeddings[qi].astype(np.float64) - r.embeddings[j]) ** 2).sum() for j in range(r.n)])
+        cand = [j for j in range(r.n) if reference is not None or j != qi]
+        want = sorted(cand, key=lambda j: (-key[j], j))[:k]
+        ties += len(want) - len(set(key[want].tolist()))
+        assert list(ex.ref_paths[i]) == [r.paths[j] for j in want]
+        shown = key[want] if metric == "cosine" else -np.sqrt(-key[want])
+        np.testing.assert_allclose(ex.similarity[i], shown, atol=1e-6)
+        np.testing.assert_array_equal(ex.correct[i], r.labels[want] == q.labels[qi])
+    assert ties > 0  # (the case under test)
+    pics = [np.zeros((4, 4))] * len(ex.query_paths)
+    fig = draw_neighbours(ex, pics, [pics[:k]] * len(pics))
+    try:
+        axes = np.array(fig.axes[: len(pics) * (k + 1)]).reshape(len(pics), k + 1)
+        for i in range(len(pics)):
+            for j in range(k):
+                cls, val = axes[i, j + 1].get_xlabel().split("\n")
+                assert cls.split(" ", 1)[1] == str(ex.ref_labels[i, j])
+                sign = 1 if metric == "cosine" else -1
+                assert float(val.split()[1]) == pytest.approx(sign * ex.similarity[i, j], abs=0.006)  # (2 decimals here)
+    finally:
+        plt.close(fig)
+
+
+def test_neighbours_refuse_a_query_path_given_twice(tmp_path, capsys):
+    # a path listed twice drew its row twice; saliency's paths file (the same reader, says the help) refuses it
+    from embedscope.analyses.neighbours import neighbour_examples
+
+    es = _tied_set()
+    with pytest.raises(EmbedscopeError, match="the query path p01 is given 2 times"):
+        neighbour_examples(es, paths=["p01", "p02", "p01"], k=2)
+    assert len(neighbour_examples(es, paths=["p01", "p02"], k=2).query_paths) == 2

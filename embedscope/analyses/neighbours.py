@@ -260,7 +260,7 @@ class NeighbourExamples:
 def neighbour_examples(source: Any, *, split: str = "test", reference_split: str | None = None, queries: int = 8,
                        paths: Sequence[str] | None = None, k: int = 5, metric: str = "cosine",
                        seed: int = 0, progress: bool = False) -> NeighbourExamples:
-    """Pick queries (``paths``, else ``queries`` rows drawn with ``seed``) and find their top-k
+    """Pick queries (``paths``, each once, else ``queries`` rows drawn with ``seed``) and find their top-k
     (exact ranks, ties to the lower reference index, docs/methods.md §1). The result records the
     seed of drawn queries (``seed``, ``selection``) so that the picture can be made again.
 
@@ -320,6 +320,11 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
 
             raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
                                   f"(e.g. {missing[0]}{spelling_hint(missing, qset.paths)})")
+        listed = Counter(paths)  # (the row was drawn twice; saliency's paths file refuses it too)
+        again = next((p for p in paths if listed[p] > 1), None)
+        if again is not None:
+            raise EmbedscopeError(f"the query path {again} is given {listed[again]} times (each query is one row "
+                                  "of the figure): give it once")
         if len(pos) < qset.n:  # a path that names several rows (pos kept the last): refused, not guessed
             rows_of = Counter(qset.paths.tolist())
             twice = [p for p in dict.fromkeys(paths) if rows_of[p] > 1]

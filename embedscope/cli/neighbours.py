@@ -35,7 +35,8 @@ def add_parser(sub, parents):
                    "with fewer rows gives them all)")
     g.add_argument("--paths-file", metavar="F",
                    help="the queries: one path per line, as stored in the file (read as saliency's: a line that "
-                   "starts with # is a comment, a blank line is skipped; a # after a path is part of the path)")
+                   "starts with # is a comment, a blank line is skipped; a # after a path is part of the path; a path "
+                   "listed twice is refused)")
     p.add_argument("--n-retrievals", type=positive_int, default=5, metavar="K",
                    help=f"retrievals per query, at most {MAX_RETRIEVALS} (default: 5)")
     p.add_argument("--root", metavar="DIR", help="data set folder of the photos (default: the file's root "
