@@ -123,3 +123,14 @@ def test_neighbours_refuse_a_query_path_given_twice(tmp_path, capsys):
     with pytest.raises(EmbedscopeError, match="the query path p01 is given 2 times"):
         neighbour_examples(es, paths=["p01", "p02", "p01"], k=2)
     assert len(neighbour_examples(es, paths=["p01", "p02"], k=2).query_paths) == 2
+
+
+def test_a_lone_similarity_does_not_read_as_a_duplicate():
+    # one retrieval per query: its cosine 0.9999 read "cos 1.00" and a distance 0.0014 "d 0.00", as if
+    # the retrieval were the query's duplicate (the digits only told apart the values of a row)
+    from embedscope.viz.neighbours import similarity_digits
+
+    assert similarity_digits(np.array([[0.9998999]])) == 4
+    assert similarity_digits(np.array([[-0.0014]])) == 3  # (-d: the Euclidean ranking's similarity)
+    assert similarity_digits(np.array([[1.0, 0.5]])) == 2  # an exact duplicate reads 1.00, as it is
+    assert similarity_digits(np.array([[0.91, 0.85]])) == 2

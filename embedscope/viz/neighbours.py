@@ -31,14 +31,18 @@ CAPTION_CHARS = 16
 def similarity_digits(sim: Any, lo: int = 2, hi: int = 5) -> int:
     """Decimals for the similarities of a row of retrievals: the fewest (``lo`` to ``hi``) at which
     the different values of each row stay different (an untrained network's cosines of 0.9991 and
-    0.9987 both read "1.00" at two decimals, as if tied)."""
+    0.9987 both read "1.00" at two decimals, as if tied), and at which no value reads as one of the
+    bounds 1, 0 and -1 that it is not (a lone retrieval's cosine 0.9999, or a distance of 0.0014, read
+    "cos 1.00" or "d 0.00", as if the retrieval were the query's duplicate)."""
     sim = np.asarray(sim, dtype=np.float64)
     sim = sim.reshape(-1, sim.shape[-1]) if sim.ndim else sim.reshape(1, 1)
+    bounds = (-1.0, 0.0, 1.0)
     for d in range(lo, hi + 1):
-        ok = True
+        values = sim[np.isfinite(sim)]
+        ok = not np.any(np.isin(np.round(values, d), bounds) & ~np.isin(values, bounds))
         for row in sim:
             row = row[np.isfinite(row)]
-            if len(np.unique(np.round(row, d))) < len(np.unique(row)):
+            if not ok or len(np.unique(np.round(row, d))) < len(np.unique(row)):
                 ok = False
                 break
         if ok:
