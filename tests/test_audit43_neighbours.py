@@ -134,3 +134,23 @@ def test_a_lone_similarity_does_not_read_as_a_duplicate():
     assert similarity_digits(np.array([[-0.0014]])) == 3  # (-d: the Euclidean ranking's similarity)
     assert similarity_digits(np.array([[1.0, 0.5]])) == 2  # an exact duplicate reads 1.00, as it is
     assert similarity_digits(np.array([[0.91, 0.85]])) == 2
+
+
+def test_neighbours_says_when_a_root_does_not_hold_the_shapes_set(tmp_path, capsys):
+    # shapes --root elsewhere: silently not read (the pictures came from the default cache), while the
+    # digits' unused --root gets a note
+    from argparse import Namespace
+
+    from embedscope.cli.neighbours import _root
+    from embedscope.store import EmbeddingSet
+
+    key = "n4800-s64-seed0-df8a2a0b"
+    X, y = _blobs(6)
+    es = EmbeddingSet.from_arrays(X, y, paths=[f"shapes/{key}/{i:06d}" for i in range(6)])
+    _root(Namespace(root=str(tmp_path)), es)
+    assert "does not hold the generated shapes set" in capsys.readouterr().out
+    (tmp_path / key).mkdir()
+    (tmp_path / key / "shapes.npz").write_bytes(b"")  # (only its presence is looked at here)
+    assert _root(Namespace(root=str(tmp_path)), es) == str(tmp_path)
+    assert _root(Namespace(root=None), es) is None
+    assert capsys.readouterr().out == ""

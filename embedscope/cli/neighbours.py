@@ -76,6 +76,11 @@ def _root(args, es) -> str | None:
         root = args.root if args.root is not None else (es.attrs.get("root") or None)
         if args.root is not None and not Path(args.root).is_dir():
             raise EmbedscopeError(f"--root {args.root}: not a folder")
+        keys = {generated_shapes_key(p) for p in es.paths}
+        if args.root is not None and not all((Path(args.root) / k / "shapes.npz").is_file() for k in keys):
+            # (it was silently not used: the pictures came from the default cache)
+            print(f"note: --root {safe(args.root)} does not hold the generated shapes set: its pictures are "
+                  "read from the default cache (the same pixels)")
         return str(root) if root and Path(str(root)).is_dir() else None
     if args.root is not None:
         if not Path(args.root).is_dir():
