@@ -154,3 +154,24 @@ def test_neighbours_says_when_a_root_does_not_hold_the_shapes_set(tmp_path, caps
     assert _root(Namespace(root=str(tmp_path)), es) == str(tmp_path)
     assert _root(Namespace(root=None), es) is None
     assert capsys.readouterr().out == ""
+
+
+def test_neighbours_figure_names_a_moved_recorded_root_as_the_files(tmp_path):
+    # the API's error named "--root /old/place", a --root the caller never gave, and came after the search
+    from PIL import Image
+
+    from embedscope.analyses.neighbours import neighbours_figure
+    from embedscope.store import EmbeddingSet
+
+    root = tmp_path / "photos"
+    root.mkdir()
+    X, y = _blobs(6)
+    for i in range(6):
+        Image.new("RGB", (4, 4), (40 * i, 0, 0)).save(root / f"{i}.png")
+    es = EmbeddingSet.from_arrays(X, y, paths=[f"{i}.png" for i in range(6)], attrs={"root": str(tmp_path / "old")})
+    with pytest.raises(EmbedscopeError, match=r"the file's image root .*old \(recorded at embed time\) is not a "
+                       r"folder: give root=DIR") as e:
+        neighbours_figure(es, tmp_path / "g.png", queries=1, k=1)
+    assert "--root " not in str(e.value).split(":")[0]
+    png, _, ex = neighbours_figure(es, tmp_path / "g.png", queries=1, k=1, root=str(root))
+    assert png.is_file()

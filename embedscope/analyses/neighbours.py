@@ -398,12 +398,20 @@ def neighbours_figure(source: Any, out, *, split: str = "test", reference_split:
 
         paths = read_paths_file(paths_file)
     es = as_set(source)
-    ex = neighbour_examples(es, split=split, reference_split=reference_split, queries=queries, paths=paths,
-                            k=k, metric=metric, seed=seed, progress=progress)
     # an imported file's dataset is its source file's name (a 'digits.npz' of photos is not the built-in
     # digits): its pictures are told by their paths only
     dataset = None if es.attrs.get("imported") else es.attrs.get("dataset")
-    root = root or es.attrs.get("root") or None
+    given, root = root, root or es.attrs.get("root") or None
+    if not given and root and not os.path.isdir(str(root)):  # the recorded folder has moved: said before
+        # the search (the error came after it, and named a "--root" the caller never gave)
+        from embedscope.data.thumbnails import read_from_folder
+
+        if read_from_folder(es.paths.tolist(), dataset=dataset if isinstance(dataset, str) else None):
+            raise EmbedscopeError(f"the file's image root {root} (recorded at embed time) is not a folder: "
+                                  "give root=DIR (--root DIR)")
+        root = None  # (the digits, the shapes set: read from elsewhere)
+    ex = neighbour_examples(es, split=split, reference_split=reference_split, queries=queries, paths=paths,
+                            k=k, metric=metric, seed=seed, progress=progress)
     qimgs, rimgs = neighbour_pictures(ex, dataset=dataset if isinstance(dataset, str) else None, root=root,
                                       progress=progress)
     import matplotlib.pyplot as plt

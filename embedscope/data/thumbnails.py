@@ -64,6 +64,15 @@ def load_thumbnails(paths: Sequence[str], *, dataset: str | None, root: str | No
 _DIGITS_ID = re.compile(r"digits/[0-9]+")
 
 
+def read_from_folder(paths: Sequence[str], *, dataset: str | None) -> bool:
+    """Whether :func:`load_thumbnails` reads ``paths`` from a folder (photos), not from memory (the
+    digits) or from the generated shapes set's cache."""
+    paths = list(paths)
+    if dataset == "digits" or (paths and all(_DIGITS_ID.fullmatch(str(p)) for p in paths)):
+        return False
+    return not (paths and all(generated_shapes_key(p) is not None for p in paths))
+
+
 def generated_shapes_key(path) -> str | None:
     """The cache key of a row of the generated ``shapes`` set (``shapes/<key>/NNNNNN``, no PNG behind
     it: the images live in the set's cache, :func:`embedscope.data.shapes.load_shapes`), else None."""
