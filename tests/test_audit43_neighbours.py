@@ -175,3 +175,15 @@ def test_neighbours_figure_names_a_moved_recorded_root_as_the_files(tmp_path):
     assert "--root " not in str(e.value).split(":")[0]
     png, _, ex = neighbours_figure(es, tmp_path / "g.png", queries=1, k=1, root=str(root))
     assert png.is_file()
+
+
+def test_a_query_path_of_another_split_names_that_split():
+    # "not in the 'test' split" alone left the user to find that the image is a train row
+    from embedscope.analyses.neighbours import neighbour_examples
+
+    es = _tied_set()  # p03, p07, ... are train rows
+    with pytest.raises(EmbedscopeError, match=r"\(e\.g\. p03; it is a 'train' row: --split train, split='train'\)"):
+        neighbour_examples(es, paths=["p03"], k=2)
+    with pytest.raises(EmbedscopeError, match=r"\(e\.g\. nope; p07 is a 'train' row: --split train"):
+        neighbour_examples(es, paths=["p01", "nope", "p07"], k=2)
+    assert neighbour_examples(es, split="train", paths=["p03"], k=2).query_paths.tolist() == ["p03"]

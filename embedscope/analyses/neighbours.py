@@ -318,8 +318,14 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
         if missing:
             from embedscope.store.embeddings import spelling_hint
 
+            # a row of another split: which one, and the option that draws it (it was 'not in the test split')
+            other = dict(zip(es.paths.tolist(), es.split.tolist())) if split != "all" else {}
+            where = next(((p, other[p]) for p in missing if p in other), None)
+            which = "it" if where and where[0] == missing[0] else where and where[0]
+            hint = (f"; {which} is a '{where[1]}' row: --split {where[1]}, split='{where[1]}'" if where
+                    else spelling_hint(missing, qset.paths))
             raise EmbedscopeError(f"{len(missing)} of the {len(paths)} query paths are not in the '{split}' split "
-                                  f"(e.g. {missing[0]}{spelling_hint(missing, qset.paths)})")
+                                  f"(e.g. {missing[0]}{hint})")
         listed = Counter(paths)  # (the row was drawn twice; saliency's paths file refuses it too)
         again = next((p for p in paths if listed[p] > 1), None)
         if again is not None:
