@@ -187,3 +187,13 @@ def test_a_query_path_of_another_split_names_that_split():
     with pytest.raises(EmbedscopeError, match=r"\(e\.g\. nope; p07 is a 'train' row: --split train"):
         neighbour_examples(es, paths=["p01", "nope", "p07"], k=2)
     assert neighbour_examples(es, split="train", paths=["p03"], k=2).query_paths.tolist() == ["p03"]
+
+
+def test_a_euclidean_similarity_of_a_duplicate_is_zero_not_minus_zero():
+    # minus a distance of 0 was -0.0: the table, the CSV and the JSON read "-0.0000" / -0.0
+    from embedscope.analyses.neighbours import neighbour_examples
+
+    ex = neighbour_examples(_tied_set(), paths=["p00"], k=2, metric="euclidean")  # p12 duplicates p00
+    assert ex.similarity[0, 0] == 0 and not np.signbit(ex.similarity[0, 0])
+    assert "-0.0" not in ex.format() and ex.to_dict()["table"][0]["similarity"] == 0.0
+    assert not np.signbit(ex.to_dict()["table"][0]["similarity"])

@@ -362,7 +362,7 @@ def neighbour_examples(source: Any, *, split: str = "test", reference_split: str
                                  metric=metric)
     q_lab = qset.class_names[qset.labels[qidx]]
     r_lab = rset.class_names[rset.labels[idx]]
-    sim = vals if metric == "cosine" else -vals
+    sim = vals if metric == "cosine" else 0.0 - vals  # (minus a distance of 0: 0.0, not -0.0, in the table)
     members = Counter(rset.class_names[rset.labels].tolist())  # (by name: the two splits' own class lists)
     lone = np.array([members[c] - (1 if same else 0) < 1 for c in q_lab.tolist()], dtype=bool)
     notes = [note] if note else []
