@@ -197,3 +197,19 @@ def test_a_euclidean_similarity_of_a_duplicate_is_zero_not_minus_zero():
     assert ex.similarity[0, 0] == 0 and not np.signbit(ex.similarity[0, 0])
     assert "-0.0" not in ex.format() and ex.to_dict()["table"][0]["similarity"] == 0.0
     assert not np.signbit(ex.to_dict()["table"][0]["similarity"])
+
+
+def test_cli_neighbours_says_an_unused_seed(tmp_path, capsys):
+    # --seed 3 with every row of the split a query: the seed chose nothing, silently
+    from embedscope import store
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet
+
+    X, y = _blobs(7)
+    store.save(tmp_path / "d.h5", EmbeddingSet.from_arrays(X, y, paths=[f"digits/{i:04d}" for i in range(7)],
+                                                           attrs={"dataset": "digits"}))
+    for extra, said in ((["--seed", "3"], True), ([], False), (["--seed", "3", "--queries", "6"], False)):
+        rc = main(["neighbours", str(tmp_path / "d.h5"), "--n-retrievals", "1", "--no-progress", "--force",
+                   "-o", str(tmp_path / "g.png"), *extra])
+        out = capsys.readouterr().out
+        assert rc == 0 and ("note: --seed 3 is not used: every one of the 7 rows of the split is a query" in out) == said

@@ -110,6 +110,7 @@ def run(args) -> int:
     if args.paths_file is not None and args.seed is not None:  # it was silently not used
         raise UsageError(f"--seed {args.seed} draws random queries: --paths-file names the queries "
                          "(leave out --seed)")
+    seed_given = args.seed is not None
     if args.seed is None:
         args.seed = 0
     asked = args.queries is not None  # (the default, 8, says nothing when a split has fewer rows)
@@ -144,6 +145,10 @@ def run(args) -> int:
         what += f" ({args.queries} asked; {where} {n})"
     print(f"{what}, top-{k} in '{ex.reference_split}': "
           f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class{how}")
+    rows = es.n if ex.query_split == "all" else int((es.split == ex.query_split).sum())
+    if paths is None and seed_given and n == rows:  # every row is a query: the seed chose nothing
+        print(f"note: --seed {args.seed} is not used: every one of the {rows} rows of the "
+              f"{'file' if ex.query_split == 'all' else 'split'} is a query")
     for note in ex.notes:  # (an unnormalised model ranked by another distance than its own)
         print(safe(f"note: {note}"))
     print_wrote([png, pdf])
