@@ -615,10 +615,11 @@ def write_text(path: str | os.PathLike, text: str, *, force: bool = False) -> Pa
 
 def read_paths_file(path) -> list[str]:
     """The paths listed in a paths file (``saliency --paths-file``, ``neighbours --paths-file``): one
-    per line (a line ends at LF, CRLF or CR only, not at a form feed or U+0085 inside a name), UTF-8 (a leading
-    byte-order mark ignored), the spaces around each removed; a blank line is skipped and a line that starts
-    with ``#`` is a comment (a ``#`` after a path is part of the path). One-line errors: no such file, an
-    unreadable one, one that is not UTF-8, one that lists no path."""
+    per line (a line ends at LF, CRLF or CR only, not at a form feed or U+0085 inside a name), UTF-8 (a
+    byte-order mark at the start of the file or of a line ignored), the spaces around each removed; a
+    blank line is skipped and a line that starts with ``#`` is a comment (a ``#`` after a path is part
+    of the path). One-line errors: no such file, an unreadable one, one that is not UTF-8, one that
+    lists no path."""
     p = Path(path)
     if not p.is_file():  # (a folder or a named pipe was "no such paths file", which it is not)
         raise EmbedscopeError(f"{p}: no such paths file" if not p.exists() else
@@ -629,7 +630,9 @@ def read_paths_file(path) -> list[str]:
         lines = p.read_text(encoding="utf-8-sig").split("\n")
     except (OSError, UnicodeDecodeError) as e:
         raise EmbedscopeError(f"{p}: cannot read the paths ({e.__class__.__name__})") from None
-    wanted = [ln.strip() for ln in lines]
+    # (a byte-order mark at the start of any line, not only the file's: two files joined with cat, the second
+    # one's BOM made a path "\ufeffdigits/0005" that matched nothing)
+    wanted = [ln.strip().lstrip("\ufeff").strip() for ln in lines]
     wanted = [w for w in wanted if w and not w.startswith("#")]
     if not wanted:
         raise EmbedscopeError(f"{p}: lists no path (only blank lines and # comments)")

@@ -58,3 +58,11 @@ def test_a_safetensors_name_that_is_no_safetensors_file_says_so(tmp_path):
     q.write_bytes(p.read_bytes())
     with pytest.raises(EmbedscopeError, match="neither torch.save's zip format"):
         read_checkpoint(q)
+
+
+def test_a_paths_file_of_two_joined_files_drops_the_second_byte_order_mark(tmp_path):
+    from embedscope.fileio import read_paths_file
+
+    p = tmp_path / "paths.txt"
+    p.write_bytes("\ufeffdigits/0005\n".encode() + "\ufeffdigits/0007\r\n\ufeff# a comment\n".encode())
+    assert read_paths_file(p) == ["digits/0005", "digits/0007"]
