@@ -878,7 +878,16 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
     if names:
         v = src.columns[names[0]]
         used.add(names[0])
+        if spec and src.table and np.ndim(v) == 1 and np.asarray(v).dtype.kind in "fiu":
+            # one named numeric column: a D = 1 embedding, as 'PREFIX*' taking one column and a table's
+            # one numeric column left over are (was "must be a 2-D array (N x D), got shape (40,)")
+            info["columns"] = [names[0]]
+            return np.asarray(v)[:, None]
         info["key"] = names[0]
+        if spec and not src.table and src.ndim(names[0]) == 1:  # (the error named no key)
+            raise EmbedscopeError(f"{src.path}: --embeddings {_pretty(spec)} names a 1-D array (one value per row, "
+                                  f"shape {tuple(np.shape(v))}); the embeddings must be N x D: for D = 1 store it "
+                                  "as N x 1 (X[:, None])")
         if not spec:  # found by name: the other keys it could have been
             info["others"] = names[1:] + [k for k in src.columns if k not in names and k not in used
                                           and not src.table and src.ndim(k) == 2]
