@@ -5,6 +5,8 @@ What was wrong before:
 1. ``import --embeddings f1`` naming one numeric table column: "the embeddings must be a 2-D array (N x D), got
    shape (40,)", where ``--embeddings 'f1*'`` took the same column as a D = 1 embedding; a 1-D key of an
    ``.npz`` named by ``--embeddings`` was refused naming no key.
+2. ``properties``' terminal table showed a p-value that underflowed to 0 as ``0.0000`` (beside ``5.15e-240``):
+   now ``< 1e-300`` below 1e-300, as docs/properties.md writes it; the CSV keeps the exact value.
 """
 
 from __future__ import annotations
@@ -44,3 +46,31 @@ def test_import_one_d_npz_key_is_named(tmp_path):
         import_embeddings(tmp_path / "k.npz", embeddings="e")
     msg = str(e.value)
     assert "--embeddings e" in msg and "1-D" in msg and "\n" not in msg
+
+
+# ------------------------------------------------------------------ 2. properties: p-values on the terminal
+def test_properties_terminal_shows_an_underflowed_p_value_as_below_the_floor(tmp_path):
+    from cli_run import cli_output
+
+    from embedscope.store import EmbeddingSet, save
+
+    rng = np.random.default_rng(0)
+    prop = np.arange(60) % 2
+    X = rng.normal(size=(60, 3)).astype(np.float32)
+    X[:, 0] += 20 * prop  # 'big' clusters perfectly: its z-test tail underflows to 0
+    save(tmp_path / "p.h5", EmbeddingSet.from_arrays(X, np.arange(60) % 3, properties={"big": prop.astype(str)}))
+    out = cli_output(["properties", str(tmp_path / "p.h5"), "--no-progress", "--csv", str(tmp_path / "p.csv")])
+    big = next(line for line in out.splitlines() if " big " in line)
+    assert "< 1e-300" in big and "0.0000" not in big
+    import pandas as pd
+
+    assert pd.read_csv(tmp_path / "p.csv").set_index("property").loc["big", "p_value"] == 0.0  # exact
+
+
+def test_properties_p_values_one_rule_and_aligned():
+    from embedscope.cli.properties import shown_p_values
+
+    rows = [{"p_value": 0.0}, {"p_value": 5.15e-240}, {"p_value": 4e-320}, {"p_value": 0.7235}, {"p_value": float("nan")}]
+    cells, headers = shown_p_values(rows, ["p_value"], "-")
+    assert [c["p_value"].strip() for c in cells] == ["< 1e-300", "5.15e-240", "< 1e-300", "0.7235", "-"]
+    assert len({len(c["p_value"]) for c in cells} | {len(headers[0])}) == 1  # right-aligned, header too
