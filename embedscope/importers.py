@@ -958,6 +958,9 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         raise UsageError("--split and --split-by-class exclude each other")
     if split_by_class is not None and not (0.0 < float(split_by_class) < 1.0):
         raise UsageError(f"--split-by-class must lie strictly between 0 and 1, got {split_by_class}")
+    twice = next((p for i, p in enumerate(properties) if p in properties[:i]), None)
+    if twice is not None:  # (kept once without a word; 'properties --properties' refuses it so)
+        raise UsageError(f"--properties names '{_pretty(twice)}' twice: give each property once")
     src = read_source(src_path)
     if src.table and src.columns and all(len(v) == 0 for v in src.columns.values()):  # (not "no numeric columns")
         why = " (its first line is read as the column names)" if src.fmt in ("csv", "tsv") else ""

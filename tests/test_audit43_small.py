@@ -7,6 +7,7 @@ What was wrong before:
    ``.npz`` named by ``--embeddings`` was refused naming no key.
 2. ``properties``' terminal table showed a p-value that underflowed to 0 as ``0.0000`` (beside ``5.15e-240``):
    now ``< 1e-300`` below 1e-300, as docs/properties.md writes it; the CSV keeps the exact value.
+3. ``import --properties color color`` kept the property once without a word: a usage error, as ``properties``'.
 """
 
 from __future__ import annotations
@@ -74,3 +75,13 @@ def test_properties_p_values_one_rule_and_aligned():
     cells, headers = shown_p_values(rows, ["p_value"], "-")
     assert [c["p_value"].strip() for c in cells] == ["< 1e-300", "5.15e-240", "< 1e-300", "0.7235", "-"]
     assert len({len(c["p_value"]) for c in cells} | {len(headers[0])}) == 1  # right-aligned, header too
+
+
+# ------------------------------------------------------------------ 3. import --properties X X
+def test_import_refuses_a_property_named_twice(tmp_path):
+    from cli_run import one_error_line, run_cli
+
+    _table(tmp_path)
+    rc, out, err = run_cli(["import", tmp_path / "t.csv", "--properties", "f2", "f2", "-o", tmp_path / "o.h5"])
+    assert rc == 2 and "--properties names 'f2' twice" in one_error_line(err, "import")
+    assert not (tmp_path / "o.h5").exists()
