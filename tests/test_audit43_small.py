@@ -8,6 +8,8 @@ What was wrong before:
 2. ``properties``' terminal table showed a p-value that underflowed to 0 as ``0.0000`` (beside ``5.15e-240``):
    now ``< 1e-300`` below 1e-300, as docs/properties.md writes it; the CSV keeps the exact value.
 3. ``import --properties color color`` kept the property once without a word: a usage error, as ``properties``'.
+4. ``toy -o bl``, ``bl`` a symbolic link to nothing, trained, then said "bl/fig6.png: cannot be written (No such file
+   or directory)", not that ``bl`` is a link: now one line before the work, in make-shapes' words.
 """
 
 from __future__ import annotations
@@ -85,3 +87,19 @@ def test_import_refuses_a_property_named_twice(tmp_path):
     rc, out, err = run_cli(["import", tmp_path / "t.csv", "--properties", "f2", "f2", "-o", tmp_path / "o.h5"])
     assert rc == 2 and "--properties names 'f2' twice" in one_error_line(err, "import")
     assert not (tmp_path / "o.h5").exists()
+
+
+# ------------------------------------------------------------------ 4. toy -o LINK_TO_NOTHING
+def test_toy_output_folder_a_link_to_nothing_is_said_before_the_work(tmp_path, monkeypatch):
+    from embedscope.train import toy
+
+    def trained(*a, **k):
+        raise AssertionError("trained before the output folder was checked")
+
+    monkeypatch.setattr(toy, "train_toy", trained)
+    (tmp_path / "bl").symlink_to(tmp_path / "nowhere" / "x")
+    with pytest.raises(EmbedscopeError) as e:
+        toy.run_toy(tmp_path / "bl", seeds=1, progress=False)
+    msg = str(e.value)
+    assert "symbolic link to" in msg and "does not exist" in msg and "\n" not in msg
+    assert not (tmp_path / "nowhere").exists()

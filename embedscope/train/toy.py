@@ -255,6 +255,10 @@ def run_toy(out_dir: str | os.PathLike, *, seeds: int = 5, first_seed: int = 1, 
     if seeds < 1:
         raise EmbedscopeError(f"--seeds must be at least 1, got {seeds}")
     out = Path(out_dir)
+    if out.is_symlink() and not out.exists():  # (passed the checks below, then, after the training: "bl/fig6.png:
+        # cannot be written (No such file or directory)", not saying bl is a link; make-shapes' words)
+        raise EmbedscopeError(f"{out}: a symbolic link to {os.readlink(out)}, which does not exist: create the "
+                              "folder it names, or give another folder")
     if out.exists() and not out.is_dir():
         raise EmbedscopeError(f"{out} is a file, expected an output folder")
     files = [*figure_paths(out / "fig6"), out / "toy_table.csv", out / "toy_table.json"]
