@@ -10,6 +10,8 @@ What was wrong before:
 3. ``import --properties color color`` kept the property once without a word: a usage error, as ``properties``'.
 4. ``toy -o bl``, ``bl`` a symbolic link to nothing, trained, then said "bl/fig6.png: cannot be written (No such file
    or directory)", not that ``bl`` is a link: now one line before the work, in make-shapes' words.
+5. Notebook 01 with ``EMBEDSCOPE_NB_SHAPES`` naming a set without ``shapes.json``: a raw FileNotFoundError; now
+   one line saying what is missing and how to make it.
 """
 
 from __future__ import annotations
@@ -103,3 +105,21 @@ def test_toy_output_folder_a_link_to_nothing_is_said_before_the_work(tmp_path, m
     msg = str(e.value)
     assert "symbolic link to" in msg and "does not exist" in msg and "\n" not in msg
     assert not (tmp_path / "nowhere").exists()
+
+
+# ------------------------------------------------------------------ 5. notebook 01: a set without shapes.json
+def test_notebook01_set_without_shapes_json_says_what_to_do(tmp_path, monkeypatch):
+    import json
+    import os
+    from pathlib import Path
+
+    book = json.loads((Path(__file__).parents[1] / "notebooks" / "01_correlation_figures.ipynb").read_text("utf-8"))
+    cell = next("".join(c["source"]) for c in book["cells"]
+                if c["cell_type"] == "code" and "EMBEDSCOPE_NB_SHAPES" in "".join(c["source"]))
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "properties.csv").write_text("file,shape\n")
+    monkeypatch.setenv("EMBEDSCOPE_NB_SHAPES", str(tmp_path / "set"))
+    with pytest.raises(FileNotFoundError) as e:  # (before the set is read or rendered)
+        exec(cell, {"TESTBED": "shapes", "OUT": tmp_path / "out", "N_IMAGES": 480, "SIZE": 24, "os": os, "Path": Path})
+    msg = str(e.value)
+    assert "shapes.json" in msg and "make-shapes" in msg and "EMBEDSCOPE_NB_SHAPES" in msg and "\n" not in msg
