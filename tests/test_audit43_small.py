@@ -12,6 +12,9 @@ What was wrong before:
    or directory)", not that ``bl`` is a link: now one line before the work, in make-shapes' words.
 5. Notebook 01 with ``EMBEDSCOPE_NB_SHAPES`` naming a set without ``shapes.json``: a raw FileNotFoundError; now
    one line saying what is missing and how to make it.
+6. The figure commands' ``--no-progress`` (``add_figure_output``) and ``properties``' said "hide the progress bar",
+   the shared helper "hide the progress bars (without a terminal: one line per phase)": now one wording, the
+   shared one, saying that no progress is shown at all.
 """
 
 from __future__ import annotations
@@ -123,3 +126,14 @@ def test_notebook01_set_without_shapes_json_says_what_to_do(tmp_path, monkeypatc
         exec(cell, {"TESTBED": "shapes", "OUT": tmp_path / "out", "N_IMAGES": 480, "SIZE": 24, "os": os, "Path": Path})
     msg = str(e.value)
     assert "shapes.json" in msg and "make-shapes" in msg and "EMBEDSCOPE_NB_SHAPES" in msg and "\n" not in msg
+
+
+# ------------------------------------------------------------------ 6. --no-progress: one wording
+@pytest.mark.parametrize("command", ["scatter", "tsne", "neighbours", "yoke", "properties", "toy", "train"])
+def test_no_progress_help_is_one_wording(command, capsys):
+    from embedscope.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--no-progress hide the progress bars (without a terminal: one line per phase): no progress is shown" in text

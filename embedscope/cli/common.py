@@ -12,7 +12,7 @@ def add_force(p: argparse.ArgumentParser) -> None:
 def add_figure_output(p: argparse.ArgumentParser) -> None:
     """``-o OUT.png`` (PNG and PDF written), ``--no-progress`` and ``--force`` of the figure commands."""
     p.add_argument("-o", "--output", required=True, metavar="OUT.png", help="figure (PNG and PDF are written)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_no_progress(p)  # (was "hide the progress bar": the phase lines without a terminal went too, unsaid)
     add_force(p)
 
 
@@ -161,9 +161,11 @@ def probability(s: str) -> float:
 
 
 def add_no_progress(p: argparse.ArgumentParser) -> None:
-    """``--no-progress``: hide progress bars (without a terminal they print one line per phase)."""
+    """``--no-progress``: hide progress bars (without a terminal they print one line per phase): nothing of the
+    progress is shown (:func:`embedscope.progress.progress_bar`'s ``enabled=False``). One wording for every
+    command that takes it from here (the figure commands through :func:`add_figure_output`)."""
     p.add_argument("--no-progress", action="store_true",
-                   help="hide the progress bars (without a terminal: one line per phase)")
+                   help="hide the progress bars (without a terminal: one line per phase): no progress is shown")
 
 
 def add_num_workers(p: argparse.ArgumentParser, default: int | None = 0) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from embedscope.analyses.result import PROPERTY_COLUMNS
-from embedscope.cli.common import add_force, add_split, nonnegative_int, positive_int, seed_int
+from embedscope.cli.common import add_force, add_no_progress, add_split, nonnegative_int, positive_int, seed_int
 from embedscope.text import SHOWN_NAME  # (longer names shortened on the terminal)
 
 COLUMNS = list(PROPERTY_COLUMNS)  # the terminal table's columns, as print(result) of the API shows them
@@ -64,7 +64,7 @@ def add_parser(sub, parents):
                    "times the measure) (default: 0, none)")
     p.add_argument("--seed", type=seed_int, help="seed of the shuffles of --permutations (default: 0)")
     p.add_argument("-o", "--output", metavar="OUT.png", help="bar chart (PNG and PDF are written)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_no_progress(p)  # (the shared wording)
     p.add_argument("--json", metavar="OUT.json",
                    help="also write the results as JSON (the layout of every command: one file "
                    "{analysis, model, values, provenance, table}, several {analysis, models: [...]})")
