@@ -48,12 +48,14 @@ def test_info_model_line_leaves_out_unset_values(tmp_path):
     f = _emb(tmp_path / "a.h5", {"checkpoint_config": cfg, "batch_size": 7})
     out = cli_output(["info", str(f)]).splitlines()
     lines = [ln for ln in out if ln.startswith("model ")]
-    assert len(lines) == 1 and lines[0].split(None, 1)[1] == "arch=resnet18, embed_dim=512, normalize=True"
+    # (head=none shown since audit 43: the pooled features, not a head; its head_seed 0 draws nothing: left out)
+    assert len(lines) == 1 and lines[0].split(None, 1)[1] == "arch=resnet18, embed_dim=512, head=none, normalize=True"
     assert [ln.split() for ln in out if ln.startswith("batch_size ")] == [["batch_size", "7"]]  # (was not shown)
     cfg2 = {**cfg, "dataset": "cub200", "loss": "margin", "seed": 0}  # set values still shown, 0 included
     f2 = _emb(tmp_path / "b.h5", {"checkpoint_config": cfg2})
     lines = [ln for ln in cli_output(["info", str(f2)]).splitlines() if ln.startswith("model ")]
-    assert lines[0].split(None, 1)[1] == "arch=resnet18, dataset=cub200, embed_dim=512, loss=margin, normalize=True, seed=0"
+    assert lines[0].split(None, 1)[1] == ("arch=resnet18, dataset=cub200, embed_dim=512, head=none, loss=margin, "
+                                          "normalize=True, seed=0")
 
 
 @pytest.mark.parametrize("kind", ["zip", "pickle", "study", "grid"])

@@ -15,6 +15,9 @@ What was wrong before:
 6. The figure commands' ``--no-progress`` (``add_figure_output``) and ``properties``' said "hide the progress bar",
    the shared helper "hide the progress bars (without a terminal: one line per phase)": now one wording, the
    shared one, saying that no progress is shown at all.
+7. ``info``'s model line left out ``head`` (``random``, ``none``), the head seed, the backbone seed and the weights
+   a baseline was built from: ``embed --arch resnet18 --head random --head-seed 1`` and ``--head-seed 2`` (or a
+   random backbone and an ImageNet one) showed one line for two networks.
 """
 
 from __future__ import annotations
@@ -137,3 +140,35 @@ def test_no_progress_help_is_one_wording(command, capsys):
         main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--no-progress hide the progress bars (without a terminal: one line per phase): no progress is shown" in text
+
+
+# ------------------------------------------------------------------ 7. info: which network made the embeddings
+def _model_row(tmp_path, cfg):
+    from cli_run import cli_output
+
+    from embedscope.store import EmbeddingSet, save
+
+    es = EmbeddingSet.from_arrays(np.eye(4, dtype=np.float32), [0, 0, 1, 1])
+    es.attrs["checkpoint_config"] = cfg
+    save(tmp_path / "e.h5", es, force=True)
+    lines = [ln for ln in cli_output(["info", str(tmp_path / "e.h5")]).splitlines() if ln.startswith("model ")]
+    assert len(lines) == 1
+    return lines[0].split(None, 1)[1]
+
+
+def test_info_model_line_tells_baselines_apart(tmp_path):
+    # embed --arch resnet18 --head random --head-seed 1, no --weights: a random backbone drawn from seed 1
+    base = {"arch": "resnet18", "dataset": None, "embed_dim": 128, "frozen_bn": False, "head": "random",
+            "normalize": True, "source_format": "imagenet-baseline"}
+    assert _model_row(tmp_path, {**base, "head_seed": 1, "backbone_seed": 1}) == (
+        "arch=resnet18, backbone_seed=1, embed_dim=128, head=random, head_seed=1, normalize=True")
+    # the same with ImageNet weights: the file it started from, by name
+    assert _model_row(tmp_path, {**base, "head_seed": 2, "weights": "/w/imagenet/resnet18-f37072fd.pth"}) == (
+        "arch=resnet18, embed_dim=128, head=random, head_seed=2, normalize=True, weights=resnet18-f37072fd.pth")
+    # --head none: the pooled features (no head seed: none is drawn)
+    assert _model_row(tmp_path, {**base, "head": "none", "head_seed": 0, "backbone_seed": 0}) == (
+        "arch=resnet18, backbone_seed=0, embed_dim=128, head=none, normalize=True")
+    # a trained checkpoint (linear head, trained from scratch): as before
+    trained = {"arch": "digits_cnn", "dataset": "digits", "embed_dim": 8, "head": "linear", "head_seed": 0,
+               "loss": "margin", "normalize": True, "seed": 0, "weights": None}
+    assert _model_row(tmp_path, trained) == "arch=digits_cnn, dataset=digits, embed_dim=8, loss=margin, normalize=True, seed=0"

@@ -51,13 +51,34 @@ def _nonfinite_row(es, stats) -> dict | None:
             f"{_cut(es.paths[i])}; every analysis refuses the file"}
 
 
+#: the checkpoint config's keys the model row shows (those it sets): which network made the embeddings
+MODEL_KEYS = ("arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset", "head", "head_seed",
+              "backbone_seed", "weights", "weights_ema")
+
+
 def _model_line(cfg) -> str:
-    """The model row: the config's arch, embed_dim, normalize, loss, p_switch, seed and dataset, those it
-    sets (an ``--arch`` baseline records ``dataset`` as null: no 'dataset=None')."""
+    """The model row: the config's arch, embed_dim, normalize, loss, p_switch, seed and dataset, and what
+    tells the network apart (``embed --arch`` baselines): ``head`` unless a trained ``linear`` one, ``head_seed``
+    of a ``random`` head, ``backbone_seed`` of a randomly initialised backbone, the file name of the
+    ``weights`` it started from; those it sets (an ``--arch`` baseline records ``dataset`` as null: no
+    'dataset=None'). (``head=random`` and the seeds were left out: two different networks showed one line.)"""
     if not isinstance(cfg, dict):
         return ""
-    return ", ".join(f"{k}={_cut(cfg[k], SHOWN_NAME)}" for k in sorted(cfg) if k in (
-        "arch", "embed_dim", "normalize", "loss", "p_switch", "seed", "dataset") and cfg[k] not in (None, ""))
+    shown = []
+    for k in sorted(cfg):
+        v = cfg[k]
+        if k not in MODEL_KEYS or v is None or (isinstance(v, str) and v == ""):
+            continue
+        if (k == "head" and v == "linear") or (k == "head_seed" and cfg.get("head") != "random"):
+            continue  # (a trained head: nothing to tell apart; a head seed draws only a random head)
+        if k == "weights_ema" and v is not True:
+            continue
+        if k == "weights":  # the file, not its folder (the config keeps the whole path)
+            from pathlib import PurePath
+
+            v = PurePath(str(v)).name or v
+        shown.append(f"{k}={_cut(v, SHOWN_NAME)}")
+    return ", ".join(shown)
 
 
 def _check_not_other_kind(path) -> None:
