@@ -883,6 +883,12 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
             # one numeric column left over are (was "must be a 2-D array (N x D), got shape (40,)")
             info["columns"] = [names[0]]
             return np.asarray(v)[:, None]
+        if not spec and src.table and np.ndim(v) == 1 and np.asarray(v).dtype.kind in "fiu":
+            import shlex  # (found by its name, a number per row: the error named no column)
+
+            raise EmbedscopeError(f"{src.path}: column '{_pretty(names[0])}', taken for the embeddings by its name, "
+                                  f"holds one number per row: give --embeddings {_pretty(shlex.quote(names[0]))} for a "
+                                  "D = 1 embedding, or name the embedding columns with --embeddings COLUMN or PREFIX*")
         info["key"] = names[0]
         if spec and not src.table and src.ndim(names[0]) == 1:  # (the error named no key)
             raise EmbedscopeError(f"{src.path}: --embeddings {_pretty(spec)} names a 1-D array (one value per row, "

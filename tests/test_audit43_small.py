@@ -4,7 +4,8 @@ What was wrong before:
 
 1. ``import --embeddings f1`` naming one numeric table column: "the embeddings must be a 2-D array (N x D), got
    shape (40,)", where ``--embeddings 'f1*'`` took the same column as a D = 1 embedding; a 1-D key of an
-   ``.npz`` named by ``--embeddings`` was refused naming no key.
+   ``.npz`` named by ``--embeddings``, or a table's numeric column taken by its name (``x``), was refused naming
+   no key or column.
 2. ``properties``' terminal table showed a p-value that underflowed to 0 as ``0.0000`` (beside ``5.15e-240``):
    now ``< 1e-300`` below 1e-300, as docs/properties.md writes it; the CSV keeps the exact value.
 3. ``import --properties color color`` kept the property once without a word: a usage error, as ``properties``'.
@@ -57,6 +58,16 @@ def test_import_one_d_npz_key_is_named(tmp_path):
         import_embeddings(tmp_path / "k.npz", embeddings="e")
     msg = str(e.value)
     assert "--embeddings e" in msg and "1-D" in msg and "\n" not in msg
+
+
+def test_import_one_d_column_found_by_its_name_is_named(tmp_path):
+    from embedscope.importers import import_embeddings
+
+    (tmp_path / "x.csv").write_text("x,label\n1,0\n2,1\n3,0\n4,1\n")
+    with pytest.raises(EmbedscopeError) as e:
+        import_embeddings(tmp_path / "x.csv")
+    msg = str(e.value)
+    assert "column 'x'" in msg and "--embeddings x" in msg and "\n" not in msg
 
 
 # ------------------------------------------------------------------ 2. properties: p-values on the terminal
