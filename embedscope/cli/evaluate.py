@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from embedscope.cli.common import add_device, add_force, positive_int, seed_int
+from embedscope.cli.common import add_device, add_force, add_no_progress, positive_int, seed_int
 from embedscope.cli.output import add_result_outputs
 from embedscope.names import RETRIEVAL_METRICS, SPLIT_CHOICES
 from embedscope.text import SHOWN_NAME  # (class names longer than it shortened in the worst-classes table)
@@ -64,7 +64,7 @@ def add_parser(sub, parents):
     p.add_argument("--per-class-parquet", metavar="OUT.parquet",
                    help="write the per-class table of --per-class as Parquet (its columns and rows; with or "
                    "without --per-class: the worst classes are shown either way)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_no_progress(p)
     add_device(p)
     add_result_outputs(p)
     add_force(p)

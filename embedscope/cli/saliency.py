@@ -8,6 +8,7 @@ from embedscope.cli.common import (
     add_device,
     add_force,
     add_model_sources,
+    add_no_progress,
     dataset_name,
     figure_images,
     positive_int,
@@ -78,10 +79,10 @@ def add_parser(sub, parents):
     p.add_argument("--name", help="model name in tables and figures (default: the checkpoint's file name)")
     p.add_argument("--arch", help="architecture of a bare state dict, a trunk or an ImageNet baseline: "
                    f"{', '.join(names.ARCHS)}, any torchvision classification model, timm:NAME")
-    p.add_argument("--train-classes", type=positive_int,
+    p.add_argument("--train-classes", type=positive_int, metavar="N",
                    help="the first N classes (sorted) form the training split (default: the checkpoint's, when it was "
                    "trained with train --train-classes on this data set, else the data set's own split)")
-    p.add_argument("--batch-size", type=positive_int,
+    p.add_argument("--batch-size", type=positive_int, metavar="B",
                    help="noisy copies per forward/backward pass (default: by input size and device)")
     p.add_argument("--seed", type=seed_int, default=0, help="image choice and noise (default: 0)")
     p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
@@ -91,7 +92,7 @@ def add_parser(sub, parents):
                    help="allow a checkpoint that needs arbitrary code to unpickle (only for trusted files)")
     p.add_argument("--ema", action="store_true",
                    help="use the checkpoint's EMA weights (timm's state_dict_ema, else model_ema)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_no_progress(p)
     add_device(p)
     add_force(p)
     p.set_defaults(func=run)

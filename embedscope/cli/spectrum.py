@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import add_force, positive_int
+from embedscope.cli.common import add_force, add_no_progress, positive_int
 from embedscope.cli.output import add_measure_options, add_result_outputs
 
 DEFAULT_N_VALUES = 35  # values per class-conditioned spectrum (Roth Fig. 11); --n-values needs --by-class
@@ -27,7 +27,7 @@ def add_parser(sub, parents):
     p.add_argument("-o", "--output", metavar="OUT.png",
                    help="figure file: OUT.png and OUT.pdf are written (default: no figure)")
     p.add_argument("--title", help="figure title, with -o (default: Singular-value spectra (<split> split))")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_no_progress(p)
     add_result_outputs(p, table_help="write the spectra (model, kind, k, value) to this CSV")
     add_force(p)
     p.set_defaults(func=run)

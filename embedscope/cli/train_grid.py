@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from embedscope.cli.common import positive_int, probability, seed_int
+from embedscope.cli.common import add_no_progress, positive_int, probability, seed_int
 from embedscope.cli.training_options import LOSS_CHOICES, add_training_options
 
 
@@ -31,7 +31,7 @@ def add_parser(sub, parents):
                    help="train N runs at a time, each in a process of its own with (CPUs / N) threads "
                    "(default: 1). On a CPU, small models train faster this way than with every core on one run; "
                    "on one GPU keep 1")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_no_progress(p)
     p.add_argument("--force", action="store_true",
                    help="retrain finished combinations too, and runs stored with other settings; replace a DIR/grid.csv "
                    "that is not a train-grid table")

@@ -77,7 +77,7 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
                    help="evaluate test R@1 and training rho every N epochs, before training and at the last "
                    "epoch (default: 1; 0 = never)")
     p.add_argument("--device", type=device_name, help="auto (CUDA when present), cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--num-workers", type=nonnegative_int, help="data loader worker processes (default: 0)")
+    p.add_argument("--num-workers", type=nonnegative_int, metavar="N", help="data loader worker processes (default: 0)")
     p.add_argument("--amp", choices=("auto", "bf16", "none"),
                    help="forward passes on CUDA: auto = bf16 = bfloat16 autocast, none = float32 (default: auto); "
                         "the CPU trains in float32")

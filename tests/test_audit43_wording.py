@@ -1,0 +1,53 @@
+"""Audit 43 (L): one wording per option across the commands, and small display leftovers.
+
+What was wrong before:
+
+1. ``--no-progress`` had five help texts: the shared helper's, ``evaluate``'s "hide progress bars",
+   ``train-grid``'s "hide the progress bars", ``saliency``'s and ``spectrum``'s "hide the progress bar".
+   (``study``'s "no progress bar, and fewer lines" does something else and stays.)
+2. ``saliency --help`` showed ``--train-classes TRAIN_CLASSES`` and ``--batch-size BATCH_SIZE``, and
+   ``train`` / ``train-grid`` ``--num-workers NUM_WORKERS``, where the other commands show ``N`` and ``B``.
+3. ``print(result)`` of the properties API showed an underflowed p-value as ``0.0000`` where the command shows
+   ``< 1e-300``.
+4. ``import`` of a table whose text (or true/false) column ``x`` was taken for the embeddings by its name:
+   "the embeddings must be a 2-D array (N x D), got shape (4,)" or "does not hold equal-length number lists",
+   not saying that the column holds text (true/false values: naming no column).
+5. ``neighbours`` with one query and one retrieval: "1 of 1 retrievals of the query's class" (the command's line
+   and ``repr`` of the examples).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SHARED = "hide the progress bars (without a terminal: one line per phase): no progress is shown"
+STUDY = "no progress bar, and fewer lines"  # (study: the note lines stay; something else, deliberately)
+
+
+def _subparsers():
+    from embedscope.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices
+
+
+def _option(p, flag):
+    return next((a for a in p._actions if flag in a.option_strings), None)
+
+
+# ------------------------------------------------------------------ 1. --no-progress: one wording
+def test_every_no_progress_help_is_the_shared_wording():
+    helps = {name: _option(p, "--no-progress").help for name, p in _subparsers().items()
+             if _option(p, "--no-progress") is not None}
+    assert {"evaluate", "train-grid", "saliency", "spectrum", "study", "embed"} <= set(helps)
+    assert {name: h for name, h in helps.items() if h != (STUDY if name == "study" else SHARED)} == {}
+
+
+# ------------------------------------------------------------------ 2. N and B, on every command
+@pytest.mark.parametrize("flag, metavar", [("--train-classes", "N"), ("--batch-size", "B"),
+                                           ("--num-workers", "N"), ("--image-size", "N")])
+def test_count_options_show_one_metavar_on_every_command(flag, metavar):
+    shown = {name: _option(p, flag).metavar for name, p in _subparsers().items() if _option(p, flag) is not None}
+    assert len(shown) >= 2
+    assert {name: m for name, m in shown.items() if m != metavar} == {}
