@@ -18,6 +18,8 @@ What was wrong before:
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 SHARED = "hide the progress bars (without a terminal: one line per phase): no progress is shown"
@@ -51,3 +53,29 @@ def test_count_options_show_one_metavar_on_every_command(flag, metavar):
     shown = {name: _option(p, flag).metavar for name, p in _subparsers().items() if _option(p, flag) is not None}
     assert len(shown) >= 2
     assert {name: m for name, m in shown.items() if m != metavar} == {}
+
+
+# ------------------------------------------------------------------ 3. print(result): p-values as the command
+def _properties_result(model, p):
+    from embedscope.analyses.result import Result
+
+    rows = [{"property": "big", "NR-Prec": 30.0, "R-Prec": 0.9, "ceiling": 1.0, "p_value": p, "n_values": 2,
+             "lone_queries": 0},
+            {"property": "small", "NR-Prec": 0.3, "R-Prec": 0.2, "ceiling": 1.0, "p_value": 0.7235, "n_values": 2,
+             "lone_queries": 0}]
+    return Result("properties", {}, {"split": "test", "cap": "R uncapped", "metric": "cosine"}, rows, model=model)
+
+
+def test_print_result_shows_an_underflowed_p_value_as_the_command_does():
+    from embedscope.analyses.result import combine
+    from embedscope.cli.properties import shown_p_values  # (still importable from the command)
+
+    one = _properties_result("a", 0.0)
+    for text in (str(one), str(combine([one, _properties_result("b", 5.15e-240)]))):
+        big = [line for line in text.splitlines() if "big" in line.split()]
+        assert big and not any(re.search(r"(?<![\d.])0\.0000", line) for line in big)
+        assert "< 1e-300" in big[0]
+        assert "0.7235" in text
+    assert "5.15e-240" in str(combine([one, _properties_result("b", 5.15e-240)]))
+    assert shown_p_values([{"p_value": 0.0}], ["p_value"], "-")[0][0]["p_value"].strip() == "< 1e-300"
+    assert one.table[0]["p_value"] == 0.0  # (the exact value kept)

@@ -198,8 +198,12 @@ class Result:
 
         rows, cols, default_title, whole = display_table(self)
         rows, more = _cut(rows, max_rows, max_cell)
-        text = format_table(rows, cols, digits=display_digits(self.analysis, digits),
-                            title=title if title is not None else default_title, nan=nan)
+        digits = display_digits(self.analysis, digits)
+        headers = None
+        if self.analysis == "properties" and self.table is not None:  # (p-values as the command shows them)
+            rows, headers = shown_p_values(rows, cols, nan, digits)
+        text = format_table(rows, cols, digits=digits, title=title if title is not None else default_title,
+                            headers=headers, nan=nan)
         return text + (f"\n… {more} more row{'' if more == 1 else 's'} (every one: {whole})" if more else "")
 
     def note_lines(self) -> list[str]:
@@ -329,8 +333,9 @@ class ResultSet:
         if self.analysis == "properties" and all(r.table is not None for r in self.results):
             rows, cols, default_title, whole = _properties_table(self.results)
             rows, more = _cut(rows, max_rows, max_cell)
+            rows, headers = shown_p_values(rows, cols, nan, digits)  # (as the command shows them)
             text = format_table(rows, cols, digits=digits, title=title if title is not None else default_title,
-                                nan=nan)
+                                headers=headers, nan=nan)
             return text + (f"\n… {more} more row{'' if more == 1 else 's'} (every one: {whole})" if more else "")
         n = len(self.results) if max_models is None else max(1, min(max_models, len(self.results)))
         while True:
@@ -450,6 +455,37 @@ def display_table(result: Result) -> tuple[list[dict[str, Any]], list[str], str,
 #: the columns of the properties table (``print(result)``, ``format()``; with a permutation test also
 #: ``perm_p_value``): those of ``embedscope properties``'s terminal table
 PROPERTY_COLUMNS = ("model", "property", "NR-Prec", "R-Prec", "ceiling", "p_value", "n_values", "lone_queries")
+
+#: the p-value columns of the properties table, and the smallest p-value it shows as a number: below it (a
+#: z-test tail that underflows to 0, or a subnormal) "< 1e-300", as docs/properties.md writes it
+P_COLUMNS = ("p_value", "perm_p_value")
+P_FLOOR = 1e-300
+
+
+def shown_p_values(rows: list[dict], columns, nan: str, digits: int = 4) -> tuple[list[dict], list[str]]:
+    """``rows`` with their p-values as the terminal shows them (``embedscope properties`` and
+    ``print(result)`` alike): one rule, ``digits`` decimals (``digits`` significant digits below
+    ``10**-digits``) down to :data:`P_FLOOR`, "< 1e-300" below it (an underflowed 0 showed "0.0000" beside
+    "5.15e-240"); right-aligned text (and header), as the numbers were. The CSV, Parquet and JSON keep the
+    exact values."""
+    from embedscope.tables import format_number
+
+    out = [dict(row) for row in rows]
+    headers = list(columns)
+    for c in (c for c in P_COLUMNS if c in columns):
+        cells = []
+        for row in out:
+            v = row.get(c)
+            try:
+                small = v is not None and 0 <= float(v) < P_FLOOR
+            except (TypeError, ValueError):
+                small = False
+            cells.append(f"< {P_FLOOR:g}" if small else format_number(v, digits, nan=nan))
+        width = max(len(c), *(len(x) for x in cells)) if cells else len(c)
+        for row, x in zip(out, cells):
+            row[c] = x.rjust(width)
+        headers[headers.index(c)] = c.rjust(width)
+    return out, headers
 
 
 def _properties_table(results: Sequence[Result]):

@@ -4,41 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from embedscope.analyses.result import PROPERTY_COLUMNS
+from embedscope.analyses.result import (  # noqa: F401  (P_COLUMNS, P_FLOOR: where they were)
+    P_COLUMNS,
+    P_FLOOR,
+    PROPERTY_COLUMNS,
+    shown_p_values,
+)
 from embedscope.cli.common import add_force, add_no_progress, add_split, nonnegative_int, positive_int, seed_int
 from embedscope.text import SHOWN_NAME  # (longer names shortened on the terminal)
 
 COLUMNS = list(PROPERTY_COLUMNS)  # the terminal table's columns, as print(result) of the API shows them
-#: the p-value columns of the terminal table, and the smallest p-value it shows as a number: below it (a z-test
-#: tail that underflows to 0, or a subnormal) "< 1e-300", as docs/properties.md writes it
-P_COLUMNS = ("p_value", "perm_p_value")
-P_FLOOR = 1e-300
-
-
-def shown_p_values(rows: list[dict], columns, nan: str) -> tuple[list[dict], list[str]]:
-    """``rows`` with their p-values as the terminal shows them: one rule, 4 decimals (4 significant digits
-    below 1e-4) down to :data:`P_FLOOR`, "< 1e-300" below it (an underflowed 0 showed "0.0000" beside
-    "5.15e-240"); right-aligned text (and header), as the numbers were. The CSV, Parquet and JSON keep the exact values."""
-    from embedscope.tables import format_number
-
-    out = [dict(row) for row in rows]
-    headers = list(columns)
-    for c in (c for c in P_COLUMNS if c in columns):
-        cells = []
-        for row in out:
-            v = row.get(c)
-            try:
-                small = v is not None and 0 <= float(v) < P_FLOOR
-            except (TypeError, ValueError):
-                small = False
-            cells.append(f"< {P_FLOOR:g}" if small else format_number(v, 4, nan=nan))
-        width = max(len(c), *(len(x) for x in cells))
-        for row, x in zip(out, cells):
-            row[c] = x.rjust(width)
-        headers[headers.index(c)] = c.rjust(width)
-    return out, headers
-
-
 def add_parser(sub, parents):
     p = sub.add_parser(
         "properties", parents=parents, help="which image properties an embedding clusters (NR-Prec)",
