@@ -889,6 +889,8 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
             raise EmbedscopeError(f"{src.path}: column '{_pretty(names[0])}', taken for the embeddings by its name, "
                                   f"holds one number per row: give --embeddings {_pretty(shlex.quote(names[0]))} for a "
                                   "D = 1 embedding, or name the embedding columns with --embeddings COLUMN or PREFIX*")
+        if src.table and np.ndim(v) == 1 and np.asarray(v).dtype.kind not in "fiu":
+            _refuse_scalar_text(src, names[0], np.asarray(v), spec)
         info["key"] = names[0]
         if spec and not src.table and src.ndim(names[0]) == 1:  # (the error named no key)
             raise EmbedscopeError(f"{src.path}: --embeddings {_pretty(spec)} names a 1-D array (one value per row, "
@@ -913,6 +915,27 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
         raise EmbedscopeError(f"{src.path}: which array holds the embeddings? name it with --embeddings "
                               f"(keys: {_key_list(src.keys())})")
     return None  # tables: the numeric columns left over, chosen by the caller
+
+
+def _refuse_scalar_text(src: Source, name: str, v: np.ndarray, spec: str | None) -> None:
+    """A table column taken for the embeddings (named by ``--embeddings``, or found by its name, ``x``)
+    that holds one value per row and not a number: refused naming it and what it holds (text was "the
+    embeddings must be a 2-D array, got shape (4,)" or "does not hold equal-length number lists", true/false
+    values the former, naming no column). A column of number lists (a cell that is a list) goes on."""
+    cells = v.tolist() if v.dtype == object else []
+    if any(isinstance(x, (list, tuple, np.ndarray)) for x in cells):
+        return  # (lists: stacked, or refused as not equal-length)
+    if v.dtype.kind in "USa" or any(isinstance(x, (str, bytes)) for x in cells):
+        what = "text"
+    elif v.dtype.kind == "b" or (cells and all(isinstance(x, (bool, np.bool_)) for x in cells)):
+        what = "true/false values"
+    elif cells and all(x is None for x in cells):
+        what = "empty cells only"
+    else:
+        what = f"{v.dtype} values"
+    how = f"named by --embeddings {_pretty(spec)}" if spec else "taken for the embeddings by its name"
+    raise EmbedscopeError(f"{src.path}: column '{_pretty(name)}', {how}, holds {what}, not numbers: name the "
+                          "embedding columns (numbers, or lists of numbers) with --embeddings COLUMN or PREFIX*")
 
 
 #: the name pandas gives a header cell left empty (``Unnamed: 0``), and pyarrow a stored index

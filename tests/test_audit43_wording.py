@@ -22,6 +22,8 @@ import re
 
 import pytest
 
+from embedscope.errors import EmbedscopeError
+
 SHARED = "hide the progress bars (without a terminal: one line per phase): no progress is shown"
 STUDY = "no progress bar, and fewer lines"  # (study: the note lines stay; something else, deliberately)
 
@@ -79,3 +81,33 @@ def test_print_result_shows_an_underflowed_p_value_as_the_command_does():
     assert "5.15e-240" in str(combine([one, _properties_result("b", 5.15e-240)]))
     assert shown_p_values([{"p_value": 0.0}], ["p_value"], "-")[0][0]["p_value"].strip() == "< 1e-300"
     assert one.table[0]["p_value"] == 0.0  # (the exact value kept)
+
+
+# ------------------------------------------------------------------ 4. import: a text column named
+@pytest.mark.parametrize("body, spec, what", [
+    ("x,label\na,0\nb,1\nc,0\nd,1\n", None, "holds text"),
+    ("x,label\n1.5,0\n2,1\n3,0\nabc,1\n", None, "holds text"),
+    ("x,label\ntrue,0\nfalse,1\ntrue,0\nfalse,1\n", None, "holds true/false values"),
+    ("name,f1,label\na,1,0\nb,2,1\nc,3,0\nd,4,1\n", "name", "holds text"),
+])
+def test_import_a_text_column_taken_for_the_embeddings_is_named(tmp_path, body, spec, what):
+    from embedscope.importers import import_embeddings
+
+    (tmp_path / "t.csv").write_text(body)
+    with pytest.raises(EmbedscopeError) as e:
+        import_embeddings(tmp_path / "t.csv", embeddings=spec)
+    msg = str(e.value)
+    col = spec or "x"
+    assert f"column '{col}'" in msg and what in msg and "not numbers" in msg and "\n" not in msg
+    assert ("named by --embeddings" if spec else "by its name") in msg
+
+
+def test_import_a_list_column_still_forms_the_embeddings(tmp_path):
+    import pandas as pd
+
+    from embedscope.importers import import_embeddings
+
+    pd.DataFrame({"x": [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]], "label": [0, 1, 0, 1]}).to_parquet(
+        tmp_path / "l.parquet")
+    es = import_embeddings(tmp_path / "l.parquet")
+    assert es.embeddings.shape == (4, 2)
