@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from embedscope.errors import EmbedscopeError
@@ -111,3 +112,26 @@ def test_import_a_list_column_still_forms_the_embeddings(tmp_path):
         tmp_path / "l.parquet")
     es = import_embeddings(tmp_path / "l.parquet")
     assert es.embeddings.shape == (4, 2)
+
+
+# ------------------------------------------------------------------ 5. neighbours: one retrieval is singular
+def test_one_retrieval_is_singular(tmp_path, capsys):
+    from embedscope import store
+    from embedscope.cli import main
+    from embedscope.store import EmbeddingSet
+
+    rng = np.random.default_rng(0)
+    y = np.arange(6) % 2
+    X = rng.normal(size=(6, 3)) + 3 * np.eye(3)[y]
+    store.save(tmp_path / "d.h5", EmbeddingSet.from_arrays(X, y, paths=[f"digits/{i:04d}" for i in range(6)],
+                                                           attrs={"dataset": "digits"}))
+    rc = main(["neighbours", str(tmp_path / "d.h5"), "--queries", "1", "--n-retrievals", "1", "--no-progress",
+               "-o", str(tmp_path / "g.png")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "of 1 retrieval of the query's class" in out and "retrievals" not in out
+
+    from embedscope.analyses.neighbours import NeighbourExamples
+
+    ex = NeighbourExamples(np.array(["q"]), np.array(["0"]), np.array([["r"]]), np.array([["0"]]),
+                           np.array([[0.5]]), np.array([[True]]), "test", "test", "cosine")
+    assert "1 of 1 retrieval of" in repr(ex)

@@ -176,8 +176,9 @@ class NeighbourExamples:
     def __repr__(self) -> str:  # one line (the dataclass's printed every array)
         n, k = np.shape(self.ref_paths) if np.ndim(self.ref_paths) == 2 else (len(self.query_paths), 0)
         hits = int(np.asarray(self.correct).sum())
+        ret = "retrieval" if n * k == 1 else "retrievals"  # (was "1 of 1 retrievals")
         return (f"NeighbourExamples({n} quer{'y' if n == 1 else 'ies'} of {self.query_split!r}, top-{k} in "
-                f"{self.reference_split!r}, {self.metric}: {hits} of {n * k} retrievals of the query's class; "
+                f"{self.reference_split!r}, {self.metric}: {hits} of {n * k} {ret} of the query's class; "
                 f"{self.selection!r})")
 
     def rows(self) -> list[dict[str, Any]]:

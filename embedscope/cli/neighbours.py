@@ -144,7 +144,8 @@ def run(args) -> int:
         where = "the file has" if ex.query_split == "all" else "the split has"
         what += f" ({args.queries} asked; {where} {n})"
     print(f"{what}, top-{k} in '{ex.reference_split}': "
-          f"{int(ex.correct.sum())} of {ex.correct.size} retrievals of the query's class{how}")
+          f"{int(ex.correct.sum())} of {ex.correct.size} retrieval{'' if ex.correct.size == 1 else 's'} of the "
+          f"query's class{how}")
     rows = es.n if ex.query_split == "all" else int((es.split == ex.query_split).sum())
     if paths is None and seed_given and n == rows:  # every row is a query: the seed chose nothing
         print(f"note: --seed {args.seed} is not used: every one of the {rows} rows of the "
