@@ -917,6 +917,13 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
     return None  # tables: the numeric columns left over, chosen by the caller
 
 
+def _formed_by(info: dict[str, Any]) -> str:
+    """`` (key 'x')`` for an error about the embeddings taken from one key (a 1-D or text array of an ``.npz``
+    found by its name named none), else ""."""
+    key = info.get("key")
+    return f" (key '{_pretty(key)}')" if isinstance(key, str) else ""
+
+
 def _refuse_scalar_text(src: Source, name: str, v: np.ndarray, spec: str | None) -> None:
     """A table column taken for the embeddings (named by ``--embeddings``, or found by its name, ``x``)
     that holds one value per row and not a number: refused naming it and what it holds (text was "the
@@ -1058,9 +1065,10 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         X = np.column_stack([src.columns[c] for c in cols])
     X = np.asarray(X)
     if X.ndim != 2:
-        raise EmbedscopeError(f"{src.path}: the embeddings must be a 2-D array (N x D), got shape {X.shape}")
+        raise EmbedscopeError(f"{src.path}: the embeddings{_formed_by(info)} must be a 2-D array (N x D), got shape "
+                              f"{X.shape}")
     if X.dtype.kind not in "fiu":
-        raise EmbedscopeError(f"{src.path}: the embeddings must be numbers, got {X.dtype}")
+        raise EmbedscopeError(f"{src.path}: the embeddings{_formed_by(info)} must be numbers, got {X.dtype}")
     bad = ~np.all(np.isfinite(X), axis=1)
     if bad.any():
         raise EmbedscopeError(f"{src.path}: {int(bad.sum())} embedding row(s) contain NaN or inf (first: row "

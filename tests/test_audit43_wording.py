@@ -11,7 +11,8 @@ What was wrong before:
    ``< 1e-300``.
 4. ``import`` of a table whose text (or true/false) column ``x`` was taken for the embeddings by its name:
    "the embeddings must be a 2-D array (N x D), got shape (4,)" or "does not hold equal-length number lists",
-   not saying that the column holds text (true/false values: naming no column).
+   not saying that the column holds text (true/false values: naming no column); an ``.npz``'s 1-D or text key
+   found by its name (``x``) was refused naming no key.
 5. ``neighbours`` with one query and one retrieval: "1 of 1 retrievals of the query's class" (the command's line
    and ``repr`` of the examples).
 """
@@ -112,6 +113,16 @@ def test_import_a_list_column_still_forms_the_embeddings(tmp_path):
         tmp_path / "l.parquet")
     es = import_embeddings(tmp_path / "l.parquet")
     assert es.embeddings.shape == (4, 2)
+
+
+@pytest.mark.parametrize("x, said", [(np.arange(4.0), "must be a 2-D array"), (np.array([["a", "b"]] * 4), "must be numbers")])
+def test_import_an_npz_key_found_by_its_name_is_named(tmp_path, x, said):
+    from embedscope.importers import import_embeddings
+
+    np.savez(tmp_path / "t.npz", x=x, label=np.array([0, 1, 0, 1]))
+    with pytest.raises(EmbedscopeError) as e:
+        import_embeddings(tmp_path / "t.npz")
+    assert "(key 'x')" in str(e.value) and said in str(e.value)
 
 
 # ------------------------------------------------------------------ 5. neighbours: one retrieval is singular
