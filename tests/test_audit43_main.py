@@ -66,3 +66,20 @@ def test_a_paths_file_of_two_joined_files_drops_the_second_byte_order_mark(tmp_p
     p = tmp_path / "paths.txt"
     p.write_bytes("\ufeffdigits/0005\n".encode() + "\ufeffdigits/0007\r\n\ufeff# a comment\n".encode())
     assert read_paths_file(p) == ["digits/0005", "digits/0007"]
+
+
+def test_the_neighbours_figure_title_of_one_retrieval_is_singular():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from embedscope.analyses.neighbours import NeighbourExamples
+    from embedscope.viz.neighbours import draw_neighbours
+
+    img = np.zeros((8, 8))
+    for k in (1, 2):
+        ex = NeighbourExamples(np.array(["q"]), np.array(["0"]), np.array([["r"] * k]), np.array([["0"] * k]),
+                               np.array([[0.5] * k]), np.array([[True] * k]), "test", "test", "cosine")
+        fig = draw_neighbours(ex, [img], [[img] * k])
+        title = fig._suptitle.get_text()
+        plt.close(fig)
+        assert title.startswith("top-1 retrieval: " if k == 1 else "top-2 retrievals: "), title

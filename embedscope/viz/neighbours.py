@@ -116,7 +116,7 @@ def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_imag
     hit, n_lone = ex.hit_rate()
     where = ("queries among all rows" if ex.query_split == ex.reference_split == "all"  # (not "all queries in all")
              else f"{ex.query_split} queries in {ex.reference_split}")
-    head = title or f"top-{k} retrievals: {where} ({ex.metric})"
+    head = title or f"top-{k} retrieval{'' if k == 1 else 's'}: {where} ({ex.metric})"  # ("top-1 retrievals")
     which = "this query" if n == 1 else f"these {n} queries"
     # how the queries were chosen, so that the picture can be made again
     seed = getattr(ex, "seed", None)
