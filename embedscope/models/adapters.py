@@ -56,6 +56,8 @@ from embedscope.models.checkpoint import (
     say_upcast,
     split_prefix,
     submodule_prefix,
+    torchvision_file_key,
+    torchvision_name,
     training_state_key,
 )
 from embedscope.text import quoted
@@ -330,6 +332,12 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     else:
         check_one_prefix(tsd, probe.backbone, trunk, f"{printable(a, 40)} trunk", under.get("trunk prefix", ""),
                          container)
+    # an old torchvision DenseNet's (norm.1) or ViT's keys (mlp.linear_1) read as torchvision's loader renames them
+    # (norm1, mlp.0), as --weights reads them (a trunk saved from such a model was refused: every key of its dense
+    # layers missing and unexpected); the errors name the file's keys
+    key_prefix = None if numbered is not None else under.get("trunk prefix", "") + (sub or "")
+    renamed = {torchvision_name(k): k for k in tsd}  # (renamed key -> the file's)
+    tsd = {torchvision_name(k): v for k, v in tsd.items()}
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
     tsd = {k: v for k, v in tsd.items() if k not in fc_sd}
@@ -353,9 +361,8 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     except EmbedscopeError as e:  # e.g. an embedder that does not fit this trunk: name both files
         raise EmbedscopeError(f"{embedder} (with the trunk {trunk}): {e}") from None
     config["embed_dim"] = model.embed_dim
-    upcast = load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk",
-                       key_prefix=None if numbered is not None else under.get("trunk prefix", "") + (sub or ""),
-                       container=container)
+    upcast = load_into(model.backbone, tsd, str(trunk), f"a {printable(a, 40)} trunk", key_prefix=key_prefix,
+                       container=container, file_key=torchvision_file_key(renamed, key_prefix))
     if hsd:  # (its layers renumbered: no advice naming its keys)
         for k, n in load_into(model.head, hsd, str(embedder), "the embedder", key_prefix=None).items():
             upcast[k] = upcast.get(k, 0) + n

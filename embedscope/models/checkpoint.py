@@ -984,6 +984,20 @@ def torchvision_name(key: str) -> str:
     return _VIT_OLD.sub(lambda m: f"{m.group(1)}{0 if m.group(2) == '1' else 3}.", key)
 
 
+def torchvision_file_key(renamed: dict[str, str], key_prefix: str | None) -> Callable[[str], str] | None:
+    """:func:`load_into`'s ``file_key`` for a state dict read by :func:`torchvision_name` (``renamed``: each key as
+    read -> the file's): an old DenseNet's (``norm.1``) or ViT's keys (``mlp.linear_1``) read as torchvision's
+    (``norm1``, ``mlp.0``) are named in the errors as the file has them (the key itself, or a DenseNet prefix
+    spelled back), ``key_prefix`` in front; None when no key was renamed, or ``key_prefix`` is None (the keys
+    were renamed otherwise: numbered layers named)."""
+    if key_prefix is None or all(k == v for k, v in renamed.items()):
+        return None
+
+    def file_key(k: str) -> str:
+        return key_prefix + renamed.get(k, _DENSE_NEW.sub(r"\1.\2.", k))
+    return file_key
+
+
 def classifier_names(backbone: torch.nn.Module) -> tuple[str, ...]:
     """The module name(s) of the classifier that :func:`make_backbone` replaced by the identity."""
     names = getattr(backbone, "embedscope_classifier", None) or ()
@@ -1333,12 +1347,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
     own = trained_last_layers(sd, [c + "." for c in classifier_names(model.backbone)] + ["fc.", "last_linear."])
     sd = {k: v for k, v in sd.items() if not k.startswith(tuple(drop))}
     key_prefix = None if numbered is not None else removed + ("backbone." if bb_keys else "") + (sub or "")
-    file_key = None
-    if key_prefix is not None and any(k != v for k, v in renamed.items()):
-        # an old DenseNet's (norm.1) or ViT's keys (mlp.linear_1) read as torchvision's (norm1, mlp.0): the errors
-        # name the file's (the key itself, or a DenseNet prefix spelled back)
-        def file_key(k: str) -> str:
-            return key_prefix + renamed.get(k, _DENSE_NEW.sub(r"\1.\2.", k))
+    file_key = torchvision_file_key(renamed, key_prefix)
     hint = ""
     timm = timm_key(sd) if not str(model.arch).startswith("timm:") else None
     if timm is not None and not set(sd) & set(model.backbone.state_dict()):
