@@ -43,6 +43,23 @@ def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | Non
     return _KOBS_ONLY_FAMILIES.get(key, "other")
 
 
+def family_of_maps(attrs: dict[str, Any]) -> str:
+    """The loss family of a maps file (its attributes): the ``family`` it records, else the family of the
+    ``checkpoint_config`` it records (:func:`family_for_config`; a file written by Python's ``save_maps`` with a
+    config and no family was grouped as ``other`` whatever its loss), else of its ``loss``; ``other`` when it
+    records none of them."""
+    family = attrs.get("family")
+    if family not in (None, ""):
+        return str(family)
+    config = attrs.get("checkpoint_config")
+    if isinstance(config, dict) and config:  # (an empty or unread config says nothing: not "untrained")
+        return family_for_config(config)
+    loss = attrs.get("loss")
+    if isinstance(loss, str) and loss:
+        return family_for_config({"loss": loss})
+    return "other"
+
+
 def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int = 0) -> np.ndarray:
     """Row indices of ``ds`` to explain: the paths of ``paths_file`` (one per line; ``#`` comments), or
     ``n_images`` rows chosen by ``seed`` (sorted; the same for every model on the same data and split).
@@ -507,7 +524,7 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
         named = [f"{nm} ({Path(f).name})" for nm, f in zip(names, files)]
         # files of one name in different folders: the paths as given (they differ: a file is not given twice)
         names = named if len(set(named)) == len(named) else [f"{nm} ({f})" for nm, f in zip(names, files)]
-    fams = list(families) if families is not None else [str(sm.attrs.get("family") or "other") for sm in items]
+    fams = list(families) if families is not None else [family_of_maps(sm.attrs) for sm in items]
     notes = []
     own = sorted({f for f in fams if f not in FAMILY_ORDER}) if families is not None else []
     if own:  # a typo ('rankng') would otherwise form a block of its own without a word
@@ -688,5 +705,5 @@ def _degenerate_notes(res: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["family_for_config", "select_images", "saliency_to_file", "agreement_of_files",
+__all__ = ["family_for_config", "family_of_maps", "select_images", "saliency_to_file", "agreement_of_files",
            "DEFAULT_N_IMAGES"]
