@@ -6,6 +6,9 @@ What was wrong before (each test failed on the code before its fix):
   a trunk saved from such a model was refused (every key of its dense layers missing and unexpected);
 - a maps file without a ``family`` attribute was grouped as ``other`` in the agreement, though its
   ``checkpoint_config`` names the loss;
+- a ``noise`` above 0 too small to change any image (1e-300 underflows to zero in float32) made plain-gradient
+  maps without a word (``--noise 0`` gets a note), and an image equal to the black image then got a map of
+  rounding noise instead of the all-zero map of σ = 0;
 """
 
 from __future__ import annotations
@@ -79,3 +82,56 @@ def test_a_maps_file_without_a_family_gets_its_config_s(tmp_path):
         "ranking", "classification", "untrained", "other", "ranking"]
     res = agreement_of_files(files[:3])
     assert dict(zip(res["names"], res["families"])) == {"m": "ranking", "a": "classification", "u": "untrained"}
+
+
+# --------------------------------------------------------------------------- 3: a noise that changes nothing
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.lin(x.flatten(1))
+
+
+def test_a_noise_too_small_to_change_an_image_is_counted_as_plain_and_its_baseline_map_is_zero():
+    from embedscope.saliency.smoothgrad import pair_saliency_maps, saliency_maps
+
+    model = _Tiny()
+    x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    x[2] = 0.5  # a constant image: sigma 0 whatever the noise
+    stats: dict = {}
+    tiny = saliency_maps(model, x, n_samples=3, noise=1e-300, baseline=x[1], stats=stats)
+    assert stats == {"plain": 3}
+    # image 1 is the baseline: its copies are itself, as with sigma 0, so it sits at the distance's stationary
+    # point: an all-zero map (was a full [0, 1] map of rounding noise: sigma > 0 was not taken for sigma 0)
+    np.testing.assert_array_equal(tiny[1], np.zeros((8, 8), np.float32))
+    np.testing.assert_allclose(tiny, saliency_maps(model, x, n_samples=3, noise=0.0, baseline=x[1]), atol=1e-6)
+    stats = {}
+    saliency_maps(model, x, n_samples=3, noise=0.15, stats=stats)
+    assert stats == {"plain": 1}  # (the constant image)
+    stats = {}
+    pair_saliency_maps(model, x, x.flip(0), n_samples=2, noise=1e-300, stats=stats)
+    assert stats == {"plain": 6}  # (the query maps and the retrieval maps)
+
+
+def test_saliency_to_file_notes_a_noise_too_small_to_change_any_image(tmp_path):
+    from embedscope.models import build_model, default_config, save_checkpoint
+    from embedscope.saliency.run import saliency_to_file
+
+    torch.manual_seed(0)
+    cfg = default_config("digits_cnn", embed_dim=8)
+    cfg["loss"] = "margin"
+    save_checkpoint(tmp_path / "c.pt", build_model(cfg), cfg)
+    common = dict(n_images=2, n_samples=2, progress=False)
+    s = saliency_to_file(tmp_path / "c.pt", "digits", tmp_path / "a.h5", noise=1e-300, **common)
+    notes = [n for n in s["notes"] if "plain gradient" in n]
+    assert notes == ["--noise 1e-300: too small to change any image (the noise rounds to nothing): the 2 copies of "
+                     "an image are the image itself, so each map is its plain gradient's, as with --noise 0; "
+                     "--n-samples 1 gives the same maps (to rounding) with less work"]
+    s = saliency_to_file(tmp_path / "c.pt", "digits", tmp_path / "b.h5", noise=0.15, **common)
+    assert not [n for n in s["notes"] if "plain gradient" in n]
+    s = saliency_to_file(tmp_path / "c.pt", "digits", tmp_path / "z.h5", noise=0.0, **common)
+    assert not [n for n in s["notes"] if "plain gradient" in n]  # (the command line says --noise 0's own note)

@@ -262,7 +262,8 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
     # the noise of an image (of a pair) is keyed by its path (the query's), not by its place in this run:
     # an image gets the same noise whichever other images are explained with it, in any order
     common = dict(distance=dist, n_samples=n_samples, noise=noise, order=order, batch_size=batch_size, seed=seed,
-                  device=device, amp=amp, progress=progress, input_size=size, noise_keys=list(ds.paths[idx]))
+                  device=device, amp=amp, progress=progress, input_size=size, noise_keys=list(ds.paths[idx]),
+                  stats=(stats := {}))
     retrieval = None
     if pairs:
         from embedscope.embed import embed_images
@@ -343,7 +344,9 @@ def saliency_to_file(checkpoint, dataset: str, out, *, root=None, split: str = "
             "figure": [str(p) for p in fig_paths] if fig_paths else None,
             "figure_images": min(figure_images, int(len(idx))) if fig_paths else None,
             "n_zero_maps": int(n_zero), "n_zero_retrieval_maps": n_zero_retrieval,
-            "notes": [n for n in (*size_notes, root_note, split_note, few_note) if n] + _zero_map_notes(
+            "notes": [n for n in (*size_notes, root_note, split_note, few_note,
+                                  _plain_note(noise, n_samples, stats.get("plain", 0), len(idx) * (1 + bool(pairs))))
+                      if n] + _zero_map_notes(
                 attrs["name"], len(idx), n_zero, n_zero_retrieval) + (
                 [f"every image of the {split} split has the same embedding: each query's nearest retrieval is a tie "
                  "with all the others (the first in the split's order was taken)"] if tied else []),
@@ -357,6 +360,17 @@ def _zero_maps(maps) -> int:
     if m.ndim < 2 or m.shape[0] == 0:
         return 0
     return int(len(zero_rows(m.reshape(m.shape[0], -1))))
+
+
+def _plain_note(noise: float, n_samples: int, n_plain: int, n_maps: int) -> str | None:
+    """The note for a noise level above 0 too small to change any image (1e-300 underflows to zero in float32):
+    its maps are plain gradients, as ``--noise 0``'s (whose note the command line prints; this one was not said)."""
+    if noise == 0 or n_maps == 0 or n_plain < n_maps:
+        return None
+    copies = f"the {int(n_samples)} copies of an image are" if n_samples > 1 else "the copy of an image is"
+    return (f"--noise {noise:g}: too small to change any image (the noise rounds to nothing): {copies} the image "
+            "itself, so each map is its plain gradient's, as with --noise 0"
+            + ("; --n-samples 1 gives the same maps (to rounding) with less work" if n_samples > 1 else ""))
 
 
 def _zero_map_notes(name: str, n: int, n_zero: int, n_zero_retrieval: int | None = None) -> list[str]:

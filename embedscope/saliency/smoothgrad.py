@@ -307,13 +307,17 @@ def auto_batch_size(image_shape: Sequence[int], n_samples: int, device_type: str
 
 def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples: int, noise: float,
                 order: str, batch_size: int | None, seed: int, stream: int, device: str, amp,
-                progress: bool, input_size, desc: str, keys=None, partners=None) -> np.ndarray:
+                progress: bool, input_size, desc: str, keys=None, partners=None,
+                stats: dict | None = None) -> np.ndarray:
     """The SmoothGrad engine: maps of d(f(x_i + ε), r_i) (or d(r_i, f(x_i + ε)) when ``swap``).
 
     ``keys[i]``: image i's noise key (:func:`image_seed`; default its position). ``partners``: the
     image whose clean embedding r_i is (a [C, H, W] tensor for all, or an :class:`_Images`); an image
     equal to it with σ = 0 sits at the distance's stationary point, so its gradient is exactly zero
-    (float rounding of two separately computed embeddings would otherwise give a map of noise).
+    (float rounding of two separately computed embeddings would otherwise give a map of noise); so is one
+    whose noisy copies are all the image itself (σ > 0 too small to change it: ``noise=1e-300`` underflows to
+    zero in float32). ``stats`` (when given) gets ``plain``: the number of images whose copies were all the
+    image itself (their maps are plain gradients, as with σ = 0).
     """
     import torch
     from captum.attr import Saliency
@@ -381,6 +385,7 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
                 yield i, c0, min(batch_size, n_samples - c0)
 
     acc = {}
+    n_plain = [0]
     noise_cache = {}
     at_ref: set[int] = set()
     # no parameter gradients are needed: frozen parameters let autograd skip what only they need
@@ -403,7 +408,11 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
                     eps, sigma = smoothgrad_noise(x, n_samples, noise, seed, key, stream=stream, device=dev)
                     noise_cache[i] = (x, eps)
                     acc[i] = torch.zeros(acc_shape, dtype=dtype, device=dev)
-                    if sigma == 0 and partners is not None:
+                    # every copy the image itself (sigma 0, or a noise too small to change it in the image's
+                    # dtype): the map is the plain gradient's (was: only sigma == 0 counted as such)
+                    plain = sigma == 0 or not bool((x.unsqueeze(0) + eps != x.unsqueeze(0)).any())
+                    n_plain[0] += plain
+                    if plain and partners is not None:
                         partner = partners if isinstance(partners, torch.Tensor) else partners[i]
                         if torch.equal(x.cpu(), partner.detach().to(dtype).cpu()):
                             at_ref.add(i)
@@ -469,6 +478,8 @@ def _smoothgrad(model, images, refs, dist_fn: Callable, *, swap: bool, n_samples
         model.train(was_training)
         if channels_last:
             model.to(memory_format=torch.contiguous_format)
+    if stats is not None:
+        stats["plain"] = stats.get("plain", 0) + n_plain[0]
     return out
 
 
@@ -519,7 +530,7 @@ def embed_clean(model, images, *, device: str = "auto", batch_size: int = 256, a
 def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: float = 0.15,
                   order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
                   amp: Any = None, progress: bool = False, baseline=None, input_size=None,
-                  noise_keys: Sequence | None = None) -> np.ndarray:
+                  noise_keys: Sequence | None = None, stats: dict | None = None) -> np.ndarray:
     """SmoothGrad saliency maps of an embedding model (Kobs et al. Eq. 1–2; docs/methods.md §8).
 
     Parameters
@@ -565,6 +576,9 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
         photos pass :func:`black_image` (−mean/std per channel).
     input_size : int or (H, W), optional
         The input size the model expects; other sizes raise a one-line error.
+    stats : dict, optional
+        Gets ``plain``: the number of images whose noisy copies were all the image itself (σ = 0, or a
+        ``noise`` too small to change the image in its dtype, e.g. 1e-300): their maps are plain gradients.
 
     Returns
     -------
@@ -593,13 +607,13 @@ def saliency_maps(model, images, *, distance=None, n_samples: int = 50, noise: f
     ref = embed_clean(net, base, device=device, amp=amp)
     return _smoothgrad(net, imgs, ref, dist_fn, swap=False, n_samples=n_samples, noise=noise, order=order,
                        batch_size=batch_size, seed=seed, stream=0, device=device, amp=amp, progress=progress,
-                       input_size=input_size, desc="saliency", keys=noise_keys, partners=base[0])
+                       input_size=input_size, desc="saliency", keys=noise_keys, partners=base[0], stats=stats)
 
 
 def pair_saliency_maps(model, queries, retrievals, *, distance=None, n_samples: int = 50, noise: float = 0.15,
                        order: str = "paper", batch_size: int | None = None, seed: int = 0, device: str = "auto",
                        amp: Any = None, progress: bool = False, input_size=None,
-                       noise_keys: Sequence | None = None) -> dict[str, np.ndarray]:
+                       noise_keys: Sequence | None = None, stats: dict | None = None) -> dict[str, np.ndarray]:
     """Saliency of the similarity of two images (beyond Kobs; docs/methods.md §8 machinery).
 
     For each pair (q_i, r_i): the SmoothGrad map of d(f(q_i + ε), f(r_i)) with respect to the query
@@ -607,7 +621,8 @@ def pair_saliency_maps(model, queries, retrievals, *, distance=None, n_samples: 
     the retrieval; same noise, orders and scaling as :func:`saliency_maps` (the retrieval maps use
     their own noise stream). ``noise_keys``: one key per pair (e.g. the query's path) for both maps'
     noise instead of the pair's position. Float64 models and models with their own input convention
-    as :func:`saliency_maps`. Returns ``{"query": [N, H, W], "retrieval": [N, H, W], "distance": [N]}``
+    as :func:`saliency_maps`; ``stats`` as :func:`saliency_maps`' (``plain`` counts the query and retrieval maps).
+    Returns ``{"query": [N, H, W], "retrieval": [N, H, W], "distance": [N]}``
     (the distance of the clean pair).
     """
     dist_fn, _ = _dist_fn(distance)
@@ -620,7 +635,7 @@ def pair_saliency_maps(model, queries, retrievals, *, distance=None, n_samples: 
     zq = embed_clean(net, q, device=device, amp=amp)
     zr = embed_clean(net, r, device=device, amp=amp)
     common = dict(n_samples=n_samples, noise=noise, order=order, batch_size=batch_size, seed=seed,
-                  device=device, amp=amp, progress=progress, input_size=input_size, keys=noise_keys)
+                  device=device, amp=amp, progress=progress, input_size=input_size, keys=noise_keys, stats=stats)
     mq = _smoothgrad(net, q, zr, dist_fn, swap=False, stream=1, desc="saliency (queries)", partners=r, **common)
     mr = _smoothgrad(net, r, zq, dist_fn, swap=True, stream=2, desc="saliency (retrievals)", partners=q, **common)
     d = dist_fn(zq, zr).detach().cpu().numpy().astype(np.float32) if len(q) else np.zeros(0, np.float32)
