@@ -9,6 +9,8 @@ What was wrong before (each test failed on the code before its fix):
 - a ``noise`` above 0 too small to change any image (1e-300 underflows to zero in float32) made plain-gradient
   maps without a word (``--noise 0`` gets a note), and an image equal to the black image then got a map of
   rounding noise instead of the all-zero map of σ = 0;
+- a pickled ``nn.Sequential(Linear, ReLU, Linear)`` embedder was refused like its state dict ("unknown embedder
+  layout"), though the pickled module says which layers sit between its linear ones.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from embedscope.errors import EmbedscopeError
@@ -135,3 +138,48 @@ def test_saliency_to_file_notes_a_noise_too_small_to_change_any_image(tmp_path):
     assert not [n for n in s["notes"] if "plain gradient" in n]
     s = saliency_to_file(tmp_path / "c.pt", "digits", tmp_path / "z.h5", noise=0.0, **common)
     assert not [n for n in s["notes"] if "plain gradient" in n]  # (the command line says --noise 0's own note)
+
+
+# --------------------------------------------------------------------------- 4: a pickled Sequential embedder
+
+@pytest.fixture(scope="module")
+def trunk18(tmp_path_factory):
+    from torchvision.models import resnet18
+
+    torch.manual_seed(4)
+    trunk = resnet18(weights=None).eval()
+    trunk.fc = nn.Identity()
+    d = tmp_path_factory.mktemp("pml")
+    torch.save(trunk.state_dict(), d / "trunk.pth")
+    return trunk, d
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_a_pickled_sequential_mlp_embedder_is_read_as_it_runs(trunk18, unsafe):
+    from embedscope.models.adapters import load_pml, load_pml_pair
+    from embedscope.models.checkpoint import read_checkpoint
+
+    trunk, d = trunk18
+    torch.manual_seed(5)
+    emb = nn.Sequential(nn.Linear(512, 16), nn.ReLU(inplace=True), nn.Linear(16, 8), nn.ReLU())
+    torch.save(emb, d / "emb.pth")
+    x = torch.randn(2, 3, 32, 32)
+    m, cfg, _ = load_pml(d / "trunk.pth", d / "emb.pth", unsafe_pickle=unsafe)
+    assert cfg["head_layers"] == [[512, 16], "relu", [16, 8], "relu"] and cfg["embed_dim"] == 8
+    with torch.no_grad():
+        want = F.normalize(emb(trunk(x)), dim=1)
+        torch.testing.assert_close(m(x), want)
+    torch.save({"trunk": trunk.state_dict(), "embedder": emb}, d / "pair.pth")
+    m = load_pml_pair(read_checkpoint(d / "pair.pth", unsafe_pickle=unsafe), d / "pair.pth")[0]
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), want)
+
+
+def test_a_pickled_embedder_of_other_layers_or_its_state_dict_is_still_refused(trunk18):
+    from embedscope.models.adapters import load_pml
+
+    _, d = trunk18
+    for i, emb in enumerate([nn.Sequential(nn.Linear(512, 16), nn.Tanh(), nn.Linear(16, 8)),  # (not a ReLU)
+                             nn.Sequential(nn.Linear(512, 16), nn.ReLU(), nn.Linear(16, 8)).state_dict()]):
+        torch.save(emb, d / f"o{i}.pth")
+        assert "unknown embedder layout" in _error(load_pml, d / "trunk.pth", d / f"o{i}.pth", unsafe_pickle=True)

@@ -200,6 +200,58 @@ def embedder_layers(sd: dict[str, torch.Tensor], where: str) -> tuple[list[Any],
     return layers, head_sd
 
 
+#: the classes a pickled embedder module may be made of to be read by its structure (:func:`sequential_layers`):
+#: torch's own, whose forward is known (a subclass, another class, is not read so)
+_SEQUENTIAL = "torch.nn.modules.container.Sequential"
+_LINEAR = "torch.nn.modules.linear.Linear"
+_RELU = "torch.nn.modules.activation.ReLU"
+
+
+def _class_name(m: Any) -> str:
+    if isinstance(m, torch.nn.Module):
+        return f"{type(m).__module__}.{type(m).__qualname__}"
+    return str(type(m).qualname) if isinstance(m, Record) else ""
+
+
+def _module_part(m: Any, name: str) -> dict[str, Any]:
+    """A pickled module's (real, or an inert :class:`Record` of one) ``_modules`` / ``_forward_hooks`` / ...."""
+    v = getattr(m, name, None) if isinstance(m, torch.nn.Module) else m.state_dict_().get(name)
+    return dict(v or {})
+
+
+def sequential_layers(obj: Any, where: str) -> tuple[list[Any], dict[str, torch.Tensor]] | None:
+    """A pickled ``nn.Sequential`` of ``nn.Linear`` (with bias) and ``nn.ReLU`` layers only (the module itself,
+    with ``--unsafe-pickle`` or an inert :class:`Record` of it) -> (``head_layers``, ``head.*`` state dict), as
+    :func:`embedder_layers` of a state dict: its forward is known from the classes it records (torch's own, no
+    hooks), so the parameter-free layers between its linear ones are known too (its state dict alone does not say
+    them: refused). None for anything else (read as a state dict)."""
+    if _class_name(obj) != _SEQUENTIAL or _module_part(obj, "_forward_hooks") or _module_part(
+            obj, "_forward_pre_hooks"):
+        return None
+    layers: list[Any] = []
+    head_sd: dict[str, torch.Tensor] = {}
+    prev_out = None
+    for i, child in enumerate(_module_part(obj, "_modules").values()):
+        name = _class_name(child)
+        if name not in (_LINEAR, _RELU) or _module_part(child, "_modules") or _module_part(
+                child, "_forward_hooks") or _module_part(child, "_forward_pre_hooks"):
+            return None
+        if name == _RELU:
+            layers.append("relu")
+            continue
+        sd = module_state_dict(child)
+        w, b = sd.get("weight"), sd.get("bias")
+        if set(sd) != {"weight", "bias"} or w is None or b is None or w.ndim != 2:
+            return None  # (no bias: not a layer embedscope's head has)
+        out, inp = int(w.shape[0]), int(w.shape[1])
+        if prev_out is not None and inp != prev_out:
+            raise EmbedscopeError(f"{where}: embedder layer {i} takes {inp} inputs, the layer before gives {prev_out}")
+        prev_out = out
+        layers.append([inp, out])
+        head_sd[f"{i}.weight"], head_sd[f"{i}.bias"] = w, b
+    return (layers, head_sd) if head_sd else None
+
+
 def _trunk_linear(tsd: dict[str, torch.Tensor], backbone: torch.nn.Module, where: str
                   ) -> tuple[str | None, dict[str, torch.Tensor]]:
     """The classifier layer left in a trunk (``fc``, ``last_linear``, ...) -> (its name, its tensors).
@@ -240,9 +292,11 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     trunk, embedder = Path(trunk), Path(embedder)
     how: dict[str, str] = {}
     tsd = _read_state_dict(trunk, "trunk", unsafe_pickle, how=how)
-    esd = _read_state_dict(embedder, "embedder", unsafe_pickle, allow_empty=True, how=how)
+    eobj = read_checkpoint(embedder, unsafe_pickle=unsafe_pickle)
+    esd = _state_dict_of(eobj, embedder, "embedder", allow_empty=True, how=how)
     model, config, read = _pml_model(tsd, esd, trunk, embedder, arch=arch, normalize=normalize,
-                                     transform_input=transform_input, how=how)
+                                     transform_input=transform_input, how=how,
+                                     sequential=sequential_layers(eobj, str(embedder)))
     sha = f"trunk:{sha256_file(trunk)} embedder:{sha256_file(embedder)}"
     return model, config, {"sha256": sha, "extra": {}, "path": f"{trunk} + {embedder}", "format": PML_FORMAT + read,
                            "trunk": str(trunk), "embedder": str(embedder)}
@@ -272,7 +326,8 @@ def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | N
     # the trunk's state dict alone)
     container = (("trunk",) + ((how["trunk"],) if "trunk" in how else ())) if isinstance(obj["trunk"], dict) else None
     model, config, read = _pml_model(tsd, esd, where["trunk"], where["embedder"], arch=arch, normalize=True,
-                                     transform_input=transform_input, how=how, where=path, container=container)
+                                     transform_input=transform_input, how=how, where=path, container=container,
+                                     sequential=sequential_layers(obj["embedder"], where["embedder"]))
     # (no "trunk" / "embedder" paths in the info: the one file is the checkpoint, read again by that path)
     return model, config, {"sha256": sha256_file(path), "extra": {}, "path": str(path),
                            "format": PML_FORMAT + " (one file: 'trunk', 'embedder')" + read}
@@ -280,7 +335,8 @@ def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | N
 
 def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk: Any, embedder: Any, *,
                arch: str | None, normalize: bool, transform_input: bool | None, how: dict[str, str] | None = None,
-               where: Any = None, container: tuple[str, ...] | None = None
+               where: Any = None, container: tuple[str, ...] | None = None,
+               sequential: tuple[list[Any], dict[str, torch.Tensor]] | None = None
                ) -> tuple[EmbeddingModel, dict[str, Any], str]:
     """The model of a trunk's and an embedder's state dicts; ``trunk``, ``embedder``: where they came
     from, for the errors (``where``: the one file of both, for the warning of weights upcast). The third
@@ -289,7 +345,9 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     an ``nn.Sequential``), and lower-precision weights upcast (:func:`~embedscope.models.checkpoint.say_upcast`),
     "" for plain state dicts (the --weights route records the same; the trunk route recorded none of it).
     ``container``: where the one file of both keeps the trunk's state dict (``("trunk",)``), for the advice that
-    saves it changed (:func:`~embedscope.models.checkpoint.resave_hint`)."""
+    saves it changed (:func:`~embedscope.models.checkpoint.resave_hint`). ``sequential``: the embedder's layers
+    and state dict when it is a pickled ``nn.Sequential`` of linear layers and ReLUs (:func:`sequential_layers`),
+    read so instead of by its keys."""
     under = dict(how or {})
     trunk_read = "the trunk"
     a = arch or detect_arch(tsd) or detect_numbered_arch(tsd)
@@ -341,7 +399,9 @@ def _pml_model(tsd: dict[str, torch.Tensor], esd: dict[str, torch.Tensor], trunk
     fc_name, fc_sd = _trunk_linear(tsd, probe.backbone, str(trunk))
     del probe
     tsd = {k: v for k, v in tsd.items() if k not in fc_sd}
-    layers, hsd = embedder_layers(esd, str(embedder)) if esd else ([], {})
+    layers, hsd = (sequential if sequential is not None  # (a pickled nn.Sequential(Linear, ReLU, Linear) was
+                   # refused as a state dict that does not say which layers sit between its linear ones)
+                   else embedder_layers(esd, str(embedder)) if esd else ([], {}))
     if fc_name is not None:  # the trunk's linear layer comes first in the head
         w = fc_sd[fc_name + ".weight"]
         layers = [[int(w.shape[1]), int(w.shape[0])], *layers]
