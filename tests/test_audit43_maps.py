@@ -10,7 +10,8 @@ What was wrong before (each test failed on the code before its fix):
   maps without a word (``--noise 0`` gets a note), and an image equal to the black image then got a map of
   rounding noise instead of the all-zero map of σ = 0;
 - a pickled ``nn.Sequential(Linear, ReLU, Linear)`` embedder was refused like its state dict ("unknown embedder
-  layout"), though the pickled module says which layers sit between its linear ones.
+  layout"), though the pickled module says which layers sit between its linear ones; a pickled module without
+  weights that is not the identity (``nn.ReLU()``, ``nn.Sequential(nn.ReLU())``) was read as the identity.
 """
 
 from __future__ import annotations
@@ -183,3 +184,21 @@ def test_a_pickled_embedder_of_other_layers_or_its_state_dict_is_still_refused(t
                              nn.Sequential(nn.Linear(512, 16), nn.ReLU(), nn.Linear(16, 8)).state_dict()]):
         torch.save(emb, d / f"o{i}.pth")
         assert "unknown embedder layout" in _error(load_pml, d / "trunk.pth", d / f"o{i}.pth", unsafe_pickle=True)
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_a_pickled_embedder_without_weights_is_the_identity_only_when_it_is_one(trunk18, unsafe):
+    from embedscope.models.adapters import load_pml, load_pml_pair
+    from embedscope.models.checkpoint import read_checkpoint
+
+    trunk, d = trunk18
+    for i, emb in enumerate([nn.Identity(), nn.Sequential(), nn.Sequential(nn.Identity())]):
+        torch.save(emb, d / f"i{i}.pth")
+        assert load_pml(d / "trunk.pth", d / f"i{i}.pth", unsafe_pickle=unsafe)[1]["embed_dim"] == 512
+    for i, emb in enumerate([nn.ReLU(), nn.Sequential(nn.ReLU()), nn.Sequential(nn.Identity(), nn.Tanh())]):
+        torch.save(emb, d / f"n{i}.pth")  # (each was read as the identity)
+        line = _error(load_pml, d / "trunk.pth", d / f"n{i}.pth", unsafe_pickle=unsafe)
+        assert "module without weights, not the identity: it cannot be read as the embedder" in line
+    torch.save({"trunk": trunk.state_dict(), "embedder": nn.ReLU()}, d / "pair_relu.pth")
+    line = _error(load_pml_pair, read_checkpoint(d / "pair_relu.pth", unsafe_pickle=unsafe), d / "pair_relu.pth")
+    assert "['embedder']: the embedder file holds a pickled torch.nn.modules.activation.ReLU module" in line

@@ -252,6 +252,31 @@ def sequential_layers(obj: Any, where: str) -> tuple[list[Any], dict[str, torch.
     return (layers, head_sd) if head_sd else None
 
 
+#: parameter-free modules read as the identity: torch's, that of older pytorch-metric-learning versions
+#: (``c_f.Identity``), an ``nn.Sequential`` of them (empty too)
+_IDENTITIES = ("torch.nn.modules.linear.Identity", "pytorch_metric_learning.utils.common_functions.Identity")
+
+
+def check_identity_embedder(obj: Any, where: str) -> None:
+    """A one-line error for a pickled embedder module without weights that is not the identity (``nn.ReLU()``,
+    ``nn.Sequential(nn.ReLU())``, a normalisation of the user's own): it was read as an empty embedder, the
+    identity, silently; nothing for anything else."""
+    if not is_module_record(obj) or module_state_dict(obj):
+        return
+
+    def identity(m: Any) -> bool:
+        name = _class_name(m)
+        if name == _SEQUENTIAL:
+            return all(c is None or identity(c) for c in _module_part(m, "_modules").values())
+        return name in _IDENTITIES
+
+    if not identity(obj):
+        raise EmbedscopeError(
+            f"{where}: the embedder file holds a pickled {printable(_class_name(obj) or '?', 80)} module without "
+            "weights, not the identity: it cannot be read as the embedder (an empty embedder file, "
+            "torch.save({}, f), or a pickled torch.nn.Identity() is the identity)")
+
+
 def _trunk_linear(tsd: dict[str, torch.Tensor], backbone: torch.nn.Module, where: str
                   ) -> tuple[str | None, dict[str, torch.Tensor]]:
     """The classifier layer left in a trunk (``fc``, ``last_linear``, ...) -> (its name, its tensors).
@@ -294,6 +319,7 @@ def load_pml(trunk: str | os.PathLike, embedder: str | os.PathLike, *, arch: str
     tsd = _read_state_dict(trunk, "trunk", unsafe_pickle, how=how)
     eobj = read_checkpoint(embedder, unsafe_pickle=unsafe_pickle)
     esd = _state_dict_of(eobj, embedder, "embedder", allow_empty=True, how=how)
+    check_identity_embedder(eobj, str(embedder))
     model, config, read = _pml_model(tsd, esd, trunk, embedder, arch=arch, normalize=normalize,
                                      transform_input=transform_input, how=how,
                                      sequential=sequential_layers(eobj, str(embedder)))
@@ -322,6 +348,7 @@ def load_pml_pair(obj: dict[str, Any], path: str | os.PathLike, *, arch: str | N
     how: dict[str, str] = {}
     tsd = _state_dict_of(obj["trunk"], where["trunk"], "trunk", how=how)
     esd = _state_dict_of(obj["embedder"], where["embedder"], "embedder", allow_empty=True, how=how)
+    check_identity_embedder(obj["embedder"], where["embedder"])
     # where the file keeps the trunk's state dict: the advice that saves it changed keeps the embedder (it saved
     # the trunk's state dict alone)
     container = (("trunk",) + ((how["trunk"],) if "trunk" in how else ())) if isinstance(obj["trunk"], dict) else None
