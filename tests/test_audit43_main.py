@@ -83,3 +83,18 @@ def test_the_neighbours_figure_title_of_one_retrieval_is_singular():
         title = fig._suptitle.get_text()
         plt.close(fig)
         assert title.startswith("top-1 retrieval: " if k == 1 else "top-2 retrievals: "), title
+
+
+def test_a_setting_no_maps_file_records_is_no_note(tmp_path):
+    # three maps files written from Python, none recording its transform or data set: a note per file said that
+    # whether it matched "the other files'" was not known (the other files did not record it either)
+    from test_audit43_saliency import _maps_file
+
+    from embedscope.saliency.run import agreement_of_files
+
+    full = {"order": "paper", "n_samples": 5, "noise": 0.15}
+    files = [_maps_file(tmp_path / f"{n}.h5", ["x/1", "x/2"], k, full) for k, n in enumerate("abc")]
+    assert agreement_of_files(files)["notes"] == []
+    lone = _maps_file(tmp_path / "d.h5", ["x/1", "x/2"], 3, {**full, "dataset": "digits"})
+    notes = agreement_of_files([*files, lone])["notes"]
+    assert len(notes) == 3 and all("does not record its data set" in n for n in notes), notes

@@ -550,9 +550,12 @@ def _agreement_of_open_files(items, files, out, *, grid, names, families, jsd_ba
 
     # the settings are compared between the files that record them; a file that does not is named in one note
     # below (it was counted as differing from all others: 'different post-processing orders (paper: a; ?: b)')
+    # (a setting that no file records is compared with nothing: no note, as files written from Python alone)
     unrecorded: dict[str, list[str]] = {}
     for what, keys in (("post-processing order", ("order",)), ("SmoothGrad settings", ("n_samples", "noise")),
                        ("input transform", ("transform",)), ("data set", ("dataset",))):
+        if not any(has(sm, *keys) for sm in items):
+            continue
         for nm, sm in zip(names, items):
             if not has(sm, *keys):
                 unrecorded.setdefault(nm, []).append(what)
