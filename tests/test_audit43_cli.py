@@ -145,27 +145,38 @@ def test_import_names_a_side_file_that_is_no_regular_file(arrays, kind, option):
     assert ("a directory" if kind == "folder" else "not a regular file") in msg, msg
 
 
-def test_read_vector_refuses_a_named_pipe(arrays):
+def _errors_of_a_pipe_read(read, fifo) -> list[str]:
+    """The one-line errors of ``read(fifo)``, run in a thread; a read that waits for a writer (for ever) fails
+    the test (a writer that closes at once lets the thread end)."""
     import threading
 
-    from embedscope.importers import read_vector
-
-    os.mkfifo("y.txt")  # (its read waited for a writer, for ever)
     got = []
 
-    def read():
+    def run():
         try:
-            read_vector("y.txt", "labels")
+            read(fifo)
         except EmbedscopeError as e:
             got.append(str(e))
 
-    t = threading.Thread(target=read, daemon=True)
+    t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(10)
-    if t.is_alive():  # waiting: a writer that closes at once lets it end
-        os.close(os.open("y.txt", os.O_WRONLY | os.O_NONBLOCK))
+    if t.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         t.join(10)
-        pytest.fail("read_vector waited on a named pipe")
+        pytest.fail(f"{read.__name__} waited on a named pipe")
+    return got
+
+
+def test_read_vector_refuses_a_named_pipe(arrays):
+    from embedscope.importers import read_vector
+
+    os.mkfifo("y.txt")  # (its read waited for a writer, for ever)
+
+    def read_labels(path):
+        return read_vector(path, "labels")
+
+    got = _errors_of_a_pipe_read(read_labels, "y.txt")
     assert got and "not a regular file" in got[0], got
 
 
@@ -230,27 +241,11 @@ def test_evaluate_names_the_file_whose_split_holds_one_class(tmp_path):
 # ------------------------------------------------------------------ 6. add-properties: a table that is a named pipe
 def test_add_properties_refuses_a_table_that_is_a_named_pipe(tmp_path):
     """(Its first read, of the table's signature, waited for a writer, for ever.)"""
-    import threading
-
     from embedscope.data.properties import read_property_table
 
     fifo = tmp_path / "t.csv"
     os.mkfifo(fifo)
-    got = []
-
-    def read():
-        try:
-            read_property_table(fifo)
-        except EmbedscopeError as e:
-            got.append(str(e))
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    t.join(10)
-    if t.is_alive():  # waiting: a writer that closes at once lets it end
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        t.join(10)
-        pytest.fail("read_property_table waited on a named pipe")
+    got = _errors_of_a_pipe_read(read_property_table, fifo)
     assert got == [f"{fifo} is not a regular file (a device, a named pipe or a socket), expected a table "
                    "(CSV, TSV or Parquet)"], got
 

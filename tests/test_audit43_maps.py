@@ -90,14 +90,7 @@ def test_a_maps_file_without_a_family_gets_its_config_s(tmp_path):
 
 # --------------------------------------------------------------------------- 3: a noise that changes nothing
 
-class _Tiny(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.lin = nn.Linear(64, 4)
-
-    def forward(self, x):
-        return self.lin(x.flatten(1))
+from test_audit43_saliency import _Tiny  # noqa: E402 (a linear model of the 8x8 digits)
 
 
 def test_a_noise_too_small_to_change_an_image_is_counted_as_plain_and_its_baseline_map_is_zero():

@@ -159,20 +159,7 @@ def test_cosine_measures_of_classes_far_apart_in_scale():
 
 
 # ----------------------------------------------------------------------------- nearest same / other class (§10)
-def _nsd_brute(X: np.ndarray, y, metric: str) -> tuple[np.ndarray, np.ndarray]:
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y)
-    n = len(X)
-    if metric == "cosine":
-        U = X / np.linalg.norm(X, axis=1, keepdims=True)
-        S = U @ U.T
-    elif metric == "dot":
-        S = X @ X.T
-    else:
-        S = -np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
-    same = np.array([max(S[i, j] for j in range(n) if j != i and y[j] == y[i]) for i in range(n)])
-    diff = np.array([max(S[i, j] for j in range(n) if y[j] != y[i]) for i in range(n)])
-    return same, diff
+from test_audit28_measures import _nsd_brute  # noqa: E402 (docs/methods.md §10 literally, float64)
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "dot", "cosine"])
