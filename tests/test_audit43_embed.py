@@ -26,14 +26,14 @@ def _jpeg(path: Path, seed: int) -> None:
     Image.fromarray(np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(path, "JPEG")
 
 
-def _cub(top: Path, extra: list[tuple[str, int]] = ()) -> Path:
-    """CUB_200_2011/ with 4 classes of 2 images (ids 1..8), then ``extra`` lines (path, class id) under
-    ids 9, 10, ... naming images already listed."""
+def _cub(top: Path, extra: list[tuple[str, int]] = (), *, n_classes: int = 4, with_images: int | None = None) -> Path:
+    """CUB_200_2011/ whose classes.txt lists ``n_classes`` classes, the first ``with_images`` of them (all by
+    default) with 2 images each (ids 1, 2, ...), then ``extra`` lines (path, class id) under the next ids naming
+    images already listed."""
     base = top / "CUB_200_2011"
-    img, lab, cls = [], [], []
+    img, lab = [], []
     iid = 0
-    for c in range(1, 5):
-        cls.append(f"{c} {c:03d}.Bird_{c}")
+    for c in range(1, (n_classes if with_images is None else with_images) + 1):
         for k in range(2):
             iid += 1
             rel = f"{c:03d}.Bird_{c}/Bird_{c}_{k}.jpg"
@@ -44,6 +44,7 @@ def _cub(top: Path, extra: list[tuple[str, int]] = ()) -> Path:
         iid += 1
         img.append(f"{iid} {rel}")
         lab.append(f"{iid} {c}")
+    cls = [f"{c} {c:03d}.Bird_{c}" for c in range(1, n_classes + 1)]
     for name, lines in (("images.txt", img), ("image_class_labels.txt", lab), ("classes.txt", cls)):
         (base / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return top

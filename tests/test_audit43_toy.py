@@ -15,34 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from test_audit43_embed import _cub  # (a CUB_200_2011 folder of tiny JPEGs)
 
 from embedscope.cli import main
 from embedscope.errors import EmbedscopeError
-
-
-def _jpeg(path: Path, seed: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (6, 5, 3), dtype=np.uint8)).save(path, "JPEG")
-
-
-def _cub(top: Path, n_classes: int = 4, with_images: int = 2) -> Path:
-    """CUB_200_2011/ whose classes.txt lists ``n_classes`` classes, the first ``with_images`` of them with
-    two images each (a copy trimmed to a few classes, its classes.txt kept whole)."""
-    base = top / "CUB_200_2011"
-    img, lab = [], []
-    iid = 0
-    for c in range(1, with_images + 1):
-        for k in range(2):
-            iid += 1
-            rel = f"{c:03d}.Bird_{c}/Bird_{c}_{k}.jpg"
-            _jpeg(base / "images" / rel, iid)
-            img.append(f"{iid} {rel}")
-            lab.append(f"{iid} {c}")
-    cls = [f"{c} {c:03d}.Bird_{c}" for c in range(1, n_classes + 1)]
-    for name, lines in (("images.txt", img), ("image_class_labels.txt", lab), ("classes.txt", cls)):
-        (base / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return top
-
 
 # ------------------------------------------------------------------------------- classes listed without images
 
@@ -54,7 +30,7 @@ def test_classes_listed_without_images_are_said_when_the_file_is_written(tmp_pat
     from embedscope import store
     from embedscope.embed import embed_to_file
 
-    top = _cub(tmp_path / "cub")
+    top = _cub(tmp_path / "cub", with_images=2)  # (classes.txt lists 4)
     said: list[str] = []
     out = embed_to_file(None, "cub200", tmp_path / "x.h5", root=top, arch="shapes_cnn", image_size=16,
                         echo=said.append, progress=False, device="cpu")
