@@ -878,12 +878,13 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
     if names:
         v = src.columns[names[0]]
         used.add(names[0])
-        if spec and src.table and np.ndim(v) == 1 and np.asarray(v).dtype.kind in "fiu":
+        one_number = src.table and np.ndim(v) == 1 and np.asarray(v).dtype.kind in "fiu"  # (a column, a number a row)
+        if one_number and spec:
             # one named numeric column: a D = 1 embedding, as 'PREFIX*' taking one column and a table's
             # one numeric column left over are (was "must be a 2-D array (N x D), got shape (40,)")
             info["columns"] = [names[0]]
             return np.asarray(v)[:, None]
-        if not spec and src.table and np.ndim(v) == 1 and np.asarray(v).dtype.kind in "fiu":
+        if one_number:
             import shlex  # (found by its name, a number per row: the error named no column)
 
             raise EmbedscopeError(f"{src.path}: column '{_pretty(names[0])}', taken for the embeddings by its name, "
