@@ -12,8 +12,9 @@ export PYTHONHASHSEED := 0
 
 setup: $(STAMP)
 
-# Re-installs only when pyproject.toml changed (or the venv is missing).
-$(STAMP): pyproject.toml
+# Re-installs only when pyproject.toml or the C extension's source changed (or the venv is missing); the
+# install compiles the extension (embedscope/metrics/search/_fused.c) where a C compiler is
+$(STAMP): pyproject.toml embedscope/metrics/search/_fused.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e ".[test]"

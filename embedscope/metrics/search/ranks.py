@@ -184,12 +184,30 @@ class RelevantRanks:
         cuts = np.unique(np.concatenate([cuts.clip(0, n), [0, n]]))
         return zip(cuts[:-1].tolist(), cuts[1:].tolist())
 
+    def _compiled_sums(self, lim: np.ndarray):
+        """``(hits, precision sums)`` within ``lim`` (per query) from the compiled extension, one pass for
+        both, kept for the next call with the same limits (R-Precision and MAP@R both ask at R_i); None
+        without the extension (then the numpy loops below give the same values bit for bit)."""
+        from embedscope.metrics.search import fused
+
+        if not fused.available() or not fused.USE_FUSED:
+            return None
+        kept = getattr(self, "_sums_kept", None)
+        if kept is not None and np.array_equal(kept[0], lim):
+            return kept[1]
+        sums = fused.rank_sums(self.offsets, self.ranks, lim)
+        object.__setattr__(self, "_sums_kept", (lim.copy(), sums))
+        return sums
+
     def hits(self, limit) -> np.ndarray:
         """Per query, the number of relevant references ranked ≤ ``limit`` (scalar or per query)."""
         if self.ranks is None and limit is not None and np.array_equal(np.broadcast_to(limit, self.R.shape), self.R):
             return self.hits_at_R.astype(np.float64)
         self._need_pairs()
         lim = self._limit(limit)
+        sums = self._compiled_sums(lim)
+        if sums is not None:
+            return sums[0]
         out = np.empty(self.n_queries)
         for a, b in self._query_chunks():
             p0, p1 = int(self.offsets[a]), int(self.offsets[b])
@@ -202,6 +220,9 @@ class RelevantRanks:
         """Per query, Σ_{k ≤ limit} P_i(k)·rel_i(k) = Σ_{m: r_(m) ≤ limit} m / r_(m)."""
         self._need_pairs()
         lim = self._limit(limit)
+        sums = self._compiled_sums(lim)
+        if sums is not None:
+            return sums[1]
         out = np.empty(self.n_queries)
         for a, b in self._query_chunks():
             p0, p1 = int(self.offsets[a]), int(self.offsets[b])
@@ -956,11 +977,14 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
     (:mod:`embedscope.metrics.search.counting`); small ones with skewed classes and CUDA keep
     top-(depth + 16) float32 candidate lists and certify them in float64."""
     from embedscope.device import compute_device
-    from embedscope.metrics.search import counting
+    from embedscope.metrics.search import counting, fused
 
     n_avail = ks.R64.shape[0] - (1 if ks.same else 0)
     depth_q, depth = depth, int(np.max(depth))  # per query (or one for all), and the largest
     device = compute_device(device)  # once, for every plan
+    if fused.fused_plan(device, ks, depth_q):  # compiled counting right after each block's GEMM
+        rank, rj = fused.relevant_ranks_fused(ks, lay, depth_q, block=block, progress=progress)
+        return None, rj, rank, True
     if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R, depth_over_R):
         from embedscope.metrics.search.rows import SurvivorOverflow, large_mode, relevant_ranks_by_rows
 
