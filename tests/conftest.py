@@ -239,3 +239,22 @@ def seen(monkeypatch):
 
         monkeypatch.setattr(mod, "tie_window_before", spy)
     return out
+
+
+#: test modules written for the numpy retrieval passes (rows, counting, candidate lists): they run with the
+#: compiled fused pass off, so that those passes stay tested on the small sets the fused pass now ranks
+#: (tests/test_fused.py compares the two)
+NUMPY_PASS_MODULES = {
+    "test_audit26_properties_outliers", "test_audit26_search", "test_audit30_floor", "test_audit30_search",
+    "test_audit31_search", "test_audit32_bound", "test_audit_retrieval", "test_candidate_pipeline",
+    "test_device_count", "test_retrieval", "test_retrieval_centred", "test_retrieval_collapsed",
+    "test_retrieval_large_classes", "test_search_bf16", "test_search_ranks",
+}
+
+
+@pytest.fixture(autouse=True)
+def _numpy_passes_where_tested(request, monkeypatch):
+    if request.module.__name__.rsplit(".", 1)[-1] in NUMPY_PASS_MODULES:
+        from embedscope.metrics.search import fused
+
+        monkeypatch.setattr(fused, "USE_FUSED", False)

@@ -214,14 +214,31 @@ def test_inconsistent_arguments_are_refused():
     G = np.zeros((2, 4), dtype=np.float32)
     i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
     f64 = lambda *v: np.array(v, dtype=np.float64)  # noqa: E731
-    args = [G, 2, 4, 0, 2, 1, 1, 4, True, i64(0, 0), i64(0, 0, 0, 0), i64(0, 1, 2, 3), i64(0), i64(4), i64(1, 1),
-            i64(0, 2, 4), f64(1e-6, 1e-6), np.zeros(2), np.zeros(4), np.zeros(4), np.zeros(4, dtype=np.int64)]
+    args = [G, 2, 4, 0, 2, 1, 1, 4, True, 1e-14, i64(0, 0), i64(0, 0, 0, 0), i64(0, 1, 2, 3), i64(0), i64(4),
+            i64(1, 1), i64(0, 2, 4), f64(1e-6, 1e-6), np.zeros(2), np.zeros(4), np.zeros(4), np.zeros(4, dtype=np.int64),
+            np.zeros(2, dtype=np.uint8)]
     with pytest.raises(ValueError, match="class layout"):  # offsets give 2 pairs a query; the class holds 4 - 1
         fused._fused.count_rows(*args)
     args[4] = 1  # fewer queries than the block claims
     with pytest.raises(ValueError, match="sizes"):
         fused._fused.count_rows(*args)
     args[4] = 2
-    args[19] = np.zeros(2)  # an output too short
+    args[20] = np.zeros(2)  # an output too short
     with pytest.raises(ValueError, match="out_rank"):
         fused._fused.count_rows(*args)
+
+
+@needs_ext
+def test_compact_result_as_the_tile_pass_gives_it():
+    """retrieval_metrics asks for a compact result: with classes of tens the fused pass gives it as the tile
+    pass does (only the ranks within each query's depth), lone queries at the end included."""
+    X, y = _set(1200, 16, 12, 2.0, seed=6)
+    y[-3:] = [900, 901, 902]  # lone queries last (no pairs at the end of the layout)
+    sets = rk.check_sets(X, y)
+    R = rk.relevant_counts(sets)
+    a = rk.compute_relevant_ranks(sets, "cosine", R.clip(1), compact=True, device="cpu")
+    with fused.disabled():
+        b = rk.compute_relevant_ranks(rk.check_sets(X, y), "cosine", R.clip(1), compact=True, device="cpu")
+    assert a.n_ranked is not None and b.n_ranked is not None
+    for f in ("offsets", "ranks", "refs", "n_ranked"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))

@@ -46,6 +46,8 @@ typedef struct {
     const double *delta, *Q64, *R64;
     double *out_rank;
     int64_t *out_ref;
+    unsigned char *unsure; /* per query: 1 when a float64 comparison was too close for this sum's order */
+    double eps;            /* twice the largest difference of two float64 sums of one key in different orders */
 } Args;
 
 typedef struct {
@@ -55,6 +57,7 @@ typedef struct {
     double *k64;
     unsigned char *mark;
     Py_ssize_t cap;
+    int unsure;
 } Work;
 
 static double dot64(const double *a, const double *b, Py_ssize_t d) {
@@ -111,12 +114,22 @@ static double key_of(const Args *A, Work *W, Py_ssize_t q, Py_ssize_t k) {
     return W->k64[k];
 }
 
+/* Two float64 keys compared: numpy's einsum (pair_keys64, which every other pass uses) sums a key in
+ * another order than dot64, so keys within eps of each other (not of identical rows: equal in any order)
+ * may compare otherwise there. The row is then ranked by the caller from numpy's keys. */
+static inline void check_close(const Args *A, Work *W, double ka, double kb, int64_t ra, int64_t rb) {
+    if (fabs(ka - kb) <= A->eps && ra != rb &&
+        memcmp(A->R64 + ra * A->dim, A->R64 + rb * A->dim, (size_t)A->dim * sizeof(double)) != 0)
+        W->unsure = 1;
+}
+
 /* exact order of relevant entries a, b: 1 when a comes before b */
 static int before_exact(const Args *A, Work *W, Py_ssize_t q, Py_ssize_t a, Py_ssize_t b, double d2) {
     double ga = W->g[a], gb = W->g[b];
     if (ga - gb > d2) return 1;
     if (gb - ga > d2) return 0;
     double ka = key_of(A, W, q, a), kb = key_of(A, W, q, b);
+    check_close(A, W, ka, kb, W->idx[a], W->idx[b]);
     if (ka != kb) return ka > kb;
     return W->idx[a] < W->idx[b];
 }
@@ -204,6 +217,7 @@ static void one_row(const Args *A, Work *W, Py_ssize_t r) {
     const int64_t depth = A->depth_q[q];
     const double d2 = 2.0 * A->delta[q];
     const int64_t self = A->same ? (int64_t)q : -1;
+    W->unsure = 0;
 
     /* the relevant references: L_sure, the depth-th largest of their keys (at least depth references keyed
      * >= it), needs only their smallest or largest for the depths asked in practice (R_i, 1) */
@@ -309,6 +323,7 @@ static void one_row(const Args *A, Work *W, Py_ssize_t r) {
         for (Py_ssize_t k = a0 - 1; k >= 0 && gs[k] <= hi; k--) {
             if (isnan(km)) km = dot64(A->Q64 + q * A->dim, A->R64 + m * A->dim, A->dim);
             double kk = key_of(A, W, q, k);
+            check_close(A, W, km, kk, m, W->idx[k]);
             if (km > kk || (km == kk && m < W->idx[k])) W->extra[k]++;
         }
     }
@@ -325,6 +340,10 @@ static void one_row(const Args *A, Work *W, Py_ssize_t r) {
             swap_entries(W, j, j - 1);
             j--;
         }
+    }
+    if (W->unsure) { /* (the caller ranks this row) */
+        A->unsure[q] = 1;
+        return;
     }
     Py_ssize_t out = 0;
     for (Py_ssize_t p = 0; p < n; p++) {
@@ -359,31 +378,33 @@ static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t item
 
 static PyObject *count_rows(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o[13];
+    PyObject *o[14];
     Py_ssize_t nb, nr, q0, nq, dim, ncls, npairs;
     int same;
-    if (!PyArg_ParseTuple(args, "OnnnnnnnpOOOOOOOOOOOO", &o[0], &nb, &nr, &q0, &nq, &dim, &ncls, &npairs, &same,
-                          &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12]))
+    double eps;
+    if (!PyArg_ParseTuple(args, "OnnnnnnnpdOOOOOOOOOOOOO", &o[0], &nb, &nr, &q0, &nq, &dim, &ncls, &npairs, &same,
+                          &eps, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
+                          &o[12], &o[13]))
         return NULL;
     if (nb < 0 || nr < 1 || q0 < 0 || q0 + nb > nq || dim < 1 || ncls < 0 || npairs < 0) {
         PyErr_SetString(PyExc_ValueError, "_fused.count_rows: sizes out of range");
         return NULL;
     }
-    Py_buffer v[13];
+    Py_buffer v[14];
     /* item size, writable */
-    const int spec[13][2] = {{4, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0},
-                             {8, 1}, {8, 1}};
-    const Py_ssize_t counts[13] = {nb * nr, nq, nr, nr, ncls, ncls, nq, nq + 1, nq, nq * dim, nr * dim,
-                                   npairs, npairs};
-    const char *names[13] = {"G", "q_cls", "r_cls", "ref_order", "cstart", "cend", "depth_q", "offsets",
-                             "delta", "Q64", "R64", "out_rank", "out_ref"};
+    const int spec[14][2] = {{4, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0},
+                             {8, 1}, {8, 1}, {1, 1}};
+    const Py_ssize_t counts[14] = {nb * nr, nq, nr, nr, ncls, ncls, nq, nq + 1, nq, nq * dim, nr * dim,
+                                   npairs, npairs, nq};
+    const char *names[14] = {"G", "q_cls", "r_cls", "ref_order", "cstart", "cend", "depth_q", "offsets",
+                             "delta", "Q64", "R64", "out_rank", "out_ref", "unsure"};
     int got = 0;
-    for (; got < 13; got++)
+    for (; got < 14; got++)
         if (get_buf(o[got], &v[got], spec[got][1], spec[got][0], counts[got], names[got]) < 0) break;
     PyObject *result = NULL;
-    if (got == 13) {
+    if (got == 14) {
         Args A = {v[0].buf, nb, nr, q0, dim, same, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf,
-                  v[7].buf, v[8].buf, v[9].buf, v[10].buf, v[11].buf, v[12].buf};
+                  v[7].buf, v[8].buf, v[9].buf, v[10].buf, v[11].buf, v[12].buf, v[13].buf, eps};
         /* the largest relevant set of the block bounds the per-row arrays */
         Py_ssize_t cap = 1;
         for (Py_ssize_t r = 0; r < nb; r++) {
@@ -492,8 +513,8 @@ static PyObject *rank_sums(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"count_rows", count_rows, METH_VARARGS,
-     "count_rows(G, nb, nr, q0, nq, dim, ncls, npairs, same, q_cls, r_cls, ref_order, cstart, cend, depth_q, "
-     "offsets, delta, Q64, R64, out_rank, out_ref): the exact relevant ranks of queries q0..q0+nb-1 "
+     "count_rows(G, nb, nr, q0, nq, dim, ncls, npairs, same, eps, q_cls, r_cls, ref_order, cstart, cend, depth_q, "
+     "offsets, delta, Q64, R64, out_rank, out_ref, unsure): the exact relevant ranks of queries q0..q0+nb-1 "
      "(see embedscope/metrics/search/fused.py)"},
     {"rank_sums", rank_sums, METH_VARARGS,
      "rank_sums(nq, npairs, offsets, ranks, limit, hits, psum): per query, the relevant entries ranked within "

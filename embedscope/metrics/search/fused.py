@@ -122,6 +122,11 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
     Q64 = np.ascontiguousarray(ks.Q64, dtype=np.float64)
     R64 = Q64 if ks.same and ks.R64 is ks.Q64 else np.ascontiguousarray(ks.R64, dtype=np.float64)
 
+    unsure = np.zeros(nq, dtype=np.uint8)
+    # keys closer than this may compare otherwise when numpy's einsum sums them (any two orders of one float64
+    # sum differ by at most γ_D ‖q‖ ‖r‖ each: Higham, Accuracy and Stability, (3.5)); u = 2^-53
+    u64 = 2.0 ** -53
+    eps = 4.0 * (dim * u64 / (1.0 - dim * u64)) * float(np.sqrt(np.max(ks.qsq))) * ks.rmax * 1.01
     n_threads = max(1, int(threads or n_search_threads()))
     # each worker thread takes a contiguous share of the queries and runs it in sub-blocks whose keys stay
     # in its core's cache between the GEMM that writes them and the count that reads them
@@ -144,8 +149,8 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
             e = min(span[1], s + sub)
             G = buf[:(e - s) * nr].reshape(e - s, nr)
             np.matmul(Q32[s:e], RT, out=G)
-            _fused.count_rows(G, e - s, nr, s, nq, dim, starts.size, npairs, bool(ks.same), q_cls, ref_cls,
-                              ref_order, starts, ends, dq, offsets, delta, Q64, R64, out_rank, out_ref)
+            _fused.count_rows(G, e - s, nr, s, nq, dim, starts.size, npairs, bool(ks.same), eps, q_cls, ref_cls,
+                              ref_order, starts, ends, dq, offsets, delta, Q64, R64, out_rank, out_ref, unsure)
         return span[1] - span[0]
 
     with blas_single_thread():
@@ -156,7 +161,36 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
             for done in _pool(n_threads).map(run, spans):
                 bar.update(done)
     bar.close()
+    rows = np.flatnonzero(unsure)
+    if rows.size:
+        _rank_rows_by_numpy(ks, lay, rows, dq, offsets, out_rank, out_ref)
     return out_rank, out_ref
+
+
+def _rank_rows_by_numpy(ks, lay, rows, dq, offsets, out_rank, out_ref) -> None:
+    """The queries ``rows`` whose float64 comparisons came too close for the kernel's summation order
+    (near ties within ~1e-14, never seen in real data; constructed sets of near-duplicates): ranked from
+    their full rows with :func:`~.counting.pair_keys`'s float64 keys, as the numpy passes rank them."""
+    from embedscope.metrics.search.counting import pair_keys
+    from embedscope.metrics.search.ranks import _full_row_fallback
+
+    starts, ends = lay.bounds
+    members = []
+    for q in rows.tolist():
+        c = int(lay.q_cls[q])
+        m = lay.ref_order[starts[c]:ends[c]]
+        members.append(m[m != q] if ks.same else m)
+    cnt = np.array([m.size for m in members], dtype=np.int64)
+    qi = np.repeat(rows, cnt)
+    rj = np.concatenate(members).astype(np.int64)
+    k64 = pair_keys(ks.Q64, ks.R64, qi, rj, ks.metric)
+    rank = np.empty(qi.size)
+    _full_row_fallback(ks, qi, rj, k64, rank, np.ones(qi.size, dtype=bool), int(dq[rows].max()))
+    rank[rank > dq[qi]] = np.inf
+    order = np.lexsort((rj, rank, qi))  # per query: ranks increasing, those beyond the depth by index
+    dest = np.repeat(offsets[rows], cnt) + (np.arange(qi.size) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    out_rank[dest] = rank[order]
+    out_ref[dest] = rj[order]
 
 
 @contextlib.contextmanager

@@ -984,6 +984,12 @@ def _pair_ranks(ks: KeySpace, lay: _Layout, y, depth, device, block, progress, c
     device = compute_device(device)  # once, for every plan
     if fused.fused_plan(device, ks, depth_q):  # compiled counting right after each block's GEMM
         rank, rj = fused.relevant_ranks_fused(ks, lay, depth_q, block=block, progress=progress)
+        from embedscope.metrics.search.rows import large_mode
+
+        if compact and large_mode(lay.R, ks.R64.shape[0]):  # the compact result the tile pass gives here
+            within = np.isfinite(rank)
+            n_ranked = np.bincount(np.repeat(np.arange(lay.R.size), lay.R)[within], minlength=lay.R.size)
+            return n_ranked, rj[within], rank[within], "compact"
         return None, rj, rank, True
     if _rows_plan(device, depth_q, ks.R64.shape[0], lay.R, depth_over_R):
         from embedscope.metrics.search.rows import SurvivorOverflow, large_mode, relevant_ranks_by_rows
