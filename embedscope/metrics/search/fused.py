@@ -94,9 +94,9 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
     order, ranks increasing (float64), those beyond ``depth_q`` (one depth, or one per query) last as
     ``inf`` in reference-index order; laid out by ``cumsum(lay.R)``, as :class:`~.ranks.RelevantRanks`
     holds them."""
+    from embedscope.device import ieee_float32, torch_threads
     from embedscope.metrics.search.counting import tile_delta
     from embedscope.metrics.search.knn import _bar
-    from embedscope.device import ieee_float32, torch_threads
     from embedscope.metrics.search.threads import n_search_threads
 
     nq, dim = ks.Q64.shape
