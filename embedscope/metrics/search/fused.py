@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-try:  # built by `pip install` (setup.py); optional: the numpy passes give the same ranks
+try:  # built by `pip install` (pyproject.toml's ext-modules); optional: the numpy passes give the same ranks
     from embedscope.metrics.search import _fused
 except ImportError:  # pragma: no cover - a build without a C compiler
     _fused = None
@@ -119,6 +119,8 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
     dq = np.ascontiguousarray(np.clip(dq, 1, max(n_avail, 1)))
     delta = np.ascontiguousarray(tile_delta(ks), dtype=np.float64)
     Q32 = np.ascontiguousarray(ks.Q32, dtype=np.float32)
+    if not Q32.flags.writeable:  # (torch.from_numpy warns of a read-only array)
+        Q32 = Q32.copy()
     RT = np.ascontiguousarray(ks.R32.T, dtype=np.float32)
     Q64 = np.ascontiguousarray(ks.Q64, dtype=np.float64)
     R64 = Q64 if ks.same and ks.R64 is ks.Q64 else np.ascontiguousarray(ks.R64, dtype=np.float64)
@@ -129,8 +131,8 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
     u64 = 2.0 ** -53
     eps = 4.0 * (dim * u64 / (1.0 - dim * u64)) * float(np.sqrt(np.max(ks.qsq))) * ks.rmax * 1.01
     n_threads = max(1, int(threads or n_search_threads()))
-    # each worker thread takes a contiguous share of the queries and runs it in sub-blocks whose keys stay
-    # in its core's cache between the GEMM that writes them and the count that reads them
+    # each worker thread takes a contiguous share of the queries and runs it in sub-blocks: one GEMM each,
+    # counted right after (the keys still in cache)
     sub = int(max(MIN_BLOCK, min(MAX_BLOCK, CACHE_ELEMS // nr)))
     if block is not None:
         sub = int(max(1, block))
