@@ -250,5 +250,5 @@ def test_sequential_of_children_state_dict(byo, tmp_path):
     # as the checkpoint: the one error line gives the command that reads it
     rc, _, err = run_cli(["embed", seq_file, "-o", tmp_path / "c.h5", *common])
     assert rc == 1 and one_error_line(err, "embed").endswith(
-        f"embed it with no checkpoint as --arch resnet18 --weights {seq_file} --head none|random, or as --trunk "
-        "with --embedder")
+        f"embed it with no checkpoint as --arch resnet18 --weights {seq_file} --head none (or --head random for a "
+        "seeded random linear head on the features), or as --trunk with --embedder")

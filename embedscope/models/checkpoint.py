@@ -895,8 +895,15 @@ def timm_key(sd: dict[str, Any]) -> str | None:
     return next((k for k in sd if isinstance(k, str) and k.split(".")[0] in _TIMM_TOPS), None)
 
 
+#: the words after a suggested ``--head none`` naming the other choice (not in the command: see
+#: :func:`_foreign_state_dict_hint`)
+HEAD_RANDOM = "or --head random for a seeded random linear head on the features"
+
+
 def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any = None) -> str:
-    """What to do with a state dict that is not an embedscope model's (the end of a one-line error)."""
+    """What to do with a state dict that is not an embedscope model's (the end of a one-line error). Each
+    command it names runs as shown (``--head none``; ``--head random`` said in words after it: the choice
+    written ``none|random`` in the command piped it into a program named ``random``)."""
     from embedscope.models.adapters import detect_arch
 
     a = detect_arch(sd)
@@ -906,20 +913,22 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
             name, n_in, n_out = own[0]
             return (f"its keys are those of a {a} backbone whose {printable(name, 40)} layer ({n_in} -> {n_out}) is "
                     f"not an ImageNet classifier's size: {keep_layer_hint(path)}; --arch {a} --weights "
-                    f"{sh_arg(path)} --head none|random embeds the {n_in}-d features before it")
+                    f"{sh_arg(path)} --head none embeds the {n_in}-d features before it ({HEAD_RANDOM})")
         return (f"its keys are those of a {a} backbone (a torchvision / pytorch-metric-learning trunk file): embed "
-                f"it with no checkpoint as --arch {a} --weights {sh_arg(path)} --head none|random, or as "
-                "--trunk with --embedder")
+                f"it with no checkpoint as --arch {a} --weights {sh_arg(path)} --head none "
+                f"({HEAD_RANDOM}), or as --trunk with --embedder")
     if isinstance(obj, dict) and isinstance(obj.get("arch"), str) and "args" in obj:  # timm's train.py
         # (the file's name, whole in the command: a name of hundreds of characters is no timm model's)
-        named = sh_arg("timm:" + obj["arch"]) if len(obj["arch"]) <= 200 else "timm:NAME"
+        arch = "timm:" + obj["arch"] if len(obj["arch"]) <= 200 else None
+        named = sh_arg(arch) if arch is not None else "timm:NAME"
         return (f"it looks like a timm training checkpoint of {printable(obj['arch'], 60)}: embed it with no "
-                f"checkpoint as --arch {named} --weights {sh_arg(path)} "
-                "--head none|random")
+                f"checkpoint as --arch {named} --weights {sh_arg(path)} --head none "
+                f"({HEAD_RANDOM})")
     timm = timm_key(sd)
     if timm is not None:
         return (f"its key names are timm's (e.g. {printable(timm, 60)}), not torchvision's: embed it with no checkpoint "
-                f"as --arch timm:NAME --weights {sh_arg(path)} --head none|random (needs the timm package)")
+                f"as --arch timm:NAME --weights {sh_arg(path)} --head none ({HEAD_RANDOM}; "
+                "needs the timm package)")
     if is_children_sequential(sd):
         from embedscope.models.adapters import detect_numbered_arch
 
@@ -927,9 +936,10 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
         model = f"a {a}'s" if a else "a model's"
         return (f"its layers are numbered (0.weight, ...: an nn.Sequential of {model} children, e.g. "
                 "nn.Sequential(*list(resnet.children())[:-1])): embed it with no checkpoint as --arch "
-                f"{a or 'NAME'} --weights {sh_arg(path)} --head none|random, or as --trunk with --embedder")
-    return ("for backbone weights alone use --weights with --arch and --head none|random, for a "
-            "pytorch-metric-learning trunk use --trunk/--embedder")
+                f"{a or 'NAME'} --weights {sh_arg(path)} --head none ({HEAD_RANDOM}), or as "
+                "--trunk with --embedder")
+    return ("for backbone weights alone use --weights with --arch and --head none (or --head random), for a "
+            "pytorch-metric-learning trunk use --trunk with --embedder")
 
 
 #: the output sizes of the classifiers of released ImageNet weights: ImageNet-1k (1001 with TensorFlow's
