@@ -912,22 +912,23 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
         if own:  # (--weights would drop it: the user's embedding layer, most likely)
             name, n_in, n_out = own[0]
             return (f"its keys are those of a {a} backbone whose {printable(name, 40)} layer ({n_in} -> {n_out}) is "
-                    f"not an ImageNet classifier's size: {keep_layer_hint(path)}; --arch {a} --weights "
-                    f"{sh_arg(path)} --head none embeds the {n_in}-d features before it ({HEAD_RANDOM})")
+                    f"not an ImageNet classifier's size: {keep_layer_hint(path, note=False)}; --arch {a} --weights "
+                    f"{sh_arg(path)} --head none embeds the {n_in}-d features before it ({HEAD_RANDOM})"
+                    f"{bash_note(path)}")
         return (f"its keys are those of a {a} backbone (a torchvision / pytorch-metric-learning trunk file): embed "
-                f"it with no checkpoint as --arch {a} --weights {sh_arg(path)} --head none "
+                f"it with no checkpoint as --arch {a} --weights {sh_arg(path)} --head none{bash_note(path)} "
                 f"({HEAD_RANDOM}), or as --trunk with --embedder")
     if isinstance(obj, dict) and isinstance(obj.get("arch"), str) and "args" in obj:  # timm's train.py
         # (the file's name, whole in the command: a name of hundreds of characters is no timm model's)
         arch = "timm:" + obj["arch"] if len(obj["arch"]) <= 200 else None
         named = sh_arg(arch) if arch is not None else "timm:NAME"
         return (f"it looks like a timm training checkpoint of {printable(obj['arch'], 60)}: embed it with no "
-                f"checkpoint as --arch {named} --weights {sh_arg(path)} --head none "
+                f"checkpoint as --arch {named} --weights {sh_arg(path)} --head none{bash_note(arch, path)} "
                 f"({HEAD_RANDOM})")
     timm = timm_key(sd)
     if timm is not None:
         return (f"its key names are timm's (e.g. {printable(timm, 60)}), not torchvision's: embed it with no checkpoint "
-                f"as --arch timm:NAME --weights {sh_arg(path)} --head none ({HEAD_RANDOM}; "
+                f"as --arch timm:NAME --weights {sh_arg(path)} --head none{bash_note(path)} ({HEAD_RANDOM}; "
                 "needs the timm package)")
     if is_children_sequential(sd):
         from embedscope.models.adapters import detect_numbered_arch
@@ -936,7 +937,7 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
         model = f"a {a}'s" if a else "a model's"
         return (f"its layers are numbered (0.weight, ...: an nn.Sequential of {model} children, e.g. "
                 "nn.Sequential(*list(resnet.children())[:-1])): embed it with no checkpoint as --arch "
-                f"{a or 'NAME'} --weights {sh_arg(path)} --head none ({HEAD_RANDOM}), or as "
+                f"{a or 'NAME'} --weights {sh_arg(path)} --head none{bash_note(path)} ({HEAD_RANDOM}), or as "
                 "--trunk with --embedder")
     return ("for backbone weights alone use --weights with --arch and --head none (or --head random), for a "
             "pytorch-metric-learning trunk use --trunk with --embedder")
@@ -967,13 +968,14 @@ def trained_last_layers(sd: dict[str, torch.Tensor], prefixes) -> list[tuple[str
     return out
 
 
-def keep_layer_hint(path, arch: str | None = None) -> str:
+def keep_layer_hint(path, arch: str | None = None, note: bool = True) -> str:
     """How to embed a backbone file with its last linear layer kept: as a pytorch-metric-learning trunk
     (whose linear layer stays in the model) with an empty embedder (the identity); ``arch`` when the
-    trunk's keys may not say it (a timm model)."""
+    trunk's keys may not say it (a timm model). ``note``: with :func:`bash_note` after the command (a
+    message that adds it after a later command of its own: False)."""
     named = f" --arch {sh_arg(arch)}" if arch else ""
     return (f"to embed with that layer, give the file as --trunk {sh_arg(path)}{named} with an empty "
-            "--embedder (torch.save({}, 'identity.pth'))")
+            "--embedder (torch.save({}, 'identity.pth'))" + (bash_note(path, arch) if note else ""))
 
 
 #: torchvision's released DenseNet files keep the pre-0.4 module names ``denselayerN.norm.1``,
@@ -1185,12 +1187,17 @@ def py_str(s: str) -> str:
 
 
 def sh_arg(s: Any) -> str:
-    """One argument of a command line the advice suggests (``--weights PATH``), quoted for a POSIX shell as the
-    line that shows it (escaped once, :func:`embedscope.text.safe`) will have it: a string :func:`safe` leaves
-    as it is gets :func:`shlex.quote` (a space or a ``$`` of a path broke the pasted command); one it escapes
-    (a backslash doubled, a control character or an undecodable file-name byte as ``\\x1b``, ``\\x80``) is
-    in bash's ``$'...'`` quotes, which read those escapes back as the characters (in single quotes the
-    escaped backslash was two), a ``'`` of it spelled ``"'"`` between them."""
+    """One argument of a command line the advice suggests (``--weights PATH``), quoted for a shell as the line
+    that shows it (escaped once, :func:`embedscope.text.safe`) will have it, in POSIX sh (dash) whenever it
+    can be: a string :func:`safe` leaves as it is gets :func:`shlex.quote` (single quotes, a ``'`` of it
+    ``'"'"'``: a space or a ``$`` of a path broke the pasted command); one whose only escaped characters are
+    backslashes (shown doubled) gets its other runs in single quotes and each backslash bare (the line shows
+    ``'my run'\\\\r.pth``, which any POSIX shell reads as one backslash: in single quotes the shown backslash
+    was two). A string holding a character the line escapes as ``\\x1b``, ``\\n``, ``\\u202e`` or ``\\x80``
+    (a control or other non-printable character, an undecodable file-name byte) cannot be written on one
+    line in POSIX sh without printing it raw: it is in bash's and zsh's ``$'...'`` quotes, which read those
+    escapes back as the characters, a ``'`` of it spelled ``"'"`` between them; a message with such an
+    argument says so (:func:`bash_note`)."""
     import shlex
 
     from embedscope.text import safe
@@ -1198,7 +1205,19 @@ def sh_arg(s: Any) -> str:
     s = str(s)
     if safe(s) == s:
         return shlex.quote(s)
+    if s.isprintable():  # (only its backslashes escaped: each bare, the line shows it as \\, POSIX's escaped \)
+        return "\\".join(shlex.quote(part) if part else "" for part in s.split("\\"))
     return "\"'\"".join(f"$'{part}'" if part else "" for part in s.split("'"))
+
+
+#: what a message adds after a suggested command with an argument in ``$'...'`` quotes (:func:`sh_arg`)
+BASH_NOTE = " (for bash or zsh: plain sh does not read the $'...' quotes)"
+
+
+def bash_note(*args: Any) -> str:
+    """:data:`BASH_NOTE` when :func:`sh_arg` quotes one of ``args`` (the arguments of a suggested command,
+    None for none) in bash's ``$'...'``, else ``""``."""
+    return BASH_NOTE if any(a is not None and not str(a).isprintable() for a in args) else ""
 
 
 def resave_hint(comprehension, container: tuple[str, ...] | None = None) -> str:
@@ -1331,7 +1350,7 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
                 if any(k.startswith("head.") for k in left):  # an embedscope model's head (its embedding layer)
                     how = " with --ema" if ema else ""
                     if not (isinstance(read, dict) and read.get("format") == FORMAT):
-                        how += f" with --arch {sh_arg(model.arch)}"
+                        how += f" with --arch {sh_arg(model.arch)}{bash_note(model.arch)}"
                     why = (f"an embedscope model's head: --weights gives a backbone only; to embed with the head, "
                            f"give the file as the checkpoint{how}, without --weights")
                 else:  # (was said to be an embedscope model's head whatever they were: a loss's weights, ...)
