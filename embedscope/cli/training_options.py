@@ -62,7 +62,7 @@ def add_training_options(p: argparse.ArgumentParser, *, grid: bool = False) -> N
     p.add_argument("--sampler", choices=SAMPLER_CHOICES,
                    help="batch sampler (default: spc-2; digits spc-8, shapes spc-8)")
     p.add_argument("--batch-size", type=positive_int, metavar="B", help="batch size B (default: 112; digits 40, shapes 64)")
-    p.add_argument("--epochs", type=nonnegative_int,
+    p.add_argument("--epochs", type=nonnegative_int, metavar="N",
                    help="epochs (default: 150, SOP 100; digits 15, shapes 12; 0 = save the untrained network)")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: 1e-5; digits 1e-3, shapes 1e-3)")
     p.add_argument("--weight-decay", type=nonnegative_float, metavar="W", help="weight decay (default: 4e-4)")
