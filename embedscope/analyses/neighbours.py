@@ -229,12 +229,18 @@ class NeighbourExamples:
 
         return _to_json(self.to_dict(), path, force)
 
-    def format(self, *, digits: int = 4, max_rows: int | None = None, max_cell: int | None = None) -> str:
+    def format(self, *, digits: int | None = None, max_rows: int | None = None, max_cell: int | None = None) -> str:
         """The rows as an aligned terminal table (:func:`embedscope.tables.format_table`; names escaped);
         ``max_rows`` and ``max_cell`` as :meth:`embedscope.analyses.Result.format`'s (default: every row,
-        whole paths)."""
+        whole paths). ``digits``: the similarities' decimals (default: 4, or as many more as tell apart
+        the different similarities of a query, as the figure's captions:
+        :func:`embedscope.viz.neighbours.similarity_digits`)."""
         from embedscope.analyses.result import _cut
         from embedscope.tables import format_table
+        from embedscope.viz.neighbours import similarity_digits
+
+        if digits is None:  # (at 4 decimals, near-duplicates' 0.999521 and 0.999523 both read 0.9995)
+            digits = similarity_digits(self.similarity, lo=4)
 
         title = (f"{self.selection}: top-{np.shape(self.ref_paths)[1]} of the '{self.query_split}' queries in "
                  f"'{self.reference_split}', {self.metric}")

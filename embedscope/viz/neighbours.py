@@ -28,26 +28,52 @@ QUERY = "#404040"
 CAPTION_CHARS = 16
 
 
-def similarity_digits(sim: Any, lo: int = 2, hi: int = 5) -> int:
-    """Decimals for the similarities of a row of retrievals: the fewest (``lo`` to ``hi``) at which
+#: the significant digits a similarity is told apart to (:func:`similarity_digits`' cap): float32 values
+#: hold about 7 (a 24-bit significand); float64 ones about 15, less the last 3, which the rounding of the
+#: dot products behind a similarity takes (a vector's cosine with its own scaled copy comes out
+#: 0.9999999999999996 at D = 64, and further from 1 as D grows: a duplicate would read as none)
+SIGNIFICANT_DIGITS = {"float32": 7, "float64": 12}
+
+
+def similarity_digits(sim: Any, lo: int = 2, hi: int | None = None) -> int:
+    """Decimals for the similarities of a row of retrievals: the fewest (``lo`` or more) at which
     the different values of each row stay different (an untrained network's cosines of 0.9991 and
-    0.9987 both read "1.00" at two decimals, as if tied), and at which no value reads as one of the
-    bounds 1, 0 and -1 that it is not (a lone retrieval's cosine 0.9999, or a distance of 0.0014, read
-    "cos 1.00" or "d 0.00", as if the retrieval were the query's duplicate)."""
-    sim = np.asarray(sim, dtype=np.float64)
+    0.9987 both read "1.00" at two decimals, as if tied; near-duplicate images' 0.999521, 0.999523
+    and 0.999524 all read "0.99952" at five), and at which no value reads as one of the bounds 1, 0
+    and -1 that it is not (a lone retrieval's cosine 0.9999, or a distance of 0.0014, read "cos 1.00"
+    or "d 0.00", as if the retrieval were the query's duplicate).
+
+    Values are told apart up to the precision they hold (:data:`SIGNIFICANT_DIGITS`: 7 significant
+    digits for float32 arrays, 12 for float64, counted at the largest magnitude): values that differ
+    only beyond it are the same value (printed alike; one that differs from a bound only there reads
+    as the bound: a duplicate's cosine 0.9999999999999998 is "1.00"). ``hi``, when given, caps the
+    decimals further (``hi`` itself when the values need more). Equal values always print equal."""
+    arr = np.asarray(sim)
+    narrow = arr.dtype.kind == "f" and arr.dtype.itemsize <= 4  # (float16 as float32; integers as float64)
+    sig = SIGNIFICANT_DIGITS["float32" if narrow else "float64"]
+    sim = arr.astype(np.float64)
     sim = sim.reshape(-1, sim.shape[-1]) if sim.ndim else sim.reshape(1, 1)
+    rows = [row[np.isfinite(row)] for row in sim]
+    top = max((float(np.max(np.abs(r))) for r in rows if r.size), default=0.0)
+    held_digits = max(lo, sig - 1 - int(np.floor(np.log10(top))) if top > 0 else lo)
+    cap = held_digits if hi is None else max(lo, min(held_digits, hi))
+
+    def texts(row, d):  # as the figure prints them (a sign flipped alike does not change which are equal)
+        return [f"{v:.{d}f}" for v in row.tolist()]
+
     bounds = (-1.0, 0.0, 1.0)
-    for d in range(lo, hi + 1):
-        values = sim[np.isfinite(sim)]
-        ok = not np.any(np.isin(np.round(values, d), bounds) & ~np.isin(values, bounds))
-        for row in sim:
-            row = row[np.isfinite(row)]
-            if not ok or len(np.unique(np.round(row, d))) < len(np.unique(row)):
+    held = [texts(row, held_digits) for row in rows]  # the values as far as they are known
+    for d in range(lo, cap + 1):
+        ok = True
+        for row, full in zip(rows, held):
+            shown = texts(row, d)
+            if (len(set(shown)) < len(set(full))
+                    or any(float(s) in bounds and float(f) not in bounds for s, f in zip(shown, full))):
                 ok = False
                 break
         if ok:
             return d
-    return hi
+    return cap
 
 
 def draw_neighbours(ex: NeighbourExamples, query_images: Sequence[Any], ref_images: Sequence[Sequence[Any]],
