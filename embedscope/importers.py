@@ -4,7 +4,8 @@ Sources: ``.npy`` (one N x D array), ``.npz`` / ``.pt`` / ``.safetensors`` / ``.
 ``.pt`` may also be a single tensor; read with ``torch.load(weights_only=True)``: no code runs; an
 HDF5 file's datasets are its keys, ``group/name`` inside groups, text datasets read as UTF-8; of an
 ``.npz`` or ``.h5`` only the arrays used are read: :class:`_LazyColumns`),
-``.parquet`` / ``.csv`` / ``.tsv`` (a table: the embedding is one list-valued column, or the
+``.parquet`` / ``.csv`` / ``.tsv`` (a table: the embedding is one list-valued column (of a CSV: list texts,
+``"[0.1, 0.2]"``, :func:`number_lists`), or the
 numeric columns). Labels, split, paths and class names come from a key/column of the source or
 from a file of their own (``.npy``, ``.txt`` one value per line, a one-column ``.csv``/``.tsv``).
 ``split_by_class=f`` gives the zero-shot split: of the C classes that have rows, the first
@@ -843,6 +844,103 @@ def _spec_key(spec: str) -> str:
     return spec[len(KEY_PREFIX):] if isinstance(spec, str) and spec.startswith(KEY_PREFIX) else spec
 
 
+#: a number in a list cell as JSON or Python writes it (``-1.5e-3``, ``7``; also ``+1``, ``.5``, ``5.``); ASCII
+#: digits only (``float`` reads other scripts' digits and ``1_000``: no number of a JSON list)
+_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_NUMBER_LIST = re.compile(rf"\s*\[\s*{_NUMBER}(?:\s*,\s*{_NUMBER})*\s*\]\s*", re.ASCII)
+_NUMBER_ONLY = re.compile(rf"\s*{_NUMBER}\s*", re.ASCII)
+_NOT_FINITE = re.compile(r"\s*[+-]?(?:nan|inf|infinity)\s*", re.ASCII | re.IGNORECASE)
+#: numpy's print of an array (``str(x)``, what ``to_csv`` writes of a column of arrays): numbers without commas,
+#: rounded to 8 decimals, a long array shortened with "..."
+_NUMPY_ITEM = rf"(?:{_NUMBER}|[+-]?nan|[+-]?inf|\.\.\.)"
+#: (items apart by blanks: "(?:item\s*)+" tried every split of a long run of digits, seconds for 24 of them)
+_NUMPY_PRINT = re.compile(rf"\s*\[\s*{_NUMPY_ITEM}(?:\s+{_NUMPY_ITEM})*\s*\]\s*", re.ASCII | re.IGNORECASE)
+
+
+def _list_text(cells: Any) -> np.ndarray | None:
+    """A table column's cells when they are texts of lists (``"[0.1, 0.2]"``, what ``DataFrame.to_csv`` writes of
+    a column of lists): some cell, as written, starts with ``[`` and every cell is text or empty; else None."""
+    cells = np.asarray(cells, dtype=object)
+    if cells.ndim != 1 or not all(c is None or isinstance(c, str) for c in cells):
+        return None
+    if not any(isinstance(c, str) and c.lstrip().startswith("[") for c in cells):
+        return None
+    return cells
+
+
+def number_lists(path: Any, column: str, cells: Sequence[Any]) -> np.ndarray:
+    """The cells of a table column, each the text of a list of numbers (``"[0.1, -2e-3, 7]"``: JSON, or a Python
+    list of ``int``/``float`` as ``DataFrame.to_csv`` writes it), as an N x D float64 array: every number parsed
+    exactly (``float``, correctly rounded). Nothing is evaluated: a cell must match a list of numbers as a whole.
+    One line, naming the column and the first bad row (counted from 0, as the table's rows), for an empty cell,
+    a cell that is no list of numbers (numpy's print of an array, ``np.float64(...)`` items, text, nested lists),
+    an empty list, NaN or inf, and lists of different lengths."""
+    from embedscope.text import quoted
+
+    where = f"{path}: column '{_pretty(column)}'"
+    out: np.ndarray | None = None
+    for i, cell in enumerate(cells):
+        text = cell if isinstance(cell, str) else ""
+        if not text.strip():
+            raise EmbedscopeError(f"{where}: row {i} is empty: every row of the embeddings needs a list of numbers")
+        if _NUMBER_LIST.fullmatch(text) is None:
+            raise EmbedscopeError(f"{where}, row {i}: {_not_a_number_list(text)}")
+        items = text.strip()[1:-1].split(",")
+        if out is None:
+            out = np.empty((len(cells), len(items)), dtype=np.float64)
+        elif len(items) != out.shape[1]:
+            raise EmbedscopeError(f"{where}, row {i}: a list of {len(items)} numbers, but row 0's has {out.shape[1]}: "
+                                  "every row of the embeddings needs as many")
+        out[i] = list(map(float, items))  # (checked above: no "1_000", "nan" or other scripts' digits)
+        if not np.isfinite(out[i]).all():  # (a number beyond float64's range, 1e999, reads as inf)
+            j = int(np.flatnonzero(~np.isfinite(out[i]))[0])
+            raise EmbedscopeError(f"{where}, row {i}: number {j}, {quoted(_pretty(items[j].strip()))}, is beyond "
+                                  "float64's range (inf): the embeddings must be finite numbers")
+    if out is None:
+        raise EmbedscopeError(f"{where}: no rows")
+    return out
+
+
+def _not_a_number_list(text: str) -> str:
+    """Why a cell is not a list of numbers (its text shortened, in quotes: the error line escapes it)."""
+    from embedscope.text import quoted
+
+    shown = quoted(_pretty(text.strip()))
+    body = text.strip()
+    if re.fullmatch(r"\[\s*\]", body):
+        return "an empty list []: every row of the embeddings needs at least one number"
+    if "np.float" in body or "np.int" in body:
+        return (f"{shown} holds numpy scalars (np.float64(...)), not numbers: write each row as a list of numbers "
+                "(x.tolist())")
+    if _NUMPY_PRINT.fullmatch(body) and "," not in body:
+        return (f"{shown} is numpy's print of an array (numbers without commas: rounded to 8 decimals, a long "
+                "array shortened with '...'): write each row as a list of numbers (x.tolist()), or one column per "
+                "dimension")
+    if not (body.startswith("[") and body.endswith("]")):
+        return f"{shown} is not a list of numbers [x, y, ...]"
+    items = [t.strip() for t in body[1:-1].split(",")]
+    for j, t in enumerate(items):
+        if _NOT_FINITE.fullmatch(t):
+            return f"number {j} is {quoted(_pretty(t))}: the embeddings must be finite numbers (no NaN or inf)"
+        if not _NUMBER_ONLY.fullmatch(t):
+            what = "an empty item" if not t else f"{quoted(_pretty(t))}, not a number"
+            return f"item {j} of {shown} is {what}: a row is a list of numbers [x, y, ...]"
+    return f"{shown} is not a list of numbers [x, y, ...]"  # pragma: no cover - (every way out is named above)
+
+
+def _list_columns(src: Source, keys: Sequence[str]) -> list[str]:
+    """Those of a table's columns ``keys`` that hold lists (a Parquet list column) or texts of lists (a CSV's
+    ``"[0.1, 0.2]"``): ``--embeddings COLUMN`` reads them."""
+    out = []
+    for k in keys:
+        cells = src.text.get(k, src.columns[k])
+        v = np.asarray(src.columns[k])
+        if _list_text(cells) is not None or (v.dtype == object and v.ndim == 1 and len(v)
+                                             and isinstance(v[0], (list, tuple, np.ndarray))):
+            out.append(k)
+    return out
+
+
 def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, Any]) -> np.ndarray | None:
     """The embeddings named by ``spec`` (or found by key); ``info`` records what formed them:
     ``columns`` (a table's columns), or ``key`` (a key or list-valued column) with ``others``, the
@@ -862,9 +960,14 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
             raise EmbedscopeError(f"{src.path}: no columns start with '{_pretty(spec[:-1])}'")
         text = [c for c in cols if np.asarray(src.columns[c]).dtype.kind not in "fiu"]
         if text:  # (was "the embeddings must be numbers, got object", naming no column)
+            import shlex
+
+            lists = _list_columns(src, text)
+            also = (f" ('{_pretty(lists[0])}' holds lists: --embeddings {_pretty(shlex.quote(lists[0]))} reads it "
+                    "alone)" if lists else "")
             raise EmbedscopeError(f"{src.path}: --embeddings {_pretty(spec)} takes {_names(text)} too, which "
                                   f"{'is' if len(text) == 1 else 'are'} not numeric: name the embedding columns "
-                                  "by a prefix that only they share")
+                                  f"by a prefix that only they share{also}")
         used.update(cols)
         info["columns"] = cols
         if taken:  # (a --properties column matching the prefix left the embedding without a word)
@@ -890,6 +993,10 @@ def _embeddings(src: Source, spec: str | None, used: set[str], info: dict[str, A
             raise EmbedscopeError(f"{src.path}: column '{_pretty(names[0])}', taken for the embeddings by its name, "
                                   f"holds one number per row: give --embeddings {_pretty(shlex.quote(names[0]))} for a "
                                   "D = 1 embedding, or name the embedding columns with --embeddings COLUMN or PREFIX*")
+        lists = _list_text(src.text.get(names[0], v)) if src.table and np.ndim(v) == 1 else None
+        if lists is not None:  # a CSV's "[0.1, 0.2, ...]" per cell (to_csv of a column of lists)
+            info["key"] = names[0]
+            return number_lists(src.path, names[0], lists)
         if src.table and np.ndim(v) == 1 and np.asarray(v).dtype.kind not in "fiu":
             _refuse_scalar_text(src, names[0], np.asarray(v), spec)
         info["key"] = names[0]
@@ -1060,6 +1167,12 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         _no_partly_numeric(src, [k for k in src.columns if k not in used and k not in cols])
         if not cols:
             left = f"; '{_pretty(index_col)}' was left out: a row index 0..N-1" if index_col is not None else ""
+            lists = _list_columns(src, [k for k in src.columns if k not in used])
+            if lists:  # (a column of lists is taken by its name only: embeddings, ..., or --embeddings COLUMN)
+                import shlex
+
+                left += (f"; column '{_pretty(lists[0])}' holds lists: --embeddings "
+                         f"{_pretty(shlex.quote(lists[0]))} reads it")
             raise EmbedscopeError(f"{src.path}: no numeric columns left for the embeddings (name them with "
                                   f"--embeddings COLUMN or PREFIX*{left})")
         info["columns"] = cols
@@ -1157,6 +1270,12 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
                      for what, (f, h) in origin.items() if h is not None)
         ignored = [k for k in src.columns if k not in used and k not in info.get("columns", ())] if src.table else []
         line = _embedding_note(info, X.shape, index_col, ignored, src.table)
+        lists = _list_columns(src, ignored) if src.table else []
+        if line and lists:  # (a CSV's column of "[0.1, ...]" beside numeric columns: taken by its name only)
+            import shlex
+
+            line += (f"; '{_pretty(lists[0])}' holds lists: --embeddings {_pretty(shlex.quote(lists[0]))} "
+                     "takes it as the embedding")
         if line:
             notes.append(line)
         if pa is None and paths is None:  # a column of paths spelled otherwise (Path, image_path): not read
