@@ -60,6 +60,11 @@ def test_named_by_embeddings_json_and_python_spellings_and_tsv(tmp_path):
         es = import_embeddings(p, embeddings="vec")
         assert np.array_equal(es.embeddings, want)
         assert np.signbit(es.embeddings[2, 0])  # -0.0 kept
+    # a Parquet column of such texts (a CSV read by pandas and written again)
+    import pandas as pd
+
+    pd.DataFrame({"label": [0, 1, 0, 1], "vec": cells}).to_parquet(tmp_path / "t.parquet")
+    assert np.array_equal(import_embeddings(tmp_path / "t.parquet", embeddings="vec").embeddings, want)
     # a D = 1 list
     es = import_embeddings(_csv(tmp_path, ["[1]", "[2]", "[3]", "[4]"], name="vec"), embeddings="vec")
     assert es.embeddings.shape == (4, 1)
