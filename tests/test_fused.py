@@ -242,3 +242,19 @@ def test_compact_result_as_the_tile_pass_gives_it():
     assert a.n_ranked is not None and b.n_ranked is not None
     for f in ("offsets", "ranks", "refs", "n_ranked"):
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+
+
+@needs_ext
+def test_numpy_gemm_without_torch_gives_the_same_ranks(monkeypatch):
+    """Where torch is not imported (a CPU-only `embedscope evaluate`: importing it costs seconds) the blocks'
+    GEMM is numpy's: the same ranks as with torch's."""
+    import sys
+
+    import torch  # noqa: F401 (the first search by torch's GEMM)
+
+    X, y = _set(1500, 24, 20, 2.0, seed=12)
+    want = relevant_ranks(X, y, device="cpu")
+    monkeypatch.delitem(sys.modules, "torch")
+    got = relevant_ranks(X, y, device="cpu")
+    assert "torch" not in sys.modules
+    _same(got, want)

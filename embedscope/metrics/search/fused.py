@@ -3,9 +3,9 @@
 
 At the sizes of CUB-200 and CARS196 test sets (thousands of images, classes of tens) the numpy passes
 (:mod:`.rows`, :mod:`.counting`) spend most of their time in many small numpy calls, not in the GEMM.
-This pass multiplies a block of queries by every reference (one IEEE float32 GEMM by torch, one thread per
-worker thread) and hands the block to ``_fused.count_rows`` (C, the GIL released), which ranks each query's
-relevant references from its row of keys:
+This pass multiplies a block of queries by every reference (one IEEE float32 GEMM, by torch where it is
+imported already, else numpy; one thread per worker thread) and hands the block to ``_fused.count_rows``
+(C, the GIL released), which ranks each query's relevant references from its row of keys:
 
 1. a key ``L`` with at least ``depth_i`` references keyed ≥ L (counted, never assumed): the depth_i-th
    relevant key, or a higher estimate of the depth_i-th largest key read off every 8th key of the row once
@@ -34,6 +34,7 @@ with the same results).
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -97,7 +98,7 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
     from embedscope.device import ieee_float32, torch_threads
     from embedscope.metrics.search.counting import tile_delta
     from embedscope.metrics.search.knn import _bar
-    from embedscope.metrics.search.threads import n_search_threads
+    from embedscope.metrics.search.threads import blas_single_thread, n_search_threads
 
     nq, dim = ks.Q64.shape
     nr = ks.R64.shape[0]
@@ -143,36 +144,51 @@ def relevant_ranks_fused(ks, lay, depth_q, *, block: int | None = None, threads:
     n_threads = max(1, min(n_threads, len(spans)))
     local = threading.local()
     bar = _bar(progress, nq, "retrieval")
-    import torch
-
-    Qt, RTt = torch.from_numpy(Q32), torch.from_numpy(RT)
+    # the GEMM by torch where a script has imported it already (its single-thread sgemm: 1.3-1.6x OpenBLAS's at
+    # 6,000-12,000 rows), else by numpy: importing torch costs 1.3-1.9 s of a CPU-only `embedscope evaluate`
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        Qt, RTt = torch.from_numpy(Q32), torch.from_numpy(RT)
 
     def run(span):
         buf = getattr(local, "buf", None)
         if buf is None:
-            buf = local.buf = torch.empty(sub * nr, dtype=torch.float32)
-            if n_threads > 1:  # a worker thread's own torch (OpenMP) thread count: one
-                torch.set_num_threads(1)
+            if torch is not None:
+                buf = local.buf = torch.empty(sub * nr, dtype=torch.float32)
+                if n_threads > 1:  # a worker thread's own torch (OpenMP) thread count: one
+                    torch.set_num_threads(1)
+            else:
+                buf = local.buf = np.empty(sub * nr, dtype=np.float32)
         for s in range(span[0], span[1], sub):
             e = min(span[1], s + sub)
-            G = buf[:(e - s) * nr].view(e - s, nr)
-            torch.mm(Qt[s:e], RTt, out=G)  # (torch's single-thread sgemm: 1.3-1.6x OpenBLAS's at 6,000-12,000 rows)
-            _fused.count_rows(G.numpy(), e - s, nr, s, nq, dim, starts.size, npairs, bool(ks.same), eps, q_cls,
+            if torch is not None:
+                Gt = buf[:(e - s) * nr].view(e - s, nr)
+                torch.mm(Qt[s:e], RTt, out=Gt)
+                G = Gt.numpy()
+            else:
+                G = buf[:(e - s) * nr].reshape(e - s, nr)
+                np.matmul(Q32[s:e], RT, out=G)
+            _fused.count_rows(G, e - s, nr, s, nq, dim, starts.size, npairs, bool(ks.same), eps, q_cls,
                               ref_cls, ref_order, starts, ends, dq, offsets, delta, Q64, R64, out_rank, out_ref, unsure)
         return span[1] - span[0]
 
-    with ieee_float32():
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(blas_single_thread())  # (numpy's GEMMs, one BLAS thread each)
+        if torch is not None:
+            stack.enter_context(ieee_float32())
         if n_threads == 1:
-            with torch_threads(1):
-                for sp in spans:
-                    bar.update(run(sp))
+            if torch is not None:
+                stack.enter_context(torch_threads(1))
+            for sp in spans:
+                bar.update(run(sp))
         else:
-            before = torch.get_num_threads()  # (the last count set is the default of threads started later)
-            try:
+            before = torch.get_num_threads() if torch is not None else None  # (the last count set is the
+            try:  # default of threads started later)
                 for done in _pool(n_threads).map(run, spans):
                     bar.update(done)
             finally:
-                torch.set_num_threads(before)
+                if before is not None:
+                    torch.set_num_threads(before)
     bar.close()
     rows = np.flatnonzero(unsure)
     if rows.size:
