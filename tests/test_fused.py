@@ -226,6 +226,14 @@ def test_inconsistent_arguments_are_refused():
     args[20] = np.zeros(2)  # an output too short
     with pytest.raises(ValueError, match="out_rank"):
         fused._fused.count_rows(*args)
+    args[20] = np.zeros(4)
+    args[7], args[16] = 6, i64(0, 3, 6)  # (consistent now) ...
+    args[20], args[21] = np.zeros(6), np.zeros(6, dtype=np.int64)
+    fused._fused.count_rows(*args)
+    for bad in (i64(0, 1, 2, 4), i64(-1, 1, 2, 3)):  # ... but a reference index out of range (was read out of
+        args[12] = bad  # bounds: found with AddressSanitizer)
+        with pytest.raises(ValueError, match="class layout"):
+            fused._fused.count_rows(*args)
 
 
 @needs_ext

@@ -369,7 +369,7 @@ static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t item
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
     if (view->itemsize != itemsize || view->len < itemsize * count) {
-        PyErr_Format(PyExc_ValueError, "_fused.count_rows: %s has the wrong item size or length", name);
+        PyErr_Format(PyExc_ValueError, "_fused: %s has the wrong item size or length", name);
         PyBuffer_Release(view);
         return -1;
     }
@@ -429,6 +429,7 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
             PyErr_NoMemory();
         } else {
             int bad = 0;
+            for (Py_ssize_t m = 0; m < nr && !bad; m++) bad = A.ref_order[m] < 0 || A.ref_order[m] >= nr;
             for (Py_ssize_t r = 0; r < nb && !bad; r++) { /* the relevant sets the caller counted */
                 int64_t c = A.q_cls[q0 + r], want = A.offsets[q0 + r + 1] - A.offsets[q0 + r];
                 if (c >= ncls || (c < 0 && want != 0) || want < 0 || A.offsets[q0 + r + 1] > npairs) bad = 1;
