@@ -68,6 +68,14 @@ static double dot64(const double *a, const double *b, Py_ssize_t d) {
 
 /* (g, idx) pairs sorted by g, larger first, stably (equal g keep the order they came in: index order): a
  * counting sort on up to 256 buckets of g's range, then insertion within what the buckets left unordered */
+/* bucket of x = (gmax - g) * scale in [0, nbk - 1]; NaN (a NaN or infinite key) and out-of-range values are
+ * clamped, never converted to int as they are (undefined, in practice INT_MIN: a write far outside cnt) */
+static inline int sort_bucket(double x, int nbk) {
+    if (!(x >= 0.0)) return 0;
+    if (x >= (double)(nbk - 1)) return nbk - 1;
+    return (int)x;
+}
+
 static void sort_desc(float *g, int64_t *idx, Py_ssize_t n, float *tg, int64_t *ti, int32_t *cnt) {
     if (n < 2) return;
     if (n > 16) {
@@ -81,10 +89,10 @@ static void sort_desc(float *g, int64_t *idx, Py_ssize_t n, float *tg, int64_t *
         if (gmax > gmin) {
             const double scale = (double)(nbk - 1) / ((double)gmax - (double)gmin);
             memset(cnt, 0, (size_t)(nbk + 1) * sizeof(int32_t));
-            for (Py_ssize_t i = 0; i < n; i++) cnt[1 + (int)(((double)gmax - (double)g[i]) * scale)]++;
+            for (Py_ssize_t i = 0; i < n; i++) cnt[1 + sort_bucket(((double)gmax - (double)g[i]) * scale, nbk)]++;
             for (int k = 0; k < nbk; k++) cnt[k + 1] += cnt[k];
             for (Py_ssize_t i = 0; i < n; i++) {
-                const int k = (int)(((double)gmax - (double)g[i]) * scale);
+                const int k = sort_bucket(((double)gmax - (double)g[i]) * scale, nbk);
                 const int32_t o = cnt[k]++;
                 tg[o] = g[i];
                 ti[o] = idx[i];
@@ -142,8 +150,8 @@ static void swap_entries(Work *W, Py_ssize_t a, Py_ssize_t b) {
 }
 
 static inline int bucket_of(float g) {
-    int b = (int)((g + 1.0f) * HALF_SCALE);
-    return b < 0 ? 0 : (b >= NBUCKET ? NBUCKET - 1 : b);
+    const float x = (g + 1.0f) * HALF_SCALE; /* (NaN: bucket 0; never converted out of int's range) */
+    return !(x >= 0.0f) ? 0 : (x >= (float)NBUCKET ? NBUCKET - 1 : (int)x);
 }
 
 /* the lower edge of bucket b, less a margin: an element counted in bucket b has g >= b / 512 - 1 up to the
@@ -157,8 +165,8 @@ static double sampled_floor(const float *row, Py_ssize_t nr, int64_t need, int32
     memset(hist, 0, SAMPLE_BUCKETS * sizeof(int32_t));
     int bmax = 0;
     for (Py_ssize_t m = 0; m < nr; m += SAMPLE_STEP) {
-        int b = (int)((row[m] + 1.0f) * (SAMPLE_BUCKETS / 2));
-        b = b < 0 ? 0 : (b >= SAMPLE_BUCKETS ? SAMPLE_BUCKETS - 1 : b);
+        const float x = (row[m] + 1.0f) * (SAMPLE_BUCKETS / 2);
+        const int b = !(x >= 0.0f) ? 0 : (x >= (float)SAMPLE_BUCKETS ? SAMPLE_BUCKETS - 1 : (int)x);
         hist[b]++;
         bmax = b > bmax ? b : bmax;
     }
@@ -366,9 +374,15 @@ static void one_row(const Args *A, Work *W, Py_ssize_t r) {
 
 static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t count,
                    const char *name) {
-    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "_fused: %s is not a C-contiguous%s buffer", name,
+                         writable ? " writable" : "");
+        }
         return -1;
-    if (view->itemsize != itemsize || view->len < itemsize * count) {
+    }
+    if (view->itemsize != itemsize || count < 0 || count > PY_SSIZE_T_MAX / itemsize || view->len < itemsize * count) {
         PyErr_Format(PyExc_ValueError, "_fused: %s has the wrong item size or length", name);
         PyBuffer_Release(view);
         return -1;
@@ -386,7 +400,8 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
                           &eps, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
                           &o[12], &o[13]))
         return NULL;
-    if (nb < 0 || nr < 1 || q0 < 0 || q0 + nb > nq || dim < 1 || ncls < 0 || npairs < 0) {
+    if (nb < 0 || nr < 1 || q0 < 0 || nq < 0 || nb > nq || q0 > nq - nb || dim < 1 || ncls < 0 || npairs < 0 ||
+        nq >= PY_SSIZE_T_MAX || nb > PY_SSIZE_T_MAX / nr || nq > PY_SSIZE_T_MAX / dim || nr > PY_SSIZE_T_MAX / dim) {
         PyErr_SetString(PyExc_ValueError, "_fused.count_rows: sizes out of range");
         return NULL;
     }
@@ -409,7 +424,7 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
         Py_ssize_t cap = 1;
         for (Py_ssize_t r = 0; r < nb; r++) {
             Py_ssize_t p = (Py_ssize_t)(A.offsets[q0 + r + 1] - A.offsets[q0 + r]);
-            if (p > cap) cap = p;
+            if (p > cap && p <= npairs) cap = p; /* (beyond npairs: refused below, never allocated) */
         }
         Work W;
         memset(&W, 0, sizeof(W));
@@ -429,15 +444,27 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
             PyErr_NoMemory();
         } else {
             int bad = 0;
-            for (Py_ssize_t m = 0; m < nr && !bad; m++) bad = A.ref_order[m] < 0 || A.ref_order[m] >= nr;
+            /* ref_order a permutation of 0..nr-1 (a repeated reference would be written twice: past P) */
+            for (Py_ssize_t m = 0; m < nr && !bad; m++) {
+                const int64_t x = A.ref_order[m];
+                bad = x < 0 || x >= nr || W.mark[x];
+                if (!bad) W.mark[x] = 1;
+            }
+            memset(W.mark, 0, (size_t)nr);
             for (Py_ssize_t r = 0; r < nb && !bad; r++) { /* the relevant sets the caller counted */
                 int64_t c = A.q_cls[q0 + r], want = A.offsets[q0 + r + 1] - A.offsets[q0 + r];
-                if (c >= ncls || (c < 0 && want != 0) || want < 0 || A.offsets[q0 + r + 1] > npairs) bad = 1;
+                if (c >= ncls || (c < 0 && want != 0) || want < 0 || A.offsets[q0 + r] < 0 ||
+                    A.offsets[q0 + r + 1] > npairs)
+                    bad = 1;
                 else if (c >= 0) {
                     int64_t have = A.cend[c] - A.cstart[c];
                     if (A.cstart[c] < 0 || A.cend[c] > nr || have < 0) bad = 1;
-                    else if (A.same && have - 1 != want) bad = 1;
+                    else if (A.same && (q0 + r >= nr || have - 1 != want)) bad = 1;
                     else if (!A.same && have != want) bad = 1;
+                    /* same: the query itself must be among them (one_row gathers every one but it: a row
+                     * whose class does not hold it would gather want + 1 into arrays of cap) */
+                    for (int64_t s = A.cstart[c]; s < A.cend[c] && !bad && A.same; s++) have -= A.ref_order[s] == q0 + r;
+                    if (!bad && A.same && have != want) bad = 1;
                 }
                 if (!bad && (A.depth_q[q0 + r] < 1)) bad = 1;
             }
@@ -466,7 +493,7 @@ static PyObject *rank_sums(PyObject *self, PyObject *args) {
     Py_ssize_t nq, npairs;
     (void)self;
     if (!PyArg_ParseTuple(args, "nnOOOOO", &nq, &npairs, &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
-    if (nq < 0 || npairs < 0) {
+    if (nq < 0 || nq >= PY_SSIZE_T_MAX || npairs < 0) {
         PyErr_SetString(PyExc_ValueError, "_fused.rank_sums: sizes out of range");
         return NULL;
     }
