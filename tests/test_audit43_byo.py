@@ -147,18 +147,26 @@ def _old_densenet(net: torch.nn.Module) -> dict:
             for k, v in net.state_dict().items()}
 
 
+def _old_file_loads_and_names_an_extra_key(tmp_path, arch, net, old, saved, extra):
+    """``saved`` (a state dict of ``net`` in an old torchvision's key names, ``old``, perhaps prefixed) loads
+    as ``arch`` with ``net``'s features; ``old`` plus the key ``extra`` is refused: the error line."""
+    torch.save(saved, tmp_path / "old.pth")
+    model = build_pretrained(arch, weights=tmp_path / "old.pth")[0]
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.features(x), _features(net, x))
+    torch.save({**old, extra: torch.zeros(2)}, tmp_path / "x.pth")
+    return _error(build_pretrained, arch, weights=tmp_path / "x.pth")
+
+
 def test_an_old_densenet_file_loads_and_its_unexpected_key_is_named_in_its_own_form(tmp_path):
     torch.manual_seed(0)
     net = _stats(tvm.densenet121(weights=None))
     old = _old_densenet(net)
     assert "features.denseblock1.denselayer1.norm.1.weight" in old
-    torch.save({"module." + k: v for k, v in old.items()}, tmp_path / "d.pth")
-    model = build_pretrained("densenet121", weights=tmp_path / "d.pth")[0]
-    x = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(model.features(x), _features(net, x))
-    torch.save({**old, "features.denseblock1.denselayer1.norm.1.extra": torch.zeros(2)}, tmp_path / "x.pth")
-    line = _error(build_pretrained, "densenet121", weights=tmp_path / "x.pth")
+    line = _old_file_loads_and_names_an_extra_key(
+        tmp_path, "densenet121", net, old, {"module." + k: v for k, v in old.items()},
+        "features.denseblock1.denselayer1.norm.1.extra")
     assert "unexpected 1 key(s) e.g. features.denseblock1.denselayer1.norm.1.extra)" in line  # (was norm1.extra)
 
 
@@ -266,11 +274,6 @@ def test_a_vit_file_of_torchvision_s_old_mlp_names_loads(tmp_path, monkeypatch):
     old = {re.sub(r"mlp\.([03])\.", lambda m: f"mlp.linear_{1 if m.group(1) == '0' else 2}.", k): v
            for k, v in net.state_dict().items()}
     assert "encoder.layers.encoder_layer_1.mlp.linear_2.weight" in old
-    torch.save(old, tmp_path / "vit.pth")
-    model = build_pretrained("vit_b_16", weights=tmp_path / "vit.pth")[0]
-    x = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(model.features(x), _features(net, x))
-    torch.save({**old, "encoder.layers.encoder_layer_1.mlp.linear_2.extra": torch.zeros(2)}, tmp_path / "x.pth")
-    line = _error(build_pretrained, "vit_b_16", weights=tmp_path / "x.pth")
+    line = _old_file_loads_and_names_an_extra_key(tmp_path, "vit_b_16", net, old, old,
+                                                  "encoder.layers.encoder_layer_1.mlp.linear_2.extra")
     assert "e.g. encoder.layers.encoder_layer_1.mlp.linear_2.extra)" in line  # (the file's name)
