@@ -196,7 +196,7 @@ class RelevantRanks:
         if kept is not None and np.array_equal(kept[0], lim):
             return kept[1]
         sums = fused.rank_sums(self.offsets, self.ranks, lim)
-        object.__setattr__(self, "_sums_kept", (lim.copy(), sums))
+        self._sums_kept = (lim.copy(), sums)
         return sums
 
     def hits(self, limit) -> np.ndarray:
