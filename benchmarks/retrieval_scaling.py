@@ -226,6 +226,9 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
         faiss.omp_set_num_threads(args.threads)
+    from _script import machine
+
+    print(machine())
     print(f"torch threads {torch.get_num_threads()}, faiss threads {faiss.omp_get_max_threads()}, "
           f"repeats {args.repeats} (min / median)")
     hdr = (f"{'N':>7} {'D':>5} {'classes':>7} {'diff':>5} {'P@1':>6} | {'embedscope':>13} {'PML':>13} "

@@ -59,3 +59,22 @@ def test_gpu_benchmarks_run_on_the_cpu(script, args):
     assert out.returncode == 0, out.stderr[-1500:]
     if script == "retrieval_cuda.py":
         assert "largest |cpu - cpu| 0.0e+00" in out.stdout
+
+
+def test_machine_line_names_cpu_cores_and_the_passes_in_use(monkeypatch):
+    """benchmarks/_script.machine(): the line printed above a benchmark's table (timings differ between CPUs:
+    whether the CPU multiplies bfloat16, whether the compiled fused pass was built)."""
+    import os
+
+    monkeypatch.syspath_prepend(str(BENCH[0].parent))
+    from _script import machine
+
+    from embedscope.metrics.search import fused
+    from embedscope.metrics.search.bf16 import bf16_available
+
+    line = machine()
+    assert f"{os.cpu_count()} cores" in line
+    assert f"bfloat16 hardware: {'yes' if bf16_available() else 'no'}" in line
+    assert ("fused pass: built" if fused.available() else "fused pass: not built") in line
+    monkeypatch.setattr(fused, "_fused", None)
+    assert "fused pass: not built" in machine()
