@@ -47,8 +47,11 @@ def similarity_digits(sim: Any, lo: int = 2, hi: int | None = None) -> int:
     digits for float32 arrays, 12 for float64, counted at the largest magnitude): values that differ
     only beyond it are the same value (printed alike; one that differs from a bound only there reads
     as the bound: a duplicate's cosine 0.9999999999999998 is "1.00"). ``hi``, when given, caps the
-    decimals further (``hi`` itself when the values need more). Equal values always print equal."""
+    decimals further (``hi`` itself when the values need more). Equal values always print equal.
+    An empty array (no retrievals, or no queries) has nothing to tell apart: ``lo``."""
     arr = np.asarray(sim)
+    if arr.size == 0:  # (a reshape of a zero-length last axis to (-1, 0) cannot infer the rows)
+        return lo
     narrow = arr.dtype.kind == "f" and arr.dtype.itemsize <= 4  # (float16 as float32; integers as float64)
     sig = SIGNIFICANT_DIGITS["float32" if narrow else "float64"]
     sim = arr.astype(np.float64)
