@@ -13,8 +13,9 @@ from a file of their own (``.npy``, ``.txt`` one value per line, a one-column ``
 where it came from (``imported``, ``import_source``, ``import_sha256``, ``import_format``; the files
 labels, split, paths or class names were read from: ``import_labels_file``, ...) and what
 formed the embedding (``import_embedding_columns``: a table's columns; ``import_embedding_key``: the
-key or list-valued column). A table's leading unnamed column holding 0..N-1 (the row index that
-``DataFrame.to_csv`` writes unless ``index=False``) is left out of the embedding.
+key or list-valued column). A table's leading unnamed column holding distinct non-negative integers
+(the row index that ``DataFrame.to_csv`` writes unless ``index=False``: 0..N-1, or of a filtered or
+re-sorted frame e.g. 0, 2, 5, 7 or a permutation) is left out of the embedding.
 """
 
 from __future__ import annotations
@@ -1058,15 +1059,34 @@ _UNNAMED = re.compile(r"Unnamed: \d+|__index_level_\d+__|\s*")
 
 
 def _row_index_column(src: Source, cols: list[str]) -> str | None:
-    """A table's first column when it is unnamed and holds exactly 0, 1, ..., N-1: the row index that
-    ``DataFrame.to_csv(path)`` writes unless ``index=False``, not an embedding dimension."""
+    """A table's first column when it is unnamed and holds distinct non-negative integers (of an integer
+    dtype, or floats that are all integral): the row index that ``DataFrame.to_csv(path)`` writes unless
+    ``index=False`` (0, 1, ..., N-1, or of a filtered or re-sorted frame 0, 2, 5, 7 or a permutation),
+    not an embedding dimension."""
     if not src.table or not src.columns:
         return None
     first = next(iter(src.columns))
     if first not in cols or not _UNNAMED.fullmatch(first):
         return None
     v = np.asarray(src.columns[first])
-    return first if v.ndim == 1 and v.size > 1 and np.array_equal(v, np.arange(v.size)) else None
+    if v.ndim != 1 or v.size < 2 or v.dtype.kind not in "fiu":
+        return None
+    if v.dtype.kind == "f":  # (integral floats: an index read back as float, e.g. beside a missing cell)
+        if not (np.all(np.isfinite(v)) and np.all(v == np.floor(v)) and np.max(np.abs(v)) < 2.0 ** 53):
+            return None
+    if v.min() < 0 or np.unique(v).size != v.size:
+        return None
+    return first
+
+
+def _row_index_words(v: np.ndarray) -> str:
+    """What the note says of a row-index column left out: 'the row index 0..N-1' when it is exactly that,
+    else the row index of a filtered or sorted frame, its count and range."""
+    v = np.asarray(v)
+    if np.array_equal(v, np.arange(v.size)):
+        return f"the row index 0..{v.size - 1} (pandas' to_csv without index=False)"
+    return (f"the row index of a filtered or sorted frame ({v.size} distinct integers in {int(v.min())}..{int(v.max())}; "
+            "pandas' to_csv without index=False)")
 
 
 def _names(names: Sequence[str], most: int = 6) -> str:
@@ -1164,9 +1184,11 @@ def import_embeddings(src_path: str | os.PathLike, *, embeddings: str | None = N
         if index_col is not None:  # pandas' row index (to_csv without index=False): left out, and said so
             cols.remove(index_col)
             used.add(index_col)
+            info["row_index"] = _row_index_words(src.columns[index_col])
         _no_partly_numeric(src, [k for k in src.columns if k not in used and k not in cols])
         if not cols:
-            left = f"; '{_pretty(index_col)}' was left out: a row index 0..N-1" if index_col is not None else ""
+            left = (f"; '{_pretty(index_col)}', distinct non-negative integers, was left out as a row index"
+                    if index_col is not None else "")
             lists = _list_columns(src, [k for k in src.columns if k not in used])
             if lists:  # (a column of lists is taken by its name only: embeddings, ..., or --embeddings COLUMN)
                 import shlex
@@ -1334,8 +1356,7 @@ def _embedding_note(info: dict[str, Any], shape: tuple[int, ...], index_col: str
     if info.get("prefix_taken"):
         line += f"; left out {_names(info['prefix_taken'])}: taken as labels, split, paths or properties"
     if index_col is not None:
-        line += (f"; left out '{_pretty(index_col)}': the row index 0..{n - 1} (pandas' to_csv without "
-                 "index=False)")
+        line += f"; left out '{_pretty(index_col)}': {info['row_index']}"
     if ignored:
         line += f"; ignored: {_names(ignored)}"
     return line

@@ -5,12 +5,18 @@ What was wrong before:
 1. :func:`embedscope.viz.neighbours.similarity_digits` of an empty array (``np.empty((0,))``,
    ``np.empty((3, 0))``) raised ("cannot reshape array of size 0 into shape (0)") instead of
    returning ``lo``.
+2. ``embedscope import`` of a CSV written by ``DataFrame.to_csv(path)`` of a filtered or re-sorted frame:
+   the unnamed first column (pandas' row index, 0, 2, 5, 7, ... or a permutation) became an
+   embedding dimension (D one too many), since only exactly 0..N-1 was recognised.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
+
+from tests.cli_run import run_cli
 
 
 # ------------------------------------------------------------------ 1. similarity_digits of nothing
@@ -33,3 +39,70 @@ def test_similarity_digits_of_nan_rows_and_scalars():
     assert similarity_digits(np.float64(0.5)) == 2
     assert similarity_digits(np.array(0.99995)) == 5  # (4 decimals would read "1.0000")
     assert similarity_digits([[np.nan, 0.999521, 0.999524]]) == 6  # a NaN beside values: the values count
+
+
+# ------------------------------------------------------------------ 2. pandas' row index of a filtered frame
+def _frame(n=20):
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(n, 3)), columns=["d0", "d1", "d2"])
+    df.insert(0, "label", np.arange(n) % 4)
+    return df
+
+
+def _import(tmp_path, df, name, **to_csv):
+    from embedscope import store
+
+    csv, out = tmp_path / f"{name}.csv", tmp_path / f"{name}.h5"
+    df.to_csv(csv, **to_csv)
+    rc, stdout, err = run_cli(["import", csv, "-o", out, "--labels", "label"])
+    assert rc == 0, err
+    return stdout.splitlines(), store.load(out)
+
+
+@pytest.mark.parametrize("how", ["filtered", "sorted", "filtered and sorted"])
+def test_row_index_of_a_filtered_or_sorted_frame_is_left_out(tmp_path, how):
+    df = _frame()
+    if "filtered" in how:
+        df = df[df["d0"] > -0.5]  # 0, 1, 3, ...: gaps
+    if "sorted" in how:
+        df = df.sort_values("d1")  # a permutation
+    assert not np.array_equal(df.index, np.arange(len(df)))
+    lines, es = _import(tmp_path, df, "a")
+    assert es.embeddings.shape == (len(df), 3)  # before: (N, 4), 'Unnamed: 0' a dimension
+    np.testing.assert_array_equal(es.embeddings, df[["d0", "d1", "d2"]].to_numpy(dtype=np.float32))
+    np.testing.assert_array_equal(es.labels, df["label"].to_numpy())
+    assert es.attrs["import_embedding_columns"] == ["d0", "d1", "d2"]
+    assert lines[0] == (f"embeddings: 3 columns d0, d1, d2; left out 'Unnamed: 0': the row index of a filtered or "
+                        f"sorted frame ({len(df)} distinct integers in {df.index.min()}..{df.index.max()}; pandas' "
+                        "to_csv without index=False)")
+
+
+def test_row_index_written_as_whole_floats_is_left_out(tmp_path):
+    df = _frame()
+    df.index = np.arange(20, dtype=float) * 2  # 0.0, 2.0, ...: whole numbers in a float column
+    lines, es = _import(tmp_path, df, "f")
+    assert es.embeddings.shape == (20, 3) and "left out 'Unnamed: 0'" in lines[0]
+
+
+def test_row_index_0_to_n_keeps_its_note_and_other_unnamed_columns_stay(tmp_path):
+    lines, es = _import(tmp_path, _frame(), "a")  # 0..N-1: as before
+    assert lines[0] == ("embeddings: 3 columns d0, d1, d2; left out 'Unnamed: 0': the row index 0..19 (pandas' "
+                        "to_csv without index=False)") and es.embeddings.shape == (20, 3)
+    for i, index in enumerate((np.arange(20) - 1, np.arange(20) % 7, np.arange(20) * 0.5)):
+        df = _frame()
+        df.index = index  # a negative value, repeats, fractions: not a row index, an embedding column as before
+        lines, es = _import(tmp_path, df, f"k{i}")
+        assert lines[0] == "embeddings: 4 columns Unnamed: 0, d0, d1, d2" and es.embeddings.shape == (20, 4)
+    df = _frame()
+    df.index = np.arange(20)[::-1] * 3
+    df = df.rename_axis("row")  # a named column is never taken for the row index
+    lines, es = _import(tmp_path, df, "named")
+    assert lines[0] == "embeddings: 4 columns row, d0, d1, d2" and es.embeddings.shape == (20, 4)
+
+
+def test_a_table_of_labels_and_a_sparse_row_index_has_no_embedding(tmp_path):
+    (tmp_path / "only.csv").write_text(",label\n0,a\n3,b\n5,a\n")
+    rc, _, err = run_cli(["import", tmp_path / "only.csv", "-o", tmp_path / "only.h5"])
+    assert rc == 1 and "Traceback" not in err
+    assert err.strip().endswith("no numeric columns left for the embeddings (name them with --embeddings COLUMN or "
+                                "PREFIX*; 'Unnamed: 0', distinct non-negative integers, was left out as a row index)")

@@ -149,11 +149,12 @@ def test_csv_row_index_column_is_left_out_and_said(tmp_path, capsys):
 
 def test_unnamed_column_that_is_no_row_index_is_kept_and_named(tmp_path, capsys):
     df = _frame()
-    df.index = np.arange(20)[::-1]  # not 0..N-1: not a row index to leave out
-    df.to_csv(tmp_path / "a.csv")
-    assert main(["import", str(tmp_path / "a.csv"), "-o", str(tmp_path / "a.h5")]) == 0
-    assert capsys.readouterr().out.startswith("embeddings: 5 columns Unnamed: 0, d0, d1, d2, d3\n")
-    assert store.load(tmp_path / "a.h5").embeddings.shape == (20, 5)
+    for index in (np.arange(20) - 3, np.arange(20) // 2, np.arange(20) + 0.5):  # negative, repeated, fractional:
+        df.index = index  # not distinct non-negative integers: not a row index to leave out
+        df.to_csv(tmp_path / "a.csv")
+        assert main(["import", str(tmp_path / "a.csv"), "-o", str(tmp_path / "a.h5"), "--force"]) == 0
+        assert capsys.readouterr().out.startswith("embeddings: 5 columns Unnamed: 0, d0, d1, d2, d3\n")
+        assert store.load(tmp_path / "a.h5").embeddings.shape == (20, 5)
 
 
 def test_csv_metadata_and_text_columns_are_reported(tmp_path, capsys):
