@@ -8,6 +8,9 @@ What was wrong before:
 2. ``embedscope import`` of a CSV written by ``DataFrame.to_csv(path)`` of a filtered or re-sorted frame:
    the unnamed first column (pandas' row index, 0, 2, 5, 7, ... or a permutation) became an
    embedding dimension (D one too many), since only exactly 0..N-1 was recognised.
+3. The checkpoint advice for a file whose name holds a control character read "--head none (for bash or
+   zsh: ...) (or --head random ...)", two asides in a row (and "(torch.save({}, 'identity.pth')) (for bash
+   ..."): the note that the $'...' quotes are bash's and zsh's now ends the sentence, as a clause.
 """
 
 from __future__ import annotations
@@ -106,3 +109,52 @@ def test_a_table_of_labels_and_a_sparse_row_index_has_no_embedding(tmp_path):
     assert rc == 1 and "Traceback" not in err
     assert err.strip().endswith("no numeric columns left for the embeddings (name them with --embeddings COLUMN or "
                                 "PREFIX*; 'Unnamed: 0', distinct non-negative integers, was left out as a row index)")
+
+
+# ------------------------------------------------------------------ 3. the bash note after the sentence
+def _hint_cases():
+    """(state dict, object) of each kind of foreign file the advice names a command for."""
+    import argparse
+
+    import torch
+    from torchvision.models import resnet18
+
+    net = resnet18(weights=None)
+    sd = net.state_dict()
+    own = {**sd, "fc.weight": torch.zeros(128, 512), "fc.bias": torch.zeros(128)}  # the user's embedding layer
+    seq = torch.nn.Sequential(*list(net.children())[:-1]).state_dict()  # numbered keys
+    timm_obj = {"arch": "convnext_atto", "args": argparse.Namespace(), "state_dict": {}}
+    return [(sd, None), (own, None), (seq, None), ({"stem.0.weight": torch.zeros(2, 3, 4, 4)}, timm_obj),
+            ({"patch_embed.proj.weight": torch.zeros(2, 3, 4, 4)}, None)]
+
+
+def test_the_bash_note_ends_the_advice_instead_of_a_second_aside(tmp_path):
+    from embedscope.models.checkpoint import BASH_NOTE, _foreign_state_dict_hint, keep_layer_hint
+    from embedscope.text import safe
+
+    path = tmp_path / "r18\x1b[31m.pth"  # a control character: the command is in bash's $'...' quotes
+    for sd, obj in _hint_cases():
+        line = safe(_foreign_state_dict_hint(sd, path, obj))
+        assert "$'" in line and "--head random" in line, line
+        assert line.endswith(BASH_NOTE) and line.count(BASH_NOTE) == 1, line
+        assert ") (" not in line, line  # before: "--head none (for bash or zsh: ...) (or --head random ...)"
+    hint = safe(keep_layer_hint(path, "timm:resnet18"))  # before: "(torch.save({}, 'identity.pth')) (for bash ..."
+    assert hint.endswith("(torch.save({}, 'identity.pth'))" + BASH_NOTE) and ") (" not in hint, hint
+    assert safe(keep_layer_hint(tmp_path / "plain.pth")).endswith("(torch.save({}, 'identity.pth'))")
+
+
+def test_embed_of_a_torchvision_file_with_a_control_character_reads_naturally(tmp_path):
+    import torch
+    from torchvision.models import resnet18
+
+    from tests.cli_run import one_error_line
+
+    f = tmp_path / "r18\x1b[31m.pth"
+    torch.save(resnet18(weights=None).state_dict(), f)
+    rc, _, err = run_cli(["embed", f, "--dataset", "digits", "-o", tmp_path / "e.h5", "--no-progress"])
+    shown = str(tmp_path).replace("\\", "\\\\") + "/r18\\x1b[31m.pth"
+    assert rc == 1 and one_error_line(err, "embed").endswith(
+        f"embed it with no checkpoint as --arch resnet18 --weights $'{shown}' --head none (or --head random for a "
+        "seeded random linear head on the features), or as --trunk with --embedder; the $'...' quotes are bash's "
+        "and zsh's: plain sh does not read them")
+    assert "\x1b" not in err and not (tmp_path / "e.h5").exists()

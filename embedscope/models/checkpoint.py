@@ -916,20 +916,20 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
                     f"{sh_arg(path)} --head none embeds the {n_in}-d features before it ({HEAD_RANDOM})"
                     f"{bash_note(path)}")
         return (f"its keys are those of a {a} backbone (a torchvision / pytorch-metric-learning trunk file): embed "
-                f"it with no checkpoint as --arch {a} --weights {sh_arg(path)} --head none{bash_note(path)} "
-                f"({HEAD_RANDOM}), or as --trunk with --embedder")
+                f"it with no checkpoint as --arch {a} --weights {sh_arg(path)} --head none ({HEAD_RANDOM}), or as "
+                f"--trunk with --embedder{bash_note(path)}")
     if isinstance(obj, dict) and isinstance(obj.get("arch"), str) and "args" in obj:  # timm's train.py
         # (the file's name, whole in the command: a name of hundreds of characters is no timm model's)
         arch = "timm:" + obj["arch"] if len(obj["arch"]) <= 200 else None
         named = sh_arg(arch) if arch is not None else "timm:NAME"
         return (f"it looks like a timm training checkpoint of {printable(obj['arch'], 60)}: embed it with no "
-                f"checkpoint as --arch {named} --weights {sh_arg(path)} --head none{bash_note(arch, path)} "
-                f"({HEAD_RANDOM})")
+                f"checkpoint as --arch {named} --weights {sh_arg(path)} --head none ({HEAD_RANDOM})"
+                f"{bash_note(arch, path)}")
     timm = timm_key(sd)
     if timm is not None:
         return (f"its key names are timm's (e.g. {printable(timm, 60)}), not torchvision's: embed it with no checkpoint "
-                f"as --arch timm:NAME --weights {sh_arg(path)} --head none{bash_note(path)} ({HEAD_RANDOM}; "
-                "needs the timm package)")
+                f"as --arch timm:NAME --weights {sh_arg(path)} --head none ({HEAD_RANDOM}; needs the timm package)"
+                f"{bash_note(path)}")
     if is_children_sequential(sd):
         from embedscope.models.adapters import detect_numbered_arch
 
@@ -937,8 +937,8 @@ def _foreign_state_dict_hint(sd: dict[str, torch.Tensor], path: Path, obj: Any =
         model = f"a {a}'s" if a else "a model's"
         return (f"its layers are numbered (0.weight, ...: an nn.Sequential of {model} children, e.g. "
                 "nn.Sequential(*list(resnet.children())[:-1])): embed it with no checkpoint as --arch "
-                f"{a or 'NAME'} --weights {sh_arg(path)} --head none{bash_note(path)} ({HEAD_RANDOM}), or as "
-                "--trunk with --embedder")
+                f"{a or 'NAME'} --weights {sh_arg(path)} --head none ({HEAD_RANDOM}), or as --trunk with --embedder"
+                f"{bash_note(path)}")
     return ("for backbone weights alone use --weights with --arch and --head none (or --head random), for a "
             "pytorch-metric-learning trunk use --trunk with --embedder")
 
@@ -971,7 +971,7 @@ def trained_last_layers(sd: dict[str, torch.Tensor], prefixes) -> list[tuple[str
 def keep_layer_hint(path, arch: str | None = None, note: bool = True) -> str:
     """How to embed a backbone file with its last linear layer kept: as a pytorch-metric-learning trunk
     (whose linear layer stays in the model) with an empty embedder (the identity); ``arch`` when the
-    trunk's keys may not say it (a timm model). ``note``: with :func:`bash_note` after the command (a
+    trunk's keys may not say it (a timm model). ``note``: with :func:`bash_note` at its end (a
     message that adds it after a later command of its own: False)."""
     named = f" --arch {sh_arg(arch)}" if arch else ""
     return (f"to embed with that layer, give the file as --trunk {sh_arg(path)}{named} with an empty "
@@ -1210,8 +1210,10 @@ def sh_arg(s: Any) -> str:
     return "\"'\"".join(f"$'{part}'" if part else "" for part in s.split("'"))
 
 
-#: what a message adds after a suggested command with an argument in ``$'...'`` quotes (:func:`sh_arg`)
-BASH_NOTE = " (for bash or zsh: plain sh does not read the $'...' quotes)"
+#: what a message adds at its end when a command it suggests has an argument in ``$'...'`` quotes
+#: (:func:`sh_arg`): a clause of its own after the sentence, not a second aside beside the command's
+#: ``--head none (or --head random ...)`` or ``(torch.save({}, 'identity.pth'))``
+BASH_NOTE = "; the $'...' quotes are bash's and zsh's: plain sh does not read them"
 
 
 def bash_note(*args: Any) -> str:
@@ -1348,11 +1350,12 @@ def load_backbone_weights(model: EmbeddingModel, path: str | os.PathLike, *, uns
             sd, bb_keys = inner, True
             if left:
                 if any(k.startswith("head.") for k in left):  # an embedscope model's head (its embedding layer)
-                    how = " with --ema" if ema else ""
+                    how, note = (" with --ema" if ema else ""), ""
                     if not (isinstance(read, dict) and read.get("format") == FORMAT):
-                        how += f" with --arch {sh_arg(model.arch)}{bash_note(model.arch)}"
+                        how += f" with --arch {sh_arg(model.arch)}"
+                        note = bash_note(model.arch)
                     why = (f"an embedscope model's head: --weights gives a backbone only; to embed with the head, "
-                           f"give the file as the checkpoint{how}, without --weights")
+                           f"give the file as the checkpoint{how}, without --weights{note}")
                 else:  # (was said to be an embedscope model's head whatever they were: a loss's weights, ...)
                     why = "not part of the backbone: --weights gives a backbone only"
                 warnings.warn(SubmoduleWarning(
