@@ -158,3 +158,73 @@ def test_embed_of_a_torchvision_file_with_a_control_character_reads_naturally(tm
         "seeded random linear head on the features), or as --trunk with --embedder; the $'...' quotes are bash's "
         "and zsh's: plain sh does not read them")
     assert "\x1b" not in err and not (tmp_path / "e.h5").exists()
+
+
+# ------------------------------------------------------------------ 4. the C extension checks the item type
+_BUFFERS = {"G": np.float32, "q_cls": np.int64, "r_cls": np.int64, "ref_order": np.int64, "cstart": np.int64,
+            "cend": np.int64, "depth_q": np.int64, "offsets": np.int64, "delta": np.float64, "Q64": np.float64,
+            "R64": np.float64, "out_rank": np.float64, "out_ref": np.int64, "unsure": np.uint8}
+#: of the same item size, another type: read as the expected type's bits before
+_OTHER = {np.float32: (np.int32, np.uint32), np.float64: (np.int64, np.uint64), np.int64: (np.float64, np.uint64),
+          np.uint8: ("S1",)}
+
+
+def _fused_module():
+    return pytest.importorskip("embedscope.metrics.search._fused")
+
+
+@pytest.mark.parametrize("name", list(_BUFFERS))
+def test_count_rows_refuses_a_buffer_of_another_type_of_the_same_size(name):
+    from tests.test_audit44_fused_c import _args, _call
+
+    _fused_module()
+    want = np.dtype(_BUFFERS[name])
+    for other in _OTHER[_BUFFERS[name]]:
+        d = _args()
+        d[name] = d[name].astype(other)
+        assert d[name].itemsize == want.itemsize
+        with pytest.raises(ValueError, match=f"_fused: {name} must be {want.name}"):
+            _call(d)
+    d = _args()  # the expected types run, as do the other 1-byte types for unsure
+    _call(d)
+    for byte in (np.int8, np.bool_):
+        d = _args()
+        d["unsure"] = d["unsure"].astype(byte)
+        _call(d)
+
+
+def test_count_rows_no_longer_writes_float_bits_into_an_int64_output():
+    from tests.test_audit44_fused_c import _args, _call
+
+    _fused_module()
+    d = _args()
+    d["out_rank"] = np.zeros(d["npairs"], dtype=np.int64)  # before: filled with the ranks' float64 bits, no error
+    with pytest.raises(ValueError, match="out_rank must be float64"):
+        _call(d)
+    assert not d["out_rank"].any()
+
+
+def test_rank_sums_checks_types_and_takes_explicit_little_endian_formats():
+    import ctypes
+    import sys
+
+    _fused = _fused_module()
+    off, ranks, lim = np.array([0, 2, 3]), np.array([1.0, 3.0, 2.0]), np.array([5.0, 1.0])
+    hits, psum = np.zeros(2), np.zeros(2)
+    _fused.rank_sums(2, 3, off, ranks, lim, hits, psum)
+    assert hits.tolist() == [2.0, 0.0] and psum.tolist() == [1.0 + 2.0 / 3.0, 0.0]
+    bad = {"offsets": off.astype(np.float64), "ranks": ranks.astype(np.int64), "limit": lim.astype(np.int64),
+           "hits": np.zeros(2, np.int64), "psum": np.zeros(2, np.int64)}
+    for i, name in enumerate(bad):  # before: an int64 offsets array read as doubles, ranks read as ints' bits, ...
+        args = [off, ranks, lim, np.zeros(2), np.zeros(2)]
+        args[i] = bad[name]
+        with pytest.raises(ValueError, match=f"_fused: {name} must be"):
+            _fused.rank_sums(2, 3, *args)
+    if sys.byteorder == "little":  # ctypes writes '<q', '<d': the native order spelled out, taken
+        c_off, c_rk, c_lim = (ctypes.c_int64 * 3)(0, 2, 3), (ctypes.c_double * 3)(*ranks), (ctypes.c_double * 2)(*lim)
+        c_hits, c_psum = (ctypes.c_double * 2)(), (ctypes.c_double * 2)()
+        assert memoryview(c_off).format == "<q" and memoryview(c_rk).format == "<d"
+        _fused.rank_sums(2, 3, c_off, c_rk, c_lim, c_hits, c_psum)
+        assert list(c_hits) == hits.tolist() and list(c_psum) == psum.tolist()
+        with pytest.raises(ValueError, match="offsets must be int64, got a buffer of format '>q'"):  # another order
+            _fused.rank_sums(2, 3, off.astype(">i8"), ranks, lim, np.zeros(2), np.zeros(2))

@@ -372,7 +372,38 @@ static void one_row(const Args *A, Work *W, Py_ssize_t r) {
     }
 }
 
-static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t count,
+/* whether a buffer's struct-module format names the item type expected: kind 'f' float32, 'd' float64, 'q'
+ * int64 ('q', or 'l' where long is 8 bytes), 'B' a byte ('B', 'b' or '?'); a native byte order only ('@',
+ * '=', no prefix, or the host's own '<' / '>'). Item sizes agree by then: an int64 array where float64 is
+ * expected (or float64 where int64, uint32 where float32) has the size but not the type, and was read as
+ * the other type's bits */
+static int format_ok(const char *fmt, char kind) {
+    if (fmt == NULL) fmt = "B"; /* (PEP 3118: NULL is unsigned bytes) */
+#if PY_LITTLE_ENDIAN
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') fmt++;
+#else
+    if (*fmt == '@' || *fmt == '=' || *fmt == '>' || *fmt == '!') fmt++;
+#endif
+    if (fmt[0] == '\0' || fmt[1] != '\0') return 0;
+    switch (kind) {
+    case 'f': return fmt[0] == 'f';
+    case 'd': return fmt[0] == 'd';
+    case 'q': return fmt[0] == 'q' || (fmt[0] == 'l' && sizeof(long) == 8);
+    case 'B': return fmt[0] == 'B' || fmt[0] == 'b' || fmt[0] == '?';
+    default: return 0;
+    }
+}
+
+static const char *kind_name(char kind) {
+    switch (kind) {
+    case 'f': return "float32";
+    case 'd': return "float64";
+    case 'q': return "int64";
+    default: return "uint8 (or int8, bool)";
+    }
+}
+
+static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, char kind, Py_ssize_t count,
                    const char *name) {
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -382,8 +413,15 @@ static int get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t item
         }
         return -1;
     }
-    if (view->itemsize != itemsize || count < 0 || count > PY_SSIZE_T_MAX / itemsize || view->len < itemsize * count) {
-        PyErr_Format(PyExc_ValueError, "_fused: %s has the wrong item size or length", name);
+    if (view->itemsize != itemsize || !format_ok(view->format, kind)) {
+        PyErr_Format(PyExc_ValueError, "_fused: %s must be %s, got a buffer of format '%.20s' (item size %zd)", name,
+                     kind_name(kind), view->format ? view->format : "B", view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (count < 0 || count > PY_SSIZE_T_MAX / itemsize || view->len < itemsize * count) {
+        PyErr_Format(PyExc_ValueError, "_fused: %s is too short: %zd items needed, got %zd", name, count,
+                     view->len / itemsize);
         PyBuffer_Release(view);
         return -1;
     }
@@ -406,16 +444,17 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer v[14];
-    /* item size, writable */
-    const int spec[14][2] = {{4, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0}, {8, 0},
-                             {8, 1}, {8, 1}, {1, 1}};
+    /* item size, writable, type (format_ok) */
+    const int spec[14][3] = {{4, 0, 'f'}, {8, 0, 'q'}, {8, 0, 'q'}, {8, 0, 'q'}, {8, 0, 'q'}, {8, 0, 'q'},
+                             {8, 0, 'q'}, {8, 0, 'q'}, {8, 0, 'd'}, {8, 0, 'd'}, {8, 0, 'd'}, {8, 1, 'd'},
+                             {8, 1, 'q'}, {1, 1, 'B'}};
     const Py_ssize_t counts[14] = {nb * nr, nq, nr, nr, ncls, ncls, nq, nq + 1, nq, nq * dim, nr * dim,
                                    npairs, npairs, nq};
     const char *names[14] = {"G", "q_cls", "r_cls", "ref_order", "cstart", "cend", "depth_q", "offsets",
                              "delta", "Q64", "R64", "out_rank", "out_ref", "unsure"};
     int got = 0;
     for (; got < 14; got++)
-        if (get_buf(o[got], &v[got], spec[got][1], spec[got][0], counts[got], names[got]) < 0) break;
+        if (get_buf(o[got], &v[got], spec[got][1], spec[got][0], (char)spec[got][2], counts[got], names[got]) < 0) break;
     PyObject *result = NULL;
     if (got == 14) {
         Args A = {v[0].buf, nb, nr, q0, dim, same, v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, v[6].buf,
@@ -498,12 +537,12 @@ static PyObject *rank_sums(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer v[5];
-    const int spec[5][2] = {{8, 0}, {8, 0}, {8, 0}, {8, 1}, {8, 1}};
+    const int spec[5][3] = {{8, 0, 'q'}, {8, 0, 'd'}, {8, 0, 'd'}, {8, 1, 'd'}, {8, 1, 'd'}};
     const Py_ssize_t counts[5] = {nq + 1, npairs, nq, nq, nq};
     const char *names[5] = {"offsets", "ranks", "limit", "hits", "psum"};
     int got = 0;
     for (; got < 5; got++)
-        if (get_buf(o[got], &v[got], spec[got][1], spec[got][0], counts[got], names[got]) < 0) break;
+        if (get_buf(o[got], &v[got], spec[got][1], spec[got][0], (char)spec[got][2], counts[got], names[got]) < 0) break;
     PyObject *result = NULL;
     if (got == 5) {
         const int64_t *off = v[0].buf;
