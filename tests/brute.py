@@ -1,4 +1,13 @@
-"""Brute-force references shared by the tests: written from the formulas, full float64 matrices."""
+"""Brute-force references shared by the tests: written from the formulas, full float64 matrices.
+
+Every float64 key is evaluated **per pair** (:func:`pair_key_matrix`), as docs/methods.md §1 defines the
+keys and ``embedscope.metrics.search.knn.pair_keys64`` computes them: numpy's einsum over the two rows of
+the pair (gathered, contiguous), the same reduction for every pair. A BLAS GEMM (``Q @ R.T``, as here
+before) sums in its own order, which depends on the kernel and on where the pair falls in its blocking:
+a key can be an ulp away from the per-pair one, and keys equal in exact arithmetic between rows that are
+not equal (rows of 0, 0.5 and 1 normalised) then tie where the library's differ, or the other way round,
+so that on massive ties the reference ordered pairs otherwise than the definition (tests/test_audit45_small.py).
+"""
 
 import math
 
@@ -13,6 +22,24 @@ def unit_rows(A):
     return A / np.sqrt(np.einsum("ij,ij->i", A, A))[:, None]
 
 
+def pair_key_matrix(Q, R, metric="cosine"):
+    """The (len(Q), len(R)) float64 keys, smaller = nearer: for cosine −Σ_k q_k r_k (of rows normalised
+    already, :func:`unit_rows`), else the squared distance Σ_k (q_k − r_k)², each one pair's own
+    reduction (numpy's einsum over the contiguous row pair, the query row repeated as a gathered copy):
+    bitwise the library's float64 keys, whatever the sizes, and equal for equal row pairs."""
+    Q = np.ascontiguousarray(Q, dtype=np.float64)
+    R = np.ascontiguousarray(R, dtype=np.float64)
+    out = np.empty((len(Q), len(R)))
+    for i in range(len(Q)):
+        q = np.repeat(Q[i:i + 1], len(R), axis=0)
+        if metric == "cosine":
+            out[i] = -np.einsum("ij,ij->i", q, R)
+        else:
+            diff = q - R
+            out[i] = np.einsum("ij,ij->i", diff, diff)
+    return out
+
+
 def ranked_references(X, y, Xr=None, yr=None, metric="cosine"):
     """Per query: the reference indices in rank order (float64 keys, ties to the lower index; the
     query itself left out when ``Xr`` is None) and the reference labels -> ``(orders, yr)``."""
@@ -22,9 +49,7 @@ def ranked_references(X, y, Xr=None, yr=None, metric="cosine"):
     yr = np.asarray(y) if same else np.asarray(yr)
     if metric == "cosine":
         Q, R = unit_rows(Q), unit_rows(R)
-        key = -(Q @ R.T)
-    else:
-        key = ((Q[:, None, :] - R[None, :, :]) ** 2).sum(-1)
+    key = pair_key_matrix(Q, R, metric)
     orders = []
     for i in range(len(Q)):
         cand = np.array([j for j in range(len(R)) if not (same and j == i)])
@@ -68,9 +93,7 @@ def nr_prec(X, vals, metric="euclidean", max_r=None):
     X = np.asarray(X, dtype=np.float64)
     if metric == "cosine":
         X = unit_rows(X)
-        d = -(X @ X.T)
-    else:
-        d = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))  # (rows at equal distances tie)
+    d = pair_key_matrix(X, X, metric)  # (squared distances: no sqrt that could round two keys together)
     vals = np.asarray(vals).astype(str)
     n = len(X)
     _, inv, cnt = np.unique(vals, return_inverse=True, return_counts=True)
@@ -112,10 +135,7 @@ def property_hits(X, vals, metric="euclidean", max_r=None):
     h = np.zeros(n, dtype=np.int64)
     idx = np.arange(n)
     for q in np.flatnonzero(R > 0):
-        if metric == "cosine":
-            dist = -np.einsum("ij,ij->i", np.repeat(X[q:q + 1], n, 0), X)
-        else:
-            dist = ((X - X[q]) ** 2).sum(1)
+        dist = pair_key_matrix(X[q:q + 1], X, metric)[0]
         others = idx[idx != q]
         order = others[np.lexsort((others, dist[others]))]
         h[q] = int(np.sum(codes[order[:R[q]]] == codes[q]))

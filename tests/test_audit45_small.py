@@ -11,6 +11,10 @@ What was wrong before:
 3. The checkpoint advice for a file whose name holds a control character read "--head none (for bash or
    zsh: ...) (or --head random ...)", two asides in a row (and "(torch.save({}, 'identity.pth')) (for bash
    ..."): the note that the $'...' quotes are bash's and zsh's now ends the sentence, as a clause.
+4. The C extension (``_fused.c``) checked its buffers by item size only: an int64 array where float64 is
+   expected (or float64 where int64) was accepted and read as the other type's bits.
+5. tests/brute.py computed its float64 keys by a BLAS GEMM, which rounds some keys otherwise than the
+   per-pair sums the ranks are defined by: on massive exact ties the reference ordered pairs wrongly.
 """
 
 from __future__ import annotations
@@ -228,3 +232,36 @@ def test_rank_sums_checks_types_and_takes_explicit_little_endian_formats():
         assert list(c_hits) == hits.tolist() and list(c_psum) == psum.tolist()
         with pytest.raises(ValueError, match="offsets must be int64, got a buffer of format '>q'"):  # another order
             _fused.rank_sums(2, 3, off.astype(">i8"), ranks, lim, np.zeros(2), np.zeros(2))
+
+
+# ------------------------------------------------------------------ 5. the brute force's keys per pair
+def _tied_rows(seed, n, d, distinct=12, classes=4):
+    """``n`` rows drawn from ``distinct`` rows of entries in {0, 0.5, 1}: duplicates, and rows whose cosines
+    tie in exact arithmetic without being equal (massive exact ties)."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 3, (distinct, d)) * 0.5
+    base[base.max(axis=1) == 0, 0] = 1.0  # (no zero row)
+    return base[rng.integers(0, distinct, n)], rng.integers(0, classes, n)
+
+
+@pytest.mark.parametrize("metric,n,d,seed", [("cosine", 300, 7, 307), ("cosine", 150, 33, 183),
+                                             ("euclidean", 200, 16, 1)])
+def test_ranks_on_massive_exact_ties_equal_the_brute_force(metric, n, d, seed):
+    """The brute force's keys were a BLAS GEMM's (Q @ R.T), which rounds some keys apart from the per-pair
+    sums the library's ranks are defined by: 56 of these 300 queries (d = 7), 33 of 150 (d = 33) were ranked
+    otherwise by the reference than by the library."""
+    from brute import pair_key_matrix, relevant_ranks_reference, unit_rows
+
+    from embedscope.metrics import relevant_ranks
+    from embedscope.metrics.search.knn import pair_keys64
+
+    X, y = _tied_rows(seed, n, d)
+    Q = unit_rows(X) if metric == "cosine" else X
+    qi, rj = np.repeat(np.arange(n), n), np.tile(np.arange(n), n)
+    np.testing.assert_array_equal(-pair_key_matrix(Q, Q, metric).ravel(), pair_keys64(Q, Q, qi, rj, metric))
+    rr = relevant_ranks(X, y, metric=metric, depth="all", device="cpu")
+    ref = relevant_ranks_reference(X, y, metric=metric)
+    wrong = [i for i, (rk, rf) in enumerate(ref)
+             if not (np.array_equal(rr.ranks[rr.offsets[i]:rr.offsets[i + 1]], rk)
+                     and np.array_equal(rr.refs[rr.offsets[i]:rr.offsets[i + 1]], rf))]
+    assert wrong == []
