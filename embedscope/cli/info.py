@@ -134,6 +134,12 @@ def _maps_rows(sm, path) -> list[dict]:
                   else f"queries {sm.n_zero} of {sm.n}, retrievals {sm.n_zero_retrieval} of {sm.n}")
         rows.append({"field": "all-zero maps", "value": f"{counts} (zero gradients)"})
     for k in _MAPS_SHOWN:
+        if k == "family":  # the family saliency-agreement and its --grid give the file (docs/saliency.md)
+            from embedscope.families import family_of_maps, family_source
+
+            source = family_source(a)
+            rows.append({"field": k, "value": _cut(family_of_maps(a)) + _FAMILY_SOURCES[source]})
+            continue
         if k in a and a[k] not in ("", None):
             v = a[k]
             if k == "train_classes" and str(v) == "0":  # (0 stands for no --train-classes: docs/saliency.md)
@@ -170,6 +176,9 @@ _SCHEMA = frozenset({"embeddings", "labels", "paths", "split", "class_names", "p
 _MAPS_SHOWN = ("name", "family", "distance", "n_samples", "noise", "order", "seed", "input_size", "transform",
                "dataset", "split", "train_classes", "root", "device", "precision", "checkpoint", "checkpoint_sha256",
                "embedscope_version", "created", "format_version")
+#: where the family shown comes from when the file records none (embedscope.families.family_source)
+_FAMILY_SOURCES = {"family": "", "checkpoint_config": " (from its checkpoint config; no family recorded)",
+                   "loss": " (from its loss; no family recorded)", "": " (no family, checkpoint config or loss recorded)"}
 #: every attribute embedscope writes into a maps file (embedscope.saliency.run, store.saliency.save_maps)
 _MAPS_OWN_ATTRS = frozenset({*_MAPS_SHOWN, "format", "kind", "loss", "checkpoint_config", "distance_source",
                              "differentiated", "gradient_space", "noise_key", "selection", "amp", "seconds",

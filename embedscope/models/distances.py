@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from embedscope.errors import EmbedscopeError
+from embedscope.families import ROTH_LOSS_NAMES, UNTRAINED_FORMATS, _loss_key, is_untrained, trained_loss  # noqa: F401
 from embedscope.names import DISTANCES
 
 #: Loss name -> distance name (docs/methods.md §8). Keys are this project's loss names
@@ -120,10 +121,6 @@ def get_distance(name: str) -> Callable:
     return _FUNCS[check_distance(name)]
 
 
-def _loss_key(loss: str) -> str:
-    return "".join(ch for ch in str(loss).lower() if ch.isalnum())
-
-
 def distance_for_loss(loss: str | None) -> str:
     """The distance a loss uses (docs/methods.md §8); ``None`` (no loss: an untrained model) -> euclidean.
 
@@ -141,43 +138,6 @@ def distance_for_loss(loss: str | None) -> str:
             "name one explicitly (--distance)")
     return LOSS_DISTANCES[key]
 
-
-#: the loss names of Roth et al.'s code that are spelled otherwise here
-ROTH_LOSS_NAMES = {"softtriplet": "softtriple"}
-#: source formats of checkpoints without DML training (ImageNet features, or a random head on them)
-UNTRAINED_FORMATS = ("imagenet-baseline",)
-
-
-def trained_loss(config: Mapping[str, Any] | None) -> str | None:
-    """The loss a checkpoint was trained with: its config's ``loss``, else the ``loss`` option of Roth et
-    al.'s checkpoint (kept as ``roth_loss``, their spelling mapped to ours: ``softtriplet`` ->
-    ``softtriple``), else None (a foreign checkpoint that does not say, or no DML training)."""
-    config = config or {}
-    loss = config.get("loss")
-    if loss not in (None, ""):
-        return str(loss)
-    roth = config.get("roth_loss")
-    if isinstance(roth, str) and roth:
-        return ROTH_LOSS_NAMES.get(_loss_key(roth), roth)
-    return None
-
-
-def is_untrained(config: Mapping[str, Any] | None, extra: Mapping[str, Any] | None = None) -> bool:
-    """True for a network without DML training: ``embedscope train --epochs 0`` or a checkpoint of
-    epoch 0 (``extra``: the checkpoint's ``extra`` dict, :func:`~embedscope.models.load_checkpoint`'s
-    ``info["extra"]``), loss ``untrained``, an ImageNet backbone (``embed --arch``: its features or a
-    random head), or a config that names no loss, no distance and no source (``{}``). A foreign trained checkpoint
-    (Roth et al.'s, whose loss is known; pytorch-metric-learning's, whose is not) is not untrained."""
-    config, extra = config or {}, extra or {}
-    if str(config.get("epochs")) == "0" or str(extra.get("epoch")) == "0":
-        return True
-    loss = config.get("loss")
-    if loss in ("untrained", "none"):
-        return True
-    if loss not in (None, "") or trained_loss(config) is not None or config.get("distance") not in (None, ""):
-        return False  # (a config that names the distance the model was trained with is of a trained model)
-    fmt = config.get("source_format")
-    return fmt in (None, "") or fmt in UNTRAINED_FORMATS
 
 
 def distance_and_source(config: Mapping[str, Any] | None, extra: Mapping[str, Any] | None = None

@@ -16,48 +16,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from embedscope.errors import EmbedscopeError, UsageError
+from embedscope.families import family_for_config, family_of_maps  # (derived there, for the figures too)
 from embedscope.fileio import read_paths_file, same_file
 from embedscope.validation import zero_rows
 
 DEFAULT_N_IMAGES = 100
-#: Kobs et al.'s grouping of the losses they trained but this project does not (docs/methods.md §8).
-_KOBS_ONLY_FAMILIES = {"fastap": "ranking", "ntxent": "ranking", "cosface": "classification",
-                       "normalizedsoftmax": "classification"}
-
-
-def family_for_config(config: dict[str, Any] | None, extra: dict[str, Any] | None = None) -> str:
-    """Kobs' loss family of a checkpoint: ``ranking`` / ``classification`` (proxy losses count as
-    classification, docs/methods.md §8) from its config's ``loss``; ``untrained`` for a network without
-    DML training (:func:`~embedscope.models.distances.is_untrained`); ``other`` for an unknown loss or a
-    foreign checkpoint that names none (pytorch-metric-learning's)."""
-    from embedscope.models.distances import is_untrained, trained_loss
-    from embedscope.train.losses import LOSSES, kobs_group
-
-    if is_untrained(config, extra):
-        return "untrained"
-    loss = trained_loss(config)  # (Roth et al.'s checkpoints: their loss option; None: a foreign file that does not say)
-
-    key = "".join(ch for ch in str(loss).lower() if ch.isalnum())
-    if key in LOSSES:
-        return kobs_group(key)
-    return _KOBS_ONLY_FAMILIES.get(key, "other")
-
-
-def family_of_maps(attrs: dict[str, Any]) -> str:
-    """The loss family of a maps file (its attributes): the ``family`` it records, else the family of the
-    ``checkpoint_config`` it records (:func:`family_for_config`; a file written by Python's ``save_maps`` with a
-    config and no family was grouped as ``other`` whatever its loss), else of its ``loss``; ``other`` when it
-    records none of them."""
-    family = attrs.get("family")
-    if family not in (None, ""):
-        return str(family)
-    config = attrs.get("checkpoint_config")
-    if isinstance(config, dict) and config:  # (an empty or unread config says nothing: not "untrained")
-        return family_for_config(config)
-    loss = attrs.get("loss")
-    if isinstance(loss, str) and loss:
-        return family_for_config({"loss": loss})
-    return "other"
 
 
 def select_images(ds, *, n_images: int | None = None, paths_file=None, seed: int = 0) -> np.ndarray:

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from embedscope.errors import EmbedscopeError
+from embedscope.families import LOSS_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ LOSSES: dict[str, LossSpec] = {
                         "normalised softmax, temperature 0.05"),
 }
 LOSS_NAMES = tuple(LOSSES)
+# (embedscope.families holds the same families torch-free, for the figures and the maps files' family)
+assert {n: spec.family for n, spec in LOSSES.items()} == LOSS_FAMILIES
 
 # The range of each numeric hyper-parameter (checked by :func:`check_loss_params` before any work):
 # ">0" a divisor or scale (temperature 0 made the loss NaN, "training diverged ... try a lower --lr";

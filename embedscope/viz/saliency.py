@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from embedscope.families import family_of_maps
 from embedscope.viz.style import OTHER_CLASS_COLOR, SAME_CLASS_COLOR, clean_figure, short_text, short_texts, wrap_text
 
 MAP_CMAP = "turbo"
@@ -276,7 +277,10 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
     """Image × model grid (Kobs et al. Fig. 2): each row an image, then each model's map over it.
 
     ``items``: :class:`~embedscope.store.saliency.SaliencyMaps` of the same images in the same
-    order (matched by path). The first ``n_images`` images are drawn.
+    order (matched by path). The first ``n_images`` images are drawn. Each column is titled by its
+    model's name and loss family: ``families``, else each file's as ``embedscope saliency-agreement --grid``
+    names it (:func:`~embedscope.families.family_of_maps`: the recorded ``family``, else that of its
+    recorded ``checkpoint_config``, else of its ``loss``, else ``other``).
     """
     import matplotlib.pyplot as plt
 
@@ -284,7 +288,7 @@ def overlay_grid(items, *, names: Sequence[str] | None = None, families: Sequenc
 
     items = list(items)
     names = list(names) if names is not None else [sm.name for sm in items]
-    families = list(families) if families is not None else [str(sm.attrs.get("family", "")) for sm in items]
+    families = list(families) if families is not None else [family_of_maps(sm.attrs) for sm in items]
     first = items[0]
     n = min(int(n_images), first.n)
     has_img = first.images is not None

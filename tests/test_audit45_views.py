@@ -1,0 +1,101 @@
+"""Audit 45: what the figures, ``info`` and the table options show.
+
+What was wrong before (each test failed on the code before its fix):
+
+- ``overlay_grid`` called from Python without ``families`` titled each column with the ``family`` attribute
+  alone (none for a maps file that records only its checkpoint config), while ``saliency-agreement --grid``
+  derives the family from the recorded config (``family_of_maps``); ``embedscope info`` on such a file
+  showed no family at all. The derivation now lives in ``embedscope.families`` (``viz`` may not import the
+  saliency layer) and all three use it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embedscope.cli import main
+
+# --------------------------------------------------------------------------- 1: one family for a maps file
+
+def _maps(path, config=None, **attrs):
+    from embedscope.store.saliency import SaliencyMaps, save_maps
+
+    rng = np.random.default_rng(len(str(path)))
+    extra = {"checkpoint_config": config} if config is not None else {}
+    save_maps(path, SaliencyMaps(maps=rng.random((3, 4, 4)).astype(np.float32), paths=["p0", "p1", "p2"],
+                                 labels=np.zeros(3, np.int64), class_names=["a"],
+                                 attrs={"name": path.stem, "order": "paper", "n_samples": 2, "noise": 0.15,
+                                        **extra, **attrs}))
+    return path
+
+
+def _titles(fig) -> list[str]:
+    return [ax.get_title() for ax in fig.axes if ax.get_title()]
+
+
+@pytest.fixture
+def three_maps(tmp_path):
+    return [_maps(tmp_path / "arc.h5", {"loss": "arcface", "arch": "digits_cnn"}),  # no family: the config's
+            _maps(tmp_path / "mar.h5", {"loss": "margin"}),
+            _maps(tmp_path / "rec.h5", {"loss": "softmax"}, family="untrained")]  # a recorded family wins
+
+
+def test_overlay_grid_from_python_titles_the_families_the_agreement_grid_shows(tmp_path, monkeypatch, three_maps):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import embedscope.viz.saliency as vs
+    from embedscope.saliency.run import agreement_of_files
+    from embedscope.store.saliency import load_maps
+
+    shown = []
+    original = vs.overlay_grid
+
+    def spy(*a, **kw):
+        fig = original(*a, **kw)
+        shown.append(_titles(fig))
+        return fig
+
+    monkeypatch.setattr(vs, "overlay_grid", spy)
+    agreement_of_files(three_maps, grid=tmp_path / "grid.png", grid_images=2)  # saliency-agreement --grid
+    monkeypatch.undo()
+    fig = vs.overlay_grid([load_maps(f) for f in three_maps], n_images=2)
+    try:
+        python = _titles(fig)
+    finally:
+        plt.close(fig)
+    # (the agreement orders the columns by family: compare them as sets)
+    assert sorted(python) == sorted(shown[0])
+    assert sorted(python) == ["arc\n(classification)", "mar\n(ranking)", "rec\n(untrained)"]
+
+
+def test_info_shows_the_family_the_agreement_gives_a_maps_file(capsys, tmp_path, three_maps):
+    from embedscope.saliency.run import agreement_of_files
+
+    families = dict(zip(*(agreement_of_files(three_maps)[k] for k in ("names", "families"))))
+    capsys.readouterr()
+    shown = {}
+    for f in [*three_maps, _maps(tmp_path / "none.h5")]:
+        assert main(["info", str(f)]) == 0
+        out = capsys.readouterr().out
+        rows = {ln[:19].strip(): ln[19:].strip() for ln in out.splitlines()[2:] if ln.strip()}
+        shown[f.stem] = rows["family"]
+    assert {k: v.split(" (")[0] for k, v in shown.items() if k != "none"} == families
+    assert shown == {"arc": "classification (from its checkpoint config; no family recorded)",
+                     "mar": "ranking (from its checkpoint config; no family recorded)", "rec": "untrained",
+                     "none": "other (no family, checkpoint config or loss recorded)"}
+
+
+def test_the_families_moved_to_a_neutral_module_keep_their_old_names():
+    import embedscope.families as fam
+    from embedscope.models.distances import is_untrained, trained_loss
+    from embedscope.saliency.run import family_for_config, family_of_maps
+    from embedscope.train.losses import LOSSES, kobs_group
+
+    assert (family_for_config, family_of_maps, is_untrained, trained_loss) == (
+        fam.family_for_config, fam.family_of_maps, fam.is_untrained, fam.trained_loss)
+    assert {n: kobs_group(n) for n in LOSSES} == {n: fam.kobs_group(n) for n in LOSSES}
+    assert family_of_maps({"loss": "ProxyNCA"}) == "classification" and family_of_maps({}) == "other"
