@@ -99,3 +99,63 @@ def test_the_families_moved_to_a_neutral_module_keep_their_old_names():
         fam.family_for_config, fam.family_of_maps, fam.is_untrained, fam.trained_loss)
     assert {n: kobs_group(n) for n in LOSSES} == {n: fam.kobs_group(n) for n in LOSSES}
     assert family_of_maps({"loss": "ProxyNCA"}) == "classification" and family_of_maps({}) == "other"
+
+
+# --------------------------------------------------------------------------- 2: the scatter's diagonal at 45°
+
+def _diagonal_angle(ax) -> float:
+    """The angle in degrees of the drawn diagonal y = x on the canvas (display coordinates)."""
+    ax.figure.canvas.draw()
+    line = ax.lines[0]
+    (u0, v0), (u1, v1) = ax.transData.transform(np.column_stack([line.get_xdata()[[0, -1]],
+                                                                 line.get_ydata()[[0, -1]]]))
+    return float(np.degrees(np.arctan2(v1 - v0, u1 - u0)))
+
+
+@pytest.mark.parametrize("same_window", [False, True])
+def test_the_scatter_window_is_square_and_its_diagonal_at_45_degrees(same_window):
+    """The notebook's train split: x (same-class similarity) in a narrow band near 1, y spread far below it:
+    each axis was zoomed to its own points ((0.81, 1.01) against (0.19, 1.0)), the diagonal drawn at ~14°, so
+    the points' distance to it read wrong."""
+    import matplotlib.pyplot as plt
+
+    from embedscope.viz.scatter import plot_same_different
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.9, 1.0, 400)
+    train = (a, np.clip(a - rng.gamma(2, 0.08, 400), 0.2, None))
+    c = rng.uniform(0.6, 0.95, 300)
+    test = (c, c + rng.normal(-0.05, 0.08, 300))
+    fig = plot_same_different({"train": train, "test": test}, same_window=same_window)
+    try:
+        for ax, (x, y) in zip(fig.axes, (train, test)):
+            (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+            assert (x0, x1) == (y0, y1)
+            assert x0 <= min(x.min(), y.min()) and max(x.max(), y.max()) <= x1  # every point in view
+            lo, hi = (min(x.min(), y.min()), max(x.max(), y.max())) if not same_window else (
+                min(train[0].min(), train[1].min(), test[0].min(), test[1].min()),
+                max(train[0].max(), train[1].max(), test[0].max(), test[1].max()))
+            assert (x1 - x0) <= 1.15 * (hi - lo)  # still zoomed: the union of both ranges, a small margin
+            assert _diagonal_angle(ax) == pytest.approx(45.0, abs=0.01)
+            box = ax.get_window_extent()
+            assert box.width == pytest.approx(box.height, rel=1e-3)
+    finally:
+        plt.close(fig)
+
+
+def test_the_square_window_at_any_scale_and_around_one_point():
+    from embedscope.viz.scatter import SINGLE_POINT_WIDTH, zoom_window
+
+    rng = np.random.default_rng(2)
+    a, b = rng.uniform(5.0, 8.5, 50), rng.uniform(3.0, 8.0, 50)
+    for scale in (1e-60, 1.0, 1e60):
+        (x0, x1), (y0, y1) = zoom_window(a * scale, b * scale)
+        assert (x0, x1) == (y0, y1)
+        lo, hi = min(a.min(), b.min()), max(a.max(), b.max())
+        np.testing.assert_allclose(np.array([x0, x1]) / scale, [lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo)],
+                                   rtol=1e-12)
+    (x0, x1), (y0, y1) = zoom_window(np.full(3, 2.0), np.full(3, 2.0))
+    assert (x0, x1) == (y0, y1) and x0 < 2.0 < x1 and x1 - x0 == pytest.approx(1.1 * SINGLE_POINT_WIDTH * 2.0)
+    # the fitted window of before, for who wants it
+    (x0, x1), (y0, y1) = zoom_window(a, b, square=False)
+    assert (x0, x1) != (y0, y1)

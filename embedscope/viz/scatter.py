@@ -2,7 +2,7 @@
 
 The similarities come from :func:`embedscope.metrics.nearest_same_different` and the share below
 the diagonal from :func:`embedscope.metrics.share_below_diagonal`; :func:`plot_same_different`
-draws one panel per split, each zoomed to its points with the diagonal kept in view.
+draws one panel per split, each zoomed to its points in a square window, the diagonal at 45°.
 """
 
 from __future__ import annotations
@@ -37,19 +37,24 @@ def _grow(lo: float, hi: float, to: float, toward: float) -> tuple[float, float]
 
 
 def zoom_window(a: np.ndarray, b: np.ndarray, *, pad: float = 0.05, max_ratio: float = MAX_SPAN_RATIO,
-                min_diagonal: float = MIN_DIAGONAL_SHARE) -> tuple[tuple[float, float], tuple[float, float]]:
+                min_diagonal: float = MIN_DIAGONAL_SHARE, square: bool = True
+                ) -> tuple[tuple[float, float], tuple[float, float]]:
     """((x0, x1), (y0, y1)): a window fitted to the points (x = ``a``, y = ``b``) that keeps a
     stretch of the diagonal y = x in view.
 
-    The x and y ranges are those of the points, each widened (towards the other) until the spans
-    differ by at most ``max_ratio`` and the two ranges overlap by ``min_diagonal`` of the longer
-    span (so the diagonal crosses the window), then padded by ``pad`` on every side. Ranges only
-    grow: every point stays in view.
+    ``square=True`` (the default, what :func:`plot_same_different` draws): one range for x and y, the
+    union of the points' x and y ranges padded by ``pad`` of its span on both sides, so that on axes of
+    equal aspect the diagonal runs at 45° from corner to corner and a point's side of it reads truly.
+
+    ``square=False``: the x and y ranges are those of the points, each widened (towards the other) until
+    the spans differ by at most ``max_ratio`` and the two ranges overlap by ``min_diagonal`` of the longer
+    span (so the diagonal crosses the window), then padded by ``pad`` on every side (the diagonal is then
+    not at 45° unless the spans happen to be equal). Ranges only grow: every point stays in view.
 
     Every length is relative to the points' magnitude m = max |value| (1 when all are 0), so the
     window is the same at any scale (similarities of 1e-60 or of 1e60). A range narrower than
-    ``FLAT_SPAN`` · m is taken as a single value; when both are, all points lie at one place and
-    the window is ``SINGLE_POINT_WIDTH`` · m wide in x and y, centred on them.
+    ``FLAT_SPAN`` · m is taken as a single value; when both are (``square``: when their union is), all
+    points lie at one place and the window is ``SINGLE_POINT_WIDTH`` · m wide in x and y, centred on them.
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -59,6 +64,13 @@ def zoom_window(a: np.ndarray, b: np.ndarray, *, pad: float = 0.05, max_ratio: f
     scale = max(abs(x0), abs(x1), abs(y0), abs(y1))
     if not scale > 0:  # every point at the origin
         scale = 1.0
+    if square:
+        lo, hi = min(x0, y0), max(x1, y1)
+        if hi - lo < FLAT_SPAN * scale:  # all points at one place: a window around them, at their scale
+            mid, half = (lo + hi) / 2, SINGLE_POINT_WIDTH * scale / 2
+            lo, hi = mid - half, mid + half
+        p = pad * (hi - lo)
+        return (lo - p, hi + p), (lo - p, hi + p)
     tiny = FLAT_SPAN * scale  # relative: an absolute floor would swallow data at the 1e-60 scale
     flat_x, flat_y = x1 - x0 < tiny, y1 - y0 < tiny
     if flat_x and flat_y:  # all points at one place: a window around them, at their scale
@@ -115,8 +127,9 @@ def plot_same_different(
     tie rule) purple diamonds drawn over the diagonal. Each title gives the share below the
     diagonal, which is the R@1 when no point is tied; with ties it gives their number too (the
     R@1 then lies between the share below and the share below or tied). Each panel is zoomed to its own points
-    (:func:`zoom_window`: the diagonal stays in view); ``same_window=True`` gives all panels one
-    window fitted to all their points. Returns the figure.
+    (:func:`zoom_window`): one range for x and y, the union of the points' x and y ranges with a 5% margin, on
+    axes of equal aspect, so the diagonal runs at 45° from corner to corner; ``same_window=True`` gives all
+    panels one window fitted to all their points. Returns the figure.
     """
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
@@ -192,6 +205,11 @@ def plot_same_different(
                 raised = True
         if raised:
             fig.tight_layout(rect=(0, legend_h / fig.get_figheight(), 1, 1), pad=0.4, w_pad=1.0)
+        # one unit as long in x as in y: the diagonal at 45°, a point's distance to it true in both axes. Set
+        # after the layout, each panel shrinking to a square inside its place (tight_layout measured a fixed
+        # aspect's panel before it took its square: a title then stood above the figure's top edge)
+        for ax in axes:
+            ax.set_aspect("equal", adjustable="box")
     return fig
 
 
