@@ -167,7 +167,8 @@ def check_writable(path: str | os.PathLike, *, force: bool = False) -> Path:
     if path.exists() and not path.is_file():  # a device (/dev/null), a named pipe, a socket: --force renamed a
         # file over it (as root, /dev/null itself became a regular file)
         raise EmbedscopeError(f"{user} is not a regular file (a device, a named pipe or a socket): outputs are "
-                              "written to files, give a file name")
+                              "written to files, give a file name (a command's --csv or --json table goes to "
+                              "standard output with -)")
     if (path.exists() or os.path.islink(path)) and not force:  # (a link to nothing too: without force it was
         raise EmbedscopeError(exists_message(user))  # refused only after the work, as it was published)
     real = link_target(path, user)  # (a link: the file it points to is the one written)

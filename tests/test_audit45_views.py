@@ -7,9 +7,18 @@ What was wrong before (each test failed on the code before its fix):
   derives the family from the recorded config (``family_of_maps``); ``embedscope info`` on such a file
   showed no family at all. The derivation now lives in ``embedscope.families`` (``viz`` may not import the
   saliency layer) and all three use it.
+- the same-vs-different scatter zoomed each axis to its own points: the diagonal y = x was drawn at a slant
+  (about 14° for the notebook's train split), so which side a point lies on, and how far, read wrong. The
+  window is now square (the union of the x and y ranges, 5% margins) on equal-aspect panels.
+- ``--csv -`` / ``--json -`` was refused ("standard output is not one of this command's outputs") and
+  ``--csv /dev/stdout`` too ("is not a regular file"): a CSV or JSON table option now writes its table to
+  standard output given ``-`` (the terminal table then to standard error); Parquet and two options at once
+  are usage errors.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,3 +168,105 @@ def test_the_square_window_at_any_scale_and_around_one_point():
     # the fitted window of before, for who wants it
     (x0, x1), (y0, y1) = zoom_window(a, b, square=False)
     assert (x0, x1) != (y0, y1)
+
+
+# --------------------------------------------------------------------------- 3: a table to standard output
+
+@pytest.fixture(scope="module")
+def emb_h5(tmp_path_factory):
+    from embedscope import store
+
+    rng = np.random.default_rng(5)
+    y = np.repeat(np.arange(6), 8)
+    X = (rng.normal(size=(6, 5))[y] + 0.6 * rng.normal(size=(48, 5))).astype(np.float32)
+    es = store.EmbeddingSet(X, y, [f"i{i}" for i in range(48)], np.where(y < 3, "train", "test"),
+                            [f"c{c}" for c in range(6)])
+    return store.save(tmp_path_factory.mktemp("a45") / "e.h5", es)
+
+
+def _run(args):
+    from cli_run import run_cli
+
+    return run_cli([str(a) for a in args])
+
+
+def _same_table_on_stdout(args, option, path):
+    """``option -`` writes to stdout the bytes ``option FILE`` writes; the terminal output goes to stderr."""
+    quiet = ["--no-progress"] if args[0] == "evaluate" else []
+    rc, out, err = _run([*args, option, path, *quiet])
+    assert rc == 0, err
+    printed = out
+    rc, out, err = _run([*args, option, "-", *quiet])
+    assert rc == 0, err
+    if path.suffix != ".json":
+        with open(path, encoding="utf-8", newline="") as f:
+            expected = f.read()
+        assert out == expected
+    else:
+        import json
+
+        assert json.loads(out) == json.loads(path.read_text(encoding="utf-8"))
+    # the terminal table and notes: on stderr now, as they were on stdout (the 'wrote' line names stdout)
+    shown = [ln for ln in printed.splitlines() if not ln.startswith("wrote ")]
+    assert [ln for ln in err.splitlines() if not ln.startswith("wrote ")] == shown
+    assert any(ln.startswith("wrote ") and "standard output" in ln for ln in err.splitlines())
+    return out
+
+
+@pytest.mark.parametrize("command,option,name", [
+    ("evaluate", "--csv", "v.csv"), ("evaluate", "--json", "v.json"), ("evaluate", "--per-class", "pc.csv"),
+    ("geometry", "--csv", "g.csv"), ("spectrum", "--table-csv", "t.csv"), ("spectrum", "--json", "s.json"),
+])
+def test_a_table_option_given_a_dash_writes_the_file_s_table_to_stdout(emb_h5, tmp_path, command, option, name):
+    import csv
+    import io
+
+    out = _same_table_on_stdout([command, emb_h5], option, tmp_path / name)
+    if name.endswith(".csv"):
+        rows = list(csv.reader(io.StringIO(out)))
+        assert len(rows) > 1 and all(len(r) == len(rows[0]) for r in rows)  # pure CSV, nothing else
+    assert not list(tmp_path.glob("-*"))  # (no file named '-')
+
+
+def test_saliency_agreement_tables_to_stdout(tmp_path, three_maps):
+    _same_table_on_stdout(["saliency-agreement", *three_maps], "--csv", tmp_path / "pairs.csv")
+    _same_table_on_stdout(["saliency-agreement", *three_maps], "--per-image-csv", tmp_path / "img.csv")
+    _same_table_on_stdout(["saliency-agreement", *three_maps], "--json", tmp_path / "a.json")
+
+
+def test_stdout_refusals(emb_h5, tmp_path):
+    import os
+
+    from cli_run import one_error_line
+
+    for args, words in ((["evaluate", emb_h5, "--parquet", "-"], "--parquet -: Parquet is binary"),
+                        (["spectrum", emb_h5, "--table-parquet", "-"], "--table-parquet -: Parquet is binary"),
+                        (["evaluate", emb_h5, "--csv", "-", "--json", "-"], "one table at most goes to standard"),
+                        (["scatter", emb_h5, "-o", "-"], "-o -: standard output is not one of this command's")):
+        rc, out, err = _run(args)
+        assert rc == 2 and out == "" and words in err, (args, err)
+    # a device or a named pipe as a file name stays refused (exit 1), the line pointing to '-'
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (fifo, "/dev/null"):
+        rc, out, err = _run(["evaluate", emb_h5, "--csv", target, "--force", "--no-progress"])
+        line = one_error_line(err, "evaluate")
+        assert rc == 1 and "is not a regular file" in line and "standard output with -" in line
+
+
+def test_evaluate_csv_dash_in_a_pipe_is_pure_csv(emb_h5, tmp_path):
+    """The command line itself, its stdout a pipe: ``evaluate a.h5 --csv - | ...`` reads CSV only."""
+    import csv
+    import io
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, "-m", "embedscope", "evaluate", str(emb_h5), "--csv", "-", "--no-progress"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(io.StringIO(p.stdout)))
+    assert [r["measure"] for r in rows][:2] == ["R@1", "R@2"] and {r["model"] for r in rows} == {"e"}
+    assert "R@1" in p.stderr and "wrote standard output" in p.stderr

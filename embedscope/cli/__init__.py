@@ -133,12 +133,56 @@ def _refuse_empty_names(sub, args) -> None:
             if v == "":
                 where = f" ({_ordinal(i + 1)} of {len(values)})" if len(values) > 1 else ""
                 sub.error(f"{name}{where}: the name is empty (an unset shell variable?)")
-    # "-" as an output: the convention for standard output, which these commands do not write to (their
-    # table goes there already); it wrote a file named "-" in the working folder
-    for d in _OUTPUT_DESTS:
-        if d in names and getattr(args, d, None) == "-":
+    # "-" as an output: the convention for standard output. A CSV or JSON table option writes its table there
+    # (the terminal table then goes to standard error, _table_on_stdout); a figure or a Parquet file is not
+    # written there (it wrote a file named "-" in the working folder), nor two tables into one stream
+    from embedscope.cli.output import STDOUT_TABLES
+
+    dashes = [d for d in _OUTPUT_DESTS if d in names and getattr(args, d, None) == "-"]
+    for d in dashes:
+        if "parquet" in d:
+            sub.error(f"{names[d]} -: Parquet is binary and is not written to standard output: give a file name "
+                      "(./- for a file named '-')")
+        if d not in STDOUT_TABLES:
             sub.error(f"{names[d]} -: standard output is not one of this command's outputs (its table is printed "
                       "there): give a file name (./- for a file named '-')")
+    if len(dashes) > 1:
+        sub.error(f"{' and '.join(names[d] + ' -' for d in dashes)}: one table at most goes to standard output: "
+                  "give the others a file name")
+
+
+@contextlib.contextmanager
+def _table_on_stdout(args):
+    """A table option given ``-`` (``--csv -``, ``--json -``; :data:`embedscope.cli.output.STDOUT_TABLES`):
+    the option names a stand-in file in a private temporary folder for the block, which yields that file
+    (None when no option is ``-``). The caller sends the command's terminal output to standard error and,
+    once the command succeeded, copies the stand-in to standard output (:func:`_copy_table`): the bytes the
+    file form writes, alone on standard output (``evaluate a.h5 --csv - | head``: pure CSV)."""
+    from embedscope.cli.output import STDOUT_TABLES, stdout_standin, stdout_standin_done
+
+    dest = next((d for d in STDOUT_TABLES if getattr(args, d, None) == "-"), None)
+    if dest is None:
+        yield None
+        return
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="embedscope-stdout-")
+    standin = os.path.join(folder, "standard-output" + STDOUT_TABLES[dest])
+    setattr(args, dest, standin)
+    stdout_standin(standin)
+    try:
+        yield standin
+    finally:
+        stdout_standin_done(standin)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _copy_table(standin: str, stream) -> None:
+    """The table a command wrote to its stand-in file, onto ``stream`` (standard output), unchanged."""
+    with open(standin, encoding="utf-8", newline="") as f:
+        for chunk in iter(lambda: f.read(1 << 16), ""):
+            stream.write(chunk)
 
 
 def _outputs(args) -> list[str]:
@@ -680,15 +724,23 @@ def _main(argv: list[str] | None) -> int:
 
             # all or nothing: a command that fails or is interrupted takes back the outputs it had already
             # published (a PNG without its PDF, a JSON without its CSV); resumable work keeps its finished parts
-            group = contextlib.nullcontext() if command in RESUMABLE else output_group(_outputs(args))
+            def group():
+                return contextlib.nullcontext() if command in RESUMABLE else output_group(_outputs(args))
+
             # a failed write to stdout does not stop the command: its files are finished (and kept), then
-            # the failure is its error line (a closed pipe: 141, quietly); a resumable command stops there
-            with group, _warnings_as_lines(command), _checked_stdout(stop=command in RESUMABLE) as out:
-                rc = args.func(args)
-                # a signal whose exception was swallowed on the way and no progress step after it to raise it
-                # again (Ctrl-C during a study's fork of its figure child, inside logging's at-fork lock
-                # release: "Exception ignored", and the study went on to exit 0): raised now, not lost
-                progress.check_signals()
+            # the failure is its error line (a closed pipe: 141, quietly); a resumable command stops there.
+            # `--csv -`: the table to standard output, the command's own lines to standard error meanwhile
+            # (the option names a stand-in file from here on: the group's outputs include it)
+            with (_table_on_stdout(args) as table, group(), _warnings_as_lines(command),
+                  _checked_stdout(stop=command in RESUMABLE) as out):
+                with contextlib.redirect_stdout(sys.stderr) if table else contextlib.nullcontext():
+                    rc = args.func(args)
+                    # a signal whose exception was swallowed on the way and no progress step after it to raise
+                    # it again (Ctrl-C during a study's fork of its figure child, inside logging's at-fork lock
+                    # release: "Exception ignored", and the study went on to exit 0): raised now, not lost
+                    progress.check_signals()
+                if table and not rc:
+                    _copy_table(table, sys.stdout)
             if out.error is not None and not rc:  # (a command that failed has said so)
                 if isinstance(out.error, BrokenPipeError):
                     return 141

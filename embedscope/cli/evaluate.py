@@ -60,7 +60,8 @@ def add_parser(sub, parents):
     p.add_argument("--niter", type=positive_int, default=20, action=_Given,
                    help="k-means iterations of NMI and F1 (default: 20)")
     p.add_argument("--per-class", metavar="OUT.csv",
-                   help="write R@1, R-Precision and MAP@R per class to this CSV and show the worst classes")
+                   help="write R@1, R-Precision and MAP@R per class to this CSV (-: to standard output) and show the "
+                   "worst classes")
     p.add_argument("--per-class-parquet", metavar="OUT.parquet",
                    help="write the per-class table of --per-class as Parquet (its columns and rows; with or "
                    "without --per-class: the worst classes are shown either way)")

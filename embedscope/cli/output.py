@@ -12,15 +12,39 @@ from pathlib import Path
 from embedscope.cli.common import add_split, nonnegative_int, positive_int, seed_int
 from embedscope.fileio import same_file  # noqa: F401 - the commands' name for it (cli.report imports it here)
 
+#: the table options that take ``-``: their table written to standard output (CSV or JSON text), the
+#: terminal table, the notes and the 'wrote' line then going to standard error; the suffix of its format.
+#: The binary Parquet options refuse ``-`` (a usage error), as the figure options do.
+STDOUT_TABLES = {"json": ".json", "csv": ".csv", "table_csv": ".csv", "per_class": ".csv", "per_image_csv": ".csv"}
+#: the file standing in for standard output while a command runs (``--csv -``: the command writes its
+#: table there, the command line then copies it to standard output); see :func:`shown_output`
+_STDOUT_STANDINS: set[str] = set()
+
+
+def stdout_standin(path: str) -> None:
+    """Register ``path`` as the stand-in file of a table option given ``-`` (named 'standard output')."""
+    _STDOUT_STANDINS.add(str(path))
+
+
+def stdout_standin_done(path: str) -> None:
+    _STDOUT_STANDINS.discard(str(path))
+
+
+def shown_output(path) -> str:
+    """How the 'wrote' line names an output: ``standard output`` for a table option given ``-``."""
+    return "standard output" if str(path) in _STDOUT_STANDINS else str(path)
+
 
 def add_result_outputs(p: argparse.ArgumentParser, *, table_help: str | None = None) -> None:
     """--json, --csv and --parquet of the values; with ``table_help`` (the help of --table-csv) also
     --table-csv and --table-parquet, the per-row table as CSV and as Parquet."""
-    p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON")
-    p.add_argument("--csv", metavar="OUT.csv", help="also write the results as CSV (columns measure, value, model)")
+    p.add_argument("--json", metavar="OUT.json", help="also write the results as JSON (-: to standard output, "
+                   "the terminal table then to standard error)")
+    p.add_argument("--csv", metavar="OUT.csv", help="also write the results as CSV (columns measure, value, model; "
+                   "-: to standard output, the terminal table then to standard error)")
     p.add_argument("--parquet", metavar="OUT.parquet", help="also write the results as Parquet (as the CSV)")
     if table_help:
-        p.add_argument("--table-csv", metavar="ROWS.csv", help=table_help)
+        p.add_argument("--table-csv", metavar="ROWS.csv", help=table_help + " (-: to standard output)")
         p.add_argument("--table-parquet", metavar="ROWS.parquet",
                        help="write the table of --table-csv as Parquet (its columns and rows)")
 
@@ -199,7 +223,7 @@ def print_wrote(paths) -> None:
     """One line naming the files written (control characters of the names shown escaped)."""
     from embedscope.text import safe
 
-    paths = [safe(p) for p in paths]
+    paths = [safe(shown_output(p)) for p in paths]
     if paths:
         print("wrote " + ", ".join(paths))
 

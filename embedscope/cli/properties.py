@@ -42,11 +42,11 @@ def add_parser(sub, parents):
     add_no_progress(p)  # (the shared wording)
     p.add_argument("--json", metavar="OUT.json",
                    help="also write the results as JSON (the layout of every command: one file "
-                   "{analysis, model, values, provenance, table}, several {analysis, models: [...]})")
+                   "{analysis, model, values, provenance, table}, several {analysis, models: [...]}; -: to standard output)")
     p.add_argument("--csv", metavar="OUT.csv",
                    help="also write the table as CSV: one row per model and property (the columns shown, and z, "
                    "significant_2.576, queries, lone_values, max_r, capped; with --permutations also perm_p_value, "
-                   "perm_mean, perm_sd, permutations)")
+                   "perm_mean, perm_sd, permutations; -: to standard output)")
     p.add_argument("--parquet", metavar="OUT.parquet", help="also write the table as Parquet (as the CSV)")
     add_force(p)
     p.set_defaults(func=run)

@@ -24,9 +24,10 @@ def add_parser(sub, parents):
                    "a block of its own, with a note) (default: from each checkpoint's config)")
     p.add_argument("--jsd-unit", default="bits", choices=["bits", "nats"],
                    help="JSD in bits (the paper, <= 1) or nats (the reference code, <= ln 2) (default: bits)")
-    p.add_argument("--json", metavar="OUT.json", help="matrices, block means and per-image values as JSON")
-    p.add_argument("--csv", metavar="OUT.csv", help="one row per model pair as CSV")
-    p.add_argument("--per-image-csv", metavar="OUT.csv", help="one row per model pair and image as CSV")
+    p.add_argument("--json", metavar="OUT.json",
+                   help="matrices, block means and per-image values as JSON (-: to standard output)")
+    p.add_argument("--csv", metavar="OUT.csv", help="one row per model pair as CSV (-: to standard output)")
+    p.add_argument("--per-image-csv", metavar="OUT.csv", help="one row per model pair and image as CSV (-: to standard output)")
     p.add_argument("--parquet", metavar="OUT.parquet", help="one row per model pair as Parquet (the columns of --csv)")
     p.add_argument("--per-image-parquet", metavar="OUT.parquet",
                    help="one row per model pair and image as Parquet (the columns of --per-image-csv)")
