@@ -1,5 +1,6 @@
 """Backbones, the embedding head, the checkpoint format and the readers of other code bases' files."""
 
+from embedscope._lazy import module_getattr
 from embedscope.models.adapters import (
     build_pretrained,
     detect_arch,
@@ -35,3 +36,7 @@ __all__ = [
     "load_model", "load_pml", "load_pml_folder", "load_roth", "make_backbone", "printable",
     "read_checkpoint", "safe_load", "save_checkpoint",
 ]
+
+# embedscope.models.distances (docs/saliency.md) ... after a bare `import embedscope`, as every other
+# package's modules load (docs/architecture.md)
+__getattr__ = module_getattr(__name__)

@@ -25,7 +25,11 @@ def __getattr__(name: str):  # the maps file is read lazily (it imports nothing 
         from embedscope.store import saliency
 
         return getattr(saliency, name)
-    raise AttributeError(f"module 'embedscope.store' has no attribute '{name}'")
+    # embedscope.store.saliency (docs/store.md: store.saliency.match_rows) after a bare `import embedscope`,
+    # as every other package's modules load (docs/architecture.md)
+    from embedscope._lazy import module_getattr
+
+    return module_getattr(__name__)(name)
 
 
 def __dir__():
