@@ -387,12 +387,17 @@ def test_bad_input_is_one_line(ckpts, tmp_path, capsys):
 @pytest.mark.slow
 def test_digits_same_loss_seeds_vs_untrained(tmp_path):
     """Two digits models trained with the same loss (margin, 10 epochs as in the demo) and different
-    seeds agree more with each other than with an untrained network (docs/methods.md §8's question).
+    seeds, and two untrained networks (docs/methods.md §8's question; docs/saliency.md, "On the digits").
 
-    Measured (300 test images, l = 50, paper order, 2026-11-24): trained-trained r = 0.448, JSD 0.154
-    bits; trained-untrained r = 0.02-0.22, JSD 0.224-0.266 (code order: 0.550 vs 0.13-0.35). After only
-    5 epochs it did NOT hold for one of the two seeds (r 0.248 vs 0.26). Two untrained networks agree
-    most of all (r = 0.77): a random CNN's saliency follows the image's bright strokes.
+    What holds in every measurement so far, and is asserted: two *untrained* networks agree most of all
+    (a random CNN's saliency follows the image's bright strokes; r = 0.763-0.77 on every machine), far
+    above any pair with a trained model, and trained models' maps still agree positively with each other.
+    What does not hold in every run, and is only recorded here: whether the two trained seeds agree more
+    with each other than with an untrained network. Measured (300 test images, l = 50, paper order):
+    trained-trained r = 0.448 vs trained-untrained 0.02-0.22 (2026-11-24); r = 0.177 vs 0.06-0.10
+    (2026-12-01, an AMD EPYC with AVX2 only, whose float path trains other models: the test asserted a
+    margin of 0.1 then and failed there, by the CPU, not by the code); notebook 03's reruns 0.17-0.32, one
+    of them below trained-untrained. CPU training is not bit-reproducible across CPUs.
     """
     from embedscope.metrics import map_agreement
     from embedscope.saliency.run import saliency_to_file
@@ -411,8 +416,11 @@ def test_digits_same_loss_seeds_vs_untrained(tmp_path):
         maps[k] = load_maps(tmp_path / f"{k}.h5").maps
     same = map_agreement(maps["t0"], maps["t1"])
     cross = [map_agreement(maps[t], maps[u]) for t in ("t0", "t1") for u in ("u0", "u1")]
-    assert same["r_mean"] > max(c["r_mean"] for c in cross) + 0.1
-    assert same["jsd_mean"] < min(c["jsd_mean"] for c in cross)
+    untrained = map_agreement(maps["u0"], maps["u1"])
+    trained_pairs = [same, *cross]
+    assert untrained["r_mean"] > max(c["r_mean"] for c in trained_pairs) + 0.3
+    assert untrained["jsd_mean"] < min(c["jsd_mean"] for c in trained_pairs)
+    assert same["r_mean"] > 0.1  # (0.17-0.45 in every run recorded)
 
 
 def test_photos_through_an_image_folder(tmp_path):
