@@ -274,3 +274,18 @@ def test_evaluate_csv_dash_in_a_pipe_is_pure_csv(emb_h5, tmp_path):
     rows = list(csv.DictReader(io.StringIO(p.stdout)))
     assert [r["measure"] for r in rows][:2] == ["R@1", "R@2"] and {r["model"] for r in rows} == {"e"}
     assert "R@1" in p.stderr and "wrote standard output" in p.stderr
+
+
+def test_the_torch_free_loss_families_agree_with_the_losses_train_knows():
+    """embedscope.families.LOSS_FAMILIES (figures, maps files) and embedscope.train.losses.LOSSES (training)
+    name the same losses with the same families, and both kobs_group give one grouping."""
+    from embedscope import families
+    from embedscope.errors import EmbedscopeError
+    from embedscope.train import losses
+
+    assert {n: spec.family for n, spec in losses.LOSSES.items()} == families.LOSS_FAMILIES
+    for name in losses.LOSSES:
+        assert losses.kobs_group(name) == families.kobs_group(name)
+    assert {losses.kobs_group(n) for n in losses.LOSSES} == {"ranking", "classification"}
+    with pytest.raises(EmbedscopeError, match="unknown loss"):
+        losses.kobs_group("fastap")

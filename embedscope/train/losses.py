@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from embedscope.errors import EmbedscopeError
-from embedscope.families import LOSS_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -79,8 +78,8 @@ LOSSES: dict[str, LossSpec] = {
                         "normalised softmax, temperature 0.05"),
 }
 LOSS_NAMES = tuple(LOSSES)
-# (embedscope.families holds the same families torch-free, for the figures and the maps files' family)
-assert {n: spec.family for n, spec in LOSSES.items()} == LOSS_FAMILIES
+# (embedscope.families.LOSS_FAMILIES holds the same families torch-free, for the figures and the maps
+# files' family: tests/test_audit45_views.py checks that they agree)
 
 # The range of each numeric hyper-parameter (checked by :func:`check_loss_params` before any work):
 # ">0" a divisor or scale (temperature 0 made the loss NaN, "training diverged ... try a lower --lr";
@@ -126,8 +125,11 @@ def loss_family(name: str) -> str:
 
 
 def kobs_group(name: str) -> str:
-    """Kobs et al.'s two-way grouping (docs/methods.md §8): proxy losses count as classification."""
-    return "ranking" if loss_family(name) == "ranking" else "classification"
+    """Kobs et al.'s two-way grouping (docs/methods.md §8): proxy losses count as classification
+    (:func:`embedscope.families.kobs_group`, for a loss name checked here)."""
+    from embedscope import families
+
+    return families.kobs_group(loss_spec(name).name)
 
 
 class TrainLoss(nn.Module):
